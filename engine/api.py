@@ -1,0 +1,188 @@
+"""The engine's public data types: what a caller asks for, hears while it runs, and gets back.
+
+``SamplingRequest`` crosses the wire to remote backends, so it is a frozen dataclass that round-trips
+through JSON. ``Backend.sample(request)`` is a generator: it yields ``Progress`` and returns a
+``SamplingResult``; closing the generator cancels the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from engine.errors import InvalidRequest
+from engine.models.spec import SAMPLERS
+from engine.optimization import OptimizationConfig
+
+MAX_BATCH = 16
+MAX_STEPS = 10_000
+STAGES = ("load", "compile", "denoise", "decode")
+
+
+@dataclass(frozen=True)
+class SamplingRequest:
+    """One generation job.
+
+    Attributes:
+        model: model id from the registry, or a model folder path. Empty means the shipped default.
+        sampler: "ddim", "ddpm", "pndm" or "rflow"; empty means the model's default.
+        steps: number of denoising steps; 0 means the model's default.
+        seed: seeds the initial noise (and DDPM's per-step noise). Same request + device = same volume.
+        conditioning: condition name -> value in the units the model spec gives (mL, years...).
+        guidance_scale: classifier-free guidance scale; 1.0 means plain conditional sampling.
+        batch_size: number of volumes generated together.
+        optimization: speed/precision settings; defaults are plain fp32.
+        preview_interval: yield an x0 preview every this many steps (0 = never).
+    """
+
+    model: str = ""
+    sampler: str = ""
+    steps: int = 0
+    seed: int = 0
+    conditioning: Mapping[str, float] = field(default_factory=dict)
+    guidance_scale: float = 1.0
+    batch_size: int = 1
+    optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
+    preview_interval: int = 0
+
+    def __post_init__(self) -> None:
+        # Frozen: normalise via object.__setattr__ so equality and hashing see canonical values.
+        object.__setattr__(self, "conditioning", dict(self.conditioning))
+        if isinstance(self.optimization, Mapping):
+            object.__setattr__(self, "optimization", OptimizationConfig.from_dict(self.optimization))
+        if self.sampler and self.sampler not in SAMPLERS:
+            raise InvalidRequest(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
+        if not isinstance(self.steps, int) or isinstance(self.steps, bool):
+            raise InvalidRequest(f"steps must be a whole number, got {self.steps!r}")
+        if self.steps < 0 or self.steps > MAX_STEPS:
+            raise InvalidRequest(f"steps must be between 1 and {MAX_STEPS} (0 = model default), got {self.steps}")
+        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise InvalidRequest(f"seed must be a whole number from 0 to 2^63-1, got {self.seed!r}")
+        if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= MAX_BATCH:
+            raise InvalidRequest(f"batch size must be between 1 and {MAX_BATCH}, got {self.batch_size!r}")
+        if not math.isfinite(self.guidance_scale) or self.guidance_scale < 0:
+            raise InvalidRequest(f"guidance scale must be a finite number >= 0, got {self.guidance_scale}")
+        if not isinstance(self.preview_interval, int) or self.preview_interval < 0:
+            raise InvalidRequest(f"preview interval must be >= 0 steps, got {self.preview_interval!r}")
+        for name, value in self.conditioning.items():
+            if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+                raise InvalidRequest(f"condition {name!r} must be a finite number, got {value!r}")
+
+    def replace(self, **changes: Any) -> SamplingRequest:
+        data = self.to_dict()
+        data.update({k: (v.to_dict() if isinstance(v, OptimizationConfig) else v) for k, v in changes.items()})
+        return SamplingRequest.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["optimization"] = self.optimization.to_dict()
+        data["conditioning"] = dict(self.conditioning)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SamplingRequest:
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise InvalidRequest(f"unknown request field(s): {', '.join(sorted(unknown))}")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_json(cls, text: str) -> SamplingRequest:
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"request is not valid JSON: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A report from a running job.
+
+    ``preview`` (when present) is a small float32 array (batch item 0, channel 0) of the current
+    estimate of the clean volume, already decoded for latent models and scaled to the model's
+    intensity range.
+    """
+
+    stage: str
+    step: int
+    total: int
+    elapsed_s: float
+    message: str = ""
+    preview: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def fraction(self) -> float:
+        return self.step / self.total if self.total else 0.0
+
+
+@dataclass
+class SamplingResult:
+    """Generated volumes and how they were made.
+
+    Attributes:
+        volumes: float32 array (batch, channels, x, y, z).
+        affine: 4x4 voxel -> RAS mm (NIfTI convention), shared by all volumes of the batch.
+        request: the request as run (model defaults filled in).
+        provenance: JSON-ready record: model + weights sha256, scheduler, seed, conditioning,
+            optimization requested/applied, device, library versions, timings.
+    """
+
+    volumes: np.ndarray
+    affine: np.ndarray
+    request: SamplingRequest
+    provenance: dict[str, Any]
+
+    def volume(self, index: int = 0) -> np.ndarray:
+        """One volume as (x, y, z) when single-channel, else (channels, x, y, z)."""
+        vol = self.volumes[index]
+        return vol[0] if vol.shape[0] == 1 else vol
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str  # "local", "remote", "xla"
+    device: str  # "cpu", "cuda:0", "http://host:port (cuda:0)"...
+    device_name: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Something that runs sampling requests. Cancel by closing the generator ``sample`` returned."""
+
+    def info(self) -> BackendInfo: ...
+
+    def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]: ...
+
+
+def run(
+    job: Generator[Progress, None, SamplingResult],
+    on_progress: Callable[[Progress], Any] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+) -> SamplingResult | None:
+    """Drive a sampling generator to the end. Returns None if ``should_cancel`` said stop.
+
+    Cancellation closes the generator in this thread, so the backend's ``finally`` blocks release
+    memory and files before this returns.
+    """
+    try:
+        while True:
+            try:
+                progress = next(job)
+            except StopIteration as done:
+                return done.value
+            if on_progress is not None:
+                on_progress(progress)
+            if should_cancel is not None and should_cancel():
+                return None
+    finally:
+        job.close()

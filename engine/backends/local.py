@@ -1,0 +1,108 @@
+"""Run requests in this process on the CPU, a CUDA GPU or Apple's MPS."""
+
+from __future__ import annotations
+
+import platform
+import sys
+import threading
+import time
+from collections.abc import Generator
+from datetime import UTC, datetime
+from typing import Any
+
+from engine import __version__
+from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
+from engine.devices import device_name, resolve_device
+from engine.errors import OutOfMemory
+from engine.models.registry import ModelRegistry
+
+
+def library_versions() -> dict[str, str]:
+    import monai
+    import numpy
+    import torch
+
+    return {"volsynth": __version__, "python": platform.python_version(), "torch": torch.__version__,
+            "monai": monai.__version__, "numpy": numpy.__version__}
+
+
+class LocalBackend:
+    """Keeps the most recently used model loaded so repeated generations skip the load.
+
+    Not thread-safe for concurrent ``sample`` calls on one instance (the app runs one job at a time);
+    the model cache itself is guarded so ``info()`` can be called from another thread.
+    """
+
+    name = "local"
+
+    def __init__(self, device: str | None = "auto", registry: ModelRegistry | None = None):
+        self.device = resolve_device(device)
+        self.registry = registry or ModelRegistry()
+        self._lock = threading.Lock()
+        self._cache: dict[str, Any] = {}  # model folder -> LoadedModel on self.device
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(name=self.name, device=str(self.device), device_name=device_name(self.device),
+                           details={"platform": platform.platform(), **library_versions()})
+
+    def _loaded(self, source):
+        key = str(source.path.resolve())
+        with self._lock:
+            model = self._cache.get(key)
+            if model is None:
+                model = source.load().to(self.device)
+                self._cache.clear()  # one model resident at a time: 3D U-Nets are large
+                self._cache[key] = model
+            return model
+
+    def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
+        import torch
+
+        from engine.optimization import prepare
+        from engine.sampling import denoise
+
+        started = time.perf_counter()
+        source = self.registry.get(request.model or None)
+        # Validate cheap things before the expensive load so bad input fails fast.
+        from engine.sampling import resolve_request
+
+        resolve_request(source.spec, request)
+        yield Progress("load", 0, 1, 0.0, f"loading {source.spec.name}")
+        load_started = time.perf_counter()
+        try:
+            model = self._loaded(source)
+            load_s = time.perf_counter() - load_started
+            prepared = prepare(model, request.optimization, self.device)
+            loop = yield from denoise(prepared, source.spec, request, self.device)
+        except torch.OutOfMemoryError as exc:
+            raise OutOfMemory(
+                f"{self.device} ran out of memory ({str(exc).splitlines()[0][:120]}); lower the batch size, "
+                "enable tiled decoding or bf16, or use a device with more memory"
+            ) from exc
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+        timings = {"load_s": load_s, **loop.timings, "total_s": time.perf_counter() - started}
+        provenance = {
+            "synthetic": True,
+            "generator": "VolSynth Studio",
+            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "model": {"id": source.spec.id, "name": source.spec.name, "source": source.spec.source,
+                      "path": str(source.path), "weights_sha256": source.weights_sha256()},
+            "request": loop.request.to_dict(),
+            "scheduler": loop.scheduler_config,
+            "seed": loop.request.seed,
+            "conditioning": loop.conditioning,
+            "conditioning_normalised": loop.conditioning_normalised,
+            "optimization": {"requested": request.optimization.to_dict(), "report": prepared.report},
+            "backend": self.name,
+            "device": str(self.device),
+            "device_name": device_name(self.device),
+            "versions": library_versions(),
+            "command": " ".join(sys.argv[:1]),
+            "timings": timings,
+            "step_times_s": loop.step_times_s,
+        }
+        return SamplingResult(volumes=loop.volumes.numpy(), affine=source.spec.affine(),
+                              request=loop.request, provenance=provenance)

@@ -1,0 +1,39 @@
+"""``volsynth models``: every model the registry finds, with its conditioning inputs and ranges."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("models", help="list available models and their conditioning inputs")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from engine.models.registry import DEFAULT_MODEL_ID, ModelRegistry
+
+    registry = ModelRegistry()
+    sources = registry.list()
+    if args.json:
+        print(json.dumps([{**s.spec.to_dict(), "path": str(s.path)} for s in sources], indent=2))
+        return 0
+    if not sources:
+        print("No models found. Searched: " + ", ".join(str(p) for p in registry.search_path))
+    for source in sources:
+        spec = source.spec
+        default = "  [default]" if spec.id == DEFAULT_MODEL_ID else ""
+        shape = "x".join(str(s) for s in spec.output_shape[1:])
+        spacing = "x".join(f"{s:g}" for s in spec.voxel_spacing_mm)
+        print(f"{spec.id}{default}")
+        print(f"  {spec.name}  ({spec.kind}, {shape} voxels at {spacing} mm, {source.path})")
+        print(f"  samplers: {', '.join(spec.samplers)} (default {spec.default_sampler}, {spec.default_steps} steps)"
+              + ("; classifier-free guidance" if spec.supports_guidance else ""))
+        for cond in spec.conditioning:
+            unit = f" {cond.unit}" if cond.unit else ""
+            print(f"  --cond {cond.name}=VALUE   {cond.label}: {cond.min:g} to {cond.max:g}{unit} "
+                  f"(default {cond.default:g})")
+    for folder, problem in registry.problems.items():
+        print(f"skipped {folder}: {problem}")
+    return 0

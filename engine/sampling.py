@@ -1,0 +1,187 @@
+"""The one denoising loop, for pixel-space and latent diffusion models.
+
+Read top to bottom; the numbered steps follow diffusers' pipelines. MONAI supplies the networks and the
+schedulers; its ``DiffusionInferer.sample`` has no per-step callback or cancel, so the engine owns the loop
+and keeps MONAI's inferers as the reference it is tested against (tests/engine/test_sampling_reference.py).
+
+Conditioning follows MONAI's brain latent-diffusion bundle: the normalised condition vector goes in as
+cross-attention context (B, 1, n) and/or as n constant channels concatenated to the noisy input.
+Classifier-free guidance runs the unconditioned and conditioned inputs as one doubled batch, the
+unconditioned one filled with the model's null value (MONAI's ``cfg_fill_value``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.api import Progress, SamplingRequest
+from engine.errors import InvalidRequest
+from engine.models.networks import build_scheduler
+from engine.models.spec import ModelSpec
+
+PREVIEW_MAX_EDGE = 128
+
+
+@dataclass
+class LoopOutput:
+    volumes: torch.Tensor  # (batch, channels, x, y, z), float32 on the CPU
+    request: SamplingRequest  # with the model's defaults filled in
+    conditioning: dict[str, float]  # in user units
+    conditioning_normalised: list[float]
+    scheduler_config: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict)
+    step_times_s: list[float] = field(default_factory=list)
+
+
+def resolve_request(spec: ModelSpec, request: SamplingRequest) -> tuple[SamplingRequest, dict[str, float]]:
+    """Fill in the model's defaults and check the request against what this model can do."""
+    sampler = request.sampler or spec.default_sampler
+    if sampler not in spec.samplers:
+        raise InvalidRequest(f"model {spec.id!r} cannot sample with {sampler!r}; it supports {', '.join(spec.samplers)}")
+    steps = request.steps or spec.default_steps
+    train_steps = int(spec.schedule["num_train_timesteps"])
+    if steps > train_steps:
+        raise InvalidRequest(f"steps ({steps}) cannot exceed the model's {train_steps} training timesteps")
+    conditioning = spec.resolve_conditioning(request.conditioning)
+    if request.guidance_scale != 1.0 and not spec.supports_guidance:
+        raise InvalidRequest(
+            f"model {spec.id!r} was not trained for classifier-free guidance; set guidance scale to 1.0"
+        )
+    resolved = request.replace(model=request.model or spec.id, sampler=sampler, steps=steps, conditioning=conditioning)
+    return resolved, conditioning
+
+
+def estimate_x0(scheduler, model_output: torch.Tensor, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The clean-sample estimate implied by a model output at timestep ``t`` (for previews)."""
+    prediction = str(getattr(scheduler, "prediction_type", "epsilon"))
+    if "v_prediction" in prediction and not hasattr(scheduler, "alphas_cumprod"):  # rectified flow
+        return x + (float(t) / scheduler.num_train_timesteps) * model_output
+    alpha_bar = scheduler.alphas_cumprod[int(t)].to(x.device, x.dtype)
+    if "sample" in prediction:
+        return model_output
+    if "v_prediction" in prediction:
+        return alpha_bar.sqrt() * x - (1 - alpha_bar).sqrt() * model_output
+    return (x - (1 - alpha_bar).sqrt() * model_output) / alpha_bar.sqrt()
+
+
+def _preview_array(volume: torch.Tensor) -> np.ndarray:
+    """Batch item 0, channel 0, strided down so no edge exceeds PREVIEW_MAX_EDGE voxels."""
+    vol = volume[0, 0].detach().float().cpu().numpy()
+    stride = max(1, int(np.ceil(max(vol.shape) / PREVIEW_MAX_EDGE)))
+    return np.ascontiguousarray(vol[::stride, ::stride, ::stride])
+
+
+def denoise(prepared, spec: ModelSpec, request: SamplingRequest, device: torch.device,
+            ) -> Generator[Progress, None, LoopOutput]:
+    """Run one request on a prepared model. Yields Progress; returns the volumes on the CPU.
+
+    Closing the generator stops it at the next step boundary.
+    """
+    started = time.perf_counter()
+
+    # 1. Resolve the request against the model: sampler, steps, conditioning values.
+    request, conditioning = resolve_request(spec, request)
+    batch = request.batch_size
+    guided = request.guidance_scale != 1.0
+
+    # 2. A fresh scheduler for this run (schedulers hold per-run state such as PNDM's history).
+    scheduler = build_scheduler(request.sampler, spec.schedule)
+    shape = (batch, *spec.diffusion_shape)
+    if request.sampler == "rflow":
+        scheduler.set_timesteps(request.steps, device=device, input_img_size_numel=int(np.prod(shape[2:])))
+    else:
+        scheduler.set_timesteps(request.steps, device=device)
+    timesteps = scheduler.timesteps
+    next_timesteps = torch.cat((timesteps[1:], torch.tensor([0], dtype=timesteps.dtype, device=timesteps.device)))
+
+    # 3. Initial noise from a CPU generator, so the same seed gives the same noise on every device.
+    #    On the CPU the same generator then drives DDPM's per-step noise.
+    cpu_generator = torch.Generator().manual_seed(request.seed)
+    x = torch.randn(shape, generator=cpu_generator, dtype=torch.float32).to(device)
+    step_generator = cpu_generator if device.type == "cpu" else torch.Generator(device).manual_seed(request.seed)
+
+    # 4. Conditioning tensors: normalised to [0, 1]; context (B, 1, n) and/or concat channels (B, n, ...).
+    normalised = [spec.condition(name).normalise(value) for name, value in conditioning.items()]
+    context = concat = None
+    if spec.conditioning:
+        vector = torch.tensor(normalised, dtype=torch.float32, device=device).view(1, 1, -1).repeat(batch, 1, 1)
+        if guided:
+            null = torch.full_like(vector, float(spec.guidance_null_value))
+            vector = torch.cat([null, vector], dim=0)
+        if "crossattn" in spec.conditioning_modes:
+            context = vector
+        if "concat" in spec.conditioning_modes:
+            concat = vector[:, 0, :, None, None, None].expand(-1, -1, *shape[2:])
+
+    yield Progress("denoise", 0, request.steps, time.perf_counter() - started, "denoising")
+
+    # 5. The denoising loop.
+    step_times: list[float] = []
+    denoise_started = time.perf_counter()
+    for i, (t, next_t) in enumerate(zip(timesteps, next_timesteps, strict=True)):
+        step_started = time.perf_counter()
+        model_input = torch.cat([x, x], dim=0) if guided else x
+        if concat is not None:
+            model_input = torch.cat([model_input, concat], dim=1)
+        t_batch = torch.full((model_input.shape[0],), float(t), device=device)
+        with torch.inference_mode():
+            output = prepared.denoiser(model_input, t_batch, context)
+        if guided:
+            uncond, cond = output.chunk(2)
+            output = uncond + request.guidance_scale * (cond - uncond)
+
+        if request.sampler == "rflow":
+            x_next, x0 = scheduler.step(output, t, x, next_t)
+        elif request.sampler == "ddpm":
+            x_next, x0 = scheduler.step(output, t, x, generator=step_generator)
+        else:
+            x_next, x0 = scheduler.step(output, t, x)
+
+        preview = None
+        step = i + 1
+        if request.preview_interval and (step % request.preview_interval == 0) and step < request.steps:
+            if x0 is None:
+                x0 = estimate_x0(scheduler, output, t, x)
+            preview = _preview_array(_to_image(prepared, spec, x0))
+        x = x_next
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        step_times.append(time.perf_counter() - step_started)
+        yield Progress("denoise", step, request.steps, time.perf_counter() - started,
+                       f"step {step}/{request.steps}", preview)
+    denoise_s = time.perf_counter() - denoise_started
+
+    # 6. Decode latents to an image (latent models), then hand back float32 on the CPU.
+    decode_s = 0.0
+    if spec.kind == "latent":
+        yield Progress("decode", request.steps, request.steps, time.perf_counter() - started, "decoding")
+        decode_started = time.perf_counter()
+        image = _to_image(prepared, spec, x)
+        decode_s = time.perf_counter() - decode_started
+    else:
+        image = x
+    volumes = image.detach().float().cpu()
+
+    return LoopOutput(
+        volumes=volumes,
+        request=request,
+        conditioning=conditioning,
+        conditioning_normalised=normalised,
+        scheduler_config={"class": type(scheduler).__name__, "sampler": request.sampler,
+                          "steps": request.steps, **spec.schedule},
+        timings={"denoise_s": denoise_s, "decode_s": decode_s, "loop_total_s": time.perf_counter() - started},
+        step_times_s=step_times,
+    )
+
+
+def _to_image(prepared, spec: ModelSpec, x: torch.Tensor) -> torch.Tensor:
+    if spec.kind != "latent":
+        return x
+    with torch.inference_mode():
+        return prepared.decode(x / spec.scale_factor)

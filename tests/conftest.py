@@ -1,0 +1,52 @@
+"""Shared fixtures: tiny models in a private registry, and the gpu marker's skip."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Tests never touch the user's real data or settings folders.
+os.environ.setdefault("XDG_DATA_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-data"))
+os.environ.setdefault("XDG_CONFIG_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-config"))
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_models_dir(tmp_path_factory):
+    """A folder with a tiny conditioned latent model, an unconditioned pixel model and an rflow model."""
+    from engine.testing import make_tiny_model
+
+    root = tmp_path_factory.mktemp("models")
+    make_tiny_model(root / "tiny-latent", model_id="tiny-latent")
+    make_tiny_model(root / "tiny-pixel", model_id="tiny-pixel", kind="pixel", conditioned=False)
+    make_tiny_model(root / "tiny-rflow", model_id="tiny-rflow", kind="pixel", conditioned=False, samplers=("rflow",))
+    return root
+
+
+@pytest.fixture
+def registry(tiny_models_dir):
+    from engine.models.registry import ModelRegistry
+
+    return ModelRegistry([tiny_models_dir])
+
+
+@pytest.fixture
+def model_path_env(tiny_models_dir, monkeypatch):
+    """Point the default registry (as the CLI builds it) at the tiny models."""
+    monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tiny_models_dir))
+    return tiny_models_dir
