@@ -44,7 +44,8 @@ def _resolve(config: dict[str, Any], value: Any, depth: int = 0) -> Any:
             raise ModelInvalid(f"bundle reference {value!r} names no key in inference.json")
         value, depth = config[key], depth + 1
     if isinstance(value, dict):
-        return {k: _resolve(config, v, depth + 1) for k, v in value.items()}
+        # "_requires_" and friends order MONAI's own evaluation; they are not data, so never followed.
+        return {k: (v if k.startswith("_") else _resolve(config, v, depth + 1)) for k, v in value.items()}
     if isinstance(value, list):
         return [_resolve(config, v, depth + 1) for v in value]
     return value

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: set up, lint, check the import rule, run pytest under Xvfb.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash packaging/setup.sh
+echo "== ruff"
+.venv/bin/ruff check .
+echo "== import rule (engine never imports Qt, pyvista, VTK or app)"
+.venv/bin/lint-imports
+echo "== pytest"
+export QT_QPA_PLATFORM=xcb
+exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -m pytest "$@"

@@ -1,0 +1,149 @@
+"""SamplingRequest validation and JSON, and the local backend's generator contract."""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import numpy as np
+import pytest
+
+from engine.api import Backend, Progress, SamplingRequest, run
+from engine.backends.local import LocalBackend
+from engine.errors import InvalidRequest
+from engine.optimization import OptimizationConfig
+
+
+def test_request_json_round_trip():
+    request = SamplingRequest(model="m", sampler="ddpm", steps=7, seed=2**40, conditioning={"a": 1.5},
+                              guidance_scale=2.0, batch_size=3, optimization=OptimizationConfig(autocast="bf16"),
+                              preview_interval=2)
+    again = SamplingRequest.from_json(request.to_json())
+    assert again == request
+    assert json.loads(request.to_json())["optimization"]["autocast"] == "bf16"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"steps": -1}, "steps must be between 1"),
+    ({"sampler": "euler"}, "unknown sampler 'euler'; choose one of ddpm, ddim, pndm, rflow"),
+    ({"seed": -5}, "seed must be a whole number"),
+    ({"batch_size": 0}, "batch size must be between 1 and 16"),
+    ({"guidance_scale": float("nan")}, "guidance scale must be a finite number"),
+    ({"conditioning": {"age": float("inf")}}, "condition 'age' must be a finite number"),
+    ({"preview_interval": -1}, "preview interval must be >= 0"),
+])
+def test_request_rejects_bad_values(kwargs, message):
+    with pytest.raises(InvalidRequest, match=message):
+        SamplingRequest(**kwargs)
+
+
+def test_request_from_dict_rejects_unknown_fields():
+    with pytest.raises(InvalidRequest, match="unknown request field"):
+        SamplingRequest.from_dict({"model": "x", "temperature": 3})
+
+
+@pytest.fixture
+def backend(registry):
+    return LocalBackend("cpu", registry)
+
+
+def test_backend_satisfies_protocol(backend):
+    assert isinstance(backend, Backend)
+    assert backend.info().device == "cpu"
+
+
+def test_same_request_gives_bit_identical_volume(backend):
+    request = SamplingRequest(model="tiny-latent", sampler="ddpm", steps=4, seed=123, batch_size=2)
+    first = run(backend.sample(request))
+    second = run(backend.sample(request))
+    assert np.array_equal(first.volumes, second.volumes)
+    other = run(backend.sample(request.replace(seed=124)))
+    assert not np.allclose(first.volumes, other.volumes)
+
+
+def test_progress_stages_and_previews(backend):
+    events: list[Progress] = []
+    result = run(backend.sample(SamplingRequest(model="tiny-latent", steps=6, preview_interval=2)), events.append)
+    stages = [e.stage for e in events]
+    assert stages[0] == "load" and stages[-1] == "decode"
+    denoise_steps = [e.step for e in events if e.stage == "denoise"]
+    assert denoise_steps == list(range(0, 7))
+    previews = [e for e in events if e.preview is not None]
+    assert [e.step for e in previews] == [2, 4]  # the final volume itself follows, so no preview at step 6
+    assert previews[0].preview.shape == result.volumes.shape[2:]
+    assert previews[0].preview.dtype == np.float32
+
+
+def test_batch_members_differ(backend):
+    result = run(backend.sample(SamplingRequest(model="tiny-pixel", steps=3, batch_size=3)))
+    assert result.volumes.shape == (3, 1, 16, 24, 16)
+    assert not np.allclose(result.volumes[0], result.volumes[1])
+
+
+def test_conditioning_changes_the_volume(backend):
+    low = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3, conditioning={"ventricle_volume": 5})))
+    high = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3, conditioning={"ventricle_volume": 80})))
+    assert not np.allclose(low.volumes, high.volumes)
+
+
+def test_provenance_record(backend):
+    result = run(backend.sample(SamplingRequest(model="tiny-latent", steps=2, seed=5,
+                                                conditioning={"brain_volume": 1000})))
+    prov = result.provenance
+    assert prov["synthetic"] is True
+    assert prov["seed"] == 5
+    assert prov["model"]["id"] == "tiny-latent"
+    assert len(prov["model"]["weights_sha256"]["weights.safetensors"]) == 64
+    assert prov["conditioning"] == {"brain_volume": 1000.0, "ventricle_volume": 25.0}
+    assert prov["scheduler"]["class"] == "DDIMScheduler" and prov["scheduler"]["steps"] == 2
+    assert prov["request"]["sampler"] == "ddim"  # the model default, filled in
+    assert {"torch", "monai", "volsynth"} <= set(prov["versions"])
+    assert prov["timings"]["total_s"] > 0
+    json.dumps(prov)  # must be JSON-ready
+
+
+def test_cancel_stops_within_one_step(backend):
+    job = backend.sample(SamplingRequest(model="tiny-latent", steps=50))
+    seen = []
+    for progress in job:
+        seen.append(progress)
+        if progress.stage == "denoise" and progress.step == 3:
+            job.close()
+            break
+    assert seen[-1].step == 3
+    with pytest.raises(StopIteration):
+        next(job)
+    gc.collect()
+    # The backend is usable afterwards.
+    assert run(backend.sample(SamplingRequest(model="tiny-latent", steps=2))).volumes.shape[0] == 1
+
+
+def test_run_helper_cancels(backend):
+    calls = []
+    result = run(backend.sample(SamplingRequest(model="tiny-latent", steps=20)), calls.append,
+                 should_cancel=lambda: len(calls) >= 4)
+    assert result is None
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"sampler": "rflow"}, "cannot sample with 'rflow'; it supports ddim, ddpm, pndm"),
+    ({"steps": 5000}, "cannot exceed the model's 1000 training timesteps"),
+    ({"conditioning": {"age": 40}}, "has no condition 'age'"),
+    ({"conditioning": {"brain_volume": 10}}, "outside the model's range"),
+])
+def test_model_specific_validation_fails_before_loading(backend, kwargs, message):
+    job = backend.sample(SamplingRequest(model="tiny-latent", **kwargs))
+    with pytest.raises(InvalidRequest, match=message):
+        next(job)
+
+
+def test_guidance_refused_for_models_without_it(backend):
+    with pytest.raises(InvalidRequest, match="not trained for classifier-free guidance"):
+        next(backend.sample(SamplingRequest(model="tiny-pixel", guidance_scale=2.0)))
+
+
+def test_guidance_runs_for_models_with_it(backend):
+    plain = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3)))
+    guided = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3, guidance_scale=3.0)))
+    assert not np.allclose(plain.volumes, guided.volumes)

@@ -1,0 +1,140 @@
+"""The `volsynth` command line: a real generation end to end, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from engine.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_generate_writes_nifti_and_sidecar(model_path_env, tmp_path, capsys):
+    out = tmp_path / "vol.nii.gz"
+    code = main(["generate", "--model", "tiny-latent", "--steps", "3", "--seed", "7",
+                 "--cond", "brain_volume=1100", "--device", "cpu", "--out", str(out)])
+    assert code == 0
+    assert _files(tmp_path) == ["vol.json", "vol.nii.gz"]
+    image = nib.load(out)
+    assert image.shape == (16, 24, 16)
+    assert nib.aff2axcodes(image.affine) == ("R", "A", "S")
+    assert np.allclose(image.header.get_zooms(), (2, 2, 2))
+    assert b"SYNTHETIC" in image.header["descrip"].item()
+    sidecar = json.loads((tmp_path / "vol.json").read_text())
+    assert sidecar["synthetic"] is True and sidecar["seed"] == 7
+    assert sidecar["conditioning"]["brain_volume"] == 1100.0
+    captured = capsys.readouterr()
+    assert str(out) in captured.out
+    assert "denoise" in captured.err
+
+
+def test_generate_batch_writes_one_file_per_volume(model_path_env, tmp_path):
+    assert main(["generate", "--model", "tiny-pixel", "--steps", "2", "--batch", "2", "--out",
+                 str(tmp_path / "b.nii")]) == 0
+    assert _files(tmp_path) == ["b_00.json", "b_00.nii", "b_01.json", "b_01.nii"]
+
+
+def test_models_lists_conditioning(model_path_env, capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny-latent" in out
+    assert "--cond brain_volume=VALUE   Brain volume: 900 to 1500 mL (default 1200)" in out
+
+
+def test_info_lists_cpu(capsys):
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["devices"][0]["id"] == "cpu"
+    assert "torch" in info["versions"]
+
+
+@pytest.mark.parametrize(("args", "message", "code"), [
+    (["--model", "no-such-model"], "unknown model 'no-such-model'; available:", 3),
+    (["--steps", "0"], "--steps must be at least 1", 2),
+    (["--cond", "age=30"], "has no condition 'age'", 2),
+    (["--cond", "brain_volume=99999"], "outside the model's range [900, 1500] mL", 2),
+    (["--sampler", "rflow"], "cannot sample with 'rflow'", 2),
+])
+def test_bad_input_gives_one_line_error(model_path_env, tmp_path, capsys, args, message, code):
+    argv = ["generate", "--model", "tiny-latent", "--steps", "2", *args, "--out", str(tmp_path / "x.nii.gz")]
+    # the last --model wins in argparse, so the unknown-model case overrides the default above
+    assert main(argv) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("volsynth: error: ") and message in err[-1]
+    assert "Traceback" not in "\n".join(err)
+    assert _files(tmp_path) == []
+
+
+
+def test_output_folder_errors(model_path_env, tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert main(["generate", "--model", "tiny-latent", "--out", str(tmp_path / "nope" / "x.nii.gz")]) == 7
+    assert "does not exist; create it" in capsys.readouterr().err
+    assert main(["generate", "--model", "tiny-latent", "--out", str(tmp_path / "afile" / "x.nii.gz")]) == 7
+    assert "is not a folder" in capsys.readouterr().err
+    assert main(["generate", "--model", "tiny-latent", "--out", str(tmp_path / "x.png")]) == 2
+    assert "must end in .nii.gz or .nii" in capsys.readouterr().err
+    assert _files(tmp_path) == ["afile"]
+
+
+def test_unwritable_output_folder(model_path_env, tmp_path, capsys, monkeypatch):
+    # As root, permission bits do not stop writes; simulate the kernel's answer instead.
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    assert main(["generate", "--model", "tiny-latent", "--out", str(tmp_path / "x.nii.gz")]) == 7
+    assert "permission denied or read-only; choose a writable folder" in capsys.readouterr().err
+    assert _files(tmp_path) == []
+
+
+def test_full_disk_leaves_no_partial_file(model_path_env, tmp_path, capsys, monkeypatch):
+    import nibabel.nifti1
+
+    (tmp_path / "keep.nii.gz").write_bytes(b"previous result")
+
+    def disk_full(self, filename, *args, **kwargs):
+        with open(filename, "wb") as handle:
+            handle.write(b"\0" * 1000)  # the write gets part-way, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(nibabel.nifti1.Nifti1Image, "to_filename", disk_full)
+    code = main(["generate", "--model", "tiny-latent", "--steps", "2", "--out", str(tmp_path / "keep.nii.gz")])
+    assert code == 7
+    assert "the disk is full" in capsys.readouterr().err
+    assert _files(tmp_path) == ["keep.nii.gz"]
+    assert (tmp_path / "keep.nii.gz").read_bytes() == b"previous result"
+
+
+def test_ctrl_c_cancels_cleanly(tiny_models_dir, tmp_path):
+    env = dict(os.environ, VOLSYNTH_MODEL_PATH=str(tiny_models_dir), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine", "generate", "--model", "tiny-latent", "--steps", "1000",
+         "--out", str(tmp_path / "x.nii.gz")],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    seen = ""
+    while time.monotonic() < deadline and "denoise" not in seen:
+        seen += proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "cancelled" in err and "Traceback" not in err
+    assert _files(tmp_path) == []
