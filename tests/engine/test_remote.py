@@ -1,0 +1,101 @@
+"""The remote backend against a real uvicorn engine server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import uvicorn
+
+from engine.api import Progress, SamplingRequest, run
+from engine.backends.local import LocalBackend
+from engine.backends.remote import RemoteBackend
+from engine.errors import BackendUnavailable, InvalidRequest
+from engine.server import create_app
+
+
+class _Server:
+    def __init__(self, app):
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def local(registry):
+    return LocalBackend("cpu", registry)
+
+
+@pytest.fixture
+def server(local):
+    app = create_app(local, token="s3cret")
+    with _Server(app) as url:
+        yield url, app
+
+
+def test_remote_result_equals_local(server, local):
+    url, _ = server
+    remote = RemoteBackend(url, token="s3cret")
+    request = SamplingRequest(model="tiny-latent", steps=4, seed=3, preview_interval=2,
+                              conditioning={"brain_volume": 1000})
+    events: list[Progress] = []
+    result = run(remote.sample(request), events.append)
+    expected = run(local.sample(request))
+    assert np.array_equal(result.volumes, expected.volumes)
+    assert np.array_equal(result.affine, expected.affine)
+    assert result.provenance["backend"] == "remote" and result.provenance["server"] == url
+    assert [e.stage for e in events][:1] == ["load"]
+    assert any(e.preview is not None and e.preview.shape == (16, 24, 16) for e in events)
+    assert remote.info().device.startswith(url)
+    assert {m["id"] for m in remote.models()} >= {"tiny-latent"}
+
+
+def test_remote_errors_keep_their_class_and_message(server):
+    url, _ = server
+    remote = RemoteBackend(url, token="s3cret")
+    with pytest.raises(InvalidRequest, match="has no condition 'age'.*on the engine server"):
+        run(remote.sample(SamplingRequest(model="tiny-latent", conditioning={"age": 3})))
+    with pytest.raises(InvalidRequest, match="unknown request field"):
+        remote._call("POST", "/jobs", content='{"model": "x", "bogus": 1}')
+
+
+def test_remote_cancel_stops_the_server_job(server):
+    url, app = server
+    remote = RemoteBackend(url, token="s3cret")
+    job = remote.sample(SamplingRequest(model="tiny-latent", steps=1000))
+    for progress in job:
+        if progress.stage == "denoise" and progress.step >= 2:
+            break
+    job.close()
+    manager = app.state.manager
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(j.done for j in manager.jobs.values()):
+        time.sleep(0.05)
+    (server_job,) = manager.jobs.values()
+    assert server_job.events[-1]["type"] == "cancelled"
+    steps = [e["step"] for e in server_job.events if e["type"] == "progress" and e["stage"] == "denoise"]
+    assert max(steps) < 1000
+
+
+def test_wrong_token_and_unreachable_server(server):
+    url, _ = server
+    with pytest.raises(BackendUnavailable, match="refused the token"):
+        RemoteBackend(url, token="wrong").info()
+    with pytest.raises(BackendUnavailable, match="cannot reach the engine server"):
+        RemoteBackend("http://127.0.0.1:9", timeout_s=2).info()
