@@ -30,6 +30,9 @@ def register(sub) -> None:
     parser.add_argument("--guidance", type=float, default=1.0, help="classifier-free guidance scale (default 1)")
     parser.add_argument("--batch", type=int, default=1, help="number of volumes (default 1)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (default)")
+    parser.add_argument("--server", default="", help="run on a VolSynth engine server (URL from `volsynth serve`) "
+                        "instead of this machine")
+    parser.add_argument("--token", default=None, help="the engine server's token (default $VOLSYNTH_SERVER_TOKEN)")
     parser.add_argument("--out", required=True, help="output file, .nii.gz or .nii (a .json sidecar is written too)")
     parser.set_defaults(func=run)
 
@@ -51,9 +54,16 @@ def run(args) -> int:
                               conditioning=dict(args.cond), guidance_scale=args.guidance, batch_size=args.batch)
     out = check_output_path(args.out)  # before any heavy work: fail in a second, not after minutes
 
-    from engine.backends.local import LocalBackend
+    if args.server:
+        import os
 
-    backend = LocalBackend(device=args.device)
+        from engine.backends.remote import RemoteBackend
+
+        backend = RemoteBackend(args.server, token=args.token or os.environ.get("VOLSYNTH_SERVER_TOKEN"))
+    else:
+        from engine.backends.local import LocalBackend
+
+        backend = LocalBackend(device=args.device)
     line = ProgressLine()
     job = backend.sample(request)
     try:

@@ -99,3 +99,13 @@ def test_wrong_token_and_unreachable_server(server):
         RemoteBackend(url, token="wrong").info()
     with pytest.raises(BackendUnavailable, match="cannot reach the engine server"):
         RemoteBackend("http://127.0.0.1:9", timeout_s=2).info()
+
+
+def test_cli_generate_on_server(server, tmp_path):
+    from engine.cli import main
+
+    url, _ = server
+    out = tmp_path / "remote.nii.gz"
+    assert main(["generate", "--server", url, "--token", "s3cret", "--model", "tiny-pixel", "--steps", "2",
+                 "--out", str(out)]) == 0
+    assert out.is_file() and (tmp_path / "remote.json").is_file()
