@@ -1,0 +1,714 @@
+"""The main window: viewer in the centre, generation panel and session list in docks, menus, status bar.
+
+Adding a dock (metrics, vault browser, comparison) is one call: ``window.add_dock(widget, "Metrics",
+Qt.DockWidgetArea.RightDockWidgetArea)``; it appears under View > Panels and its place is saved with the
+window state. Work that takes time goes through ``window.runner`` (see app/workers.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import threading
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QTabWidget,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.panels.sampling_panel import SamplingPanel
+from app.panels.session_panel import SessionPanel
+from app.state import CONVENTIONS, RENDER_PRESETS, WINDOW_PRESETS, AppState, VolumeEntry, preview_affine
+from app.viewer.viewer_area import ViewerArea
+from app.workers import BackendPool, GenerationWorker, JobRunner
+
+log = logging.getLogger(__name__)
+
+NIFTI_FILTER = "NIfTI volumes (*.nii *.nii.gz);;All files (*)"
+PREVIEW_INTERVAL_MS = 200  # draw previews at most 5 times a second
+
+
+def is_nifti(path: str | Path) -> bool:
+    return str(path).lower().endswith((".nii", ".nii.gz"))
+
+
+class _Preloader(QObject):
+    """Imports pyvista/VTK (and torch) in a background thread; ``loaded`` arrives in the GUI thread."""
+
+    loaded = Signal(float)
+
+    def start(self, modules: tuple[str, ...]) -> None:
+        thread = threading.Thread(target=self._run, args=(modules,), name="volsynth-preload", daemon=True)
+        thread.start()
+
+    def _run(self, modules: tuple[str, ...]) -> None:
+        started = time.perf_counter()
+        import importlib
+
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # noqa: BLE001 - the view shows what is missing later
+                log.warning("preloading %s failed: %s", name, exc)
+        self.loaded.emit(time.perf_counter() - started)
+
+
+class MainWindow(QMainWindow):
+    """VolSynth Studio's main window.
+
+    Args:
+        registry: where models are listed from (``engine.models.registry.ModelRegistry()`` by default).
+        settings: the QSettings to read and write (the application's by default).
+        enable_3d: create the 3D view (needs OpenGL); tests of the slice views can switch it off.
+        preload_torch: import torch in the background after start so the first Generate is quicker.
+    """
+
+    preview_drawn = Signal(int)  # step of the preview just drawn (tests and benchmarks listen)
+    generation_ended = Signal(str)  # "finished", "cancelled" or "failed"
+    volume_opened = Signal(object)
+    view3d_ready = Signal()
+
+    def __init__(self, registry=None, settings: QSettings | None = None, enable_3d: bool = True,
+                 preload_torch: bool = True) -> None:
+        super().__init__()
+        self.setWindowTitle("VolSynth Studio")
+        self.setObjectName("VolSynthMainWindow")
+        self.setAcceptDrops(True)
+        self.settings = settings or QSettings()
+        if registry is None:
+            from engine.models.registry import ModelRegistry
+
+            registry = ModelRegistry()
+        self.registry = registry
+        self.state = AppState()
+        self.runner = JobRunner(self)
+        self.backends = BackendPool(registry)
+        self._generation_job = None
+        self._pending_preview = None  # only the latest preview is kept
+        self._last_result_entry: VolumeEntry | None = None
+        self.docks: dict[str, QDockWidget] = {}
+        self.errors_shown: list[str] = []
+
+        self.viewer = ViewerArea(self.state)
+        self.setCentralWidget(self.viewer)
+        self.sampling_panel = SamplingPanel(self.state)
+        self.session_panel = SessionPanel(self.state)
+        scroll = QScrollArea()
+        scroll.setWidget(self.sampling_panel)
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(320)
+        self.add_dock(scroll, "Generate", Qt.DockWidgetArea.LeftDockWidgetArea, name="generateDock")
+        self.add_dock(self.session_panel, "Session", Qt.DockWidgetArea.RightDockWidgetArea, name="sessionDock")
+
+        self._build_actions()
+        self._build_menus()
+        self._build_toolbar()
+        self._build_status_bar()
+
+        self.sampling_panel.generate_requested.connect(self._on_panel_generate_requested)
+        self.sampling_panel.cancel_requested.connect(self.cancel_generation)
+        self.sampling_panel.open_model_requested.connect(self.open_model_folder_dialog)
+        for view in self.viewer.slice_views:
+            view.hovered.connect(self._on_view_hovered)
+        self.viewer.view3d.shot_button.clicked.connect(self.save_3d_screenshot_dialog)
+        self.state.status.connect(self.show_status)
+        self.state.crosshair_changed.connect(self._on_state_crosshair_changed)
+        self.state.job_changed.connect(self._on_state_job_changed)
+        self.state.window_changed.connect(self._on_state_window_changed)
+
+        self._preview_timer = QTimer(self, interval=PREVIEW_INTERVAL_MS)
+        self._preview_timer.timeout.connect(self._on_preview_timer_timeout)
+
+        self._restore_settings()
+        self._load_models()
+
+        self._enable_3d = enable_3d
+        self._preloader = _Preloader(self)
+        self._preloader.loaded.connect(self._on_preloader_loaded)
+        modules = (("pyvista", "pyvistaqt") if enable_3d else ()) + (("torch",) if preload_torch else ())
+        if modules:
+            self._preloader.start(modules)
+        if preload_torch:
+            self.runner.run_task("devices", _list_devices, finished=self._on_devices_listed)
+
+    # -- public hooks for other panels ---------------------------------------------------------------
+
+    def add_dock(self, widget: QWidget, title: str, area=Qt.DockWidgetArea.RightDockWidgetArea,
+                 name: str | None = None, tabify_with: str | None = None) -> QDockWidget:
+        """Add a dockable panel; it is listed under View > Panels and its place persists between runs."""
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name or f"{title.lower().replace(' ', '')}Dock")
+        dock.setWidget(widget)
+        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
+                         | QDockWidget.DockWidgetFeature.DockWidgetClosable
+                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        self.addDockWidget(area, dock)
+        if tabify_with and tabify_with in self.docks:
+            self.tabifyDockWidget(self.docks[tabify_with], dock)
+        self.docks[dock.objectName()] = dock
+        if hasattr(self, "panels_menu"):
+            self.panels_menu.addAction(dock.toggleViewAction())
+        return dock
+
+    # -- building ------------------------------------------------------------------------------------
+
+    def _action(self, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        if tip:
+            action.setStatusTip(tip)
+            action.setToolTip(f"{tip} ({action.shortcut().toString()})" if shortcut else tip)
+        action.triggered.connect(slot)
+        return action
+
+    def _build_actions(self) -> None:
+        self.open_action = self._action("&Open NIfTI...", self.open_file_dialog, QKeySequence.StandardKey.Open,
+                                        "Open a NIfTI volume")
+        self.save_action = self._action("&Save As NIfTI...", self.save_file_dialog, QKeySequence.StandardKey.Save,
+                                        "Save the shown volume as NIfTI with a provenance sidecar")
+        self.save_action.setEnabled(False)
+        self.screenshot_action = self._action("Save 3D S&creenshot...", self.save_3d_screenshot_dialog, "Ctrl+Shift+P",
+                                              "Save the 3D view as PNG")
+        self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.generate_action = self._action("&Generate", self._on_generate_action, "Ctrl+G", "Generate a volume")
+        self.cancel_action = self._action("&Cancel Generation", self.cancel_generation, "Esc",
+                                          "Stop the running generation")
+        self.cancel_action.setEnabled(False)
+        self.random_seed_action = self._action("&Random Seed", self.sampling_panel._on_random_seed_clicked, "Ctrl+R",
+                                               "Pick a random seed")
+        self.open_model_action = self._action("Open &Model Folder...", self.open_model_folder_dialog, "Ctrl+Shift+O",
+                                              "Open a VolSynth model folder or MONAI bundle")
+        self.reset_camera_action = self._action("Reset 3D &Camera", self._on_reset_camera_action, "Ctrl+0")
+        self.smooth_action = self._action("&Smooth Slice Display", self._on_smooth_action_toggled, "Ctrl+I")
+        self.smooth_action.setCheckable(True)
+        self.about_action = self._action("&About VolSynth Studio", self.show_about)
+        self.next_volume_action = self._action("Next Volume", partial(self._step_volume, 1), "Ctrl+]")
+        self.prev_volume_action = self._action("Previous Volume", partial(self._step_volume, -1), "Ctrl+[")
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        file_menu.addAction(self.open_action)
+        self.recent_menu = file_menu.addMenu("Open &Recent")
+        file_menu.addAction(self.save_action)
+        file_menu.addAction(self.screenshot_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+
+        gen_menu = bar.addMenu("&Generate")
+        for action in (self.generate_action, self.cancel_action, self.random_seed_action, self.open_model_action):
+            gen_menu.addAction(action)
+
+        view_menu = bar.addMenu("&View")
+        wl_menu = view_menu.addMenu("&Window/Level Preset")
+        self.wl_group = QActionGroup(self)
+        for index, preset in enumerate(WINDOW_PRESETS):
+            action = self._action(preset, partial(self._on_wl_preset_chosen, preset), f"Ctrl+{index + 1}")
+            action.setCheckable(True)
+            self.wl_group.addAction(action)
+            wl_menu.addAction(action)
+        conv_menu = view_menu.addMenu("&Left/Right Convention")
+        self.convention_group = QActionGroup(self)
+        for convention in CONVENTIONS:
+            label = {"radiological": "Radiological (patient right on screen left)",
+                     "neurological": "Neurological (patient right on screen right)"}[convention]
+            action = self._action(label, partial(self.state.set_convention, convention))
+            action.setCheckable(True)
+            action.setData(convention)
+            self.convention_group.addAction(action)
+            conv_menu.addAction(action)
+        render_menu = view_menu.addMenu("3D &Rendering")
+        self.render_group = QActionGroup(self)
+        for preset in RENDER_PRESETS:
+            action = self._action(preset, partial(self.state.set_render_preset, preset))
+            action.setCheckable(True)
+            action.setData(preset)
+            self.render_group.addAction(action)
+            render_menu.addAction(action)
+        view_menu.addAction(self.smooth_action)
+        view_menu.addAction(self.reset_camera_action)
+        view_menu.addSeparator()
+        view_menu.addAction(self.prev_volume_action)
+        view_menu.addAction(self.next_volume_action)
+        view_menu.addSeparator()
+        self.panels_menu = view_menu.addMenu("&Panels")
+        for dock in self.docks.values():
+            self.panels_menu.addAction(dock.toggleViewAction())
+
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self.about_action)
+        self._rebuild_recent_menu()
+
+    def _build_toolbar(self) -> None:
+        bar = self.addToolBar("Main")
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        bar.addAction(self.open_action)
+        bar.addAction(self.save_action)
+        bar.addSeparator()
+        bar.addAction(self.generate_action)
+        bar.addAction(self.cancel_action)
+        bar.addSeparator()
+        bar.addWidget(QLabel(" Window "))
+        self.wl_box = QComboBox()
+        self.wl_box.addItems([*WINDOW_PRESETS, "Custom"])
+        self.wl_box.setToolTip("Window/level preset (right-drag in a slice view to adjust)")
+        self.wl_box.activated.connect(self._on_wl_box_activated)
+        bar.addWidget(self.wl_box)
+        bar.addWidget(QLabel("  Orientation "))
+        self.convention_box = QComboBox()
+        self.convention_box.addItems(["Radiological", "Neurological"])
+        self.convention_box.setToolTip("Radiological: patient right on screen left. Neurological: right on right.")
+        self.convention_box.activated.connect(self._on_convention_box_activated)
+        bar.addWidget(self.convention_box)
+        self.state.display_changed.connect(self._on_state_display_changed)
+
+    def _build_status_bar(self) -> None:
+        status = self.statusBar()
+        self.readout_label = QLabel("")
+        self.readout_label.setObjectName("readout")
+        self.readout_label.setMinimumWidth(420)
+        self.device_label = QLabel("device: auto")
+        status.addPermanentWidget(self.readout_label)
+        status.addPermanentWidget(self.device_label)
+
+    # -- models --------------------------------------------------------------------------------------
+
+    def _load_models(self) -> None:
+        from engine.models.registry import DEFAULT_MODEL_ID
+
+        sources = self.registry.list()
+        last = self.settings.value("model/last", "", type=str)
+        preferred = last if last and any(s.id == last for s in sources) else DEFAULT_MODEL_ID
+        note = self.state.set_models(sources, preferred=preferred)
+        if note:
+            self.show_status(note, 15000)
+        for folder, problem in self.registry.problems.items():
+            log.warning("model folder %s skipped: %s", folder, problem)
+
+    def open_model_folder_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open model folder (VolSynth model or MONAI bundle)")
+        if folder:
+            self.open_model_folder(folder)
+
+    def open_model_folder(self, folder: str | Path) -> bool:
+        from engine.errors import EngineError
+        from engine.models.source import open_model_folder
+
+        try:
+            source = open_model_folder(folder)
+        except EngineError as exc:
+            self.show_error("Cannot open model", str(exc))
+            return False
+        self.state.add_model(source)
+        self.show_status(f"Model {source.spec.name} opened from {folder}")
+        return True
+
+    # -- generation ----------------------------------------------------------------------------------
+
+    def _on_generate_action(self) -> None:
+        self.sampling_panel._on_generate_clicked()
+
+    def _on_panel_generate_requested(self, settings) -> None:
+        self.start_generation(settings)
+
+    def start_generation(self, settings) -> bool:
+        """Start a run from ``GenerationSettings``. Returns False (after telling the user) if it cannot start."""
+        from engine.errors import EngineError
+
+        if self._generation_job is not None:
+            return False
+        try:
+            request = settings.to_request()
+        except EngineError as exc:
+            self.show_error("Cannot generate", str(exc))
+            return False
+        self._model_affine = self.state.selected_model.spec.affine()
+        self._model_xyz = tuple(self.state.selected_model.spec.output_shape[1:4])
+        worker = GenerationWorker(request, partial(self.backends.get, settings.device))
+        self._generation_job = self.runner.start(
+            "generate", worker, progressed=self._on_generation_progressed, finished=self._on_generation_finished,
+            failed=self._on_generation_failed, cancelled=self._on_generation_cancelled,
+            ended=self._on_generation_ended)
+        self.state.set_job_running(True)
+        self.settings.setValue("model/last", self.state.selected_model.id)
+        self.show_status(f"Generating with {self.state.selected_model.spec.name} "
+                         f"({request.sampler or 'default sampler'}, seed {request.seed})...")
+        self._preview_timer.start()
+        return True
+
+    def cancel_generation(self) -> None:
+        if self._generation_job is not None:
+            self._generation_job.cancel()
+            self.sampling_panel.progress_label.setText("Cancelling at the next step...")
+            self.show_status("Cancelling...")
+
+    @property
+    def generation_running(self) -> bool:
+        return self._generation_job is not None
+
+    def _on_generation_progressed(self, progress) -> None:
+        self.state.report_progress(progress.stage, progress.step, progress.total, progress.elapsed_s,
+                                   progress.message)
+        if progress.preview is not None:
+            self._pending_preview = (progress.preview, progress.step, progress.total)
+
+    def _on_preview_timer_timeout(self) -> None:
+        if self._pending_preview is None:
+            return
+        data, step, total = self._pending_preview
+        self._pending_preview = None
+        affine = preview_affine(self._model_affine, self._model_xyz, data.shape)
+        self.state.show_preview(data, affine, step, total)
+        self.preview_drawn.emit(step)
+
+    def _on_generation_finished(self, result) -> None:
+        self._preview_timer.stop()
+        self._pending_preview = None
+        entries = self.state.add_result(result)
+        self._last_result_entry = entries[0] if entries else None
+        total = result.provenance.get("timings", {}).get("total_s", 0.0)
+        self.sampling_panel.show_finished(f"Done in {total:.1f} s \u00b7 {result.provenance.get('device', '')}")
+        self.sampling_panel.progress_bar.setValue(100)
+        self.show_status(f"Generated {len(entries)} volume(s) in {total:.1f} s", 10000)
+        self.device_label.setText(f"device: {result.provenance.get('device_name') or result.provenance.get('device')}")
+        self.generation_ended.emit("finished")
+
+    def _on_generation_failed(self, message: str) -> None:
+        self._stop_preview_and_restore()
+        self.sampling_panel.show_finished("Failed")
+        self.show_error("Generation failed", message)
+        self.generation_ended.emit("failed")
+
+    def _on_generation_cancelled(self) -> None:
+        self._stop_preview_and_restore()
+        self.sampling_panel.show_finished("Cancelled")
+        self.show_status("Generation cancelled", 5000)
+        self.generation_ended.emit("cancelled")
+
+    def _stop_preview_and_restore(self) -> None:
+        self._preview_timer.stop()
+        self._pending_preview = None
+        if self.state.shown is not None and self.state.shown.kind == "preview":
+            self.state.show(self.state.volumes[-1] if self.state.volumes else None)
+
+    def _on_generation_ended(self) -> None:
+        self._generation_job = None
+        self.state.set_job_running(False)
+
+    def _on_state_job_changed(self, running: bool) -> None:
+        self.generate_action.setEnabled(not running)
+        self.cancel_action.setEnabled(running)
+
+    # -- files ---------------------------------------------------------------------------------------
+
+    def open_file_dialog(self) -> None:
+        start = self.settings.value("files/last_dir", str(Path.home()), type=str)
+        paths, _ = QFileDialog.getOpenFileNames(self, "Open NIfTI volume", start, NIFTI_FILTER)
+        for path in paths:
+            self.open_path(path)
+
+    def open_path(self, path: str | Path) -> None:
+        """Load a NIfTI file in the background; it joins the session and is shown when read."""
+        from engine.nifti_io import load_nifti
+
+        path = Path(path)
+        self.settings.setValue("files/last_dir", str(path.parent))
+        self.show_status(f"Opening {path.name}...")
+        self.runner.run_task("open", load_nifti, path, finished=self._on_file_loaded,
+                             failed=partial(self._on_file_failed, path))
+
+    def _on_file_loaded(self, loaded) -> None:
+        name = loaded.path.name if loaded.path else "volume"
+        entry = VolumeEntry(name=name, data=loaded.data, affine=loaded.affine, kind="opened", path=loaded.path,
+                            provenance=loaded.provenance, synthetic=loaded.synthetic)
+        self.state.add_volume(entry)
+        self._rebuild_recent_menu()
+        self._save_recent()
+        self.show_status(f"Opened {name}", 5000)
+        self.volume_opened.emit(entry)
+
+    def _on_file_failed(self, path: Path, message: str) -> None:
+        self.show_status(f"Could not open {path.name}", 5000)
+        self.show_error("Cannot open file", message)
+
+    def save_file_dialog(self) -> None:
+        entry = self.state.shown
+        if entry is None or entry.kind == "preview":
+            return
+        start_dir = self.settings.value("files/last_save_dir", str(Path.home()), type=str)
+        stem = entry.name.replace(" ", "_").replace("#", "")
+        stem = stem[:-7] if stem.endswith(".nii.gz") else stem[:-4] if stem.endswith(".nii") else stem
+        path, _ = QFileDialog.getSaveFileName(self, "Save volume as NIfTI", str(Path(start_dir) / f"{stem}.nii.gz"),
+                                              NIFTI_FILTER)
+        if path:
+            if not is_nifti(path):
+                path += ".nii.gz"
+            self.save_entry(entry, path)
+
+    def save_entry(self, entry: VolumeEntry, path: str | Path) -> None:
+        """Write a session volume as NIfTI + JSON provenance sidecar, in the background."""
+        from engine.nifti_io import save_volume
+
+        path = Path(path)
+        self.settings.setValue("files/last_save_dir", str(path.parent))
+        provenance = dict(entry.provenance) or {"source": str(entry.path) if entry.path else "VolSynth Studio session"}
+        provenance.setdefault("synthetic", entry.synthetic)
+        self.show_status(f"Saving {path.name}...")
+        write = partial(save_volume, entry.data, entry.affine, path, provenance=provenance, synthetic=entry.synthetic)
+        self.runner.run_task("save", write, finished=self._on_file_saved,
+                             failed=partial(self._on_save_failed, path))
+
+    def _on_file_saved(self, path) -> None:
+        self.state.recent.add(path)
+        self._rebuild_recent_menu()
+        self._save_recent()
+        self.show_status(f"Saved {path} (+ provenance sidecar)", 8000)
+
+    def _on_save_failed(self, path: Path, message: str) -> None:
+        self.show_error("Cannot save", message)
+
+    def _rebuild_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        paths = self.state.recent.paths()
+        for path in paths:
+            action = self.recent_menu.addAction(Path(path).name)
+            action.setToolTip(path)
+            action.setStatusTip(path)
+            action.triggered.connect(partial(self.open_path, path))
+        self.recent_menu.setEnabled(bool(paths))
+
+    def _save_recent(self) -> None:
+        self.settings.setValue("files/recent", json.dumps(self.state.recent.paths()))
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 - Qt override
+        urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
+        if any(is_nifti(url.toLocalFile()) for url in urls):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        paths = [url.toLocalFile() for url in event.mimeData().urls() if is_nifti(url.toLocalFile())]
+        for path in paths:
+            self.open_path(path)
+        if paths:
+            event.acceptProposedAction()
+
+    # -- 3D ------------------------------------------------------------------------------------------
+
+    def _on_preloader_loaded(self, seconds: float) -> None:
+        log.info("background imports took %.1f s", seconds)
+        if self._enable_3d:
+            self.viewer.view3d.attach_interactor()
+            self.view3d_ready.emit()
+
+    def save_3d_screenshot_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save 3D screenshot", str(Path.home() / "volsynth-3d.png"),
+                                              "PNG images (*.png)")
+        if path:
+            try:
+                self.viewer.view3d.save_screenshot(path)
+            except (RuntimeError, OSError, ValueError) as exc:
+                self.show_error("Cannot save screenshot", str(exc))
+            else:
+                self.show_status(f"Saved {path}", 5000)
+
+    def _on_reset_camera_action(self) -> None:
+        self.viewer.view3d.reset_camera()
+
+    # -- view ----------------------------------------------------------------------------------------
+
+    def _on_wl_preset_chosen(self, preset: str) -> None:
+        self.state.apply_window_preset(preset)
+
+    def _on_wl_box_activated(self, index: int) -> None:
+        preset = self.wl_box.itemText(index)
+        if preset in WINDOW_PRESETS:
+            self.state.apply_window_preset(preset)
+
+    def _on_convention_box_activated(self, index: int) -> None:
+        self.state.set_convention(CONVENTIONS[index])
+
+    def _on_smooth_action_toggled(self, checked: bool) -> None:
+        self.state.smooth_display = bool(checked)
+        self.state.display_changed.emit()
+
+    def _on_state_display_changed(self) -> None:
+        self.convention_box.setCurrentIndex(CONVENTIONS.index(self.state.convention))
+        for action in self.convention_group.actions():
+            action.setChecked(action.data() == self.state.convention)
+        for action in self.render_group.actions():
+            action.setChecked(action.data() == self.state.render_preset)
+        self.smooth_action.setChecked(self.state.smooth_display)
+
+    def _on_state_window_changed(self, window: float, level: float) -> None:
+        self.wl_box.setCurrentText(self.state.window_preset)
+        for action in self.wl_group.actions():
+            action.setChecked(action.text() == self.state.window_preset)
+
+    def _on_state_crosshair_changed(self, ras) -> None:
+        text = self.viewer.axial.crosshair_readout()
+        if text:
+            self.readout_label.setText("\u271b " + text)
+
+    def _on_view_hovered(self, text: str) -> None:
+        self.readout_label.setText(text or self.viewer.axial.crosshair_readout())
+
+    def _step_volume(self, step: int) -> None:
+        volumes = self.state.volumes
+        if not volumes or self.state.job_running:
+            return
+        index = volumes.index(self.state.shown) if self.state.shown in volumes else 0
+        self.state.show(volumes[(index + step) % len(volumes)])
+
+    # -- messages ------------------------------------------------------------------------------------
+
+    def show_status(self, text: str, timeout_ms: int = 0) -> None:
+        self.statusBar().showMessage(text, timeout_ms)
+
+    def show_error(self, title: str, message: str) -> None:
+        """An error for the user: the engine's message in a dialog, never a traceback."""
+        self.errors_shown.append(message)
+        QMessageBox.critical(self, title, message)
+
+    def show_about(self) -> None:
+        dialog = AboutDialog(self.state.selected_model, self)
+        dialog.exec()
+
+    # -- settings ------------------------------------------------------------------------------------
+
+    def _restore_settings(self) -> None:
+        s = self.settings
+        geometry = s.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1500, 920)
+        state = s.value("window/state")
+        if state is not None:
+            self.restoreState(state)
+        try:
+            recent = json.loads(s.value("files/recent", "[]", type=str))
+        except (TypeError, ValueError):
+            recent = []
+        for path in reversed(recent):
+            if isinstance(path, str):
+                self.state.recent.add(path)
+        self._rebuild_recent_menu()
+        convention = s.value("display/convention", "radiological", type=str)
+        if convention in CONVENTIONS:
+            self.state.convention = convention
+        preset = s.value("display/window_preset", WINDOW_PRESETS[0], type=str)
+        self.state.window_preset = preset if preset in WINDOW_PRESETS else WINDOW_PRESETS[0]
+        render = s.value("display/render_preset", RENDER_PRESETS[0], type=str)
+        if render in RENDER_PRESETS:
+            self.state.render_preset = render
+        self.state.smooth_display = s.value("display/smooth", True, type=bool)
+        self.state.iso_fraction = s.value("display/iso_fraction", self.state.iso_fraction, type=float)
+        self.viewer.view3d.iso_slider.setValue(int(round(self.state.iso_fraction * 100)))
+        self.viewer.view3d.preset_box.setCurrentText(self.state.render_preset)
+        self._on_state_display_changed()
+        self._on_state_window_changed(*self.state.window)
+
+    def save_settings(self) -> None:
+        s = self.settings
+        s.setValue("window/geometry", self.saveGeometry())
+        s.setValue("window/state", self.saveState())
+        if self.state.selected_model is not None:
+            s.setValue("model/last", self.state.selected_model.id)
+        s.setValue("display/convention", self.state.convention)
+        s.setValue("display/window_preset", self.state.window_preset if self.state.window_preset in WINDOW_PRESETS
+                   else WINDOW_PRESETS[0])
+        s.setValue("display/render_preset", self.state.render_preset)
+        s.setValue("display/smooth", self.state.smooth_display)
+        s.setValue("display/iso_fraction", self.state.iso_fraction)
+        self._save_recent()
+        s.sync()
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        self.save_settings()
+        self._preview_timer.stop()
+        self.runner.shutdown()
+        self.viewer.view3d.close_interactor()
+        super().closeEvent(event)
+
+    def _on_devices_listed(self, devices) -> None:
+        self.sampling_panel.set_devices(devices)
+
+
+def _list_devices():
+    from engine.devices import available_devices
+
+    return available_devices()
+
+
+class AboutDialog(QDialog):
+    """Versions of everything that matters for a bug report, and the selected model's card."""
+
+    def __init__(self, source, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("About VolSynth Studio")
+        self.resize(720, 560)
+        tabs = QTabWidget()
+        versions = QTextBrowser()
+        versions.setHtml(self.versions_html())
+        tabs.addTab(versions, "About")
+        card = QTextBrowser()
+        card.setOpenExternalLinks(False)
+        text = source.model_card() if source is not None else ""
+        card.setMarkdown(text or "This model has no model card.")
+        tabs.addTab(card, f"Model card: {source.spec.name}" if source is not None else "Model card")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(tabs)
+        layout.addWidget(buttons)
+
+    @staticmethod
+    def versions() -> dict[str, str]:
+        import sys
+
+        import PySide6
+
+        from engine import __version__
+
+        found = {"VolSynth": __version__, "Python": platform.python_version(), "PySide6 / Qt":
+                 f"{PySide6.__version__} / {PySide6.QtCore.qVersion()}", "numpy": np.__version__}
+        for name in ("torch", "monai", "pyvista", "vtk", "nibabel"):
+            module = sys.modules.get(name)
+            found[name] = getattr(module, "__version__", "?") if module else "not loaded yet"
+        found["platform"] = platform.platform()
+        return found
+
+    def versions_html(self) -> str:
+        rows = "".join(f"<tr><td><b>{k}</b></td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in self.versions().items())
+        return ("<h2>VolSynth Studio</h2><p>Synthesizes 3D brain MRI with diffusion models. "
+                "Every generated volume is marked <b>synthetic</b> in its file and provenance record.</p>"
+                f"<table>{rows}</table>")
+
+
+def default_settings() -> QSettings:
+    return QSettings(QApplication.organizationName() or "VolSynth", QApplication.applicationName() or "VolSynth Studio")

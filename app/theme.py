@@ -1,0 +1,42 @@
+"""Dark theme: Fusion style, a dark palette and the stylesheet in resources/ui/dark.qss."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtWidgets import QApplication
+
+from engine.resources import resource_path
+
+ACCENT = "#3d8fd6"
+
+
+def apply_dark_theme(app: QApplication) -> None:
+    app.setStyle("Fusion")
+    palette = QPalette()
+    colours = {
+        QPalette.ColorRole.Window: "#1b1e23",
+        QPalette.ColorRole.WindowText: "#dfe3ea",
+        QPalette.ColorRole.Base: "#14171b",
+        QPalette.ColorRole.AlternateBase: "#20242a",
+        QPalette.ColorRole.ToolTipBase: "#2a2f37",
+        QPalette.ColorRole.ToolTipText: "#dfe3ea",
+        QPalette.ColorRole.Text: "#dfe3ea",
+        QPalette.ColorRole.Button: "#262a31",
+        QPalette.ColorRole.ButtonText: "#dfe3ea",
+        QPalette.ColorRole.BrightText: "#ffffff",
+        QPalette.ColorRole.Highlight: ACCENT,
+        QPalette.ColorRole.HighlightedText: "#ffffff",
+        QPalette.ColorRole.Link: ACCENT,
+        QPalette.ColorRole.PlaceholderText: "#6b7380",
+    }
+    for role, colour in colours.items():
+        palette.setColor(role, QColor(colour))
+    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
+        palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#5c636e"))
+    app.setPalette(palette)
+    font = QFont(app.font())
+    font.setPointSizeF(9.5)
+    app.setFont(font)
+    qss = resource_path("ui", "dark.qss")
+    if qss.is_file():
+        app.setStyleSheet(qss.read_text(encoding="utf-8"))

@@ -1,0 +1,126 @@
+"""App fixtures: an isolated QSettings file, a recorded (non-blocking) error dialog, main windows, screenshots.
+
+GUI tests need a real X display: run them as
+``QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/pytest tests/app``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "xcb")
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
+MNI_T1 = "mni_icbm152_t1_tal_nlin_sym_09a_converted.nii.gz"
+
+
+def pytest_collection_modifyitems(config, items):
+    # Tests marked render need a display; skip them (with the reason) when there is none.
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return
+    skip = pytest.mark.skip(reason="needs an X display: run under xvfb-run with QT_QPA_PLATFORM=xcb")
+    for item in items:
+        if "render" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def qt_settings(tmp_path):
+    from PySide6.QtCore import QSettings
+
+    return QSettings(str(tmp_path / "volsynth-studio.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def error_dialogs(monkeypatch):
+    """Replace QMessageBox.critical so no dialog blocks; the list records (title, message) of each one shown."""
+    from PySide6.QtWidgets import QMessageBox
+
+    shown: list[tuple[str, str]] = []
+
+    def fake_critical(parent, title, text, *args, **kwargs):
+        shown.append((title, text))
+        return QMessageBox.StandardButton.Ok
+
+    monkeypatch.setattr(QMessageBox, "critical", staticmethod(fake_critical))
+    return shown
+
+
+@pytest.fixture(scope="session")
+def themed_app(qapp):
+    from app.theme import apply_dark_theme
+
+    apply_dark_theme(qapp)
+    return qapp
+
+
+def _make_window(qtbot, registry, settings, enable_3d):
+    from app.main_window import MainWindow
+
+    window = MainWindow(registry=registry, settings=settings, enable_3d=enable_3d, preload_torch=False)
+    qtbot.addWidget(window)
+    window.resize(1500, 920)
+    window.show()
+    qtbot.waitExposed(window)
+    window.activateWindow()  # keyboard shortcuts only fire in the active window
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    return window
+
+
+@pytest.fixture
+def main_window(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    """The main window over the tiny test models, without the 3D view (fast)."""
+    window = _make_window(qtbot, registry, qt_settings, enable_3d=False)
+    yield window
+    window.close()
+    assert not window.runner.jobs
+
+
+@pytest.fixture
+def main_window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    """The main window with its 3D view attached (pyvista imported in the background)."""
+    window = _make_window(qtbot, registry, qt_settings, enable_3d=True)
+    if not window.viewer.view3d.ready:
+        with qtbot.waitSignal(window.view3d_ready, timeout=90_000):
+            pass
+    yield window
+    window.close()
+
+
+@pytest.fixture
+def screenshot():
+    """``screenshot(window, name)`` saves what is on screen (GL content included) to build/screenshots/."""
+
+    def save(window, name: str) -> Path:
+        from PySide6.QtWidgets import QApplication
+
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        QApplication.processEvents()
+        path = SCREENSHOTS / f"{name}.png"
+        pixmap = window.screen().grabWindow(window.winId())
+        assert not pixmap.isNull()
+        assert pixmap.save(str(path))
+        return path
+
+    return save
+
+
+@pytest.fixture(scope="session")
+def nibabel_data() -> Path:
+    from nibabel.testing import data_path
+
+    return Path(data_path)
+
+
+@pytest.fixture(scope="session")
+def mni_t1() -> Path:
+    """A real brain T1 (the MNI152 template nilearn ships), for screenshots worth looking at."""
+    import nilearn
+
+    path = Path(nilearn.__file__).parent / "datasets" / "data" / MNI_T1
+    if not path.is_file():
+        pytest.skip("nilearn's MNI152 template is not installed")
+    return path

@@ -1,0 +1,38 @@
+"""Screenshots of the real window (3D included) for people to look at: build/screenshots/*.png."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.render
+
+
+def test_screenshots_fresh_generation_and_finished_volume(qtbot, main_window_3d, screenshot, mni_t1):
+    window = main_window_3d
+    shots = [screenshot(window, "01-fresh-start")]
+
+    # mid-generation, with the x0 preview in the slice views
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    window.sampling_panel.steps_spin.setValue(300)
+    window.sampling_panel.generate_button.click()
+    with qtbot.waitSignal(window.preview_drawn, timeout=60_000):
+        pass
+    qtbot.waitUntil(lambda: window.state.progress.steps_per_second is not None, timeout=10_000)
+    qtbot.wait(300)
+    assert window.state.shown.kind == "preview"
+    shots.append(screenshot(window, "02-mid-generation-preview"))
+    window.cancel_generation()
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
+
+    # a finished volume in 3D and slices: a real T1 so the picture means something
+    with qtbot.waitSignal(window.volume_opened, timeout=30_000):
+        window.open_path(mni_t1)
+    view3d = window.viewer.view3d
+    assert view3d.render_count > 0
+    shots.append(screenshot(window, "03-volume-mri-grey"))
+    for preset, name in (("MIP", "04-volume-mip"), ("Iso-surface", "05-volume-iso")):
+        window.state.set_render_preset(preset)
+        shots.append(view3d.save_screenshot(shots[0].parent / f"{name}-3d.png"))
+    window.state.set_render_preset("MRI grey")
+    for path in shots:
+        assert path.is_file() and path.stat().st_size > 10_000

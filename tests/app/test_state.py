@@ -1,0 +1,135 @@
+"""Qt-free application state: runs without a QApplication (and must not import Qt)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from app.state import (
+    AppState,
+    GenerationSettings,
+    ProgressTracker,
+    RecentFiles,
+    VolumeEntry,
+    format_duration,
+    preview_affine,
+    voxel_to_ras,
+    window_for_preset,
+)
+
+
+def _entry(shape=(10, 12, 8), spacing=2.0, name="vol", kind="opened"):
+    data = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    affine = np.diag([spacing, spacing, spacing, 1.0])
+    affine[:3, 3] = [-10, -12, -8]
+    return VolumeEntry(name=name, data=data, affine=affine, kind=kind)
+
+
+def test_state_module_imports_no_qt():
+    code = "import sys, app.state, app.viewer.slicing, app.viewer.geometry; " \
+           "bad = [m for m in ('PySide6', 'pyvista', 'vtk', 'torch') if m in sys.modules]; print(bad); assert not bad"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_set_models_falls_back_to_first_with_a_note(registry):
+    state = AppState()
+    selected = []
+    state.model_selected.connect(selected.append)
+    note = state.set_models(registry.list(), preferred="brain-t1-demo")
+    assert "brain-t1-demo" in note and "not installed" in note
+    assert state.selected_model is registry.list()[0] or state.selected_model.id == registry.list()[0].id
+    assert selected and selected[-1] is state.selected_model
+    assert state.set_models(registry.list(), preferred="tiny-pixel") == ""
+    assert state.selected_model.id == "tiny-pixel"
+    assert "No models" in AppState().set_models([], preferred="x")
+
+
+def test_add_and_show_volumes_keeps_crosshair_inside():
+    state = AppState()
+    shown = []
+    state.shown_changed.connect(shown.append)
+    first = state.add_volume(_entry(name="a"))
+    assert state.shown is first and shown[-1] is first
+    assert np.allclose(state.crosshair_ras, first.center_ras())
+    state.set_crosshair([1000.0, 0.0, 0.0])  # clamped to the volume's last voxel along x
+    assert state.crosshair_voxel()[0] == first.shape[0] - 1
+    state.add_volume(_entry(name="a2"))  # same geometry: the crosshair stays
+    assert state.crosshair_voxel()[0] == first.shape[0] - 1
+    second = state.add_volume(_entry(shape=(4, 4, 4), name="b"))  # other geometry: back to its centre
+    assert state.shown is second and np.allclose(state.crosshair_ras, second.center_ras())
+    assert [v.name for v in state.volumes] == ["a", "a2", "b"]
+    state.remove_volume(second)
+    assert state.shown is state.volumes[-1]
+
+
+def test_window_presets_and_custom_window():
+    state = AppState()
+    entry = state.add_volume(_entry())
+    full = window_for_preset(entry, "Full range")
+    assert full == pytest.approx((entry.data.max() - entry.data.min(), (entry.data.max() + entry.data.min()) / 2))
+    state.apply_window_preset("High contrast (10-90%)")
+    assert state.window[0] < full[0]
+    seen = []
+    state.window_changed.connect(lambda w, lv: seen.append((w, lv)))
+    state.set_window(-5, 3)
+    assert state.window_preset == "Custom" and state.window[0] > 0 and seen[-1][1] == 3
+
+
+def test_recent_files_most_recent_first_no_duplicates(tmp_path):
+    recent = RecentFiles(limit=3)
+    for name in ["a", "b", "c", "a", "d"]:
+        recent.add(tmp_path / f"{name}.nii")
+    assert [p.rsplit("/", 1)[-1] for p in recent.paths()] == ["d.nii", "a.nii", "c.nii"]
+
+
+def test_progress_tracker_rate_and_eta():
+    tracker = ProgressTracker()
+    assert tracker.text() == "Ready"
+    tracker.update("load", 0, 1, 0.0)
+    assert tracker.steps_per_second is None and "Loading" in tracker.text()
+    tracker.update("denoise", 0, 50, 2.0)
+    tracker.update("denoise", 10, 50, 4.0)
+    assert tracker.steps_per_second == pytest.approx(5.0)
+    assert tracker.eta_s == pytest.approx(8.0)
+    assert tracker.percent == 20
+    assert "Step 10/50" in tracker.text() and "5.00 it/s" in tracker.text() and "ETA 0:08" in tracker.text()
+    tracker.update("decode", 50, 50, 14.0)
+    assert tracker.percent == 100 and "Decoding" in tracker.text()
+    assert format_duration(3725) == "1:02:05"
+
+
+def test_generation_settings_build_and_validate_requests():
+    from engine.errors import InvalidRequest
+
+    request = GenerationSettings(model="m", sampler="ddim", steps=20, seed=7, conditioning={"age": 60.0}).to_request()
+    assert request.preview_interval == 2 and request.seed == 7 and request.conditioning == {"age": 60.0}
+    with pytest.raises(InvalidRequest, match="seed"):
+        GenerationSettings(seed=-1).to_request()
+    with pytest.raises(InvalidRequest, match="sampler"):
+        GenerationSettings(sampler="euler").to_request()
+
+
+def test_preview_affine_matches_strided_voxels():
+    model_affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    model_affine[:3, 3] = [-79, -95, -79]
+    affine = preview_affine(model_affine, (80, 96, 80), (40, 48, 40))
+    # preview voxel (3, 4, 5) is output voxel (6, 8, 10)
+    assert np.allclose(voxel_to_ras(affine, (3, 4, 5)), voxel_to_ras(model_affine, (6, 8, 10)))
+
+
+def test_add_result_adds_each_batch_item():
+    from engine.api import SamplingRequest, SamplingResult
+
+    volumes = np.random.default_rng(0).random((2, 1, 4, 5, 6), dtype=np.float32)
+    result = SamplingResult(volumes=volumes, affine=np.eye(4), request=SamplingRequest(seed=3),
+                            provenance={"model": {"id": "tiny"}, "seed": 3})
+    state = AppState()
+    entries = state.add_result(result)
+    assert [e.name for e in entries] == ["tiny seed 3 #1", "tiny seed 3 #2"]
+    assert all(e.synthetic and e.kind == "generated" for e in entries)
+    assert state.shown is entries[0] and entries[1].provenance["batch_index"] == 1
+    assert "SYNTHETIC" in entries[0].describe()
