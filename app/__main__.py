@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measure-startup", action="store_true",
                         help="print seconds from launch to a usable window and to the 3D view, then quit")
     parser.add_argument("--no-3d", action="store_true", help="do not create the 3D view (no OpenGL)")
+    parser.add_argument("--demo", metavar="PNG", help="generate one volume with the selected (shipped) model, save a "
+                        "screenshot of the window to PNG and quit: the headless check of the main job")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -69,10 +71,41 @@ def main(argv: list[str] | None = None) -> int:
         QTimer.singleShot(0, _window_usable)  # runs once the event loop has painted the shown window
         window.view3d_ready.connect(_view3d_ready)
         QTimer.singleShot(60_000, app.quit)
+    if args.demo:
+        _run_demo(app, window, args.demo, wait_for_3d=not args.no_3d)
     code = app.exec()
+    if args.demo:
+        code = code or (0 if getattr(window, "_demo_outcome", "") == "finished" else 1)
     if os.environ.get("VOLSYNTH_HARD_EXIT"):
         os._exit(code)
     return code
+
+
+def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
+    """Drive the window like a user would: Generate with the defaults, then screenshot the result."""
+    from PySide6.QtCore import QTimer
+
+    def generate() -> None:
+        if not window.start_generation(window.sampling_panel.settings()):
+            print("demo: could not start a generation (see the message above)", flush=True)
+            app.exit(1)
+
+    def screenshot() -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
+        window.grab().save(png)
+        print(f"demo: {window._demo_outcome}; screenshot saved to {png}", flush=True)
+        app.quit()
+
+    def ended(outcome: str) -> None:
+        window._demo_outcome = outcome
+        print(f"demo: generation {outcome} ({window.sampling_panel.progress_label.text()})", flush=True)
+        QTimer.singleShot(2000, screenshot)  # let the 3D view render the finished volume
+
+    window.generation_ended.connect(ended)
+    if wait_for_3d:
+        window.view3d_ready.connect(generate)
+    else:
+        QTimer.singleShot(0, generate)
 
 
 if __name__ == "__main__":
