@@ -64,7 +64,12 @@ def run(args) -> int:
         from engine.backends.local import LocalBackend
 
         backend = LocalBackend(device=args.device)
+    from engine.telemetry import Sampler
+
     line = ProgressLine()
+    metrics = Sampler()  # GPU/CPU use during the run, summarised into the provenance record
+    metrics.start()
+    metrics.mark_run_start("generate")
     job = backend.sample(request)
     try:
         while True:
@@ -76,6 +81,9 @@ def run(args) -> int:
     finally:
         job.close()  # Ctrl-C lands here too: the generator's clean-up runs before we exit
         line.close()
+        summary = metrics.mark_run_end("generate")
+        metrics.stop()
+    result.provenance["telemetry"] = summary
     paths = save_result(result, out)
     timings = result.provenance["timings"]
     for path in paths:

@@ -25,6 +25,13 @@ def run(args) -> int:
 
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
         raise InvalidRequest("serving beyond this machine needs --token (volumes may hold patient data)")
-    app = create_app(LocalBackend(args.device), token=args.token)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    from engine.telemetry import Sampler
+
+    metrics = Sampler()  # the server's own GPU/CPU metrics, for clients' metrics views (GET /metrics)
+    metrics.start()
+    try:
+        app = create_app(LocalBackend(args.device), token=args.token, metrics_source=metrics)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    finally:
+        metrics.stop()
     return 0

@@ -38,6 +38,7 @@ def test_generate_writes_nifti_and_sidecar(model_path_env, tmp_path, capsys):
     sidecar = json.loads((tmp_path / "vol.json").read_text())
     assert sidecar["synthetic"] is True and sidecar["seed"] == 7
     assert sidecar["conditioning"]["brain_volume"] == 1100.0
+    assert sidecar["telemetry"]["duration_s"] > 0 and "energy_j" in sidecar["telemetry"]
     captured = capsys.readouterr()
     assert str(out) in captured.out
     assert "denoise" in captured.err

@@ -109,3 +109,21 @@ def test_cli_generate_on_server(server, tmp_path):
     assert main(["generate", "--server", url, "--token", "s3cret", "--model", "tiny-pixel", "--steps", "2",
                  "--out", str(out)]) == 0
     assert out.is_file() and (tmp_path / "remote.json").is_file()
+
+
+def test_server_reports_its_metrics(local):
+    from engine.telemetry import Sample, Sampler
+
+    metrics = Sampler(interval_s=0.05)
+    metrics.start()
+    try:
+        with _Server(create_app(local, metrics_source=metrics)) as url:
+            deadline = time.monotonic() + 10
+            while metrics.latest() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            data = RemoteBackend(url).metrics()
+    finally:
+        metrics.stop()
+    sample = Sample.from_dict(data)  # the same structure a local sampler produces
+    assert sample.system.ram_total_bytes > 0
+    assert sample.gpu_available in (True, False)
