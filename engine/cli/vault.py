@@ -1,0 +1,354 @@
+"""``volsynth vault``: the encrypted vault from the command line.
+
+Sub-commands: ``init``, ``import``, ``ls``, ``export``, ``rm``, ``verify``, ``passwd``, ``audit``. The
+passphrase is read from a prompt (no echo) or from the first line of ``--passphrase-file``. The vault is
+``--vault PATH``, else ``$VOLSYNTH_VAULT``, else the per-user data folder. Heavy imports happen inside the
+commands so that ``volsynth --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from engine.errors import InvalidRequest, VaultCorrupted
+
+
+def register(subparsers) -> None:
+    """Add the ``vault`` command and its sub-commands."""
+    parser = subparsers.add_parser(
+        "vault",
+        help="encrypted vault for patient scans and generated volumes",
+        description=(
+            "Keep real patient scans (NIfTI, DICOM series) and generated volumes encrypted at rest "
+            "(Argon2id + AES-256-GCM), with a tamper-evident audit trail."
+        ),
+    )
+    parser.set_defaults(func=lambda args: _print_help(parser))
+    sub = parser.add_subparsers(dest="vault_command", metavar="SUBCOMMAND")
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--vault",
+        metavar="PATH",
+        help="vault folder (default: $VOLSYNTH_VAULT, else ~/.local/share/volsynth/vault)",
+    )
+    common.add_argument(
+        "--passphrase-file",
+        metavar="FILE",
+        help="read the passphrase from the first line of FILE instead of prompting",
+    )
+
+    p = sub.add_parser("init", parents=[common], help="create a new vault")
+    p.set_defaults(func=_cmd_init)
+
+    p = sub.add_parser(
+        "import", parents=[common], help="import NIfTI files, DICOM series or generated volumes"
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help=".nii/.nii.gz file, or DICOM folder or file")
+    p.add_argument("--dicom", action="store_true", help="treat every PATH as DICOM (default: by name)")
+    p.add_argument("--series-uid", help="which series, when a DICOM folder holds several")
+    p.add_argument("--synthetic", action="store_true", help="the NIfTI files are generated volumes")
+    p.add_argument("--provenance", metavar="JSON_FILE", help="provenance of a synthetic volume")
+    p.add_argument("--label", help="display name")
+    p.add_argument("--patient-name", help="patient name (NIfTI scans; DICOM carries its own)")
+    p.add_argument("--patient-id", help="patient id")
+    p.add_argument("--birth-date", help="patient birth date")
+    p.add_argument("--study-date", help="study date")
+    p.add_argument("--study-description", help="study description")
+    p.add_argument("--modality", help="modality (MR, CT...)")
+    p.set_defaults(func=_cmd_import)
+
+    p = sub.add_parser("ls", parents=[common], help="list or search items")
+    p.add_argument("query", nargs="*", help="words to search for in labels, patient and study data")
+    p.add_argument("--kind", choices=("scan", "synthetic"))
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_ls)
+
+    p = sub.add_parser("export", parents=[common], help="export an item to NIfTI (and DICOM)")
+    p.add_argument("item", help="item id (or a unique prefix of at least 4 characters)")
+    p.add_argument("dest", help="destination folder")
+    p.add_argument(
+        "--deidentify",
+        action="store_true",
+        help="de-identify (DICOM PS3.15 Annex E basic profile; NIfTI text fields and extensions cleared)",
+    )
+    p.add_argument("--no-dicom", action="store_true", help="do not write the original DICOM files")
+    p.add_argument("--overwrite", action="store_true", help="replace existing files")
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("rm", parents=[common], help="delete an item")
+    p.add_argument("item", help="item id (or a unique prefix)")
+    p.set_defaults(func=_cmd_rm)
+
+    p = sub.add_parser("verify", parents=[common], help="authenticate every item and the audit trail")
+    p.add_argument("items", nargs="*", help="only these items (default: all)")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("passwd", parents=[common], help="change the passphrase (re-wraps the key only)")
+    p.add_argument("--new-passphrase-file", metavar="FILE", help="read the new passphrase from FILE")
+    p.set_defaults(func=_cmd_passwd)
+
+    p = sub.add_parser("audit", parents=[common], help="show the audit trail and check its chain")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_audit)
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+def _vault_path(args) -> Path:
+    from engine.vault import default_vault_path
+
+    return Path(args.vault).expanduser() if args.vault else default_vault_path()
+
+
+def _read_passphrase_file(path: str) -> str:
+    try:
+        text = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"cannot read the passphrase file {path}: {exc}") from exc
+    line = text.splitlines()[0] if text else ""
+    if not line:
+        raise InvalidRequest(f"the passphrase file {path} is empty")
+    return line
+
+
+def _prompt(prompt: str) -> str:
+    try:
+        return getpass.getpass(prompt)
+    except EOFError:
+        raise InvalidRequest("no passphrase given; type it at the prompt or use --passphrase-file") from None
+
+
+def _passphrase(file: str | None, prompt: str, *, confirm: bool = False) -> str:
+    if file:
+        return _read_passphrase_file(file)
+    first = _prompt(prompt)
+    if confirm and _prompt("Repeat it: ") != first:
+        raise InvalidRequest("the passphrases do not match; nothing was changed")
+    return first
+
+
+def _open(args):
+    from engine.vault import Vault
+
+    vault = Vault(_vault_path(args))
+    vault.unlock(_passphrase(args.passphrase_file, "Vault passphrase: "))
+    if vault.audit_problem:
+        print(f"volsynth: warning: {vault.audit_problem}", file=sys.stderr)
+    return vault
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"  # pragma: no cover
+
+
+# -- commands -----------------------------------------------------------------------------------------------
+def _cmd_init(args) -> int:
+    from engine.vault import Vault
+
+    path = _vault_path(args)
+    if Vault.exists(path):
+        raise InvalidRequest(f"a vault already exists at {path}")
+    passphrase = _passphrase(args.passphrase_file, "New vault passphrase: ", confirm=True)
+    vault = Vault.create(path, passphrase)
+    kdf = vault.kdf_params
+    vault.lock()
+    print(
+        f"created vault {vault.vault_id[:12]} at {path} "
+        f"(Argon2id {kdf.memory_kib // 1024} MiB, t={kdf.iterations}, p={kdf.lanes})"
+    )
+    return 0
+
+
+def _is_nifti(path: Path) -> bool:
+    return path.name.lower().endswith((".nii", ".nii.gz"))
+
+
+def _cmd_import(args) -> int:
+    provenance = None
+    if args.provenance:
+        try:
+            provenance = json.loads(Path(args.provenance).read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InvalidRequest(f"cannot read the provenance file {args.provenance}: {exc}") from exc
+    if args.synthetic and provenance is None:
+        raise InvalidRequest("a synthetic volume needs --provenance FILE (model, seed, settings)")
+    patient = {
+        k: v
+        for k, v in {"name": args.patient_name, "id": args.patient_id, "birth_date": args.birth_date}.items()
+        if v
+    }
+    study = {
+        k: v
+        for k, v in {
+            "date": args.study_date,
+            "description": args.study_description,
+            "modality": args.modality,
+        }.items()
+        if v
+    }
+    paths = [Path(p) for p in args.paths]
+    for path in paths:
+        if not path.exists():
+            raise InvalidRequest(f"no such file or folder: {path}")
+    vault = _open(args)
+    try:
+        for path in paths:
+            if args.dicom or not _is_nifti(path):
+                info = vault.import_dicom(path, label=args.label, series_uid=args.series_uid)
+            else:
+                info = vault.import_nifti(
+                    path,
+                    kind="synthetic" if args.synthetic else "scan",
+                    label=args.label,
+                    patient=patient,
+                    study=study,
+                    provenance=provenance,
+                )
+            shape = "x".join(str(n) for n in info.shape)
+            extra = f", {info.dicom_files} DICOM files" if info.dicom_files else ""
+            print(f"imported {path} as {info.kind} {info.id} ({shape}{extra})")
+    finally:
+        vault.lock()
+    return 0
+
+
+def _cmd_ls(args) -> int:
+    vault = _open(args)
+    try:
+        items = vault.search(" ".join(args.query), kind=args.kind)
+    finally:
+        vault.lock()
+    if args.json:
+        print(json.dumps([asdict(i) for i in items], indent=1))
+        return 0
+    if not items:
+        print("no items" if not args.query else "no matching items")
+        return 0
+    rows = [("ID", "KIND", "LABEL", "PATIENT", "STUDY DATE", "SHAPE", "SIZE")]
+    for i in items:
+        patient = i.patient.get("name", "")
+        if i.patient.get("id"):
+            patient = f"{patient} ({i.patient['id']})".strip()
+        rows.append(
+            (
+                i.id[:12],
+                i.kind,
+                i.label[:32],
+                patient[:28],
+                i.study.get("date", ""),
+                "x".join(str(n) for n in i.shape),
+                _size(i.size_bytes),
+            )
+        )
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def _cmd_export(args) -> int:
+    vault = _open(args)
+    try:
+        result = vault.export(
+            args.item,
+            args.dest,
+            deidentify=args.deidentify,
+            include_dicom=not args.no_dicom,
+            overwrite=args.overwrite,
+        )
+    finally:
+        vault.lock()
+    how = "de-identified " if result.deidentified else ""
+    print(f"exported {how}{len(result.files)} file(s):")
+    for f in result.files:
+        print(f"  {f}")
+    for w in result.warnings:
+        print(f"volsynth: warning: {w}", file=sys.stderr)
+    return 0
+
+
+def _cmd_rm(args) -> int:
+    vault = _open(args)
+    try:
+        info = vault.get(args.item)
+        vault.delete(info.id)
+    finally:
+        vault.lock()
+    print(f"deleted {info.kind} {info.id}")
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    vault = _open(args)
+    try:
+        report = vault.verify(args.items or None)
+    finally:
+        vault.lock()
+    for note in report.notes:
+        print(f"note: {note}")
+    if report.ok:
+        print(
+            f"vault OK: {report.items_checked} item(s), {_size(report.bytes_checked)} authenticated; "
+            f"{report.audit_entries} audit entries chained"
+        )
+        return 0
+    print(f"vault PROBLEMS ({len(report.problems)}):")
+    for problem in report.problems:
+        print(f"  {problem}")
+    return VaultCorrupted.exit_code
+
+
+def _cmd_passwd(args) -> int:
+    from engine.vault import Vault
+
+    vault = Vault(_vault_path(args))
+    old = _passphrase(args.passphrase_file, "Current passphrase: ")
+    vault.unlock(old)
+    try:
+        new = _passphrase(args.new_passphrase_file, "New passphrase: ", confirm=True)
+        vault.change_passphrase(old, new)
+    finally:
+        vault.lock()
+    print("passphrase changed (the items were not re-encrypted)")
+    return 0
+
+
+def _cmd_audit(args) -> int:
+    vault = _open(args)
+    try:
+        trail = vault.audit_trail()
+    finally:
+        vault.lock()
+    if args.json:
+        print(
+            json.dumps(
+                {"entries": [asdict(e) for e in trail.entries], "problems": list(trail.problems)}, indent=1
+            )
+        )
+    else:
+        for e in trail.entries:
+            detail = json.dumps(e.detail, sort_keys=True) if e.detail else ""
+            print(
+                f"{e.seq:>6}  {e.time}  {e.event:<18} {(e.item_id or '-')[:12]:<12}  {e.user or '-'}  {detail}"
+            )
+        if trail.ok:
+            print(f"audit trail intact: {len(trail.entries)} entries")
+        else:
+            print(f"audit trail PROBLEMS ({len(trail.problems)}):")
+            for problem in trail.problems:
+                print(f"  {problem}")
+    return 0 if trail.ok else VaultCorrupted.exit_code

@@ -1,0 +1,253 @@
+"""Reading a DICOM series into a volume with the right orientation and affine.
+
+Geometry (DICOM PS3.3 C.7.6.2.1.1): a pixel at row r, column c of a slice lies at
+``ImagePositionPatient + c * dc * row_cos + r * dr * col_cos`` in the patient's LPS frame, where
+``ImageOrientationPatient = row_cos + col_cos`` (row_cos is the direction along a row, i.e. of increasing
+column index) and ``PixelSpacing = [dr, dc]`` (spacing between rows, then between columns).
+
+The volume is indexed ``[i, j, k] = [column, row, slice]``, slices sorted along the slice normal
+``row_cos x col_cos``. Its NIfTI affine maps voxels to RAS (NIfTI's convention), which is LPS with x and
+y negated::
+
+    LPS affine columns: row_cos * dc, col_cos * dr, slice_step, IPP of the first slice
+    RAS affine = diag(-1, -1, 1, 1) @ LPS affine
+
+``slice_step`` is the vector between consecutive slice positions, so a tilted gantry gives a sheared (but
+correct) sform. Voxel values are ``stored * RescaleSlope + RescaleIntercept`` as float32.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import InvalidRequest
+
+LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
+#: Slices whose spacing differs from the mean by more than this fraction cannot share one affine.
+SPACING_TOLERANCE = 0.01
+_MEDIA_STORAGE_DIRECTORY = "1.2.840.10008.1.3.10"
+
+
+@dataclass(frozen=True)
+class DicomSeries:
+    """A checked, sorted DICOM series ready to import.
+
+    Attributes:
+        files: Slice files, sorted along the slice normal.
+        shape: (columns, rows, slices).
+        affine: Voxel -> RAS mm.
+        patient: Patient attributes (name, id, birth date, sex), empty values dropped.
+        study: Study and series attributes (date, descriptions, modality, UIDs...).
+        sop_uids: SOPInstanceUID of each file, in ``files`` order (checked again when the file is read).
+    """
+
+    files: tuple[Path, ...]
+    shape: tuple[int, int, int]
+    affine: np.ndarray
+    patient: dict
+    study: dict
+    sop_uids: tuple[str, ...]
+
+
+def _pydicom():
+    import pydicom  # imported lazily: only DICOM import/export needs it
+
+    return pydicom
+
+
+def _candidate_files(source: Path | Sequence[Path]) -> list[Path]:
+    if isinstance(source, str | os.PathLike):
+        source = Path(source)
+        if source.is_dir():
+            return sorted(p for p in source.rglob("*") if p.is_file())
+        if source.is_file():
+            return [source]
+        raise InvalidRequest(f"no such file or folder: {source}")
+    files = [Path(p) for p in source]
+    missing = [str(p) for p in files if not p.is_file()]
+    if missing:
+        raise InvalidRequest(f"no such file: {missing[0]}")
+    return files
+
+
+def _text(ds, keyword: str) -> str:
+    value = ds.get(keyword)
+    if value is None:
+        return ""
+    return str(value).strip()
+
+
+def _patient_study(ds) -> tuple[dict, dict]:
+    patient = {
+        "name": _text(ds, "PatientName"),
+        "id": _text(ds, "PatientID"),
+        "birth_date": _text(ds, "PatientBirthDate"),
+        "sex": _text(ds, "PatientSex"),
+    }
+    study = {
+        "date": _text(ds, "StudyDate"),
+        "time": _text(ds, "StudyTime"),
+        "description": _text(ds, "StudyDescription"),
+        "series_description": _text(ds, "SeriesDescription"),
+        "modality": _text(ds, "Modality"),
+        "accession_number": _text(ds, "AccessionNumber"),
+        "institution": _text(ds, "InstitutionName"),
+        "study_instance_uid": _text(ds, "StudyInstanceUID"),
+        "series_instance_uid": _text(ds, "SeriesInstanceUID"),
+    }
+    return {k: v for k, v in patient.items() if v}, {k: v for k, v in study.items() if v}
+
+
+def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None) -> DicomSeries:
+    """Find the DICOM slices in a folder (or a list of files), check them and sort them.
+
+    Non-DICOM files and DICOMDIR files are skipped. Headers only are read here; pixel data is read slice by
+    slice at import.
+
+    Args:
+        source: A folder (searched recursively), one file, or a list of files.
+        series_uid: Which series to take when the folder holds more than one.
+
+    Raises:
+        InvalidRequest: No usable slices, several series and no ``series_uid``, multi-frame or colour
+            images, missing geometry, inconsistent slices, duplicate positions or uneven spacing.
+    """
+    pydicom = _pydicom()
+    headers = []
+    for path in _candidate_files(source):
+        try:
+            ds = pydicom.dcmread(path, stop_before_pixels=True)
+        except (pydicom.errors.InvalidDicomError, EOFError, OSError, ValueError, KeyError):
+            continue
+        meta = getattr(ds, "file_meta", None)
+        if meta is not None and str(meta.get("MediaStorageSOPClassUID", "")) == _MEDIA_STORAGE_DIRECTORY:
+            continue
+        if "SeriesInstanceUID" not in ds:
+            continue
+        headers.append((path, ds))
+    if not headers:
+        raise InvalidRequest(f"no DICOM image files found in {source}")
+
+    by_series: dict[str, list] = {}
+    for path, ds in headers:
+        by_series.setdefault(str(ds.SeriesInstanceUID), []).append((path, ds))
+    if series_uid is not None:
+        if series_uid not in by_series:
+            raise InvalidRequest(f"series {series_uid} is not in {source}")
+        chosen = by_series[series_uid]
+    elif len(by_series) > 1:
+        listing = "; ".join(
+            f"{uid} ({_text(items[0][1], 'SeriesDescription') or 'no description'}, {len(items)} files)"
+            for uid, items in sorted(by_series.items())
+        )
+        raise InvalidRequest(f"{source} holds {len(by_series)} series; choose one by its UID: {listing}")
+    else:
+        chosen = next(iter(by_series.values()))
+
+    first = chosen[0][1]
+    for keyword in ("ImageOrientationPatient", "ImagePositionPatient", "PixelSpacing", "Rows", "Columns"):
+        missing = [str(p) for p, ds in chosen if keyword not in ds]
+        if missing:
+            raise InvalidRequest(
+                f"{missing[0]} has no {keyword}; only image series with patient geometry can be imported"
+            )
+    for path, ds in chosen:
+        if int(ds.get("NumberOfFrames", 1) or 1) > 1:
+            raise InvalidRequest(f"{path} is a multi-frame image; multi-frame DICOM is not supported yet")
+        if int(ds.get("SamplesPerPixel", 1)) != 1:
+            raise InvalidRequest(f"{path} is a colour image; only greyscale series can be imported")
+
+    orientation = np.array([float(v) for v in first.ImageOrientationPatient], dtype=np.float64)
+    spacing = np.array([float(v) for v in first.PixelSpacing], dtype=np.float64)
+    rows, cols = int(first.Rows), int(first.Columns)
+    for path, ds in chosen[1:]:
+        if not np.allclose([float(v) for v in ds.ImageOrientationPatient], orientation, atol=1e-4):
+            raise InvalidRequest(f"{path} has a different orientation from the rest of the series")
+        if not np.allclose([float(v) for v in ds.PixelSpacing], spacing, rtol=1e-4):
+            raise InvalidRequest(f"{path} has a different pixel spacing from the rest of the series")
+        if (int(ds.Rows), int(ds.Columns)) != (rows, cols):
+            raise InvalidRequest(f"{path} has a different image size from the rest of the series")
+
+    row_cos, col_cos = orientation[:3], orientation[3:]
+    normal = np.cross(row_cos, col_cos)
+    if not np.isclose(np.linalg.norm(normal), 1.0, atol=1e-3):
+        raise InvalidRequest(f"{chosen[0][0]} has an invalid ImageOrientationPatient {list(orientation)}")
+    positions = [np.array([float(v) for v in ds.ImagePositionPatient], dtype=np.float64) for _, ds in chosen]
+    order = sorted(range(len(chosen)), key=lambda n: float(positions[n] @ normal))
+    chosen = [chosen[n] for n in order]
+    positions = [positions[n] for n in order]
+    dist = np.array([float(p @ normal) for p in positions])
+
+    if len(chosen) > 1:
+        gaps = np.diff(dist)
+        if np.any(np.abs(gaps) < 1e-3):
+            raise InvalidRequest(
+                "the series has several slices at the same position (multi-echo, dynamic or duplicate "
+                "files); import one echo/time point at a time"
+            )
+        mean_gap = float(gaps.mean())
+        if np.max(np.abs(gaps - mean_gap)) > SPACING_TOLERANCE * abs(mean_gap) + 1e-3:
+            raise InvalidRequest(
+                f"the slices are unevenly spaced ({gaps.min():.3f} to {gaps.max():.3f} mm, missing slices?); "
+                "a volume needs evenly spaced slices"
+            )
+        step = (positions[-1] - positions[0]) / (len(chosen) - 1)
+    else:
+        thickness = float(first.get("SpacingBetweenSlices") or first.get("SliceThickness") or 1.0)
+        step = normal * thickness
+
+    lps = np.eye(4)
+    lps[:3, 0] = row_cos * spacing[1]  # i = column index: moves along a row, by the column spacing
+    lps[:3, 1] = col_cos * spacing[0]  # j = row index: moves down a column, by the row spacing
+    lps[:3, 2] = step
+    lps[:3, 3] = positions[0]
+    patient, study = _patient_study(first)
+    return DicomSeries(
+        files=tuple(p for p, _ in chosen),
+        shape=(cols, rows, len(chosen)),
+        affine=LPS_TO_RAS @ lps,
+        patient=patient,
+        study=study,
+        sop_uids=tuple(str(ds.get("SOPInstanceUID", "")) for _, ds in chosen),
+    )
+
+
+def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -> bytes:
+    """Decode one slice file's pixels into the volume's on-disk layout.
+
+    Returns little-endian float32 bytes of the ``[i=column, j=row]`` plane in NIfTI (Fortran) order, which
+    is the DICOM pixel array (rows x columns) in C order.
+
+    Args:
+        raw: The file's bytes (the same bytes that are stored encrypted, so the two cannot disagree).
+        expected_sop_uid: The SOPInstanceUID seen when the series was scanned (the file must not have
+            changed in between).
+        shape: (columns, rows).
+    """
+    pydicom = _pydicom()
+    ds = pydicom.dcmread(io.BytesIO(raw))
+    if str(ds.get("SOPInstanceUID", "")) != expected_sop_uid:
+        raise InvalidRequest("a DICOM file changed while it was being imported; try again")
+    try:
+        pixels = ds.pixel_array
+    except Exception as exc:  # pydicom raises several types for missing decoders / bad data
+        raise InvalidRequest(
+            f"cannot decode the pixel data of {ds.get('SOPInstanceUID', 'a slice')} "
+            f"(transfer syntax {ds.file_meta.get('TransferSyntaxUID', 'unknown')}): {exc}"
+        ) from exc
+    if pixels.shape != (shape[1], shape[0]):
+        raise InvalidRequest(f"a slice has {pixels.shape} pixels, expected {(shape[1], shape[0])}")
+    return rescale(ds, pixels).astype("<f4").tobytes(order="C")
+
+
+def rescale(ds, pixels: np.ndarray) -> np.ndarray:
+    """Stored values -> real-world values (``* RescaleSlope + RescaleIntercept``), as float32."""
+    slope = float(ds.get("RescaleSlope", 1) or 1)
+    intercept = float(ds.get("RescaleIntercept", 0) or 0)
+    return (pixels.astype(np.float64) * slope + intercept).astype(np.float32)

@@ -1,0 +1,146 @@
+"""Plain result types of the vault API (no Qt, no I/O): what the app shows and the CLI prints."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.vault.audit import AuditEntry
+
+KINDS = ("scan", "synthetic")
+
+
+@dataclass(frozen=True)
+class ItemInfo:
+    """What the vault knows about one item (decrypted from the index; never touches payloads).
+
+    Attributes:
+        id: Random 32-hex-digit id; the CLI accepts any unique prefix.
+        kind: ``"scan"`` (a real patient scan) or ``"synthetic"`` (a generated volume).
+        label: Display name.
+        created: When it was imported (UTC, ISO 8601).
+        source: ``"nifti"``, ``"dicom"`` (a series; the original files are kept too) or ``"array"``
+            (generated in this app).
+        patient: Patient attributes, e.g. ``name``, ``id``, ``birth_date``, ``sex`` (scans only).
+        study: Study/series attributes, e.g. ``date``, ``description``, ``modality``.
+        provenance: How a synthetic volume was made (model, seed, settings...); None for scans.
+        shape: Voxel array shape.
+        dtype: Stored data type.
+        affine: Voxel -> RAS mm, 4x4, as nested tuples.
+        compressed: Stored as .nii.gz.
+        size_bytes: Plaintext bytes stored (volume plus any DICOM files).
+        dicom_files: Number of original DICOM files kept.
+        original_name: File or folder name it was imported from.
+    """
+
+    id: str
+    kind: str
+    label: str
+    created: str
+    source: str
+    patient: dict
+    study: dict
+    provenance: dict | None
+    shape: tuple[int, ...]
+    dtype: str
+    affine: tuple[tuple[float, ...], ...]
+    compressed: bool
+    size_bytes: int
+    dicom_files: int
+    original_name: str
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.kind == "synthetic"
+
+    @classmethod
+    def from_record(cls, rec: dict) -> ItemInfo:
+        vol = rec["volume"]
+        return cls(
+            id=rec["id"],
+            kind=rec["kind"],
+            label=rec.get("label", ""),
+            created=rec["created"],
+            source=rec["source"],
+            patient=copy.deepcopy(rec.get("patient") or {}),
+            study=copy.deepcopy(rec.get("study") or {}),
+            provenance=copy.deepcopy(rec.get("provenance")),
+            shape=tuple(vol["shape"]),
+            dtype=vol["dtype"],
+            affine=tuple(tuple(row) for row in vol["affine"]),
+            compressed=bool(vol.get("compressed", False)),
+            size_bytes=sum(int(p["size"]) for p in rec["parts"]),
+            dicom_files=sum(1 for p in rec["parts"] if p["name"].startswith("dicom/")),
+            original_name=rec.get("original_name", ""),
+        )
+
+
+@dataclass(frozen=True)
+class OpenedVolume:
+    """An item decrypted into memory by :meth:`Vault.open_item`.
+
+    Attributes:
+        data: Voxels (float32 unless ``as_float32=False`` was asked for).
+        affine: Voxel -> RAS mm (NIfTI convention), float64 4x4.
+        info: The item's metadata.
+    """
+
+    data: np.ndarray
+    affine: np.ndarray
+    info: ItemInfo
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :meth:`Vault.export` wrote.
+
+    Attributes:
+        files: Every file written (NIfTI first, then DICOM files, then a provenance sidecar).
+        deidentified: Whether de-identification was applied.
+        warnings: Things de-identification could not fix (e.g. burned-in annotations).
+    """
+
+    files: tuple[Path, ...]
+    deidentified: bool
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Result of :meth:`Vault.verify`.
+
+    Attributes:
+        ok: No problem found.
+        items_checked: Items fully decrypted and checked.
+        bytes_checked: Plaintext bytes authenticated.
+        audit_entries: Audit entries whose chain was checked (0 when the audit trail was not checked).
+        problems: One line per problem; an item's problem names its id.
+        notes: Harmless findings (e.g. leftovers of an interrupted import, removed at the next change).
+    """
+
+    ok: bool
+    items_checked: int
+    bytes_checked: int
+    audit_entries: int
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AuditTrail:
+    """The decrypted audit trail and any tampering found in it.
+
+    Attributes:
+        entries: Entries in order (those that could be decrypted).
+        problems: Edits, removals or truncation found; empty when the chain is intact.
+    """
+
+    entries: tuple[AuditEntry, ...]
+    problems: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems

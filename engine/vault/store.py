@@ -1,0 +1,1265 @@
+"""The encrypted vault: real patient scans and generated volumes, protected at rest.
+
+On disk (one folder; no file name says anything about its content)::
+
+    vault.json           header: format, vault id, Argon2id parameters and salt, the wrapped master key,
+                         and a SHA-256 checksum line (so an edit is told apart from a wrong passphrase)
+    index.vsi            encrypted index: every item's metadata (patient, study, provenance) and its parts
+    blobs/<random>.vsb   encrypted payloads: one per volume and one per original DICOM file
+    audit.log, audit.head, unlock-failures.log   the audit trail (see engine.vault.audit)
+    .write.lock, .audit.lock                     inter-process locks
+
+Writes follow one order so that a crash at any point leaves either the old state or the new one:
+payload files (temp file, fsync, rename, folder fsync) -> audit entry (write-ahead) -> index (same atomic
+replace). The index is the commit point: payloads it does not reference are leftovers, removed under the
+write lock by the next change. Changing the passphrase rewrites only the header.
+
+Threads: one ``Vault`` object may be shared by threads (the app's GUI timer and a worker); its operations
+run one at a time. Processes: changes are serialised by the write lock; a second writer gets
+:class:`VaultLocked` at once (or after ``write_lock_wait_s``) and nothing is corrupted; readers are never
+blocked by a writer.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import InvalidRequest, OutputError, VaultCorrupted, VaultError, VaultLocked
+from engine.vault import crypto, deid, dicom, nifti
+from engine.vault.audit import FAILED_NAME as _FAILED_NAME
+from engine.vault.audit import HEAD_NAME as _AUDIT_HEAD
+from engine.vault.audit import LOCK_NAME as _AUDIT_LOCK
+from engine.vault.audit import LOG_NAME as _AUDIT_LOG
+from engine.vault.audit import AuditLog
+from engine.vault.crypto import DecryptionFailed, KdfParams
+from engine.vault.fsio import (
+    TMP_WRITE_PREFIX,
+    AtomicWriter,
+    FileLock,
+    fsync_dir,
+    remove_leftovers,
+    write_atomic,
+)
+from engine.vault.records import KINDS, AuditTrail, ExportResult, ItemInfo, OpenedVolume, VerifyReport
+
+HEADER_NAME = "vault.json"
+INDEX_NAME = "index.vsi"
+BLOB_DIR = "blobs"
+BLOB_SUFFIX = ".vsb"
+WRITE_LOCK_NAME = ".write.lock"
+FORMAT = "volsynth-vault"
+VERSION = 1
+DEFAULT_IDLE_TIMEOUT_S = 15 * 60
+EXPORT_TMP_PREFIX = ".volsynth-export-"
+_OWN_NAMES = {HEADER_NAME, INDEX_NAME, BLOB_DIR, WRITE_LOCK_NAME, _AUDIT_LOG, _AUDIT_HEAD, _AUDIT_LOCK}
+#: Left by an interrupted ``create``: a folder holding only these may be initialised again.
+_LEFTOVER_PREFIXES = (_FAILED_NAME, ".tmp-")
+
+Progress = Callable[[int, int], None]
+"""Progress callback: (bytes done, bytes total). It may raise (e.g. ``Cancelled``) to abort cleanly."""
+
+
+def default_vault_path() -> Path:
+    """Where the vault lives unless told otherwise: ``$VOLSYNTH_VAULT``, else a per-user data folder
+    (``$XDG_DATA_HOME/volsynth/vault``, ``~/.local/share/volsynth/vault``; the platform's application-data
+    folder on Windows and macOS)."""
+    env = os.environ.get("VOLSYNTH_VAULT")
+    if env:
+        return Path(env).expanduser()
+    if sys.platform == "win32":  # pragma: no cover
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "VolSynth"
+    elif sys.platform == "darwin":  # pragma: no cover
+        base = Path.home() / "Library" / "Application Support" / "VolSynth"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "volsynth"
+    return base / "vault"
+
+
+def _now_iso() -> str:
+    # Microseconds: items are listed in creation order, and imports are serialised by the write lock.
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _json_copy(value, what: str):
+    """Deep copy through JSON, refusing what would not survive the round trip unchanged."""
+    try:
+        text = json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"{what} must be JSON data (strings, numbers, lists, dicts): {exc}") from exc
+    out = json.loads(text)
+    if out != value:
+        raise InvalidRequest(f"{what} must be JSON data; tuples or non-string keys change in storage")
+    return out
+
+
+def _json_dict(value, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{what} must be a dict, got {type(value).__name__}")
+    return _json_copy(value, what)
+
+
+# -- header -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Header:
+    vault_id: bytes
+    created: str
+    kdf: KdfParams
+    salt: bytes
+    wrap_nonce: bytes
+    wrapped_key: bytes
+
+    def _bound(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "vault_id": self.vault_id.hex(),
+            "created": self.created,
+            "kdf": {"alg": "argon2id", "salt": _b64(self.salt), **self.kdf.to_dict()},
+            "cipher": "cobblestone-256",
+        }
+
+    def aad(self) -> bytes:
+        """Everything but the wrapped key: editing any of it makes the unwrap fail."""
+        return json.dumps(self._bound(), sort_keys=True, separators=(",", ":")).encode()
+
+    def to_bytes(self) -> bytes:
+        body = {
+            **self._bound(),
+            "wrap": {"alg": "aes-256-gcm", "nonce": _b64(self.wrap_nonce), "key": _b64(self.wrapped_key)},
+        }
+        text = (json.dumps(body, sort_keys=True, indent=1) + "\n").encode()
+        return text + b"sha256 " + hashlib.sha256(text).hexdigest().encode() + b"\n"
+
+    @classmethod
+    def read(cls, folder: Path) -> _Header:
+        path = folder / HEADER_NAME
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise VaultError(
+                f"there is no vault at {folder}; create one first (volsynth vault init)"
+            ) from exc
+        except OSError as exc:
+            raise VaultError(f"cannot read the vault header {path}: {exc.strerror}") from exc
+        bad = VaultCorrupted(
+            f"the vault header ({path}) is corrupted or was edited; restore the vault folder from a backup"
+        )
+        cut = data.rfind(b"sha256 ")
+        if cut <= 0 or data[cut:] != b"sha256 " + hashlib.sha256(data[:cut]).hexdigest().encode() + b"\n":
+            raise bad
+        try:
+            body = json.loads(data[:cut])
+            if body["format"] != FORMAT:
+                raise bad
+            if body["version"] != VERSION:
+                raise VaultError(
+                    f"the vault at {folder} has format version {body['version']}; this VolSynth reads "
+                    f"version {VERSION} (update VolSynth)"
+                )
+            kdf = body["kdf"]
+            if kdf["alg"] != "argon2id" or body["cipher"] != "cobblestone-256":
+                raise bad
+            header = cls(
+                vault_id=bytes.fromhex(body["vault_id"]),
+                created=str(body["created"]),
+                kdf=KdfParams.from_dict(kdf),
+                salt=base64.b64decode(kdf["salt"], validate=True),
+                wrap_nonce=base64.b64decode(body["wrap"]["nonce"], validate=True),
+                wrapped_key=base64.b64decode(body["wrap"]["key"], validate=True),
+            )
+        except (ValueError, KeyError, TypeError, InvalidRequest) as exc:
+            raise bad from exc
+        if header.to_bytes() != data:  # also rejects fields we do not know
+            raise bad
+        return header
+
+
+# -- keys -------------------------------------------------------------------------------------------------
+class _Keys:
+    """The unlocked key material. ``wipe()`` overwrites the master key (derived keys are short-lived
+    ``bytes`` that Python cannot reliably zero; they are dropped with this object)."""
+
+    def __init__(self, master: bytes, vault_id: bytes) -> None:
+        self.master = bytearray(master)
+        self.vault_id = vault_id
+        self.index = crypto.subkey(self.master, vault_id, "index")
+        self.audit_enc = crypto.subkey(self.master, vault_id, "audit-enc")
+        self.audit_mac = crypto.subkey(self.master, vault_id, "audit-mac")
+
+    def item(self, item_id: str) -> bytes:
+        return crypto.subkey(self.master, self.vault_id, "item", item_id)
+
+    def wipe(self) -> None:
+        for n in range(len(self.master)):
+            self.master[n] = 0
+        self.index = self.audit_enc = self.audit_mac = b""
+
+
+# -- payload writer ---------------------------------------------------------------------------------------
+class _PartWriter:
+    """Streams one part (volume or DICOM file) into an encrypted blob, hashing the plaintext."""
+
+    def __init__(self, folder: Path, key: bytes, ctx: bytes, name: str) -> None:
+        self.name = name
+        self.blob = secrets.token_hex(16)
+        self.path = folder / f"{self.blob}{BLOB_SUFFIX}"
+        self._writer = AtomicWriter(self.path)
+        self._enc = crypto.StreamEncryptor(key, ctx)
+        self._sha = hashlib.sha256()
+        self.size = 0
+        self.ct_size = 0
+        self.extra: dict = {}
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._sha.update(data)
+        self.size += len(data)
+        out = self._enc.update(data)
+        self.ct_size += len(out)
+        self._writer.write(out)
+
+    def close(self) -> dict:
+        out = self._enc.finalize()
+        self.ct_size += len(out)
+        self._writer.write(out)
+        self._writer.commit(sync_dir=False)  # the blob folder is fsync'ed once, before the index commit
+        return {
+            "name": self.name,
+            "blob": self.blob,
+            "size": self.size,
+            "ct_size": self.ct_size,
+            "sha256": self._sha.hexdigest(),
+            **self.extra,
+        }
+
+    def discard(self) -> None:
+        self._writer.abort()
+        if self._writer.replaced:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+
+def _part_label(name: str) -> str:
+    if name.startswith("dicom/"):
+        return f"DICOM file {int(name.split('/')[1])}"
+    return "volume data"
+
+
+class Vault:
+    """An encrypted store of patient scans and generated volumes.
+
+    Open an existing vault with ``Vault(path)`` (locked) and :meth:`unlock` it, or make a new one with
+    :meth:`Vault.create` (returned unlocked). Every method that touches items needs the vault unlocked and
+    counts as activity for auto-lock.
+
+    Args:
+        path: The vault folder.
+        idle_timeout_s: Seconds of inactivity after which :meth:`lock_if_idle` locks the vault; None never.
+        clock: Monotonic clock in seconds (injectable for tests).
+        write_lock_wait_s: How long a change waits for another process's write to finish before raising
+            :class:`VaultLocked`.
+
+    Raises:
+        VaultError: No vault at ``path``.
+        VaultCorrupted: The header is damaged or was edited.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+        write_lock_wait_s: float = 0.0,
+    ) -> None:
+        self.path = Path(path).expanduser().absolute()
+        self._header = _Header.read(self.path)
+        self.idle_timeout_s = idle_timeout_s
+        self.write_lock_wait_s = write_lock_wait_s
+        self._clock = clock
+        self._last_activity = clock()
+        self._mutex = threading.RLock()
+        self._keys: _Keys | None = None
+        self._index: dict | None = None
+        self._index_stamp: tuple | None = None
+        self._audit = AuditLog(self.path, self._header.vault_id)
+        self._audit_problem: str | None = None
+        self._write_lock = FileLock(
+            self.path / WRITE_LOCK_NAME,
+            "the vault is being written by another VolSynth process (pid {pid}); try again when it finishes",
+        )
+
+    # -- creation ---------------------------------------------------------------------------------------
+    @staticmethod
+    def exists(path: str | os.PathLike) -> bool:
+        """Whether ``path`` holds a vault (a header file)."""
+        return (Path(path).expanduser() / HEADER_NAME).is_file()
+
+    @classmethod
+    def create(
+        cls, path: str | os.PathLike, passphrase: str | bytes, *, kdf: KdfParams | None = None, **kwargs
+    ) -> Vault:
+        """Create a new, empty vault and return it unlocked.
+
+        Args:
+            path: A new or empty folder.
+            passphrase: At least 8 characters.
+            kdf: Argon2id parameters. The default is RFC 9106's 64 MiB / t=3 / p=4; smaller values are for
+                tests only.
+            **kwargs: Passed to the constructor (``idle_timeout_s``, ``clock``, ``write_lock_wait_s``).
+
+        Raises:
+            VaultError: A vault already exists there.
+            InvalidRequest: The folder holds other files, or the passphrase is too short.
+        """
+        folder = Path(path).expanduser().absolute()
+        pw = crypto.encode_passphrase(passphrase, new=True)
+        kdf = kdf or KdfParams()
+        if (folder / HEADER_NAME).exists():
+            raise VaultError(f"a vault already exists at {folder}")
+        if folder.exists():
+            if not folder.is_dir():
+                raise InvalidRequest(f"{folder} is a file; choose a folder for the vault")
+            foreign = [
+                p.name
+                for p in folder.iterdir()
+                if p.name not in _OWN_NAMES and not p.name.startswith(_LEFTOVER_PREFIXES)
+            ]
+            if foreign:
+                raise InvalidRequest(f"{folder} is not empty; choose a new or empty folder for the vault")
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            (folder / BLOB_DIR).mkdir(exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise OutputError(f"cannot create the vault folder {folder}: {exc.strerror}") from exc
+
+        vault_id = os.urandom(16)
+        master = os.urandom(crypto.KEY_BYTES)
+        salt = os.urandom(crypto.SALT_BYTES)
+        draft = _Header(vault_id, _now_iso(), kdf, salt, b"", b"")
+        nonce, wrapped = crypto.wrap_key(crypto.derive_kek(pw, salt, kdf), master, draft.aad())
+        header = _Header(vault_id, draft.created, kdf, salt, nonce, wrapped)
+        keys = _Keys(master, vault_id)
+        lock = FileLock(
+            folder / WRITE_LOCK_NAME, "another VolSynth process (pid {pid}) is creating this vault"
+        )
+        with lock.hold():
+            index = {
+                "format": FORMAT,
+                "version": VERSION,
+                "vault_id": vault_id.hex(),
+                "generation": 0,
+                "items": {},
+            }
+            cls._write_index_file(folder, keys, index)
+            audit = AuditLog(folder, vault_id)
+            audit.attach_keys(keys.audit_enc, keys.audit_mac)
+            audit.start()
+            audit.append("create", None, {"kdf": kdf.to_dict()})
+            # The header goes last: its presence is what makes the folder a vault.
+            write_atomic(folder / HEADER_NAME, header.to_bytes())
+            with contextlib.suppress(OSError):
+                fsync_dir(folder.parent)
+        vault = cls(folder, **kwargs)
+        with vault._mutex:
+            vault._adopt_keys(keys)
+        return vault
+
+    # -- state ------------------------------------------------------------------------------------------
+    @property
+    def is_unlocked(self) -> bool:
+        return self._keys is not None
+
+    @property
+    def vault_id(self) -> str:
+        return self._header.vault_id.hex()
+
+    @property
+    def kdf_params(self) -> KdfParams:
+        """The Argon2id parameters currently protecting the master key."""
+        return self._header.kdf
+
+    @property
+    def audit_problem(self) -> str | None:
+        """Set when the audit trail could not be extended at unlock (it was damaged); changes and views
+        are refused until it is repaired, while :meth:`verify` still works."""
+        return self._audit_problem
+
+    def unlock(self, passphrase: str | bytes) -> None:
+        """Unlock with the passphrase (Argon2id takes a fraction of a second to a few seconds by design).
+
+        Raises:
+            VaultLocked: Wrong passphrase (the attempt is recorded in the audit trail).
+            VaultCorrupted: The header or the index is damaged or was edited.
+        """
+        with self._mutex:
+            if self._keys is not None:
+                self.touch()
+                return
+            pw = crypto.encode_passphrase(passphrase)
+            header = _Header.read(self.path)  # another process may have changed the passphrase
+            kek = crypto.derive_kek(pw, header.salt, header.kdf)
+            try:
+                master = crypto.unwrap_key(kek, header.wrap_nonce, header.wrapped_key, header.aad())
+            except DecryptionFailed:
+                AuditLog.record_failed_unlock(self.path)
+                raise VaultLocked(f"wrong passphrase for the vault at {self.path}") from None
+            self._header = header
+            keys = _Keys(master, header.vault_id)
+            self._index, self._index_stamp = self._read_index(keys)
+            self._adopt_keys(keys)
+            try:
+                self._audit.record_unlock()
+                self._audit_problem = None
+            except VaultCorrupted as exc:
+                self._audit_problem = str(exc)
+
+    def _adopt_keys(self, keys: _Keys) -> None:
+        self._keys = keys
+        self._audit.attach_keys(keys.audit_enc, keys.audit_mac)
+        if self._index is None:
+            self._index, self._index_stamp = self._read_index(keys)
+        self.touch()
+
+    def lock(self) -> None:
+        """Forget the keys and the decrypted index. Waits for a running operation to finish."""
+        with self._mutex:
+            self._lock_now("manual")
+
+    def _lock_now(self, reason: str) -> None:
+        if self._keys is None:
+            return
+        with contextlib.suppress(VaultError):  # locking must always succeed
+            self._audit.append("lock", None, {"reason": reason})
+        self._audit.detach_keys()
+        self._keys.wipe()
+        self._keys = None
+        self._index = None
+        self._index_stamp = None
+
+    def touch(self, now: float | None = None) -> None:
+        """Record user activity (the app calls this on input); postpones auto-lock."""
+        self._last_activity = self._clock() if now is None else now
+
+    def seconds_until_auto_lock(self, now: float | None = None) -> float | None:
+        """Seconds left before :meth:`lock_if_idle` would lock; None if locked or auto-lock is off."""
+        if self._keys is None or self.idle_timeout_s is None:
+            return None
+        now = self._clock() if now is None else now
+        return max(0.0, self.idle_timeout_s - (now - self._last_activity))
+
+    def lock_if_idle(self, now: float | None = None) -> bool:
+        """Lock if idle for ``idle_timeout_s``; meant to be called from a timer. Never blocks: while an
+        operation is running the vault is not idle.
+
+        Returns:
+            True if this call locked the vault.
+        """
+        if not self._mutex.acquire(blocking=False):
+            return False
+        try:
+            left = self.seconds_until_auto_lock(now)
+            if left is None or left > 0:
+                return False
+            self._lock_now("idle")
+            return True
+        finally:
+            self._mutex.release()
+
+    def close(self) -> None:
+        """Lock the vault (same as :meth:`lock`)."""
+        self.lock()
+
+    def __enter__(self) -> Vault:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- index ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _index_ctx(vault_id: bytes) -> bytes:
+        return crypto.context(vault_id, "index")
+
+    @classmethod
+    def _write_index_file(cls, folder: Path, keys: _Keys, index: dict) -> None:
+        plain = json.dumps(index, sort_keys=True, separators=(",", ":")).encode()
+        write_atomic(
+            folder / INDEX_NAME, crypto.encrypt_bytes(keys.index, cls._index_ctx(keys.vault_id), plain)
+        )
+
+    def _read_index(self, keys: _Keys) -> tuple[dict, tuple]:
+        path = self.path / INDEX_NAME
+        try:
+            with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                raw = fh.read()
+        except FileNotFoundError as exc:
+            raise VaultCorrupted(
+                f"the vault index ({path}) is missing; restore the vault from a backup"
+            ) from exc
+        try:
+            index = json.loads(crypto.decrypt_bytes(keys.index, self._index_ctx(keys.vault_id), raw))
+            if index["vault_id"] != keys.vault_id.hex() or not isinstance(index["items"], dict):
+                raise ValueError("index of another vault")
+        except (DecryptionFailed, ValueError, KeyError, TypeError) as exc:
+            raise VaultCorrupted(
+                f"the vault index ({path}) is corrupted or was edited; restore the vault from a backup"
+            ) from exc
+        return index, (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _refresh_index(self) -> None:
+        """Re-read the index if another process (or object) changed it."""
+        assert self._keys is not None
+        try:
+            st = os.stat(self.path / INDEX_NAME)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if stamp != self._index_stamp:
+            self._index, self._index_stamp = self._read_index(self._keys)
+
+    def _commit_index(self, index: dict) -> None:
+        assert self._keys is not None
+        index = {**index, "generation": int(index.get("generation", 0)) + 1}
+        self._write_index_file(self.path, self._keys, index)
+        st = os.stat(self.path / INDEX_NAME)
+        self._index, self._index_stamp = index, (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _on_disk_has(self, item_id: str) -> bool | None:
+        """After a failed commit: does the index on disk reference the item? None if it cannot be told."""
+        assert self._keys is not None
+        try:
+            index, _ = self._read_index(self._keys)
+        except VaultError:
+            return None
+        return item_id in index["items"]
+
+    # -- operation scaffolding --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _op(self) -> Iterator[None]:
+        with self._mutex:
+            if self._keys is None:
+                raise VaultLocked(f"the vault at {self.path} is locked; unlock it with its passphrase")
+            self.touch()
+            try:
+                self._refresh_index()
+                yield
+            finally:
+                self.touch()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the inter-process write lock; on entry, see the latest index and clear crash leftovers."""
+        self._write_lock.acquire(self.write_lock_wait_s)
+        try:
+            self._refresh_index()
+            self._remove_crash_leftovers()
+            yield
+        finally:
+            self._write_lock.release()
+
+    def _blob_dir(self) -> Path:
+        return self.path / BLOB_DIR
+
+    def _orphan_blobs(self) -> list[Path]:
+        assert self._index is not None
+        used = {p["blob"] for rec in self._index["items"].values() for p in rec["parts"]}
+        try:
+            entries = list(os.scandir(self._blob_dir()))
+        except FileNotFoundError:
+            return []
+        return [
+            Path(e.path)
+            for e in entries
+            if e.name.endswith(BLOB_SUFFIX) and e.name[: -len(BLOB_SUFFIX)] not in used
+        ]
+
+    def _remove_crash_leftovers(self) -> None:
+        # Safe only under the write lock: every writer of these files holds it.
+        remove_leftovers(self.path, TMP_WRITE_PREFIX)
+        remove_leftovers(self._blob_dir(), TMP_WRITE_PREFIX)
+        orphans = self._orphan_blobs()
+        for path in orphans:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        if orphans:
+            fsync_dir(self._blob_dir())
+
+    def _audit_write(self, event: str, item_id: str | None = None, detail: dict | None = None) -> None:
+        self._audit.append(event, item_id, detail)
+        self._audit_problem = None
+
+    def _record(self, item_id: str) -> dict:
+        assert self._index is not None
+        items = self._index["items"]
+        if item_id in items:
+            return items[item_id]
+        key = str(item_id).strip().lower()
+        if len(key) >= 4:
+            matches = [k for k in items if k.startswith(key)]
+            if len(matches) == 1:
+                return items[matches[0]]
+            if len(matches) > 1:
+                raise InvalidRequest(f"{item_id} matches {len(matches)} items; give more of the id")
+        raise InvalidRequest(f"there is no item {item_id} in the vault")
+
+    # -- listing ----------------------------------------------------------------------------------------
+    def items(self, kind: str | None = None) -> list[ItemInfo]:
+        """All items (optionally of one kind), oldest first."""
+        return self.search("", kind=kind)
+
+    def search(self, query: str = "", *, kind: str | None = None) -> list[ItemInfo]:
+        """Items whose id, label, patient, study or provenance contains ``query`` (case-insensitive).
+
+        Args:
+            query: Text to look for; every whitespace-separated word must match somewhere.
+            kind: ``"scan"`` or ``"synthetic"`` to filter.
+        """
+        if kind is not None and kind not in KINDS:
+            raise InvalidRequest(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        words = query.lower().split()
+        with self._op():
+            assert self._index is not None
+            out = []
+            for rec in self._index["items"].values():
+                if kind is not None and rec["kind"] != kind:
+                    continue
+                haystack = " ".join(
+                    [
+                        rec["id"],
+                        rec.get("label", ""),
+                        rec.get("original_name", ""),
+                        rec["kind"],
+                        json.dumps(rec.get("patient") or {}, ensure_ascii=False),
+                        json.dumps(rec.get("study") or {}, ensure_ascii=False),
+                        json.dumps(rec.get("provenance") or {}, ensure_ascii=False),
+                    ]
+                ).lower()
+                if all(w in haystack for w in words):
+                    out.append(ItemInfo.from_record(rec))
+        return sorted(out, key=lambda i: (i.created, i.id))
+
+    def get(self, item_id: str) -> ItemInfo:
+        """One item's metadata; ``item_id`` may be a unique prefix of at least 4 characters."""
+        with self._op():
+            return ItemInfo.from_record(self._record(item_id))
+
+    # -- import -----------------------------------------------------------------------------------------
+    def import_nifti(
+        self,
+        path: str | os.PathLike,
+        *,
+        kind: str = "scan",
+        label: str | None = None,
+        patient: dict | None = None,
+        study: dict | None = None,
+        provenance: dict | None = None,
+        progress: Progress | None = None,
+    ) -> ItemInfo:
+        """Import a .nii or .nii.gz file, streaming its bytes unchanged into the vault.
+
+        Args:
+            path: The file.
+            kind: ``"scan"`` for a real patient scan, ``"synthetic"`` for a generated volume.
+            label: Display name (default: the file name).
+            patient: Patient metadata, e.g. ``{"name": ..., "id": ..., "birth_date": ...}``.
+            study: Study metadata, e.g. ``{"date": ..., "description": ..., "modality": ...}``.
+            provenance: Required for ``kind="synthetic"``: how the volume was made.
+            progress: Called with (bytes done, bytes total).
+
+        Raises:
+            InvalidRequest: Not a single-file NIfTI, or bad metadata.
+        """
+        path = Path(path)
+        if kind not in KINDS:
+            raise InvalidRequest(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if kind == "synthetic" and provenance is None:
+            raise InvalidRequest("a synthetic volume needs its provenance (model, seed, settings)")
+        info = nifti.probe(path)
+        total = path.stat().st_size
+        name = path.name
+        record = {
+            "kind": kind,
+            "label": label if label is not None else name.removesuffix(".gz").removesuffix(".nii"),
+            "source": "nifti",
+            "original_name": name,
+            "patient": _json_dict(patient, "patient metadata"),
+            "study": _json_dict(study, "study metadata"),
+            "provenance": _json_copy(provenance, "provenance") if provenance is not None else None,
+            "volume": {
+                "shape": list(info.shape),
+                "dtype": info.dtype,
+                "affine": [list(r) for r in info.affine],
+                "format": f"nifti{info.version}",
+                "compressed": info.compressed,
+                "descrip": info.descrip,
+            },
+        }
+
+        def write_parts(new_part: Callable[[str], _PartWriter]) -> list[dict]:
+            part = new_part("volume")
+            done = 0
+            with _reading(path) as fh:
+                while chunk := fh.read(crypto.IO_CHUNK):
+                    part.write(chunk)
+                    done += len(chunk)
+                    if progress is not None:
+                        progress(done, total)
+            return [part.close()]
+
+        return self._import(record, write_parts)
+
+    def import_dicom(
+        self,
+        source: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        label: str | None = None,
+        series_uid: str | None = None,
+        progress: Progress | None = None,
+    ) -> ItemInfo:
+        """Import a DICOM series: the volume (sorted, oriented, RAS affine) and the original files.
+
+        Patient and study metadata come from the DICOM headers. Pixel data is decoded one slice at a time.
+
+        Args:
+            source: A folder (searched recursively), a file, or a list of files.
+            label: Display name (default: modality and series description).
+            series_uid: Which series, when ``source`` holds several.
+            progress: Called with (bytes done, bytes total).
+
+        Raises:
+            InvalidRequest: No usable series, several series, or slices that do not form a volume.
+        """
+        series = dicom.scan_series(
+            [Path(p) for p in source] if isinstance(source, list | tuple) else Path(source),
+            series_uid=series_uid,
+        )
+        header = nifti.float32_header(series.shape, series.affine, "VolSynth volume from a DICOM series")
+        sizes = [p.stat().st_size for p in series.files]
+        total = sum(sizes) + len(header) + 4 * int(np.prod(series.shape))
+        default_label = " ".join(
+            v for v in (series.study.get("modality"), series.study.get("series_description")) if v
+        )
+        record = {
+            "kind": "scan",
+            "label": label if label is not None else (default_label or "DICOM series"),
+            "source": "dicom",
+            "original_name": Path(source).name if not isinstance(source, list | tuple) else "",
+            "patient": series.patient,
+            "study": series.study,
+            "provenance": None,
+            "volume": {
+                "shape": list(series.shape),
+                "dtype": "float32",
+                "affine": series.affine.tolist(),
+                "format": "nifti1",
+                "compressed": False,
+                "descrip": "",
+            },
+        }
+
+        def write_parts(new_part: Callable[[str], _PartWriter]) -> list[dict]:
+            volume = new_part("volume")
+            volume.write(header)
+            done = len(header)
+            files = []
+            for n, (path, uid) in enumerate(zip(series.files, series.sop_uids, strict=True), start=1):
+                with _reading(path) as fh:
+                    raw = fh.read()
+                part = new_part(f"dicom/{n:05d}")
+                part.extra["filename"] = path.name
+                part.write(raw)
+                files.append(part.close())
+                plane = dicom.slice_voxels(raw, expected_sop_uid=uid, shape=series.shape[:2])
+                volume.write(plane)
+                done += len(raw) + len(plane)
+                if progress is not None:
+                    progress(done, total)
+            return [volume.close(), *files]
+
+        return self._import(record, write_parts)
+
+    def add_synthetic(
+        self,
+        volume: np.ndarray,
+        affine: np.ndarray,
+        provenance: dict,
+        *,
+        label: str | None = None,
+        progress: Progress | None = None,
+    ) -> ItemInfo:
+        """Store a generated volume (as float32 NIfTI marked SYNTHETIC) with its provenance.
+
+        Args:
+            volume: The voxels (3D, or more dimensions).
+            affine: Voxel -> RAS mm, 4x4.
+            provenance: How it was made (model id and weights hash, seed, sampler, settings...).
+            label: Display name (default: from the provenance's model id and seed).
+            progress: Called with (bytes done, bytes total).
+        """
+        arr = np.asarray(volume)
+        if arr.ndim < 3 or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
+            raise InvalidRequest(
+                f"a volume must be a real-valued array with 3+ dimensions, got {arr.dtype} {arr.shape}"
+            )
+        aff = np.asarray(affine, dtype=np.float64)
+        if aff.shape != (4, 4) or not np.all(np.isfinite(aff)):
+            raise InvalidRequest("the affine must be a finite 4x4 matrix")
+        prov = _json_copy(provenance, "provenance")
+        if not isinstance(prov, dict):
+            raise InvalidRequest("provenance must be a dict")
+        header = nifti.float32_header(arr.shape, aff, nifti.SYNTHETIC_DESCRIP)
+        total = len(header) + 4 * arr.size
+        if label is None:
+            bits = [str(prov.get(k)) for k in ("model_id", "seed") if prov.get(k) is not None]
+            label = "synthetic " + " seed ".join(bits) if bits else "synthetic volume"
+        record = {
+            "kind": "synthetic",
+            "label": label,
+            "source": "array",
+            "original_name": "",
+            "patient": {},
+            "study": {},
+            "provenance": prov,
+            "volume": {
+                "shape": list(arr.shape),
+                "dtype": "float32",
+                "affine": aff.tolist(),
+                "format": "nifti1",
+                "compressed": False,
+                "descrip": nifti.SYNTHETIC_DESCRIP,
+            },
+        }
+
+        def write_parts(new_part: Callable[[str], _PartWriter]) -> list[dict]:
+            part = new_part("volume")
+            part.write(header)
+            done = len(header)
+            for slab in nifti.iter_volume_slabs(arr):
+                part.write(slab)
+                done += len(slab)
+                if progress is not None:
+                    progress(done, total)
+            return [part.close()]
+
+        return self._import(record, write_parts)
+
+    def _import(
+        self, record: dict, write_parts: Callable[[Callable[[str], _PartWriter]], list[dict]]
+    ) -> ItemInfo:
+        with self._op(), self._writing():
+            assert self._keys is not None and self._index is not None
+            item_id = secrets.token_hex(16)
+            key = self._keys.item(item_id)
+            writers: list[_PartWriter] = []
+
+            def new_part(name: str) -> _PartWriter:
+                writer = _PartWriter(
+                    self._blob_dir(), key, crypto.context(self._keys.vault_id, item_id, name), name
+                )
+                writers.append(writer)
+                return writer
+
+            record = {**record, "id": item_id, "created": _now_iso()}
+            try:
+                record["parts"] = write_parts(new_part)
+                fsync_dir(self._blob_dir())
+                self._audit_write(
+                    "import",
+                    item_id,
+                    {"kind": record["kind"], "source": record["source"], "parts": len(record["parts"])},
+                )
+                index = copy.deepcopy(self._index)
+                index["items"][item_id] = record
+                self._commit_index(index)
+            except BaseException:
+                # Remove the payloads unless the index on disk already references them (a failure after
+                # the rename, e.g. of the folder fsync, leaves the item committed).
+                if not self._on_disk_has(item_id):
+                    for writer in writers:
+                        writer.discard()
+                raise
+            return ItemInfo.from_record(record)
+
+    # -- reading ----------------------------------------------------------------------------------------
+    def _corrupted(self, rec: dict, part: dict, why: str) -> VaultCorrupted:
+        return VaultCorrupted(
+            f"item {rec['id']} is corrupted: its {_part_label(part['name'])} {why}; no data was returned"
+        )
+
+    def _open_part(self, rec: dict, part: dict):
+        """Open a part's blob after checking its exact length; returns (file, decryptor)."""
+        assert self._keys is not None
+        path = self._blob_dir() / f"{part['blob']}{BLOB_SUFFIX}"
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - the callers close it
+        except FileNotFoundError:
+            raise VaultCorrupted(
+                f"item {rec['id']} is damaged: its {_part_label(part['name'])} file is missing"
+            ) from None
+        size = os.fstat(fh.fileno()).st_size
+        if size != part["ct_size"]:
+            fh.close()
+            raise self._corrupted(
+                rec, part, f"file was truncated or extended ({size} bytes, not {part['ct_size']})"
+            )
+        ctx = crypto.context(self._keys.vault_id, rec["id"], part["name"])
+        return fh, crypto.StreamDecryptor(self._keys.item(rec["id"]), ctx)
+
+    def _iter_part(self, rec: dict, part: dict, *, check_hash: bool = False) -> Iterator[bytes]:
+        """Decrypt one part, yielding plaintext pieces; raises VaultCorrupted naming the item.
+
+        Integrity comes from the AEAD: every chunk is authenticated under a key and context unique to this
+        item and part, and ``finalize`` proves the stream complete. Pieces are therefore genuine as they
+        come, but only a generator run to completion proves nothing was cut off: consumers act on the data
+        (return it, rename a file into place) only after that. ``check_hash`` adds the SHA-256 recorded at
+        import as a second, independent check (used by verify).
+        """
+        fh, dec = self._open_part(rec, part)
+        sha = hashlib.sha256() if check_hash else None
+        n = 0
+        with fh:
+            try:
+                while chunk := fh.read(crypto.IO_CHUNK):
+                    out = dec.update(chunk)
+                    if out:
+                        if sha is not None:
+                            sha.update(out)
+                        n += len(out)
+                        yield out
+                out = dec.finalize()
+            except DecryptionFailed:
+                raise self._corrupted(
+                    rec, part, "failed authentication (modified, damaged or swapped)"
+                ) from None
+        if out:
+            if sha is not None:
+                sha.update(out)
+            n += len(out)
+            yield out
+        if n != part["size"] or (
+            sha is not None and not hmac.compare_digest(sha.hexdigest(), part["sha256"])
+        ):
+            raise self._corrupted(rec, part, "does not match the index")
+
+    def _read_part(self, rec: dict, part: dict) -> memoryview:
+        """Decrypt one part into memory (never to disk), without intermediate copies."""
+        size = int(part["size"])
+        # Uninitialised memory: nothing is zeroed first, and on failure it is dropped unread.
+        buf = np.empty(size + crypto.IO_CHUNK + crypto.StreamDecryptor.INTO_SLACK, dtype=np.uint8)
+        fh, dec = self._open_part(rec, part)
+        pos = 0
+        with fh:
+            try:
+                while chunk := fh.read(crypto.IO_CHUNK):
+                    pos += dec.update_into(chunk, buf[pos:])
+                    if pos > size:
+                        raise self._corrupted(rec, part, "is longer than recorded")
+                tail = dec.finalize()
+            except DecryptionFailed:
+                raise self._corrupted(
+                    rec, part, "failed authentication (modified, damaged or swapped)"
+                ) from None
+        buf[pos : pos + len(tail)] = np.frombuffer(tail, dtype=np.uint8)
+        pos += len(tail)
+        if pos != size:
+            raise self._corrupted(rec, part, "does not match the index")
+        return memoryview(buf)[:size]
+
+    def open_item(self, item_id: str, *, as_float32: bool = True) -> OpenedVolume:
+        """Decrypt an item's volume into memory (nothing is written to disk). Recorded as a view.
+
+        Args:
+            item_id: Item id or unique prefix.
+            as_float32: Return float32 voxels (scaling applied); otherwise nibabel's view of the stored
+                values (the stored dtype when the file has no scaling).
+
+        Raises:
+            VaultCorrupted: The item failed authentication (no data is returned).
+        """
+        with self._op():
+            rec = self._record(item_id)
+            self._audit_write("view", rec["id"], {})
+            volume = next(p for p in rec["parts"] if p["name"] == "volume")
+            raw = self._read_part(rec, volume)
+            data, _ = nifti.load(raw, compressed=bool(rec["volume"].get("compressed")), as_float32=as_float32)
+            del raw
+            # The index holds the affine at full precision (NIfTI-1 stores the sform as float32); for a NIfTI
+            # import it is exactly what nibabel reads from the file.
+            affine = np.array(rec["volume"]["affine"], dtype=np.float64)
+            return OpenedVolume(data=data, affine=affine, info=ItemInfo.from_record(rec))
+
+    def export(
+        self,
+        item_id: str,
+        dest_dir: str | os.PathLike,
+        *,
+        deidentify: bool = False,
+        include_dicom: bool = True,
+        overwrite: bool = False,
+        progress: Progress | None = None,
+    ) -> ExportResult:
+        """Write an item out as NIfTI (and its original DICOM files, if it came from DICOM).
+
+        File names never carry identifiers: ``<kind>-<id prefix>.nii[.gz]``, a ``<kind>-<id prefix>-dicom``
+        folder of ``IM00001.dcm``..., and for synthetic items a ``.provenance.json`` sidecar. Without
+        de-identification the NIfTI and DICOM files are byte-identical to what was imported (a synthetic
+        volume whose header lacks the SYNTHETIC mark gets it added). Recorded in the audit trail.
+
+        Args:
+            item_id: Item id or unique prefix.
+            dest_dir: Destination folder (created if needed).
+            deidentify: Clear NIfTI free-text fields and extensions; de-identify DICOM files with the
+                PS3.15 Annex E basic profile. Synthetic volumes stay marked SYNTHETIC.
+            include_dicom: Also write the original DICOM files (DICOM items only).
+            overwrite: Replace existing files instead of refusing.
+            progress: Called with (bytes done, bytes total).
+
+        Raises:
+            OutputError: The destination cannot be written, or files exist and ``overwrite`` is False.
+            VaultCorrupted: The item failed authentication; nothing is left at the destination.
+        """
+        dest = Path(dest_dir).expanduser()
+        with self._op():
+            rec = self._record(item_id)
+            synthetic = rec["kind"] == "synthetic"
+            compressed = bool(rec["volume"].get("compressed"))
+            stem = f"{rec['kind']}-{rec['id'][:12]}"
+            nii_path = dest / (stem + (".nii.gz" if compressed else ".nii"))
+            dicom_parts = [p for p in rec["parts"] if p["name"].startswith("dicom/")] if include_dicom else []
+            dicom_dir = dest / f"{stem}-dicom"
+            prov_path = dest / f"{stem}.provenance.json"
+            targets = [nii_path] + ([dicom_dir] if dicom_parts else []) + ([prov_path] if synthetic else [])
+            if not overwrite and (clash := [str(t) for t in targets if t.exists()]):
+                raise OutputError(f"{clash[0]} already exists; choose another folder or allow overwriting")
+            try:
+                dest.mkdir(parents=True, exist_ok=True)
+                if dicom_parts:
+                    dicom_dir.mkdir(exist_ok=True)
+            except OSError as exc:
+                raise OutputError(f"cannot create {dest}: {exc.strerror}") from exc
+
+            self._audit_write(
+                "export",
+                rec["id"],
+                {"folder": str(dest.absolute()), "deidentified": deidentify, "dicom_files": len(dicom_parts)},
+            )
+            total = sum(int(p["size"]) for p in rec["parts"] if p["name"] == "volume" or p in dicom_parts)
+            done = 0
+            written: list[Path] = []
+            warnings: list[str] = []
+            try:
+                volume = next(p for p in rec["parts"] if p["name"] == "volume")
+                with AtomicWriter(nii_path, prefix=EXPORT_TMP_PREFIX, output=True) as writer:
+                    stream = self._iter_part(rec, volume)
+                    if progress is not None:
+                        stream = _counting(stream, progress, done, total)
+                    for piece in nifti.rewrite_stream(
+                        stream, compressed=compressed, deidentify=deidentify, synthetic=synthetic
+                    ):
+                        writer.write(piece)
+                written.append(nii_path)
+                done += int(volume["size"])
+                uids = deid.UidMapper()
+                for n, part in enumerate(dicom_parts, start=1):
+                    raw = bytes(self._read_part(rec, part))
+                    if deidentify:
+                        raw, found = deid.deidentify_dicom(raw, uids)
+                        warnings.extend(w for w in found if w not in warnings)
+                    target = dicom_dir / f"IM{n:05d}.dcm"
+                    write_atomic(target, raw, prefix=EXPORT_TMP_PREFIX, output=True, sync_dir=False)
+                    written.append(target)
+                    done += int(part["size"])
+                    if progress is not None:
+                        progress(done, total)
+                if dicom_parts:
+                    fsync_dir(dicom_dir)
+                if synthetic:
+                    sidecar = {
+                        "synthetic": True,
+                        "note": "SYNTHETIC volume generated by VolSynth - not a real patient",
+                        "provenance": rec.get("provenance") or {},
+                    }
+                    write_atomic(
+                        prov_path,
+                        (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode(),
+                        prefix=EXPORT_TMP_PREFIX,
+                        output=True,
+                    )
+                    written.append(prov_path)
+                fsync_dir(dest)
+            except BaseException:
+                for path in written:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                if dicom_parts:
+                    with contextlib.suppress(OSError):
+                        dicom_dir.rmdir()
+                raise
+            return ExportResult(files=tuple(written), deidentified=deidentify, warnings=tuple(warnings))
+
+    # -- changes ----------------------------------------------------------------------------------------
+    def delete(self, item_id: str) -> None:
+        """Delete an item and its encrypted files. Recorded in the audit trail."""
+        with self._op(), self._writing():
+            assert self._index is not None
+            rec = self._record(item_id)
+            self._audit_write("delete", rec["id"], {"kind": rec["kind"]})
+            index = copy.deepcopy(self._index)
+            del index["items"][rec["id"]]
+            self._commit_index(index)
+            for part in rec["parts"]:
+                with contextlib.suppress(FileNotFoundError):
+                    (self._blob_dir() / f"{part['blob']}{BLOB_SUFFIX}").unlink()
+            fsync_dir(self._blob_dir())
+
+    def change_passphrase(self, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None) -> None:
+        """Re-wrap the master key under a new passphrase; no item is re-encrypted.
+
+        Args:
+            old: The current passphrase (asked again even though the vault is unlocked).
+            new: The new passphrase (at least 8 characters).
+            kdf: Argon2id parameters for the new passphrase (default: RFC 9106's 64 MiB / t=3 / p=4).
+
+        Raises:
+            VaultLocked: ``old`` is wrong.
+        """
+        new_pw = crypto.encode_passphrase(new, new=True)
+        old_pw = crypto.encode_passphrase(old)
+        kdf = kdf or KdfParams()
+        with self._op(), self._writing():
+            assert self._keys is not None
+            header = _Header.read(self.path)
+            kek = crypto.derive_kek(old_pw, header.salt, header.kdf)
+            try:
+                master = crypto.unwrap_key(kek, header.wrap_nonce, header.wrapped_key, header.aad())
+            except DecryptionFailed:
+                AuditLog.record_failed_unlock(self.path)
+                raise VaultLocked("the current passphrase is wrong; the passphrase was not changed") from None
+            if not hmac.compare_digest(master, bytes(self._keys.master)):
+                raise VaultCorrupted("the vault header no longer matches this vault's key")
+            salt = os.urandom(crypto.SALT_BYTES)
+            draft = _Header(header.vault_id, header.created, kdf, salt, b"", b"")
+            nonce, wrapped = crypto.wrap_key(crypto.derive_kek(new_pw, salt, kdf), master, draft.aad())
+            new_header = _Header(header.vault_id, header.created, kdf, salt, nonce, wrapped)
+            self._audit_write("passphrase_changed", None, {"kdf": kdf.to_dict()})
+            write_atomic(self.path / HEADER_NAME, new_header.to_bytes())
+            self._header = new_header
+
+    # -- checking ---------------------------------------------------------------------------------------
+    def verify(
+        self,
+        item_ids: Sequence[str] | None = None,
+        *,
+        check_audit: bool = True,
+        progress: Progress | None = None,
+    ) -> VerifyReport:
+        """Authenticate every byte of every item (or of the given items) and check the audit chain.
+
+        Never raises for tampering: every problem found is listed in the report, naming the item.
+
+        Args:
+            item_ids: Items to check (ids or prefixes); None for all.
+            check_audit: Also check the audit trail's chain.
+            progress: Called with (bytes done, bytes total).
+        """
+        with self._op():
+            assert self._index is not None
+            problems: list[str] = []
+            notes: list[str] = []
+            try:
+                header = _Header.read(self.path)
+                if header.vault_id != self._header.vault_id:
+                    problems.append("the vault header belongs to another vault")
+            except VaultError as exc:
+                problems.append(str(exc))
+            records = (
+                list(self._index["items"].values())
+                if item_ids is None
+                else [self._record(i) for i in item_ids]
+            )
+            total = sum(int(p["size"]) for rec in records for p in rec["parts"])
+            done = 0
+            checked = 0
+            for rec in records:
+                try:
+                    for part in rec["parts"]:
+                        for piece in self._iter_part(rec, part, check_hash=True):
+                            done += len(piece)
+                            if progress is not None:
+                                progress(done, total)
+                    checked += 1
+                except VaultCorrupted as exc:
+                    problems.append(str(exc))
+            if item_ids is None and (orphans := self._orphan_blobs()):
+                notes.append(
+                    f"{len(orphans)} unreferenced payload file(s) left by an interrupted import; "
+                    "removed at the next change"
+                )
+            audit_entries = 0
+            if check_audit:
+                chk = self._audit.check()
+                problems.extend(chk.problems)
+                audit_entries = len(chk.entries)
+            with contextlib.suppress(VaultError):
+                self._audit_write("verify", None, {"ok": not problems, "items": len(records)})
+            return VerifyReport(
+                ok=not problems,
+                items_checked=checked,
+                bytes_checked=done,
+                audit_entries=audit_entries,
+                problems=tuple(problems),
+                notes=tuple(notes),
+            )
+
+    def audit_trail(self) -> AuditTrail:
+        """The decrypted audit trail, with any tampering found in it."""
+        with self._op():
+            chk = self._audit.check()
+            return AuditTrail(entries=tuple(chk.entries), problems=tuple(chk.problems))
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator:
+    """Open a source file for import; a read error is the user's to fix, so it becomes InvalidRequest."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        with fh:
+            yield fh
+    except OSError as exc:
+        if isinstance(exc, OutputError):
+            raise
+        raise InvalidRequest(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _counting(stream: Iterator[bytes], progress: Progress, start: int, total: int) -> Iterator[bytes]:
+    done = start
+    for piece in stream:
+        done += len(piece)
+        progress(done, total)
+        yield piece
