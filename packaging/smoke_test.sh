@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Check a built bundle the way a user would use it, with no project checkout or virtualenv on the path.
+set -euo pipefail
+BUNDLE="$(cd "${1:-dist/volsynth-studio}" && pwd)"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+env -i HOME="$WORK" PATH=/usr/bin:/bin "$BUNDLE/volsynth" models
+env -i HOME="$WORK" PATH=/usr/bin:/bin "$BUNDLE/volsynth" generate --steps 5 --out "$WORK/smoke.nii.gz"
+test -s "$WORK/smoke.nii.gz" && test -s "$WORK/smoke.json"
+env -i HOME="$WORK" PATH=/usr/bin:/bin QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1600x1000x24" \
+  "$BUNDLE/volsynth-studio" --demo "$WORK/demo.png"
+test -s "$WORK/demo.png"
+mkdir -p "$OLDPWD/build/screenshots" 2>/dev/null && cp "$WORK/demo.png" "$OLDPWD/build/screenshots/bundle-demo.png" || true
+echo "smoke test passed: $(du -sh "$BUNDLE" | cut -f1) bundle at $BUNDLE"
