@@ -1,13 +1,24 @@
 """Speed and precision settings, and the one place they are applied to a model.
 
 Each setting reports whether it applied on this device and, if not, why; the report goes into the
-provenance record and the UI.
+provenance record and the UI. Combinations that cannot make sense are refused with ``InvalidRequest``
+before any work starts (:func:`check_combination`).
+
+``prepare`` never changes the cached fp32 ``LoadedModel``: anything that rewrites modules or weights
+(channels-last, SDPA, quantization, compilation) works on a deep copy. Prepared variants are cached per
+(model, config, device), because int8 calibration and the mixed-precision search run the sampling loop.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import math
+import shutil
+import threading
+import weakref
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.errors import InvalidRequest
@@ -17,10 +28,27 @@ QUANTIZATION_MODES = (None, "int8", "fp8", "mixed")
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune")
 ATTENTION_KERNELS = ("default", "sdpa")
 
+# Calibration for int8 / mixed: its own seed (not a user's), a few steps spread over the whole schedule.
+CALIBRATION_SEED = 20240917
+CALIBRATION_STEPS = 4  # module-level so tests can shorten it
+
 
 @dataclass(frozen=True)
 class OptimizationConfig:
-    """What to change relative to plain fp32 NCDHW eager execution."""
+    """What to change relative to plain fp32 NCDHW eager execution.
+
+    Attributes:
+        tf32: TF32 tensor cores for fp32 convolutions and matmuls (NVIDIA, compute capability 8.0+).
+        channels_last_3d: weights and inputs in channels-last 3D (NDHWC) memory format.
+        autocast: "bf16" or "fp16" mixed precision, or None for fp32.
+        attention: "sdpa" routes MONAI's attention blocks through ``F.scaled_dot_product_attention``.
+        compile_mode: ``torch.compile`` mode for the U-Net, or None for eager.
+        cuda_graphs: capture the U-Net call as a CUDA graph (CUDA only).
+        quantization: post-training quantization of the U-Net: "int8" (x86 CPU), "fp8" (Hopper-class GPU
+            Linear layers), "mixed" (int8 except the layers needed to meet ``psnr_budget_db``), or None.
+        psnr_budget_db: minimum PSNR of the final volume vs fp32 that "mixed" must meet.
+        tiled_decode: decode latents in overlapping tiles to bound peak memory.
+    """
 
     tf32: bool = False
     channels_last_3d: bool = False
@@ -41,6 +69,21 @@ class OptimizationConfig:
             raise InvalidRequest(f"compile mode must be one of {COMPILE_MODES[1:]} or none, got {self.compile_mode!r}")
         if self.attention not in ATTENTION_KERNELS:
             raise InvalidRequest(f"attention must be one of {ATTENTION_KERNELS}, got {self.attention!r}")
+        budget = self.psnr_budget_db
+        if isinstance(budget, bool) or not isinstance(budget, int | float) or not math.isfinite(budget) \
+                or not 10.0 <= budget <= 150.0:
+            raise InvalidRequest(f"PSNR budget must be a number of dB between 10 and 150, got {budget!r}")
+        # Combinations that are wrong on every device; device-dependent ones are in check_combination.
+        if self.quantization in ("int8", "mixed") and self.autocast == "fp16":
+            raise InvalidRequest(
+                "int8 quantization runs on x86 CPUs, which have no fast fp16 kernels, and fp16 activations add a "
+                "second rounding to every requantization; use bf16 autocast (or none) with int8")
+        if self.quantization in ("int8", "mixed") and self.compile_mode:
+            raise InvalidRequest("torch.compile cannot trace the eager int8 quantized kernels; choose either "
+                                 "quantization or compilation")
+        if self.cuda_graphs and self.compile_mode in ("reduce-overhead", "max-autotune"):
+            raise InvalidRequest(f"compile mode {self.compile_mode!r} already captures CUDA graphs; turn off "
+                                 "CUDA graphs or use compile mode 'default'")
 
     @property
     def is_default(self) -> bool:
@@ -57,6 +100,19 @@ class OptimizationConfig:
         return cls(**dict(data))
 
 
+def check_combination(config: OptimizationConfig, device) -> None:
+    """Refuse settings that make no sense on ``device`` (raises ``InvalidRequest`` saying what to change).
+
+    Settings that merely have no effect here (TF32 on a CPU) are not refused; the report says why.
+    """
+    if config.cuda_graphs and device.type != "cuda":
+        raise InvalidRequest(f"CUDA graphs need an NVIDIA GPU; this run is on {device.type}. Turn CUDA graphs off "
+                             "or choose a CUDA device")
+
+
+# -- the prepared model ----------------------------------------------------------------------------------
+
+
 @dataclass
 class PreparedModel:
     """A loaded model with an ``OptimizationConfig`` applied, plus the report of what applied.
@@ -71,45 +127,425 @@ class PreparedModel:
     config: OptimizationConfig
     device: Any
     report: dict[str, dict[str, Any]]
+    unet_call: Any = None  # the callable run per step (compiled / CUDA-graphed U-Net); default: unet
+    details: dict[str, Any] = field(default_factory=dict)  # extra facts for benchmarks (mixed plan, ...)
+
+    def _applied(self, name: str) -> bool:
+        return bool(self.report.get(name, {}).get("applied"))
 
     def autocast(self):
-        import contextlib
-
         import torch
 
-        if self.config.autocast and self.report.get("autocast", {}).get("applied"):
+        if self.config.autocast and self._applied("autocast"):
             dtype = torch.bfloat16 if self.config.autocast == "bf16" else torch.float16
             return torch.autocast(device_type=self.device.type, dtype=dtype)
         return contextlib.nullcontext()
 
+    def precision(self):
+        """TF32 on/off for this call only: the flags are process-wide, and other runs may want IEEE fp32."""
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        return _fp32_precision("tf32" if self._applied("tf32") else "ieee")
+
     def prepare_input(self, x):
         import torch
 
-        if self.report.get("channels_last_3d", {}).get("applied"):
+        if self._applied("channels_last_3d") and x.dim() == 5:
             return x.contiguous(memory_format=torch.channels_last_3d)
         return x
 
     def denoiser(self, x, timesteps, context=None):
-        with self.autocast():
-            out = self.unet(self.prepare_input(x), timesteps=timesteps, context=context)
+        with self.precision(), self.autocast():
+            x = self.prepare_input(x)
+            if self.unet_call is not None:
+                out = self.unet_call(x, timesteps, context)
+            else:
+                out = self.unet(x, timesteps=timesteps, context=context)
         return out.float()
 
     def decode(self, z):
-        with self.autocast():
+        with self.precision(), self.autocast():
+            if self._applied("tiled_decode"):
+                from engine.tiled_decode import tiled_decode
+
+                # Assemble the full volume on the CPU so the GPU holds one tile at a time.
+                return tiled_decode(self._decode_tile, self.prepare_input(z), output_device="cpu")
             out = self.autoencoder.decode_stage_2_outputs(self.prepare_input(z))
         return out.float()
 
+    def _decode_tile(self, z):
+        return self.autoencoder.decode_stage_2_outputs(self.prepare_input(z.contiguous()))
 
-def prepare(model, config: OptimizationConfig, device) -> PreparedModel:
+
+@contextlib.contextmanager
+def _fp32_precision(mode: str):
+    """Set cuBLAS and cuDNN fp32 precision ("tf32" or "ieee"), restoring the previous values after.
+
+    PyTorch >= 2.9 has ``fp32_precision``; mixing it with the legacy ``allow_tf32`` flags is an error there,
+    so the legacy flags are used only on older builds. cuDNN's legacy default is TF32 for convolutions,
+    which is why "ieee" is set explicitly for fp32 runs.
+    """
+    import torch
+
+    matmul, conv = torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)
+    if hasattr(matmul, "fp32_precision") and conv is not None and hasattr(conv, "fp32_precision"):
+        saved = (matmul.fp32_precision, conv.fp32_precision)
+        matmul.fp32_precision = conv.fp32_precision = mode
+        try:
+            yield
+        finally:
+            matmul.fp32_precision, conv.fp32_precision = saved
+    else:  # pragma: no cover - torch < 2.9
+        saved = (matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = mode == "tf32"
+        try:
+            yield
+        finally:
+            matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+class _CompiledWithFallback:
+    """Calls the compiled U-Net; if compilation fails at the first call, runs eager and says so in the report."""
+
+    def __init__(self, compiled, eager, report_entry: dict[str, Any]):
+        self.compiled, self.eager, self.entry = compiled, eager, report_entry
+        self.failed = False
+
+    def __call__(self, x, timesteps, context):
+        if not self.failed:
+            try:
+                return self.compiled(x, timesteps=timesteps, context=context)
+            except Exception as exc:  # noqa: BLE001 - any compiler failure means "run eager", reported
+                self.failed = True
+                self.entry.update(applied=False, reason=f"torch.compile failed, ran eager: {str(exc).splitlines()[0][:200]}")
+        return self.eager(x, timesteps=timesteps, context=context)
+
+
+class _CudaGraphed:
+    """Replays a captured CUDA graph of the U-Net per input signature (shapes, dtypes, context or not).
+
+    Inputs are copied into static buffers and the output is cloned out, because a replay overwrites both.
+    """
+
+    WARMUP = 3
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.graphs: dict[tuple, tuple] = {}
+
+    def __call__(self, x, timesteps, context):
+        import torch
+
+        key = (tuple(x.shape), x.dtype, x.stride(), tuple(timesteps.shape),
+               None if context is None else (tuple(context.shape), context.dtype))
+        entry = self.graphs.get(key)
+        if entry is None:
+            static = [x.clone(), timesteps.clone(), None if context is None else context.clone()]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(self.WARMUP):  # warm-up outside capture: cuDNN autotuning, lazy allocations
+                    self.fn(static[0], timesteps=static[1], context=static[2])
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self.fn(static[0], timesteps=static[1], context=static[2])
+            entry = self.graphs[key] = (graph, static, out)
+        graph, static, out = entry
+        static[0].copy_(x)
+        static[1].copy_(timesteps)
+        if context is not None:
+            static[2].copy_(context)
+        graph.replay()
+        return out.clone()
+
+
+# -- prepare ---------------------------------------------------------------------------------------------
+
+_cache_lock = threading.Lock()
+_cache: dict[tuple, tuple[weakref.ref, PreparedModel]] = {}
+
+
+def prepare(model, config: OptimizationConfig, device, *, use_cache: bool = True) -> PreparedModel:
     """Apply ``config`` to ``model`` (a LoadedModel already on ``device``).
 
-    Settings that cannot apply here are reported with the reason instead of failing.
+    Settings that cannot apply here are reported with the reason instead of failing; combinations that
+    make no sense raise ``InvalidRequest``. ``model`` itself is never modified.
     """
+    check_combination(config, device)
+    key = (id(model), config, str(device))
+    if use_cache:
+        with _cache_lock:
+            hit = _cache.get(key)
+            if hit is not None and hit[0]() is model:
+                cached = hit[1]
+                return PreparedModel(unet=cached.unet, autoencoder=cached.autoencoder, config=config, device=device,
+                                     report=copy.deepcopy(cached.report), unet_call=cached.unet_call,
+                                     details=cached.details)
+    prepared = _prepare(model, config, device)
+    if use_cache:
+        with _cache_lock:
+            _cache.clear()  # one prepared variant at a time: 3D U-Nets are large
+            _cache[key] = (weakref.ref(model), prepared)
+        prepared = PreparedModel(unet=prepared.unet, autoencoder=prepared.autoencoder, config=config,
+                                 device=device, report=copy.deepcopy(prepared.report),
+                                 unet_call=prepared.unet_call, details=prepared.details)
+    return prepared
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _entry(requested, applied: bool, reason: str = "") -> dict[str, Any]:
+    return {"requested": requested, "applied": applied, "reason": reason}
+
+
+def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
+    import torch
+
     report: dict[str, dict[str, Any]] = {}
-    for name, value in config.to_dict().items():
-        if name in ("psnr_budget_db",):
+    details: dict[str, Any] = {}
+    unet, autoencoder = model.unet, model.autoencoder
+    is_cuda = device.type == "cuda"
+    capability = torch.cuda.get_device_capability(device) if is_cuda else None
+
+    # 1. TF32 (a per-call context in PreparedModel.precision; nothing to change in the model).
+    if config.tf32:
+        if is_cuda and capability >= (8, 0):
+            report["tf32"] = _entry(True, True, f"convolutions and matmuls in TF32 (compute capability "
+                                                f"{capability[0]}.{capability[1]})")
+        else:
+            where = (f"this GPU is {capability[0]}.{capability[1]}" if is_cuda else f"this run is on {device.type}")
+            report["tf32"] = _entry(True, False, f"TF32 needs an NVIDIA GPU of compute capability 8.0+; {where}")
+    else:
+        report["tf32"] = _entry(False, False, "fp32 convolutions and matmuls forced to IEEE fp32" if is_cuda else "")
+
+    # 2. Autocast.
+    if config.autocast:
+        ok, reason = _autocast_support(config.autocast, device)
+        report["autocast"] = _entry(config.autocast, ok, reason)
+    else:
+        report["autocast"] = _entry(None, False)
+
+    # Everything below rewrites modules: work on copies, never on the cached fp32 model.
+    rewrites_unet = (config.channels_last_3d or config.attention == "sdpa" or config.quantization
+                     or config.compile_mode or config.cuda_graphs)
+    if rewrites_unet:
+        unet = copy.deepcopy(unet)
+    if autoencoder is not None and config.channels_last_3d:
+        autoencoder = copy.deepcopy(autoencoder)
+
+    # 3. SDPA attention: flip MONAI's use_flash_attention on every attention block (same weights).
+    if config.attention == "sdpa":
+        switched = _use_sdpa(unet)
+        if switched:
+            report["attention"] = _entry("sdpa", True, f"{switched} attention block(s) use "
+                                                       "torch.nn.functional.scaled_dot_product_attention")
+        else:
+            report["attention"] = _entry("sdpa", False, "the model has no attention blocks that can use SDPA")
+    else:
+        report["attention"] = _entry("default", False)
+
+    # 4. Quantization (before channels-last and compile: it replaces modules).
+    report["quantization"] = _entry(config.quantization, False)
+    if config.quantization:
+        _apply_quantization(model, unet, config, device, report, details)
+
+    # 5. Channels-last 3D: weights now, inputs per call (PreparedModel.prepare_input).
+    if config.channels_last_3d:
+        unet.to(memory_format=torch.channels_last_3d)
+        if autoencoder is not None:
+            autoencoder.to(memory_format=torch.channels_last_3d)
+        kept = _conv_keeps_channels_last(device)
+        report["channels_last_3d"] = _entry(True, True, (
+            "weights and inputs in NDHWC" + ("" if kept else "; this build's Conv3d returns NCDHW on "
+                                             f"{device.type}, so activations fall back to NCDHW after each conv")))
+    else:
+        report["channels_last_3d"] = _entry(False, False)
+
+    # 6. Compile / CUDA graphs: wrap the call, not the module, so PreparedModel.unet stays inspectable.
+    unet_call = None
+    if config.compile_mode:
+        compiler_ok, why = _compile_support(device)
+        if compiler_ok:
+            entry = _entry(config.compile_mode, True, f"torch.compile(mode={config.compile_mode!r})"
+                           + ("; no CUDA graphs off CUDA" if config.compile_mode != "default" and not is_cuda else ""))
+            report["compile_mode"] = entry
+            compiled = torch.compile(unet, mode=config.compile_mode, dynamic=False)
+            unet_call = _CompiledWithFallback(compiled, unet, entry)
+        else:
+            report["compile_mode"] = _entry(config.compile_mode, False, why)
+    else:
+        report["compile_mode"] = _entry(None, False)
+    if config.cuda_graphs:  # check_combination refused it off CUDA
+        base = unet_call or (lambda x, timesteps, context: unet(x, timesteps=timesteps, context=context))
+        unet_call = _CudaGraphed(base)
+        report["cuda_graphs"] = _entry(True, True, "U-Net captured once per input shape, replayed each step")
+    else:
+        report["cuda_graphs"] = _entry(False, False)
+
+    # 7. Tiled decode.
+    if config.tiled_decode:
+        if autoencoder is None:
+            report["tiled_decode"] = _entry(True, False, "pixel-space model: there is no decoder to tile")
+        else:
+            from engine.tiled_decode import DEFAULT_OVERLAP, DEFAULT_TILE, needs_tiling
+
+            latent = model.spec.latent_shape[1:] if model.spec.latent_shape else ()
+            note = "" if needs_tiling(latent) else " (latent fits in one tile: same as a full decode)"
+            report["tiled_decode"] = _entry(True, True, f"latent tiles {DEFAULT_TILE}, overlap {DEFAULT_OVERLAP}, "
+                                                        f"Gaussian blending{note}")
+    else:
+        report["tiled_decode"] = _entry(False, False)
+
+    return PreparedModel(unet=unet, autoencoder=autoencoder, config=config, device=device, report=report,
+                         unet_call=unet_call, details=details)
+
+
+def _autocast_support(dtype: str, device) -> tuple[bool, str]:
+    import torch
+
+    if device.type == "cuda":
+        if dtype == "bf16" and not torch.cuda.is_bf16_supported():
+            return False, "this GPU has no bf16 support (needs compute capability 8.0+)"
+        return True, f"{dtype} autocast on {torch.cuda.get_device_name(device)}"
+    if device.type == "cpu":
+        note = ("" if dtype == "bf16" else
+                "; most CPUs have no fast fp16 kernels, so expect it to be slower than bf16")
+        return True, f"{dtype} autocast on the CPU (oneDNN){note}"
+    if device.type == "mps":
+        return True, f"{dtype} autocast on Apple Metal"
+    return False, f"autocast is not supported on {device.type}"
+
+
+def _compile_support(device) -> tuple[bool, str]:
+    import torch
+
+    if not hasattr(torch, "compile"):
+        return False, "this PyTorch has no torch.compile"
+    if device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+        return False, "torch.compile on the CPU needs a C++ compiler (g++ or clang++), none found"
+    if device.type == "mps":
+        return False, "torch.compile does not support Apple Metal for these networks yet"
+    return True, ""
+
+
+def _use_sdpa(unet) -> int:
+    """Switch MONAI attention blocks to SDPA in place; returns how many were switched."""
+    switched = 0
+    for module in unet.modules():
+        if not hasattr(module, "use_flash_attention"):
             continue
-        requested = value not in (False, None, "default")
-        report[name] = {"requested": value, "applied": False,
-                        "reason": "" if not requested else "not implemented in this build"}
-    return PreparedModel(unet=model.unet, autoencoder=model.autoencoder, config=config, device=device, report=report)
+        # SDPA cannot save attention maps or add relative positional terms; leave such blocks as they are.
+        if getattr(module, "save_attn", False) or getattr(module, "rel_positional_embedding", None) is not None:
+            continue
+        if type(module).__name__ in ("SABlock", "CrossAttentionBlock"):
+            module.use_flash_attention = True
+            switched += 1
+    return switched
+
+
+_CL_PROBE: dict[str, bool] = {}
+
+
+def _conv_keeps_channels_last(device) -> bool:
+    """Whether this build's Conv3d returns channels-last output for channels-last input on ``device``."""
+    import torch
+
+    key = device.type
+    if key not in _CL_PROBE:
+        conv = torch.nn.Conv3d(8, 8, 3, padding=1).to(device).to(memory_format=torch.channels_last_3d)
+        x = torch.zeros(1, 8, 4, 4, 4, device=device).contiguous(memory_format=torch.channels_last_3d)
+        with torch.inference_mode():
+            _CL_PROBE[key] = conv(x).is_contiguous(memory_format=torch.channels_last_3d)
+    return _CL_PROBE[key]
+
+
+# -- quantization ----------------------------------------------------------------------------------------
+
+
+def _apply_quantization(model, unet, config: OptimizationConfig, device, report, details) -> None:
+    from engine import quantization as q
+
+    mode = config.quantization
+    if mode == "fp8":
+        ok, why = q.fp8_support(device)
+        if not ok:
+            report["quantization"] = _entry(mode, False, why)
+            return
+        names = q.quantize_fp8(unet)
+        report["quantization"] = _entry(mode, bool(names), (
+            f"{len(names)} Linear layer(s) in fp8 e4m3 (torch._scaled_mm); PyTorch has no fp8 Conv3d, so "
+            "convolutions keep their precision" if names else "no Linear layer has fp8-compatible shapes"))
+        return
+
+    ok, why = q.int8_support(device)
+    if not ok:
+        report["quantization"] = _entry(mode, False, why)
+        return
+    import torch
+
+    torch.backends.quantized.engine = why  # the x86 engine found by int8_support
+    candidates = q.candidate_layers(unet)
+    calibration = q.Calibration()
+    handles = calibration.attach(unet, candidates)
+    try:
+        _run_calibration(model, unet, device, decode=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    details["calibration"] = {"seed": CALIBRATION_SEED, "steps": CALIBRATION_STEPS,
+                              "layers_observed": len(calibration.ranges)}
+    if mode == "int8":
+        done = q.quantize_int8(unet, calibration, candidates)
+        convs = sum(1 for n in done if n in calibration.ranges)
+        report["quantization"] = _entry(mode, bool(done), (
+            f"{convs} Conv3d (static quint8 activations, per-channel qint8 weights) and {len(done) - convs} Linear "
+            f"(dynamic int8) layer(s) of the U-Net, {why} engine; calibrated on {CALIBRATION_STEPS} steps of seed "
+            f"{CALIBRATION_SEED}; GroupNorm, activations, attention and the decoder stay in floating point"))
+        return
+
+    # mixed: sensitivity-ranked search for the fewest float layers that meet the PSNR budget.
+    def run_sample(trial_unet):
+        return _run_calibration(model, trial_unet, device, decode=False)
+
+    def run_volume(trial_unet):
+        return _run_calibration(model, trial_unet, device, decode=True)
+
+    plan = q.mixed_precision_plan(unet, calibration, candidates, config.psnr_budget_db, run_sample, run_volume)
+    q.quantize_int8(unet, calibration, plan.quantized)
+    details["mixed_plan"] = {"quantized": plan.quantized, "kept_float": plan.kept,
+                             "sensitivity_psnr_db": plan.sensitivity_db,
+                             "achieved_psnr_db": plan.achieved_psnr_db, "evaluations": plan.evaluations}
+    achieved = "lossless" if math.isinf(plan.achieved_psnr_db) else f"{plan.achieved_psnr_db:.1f} dB"
+    report["quantization"] = _entry(mode, bool(plan.quantized), (
+        f"{len(plan.quantized)} of {len(candidates)} layers int8, {len(plan.kept)} most sensitive kept in float; "
+        f"final volume {achieved} vs fp32 on the calibration run (budget {config.psnr_budget_db:g} dB, seed "
+        f"{CALIBRATION_SEED}, {CALIBRATION_STEPS} steps)"))
+
+
+def _run_calibration(model, unet, device, decode: bool):
+    """Run the engine's sampling loop with ``unet`` (fp32, eager) on the calibration request.
+
+    Returns the final sample: the decoded volume if ``decode``, else the final latent (for latent models).
+    """
+    from engine.api import SamplingRequest
+    from engine.sampling import denoise
+
+    spec = model.spec
+    plain = PreparedModel(unet=unet, autoencoder=model.autoencoder, config=OptimizationConfig(), device=device,
+                          report={})
+    if not decode:
+        plain.decode = lambda z: z  # the latent itself: cheap, used for per-layer sensitivities
+    request = SamplingRequest(model=spec.id, steps=min(CALIBRATION_STEPS, int(spec.schedule["num_train_timesteps"])),
+                              seed=CALIBRATION_SEED)
+    job = denoise(plain, spec, request, device)
+    try:
+        while True:
+            next(job)
+    except StopIteration as done:
+        return done.value.volumes
+    finally:
+        job.close()

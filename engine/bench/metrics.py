@@ -1,0 +1,73 @@
+"""How far an optimized result is from the fp32 reference: PSNR, SSIM, max abs error; and peak memory."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+
+def psnr(reference: np.ndarray, test: np.ndarray) -> float:
+    """PSNR in dB with the reference's own value range as the peak (inf when identical)."""
+    ref = np.asarray(reference, dtype=np.float64)
+    err = np.asarray(test, dtype=np.float64) - ref
+    mse = float(np.mean(err * err))
+    data_range = float(ref.max() - ref.min()) or 1.0
+    if mse == 0.0:
+        return math.inf
+    return 10.0 * math.log10(data_range * data_range / mse)
+
+
+def ssim(reference: np.ndarray, test: np.ndarray) -> float | None:
+    """Mean SSIM over batch items and channels of (B, C, X, Y, Z) arrays; None if scikit-image is missing."""
+    try:
+        from skimage.metrics import structural_similarity
+    except ImportError:
+        return None
+    ref = np.asarray(reference, dtype=np.float64)
+    tst = np.asarray(test, dtype=np.float64)
+    ref = ref.reshape(-1, *ref.shape[-3:])
+    tst = tst.reshape(-1, *tst.shape[-3:])
+    data_range = float(ref.max() - ref.min()) or 1.0
+    win = min(7, *(s if s % 2 else s - 1 for s in ref.shape[-3:]))
+    if win < 3:
+        return None
+    return float(np.mean([structural_similarity(r, t, data_range=data_range, win_size=win)
+                          for r, t in zip(ref, tst, strict=True)]))
+
+
+def compare(reference: np.ndarray, test: np.ndarray) -> dict[str, float | None]:
+    """PSNR, SSIM and max abs error of ``test`` against ``reference``."""
+    diff = np.abs(np.asarray(test, dtype=np.float64) - np.asarray(reference, dtype=np.float64))
+    return {"psnr_db": psnr(reference, test), "ssim": ssim(reference, test), "max_abs_err": float(diff.max())}
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (bytes)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (Linux ``/proc/self/clear_refs``); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def current_peak_rss_bytes() -> int | None:
+    """Peak RSS since the last :func:`reset_peak_rss` (Linux ``VmHWM``); None where unavailable."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,400 @@
+"""``volsynth bench``: every optimization setting against fp32 NCDHW, same model, seed and noise, one run.
+
+Each row runs in its own child process (so peak memory is that row's alone and no row inherits another's
+caches or thread pools) through the engine's own path: ``ModelRegistry`` -> ``prepare`` -> the one
+denoising loop ``engine.sampling.denoise``. The reference row runs MONAI's ``DiffusionInferer`` /
+``LatentDiffusionInferer.sample`` on the same noise. Repeats interleave the rows (row order rotates each
+repeat) because these machines are shared and noisy: a ratio measured side by side means something, an
+absolute time much less.
+
+Per row: per-step latency (the loop's own step times, warm-up steps excluded; median and IQR over all
+steps of all repeats; on CUDA the U-Net call is also timed with CUDA events), end-to-end time, peak memory
+(CUDA allocator peak on GPU, process peak RSS on CPU), and the final volume's PSNR / SSIM / max abs error
+against the fp32 row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Named rows. "reference" is MONAI's inferer; every other row is an OptimizationConfig.
+ROWS: dict[str, dict[str, Any] | None] = {
+    "fp32": {},
+    "reference": None,
+    "tf32": {"tf32": True},
+    "channels_last": {"channels_last_3d": True},
+    "bf16": {"autocast": "bf16"},
+    "fp16": {"autocast": "fp16"},
+    "sdpa": {"attention": "sdpa"},
+    "compile": {"compile_mode": "default"},
+    "cuda_graphs": {"cuda_graphs": True},
+    "int8": {"quantization": "int8"},
+    "mixed": {"quantization": "mixed", "psnr_budget_db": 40.0},
+    "fp8": {"quantization": "fp8", "autocast": "bf16"},
+    "tiled_decode": {"tiled_decode": True},
+    "bf16+sdpa": {"autocast": "bf16", "attention": "sdpa"},
+    "bf16+sdpa+cl": {"autocast": "bf16", "attention": "sdpa", "channels_last_3d": True},
+    "int8+sdpa": {"quantization": "int8", "attention": "sdpa"},
+    "int8+bf16+sdpa": {"quantization": "int8", "autocast": "bf16", "attention": "sdpa"},
+    "mixed+bf16+sdpa": {"quantization": "mixed", "autocast": "bf16", "attention": "sdpa", "psnr_budget_db": 40.0},
+    "tf32+cl": {"tf32": True, "channels_last_3d": True},
+    "tf32+cl+sdpa": {"tf32": True, "channels_last_3d": True, "attention": "sdpa"},
+    "bf16+cl+sdpa+compile": {"autocast": "bf16", "channels_last_3d": True, "attention": "sdpa",
+                             "compile_mode": "default"},
+    "bf16+sdpa+graphs": {"autocast": "bf16", "attention": "sdpa", "cuda_graphs": True},
+}
+DEFAULT_ROWS = {
+    "cpu": ["fp32", "reference", "bf16", "channels_last", "sdpa", "int8", "bf16+sdpa", "int8+sdpa",
+            "int8+bf16+sdpa"],
+    "cuda": ["fp32", "reference", "tf32", "tf32+cl", "bf16", "sdpa", "bf16+sdpa+cl", "compile",
+             "bf16+cl+sdpa+compile", "bf16+sdpa+graphs", "fp8"],
+}
+
+
+@dataclass
+class BenchSettings:
+    model: str
+    steps: int
+    repeats: int
+    warmup: int
+    seed: int
+    device: str
+    latent_only: bool
+    threads: int | None
+
+
+# -- child: one row ------------------------------------------------------------------------------------
+
+
+class _Timed:
+    """Proxy of a PreparedModel that times the U-Net calls (CUDA events on GPU) and can skip the decode."""
+
+    def __init__(self, prepared, device, skip_decode: bool):
+        self.prepared, self.device, self.skip_decode = prepared, device, skip_decode
+        self.unet_ms: list[float] = []
+        self.decode_s = 0.0
+
+    def autocast(self):
+        return self.prepared.autocast()
+
+    def denoiser(self, x, timesteps, context=None):
+        import torch
+
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = self.prepared.denoiser(x, timesteps, context)
+            end.record()
+            end.synchronize()
+            self.unet_ms.append(start.elapsed_time(end))
+        else:
+            started = time.perf_counter()
+            out = self.prepared.denoiser(x, timesteps, context)
+            self.unet_ms.append(1e3 * (time.perf_counter() - started))
+        return out
+
+    def decode(self, z):
+        if self.skip_decode:
+            return z
+        started = time.perf_counter()
+        out = self.prepared.decode(z)
+        self.decode_s = time.perf_counter() - started
+        return out
+
+
+def _peak_memory(device) -> tuple[int, str]:
+    import torch
+
+    from engine.bench.metrics import peak_rss_bytes
+
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda_allocator"
+    return peak_rss_bytes(), "process_rss"
+
+
+def _request(source, settings: BenchSettings, config):
+    from engine.api import SamplingRequest
+
+    return SamplingRequest(model=str(source.path), steps=settings.steps, seed=settings.seed, optimization=config)
+
+
+def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
+    """Run one row in this process; writes ``<name>.npy`` (final volume) and returns the measurements."""
+    import numpy as np
+    import torch
+
+    from engine.devices import resolve_device
+    from engine.models.registry import ModelRegistry
+    from engine.optimization import OptimizationConfig, prepare
+    from engine.sampling import denoise
+
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    device = resolve_device(settings.device)
+    source = ModelRegistry().get(settings.model)
+    started = time.perf_counter()
+    model = source.load().to(device)
+    load_s = time.perf_counter() - started
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    record: dict[str, Any] = {"row": name, "load_s": load_s}
+
+    if ROWS[name] is None:
+        volumes, step_s, unet_ms, prep_s = _run_reference(model, source.spec, settings, device)
+        record["report"] = {"reference": {"requested": "MONAI inferer", "applied": True,
+                                          "reason": "MONAI DiffusionInferer/LatentDiffusionInferer.sample, fp32"}}
+        decode_s = None
+    else:
+        config = OptimizationConfig.from_dict(ROWS[name])
+        request = _request(source, settings, config)
+        t0 = time.perf_counter()
+        prepared = prepare(model, config, device, use_cache=False)
+        prep_s = time.perf_counter() - t0
+        timed = _Timed(prepared, device, settings.latent_only)
+        job = denoise(timed, source.spec, request, device)
+        try:
+            while True:
+                next(job)
+        except StopIteration as done:
+            loop = done.value
+        finally:
+            job.close()
+        volumes, step_s, unet_ms = loop.volumes, loop.step_times_s, timed.unet_ms
+        decode_s = None if settings.latent_only else timed.decode_s
+        record["report"] = prepared.report
+        if prepared.details:
+            record["details"] = prepared.details
+    total_s = time.perf_counter() - started - load_s
+    peak, kind = _peak_memory(device)
+    np.save(out_dir / f"{_safe(name)}.npy", volumes.float().numpy())
+    record.update(prepare_s=prep_s, step_s=step_s, unet_ms=unet_ms, decode_s=decode_s, end_to_end_s=total_s,
+                  peak_memory_bytes=peak, memory_kind=kind, device=str(device))
+    return record
+
+
+def _run_reference(model, spec, settings: BenchSettings, device):
+    """MONAI's inferer on the same noise, conditioning and scheduler as the engine's loop."""
+    import torch
+    from monai.inferers import DiffusionInferer, LatentDiffusionInferer
+
+    from engine.api import SamplingRequest
+    from engine.models.networks import build_scheduler
+    from engine.sampling import resolve_request
+
+    request, conditioning = resolve_request(spec, SamplingRequest(steps=settings.steps, seed=settings.seed))
+    scheduler = build_scheduler(request.sampler, spec.schedule)
+    scheduler.set_timesteps(request.steps, device=device)
+    shape = (1, *spec.diffusion_shape)
+    noise = torch.randn(shape, generator=torch.Generator().manual_seed(request.seed), dtype=torch.float32).to(device)
+    vector = torch.tensor([spec.condition(n).normalise(v) for n, v in conditioning.items()],
+                          dtype=torch.float32, device=device).view(1, 1, -1)
+    unet_ms: list[float] = []
+    step_s: list[float] = []
+    last = [time.perf_counter()]
+
+    class Conditioned(torch.nn.Module):
+        """MONAI's inferer passes either concat channels or cross-attention context; some models use both."""
+
+        def __init__(self, unet):
+            super().__init__()
+            self.unet = unet
+
+        def forward(self, x, timesteps, context=None):
+            started = time.perf_counter()
+            if "concat" in spec.conditioning_modes and spec.conditioning:
+                x = torch.cat([x, vector[:, 0, :, None, None, None].expand(-1, -1, *x.shape[2:])], dim=1)
+            ctx = vector if "crossattn" in spec.conditioning_modes and spec.conditioning else None
+            out = self.unet(x, timesteps=timesteps, context=ctx)
+            now = time.perf_counter()
+            unet_ms.append(1e3 * (now - started))
+            step_s.append(now - last[0])  # previous scheduler step + this U-Net call, like the engine's step
+            last[0] = now
+            return out
+
+    diffusion = Conditioned(model.unet)
+    with torch.inference_mode():
+        if spec.kind == "latent" and not settings.latent_only:
+            inferer = LatentDiffusionInferer(scheduler, scale_factor=spec.scale_factor)
+            out = inferer.sample(noise, autoencoder_model=model.autoencoder, diffusion_model=diffusion,
+                                 scheduler=scheduler, mode="crossattn", verbose=False)
+        else:
+            out = DiffusionInferer(scheduler).sample(noise, diffusion_model=diffusion, scheduler=scheduler,
+                                                     mode="crossattn", verbose=False)
+            if spec.kind == "latent":
+                out = out / spec.scale_factor  # what the engine's latent-only rows return
+    step_s[0] = unet_ms[0] / 1e3
+    return out.float().cpu(), step_s, unet_ms, 0.0
+
+
+def _safe(name: str) -> str:
+    return name.replace("+", "_")
+
+
+# -- parent: orchestrate, compare, report ----------------------------------------------------------------
+
+
+def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print) -> dict[str, Any]:
+    """Run every row ``settings.repeats`` times (interleaved, each in a child process) and summarise."""
+    import numpy as np
+
+    from engine.bench.metrics import compare
+
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        from engine.errors import InvalidRequest
+
+        raise InvalidRequest(f"unknown bench row(s) {unknown}; known: {', '.join(ROWS)}")
+    if "fp32" not in rows:
+        rows = ["fp32", *rows]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict[str, Any]]] = {r: [] for r in rows}
+    for repeat in range(settings.repeats):
+        order = rows[repeat % len(rows):] + rows[:repeat % len(rows)]  # rotate: no row always runs first
+        for name in order:
+            log(f"[repeat {repeat + 1}/{settings.repeats}] {name} ...")
+            runs[name].append(_spawn(name, settings, out_dir / f"r{repeat}"))
+
+    reference = np.load(out_dir / "r0" / "fp32.npy")
+    results = []
+    for name in rows:
+        ok = [r for r in runs[name] if "error" not in r]
+        if not ok:
+            results.append({"row": name, "error": runs[name][0]["error"]})
+            continue
+        steps = [s for r in ok for s in r["step_s"][settings.warmup:]]
+        unet = [s for r in ok for s in r["unet_ms"][settings.warmup:]]
+        volume = np.load(out_dir / "r0" / f"{_safe(name)}.npy") if (out_dir / "r0" / f"{_safe(name)}.npy").is_file() \
+            else np.load(out_dir / f"r{settings.repeats - 1}" / f"{_safe(name)}.npy")
+        results.append({
+            "row": name, "config": ROWS[name], "report": ok[0]["report"], "details": ok[0].get("details"),
+            "step_ms_median": 1e3 * float(np.median(steps)), "step_ms_iqr": 1e3 * float(np.subtract(*np.percentile(steps, [75, 25]))),
+            "unet_ms_median": float(np.median(unet)), "steps_measured": len(steps),
+            "end_to_end_s_median": float(np.median([r["end_to_end_s"] for r in ok])),
+            "prepare_s_median": float(np.median([r["prepare_s"] for r in ok])),
+            "decode_s_median": None if ok[0]["decode_s"] is None else float(np.median([r["decode_s"] for r in ok])),
+            "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ok), "memory_kind": ok[0]["memory_kind"],
+            **compare(reference, volume),
+        })
+    base = next(r for r in results if r["row"] == "fp32")
+    for r in results:
+        if "step_ms_median" in r:
+            r["speedup_per_step"] = base["step_ms_median"] / r["step_ms_median"]
+            r["speedup_end_to_end"] = base["end_to_end_s_median"] / r["end_to_end_s_median"]
+    summary = {"settings": settings.__dict__, "rows": results, "compared_on": "final latent" if settings.latent_only
+               else "final decoded volume", "host": _host(), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    _write_outputs(summary, out_dir)
+    return summary
+
+
+def _spawn(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "engine.bench.runner", "--child", name, "--settings", json.dumps(settings.__dict__),
+           "--out", str(out_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    result_file = out_dir / f"{_safe(name)}.json"
+    if proc.returncode != 0 or not result_file.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"row": name, "error": f"exit {proc.returncode}: {tail[0][:300]}"}
+    return json.loads(result_file.read_text())
+
+
+def _host() -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    info = {"platform": platform.platform(), "torch": torch.__version__, "cpu_threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    header = (f"{'row':22s} {'step ms':>9s} {'IQR':>7s} {'x fp32':>7s} {'e2e s':>7s} {'x e2e':>6s} {'peak GiB':>8s} "
+              f"{'PSNR dB':>8s} {'SSIM':>6s} {'max err':>8s}  applied")
+    lines = [header, "-" * len(header)]
+    for r in summary["rows"]:
+        if "error" in r:
+            lines.append(f"{r['row']:22s} ERROR {r['error']}")
+            continue
+        applied = ",".join(k for k, e in r["report"].items() if e.get("applied")) or "-"
+        not_applied = [k for k, e in r["report"].items()
+                       if e.get("requested") not in (False, None, "default") and not e.get("applied")]
+        if not_applied:
+            applied += " (not applied: " + ",".join(not_applied) + ")"
+        ssim = "-" if r["ssim"] is None else f"{r['ssim']:.4f}"
+        lines.append(f"{r['row']:22s} {r['step_ms_median']:9.1f} {r['step_ms_iqr']:7.1f} {r['speedup_per_step']:7.2f} "
+                     f"{r['end_to_end_s_median']:7.1f} {r['speedup_end_to_end']:6.2f} "
+                     f"{r['peak_memory_bytes'] / 2**30:8.2f} {r['psnr_db']:8.1f} {ssim:>6s} {r['max_abs_err']:8.2g}  "
+                     f"{applied}")
+    lines.append(f"deviation measured on the {summary['compared_on']} against the fp32 row; "
+                 f"{summary['settings']['steps']} steps x {summary['settings']['repeats']} repeat(s), "
+                 f"first {summary['settings']['warmup']} step(s) of each run excluded")
+    return "\n".join(lines)
+
+
+def _write_outputs(summary: dict[str, Any], out_dir: Path) -> None:
+    import csv
+
+    (out_dir / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
+    fields = ["row", "step_ms_median", "step_ms_iqr", "speedup_per_step", "unet_ms_median", "end_to_end_s_median",
+              "speedup_end_to_end", "prepare_s_median", "decode_s_median", "peak_memory_bytes", "memory_kind",
+              "psnr_db", "ssim", "max_abs_err", "error"]
+    with open(out_dir / "bench.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(summary["rows"])
+    (out_dir / "bench.txt").write_text(format_table(summary) + "\n")
+    _chart(summary, out_dir / "bench.png")
+
+
+def _chart(summary: dict[str, Any], path: Path) -> bool:
+    """Speed-up per step (bars) with the PSNR each row cost; False if matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = [r for r in summary["rows"] if "speedup_per_step" in r]
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(rows) + 2), 4))
+    bars = ax.bar([r["row"] for r in rows], [r["speedup_per_step"] for r in rows], color="#4477aa")
+    for bar, r in zip(bars, rows, strict=True):
+        label = "exact" if r["psnr_db"] == float("inf") else f"{r['psnr_db']:.0f} dB"
+        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_ylabel("per-step speed-up vs fp32 NCDHW")
+    ax.set_title(f"{Path(summary['settings']['model']).name}: speed-up (bars) and PSNR vs fp32 (labels)")
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Child entry point: ``python -m engine.bench.runner --child ROW --settings JSON --out DIR``."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", required=True)
+    parser.add_argument("--settings", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    settings = BenchSettings(**json.loads(args.settings))
+    out = Path(args.out)
+    record = run_row(args.child, settings, out)
+    (out / f"{_safe(args.child)}.json").write_text(json.dumps(record, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Each setting changes what actually runs; settings that cannot apply say why; bad combinations are refused."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.errors import InvalidRequest
+from engine.optimization import OptimizationConfig, clear_cache, prepare
+from tests.engine.optimization.conftest import run_loop
+
+
+def _psnr(ref, test):
+    mse = float(((test.double() - ref.double()) ** 2).mean())
+    return math.inf if mse == 0 else 10 * math.log10(float(ref.max() - ref.min()) ** 2 / mse)
+
+
+def _state(module):
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def test_default_config_applies_nothing_and_reports_every_setting(tiny_loaded, cpu):
+    prepared = prepare(tiny_loaded, OptimizationConfig(), cpu, use_cache=False)
+    assert prepared.unet is tiny_loaded.unet  # nothing to rewrite: no copy
+    assert set(prepared.report) == {"tf32", "autocast", "attention", "quantization", "channels_last_3d",
+                                    "compile_mode", "cuda_graphs", "tiled_decode"}
+    assert not any(entry["applied"] for entry in prepared.report.values())
+
+
+def test_not_applicable_settings_say_why(tiny_loaded, cpu):
+    prepared = prepare(tiny_loaded, OptimizationConfig(tf32=True, quantization="fp8"), cpu, use_cache=False)
+    assert prepared.report["tf32"]["applied"] is False
+    assert "compute capability 8.0" in prepared.report["tf32"]["reason"]
+    assert prepared.report["quantization"]["applied"] is False
+    assert "8.9" in prepared.report["quantization"]["reason"]
+
+
+def test_tiled_decode_is_not_applicable_to_pixel_models(registry, cpu):
+    model = registry.get("tiny-pixel").load()
+    prepared = prepare(model, OptimizationConfig(tiled_decode=True), cpu, use_cache=False)
+    assert prepared.report["tiled_decode"]["applied"] is False
+    assert "no decoder" in prepared.report["tiled_decode"]["reason"]
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"quantization": "int8", "autocast": "fp16"}, "bf16"),
+    ({"quantization": "mixed", "compile_mode": "default"}, "compil"),
+    ({"cuda_graphs": True, "compile_mode": "reduce-overhead"}, "already captures CUDA graphs"),
+    ({"psnr_budget_db": 0.0}, "PSNR budget"),
+    ({"psnr_budget_db": float("nan")}, "PSNR budget"),
+])
+def test_conflicting_combinations_are_refused(fields, words):
+    with pytest.raises(InvalidRequest, match=words):
+        OptimizationConfig(**fields)
+
+
+def test_cuda_graphs_off_cuda_are_refused(tiny_loaded, cpu):
+    with pytest.raises(InvalidRequest, match="CUDA graphs need an NVIDIA GPU"):
+        prepare(tiny_loaded, OptimizationConfig(cuda_graphs=True), cpu)
+
+
+def test_channels_last_reaches_the_first_convolution_and_leaves_the_cached_model_alone(tiny_loaded, cpu):
+    before = _state(tiny_loaded.unet)
+    prepared = prepare(tiny_loaded, OptimizationConfig(channels_last_3d=True), cpu, use_cache=False)
+    conv_in = prepared.unet.conv_in.conv
+    assert conv_in.weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert not tiny_loaded.unet.conv_in.conv.weight.is_contiguous(memory_format=torch.channels_last_3d)
+    seen = []
+    handle = conv_in.register_forward_pre_hook(
+        lambda _m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last_3d)))
+    try:
+        run_loop(prepared, tiny_loaded.spec, steps=2)
+    finally:
+        handle.remove()
+    assert seen == [True, True]  # every step's input, not only the first
+    assert all(torch.equal(before[k], v) for k, v in tiny_loaded.unet.state_dict().items())
+
+
+def test_bf16_autocast_runs_convolutions_in_bf16_and_returns_fp32(tiny_loaded, cpu):
+    prepared = prepare(tiny_loaded, OptimizationConfig(autocast="bf16"), cpu, use_cache=False)
+    dtypes = []
+    handle = prepared.unet.conv_in.conv.register_forward_hook(lambda _m, _a, out: dtypes.append(out.dtype))
+    try:
+        x = torch.randn(1, 5, 4, 6, 4)
+        with torch.inference_mode():
+            out = prepared.denoiser(x, torch.tensor([10.0]), torch.rand(1, 1, 2))
+    finally:
+        handle.remove()
+    assert dtypes == [torch.bfloat16]
+    assert out.dtype == torch.float32
+
+
+def test_sdpa_routes_attention_through_scaled_dot_product_attention(tiny_loaded, cpu, monkeypatch):
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    reference = run_loop(prepare(tiny_loaded, OptimizationConfig(), cpu, use_cache=False), tiny_loaded.spec)
+    assert calls == []
+    prepared = prepare(tiny_loaded, OptimizationConfig(attention="sdpa"), cpu, use_cache=False)
+    volumes = run_loop(prepared, tiny_loaded.spec)
+    assert calls and prepared.report["attention"]["applied"]
+    assert not any(getattr(m, "use_flash_attention", False) for m in tiny_loaded.unet.modules())
+    assert _psnr(reference, volumes) > 60  # same maths, different kernel
+
+
+def test_int8_swaps_in_quantized_kernels_and_stays_close(tiny_loaded, cpu, monkeypatch):
+    from torch.ao.nn.quantized import Conv3d as QConv3d
+
+    from engine.quantization import DynamicInt8Linear, Int8Conv3d
+
+    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
+    reference = run_loop(prepare(tiny_loaded, OptimizationConfig(), cpu, use_cache=False), tiny_loaded.spec)
+    prepared = prepare(tiny_loaded, OptimizationConfig(quantization="int8"), cpu, use_cache=False)
+    kinds = {type(m) for m in prepared.unet.modules()}
+    assert {Int8Conv3d, DynamicInt8Linear, QConv3d} <= kinds
+    assert not any(isinstance(m, torch.nn.Conv3d) and not isinstance(m, QConv3d) for m in prepared.unet.modules()
+                   if type(m) is torch.nn.Conv3d and m.groups == 1)
+    assert Int8Conv3d not in {type(m) for m in tiny_loaded.unet.modules()}
+    assert prepared.report["quantization"]["applied"]
+    volumes = run_loop(prepared, tiny_loaded.spec)
+    assert torch.isfinite(volumes).all()
+    assert _psnr(reference, volumes) > 15  # lossy but the same volume, not noise
+
+
+@pytest.mark.slow  # sensitivity search: ~70 loop runs (~30 s idle machine, 225 s contended)
+def test_mixed_precision_meets_its_budget_on_the_calibration_run(tiny_loaded, cpu, monkeypatch):
+    from engine.quantization import Int8Conv3d
+
+    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
+    prepared = prepare(tiny_loaded, OptimizationConfig(quantization="mixed", psnr_budget_db=35.0), cpu,
+                       use_cache=False)
+    plan = prepared.details["mixed_plan"]
+    assert plan["achieved_psnr_db"] >= 35.0
+    assert plan["quantized"] and plan["kept_float"]  # the budget forces a real split on this model
+    # the most sensitive layers (lowest PSNR when quantized alone) are the ones kept
+    sens = plan["sensitivity_psnr_db"]
+    kept = [n for n in plan["kept_float"] if n in sens]
+    assert max(sens[n] for n in kept) <= min(sens[n] for n in plan["quantized"])
+    swapped = {name for name, m in prepared.unet.named_modules() if isinstance(m, Int8Conv3d)}
+    assert swapped and swapped <= set(plan["quantized"])
+
+
+def test_prepared_variants_are_cached_per_config(tiny_loaded, cpu):
+    clear_cache()
+    first = prepare(tiny_loaded, OptimizationConfig(channels_last_3d=True), cpu)
+    again = prepare(tiny_loaded, OptimizationConfig(channels_last_3d=True), cpu)
+    other = prepare(tiny_loaded, OptimizationConfig(attention="sdpa"), cpu)
+    assert again.unet is first.unet and again.report is not first.report
+    assert other.unet is not first.unet
+    clear_cache()
+
+
+def test_backend_provenance_records_what_applied(registry):
+    from engine.api import SamplingRequest, run
+    from engine.backends.local import LocalBackend
+
+    backend = LocalBackend(device="cpu", registry=registry)
+    request = SamplingRequest(model="tiny-latent", steps=2,
+                              optimization=OptimizationConfig(autocast="bf16", tf32=True, tiled_decode=True))
+    result = run(backend.sample(request))
+    report = result.provenance["optimization"]["report"]
+    assert report["autocast"]["applied"] and report["tiled_decode"]["applied"]
+    assert report["tf32"]["applied"] is False and report["tf32"]["reason"]
+    clear_cache()

@@ -1,0 +1,100 @@
+"""Tiled decoding, the bench's engine-vs-MONAI agreement, and the GPU check's logic at tiny size."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from engine.tiled_decode import tiled_decode
+
+
+@pytest.fixture(scope="module")
+def tiny_autoencoder(tiny_loaded):
+    return tiny_loaded.autoencoder
+
+
+def test_tiled_decode_with_one_tile_equals_the_full_decode(tiny_autoencoder):
+    z = torch.randn(1, 3, 4, 6, 4, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        full = tiny_autoencoder.decode_stage_2_outputs(z)
+        tiled = tiled_decode(tiny_autoencoder.decode_stage_2_outputs, z, tile=(8, 8, 8))
+    assert tiled.shape == full.shape
+    torch.testing.assert_close(tiled, full)
+
+
+def test_tiled_decode_with_many_tiles_matches_shape_and_stays_close(tiny_autoencoder):
+    z = torch.randn(1, 3, 8, 12, 8, generator=torch.Generator().manual_seed(0))
+    calls = []
+
+    def decode(tile):
+        calls.append(tuple(tile.shape[2:]))
+        return tiny_autoencoder.decode_stage_2_outputs(tile)
+
+    with torch.inference_mode():
+        full = tiny_autoencoder.decode_stage_2_outputs(z)
+        tiled = tiled_decode(decode, z, tile=(6, 8, 6), overlap=0.25)
+    assert tiled.shape == full.shape == (1, 1, 32, 48, 32)
+    assert len(calls) == 8 and set(calls) == {(6, 8, 6)}  # 2x2x2 tiles, never the whole latent
+    mse = float(((tiled - full) ** 2).mean())
+    assert 10 * math.log10(float(full.max() - full.min()) ** 2 / mse) > 20
+
+
+@pytest.mark.slow  # two child processes, each importing torch + MONAI
+def test_bench_engine_loop_matches_monai_inferer_and_writes_outputs(registry, tiny_models_dir, tmp_path,
+                                                                      monkeypatch):
+    from engine.bench.runner import BenchSettings, format_table, run_bench
+
+    monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tiny_models_dir))
+    settings = BenchSettings(model="tiny-latent", steps=3, repeats=1, warmup=1, seed=0, device="cpu",
+                             latent_only=False, threads=1)
+    summary = run_bench(settings, ["fp32", "reference"], tmp_path, log=lambda _m: None)
+    rows = {r["row"]: r for r in summary["rows"]}
+    assert "error" not in rows["reference"], rows["reference"]
+    assert rows["reference"]["psnr_db"] > 100  # the engine's loop reproduces MONAI's inferer
+    assert rows["fp32"]["steps_measured"] == 2 and rows["fp32"]["peak_memory_bytes"] > 0
+    for name in ("bench.json", "bench.csv", "bench.txt", "bench.png"):
+        assert (tmp_path / name).is_file()
+    assert "reference" in format_table(summary)
+    assert json.loads((tmp_path / "bench.json").read_text())["compared_on"] == "final decoded volume"
+
+
+def test_gpu_check_logic_runs_at_tiny_size_on_the_cpu(monkeypatch):
+    from engine.bench import gpu_check
+
+    tiny = {"tiny": {"unet": {"_target_": "DiffusionModelUNet", "spatial_dims": 3, "in_channels": 2,
+                              "out_channels": 1, "channels": [8, 8], "num_res_blocks": 1,
+                              "attention_levels": [False, True], "num_head_channels": 8, "norm_num_groups": 8},
+                     "input": [1, 2, 8, 8, 8], "context": None}}
+    monkeypatch.setattr(gpu_check, "network_defs", lambda smoke: tiny)
+    results = gpu_check.run_check(smoke=True, budget_s=600, iters=1, warmup=0, include_compile=False,
+                                  log=lambda _m: None)
+    rows = {r["row"]: r for r in results["rows"]}
+    assert rows["fp32"]["psnr_vs_fp32_db"] == math.inf and results["networks"]["tiny"]["gflop_per_call"] > 0
+    assert rows["tf32"]["applied"] == {"tf32": False}  # no TF32 on a CPU: reported, not faked
+    assert 40 < rows["bf16+cl"]["psnr_vs_fp32_db"] < math.inf
+    assert "skipped" in rows["bf16+cl+sdpa+compile"]
+    assert "bf16+cl+sdpa" in gpu_check.format_table(results)
+
+
+def test_gpu_check_exits_cleanly_without_a_gpu(tmp_path, capsys):
+    from engine.bench import gpu_check
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "r.json"
+    assert gpu_check.main(["--out", str(out)]) == 0
+    assert "no CUDA GPU" in capsys.readouterr().out
+    assert "skipped" in json.loads(out.read_text())
+
+
+def test_psnr_metric_basics():
+    from engine.bench.metrics import compare
+
+    ref = np.linspace(0, 1, 1000).reshape(1, 1, 10, 10, 10)
+    assert compare(ref, ref)["psnr_db"] == math.inf
+    noisy = ref + 0.01
+    assert abs(compare(ref, noisy)["psnr_db"] - 40.0) < 1e-6
