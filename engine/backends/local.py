@@ -58,15 +58,14 @@ class LocalBackend:
     def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
         import torch
 
-        from engine.optimization import prepare
-        from engine.sampling import denoise
+        from engine.optimization import check_combination, prepare
+        from engine.sampling import denoise, resolve_request
 
         started = time.perf_counter()
         source = self.registry.get(request.model or None)
         # Validate cheap things before the expensive load so bad input fails fast.
-        from engine.sampling import resolve_request
-
         resolve_request(source.spec, request)
+        check_combination(request.optimization, self.device)
         yield Progress("load", 0, 1, 0.0, f"loading {source.spec.name}")
         load_started = time.perf_counter()
         try:

@@ -147,3 +147,11 @@ def test_guidance_runs_for_models_with_it(backend):
     plain = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3)))
     guided = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3, guidance_scale=3.0)))
     assert not np.allclose(plain.volumes, guided.volumes)
+
+
+def test_refused_optimization_fails_before_loading(backend, monkeypatch):
+    loads = []
+    monkeypatch.setattr(backend, "_loaded", loads.append)
+    with pytest.raises(InvalidRequest, match="CUDA graphs need an NVIDIA GPU"):
+        next(backend.sample(SamplingRequest(model="tiny-latent", optimization=OptimizationConfig(cuda_graphs=True))))
+    assert loads == []
