@@ -38,7 +38,7 @@ class BackendUnavailable(EngineError):
 
 
 class OutOfMemory(EngineError, MemoryError):
-    """The device ran out of memory; the message carries advice (smaller batch, tiled decode, ...)."""
+    """The device ran out of memory; the message carries advice (smaller batch, streamed decode, ...)."""
 
     exit_code = 6
 

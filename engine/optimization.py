@@ -47,7 +47,7 @@ class OptimizationConfig:
         quantization: post-training quantization of the U-Net: "int8" (x86 CPU), "fp8" (Hopper-class GPU
             Linear layers), "mixed" (int8 except the layers needed to meet ``psnr_budget_db``), or None.
         psnr_budget_db: minimum PSNR of the final volume vs fp32 that "mixed" must meet.
-        tiled_decode: decode latents in overlapping tiles to bound peak memory.
+        streamed_decode: decode latents layer by layer in slabs: same result, bounded peak memory.
     """
 
     tf32: bool = False
@@ -58,7 +58,7 @@ class OptimizationConfig:
     cuda_graphs: bool = False
     quantization: str | None = None
     psnr_budget_db: float = 40.0
-    tiled_decode: bool = False
+    streamed_decode: bool = False
 
     def __post_init__(self) -> None:
         if self.autocast not in AUTOCAST_DTYPES:
@@ -165,16 +165,12 @@ class PreparedModel:
 
     def decode(self, z):
         with self.precision(), self.autocast():
-            if self._applied("tiled_decode"):
-                from engine.tiled_decode import tiled_decode
+            if self._applied("streamed_decode"):
+                from engine.streamed_decode import streamed_decode
 
-                # Assemble the full volume on the CPU so the GPU holds one tile at a time.
-                return tiled_decode(self._decode_tile, self.prepare_input(z), output_device="cpu")
+                return streamed_decode(self.autoencoder, self.prepare_input(z)).float()
             out = self.autoencoder.decode_stage_2_outputs(self.prepare_input(z))
         return out.float()
-
-    def _decode_tile(self, z):
-        return self.autoencoder.decode_stage_2_outputs(self.prepare_input(z.contiguous()))
 
 
 @contextlib.contextmanager
@@ -387,18 +383,14 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
         report["cuda_graphs"] = _entry(False, False)
 
     # 7. Tiled decode.
-    if config.tiled_decode:
+    if config.streamed_decode:
         if autoencoder is None:
-            report["tiled_decode"] = _entry(True, False, "pixel-space model: there is no decoder to tile")
+            report["streamed_decode"] = _entry(True, False, "pixel-space model: there is no decoder to stream")
         else:
-            from engine.tiled_decode import DEFAULT_OVERLAP, DEFAULT_TILE, needs_tiling
-
-            latent = model.spec.latent_shape[1:] if model.spec.latent_shape else ()
-            note = "" if needs_tiling(latent) else " (latent fits in one tile: same as a full decode)"
-            report["tiled_decode"] = _entry(True, True, f"latent tiles {DEFAULT_TILE}, overlap {DEFAULT_OVERLAP}, "
-                                                        f"Gaussian blending{note}")
+            report["streamed_decode"] = _entry(True, True, "exact decode layer by layer in slabs (engine/streamed_decode.py): "
+                                                        "same result, at most two full-resolution activations")
     else:
-        report["tiled_decode"] = _entry(False, False)
+        report["streamed_decode"] = _entry(False, False)
 
     return PreparedModel(unet=unet, autoencoder=autoencoder, config=config, device=device, report=report,
                          unet_call=unet_call, details=details)

@@ -76,7 +76,7 @@ class LocalBackend:
         except torch.OutOfMemoryError as exc:
             raise OutOfMemory(
                 f"{self.device} ran out of memory ({str(exc).splitlines()[0][:120]}); lower the batch size, "
-                "enable tiled decoding or bf16, or use a device with more memory"
+                "enable streamed decoding or bf16, or use a device with more memory"
             ) from exc
         finally:
             if self.device.type == "cuda":

@@ -38,7 +38,7 @@ ROWS: dict[str, dict[str, Any] | None] = {
     "int8": {"quantization": "int8"},
     "mixed": {"quantization": "mixed", "psnr_budget_db": 40.0},
     "fp8": {"quantization": "fp8", "autocast": "bf16"},
-    "tiled_decode": {"tiled_decode": True},
+    "streamed_decode": {"streamed_decode": True},
     "bf16+sdpa": {"autocast": "bf16", "attention": "sdpa"},
     "bf16+sdpa+cl": {"autocast": "bf16", "attention": "sdpa", "channels_last_3d": True},
     "int8+sdpa": {"quantization": "int8", "attention": "sdpa"},

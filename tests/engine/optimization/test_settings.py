@@ -25,7 +25,7 @@ def test_default_config_applies_nothing_and_reports_every_setting(tiny_loaded, c
     prepared = prepare(tiny_loaded, OptimizationConfig(), cpu, use_cache=False)
     assert prepared.unet is tiny_loaded.unet  # nothing to rewrite: no copy
     assert set(prepared.report) == {"tf32", "autocast", "attention", "quantization", "channels_last_3d",
-                                    "compile_mode", "cuda_graphs", "tiled_decode"}
+                                    "compile_mode", "cuda_graphs", "streamed_decode"}
     assert not any(entry["applied"] for entry in prepared.report.values())
 
 
@@ -37,11 +37,11 @@ def test_not_applicable_settings_say_why(tiny_loaded, cpu):
     assert "8.9" in prepared.report["quantization"]["reason"]
 
 
-def test_tiled_decode_is_not_applicable_to_pixel_models(registry, cpu):
+def test_streamed_decode_is_not_applicable_to_pixel_models(registry, cpu):
     model = registry.get("tiny-pixel").load()
-    prepared = prepare(model, OptimizationConfig(tiled_decode=True), cpu, use_cache=False)
-    assert prepared.report["tiled_decode"]["applied"] is False
-    assert "no decoder" in prepared.report["tiled_decode"]["reason"]
+    prepared = prepare(model, OptimizationConfig(streamed_decode=True), cpu, use_cache=False)
+    assert prepared.report["streamed_decode"]["applied"] is False
+    assert "no decoder" in prepared.report["streamed_decode"]["reason"]
 
 
 @pytest.mark.parametrize("fields, words", [
@@ -163,9 +163,9 @@ def test_backend_provenance_records_what_applied(registry):
 
     backend = LocalBackend(device="cpu", registry=registry)
     request = SamplingRequest(model="tiny-latent", steps=2,
-                              optimization=OptimizationConfig(autocast="bf16", tf32=True, tiled_decode=True))
+                              optimization=OptimizationConfig(autocast="bf16", tf32=True, streamed_decode=True))
     result = run(backend.sample(request))
     report = result.provenance["optimization"]["report"]
-    assert report["autocast"]["applied"] and report["tiled_decode"]["applied"]
+    assert report["autocast"]["applied"] and report["streamed_decode"]["applied"]
     assert report["tf32"]["applied"] is False and report["tf32"]["reason"]
     clear_cache()

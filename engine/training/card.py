@@ -1,0 +1,201 @@
+"""MODEL_CARD.md of the shipped demo model, rendered from its spec (training provenance) and evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# The permission notice of the ICBM 2009 (MNI152 nonlinear 2009) templates, as distributed by the
+# McConnell Brain Imaging Centre with the template files. nilearn's own description of the data set
+# (nilearn/datasets/description/icbm152_2009.rst) lists the licence as "unknown", so we quote the
+# original notice and say so.
+ICBM_NOTICE = """\
+Copyright (C) 1993-2009 Louis Collins, McConnell Brain Imaging Centre, Montreal Neurological Institute,
+McGill University. Permission to use, copy, modify, and distribute this software and its documentation
+for any purpose and without fee is hereby granted, provided that the above copyright notice appear in all
+copies. The authors and McGill University make no representations about the suitability of this software
+for any purpose. It is provided "as is" without express or implied warranty. The authors are not
+responsible for any data loss, equipment damage, property loss, or injury to subjects or patients
+resulting from the use or misuse of this software package."""
+
+
+def _fmt_seconds(s: float) -> str:
+    return f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
+
+
+def _metrics_section(ev: dict[str, Any] | None) -> str:
+    if not ev:
+        return ("Not evaluated yet. Run `volsynth evaluate brain-t1-demo`; it fills in this section and "
+                "writes `evaluation.json`.\n")
+    m = ev["metrics"]
+    rows = [
+        ("Brain-mask Dice vs MNI152 mask (Otsu-thresholded samples, mean of "
+         f"{m['dice']['n']})", f"{m['dice']['mean']:.3f} (min {m['dice']['min']:.3f})",
+         f">= {m['dice']['target']}", m["dice"]["pass"]),
+        ("GM / WM histogram modes inside the brain",
+         f"GM {m['contrast']['gm_mode']:.3f}, WM {m['contrast']['wm_mode']:.3f}, dip ratio "
+         f"{m['contrast']['dip_ratio']:.2f}", "two modes, dip ratio <= "
+         f"{m['contrast']['dip_target']}", m["contrast"]["pass"]),
+        (f"Diversity: mean pairwise SSIM across {m['diversity']['n']} seeds",
+         f"{m['diversity']['mean_ssim']:.3f}", f"< {m['diversity']['max_ssim']}", m["diversity"]["pass"]),
+        ("Conditioning: Spearman(requested, measured ventricle volume)",
+         f"{m['conditioning']['spearman']:.3f}", f">= {m['conditioning']['target']}",
+         m["conditioning"]["pass"]),
+        ("Finite output (no NaN/inf)", "yes" if m["finite"]["pass"] else "NO", "all finite", m["finite"]["pass"]),
+    ]
+    lines = ["| Metric | Value | Target | Pass |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {'yes' if d else '**no**'} |" for a, b, c, d in rows]
+    sweep = m["conditioning"]
+    lines.append("")
+    lines.append("Ventricle sweep (requested -> measured mL, mean over seeds): " + ", ".join(
+        f"{r:.0f} -> {v:.1f}" for r, v in zip(sweep["requested_ml"], sweep["measured_ml_mean"], strict=True)))
+    lines.append("")
+    lines.append(f"Sampling for the evaluation: {ev['sampling']}. Evaluation took {_fmt_seconds(ev['seconds'])} "
+                 f"on {ev['machine']}.")
+    if ev.get("inference"):
+        inf = ev["inference"]
+        lines.append("")
+        lines.append(f"Inference on this CPU (one volume, {inf['steps']} DDIM steps + decode, "
+                     f"{inf['threads']} threads): {inf['seconds']:.1f} s wall clock while the shared machine's "
+                     f"load average was {inf.get('load_average_1min', float('nan')):.1f} "
+                     f"({inf.get('cpu_seconds', float('nan')):.1f} CPU-seconds, i.e. about "
+                     f"{inf.get('idle_estimate_s', float('nan')):.1f} s on an idle 2-core machine); "
+                     f"peak RSS {inf['peak_rss_gb']:.2f} GB.")
+    misses = [r[0] for r in rows if not r[3]]
+    if misses:
+        lines.append("")
+        lines.append("**Targets missed:** " + "; ".join(misses) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def render_card(spec, folder: str | Path | None = None, evaluation: dict[str, Any] | None = None) -> str:
+    """The model card as Markdown.
+
+    Args:
+        spec: the model's ModelSpec; its ``extra["training"]`` holds the provenance written by training.
+        folder: the model folder (only used to mention the montage if it exists).
+        evaluation: the dict ``volsynth evaluate`` writes to ``evaluation.json``, if there is one.
+    """
+    from engine.training.synth import SynthConfig
+
+    sc = SynthConfig()
+    prov = spec.extra.get("training", {})
+    cfg = prov.get("config", {})
+    secs = prov.get("seconds", {})
+    data = prov.get("data", {})
+    losses = prov.get("losses", {})
+    ae = spec.networks["autoencoder"]
+    unet = spec.networks["unet"]
+    conds = "\n".join(f"- `{c.name}` ({c.label}, {c.unit}): range {c.min:g}-{c.max:g}, default {c.default:g}. "
+                      f"{c.description}" for c in spec.conditioning)
+    montage = ""
+    if folder is not None and (Path(folder) / "montage.png").exists():
+        montage = ("\n![Mid-slices of 8 samples](montage.png)\n\n`montage.png`: axial, coronal and sagittal "
+                   "mid-slices of 8 samples (seeds 0-7, default conditions), radiological display (patient "
+                   "left on the image right; anterior up in axial, superior up in coronal and sagittal).\n")
+    total = sum(secs.values())
+    clipped = []
+    for c, key in ((spec.conditioning[0], "brain_ml"), (spec.conditioning[1], "ventricle_ml")):
+        if data.get(f"{key}_max", c.max) > c.max or data.get(f"{key}_min", c.min) < c.min:
+            clipped.append(f"`{c.name}`: training values span {data[f'{key}_min']:.0f}-{data[f'{key}_max']:.0f} "
+                           f"{c.unit}, beyond the range {c.min:g}-{c.max:g}; the few outside it (99th percentile "
+                           f"{data[f'{key}_p99']:.0f}) were trained with the condition clipped to the range")
+    clip_note = ("\n\nClipped conditions: " + "; ".join(clipped) + ".") if clipped else ""
+    return f"""# {spec.name}
+
+`{spec.id}`: the model VolSynth Studio ships as its default. A latent diffusion model that generates
+skull-stripped T1-weighted brain MRI volumes, 80 x 96 x 80 voxels of 2 mm (RAS; the affine from the spec
+centres the volume at the origin), intensities in [0, 1], conditioned on brain volume and ventricle volume.
+
+**Intended use: research, teaching and software testing. Not for diagnosis or any clinical decision.**
+The training data are synthetic deformations of one population-average template, not images of real
+people: anatomy is far less varied than real brains and pathology is absent.
+{montage}
+## Training data
+
+{cfg.get('n_volumes', '?')} synthetic volumes from `engine/training/synth.py`, all derived from the MNI152
+ICBM 2009a nonlinear template as shipped inside nilearn (files `mni_icbm152_{{t1,gm,wm}}_tal_nlin_sym_09a_
+converted.nii.gz`, loaded with `nilearn.datasets.load_mni152_template`, `load_mni152_gm_template`,
+`load_mni152_wm_template`, `load_mni152_brain_mask` at resolution 2 mm; nothing downloaded).
+The template's tissue maps are an average over 152 brains and blurrier than any one brain, so GM, WM and
+CSF probabilities are first sharpened once (p^4, renormalised) to give individual-scan-like boundaries.
+Per volume:
+
+1. Ventricle size: the ventricles (CSF in the central region of the eroded brain mask) grow by
+   {sc.ventricle_dilation_vox[0]:g}-{sc.ventricle_dilation_vox[1]:g} voxels into the tissue around them (that
+   tissue becomes CSF), then a smooth radial displacement centred on them (strength
+   {sc.ventricle_strength[0]:g}..{sc.ventricle_strength[1]:g}) shrinks or expands them.
+2. Brain size: isotropic scale {sc.iso_scale[0]:g}-{sc.iso_scale[1]:g} of the template (MONAI `Affine`), then
+   MONAI `Rand3DElastic` (rotation <= {sc.rotate_deg:g} deg per axis, per-axis scale +-{sc.axis_scale:.0%},
+   translation <= {sc.translate_vox:g} voxels, elastic sigma {sc.elastic_sigma[0]:g}-{sc.elastic_sigma[1]:g}
+   voxels, magnitude {sc.elastic_magnitude[0]:g}-{sc.elastic_magnitude[1]:g} voxels).
+3. Tissue intensities per class with T1 ordering: WM {sc.wm[0]:g}-{sc.wm[1]:g}, GM {sc.gm[0]:g}-{sc.gm[1]:g}
+   (at least 0.18 below WM), CSF {sc.csf[0]:g}-{sc.csf[1]:g} (at least 0.15 below GM), background 0, mixed
+   by the deformed partial-volume maps.
+4. MONAI `RandBiasField` (degree 3, coefficients <= {sc.bias_coeff:g}), `RandGaussianSmooth` (sigma
+   {sc.smooth_sigma[0]:g}-{sc.smooth_sigma[1]:g} voxels), `RandRicianNoise` (std
+   {sc.noise_std[0]:g}-{sc.noise_std[1]:g}); clipped to [0, 1].
+
+Brain volume (GM + WM) and ventricle volume are measured on each sample's deformed maps. Training set:
+brain {data.get('brain_ml_min', 0):.0f}-{data.get('brain_ml_max', 0):.0f} mL (median
+{data.get('brain_ml_median', 0):.0f}), ventricles {data.get('ventricle_ml_min', 0):.1f}-
+{data.get('ventricle_ml_max', 0):.1f} mL (median {data.get('ventricle_ml_median', 0):.1f}).
+
+## Conditioning
+
+{conds}{clip_note}
+
+Values are mapped linearly to [0, 1] and given to the U-Net both as 2 constant input channels (concat)
+and as cross-attention context, as in MONAI's brain latent-diffusion bundle. 10% of training samples had
+both conditions replaced by the null value {spec.guidance_null_value}, so classifier-free guidance works
+(`guidance_scale` > 1).
+
+## Architecture
+
+- Autoencoder: MONAI `AutoencoderKL`, channels {ae['channels']}, {ae['latent_channels']} latent channels,
+  1 residual block per level, no attention; 4x downsampling, latent {list(spec.latent_shape)}.
+  Trained on random {cfg.get('ae_patch', '?')}^3 patches (batch {cfg.get('ae_batch', '?')}) for
+  {prov.get('ae_steps', '?')} steps, AdamW lr {cfg.get('ae_lr', '?')} (cosine), loss L1 +
+  {cfg.get('grad_weight', '?')} x image-gradient L1 + {cfg.get('kl_weight', '?')} x KL; decodes whole volumes
+  (it is fully convolutional). Whole-volume L1 on training volumes: {losses.get('ae_volume_l1', float('nan')):.4f}.
+- Latent scale factor: {spec.scale_factor:.4f} (= 1 / std of the encoded training latents).
+- Diffusion U-Net: MONAI `DiffusionModelUNet`, channels {unet['channels']}, attention (and cross-attention,
+  {unet['num_head_channels'][-1]}-channel heads) on the last level only, 1 residual block per level,
+  in_channels {unet['in_channels']} (3 latent + 2 condition channels). {prov.get('unet_steps', '?')} steps,
+  batch {cfg.get('unet_batch', '?')}, AdamW lr {cfg.get('unet_lr', '?')} (cosine), gradient clipping 1.0;
+  epsilon prediction, MSE; exported weights are the EMA (decay {cfg.get('ema_decay', '?')}).
+  Final smoothed training MSE: {losses.get('unet_mse_ema', float('nan')):.4f}.
+- Schedule: DDPM, {spec.schedule['num_train_timesteps']} steps, scaled-linear betas
+  {spec.schedule['beta_start']}-{spec.schedule['beta_end']}. Samplers: {', '.join(spec.samplers)};
+  default {spec.default_sampler}, {spec.default_steps} steps.
+
+## How these weights were made
+
+- Command(s), in order: {'; '.join(f'`{c}`' for c in prov.get('commands', [prov.get('command', '?')]))}
+- Seed: {prov.get('seed', '?')}; autoencoder {prov.get('ae_steps', '?')} steps, U-Net
+  {prov.get('unet_steps', '?')} steps.
+- Time: {_fmt_seconds(total)} in total (data {_fmt_seconds(secs.get('data', 0))}, autoencoder
+  {_fmt_seconds(secs.get('ae', 0))}, latents {_fmt_seconds(secs.get('latents', 0))}, U-Net
+  {_fmt_seconds(secs.get('unet', 0))}).
+- Machine: {prov.get('machine', '?')} (a 2-core CPU VM shared with other jobs, no GPU).
+- Reproduce: the same command and seed regenerate the same data and the same sequence of random draws;
+  weights match up to the floating-point nondeterminism of multithreaded CPU kernels.
+
+## Evaluation
+
+{_metrics_section(evaluation)}
+## Licence of the template data
+
+The training data derive from the MNI152 ICBM 2009 template. nilearn, which ships the files used, documents
+the data set in `nilearn/datasets/description/icbm152_2009.rst` (see
+http://www.bic.mni.mcgill.ca/ServicesAtlases/ICBM152NLin2009) and lists its licence as "unknown". The
+McConnell Brain Imaging Centre publishes the ICBM 2009 templates (http://nist.mni.mcgill.ca/) with this
+permission notice, reproduced here as it requires:
+
+> {ICBM_NOTICE.replace(chr(10), chr(10) + '> ')}
+
+References: Fonov et al., NeuroImage 54(1), 2011; Fonov et al., NeuroImage 47, S102, 2009; Collins et al.,
+NeuroImage 1999.
+
+The model weights are part of VolSynth Studio (Apache-2.0).
+"""

@@ -1,0 +1,301 @@
+"""Synthetic, skull-stripped T1-weighted brain volumes derived from the MNI152 2009 template.
+
+The template's grey-matter, white-matter and brain-mask maps (shipped inside nilearn, so nothing is
+downloaded) are resampled once onto the output grid: 80 x 96 x 80 voxels of 2 mm, RAS (voxel i -> +R,
+j -> +A, k -> +S), brain centred in the volume so that ``ModelSpec.affine()`` (volume centre at the origin)
+describes it. Each sample then gets, in this order:
+
+1. a ventricle deformation: a smooth radial displacement centred on the lateral ventricles that expands
+   (ex-vacuo enlargement) or shrinks them; MONAI has no such transform, so it is a ``grid_sample`` here;
+2. an isotropic scaling (MONAI ``Affine``) for brain size, then MONAI ``Rand3DElastic`` for small
+   rotations, per-axis scaling, translations and smooth elastic deformation;
+3. per-class intensities drawn with the T1 ordering WM > GM > CSF (background 0), mixed by the deformed
+   partial-volume maps;
+4. MONAI ``RandBiasField``, ``RandGaussianSmooth`` and ``RandRicianNoise``; clipped to [0, 1].
+
+Brain volume (GM + WM, mL) and ventricle volume (mL) are measured on the deformed maps of every sample, so
+the conditioning values are exact for the image they label.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+OUTPUT_SHAPE = (80, 96, 80)
+SPACING_MM = 2.0
+VOXEL_ML = SPACING_MM**3 / 1000.0
+SHARPEN_POWER = 4.0  # see _sharpen
+
+# Channels of the stacked tissue maps the geometric transforms act on.
+_GM, _WM, _MASK, _VENT = range(4)
+
+# Lateral-ventricle search box in MNI mm (x, y, z); the ventricles of the 2009 template lie well inside it.
+_VENT_BOX_MNI = ((-28.0, 28.0), (-48.0, 32.0), (-6.0, 36.0))
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Ranges of the random draws. Defaults are tuned to give adult-like brains (see the model card).
+
+    Attributes:
+        iso_scale: isotropic scale factor of the brain (the MNI152 template brain is larger than average).
+        ventricle_strength: amplitude of the radial ventricle displacement (< 0 shrinks, > 0 enlarges).
+        ventricle_dilation_vox: how far the ventricles grow into the surrounding tissue (voxels), the
+            tissue they replace is lost (as in atrophy).
+        rotate_deg: maximal rotation about each axis.
+        axis_scale: maximal extra per-axis scaling (fraction).
+        translate_vox: maximal translation in voxels.
+        elastic_sigma: smoothness of the elastic field (voxels).
+        elastic_magnitude: magnitude of the elastic field (voxels).
+        wm, gm, csf: intensity ranges per tissue class, drawn in this order with WM > GM > CSF enforced.
+        bias_coeff: maximal coefficient of the polynomial bias field.
+        smooth_sigma: range of Gaussian blur sigma (voxels).
+        noise_std: range of the Rician noise standard deviation.
+    """
+
+    iso_scale: tuple[float, float] = (0.84, 1.0)
+    ventricle_strength: tuple[float, float] = (-0.5, 0.6)
+    ventricle_dilation_vox: tuple[float, float] = (0.0, 2.5)
+    rotate_deg: float = 6.0
+    axis_scale: float = 0.04
+    translate_vox: float = 2.0
+    elastic_sigma: tuple[float, float] = (6.0, 8.0)
+    elastic_magnitude: tuple[float, float] = (0.0, 1.5)
+    wm: tuple[float, float] = (0.72, 0.88)
+    gm: tuple[float, float] = (0.42, 0.58)
+    csf: tuple[float, float] = (0.08, 0.2)
+    bias_coeff: float = 0.15
+    smooth_sigma: tuple[float, float] = (0.3, 0.8)
+    noise_std: tuple[float, float] = (0.005, 0.03)
+
+
+@dataclass
+class SynthSample:
+    """One synthetic volume with what was measured on it."""
+
+    image: np.ndarray  # (80, 96, 80) float32 in [0, 1]
+    brain_ml: float  # GM + WM volume of the deformed maps
+    ventricle_ml: float  # lateral/third ventricle volume of the deformed maps
+    brain_mask: np.ndarray  # (80, 96, 80) bool, deformed brain mask (GM + WM + CSF inside the template mask)
+    labels: np.ndarray  # (80, 96, 80) uint8, most likely class: 0 background, 1 CSF, 2 GM, 3 WM
+
+
+def _nilearn_offline():
+    # nilearn resolves its data directory on import of datasets; point it somewhere harmless so nothing
+    # is ever fetched (the 2009 template maps we use are bundled with the package itself).
+    os.environ.setdefault("NILEARN_DATA", os.path.join(os.path.expanduser("~"), ".cache", "volsynth-nilearn"))
+    from nilearn import datasets
+
+    return datasets
+
+
+@lru_cache(maxsize=1)
+def template_maps() -> dict[str, np.ndarray]:
+    """GM, WM, brain mask and ventricle maps of MNI152 2009 on the output grid, plus the template T1.
+
+    Returns:
+        dict with float32 arrays "gm", "wm", "mask", "ventricles", "t1" of shape OUTPUT_SHAPE and
+        "centre_mni" (the MNI mm coordinate placed at the volume centre).
+    """
+    from scipy import ndimage
+
+    datasets = _nilearn_offline()
+    t1 = datasets.load_mni152_template(resolution=2)
+    gm = datasets.load_mni152_gm_template(resolution=2)
+    wm = datasets.load_mni152_wm_template(resolution=2)
+    mask = datasets.load_mni152_brain_mask(resolution=2)
+    affine = t1.affine
+    arrays = {
+        "t1": np.asarray(t1.get_fdata(), np.float32),
+        "gm": np.asarray(gm.get_fdata(), np.float32),
+        "wm": np.asarray(wm.get_fdata(), np.float32),
+        "mask": np.asarray(mask.get_fdata() > 0.5, np.float32),
+    }
+    # Centre the brain: the mask's centroid in MNI mm goes to the volume centre (world origin).
+    ijk = np.array(ndimage.center_of_mass(arrays["mask"]))
+    centre_mni = affine[:3, :3] @ ijk + affine[:3, 3]
+    shape = np.array(OUTPUT_SHAPE)
+    out_world = [(np.arange(n) - (n - 1) / 2.0) * SPACING_MM for n in shape]
+    grid = np.meshgrid(*out_world, indexing="ij")
+    mni = [g + c for g, c in zip(grid, centre_mni, strict=True)]
+    inv = np.linalg.inv(affine)
+    coords = [sum(inv[r, c] * mni[c] for c in range(3)) + inv[r, 3] for r in range(3)]
+    out = {k: ndimage.map_coordinates(v, coords, order=1, mode="constant", cval=0.0).astype(np.float32)
+           for k, v in arrays.items()}
+    out["mask"] = (out["mask"] > 0.5).astype(np.float32)
+    out["gm"], out["wm"] = _sharpen(np.clip(out["gm"], 0, 1), np.clip(out["wm"], 0, 1), out["mask"])
+    out["ventricles"] = _ventricle_label(out["gm"], out["wm"], out["mask"], mni).astype(np.float32)
+    # Distance (voxels) from the ventricles, limited to the eroded mask, for the ventricle dilation.
+    out["ventricle_distance"] = ndimage.distance_transform_edt(out["ventricles"] < 0.5).astype(np.float32)
+    out["inner_mask"] = ndimage.binary_erosion(out["mask"] > 0.5, iterations=4).astype(np.float32)
+    out["centre_mni"] = centre_mni.astype(np.float32)
+    return out
+
+
+def _sharpen(gm: np.ndarray, wm: np.ndarray, mask: np.ndarray, power: float = SHARPEN_POWER):
+    """Crisper tissue maps: p_c^power / sum_c p_c^power over GM, WM and CSF, inside the mask.
+
+    The 2009 template is an average of 152 brains, so its tissue boundaries are far more blurred than any
+    one brain's; mixing intensities with the raw maps gives a continuum between GM and WM instead of the
+    two histogram modes of a real T1 scan. Raising the class probabilities to a power restores individual-
+    scan-like boundaries while keeping partial volume at the edges.
+    """
+    csf = np.clip(1.0 - gm - wm, 0, 1)
+    stack = np.stack([gm, wm, csf]) ** power
+    stack /= np.maximum(stack.sum(0, keepdims=True), 1e-6)
+    return (stack[0] * mask).astype(np.float32), (stack[1] * mask).astype(np.float32)
+
+
+def _ventricle_label(gm: np.ndarray, wm: np.ndarray, mask: np.ndarray, mni: list[np.ndarray]) -> np.ndarray:
+    """CSF (neither GM nor WM) inside the eroded brain mask, in the central box, largest components."""
+    from scipy import ndimage
+
+    csf = (mask > 0.5) & (gm + wm < 0.5)
+    inner = ndimage.binary_erosion(mask > 0.5, iterations=3)
+    box = np.ones_like(inner)
+    for axis, (lo, hi) in enumerate(_VENT_BOX_MNI):
+        box &= (mni[axis] >= lo) & (mni[axis] <= hi)
+    cand = csf & inner & box
+    labels, n = ndimage.label(cand)
+    if n == 0:
+        return cand
+    sizes = ndimage.sum(cand, labels, index=np.arange(1, n + 1))
+    # Keep components of at least 10% of the largest one: both lateral ventricles and the third ventricle,
+    # not the scattered sulcal CSF that the box also catches.
+    keep = np.flatnonzero(sizes >= 0.1 * sizes.max()) + 1
+    return np.isin(labels, keep)
+
+
+def ventricle_roi() -> np.ndarray:
+    """Boolean central region (output grid) where ventricles are measured on generated images.
+
+    The template ventricles dilated by 6 voxels: wide enough for the largest ventricles and brain-size
+    changes in the training distribution, narrow enough to exclude most sulcal CSF.
+    """
+    from scipy import ndimage
+
+    vent = template_maps()["ventricles"] > 0.5
+    return ndimage.binary_dilation(vent, iterations=6)
+
+
+def template_brain_mask() -> np.ndarray:
+    """The MNI152 brain mask on the output grid (bool), the reference for Dice in the evaluation."""
+    return template_maps()["mask"] > 0.5
+
+
+def _ventricle_displacement(strength: float, centre_vox: np.ndarray) -> torch.Tensor:
+    """Sampling grid (1, X, Y, Z, 3) for grid_sample that expands (strength > 0) the ventricles.
+
+    Backward mapping out(x) = in(x - u(x)) with u(x) = s (x - c) exp(-r^2 / 2), r measured in units of an
+    anisotropic Gaussian that matches the ventricles' extent (long in y). |s| < 1 keeps it invertible.
+    """
+    # Voxels: wider than the lateral ventricles so the displacement is nearly a uniform expansion across
+    # them; weaker along y (anterior-posterior) because enlargement mostly widens the ventricles.
+    sigma = np.array([12.0, 18.0, 12.0])
+    weight = torch.tensor([1.0, 0.4, 1.0])
+    axes = [torch.arange(n, dtype=torch.float32) for n in OUTPUT_SHAPE]
+    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)  # (X, Y, Z, 3) voxel coords
+    rel = grid - torch.as_tensor(centre_vox, dtype=torch.float32)
+    r2 = ((rel / torch.as_tensor(sigma, dtype=torch.float32)) ** 2).sum(-1, keepdim=True)
+    src = grid - strength * weight * rel * torch.exp(-r2 / 2)
+    # grid_sample wants (x, y, z) normalised to [-1, 1] with the last index = the first spatial dim of W.
+    size = torch.as_tensor(OUTPUT_SHAPE, dtype=torch.float32)
+    norm = 2 * src / (size - 1) - 1
+    return norm.flip(-1).unsqueeze(0)
+
+
+def generate(seed: int, config: SynthConfig | None = None) -> SynthSample:
+    """One synthetic T1 volume, fully determined by ``seed``.
+
+    Args:
+        seed: seeds every random draw (numpy and MONAI); the same seed gives the same volume.
+        config: ranges of the random draws.
+
+    Returns:
+        The image with its measured brain and ventricle volumes.
+    """
+    from monai.transforms import Affine, Rand3DElastic, RandBiasField, RandGaussianSmooth, RandRicianNoise
+    from scipy import ndimage
+
+    cfg = config or SynthConfig()
+    rng = np.random.RandomState(seed % (2**32))
+    maps = template_maps()
+    # 1. Ventricle size: (a) the ventricles grow into the tissue around them (ex-vacuo enlargement: the
+    #    tissue becomes CSF), (b) a radial displacement about their centroid expands or shrinks them.
+    grow = rng.uniform(*cfg.ventricle_dilation_vox)
+    soft = np.clip(grow + 0.5 - maps["ventricle_distance"], 0, 1) * maps["inner_mask"]
+    keep = 1 - soft
+    vent0 = np.maximum(maps["ventricles"], soft)
+    stack = torch.from_numpy(np.stack([maps["gm"] * keep, maps["wm"] * keep, maps["mask"], vent0]))
+    centre = np.array(ndimage.center_of_mass(maps["ventricles"]))
+    strength = rng.uniform(*cfg.ventricle_strength)
+    stack = torch.nn.functional.grid_sample(stack[None], _ventricle_displacement(strength, centre),
+                                            mode="bilinear", padding_mode="zeros", align_corners=True)[0]
+
+    # 2. Brain size and pose. MONAI's Affine maps output to input coordinates, so a scale parameter s
+    #    makes the brain 1/s times as large; we draw the brain's scale and pass its inverse.
+    iso = rng.uniform(*cfg.iso_scale)
+    stack = Affine(scale_params=(1 / iso,) * 3, padding_mode="zeros", image_only=True)(stack)
+    rot = np.deg2rad(cfg.rotate_deg)
+    elastic = Rand3DElastic(sigma_range=cfg.elastic_sigma, magnitude_range=cfg.elastic_magnitude, prob=1.0,
+                            rotate_range=(rot, rot, rot), scale_range=(cfg.axis_scale,) * 3,
+                            translate_range=(cfg.translate_vox,) * 3, padding_mode="zeros")
+    elastic.set_random_state(state=np.random.RandomState(rng.randint(2**31)))
+    stack = torch.as_tensor(elastic(stack)).float().clamp(0, 1)
+    gm, wm, mask, vent = (stack[i].numpy() for i in range(4))
+    mask = (mask > 0.5).astype(np.float32)
+    gm, wm = gm * mask, wm * mask
+    csf = np.clip(mask - gm - wm, 0, 1)
+
+    # 3. Tissue intensities with the T1 ordering enforced (ranges overlap only if misconfigured).
+    i_wm = rng.uniform(*cfg.wm)
+    i_gm = min(rng.uniform(*cfg.gm), i_wm - 0.18)  # WM/GM ratio of T1 at 1.5-3 T is about 1.3-1.6
+    i_csf = min(rng.uniform(*cfg.csf), i_gm - 0.15)
+    image = (wm * i_wm + gm * i_gm + csf * i_csf)[None].astype(np.float32)
+
+    # 4. Scanner effects: bias field (multiplicative), blur, Rician noise (only where there is signal
+    #    would be more faithful, but Rician noise on zero background is what real magnitude images show).
+    bias = RandBiasField(degree=3, coeff_range=(0.0, cfg.bias_coeff), prob=1.0)
+    bias.set_random_state(state=np.random.RandomState(rng.randint(2**31)))
+    image = np.asarray(bias(image), np.float32)
+    sig = tuple(cfg.smooth_sigma)
+    smooth = RandGaussianSmooth(sigma_x=sig, sigma_y=sig, sigma_z=sig, prob=1.0)
+    smooth.set_random_state(state=np.random.RandomState(rng.randint(2**31)))
+    image = np.asarray(smooth(image), np.float32)
+    noise = RandRicianNoise(prob=1.0, std=float(rng.uniform(*cfg.noise_std)), sample_std=False)
+    noise.set_random_state(state=np.random.RandomState(rng.randint(2**31)))
+    image = np.clip(np.asarray(noise(image), np.float32)[0], 0.0, 1.0)
+
+    return SynthSample(
+        image=image,
+        brain_ml=float((gm + wm).sum() * VOXEL_ML),
+        ventricle_ml=float((vent > 0.5).sum() * VOXEL_ML),
+        brain_mask=mask > 0.5,
+        labels=np.where(mask > 0.5, 1 + np.argmax(np.stack([csf, gm, wm]), axis=0), 0).astype(np.uint8),
+    )
+
+
+def generate_dataset(n: int, seed: int, config: SynthConfig | None = None, log=None):
+    """``n`` samples from seeds derived from ``seed``; returns images (n, 80, 96, 80) float16 and volumes.
+
+    Returns:
+        (images, brain_ml, ventricle_ml): images as float16 to halve memory; volumes as float32 arrays.
+    """
+    import time
+
+    images = np.empty((n, *OUTPUT_SHAPE), np.float16)
+    brain = np.empty(n, np.float32)
+    vent = np.empty(n, np.float32)
+    started = time.perf_counter()
+    for i in range(n):
+        s = generate(seed * 100_003 + i, config)
+        images[i], brain[i], vent[i] = s.image, s.brain_ml, s.ventricle_ml
+        if log and ((i + 1) % 25 == 0 or i + 1 == n):
+            elapsed = time.perf_counter() - started
+            log(f"data {i + 1}/{n}  {elapsed:.0f}s  eta {elapsed / (i + 1) * (n - i - 1):.0f}s")
+    return images, brain, vent

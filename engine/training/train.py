@@ -1,0 +1,532 @@
+"""Train the shipped brain-T1 latent diffusion model on a 2-core CPU: data, autoencoder, latents, U-Net.
+
+The run is split into phases, each resumable from what it left in the work folder:
+
+1. ``data``: synthetic T1 volumes (:mod:`engine.training.synth`) with their measured brain and ventricle
+   volumes, saved once to ``data.npz``.
+2. ``ae``: a small fully convolutional ``AutoencoderKL`` trained on random patches (whole volumes are far
+   too slow on this CPU; a fully convolutional network decodes whole volumes all the same). Loss: L1 +
+   image-gradient L1 (keeps edges sharper without a perceptual network) + a small KL term.
+3. ``latents``: every training volume encoded once (posterior mean and sigma cached); the latent
+   ``scale_factor`` = 1 / std of sampled latents, as in MONAI's latent diffusion tutorials.
+4. ``unet``: a ``DiffusionModelUNet`` on the cached latents, conditioned on normalised brain and ventricle
+   volume by concatenation *and* cross-attention (the MONAI brain-LDM bundle's path), with 10% condition
+   dropout to the null value -1 so the model supports classifier-free guidance. Exponential moving average
+   (EMA) weights are what is exported: on short runs they give much cleaner samples.
+5. ``export``: the model folder (spec.json, weights.safetensors, MODEL_CARD.md) via
+   :func:`engine.models.export.save_model_folder`.
+
+Checkpoints (model, optimizer, EMA, RNG states, step) are written every ``checkpoint_every`` steps and at
+the end of each phase; ``resume=True`` continues from them. The number of steps is part of the config, not
+derived from wall time, so a run is reproducible from its seed (up to floating-point nondeterminism of
+multithreaded CPU kernels).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODEL_ID = "brain-t1-demo"
+NULL_VALUE = -1.0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training run (saved next to the checkpoints and in the spec)."""
+
+    n_volumes: int = 320
+    ae_channels: tuple[int, ...] = (16, 32, 32)
+    latent_channels: int = 3
+    ae_steps: int = 1000
+    ae_batch: int = 4
+    ae_patch: int = 40
+    ae_lr: float = 1e-3
+    kl_weight: float = 1e-6
+    grad_weight: float = 0.5
+    unet_channels: tuple[int, ...] = (32, 64, 64)
+    unet_head_channels: int = 32
+    unet_steps: int = 2200
+    unet_batch: int = 8
+    unet_lr: float = 3e-4
+    ema_decay: float = 0.998
+    cond_dropout: float = 0.1
+    checkpoint_every: int = 100
+    # Condition ranges (user units) mapped to [0, 1]; they cover the synthetic training distribution.
+    brain_ml_range: tuple[float, float] = (850.0, 1700.0)
+    ventricle_ml_range: tuple[float, float] = (0.0, 160.0)
+    num_train_timesteps: int = 1000
+
+    @classmethod
+    def quick(cls) -> TrainConfig:
+        """A tiny configuration for tests: seconds, not minutes; the output is not a useful model."""
+        return cls(n_volumes=2, ae_channels=(8, 16, 16), ae_steps=3, ae_batch=1, ae_patch=16,
+                   unet_channels=(32, 32, 32), unet_head_channels=8, unet_steps=3, unet_batch=2,
+                   checkpoint_every=2)
+
+
+def ae_definition(cfg: TrainConfig) -> dict[str, Any]:
+    """AutoencoderKL as a JSON definition (what spec.json stores and build_network reads)."""
+    return {
+        "_target_": "AutoencoderKL", "spatial_dims": 3, "in_channels": 1, "out_channels": 1,
+        "channels": list(cfg.ae_channels), "latent_channels": cfg.latent_channels, "num_res_blocks": 1,
+        "norm_num_groups": min(cfg.ae_channels), "attention_levels": [False] * len(cfg.ae_channels),
+        "with_encoder_nonlocal_attn": False, "with_decoder_nonlocal_attn": False,
+    }
+
+
+def unet_definition(cfg: TrainConfig) -> dict[str, Any]:
+    """DiffusionModelUNet with concat (2 extra input channels) and cross-attention conditioning."""
+    levels = len(cfg.unet_channels)
+    return {
+        "_target_": "DiffusionModelUNet", "spatial_dims": 3, "in_channels": cfg.latent_channels + 2,
+        "out_channels": cfg.latent_channels, "channels": list(cfg.unet_channels),
+        "attention_levels": [False] * (levels - 1) + [True], "num_res_blocks": 1,
+        "num_head_channels": [0] * (levels - 1) + [cfg.unet_head_channels],
+        "norm_num_groups": min(32, min(cfg.unet_channels)),
+        "with_conditioning": True, "cross_attention_dim": 2,
+    }
+
+
+def schedule(cfg: TrainConfig) -> dict[str, Any]:
+    return {"num_train_timesteps": cfg.num_train_timesteps, "schedule": "scaled_linear_beta",
+            "beta_start": 0.0015, "beta_end": 0.0205, "prediction_type": "epsilon", "clip_sample": False}
+
+
+@dataclass
+class RunState:
+    """What the run has produced so far; written to ``state.json`` in the work folder."""
+
+    phases_done: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    scale_factor: float | None = None
+    losses: dict[str, float] = field(default_factory=dict)
+    commands: list[str] = field(default_factory=list)  # every invocation that contributed, in order
+
+    @classmethod
+    def load(cls, path: Path) -> RunState:
+        return cls(**json.loads(path.read_text())) if path.exists() else cls()
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+
+def _rng_state() -> dict[str, Any]:
+    import torch
+
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+
+
+def _save_checkpoint(path: Path, **payload) -> None:
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)  # atomic: a crash mid-write never leaves a truncated checkpoint
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    import torch
+
+    # weights_only=False: our own checkpoints hold numpy RNG state tuples; never used on downloaded files.
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+class _Progress:
+    """Progress lines with rate and ETA, printed at most every ``every`` seconds."""
+
+    def __init__(self, phase: str, total: int, start: int, log: Callable[[str], None], every: float = 15.0):
+        self.phase, self.total, self.start, self.log, self.every = phase, total, start, log, every
+        self.t0 = self.last = time.perf_counter()
+
+    def update(self, step: int, loss: float, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        done = step - self.start
+        rate = (now - self.t0) / max(done, 1)
+        self.log(f"{self.phase} step {step}/{self.total}  loss {loss:.4f}  {rate:.2f} s/step  "
+                 f"eta {rate * (self.total - step) / 60:.1f} min")
+
+
+def normalise_conditions(cfg: TrainConfig, brain_ml: np.ndarray, ventricle_ml: np.ndarray) -> np.ndarray:
+    """(n, 2) conditions in [0, 1] (clipped) with the spec's linear mapping."""
+    b = (brain_ml - cfg.brain_ml_range[0]) / (cfg.brain_ml_range[1] - cfg.brain_ml_range[0])
+    v = (ventricle_ml - cfg.ventricle_ml_range[0]) / (cfg.ventricle_ml_range[1] - cfg.ventricle_ml_range[0])
+    return np.clip(np.stack([b, v], axis=1), 0.0, 1.0).astype(np.float32)
+
+
+# -- phases -------------------------------------------------------------------------------------------
+
+
+def phase_data(cfg: TrainConfig, work: Path, seed: int, log) -> None:
+    from engine.training.synth import generate_dataset
+
+    images, brain, vent = generate_dataset(cfg.n_volumes, seed, log=log)
+    tmp = work / "data.tmp.npz"
+    np.savez(tmp, images=images, brain_ml=brain, ventricle_ml=vent)
+    tmp.replace(work / "data.npz")
+    log(f"data: {cfg.n_volumes} volumes; brain {brain.min():.0f}-{brain.max():.0f} mL "
+        f"(median {np.median(brain):.0f}); ventricles {vent.min():.1f}-{vent.max():.1f} mL "
+        f"(median {np.median(vent):.1f})")
+
+
+def _ae_loss(recon, target, z_mu, z_sigma, cfg: TrainConfig):
+    import torch
+
+    l1 = (recon - target).abs().mean()
+    grad = sum((torch.diff(recon, dim=d) - torch.diff(target, dim=d)).abs().mean() for d in (2, 3, 4))
+    kl = 0.5 * (z_mu.pow(2) + z_sigma.pow(2) - torch.log(z_sigma.pow(2) + 1e-8) - 1).sum(dim=(1, 2, 3, 4)).mean()
+    return l1 + cfg.grad_weight * grad + cfg.kl_weight * kl, l1
+
+
+def phase_ae(cfg: TrainConfig, work: Path, seed: int, log, resume: bool) -> float:
+    import torch
+
+    from engine.models.networks import build_network
+
+    data = np.load(work / "data.npz")
+    images = data["images"]
+    torch.manual_seed(seed + 1)  # before building: the initial weights come from this seed
+    ae = build_network(ae_definition(cfg), "autoencoder")
+    opt = torch.optim.AdamW(ae.parameters(), lr=cfg.ae_lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(cfg.ae_steps))
+    ckpt = work / "ae.ckpt"
+    step = 0
+    rng = np.random.RandomState(seed + 1)
+    if resume and ckpt.exists():
+        state = _load_checkpoint(ckpt)
+        ae.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["lr"])
+        _set_rng_state(state["rng"])
+        rng.set_state(state["patch_rng"])
+        step = state["step"]
+        log(f"ae: resumed at step {step}")
+    ae.train()
+    p = cfg.ae_patch
+    shape = images.shape[1:]
+    progress = _Progress("ae", cfg.ae_steps, step, log)
+    loss_val = float("nan")
+    while step < cfg.ae_steps:
+        idx = rng.randint(len(images), size=cfg.ae_batch)
+        # Patches centred mostly on the brain (the background is trivially easy to reconstruct).
+        corners = [[rng.randint(max(1, int(0.15 * (n - p))), max(2, int(0.85 * (n - p)) + 1)) for n in shape]
+                   for _ in idx]
+        batch = np.stack([images[i, c[0]:c[0] + p, c[1]:c[1] + p, c[2]:c[2] + p] for i, c in zip(idx, corners,
+                                                                                               strict=True)])
+        x = torch.from_numpy(batch.astype(np.float32))[:, None]
+        recon, z_mu, z_sigma = ae(x)
+        loss, l1 = _ae_loss(recon, x, z_mu, z_sigma, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        loss_val = l1.item()
+        progress.update(step, loss_val, force=step == cfg.ae_steps)
+        if step % cfg.checkpoint_every == 0 or step == cfg.ae_steps:
+            _save_checkpoint(ckpt, model=ae.state_dict(), optimizer=opt.state_dict(), lr=sched.state_dict(),
+                             rng=_rng_state(), patch_rng=rng.get_state(), step=step)
+    return loss_val
+
+
+def _cosine(total: int, warmup: int = 50):
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+    return factor
+
+
+def load_autoencoder(cfg: TrainConfig, work: Path):
+    from engine.models.networks import build_network
+
+    ae = build_network(ae_definition(cfg), "autoencoder")
+    ae.load_state_dict(_load_checkpoint(work / "ae.ckpt")["model"])
+    return ae.eval()
+
+
+def phase_latents(cfg: TrainConfig, work: Path, seed: int, log) -> float:
+    import torch
+
+    ae = load_autoencoder(cfg, work)
+    images = np.load(work / "data.npz")["images"]
+    mus, sigmas = [], []
+    recon_err = []
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for i in range(0, len(images), 4):
+            x = torch.from_numpy(images[i:i + 4].astype(np.float32))[:, None]
+            mu, sigma = ae.encode(x)
+            mus.append(mu)
+            sigmas.append(sigma)
+            if i < 16:  # whole-volume reconstruction error on a few volumes, for the log and the card
+                recon_err.append(float((ae.decode(mu) - x).abs().mean()))
+            if (i // 4) % 20 == 0:
+                log(f"latents {i + len(x)}/{len(images)}  {time.perf_counter() - started:.0f}s")
+    mu, sigma = torch.cat(mus), torch.cat(sigmas)
+    gen = torch.Generator().manual_seed(seed + 2)
+    z = mu + sigma * torch.randn(mu.shape, generator=gen)
+    scale_factor = float(1.0 / z.std())
+    torch.save({"mu": mu, "sigma": sigma}, work / "latents.pt")
+    log(f"latents: shape {tuple(mu.shape[1:])}, scale_factor {scale_factor:.4f}, "
+        f"whole-volume L1 of reconstructions {np.mean(recon_err):.4f}")
+    return scale_factor, float(np.mean(recon_err))
+
+
+def phase_unet(cfg: TrainConfig, work: Path, seed: int, scale_factor: float, log, resume: bool,
+               deadline: float | None = None) -> float:
+    import torch
+    from monai.networks.schedulers import DDPMScheduler
+
+    from engine.models.networks import build_network
+
+    lat = torch.load(work / "latents.pt", weights_only=True)
+    mu, sigma = lat["mu"], lat["sigma"]
+    data = np.load(work / "data.npz")
+    cond = torch.from_numpy(normalise_conditions(cfg, data["brain_ml"], data["ventricle_ml"]))
+    torch.manual_seed(seed + 3)  # before building: the initial weights come from this seed
+    unet = build_network(unet_definition(cfg), "unet")
+    ema = build_network(unet_definition(cfg), "unet")
+    ema.load_state_dict(unet.state_dict())
+    ema.requires_grad_(False)
+    opt = torch.optim.AdamW(unet.parameters(), lr=cfg.unet_lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(cfg.unet_steps))
+    s = schedule(cfg)
+    noise_sched = DDPMScheduler(num_train_timesteps=s["num_train_timesteps"], schedule=s["schedule"],
+                                beta_start=s["beta_start"], beta_end=s["beta_end"])
+    ckpt = work / "unet.ckpt"
+    step = 0
+    if resume and ckpt.exists():
+        state = _load_checkpoint(ckpt)
+        unet.load_state_dict(state["model"])
+        ema.load_state_dict(state["ema"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["lr"])
+        _set_rng_state(state["rng"])
+        step = state["step"]
+        log(f"unet: resumed at step {step}")
+    unet.train()
+    progress = _Progress("unet", cfg.unet_steps, step, log)
+    loss_avg = None
+    n = len(mu)
+    while step < cfg.unet_steps:
+        if deadline is not None and time.perf_counter() > deadline:
+            # Out of wall-clock budget (a shared CPU can be much slower than measured): stop cleanly with
+            # a checkpoint; the card records the steps actually run, and --resume can extend it.
+            log(f"unet: time budget reached at step {step}; stopping")
+            _save_checkpoint(ckpt, model=unet.state_dict(), ema=ema.state_dict(), optimizer=opt.state_dict(),
+                             lr=sched.state_dict(), rng=_rng_state(), step=step)
+            break
+        idx = torch.randint(n, (cfg.unet_batch,))
+        z = (mu[idx] + sigma[idx] * torch.randn_like(mu[idx])) * scale_factor
+        c = cond[idx].clone()
+        drop = torch.rand(len(idx)) < cfg.cond_dropout
+        c[drop] = NULL_VALUE  # the unconditioned input classifier-free guidance uses at sampling time
+        noise = torch.randn_like(z)
+        t = torch.randint(0, cfg.num_train_timesteps, (len(idx),))
+        noisy = noise_sched.add_noise(z, noise, t)
+        concat = c[:, :, None, None, None].expand(-1, -1, *z.shape[2:])
+        pred = unet(torch.cat([noisy, concat], dim=1), t, c[:, None, :])
+        loss = torch.nn.functional.mse_loss(pred, noise)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        step += 1
+        # EMA with a warm-up: early on the average follows the raw weights closely.
+        decay = min(cfg.ema_decay, (1 + step) / (10 + step))
+        with torch.no_grad():
+            for pe, pu in zip(ema.parameters(), unet.parameters(), strict=True):
+                pe.lerp_(pu, 1 - decay)
+        loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
+        progress.update(step, loss_avg, force=step == cfg.unet_steps)
+        if step % cfg.checkpoint_every == 0 or step == cfg.unet_steps:
+            _save_checkpoint(ckpt, model=unet.state_dict(), ema=ema.state_dict(), optimizer=opt.state_dict(),
+                             lr=sched.state_dict(), rng=_rng_state(), step=step)
+    return float(loss_avg) if loss_avg is not None else float("nan")
+
+
+def build_spec(cfg: TrainConfig, scale_factor: float, data_stats: dict[str, float], provenance: dict):
+    """The ModelSpec of the trained model."""
+    from engine.models.spec import ConditionSpec, ModelSpec
+
+    return ModelSpec(
+        id=MODEL_ID,
+        name="Brain T1 demo (MNI152-derived, synthetic)",
+        kind="latent",
+        description=("Latent diffusion model of skull-stripped T1-weighted brain MRI at 2 mm, trained on "
+                     "synthetic volumes derived from the MNI152 2009 template. Research and education only."),
+        networks={"unet": unet_definition(cfg), "autoencoder": ae_definition(cfg)},
+        schedule=schedule(cfg),
+        samplers=("ddim", "ddpm", "pndm"),
+        default_sampler="ddim",
+        default_steps=50,
+        output_shape=(1, 80, 96, 80),
+        latent_shape=(cfg.latent_channels, 20, 24, 20),
+        scale_factor=scale_factor,
+        voxel_spacing_mm=(2.0, 2.0, 2.0),
+        conditioning=(
+            ConditionSpec("brain_volume", "Brain volume", "mL", cfg.brain_ml_range[0], cfg.brain_ml_range[1],
+                          round(data_stats["brain_ml_median"]),
+                          "Grey + white matter volume (the synthetic training data span "
+                          f"{data_stats['brain_ml_p1']:.0f}-{data_stats['brain_ml_p99']:.0f} mL, 1st-99th pct)."),
+            ConditionSpec("ventricle_volume", "Ventricle volume", "mL", cfg.ventricle_ml_range[0],
+                          cfg.ventricle_ml_range[1], round(data_stats["ventricle_ml_median"]),
+                          "Lateral + third ventricle volume (training data span "
+                          f"{data_stats['ventricle_ml_p1']:.0f}-{data_stats['ventricle_ml_p99']:.0f} mL)."),
+        ),
+        conditioning_modes=("concat", "crossattn"),
+        guidance_null_value=NULL_VALUE,
+        intensity_range=(0.0, 1.0),
+        extra={"training": provenance},
+    )
+
+
+def data_stats(work: Path) -> dict[str, float]:
+    data = np.load(work / "data.npz")
+    out = {}
+    for key in ("brain_ml", "ventricle_ml"):
+        v = data[key]
+        out[f"{key}_median"] = float(np.median(v))
+        out[f"{key}_p1"] = float(np.percentile(v, 1))
+        out[f"{key}_p99"] = float(np.percentile(v, 99))
+        out[f"{key}_min"] = float(v.min())
+        out[f"{key}_max"] = float(v.max())
+    return out
+
+
+def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: TrainConfig | None = None,
+          log: Callable[[str], None] = print, command: str = "", minutes_budget: float | None = None) -> Path:
+    """Run (or resume) every phase and write the model folder to ``out``.
+
+    Args:
+        out: model folder to write (spec.json, weights.safetensors, MODEL_CARD.md).
+        work: folder for data, checkpoints and the run state.
+        seed: seeds data generation, initialisation and every random draw of training.
+        resume: continue from the work folder's checkpoints instead of starting over.
+        cfg: training configuration; the default is the shipped model's.
+        log: where progress lines go.
+        command: the command line, recorded in the spec's provenance and the model card.
+        minutes_budget: wall-clock budget of this invocation; the U-Net phase stops early (with a
+            checkpoint) when it runs out. The steps actually run are recorded.
+
+    Returns:
+        The model folder.
+    """
+    import platform
+
+    import torch
+
+    from engine.models.export import save_model_folder
+    from engine.training.card import render_card
+
+    cfg = cfg or TrainConfig()
+    deadline = time.perf_counter() + 60 * minutes_budget if minutes_budget else None
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    work.mkdir(parents=True, exist_ok=True)
+    config_path = work / "config.json"
+    cfg_dict = {**asdict(cfg), "seed": seed}
+    if resume and config_path.exists():
+        saved = json.loads(config_path.read_text())
+        if {k: v for k, v in saved.items() if k not in ("ae_steps", "unet_steps")} != json.loads(
+                json.dumps({k: v for k, v in cfg_dict.items() if k not in ("ae_steps", "unet_steps")})):
+            raise ValueError(f"--resume: {config_path} was written by a different configuration or seed; "
+                             "use a fresh --work folder")
+    elif not resume:
+        for name in ("state.json", "data.npz", "ae.ckpt", "latents.pt", "unet.ckpt"):
+            (work / name).unlink(missing_ok=True)
+    config_path.write_text(json.dumps(cfg_dict, indent=2))
+    state_path = work / "state.json"
+    state = RunState.load(state_path)
+    state.commands.append(command or f"volsynth train-demo --seed {seed}")
+    state.save(state_path)
+
+    def timed(name: str, fn):
+        if name in state.phases_done:
+            log(f"{name}: done earlier, skipped")
+            return None
+        started = time.perf_counter()
+        result = fn()
+        state.seconds[name] = state.seconds.get(name, 0.0) + time.perf_counter() - started
+        state.phases_done.append(name)
+        state.save(state_path)
+        return result
+
+    # The U-Net phase may be extended by a resumed run with more steps: it is never marked done for good.
+    if "unet" in state.phases_done and _checkpoint_step(work / "unet.ckpt") < cfg.unet_steps and resume:
+        state.phases_done.remove("unet")
+    if "ae" in state.phases_done and _checkpoint_step(work / "ae.ckpt") < cfg.ae_steps:
+        state.phases_done = [p for p in state.phases_done if p not in ("ae", "latents", "unet")]
+        (work / "unet.ckpt").unlink(missing_ok=True)
+
+    timed("data", lambda: phase_data(cfg, work, seed, log))
+    ae_l1 = timed("ae", lambda: phase_ae(cfg, work, seed, log, resume=True))
+    if ae_l1 is not None:
+        state.losses["ae_patch_l1"] = ae_l1
+    lat = timed("latents", lambda: phase_latents(cfg, work, seed, log))
+    if lat is not None:
+        state.scale_factor, state.losses["ae_volume_l1"] = lat
+    state.save(state_path)
+    unet_loss = timed("unet", lambda: phase_unet(cfg, work, seed, state.scale_factor, log, resume=True,
+                                                       deadline=deadline))
+    if unet_loss is not None:
+        state.losses["unet_mse_ema"] = unet_loss
+        state.save(state_path)
+
+    provenance = {
+        "command": " && ".join(state.commands),
+        "commands": state.commands,
+        "seed": seed,
+        "config": cfg_dict,
+        "ae_steps": cfg.ae_steps,
+        "unet_steps": _checkpoint_step(work / "unet.ckpt"),
+        "unet_steps_planned": cfg.unet_steps,
+        "seconds": {k: round(v, 1) for k, v in state.seconds.items()},
+        "losses": state.losses,
+        "machine": f"{platform.machine()} {platform.processor() or ''} "
+                   f"{torch.get_num_threads()} torch threads, torch {torch.__version__}".strip(),
+        "data": data_stats(work),
+    }
+    spec = build_spec(cfg, float(state.scale_factor), provenance["data"], provenance)
+    ae = load_autoencoder(cfg, work)
+    unet = _load_ema_unet(cfg, work)
+    folder = save_model_folder(out, spec, {"unet": unet, "autoencoder": ae}, render_card(spec, out))
+    (work / "provenance.json").write_text(json.dumps(provenance, indent=2))
+    log(f"export: {folder} ({sum(state.seconds.values()) / 60:.1f} min of training in total)")
+    return folder
+
+
+def _checkpoint_step(path: Path) -> int:
+    return int(_load_checkpoint(path)["step"]) if path.exists() else 0
+
+
+def _load_ema_unet(cfg: TrainConfig, work: Path):
+    from engine.models.networks import build_network
+
+    unet = build_network(unet_definition(cfg), "unet")
+    unet.load_state_dict(_load_checkpoint(work / "unet.ckpt")["ema"])
+    return unet.eval()
+
+
+def config_with_steps(cfg: TrainConfig, ae_steps: int | None, unet_steps: int | None) -> TrainConfig:
+    """The config with step counts overridden (extending a resumed run)."""
+    return replace(cfg, ae_steps=ae_steps or cfg.ae_steps, unet_steps=unet_steps or cfg.unet_steps)
