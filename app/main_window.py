@@ -12,6 +12,7 @@ import logging
 import platform
 import threading
 import time
+import uuid
 from functools import partial
 from pathlib import Path
 
@@ -35,9 +36,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.docks.metrics_dock import MetricsDock
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
 from app.state import CONVENTIONS, RENDER_PRESETS, WINDOW_PRESETS, AppState, VolumeEntry, preview_affine
+from app.vault import install_vault
 from app.viewer.viewer_area import ViewerArea
 from app.workers import BackendPool, GenerationWorker, JobRunner
 
@@ -45,6 +48,7 @@ log = logging.getLogger(__name__)
 
 NIFTI_FILTER = "NIfTI volumes (*.nii *.nii.gz);;All files (*)"
 PREVIEW_INTERVAL_MS = 200  # draw previews at most 5 times a second
+TELEMETRY_START_DELAY_MS = 500  # the sampler starts this long after the window is shown, off the start-up path
 
 
 def is_nifti(path: str | Path) -> bool:
@@ -80,6 +84,8 @@ class MainWindow(QMainWindow):
         settings: the QSettings to read and write (the application's by default).
         enable_3d: create the 3D view (needs OpenGL); tests of the slice views can switch it off.
         preload_torch: import torch in the background after start so the first Generate is quicker.
+        sampler: the ``engine.telemetry`` source the Metrics dock shows; by default a ``Sampler`` of this
+            machine, created and started after the window is shown. The window stops it when it closes.
     """
 
     preview_drawn = Signal(int)  # step of the preview just drawn (tests and benchmarks listen)
@@ -88,7 +94,7 @@ class MainWindow(QMainWindow):
     view3d_ready = Signal()
 
     def __init__(self, registry=None, settings: QSettings | None = None, enable_3d: bool = True,
-                 preload_torch: bool = True) -> None:
+                 preload_torch: bool = True, sampler=None) -> None:
         super().__init__()
         self.setWindowTitle("VolSynth Studio")
         self.setObjectName("VolSynthMainWindow")
@@ -119,11 +125,17 @@ class MainWindow(QMainWindow):
         scroll.setMinimumWidth(320)
         self.add_dock(scroll, "Generate", Qt.DockWidgetArea.LeftDockWidgetArea, name="generateDock")
         self.add_dock(self.session_panel, "Session", Qt.DockWidgetArea.RightDockWidgetArea, name="sessionDock")
+        self.sampler = sampler
+        self._telemetry_run: str | None = None
+        self.metrics_dock = MetricsDock(sampler)
+        self.add_dock(self.metrics_dock, "Metrics", Qt.DockWidgetArea.RightDockWidgetArea, name="metricsDock",
+                      tabify_with="sessionDock")
 
         self._build_actions()
         self._build_menus()
         self._build_toolbar()
         self._build_status_bar()
+        self.vault_controller = install_vault(self)  # Vault dock, menu and auto-lock (app/vault)
 
         self.sampling_panel.generate_requested.connect(self._on_panel_generate_requested)
         self.sampling_panel.cancel_requested.connect(self.cancel_generation)
@@ -348,6 +360,7 @@ class MainWindow(QMainWindow):
         self._model_affine = self.state.selected_model.spec.affine()
         self._model_xyz = tuple(self.state.selected_model.spec.output_shape[1:4])
         worker = GenerationWorker(request, partial(self.backends.get, settings.device))
+        self._begin_run_telemetry()
         self._generation_job = self.runner.start(
             "generate", worker, progressed=self._on_generation_progressed, finished=self._on_generation_finished,
             failed=self._on_generation_failed, cancelled=self._on_generation_cancelled,
@@ -387,6 +400,9 @@ class MainWindow(QMainWindow):
     def _on_generation_finished(self, result) -> None:
         self._preview_timer.stop()
         self._pending_preview = None
+        summary = self._end_run_telemetry("finished")
+        if summary is not None:  # before add_result, so every volume's provenance (and sidecar) carries it
+            result.provenance["telemetry"] = summary
         entries = self.state.add_result(result)
         self._last_result_entry = entries[0] if entries else None
         total = result.provenance.get("timings", {}).get("total_s", 0.0)
@@ -397,12 +413,14 @@ class MainWindow(QMainWindow):
         self.generation_ended.emit("finished")
 
     def _on_generation_failed(self, message: str) -> None:
+        self._end_run_telemetry("failed")
         self._stop_preview_and_restore()
         self.sampling_panel.show_finished("Failed")
         self.show_error("Generation failed", message)
         self.generation_ended.emit("failed")
 
     def _on_generation_cancelled(self) -> None:
+        self._end_run_telemetry("cancelled")
         self._stop_preview_and_restore()
         self.sampling_panel.show_finished("Cancelled")
         self.show_status("Generation cancelled", 5000)
@@ -421,6 +439,46 @@ class MainWindow(QMainWindow):
     def _on_state_job_changed(self, running: bool) -> None:
         self.generate_action.setEnabled(not running)
         self.cancel_action.setEnabled(running)
+
+    # -- telemetry -----------------------------------------------------------------------------------
+
+    def _on_telemetry_start_timeout(self) -> None:
+        if self.isVisible():  # not for a window closed before the timer fired
+            self._start_telemetry()
+
+    def _start_telemetry(self) -> None:
+        """Create (if needed) and start the sampler, and the Metrics dock's redraws. Idempotent."""
+        if self.sampler is None:
+            from engine.telemetry import Sampler
+
+            self.sampler = Sampler()
+            self.metrics_dock.set_source(self.sampler)
+        self.sampler.start()
+        self.metrics_dock.start()
+
+    def _begin_run_telemetry(self) -> None:
+        try:
+            self._start_telemetry()
+            run_id = f"gen-{uuid.uuid4().hex[:12]}"
+            self.sampler.mark_run_start(run_id)
+        except Exception:  # noqa: BLE001 - telemetry must never stop a generation
+            log.warning("could not start run telemetry", exc_info=True)
+            return
+        self._telemetry_run = run_id
+        self.metrics_dock.add_run_start(run_id)
+
+    def _end_run_telemetry(self, outcome: str) -> dict | None:
+        """End the running generation's telemetry run; its summary dict, or None if none was running."""
+        run_id, self._telemetry_run = self._telemetry_run, None
+        if run_id is None or self.sampler is None:
+            return None
+        try:
+            summary = self.sampler.mark_run_end(run_id)
+        except Exception:  # noqa: BLE001
+            log.warning("could not end run telemetry", exc_info=True)
+            return None
+        self.metrics_dock.add_run_end(run_id, outcome, summary)
+        return summary
 
     # -- files ---------------------------------------------------------------------------------------
 
@@ -648,10 +706,20 @@ class MainWindow(QMainWindow):
         self._save_recent()
         s.sync()
 
+    def showEvent(self, event) -> None:  # noqa: N802
+        super().showEvent(event)
+        if not event.spontaneous() and self.settings.value("window/state") is None:
+            # First start: the session list is the front tab, not Metrics (once the tab bar exists).
+            QTimer.singleShot(0, self.docks["sessionDock"], self.docks["sessionDock"].raise_)
+        QTimer.singleShot(TELEMETRY_START_DELAY_MS, self, self._on_telemetry_start_timeout)
+
     def closeEvent(self, event) -> None:  # noqa: N802
         self.save_settings()
         self._preview_timer.stop()
         self.runner.shutdown()
+        self.metrics_dock.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
         self.viewer.view3d.close_interactor()
         super().closeEvent(event)
 

@@ -102,9 +102,46 @@ class VolumeEntry:
             timings = prov.get("timings") or {}
             if "total_s" in timings:
                 lines.append(f"took {timings['total_s']:.1f} s on {prov.get('device', '?')}")
+            if isinstance(prov.get("telemetry"), Mapping):
+                lines.extend(run_summary_lines(prov["telemetry"]))
         if self.path is not None:
             lines.append(str(self.path))
         return "\n".join(lines)
+
+
+def format_bytes(count: float | None) -> str:
+    """``20.0 GiB``, ``512 MiB``; ``n/a`` for ``None``."""
+    if count is None:
+        return "n/a"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(count) >= size:
+            value = count / size
+            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{count:.0f} B"
+
+
+def run_summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Two short lines describing a run's telemetry summary (``engine.telemetry`` ``mark_run_end``).
+
+    Duration and mean GPU utilisation (or "no GPU"), then peak memory and energy. Without a GPU the peak
+    memory is this process's resident set and energy is not measured.
+    """
+    duration = summary.get("duration_s")
+    first = [f"{duration:.1f} s" if isinstance(duration, int | float) else "duration n/a"]
+    if summary.get("gpu_available"):
+        util = summary.get("mean_gpu_util_pct")
+        first.append(f"GPU {util:.0f}% mean" if util is not None else "GPU utilisation n/a")
+        energy = summary.get("energy_j")
+        second = [f"peak GPU memory {format_bytes(summary.get('peak_gpu_memory_bytes'))}",
+                  f"{energy:,.0f} J" if energy is not None and energy >= 100
+                  else f"{energy:.1f} J" if energy is not None else "energy n/a"]
+    else:
+        first.append("no GPU")
+        cpu = summary.get("cpu") or {}
+        if cpu.get("mean_cpu_pct") is not None:
+            first.append(f"CPU {cpu['mean_cpu_pct']:.0f}% mean")
+        second = [f"peak RSS {format_bytes(cpu.get('peak_process_rss_bytes'))}", "energy n/a"]
+    return ["telemetry: " + ", ".join(first), ", ".join(second)]
 
 
 def voxel_to_ras(affine: np.ndarray, ijk: Iterable[float]) -> np.ndarray:

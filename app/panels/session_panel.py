@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
@@ -56,7 +58,9 @@ class SessionPanel(QWidget):
             self.list.blockSignals(True)
             self.list.setCurrentRow(row)
             self.list.blockSignals(False)
-        self.details.setText(f"<b>{entry.name}</b><br>" + entry.describe().replace("\n", "<br>"))
+        # Escaped: names, provenance and telemetry reasons are arbitrary text, not markup.
+        self.details.setText(f"<b>{html.escape(entry.name)}</b><br>"
+                             + html.escape(entry.describe()).replace("\n", "<br>"))
 
     def _on_list_row_changed(self, row: int) -> None:
         if 0 <= row < len(self.state.volumes) and not self.state.job_running:

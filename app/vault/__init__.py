@@ -1,0 +1,51 @@
+"""The app side of the encrypted vault (``engine.vault``): browser dock, dialogs, Vault menu, auto-lock.
+
+``install_vault(window)`` is the one call the main window makes: it adds the Vault dock (bottom, hidden on a
+first start; View > Panels and Vault > Show Vault Browser bring it up), the Vault menu before Help, a padlock
+in the status bar and a "Save to Vault" entry in the session list's context menu, and returns the
+``VaultController`` that owns the vault.
+
+Nothing here imports ``engine.vault`` at start-up; it is loaded the first time the vault is used.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from app.vault.browser import VaultBrowser, VaultMenu, VaultStatusButton
+from app.vault.controller import VaultController
+from app.vault.dialogs import ChangePassphraseDialog, ExportDialog, ImportDetailsDialog, VaultUnlockDialog
+
+__all__ = [
+    "ChangePassphraseDialog",
+    "ExportDialog",
+    "ImportDetailsDialog",
+    "VaultBrowser",
+    "VaultController",
+    "VaultMenu",
+    "VaultUnlockDialog",
+    "install_vault",
+]
+
+
+def install_vault(window) -> VaultController:
+    """Give ``window`` (a ``MainWindow``) its vault UI. Call before the window restores its saved state, so
+    the dock's place is restored too."""
+    controller = VaultController(window)
+    controller.browser = VaultBrowser(controller)
+    dock = window.add_dock(controller.browser, "Vault", Qt.DockWidgetArea.BottomDockWidgetArea, name="vaultDock")
+    dock.hide()
+    menu = VaultMenu(controller, window)
+    controller.menu = menu
+    bar = window.menuBar()
+    help_menu = next((a for a in bar.actions() if a.text().replace("&", "") == "Help"), None)
+    if help_menu is not None:
+        bar.insertMenu(help_menu, menu)
+    else:
+        bar.addMenu(menu)
+    session_list = getattr(getattr(window, "session_panel", None), "list", None)
+    if session_list is not None:
+        menu.attach_session_list(session_list)
+    controller.status_button = VaultStatusButton(controller)
+    window.statusBar().addPermanentWidget(controller.status_button)
+    return controller

@@ -1,0 +1,472 @@
+"""Dialogs of the vault: create/unlock, change passphrase, import details, export options, progress.
+
+Every dialog here is opened with ``open()`` (window-modal, never a nested event loop) and reports through
+signals; the controller does the work in the background and closes the dialog when it succeeded, or shows
+the engine's message and leaves the dialog open to try again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPainterPath, QPen, QPixmap
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressDialog,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+MIN_PASSPHRASE = 8  # the engine's minimum (engine.vault.crypto); checked here too for an immediate hint
+ERROR_COLOUR = "#e06c75"
+MUTED_COLOUR = "#8b93a1"
+LOCKED_COLOUR = "#e5c07b"
+UNLOCKED_COLOUR = "#98c379"
+
+_DIALOG_QSS = f"""
+QLineEdit {{ background: #14171b; border: 1px solid #363c46; border-radius: 4px; padding: 5px 7px; }}
+QLineEdit:focus {{ border-color: #3d8fd6; }}
+QLabel#dialogTitle {{ font-size: 13pt; font-weight: bold; color: #dfe3ea; }}
+QLabel#dialogText {{ color: #aab2bf; }}
+QLabel#dialogPath {{ color: {MUTED_COLOUR}; }}
+QLabel#dialogError {{ color: {ERROR_COLOUR}; }}
+"""
+
+
+def lock_pixmap(size: int, colour: str = LOCKED_COLOUR, unlocked: bool = False) -> QPixmap:
+    """A padlock drawn with QPainter (no icon files, no emoji font needed), closed or open."""
+    ratio = 2.0
+    pixmap = QPixmap(int(size * ratio), int(size * ratio))
+    pixmap.setDevicePixelRatio(ratio)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    s = float(size)
+    body = QRectF(s * 0.18, s * 0.44, s * 0.64, s * 0.48)
+    pen = QPen(QColor(colour), max(1.4, s * 0.1))
+    pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+    painter.setPen(pen)
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    shackle = QPainterPath()
+    left, right, top = s * 0.32, s * 0.68, s * 0.1
+    shackle.moveTo(QPointF(left, body.top()))
+    shackle.lineTo(QPointF(left, s * 0.3))
+    shackle.arcTo(QRectF(left, top, right - left, (right - left)), 180, -180)
+    shackle.lineTo(QPointF(right, s * (0.3 if unlocked else 0.44)))
+    if unlocked:  # the shackle lifted and swung open
+        shackle.translate(s * 0.14, -s * 0.06)
+    painter.drawPath(shackle)
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QColor(colour))
+    painter.drawRoundedRect(body, s * 0.08, s * 0.08)
+    painter.setBrush(QColor("#1b1e23"))
+    painter.drawEllipse(QPointF(s * 0.5, body.center().y() - s * 0.03), s * 0.06, s * 0.06)
+    painter.drawRect(QRectF(s * 0.47, body.center().y() - s * 0.02, s * 0.06, s * 0.13))
+    painter.end()
+    return pixmap
+
+
+def lock_icon(colour: str = LOCKED_COLOUR, unlocked: bool = False) -> QIcon:
+    icon = QIcon()
+    for size in (16, 24, 32):
+        icon.addPixmap(lock_pixmap(size, colour, unlocked))
+    return icon
+
+
+def _header(title: str, text: str, unlocked: bool = False) -> QWidget:
+    header = QWidget()
+    row = QHBoxLayout(header)
+    row.setContentsMargins(0, 0, 0, 6)
+    icon = QLabel()
+    icon.setPixmap(lock_pixmap(40, UNLOCKED_COLOUR if unlocked else LOCKED_COLOUR, unlocked))
+    icon.setFixedSize(QSize(48, 48))
+    icon.setAlignment(Qt.AlignmentFlag.AlignCenter)
+    column = QVBoxLayout()
+    column.setSpacing(4)
+    title_label = QLabel(title)
+    title_label.setObjectName("dialogTitle")
+    text_label = QLabel(text)
+    text_label.setObjectName("dialogText")
+    text_label.setWordWrap(True)
+    column.addWidget(title_label)
+    column.addWidget(text_label)
+    row.addWidget(icon, 0, Qt.AlignmentFlag.AlignTop)
+    row.addSpacing(6)
+    row.addLayout(column, 1)
+    return header
+
+
+def _password_edit(placeholder: str) -> QLineEdit:
+    edit = QLineEdit()
+    edit.setEchoMode(QLineEdit.EchoMode.Password)
+    edit.setPlaceholderText(placeholder)
+    edit.setMinimumWidth(300)
+    return edit
+
+
+def _error_label() -> QLabel:
+    label = QLabel("")
+    label.setObjectName("dialogError")
+    label.setWordWrap(True)
+    label.hide()
+    return label
+
+
+class VaultUnlockDialog(QDialog):
+    """Asks for the passphrase of the vault (``mode="unlock"``) or a new one twice (``mode="create"``).
+
+    ``submitted(passphrase)`` is emitted once what was typed is acceptable; the dialog then stays open,
+    busy, until the controller calls ``accept()`` (success) or ``retry()`` (wrong passphrase).
+    """
+
+    submitted = Signal(str)
+
+    def __init__(self, mode: str, path: str | Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        if mode not in ("unlock", "create"):
+            raise ValueError("mode must be 'unlock' or 'create'")
+        self.mode = mode
+        self.setObjectName("vaultUnlockDialog")
+        self.setWindowTitle("Create Vault" if mode == "create" else "Unlock Vault")
+        self.setStyleSheet(_DIALOG_QSS)
+        if mode == "create":
+            header = _header("Create an encrypted vault",
+                             "Patient scans and generated volumes are encrypted with a key that only this "
+                             "passphrase opens. Choose a long one: it cannot be recovered if it is lost.")
+        else:
+            header = _header("Unlock the vault", "Enter the vault's passphrase to browse, open and import items.")
+        path_label = QLabel(str(path))
+        path_label.setObjectName("dialogPath")
+        path_label.setToolTip(str(path))
+        path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.passphrase_edit = _password_edit("Passphrase" if mode == "unlock"
+                                              else f"At least {MIN_PASSPHRASE} characters")
+        self.confirm_edit = _password_edit("Type it again")
+        self.error_label = _error_label()
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        form.addRow("Vault", path_label)
+        form.addRow("Passphrase", self.passphrase_edit)
+        if mode == "create":
+            form.addRow("Confirm", self.confirm_edit)
+        else:
+            self.confirm_edit.hide()
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.ok_button = self.buttons.addButton("Create Vault" if mode == "create" else "Unlock",
+                                                QDialogButtonBox.ButtonRole.AcceptRole)
+        self.ok_button.setObjectName("primary")
+        self.ok_button.setDefault(True)
+        self.buttons.accepted.connect(self._on_buttons_accepted)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(18, 16, 18, 14)
+        layout.setSpacing(10)
+        layout.addWidget(header)
+        layout.addLayout(form)
+        layout.addWidget(self.error_label)
+        layout.addWidget(self.buttons)
+        self.setMinimumWidth(500)
+
+    def _on_buttons_accepted(self) -> None:
+        text = self.passphrase_edit.text()
+        if not text:
+            self.show_problem("Enter the passphrase.")
+            return
+        if self.mode == "create":
+            if len(text) < MIN_PASSPHRASE:
+                self.show_problem(f"The passphrase needs at least {MIN_PASSPHRASE} characters.")
+                return
+            if text != self.confirm_edit.text():
+                self.show_problem("The two passphrases differ; type the same one twice.")
+                self.confirm_edit.clear()
+                self.confirm_edit.setFocus()
+                return
+        self.set_busy(True)
+        self.submitted.emit(text)
+
+    def show_problem(self, text: str) -> None:
+        self.error_label.setText(text)
+        self.error_label.setVisible(bool(text))
+
+    def set_busy(self, busy: bool) -> None:
+        for widget in (self.passphrase_edit, self.confirm_edit, self.ok_button):
+            widget.setEnabled(not busy)
+        if busy:
+            self.show_problem("")
+            self.ok_button.setText("Creating..." if self.mode == "create" else "Unlocking...")
+        else:
+            self.ok_button.setText("Create Vault" if self.mode == "create" else "Unlock")
+
+    def retry(self, hint: str) -> None:
+        """After a wrong passphrase: clear it, say so, and wait for another try."""
+        self.set_busy(False)
+        self.passphrase_edit.clear()
+        self.show_problem(hint)
+        self.passphrase_edit.setFocus()
+
+    def done(self, result: int) -> None:
+        # Do not keep what was typed in widgets any longer than needed.
+        self.passphrase_edit.clear()
+        self.confirm_edit.clear()
+        super().done(result)
+
+
+class ChangePassphraseDialog(QDialog):
+    """The current passphrase and a new one twice; ``submitted(old, new)`` when acceptable."""
+
+    submitted = Signal(str, str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("changePassphraseDialog")
+        self.setWindowTitle("Change Vault Passphrase")
+        self.setStyleSheet(_DIALOG_QSS)
+        header = _header("Change the passphrase", "Items are not re-encrypted: only the key that protects them "
+                         "is wrapped again under the new passphrase.", unlocked=True)
+        self.old_edit = _password_edit("Current passphrase")
+        self.new_edit = _password_edit(f"At least {MIN_PASSPHRASE} characters")
+        self.confirm_edit = _password_edit("Type it again")
+        self.error_label = _error_label()
+        form = QFormLayout()
+        form.addRow("Current", self.old_edit)
+        form.addRow("New", self.new_edit)
+        form.addRow("Confirm", self.confirm_edit)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.ok_button = self.buttons.addButton("Change", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.ok_button.setObjectName("primary")
+        self.ok_button.setDefault(True)
+        self.buttons.accepted.connect(self._on_buttons_accepted)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(18, 16, 18, 14)
+        layout.setSpacing(10)
+        layout.addWidget(header)
+        layout.addLayout(form)
+        layout.addWidget(self.error_label)
+        layout.addWidget(self.buttons)
+        self.setMinimumWidth(480)
+
+    def _on_buttons_accepted(self) -> None:
+        old, new = self.old_edit.text(), self.new_edit.text()
+        if not old:
+            self.show_problem("Enter the current passphrase.")
+        elif len(new) < MIN_PASSPHRASE:
+            self.show_problem(f"The new passphrase needs at least {MIN_PASSPHRASE} characters.")
+        elif new != self.confirm_edit.text():
+            self.show_problem("The two new passphrases differ; type the same one twice.")
+        elif new == old:
+            self.show_problem("The new passphrase is the same as the current one.")
+        else:
+            self.set_busy(True)
+            self.submitted.emit(old, new)
+
+    def show_problem(self, text: str) -> None:
+        self.error_label.setText(text)
+        self.error_label.setVisible(bool(text))
+
+    def set_busy(self, busy: bool) -> None:
+        for widget in (self.old_edit, self.new_edit, self.confirm_edit, self.ok_button):
+            widget.setEnabled(not busy)
+        if busy:
+            self.show_problem("")
+
+    def retry(self, hint: str) -> None:
+        self.set_busy(False)
+        self.old_edit.clear()
+        self.show_problem(hint)
+        self.old_edit.setFocus()
+
+    def done(self, result: int) -> None:
+        for edit in (self.old_edit, self.new_edit, self.confirm_edit):
+            edit.clear()
+        super().done(result)
+
+
+class ImportDetailsDialog(QDialog):
+    """Patient and study details for NIfTI files (a NIfTI header carries none); all optional.
+
+    Files VolSynth generated (marked SYNTHETIC) are stored as synthetic whatever is typed here.
+    """
+
+    def __init__(self, paths: list[str | Path], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.paths = [Path(p) for p in paths]
+        self.setObjectName("importDetailsDialog")
+        self.setWindowTitle("Import into the Vault")
+        self.setStyleSheet(_DIALOG_QSS)
+        names = ", ".join(p.name for p in self.paths[:3]) + (f" and {len(self.paths) - 3} more"
+                                                              if len(self.paths) > 3 else "")
+        count = "1 NIfTI file" if len(self.paths) == 1 else f"{len(self.paths)} NIfTI files"
+        header = _header(f"Import {count}", f"{names}\n\nThe files are encrypted into the vault unchanged. "
+                         "Patient and study details are optional and encrypted too.", unlocked=True)
+        self.label_edit = QLineEdit()
+        if len(self.paths) == 1:
+            name = self.paths[0].name
+            self.label_edit.setText(name[:-7] if name.lower().endswith(".nii.gz") else name.removesuffix(".nii"))
+        else:
+            self.label_edit.setPlaceholderText("Each file's name")
+            self.label_edit.setEnabled(False)
+        self.patient_name_edit = QLineEdit()
+        self.patient_name_edit.setPlaceholderText("Family, Given")
+        self.patient_id_edit = QLineEdit()
+        self.study_edit = QLineEdit()
+        self.study_edit.setPlaceholderText("e.g. MR brain T1 follow-up")
+        self.study_date_edit = QLineEdit()
+        self.study_date_edit.setPlaceholderText("YYYY-MM-DD")
+        form = QFormLayout()
+        form.addRow("Label", self.label_edit)
+        form.addRow("Patient name", self.patient_name_edit)
+        form.addRow("Patient ID", self.patient_id_edit)
+        form.addRow("Study", self.study_edit)
+        form.addRow("Study date", self.study_date_edit)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.ok_button = self.buttons.addButton("Import", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.ok_button.setObjectName("primary")
+        self.ok_button.setDefault(True)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(18, 16, 18, 14)
+        layout.setSpacing(10)
+        layout.addWidget(header)
+        layout.addLayout(form)
+        layout.addWidget(self.buttons)
+        self.setMinimumWidth(500)
+
+    def details(self) -> dict:
+        """``label`` (one file only; None for each file's name), ``patient`` and ``study`` dicts."""
+        from app.vault.model import clean_metadata
+
+        name = self.patient_name_edit.text().strip()
+        if "," in name:  # stored as a DICOM person name, the form the vault's DICOM imports use
+            family, given = (part.strip() for part in name.split(",", 1))
+            name = f"{family}^{given}"
+        label = self.label_edit.text().strip() if len(self.paths) == 1 else ""
+        return {
+            "label": label or None,
+            "patient": clean_metadata({"name": name, "id": self.patient_id_edit.text()}),
+            "study": clean_metadata({"description": self.study_edit.text(),
+                                     "date": self.study_date_edit.text().replace("-", "")}),
+        }
+
+
+class ExportDialog(QDialog):
+    """Where to export an item, and whether to de-identify it."""
+
+    def __init__(self, info, folder: str | Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.info = info
+        self.setObjectName("vaultExportDialog")
+        self.setWindowTitle("Export from the Vault")
+        self.setStyleSheet(_DIALOG_QSS)
+        synthetic = info.kind == "synthetic"
+        text = ("Writes the volume as NIfTI" + (", its original DICOM files" if info.dicom_files else "")
+                + (" and its provenance. It stays marked SYNTHETIC." if synthetic else ".")
+                + " File names never contain patient details.")
+        header = _header(f"Export \u201c{info.label}\u201d", text, unlocked=True)
+        self.folder_edit = QLineEdit(str(folder))
+        browse = QPushButton("Browse...")
+        browse.clicked.connect(self._on_browse_clicked)
+        folder_row = QHBoxLayout()
+        folder_row.addWidget(self.folder_edit, 1)
+        folder_row.addWidget(browse)
+        self.deidentify_box = QCheckBox("De-identify")
+        self.deidentify_box.setChecked(True)
+        self.deidentify_box.setToolTip("NIfTI: clear the description, aux_file, intent_name and db_name fields "
+                                       "and header extensions. DICOM: the PS3.15 Annex E basic profile.")
+        hint = QLabel("Removes names, IDs, dates and free-text header fields (DICOM: PS3.15 Annex E basic "
+                      "profile). Leave it on unless the files stay inside your institution.")
+        hint.setObjectName("dialogPath")
+        hint.setWordWrap(True)
+        self.dicom_box = QCheckBox(f"Include the {info.dicom_files} original DICOM files")
+        self.dicom_box.setChecked(True)
+        self.dicom_box.setVisible(bool(info.dicom_files))
+        self.overwrite_box = QCheckBox("Replace files that already exist")
+        form = QFormLayout()
+        form.addRow("Folder", folder_row)
+        options = QVBoxLayout()
+        options.setSpacing(4)
+        options.addWidget(self.deidentify_box)
+        options.addWidget(hint)
+        options.addWidget(self.dicom_box)
+        options.addWidget(self.overwrite_box)
+        form.addRow("Options", options)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.ok_button = self.buttons.addButton("Export", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.ok_button.setObjectName("primary")
+        self.ok_button.setDefault(True)
+        self.buttons.accepted.connect(self._on_buttons_accepted)
+        self.buttons.rejected.connect(self.reject)
+        self.error_label = _error_label()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(18, 16, 18, 14)
+        layout.setSpacing(10)
+        layout.addWidget(header)
+        layout.addLayout(form)
+        layout.addWidget(self.error_label)
+        layout.addWidget(self.buttons)
+        self.setMinimumWidth(540)
+
+    def _on_browse_clicked(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Export to folder", self.folder_edit.text())
+        if folder:
+            self.folder_edit.setText(folder)
+
+    def _on_buttons_accepted(self) -> None:
+        if not self.folder_edit.text().strip():
+            self.error_label.setText("Choose a folder to export to.")
+            self.error_label.show()
+            return
+        self.accept()
+
+    def options(self) -> dict:
+        return {"dest": Path(self.folder_edit.text().strip()).expanduser(),
+                "deidentify": self.deidentify_box.isChecked(),
+                "include_dicom": self.dicom_box.isChecked(),
+                "overwrite": self.overwrite_box.isChecked()}
+
+
+class TaskProgressDialog(QProgressDialog):
+    """Progress of one background vault task; Cancel asks the task to stop at its next chunk."""
+
+    def __init__(self, title: str, text: str, job, cancellable: bool, parent: QWidget | None = None) -> None:
+        super().__init__(text, "Cancel", 0, 1000, parent)
+        self.job = job
+        self.setObjectName("vaultProgressDialog")
+        self.setWindowTitle(title)
+        self.setWindowModality(Qt.WindowModality.WindowModal)
+        self.setMinimumDuration(400)  # quick tasks finish without a dialog flashing up
+        self.setAutoClose(False)
+        self.setAutoReset(False)
+        self.setMinimumWidth(420)
+        if cancellable:
+            self.canceled.connect(self._on_canceled)
+        else:
+            self.setCancelButton(None)
+        self.setValue(0)
+
+    def _on_canceled(self) -> None:
+        self.setLabelText("Cancelling...")
+        self.job.cancel()
+
+    def report(self, fraction: float | None, text: str) -> None:
+        if self.wasCanceled():
+            return
+        if text:
+            self.setLabelText(text)
+        # Last: on a shown modal dialog setValue() processes events, which may end the task and close this.
+        if fraction is None:
+            self.setRange(0, 0)
+        else:
+            if self.maximum() == 0:
+                self.setRange(0, 1000)
+            self.setValue(int(round(max(0.0, min(1.0, fraction)) * 1000)))

@@ -1,0 +1,321 @@
+"""Qt-free pieces of the vault UI: how an item reads in the table, and the background work functions.
+
+Nothing here imports Qt. The work functions (``import_batch``, ``open_for_session``, ...) run in a worker
+thread; each takes a ``report(fraction, text)`` callable that raises ``Cancelled`` when the user cancelled,
+so cancelling interrupts the engine's streaming at its next chunk and the engine cleans up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import Cancelled, EngineError, VaultLocked
+
+Report = Callable[[float | None, str], None]
+"""Progress for the UI: (fraction done 0..1, or None when unknown; one line of text). May raise Cancelled."""
+
+COLUMNS = ("Patient", "Study", "Date", "Kind", "Label")
+NIFTI_SUFFIXES = (".nii", ".nii.gz")
+KIND_TITLES = {"scan": "Scan", "synthetic": "Synthetic"}
+
+
+def is_nifti(path: str | os.PathLike) -> bool:
+    return str(path).lower().endswith(NIFTI_SUFFIXES)
+
+
+# -- how an item reads ------------------------------------------------------------------------------------
+
+
+def person_name(value: str) -> str:
+    """A DICOM person name (``Family^Given^Middle``) as people write it: ``Family, Given Middle``."""
+    parts = [p.strip() for p in str(value).split("=")[0].split("^")]
+    family, given = parts[0], " ".join(p for p in parts[1:] if p)
+    return f"{family}, {given}" if family and given else family or given
+
+
+def dicom_date(value: str) -> str:
+    """``20240131`` -> ``2024-01-31``; other text unchanged."""
+    text = str(value).strip()
+    if len(text) == 8 and text.isdigit():
+        return f"{text[:4]}-{text[4:6]}-{text[6:]}"
+    return text
+
+
+def local_date(iso: str) -> str:
+    """An ISO 8601 timestamp (UTC) as the local calendar date."""
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d")
+    except (TypeError, ValueError):
+        return str(iso)[:10]
+
+
+def item_patient(info) -> str:
+    if info.kind == "synthetic":
+        return "\u2014"  # no patient: generated
+    name = person_name(info.patient.get("name", ""))
+    return name or info.patient.get("id", "") or "\u2014"
+
+
+def item_study(info) -> str:
+    if info.kind == "synthetic":
+        prov = info.provenance or {}
+        model = prov.get("model")
+        model_id = model.get("id") if isinstance(model, Mapping) else prov.get("model_id")
+        bits = [str(model_id) if model_id else "generated"]
+        if prov.get("seed") is not None:
+            bits.append(f"seed {prov['seed']}")
+        return " \u00b7 ".join(bits)
+    study = info.study
+    description = study.get("description") or study.get("series_description") or ""
+    modality = study.get("modality") or ""
+    if description and modality and modality.lower() not in description.lower():
+        return f"{modality} \u00b7 {description}"
+    return description or modality or "\u2014"
+
+
+def item_date(info) -> str:
+    """The study date when the item has one, else the date it entered the vault."""
+    date = info.study.get("date") if info.kind == "scan" else None
+    return dicom_date(date) if date else local_date(info.created)
+
+
+def item_row(info) -> tuple[str, str, str, str, str]:
+    """The table's cells, in ``COLUMNS`` order."""
+    return (item_patient(info), item_study(info), item_date(info), KIND_TITLES.get(info.kind, info.kind),
+            info.label or "\u2014")
+
+
+def format_size(count: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count:.0f} B"
+
+
+def item_details(info) -> str:
+    """A few plain-text lines for the table's tooltip."""
+    shape = " x ".join(str(s) for s in info.shape)
+    lines = [info.label or "(no label)", f"{KIND_TITLES.get(info.kind, info.kind)} \u00b7 {shape} voxels "
+             f"\u00b7 {format_size(info.size_bytes)}"]
+    if info.kind == "scan":
+        patient = info.patient
+        who = [person_name(patient["name"]) if patient.get("name") else "", f"ID {patient['id']}"
+               if patient.get("id") else "", f"born {dicom_date(patient['birth_date'])}"
+               if patient.get("birth_date") else ""]
+        if any(who):
+            lines.append("Patient: " + ", ".join(w for w in who if w))
+    if info.source == "dicom":
+        lines.append(f"From a DICOM series ({info.dicom_files} original files kept)")
+    elif info.original_name:
+        lines.append(f"Imported from {info.original_name}")
+    lines.append(f"Added {local_date(info.created)} \u00b7 id {info.id[:12]}")
+    return "\n".join(lines)
+
+
+def label_problems(problems: Iterable[str], items: Iterable) -> list[str]:
+    """Prefix each problem that names an item id with that item's label, so people know which one it is."""
+    labels = {info.id: info.label for info in items}
+    out = []
+    for problem in problems:
+        named = next((label for item_id, label in labels.items() if item_id in problem), None)
+        out.append(f"\u201c{named}\u201d: {problem}" if named else problem)
+    return out
+
+
+# -- values that cross into the vault ---------------------------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """Provenance as plain JSON data: tuples become lists, numpy scalars numbers, NaN None, others text.
+
+    The vault refuses values that would change in storage; session provenance carries tuples and numpy
+    numbers, so it is normalised here once.
+    """
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return jsonable(value.item())
+    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)
+
+
+def clean_metadata(values: Mapping[str, str]) -> dict[str, str]:
+    """Drop empty fields and surrounding spaces from what was typed in the import dialog."""
+    return {k: v.strip() for k, v in values.items() if v and v.strip()}
+
+
+# -- work run in a background thread ----------------------------------------------------------------------
+
+
+@dataclass
+class ImportJob:
+    """One thing to import: a NIfTI file, or a DICOM series (folder, file or list of files)."""
+
+    source: str | Path | list[Path]
+    format: str = "nifti"  # "nifti" or "dicom"
+    label: str | None = None
+    patient: dict = field(default_factory=dict)
+    study: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        if isinstance(self.source, list):
+            return f"{len(self.source)} DICOM files" if len(self.source) != 1 else Path(self.source[0]).name
+        return Path(self.source).name
+
+
+@dataclass
+class ImportReport:
+    """What an import batch did: items added, per-source errors, and whether the user stopped it."""
+
+    imported: list = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    cancelled: bool = False
+    total: int = 0
+
+
+def nifti_synthetic_provenance(path: Path) -> dict | None:
+    """The provenance of a NIfTI file VolSynth generated (SYNTHETIC in its header, or its sidecar says so);
+    None for anything else. Reads the header only, never the voxels."""
+    import nibabel as nib
+
+    from engine.nifti_io import sidecar_path
+
+    provenance: dict = {}
+    try:
+        side = sidecar_path(path)
+        if side.is_file():
+            loaded = json.loads(side.read_text(encoding="utf-8"))
+            provenance = loaded if isinstance(loaded, dict) else {}
+    except (OSError, ValueError, EngineError):
+        provenance = {}
+    try:
+        descrip = nib.load(str(path)).header.get("descrip")
+        text = descrip.item().decode("ascii", "replace") if descrip is not None else ""
+    except Exception:  # noqa: BLE001 - the import itself reports unreadable files with the engine's message
+        text = ""
+    if "SYNTHETIC" in text.upper() or provenance.get("synthetic"):
+        return jsonable({**provenance, "synthetic": True, "source_file": path.name})
+    return None
+
+
+def import_batch(vault, jobs: list[ImportJob], report: Report) -> ImportReport:
+    """Import every job in turn; one failing file does not stop the others (a locked vault does)."""
+    result = ImportReport(total=len(jobs))
+    count = len(jobs)
+    for index, job in enumerate(jobs):
+        text = f"Encrypting {job.name}" + (f" ({index + 1} of {count})" if count > 1 else "")
+        report(index / count, text)
+
+        def progress(done: int, total: int, index=index, text=text) -> None:
+            report((index + (done / total if total else 1.0)) / count, text)
+
+        try:
+            if job.format == "dicom":
+                info = vault.import_dicom(job.source, label=job.label, progress=progress)
+            else:
+                path = Path(job.source)
+                provenance = nifti_synthetic_provenance(path)
+                if provenance is not None:  # a generated volume: no patient, and it stays marked synthetic
+                    info = vault.import_nifti(path, kind="synthetic", label=job.label, provenance=provenance,
+                                              progress=progress)
+                else:
+                    info = vault.import_nifti(path, label=job.label, patient=job.patient, study=job.study,
+                                              progress=progress)
+        except Cancelled:
+            result.cancelled = True
+            break
+        except VaultLocked:
+            raise
+        except EngineError as exc:
+            result.errors.append(f"{job.name}: {exc}")
+            continue
+        result.imported.append(info)
+    if not result.cancelled:
+        report(1.0, "Done")
+    return result
+
+
+def save_volume(vault, data: np.ndarray, affine: np.ndarray, provenance: dict, label: str, report: Report):
+    """Store a generated volume (float32, marked SYNTHETIC) with its provenance."""
+
+    def progress(done: int, total: int) -> None:
+        report(done / total if total else 1.0, f"Encrypting {label}")
+
+    report(0.0, f"Encrypting {label}")
+    return vault.add_synthetic(data, affine, provenance, label=label, progress=progress)
+
+
+@dataclass
+class OpenedItem:
+    """A vault item ready for the session: float32 (x, y, z) in RAS+ orientation, in memory only."""
+
+    info: Any
+    data: np.ndarray
+    affine: np.ndarray
+
+
+def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What the viewer expects, exactly as ``engine.nifti_io.load_nifti`` gives it for the same file:
+    first volume of 4D data, reoriented to the closest canonical (RAS+) orientation, non-finite values zeroed.
+    Done on an in-memory image: nothing decrypted is written anywhere."""
+    import nibabel as nib
+
+    image = nib.as_closest_canonical(nib.Nifti1Image(np.asarray(data), np.asarray(affine, dtype=np.float64)))
+    out = np.asanyarray(image.dataobj, dtype=np.float32)
+    if out.ndim == 4:
+        out = out[..., 0]
+    if out.ndim != 3:
+        raise EngineError(f"the item has {out.ndim} dimensions; VolSynth shows 3D volumes")
+    if not np.all(np.isfinite(out)):
+        out = np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+    return np.ascontiguousarray(out), np.asarray(image.affine, dtype=np.float64)
+
+
+def open_for_session(vault, item_id: str, report: Report) -> OpenedItem:
+    """Decrypt an item into memory and shape it for the viewer."""
+    report(None, "Decrypting")
+    opened = vault.open_item(item_id)
+    data, affine = to_session_volume(opened.data, opened.affine)
+    return OpenedItem(info=opened.info, data=data, affine=affine)
+
+
+def export_item(vault, item_id: str, dest: Path, deidentify: bool, include_dicom: bool, overwrite: bool,
+                report: Report):
+    label = vault.get(item_id).label
+
+    def progress(done: int, total: int) -> None:
+        report(done / total if total else 1.0, f"Exporting {label}")
+
+    report(0.0, f"Exporting {label}")
+    return vault.export(item_id, dest, deidentify=deidentify, include_dicom=include_dicom, overwrite=overwrite,
+                        progress=progress)
+
+
+def verify_all(vault, report: Report):
+    """Authenticate every item and the audit trail; returns (report, the items for naming problems)."""
+    items = vault.items()
+
+    def progress(done: int, total: int) -> None:
+        report(done / total if total else 1.0, "Checking every item")
+
+    report(0.0, "Checking every item")
+    return vault.verify(progress=progress), items

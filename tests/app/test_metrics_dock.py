@@ -1,0 +1,337 @@
+"""The Metrics dock: live plots from the telemetry sampler, the no-GPU path, NVML stand-in GPUs, run marks,
+and the per-run summary in the provenance and the session list.
+
+GPU plots with data come from ``tests/engine/telemetry/fake_nvml.py`` (a stand-in for ``pynvml`` written from
+nvidia-ml-py's documented behaviour) behind a real ``GpuMonitor``; this machine itself has no NVIDIA GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from app.state import format_bytes, run_summary_lines
+from tests.app.conftest import SCREENSHOTS
+
+render = pytest.mark.render
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+def _wait_ended(qtbot, window, timeout=60_000) -> str:
+    with qtbot.waitSignal(window.generation_ended, timeout=timeout) as blocker:
+        pass
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    return blocker.args[0]
+
+
+def _show_metrics(qtbot, window):
+    """Bring the Metrics tab to the front and wait for the sampler and the first drawn plots."""
+    window.docks["metricsDock"].raise_()
+    dock = window.metrics_dock
+    qtbot.waitUntil(lambda: window.sampler is not None and window.sampler.running, timeout=10_000)
+    qtbot.waitUntil(lambda: dock.on_screen() and dock.plots_built, timeout=10_000)
+    return dock
+
+
+def _generate(window, model_id, steps, **changes):
+    window.state.select_model(window.state.model_by_id(model_id))
+    settings = window.sampling_panel.settings()
+    settings.steps = steps
+    for key, value in changes.items():
+        setattr(settings, key, value)
+    assert window.start_generation(settings)
+
+
+def _save_dock_shot(window, name):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    assert window.docks["metricsDock"].grab().save(str(path))
+    return path
+
+
+@pytest.fixture
+def fake_gpus():
+    import os
+
+    from tests.engine.telemetry.fake_nvml import FakeGpu, FakeNvml
+
+    gpu = FakeGpu(processes=[(os.getpid(), 3 * 2**30)])
+    return FakeNvml([gpu])
+
+
+@pytest.fixture
+def fake_gpu_window(qtbot, themed_app, registry, qt_settings, error_dialogs, fake_gpus):
+    """The main window whose sampler reads the NVML stand-in (one NVIDIA RTX A6000)."""
+    from app.main_window import MainWindow
+    from engine.telemetry import GpuMonitor, LocalCollector, Sampler
+
+    sampler = Sampler(collector=LocalCollector(gpu=GpuMonitor(fake_gpus, pcie_interval_s=0), torch_mode="off"))
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False,
+                        sampler=sampler)
+    qtbot.addWidget(window)
+    window.resize(1500, 920)
+    window.show()
+    qtbot.waitExposed(window)
+    yield window
+    window.close()
+    assert not sampler.running
+
+
+# -- formatting (no display needed) -----------------------------------------------------------------------
+
+
+def test_run_summary_lines_without_and_with_a_gpu():
+    no_gpu = {"duration_s": 4.25, "gpu_available": False, "gpu_reason": "no NVIDIA GPU: no driver",
+              "mean_gpu_util_pct": None, "peak_gpu_memory_bytes": None, "energy_j": None,
+              "cpu": {"mean_cpu_pct": 96.4, "peak_process_rss_bytes": 3 * 2**29}}
+    assert run_summary_lines(no_gpu) == ["telemetry: 4.2 s, no GPU, CPU 96% mean", "peak RSS 1.5 GiB, energy n/a"]
+    gpu = {"duration_s": 12.0, "gpu_available": True, "mean_gpu_util_pct": 87.0,
+           "peak_gpu_memory_bytes": 20 * 2**30, "energy_j": 3018.2, "cpu": {}}
+    assert run_summary_lines(gpu) == ["telemetry: 12.0 s, GPU 87% mean", "peak GPU memory 20.0 GiB, 3,018 J"]
+    assert format_bytes(None) == "n/a" and format_bytes(512 * 2**20) == "512 MiB"
+
+
+# -- a dock over a FeedSource: exact values, no timing ---------------------------------------------------
+
+
+def _sample(t, *, cpu=10.0, util=None, source="server-1"):
+    from engine.telemetry import GpuSample, Sample, SystemSample
+
+    gpus = [] if util is None else [GpuSample(index=0, name="NVIDIA H200", sm_util_pct=util, mem_util_pct=5.0,
+                                              memory_used_bytes=2**30 * 10, memory_total_bytes=2**30 * 141,
+                                              temperature_c=40.0, power_w=120.0, power_limit_w=700.0)]
+    return Sample(seq=0, timestamp=1_700_000_000.0 + t, monotonic=t, source=source, gpu_available=bool(gpus),
+                  gpu_reason=None if gpus else "no NVIDIA GPU: the server has none", driver_version="570.1",
+                  gpus=gpus, system=SystemSample(cpu_pct_per_core=[cpu - 5, cpu + 5], cpu_pct=cpu,
+                                                 ram_used_bytes=2**30 * 8, ram_total_bytes=2**30 * 32,
+                                                 process_rss_bytes=2**29, process_cpu_pct=cpu))
+
+
+@render
+def test_dock_over_a_feed_source_plots_exact_values_and_marks(qtbot, themed_app):
+    from app.docks.metrics_dock import MetricsDock
+    from engine.telemetry import FeedSource
+
+    source = FeedSource()
+    dock = MetricsDock(source)
+    qtbot.addWidget(dock)
+    dock.resize(360, 760)
+    assert not dock.refresh()  # hidden: nothing fetched or drawn
+    dock.show()
+    qtbot.waitExposed(dock)
+    assert not dock.refresh() and not dock.plots_built  # no samples yet
+
+    for t in range(0, 200):  # 200 s at 1 Hz: more than the 2-minute window
+        source.feed(_sample(float(t), cpu=float(t % 50)))
+    assert dock.refresh()
+    cpu = dock.cards["cpu"]
+    x, y = cpu.curves["cpu"].getData()
+    assert x[-1] == 0 and x[0] <= -dock.window_s and len(x) <= dock.window_s + 3
+    assert y[-1] == 199 % 50
+    assert "49%" in cpu.value_label.text() and "2 cores" in cpu.value_label.text()
+    assert dock.gpu_warning.isVisible() and dock.gpu_warning.text() == "no NVIDIA GPU: the server has none"
+    assert "server-1" in dock.device_label.text()
+    assert not dock.cards["gpu_util"].isVisible()
+
+    # the server gains a GPU: the GPU cards appear and the warning goes
+    source.feed(_sample(200.0, util=75.0))
+    source.feed(_sample(201.0, util=25.0))
+    assert dock.refresh()
+    assert dock.cards["gpu_util"].isVisible() and not dock.gpu_warning.isVisible()
+    assert "NVIDIA H200" in dock.device_label.text() and "570.1" in dock.device_label.text()
+    assert "SM <b>25%</b>" in dock.cards["gpu_util"].value_label.text()
+    assert dock.cards["gpu_util"].points("gpu0.sm") == 2
+    assert "10.0</b> / 141 GiB" in dock.cards["gpu_memory"].value_label.text()
+
+    # run marks sit on the samples' clock: the summary's times, not this machine's
+    dock.add_run_start("run-1")
+    summary = {"run_id": "run-1", "started_at": 1_700_000_000.0 + 190.0, "ended_at": 1_700_000_000.0 + 200.5,
+               "duration_s": 10.5, "gpu_available": True, "mean_gpu_util_pct": 50.0,
+               "peak_gpu_memory_bytes": 2**30 * 10, "energy_j": 1260.0, "cpu": {}}
+    dock.add_run_end("run-1", "finished", summary)
+    assert dock.refresh()  # marks changed: redrawn without a new sample
+    lines = dock.cards["gpu_util"].mark_lines
+    assert lines[("run-1", "start")].value() == pytest.approx(-11.0)
+    assert lines[("run-1", "end")].value() == pytest.approx(-0.5)
+    assert ("run-1", "end") in dock.cards["memory"].mark_lines
+    assert dock.run_label.text().startswith("Last run (finished): 10.5 s, GPU 50% mean")
+
+    # a longer window shows more history; the marks stay
+    dock.window_box.setCurrentIndex(dock.window_box.findData(300.0))
+    dock.window_box.activated.emit(dock.window_box.currentIndex())  # as a user's choice arrives
+    x, _ = dock.cards["cpu"].curves["cpu"].getData()
+    assert dock.window_s == 300 and x[0] == pytest.approx(-201.0)
+
+
+# -- the real window --------------------------------------------------------------------------------------
+
+
+@render
+def test_sampler_starts_after_the_window_is_shown_and_stops_on_close(qtbot, themed_app, registry, qt_settings,
+                                                                     error_dialogs):
+    from app.main_window import MainWindow
+
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    qtbot.addWidget(window)
+    assert window.sampler is None  # nothing measured (or imported) during start-up
+    assert "metricsDock" in window.docks
+    assert window.docks["metricsDock"].toggleViewAction() in window.panels_menu.actions()
+    window.show()
+    qtbot.waitExposed(window)
+    assert window.sampler is None
+    qtbot.waitUntil(lambda: window.sampler is not None and window.sampler.running, timeout=10_000)
+    # tabbed behind the session list on a first start: no plots are built or drawn while hidden
+    qtbot.waitUntil(lambda: not window.session_panel.visibleRegion().isEmpty(), timeout=5_000)
+    assert not window.metrics_dock.on_screen()
+    qtbot.wait(600)
+    assert not window.metrics_dock.plots_built and window.metrics_dock.redraw_count == 0
+    sampler = window.sampler
+    window.close()
+    assert not sampler.running
+
+
+@render
+def test_metrics_dock_place_persists(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    from PySide6.QtCore import Qt
+
+    from app.main_window import MainWindow
+
+    first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    qtbot.addWidget(first)
+    first.show()
+    qtbot.waitExposed(first)
+    first.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, first.docks["metricsDock"])
+    first.close()
+    second = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    qtbot.addWidget(second)
+    assert second.dockWidgetArea(second.docks["metricsDock"]) == Qt.DockWidgetArea.BottomDockWidgetArea
+    assert second.dockWidgetArea(second.docks["sessionDock"]) == Qt.DockWidgetArea.RightDockWidgetArea
+    second.close()
+
+
+@render
+def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbot, main_window):
+    window = main_window
+    dock = _show_metrics(qtbot, window)
+    latest = window.sampler.latest()
+    if latest.gpu_available:
+        pytest.skip("this machine has an NVIDIA GPU; the no-GPU path is covered with the FeedSource")
+    cpu = dock.cards["cpu"]
+    qtbot.waitUntil(lambda: cpu.points("cpu") >= 3, timeout=10_000)
+    first = cpu.points("cpu")
+    qtbot.waitUntil(lambda: cpu.points("cpu") > first + 2, timeout=10_000)  # live: more points over time
+    assert re.search(r"\d+%.*app \d+%.*\d+ cores?", cpu.value_label.text())
+    assert re.search(r"[\d.]+</b> / \d+", dock.cards["memory"].value_label.text())
+    assert dock.cards["memory"].points("rss") >= 3
+    # the reason is shown, the GPU plots are not, and CPU/RAM stay live
+    assert dock.gpu_warning.isVisible() and dock.gpu_warning.text().startswith("no NVIDIA GPU: ")
+    assert dock.gpu_warning.text() == latest.gpu_reason
+    assert not any(dock.cards[k].isVisible() for k in ("gpu_util", "gpu_memory", "gpu_power", "gpu_temperature"))
+    texts = {cpu.value_label.text()}
+
+    def remember(seq):
+        texts.add(cpu.value_label.text())
+
+    dock.redrawn.connect(remember)
+
+    # during a generation: a start mark on the plots, then the screenshot (a 1-minute window, so that the
+    # few seconds measured here fill more than a sliver of it)
+    dock.set_window(60)
+    assert cpu.plot_item.viewRange()[0][0] == pytest.approx(-60, abs=1)
+    qtbot.wait(3000)
+    _generate(window, "tiny-latent", 300)
+    qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
+    qtbot.waitUntil(lambda: any(k[1] == "start" for k in cpu.mark_lines), timeout=5_000)
+    qtbot.wait(3000)
+    assert dock.run_label.text().startswith("Generating")
+    path = _save_dock_shot(window, "06-metrics-dock")
+    assert path.stat().st_size > 10_000
+    assert len(texts) > 1  # the current values follow the samples
+
+    window.cancel_generation()
+    assert _wait_ended(qtbot, window) == "cancelled"
+    kinds = {(m.kind, m.outcome) for m in dock.run_marks}
+    assert kinds == {("start", ""), ("end", "cancelled")}
+    qtbot.waitUntil(lambda: any(k[1] == "end" for k in cpu.mark_lines), timeout=5_000)
+    assert dock.run_label.text().startswith("Last run (cancelled)")
+    assert window.sampler.active_runs() == []
+
+
+@render
+def test_finished_run_summary_goes_into_provenance_session_details_and_sidecar(qtbot, main_window, tmp_path):
+    window = main_window
+    dock = _show_metrics(qtbot, window)
+    _generate(window, "tiny-pixel", 3)
+    assert _wait_ended(qtbot, window) == "finished"
+    entry = window.state.shown
+    telemetry = entry.provenance["telemetry"]
+    assert telemetry["duration_s"] > 0 and telemetry["run_id"].startswith("gen-")
+    assert telemetry["run_id"] == window.sampler.run_summary(telemetry["run_id"])["run_id"]
+    assert telemetry["gpu_available"] == window.sampler.latest().gpu_available
+    details = window.session_panel.details.text()
+    assert "telemetry: " in details and f"{telemetry['duration_s']:.1f} s" in details
+    if not telemetry["gpu_available"]:
+        assert "no GPU" in details and "peak RSS" in details
+    marks = [(m.run_id, m.kind, m.outcome) for m in dock.run_marks]
+    assert marks == [(telemetry["run_id"], "start", ""), (telemetry["run_id"], "end", "finished")]
+    end = next(m for m in dock.run_marks if m.kind == "end")
+    assert end.timestamp == telemetry["ended_at"]
+
+    # saved with the volume
+    target = tmp_path / "out.nii.gz"
+    window.save_entry(entry, target)
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=20_000)
+    sidecar = json.loads((tmp_path / "out.json").read_text())
+    assert sidecar["telemetry"]["run_id"] == telemetry["run_id"]
+    assert sidecar["telemetry"]["duration_s"] == telemetry["duration_s"]
+
+    # a failed run is marked too, and leaves no run open
+    _generate(window, "tiny-pixel", 3, device="cuda")  # no CUDA here: fails in the worker
+    assert _wait_ended(qtbot, window) == "failed"
+    assert dock.run_marks[-1].outcome == "failed" and window.sampler.active_runs() == []
+
+
+@render
+def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window, fake_gpus):
+    window = fake_gpu_window
+    dock = _show_metrics(qtbot, window)
+    util = dock.cards["gpu_util"]
+    qtbot.waitUntil(lambda: util.points("gpu0.sm") >= 3, timeout=10_000)
+    for key, curve in (("gpu_memory", "gpu0.mem_used"), ("gpu_power", "gpu0.power"),
+                       ("gpu_power", "gpu0.power_limit"), ("gpu_temperature", "gpu0.temp")):
+        assert dock.cards[key].isVisible() and dock.cards[key].points(curve) >= 1, key
+    assert "NVIDIA RTX A6000" in dock.device_label.text() and "550.54.15" in dock.device_label.text()
+    assert not dock.gpu_warning.isVisible()
+    assert "SM <b>87%</b>" in util.value_label.text()
+    assert "20.0</b> / 48 GiB" in dock.cards["gpu_memory"].value_label.text()
+    assert "252 W</b> / 300 W" in dock.cards["gpu_power"].value_label.text()
+    assert "66 \u00b0C" in dock.cards["gpu_temperature"].value_label.text()
+    fake_gpus.gpus[0].util_gpu = 12  # the reading changes: the label follows
+    qtbot.waitUntil(lambda: "SM <b>12%</b>" in util.value_label.text(), timeout=5_000)
+    _, y = util.curves["gpu0.sm"].getData()
+    assert y[-1] == 12 and np.nanmax(y) == 87
+
+    # a screenshot mid-run (the run is cut short), then a short run to the end
+    dock.set_window(60)
+    _generate(window, "tiny-pixel", 1000)
+    qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
+    qtbot.wait(800)
+    _save_dock_shot(window, "06b-metrics-dock-nvml-stand-in")
+    window.cancel_generation()
+    assert _wait_ended(qtbot, window) == "cancelled"
+    _generate(window, "tiny-pixel", 2)
+    assert _wait_ended(qtbot, window) == "finished"
+    telemetry = window.state.shown.provenance["telemetry"]
+    assert telemetry["gpu_available"] and telemetry["mean_gpu_util_pct"] == 12
+    assert telemetry["peak_gpu_memory_bytes"] == 20 * 2**30 and telemetry["energy_j"] > 0
+    assert telemetry["gpus"][0]["name"] == "NVIDIA RTX A6000"
+    details = window.session_panel.details.text()
+    assert "GPU 12% mean" in details and "peak GPU memory 20.0 GiB" in details and " J" in details
+    assert [(m.kind, m.outcome) for m in dock.run_marks] == [("start", ""), ("end", "cancelled"), ("start", ""),
+                                                            ("end", "finished")]
+    qtbot.waitUntil(lambda: len(util.mark_lines) == 4, timeout=5_000)

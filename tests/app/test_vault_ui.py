@@ -1,0 +1,457 @@
+"""The vault in the app: create/unlock dialogs, browser, import (menu and drop), open, save generated volumes,
+export with de-identification, lock and auto-lock, and errors shown as dialogs (real vaults in tmp_path)."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+from PySide6.QtWidgets import QPushButton
+
+from engine.vault import KdfParams, Vault
+
+PASSPHRASE = "correct horse battery staple"
+#: Test-only Argon2 parameters (1 MiB, t=1, p=1); the default (64 MiB, t=3, p=4) takes ~0.3 s per unlock.
+FAST_KDF = KdfParams(memory_kib=1024, iterations=1, lanes=1)
+render = pytest.mark.render
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+
+def _point_at_new_vault(window, folder: Path):
+    controller = window.vault_controller
+    controller.kdf = FAST_KDF
+    controller.set_vault_path(folder)
+    return window
+
+
+@pytest.fixture
+def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    """A main window with its 3D view, like conftest's ``main_window_3d`` but not waiting to become the active
+    window: under Xvfb (no window manager) a second 3D window in one process never does, and the screenshot
+    needs no keyboard shortcuts."""
+    from app.main_window import MainWindow
+
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=True, preload_torch=False)
+    qtbot.addWidget(window)
+    window.resize(1500, 920)
+    window.show()
+    qtbot.waitExposed(window)
+    if not window.viewer.view3d.ready:
+        with qtbot.waitSignal(window.view3d_ready, timeout=90_000):
+            pass
+    yield window
+    window.close()
+
+
+@pytest.fixture
+def vault_window(main_window, tmp_path):
+    """The main window with its vault pointed at an empty folder in tmp_path (fast Argon2 parameters)."""
+    yield _point_at_new_vault(main_window, tmp_path / "vault")
+    assert not main_window.vault_controller._tasks
+
+
+def _wait_task(qtbot, controller, name: str, timeout: int = 30_000) -> str:
+    """Wait for the named background task to end; its outcome (finished, failed, cancelled)."""
+    with qtbot.waitSignal(controller.task_ended, timeout=timeout,
+                          check_params_cb=lambda task, outcome: task == name) as blocker:
+        pass
+    return blocker.args[1]
+
+
+def _create_via_dialog(qtbot, window):
+    controller = window.vault_controller
+    dialog = controller.request_unlock()
+    assert dialog is not None and dialog.mode == "create"
+    dialog.passphrase_edit.setText(PASSPHRASE)
+    dialog.confirm_edit.setText(PASSPHRASE)
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "create") == "finished"
+    qtbot.waitUntil(lambda: controller.is_unlocked and not controller._tasks, timeout=10_000)
+    return controller
+
+
+def _import(qtbot, controller, paths, rows: int, **details):
+    controller.import_nifti([Path(p) for p in paths], **details)
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == rows, timeout=10_000)
+
+
+def _open(qtbot, window, item_id: str):
+    with qtbot.waitSignal(window.volume_opened, timeout=20_000) as blocker:
+        window.vault_controller.open_item(item_id)
+    qtbot.waitUntil(lambda: not window.vault_controller._tasks, timeout=10_000)
+    return blocker.args[0]
+
+
+def _nifti_with_descrip(tmp_path: Path, source: Path, descrip: bytes) -> Path:
+    """A real NIfTI file with identifying free text in its header (as scanners and tools leave them)."""
+    img = nib.load(str(source))
+    out = nib.Nifti1Image(np.asanyarray(img.dataobj), img.affine, img.header.copy())
+    out.header["descrip"] = descrip
+    out.header["aux_file"] = b"Doe-Jane-aux"
+    path = tmp_path / "doe_jane_t1.nii"
+    nib.save(out, str(path))
+    return path
+
+
+# -- Qt-free pieces -------------------------------------------------------------------------------------
+
+
+def test_table_cells_read_like_a_worklist():
+    from app.vault.model import item_row, jsonable, label_problems, person_name
+
+    assert person_name("Doe^Jane^Q") == "Doe, Jane Q" and person_name("Anonymous") == "Anonymous"
+
+    class Info:
+        id, kind, label, created, source = "ab" * 16, "scan", "T1", "2024-05-02T10:00:00+00:00", "dicom"
+        patient, study, provenance = {"name": "Doe^Jane"}, {"date": "20240131", "modality": "MR",
+                                                            "description": "Brain"}, None
+
+    assert item_row(Info) == ("Doe, Jane", "MR \u00b7 Brain", "2024-01-31", "Scan", "T1")
+    Info.kind, Info.patient, Info.study = "synthetic", {}, {}
+    Info.provenance = {"model": {"id": "brain-t1-demo"}, "seed": 7}
+    assert item_row(Info)[:2] == ("\u2014", "brain-t1-demo \u00b7 seed 7") and item_row(Info)[3] == "Synthetic"
+    assert jsonable({"a": (1, np.float32(0.5)), "b": math.nan, 3: Path("/x")}) == {"a": [1, 0.5], "b": None,
+                                                                                  "3": "/x"}
+    assert label_problems([f"item {'ab' * 16} is corrupted"], [Info]) == [
+        f"\u201cT1\u201d: item {'ab' * 16} is corrupted"]
+
+
+# -- the window -----------------------------------------------------------------------------------------
+
+
+@render
+def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel_data, error_dialogs):
+    from engine.nifti_io import load_nifti
+
+    window = vault_window
+    controller = window.vault_controller
+    assert not controller.is_unlocked and "Vault" in [a.text().replace("&", "") for a in window.menuBar().actions()]
+
+    # the create dialog refuses a mismatched confirmation before anything is written
+    dialog = controller.request_unlock()
+    dialog.passphrase_edit.setText(PASSPHRASE)
+    dialog.confirm_edit.setText(PASSPHRASE + "x")
+    dialog.ok_button.click()
+    assert dialog.isVisible() and "differ" in dialog.error_label.text()
+    assert not Vault.exists(controller.path)
+    dialog.reject()
+
+    _create_via_dialog(qtbot, window)
+    browser = controller.browser
+    assert Vault.exists(controller.path) and window.docks["vaultDock"].isVisible()
+    assert browser.pages.currentWidget() is browser.unlocked_page
+    qtbot.waitUntil(lambda: browser.table_stack.currentWidget() is browser.empty_label)
+
+    source = nibabel_data / "anatomical.nii"
+    _import(qtbot, controller, [source], rows=1, patient={"name": "Doe^Jane", "id": "P-001"},
+            study={"description": "MR brain", "date": "20240131"})
+    assert browser.row_texts() == [("Doe, Jane", "MR brain", "2024-01-31", "Scan", "anatomical")]
+    info = controller.items[0]
+    assert info.kind == "scan" and info.label == "anatomical"
+
+    browser.select_item(info.id)
+    assert browser.open_button.isEnabled()
+    with qtbot.waitSignal(window.volume_opened, timeout=20_000) as blocker:
+        browser.open_button.click()
+    entry = blocker.args[0]
+    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    from_disk = load_nifti(source)  # what File > Open shows for the same file
+    assert window.state.shown is entry and entry.name == "anatomical" and not entry.synthetic
+    assert entry.data.dtype == np.float32 and np.array_equal(entry.data, from_disk.data)
+    assert np.allclose(entry.affine, from_disk.affine)
+    assert entry.path is None  # decrypted into memory only
+    assert controller.entry_is_from_vault(entry) and not controller.can_save(entry)
+    assert window.session_panel.list.count() == 1
+    assert not error_dialogs
+
+    window.close()  # closing the window locks the vault
+    assert not controller.vault.is_unlocked and not controller.is_unlocked
+
+
+@render
+def test_drop_on_the_browser_imports_and_drop_on_the_window_still_opens(qtbot, vault_window, nibabel_data, tmp_path):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    source = tmp_path / "scan one.nii"
+    shutil.copy(nibabel_data / "anatomical.nii", source)
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(source))])
+    event = QDropEvent(QPointF(40, 40), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                       Qt.KeyboardModifier.NoModifier)
+    controller.browser.dropEvent(event)
+    dialog = controller.import_dialog
+    assert dialog is not None and dialog.label_edit.text() == "scan one"
+    dialog.patient_name_edit.setText("Roe, Richard")
+    dialog.study_edit.setText("Follow-up")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    assert controller.browser.row_texts()[0][0:2] == ("Roe, Richard", "Follow-up")
+    assert controller.items[0].patient == {"name": "Roe^Richard"}
+    assert not window.state.volumes  # imported, not opened
+
+    with qtbot.waitSignal(window.volume_opened, timeout=20_000):  # the viewer keeps opening dropped files
+        window.dropEvent(QDropEvent(QPointF(300, 300), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                                    Qt.KeyboardModifier.NoModifier))
+    assert window.state.shown.path == source
+
+
+@render
+def test_save_generated_volume_to_vault_and_open_it_again(qtbot, vault_window):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    window.sampling_panel.steps_spin.setValue(3)
+    window.sampling_panel.seed_spin.setValue(1234)
+    assert not controller.menu.save_action.isEnabled()
+    with qtbot.waitSignal(window.generation_ended, timeout=120_000) as ended:
+        window.sampling_panel.generate_button.click()
+    assert ended.args[0] == "finished"
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    generated = window.state.shown
+    assert generated.kind == "generated" and controller.menu.save_action.isEnabled()
+    assert controller.menu.session_menu(generated).actions()[0].isEnabled()  # the session list's context menu
+
+    controller.menu.save_action.trigger()
+    assert _wait_task(qtbot, controller, "save") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    info = controller.items[0]
+    assert info.kind == "synthetic" and info.label == generated.name
+    assert info.provenance["seed"] == 1234 and info.provenance["synthetic"] is True
+    patient, study, _date, kind, label = controller.browser.row_texts()[0]
+    assert (patient, kind, label) == ("\u2014", "Synthetic", generated.name) and "seed 1234" in study
+
+    reopened = _open(qtbot, window, info.id)
+    assert reopened.synthetic and reopened.provenance["seed"] == 1234
+    assert np.array_equal(reopened.data, generated.data) and np.allclose(reopened.affine, generated.affine)
+
+
+@render
+def test_export_deidentified_clears_the_header(qtbot, vault_window, nibabel_data, tmp_path, error_dialogs):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    source = _nifti_with_descrip(tmp_path, nibabel_data / "anatomical.nii", b"Jane Doe 1970-01-01 MRN 12345")
+    _import(qtbot, controller, [source], rows=1, patient={"name": "Doe^Jane"})
+    info = controller.items[0]
+
+    dialog = controller.export_dialog_for(info.id)
+    assert dialog.deidentify_box.isChecked()  # on unless the user turns it off
+    out = tmp_path / "export"
+    dialog.folder_edit.setText(str(out))
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "export") == "finished"
+    result = controller.last_export
+    assert result.deidentified and len(result.files) == 1
+    exported = result.files[0]
+    assert exported.is_file() and exported.parent == out
+    assert "doe" not in exported.name.lower() and "jane" not in exported.name.lower()
+    header = nib.load(str(exported)).header
+    assert header["descrip"].item() == b"" and header["aux_file"].item() == b""
+    assert np.array_equal(np.asanyarray(nib.load(str(exported)).dataobj), np.asanyarray(nib.load(str(source)).dataobj))
+
+    # a second export to the same place is refused with the engine's message, and the app goes on
+    controller.export_item(info.id, out, deidentify=True)
+    assert _wait_task(qtbot, controller, "export") == "failed"
+    assert error_dialogs[-1][0] == "Cannot export from the vault" and "already exists" in error_dialogs[-1][1]
+    controller.export_item(info.id, out, deidentify=False, overwrite=True)
+    assert _wait_task(qtbot, controller, "export") == "finished"
+    assert b"Jane Doe" in nib.load(str(exported)).header["descrip"].item()
+
+
+@render
+def test_wrong_passphrase_shows_an_error_and_stays_locked(qtbot, vault_window, nibabel_data, error_dialogs):
+    window = vault_window
+    controller = window.vault_controller
+    with Vault.create(controller.path, PASSPHRASE, kdf=FAST_KDF) as vault:
+        vault.import_nifti(nibabel_data / "anatomical.nii", label="existing scan")
+
+    dialog = controller.request_unlock()
+    assert dialog.mode == "unlock" and controller.browser.unlock_button.text() == "Unlock..."
+    dialog.passphrase_edit.setText("not the passphrase")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "unlock") == "failed"
+    title, message = error_dialogs[-1]
+    assert title == "Cannot unlock the vault" and "wrong passphrase" in message and "Traceback" not in message
+    assert not controller.is_unlocked and controller.browser.pages.currentWidget() is controller.browser.locked_page
+    assert dialog.isVisible() and dialog.passphrase_edit.text() == "" and "Wrong passphrase" in dialog.error_label.text()
+    assert dialog.ok_button.isEnabled()
+
+    dialog.passphrase_edit.setText(PASSPHRASE)  # a second try works
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "unlock") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    assert not dialog.isVisible() and controller.browser.row_texts()[0][4] == "existing scan"
+
+    # delete asks first; Cancel keeps the item, Delete removes it
+    browser = controller.browser
+    browser.select_item(controller.items[0].id)
+    browser.delete_button.click()
+    controller.confirm_box.button(controller.confirm_box.StandardButton.Cancel).click()
+    assert controller.confirm_box is None and not controller._tasks and len(controller.items) == 1
+    browser.delete_button.click()
+    controller.confirm_delete_button.click()
+    assert _wait_task(qtbot, controller, "delete") == "finished"
+    qtbot.waitUntil(lambda: browser.table.rowCount() == 0, timeout=10_000)
+    assert not list((controller.path / "blobs").glob("*.vsb"))
+
+
+@render
+def test_change_passphrase_rewraps_the_key(qtbot, vault_window, error_dialogs):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    dialog = controller.change_passphrase_dialog()
+    dialog.old_edit.setText("not the passphrase")
+    dialog.new_edit.setText("a brand new passphrase")
+    dialog.confirm_edit.setText("a brand new passphrase")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "passphrase") == "failed"
+    assert error_dialogs[-1][0] == "Cannot change the passphrase" and "wrong" in error_dialogs[-1][1]
+    assert dialog.isVisible() and "wrong" in dialog.error_label.text()
+    dialog.old_edit.setText(PASSPHRASE)
+    dialog.new_edit.setText("a brand new passphrase")
+    dialog.confirm_edit.setText("a brand new passphrase")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "passphrase") == "finished"
+    assert not dialog.isVisible() and controller.vault.kdf_params == FAST_KDF
+
+    controller.lock()
+    controller.unlock(PASSPHRASE)
+    assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.is_unlocked
+    controller.unlock("a brand new passphrase")
+    assert _wait_task(qtbot, controller, "unlock") == "finished" and controller.is_unlocked
+
+
+@render
+def test_lock_button_and_auto_lock_clear_the_browser(qtbot, vault_window, nibabel_data):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    browser = controller.browser
+    _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1)
+    _open(qtbot, window, controller.items[0].id)
+    assert len(window.state.volumes) == 1
+
+    browser.lock_button.click()
+    assert not controller.is_unlocked and not controller.vault.is_unlocked
+    assert browser.table.rowCount() == 0 and browser.pages.currentWidget() is browser.locked_page
+    assert not window.state.volumes  # the decrypted volume left the session with the keys
+    assert controller.status_button.text() == "Vault locked"
+
+    controller.unlock(PASSPHRASE)
+    assert _wait_task(qtbot, controller, "unlock") == "finished"
+    qtbot.waitUntil(lambda: browser.table.rowCount() == 1, timeout=10_000)
+    assert controller.auto_lock_minutes == 15 and controller.vault.idle_timeout_s == 15 * 60
+
+    # user activity postpones auto-lock; 15 idle minutes lock it (a fake clock stands in for waiting)
+    start = time.monotonic()
+    controller.clock = lambda: start + 14 * 60
+    assert not controller.check_idle()
+    qtbot.keyClick(window, Qt.Key.Key_Shift)
+    assert controller.vault.seconds_until_auto_lock() == pytest.approx(15 * 60, abs=1)
+    controller.clock = lambda: start + 14 * 60 + 15 * 60 + 1
+    assert controller.check_idle()
+    assert not controller.is_unlocked and browser.table.rowCount() == 0
+    assert browser.pages.currentWidget() is browser.locked_page
+    assert "15 min" in window.statusBar().currentMessage()
+
+    controller.set_auto_lock_minutes(1)  # the setting persists and applies to the open vault
+    assert window.settings.value("vault/auto_lock_minutes", type=int) == 1 and controller.vault.idle_timeout_s == 60
+
+
+@render
+def test_cancel_a_long_import_leaves_nothing_behind(qtbot, vault_window, nibabel_data, monkeypatch):
+    import threading
+
+    from app.vault import model
+
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    started, release = threading.Event(), threading.Event()
+    probe = model.nifti_synthetic_provenance
+
+    def slow_probe(path):  # holds the import in the worker until the test has pressed Cancel
+        started.set()
+        release.wait(10)
+        return probe(path)
+
+    monkeypatch.setattr(model, "nifti_synthetic_provenance", slow_probe)
+    controller.import_nifti([nibabel_data / "anatomical.nii", nibabel_data / "example4d.nii.gz"])
+    progress = controller._tasks[-1].progress
+    assert progress is not None and started.wait(10)
+    progress.findChild(QPushButton).click()  # the progress dialog's Cancel button
+    release.set()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    assert "Import cancelled: 0 of 2 imported" in window.statusBar().currentMessage()
+    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    assert controller.items == [] and not list((controller.path / "blobs").glob("*.vsb"))
+    assert controller.is_unlocked  # and the vault goes on working
+    _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1)
+
+
+@render
+def test_tampered_item_shows_a_clear_error_naming_it(qtbot, vault_window, nibabel_data, error_dialogs):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, label="knee MRI")
+    info = controller.items[0]
+    (blob,) = (controller.path / "blobs").glob("*.vsb")
+    raw = bytearray(blob.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    blob.write_bytes(bytes(raw))
+
+    controller.open_item(info.id)
+    assert _wait_task(qtbot, controller, "open") == "failed"
+    title, message = error_dialogs[-1]
+    assert title == "Cannot open \u201cknee MRI\u201d from the vault"
+    assert info.id in message and "corrupted" in message and "Traceback" not in message
+    assert not window.state.volumes
+
+    controller.verify_all()
+    assert _wait_task(qtbot, controller, "verify") == "finished"
+    title, message = error_dialogs[-1]
+    assert title == "The vault failed verification" and "\u201cknee MRI\u201d" in message
+    assert not controller.last_verify.ok
+    assert controller.is_unlocked  # the app goes on
+    controller.refresh()
+    assert _wait_task(qtbot, controller, "list") == "finished"
+
+
+@render
+def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_t1, screenshot):
+    from pydicom.data import get_testdata_file
+
+    from app.vault.model import ImportJob
+
+    window = _point_at_new_vault(window_3d, tmp_path / "vault")
+    controller = _create_via_dialog(qtbot, window)
+    _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, label="SPM normalised T1",
+            patient={"name": "Roe^Richard", "id": "P-0107"}, study={"description": "MR brain", "date": "20231105"})
+    controller.import_sources([ImportJob(Path(get_testdata_file("MR_small.dcm")), "dicom", label="T2 axial")])
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    window.sampling_panel.steps_spin.setValue(3)
+    window.sampling_panel.seed_spin.setValue(20240131)
+    with qtbot.waitSignal(window.generation_ended, timeout=120_000):
+        window.sampling_panel.generate_button.click()
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    controller.save_entry()
+    assert _wait_task(qtbot, controller, "save") == "finished"
+    _import(qtbot, controller, [mni_t1], rows=4, label="T1 MPRAGE", patient={"name": "Doe^Jane", "id": "P-0042"},
+            study={"description": "MR brain follow-up", "date": "20240131"})
+    mni = next(i for i in controller.items if i.label == "T1 MPRAGE")
+    _open(qtbot, window, mni.id)
+    controller.browser.select_item(mni.id)
+    window.docks["vaultDock"].raise_()
+    qtbot.waitUntil(lambda: window.viewer.view3d.render_count > 0, timeout=30_000)
+    qtbot.wait(1200)  # one auto-lock tick for the footer, and the 3D render
+    path = screenshot(window, "07-vault-browser")
+    assert path.is_file() and path.stat().st_size > 10_000
