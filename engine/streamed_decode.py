@@ -6,13 +6,15 @@ because every GroupNorm then normalises each tile with its own statistics (31.7 
 decode, measured on the bundle-sized autoencoder).
 
 This decoder computes the same function as ``AutoencoderKL.decode`` while holding at most two
-full-resolution activations (or one plus the half-resolution input of the last upsampling):
+full-resolution activations of a residual block's width (one, plus the half-resolution input, where a
+block follows an upsampling):
 
 * convolutions run slab by slab along the first spatial axis, each slab read with a halo of ``padding``
   rows, zero-padded only at the volume's edges, exactly as the full convolution pads;
 * GroupNorm statistics are accumulated over the whole activation in float64 first, then applied per slab;
 * a residual block with an identity shortcut adds its result into its input in place (its second
-  convolution reads only the block's intermediate, so the input rows are free to overwrite);
+  convolution reads only the block's intermediate, so the input rows are free to overwrite); otherwise
+  the result overwrites the intermediate itself, keeping aside the few rows a later slab still reads;
 * a large upsampled activation (nearest-neighbour x2, then a convolution) is never stored: its rows are
   recomputed from the half-resolution input whenever a later layer reads them (three times for the next
   residual block: statistics, first convolution, shortcut). Compute for memory.
@@ -137,12 +139,25 @@ def _res_block(block, src: _Rows, slab: int) -> _Stored:
             b = min(a + slab, size)
             out[:, :, a:b] += _conv_rows(h.rows, size, block.conv2.conv, a, b, second)
         return _Stored(out)
-    out = torch.empty((src.shape[0], block.out_channels, *src.shape[2:]), dtype=torch.float32,
-                      device=h.value.device)
+    # Otherwise the result overwrites h slab by slab: conv2 of a later slab still needs the last `pad`
+    # original rows of h before it, so those are kept aside before they are overwritten.
+    out, pad = h.value, block.conv2.conv.padding[0]
+    if slab < pad:
+        raise ValueError(f"slab ({slab}) must be at least the convolution's padding ({pad})")
     shortcut = (lambda x: x) if identity else block.nin_shortcut
+    kept, kept_from = out[:, :, :0].clone(), 0
     for a in range(0, size, slab):
         b = min(a + slab, size)
-        out[:, :, a:b] = shortcut(src.rows(a, b)) + _conv_rows(h.rows, size, block.conv2.conv, a, b, second)
+
+        def original_rows(lo: int, hi: int, a=a, kept=kept, kept_from=kept_from) -> torch.Tensor:
+            if lo >= a:
+                return out[:, :, lo:hi]
+            return torch.cat([kept[:, :, lo - kept_from:], out[:, :, a:hi]], dim=2)
+
+        new = _conv_rows(original_rows, size, block.conv2.conv, a, b, second)
+        kept_from = max(b - pad, a)
+        kept = out[:, :, kept_from:b].clone()
+        out[:, :, a:b] = shortcut(src.rows(a, b)) + new
     return _Stored(out)
 
 
