@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.docks.metrics_dock import MetricsDock
+from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
 from app.state import CONVENTIONS, RENDER_PRESETS, WINDOW_PRESETS, AppState, VolumeEntry, preview_affine
@@ -136,6 +137,7 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         self._build_status_bar()
         self.vault_controller = install_vault(self)  # Vault dock, menu and auto-lock (app/vault)
+        self.optimization_panel = install_optimization_panel(self)  # Optimization section of the generation panel
 
         self.sampling_panel.generate_requested.connect(self._on_panel_generate_requested)
         self.sampling_panel.cancel_requested.connect(self.cancel_generation)
@@ -341,6 +343,9 @@ class MainWindow(QMainWindow):
     # -- generation ----------------------------------------------------------------------------------
 
     def _on_generate_action(self) -> None:
+        blocked = self.sampling_panel.generate_blocked_reason()
+        if blocked:  # the button is off and says why; a shortcut press says it here
+            self.show_status(f"Cannot generate: {blocked.splitlines()[0]}", 10000)
         self.sampling_panel._on_generate_clicked()
 
     def _on_panel_generate_requested(self, settings) -> None:
@@ -579,6 +584,7 @@ class MainWindow(QMainWindow):
 
     def _on_preloader_loaded(self, seconds: float) -> None:
         log.info("background imports took %.1f s", seconds)
+        self.optimization_panel.refresh(import_engine=False)  # torch is here now: check against the device
         if self._enable_3d:
             self.viewer.view3d.attach_interactor()
             self.view3d_ready.emit()
@@ -725,6 +731,7 @@ class MainWindow(QMainWindow):
 
     def _on_devices_listed(self, devices) -> None:
         self.sampling_panel.set_devices(devices)
+        self.optimization_panel.refresh(import_engine=False)
 
 
 def _list_devices():

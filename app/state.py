@@ -104,9 +104,58 @@ class VolumeEntry:
                 lines.append(f"took {timings['total_s']:.1f} s on {prov.get('device', '?')}")
             if isinstance(prov.get("telemetry"), Mapping):
                 lines.extend(run_summary_lines(prov["telemetry"]))
+            optimization = prov.get("optimization") or {}
+            if isinstance(optimization.get("report"), Mapping):
+                lines.extend(optimization_lines(optimization["report"]))
         if self.path is not None:
             lines.append(str(self.path))
         return "\n".join(lines)
+
+
+# Names of the OptimizationConfig settings for people, in the order the panel and the details list them.
+OPTIMIZATION_LABELS = {
+    "tf32": "TF32",
+    "channels_last_3d": "Channels-last 3D",
+    "autocast": "Autocast",
+    "attention": "Attention",
+    "compile_mode": "Compile",
+    "cuda_graphs": "CUDA graphs",
+    "quantization": "Quantization",
+    "streamed_decode": "Streamed decode",
+}
+APPLIED_MARK, NOT_APPLIED_MARK = "\u2713", "\u2013"  # check mark, en dash
+
+
+def setting_requested(value: Any) -> bool:
+    """Whether a setting's requested value asks for a change from plain fp32 (False, None and "default" do not)."""
+    return value not in (None, False, "default")
+
+
+def setting_text(name: str, value: Any) -> str:
+    """``TF32``, ``Autocast bf16``, ``Quantization mixed``: a requested setting in a few words."""
+    label = OPTIMIZATION_LABELS.get(name, name)
+    return label if isinstance(value, bool) else f"{label} {value}"
+
+
+def optimization_lines(report: Mapping[str, Any]) -> list[str]:
+    """What a run's optimization report says (provenance["optimization"]["report"]), for the details pane.
+
+    One line per requested setting: a check mark if it applied, then a dash and the engine's reason if not.
+    """
+    requested = sorted(((name, entry) for name, entry in report.items()
+                        if isinstance(entry, Mapping) and setting_requested(entry.get("requested"))),
+                       key=lambda item: not item[1].get("applied"))
+    if not requested:
+        return ["optimization: none (exact fp32)"]
+    lines = ["optimization:"]
+    for name, entry in requested:
+        text = setting_text(name, entry["requested"])
+        if entry.get("applied"):
+            lines.append(f"  {APPLIED_MARK} {text}")
+        else:
+            reason = entry.get("reason") or "not applied"
+            lines.append(f"  {NOT_APPLIED_MARK} {text}: {reason}")
+    return lines
 
 
 def format_bytes(count: float | None) -> str:

@@ -2,7 +2,8 @@
 
 Each setting reports whether it applied on this device and, if not, why; the report goes into the
 provenance record and the UI. Combinations that cannot make sense are refused with ``InvalidRequest``
-before any work starts (:func:`check_combination`).
+before any work starts (:func:`check_combination`). :func:`expected_report` predicts the report without a
+model (the app shows it live), from the same per-setting functions ``prepare`` uses.
 
 ``prepare`` never changes the cached fp32 ``LoadedModel``: anything that rewrites modules or weights
 (channels-last, SDPA, quantization, compilation) works on a deep copy. Prepared variants are cached per
@@ -304,26 +305,12 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     report: dict[str, dict[str, Any]] = {}
     details: dict[str, Any] = {}
     unet, autoencoder = model.unet, model.autoencoder
-    is_cuda = device.type == "cuda"
-    capability = torch.cuda.get_device_capability(device) if is_cuda else None
 
     # 1. TF32 (a per-call context in PreparedModel.precision; nothing to change in the model).
-    if config.tf32:
-        if is_cuda and capability >= (8, 0):
-            report["tf32"] = _entry(True, True, f"convolutions and matmuls in TF32 (compute capability "
-                                                f"{capability[0]}.{capability[1]})")
-        else:
-            where = (f"this GPU is {capability[0]}.{capability[1]}" if is_cuda else f"this run is on {device.type}")
-            report["tf32"] = _entry(True, False, f"TF32 needs an NVIDIA GPU of compute capability 8.0+; {where}")
-    else:
-        report["tf32"] = _entry(False, False, "fp32 convolutions and matmuls forced to IEEE fp32" if is_cuda else "")
+    report["tf32"] = _tf32_entry(config, device)
 
     # 2. Autocast.
-    if config.autocast:
-        ok, reason = _autocast_support(config.autocast, device)
-        report["autocast"] = _entry(config.autocast, ok, reason)
-    else:
-        report["autocast"] = _entry(None, False)
+    report["autocast"] = _autocast_entry(config, device)
 
     # Everything below rewrites modules: work on copies, never on the cached fp32 model.
     rewrites_unet = (config.channels_last_3d or config.attention == "sdpa" or config.quantization
@@ -334,15 +321,7 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
         autoencoder = copy.deepcopy(autoencoder)
 
     # 3. SDPA attention: flip MONAI's use_flash_attention on every attention block (same weights).
-    if config.attention == "sdpa":
-        switched = _use_sdpa(unet)
-        if switched:
-            report["attention"] = _entry("sdpa", True, f"{switched} attention block(s) use "
-                                                       "torch.nn.functional.scaled_dot_product_attention")
-        else:
-            report["attention"] = _entry("sdpa", False, "the model has no attention blocks that can use SDPA")
-    else:
-        report["attention"] = _entry("default", False)
+    report["attention"] = _attention_entry(config, _use_sdpa(unet) if config.attention == "sdpa" else 0)
 
     # 4. Quantization (before channels-last and compile: it replaces modules).
     report["quantization"] = _entry(config.quantization, False)
@@ -350,50 +329,157 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
         _apply_quantization(model, unet, config, device, report, details)
 
     # 5. Channels-last 3D: weights now, inputs per call (PreparedModel.prepare_input).
+    report["channels_last_3d"] = _channels_last_entry(config, device)
     if config.channels_last_3d:
         unet.to(memory_format=torch.channels_last_3d)
         if autoencoder is not None:
             autoencoder.to(memory_format=torch.channels_last_3d)
-        kept = _conv_keeps_channels_last(device)
-        report["channels_last_3d"] = _entry(True, True, (
-            "weights and inputs in NDHWC" + ("" if kept else "; this build's Conv3d returns NCDHW on "
-                                             f"{device.type}, so activations fall back to NCDHW after each conv")))
-    else:
-        report["channels_last_3d"] = _entry(False, False)
 
     # 6. Compile / CUDA graphs: wrap the call, not the module, so PreparedModel.unet stays inspectable.
     unet_call = None
-    if config.compile_mode:
-        compiler_ok, why = _compile_support(device)
-        if compiler_ok:
-            entry = _entry(config.compile_mode, True, f"torch.compile(mode={config.compile_mode!r})"
-                           + ("; no CUDA graphs off CUDA" if config.compile_mode != "default" and not is_cuda else ""))
-            report["compile_mode"] = entry
-            compiled = torch.compile(unet, mode=config.compile_mode, dynamic=False)
-            unet_call = _CompiledWithFallback(compiled, unet, entry)
-        else:
-            report["compile_mode"] = _entry(config.compile_mode, False, why)
-    else:
-        report["compile_mode"] = _entry(None, False)
+    report["compile_mode"] = _compile_entry(config, device)
+    if report["compile_mode"]["applied"]:
+        compiled = torch.compile(unet, mode=config.compile_mode, dynamic=False)
+        unet_call = _CompiledWithFallback(compiled, unet, report["compile_mode"])
+    report["cuda_graphs"] = _cuda_graphs_entry(config)
     if config.cuda_graphs:  # check_combination refused it off CUDA
         base = unet_call or (lambda x, timesteps, context: unet(x, timesteps=timesteps, context=context))
         unet_call = _CudaGraphed(base)
-        report["cuda_graphs"] = _entry(True, True, "U-Net captured once per input shape, replayed each step")
-    else:
-        report["cuda_graphs"] = _entry(False, False)
 
-    # 7. Tiled decode.
-    if config.streamed_decode:
-        if autoencoder is None:
-            report["streamed_decode"] = _entry(True, False, "pixel-space model: there is no decoder to stream")
-        else:
-            report["streamed_decode"] = _entry(True, True, "exact decode layer by layer in slabs (engine/streamed_decode.py): "
-                                                        "same result, at most two full-resolution activations")
-    else:
-        report["streamed_decode"] = _entry(False, False)
+    # 7. Streamed decode.
+    report["streamed_decode"] = _streamed_decode_entry(config, has_decoder=autoencoder is not None)
 
     return PreparedModel(unet=unet, autoencoder=autoencoder, config=config, device=device, report=report,
                          unet_call=unet_call, details=details)
+
+
+def expected_report(config: OptimizationConfig, device, spec=None) -> dict[str, dict[str, Any]]:
+    """Predict the report ``prepare`` will give for ``config`` on ``device``, without loading a model.
+
+    Everything the device decides (TF32 needs compute capability 8.0+, no int8 kernels on GPUs, no C++
+    compiler for torch.compile...) comes from the same per-setting functions ``prepare`` uses, so a setting
+    predicted not to apply carries ``prepare``'s exact reason. What only the weights can tell (how many
+    attention blocks switch to SDPA, which layers int8 calibration quantizes, whether compilation succeeds) is
+    predicted to apply, with a reason that says it is decided when the model is prepared.
+
+    Args:
+        config: the settings to check.
+        device: a ``torch.device`` or a device string ("auto", "cpu", "cuda:0", "mps").
+        spec: the model's ``ModelSpec``, if known (a pixel-space model has no decoder to stream).
+
+    Raises:
+        InvalidRequest: the combination is refused on this device (the message ``prepare`` would raise).
+        BackendUnavailable: ``device`` is a string naming a device this machine does not have.
+    """
+    if device is None or isinstance(device, str):
+        from engine.devices import resolve_device
+
+        device = resolve_device(device)
+    check_combination(config, device)
+    return {
+        "tf32": _tf32_entry(config, device),
+        "autocast": _autocast_entry(config, device),
+        "attention": _attention_entry(config, None),
+        "quantization": _expected_quantization_entry(config, device),
+        "channels_last_3d": _channels_last_entry(config, device),
+        "compile_mode": _compile_entry(config, device),
+        "cuda_graphs": _cuda_graphs_entry(config),
+        "streamed_decode": _streamed_decode_entry(config, has_decoder=spec is None or spec.kind != "pixel"),
+    }
+
+
+# -- what applies where: one function per setting, shared by _prepare and expected_report ----------------
+
+
+def _tf32_entry(config: OptimizationConfig, device) -> dict[str, Any]:
+    is_cuda = device.type == "cuda"
+    if not config.tf32:
+        return _entry(False, False, "fp32 convolutions and matmuls forced to IEEE fp32" if is_cuda else "")
+    if is_cuda:
+        import torch
+
+        capability = torch.cuda.get_device_capability(device)
+        if capability >= (8, 0):
+            return _entry(True, True, f"convolutions and matmuls in TF32 (compute capability "
+                                      f"{capability[0]}.{capability[1]})")
+        where = f"this GPU is {capability[0]}.{capability[1]}"
+    else:
+        where = f"this run is on {device.type}"
+    return _entry(True, False, f"TF32 needs an NVIDIA GPU of compute capability 8.0+; {where}")
+
+
+def _autocast_entry(config: OptimizationConfig, device) -> dict[str, Any]:
+    if not config.autocast:
+        return _entry(None, False)
+    ok, reason = _autocast_support(config.autocast, device)
+    return _entry(config.autocast, ok, reason)
+
+
+def _attention_entry(config: OptimizationConfig, switched: int | None) -> dict[str, Any]:
+    """``switched``: how many attention blocks now use SDPA, or None when predicting without the model."""
+    if config.attention != "sdpa":
+        return _entry("default", False)
+    if switched == 0:
+        return _entry("sdpa", False, "the model has no attention blocks that can use SDPA")
+    count = "the model's" if switched is None else str(switched)
+    return _entry("sdpa", True, f"{count} attention block(s) use torch.nn.functional.scaled_dot_product_attention")
+
+
+def _quantization_support(config: OptimizationConfig, device) -> tuple[bool, str]:
+    """Whether ``config.quantization`` has kernels on ``device``: (True, int8 engine or fp8 note) or (False, why)."""
+    from engine import quantization as q
+
+    return q.fp8_support(device) if config.quantization == "fp8" else q.int8_support(device)
+
+
+def _expected_quantization_entry(config: OptimizationConfig, device) -> dict[str, Any]:
+    mode = config.quantization
+    if not mode:
+        return _entry(None, False)
+    ok, why = _quantization_support(config, device)
+    if not ok:
+        return _entry(mode, False, why)
+    if mode == "fp8":
+        plan = "Linear layers with fp8-compatible shapes in fp8 e4m3; convolutions keep their precision"
+    elif mode == "int8":
+        plan = f"U-Net Conv3d and Linear layers in int8 ({why} engine), calibrated when the model is prepared"
+    else:
+        plan = (f"int8 except the layers needed to keep the volume within {config.psnr_budget_db:g} dB of fp32, "
+                "found by a calibration search when the model is prepared (slow the first time)")
+    return _entry(mode, True, plan)
+
+
+def _channels_last_entry(config: OptimizationConfig, device) -> dict[str, Any]:
+    if not config.channels_last_3d:
+        return _entry(False, False)
+    kept = _conv_keeps_channels_last(device)
+    return _entry(True, True, "weights and inputs in NDHWC" + ("" if kept else (
+        f"; this build's Conv3d returns NCDHW on {device.type}, so activations fall back to NCDHW after each conv")))
+
+
+def _compile_entry(config: OptimizationConfig, device) -> dict[str, Any]:
+    if not config.compile_mode:
+        return _entry(None, False)
+    ok, why = _compile_support(device)
+    if not ok:
+        return _entry(config.compile_mode, False, why)
+    return _entry(config.compile_mode, True, f"torch.compile(mode={config.compile_mode!r})" + (
+        "; no CUDA graphs off CUDA" if config.compile_mode != "default" and device.type != "cuda" else ""))
+
+
+def _cuda_graphs_entry(config: OptimizationConfig) -> dict[str, Any]:
+    if not config.cuda_graphs:  # when requested, check_combination has already refused it off CUDA
+        return _entry(False, False)
+    return _entry(True, True, "U-Net captured once per input shape, replayed each step")
+
+
+def _streamed_decode_entry(config: OptimizationConfig, has_decoder: bool) -> dict[str, Any]:
+    if not config.streamed_decode:
+        return _entry(False, False)
+    if not has_decoder:
+        return _entry(True, False, "pixel-space model: there is no decoder to stream")
+    return _entry(True, True, "exact decode layer by layer in slabs (engine/streamed_decode.py): same result, at "
+                              "most two full-resolution activations")
 
 
 def _autocast_support(dtype: str, device) -> tuple[bool, str]:
@@ -462,21 +548,17 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
     from engine import quantization as q
 
     mode = config.quantization
+    ok, why = _quantization_support(config, device)  # the same check expected_report makes
+    if not ok:
+        report["quantization"] = _entry(mode, False, why)
+        return
     if mode == "fp8":
-        ok, why = q.fp8_support(device)
-        if not ok:
-            report["quantization"] = _entry(mode, False, why)
-            return
         names = q.quantize_fp8(unet)
         report["quantization"] = _entry(mode, bool(names), (
             f"{len(names)} Linear layer(s) in fp8 e4m3 (torch._scaled_mm); PyTorch has no fp8 Conv3d, so "
             "convolutions keep their precision" if names else "no Linear layer has fp8-compatible shapes"))
         return
 
-    ok, why = q.int8_support(device)
-    if not ok:
-        report["quantization"] = _entry(mode, False, why)
-        return
     import torch
 
     torch.backends.quantized.engine = why  # the x86 engine found by int8_support

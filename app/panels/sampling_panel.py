@@ -92,6 +92,7 @@ class SamplingPanel(QWidget):
         super().__init__(parent)
         self.state = state
         self._settings_hooks: list[Callable[[GenerationSettings], None]] = []
+        self._generate_blocks: dict[str, str] = {}  # source -> why Generate is off (e.g. refused settings)
         self.condition_controls: dict[str, ConditionControl] = {}
 
         # -- model
@@ -213,6 +214,23 @@ class SamplingPanel(QWidget):
         """``hook(settings)`` may change the settings just before a run (e.g. set ``settings.optimization``)."""
         self._settings_hooks.append(hook)
 
+    def set_generate_blocked(self, source: str, reason: str | None) -> None:
+        """Keep Generate off while ``source`` has a ``reason`` (shown as its tooltip); ``None`` lifts the block."""
+        if reason:
+            self._generate_blocks[source] = reason
+        else:
+            self._generate_blocks.pop(source, None)
+        self._update_generate_button()
+
+    def generate_blocked_reason(self) -> str:
+        return "\n".join(self._generate_blocks.values())
+
+    def _update_generate_button(self) -> None:
+        blocked = self.generate_blocked_reason()
+        self.generate_button.setEnabled(not blocked and not self.state.job_running
+                                        and self.state.selected_model is not None)
+        self.generate_button.setToolTip(f"Cannot generate: {blocked}" if blocked else "Generate a volume (Ctrl+G)")
+
     def set_devices(self, devices: list[dict]) -> None:
         """Fill the device picker from ``engine.devices.available_devices()``."""
         current = self.device_box.currentData()
@@ -251,7 +269,10 @@ class SamplingPanel(QWidget):
     def _on_generate_clicked(self) -> None:
         if self.state.selected_model is None or self.state.job_running:
             return
-        self.generate_requested.emit(self.settings())
+        settings = self.settings()  # hooks first: they may block the run (e.g. refused optimization settings)
+        if self._generate_blocks:
+            return
+        self.generate_requested.emit(settings)
 
     def _on_random_seed_clicked(self) -> None:
         self.seed_spin.setValue(random_seed())
@@ -275,7 +296,7 @@ class SamplingPanel(QWidget):
     def _on_state_model_selected(self, source) -> None:
         if source is None:
             self.model_info.setText("No model selected")
-            self.generate_button.setEnabled(False)
+            self._update_generate_button()
             return
         index = self.model_box.findData(source.id)
         if index >= 0 and index != self.model_box.currentIndex():
@@ -303,10 +324,10 @@ class SamplingPanel(QWidget):
         self.guidance_label.setEnabled(spec.supports_guidance)
         self.guidance_spin.setToolTip(self.guidance_spin.toolTip() if spec.supports_guidance
                                       else "This model was not trained for classifier-free guidance")
-        self.generate_button.setEnabled(not self.state.job_running)
+        self._update_generate_button()
 
     def _on_state_job_changed(self, running: bool) -> None:
-        self.generate_button.setEnabled(not running and self.state.selected_model is not None)
+        self._update_generate_button()
         self.cancel_button.setEnabled(running)
         for widget in (self.model_box, self.open_model_button, self.sampler_box, self.steps_spin, self.seed_spin,
                        self.random_seed_button, self.batch_spin, self.device_box, self.conditioning_group):

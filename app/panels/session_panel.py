@@ -6,7 +6,7 @@ import html
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
-from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QSizePolicy, QVBoxLayout, QWidget
 
 from app.state import AppState
 
@@ -26,6 +26,8 @@ class SessionPanel(QWidget):
         self.details = QLabel("Nothing loaded yet.")
         self.details.setObjectName("details")
         self.details.setWordWrap(True)
+        # A wrapped label asks for the width of its longest line (engine reasons are long): wrap, don't widen the dock.
+        self.details.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.details.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout = QVBoxLayout(self)

@@ -133,3 +133,16 @@ def test_add_result_adds_each_batch_item():
     assert all(e.synthetic and e.kind == "generated" for e in entries)
     assert state.shown is entries[0] and entries[1].provenance["batch_index"] == 1
     assert "SYNTHETIC" in entries[0].describe()
+
+
+def test_optimization_lines_list_what_applied_then_why_not():
+    from app.state import optimization_lines
+
+    report = {"tf32": {"requested": True, "applied": False, "reason": "TF32 needs an NVIDIA GPU"},
+              "autocast": {"requested": "bf16", "applied": True, "reason": "bf16 autocast on the CPU"},
+              "attention": {"requested": "default", "applied": False, "reason": ""},
+              "compile_mode": {"requested": None, "applied": False, "reason": ""}}
+    assert optimization_lines(report) == ["optimization:", "  \u2713 Autocast bf16",
+                                          "  \u2013 TF32: TF32 needs an NVIDIA GPU"]
+    assert optimization_lines({"tf32": {"requested": False, "applied": False, "reason": ""}}) == [
+        "optimization: none (exact fp32)"]

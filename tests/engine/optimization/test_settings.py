@@ -169,3 +169,40 @@ def test_backend_provenance_records_what_applied(registry):
     assert report["autocast"]["applied"] and report["streamed_decode"]["applied"]
     assert report["tf32"]["applied"] is False and report["tf32"]["reason"]
     clear_cache()
+
+
+@pytest.mark.parametrize("model_id, fields", [
+    ("tiny-latent", {}),
+    ("tiny-latent", {"tf32": True, "quantization": "fp8", "attention": "sdpa"}),
+    ("tiny-latent", {"autocast": "bf16", "channels_last_3d": True, "streamed_decode": True}),
+    ("tiny-latent", {"autocast": "fp16", "compile_mode": "max-autotune"}),
+    ("tiny-latent", {"quantization": "int8", "autocast": "bf16"}),
+    ("tiny-pixel", {"streamed_decode": True, "attention": "sdpa", "tf32": True}),
+])
+def test_expected_report_agrees_with_prepare_on_cpu(registry, cpu, monkeypatch, model_id, fields):
+    from engine.optimization import expected_report
+
+    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 1)
+    source = registry.get(model_id)
+    config = OptimizationConfig(**fields)
+    predicted = expected_report(config, "cpu", source.spec)
+    report = prepare(source.load(), config, cpu, use_cache=False).report
+    assert list(predicted) == list(report)
+    for name, entry in report.items():
+        assert predicted[name]["requested"] == entry["requested"], name
+        assert predicted[name]["applied"] == entry["applied"], name
+        if not entry["applied"]:  # why not is decided by the device (and the spec): the same words
+            assert predicted[name]["reason"] == entry["reason"], name
+        elif name not in ("attention", "quantization"):  # counted / calibrated only once the model is prepared
+            assert predicted[name]["reason"] == entry["reason"], name
+
+
+def test_expected_report_refuses_what_prepare_refuses(tiny_loaded, cpu):
+    from engine.optimization import expected_report
+
+    config = OptimizationConfig(cuda_graphs=True)
+    with pytest.raises(InvalidRequest) as predicted:
+        expected_report(config, cpu)
+    with pytest.raises(InvalidRequest) as prepared:
+        prepare(tiny_loaded, config, cpu, use_cache=False)
+    assert str(predicted.value) == str(prepared.value)

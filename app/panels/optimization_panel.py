@@ -1,0 +1,379 @@
+"""Optimization settings in the generation panel: what to change, whether it applies on the device, and why not.
+
+Each control edits one field of ``engine.optimization.OptimizationConfig``. After every change, and when the
+device or the model changes, the panel asks ``engine.optimization.expected_report`` what will apply and
+shows a mark per requested setting (check: applies, dash: does not) whose tooltip is the engine's reason.
+A combination the engine refuses shows the engine's message under the settings and keeps Generate off.
+The settings go into every request through the sampling panel's settings hook and persist in QSettings.
+
+The section is compact by default (preset, one summary line); the arrow shows every setting.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.state import (
+    APPLIED_MARK,
+    NOT_APPLIED_MARK,
+    OPTIMIZATION_LABELS,
+    AppState,
+    GenerationSettings,
+    optimization_lines,
+    setting_requested,
+    setting_text,
+)
+from engine.errors import EngineError, InvalidRequest
+from engine.optimization import (
+    ATTENTION_KERNELS,
+    AUTOCAST_DTYPES,
+    COMPILE_MODES,
+    QUANTIZATION_MODES,
+    OptimizationConfig,
+)
+
+DEFAULTS: dict[str, Any] = OptimizationConfig().to_dict()
+PRESETS: dict[str, dict[str, Any]] = {
+    "Exact fp32": {},
+    "Fast (GPU)": {"tf32": True, "channels_last_3d": True, "autocast": "bf16", "attention": "sdpa"},
+    "Low memory": {"streamed_decode": True},
+}
+PRESET_TIPS = {
+    "Exact fp32": "Plain fp32 NCDHW eager execution: the reference every other setting is measured against",
+    "Fast (GPU)": "TF32, channels-last 3D, bf16 autocast and SDPA attention: the usual speed-ups on NVIDIA GPUs",
+    "Low memory": "Decode the volume layer by layer in slabs: the same result with a bounded peak memory",
+}
+CUSTOM = "Custom"
+SETTINGS_KEY, EXPANDED_KEY = "optimization/settings", "optimization/expanded"
+BLOCK_SOURCE = "optimization"
+
+# Control values: (label shown, value in the config).
+CHOICES: dict[str, list[tuple[str, Any]]] = {
+    "autocast": [("Off (fp32)" if v is None else v, v) for v in AUTOCAST_DTYPES],
+    "attention": [("SDPA" if v == "sdpa" else "Default", v) for v in ATTENTION_KERNELS],
+    "compile_mode": [("Off (eager)" if v is None else v, v) for v in COMPILE_MODES],
+    "quantization": [("Off" if v is None else "mixed (int8 + float)" if v == "mixed" else v, v)
+                     for v in QUANTIZATION_MODES],
+}
+TIPS = {
+    "tf32": "TF32 tensor cores for fp32 convolutions and matmuls (NVIDIA, compute capability 8.0+)",
+    "channels_last_3d": "Weights and inputs in channels-last 3D (NDHWC) memory format",
+    "autocast": "Mixed precision: bf16 or fp16 activations, fp32 results",
+    "attention": "SDPA routes the attention blocks through torch.nn.functional.scaled_dot_product_attention",
+    "compile_mode": "torch.compile the U-Net (the first run compiles, which takes a while)",
+    "cuda_graphs": "Capture the U-Net call once as a CUDA graph and replay it every step (CUDA only)",
+    "quantization": "Post-training quantization of the U-Net: int8 (x86 CPU), fp8 (Ada/Hopper GPU Linear "
+                    "layers), mixed (int8 except the layers needed to meet the PSNR budget)",
+    "psnr_budget_db": "Mixed quantization keeps enough layers in float for the final volume to stay above this "
+                      "PSNR against fp32",
+    "streamed_decode": "Decode the latent layer by layer in slabs: the same result, bounded peak memory",
+}
+BOOL_SETTINGS = ("tf32", "channels_last_3d", "cuda_graphs", "streamed_decode")
+MARK_COLOURS = {APPLIED_MARK: "#98c379", NOT_APPLIED_MARK: "#e5c07b"}
+
+
+def preset_values(name: str) -> dict[str, Any]:
+    return {**DEFAULTS, **PRESETS[name]}
+
+
+def preset_of(values: dict[str, Any]) -> str:
+    """The preset ``values`` equal, or "Custom". The PSNR budget only matters with mixed quantization."""
+    relevant = {k: v for k, v in values.items() if k != "psnr_budget_db" or values.get("quantization") == "mixed"}
+    for name in PRESETS:
+        preset = preset_values(name)
+        if all(preset[k] == v for k, v in relevant.items()):
+            return name
+    return CUSTOM
+
+
+def _engine_loaded() -> bool:
+    """Whether torch is fully imported (the prediction needs it; importing it here would stall start-up)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and not getattr(getattr(torch, "__spec__", None), "_initializing", False)
+
+
+class OptimizationPanel(QWidget):
+    """Optimization controls with live per-device applicability. Install with ``install_optimization_panel``."""
+
+    def __init__(self, state: AppState, sampling_panel, settings: QSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.sampling_panel = sampling_panel
+        self.qsettings = settings
+        self.report: dict[str, dict[str, Any]] | None = None  # the latest prediction
+        self.refused: str = ""  # the engine's message when the combination is refused
+        self._pending = False  # prediction waits for the engine (torch) to load
+        self._device_text = ""
+        self._updating = False
+
+        # -- header: preset, expand arrow, one-line summary, refusal message
+        self.preset_box = QComboBox()
+        for name in (*PRESETS, CUSTOM):
+            self.preset_box.addItem(name)
+            self.preset_box.setItemData(self.preset_box.count() - 1,
+                                        PRESET_TIPS.get(name, "Settings chosen one by one"),
+                                        Qt.ItemDataRole.ToolTipRole)
+        self.preset_box.setToolTip("Optimization preset")
+        self.preset_box.activated.connect(self._on_preset_box_activated)
+        self.expand_button = QToolButton()
+        self.expand_button.setCheckable(True)
+        self.expand_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.expand_button.setText("All settings")
+        self.expand_button.toggled.connect(self._on_expand_button_toggled)
+        self.summary = QLabel()
+        self.summary.setObjectName("hint")
+        self.summary.setWordWrap(True)
+        self.refused_label = QLabel()
+        self.refused_label.setObjectName("refused")
+        self.refused_label.setWordWrap(True)
+        self.refused_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.refused_label.hide()
+
+        # -- the settings
+        self.checks: dict[str, QCheckBox] = {}
+        self.combos: dict[str, QComboBox] = {}
+        self.marks: dict[str, QLabel] = {}
+        self.labels: dict[str, QLabel] = {}
+        self.budget_spin = QDoubleSpinBox()
+        self.budget_spin.setRange(10.0, 150.0)
+        self.budget_spin.setDecimals(1)
+        self.budget_spin.setSingleStep(1.0)
+        self.budget_spin.setSuffix(" dB")
+        self.budget_spin.setToolTip(TIPS["psnr_budget_db"])
+        self.budget_spin.valueChanged.connect(self._on_control_changed)
+        self.body = QWidget()
+        grid = QGridLayout(self.body)
+        grid.setContentsMargins(0, 4, 0, 0)
+        grid.setHorizontalSpacing(6)
+        grid.setVerticalSpacing(5)
+        grid.setColumnStretch(1, 1)
+        row = 0
+        for name in ("autocast", "attention", "compile_mode", "quantization"):
+            combo = QComboBox()
+            for text, value in CHOICES[name]:
+                combo.addItem(text, value)
+            combo.setToolTip(TIPS[name])
+            combo.currentIndexChanged.connect(self._on_control_changed)
+            self.combos[name] = combo
+            self._add_row(grid, row, name, combo)
+            row += 1
+            if name == "quantization":
+                budget_label = QLabel("PSNR budget")
+                budget_label.setToolTip(TIPS["psnr_budget_db"])
+                self.labels["psnr_budget_db"] = budget_label
+                grid.addWidget(budget_label, row, 0, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                grid.addWidget(self.budget_spin, row, 1)
+                row += 1
+        for name in BOOL_SETTINGS:
+            check = QCheckBox(OPTIMIZATION_LABELS[name])
+            check.setToolTip(TIPS[name])
+            check.toggled.connect(self._on_control_changed)
+            self.checks[name] = check
+            self._add_row(grid, row, name, check, label=False)
+            row += 1
+        self.body.hide()
+
+        top = QHBoxLayout()
+        top.setSpacing(6)
+        top.addWidget(self.preset_box, 1)
+        top.addWidget(self.expand_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(5)
+        layout.addLayout(top)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.refused_label)
+        layout.addWidget(self.body)
+
+        self._load()
+        self.expand_button.setChecked(self.qsettings.value(EXPANDED_KEY, False, type=bool))
+        self._on_expand_button_toggled(self.expand_button.isChecked())
+        sampling_panel.device_box.currentIndexChanged.connect(self._on_device_box_changed)
+        state.model_selected.connect(self._on_state_model_selected)
+        state.job_changed.connect(self._on_state_job_changed)
+        self.refresh(import_engine=False)
+
+    def _add_row(self, grid: QGridLayout, row: int, name: str, widget: QWidget, label: bool = True) -> None:
+        if label:
+            text = QLabel(OPTIMIZATION_LABELS[name])
+            text.setToolTip(TIPS[name])
+            self.labels[name] = text
+            grid.addWidget(text, row, 0, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        grid.addWidget(widget, row, 1)
+        mark = QLabel()
+        mark.setFixedWidth(16)
+        mark.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.marks[name] = mark
+        grid.addWidget(mark, row, 2)
+
+    # -- values --------------------------------------------------------------------------------------
+
+    def values(self) -> dict[str, Any]:
+        """The settings as ``OptimizationConfig`` fields (not validated: a refused combination is allowed here)."""
+        values = {name: check.isChecked() for name, check in self.checks.items()}
+        values.update({name: combo.currentData() for name, combo in self.combos.items()})
+        values["psnr_budget_db"] = float(self.budget_spin.value())
+        return {name: values[name] for name in DEFAULTS}
+
+    def set_values(self, values: dict[str, Any]) -> None:
+        """Set the controls (unknown keys and values no control offers are ignored), then re-check."""
+        self._set_controls(values)
+        self.refresh()
+
+    def _set_controls(self, values: dict[str, Any]) -> None:
+        self._updating = True
+        try:
+            for name, value in values.items():
+                if name in self.checks and isinstance(value, bool):
+                    self.checks[name].setChecked(value)
+                elif name in self.combos:
+                    index = next((i for i, (_, v) in enumerate(CHOICES[name]) if v == value), -1)
+                    if index >= 0:
+                        self.combos[name].setCurrentIndex(index)
+                elif name == "psnr_budget_db" and isinstance(value, int | float) and not isinstance(value, bool):
+                    self.budget_spin.setValue(float(value))
+        finally:
+            self._updating = False
+
+    def apply_preset(self, name: str) -> None:
+        self.set_values(preset_values(name))
+
+    def device_id(self) -> str:
+        return self.sampling_panel.device_box.currentData() or "auto"
+
+    # -- checking against the engine -----------------------------------------------------------------
+
+    def refresh(self, import_engine: bool = True) -> None:
+        """Re-check the settings on the selected device; ``import_engine=False`` defers it until torch is loaded."""
+        values = self.values()
+        self._save(values)
+        self.budget_spin.setEnabled(values["quantization"] == "mixed" and not self.state.job_running)
+        self.labels["psnr_budget_db"].setEnabled(self.budget_spin.isEnabled())
+        self.preset_box.setCurrentText(preset_of(values))
+        self.report, refused, self._pending = None, "", False
+        try:
+            config = OptimizationConfig.from_dict(values)  # conflicts on every device: no torch needed
+            if import_engine or _engine_loaded():
+                from engine.devices import resolve_device
+                from engine.optimization import expected_report
+
+                device = resolve_device(self.device_id())
+                spec = self.state.selected_model.spec if self.state.selected_model is not None else None
+                self.report = expected_report(config, device, spec)
+                self._device_text = str(device)
+            else:
+                self._pending = True
+        except InvalidRequest as exc:
+            refused = str(exc)
+        except EngineError as exc:  # the device is not here: the run will say so; nothing to refuse
+            self._device_text = ""
+            self.summary.setText(f"Cannot check the settings: {exc}")
+            self.summary.setToolTip("")
+        self._show(refused)
+
+    def _show(self, refused: str) -> None:
+        self.refused = refused
+        self.refused_label.setText(refused)
+        self.refused_label.setVisible(bool(refused))
+        self.sampling_panel.set_generate_blocked(BLOCK_SOURCE, f"refused optimization settings: {refused}"
+                                                 if refused else None)
+        report = self.report or {}
+        for name, mark in self.marks.items():
+            entry = report.get(name)
+            if entry is None or not setting_requested(entry["requested"]):
+                mark.setText("")
+                mark.setToolTip("")
+                continue
+            symbol = APPLIED_MARK if entry["applied"] else NOT_APPLIED_MARK
+            mark.setText(symbol)
+            mark.setStyleSheet(f"color: {MARK_COLOURS[symbol]}; font-weight: bold; font-size: 11pt;")
+            verdict = "Applies" if entry["applied"] else "Does not apply"
+            mark.setToolTip(f"{verdict} on {self._device_text}: {entry['reason']}" if entry["reason"]
+                            else f"{verdict} on {self._device_text}")
+        if refused:
+            self.summary.setText("The engine refuses this combination:")
+            self.summary.setToolTip("")
+        elif self._pending:
+            self.summary.setText("Checked against the device once the engine has loaded.")
+            self.summary.setToolTip("")
+        elif self.report is not None:
+            requested = [n for n, e in report.items() if setting_requested(e["requested"])]
+            if not requested:
+                self.summary.setText("Plain fp32: nothing changed.")
+            else:
+                missing = [setting_text(n, report[n]["requested"]) for n in requested if not report[n]["applied"]]
+                text = f"{len(requested) - len(missing)} of {len(requested)} apply on {self._device_text}"
+                self.summary.setText(text + (f"; not: {', '.join(missing)}" if missing else ""))
+            self.summary.setToolTip("\n".join(optimization_lines(report)))
+
+    # -- persistence ---------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        try:
+            saved = json.loads(self.qsettings.value(SETTINGS_KEY, "{}", type=str))
+        except (TypeError, ValueError):
+            saved = {}
+        self._set_controls({**DEFAULTS, **(saved if isinstance(saved, dict) else {})})
+
+    def _save(self, values: dict[str, Any]) -> None:
+        self.qsettings.setValue(SETTINGS_KEY, json.dumps(values))
+
+    # -- hooks and slots -----------------------------------------------------------------------------
+
+    def apply_to(self, settings: GenerationSettings) -> None:
+        """The sampling panel's settings hook: this panel's settings go into every request."""
+        if self._pending:
+            self.refresh()
+        settings.optimization = self.values()
+
+    def _on_control_changed(self, *_args) -> None:
+        if not self._updating:
+            self.refresh()
+
+    def _on_preset_box_activated(self, index: int) -> None:
+        name = self.preset_box.itemText(index)
+        if name in PRESETS:
+            self.apply_preset(name)
+        else:  # "Custom" is where the controls already are
+            self.expand_button.setChecked(True)
+            self.refresh()
+
+    def _on_expand_button_toggled(self, expanded: bool) -> None:
+        self.body.setVisible(expanded)
+        self.expand_button.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
+        self.expand_button.setToolTip("Hide the individual settings" if expanded else "Show every setting")
+        self.qsettings.setValue(EXPANDED_KEY, expanded)
+
+    def _on_device_box_changed(self, _index: int) -> None:
+        self.refresh()
+
+    def _on_state_model_selected(self, _source) -> None:
+        self.refresh(import_engine=False)
+
+    def _on_state_job_changed(self, running: bool) -> None:
+        for widget in (self.preset_box, *self.checks.values(), *self.combos.values()):
+            widget.setEnabled(not running)
+        self.budget_spin.setEnabled(not running and self.values()["quantization"] == "mixed")
+
+
+def install_optimization_panel(window) -> OptimizationPanel:
+    """Give ``window`` (a ``MainWindow``) its Optimization section in the generation panel."""
+    panel = OptimizationPanel(window.state, window.sampling_panel, window.settings)
+    window.sampling_panel.add_section("Optimization", panel)
+    window.sampling_panel.add_settings_hook(panel.apply_to)
+    return panel

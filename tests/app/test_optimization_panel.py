@@ -1,0 +1,149 @@
+"""The Optimization section: settings into the request, live reasons per device, refusals, provenance, persistence."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.panels.optimization_panel import OptimizationPanel
+from engine.optimization import OptimizationConfig
+
+pytestmark = pytest.mark.render
+
+
+def _panel(window) -> OptimizationPanel:
+    return window.optimization_panel
+
+
+def _choose(combo, value) -> None:
+    combo.setCurrentIndex(next(i for i in range(combo.count()) if combo.itemData(i) == value))
+
+
+def _wait_ended(qtbot, window, timeout=120_000) -> str:
+    with qtbot.waitSignal(window.generation_ended, timeout=timeout) as blocker:
+        pass
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    return blocker.args[0]
+
+
+def test_settings_reach_the_request_and_presets_set_them(main_window):
+    panel = _panel(main_window)
+    assert not panel.body.isVisible()  # compact by default
+    assert panel.preset_box.currentText() == "Exact fp32"
+    assert main_window.sampling_panel.settings().to_request().optimization == OptimizationConfig()
+
+    panel.checks["tf32"].setChecked(True)
+    _choose(panel.combos["autocast"], "bf16")
+    assert not panel.budget_spin.isEnabled()
+    _choose(panel.combos["quantization"], "mixed")
+    assert panel.budget_spin.isEnabled()
+    panel.budget_spin.setValue(35.0)
+    assert panel.preset_box.currentText() == "Custom"
+    config = main_window.sampling_panel.settings().to_request().optimization
+    assert config == OptimizationConfig(tf32=True, autocast="bf16", quantization="mixed", psnr_budget_db=35.0)
+
+    panel.apply_preset("Fast (GPU)")
+    assert main_window.sampling_panel.settings().to_request().optimization == OptimizationConfig(
+        tf32=True, channels_last_3d=True, autocast="bf16", attention="sdpa")
+    assert panel.preset_box.currentText() == "Fast (GPU)"
+    panel.preset_box.setCurrentText("Low memory")
+    panel.preset_box.activated.emit(panel.preset_box.currentIndex())  # as a user's pick does
+    assert main_window.sampling_panel.settings().to_request().optimization == OptimizationConfig(streamed_decode=True)
+
+
+def test_settings_that_do_not_apply_on_the_cpu_say_why(main_window):
+    panel = _panel(main_window)
+    main_window.sampling_panel.device_box.setCurrentIndex(main_window.sampling_panel.device_box.findData("cpu"))
+    panel.set_values({"tf32": True, "quantization": "fp8", "channels_last_3d": True})
+    assert panel.marks["tf32"].text() == "\u2013"
+    assert "TF32 needs an NVIDIA GPU of compute capability 8.0+" in panel.marks["tf32"].toolTip()
+    assert panel.marks["quantization"].text() == "\u2013" and "8.9" in panel.marks["quantization"].toolTip()
+    assert panel.marks["channels_last_3d"].text() == "\u2713"
+    assert panel.marks["autocast"].text() == ""  # not requested: no mark
+    assert "1 of 3 apply on cpu" in panel.summary.text() and "TF32" in panel.summary.text()
+    assert main_window.sampling_panel.generate_button.isEnabled()  # not applying is not refused
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"cuda_graphs": True}, "CUDA graphs need an NVIDIA GPU"),
+    ({"quantization": "int8", "autocast": "fp16"}, "use bf16 autocast (or none) with int8"),
+])
+def test_refused_combinations_show_the_engines_message_and_start_nothing(qtbot, main_window, error_dialogs,
+                                                                         values, words):
+    window = main_window
+    panel = _panel(window)
+    panel.set_values(values)
+    assert panel.refused_label.isVisible() and words in panel.refused_label.text()
+    button = window.sampling_panel.generate_button
+    assert not button.isEnabled() and words in button.toolTip()
+    assert all(mark.text() == "" for mark in panel.marks.values())
+    panel.expand_button.setChecked(False)
+    assert panel.refused_label.isVisible()  # the reason stays in sight with the section collapsed
+    button.click()
+    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    assert not window.generation_running and not window.runner.jobs
+    assert "Cannot generate" in window.statusBar().currentMessage() and not error_dialogs
+    window.state.set_job_running(True)  # the block outlives the job switching Generate back on
+    window.state.set_job_running(False)
+    assert not button.isEnabled()
+    panel.apply_preset("Exact fp32")
+    assert button.isEnabled() and not panel.refused_label.isVisible()
+
+
+def test_generation_records_what_applied_in_provenance_and_details(qtbot, main_window, screenshot):
+    window = main_window
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    window.sampling_panel.steps_spin.setValue(2)
+    panel = _panel(window)
+    panel.expand_button.setChecked(True)
+    panel.set_values({"autocast": "bf16", "channels_last_3d": True, "tf32": True})
+    window.sampling_panel.generate_button.click()
+    assert _wait_ended(qtbot, window) == "finished"
+    report = window.state.shown.provenance["optimization"]["report"]
+    assert report["autocast"]["applied"] and report["channels_last_3d"]["applied"]
+    assert report["tf32"]["applied"] is False
+    details = window.session_panel.details.text()
+    assert "\u2713 Autocast bf16" in details and "\u2713 Channels-last 3D" in details
+    assert "\u2013 TF32: TF32 needs an NVIDIA GPU" in details
+    # what the panel predicted is what the run reported
+    assert {k: e["applied"] for k, e in panel.report.items()} == {k: e["applied"] for k, e in report.items()}
+
+    bar = window.docks["generateDock"].widget().verticalScrollBar()  # expanded, the panel scrolls: show its end
+    bar.setValue(bar.maximum())
+    assert screenshot(window, "08-optimization-panel").stat().st_size > 10_000
+
+
+def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    from app.main_window import MainWindow
+
+    first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    qtbot.addWidget(first)
+    _panel(first).set_values({"attention": "sdpa", "streamed_decode": True, "quantization": "mixed",
+                              "psnr_budget_db": 33.0})
+    _panel(first).expand_button.setChecked(True)
+    first.close()
+
+    second = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    qtbot.addWidget(second)
+    panel = _panel(second)
+    assert panel.expand_button.isChecked() and panel.preset_box.currentText() == "Custom"
+    assert second.sampling_panel.settings().to_request().optimization == OptimizationConfig(
+        attention="sdpa", streamed_decode=True, quantization="mixed", psnr_budget_db=33.0)
+    second.close()
+
+
+def test_the_check_waits_for_torch_at_start_up(qtbot, themed_app, registry, qt_settings, error_dialogs, monkeypatch):
+    from app.main_window import MainWindow
+
+    qt_settings.setValue("optimization/settings", '{"cuda_graphs": true, "autocast": "bogus"}')
+    monkeypatch.setattr("app.panels.optimization_panel._engine_loaded", lambda: False)
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    qtbot.addWidget(window)
+    panel = _panel(window)
+    assert panel.report is None and "once the engine has loaded" in panel.summary.text()
+    assert window.sampling_panel.generate_button.isEnabled()  # not known to be refused yet
+    window.sampling_panel.settings()  # Generate checks first (importing torch if it must)
+    assert "CUDA graphs need an NVIDIA GPU" in panel.refused_label.text()
+    assert not window.sampling_panel.generate_button.isEnabled()
+    assert panel.values()["autocast"] is None  # a saved value no control offers is ignored
+    window.close()
