@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QApplication
 
 from engine.resources import resource_path
@@ -40,3 +41,17 @@ def apply_dark_theme(app: QApplication) -> None:
     qss = resource_path("ui", "dark.qss")
     if qss.is_file():
         app.setStyleSheet(qss.read_text(encoding="utf-8"))
+
+
+def dot_icon(colour: str) -> QIcon:
+    """A small filled circle, the colour code of a list entry (synthetic, scan...); drawn at 2x for HiDPI."""
+    pixmap = QPixmap(24, 24)
+    pixmap.setDevicePixelRatio(2.0)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setBrush(QColor(colour))
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.drawEllipse(2, 2, 8, 8)
+    painter.end()
+    return QIcon(pixmap)

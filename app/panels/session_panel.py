@@ -5,10 +5,10 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QSizePolicy, QVBoxLayout, QWidget
 
 from app.state import AppState
+from app.theme import dot_icon
 
 
 class SessionPanel(QWidget):
@@ -41,7 +41,7 @@ class SessionPanel(QWidget):
         self.list.blockSignals(True)
         self.list.clear()
         for entry in self.state.volumes:
-            item = QListWidgetItem(_dot("#c678dd" if entry.synthetic else "#3d8fd6"), entry.name)
+            item = QListWidgetItem(dot_icon("#c678dd" if entry.synthetic else "#3d8fd6"), entry.name)
             item.setToolTip(entry.describe())
             item.setData(Qt.ItemDataRole.UserRole, entry.uid)
             self.list.addItem(item)
@@ -68,14 +68,3 @@ class SessionPanel(QWidget):
         if 0 <= row < len(self.state.volumes) and not self.state.job_running:
             self.state.show(self.state.volumes[row])
 
-
-def _dot(colour: str) -> QIcon:
-    pixmap = QPixmap(12, 12)
-    pixmap.fill(Qt.GlobalColor.transparent)
-    painter = QPainter(pixmap)
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-    painter.setBrush(QColor(colour))
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.drawEllipse(2, 2, 8, 8)
-    painter.end()
-    return QIcon(pixmap)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer
-from PySide6.QtGui import QAction, QColor, QIcon, QKeySequence, QPainter, QPixmap
+from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.state import format_duration
+from app.theme import dot_icon
 from app.vault import model
 from app.vault.dialogs import LOCKED_COLOUR, UNLOCKED_COLOUR, lock_icon, lock_pixmap
 
@@ -64,18 +65,6 @@ QFrame#vaultDropFrame { border: 1px solid transparent; border-radius: 6px; }
 QFrame#vaultDropFrame[dropping="true"] { border: 2px dashed #3d8fd6; background: #172230; }
 """
 
-
-def _dot(colour: str) -> QIcon:
-    pixmap = QPixmap(24, 24)
-    pixmap.setDevicePixelRatio(2.0)
-    pixmap.fill(Qt.GlobalColor.transparent)
-    painter = QPainter(pixmap)
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-    painter.setBrush(QColor(colour))
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.drawEllipse(2, 2, 8, 8)
-    painter.end()
-    return QIcon(pixmap)
 
 
 class _SortItem(QTableWidgetItem):
@@ -322,7 +311,7 @@ class VaultBrowser(QWidget):
                 item.setData(SORT_ROLE, sort_keys[column])
                 item.setToolTip(tooltip)
                 if column == 3:
-                    item.setIcon(_dot(KIND_COLOURS.get(info.kind, "#8b93a1")))
+                    item.setIcon(dot_icon(KIND_COLOURS.get(info.kind, "#8b93a1")))
                 if text == "\u2014":
                     item.setForeground(QColor("#5c636e"))
                 table.setItem(row, column, item)

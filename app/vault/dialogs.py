@@ -121,6 +121,27 @@ def _error_label() -> QLabel:
     return label
 
 
+
+def _lay_out(dialog: QDialog, header: QWidget, form: QFormLayout, error_label: QLabel | None = None, *,
+             ok_text: str, on_ok, min_width: int) -> tuple[QDialogButtonBox, QPushButton]:
+    """The vault dialogs' common frame: header, form, optional error line, Cancel + a primary button."""
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+    ok_button = buttons.addButton(ok_text, QDialogButtonBox.ButtonRole.AcceptRole)
+    ok_button.setObjectName("primary")
+    ok_button.setDefault(True)
+    buttons.accepted.connect(on_ok)
+    buttons.rejected.connect(dialog.reject)
+    layout = QVBoxLayout(dialog)
+    layout.setContentsMargins(18, 16, 18, 14)
+    layout.setSpacing(10)
+    layout.addWidget(header)
+    layout.addLayout(form)
+    if error_label is not None:
+        layout.addWidget(error_label)
+    layout.addWidget(buttons)
+    dialog.setMinimumWidth(min_width)
+    return buttons, ok_button
+
 class VaultUnlockDialog(QDialog):
     """Asks for the passphrase of the vault (``mode="unlock"``) or a new one twice (``mode="create"``).
 
@@ -160,21 +181,8 @@ class VaultUnlockDialog(QDialog):
             form.addRow("Confirm", self.confirm_edit)
         else:
             self.confirm_edit.hide()
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.ok_button = self.buttons.addButton("Create Vault" if mode == "create" else "Unlock",
-                                                QDialogButtonBox.ButtonRole.AcceptRole)
-        self.ok_button.setObjectName("primary")
-        self.ok_button.setDefault(True)
-        self.buttons.accepted.connect(self._on_buttons_accepted)
-        self.buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(18, 16, 18, 14)
-        layout.setSpacing(10)
-        layout.addWidget(header)
-        layout.addLayout(form)
-        layout.addWidget(self.error_label)
-        layout.addWidget(self.buttons)
-        self.setMinimumWidth(500)
+        self.buttons, self.ok_button = _lay_out(self, header, form, self.error_label, ok_text="Create Vault" if mode == "create" else "Unlock",
+                                                on_ok=self._on_buttons_accepted, min_width=500)
 
     def _on_buttons_accepted(self) -> None:
         text = self.passphrase_edit.text()
@@ -240,20 +248,8 @@ class ChangePassphraseDialog(QDialog):
         form.addRow("Current", self.old_edit)
         form.addRow("New", self.new_edit)
         form.addRow("Confirm", self.confirm_edit)
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.ok_button = self.buttons.addButton("Change", QDialogButtonBox.ButtonRole.AcceptRole)
-        self.ok_button.setObjectName("primary")
-        self.ok_button.setDefault(True)
-        self.buttons.accepted.connect(self._on_buttons_accepted)
-        self.buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(18, 16, 18, 14)
-        layout.setSpacing(10)
-        layout.addWidget(header)
-        layout.addLayout(form)
-        layout.addWidget(self.error_label)
-        layout.addWidget(self.buttons)
-        self.setMinimumWidth(480)
+        self.buttons, self.ok_button = _lay_out(self, header, form, self.error_label, ok_text="Change",
+                                                on_ok=self._on_buttons_accepted, min_width=480)
 
     def _on_buttons_accepted(self) -> None:
         old, new = self.old_edit.text(), self.new_edit.text()
@@ -328,19 +324,8 @@ class ImportDetailsDialog(QDialog):
         form.addRow("Patient ID", self.patient_id_edit)
         form.addRow("Study", self.study_edit)
         form.addRow("Study date", self.study_date_edit)
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.ok_button = self.buttons.addButton("Import", QDialogButtonBox.ButtonRole.AcceptRole)
-        self.ok_button.setObjectName("primary")
-        self.ok_button.setDefault(True)
-        self.buttons.accepted.connect(self.accept)
-        self.buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(18, 16, 18, 14)
-        layout.setSpacing(10)
-        layout.addWidget(header)
-        layout.addLayout(form)
-        layout.addWidget(self.buttons)
-        self.setMinimumWidth(500)
+        self.buttons, self.ok_button = _lay_out(self, header, form, ok_text="Import",
+                                                on_ok=self.accept, min_width=500)
 
     def details(self) -> dict:
         """``label`` (one file only; None for each file's name), ``patient`` and ``study`` dicts."""
@@ -400,21 +385,9 @@ class ExportDialog(QDialog):
         options.addWidget(self.dicom_box)
         options.addWidget(self.overwrite_box)
         form.addRow("Options", options)
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.ok_button = self.buttons.addButton("Export", QDialogButtonBox.ButtonRole.AcceptRole)
-        self.ok_button.setObjectName("primary")
-        self.ok_button.setDefault(True)
-        self.buttons.accepted.connect(self._on_buttons_accepted)
-        self.buttons.rejected.connect(self.reject)
         self.error_label = _error_label()
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(18, 16, 18, 14)
-        layout.setSpacing(10)
-        layout.addWidget(header)
-        layout.addLayout(form)
-        layout.addWidget(self.error_label)
-        layout.addWidget(self.buttons)
-        self.setMinimumWidth(540)
+        self.buttons, self.ok_button = _lay_out(self, header, form, self.error_label, ok_text="Export",
+                                                on_ok=self._on_buttons_accepted, min_width=540)
 
     def _on_browse_clicked(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Export to folder", self.folder_edit.text())

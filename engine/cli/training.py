@@ -26,6 +26,9 @@ def register(subparsers) -> None:
                        help="override the U-Net step count (with --resume: extend a finished run)")
     train.add_argument("--minutes-budget", type=float, default=None,
                        help="wall-clock budget; the U-Net phase stops early (checkpointed) when it runs out")
+    train.add_argument("--decoder-steps", type=int, default=None, help="override the decoder fine-tuning steps")
+    train.add_argument("--stop-after", choices=("data", "ae", "latents", "decoder", "unet"), default=None,
+                       help="run the phases up to this one, then stop without exporting")
     train.set_defaults(func=_train)
 
     ev = subparsers.add_parser(
@@ -44,7 +47,7 @@ def _train(args: argparse.Namespace) -> int:
     from engine.training.train import TrainConfig, config_with_steps, train
 
     cfg = TrainConfig.quick() if args.quick else TrainConfig()
-    cfg = config_with_steps(cfg, args.ae_steps, args.unet_steps)
+    cfg = config_with_steps(cfg, args.ae_steps, args.unet_steps, args.decoder_steps)
     command = "volsynth " + " ".join(sys.argv[1:]) if sys.argv and "volsynth" in sys.argv[0] else ""
     if not command:
         command = (f"volsynth train-demo --out {args.out} --seed {args.seed} --work {args.work}"
@@ -54,7 +57,7 @@ def _train(args: argparse.Namespace) -> int:
         print(line, flush=True)
 
     train(args.out, args.work, seed=args.seed, resume=args.resume, cfg=cfg, log=log, command=command,
-          minutes_budget=args.minutes_budget)
+          minutes_budget=args.minutes_budget, stop_after=args.stop_after)
     return 0
 
 

@@ -50,6 +50,10 @@ class TrainConfig:
     ae_patch: int = 40
     ae_lr: float = 1e-3
     kl_weight: float = 1e-6
+    # Whole-volume decoder fine-tuning after patch training: GroupNorm statistics of a whole volume (half
+    # background) differ from those of brain-centred patches, which shifts whole-volume decodes.
+    decoder_steps: int = 200
+    decoder_lr: float = 3e-4
     grad_weight: float = 0.5
     unet_channels: tuple[int, ...] = (32, 64, 64)
     unet_head_channels: int = 32
@@ -67,7 +71,7 @@ class TrainConfig:
     @classmethod
     def quick(cls) -> TrainConfig:
         """A tiny configuration for tests: seconds, not minutes; the output is not a useful model."""
-        return cls(n_volumes=2, ae_channels=(8, 16, 16), ae_steps=3, ae_batch=1, ae_patch=16,
+        return cls(n_volumes=2, ae_channels=(8, 16, 16), ae_steps=3, ae_batch=1, ae_patch=16, decoder_steps=2,
                    unet_channels=(32, 32, 32), unet_head_channels=8, unet_steps=3, unet_batch=2,
                    checkpoint_every=2)
 
@@ -255,18 +259,22 @@ def _cosine(total: int, warmup: int = 50):
     return factor
 
 
-def load_autoencoder(cfg: TrainConfig, work: Path):
+def load_autoencoder(cfg: TrainConfig, work: Path, finetuned: bool = True):
+    """The trained autoencoder; with ``finetuned``, the whole-volume decoder fine-tuning when it exists."""
     from engine.models.networks import build_network
 
     ae = build_network(ae_definition(cfg), "autoencoder")
-    ae.load_state_dict(_load_checkpoint(work / "ae.ckpt")["model"])
+    path = work / "decoder.ckpt"
+    if not (finetuned and path.exists()):
+        path = work / "ae.ckpt"
+    ae.load_state_dict(_load_checkpoint(path)["model"])
     return ae.eval()
 
 
 def phase_latents(cfg: TrainConfig, work: Path, seed: int, log) -> float:
     import torch
 
-    ae = load_autoencoder(cfg, work)
+    ae = load_autoencoder(cfg, work, finetuned=False)
     images = np.load(work / "data.npz")["images"]
     mus, sigmas = [], []
     recon_err = []
@@ -289,6 +297,66 @@ def phase_latents(cfg: TrainConfig, work: Path, seed: int, log) -> float:
     log(f"latents: shape {tuple(mu.shape[1:])}, scale_factor {scale_factor:.4f}, "
         f"whole-volume L1 of reconstructions {np.mean(recon_err):.4f}")
     return scale_factor, float(np.mean(recon_err))
+
+
+def phase_decoder(cfg: TrainConfig, work: Path, seed: int, log) -> float:
+    """Fine-tune the decoder on whole volumes from the cached latents; the encoder stays frozen.
+
+    The autoencoder trained on brain-centred patches; its GroupNorm layers normalise over space, so a whole
+    volume (about half background) gets different statistics and decodes with an intensity offset. The
+    encoder is frozen so the cached latents, on which the U-Net trains, stay valid (this phase can run
+    while the U-Net trains). Writes ``decoder.ckpt`` (whole autoencoder + optimizer + RNG + step + seconds).
+    """
+    import torch
+
+    ae = load_autoencoder(cfg, work, finetuned=False)
+    params = list(ae.decoder.parameters()) + list(ae.post_quant_conv.parameters())
+    ae.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=cfg.decoder_lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(cfg.decoder_steps, warmup=10))
+    lat = torch.load(work / "latents.pt", weights_only=True)
+    mu, sigma = lat["mu"], lat["sigma"]
+    images = np.load(work / "data.npz")["images"]
+    ckpt = work / "decoder.ckpt"
+    step, seconds = 0, 0.0
+    if ckpt.exists():
+        state = _load_checkpoint(ckpt)
+        ae.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["lr"])
+        _set_rng_state(state["rng"])
+        step, seconds = state["step"], state["seconds"]
+        log(f"decoder: resumed at step {step}")
+    else:
+        torch.manual_seed(seed + 4)
+    ae.train()
+    progress = _Progress("decoder", cfg.decoder_steps, step, log)
+    started = time.perf_counter() - seconds
+    while step < cfg.decoder_steps:
+        i = int(torch.randint(len(mu), (1,)))
+        z = mu[i:i + 1] + sigma[i:i + 1] * torch.randn_like(mu[i:i + 1])
+        x = torch.from_numpy(images[i:i + 1].astype(np.float32))[:, None]
+        recon = ae.decode(z)
+        l1 = (recon - x).abs().mean()
+        grad = sum((torch.diff(recon, dim=d) - torch.diff(x, dim=d)).abs().mean() for d in (2, 3, 4))
+        loss = l1 + cfg.grad_weight * grad
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        step += 1
+        progress.update(step, l1.item(), force=step == cfg.decoder_steps)
+        if step % 20 == 0 or step == cfg.decoder_steps:
+            _save_checkpoint(ckpt, model=ae.state_dict(), optimizer=opt.state_dict(), lr=sched.state_dict(),
+                             rng=_rng_state(), step=step, seconds=time.perf_counter() - started)
+    ae.eval()
+    with torch.inference_mode():
+        errs = [float((ae.decode(mu[i:i + 1]) - torch.from_numpy(images[i:i + 1].astype(np.float32))[:, None])
+                      .abs().mean()) for i in range(min(8, len(mu)))]
+    log(f"decoder: whole-volume L1 of reconstructions {np.mean(errs):.4f}")
+    return float(np.mean(errs))
 
 
 def phase_unet(cfg: TrainConfig, work: Path, seed: int, scale_factor: float, log, resume: bool,
@@ -415,7 +483,8 @@ def data_stats(work: Path) -> dict[str, float]:
 
 
 def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: TrainConfig | None = None,
-          log: Callable[[str], None] = print, command: str = "", minutes_budget: float | None = None) -> Path:
+          log: Callable[[str], None] = print, command: str = "", minutes_budget: float | None = None,
+          stop_after: str | None = None) -> Path | None:
     """Run (or resume) every phase and write the model folder to ``out``.
 
     Args:
@@ -428,6 +497,8 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
         command: the command line, recorded in the spec's provenance and the model card.
         minutes_budget: wall-clock budget of this invocation; the U-Net phase stops early (with a
             checkpoint) when it runs out. The steps actually run are recorded.
+        stop_after: run the phases up to and including this one ("data", "ae", "latents", "decoder",
+            "unet") and return None without exporting.
 
     Returns:
         The model folder.
@@ -447,12 +518,15 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
     cfg_dict = {**asdict(cfg), "seed": seed}
     if resume and config_path.exists():
         saved = json.loads(config_path.read_text())
-        if {k: v for k, v in saved.items() if k not in ("ae_steps", "unet_steps")} != json.loads(
-                json.dumps({k: v for k, v in cfg_dict.items() if k not in ("ae_steps", "unet_steps")})):
+        # Step counts may change on resume (to extend a run); the decoder phase's settings were added after
+        # the shipped run had started, so a saved config without them is still the same run.
+        free = ("ae_steps", "unet_steps", "decoder_steps", "decoder_lr")
+        if {k: v for k, v in saved.items() if k not in free} != json.loads(
+                json.dumps({k: v for k, v in cfg_dict.items() if k not in free})):
             raise ValueError(f"--resume: {config_path} was written by a different configuration or seed; "
                              "use a fresh --work folder")
     elif not resume:
-        for name in ("state.json", "data.npz", "ae.ckpt", "latents.pt", "unet.ckpt"):
+        for name in ("state.json", "data.npz", "ae.ckpt", "latents.pt", "decoder.ckpt", "unet.ckpt"):
             (work / name).unlink(missing_ok=True)
     config_path.write_text(json.dumps(cfg_dict, indent=2))
     state_path = work / "state.json"
@@ -475,17 +549,33 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
     if "unet" in state.phases_done and _checkpoint_step(work / "unet.ckpt") < cfg.unet_steps and resume:
         state.phases_done.remove("unet")
     if "ae" in state.phases_done and _checkpoint_step(work / "ae.ckpt") < cfg.ae_steps:
-        state.phases_done = [p for p in state.phases_done if p not in ("ae", "latents", "unet")]
+        state.phases_done = [p for p in state.phases_done if p not in ("ae", "latents", "decoder", "unet")]
         (work / "unet.ckpt").unlink(missing_ok=True)
+        (work / "decoder.ckpt").unlink(missing_ok=True)
+    if "decoder" in state.phases_done and _checkpoint_step(work / "decoder.ckpt") < cfg.decoder_steps:
+        state.phases_done.remove("decoder")
 
     timed("data", lambda: phase_data(cfg, work, seed, log))
+    if stop_after == "data":
+        return None
     ae_l1 = timed("ae", lambda: phase_ae(cfg, work, seed, log, resume=True))
     if ae_l1 is not None:
         state.losses["ae_patch_l1"] = ae_l1
+    if stop_after == "ae":
+        return None
     lat = timed("latents", lambda: phase_latents(cfg, work, seed, log))
     if lat is not None:
         state.scale_factor, state.losses["ae_volume_l1"] = lat
     state.save(state_path)
+    if stop_after == "latents":
+        return None
+    dec = timed("decoder", lambda: phase_decoder(cfg, work, seed, log))
+    if dec is not None:
+        state.losses["ae_volume_l1_finetuned"] = dec
+        state.seconds["decoder"] = _load_checkpoint(work / "decoder.ckpt")["seconds"]
+        state.save(state_path)
+    if stop_after == "decoder":
+        return None
     unet_loss = timed("unet", lambda: phase_unet(cfg, work, seed, state.scale_factor, log, resume=True,
                                                        deadline=deadline))
     if unet_loss is not None:
@@ -498,6 +588,7 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
         "seed": seed,
         "config": cfg_dict,
         "ae_steps": cfg.ae_steps,
+        "decoder_steps": _checkpoint_step(work / "decoder.ckpt"),
         "unet_steps": _checkpoint_step(work / "unet.ckpt"),
         "unet_steps_planned": cfg.unet_steps,
         "seconds": {k: round(v, 1) for k, v in state.seconds.items()},
@@ -527,6 +618,8 @@ def _load_ema_unet(cfg: TrainConfig, work: Path):
     return unet.eval()
 
 
-def config_with_steps(cfg: TrainConfig, ae_steps: int | None, unet_steps: int | None) -> TrainConfig:
+def config_with_steps(cfg: TrainConfig, ae_steps: int | None, unet_steps: int | None,
+                      decoder_steps: int | None = None) -> TrainConfig:
     """The config with step counts overridden (extending a resumed run)."""
-    return replace(cfg, ae_steps=ae_steps or cfg.ae_steps, unet_steps=unet_steps or cfg.unet_steps)
+    return replace(cfg, ae_steps=ae_steps or cfg.ae_steps, unet_steps=unet_steps or cfg.unet_steps,
+                   decoder_steps=decoder_steps or cfg.decoder_steps)
