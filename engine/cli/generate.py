@@ -30,6 +30,19 @@ def register(sub) -> None:
     parser.add_argument("--guidance", type=float, default=1.0, help="classifier-free guidance scale (default 1)")
     parser.add_argument("--batch", type=int, default=1, help="number of volumes (default 1)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (default)")
+    opt = parser.add_argument_group("optimization (what applied is recorded in the sidecar)")
+    opt.add_argument("--tf32", action="store_true", help="TF32 convolutions and matmuls (NVIDIA GPUs, CC 8.0+)")
+    opt.add_argument("--channels-last", action="store_true", help="channels-last 3D memory format")
+    opt.add_argument("--autocast", choices=["bf16", "fp16"], default=None, help="mixed-precision autocast")
+    opt.add_argument("--sdpa", action="store_true", help="PyTorch scaled-dot-product attention kernels")
+    opt.add_argument("--compile", dest="compile_mode", default=None,
+                     choices=["default", "reduce-overhead", "max-autotune"], help="torch.compile mode")
+    opt.add_argument("--cuda-graphs", action="store_true", help="replay the U-Net as a CUDA graph")
+    opt.add_argument("--quantize", choices=["int8", "fp8", "mixed"], default=None,
+                     help="post-training quantization (mixed: keep sensitive layers in float, see --psnr-budget)")
+    opt.add_argument("--psnr-budget", type=float, default=40.0, help="PSNR (dB) the mixed quantization must keep")
+    opt.add_argument("--streamed-decode", action="store_true",
+                     help="exact decode in slabs: same volume, far less memory (large outputs)")
     parser.add_argument("--server", default="", help="run on a VolSynth engine server (URL from `volsynth serve`) "
                         "instead of this machine")
     parser.add_argument("--token", default=None, help="the engine server's token (default $VOLSYNTH_SERVER_TOKEN)")
@@ -50,8 +63,15 @@ def run(args) -> int:
         raise InvalidRequest(f"condition(s) given twice: {', '.join(sorted(duplicates))}")
     if args.steps is not None and args.steps < 1:
         raise InvalidRequest(f"--steps must be at least 1, got {args.steps}")
+    from engine.optimization import OptimizationConfig
+
+    optimization = OptimizationConfig(
+        tf32=args.tf32, channels_last_3d=args.channels_last, autocast=args.autocast,
+        attention="sdpa" if args.sdpa else "default", compile_mode=args.compile_mode, cuda_graphs=args.cuda_graphs,
+        quantization=args.quantize, psnr_budget_db=args.psnr_budget, streamed_decode=args.streamed_decode)
     request = SamplingRequest(model=args.model, sampler=args.sampler, steps=args.steps or 0, seed=args.seed,
-                              conditioning=dict(args.cond), guidance_scale=args.guidance, batch_size=args.batch)
+                              conditioning=dict(args.cond), guidance_scale=args.guidance, batch_size=args.batch,
+                              optimization=optimization)
     out = check_output_path(args.out)  # before any heavy work: fail in a second, not after minutes
 
     if args.server:

@@ -139,3 +139,19 @@ def test_ctrl_c_cancels_cleanly(tiny_models_dir, tmp_path):
     assert proc.returncode == 130
     assert "cancelled" in err and "Traceback" not in err
     assert _files(tmp_path) == []
+
+
+def test_generate_records_optimization_flags(model_path_env, tmp_path):
+    out = tmp_path / "o.nii.gz"
+    assert main(["generate", "--model", "tiny-latent", "--steps", "2", "--autocast", "bf16", "--channels-last",
+                 "--tf32", "--streamed-decode", "--out", str(out)]) == 0
+    report = json.loads((tmp_path / "o.json").read_text())["optimization"]["report"]
+    assert report["autocast"]["applied"] and report["channels_last_3d"]["applied"]
+    assert report["streamed_decode"]["applied"]
+    assert not report["tf32"]["applied"] and "NVIDIA GPU" in report["tf32"]["reason"]
+
+
+def test_refused_optimization_is_one_line(model_path_env, tmp_path, capsys):
+    assert main(["generate", "--model", "tiny-latent", "--cuda-graphs", "--out", str(tmp_path / "x.nii")]) == 2
+    assert "CUDA graphs need an NVIDIA GPU" in capsys.readouterr().err
+    assert _files(tmp_path) == []
