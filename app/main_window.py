@@ -329,7 +329,7 @@ class MainWindow(QMainWindow):
 
     def open_model_folder(self, folder: str | Path) -> bool:
         from engine.errors import EngineError
-        from engine.models.source import open_model_folder
+        from engine.models import open_model_folder
 
         try:
             source = open_model_folder(folder)

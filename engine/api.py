@@ -17,7 +17,7 @@ import numpy as np
 
 from engine.errors import InvalidRequest
 from engine.models.spec import SAMPLERS
-from engine.optimization import OptimizationConfig
+from engine.optimization_config import OptimizationConfig
 
 MAX_BATCH = 16
 MAX_STEPS = 10_000

@@ -9,11 +9,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engine.errors import EngineError, ModelNotFound
-from engine.models.source import ModelSource, open_model_folder
+from engine.errors import EngineError, ModelInvalid, ModelNotFound
+from engine.models.bundle import open_bundle
+from engine.models.source import SPEC_FILE, ModelSource, open_volsynth_folder
 from engine.resources import resource_path
 
 DEFAULT_MODEL_ID = "brain-t1-demo"
+
+
+def open_model_folder(path: str | Path) -> ModelSource:
+    """Open a VolSynth model folder or a MONAI bundle folder (detected by its layout)."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise ModelNotFound(f"no model folder at {folder}; give a model id from `volsynth models` or a folder path")
+    if (folder / SPEC_FILE).is_file():
+        return open_volsynth_folder(folder)
+    if (folder / "configs" / "inference.json").is_file():
+        return open_bundle(folder)
+    raise ModelInvalid(
+        f"{folder} is neither a VolSynth model folder (spec.json) nor a MONAI bundle (configs/inference.json)"
+    )
 
 
 def user_models_dir() -> Path:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ModelInvalid, ModelNotFound
+from engine.errors import ModelInvalid
 from engine.models import networks
 from engine.models.spec import ConditionSpec, ModelSpec
 
@@ -60,8 +60,6 @@ class ModelSource:
 
     def load(self):
         """Build the networks on the CPU in eval mode and load the weights. Returns a LoadedModel."""
-        from engine.models.loaded import LoadedModel
-
         state = self._read_state_dicts()
         built = {}
         for role in ("unet", "autoencoder"):
@@ -82,6 +80,25 @@ class ModelSource:
             else:
                 out[role] = _read_torch_checkpoint(path)
         return out
+
+
+@dataclass
+class LoadedModel:
+    """A model whose networks are built and weights loaded (on the CPU until ``to``), ready for sampling."""
+
+    source: ModelSource
+    unet: Any
+    autoencoder: Any = None
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.source.spec
+
+    def to(self, device) -> LoadedModel:
+        self.unet.to(device)
+        if self.autoencoder is not None:
+            self.autoencoder.to(device)
+        return self
 
 
 def _read_safetensors(path: Path, role: str) -> dict[str, Any]:
@@ -137,22 +154,6 @@ def _load_state(net, state: dict[str, Any], role: str, load_old: bool) -> None:
 # --------------------------------------------------------------------------------------------- folders
 
 
-def open_model_folder(path: str | Path) -> ModelSource:
-    """Open a VolSynth model folder or a MONAI bundle folder (detected by its layout)."""
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
-        raise ModelNotFound(f"no model folder at {folder}; give a model id from `volsynth models` or a folder path")
-    if (folder / SPEC_FILE).is_file():
-        return _open_volsynth_folder(folder)
-    if (folder / "configs" / "inference.json").is_file():
-        from engine.models.bundle import open_bundle
-
-        return open_bundle(folder)
-    raise ModelInvalid(
-        f"{folder} is neither a VolSynth model folder (spec.json) nor a MONAI bundle (configs/inference.json)"
-    )
-
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -160,7 +161,7 @@ def _read_json(path: Path) -> Any:
         raise ModelInvalid(f"cannot read {path}: {exc}") from exc
 
 
-def _open_volsynth_folder(folder: Path) -> ModelSource:
+def open_volsynth_folder(folder: Path) -> ModelSource:
     data = _read_json(folder / SPEC_FILE)
     if not isinstance(data, dict):
         raise ModelInvalid(f"{folder / SPEC_FILE} must hold a JSON object")
@@ -181,4 +182,4 @@ def snake_case(label: str) -> str:
     return re.sub(r"[^0-9a-zA-Z]+", "_", label).strip("_").lower()
 
 
-__all__ = ["ModelSource", "open_model_folder", "sha256_file", "ConditionSpec", "snake_case"]
+__all__ = ["LoadedModel", "ModelSource", "open_volsynth_folder", "sha256_file", "ConditionSpec", "snake_case"]

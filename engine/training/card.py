@@ -178,8 +178,20 @@ both conditions replaced by the null value {spec.guidance_null_value}, so classi
   {_fmt_seconds(secs.get('ae', 0))}, latents {_fmt_seconds(secs.get('latents', 0))}, U-Net
   {_fmt_seconds(secs.get('unet', 0))}).
 - Machine: {prov.get('machine', '?')} (a 2-core CPU VM shared with other jobs, no GPU).
-- Reproduce: the same command and seed regenerate the same data and the same sequence of random draws;
-  weights match up to the floating-point nondeterminism of multithreaded CPU kernels.
+- Phases: autoencoder on patches ({prov.get('ae_steps', '?')} steps), then the decoder fine-tuned on whole
+  volumes with the encoder frozen ({prov.get('decoder_steps', '?')} steps; GroupNorm statistics of a whole
+  volume differ from those of brain-centred patches, which made whole-volume decodes too bright by about
+  0.2 before this fine-tuning), then the U-Net on the cached latents ({prov.get('unet_steps', '?')} of
+  {prov.get('unet_steps_planned', '?')} planned steps).
+- Reproduce: the commands above, in order, in the same `--work` folder (each `--resume` continues from the
+  checkpoints the previous one left). A single uninterrupted run with the same result up to where the
+  step counts were cut is `volsynth train-demo --seed 0 --ae-steps {prov.get('ae_steps', '?')} --decoder-steps
+  {prov.get('decoder_steps', '?')} --unet-steps {prov.get('unet_steps', '?')}`; the data and every random
+  draw come from the seed, and weights match up to the floating-point nondeterminism of multithreaded CPU
+  kernels and the learning-rate schedules, which follow the planned step counts.
+- Continue training: `volsynth train-demo --work build/train-demo --resume --unet-steps N` (any N above the
+  steps run) picks up the U-Net from its last checkpoint and re-exports the folder; then re-run
+  `volsynth evaluate`.
 
 ## Evaluation
 

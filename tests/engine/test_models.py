@@ -11,8 +11,8 @@ import torch
 from engine.api import SamplingRequest, run
 from engine.backends.local import LocalBackend
 from engine.errors import InvalidRequest, ModelInvalid, ModelNotFound
+from engine.models import open_model_folder
 from engine.models.registry import ModelRegistry
-from engine.models.source import open_model_folder
 from engine.models.spec import ModelSpec
 from engine.testing import tiny_spec
 from tests.engine.bundles import write_bundle

@@ -8,7 +8,7 @@ import torch
 
 @pytest.fixture(scope="module")
 def tiny_loaded(tmp_path_factory):
-    from engine.models.source import open_model_folder
+    from engine.models import open_model_folder
     from engine.testing import make_tiny_model
 
     folder = make_tiny_model(tmp_path_factory.mktemp("opt") / "tiny-latent", model_id="tiny-latent")

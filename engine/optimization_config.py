@@ -1,0 +1,86 @@
+"""The optimization settings as data: what a request asks for, validated, JSON round-trippable.
+
+Kept apart from :mod:`engine.optimization` (which applies them and runs the sampling loop for int8
+calibration) so the request types in :mod:`engine.api` do not depend on the code that uses them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from engine.errors import InvalidRequest
+
+AUTOCAST_DTYPES = (None, "bf16", "fp16")
+QUANTIZATION_MODES = (None, "int8", "fp8", "mixed")
+COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune")
+ATTENTION_KERNELS = ("default", "sdpa")
+
+
+@dataclass(frozen=True)
+class OptimizationConfig:
+    """What to change relative to plain fp32 NCDHW eager execution.
+
+    Attributes:
+        tf32: TF32 tensor cores for fp32 convolutions and matmuls (NVIDIA, compute capability 8.0+).
+        channels_last_3d: weights and inputs in channels-last 3D (NDHWC) memory format.
+        autocast: "bf16" or "fp16" mixed precision, or None for fp32.
+        attention: "sdpa" routes MONAI's attention blocks through ``F.scaled_dot_product_attention``.
+        compile_mode: ``torch.compile`` mode for the U-Net, or None for eager.
+        cuda_graphs: capture the U-Net call as a CUDA graph (CUDA only).
+        quantization: post-training quantization of the U-Net: "int8" (x86 CPU), "fp8" (Hopper-class GPU
+            Linear layers), "mixed" (int8 except the layers needed to meet ``psnr_budget_db``), or None.
+        psnr_budget_db: minimum PSNR of the final volume vs fp32 that "mixed" must meet.
+        streamed_decode: decode latents layer by layer in slabs: same result, bounded peak memory.
+    """
+
+    tf32: bool = False
+    channels_last_3d: bool = False
+    autocast: str | None = None
+    attention: str = "default"
+    compile_mode: str | None = None
+    cuda_graphs: bool = False
+    quantization: str | None = None
+    psnr_budget_db: float = 40.0
+    streamed_decode: bool = False
+
+    def __post_init__(self) -> None:
+        if self.autocast not in AUTOCAST_DTYPES:
+            raise InvalidRequest(f"autocast must be one of bf16, fp16 or none, got {self.autocast!r}")
+        if self.quantization not in QUANTIZATION_MODES:
+            raise InvalidRequest(f"quantization must be one of int8, fp8, mixed or none, got {self.quantization!r}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise InvalidRequest(f"compile mode must be one of {COMPILE_MODES[1:]} or none, got {self.compile_mode!r}")
+        if self.attention not in ATTENTION_KERNELS:
+            raise InvalidRequest(f"attention must be one of {ATTENTION_KERNELS}, got {self.attention!r}")
+        budget = self.psnr_budget_db
+        if isinstance(budget, bool) or not isinstance(budget, int | float) or not math.isfinite(budget) \
+                or not 10.0 <= budget <= 150.0:
+            raise InvalidRequest(f"PSNR budget must be a number of dB between 10 and 150, got {budget!r}")
+        # Combinations that are wrong on every device; device-dependent ones are in check_combination.
+        if self.quantization in ("int8", "mixed") and self.autocast == "fp16":
+            raise InvalidRequest(
+                "int8 quantization runs on x86 CPUs, which have no fast fp16 kernels, and fp16 activations add a "
+                "second rounding to every requantization; use bf16 autocast (or none) with int8")
+        if self.quantization in ("int8", "mixed") and self.compile_mode:
+            raise InvalidRequest("torch.compile cannot trace the eager int8 quantized kernels; choose either "
+                                 "quantization or compilation")
+        if self.cuda_graphs and self.compile_mode in ("reduce-overhead", "max-autotune"):
+            raise InvalidRequest(f"compile mode {self.compile_mode!r} already captures CUDA graphs; turn off "
+                                 "CUDA graphs or use compile mode 'default'")
+
+    @property
+    def is_default(self) -> bool:
+        return self == OptimizationConfig()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OptimizationConfig:
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise InvalidRequest(f"unknown optimization setting(s): {', '.join(sorted(unknown))}")
+        return cls(**dict(data))
