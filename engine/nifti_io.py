@@ -85,17 +85,29 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _default_file_mode() -> int:
+    """What ``open()`` would give a new file (0o666 less the umask); mkstemp's 0o600 is for secrets."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _default_file_mode()  # read once: umask is process state, and changing it is not thread-safe
+
+
 @contextlib.contextmanager
 def atomic_files(targets: list[Path]) -> Iterator[list[Path]]:
     """Yield temporary paths (same folders, same suffixes) to write; on success rename them all into place.
 
-    If anything fails, every temporary is removed and no target is created or changed.
+    If anything fails, every temporary is removed and no target is created or changed. The files get the
+    permissions an ordinary new file would get (they are results to share, unlike the vault's files).
     """
     temps: list[Path] = []
     try:
         for target in targets:
             suffix = "".join(target.suffixes[-2:]) if target.name.endswith(".nii.gz") else target.suffix
             fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=f".partial{suffix}", dir=target.parent)
+            os.fchmod(fd, _FILE_MODE)
             os.close(fd)
             temps.append(Path(name))
         yield temps

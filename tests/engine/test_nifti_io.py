@@ -44,3 +44,13 @@ def test_save_volume_round_trip_with_sidecar(tmp_path):
     assert np.array_equal(loaded.data, volume)
     assert loaded.synthetic and loaded.provenance["seed"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v.json", "v.nii.gz"]
+
+
+def test_written_files_get_ordinary_permissions(tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    save_volume(np.zeros((2, 2, 2), np.float32), np.eye(4), tmp_path / "p.nii.gz", provenance={})
+    for name in ("p.nii.gz", "p.json"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~mask
