@@ -64,7 +64,11 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
     misses = [r[0] for r in rows if not r[3]]
     if misses:
         lines.append("")
-        lines.append("**Targets missed:** " + "; ".join(misses) + ".")
+        lines.append("**Targets missed:** " + "; ".join(misses) + ". The model is undertrained: samples have "
+                     "a brain-sized, brain-placed envelope with ventricle-like dark regions in some, but no "
+                     "readable cortex / white-matter pattern (see the montage), and the ventricle condition has "
+                     "no measurable effect yet. The training budget on the shared 2-core CPU was the limit; "
+                     "continue training as described above and re-run `volsynth evaluate`.")
     return "\n".join(lines) + "\n"
 
 
@@ -157,7 +161,10 @@ both conditions replaced by the null value {spec.guidance_null_value}, so classi
   Trained on random {cfg.get('ae_patch', '?')}^3 patches (batch {cfg.get('ae_batch', '?')}) for
   {prov.get('ae_steps', '?')} steps, AdamW lr {cfg.get('ae_lr', '?')} (cosine), loss L1 +
   {cfg.get('grad_weight', '?')} x image-gradient L1 + {cfg.get('kl_weight', '?')} x KL; decodes whole volumes
-  (it is fully convolutional). Whole-volume L1 on training volumes: {losses.get('ae_volume_l1', float('nan')):.4f}.
+  (it is fully convolutional). Whole-volume L1 on training volumes: {losses.get('ae_volume_l1', float('nan')):.4f}
+  after patch training, {losses.get('ae_volume_l1_finetuned', float('nan')):.4f} after the whole-volume decoder
+  fine-tuning ({prov.get('decoder_steps', '?')} steps, batch 1, AdamW lr {cfg.get('decoder_lr', 3e-4)}, encoder
+  frozen).
 - Latent scale factor: {spec.scale_factor:.4f} (= 1 / std of the encoded training latents).
 - Diffusion U-Net: MONAI `DiffusionModelUNet`, channels {unet['channels']}, attention (and cross-attention,
   {unet['num_head_channels'][-1]}-channel heads) on the last level only, 1 residual block per level,
@@ -175,7 +182,8 @@ both conditions replaced by the null value {spec.guidance_null_value}, so classi
 - Seed: {prov.get('seed', '?')}; autoencoder {prov.get('ae_steps', '?')} steps, U-Net
   {prov.get('unet_steps', '?')} steps.
 - Time: {_fmt_seconds(total)} in total (data {_fmt_seconds(secs.get('data', 0))}, autoencoder
-  {_fmt_seconds(secs.get('ae', 0))}, latents {_fmt_seconds(secs.get('latents', 0))}, U-Net
+  {_fmt_seconds(secs.get('ae', 0))}, latents {_fmt_seconds(secs.get('latents', 0))}, decoder fine-tuning
+  {_fmt_seconds(secs.get('decoder', 0))}, U-Net
   {_fmt_seconds(secs.get('unet', 0))}).
 - Machine: {prov.get('machine', '?')} (a 2-core CPU VM shared with other jobs, no GPU).
 - Phases: autoencoder on patches ({prov.get('ae_steps', '?')} steps), then the decoder fine-tuned on whole

@@ -1,0 +1,64 @@
+"""The synthetic T1 generator: plausible anatomy, measured volumes, T1 contrast, RAS orientation, seeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.training import synth
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return synth.generate(3)
+
+
+def test_shape_range_and_measured_volumes_are_plausible(sample):
+    assert sample.image.shape == synth.OUTPUT_SHAPE
+    assert sample.image.dtype == np.float32
+    assert np.isfinite(sample.image).all()
+    assert sample.image.min() >= 0.0 and sample.image.max() <= 1.0
+    # Adult brain parenchyma is roughly 900-1700 mL; lateral + third ventricles a few to ~150 mL.
+    assert 850 < sample.brain_ml < 1800
+    assert 3 < sample.ventricle_ml < 170
+    # The measured brain volume is the GM+WM of this sample's own deformed maps.
+    labelled_ml = np.isin(sample.labels, (2, 3)).sum() * synth.VOXEL_ML
+    assert abs(labelled_ml - sample.brain_ml) / sample.brain_ml < 0.1
+
+
+def test_t1_ordering_wm_brighter_than_gm_brighter_than_csf(sample):
+    img, lab = sample.image, sample.labels
+    wm, gm, csf, bg = (float(np.median(img[lab == k])) for k in (3, 2, 1, 0))
+    assert wm > gm + 0.1 > csf + 0.1
+    assert bg < 0.05
+
+
+def test_same_seed_same_volume_other_seed_differs():
+    a, b, c = synth.generate(11), synth.generate(11), synth.generate(12)
+    np.testing.assert_array_equal(a.image, b.image)
+    assert a.brain_ml == b.brain_ml and a.ventricle_ml == b.ventricle_ml
+    assert np.abs(a.image - c.image).mean() > 0.01
+
+
+def test_size_draws_move_the_measured_volumes():
+    small = synth.SynthConfig(iso_scale=(0.85, 0.85), ventricle_strength=(-0.4, -0.4),
+                              ventricle_dilation_vox=(0.0, 0.0))
+    large = synth.SynthConfig(iso_scale=(1.0, 1.0), ventricle_strength=(0.5, 0.5),
+                              ventricle_dilation_vox=(2.0, 2.0))
+    s, big = synth.generate(5, small), synth.generate(5, large)
+    assert big.brain_ml > 1.2 * s.brain_ml
+    assert big.ventricle_ml > 3 * s.ventricle_ml
+
+
+def test_ras_orientation_and_centring():
+    maps = synth.template_maps()
+    mask = maps["mask"] > 0.5
+    centre = np.argwhere(mask).mean(axis=0)
+    # Brain centred in the 80 x 96 x 80 grid (the spec's affine puts the volume centre at the origin).
+    np.testing.assert_allclose(centre, (np.array(synth.OUTPUT_SHAPE) - 1) / 2, atol=2.5)
+    # +S: the cerebellum (bottom slices) lies posterior (-A, low j) of the brain centre.
+    low = np.argwhere(mask[:, :, : int(centre[2]) - 15])
+    assert low[:, 1].mean() < centre[1] - 5
+    # The template is symmetric, so left/right cannot be told apart here; check it is not cut off.
+    left, right = mask[: 40].sum(), mask[40:].sum()
+    assert abs(left - right) / (left + right) < 0.05
