@@ -189,6 +189,22 @@ class LoadedVolume:
         return tuple(float(v) for v in np.sqrt((self.affine[:3, :3] ** 2).sum(axis=0)))  # type: ignore[return-value]
 
 
+def canonical_volume(image, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A nibabel image as float32 (x, y, z) in RAS+ and its affine: the first volume of 4D data,
+    non-finite values zeroed. Works on in-memory images too (the vault never writes decrypted data)."""
+    import nibabel as nib
+
+    image = nib.as_closest_canonical(image)
+    data = np.asanyarray(image.dataobj, dtype=np.float32)
+    if data.ndim == 4:
+        data = data[..., 0]
+    if data.ndim != 3:
+        raise InvalidRequest(f"{name} has {data.ndim} dimensions; VolSynth shows 3D volumes")
+    if not np.all(np.isfinite(data)):
+        data = np.nan_to_num(data, nan=0.0, posinf=0.0, neginf=0.0)
+    return np.ascontiguousarray(data), np.asarray(image.affine, dtype=np.float64)
+
+
 def load_nifti(path: str | Path) -> LoadedVolume:
     """Read a 3D NIfTI (or the first volume of a 4D one) as float32 in RAS+ orientation."""
     import nibabel as nib
@@ -199,18 +215,13 @@ def load_nifti(path: str | Path) -> LoadedVolume:
         raise InvalidRequest(f"no file at {path}")
     try:
         image = nib.load(str(path))
-        image = nib.as_closest_canonical(image)
-        data = np.asanyarray(image.dataobj, dtype=np.float32)
+        data, affine = canonical_volume(image, path.name)
+    except InvalidRequest:
+        raise
     except (ImageFileError, OSError, ValueError, EOFError, MemoryError) as exc:
         raise InvalidRequest(f"{path.name} is not a readable NIfTI file ({exc}); check the file is complete") from exc
     except Exception as exc:  # gzip/zlib raise their own error types on truncated files
         raise InvalidRequest(f"{path.name} could not be read as NIfTI ({type(exc).__name__}: {exc})") from exc
-    if data.ndim == 4:
-        data = data[..., 0]
-    if data.ndim != 3:
-        raise InvalidRequest(f"{path.name} has {data.ndim} dimensions; VolSynth shows 3D volumes")
-    if not np.all(np.isfinite(data)):
-        data = np.nan_to_num(data, nan=0.0, posinf=0.0, neginf=0.0)
     descrip = image.header.get("descrip")
     description = descrip.item().decode("ascii", "replace").strip("\x00 ") if descrip is not None else ""
     provenance: dict[str, Any] = {}
@@ -221,5 +232,5 @@ def load_nifti(path: str | Path) -> LoadedVolume:
         with contextlib.suppress(OSError, json.JSONDecodeError):
             provenance = json.loads(side.read_text(encoding="utf-8"))
     synthetic = "SYNTHETIC" in description.upper() or bool(provenance.get("synthetic"))
-    return LoadedVolume(data=np.ascontiguousarray(data), affine=np.asarray(image.affine, dtype=np.float64),
+    return LoadedVolume(data=data, affine=affine,
                         path=path, provenance=provenance, synthetic=synthetic, description=description)

@@ -541,7 +541,7 @@ def _run_calibration(model, unet, device, decode: bool):
 
     Returns the final sample: the decoded volume if ``decode``, else the final latent (for latent models).
     """
-    from engine.api import SamplingRequest
+    from engine.api import SamplingRequest, run
     from engine.sampling import denoise
 
     spec = model.spec
@@ -551,11 +551,4 @@ def _run_calibration(model, unet, device, decode: bool):
         plain.decode = lambda z: z  # the latent itself: cheap, used for per-layer sensitivities
     request = SamplingRequest(model=spec.id, steps=min(CALIBRATION_STEPS, int(spec.schedule["num_train_timesteps"])),
                               seed=CALIBRATION_SEED)
-    job = denoise(plain, spec, request, device)
-    try:
-        while True:
-            next(job)
-    except StopIteration as done:
-        return done.value.volumes
-    finally:
-        job.close()
+    return run(denoise(plain, spec, request, device)).volumes

@@ -279,15 +279,9 @@ def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray,
     Done on an in-memory image: nothing decrypted is written anywhere."""
     import nibabel as nib
 
-    image = nib.as_closest_canonical(nib.Nifti1Image(np.asarray(data), np.asarray(affine, dtype=np.float64)))
-    out = np.asanyarray(image.dataobj, dtype=np.float32)
-    if out.ndim == 4:
-        out = out[..., 0]
-    if out.ndim != 3:
-        raise EngineError(f"the item has {out.ndim} dimensions; VolSynth shows 3D volumes")
-    if not np.all(np.isfinite(out)):
-        out = np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
-    return np.ascontiguousarray(out), np.asarray(image.affine, dtype=np.float64)
+    from engine.nifti_io import canonical_volume
+
+    return canonical_volume(nib.Nifti1Image(np.asarray(data), np.asarray(affine, dtype=np.float64)), "the item")
 
 
 def open_for_session(vault, item_id: str, report: Report) -> OpenedItem:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from monai.inferers import DiffusionInferer, LatentDiffusionInferer
 
-from engine.api import SamplingRequest
+from engine.api import SamplingRequest, run
 from engine.models.networks import build_scheduler
 from engine.optimization import OptimizationConfig, prepare
 from engine.sampling import denoise
@@ -21,12 +21,7 @@ class _Loaded:
 
 def _engine_volume(spec, nets, request):
     prepared = prepare(_Loaded(nets), OptimizationConfig(), torch.device("cpu"))
-    gen = denoise(prepared, spec, request, torch.device("cpu"))
-    try:
-        while True:
-            next(gen)
-    except StopIteration as done:
-        return done.value.volumes
+    return run(denoise(prepared, spec, request, torch.device("cpu"))).volumes
 
 
 def _reference_noise(spec, seed, batch=1):

@@ -22,14 +22,7 @@ def cpu():
 
 def run_loop(prepared, spec, steps: int = 3, seed: int = 1):
     """Final volumes from the engine's one denoising loop."""
-    from engine.api import SamplingRequest
+    from engine.api import SamplingRequest, run
     from engine.sampling import denoise
 
-    job = denoise(prepared, spec, SamplingRequest(steps=steps, seed=seed), torch.device("cpu"))
-    try:
-        while True:
-            next(job)
-    except StopIteration as done:
-        return done.value.volumes
-    finally:
-        job.close()
+    return run(denoise(prepared, spec, SamplingRequest(steps=steps, seed=seed), torch.device("cpu"))).volumes
