@@ -244,11 +244,12 @@ def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbo
     dock.set_window(60)
     assert cpu.plot_item.viewRange()[0][0] == pytest.approx(-60, abs=1)
     qtbot.wait(3000)
-    _generate(window, "tiny-latent", 300)
+    # 1000 steps: long enough on a fast idle machine that the run is still going when checked below
+    _generate(window, "tiny-latent", 1000)
     qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
     qtbot.waitUntil(lambda: any(k[1] == "start" for k in cpu.mark_lines), timeout=5_000)
-    qtbot.wait(3000)
-    assert dock.run_label.text().startswith("Generating")
+    qtbot.waitUntil(lambda: dock.run_label.text().startswith("Generating"), timeout=5_000)
+    qtbot.wait(1500)  # a few more samples on the plots for the screenshot
     path = _save_dock_shot(window, "06-metrics-dock")
     assert path.stat().st_size > 10_000
     assert len(texts) > 1  # the current values follow the samples
@@ -324,7 +325,9 @@ def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window,
     _save_dock_shot(window, "06b-metrics-dock-nvml-stand-in")
     window.cancel_generation()
     assert _wait_ended(qtbot, window) == "cancelled"
-    _generate(window, "tiny-pixel", 2)
+    # enough steps that the run spans several 4 Hz samples even on a fast machine (a run shorter than one
+    # sampling interval has no GPU samples to summarise)
+    _generate(window, "tiny-pixel", 400)
     assert _wait_ended(qtbot, window) == "finished"
     telemetry = window.state.shown.provenance["telemetry"]
     assert telemetry["gpu_available"] and telemetry["mean_gpu_util_pct"] == 12
