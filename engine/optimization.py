@@ -517,38 +517,56 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
             f"{CALIBRATION_SEED}; GroupNorm, activations, attention and the decoder stay in floating point"))
         return
 
-    # mixed: sensitivity-ranked search for the fewest float layers that meet the PSNR budget.
+    # mixed: sensitivity-ranked search for the fewest float layers that meet the PSNR budget. Trials run in
+    # the precision the prepared model will run in (kept layers run under autocast too); the budget is
+    # against the fp32 volume.
+    autocast = config.autocast if report["autocast"]["applied"] else None
+
     def run_sample(trial_unet):
-        return _run_calibration(model, trial_unet, device, decode=False)
+        return _run_calibration(model, trial_unet, device, decode=False, autocast=autocast)
 
     def run_volume(trial_unet):
-        return _run_calibration(model, trial_unet, device, decode=True)
+        return _run_calibration(model, trial_unet, device, decode=True, autocast=autocast)
 
-    plan = q.mixed_precision_plan(unet, calibration, candidates, config.psnr_budget_db, run_sample, run_volume)
+    reference = _run_calibration(model, unet, device, decode=True)
+    plan = q.mixed_precision_plan(unet, calibration, candidates, config.psnr_budget_db, run_sample, run_volume,
+                                  reference_volume=reference)
     q.quantize_int8(unet, calibration, plan.quantized)
     details["mixed_plan"] = {"quantized": plan.quantized, "kept_float": plan.kept,
-                             "sensitivity_psnr_db": plan.sensitivity_db,
+                             "skipped_small": plan.skipped_small,
+                             "sensitivity_psnr_db": plan.sensitivity_db, "compute_share": plan.compute_share,
+                             "int8_compute_share": plan.quantized_share, "float_psnr_db": plan.float_psnr_db,
                              "achieved_psnr_db": plan.achieved_psnr_db, "evaluations": plan.evaluations}
+    judged_on = "final volume" if model.autoencoder is not None or model.spec.kind != "latent" else "final latent"
+    if not plan.quantized and plan.float_psnr_db < config.psnr_budget_db:
+        report["quantization"] = _entry(mode, False, (
+            f"the {judged_on} is already at {plan.float_psnr_db:.1f} dB vs fp32 with {autocast} autocast alone, "
+            f"below the {config.psnr_budget_db:g} dB budget, and int8 only adds error; lower the budget or turn "
+            "autocast off"))
+        return
     achieved = "lossless" if math.isinf(plan.achieved_psnr_db) else f"{plan.achieved_psnr_db:.1f} dB"
+    kept_dtype = autocast or "fp32"
     report["quantization"] = _entry(mode, bool(plan.quantized), (
-        f"{len(plan.quantized)} of {len(candidates)} layers int8, {len(plan.kept)} most sensitive kept in float; "
-        f"final volume {achieved} vs fp32 on the calibration run (budget {config.psnr_budget_db:g} dB, seed "
-        f"{CALIBRATION_SEED}, {CALIBRATION_STEPS} steps)"))
+        f"{len(plan.quantized)} of {len(candidates)} layers int8 ({100 * plan.quantized_share:.0f}% of the U-Net's "
+        f"compute), {len(plan.kept)} kept in {kept_dtype} ({len(plan.skipped_small)} of them below "
+        f"{100 * q.MIN_MIXED_SHARE:g}% of the compute each, not searched); {judged_on} {achieved} vs fp32 on the "
+        f"calibration run (budget {config.psnr_budget_db:g} dB, seed {CALIBRATION_SEED}, {CALIBRATION_STEPS} steps)"))
 
 
-def _run_calibration(model, unet, device, decode: bool):
-    """Run the engine's sampling loop with ``unet`` (fp32, eager) on the calibration request.
+def _run_calibration(model, unet, device, decode: bool, autocast: str | None = None):
+    """Run the engine's sampling loop with ``unet`` (eager; fp32 or under ``autocast``) on the calibration request.
 
-    Returns the final sample: the decoded volume if ``decode``, else the final latent (for latent models).
+    Returns the final sample: the decoded volume if ``decode`` and the model has a decoder loaded, else the
+    final latent (for latent models; a latent-only benchmark loads no decoder).
     """
     from engine.api import SamplingRequest, run
     from engine.sampling import denoise
 
     spec = model.spec
-    plain = PreparedModel(unet=unet, autoencoder=model.autoencoder, config=OptimizationConfig(), device=device,
-                          report={})
-    if not decode:
-        plain.decode = lambda z: z  # the latent itself: cheap, used for per-layer sensitivities
+    plain = PreparedModel(unet=unet, autoencoder=model.autoencoder, config=OptimizationConfig(autocast=autocast),
+                          device=device, report={"autocast": {"applied": autocast is not None}})
+    if not decode or model.autoencoder is None:
+        plain.decode = lambda z: z  # the latent itself
     request = SamplingRequest(model=spec.id, steps=min(CALIBRATION_STEPS, int(spec.schedule["num_train_timesteps"])),
                               seed=CALIBRATION_SEED)
     return run(denoise(plain, spec, request, device)).volumes

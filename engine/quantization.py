@@ -10,8 +10,9 @@
   per-tensor scales) on NVIDIA GPUs of compute capability 8.9+. PyTorch has no fp8 convolution, so the
   convolutions (most of a 3D U-Net's FLOPs) are untouched; the report says so.
 * **mixed** — :func:`mixed_precision_plan`: a calibration run measures each layer's sensitivity (the error
-  in the final sample when that layer alone is quantized), then the most sensitive layers are kept in
-  floating point until the final volume meets the user's PSNR budget.
+  in the final sample when that layer alone is quantized) and its share of the compute; the layers that add
+  the most error per unit of compute are kept in floating point (the autocast dtype when autocast is on)
+  until the final volume meets the user's PSNR budget against fp32.
 
 PyTorch marks the quantized-tensor API (``torch.quantize_per_tensor``...) deprecated in favour of torchao
 (pytorch/pytorch#184982) but it is present and fast in 2.13; the deprecation warnings are silenced here
@@ -116,24 +117,41 @@ class RangeObserver:
 
 @dataclass
 class Calibration:
-    """Activation ranges per Conv3d layer name, from one run of the sampling loop."""
+    """What one run of the sampling loop showed about each candidate layer.
+
+    ``ranges``: activation ranges per Conv3d (Linear layers are quantized dynamically and need none).
+    ``macs``: multiply-accumulates per layer summed over the run, i.e. the compute that quantizing it
+    could speed up.
+    """
 
     ranges: dict[str, RangeObserver] = field(default_factory=dict)
+    macs: dict[str, int] = field(default_factory=dict)
 
     def attach(self, model: nn.Module, names: Iterable[str]) -> list:
-        """Add forward hooks that record ranges; returns the handles (call ``.remove()`` on each)."""
+        """Add forward hooks that record ranges and compute; returns the handles (call ``.remove()`` on each)."""
         handles = []
         for name in names:
             module = model.get_submodule(name)
-            if not isinstance(module, nn.Conv3d):
-                continue  # Linear layers are quantized dynamically: no ranges needed
-            observer = self.ranges.setdefault(name, RangeObserver())
+            if isinstance(module, nn.Conv3d):
+                observer = self.ranges.setdefault(name, RangeObserver())
+                per_output = (module.in_channels // module.groups) * math.prod(module.kernel_size)
+            elif isinstance(module, nn.Linear):
+                observer, per_output = None, module.in_features
+            else:
+                continue
 
-            def hook(_module, inputs, output, observer=observer):
-                observer.update(inputs[0].detach(), output.detach())
+            def hook(_module, inputs, output, name=name, observer=observer, per_output=per_output):
+                if observer is not None:
+                    observer.update(inputs[0].detach(), output.detach())
+                self.macs[name] = self.macs.get(name, 0) + output.numel() * per_output
 
             handles.append(module.register_forward_hook(hook))
         return handles
+
+    def compute_share(self, name: str) -> float:
+        """The layer's fraction of the MACs of all observed layers (0 for a layer never called)."""
+        total = sum(self.macs.values())
+        return self.macs.get(name, 0) / total if total else 0.0
 
 
 def _affine_qparams(lo: float, hi: float) -> tuple[float, int]:
@@ -266,6 +284,19 @@ class MixedPlan:
     achieved_psnr_db: float
     budget_db: float
     evaluations: int
+    compute_share: dict[str, float] = field(default_factory=dict)  # layer -> fraction of the U-Net's MACs
+    skipped_small: list[str] = field(default_factory=list)  # below MIN_MIXED_SHARE: not worth searching
+    float_psnr_db: float = math.inf  # the final volume with no int8 layer (autocast alone) vs the reference
+
+    @property
+    def quantized_share(self) -> float:
+        """Fraction of the candidate layers' compute (Conv3d + Linear MACs) that runs in int8."""
+        return sum(self.compute_share.get(n, 0.0) for n in self.quantized)
+
+
+# Layers below this fraction of the U-Net's multiply-accumulates are not searched by the mixed plan: int8
+# could save at most that much time on them, and each costs one sampling run to measure.
+MIN_MIXED_SHARE = 0.005
 
 
 def _psnr(ref: torch.Tensor, test: torch.Tensor) -> float:
@@ -277,43 +308,73 @@ def _psnr(ref: torch.Tensor, test: torch.Tensor) -> float:
 
 def mixed_precision_plan(base: nn.Module, calibration: Calibration, candidates: list[str], budget_db: float,
                          run_sample: Callable[[nn.Module], torch.Tensor],
-                         run_volume: Callable[[nn.Module], torch.Tensor]) -> MixedPlan:
-    """Find the largest set of int8 layers whose final volume stays within ``budget_db`` of fp32.
+                         run_volume: Callable[[nn.Module], torch.Tensor],
+                         reference_volume: torch.Tensor | None = None,
+                         min_share: float = MIN_MIXED_SHARE) -> MixedPlan:
+    """Find the largest set of int8 layers whose final volume stays within ``budget_db`` of the reference.
 
     Args:
         base: the float U-Net (not modified; copies are quantized).
-        calibration: activation ranges from a run of the sampling loop.
+        calibration: activation ranges and per-layer compute from a run of the sampling loop.
         candidates: layer names that may be quantized.
-        budget_db: minimum PSNR of the final volume against the float model's.
-        run_sample: runs the calibration sampling loop with a given U-Net and returns the final sample
-            (the latent for latent models: cheap, used for the per-layer sensitivities).
+        budget_db: minimum PSNR of the final volume against ``reference_volume``.
+        run_sample: runs the calibration sampling loop with a given U-Net, in the precision the prepared
+            model will run in (e.g. under bf16 autocast), and returns the final sample (the latent for
+            latent models: cheap, used for the per-layer sensitivities).
         run_volume: same, but returns the final decoded volume (used to check the budget).
+        reference_volume: the volume the budget is measured against (the fp32 model's); default
+            ``run_volume(base)``.
+        min_share: layers below this fraction of the U-Net's compute stay in float without being searched.
 
-    Sensitivity of a layer = PSNR of the final sample when that layer alone is int8. Layers are kept in
-    float from most to least sensitive; a binary search over how many to keep finds the fewest kept layers
-    that meet the budget on the final volume (quantization error grows with the number of quantized layers,
-    which makes the search valid in practice; the achieved PSNR is re-measured and reported).
+    Sensitivity of a layer = PSNR of the final sample when that layer alone is int8, against the same run
+    with no int8 layer. Layers are ranked by the error they add per unit of compute they would speed up
+    (error power 10^(-PSNR/10) divided by their MACs): keeping a cheap layer that adds much error in float
+    costs little time, keeping an expensive one costs much. Kept layers are taken from the top of that
+    ranking; a binary search over how many to keep finds the fewest that meet the budget on the final
+    volume (errors of independently quantized layers add up, which makes the search valid in practice;
+    the achieved PSNR is measured, not predicted, and reported).
     """
     import copy
 
+    if reference_volume is None:
+        reference_volume = run_volume(base)
+    float_psnr = _psnr(reference_volume, run_volume(base))
+    share = {n: calibration.compute_share(n) for n in candidates}
+    small = [n for n in candidates if share[n] < min_share]
+    if float_psnr < budget_db:
+        # Even with every layer in float, the precision the model runs in (autocast) misses the budget:
+        # int8 can only add error, so nothing is quantized or searched; the caller reports why.
+        return MixedPlan(quantized=[], kept=list(candidates), sensitivity_db={}, achieved_psnr_db=float_psnr,
+                         budget_db=budget_db, evaluations=1, compute_share=share, skipped_small=small,
+                         float_psnr_db=float_psnr)
+    searched = [n for n in candidates if share[n] >= min_share]
     reference_sample = run_sample(base)
-    reference_volume = run_volume(base)
     sensitivity: dict[str, float] = {}
-    for name in candidates:
+    for name in searched:
         trial = _with_one_layer_swapped(base, name, calibration)  # shares all other weights with ``base``
         if trial is None:
             continue
         sensitivity[name] = _psnr(reference_sample, run_sample(trial))
-    ranked = sorted(sensitivity, key=lambda n: sensitivity[n])  # most sensitive (lowest PSNR) first
+
+    def error_per_mac(name: str) -> float:
+        return 10.0 ** (-sensitivity[name] / 10.0) / max(calibration.macs.get(name, 0), 1)
+
+    ranked = sorted(sensitivity, key=error_per_mac, reverse=True)  # the first ones are kept in float first
+    unsearched = [n for n in candidates if n not in sensitivity]
+
+    def plan(keep: int, achieved: float, evaluations: int) -> MixedPlan:
+        return MixedPlan(quantized=ranked[keep:], kept=ranked[:keep] + unsearched, sensitivity_db=sensitivity,
+                         achieved_psnr_db=achieved, budget_db=budget_db, evaluations=evaluations + len(sensitivity),
+                         compute_share=share, skipped_small=small, float_psnr_db=float_psnr)
 
     def volume_psnr(keep: int) -> float:
         model = copy.deepcopy(base)
         quantize_int8(model, calibration, ranked[keep:])
         return _psnr(reference_volume, run_volume(model))
 
-    evaluations = 0
-    lo, hi = 0, len(ranked)  # invariant: keeping ``hi`` layers meets the budget (all kept = float = inf dB)
-    results = {len(ranked): math.inf}
+    evaluations = 1
+    lo, hi = 0, len(ranked)  # invariant: keeping ``hi`` layers meets the budget (all kept = float_psnr)
+    results = {len(ranked): float_psnr}
     while lo < hi:
         mid = (lo + hi) // 2
         results[mid] = volume_psnr(mid)
@@ -322,10 +383,7 @@ def mixed_precision_plan(base: nn.Module, calibration: Calibration, candidates: 
             hi = mid
         else:
             lo = mid + 1
-    keep = hi
-    return MixedPlan(quantized=ranked[keep:], kept=ranked[:keep] + [n for n in candidates if n not in sensitivity],
-                     sensitivity_db=sensitivity, achieved_psnr_db=results.get(keep, math.inf),
-                     budget_db=budget_db, evaluations=evaluations + len(sensitivity))
+    return plan(hi, results[hi], evaluations)
 
 
 def _with_one_layer_swapped(base: nn.Module, name: str, calibration: Calibration) -> nn.Module | None:

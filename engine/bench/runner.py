@@ -140,7 +140,12 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
     device = resolve_device(settings.device)
     source = ModelRegistry().get(settings.model)
     started = time.perf_counter()
-    model = source.load().to(device)
+    model = source.load()
+    if settings.latent_only:
+        # Rows compare final latents: without a decoder loaded, calibration (int8 / mixed) judges the
+        # latent too, and the decoder's weights stay out of the peak memory.
+        model.autoencoder = None
+    model = model.to(device)
     load_s = time.perf_counter() - started
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

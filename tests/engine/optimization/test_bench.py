@@ -29,6 +29,24 @@ def test_bench_engine_loop_matches_monai_inferer_and_writes_outputs(registry, ti
     assert json.loads((tmp_path / "bench.json").read_text())["compared_on"] == "final decoded volume"
 
 
+def test_latent_only_rows_load_no_decoder_and_mixed_judges_the_latent(tiny_models_dir, tmp_path, monkeypatch):
+    from engine.bench.runner import BenchSettings, run_row
+
+    monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tiny_models_dir))
+    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
+    settings = BenchSettings(model="tiny-latent", steps=2, repeats=1, warmup=1, seed=0, device="cpu",
+                             latent_only=True, threads=1)
+    record = run_row("mixed+bf16+sdpa", settings, tmp_path)
+    entry = record["report"]["quantization"]
+    assert entry["applied"], entry
+    assert "final latent" in entry["reason"] and "kept in bf16" in entry["reason"]
+    plan = record["details"]["mixed_plan"]
+    assert plan["achieved_psnr_db"] >= 40.0 and plan["quantized"]
+    assert record["decode_s"] is None
+    latent = np.load(tmp_path / "mixed_bf16_sdpa.npy")
+    assert latent.shape[1] == 3  # the tiny model's latent channels, not a decoded 1-channel volume
+
+
 def test_gpu_check_logic_runs_at_tiny_size_on_the_cpu(monkeypatch):
     from engine.bench import gpu_check
 

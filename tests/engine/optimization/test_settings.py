@@ -9,6 +9,7 @@ import torch
 
 from engine.errors import InvalidRequest
 from engine.optimization import OptimizationConfig, clear_cache, prepare
+from engine.quantization import MIN_MIXED_SHARE
 from tests.engine.optimization.conftest import run_loop
 
 
@@ -139,12 +140,32 @@ def test_mixed_precision_meets_its_budget_on_the_calibration_run(tiny_loaded, cp
     plan = prepared.details["mixed_plan"]
     assert plan["achieved_psnr_db"] >= 35.0
     assert plan["quantized"] and plan["kept_float"]  # the budget forces a real split on this model
-    # the most sensitive layers (lowest PSNR when quantized alone) are the ones kept
-    sens = plan["sensitivity_psnr_db"]
+    # the layers kept in float are those adding the most error per unit of compute int8 would speed up
+    sens, share = plan["sensitivity_psnr_db"], plan["compute_share"]
+
+    def error_per_compute(name):
+        return 10 ** (-sens[name] / 10) / share[name]
+
     kept = [n for n in plan["kept_float"] if n in sens]
-    assert max(sens[n] for n in kept) <= min(sens[n] for n in plan["quantized"])
+    assert min(error_per_compute(n) for n in kept) >= max(error_per_compute(n) for n in plan["quantized"])
+    assert set(plan["skipped_small"]) <= set(plan["kept_float"])
+    assert all(share[n] < MIN_MIXED_SHARE for n in plan["skipped_small"])
+    assert 0 < plan["int8_compute_share"] < 1
     swapped = {name for name, m in prepared.unet.named_modules() if isinstance(m, Int8Conv3d)}
     assert swapped and swapped <= set(plan["quantized"])
+
+
+def test_mixed_precision_under_autocast_refuses_a_budget_autocast_alone_misses(tiny_loaded, cpu, monkeypatch):
+    from engine.quantization import Int8Conv3d
+
+    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
+    prepared = prepare(tiny_loaded, OptimizationConfig(quantization="mixed", autocast="bf16", psnr_budget_db=140.0),
+                       cpu, use_cache=False)
+    entry = prepared.report["quantization"]
+    assert not entry["applied"]
+    assert "bf16 autocast alone" in entry["reason"] and "140 dB" in entry["reason"]
+    assert prepared.details["mixed_plan"]["float_psnr_db"] < 140.0
+    assert not any(isinstance(m, Int8Conv3d) for m in prepared.unet.modules())
 
 
 def test_prepared_variants_are_cached_per_config(tiny_loaded, cpu):
