@@ -42,23 +42,14 @@ BUNDLE_UNET = {
 
 
 def demo_shaped_spec() -> ModelSpec:
-    """Shaped like the shipped demo model: latent 3x20x24x20 -> 80x96x80, concat + cross-attn conditioning."""
-    unet = {
-        "_target_": "DiffusionModelUNet", "spatial_dims": 3, "in_channels": 5, "out_channels": 3,
-        "channels": [32, 64, 64], "num_res_blocks": 2, "attention_levels": [False, False, True],
-        "norm_num_groups": 16, "num_head_channels": [0, 0, 32], "with_conditioning": True,
-        "cross_attention_dim": 2, "resblock_updown": False,
-    }
-    autoencoder = {
-        "_target_": "AutoencoderKL", "spatial_dims": 3, "in_channels": 1, "out_channels": 1, "latent_channels": 3,
-        "channels": [32, 64, 64], "num_res_blocks": 1, "norm_num_groups": 16,
-        "attention_levels": [False, False, False], "with_encoder_nonlocal_attn": False,
-        "with_decoder_nonlocal_attn": False,
-    }
+    """Shaped like the shipped demo model (the networks ``volsynth train-demo`` builds), random weights."""
+    from engine.training.train import TrainConfig, ae_definition, unet_definition
+
+    cfg = TrainConfig()
     return ModelSpec(
         id="bench-demo-shaped", name="Demo-shaped benchmark model (random weights)", kind="latent",
-        networks={"unet": unet, "autoencoder": autoencoder}, schedule=dict(_SCHEDULE),
-        output_shape=(1, 80, 96, 80), latent_shape=(3, 20, 24, 20), default_steps=50,
+        networks={"unet": unet_definition(cfg), "autoencoder": ae_definition(cfg)}, schedule=dict(_SCHEDULE),
+        output_shape=(1, 80, 96, 80), latent_shape=(cfg.latent_channels, 20, 24, 20), default_steps=50,
         voxel_spacing_mm=(2.0, 2.0, 2.0), conditioning=DEMO_CONDITIONS, conditioning_modes=("concat", "crossattn"),
         guidance_null_value=-1.0, description="random weights; for benchmarks only",
     )

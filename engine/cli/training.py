@@ -13,7 +13,7 @@ def register(subparsers) -> None:
     train = subparsers.add_parser(
         "train-demo",
         help="train the shipped brain-T1 latent diffusion model on synthetic MNI152-derived data",
-        description="Train the demo model (about 75 minutes on a 2-core CPU). Resumable with --resume.",
+        description="Train the demo model (under 90 minutes on an idle 2-core CPU). Resumable with --resume.",
     )
     train.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model folder to write")
     train.add_argument("--seed", type=int, default=0, help="seeds data, initialisation and training draws")
@@ -24,8 +24,9 @@ def register(subparsers) -> None:
     train.add_argument("--ae-steps", type=int, default=None, help="override the autoencoder step count")
     train.add_argument("--unet-steps", type=int, default=None,
                        help="override the U-Net step count (with --resume: extend a finished run)")
-    train.add_argument("--minutes-budget", type=float, default=None,
-                       help="wall-clock budget; the U-Net phase stops early (checkpointed) when it runs out")
+    train.add_argument("--minutes-budget", type=float, default=88.0,
+                       help="wall-clock budget of this invocation (default 88); the U-Net phase stops early "
+                            "(checkpointed, resumable) when it runs out; 0 = no budget")
     train.add_argument("--decoder-steps", type=int, default=None, help="override the decoder fine-tuning steps")
     train.add_argument("--stop-after", choices=("data", "ae", "latents", "decoder", "unet"), default=None,
                        help="run the phases up to this one, then stop without exporting")
@@ -38,6 +39,8 @@ def register(subparsers) -> None:
     ev.add_argument("model", nargs="?", default="", help="model id or folder (default: the shipped model)")
     ev.add_argument("--samples", type=int, default=16, help="samples for Dice and contrast")
     ev.add_argument("--steps", type=int, default=50, help="DDIM steps per sample")
+    ev.add_argument("--guidance", type=float, default=1.0,
+                    help="classifier-free guidance scale of the evaluation samples (1.0 = none)")
     ev.add_argument("--no-card", action="store_true", help="do not rewrite MODEL_CARD.md / evaluation.json")
     ev.add_argument("--no-montage", action="store_true", help="do not write montage.png")
     ev.set_defaults(func=_evaluate)
@@ -57,7 +60,7 @@ def _train(args: argparse.Namespace) -> int:
         print(line, flush=True)
 
     train(args.out, args.work, seed=args.seed, resume=args.resume, cfg=cfg, log=log, command=command,
-          minutes_budget=args.minutes_budget, stop_after=args.stop_after)
+          minutes_budget=args.minutes_budget or None, stop_after=args.stop_after)
     return 0
 
 
@@ -66,5 +69,6 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     result = evaluate_model(args.model, n_samples=args.samples, steps=args.steps,
                             write_card=not args.no_card, write_montage=not args.no_montage,
+                            guidance_scale=args.guidance,
                             log=lambda line: print(line, flush=True))
     return 0 if result["all_pass"] else 1

@@ -196,7 +196,7 @@ def _run(backend, request) -> np.ndarray:
         return stop.value.volumes[:, 0]
 
 
-def inference_benchmark(model: str, steps: int = 50) -> dict[str, Any]:
+def inference_benchmark(model: str, steps: int = 50, guidance_scale: float = 1.0) -> dict[str, Any]:
     """One volume, ``steps`` DDIM steps + decode, in this process: seconds (excluding load) and peak RSS."""
     import resource
 
@@ -207,7 +207,8 @@ def inference_benchmark(model: str, steps: int = 50) -> dict[str, Any]:
 
     torch.set_num_threads(2)
     backend = LocalBackend(device="cpu")
-    gen = backend.sample(SamplingRequest(model=model, sampler="ddim", steps=steps, seed=0))
+    gen = backend.sample(SamplingRequest(model=model, sampler="ddim", steps=steps, seed=0,
+                                         guidance_scale=guidance_scale))
     started = cpu_started = None
     try:
         while True:
@@ -222,7 +223,7 @@ def inference_benchmark(model: str, steps: int = 50) -> dict[str, Any]:
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # On a shared machine wall time depends on the other jobs; CPU seconds / threads is what the same
     # work takes on an idle machine with those threads, so both are reported.
-    return {"steps": steps, "seconds": seconds, "cpu_seconds": cpu, "idle_estimate_s": cpu / 2,
+    return {"steps": steps, "guidance_scale": guidance_scale, "seconds": seconds, "cpu_seconds": cpu, "idle_estimate_s": cpu / 2,
             "load_average_1min": os.getloadavg()[0], "peak_rss_gb": peak_kb / 1024**2, "threads": 2,
             "timings": {k: round(v, 2) for k, v in result.provenance.get("timings", {}).items()}
             if isinstance(result.provenance.get("timings"), dict) else {}}
@@ -235,11 +236,12 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _inference_in_fresh_process(model: str, steps: int) -> dict[str, Any]:
+def _inference_in_fresh_process(model: str, steps: int, guidance_scale: float = 1.0) -> dict[str, Any]:
     """Peak RSS must not include the evaluation's batch-8 runs: measure in a new interpreter."""
     code = ("import json, sys; from engine.training.evaluate import inference_benchmark; "
-            "print('RESULT', json.dumps(inference_benchmark(sys.argv[1], int(sys.argv[2]))))")
-    out = subprocess.run([sys.executable, "-c", code, model, str(steps)], capture_output=True, text=True,
+            "print('RESULT', json.dumps(inference_benchmark(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))))")
+    out = subprocess.run([sys.executable, "-c", code, model, str(steps), str(guidance_scale)], capture_output=True,
+                         text=True,
                          check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
     return json.loads(line[len("RESULT "):])
@@ -264,7 +266,8 @@ def measurement_check(n: int = 12) -> dict[str, Any]:
 
 def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_card: bool = True,
                    write_montage: bool = True, log: Callable[[str], None] = print,
-                   sweep_seeds: int = 3, batch: int = 8, inference: bool = True) -> dict[str, Any]:
+                   sweep_seeds: int = 3, batch: int = 8, inference: bool = True,
+                   guidance_scale: float = 1.0) -> dict[str, Any]:
     """Sample the model, compute every metric, and (optionally) update its card, evaluation.json, montage.
 
     Args:
@@ -277,6 +280,7 @@ def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_
         sweep_seeds: samples per requested ventricle volume.
         batch: batch size of the sampling requests.
         inference: also time one generation in a fresh process (time and peak RSS).
+        guidance_scale: classifier-free guidance scale of every evaluation sample (1.0 = none).
 
     Returns:
         The evaluation dict (also written to evaluation.json), with ``all_pass``.
@@ -303,7 +307,7 @@ def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_
     while len(samples) < n_samples:
         size = min(batch, n_samples - len(samples))
         samples += list(_run(backend, SamplingRequest(model=model_ref, sampler="ddim", steps=steps, seed=seed,
-                                                      batch_size=size)))
+                                                      batch_size=size, guidance_scale=guidance_scale)))
         seed += 1
         log(f"evaluate: {len(samples)}/{n_samples} default samples  {time.perf_counter() - started:.0f}s")
     finite = all(np.isfinite(s).all() for s in samples)
@@ -325,7 +329,8 @@ def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_
     measured: list[list[float]] = []
     for k, value in enumerate(requested):
         vols = _run(backend, SamplingRequest(model=model_ref, sampler="ddim", steps=steps, seed=1000 + k,
-                                             batch_size=sweep_seeds, conditioning={"ventricle_volume": value}))
+                                             batch_size=sweep_seeds, conditioning={"ventricle_volume": value},
+                                             guidance_scale=guidance_scale))
         finite = finite and bool(np.isfinite(vols).all())
         measured.append([ventricle_volume_ml(v, roi) for v in vols])
         log(f"evaluate: ventricles requested {value:.1f} mL -> measured "
@@ -337,7 +342,7 @@ def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_
     check = measurement_check()
     log(f"evaluate: measurement check on labelled synthetic volumes: Spearman "
         f"{check['spearman_label_vs_measured']:.3f}")
-    inf = _inference_in_fresh_process(model_ref, 50) if inference else None
+    inf = _inference_in_fresh_process(model_ref, 50, guidance_scale) if inference else None
 
     metrics = {
         "dice": {"mean": float(np.mean(dices)), "min": float(np.min(dices)), "n": len(dices),
@@ -363,7 +368,7 @@ def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_
         "model": spec.id,
         "metrics": metrics,
         "all_pass": all(m["pass"] for m in metrics.values()),
-        "sampling": (f"DDIM {steps} steps, guidance scale 1.0, {n_samples} samples at default conditions "
+        "sampling": (f"DDIM {steps} steps, guidance scale {guidance_scale:g}, {n_samples} samples at default conditions "
                      f"(seeds 0-{seed - 1}, batches of {batch}); ventricle sweep {sweep_seeds} samples per value"),
         "inference": inf,
         "seconds": time.perf_counter() - started,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -28,7 +29,8 @@ def test_quick_train_resume_and_sample(tmp_path, capsys):
     assert spec["id"] == "brain-t1-demo"
     assert spec["extra"]["training"]["unet_steps"] == 2
     assert spec["guidance"]["null_value"] == -1.0
-    assert spec["networks"]["unet"]["in_channels"] == 3 + 2
+    assert spec["networks"]["unet"]["in_channels"] == 8 + 2  # 8 latent channels + 2 condition channels
+    assert spec["schedule"]["prediction_type"] == "v_prediction"
     assert spec["networks"]["unet"]["with_conditioning"] and spec["networks"]["unet"]["cross_attention_dim"] == 2
     assert np.isfinite(spec["scale_factor"]) and spec["scale_factor"] > 0
     weights_before = (out / "weights.safetensors").read_bytes()
@@ -47,7 +49,7 @@ def test_quick_train_resume_and_sample(tmp_path, capsys):
     from engine.backends.local import LocalBackend
 
     source = open_model_folder(out)
-    assert source.spec.latent_shape == (3, 20, 24, 20)
+    assert source.spec.latent_shape == (8, 20, 24, 20)
     assert "MNI152" in source.model_card()
     commands = source.spec.extra["training"]["commands"]
     assert len(commands) == 2 and "--resume" in commands[1]
@@ -79,3 +81,38 @@ def test_resume_refuses_a_different_seed(tmp_path):
 
     with pytest.raises(ValueError, match="different configuration"):
         train(tmp_path / "out", work, seed=1, resume=True, cfg=TrainConfig.quick(), log=lambda _: None)
+
+
+def test_resume_may_change_unet_settings_only_before_a_unet_exists(tmp_path):
+    import pytest
+
+    from engine.training.train import TrainConfig, config_with_steps, train
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    quick = config_with_steps(TrainConfig.quick(), None, 2)
+    train(out, work, seed=1, cfg=quick, log=lambda _: None, stop_after="decoder")
+    eps = replace(quick, prediction_type="epsilon", min_snr_gamma=0.0)
+    train(out, work, seed=1, resume=True, cfg=eps, log=lambda _: None)  # a new U-Net on the same autoencoder
+    assert json.loads((out / "spec.json").read_text())["schedule"]["prediction_type"] == "epsilon"
+    with pytest.raises(ValueError, match="different configuration"):  # now a U-Net exists: no switching
+        train(out, work, seed=1, resume=True, cfg=config_with_steps(quick, None, 3), log=lambda _: None)
+    with pytest.raises(ValueError, match="different configuration"):  # the autoencoder never may change
+        train(out, work, seed=1, resume=True, cfg=replace(eps, ae_lr=5e-4), log=lambda _: None)
+
+
+def test_min_snr_weights_down_weight_only_the_low_noise_steps():
+    import torch
+    from monai.networks.schedulers import DDPMScheduler
+
+    from engine.training.train import min_snr_weights
+
+    sched = DDPMScheduler(num_train_timesteps=1000, schedule="scaled_linear_beta", beta_start=0.0015, beta_end=0.0205)
+    t = torch.tensor([0, 50, 200, 500, 999])
+    w = min_snr_weights(sched.alphas_cumprod, t, 5.0)
+    snr = sched.alphas_cumprod[t] / (1 - sched.alphas_cumprod[t])
+    assert torch.allclose(w[snr <= 5], torch.ones(int((snr <= 5).sum())))  # noisy steps keep full weight
+    assert (w[snr > 5] < 1).all() and w[0] < 0.01  # t=0 has SNR ~ 700: weight 5/700
+    assert torch.equal(min_snr_weights(sched.alphas_cumprod, t, 0.0), torch.ones(5))  # gamma 0 = plain MSE
+    v = min_snr_weights(sched.alphas_cumprod, t, 5.0, "v_prediction")  # min(SNR, 5) / (SNR + 1)
+    assert torch.allclose(v, snr.clamp(max=5) / (snr + 1))
+    assert v[-1] < 0.01 and v[0] < w[0] * 1.01 and (v <= 1).all()
