@@ -377,7 +377,7 @@ def _chart(summary: dict[str, Any], path: Path) -> bool:
         ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_ylabel("per-step speed-up vs fp32 NCDHW")
-    ax.set_title(f"{Path(summary['settings']['model']).name}: speed-up (bars) and PSNR vs fp32 (labels)")
+    ax.set_title(f"{Path(summary['settings']['model']).name}\nspeed-up (bars) and PSNR vs fp32 (labels)", fontsize=10)
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
