@@ -62,7 +62,7 @@ class TrainConfig:
     unet_lr: float = 3e-4
     ema_decay: float = 0.998
     cond_dropout: float = 0.1
-    # Min-SNR-gamma loss weighting (Hang et al., ICCV 2023): low-noise timesteps, whose epsilon targets are
+    # Min-SNR-gamma loss weighting (Hang et al., ICCV 2023): low-noise timesteps, whose targets are
     # easy but dominate the plain MSE's gradient, are down-weighted; the high-noise steps that decide the
     # anatomy (and where the conditions act) get more of a short CPU budget. 0 = plain MSE.
     min_snr_gamma: float = 5.0
@@ -376,7 +376,7 @@ def min_snr_weights(alphas_cumprod, t, gamma: float, prediction_type: str = "eps
     """Per-sample loss weights under Min-SNR-gamma (1 if gamma is 0).
 
     The weight on the x0-error, min(SNR, gamma), expressed on the network's target: divided by SNR for an
-    epsilon target and by SNR + 1 for a v target (Hang et al. 2023, eq. 6-8).
+    epsilon target and by SNR + 1 for a v target (Hang et al. 2023).
     """
     import torch
 
