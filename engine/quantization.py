@@ -336,9 +336,10 @@ def mixed_precision_plan(base: nn.Module, calibration: Calibration, candidates: 
     """
     import copy
 
+    float_volume = run_volume(base)
     if reference_volume is None:
-        reference_volume = run_volume(base)
-    float_psnr = _psnr(reference_volume, run_volume(base))
+        reference_volume = float_volume
+    float_psnr = _psnr(reference_volume, float_volume)
     share = {n: calibration.compute_share(n) for n in candidates}
     small = [n for n in candidates if share[n] < min_share]
     if float_psnr < budget_db:
