@@ -331,7 +331,7 @@ class GenerationSettings:
     steps: int = 0
     seed: int = 0
     conditioning: dict[str, float] = field(default_factory=dict)
-    guidance_scale: float = 1.0
+    guidance_scale: float | None = None  # None = the model's default
     batch_size: int = 1
     device: str = "auto"
     preview_interval: int = -1  # -1 = automatic
@@ -345,7 +345,7 @@ class GenerationSettings:
         interval = auto_preview_interval(self.steps) if self.preview_interval < 0 else self.preview_interval
         optimization = OptimizationConfig.from_dict(self.optimization) if self.optimization else OptimizationConfig()
         return SamplingRequest(model=self.model, sampler=self.sampler, steps=int(self.steps), seed=int(self.seed),
-                               conditioning=dict(self.conditioning), guidance_scale=float(self.guidance_scale),
+                               conditioning=dict(self.conditioning), guidance_scale=self.guidance_scale,
                                batch_size=int(self.batch_size), optimization=optimization,
                                preview_interval=int(interval))
 

@@ -34,7 +34,8 @@ class SamplingRequest:
         steps: number of denoising steps; 0 means the model's default.
         seed: seeds the initial noise (and DDPM's per-step noise). Same request + device = same volume.
         conditioning: condition name -> value in the units the model spec gives (mL, years...).
-        guidance_scale: classifier-free guidance scale; 1.0 means plain conditional sampling.
+        guidance_scale: classifier-free guidance scale; 1.0 means plain conditional sampling, None the
+            model's default (its spec's ``guidance.default_scale``).
         batch_size: number of volumes generated together.
         optimization: speed/precision settings; defaults are plain fp32.
         preview_interval: yield an x0 preview every this many steps (0 = never).
@@ -45,7 +46,7 @@ class SamplingRequest:
     steps: int = 0
     seed: int = 0
     conditioning: Mapping[str, float] = field(default_factory=dict)
-    guidance_scale: float = 1.0
+    guidance_scale: float | None = None
     batch_size: int = 1
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     preview_interval: int = 0
@@ -65,7 +66,9 @@ class SamplingRequest:
             raise InvalidRequest(f"seed must be a whole number from 0 to 2^63-1, got {self.seed!r}")
         if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= MAX_BATCH:
             raise InvalidRequest(f"batch size must be between 1 and {MAX_BATCH}, got {self.batch_size!r}")
-        if not math.isfinite(self.guidance_scale) or self.guidance_scale < 0:
+        if self.guidance_scale is not None and (isinstance(self.guidance_scale, bool)
+                                                or not isinstance(self.guidance_scale, int | float)
+                                                or not math.isfinite(self.guidance_scale) or self.guidance_scale < 0):
             raise InvalidRequest(f"guidance scale must be a finite number >= 0, got {self.guidance_scale}")
         if not isinstance(self.preview_interval, int) or self.preview_interval < 0:
             raise InvalidRequest(f"preview interval must be >= 0 steps, got {self.preview_interval!r}")

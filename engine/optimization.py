@@ -568,5 +568,5 @@ def _run_calibration(model, unet, device, decode: bool, autocast: str | None = N
     if not decode or model.autoencoder is None:
         plain.decode = lambda z: z  # the latent itself
     request = SamplingRequest(model=spec.id, steps=min(CALIBRATION_STEPS, int(spec.schedule["num_train_timesteps"])),
-                              seed=CALIBRATION_SEED)
+                              seed=CALIBRATION_SEED, guidance_scale=1.0)  # as the bench measures it
     return run(denoise(plain, spec, request, device)).volumes

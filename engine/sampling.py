@@ -49,11 +49,13 @@ def resolve_request(spec: ModelSpec, request: SamplingRequest) -> tuple[Sampling
     if steps > train_steps:
         raise InvalidRequest(f"steps ({steps}) cannot exceed the model's {train_steps} training timesteps")
     conditioning = spec.resolve_conditioning(request.conditioning)
-    if request.guidance_scale != 1.0 and not spec.supports_guidance:
+    guidance = spec.default_guidance_scale if request.guidance_scale is None else float(request.guidance_scale)
+    if guidance != 1.0 and not spec.supports_guidance:
         raise InvalidRequest(
             f"model {spec.id!r} was not trained for classifier-free guidance; set guidance scale to 1.0"
         )
-    resolved = request.replace(model=request.model or spec.id, sampler=sampler, steps=steps, conditioning=conditioning)
+    resolved = request.replace(model=request.model or spec.id, sampler=sampler, steps=steps, conditioning=conditioning,
+                               guidance_scale=guidance)
     return resolved, conditioning
 
 

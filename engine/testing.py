@@ -19,7 +19,8 @@ TINY_CONDITIONS = (
 
 
 def tiny_spec(model_id: str = "tiny-latent", kind: str = "latent", conditioned: bool = True,
-              output_xyz: tuple[int, int, int] = (16, 24, 16), samplers=("ddim", "ddpm", "pndm")) -> ModelSpec:
+              output_xyz: tuple[int, int, int] = (16, 24, 16), samplers=("ddim", "ddpm", "pndm"),
+              default_guidance_scale: float = 1.0) -> ModelSpec:
     conditions = TINY_CONDITIONS if conditioned else ()
     n = len(conditions)
     latent_channels = 3
@@ -54,7 +55,8 @@ def tiny_spec(model_id: str = "tiny-latent", kind: str = "latent", conditioned: 
         output_shape=(image_channels, *output_xyz), latent_shape=latent_shape, samplers=tuple(samplers),
         default_sampler=samplers[0], default_steps=5, scale_factor=1.0, voxel_spacing_mm=(2.0, 2.0, 2.0),
         conditioning=conditions, conditioning_modes=("concat", "crossattn") if conditioned else (),
-        guidance_null_value=-1.0 if conditioned else None, description="random weights; for tests only",
+        guidance_null_value=-1.0 if conditioned else None, default_guidance_scale=default_guidance_scale,
+        description="random weights; for tests only",
     )
 
 

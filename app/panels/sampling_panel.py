@@ -320,6 +320,7 @@ class SamplingPanel(QWidget):
             self.condition_controls[condition.name] = control
             self.conditioning_form.addRow(condition.label, control)
         self.conditioning_group.setVisible(bool(spec.conditioning))
+        self.guidance_spin.setValue(spec.default_guidance_scale)
         self.guidance_spin.setEnabled(spec.supports_guidance)
         self.guidance_label.setEnabled(spec.supports_guidance)
         self.guidance_spin.setToolTip(self.guidance_spin.toolTip() if spec.supports_guidance

@@ -122,7 +122,10 @@ def _peak_memory(device) -> tuple[int, str]:
 def _request(source, settings: BenchSettings, config):
     from engine.api import SamplingRequest
 
-    return SamplingRequest(model=str(source.path), steps=settings.steps, seed=settings.seed, optimization=config)
+    # Guidance pinned to 1 (one U-Net pass per step) whatever the model's default: MONAI's inferer, the
+    # reference row, has no classifier-free guidance, and guidance doubles every row's work alike.
+    return SamplingRequest(model=str(source.path), steps=settings.steps, seed=settings.seed, optimization=config,
+                           guidance_scale=1.0)
 
 
 def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
@@ -193,7 +196,8 @@ def _run_reference(model, spec, settings: BenchSettings, device):
     from engine.models.networks import build_scheduler
     from engine.sampling import resolve_request
 
-    request, conditioning = resolve_request(spec, SamplingRequest(steps=settings.steps, seed=settings.seed))
+    request, conditioning = resolve_request(spec, SamplingRequest(steps=settings.steps, seed=settings.seed,
+                                                                  guidance_scale=1.0))
     scheduler = build_scheduler(request.sampler, spec.schedule)
     scheduler.set_timesteps(request.steps, device=device)
     shape = (1, *spec.diffusion_shape)

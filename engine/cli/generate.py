@@ -27,7 +27,8 @@ def register(sub) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--cond", action="append", type=_condition, default=[], metavar="NAME=VALUE",
                         help="conditioning value in the model's units; repeat for several")
-    parser.add_argument("--guidance", type=float, default=1.0, help="classifier-free guidance scale (default 1)")
+    parser.add_argument("--guidance", type=float, default=None,
+                        help="classifier-free guidance scale (default: the model's; 1 = plain conditional)")
     parser.add_argument("--batch", type=int, default=1, help="number of volumes (default 1)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (default)")
     opt = parser.add_argument_group("optimization (what applied is recorded in the sidecar)")

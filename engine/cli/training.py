@@ -39,8 +39,8 @@ def register(subparsers) -> None:
     ev.add_argument("model", nargs="?", default="", help="model id or folder (default: the shipped model)")
     ev.add_argument("--samples", type=int, default=16, help="samples for Dice and contrast")
     ev.add_argument("--steps", type=int, default=50, help="DDIM steps per sample")
-    ev.add_argument("--guidance", type=float, default=1.0,
-                    help="classifier-free guidance scale of the evaluation samples (1.0 = none)")
+    ev.add_argument("--guidance", type=float, default=None,
+                    help="classifier-free guidance scale of the evaluation samples (default: the model's; 1 = none)")
     ev.add_argument("--no-card", action="store_true", help="do not rewrite MODEL_CARD.md / evaluation.json")
     ev.add_argument("--no-montage", action="store_true", help="do not write montage.png")
     ev.set_defaults(func=_evaluate)

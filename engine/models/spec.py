@@ -112,6 +112,8 @@ class ModelSpec:
     conditioning: tuple[ConditionSpec, ...] = ()
     conditioning_modes: tuple[str, ...] = ()
     guidance_null_value: float | None = None  # value of an "unconditioned" input; None = no CFG
+    # Guidance scale used when a request leaves it unset; a trained model's card says why it is not 1.
+    default_guidance_scale: float = 1.0
     intensity_range: tuple[float, float] = (0.0, 1.0)
     description: str = ""
     source: str = "volsynth"  # "volsynth" model folder or "monai-bundle"
@@ -188,7 +190,7 @@ class ModelSpec:
             "voxel_spacing_mm": list(self.voxel_spacing_mm),
             "conditioning": [c.to_dict() for c in self.conditioning],
             "conditioning_modes": list(self.conditioning_modes),
-            "guidance": {"null_value": self.guidance_null_value},
+            "guidance": {"null_value": self.guidance_null_value, "default_scale": self.default_guidance_scale},
             "intensity_range": list(self.intensity_range),
             "extra": self.extra,
         }
@@ -216,6 +218,7 @@ class ModelSpec:
                 conditioning=tuple(ConditionSpec.from_dict(c) for c in data.get("conditioning", ())),
                 conditioning_modes=tuple(data.get("conditioning_modes", ())),
                 guidance_null_value=(data.get("guidance") or {}).get("null_value"),
+                default_guidance_scale=float((data.get("guidance") or {}).get("default_scale", 1.0)),
                 intensity_range=tuple(float(v) for v in data.get("intensity_range", (0.0, 1.0))),
                 description=str(data.get("description", "")),
                 source=source,
@@ -250,3 +253,8 @@ class ModelSpec:
             raise ModelInvalid(f"voxel_spacing_mm must be three positive numbers, got {list(self.voxel_spacing_mm)}")
         if "num_train_timesteps" not in self.schedule:
             raise ModelInvalid("schedule needs num_train_timesteps")
+        if not math.isfinite(self.default_guidance_scale) or self.default_guidance_scale < 0:
+            raise ModelInvalid(f"guidance default_scale must be a finite number >= 0, got {self.default_guidance_scale}")
+        if self.default_guidance_scale != 1.0 and not self.supports_guidance:
+            raise ModelInvalid(f"guidance default_scale is {self.default_guidance_scale:g}, but the model has no "
+                               "guidance null_value or no conditions; remove default_scale or set it to 1")

@@ -196,7 +196,7 @@ def _run(backend, request) -> np.ndarray:
         return stop.value.volumes[:, 0]
 
 
-def inference_benchmark(model: str, steps: int = 50, guidance_scale: float = 1.0) -> dict[str, Any]:
+def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | None = None) -> dict[str, Any]:
     """One volume, ``steps`` DDIM steps + decode, in this process: seconds (excluding load) and peak RSS."""
     import resource
 
@@ -267,7 +267,7 @@ def measurement_check(n: int = 12) -> dict[str, Any]:
 def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_card: bool = True,
                    write_montage: bool = True, log: Callable[[str], None] = print,
                    sweep_seeds: int = 3, batch: int = 8, inference: bool = True,
-                   guidance_scale: float = 1.0) -> dict[str, Any]:
+                   guidance_scale: float | None = None) -> dict[str, Any]:
     """Sample the model, compute every metric, and (optionally) update its card, evaluation.json, montage.
 
     Args:
@@ -280,7 +280,8 @@ def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_
         sweep_seeds: samples per requested ventricle volume.
         batch: batch size of the sampling requests.
         inference: also time one generation in a fresh process (time and peak RSS).
-        guidance_scale: classifier-free guidance scale of every evaluation sample (1.0 = none).
+        guidance_scale: classifier-free guidance scale of every evaluation sample (1.0 = none); None = the
+            model's default, which is what users get.
 
     Returns:
         The evaluation dict (also written to evaluation.json), with ``all_pass``.
@@ -298,6 +299,8 @@ def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_
     source = ModelRegistry().get(model or None)
     spec = source.spec
     folder = source.path
+    if guidance_scale is None:
+        guidance_scale = spec.default_guidance_scale
     backend = LocalBackend(device="cpu")
     model_ref = str(folder)
 

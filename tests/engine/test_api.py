@@ -29,6 +29,7 @@ def test_request_json_round_trip():
     ({"seed": -5}, "seed must be a whole number"),
     ({"batch_size": 0}, "batch size must be between 1 and 16"),
     ({"guidance_scale": float("nan")}, "guidance scale must be a finite number"),
+    ({"guidance_scale": "3"}, "guidance scale must be a finite number"),
     ({"conditioning": {"age": float("inf")}}, "condition 'age' must be a finite number"),
     ({"preview_interval": -1}, "preview interval must be >= 0"),
 ])
@@ -147,6 +148,26 @@ def test_guidance_runs_for_models_with_it(backend):
     plain = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3)))
     guided = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3, guidance_scale=3.0)))
     assert not np.allclose(plain.volumes, guided.volumes)
+
+
+def test_unset_guidance_uses_the_models_default(tmp_path):
+    from engine.testing import make_tiny_model
+
+    folder = str(make_tiny_model(tmp_path / "guided", model_id="guided", default_guidance_scale=3.0))
+    backend = LocalBackend(device="cpu")
+    default = run(backend.sample(SamplingRequest(model=folder, steps=3)))
+    explicit = run(backend.sample(SamplingRequest(model=folder, steps=3, guidance_scale=3.0)))
+    plain = run(backend.sample(SamplingRequest(model=folder, steps=3, guidance_scale=1.0)))
+    np.testing.assert_array_equal(default.volumes, explicit.volumes)
+    assert not np.allclose(default.volumes, plain.volumes)
+    # What ran is recorded, not "unset": the provenance says 3.
+    assert default.provenance["request"]["guidance_scale"] == 3.0
+    assert plain.provenance["request"]["guidance_scale"] == 1.0
+
+
+def test_unset_guidance_is_plain_sampling_for_models_without_a_default(backend):
+    result = run(backend.sample(SamplingRequest(model="tiny-pixel", steps=2)))
+    assert result.provenance["request"]["guidance_scale"] == 1.0
 
 
 def test_refused_optimization_fails_before_loading(backend, monkeypatch):

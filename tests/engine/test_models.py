@@ -24,6 +24,20 @@ def test_spec_json_round_trip():
     assert again == spec
 
 
+def test_spec_default_guidance_round_trips_and_is_checked():
+    spec = tiny_spec(default_guidance_scale=2.5)
+    data = json.loads(json.dumps(spec.to_dict()))
+    assert data["guidance"] == {"null_value": -1.0, "default_scale": 2.5}
+    assert ModelSpec.from_dict(data).default_guidance_scale == 2.5
+    del data["guidance"]["default_scale"]  # specs written before the field existed
+    assert ModelSpec.from_dict(data).default_guidance_scale == 1.0
+    with pytest.raises(ModelInvalid, match="default_scale must be a finite number >= 0"):
+        ModelSpec.from_dict({**data, "guidance": {"null_value": -1.0, "default_scale": -2}})
+    unguided = tiny_spec(conditioned=False).to_dict()
+    with pytest.raises(ModelInvalid, match="default_scale is 3, but the model has no guidance null_value"):
+        ModelSpec.from_dict({**unguided, "guidance": {"null_value": None, "default_scale": 3.0}})
+
+
 def test_affine_is_ras_and_centred():
     spec = tiny_spec(output_xyz=(16, 24, 16))
     affine = spec.affine()
