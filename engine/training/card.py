@@ -29,6 +29,11 @@ def _min_snr(cfg: dict) -> str:
     return f" with Min-SNR-{gamma:g} weighting (Hang et al. 2023)" if gamma else ""
 
 
+def _init_sigma(cfg: dict) -> str:
+    sigma = cfg.get("ae_init_sigma")
+    return f", posterior sigma initialised to {sigma:g}" if sigma else ""
+
+
 def _fmt_seconds(s: float) -> str:
     return f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
 
@@ -73,19 +78,18 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
                      f"peak RSS {inf['peak_rss_gb']:.2f} GB.")
     reasons = {
         "contrast": ("grey and white matter differ visibly in the samples (see the montage), but the histogram "
-                     "shows no dip between their peaks: the autoencoder smooths the 2 mm partial-volume "
-                     "boundary, and at 2 mm many of the synthetic training volumes themselves show no such "
-                     "dip"),
-        "conditioning": ("the ventricle condition has only a weak effect so far: conditioning is learned after "
-                         "the anatomy, and the U-Net had the CPU budget's steps only"),
+                     "shows a WM shoulder, not a dip between two peaks: the training volumes have the dip, "
+                     "autoencoder reconstructions keep it only in part, and generated volumes lose it (the "
+                     "decoder and the U-Net both smooth the 2 mm GM ribbon towards the GM/WM average)"),
+        "conditioning": ("the ventricle condition moves the anatomy less than seed-to-seed variation does; "
+                         "a higher guidance scale strengthens it"),
     }
     misses = [key for key in ("dice", "contrast", "diversity", "conditioning", "finite") if not m[key]["pass"]]
     if misses:
         lines.append("")
         lines.append("**Targets missed:** " + "; ".join(
             f"{key}: {reasons.get(key, 'see the table')}" for key in misses)
-            + ". More U-Net steps (`volsynth train-demo --resume --unet-steps N`, then `volsynth evaluate`) are "
-              "the next step.")
+            + ". See the README's status of the shipped model for what was tried.")
     return "\n".join(lines) + "\n"
 
 
@@ -169,7 +173,8 @@ brain {data.get('brain_ml_min', 0):.0f}-{data.get('brain_ml_max', 0):.0f} mL (me
 Values are mapped linearly to [0, 1] and given to the U-Net both as 2 constant input channels (concat)
 and as cross-attention context, as in MONAI's brain latent-diffusion bundle. 10% of training samples had
 both conditions replaced by the null value {spec.guidance_null_value}, so classifier-free guidance works
-(`guidance_scale` > 1).
+(`guidance_scale` > 1). The model samples with guidance scale {spec.default_guidance_scale:g} unless a
+request sets another: the conditions then move the anatomy further than seed-to-seed variation does.
 
 ## Architecture
 
@@ -177,10 +182,11 @@ both conditions replaced by the null value {spec.guidance_null_value}, so classi
   1 residual block per level, no attention; 4x downsampling, latent {list(spec.latent_shape)}.
   Trained on random {cfg.get('ae_patch', '?')}^3 patches (batch {cfg.get('ae_batch', '?')}) for
   {prov.get('ae_steps', '?')} steps, AdamW lr {cfg.get('ae_lr', '?')} (cosine), loss L1 +
-  {cfg.get('grad_weight', '?')} x image-gradient L1 + {cfg.get('kl_weight', '?')} x KL; decodes whole volumes
-  (it is fully convolutional). Whole-volume L1 on training volumes: {losses.get('ae_volume_l1', float('nan')):.4f}
-  after patch training, {losses.get('ae_volume_l1_finetuned', float('nan')):.4f} after the whole-volume decoder
-  fine-tuning ({prov.get('decoder_steps', '?')} steps, batch 1, AdamW lr {cfg.get('decoder_lr', 3e-4)}, encoder
+  {cfg.get('grad_weight', '?')} x image-gradient L1 + {cfg.get('kl_weight', '?')} x KL{_init_sigma(cfg)}; decodes
+  whole volumes (it is fully convolutional). Whole-volume L1 on training volumes:
+  {losses.get('ae_volume_l1', float('nan')):.4f} after patch training,
+  {losses.get('ae_volume_l1_finetuned', float('nan')):.4f} after the whole-volume decoder fine-tuning
+  ({prov.get('decoder_steps', '?')} steps, batch 1, AdamW lr {cfg.get('decoder_lr', 3e-4)}, encoder
   frozen).
 - Latent scale factor: {spec.scale_factor:.4f} (= 1 / std of the encoded training latents).
 - Diffusion U-Net: MONAI `DiffusionModelUNet`, channels {unet['channels']}, attention (and cross-attention,

@@ -116,3 +116,34 @@ def test_min_snr_weights_down_weight_only_the_low_noise_steps():
     v = min_snr_weights(sched.alphas_cumprod, t, 5.0, "v_prediction")  # min(SNR, 5) / (SNR + 1)
     assert torch.allclose(v, snr.clamp(max=5) / (snr + 1))
     assert v[-1] < 0.01 and v[0] < w[0] * 1.01 and (v <= 1).all()
+
+
+def test_new_autoencoder_starts_with_the_configured_posterior_sigma():
+    from engine.training.train import TrainConfig, new_autoencoder
+
+    x = torch.rand(1, 1, 16, 16, 16)
+    for sigma in (0.1, 0.5):
+        ae = new_autoencoder(replace(TrainConfig.quick(), ae_init_sigma=sigma))
+        with torch.no_grad():
+            mu, z_sigma = ae.encode(x)
+        assert torch.allclose(z_sigma, torch.full_like(z_sigma, sigma), rtol=1e-5)
+        assert mu.std() > 0  # only the variance head is fixed; the mean still depends on the input
+
+
+def test_resume_redoes_the_decoder_when_its_settings_change_and_keeps_the_unet(tmp_path):
+    from engine.training.train import TrainConfig, train
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    quick = TrainConfig.quick()
+    train(out, work, seed=1, cfg=quick, log=lambda _: None)
+    unet_before = (work / "unet.ckpt").read_bytes()
+    decoder_before = torch.load(work / "decoder.ckpt", weights_only=False)["model"]
+    lines: list[str] = []
+    train(out, work, seed=1, resume=True, cfg=replace(quick, decoder_lr=1e-3), log=lines.append)
+    assert any("fine-tuning it again" in line for line in lines)
+    assert (work / "unet.ckpt").read_bytes() == unet_before
+    decoder_after = torch.load(work / "decoder.ckpt", weights_only=False)["model"]
+    changed = {k for k in decoder_before if not torch.equal(decoder_before[k], decoder_after[k])}
+    assert changed and all(k.startswith(("decoder.", "post_quant_conv.")) for k in changed)  # encoder frozen
+    assert json.loads((out / "spec.json").read_text())["extra"]["training"]["config"]["decoder_lr"] == 1e-3
+
