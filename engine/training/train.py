@@ -123,10 +123,6 @@ def schedule(cfg: TrainConfig) -> dict[str, Any]:
             "beta_start": 0.0015, "beta_end": 0.0205, "prediction_type": cfg.prediction_type, "clip_sample": False}
 
 
-# Settings of the decoder fine-tuning that may change on resume (the fine-tuning is then redone), with the
-# value a config saved before the setting existed stands for.
-DECODER_SETTINGS = {"decoder_lr": None}
-
 # Settings that only the U-Net phase reads.
 UNET_ONLY_SETTINGS = ("unet_channels", "unet_head_channels", "unet_batch", "unet_lr", "ema_decay", "cond_dropout",
                       "min_snr_gamma", "prediction_type")
@@ -578,11 +574,11 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
     restart_decoder = False
     if resume and config_path.exists():
         saved = json.loads(config_path.read_text())
-        # Step counts may change on resume (to extend a run). The decoder fine-tuning may be redone with other
-        # settings: nothing downstream depends on it (the U-Net trains on the frozen encoder's latents).
-        free = ("ae_steps", "unet_steps", "decoder_steps", *DECODER_SETTINGS)
-        # A config saved before a decoder setting existed ran without it (the value that turns it off).
-        restart_decoder = any(saved.get(k, DECODER_SETTINGS[k]) != cfg_dict[k] for k in DECODER_SETTINGS)
+        # Step counts may change on resume (to extend a run), and so may the decoder fine-tuning's learning
+        # rate: the fine-tuning is then redone. Nothing downstream depends on it (the U-Net trains on the
+        # frozen encoder's latents).
+        free = ("ae_steps", "unet_steps", "decoder_steps", "decoder_lr")
+        restart_decoder = saved.get("decoder_lr") != cfg.decoder_lr
         if not (work / "unet.ckpt").exists():
             # No U-Net trained yet: its own settings may change (a new U-Net on the same autoencoder).
             free += UNET_ONLY_SETTINGS
