@@ -21,8 +21,11 @@ def test_shipped_model_folder_is_complete_and_small():
     spec = json.loads((FOLDER / "spec.json").read_text())
     assert spec["output_shape"][1:] == [80, 96, 80] and max(spec["voxel_spacing_mm"]) <= 2.4
     assert {c["name"] for c in spec["conditioning"]} >= {"brain_volume", "ventricle_volume"}
+    # It samples with classifier-free guidance unless asked otherwise, and its card says so.
+    assert spec["guidance"] == {"null_value": -1.0, "default_scale": 3.0}
     card = (FOLDER / "MODEL_CARD.md").read_text()
     assert "Not for diagnosis" in card and "MNI152" in card
+    assert "samples with guidance scale 3 unless" in card.replace("\n", " ")
 
 
 def test_generate_without_model_uses_the_shipped_model(tmp_path, monkeypatch):
@@ -36,3 +39,4 @@ def test_generate_without_model_uses_the_shipped_model(tmp_path, monkeypatch):
     assert np.isfinite(np.asarray(image.dataobj)).all()
     sidecar = json.loads((tmp_path / "default.json").read_text())
     assert sidecar["model"]["id"] == DEFAULT_MODEL_ID
+    assert sidecar["request"]["guidance_scale"] == 3.0  # no --guidance: the model's default ran
