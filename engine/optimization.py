@@ -528,7 +528,8 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
     def run_volume(trial_unet):
         return _run_calibration(model, trial_unet, device, decode=True, autocast=autocast)
 
-    reference = _run_calibration(model, unet, device, decode=True)
+    # The budget is against fp32; without autocast the plan's own float run is that volume already.
+    reference = _run_calibration(model, unet, device, decode=True) if autocast else None
     plan = q.mixed_precision_plan(unet, calibration, candidates, config.psnr_budget_db, run_sample, run_volume,
                                   reference_volume=reference)
     q.quantize_int8(unet, calibration, plan.quantized)

@@ -363,11 +363,6 @@ def mixed_precision_plan(base: nn.Module, calibration: Calibration, candidates: 
     ranked = sorted(sensitivity, key=error_per_mac, reverse=True)  # the first ones are kept in float first
     unsearched = [n for n in candidates if n not in sensitivity]
 
-    def plan(keep: int, achieved: float, evaluations: int) -> MixedPlan:
-        return MixedPlan(quantized=ranked[keep:], kept=ranked[:keep] + unsearched, sensitivity_db=sensitivity,
-                         achieved_psnr_db=achieved, budget_db=budget_db, evaluations=evaluations + len(sensitivity),
-                         compute_share=share, skipped_small=small, float_psnr_db=float_psnr)
-
     def volume_psnr(keep: int) -> float:
         model = copy.deepcopy(base)
         quantize_int8(model, calibration, ranked[keep:])
@@ -384,7 +379,9 @@ def mixed_precision_plan(base: nn.Module, calibration: Calibration, candidates: 
             hi = mid
         else:
             lo = mid + 1
-    return plan(hi, results[hi], evaluations)
+    return MixedPlan(quantized=ranked[hi:], kept=ranked[:hi] + unsearched, sensitivity_db=sensitivity,
+                     achieved_psnr_db=results[hi], budget_db=budget_db, evaluations=evaluations + len(sensitivity),
+                     compute_share=share, skipped_small=small, float_psnr_db=float_psnr)
 
 
 def _with_one_layer_swapped(base: nn.Module, name: str, calibration: Calibration) -> nn.Module | None:

@@ -132,11 +132,24 @@ def test_int8_swaps_in_quantized_kernels_and_stays_close(tiny_loaded, cpu, monke
 
 @pytest.mark.slow  # sensitivity search: ~70 loop runs (~30 s idle machine, 225 s contended)
 def test_mixed_precision_meets_its_budget_on_the_calibration_run(tiny_loaded, cpu, monkeypatch):
+    import engine.optimization as optimization
     from engine.quantization import Int8Conv3d
 
     monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
+    calls = []
+    real_run = optimization._run_calibration
+
+    def counting_run(model, unet, device, decode, autocast=None):
+        calls.append((unet, decode, autocast))
+        return real_run(model, unet, device, decode, autocast)
+
+    monkeypatch.setattr(optimization, "_run_calibration", counting_run)
     prepared = prepare(tiny_loaded, OptimizationConfig(quantization="mixed", psnr_budget_db=35.0), cpu,
                        use_cache=False)
+    # The unquantized fp32 volume (the budget's reference) is computed once, not once more as a reference.
+    # Calibration runs see the U-Net before any layer is swapped, so the first call's U-Net is that one.
+    base = calls[0][0]
+    assert sum(1 for unet, decode, _ in calls if unet is base and decode) == 1
     plan = prepared.details["mixed_plan"]
     assert plan["achieved_psnr_db"] >= 35.0
     assert plan["quantized"] and plan["kept_float"]  # the budget forces a real split on this model
