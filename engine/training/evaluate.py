@@ -236,7 +236,7 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _inference_in_fresh_process(model: str, steps: int, guidance_scale: float = 1.0) -> dict[str, Any]:
+def _inference_in_fresh_process(model: str, steps: int, guidance_scale: float) -> dict[str, Any]:
     """Peak RSS must not include the evaluation's batch-8 runs: measure in a new interpreter."""
     code = ("import json, sys; from engine.training.evaluate import inference_benchmark; "
             "print('RESULT', json.dumps(inference_benchmark(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))))")

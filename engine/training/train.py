@@ -594,7 +594,7 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
     state = RunState.load(state_path)
     state.commands.append(command or f"volsynth train-demo --seed {seed}")
     if restart_decoder:
-        log("decoder: its settings changed; fine-tuning it again from the autoencoder (the U-Net is kept)")
+        log("decoder: its learning rate changed; fine-tuning it again from the autoencoder (the U-Net is kept)")
         state.phases_done = [p for p in state.phases_done if p != "decoder"]
         (work / "decoder.ckpt").unlink(missing_ok=True)
     state.save(state_path)
