@@ -38,7 +38,8 @@ class SamplingRequest:
             model's default (its spec's ``guidance.default_scale``).
         batch_size: number of volumes generated together.
         optimization: speed/precision settings; defaults are plain fp32.
-        preview_interval: yield an x0 preview every this many steps (0 = never).
+        preview_interval: yield an x0 preview every this many steps (0 = never). Slow previews (CPU decodes)
+            are thinned so that they take at most a quarter of the run (``engine.sampling.PreviewPacer``).
     """
 
     model: str = ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import time
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from engine.api import Backend, Progress, SamplingRequest, run
 from engine.backends.local import LocalBackend
 from engine.errors import InvalidRequest
 from engine.optimization import OptimizationConfig
+from engine.sampling import PreviewPacer
 
 
 def test_request_json_round_trip():
@@ -176,3 +178,45 @@ def test_refused_optimization_fails_before_loading(backend, monkeypatch):
     with pytest.raises(InvalidRequest, match="CUDA graphs need an NVIDIA GPU"):
         next(backend.sample(SamplingRequest(model="tiny-latent", optimization=OptimizationConfig(cuda_graphs=True))))
     assert loads == []
+
+
+def _simulate_pacer(step_s: float, preview_s: float, steps: int = 50, interval: int = 5):
+    """Run the pacer on a synthetic clock; returns the preview steps and the share of time spent on them."""
+    pacer, clock, made = PreviewPacer(interval), 0.0, []
+    for step in range(1, steps + 1):
+        clock += step_s
+        if pacer.due(step, steps, clock):
+            clock += preview_s
+            pacer.record(preview_s)
+            made.append(step)
+    return made, pacer.spent_s / clock
+
+
+def test_preview_pacer_makes_every_due_preview_when_previews_are_cheap():
+    made, _ = _simulate_pacer(step_s=0.01, preview_s=0.05)
+    assert made == [5, 10, 15, 20, 25, 30, 35, 40, 45]  # never at the last step: the result follows
+    assert _simulate_pacer(0.01, 0.05, interval=0)[0] == []
+
+
+def test_preview_pacer_thins_slow_previews_to_a_quarter_of_the_run():
+    # The demo model on a 2-core CPU: 0.13 s per step, 0.85 s per preview decode.
+    made, share = _simulate_pacer(step_s=0.13, preview_s=0.85)
+    assert made[0] == 5 and 2 <= len(made) < 9
+    assert share <= 0.25 + 0.85 / (50 * 0.13)  # the budget, overshot by at most the preview that crossed it
+    # Unpaced, the same run would spend 9 x 0.85 s = 7.65 s of 14.15 s (54 %) on previews.
+
+
+def test_slow_previews_are_thinned_in_the_real_loop(backend, monkeypatch):
+    import engine.sampling as sampling
+
+    real_to_image = sampling._to_image
+
+    def slow_to_image(prepared, spec, x):  # a decode that costs far more than a step, as on a CPU
+        time.sleep(0.3)
+        return real_to_image(prepared, spec, x)
+
+    monkeypatch.setattr(sampling, "_to_image", slow_to_image)
+    events: list[Progress] = []
+    run(backend.sample(SamplingRequest(model="tiny-latent", steps=12, preview_interval=1)), events.append)
+    previews = [e.step for e in events if e.preview is not None]
+    assert previews[0] == 1 and len(previews) < 11  # 11 are due; without pacing all 11 are made
