@@ -82,6 +82,19 @@ def _identifying_values(ds) -> set[bytes]:
     return values
 
 
+def _without_new_uids(out: bytes, after) -> bytes:
+    """``out`` with the export's new UIDs blanked. Each is ``2.25.`` and 39 HMAC digits, so a short numeric
+    identifier (liver_1frame's PatientID "99000") turns up inside one by chance: about 1 export in 300."""
+    for elem in [*after.file_meta.iterall(), *after.iterall()]:
+        if elem.VR != "UI" or not elem.value:
+            continue
+        values = elem.value if isinstance(elem.value, pydicom.multival.MultiValue) else [elem.value]
+        for uid in values:
+            if str(uid).startswith("2.25."):
+                out = out.replace(str(uid).encode(), b"")
+    return out
+
+
 def _check_profile(ds) -> None:
     """Every element left complies with the basic profile, at every depth."""
     for elem in ds.iterall():
@@ -123,8 +136,9 @@ def test_bundled_file_is_deidentified(name):
     secrets_in = _identifying_values(before)
     out, warnings_found = deidentify_dicom(raw, UidMapper())
     after = _read(out)
+    searched = _without_new_uids(out, after)
     for value in secrets_in:
-        assert value not in out, f"{value!r} left in {name}"
+        assert value not in searched, f"{value!r} left in {name}"
     _check_profile(after)
     assert after.PatientIdentityRemoved == "YES"
     assert after.DeidentificationMethodCodeSequence[0].CodeValue == "113100"
