@@ -21,6 +21,7 @@ from engine.optimization_config import OptimizationConfig
 
 MAX_BATCH = 16
 MAX_STEPS = 10_000
+MAX_PROFILED_STEPS = 10  # profiler traces grow with every step; a few steps show the steady state
 STAGES = ("load", "compile", "denoise", "decode")
 
 
@@ -40,6 +41,9 @@ class SamplingRequest:
         optimization: speed/precision settings; defaults are plain fp32.
         preview_interval: yield an x0 preview every this many steps (0 = never). Slow previews (CPU decodes)
             are thinned so that they take at most a quarter of the run (``engine.sampling.PreviewPacer``).
+        kernel_profile_steps: run ``torch.profiler`` around this many denoising steps (from step 2; step 1
+            warms up) and put their top operators in ``provenance["kernel_profile"]``. Profiled steps run
+            slower; their numbers are listed there so that latency statistics can leave them out.
     """
 
     model: str = ""
@@ -51,6 +55,7 @@ class SamplingRequest:
     batch_size: int = 1
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     preview_interval: int = 0
+    kernel_profile_steps: int = 0
 
     def __post_init__(self) -> None:
         # Frozen: normalise via object.__setattr__ so equality and hashing see canonical values.
@@ -73,6 +78,10 @@ class SamplingRequest:
             raise InvalidRequest(f"guidance scale must be a finite number >= 0, got {self.guidance_scale}")
         if not isinstance(self.preview_interval, int) or self.preview_interval < 0:
             raise InvalidRequest(f"preview interval must be >= 0 steps, got {self.preview_interval!r}")
+        if (not isinstance(self.kernel_profile_steps, int) or isinstance(self.kernel_profile_steps, bool)
+                or not 0 <= self.kernel_profile_steps <= MAX_PROFILED_STEPS):
+            raise InvalidRequest(f"kernel profile steps must be a whole number from 0 to {MAX_PROFILED_STEPS}, "
+                                 f"got {self.kernel_profile_steps!r}")
         for name, value in self.conditioning.items():
             if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
                 raise InvalidRequest(f"condition {name!r} must be a finite number, got {value!r}")

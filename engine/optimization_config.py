@@ -78,6 +78,19 @@ class OptimizationConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def summary(self) -> str:
+        """The settings that differ from plain fp32, in a few words: "bf16+sdpa", "int8+cl", "fp32"."""
+        parts = [name for name, on in (("tf32", self.tf32), ("cl", self.channels_last_3d)) if on]
+        parts += [v for v in (self.autocast, self.quantization) if v]
+        if self.quantization == "mixed" and self.psnr_budget_db != 40.0:
+            parts[-1] += f"@{self.psnr_budget_db:g}dB"
+        if self.attention != "default":
+            parts.append(self.attention)
+        if self.compile_mode:
+            parts.append("compile" if self.compile_mode == "default" else f"compile:{self.compile_mode}")
+        parts += [name for name, on in (("graphs", self.cuda_graphs), ("streamed", self.streamed_decode)) if on]
+        return "+".join(parts) or "fp32"
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OptimizationConfig:
         unknown = set(data) - set(cls.__dataclass_fields__)

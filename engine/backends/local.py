@@ -59,12 +59,14 @@ class LocalBackend:
         import torch
 
         from engine.optimization import check_combination, prepare
+        from engine.peak_memory import PeakMemory
+        from engine.profiling import KernelProfiler, profiled_steps
         from engine.sampling import denoise, resolve_request
 
         started = time.perf_counter()
         source = self.registry.get(request.model or None)
         # Validate cheap things before the expensive load so bad input fails fast.
-        resolve_request(source.spec, request)
+        resolved, _ = resolve_request(source.spec, request)
         check_combination(request.optimization, self.device)
         yield Progress("load", 0, 1, 0.0, f"loading {source.spec.name}")
         load_started = time.perf_counter()
@@ -72,7 +74,12 @@ class LocalBackend:
             model = self._loaded(source)
             load_s = time.perf_counter() - load_started
             prepared = prepare(model, request.optimization, self.device)
-            loop = yield from denoise(prepared, source.spec, request, self.device)
+            profiler = None
+            if request.kernel_profile_steps:
+                profiler = KernelProfiler(prepared, profiled_steps(request.kernel_profile_steps, resolved.steps),
+                                          self.device)
+            with PeakMemory(self.device) as peak:
+                loop = yield from denoise(profiler or prepared, source.spec, request, self.device)
         except torch.OutOfMemoryError as exc:
             raise OutOfMemory(
                 f"{self.device} ran out of memory ({str(exc).splitlines()[0][:120]}); lower the batch size, "
@@ -102,6 +109,10 @@ class LocalBackend:
             "command": " ".join(sys.argv[:1]),
             "timings": timings,
             "step_times_s": loop.step_times_s,
+            # The sampling loop's own peak (weights were loaded and the settings applied before it started).
+            "memory": peak.record,
         }
+        if profiler is not None:
+            provenance["kernel_profile"] = profiler.summary()
         return SamplingResult(volumes=loop.volumes.numpy(), affine=source.spec.affine(),
                               request=loop.request, provenance=provenance)

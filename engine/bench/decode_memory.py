@@ -22,8 +22,8 @@ def _child(mode: str, out: Path, slab: int, threads: int | None) -> None:
     import numpy as np
     import torch
 
-    from engine.bench.metrics import current_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
     from engine.bench.models import bundle_sized_spec, perturbed_networks
+    from engine.peak_memory import current_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
     from engine.streamed_decode import streamed_decode
 
     if threads:

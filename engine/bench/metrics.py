@@ -1,9 +1,8 @@
-"""How far an optimized result is from the fp32 reference: PSNR, SSIM, max abs error; and peak memory."""
+"""How far an optimized result is from the fp32 reference: PSNR, SSIM, max abs error."""
 
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
@@ -41,33 +40,3 @@ def compare(reference: np.ndarray, test: np.ndarray) -> dict[str, float | None]:
     """PSNR, SSIM and max abs error of ``test`` against ``reference``."""
     diff = np.abs(np.asarray(test, dtype=np.float64) - np.asarray(reference, dtype=np.float64))
     return {"psnr_db": psnr(reference, test), "ssim": ssim(reference, test), "max_abs_err": float(diff.max())}
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident set size so far (bytes)."""
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB
-
-
-def reset_peak_rss() -> bool:
-    """Reset this process's peak RSS (Linux ``/proc/self/clear_refs``); False where that is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w") as handle:
-            handle.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def current_peak_rss_bytes() -> int | None:
-    """Peak RSS since the last :func:`reset_peak_rss` (Linux ``VmHWM``); None where unavailable."""
-    try:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None

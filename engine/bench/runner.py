@@ -112,7 +112,7 @@ class _Timed:
 def _peak_memory(device) -> tuple[int, str]:
     import torch
 
-    from engine.bench.metrics import peak_rss_bytes
+    from engine.peak_memory import peak_rss_bytes
 
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device)), "cuda_allocator"

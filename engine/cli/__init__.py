@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "engine.cli.generate",
     "engine.cli.training",
     "engine.cli.bench",
+    "engine.cli.compare",
     "engine.cli.monitor",
     "engine.cli.vault",
     "engine.cli.serve",

@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
-
-from engine.errors import InvalidRequest
-
-
-def _condition(text: str) -> tuple[str, float]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    try:
-        return name.strip(), float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"condition {name!r}: {value!r} is not a number") from None
+from engine.cli._request import (
+    add_backend_arguments,
+    add_request_arguments,
+    backend_from_args,
+    request_from_args,
+)
 
 
 def register(sub) -> None:
     parser = sub.add_parser("generate", help="generate synthetic volumes and save them as NIfTI")
-    parser.add_argument("--model", default="", help="model id (see `volsynth models`) or model/bundle folder; "
-                        "default: the shipped demo model")
-    parser.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
-    parser.add_argument("--sampler", default="", choices=["", "ddpm", "ddim", "pndm", "rflow"],
-                        help="sampler (default: the model's)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--cond", action="append", type=_condition, default=[], metavar="NAME=VALUE",
-                        help="conditioning value in the model's units; repeat for several")
-    parser.add_argument("--guidance", type=float, default=None,
-                        help="classifier-free guidance scale (default: the model's; 1 = plain conditional)")
-    parser.add_argument("--batch", type=int, default=1, help="number of volumes (default 1)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (default)")
+    add_request_arguments(parser)
     opt = parser.add_argument_group("optimization (what applied is recorded in the sidecar)")
     opt.add_argument("--tf32", action="store_true", help="TF32 convolutions and matmuls (NVIDIA GPUs, CC 8.0+)")
     opt.add_argument("--channels-last", action="store_true", help="channels-last 3D memory format")
@@ -44,9 +26,7 @@ def register(sub) -> None:
     opt.add_argument("--psnr-budget", type=float, default=40.0, help="PSNR (dB) the mixed quantization must keep")
     opt.add_argument("--streamed-decode", action="store_true",
                      help="exact decode in slabs: same volume, far less memory (large outputs)")
-    parser.add_argument("--server", default="", help="run on a VolSynth engine server (URL from `volsynth serve`) "
-                        "instead of this machine")
-    parser.add_argument("--token", default=None, help="the engine server's token (default $VOLSYNTH_SERVER_TOKEN)")
+    add_backend_arguments(parser)
     parser.add_argument("--out", required=True, help="output file, .nii.gz or .nii (a .json sidecar is written too)")
     parser.set_defaults(func=run)
 
@@ -54,37 +34,18 @@ def register(sub) -> None:
 def run(args) -> int:
     import sys
 
-    from engine.api import SamplingRequest
     from engine.cli._progress import ProgressLine
     from engine.nifti_io import check_output_path, save_result
-
-    names = [name for name, _ in args.cond]
-    duplicates = {n for n in names if names.count(n) > 1}
-    if duplicates:
-        raise InvalidRequest(f"condition(s) given twice: {', '.join(sorted(duplicates))}")
-    if args.steps is not None and args.steps < 1:
-        raise InvalidRequest(f"--steps must be at least 1, got {args.steps}")
     from engine.optimization import OptimizationConfig
 
     optimization = OptimizationConfig(
         tf32=args.tf32, channels_last_3d=args.channels_last, autocast=args.autocast,
         attention="sdpa" if args.sdpa else "default", compile_mode=args.compile_mode, cuda_graphs=args.cuda_graphs,
         quantization=args.quantize, psnr_budget_db=args.psnr_budget, streamed_decode=args.streamed_decode)
-    request = SamplingRequest(model=args.model, sampler=args.sampler, steps=args.steps or 0, seed=args.seed,
-                              conditioning=dict(args.cond), guidance_scale=args.guidance, batch_size=args.batch,
-                              optimization=optimization)
+    request = request_from_args(args, optimization)
     out = check_output_path(args.out)  # before any heavy work: fail in a second, not after minutes
 
-    if args.server:
-        import os
-
-        from engine.backends.remote import RemoteBackend
-
-        backend = RemoteBackend(args.server, token=args.token or os.environ.get("VOLSYNTH_SERVER_TOKEN"))
-    else:
-        from engine.backends.local import LocalBackend
-
-        backend = LocalBackend(device=args.device)
+    backend = backend_from_args(args)
     from engine.telemetry import Sampler
 
     line = ProgressLine()

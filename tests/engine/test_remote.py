@@ -127,3 +127,20 @@ def test_server_reports_its_metrics(local):
     sample = Sample.from_dict(data)  # the same structure a local sampler produces
     assert sample.system.ram_total_bytes > 0
     assert sample.gpu_available in (True, False)
+
+
+def test_compare_runs_on_the_engine_server(server, local):
+    """Kernel profile, loop peak memory and step times come back from the server's runs."""
+    from engine.compare import compare_settings
+    from engine.optimization_config import OptimizationConfig
+
+    url, _ = server
+    remote = RemoteBackend(url, token="s3cret")
+    request = SamplingRequest(model="tiny-latent", steps=5, seed=1)
+    comparison = run(compare_settings(remote, request, OptimizationConfig(), OptimizationConfig(autocast="bf16"),
+                                      kernel_profile_steps=1))
+    assert comparison.a.result.provenance["backend"] == "remote"
+    assert np.array_equal(comparison.a.result.volumes, run(local.sample(request)).volumes)
+    assert comparison.b.kernel_profile["steps"] == [2] and comparison.b.kernel_profile["operators"]
+    assert comparison.b.peak_kind == "process_rss" and comparison.b.peak_bytes > 0
+    assert comparison.b.steps_measured == 3 and comparison.max_abs_err > 0

@@ -1,0 +1,212 @@
+"""Same request, two optimization settings, side by side: what the second setting buys and what it costs.
+
+``compare_settings`` runs one request twice on one backend (local or remote), once with settings A and
+once with settings B, same model, seed, noise and conditioning, and returns both results with:
+
+- per-step latency (median and IQR of the loop's own step times; step 1, which warms up, and the
+  kernel-profiled steps are left out) and the whole loop's time;
+- peak memory of each sampling loop (CUDA allocator on a GPU, process RSS on a CPU; see
+  ``engine.peak_memory``);
+- what applied of each setting, and why not where it did not;
+- a kernel profile of a few steps of each (top operators by self time; ``engine.profiling``);
+- how far B's volume moved from A's: PSNR, SSIM, max and mean absolute error, and the difference volume.
+
+It is one run of each, in order A then B, in one process: good for seeing a setting's effect on a volume
+and a rough speed ratio. ``volsynth bench`` repeats rows interleaved in separate processes for ratios that
+can be quoted.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.api import Backend, Progress, SamplingRequest, SamplingResult
+from engine.optimization_config import OptimizationConfig
+
+DEFAULT_PROFILED_STEPS = 2
+
+
+@dataclass
+class SideMeasurement:
+    """One side of a comparison: its result and what its run measured."""
+
+    label: str
+    result: SamplingResult
+    step_ms_median: float | None
+    step_ms_iqr: float | None
+    steps_measured: int
+    loop_s: float  # the whole sampling loop (denoise + decode) less its profiled steps, which the profiler slows
+    peak_bytes: int | None
+    peak_kind: str
+    peak_over_start_bytes: int | None  # the run's own share of a process-wide number (CPU RSS)
+
+    @property
+    def report(self) -> dict[str, dict[str, Any]]:
+        return self.result.provenance.get("optimization", {}).get("report", {})
+
+    @property
+    def kernel_profile(self) -> dict[str, Any] | None:
+        return self.result.provenance.get("kernel_profile")
+
+    def applied(self) -> list[str]:
+        return [name for name, entry in self.report.items() if entry.get("applied")]
+
+    def not_applied(self) -> list[tuple[str, str]]:
+        """Settings that were asked for but did not apply here, with the reason."""
+        return [(name, str(entry.get("reason", ""))) for name, entry in self.report.items()
+                if entry.get("requested") not in (False, None, "default") and not entry.get("applied")]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "optimization": self.result.request.optimization.to_dict(),
+                "step_ms_median": self.step_ms_median, "step_ms_iqr": self.step_ms_iqr,
+                "steps_measured": self.steps_measured, "loop_s": self.loop_s, "peak_bytes": self.peak_bytes,
+                "peak_kind": self.peak_kind, "peak_over_start_bytes": self.peak_over_start_bytes,
+                "applied": self.applied(), "not_applied": dict(self.not_applied()),
+                "kernel_profile": self.kernel_profile}
+
+
+@dataclass
+class Comparison:
+    a: SideMeasurement
+    b: SideMeasurement
+    psnr_db: float
+    ssim: float | None
+    max_abs_err: float
+    mean_abs_err: float
+
+    @property
+    def speedup_per_step(self) -> float | None:
+        """How many times faster B's steps are than A's (> 1: B is faster)."""
+        if not self.a.step_ms_median or not self.b.step_ms_median:
+            return None
+        return self.a.step_ms_median / self.b.step_ms_median
+
+    @property
+    def speedup_loop(self) -> float:
+        return self.a.loop_s / self.b.loop_s if self.b.loop_s else math.nan
+
+    def difference(self, index: int = 0) -> np.ndarray:
+        """B minus A for batch item ``index`` (x, y, z; channel 0), float32."""
+        a, b = self.a.result.volume(index), self.b.result.volume(index)
+        if a.ndim == 4:
+            a, b = a[0], b[0]
+        return (b.astype(np.float32) - a.astype(np.float32)).astype(np.float32)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"request": self.a.result.request.replace(optimization=OptimizationConfig()).to_dict(),
+                "a": self.a.to_dict(), "b": self.b.to_dict(), "psnr_db": _json_float(self.psnr_db),
+                "ssim": self.ssim, "max_abs_err": self.max_abs_err, "mean_abs_err": self.mean_abs_err,
+                "speedup_per_step": self.speedup_per_step, "speedup_loop": _json_float(self.speedup_loop),
+                "device": self.a.result.provenance.get("device_name"),
+                "method": "one run of each, A then B, in one process; step statistics leave out step 1 and the "
+                          "profiled steps, loop times leave out the profiled steps"}
+
+    def format_table(self) -> str:
+        """A plain-text table for terminals and logs."""
+        lines = [f"{'':24s} {'A: ' + self.a.label:>26s} {'B: ' + self.b.label:>26s}"]
+
+        def row(name: str, a: str, b: str) -> None:
+            lines.append(f"{name:24s} {a:>26s} {b:>26s}")
+
+        row("step (median, IQR)", _ms(self.a.step_ms_median, self.a.step_ms_iqr),
+            _ms(self.b.step_ms_median, self.b.step_ms_iqr))
+        row("sampling loop*", f"{self.a.loop_s:.2f} s", f"{self.b.loop_s:.2f} s")
+        row(f"peak memory ({self.a.peak_kind})", format_bytes(self.a.peak_bytes), format_bytes(self.b.peak_bytes))
+        row("  of which this run", format_bytes(self.a.peak_over_start_bytes),
+            format_bytes(self.b.peak_over_start_bytes))
+        row("applied", ", ".join(self.a.applied()) or "fp32", ", ".join(self.b.applied()) or "fp32")
+        speed = "n/a" if self.speedup_per_step is None else f"{self.speedup_per_step:.2f}x per step"
+        lines.append(f"B vs A: {speed}, {self.speedup_loop:.2f}x loop; volume moved: PSNR {_db(self.psnr_db)}, "
+                     f"SSIM {'n/a' if self.ssim is None else f'{self.ssim:.4f}'}, max |B-A| {self.max_abs_err:.3g}, "
+                     f"mean |B-A| {self.mean_abs_err:.3g}")
+        lines.append("* without the kernel-profiled steps; one run of each, A then B (volsynth bench repeats and "
+                     "interleaves runs for ratios to quote)")
+        for side in (self.a, self.b):
+            for name, reason in side.not_applied():
+                lines.append(f"{side.label}: {name} did not apply: {reason}")
+        return "\n".join(lines)
+
+
+def compare_settings(backend: Backend, request: SamplingRequest, a: OptimizationConfig, b: OptimizationConfig,
+                     labels: tuple[str, str] = ("A", "B"), kernel_profile_steps: int = DEFAULT_PROFILED_STEPS,
+                     ) -> Generator[Progress, None, Comparison]:
+    """Run ``request`` with settings ``a`` then ``b``; yields Progress over both runs, returns a Comparison.
+
+    Progress steps count over both runs (the total is twice the steps) and messages name the side.
+    Previews are off: a preview decode inside the loop would blur the step times being compared.
+    Closing the generator cancels the run in progress.
+    """
+    sides: list[SideMeasurement] = []
+    started = time.perf_counter()
+    for index, (config, label) in enumerate(zip((a, b), labels, strict=True)):
+        run = request.replace(optimization=config, preview_interval=0, kernel_profile_steps=kernel_profile_steps)
+        job = backend.sample(run)
+        try:
+            while True:
+                try:
+                    progress = next(job)
+                except StopIteration as done:
+                    result = done.value
+                    break
+                total = max(progress.total, 1)
+                yield Progress(progress.stage, index * total + progress.step, 2 * total,
+                               time.perf_counter() - started, f"{label}: {progress.message}")
+        finally:
+            job.close()
+        sides.append(measure(label, result))
+
+    from engine.bench.metrics import compare as volume_distance
+
+    side_a, side_b = sides
+    moved = volume_distance(side_a.result.volumes, side_b.result.volumes)
+    diff = np.abs(side_b.result.volumes.astype(np.float64) - side_a.result.volumes.astype(np.float64))
+    return Comparison(a=side_a, b=side_b, psnr_db=moved["psnr_db"], ssim=moved["ssim"],
+                      max_abs_err=moved["max_abs_err"], mean_abs_err=float(diff.mean()))
+
+
+def measure(label: str, result: SamplingResult) -> SideMeasurement:
+    """Latency and memory of one finished run, from its provenance record."""
+    prov = result.provenance
+    profiled = set((prov.get("kernel_profile") or {}).get("steps", []))
+    step_times = prov.get("step_times_s", [])
+    times = [t for step, t in enumerate(step_times, start=1) if step != 1 and step not in profiled]
+    profiled_s = sum(t for step, t in enumerate(step_times, start=1) if step in profiled)
+    median = iqr = None
+    if times:
+        median = 1e3 * float(np.median(times))
+        iqr = 1e3 * float(np.subtract(*np.percentile(times, [75, 25])))
+    memory = prov.get("memory") or {}
+    peak, start = memory.get("peak_bytes"), memory.get("start_bytes")
+    own = peak - start if memory.get("since_start") and peak is not None and start is not None else None
+    timings = prov.get("timings", {})
+    return SideMeasurement(label=label, result=result, step_ms_median=median, step_ms_iqr=iqr,
+                           steps_measured=len(times),
+                           loop_s=float(timings.get("loop_total_s", math.nan)) - profiled_s,
+                           peak_bytes=peak, peak_kind=str(memory.get("kind", "unknown")), peak_over_start_bytes=own)
+
+
+def format_bytes(count: float | None) -> str:
+    if count is None:
+        return "n/a"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(count) >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{int(count)} B"
+
+
+def _ms(median: float | None, iqr: float | None) -> str:
+    return "n/a" if median is None else f"{median:.1f} ms (IQR {iqr:.1f})"
+
+
+def _db(value: float) -> str:
+    return "identical" if math.isinf(value) else f"{value:.1f} dB"
+
+
+def _json_float(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)
