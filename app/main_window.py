@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.compare import install_compare
 from app.docks.metrics_dock import MetricsDock
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
@@ -138,6 +139,7 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
         self.vault_controller = install_vault(self)  # Vault dock, menu and auto-lock (app/vault)
         self.optimization_panel = install_optimization_panel(self)  # Optimization section of the generation panel
+        self.compare = install_compare(self)  # Generate > Compare Settings: two settings side by side (app/compare)
 
         self.sampling_panel.generate_requested.connect(self._on_panel_generate_requested)
         self.sampling_panel.cancel_requested.connect(self.cancel_generation)
@@ -278,6 +280,7 @@ class MainWindow(QMainWindow):
     def _build_toolbar(self) -> None:
         bar = self.addToolBar("Main")
         bar.setObjectName("mainToolbar")
+        self.main_toolbar = bar
         bar.setMovable(False)
         bar.addAction(self.open_action)
         bar.addAction(self.save_action)

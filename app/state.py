@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.peak_memory import format_bytes  # noqa: F401 - re-exported for the app's panels
+
 CONVENTIONS = ("radiological", "neurological")
 WINDOW_PRESETS = ("Auto (1-99%)", "Full range", "Soft (0.5-99.5%)", "High contrast (10-90%)")
 RENDER_PRESETS = ("MRI grey", "MIP", "Iso-surface", "Slices only")
@@ -156,17 +158,6 @@ def optimization_lines(report: Mapping[str, Any]) -> list[str]:
             reason = entry.get("reason") or "not applied"
             lines.append(f"  {NOT_APPLIED_MARK} {text}: {reason}")
     return lines
-
-
-def format_bytes(count: float | None) -> str:
-    """``20.0 GiB``, ``512 MiB``; ``n/a`` for ``None``."""
-    if count is None:
-        return "n/a"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(count) >= size:
-            value = count / size
-            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
-    return f"{count:.0f} B"
 
 
 def run_summary_lines(summary: Mapping[str, Any]) -> list[str]:

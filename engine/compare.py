@@ -28,6 +28,7 @@ import numpy as np
 
 from engine.api import Backend, Progress, SamplingRequest, SamplingResult
 from engine.optimization_config import OptimizationConfig
+from engine.peak_memory import format_bytes
 
 DEFAULT_PROFILED_STEPS = 2
 
@@ -44,7 +45,9 @@ class SideMeasurement:
     loop_s: float  # the whole sampling loop (denoise + decode) less its profiled steps, which the profiler slows
     peak_bytes: int | None
     peak_kind: str
-    peak_over_start_bytes: int | None  # the run's own share of a process-wide number (CPU RSS)
+    # CPU: how much the process RSS grew during the run. Memory an earlier run freed usually stays mapped, so
+    # the second of two runs in one process grows less: compare these only across separate processes.
+    peak_over_start_bytes: int | None
 
     @property
     def report(self) -> dict[str, dict[str, Any]]:
@@ -118,8 +121,9 @@ class Comparison:
             _ms(self.b.step_ms_median, self.b.step_ms_iqr))
         row("sampling loop*", f"{self.a.loop_s:.2f} s", f"{self.b.loop_s:.2f} s")
         row(f"peak memory ({self.a.peak_kind})", format_bytes(self.a.peak_bytes), format_bytes(self.b.peak_bytes))
-        row("  of which this run", format_bytes(self.a.peak_over_start_bytes),
-            format_bytes(self.b.peak_over_start_bytes))
+        if self.a.peak_kind == "process_rss":  # B reuses what A freed: its growth is understated
+            row("  RSS growth in the run", format_bytes(self.a.peak_over_start_bytes),
+                format_bytes(self.b.peak_over_start_bytes))
         row("applied", ", ".join(self.a.applied()) or "fp32", ", ".join(self.b.applied()) or "fp32")
         speed = "n/a" if self.speedup_per_step is None else f"{self.speedup_per_step:.2f}x per step"
         lines.append(f"B vs A: {speed}, {self.speedup_loop:.2f}x loop; volume moved: PSNR {_db(self.psnr_db)}, "
@@ -170,6 +174,30 @@ def compare_settings(backend: Backend, request: SamplingRequest, a: Optimization
                       max_abs_err=moved["max_abs_err"], mean_abs_err=float(diff.mean()))
 
 
+def save_comparison(comparison: Comparison, folder) -> list:
+    """Write ``a.nii.gz``, ``b.nii.gz`` (each with its provenance sidecar), ``difference.nii.gz`` (B - A) and
+    ``compare.json`` into ``folder`` (created if missing). Every file is written atomically."""
+    import json
+    from pathlib import Path
+
+    from engine.errors import InvalidRequest
+    from engine.nifti_io import atomic_files, make_nifti, save_result, sidecar_path
+
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidRequest(f"cannot create the folder {folder}: {exc.strerror}") from exc
+    volumes = [*save_result(comparison.a.result, folder / "a.nii.gz"),
+               *save_result(comparison.b.result, folder / "b.nii.gz")]
+    written = [p for path in volumes for p in (path, sidecar_path(path))]
+    targets = [folder / "difference.nii.gz", folder / "compare.json"]
+    with atomic_files(targets) as (diff_temp, json_temp):
+        make_nifti(comparison.difference(), comparison.a.result.affine, synthetic=True).to_filename(str(diff_temp))
+        json_temp.write_text(json.dumps(comparison.to_dict(), indent=2, default=str), encoding="utf-8")
+    return [*written, *targets]
+
+
 def measure(label: str, result: SamplingResult) -> SideMeasurement:
     """Latency and memory of one finished run, from its provenance record."""
     prov = result.provenance
@@ -189,15 +217,6 @@ def measure(label: str, result: SamplingResult) -> SideMeasurement:
                            steps_measured=len(times),
                            loop_s=float(timings.get("loop_total_s", math.nan)) - profiled_s,
                            peak_bytes=peak, peak_kind=str(memory.get("kind", "unknown")), peak_over_start_bytes=own)
-
-
-def format_bytes(count: float | None) -> str:
-    if count is None:
-        return "n/a"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(count) >= size:
-            return f"{count / size:.2f} {unit}"
-    return f"{int(count)} B"
 
 
 def _ms(median: float | None, iqr: float | None) -> str:

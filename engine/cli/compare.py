@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
     from engine.api import run as drive
     from engine.cli._progress import ProgressLine
-    from engine.compare import compare_settings
-    from engine.nifti_io import atomic_files, make_nifti, save_result
+    from engine.compare import compare_settings, save_comparison
+    from engine.nifti_io import check_output_path
 
     label_a, config_a = parse_settings(args.a)
     label_b, config_b = parse_settings(args.b)
@@ -70,11 +70,12 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.profile_steps <= 10:
         raise InvalidRequest(f"--profile-steps must be from 0 to 10, got {args.profile_steps}")
     request = request_from_args(args)
-    out = Path(args.out)
+    out = Path(args.out).expanduser()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidRequest(f"cannot create the output folder {out}: {exc.strerror}") from exc
+    check_output_path(out / "a.nii.gz")  # a folder we cannot write to fails now, not after two runs
 
     backend = backend_from_args(args)
     line = ProgressLine()
@@ -83,11 +84,7 @@ def run(args: argparse.Namespace) -> int:
                                             kernel_profile_steps=args.profile_steps), on_progress=line.update)
     finally:
         line.close()
-    save_result(comparison.a.result, out / "a.nii.gz")
-    save_result(comparison.b.result, out / "b.nii.gz")
-    with atomic_files([out / "difference.nii.gz", out / "compare.json"]) as (diff_temp, json_temp):
-        make_nifti(comparison.difference(), comparison.a.result.affine, synthetic=True).to_filename(str(diff_temp))
-        json_temp.write_text(json.dumps(comparison.to_dict(), indent=2, default=str), encoding="utf-8")
+    save_comparison(comparison, out)
     print(comparison.format_table())
     for side in (comparison.a, comparison.b):
         profile = side.kernel_profile

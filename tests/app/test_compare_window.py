@@ -1,0 +1,160 @@
+"""Compare Settings in a real window under Xvfb: run, linked views, numbers, kernels, cancel, errors, save."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from app.compare import difference_window
+from app.compare.window import PANEL_SETTINGS
+
+pytestmark = [pytest.mark.render, pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+def _select(window, model_id):
+    window.state.select_model(window.state.model_by_id(model_id))
+
+
+def _wait(qtbot, compare, timeout=120_000) -> str:
+    with qtbot.waitSignal(compare.comparison_ended, timeout=timeout) as blocker:
+        pass
+    qtbot.waitUntil(lambda: not compare.main.runner.jobs, timeout=10_000)
+    return blocker.args[0]
+
+
+@pytest.fixture
+def compare(qtbot, main_window):
+    _select(main_window, "tiny-latent")
+    main_window.sampling_panel.steps_spin.setValue(6)
+    qtbot.keyClick(main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    window = main_window.compare.window
+    assert window is not None and window.isVisible()
+    qtbot.waitExposed(window)
+    yield window
+    window.close()
+
+
+def _panel_bf16(main_window):
+    panel = main_window.optimization_panel
+    panel.set_values({**panel.values(), "autocast": "bf16"})
+
+
+def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, main_window, compare):
+    _panel_bf16(main_window)
+    assert compare.a_box.currentText() == "Exact fp32" and compare.b_box.currentText() == PANEL_SETTINGS
+    assert compare.start()
+    assert main_window.state.job_running and not main_window.sampling_panel.generate_button.isEnabled()
+    assert _wait(qtbot, compare) == "finished"
+    assert not main_window.state.job_running and main_window.sampling_panel.generate_button.isEnabled()
+    result = compare.comparison
+    assert result.a.applied() == [] and result.b.applied() == ["autocast"]
+    assert result.a.result.request.seed == main_window.sampling_panel.seed_spin.value()
+    assert result.a.result.request.batch_size == 1 and result.a.result.request.steps == 6
+    for side in ("a", "b", "diff"):
+        assert compare.views[side]["axial"].current_pixels() is not None
+    diff = compare.states["diff"].shown.data
+    assert np.allclose(diff, result.b.result.volume() - result.a.result.volume())
+    assert compare.states["diff"].window == pytest.approx(difference_window(diff))
+    assert compare.states["diff"].window[1] == 0.0
+    assert compare.titles["b"].text().endswith("bf16") and "max |B" in compare.titles["diff"].text()
+    assert "PSNR" in compare.summary_label.text() and "per step" in compare.summary_label.text()
+    labels = [compare.table.verticalHeaderItem(r).text() for r in range(compare.table.rowCount())]
+    assert labels[0] == "Step (median)" and "Applied" in labels
+    applied_row = labels.index("Applied")
+    assert compare.table.item(applied_row, 1).text() == "autocast"
+    for side in ("a", "b"):
+        table = compare.kernel_tables[side]
+        assert table.rowCount() > 0 and table.item(0, 3).text().startswith("aten::")
+        assert "steps 2\u20133" in compare.kernel_titles[side].text()
+    assert compare.add_button.isEnabled() and compare.save_button.isEnabled()
+
+
+def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, main_window, compare):
+    _panel_bf16(main_window)
+    compare.start()
+    assert _wait(qtbot, compare) == "finished"
+    view_a = compare.views["a"]["axial"]
+    rect = view_a.image_rect()
+    qtbot.mouseClick(view_a, Qt.MouseButton.LeftButton, pos=rect.topLeft().toPoint() + (rect.center() - rect.topLeft()).toPoint() / 2)
+    moved = compare.states["a"].crosshair_ras
+    assert not np.allclose(moved, compare.states["a"].shown.center_ras())
+    for side in ("b", "diff"):
+        assert np.allclose(compare.states[side].crosshair_ras, moved)
+    diff_window = compare.states["diff"].window
+    compare.states["a"].set_window(0.3, 0.2)
+    assert compare.states["b"].window == (0.3, 0.2) and compare.states["diff"].window == diff_window
+    qtbot.keyClick(compare, Qt.Key.Key_2)
+    assert compare.plane_box.currentText() == "Coronal"
+    assert all(compare.stacks[s].currentWidget() is compare.views[s]["coronal"] for s in ("a", "b", "diff"))
+
+
+def test_same_settings_compare_identical(qtbot, main_window, compare):
+    compare.b_box.setCurrentText("Exact fp32")
+    compare.profile_spin.setValue(0)
+    compare.start()
+    assert _wait(qtbot, compare) == "finished"
+    assert compare.comparison.max_abs_err == 0.0
+    assert "identical" in compare.titles["diff"].text() and "identical volumes" in compare.summary_label.text()
+    assert compare.kernel_tables["a"].rowCount() == 0 and "no kernel profile" in compare.kernel_titles["a"].text()
+
+
+def test_cancel_with_escape_leaves_the_app_usable(qtbot, main_window, compare):
+    _select(main_window, "tiny-pixel")
+    main_window.sampling_panel.steps_spin.setValue(1000)
+    compare.start()
+    qtbot.waitUntil(lambda: compare.progress_bar.value() >= 1, timeout=60_000)
+    compare.activateWindow()
+    qtbot.waitUntil(compare.isActiveWindow, timeout=5_000)
+    qtbot.keyClick(compare, Qt.Key.Key_Escape)
+    assert _wait(qtbot, compare) == "cancelled"
+    assert compare.progress_label.text() == "Cancelled" and compare.comparison is None
+    assert not main_window.state.job_running and compare.run_button.isEnabled()
+    main_window.sampling_panel.steps_spin.setValue(3)
+    main_window.sampling_panel.generate_button.click()
+    with qtbot.waitSignal(main_window.generation_ended, timeout=60_000) as ended:
+        pass
+    assert ended.args[0] == "finished"
+
+
+def test_errors_reach_a_dialog_and_nothing_is_left_running(qtbot, main_window, compare, error_dialogs):
+    main_window.sampling_panel.device_box.addItem("cuda", "cuda")
+    main_window.sampling_panel.device_box.setCurrentIndex(main_window.sampling_panel.device_box.count() - 1)
+    assert compare.start()
+    assert _wait(qtbot, compare) == "failed"
+    title, message = error_dialogs[-1]
+    assert title == "Comparison failed" and "cuda" in message.lower() and "Traceback" not in message
+    assert not main_window.state.job_running and compare.run_button.isEnabled()
+
+
+def test_refused_while_a_generation_runs(qtbot, main_window, compare, error_dialogs):
+    _select(main_window, "tiny-pixel")
+    main_window.sampling_panel.steps_spin.setValue(1000)
+    main_window.sampling_panel.generate_button.click()
+    assert not compare.run_button.isEnabled()
+    assert not compare.start()
+    assert "generation is running" in error_dialogs[-1][1]
+    main_window.cancel_generation()
+    with qtbot.waitSignal(main_window.generation_ended, timeout=60_000):
+        pass
+    assert compare.run_button.isEnabled()
+
+
+def test_add_to_session_and_save(qtbot, main_window, compare, tmp_path):
+    _panel_bf16(main_window)
+    compare.start()
+    assert _wait(qtbot, compare) == "finished"
+    compare.add_to_session()
+    names = [v.name for v in main_window.state.volumes]
+    assert names[-2:] == [f"seed {main_window.sampling_panel.seed_spin.value()} \u00b7 fp32",
+                          f"seed {main_window.sampling_panel.seed_spin.value()} \u00b7 bf16"]
+    assert main_window.state.volumes[-1].provenance["optimization"]["requested"]["autocast"] == "bf16"
+    folder = tmp_path / "cmp"
+    compare.save_to(folder)
+    qtbot.waitUntil(lambda: (folder / "compare.json").is_file() and not main_window.runner.jobs, timeout=30_000)
+    assert sorted(p.name for p in folder.iterdir()) == ["a.json", "a.nii.gz", "b.json", "b.nii.gz", "compare.json",
+                                                        "difference.nii.gz"]
+    record = json.loads((folder / "compare.json").read_text())
+    assert record["b"]["applied"] == ["autocast"] and "Saved 6 files" in compare.progress_label.text()
