@@ -125,8 +125,8 @@ class Comparison:
             row("  RSS growth in the run", format_bytes(self.a.peak_over_start_bytes),
                 format_bytes(self.b.peak_over_start_bytes))
         row("applied", ", ".join(self.a.applied()) or "fp32", ", ".join(self.b.applied()) or "fp32")
-        speed = "n/a" if self.speedup_per_step is None else f"{self.speedup_per_step:.2f}x per step"
-        lines.append(f"B vs A: {speed}, {self.speedup_loop:.2f}x loop; volume moved: PSNR {_db(self.psnr_db)}, "
+        speed = "n/a" if self.speedup_per_step is None else f"{self.speedup_per_step:.2f}x as fast per step"
+        lines.append(f"B vs A: {speed}, {self.speedup_loop:.2f}x over the loop; volume moved: PSNR {_db(self.psnr_db)}, "
                      f"SSIM {'n/a' if self.ssim is None else f'{self.ssim:.4f}'}, max |B-A| {self.max_abs_err:.3g}, "
                      f"mean |B-A| {self.mean_abs_err:.3g}")
         lines.append("* without the kernel-profiled steps; one run of each, A then B (volsynth bench repeats and "

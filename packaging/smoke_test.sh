@@ -8,6 +8,9 @@ cd "$WORK"
 env -i HOME="$WORK" PATH=/usr/bin:/bin "$BUNDLE/volsynth" models
 env -i HOME="$WORK" PATH=/usr/bin:/bin "$BUNDLE/volsynth" generate --steps 5 --out "$WORK/smoke.nii.gz"
 test -s "$WORK/smoke.nii.gz" && test -s "$WORK/smoke.json"
+# torch.profiler and the comparison path (kernel profile, peak memory, difference volume) in the frozen build
+env -i HOME="$WORK" PATH=/usr/bin:/bin "$BUNDLE/volsynth" compare --b bf16 --steps 4 --out "$WORK/compare" 2>/dev/null
+test -s "$WORK/compare/difference.nii.gz" && grep -q '"operators"' "$WORK/compare/compare.json"
 env -i HOME="$WORK" PATH=/usr/bin:/bin QT_QPA_PLATFORM=xcb xvfb-run -a -s "-screen 0 1600x1000x24" \
   "$BUNDLE/volsynth-studio" --demo "$WORK/demo.png"
 test -s "$WORK/demo.png"
