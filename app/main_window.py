@@ -15,6 +15,7 @@ import time
 import uuid
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
@@ -41,6 +42,7 @@ from app.docks.metrics_dock import MetricsDock
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
+from app.remote import install_remote
 from app.state import CONVENTIONS, RENDER_PRESETS, WINDOW_PRESETS, AppState, VolumeEntry, preview_affine
 from app.vault import install_vault
 from app.viewer.viewer_area import ViewerArea
@@ -128,7 +130,7 @@ class MainWindow(QMainWindow):
         self.add_dock(scroll, "Generate", Qt.DockWidgetArea.LeftDockWidgetArea, name="generateDock")
         self.add_dock(self.session_panel, "Session", Qt.DockWidgetArea.RightDockWidgetArea, name="sessionDock")
         self.sampler = sampler
-        self._telemetry_run: str | None = None
+        self._telemetry_run: tuple[str, Any] | None = None  # (run id, the metrics source it is marked on)
         self.metrics_dock = MetricsDock(sampler)
         self.add_dock(self.metrics_dock, "Metrics", Qt.DockWidgetArea.RightDockWidgetArea, name="metricsDock",
                       tabify_with="sessionDock")
@@ -140,6 +142,7 @@ class MainWindow(QMainWindow):
         self.vault_controller = install_vault(self)  # Vault dock, menu and auto-lock (app/vault)
         self.optimization_panel = install_optimization_panel(self)  # Optimization section of the generation panel
         self.compare = install_compare(self)  # Generate > Compare Settings: two settings side by side (app/compare)
+        self.remote = install_remote(self)  # Generate > Connect to Engine Server: remote devices (app/remote)
 
         self.sampling_panel.generate_requested.connect(self._on_panel_generate_requested)
         self.sampling_panel.cancel_requested.connect(self.cancel_generation)
@@ -368,7 +371,7 @@ class MainWindow(QMainWindow):
         self._model_affine = self.state.selected_model.spec.affine()
         self._model_xyz = tuple(self.state.selected_model.spec.output_shape[1:4])
         worker = GenerationWorker(request, partial(self.backends.get, settings.device))
-        self._begin_run_telemetry()
+        self._begin_run_telemetry(settings.device)
         self._generation_job = self.runner.start(
             "generate", worker, progressed=self._on_generation_progressed, finished=self._on_generation_finished,
             failed=self._on_generation_failed, cancelled=self._on_generation_cancelled,
@@ -460,28 +463,37 @@ class MainWindow(QMainWindow):
             from engine.telemetry import Sampler
 
             self.sampler = Sampler()
-            self.metrics_dock.set_source(self.sampler)
+            self.show_metrics_source(self.remote.metrics_source_for(self.sampling_panel.device_box.currentData()))
         self.sampler.start()
         self.metrics_dock.start()
 
-    def _begin_run_telemetry(self) -> None:
+    def show_metrics_source(self, remote_source=None) -> None:
+        """The Metrics dock shows an engine server's metrics while it is the chosen device, else this machine's."""
+        source = remote_source if remote_source is not None else self.sampler
+        if source is not None and source is not self.metrics_dock.source:
+            self.metrics_dock.set_source(source)
+
+    def _begin_run_telemetry(self, device: str = "") -> None:
+        """Mark a run on the metrics of the machine it runs on (an engine server's, for a remote device)."""
         try:
             self._start_telemetry()
+            source = self.remote.metrics_source_for(device) or self.sampler
             run_id = f"gen-{uuid.uuid4().hex[:12]}"
-            self.sampler.mark_run_start(run_id)
+            source.mark_run_start(run_id)
         except Exception:  # noqa: BLE001 - telemetry must never stop a generation
             log.warning("could not start run telemetry", exc_info=True)
             return
-        self._telemetry_run = run_id
+        self._telemetry_run = (run_id, source)
         self.metrics_dock.add_run_start(run_id)
 
     def _end_run_telemetry(self, outcome: str) -> dict | None:
         """End the running generation's telemetry run; its summary dict, or None if none was running."""
-        run_id, self._telemetry_run = self._telemetry_run, None
-        if run_id is None or self.sampler is None:
+        run, self._telemetry_run = self._telemetry_run, None
+        if run is None:
             return None
+        run_id, source = run
         try:
-            summary = self.sampler.mark_run_end(run_id)
+            summary = source.mark_run_end(run_id)
         except Exception:  # noqa: BLE001
             log.warning("could not end run telemetry", exc_info=True)
             return None
@@ -726,6 +738,7 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self._preview_timer.stop()
         self.runner.shutdown()
+        self.remote.close()
         self.metrics_dock.stop()
         if self.sampler is not None:
             self.sampler.stop()

@@ -23,6 +23,7 @@ CONVENTIONS = ("radiological", "neurological")
 WINDOW_PRESETS = ("Auto (1-99%)", "Full range", "Soft (0.5-99.5%)", "High contrast (10-90%)")
 RENDER_PRESETS = ("MRI grey", "MIP", "Iso-surface", "Slices only")
 MAX_RECENT = 10
+REMOTE_PREFIX = "remote:"  # device ids of engine servers: "remote:http://host:port" (app/remote)
 
 
 class Event:

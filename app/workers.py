@@ -35,23 +35,43 @@ def user_message(exc: BaseException) -> str:
 
 
 class BackendPool:
-    """One ``LocalBackend`` per device, created lazily in a worker thread (it imports torch).
+    """One backend per device, created lazily in a worker thread (a ``LocalBackend`` imports torch).
 
-    Keeping the backend keeps its loaded model, so a second generation skips the load.
+    Keeping the backend keeps its loaded model, so a second generation skips the load. Engine servers
+    (``add_server``) get a ``RemoteBackend`` under their ``remote:`` device id.
     """
 
     def __init__(self, registry=None) -> None:
         self._registry = registry
         self._lock = threading.Lock()
         self._backends: dict[str, Any] = {}
+        self._servers: dict[str, tuple[str, str | None]] = {}  # device id -> (url, token)
+
+    def add_server(self, device: str, url: str, token: str | None) -> None:
+        with self._lock:
+            self._servers[device] = (url, token)
+            self._backends.pop(device, None)
+
+    def remove(self, device: str) -> None:
+        with self._lock:
+            self._servers.pop(device, None)
+            backend = self._backends.pop(device, None)
+        if backend is not None and hasattr(backend, "close"):
+            backend.close()
 
     def get(self, device: str):
         with self._lock:
             backend = self._backends.get(device)
             if backend is None:
-                from engine.backends.local import LocalBackend
+                if device in self._servers:
+                    from engine.backends.remote import RemoteBackend
 
-                backend = LocalBackend(device=device, registry=self._registry)
+                    url, token = self._servers[device]
+                    backend = RemoteBackend(url, token=token)
+                else:
+                    from engine.backends.local import LocalBackend
+
+                    backend = LocalBackend(device=device, registry=self._registry)
                 self._backends[device] = backend
             return backend
 

@@ -83,3 +83,36 @@ def make_tiny_model(folder: str | Path, seed: int = 0, **spec_kwargs) -> Path:
     spec = tiny_spec(**spec_kwargs)
     return save_model_folder(folder, spec, build_tiny_networks(spec, seed),
                              card=f"# {spec.name}\n\nRandom weights (seed {seed}). For tests only.\n")
+
+
+class ServerThread:
+    """A real uvicorn engine server on 127.0.0.1 (a free port) in a daemon thread, for tests and demos.
+
+    ``with ServerThread(create_app(...)) as url:`` starts it and waits until it listens; leaving the block
+    stops it.
+    """
+
+    def __init__(self, app) -> None:
+        import threading
+
+        import uvicorn
+
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

@@ -430,7 +430,12 @@ class MetricsDock(QWidget):
     # -- public ---------------------------------------------------------------------------------------
 
     def set_source(self, source: Any) -> None:
-        """Show ``source`` (anything with ``history``/``latest``, see ``engine.telemetry.MetricsSource``)."""
+        """Show ``source`` (anything with ``history``/``latest``, see ``engine.telemetry.MetricsSource``).
+
+        Another source (an engine server's instead of this machine's) has another clock: its run marks go."""
+        if source is not self.source:
+            self.run_marks, self._active_runs = [], {}
+            self._dirty = True
         self.source = source
         self.columns.clear()
         self._last_seq = None

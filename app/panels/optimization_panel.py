@@ -32,6 +32,7 @@ from app.state import (
     APPLIED_MARK,
     NOT_APPLIED_MARK,
     OPTIMIZATION_LABELS,
+    REMOTE_PREFIX,
     AppState,
     GenerationSettings,
     optimization_lines,
@@ -118,6 +119,7 @@ class OptimizationPanel(QWidget):
         self.report: dict[str, dict[str, Any]] | None = None  # the latest prediction
         self.refused: str = ""  # the engine's message when the combination is refused
         self._pending = False  # prediction waits for the engine (torch) to load
+        self._remote = False  # the device is an engine server: it checks the settings itself
         self._device_text = ""
         self._updating = False
 
@@ -265,10 +267,12 @@ class OptimizationPanel(QWidget):
         self.budget_spin.setEnabled(values["quantization"] == "mixed" and not self.state.job_running)
         self.labels["psnr_budget_db"].setEnabled(self.budget_spin.isEnabled())
         self.preset_box.setCurrentText(preset_of(values))
-        self.report, refused, self._pending = None, "", False
+        self.report, refused, self._pending, self._remote = None, "", False, False
         try:
             config = OptimizationConfig.from_dict(values)  # conflicts on every device: no torch needed
-            if import_engine or _engine_loaded():
+            if self.device_id().startswith(REMOTE_PREFIX):
+                self._remote = True  # the server's device is not here to ask: the server checks at submit
+            elif import_engine or _engine_loaded():
                 from engine.devices import resolve_device
                 from engine.optimization import expected_report
 
@@ -310,6 +314,10 @@ class OptimizationPanel(QWidget):
             self.summary.setToolTip("")
         elif self._pending:
             self.summary.setText("Checked against the device once the engine has loaded.")
+            self.summary.setToolTip("")
+        elif self._remote:
+            self.summary.setText("Checked by the engine server when the run starts; the result's report says "
+                                 "what applied.")
             self.summary.setToolTip("")
         elif self.report is not None:
             requested = [n for n, e in report.items() if setting_requested(e["requested"])]

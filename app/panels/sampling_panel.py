@@ -134,6 +134,7 @@ class SamplingPanel(QWidget):
         self.batch_spin = QSpinBox()
         self.batch_spin.setRange(1, 16)
         self.batch_spin.setToolTip("Volumes generated together (same settings, consecutive noise)")
+        self._added_devices: list[tuple[str, str]] = []
         self.device_box = QComboBox()
         self.device_box.addItem("Auto", "auto")
         self.device_box.addItem("CPU", "cpu")
@@ -232,16 +233,34 @@ class SamplingPanel(QWidget):
         self.generate_button.setToolTip(f"Cannot generate: {blocked}" if blocked else "Generate a volume (Ctrl+G)")
 
     def set_devices(self, devices: list[dict]) -> None:
-        """Fill the device picker from ``engine.devices.available_devices()``."""
+        """Fill the device picker from ``engine.devices.available_devices()``; added devices (engine servers) stay."""
         current = self.device_box.currentData()
         self.device_box.blockSignals(True)
         self.device_box.clear()
         self.device_box.addItem("Auto", "auto")
         for device in devices:
             self.device_box.addItem(f"{device['id']}  \u2013  {device.get('name', '')}".strip(" \u2013"), device["id"])
+        for label, data in self._added_devices:
+            self.device_box.addItem(label, data)
         index = self.device_box.findData(current)
         self.device_box.setCurrentIndex(max(0, index))
         self.device_box.blockSignals(False)
+        if self.device_box.currentData() != current:
+            self.device_box.currentIndexChanged.emit(self.device_box.currentIndex())
+
+    def add_device(self, label: str, data: str, select: bool = True) -> None:
+        """Add a device that is not on this machine (an engine server); it survives ``set_devices``."""
+        self.remove_device(data)
+        self._added_devices.append((label, data))
+        self.device_box.addItem(label, data)
+        if select:
+            self.device_box.setCurrentIndex(self.device_box.findData(data))
+
+    def remove_device(self, data: str) -> None:
+        self._added_devices = [(label, d) for label, d in self._added_devices if d != data]
+        index = self.device_box.findData(data)
+        if index >= 0:
+            self.device_box.removeItem(index)  # Qt selects a neighbour and says so (currentIndexChanged)
 
     # -- reading the form ----------------------------------------------------------------------------
 

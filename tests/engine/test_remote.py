@@ -2,39 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
 import pytest
-import uvicorn
 
 from engine.api import Progress, SamplingRequest, run
 from engine.backends.local import LocalBackend
 from engine.backends.remote import RemoteBackend
 from engine.errors import BackendUnavailable, InvalidRequest
 from engine.server import create_app
-
-
-class _Server:
-    def __init__(self, app):
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+from engine.testing import ServerThread
 
 
 @pytest.fixture
@@ -45,7 +23,7 @@ def local(registry):
 @pytest.fixture
 def server(local):
     app = create_app(local, token="s3cret")
-    with _Server(app) as url:
+    with ServerThread(app) as url:
         yield url, app
 
 
@@ -117,7 +95,7 @@ def test_server_reports_its_metrics(local):
     metrics = Sampler(interval_s=0.05)
     metrics.start()
     try:
-        with _Server(create_app(local, metrics_source=metrics)) as url:
+        with ServerThread(create_app(local, metrics_source=metrics)) as url:
             deadline = time.monotonic() + 10
             while metrics.latest() is None and time.monotonic() < deadline:
                 time.sleep(0.05)

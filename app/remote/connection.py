@@ -1,0 +1,129 @@
+"""Qt-free side of engine-server connections: check a server, describe it, poll its metrics."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from app.state import REMOTE_PREFIX
+from engine.errors import InvalidRequest
+
+log = logging.getLogger(__name__)
+METRICS_INTERVAL_S = 1.0
+
+
+def normalise_url(text: str) -> str:
+    """``host:8765`` -> ``http://host:8765``; refuses what cannot be an engine server's address."""
+    text = text.strip().rstrip("/")
+    if not text:
+        raise InvalidRequest("enter the engine server's address, e.g. http://gpu-box:8765")
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(f"{text!r} is not an http(s) address; use e.g. http://gpu-box:8765")
+    if parts.path or parts.query or parts.fragment:
+        raise InvalidRequest(f"{text!r} has a path; give only the scheme, host and port, e.g. http://gpu-box:8765")
+    try:
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
+    except ValueError:
+        raise InvalidRequest(f"{text!r} has an invalid port") from None
+    return text
+
+
+@dataclass
+class ServerConnection:
+    """What the app knows of a connected engine server."""
+
+    url: str
+    token: str | None
+    device: str  # the server's device, e.g. "cuda:0"
+    device_name: str
+    model_ids: list[str] = field(default_factory=list)
+
+    @property
+    def device_id(self) -> str:
+        return REMOTE_PREFIX + self.url
+
+    @property
+    def label(self) -> str:
+        host = urlsplit(self.url).netloc
+        return f"{host}  \u2013  {self.device} {self.device_name}".rstrip()
+
+
+def probe_server(url: str, token: str | None) -> ServerConnection:
+    """Ask the server who it is and which models it has (worker thread: it waits on the network).
+
+    Raises ``BackendUnavailable`` (unreachable, refused token) or ``InvalidRequest`` (bad address) with a
+    message that says what to check.
+    """
+    from engine.backends.remote import RemoteBackend
+
+    url = normalise_url(url)
+    backend = RemoteBackend(url, token=token or None, timeout_s=10.0)
+    try:
+        info = backend.info()
+        models = backend.models()
+    finally:
+        backend.close()
+    match = re.search(r"\(([^()]*)\)\s*$", info.device)  # "http://host:port (cuda:0)"
+    return ServerConnection(url=url, token=token or None, device=match.group(1) if match else info.device,
+                            device_name=info.device_name, model_ids=[str(m.get("id", "")) for m in models])
+
+
+class MetricsFeed:
+    """Polls a server's ``GET /metrics`` on a daemon thread and feeds the samples to a ``FeedSource``.
+
+    The Metrics dock reads the ``FeedSource`` from its own GUI-thread timer, so no Qt object crosses threads.
+    A server that does not report metrics, or is unreachable for a while, leaves ``error`` set and is asked
+    again at the next interval.
+    """
+
+    def __init__(self, url: str, token: str | None, interval_s: float = METRICS_INTERVAL_S) -> None:
+        from engine.telemetry import FeedSource
+
+        self.url, self.token, self.interval_s = url, token, interval_s
+        self.source = FeedSource(interval_s=interval_s)
+        self.error: str | None = None
+        self.fed = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"metrics {self.url}", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        from engine.backends.remote import RemoteBackend
+
+        backend = RemoteBackend(self.url, token=self.token, timeout_s=max(2.0, 2 * self.interval_s))
+        last_seq = None
+        try:
+            while not self._stop.is_set():
+                sample = backend.metrics()
+                if sample is None:
+                    self.error = "the engine server does not report metrics, or cannot be reached"
+                elif sample and sample.get("seq") != last_seq:
+                    try:
+                        # Named after the server: its clock is not ours (the dock places run marks by it).
+                        self.source.feed({**sample, "source": self.url})
+                        self.fed += 1
+                        self.error = None
+                    except InvalidRequest as exc:
+                        self.error = str(exc)
+                    last_seq = sample.get("seq")
+                self._stop.wait(self.interval_s)
+        except Exception:  # noqa: BLE001 - metrics must never take the app down
+            log.warning("metrics feed from %s stopped", self.url, exc_info=True)
+        finally:
+            backend.close()

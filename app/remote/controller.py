@@ -1,0 +1,203 @@
+"""The Qt side of engine servers: the connect dialog, the Generate menu entries, the device and metrics wiring."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QVBoxLayout,
+)
+
+from app.remote.connection import MetricsFeed, ServerConnection, normalise_url, probe_server
+from app.state import REMOTE_PREFIX, GenerationSettings
+from engine.errors import InvalidRequest
+
+LAST_URL_KEY = "remote/last_url"
+DEFAULT_URL = "http://127.0.0.1:8765"
+BLOCK_SOURCE = "remote"
+
+
+class ServerDialog(QDialog):
+    """Address and token; Connect checks them in a worker thread and stays open with the reason if they fail."""
+
+    connected = Signal(object)  # ServerConnection
+
+    def __init__(self, controller: RemoteController) -> None:
+        super().__init__(controller.main)
+        self.controller = controller
+        self.setWindowTitle("Connect to Engine Server")
+        self.setModal(True)
+        self.connection: ServerConnection | None = None
+        self.url_edit = QLineEdit(controller.main.settings.value(LAST_URL_KEY, DEFAULT_URL, type=str))
+        self.url_edit.setPlaceholderText(DEFAULT_URL)
+        self.url_edit.setToolTip("The address `volsynth serve` prints on the server, e.g. http://gpu-box:8765")
+        self.token_edit = QLineEdit()
+        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token_edit.setPlaceholderText("the server's --token (empty if it has none)")
+        self.token_edit.setToolTip("Kept in memory for this session only")
+        self.status_label = QLabel("")
+        self.status_label.setObjectName("serverStatus")
+        self.status_label.setWordWrap(True)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.connect_button = self.buttons.addButton("Connect", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.connect_button.setDefault(True)
+        self.buttons.accepted.connect(self.try_connect)
+        self.buttons.rejected.connect(self.reject)
+        form = QFormLayout()
+        form.addRow("Address", self.url_edit)
+        form.addRow("Token", self.token_edit)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("Run generations on another machine's GPU. Start the server there with\n"
+                                "`volsynth serve --host 0.0.0.0 --token SECRET` (or on 127.0.0.1 through an SSH "
+                                "tunnel)."))
+        layout.addLayout(form)
+        layout.addWidget(self.status_label)
+        layout.addWidget(self.buttons)
+        self.resize(520, self.sizeHint().height())
+
+    def try_connect(self) -> None:
+        try:
+            url = normalise_url(self.url_edit.text())
+        except InvalidRequest as exc:  # say it here and keep the dialog open
+            self.status_label.setText(str(exc))
+            return
+        self.connect_button.setEnabled(False)
+        self.status_label.setText(f"Connecting to {url}...")
+        self.controller.main.runner.run_task("probe-server", probe_server, url, self.token_edit.text() or None,
+                                             finished=self._on_probe_finished, failed=self._on_probe_failed)
+
+    def _on_probe_finished(self, connection: ServerConnection) -> None:
+        self.connect_button.setEnabled(True)
+        self.connection = connection
+        self.connected.emit(connection)
+        self.accept()
+
+    def _on_probe_failed(self, message: str) -> None:
+        self.connect_button.setEnabled(True)
+        self.status_label.setText(f"Could not connect: {message}")
+
+
+class RemoteController:
+    """Connects engine servers to one main window: devices, backends, request model ids, metrics."""
+
+    def __init__(self, window) -> None:
+        self.main = window
+        self.connections: dict[str, ServerConnection] = {}  # device id -> connection
+        self.feeds: dict[str, MetricsFeed] = {}
+        self.dialog: ServerDialog | None = None
+        self.connect_action = QAction("Connect to Engine &Server...", window)
+        self.connect_action.setShortcut(QKeySequence("Ctrl+Shift+E"))
+        self.connect_action.setStatusTip("Run generations on a VolSynth engine server (volsynth serve)")
+        self.connect_action.triggered.connect(self.open_dialog)
+        self.disconnect_action = QAction("&Disconnect from Engine Server", window)
+        self.disconnect_action.setStatusTip("Forget the selected engine server")
+        self.disconnect_action.triggered.connect(self._on_disconnect_triggered)
+        self.disconnect_action.setEnabled(False)
+        for action in (self.connect_action, self.disconnect_action):
+            window.addAction(action)
+        panel = window.sampling_panel
+        panel.add_settings_hook(self._apply_to)
+        panel.device_box.currentIndexChanged.connect(self._on_device_box_changed)
+        window.state.model_selected.connect(self._on_state_model_selected)
+        window.state.job_changed.connect(self._on_state_job_changed)
+
+    # -- connecting ----------------------------------------------------------------------------------
+
+    def open_dialog(self) -> ServerDialog:
+        self.dialog = ServerDialog(self)
+        self.dialog.connected.connect(self.add_connection)
+        self.dialog.open()
+        return self.dialog
+
+    def add_connection(self, connection: ServerConnection) -> None:
+        """Make a checked server a device (and select it)."""
+        device = connection.device_id
+        self.remove_connection(device)
+        self.connections[device] = connection
+        self.main.backends.add_server(device, connection.url, connection.token)
+        feed = MetricsFeed(connection.url, connection.token)
+        feed.start()
+        self.feeds[device] = feed
+        self.main.settings.setValue(LAST_URL_KEY, connection.url)
+        self.main.sampling_panel.add_device(connection.label, device)
+        self._update()
+        self.main.show_status(f"Connected to {connection.url}: {connection.device} {connection.device_name}, "
+                              f"{len(connection.model_ids)} model(s)", 10000)
+
+    def remove_connection(self, device: str) -> None:
+        if device not in self.connections:
+            return
+        del self.connections[device]
+        feed = self.feeds.pop(device, None)
+        if feed is not None:
+            feed.stop()
+        self.main.backends.remove(device)
+        self.main.sampling_panel.remove_device(device)
+        self._update()
+
+    def _on_disconnect_triggered(self) -> None:
+        device = self.selected_device()
+        if device in self.connections:
+            url = self.connections[device].url
+            self.remove_connection(device)
+            self.main.show_status(f"Disconnected from {url}", 5000)
+
+    def close(self) -> None:
+        for device in list(self.connections):
+            self.remove_connection(device)
+
+    # -- while connected -----------------------------------------------------------------------------
+
+    def selected_device(self) -> str:
+        return self.main.sampling_panel.device_box.currentData() or ""
+
+    def metrics_source_for(self, device: str):
+        """The server's metrics feed for a ``remote:`` device; None for this machine's devices."""
+        feed = self.feeds.get(device)
+        return None if feed is None else feed.source
+
+    def _apply_to(self, settings: GenerationSettings) -> None:
+        """Settings hook: a server resolves models by id in its own registry, not by this machine's path."""
+        source = self.main.state.selected_model
+        if settings.device.startswith(REMOTE_PREFIX) and source is not None:
+            settings.model = source.spec.id
+
+    def _update(self) -> None:
+        device = self.selected_device()
+        connection = self.connections.get(device)
+        # Not while a run is in flight: it holds the server's backend (cancel first, then disconnect).
+        self.disconnect_action.setEnabled(connection is not None and not self.main.state.job_running)
+        source = self.main.state.selected_model
+        reason = None
+        if connection is not None and source is not None and source.spec.id not in connection.model_ids:
+            models = ", ".join(connection.model_ids) or "none"
+            reason = (f"the engine server {connection.url} has no model {source.spec.id!r} (it has: {models}); "
+                      "choose one of those or install the model there")
+        self.main.sampling_panel.set_generate_blocked(BLOCK_SOURCE, reason)
+        self.main.show_metrics_source(self.metrics_source_for(device))
+
+    def _on_device_box_changed(self, _index: int) -> None:
+        self._update()
+
+    def _on_state_model_selected(self, _source) -> None:
+        self._update()
+
+    def _on_state_job_changed(self, _running: bool) -> None:
+        self._update()
+
+
+def install_remote(window) -> RemoteController:
+    """Give ``window`` (a ``MainWindow``) its engine-server entries in the Generate menu."""
+    controller = RemoteController(window)
+    bar = window.menuBar()
+    generate_menu = next((a.menu() for a in bar.actions() if a.text().replace("&", "") == "Generate"), None)
+    if generate_menu is not None:
+        generate_menu.addSeparator()
+        generate_menu.addAction(controller.connect_action)
+        generate_menu.addAction(controller.disconnect_action)
+    return controller

@@ -1,0 +1,161 @@
+"""Engine servers in the app, against a real uvicorn server on 127.0.0.1 serving the tiny models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from app.remote import normalise_url, probe_server
+from app.state import REMOTE_PREFIX
+from engine.backends.local import LocalBackend
+from engine.errors import BackendUnavailable, InvalidRequest
+from engine.server import create_app
+from engine.testing import ServerThread
+
+pytestmark = pytest.mark.render
+TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture
+def server(registry):
+    from engine.telemetry import Sampler
+
+    metrics = Sampler(interval_s=0.2)
+    metrics.start()
+    with ServerThread(create_app(LocalBackend("cpu", registry), token=TOKEN, metrics_source=metrics)) as url:
+        yield url
+    metrics.stop()
+
+
+def _wait_ended(qtbot, window) -> str:
+    with qtbot.waitSignal(window.generation_ended, timeout=120_000) as blocker:
+        pass
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    return blocker.args[0]
+
+
+def _connect(qtbot, window, url, token=TOKEN):
+    dialog = window.remote.open_dialog()
+    dialog.url_edit.setText(url)
+    dialog.token_edit.setText(token)
+    dialog.connect_button.click()
+    return dialog
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("gpu-box:8765", "http://gpu-box:8765"),
+    (" https://10.0.0.5:9000/ ", "https://10.0.0.5:9000"),
+])
+def test_addresses_are_normalised(text, expected):
+    assert normalise_url(text) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "enter the engine server's address"),
+    ("ftp://box:21", r"not an http\(s\) address"),
+    ("http://box:8765/jobs", "has a path"),
+    ("http://box:99999", "invalid port"),
+])
+def test_bad_addresses_are_refused_with_the_reason(text, message):
+    with pytest.raises(InvalidRequest, match=message):
+        normalise_url(text)
+
+
+def test_probe_reports_device_and_models_and_refuses_a_wrong_token(server):
+    connection = probe_server(server, TOKEN)
+    assert connection.device == "cpu" and connection.device_id == REMOTE_PREFIX + server
+    assert set(connection.model_ids) == {"tiny-latent", "tiny-pixel", "tiny-rflow"}
+    with pytest.raises(BackendUnavailable, match="refused the token"):
+        probe_server(server, "wrong")
+
+
+def test_generate_on_a_server_from_the_app(qtbot, main_window, server):
+    window = main_window
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    window.sampling_panel.steps_spin.setValue(5)
+    dialog = _connect(qtbot, window, server.replace("http://", ""))
+    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
+    assert not dialog.isVisible()
+    device = window.sampling_panel.device_box.currentData()
+    assert device == REMOTE_PREFIX + server
+    assert "cpu" in window.sampling_panel.device_box.currentText()
+    assert window.sampling_panel.settings().model == "tiny-latent"  # the server's registry resolves ids
+    assert "engine server" in window.optimization_panel.summary.text()
+    feed = window.remote.feeds[device]
+    qtbot.waitUntil(lambda: feed.fed >= 2, timeout=20_000)  # the server's metrics arrive
+    assert window.metrics_dock.source is feed.source
+
+    assert window.remote.disconnect_action.isEnabled()
+    window.sampling_panel.generate_button.click()
+    assert not window.remote.disconnect_action.isEnabled()  # the run holds the server's backend
+    assert _wait_ended(qtbot, window) == "finished"
+    assert window.remote.disconnect_action.isEnabled()
+    entry = window.state.shown
+    assert entry.provenance["backend"] == "remote" and entry.provenance["server"] == server
+    run_id = window.metrics_dock.run_marks[-1].run_id  # the run is marked on the server's metrics, not ours
+    assert feed.source.run_summary(run_id) is not None and window.sampler.run_summary(run_id) is None
+    assert entry.provenance["telemetry"]["run_id"] == run_id
+    local = LocalBackend("cpu", window.registry)
+    from engine.api import run
+
+    expected = run(local.sample(window.sampling_panel.settings().to_request().replace(
+        model="tiny-latent", preview_interval=0)))
+    assert np.array_equal(entry.data, expected.volume())
+
+    # Disconnect: back to this machine's devices and metrics.
+    window.remote.disconnect_action.trigger()
+    assert window.sampling_panel.device_box.findData(device) < 0
+    assert not window.remote.feeds and window.metrics_dock.source is not feed.source
+
+
+def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, main_window, server, tmp_path):
+    from engine.testing import make_tiny_model
+
+    window = main_window
+    folder = tmp_path / "only-here"
+    make_tiny_model(folder, model_id="only-here")
+    assert window.open_model_folder(folder)
+    _connect(qtbot, window, server)
+    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
+    reason = window.sampling_panel.generate_blocked_reason()
+    assert "has no model 'only-here'" in reason and "tiny-latent" in reason
+    assert not window.sampling_panel.generate_button.isEnabled()
+    window.state.select_model(window.state.model_by_id("tiny-pixel"))
+    assert window.sampling_panel.generate_blocked_reason() == ""
+    assert window.sampling_panel.generate_button.isEnabled()
+
+
+def test_wrong_token_or_no_server_keeps_the_dialog_open_with_the_reason(qtbot, main_window, server):
+    window = main_window
+    dialog = _connect(qtbot, window, server, token="nope")
+    qtbot.waitUntil(lambda: "Could not connect" in dialog.status_label.text(), timeout=20_000)
+    assert "refused the token" in dialog.status_label.text() and dialog.isVisible()
+    assert not window.remote.connections
+    dialog.url_edit.setText("http://127.0.0.1:9")  # nothing listens on the discard port
+    dialog.connect_button.click()
+    qtbot.waitUntil(lambda: "cannot reach" in dialog.status_label.text(), timeout=20_000)
+    dialog.url_edit.setText("ftp://x")
+    dialog.connect_button.click()
+    assert "not an http(s) address" in dialog.status_label.text()
+    qtbot.keyClick(dialog, Qt.Key.Key_Escape)
+    assert not dialog.isVisible() and not window.remote.connections
+
+
+def test_compare_runs_on_the_server(qtbot, main_window, server):
+    window = main_window
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    window.sampling_panel.steps_spin.setValue(5)
+    _connect(qtbot, window, server)
+    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
+    panel = window.optimization_panel
+    panel.set_values({**panel.values(), "autocast": "bf16"})
+    compare = window.compare.open()
+    assert compare.start()
+    with qtbot.waitSignal(compare.comparison_ended, timeout=120_000) as ended:
+        pass
+    assert ended.args[0] == "finished"
+    result = compare.comparison
+    assert result.b.result.provenance["backend"] == "remote" and result.b.applied() == ["autocast"]
+    assert result.b.kernel_profile["operators"]
+    compare.close()
