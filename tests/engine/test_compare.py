@@ -169,3 +169,16 @@ def test_settings_summary_names_what_differs_from_fp32():
     assert OptimizationConfig().summary() == "fp32"
     assert OptimizationConfig(autocast="bf16", attention="sdpa", channels_last_3d=True).summary() == "cl+bf16+sdpa"
     assert OptimizationConfig(quantization="mixed", psnr_budget_db=35).summary() == "mixed@35dB"
+
+
+@pytest.mark.gpu
+def test_comparison_on_cuda_profiles_device_time_and_allocator_peaks(registry):
+    """On an NVIDIA GPU: kernels ranked by CUDA time, peaks from the CUDA allocator (comparable per run)."""
+    backend = LocalBackend("cuda", registry)
+    comparison = run(compare_settings(backend, _request(), OptimizationConfig(),
+                                      OptimizationConfig(autocast="bf16", channels_last_3d=True)))
+    for side in (comparison.a, comparison.b):
+        assert side.peak_kind == "cuda_allocator" and side.peak_bytes > 0
+        assert side.kernel_profile["clock"] == "cuda" and side.kernel_profile["total_ms_per_step"] > 0
+    assert set(comparison.b.applied()) == {"channels_last_3d", "autocast"}
+    assert 20 < comparison.psnr_db < math.inf
