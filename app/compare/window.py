@@ -99,7 +99,6 @@ class CompareWindow(QWidget):
         self.setObjectName("compareWindow")
         self.comparison = None
         self._job = None
-        self._request = None
         self.states = {side: AppState() for side in SIDES}
         for state in self.states.values():
             state.convention = main_window.state.convention
@@ -121,6 +120,10 @@ class CompareWindow(QWidget):
             QShortcut(QKeySequence(str(index + 1)), self, activated=partial(self.plane_box.setCurrentIndex, index))
         main_window.state.model_selected.connect(self._on_main_changed)
         main_window.state.job_changed.connect(self._on_main_changed)
+        panel = main_window.sampling_panel
+        for spin in (panel.seed_spin, panel.steps_spin, panel.guidance_spin):
+            spin.valueChanged.connect(self._update_source)
+        panel.device_box.currentIndexChanged.connect(self._update_source)
 
     # -- building ------------------------------------------------------------------------------------
 
@@ -297,8 +300,6 @@ class CompareWindow(QWidget):
         labels = (config_a.summary(), config_b.summary())
         if labels[0] == labels[1]:
             labels = (f"A {labels[0]}", f"B {labels[1]}")
-        self.labels = labels
-        self._request = request
         provider = partial(_comparing_backend, self.main.backends, settings.device, config_a, config_b, labels,
                            self.profile_spin.value())
         self._job = self.main.runner.start(
@@ -524,17 +525,18 @@ class CompareWindow(QWidget):
             self._set_running(False)
 
     def _update_source(self, *_args) -> None:
+        """Describe the request the run will use. Read from the panel's controls, not ``settings()``: that runs
+        the settings hooks, and the optimization panel's may import torch, which must not happen here."""
         panel = self.main.sampling_panel
         source = self.main.state.selected_model
         if source is None:
             self.source_label.setText("No model selected in the Generate panel.")
             return
-        settings = panel.settings()
-        guidance = "model default" if settings.guidance_scale is None else f"{settings.guidance_scale:g}"
-        steps = settings.steps or source.spec.default_steps
+        guidance = f"{panel.guidance_spin.value():g}" if panel.guidance_spin.isEnabled() else "1 (none)"
         self.source_label.setText(
-            f"Request from the Generate panel: <b>{source.spec.name}</b> \u00b7 seed {settings.seed} \u00b7 "
-            f"{steps} steps \u00b7 guidance {guidance} \u00b7 device {settings.device} \u00b7 batch 1, no previews")
+            f"Request from the Generate panel: <b>{source.spec.name}</b> \u00b7 seed {panel.seed_spin.value()} "
+            f"\u00b7 {panel.steps_spin.value()} steps \u00b7 guidance {guidance} \u00b7 device "
+            f"{panel.device_box.currentText()} \u00b7 batch 1, no previews")
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override
         self._update_source()  # the Generate panel may have changed while this window was hidden

@@ -45,6 +45,8 @@ def _panel_bf16(main_window):
 def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, main_window, compare):
     _panel_bf16(main_window)
     assert compare.a_box.currentText() == "Exact fp32" and compare.b_box.currentText() == PANEL_SETTINGS
+    main_window.sampling_panel.seed_spin.setValue(77)
+    assert "seed 77" in compare.source_label.text() and "6 steps" in compare.source_label.text()
     assert compare.start()
     assert main_window.state.job_running and not main_window.sampling_panel.generate_button.isEnabled()
     assert _wait(qtbot, compare) == "finished"
