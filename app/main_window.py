@@ -42,6 +42,8 @@ from app.docks.metrics_dock import MetricsDock
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
+from app.recovery import RecoveryStore
+from app.recovery_bar import RecoveryBar, RecoveryController
 from app.remote import install_remote
 from app.state import CONVENTIONS, RENDER_PRESETS, WINDOW_PRESETS, AppState, VolumeEntry, preview_affine
 from app.vault import install_vault
@@ -98,7 +100,7 @@ class MainWindow(QMainWindow):
     view3d_ready = Signal()
 
     def __init__(self, registry=None, settings: QSettings | None = None, enable_3d: bool = True,
-                 preload_torch: bool = True, sampler=None) -> None:
+                 preload_torch: bool = True, sampler=None, recovery: RecoveryStore | None = None) -> None:
         super().__init__()
         self.setWindowTitle("VolSynth Studio")
         self.setObjectName("VolSynthMainWindow")
@@ -119,7 +121,14 @@ class MainWindow(QMainWindow):
         self.errors_shown: list[str] = []
 
         self.viewer = ViewerArea(self.state)
-        self.setCentralWidget(self.viewer)
+        self.recovery_bar = RecoveryBar()
+        central = QWidget()
+        central_layout = QVBoxLayout(central)
+        central_layout.setContentsMargins(0, 0, 0, 0)
+        central_layout.setSpacing(4)
+        central_layout.addWidget(self.recovery_bar)
+        central_layout.addWidget(self.viewer, 1)
+        self.setCentralWidget(central)
         self.sampling_panel = SamplingPanel(self.state)
         self.session_panel = SessionPanel(self.state)
         scroll = QScrollArea()
@@ -143,6 +152,9 @@ class MainWindow(QMainWindow):
         self.optimization_panel = install_optimization_panel(self)  # Optimization section of the generation panel
         self.compare = install_compare(self)  # Generate > Compare Settings: two settings side by side (app/compare)
         self.remote = install_remote(self)  # Generate > Connect to Engine Server: remote devices (app/remote)
+        # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
+        self.recovery = RecoveryController(self, recovery or RecoveryStore(), self.recovery_bar)
+        self._looked_for_orphans = False
 
         self.sampling_panel.generate_requested.connect(self._on_panel_generate_requested)
         self.sampling_panel.cancel_requested.connect(self.cancel_generation)
@@ -733,11 +745,15 @@ class MainWindow(QMainWindow):
             # First start: the session list is the front tab, not Metrics (once the tab bar exists).
             QTimer.singleShot(0, self.docks["sessionDock"], self.docks["sessionDock"].raise_)
         QTimer.singleShot(TELEMETRY_START_DELAY_MS, self, self._on_telemetry_start_timeout)
+        if not self._looked_for_orphans:
+            self._looked_for_orphans = True
+            self.recovery.look_for_orphans()
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.save_settings()
         self._preview_timer.stop()
-        self.runner.shutdown()
+        self.runner.shutdown()  # waits for running writes, recovery's included
+        self.recovery.close()
         self.remote.close()
         self.metrics_dock.stop()
         if self.sampler is not None:

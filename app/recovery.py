@@ -1,0 +1,182 @@
+"""Crash recovery for generated volumes: nothing generated is lost when the app dies before the user saves.
+
+Each running app keeps a session folder under ``$XDG_DATA_HOME/volsynth/recovery/`` (``~/.local/share/...``)
+and holds an exclusive ``flock`` on its ``lock`` file for as long as it lives. Every generated volume of the
+session is written there (NIfTI + provenance sidecar, atomically, from a worker thread) as soon as it is
+made, and deleted when the user removes it from the session; a clean exit deletes the folder. After a crash
+the kernel releases the lock, so at the next start a folder whose lock can be taken is a session that ended
+unexpectedly, and the app offers its volumes back.
+
+Only generated (synthetic) volumes are kept: scans opened from disk are still on disk, and volumes opened
+from the encrypted vault must never be written in plaintext.
+
+Qt-free (the main window wires it to the session and shows the offer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+LOCK_NAME = "lock"
+NAME_KEY = "recovery_name"  # the session-list name, kept in the sidecar
+
+
+def default_recovery_dir() -> Path:
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "volsynth" / "recovery"
+
+
+@dataclass
+class OrphanSession:
+    """A session folder left by an app that did not exit cleanly."""
+
+    folder: Path
+    started: float  # seconds since the epoch
+    volumes: list[Path]  # the NIfTI files in it, oldest first
+
+    def describe(self) -> str:
+        when = time.strftime("%d %b %H:%M", time.localtime(self.started))
+        count = len(self.volumes)
+        return f"{count} generated volume{'s' if count != 1 else ''} from a session that ended unexpectedly ({when})"
+
+
+class RecoveryStore:
+    """One app session's recovery folder, and the orphans of earlier sessions."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root) if root is not None else default_recovery_dir()
+        self.folder: Path | None = None
+        self._lock_fd: int | None = None
+        self._files: dict[int, Path] = {}  # VolumeEntry.uid -> NIfTI file
+        self._dropped: set[int] = set()  # removed by the user while their write was still running
+        self._lock = threading.Lock()  # keep() runs in worker threads, forget() in the GUI thread
+
+    # -- this session --------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create and lock this session's folder (idempotent). An unwritable place logs and disables recovery."""
+        if self.folder is not None:
+            return
+        folder = self.root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{id(self):x}"
+        try:
+            folder.mkdir(parents=True, exist_ok=False)
+            fd = os.open(folder / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            log.warning("crash recovery is off: cannot use %s", folder, exc_info=True)
+            return
+        os.write(fd, json.dumps({"pid": os.getpid(), "started": time.time()}).encode())
+        self.folder, self._lock_fd = folder, fd
+
+    def keep(self, uid: int, name: str, data, affine, provenance: dict[str, Any]) -> Path | None:
+        """Write one generated volume (worker thread). Returns its file, or None when recovery is off."""
+        from engine.nifti_io import save_volume
+
+        if self.folder is None:
+            return None
+        path = self.folder / f"{time.time_ns()}-{uid}.nii.gz"
+        save_volume(data, affine, path, provenance={**provenance, NAME_KEY: name}, synthetic=True)
+        with self._lock:
+            self._files[uid] = path
+            dropped = uid in self._dropped
+            self._dropped.discard(uid)
+        if dropped:
+            self.forget(uid)
+        return path
+
+    def forget(self, uid: int) -> None:
+        """The user removed the volume from the session: it is not to come back."""
+        from engine.nifti_io import sidecar_path
+
+        with self._lock:
+            path = self._files.pop(uid, None)
+            if path is None:
+                self._dropped.add(uid)
+        if path is not None:
+            for file in (path, sidecar_path(path)):
+                with contextlib.suppress(FileNotFoundError):
+                    file.unlink()
+
+    def kept(self) -> list[int]:
+        return list(self._files)
+
+    def close(self) -> None:
+        """Clean exit: nothing to recover."""
+        if self.folder is None:
+            return
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+        self.folder, self._lock_fd, self._files = None, None, {}
+
+    # -- earlier sessions ----------------------------------------------------------------------------
+
+    def orphans(self) -> list[OrphanSession]:
+        """Sessions of apps that are gone (their lock is free), newest first; empty ones are removed."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for folder in sorted(self.root.iterdir(), reverse=True):
+            if folder == self.folder or not folder.is_dir() or not _abandoned(folder):
+                continue
+            volumes = sorted(folder.glob("*.nii.gz"))
+            if not volumes:
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            found.append(OrphanSession(folder, _started(folder), volumes))
+        return found
+
+    @staticmethod
+    def restore(session: OrphanSession) -> list[tuple[str, Any]]:
+        """Read an orphan's volumes back (worker thread): ``(name, engine.nifti_io.LoadedVolume)`` each.
+
+        The folder stays until :meth:`discard`, so a failed restore loses nothing.
+        """
+        from engine.nifti_io import load_nifti
+
+        restored = []
+        for path in session.volumes:
+            loaded = load_nifti(path)
+            name = str(loaded.provenance.pop(NAME_KEY, "") or path.name)
+            loaded.path = None  # not a file the user chose: saving asks where
+            restored.append((name, loaded))
+        return restored
+
+    @staticmethod
+    def discard(session: OrphanSession) -> None:
+        shutil.rmtree(session.folder, ignore_errors=True)
+
+
+def _abandoned(folder: Path) -> bool:
+    """True if no live process holds the folder's lock (taking it briefly proves it)."""
+    try:
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR)
+    except FileNotFoundError:
+        return True  # a folder without a lock file was never a live session's, or was half cleaned
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the lock again
+    return True
+
+
+def _started(folder: Path) -> float:
+    try:
+        return float(json.loads((folder / LOCK_NAME).read_text())["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return folder.stat().st_mtime

@@ -1,0 +1,124 @@
+"""The main window's side of crash recovery (``app.recovery``): keep generated volumes, offer orphans back.
+
+``RecoveryController`` follows the session list: each generated volume that appears is written to this
+session's recovery folder in a worker thread, each one removed is deleted there. At start it looks for
+sessions that ended unexpectedly and shows a bar above the viewer, *Restore* or *Discard*; it never asks
+with a modal dialog, so a start is never blocked.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+
+from app.recovery import OrphanSession, RecoveryStore
+from app.state import VolumeEntry
+
+log = logging.getLogger(__name__)
+
+
+class RecoveryBar(QFrame):
+    """'3 generated volumes from a session that ended unexpectedly (30 Nov 02:10)' [Restore] [Discard]."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("recoveryBar")
+        self.setStyleSheet("#recoveryBar { background: #3a3220; border: 1px solid #e5c07b; border-radius: 4px; }")
+        self.label = QLabel("")
+        self.label.setWordWrap(True)
+        self.restore_button = QPushButton("Restore")
+        self.restore_button.setToolTip("Put the volumes back in the session list")
+        self.discard_button = QPushButton("Discard")
+        self.discard_button.setToolTip("Delete them for good")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(self.restore_button)
+        layout.addWidget(self.discard_button)
+        self.hide()
+
+
+class RecoveryController:
+    def __init__(self, window, store: RecoveryStore, bar: RecoveryBar) -> None:
+        self.main, self.store, self.bar = window, store, bar
+        self.orphans: list[OrphanSession] = []
+        self._known: set[int] = set()
+        store.open()
+        window.state.volumes_changed.connect(self._on_state_volumes_changed)
+        bar.restore_button.clicked.connect(self.restore)
+        bar.discard_button.clicked.connect(self.discard)
+
+    def look_for_orphans(self) -> None:
+        self.orphans = self.store.orphans()
+        if not self.orphans:
+            self.bar.hide()
+            return
+        volumes = sum(len(o.volumes) for o in self.orphans)
+        first = self.orphans[0].describe()
+        more = f" and {len(self.orphans) - 1} earlier session(s), {volumes} volumes in all" if len(self.orphans) > 1 else ""
+        self.bar.label.setText(f"Kept for you: {first}{more}.")
+        self.bar.restore_button.setEnabled(True)
+        self.bar.discard_button.setEnabled(True)
+        self.bar.show()
+
+    def restore(self) -> None:
+        if not self.orphans:
+            return
+        self.bar.restore_button.setEnabled(False)
+        self.bar.discard_button.setEnabled(False)
+        self.bar.label.setText("Restoring...")
+        orphans = list(self.orphans)
+        self.main.runner.run_task("recovery-restore", _restore_all, orphans,
+                                  finished=self._on_restored, failed=self._on_restore_failed)
+
+    def discard(self) -> None:
+        for orphan in self.orphans:
+            self.store.discard(orphan)
+        self.orphans = []
+        self.bar.hide()
+        self.main.show_status("Discarded the volumes of the earlier session", 5000)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _on_restored(self, restored) -> None:
+        sessions, volumes = restored
+        for name, loaded in volumes:
+            self.main.state.add_volume(VolumeEntry(
+                name=name, data=np.ascontiguousarray(loaded.data, dtype=np.float32), affine=loaded.affine,
+                kind="generated", provenance=loaded.provenance, synthetic=True), show=False)
+        for orphan in sessions:  # now kept again by this session (volumes_changed wrote them)
+            self.store.discard(orphan)
+        self.orphans = []
+        self.bar.hide()
+        if volumes:
+            self.main.state.show(self.main.state.volumes[-1])
+        self.main.show_status(f"Restored {len(volumes)} generated volume(s)", 10000)
+
+    def _on_restore_failed(self, message: str) -> None:
+        self.bar.label.setText(f"Could not restore: {message}. The files stay where they are: "
+                               f"{self.orphans[0].folder if self.orphans else ''}")
+        self.bar.discard_button.setEnabled(True)
+
+    def _on_state_volumes_changed(self) -> None:
+        generated = {e.uid: e for e in self.main.state.volumes if e.kind == "generated"}
+        for uid in self._known - set(generated):
+            self.store.forget(uid)
+        for uid in set(generated) - self._known:
+            entry = generated[uid]
+            self.main.runner.run_task("recovery-keep", self.store.keep, entry.uid, entry.name, entry.data,
+                                      entry.affine, entry.provenance, failed=self._on_keep_failed)
+        self._known = set(generated)
+
+    def _on_keep_failed(self, message: str) -> None:
+        log.warning("a generated volume could not be kept for crash recovery: %s", message)
+        self.main.show_status(f"Crash recovery could not keep a volume: {message}", 10000)
+
+
+def _restore_all(orphans: list[OrphanSession]):
+    volumes = []
+    for orphan in orphans:
+        volumes.extend(RecoveryStore.restore(orphan))
+    return orphans, volumes

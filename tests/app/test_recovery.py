@@ -1,0 +1,196 @@
+"""Crash recovery: generated volumes survive a killed app and come back at the next start."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.recovery import RecoveryStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _volume(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random((6, 7, 5), dtype=np.float32)
+
+
+def _kill_after_keeping(root: Path, script_tail: str = "") -> subprocess.CompletedProcess:
+    """A process that keeps one volume in a recovery store under ``root`` and is then killed (SIGKILL)."""
+    code = textwrap.dedent(f"""
+        import os, signal, numpy as np
+        from app.recovery import RecoveryStore
+        store = RecoveryStore({str(root)!r})
+        store.open()
+        data = np.random.default_rng(3).random((6, 7, 5), dtype=np.float32)
+        store.keep(1, "seed 3 · crashed", data, np.diag([2.0, 2.0, 2.0, 1.0]), {{"seed": 3, "synthetic": True}})
+        {script_tail}
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_keep_forget_and_clean_exit(tmp_path):
+    store = RecoveryStore(tmp_path)
+    store.open()
+    assert store.folder is not None and (store.folder / "lock").is_file()
+    path = store.keep(7, "seed 1 · fp32", _volume(), np.eye(4), {"seed": 1})
+    sidecar = json.loads(path.with_name(path.name.replace(".nii.gz", ".json")).read_text())
+    assert path.is_file() and sidecar["seed"] == 1 and sidecar["recovery_name"] == "seed 1 · fp32"
+    store.keep(8, "other", _volume(1), np.eye(4), {})
+    store.forget(7)
+    assert not path.exists() and store.kept() == [8]
+    folder = store.folder
+    store.close()
+    assert not folder.exists()
+
+
+def test_a_live_session_is_not_an_orphan(tmp_path):
+    live, other = RecoveryStore(tmp_path), RecoveryStore(tmp_path)
+    live.open()
+    live.keep(1, "v", _volume(), np.eye(4), {})
+    other.open()
+    assert other.orphans() == []  # same process, but its lock is held: not abandoned
+    live.close()
+    other.close()
+
+
+def test_forgetting_while_the_write_runs_leaves_nothing(tmp_path):
+    store = RecoveryStore(tmp_path)
+    store.open()
+    store.forget(5)  # removed from the session before the worker got to write it
+    path = store.keep(5, "v", _volume(), np.eye(4), {})
+    assert not path.exists() and store.kept() == []
+    store.close()
+
+
+def test_a_killed_process_leaves_an_orphan_that_restores_exactly(tmp_path):
+    done = _kill_after_keeping(tmp_path)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    store = RecoveryStore(tmp_path)
+    store.open()
+    orphans = store.orphans()
+    assert len(orphans) == 1 and len(orphans[0].volumes) == 1
+    assert orphans[0].describe().startswith("1 generated volume from a session that ended unexpectedly")
+    (name, loaded), = store.restore(orphans[0])
+    assert name == "seed 3 · crashed" and loaded.provenance["seed"] == 3 and "recovery_name" not in loaded.provenance
+    assert np.array_equal(loaded.data, np.random.default_rng(3).random((6, 7, 5), dtype=np.float32))
+    assert orphans[0].folder.exists()  # kept until discarded: a failed restore loses nothing
+    store.discard(orphans[0])
+    assert store.orphans() == []
+    store.close()
+
+
+def test_an_unwritable_place_turns_recovery_off_without_failing(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    store = RecoveryStore(blocker / "recovery")
+    store.open()
+    assert store.folder is None and store.keep(1, "v", _volume(), np.eye(4), {}) is None
+    store.close()
+
+
+# -- the app ------------------------------------------------------------------------------------------------
+
+APP_THEN_KILL = """
+import os, signal, sys, tempfile
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+from pathlib import Path
+from PySide6.QtCore import QEventLoop, QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+from app.main_window import MainWindow
+from app.recovery import RecoveryStore
+from engine.models.registry import ModelRegistry
+
+app = QApplication([])
+window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]), settings=QSettings(tempfile.mktemp(suffix=".ini"),
+                    QSettings.Format.IniFormat), enable_3d=False, preload_torch=False,
+                    recovery=RecoveryStore(Path(sys.argv[2])))
+window.show()
+window.state.select_model(window.state.model_by_id("tiny-latent"))
+window.sampling_panel.steps_spin.setValue(4)
+window.sampling_panel.seed_spin.setValue(11)
+loop = QEventLoop()
+window.generation_ended.connect(lambda outcome: loop.quit())
+window.sampling_panel.generate_button.click()
+loop.exec()
+while window.runner.jobs:  # the recovery write
+    app.processEvents()
+entry = window.state.volumes[-1]
+np_sum = float(entry.data.astype("float64").sum())
+print(entry.name, np_sum, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+@pytest.mark.render
+def test_generated_volume_survives_a_killed_app(qtbot, themed_app, registry, tiny_models_dir, qt_settings,
+                                                error_dialogs, tmp_path):
+    from app.main_window import MainWindow
+
+    root = tmp_path / "recovery"
+    done = subprocess.run([sys.executable, "-c", APP_THEN_KILL, str(tiny_models_dir), str(root)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    name, total = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False,
+                        recovery=RecoveryStore(root))
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    bar = window.recovery_bar
+    assert bar.isVisible() and "1 generated volume from a session that ended unexpectedly" in bar.label.text()
+    assert window.state.volumes == []
+    bar.restore_button.click()
+    qtbot.waitUntil(lambda: not bar.isVisible() and not window.runner.jobs, timeout=30_000)
+    (entry,) = window.state.volumes
+    assert entry.name == name and entry.kind == "generated" and entry.synthetic
+    assert float(entry.data.astype("float64").sum()) == pytest.approx(float(total), rel=1e-6)
+    assert entry.provenance["seed"] == 11 and entry.provenance["model"]["id"] == "tiny-latent"
+    assert window.state.shown is entry
+    # The crashed session's folder is gone; the volume is now kept by this session instead.
+    folders = [p for p in root.iterdir() if p.is_dir()]
+    assert folders == [window.recovery.store.folder] and len(list(folders[0].glob("*.nii.gz"))) == 1
+    window.close()
+    assert not root.exists() or list(root.iterdir()) == []  # a clean exit leaves nothing to recover
+
+
+@pytest.mark.render
+def test_discard_deletes_the_orphan(qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path):
+    from app.main_window import MainWindow
+
+    root = tmp_path / "recovery"
+    assert _kill_after_keeping(root).returncode == -signal.SIGKILL
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False,
+                        recovery=RecoveryStore(root))
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    assert window.recovery_bar.isVisible()
+    window.recovery_bar.discard_button.click()
+    assert not window.recovery_bar.isVisible() and window.state.volumes == []
+    assert [p for p in root.iterdir()] == [window.recovery.store.folder]
+    window.close()
+
+
+@pytest.mark.render
+def test_the_recovery_folder_follows_the_session_list(qtbot, main_window):
+    window = main_window
+    window.state.select_model(window.state.model_by_id("tiny-pixel"))
+    window.sampling_panel.steps_spin.setValue(3)
+    for _ in range(2):
+        with qtbot.waitSignal(window.generation_ended, timeout=60_000):
+            window.sampling_panel.generate_button.click()
+        qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
+    folder = window.recovery.store.folder
+    assert len(list(folder.glob("*.nii.gz"))) == 2
+    first = window.state.volumes[0]
+    window.state.remove_volume(first)
+    kept = list(folder.glob("*.nii.gz"))
+    assert len(kept) == 1 and not kept[0].name.endswith(f"-{first.uid}.nii.gz")
