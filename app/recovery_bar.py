@@ -106,15 +106,19 @@ class RecoveryController:
         generated = {e.uid: e for e in self.main.state.volumes if e.kind == "generated"}
         for uid in self._known - set(generated):
             self.store.forget(uid)
-        for uid in set(generated) - self._known:
-            entry = generated[uid]
-            self.main.runner.run_task("recovery-keep", self.store.keep, entry.uid, entry.name, entry.data,
-                                      entry.affine, entry.provenance, failed=self._on_keep_failed)
+        new = [(e.uid, e.name, e.data, e.affine, e.provenance) for uid, e in generated.items() if uid not in self._known]
+        if new:  # one thread writes a batch in turn: sixteen parallel gzip writers would only fight for the CPU
+            self.main.runner.run_task("recovery-keep", _keep_all, self.store, new, failed=self._on_keep_failed)
         self._known = set(generated)
 
     def _on_keep_failed(self, message: str) -> None:
         log.warning("a generated volume could not be kept for crash recovery: %s", message)
         self.main.show_status(f"Crash recovery could not keep a volume: {message}", 10000)
+
+
+def _keep_all(store: RecoveryStore, volumes: list[tuple]) -> None:
+    for volume in volumes:
+        store.keep(*volume)
 
 
 def _restore_all(orphans: list[OrphanSession]):

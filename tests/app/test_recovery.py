@@ -184,13 +184,14 @@ def test_the_recovery_folder_follows_the_session_list(qtbot, main_window):
     window = main_window
     window.state.select_model(window.state.model_by_id("tiny-pixel"))
     window.sampling_panel.steps_spin.setValue(3)
-    for _ in range(2):
+    for batch in (1, 3):
+        window.sampling_panel.batch_spin.setValue(batch)
         with qtbot.waitSignal(window.generation_ended, timeout=60_000):
             window.sampling_panel.generate_button.click()
         qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
     folder = window.recovery.store.folder
-    assert len(list(folder.glob("*.nii.gz"))) == 2
+    assert len(list(folder.glob("*.nii.gz"))) == 4
     first = window.state.volumes[0]
     window.state.remove_volume(first)
     kept = list(folder.glob("*.nii.gz"))
-    assert len(kept) == 1 and not kept[0].name.endswith(f"-{first.uid}.nii.gz")
+    assert len(kept) == 3 and not any(p.name.endswith(f"-{first.uid}.nii.gz") for p in kept)
