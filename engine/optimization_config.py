@@ -97,3 +97,31 @@ class OptimizationConfig:
         if unknown:
             raise InvalidRequest(f"unknown optimization setting(s): {', '.join(sorted(unknown))}")
         return cls(**dict(data))
+
+
+# Settings by name: the rows of ``volsynth bench`` and the choices of ``volsynth compare`` and the app's
+# Compare Settings window. Values are ``OptimizationConfig`` fields.
+NAMED_SETTINGS: dict[str, dict[str, Any]] = {
+    "fp32": {},
+    "tf32": {"tf32": True},
+    "channels_last": {"channels_last_3d": True},
+    "bf16": {"autocast": "bf16"},
+    "fp16": {"autocast": "fp16"},
+    "sdpa": {"attention": "sdpa"},
+    "compile": {"compile_mode": "default"},
+    "cuda_graphs": {"cuda_graphs": True},
+    "int8": {"quantization": "int8"},
+    "mixed": {"quantization": "mixed", "psnr_budget_db": 40.0},
+    "fp8": {"quantization": "fp8", "autocast": "bf16"},
+    "streamed_decode": {"streamed_decode": True},
+    "bf16+sdpa": {"autocast": "bf16", "attention": "sdpa"},
+    "bf16+sdpa+cl": {"autocast": "bf16", "attention": "sdpa", "channels_last_3d": True},
+    "int8+sdpa": {"quantization": "int8", "attention": "sdpa"},
+    "int8+bf16+sdpa": {"quantization": "int8", "autocast": "bf16", "attention": "sdpa"},
+    "mixed+bf16+sdpa": {"quantization": "mixed", "autocast": "bf16", "attention": "sdpa", "psnr_budget_db": 40.0},
+    "tf32+cl": {"tf32": True, "channels_last_3d": True},
+    "tf32+cl+sdpa": {"tf32": True, "channels_last_3d": True, "attention": "sdpa"},
+    "bf16+cl+sdpa+compile": {"autocast": "bf16", "channels_last_3d": True, "attention": "sdpa",
+                             "compile_mode": "default"},
+    "bf16+sdpa+graphs": {"autocast": "bf16", "attention": "sdpa", "cuda_graphs": True},
+}

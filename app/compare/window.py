@@ -47,8 +47,10 @@ from app.panels.optimization_panel import PRESETS, preset_values
 from app.state import AppState, VolumeEntry, format_bytes
 from app.viewer.slice_view import SliceView
 from app.workers import GenerationWorker
+from engine.optimization_config import NAMED_SETTINGS
 
 PANEL_SETTINGS = "Generate panel settings"
+A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
 PLANES = ("axial", "coronal", "sagittal")
 SIDES = ("a", "b", "diff")
 METHOD_NOTE = ("One run of each, A then B, in this process. Step statistics leave out step 1 (warm-up) and the "
@@ -131,11 +133,15 @@ class CompareWindow(QWidget):
         box = QGroupBox("Run")
         grid = QGridLayout(box)
         self.a_box, self.b_box = QComboBox(), QComboBox()
-        for combo, default in ((self.a_box, "Exact fp32"), (self.b_box, PANEL_SETTINGS)):
+        for combo, key, default in ((self.a_box, A_KEY, "Exact fp32"), (self.b_box, B_KEY, PANEL_SETTINGS)):
             combo.addItems([*PRESETS, PANEL_SETTINGS])
-            combo.setCurrentText(default)
-            combo.setToolTip(f"{PANEL_SETTINGS}: the Optimization section of the Generate panel, as set now")
-            combo.currentIndexChanged.connect(self._update_source)
+            combo.insertSeparator(combo.count())
+            combo.addItems([name for name in NAMED_SETTINGS if name != "fp32"])  # the names `volsynth bench` uses
+            saved = self.main.settings.value(key, default, type=str)
+            combo.setCurrentText(saved if combo.findText(saved) >= 0 else default)
+            combo.setToolTip(f"{PANEL_SETTINGS}: the Optimization section of the Generate panel, as set now. "
+                             "Below the line: the named settings of `volsynth bench` and `volsynth compare`.")
+            combo.currentTextChanged.connect(partial(self.main.settings.setValue, key))
         self.profile_spin = QSpinBox()
         self.profile_spin.setRange(0, 10)
         self.profile_spin.setValue(2)
@@ -269,7 +275,9 @@ class CompareWindow(QWidget):
         choice = combo.currentText()
         if choice == PANEL_SETTINGS:
             return OptimizationConfig.from_dict(panel_settings.optimization or {})
-        return OptimizationConfig.from_dict(preset_values(choice))
+        if choice in PRESETS:
+            return OptimizationConfig.from_dict(preset_values(choice))
+        return OptimizationConfig.from_dict(NAMED_SETTINGS[choice])
 
     def start(self) -> bool:
         """Start a comparison from the Generate panel's request. False (and says why) if it cannot start."""

@@ -24,32 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Named rows. "reference" is MONAI's inferer; every other row is an OptimizationConfig.
-ROWS: dict[str, dict[str, Any] | None] = {
-    "fp32": {},
-    "reference": None,
-    "tf32": {"tf32": True},
-    "channels_last": {"channels_last_3d": True},
-    "bf16": {"autocast": "bf16"},
-    "fp16": {"autocast": "fp16"},
-    "sdpa": {"attention": "sdpa"},
-    "compile": {"compile_mode": "default"},
-    "cuda_graphs": {"cuda_graphs": True},
-    "int8": {"quantization": "int8"},
-    "mixed": {"quantization": "mixed", "psnr_budget_db": 40.0},
-    "fp8": {"quantization": "fp8", "autocast": "bf16"},
-    "streamed_decode": {"streamed_decode": True},
-    "bf16+sdpa": {"autocast": "bf16", "attention": "sdpa"},
-    "bf16+sdpa+cl": {"autocast": "bf16", "attention": "sdpa", "channels_last_3d": True},
-    "int8+sdpa": {"quantization": "int8", "attention": "sdpa"},
-    "int8+bf16+sdpa": {"quantization": "int8", "autocast": "bf16", "attention": "sdpa"},
-    "mixed+bf16+sdpa": {"quantization": "mixed", "autocast": "bf16", "attention": "sdpa", "psnr_budget_db": 40.0},
-    "tf32+cl": {"tf32": True, "channels_last_3d": True},
-    "tf32+cl+sdpa": {"tf32": True, "channels_last_3d": True, "attention": "sdpa"},
-    "bf16+cl+sdpa+compile": {"autocast": "bf16", "channels_last_3d": True, "attention": "sdpa",
-                             "compile_mode": "default"},
-    "bf16+sdpa+graphs": {"autocast": "bf16", "attention": "sdpa", "cuda_graphs": True},
-}
+from engine.optimization_config import NAMED_SETTINGS
+
+# Named rows: every named optimization setting, plus "reference", MONAI's own inferer (fp32).
+ROWS: dict[str, dict[str, Any] | None] = {"fp32": NAMED_SETTINGS["fp32"], "reference": None, **NAMED_SETTINGS}
 DEFAULT_ROWS = {
     "cpu": ["fp32", "reference", "bf16", "channels_last", "sdpa", "int8", "bf16+sdpa", "int8+sdpa",
             "int8+bf16+sdpa"],

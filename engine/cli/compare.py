@@ -21,7 +21,7 @@ def register(sub) -> None:
                     "conditioning) and reports per-step latency, peak memory, the top operators of a few "
                     "profiled steps, and how far B's volume moved from A's (PSNR, SSIM, max/mean |B-A|). "
                     "Writes a.nii.gz, b.nii.gz (with sidecars), difference.nii.gz (B-A) and compare.json to "
-                    "--out. A setting is a bench row name (`volsynth bench --rows list`) or a JSON object of "
+                    "--out. A setting is a name (`volsynth bench --rows list`, less 'reference') or a JSON object of "
                     "optimization fields, e.g. '{\"autocast\": \"bf16\", \"attention\": \"sdpa\"}'.")
     add_request_arguments(parser)
     parser.add_argument("--a", default="fp32", help="settings A (default fp32)")
@@ -35,8 +35,7 @@ def register(sub) -> None:
 
 def parse_settings(text: str):
     """A bench row name or a JSON object -> (label, OptimizationConfig)."""
-    from engine.bench.runner import ROWS
-    from engine.optimization_config import OptimizationConfig
+    from engine.optimization_config import NAMED_SETTINGS, OptimizationConfig
 
     text = text.strip()
     if text[:1] in ("{", "["):
@@ -48,10 +47,9 @@ def parse_settings(text: str):
             raise InvalidRequest(f"settings must be a JSON object of optimization fields, got {text!r}")
         config = OptimizationConfig.from_dict(values)
         return config.summary(), config
-    if ROWS.get(text) is None:
-        rows = ", ".join(name for name, row in ROWS.items() if row is not None)
-        raise InvalidRequest(f"unknown settings {text!r}: use a JSON object or one of {rows}")
-    return text, OptimizationConfig.from_dict(ROWS[text])
+    if text not in NAMED_SETTINGS:
+        raise InvalidRequest(f"unknown settings {text!r}: use a JSON object or one of {', '.join(NAMED_SETTINGS)}")
+    return text, OptimizationConfig.from_dict(NAMED_SETTINGS[text])
 
 
 def run(args: argparse.Namespace) -> int:
