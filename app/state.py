@@ -408,6 +408,19 @@ class AppState:
         self.models_changed.emit()
         self.select_model(source)
 
+    def add_models(self, sources: list[Any]) -> None:
+        """Add models to the list without selecting any (e.g. an engine server's)."""
+        known = {m.id for m in self.models}
+        self.models = self.models + [s for s in sources if s.id not in known]
+        self.models_changed.emit()
+
+    def remove_models(self, sources: list[Any]) -> None:
+        """Take models out of the list; if the selected one goes, the first that stays is selected."""
+        self.models = [m for m in self.models if all(m is not s for s in sources)]
+        self.models_changed.emit()
+        if self.selected_model is not None and any(self.selected_model is s for s in sources):
+            self.select_model(self.models[0] if self.models else None)
+
     def select_model(self, source: Any | None) -> None:
         if source is self.selected_model:
             return

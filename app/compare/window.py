@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.panels.optimization_panel import BLOCK_SOURCE as OPTIMIZATION_BLOCK
 from app.panels.optimization_panel import PRESETS, preset_values
 from app.state import AppState, VolumeEntry, format_bytes
 from app.viewer.slice_view import SliceView
@@ -293,9 +294,12 @@ class CompareWindow(QWidget):
             self._fail_early("Choose a model in the Generate panel first.")
             return False
         settings = panel.settings()
-        blocked = panel.generate_blocked_reason()
-        if blocked and PANEL_SETTINGS in (self.a_box.currentText(), self.b_box.currentText()):
-            self._fail_early(f"The Generate panel's settings are refused: {blocked}")
+        # Refused optimization settings matter only when a side uses the panel's; any other block (a model
+        # the chosen server lacks...) stops a comparison as it stops Generate.
+        uses_panel = PANEL_SETTINGS in (self.a_box.currentText(), self.b_box.currentText())
+        blocked = panel.generate_blocked_reason(ignore=() if uses_panel else (OPTIMIZATION_BLOCK,))
+        if blocked:
+            self._fail_early(f"Cannot run this request: {blocked}")
             return False
         settings.batch_size, settings.preview_interval = 1, 0
         try:

@@ -223,8 +223,9 @@ class SamplingPanel(QWidget):
             self._generate_blocks.pop(source, None)
         self._update_generate_button()
 
-    def generate_blocked_reason(self) -> str:
-        return "\n".join(self._generate_blocks.values())
+    def generate_blocked_reason(self, ignore: tuple[str, ...] = ()) -> str:
+        """Why Generate is off ("" if it is not), leaving out the blocks of the ``ignore`` sources."""
+        return "\n".join(reason for source, reason in self._generate_blocks.items() if source not in ignore)
 
     def _update_generate_button(self) -> None:
         blocked = self.generate_blocked_reason()

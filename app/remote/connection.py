@@ -6,6 +6,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from app.state import REMOTE_PREFIX
@@ -43,6 +44,7 @@ class ServerConnection:
     device: str  # the server's device, e.g. "cuda:0"
     device_name: str
     model_ids: list[str] = field(default_factory=list)
+    model_specs: list[dict] = field(default_factory=list)  # the server's specs (GET /models), as sent
 
     @property
     def device_id(self) -> str:
@@ -71,7 +73,53 @@ def probe_server(url: str, token: str | None) -> ServerConnection:
         backend.close()
     match = re.search(r"\(([^()]*)\)\s*$", info.device)  # "http://host:port (cuda:0)"
     return ServerConnection(url=url, token=token or None, device=match.group(1) if match else info.device,
-                            device_name=info.device_name, model_ids=[str(m.get("id", "")) for m in models])
+                            device_name=info.device_name, model_ids=[str(m.get("id", "")) for m in models],
+                            model_specs=[m for m in models if isinstance(m, dict)])
+
+
+@dataclass(eq=False)
+class RemoteModelSource:
+    """A model that only an engine server has: listed in the model picker, run only on that server.
+
+    Looks like ``engine.models.source.ModelSource`` where the app reads one (``id``, ``spec``, ``path``,
+    ``model_card()``); it has no weights here. The spec's name says where the model lives.
+    """
+
+    spec: Any  # engine.models.spec.ModelSpec, as the server described it
+    url: str
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def path(self) -> str:
+        return self.url
+
+    def model_card(self) -> str:
+        return (f"# {self.spec.name}\n\nThis model is installed on the engine server {self.url}, not on this "
+                f"computer; its model card is there (`volsynth models` on the server).\n\n{self.spec.description}")
+
+
+def remote_model_sources(connection: ServerConnection, local_ids: set[str]) -> tuple[list[RemoteModelSource], list[str]]:
+    """The server's models that this computer does not have, and the problems of specs that could not be read."""
+    from dataclasses import replace
+
+    from engine.errors import EngineError
+    from engine.models.spec import ModelSpec
+
+    host = urlsplit(connection.url).netloc
+    sources, problems = [], []
+    for data in connection.model_specs:
+        if str(data.get("id", "")) in local_ids:
+            continue  # the same id here: the server runs its copy, the picker shows ours
+        try:
+            spec = ModelSpec.from_dict(data)
+        except (EngineError, KeyError, TypeError, ValueError) as exc:
+            problems.append(f"{data.get('id', '?')}: {exc}")
+            continue
+        sources.append(RemoteModelSource(replace(spec, name=f"{spec.name} (on {host})"), connection.url))
+    return sources, problems
 
 
 class MetricsFeed:

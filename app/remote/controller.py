@@ -13,7 +13,14 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.remote.connection import MetricsFeed, ServerConnection, normalise_url, probe_server
+from app.remote.connection import (
+    MetricsFeed,
+    RemoteModelSource,
+    ServerConnection,
+    normalise_url,
+    probe_server,
+    remote_model_sources,
+)
 from app.state import REMOTE_PREFIX, GenerationSettings
 from engine.errors import InvalidRequest
 
@@ -89,6 +96,7 @@ class RemoteController:
         self.main = window
         self.connections: dict[str, ServerConnection] = {}  # device id -> connection
         self.feeds: dict[str, MetricsFeed] = {}
+        self.models: dict[str, list[RemoteModelSource]] = {}  # device id -> the server's models we lack
         self.dialog: ServerDialog | None = None
         self.connect_action = QAction("Connect to Engine &Server...", window)
         self.connect_action.setShortcut(QKeySequence("Ctrl+Shift+E"))
@@ -124,10 +132,16 @@ class RemoteController:
         feed.start()
         self.feeds[device] = feed
         self.main.settings.setValue(LAST_URL_KEY, connection.url)
+        local_ids = {m.id for m in self.main.state.models if not isinstance(m, RemoteModelSource)}
+        sources, problems = remote_model_sources(connection, local_ids)
+        self.models[device] = sources
+        self.main.state.add_models(sources)
         self.main.sampling_panel.add_device(connection.label, device)
         self._update()
+        extra = f", {len(sources)} of them only there (added to the model list)" if sources else ""
+        unreadable = f"; could not read {len(problems)}: {'; '.join(problems)}" if problems else ""
         self.main.show_status(f"Connected to {connection.url}: {connection.device} {connection.device_name}, "
-                              f"{len(connection.model_ids)} model(s)", 10000)
+                              f"{len(connection.model_ids)} model(s){extra}{unreadable}", 10000)
 
     def remove_connection(self, device: str) -> None:
         if device not in self.connections:
@@ -137,6 +151,7 @@ class RemoteController:
         if feed is not None:
             feed.stop()
         self.main.backends.remove(device)
+        self.main.state.remove_models(self.models.pop(device, []))
         self.main.sampling_panel.remove_device(device)
         self._update()
 
@@ -174,7 +189,10 @@ class RemoteController:
         self.disconnect_action.setEnabled(connection is not None and not self.main.state.job_running)
         source = self.main.state.selected_model
         reason = None
-        if connection is not None and source is not None and source.spec.id not in connection.model_ids:
+        if isinstance(source, RemoteModelSource) and (connection is None or connection.url != source.url):
+            reason = (f"{source.spec.name} is installed on the engine server {source.url} only; choose that server "
+                      "as the device")
+        elif connection is not None and source is not None and source.spec.id not in connection.model_ids:
             models = ", ".join(connection.model_ids) or "none"
             reason = (f"the engine server {connection.url} has no model {source.spec.id!r} (it has: {models}); "
                       "choose one of those or install the model there")

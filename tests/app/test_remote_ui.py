@@ -159,3 +159,50 @@ def test_compare_runs_on_the_server(qtbot, main_window, server):
     assert result.b.result.provenance["backend"] == "remote" and result.b.applied() == ["autocast"]
     assert result.b.kernel_profile["operators"]
     compare.close()
+
+
+@pytest.fixture
+def server_with_extra_model(tiny_models_dir, tmp_path):
+    """A server whose registry has a model this computer lacks ("server-only")."""
+    from engine.models.registry import ModelRegistry
+    from engine.testing import make_tiny_model
+
+    extra = tmp_path / "server-models"
+    make_tiny_model(extra / "server-only", model_id="server-only", kind="pixel", conditioned=False)
+    backend = LocalBackend("cpu", ModelRegistry([tiny_models_dir, extra]))
+    with ServerThread(create_app(backend, token=TOKEN)) as url:
+        yield url
+
+
+def test_models_only_the_server_has_are_listed_and_run_there(qtbot, main_window, server_with_extra_model,
+                                                            error_dialogs):
+    window, url = main_window, server_with_extra_model
+    _connect(qtbot, window, url)
+    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
+    remote_only = window.state.model_by_id("server-only")
+    assert remote_only is not None and remote_only.spec.name.endswith(f"(on {url.removeprefix('http://')})")
+    assert window.sampling_panel.model_box.findData("server-only") >= 0
+    assert "installed on the engine server" in remote_only.model_card()
+    window.state.select_model(remote_only)
+    window.sampling_panel.steps_spin.setValue(3)
+    assert window.sampling_panel.generate_blocked_reason() == ""  # the server is the device
+    window.sampling_panel.generate_button.click()
+    assert _wait_ended(qtbot, window) == "finished"
+    entry = window.state.shown
+    assert entry.provenance["model"]["id"] == "server-only" and entry.provenance["backend"] == "remote"
+
+    # On this computer's CPU the model cannot run: Generate and Compare say why.
+    panel = window.sampling_panel
+    panel.device_box.setCurrentIndex(panel.device_box.findData("cpu"))
+    reason = panel.generate_blocked_reason()
+    assert "installed on the engine server" in reason and not panel.generate_button.isEnabled()
+    compare = window.compare.open()
+    compare.b_box.setCurrentText("bf16")
+    assert not compare.start() and "installed on the engine server" in error_dialogs[-1][1]
+    compare.close()
+
+    # Disconnecting takes the server's models out of the list.
+    panel.device_box.setCurrentIndex(panel.device_box.findData(REMOTE_PREFIX + url))
+    window.remote.disconnect_action.trigger()
+    assert window.state.model_by_id("server-only") is None
+    assert window.state.selected_model is not None and window.state.selected_model.id != "server-only"
