@@ -568,10 +568,11 @@ class MainWindow(QMainWindow):
         provenance.setdefault("synthetic", entry.synthetic)
         self.show_status(f"Saving {path.name}...")
         write = partial(save_volume, entry.data, entry.affine, path, provenance=provenance, synthetic=entry.synthetic)
-        self.runner.run_task("save", write, finished=self._on_file_saved,
+        self.runner.run_task("save", write, finished=partial(self._on_file_saved, entry),
                              failed=partial(self._on_save_failed, path))
 
-    def _on_file_saved(self, path) -> None:
+    def _on_file_saved(self, entry: VolumeEntry, path) -> None:
+        entry.saved = True
         self.state.recent.add(path)
         self._rebuild_recent_menu()
         self._save_recent()

@@ -3,9 +3,10 @@
 Each running app keeps a session folder under ``$XDG_DATA_HOME/volsynth/recovery/`` (``~/.local/share/...``)
 and holds an exclusive ``flock`` on its ``lock`` file for as long as it lives. Every generated volume of the
 session is written there (NIfTI + provenance sidecar, atomically, from a worker thread) as soon as it is
-made, and deleted when the user removes it from the session; a clean exit deletes the folder. After a crash
+made, and deleted when the user removes it from the session. A clean exit deletes the folder, unless some
+volumes were never saved to a file or the vault: those stay, marked as left at a clean exit. After a crash
 the kernel releases the lock, so at the next start a folder whose lock can be taken is a session that ended
-unexpectedly, and the app offers its volumes back.
+(unexpectedly, or with unsaved volumes), and the app offers its volumes back.
 
 Only generated (synthetic) volumes are kept: scans opened from disk are still on disk, and volumes opened
 from the encrypted vault must never be written in plaintext.
@@ -44,11 +45,14 @@ class OrphanSession:
     folder: Path
     started: float  # seconds since the epoch
     volumes: list[Path]  # the NIfTI files in it, oldest first
+    clean_exit: bool = False  # the app was closed with these volumes unsaved, rather than dying
 
     def describe(self) -> str:
         when = time.strftime("%d %b %H:%M", time.localtime(self.started))
         count = len(self.volumes)
-        return f"{count} generated volume{'s' if count != 1 else ''} from a session that ended unexpectedly ({when})"
+        what = f"{count} {'unsaved ' if self.clean_exit else ''}generated volume{'s' if count != 1 else ''}"
+        how = "your last session" if self.clean_exit else "a session that ended unexpectedly"
+        return f"{what} from {how} ({when})"
 
 
 class RecoveryStore:
@@ -111,13 +115,19 @@ class RecoveryStore:
     def kept(self) -> list[int]:
         return list(self._files)
 
-    def close(self) -> None:
-        """Clean exit: nothing to recover."""
+    def close(self, keep: bool = False) -> None:
+        """The app exits. ``keep``: some volumes were never saved, so they stay to be offered at the next start
+        (marked as left at a clean exit); otherwise the folder goes."""
         if self.folder is None:
             return
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if keep and self._files and self._lock_fd is not None:
+            record = json.dumps({"pid": os.getpid(), "started": _started(self.folder), "ended": time.time()})
+            os.ftruncate(self._lock_fd, 0)
+            os.pwrite(self._lock_fd, record.encode(), 0)
+        else:
+            shutil.rmtree(self.folder, ignore_errors=True)
         if self._lock_fd is not None:
-            os.close(self._lock_fd)
+            os.close(self._lock_fd)  # releases the lock
         self.folder, self._lock_fd, self._files = None, None, {}
 
     # -- earlier sessions ----------------------------------------------------------------------------
@@ -134,7 +144,7 @@ class RecoveryStore:
             if not volumes:
                 shutil.rmtree(folder, ignore_errors=True)
                 continue
-            found.append(OrphanSession(folder, _started(folder), volumes))
+            found.append(OrphanSession(folder, _started(folder), volumes, clean_exit=_ended_cleanly(folder)))
         return found
 
     @staticmethod
@@ -173,6 +183,13 @@ def _abandoned(folder: Path) -> bool:
     finally:
         os.close(fd)  # closing drops the lock again
     return True
+
+
+def _ended_cleanly(folder: Path) -> bool:
+    try:
+        return "ended" in json.loads((folder / LOCK_NAME).read_text())
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def _started(folder: Path) -> float:

@@ -81,7 +81,15 @@ class RecoveryController:
         self.main.show_status("Discarded the volumes of the earlier session", 5000)
 
     def close(self) -> None:
-        self.store.close()
+        """Clean exit: volumes saved to a file or the vault are let go; unsaved ones stay for the next start."""
+        unsaved = False
+        for entry in self.main.state.volumes:
+            if entry.kind == "generated":
+                if entry.saved:
+                    self.store.forget(entry.uid)
+                else:
+                    unsaved = True
+        self.store.close(keep=unsaved)
 
     def _on_restored(self, restored) -> None:
         sessions, volumes = restored

@@ -60,6 +60,7 @@ class VolumeEntry:
     provenance: dict[str, Any] = field(default_factory=dict)
     synthetic: bool = False
     uid: int = field(default_factory=lambda: next(_uids))
+    saved: bool = False  # the user wrote it to a file or the vault in this session (crash recovery lets it go)
     _percentiles: dict[float, float] = field(default_factory=dict, repr=False)
 
     @property

@@ -647,11 +647,13 @@ class VaultController(QObject):
         if entry.kind == "generated" or (entry.synthetic and entry.path is None):
             provenance = model.jsonable({**entry.provenance, "synthetic": True})
             self._start("save", model.save_volume, self.vault, entry.data, entry.affine, provenance, entry.name,
-                        finished=self._on_saved, progress="Saving to the Vault", text="Encrypting...")
+                        finished=partial(self._on_saved, entry), progress="Saving to the Vault",
+                        text="Encrypting...")
         else:
             self.ask_import_details([entry.path])
 
-    def _on_saved(self, info) -> None:
+    def _on_saved(self, entry: VolumeEntry, info) -> None:
+        entry.saved = True
         self.refresh()
         self.window.show_status(f"Saved \u201c{info.label}\u201d to the vault", 8000)
 

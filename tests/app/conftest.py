@@ -27,6 +27,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def private_data_home(tmp_path, monkeypatch):
+    """Each test its own data folder: crash-recovery folders (and anything else under it) stay per test."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data-home"))
+
+
 @pytest.fixture
 def qt_settings(tmp_path):
     from PySide6.QtCore import QSettings

@@ -87,6 +87,21 @@ def test_a_killed_process_leaves_an_orphan_that_restores_exactly(tmp_path):
     store.close()
 
 
+def test_a_clean_exit_keeps_only_what_asks_to_be_kept(tmp_path):
+    store = RecoveryStore(tmp_path)
+    store.open()
+    store.keep(1, "unsaved", _volume(), np.eye(4), {})
+    store.close(keep=True)
+    (left,) = RecoveryStore(tmp_path).orphans()
+    assert left.clean_exit and [p.name.split("-")[-1] for p in left.volumes] == ["1.nii.gz"]
+    RecoveryStore.discard(left)
+    store = RecoveryStore(tmp_path)
+    store.open()
+    store.keep(2, "saved elsewhere", _volume(), np.eye(4), {})
+    store.close(keep=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_unwritable_place_turns_recovery_off_without_failing(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
@@ -158,7 +173,10 @@ def test_generated_volume_survives_a_killed_app(qtbot, themed_app, registry, tin
     folders = [p for p in root.iterdir() if p.is_dir()]
     assert folders == [window.recovery.store.folder] and len(list(folders[0].glob("*.nii.gz"))) == 1
     window.close()
-    assert not root.exists() or list(root.iterdir()) == []  # a clean exit leaves nothing to recover
+    # Closed without saving it: it stays for the next start, now as a clean exit's leftover.
+    (left,) = RecoveryStore(root).orphans()
+    assert left.clean_exit and len(left.volumes) == 1
+    assert left.describe().startswith("1 unsaved generated volume from your last session")
 
 
 @pytest.mark.render
@@ -195,3 +213,41 @@ def test_the_recovery_folder_follows_the_session_list(qtbot, main_window):
     window.state.remove_volume(first)
     kept = list(folder.glob("*.nii.gz"))
     assert len(kept) == 3 and not any(p.name.endswith(f"-{first.uid}.nii.gz") for p in kept)
+
+
+@pytest.mark.render
+def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(qtbot, themed_app, registry, qt_settings,
+                                                                    error_dialogs, tmp_path):
+    from app.main_window import MainWindow
+
+    root = tmp_path / "recovery"
+
+    def open_window():
+        window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False,
+                            recovery=RecoveryStore(root))
+        qtbot.addWidget(window)
+        window.show()
+        qtbot.waitExposed(window)
+        return window
+
+    window = open_window()
+    window.state.select_model(window.state.model_by_id("tiny-pixel"))
+    window.sampling_panel.steps_spin.setValue(3)
+    window.sampling_panel.batch_spin.setValue(2)
+    with qtbot.waitSignal(window.generation_ended, timeout=60_000):
+        window.sampling_panel.generate_button.click()
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
+    saved, unsaved = window.state.volumes
+    window.save_entry(saved, tmp_path / "saved.nii.gz")
+    qtbot.waitUntil(lambda: saved.saved and not window.runner.jobs, timeout=30_000)
+    window.close()
+
+    window = open_window()
+    assert "1 unsaved generated volume from your last session" in window.recovery_bar.label.text()
+    window.recovery_bar.restore_button.click()
+    qtbot.waitUntil(lambda: not window.recovery_bar.isVisible() and not window.runner.jobs, timeout=30_000)
+    (entry,) = window.state.volumes
+    assert entry.name == unsaved.name and np.array_equal(entry.data, unsaved.data)
+    entry.saved = True  # as if saved now: the next clean exit has nothing left to keep
+    window.close()
+    assert list(root.iterdir()) == []

@@ -443,8 +443,11 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
     with qtbot.waitSignal(window.generation_ended, timeout=120_000):
         window.sampling_panel.generate_button.click()
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    generated = window.state.shown
+    assert not generated.saved
     controller.save_entry()
     assert _wait_task(qtbot, controller, "save") == "finished"
+    assert generated.saved  # in the vault now: crash recovery lets it go at a clean exit
     _import(qtbot, controller, [mni_t1], rows=4, label="T1 MPRAGE", patient={"name": "Doe^Jane", "id": "P-0042"},
             study={"description": "MR brain follow-up", "date": "20240131"})
     mni = next(i for i in controller.items if i.label == "T1 MPRAGE")
