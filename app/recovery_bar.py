@@ -1,9 +1,9 @@
 """The main window's side of crash recovery (``app.recovery``): keep generated volumes, offer orphans back.
 
 ``RecoveryController`` follows the session list: each generated volume that appears is written to this
-session's recovery folder in a worker thread, each one removed is deleted there. At start it looks for
-sessions that ended unexpectedly and shows a bar above the viewer, *Restore* or *Discard*; it never asks
-with a modal dialog, so a start is never blocked.
+session's recovery folder in a worker thread, each one removed is deleted there; at a clean exit the ones
+never saved stay. At start it looks for sessions that died or left unsaved volumes and shows a bar above
+the viewer, *Restore* or *Discard*; it never asks with a modal dialog, so a start is never blocked.
 """
 
 from __future__ import annotations
