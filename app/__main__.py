@@ -94,6 +94,8 @@ def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
         window.grab().save(png)
         print(f"demo: {window._demo_outcome}; screenshot saved to {png}", flush=True)
+        window.recovery.keep_unsaved = False  # the demo's volume is a check, not work to offer back next time
+        window.close()  # a clean exit: settings saved, workers and recovery closed
         app.quit()
 
     def ended(outcome: str) -> None:

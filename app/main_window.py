@@ -154,6 +154,8 @@ class MainWindow(QMainWindow):
         self.remote = install_remote(self)  # Generate > Connect to Engine Server: remote devices (app/remote)
         # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
         self.recovery = RecoveryController(self, recovery or RecoveryStore(), self.recovery_bar)
+        # Quitting without closing the window (app.quit(), a session logout) is still a clean exit.
+        QApplication.instance().aboutToQuit.connect(self.recovery.close)
         self._looked_for_orphans = False
 
         self.sampling_panel.generate_requested.connect(self._on_panel_generate_requested)

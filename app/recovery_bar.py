@@ -44,6 +44,7 @@ class RecoveryController:
     def __init__(self, window, store: RecoveryStore, bar: RecoveryBar) -> None:
         self.main, self.store, self.bar = window, store, bar
         self.orphans: list[OrphanSession] = []
+        self.keep_unsaved = True  # False for runs nobody works in (--demo): their volumes are checks, not work
         self._known: set[int] = set()
         store.open()
         window.state.volumes_changed.connect(self._on_state_volumes_changed)
@@ -85,7 +86,7 @@ class RecoveryController:
         unsaved = False
         for entry in self.main.state.volumes:
             if entry.kind == "generated":
-                if entry.saved:
+                if entry.saved or not self.keep_unsaved:
                     self.store.forget(entry.uid)
                 else:
                     unsaved = True

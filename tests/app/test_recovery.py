@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -251,3 +252,56 @@ def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(qtbot, themed
     entry.saved = True  # as if saved now: the next clean exit has nothing left to keep
     window.close()
     assert list(root.iterdir()) == []
+
+
+APP_THEN_QUIT = """
+import os, sys, tempfile
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+from pathlib import Path
+from PySide6.QtCore import QEventLoop, QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+from app.main_window import MainWindow
+from app.recovery import RecoveryStore
+from engine.models.registry import ModelRegistry
+
+app = QApplication([])
+window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]), settings=QSettings(tempfile.mktemp(suffix=".ini"),
+                    QSettings.Format.IniFormat), enable_3d=False, preload_torch=False,
+                    recovery=RecoveryStore(Path(sys.argv[2])))
+window.show()
+window.state.select_model(window.state.model_by_id("tiny-pixel"))
+window.sampling_panel.steps_spin.setValue(3)
+
+def quit_when_kept():
+    if window.runner.jobs:
+        QTimer.singleShot(50, quit_when_kept)
+    else:
+        app.quit()  # the event loop ends; the window is never closed
+
+window.generation_ended.connect(lambda outcome: QTimer.singleShot(0, quit_when_kept))
+QTimer.singleShot(0, window.sampling_panel.generate_button.click)
+sys.exit(app.exec())
+"""
+
+
+def test_quitting_without_closing_the_window_is_still_a_clean_exit(tiny_models_dir, tmp_path):
+    root = tmp_path / "recovery"
+    done = subprocess.run([sys.executable, "-c", APP_THEN_QUIT, str(tiny_models_dir), str(root)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (left,) = RecoveryStore(root).orphans()
+    assert left.clean_exit and len(left.volumes) == 1  # unsaved, so kept; but not called a crash
+
+
+@pytest.mark.slow
+def test_the_demo_run_leaves_nothing_to_recover(tmp_path):
+    """`volsynth-studio --demo` (the main job's headless check) on the shipped model, start to finish."""
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "XDG_DATA_HOME": str(tmp_path / "data"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    png = tmp_path / "demo.png"
+    done = subprocess.run([sys.executable, "-m", "app", "--no-3d", "--demo", str(png)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    assert "demo: generation finished" in done.stdout and png.stat().st_size > 10_000
+    recovery = tmp_path / "data" / "volsynth" / "recovery"
+    assert not recovery.exists() or list(recovery.iterdir()) == []
