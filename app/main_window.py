@@ -155,7 +155,7 @@ class MainWindow(QMainWindow):
         # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
         self.recovery = RecoveryController(self, recovery or RecoveryStore(), self.recovery_bar)
         # Quitting without closing the window (app.quit(), a session logout) is still a clean exit.
-        QApplication.instance().aboutToQuit.connect(self.recovery.close)
+        self._quit_hook = QApplication.instance().aboutToQuit.connect(self.recovery.close)
         self._looked_for_orphans = False
 
         self.sampling_panel.generate_requested.connect(self._on_panel_generate_requested)
@@ -757,6 +757,7 @@ class MainWindow(QMainWindow):
         self._preview_timer.stop()
         self.runner.shutdown()  # waits for running writes, recovery's included
         self.recovery.close()
+        QObject.disconnect(self._quit_hook)  # closed: the quit hook has nothing left to do
         self.remote.close()
         self.metrics_dock.stop()
         if self.sampler is not None:
