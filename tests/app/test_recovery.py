@@ -114,7 +114,8 @@ def test_an_unwritable_place_turns_recovery_off_without_failing(tmp_path):
 
 # -- the app ------------------------------------------------------------------------------------------------
 
-APP_THEN_KILL = """
+# A real app process: models from argv[1], recovery folder argv[2]; each script goes on from here.
+APP_PROCESS = """
 import os, signal, sys, tempfile
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 from pathlib import Path
@@ -129,6 +130,9 @@ window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]), settings=QSetti
                     QSettings.Format.IniFormat), enable_3d=False, preload_torch=False,
                     recovery=RecoveryStore(Path(sys.argv[2])))
 window.show()
+"""
+
+APP_THEN_KILL = APP_PROCESS + """
 window.state.select_model(window.state.model_by_id("tiny-latent"))
 window.sampling_panel.steps_spin.setValue(4)
 window.sampling_panel.seed_spin.setValue(11)
@@ -254,21 +258,7 @@ def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(qtbot, themed
     assert list(root.iterdir()) == []
 
 
-APP_THEN_QUIT = """
-import os, sys, tempfile
-os.environ["QT_QPA_PLATFORM"] = "offscreen"
-from pathlib import Path
-from PySide6.QtCore import QEventLoop, QSettings, QTimer
-from PySide6.QtWidgets import QApplication
-from app.main_window import MainWindow
-from app.recovery import RecoveryStore
-from engine.models.registry import ModelRegistry
-
-app = QApplication([])
-window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]), settings=QSettings(tempfile.mktemp(suffix=".ini"),
-                    QSettings.Format.IniFormat), enable_3d=False, preload_torch=False,
-                    recovery=RecoveryStore(Path(sys.argv[2])))
-window.show()
+APP_THEN_QUIT = APP_PROCESS + """
 window.state.select_model(window.state.model_by_id("tiny-pixel"))
 window.sampling_panel.steps_spin.setValue(3)
 
