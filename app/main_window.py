@@ -251,6 +251,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.quit_action)
 
         gen_menu = bar.addMenu("&Generate")
+        self.generate_menu = gen_menu  # other parts add their entries here (app/compare, app/remote)
         for action in (self.generate_action, self.cancel_action, self.random_seed_action, self.open_model_action):
             gen_menu.addAction(action)
 

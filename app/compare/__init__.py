@@ -39,14 +39,9 @@ class CompareController:
 def install_compare(window) -> CompareController:
     """Give ``window`` (a ``MainWindow``) its Compare Settings entry in the Generate menu and the toolbar."""
     controller = CompareController(window)
-    bar = window.menuBar()
-    generate_menu = next((a.menu() for a in bar.actions() if a.text().replace("&", "") == "Generate"), None)
-    if generate_menu is not None:
-        generate_menu.addSeparator()
-        generate_menu.addAction(controller.action)
-    toolbar = getattr(window, "main_toolbar", None)
-    if toolbar is not None:  # right after Generate and Cancel
-        actions = toolbar.actions()
-        after = actions.index(window.cancel_action) + 1 if window.cancel_action in actions else len(actions)
-        toolbar.insertAction(actions[after] if after < len(actions) else None, controller.action)
+    window.generate_menu.addSeparator()
+    window.generate_menu.addAction(controller.action)
+    actions = window.main_toolbar.actions()
+    after = actions.index(window.cancel_action) + 1  # right after Generate and Cancel
+    window.main_toolbar.insertAction(actions[after] if after < len(actions) else None, controller.action)
     return controller

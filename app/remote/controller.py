@@ -212,10 +212,7 @@ class RemoteController:
 def install_remote(window) -> RemoteController:
     """Give ``window`` (a ``MainWindow``) its engine-server entries in the Generate menu."""
     controller = RemoteController(window)
-    bar = window.menuBar()
-    generate_menu = next((a.menu() for a in bar.actions() if a.text().replace("&", "") == "Generate"), None)
-    if generate_menu is not None:
-        generate_menu.addSeparator()
-        generate_menu.addAction(controller.connect_action)
-        generate_menu.addAction(controller.disconnect_action)
+    window.generate_menu.addSeparator()
+    window.generate_menu.addAction(controller.connect_action)
+    window.generate_menu.addAction(controller.disconnect_action)
     return controller
