@@ -330,10 +330,6 @@ class CompareWindow(QWidget):
             self._job.cancel()
             self.progress_label.setText("Cancelling at the next step...")
 
-    @property
-    def running(self) -> bool:
-        return self._job is not None
-
     def _fail_early(self, message: str) -> None:
         self.progress_label.setText(message)
         self.main.show_error("Cannot compare", message)

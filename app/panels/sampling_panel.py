@@ -249,13 +249,12 @@ class SamplingPanel(QWidget):
         if self.device_box.currentData() != current:
             self.device_box.currentIndexChanged.emit(self.device_box.currentIndex())
 
-    def add_device(self, label: str, data: str, select: bool = True) -> None:
-        """Add a device that is not on this machine (an engine server); it survives ``set_devices``."""
+    def add_device(self, label: str, data: str) -> None:
+        """Add and select a device that is not on this machine (an engine server); it survives ``set_devices``."""
         self.remove_device(data)
         self._added_devices.append((label, data))
         self.device_box.addItem(label, data)
-        if select:
-            self.device_box.setCurrentIndex(self.device_box.findData(data))
+        self.device_box.setCurrentIndex(self.device_box.findData(data))
 
     def remove_device(self, data: str) -> None:
         self._added_devices = [(label, d) for label, d in self._added_devices if d != data]
