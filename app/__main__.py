@@ -29,11 +29,18 @@ def _process_age_s() -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="volsynth-studio", description="VolSynth Studio")
     parser.add_argument("files", nargs="*", help="NIfTI files to open")
-    parser.add_argument("--measure-startup", action="store_true",
-                        help="print seconds from launch to a usable window and to the 3D view, then quit")
+    parser.add_argument(
+        "--measure-startup",
+        action="store_true",
+        help="print seconds from launch to a usable window and to the 3D view, then quit",
+    )
     parser.add_argument("--no-3d", action="store_true", help="do not create the 3D view (no OpenGL)")
-    parser.add_argument("--demo", metavar="PNG", help="generate one volume with the selected (shipped) model, save a "
-                        "screenshot of the window to PNG and quit: the headless check of the main job")
+    parser.add_argument(
+        "--demo",
+        metavar="PNG",
+        help="generate one volume with the selected (shipped) model, save a "
+        "screenshot of the window to PNG and quit: the headless check of the main job",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

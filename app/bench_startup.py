@@ -16,9 +16,13 @@ import sys
 def measure(runs: int = 3) -> dict[str, list[float]]:
     found: dict[str, list[float]] = {"window": [], "3d": []}
     for _ in range(runs):
-        done = subprocess.run([sys.executable, "-m", "app", "--measure-startup"], capture_output=True, text=True,
-                              timeout=120)
-        for key, pattern in (("window", r"usable window after ([\d.]+) s"), ("3d", r"3D view ready after ([\d.]+) s")):
+        done = subprocess.run(
+            [sys.executable, "-m", "app", "--measure-startup"], capture_output=True, text=True, timeout=120
+        )
+        for key, pattern in (
+            ("window", r"usable window after ([\d.]+) s"),
+            ("3d", r"3D view ready after ([\d.]+) s"),
+        ):
             match = re.search(pattern, done.stdout)
             if match:
                 found[key].append(float(match.group(1)))
@@ -36,7 +40,9 @@ def main() -> int:
     for key, label in (("window", "usable window"), ("3d", "3D view ready")):
         values = found[key]
         if values:
-            print(f"{label:>14}: median {statistics.median(values):.2f} s  (runs: {', '.join(f'{v:.2f}' for v in values)})")
+            print(
+                f"{label:>14}: median {statistics.median(values):.2f} s  (runs: {', '.join(f'{v:.2f}' for v in values)})"
+            )
     return 0
 
 

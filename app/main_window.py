@@ -54,7 +54,9 @@ log = logging.getLogger(__name__)
 
 NIFTI_FILTER = "NIfTI volumes (*.nii *.nii.gz);;All files (*)"
 PREVIEW_INTERVAL_MS = 200  # draw previews at most 5 times a second
-TELEMETRY_START_DELAY_MS = 500  # the sampler starts this long after the window is shown, off the start-up path
+TELEMETRY_START_DELAY_MS = (
+    500  # the sampler starts this long after the window is shown, off the start-up path
+)
 
 
 def is_nifti(path: str | Path) -> bool:
@@ -99,8 +101,15 @@ class MainWindow(QMainWindow):
     volume_opened = Signal(object)
     view3d_ready = Signal()
 
-    def __init__(self, registry=None, settings: QSettings | None = None, enable_3d: bool = True,
-                 preload_torch: bool = True, sampler=None, recovery: RecoveryStore | None = None) -> None:
+    def __init__(
+        self,
+        registry=None,
+        settings: QSettings | None = None,
+        enable_3d: bool = True,
+        preload_torch: bool = True,
+        sampler=None,
+        recovery: RecoveryStore | None = None,
+    ) -> None:
         super().__init__()
         self.setWindowTitle("VolSynth Studio")
         self.setObjectName("VolSynthMainWindow")
@@ -137,20 +146,31 @@ class MainWindow(QMainWindow):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setMinimumWidth(320)
         self.add_dock(scroll, "Generate", Qt.DockWidgetArea.LeftDockWidgetArea, name="generateDock")
-        self.add_dock(self.session_panel, "Session", Qt.DockWidgetArea.RightDockWidgetArea, name="sessionDock")
+        self.add_dock(
+            self.session_panel, "Session", Qt.DockWidgetArea.RightDockWidgetArea, name="sessionDock"
+        )
         self.sampler = sampler
         self._telemetry_run: tuple[str, Any] | None = None  # (run id, the metrics source it is marked on)
         self.metrics_dock = MetricsDock(sampler)
-        self.add_dock(self.metrics_dock, "Metrics", Qt.DockWidgetArea.RightDockWidgetArea, name="metricsDock",
-                      tabify_with="sessionDock")
+        self.add_dock(
+            self.metrics_dock,
+            "Metrics",
+            Qt.DockWidgetArea.RightDockWidgetArea,
+            name="metricsDock",
+            tabify_with="sessionDock",
+        )
 
         self._build_actions()
         self._build_menus()
         self._build_toolbar()
         self._build_status_bar()
         self.vault_controller = install_vault(self)  # Vault dock, menu and auto-lock (app/vault)
-        self.optimization_panel = install_optimization_panel(self)  # Optimization section of the generation panel
-        self.compare = install_compare(self)  # Generate > Compare Settings: two settings side by side (app/compare)
+        self.optimization_panel = install_optimization_panel(
+            self
+        )  # Optimization section of the generation panel
+        self.compare = install_compare(
+            self
+        )  # Generate > Compare Settings: two settings side by side (app/compare)
         self.remote = install_remote(self)  # Generate > Connect to Engine Server: remote devices (app/remote)
         # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
         self.recovery = RecoveryController(self, recovery or RecoveryStore(), self.recovery_bar)
@@ -186,15 +206,23 @@ class MainWindow(QMainWindow):
 
     # -- public hooks for other panels ---------------------------------------------------------------
 
-    def add_dock(self, widget: QWidget, title: str, area=Qt.DockWidgetArea.RightDockWidgetArea,
-                 name: str | None = None, tabify_with: str | None = None) -> QDockWidget:
+    def add_dock(
+        self,
+        widget: QWidget,
+        title: str,
+        area=Qt.DockWidgetArea.RightDockWidgetArea,
+        name: str | None = None,
+        tabify_with: str | None = None,
+    ) -> QDockWidget:
         """Add a dockable panel; it is listed under View > Panels and its place persists between runs."""
         dock = QDockWidget(title, self)
         dock.setObjectName(name or f"{title.lower().replace(' ', '')}Dock")
         dock.setWidget(widget)
-        dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                         | QDockWidget.DockWidgetFeature.DockWidgetClosable
-                         | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable
+            | QDockWidget.DockWidgetFeature.DockWidgetClosable
+            | QDockWidget.DockWidgetFeature.DockWidgetFloatable
+        )
         self.addDockWidget(area, dock)
         if tabify_with and tabify_with in self.docks:
             self.tabifyDockWidget(self.docks[tabify_with], dock)
@@ -217,22 +245,39 @@ class MainWindow(QMainWindow):
         return action
 
     def _build_actions(self) -> None:
-        self.open_action = self._action("&Open NIfTI...", self.open_file_dialog, QKeySequence.StandardKey.Open,
-                                        "Open a NIfTI volume")
-        self.save_action = self._action("&Save As NIfTI...", self.save_file_dialog, QKeySequence.StandardKey.Save,
-                                        "Save the shown volume as NIfTI with a provenance sidecar")
+        self.open_action = self._action(
+            "&Open NIfTI...", self.open_file_dialog, QKeySequence.StandardKey.Open, "Open a NIfTI volume"
+        )
+        self.save_action = self._action(
+            "&Save As NIfTI...",
+            self.save_file_dialog,
+            QKeySequence.StandardKey.Save,
+            "Save the shown volume as NIfTI with a provenance sidecar",
+        )
         self.save_action.setEnabled(False)
-        self.screenshot_action = self._action("Save 3D S&creenshot...", self.save_3d_screenshot_dialog, "Ctrl+Shift+P",
-                                              "Save the 3D view as PNG")
+        self.screenshot_action = self._action(
+            "Save 3D S&creenshot...",
+            self.save_3d_screenshot_dialog,
+            "Ctrl+Shift+P",
+            "Save the 3D view as PNG",
+        )
         self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
-        self.generate_action = self._action("&Generate", self._on_generate_action, "Ctrl+G", "Generate a volume")
-        self.cancel_action = self._action("&Cancel Generation", self.cancel_generation, "Esc",
-                                          "Stop the running generation")
+        self.generate_action = self._action(
+            "&Generate", self._on_generate_action, "Ctrl+G", "Generate a volume"
+        )
+        self.cancel_action = self._action(
+            "&Cancel Generation", self.cancel_generation, "Esc", "Stop the running generation"
+        )
         self.cancel_action.setEnabled(False)
-        self.random_seed_action = self._action("&Random Seed", self.sampling_panel._on_random_seed_clicked, "Ctrl+R",
-                                               "Pick a random seed")
-        self.open_model_action = self._action("Open &Model Folder...", self.open_model_folder_dialog, "Ctrl+Shift+O",
-                                              "Open a VolSynth model folder or MONAI bundle")
+        self.random_seed_action = self._action(
+            "&Random Seed", self.sampling_panel._on_random_seed_clicked, "Ctrl+R", "Pick a random seed"
+        )
+        self.open_model_action = self._action(
+            "Open &Model Folder...",
+            self.open_model_folder_dialog,
+            "Ctrl+Shift+O",
+            "Open a VolSynth model folder or MONAI bundle",
+        )
         self.reset_camera_action = self._action("Reset 3D &Camera", self._on_reset_camera_action, "Ctrl+0")
         self.smooth_action = self._action("&Smooth Slice Display", self._on_smooth_action_toggled, "Ctrl+I")
         self.smooth_action.setCheckable(True)
@@ -252,7 +297,12 @@ class MainWindow(QMainWindow):
 
         gen_menu = bar.addMenu("&Generate")
         self.generate_menu = gen_menu  # other parts add their entries here (app/compare, app/remote)
-        for action in (self.generate_action, self.cancel_action, self.random_seed_action, self.open_model_action):
+        for action in (
+            self.generate_action,
+            self.cancel_action,
+            self.random_seed_action,
+            self.open_model_action,
+        ):
             gen_menu.addAction(action)
 
         view_menu = bar.addMenu("&View")
@@ -266,8 +316,10 @@ class MainWindow(QMainWindow):
         conv_menu = view_menu.addMenu("&Left/Right Convention")
         self.convention_group = QActionGroup(self)
         for convention in CONVENTIONS:
-            label = {"radiological": "Radiological (patient right on screen left)",
-                     "neurological": "Neurological (patient right on screen right)"}[convention]
+            label = {
+                "radiological": "Radiological (patient right on screen left)",
+                "neurological": "Neurological (patient right on screen right)",
+            }[convention]
             action = self._action(label, partial(self.state.set_convention, convention))
             action.setCheckable(True)
             action.setData(convention)
@@ -315,7 +367,9 @@ class MainWindow(QMainWindow):
         bar.addWidget(QLabel("  Orientation "))
         self.convention_box = QComboBox()
         self.convention_box.addItems(["Radiological", "Neurological"])
-        self.convention_box.setToolTip("Radiological: patient right on screen left. Neurological: right on right.")
+        self.convention_box.setToolTip(
+            "Radiological: patient right on screen left. Neurological: right on right."
+        )
         self.convention_box.activated.connect(self._on_convention_box_activated)
         bar.addWidget(self.convention_box)
         self.state.display_changed.connect(self._on_state_display_changed)
@@ -388,13 +442,20 @@ class MainWindow(QMainWindow):
         worker = GenerationWorker(request, partial(self.backends.get, settings.device))
         self._begin_run_telemetry(settings.device)
         self._generation_job = self.runner.start(
-            "generate", worker, progressed=self._on_generation_progressed, finished=self._on_generation_finished,
-            failed=self._on_generation_failed, cancelled=self._on_generation_cancelled,
-            ended=self._on_generation_ended)
+            "generate",
+            worker,
+            progressed=self._on_generation_progressed,
+            finished=self._on_generation_finished,
+            failed=self._on_generation_failed,
+            cancelled=self._on_generation_cancelled,
+            ended=self._on_generation_ended,
+        )
         self.state.set_job_running(True)
         self.settings.setValue("model/last", self.state.selected_model.id)
-        self.show_status(f"Generating with {self.state.selected_model.spec.name} "
-                         f"({request.sampler or 'default sampler'}, seed {request.seed})...")
+        self.show_status(
+            f"Generating with {self.state.selected_model.spec.name} "
+            f"({request.sampler or 'default sampler'}, seed {request.seed})..."
+        )
         self._preview_timer.start()
         return True
 
@@ -409,8 +470,9 @@ class MainWindow(QMainWindow):
         return self._generation_job is not None
 
     def _on_generation_progressed(self, progress) -> None:
-        self.state.report_progress(progress.stage, progress.step, progress.total, progress.elapsed_s,
-                                   progress.message)
+        self.state.report_progress(
+            progress.stage, progress.step, progress.total, progress.elapsed_s, progress.message
+        )
         if progress.preview is not None:
             self._pending_preview = (progress.preview, progress.step, progress.total)
 
@@ -432,10 +494,14 @@ class MainWindow(QMainWindow):
         entries = self.state.add_result(result)
         self._last_result_entry = entries[0] if entries else None
         total = result.provenance.get("timings", {}).get("total_s", 0.0)
-        self.sampling_panel.show_finished(f"Done in {total:.1f} s \u00b7 {result.provenance.get('device', '')}")
+        self.sampling_panel.show_finished(
+            f"Done in {total:.1f} s \u00b7 {result.provenance.get('device', '')}"
+        )
         self.sampling_panel.progress_bar.setValue(100)
         self.show_status(f"Generated {len(entries)} volume(s) in {total:.1f} s", 10000)
-        self.device_label.setText(f"device: {result.provenance.get('device_name') or result.provenance.get('device')}")
+        self.device_label.setText(
+            f"device: {result.provenance.get('device_name') or result.provenance.get('device')}"
+        )
         self.generation_ended.emit("finished")
 
     def _on_generation_failed(self, message: str) -> None:
@@ -478,7 +544,9 @@ class MainWindow(QMainWindow):
             from engine.telemetry import Sampler
 
             self.sampler = Sampler()
-            self.show_metrics_source(self.remote.metrics_source_for(self.sampling_panel.device_box.currentData()))
+            self.show_metrics_source(
+                self.remote.metrics_source_for(self.sampling_panel.device_box.currentData())
+            )
         self.sampler.start()
         self.metrics_dock.start()
 
@@ -530,13 +598,25 @@ class MainWindow(QMainWindow):
         path = Path(path)
         self.settings.setValue("files/last_dir", str(path.parent))
         self.show_status(f"Opening {path.name}...")
-        self.runner.run_task("open", load_nifti, path, finished=self._on_file_loaded,
-                             failed=partial(self._on_file_failed, path))
+        self.runner.run_task(
+            "open",
+            load_nifti,
+            path,
+            finished=self._on_file_loaded,
+            failed=partial(self._on_file_failed, path),
+        )
 
     def _on_file_loaded(self, loaded) -> None:
         name = loaded.path.name if loaded.path else "volume"
-        entry = VolumeEntry(name=name, data=loaded.data, affine=loaded.affine, kind="opened", path=loaded.path,
-                            provenance=loaded.provenance, synthetic=loaded.synthetic)
+        entry = VolumeEntry(
+            name=name,
+            data=loaded.data,
+            affine=loaded.affine,
+            kind="opened",
+            path=loaded.path,
+            provenance=loaded.provenance,
+            synthetic=loaded.synthetic,
+        )
         self.state.add_volume(entry)
         self._rebuild_recent_menu()
         self._save_recent()
@@ -554,8 +634,9 @@ class MainWindow(QMainWindow):
         start_dir = self.settings.value("files/last_save_dir", str(Path.home()), type=str)
         stem = entry.name.replace(" ", "_").replace("#", "")
         stem = stem[:-7] if stem.endswith(".nii.gz") else stem[:-4] if stem.endswith(".nii") else stem
-        path, _ = QFileDialog.getSaveFileName(self, "Save volume as NIfTI", str(Path(start_dir) / f"{stem}.nii.gz"),
-                                              NIFTI_FILTER)
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save volume as NIfTI", str(Path(start_dir) / f"{stem}.nii.gz"), NIFTI_FILTER
+        )
         if path:
             if not is_nifti(path):
                 path += ".nii.gz"
@@ -567,12 +648,20 @@ class MainWindow(QMainWindow):
 
         path = Path(path)
         self.settings.setValue("files/last_save_dir", str(path.parent))
-        provenance = dict(entry.provenance) or {"source": str(entry.path) if entry.path else "VolSynth Studio session"}
+        provenance = dict(entry.provenance) or {
+            "source": str(entry.path) if entry.path else "VolSynth Studio session"
+        }
         provenance.setdefault("synthetic", entry.synthetic)
         self.show_status(f"Saving {path.name}...")
-        write = partial(save_volume, entry.data, entry.affine, path, provenance=provenance, synthetic=entry.synthetic)
-        self.runner.run_task("save", write, finished=partial(self._on_file_saved, entry),
-                             failed=partial(self._on_save_failed, path))
+        write = partial(
+            save_volume, entry.data, entry.affine, path, provenance=provenance, synthetic=entry.synthetic
+        )
+        self.runner.run_task(
+            "save",
+            write,
+            finished=partial(self._on_file_saved, entry),
+            failed=partial(self._on_save_failed, path),
+        )
 
     def _on_file_saved(self, entry: VolumeEntry, path) -> None:
         entry.saved = True
@@ -621,8 +710,9 @@ class MainWindow(QMainWindow):
             self.view3d_ready.emit()
 
     def save_3d_screenshot_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save 3D screenshot", str(Path.home() / "volsynth-3d.png"),
-                                              "PNG images (*.png)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save 3D screenshot", str(Path.home() / "volsynth-3d.png"), "PNG images (*.png)"
+        )
         if path:
             try:
                 self.viewer.view3d.save_screenshot(path)
@@ -735,8 +825,10 @@ class MainWindow(QMainWindow):
         if self.state.selected_model is not None:
             s.setValue("model/last", self.state.selected_model.id)
         s.setValue("display/convention", self.state.convention)
-        s.setValue("display/window_preset", self.state.window_preset if self.state.window_preset in WINDOW_PRESETS
-                   else WINDOW_PRESETS[0])
+        s.setValue(
+            "display/window_preset",
+            self.state.window_preset if self.state.window_preset in WINDOW_PRESETS else WINDOW_PRESETS[0],
+        )
         s.setValue("display/render_preset", self.state.render_preset)
         s.setValue("display/smooth", self.state.smooth_display)
         s.setValue("display/iso_fraction", self.state.iso_fraction)
@@ -807,8 +899,12 @@ class AboutDialog(QDialog):
 
         from engine import __version__
 
-        found = {"VolSynth": __version__, "Python": platform.python_version(), "PySide6 / Qt":
-                 f"{PySide6.__version__} / {PySide6.QtCore.qVersion()}", "numpy": np.__version__}
+        found = {
+            "VolSynth": __version__,
+            "Python": platform.python_version(),
+            "PySide6 / Qt": f"{PySide6.__version__} / {PySide6.QtCore.qVersion()}",
+            "numpy": np.__version__,
+        }
         for name in ("torch", "monai", "pyvista", "vtk", "nibabel"):
             module = sys.modules.get(name)
             found[name] = getattr(module, "__version__", "?") if module else "not loaded yet"
@@ -816,11 +912,17 @@ class AboutDialog(QDialog):
         return found
 
     def versions_html(self) -> str:
-        rows = "".join(f"<tr><td><b>{k}</b></td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in self.versions().items())
-        return ("<h2>VolSynth Studio</h2><p>Synthesizes 3D brain MRI with diffusion models. "
-                "Every generated volume is marked <b>synthetic</b> in its file and provenance record.</p>"
-                f"<table>{rows}</table>")
+        rows = "".join(
+            f"<tr><td><b>{k}</b></td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in self.versions().items()
+        )
+        return (
+            "<h2>VolSynth Studio</h2><p>Synthesizes 3D brain MRI with diffusion models. "
+            "Every generated volume is marked <b>synthetic</b> in its file and provenance record.</p>"
+            f"<table>{rows}</table>"
+        )
 
 
 def default_settings() -> QSettings:
-    return QSettings(QApplication.organizationName() or "VolSynth", QApplication.applicationName() or "VolSynth Studio")
+    return QSettings(
+        QApplication.organizationName() or "VolSynth", QApplication.applicationName() or "VolSynth Studio"
+    )

@@ -25,7 +25,9 @@ class RecoveryBar(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("recoveryBar")
-        self.setStyleSheet("#recoveryBar { background: #3a3220; border: 1px solid #e5c07b; border-radius: 4px; }")
+        self.setStyleSheet(
+            "#recoveryBar { background: #3a3220; border: 1px solid #e5c07b; border-radius: 4px; }"
+        )
         self.label = QLabel("")
         self.label.setWordWrap(True)
         self.restore_button = QPushButton("Restore")
@@ -44,7 +46,9 @@ class RecoveryController:
     def __init__(self, window, store: RecoveryStore, bar: RecoveryBar) -> None:
         self.main, self.store, self.bar = window, store, bar
         self.orphans: list[OrphanSession] = []
-        self.keep_unsaved = True  # False for runs nobody works in (--demo): their volumes are checks, not work
+        self.keep_unsaved = (
+            True  # False for runs nobody works in (--demo): their volumes are checks, not work
+        )
         self._known: set[int] = set()
         store.open()
         window.state.volumes_changed.connect(self._on_state_volumes_changed)
@@ -58,7 +62,11 @@ class RecoveryController:
             return
         volumes = sum(len(o.volumes) for o in self.orphans)
         first = self.orphans[0].describe()
-        more = f" and {len(self.orphans) - 1} earlier session(s), {volumes} volumes in all" if len(self.orphans) > 1 else ""
+        more = (
+            f" and {len(self.orphans) - 1} earlier session(s), {volumes} volumes in all"
+            if len(self.orphans) > 1
+            else ""
+        )
         self.bar.label.setText(f"Kept for you: {first}{more}.")
         self.bar.restore_button.setEnabled(True)
         self.bar.discard_button.setEnabled(True)
@@ -71,8 +79,13 @@ class RecoveryController:
         self.bar.discard_button.setEnabled(False)
         self.bar.label.setText("Restoring...")
         orphans = list(self.orphans)
-        self.main.runner.run_task("recovery-restore", _restore_all, orphans,
-                                  finished=self._on_restored, failed=self._on_restore_failed)
+        self.main.runner.run_task(
+            "recovery-restore",
+            _restore_all,
+            orphans,
+            finished=self._on_restored,
+            failed=self._on_restore_failed,
+        )
 
     def discard(self) -> None:
         for orphan in self.orphans:
@@ -95,9 +108,17 @@ class RecoveryController:
     def _on_restored(self, restored) -> None:
         sessions, volumes = restored
         for name, loaded in volumes:
-            self.main.state.add_volume(VolumeEntry(
-                name=name, data=np.ascontiguousarray(loaded.data, dtype=np.float32), affine=loaded.affine,
-                kind="generated", provenance=loaded.provenance, synthetic=True), show=False)
+            self.main.state.add_volume(
+                VolumeEntry(
+                    name=name,
+                    data=np.ascontiguousarray(loaded.data, dtype=np.float32),
+                    affine=loaded.affine,
+                    kind="generated",
+                    provenance=loaded.provenance,
+                    synthetic=True,
+                ),
+                show=False,
+            )
         for orphan in sessions:  # now kept again by this session (volumes_changed wrote them)
             self.store.discard(orphan)
         self.orphans = []
@@ -107,17 +128,27 @@ class RecoveryController:
         self.main.show_status(f"Restored {len(volumes)} generated volume(s)", 10000)
 
     def _on_restore_failed(self, message: str) -> None:
-        self.bar.label.setText(f"Could not restore: {message}. The files stay where they are: "
-                               f"{self.orphans[0].folder if self.orphans else ''}")
+        self.bar.label.setText(
+            f"Could not restore: {message}. The files stay where they are: "
+            f"{self.orphans[0].folder if self.orphans else ''}"
+        )
         self.bar.discard_button.setEnabled(True)
 
     def _on_state_volumes_changed(self) -> None:
         generated = {e.uid: e for e in self.main.state.volumes if e.kind == "generated"}
         for uid in self._known - set(generated):
             self.store.forget(uid)
-        new = [(e.uid, e.name, e.data, e.affine, e.provenance) for uid, e in generated.items() if uid not in self._known]
-        if new:  # one thread writes a batch in turn: sixteen parallel gzip writers would only fight for the CPU
-            self.main.runner.run_task("recovery-keep", _keep_all, self.store, new, failed=self._on_keep_failed)
+        new = [
+            (e.uid, e.name, e.data, e.affine, e.provenance)
+            for uid, e in generated.items()
+            if uid not in self._known
+        ]
+        if (
+            new
+        ):  # one thread writes a batch in turn: sixteen parallel gzip writers would only fight for the CPU
+            self.main.runner.run_task(
+                "recovery-keep", _keep_all, self.store, new, failed=self._on_keep_failed
+            )
         self._known = set(generated)
 
     def _on_keep_failed(self, message: str) -> None:

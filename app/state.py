@@ -60,7 +60,9 @@ class VolumeEntry:
     provenance: dict[str, Any] = field(default_factory=dict)
     synthetic: bool = False
     uid: int = field(default_factory=lambda: next(_uids))
-    saved: bool = False  # the user wrote it to a file or the vault in this session (crash recovery lets it go)
+    saved: bool = (
+        False  # the user wrote it to a file or the vault in this session (crash recovery lets it go)
+    )
     _percentiles: dict[float, float] = field(default_factory=dict, repr=False)
 
     @property
@@ -74,7 +76,11 @@ class VolumeEntry:
     def percentile(self, q: float) -> float:
         """Intensity percentile, cached (the volume never changes once in the session)."""
         if q not in self._percentiles:
-            sample = self.data if self.data.size <= 2_000_000 else self.data.ravel()[:: self.data.size // 2_000_000]
+            sample = (
+                self.data
+                if self.data.size <= 2_000_000
+                else self.data.ravel()[:: self.data.size // 2_000_000]
+            )
             self._percentiles[q] = float(np.percentile(sample, q))
         return self._percentiles[q]
 
@@ -89,9 +95,10 @@ class VolumeEntry:
     def describe(self) -> str:
         """A few lines for the session panel."""
         sx, sy, sz = self.spacing
-        lines = [f"{self.shape[0]} x {self.shape[1]} x {self.shape[2]} voxels, "
-                 f"{sx:.2g} x {sy:.2g} x {sz:.2g} mm",
-                 f"range {float(self.data.min()):.3g} .. {float(self.data.max()):.3g}"]
+        lines = [
+            f"{self.shape[0]} x {self.shape[1]} x {self.shape[2]} voxels, {sx:.2g} x {sy:.2g} x {sz:.2g} mm",
+            f"range {float(self.data.min()):.3g} .. {float(self.data.max()):.3g}",
+        ]
         if self.synthetic:
             lines.append("SYNTHETIC")
         prov = self.provenance
@@ -99,8 +106,10 @@ class VolumeEntry:
             lines.append(f"model {prov['model'].get('id', '?')}, seed {prov.get('seed', '?')}")
             req = prov.get("request") or {}
             if req:
-                lines.append(f"{req.get('sampler', '?')} x {req.get('steps', '?')} steps, "
-                             f"guidance {req.get('guidance_scale', 1.0):g}")
+                lines.append(
+                    f"{req.get('sampler', '?')} x {req.get('steps', '?')} steps, "
+                    f"guidance {req.get('guidance_scale', 1.0):g}"
+                )
             for name, value in (prov.get("conditioning") or {}).items():
                 lines.append(f"  {name} = {value:g}")
             timings = prov.get("timings") or {}
@@ -146,9 +155,14 @@ def optimization_lines(report: Mapping[str, Any]) -> list[str]:
 
     One line per requested setting: a check mark if it applied, then a dash and the engine's reason if not.
     """
-    requested = sorted(((name, entry) for name, entry in report.items()
-                        if isinstance(entry, Mapping) and setting_requested(entry.get("requested"))),
-                       key=lambda item: not item[1].get("applied"))
+    requested = sorted(
+        (
+            (name, entry)
+            for name, entry in report.items()
+            if isinstance(entry, Mapping) and setting_requested(entry.get("requested"))
+        ),
+        key=lambda item: not item[1].get("applied"),
+    )
     if not requested:
         return ["optimization: none (exact fp32)"]
     lines = ["optimization:"]
@@ -174,9 +188,14 @@ def run_summary_lines(summary: Mapping[str, Any]) -> list[str]:
         util = summary.get("mean_gpu_util_pct")
         first.append(f"GPU {util:.0f}% mean" if util is not None else "GPU utilisation n/a")
         energy = summary.get("energy_j")
-        second = [f"peak GPU memory {format_bytes(summary.get('peak_gpu_memory_bytes'))}",
-                  f"{energy:,.0f} J" if energy is not None and energy >= 100
-                  else f"{energy:.1f} J" if energy is not None else "energy n/a"]
+        second = [
+            f"peak GPU memory {format_bytes(summary.get('peak_gpu_memory_bytes'))}",
+            f"{energy:,.0f} J"
+            if energy is not None and energy >= 100
+            else f"{energy:.1f} J"
+            if energy is not None
+            else "energy n/a",
+        ]
     else:
         first.append("no GPU")
         cpu = summary.get("cpu") or {}
@@ -224,7 +243,7 @@ class RecentFiles:
         if text in self._paths:
             self._paths.remove(text)
         self._paths.insert(0, text)
-        del self._paths[self.limit:]
+        del self._paths[self.limit :]
 
     def remove(self, path: str | Path) -> None:
         text = str(path)
@@ -254,7 +273,13 @@ class ProgressTracker:
         self._first: tuple[int, float] | None = None
 
     def update(self, stage: str, step: int, total: int, elapsed_s: float, message: str = "") -> None:
-        self.stage, self.step, self.total, self.elapsed_s, self.message = stage, step, total, elapsed_s, message
+        self.stage, self.step, self.total, self.elapsed_s, self.message = (
+            stage,
+            step,
+            total,
+            elapsed_s,
+            message,
+        )
         if stage == "denoise" and self._first is None:
             self._first = (step, elapsed_s)
 
@@ -336,14 +361,25 @@ class GenerationSettings:
         from engine.optimization import OptimizationConfig
 
         interval = auto_preview_interval(self.steps) if self.preview_interval < 0 else self.preview_interval
-        optimization = OptimizationConfig.from_dict(self.optimization) if self.optimization else OptimizationConfig()
-        return SamplingRequest(model=self.model, sampler=self.sampler, steps=int(self.steps), seed=int(self.seed),
-                               conditioning=dict(self.conditioning), guidance_scale=self.guidance_scale,
-                               batch_size=int(self.batch_size), optimization=optimization,
-                               preview_interval=int(interval))
+        optimization = (
+            OptimizationConfig.from_dict(self.optimization) if self.optimization else OptimizationConfig()
+        )
+        return SamplingRequest(
+            model=self.model,
+            sampler=self.sampler,
+            steps=int(self.steps),
+            seed=int(self.seed),
+            conditioning=dict(self.conditioning),
+            guidance_scale=self.guidance_scale,
+            batch_size=int(self.batch_size),
+            optimization=optimization,
+            preview_interval=int(interval),
+        )
 
 
-def preview_affine(model_affine: np.ndarray, output_xyz: tuple[int, int, int], preview_shape: tuple[int, ...]) -> np.ndarray:
+def preview_affine(
+    model_affine: np.ndarray, output_xyz: tuple[int, int, int], preview_shape: tuple[int, ...]
+) -> np.ndarray:
     """The affine of a strided preview (the engine keeps every n-th voxel of the output volume)."""
     strides = [max(1, math.ceil(o / p)) for o, p in zip(output_xyz, preview_shape[:3], strict=True)]
     affine = np.array(model_affine, dtype=np.float64, copy=True)
@@ -453,8 +489,16 @@ class AppState:
             if volume.ndim == 4:  # multi-channel: show channel 0
                 volume = volume[0]
             name = base if count == 1 else f"{base} #{index + 1}"
-            entries.append(VolumeEntry(name=name, data=volume, affine=np.asarray(result.affine), kind="generated",
-                                       provenance={**prov, "batch_index": index}, synthetic=True))
+            entries.append(
+                VolumeEntry(
+                    name=name,
+                    data=volume,
+                    affine=np.asarray(result.affine),
+                    kind="generated",
+                    provenance={**prov, "batch_index": index},
+                    synthetic=True,
+                )
+            )
         for index, entry in enumerate(entries):
             self.add_volume(entry, show=index == 0)
         return entries
@@ -471,8 +515,11 @@ class AppState:
         previous = self.shown
         self.shown = entry
         if entry is not None:
-            same_geometry = (previous is not None and previous.shape == entry.shape
-                             and np.allclose(previous.affine, entry.affine))
+            same_geometry = (
+                previous is not None
+                and previous.shape == entry.shape
+                and np.allclose(previous.affine, entry.affine)
+            )
             # Keep the crosshair between volumes of one geometry and between previews and their result
             # (same anatomy, different sampling); otherwise start at the centre of the new volume.
             related = previous is not None and (same_geometry or "preview" in (previous.kind, entry.kind))
@@ -480,16 +527,22 @@ class AppState:
                 self.crosshair_ras = entry.center_ras()
             keep_window = entry.kind == "preview" or (same_geometry and self.window_preset == "Custom")
             if not keep_window:
-                self.window = window_for_preset(entry, self.window_preset if self.window_preset != "Custom"
-                                                else WINDOW_PRESETS[0])
+                self.window = window_for_preset(
+                    entry, self.window_preset if self.window_preset != "Custom" else WINDOW_PRESETS[0]
+                )
         self.shown_changed.emit(entry)
         if entry is not None:
             self.crosshair_changed.emit(self.crosshair_ras)
             self.window_changed.emit(*self.window)
 
     def show_preview(self, data: np.ndarray, affine: np.ndarray, step: int, total: int) -> VolumeEntry:
-        entry = VolumeEntry(name=f"preview (step {step}/{total})", data=np.asarray(data, dtype=np.float32),
-                            affine=affine, kind="preview", synthetic=True)
+        entry = VolumeEntry(
+            name=f"preview (step {step}/{total})",
+            data=np.asarray(data, dtype=np.float32),
+            affine=affine,
+            kind="preview",
+            synthetic=True,
+        )
         first_preview = self.shown is None or self.shown.kind != "preview"
         self.show(entry)
         if first_preview:  # previews change range as noise clears: start from auto and let the user adjust
@@ -511,7 +564,9 @@ class AppState:
     def crosshair_voxel(self) -> tuple[int, int, int] | None:
         if self.shown is None:
             return None
-        ijk = np.clip(np.round(ras_to_voxel(self.shown.affine, self.crosshair_ras)), 0, np.asarray(self.shown.shape) - 1)
+        ijk = np.clip(
+            np.round(ras_to_voxel(self.shown.affine, self.crosshair_ras)), 0, np.asarray(self.shown.shape) - 1
+        )
         return tuple(int(v) for v in ijk)  # type: ignore[return-value]
 
     def set_window(self, window: float, level: float, preset: str = "Custom") -> None:

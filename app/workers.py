@@ -157,7 +157,9 @@ class Job(QObject):
     which lives there). When the thread ends the job removes itself from its runner.
     """
 
-    def __init__(self, runner: JobRunner, name: str, worker: QObject, callbacks: dict[str, Callable[..., Any]]):
+    def __init__(
+        self, runner: JobRunner, name: str, worker: QObject, callbacks: dict[str, Callable[..., Any]]
+    ):
         super().__init__(runner)
         self.name = name
         self.worker = worker
@@ -167,8 +169,12 @@ class Job(QObject):
         self._runner = runner
         worker.moveToThread(self.thread)
         self.thread.started.connect(worker.run)
-        for signal_name, slot in (("progressed", self._on_worker_progressed), ("finished", self._on_worker_finished),
-                                  ("failed", self._on_worker_failed), ("cancelled", self._on_worker_cancelled)):
+        for signal_name, slot in (
+            ("progressed", self._on_worker_progressed),
+            ("finished", self._on_worker_finished),
+            ("failed", self._on_worker_failed),
+            ("cancelled", self._on_worker_cancelled),
+        ):
             signal = getattr(worker, signal_name, None)
             if signal is not None:
                 signal.connect(slot)
@@ -223,11 +229,15 @@ class JobRunner(QObject):
         job.start()
         return job
 
-    def run_task(self, name: str, function: Callable[..., Any], *args: Any, **callbacks: Callable[..., Any]) -> Job:
+    def run_task(
+        self, name: str, function: Callable[..., Any], *args: Any, **callbacks: Callable[..., Any]
+    ) -> Job:
         """Run ``function(*args)`` in a thread; keyword arguments are callbacks (bind others with partial)."""
         unknown = set(callbacks) - {"progressed", "finished", "failed", "cancelled", "ended"}
         if unknown:
-            raise TypeError(f"unknown callback(s) {sorted(unknown)}; bind function arguments with functools.partial")
+            raise TypeError(
+                f"unknown callback(s) {sorted(unknown)}; bind function arguments with functools.partial"
+            )
         return self.start(name, TaskWorker(function, *args), **callbacks)
 
     def running(self, name: str | None = None) -> list[Job]:

@@ -22,6 +22,15 @@ from engine.errors import (  # noqa: E402
 
 __all__ = [
     "__version__",
-    "BackendUnavailable", "Cancelled", "EngineError", "InvalidRequest", "ModelInvalid", "ModelNotFound",
-    "OutOfMemory", "OutputError", "VaultCorrupted", "VaultError", "VaultLocked",
+    "BackendUnavailable",
+    "Cancelled",
+    "EngineError",
+    "InvalidRequest",
+    "ModelInvalid",
+    "ModelNotFound",
+    "OutOfMemory",
+    "OutputError",
+    "VaultCorrupted",
+    "VaultError",
+    "VaultLocked",
 ]

@@ -67,28 +67,40 @@ class SamplingRequest:
         if not isinstance(self.steps, int) or isinstance(self.steps, bool):
             raise InvalidRequest(f"steps must be a whole number, got {self.steps!r}")
         if self.steps < 0 or self.steps > MAX_STEPS:
-            raise InvalidRequest(f"steps must be between 1 and {MAX_STEPS} (0 = model default), got {self.steps}")
+            raise InvalidRequest(
+                f"steps must be between 1 and {MAX_STEPS} (0 = model default), got {self.steps}"
+            )
         if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
             raise InvalidRequest(f"seed must be a whole number from 0 to 2^63-1, got {self.seed!r}")
         if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= MAX_BATCH:
             raise InvalidRequest(f"batch size must be between 1 and {MAX_BATCH}, got {self.batch_size!r}")
-        if self.guidance_scale is not None and (isinstance(self.guidance_scale, bool)
-                                                or not isinstance(self.guidance_scale, int | float)
-                                                or not math.isfinite(self.guidance_scale) or self.guidance_scale < 0):
+        if self.guidance_scale is not None and (
+            isinstance(self.guidance_scale, bool)
+            or not isinstance(self.guidance_scale, int | float)
+            or not math.isfinite(self.guidance_scale)
+            or self.guidance_scale < 0
+        ):
             raise InvalidRequest(f"guidance scale must be a finite number >= 0, got {self.guidance_scale}")
         if not isinstance(self.preview_interval, int) or self.preview_interval < 0:
             raise InvalidRequest(f"preview interval must be >= 0 steps, got {self.preview_interval!r}")
-        if (not isinstance(self.kernel_profile_steps, int) or isinstance(self.kernel_profile_steps, bool)
-                or not 0 <= self.kernel_profile_steps <= MAX_PROFILED_STEPS):
-            raise InvalidRequest(f"kernel profile steps must be a whole number from 0 to {MAX_PROFILED_STEPS}, "
-                                 f"got {self.kernel_profile_steps!r}")
+        if (
+            not isinstance(self.kernel_profile_steps, int)
+            or isinstance(self.kernel_profile_steps, bool)
+            or not 0 <= self.kernel_profile_steps <= MAX_PROFILED_STEPS
+        ):
+            raise InvalidRequest(
+                f"kernel profile steps must be a whole number from 0 to {MAX_PROFILED_STEPS}, "
+                f"got {self.kernel_profile_steps!r}"
+            )
         for name, value in self.conditioning.items():
             if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
                 raise InvalidRequest(f"condition {name!r} must be a finite number, got {value!r}")
 
     def replace(self, **changes: Any) -> SamplingRequest:
         data = self.to_dict()
-        data.update({k: (v.to_dict() if isinstance(v, OptimizationConfig) else v) for k, v in changes.items()})
+        data.update(
+            {k: (v.to_dict() if isinstance(v, OptimizationConfig) else v) for k, v in changes.items()}
+        )
         return SamplingRequest.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:

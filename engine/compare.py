@@ -42,7 +42,9 @@ class SideMeasurement:
     step_ms_median: float | None
     step_ms_iqr: float | None
     steps_measured: int
-    loop_s: float  # the whole sampling loop (denoise + decode) less its profiled steps, which the profiler slows
+    loop_s: (
+        float  # the whole sampling loop (denoise + decode) less its profiled steps, which the profiler slows
+    )
     peak_bytes: int | None
     peak_kind: str
     # CPU: how much the process RSS grew during the run. Memory an earlier run freed usually stays mapped, so
@@ -62,16 +64,27 @@ class SideMeasurement:
 
     def not_applied(self) -> list[tuple[str, str]]:
         """Settings that were asked for but did not apply here, with the reason."""
-        return [(name, str(entry.get("reason", ""))) for name, entry in self.report.items()
-                if entry.get("requested") not in (False, None, "default") and not entry.get("applied")]
+        return [
+            (name, str(entry.get("reason", "")))
+            for name, entry in self.report.items()
+            if entry.get("requested") not in (False, None, "default") and not entry.get("applied")
+        ]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "optimization": self.result.request.optimization.to_dict(),
-                "step_ms_median": self.step_ms_median, "step_ms_iqr": self.step_ms_iqr,
-                "steps_measured": self.steps_measured, "loop_s": self.loop_s, "peak_bytes": self.peak_bytes,
-                "peak_kind": self.peak_kind, "peak_over_start_bytes": self.peak_over_start_bytes,
-                "applied": self.applied(), "not_applied": dict(self.not_applied()),
-                "kernel_profile": self.kernel_profile}
+        return {
+            "label": self.label,
+            "optimization": self.result.request.optimization.to_dict(),
+            "step_ms_median": self.step_ms_median,
+            "step_ms_iqr": self.step_ms_iqr,
+            "steps_measured": self.steps_measured,
+            "loop_s": self.loop_s,
+            "peak_bytes": self.peak_bytes,
+            "peak_kind": self.peak_kind,
+            "peak_over_start_bytes": self.peak_over_start_bytes,
+            "applied": self.applied(),
+            "not_applied": dict(self.not_applied()),
+            "kernel_profile": self.kernel_profile,
+        }
 
 
 @dataclass
@@ -102,13 +115,20 @@ class Comparison:
         return (b.astype(np.float32) - a.astype(np.float32)).astype(np.float32)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"request": self.a.result.request.replace(optimization=OptimizationConfig()).to_dict(),
-                "a": self.a.to_dict(), "b": self.b.to_dict(), "psnr_db": _json_float(self.psnr_db),
-                "ssim": self.ssim, "max_abs_err": self.max_abs_err, "mean_abs_err": self.mean_abs_err,
-                "speedup_per_step": self.speedup_per_step, "speedup_loop": _json_float(self.speedup_loop),
-                "device": self.a.result.provenance.get("device_name"),
-                "method": "one run of each, A then B, in one process; step statistics leave out step 1 and the "
-                          "profiled steps, loop times leave out the profiled steps"}
+        return {
+            "request": self.a.result.request.replace(optimization=OptimizationConfig()).to_dict(),
+            "a": self.a.to_dict(),
+            "b": self.b.to_dict(),
+            "psnr_db": _json_float(self.psnr_db),
+            "ssim": self.ssim,
+            "max_abs_err": self.max_abs_err,
+            "mean_abs_err": self.mean_abs_err,
+            "speedup_per_step": self.speedup_per_step,
+            "speedup_loop": _json_float(self.speedup_loop),
+            "device": self.a.result.provenance.get("device_name"),
+            "method": "one run of each, A then B, in one process; step statistics leave out step 1 and the "
+            "profiled steps, loop times leave out the profiled steps",
+        }
 
     def format_table(self) -> str:
         """A plain-text table for terminals and logs."""
@@ -117,29 +137,48 @@ class Comparison:
         def row(name: str, a: str, b: str) -> None:
             lines.append(f"{name:24s} {a:>26s} {b:>26s}")
 
-        row("step (median, IQR)", _ms(self.a.step_ms_median, self.a.step_ms_iqr),
-            _ms(self.b.step_ms_median, self.b.step_ms_iqr))
+        row(
+            "step (median, IQR)",
+            _ms(self.a.step_ms_median, self.a.step_ms_iqr),
+            _ms(self.b.step_ms_median, self.b.step_ms_iqr),
+        )
         row("sampling loop*", f"{self.a.loop_s:.2f} s", f"{self.b.loop_s:.2f} s")
-        row(f"peak memory ({self.a.peak_kind})", format_bytes(self.a.peak_bytes), format_bytes(self.b.peak_bytes))
+        row(
+            f"peak memory ({self.a.peak_kind})",
+            format_bytes(self.a.peak_bytes),
+            format_bytes(self.b.peak_bytes),
+        )
         if self.a.peak_kind == "process_rss":  # B reuses what A freed: its growth is understated
-            row("  RSS growth in the run", format_bytes(self.a.peak_over_start_bytes),
-                format_bytes(self.b.peak_over_start_bytes))
+            row(
+                "  RSS growth in the run",
+                format_bytes(self.a.peak_over_start_bytes),
+                format_bytes(self.b.peak_over_start_bytes),
+            )
         row("applied", ", ".join(self.a.applied()) or "fp32", ", ".join(self.b.applied()) or "fp32")
         speed = "n/a" if self.speedup_per_step is None else f"{self.speedup_per_step:.2f}x as fast per step"
-        lines.append(f"B vs A: {speed}, {self.speedup_loop:.2f}x over the loop; volume moved: PSNR {_db(self.psnr_db)}, "
-                     f"SSIM {'n/a' if self.ssim is None else f'{self.ssim:.4f}'}, max |B-A| {self.max_abs_err:.3g}, "
-                     f"mean |B-A| {self.mean_abs_err:.3g}")
-        lines.append("* without the kernel-profiled steps; one run of each, A then B (volsynth bench repeats and "
-                     "interleaves runs for ratios to quote)")
+        lines.append(
+            f"B vs A: {speed}, {self.speedup_loop:.2f}x over the loop; volume moved: PSNR {_db(self.psnr_db)}, "
+            f"SSIM {'n/a' if self.ssim is None else f'{self.ssim:.4f}'}, max |B-A| {self.max_abs_err:.3g}, "
+            f"mean |B-A| {self.mean_abs_err:.3g}"
+        )
+        lines.append(
+            "* without the kernel-profiled steps; one run of each, A then B (volsynth bench repeats and "
+            "interleaves runs for ratios to quote)"
+        )
         for side in (self.a, self.b):
             for name, reason in side.not_applied():
                 lines.append(f"{side.label}: {name} did not apply: {reason}")
         return "\n".join(lines)
 
 
-def compare_settings(backend: Backend, request: SamplingRequest, a: OptimizationConfig, b: OptimizationConfig,
-                     labels: tuple[str, str] = ("A", "B"), kernel_profile_steps: int = DEFAULT_PROFILED_STEPS,
-                     ) -> Generator[Progress, None, Comparison]:
+def compare_settings(
+    backend: Backend,
+    request: SamplingRequest,
+    a: OptimizationConfig,
+    b: OptimizationConfig,
+    labels: tuple[str, str] = ("A", "B"),
+    kernel_profile_steps: int = DEFAULT_PROFILED_STEPS,
+) -> Generator[Progress, None, Comparison]:
     """Run ``request`` with settings ``a`` then ``b``; yields Progress over both runs, returns a Comparison.
 
     Progress steps count over both runs (the total is twice the steps) and messages name the side.
@@ -149,7 +188,9 @@ def compare_settings(backend: Backend, request: SamplingRequest, a: Optimization
     sides: list[SideMeasurement] = []
     started = time.perf_counter()
     for index, (config, label) in enumerate(zip((a, b), labels, strict=True)):
-        run = request.replace(optimization=config, preview_interval=0, kernel_profile_steps=kernel_profile_steps)
+        run = request.replace(
+            optimization=config, preview_interval=0, kernel_profile_steps=kernel_profile_steps
+        )
         job = backend.sample(run)
         try:
             while True:
@@ -159,8 +200,13 @@ def compare_settings(backend: Backend, request: SamplingRequest, a: Optimization
                     result = done.value
                     break
                 total = max(progress.total, 1)
-                yield Progress(progress.stage, index * total + progress.step, 2 * total,
-                               time.perf_counter() - started, f"{label}: {progress.message}")
+                yield Progress(
+                    progress.stage,
+                    index * total + progress.step,
+                    2 * total,
+                    time.perf_counter() - started,
+                    f"{label}: {progress.message}",
+                )
         finally:
             job.close()
         sides.append(measure(label, result))
@@ -170,8 +216,14 @@ def compare_settings(backend: Backend, request: SamplingRequest, a: Optimization
     side_a, side_b = sides
     moved = volume_distance(side_a.result.volumes, side_b.result.volumes)
     diff = np.abs(side_b.result.volumes.astype(np.float64) - side_a.result.volumes.astype(np.float64))
-    return Comparison(a=side_a, b=side_b, psnr_db=moved["psnr_db"], ssim=moved["ssim"],
-                      max_abs_err=moved["max_abs_err"], mean_abs_err=float(diff.mean()))
+    return Comparison(
+        a=side_a,
+        b=side_b,
+        psnr_db=moved["psnr_db"],
+        ssim=moved["ssim"],
+        max_abs_err=moved["max_abs_err"],
+        mean_abs_err=float(diff.mean()),
+    )
 
 
 def save_comparison(comparison: Comparison, folder) -> list:
@@ -188,12 +240,16 @@ def save_comparison(comparison: Comparison, folder) -> list:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidRequest(f"cannot create the folder {folder}: {exc.strerror}") from exc
-    volumes = [*save_result(comparison.a.result, folder / "a.nii.gz"),
-               *save_result(comparison.b.result, folder / "b.nii.gz")]
+    volumes = [
+        *save_result(comparison.a.result, folder / "a.nii.gz"),
+        *save_result(comparison.b.result, folder / "b.nii.gz"),
+    ]
     written = [p for path in volumes for p in (path, sidecar_path(path))]
     targets = [folder / "difference.nii.gz", folder / "compare.json"]
     with atomic_files(targets) as (diff_temp, json_temp):
-        make_nifti(comparison.difference(), comparison.a.result.affine, synthetic=True).to_filename(str(diff_temp))
+        make_nifti(comparison.difference(), comparison.a.result.affine, synthetic=True).to_filename(
+            str(diff_temp)
+        )
         json_temp.write_text(json.dumps(comparison.to_dict(), indent=2, default=str), encoding="utf-8")
     return [*written, *targets]
 
@@ -213,10 +269,17 @@ def measure(label: str, result: SamplingResult) -> SideMeasurement:
     peak, start = memory.get("peak_bytes"), memory.get("start_bytes")
     own = peak - start if memory.get("since_start") and peak is not None and start is not None else None
     timings = prov.get("timings", {})
-    return SideMeasurement(label=label, result=result, step_ms_median=median, step_ms_iqr=iqr,
-                           steps_measured=len(times),
-                           loop_s=float(timings.get("loop_total_s", math.nan)) - profiled_s,
-                           peak_bytes=peak, peak_kind=str(memory.get("kind", "unknown")), peak_over_start_bytes=own)
+    return SideMeasurement(
+        label=label,
+        result=result,
+        step_ms_median=median,
+        step_ms_iqr=iqr,
+        steps_measured=len(times),
+        loop_s=float(timings.get("loop_total_s", math.nan)) - profiled_s,
+        peak_bytes=peak,
+        peak_kind=str(memory.get("kind", "unknown")),
+        peak_over_start_bytes=own,
+    )
 
 
 def _ms(median: float | None, iqr: float | None) -> str:

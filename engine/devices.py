@@ -13,14 +13,24 @@ def available_devices() -> list[dict[str, Any]]:
 
     import torch
 
-    devices = [{"id": "cpu", "name": platform.processor() or platform.machine() or "CPU",
-                "threads": torch.get_num_threads()}]
+    devices = [
+        {
+            "id": "cpu",
+            "name": platform.processor() or platform.machine() or "CPU",
+            "threads": torch.get_num_threads(),
+        }
+    ]
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
-            devices.append({"id": f"cuda:{index}", "name": props.name,
-                            "memory_gb": round(props.total_memory / 2**30, 1),
-                            "compute_capability": f"{props.major}.{props.minor}"})
+            devices.append(
+                {
+                    "id": f"cuda:{index}",
+                    "name": props.name,
+                    "memory_gb": round(props.total_memory / 2**30, 1),
+                    "compute_capability": f"{props.major}.{props.minor}",
+                }
+            )
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         devices.append({"id": "mps", "name": "Apple Metal (MPS)"})
@@ -42,15 +52,21 @@ def resolve_device(name: str | None):
         raise BackendUnavailable(f"unknown device {name!r}; use cpu, cuda, cuda:N, mps or auto") from exc
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise BackendUnavailable("device 'cuda' requested but no CUDA GPU is available here; use --device cpu")
+            raise BackendUnavailable(
+                "device 'cuda' requested but no CUDA GPU is available here; use --device cpu"
+            )
         index = device.index or 0
         if index >= torch.cuda.device_count():
-            raise BackendUnavailable(f"no GPU {index}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+            raise BackendUnavailable(
+                f"no GPU {index}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
         return torch.device("cuda", index)
     if device.type == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
-            raise BackendUnavailable("device 'mps' requested but Apple Metal is not available here; use --device cpu")
+            raise BackendUnavailable(
+                "device 'mps' requested but Apple Metal is not available here; use --device cpu"
+            )
         return device
     if device.type != "cpu":
         raise BackendUnavailable(f"the local backend runs on cpu, cuda or mps, not {name!r}")

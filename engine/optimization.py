@@ -35,16 +35,16 @@ CALIBRATION_SEED = 20240917
 CALIBRATION_STEPS = 4  # module-level so tests can shorten it
 
 
-
-
 def check_combination(config: OptimizationConfig, device) -> None:
     """Refuse settings that make no sense on ``device`` (raises ``InvalidRequest`` saying what to change).
 
     Settings that merely have no effect here (TF32 on a CPU) are not refused; the report says why.
     """
     if config.cuda_graphs and device.type != "cuda":
-        raise InvalidRequest(f"CUDA graphs need an NVIDIA GPU; this run is on {device.type}. Turn CUDA graphs off "
-                             "or choose a CUDA device")
+        raise InvalidRequest(
+            f"CUDA graphs need an NVIDIA GPU; this run is on {device.type}. Turn CUDA graphs off "
+            "or choose a CUDA device"
+        )
 
 
 # -- the prepared model ----------------------------------------------------------------------------------
@@ -150,7 +150,9 @@ class _CompiledWithFallback:
                 return self.compiled(x, timesteps=timesteps, context=context)
             except Exception as exc:  # noqa: BLE001 - any compiler failure means "run eager", reported
                 self.failed = True
-                self.entry.update(applied=False, reason=f"torch.compile failed, ran eager: {str(exc).splitlines()[0][:200]}")
+                self.entry.update(
+                    applied=False, reason=f"torch.compile failed, ran eager: {str(exc).splitlines()[0][:200]}"
+                )
         return self.eager(x, timesteps=timesteps, context=context)
 
 
@@ -169,8 +171,13 @@ class _CudaGraphed:
     def __call__(self, x, timesteps, context):
         import torch
 
-        key = (tuple(x.shape), x.dtype, x.stride(), tuple(timesteps.shape),
-               None if context is None else (tuple(context.shape), context.dtype))
+        key = (
+            tuple(x.shape),
+            x.dtype,
+            x.stride(),
+            tuple(timesteps.shape),
+            None if context is None else (tuple(context.shape), context.dtype),
+        )
         entry = self.graphs.get(key)
         if entry is None:
             static = [x.clone(), timesteps.clone(), None if context is None else context.clone()]
@@ -212,17 +219,29 @@ def prepare(model, config: OptimizationConfig, device, *, use_cache: bool = True
             hit = _cache.get(key)
             if hit is not None and hit[0]() is model:
                 cached = hit[1]
-                return PreparedModel(unet=cached.unet, autoencoder=cached.autoencoder, config=config, device=device,
-                                     report=copy.deepcopy(cached.report), unet_call=cached.unet_call,
-                                     details=cached.details)
+                return PreparedModel(
+                    unet=cached.unet,
+                    autoencoder=cached.autoencoder,
+                    config=config,
+                    device=device,
+                    report=copy.deepcopy(cached.report),
+                    unet_call=cached.unet_call,
+                    details=cached.details,
+                )
     prepared = _prepare(model, config, device)
     if use_cache:
         with _cache_lock:
             _cache.clear()  # one prepared variant at a time: 3D U-Nets are large
             _cache[key] = (weakref.ref(model), prepared)
-        prepared = PreparedModel(unet=prepared.unet, autoencoder=prepared.autoencoder, config=config,
-                                 device=device, report=copy.deepcopy(prepared.report),
-                                 unet_call=prepared.unet_call, details=prepared.details)
+        prepared = PreparedModel(
+            unet=prepared.unet,
+            autoencoder=prepared.autoencoder,
+            config=config,
+            device=device,
+            report=copy.deepcopy(prepared.report),
+            unet_call=prepared.unet_call,
+            details=prepared.details,
+        )
     return prepared
 
 
@@ -249,8 +268,13 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     report["autocast"] = _autocast_entry(config, device)
 
     # Everything below rewrites modules: work on copies, never on the cached fp32 model.
-    rewrites_unet = (config.channels_last_3d or config.attention == "sdpa" or config.quantization
-                     or config.compile_mode or config.cuda_graphs)
+    rewrites_unet = (
+        config.channels_last_3d
+        or config.attention == "sdpa"
+        or config.quantization
+        or config.compile_mode
+        or config.cuda_graphs
+    )
     if rewrites_unet:
         unet = copy.deepcopy(unet)
     if autoencoder is not None and config.channels_last_3d:
@@ -285,8 +309,15 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     # 7. Streamed decode.
     report["streamed_decode"] = _streamed_decode_entry(config, has_decoder=autoencoder is not None)
 
-    return PreparedModel(unet=unet, autoencoder=autoencoder, config=config, device=device, report=report,
-                         unet_call=unet_call, details=details)
+    return PreparedModel(
+        unet=unet,
+        autoencoder=autoencoder,
+        config=config,
+        device=device,
+        report=report,
+        unet_call=unet_call,
+        details=details,
+    )
 
 
 def expected_report(config: OptimizationConfig, device, spec=None) -> dict[str, dict[str, Any]]:
@@ -336,8 +367,11 @@ def _tf32_entry(config: OptimizationConfig, device) -> dict[str, Any]:
 
         capability = torch.cuda.get_device_capability(device)
         if capability >= (8, 0):
-            return _entry(True, True, f"convolutions and matmuls in TF32 (compute capability "
-                                      f"{capability[0]}.{capability[1]})")
+            return _entry(
+                True,
+                True,
+                f"convolutions and matmuls in TF32 (compute capability {capability[0]}.{capability[1]})",
+            )
         where = f"this GPU is {capability[0]}.{capability[1]}"
     else:
         where = f"this run is on {device.type}"
@@ -358,7 +392,9 @@ def _attention_entry(config: OptimizationConfig, switched: int | None) -> dict[s
     if switched == 0:
         return _entry("sdpa", False, "the model has no attention blocks that can use SDPA")
     count = "the model's" if switched is None else str(switched)
-    return _entry("sdpa", True, f"{count} attention block(s) use torch.nn.functional.scaled_dot_product_attention")
+    return _entry(
+        "sdpa", True, f"{count} attention block(s) use torch.nn.functional.scaled_dot_product_attention"
+    )
 
 
 def _quantization_support(config: OptimizationConfig, device) -> tuple[bool, str]:
@@ -380,8 +416,10 @@ def _expected_quantization_entry(config: OptimizationConfig, device) -> dict[str
     elif mode == "int8":
         plan = f"U-Net Conv3d and Linear layers in int8 ({why} engine), calibrated when the model is prepared"
     else:
-        plan = (f"int8 except the layers needed to keep the volume within {config.psnr_budget_db:g} dB of fp32, "
-                "found by a calibration search when the model is prepared (slow the first time)")
+        plan = (
+            f"int8 except the layers needed to keep the volume within {config.psnr_budget_db:g} dB of fp32, "
+            "found by a calibration search when the model is prepared (slow the first time)"
+        )
     return _entry(mode, True, plan)
 
 
@@ -389,8 +427,18 @@ def _channels_last_entry(config: OptimizationConfig, device) -> dict[str, Any]:
     if not config.channels_last_3d:
         return _entry(False, False)
     kept = _conv_keeps_channels_last(device)
-    return _entry(True, True, "weights and inputs in NDHWC" + ("" if kept else (
-        f"; this build's Conv3d returns NCDHW on {device.type}, so activations fall back to NCDHW after each conv")))
+    return _entry(
+        True,
+        True,
+        "weights and inputs in NDHWC"
+        + (
+            ""
+            if kept
+            else (
+                f"; this build's Conv3d returns NCDHW on {device.type}, so activations fall back to NCDHW after each conv"
+            )
+        ),
+    )
 
 
 def _compile_entry(config: OptimizationConfig, device) -> dict[str, Any]:
@@ -399,8 +447,12 @@ def _compile_entry(config: OptimizationConfig, device) -> dict[str, Any]:
     ok, why = _compile_support(device)
     if not ok:
         return _entry(config.compile_mode, False, why)
-    return _entry(config.compile_mode, True, f"torch.compile(mode={config.compile_mode!r})" + (
-        "; no CUDA graphs off CUDA" if config.compile_mode != "default" and device.type != "cuda" else ""))
+    return _entry(
+        config.compile_mode,
+        True,
+        f"torch.compile(mode={config.compile_mode!r})"
+        + ("; no CUDA graphs off CUDA" if config.compile_mode != "default" and device.type != "cuda" else ""),
+    )
 
 
 def _cuda_graphs_entry(config: OptimizationConfig) -> dict[str, Any]:
@@ -414,8 +466,12 @@ def _streamed_decode_entry(config: OptimizationConfig, has_decoder: bool) -> dic
         return _entry(False, False)
     if not has_decoder:
         return _entry(True, False, "pixel-space model: there is no decoder to stream")
-    return _entry(True, True, "exact decode layer by layer in slabs (engine/streamed_decode.py): same result, at "
-                              "most two full-resolution activations")
+    return _entry(
+        True,
+        True,
+        "exact decode layer by layer in slabs (engine/streamed_decode.py): same result, at "
+        "most two full-resolution activations",
+    )
 
 
 def _autocast_support(dtype: str, device) -> tuple[bool, str]:
@@ -426,8 +482,11 @@ def _autocast_support(dtype: str, device) -> tuple[bool, str]:
             return False, "this GPU has no bf16 support (needs compute capability 8.0+)"
         return True, f"{dtype} autocast on {torch.cuda.get_device_name(device)}"
     if device.type == "cpu":
-        note = ("" if dtype == "bf16" else
-                "; most CPUs have no fast fp16 kernels, so expect it to be slower than bf16")
+        note = (
+            ""
+            if dtype == "bf16"
+            else "; most CPUs have no fast fp16 kernels, so expect it to be slower than bf16"
+        )
         return True, f"{dtype} autocast on the CPU (oneDNN){note}"
     if device.type == "mps":
         return True, f"{dtype} autocast on Apple Metal"
@@ -453,7 +512,10 @@ def _use_sdpa(unet) -> int:
         if not hasattr(module, "use_flash_attention"):
             continue
         # SDPA cannot save attention maps or add relative positional terms; leave such blocks as they are.
-        if getattr(module, "save_attn", False) or getattr(module, "rel_positional_embedding", None) is not None:
+        if (
+            getattr(module, "save_attn", False)
+            or getattr(module, "rel_positional_embedding", None) is not None
+        ):
             continue
         if type(module).__name__ in ("SABlock", "CrossAttentionBlock"):
             module.use_flash_attention = True
@@ -490,9 +552,16 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
         return
     if mode == "fp8":
         names = q.quantize_fp8(unet)
-        report["quantization"] = _entry(mode, bool(names), (
-            f"{len(names)} Linear layer(s) in fp8 e4m3 (torch._scaled_mm); PyTorch has no fp8 Conv3d, so "
-            "convolutions keep their precision" if names else "no Linear layer has fp8-compatible shapes"))
+        report["quantization"] = _entry(
+            mode,
+            bool(names),
+            (
+                f"{len(names)} Linear layer(s) in fp8 e4m3 (torch._scaled_mm); PyTorch has no fp8 Conv3d, so "
+                "convolutions keep their precision"
+                if names
+                else "no Linear layer has fp8-compatible shapes"
+            ),
+        )
         return
 
     import torch
@@ -506,15 +575,23 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
     finally:
         for handle in handles:
             handle.remove()
-    details["calibration"] = {"seed": CALIBRATION_SEED, "steps": CALIBRATION_STEPS,
-                              "layers_observed": len(calibration.ranges)}
+    details["calibration"] = {
+        "seed": CALIBRATION_SEED,
+        "steps": CALIBRATION_STEPS,
+        "layers_observed": len(calibration.ranges),
+    }
     if mode == "int8":
         done = q.quantize_int8(unet, calibration, candidates)
         convs = sum(1 for n in done if n in calibration.ranges)
-        report["quantization"] = _entry(mode, bool(done), (
-            f"{convs} Conv3d (static quint8 activations, per-channel qint8 weights) and {len(done) - convs} Linear "
-            f"(dynamic int8) layer(s) of the U-Net, {why} engine; calibrated on {CALIBRATION_STEPS} steps of seed "
-            f"{CALIBRATION_SEED}; GroupNorm, activations, attention and the decoder stay in floating point"))
+        report["quantization"] = _entry(
+            mode,
+            bool(done),
+            (
+                f"{convs} Conv3d (static quint8 activations, per-channel qint8 weights) and {len(done) - convs} Linear "
+                f"(dynamic int8) layer(s) of the U-Net, {why} engine; calibrated on {CALIBRATION_STEPS} steps of seed "
+                f"{CALIBRATION_SEED}; GroupNorm, activations, attention and the decoder stay in floating point"
+            ),
+        )
         return
 
     # mixed: sensitivity-ranked search for the fewest float layers that meet the PSNR budget. Trials run in
@@ -530,28 +607,53 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
 
     # The budget is against fp32; without autocast the plan's own float run is that volume already.
     reference = _run_calibration(model, unet, device, decode=True) if autocast else None
-    plan = q.mixed_precision_plan(unet, calibration, candidates, config.psnr_budget_db, run_sample, run_volume,
-                                  reference_volume=reference)
+    plan = q.mixed_precision_plan(
+        unet,
+        calibration,
+        candidates,
+        config.psnr_budget_db,
+        run_sample,
+        run_volume,
+        reference_volume=reference,
+    )
     q.quantize_int8(unet, calibration, plan.quantized)
-    details["mixed_plan"] = {"quantized": plan.quantized, "kept_float": plan.kept,
-                             "skipped_small": plan.skipped_small,
-                             "sensitivity_psnr_db": plan.sensitivity_db, "compute_share": plan.compute_share,
-                             "int8_compute_share": plan.quantized_share, "float_psnr_db": plan.float_psnr_db,
-                             "achieved_psnr_db": plan.achieved_psnr_db, "evaluations": plan.evaluations}
-    judged_on = "final volume" if model.autoencoder is not None or model.spec.kind != "latent" else "final latent"
+    details["mixed_plan"] = {
+        "quantized": plan.quantized,
+        "kept_float": plan.kept,
+        "skipped_small": plan.skipped_small,
+        "sensitivity_psnr_db": plan.sensitivity_db,
+        "compute_share": plan.compute_share,
+        "int8_compute_share": plan.quantized_share,
+        "float_psnr_db": plan.float_psnr_db,
+        "achieved_psnr_db": plan.achieved_psnr_db,
+        "evaluations": plan.evaluations,
+    }
+    judged_on = (
+        "final volume" if model.autoencoder is not None or model.spec.kind != "latent" else "final latent"
+    )
     if not plan.quantized and plan.float_psnr_db < config.psnr_budget_db:
-        report["quantization"] = _entry(mode, False, (
-            f"the {judged_on} is already at {plan.float_psnr_db:.1f} dB vs fp32 with {autocast} autocast alone, "
-            f"below the {config.psnr_budget_db:g} dB budget, and int8 only adds error; lower the budget or turn "
-            "autocast off"))
+        report["quantization"] = _entry(
+            mode,
+            False,
+            (
+                f"the {judged_on} is already at {plan.float_psnr_db:.1f} dB vs fp32 with {autocast} autocast alone, "
+                f"below the {config.psnr_budget_db:g} dB budget, and int8 only adds error; lower the budget or turn "
+                "autocast off"
+            ),
+        )
         return
     achieved = "lossless" if math.isinf(plan.achieved_psnr_db) else f"{plan.achieved_psnr_db:.1f} dB"
     kept_dtype = autocast or "fp32"
-    report["quantization"] = _entry(mode, bool(plan.quantized), (
-        f"{len(plan.quantized)} of {len(candidates)} layers int8 ({100 * plan.quantized_share:.0f}% of the U-Net's "
-        f"compute), {len(plan.kept)} kept in {kept_dtype} ({len(plan.skipped_small)} of them below "
-        f"{100 * q.MIN_MIXED_SHARE:g}% of the compute each, not searched); {judged_on} {achieved} vs fp32 on the "
-        f"calibration run (budget {config.psnr_budget_db:g} dB, seed {CALIBRATION_SEED}, {CALIBRATION_STEPS} steps)"))
+    report["quantization"] = _entry(
+        mode,
+        bool(plan.quantized),
+        (
+            f"{len(plan.quantized)} of {len(candidates)} layers int8 ({100 * plan.quantized_share:.0f}% of the U-Net's "
+            f"compute), {len(plan.kept)} kept in {kept_dtype} ({len(plan.skipped_small)} of them below "
+            f"{100 * q.MIN_MIXED_SHARE:g}% of the compute each, not searched); {judged_on} {achieved} vs fp32 on the "
+            f"calibration run (budget {config.psnr_budget_db:g} dB, seed {CALIBRATION_SEED}, {CALIBRATION_STEPS} steps)"
+        ),
+    )
 
 
 def _run_calibration(model, unet, device, decode: bool, autocast: str | None = None):
@@ -564,10 +666,19 @@ def _run_calibration(model, unet, device, decode: bool, autocast: str | None = N
     from engine.sampling import denoise
 
     spec = model.spec
-    plain = PreparedModel(unet=unet, autoencoder=model.autoencoder, config=OptimizationConfig(autocast=autocast),
-                          device=device, report={"autocast": {"applied": autocast is not None}})
+    plain = PreparedModel(
+        unet=unet,
+        autoencoder=model.autoencoder,
+        config=OptimizationConfig(autocast=autocast),
+        device=device,
+        report={"autocast": {"applied": autocast is not None}},
+    )
     if not decode or model.autoencoder is None:
         plain.decode = lambda z: z  # the latent itself
-    request = SamplingRequest(model=spec.id, steps=min(CALIBRATION_STEPS, int(spec.schedule["num_train_timesteps"])),
-                              seed=CALIBRATION_SEED, guidance_scale=1.0)  # as the bench measures it
+    request = SamplingRequest(
+        model=spec.id,
+        steps=min(CALIBRATION_STEPS, int(spec.schedule["num_train_timesteps"])),
+        seed=CALIBRATION_SEED,
+        guidance_scale=1.0,
+    )  # as the bench measures it
     return run(denoise(plain, spec, request, device)).volumes

@@ -50,26 +50,39 @@ class OptimizationConfig:
         if self.autocast not in AUTOCAST_DTYPES:
             raise InvalidRequest(f"autocast must be one of bf16, fp16 or none, got {self.autocast!r}")
         if self.quantization not in QUANTIZATION_MODES:
-            raise InvalidRequest(f"quantization must be one of int8, fp8, mixed or none, got {self.quantization!r}")
+            raise InvalidRequest(
+                f"quantization must be one of int8, fp8, mixed or none, got {self.quantization!r}"
+            )
         if self.compile_mode not in COMPILE_MODES:
-            raise InvalidRequest(f"compile mode must be one of {COMPILE_MODES[1:]} or none, got {self.compile_mode!r}")
+            raise InvalidRequest(
+                f"compile mode must be one of {COMPILE_MODES[1:]} or none, got {self.compile_mode!r}"
+            )
         if self.attention not in ATTENTION_KERNELS:
             raise InvalidRequest(f"attention must be one of {ATTENTION_KERNELS}, got {self.attention!r}")
         budget = self.psnr_budget_db
-        if isinstance(budget, bool) or not isinstance(budget, int | float) or not math.isfinite(budget) \
-                or not 10.0 <= budget <= 150.0:
+        if (
+            isinstance(budget, bool)
+            or not isinstance(budget, int | float)
+            or not math.isfinite(budget)
+            or not 10.0 <= budget <= 150.0
+        ):
             raise InvalidRequest(f"PSNR budget must be a number of dB between 10 and 150, got {budget!r}")
         # Combinations that are wrong on every device; device-dependent ones are in check_combination.
         if self.quantization in ("int8", "mixed") and self.autocast == "fp16":
             raise InvalidRequest(
                 "int8 quantization runs on x86 CPUs, which have no fast fp16 kernels, and fp16 activations add a "
-                "second rounding to every requantization; use bf16 autocast (or none) with int8")
+                "second rounding to every requantization; use bf16 autocast (or none) with int8"
+            )
         if self.quantization in ("int8", "mixed") and self.compile_mode:
-            raise InvalidRequest("torch.compile cannot trace the eager int8 quantized kernels; choose either "
-                                 "quantization or compilation")
+            raise InvalidRequest(
+                "torch.compile cannot trace the eager int8 quantized kernels; choose either "
+                "quantization or compilation"
+            )
         if self.cuda_graphs and self.compile_mode in ("reduce-overhead", "max-autotune"):
-            raise InvalidRequest(f"compile mode {self.compile_mode!r} already captures CUDA graphs; turn off "
-                                 "CUDA graphs or use compile mode 'default'")
+            raise InvalidRequest(
+                f"compile mode {self.compile_mode!r} already captures CUDA graphs; turn off "
+                "CUDA graphs or use compile mode 'default'"
+            )
 
     @property
     def is_default(self) -> bool:
@@ -88,7 +101,9 @@ class OptimizationConfig:
             parts.append(self.attention)
         if self.compile_mode:
             parts.append("compile" if self.compile_mode == "default" else f"compile:{self.compile_mode}")
-        parts += [name for name, on in (("graphs", self.cuda_graphs), ("streamed", self.streamed_decode)) if on]
+        parts += [
+            name for name, on in (("graphs", self.cuda_graphs), ("streamed", self.streamed_decode)) if on
+        ]
         return "+".join(parts) or "fp32"
 
     @classmethod
@@ -118,10 +133,19 @@ NAMED_SETTINGS: dict[str, dict[str, Any]] = {
     "bf16+sdpa+cl": {"autocast": "bf16", "attention": "sdpa", "channels_last_3d": True},
     "int8+sdpa": {"quantization": "int8", "attention": "sdpa"},
     "int8+bf16+sdpa": {"quantization": "int8", "autocast": "bf16", "attention": "sdpa"},
-    "mixed+bf16+sdpa": {"quantization": "mixed", "autocast": "bf16", "attention": "sdpa", "psnr_budget_db": 40.0},
+    "mixed+bf16+sdpa": {
+        "quantization": "mixed",
+        "autocast": "bf16",
+        "attention": "sdpa",
+        "psnr_budget_db": 40.0,
+    },
     "tf32+cl": {"tf32": True, "channels_last_3d": True},
     "tf32+cl+sdpa": {"tf32": True, "channels_last_3d": True, "attention": "sdpa"},
-    "bf16+cl+sdpa+compile": {"autocast": "bf16", "channels_last_3d": True, "attention": "sdpa",
-                             "compile_mode": "default"},
+    "bf16+cl+sdpa+compile": {
+        "autocast": "bf16",
+        "channels_last_3d": True,
+        "attention": "sdpa",
+        "compile_mode": "default",
+    },
     "bf16+sdpa+graphs": {"autocast": "bf16", "attention": "sdpa", "cuda_graphs": True},
 }

@@ -93,5 +93,9 @@ class PeakMemory:
         else:
             peak = current_peak_rss_bytes() if self._reset else None
             peak, kind = (peak if peak is not None else peak_rss_bytes()), "process_rss"
-        self.record = {"peak_bytes": peak, "start_bytes": self._start, "kind": kind,
-                       "since_start": self._reset and self._start is not None}
+        self.record = {
+            "peak_bytes": peak,
+            "start_bytes": self._start,
+            "kind": kind,
+            "since_start": self._reset and self._start is not None,
+        }

@@ -67,13 +67,23 @@ class KernelProfiler:
         profiled = len(self._events)
         total_us = sum(r["self_us"] for r in totals.values())
         ranked = sorted(totals.items(), key=lambda item: -item[1]["self_us"])
-        rows = [{"name": name, "self_ms_per_step": r["self_us"] / 1e3 / max(profiled, 1),
-                 "calls_per_step": r["calls"] / max(profiled, 1),
-                 "share": r["self_us"] / total_us if total_us else 0.0}
-                for name, r in ranked[:top] if r["self_us"] > 0]
-        return {"steps": sorted(s for s in self.steps if s <= self._step), "clock": "cuda" if on_device else "cpu",
-                "total_ms_per_step": total_us / 1e3 / max(profiled, 1), "operators": rows,
-                "other_share": max(0.0, 1.0 - sum(r["share"] for r in rows))}
+        rows = [
+            {
+                "name": name,
+                "self_ms_per_step": r["self_us"] / 1e3 / max(profiled, 1),
+                "calls_per_step": r["calls"] / max(profiled, 1),
+                "share": r["self_us"] / total_us if total_us else 0.0,
+            }
+            for name, r in ranked[:top]
+            if r["self_us"] > 0
+        ]
+        return {
+            "steps": sorted(s for s in self.steps if s <= self._step),
+            "clock": "cuda" if on_device else "cpu",
+            "total_ms_per_step": total_us / 1e3 / max(profiled, 1),
+            "operators": rows,
+            "other_share": max(0.0, 1.0 - sum(r["share"] for r in rows)),
+        }
 
 
 def profiled_steps(count: int, total_steps: int) -> list[int]:

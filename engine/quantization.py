@@ -48,8 +48,10 @@ def _quiet():
 def int8_support(device: torch.device) -> tuple[bool, str]:
     """Whether int8 quantized kernels exist for ``device`` here, and why not."""
     if device.type != "cpu":
-        return False, (f"int8 quantized Conv3d kernels exist only for x86 CPUs in PyTorch; this run is on "
-                       f"{device.type}. Use bf16 autocast (or fp8 on Hopper) on GPUs")
+        return False, (
+            f"int8 quantized Conv3d kernels exist only for x86 CPUs in PyTorch; this run is on "
+            f"{device.type}. Use bf16 autocast (or fp8 on Hopper) on GPUs"
+        )
     engines = torch.backends.quantized.supported_engines
     engine = next((e for e in INT8_ENGINES if e in engines), None)
     if engine is None:
@@ -60,7 +62,10 @@ def int8_support(device: torch.device) -> tuple[bool, str]:
 def fp8_support(device: torch.device) -> tuple[bool, str]:
     """Whether fp8 matmuls (``torch._scaled_mm``) can run on ``device``."""
     if device.type != "cuda":
-        return False, f"fp8 needs an NVIDIA GPU of compute capability 8.9+ (Ada/Hopper); this run is on {device.type}"
+        return (
+            False,
+            f"fp8 needs an NVIDIA GPU of compute capability 8.9+ (Ada/Hopper); this run is on {device.type}",
+        )
     major, minor = torch.cuda.get_device_capability(device)
     if (major, minor) < (8, 9):
         return False, f"fp8 needs compute capability 8.9+ (Ada/Hopper); this GPU is {major}.{minor}"
@@ -82,7 +87,10 @@ def candidate_layers(model: nn.Module, kinds: Iterable[type] = (nn.Conv3d, nn.Li
         if isinstance(module, nn.Conv3d):
             if module.groups != 1 or module.padding_mode != "zeros" or isinstance(module.padding, str):
                 continue
-        elif isinstance(module, nn.Linear) and min(module.in_features, module.out_features) < MIN_QUANT_FEATURES:
+        elif (
+            isinstance(module, nn.Linear)
+            and min(module.in_features, module.out_features) < MIN_QUANT_FEATURES
+        ):
             continue
         names.append(name)
     return names
@@ -179,11 +187,19 @@ class Int8Conv3d(nn.Module):
         weight = conv.weight.detach().float().contiguous()
         scales = (weight.abs().amax(dim=(1, 2, 3, 4)) / 127.0).clamp_min(1e-12).double()
         with _quiet():
-            qweight = torch.quantize_per_channel(weight, scales, torch.zeros_like(scales, dtype=torch.long), 0,
-                                                 torch.qint8)
-            self.qconv = nnq.Conv3d(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
-                                    padding=conv.padding, dilation=conv.dilation, groups=conv.groups,
-                                    bias=conv.bias is not None)
+            qweight = torch.quantize_per_channel(
+                weight, scales, torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8
+            )
+            self.qconv = nnq.Conv3d(
+                conv.in_channels,
+                conv.out_channels,
+                conv.kernel_size,
+                stride=conv.stride,
+                padding=conv.padding,
+                dilation=conv.dilation,
+                groups=conv.groups,
+                bias=conv.bias is not None,
+            )
             self.qconv.set_weight_bias(qweight, None if conv.bias is None else conv.bias.detach().float())
         self.qconv.scale = out_scale
         self.qconv.zero_point = out_zero_point
@@ -204,11 +220,15 @@ class DynamicInt8Linear(nn.Module):
         weight = linear.weight.detach().float().contiguous()
         scales = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
         with _quiet():
-            qweight = torch.quantize_per_channel(weight, scales, torch.zeros_like(scales, dtype=torch.long), 0,
-                                                 torch.qint8)
-            self.qlinear = nnqd.Linear(linear.in_features, linear.out_features, bias_=linear.bias is not None,
-                                       dtype=torch.qint8)
-            self.qlinear.set_weight_bias(qweight, None if linear.bias is None else linear.bias.detach().float())
+            qweight = torch.quantize_per_channel(
+                weight, scales, torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8
+            )
+            self.qlinear = nnqd.Linear(
+                linear.in_features, linear.out_features, bias_=linear.bias is not None, dtype=torch.qint8
+            )
+            self.qlinear.set_weight_bias(
+                qweight, None if linear.bias is None else linear.bias.detach().float()
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with _quiet():
@@ -234,15 +254,25 @@ class Fp8Linear(nn.Module):
         x_scale = (x2.abs().amax() / FP8_MAX).clamp_min(1e-12)
         xq = (x2 / x_scale).to(torch.float8_e4m3fn)
         # _scaled_mm wants the second operand column-major: the (out, in) weight transposed is exactly that.
-        out = torch._scaled_mm(xq, self.weight_fp8.t(), scale_a=x_scale.float(), scale_b=self.weight_scale,
-                               bias=self.bias, out_dtype=torch.bfloat16)
+        out = torch._scaled_mm(
+            xq,
+            self.weight_fp8.t(),
+            scale_a=x_scale.float(),
+            scale_b=self.weight_scale,
+            bias=self.bias,
+            out_dtype=torch.bfloat16,
+        )
         return out.reshape(*shape[:-1], self.out_features)
 
 
 def fp8_eligible(model: nn.Module) -> list[str]:
     """Linear layers whose shapes ``torch._scaled_mm`` accepts (both dimensions multiples of 16)."""
-    return [name for name in candidate_layers(model, (nn.Linear,))
-            if model.get_submodule(name).in_features % 16 == 0 and model.get_submodule(name).out_features % 16 == 0]
+    return [
+        name
+        for name in candidate_layers(model, (nn.Linear,))
+        if model.get_submodule(name).in_features % 16 == 0
+        and model.get_submodule(name).out_features % 16 == 0
+    ]
 
 
 def quantize_fp8(model: nn.Module) -> list[str]:
@@ -306,11 +336,16 @@ def _psnr(ref: torch.Tensor, test: torch.Tensor) -> float:
     return math.inf if mse == 0 else 10.0 * math.log10(data_range**2 / mse)
 
 
-def mixed_precision_plan(base: nn.Module, calibration: Calibration, candidates: list[str], budget_db: float,
-                         run_sample: Callable[[nn.Module], torch.Tensor],
-                         run_volume: Callable[[nn.Module], torch.Tensor],
-                         reference_volume: torch.Tensor | None = None,
-                         min_share: float = MIN_MIXED_SHARE) -> MixedPlan:
+def mixed_precision_plan(
+    base: nn.Module,
+    calibration: Calibration,
+    candidates: list[str],
+    budget_db: float,
+    run_sample: Callable[[nn.Module], torch.Tensor],
+    run_volume: Callable[[nn.Module], torch.Tensor],
+    reference_volume: torch.Tensor | None = None,
+    min_share: float = MIN_MIXED_SHARE,
+) -> MixedPlan:
     """Find the largest set of int8 layers whose final volume stays within ``budget_db`` of the reference.
 
     Args:
@@ -345,9 +380,17 @@ def mixed_precision_plan(base: nn.Module, calibration: Calibration, candidates: 
     if float_psnr < budget_db:
         # Even with every layer in float, the precision the model runs in (autocast) misses the budget:
         # int8 can only add error, so nothing is quantized or searched; the caller reports why.
-        return MixedPlan(quantized=[], kept=list(candidates), sensitivity_db={}, achieved_psnr_db=float_psnr,
-                         budget_db=budget_db, evaluations=1, compute_share=share, skipped_small=small,
-                         float_psnr_db=float_psnr)
+        return MixedPlan(
+            quantized=[],
+            kept=list(candidates),
+            sensitivity_db={},
+            achieved_psnr_db=float_psnr,
+            budget_db=budget_db,
+            evaluations=1,
+            compute_share=share,
+            skipped_small=small,
+            float_psnr_db=float_psnr,
+        )
     searched = [n for n in candidates if share[n] >= min_share]
     reference_sample = run_sample(base)
     sensitivity: dict[str, float] = {}
@@ -379,9 +422,17 @@ def mixed_precision_plan(base: nn.Module, calibration: Calibration, candidates: 
             hi = mid
         else:
             lo = mid + 1
-    return MixedPlan(quantized=ranked[hi:], kept=ranked[:hi] + unsearched, sensitivity_db=sensitivity,
-                     achieved_psnr_db=results[hi], budget_db=budget_db, evaluations=evaluations + len(sensitivity),
-                     compute_share=share, skipped_small=small, float_psnr_db=float_psnr)
+    return MixedPlan(
+        quantized=ranked[hi:],
+        kept=ranked[:hi] + unsearched,
+        sensitivity_db=sensitivity,
+        achieved_psnr_db=results[hi],
+        budget_db=budget_db,
+        evaluations=evaluations + len(sensitivity),
+        compute_share=share,
+        skipped_small=small,
+        float_psnr_db=float_psnr,
+    )
 
 
 def _with_one_layer_swapped(base: nn.Module, name: str, calibration: Calibration) -> nn.Module | None:

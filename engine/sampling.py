@@ -72,19 +72,28 @@ def resolve_request(spec: ModelSpec, request: SamplingRequest) -> tuple[Sampling
     """Fill in the model's defaults and check the request against what this model can do."""
     sampler = request.sampler or spec.default_sampler
     if sampler not in spec.samplers:
-        raise InvalidRequest(f"model {spec.id!r} cannot sample with {sampler!r}; it supports {', '.join(spec.samplers)}")
+        raise InvalidRequest(
+            f"model {spec.id!r} cannot sample with {sampler!r}; it supports {', '.join(spec.samplers)}"
+        )
     steps = request.steps or spec.default_steps
     train_steps = int(spec.schedule["num_train_timesteps"])
     if steps > train_steps:
         raise InvalidRequest(f"steps ({steps}) cannot exceed the model's {train_steps} training timesteps")
     conditioning = spec.resolve_conditioning(request.conditioning)
-    guidance = spec.default_guidance_scale if request.guidance_scale is None else float(request.guidance_scale)
+    guidance = (
+        spec.default_guidance_scale if request.guidance_scale is None else float(request.guidance_scale)
+    )
     if guidance != 1.0 and not spec.supports_guidance:
         raise InvalidRequest(
             f"model {spec.id!r} was not trained for classifier-free guidance; set guidance scale to 1.0"
         )
-    resolved = request.replace(model=request.model or spec.id, sampler=sampler, steps=steps, conditioning=conditioning,
-                               guidance_scale=guidance)
+    resolved = request.replace(
+        model=request.model or spec.id,
+        sampler=sampler,
+        steps=steps,
+        conditioning=conditioning,
+        guidance_scale=guidance,
+    )
     return resolved, conditioning
 
 
@@ -108,8 +117,12 @@ def _preview_array(volume: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(vol[::stride, ::stride, ::stride])
 
 
-def denoise(prepared, spec: ModelSpec, request: SamplingRequest, device: torch.device,
-            ) -> Generator[Progress, None, LoopOutput]:
+def denoise(
+    prepared,
+    spec: ModelSpec,
+    request: SamplingRequest,
+    device: torch.device,
+) -> Generator[Progress, None, LoopOutput]:
     """Run one request on a prepared model. Yields Progress; returns the volumes on the CPU.
 
     Closing the generator stops it at the next step boundary.
@@ -129,19 +142,25 @@ def denoise(prepared, spec: ModelSpec, request: SamplingRequest, device: torch.d
     else:
         scheduler.set_timesteps(request.steps, device=device)
     timesteps = scheduler.timesteps
-    next_timesteps = torch.cat((timesteps[1:], torch.tensor([0], dtype=timesteps.dtype, device=timesteps.device)))
+    next_timesteps = torch.cat(
+        (timesteps[1:], torch.tensor([0], dtype=timesteps.dtype, device=timesteps.device))
+    )
 
     # 3. Initial noise from a CPU generator, so the same seed gives the same noise on every device.
     #    On the CPU the same generator then drives DDPM's per-step noise.
     cpu_generator = torch.Generator().manual_seed(request.seed)
     x = torch.randn(shape, generator=cpu_generator, dtype=torch.float32).to(device)
-    step_generator = cpu_generator if device.type == "cpu" else torch.Generator(device).manual_seed(request.seed)
+    step_generator = (
+        cpu_generator if device.type == "cpu" else torch.Generator(device).manual_seed(request.seed)
+    )
 
     # 4. Conditioning tensors: normalised to [0, 1]; context (B, 1, n) and/or concat channels (B, n, ...).
     normalised = [spec.condition(name).normalise(value) for name, value in conditioning.items()]
     context = concat = None
     if spec.conditioning:
-        vector = torch.tensor(normalised, dtype=torch.float32, device=device).view(1, 1, -1).repeat(batch, 1, 1)
+        vector = (
+            torch.tensor(normalised, dtype=torch.float32, device=device).view(1, 1, -1).repeat(batch, 1, 1)
+        )
         if guided:
             null = torch.full_like(vector, float(spec.guidance_null_value))
             vector = torch.cat([null, vector], dim=0)
@@ -187,8 +206,14 @@ def denoise(prepared, spec: ModelSpec, request: SamplingRequest, device: torch.d
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         step_times.append(time.perf_counter() - step_started)
-        yield Progress("denoise", step, request.steps, time.perf_counter() - started,
-                       f"step {step}/{request.steps}", preview)
+        yield Progress(
+            "denoise",
+            step,
+            request.steps,
+            time.perf_counter() - started,
+            f"step {step}/{request.steps}",
+            preview,
+        )
     denoise_s = time.perf_counter() - denoise_started
 
     # 6. Decode latents to an image (latent models), then hand back float32 on the CPU.
@@ -207,8 +232,12 @@ def denoise(prepared, spec: ModelSpec, request: SamplingRequest, device: torch.d
         request=request,
         conditioning=conditioning,
         conditioning_normalised=normalised,
-        scheduler_config={"class": type(scheduler).__name__, "sampler": request.sampler,
-                          "steps": request.steps, **spec.schedule},
+        scheduler_config={
+            "class": type(scheduler).__name__,
+            "sampler": request.sampler,
+            "steps": request.steps,
+            **spec.schedule,
+        },
         timings={"denoise_s": denoise_s, "decode_s": decode_s, "loop_total_s": time.perf_counter() - started},
         step_times_s=step_times,
     )

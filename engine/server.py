@@ -105,8 +105,14 @@ class JobManager:
                     except StopIteration as done:
                         result = done.value
                         break
-                    event = {"type": "progress", "stage": progress.stage, "step": progress.step,
-                             "total": progress.total, "elapsed_s": progress.elapsed_s, "message": progress.message}
+                    event = {
+                        "type": "progress",
+                        "stage": progress.stage,
+                        "step": progress.step,
+                        "total": progress.total,
+                        "elapsed_s": progress.elapsed_s,
+                        "message": progress.message,
+                    }
                     if progress.preview is not None:
                         event["preview"] = encode_array(progress.preview)
                     job.emit(event)
@@ -118,14 +124,26 @@ class JobManager:
                 job.emit({"type": "error", "error_class": type(exc).__name__, "message": str(exc)})
                 return
             except Exception as exc:  # a server must report, not die; the client shows the message
-                job.emit({"type": "error", "error_class": "EngineError",
-                          "message": f"the engine server failed: {type(exc).__name__}: {exc}"})
+                job.emit(
+                    {
+                        "type": "error",
+                        "error_class": "EngineError",
+                        "message": f"the engine server failed: {type(exc).__name__}: {exc}",
+                    }
+                )
                 return
             finally:
                 gen.close()
             job.volumes = result.volumes
-            job.emit({"type": "result", "provenance": result.provenance, "affine": result.affine.tolist(),
-                      "request": result.request.to_dict(), "shape": list(result.volumes.shape)})
+            job.emit(
+                {
+                    "type": "result",
+                    "provenance": result.provenance,
+                    "affine": result.affine.tolist(),
+                    "request": result.request.to_dict(),
+                    "shape": list(result.volumes.shape),
+                }
+            )
 
 
 def create_app(backend=None, token: str | None = None, metrics_source=None):
@@ -155,8 +173,12 @@ def create_app(backend=None, token: str | None = None, metrics_source=None):
     @app.get("/info")
     def info() -> dict[str, Any]:
         details = backend.info()
-        return {"name": details.name, "device": details.device, "device_name": details.device_name,
-                "details": details.details}
+        return {
+            "name": details.name,
+            "device": details.device,
+            "device_name": details.device_name,
+            "details": details.details,
+        }
 
     @app.get("/models")
     def models() -> list[dict[str, Any]]:

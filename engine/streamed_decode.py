@@ -68,7 +68,7 @@ class _Upsampled(_Rows):
         # Row r of the upsampled tensor is row r // 2 of the source (nearest neighbour, factor 2).
         lo, hi = a // 2, (b + 1) // 2
         up = F.interpolate(self.source.rows(lo, hi), scale_factor=2.0, mode="nearest")
-        return up[:, :, a - 2 * lo: b - 2 * lo]
+        return up[:, :, a - 2 * lo : b - 2 * lo]
 
     def rows(self, a: int, b: int) -> torch.Tensor:
         return _conv_rows(self._upsampled_rows, self.shape[2], self.conv, a, b)
@@ -83,8 +83,15 @@ def _conv_rows(read, size: int, conv: nn.Conv3d, a: int, b: int, pre=None) -> to
         x = pre(x)
     if lo > a - pad or hi < b + pad:  # at the volume's edge: the zero padding the full conv would add
         x = F.pad(x, (0, 0, 0, 0, lo - (a - pad), (b + pad) - hi))
-    return F.conv3d(x, conv.weight, conv.bias, stride=1, padding=(0, conv.padding[1], conv.padding[2]),
-                    dilation=conv.dilation, groups=conv.groups)
+    return F.conv3d(
+        x,
+        conv.weight,
+        conv.bias,
+        stride=1,
+        padding=(0, conv.padding[1], conv.padding[2]),
+        dilation=conv.dilation,
+        groups=conv.groups,
+    )
 
 
 def _group_stats(src: _Rows, norm: nn.GroupNorm, slab: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,8 +126,9 @@ def _normaliser(norm: nn.GroupNorm, stats, activate: bool):
 
 def _conv_all(src: _Rows, conv: nn.Conv3d, slab: int, pre=None) -> torch.Tensor:
     size = src.shape[2]
-    out = torch.empty((src.shape[0], conv.out_channels, *src.shape[2:]), dtype=torch.float32,
-                      device=conv.weight.device)
+    out = torch.empty(
+        (src.shape[0], conv.out_channels, *src.shape[2:]), dtype=torch.float32, device=conv.weight.device
+    )
     for a in range(0, size, slab):
         b = min(a + slab, size)
         out[:, :, a:b] = _conv_rows(src.rows, size, conv, a, b, pre)
@@ -128,8 +136,14 @@ def _conv_all(src: _Rows, conv: nn.Conv3d, slab: int, pre=None) -> torch.Tensor:
 
 
 def _res_block(block, src: _Rows, slab: int) -> _Stored:
-    h = _Stored(_conv_all(src, block.conv1.conv, slab, _normaliser(block.norm1, _group_stats(src, block.norm1, slab),
-                                                                   activate=True)))
+    h = _Stored(
+        _conv_all(
+            src,
+            block.conv1.conv,
+            slab,
+            _normaliser(block.norm1, _group_stats(src, block.norm1, slab), activate=True),
+        )
+    )
     second = _normaliser(block.norm2, _group_stats(h, block.norm2, slab), activate=True)
     size = src.shape[2]
     identity = isinstance(block.nin_shortcut, nn.Identity)
@@ -152,7 +166,7 @@ def _res_block(block, src: _Rows, slab: int) -> _Stored:
         def original_rows(lo: int, hi: int, a=a, kept=kept, kept_from=kept_from) -> torch.Tensor:
             if lo >= a:
                 return out[:, :, lo:hi]
-            return torch.cat([kept[:, :, lo - kept_from:], out[:, :, a:hi]], dim=2)
+            return torch.cat([kept[:, :, lo - kept_from :], out[:, :, a:hi]], dim=2)
 
         new = _conv_rows(original_rows, size, block.conv2.conv, a, b, second)
         kept_from = max(b - pad, a)
@@ -175,13 +189,18 @@ def _apply(block: nn.Module, src: _Rows, slab: int, limit: int) -> _Rows:
         stored = _stored(src)
         apply = _normaliser(block, _group_stats(stored, block, slab), activate=False)
         for a in range(0, stored.shape[2], slab):
-            rows = stored.value[:, :, a:a + slab]
+            rows = stored.value[:, :, a : a + slab]
             rows.copy_(apply(rows))
         return stored
     if isinstance(block, Convolution) and len(block) == 1 and _plain_conv(block.conv):
         return _Stored(_conv_all(src, block.conv, slab))
-    if (isinstance(block, UpSample) and hasattr(block, "upsample_non_trainable") and hasattr(block, "postconv")
-            and _is_nearest_x2(block.upsample_non_trainable) and _plain_conv(block.postconv.conv)):
+    if (
+        isinstance(block, UpSample)
+        and hasattr(block, "upsample_non_trainable")
+        and hasattr(block, "postconv")
+        and _is_nearest_x2(block.upsample_non_trainable)
+        and _plain_conv(block.postconv.conv)
+    ):
         lazy = _Upsampled(_stored(src), block.postconv.conv, slab)
         size = 4 * torch.Size(lazy.shape).numel()
         return lazy if size > limit else _Stored(lazy.tensor())
@@ -190,17 +209,28 @@ def _apply(block: nn.Module, src: _Rows, slab: int, limit: int) -> _Rows:
 
 
 def _plain_conv(conv: nn.Module) -> bool:
-    return (isinstance(conv, nn.Conv3d) and conv.stride == (1, 1, 1) and conv.padding_mode == "zeros"
-            and isinstance(conv.padding, tuple) and conv.kernel_size[0] == 2 * conv.padding[0] + 1)
+    return (
+        isinstance(conv, nn.Conv3d)
+        and conv.stride == (1, 1, 1)
+        and conv.padding_mode == "zeros"
+        and isinstance(conv.padding, tuple)
+        and conv.kernel_size[0] == 2 * conv.padding[0] + 1
+    )
 
 
 def _is_nearest_x2(up: nn.Module) -> bool:
-    return isinstance(up, nn.Upsample) and up.mode == "nearest" and up.scale_factor in (2, 2.0, (2.0, 2.0, 2.0))
+    return (
+        isinstance(up, nn.Upsample) and up.mode == "nearest" and up.scale_factor in (2, 2.0, (2.0, 2.0, 2.0))
+    )
 
 
 @torch.inference_mode()
-def streamed_decode(autoencoder, z: torch.Tensor, slab: int = DEFAULT_SLAB,
-                    materialise_limit_bytes: int = MATERIALISE_LIMIT_BYTES) -> torch.Tensor:
+def streamed_decode(
+    autoencoder,
+    z: torch.Tensor,
+    slab: int = DEFAULT_SLAB,
+    materialise_limit_bytes: int = MATERIALISE_LIMIT_BYTES,
+) -> torch.Tensor:
     """``autoencoder.decode(z)`` for a MONAI ``AutoencoderKL``, with bounded memory. float32 in and out."""
     if z.dim() != 5:
         raise ValueError(f"streamed_decode expects a 5D latent (B, C, X, Y, Z), got shape {tuple(z.shape)}")

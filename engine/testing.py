@@ -18,9 +18,14 @@ TINY_CONDITIONS = (
 )
 
 
-def tiny_spec(model_id: str = "tiny-latent", kind: str = "latent", conditioned: bool = True,
-              output_xyz: tuple[int, int, int] = (16, 24, 16), samplers=("ddim", "ddpm", "pndm"),
-              default_guidance_scale: float = 1.0) -> ModelSpec:
+def tiny_spec(
+    model_id: str = "tiny-latent",
+    kind: str = "latent",
+    conditioned: bool = True,
+    output_xyz: tuple[int, int, int] = (16, 24, 16),
+    samplers=("ddim", "ddpm", "pndm"),
+    default_guidance_scale: float = 1.0,
+) -> ModelSpec:
     conditions = TINY_CONDITIONS if conditioned else ()
     n = len(conditions)
     latent_channels = 3
@@ -33,29 +38,63 @@ def tiny_spec(model_id: str = "tiny-latent", kind: str = "latent", conditioned: 
         latent_shape = None
         diff_channels = image_channels
     unet = {
-        "_target_": "DiffusionModelUNet", "spatial_dims": 3,
-        "in_channels": diff_channels + (n if conditioned else 0), "out_channels": diff_channels,
-        "channels": [8, 16], "attention_levels": [False, True], "num_res_blocks": 1, "norm_num_groups": 8,
-        "num_head_channels": [0, 8], "with_conditioning": conditioned,
-        "cross_attention_dim": n if conditioned else None, "resblock_updown": False,
+        "_target_": "DiffusionModelUNet",
+        "spatial_dims": 3,
+        "in_channels": diff_channels + (n if conditioned else 0),
+        "out_channels": diff_channels,
+        "channels": [8, 16],
+        "attention_levels": [False, True],
+        "num_res_blocks": 1,
+        "norm_num_groups": 8,
+        "num_head_channels": [0, 8],
+        "with_conditioning": conditioned,
+        "cross_attention_dim": n if conditioned else None,
+        "resblock_updown": False,
     }
     networks = {"unet": unet}
     if kind == "latent":
         networks["autoencoder"] = {
-            "_target_": "AutoencoderKL", "spatial_dims": 3, "in_channels": 1, "out_channels": 1,
-            "latent_channels": latent_channels, "channels": [8, 8, 8], "num_res_blocks": 1,
-            "attention_levels": [False, False, False], "norm_num_groups": 4,
-            "with_encoder_nonlocal_attn": False, "with_decoder_nonlocal_attn": False,
+            "_target_": "AutoencoderKL",
+            "spatial_dims": 3,
+            "in_channels": 1,
+            "out_channels": 1,
+            "latent_channels": latent_channels,
+            "channels": [8, 8, 8],
+            "num_res_blocks": 1,
+            "attention_levels": [False, False, False],
+            "norm_num_groups": 4,
+            "with_encoder_nonlocal_attn": False,
+            "with_decoder_nonlocal_attn": False,
         }
-    schedule = ({"num_train_timesteps": 1000} if samplers == ("rflow",) else
-                {"num_train_timesteps": 1000, "schedule": "scaled_linear_beta", "beta_start": 0.0015,
-                 "beta_end": 0.0205, "prediction_type": "epsilon", "clip_sample": False})
+    schedule = (
+        {"num_train_timesteps": 1000}
+        if samplers == ("rflow",)
+        else {
+            "num_train_timesteps": 1000,
+            "schedule": "scaled_linear_beta",
+            "beta_start": 0.0015,
+            "beta_end": 0.0205,
+            "prediction_type": "epsilon",
+            "clip_sample": False,
+        }
+    )
     return ModelSpec(
-        id=model_id, name=f"Tiny {kind} test model", kind=kind, networks=networks, schedule=schedule,
-        output_shape=(image_channels, *output_xyz), latent_shape=latent_shape, samplers=tuple(samplers),
-        default_sampler=samplers[0], default_steps=5, scale_factor=1.0, voxel_spacing_mm=(2.0, 2.0, 2.0),
-        conditioning=conditions, conditioning_modes=("concat", "crossattn") if conditioned else (),
-        guidance_null_value=-1.0 if conditioned else None, default_guidance_scale=default_guidance_scale,
+        id=model_id,
+        name=f"Tiny {kind} test model",
+        kind=kind,
+        networks=networks,
+        schedule=schedule,
+        output_shape=(image_channels, *output_xyz),
+        latent_shape=latent_shape,
+        samplers=tuple(samplers),
+        default_sampler=samplers[0],
+        default_steps=5,
+        scale_factor=1.0,
+        voxel_spacing_mm=(2.0, 2.0, 2.0),
+        conditioning=conditions,
+        conditioning_modes=("concat", "crossattn") if conditioned else (),
+        guidance_null_value=-1.0 if conditioned else None,
+        default_guidance_scale=default_guidance_scale,
         description="random weights; for tests only",
     )
 
@@ -81,8 +120,12 @@ def make_tiny_model(folder: str | Path, seed: int = 0, **spec_kwargs) -> Path:
     from engine.models.export import save_model_folder
 
     spec = tiny_spec(**spec_kwargs)
-    return save_model_folder(folder, spec, build_tiny_networks(spec, seed),
-                             card=f"# {spec.name}\n\nRandom weights (seed {seed}). For tests only.\n")
+    return save_model_folder(
+        folder,
+        spec,
+        build_tiny_networks(spec, seed),
+        card=f"# {spec.name}\n\nRandom weights (seed {seed}). For tests only.\n",
+    )
 
 
 class ServerThread:

@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 bash packaging/setup.sh
 echo "== ruff"
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 echo "== import rule (engine never imports Qt, pyvista, VTK or app)"
 .venv/bin/lint-imports
 echo "== pytest"

@@ -8,7 +8,9 @@ import pytest
 
 # Tests never touch the user's real data or settings folders.
 os.environ.setdefault("XDG_DATA_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-data"))
-os.environ.setdefault("XDG_CONFIG_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-config"))
+os.environ.setdefault(
+    "XDG_CONFIG_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-config")
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,7 +36,9 @@ def tiny_models_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     make_tiny_model(root / "tiny-latent", model_id="tiny-latent")
     make_tiny_model(root / "tiny-pixel", model_id="tiny-pixel", kind="pixel", conditioned=False)
-    make_tiny_model(root / "tiny-rflow", model_id="tiny-rflow", kind="pixel", conditioned=False, samplers=("rflow",))
+    make_tiny_model(
+        root / "tiny-rflow", model_id="tiny-rflow", kind="pixel", conditioned=False, samplers=("rflow",)
+    )
     return root
 
 

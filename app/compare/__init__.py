@@ -21,8 +21,10 @@ class CompareController:
         self.window: CompareWindow | None = None
         self.action = QAction("C&ompare Settings...", window)
         self.action.setShortcut(QKeySequence("Ctrl+Shift+G"))
-        self.action.setStatusTip("Run the Generate panel's request with two optimization settings and compare "
-                                 "volumes, speed, memory and kernels")
+        self.action.setStatusTip(
+            "Run the Generate panel's request with two optimization settings and compare "
+            "volumes, speed, memory and kernels"
+        )
         self.action.triggered.connect(self.open)
         window.addAction(self.action)
 

@@ -54,9 +54,11 @@ PANEL_SETTINGS = "Generate panel settings"
 A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
 PLANES = ("axial", "coronal", "sagittal")
 SIDES = ("a", "b", "diff")
-METHOD_NOTE = ("One run of each, A then B, in this process. Step statistics leave out step 1 (warm-up) and the "
-               "kernel-profiled steps. For ratios to quote, use `volsynth bench` (repeated, interleaved, one "
-               "process per run).")
+METHOD_NOTE = (
+    "One run of each, A then B, in this process. Step statistics leave out step 1 (warm-up) and the "
+    "kernel-profiled steps. For ratios to quote, use `volsynth bench` (repeated, interleaved, one "
+    "process per run)."
+)
 
 
 class ComparingBackend:
@@ -68,8 +70,9 @@ class ComparingBackend:
     def sample(self, request):
         from engine.compare import compare_settings
 
-        return compare_settings(self.backend, request, self.a, self.b, self.labels,
-                                kernel_profile_steps=self.profile_steps)
+        return compare_settings(
+            self.backend, request, self.a, self.b, self.labels, kernel_profile_steps=self.profile_steps
+        )
 
 
 def _comparing_backend(pool, device: str, a, b, labels, profile_steps) -> ComparingBackend:
@@ -120,7 +123,9 @@ class CompareWindow(QWidget):
         QShortcut(QKeySequence("Ctrl+Return"), self, activated=self.start)
         QShortcut(QKeySequence("Esc"), self, activated=self.cancel)
         for index in range(len(PLANES)):
-            QShortcut(QKeySequence(str(index + 1)), self, activated=partial(self.plane_box.setCurrentIndex, index))
+            QShortcut(
+                QKeySequence(str(index + 1)), self, activated=partial(self.plane_box.setCurrentIndex, index)
+            )
         main_window.state.model_selected.connect(self._on_main_changed)
         main_window.state.job_changed.connect(self._on_main_changed)
         panel = main_window.sampling_panel
@@ -137,18 +142,24 @@ class CompareWindow(QWidget):
         for combo, key, default in ((self.a_box, A_KEY, "Exact fp32"), (self.b_box, B_KEY, PANEL_SETTINGS)):
             combo.addItems([*PRESETS, PANEL_SETTINGS])
             combo.insertSeparator(combo.count())
-            combo.addItems([name for name in NAMED_SETTINGS if name != "fp32"])  # the names `volsynth bench` uses
+            combo.addItems(
+                [name for name in NAMED_SETTINGS if name != "fp32"]
+            )  # the names `volsynth bench` uses
             saved = self.main.settings.value(key, default, type=str)
             combo.setCurrentText(saved if combo.findText(saved) >= 0 else default)
-            combo.setToolTip(f"{PANEL_SETTINGS}: the Optimization section of the Generate panel, as set now. "
-                             "Below the line: the named settings of `volsynth bench` and `volsynth compare`.")
+            combo.setToolTip(
+                f"{PANEL_SETTINGS}: the Optimization section of the Generate panel, as set now. "
+                "Below the line: the named settings of `volsynth bench` and `volsynth compare`."
+            )
             combo.currentTextChanged.connect(partial(self.main.settings.setValue, key))
         self.profile_spin = QSpinBox()
         self.profile_spin.setRange(0, 10)
         self.profile_spin.setValue(2)
-        self.profile_spin.setToolTip("Denoising steps of each run to kernel-profile with torch.profiler (from step "
-                                     "2; step 1 warms up). Profiled steps run slower and are left out of the "
-                                     "latency numbers.")
+        self.profile_spin.setToolTip(
+            "Denoising steps of each run to kernel-profile with torch.profiler (from step "
+            "2; step 1 warms up). Profiled steps run slower and are left out of the "
+            "latency numbers."
+        )
         self.source_label = QLabel()
         self.source_label.setObjectName("compareSource")
         self.source_label.setWordWrap(True)
@@ -241,10 +252,14 @@ class CompareWindow(QWidget):
         note.setObjectName("compareNote")
         bottom.addWidget(note, 1)
         self.add_button = QPushButton("Add A and B to Session")
-        self.add_button.setToolTip("Add both volumes to the session list, with their provenance, to save or vault")
+        self.add_button.setToolTip(
+            "Add both volumes to the session list, with their provenance, to save or vault"
+        )
         self.add_button.clicked.connect(self.add_to_session)
         self.save_button = QPushButton("Save...")
-        self.save_button.setToolTip("Write a.nii.gz, b.nii.gz, difference.nii.gz and compare.json to a folder")
+        self.save_button.setToolTip(
+            "Write a.nii.gz, b.nii.gz, difference.nii.gz and compare.json to a folder"
+        )
         self.save_button.clicked.connect(self._on_save_clicked)
         bottom.addWidget(self.add_button)
         bottom.addWidget(self.save_button)
@@ -312,12 +327,24 @@ class CompareWindow(QWidget):
         labels = (config_a.summary(), config_b.summary())
         if labels[0] == labels[1]:
             labels = (f"A {labels[0]}", f"B {labels[1]}")
-        provider = partial(_comparing_backend, self.main.backends, settings.device, config_a, config_b, labels,
-                           self.profile_spin.value())
+        provider = partial(
+            _comparing_backend,
+            self.main.backends,
+            settings.device,
+            config_a,
+            config_b,
+            labels,
+            self.profile_spin.value(),
+        )
         self._job = self.main.runner.start(
-            "compare", GenerationWorker(request, provider), progressed=self._on_job_progressed,
-            finished=self._on_job_finished, failed=self._on_job_failed, cancelled=self._on_job_cancelled,
-            ended=self._on_job_ended)
+            "compare",
+            GenerationWorker(request, provider),
+            progressed=self._on_job_progressed,
+            finished=self._on_job_finished,
+            failed=self._on_job_failed,
+            cancelled=self._on_job_cancelled,
+            ended=self._on_job_ended,
+        )
         self._started = time.monotonic()
         self.main.state.set_job_running(True)  # one engine job at a time: Generate waits for this
         self._set_running(True)
@@ -378,13 +405,26 @@ class CompareWindow(QWidget):
         for side, data in volumes.items():
             data = data[0] if data.ndim == 4 else data
             name = {"a": f"A {a.label}", "b": f"B {b.label}", "diff": "B - A"}[side]
-            self.states[side].show(VolumeEntry(name=name, data=np.ascontiguousarray(data, dtype=np.float32),
-                                               affine=affine, kind="generated", synthetic=True))
+            self.states[side].show(
+                VolumeEntry(
+                    name=name,
+                    data=np.ascontiguousarray(data, dtype=np.float32),
+                    affine=affine,
+                    kind="generated",
+                    synthetic=True,
+                )
+            )
         self.states["diff"].set_window(*difference_window(volumes["diff"]))
         self.titles["a"].setText(f"A \u00b7 {a.label}")
         self.titles["b"].setText(f"B \u00b7 {b.label}")
-        self.titles["diff"].setText("B \u2212 A" + ("  (identical)" if comparison.max_abs_err == 0 else
-                                                    f"  (max |B\u2212A| {comparison.max_abs_err:.3g})"))
+        self.titles["diff"].setText(
+            "B \u2212 A"
+            + (
+                "  (identical)"
+                if comparison.max_abs_err == 0
+                else f"  (max |B\u2212A| {comparison.max_abs_err:.3g})"
+            )
+        )
         self.summary_label.setText(self.summary_text(comparison))
         self._fill_table(comparison)
         for side, measured in (("a", a), ("b", b)):
@@ -402,15 +442,21 @@ class CompareWindow(QWidget):
             pace = f"B is {1 / speed:.2f}x slower than A per step"
         psnr = "identical volumes" if math.isinf(comparison.psnr_db) else f"PSNR {comparison.psnr_db:.1f} dB"
         ssim = "" if comparison.ssim is None else f", SSIM {comparison.ssim:.4f}"
-        return (f"<b>{pace}</b> (whole loop: {_ratio(comparison.speedup_loop)} as fast). "
-                f"Volume moved: <b>{psnr}</b>{ssim}, max |B\u2212A| {comparison.max_abs_err:.3g}, "
-                f"mean |B\u2212A| {comparison.mean_abs_err:.3g}.")
+        return (
+            f"<b>{pace}</b> (whole loop: {_ratio(comparison.speedup_loop)} as fast). "
+            f"Volume moved: <b>{psnr}</b>{ssim}, max |B\u2212A| {comparison.max_abs_err:.3g}, "
+            f"mean |B\u2212A| {comparison.mean_abs_err:.3g}."
+        )
 
     def _fill_table(self, comparison) -> None:
         a, b = comparison.a, comparison.b
 
         def step(side) -> str:
-            return "n/a" if side.step_ms_median is None else f"{side.step_ms_median:.1f} ms (IQR {side.step_ms_iqr:.1f})"
+            return (
+                "n/a"
+                if side.step_ms_median is None
+                else f"{side.step_ms_median:.1f} ms (IQR {side.step_ms_iqr:.1f})"
+            )
 
         def applied(side) -> str:
             return ", ".join(side.applied()) or "none (fp32)"
@@ -419,20 +465,41 @@ class CompareWindow(QWidget):
             return "\n".join(f"{name}: {reason}" for name, reason in side.not_applied()) or "\u2014"
 
         if a.peak_kind == "cuda_allocator":
-            memory_rows = [("Peak memory (CUDA allocator)", format_bytes(a.peak_bytes), format_bytes(b.peak_bytes),
-                            _ratio(b.peak_bytes / a.peak_bytes) if a.peak_bytes else "n/a")]
+            memory_rows = [
+                (
+                    "Peak memory (CUDA allocator)",
+                    format_bytes(a.peak_bytes),
+                    format_bytes(b.peak_bytes),
+                    _ratio(b.peak_bytes / a.peak_bytes) if a.peak_bytes else "n/a",
+                )
+            ]
         else:
             # RSS is the process's: memory A freed stays mapped and B reuses it, so B's growth is understated
             # and a ratio would flatter B. `volsynth bench` measures each setting in its own process.
-            memory_rows = [("Peak memory (process RSS)", format_bytes(a.peak_bytes), format_bytes(b.peak_bytes),
-                            "n/a (1 process)"),
-                           ("  RSS growth in the run", format_bytes(a.peak_over_start_bytes),
-                            format_bytes(b.peak_over_start_bytes), "understated for B")]
+            memory_rows = [
+                (
+                    "Peak memory (process RSS)",
+                    format_bytes(a.peak_bytes),
+                    format_bytes(b.peak_bytes),
+                    "n/a (1 process)",
+                ),
+                (
+                    "  RSS growth in the run",
+                    format_bytes(a.peak_over_start_bytes),
+                    format_bytes(b.peak_over_start_bytes),
+                    "understated for B",
+                ),
+            ]
         speed = comparison.speedup_per_step
         rows = [
             ("Step (median)", step(a), step(b), f"{_ratio(speed)} as fast" if speed else "n/a"),
             ("Steps measured", str(a.steps_measured), str(b.steps_measured), ""),
-            ("Sampling loop", f"{a.loop_s:.2f} s", f"{b.loop_s:.2f} s", f"{_ratio(comparison.speedup_loop)} as fast"),
+            (
+                "Sampling loop",
+                f"{a.loop_s:.2f} s",
+                f"{b.loop_s:.2f} s",
+                f"{_ratio(comparison.speedup_loop)} as fast",
+            ),
             *memory_rows,
             ("Applied", applied(a), applied(b), ""),
             ("Did not apply", not_applied(a), not_applied(b), ""),
@@ -455,13 +522,19 @@ class CompareWindow(QWidget):
             return
         steps = profile["steps"]
         span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}\u2013{steps[-1]}"
-        title.setText(f"{side.upper()} \u00b7 {measured.label}: top operators by {profile['clock'].upper()} self "
-                      f"time, {span}, {profile['total_ms_per_step']:.1f} ms per step")
+        title.setText(
+            f"{side.upper()} \u00b7 {measured.label}: top operators by {profile['clock'].upper()} self "
+            f"time, {span}, {profile['total_ms_per_step']:.1f} ms per step"
+        )
         operators = profile["operators"][:10]
         table.setRowCount(len(operators))
         for row, op in enumerate(operators):
-            cells = (f"{100 * op['share']:.1f} %", f"{op['self_ms_per_step']:.2f}", f"{op['calls_per_step']:.0f}",
-                     op["name"])
+            cells = (
+                f"{100 * op['share']:.1f} %",
+                f"{op['self_ms_per_step']:.2f}",
+                f"{op['calls_per_step']:.0f}",
+                op["name"],
+            )
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(op["name"])
@@ -494,8 +567,14 @@ class CompareWindow(QWidget):
         from engine.compare import save_comparison
 
         self.save_button.setEnabled(False)
-        self.main.runner.run_task("save-compare", save_comparison, self.comparison, folder,
-                                  finished=self._on_saved, failed=self._on_save_failed)
+        self.main.runner.run_task(
+            "save-compare",
+            save_comparison,
+            self.comparison,
+            folder,
+            finished=self._on_saved,
+            failed=self._on_save_failed,
+        )
 
     def _on_saved(self, paths) -> None:
         self.save_button.setEnabled(self.comparison is not None)
@@ -544,7 +623,8 @@ class CompareWindow(QWidget):
         self.source_label.setText(
             f"Request from the Generate panel: <b>{source.spec.name}</b> \u00b7 seed {panel.seed_spin.value()} "
             f"\u00b7 {panel.steps_spin.value()} steps \u00b7 guidance {guidance} \u00b7 device "
-            f"{panel.device_box.currentText()} \u00b7 batch 1, no previews")
+            f"{panel.device_box.currentText()} \u00b7 batch 1, no previews"
+        )
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override
         self._update_source()  # the Generate panel may have changed while this window was hidden

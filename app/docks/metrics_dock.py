@@ -37,8 +37,14 @@ GIB = float(2**30)
 PLOT_BACKGROUND = "#15181c"
 AXIS_PEN = "#3a404a"
 AXIS_TEXT = "#8b93a1"
-CARD_COLOURS = {"gpu_util": "#3d8fd6", "gpu_memory": "#c678dd", "gpu_power": "#e5a04b",
-                "gpu_temperature": "#e06c75", "cpu": "#56b6c2", "memory": "#98c379"}
+CARD_COLOURS = {
+    "gpu_util": "#3d8fd6",
+    "gpu_memory": "#c678dd",
+    "gpu_power": "#e5a04b",
+    "gpu_temperature": "#e06c75",
+    "cpu": "#56b6c2",
+    "memory": "#98c379",
+}
 GPU_COLOURS = ("#3d8fd6", "#c678dd", "#98c379", "#e5a04b", "#56b6c2", "#e06c75", "#d19a66", "#61afef")
 LIMIT_COLOUR = "#e06c75"
 RSS_COLOUR = "#e5c07b"
@@ -95,22 +101,26 @@ def sample_row(sample: Any) -> dict[str, float]:
         "cpu_max": max(cores) if cores else None,
         # psutil gives the process's CPU in percent of one core; as a share of the machine it compares
         # directly with the total.
-        "app_cpu": system.process_cpu_pct / len(cores) if cores and system.process_cpu_pct is not None else None,
+        "app_cpu": system.process_cpu_pct / len(cores)
+        if cores and system.process_cpu_pct is not None
+        else None,
         "ram": _gib(system.ram_used_bytes),
         "ram_total": _gib(system.ram_total_bytes),
         "rss": _gib(system.process_rss_bytes),
     }
     for gpu in sample.gpus:
         prefix = f"gpu{gpu.index}."
-        values.update({
-            prefix + "sm": gpu.sm_util_pct,
-            prefix + "mem_util": gpu.mem_util_pct,
-            prefix + "mem_used": _gib(gpu.memory_used_bytes),
-            prefix + "mem_total": _gib(gpu.memory_total_bytes),
-            prefix + "power": gpu.power_w,
-            prefix + "power_limit": gpu.power_limit_w,
-            prefix + "temp": gpu.temperature_c,
-        })
+        values.update(
+            {
+                prefix + "sm": gpu.sm_util_pct,
+                prefix + "mem_util": gpu.mem_util_pct,
+                prefix + "mem_used": _gib(gpu.memory_used_bytes),
+                prefix + "mem_total": _gib(gpu.memory_total_bytes),
+                prefix + "power": gpu.power_w,
+                prefix + "power_limit": gpu.power_limit_w,
+                prefix + "temp": gpu.temperature_c,
+            }
+        )
     return {key: float(value) for key, value in values.items() if value is not None}
 
 
@@ -170,7 +180,9 @@ class _Columns:
 class _PlotCard(QFrame):
     """One metric: a title, the current value (doubling as the legend) and a pyqtgraph plot."""
 
-    def __init__(self, key: str, window_s: float, show_time_axis: bool, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, key: str, window_s: float, show_time_axis: bool, parent: QWidget | None = None
+    ) -> None:
         import pyqtgraph as pg
 
         super().__init__(parent)
@@ -247,8 +259,9 @@ class _PlotCard(QFrame):
             self.plot_item.removeItem(line)
         pen = pg.mkPen(255, 255, 255, 24, width=1)
         pen.setCosmetic(True)
-        self._time_grid = [pg.InfiniteLine(pos=value, angle=90, movable=False, pen=pen)
-                           for value, _ in ticks[0] if value < 0]
+        self._time_grid = [
+            pg.InfiniteLine(pos=value, angle=90, movable=False, pen=pen) for value, _ in ticks[0] if value < 0
+        ]
         for line in self._time_grid:
             line.setZValue(-10)
             self.plot_item.addItem(line, ignoreBounds=True)
@@ -263,15 +276,27 @@ class _PlotCard(QFrame):
         if ticks is not None:
             self.plot_item.getAxis("left").setTicks([[(v, f"{v:g}") for v in ticks], []])
 
-    def curve(self, name: str, colour: str, *, width: float = 1.6, dashed: bool = False, alpha: int = 255,
-              fill_alpha: int = 0, z: int = 0):
+    def curve(
+        self,
+        name: str,
+        colour: str,
+        *,
+        width: float = 1.6,
+        dashed: bool = False,
+        alpha: int = 255,
+        fill_alpha: int = 0,
+        z: int = 0,
+    ):
         """The curve called ``name``, created on first use."""
         import pyqtgraph as pg
 
         curve = self.curves.get(name)
         if curve is None:
-            pen = pg.mkPen(pg.mkColor(colour), width=width,
-                           style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine)
+            pen = pg.mkPen(
+                pg.mkColor(colour),
+                width=width,
+                style=Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine,
+            )
             pen.setCosmetic(True)
             if alpha < 255:
                 color = pen.color()
@@ -323,21 +348,32 @@ class _PlotCard(QFrame):
                 visible[mark.key] = (mark, x)
         for key in list(self.mark_lines):
             line = self.mark_lines[key]
-            stale = (key not in visible or (getattr(line, "label", None) is not None) != labelled
-                     or line.mark_label != visible[key][0].label)
+            stale = (
+                key not in visible
+                or (getattr(line, "label", None) is not None) != labelled
+                or line.mark_label != visible[key][0].label
+            )
             if stale:
                 self.plot_item.removeItem(line)
                 del self.mark_lines[key]
         for key, (mark, x) in visible.items():
             line = self.mark_lines.get(key)
             if line is None:
-                pen = pg.mkPen(mark.colour, width=1.4,
-                               style=Qt.PenStyle.DashLine if mark.kind == "start" else Qt.PenStyle.SolidLine)
+                pen = pg.mkPen(
+                    mark.colour,
+                    width=1.4,
+                    style=Qt.PenStyle.DashLine if mark.kind == "start" else Qt.PenStyle.SolidLine,
+                )
                 options: dict[str, Any] = {}
                 if labelled:
-                    options = {"label": mark.label, "labelOpts": {
-                        "position": 0.86 if mark.kind == "start" else 0.55, "color": mark.colour,
-                        "fill": pg.mkBrush(21, 24, 28, 200)}}
+                    options = {
+                        "label": mark.label,
+                        "labelOpts": {
+                            "position": 0.86 if mark.kind == "start" else 0.55,
+                            "color": mark.colour,
+                            "fill": pg.mkBrush(21, 24, 28, 200),
+                        },
+                    }
                 line = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=pen, **options)
                 line.mark_label = mark.label
                 line.setZValue(10)
@@ -362,8 +398,14 @@ class MetricsDock(QWidget):
 
     redrawn = Signal(int)  # seq of the newest sample drawn (tests and benchmarks listen)
 
-    def __init__(self, source: Any = None, *, window_s: float = DEFAULT_WINDOW_S, redraw_ms: int = REDRAW_MS,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        source: Any = None,
+        *,
+        window_s: float = DEFAULT_WINDOW_S,
+        redraw_ms: int = REDRAW_MS,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("metricsPanel")
         self.source: Any = None
@@ -593,20 +635,25 @@ class MetricsDock(QWidget):
         for index in indices:
             p = f"gpu{index}."
             c_util = self._gpu_colour("gpu_util", index, count)
-            util.curve(p + "sm", c_util, width=1.8, fill_alpha=40 if count == 1 else 0).setData(x, cols.array(p + "sm"))
+            util.curve(p + "sm", c_util, width=1.8, fill_alpha=40 if count == 1 else 0).setData(
+                x, cols.array(p + "sm")
+            )
             util.curve(p + "mem_util", c_util, dashed=True, alpha=190).setData(x, cols.array(p + "mem_util"))
 
             c_mem = self._gpu_colour("gpu_memory", index, count)
             used, total = cols.array(p + "mem_used"), cols.array(p + "mem_total")
-            memory.curve(p + "mem_used", c_mem, width=1.8, fill_alpha=45 if count == 1 else 0).setData(x, used)
+            memory.curve(p + "mem_used", c_mem, width=1.8, fill_alpha=45 if count == 1 else 0).setData(
+                x, used
+            )
             memory.curve(p + "mem_total", c_mem, dashed=True, width=1.1, alpha=170).setData(x, total)
             mem_high = max(mem_high, _finite_max(total), _finite_max(used))
 
             c_power = self._gpu_colour("gpu_power", index, count)
             watts, limit = cols.array(p + "power"), cols.array(p + "power_limit")
             power.curve(p + "power", c_power, width=1.8, fill_alpha=40 if count == 1 else 0).setData(x, watts)
-            power.curve(p + "power_limit", LIMIT_COLOUR if count == 1 else c_power, dashed=True, width=1.1,
-                        alpha=200).setData(x, limit)
+            power.curve(
+                p + "power_limit", LIMIT_COLOUR if count == 1 else c_power, dashed=True, width=1.1, alpha=200
+            ).setData(x, limit)
             power_high = max(power_high, _finite_max(limit), _finite_max(watts))
 
             c_temp = self._gpu_colour("gpu_temperature", index, count)
@@ -615,20 +662,31 @@ class MetricsDock(QWidget):
             temp_values.extend(temps[np.isfinite(temps)].tolist())
 
             gpu = now_by_index.get(index)
-            tag = f'<span style="color:{GPU_COLOURS[index % len(GPU_COLOURS)]}">\u25cf</span>{index} ' if count > 1 else ""
+            tag = (
+                f'<span style="color:{GPU_COLOURS[index % len(GPU_COLOURS)]}">\u25cf</span>{index} '
+                if count > 1
+                else ""
+            )
             if gpu is None or not gpu.available:
                 for key in GPU_CARDS:
                     texts[key].append(tag + "lost" if gpu is not None else tag + "\u2013")
                 continue
             sm = _pct(gpu.sm_util_pct)
-            texts["gpu_util"].append(f"{tag}<b>{sm}</b>" if count > 1 else
-                                     f"SM <b>{sm}</b> \u00b7 mem {_pct(gpu.mem_util_pct)}")
+            texts["gpu_util"].append(
+                f"{tag}<b>{sm}</b>" if count > 1 else f"SM <b>{sm}</b> \u00b7 mem {_pct(gpu.mem_util_pct)}"
+            )
             used_text = _num(_gib(gpu.memory_used_bytes), "{:.1f}")
             total_text = _num(_gib(gpu.memory_total_bytes), "{:.0f}")
-            texts["gpu_memory"].append(f"{tag}<b>{used_text}</b>" if count > 1 else  # totals: in the header
-                                       f"<b>{used_text}</b> / {total_text} GiB")
-            texts["gpu_power"].append(f"{tag}<b>{_num(gpu.power_w, '{:.0f}')} W</b>"
-                                      + (f" / {_num(gpu.power_limit_w, '{:.0f}')} W" if count == 1 else ""))
+            texts["gpu_memory"].append(
+                f"{tag}<b>{used_text}</b>"
+                if count > 1
+                # totals: in the header
+                else f"<b>{used_text}</b> / {total_text} GiB"
+            )
+            texts["gpu_power"].append(
+                f"{tag}<b>{_num(gpu.power_w, '{:.0f}')} W</b>"
+                + (f" / {_num(gpu.power_limit_w, '{:.0f}')} W" if count == 1 else "")
+            )
             texts["gpu_temperature"].append(f"{tag}<b>{_num(gpu.temperature_c, '{:.0f}')} \u00b0C</b>")
         separator = "  "
         for key in GPU_CARDS:
@@ -660,8 +718,11 @@ class MetricsDock(QWidget):
         card.value_label.setText(
             f'<span style="color:{colour}">\u25cf</span> <b>{_pct(system.cpu_pct)}</b>'
             f' \u00b7 <span style="color:{RSS_COLOUR}">\u25cf</span> app {_pct(app)}'
-            f' \u00b7 {cores} core{"s" if cores != 1 else ""}')
-        card.setToolTip("Total CPU (line), the range over cores (band), and this application's share (yellow)")
+            f" \u00b7 {cores} core{'s' if cores != 1 else ''}"
+        )
+        card.setToolTip(
+            "Total CPU (line), the range over cores (band), and this application's share (yellow)"
+        )
 
     def _draw_memory(self, x: np.ndarray, latest: Any) -> None:
         card = self.cards["memory"]
@@ -675,23 +736,31 @@ class MetricsDock(QWidget):
         system = latest.system
         card.value_label.setText(
             f'<span style="color:{colour}">\u25cf</span> <b>{_num(_gib(system.ram_used_bytes), "{:.1f}")}</b>'
-            f' / {_num(_gib(system.ram_total_bytes), "{:.0f}")}'
-            f' \u00b7 <span style="color:{RSS_COLOUR}">\u25cf</span> app {_num(_gib(system.process_rss_bytes), "{:.2f}")}')
-        card.setToolTip("RAM in use (filled), installed RAM (dashed) and this application's resident memory (yellow)")
+            f" / {_num(_gib(system.ram_total_bytes), '{:.0f}')}"
+            f' \u00b7 <span style="color:{RSS_COLOUR}">\u25cf</span> app {_num(_gib(system.process_rss_bytes), "{:.2f}")}'
+        )
+        card.setToolTip(
+            "RAM in use (filled), installed RAM (dashed) and this application's resident memory (yellow)"
+        )
 
     def _update_header(self, latest: Any, gpu_indices: list[int]) -> None:
         if latest.gpus:
             count = len(latest.gpus)
             rows = []
             for gpu in latest.gpus:
-                dot = (f'<span style="color:{GPU_COLOURS[gpu.index % len(GPU_COLOURS)]}">\u25cf</span> '
-                       if count > 1 else "")
+                dot = (
+                    f'<span style="color:{GPU_COLOURS[gpu.index % len(GPU_COLOURS)]}">\u25cf</span> '
+                    if count > 1
+                    else ""
+                )
                 total = f" \u00b7 {format_bytes(gpu.memory_total_bytes)}" if gpu.memory_total_bytes else ""
                 lost = f" \u2013 unavailable: {_escape(gpu.reason or 'lost')}" if not gpu.available else ""
                 rows.append(f"{dot}<b>{_escape(gpu.name or f'GPU {gpu.index}')}</b>{total}{lost}")
             driver = f"NVIDIA driver {_escape(latest.driver_version)}" if latest.driver_version else ""
             source = f" \u00b7 on {_escape(latest.source)}" if latest.source not in ("", "local") else ""
-            self.device_label.setText("<br>".join(rows) + f'<br><span style="color:{AXIS_TEXT}">{driver}{source}</span>')
+            self.device_label.setText(
+                "<br>".join(rows) + f'<br><span style="color:{AXIS_TEXT}">{driver}{source}</span>'
+            )
             self.gpu_warning.hide()
         else:
             source = f" on {_escape(latest.source)}" if latest.source not in ("", "local") else ""
@@ -699,16 +768,22 @@ class MetricsDock(QWidget):
             reason = latest.gpu_reason or "no NVIDIA GPU"
             if self.gpu_warning.text() != reason:
                 self.gpu_warning.setText(reason)
-                self.gpu_warning.setToolTip("GPU plots appear when NVML reports a GPU; CPU and memory stay live.")
+                self.gpu_warning.setToolTip(
+                    "GPU plots appear when NVML reports a GPU; CPU and memory stay live."
+                )
             self.gpu_warning.show()
 
     def _update_run_label(self) -> None:
         if self._active_runs:
             started = min(self._active_runs.values())
-            self.run_label.setText(f"Generating \u00b7 {format_duration(max(0.0, self._source_now() - started))}")
+            self.run_label.setText(
+                f"Generating \u00b7 {format_duration(max(0.0, self._source_now() - started))}"
+            )
         elif self._last_summary is not None:
             lines = run_summary_lines(self._last_summary)
-            text = f"Last run ({self._last_outcome}): " + lines[0].removeprefix("telemetry: ") + "; " + lines[1]
+            text = (
+                f"Last run ({self._last_outcome}): " + lines[0].removeprefix("telemetry: ") + "; " + lines[1]
+            )
             self.run_label.setText(text)
 
     # -- slots ----------------------------------------------------------------------------------------

@@ -68,8 +68,9 @@ CHOICES: dict[str, list[tuple[str, Any]]] = {
     "autocast": [("Off (fp32)" if v is None else v, v) for v in AUTOCAST_DTYPES],
     "attention": [("SDPA" if v == "sdpa" else "Default", v) for v in ATTENTION_KERNELS],
     "compile_mode": [("Off (eager)" if v is None else v, v) for v in COMPILE_MODES],
-    "quantization": [("Off" if v is None else "mixed (int8 + float)" if v == "mixed" else v, v)
-                     for v in QUANTIZATION_MODES],
+    "quantization": [
+        ("Off" if v is None else "mixed (int8 + float)" if v == "mixed" else v, v) for v in QUANTIZATION_MODES
+    ],
 }
 TIPS = {
     "tf32": "TF32 tensor cores for fp32 convolutions and matmuls (NVIDIA, compute capability 8.0+)",
@@ -79,9 +80,9 @@ TIPS = {
     "compile_mode": "torch.compile the U-Net (the first run compiles, which takes a while)",
     "cuda_graphs": "Capture the U-Net call once as a CUDA graph and replay it every step (CUDA only)",
     "quantization": "Post-training quantization of the U-Net: int8 (x86 CPU), fp8 (Ada/Hopper GPU Linear "
-                    "layers), mixed (int8 except the layers needed to meet the PSNR budget)",
+    "layers), mixed (int8 except the layers needed to meet the PSNR budget)",
     "psnr_budget_db": "Mixed quantization keeps enough layers in float for the final volume to stay above this "
-                      "PSNR against fp32",
+    "PSNR against fp32",
     "streamed_decode": "Decode the latent layer by layer in slabs: the same result, bounded peak memory",
 }
 BOOL_SETTINGS = ("tf32", "channels_last_3d", "cuda_graphs", "streamed_decode")
@@ -94,7 +95,9 @@ def preset_values(name: str) -> dict[str, Any]:
 
 def preset_of(values: dict[str, Any]) -> str:
     """The preset ``values`` equal, or "Custom". The PSNR budget only matters with mixed quantization."""
-    relevant = {k: v for k, v in values.items() if k != "psnr_budget_db" or values.get("quantization") == "mixed"}
+    relevant = {
+        k: v for k, v in values.items() if k != "psnr_budget_db" or values.get("quantization") == "mixed"
+    }
     for name in PRESETS:
         preset = preset_values(name)
         if all(preset[k] == v for k, v in relevant.items()):
@@ -111,7 +114,9 @@ def _engine_loaded() -> bool:
 class OptimizationPanel(QWidget):
     """Optimization controls with live per-device applicability. Install with ``install_optimization_panel``."""
 
-    def __init__(self, state: AppState, sampling_panel, settings: QSettings, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, state: AppState, sampling_panel, settings: QSettings, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.state = state
         self.sampling_panel = sampling_panel
@@ -127,9 +132,11 @@ class OptimizationPanel(QWidget):
         self.preset_box = QComboBox()
         for name in (*PRESETS, CUSTOM):
             self.preset_box.addItem(name)
-            self.preset_box.setItemData(self.preset_box.count() - 1,
-                                        PRESET_TIPS.get(name, "Settings chosen one by one"),
-                                        Qt.ItemDataRole.ToolTipRole)
+            self.preset_box.setItemData(
+                self.preset_box.count() - 1,
+                PRESET_TIPS.get(name, "Settings chosen one by one"),
+                Qt.ItemDataRole.ToolTipRole,
+            )
         self.preset_box.setToolTip("Optimization preset")
         self.preset_box.activated.connect(self._on_preset_box_activated)
         self.expand_button = QToolButton()
@@ -178,7 +185,9 @@ class OptimizationPanel(QWidget):
                 budget_label = QLabel("PSNR budget")
                 budget_label.setToolTip(TIPS["psnr_budget_db"])
                 self.labels["psnr_budget_db"] = budget_label
-                grid.addWidget(budget_label, row, 0, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                grid.addWidget(
+                    budget_label, row, 0, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+                )
                 grid.addWidget(self.budget_spin, row, 1)
                 row += 1
         for name in BOOL_SETTINGS:
@@ -247,7 +256,11 @@ class OptimizationPanel(QWidget):
                     index = next((i for i, (_, v) in enumerate(CHOICES[name]) if v == value), -1)
                     if index >= 0:
                         self.combos[name].setCurrentIndex(index)
-                elif name == "psnr_budget_db" and isinstance(value, int | float) and not isinstance(value, bool):
+                elif (
+                    name == "psnr_budget_db"
+                    and isinstance(value, int | float)
+                    and not isinstance(value, bool)
+                ):
                     self.budget_spin.setValue(float(value))
         finally:
             self._updating = False
@@ -294,8 +307,9 @@ class OptimizationPanel(QWidget):
         self.refused = refused
         self.refused_label.setText(refused)
         self.refused_label.setVisible(bool(refused))
-        self.sampling_panel.set_generate_blocked(BLOCK_SOURCE, f"refused optimization settings: {refused}"
-                                                 if refused else None)
+        self.sampling_panel.set_generate_blocked(
+            BLOCK_SOURCE, f"refused optimization settings: {refused}" if refused else None
+        )
         report = self.report or {}
         for name, mark in self.marks.items():
             entry = report.get(name)
@@ -307,8 +321,11 @@ class OptimizationPanel(QWidget):
             mark.setText(symbol)
             mark.setStyleSheet(f"color: {MARK_COLOURS[symbol]}; font-weight: bold; font-size: 11pt;")
             verdict = "Applies" if entry["applied"] else "Does not apply"
-            mark.setToolTip(f"{verdict} on {self._device_text}: {entry['reason']}" if entry["reason"]
-                            else f"{verdict} on {self._device_text}")
+            mark.setToolTip(
+                f"{verdict} on {self._device_text}: {entry['reason']}"
+                if entry["reason"]
+                else f"{verdict} on {self._device_text}"
+            )
         if refused:
             self.summary.setText("The engine refuses this combination:")
             self.summary.setToolTip("")
@@ -316,15 +333,18 @@ class OptimizationPanel(QWidget):
             self.summary.setText("Checked against the device once the engine has loaded.")
             self.summary.setToolTip("")
         elif self._remote:
-            self.summary.setText("Checked by the engine server when the run starts; the result's report says "
-                                 "what applied.")
+            self.summary.setText(
+                "Checked by the engine server when the run starts; the result's report says what applied."
+            )
             self.summary.setToolTip("")
         elif self.report is not None:
             requested = [n for n, e in report.items() if setting_requested(e["requested"])]
             if not requested:
                 self.summary.setText("Plain fp32: nothing changed.")
             else:
-                missing = [setting_text(n, report[n]["requested"]) for n in requested if not report[n]["applied"]]
+                missing = [
+                    setting_text(n, report[n]["requested"]) for n in requested if not report[n]["applied"]
+                ]
                 text = f"{len(requested) - len(missing)} of {len(requested)} apply on {self._device_text}"
                 self.summary.setText(text + (f"; not: {', '.join(missing)}" if missing else ""))
             self.summary.setToolTip("\n".join(optimization_lines(report)))

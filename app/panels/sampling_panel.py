@@ -45,7 +45,7 @@ class ConditionControl(QWidget):
         decimals = 0 if span >= 100 else 1 if span >= 10 else 2
         self.spin.setDecimals(decimals)
         self.spin.setRange(condition.min, condition.max)
-        self.spin.setSingleStep(10 ** -decimals if decimals else max(1.0, round(span / 100)))
+        self.spin.setSingleStep(10**-decimals if decimals else max(1.0, round(span / 100)))
         self.spin.setSuffix(f" {condition.unit}" if condition.unit else "")
         self.spin.setMinimumWidth(96)
         tip = f"{condition.label}: {condition.min:g} to {condition.max:g} {condition.unit}".strip()
@@ -128,8 +128,10 @@ class SamplingPanel(QWidget):
         self.guidance_spin.setRange(0.0, 20.0)
         self.guidance_spin.setSingleStep(0.5)
         self.guidance_spin.setValue(1.0)
-        self.guidance_spin.setToolTip("Classifier-free guidance: 1 = plain conditional sampling; higher follows "
-                                      "the conditions more strictly")
+        self.guidance_spin.setToolTip(
+            "Classifier-free guidance: 1 = plain conditional sampling; higher follows "
+            "the conditions more strictly"
+        )
         self.guidance_label = QLabel("Guidance")
         self.batch_spin = QSpinBox()
         self.batch_spin.setRange(1, 16)
@@ -229,9 +231,12 @@ class SamplingPanel(QWidget):
 
     def _update_generate_button(self) -> None:
         blocked = self.generate_blocked_reason()
-        self.generate_button.setEnabled(not blocked and not self.state.job_running
-                                        and self.state.selected_model is not None)
-        self.generate_button.setToolTip(f"Cannot generate: {blocked}" if blocked else "Generate a volume (Ctrl+G)")
+        self.generate_button.setEnabled(
+            not blocked and not self.state.job_running and self.state.selected_model is not None
+        )
+        self.generate_button.setToolTip(
+            f"Cannot generate: {blocked}" if blocked else "Generate a volume (Ctrl+G)"
+        )
 
     def set_devices(self, devices: list[dict]) -> None:
         """Fill the device picker from ``engine.devices.available_devices()``; added devices (engine servers) stay."""
@@ -240,7 +245,9 @@ class SamplingPanel(QWidget):
         self.device_box.clear()
         self.device_box.addItem("Auto", "auto")
         for device in devices:
-            self.device_box.addItem(f"{device['id']}  \u2013  {device.get('name', '')}".strip(" \u2013"), device["id"])
+            self.device_box.addItem(
+                f"{device['id']}  \u2013  {device.get('name', '')}".strip(" \u2013"), device["id"]
+            )
         for label, data in self._added_devices:
             self.device_box.addItem(label, data)
         index = self.device_box.findData(current)
@@ -307,8 +314,9 @@ class SamplingPanel(QWidget):
         self.model_box.clear()
         for source in self.state.models:
             self.model_box.addItem(source.spec.name, source.id)
-            self.model_box.setItemData(self.model_box.count() - 1, f"{source.id}\n{source.path}",
-                                       Qt.ItemDataRole.ToolTipRole)
+            self.model_box.setItemData(
+                self.model_box.count() - 1, f"{source.id}\n{source.path}", Qt.ItemDataRole.ToolTipRole
+            )
         self.model_box.blockSignals(False)
         self._on_state_model_selected(self.state.selected_model)
 
@@ -342,27 +350,43 @@ class SamplingPanel(QWidget):
         self.guidance_spin.setValue(spec.default_guidance_scale)
         self.guidance_spin.setEnabled(spec.supports_guidance)
         self.guidance_label.setEnabled(spec.supports_guidance)
-        self.guidance_spin.setToolTip(self.guidance_spin.toolTip() if spec.supports_guidance
-                                      else "This model was not trained for classifier-free guidance")
+        self.guidance_spin.setToolTip(
+            self.guidance_spin.toolTip()
+            if spec.supports_guidance
+            else "This model was not trained for classifier-free guidance"
+        )
         self._update_generate_button()
 
     def _on_state_job_changed(self, running: bool) -> None:
         self._update_generate_button()
         self.cancel_button.setEnabled(running)
-        for widget in (self.model_box, self.open_model_button, self.sampler_box, self.steps_spin, self.seed_spin,
-                       self.random_seed_button, self.batch_spin, self.device_box, self.conditioning_group):
+        for widget in (
+            self.model_box,
+            self.open_model_button,
+            self.sampler_box,
+            self.steps_spin,
+            self.seed_spin,
+            self.random_seed_button,
+            self.batch_spin,
+            self.device_box,
+            self.conditioning_group,
+        ):
             widget.setEnabled(not running)
-        self.guidance_spin.setEnabled(not running and bool(self.state.selected_model)
-                                      and self.state.selected_model.spec.supports_guidance)
+        self.guidance_spin.setEnabled(
+            not running
+            and bool(self.state.selected_model)
+            and self.state.selected_model.spec.supports_guidance
+        )
         if running:
             self.progress_bar.setValue(0)
             self.progress_label.setText("Starting...")
 
     def _on_state_progress_changed(self, tracker: ProgressTracker) -> None:
         self.progress_bar.setValue(tracker.percent)
-        self.progress_bar.setFormat(f"{tracker.step}/{tracker.total}" if tracker.stage == "denoise" else "%p%")
+        self.progress_bar.setFormat(
+            f"{tracker.step}/{tracker.total}" if tracker.stage == "denoise" else "%p%"
+        )
         self.progress_label.setText(tracker.text())
 
     def show_finished(self, text: str) -> None:
         self.progress_label.setText(text)
-

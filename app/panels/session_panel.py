@@ -61,10 +61,10 @@ class SessionPanel(QWidget):
             self.list.setCurrentRow(row)
             self.list.blockSignals(False)
         # Escaped: names, provenance and telemetry reasons are arbitrary text, not markup.
-        self.details.setText(f"<b>{html.escape(entry.name)}</b><br>"
-                             + html.escape(entry.describe()).replace("\n", "<br>"))
+        self.details.setText(
+            f"<b>{html.escape(entry.name)}</b><br>" + html.escape(entry.describe()).replace("\n", "<br>")
+        )
 
     def _on_list_row_changed(self, row: int) -> None:
         if 0 <= row < len(self.state.volumes) and not self.state.job_running:
             self.state.show(self.state.volumes[row])
-

@@ -20,5 +20,12 @@ from __future__ import annotations
 from app.remote.connection import MetricsFeed, ServerConnection, normalise_url, probe_server
 from app.remote.controller import RemoteController, ServerDialog, install_remote
 
-__all__ = ["MetricsFeed", "RemoteController", "ServerConnection", "ServerDialog", "install_remote", "normalise_url",
-           "probe_server"]
+__all__ = [
+    "MetricsFeed",
+    "RemoteController",
+    "ServerConnection",
+    "ServerDialog",
+    "install_remote",
+    "normalise_url",
+    "probe_server",
+]

@@ -27,7 +27,9 @@ def normalise_url(text: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidRequest(f"{text!r} is not an http(s) address; use e.g. http://gpu-box:8765")
     if parts.path or parts.query or parts.fragment:
-        raise InvalidRequest(f"{text!r} has a path; give only the scheme, host and port, e.g. http://gpu-box:8765")
+        raise InvalidRequest(
+            f"{text!r} has a path; give only the scheme, host and port, e.g. http://gpu-box:8765"
+        )
     try:
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
     except ValueError:
@@ -72,9 +74,14 @@ def probe_server(url: str, token: str | None) -> ServerConnection:
     finally:
         backend.close()
     match = re.search(r"\(([^()]*)\)\s*$", info.device)  # "http://host:port (cuda:0)"
-    return ServerConnection(url=url, token=token or None, device=match.group(1) if match else info.device,
-                            device_name=info.device_name, model_ids=[str(m.get("id", "")) for m in models],
-                            model_specs=[m for m in models if isinstance(m, dict)])
+    return ServerConnection(
+        url=url,
+        token=token or None,
+        device=match.group(1) if match else info.device,
+        device_name=info.device_name,
+        model_ids=[str(m.get("id", "")) for m in models],
+        model_specs=[m for m in models if isinstance(m, dict)],
+    )
 
 
 @dataclass(eq=False)
@@ -97,11 +104,15 @@ class RemoteModelSource:
         return self.url
 
     def model_card(self) -> str:
-        return (f"# {self.spec.name}\n\nThis model is installed on the engine server {self.url}, not on this "
-                f"computer; its model card is there (`volsynth models` on the server).\n\n{self.spec.description}")
+        return (
+            f"# {self.spec.name}\n\nThis model is installed on the engine server {self.url}, not on this "
+            f"computer; its model card is there (`volsynth models` on the server).\n\n{self.spec.description}"
+        )
 
 
-def remote_model_sources(connection: ServerConnection, local_ids: set[str]) -> tuple[list[RemoteModelSource], list[str]]:
+def remote_model_sources(
+    connection: ServerConnection, local_ids: set[str]
+) -> tuple[list[RemoteModelSource], list[str]]:
     """The server's models that this computer does not have, and the problems of specs that could not be read."""
     from dataclasses import replace
 

@@ -42,7 +42,9 @@ class ServerDialog(QDialog):
         self.connection: ServerConnection | None = None
         self.url_edit = QLineEdit(controller.main.settings.value(LAST_URL_KEY, DEFAULT_URL, type=str))
         self.url_edit.setPlaceholderText(DEFAULT_URL)
-        self.url_edit.setToolTip("The address `volsynth serve` prints on the server, e.g. http://gpu-box:8765")
+        self.url_edit.setToolTip(
+            "The address `volsynth serve` prints on the server, e.g. http://gpu-box:8765"
+        )
         self.token_edit = QLineEdit()
         self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.token_edit.setPlaceholderText("the server's --token (empty if it has none)")
@@ -59,9 +61,13 @@ class ServerDialog(QDialog):
         form.addRow("Address", self.url_edit)
         form.addRow("Token", self.token_edit)
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("Run generations on another machine's GPU. Start the server there with\n"
-                                "`volsynth serve --host 0.0.0.0 --token SECRET` (or on 127.0.0.1 through an SSH "
-                                "tunnel)."))
+        layout.addWidget(
+            QLabel(
+                "Run generations on another machine's GPU. Start the server there with\n"
+                "`volsynth serve --host 0.0.0.0 --token SECRET` (or on 127.0.0.1 through an SSH "
+                "tunnel)."
+            )
+        )
         layout.addLayout(form)
         layout.addWidget(self.status_label)
         layout.addWidget(self.buttons)
@@ -75,8 +81,14 @@ class ServerDialog(QDialog):
             return
         self.connect_button.setEnabled(False)
         self.status_label.setText(f"Connecting to {url}...")
-        self.controller.main.runner.run_task("probe-server", probe_server, url, self.token_edit.text() or None,
-                                             finished=self._on_probe_finished, failed=self._on_probe_failed)
+        self.controller.main.runner.run_task(
+            "probe-server",
+            probe_server,
+            url,
+            self.token_edit.text() or None,
+            finished=self._on_probe_finished,
+            failed=self._on_probe_failed,
+        )
 
     def _on_probe_finished(self, connection: ServerConnection) -> None:
         self.connect_button.setEnabled(True)
@@ -140,8 +152,11 @@ class RemoteController:
         self._update()
         extra = f", {len(sources)} of them only there (added to the model list)" if sources else ""
         unreadable = f"; could not read {len(problems)}: {'; '.join(problems)}" if problems else ""
-        self.main.show_status(f"Connected to {connection.url}: {connection.device} {connection.device_name}, "
-                              f"{len(connection.model_ids)} model(s){extra}{unreadable}", 10000)
+        self.main.show_status(
+            f"Connected to {connection.url}: {connection.device} {connection.device_name}, "
+            f"{len(connection.model_ids)} model(s){extra}{unreadable}",
+            10000,
+        )
 
     def remove_connection(self, device: str) -> None:
         if device not in self.connections:
@@ -190,12 +205,16 @@ class RemoteController:
         source = self.main.state.selected_model
         reason = None
         if isinstance(source, RemoteModelSource) and (connection is None or connection.url != source.url):
-            reason = (f"{source.spec.name} is installed on the engine server {source.url} only; choose that server "
-                      "as the device")
+            reason = (
+                f"{source.spec.name} is installed on the engine server {source.url} only; choose that server "
+                "as the device"
+            )
         elif connection is not None and source is not None and source.spec.id not in connection.model_ids:
             models = ", ".join(connection.model_ids) or "none"
-            reason = (f"the engine server {connection.url} has no model {source.spec.id!r} (it has: {models}); "
-                      "choose one of those or install the model there")
+            reason = (
+                f"the engine server {connection.url} has no model {source.spec.id!r} (it has: {models}); "
+                "choose one of those or install the model there"
+            )
         self.main.sampling_panel.set_generate_blocked(BLOCK_SOURCE, reason)
         self.main.show_metrics_source(self.metrics_source_for(device))
 

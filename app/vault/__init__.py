@@ -33,7 +33,9 @@ def install_vault(window) -> VaultController:
     the dock's place is restored too."""
     controller = VaultController(window)
     controller.browser = VaultBrowser(controller)
-    dock = window.add_dock(controller.browser, "Vault", Qt.DockWidgetArea.BottomDockWidgetArea, name="vaultDock")
+    dock = window.add_dock(
+        controller.browser, "Vault", Qt.DockWidgetArea.BottomDockWidgetArea, name="vaultDock"
+    )
     dock.hide()
     menu = VaultMenu(controller, window)
     controller.menu = menu

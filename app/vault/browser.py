@@ -66,7 +66,6 @@ QFrame#vaultDropFrame[dropping="true"] { border: 2px dashed #3d8fd6; background:
 """
 
 
-
 class _SortItem(QTableWidgetItem):
     """Sorts by SORT_ROLE when set (dates as ISO text, names case-insensitively)."""
 
@@ -125,8 +124,10 @@ class VaultBrowser(QWidget):
         self.locked_title = QLabel("The vault is locked")
         self.locked_title.setObjectName("vaultTitle")
         self.locked_title.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.locked_text = QLabel("Patient scans and generated volumes are kept encrypted. "
-                                  "Unlock the vault to browse, open and import.")
+        self.locked_text = QLabel(
+            "Patient scans and generated volumes are kept encrypted. "
+            "Unlock the vault to browse, open and import."
+        )
         self.locked_text.setObjectName("vaultText")
         self.locked_text.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.locked_text.setWordWrap(True)
@@ -184,7 +185,9 @@ class VaultBrowser(QWidget):
         import_menu.addAction("DICOM Folder...", self.controller.import_dicom_dialog)
         self.import_button.setMenu(import_menu)
         self.save_button = QPushButton("Save Shown Volume")
-        self.save_button.setToolTip("Store the volume shown in the viewer (a generated volume keeps its provenance)")
+        self.save_button.setToolTip(
+            "Store the volume shown in the viewer (a generated volume keeps its provenance)"
+        )
         self.save_button.clicked.connect(self._on_save_button_clicked)
         self.lock_button = QPushButton("Lock")
         self.lock_button.setObjectName("lockButton")
@@ -241,7 +244,9 @@ class VaultBrowser(QWidget):
         self.open_button.setToolTip("Decrypt into memory and show it (nothing decrypted is written to disk)")
         self.open_button.clicked.connect(self._on_open_button_clicked)
         self.export_button = QPushButton("Export...")
-        self.export_button.setToolTip("Write as NIfTI (and the original DICOM files), optionally de-identified")
+        self.export_button.setToolTip(
+            "Write as NIfTI (and the original DICOM files), optionally de-identified"
+        )
         self.export_button.clicked.connect(self._on_export_button_clicked)
         self.delete_button = QPushButton("Delete...")
         self.delete_button.clicked.connect(self._on_delete_button_clicked)
@@ -284,8 +289,10 @@ class VaultBrowser(QWidget):
         self.locked_title.setText("The vault is locked" if exists else "No vault yet")
         self.locked_text.setText(
             "Patient scans and generated volumes are kept encrypted. Unlock the vault to browse, open and import."
-            if exists else "Create an encrypted vault to keep patient scans and generated volumes on this computer. "
-            "Everything in it, names and dates included, is encrypted.")
+            if exists
+            else "Create an encrypted vault to keep patient scans and generated volumes on this computer. "
+            "Everything in it, names and dates included, is encrypted."
+        )
         self.unlock_button.setText("Unlock..." if exists else "Create Vault...")
         self.locked_path.setText(str(path))
 
@@ -303,8 +310,13 @@ class VaultBrowser(QWidget):
         for row, info in enumerate(items):
             cells = model.item_row(info)
             tooltip = model.item_details(info)
-            sort_keys = (cells[0].lower(), cells[1].lower(), f"{cells[2]} {info.created}", info.kind,
-                         cells[4].lower())
+            sort_keys = (
+                cells[0].lower(),
+                cells[1].lower(),
+                f"{cells[2]} {info.created}",
+                info.kind,
+                cells[4].lower(),
+            )
             for column, text in enumerate(cells):
                 item = _SortItem(text)
                 item.setData(ID_ROLE, info.id)
@@ -321,8 +333,10 @@ class VaultBrowser(QWidget):
         if not items:
             query = self.controller.query or self.controller.kind
             self.empty_label.setText(
-                f"No items match \u201c{self.search_edit.text()}\u201d." if query else
-                "The vault is empty.\nDrop NIfTI files or a DICOM folder here, or use Import.")
+                f"No items match \u201c{self.search_edit.text()}\u201d."
+                if query
+                else "The vault is empty.\nDrop NIfTI files or a DICOM folder here, or use Import."
+            )
         self.table_stack.setCurrentWidget(self.table if items else self.empty_label)
         self._update_footer()
         self._update_buttons()
@@ -371,8 +385,10 @@ class VaultBrowser(QWidget):
 
     def row_texts(self) -> list[tuple[str, ...]]:
         """The table as shown (tests and screenshots)."""
-        return [tuple(self.table.item(r, c).text() for c in range(self.table.columnCount()))
-                for r in range(self.table.rowCount())]
+        return [
+            tuple(self.table.item(r, c).text() for c in range(self.table.columnCount()))
+            for r in range(self.table.rowCount())
+        ]
 
     # -- user -> controller --------------------------------------------------------------------------
 
@@ -477,8 +493,10 @@ class VaultStatusButton(QToolButton):
         self.setObjectName("vaultStatusButton")
         self.setAutoRaise(True)
         self.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.setStyleSheet("QToolButton { border: none; background: transparent; padding: 0 6px; color: #aab2bf; }"
-                           "QToolButton:hover { color: #dfe3ea; }")
+        self.setStyleSheet(
+            "QToolButton { border: none; background: transparent; padding: 0 6px; color: #aab2bf; }"
+            "QToolButton:hover { color: #dfe3ea; }"
+        )
         self.clicked.connect(self._on_clicked)
         controller.state_changed.connect(self._on_controller_state_changed)
         self._on_controller_state_changed()
@@ -501,23 +519,37 @@ class VaultMenu(QMenu):
         self.controller = controller
         self.window_ = window
         c = controller
-        self.unlock_action = self._add("&Unlock Vault...", c.request_unlock, tip="Unlock (or create) the encrypted vault")
-        self.lock_action = self._add("&Lock Vault", self._on_lock_action_triggered, "Ctrl+L", "Lock the vault now")
+        self.unlock_action = self._add(
+            "&Unlock Vault...", c.request_unlock, tip="Unlock (or create) the encrypted vault"
+        )
+        self.lock_action = self._add(
+            "&Lock Vault", self._on_lock_action_triggered, "Ctrl+L", "Lock the vault now"
+        )
         self.addSeparator()
-        self.import_nifti_action = self._add("Import &NIfTI Files...", c.import_nifti_dialog,
-                                             tip="Encrypt NIfTI files into the vault")
-        self.import_dicom_action = self._add("Import &DICOM Folder...", c.import_dicom_dialog,
-                                             tip="Encrypt a DICOM series (and its original files) into the vault")
-        self.save_action = self._add("&Save Shown Volume to Vault", self._on_save_action_triggered,
-                                     tip="Store the shown volume; a generated one keeps its provenance")
+        self.import_nifti_action = self._add(
+            "Import &NIfTI Files...", c.import_nifti_dialog, tip="Encrypt NIfTI files into the vault"
+        )
+        self.import_dicom_action = self._add(
+            "Import &DICOM Folder...",
+            c.import_dicom_dialog,
+            tip="Encrypt a DICOM series (and its original files) into the vault",
+        )
+        self.save_action = self._add(
+            "&Save Shown Volume to Vault",
+            self._on_save_action_triggered,
+            tip="Store the shown volume; a generated one keeps its provenance",
+        )
         self.addSeparator()
-        self.verify_action = self._add("&Verify All Items", c.verify_all,
-                                       tip="Authenticate every item and the audit trail")
+        self.verify_action = self._add(
+            "&Verify All Items", c.verify_all, tip="Authenticate every item and the audit trail"
+        )
         self.passphrase_action = self._add("Change &Passphrase...", c.change_passphrase_dialog)
-        self.auto_lock_action = self._add("&Auto-Lock...", c.auto_lock_dialog,
-                                          tip="Minutes without activity before the vault locks itself")
-        self.folder_action = self._add("&Open Vault Folder...", c.choose_vault_folder,
-                                       tip="Use (or create) a vault in another folder")
+        self.auto_lock_action = self._add(
+            "&Auto-Lock...", c.auto_lock_dialog, tip="Minutes without activity before the vault locks itself"
+        )
+        self.folder_action = self._add(
+            "&Open Vault Folder...", c.choose_vault_folder, tip="Use (or create) a vault in another folder"
+        )
         self.addSeparator()
         self.show_action = self._add("Show Vault &Browser", c.window_show_browser, "Ctrl+Shift+V")
         c.state_changed.connect(self._on_controller_state_changed)
@@ -548,7 +580,9 @@ class VaultMenu(QMenu):
         self.lock_action.setEnabled(unlocked)
         self.passphrase_action.setEnabled(unlocked)
         minutes = self.controller.auto_lock_minutes
-        self.auto_lock_action.setText(f"&Auto-Lock After {minutes} min..." if minutes else "&Auto-Lock: Off...")
+        self.auto_lock_action.setText(
+            f"&Auto-Lock After {minutes} min..." if minutes else "&Auto-Lock: Off..."
+        )
         self._on_state_shown_changed(self.window_.state.shown)
 
     def _on_state_shown_changed(self, entry) -> None:

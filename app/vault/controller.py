@@ -271,15 +271,28 @@ class VaultController(QObject):
 
     # -- background tasks ----------------------------------------------------------------------------
 
-    def _start(self, name: str, function: Callable[..., Any], *args: Any,
-               finished: Callable[[Any], None] | None = None, failed: Callable[[_Task, str], None] | None = None,
-               progress: str | None = None, text: str = "", cancellable: bool = True) -> _Task:
+    def _start(
+        self,
+        name: str,
+        function: Callable[..., Any],
+        *args: Any,
+        finished: Callable[[Any], None] | None = None,
+        failed: Callable[[_Task, str], None] | None = None,
+        progress: str | None = None,
+        text: str = "",
+        cancellable: bool = True,
+    ) -> _Task:
         worker = VaultWorker(function, *args)
         task = _Task(name, self._epoch, worker, finished, failed)
         job = self.window.runner.start(
-            f"vault-{name}", worker, progressed=partial(self._on_task_progressed, task),
-            finished=partial(self._on_task_finished, task), failed=partial(self._on_task_failed, task),
-            cancelled=partial(self._on_task_cancelled, task), ended=partial(self._on_task_ended, task))
+            f"vault-{name}",
+            worker,
+            progressed=partial(self._on_task_progressed, task),
+            finished=partial(self._on_task_finished, task),
+            failed=partial(self._on_task_failed, task),
+            cancelled=partial(self._on_task_cancelled, task),
+            ended=partial(self._on_task_ended, task),
+        )
         if progress:
             task.progress = TaskProgressDialog(progress, text or progress, job, cancellable, self.window)
         self._tasks.append(task)
@@ -316,8 +329,12 @@ class VaultController(QObject):
             task.failed(task, message)
         else:
             self._show_error(ERROR_TITLES.get(task.name, "Vault error"), message)
-        if (self._unlocked and isinstance(task.worker.error, VaultLocked) and self.vault is not None
-                and not self.vault.is_unlocked):
+        if (
+            self._unlocked
+            and isinstance(task.worker.error, VaultLocked)
+            and self.vault is not None
+            and not self.vault.is_unlocked
+        ):
             self._epoch += 1
             self._after_lock("elsewhere")  # locked by code outside this controller
 
@@ -340,7 +357,9 @@ class VaultController(QObject):
 
     def _inform(self, title: str, text: str) -> QMessageBox:
         """A non-blocking information box (no nested event loop)."""
-        box = QMessageBox(QMessageBox.Icon.Information, title, text, QMessageBox.StandardButton.Ok, self.window)
+        box = QMessageBox(
+            QMessageBox.Icon.Information, title, text, QMessageBox.StandardButton.Ok, self.window
+        )
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.last_info = (title, text)
         box.open()
@@ -379,8 +398,17 @@ class VaultController(QObject):
 
     def create(self, passphrase: str) -> None:
         """Create a new vault at ``path`` (in the background) and keep it unlocked."""
-        self._start("create", _create_vault, self.path, passphrase, self.kdf, self._idle_timeout_s(), self._now,
-                    finished=self._on_unlocked, failed=self._on_unlock_failed)
+        self._start(
+            "create",
+            _create_vault,
+            self.path,
+            passphrase,
+            self.kdf,
+            self._idle_timeout_s(),
+            self._now,
+            finished=self._on_unlocked,
+            failed=self._on_unlock_failed,
+        )
 
     def unlock(self, passphrase: str) -> None:
         """Unlock the vault at ``path`` with ``passphrase`` (Argon2id runs in the background)."""
@@ -392,7 +420,9 @@ class VaultController(QObject):
         except EngineError as exc:
             self._unlock_refused(exc, str(exc))
             return
-        self._start("unlock", _unlock, vault, passphrase, finished=self._on_unlocked, failed=self._on_unlock_failed)
+        self._start(
+            "unlock", _unlock, vault, passphrase, finished=self._on_unlocked, failed=self._on_unlock_failed
+        )
 
     def _on_unlocked(self, vault) -> None:
         self.vault = vault
@@ -406,9 +436,11 @@ class VaultController(QObject):
         self.auto_lock_tick.emit(vault.seconds_until_auto_lock())
         self.refresh()
         if vault.audit_problem:
-            self._show_error("The vault's audit trail is damaged",
-                             f"{vault.audit_problem}\n\nChanges and views are refused until it is repaired; "
-                             "Vault > Verify All lists what is wrong.")
+            self._show_error(
+                "The vault's audit trail is damaged",
+                f"{vault.audit_problem}\n\nChanges and views are refused until it is repaired; "
+                "Vault > Verify All lists what is wrong.",
+            )
         pending, self._after_unlock = self._after_unlock, []
         for action in pending:
             action()
@@ -417,8 +449,9 @@ class VaultController(QObject):
         self._unlock_refused(task.worker.error, message)
 
     def _unlock_refused(self, error: BaseException | None, message: str) -> None:
-        title = ERROR_TITLES["create" if self.unlock_dialog is not None and self.unlock_dialog.mode == "create"
-                             else "unlock"]
+        title = ERROR_TITLES[
+            "create" if self.unlock_dialog is not None and self.unlock_dialog.mode == "create" else "unlock"
+        ]
         self._show_error(title, message)
         dialog = self.unlock_dialog
         if dialog is None:
@@ -529,8 +562,14 @@ class VaultController(QObject):
         if not self._unlocked:
             return
         self._list_seq += 1
-        self._start("list", _list_items, self.vault, self.query, self.kind,
-                    finished=partial(self._on_listed, self._list_seq))
+        self._start(
+            "list",
+            _list_items,
+            self.vault,
+            self.query,
+            self.kind,
+            finished=partial(self._on_listed, self._list_seq),
+        )
 
     def _on_listed(self, seq: int, items: list) -> None:
         if seq != self._list_seq:  # an older search answered after a newer one was started
@@ -544,8 +583,9 @@ class VaultController(QObject):
         if not self._ensure_unlocked(self.import_nifti_dialog):
             return
         start = self.settings.value("vault/last_import_dir", str(Path.home()), type=str)
-        paths, _ = QFileDialog.getOpenFileNames(self.window, "Import NIfTI files into the vault", start,
-                                                NIFTI_FILTER)
+        paths, _ = QFileDialog.getOpenFileNames(
+            self.window, "Import NIfTI files into the vault", start, NIFTI_FILTER
+        )
         if paths:
             self.settings.setValue("vault/last_import_dir", str(Path(paths[0]).parent))
             self.ask_import_details(paths)
@@ -554,7 +594,9 @@ class VaultController(QObject):
         if not self._ensure_unlocked(self.import_dicom_dialog):
             return
         start = self.settings.value("vault/last_import_dir", str(Path.home()), type=str)
-        folder = QFileDialog.getExistingDirectory(self.window, "Import a DICOM series folder into the vault", start)
+        folder = QFileDialog.getExistingDirectory(
+            self.window, "Import a DICOM series folder into the vault", start
+        )
         if folder:
             self.settings.setValue("vault/last_import_dir", str(Path(folder).parent))
             self.import_sources([model.ImportJob(folder, "dicom")])
@@ -589,8 +631,12 @@ class VaultController(QObject):
         if dialog is None:
             return
         details = dialog.details()
-        jobs = [model.ImportJob(p, "nifti", label=details["label"], patient=details["patient"],
-                                study=details["study"]) for p in dialog.paths]
+        jobs = [
+            model.ImportJob(
+                p, "nifti", label=details["label"], patient=details["patient"], study=details["study"]
+            )
+            for p in dialog.paths
+        ]
         extra, self._pending_import = self._pending_import, []
         self.import_sources(jobs + extra)
 
@@ -598,17 +644,34 @@ class VaultController(QObject):
         self.import_dialog = None
         self._pending_import = []
 
-    def import_nifti(self, paths: list[str | Path], *, label: str | None = None, patient: dict | None = None,
-                     study: dict | None = None) -> None:
+    def import_nifti(
+        self,
+        paths: list[str | Path],
+        *,
+        label: str | None = None,
+        patient: dict | None = None,
+        study: dict | None = None,
+    ) -> None:
         """Import NIfTI files without asking (scripts and tests); details apply to every file."""
-        self.import_sources([model.ImportJob(p, "nifti", label=label, patient=dict(patient or {}),
-                                             study=dict(study or {})) for p in paths])
+        self.import_sources(
+            [
+                model.ImportJob(p, "nifti", label=label, patient=dict(patient or {}), study=dict(study or {}))
+                for p in paths
+            ]
+        )
 
     def import_sources(self, jobs: list[model.ImportJob]) -> None:
         if not jobs or not self._ensure_unlocked(partial(self.import_sources, jobs)):
             return
-        self._start("import", model.import_batch, self.vault, jobs, finished=self._on_imported,
-                    progress="Importing into the Vault", text="Encrypting...")
+        self._start(
+            "import",
+            model.import_batch,
+            self.vault,
+            jobs,
+            finished=self._on_imported,
+            progress="Importing into the Vault",
+            text="Encrypting...",
+        )
 
     def _on_imported(self, report: model.ImportReport) -> None:
         self.refresh()
@@ -622,33 +685,51 @@ class VaultController(QObject):
             if report.total == 1:
                 self._show_error(ERROR_TITLES["import"], report.errors[0])
             else:
-                self._show_error("Some items were not imported",
-                                 f"{len(report.errors)} of {report.total} could not be imported:\n\n"
-                                 + "\n\n".join(report.errors))
+                self._show_error(
+                    "Some items were not imported",
+                    f"{len(report.errors)} of {report.total} could not be imported:\n\n"
+                    + "\n\n".join(report.errors),
+                )
 
     # -- save generated volumes ----------------------------------------------------------------------
 
     def can_save(self, entry: VolumeEntry | None) -> bool:
         if entry is None or entry.kind == "preview" or self.entry_is_from_vault(entry):
             return False
-        return entry.kind == "generated" or entry.synthetic or (entry.path is not None and model.is_nifti(entry.path))
+        return (
+            entry.kind == "generated"
+            or entry.synthetic
+            or (entry.path is not None and model.is_nifti(entry.path))
+        )
 
     def save_entry(self, entry: VolumeEntry | None = None) -> None:
         """Store a session volume: a generated one with its provenance (``add_synthetic``); one opened from a
         NIfTI file by importing that file unchanged."""
         entry = entry if entry is not None else self.window.state.shown
         if not self.can_save(entry):
-            why = ("it is already in the vault" if self.entry_is_from_vault(entry)
-                   else "generate or open a volume first")
+            why = (
+                "it is already in the vault"
+                if self.entry_is_from_vault(entry)
+                else "generate or open a volume first"
+            )
             self.window.show_status(f"Nothing to save to the vault: {why}", 6000)
             return
         if not self._ensure_unlocked(partial(self.save_entry, entry)):
             return
         if entry.kind == "generated" or (entry.synthetic and entry.path is None):
             provenance = model.jsonable({**entry.provenance, "synthetic": True})
-            self._start("save", model.save_volume, self.vault, entry.data, entry.affine, provenance, entry.name,
-                        finished=partial(self._on_saved, entry), progress="Saving to the Vault",
-                        text="Encrypting...")
+            self._start(
+                "save",
+                model.save_volume,
+                self.vault,
+                entry.data,
+                entry.affine,
+                provenance,
+                entry.name,
+                finished=partial(self._on_saved, entry),
+                progress="Saving to the Vault",
+                text="Encrypting...",
+            )
         else:
             self.ask_import_details([entry.path])
 
@@ -669,16 +750,30 @@ class VaultController(QObject):
         info = self.item(item_id)
         label = info.label if info is not None else item_id[:12]
         self.window.show_status(f"Decrypting \u201c{label}\u201d...")
-        self._start("open", model.open_for_session, self.vault, item_id, finished=self._on_item_opened,
-                    failed=partial(self._on_open_failed, label))
+        self._start(
+            "open",
+            model.open_for_session,
+            self.vault,
+            item_id,
+            finished=self._on_item_opened,
+            failed=partial(self._on_open_failed, label),
+        )
 
     def _on_item_opened(self, opened: model.OpenedItem) -> None:
         info = opened.info
-        entry = VolumeEntry(name=info.label or f"vault item {info.id[:8]}", data=opened.data, affine=opened.affine,
-                            kind="opened", provenance=dict(info.provenance or {}), synthetic=info.is_synthetic)
+        entry = VolumeEntry(
+            name=info.label or f"vault item {info.id[:8]}",
+            data=opened.data,
+            affine=opened.affine,
+            kind="opened",
+            provenance=dict(info.provenance or {}),
+            synthetic=info.is_synthetic,
+        )
         self._opened[entry.uid] = info.id
         self.window.state.add_volume(entry)
-        self.window.show_status(f"Opened \u201c{entry.name}\u201d from the vault (decrypted in memory only)", 6000)
+        self.window.show_status(
+            f"Opened \u201c{entry.name}\u201d from the vault (decrypted in memory only)", 6000
+        )
         self.window.volume_opened.emit(entry)
 
     def _on_open_failed(self, label: str, task: _Task, message: str) -> None:
@@ -707,22 +802,45 @@ class VaultController(QObject):
     def _on_export_dialog_rejected(self) -> None:
         self.export_dialog = None
 
-    def export_item(self, item_id: str, dest: str | Path, *, deidentify: bool = True, include_dicom: bool = True,
-                    overwrite: bool = False) -> None:
+    def export_item(
+        self,
+        item_id: str,
+        dest: str | Path,
+        *,
+        deidentify: bool = True,
+        include_dicom: bool = True,
+        overwrite: bool = False,
+    ) -> None:
         dest = Path(dest).expanduser()
         self.settings.setValue("vault/last_export_dir", str(dest))
-        self._start("export", model.export_item, self.vault, item_id, dest, deidentify, include_dicom, overwrite,
-                    finished=self._on_exported, progress="Exporting from the Vault", text="Decrypting...")
+        self._start(
+            "export",
+            model.export_item,
+            self.vault,
+            item_id,
+            dest,
+            deidentify,
+            include_dicom,
+            overwrite,
+            finished=self._on_exported,
+            progress="Exporting from the Vault",
+            text="Decrypting...",
+        )
 
     def _on_exported(self, result) -> None:
         self.last_export = result
         folder = result.files[0].parent if result.files else ""
-        self.window.show_status(f"Exported {len(result.files)} file(s) to {folder}"
-                                + (" (de-identified)" if result.deidentified else ""), 10000)
+        self.window.show_status(
+            f"Exported {len(result.files)} file(s) to {folder}"
+            + (" (de-identified)" if result.deidentified else ""),
+            10000,
+        )
         if result.warnings:
-            self._inform("Exported, with warnings",
-                         "De-identification could not fix everything; check before sharing:\n\n"
-                         + "\n".join(f"\u2022 {w}" for w in result.warnings))
+            self._inform(
+                "Exported, with warnings",
+                "De-identification could not fix everything; check before sharing:\n\n"
+                + "\n".join(f"\u2022 {w}" for w in result.warnings),
+            )
 
     def delete_item(self, item_id: str, *, confirm: bool = True) -> None:
         """Delete an item after asking (a non-blocking question box); ``confirm=False`` deletes at once."""
@@ -732,9 +850,13 @@ class VaultController(QObject):
         if not confirm:
             self._start("delete", _delete, self.vault, item_id, finished=self._on_deleted)
             return
-        box = QMessageBox(QMessageBox.Icon.Warning, "Delete from the Vault",
-                          f"Delete \u201c{info.label}\u201d from the vault?",
-                          QMessageBox.StandardButton.Cancel, self.window)
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Delete from the Vault",
+            f"Delete \u201c{info.label}\u201d from the vault?",
+            QMessageBox.StandardButton.Cancel,
+            self.window,
+        )
         box.setInformativeText("Its encrypted files are removed. This cannot be undone.")
         self.confirm_delete_button = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
@@ -758,23 +880,34 @@ class VaultController(QObject):
     def verify_all(self) -> None:
         if not self._ensure_unlocked(self.verify_all):
             return
-        self._start("verify", model.verify_all, self.vault, finished=self._on_verified,
-                    progress="Verifying the Vault", text="Checking every item...")
+        self._start(
+            "verify",
+            model.verify_all,
+            self.vault,
+            finished=self._on_verified,
+            progress="Verifying the Vault",
+            text="Checking every item...",
+        )
 
     def _on_verified(self, value) -> None:
         report, items = value
         self.last_verify = report
         notes = "".join(f"\n\n{note}" for note in report.notes)
         if report.ok:
-            self._inform("Vault verified",
-                         f"All {report.items_checked} items are intact: "
-                         f"{model.format_size(report.bytes_checked)} authenticated, and the audit trail's "
-                         f"{report.audit_entries} entries are unbroken.{notes}")
+            self._inform(
+                "Vault verified",
+                f"All {report.items_checked} items are intact: "
+                f"{model.format_size(report.bytes_checked)} authenticated, and the audit trail's "
+                f"{report.audit_entries} entries are unbroken.{notes}",
+            )
         else:
             problems = model.label_problems(report.problems, items)
-            self._show_error("The vault failed verification",
-                             f"{len(problems)} problem(s) found:\n\n" + "\n\n".join(problems)
-                             + f"\n\n{report.items_checked} other item(s) are intact.{notes}")
+            self._show_error(
+                "The vault failed verification",
+                f"{len(problems)} problem(s) found:\n\n"
+                + "\n\n".join(problems)
+                + f"\n\n{report.items_checked} other item(s) are intact.{notes}",
+            )
 
     # -- passphrase, settings ------------------------------------------------------------------------
 
@@ -789,8 +922,16 @@ class VaultController(QObject):
         return dialog
 
     def _on_passphrase_dialog_submitted(self, old: str, new: str) -> None:
-        self._start("passphrase", _change_passphrase, self.vault, old, new, self.kdf,
-                    finished=self._on_passphrase_changed, failed=self._on_passphrase_failed)
+        self._start(
+            "passphrase",
+            _change_passphrase,
+            self.vault,
+            old,
+            new,
+            self.kdf,
+            finished=self._on_passphrase_changed,
+            failed=self._on_passphrase_failed,
+        )
 
     def _on_passphrase_dialog_rejected(self) -> None:
         self.passphrase_dialog = None
@@ -811,14 +952,22 @@ class VaultController(QObject):
                 dialog.set_busy(False)
 
     def auto_lock_dialog(self) -> None:
-        minutes, ok = QInputDialog.getInt(self.window, "Vault Auto-Lock",
-                                          "Lock the vault after this many minutes without activity (0: never):",
-                                          self.auto_lock_minutes, 0, 24 * 60, 1)
+        minutes, ok = QInputDialog.getInt(
+            self.window,
+            "Vault Auto-Lock",
+            "Lock the vault after this many minutes without activity (0: never):",
+            self.auto_lock_minutes,
+            0,
+            24 * 60,
+            1,
+        )
         if ok:
             self.set_auto_lock_minutes(minutes)
 
     def choose_vault_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self.window, "Open or create a vault folder", str(self.path.parent))
+        folder = QFileDialog.getExistingDirectory(
+            self.window, "Open or create a vault folder", str(self.path.parent)
+        )
         if folder:
             self.set_vault_path(folder)
             self.request_unlock()

@@ -121,9 +121,16 @@ def _error_label() -> QLabel:
     return label
 
 
-
-def _lay_out(dialog: QDialog, header: QWidget, form: QFormLayout, error_label: QLabel | None = None, *,
-             ok_text: str, on_ok, min_width: int) -> tuple[QDialogButtonBox, QPushButton]:
+def _lay_out(
+    dialog: QDialog,
+    header: QWidget,
+    form: QFormLayout,
+    error_label: QLabel | None = None,
+    *,
+    ok_text: str,
+    on_ok,
+    min_width: int,
+) -> tuple[QDialogButtonBox, QPushButton]:
     """The vault dialogs' common frame: header, form, optional error line, Cancel + a primary button."""
     buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
     ok_button = buttons.addButton(ok_text, QDialogButtonBox.ButtonRole.AcceptRole)
@@ -141,6 +148,7 @@ def _lay_out(dialog: QDialog, header: QWidget, form: QFormLayout, error_label: Q
     layout.addWidget(buttons)
     dialog.setMinimumWidth(min_width)
     return buttons, ok_button
+
 
 class VaultUnlockDialog(QDialog):
     """Asks for the passphrase of the vault (``mode="unlock"``) or a new one twice (``mode="create"``).
@@ -160,17 +168,22 @@ class VaultUnlockDialog(QDialog):
         self.setWindowTitle("Create Vault" if mode == "create" else "Unlock Vault")
         self.setStyleSheet(_DIALOG_QSS)
         if mode == "create":
-            header = _header("Create an encrypted vault",
-                             "Patient scans and generated volumes are encrypted with a key that only this "
-                             "passphrase opens. Choose a long one: it cannot be recovered if it is lost.")
+            header = _header(
+                "Create an encrypted vault",
+                "Patient scans and generated volumes are encrypted with a key that only this "
+                "passphrase opens. Choose a long one: it cannot be recovered if it is lost.",
+            )
         else:
-            header = _header("Unlock the vault", "Enter the vault's passphrase to browse, open and import items.")
+            header = _header(
+                "Unlock the vault", "Enter the vault's passphrase to browse, open and import items."
+            )
         path_label = QLabel(str(path))
         path_label.setObjectName("dialogPath")
         path_label.setToolTip(str(path))
         path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.passphrase_edit = _password_edit("Passphrase" if mode == "unlock"
-                                              else f"At least {MIN_PASSPHRASE} characters")
+        self.passphrase_edit = _password_edit(
+            "Passphrase" if mode == "unlock" else f"At least {MIN_PASSPHRASE} characters"
+        )
         self.confirm_edit = _password_edit("Type it again")
         self.error_label = _error_label()
         form = QFormLayout()
@@ -181,8 +194,15 @@ class VaultUnlockDialog(QDialog):
             form.addRow("Confirm", self.confirm_edit)
         else:
             self.confirm_edit.hide()
-        self.buttons, self.ok_button = _lay_out(self, header, form, self.error_label, ok_text="Create Vault" if mode == "create" else "Unlock",
-                                                on_ok=self._on_buttons_accepted, min_width=500)
+        self.buttons, self.ok_button = _lay_out(
+            self,
+            header,
+            form,
+            self.error_label,
+            ok_text="Create Vault" if mode == "create" else "Unlock",
+            on_ok=self._on_buttons_accepted,
+            min_width=500,
+        )
 
     def _on_buttons_accepted(self) -> None:
         text = self.passphrase_edit.text()
@@ -238,8 +258,12 @@ class ChangePassphraseDialog(QDialog):
         self.setObjectName("changePassphraseDialog")
         self.setWindowTitle("Change Vault Passphrase")
         self.setStyleSheet(_DIALOG_QSS)
-        header = _header("Change the passphrase", "Items are not re-encrypted: only the key that protects them "
-                         "is wrapped again under the new passphrase.", unlocked=True)
+        header = _header(
+            "Change the passphrase",
+            "Items are not re-encrypted: only the key that protects them "
+            "is wrapped again under the new passphrase.",
+            unlocked=True,
+        )
         self.old_edit = _password_edit("Current passphrase")
         self.new_edit = _password_edit(f"At least {MIN_PASSPHRASE} characters")
         self.confirm_edit = _password_edit("Type it again")
@@ -248,8 +272,15 @@ class ChangePassphraseDialog(QDialog):
         form.addRow("Current", self.old_edit)
         form.addRow("New", self.new_edit)
         form.addRow("Confirm", self.confirm_edit)
-        self.buttons, self.ok_button = _lay_out(self, header, form, self.error_label, ok_text="Change",
-                                                on_ok=self._on_buttons_accepted, min_width=480)
+        self.buttons, self.ok_button = _lay_out(
+            self,
+            header,
+            form,
+            self.error_label,
+            ok_text="Change",
+            on_ok=self._on_buttons_accepted,
+            min_width=480,
+        )
 
     def _on_buttons_accepted(self) -> None:
         old, new = self.old_edit.text(), self.new_edit.text()
@@ -299,15 +330,22 @@ class ImportDetailsDialog(QDialog):
         self.setObjectName("importDetailsDialog")
         self.setWindowTitle("Import into the Vault")
         self.setStyleSheet(_DIALOG_QSS)
-        names = ", ".join(p.name for p in self.paths[:3]) + (f" and {len(self.paths) - 3} more"
-                                                              if len(self.paths) > 3 else "")
+        names = ", ".join(p.name for p in self.paths[:3]) + (
+            f" and {len(self.paths) - 3} more" if len(self.paths) > 3 else ""
+        )
         count = "1 NIfTI file" if len(self.paths) == 1 else f"{len(self.paths)} NIfTI files"
-        header = _header(f"Import {count}", f"{names}\n\nThe files are encrypted into the vault unchanged. "
-                         "Patient and study details are optional and encrypted too.", unlocked=True)
+        header = _header(
+            f"Import {count}",
+            f"{names}\n\nThe files are encrypted into the vault unchanged. "
+            "Patient and study details are optional and encrypted too.",
+            unlocked=True,
+        )
         self.label_edit = QLineEdit()
         if len(self.paths) == 1:
             name = self.paths[0].name
-            self.label_edit.setText(name[:-7] if name.lower().endswith(".nii.gz") else name.removesuffix(".nii"))
+            self.label_edit.setText(
+                name[:-7] if name.lower().endswith(".nii.gz") else name.removesuffix(".nii")
+            )
         else:
             self.label_edit.setPlaceholderText("Each file's name")
             self.label_edit.setEnabled(False)
@@ -324,8 +362,9 @@ class ImportDetailsDialog(QDialog):
         form.addRow("Patient ID", self.patient_id_edit)
         form.addRow("Study", self.study_edit)
         form.addRow("Study date", self.study_date_edit)
-        self.buttons, self.ok_button = _lay_out(self, header, form, ok_text="Import",
-                                                on_ok=self.accept, min_width=500)
+        self.buttons, self.ok_button = _lay_out(
+            self, header, form, ok_text="Import", on_ok=self.accept, min_width=500
+        )
 
     def details(self) -> dict:
         """``label`` (one file only; None for each file's name), ``patient`` and ``study`` dicts."""
@@ -339,8 +378,9 @@ class ImportDetailsDialog(QDialog):
         return {
             "label": label or None,
             "patient": clean_metadata({"name": name, "id": self.patient_id_edit.text()}),
-            "study": clean_metadata({"description": self.study_edit.text(),
-                                     "date": self.study_date_edit.text().replace("-", "")}),
+            "study": clean_metadata(
+                {"description": self.study_edit.text(), "date": self.study_date_edit.text().replace("-", "")}
+            ),
         }
 
 
@@ -354,9 +394,12 @@ class ExportDialog(QDialog):
         self.setWindowTitle("Export from the Vault")
         self.setStyleSheet(_DIALOG_QSS)
         synthetic = info.kind == "synthetic"
-        text = ("Writes the volume as NIfTI" + (", its original DICOM files" if info.dicom_files else "")
-                + (" and its provenance. It stays marked SYNTHETIC." if synthetic else ".")
-                + " File names never contain patient details.")
+        text = (
+            "Writes the volume as NIfTI"
+            + (", its original DICOM files" if info.dicom_files else "")
+            + (" and its provenance. It stays marked SYNTHETIC." if synthetic else ".")
+            + " File names never contain patient details."
+        )
         header = _header(f"Export \u201c{info.label}\u201d", text, unlocked=True)
         self.folder_edit = QLineEdit(str(folder))
         browse = QPushButton("Browse...")
@@ -366,10 +409,14 @@ class ExportDialog(QDialog):
         folder_row.addWidget(browse)
         self.deidentify_box = QCheckBox("De-identify")
         self.deidentify_box.setChecked(True)
-        self.deidentify_box.setToolTip("NIfTI: clear the description, aux_file, intent_name and db_name fields "
-                                       "and header extensions. DICOM: the PS3.15 Annex E basic profile.")
-        hint = QLabel("Removes names, IDs, dates and free-text header fields (DICOM: PS3.15 Annex E basic "
-                      "profile). Leave it on unless the files stay inside your institution.")
+        self.deidentify_box.setToolTip(
+            "NIfTI: clear the description, aux_file, intent_name and db_name fields "
+            "and header extensions. DICOM: the PS3.15 Annex E basic profile."
+        )
+        hint = QLabel(
+            "Removes names, IDs, dates and free-text header fields (DICOM: PS3.15 Annex E basic "
+            "profile). Leave it on unless the files stay inside your institution."
+        )
         hint.setObjectName("dialogPath")
         hint.setWordWrap(True)
         self.dicom_box = QCheckBox(f"Include the {info.dicom_files} original DICOM files")
@@ -386,8 +433,15 @@ class ExportDialog(QDialog):
         options.addWidget(self.overwrite_box)
         form.addRow("Options", options)
         self.error_label = _error_label()
-        self.buttons, self.ok_button = _lay_out(self, header, form, self.error_label, ok_text="Export",
-                                                on_ok=self._on_buttons_accepted, min_width=540)
+        self.buttons, self.ok_button = _lay_out(
+            self,
+            header,
+            form,
+            self.error_label,
+            ok_text="Export",
+            on_ok=self._on_buttons_accepted,
+            min_width=540,
+        )
 
     def _on_browse_clicked(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Export to folder", self.folder_edit.text())
@@ -402,10 +456,12 @@ class ExportDialog(QDialog):
         self.accept()
 
     def options(self) -> dict:
-        return {"dest": Path(self.folder_edit.text().strip()).expanduser(),
-                "deidentify": self.deidentify_box.isChecked(),
-                "include_dicom": self.dicom_box.isChecked(),
-                "overwrite": self.overwrite_box.isChecked()}
+        return {
+            "dest": Path(self.folder_edit.text().strip()).expanduser(),
+            "deidentify": self.deidentify_box.isChecked(),
+            "include_dicom": self.dicom_box.isChecked(),
+            "overwrite": self.overwrite_box.isChecked(),
+        }
 
 
 class TaskProgressDialog(QProgressDialog):

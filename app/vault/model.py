@@ -90,8 +90,13 @@ def item_date(info) -> str:
 
 def item_row(info) -> tuple[str, str, str, str, str]:
     """The table's cells, in ``COLUMNS`` order."""
-    return (item_patient(info), item_study(info), item_date(info), KIND_TITLES.get(info.kind, info.kind),
-            info.label or "\u2014")
+    return (
+        item_patient(info),
+        item_study(info),
+        item_date(info),
+        KIND_TITLES.get(info.kind, info.kind),
+        info.label or "\u2014",
+    )
 
 
 def format_size(count: float) -> str:
@@ -104,13 +109,18 @@ def format_size(count: float) -> str:
 def item_details(info) -> str:
     """A few plain-text lines for the table's tooltip."""
     shape = " x ".join(str(s) for s in info.shape)
-    lines = [info.label or "(no label)", f"{KIND_TITLES.get(info.kind, info.kind)} \u00b7 {shape} voxels "
-             f"\u00b7 {format_size(info.size_bytes)}"]
+    lines = [
+        info.label or "(no label)",
+        f"{KIND_TITLES.get(info.kind, info.kind)} \u00b7 {shape} voxels "
+        f"\u00b7 {format_size(info.size_bytes)}",
+    ]
     if info.kind == "scan":
         patient = info.patient
-        who = [person_name(patient["name"]) if patient.get("name") else "", f"ID {patient['id']}"
-               if patient.get("id") else "", f"born {dicom_date(patient['birth_date'])}"
-               if patient.get("birth_date") else ""]
+        who = [
+            person_name(patient["name"]) if patient.get("name") else "",
+            f"ID {patient['id']}" if patient.get("id") else "",
+            f"born {dicom_date(patient['birth_date'])}" if patient.get("birth_date") else "",
+        ]
         if any(who):
             lines.append("Patient: " + ", ".join(w for w in who if w))
     if info.source == "dicom":
@@ -235,11 +245,13 @@ def import_batch(vault, jobs: list[ImportJob], report: Report) -> ImportReport:
                 path = Path(job.source)
                 provenance = nifti_synthetic_provenance(path)
                 if provenance is not None:  # a generated volume: no patient, and it stays marked synthetic
-                    info = vault.import_nifti(path, kind="synthetic", label=job.label, provenance=provenance,
-                                              progress=progress)
+                    info = vault.import_nifti(
+                        path, kind="synthetic", label=job.label, provenance=provenance, progress=progress
+                    )
                 else:
-                    info = vault.import_nifti(path, label=job.label, patient=job.patient, study=job.study,
-                                              progress=progress)
+                    info = vault.import_nifti(
+                        path, label=job.label, patient=job.patient, study=job.study, progress=progress
+                    )
         except Cancelled:
             result.cancelled = True
             break
@@ -281,7 +293,9 @@ def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray,
 
     from engine.nifti_io import canonical_volume
 
-    return canonical_volume(nib.Nifti1Image(np.asarray(data), np.asarray(affine, dtype=np.float64)), "the item")
+    return canonical_volume(
+        nib.Nifti1Image(np.asarray(data), np.asarray(affine, dtype=np.float64)), "the item"
+    )
 
 
 def open_for_session(vault, item_id: str, report: Report) -> OpenedItem:
@@ -292,16 +306,23 @@ def open_for_session(vault, item_id: str, report: Report) -> OpenedItem:
     return OpenedItem(info=opened.info, data=data, affine=affine)
 
 
-def export_item(vault, item_id: str, dest: Path, deidentify: bool, include_dicom: bool, overwrite: bool,
-                report: Report):
+def export_item(
+    vault, item_id: str, dest: Path, deidentify: bool, include_dicom: bool, overwrite: bool, report: Report
+):
     label = vault.get(item_id).label
 
     def progress(done: int, total: int) -> None:
         report(done / total if total else 1.0, f"Exporting {label}")
 
     report(0.0, f"Exporting {label}")
-    return vault.export(item_id, dest, deidentify=deidentify, include_dicom=include_dicom, overwrite=overwrite,
-                        progress=progress)
+    return vault.export(
+        item_id,
+        dest,
+        deidentify=deidentify,
+        include_dicom=include_dicom,
+        overwrite=overwrite,
+        progress=progress,
+    )
 
 
 def verify_all(vault, report: Report):

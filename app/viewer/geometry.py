@@ -35,8 +35,9 @@ def to_image_data(volume: np.ndarray, affine: np.ndarray, name: str = SCALARS):
     if volume.ndim != 3:
         raise ValueError(f"expected an (x, y, z) volume, got shape {volume.shape}")
     origin, spacing, direction = affine_to_grid_params(affine)
-    grid = pv.ImageData(dimensions=volume.shape, spacing=tuple(spacing), origin=tuple(origin),
-                        direction_matrix=direction)
+    grid = pv.ImageData(
+        dimensions=volume.shape, spacing=tuple(spacing), origin=tuple(origin), direction_matrix=direction
+    )
     # VTK runs x fastest: Fortran order matches (x, y, z) indexing.
     grid.point_data[name] = np.asarray(volume, dtype=np.float32).ravel(order="F")
     return grid

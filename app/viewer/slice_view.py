@@ -88,7 +88,9 @@ class SliceView(QWidget):
         rect = self.image_rect()
         rows, cols = self.geometry_.display_shape(entry.shape)
         row, col = self.geometry_.to_display(ijk, entry.shape)
-        return QPointF(rect.left() + (col + 0.5) / cols * rect.width(), rect.top() + (row + 0.5) / rows * rect.height())
+        return QPointF(
+            rect.left() + (col + 0.5) / cols * rect.width(), rect.top() + (row + 0.5) / rows * rect.height()
+        )
 
     # -- drawing -------------------------------------------------------------------------------------
 
@@ -126,8 +128,11 @@ class SliceView(QWidget):
         painter.setFont(font)
         if image is None:
             painter.setPen(QColor("#6b7380"))
-            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter,
-                             f"{self.plane.capitalize()}\n\nGenerate a volume or open a NIfTI file")
+            painter.drawText(
+                self.rect(),
+                Qt.AlignmentFlag.AlignCenter,
+                f"{self.plane.capitalize()}\n\nGenerate a volume or open a NIfTI file",
+            )
             self._draw_title(painter, colour)
             return
         rect = self.image_rect()
@@ -165,9 +170,17 @@ class SliceView(QWidget):
         fm = painter.fontMetrics()
         pad = 4
         painter.drawText(QPointF(rect.left() + pad, rect.center().y() + fm.ascent() / 2), left)
-        painter.drawText(QPointF(rect.right() - pad - fm.horizontalAdvance(right), rect.center().y() + fm.ascent() / 2), right)
-        painter.drawText(QPointF(rect.center().x() - fm.horizontalAdvance(top) / 2, rect.top() + pad + fm.ascent()), top)
-        painter.drawText(QPointF(rect.center().x() - fm.horizontalAdvance(bottom) / 2, rect.bottom() - pad - fm.descent()), bottom)
+        painter.drawText(
+            QPointF(rect.right() - pad - fm.horizontalAdvance(right), rect.center().y() + fm.ascent() / 2),
+            right,
+        )
+        painter.drawText(
+            QPointF(rect.center().x() - fm.horizontalAdvance(top) / 2, rect.top() + pad + fm.ascent()), top
+        )
+        painter.drawText(
+            QPointF(rect.center().x() - fm.horizontalAdvance(bottom) / 2, rect.bottom() - pad - fm.descent()),
+            bottom,
+        )
         painter.setFont(font)
         self._draw_title(painter, colour)
 
@@ -230,7 +243,9 @@ class SliceView(QWidget):
         entry = self.state.shown
         if entry is None:
             return
-        steps = event.angleDelta().y() // 120 or (1 if event.angleDelta().y() > 0 else -1 if event.angleDelta().y() < 0 else 0)
+        steps = event.angleDelta().y() // 120 or (
+            1 if event.angleDelta().y() > 0 else -1 if event.angleDelta().y() < 0 else 0
+        )
         self.step_slice(int(steps))
         event.accept()
 
@@ -268,8 +283,10 @@ class SliceView(QWidget):
         else:
             ras = voxel_to_ras(entry.affine, voxel)
             value = float(entry.data[tuple(voxel)])
-            self.readout = (f"voxel ({voxel[0]}, {voxel[1]}, {voxel[2]})   "
-                            f"RAS ({ras[0]:.1f}, {ras[1]:.1f}, {ras[2]:.1f}) mm   value {value:.4g}")
+            self.readout = (
+                f"voxel ({voxel[0]}, {voxel[1]}, {voxel[2]})   "
+                f"RAS ({ras[0]:.1f}, {ras[1]:.1f}, {ras[2]:.1f}) mm   value {value:.4g}"
+            )
         self.hovered.emit(self.readout)
 
     def crosshair_readout(self) -> str:
@@ -278,8 +295,10 @@ class SliceView(QWidget):
         if entry is None or ijk is None:
             return ""
         ras = voxel_to_ras(entry.affine, ijk)
-        return (f"voxel ({ijk[0]}, {ijk[1]}, {ijk[2]})   RAS ({ras[0]:.1f}, {ras[1]:.1f}, {ras[2]:.1f}) mm   "
-                f"value {float(entry.data[ijk]):.4g}")
+        return (
+            f"voxel ({ijk[0]}, {ijk[1]}, {ijk[2]})   RAS ({ras[0]:.1f}, {ras[1]:.1f}, {ras[2]:.1f}) mm   "
+            f"value {float(entry.data[ijk]):.4g}"
+        )
 
     # -- state ---------------------------------------------------------------------------------------
 

@@ -73,11 +73,25 @@ class PlaneGeometry:
 def plane_geometry(plane: str, convention: str = "radiological") -> PlaneGeometry:
     radiological = convention == "radiological"
     if plane == "axial":  # z fixed; x across (R/L), y up (anterior at the top)
-        return PlaneGeometry(plane, 2, 0, 1, col_flip=radiological, row_flip=True,
-                             labels=("R", "L", "A", "P") if radiological else ("L", "R", "A", "P"))
+        return PlaneGeometry(
+            plane,
+            2,
+            0,
+            1,
+            col_flip=radiological,
+            row_flip=True,
+            labels=("R", "L", "A", "P") if radiological else ("L", "R", "A", "P"),
+        )
     if plane == "coronal":  # y fixed; x across, z up (superior at the top)
-        return PlaneGeometry(plane, 1, 0, 2, col_flip=radiological, row_flip=True,
-                             labels=("R", "L", "S", "I") if radiological else ("L", "R", "S", "I"))
+        return PlaneGeometry(
+            plane,
+            1,
+            0,
+            2,
+            col_flip=radiological,
+            row_flip=True,
+            labels=("R", "L", "S", "I") if radiological else ("L", "R", "S", "I"),
+        )
     if plane == "sagittal":  # x fixed; y across (anterior on the left), z up
         return PlaneGeometry(plane, 0, 1, 2, col_flip=True, row_flip=True, labels=("A", "P", "S", "I"))
     raise ValueError(f"plane must be one of {PLANES}, got {plane!r}")

@@ -78,8 +78,15 @@ class View3D(QWidget):
         title.setObjectName("viewTitle")
         bar.addWidget(title)
         bar.addStretch(1)
-        for widget in (self.preset_box, self.iso_label, self.iso_slider, self.planes_box, self.axes_box,
-                       self.reset_button, self.shot_button):
+        for widget in (
+            self.preset_box,
+            self.iso_label,
+            self.iso_slider,
+            self.planes_box,
+            self.axes_box,
+            self.reset_button,
+            self.shot_button,
+        ):
             bar.addWidget(widget)
 
         self.placeholder = QLabel("Preparing the 3D view...")
@@ -147,8 +154,13 @@ class View3D(QWidget):
         if entry is None:
             self._grid, self._grid_uid = None, None
             if self.state.shown is not None:  # a denoising preview: say why 3D is empty
-                plotter.add_text("Denoising... the 3D view shows the finished volume", position="upper_edge",
-                                 font_size=9, color="#8b93a1", name="message")
+                plotter.add_text(
+                    "Denoising... the 3D view shows the finished volume",
+                    position="upper_edge",
+                    font_size=9,
+                    color="#8b93a1",
+                    name="message",
+                )
             plotter.render()
             return
         from app.viewer.geometry import SCALARS, to_image_data
@@ -164,17 +176,36 @@ class View3D(QWidget):
         preset = self.state.render_preset
         if preset == "MRI grey":
             opacity = np.array([0.0, 0.0, 0.02, 0.08, 0.25, 0.55, 0.8])
-            plotter.add_volume(grid, scalars=SCALARS, cmap="gray", clim=(low, high), opacity=opacity,
-                               shade=False, show_scalar_bar=False, name="volume", render=False)
+            plotter.add_volume(
+                grid,
+                scalars=SCALARS,
+                cmap="gray",
+                clim=(low, high),
+                opacity=opacity,
+                shade=False,
+                show_scalar_bar=False,
+                name="volume",
+                render=False,
+            )
         elif preset == "MIP":
-            plotter.add_volume(grid, scalars=SCALARS, cmap="gray", clim=(low, high), opacity="linear",
-                               blending="maximum", show_scalar_bar=False, name="volume", render=False)
+            plotter.add_volume(
+                grid,
+                scalars=SCALARS,
+                cmap="gray",
+                clim=(low, high),
+                opacity="linear",
+                blending="maximum",
+                show_scalar_bar=False,
+                name="volume",
+                render=False,
+            )
         elif preset == "Iso-surface":
             threshold = self.state.iso_threshold()
             surface = grid.contour([threshold], scalars=SCALARS)
             if surface.n_points:
-                plotter.add_mesh(surface, color="#e9d8c4", smooth_shading=True, specular=0.25,
-                                 name="iso", render=False)
+                plotter.add_mesh(
+                    surface, color="#e9d8c4", smooth_shading=True, specular=0.25, name="iso", render=False
+                )
         self._add_planes(render=False)
         if new_volume or reset_camera:
             self.reset_camera(render=False)
@@ -199,13 +230,26 @@ class View3D(QWidget):
         slices = self._grid.slice_orthogonal(x=x, y=y, z=z)  # blocks: x (sagittal), y (coronal), z (axial)
         if self.state.render_preset == "Slices only":
             window, level = self.state.window
-            self.plotter.add_mesh(slices.combine(), scalars=SCALARS, cmap="gray", show_scalar_bar=False,
-                                  clim=(level - window / 2, level + window / 2), name="planes", render=False,
-                                  lighting=False)
+            self.plotter.add_mesh(
+                slices.combine(),
+                scalars=SCALARS,
+                cmap="gray",
+                show_scalar_bar=False,
+                clim=(level - window / 2, level + window / 2),
+                name="planes",
+                render=False,
+                lighting=False,
+            )
         for plane, block in zip(("sagittal", "coronal", "axial"), slices, strict=True):
             if block is not None and block.n_points:
-                self.plotter.add_mesh(block.outline(), color=PLANE_COLOURS[plane], line_width=2,
-                                      name=f"plane-{plane}", render=False, lighting=False)
+                self.plotter.add_mesh(
+                    block.outline(),
+                    color=PLANE_COLOURS[plane],
+                    line_width=2,
+                    name=f"plane-{plane}",
+                    render=False,
+                    lighting=False,
+                )
         if render:
             self.plotter.render()
 
@@ -256,8 +300,13 @@ class View3D(QWidget):
         self._add_planes()
 
     def _on_state_shown_changed(self, entry) -> None:
-        if entry is not None and entry.kind == "preview" and self._grid_uid is None and self.plotter is not None \
-                and "message" in self.plotter.actors:
+        if (
+            entry is not None
+            and entry.kind == "preview"
+            and self._grid_uid is None
+            and self.plotter is not None
+            and "message" in self.plotter.actors
+        ):
             return  # already saying "denoising"
         self.rebuild()
 

@@ -22,8 +22,13 @@ def library_versions() -> dict[str, str]:
     import numpy
     import torch
 
-    return {"volsynth": __version__, "python": platform.python_version(), "torch": torch.__version__,
-            "monai": monai.__version__, "numpy": numpy.__version__}
+    return {
+        "volsynth": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "monai": monai.__version__,
+        "numpy": numpy.__version__,
+    }
 
 
 class LocalBackend:
@@ -42,8 +47,12 @@ class LocalBackend:
         self._cache: dict[str, Any] = {}  # model folder -> LoadedModel on self.device
 
     def info(self) -> BackendInfo:
-        return BackendInfo(name=self.name, device=str(self.device), device_name=device_name(self.device),
-                           details={"platform": platform.platform(), **library_versions()})
+        return BackendInfo(
+            name=self.name,
+            device=str(self.device),
+            device_name=device_name(self.device),
+            details={"platform": platform.platform(), **library_versions()},
+        )
 
     def _loaded(self, source):
         key = str(source.path.resolve())
@@ -76,8 +85,9 @@ class LocalBackend:
             prepared = prepare(model, request.optimization, self.device)
             profiler = None
             if request.kernel_profile_steps:
-                profiler = KernelProfiler(prepared, profiled_steps(request.kernel_profile_steps, resolved.steps),
-                                          self.device)
+                profiler = KernelProfiler(
+                    prepared, profiled_steps(request.kernel_profile_steps, resolved.steps), self.device
+                )
             with PeakMemory(self.device) as peak:
                 loop = yield from denoise(profiler or prepared, source.spec, request, self.device)
         except torch.OutOfMemoryError as exc:
@@ -94,8 +104,13 @@ class LocalBackend:
             "synthetic": True,
             "generator": "VolSynth Studio",
             "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-            "model": {"id": source.spec.id, "name": source.spec.name, "source": source.spec.source,
-                      "path": str(source.path), "weights_sha256": source.weights_sha256()},
+            "model": {
+                "id": source.spec.id,
+                "name": source.spec.name,
+                "source": source.spec.source,
+                "path": str(source.path),
+                "weights_sha256": source.weights_sha256(),
+            },
             "request": loop.request.to_dict(),
             "scheduler": loop.scheduler_config,
             "seed": loop.request.seed,
@@ -114,5 +129,9 @@ class LocalBackend:
         }
         if profiler is not None:
             provenance["kernel_profile"] = profiler.summary()
-        return SamplingResult(volumes=loop.volumes.numpy(), affine=source.spec.affine(),
-                              request=loop.request, provenance=provenance)
+        return SamplingResult(
+            volumes=loop.volumes.numpy(),
+            affine=source.spec.affine(),
+            request=loop.request,
+            provenance=provenance,
+        )

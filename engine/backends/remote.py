@@ -45,20 +45,28 @@ class RemoteBackend:
         try:
             response = self._client.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise BackendUnavailable(f"cannot reach the engine server at {self.url} ({exc}); check the address "
-                                     "and that `volsynth serve` is running") from exc
+            raise BackendUnavailable(
+                f"cannot reach the engine server at {self.url} ({exc}); check the address "
+                "and that `volsynth serve` is running"
+            ) from exc
         if response.status_code == 401:
             raise BackendUnavailable(f"the engine server at {self.url} refused the token; check --token")
         if response.status_code == 422:
             raise errors.InvalidRequest(response.json().get("detail", "the server refused the request"))
         if response.status_code >= 400:
-            raise BackendUnavailable(f"the engine server answered {response.status_code}: {response.text[:200]}")
+            raise BackendUnavailable(
+                f"the engine server answered {response.status_code}: {response.text[:200]}"
+            )
         return response
 
     def info(self) -> BackendInfo:
         data = self._call("GET", "/info").json()
-        return BackendInfo(name=self.name, device=f"{self.url} ({data['device']})",
-                           device_name=data["device_name"], details=data.get("details", {}))
+        return BackendInfo(
+            name=self.name,
+            device=f"{self.url} ({data['device']})",
+            device_name=data["device_name"],
+            details=data.get("details", {}),
+        )
 
     def models(self) -> list[dict[str, Any]]:
         return self._call("GET", "/models").json()
@@ -86,8 +94,14 @@ class RemoteBackend:
                         kind = event["type"]
                         if kind == "progress":
                             preview = decode_array(event["preview"]) if "preview" in event else None
-                            yield Progress(event["stage"], event["step"], event["total"], event["elapsed_s"],
-                                           event.get("message", ""), preview)
+                            yield Progress(
+                                event["stage"],
+                                event["step"],
+                                event["total"],
+                                event["elapsed_s"],
+                                event.get("message", ""),
+                                preview,
+                            )
                         elif kind == "error":
                             finished = True
                             raise _error_from_event(event)
@@ -99,7 +113,9 @@ class RemoteBackend:
                             result_event = event
                             break
             except httpx.HTTPError as exc:
-                raise BackendUnavailable(f"lost the connection to the engine server at {self.url} ({exc})") from exc
+                raise BackendUnavailable(
+                    f"lost the connection to the engine server at {self.url} ({exc})"
+                ) from exc
             if not finished:
                 raise BackendUnavailable(f"the engine server at {self.url} closed the job stream early")
             raw = self._call("GET", f"/jobs/{job_id}/volumes").content
@@ -107,8 +123,12 @@ class RemoteBackend:
             provenance = dict(result_event["provenance"])
             provenance["backend"] = "remote"
             provenance["server"] = self.url
-            return SamplingResult(volumes=volumes, affine=np.asarray(result_event["affine"], dtype=np.float64),
-                                  request=SamplingRequest.from_dict(result_event["request"]), provenance=provenance)
+            return SamplingResult(
+                volumes=volumes,
+                affine=np.asarray(result_event["affine"], dtype=np.float64),
+                request=SamplingRequest.from_dict(result_event["request"]),
+                provenance=provenance,
+            )
         finally:
             if not finished:  # closed by the caller (cancel) or failed mid-way: stop the server's work too
                 with contextlib.suppress(httpx.HTTPError):

@@ -39,10 +39,19 @@ def _child(mode: str, out: Path, slab: int, threads: int | None) -> None:
     seconds = time.perf_counter() - started
     decode_peak = current_peak_rss_bytes() if was_reset else None
     np.save(out / f"{mode}.npy", image.float().numpy())
-    (out / f"{mode}.json").write_text(json.dumps({
-        "mode": mode, "seconds": seconds, "peak_rss_bytes": peak_rss_bytes(),
-        "peak_rss_before_decode_bytes": rss_before, "peak_rss_during_decode_bytes": decode_peak,
-        "shape": list(image.shape), "slab": slab}))
+    (out / f"{mode}.json").write_text(
+        json.dumps(
+            {
+                "mode": mode,
+                "seconds": seconds,
+                "peak_rss_bytes": peak_rss_bytes(),
+                "peak_rss_before_decode_bytes": rss_before,
+                "peak_rss_during_decode_bytes": decode_peak,
+                "shape": list(image.shape),
+                "slab": slab,
+            }
+        )
+    )
 
 
 def measure(out: Path, slab: int, modes=MODES, threads: int | None = None) -> dict:
@@ -54,12 +63,24 @@ def measure(out: Path, slab: int, modes=MODES, threads: int | None = None) -> di
     out.mkdir(parents=True, exist_ok=True)
     records = {}
     for mode in modes:
-        cmd = [sys.executable, "-m", "engine.bench.decode_memory", "--child", mode, "--out", str(out),
-               "--slab", str(slab)] + (["--threads", str(threads)] if threads else [])
+        cmd = [
+            sys.executable,
+            "-m",
+            "engine.bench.decode_memory",
+            "--child",
+            mode,
+            "--out",
+            str(out),
+            "--slab",
+            str(slab),
+        ] + (["--threads", str(threads)] if threads else [])
         subprocess.run(cmd, check=True)
         records[mode] = json.loads((out / f"{mode}.json").read_text())
-    result = {"model": "brain-bundle-sized AutoencoderKL (64/128/128/128), random perturbed weights",
-              "latent": [1, 3, 20, 28, 20], **records}
+    result = {
+        "model": "brain-bundle-sized AutoencoderKL (64/128/128/128), random perturbed weights",
+        "latent": [1, 3, 20, 28, 20],
+        **records,
+    }
     if (out / "full.npy").is_file() and (out / "streamed.npy").is_file():
         result["streamed_vs_full"] = compare(np.load(out / "full.npy"), np.load(out / "streamed.npy"))
     (out / "decode_memory.json").write_text(json.dumps(result, indent=2))
@@ -85,10 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         rec = result[mode]
         during = rec.get("peak_rss_during_decode_bytes")
         extra = f" (during decode {during / 2**30:.2f} GiB)" if during else ""
-        print(f"{mode:8s} peak RSS {rec['peak_rss_bytes'] / 2**30:6.2f} GiB{extra}  time {rec['seconds']:7.1f} s")
+        print(
+            f"{mode:8s} peak RSS {rec['peak_rss_bytes'] / 2**30:6.2f} GiB{extra}  time {rec['seconds']:7.1f} s"
+        )
     if "streamed_vs_full" in result:
         cmp = result["streamed_vs_full"]
-        print(f"streamed vs full: PSNR {cmp['psnr_db']:.2f} dB  SSIM {cmp['ssim']}  max abs err {cmp['max_abs_err']:.4g}")
+        print(
+            f"streamed vs full: PSNR {cmp['psnr_db']:.2f} dB  SSIM {cmp['ssim']}  max abs err {cmp['max_abs_err']:.4g}"
+        )
     return 0
 
 

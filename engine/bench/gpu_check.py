@@ -47,8 +47,12 @@ ROWS = [  # name, OptimizationConfig fields, precision class for the peak table,
     ("tf32+cl", {"tf32": True, "channels_last_3d": True}, "tf32", False),
     ("bf16+cl", {"autocast": "bf16", "channels_last_3d": True}, "bf16", False),
     ("bf16+cl+sdpa", {"autocast": "bf16", "channels_last_3d": True, "attention": "sdpa"}, "bf16", False),
-    ("bf16+cl+sdpa+compile", {"autocast": "bf16", "channels_last_3d": True, "attention": "sdpa",
-                              "compile_mode": "default"}, "bf16", True),
+    (
+        "bf16+cl+sdpa+compile",
+        {"autocast": "bf16", "channels_last_3d": True, "attention": "sdpa", "compile_mode": "default"},
+        "bf16",
+        True,
+    ),
 ]
 
 
@@ -58,21 +62,48 @@ def network_defs(smoke: bool) -> dict[str, dict[str, Any]]:
 
     if smoke:
         return {
-            "med-ddpm-128": {"unet": {"_target_": "DiffusionModelUNet", "spatial_dims": 3, "in_channels": 2,
-                                      "out_channels": 1, "channels": [8, 16, 16, 32], "num_res_blocks": 1,
-                                      "attention_levels": [False, False, False, True], "num_head_channels": 8,
-                                      "norm_num_groups": 8},
-                             "input": [1, 2, 16, 16, 16], "context": None},
-            "bundle-latent": {"unet": {**BUNDLE_UNET, "channels": [16, 32, 48], "num_head_channels": [0, 32, 48],
-                                       "norm_num_groups": 8},
-                              "input": [1, 7, 8, 12, 8], "context": [1, 1, 4]},
+            "med-ddpm-128": {
+                "unet": {
+                    "_target_": "DiffusionModelUNet",
+                    "spatial_dims": 3,
+                    "in_channels": 2,
+                    "out_channels": 1,
+                    "channels": [8, 16, 16, 32],
+                    "num_res_blocks": 1,
+                    "attention_levels": [False, False, False, True],
+                    "num_head_channels": 8,
+                    "norm_num_groups": 8,
+                },
+                "input": [1, 2, 16, 16, 16],
+                "context": None,
+            },
+            "bundle-latent": {
+                "unet": {
+                    **BUNDLE_UNET,
+                    "channels": [16, 32, 48],
+                    "num_head_channels": [0, 32, 48],
+                    "norm_num_groups": 8,
+                },
+                "input": [1, 7, 8, 12, 8],
+                "context": [1, 1, 4],
+            },
         }
     return {
-        "med-ddpm-128": {"unet": {"_target_": "DiffusionModelUNet", "spatial_dims": 3, "in_channels": 2,
-                                  "out_channels": 1, "channels": [64, 128, 256, 512], "num_res_blocks": 1,
-                                  "attention_levels": [False, False, False, True], "num_head_channels": 64,
-                                  "norm_num_groups": 32},
-                         "input": [1, 2, 128, 128, 128], "context": None},
+        "med-ddpm-128": {
+            "unet": {
+                "_target_": "DiffusionModelUNet",
+                "spatial_dims": 3,
+                "in_channels": 2,
+                "out_channels": 1,
+                "channels": [64, 128, 256, 512],
+                "num_res_blocks": 1,
+                "attention_levels": [False, False, False, True],
+                "num_head_channels": 64,
+                "norm_num_groups": 32,
+            },
+            "input": [1, 2, 128, 128, 128],
+            "context": None,
+        },
         "bundle-latent": {"unet": dict(BUNDLE_UNET), "input": [1, 7, 20, 28, 20], "context": [1, 1, 4]},
     }
 
@@ -124,8 +155,9 @@ def time_calls(prepared, x, t, context, device, warmup: int, iters: int) -> tupl
     return times, out
 
 
-def run_check(smoke: bool, budget_s: float, iters: int, warmup: int, include_compile: bool,
-              log=print) -> dict[str, Any]:
+def run_check(
+    smoke: bool, budget_s: float, iters: int, warmup: int, include_compile: bool, log=print
+) -> dict[str, Any]:
     import statistics
 
     import torch
@@ -135,9 +167,17 @@ def run_check(smoke: bool, budget_s: float, iters: int, warmup: int, include_com
 
     started = time.perf_counter()
     device = torch.device("cuda" if not smoke else "cpu")
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "CPU")
-    results: dict[str, Any] = {"device": device_name, "torch": torch.__version__, "smoke": smoke,
-                               "budget_s": budget_s, "networks": {}, "rows": []}
+    device_name = (
+        torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "CPU")
+    )
+    results: dict[str, Any] = {
+        "device": device_name,
+        "torch": torch.__version__,
+        "smoke": smoke,
+        "budget_s": budget_s,
+        "networks": {},
+        "rows": [],
+    }
     if device.type == "cuda":
         cap = torch.cuda.get_device_capability(device)
         results["compute_capability"] = f"{cap[0]}.{cap[1]}"
@@ -155,8 +195,13 @@ def run_check(smoke: bool, budget_s: float, iters: int, warmup: int, include_com
         ctx = None if spec["context"] is None else torch.rand(spec["context"], generator=gen).to(device)
         flops = count_flops(unet, x, t, ctx)
         params = sum(p.numel() for p in unet.parameters())
-        results["networks"][name] = {"definition": spec["unet"], "input": spec["input"], "context": spec["context"],
-                                     "gflop_per_call": flops / 1e9, "parameters": params}
+        results["networks"][name] = {
+            "definition": spec["unet"],
+            "input": spec["input"],
+            "context": spec["context"],
+            "gflop_per_call": flops / 1e9,
+            "parameters": params,
+        }
         nets[name] = (SimpleNamespace(unet=unet, autoencoder=None, spec=None), x, t, ctx, flops)
         log(f"{name}: {params / 1e6:.1f} M parameters, {flops / 1e9:.1f} GFLOP per call")
 
@@ -183,16 +228,28 @@ def run_check(smoke: bool, budget_s: float, iters: int, warmup: int, include_com
             continue
         ms = statistics.median(times)
         tflops = flops / (ms / 1e3) / 1e12
-        applied = {k: v["applied"] for k, v in prepared.report.items() if v["requested"] not in (False, None, "default")}
+        applied = {
+            k: v["applied"]
+            for k, v in prepared.report.items()
+            if v["requested"] not in (False, None, "default")
+        }
         effective = precision if (precision == "fp32" or all(applied.values())) else "fp32"
         peak = peak_for(device_name, effective) if device.type == "cuda" else None
         out = out.float().cpu()
         if row == "fp32":
             references[net_name] = out
-        record.update(ms_per_step=ms, ms_min=min(times), ms_iqr=float(_iqr(times)), calls=len(times),
-                      tflops=tflops, peak_tflops=peak, fraction_of_peak=None if peak is None else tflops / peak,
-                      psnr_vs_fp32_db=_psnr(references[net_name], out) if net_name in references else None,
-                      applied=applied, report=prepared.report)
+        record.update(
+            ms_per_step=ms,
+            ms_min=min(times),
+            ms_iqr=float(_iqr(times)),
+            calls=len(times),
+            tflops=tflops,
+            peak_tflops=peak,
+            fraction_of_peak=None if peak is None else tflops / peak,
+            psnr_vs_fp32_db=_psnr(references[net_name], out) if net_name in references else None,
+            applied=applied,
+            report=prepared.report,
+        )
         if row != "fp32" and net_name in references:
             record["speedup_vs_fp32"] = _row(results, net_name, "fp32")["ms_per_step"] / ms
         log(f"{net_name:14s} {row:22s} {ms:9.2f} ms  {tflops:7.1f} TFLOP/s")
@@ -215,31 +272,50 @@ def _row(results, network: str, row: str) -> dict[str, Any]:
 
 
 def format_table(results: dict[str, Any]) -> str:
-    lines = [f"GPU check on {results['device']} (torch {results['torch']}), {results['total_s']:.0f} s",
-             f"{'network':14s} {'row':22s} {'ms/step':>9s} {'x fp32':>7s} {'TFLOP/s':>8s} {'% peak':>7s} {'PSNR dB':>8s}"]
+    lines = [
+        f"GPU check on {results['device']} (torch {results['torch']}), {results['total_s']:.0f} s",
+        f"{'network':14s} {'row':22s} {'ms/step':>9s} {'x fp32':>7s} {'TFLOP/s':>8s} {'% peak':>7s} {'PSNR dB':>8s}",
+    ]
     for r in results["rows"]:
         if "ms_per_step" not in r:
             lines.append(f"{r['network']:14s} {r['row']:22s} {r.get('skipped') or r.get('error')}")
             continue
         frac = "-" if r["fraction_of_peak"] is None else f"{100 * r['fraction_of_peak']:.1f}"
-        psnr = "-" if r["psnr_vs_fp32_db"] is None else (
-            "exact" if math.isinf(r["psnr_vs_fp32_db"]) else f"{r['psnr_vs_fp32_db']:.1f}")
+        psnr = (
+            "-"
+            if r["psnr_vs_fp32_db"] is None
+            else ("exact" if math.isinf(r["psnr_vs_fp32_db"]) else f"{r['psnr_vs_fp32_db']:.1f}")
+        )
         speed = f"{r.get('speedup_vs_fp32', 1.0):.2f}"
-        lines.append(f"{r['network']:14s} {r['row']:22s} {r['ms_per_step']:9.2f} {speed:>7s} {r['tflops']:8.1f} "
-                     f"{frac:>7s} {psnr:>8s}")
+        lines.append(
+            f"{r['network']:14s} {r['row']:22s} {r['ms_per_step']:9.2f} {speed:>7s} {r['tflops']:8.1f} "
+            f"{frac:>7s} {psnr:>8s}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Time two real-sized 3D diffusion U-Nets under fp32/TF32/bf16/"
-                                                 "channels-last/compile on an NVIDIA GPU.")
+    parser = argparse.ArgumentParser(
+        description="Time two real-sized 3D diffusion U-Nets under fp32/TF32/bf16/"
+        "channels-last/compile on an NVIDIA GPU."
+    )
     parser.add_argument("--out", default="gpu_check.json", help="JSON file for the full numbers")
-    parser.add_argument("--cpu-smoke", action="store_true", help="tiny networks on the CPU: checks the script only")
-    parser.add_argument("--with-compile", action="store_true", help="with --cpu-smoke: also run the compile row")
+    parser.add_argument(
+        "--cpu-smoke", action="store_true", help="tiny networks on the CPU: checks the script only"
+    )
+    parser.add_argument(
+        "--with-compile", action="store_true", help="with --cpu-smoke: also run the compile row"
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile rows")
-    parser.add_argument("--budget-s", type=float, default=420.0, help="stop starting rows after this (default 420)")
-    parser.add_argument("--iters", type=int, default=None, help="timed calls per row (default 20 GPU, 3 smoke)")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3 GPU, 1 smoke)")
+    parser.add_argument(
+        "--budget-s", type=float, default=420.0, help="stop starting rows after this (default 420)"
+    )
+    parser.add_argument(
+        "--iters", type=int, default=None, help="timed calls per row (default 20 GPU, 3 smoke)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="untimed calls first (default 3 GPU, 1 smoke)"
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -253,8 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     iters = args.iters or (3 if args.cpu_smoke else 20)
     warmup = args.warmup if args.warmup is not None else (1 if args.cpu_smoke else 3)
     include_compile = not args.no_compile and (not args.cpu_smoke or args.with_compile)
-    results = run_check(args.cpu_smoke, args.budget_s, iters, warmup, include_compile,
-                        log=lambda m: print(m, flush=True))
+    results = run_check(
+        args.cpu_smoke, args.budget_s, iters, warmup, include_compile, log=lambda m: print(m, flush=True)
+    )
     with open(args.out, "w") as handle:
         json.dump(results, handle, indent=2, default=str)
     print(format_table(results))

@@ -32,8 +32,14 @@ def ssim(reference: np.ndarray, test: np.ndarray) -> float | None:
     win = min(7, *(s if s % 2 else s - 1 for s in ref.shape[-3:]))
     if win < 3:
         return None
-    return float(np.mean([structural_similarity(r, t, data_range=data_range, win_size=win)
-                          for r, t in zip(ref, tst, strict=True)]))
+    return float(
+        np.mean(
+            [
+                structural_similarity(r, t, data_range=data_range, win_size=win)
+                for r, t in zip(ref, tst, strict=True)
+            ]
+        )
+    )
 
 
 def compare(reference: np.ndarray, test: np.ndarray) -> dict[str, float | None]:

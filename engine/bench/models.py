@@ -11,8 +11,14 @@ from pathlib import Path
 
 from engine.models.spec import ConditionSpec, ModelSpec
 
-_SCHEDULE = {"num_train_timesteps": 1000, "schedule": "scaled_linear_beta", "beta_start": 0.0015,
-             "beta_end": 0.0205, "prediction_type": "epsilon", "clip_sample": False}
+_SCHEDULE = {
+    "num_train_timesteps": 1000,
+    "schedule": "scaled_linear_beta",
+    "beta_start": 0.0015,
+    "beta_end": 0.0205,
+    "prediction_type": "epsilon",
+    "clip_sample": False,
+}
 
 DEMO_CONDITIONS = (
     ConditionSpec("brain_volume", "Brain volume", "mL", 900.0, 1500.0, 1200.0),
@@ -27,17 +33,36 @@ BUNDLE_CONDITIONS = (
 
 # The MONAI brain latent-diffusion bundle's autoencoder (latent 3x20x28x20 <-> 160x224x160).
 BUNDLE_AUTOENCODER = {
-    "_target_": "AutoencoderKL", "spatial_dims": 3, "in_channels": 1, "out_channels": 1, "latent_channels": 3,
-    "channels": [64, 128, 128, 128], "num_res_blocks": 2, "norm_num_groups": 32, "norm_eps": 1e-6,
-    "attention_levels": [False, False, False, False], "with_encoder_nonlocal_attn": False,
+    "_target_": "AutoencoderKL",
+    "spatial_dims": 3,
+    "in_channels": 1,
+    "out_channels": 1,
+    "latent_channels": 3,
+    "channels": [64, 128, 128, 128],
+    "num_res_blocks": 2,
+    "norm_num_groups": 32,
+    "norm_eps": 1e-6,
+    "attention_levels": [False, False, False, False],
+    "with_encoder_nonlocal_attn": False,
     "with_decoder_nonlocal_attn": False,
 }
 # The bundle's diffusion U-Net.
 BUNDLE_UNET = {
-    "_target_": "DiffusionModelUNet", "spatial_dims": 3, "in_channels": 7, "out_channels": 3,
-    "channels": [256, 512, 768], "num_res_blocks": 2, "attention_levels": [False, True, True],
-    "norm_num_groups": 32, "norm_eps": 1e-6, "resblock_updown": True, "num_head_channels": [0, 512, 768],
-    "with_conditioning": True, "transformer_num_layers": 1, "cross_attention_dim": 4, "upcast_attention": True,
+    "_target_": "DiffusionModelUNet",
+    "spatial_dims": 3,
+    "in_channels": 7,
+    "out_channels": 3,
+    "channels": [256, 512, 768],
+    "num_res_blocks": 2,
+    "attention_levels": [False, True, True],
+    "norm_num_groups": 32,
+    "norm_eps": 1e-6,
+    "resblock_updown": True,
+    "num_head_channels": [0, 512, 768],
+    "with_conditioning": True,
+    "transformer_num_layers": 1,
+    "cross_attention_dim": 4,
+    "upcast_attention": True,
 }
 
 
@@ -47,30 +72,50 @@ def demo_shaped_spec() -> ModelSpec:
 
     cfg = TrainConfig()
     return ModelSpec(
-        id="bench-demo-shaped", name="Demo-shaped benchmark model (random weights)", kind="latent",
-        networks={"unet": unet_definition(cfg), "autoencoder": ae_definition(cfg)}, schedule=dict(_SCHEDULE),
-        output_shape=(1, 80, 96, 80), latent_shape=(cfg.latent_channels, 20, 24, 20), default_steps=50,
-        voxel_spacing_mm=(2.0, 2.0, 2.0), conditioning=DEMO_CONDITIONS, conditioning_modes=("concat", "crossattn"),
-        guidance_null_value=-1.0, description="random weights; for benchmarks only",
+        id="bench-demo-shaped",
+        name="Demo-shaped benchmark model (random weights)",
+        kind="latent",
+        networks={"unet": unet_definition(cfg), "autoencoder": ae_definition(cfg)},
+        schedule=dict(_SCHEDULE),
+        output_shape=(1, 80, 96, 80),
+        latent_shape=(cfg.latent_channels, 20, 24, 20),
+        default_steps=50,
+        voxel_spacing_mm=(2.0, 2.0, 2.0),
+        conditioning=DEMO_CONDITIONS,
+        conditioning_modes=("concat", "crossattn"),
+        guidance_null_value=-1.0,
+        description="random weights; for benchmarks only",
     )
 
 
 def bundle_sized_spec() -> ModelSpec:
     """Shaped like MONAI's brain latent-diffusion bundle (latent 3x20x28x20 -> 160x224x160)."""
     return ModelSpec(
-        id="bench-bundle-sized", name="Brain-bundle-sized benchmark model (random weights)", kind="latent",
-        networks={"unet": dict(BUNDLE_UNET), "autoencoder": dict(BUNDLE_AUTOENCODER)}, schedule=dict(_SCHEDULE),
-        output_shape=(1, 160, 224, 160), latent_shape=(3, 20, 28, 20), default_steps=50,
-        voxel_spacing_mm=(1.0, 1.0, 1.0), conditioning=BUNDLE_CONDITIONS, conditioning_modes=("concat", "crossattn"),
-        guidance_null_value=-1.0, description="random weights; for benchmarks only",
+        id="bench-bundle-sized",
+        name="Brain-bundle-sized benchmark model (random weights)",
+        kind="latent",
+        networks={"unet": dict(BUNDLE_UNET), "autoencoder": dict(BUNDLE_AUTOENCODER)},
+        schedule=dict(_SCHEDULE),
+        output_shape=(1, 160, 224, 160),
+        latent_shape=(3, 20, 28, 20),
+        default_steps=50,
+        voxel_spacing_mm=(1.0, 1.0, 1.0),
+        conditioning=BUNDLE_CONDITIONS,
+        conditioning_modes=("concat", "crossattn"),
+        guidance_null_value=-1.0,
+        description="random weights; for benchmarks only",
     )
 
 
 SYNTHETIC_MODELS = {"demo-shaped": demo_shaped_spec, "bundle-sized": bundle_sized_spec}
 
 
-def perturbed_networks(spec: ModelSpec, seed: int = 0, scale: float = 0.05, roles: tuple[str, ...] | None = None,
-                       ) -> dict:
+def perturbed_networks(
+    spec: ModelSpec,
+    seed: int = 0,
+    scale: float = 0.05,
+    roles: tuple[str, ...] | None = None,
+) -> dict:
     """Build the spec's networks with seeded random weights plus Gaussian noise.
 
     MONAI zero-initialises the U-Net's output convolution, so unperturbed weights would predict zeros and
@@ -100,6 +145,10 @@ def synthetic_model_folder(name: str, root: str | Path, seed: int = 0) -> Path:
     spec = SYNTHETIC_MODELS[name]()
     folder = Path(root) / f"{spec.id}-seed{seed}"
     if not (folder / "spec.json").is_file():
-        save_model_folder(folder, spec, perturbed_networks(spec, seed),
-                          card=f"# {spec.name}\n\nRandom perturbed weights (seed {seed}). Benchmarks only.\n")
+        save_model_folder(
+            folder,
+            spec,
+            perturbed_networks(spec, seed),
+            card=f"# {spec.name}\n\nRandom perturbed weights (seed {seed}). Benchmarks only.\n",
+        )
     return folder

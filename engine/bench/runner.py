@@ -29,10 +29,30 @@ from engine.optimization_config import NAMED_SETTINGS
 # Named rows: every named optimization setting, plus "reference", MONAI's own inferer (fp32).
 ROWS: dict[str, dict[str, Any] | None] = {"fp32": NAMED_SETTINGS["fp32"], "reference": None, **NAMED_SETTINGS}
 DEFAULT_ROWS = {
-    "cpu": ["fp32", "reference", "bf16", "channels_last", "sdpa", "int8", "bf16+sdpa", "int8+sdpa",
-            "int8+bf16+sdpa"],
-    "cuda": ["fp32", "reference", "tf32", "tf32+cl", "bf16", "sdpa", "bf16+sdpa+cl", "compile",
-             "bf16+cl+sdpa+compile", "bf16+sdpa+graphs", "fp8"],
+    "cpu": [
+        "fp32",
+        "reference",
+        "bf16",
+        "channels_last",
+        "sdpa",
+        "int8",
+        "bf16+sdpa",
+        "int8+sdpa",
+        "int8+bf16+sdpa",
+    ],
+    "cuda": [
+        "fp32",
+        "reference",
+        "tf32",
+        "tf32+cl",
+        "bf16",
+        "sdpa",
+        "bf16+sdpa+cl",
+        "compile",
+        "bf16+cl+sdpa+compile",
+        "bf16+sdpa+graphs",
+        "fp8",
+    ],
 }
 
 
@@ -102,8 +122,13 @@ def _request(source, settings: BenchSettings, config):
 
     # Guidance pinned to 1 (one U-Net pass per step) whatever the model's default: MONAI's inferer, the
     # reference row, has no classifier-free guidance, and guidance doubles every row's work alike.
-    return SamplingRequest(model=str(source.path), steps=settings.steps, seed=settings.seed, optimization=config,
-                           guidance_scale=1.0)
+    return SamplingRequest(
+        model=str(source.path),
+        steps=settings.steps,
+        seed=settings.seed,
+        optimization=config,
+        guidance_scale=1.0,
+    )
 
 
 def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
@@ -134,8 +159,13 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
 
     if ROWS[name] is None:
         volumes, step_s, unet_ms, prep_s = _run_reference(model, source.spec, settings, device)
-        record["report"] = {"reference": {"requested": "MONAI inferer", "applied": True,
-                                          "reason": "MONAI DiffusionInferer/LatentDiffusionInferer.sample, fp32"}}
+        record["report"] = {
+            "reference": {
+                "requested": "MONAI inferer",
+                "applied": True,
+                "reason": "MONAI DiffusionInferer/LatentDiffusionInferer.sample, fp32",
+            }
+        }
         decode_s = None
     else:
         config = OptimizationConfig.from_dict(ROWS[name])
@@ -160,8 +190,16 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
     total_s = time.perf_counter() - started - load_s
     peak, kind = _peak_memory(device)
     np.save(out_dir / f"{_safe(name)}.npy", volumes.float().numpy())
-    record.update(prepare_s=prep_s, step_s=step_s, unet_ms=unet_ms, decode_s=decode_s, end_to_end_s=total_s,
-                  peak_memory_bytes=peak, memory_kind=kind, device=str(device))
+    record.update(
+        prepare_s=prep_s,
+        step_s=step_s,
+        unet_ms=unet_ms,
+        decode_s=decode_s,
+        end_to_end_s=total_s,
+        peak_memory_bytes=peak,
+        memory_kind=kind,
+        device=str(device),
+    )
     return record
 
 
@@ -174,14 +212,18 @@ def _run_reference(model, spec, settings: BenchSettings, device):
     from engine.models.networks import build_scheduler
     from engine.sampling import resolve_request
 
-    request, conditioning = resolve_request(spec, SamplingRequest(steps=settings.steps, seed=settings.seed,
-                                                                  guidance_scale=1.0))
+    request, conditioning = resolve_request(
+        spec, SamplingRequest(steps=settings.steps, seed=settings.seed, guidance_scale=1.0)
+    )
     scheduler = build_scheduler(request.sampler, spec.schedule)
     scheduler.set_timesteps(request.steps, device=device)
     shape = (1, *spec.diffusion_shape)
-    noise = torch.randn(shape, generator=torch.Generator().manual_seed(request.seed), dtype=torch.float32).to(device)
-    vector = torch.tensor([spec.condition(n).normalise(v) for n, v in conditioning.items()],
-                          dtype=torch.float32, device=device).view(1, 1, -1)
+    noise = torch.randn(shape, generator=torch.Generator().manual_seed(request.seed), dtype=torch.float32).to(
+        device
+    )
+    vector = torch.tensor(
+        [spec.condition(n).normalise(v) for n, v in conditioning.items()], dtype=torch.float32, device=device
+    ).view(1, 1, -1)
     unet_ms: list[float] = []
     step_s: list[float] = []
     last = [time.perf_counter()]
@@ -209,11 +251,18 @@ def _run_reference(model, spec, settings: BenchSettings, device):
     with torch.inference_mode():
         if spec.kind == "latent" and not settings.latent_only:
             inferer = LatentDiffusionInferer(scheduler, scale_factor=spec.scale_factor)
-            out = inferer.sample(noise, autoencoder_model=model.autoencoder, diffusion_model=diffusion,
-                                 scheduler=scheduler, mode="crossattn", verbose=False)
+            out = inferer.sample(
+                noise,
+                autoencoder_model=model.autoencoder,
+                diffusion_model=diffusion,
+                scheduler=scheduler,
+                mode="crossattn",
+                verbose=False,
+            )
         else:
-            out = DiffusionInferer(scheduler).sample(noise, diffusion_model=diffusion, scheduler=scheduler,
-                                                     mode="crossattn", verbose=False)
+            out = DiffusionInferer(scheduler).sample(
+                noise, diffusion_model=diffusion, scheduler=scheduler, mode="crossattn", verbose=False
+            )
             if spec.kind == "latent":
                 out = out / spec.scale_factor  # what the engine's latent-only rows return
     step_s[0] = unet_ms[0] / 1e3
@@ -243,7 +292,7 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
     out_dir.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict[str, Any]]] = {r: [] for r in rows}
     for repeat in range(settings.repeats):
-        order = rows[repeat % len(rows):] + rows[:repeat % len(rows)]  # rotate: no row always runs first
+        order = rows[repeat % len(rows) :] + rows[: repeat % len(rows)]  # rotate: no row always runs first
         for name in order:
             log(f"[repeat {repeat + 1}/{settings.repeats}] {name} ...")
             runs[name].append(_spawn(name, settings, out_dir / f"r{repeat}"))
@@ -255,35 +304,62 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
         if not ok:
             results.append({"row": name, "error": runs[name][0]["error"]})
             continue
-        steps = [s for r in ok for s in r["step_s"][settings.warmup:]]
-        unet = [s for r in ok for s in r["unet_ms"][settings.warmup:]]
-        volume = np.load(out_dir / "r0" / f"{_safe(name)}.npy") if (out_dir / "r0" / f"{_safe(name)}.npy").is_file() \
+        steps = [s for r in ok for s in r["step_s"][settings.warmup :]]
+        unet = [s for r in ok for s in r["unet_ms"][settings.warmup :]]
+        volume = (
+            np.load(out_dir / "r0" / f"{_safe(name)}.npy")
+            if (out_dir / "r0" / f"{_safe(name)}.npy").is_file()
             else np.load(out_dir / f"r{settings.repeats - 1}" / f"{_safe(name)}.npy")
-        results.append({
-            "row": name, "config": ROWS[name], "report": ok[0]["report"], "details": ok[0].get("details"),
-            "step_ms_median": 1e3 * float(np.median(steps)), "step_ms_iqr": 1e3 * float(np.subtract(*np.percentile(steps, [75, 25]))),
-            "unet_ms_median": float(np.median(unet)), "steps_measured": len(steps),
-            "end_to_end_s_median": float(np.median([r["end_to_end_s"] for r in ok])),
-            "prepare_s_median": float(np.median([r["prepare_s"] for r in ok])),
-            "decode_s_median": None if ok[0]["decode_s"] is None else float(np.median([r["decode_s"] for r in ok])),
-            "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ok), "memory_kind": ok[0]["memory_kind"],
-            **compare(reference, volume),
-        })
+        )
+        results.append(
+            {
+                "row": name,
+                "config": ROWS[name],
+                "report": ok[0]["report"],
+                "details": ok[0].get("details"),
+                "step_ms_median": 1e3 * float(np.median(steps)),
+                "step_ms_iqr": 1e3 * float(np.subtract(*np.percentile(steps, [75, 25]))),
+                "unet_ms_median": float(np.median(unet)),
+                "steps_measured": len(steps),
+                "end_to_end_s_median": float(np.median([r["end_to_end_s"] for r in ok])),
+                "prepare_s_median": float(np.median([r["prepare_s"] for r in ok])),
+                "decode_s_median": None
+                if ok[0]["decode_s"] is None
+                else float(np.median([r["decode_s"] for r in ok])),
+                "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ok),
+                "memory_kind": ok[0]["memory_kind"],
+                **compare(reference, volume),
+            }
+        )
     base = next(r for r in results if r["row"] == "fp32")
     for r in results:
         if "step_ms_median" in r:
             r["speedup_per_step"] = base["step_ms_median"] / r["step_ms_median"]
             r["speedup_end_to_end"] = base["end_to_end_s_median"] / r["end_to_end_s_median"]
-    summary = {"settings": settings.__dict__, "rows": results, "compared_on": "final latent" if settings.latent_only
-               else "final decoded volume", "host": _host(), "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    summary = {
+        "settings": settings.__dict__,
+        "rows": results,
+        "compared_on": "final latent" if settings.latent_only else "final decoded volume",
+        "host": _host(),
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     _write_outputs(summary, out_dir)
     return summary
 
 
 def _spawn(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "engine.bench.runner", "--child", name, "--settings", json.dumps(settings.__dict__),
-           "--out", str(out_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "engine.bench.runner",
+        "--child",
+        name,
+        "--settings",
+        json.dumps(settings.__dict__),
+        "--out",
+        str(out_dir),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     result_file = out_dir / f"{_safe(name)}.json"
     if proc.returncode != 0 or not result_file.is_file():
@@ -297,33 +373,46 @@ def _host() -> dict[str, Any]:
 
     import torch
 
-    info = {"platform": platform.platform(), "torch": torch.__version__, "cpu_threads": torch.get_num_threads()}
+    info = {
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "cpu_threads": torch.get_num_threads(),
+    }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    header = (f"{'row':22s} {'step ms':>9s} {'IQR':>7s} {'x fp32':>7s} {'e2e s':>7s} {'x e2e':>6s} {'peak GiB':>8s} "
-              f"{'PSNR dB':>8s} {'SSIM':>6s} {'max err':>8s}  applied")
+    header = (
+        f"{'row':22s} {'step ms':>9s} {'IQR':>7s} {'x fp32':>7s} {'e2e s':>7s} {'x e2e':>6s} {'peak GiB':>8s} "
+        f"{'PSNR dB':>8s} {'SSIM':>6s} {'max err':>8s}  applied"
+    )
     lines = [header, "-" * len(header)]
     for r in summary["rows"]:
         if "error" in r:
             lines.append(f"{r['row']:22s} ERROR {r['error']}")
             continue
         applied = ",".join(k for k, e in r["report"].items() if e.get("applied")) or "-"
-        not_applied = [k for k, e in r["report"].items()
-                       if e.get("requested") not in (False, None, "default") and not e.get("applied")]
+        not_applied = [
+            k
+            for k, e in r["report"].items()
+            if e.get("requested") not in (False, None, "default") and not e.get("applied")
+        ]
         if not_applied:
             applied += " (not applied: " + ",".join(not_applied) + ")"
         ssim = "-" if r["ssim"] is None else f"{r['ssim']:.4f}"
-        lines.append(f"{r['row']:22s} {r['step_ms_median']:9.1f} {r['step_ms_iqr']:7.1f} {r['speedup_per_step']:7.2f} "
-                     f"{r['end_to_end_s_median']:7.1f} {r['speedup_end_to_end']:6.2f} "
-                     f"{r['peak_memory_bytes'] / 2**30:8.2f} {r['psnr_db']:8.1f} {ssim:>6s} {r['max_abs_err']:8.2g}  "
-                     f"{applied}")
-    lines.append(f"deviation measured on the {summary['compared_on']} against the fp32 row; "
-                 f"{summary['settings']['steps']} steps x {summary['settings']['repeats']} repeat(s), "
-                 f"first {summary['settings']['warmup']} step(s) of each run excluded")
+        lines.append(
+            f"{r['row']:22s} {r['step_ms_median']:9.1f} {r['step_ms_iqr']:7.1f} {r['speedup_per_step']:7.2f} "
+            f"{r['end_to_end_s_median']:7.1f} {r['speedup_end_to_end']:6.2f} "
+            f"{r['peak_memory_bytes'] / 2**30:8.2f} {r['psnr_db']:8.1f} {ssim:>6s} {r['max_abs_err']:8.2g}  "
+            f"{applied}"
+        )
+    lines.append(
+        f"deviation measured on the {summary['compared_on']} against the fp32 row; "
+        f"{summary['settings']['steps']} steps x {summary['settings']['repeats']} repeat(s), "
+        f"first {summary['settings']['warmup']} step(s) of each run excluded"
+    )
     return "\n".join(lines)
 
 
@@ -331,9 +420,23 @@ def _write_outputs(summary: dict[str, Any], out_dir: Path) -> None:
     import csv
 
     (out_dir / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
-    fields = ["row", "step_ms_median", "step_ms_iqr", "speedup_per_step", "unet_ms_median", "end_to_end_s_median",
-              "speedup_end_to_end", "prepare_s_median", "decode_s_median", "peak_memory_bytes", "memory_kind",
-              "psnr_db", "ssim", "max_abs_err", "error"]
+    fields = [
+        "row",
+        "step_ms_median",
+        "step_ms_iqr",
+        "speedup_per_step",
+        "unet_ms_median",
+        "end_to_end_s_median",
+        "speedup_end_to_end",
+        "prepare_s_median",
+        "decode_s_median",
+        "peak_memory_bytes",
+        "memory_kind",
+        "psnr_db",
+        "ssim",
+        "max_abs_err",
+        "error",
+    ]
     with open(out_dir / "bench.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -356,10 +459,14 @@ def _chart(summary: dict[str, Any], path: Path) -> bool:
     bars = ax.bar([r["row"] for r in rows], [r["speedup_per_step"] for r in rows], color="#4477aa")
     for bar, r in zip(bars, rows, strict=True):
         label = "exact" if r["psnr_db"] == float("inf") else f"{r['psnr_db']:.0f} dB"
-        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8
+        )
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_ylabel("per-step speed-up vs fp32 NCDHW")
-    ax.set_title(f"{Path(summary['settings']['model']).name}\nspeed-up (bars) and PSNR vs fp32 (labels)", fontsize=10)
+    ax.set_title(
+        f"{Path(summary['settings']['model']).name}\nspeed-up (bars) and PSNR vs fp32 (labels)", fontsize=10
+    )
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

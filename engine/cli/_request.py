@@ -18,24 +18,46 @@ def _condition(text: str) -> tuple[str, float]:
 
 
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="", help="model id (see `volsynth models`) or model/bundle folder; "
-                        "default: the shipped demo model")
+    parser.add_argument(
+        "--model",
+        default="",
+        help="model id (see `volsynth models`) or model/bundle folder; default: the shipped demo model",
+    )
     parser.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
-    parser.add_argument("--sampler", default="", choices=["", "ddpm", "ddim", "pndm", "rflow"],
-                        help="sampler (default: the model's)")
+    parser.add_argument(
+        "--sampler",
+        default="",
+        choices=["", "ddpm", "ddim", "pndm", "rflow"],
+        help="sampler (default: the model's)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--cond", action="append", type=_condition, default=[], metavar="NAME=VALUE",
-                        help="conditioning value in the model's units; repeat for several")
-    parser.add_argument("--guidance", type=float, default=None,
-                        help="classifier-free guidance scale (default: the model's; 1 = plain conditional)")
+    parser.add_argument(
+        "--cond",
+        action="append",
+        type=_condition,
+        default=[],
+        metavar="NAME=VALUE",
+        help="conditioning value in the model's units; repeat for several",
+    )
+    parser.add_argument(
+        "--guidance",
+        type=float,
+        default=None,
+        help="classifier-free guidance scale (default: the model's; 1 = plain conditional)",
+    )
     parser.add_argument("--batch", type=int, default=1, help="number of volumes (default 1)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (default)")
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--server", default="", help="run on a VolSynth engine server (URL from `volsynth serve`) "
-                        "instead of this machine")
-    parser.add_argument("--token", default=None, help="the engine server's token (default $VOLSYNTH_SERVER_TOKEN)")
+    parser.add_argument(
+        "--server",
+        default="",
+        help="run on a VolSynth engine server (URL from `volsynth serve`) instead of this machine",
+    )
+    parser.add_argument(
+        "--token", default=None, help="the engine server's token (default $VOLSYNTH_SERVER_TOKEN)"
+    )
 
 
 def request_from_args(args: argparse.Namespace, optimization=None):
@@ -49,9 +71,16 @@ def request_from_args(args: argparse.Namespace, optimization=None):
         raise InvalidRequest(f"condition(s) given twice: {', '.join(sorted(duplicates))}")
     if args.steps is not None and args.steps < 1:
         raise InvalidRequest(f"--steps must be at least 1, got {args.steps}")
-    return SamplingRequest(model=args.model, sampler=args.sampler, steps=args.steps or 0, seed=args.seed,
-                           conditioning=dict(args.cond), guidance_scale=args.guidance, batch_size=args.batch,
-                           optimization=optimization or OptimizationConfig())
+    return SamplingRequest(
+        model=args.model,
+        sampler=args.sampler,
+        steps=args.steps or 0,
+        seed=args.seed,
+        conditioning=dict(args.cond),
+        guidance_scale=args.guidance,
+        batch_size=args.batch,
+        optimization=optimization or OptimizationConfig(),
+    )
 
 
 def backend_from_args(args: argparse.Namespace):

@@ -7,21 +7,35 @@ import argparse
 
 def register(sub) -> None:
     parser = sub.add_parser(
-        "bench", help="benchmark optimization settings against fp32 on one model",
+        "bench",
+        help="benchmark optimization settings against fp32 on one model",
         description="Runs fp32 NCDHW, MONAI's reference inferer, each setting and combinations on the same "
-                    "noise, each row in its own process; prints a table and writes bench.json, bench.csv, "
-                    "bench.txt and bench.png to --out.")
-    parser.add_argument("--model", default="", help="model id or folder, or synthetic:demo-shaped / "
-                        "synthetic:bundle-sized (random weights, built once under --out)")
+        "noise, each row in its own process; prints a table and writes bench.json, bench.csv, "
+        "bench.txt and bench.png to --out.",
+    )
+    parser.add_argument(
+        "--model",
+        default="",
+        help="model id or folder, or synthetic:demo-shaped / "
+        "synthetic:bundle-sized (random weights, built once under --out)",
+    )
     parser.add_argument("--steps", type=int, default=10, help="denoising steps per run (default 10)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per row, interleaved (default 2)")
-    parser.add_argument("--warmup", type=int, default=1, help="steps of each run excluded from latency (default 1)")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="steps of each run excluded from latency (default 1)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    parser.add_argument("--rows", default="", help="comma-separated rows (default: a set for the device); "
-                        "'list' prints the known rows")
-    parser.add_argument("--latent-only", action="store_true",
-                        help="skip the decode and compare final latents (for models whose decode is too slow)")
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="comma-separated rows (default: a set for the device); 'list' prints the known rows",
+    )
+    parser.add_argument(
+        "--latent-only",
+        action="store_true",
+        help="skip the decode and compare final latents (for models whose decode is too slow)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads per row")
     parser.add_argument("--out", default="bench-results", help="output folder (default ./bench-results)")
     parser.set_defaults(func=run)
@@ -51,10 +65,19 @@ def run(args: argparse.Namespace) -> int:
     from engine.devices import resolve_device
 
     device = resolve_device(args.device)
-    rows = [r.strip() for r in args.rows.split(",") if r.strip()] or DEFAULT_ROWS["cuda" if device.type == "cuda"
-                                                                                  else "cpu"]
-    settings = BenchSettings(model=model, steps=args.steps, repeats=args.repeats, warmup=args.warmup,
-                             seed=args.seed, device=str(device), latent_only=args.latent_only, threads=args.threads)
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()] or DEFAULT_ROWS[
+        "cuda" if device.type == "cuda" else "cpu"
+    ]
+    settings = BenchSettings(
+        model=model,
+        steps=args.steps,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        seed=args.seed,
+        device=str(device),
+        latent_only=args.latent_only,
+        threads=args.threads,
+    )
     summary = run_bench(settings, rows, out, log=lambda m: print(m, flush=True))
     print(format_table(summary))
     try:

@@ -16,18 +16,24 @@ from engine.errors import InvalidRequest
 
 def register(sub) -> None:
     parser = sub.add_parser(
-        "compare", help="compare two optimization settings on the same seed (volumes, speed, memory, kernels)",
+        "compare",
+        help="compare two optimization settings on the same seed (volumes, speed, memory, kernels)",
         description="Runs the request with settings A, then with settings B (same model, seed, noise and "
-                    "conditioning) and reports per-step latency, peak memory, the top operators of a few "
-                    "profiled steps, and how far B's volume moved from A's (PSNR, SSIM, max/mean |B-A|). "
-                    "Writes a.nii.gz, b.nii.gz (with sidecars), difference.nii.gz (B-A) and compare.json to "
-                    "--out. A setting is a name (`volsynth bench --rows list`, less 'reference') or a JSON object of "
-                    "optimization fields, e.g. '{\"autocast\": \"bf16\", \"attention\": \"sdpa\"}'.")
+        "conditioning) and reports per-step latency, peak memory, the top operators of a few "
+        "profiled steps, and how far B's volume moved from A's (PSNR, SSIM, max/mean |B-A|). "
+        "Writes a.nii.gz, b.nii.gz (with sidecars), difference.nii.gz (B-A) and compare.json to "
+        "--out. A setting is a name (`volsynth bench --rows list`, less 'reference') or a JSON object of "
+        'optimization fields, e.g. \'{"autocast": "bf16", "attention": "sdpa"}\'.',
+    )
     add_request_arguments(parser)
     parser.add_argument("--a", default="fp32", help="settings A (default fp32)")
     parser.add_argument("--b", required=True, help="settings B")
-    parser.add_argument("--profile-steps", type=int, default=2,
-                        help="denoising steps to kernel-profile in each run (default 2; 0 = none)")
+    parser.add_argument(
+        "--profile-steps",
+        type=int,
+        default=2,
+        help="denoising steps to kernel-profile in each run (default 2; 0 = none)",
+    )
     add_backend_arguments(parser)
     parser.add_argument("--out", required=True, help="output folder")
     parser.set_defaults(func=run)
@@ -48,7 +54,9 @@ def parse_settings(text: str):
         config = OptimizationConfig.from_dict(values)
         return config.summary(), config
     if text not in NAMED_SETTINGS:
-        raise InvalidRequest(f"unknown settings {text!r}: use a JSON object or one of {', '.join(NAMED_SETTINGS)}")
+        raise InvalidRequest(
+            f"unknown settings {text!r}: use a JSON object or one of {', '.join(NAMED_SETTINGS)}"
+        )
     return text, OptimizationConfig.from_dict(NAMED_SETTINGS[text])
 
 
@@ -78,8 +86,17 @@ def run(args: argparse.Namespace) -> int:
     backend = backend_from_args(args)
     line = ProgressLine()
     try:
-        comparison = drive(compare_settings(backend, request, config_a, config_b, (label_a, label_b),
-                                            kernel_profile_steps=args.profile_steps), on_progress=line.update)
+        comparison = drive(
+            compare_settings(
+                backend,
+                request,
+                config_a,
+                config_b,
+                (label_a, label_b),
+                kernel_profile_steps=args.profile_steps,
+            ),
+            on_progress=line.update,
+        )
     finally:
         line.close()
     save_comparison(comparison, out)
@@ -87,10 +104,14 @@ def run(args: argparse.Namespace) -> int:
     for side in (comparison.a, comparison.b):
         profile = side.kernel_profile
         if profile and profile["operators"]:
-            print(f"\n{side.label}: top operators by {profile['clock']} self time, steps {profile['steps']} "
-                  f"({profile['total_ms_per_step']:.1f} ms profiled per step)")
+            print(
+                f"\n{side.label}: top operators by {profile['clock']} self time, steps {profile['steps']} "
+                f"({profile['total_ms_per_step']:.1f} ms profiled per step)"
+            )
             for op in profile["operators"][:8]:
-                print(f"  {op['share'] * 100:5.1f} %  {op['self_ms_per_step']:9.2f} ms  x{op['calls_per_step']:<5.0f} "
-                      f"{op['name']}")
+                print(
+                    f"  {op['share'] * 100:5.1f} %  {op['self_ms_per_step']:9.2f} ms  x{op['calls_per_step']:<5.0f} "
+                    f"{op['name']}"
+                )
     print(f"\nwrote {out}/a.nii.gz, b.nii.gz, difference.nii.gz, compare.json", file=sys.stderr)
     return 0

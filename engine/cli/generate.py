@@ -14,20 +14,38 @@ def register(sub) -> None:
     parser = sub.add_parser("generate", help="generate synthetic volumes and save them as NIfTI")
     add_request_arguments(parser)
     opt = parser.add_argument_group("optimization (what applied is recorded in the sidecar)")
-    opt.add_argument("--tf32", action="store_true", help="TF32 convolutions and matmuls (NVIDIA GPUs, CC 8.0+)")
+    opt.add_argument(
+        "--tf32", action="store_true", help="TF32 convolutions and matmuls (NVIDIA GPUs, CC 8.0+)"
+    )
     opt.add_argument("--channels-last", action="store_true", help="channels-last 3D memory format")
     opt.add_argument("--autocast", choices=["bf16", "fp16"], default=None, help="mixed-precision autocast")
     opt.add_argument("--sdpa", action="store_true", help="PyTorch scaled-dot-product attention kernels")
-    opt.add_argument("--compile", dest="compile_mode", default=None,
-                     choices=["default", "reduce-overhead", "max-autotune"], help="torch.compile mode")
+    opt.add_argument(
+        "--compile",
+        dest="compile_mode",
+        default=None,
+        choices=["default", "reduce-overhead", "max-autotune"],
+        help="torch.compile mode",
+    )
     opt.add_argument("--cuda-graphs", action="store_true", help="replay the U-Net as a CUDA graph")
-    opt.add_argument("--quantize", choices=["int8", "fp8", "mixed"], default=None,
-                     help="post-training quantization (mixed: keep sensitive layers in float, see --psnr-budget)")
-    opt.add_argument("--psnr-budget", type=float, default=40.0, help="PSNR (dB) the mixed quantization must keep")
-    opt.add_argument("--streamed-decode", action="store_true",
-                     help="exact decode in slabs: same volume, far less memory (large outputs)")
+    opt.add_argument(
+        "--quantize",
+        choices=["int8", "fp8", "mixed"],
+        default=None,
+        help="post-training quantization (mixed: keep sensitive layers in float, see --psnr-budget)",
+    )
+    opt.add_argument(
+        "--psnr-budget", type=float, default=40.0, help="PSNR (dB) the mixed quantization must keep"
+    )
+    opt.add_argument(
+        "--streamed-decode",
+        action="store_true",
+        help="exact decode in slabs: same volume, far less memory (large outputs)",
+    )
     add_backend_arguments(parser)
-    parser.add_argument("--out", required=True, help="output file, .nii.gz or .nii (a .json sidecar is written too)")
+    parser.add_argument(
+        "--out", required=True, help="output file, .nii.gz or .nii (a .json sidecar is written too)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -39,9 +57,16 @@ def run(args) -> int:
     from engine.optimization import OptimizationConfig
 
     optimization = OptimizationConfig(
-        tf32=args.tf32, channels_last_3d=args.channels_last, autocast=args.autocast,
-        attention="sdpa" if args.sdpa else "default", compile_mode=args.compile_mode, cuda_graphs=args.cuda_graphs,
-        quantization=args.quantize, psnr_budget_db=args.psnr_budget, streamed_decode=args.streamed_decode)
+        tf32=args.tf32,
+        channels_last_3d=args.channels_last,
+        autocast=args.autocast,
+        attention="sdpa" if args.sdpa else "default",
+        compile_mode=args.compile_mode,
+        cuda_graphs=args.cuda_graphs,
+        quantization=args.quantize,
+        psnr_budget_db=args.psnr_budget,
+        streamed_decode=args.streamed_decode,
+    )
     request = request_from_args(args, optimization)
     out = check_output_path(args.out)  # before any heavy work: fail in a second, not after minutes
 
@@ -70,6 +95,9 @@ def run(args) -> int:
     timings = result.provenance["timings"]
     for path in paths:
         print(path)
-    print(f"done in {timings['total_s']:.1f} s (denoise {timings['denoise_s']:.1f} s, "
-          f"decode {timings['decode_s']:.1f} s) on {result.provenance['device_name']}", file=sys.stderr)
+    print(
+        f"done in {timings['total_s']:.1f} s (denoise {timings['denoise_s']:.1f} s, "
+        f"decode {timings['decode_s']:.1f} s) on {result.provenance['device_name']}",
+        file=sys.stderr,
+    )
     return 0

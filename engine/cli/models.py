@@ -28,12 +28,16 @@ def run(args) -> int:
         spacing = "x".join(f"{s:g}" for s in spec.voxel_spacing_mm)
         print(f"{spec.id}{default}")
         print(f"  {spec.name}  ({spec.kind}, {shape} voxels at {spacing} mm, {source.path})")
-        print(f"  samplers: {', '.join(spec.samplers)} (default {spec.default_sampler}, {spec.default_steps} steps)"
-              + ("; classifier-free guidance" if spec.supports_guidance else ""))
+        print(
+            f"  samplers: {', '.join(spec.samplers)} (default {spec.default_sampler}, {spec.default_steps} steps)"
+            + ("; classifier-free guidance" if spec.supports_guidance else "")
+        )
         for cond in spec.conditioning:
             unit = f" {cond.unit}" if cond.unit else ""
-            print(f"  --cond {cond.name}=VALUE   {cond.label}: {cond.min:g} to {cond.max:g}{unit} "
-                  f"(default {cond.default:g})")
+            print(
+                f"  --cond {cond.name}=VALUE   {cond.label}: {cond.min:g} to {cond.max:g}{unit} "
+                f"(default {cond.default:g})"
+            )
     for folder, problem in registry.problems.items():
         print(f"skipped {folder}: {problem}")
     return 0

@@ -7,12 +7,19 @@ import os
 
 def register(sub) -> None:
     parser = sub.add_parser("serve", help="run the engine server (remote backend for the app and CLI)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, this machine "
-                        "only; use 0.0.0.0 with --token to serve a network)")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1, this machine "
+        "only; use 0.0.0.0 with --token to serve a network)",
+    )
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
-    parser.add_argument("--token", default=os.environ.get("VOLSYNTH_SERVER_TOKEN"),
-                        help="require this bearer token (default: $VOLSYNTH_SERVER_TOKEN)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("VOLSYNTH_SERVER_TOKEN"),
+        help="require this bearer token (default: $VOLSYNTH_SERVER_TOKEN)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -17,19 +17,37 @@ def register(subparsers) -> None:
     )
     train.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model folder to write")
     train.add_argument("--seed", type=int, default=0, help="seeds data, initialisation and training draws")
-    train.add_argument("--work", type=Path, default=Path("build/train-demo"),
-                       help="folder for data, checkpoints and the run state")
+    train.add_argument(
+        "--work",
+        type=Path,
+        default=Path("build/train-demo"),
+        help="folder for data, checkpoints and the run state",
+    )
     train.add_argument("--resume", action="store_true", help="continue from the checkpoints in --work")
     train.add_argument("--quick", action="store_true", help="tiny configuration (seconds; for tests)")
     train.add_argument("--ae-steps", type=int, default=None, help="override the autoencoder step count")
-    train.add_argument("--unet-steps", type=int, default=None,
-                       help="override the U-Net step count (with --resume: extend a finished run)")
-    train.add_argument("--minutes-budget", type=float, default=88.0,
-                       help="wall-clock budget of this invocation (default 88); the U-Net phase stops early "
-                            "(checkpointed, resumable) when it runs out; 0 = no budget")
-    train.add_argument("--decoder-steps", type=int, default=None, help="override the decoder fine-tuning steps")
-    train.add_argument("--stop-after", choices=("data", "ae", "latents", "decoder", "unet"), default=None,
-                       help="run the phases up to this one, then stop without exporting")
+    train.add_argument(
+        "--unet-steps",
+        type=int,
+        default=None,
+        help="override the U-Net step count (with --resume: extend a finished run)",
+    )
+    train.add_argument(
+        "--minutes-budget",
+        type=float,
+        default=88.0,
+        help="wall-clock budget of this invocation (default 88); the U-Net phase stops early "
+        "(checkpointed, resumable) when it runs out; 0 = no budget",
+    )
+    train.add_argument(
+        "--decoder-steps", type=int, default=None, help="override the decoder fine-tuning steps"
+    )
+    train.add_argument(
+        "--stop-after",
+        choices=("data", "ae", "latents", "decoder", "unet"),
+        default=None,
+        help="run the phases up to this one, then stop without exporting",
+    )
     train.set_defaults(func=_train)
 
     ev = subparsers.add_parser(
@@ -39,8 +57,12 @@ def register(subparsers) -> None:
     ev.add_argument("model", nargs="?", default="", help="model id or folder (default: the shipped model)")
     ev.add_argument("--samples", type=int, default=16, help="samples for Dice and contrast")
     ev.add_argument("--steps", type=int, default=50, help="DDIM steps per sample")
-    ev.add_argument("--guidance", type=float, default=None,
-                    help="classifier-free guidance scale of the evaluation samples (default: the model's; 1 = none)")
+    ev.add_argument(
+        "--guidance",
+        type=float,
+        default=None,
+        help="classifier-free guidance scale of the evaluation samples (default: the model's; 1 = none)",
+    )
     ev.add_argument("--no-card", action="store_true", help="do not rewrite MODEL_CARD.md / evaluation.json")
     ev.add_argument("--no-montage", action="store_true", help="do not write montage.png")
     ev.set_defaults(func=_evaluate)
@@ -53,22 +75,39 @@ def _train(args: argparse.Namespace) -> int:
     cfg = config_with_steps(cfg, args.ae_steps, args.unet_steps, args.decoder_steps)
     command = "volsynth " + " ".join(sys.argv[1:]) if sys.argv and "volsynth" in sys.argv[0] else ""
     if not command:
-        command = (f"volsynth train-demo --out {args.out} --seed {args.seed} --work {args.work}"
-                   + (" --resume" if args.resume else "") + (" --quick" if args.quick else ""))
+        command = (
+            f"volsynth train-demo --out {args.out} --seed {args.seed} --work {args.work}"
+            + (" --resume" if args.resume else "")
+            + (" --quick" if args.quick else "")
+        )
 
     def log(line: str) -> None:
         print(line, flush=True)
 
-    train(args.out, args.work, seed=args.seed, resume=args.resume, cfg=cfg, log=log, command=command,
-          minutes_budget=args.minutes_budget or None, stop_after=args.stop_after)
+    train(
+        args.out,
+        args.work,
+        seed=args.seed,
+        resume=args.resume,
+        cfg=cfg,
+        log=log,
+        command=command,
+        minutes_budget=args.minutes_budget or None,
+        stop_after=args.stop_after,
+    )
     return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:
     from engine.training.evaluate import evaluate_model
 
-    result = evaluate_model(args.model, n_samples=args.samples, steps=args.steps,
-                            write_card=not args.no_card, write_montage=not args.no_montage,
-                            guidance_scale=args.guidance,
-                            log=lambda line: print(line, flush=True))
+    result = evaluate_model(
+        args.model,
+        n_samples=args.samples,
+        steps=args.steps,
+        write_card=not args.no_card,
+        write_montage=not args.no_montage,
+        guidance_scale=args.guidance,
+        log=lambda line: print(line, flush=True),
+    )
     return 0 if result["all_pass"] else 1

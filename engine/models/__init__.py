@@ -5,5 +5,11 @@ from engine.models.source import LoadedModel, ModelSource
 from engine.models.spec import ConditionSpec, ModelSpec
 
 __all__ = [
-    "DEFAULT_MODEL_ID", "ConditionSpec", "LoadedModel", "ModelRegistry", "ModelSource", "ModelSpec", "open_model_folder",
+    "DEFAULT_MODEL_ID",
+    "ConditionSpec",
+    "LoadedModel",
+    "ModelRegistry",
+    "ModelSource",
+    "ModelSpec",
+    "open_model_folder",
 ]

@@ -21,7 +21,12 @@ from engine.models.spec import ConditionSpec, ModelSpec
 
 # Where bundles keep their checkpoints, most specific first.
 _CHECKPOINTS = {
-    "unet": ("models/model.pt", "models/diffusion_model.pt", "models/model_diffusion.pt", "models/model.safetensors"),
+    "unet": (
+        "models/model.pt",
+        "models/diffusion_model.pt",
+        "models/model_diffusion.pt",
+        "models/model.safetensors",
+    ),
     "autoencoder": ("models/autoencoder.pt", "models/model_autoencoder.pt", "models/autoencoder.safetensors"),
 }
 
@@ -92,13 +97,26 @@ def _conditions(metadata: dict[str, Any], config: dict[str, Any]) -> tuple[Condi
             name = snake_case(label)
             # Defaults: the bundle's own example value when a top-level key names this input.
             default = next(
-                (float(v) for k, v in config.items()
-                 if isinstance(v, int | float) and not isinstance(v, bool) and k != "load_old"
-                 and (name == k or name.startswith(k))),
+                (
+                    float(v)
+                    for k, v in config.items()
+                    if isinstance(v, int | float)
+                    and not isinstance(v, bool)
+                    and k != "load_old"
+                    and (name == k or name.startswith(k))
+                ),
                 (float(low) + float(high)) / 2,
             )
-            conditions.append(ConditionSpec(name=name, label=label, unit="", min=float(low), max=float(high),
-                                            default=min(max(default, float(low)), float(high))))
+            conditions.append(
+                ConditionSpec(
+                    name=name,
+                    label=label,
+                    unit="",
+                    min=float(low),
+                    max=float(high),
+                    default=min(max(default, float(low)), float(high)),
+                )
+            )
         return tuple(conditions)
     return ()
 
@@ -112,9 +130,13 @@ def open_bundle(folder: Path) -> ModelSource:
     if "unet" not in nets:
         raise ModelInvalid(f"bundle {folder.name}: inference.json defines no DiffusionModelUNet")
     for role, definition in nets.items():
-        networks.check_literal({k: v for k, v in definition.items() if k != "_requires_"}, f"{role} definition")
+        networks.check_literal(
+            {k: v for k, v in definition.items() if k != "_requires_"}, f"{role} definition"
+        )
     if scheduler is None:
-        raise ModelInvalid(f"bundle {folder.name}: inference.json defines no scheduler (DDPM/DDIM/PNDM/RFlow)")
+        raise ModelInvalid(
+            f"bundle {folder.name}: inference.json defines no scheduler (DDPM/DDIM/PNDM/RFlow)"
+        )
     sampler_name, scheduler_def = scheduler
     schedule = {k: v for k, v in scheduler_def.items() if not k.startswith("_")}
     networks.check_literal(schedule, "scheduler definition")
@@ -144,8 +166,10 @@ def open_bundle(folder: Path) -> ModelSource:
         levels = len(ae.get("channels", ae.get("num_channels", (32, 64, 64, 64))))
         factor = 2 ** (levels - 1)
         if any(s % factor for s in output_shape[1:]):
-            raise ModelInvalid(f"bundle {folder.name}: output shape {output_shape[1:]} is not divisible by the "
-                               f"autoencoder's downsampling factor {factor}")
+            raise ModelInvalid(
+                f"bundle {folder.name}: output shape {output_shape[1:]} is not divisible by the "
+                f"autoencoder's downsampling factor {factor}"
+            )
         latent_shape = (int(ae.get("latent_channels", 3)), *[s // factor for s in output_shape[1:]])
 
     samplers = ("rflow",) if sampler_name == "rflow" else ("ddim", "ddpm", "pndm")
@@ -154,7 +178,9 @@ def open_bundle(folder: Path) -> ModelSource:
     for role in nets:
         found = next((folder / rel for rel in _CHECKPOINTS[role] if (folder / rel).is_file()), None)
         if found is None:
-            raise ModelInvalid(f"bundle {folder.name}: no {role} checkpoint (looked for {', '.join(_CHECKPOINTS[role])})")
+            raise ModelInvalid(
+                f"bundle {folder.name}: no {role} checkpoint (looked for {', '.join(_CHECKPOINTS[role])})"
+            )
         weight_files[role] = found
 
     spec = ModelSpec(
@@ -179,5 +205,10 @@ def open_bundle(folder: Path) -> ModelSource:
     )
     spec.validate()
     readme = folder / "docs" / "README.md"
-    return ModelSource(spec=spec, path=folder, weight_files=weight_files,
-                       load_old=bool(config.get("load_old", 0)), card_path=readme if readme.is_file() else None)
+    return ModelSource(
+        spec=spec,
+        path=folder,
+        weight_files=weight_files,
+        load_old=bool(config.get("load_old", 0)),
+        card_path=readme if readme.is_file() else None,
+    )

@@ -64,7 +64,9 @@ def check_literal(value: Any, where: str) -> None:
         for index, item in enumerate(value):
             check_literal(item, f"{where}[{index}]")
     elif value is not None and not isinstance(value, bool | int | float):
-        raise ModelInvalid(f"{where} has a value of type {type(value).__name__}; only JSON literals are allowed")
+        raise ModelInvalid(
+            f"{where} has a value of type {type(value).__name__}; only JSON literals are allowed"
+        )
 
 
 def _clean_args(definition: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -86,7 +88,9 @@ def _import(module: str, name: str):
 def network_class_name(definition: Mapping[str, Any]) -> str:
     name = short_target(definition.get("_target_", ""))
     if name not in _NETWORKS:
-        raise ModelInvalid(f"network _target_ {definition.get('_target_')!r} is not allowed; allowed: {', '.join(_NETWORKS)}")
+        raise ModelInvalid(
+            f"network _target_ {definition.get('_target_')!r} is not allowed; allowed: {', '.join(_NETWORKS)}"
+        )
     return name
 
 
@@ -103,21 +107,60 @@ def build_network(definition: Mapping[str, Any], where: str = "network"):
 def scheduler_name_for_target(target: str) -> str:
     name = short_target(target)
     if name not in _SCHEDULER_CLASS_TO_NAME:
-        raise ModelInvalid(f"scheduler _target_ {target!r} is not allowed; allowed: {', '.join(_SCHEDULER_CLASS_TO_NAME)}")
+        raise ModelInvalid(
+            f"scheduler _target_ {target!r} is not allowed; allowed: {', '.join(_SCHEDULER_CLASS_TO_NAME)}"
+        )
     return _SCHEDULER_CLASS_TO_NAME[name]
 
 
 # Arguments each scheduler class accepts from a model's training schedule; the rest are dropped so one
 # schedule can drive any sampler (a DDPM-trained epsilon model samples with DDIM or PNDM too).
 _SCHEDULER_ARGS = {
-    "ddpm": {"num_train_timesteps", "schedule", "beta_start", "beta_end", "variance_type", "clip_sample",
-             "prediction_type", "clip_sample_min", "clip_sample_max"},
-    "ddim": {"num_train_timesteps", "schedule", "beta_start", "beta_end", "clip_sample", "set_alpha_to_one",
-             "steps_offset", "prediction_type", "clip_sample_min", "clip_sample_max"},
-    "pndm": {"num_train_timesteps", "schedule", "beta_start", "beta_end", "skip_prk_steps", "set_alpha_to_one",
-             "prediction_type", "steps_offset"},
-    "rflow": {"num_train_timesteps", "use_discrete_timesteps", "sample_method", "loc", "scale",
-              "use_timestep_transform", "transform_scale", "steps_offset", "base_img_size_numel", "spatial_dim"},
+    "ddpm": {
+        "num_train_timesteps",
+        "schedule",
+        "beta_start",
+        "beta_end",
+        "variance_type",
+        "clip_sample",
+        "prediction_type",
+        "clip_sample_min",
+        "clip_sample_max",
+    },
+    "ddim": {
+        "num_train_timesteps",
+        "schedule",
+        "beta_start",
+        "beta_end",
+        "clip_sample",
+        "set_alpha_to_one",
+        "steps_offset",
+        "prediction_type",
+        "clip_sample_min",
+        "clip_sample_max",
+    },
+    "pndm": {
+        "num_train_timesteps",
+        "schedule",
+        "beta_start",
+        "beta_end",
+        "skip_prk_steps",
+        "set_alpha_to_one",
+        "prediction_type",
+        "steps_offset",
+    },
+    "rflow": {
+        "num_train_timesteps",
+        "use_discrete_timesteps",
+        "sample_method",
+        "loc",
+        "scale",
+        "use_timestep_transform",
+        "transform_scale",
+        "steps_offset",
+        "base_img_size_numel",
+        "spatial_dim",
+    },
 }
 
 

@@ -21,7 +21,9 @@ def open_model_folder(path: str | Path) -> ModelSource:
     """Open a VolSynth model folder or a MONAI bundle folder (detected by its layout)."""
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        raise ModelNotFound(f"no model folder at {folder}; give a model id from `volsynth models` or a folder path")
+        raise ModelNotFound(
+            f"no model folder at {folder}; give a model id from `volsynth models` or a folder path"
+        )
     if (folder / SPEC_FILE).is_file():
         return open_volsynth_folder(folder)
     if (folder / "configs" / "inference.json").is_file():
@@ -75,5 +77,7 @@ class ModelRegistry:
             if source.id == text:
                 return source
         known = ", ".join(s.id for s in self.list()) or "none installed"
-        raise ModelNotFound(f"unknown model {text!r}; available: {known}. Use `volsynth models` to list them "
-                            "or pass a model folder path")
+        raise ModelNotFound(
+            f"unknown model {text!r}; available: {known}. Use `volsynth models` to list them "
+            "or pass a model folder path"
+        )

@@ -74,7 +74,9 @@ class ModelSource:
         out: dict[str, dict[str, Any]] = {}
         for role, path in self.weight_files.items():
             if not path.is_file():
-                raise ModelInvalid(f"model {self.id!r}: weights file {path} is missing; reinstall or re-export the model")
+                raise ModelInvalid(
+                    f"model {self.id!r}: weights file {path} is missing; reinstall or re-export the model"
+                )
             if path.suffix == ".safetensors":
                 out[role] = _read_safetensors(path, role)
             else:
@@ -108,11 +110,15 @@ def _read_safetensors(path: Path, role: str) -> dict[str, Any]:
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
-        raise ModelInvalid(f"cannot read {path.name}: {exc}; the file is damaged, re-export the model") from exc
+        raise ModelInvalid(
+            f"cannot read {path.name}: {exc}; the file is damaged, re-export the model"
+        ) from exc
     prefix = f"{role}."
-    picked = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    picked = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
     if not picked:
-        raise ModelInvalid(f"{path.name} has no tensors for the {role} (expected names starting with {prefix!r})")
+        raise ModelInvalid(
+            f"{path.name} has no tensors for the {role} (expected names starting with {prefix!r})"
+        )
     return picked
 
 

@@ -84,12 +84,17 @@ class ConditionSpec:
                 description=str(data.get("description", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ModelInvalid(f"conditioning entry {dict(data)!r} is malformed ({exc}); "
-                               "each needs name, min and max") from exc
+            raise ModelInvalid(
+                f"conditioning entry {dict(data)!r} is malformed ({exc}); each needs name, min and max"
+            ) from exc
         if not spec.max > spec.min:
-            raise ModelInvalid(f"condition {spec.name!r}: max ({spec.max}) must be greater than min ({spec.min})")
+            raise ModelInvalid(
+                f"condition {spec.name!r}: max ({spec.max}) must be greater than min ({spec.min})"
+            )
         if not spec.min <= spec.default <= spec.max:
-            raise ModelInvalid(f"condition {spec.name!r}: default {spec.default} is outside [{spec.min}, {spec.max}]")
+            raise ModelInvalid(
+                f"condition {spec.name!r}: default {spec.default} is outside [{spec.min}, {spec.max}]"
+            )
         return spec
 
 
@@ -190,7 +195,10 @@ class ModelSpec:
             "voxel_spacing_mm": list(self.voxel_spacing_mm),
             "conditioning": [c.to_dict() for c in self.conditioning],
             "conditioning_modes": list(self.conditioning_modes),
-            "guidance": {"null_value": self.guidance_null_value, "default_scale": self.default_guidance_scale},
+            "guidance": {
+                "null_value": self.guidance_null_value,
+                "default_scale": self.default_guidance_scale,
+            },
             "intensity_range": list(self.intensity_range),
             "extra": self.extra,
         }
@@ -198,7 +206,9 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "volsynth") -> ModelSpec:
         if data.get("format", SPEC_FORMAT) != SPEC_FORMAT:
-            raise ModelInvalid(f"unsupported model spec format {data.get('format')!r}; expected {SPEC_FORMAT!r}")
+            raise ModelInvalid(
+                f"unsupported model spec format {data.get('format')!r}; expected {SPEC_FORMAT!r}"
+            )
         try:
             kind = str(data["kind"])
             networks = dict(data["networks"])
@@ -209,7 +219,9 @@ class ModelSpec:
                 networks=networks,
                 schedule=dict(data["schedule"]),
                 output_shape=tuple(int(v) for v in data["output_shape"]),
-                latent_shape=tuple(int(v) for v in data["latent_shape"]) if data.get("latent_shape") else None,
+                latent_shape=tuple(int(v) for v in data["latent_shape"])
+                if data.get("latent_shape")
+                else None,
                 samplers=tuple(data.get("samplers", ("ddim", "ddpm", "pndm"))),
                 default_sampler=str(data.get("default_sampler", "ddim")),
                 default_steps=int(data.get("default_steps", 50)),
@@ -225,7 +237,9 @@ class ModelSpec:
                 extra=dict(data.get("extra") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ModelInvalid(f"model spec is malformed: {exc!r}; see engine/models/spec.py for the format") from exc
+            raise ModelInvalid(
+                f"model spec is malformed: {exc!r}; see engine/models/spec.py for the format"
+            ) from exc
         spec.validate()
         return spec
 
@@ -243,18 +257,30 @@ class ModelSpec:
         if unknown or not self.samplers:
             raise ModelInvalid(f"unknown sampler(s) {unknown}; known: {', '.join(SAMPLERS)}")
         if self.default_sampler not in self.samplers:
-            raise ModelInvalid(f"default_sampler {self.default_sampler!r} is not among samplers {list(self.samplers)}")
+            raise ModelInvalid(
+                f"default_sampler {self.default_sampler!r} is not among samplers {list(self.samplers)}"
+            )
         bad_modes = [m for m in self.conditioning_modes if m not in CONDITIONING_MODES]
         if bad_modes:
-            raise ModelInvalid(f"unknown conditioning mode(s) {bad_modes}; known: {', '.join(CONDITIONING_MODES)}")
+            raise ModelInvalid(
+                f"unknown conditioning mode(s) {bad_modes}; known: {', '.join(CONDITIONING_MODES)}"
+            )
         if self.conditioning and not self.conditioning_modes:
-            raise ModelInvalid("a conditioned model must say how: conditioning_modes 'concat' and/or 'crossattn'")
+            raise ModelInvalid(
+                "a conditioned model must say how: conditioning_modes 'concat' and/or 'crossattn'"
+            )
         if len(self.voxel_spacing_mm) != 3 or min(self.voxel_spacing_mm) <= 0:
-            raise ModelInvalid(f"voxel_spacing_mm must be three positive numbers, got {list(self.voxel_spacing_mm)}")
+            raise ModelInvalid(
+                f"voxel_spacing_mm must be three positive numbers, got {list(self.voxel_spacing_mm)}"
+            )
         if "num_train_timesteps" not in self.schedule:
             raise ModelInvalid("schedule needs num_train_timesteps")
         if not math.isfinite(self.default_guidance_scale) or self.default_guidance_scale < 0:
-            raise ModelInvalid(f"guidance default_scale must be a finite number >= 0, got {self.default_guidance_scale}")
+            raise ModelInvalid(
+                f"guidance default_scale must be a finite number >= 0, got {self.default_guidance_scale}"
+            )
         if self.default_guidance_scale != 1.0 and not self.supports_guidance:
-            raise ModelInvalid(f"guidance default_scale is {self.default_guidance_scale:g}, but the model has no "
-                               "guidance null_value or no conditions; remove default_scale or set it to 1")
+            raise ModelInvalid(
+                f"guidance default_scale is {self.default_guidance_scale:g}, but the model has no "
+                "guidance null_value or no conditions; remove default_scale or set it to 1"
+            )

@@ -40,59 +40,96 @@ def _fmt_seconds(s: float) -> str:
 
 def _metrics_section(ev: dict[str, Any] | None) -> str:
     if not ev:
-        return ("Not evaluated yet. Run `volsynth evaluate brain-t1-demo`; it fills in this section and "
-                "writes `evaluation.json`.\n")
+        return (
+            "Not evaluated yet. Run `volsynth evaluate brain-t1-demo`; it fills in this section and "
+            "writes `evaluation.json`.\n"
+        )
     m = ev["metrics"]
     rows = [
-        ("Brain-mask Dice vs MNI152 mask (Otsu-thresholded samples, mean of "
-         f"{m['dice']['n']})", f"{m['dice']['mean']:.3f} (min {m['dice']['min']:.3f})",
-         f">= {m['dice']['target']}", m["dice"]["pass"]),
-        ("GM / WM histogram modes inside the brain",
-         f"GM {m['contrast']['gm_mode']:.3f}, WM {m['contrast']['wm_mode']:.3f}, dip ratio "
-         f"{m['contrast']['dip_ratio']:.2f}", "two modes, dip ratio <= "
-         f"{m['contrast']['dip_target']}", m["contrast"]["pass"]),
-        (f"Diversity: mean pairwise SSIM across {m['diversity']['n']} seeds",
-         f"{m['diversity']['mean_ssim']:.3f}", f"< {m['diversity']['max_ssim']}", m["diversity"]["pass"]),
-        ("Conditioning: Spearman(requested, measured ventricle volume)",
-         f"{m['conditioning']['spearman']:.3f}", f">= {m['conditioning']['target']}",
-         m["conditioning"]["pass"]),
-        ("Finite output (no NaN/inf)", "yes" if m["finite"]["pass"] else "NO", "all finite", m["finite"]["pass"]),
+        (
+            f"Brain-mask Dice vs MNI152 mask (Otsu-thresholded samples, mean of {m['dice']['n']})",
+            f"{m['dice']['mean']:.3f} (min {m['dice']['min']:.3f})",
+            f">= {m['dice']['target']}",
+            m["dice"]["pass"],
+        ),
+        (
+            "GM / WM histogram modes inside the brain",
+            f"GM {m['contrast']['gm_mode']:.3f}, WM {m['contrast']['wm_mode']:.3f}, dip ratio "
+            f"{m['contrast']['dip_ratio']:.2f}",
+            f"two modes, dip ratio <= {m['contrast']['dip_target']}",
+            m["contrast"]["pass"],
+        ),
+        (
+            f"Diversity: mean pairwise SSIM across {m['diversity']['n']} seeds",
+            f"{m['diversity']['mean_ssim']:.3f}",
+            f"< {m['diversity']['max_ssim']}",
+            m["diversity"]["pass"],
+        ),
+        (
+            "Conditioning: Spearman(requested, measured ventricle volume)",
+            f"{m['conditioning']['spearman']:.3f}",
+            f">= {m['conditioning']['target']}",
+            m["conditioning"]["pass"],
+        ),
+        (
+            "Finite output (no NaN/inf)",
+            "yes" if m["finite"]["pass"] else "NO",
+            "all finite",
+            m["finite"]["pass"],
+        ),
     ]
     lines = ["| Metric | Value | Target | Pass |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {'yes' if d else '**no**'} |" for a, b, c, d in rows]
     sweep = m["conditioning"]
     lines.append("")
-    lines.append("Ventricle sweep (requested -> measured mL, mean over seeds): " + ", ".join(
-        f"{r:.0f} -> {v:.1f}" for r, v in zip(sweep["requested_ml"], sweep["measured_ml_mean"], strict=True)))
+    lines.append(
+        "Ventricle sweep (requested -> measured mL, mean over seeds): "
+        + ", ".join(
+            f"{r:.0f} -> {v:.1f}"
+            for r, v in zip(sweep["requested_ml"], sweep["measured_ml_mean"], strict=True)
+        )
+    )
     lines.append("")
-    lines.append(f"Sampling for the evaluation: {ev['sampling']}. Evaluation took {_fmt_seconds(ev['seconds'])} "
-                 f"on {ev['machine']}.")
+    lines.append(
+        f"Sampling for the evaluation: {ev['sampling']}. Evaluation took {_fmt_seconds(ev['seconds'])} "
+        f"on {ev['machine']}."
+    )
     if ev.get("inference"):
         inf = ev["inference"]
         lines.append("")
-        lines.append(f"Inference on this CPU (one volume, {inf['steps']} DDIM steps + decode, "
-                     f"{inf['threads']} threads): {inf['seconds']:.1f} s wall clock while the shared machine's "
-                     f"load average was {inf.get('load_average_1min', float('nan')):.1f} "
-                     f"({inf.get('cpu_seconds', float('nan')):.1f} CPU-seconds, i.e. about "
-                     f"{inf.get('idle_estimate_s', float('nan')):.1f} s on an idle 2-core machine); "
-                     f"peak RSS {inf['peak_rss_gb']:.2f} GB.")
+        lines.append(
+            f"Inference on this CPU (one volume, {inf['steps']} DDIM steps + decode, "
+            f"{inf['threads']} threads): {inf['seconds']:.1f} s wall clock while the shared machine's "
+            f"load average was {inf.get('load_average_1min', float('nan')):.1f} "
+            f"({inf.get('cpu_seconds', float('nan')):.1f} CPU-seconds, i.e. about "
+            f"{inf.get('idle_estimate_s', float('nan')):.1f} s on an idle 2-core machine); "
+            f"peak RSS {inf['peak_rss_gb']:.2f} GB."
+        )
     reasons = {
-        "contrast": ("grey and white matter differ visibly in the samples (see the montage), but the histogram "
-                     "shows a WM shoulder, not a dip between two peaks: the training volumes have the dip, "
-                     "autoencoder reconstructions keep it only in part, and generated volumes lose it. Measured "
-                     "on training volumes, the dip survives a Gaussian blur of 0.7 voxels, is marginal at 1 voxel "
-                     "and gone at 1.3; reconstructions score like a 1-voxel blur and samples like more than 1.3. "
-                     "The 4x-downsampling autoencoder and the U-Net both smooth the 2 mm GM ribbon towards the "
-                     "GM/WM average, and fine-tuning the decoder on U-Net-denoised latents did not restore it"),
-        "conditioning": ("the ventricle condition moves the anatomy less than seed-to-seed variation does; "
-                         "a higher guidance scale strengthens it"),
+        "contrast": (
+            "grey and white matter differ visibly in the samples (see the montage), but the histogram "
+            "shows a WM shoulder, not a dip between two peaks: the training volumes have the dip, "
+            "autoencoder reconstructions keep it only in part, and generated volumes lose it. Measured "
+            "on training volumes, the dip survives a Gaussian blur of 0.7 voxels, is marginal at 1 voxel "
+            "and gone at 1.3; reconstructions score like a 1-voxel blur and samples like more than 1.3. "
+            "The 4x-downsampling autoencoder and the U-Net both smooth the 2 mm GM ribbon towards the "
+            "GM/WM average, and fine-tuning the decoder on U-Net-denoised latents did not restore it"
+        ),
+        "conditioning": (
+            "the ventricle condition moves the anatomy less than seed-to-seed variation does; "
+            "a higher guidance scale strengthens it"
+        ),
     }
-    misses = [key for key in ("dice", "contrast", "diversity", "conditioning", "finite") if not m[key]["pass"]]
+    misses = [
+        key for key in ("dice", "contrast", "diversity", "conditioning", "finite") if not m[key]["pass"]
+    ]
     if misses:
         lines.append("")
-        lines.append("**Targets missed:** " + "; ".join(
-            f"{key}: {reasons.get(key, 'see the table')}" for key in misses)
-            + ". See the README's status of the shipped model for what was tried.")
+        lines.append(
+            "**Targets missed:** "
+            + "; ".join(f"{key}: {reasons.get(key, 'see the table')}" for key in misses)
+            + ". See the README's status of the shipped model for what was tried."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -114,20 +151,27 @@ def render_card(spec, folder: str | Path | None = None, evaluation: dict[str, An
     losses = prov.get("losses", {})
     ae = spec.networks["autoencoder"]
     unet = spec.networks["unet"]
-    conds = "\n".join(f"- `{c.name}` ({c.label}, {c.unit}): range {c.min:g}-{c.max:g}, default {c.default:g}. "
-                      f"{c.description}" for c in spec.conditioning)
+    conds = "\n".join(
+        f"- `{c.name}` ({c.label}, {c.unit}): range {c.min:g}-{c.max:g}, default {c.default:g}. "
+        f"{c.description}"
+        for c in spec.conditioning
+    )
     montage = ""
     if folder is not None and (Path(folder) / "montage.png").exists():
-        montage = ("\n![Mid-slices of 8 samples](montage.png)\n\n`montage.png`: axial, coronal and sagittal "
-                   "mid-slices of 8 samples (seeds 0-7, default conditions), radiological display (patient "
-                   "left on the image right; anterior up in axial, superior up in coronal and sagittal).\n")
+        montage = (
+            "\n![Mid-slices of 8 samples](montage.png)\n\n`montage.png`: axial, coronal and sagittal "
+            "mid-slices of 8 samples (seeds 0-7, default conditions), radiological display (patient "
+            "left on the image right; anterior up in axial, superior up in coronal and sagittal).\n"
+        )
     total = sum(secs.values())
     clipped = []
     for c, key in ((spec.conditioning[0], "brain_ml"), (spec.conditioning[1], "ventricle_ml")):
         if data.get(f"{key}_max", c.max) > c.max or data.get(f"{key}_min", c.min) < c.min:
-            clipped.append(f"`{c.name}`: training values span {data[f'{key}_min']:.0f}-{data[f'{key}_max']:.0f} "
-                           f"{c.unit}, beyond the range {c.min:g}-{c.max:g}; the few outside it (99th percentile "
-                           f"{data[f'{key}_p99']:.0f}) were trained with the condition clipped to the range")
+            clipped.append(
+                f"`{c.name}`: training values span {data[f'{key}_min']:.0f}-{data[f'{key}_max']:.0f} "
+                f"{c.unit}, beyond the range {c.min:g}-{c.max:g}; the few outside it (99th percentile "
+                f"{data[f'{key}_p99']:.0f}) were trained with the condition clipped to the range"
+            )
     clip_note = ("\n\nClipped conditions: " + "; ".join(clipped) + ".") if clipped else ""
     return f"""# {spec.name}
 
@@ -141,7 +185,7 @@ people: anatomy is far less varied than real brains and pathology is absent.
 {montage}
 ## Training data
 
-{cfg.get('n_volumes', '?')} synthetic volumes from `engine/training/synth.py`, all derived from the MNI152
+{cfg.get("n_volumes", "?")} synthetic volumes from `engine/training/synth.py`, all derived from the MNI152
 ICBM 2009a nonlinear template as shipped inside nilearn (files `mni_icbm152_{{t1,gm,wm}}_tal_nlin_sym_09a_
 converted.nii.gz`, loaded with `nilearn.datasets.load_mni152_template`, `load_mni152_gm_template`,
 `load_mni152_wm_template`, `load_mni152_brain_mask` at resolution 2 mm; nothing downloaded).
@@ -165,9 +209,9 @@ Per volume:
    {sc.noise_std[0]:g}-{sc.noise_std[1]:g}); clipped to [0, 1].
 
 Brain volume (GM + WM) and ventricle volume are measured on each sample's deformed maps. Training set:
-brain {data.get('brain_ml_min', 0):.0f}-{data.get('brain_ml_max', 0):.0f} mL (median
-{data.get('brain_ml_median', 0):.0f}), ventricles {data.get('ventricle_ml_min', 0):.1f}-
-{data.get('ventricle_ml_max', 0):.1f} mL (median {data.get('ventricle_ml_median', 0):.1f}).
+brain {data.get("brain_ml_min", 0):.0f}-{data.get("brain_ml_max", 0):.0f} mL (median
+{data.get("brain_ml_median", 0):.0f}), ventricles {data.get("ventricle_ml_min", 0):.1f}-
+{data.get("ventricle_ml_max", 0):.1f} mL (median {data.get("ventricle_ml_median", 0):.1f}).
 
 ## Conditioning
 
@@ -181,46 +225,46 @@ request sets another: the conditions then move the anatomy further than seed-to-
 
 ## Architecture
 
-- Autoencoder: MONAI `AutoencoderKL`, channels {ae['channels']}, {ae['latent_channels']} latent channels,
+- Autoencoder: MONAI `AutoencoderKL`, channels {ae["channels"]}, {ae["latent_channels"]} latent channels,
   1 residual block per level, no attention; 4x downsampling, latent {list(spec.latent_shape)}.
-  Trained on random {cfg.get('ae_patch', '?')}^3 patches (batch {cfg.get('ae_batch', '?')}) for
-  {prov.get('ae_steps', '?')} steps, AdamW lr {cfg.get('ae_lr', '?')} (cosine), loss L1 +
-  {cfg.get('grad_weight', '?')} x image-gradient L1 + {cfg.get('kl_weight', '?')} x KL{_init_sigma(cfg)}; decodes
+  Trained on random {cfg.get("ae_patch", "?")}^3 patches (batch {cfg.get("ae_batch", "?")}) for
+  {prov.get("ae_steps", "?")} steps, AdamW lr {cfg.get("ae_lr", "?")} (cosine), loss L1 +
+  {cfg.get("grad_weight", "?")} x image-gradient L1 + {cfg.get("kl_weight", "?")} x KL{_init_sigma(cfg)}; decodes
   whole volumes (it is fully convolutional). Whole-volume L1 on training volumes:
-  {losses.get('ae_volume_l1', float('nan')):.4f} after patch training,
-  {losses.get('ae_volume_l1_finetuned', float('nan')):.4f} after the whole-volume decoder fine-tuning
-  ({prov.get('decoder_steps', '?')} steps, batch 1, AdamW lr {cfg.get('decoder_lr', 3e-4)}, encoder
+  {losses.get("ae_volume_l1", float("nan")):.4f} after patch training,
+  {losses.get("ae_volume_l1_finetuned", float("nan")):.4f} after the whole-volume decoder fine-tuning
+  ({prov.get("decoder_steps", "?")} steps, batch 1, AdamW lr {cfg.get("decoder_lr", 3e-4)}, encoder
   frozen).
 - Latent scale factor: {spec.scale_factor:.4f} (= 1 / std of the encoded training latents).
-- Diffusion U-Net: MONAI `DiffusionModelUNet`, channels {unet['channels']}, attention (and cross-attention,
-  {unet['num_head_channels'][-1]}-channel heads) on the last level only, 1 residual block per level,
-  in_channels {unet['in_channels']} ({ae['latent_channels']} latent + 2 condition channels). {prov.get('unet_steps', '?')} steps,
-  batch {cfg.get('unet_batch', '?')}, AdamW lr {cfg.get('unet_lr', '?')} (cosine), gradient clipping 1.0;
-  {_prediction(cfg)}, MSE{_min_snr(cfg)}; exported weights are the EMA (decay {cfg.get('ema_decay', '?')}).
-  Final smoothed training loss: {losses.get('unet_mse_ema', float('nan')):.4f}.
-- Schedule: DDPM, {spec.schedule['num_train_timesteps']} steps, scaled-linear betas
-  {spec.schedule['beta_start']}-{spec.schedule['beta_end']}. Samplers: {', '.join(spec.samplers)};
+- Diffusion U-Net: MONAI `DiffusionModelUNet`, channels {unet["channels"]}, attention (and cross-attention,
+  {unet["num_head_channels"][-1]}-channel heads) on the last level only, 1 residual block per level,
+  in_channels {unet["in_channels"]} ({ae["latent_channels"]} latent + 2 condition channels). {prov.get("unet_steps", "?")} steps,
+  batch {cfg.get("unet_batch", "?")}, AdamW lr {cfg.get("unet_lr", "?")} (cosine), gradient clipping 1.0;
+  {_prediction(cfg)}, MSE{_min_snr(cfg)}; exported weights are the EMA (decay {cfg.get("ema_decay", "?")}).
+  Final smoothed training loss: {losses.get("unet_mse_ema", float("nan")):.4f}.
+- Schedule: DDPM, {spec.schedule["num_train_timesteps"]} steps, scaled-linear betas
+  {spec.schedule["beta_start"]}-{spec.schedule["beta_end"]}. Samplers: {", ".join(spec.samplers)};
   default {spec.default_sampler}, {spec.default_steps} steps.
 
 ## How these weights were made
 
-- Command(s), in order: {'; '.join(f'`{c}`' for c in prov.get('commands', [prov.get('command', '?')]))}
-- Seed: {prov.get('seed', '?')}; autoencoder {prov.get('ae_steps', '?')} steps, U-Net
-  {prov.get('unet_steps', '?')} steps.
-- Time: {_fmt_seconds(total)} in total (data {_fmt_seconds(secs.get('data', 0))}, autoencoder
-  {_fmt_seconds(secs.get('ae', 0))}, latents {_fmt_seconds(secs.get('latents', 0))}, decoder fine-tuning
-  {_fmt_seconds(secs.get('decoder', 0))}, U-Net
-  {_fmt_seconds(secs.get('unet', 0))}).
-- Machine: {prov.get('machine', '?')} (a 2-core CPU VM, no GPU).
-- Phases: autoencoder on patches ({prov.get('ae_steps', '?')} steps), then the decoder fine-tuned on whole
-  volumes with the encoder frozen ({prov.get('decoder_steps', '?')} steps; GroupNorm statistics of a whole
+- Command(s), in order: {"; ".join(f"`{c}`" for c in prov.get("commands", [prov.get("command", "?")]))}
+- Seed: {prov.get("seed", "?")}; autoencoder {prov.get("ae_steps", "?")} steps, U-Net
+  {prov.get("unet_steps", "?")} steps.
+- Time: {_fmt_seconds(total)} in total (data {_fmt_seconds(secs.get("data", 0))}, autoencoder
+  {_fmt_seconds(secs.get("ae", 0))}, latents {_fmt_seconds(secs.get("latents", 0))}, decoder fine-tuning
+  {_fmt_seconds(secs.get("decoder", 0))}, U-Net
+  {_fmt_seconds(secs.get("unet", 0))}).
+- Machine: {prov.get("machine", "?")} (a 2-core CPU VM, no GPU).
+- Phases: autoencoder on patches ({prov.get("ae_steps", "?")} steps), then the decoder fine-tuned on whole
+  volumes with the encoder frozen ({prov.get("decoder_steps", "?")} steps; GroupNorm statistics of a whole
   volume differ from those of brain-centred patches, which made whole-volume decodes too bright by about
-  0.2 before this fine-tuning), then the U-Net on the cached latents ({prov.get('unet_steps', '?')} of
-  {prov.get('unet_steps_planned', '?')} planned steps).
+  0.2 before this fine-tuning), then the U-Net on the cached latents ({prov.get("unet_steps", "?")} of
+  {prov.get("unet_steps_planned", "?")} planned steps).
 - Reproduce: the commands above, in order, in the same `--work` folder (each `--resume` continues from the
   checkpoints the previous one left). A single uninterrupted run with the same result up to where the
-  step counts were cut is `volsynth train-demo --seed 0 --ae-steps {prov.get('ae_steps', '?')} --decoder-steps
-  {prov.get('decoder_steps', '?')} --unet-steps {prov.get('unet_steps', '?')}`; the data and every random
+  step counts were cut is `volsynth train-demo --seed 0 --ae-steps {prov.get("ae_steps", "?")} --decoder-steps
+  {prov.get("decoder_steps", "?")} --unet-steps {prov.get("unet_steps", "?")}`; the data and every random
   draw come from the seed, and weights match up to the floating-point nondeterminism of multithreaded CPU
   kernels and the learning-rate schedules, which follow the planned step counts.
 - Continue training: `volsynth train-demo --work build/train-demo --resume --unet-steps N` (any N above the
@@ -238,7 +282,7 @@ http://www.bic.mni.mcgill.ca/ServicesAtlases/ICBM152NLin2009) and lists its lice
 McConnell Brain Imaging Centre publishes the ICBM 2009 templates (http://nist.mni.mcgill.ca/) with this
 permission notice, reproduced here as it requires:
 
-> {ICBM_NOTICE.replace(chr(10), chr(10) + '> ')}
+> {ICBM_NOTICE.replace(chr(10), chr(10) + "> ")}
 
 References: Fonov et al., NeuroImage 54(1), 2011; Fonov et al., NeuroImage 47, S102, 2009; Collins et al.,
 NeuroImage 1999.

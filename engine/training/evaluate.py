@@ -53,8 +53,9 @@ def brain_mask(volume: np.ndarray) -> np.ndarray:
         sizes = ndimage.sum(mask, labels, index=np.arange(1, n + 1))
         mask = labels == (int(np.argmax(sizes)) + 1)
     # Closing adds the sulcal CSF between gyri (dark, so below Otsu) as brain masks conventionally do.
-    mask = ndimage.binary_closing(mask, structure=ndimage.generate_binary_structure(3, 1), iterations=2,
-                                  border_value=0)
+    mask = ndimage.binary_closing(
+        mask, structure=ndimage.generate_binary_structure(3, 1), iterations=2, border_value=0
+    )
     # Fill holes slice by slice too: a ventricle touching the mask edge in 3D is still enclosed in 2D.
     mask = ndimage.binary_fill_holes(mask)
     for axis in range(3):
@@ -93,15 +94,22 @@ def tissue_modes(volume: np.ndarray, mask: np.ndarray | None = None, bins: int =
     hist, edges = np.histogram(values, bins=bins, range=(0.0, 1.0))
     hist = ndimage.gaussian_filter1d(hist.astype(np.float64), 1.0)
     centres = (edges[:-1] + edges[1:]) / 2
-    peaks = [i for i in range(1, bins - 1) if hist[i] >= hist[i - 1] and hist[i] > hist[i + 1]
-             and hist[i] > 0.05 * hist.max()]
+    peaks = [
+        i
+        for i in range(1, bins - 1)
+        if hist[i] >= hist[i - 1] and hist[i] > hist[i + 1] and hist[i] > 0.05 * hist.max()
+    ]
     pairs = [(a, b) for a, b in itertools.combinations(peaks, 2) if centres[b] - centres[a] >= 0.06]
     if not pairs:
         return failed
     a, b = max(pairs, key=lambda p: min(hist[p[0]], hist[p[1]]))
-    dip = float(hist[a:b + 1].min() / min(hist[a], hist[b]))
-    return {"gm_mode": float(centres[a]), "wm_mode": float(centres[b]), "dip_ratio": dip,
-            "bimodal": dip <= DIP_TARGET}
+    dip = float(hist[a : b + 1].min() / min(hist[a], hist[b]))
+    return {
+        "gm_mode": float(centres[a]),
+        "wm_mode": float(centres[b]),
+        "dip_ratio": dip,
+        "bimodal": dip <= DIP_TARGET,
+    }
 
 
 def ventricle_volume_ml(volume: np.ndarray, roi: np.ndarray, mask: np.ndarray | None = None) -> float:
@@ -121,8 +129,10 @@ def mean_pairwise_ssim(volumes: list[np.ndarray]) -> tuple[float, float]:
     """Mean and max SSIM over all pairs of volumes (data range 1)."""
     from skimage.metrics import structural_similarity
 
-    scores = [structural_similarity(np.asarray(a, np.float32), np.asarray(b, np.float32), data_range=1.0)
-              for a, b in itertools.combinations(volumes, 2)]
+    scores = [
+        structural_similarity(np.asarray(a, np.float32), np.asarray(b, np.float32), data_range=1.0)
+        for a, b in itertools.combinations(volumes, 2)
+    ]
     return float(np.mean(scores)), float(np.max(scores))
 
 
@@ -207,8 +217,9 @@ def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | Non
 
     torch.set_num_threads(2)
     backend = LocalBackend(device="cpu")
-    gen = backend.sample(SamplingRequest(model=model, sampler="ddim", steps=steps, seed=0,
-                                         guidance_scale=guidance_scale))
+    gen = backend.sample(
+        SamplingRequest(model=model, sampler="ddim", steps=steps, seed=0, guidance_scale=guidance_scale)
+    )
     started = cpu_started = None
     try:
         while True:
@@ -223,10 +234,19 @@ def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | Non
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # On a shared machine wall time depends on the other jobs; CPU seconds / threads is what the same
     # work takes on an idle machine with those threads, so both are reported.
-    return {"steps": steps, "guidance_scale": guidance_scale, "seconds": seconds, "cpu_seconds": cpu, "idle_estimate_s": cpu / 2,
-            "load_average_1min": os.getloadavg()[0], "peak_rss_gb": peak_kb / 1024**2, "threads": 2,
-            "timings": {k: round(v, 2) for k, v in result.provenance.get("timings", {}).items()}
-            if isinstance(result.provenance.get("timings"), dict) else {}}
+    return {
+        "steps": steps,
+        "guidance_scale": guidance_scale,
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "idle_estimate_s": cpu / 2,
+        "load_average_1min": os.getloadavg()[0],
+        "peak_rss_gb": peak_kb / 1024**2,
+        "threads": 2,
+        "timings": {k: round(v, 2) for k, v in result.provenance.get("timings", {}).items()}
+        if isinstance(result.provenance.get("timings"), dict)
+        else {},
+    }
 
 
 def _cpu_seconds() -> float:
@@ -238,13 +258,19 @@ def _cpu_seconds() -> float:
 
 def _inference_in_fresh_process(model: str, steps: int, guidance_scale: float) -> dict[str, Any]:
     """Peak RSS must not include the evaluation's batch-8 runs: measure in a new interpreter."""
-    code = ("import json, sys; from engine.training.evaluate import inference_benchmark; "
-            "print('RESULT', json.dumps(inference_benchmark(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))))")
-    out = subprocess.run([sys.executable, "-c", code, model, str(steps), str(guidance_scale)], capture_output=True,
-                         text=True,
-                         check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    code = (
+        "import json, sys; from engine.training.evaluate import inference_benchmark; "
+        "print('RESULT', json.dumps(inference_benchmark(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, model, str(steps), str(guidance_scale)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def measurement_check(n: int = 12) -> dict[str, Any]:
@@ -259,15 +285,27 @@ def measurement_check(n: int = 12) -> dict[str, Any]:
         label.append(s.ventricle_ml)
         measured.append(ventricle_volume_ml(s.image, roi))
         dices.append(dice(brain_mask(s.image), ref))
-    return {"n": n, "spearman_label_vs_measured": spearman(label, measured),
-            "label_ml": [round(v, 1) for v in label], "measured_ml": [round(v, 1) for v in measured],
-            "training_like_dice_mean": float(np.mean(dices))}
+    return {
+        "n": n,
+        "spearman_label_vs_measured": spearman(label, measured),
+        "label_ml": [round(v, 1) for v in label],
+        "measured_ml": [round(v, 1) for v in measured],
+        "training_like_dice_mean": float(np.mean(dices)),
+    }
 
 
-def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_card: bool = True,
-                   write_montage: bool = True, log: Callable[[str], None] = print,
-                   sweep_seeds: int = 3, batch: int = 8, inference: bool = True,
-                   guidance_scale: float | None = None) -> dict[str, Any]:
+def evaluate_model(
+    model: str = "",
+    n_samples: int = 16,
+    steps: int = 50,
+    write_card: bool = True,
+    write_montage: bool = True,
+    log: Callable[[str], None] = print,
+    sweep_seeds: int = 3,
+    batch: int = 8,
+    inference: bool = True,
+    guidance_scale: float | None = None,
+) -> dict[str, Any]:
     """Sample the model, compute every metric, and (optionally) update its card, evaluation.json, montage.
 
     Args:
@@ -309,8 +347,19 @@ def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_
     seed = 0
     while len(samples) < n_samples:
         size = min(batch, n_samples - len(samples))
-        samples += list(_run(backend, SamplingRequest(model=model_ref, sampler="ddim", steps=steps, seed=seed,
-                                                      batch_size=size, guidance_scale=guidance_scale)))
+        samples += list(
+            _run(
+                backend,
+                SamplingRequest(
+                    model=model_ref,
+                    sampler="ddim",
+                    steps=steps,
+                    seed=seed,
+                    batch_size=size,
+                    guidance_scale=guidance_scale,
+                ),
+            )
+        )
         seed += 1
         log(f"evaluate: {len(samples)}/{n_samples} default samples  {time.perf_counter() - started:.0f}s")
     finite = all(np.isfinite(s).all() for s in samples)
@@ -331,56 +380,91 @@ def evaluate_model(model: str = "", n_samples: int = 16, steps: int = 50, write_
     roi = ventricle_roi()
     measured: list[list[float]] = []
     for k, value in enumerate(requested):
-        vols = _run(backend, SamplingRequest(model=model_ref, sampler="ddim", steps=steps, seed=1000 + k,
-                                             batch_size=sweep_seeds, conditioning={"ventricle_volume": value},
-                                             guidance_scale=guidance_scale))
+        vols = _run(
+            backend,
+            SamplingRequest(
+                model=model_ref,
+                sampler="ddim",
+                steps=steps,
+                seed=1000 + k,
+                batch_size=sweep_seeds,
+                conditioning={"ventricle_volume": value},
+                guidance_scale=guidance_scale,
+            ),
+        )
         finite = finite and bool(np.isfinite(vols).all())
         measured.append([ventricle_volume_ml(v, roi) for v in vols])
-        log(f"evaluate: ventricles requested {value:.1f} mL -> measured "
-            f"{', '.join(f'{m:.1f}' for m in measured[-1])}  {time.perf_counter() - started:.0f}s")
+        log(
+            f"evaluate: ventricles requested {value:.1f} mL -> measured "
+            f"{', '.join(f'{m:.1f}' for m in measured[-1])}  {time.perf_counter() - started:.0f}s"
+        )
     flat_req = [r for r, ms in zip(requested, measured, strict=True) for _ in ms]
     flat_meas = [m for ms in measured for m in ms]
     rho = spearman(flat_req, flat_meas)
 
     check = measurement_check()
-    log(f"evaluate: measurement check on labelled synthetic volumes: Spearman "
-        f"{check['spearman_label_vs_measured']:.3f}")
+    log(
+        f"evaluate: measurement check on labelled synthetic volumes: Spearman "
+        f"{check['spearman_label_vs_measured']:.3f}"
+    )
     inf = _inference_in_fresh_process(model_ref, 50, guidance_scale) if inference else None
 
     metrics = {
-        "dice": {"mean": float(np.mean(dices)), "min": float(np.min(dices)), "n": len(dices),
-                 "target": DICE_TARGET, "pass": float(np.mean(dices)) >= DICE_TARGET,
-                 "values": [round(d, 4) for d in dices]},
-        "contrast": {"gm_mode": float(np.nanmean([m["gm_mode"] for m in modes])) if bimodal else float("nan"),
-                     "wm_mode": float(np.nanmean([m["wm_mode"] for m in modes])) if bimodal else float("nan"),
-                     "dip_ratio": float(np.nanmean([m["dip_ratio"] for m in modes])) if bimodal else 1.0,
-                     "bimodal_fraction": len(bimodal) / len(modes), "dip_target": DIP_TARGET,
-                     "pass": len(bimodal) >= 0.75 * len(modes)
-                     and all(m["wm_mode"] > m["gm_mode"] for m in bimodal),
-                     "per_sample": modes},
-        "diversity": {"mean_ssim": mean_ssim, "max_pair_ssim": max_ssim, "n": n_div, "max_ssim": SSIM_MAX,
-                      "pass": mean_ssim < SSIM_MAX and max_ssim < 0.99},
-        "conditioning": {"spearman": rho, "target": SPEARMAN_TARGET, "pass": rho >= SPEARMAN_TARGET,
-                         "requested_ml": requested, "measured_ml": measured,
-                         "measured_ml_mean": [float(np.mean(m)) for m in measured],
-                         "brain_volume_ml": spec.condition("brain_volume").default,
-                         "measurement_check": check},
+        "dice": {
+            "mean": float(np.mean(dices)),
+            "min": float(np.min(dices)),
+            "n": len(dices),
+            "target": DICE_TARGET,
+            "pass": float(np.mean(dices)) >= DICE_TARGET,
+            "values": [round(d, 4) for d in dices],
+        },
+        "contrast": {
+            "gm_mode": float(np.nanmean([m["gm_mode"] for m in modes])) if bimodal else float("nan"),
+            "wm_mode": float(np.nanmean([m["wm_mode"] for m in modes])) if bimodal else float("nan"),
+            "dip_ratio": float(np.nanmean([m["dip_ratio"] for m in modes])) if bimodal else 1.0,
+            "bimodal_fraction": len(bimodal) / len(modes),
+            "dip_target": DIP_TARGET,
+            "pass": len(bimodal) >= 0.75 * len(modes) and all(m["wm_mode"] > m["gm_mode"] for m in bimodal),
+            "per_sample": modes,
+        },
+        "diversity": {
+            "mean_ssim": mean_ssim,
+            "max_pair_ssim": max_ssim,
+            "n": n_div,
+            "max_ssim": SSIM_MAX,
+            "pass": mean_ssim < SSIM_MAX and max_ssim < 0.99,
+        },
+        "conditioning": {
+            "spearman": rho,
+            "target": SPEARMAN_TARGET,
+            "pass": rho >= SPEARMAN_TARGET,
+            "requested_ml": requested,
+            "measured_ml": measured,
+            "measured_ml_mean": [float(np.mean(m)) for m in measured],
+            "brain_volume_ml": spec.condition("brain_volume").default,
+            "measurement_check": check,
+        },
         "finite": {"pass": bool(finite)},
     }
     result = {
         "model": spec.id,
         "metrics": metrics,
         "all_pass": all(m["pass"] for m in metrics.values()),
-        "sampling": (f"DDIM {steps} steps, guidance scale {guidance_scale:g}, {n_samples} samples at default conditions "
-                     f"(seeds 0-{seed - 1}, batches of {batch}); ventricle sweep {sweep_seeds} samples per value"),
+        "sampling": (
+            f"DDIM {steps} steps, guidance scale {guidance_scale:g}, {n_samples} samples at default conditions "
+            f"(seeds 0-{seed - 1}, batches of {batch}); ventricle sweep {sweep_seeds} samples per value"
+        ),
         "inference": inf,
         "seconds": time.perf_counter() - started,
         "machine": f"{platform.machine()} CPU, 2 torch threads, torch {torch.__version__}",
     }
     log(_summary(result))
     if write_montage:
-        save_montage(samples[:8], folder / "montage.png",
-                     title=f"{spec.id}: 8 samples (DDIM {steps}, default conditions)")
+        save_montage(
+            samples[:8],
+            folder / "montage.png",
+            title=f"{spec.id}: 8 samples (DDIM {steps}, default conditions)",
+        )
     if write_card:
         (folder / "evaluation.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
         (folder / "MODEL_CARD.md").write_text(render_card(spec, folder, result), encoding="utf-8")
@@ -404,7 +488,9 @@ def _summary(result: dict[str, Any]) -> str:
     ]
     if result.get("inference"):
         inf = result["inference"]
-        lines.append(f"Inference: {inf['steps']} DDIM steps + decode {inf['seconds']:.1f} s wall "
-                     f"({inf['cpu_seconds']:.1f} CPU-s on 2 threads, load average {inf['load_average_1min']:.1f}), "
-                     f"peak RSS {inf['peak_rss_gb']:.2f} GB")
+        lines.append(
+            f"Inference: {inf['steps']} DDIM steps + decode {inf['seconds']:.1f} s wall "
+            f"({inf['cpu_seconds']:.1f} CPU-s on 2 threads, load average {inf['load_average_1min']:.1f}), "
+            f"peak RSS {inf['peak_rss_gb']:.2f} GB"
+        )
     return "\n".join(lines)

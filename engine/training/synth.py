@@ -128,8 +128,10 @@ def template_maps() -> dict[str, np.ndarray]:
     mni = [g + c for g, c in zip(grid, centre_mni, strict=True)]
     inv = np.linalg.inv(affine)
     coords = [sum(inv[r, c] * mni[c] for c in range(3)) + inv[r, 3] for r in range(3)]
-    out = {k: ndimage.map_coordinates(v, coords, order=1, mode="constant", cval=0.0).astype(np.float32)
-           for k, v in arrays.items()}
+    out = {
+        k: ndimage.map_coordinates(v, coords, order=1, mode="constant", cval=0.0).astype(np.float32)
+        for k, v in arrays.items()
+    }
     out["mask"] = (out["mask"] > 0.5).astype(np.float32)
     out["gm"], out["wm"] = _sharpen(np.clip(out["gm"], 0, 1), np.clip(out["wm"], 0, 1), out["mask"])
     out["ventricles"] = _ventricle_label(out["gm"], out["wm"], out["mask"], mni).astype(np.float32)
@@ -237,17 +239,28 @@ def generate(seed: int, config: SynthConfig | None = None) -> SynthSample:
     stack = torch.from_numpy(np.stack([maps["gm"] * keep, maps["wm"] * keep, maps["mask"], vent0]))
     centre = np.array(ndimage.center_of_mass(maps["ventricles"]))
     strength = rng.uniform(*cfg.ventricle_strength)
-    stack = torch.nn.functional.grid_sample(stack[None], _ventricle_displacement(strength, centre),
-                                            mode="bilinear", padding_mode="zeros", align_corners=True)[0]
+    stack = torch.nn.functional.grid_sample(
+        stack[None],
+        _ventricle_displacement(strength, centre),
+        mode="bilinear",
+        padding_mode="zeros",
+        align_corners=True,
+    )[0]
 
     # 2. Brain size and pose. MONAI's Affine maps output to input coordinates, so a scale parameter s
     #    makes the brain 1/s times as large; we draw the brain's scale and pass its inverse.
     iso = rng.uniform(*cfg.iso_scale)
     stack = Affine(scale_params=(1 / iso,) * 3, padding_mode="zeros", image_only=True)(stack)
     rot = np.deg2rad(cfg.rotate_deg)
-    elastic = Rand3DElastic(sigma_range=cfg.elastic_sigma, magnitude_range=cfg.elastic_magnitude, prob=1.0,
-                            rotate_range=(rot, rot, rot), scale_range=(cfg.axis_scale,) * 3,
-                            translate_range=(cfg.translate_vox,) * 3, padding_mode="zeros")
+    elastic = Rand3DElastic(
+        sigma_range=cfg.elastic_sigma,
+        magnitude_range=cfg.elastic_magnitude,
+        prob=1.0,
+        rotate_range=(rot, rot, rot),
+        scale_range=(cfg.axis_scale,) * 3,
+        translate_range=(cfg.translate_vox,) * 3,
+        padding_mode="zeros",
+    )
     elastic.set_random_state(state=np.random.RandomState(rng.randint(2**31)))
     stack = torch.as_tensor(elastic(stack)).float().clamp(0, 1)
     gm, wm, mask, vent = (stack[i].numpy() for i in range(4))

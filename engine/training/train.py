@@ -90,18 +90,35 @@ class TrainConfig:
     @classmethod
     def quick(cls) -> TrainConfig:
         """A tiny configuration for tests: seconds, not minutes; the output is not a useful model."""
-        return cls(n_volumes=2, ae_channels=(8, 16, 16), ae_steps=3, ae_batch=1, ae_patch=16, decoder_steps=2,
-                   unet_channels=(32, 32, 32), unet_head_channels=8, unet_steps=3, unet_batch=2,
-                   checkpoint_every=2)
+        return cls(
+            n_volumes=2,
+            ae_channels=(8, 16, 16),
+            ae_steps=3,
+            ae_batch=1,
+            ae_patch=16,
+            decoder_steps=2,
+            unet_channels=(32, 32, 32),
+            unet_head_channels=8,
+            unet_steps=3,
+            unet_batch=2,
+            checkpoint_every=2,
+        )
 
 
 def ae_definition(cfg: TrainConfig) -> dict[str, Any]:
     """AutoencoderKL as a JSON definition (what spec.json stores and build_network reads)."""
     return {
-        "_target_": "AutoencoderKL", "spatial_dims": 3, "in_channels": 1, "out_channels": 1,
-        "channels": list(cfg.ae_channels), "latent_channels": cfg.latent_channels, "num_res_blocks": 1,
-        "norm_num_groups": min(cfg.ae_channels), "attention_levels": [False] * len(cfg.ae_channels),
-        "with_encoder_nonlocal_attn": False, "with_decoder_nonlocal_attn": False,
+        "_target_": "AutoencoderKL",
+        "spatial_dims": 3,
+        "in_channels": 1,
+        "out_channels": 1,
+        "channels": list(cfg.ae_channels),
+        "latent_channels": cfg.latent_channels,
+        "num_res_blocks": 1,
+        "norm_num_groups": min(cfg.ae_channels),
+        "attention_levels": [False] * len(cfg.ae_channels),
+        "with_encoder_nonlocal_attn": False,
+        "with_decoder_nonlocal_attn": False,
     }
 
 
@@ -109,23 +126,42 @@ def unet_definition(cfg: TrainConfig) -> dict[str, Any]:
     """DiffusionModelUNet with concat (2 extra input channels) and cross-attention conditioning."""
     levels = len(cfg.unet_channels)
     return {
-        "_target_": "DiffusionModelUNet", "spatial_dims": 3, "in_channels": cfg.latent_channels + 2,
-        "out_channels": cfg.latent_channels, "channels": list(cfg.unet_channels),
-        "attention_levels": [False] * (levels - 1) + [True], "num_res_blocks": 1,
+        "_target_": "DiffusionModelUNet",
+        "spatial_dims": 3,
+        "in_channels": cfg.latent_channels + 2,
+        "out_channels": cfg.latent_channels,
+        "channels": list(cfg.unet_channels),
+        "attention_levels": [False] * (levels - 1) + [True],
+        "num_res_blocks": 1,
         "num_head_channels": [0] * (levels - 1) + [cfg.unet_head_channels],
         "norm_num_groups": min(32, min(cfg.unet_channels)),
-        "with_conditioning": True, "cross_attention_dim": 2,
+        "with_conditioning": True,
+        "cross_attention_dim": 2,
     }
 
 
 def schedule(cfg: TrainConfig) -> dict[str, Any]:
-    return {"num_train_timesteps": cfg.num_train_timesteps, "schedule": "scaled_linear_beta",
-            "beta_start": 0.0015, "beta_end": 0.0205, "prediction_type": cfg.prediction_type, "clip_sample": False}
+    return {
+        "num_train_timesteps": cfg.num_train_timesteps,
+        "schedule": "scaled_linear_beta",
+        "beta_start": 0.0015,
+        "beta_end": 0.0205,
+        "prediction_type": cfg.prediction_type,
+        "clip_sample": False,
+    }
 
 
 # Settings that only the U-Net phase reads.
-UNET_ONLY_SETTINGS = ("unet_channels", "unet_head_channels", "unet_batch", "unet_lr", "ema_decay", "cond_dropout",
-                      "min_snr_gamma", "prediction_type")
+UNET_ONLY_SETTINGS = (
+    "unet_channels",
+    "unet_head_channels",
+    "unet_batch",
+    "unet_lr",
+    "ema_decay",
+    "cond_dropout",
+    "min_snr_gamma",
+    "prediction_type",
+)
 
 
 @dataclass
@@ -188,8 +224,10 @@ class _Progress:
         self.last = now
         done = step - self.start
         rate = (now - self.t0) / max(done, 1)
-        self.log(f"{self.phase} step {step}/{self.total}  loss {loss:.4f}  {rate:.2f} s/step  "
-                 f"eta {rate * (self.total - step) / 60:.1f} min")
+        self.log(
+            f"{self.phase} step {step}/{self.total}  loss {loss:.4f}  {rate:.2f} s/step  "
+            f"eta {rate * (self.total - step) / 60:.1f} min"
+        )
 
 
 def normalise_conditions(cfg: TrainConfig, brain_ml: np.ndarray, ventricle_ml: np.ndarray) -> np.ndarray:
@@ -209,9 +247,11 @@ def phase_data(cfg: TrainConfig, work: Path, seed: int, log) -> None:
     tmp = work / "data.tmp.npz"
     np.savez(tmp, images=images, brain_ml=brain, ventricle_ml=vent)
     tmp.replace(work / "data.npz")
-    log(f"data: {cfg.n_volumes} volumes; brain {brain.min():.0f}-{brain.max():.0f} mL "
+    log(
+        f"data: {cfg.n_volumes} volumes; brain {brain.min():.0f}-{brain.max():.0f} mL "
         f"(median {np.median(brain):.0f}); ventricles {vent.min():.1f}-{vent.max():.1f} mL "
-        f"(median {np.median(vent):.1f})")
+        f"(median {np.median(vent):.1f})"
+    )
 
 
 def _ae_loss(recon, target, z_mu, z_sigma, cfg: TrainConfig):
@@ -219,7 +259,10 @@ def _ae_loss(recon, target, z_mu, z_sigma, cfg: TrainConfig):
 
     l1 = (recon - target).abs().mean()
     grad = sum((torch.diff(recon, dim=d) - torch.diff(target, dim=d)).abs().mean() for d in (2, 3, 4))
-    kl = 0.5 * (z_mu.pow(2) + z_sigma.pow(2) - torch.log(z_sigma.pow(2) + 1e-8) - 1).sum(dim=(1, 2, 3, 4)).mean()
+    kl = (
+        0.5
+        * (z_mu.pow(2) + z_sigma.pow(2) - torch.log(z_sigma.pow(2) + 1e-8) - 1).sum(dim=(1, 2, 3, 4)).mean()
+    )
     return l1 + cfg.grad_weight * grad + cfg.kl_weight * kl, l1
 
 
@@ -252,10 +295,16 @@ def phase_ae(cfg: TrainConfig, work: Path, seed: int, log, resume: bool) -> floa
     while step < cfg.ae_steps:
         idx = rng.randint(len(images), size=cfg.ae_batch)
         # Patches centred mostly on the brain (the background is trivially easy to reconstruct).
-        corners = [[rng.randint(max(1, int(0.15 * (n - p))), max(2, int(0.85 * (n - p)) + 1)) for n in shape]
-                   for _ in idx]
-        batch = np.stack([images[i, c[0]:c[0] + p, c[1]:c[1] + p, c[2]:c[2] + p] for i, c in zip(idx, corners,
-                                                                                               strict=True)])
+        corners = [
+            [rng.randint(max(1, int(0.15 * (n - p))), max(2, int(0.85 * (n - p)) + 1)) for n in shape]
+            for _ in idx
+        ]
+        batch = np.stack(
+            [
+                images[i, c[0] : c[0] + p, c[1] : c[1] + p, c[2] : c[2] + p]
+                for i, c in zip(idx, corners, strict=True)
+            ]
+        )
         x = torch.from_numpy(batch.astype(np.float32))[:, None]
         recon, z_mu, z_sigma = ae(x)
         loss, l1 = _ae_loss(recon, x, z_mu, z_sigma, cfg)
@@ -267,8 +316,15 @@ def phase_ae(cfg: TrainConfig, work: Path, seed: int, log, resume: bool) -> floa
         loss_val = l1.item()
         progress.update(step, loss_val, force=step == cfg.ae_steps)
         if step % cfg.checkpoint_every == 0 or step == cfg.ae_steps:
-            _save_checkpoint(ckpt, model=ae.state_dict(), optimizer=opt.state_dict(), lr=sched.state_dict(),
-                             rng=_rng_state(), patch_rng=rng.get_state(), step=step)
+            _save_checkpoint(
+                ckpt,
+                model=ae.state_dict(),
+                optimizer=opt.state_dict(),
+                lr=sched.state_dict(),
+                rng=_rng_state(),
+                patch_rng=rng.get_state(),
+                step=step,
+            )
     return loss_val
 
 
@@ -317,7 +373,7 @@ def phase_latents(cfg: TrainConfig, work: Path, seed: int, log) -> float:
     started = time.perf_counter()
     with torch.inference_mode():
         for i in range(0, len(images), 4):
-            x = torch.from_numpy(images[i:i + 4].astype(np.float32))[:, None]
+            x = torch.from_numpy(images[i : i + 4].astype(np.float32))[:, None]
             mu, sigma = ae.encode(x)
             mus.append(mu)
             sigmas.append(sigma)
@@ -330,8 +386,10 @@ def phase_latents(cfg: TrainConfig, work: Path, seed: int, log) -> float:
     z = mu + sigma * torch.randn(mu.shape, generator=gen)
     scale_factor = float(1.0 / z.std())
     torch.save({"mu": mu, "sigma": sigma}, work / "latents.pt")
-    log(f"latents: shape {tuple(mu.shape[1:])}, scale_factor {scale_factor:.4f}, "
-        f"whole-volume L1 of reconstructions {np.mean(recon_err):.4f}")
+    log(
+        f"latents: shape {tuple(mu.shape[1:])}, scale_factor {scale_factor:.4f}, "
+        f"whole-volume L1 of reconstructions {np.mean(recon_err):.4f}"
+    )
     return scale_factor, float(np.mean(recon_err))
 
 
@@ -372,8 +430,8 @@ def phase_decoder(cfg: TrainConfig, work: Path, seed: int, log) -> float:
     started = time.perf_counter() - seconds
     while step < cfg.decoder_steps:
         i = int(torch.randint(len(mu), (1,)))
-        z = mu[i:i + 1] + sigma[i:i + 1] * torch.randn_like(mu[i:i + 1])
-        x = torch.from_numpy(images[i:i + 1].astype(np.float32))[:, None]
+        z = mu[i : i + 1] + sigma[i : i + 1] * torch.randn_like(mu[i : i + 1])
+        x = torch.from_numpy(images[i : i + 1].astype(np.float32))[:, None]
         recon = ae.decode(z)
         l1 = (recon - x).abs().mean()
         grad = sum((torch.diff(recon, dim=d) - torch.diff(x, dim=d)).abs().mean() for d in (2, 3, 4))
@@ -385,12 +443,25 @@ def phase_decoder(cfg: TrainConfig, work: Path, seed: int, log) -> float:
         step += 1
         progress.update(step, l1.item(), force=step == cfg.decoder_steps)
         if step % 20 == 0 or step == cfg.decoder_steps:
-            _save_checkpoint(ckpt, model=ae.state_dict(), optimizer=opt.state_dict(), lr=sched.state_dict(),
-                             rng=_rng_state(), step=step, seconds=time.perf_counter() - started)
+            _save_checkpoint(
+                ckpt,
+                model=ae.state_dict(),
+                optimizer=opt.state_dict(),
+                lr=sched.state_dict(),
+                rng=_rng_state(),
+                step=step,
+                seconds=time.perf_counter() - started,
+            )
     ae.eval()
     with torch.inference_mode():
-        errs = [float((ae.decode(mu[i:i + 1]) - torch.from_numpy(images[i:i + 1].astype(np.float32))[:, None])
-                      .abs().mean()) for i in range(min(8, len(mu)))]
+        errs = [
+            float(
+                (ae.decode(mu[i : i + 1]) - torch.from_numpy(images[i : i + 1].astype(np.float32))[:, None])
+                .abs()
+                .mean()
+            )
+            for i in range(min(8, len(mu)))
+        ]
     log(f"decoder: whole-volume L1 of reconstructions {np.mean(errs):.4f}")
     return float(np.mean(errs))
 
@@ -409,8 +480,15 @@ def min_snr_weights(alphas_cumprod, t, gamma: float, prediction_type: str = "eps
     return snr.clamp(max=gamma) / (snr + 1 if prediction_type == "v_prediction" else snr)
 
 
-def phase_unet(cfg: TrainConfig, work: Path, seed: int, scale_factor: float, log, resume: bool,
-               deadline: float | None = None) -> float:
+def phase_unet(
+    cfg: TrainConfig,
+    work: Path,
+    seed: int,
+    scale_factor: float,
+    log,
+    resume: bool,
+    deadline: float | None = None,
+) -> float:
     import torch
     from monai.networks.schedulers import DDPMScheduler
 
@@ -428,9 +506,13 @@ def phase_unet(cfg: TrainConfig, work: Path, seed: int, scale_factor: float, log
     opt = torch.optim.AdamW(unet.parameters(), lr=cfg.unet_lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(cfg.unet_steps))
     s = schedule(cfg)
-    noise_sched = DDPMScheduler(num_train_timesteps=s["num_train_timesteps"], schedule=s["schedule"],
-                                beta_start=s["beta_start"], beta_end=s["beta_end"],
-                                prediction_type=s["prediction_type"])
+    noise_sched = DDPMScheduler(
+        num_train_timesteps=s["num_train_timesteps"],
+        schedule=s["schedule"],
+        beta_start=s["beta_start"],
+        beta_end=s["beta_end"],
+        prediction_type=s["prediction_type"],
+    )
     ckpt = work / "unet.ckpt"
     step = 0
     if resume and ckpt.exists():
@@ -451,8 +533,15 @@ def phase_unet(cfg: TrainConfig, work: Path, seed: int, scale_factor: float, log
             # Out of wall-clock budget (a shared CPU can be much slower than measured): stop cleanly with
             # a checkpoint; the card records the steps actually run, and --resume can extend it.
             log(f"unet: time budget reached at step {step}; stopping")
-            _save_checkpoint(ckpt, model=unet.state_dict(), ema=ema.state_dict(), optimizer=opt.state_dict(),
-                             lr=sched.state_dict(), rng=_rng_state(), step=step)
+            _save_checkpoint(
+                ckpt,
+                model=unet.state_dict(),
+                ema=ema.state_dict(),
+                optimizer=opt.state_dict(),
+                lr=sched.state_dict(),
+                rng=_rng_state(),
+                step=step,
+            )
             break
         idx = torch.randint(n, (cfg.unet_batch,))
         z = (mu[idx] + sigma[idx] * torch.randn_like(mu[idx])) * scale_factor
@@ -482,8 +571,15 @@ def phase_unet(cfg: TrainConfig, work: Path, seed: int, scale_factor: float, log
         loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
         progress.update(step, loss_avg, force=step == cfg.unet_steps)
         if step % cfg.checkpoint_every == 0 or step == cfg.unet_steps:
-            _save_checkpoint(ckpt, model=unet.state_dict(), ema=ema.state_dict(), optimizer=opt.state_dict(),
-                             lr=sched.state_dict(), rng=_rng_state(), step=step)
+            _save_checkpoint(
+                ckpt,
+                model=unet.state_dict(),
+                ema=ema.state_dict(),
+                optimizer=opt.state_dict(),
+                lr=sched.state_dict(),
+                rng=_rng_state(),
+                step=step,
+            )
     return float(loss_avg) if loss_avg is not None else float("nan")
 
 
@@ -495,8 +591,10 @@ def build_spec(cfg: TrainConfig, scale_factor: float, data_stats: dict[str, floa
         id=MODEL_ID,
         name="Brain T1 demo (MNI152-derived, synthetic)",
         kind="latent",
-        description=("Latent diffusion model of skull-stripped T1-weighted brain MRI at 2 mm, trained on "
-                     "synthetic volumes derived from the MNI152 2009 template. Research and education only."),
+        description=(
+            "Latent diffusion model of skull-stripped T1-weighted brain MRI at 2 mm, trained on "
+            "synthetic volumes derived from the MNI152 2009 template. Research and education only."
+        ),
         networks={"unet": unet_definition(cfg), "autoencoder": ae_definition(cfg)},
         schedule=schedule(cfg),
         samplers=("ddim", "ddpm", "pndm"),
@@ -507,14 +605,26 @@ def build_spec(cfg: TrainConfig, scale_factor: float, data_stats: dict[str, floa
         scale_factor=scale_factor,
         voxel_spacing_mm=(2.0, 2.0, 2.0),
         conditioning=(
-            ConditionSpec("brain_volume", "Brain volume", "mL", cfg.brain_ml_range[0], cfg.brain_ml_range[1],
-                          round(data_stats["brain_ml_median"]),
-                          "Grey + white matter volume (the synthetic training data span "
-                          f"{data_stats['brain_ml_p1']:.0f}-{data_stats['brain_ml_p99']:.0f} mL, 1st-99th pct)."),
-            ConditionSpec("ventricle_volume", "Ventricle volume", "mL", cfg.ventricle_ml_range[0],
-                          cfg.ventricle_ml_range[1], round(data_stats["ventricle_ml_median"]),
-                          "Lateral + third ventricle volume (training data span "
-                          f"{data_stats['ventricle_ml_p1']:.0f}-{data_stats['ventricle_ml_p99']:.0f} mL)."),
+            ConditionSpec(
+                "brain_volume",
+                "Brain volume",
+                "mL",
+                cfg.brain_ml_range[0],
+                cfg.brain_ml_range[1],
+                round(data_stats["brain_ml_median"]),
+                "Grey + white matter volume (the synthetic training data span "
+                f"{data_stats['brain_ml_p1']:.0f}-{data_stats['brain_ml_p99']:.0f} mL, 1st-99th pct).",
+            ),
+            ConditionSpec(
+                "ventricle_volume",
+                "Ventricle volume",
+                "mL",
+                cfg.ventricle_ml_range[0],
+                cfg.ventricle_ml_range[1],
+                round(data_stats["ventricle_ml_median"]),
+                "Lateral + third ventricle volume (training data span "
+                f"{data_stats['ventricle_ml_p1']:.0f}-{data_stats['ventricle_ml_p99']:.0f} mL).",
+            ),
         ),
         conditioning_modes=("concat", "crossattn"),
         guidance_null_value=NULL_VALUE,
@@ -537,9 +647,17 @@ def data_stats(work: Path) -> dict[str, float]:
     return out
 
 
-def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: TrainConfig | None = None,
-          log: Callable[[str], None] = print, command: str = "", minutes_budget: float | None = None,
-          stop_after: str | None = None) -> Path | None:
+def train(
+    out: Path,
+    work: Path,
+    seed: int = 0,
+    resume: bool = False,
+    cfg: TrainConfig | None = None,
+    log: Callable[[str], None] = print,
+    command: str = "",
+    minutes_budget: float | None = None,
+    stop_after: str | None = None,
+) -> Path | None:
     """Run (or resume) every phase and write the model folder to ``out``.
 
     Args:
@@ -583,9 +701,12 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
             # No U-Net trained yet: its own settings may change (a new U-Net on the same autoencoder).
             free += UNET_ONLY_SETTINGS
         if {k: v for k, v in saved.items() if k not in free} != json.loads(
-                json.dumps({k: v for k, v in cfg_dict.items() if k not in free})):
-            raise ValueError(f"--resume: {config_path} was written by a different configuration or seed; "
-                             "use a fresh --work folder")
+            json.dumps({k: v for k, v in cfg_dict.items() if k not in free})
+        ):
+            raise ValueError(
+                f"--resume: {config_path} was written by a different configuration or seed; "
+                "use a fresh --work folder"
+            )
     elif not resume:
         for name in ("state.json", "data.npz", "ae.ckpt", "latents.pt", "decoder.ckpt", "unet.ckpt"):
             (work / name).unlink(missing_ok=True)
@@ -594,7 +715,9 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
     state = RunState.load(state_path)
     state.commands.append(command or f"volsynth train-demo --seed {seed}")
     if restart_decoder:
-        log("decoder: its learning rate changed; fine-tuning it again from the autoencoder (the U-Net is kept)")
+        log(
+            "decoder: its learning rate changed; fine-tuning it again from the autoencoder (the U-Net is kept)"
+        )
         state.phases_done = [p for p in state.phases_done if p != "decoder"]
         (work / "decoder.ckpt").unlink(missing_ok=True)
     state.save(state_path)
@@ -641,8 +764,9 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
         state.save(state_path)
     if stop_after == "decoder":
         return None
-    unet_loss = timed("unet", lambda: phase_unet(cfg, work, seed, state.scale_factor, log, resume=True,
-                                                       deadline=deadline))
+    unet_loss = timed(
+        "unet", lambda: phase_unet(cfg, work, seed, state.scale_factor, log, resume=True, deadline=deadline)
+    )
     if unet_loss is not None:
         state.losses["unet_mse_ema"] = unet_loss
         state.save(state_path)
@@ -659,7 +783,7 @@ def train(out: Path, work: Path, seed: int = 0, resume: bool = False, cfg: Train
         "seconds": {k: round(v, 1) for k, v in state.seconds.items()},
         "losses": state.losses,
         "machine": f"{platform.machine()} {platform.processor() or ''} "
-                   f"{torch.get_num_threads()} torch threads, torch {torch.__version__}".strip(),
+        f"{torch.get_num_threads()} torch threads, torch {torch.__version__}".strip(),
         "data": data_stats(work),
     }
     spec = build_spec(cfg, float(state.scale_factor), provenance["data"], provenance)
@@ -683,8 +807,13 @@ def _load_ema_unet(cfg: TrainConfig, work: Path):
     return unet.eval()
 
 
-def config_with_steps(cfg: TrainConfig, ae_steps: int | None, unet_steps: int | None,
-                      decoder_steps: int | None = None) -> TrainConfig:
+def config_with_steps(
+    cfg: TrainConfig, ae_steps: int | None, unet_steps: int | None, decoder_steps: int | None = None
+) -> TrainConfig:
     """The config with step counts overridden (extending a resumed run)."""
-    return replace(cfg, ae_steps=ae_steps or cfg.ae_steps, unet_steps=unet_steps or cfg.unet_steps,
-                   decoder_steps=decoder_steps or cfg.decoder_steps)
+    return replace(
+        cfg,
+        ae_steps=ae_steps or cfg.ae_steps,
+        unet_steps=unet_steps or cfg.unet_steps,
+        decoder_steps=decoder_steps or cfg.decoder_steps,
+    )

@@ -29,7 +29,9 @@ def _wait(qtbot, compare, timeout=120_000) -> str:
 def compare(qtbot, main_window):
     _select(main_window, "tiny-latent")
     main_window.sampling_panel.steps_spin.setValue(6)
-    qtbot.keyClick(main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClick(
+        main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
     window = main_window.compare.window
     assert window is not None and window.isVisible()
     qtbot.waitExposed(window)
@@ -80,7 +82,11 @@ def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, main_wi
     assert _wait(qtbot, compare) == "finished"
     view_a = compare.views["a"]["axial"]
     rect = view_a.image_rect()
-    qtbot.mouseClick(view_a, Qt.MouseButton.LeftButton, pos=rect.topLeft().toPoint() + (rect.center() - rect.topLeft()).toPoint() / 2)
+    qtbot.mouseClick(
+        view_a,
+        Qt.MouseButton.LeftButton,
+        pos=rect.topLeft().toPoint() + (rect.center() - rect.topLeft()).toPoint() / 2,
+    )
     moved = compare.states["a"].crosshair_ras
     assert not np.allclose(moved, compare.states["a"].shown.center_ras())
     for side in ("b", "diff"):
@@ -99,8 +105,13 @@ def test_same_settings_compare_identical(qtbot, main_window, compare):
     compare.start()
     assert _wait(qtbot, compare) == "finished"
     assert compare.comparison.max_abs_err == 0.0
-    assert "identical" in compare.titles["diff"].text() and "identical volumes" in compare.summary_label.text()
-    assert compare.kernel_tables["a"].rowCount() == 0 and "no kernel profile" in compare.kernel_titles["a"].text()
+    assert (
+        "identical" in compare.titles["diff"].text() and "identical volumes" in compare.summary_label.text()
+    )
+    assert (
+        compare.kernel_tables["a"].rowCount() == 0
+        and "no kernel profile" in compare.kernel_titles["a"].text()
+    )
 
 
 def test_cancel_with_escape_leaves_the_app_usable(qtbot, main_window, compare):
@@ -150,14 +161,24 @@ def test_add_to_session_and_save(qtbot, main_window, compare, tmp_path):
     assert _wait(qtbot, compare) == "finished"
     compare.add_to_session()
     names = [v.name for v in main_window.state.volumes]
-    assert names[-2:] == [f"seed {main_window.sampling_panel.seed_spin.value()} \u00b7 fp32",
-                          f"seed {main_window.sampling_panel.seed_spin.value()} \u00b7 bf16"]
+    assert names[-2:] == [
+        f"seed {main_window.sampling_panel.seed_spin.value()} \u00b7 fp32",
+        f"seed {main_window.sampling_panel.seed_spin.value()} \u00b7 bf16",
+    ]
     assert main_window.state.volumes[-1].provenance["optimization"]["requested"]["autocast"] == "bf16"
     folder = tmp_path / "cmp"
     compare.save_to(folder)
-    qtbot.waitUntil(lambda: (folder / "compare.json").is_file() and not main_window.runner.jobs, timeout=30_000)
-    assert sorted(p.name for p in folder.iterdir()) == ["a.json", "a.nii.gz", "b.json", "b.nii.gz", "compare.json",
-                                                        "difference.nii.gz"]
+    qtbot.waitUntil(
+        lambda: (folder / "compare.json").is_file() and not main_window.runner.jobs, timeout=30_000
+    )
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "a.json",
+        "a.nii.gz",
+        "b.json",
+        "b.nii.gz",
+        "compare.json",
+        "difference.nii.gz",
+    ]
     record = json.loads((folder / "compare.json").read_text())
     assert record["b"]["applied"] == ["autocast"] and "Saved 6 files" in compare.progress_label.text()
 

@@ -91,7 +91,10 @@ def test_cancel_mid_run_leaves_the_app_usable(qtbot, main_window):
     assert thread.isFinished() and not window.runner.jobs and window._generation_job is None
     assert window.state.progress.step < 1000
     assert window.sampling_panel.progress_label.text() == "Cancelled"
-    assert window.sampling_panel.generate_button.isEnabled() and not window.sampling_panel.cancel_button.isEnabled()
+    assert (
+        window.sampling_panel.generate_button.isEnabled()
+        and not window.sampling_panel.cancel_button.isEnabled()
+    )
     assert not any(v.kind == "preview" for v in window.state.volumes)
     # still usable: a short run afterwards finishes
     window.sampling_panel.steps_spin.setValue(3)
@@ -127,14 +130,21 @@ def test_open_nibabel_files_and_switch_between_them(qtbot, main_window, nibabel_
 def test_drag_and_drop_opens_nifti(qtbot, main_window, nibabel_data):
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(nibabel_data / "anatomical.nii"))])
-    event = QDropEvent(QPointF(300, 300), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                       Qt.KeyboardModifier.NoModifier)
+    event = QDropEvent(
+        QPointF(300, 300),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
     with qtbot.waitSignal(main_window.volume_opened, timeout=20_000):
         main_window.dropEvent(event)
     assert main_window.state.shown.name == "anatomical.nii"
 
 
-def test_corrupt_file_shows_an_error_and_the_app_goes_on(qtbot, main_window, tmp_path, error_dialogs, nibabel_data):
+def test_corrupt_file_shows_an_error_and_the_app_goes_on(
+    qtbot, main_window, tmp_path, error_dialogs, nibabel_data
+):
     bad = tmp_path / "broken.nii.gz"
     bad.write_bytes((nibabel_data / "example4d.nii.gz").read_bytes()[:300])
     main_window.open_path(bad)
@@ -168,8 +178,11 @@ def test_window_level_and_crosshair_interactions_change_the_drawing(qtbot, main_
     coronal_before, sagittal_before = coronal.current_pixels(), sagittal.current_pixels()
     voxel_before = window.state.crosshair_voxel()
     rect = axial.image_rect()
-    qtbot.mouseClick(axial, Qt.MouseButton.LeftButton, pos=QPoint(int(rect.left() + rect.width() * 0.2),
-                                                                 int(rect.top() + rect.height() * 0.25)))
+    qtbot.mouseClick(
+        axial,
+        Qt.MouseButton.LeftButton,
+        pos=QPoint(int(rect.left() + rect.width() * 0.2), int(rect.top() + rect.height() * 0.25)),
+    )
     voxel_after = window.state.crosshair_voxel()
     assert voxel_after[2] == voxel_before[2]  # axial click keeps the axial slice
     assert voxel_after[0] != voxel_before[0] and voxel_after[1] != voxel_before[1]
@@ -271,8 +284,10 @@ def test_event_loop_stays_responsive_during_generation(qtbot, main_window):
     timer.stop()
     gaps = np.diff(ticks) * 1000
     assert len(gaps) > 10 and previews
-    report = (f"event loop during generation: {len(ticks)} ticks, max gap {gaps.max():.1f} ms, "
-              f"p99 {np.percentile(gaps, 99):.1f} ms, median {np.median(gaps):.1f} ms, {len(previews)} previews drawn")
+    report = (
+        f"event loop during generation: {len(ticks)} ticks, max gap {gaps.max():.1f} ms, "
+        f"p99 {np.percentile(gaps, 99):.1f} ms, median {np.median(gaps):.1f} ms, {len(previews)} previews drawn"
+    )
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     (BENCH_DIR / "event_loop_gap.txt").write_text(report + "\n")
     print("\n" + report)

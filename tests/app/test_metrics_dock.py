@@ -70,9 +70,12 @@ def fake_gpu_window(qtbot, themed_app, registry, qt_settings, error_dialogs, fak
     from app.main_window import MainWindow
     from engine.telemetry import GpuMonitor, LocalCollector, Sampler
 
-    sampler = Sampler(collector=LocalCollector(gpu=GpuMonitor(fake_gpus, pcie_interval_s=0), torch_mode="off"))
-    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False,
-                        sampler=sampler)
+    sampler = Sampler(
+        collector=LocalCollector(gpu=GpuMonitor(fake_gpus, pcie_interval_s=0), torch_mode="off")
+    )
+    window = MainWindow(
+        registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False, sampler=sampler
+    )
     qtbot.addWidget(window)
     window.resize(1500, 920)
     window.show()
@@ -86,12 +89,27 @@ def fake_gpu_window(qtbot, themed_app, registry, qt_settings, error_dialogs, fak
 
 
 def test_run_summary_lines_without_and_with_a_gpu():
-    no_gpu = {"duration_s": 4.25, "gpu_available": False, "gpu_reason": "no NVIDIA GPU: no driver",
-              "mean_gpu_util_pct": None, "peak_gpu_memory_bytes": None, "energy_j": None,
-              "cpu": {"mean_cpu_pct": 96.4, "peak_process_rss_bytes": 3 * 2**29}}
-    assert run_summary_lines(no_gpu) == ["telemetry: 4.2 s, no GPU, CPU 96% mean", "peak RSS 1.5 GiB, energy n/a"]
-    gpu = {"duration_s": 12.0, "gpu_available": True, "mean_gpu_util_pct": 87.0,
-           "peak_gpu_memory_bytes": 20 * 2**30, "energy_j": 3018.2, "cpu": {}}
+    no_gpu = {
+        "duration_s": 4.25,
+        "gpu_available": False,
+        "gpu_reason": "no NVIDIA GPU: no driver",
+        "mean_gpu_util_pct": None,
+        "peak_gpu_memory_bytes": None,
+        "energy_j": None,
+        "cpu": {"mean_cpu_pct": 96.4, "peak_process_rss_bytes": 3 * 2**29},
+    }
+    assert run_summary_lines(no_gpu) == [
+        "telemetry: 4.2 s, no GPU, CPU 96% mean",
+        "peak RSS 1.5 GiB, energy n/a",
+    ]
+    gpu = {
+        "duration_s": 12.0,
+        "gpu_available": True,
+        "mean_gpu_util_pct": 87.0,
+        "peak_gpu_memory_bytes": 20 * 2**30,
+        "energy_j": 3018.2,
+        "cpu": {},
+    }
     assert run_summary_lines(gpu) == ["telemetry: 12.0 s, GPU 87% mean", "peak GPU memory 20.0 GiB, 3,018 J"]
     assert format_bytes(None) == "n/a" and format_bytes(512 * 2**20) == "512 MiB"
 
@@ -102,14 +120,41 @@ def test_run_summary_lines_without_and_with_a_gpu():
 def _sample(t, *, cpu=10.0, util=None, source="server-1"):
     from engine.telemetry import GpuSample, Sample, SystemSample
 
-    gpus = [] if util is None else [GpuSample(index=0, name="NVIDIA H200", sm_util_pct=util, mem_util_pct=5.0,
-                                              memory_used_bytes=2**30 * 10, memory_total_bytes=2**30 * 141,
-                                              temperature_c=40.0, power_w=120.0, power_limit_w=700.0)]
-    return Sample(seq=0, timestamp=1_700_000_000.0 + t, monotonic=t, source=source, gpu_available=bool(gpus),
-                  gpu_reason=None if gpus else "no NVIDIA GPU: the server has none", driver_version="570.1",
-                  gpus=gpus, system=SystemSample(cpu_pct_per_core=[cpu - 5, cpu + 5], cpu_pct=cpu,
-                                                 ram_used_bytes=2**30 * 8, ram_total_bytes=2**30 * 32,
-                                                 process_rss_bytes=2**29, process_cpu_pct=cpu))
+    gpus = (
+        []
+        if util is None
+        else [
+            GpuSample(
+                index=0,
+                name="NVIDIA H200",
+                sm_util_pct=util,
+                mem_util_pct=5.0,
+                memory_used_bytes=2**30 * 10,
+                memory_total_bytes=2**30 * 141,
+                temperature_c=40.0,
+                power_w=120.0,
+                power_limit_w=700.0,
+            )
+        ]
+    )
+    return Sample(
+        seq=0,
+        timestamp=1_700_000_000.0 + t,
+        monotonic=t,
+        source=source,
+        gpu_available=bool(gpus),
+        gpu_reason=None if gpus else "no NVIDIA GPU: the server has none",
+        driver_version="570.1",
+        gpus=gpus,
+        system=SystemSample(
+            cpu_pct_per_core=[cpu - 5, cpu + 5],
+            cpu_pct=cpu,
+            ram_used_bytes=2**30 * 8,
+            ram_total_bytes=2**30 * 32,
+            process_rss_bytes=2**29,
+            process_cpu_pct=cpu,
+        ),
+    )
 
 
 @render
@@ -150,9 +195,17 @@ def test_dock_over_a_feed_source_plots_exact_values_and_marks(qtbot, themed_app)
 
     # run marks sit on the samples' clock: the summary's times, not this machine's
     dock.add_run_start("run-1")
-    summary = {"run_id": "run-1", "started_at": 1_700_000_000.0 + 190.0, "ended_at": 1_700_000_000.0 + 200.5,
-               "duration_s": 10.5, "gpu_available": True, "mean_gpu_util_pct": 50.0,
-               "peak_gpu_memory_bytes": 2**30 * 10, "energy_j": 1260.0, "cpu": {}}
+    summary = {
+        "run_id": "run-1",
+        "started_at": 1_700_000_000.0 + 190.0,
+        "ended_at": 1_700_000_000.0 + 200.5,
+        "duration_s": 10.5,
+        "gpu_available": True,
+        "mean_gpu_util_pct": 50.0,
+        "peak_gpu_memory_bytes": 2**30 * 10,
+        "energy_j": 1260.0,
+        "cpu": {},
+    }
     dock.add_run_end("run-1", "finished", summary)
     assert dock.refresh()  # marks changed: redrawn without a new sample
     lines = dock.cards["gpu_util"].mark_lines
@@ -172,8 +225,9 @@ def test_dock_over_a_feed_source_plots_exact_values_and_marks(qtbot, themed_app)
 
 
 @render
-def test_sampler_starts_after_the_window_is_shown_and_stops_on_close(qtbot, themed_app, registry, qt_settings,
-                                                                     error_dialogs):
+def test_sampler_starts_after_the_window_is_shown_and_stops_on_close(
+    qtbot, themed_app, registry, qt_settings, error_dialogs
+):
     from app.main_window import MainWindow
 
     window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
@@ -231,7 +285,9 @@ def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbo
     # the reason is shown, the GPU plots are not, and CPU/RAM stay live
     assert dock.gpu_warning.isVisible() and dock.gpu_warning.text().startswith("no NVIDIA GPU: ")
     assert dock.gpu_warning.text() == latest.gpu_reason
-    assert not any(dock.cards[k].isVisible() for k in ("gpu_util", "gpu_memory", "gpu_power", "gpu_temperature"))
+    assert not any(
+        dock.cards[k].isVisible() for k in ("gpu_util", "gpu_memory", "gpu_power", "gpu_temperature")
+    )
     texts = {cpu.value_label.text()}
 
     def remember(seq):
@@ -306,8 +362,12 @@ def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window,
     dock = _show_metrics(qtbot, window)
     util = dock.cards["gpu_util"]
     qtbot.waitUntil(lambda: util.points("gpu0.sm") >= 3, timeout=10_000)
-    for key, curve in (("gpu_memory", "gpu0.mem_used"), ("gpu_power", "gpu0.power"),
-                       ("gpu_power", "gpu0.power_limit"), ("gpu_temperature", "gpu0.temp")):
+    for key, curve in (
+        ("gpu_memory", "gpu0.mem_used"),
+        ("gpu_power", "gpu0.power"),
+        ("gpu_power", "gpu0.power_limit"),
+        ("gpu_temperature", "gpu0.temp"),
+    ):
         assert dock.cards[key].isVisible() and dock.cards[key].points(curve) >= 1, key
     assert "NVIDIA RTX A6000" in dock.device_label.text() and "550.54.15" in dock.device_label.text()
     assert not dock.gpu_warning.isVisible()
@@ -338,6 +398,10 @@ def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window,
     assert telemetry["gpus"][0]["name"] == "NVIDIA RTX A6000"
     details = window.session_panel.details.text()
     assert "GPU 12% mean" in details and "peak GPU memory 20.0 GiB" in details and " J" in details
-    assert [(m.kind, m.outcome) for m in dock.run_marks] == [("start", ""), ("end", "cancelled"), ("start", ""),
-                                                            ("end", "finished")]
+    assert [(m.kind, m.outcome) for m in dock.run_marks] == [
+        ("start", ""),
+        ("end", "cancelled"),
+        ("start", ""),
+        ("end", "finished"),
+    ]
     qtbot.waitUntil(lambda: len(util.mark_lines) == 4, timeout=5_000)

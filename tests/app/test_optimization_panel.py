@@ -44,16 +44,21 @@ def test_settings_reach_the_request_and_presets_set_them(main_window):
 
     panel.apply_preset("Fast (GPU)")
     assert main_window.sampling_panel.settings().to_request().optimization == OptimizationConfig(
-        tf32=True, channels_last_3d=True, autocast="bf16", attention="sdpa")
+        tf32=True, channels_last_3d=True, autocast="bf16", attention="sdpa"
+    )
     assert panel.preset_box.currentText() == "Fast (GPU)"
     panel.preset_box.setCurrentText("Low memory")
     panel.preset_box.activated.emit(panel.preset_box.currentIndex())  # as a user's pick does
-    assert main_window.sampling_panel.settings().to_request().optimization == OptimizationConfig(streamed_decode=True)
+    assert main_window.sampling_panel.settings().to_request().optimization == OptimizationConfig(
+        streamed_decode=True
+    )
 
 
 def test_settings_that_do_not_apply_on_the_cpu_say_why(main_window):
     panel = _panel(main_window)
-    main_window.sampling_panel.device_box.setCurrentIndex(main_window.sampling_panel.device_box.findData("cpu"))
+    main_window.sampling_panel.device_box.setCurrentIndex(
+        main_window.sampling_panel.device_box.findData("cpu")
+    )
     panel.set_values({"tf32": True, "quantization": "fp8", "channels_last_3d": True})
     assert panel.marks["tf32"].text() == "\u2013"
     assert "TF32 needs an NVIDIA GPU of compute capability 8.0+" in panel.marks["tf32"].toolTip()
@@ -64,12 +69,16 @@ def test_settings_that_do_not_apply_on_the_cpu_say_why(main_window):
     assert main_window.sampling_panel.generate_button.isEnabled()  # not applying is not refused
 
 
-@pytest.mark.parametrize("values, words", [
-    ({"cuda_graphs": True}, "CUDA graphs need an NVIDIA GPU"),
-    ({"quantization": "int8", "autocast": "fp16"}, "use bf16 autocast (or none) with int8"),
-])
-def test_refused_combinations_show_the_engines_message_and_start_nothing(qtbot, main_window, error_dialogs,
-                                                                         values, words):
+@pytest.mark.parametrize(
+    "values, words",
+    [
+        ({"cuda_graphs": True}, "CUDA graphs need an NVIDIA GPU"),
+        ({"quantization": "int8", "autocast": "fp16"}, "use bf16 autocast (or none) with int8"),
+    ],
+)
+def test_refused_combinations_show_the_engines_message_and_start_nothing(
+    qtbot, main_window, error_dialogs, values, words
+):
     window = main_window
     panel = _panel(window)
     panel.set_values(values)
@@ -108,7 +117,9 @@ def test_generation_records_what_applied_in_provenance_and_details(qtbot, main_w
     # what the panel predicted is what the run reported
     assert {k: e["applied"] for k, e in panel.report.items()} == {k: e["applied"] for k, e in report.items()}
 
-    bar = window.docks["generateDock"].widget().verticalScrollBar()  # expanded, the panel scrolls: show its end
+    bar = (
+        window.docks["generateDock"].widget().verticalScrollBar()
+    )  # expanded, the panel scrolls: show its end
     bar.setValue(bar.maximum())
     assert screenshot(window, "08-optimization-panel").stat().st_size > 10_000
 
@@ -118,8 +129,9 @@ def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_setti
 
     first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(first)
-    _panel(first).set_values({"attention": "sdpa", "streamed_decode": True, "quantization": "mixed",
-                              "psnr_budget_db": 33.0})
+    _panel(first).set_values(
+        {"attention": "sdpa", "streamed_decode": True, "quantization": "mixed", "psnr_budget_db": 33.0}
+    )
     _panel(first).expand_button.setChecked(True)
     first.close()
 
@@ -128,11 +140,14 @@ def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_setti
     panel = _panel(second)
     assert panel.expand_button.isChecked() and panel.preset_box.currentText() == "Custom"
     assert second.sampling_panel.settings().to_request().optimization == OptimizationConfig(
-        attention="sdpa", streamed_decode=True, quantization="mixed", psnr_budget_db=33.0)
+        attention="sdpa", streamed_decode=True, quantization="mixed", psnr_budget_db=33.0
+    )
     second.close()
 
 
-def test_the_check_waits_for_torch_at_start_up(qtbot, themed_app, registry, qt_settings, error_dialogs, monkeypatch):
+def test_the_check_waits_for_torch_at_start_up(
+    qtbot, themed_app, registry, qt_settings, error_dialogs, monkeypatch
+):
     from app.main_window import MainWindow
 
     qt_settings.setValue("optimization/settings", '{"cuda_graphs": true, "autocast": "bogus"}')

@@ -79,8 +79,12 @@ def test_a_killed_process_leaves_an_orphan_that_restores_exactly(tmp_path):
     orphans = store.orphans()
     assert len(orphans) == 1 and len(orphans[0].volumes) == 1
     assert orphans[0].describe().startswith("1 generated volume from a session that ended unexpectedly")
-    (name, loaded), = store.restore(orphans[0])
-    assert name == "seed 3 · crashed" and loaded.provenance["seed"] == 3 and "recovery_name" not in loaded.provenance
+    ((name, loaded),) = store.restore(orphans[0])
+    assert (
+        name == "seed 3 · crashed"
+        and loaded.provenance["seed"] == 3
+        and "recovery_name" not in loaded.provenance
+    )
     assert np.array_equal(loaded.data, np.random.default_rng(3).random((6, 7, 5), dtype=np.float32))
     assert orphans[0].folder.exists()  # kept until discarded: a failed restore loses nothing
     store.discard(orphans[0])
@@ -132,7 +136,9 @@ window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]), settings=QSetti
 window.show()
 """
 
-APP_THEN_KILL = APP_PROCESS + """
+APP_THEN_KILL = (
+    APP_PROCESS
+    + """
 window.state.select_model(window.state.model_by_id("tiny-latent"))
 window.sampling_panel.steps_spin.setValue(4)
 window.sampling_panel.seed_spin.setValue(11)
@@ -147,20 +153,33 @@ np_sum = float(entry.data.astype("float64").sum())
 print(entry.name, np_sum, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
+)
+
 
 @pytest.mark.render
-def test_generated_volume_survives_a_killed_app(qtbot, themed_app, registry, tiny_models_dir, qt_settings,
-                                                error_dialogs, tmp_path):
+def test_generated_volume_survives_a_killed_app(
+    qtbot, themed_app, registry, tiny_models_dir, qt_settings, error_dialogs, tmp_path
+):
     from app.main_window import MainWindow
 
     root = tmp_path / "recovery"
-    done = subprocess.run([sys.executable, "-c", APP_THEN_KILL, str(tiny_models_dir), str(root)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", APP_THEN_KILL, str(tiny_models_dir), str(root)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     name, total = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
 
-    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False,
-                        recovery=RecoveryStore(root))
+    window = MainWindow(
+        registry=registry,
+        settings=qt_settings,
+        enable_3d=False,
+        preload_torch=False,
+        recovery=RecoveryStore(root),
+    )
     qtbot.addWidget(window)
     window.show()
     qtbot.waitExposed(window)
@@ -190,8 +209,13 @@ def test_discard_deletes_the_orphan(qtbot, themed_app, registry, qt_settings, er
 
     root = tmp_path / "recovery"
     assert _kill_after_keeping(root).returncode == -signal.SIGKILL
-    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False,
-                        recovery=RecoveryStore(root))
+    window = MainWindow(
+        registry=registry,
+        settings=qt_settings,
+        enable_3d=False,
+        preload_torch=False,
+        recovery=RecoveryStore(root),
+    )
     qtbot.addWidget(window)
     window.show()
     qtbot.waitExposed(window)
@@ -221,15 +245,21 @@ def test_the_recovery_folder_follows_the_session_list(qtbot, main_window):
 
 
 @pytest.mark.render
-def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(qtbot, themed_app, registry, qt_settings,
-                                                                    error_dialogs, tmp_path):
+def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(
+    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
+):
     from app.main_window import MainWindow
 
     root = tmp_path / "recovery"
 
     def open_window():
-        window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False,
-                            recovery=RecoveryStore(root))
+        window = MainWindow(
+            registry=registry,
+            settings=qt_settings,
+            enable_3d=False,
+            preload_torch=False,
+            recovery=RecoveryStore(root),
+        )
         qtbot.addWidget(window)
         window.show()
         qtbot.waitExposed(window)
@@ -258,7 +288,9 @@ def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(qtbot, themed
     assert list(root.iterdir()) == []
 
 
-APP_THEN_QUIT = APP_PROCESS + """
+APP_THEN_QUIT = (
+    APP_PROCESS
+    + """
 window.state.select_model(window.state.model_by_id("tiny-pixel"))
 window.sampling_panel.steps_spin.setValue(3)
 
@@ -272,12 +304,18 @@ window.generation_ended.connect(lambda outcome: QTimer.singleShot(0, quit_when_k
 QTimer.singleShot(0, window.sampling_panel.generate_button.click)
 sys.exit(app.exec())
 """
+)
 
 
 def test_quitting_without_closing_the_window_is_still_a_clean_exit(tiny_models_dir, tmp_path):
     root = tmp_path / "recovery"
-    done = subprocess.run([sys.executable, "-c", APP_THEN_QUIT, str(tiny_models_dir), str(root)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", APP_THEN_QUIT, str(tiny_models_dir), str(root)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     (left,) = RecoveryStore(root).orphans()
     assert left.clean_exit and len(left.volumes) == 1  # unsaved, so kept; but not called a crash
@@ -286,11 +324,21 @@ def test_quitting_without_closing_the_window_is_still_a_clean_exit(tiny_models_d
 @pytest.mark.slow
 def test_the_demo_run_leaves_nothing_to_recover(tmp_path):
     """`volsynth-studio --demo` (the main job's headless check) on the shipped model, start to finish."""
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "XDG_DATA_HOME": str(tmp_path / "data"),
-           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": "offscreen",
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
     png = tmp_path / "demo.png"
-    done = subprocess.run([sys.executable, "-m", "app", "--no-3d", "--demo", str(png)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "--no-3d", "--demo", str(png)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
     assert "demo: generation finished" in done.stdout and png.stat().st_size > 10_000
     recovery = tmp_path / "data" / "volsynth" / "recovery"

@@ -43,20 +43,26 @@ def _connect(qtbot, window, url, token=TOKEN):
     return dialog
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("gpu-box:8765", "http://gpu-box:8765"),
-    (" https://10.0.0.5:9000/ ", "https://10.0.0.5:9000"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gpu-box:8765", "http://gpu-box:8765"),
+        (" https://10.0.0.5:9000/ ", "https://10.0.0.5:9000"),
+    ],
+)
 def test_addresses_are_normalised(text, expected):
     assert normalise_url(text) == expected
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "enter the engine server's address"),
-    ("ftp://box:21", r"not an http\(s\) address"),
-    ("http://box:8765/jobs", "has a path"),
-    ("http://box:99999", "invalid port"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "enter the engine server's address"),
+        ("ftp://box:21", r"not an http\(s\) address"),
+        ("http://box:8765/jobs", "has a path"),
+        ("http://box:99999", "invalid port"),
+    ],
+)
 def test_bad_addresses_are_refused_with_the_reason(text, message):
     with pytest.raises(InvalidRequest, match=message):
         normalise_url(text)
@@ -99,8 +105,11 @@ def test_generate_on_a_server_from_the_app(qtbot, main_window, server):
     local = LocalBackend("cpu", window.registry)
     from engine.api import run
 
-    expected = run(local.sample(window.sampling_panel.settings().to_request().replace(
-        model="tiny-latent", preview_interval=0)))
+    expected = run(
+        local.sample(
+            window.sampling_panel.settings().to_request().replace(model="tiny-latent", preview_interval=0)
+        )
+    )
     assert np.array_equal(entry.data, expected.volume())
 
     # Disconnect: back to this machine's devices and metrics.
@@ -174,8 +183,9 @@ def server_with_extra_model(tiny_models_dir, tmp_path):
         yield url
 
 
-def test_models_only_the_server_has_are_listed_and_run_there(qtbot, main_window, server_with_extra_model,
-                                                            error_dialogs):
+def test_models_only_the_server_has_are_listed_and_run_there(
+    qtbot, main_window, server_with_extra_model, error_dialogs
+):
     window, url = main_window, server_with_extra_model
     _connect(qtbot, window, url)
     qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)

@@ -54,7 +54,10 @@ def test_display_voxel_round_trip(plane, convention, volume):
         back = geom.to_voxel(row, col, ijk[geom.slice_axis], SHAPE)
         assert np.allclose(back, ijk)
         # and the display image really holds that voxel there
-        assert geom.extract(volume, int(ijk[geom.slice_axis]))[int(row), int(col)] == volume[tuple(ijk.astype(int))]
+        assert (
+            geom.extract(volume, int(ijk[geom.slice_axis]))[int(row), int(col)]
+            == volume[tuple(ijk.astype(int))]
+        )
 
 
 def test_unknown_plane_is_refused():

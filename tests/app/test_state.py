@@ -29,8 +29,10 @@ def _entry(shape=(10, 12, 8), spacing=2.0, name="vol", kind="opened"):
 
 
 def test_state_module_imports_no_qt():
-    code = "import sys, app.state, app.viewer.slicing, app.viewer.geometry; " \
-           "bad = [m for m in ('PySide6', 'pyvista', 'vtk', 'torch') if m in sys.modules]; print(bad); assert not bad"
+    code = (
+        "import sys, app.state, app.viewer.slicing, app.viewer.geometry; "
+        "bad = [m for m in ('PySide6', 'pyvista', 'vtk', 'torch') if m in sys.modules]; print(bad); assert not bad"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -70,7 +72,9 @@ def test_window_presets_and_custom_window():
     state = AppState()
     entry = state.add_volume(_entry())
     full = window_for_preset(entry, "Full range")
-    assert full == pytest.approx((entry.data.max() - entry.data.min(), (entry.data.max() + entry.data.min()) / 2))
+    assert full == pytest.approx(
+        (entry.data.max() - entry.data.min(), (entry.data.max() + entry.data.min()) / 2)
+    )
     state.apply_window_preset("High contrast (10-90%)")
     assert state.window[0] < full[0]
     seen = []
@@ -105,7 +109,9 @@ def test_progress_tracker_rate_and_eta():
 def test_generation_settings_build_and_validate_requests():
     from engine.errors import InvalidRequest
 
-    request = GenerationSettings(model="m", sampler="ddim", steps=20, seed=7, conditioning={"age": 60.0}).to_request()
+    request = GenerationSettings(
+        model="m", sampler="ddim", steps=20, seed=7, conditioning={"age": 60.0}
+    ).to_request()
     assert request.preview_interval == 2 and request.seed == 7 and request.conditioning == {"age": 60.0}
     with pytest.raises(InvalidRequest, match="seed"):
         GenerationSettings(seed=-1).to_request()
@@ -125,8 +131,12 @@ def test_add_result_adds_each_batch_item():
     from engine.api import SamplingRequest, SamplingResult
 
     volumes = np.random.default_rng(0).random((2, 1, 4, 5, 6), dtype=np.float32)
-    result = SamplingResult(volumes=volumes, affine=np.eye(4), request=SamplingRequest(seed=3),
-                            provenance={"model": {"id": "tiny"}, "seed": 3})
+    result = SamplingResult(
+        volumes=volumes,
+        affine=np.eye(4),
+        request=SamplingRequest(seed=3),
+        provenance={"model": {"id": "tiny"}, "seed": 3},
+    )
     state = AppState()
     entries = state.add_result(result)
     assert [e.name for e in entries] == ["tiny seed 3 #1", "tiny seed 3 #2"]
@@ -138,11 +148,17 @@ def test_add_result_adds_each_batch_item():
 def test_optimization_lines_list_what_applied_then_why_not():
     from app.state import optimization_lines
 
-    report = {"tf32": {"requested": True, "applied": False, "reason": "TF32 needs an NVIDIA GPU"},
-              "autocast": {"requested": "bf16", "applied": True, "reason": "bf16 autocast on the CPU"},
-              "attention": {"requested": "default", "applied": False, "reason": ""},
-              "compile_mode": {"requested": None, "applied": False, "reason": ""}}
-    assert optimization_lines(report) == ["optimization:", "  \u2713 Autocast bf16",
-                                          "  \u2013 TF32: TF32 needs an NVIDIA GPU"]
+    report = {
+        "tf32": {"requested": True, "applied": False, "reason": "TF32 needs an NVIDIA GPU"},
+        "autocast": {"requested": "bf16", "applied": True, "reason": "bf16 autocast on the CPU"},
+        "attention": {"requested": "default", "applied": False, "reason": ""},
+        "compile_mode": {"requested": None, "applied": False, "reason": ""},
+    }
+    assert optimization_lines(report) == [
+        "optimization:",
+        "  \u2713 Autocast bf16",
+        "  \u2013 TF32: TF32 needs an NVIDIA GPU",
+    ]
     assert optimization_lines({"tf32": {"requested": False, "applied": False, "reason": ""}}) == [
-        "optimization: none (exact fp32)"]
+        "optimization: none (exact fp32)"
+    ]

@@ -61,8 +61,9 @@ def vault_window(main_window, tmp_path):
 
 def _wait_task(qtbot, controller, name: str, timeout: int = 30_000) -> str:
     """Wait for the named background task to end; its outcome (finished, failed, cancelled)."""
-    with qtbot.waitSignal(controller.task_ended, timeout=timeout,
-                          check_params_cb=lambda task, outcome: task == name) as blocker:
+    with qtbot.waitSignal(
+        controller.task_ended, timeout=timeout, check_params_cb=lambda task, outcome: task == name
+    ) as blocker:
         pass
     return blocker.args[1]
 
@@ -113,17 +114,26 @@ def test_table_cells_read_like_a_worklist():
 
     class Info:
         id, kind, label, created, source = "ab" * 16, "scan", "T1", "2024-05-02T10:00:00+00:00", "dicom"
-        patient, study, provenance = {"name": "Doe^Jane"}, {"date": "20240131", "modality": "MR",
-                                                            "description": "Brain"}, None
+        patient, study, provenance = (
+            {"name": "Doe^Jane"},
+            {"date": "20240131", "modality": "MR", "description": "Brain"},
+            None,
+        )
 
     assert item_row(Info) == ("Doe, Jane", "MR \u00b7 Brain", "2024-01-31", "Scan", "T1")
     Info.kind, Info.patient, Info.study = "synthetic", {}, {}
     Info.provenance = {"model": {"id": "brain-t1-demo"}, "seed": 7}
-    assert item_row(Info)[:2] == ("\u2014", "brain-t1-demo \u00b7 seed 7") and item_row(Info)[3] == "Synthetic"
-    assert jsonable({"a": (1, np.float32(0.5)), "b": math.nan, 3: Path("/x")}) == {"a": [1, 0.5], "b": None,
-                                                                                  "3": "/x"}
+    assert (
+        item_row(Info)[:2] == ("\u2014", "brain-t1-demo \u00b7 seed 7") and item_row(Info)[3] == "Synthetic"
+    )
+    assert jsonable({"a": (1, np.float32(0.5)), "b": math.nan, 3: Path("/x")}) == {
+        "a": [1, 0.5],
+        "b": None,
+        "3": "/x",
+    }
     assert label_problems([f"item {'ab' * 16} is corrupted"], [Info]) == [
-        f"\u201cT1\u201d: item {'ab' * 16} is corrupted"]
+        f"\u201cT1\u201d: item {'ab' * 16} is corrupted"
+    ]
 
 
 # -- the window -----------------------------------------------------------------------------------------
@@ -135,7 +145,9 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
 
     window = vault_window
     controller = window.vault_controller
-    assert not controller.is_unlocked and "Vault" in [a.text().replace("&", "") for a in window.menuBar().actions()]
+    assert not controller.is_unlocked and "Vault" in [
+        a.text().replace("&", "") for a in window.menuBar().actions()
+    ]
 
     # the create dialog refuses a mismatched confirmation before anything is written
     dialog = controller.request_unlock()
@@ -153,8 +165,14 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
     qtbot.waitUntil(lambda: browser.table_stack.currentWidget() is browser.empty_label)
 
     source = nibabel_data / "anatomical.nii"
-    _import(qtbot, controller, [source], rows=1, patient={"name": "Doe^Jane", "id": "P-001"},
-            study={"description": "MR brain", "date": "20240131"})
+    _import(
+        qtbot,
+        controller,
+        [source],
+        rows=1,
+        patient={"name": "Doe^Jane", "id": "P-001"},
+        study={"description": "MR brain", "date": "20240131"},
+    )
     assert browser.row_texts() == [("Doe, Jane", "MR brain", "2024-01-31", "Scan", "anatomical")]
     info = controller.items[0]
     assert info.kind == "scan" and info.label == "anatomical"
@@ -179,15 +197,22 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
 
 
 @render
-def test_drop_on_the_browser_imports_and_drop_on_the_window_still_opens(qtbot, vault_window, nibabel_data, tmp_path):
+def test_drop_on_the_browser_imports_and_drop_on_the_window_still_opens(
+    qtbot, vault_window, nibabel_data, tmp_path
+):
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
     source = tmp_path / "scan one.nii"
     shutil.copy(nibabel_data / "anatomical.nii", source)
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(source))])
-    event = QDropEvent(QPointF(40, 40), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                       Qt.KeyboardModifier.NoModifier)
+    event = QDropEvent(
+        QPointF(40, 40),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
     controller.browser.dropEvent(event)
     dialog = controller.import_dialog
     assert dialog is not None and dialog.label_edit.text() == "scan one"
@@ -201,8 +226,15 @@ def test_drop_on_the_browser_imports_and_drop_on_the_window_still_opens(qtbot, v
     assert not window.state.volumes  # imported, not opened
 
     with qtbot.waitSignal(window.volume_opened, timeout=20_000):  # the viewer keeps opening dropped files
-        window.dropEvent(QDropEvent(QPointF(300, 300), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-                                    Qt.KeyboardModifier.NoModifier))
+        window.dropEvent(
+            QDropEvent(
+                QPointF(300, 300),
+                Qt.DropAction.CopyAction,
+                mime,
+                Qt.MouseButton.LeftButton,
+                Qt.KeyboardModifier.NoModifier,
+            )
+        )
     assert window.state.shown.path == source
 
 
@@ -257,7 +289,9 @@ def test_export_deidentified_clears_the_header(qtbot, vault_window, nibabel_data
     assert "doe" not in exported.name.lower() and "jane" not in exported.name.lower()
     header = nib.load(str(exported)).header
     assert header["descrip"].item() == b"" and header["aux_file"].item() == b""
-    assert np.array_equal(np.asanyarray(nib.load(str(exported)).dataobj), np.asanyarray(nib.load(str(source)).dataobj))
+    assert np.array_equal(
+        np.asanyarray(nib.load(str(exported)).dataobj), np.asanyarray(nib.load(str(source)).dataobj)
+    )
 
     # a second export to the same place is refused with the engine's message, and the app goes on
     controller.export_item(info.id, out, deidentify=True)
@@ -282,8 +316,15 @@ def test_wrong_passphrase_shows_an_error_and_stays_locked(qtbot, vault_window, n
     assert _wait_task(qtbot, controller, "unlock") == "failed"
     title, message = error_dialogs[-1]
     assert title == "Cannot unlock the vault" and "wrong passphrase" in message and "Traceback" not in message
-    assert not controller.is_unlocked and controller.browser.pages.currentWidget() is controller.browser.locked_page
-    assert dialog.isVisible() and dialog.passphrase_edit.text() == "" and "Wrong passphrase" in dialog.error_label.text()
+    assert (
+        not controller.is_unlocked
+        and controller.browser.pages.currentWidget() is controller.browser.locked_page
+    )
+    assert (
+        dialog.isVisible()
+        and dialog.passphrase_edit.text() == ""
+        and "Wrong passphrase" in dialog.error_label.text()
+    )
     assert dialog.ok_button.isEnabled()
 
     dialog.passphrase_edit.setText(PASSPHRASE)  # a second try works
@@ -364,7 +405,10 @@ def test_lock_button_and_auto_lock_clear_the_browser(qtbot, vault_window, nibabe
     assert "15 min" in window.statusBar().currentMessage()
 
     controller.set_auto_lock_minutes(1)  # the setting persists and applies to the open vault
-    assert window.settings.value("vault/auto_lock_minutes", type=int) == 1 and controller.vault.idle_timeout_s == 60
+    assert (
+        window.settings.value("vault/auto_lock_minutes", type=int) == 1
+        and controller.vault.idle_timeout_s == 60
+    )
 
 
 @render
@@ -433,8 +477,15 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
 
     window = _point_at_new_vault(window_3d, tmp_path / "vault")
     controller = _create_via_dialog(qtbot, window)
-    _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, label="SPM normalised T1",
-            patient={"name": "Roe^Richard", "id": "P-0107"}, study={"description": "MR brain", "date": "20231105"})
+    _import(
+        qtbot,
+        controller,
+        [nibabel_data / "anatomical.nii"],
+        rows=1,
+        label="SPM normalised T1",
+        patient={"name": "Roe^Richard", "id": "P-0107"},
+        study={"description": "MR brain", "date": "20231105"},
+    )
     controller.import_sources([ImportJob(Path(get_testdata_file("MR_small.dcm")), "dicom", label="T2 axial")])
     assert _wait_task(qtbot, controller, "import") == "finished"
     window.state.select_model(window.state.model_by_id("tiny-latent"))
@@ -448,8 +499,15 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
     controller.save_entry()
     assert _wait_task(qtbot, controller, "save") == "finished"
     assert generated.saved  # in the vault now: crash recovery lets it go at a clean exit
-    _import(qtbot, controller, [mni_t1], rows=4, label="T1 MPRAGE", patient={"name": "Doe^Jane", "id": "P-0042"},
-            study={"description": "MR brain follow-up", "date": "20240131"})
+    _import(
+        qtbot,
+        controller,
+        [mni_t1],
+        rows=4,
+        label="T1 MPRAGE",
+        patient={"name": "Doe^Jane", "id": "P-0042"},
+        study={"description": "MR brain follow-up", "date": "20240131"},
+    )
     mni = next(i for i in controller.items if i.label == "T1 MPRAGE")
     _open(qtbot, window, mni.id)
     controller.browser.select_item(mni.id)

@@ -8,21 +8,47 @@ from pathlib import Path
 import torch
 
 BRAIN_BUNDLE_AUTOENCODER = {
-    "_target_": "monai.networks.nets.AutoencoderKL", "spatial_dims": 3, "in_channels": 1, "out_channels": 1,
-    "latent_channels": 3, "channels": [64, 128, 128, 128], "num_res_blocks": 2, "norm_num_groups": 32,
-    "norm_eps": 1e-06, "attention_levels": [False, False, False, False],
-    "with_encoder_nonlocal_attn": False, "with_decoder_nonlocal_attn": False,
+    "_target_": "monai.networks.nets.AutoencoderKL",
+    "spatial_dims": 3,
+    "in_channels": 1,
+    "out_channels": 1,
+    "latent_channels": 3,
+    "channels": [64, 128, 128, 128],
+    "num_res_blocks": 2,
+    "norm_num_groups": 32,
+    "norm_eps": 1e-06,
+    "attention_levels": [False, False, False, False],
+    "with_encoder_nonlocal_attn": False,
+    "with_decoder_nonlocal_attn": False,
 }
 BRAIN_BUNDLE_UNET = {
-    "_target_": "monai.networks.nets.DiffusionModelUNet", "spatial_dims": 3, "in_channels": 7, "out_channels": 3,
-    "channels": [256, 512, 768], "num_res_blocks": 2, "attention_levels": [False, True, True],
-    "norm_num_groups": 32, "norm_eps": 1e-06, "resblock_updown": True, "num_head_channels": [0, 512, 768],
-    "with_conditioning": True, "transformer_num_layers": 1, "cross_attention_dim": 4, "upcast_attention": True,
+    "_target_": "monai.networks.nets.DiffusionModelUNet",
+    "spatial_dims": 3,
+    "in_channels": 7,
+    "out_channels": 3,
+    "channels": [256, 512, 768],
+    "num_res_blocks": 2,
+    "attention_levels": [False, True, True],
+    "norm_num_groups": 32,
+    "norm_eps": 1e-06,
+    "resblock_updown": True,
+    "num_head_channels": [0, 512, 768],
+    "with_conditioning": True,
+    "transformer_num_layers": 1,
+    "cross_attention_dim": 4,
+    "upcast_attention": True,
     "use_flash_attention": False,
 }
-SCALED_AUTOENCODER = dict(BRAIN_BUNDLE_AUTOENCODER, channels=[8, 8, 8, 8], norm_num_groups=4, num_res_blocks=1)
-SCALED_UNET = dict(BRAIN_BUNDLE_UNET, channels=[8, 16, 16], norm_num_groups=4, num_head_channels=[0, 16, 16],
-                   num_res_blocks=1)
+SCALED_AUTOENCODER = dict(
+    BRAIN_BUNDLE_AUTOENCODER, channels=[8, 8, 8, 8], norm_num_groups=4, num_res_blocks=1
+)
+SCALED_UNET = dict(
+    BRAIN_BUNDLE_UNET,
+    channels=[8, 16, 16],
+    norm_num_groups=4,
+    num_head_channels=[0, 16, 16],
+    num_res_blocks=1,
+)
 
 
 def old_state_dict(state: dict) -> dict:
@@ -36,8 +62,15 @@ def old_state_dict(state: dict) -> dict:
     return old
 
 
-def write_bundle(folder: Path, *, full_size: bool = False, load_old: bool = False, spatial=(32, 64, 32),
-                 inference_overrides: dict | None = None, seed: int = 0) -> Path:
+def write_bundle(
+    folder: Path,
+    *,
+    full_size: bool = False,
+    load_old: bool = False,
+    spatial=(32, 64, 32),
+    inference_overrides: dict | None = None,
+    seed: int = 0,
+) -> Path:
     """A bundle with random (perturbed) weights. ``full_size`` uses the real brain bundle's architecture."""
     from engine.models.networks import build_network
 
@@ -52,7 +85,10 @@ def write_bundle(folder: Path, *, full_size: bool = False, load_old: bool = Fals
         "bundle_root": ".",
         "load_old": int(load_old),
         "model_dir": "$@bundle_root + '/models'",
-        "gender": 0.0, "age": 0.1, "ventricular_vol": 0.2, "brain_vol": 0.4,
+        "gender": 0.0,
+        "age": 0.1,
+        "ventricular_vol": 0.2,
+        "brain_vol": 0.4,
         "device": "$torch.device('cuda:0' if torch.cuda.is_available() else 'cpu')",
         "conditioning": "$torch.tensor([[@gender, @age, @ventricular_vol, @brain_vol]]).to(@device).unsqueeze(1)",
         "autoencoder_def": ae_def,
@@ -60,21 +96,47 @@ def write_bundle(folder: Path, *, full_size: bool = False, load_old: bool = Fals
         "load_autoencoder_path": "$@model_dir + '/autoencoder.pt'",
         "diffusion_def": unet_def,
         "load_diffusion_path": "$@model_dir + '/model.pt'",
-        "scheduler": {"_target_": "monai.networks.schedulers.DDIMScheduler", "_requires_": ["@load_diffusion"],
-                      "beta_start": 0.0015, "beta_end": 0.0205, "num_train_timesteps": 1000,
-                      "schedule": "scaled_linear_beta", "clip_sample": False},
+        "scheduler": {
+            "_target_": "monai.networks.schedulers.DDIMScheduler",
+            "_requires_": ["@load_diffusion"],
+            "beta_start": 0.0015,
+            "beta_end": 0.0205,
+            "num_train_timesteps": 1000,
+            "schedule": "scaled_linear_beta",
+            "clip_sample": False,
+        },
         "noise": "$torch.randn((1, 3, 20, 28, 20)).to(@device)",
     }
     inference.update(inference_overrides or {})
     metadata = {
-        "version": "1.0.0", "monai_version": "1.4.0", "task": "Brain image synthesis",
-        "description": "test bundle with random weights", "image_classes": "T1w head MRI with 1x1x1 mm voxel size",
+        "version": "1.0.0",
+        "monai_version": "1.4.0",
+        "task": "Brain image synthesis",
+        "description": "test bundle with random weights",
+        "image_classes": "T1w head MRI with 1x1x1 mm voxel size",
         "network_data_format": {
-            "inputs": {"image": {"type": "tabular", "num_channels": 1, "value_range": [0, 1],
-                                 "channel_def": {"0": "Gender", "1": "Age", "2": "Ventricular volume",
-                                                 "3": "Brain volume"}}},
-            "outputs": {"pred": {"type": "image", "num_channels": 1, "spatial_shape": list(spatial),
-                                 "value_range": [0, 1], "modality": "MR"}},
+            "inputs": {
+                "image": {
+                    "type": "tabular",
+                    "num_channels": 1,
+                    "value_range": [0, 1],
+                    "channel_def": {
+                        "0": "Gender",
+                        "1": "Age",
+                        "2": "Ventricular volume",
+                        "3": "Brain volume",
+                    },
+                }
+            },
+            "outputs": {
+                "pred": {
+                    "type": "image",
+                    "num_channels": 1,
+                    "spatial_shape": list(spatial),
+                    "value_range": [0, 1],
+                    "modality": "MR",
+                }
+            },
         },
     }
     (folder / "configs" / "inference.json").write_text(json.dumps(inference, indent=2))

@@ -17,24 +17,35 @@ from engine.sampling import PreviewPacer
 
 
 def test_request_json_round_trip():
-    request = SamplingRequest(model="m", sampler="ddpm", steps=7, seed=2**40, conditioning={"a": 1.5},
-                              guidance_scale=2.0, batch_size=3, optimization=OptimizationConfig(autocast="bf16"),
-                              preview_interval=2)
+    request = SamplingRequest(
+        model="m",
+        sampler="ddpm",
+        steps=7,
+        seed=2**40,
+        conditioning={"a": 1.5},
+        guidance_scale=2.0,
+        batch_size=3,
+        optimization=OptimizationConfig(autocast="bf16"),
+        preview_interval=2,
+    )
     again = SamplingRequest.from_json(request.to_json())
     assert again == request
     assert json.loads(request.to_json())["optimization"]["autocast"] == "bf16"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"steps": -1}, "steps must be between 1"),
-    ({"sampler": "euler"}, "unknown sampler 'euler'; choose one of ddpm, ddim, pndm, rflow"),
-    ({"seed": -5}, "seed must be a whole number"),
-    ({"batch_size": 0}, "batch size must be between 1 and 16"),
-    ({"guidance_scale": float("nan")}, "guidance scale must be a finite number"),
-    ({"guidance_scale": "3"}, "guidance scale must be a finite number"),
-    ({"conditioning": {"age": float("inf")}}, "condition 'age' must be a finite number"),
-    ({"preview_interval": -1}, "preview interval must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"steps": -1}, "steps must be between 1"),
+        ({"sampler": "euler"}, "unknown sampler 'euler'; choose one of ddpm, ddim, pndm, rflow"),
+        ({"seed": -5}, "seed must be a whole number"),
+        ({"batch_size": 0}, "batch size must be between 1 and 16"),
+        ({"guidance_scale": float("nan")}, "guidance scale must be a finite number"),
+        ({"guidance_scale": "3"}, "guidance scale must be a finite number"),
+        ({"conditioning": {"age": float("inf")}}, "condition 'age' must be a finite number"),
+        ({"preview_interval": -1}, "preview interval must be >= 0"),
+    ],
+)
 def test_request_rejects_bad_values(kwargs, message):
     with pytest.raises(InvalidRequest, match=message):
         SamplingRequest(**kwargs)
@@ -66,7 +77,9 @@ def test_same_request_gives_bit_identical_volume(backend):
 
 def test_progress_stages_and_previews(backend):
     events: list[Progress] = []
-    result = run(backend.sample(SamplingRequest(model="tiny-latent", steps=6, preview_interval=2)), events.append)
+    result = run(
+        backend.sample(SamplingRequest(model="tiny-latent", steps=6, preview_interval=2)), events.append
+    )
     stages = [e.stage for e in events]
     assert stages[0] == "load" and stages[-1] == "decode"
     denoise_steps = [e.step for e in events if e.stage == "denoise"]
@@ -84,14 +97,21 @@ def test_batch_members_differ(backend):
 
 
 def test_conditioning_changes_the_volume(backend):
-    low = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3, conditioning={"ventricle_volume": 5})))
-    high = run(backend.sample(SamplingRequest(model="tiny-latent", steps=3, conditioning={"ventricle_volume": 80})))
+    low = run(
+        backend.sample(SamplingRequest(model="tiny-latent", steps=3, conditioning={"ventricle_volume": 5}))
+    )
+    high = run(
+        backend.sample(SamplingRequest(model="tiny-latent", steps=3, conditioning={"ventricle_volume": 80}))
+    )
     assert not np.allclose(low.volumes, high.volumes)
 
 
 def test_provenance_record(backend):
-    result = run(backend.sample(SamplingRequest(model="tiny-latent", steps=2, seed=5,
-                                                conditioning={"brain_volume": 1000})))
+    result = run(
+        backend.sample(
+            SamplingRequest(model="tiny-latent", steps=2, seed=5, conditioning={"brain_volume": 1000})
+        )
+    )
     prov = result.provenance
     assert prov["synthetic"] is True
     assert prov["seed"] == 5
@@ -123,18 +143,24 @@ def test_cancel_stops_within_one_step(backend):
 
 def test_run_helper_cancels(backend):
     calls = []
-    result = run(backend.sample(SamplingRequest(model="tiny-latent", steps=20)), calls.append,
-                 should_cancel=lambda: len(calls) >= 4)
+    result = run(
+        backend.sample(SamplingRequest(model="tiny-latent", steps=20)),
+        calls.append,
+        should_cancel=lambda: len(calls) >= 4,
+    )
     assert result is None
     assert len(calls) == 4
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"sampler": "rflow"}, "cannot sample with 'rflow'; it supports ddim, ddpm, pndm"),
-    ({"steps": 5000}, "cannot exceed the model's 1000 training timesteps"),
-    ({"conditioning": {"age": 40}}, "has no condition 'age'"),
-    ({"conditioning": {"brain_volume": 10}}, "outside the model's range"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sampler": "rflow"}, "cannot sample with 'rflow'; it supports ddim, ddpm, pndm"),
+        ({"steps": 5000}, "cannot exceed the model's 1000 training timesteps"),
+        ({"conditioning": {"age": 40}}, "has no condition 'age'"),
+        ({"conditioning": {"brain_volume": 10}}, "outside the model's range"),
+    ],
+)
 def test_model_specific_validation_fails_before_loading(backend, kwargs, message):
     job = backend.sample(SamplingRequest(model="tiny-latent", **kwargs))
     with pytest.raises(InvalidRequest, match=message):
@@ -176,7 +202,11 @@ def test_refused_optimization_fails_before_loading(backend, monkeypatch):
     loads = []
     monkeypatch.setattr(backend, "_loaded", loads.append)
     with pytest.raises(InvalidRequest, match="CUDA graphs need an NVIDIA GPU"):
-        next(backend.sample(SamplingRequest(model="tiny-latent", optimization=OptimizationConfig(cuda_graphs=True))))
+        next(
+            backend.sample(
+                SamplingRequest(model="tiny-latent", optimization=OptimizationConfig(cuda_graphs=True))
+            )
+        )
     assert loads == []
 
 

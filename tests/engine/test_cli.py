@@ -26,8 +26,23 @@ def _files(folder: Path) -> list[str]:
 
 def test_generate_writes_nifti_and_sidecar(model_path_env, tmp_path, capsys):
     out = tmp_path / "vol.nii.gz"
-    code = main(["generate", "--model", "tiny-latent", "--steps", "3", "--seed", "7",
-                 "--cond", "brain_volume=1100", "--device", "cpu", "--out", str(out)])
+    code = main(
+        [
+            "generate",
+            "--model",
+            "tiny-latent",
+            "--steps",
+            "3",
+            "--seed",
+            "7",
+            "--cond",
+            "brain_volume=1100",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     assert _files(tmp_path) == ["vol.json", "vol.nii.gz"]
     image = nib.load(out)
@@ -45,8 +60,22 @@ def test_generate_writes_nifti_and_sidecar(model_path_env, tmp_path, capsys):
 
 
 def test_generate_batch_writes_one_file_per_volume(model_path_env, tmp_path):
-    assert main(["generate", "--model", "tiny-pixel", "--steps", "2", "--batch", "2", "--out",
-                 str(tmp_path / "b.nii")]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                "tiny-pixel",
+                "--steps",
+                "2",
+                "--batch",
+                "2",
+                "--out",
+                str(tmp_path / "b.nii"),
+            ]
+        )
+        == 0
+    )
     assert _files(tmp_path) == ["b_00.json", "b_00.nii", "b_01.json", "b_01.nii"]
 
 
@@ -64,13 +93,16 @@ def test_info_lists_cpu(capsys):
     assert "torch" in info["versions"]
 
 
-@pytest.mark.parametrize(("args", "message", "code"), [
-    (["--model", "no-such-model"], "unknown model 'no-such-model'; available:", 3),
-    (["--steps", "0"], "--steps must be at least 1", 2),
-    (["--cond", "age=30"], "has no condition 'age'", 2),
-    (["--cond", "brain_volume=99999"], "outside the model's range [900, 1500] mL", 2),
-    (["--sampler", "rflow"], "cannot sample with 'rflow'", 2),
-])
+@pytest.mark.parametrize(
+    ("args", "message", "code"),
+    [
+        (["--model", "no-such-model"], "unknown model 'no-such-model'; available:", 3),
+        (["--steps", "0"], "--steps must be at least 1", 2),
+        (["--cond", "age=30"], "has no condition 'age'", 2),
+        (["--cond", "brain_volume=99999"], "outside the model's range [900, 1500] mL", 2),
+        (["--sampler", "rflow"], "cannot sample with 'rflow'", 2),
+    ],
+)
 def test_bad_input_gives_one_line_error(model_path_env, tmp_path, capsys, args, message, code):
     argv = ["generate", "--model", "tiny-latent", "--steps", "2", *args, "--out", str(tmp_path / "x.nii.gz")]
     # the last --model wins in argparse, so the unknown-model case overrides the default above
@@ -79,7 +111,6 @@ def test_bad_input_gives_one_line_error(model_path_env, tmp_path, capsys, args, 
     assert err[-1].startswith("volsynth: error: ") and message in err[-1]
     assert "Traceback" not in "\n".join(err)
     assert _files(tmp_path) == []
-
 
 
 def test_output_folder_errors(model_path_env, tmp_path, capsys):
@@ -117,7 +148,9 @@ def test_full_disk_leaves_no_partial_file(model_path_env, tmp_path, capsys, monk
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(nibabel.nifti1.Nifti1Image, "to_filename", disk_full)
-    code = main(["generate", "--model", "tiny-latent", "--steps", "2", "--out", str(tmp_path / "keep.nii.gz")])
+    code = main(
+        ["generate", "--model", "tiny-latent", "--steps", "2", "--out", str(tmp_path / "keep.nii.gz")]
+    )
     assert code == 7
     assert "the disk is full" in capsys.readouterr().err
     assert _files(tmp_path) == ["keep.nii.gz"]
@@ -127,9 +160,24 @@ def test_full_disk_leaves_no_partial_file(model_path_env, tmp_path, capsys, monk
 def test_ctrl_c_cancels_cleanly(tiny_models_dir, tmp_path):
     env = dict(os.environ, VOLSYNTH_MODEL_PATH=str(tiny_models_dir), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engine", "generate", "--model", "tiny-latent", "--steps", "1000",
-         "--out", str(tmp_path / "x.nii.gz")],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "engine",
+            "generate",
+            "--model",
+            "tiny-latent",
+            "--steps",
+            "1000",
+            "--out",
+            str(tmp_path / "x.nii.gz"),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     seen = ""
     while time.monotonic() < deadline and "denoise" not in seen:
@@ -143,8 +191,25 @@ def test_ctrl_c_cancels_cleanly(tiny_models_dir, tmp_path):
 
 def test_generate_records_optimization_flags(model_path_env, tmp_path):
     out = tmp_path / "o.nii.gz"
-    assert main(["generate", "--model", "tiny-latent", "--steps", "2", "--autocast", "bf16", "--channels-last",
-                 "--tf32", "--streamed-decode", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                "tiny-latent",
+                "--steps",
+                "2",
+                "--autocast",
+                "bf16",
+                "--channels-last",
+                "--tf32",
+                "--streamed-decode",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads((tmp_path / "o.json").read_text())["optimization"]["report"]
     assert report["autocast"]["applied"] and report["channels_last_3d"]["applied"]
     assert report["streamed_decode"]["applied"]
@@ -152,6 +217,8 @@ def test_generate_records_optimization_flags(model_path_env, tmp_path):
 
 
 def test_refused_optimization_is_one_line(model_path_env, tmp_path, capsys):
-    assert main(["generate", "--model", "tiny-latent", "--cuda-graphs", "--out", str(tmp_path / "x.nii")]) == 2
+    assert (
+        main(["generate", "--model", "tiny-latent", "--cuda-graphs", "--out", str(tmp_path / "x.nii")]) == 2
+    )
     assert "CUDA graphs need an NVIDIA GPU" in capsys.readouterr().err
     assert _files(tmp_path) == []

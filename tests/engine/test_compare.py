@@ -83,9 +83,17 @@ def test_same_settings_compare_as_identical(backend):
 
 def test_bf16_moves_the_volume_and_reports_what_applied(backend):
     events = []
-    comparison = run(compare_settings(backend, _request(guidance_scale=2.0), OptimizationConfig(),
-                                      OptimizationConfig(autocast="bf16"), ("fp32", "bf16"),
-                                      kernel_profile_steps=2), events.append)
+    comparison = run(
+        compare_settings(
+            backend,
+            _request(guidance_scale=2.0),
+            OptimizationConfig(),
+            OptimizationConfig(autocast="bf16"),
+            ("fp32", "bf16"),
+            kernel_profile_steps=2,
+        ),
+        events.append,
+    )
     a, b = comparison.a, comparison.b
     assert np.array_equal(a.result.volumes, run(backend.sample(_request(guidance_scale=2.0))).volumes)
     assert comparison.max_abs_err > 0 and 20 < comparison.psnr_db < math.inf
@@ -107,8 +115,11 @@ def test_bf16_moves_the_volume_and_reports_what_applied(backend):
 
 
 def test_setting_that_does_not_apply_is_reported_with_its_reason(backend):
-    comparison = run(compare_settings(backend, _request(), OptimizationConfig(), OptimizationConfig(tf32=True),
-                                      kernel_profile_steps=0))
+    comparison = run(
+        compare_settings(
+            backend, _request(), OptimizationConfig(), OptimizationConfig(tf32=True), kernel_profile_steps=0
+        )
+    )
     assert comparison.max_abs_err == 0.0  # TF32 on a CPU changes nothing, and says so
     reasons = dict(comparison.b.not_applied())
     assert "tf32" in reasons and reasons["tf32"]
@@ -129,7 +140,12 @@ def test_measure_reads_latency_and_memory_from_the_provenance(backend):
     times = [0.5, 9.0, 9.0, 0.010, 0.012, 0.014, 0.016, 0.018]  # step 1 warms up, steps 2-3 profiled
     result.provenance["step_times_s"] = times
     result.provenance["timings"]["loop_total_s"] = 20.0
-    result.provenance["memory"] = {"peak_bytes": 900, "start_bytes": 600, "kind": "process_rss", "since_start": True}
+    result.provenance["memory"] = {
+        "peak_bytes": 900,
+        "start_bytes": 600,
+        "kind": "process_rss",
+        "since_start": True,
+    }
     side = measure("x", result)
     assert side.steps_measured == 5 and side.step_ms_median == pytest.approx(14.0)
     assert side.loop_s == pytest.approx(2.0)
@@ -138,12 +154,35 @@ def test_measure_reads_latency_and_memory_from_the_provenance(backend):
 
 def test_compare_command_writes_volumes_difference_and_record(model_path_env, tmp_path, capsys):
     out = tmp_path / "cmp"
-    code = main(["compare", "--model", "tiny-latent", "--steps", "6", "--seed", "2", "--device", "cpu",
-                 "--b", '{"autocast": "bf16"}', "--out", str(out)])
+    code = main(
+        [
+            "compare",
+            "--model",
+            "tiny-latent",
+            "--steps",
+            "6",
+            "--seed",
+            "2",
+            "--device",
+            "cpu",
+            "--b",
+            '{"autocast": "bf16"}',
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["a.json", "a.nii.gz", "b.json", "b.nii.gz", "compare.json",
-                                                     "difference.nii.gz"]
-    a, b, diff = (np.asanyarray(nib.load(out / n).dataobj) for n in ("a.nii.gz", "b.nii.gz", "difference.nii.gz"))
+    assert sorted(p.name for p in out.iterdir()) == [
+        "a.json",
+        "a.nii.gz",
+        "b.json",
+        "b.nii.gz",
+        "compare.json",
+        "difference.nii.gz",
+    ]
+    a, b, diff = (
+        np.asanyarray(nib.load(out / n).dataobj) for n in ("a.nii.gz", "b.nii.gz", "difference.nii.gz")
+    )
     assert np.allclose(diff, b - a, atol=1e-6) and np.abs(diff).max() > 0
     record = json.loads((out / "compare.json").read_text())
     assert record["a"]["label"] == "fp32" and record["b"]["label"] == "bf16"
@@ -152,12 +191,15 @@ def test_compare_command_writes_volumes_difference_and_record(model_path_env, tm
     assert "top operators" in printed and "volume moved" in printed
 
 
-@pytest.mark.parametrize(("setting", "message"), [
-    ("warp-speed", "unknown settings 'warp-speed'"),
-    ('{"autocast": "bf17"}', "autocast must be one of"),
-    ("{not json", "not valid JSON"),
-    ('["bf16"]', "JSON object"),
-])
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("warp-speed", "unknown settings 'warp-speed'"),
+        ('{"autocast": "bf17"}', "autocast must be one of"),
+        ("{not json", "not valid JSON"),
+        ('["bf16"]', "JSON object"),
+    ],
+)
 def test_compare_command_refuses_bad_settings(model_path_env, tmp_path, capsys, setting, message):
     code = main(["compare", "--model", "tiny-latent", "--b", setting, "--out", str(tmp_path / "x")])
     assert code == 2
@@ -167,7 +209,10 @@ def test_compare_command_refuses_bad_settings(model_path_env, tmp_path, capsys, 
 
 def test_settings_summary_names_what_differs_from_fp32():
     assert OptimizationConfig().summary() == "fp32"
-    assert OptimizationConfig(autocast="bf16", attention="sdpa", channels_last_3d=True).summary() == "cl+bf16+sdpa"
+    assert (
+        OptimizationConfig(autocast="bf16", attention="sdpa", channels_last_3d=True).summary()
+        == "cl+bf16+sdpa"
+    )
     assert OptimizationConfig(quantization="mixed", psnr_budget_db=35).summary() == "mixed@35dB"
 
 
@@ -175,8 +220,14 @@ def test_settings_summary_names_what_differs_from_fp32():
 def test_comparison_on_cuda_profiles_device_time_and_allocator_peaks(registry):
     """On an NVIDIA GPU: kernels ranked by CUDA time, peaks from the CUDA allocator (comparable per run)."""
     backend = LocalBackend("cuda", registry)
-    comparison = run(compare_settings(backend, _request(), OptimizationConfig(),
-                                      OptimizationConfig(autocast="bf16", channels_last_3d=True)))
+    comparison = run(
+        compare_settings(
+            backend,
+            _request(),
+            OptimizationConfig(),
+            OptimizationConfig(autocast="bf16", channels_last_3d=True),
+        )
+    )
     for side in (comparison.a, comparison.b):
         assert side.peak_kind == "cuda_allocator" and side.peak_bytes > 0
         assert side.kernel_profile["clock"] == "cuda" and side.kernel_profile["total_ms_per_step"] > 0

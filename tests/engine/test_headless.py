@@ -33,6 +33,8 @@ print("\n".join(failed) if failed else "ok")
 
 
 def test_every_engine_module_imports_without_gui_libraries():
-    out = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "ok", out.stdout

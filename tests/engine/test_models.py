@@ -48,10 +48,15 @@ def test_affine_is_ras_and_centred():
 
 def test_condition_checks():
     spec = tiny_spec()
-    assert spec.resolve_conditioning({"brain_volume": 1000}) == {"brain_volume": 1000.0, "ventricle_volume": 25.0}
+    assert spec.resolve_conditioning({"brain_volume": 1000}) == {
+        "brain_volume": 1000.0,
+        "ventricle_volume": 25.0,
+    }
     with pytest.raises(InvalidRequest, match="no condition 'age'.*brain_volume, ventricle_volume"):
         spec.resolve_conditioning({"age": 3})
-    with pytest.raises(InvalidRequest, match=r"brain_volume=5000 is outside the model's range \[900, 1500\] mL"):
+    with pytest.raises(
+        InvalidRequest, match=r"brain_volume=5000 is outside the model's range \[900, 1500\] mL"
+    ):
         spec.resolve_conditioning({"brain_volume": 5000})
 
 
@@ -105,17 +110,24 @@ def test_scaled_brain_bundle_opens_and_samples(tmp_path):
 
 def test_bundle_with_code_in_network_definition_is_refused(tmp_path):
     marker = tmp_path / "pwned"
-    bundle = write_bundle(tmp_path / "evil", inference_overrides={
-        "diffusion_def": {"_target_": "monai.networks.nets.DiffusionModelUNet",
-                          "spatial_dims": f"$__import__('os').system('touch {marker}') or 3"}})
+    bundle = write_bundle(
+        tmp_path / "evil",
+        inference_overrides={
+            "diffusion_def": {
+                "_target_": "monai.networks.nets.DiffusionModelUNet",
+                "spatial_dims": f"$__import__('os').system('touch {marker}') or 3",
+            }
+        },
+    )
     with pytest.raises(ModelInvalid, match="holds an expression.*never evaluates code"):
         open_model_folder(bundle)
     assert not marker.exists()
 
 
 def test_bundle_with_non_monai_target_is_refused(tmp_path):
-    bundle = write_bundle(tmp_path / "evil", inference_overrides={
-        "diffusion_def": {"_target_": "os.system", "command": "true"}})
+    bundle = write_bundle(
+        tmp_path / "evil", inference_overrides={"diffusion_def": {"_target_": "os.system", "command": "true"}}
+    )
     with pytest.raises(ModelInvalid):
         open_model_folder(bundle).load()
 

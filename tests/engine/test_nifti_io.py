@@ -39,7 +39,9 @@ def test_corrupt_and_missing_files_give_clear_errors(tmp_path):
 def test_save_volume_round_trip_with_sidecar(tmp_path):
     volume = np.random.default_rng(0).random((8, 9, 10), dtype=np.float32)
     affine = np.diag([1.5, 1.5, 1.5, 1.0])
-    save_volume(volume, affine, tmp_path / "v.nii.gz", provenance={"synthetic": True, "seed": 1}, synthetic=True)
+    save_volume(
+        volume, affine, tmp_path / "v.nii.gz", provenance={"synthetic": True, "seed": 1}, synthetic=True
+    )
     loaded = load_nifti(tmp_path / "v.nii.gz")
     assert np.array_equal(loaded.data, volume)
     assert loaded.synthetic and loaded.provenance["seed"] == 1

@@ -30,8 +30,9 @@ def server(local):
 def test_remote_result_equals_local(server, local):
     url, _ = server
     remote = RemoteBackend(url, token="s3cret")
-    request = SamplingRequest(model="tiny-latent", steps=4, seed=3, preview_interval=2,
-                              conditioning={"brain_volume": 1000})
+    request = SamplingRequest(
+        model="tiny-latent", steps=4, seed=3, preview_interval=2, conditioning={"brain_volume": 1000}
+    )
     events: list[Progress] = []
     result = run(remote.sample(request), events.append)
     expected = run(local.sample(request))
@@ -84,8 +85,24 @@ def test_cli_generate_on_server(server, tmp_path):
 
     url, _ = server
     out = tmp_path / "remote.nii.gz"
-    assert main(["generate", "--server", url, "--token", "s3cret", "--model", "tiny-pixel", "--steps", "2",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--server",
+                url,
+                "--token",
+                "s3cret",
+                "--model",
+                "tiny-pixel",
+                "--steps",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert out.is_file() and (tmp_path / "remote.json").is_file()
 
 
@@ -115,8 +132,11 @@ def test_compare_runs_on_the_engine_server(server, local):
     url, _ = server
     remote = RemoteBackend(url, token="s3cret")
     request = SamplingRequest(model="tiny-latent", steps=5, seed=1)
-    comparison = run(compare_settings(remote, request, OptimizationConfig(), OptimizationConfig(autocast="bf16"),
-                                      kernel_profile_steps=1))
+    comparison = run(
+        compare_settings(
+            remote, request, OptimizationConfig(), OptimizationConfig(autocast="bf16"), kernel_profile_steps=1
+        )
+    )
     assert comparison.a.result.provenance["backend"] == "remote"
     assert np.array_equal(comparison.a.result.volumes, run(local.sample(request)).volumes)
     assert comparison.b.kernel_profile["steps"] == [2] and comparison.b.kernel_profile["operators"]

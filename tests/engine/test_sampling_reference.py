@@ -71,7 +71,9 @@ def test_latent_loop_matches_latent_diffusion_inferer(mode):
         unet["with_conditioning"], unet["cross_attention_dim"] = False, None
     from dataclasses import replace
 
-    spec = replace(base, networks={**base.networks, "unet": unet}, conditioning_modes=(mode,), scale_factor=0.7)
+    spec = replace(
+        base, networks={**base.networks, "unet": unet}, conditioning_modes=(mode,), scale_factor=0.7
+    )
     nets = build_tiny_networks(spec, seed=7)
     values = {"brain_volume": 1300.0, "ventricle_volume": 40.0}
     request = SamplingRequest(model=spec.id, sampler="ddim", steps=5, seed=4, conditioning=values)
@@ -87,8 +89,15 @@ def test_latent_loop_matches_latent_diffusion_inferer(mode):
         conditioning = vector[:, :, None, None, None].expand(-1, -1, *noise.shape[2:])
     inferer = LatentDiffusionInferer(scheduler, scale_factor=spec.scale_factor)
     with torch.no_grad():
-        reference = inferer.sample(noise, nets["autoencoder"], nets["unet"], scheduler,
-                                   conditioning=conditioning, mode=mode, verbose=False)
+        reference = inferer.sample(
+            noise,
+            nets["autoencoder"],
+            nets["unet"],
+            scheduler,
+            conditioning=conditioning,
+            mode=mode,
+            verbose=False,
+        )
     assert ours.shape == reference.shape == (1, 1, *spec.output_shape[1:])
     assert torch.max(torch.abs(ours - reference)).item() <= 1e-5
 
@@ -101,15 +110,28 @@ def test_guidance_matches_monai_cfg():
     spec = replace(spec, networks={"unet": unet}, conditioning_modes=("crossattn",))
     nets = build_tiny_networks(spec, seed=1)
     values = {"brain_volume": 1000.0, "ventricle_volume": 10.0}
-    ours = _engine_volume(spec, nets, SamplingRequest(model=spec.id, sampler="ddim", steps=4, seed=9,
-                                                      conditioning=values, guidance_scale=3.0))
+    ours = _engine_volume(
+        spec,
+        nets,
+        SamplingRequest(
+            model=spec.id, sampler="ddim", steps=4, seed=9, conditioning=values, guidance_scale=3.0
+        ),
+    )
     scheduler = build_scheduler("ddim", spec.schedule)
     scheduler.set_timesteps(4)
     noise = _reference_noise(spec, 9)
     context = torch.tensor([[[spec.condition(k).normalise(v) for k, v in values.items()]]])
     with torch.no_grad():
-        reference = DiffusionInferer(scheduler).sample(noise, nets["unet"], scheduler, conditioning=context,
-                                                       mode="crossattn", verbose=False, cfg=3.0, cfg_fill_value=-1.0)
+        reference = DiffusionInferer(scheduler).sample(
+            noise,
+            nets["unet"],
+            scheduler,
+            conditioning=context,
+            mode="crossattn",
+            verbose=False,
+            cfg=3.0,
+            cfg_fill_value=-1.0,
+        )
     # Guidance on random weights amplifies values to ~1e2, so float32 rounding alone reaches ~1e-4 there:
     # compare relative to the volume's magnitude.
     scale = max(1.0, torch.max(torch.abs(reference)).item())

@@ -11,13 +11,15 @@ import torch
 
 
 @pytest.mark.slow  # two child processes, each importing torch + MONAI
-def test_bench_engine_loop_matches_monai_inferer_and_writes_outputs(registry, tiny_models_dir, tmp_path,
-                                                                      monkeypatch):
+def test_bench_engine_loop_matches_monai_inferer_and_writes_outputs(
+    registry, tiny_models_dir, tmp_path, monkeypatch
+):
     from engine.bench.runner import BenchSettings, format_table, run_bench
 
     monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tiny_models_dir))
-    settings = BenchSettings(model="tiny-latent", steps=3, repeats=1, warmup=1, seed=0, device="cpu",
-                             latent_only=False, threads=1)
+    settings = BenchSettings(
+        model="tiny-latent", steps=3, repeats=1, warmup=1, seed=0, device="cpu", latent_only=False, threads=1
+    )
     summary = run_bench(settings, ["fp32", "reference"], tmp_path, log=lambda _m: None)
     rows = {r["row"]: r for r in summary["rows"]}
     assert "error" not in rows["reference"], rows["reference"]
@@ -34,8 +36,9 @@ def test_latent_only_rows_load_no_decoder_and_mixed_judges_the_latent(tiny_model
 
     monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tiny_models_dir))
     monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
-    settings = BenchSettings(model="tiny-latent", steps=2, repeats=1, warmup=1, seed=0, device="cpu",
-                             latent_only=True, threads=1)
+    settings = BenchSettings(
+        model="tiny-latent", steps=2, repeats=1, warmup=1, seed=0, device="cpu", latent_only=True, threads=1
+    )
     record = run_row("mixed+bf16+sdpa", settings, tmp_path)
     entry = record["report"]["quantization"]
     assert entry["applied"], entry
@@ -50,13 +53,27 @@ def test_latent_only_rows_load_no_decoder_and_mixed_judges_the_latent(tiny_model
 def test_gpu_check_logic_runs_at_tiny_size_on_the_cpu(monkeypatch):
     from engine.bench import gpu_check
 
-    tiny = {"tiny": {"unet": {"_target_": "DiffusionModelUNet", "spatial_dims": 3, "in_channels": 2,
-                              "out_channels": 1, "channels": [8, 8], "num_res_blocks": 1,
-                              "attention_levels": [False, True], "num_head_channels": 8, "norm_num_groups": 8},
-                     "input": [1, 2, 8, 8, 8], "context": None}}
+    tiny = {
+        "tiny": {
+            "unet": {
+                "_target_": "DiffusionModelUNet",
+                "spatial_dims": 3,
+                "in_channels": 2,
+                "out_channels": 1,
+                "channels": [8, 8],
+                "num_res_blocks": 1,
+                "attention_levels": [False, True],
+                "num_head_channels": 8,
+                "norm_num_groups": 8,
+            },
+            "input": [1, 2, 8, 8, 8],
+            "context": None,
+        }
+    }
     monkeypatch.setattr(gpu_check, "network_defs", lambda smoke: tiny)
-    results = gpu_check.run_check(smoke=True, budget_s=600, iters=1, warmup=0, include_compile=False,
-                                  log=lambda _m: None)
+    results = gpu_check.run_check(
+        smoke=True, budget_s=600, iters=1, warmup=0, include_compile=False, log=lambda _m: None
+    )
     rows = {r["row"]: r for r in results["rows"]}
     assert rows["fp32"]["psnr_vs_fp32_db"] == math.inf and results["networks"]["tiny"]["gflop_per_call"] > 0
     assert rows["tf32"]["applied"] == {"tf32": False}  # no TF32 on a CPU: reported, not faked

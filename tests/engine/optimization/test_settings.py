@@ -25,8 +25,16 @@ def _state(module):
 def test_default_config_applies_nothing_and_reports_every_setting(tiny_loaded, cpu):
     prepared = prepare(tiny_loaded, OptimizationConfig(), cpu, use_cache=False)
     assert prepared.unet is tiny_loaded.unet  # nothing to rewrite: no copy
-    assert set(prepared.report) == {"tf32", "autocast", "attention", "quantization", "channels_last_3d",
-                                    "compile_mode", "cuda_graphs", "streamed_decode"}
+    assert set(prepared.report) == {
+        "tf32",
+        "autocast",
+        "attention",
+        "quantization",
+        "channels_last_3d",
+        "compile_mode",
+        "cuda_graphs",
+        "streamed_decode",
+    }
     assert not any(entry["applied"] for entry in prepared.report.values())
 
 
@@ -45,13 +53,16 @@ def test_streamed_decode_is_not_applicable_to_pixel_models(registry, cpu):
     assert "no decoder" in prepared.report["streamed_decode"]["reason"]
 
 
-@pytest.mark.parametrize("fields, words", [
-    ({"quantization": "int8", "autocast": "fp16"}, "bf16"),
-    ({"quantization": "mixed", "compile_mode": "default"}, "compil"),
-    ({"cuda_graphs": True, "compile_mode": "reduce-overhead"}, "already captures CUDA graphs"),
-    ({"psnr_budget_db": 0.0}, "PSNR budget"),
-    ({"psnr_budget_db": float("nan")}, "PSNR budget"),
-])
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"quantization": "int8", "autocast": "fp16"}, "bf16"),
+        ({"quantization": "mixed", "compile_mode": "default"}, "compil"),
+        ({"cuda_graphs": True, "compile_mode": "reduce-overhead"}, "already captures CUDA graphs"),
+        ({"psnr_budget_db": 0.0}, "PSNR budget"),
+        ({"psnr_budget_db": float("nan")}, "PSNR budget"),
+    ],
+)
 def test_conflicting_combinations_are_refused(fields, words):
     with pytest.raises(InvalidRequest, match=words):
         OptimizationConfig(**fields)
@@ -70,7 +81,8 @@ def test_channels_last_reaches_the_first_convolution_and_leaves_the_cached_model
     assert not tiny_loaded.unet.conv_in.conv.weight.is_contiguous(memory_format=torch.channels_last_3d)
     seen = []
     handle = conv_in.register_forward_pre_hook(
-        lambda _m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last_3d)))
+        lambda _m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last_3d))
+    )
     try:
         run_loop(prepared, tiny_loaded.spec, steps=2)
     finally:
@@ -121,8 +133,11 @@ def test_int8_swaps_in_quantized_kernels_and_stays_close(tiny_loaded, cpu, monke
     prepared = prepare(tiny_loaded, OptimizationConfig(quantization="int8"), cpu, use_cache=False)
     kinds = {type(m) for m in prepared.unet.modules()}
     assert {Int8Conv3d, DynamicInt8Linear, QConv3d} <= kinds
-    assert not any(isinstance(m, torch.nn.Conv3d) and not isinstance(m, QConv3d) for m in prepared.unet.modules()
-                   if type(m) is torch.nn.Conv3d and m.groups == 1)
+    assert not any(
+        isinstance(m, torch.nn.Conv3d) and not isinstance(m, QConv3d)
+        for m in prepared.unet.modules()
+        if type(m) is torch.nn.Conv3d and m.groups == 1
+    )
     assert Int8Conv3d not in {type(m) for m in tiny_loaded.unet.modules()}
     assert prepared.report["quantization"]["applied"]
     volumes = run_loop(prepared, tiny_loaded.spec)
@@ -144,8 +159,9 @@ def test_mixed_precision_meets_its_budget_on_the_calibration_run(tiny_loaded, cp
         return real_run(model, unet, device, decode, autocast)
 
     monkeypatch.setattr(optimization, "_run_calibration", counting_run)
-    prepared = prepare(tiny_loaded, OptimizationConfig(quantization="mixed", psnr_budget_db=35.0), cpu,
-                       use_cache=False)
+    prepared = prepare(
+        tiny_loaded, OptimizationConfig(quantization="mixed", psnr_budget_db=35.0), cpu, use_cache=False
+    )
     # The unquantized fp32 volume (the budget's reference) is computed once, not once more as a reference.
     # Calibration runs see the U-Net before any layer is swapped, so the first call's U-Net is that one.
     base = calls[0][0]
@@ -172,8 +188,12 @@ def test_mixed_precision_under_autocast_refuses_a_budget_autocast_alone_misses(t
     from engine.quantization import Int8Conv3d
 
     monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
-    prepared = prepare(tiny_loaded, OptimizationConfig(quantization="mixed", autocast="bf16", psnr_budget_db=140.0),
-                       cpu, use_cache=False)
+    prepared = prepare(
+        tiny_loaded,
+        OptimizationConfig(quantization="mixed", autocast="bf16", psnr_budget_db=140.0),
+        cpu,
+        use_cache=False,
+    )
     entry = prepared.report["quantization"]
     assert not entry["applied"]
     assert "bf16 autocast alone" in entry["reason"] and "140 dB" in entry["reason"]
@@ -196,8 +216,11 @@ def test_backend_provenance_records_what_applied(registry):
     from engine.backends.local import LocalBackend
 
     backend = LocalBackend(device="cpu", registry=registry)
-    request = SamplingRequest(model="tiny-latent", steps=2,
-                              optimization=OptimizationConfig(autocast="bf16", tf32=True, streamed_decode=True))
+    request = SamplingRequest(
+        model="tiny-latent",
+        steps=2,
+        optimization=OptimizationConfig(autocast="bf16", tf32=True, streamed_decode=True),
+    )
     result = run(backend.sample(request))
     report = result.provenance["optimization"]["report"]
     assert report["autocast"]["applied"] and report["streamed_decode"]["applied"]
@@ -205,14 +228,17 @@ def test_backend_provenance_records_what_applied(registry):
     clear_cache()
 
 
-@pytest.mark.parametrize("model_id, fields", [
-    ("tiny-latent", {}),
-    ("tiny-latent", {"tf32": True, "quantization": "fp8", "attention": "sdpa"}),
-    ("tiny-latent", {"autocast": "bf16", "channels_last_3d": True, "streamed_decode": True}),
-    ("tiny-latent", {"autocast": "fp16", "compile_mode": "max-autotune"}),
-    ("tiny-latent", {"quantization": "int8", "autocast": "bf16"}),
-    ("tiny-pixel", {"streamed_decode": True, "attention": "sdpa", "tf32": True}),
-])
+@pytest.mark.parametrize(
+    "model_id, fields",
+    [
+        ("tiny-latent", {}),
+        ("tiny-latent", {"tf32": True, "quantization": "fp8", "attention": "sdpa"}),
+        ("tiny-latent", {"autocast": "bf16", "channels_last_3d": True, "streamed_decode": True}),
+        ("tiny-latent", {"autocast": "fp16", "compile_mode": "max-autotune"}),
+        ("tiny-latent", {"quantization": "int8", "autocast": "bf16"}),
+        ("tiny-pixel", {"streamed_decode": True, "attention": "sdpa", "tf32": True}),
+    ],
+)
 def test_expected_report_agrees_with_prepare_on_cpu(registry, cpu, monkeypatch, model_id, fields):
     from engine.optimization import expected_report
 
@@ -225,7 +251,10 @@ def test_expected_report_agrees_with_prepare_on_cpu(registry, cpu, monkeypatch, 
     for name, entry in report.items():
         assert predicted[name]["requested"] == entry["requested"], name
         assert predicted[name]["applied"] == entry["applied"], name
-        if not entry["applied"] or name not in ("attention", "quantization"):  # why not is decided by the device (and the spec): the same words
+        if not entry["applied"] or name not in (
+            "attention",
+            "quantization",
+        ):  # why not is decided by the device (and the spec): the same words
             assert predicted[name]["reason"] == entry["reason"], name
 
 

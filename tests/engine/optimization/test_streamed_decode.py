@@ -11,11 +11,21 @@ from engine.streamed_decode import streamed_decode
 
 def _autoencoder(channels, latent=3, seed=0, attention=False):
     torch.manual_seed(seed)
-    ae = build_network({
-        "_target_": "AutoencoderKL", "spatial_dims": 3, "in_channels": 1, "out_channels": 1,
-        "latent_channels": latent, "channels": list(channels), "num_res_blocks": [1, 2, 1][: len(channels)],
-        "attention_levels": [False] * (len(channels) - 1) + [attention], "norm_num_groups": 4,
-        "with_encoder_nonlocal_attn": attention, "with_decoder_nonlocal_attn": attention})
+    ae = build_network(
+        {
+            "_target_": "AutoencoderKL",
+            "spatial_dims": 3,
+            "in_channels": 1,
+            "out_channels": 1,
+            "latent_channels": latent,
+            "channels": list(channels),
+            "num_res_blocks": [1, 2, 1][: len(channels)],
+            "attention_levels": [False] * (len(channels) - 1) + [attention],
+            "norm_num_groups": 4,
+            "with_encoder_nonlocal_attn": attention,
+            "with_decoder_nonlocal_attn": attention,
+        }
+    )
     with torch.no_grad():
         for p in ae.parameters():
             p.add_(torch.randn_like(p) * 0.1)

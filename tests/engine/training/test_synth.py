@@ -41,10 +41,12 @@ def test_same_seed_same_volume_other_seed_differs():
 
 
 def test_size_draws_move_the_measured_volumes():
-    small = synth.SynthConfig(iso_scale=(0.85, 0.85), ventricle_strength=(-0.4, -0.4),
-                              ventricle_dilation_vox=(0.0, 0.0))
-    large = synth.SynthConfig(iso_scale=(1.0, 1.0), ventricle_strength=(0.5, 0.5),
-                              ventricle_dilation_vox=(2.0, 2.0))
+    small = synth.SynthConfig(
+        iso_scale=(0.85, 0.85), ventricle_strength=(-0.4, -0.4), ventricle_dilation_vox=(0.0, 0.0)
+    )
+    large = synth.SynthConfig(
+        iso_scale=(1.0, 1.0), ventricle_strength=(0.5, 0.5), ventricle_dilation_vox=(2.0, 2.0)
+    )
     s, big = synth.generate(5, small), synth.generate(5, large)
     assert big.brain_ml > 1.2 * s.brain_ml
     assert big.ventricle_ml > 3 * s.ventricle_ml
@@ -60,7 +62,7 @@ def test_ras_orientation_and_centring():
     low = np.argwhere(mask[:, :, : int(centre[2]) - 15])
     assert low[:, 1].mean() < centre[1] - 5
     # The template is symmetric, so left/right cannot be told apart here; check it is not cut off.
-    left, right = mask[: 40].sum(), mask[40:].sum()
+    left, right = mask[:40].sum(), mask[40:].sum()
     assert abs(left - right) / (left + right) < 0.05
 
 

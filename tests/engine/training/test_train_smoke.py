@@ -31,7 +31,9 @@ def test_quick_train_resume_and_sample(tmp_path, capsys):
     assert spec["guidance"]["null_value"] == -1.0
     assert spec["networks"]["unet"]["in_channels"] == 8 + 2  # 8 latent channels + 2 condition channels
     assert spec["schedule"]["prediction_type"] == "v_prediction"
-    assert spec["networks"]["unet"]["with_conditioning"] and spec["networks"]["unet"]["cross_attention_dim"] == 2
+    assert (
+        spec["networks"]["unet"]["with_conditioning"] and spec["networks"]["unet"]["cross_attention_dim"] == 2
+    )
     assert np.isfinite(spec["scale_factor"]) and spec["scale_factor"] > 0
     weights_before = (out / "weights.safetensors").read_bytes()
 
@@ -53,8 +55,9 @@ def test_quick_train_resume_and_sample(tmp_path, capsys):
     assert "MNI152" in source.model_card()
     commands = source.spec.extra["training"]["commands"]
     assert len(commands) == 2 and "--resume" in commands[1]
-    gen = LocalBackend(device="cpu").sample(SamplingRequest(model=str(out), steps=2, batch_size=1,
-                                                            guidance_scale=2.0))
+    gen = LocalBackend(device="cpu").sample(
+        SamplingRequest(model=str(out), steps=2, batch_size=1, guidance_scale=2.0)
+    )
     try:
         while True:
             next(gen)
@@ -65,7 +68,9 @@ def test_quick_train_resume_and_sample(tmp_path, capsys):
 
 def test_stop_after_runs_only_the_first_phases(tmp_path):
     work, out = tmp_path / "work", tmp_path / "model"
-    assert main(["train-demo", "--quick", "--work", str(work), "--out", str(out), "--stop-after", "data"]) == 0
+    assert (
+        main(["train-demo", "--quick", "--work", str(work), "--out", str(out), "--stop-after", "data"]) == 0
+    )
     assert (work / "data.npz").exists() and not (work / "ae.ckpt").exists() and not out.exists()
     data = np.load(work / "data.npz")
     assert data["images"].shape == (2, 80, 96, 80) and (data["brain_ml"] > 500).all()
@@ -106,7 +111,9 @@ def test_min_snr_weights_down_weight_only_the_low_noise_steps():
 
     from engine.training.train import min_snr_weights
 
-    sched = DDPMScheduler(num_train_timesteps=1000, schedule="scaled_linear_beta", beta_start=0.0015, beta_end=0.0205)
+    sched = DDPMScheduler(
+        num_train_timesteps=1000, schedule="scaled_linear_beta", beta_start=0.0015, beta_end=0.0205
+    )
     t = torch.tensor([0, 50, 200, 500, 999])
     w = min_snr_weights(sched.alphas_cumprod, t, 5.0)
     snr = sched.alphas_cumprod[t] / (1 - sched.alphas_cumprod[t])
@@ -146,4 +153,3 @@ def test_resume_redoes_the_decoder_when_its_settings_change_and_keeps_the_unet(t
     changed = {k for k in decoder_before if not torch.equal(decoder_before[k], decoder_after[k])}
     assert changed and all(k.startswith(("decoder.", "post_quant_conv.")) for k in changed)  # encoder frozen
     assert json.loads((out / "spec.json").read_text())["extra"]["training"]["config"]["decoder_lr"] == 1e-3
-
