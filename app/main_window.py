@@ -38,14 +38,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.compare import install_compare
+from app.core.recovery import RecoveryStore
+from app.core.session import CONVENTIONS, RENDER_PRESETS, AppState
+from app.core.volumes import WINDOW_PRESETS, VolumeEntry, preview_affine
 from app.docks.metrics_dock import MetricsDock
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
-from app.recovery import RecoveryStore
 from app.recovery_bar import RecoveryBar, RecoveryController
 from app.remote import install_remote
-from app.state import CONVENTIONS, RENDER_PRESETS, WINDOW_PRESETS, AppState, VolumeEntry, preview_affine
 from app.vault import install_vault
 from app.viewer.viewer_area import ViewerArea
 from app.workers import BackendPool, GenerationWorker, JobRunner

@@ -13,8 +13,8 @@ import logging
 import numpy as np
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
-from app.recovery import OrphanSession, RecoveryStore
-from app.state import VolumeEntry
+from app.core.recovery import OrphanSession, RecoveryStore
+from app.core.volumes import VolumeEntry
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from engine.api import Backend, Progress, SamplingRequest, SamplingResult
+from engine.formatting import format_bytes
 from engine.optimization_config import OptimizationConfig
-from engine.peak_memory import format_bytes
 
 DEFAULT_PROFILED_STEPS = 2
 

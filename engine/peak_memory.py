@@ -6,17 +6,6 @@ import sys
 from typing import Any
 
 
-def format_bytes(count: float | None) -> str:
-    """``20.0 GiB``, ``512 MiB``; ``n/a`` for ``None``."""
-    if count is None:
-        return "n/a"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(count) >= size:
-            value = count / size
-            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
-    return f"{count:.0f} B"
-
-
 def peak_rss_bytes() -> int:
     """This process's peak resident set size so far (bytes)."""
     import resource

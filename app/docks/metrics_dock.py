@@ -26,7 +26,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from app.state import format_bytes, format_duration, run_summary_lines
+from app.core.display import format_bytes, format_duration, run_summary_lines
 
 DEFAULT_WINDOW_S = 120.0
 WINDOW_CHOICES = ((60.0, "1 min"), (120.0, "2 min"), (300.0, "5 min"), (600.0, "10 min"))

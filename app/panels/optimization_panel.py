@@ -28,17 +28,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.state import (
+from app.core.display import (
     APPLIED_MARK,
     NOT_APPLIED_MARK,
     OPTIMIZATION_LABELS,
-    REMOTE_PREFIX,
-    AppState,
-    GenerationSettings,
     optimization_lines,
     setting_requested,
     setting_text,
 )
+from app.core.generation_form import GenerationSettings
+from app.core.session import REMOTE_PREFIX, AppState
 from engine.errors import EngineError, InvalidRequest
 from engine.optimization import (
     ATTENTION_KERNELS,

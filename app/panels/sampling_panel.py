@@ -27,7 +27,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.state import AppState, GenerationSettings, ProgressTracker, random_seed
+from app.core.generation_form import GenerationSettings, random_seed
+from app.core.progress import ProgressTracker
+from app.core.session import AppState
 
 SLIDER_STEPS = 1000
 

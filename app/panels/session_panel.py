@@ -7,7 +7,7 @@ import html
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QSizePolicy, QVBoxLayout, QWidget
 
-from app.state import AppState
+from app.core.session import AppState
 from app.theme import dot_icon
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.state import REMOTE_PREFIX
+from app.core.session import REMOTE_PREFIX
 from engine.errors import InvalidRequest
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.core.generation_form import GenerationSettings
+from app.core.session import REMOTE_PREFIX
 from app.remote.connection import (
     MetricsFeed,
     RemoteModelSource,
@@ -21,7 +23,6 @@ from app.remote.connection import (
     probe_server,
     remote_model_sources,
 )
-from app.state import REMOTE_PREFIX, GenerationSettings
 from engine.errors import InvalidRequest
 
 LAST_URL_KEY = "remote/last_url"

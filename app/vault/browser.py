@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.state import format_duration
+from app.core.display import format_duration
 from app.theme import dot_icon
 from app.vault import model
 from app.vault.dialogs import LOCKED_COLOUR, UNLOCKED_COLOUR, lock_icon, lock_pixmap

@@ -1,4 +1,4 @@
-"""Array + affine -> pyvista ``ImageData``: pure code, no Qt (tested without a display).
+"""Array + affine -> pyvista ``ImageData`` (the 3D view's bridge to VTK; no Qt, tested without a display).
 
 The NIfTI affine maps voxel (i, j, k) to RAS mm. ``ImageData`` stores the same mapping as origin, spacing
 and a direction matrix (orthonormal columns), so an oblique affine is kept, not approximated. Shears are not

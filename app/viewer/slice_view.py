@@ -12,8 +12,9 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from app.state import AppState, ras_to_voxel, voxel_to_ras
-from app.viewer.slicing import apply_window, plane_geometry, window_from_drag
+from app.core.session import AppState
+from app.core.slicing import apply_window, plane_geometry, window_from_drag
+from app.core.volumes import ras_to_voxel, voxel_to_ras
 
 PLANE_COLOURS = {"axial": QColor("#e0524f"), "coronal": QColor("#5fb85c"), "sagittal": QColor("#4d8fe6")}
 BACKGROUND = QColor("#0b0d10")

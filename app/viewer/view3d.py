@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.state import RENDER_PRESETS, AppState
+from app.core.session import RENDER_PRESETS, AppState
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QGridLayout, QVBoxLayout, QWidget
 
-from app.state import AppState
+from app.core.session import AppState
 from app.viewer.slice_view import SliceView
 from app.viewer.view3d import View3D
 

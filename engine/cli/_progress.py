@@ -5,12 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    minutes, secs = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+from engine.formatting import format_duration
 
 
 class ProgressLine:

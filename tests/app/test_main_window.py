@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 
-from app.state import GenerationSettings
+from app.core.generation_form import GenerationSettings
 
 pytestmark = pytest.mark.render
 

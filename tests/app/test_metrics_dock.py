@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from app.state import format_bytes, run_summary_lines
+from app.core.display import format_bytes, run_summary_lines
 from tests.app.conftest import SCREENSHOTS
 
 render = pytest.mark.render

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.recovery import RecoveryStore
+from app.core.recovery import RecoveryStore
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,7 +26,7 @@ def _kill_after_keeping(root: Path, script_tail: str = "") -> subprocess.Complet
     """A process that keeps one volume in a recovery store under ``root`` and is then killed (SIGKILL)."""
     code = textwrap.dedent(f"""
         import os, signal, numpy as np
-        from app.recovery import RecoveryStore
+        from app.core.recovery import RecoveryStore
         store = RecoveryStore({str(root)!r})
         store.open()
         data = np.random.default_rng(3).random((6, 7, 5), dtype=np.float32)
@@ -126,7 +126,7 @@ from pathlib import Path
 from PySide6.QtCore import QEventLoop, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 from app.main_window import MainWindow
-from app.recovery import RecoveryStore
+from app.core.recovery import RecoveryStore
 from engine.models.registry import ModelRegistry
 
 app = QApplication([])

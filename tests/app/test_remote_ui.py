@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
+from app.core.session import REMOTE_PREFIX
 from app.remote import normalise_url, probe_server
-from app.state import REMOTE_PREFIX
 from engine.backends.local import LocalBackend
 from engine.errors import BackendUnavailable, InvalidRequest
 from engine.server import create_app

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.core.slicing import apply_window, plane_geometry, window_from_drag
 from app.viewer.geometry import affine_to_grid_params, to_image_data
-from app.viewer.slicing import apply_window, plane_geometry, window_from_drag
 
 SHAPE = (5, 6, 7)
 

@@ -1,0 +1,91 @@
+"""Text for people about runs: optimization reports and telemetry summaries (Qt-free).
+
+Durations and byte counts are formatted by ``engine.formatting`` so the CLI and the app read the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from engine.formatting import format_bytes, format_duration  # noqa: F401 - the app's panels import them here
+
+# Names of the OptimizationConfig settings for people, in the order the panel and the details list them.
+OPTIMIZATION_LABELS = {
+    "tf32": "TF32",
+    "channels_last_3d": "Channels-last 3D",
+    "autocast": "Autocast",
+    "attention": "Attention",
+    "compile_mode": "Compile",
+    "cuda_graphs": "CUDA graphs",
+    "quantization": "Quantization",
+    "streamed_decode": "Streamed decode",
+}
+
+APPLIED_MARK, NOT_APPLIED_MARK = "\u2713", "\u2013"  # check mark, en dash
+
+
+def setting_requested(value: Any) -> bool:
+    """Whether a setting's requested value asks for a change from plain fp32 (False, None and "default" do not)."""
+    return value not in (None, False, "default")
+
+
+def setting_text(name: str, value: Any) -> str:
+    """``TF32``, ``Autocast bf16``, ``Quantization mixed``: a requested setting in a few words."""
+    label = OPTIMIZATION_LABELS.get(name, name)
+    return label if isinstance(value, bool) else f"{label} {value}"
+
+
+def optimization_lines(report: Mapping[str, Any]) -> list[str]:
+    """What a run's optimization report says (provenance["optimization"]["report"]), for the details pane.
+
+    One line per requested setting: a check mark if it applied, then a dash and the engine's reason if not.
+    """
+    requested = sorted(
+        (
+            (name, entry)
+            for name, entry in report.items()
+            if isinstance(entry, Mapping) and setting_requested(entry.get("requested"))
+        ),
+        key=lambda item: not item[1].get("applied"),
+    )
+    if not requested:
+        return ["optimization: none (exact fp32)"]
+    lines = ["optimization:"]
+    for name, entry in requested:
+        text = setting_text(name, entry["requested"])
+        if entry.get("applied"):
+            lines.append(f"  {APPLIED_MARK} {text}")
+        else:
+            reason = entry.get("reason") or "not applied"
+            lines.append(f"  {NOT_APPLIED_MARK} {text}: {reason}")
+    return lines
+
+
+def run_summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Two short lines describing a run's telemetry summary (``engine.telemetry`` ``mark_run_end``).
+
+    Duration and mean GPU utilisation (or "no GPU"), then peak memory and energy. Without a GPU the peak
+    memory is this process's resident set and energy is not measured.
+    """
+    duration = summary.get("duration_s")
+    first = [f"{duration:.1f} s" if isinstance(duration, int | float) else "duration n/a"]
+    if summary.get("gpu_available"):
+        util = summary.get("mean_gpu_util_pct")
+        first.append(f"GPU {util:.0f}% mean" if util is not None else "GPU utilisation n/a")
+        energy = summary.get("energy_j")
+        second = [
+            f"peak GPU memory {format_bytes(summary.get('peak_gpu_memory_bytes'))}",
+            f"{energy:,.0f} J"
+            if energy is not None and energy >= 100
+            else f"{energy:.1f} J"
+            if energy is not None
+            else "energy n/a",
+        ]
+    else:
+        first.append("no GPU")
+        cpu = summary.get("cpu") or {}
+        if cpu.get("mean_cpu_pct") is not None:
+            first.append(f"CPU {cpu['mean_cpu_pct']:.0f}% mean")
+        second = [f"peak RSS {format_bytes(cpu.get('peak_process_rss_bytes'))}", "energy n/a"]
+    return ["telemetry: " + ", ".join(first), ", ".join(second)]

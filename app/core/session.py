@@ -1,0 +1,279 @@
+"""The session: models, volumes, what is shown, the running job, display settings (Qt-free).
+
+Widgets subscribe to the ``Event`` attributes and call methods here instead of talking to each other,
+so the logic is testable without a ``QApplication`` (see tests/app/test_state.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.core.events import Event
+from app.core.progress import ProgressTracker
+from app.core.volumes import WINDOW_PRESETS, VolumeEntry, ras_to_voxel, voxel_to_ras, window_for_preset
+
+CONVENTIONS = ("radiological", "neurological")
+
+RENDER_PRESETS = ("MRI grey", "MIP", "Iso-surface", "Slices only")
+
+MAX_RECENT = 10
+
+REMOTE_PREFIX = "remote:"  # device ids of engine servers: "remote:http://host:port" (app/remote)
+
+
+class RecentFiles:
+    """Most recent first, no duplicates, at most ``limit`` entries."""
+
+    def __init__(self, paths: Iterable[str] = (), limit: int = MAX_RECENT) -> None:
+        self.limit = limit
+        self._paths: list[str] = []
+        for path in reversed(list(paths)):
+            self.add(path)
+
+    def add(self, path: str | Path) -> None:
+        text = str(Path(path).expanduser().resolve())
+        if text in self._paths:
+            self._paths.remove(text)
+        self._paths.insert(0, text)
+        del self._paths[self.limit :]
+
+    def remove(self, path: str | Path) -> None:
+        text = str(path)
+        if text in self._paths:
+            self._paths.remove(text)
+
+    def paths(self) -> list[str]:
+        return list(self._paths)
+
+
+class AppState:
+    """The session: models, volumes, what is shown, the running job, display settings.
+
+    Events (arguments in brackets):
+        models_changed(), model_selected(source), volumes_changed(), shown_changed(entry | None),
+        crosshair_changed(ras), window_changed(window, level), display_changed(), job_changed(running),
+        progress_changed(tracker), status(text).
+    """
+
+    def __init__(self) -> None:
+        self.models: list[Any] = []  # engine ModelSource
+        self.selected_model: Any | None = None
+        self.volumes: list[VolumeEntry] = []
+        self.shown: VolumeEntry | None = None
+        self.crosshair_ras = np.zeros(3)
+        self.window: tuple[float, float] = (1.0, 0.5)  # (window, level)
+        self.window_preset = WINDOW_PRESETS[0]
+        self.convention = "radiological"
+        self.render_preset = RENDER_PRESETS[0]
+        self.iso_fraction = 0.35  # iso-surface threshold as a fraction of the shown volume's range
+        self.smooth_display = True
+        self.recent = RecentFiles()
+        self.job_running = False
+        self.progress = ProgressTracker()
+
+        self.models_changed = Event()
+        self.model_selected = Event()
+        self.volumes_changed = Event()
+        self.shown_changed = Event()
+        self.crosshair_changed = Event()
+        self.window_changed = Event()
+        self.display_changed = Event()
+        self.job_changed = Event()
+        self.progress_changed = Event()
+        self.status = Event()
+
+    # -- models --------------------------------------------------------------------------------------
+
+    def set_models(self, sources: list[Any], preferred: str | None = None) -> str:
+        """Replace the model list and select ``preferred`` (or the first). Returns a note for the status bar."""
+        self.models = list(sources)
+        self.models_changed.emit()
+        note = ""
+        pick = next((s for s in self.models if s.id == preferred), None) if preferred else None
+        if pick is None and self.models:
+            pick = self.models[0]
+            if preferred:
+                note = f"Model {preferred!r} is not installed; using {pick.id!r} instead."
+        if not self.models:
+            note = "No models found. Use Generate > Open model folder... to add one."
+        self.select_model(pick)
+        return note
+
+    def add_model(self, source: Any) -> None:
+        self.models = [m for m in self.models if m.id != source.id] + [source]
+        self.models_changed.emit()
+        self.select_model(source)
+
+    def add_models(self, sources: list[Any]) -> None:
+        """Add models to the list without selecting any (e.g. an engine server's)."""
+        known = {m.id for m in self.models}
+        self.models = self.models + [s for s in sources if s.id not in known]
+        self.models_changed.emit()
+
+    def remove_models(self, sources: list[Any]) -> None:
+        """Take models out of the list; if the selected one goes, the first that stays is selected."""
+        self.models = [m for m in self.models if all(m is not s for s in sources)]
+        self.models_changed.emit()
+        if self.selected_model is not None and any(self.selected_model is s for s in sources):
+            self.select_model(self.models[0] if self.models else None)
+
+    def select_model(self, source: Any | None) -> None:
+        if source is self.selected_model:
+            return
+        self.selected_model = source
+        self.model_selected.emit(source)
+
+    def model_by_id(self, model_id: str) -> Any | None:
+        return next((m for m in self.models if m.id == model_id), None)
+
+    # -- volumes -------------------------------------------------------------------------------------
+
+    def add_volume(self, entry: VolumeEntry, show: bool = True) -> VolumeEntry:
+        self.volumes.append(entry)
+        self.volumes_changed.emit()
+        if entry.path is not None:
+            self.recent.add(entry.path)
+        if show:
+            self.show(entry)
+        return entry
+
+    def add_result(self, result: Any, label: str = "") -> list[VolumeEntry]:
+        """Add every volume of an engine ``SamplingResult`` to the session; shows the first."""
+        entries = []
+        prov = result.provenance
+        base = label or f"{prov.get('model', {}).get('id', 'model')} seed {result.request.seed}"
+        count = result.volumes.shape[0]
+        for index in range(count):
+            volume = np.ascontiguousarray(result.volume(index), dtype=np.float32)
+            if volume.ndim == 4:  # multi-channel: show channel 0
+                volume = volume[0]
+            name = base if count == 1 else f"{base} #{index + 1}"
+            entries.append(
+                VolumeEntry(
+                    name=name,
+                    data=volume,
+                    affine=np.asarray(result.affine),
+                    kind="generated",
+                    provenance={**prov, "batch_index": index},
+                    synthetic=True,
+                )
+            )
+        for index, entry in enumerate(entries):
+            self.add_volume(entry, show=index == 0)
+        return entries
+
+    def remove_volume(self, entry: VolumeEntry) -> None:
+        if entry in self.volumes:
+            self.volumes.remove(entry)
+            self.volumes_changed.emit()
+            if self.shown is entry:
+                self.show(self.volumes[-1] if self.volumes else None)
+
+    def show(self, entry: VolumeEntry | None) -> None:
+        """Show a volume (or a transient preview). Keeps the crosshair if it still lies inside."""
+        previous = self.shown
+        self.shown = entry
+        if entry is not None:
+            same_geometry = (
+                previous is not None
+                and previous.shape == entry.shape
+                and np.allclose(previous.affine, entry.affine)
+            )
+            # Keep the crosshair between volumes of one geometry and between previews and their result
+            # (same anatomy, different sampling); otherwise start at the centre of the new volume.
+            related = previous is not None and (same_geometry or "preview" in (previous.kind, entry.kind))
+            if not (related and entry.contains_ras(self.crosshair_ras)):
+                self.crosshair_ras = entry.center_ras()
+            keep_window = entry.kind == "preview" or (same_geometry and self.window_preset == "Custom")
+            if not keep_window:
+                self.window = window_for_preset(
+                    entry, self.window_preset if self.window_preset != "Custom" else WINDOW_PRESETS[0]
+                )
+        self.shown_changed.emit(entry)
+        if entry is not None:
+            self.crosshair_changed.emit(self.crosshair_ras)
+            self.window_changed.emit(*self.window)
+
+    def show_preview(self, data: np.ndarray, affine: np.ndarray, step: int, total: int) -> VolumeEntry:
+        entry = VolumeEntry(
+            name=f"preview (step {step}/{total})",
+            data=np.asarray(data, dtype=np.float32),
+            affine=affine,
+            kind="preview",
+            synthetic=True,
+        )
+        first_preview = self.shown is None or self.shown.kind != "preview"
+        self.show(entry)
+        if first_preview:  # previews change range as noise clears: start from auto and let the user adjust
+            self.set_window(*window_for_preset(entry, "Auto (1-99%)"), preset=self.window_preset)
+        return entry
+
+    # -- view ----------------------------------------------------------------------------------------
+
+    def set_crosshair(self, ras: Iterable[float]) -> None:
+        ras = np.asarray(list(ras), dtype=np.float64)
+        if self.shown is not None:  # clamp to the volume so the crosshair never leaves it
+            ijk = np.clip(np.round(ras_to_voxel(self.shown.affine, ras)), 0, np.asarray(self.shown.shape) - 1)
+            ras = voxel_to_ras(self.shown.affine, ijk)
+        if np.allclose(ras, self.crosshair_ras):
+            return
+        self.crosshair_ras = ras
+        self.crosshair_changed.emit(ras)
+
+    def crosshair_voxel(self) -> tuple[int, int, int] | None:
+        if self.shown is None:
+            return None
+        ijk = np.clip(
+            np.round(ras_to_voxel(self.shown.affine, self.crosshair_ras)), 0, np.asarray(self.shown.shape) - 1
+        )
+        return tuple(int(v) for v in ijk)  # type: ignore[return-value]
+
+    def set_window(self, window: float, level: float, preset: str = "Custom") -> None:
+        window = max(float(window), 1e-6)
+        self.window = (window, float(level))
+        self.window_preset = preset
+        self.window_changed.emit(*self.window)
+
+    def apply_window_preset(self, preset: str) -> None:
+        self.window_preset = preset
+        if self.shown is not None:
+            self.set_window(*window_for_preset(self.shown, preset), preset=preset)
+
+    def set_convention(self, convention: str) -> None:
+        if convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}")
+        if convention != self.convention:
+            self.convention = convention
+            self.display_changed.emit()
+
+    def set_render_preset(self, preset: str) -> None:
+        if preset not in RENDER_PRESETS:
+            raise ValueError(f"render preset must be one of {RENDER_PRESETS}")
+        self.render_preset = preset
+        self.display_changed.emit()
+
+    def set_iso_fraction(self, fraction: float) -> None:
+        self.iso_fraction = float(min(max(fraction, 0.0), 1.0))
+        self.display_changed.emit()
+
+    def iso_threshold(self) -> float | None:
+        if self.shown is None:
+            return None
+        low, high = self.shown.percentile(1.0), self.shown.percentile(99.9)
+        return low + self.iso_fraction * (high - low)
+
+    # -- job -----------------------------------------------------------------------------------------
+
+    def set_job_running(self, running: bool) -> None:
+        if running:
+            self.progress.reset()
+        self.job_running = running
+        self.job_changed.emit(running)
+
+    def report_progress(self, stage: str, step: int, total: int, elapsed_s: float, message: str = "") -> None:
+        self.progress.update(stage, step, total, elapsed_s, message)
+        self.progress_changed.emit(self.progress)

@@ -1,0 +1,132 @@
+"""Volumes in the session and their coordinate maths: voxel <-> RAS mm, window presets, preview affines.
+
+Qt-free: the slice views, the 3D view and the tests all use these.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.core.display import optimization_lines, run_summary_lines
+
+WINDOW_PRESETS = ("Auto (1-99%)", "Full range", "Soft (0.5-99.5%)", "High contrast (10-90%)")
+
+_uids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class VolumeEntry:
+    """A volume in this session: generated, opened from disk, or a transient denoising preview."""
+
+    name: str
+    data: np.ndarray  # float32 (x, y, z), RAS+
+    affine: np.ndarray  # voxel -> RAS mm
+    kind: str = "opened"  # "generated", "opened" or "preview"
+    path: Path | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    synthetic: bool = False
+    uid: int = field(default_factory=lambda: next(_uids))
+    saved: bool = (
+        False  # the user wrote it to a file or the vault in this session (crash recovery lets it go)
+    )
+    _percentiles: dict[float, float] = field(default_factory=dict, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(int(s) for s in self.data.shape[:3])  # type: ignore[return-value]
+
+    @property
+    def spacing(self) -> tuple[float, float, float]:
+        return tuple(float(v) for v in np.sqrt((np.asarray(self.affine)[:3, :3] ** 2).sum(axis=0)))  # type: ignore[return-value]
+
+    def percentile(self, q: float) -> float:
+        """Intensity percentile, cached (the volume never changes once in the session)."""
+        if q not in self._percentiles:
+            sample = (
+                self.data
+                if self.data.size <= 2_000_000
+                else self.data.ravel()[:: self.data.size // 2_000_000]
+            )
+            self._percentiles[q] = float(np.percentile(sample, q))
+        return self._percentiles[q]
+
+    def center_ras(self) -> np.ndarray:
+        centre = (np.asarray(self.shape, dtype=np.float64) - 1) / 2.0
+        return voxel_to_ras(self.affine, centre)
+
+    def contains_ras(self, ras: np.ndarray) -> bool:
+        ijk = ras_to_voxel(self.affine, ras)
+        return bool(np.all(ijk >= -0.5) and np.all(ijk <= np.asarray(self.shape) - 0.5))
+
+    def describe(self) -> str:
+        """A few lines for the session panel."""
+        sx, sy, sz = self.spacing
+        lines = [
+            f"{self.shape[0]} x {self.shape[1]} x {self.shape[2]} voxels, {sx:.2g} x {sy:.2g} x {sz:.2g} mm",
+            f"range {float(self.data.min()):.3g} .. {float(self.data.max()):.3g}",
+        ]
+        if self.synthetic:
+            lines.append("SYNTHETIC")
+        prov = self.provenance
+        if prov.get("model"):
+            lines.append(f"model {prov['model'].get('id', '?')}, seed {prov.get('seed', '?')}")
+            req = prov.get("request") or {}
+            if req:
+                lines.append(
+                    f"{req.get('sampler', '?')} x {req.get('steps', '?')} steps, "
+                    f"guidance {req.get('guidance_scale', 1.0):g}"
+                )
+            for name, value in (prov.get("conditioning") or {}).items():
+                lines.append(f"  {name} = {value:g}")
+            timings = prov.get("timings") or {}
+            if "total_s" in timings:
+                lines.append(f"took {timings['total_s']:.1f} s on {prov.get('device', '?')}")
+            if isinstance(prov.get("telemetry"), Mapping):
+                lines.extend(run_summary_lines(prov["telemetry"]))
+            optimization = prov.get("optimization") or {}
+            if isinstance(optimization.get("report"), Mapping):
+                lines.extend(optimization_lines(optimization["report"]))
+        if self.path is not None:
+            lines.append(str(self.path))
+        return "\n".join(lines)
+
+
+def voxel_to_ras(affine: np.ndarray, ijk: Iterable[float]) -> np.ndarray:
+    ijk = np.asarray(list(ijk), dtype=np.float64)
+    return (np.asarray(affine, dtype=np.float64) @ np.append(ijk, 1.0))[:3]
+
+
+def ras_to_voxel(affine: np.ndarray, ras: Iterable[float]) -> np.ndarray:
+    ras = np.asarray(list(ras), dtype=np.float64)
+    return (np.linalg.inv(np.asarray(affine, dtype=np.float64)) @ np.append(ras, 1.0))[:3]
+
+
+def window_for_preset(entry: VolumeEntry, preset: str) -> tuple[float, float]:
+    """(window, level) for a named preset; percentiles make the presets work for any intensity scale."""
+    low_q, high_q = {
+        "Auto (1-99%)": (1.0, 99.0),
+        "Full range": (0.0, 100.0),
+        "Soft (0.5-99.5%)": (0.5, 99.5),
+        "High contrast (10-90%)": (10.0, 90.0),
+    }.get(preset, (1.0, 99.0))
+    low, high = entry.percentile(low_q), entry.percentile(high_q)
+    if not high > low:
+        high = low + 1.0
+    return high - low, (high + low) / 2.0
+
+
+def preview_affine(
+    model_affine: np.ndarray, output_xyz: tuple[int, int, int], preview_shape: tuple[int, ...]
+) -> np.ndarray:
+    """The affine of a strided preview (the engine keeps every n-th voxel of the output volume)."""
+    strides = [max(1, math.ceil(o / p)) for o, p in zip(output_xyz, preview_shape[:3], strict=True)]
+    affine = np.array(model_affine, dtype=np.float64, copy=True)
+    affine[:3, :3] = affine[:3, :3] @ np.diag(strides)
+    return affine
