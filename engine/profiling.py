@@ -13,9 +13,19 @@ their call counts and share of the profiled time. On CUDA the ranking is by devi
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 TOP_OPERATORS = 15
+# Kineto (torch.profiler's back end) writes "USDT: ... profiler_start" and "STAGE: ..." lines straight to
+# file descriptor 2 at every profile, whatever Python does with sys.stderr. Its log level is read from the
+# environment when the first profile starts; 6 is above its highest level (USDT = 5), so nothing is written.
+KINETO_QUIET_LEVEL = "6"
+
+
+def quiet_kineto() -> None:
+    """Keep kineto's own log lines off the user's terminal, unless the user set ``KINETO_LOG_LEVEL``."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
 
 
 class KernelProfiler:
@@ -27,6 +37,8 @@ class KernelProfiler:
         self.device = device
         self._step = 0
         self._events: list[Any] = []  # key_averages() of each profiled step
+        if self.steps:
+            quiet_kineto()  # here, before the first profile starts, where kineto reads it
 
     def __getattr__(self, name: str) -> Any:  # report, details, config... of the wrapped model
         return getattr(self.prepared, name)

@@ -1,4 +1,9 @@
-"""A terminal progress line for long jobs: bar, step i/N, steps per second, ETA. Writes to stderr."""
+"""A terminal progress line for long jobs: bar, step i/N, steps per second, ETA. Writes to stderr.
+
+Rate and ETA count the denoising steps of the run in progress, from its own first step: a command that runs
+several jobs in a row (``volsynth compare`` runs A then B on one step counter) must not credit the second
+run with the first run's steps.
+"""
 
 from __future__ import annotations
 
@@ -9,24 +14,27 @@ from engine.formatting import format_duration
 
 
 class ProgressLine:
-    def __init__(self, stream=None, width: int = 28):
+    def __init__(self, stream=None, width: int = 28, clock=time.perf_counter):
         self.stream = stream or sys.stderr
         self.width = width
+        self.clock = clock
         self.stage = ""
-        self.stage_started = time.perf_counter()
+        self.stage_started = clock()
+        self.stage_first_step = 0  # the step counter when this stage began
         self.interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
         self._last_len = 0
 
     def update(self, progress) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         if progress.stage != self.stage:
             if self.stage:
                 self._newline()
-            self.stage, self.stage_started = progress.stage, now
+            self.stage, self.stage_started, self.stage_first_step = progress.stage, now, progress.step
         if progress.stage == "denoise" and progress.total:
             done = progress.step
+            run_steps = done - self.stage_first_step  # steps of this run since its denoising began
             elapsed = now - self.stage_started
-            rate = done / elapsed if elapsed > 0 and done else 0.0
+            rate = run_steps / elapsed if elapsed > 0 and run_steps > 0 else 0.0
             eta = (progress.total - done) / rate if rate else 0.0
             filled = int(self.width * done / progress.total)
             bar = "#" * filled + "-" * (self.width - filled)

@@ -6,6 +6,9 @@ import argparse
 
 from engine.errors import InvalidRequest
 
+# engine.models.spec.SAMPLERS, written out: importing engine.models here would slow every command's start-up.
+SAMPLERS = ("ddpm", "ddim", "pndm", "rflow")
+
 
 def _condition(text: str) -> tuple[str, float]:
     name, sep, value = text.partition("=")
@@ -26,8 +29,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
     parser.add_argument(
         "--sampler",
-        default="",
-        choices=["", "ddpm", "ddim", "pndm", "rflow"],
+        default=None,  # no empty choice: argparse would list it in --help as "{,ddpm,...}"
+        choices=SAMPLERS,
         help="sampler (default: the model's)",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -73,7 +76,7 @@ def request_from_args(args: argparse.Namespace, optimization=None):
         raise InvalidRequest(f"--steps must be at least 1, got {args.steps}")
     return SamplingRequest(
         model=args.model,
-        sampler=args.sampler,
+        sampler=args.sampler or "",
         steps=args.steps or 0,
         seed=args.seed,
         conditioning=dict(args.cond),

@@ -222,3 +222,65 @@ def test_refused_optimization_is_one_line(model_path_env, tmp_path, capsys):
     )
     assert "CUDA graphs need an NVIDIA GPU" in capsys.readouterr().err
     assert _files(tmp_path) == []
+
+
+def test_help_offers_no_empty_sampler_choice(capsys):
+    from engine.models.spec import SAMPLERS
+
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    assert "{" + ",".join(SAMPLERS) + "}" in text and "{," not in text and ",}" not in text
+
+
+def test_progress_counts_the_steps_of_the_run_in_progress():
+    """Two runs on one step counter (how `volsynth compare` reports A then B): B's rate is B's own steps."""
+    import io
+
+    from engine.api import Progress
+    from engine.cli._progress import ProgressLine
+
+    now = [0.0]
+    stream = io.StringIO()
+    line = ProgressLine(stream, clock=lambda: now[0])
+
+    def run(first: int, per_run: int, total: int, seconds_per_step: float) -> str:
+        line.update(Progress("load", 0, 1, now[0], "loading"))
+        line.update(Progress("denoise", first, total, now[0], "denoising"))
+        for step in range(first + 1, first + per_run + 1):
+            now[0] += seconds_per_step
+            line.update(Progress("denoise", step, total, now[0], f"step {step}"))
+        line.update(Progress("decode", first + per_run, total, now[0], "decoding"))
+        return [text for text in stream.getvalue().splitlines() if text.startswith("denoise")][-1]
+
+    assert run(0, 10, 20, 0.5).endswith("10/20  2.00 steps/s  ETA 0:05")
+    assert run(10, 10, 20, 2.0).endswith("20/20  0.50 steps/s  ETA 0:00")  # B is slower: 0.5, not 1.0
+
+
+def test_generate_progress_counts_steps_not_batch_or_guidance(model_path_env, tmp_path, capsys):
+    steps = 4
+    argv = ["generate", "--model", "tiny-latent", "--steps", str(steps), "--batch", "2", "--guidance", "3"]
+    assert main([*argv, "--out", str(tmp_path / "g.nii.gz")]) == 0
+    counts = [
+        text.split("]")[1].split()[0] for text in capsys.readouterr().err.splitlines() if "denoise [" in text
+    ]
+    assert counts[0] == f"0/{steps}" and counts[-1] == f"{steps}/{steps}"
+
+
+def test_kernel_profiling_keeps_torch_profiler_lines_off_the_terminal(tiny_models_dir, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    env["VOLSYNTH_MODEL_PATH"] = str(tiny_models_dir)
+    argv = ["compare", "--model", "tiny-pixel", "--steps", "3", "--b", "bf16", "--profile-steps", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", *argv, "--device", "cpu", "--out", str(tmp_path / "c")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "top operators" in done.stdout  # the profile ran and was reported
+    for noise in ("USDT", "STAGE:", "profiler_start"):
+        assert noise not in done.stderr and noise not in done.stdout
