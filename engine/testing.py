@@ -128,21 +128,65 @@ def make_tiny_model(folder: str | Path, seed: int = 0, **spec_kwargs) -> Path:
     )
 
 
+class InstantBackend:
+    """A backend that answers at once (a few progress events, a small zero volume), for exercising the
+    engine server's HTTP layer (fuzzing, load) without spending CPU on sampling. ``registry`` is the model
+    registry the server restricts requests to.
+    """
+
+    name = "instant"
+
+    def __init__(self, registry) -> None:
+        self.registry = registry
+
+    def info(self):
+        from engine.api import BackendInfo
+
+        return BackendInfo(self.name, "cpu", "instant test backend")
+
+    def sample(self, request):
+        import numpy as np
+
+        from engine.api import Progress, SamplingResult
+
+        yield Progress("load", 0, 1, 0.0)
+        total = min(request.steps or 3, 3)
+        for step in range(1, total + 1):
+            preview = np.zeros((4, 4, 4), np.float32) if request.preview_interval else None
+            yield Progress("denoise", step, total, 0.001 * step, "", preview)
+        volumes = np.zeros((request.batch_size, 1, 4, 4, 4), np.float32)
+        provenance = {"model": {"id": request.model}, "seed": request.seed, "backend": self.name}
+        return SamplingResult(volumes, np.eye(4), request, provenance)
+
+
 class ServerThread:
     """A real uvicorn engine server on 127.0.0.1 (a free port) in a daemon thread, for tests and demos.
 
     ``with ServerThread(create_app(...)) as url:`` starts it and waits until it listens; leaving the block
-    stops it.
+    stops it. With ``ssl_certfile``/``ssl_keyfile`` it serves HTTPS and the URL starts with ``https://``;
+    other keyword arguments go to ``uvicorn.Config`` (e.g. ``limit_concurrency``).
     """
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, ssl_certfile=None, ssl_keyfile=None, **config) -> None:
         import threading
 
         import uvicorn
 
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
+        config.setdefault("log_level", "warning")
+        config.setdefault("timeout_graceful_shutdown", 5)
+        self.scheme = "https" if ssl_certfile else "http"
+        self.config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            lifespan="off",
+            ssl_certfile=None if ssl_certfile is None else str(ssl_certfile),
+            ssl_keyfile=None if ssl_keyfile is None else str(ssl_keyfile),
+            **config,
+        )
+        self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = ""
 
     def __enter__(self) -> str:
         import time
@@ -154,8 +198,12 @@ class ServerThread:
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.02)
         port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
+        self.url = f"{self.scheme}://127.0.0.1:{port}"
+        return self.url
 
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        if self.thread.is_alive():  # open streams hold the graceful shutdown: end them
+            self.server.force_exit = True
+            self.thread.join(timeout=10)

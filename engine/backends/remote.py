@@ -1,43 +1,151 @@
-"""Run requests on a VolSynth engine server (``volsynth serve``) over HTTP.
+"""Run requests on a VolSynth engine server (``volsynth serve``) over HTTP(S).
 
 The generator contract is the same as the local backend's: iterate for ``Progress``, get the
 ``SamplingResult`` from ``StopIteration``; closing the generator cancels the job on the server.
+
+What the client refuses before anything is sent: a token over plain ``http://`` to a host that is not
+this machine (use ``https://``, or an SSH tunnel to 127.0.0.1), and a certificate fingerprint for an
+``http://`` address. With a fingerprint (``fingerprint=``, the CLI's ``--server-fingerprint``), the
+server's certificate must have exactly that SHA-256 (what ``volsynth serve --tls-self-signed`` prints)
+and no certificate authority is asked; without one, an ``https://`` server needs a certificate this
+machine trusts.
+
+The wire format is :mod:`engine.wire`; this module never imports the server or FastAPI.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
-import json
+import ssl
 from collections.abc import Generator
 from typing import Any
+from urllib.parse import urlsplit
 
-import numpy as np
-
-from engine import errors
+from engine import errors, wire
 from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
-from engine.errors import BackendUnavailable, EngineError
+from engine.errors import BackendUnavailable, EngineError, InvalidRequest
+
+STREAM_READ_TIMEOUT_S = 90.0  # the server sends a keepalive line at least every 15 s on a quiet stream
+MAX_EMPTY_STREAMS = 3  # streams in a row that end with no event and no reconnect: the server is gone
 
 
-def _error_from_event(event: dict[str, Any]) -> EngineError:
-    cls = getattr(errors, str(event.get("error_class", "")), EngineError)
-    if not (isinstance(cls, type) and issubclass(cls, EngineError)):
-        cls = EngineError
-    return cls(f"{event.get('message', 'the server reported an error')} (on the engine server)")
+def check_connection(url: str, token: str | None, fingerprint: str | None) -> tuple[str, str | None]:
+    """The address and normalised fingerprint, or ``InvalidRequest`` saying why they must not be used.
+
+    Nothing is sent: this looks at the address only (no name is resolved).
+    """
+    url = str(url).strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(
+            f"{wire.short(url, 80)!r} is not an http(s) address; use e.g. https://gpu-box:8765"
+        )
+    pin = wire.normalise_fingerprint(fingerprint) if fingerprint else None
+    if pin and parts.scheme != "https":
+        raise InvalidRequest(
+            "a certificate fingerprint pins an https server's certificate; use the https:// address "
+            "(`volsynth serve --tls-self-signed` prints it)"
+        )
+    if token and parts.scheme == "http" and not wire.is_loopback(parts.hostname):
+        raise InvalidRequest(
+            f"refusing to send the token in clear over http:// to {parts.hostname}: anyone on the network "
+            "could read it and the volumes. Use https:// (start the server with --tls-self-signed and "
+            "pin the fingerprint it prints) or an SSH tunnel to 127.0.0.1"
+        )
+    return url, pin
+
+
+class _Pin:
+    """What a pinned TLS handshake saw, for the error message."""
+
+    def __init__(self, expected: str) -> None:
+        self.expected = expected
+        self.seen: str | None = None
+
+    @property
+    def mismatched(self) -> bool:
+        return self.seen is not None and self.seen != self.expected
+
+    def context(self) -> ssl.SSLContext:
+        """A TLS context that accepts exactly the certificate with the pinned fingerprint."""
+        pin = self
+
+        class PinnedSocket(ssl.SSLSocket):
+            def do_handshake(self, block=False):
+                super().do_handshake(block)
+                der = self.getpeercert(binary_form=True)
+                pin.seen = wire.certificate_fingerprint(der) if der else "none"
+                if pin.seen != pin.expected:
+                    raise ssl.SSLCertVerificationError(
+                        f"certificate fingerprint {pin.seen} is not the pinned {pin.expected}"
+                    )
+
+        # The pin replaces the certificate authority and the name check: the certificate is self-signed.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        context.sslsocket_class = PinnedSocket
+        return context
 
 
 class RemoteBackend:
     name = "remote"
 
-    def __init__(self, url: str, token: str | None = None, timeout_s: float = 30.0):
+    def __init__(
+        self, url: str, token: str | None = None, timeout_s: float = 30.0, fingerprint: str | None = None
+    ):
         import httpx
 
-        self.url = url.rstrip("/")
+        self.url, self.fingerprint = check_connection(url, token, fingerprint)
+        self.timeout_s = timeout_s
+        self._pin = _Pin(self.fingerprint) if self.fingerprint else None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        self._client = httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout_s,
+            verify=self._pin.context() if self._pin else True,
+        )
 
     def close(self) -> None:
         self._client.close()
+
+    def _unreachable(self, exc: Exception) -> BackendUnavailable:
+        if self._pin is not None and self._pin.mismatched:
+            return BackendUnavailable(
+                f"the engine server at {self.url} presented a certificate with fingerprint {self._pin.seen}, "
+                f"not the pinned {self._pin.expected}; it is not the server you pinned (or its certificate "
+                "changed). Nothing was sent. Check the fingerprint `volsynth serve` printed"
+            )
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            return BackendUnavailable(
+                f"the engine server at {self.url} has a certificate this computer does not trust; if it "
+                "runs with --tls-self-signed, pin the fingerprint it printed (--server-fingerprint, or the "
+                "Fingerprint field in the app)"
+            )
+        return BackendUnavailable(
+            f"cannot reach the engine server at {self.url} ({wire.short(str(exc), 200)}); check the address "
+            "and that `volsynth serve` is running"
+        )
+
+    def _refusal(self, response) -> EngineError:
+        """The engine error a 4xx/5xx answer stands for."""
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        detail = wire.detail_of(body)
+        status = response.status_code
+        if status == 401:
+            return BackendUnavailable(f"the engine server at {self.url} refused the token; check --token")
+        if status == 429:
+            retry = response.headers.get("retry-after", "a few")
+            return BackendUnavailable(f"{detail} (the engine server is busy; try again in {retry} s)")
+        if status in (413, 422):
+            cls = wire.error_class(body.get("error_class")) if isinstance(body, dict) else InvalidRequest
+            return (cls if cls is not EngineError else InvalidRequest)(detail)
+        return BackendUnavailable(f"the engine server answered {status}: {detail}")
 
     def _call(self, method: str, path: str, **kwargs):
         import httpx
@@ -45,18 +153,9 @@ class RemoteBackend:
         try:
             response = self._client.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise BackendUnavailable(
-                f"cannot reach the engine server at {self.url} ({exc}); check the address "
-                "and that `volsynth serve` is running"
-            ) from exc
-        if response.status_code == 401:
-            raise BackendUnavailable(f"the engine server at {self.url} refused the token; check --token")
-        if response.status_code == 422:
-            raise errors.InvalidRequest(response.json().get("detail", "the server refused the request"))
+            raise self._unreachable(exc) from exc
         if response.status_code >= 400:
-            raise BackendUnavailable(
-                f"the engine server answered {response.status_code}: {response.text[:200]}"
-            )
+            raise self._refusal(response)
         return response
 
     def info(self) -> BackendInfo:
@@ -69,7 +168,8 @@ class RemoteBackend:
         )
 
     def models(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/models").json()
+        data = self._call("GET", "/models").json()
+        return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 
     def metrics(self) -> dict[str, Any] | None:
         try:
@@ -80,55 +180,58 @@ class RemoteBackend:
     def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
         import httpx
 
-        from engine.server import decode_array
-
-        job_id = self._call("POST", "/jobs", content=request.to_json()).json()["id"]
+        job_id = self._call(
+            "POST",
+            "/jobs",
+            content=wire.encode_request(request),
+            headers={"Content-Type": "application/json"},
+        ).json()["id"]
         finished = False
         try:
-            try:
-                with self._client.stream("GET", f"/jobs/{job_id}/events", timeout=None) as stream:
-                    for line in stream.iter_lines():
-                        if not line:
-                            continue
-                        event = json.loads(line)
-                        kind = event["type"]
-                        if kind == "progress":
-                            preview = decode_array(event["preview"]) if "preview" in event else None
-                            yield Progress(
-                                event["stage"],
-                                event["step"],
-                                event["total"],
-                                event["elapsed_s"],
-                                event.get("message", ""),
-                                preview,
-                            )
-                        elif kind == "error":
-                            finished = True
-                            raise _error_from_event(event)
-                        elif kind == "cancelled":
-                            finished = True
-                            raise errors.Cancelled("the job was cancelled on the engine server")
-                        elif kind == "result":
-                            finished = True
-                            result_event = event
-                            break
-            except httpx.HTTPError as exc:
-                raise BackendUnavailable(
-                    f"lost the connection to the engine server at {self.url} ({exc})"
-                ) from exc
-            if not finished:
-                raise BackendUnavailable(f"the engine server at {self.url} closed the job stream early")
-            raw = self._call("GET", f"/jobs/{job_id}/volumes").content
-            volumes = np.load(io.BytesIO(raw), allow_pickle=False)
-            provenance = dict(result_event["provenance"])
-            provenance["backend"] = "remote"
-            provenance["server"] = self.url
-            return SamplingResult(
-                volumes=volumes,
-                affine=np.asarray(result_event["affine"], dtype=np.float64),
-                request=SamplingRequest.from_dict(result_event["request"]),
-                provenance=provenance,
-            )
+            index, empty_streams, result_event = 0, 0, None
+            timeout = httpx.Timeout(self.timeout_s, read=STREAM_READ_TIMEOUT_S)
+            while result_event is None:
+                received = reconnect = False
+                try:
+                    with self._client.stream(
+                        "GET", f"/jobs/{job_id}/events", params={"since": index}, timeout=timeout
+                    ) as stream:
+                        if stream.status_code >= 400:
+                            stream.read()
+                            raise self._refusal(stream)
+                        for line in stream.iter_lines():
+                            if not line:
+                                continue
+                            event = wire.decode_event(line)
+                            kind = event["type"]
+                            if kind == wire.KEEPALIVE:
+                                continue
+                            if kind == wire.RECONNECT:  # the server ends long quiet streams; resume
+                                reconnect = True
+                                break
+                            index += 1
+                            received = True
+                            if kind == wire.PROGRESS:
+                                yield wire.progress_from_event(event)
+                            elif kind == wire.ERROR:
+                                finished = True
+                                raise wire.error_from_event(event)
+                            elif kind == wire.CANCELLED:
+                                finished = True
+                                raise errors.Cancelled("the job was cancelled on the engine server")
+                            elif kind == wire.RESULT:
+                                finished = True
+                                result_event = event
+                                break
+                except httpx.HTTPError as exc:
+                    raise BackendUnavailable(
+                        f"lost the connection to the engine server at {self.url} ({wire.short(str(exc), 200)})"
+                    ) from exc
+                empty_streams = 0 if (received or reconnect) else empty_streams + 1
+                if result_event is None and empty_streams >= MAX_EMPTY_STREAMS:
+                    raise BackendUnavailable(f"the engine server at {self.url} closed the job stream early")
+            volumes = wire.decode_volumes(self._call("GET", f"/jobs/{job_id}/volumes").content)
+            return wire.result_from_event(result_event, volumes, self.url)
         finally:
             if not finished:  # closed by the caller (cancel) or failed mid-way: stop the server's work too
                 with contextlib.suppress(httpx.HTTPError):

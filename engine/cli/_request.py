@@ -61,6 +61,13 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token", default=None, help="the engine server's token (default $VOLSYNTH_SERVER_TOKEN)"
     )
+    parser.add_argument(
+        "--server-fingerprint",
+        default=None,
+        metavar="SHA256",
+        help="pin the https server's certificate: the fingerprint `volsynth serve --tls-self-signed` "
+        "printed (default $VOLSYNTH_SERVER_FINGERPRINT)",
+    )
 
 
 def request_from_args(args: argparse.Namespace, optimization=None):
@@ -93,7 +100,11 @@ def backend_from_args(args: argparse.Namespace):
 
         from engine.backends.remote import RemoteBackend
 
-        return RemoteBackend(args.server, token=args.token or os.environ.get("VOLSYNTH_SERVER_TOKEN"))
+        return RemoteBackend(
+            args.server,
+            token=args.token or os.environ.get("VOLSYNTH_SERVER_TOKEN"),
+            fingerprint=args.server_fingerprint or os.environ.get("VOLSYNTH_SERVER_FINGERPRINT"),
+        )
     from engine.backends.local import LocalBackend
 
     return LocalBackend(device=args.device)

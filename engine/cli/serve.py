@@ -4,41 +4,122 @@ from __future__ import annotations
 
 import os
 
+TLS_HELP = """\
+Securing a server that faces a network: a token of 32 random bytes (`volsynth serve --new-token`) and
+TLS, either --tls-self-signed (a certificate kept in --tls-dir; clients pin the SHA-256 fingerprint
+printed at start) or --tls-cert/--tls-key from your certificate authority. Clients refuse to send a token
+over plain http:// to another machine."""
+
 
 def register(sub) -> None:
-    parser = sub.add_parser("serve", help="run the engine server (remote backend for the app and CLI)")
+    parser = sub.add_parser(
+        "serve",
+        help="run the engine server (remote backend for the app and CLI)",
+        description="Run the engine server (remote backend for the app and CLI).",
+        epilog=TLS_HELP,
+    )
     parser.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1, this machine "
-        "only; use 0.0.0.0 with --token to serve a network)",
+        help="address to listen on (default 127.0.0.1, this machine only; a network address such as "
+        "0.0.0.0 needs --token and TLS)",
     )
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
     parser.add_argument(
         "--token",
         default=os.environ.get("VOLSYNTH_SERVER_TOKEN"),
-        help="require this bearer token (default: $VOLSYNTH_SERVER_TOKEN)",
+        help="require this bearer token (default: $VOLSYNTH_SERVER_TOKEN); at least 32 random bytes "
+        "(43 characters) for a network address",
+    )
+    parser.add_argument(
+        "--new-token", action="store_true", help="print a new random token (32 bytes) and exit"
+    )
+    parser.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", default=None, metavar="PEM", help="... and this private key")
+    parser.add_argument(
+        "--tls-self-signed",
+        action="store_true",
+        help="serve HTTPS with a self-signed certificate (made once, kept in --tls-dir); prints its "
+        "fingerprint for clients to pin",
+    )
+    parser.add_argument(
+        "--tls-dir",
+        default=None,
+        help="where --tls-self-signed keeps its certificate (default: ~/.config/volsynth/server-tls)",
+    )
+    parser.add_argument(
+        "--allow-plain-http",
+        action="store_true",
+        help="serve a network address without TLS (only behind a proxy that terminates TLS)",
+    )
+    parser.add_argument(
+        "--max-queue", type=int, default=8, help="jobs that may wait to run; more are refused (429)"
     )
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from engine.errors import InvalidRequest
+    from engine.server import ServerLimits, check_bind, new_token
+
+    if args.new_token:
+        print(new_token())
+        return 0
+    if args.tls_self_signed and (args.tls_cert or args.tls_key):
+        raise InvalidRequest("give either --tls-self-signed or --tls-cert and --tls-key, not both")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise InvalidRequest("--tls-cert and --tls-key go together: give both")
+    if args.max_queue < 1:
+        raise InvalidRequest(f"--max-queue must be at least 1, got {args.max_queue}")
+    tls = bool(args.tls_self_signed or args.tls_cert)
+    check_bind(args.host, args.token, tls, args.allow_plain_http)
+    cert, key = tls_files(args)
+
     import uvicorn
 
     from engine.backends.local import LocalBackend
-    from engine.errors import InvalidRequest
     from engine.server import create_app
-
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.token:
-        raise InvalidRequest("serving beyond this machine needs --token (volumes may hold patient data)")
     from engine.telemetry import Sampler
 
+    limits = ServerLimits(max_queued_jobs=args.max_queue)
     metrics = Sampler()  # the server's own GPU/CPU metrics, for clients' metrics views (GET /metrics)
     metrics.start()
     try:
-        app = create_app(LocalBackend(args.device), token=args.token, metrics_source=metrics)
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+        app = create_app(LocalBackend(args.device), token=args.token, metrics_source=metrics, limits=limits)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="info",
+            ssl_certfile=cert,
+            ssl_keyfile=key,
+            limit_concurrency=limits.max_streams + 64,  # beyond this, 503 before any work is done
+            timeout_keep_alive=10,
+        )
     finally:
         metrics.stop()
     return 0
+
+
+def tls_files(args) -> tuple[str | None, str | None]:
+    """The certificate and key to serve with (made for --tls-self-signed); prints the fingerprint."""
+    from engine.errors import InvalidRequest
+    from engine.server import certificate_file_fingerprint, default_tls_dir, self_signed_certificate
+
+    if args.tls_self_signed:
+        cert, key = self_signed_certificate(args.tls_dir or default_tls_dir(), [args.host])
+    elif args.tls_cert:
+        cert, key = args.tls_cert, args.tls_key
+        for path in (cert, key):
+            if not os.path.isfile(path):
+                raise InvalidRequest(f"no file {path}; give the PEM certificate and key files")
+    else:
+        return None, None
+    fingerprint = certificate_file_fingerprint(cert)
+    print(f"TLS certificate SHA-256 fingerprint: {fingerprint}", flush=True)
+    print(
+        f"  clients pin it: volsynth generate --server https://HOST:{args.port} --server-fingerprint {fingerprint}",
+        flush=True,
+    )
+    return str(cert), str(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -51,7 +52,12 @@ def test_remote_errors_keep_their_class_and_message(server):
     with pytest.raises(InvalidRequest, match="has no condition 'age'.*on the engine server"):
         run(remote.sample(SamplingRequest(model="tiny-latent", conditioning={"age": 3})))
     with pytest.raises(InvalidRequest, match="unknown request field"):
-        remote._call("POST", "/jobs", content='{"model": "x", "bogus": 1}')
+        remote._call(
+            "POST",
+            "/jobs",
+            content='{"model": "x", "bogus": 1}',
+            headers={"Content-Type": "application/json"},
+        )
 
 
 def test_remote_cancel_stops_the_server_job(server):
@@ -142,3 +148,37 @@ def test_compare_runs_on_the_engine_server(server, local):
     assert comparison.b.kernel_profile["steps"] == [2] and comparison.b.kernel_profile["operators"]
     assert comparison.b.peak_kind == "process_rss" and comparison.b.peak_bytes > 0
     assert comparison.b.steps_measured == 3 and comparison.max_abs_err > 0
+
+
+def test_the_wire_codec_round_trips_and_refuses_garbage():
+    """One codec (engine.wire) for the server and the client."""
+    from engine import wire
+    from engine.api import SamplingResult
+    from engine.errors import ModelNotFound
+
+    preview = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    progress = Progress("denoise", 3, 10, 1.5, "step", preview)
+    back = wire.progress_from_event(wire.decode_event(wire.encode_event(wire.progress_event(progress))))
+    assert back == progress and np.array_equal(back.preview, preview)
+    request = SamplingRequest(model="m", steps=3, conditioning={"a": 1.0})
+    assert wire.decode_request(json.loads(wire.encode_request(request))) == request
+    volumes = np.ones((1, 1, 2, 2, 2), np.float32)
+    result = SamplingResult(volumes, np.eye(4), request, {"seed": 0})
+    event = wire.decode_event(wire.encode_event(wire.result_event(result)))
+    decoded = wire.result_from_event(event, wire.decode_volumes(wire.encode_volumes(volumes)), "https://h:1")
+    assert decoded.request == request and decoded.provenance == {
+        "seed": 0,
+        "backend": "remote",
+        "server": "https://h:1",
+    }
+    error = wire.error_from_event(wire.error_event(ModelNotFound("no model x")))
+    assert type(error) is ModelNotFound and "no model x (on the engine server)" in str(error)
+    assert type(wire.error_from_event({"error_class": "SystemExit", "message": "x"})) is wire.EngineError
+    for bad in ("[1]", "{", '{"type": 3}'):
+        with pytest.raises(wire.WireError):
+            wire.decode_event(bad)
+    with pytest.raises(wire.WireError):
+        wire.decode_volumes(b"not a npy file")
+    with pytest.raises(InvalidRequest):
+        wire.decode_request([])
+    assert wire.normalise_fingerprint("sha256:" + "ab" * 32) == ":".join(["AB"] * 32)
