@@ -1,0 +1,362 @@
+"""The Help menu: a keyboard shortcuts list and a short user guide, both as dialogs.
+
+The shortcuts list is read from the window's own ``QAction`` objects each time it opens (menu path, text and
+every key sequence), so a new or changed shortcut shows up without anyone editing a list. Keys that are not
+actions (the slice views' keys, the Compare window's keys) come from the tables those widgets are tested
+against (``VIEWER_KEYS`` here, ``app.compare.window.COMPARE_KEYS``).
+
+``install_help(window, menu)`` adds "Keyboard Shortcuts" (Ctrl+/) and "User Guide" (F1) to ``menu``.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+SHORTCUTS_KEY = "Ctrl+/"
+GUIDE_KEY = QKeySequence.StandardKey.HelpContents  # F1 on Windows and Linux, Ctrl+? on macOS
+
+# Keys a slice view handles itself (app/viewer/slice_view.py keyPressEvent); tests/app/test_help.py sends
+# each one to a real slice view and fails if the view ignores it.
+VIEWER_KEYS: tuple[tuple[str, str], ...] = (
+    ("Up / Page Up", "Next slice"),
+    ("Down / Page Down", "Previous slice"),
+    ("Home / End", "First / last slice"),
+    ("+ / =", "Zoom in"),
+    ("- / _", "Zoom out"),
+    ("0", "Reset zoom and pan"),
+)
+VIEWER_MOUSE: tuple[tuple[str, str], ...] = (
+    ("Left click or drag", "Move the crosshair (all views follow)"),
+    ("Right drag", "Window (left-right) and level (up-down)"),
+    ("Middle drag or Shift+left drag", "Pan"),
+    ("Wheel", "Next / previous slice"),
+    ("Ctrl+wheel", "Zoom about the pointer"),
+    ("Double-click", "Maximise this view; again to restore"),
+)
+
+
+@dataclass(frozen=True)
+class ShortcutRow:
+    """One line of the shortcuts list."""
+
+    keys: str  # as the platform writes them ("Ctrl+S")
+    what: str  # the action's text without mnemonics ("Save As NIfTI...")
+    where: str  # menu path ("File"), or the widget the key works in
+
+
+def _plain(text: str) -> str:
+    """A menu text without its mnemonic marks: "&Save As..." -> "Save As...", "R&&D" -> "R&D"."""
+    return text.replace("&&", "\0").replace("&", "").replace("\0", "&")
+
+
+def _keys(action: QAction) -> str:
+    return ", ".join(
+        sequence.toString(QKeySequence.SequenceFormat.NativeText)
+        for sequence in action.shortcuts()
+        if not sequence.isEmpty()
+    )
+
+
+def action_shortcuts(window: QWidget) -> list[ShortcutRow]:
+    """Every action of ``window`` that has a shortcut: the menus first (in menu order), then any others."""
+    rows: list[ShortcutRow] = []
+    seen: set[int] = set()
+
+    def walk(menu: QMenu, path: str) -> None:
+        for action in menu.actions():
+            if action.menu() is not None:
+                walk(action.menu(), f"{path} \u203a {_plain(action.menu().title())}")
+                continue
+            if action.isSeparator() or id(action) in seen:
+                continue
+            seen.add(id(action))
+            keys = _keys(action)
+            if keys:
+                rows.append(ShortcutRow(keys, _plain(action.text()), path))
+
+    menu_bar = window.menuBar() if hasattr(window, "menuBar") else None
+    if menu_bar is not None:
+        for top in menu_bar.actions():
+            if top.menu() is not None:
+                walk(top.menu(), _plain(top.menu().title()))
+    for action in window.findChildren(QAction):
+        keys = _keys(action)
+        if keys and id(action) not in seen and action.text():
+            seen.add(id(action))
+            rows.append(ShortcutRow(keys, _plain(action.text()), "Main window"))
+    return rows
+
+
+def all_shortcuts(window: QWidget) -> list[ShortcutRow]:
+    """The window's actions, then the slice views' keys and mouse, then the Compare window's keys."""
+    from app.compare.window import COMPARE_KEYS
+
+    return [
+        *action_shortcuts(window),
+        *(ShortcutRow(keys, what, "Slice views") for keys, what in VIEWER_KEYS),
+        *(ShortcutRow(keys, what, "Slice views (mouse)") for keys, what in VIEWER_MOUSE),
+        *(ShortcutRow(keys, what, "Compare Settings window") for keys, what in COMPARE_KEYS),
+    ]
+
+
+class ShortcutsDialog(QDialog):
+    """Help > Keyboard Shortcuts: a filterable table, rebuilt from the window's actions each time it opens."""
+
+    def __init__(self, window: QWidget) -> None:
+        super().__init__(window)
+        self.window_ = window
+        self.setWindowTitle("Keyboard Shortcuts \u2014 VolSynth Studio")
+        self.setObjectName("shortcutsDialog")
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Filter: type part of a name, a menu or a key")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.filter_edit.textChanged.connect(self._on_filter_edit_changed)
+        self.table = QTableWidget(0, 3)
+        self.table.setObjectName("shortcutsTable")
+        self.table.setHorizontalHeaderLabels(["Keys", "Does", "Where"])
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setWordWrap(True)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        note = QLabel(
+            "Read from the menus as they are now. Window-wide keys work wherever the focus is in the main "
+            "window; slice-view keys work in the view under the focus (click it first)."
+        )
+        note.setWordWrap(True)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.close)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.filter_edit)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(note)
+        layout.addWidget(buttons)
+        self.resize(640, 600)
+        self.rows: list[ShortcutRow] = []
+
+    def refresh(self) -> None:
+        """Read the shortcuts again (actions may have been added since the last time)."""
+        self.rows = all_shortcuts(self.window_)
+        self.table.setRowCount(len(self.rows))
+        for index, row in enumerate(self.rows):
+            for column, text in enumerate((row.keys, row.what, row.where)):
+                item = QTableWidgetItem(text)
+                if column == 0:
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                self.table.setItem(index, column, item)
+        self.table.resizeRowsToContents()
+        self._on_filter_edit_changed(self.filter_edit.text())
+
+    def visible_rows(self) -> list[ShortcutRow]:
+        return [row for index, row in enumerate(self.rows) if not self.table.isRowHidden(index)]
+
+    def _on_filter_edit_changed(self, text: str) -> None:
+        needle = text.strip().lower()
+        for index, row in enumerate(self.rows):
+            hay = f"{row.keys} {row.what} {row.where}".lower()
+            self.table.setRowHidden(index, bool(needle) and needle not in hay)
+
+
+def user_folders(window: QWidget) -> list[tuple[str, Path | str, str]]:
+    """(what, where, note) for the files the app keeps, as they are on this machine now."""
+    from app.core.recovery import default_recovery_dir
+    from engine.models.registry import user_models_dir
+    from engine.vault.store import default_vault_path
+
+    settings = getattr(window, "settings", None)
+    settings_file = settings.fileName() if settings is not None else "(the platform's settings store)"
+    return [
+        (
+            "Crash recovery",
+            default_recovery_dir(),
+            "every generated volume is kept here until it is saved, vaulted or removed; the next start "
+            "offers what a crashed session left",
+        ),
+        (
+            "Vault",
+            default_vault_path(),
+            "encrypted patient and synthetic volumes ($VOLSYNTH_VAULT chooses another folder)",
+        ),
+        ("Your models", user_models_dir(), "model folders placed here appear in the model list"),
+        (
+            "Settings",
+            settings_file,
+            "window layout, last choices (model, Compare A/B), recent files; no patient data",
+        ),
+    ]
+
+
+GUIDE_PANELS = (
+    (
+        "Generate panel",
+        "Pick a model, sampler, steps, seed, guidance and the conditioning values (age, volumes...), then "
+        "Generate[[Generate]]. The Optimization section chooses precision, quantization, attention kernel and "
+        "compilation; each setting says whether it applies on the chosen device. Progress and the time left "
+        "show under the button and in the status bar.",
+    ),
+    (
+        "Session list",
+        "Every volume of this session: generated ones, files you opened and vault items you viewed. Click "
+        "one to show it; Previous Volume[[Previous Volume]] and Next Volume[[Next Volume]] step through them.",
+    ),
+    (
+        "Slice views and 3D view",
+        "Axial, coronal and sagittal slices share one crosshair; the 3D view renders the volume or an "
+        "iso-surface. Window/level presets are in the toolbar and the View menu. Help \u203a Keyboard "
+        "Shortcuts lists the keys and mouse actions of the slice views.",
+    ),
+    (
+        "Metrics",
+        "Live CPU, memory and (with an NVIDIA GPU) GPU use, the app's own share next to the machine's, "
+        "with a mark where each generation started and ended and a summary of the last run.",
+    ),
+    (
+        "Vault",
+        "An encrypted store for patient scans and generated volumes. Unlock it with its passphrase; import, "
+        "view and export (optionally de-identified) from its dock.",
+    ),
+    (
+        "Compare Settings[[Compare Settings...]]",
+        "Runs the Generate panel's request twice, A then B, on the same seed, and shows both volumes, "
+        "their difference, the speed ratio, memory and the top operators. For ratios to quote, use "
+        "`volsynth bench`.",
+    ),
+    (
+        "Engine servers[[Connect to Engine Server...]]",
+        "Connect to a `volsynth serve` machine (a GPU server): it appears as a device in the Generate panel.",
+    ),
+)
+
+
+def _with_keys(text: str, keys: dict[str, str]) -> str:
+    """Replace each ``[[Action text]]`` with " (its keys)" as the window has them now, or nothing."""
+    return re.sub(r"\[\[([^\]]+)\]\]", lambda m: f" ({keys[m[1]]})" if keys.get(m[1]) else "", text)
+
+
+def guide_html(window: QWidget) -> str:
+    """The user guide as HTML: what each panel does, where files go. Keys are read from the window's actions."""
+    keys = {row.what: row.keys for row in action_shortcuts(window)}
+    return _with_keys(_guide_html(window), keys)
+
+
+def _guide_html(window: QWidget) -> str:
+    parts = ["<h2>VolSynth Studio in brief</h2>"]
+    parts.append(
+        "<p>VolSynth Studio generates synthetic 3D MRI volumes with diffusion models and lets you inspect, "
+        "keep and export them. Every generated volume is marked <b>SYNTHETIC</b> in its files.</p>"
+    )
+    parts.append("<h3>What each part of the window does</h3><dl>")
+    for title, text in GUIDE_PANELS:
+        parts.append(f"<dt><b>{html.escape(title)}</b></dt><dd>{html.escape(text)}</dd>")
+    parts.append("</dl><h3>Where files go</h3>")
+    parts.append(
+        "<p>Save As NIfTI[[Save As NIfTI...]] writes the volume where you choose, with a <code>.json</code> sidecar "
+        "holding its provenance (model, seed, settings, device). The app itself keeps:</p><dl>"
+    )
+    for what, where, note in user_folders(window):
+        parts.append(
+            f"<dt><b>{html.escape(what)}</b>: <code>{html.escape(str(where))}</code></dt>"
+            f"<dd>{html.escape(note)}</dd>"
+        )
+    parts.append("</dl><h3>Keys</h3>")
+    parts.append(
+        "<p>Help \u203a Keyboard Shortcuts[[Keyboard Shortcuts]] lists every key of the menus as they are now, the "
+        "slice views' keys and the mouse.</p>"
+    )
+    return "".join(parts)
+
+
+class UserGuideDialog(QDialog):
+    """Help > User Guide (F1)."""
+
+    def __init__(self, window: QWidget) -> None:
+        super().__init__(window)
+        self.window_ = window
+        self.setWindowTitle("User Guide \u2014 VolSynth Studio")
+        self.setObjectName("userGuideDialog")
+        self.browser = QTextBrowser()
+        self.browser.setObjectName("userGuide")
+        self.browser.setOpenLinks(False)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.close)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.browser, 1)
+        layout.addWidget(buttons)
+        self.resize(680, 640)
+
+    def refresh(self) -> None:
+        self.browser.setHtml(guide_html(self.window_))
+
+
+class HelpMenu:
+    """The Help menu's two entries and their dialogs (built on first use, kept for the next)."""
+
+    def __init__(self, window: QWidget, menu: QMenu) -> None:
+        self.window = window
+        self.shortcuts_dialog: ShortcutsDialog | None = None
+        self.guide_dialog: UserGuideDialog | None = None
+        self.shortcuts_action = QAction("&Keyboard Shortcuts", window)
+        self.shortcuts_action.setShortcut(QKeySequence(SHORTCUTS_KEY))
+        self.shortcuts_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.shortcuts_action.setStatusTip("Every key of the menus, the slice views and the mouse")
+        self.shortcuts_action.triggered.connect(self.show_shortcuts)
+        self.guide_action = QAction("&User Guide", window)
+        self.guide_action.setShortcut(QKeySequence(GUIDE_KEY))
+        self.guide_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.guide_action.setStatusTip("What each panel does and where files go")
+        self.guide_action.triggered.connect(self.show_guide)
+        first = menu.actions()[0] if menu.actions() else None
+        menu.insertAction(first, self.guide_action)
+        menu.insertAction(first, self.shortcuts_action)
+        if first is not None:
+            menu.insertSeparator(first)
+
+    def show_shortcuts(self) -> ShortcutsDialog:
+        if self.shortcuts_dialog is None:
+            self.shortcuts_dialog = ShortcutsDialog(self.window)
+        self.shortcuts_dialog.refresh()
+        self._raise(self.shortcuts_dialog)
+        return self.shortcuts_dialog
+
+    def show_guide(self) -> UserGuideDialog:
+        if self.guide_dialog is None:
+            self.guide_dialog = UserGuideDialog(self.window)
+        self.guide_dialog.refresh()
+        self._raise(self.guide_dialog)
+        return self.guide_dialog
+
+    @staticmethod
+    def _raise(dialog: QDialog) -> None:
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+
+
+def install_help(window: QWidget, menu: QMenu) -> HelpMenu:
+    """Add User Guide (F1) and Keyboard Shortcuts (Ctrl+/) at the top of ``menu`` (the Help menu)."""
+    return HelpMenu(window, menu)
