@@ -71,3 +71,18 @@ class VaultCorrupted(VaultError):
     """Authentication failed for an item, the index, the header or the audit log. Data was not returned."""
 
     exit_code = 12
+
+
+class VaultRolledBack(VaultCorrupted):
+    """A vault file was put back to an older version (index, audit trail, or the header after a passphrase
+    change). The message names what was rolled back; nothing is deleted because of it."""
+
+    exit_code = 13
+
+
+class DuplicateItem(InvalidRequest):
+    """The volume is already in the vault; ``existing`` is that item's id."""
+
+    def __init__(self, message: str, existing: str = "") -> None:
+        super().__init__(message)
+        self.existing = existing

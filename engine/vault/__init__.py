@@ -21,7 +21,7 @@ See :mod:`engine.vault.store` for the on-disk layout and crash-safety rules.
 
 from engine.vault.audit import AuditEntry
 from engine.vault.crypto import KdfParams
-from engine.vault.records import AuditTrail, ExportResult, ItemInfo, OpenedVolume, VerifyReport
+from engine.vault.records import AuditTrail, ExportResult, ItemInfo, OpenedVolume, RepairReport, VerifyReport
 from engine.vault.store import DEFAULT_IDLE_TIMEOUT_S, Progress, Vault, default_vault_path
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "KdfParams",
     "OpenedVolume",
     "Progress",
+    "RepairReport",
     "Vault",
     "VerifyReport",
     "default_vault_path",

@@ -74,6 +74,8 @@ EVENTS = (
     "delete",
     "passphrase_changed",
     "verify",
+    "edit",
+    "repair",
 )
 
 
@@ -85,7 +87,7 @@ class AuditEntry:
         seq: Position in the chain, from 1.
         time: UTC time, ISO 8601.
         event: One of ``create, unlock, unlock_failed, lock, import, view, export, delete,
-            passphrase_changed, verify``.
+            passphrase_changed, verify, edit, repair``.
         item_id: The item concerned, if any.
         detail: Event details (for example the export folder and whether it was de-identified).
         pid: Process that wrote the entry.
@@ -99,6 +101,16 @@ class AuditEntry:
     detail: dict = field(default_factory=dict)
     pid: int = 0
     user: str = ""
+
+
+@dataclass
+class ChainScan:
+    """A quick look at the chain (see :meth:`AuditLog.scan`): every entry's MAC by seq, and the entries
+    after a given seq decrypted. Malformed lines are skipped here; :meth:`AuditLog.check` reports them."""
+
+    macs: dict[int, bytes]
+    last_seq: int
+    after: list[AuditEntry]
 
 
 @dataclass
@@ -147,6 +159,10 @@ class AuditLog:
         )
         self._enc: AESGCM | None = None
         self._mac_key: bytes | None = None
+        #: (seq, MAC) of the last entry this object appended; the index records it at each commit.
+        self.last_appended: tuple[int, bytes] | None = None
+        #: Called with (seq, MAC) after every append, under the audit lock (the vault updates its anchor).
+        self.on_append = None
 
     # -- keys -------------------------------------------------------------------------------------------
     def attach_keys(self, enc_key: bytes, mac_key: bytes) -> None:
@@ -343,6 +359,9 @@ class AuditLog:
         finally:
             os.close(fd)
         self._write_head(seq, prev_mac)
+        self.last_appended = (seq, prev_mac)
+        if self.on_append is not None:
+            self.on_append(seq, prev_mac)
         return out
 
     def _recover_tail(self) -> tuple[int, bytes]:
@@ -426,6 +445,40 @@ class AuditLog:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+    def head_seq(self) -> int | None:
+        """The seq the head names (None if the head is missing or unreadable)."""
+        try:
+            head, _ = self._read_head()
+        except VaultCorrupted:
+            return None
+        return head[0] if head is not None else None
+
+    # -- quick scan -------------------------------------------------------------------------------------
+    def scan(self, after_seq: int | None = None) -> ChainScan:
+        """Every entry's MAC by seq, and the entries after ``after_seq`` decrypted (those that decrypt: an
+        entry that decrypts was written by a key holder, whatever happened around it). Raises
+        :class:`VaultCorrupted` only if the log is missing."""
+        try:
+            raw = (self.folder / LOG_NAME).read_bytes()
+        except FileNotFoundError as exc:
+            raise VaultCorrupted("the audit trail (audit.log) is missing") from exc
+        macs: dict[int, bytes] = {0: self._genesis}
+        after: list[AuditEntry] = []
+        last = 0
+        for line in raw.split(b"\n"):
+            if not line:
+                continue
+            try:
+                seq, payload, entry_mac = self._parse_line(line)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            macs[seq] = entry_mac
+            last = max(last, seq)
+            if after_seq is not None and seq > after_seq:
+                with contextlib.suppress(InvalidTag, ValueError, KeyError):
+                    after.append(self._decrypt(seq, payload))
+        return ChainScan(macs=macs, last_seq=last, after=after)
 
     # -- full check -------------------------------------------------------------------------------------
     def check(self) -> AuditCheck:

@@ -117,8 +117,11 @@ class VerifyReport:
         items_checked: Items fully decrypted and checked.
         bytes_checked: Plaintext bytes authenticated.
         audit_entries: Audit entries whose chain was checked (0 when the audit trail was not checked).
-        problems: One line per problem; an item's problem names its id.
-        notes: Harmless findings (e.g. leftovers of an interrupted import, removed at the next change).
+        problems: One line per problem; an item's problem names its id; a rolled-back file is named.
+        notes: Harmless findings.
+        unreferenced: Encrypted files in ``blobs/`` the index does not reference (never deleted
+            automatically; ``repair`` re-indexes the items whose record still authenticates).
+        rolled_back: What was found rolled back (also in ``problems``).
     """
 
     ok: bool
@@ -127,6 +130,32 @@ class VerifyReport:
     audit_entries: int
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    unreferenced: tuple[str, ...] = ()
+    rolled_back: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What :meth:`Vault.repair` did (or, with ``dry_run``, would do).
+
+    Attributes:
+        dry_run: Nothing was changed.
+        reindexed: (item id, label) of the items put back into the index.
+        accepted: The rollbacks accepted (the vault is taken as it is now).
+        skipped: Unreferenced files left alone, each with the reason (no authentic record, a part
+            missing or damaged, deleted according to the audit trail).
+        records_written: Record files written for indexed items that had none (vaults made before them).
+    """
+
+    dry_run: bool
+    reindexed: tuple[tuple[str, str], ...] = ()
+    accepted: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    records_written: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.reindexed or self.accepted or self.records_written)
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,23 @@ On disk (one folder; no file name says anything about its content)::
                          and a SHA-256 checksum line (so an edit is told apart from a wrong passphrase)
     index.vsi            encrypted index: every item's metadata (patient, study, provenance) and its parts
     blobs/<random>.vsb   encrypted payloads: one per volume and one per original DICOM file
+    blobs/<item id>.vsr  encrypted copy of one item's index record (what ``vault repair`` re-indexes from)
     audit.log, audit.head, unlock-failures.log   the audit trail (see engine.vault.audit)
     .write.lock, .audit.lock                     inter-process locks
+    .export-<random>.vse/.lock                   an export in progress (where its partial files are)
 
 Writes follow one order so that a crash at any point leaves either the old state or the new one:
-payload files (temp file, fsync, rename, folder fsync) -> audit entry (write-ahead) -> index (same atomic
-replace). The index is the commit point: payloads it does not reference are leftovers, removed under the
-write lock by the next change. Changing the passphrase rewrites only the header.
+payload files and the item's record (temp file, fsync, rename, folder fsync) -> audit entry (write-ahead)
+-> index (same atomic replace). The index is the commit point. Payloads it does not reference are never
+deleted automatically (they may be all that is left of items an older index forgot): ``verify`` lists
+them and ``repair`` re-indexes those whose record still authenticates. Only temporary ``.part`` files of
+interrupted writes are removed, at the next unlock or change, and reported in :attr:`Vault.notices`.
+
+Rollback (an older index.vsi, audit.log + audit.head, or vault.json put back): every commit increments the
+index's ``generation``, writes it into its MAC'ed audit entry, and records that entry's seq and MAC and the
+header's SHA-256 in the index; an anchor outside the folder (``engine.vault.anchor``) remembers the latest
+generation and audit entry this computer saw. Unlock checks all of them and raises
+:class:`VaultRolledBack` naming what went back; nothing is deleted because of it.
 
 Threads: one ``Vault`` object may be shared by threads (the app's GUI timer and a worker); its operations
 run one at a time. Processes: changes are serialised by the write lock; a second writer gets
@@ -40,8 +50,19 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import InvalidRequest, OutputError, VaultCorrupted, VaultError, VaultLocked
+from engine.errors import (
+    DuplicateItem,
+    InvalidRequest,
+    OutputError,
+    VaultCorrupted,
+    VaultError,
+    VaultLocked,
+    VaultRolledBack,
+)
+from engine.nifti_io import provenance_sidecar
 from engine.vault import crypto, deid, dicom, nifti
+from engine.vault import synthetic as synthetic_marks
+from engine.vault.anchor import Anchor, AnchorState
 from engine.vault.audit import FAILED_NAME as _FAILED_NAME
 from engine.vault.audit import HEAD_NAME as _AUDIT_HEAD
 from engine.vault.audit import LOCK_NAME as _AUDIT_LOCK
@@ -56,12 +77,22 @@ from engine.vault.fsio import (
     remove_leftovers,
     write_atomic,
 )
-from engine.vault.records import KINDS, AuditTrail, ExportResult, ItemInfo, OpenedVolume, VerifyReport
+from engine.vault.records import (
+    KINDS,
+    AuditTrail,
+    ExportResult,
+    ItemInfo,
+    OpenedVolume,
+    RepairReport,
+    VerifyReport,
+)
 
 HEADER_NAME = "vault.json"
 INDEX_NAME = "index.vsi"
 BLOB_DIR = "blobs"
 BLOB_SUFFIX = ".vsb"
+RECORD_SUFFIX = ".vsr"
+PENDING_EXPORT_PREFIX = ".export-"
 WRITE_LOCK_NAME = ".write.lock"
 FORMAT = "volsynth-vault"
 VERSION = 1
@@ -70,6 +101,11 @@ EXPORT_TMP_PREFIX = ".volsynth-export-"
 _OWN_NAMES = {HEADER_NAME, INDEX_NAME, BLOB_DIR, WRITE_LOCK_NAME, _AUDIT_LOG, _AUDIT_HEAD, _AUDIT_LOCK}
 #: Left by an interrupted ``create``: a folder holding only these may be initialised again.
 _LEFTOVER_PREFIXES = (_FAILED_NAME, ".tmp-")
+_ROLLBACK_ADVICE = (
+    "Nothing was deleted. Put the newer files back from a backup, or run `volsynth vault repair --dry-run` "
+    "to see how the vault can be accepted as it is (it re-indexes the items whose encrypted files are still "
+    "there), then `volsynth vault repair`."
+)
 
 Progress = Callable[[int, int], None]
 """Progress callback: (bytes done, bytes total). It may raise (e.g. ``Cancelled``) to abort cleanly."""
@@ -118,6 +154,43 @@ def _json_dict(value, what: str) -> dict:
     if not isinstance(value, dict):
         raise InvalidRequest(f"{what} must be a dict, got {type(value).__name__}")
     return _json_copy(value, what)
+
+
+_DATE_FIELDS = (("patient", "birth_date", "birth date"), ("study", "date", "study date"))
+
+
+def normalize_date(value, what: str) -> str:
+    """A calendar date typed by a person (``YYYY-MM-DD`` or DICOM's ``YYYYMMDD``) as ``YYYYMMDD``.
+
+    Raises:
+        InvalidRequest: Not a real date, before 1850 or in the future, naming the field and the form to use.
+    """
+    text = str(value).strip()
+    digits = text.replace("-", "") if len(text) == 10 and text[4] == "-" and text[7] == "-" else text
+    try:
+        if len(digits) != 8 or not digits.isdigit():
+            raise ValueError("wrong form")
+        day = datetime.strptime(digits, "%Y%m%d").date()
+    except ValueError:
+        raise InvalidRequest(
+            f"{what} {text!r} is not a valid date; use YYYY-MM-DD (for example 2024-01-31)"
+        ) from None
+    today = datetime.now(UTC).date()
+    if day.year < 1850 or (day - today).days > 1:
+        raise InvalidRequest(f"{what} {text!r} is out of range: it must lie between 1850 and today")
+    return digits
+
+
+def _check_dates(record: dict) -> None:
+    """Validate and normalise the dates people type (patient birth date, study date) in place."""
+    for section, key, what in _DATE_FIELDS:
+        values = record.get(section) or {}
+        if values.get(key) not in (None, ""):
+            values[key] = normalize_date(values[key], what)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 # -- header -----------------------------------------------------------------------------------------------
@@ -207,6 +280,7 @@ class _Keys:
         self.index = crypto.subkey(self.master, vault_id, "index")
         self.audit_enc = crypto.subkey(self.master, vault_id, "audit-enc")
         self.audit_mac = crypto.subkey(self.master, vault_id, "audit-mac")
+        self.record = crypto.subkey(self.master, vault_id, "record")
 
     def item(self, item_id: str) -> bytes:
         return crypto.subkey(self.master, self.vault_id, "item", item_id)
@@ -214,7 +288,7 @@ class _Keys:
     def wipe(self) -> None:
         for n in range(len(self.master)):
             self.master[n] = 0
-        self.index = self.audit_enc = self.audit_mac = b""
+        self.index = self.audit_enc = self.audit_mac = self.record = b""
 
 
 # -- payload writer ---------------------------------------------------------------------------------------
@@ -304,7 +378,13 @@ class Vault:
         self._index: dict | None = None
         self._index_stamp: tuple | None = None
         self._audit = AuditLog(self.path, self._header.vault_id)
+        self._audit.on_append = self._on_audit_appended
         self._audit_problem: str | None = None
+        self._anchor = Anchor(self._header.vault_id.hex())
+        self._rolled_back: list[str] = []
+        #: Things the last unlock or change cleaned up or noticed (stale partial files removed...), one line
+        #: each, for the CLI to print and the app to show. Cleared at each unlock.
+        self.notices: list[str] = []
         self._write_lock = FileLock(
             self.path / WRITE_LOCK_NAME,
             "the vault is being written by another VolSynth process (pid {pid}); try again when it finishes",
@@ -365,23 +445,28 @@ class Vault:
             folder / WRITE_LOCK_NAME, "another VolSynth process (pid {pid}) is creating this vault"
         )
         with lock.hold():
+            audit = AuditLog(folder, vault_id)
+            audit.attach_keys(keys.audit_enc, keys.audit_mac)
+            audit.start()
+            audit.append("create", None, {"kdf": kdf.to_dict(), "generation": 0})
+            assert audit.last_appended is not None
             index = {
                 "format": FORMAT,
                 "version": VERSION,
                 "vault_id": vault_id.hex(),
                 "generation": 0,
+                "audit_seq": audit.last_appended[0],
+                "audit_mac": audit.last_appended[1].hex(),
+                "header_sha256": _sha256(header.to_bytes()),
                 "items": {},
             }
             cls._write_index_file(folder, keys, index)
-            audit = AuditLog(folder, vault_id)
-            audit.attach_keys(keys.audit_enc, keys.audit_mac)
-            audit.start()
-            audit.append("create", None, {"kdf": kdf.to_dict()})
             # The header goes last: its presence is what makes the folder a vault.
             write_atomic(folder / HEADER_NAME, header.to_bytes())
             with contextlib.suppress(OSError):
                 fsync_dir(folder.parent)
         vault = cls(folder, **kwargs)
+        vault._anchor.update(generation=0, audit=audit.last_appended)
         with vault._mutex:
             vault._adopt_keys(keys)
         return vault
@@ -406,12 +491,27 @@ class Vault:
         are refused until it is repaired, while :meth:`verify` still works."""
         return self._audit_problem
 
-    def unlock(self, passphrase: str | bytes) -> None:
+    @property
+    def rolled_back(self) -> tuple[str, ...]:
+        """What was found rolled back at unlock (only when unlocked with ``allow_rollback=True``)."""
+        return tuple(self._rolled_back)
+
+    def unlock(self, passphrase: str | bytes, *, allow_rollback: bool = False) -> None:
         """Unlock with the passphrase (Argon2id takes a fraction of a second to a few seconds by design).
+
+        Then checks for rollback (see the module docstring) and removes temporary files of interrupted
+        writes (imports and exports), reporting them in :attr:`notices`.
+
+        Args:
+            passphrase: The vault's passphrase.
+            allow_rollback: Unlock even if a rollback is found (for :meth:`verify` and :meth:`repair`):
+                reading is allowed, every change but :meth:`repair` is refused, :attr:`rolled_back` says why.
 
         Raises:
             VaultLocked: Wrong passphrase (the attempt is recorded in the audit trail).
             VaultCorrupted: The header or the index is damaged or was edited.
+            VaultRolledBack: The index, the audit trail or the header is an older version than the one
+                this vault had (nothing is deleted; the message says what to do).
         """
         with self._mutex:
             if self._keys is not None:
@@ -419,6 +519,7 @@ class Vault:
                 return
             pw = crypto.encode_passphrase(passphrase)
             header = _Header.read(self.path)  # another process may have changed the passphrase
+            header_bytes = header.to_bytes()  # exactly the file's bytes (_Header.read checks that)
             kek = crypto.derive_kek(pw, header.salt, header.kdf)
             try:
                 master = crypto.unwrap_key(kek, header.wrap_nonce, header.wrapped_key, header.aad())
@@ -427,13 +528,37 @@ class Vault:
                 raise VaultLocked(f"wrong passphrase for the vault at {self.path}") from None
             self._header = header
             keys = _Keys(master, header.vault_id)
-            self._index, self._index_stamp = self._read_index(keys)
+            index, stamp = self._read_index(keys)
+            self._audit.attach_keys(keys.audit_enc, keys.audit_mac)
+            try:
+                problems = self._rollback_problems(index, header_bytes)
+            except BaseException:
+                self._audit.detach_keys()
+                keys.wipe()
+                raise
+            if problems and not allow_rollback:
+                self._audit.detach_keys()
+                keys.wipe()
+                raise VaultRolledBack(
+                    f"the vault at {self.path} was rolled back: "
+                    + "; ".join(problems)
+                    + ". "
+                    + _ROLLBACK_ADVICE
+                )
+            self._rolled_back = problems
+            self._index, self._index_stamp = index, stamp
             self._adopt_keys(keys)
+            self.notices = []
+            if self._anchor.problem:
+                self.notices.append(self._anchor.problem)
+            if not problems:
+                self._anchor.update(generation=int(index.get("generation", 0)))
             try:
                 self._audit.record_unlock()
                 self._audit_problem = None
             except VaultCorrupted as exc:
                 self._audit_problem = str(exc)
+            self._clean_stale_files()
 
     def _adopt_keys(self, keys: _Keys) -> None:
         self._keys = keys
@@ -530,22 +655,131 @@ class Vault:
         return index, (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def _refresh_index(self) -> None:
-        """Re-read the index if another process (or object) changed it."""
-        assert self._keys is not None
+        """Re-read the index if another process (or object) changed it; an older one is refused."""
+        assert self._keys is not None and self._index is not None
         try:
             st = os.stat(self.path / INDEX_NAME)
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             stamp = None
         if stamp != self._index_stamp:
-            self._index, self._index_stamp = self._read_index(self._keys)
+            index, new_stamp = self._read_index(self._keys)
+            old_gen, new_gen = int(self._index.get("generation", 0)), int(index.get("generation", 0))
+            if new_gen < old_gen:
+                raise VaultRolledBack(
+                    f"index.vsi of the vault at {self.path} was replaced by an older version while the vault "
+                    f"was open (generation {new_gen}, it was at {old_gen}). {_ROLLBACK_ADVICE}"
+                )
+            self._index, self._index_stamp = index, new_stamp
 
-    def _commit_index(self, index: dict) -> None:
-        assert self._keys is not None
-        index = {**index, "generation": int(index.get("generation", 0)) + 1}
+    def _commit(
+        self,
+        event: str,
+        item_id: str | None,
+        detail: dict,
+        index: dict,
+        *,
+        generation: int | None = None,
+        before_index: Callable[[], None] | None = None,
+    ) -> None:
+        """Commit a change: the audit entry (write-ahead, carrying the new generation), then the index that
+        records that entry's seq and MAC and the header's hash, then the anchor."""
+        assert self._keys is not None and self._index is not None
+        if generation is None:
+            generation = int(self._index.get("generation", 0)) + 1
+        self._audit_write(event, item_id, {**detail, "generation": generation})
+        if before_index is not None:
+            before_index()
+        assert self._audit.last_appended is not None
+        seq, mac = self._audit.last_appended
+        index = {
+            **index,
+            "generation": generation,
+            "audit_seq": seq,
+            "audit_mac": mac.hex(),
+            "header_sha256": _sha256(self._header.to_bytes()),
+        }
         self._write_index_file(self.path, self._keys, index)
         st = os.stat(self.path / INDEX_NAME)
         self._index, self._index_stamp = index, (st.st_ino, st.st_mtime_ns, st.st_size)
+        if not self._rolled_back:
+            self._anchor.update(generation=generation)
+
+    def _on_audit_appended(self, seq: int, mac: bytes) -> None:
+        if not self._rolled_back:  # a rolled-back chain must not move the anchor (repair resets it)
+            self._anchor.update(audit=(seq, mac))
+
+    def _rollback_problems(self, index: dict, header_bytes: bytes) -> list[str]:
+        """What in the vault folder is older than what the vault itself (audit chain, index) or this
+        computer's anchor recorded. Needs the audit keys attached. One line per rolled-back file."""
+        problems: list[str] = []
+        generation = int(index.get("generation", 0))
+        bound_seq = int(index.get("audit_seq", 0))
+        scan = self._audit.scan(after_seq=bound_seq)
+        anchor = self._anchor.read()
+
+        # vault.json: the index records the header it was committed with; a passphrase change that was
+        # interrupted before its index commit left an audit entry naming the new header.
+        actual = _sha256(header_bytes)
+        recorded = index.get("header_sha256")
+        if recorded and recorded != actual:
+            pending = any(
+                e.event == "passphrase_changed" and e.detail.get("header_sha256") == actual
+                for e in scan.after
+            )
+            if not pending:
+                problems.append(
+                    "vault.json is an older version than the one the index was committed with (as after "
+                    "restoring it from before a passphrase change: a passphrase that was changed opens it "
+                    "again)"
+                )
+
+        # index.vsi against the audit chain: later commits in the chain mean the index went back. One
+        # commit of difference is also what a crash between the audit entry and the index leaves; the
+        # anchor tells the two apart.
+        later = [
+            int(e.detail["generation"])
+            for e in scan.after
+            if isinstance(e.detail.get("generation"), int) and e.event != "create"
+        ]
+        chain_gen = max(later, default=generation)
+        anchor_gen = anchor.generation if anchor is not None else 0
+        if chain_gen >= generation + 2 or (chain_gen == generation + 1 and anchor_gen > generation):
+            problems.append(
+                f"index.vsi was rolled back: it is at generation {generation} but the audit trail records "
+                f"changes up to generation {chain_gen}; items added or changed since are missing from it"
+            )
+        elif anchor_gen > generation:
+            problems.append(
+                f"index.vsi was rolled back: it is at generation {generation} but this computer last saw "
+                f"generation {anchor_gen} ({anchor.updated or 'date unknown'}); items added or changed since "
+                "are missing from it"
+            )
+
+        # audit.log + audit.head: the index and the anchor name entries the chain must still hold. A log cut
+        # short behind an intact head is truncation, which the head itself reports (see audit_problem).
+        audit_what = "audit.log and audit.head were rolled back"
+        last = max(scan.last_seq, self._audit.head_seq() or 0)
+        if bound_seq and last < bound_seq:
+            problems.append(
+                f"{audit_what}: the audit trail ends at entry {last} but the index was committed "
+                f"at entry {bound_seq}"
+            )
+        elif bound_seq in scan.macs and scan.macs[bound_seq].hex() != index.get("audit_mac"):
+            problems.append(
+                f"audit.log was replaced: entry {bound_seq} is not the one the index was committed with"
+            )
+        elif anchor is not None and anchor.audit_seq:
+            if last < anchor.audit_seq:
+                problems.append(
+                    f"{audit_what}: the audit trail ends at entry {last} but this computer last saw "
+                    f"entry {anchor.audit_seq} ({anchor.updated or 'date unknown'})"
+                )
+            elif anchor.audit_seq in scan.macs and scan.macs[anchor.audit_seq].hex() != anchor.audit_mac:
+                problems.append(
+                    f"audit.log was replaced: entry {anchor.audit_seq} is not the one this computer last saw"
+                )
+        return problems
 
     def _on_disk_has(self, item_id: str) -> bool | None:
         """After a failed commit: does the index on disk reference the item? None if it cannot be told."""
@@ -570,8 +804,13 @@ class Vault:
                 self.touch()
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
+    def _writing(self, *, repairing: bool = False) -> Iterator[None]:
         """Hold the inter-process write lock; on entry, see the latest index and clear crash leftovers."""
+        if self._rolled_back and not repairing:
+            raise VaultRolledBack(
+                f"the vault at {self.path} was rolled back ({'; '.join(self._rolled_back)}); changes are "
+                f"refused until it is repaired. {_ROLLBACK_ADVICE}"
+            )
         self._write_lock.acquire(self.write_lock_wait_s)
         try:
             self._refresh_index()
@@ -584,28 +823,151 @@ class Vault:
         return self.path / BLOB_DIR
 
     def _orphan_blobs(self) -> list[Path]:
+        """Payload and record files the index does not reference (never deleted automatically)."""
         assert self._index is not None
         used = {p["blob"] for rec in self._index["items"].values() for p in rec["parts"]}
+        items = set(self._index["items"])
         try:
             entries = list(os.scandir(self._blob_dir()))
         except FileNotFoundError:
             return []
-        return [
+        return sorted(
             Path(e.path)
             for e in entries
-            if e.name.endswith(BLOB_SUFFIX) and e.name[: -len(BLOB_SUFFIX)] not in used
-        ]
+            if (e.name.endswith(BLOB_SUFFIX) and e.name[: -len(BLOB_SUFFIX)] not in used)
+            or (e.name.endswith(RECORD_SUFFIX) and e.name[: -len(RECORD_SUFFIX)] not in items)
+        )
 
-    def _remove_crash_leftovers(self) -> None:
-        # Safe only under the write lock: every writer of these files holds it.
-        remove_leftovers(self.path, TMP_WRITE_PREFIX)
-        remove_leftovers(self._blob_dir(), TMP_WRITE_PREFIX)
-        orphans = self._orphan_blobs()
-        for path in orphans:
+    def _remove_crash_leftovers(self) -> int:
+        """Remove the temporary files of interrupted writes (never a committed or unreferenced payload).
+        Safe only under the write lock: every writer of these files holds it. Returns how many."""
+        removed = remove_leftovers(self.path, TMP_WRITE_PREFIX) + remove_leftovers(
+            self._blob_dir(), TMP_WRITE_PREFIX
+        )
+        if removed:
+            self.notices.append(
+                f"removed {removed} partial file(s) left in the vault by an interrupted import or change"
+            )
+        return removed
+
+    def _clean_stale_files(self) -> None:
+        """At unlock: remove partial files of interrupted imports (if no other process is writing) and of
+        interrupted exports (beside their targets), and say so in :attr:`notices`. Never raises."""
+        try:
+            self._write_lock.acquire(0.0)
+        except VaultError:
+            pass  # another process is writing: its partial files are live
+        else:
+            try:
+                self._remove_crash_leftovers()
+            except OSError:
+                pass
+            finally:
+                self._write_lock.release()
+        try:
+            self._clean_stale_exports()
+        except (OSError, VaultError) as exc:
+            self.notices.append(f"could not check for interrupted exports: {exc}")
+
+    # -- item records (what repair re-indexes from) -------------------------------------------------------
+    def _record_ctx(self, item_id: str) -> bytes:
+        assert self._keys is not None
+        return crypto.context(self._keys.vault_id, "record", item_id)
+
+    def _record_path(self, item_id: str) -> Path:
+        return self._blob_dir() / f"{item_id}{RECORD_SUFFIX}"
+
+    def _write_record(self, rec: dict) -> None:
+        assert self._keys is not None
+        plain = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+        write_atomic(
+            self._record_path(rec["id"]),
+            crypto.encrypt_bytes(self._keys.record, self._record_ctx(rec["id"]), plain),
+            sync_dir=False,
+        )
+
+    def _read_record(self, item_id: str) -> dict:
+        """An item's record file, authenticated; raises VaultCorrupted if it does not authenticate."""
+        assert self._keys is not None
+        raw = self._record_path(item_id).read_bytes()
+        try:
+            rec = json.loads(crypto.decrypt_bytes(self._keys.record, self._record_ctx(item_id), raw))
+            if rec["id"] != item_id or rec["kind"] not in KINDS or not isinstance(rec["parts"], list):
+                raise ValueError("not this item's record")
+        except (DecryptionFailed, ValueError, KeyError, TypeError) as exc:
+            raise VaultCorrupted(f"the record of item {item_id} does not authenticate") from exc
+        return rec
+
+    # -- interrupted exports ----------------------------------------------------------------------------------
+    def _pending_ctx(self, token: str) -> bytes:
+        assert self._keys is not None
+        return crypto.context(self._keys.vault_id, "pending-export", token)
+
+    @contextlib.contextmanager
+    def _pending_export(self, folders: list[Path]) -> Iterator[str]:
+        """Note (encrypted, in the vault folder) where an export writes its partial files, for as long as
+        it runs; a lock on the note tells a running export from one that was killed. Yields the export's
+        temporary-file prefix."""
+        assert self._keys is not None
+        token = secrets.token_hex(8)
+        prefix = f"{EXPORT_TMP_PREFIX}{token}-"
+        note = self.path / f"{PENDING_EXPORT_PREFIX}{token}.vse"
+        lock = FileLock(self.path / f"{PENDING_EXPORT_PREFIX}{token}.lock", "export {pid} running")
+        lock.acquire()
+        try:
+            body = json.dumps({"folders": [str(f.absolute()) for f in folders], "prefix": prefix}).encode()
+            # Written in place (not through a temp file that another process's clean-up could take): a
+            # torn note is reported as unreadable and removed.
+            fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(crypto.encrypt_bytes(self._keys.index, self._pending_ctx(token), body))
+                fh.flush()
+                os.fsync(fh.fileno())
+            yield prefix
+        finally:
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        if orphans:
-            fsync_dir(self._blob_dir())
+                note.unlink()
+            lock.release()
+            with contextlib.suppress(FileNotFoundError):
+                lock.path.unlink()
+
+    def _clean_stale_exports(self) -> None:
+        assert self._keys is not None
+        for note in sorted(self.path.glob(f"{PENDING_EXPORT_PREFIX}*.vse")):
+            token = note.name[len(PENDING_EXPORT_PREFIX) : -len(".vse")]
+            lock = FileLock(self.path / f"{PENDING_EXPORT_PREFIX}{token}.lock", "export {pid} running")
+            try:
+                lock.acquire(0.0)
+            except VaultLocked:
+                continue  # that export is still running
+            try:
+                try:
+                    body = json.loads(
+                        crypto.decrypt_bytes(self._keys.index, self._pending_ctx(token), note.read_bytes())
+                    )
+                    folders, prefix = [Path(f) for f in body["folders"]], str(body["prefix"])
+                except FileNotFoundError:
+                    continue  # finished meanwhile
+                except (DecryptionFailed, ValueError, KeyError, TypeError):
+                    self.notices.append(
+                        f"an unreadable note of an interrupted export ({note.name}) was removed"
+                    )
+                    folders, prefix = [], ""
+                removed = 0
+                for folder in folders:
+                    if prefix.startswith(EXPORT_TMP_PREFIX) and len(prefix) > len(EXPORT_TMP_PREFIX):
+                        removed += remove_leftovers(folder, prefix)
+                if removed:
+                    where = ", ".join(str(f) for f in folders)
+                    self.notices.append(
+                        f"removed {removed} partial file(s) of an interrupted export (in {where})"
+                    )
+                with contextlib.suppress(FileNotFoundError):
+                    note.unlink()
+            finally:
+                lock.release()
+                with contextlib.suppress(FileNotFoundError):
+                    lock.path.unlink()
 
     def _audit_write(self, event: str, item_id: str | None = None, detail: dict | None = None) -> None:
         self._audit.append(event, item_id, detail)
@@ -671,32 +1033,58 @@ class Vault:
         self,
         path: str | os.PathLike,
         *,
-        kind: str = "scan",
+        kind: str | None = None,
         label: str | None = None,
         patient: dict | None = None,
         study: dict | None = None,
         provenance: dict | None = None,
         progress: Progress | None = None,
+        allow_duplicate: bool = False,
     ) -> ItemInfo:
         """Import a .nii or .nii.gz file, streaming its bytes unchanged into the vault.
 
+        Synthetic stays synthetic: a file carrying any of VolSynth's SYNTHETIC marks (``descrip``,
+        ``intent_name``, ``aux_file``, a header extension, a provenance sidecar beside it; see
+        :func:`engine.vault.synthetic.find_marks`) is imported as ``"synthetic"`` with the sidecar's
+        provenance, and refused as a scan.
+
         Args:
             path: The file.
-            kind: ``"scan"`` for a real patient scan, ``"synthetic"`` for a generated volume.
+            kind: ``"scan"`` for a real patient scan, ``"synthetic"`` for a generated volume; None (the
+                default) decides from the file's marks.
             label: Display name (default: the file name).
-            patient: Patient metadata, e.g. ``{"name": ..., "id": ..., "birth_date": ...}``.
-            study: Study metadata, e.g. ``{"date": ..., "description": ..., "modality": ...}``.
-            provenance: Required for ``kind="synthetic"``: how the volume was made.
+            patient: Patient metadata, e.g. ``{"name": ..., "id": ..., "birth_date": ...}`` (scans only).
+            study: Study metadata, e.g. ``{"date": ..., "description": ..., "modality": ...}``. Dates are
+                checked and stored as ``YYYYMMDD``.
+            provenance: How a synthetic volume was made; required for ``kind="synthetic"`` unless the file
+                has a provenance sidecar or SYNTHETIC marks.
             progress: Called with (bytes done, bytes total).
+            allow_duplicate: Store the volume even if the vault already holds exactly the same one.
 
         Raises:
-            InvalidRequest: Not a single-file NIfTI, or bad metadata.
+            InvalidRequest: Not a single-file NIfTI, bad metadata, or a synthetic file asked to be a scan.
+            DuplicateItem: The same volume is already in the vault (and ``allow_duplicate`` is False).
         """
         path = Path(path)
-        if kind not in KINDS:
+        if kind is not None and kind not in KINDS:
             raise InvalidRequest(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        marks = synthetic_marks.find_marks(path)
+        if marks.synthetic:
+            if kind == "scan":
+                raise InvalidRequest(
+                    f"{marks.reason(path)}: it cannot be filed as a patient scan; import it as synthetic"
+                )
+            if patient:
+                raise InvalidRequest(
+                    f"{marks.reason(path)}: a synthetic volume has no patient; leave out the patient details"
+                )
+            kind = "synthetic"
+            provenance = {**(marks.provenance or {}), **(provenance or {})}
+        kind = kind or "scan"
         if kind == "synthetic" and provenance is None:
             raise InvalidRequest("a synthetic volume needs its provenance (model, seed, settings)")
+        if kind == "synthetic" and patient:
+            raise InvalidRequest("a synthetic volume has no patient; leave out the patient details")
         info = nifti.probe(path)
         total = path.stat().st_size
         name = path.name
@@ -729,7 +1117,7 @@ class Vault:
                         progress(done, total)
             return [part.close()]
 
-        return self._import(record, write_parts)
+        return self._import(record, write_parts, allow_duplicate=allow_duplicate)
 
     def import_dicom(
         self,
@@ -738,6 +1126,7 @@ class Vault:
         label: str | None = None,
         series_uid: str | None = None,
         progress: Progress | None = None,
+        allow_duplicate: bool = False,
     ) -> ItemInfo:
         """Import a DICOM series: the volume (sorted, oriented, RAS affine) and the original files.
 
@@ -799,7 +1188,7 @@ class Vault:
                     progress(done, total)
             return [volume.close(), *files]
 
-        return self._import(record, write_parts)
+        return self._import(record, write_parts, allow_duplicate=allow_duplicate)
 
     def add_synthetic(
         self,
@@ -809,6 +1198,7 @@ class Vault:
         *,
         label: str | None = None,
         progress: Progress | None = None,
+        allow_duplicate: bool = False,
     ) -> ItemInfo:
         """Store a generated volume (as float32 NIfTI marked SYNTHETIC) with its provenance.
 
@@ -818,6 +1208,10 @@ class Vault:
             provenance: How it was made (model id and weights hash, seed, sampler, settings...).
             label: Display name (default: from the provenance's model id and seed).
             progress: Called with (bytes done, bytes total).
+            allow_duplicate: Store it even if the vault already holds exactly the same volume.
+
+        Raises:
+            DuplicateItem: The same volume is already in the vault (and ``allow_duplicate`` is False).
         """
         arr = np.asarray(volume)
         if arr.ndim < 3 or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
@@ -864,11 +1258,17 @@ class Vault:
                     progress(done, total)
             return [part.close()]
 
-        return self._import(record, write_parts)
+        return self._import(record, write_parts, allow_duplicate=allow_duplicate)
 
     def _import(
-        self, record: dict, write_parts: Callable[[Callable[[str], _PartWriter]], list[dict]]
+        self,
+        record: dict,
+        write_parts: Callable[[Callable[[str], _PartWriter]], list[dict]],
+        *,
+        allow_duplicate: bool = False,
     ) -> ItemInfo:
+        if record["source"] != "dicom":  # DICOM dates come from the scanner, as they are
+            _check_dates(record)
         with self._op(), self._writing():
             assert self._keys is not None and self._index is not None
             item_id = secrets.token_hex(16)
@@ -885,23 +1285,47 @@ class Vault:
             record = {**record, "id": item_id, "created": _now_iso()}
             try:
                 record["parts"] = write_parts(new_part)
+                if not allow_duplicate and (same := self._same_volume(record)) is not None:
+                    raise DuplicateItem(
+                        f"this volume is already in the vault as \u201c{same.get('label', '')}\u201d "
+                        f"(item {same['id'][:12]}, added {same['created'][:10]}); nothing was added",
+                        existing=same["id"],
+                    )
+                self._write_record(record)
                 fsync_dir(self._blob_dir())
-                self._audit_write(
+                index = copy.deepcopy(self._index)
+                index["items"][item_id] = record
+                self._commit(
                     "import",
                     item_id,
                     {"kind": record["kind"], "source": record["source"], "parts": len(record["parts"])},
+                    index,
                 )
-                index = copy.deepcopy(self._index)
-                index["items"][item_id] = record
-                self._commit_index(index)
             except BaseException:
                 # Remove the payloads unless the index on disk already references them (a failure after
-                # the rename, e.g. of the folder fsync, leaves the item committed).
+                # the rename, e.g. of the folder fsync, leaves the item committed). These files belong to
+                # this import only: no index ever referenced them.
                 if not self._on_disk_has(item_id):
                     for writer in writers:
                         writer.discard()
+                    with contextlib.suppress(FileNotFoundError):
+                        self._record_path(item_id).unlink()
                 raise
             return ItemInfo.from_record(record)
+
+    def _same_volume(self, record: dict) -> dict | None:
+        """An item already holding exactly this volume (same plaintext SHA-256 and size), if any."""
+        assert self._index is not None
+        volume = next(p for p in record["parts"] if p["name"] == "volume")
+        for rec in self._index["items"].values():
+            for part in rec["parts"]:
+                if (
+                    part["name"] == "volume"
+                    and part["sha256"] == volume["sha256"]
+                    and part["size"] == volume["size"]
+                ):
+                    return rec
+        return None
 
     # -- reading ----------------------------------------------------------------------------------------
     def _corrupted(self, rec: dict, part: dict, why: str) -> VaultCorrupted:
@@ -1024,9 +1448,12 @@ class Vault:
         """Write an item out as NIfTI (and its original DICOM files, if it came from DICOM).
 
         File names never carry identifiers: ``<kind>-<id prefix>.nii[.gz]``, a ``<kind>-<id prefix>-dicom``
-        folder of ``IM00001.dcm``..., and for synthetic items a ``.provenance.json`` sidecar. Without
-        de-identification the NIfTI and DICOM files are byte-identical to what was imported (a synthetic
-        volume whose header lacks the SYNTHETIC mark gets it added). Recorded in the audit trail.
+        folder of ``IM00001.dcm``.... Without de-identification the NIfTI and DICOM files of a scan are
+        byte-identical to what was imported. A synthetic item always leaves as ``.nii.gz`` with every
+        SYNTHETIC field that ``volsynth generate`` writes (``descrip``, ``intent_name``, ``aux_file``, a
+        comment extension) and its provenance in the same ``<stem>.json`` sidecar, so opening the export
+        shows its provenance. Recorded in the audit trail. While it runs, an encrypted note in the vault
+        folder says where its partial files are; if the process is killed, the next unlock removes them.
 
         Args:
             item_id: Item id or unique prefix.
@@ -1047,10 +1474,10 @@ class Vault:
             synthetic = rec["kind"] == "synthetic"
             compressed = bool(rec["volume"].get("compressed"))
             stem = f"{rec['kind']}-{rec['id'][:12]}"
-            nii_path = dest / (stem + (".nii.gz" if compressed else ".nii"))
+            nii_path = dest / (stem + (".nii.gz" if compressed or synthetic else ".nii"))
             dicom_parts = [p for p in rec["parts"] if p["name"].startswith("dicom/")] if include_dicom else []
             dicom_dir = dest / f"{stem}-dicom"
-            prov_path = dest / f"{stem}.provenance.json"
+            prov_path = dest / f"{stem}.json"  # engine.nifti_io.sidecar_path: what load_nifti reads back
             targets = [nii_path] + ([dicom_dir] if dicom_parts else []) + ([prov_path] if synthetic else [])
             if not overwrite and (clash := [str(t) for t in targets if t.exists()]):
                 raise OutputError(f"{clash[0]} already exists; choose another folder or allow overwriting")
@@ -1070,15 +1497,24 @@ class Vault:
             done = 0
             written: list[Path] = []
             warnings: list[str] = []
+            record = {**(rec.get("provenance") or {}), "synthetic": True} if synthetic else None
+            pending = self._pending_export([dest] + ([dicom_dir] if dicom_parts else []))
+            prefix = pending.__enter__()
             try:
                 volume = next(p for p in rec["parts"] if p["name"] == "volume")
-                with AtomicWriter(nii_path, prefix=EXPORT_TMP_PREFIX, output=True) as writer:
+                with AtomicWriter(nii_path, prefix=prefix, output=True) as writer:
                     stream = self._iter_part(rec, volume)
                     if progress is not None:
                         stream = _counting(stream, progress, done, total)
-                    for piece in nifti.rewrite_stream(
-                        stream, compressed=compressed, deidentify=deidentify, synthetic=synthetic
-                    ):
+                    if synthetic:
+                        pieces = synthetic_marks.export_stream(
+                            stream, compressed=compressed, deidentify=deidentify, provenance=record
+                        )
+                    else:
+                        pieces = nifti.rewrite_stream(
+                            stream, compressed=compressed, deidentify=deidentify, synthetic=False
+                        )
+                    for piece in pieces:
                         writer.write(piece)
                 written.append(nii_path)
                 done += int(volume["size"])
@@ -1089,25 +1525,15 @@ class Vault:
                         raw, found = deid.deidentify_dicom(raw, uids)
                         warnings.extend(w for w in found if w not in warnings)
                     target = dicom_dir / f"IM{n:05d}.dcm"
-                    write_atomic(target, raw, prefix=EXPORT_TMP_PREFIX, output=True, sync_dir=False)
+                    write_atomic(target, raw, prefix=prefix, output=True, sync_dir=False)
                     written.append(target)
                     done += int(part["size"])
                     if progress is not None:
                         progress(done, total)
                 if dicom_parts:
                     fsync_dir(dicom_dir)
-                if synthetic:
-                    sidecar = {
-                        "synthetic": True,
-                        "note": "SYNTHETIC volume generated by VolSynth - not a real patient",
-                        "provenance": rec.get("provenance") or {},
-                    }
-                    write_atomic(
-                        prov_path,
-                        (json.dumps(sidecar, indent=1, sort_keys=True) + "\n").encode(),
-                        prefix=EXPORT_TMP_PREFIX,
-                        output=True,
-                    )
+                if synthetic:  # the provenance sidecar every route writes (engine.nifti_io.save_volume)
+                    write_atomic(prov_path, provenance_sidecar(record), prefix=prefix, output=True)
                     written.append(prov_path)
                 fsync_dir(dest)
             except BaseException:
@@ -1118,6 +1544,8 @@ class Vault:
                     with contextlib.suppress(OSError):
                         dicom_dir.rmdir()
                 raise
+            finally:
+                pending.__exit__(None, None, None)
             return ExportResult(files=tuple(written), deidentified=deidentify, warnings=tuple(warnings))
 
     # -- changes ----------------------------------------------------------------------------------------
@@ -1126,14 +1554,64 @@ class Vault:
         with self._op(), self._writing():
             assert self._index is not None
             rec = self._record(item_id)
-            self._audit_write("delete", rec["id"], {"kind": rec["kind"]})
             index = copy.deepcopy(self._index)
             del index["items"][rec["id"]]
-            self._commit_index(index)
+            self._commit("delete", rec["id"], {"kind": rec["kind"]}, index)
+            # The user asked for this item's files to go; nothing else is ever deleted.
+            with contextlib.suppress(FileNotFoundError):
+                self._record_path(rec["id"]).unlink()
             for part in rec["parts"]:
                 with contextlib.suppress(FileNotFoundError):
                     (self._blob_dir() / f"{part['blob']}{BLOB_SUFFIX}").unlink()
             fsync_dir(self._blob_dir())
+
+    def update_item(
+        self,
+        item_id: str,
+        *,
+        label: str | None = None,
+        patient: dict | None = None,
+        study: dict | None = None,
+    ) -> ItemInfo:
+        """Change an item's details after import (the payload is not touched). Recorded in the audit trail.
+
+        Args:
+            item_id: Item id or unique prefix.
+            label: New display name (None keeps it).
+            patient: New patient details, replacing the old ones (None keeps them; scans only).
+            study: New study details, replacing the old ones (None keeps them). Dates are checked.
+
+        Raises:
+            InvalidRequest: Bad values, or patient details for a synthetic item.
+        """
+        with self._op(), self._writing():
+            assert self._index is not None
+            rec = copy.deepcopy(self._record(item_id))
+            changed = []
+            if label is not None:
+                if not str(label).strip():
+                    raise InvalidRequest("the label cannot be empty")
+                rec["label"] = str(label).strip()
+                changed.append("label")
+            if patient is not None:
+                patient = _json_dict(patient, "patient metadata")
+                if patient and rec["kind"] == "synthetic":
+                    raise InvalidRequest("a synthetic volume has no patient; leave out the patient details")
+                rec["patient"] = patient
+                changed.append("patient")
+            if study is not None:
+                rec["study"] = _json_dict(study, "study metadata")
+                changed.append("study")
+            _check_dates(rec)
+            if not changed:
+                return ItemInfo.from_record(rec)
+            rec["modified"] = _now_iso()
+            self._write_record(rec)
+            fsync_dir(self._blob_dir())
+            index = copy.deepcopy(self._index)
+            index["items"][rec["id"]] = rec
+            self._commit("edit", rec["id"], {"fields": changed}, index)
+            return ItemInfo.from_record(rec)
 
     def change_passphrase(self, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None) -> None:
         """Re-wrap the master key under a new passphrase; no item is re-encrypted.
@@ -1164,9 +1642,21 @@ class Vault:
             draft = _Header(header.vault_id, header.created, kdf, salt, b"", b"")
             nonce, wrapped = crypto.wrap_key(crypto.derive_kek(new_pw, salt, kdf), master, draft.aad())
             new_header = _Header(header.vault_id, header.created, kdf, salt, nonce, wrapped)
-            self._audit_write("passphrase_changed", None, {"kdf": kdf.to_dict()})
-            write_atomic(self.path / HEADER_NAME, new_header.to_bytes())
+            # Audit entry (naming the new header) -> header -> index recording the header's hash: restoring
+            # the old vault.json later no longer matches the index (see _rollback_problems).
             self._header = new_header
+            try:
+                self._commit(
+                    "passphrase_changed",
+                    None,
+                    {"kdf": kdf.to_dict(), "header_sha256": _sha256(new_header.to_bytes())},
+                    copy.deepcopy(self._index),
+                    before_index=lambda: write_atomic(self.path / HEADER_NAME, new_header.to_bytes()),
+                )
+            except BaseException:
+                with contextlib.suppress(VaultError):
+                    self._header = _Header.read(self.path)
+                raise
 
     # -- checking ---------------------------------------------------------------------------------------
     def verify(
@@ -1187,12 +1677,18 @@ class Vault:
         """
         with self._op():
             assert self._index is not None
+            assert self._keys is not None
             problems: list[str] = []
             notes: list[str] = []
+            rolled_back: list[str] = []
             try:
                 header = _Header.read(self.path)
                 if header.vault_id != self._header.vault_id:
                     problems.append("the vault header belongs to another vault")
+                else:
+                    on_disk, _ = self._read_index(self._keys)
+                    rolled_back = self._rollback_problems(on_disk, header.to_bytes())
+                    problems.extend(rolled_back)
             except VaultError as exc:
                 problems.append(str(exc))
             records = (
@@ -1213,10 +1709,12 @@ class Vault:
                     checked += 1
                 except VaultCorrupted as exc:
                     problems.append(str(exc))
-            if item_ids is None and (orphans := self._orphan_blobs()):
+            orphans = self._orphan_blobs() if item_ids is None else []
+            if orphans:
                 notes.append(
-                    f"{len(orphans)} unreferenced payload file(s) left by an interrupted import; "
-                    "removed at the next change"
+                    f"{len(orphans)} encrypted file(s) in {self._blob_dir()} are not in the index (left by an "
+                    "interrupted import, or items an older index forgot); they are kept: "
+                    "`volsynth vault repair` re-indexes those whose record still authenticates"
                 )
             audit_entries = 0
             if check_audit:
@@ -1232,7 +1730,93 @@ class Vault:
                 audit_entries=audit_entries,
                 problems=tuple(problems),
                 notes=tuple(notes),
+                unreferenced=tuple(p.name for p in orphans),
+                rolled_back=tuple(rolled_back),
             )
+
+    def repair(self, *, dry_run: bool = False) -> RepairReport:
+        """Accept the vault as it is now and put back into the index every item whose files are still there.
+
+        The explicit answer to a rollback (or to unreferenced files): an unreferenced item record that
+        authenticates, whose parts all exist and authenticate end to end, and which the audit trail does not
+        show as deleted, is re-indexed. Nothing is deleted. The index gets a generation above every one seen,
+        and the anchor is reset to the vault's present state, so the rollback is no longer reported (the
+        repair itself is in the audit trail, naming what was accepted).
+
+        Args:
+            dry_run: Only report what would be done.
+        """
+        with self._op(), self._writing(repairing=True):
+            assert self._keys is not None and self._index is not None
+            header_bytes = _Header.read(self.path).to_bytes()
+            accepted = self._rollback_problems(self._index, header_bytes)
+            scan = self._audit.scan(after_seq=0)
+            deleted = {e.item_id for e in scan.after if e.event == "delete" and e.item_id}
+            index = copy.deepcopy(self._index)
+            reindexed: list[tuple[str, str]] = []
+            skipped: list[str] = []
+            claimed: set[str] = set()
+            for path in self._orphan_blobs():
+                if not path.name.endswith(RECORD_SUFFIX):
+                    continue
+                item_id = path.name[: -len(RECORD_SUFFIX)]
+                try:
+                    rec = self._read_record(item_id)
+                except VaultCorrupted as exc:
+                    skipped.append(f"{path.name}: {exc}")
+                    continue
+                blobs = [f"{p['blob']}{BLOB_SUFFIX}" for p in rec["parts"]]
+                if item_id in deleted:
+                    skipped.append(
+                        f"{path.name} and its {len(blobs)} payload file(s): item {item_id} was deleted"
+                    )
+                    claimed.update(blobs)
+                    continue
+                try:
+                    for part in rec["parts"]:
+                        for _piece in self._iter_part(rec, part, check_hash=True):
+                            pass
+                except VaultCorrupted as exc:
+                    skipped.append(f"{path.name}: {exc}")
+                    continue
+                claimed.update(blobs)
+                index["items"][item_id] = rec
+                reindexed.append((item_id, rec.get("label", "")))
+            for path in self._orphan_blobs():
+                if path.name.endswith(BLOB_SUFFIX) and path.name not in claimed:
+                    skipped.append(f"{path.name}: no authentic record names it (kept)")
+            missing = [rid for rid in index["items"] if not self._record_path(rid).exists()]
+            report = RepairReport(
+                dry_run=dry_run,
+                reindexed=tuple(reindexed),
+                accepted=tuple(accepted),
+                skipped=tuple(skipped),
+                records_written=len(missing),
+            )
+            if dry_run or not report.changed:
+                return report
+            for rid in missing:
+                self._write_record(index["items"][rid])
+            fsync_dir(self._blob_dir())
+            seen = [
+                int(e.detail["generation"]) for e in scan.after if isinstance(e.detail.get("generation"), int)
+            ]
+            anchor = self._anchor.read()
+            generation = 1 + max(
+                [int(self._index.get("generation", 0)), *seen, anchor.generation if anchor else 0]
+            )
+            self._commit(
+                "repair",
+                None,
+                {"reindexed": [rid for rid, _ in reindexed], "accepted": list(accepted)},
+                index,
+                generation=generation,
+            )
+            assert self._audit.last_appended is not None
+            self._rolled_back = []
+            seq, mac = self._audit.last_appended
+            self._anchor.reset(AnchorState(generation, seq, mac.hex()))
+            return report
 
     def audit_trail(self) -> AuditTrail:
         """The decrypted audit trail, with any tampering found in it."""

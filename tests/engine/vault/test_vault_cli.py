@@ -107,7 +107,7 @@ def test_verify_ok_then_tampered(cli, make_nifti):
     item = out.split()[4]
     rc, out, _ = cli("verify")
     assert rc == 0 and out.startswith("vault OK: 1 item(s)")
-    blob = next((cli.vault_path / "blobs").iterdir())
+    blob = next((cli.vault_path / "blobs").glob("*.vsb"))
     data = bytearray(blob.read_bytes())
     data[100] ^= 0xFF
     blob.write_bytes(bytes(data))
