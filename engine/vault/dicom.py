@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import InvalidRequest
+from engine.input_checks import check_voxel_count
 
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 #: Slices whose spacing differs from the mean by more than this fraction cannot share one affine.
@@ -104,6 +105,42 @@ def _patient_study(ds) -> tuple[dict, dict]:
     return {k: v for k, v in patient.items() if v}, {k: v for k, v in study.items() if v}
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
+
+
+def _floats(ds, keyword: str, count: int, path: Path) -> np.ndarray:
+    """A numeric multi-value attribute as ``count`` finite floats, or a one-line refusal naming the file."""
+    try:
+        raw = ds[keyword].value
+        values = [raw] if isinstance(raw, str | bytes | int | float) else list(raw)
+        out = np.array([float(v) for v in values], dtype=np.float64)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise InvalidRequest(
+            f"{path.name} has an unreadable {keyword} ({_first_line(exc)}); the file is damaged"
+        ) from None
+    if out.shape != (count,) or not np.all(np.isfinite(out)):
+        raise InvalidRequest(
+            f"{path.name} has an invalid {keyword} {str(ds[keyword].value)[:80]!r}: expected {count} finite numbers"
+        )
+    return out
+
+
+def _int(ds, keyword: str, path: Path, default: int | None = None) -> int:
+    try:
+        value = ds.get(keyword, default)
+        if value is None or value == "":
+            if default is None:
+                raise KeyError(keyword)
+            return default
+        return int(value)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise InvalidRequest(
+            f"{path.name} has an unreadable {keyword} ({_first_line(exc)}); the file is damaged"
+        ) from None
+
+
 def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None) -> DicomSeries:
     """Find the DICOM slices in a folder (or a list of files), check them and sort them.
 
@@ -123,12 +160,13 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
     for path in _candidate_files(source):
         try:
             ds = pydicom.dcmread(path, stop_before_pixels=True)
-        except (pydicom.errors.InvalidDicomError, EOFError, OSError, ValueError, KeyError):
-            continue
-        meta = getattr(ds, "file_meta", None)
-        if meta is not None and str(meta.get("MediaStorageSOPClassUID", "")) == _MEDIA_STORAGE_DIRECTORY:
-            continue
-        if "SeriesInstanceUID" not in ds:
+            meta = getattr(ds, "file_meta", None)
+            if meta is not None and str(meta.get("MediaStorageSOPClassUID", "")) == _MEDIA_STORAGE_DIRECTORY:
+                continue
+            if "SeriesInstanceUID" not in ds:
+                continue
+            str(ds.SeriesInstanceUID)
+        except Exception:  # noqa: BLE001 - not DICOM, or a header pydicom cannot parse: not an image here
             continue
         headers.append((path, ds))
     if not headers:
@@ -158,27 +196,35 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
                 f"{missing[0]} has no {keyword}; only image series with patient geometry can be imported"
             )
     for path, ds in chosen:
-        if int(ds.get("NumberOfFrames", 1) or 1) > 1:
+        if _int(ds, "NumberOfFrames", path, 1) > 1:
             raise InvalidRequest(f"{path} is a multi-frame image; multi-frame DICOM is not supported yet")
-        if int(ds.get("SamplesPerPixel", 1)) != 1:
+        if _int(ds, "SamplesPerPixel", path, 1) != 1:
             raise InvalidRequest(f"{path} is a colour image; only greyscale series can be imported")
 
-    orientation = np.array([float(v) for v in first.ImageOrientationPatient], dtype=np.float64)
-    spacing = np.array([float(v) for v in first.PixelSpacing], dtype=np.float64)
-    rows, cols = int(first.Rows), int(first.Columns)
+    first_path = chosen[0][0]
+    orientation = _floats(first, "ImageOrientationPatient", 6, first_path)
+    spacing = _floats(first, "PixelSpacing", 2, first_path)
+    if np.any(spacing <= 0):
+        raise InvalidRequest(
+            f"{first_path.name} has PixelSpacing {[float(v) for v in spacing]}; spacings must be positive (mm)"
+        )
+    rows, cols = _int(first, "Rows", first_path), _int(first, "Columns", first_path)
+    if rows <= 0 or cols <= 0:
+        raise InvalidRequest(f"{first_path.name} claims {rows} x {cols} pixels; the file is damaged")
+    check_voxel_count((cols, rows, len(chosen)), f"the DICOM series in {Path(str(source)).name}")
     for path, ds in chosen[1:]:
-        if not np.allclose([float(v) for v in ds.ImageOrientationPatient], orientation, atol=1e-4):
+        if not np.allclose(_floats(ds, "ImageOrientationPatient", 6, path), orientation, atol=1e-4):
             raise InvalidRequest(f"{path} has a different orientation from the rest of the series")
-        if not np.allclose([float(v) for v in ds.PixelSpacing], spacing, rtol=1e-4):
+        if not np.allclose(_floats(ds, "PixelSpacing", 2, path), spacing, rtol=1e-4):
             raise InvalidRequest(f"{path} has a different pixel spacing from the rest of the series")
-        if (int(ds.Rows), int(ds.Columns)) != (rows, cols):
+        if (_int(ds, "Rows", path), _int(ds, "Columns", path)) != (rows, cols):
             raise InvalidRequest(f"{path} has a different image size from the rest of the series")
 
     row_cos, col_cos = orientation[:3], orientation[3:]
     normal = np.cross(row_cos, col_cos)
     if not np.isclose(np.linalg.norm(normal), 1.0, atol=1e-3):
         raise InvalidRequest(f"{chosen[0][0]} has an invalid ImageOrientationPatient {list(orientation)}")
-    positions = [np.array([float(v) for v in ds.ImagePositionPatient], dtype=np.float64) for _, ds in chosen]
+    positions = [_floats(ds, "ImagePositionPatient", 3, path) for path, ds in chosen]
     order = sorted(range(len(chosen)), key=lambda n: float(positions[n] @ normal))
     chosen = [chosen[n] for n in order]
     positions = [positions[n] for n in order]
@@ -199,7 +245,12 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
             )
         step = (positions[-1] - positions[0]) / (len(chosen) - 1)
     else:
-        thickness = float(first.get("SpacingBetweenSlices") or first.get("SliceThickness") or 1.0)
+        try:
+            thickness = float(first.get("SpacingBetweenSlices") or first.get("SliceThickness") or 1.0)
+        except (TypeError, ValueError):
+            thickness = 1.0
+        if not np.isfinite(thickness) or thickness <= 0:
+            thickness = 1.0  # one slice: the step only sets the voxel's depth, not where anything lies
         step = normal * thickness
 
     lps = np.eye(4)
@@ -231,7 +282,10 @@ def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -
         shape: (columns, rows).
     """
     pydicom = _pydicom()
-    ds = pydicom.dcmread(io.BytesIO(raw))
+    try:
+        ds = pydicom.dcmread(io.BytesIO(raw))
+    except Exception as exc:  # noqa: BLE001 - the header was read at scan time; now it fails: changed file
+        raise InvalidRequest(f"a DICOM file can no longer be read ({_first_line(exc)}); try again") from None
     if str(ds.get("SOPInstanceUID", "")) != expected_sop_uid:
         raise InvalidRequest("a DICOM file changed while it was being imported; try again")
     try:
@@ -239,8 +293,8 @@ def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -
     except Exception as exc:  # pydicom raises several types for missing decoders / bad data
         raise InvalidRequest(
             f"cannot decode the pixel data of {ds.get('SOPInstanceUID', 'a slice')} "
-            f"(transfer syntax {ds.file_meta.get('TransferSyntaxUID', 'unknown')}): {exc}"
-        ) from exc
+            f"(transfer syntax {ds.file_meta.get('TransferSyntaxUID', 'unknown')}): {_first_line(exc)}"
+        ) from None
     if pixels.shape != (shape[1], shape[0]):
         raise InvalidRequest(f"a slice has {pixels.shape} pixels, expected {(shape[1], shape[0])}")
     return rescale(ds, pixels).astype("<f4").tobytes(order="C")
@@ -248,6 +302,11 @@ def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -
 
 def rescale(ds, pixels: np.ndarray) -> np.ndarray:
     """Stored values -> real-world values (``* RescaleSlope + RescaleIntercept``), as float32."""
-    slope = float(ds.get("RescaleSlope", 1) or 1)
-    intercept = float(ds.get("RescaleIntercept", 0) or 0)
+    try:
+        slope = float(ds.get("RescaleSlope", 1) or 1)
+        intercept = float(ds.get("RescaleIntercept", 0) or 0)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"a slice has an unreadable RescaleSlope/RescaleIntercept ({exc})") from None
+    if not (np.isfinite(slope) and np.isfinite(intercept)):
+        raise InvalidRequest(f"a slice has a non-finite rescale ({slope}, {intercept}); the file is damaged")
     return (pixels.astype(np.float64) * slope + intercept).astype(np.float32)
