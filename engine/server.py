@@ -13,7 +13,8 @@ the server has one; encodings in :mod:`engine.wire`):
   after ``stream_idle_s`` without an event (a ``reconnect`` event says where to resume). Quiet streams
   get a ``keepalive`` line every ``keepalive_s``. Streams are async: open streams hold no threads.
 * ``GET /jobs/{id}/volumes`` -> the result volumes as a ``.npy`` file (application/octet-stream).
-* ``DELETE /jobs/{id}`` -> cancel; a queued job ends at once, a running one at its next step boundary.
+* ``DELETE /jobs/{id}`` -> cancel and forget the job (later requests for it get 404); a queued job ends at
+  once, a running one at its next step boundary (open streams still get its ``cancelled`` event).
 
 Abuse limits: request bodies over ``max_body_bytes`` get 413 before they are parsed; every malformed body
 gets a 4xx; wrong tokens from one client are answered ever more slowly after ``auth_free_failures``;
@@ -144,6 +145,7 @@ JobId = Annotated[str, PathParam(pattern=r"^[0-9a-f]{32}$", description="a job i
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": text}
     for code, text in (
+        (400, "the body is not parseable JSON"),
         (401, "missing or wrong token"),
         (413, "request body too large"),
         (422, "malformed request"),
@@ -259,11 +261,13 @@ class JobManager:
         return job
 
     def cancel(self, job: Job) -> None:
+        """Cancel and forget a job: its volumes are freed and later requests for it get 404."""
         job.cancel.set()
         with self._lock:
             waiting = job in self._pending
             if waiting:
                 self._pending.remove(job)
+            self.jobs.pop(job.id, None)
         if waiting:
             job.emit(wire.cancelled_event())
 
@@ -530,8 +534,12 @@ def create_app(
             if ids:  # the models a job may name, as they are now
                 from engine.models.registry import DEFAULT_MODEL_ID
 
-                choices = ids + ([""] if DEFAULT_MODEL_ID in ids else [])
-                schema["components"]["schemas"]["JobRequest"]["properties"]["model"]["enum"] = choices
+                job_schema = schema["components"]["schemas"]["JobRequest"]
+                if DEFAULT_MODEL_ID in ids:
+                    job_schema["properties"]["model"]["enum"] = ["", *ids]
+                else:  # no default model here: a job must name one
+                    job_schema["properties"]["model"]["enum"] = ids
+                    job_schema["required"] = ["model"]
         return JSONResponse(schema)
 
     @app.get("/docs", include_in_schema=False)
@@ -672,7 +680,7 @@ def create_app(
     )
     def cancel(job_id: JobId) -> dict[str, str]:
         manager.cancel(job_or_404(job_id))
-        return {"status": "cancelling"}
+        return {"status": "cancelled"}
 
     return app
 

@@ -186,7 +186,6 @@ class RemoteBackend:
             content=wire.encode_request(request),
             headers={"Content-Type": "application/json"},
         ).json()["id"]
-        finished = False
         try:
             index, empty_streams, result_event = 0, 0, None
             timeout = httpx.Timeout(self.timeout_s, read=STREAM_READ_TIMEOUT_S)
@@ -214,13 +213,10 @@ class RemoteBackend:
                             if kind == wire.PROGRESS:
                                 yield wire.progress_from_event(event)
                             elif kind == wire.ERROR:
-                                finished = True
                                 raise wire.error_from_event(event)
                             elif kind == wire.CANCELLED:
-                                finished = True
                                 raise errors.Cancelled("the job was cancelled on the engine server")
                             elif kind == wire.RESULT:
-                                finished = True
                                 result_event = event
                                 break
                 except httpx.HTTPError as exc:
@@ -233,6 +229,7 @@ class RemoteBackend:
             volumes = wire.decode_volumes(self._call("GET", f"/jobs/{job_id}/volumes").content)
             return wire.result_from_event(result_event, volumes, self.url)
         finally:
-            if not finished:  # closed by the caller (cancel) or failed mid-way: stop the server's work too
-                with contextlib.suppress(httpx.HTTPError):
-                    self._client.delete(f"/jobs/{job_id}")
+            # Cancelled by the caller (closing this generator), failed mid-way, or done: the server stops
+            # the job if it still runs and frees its volumes.
+            with contextlib.suppress(httpx.HTTPError):
+                self._client.delete(f"/jobs/{job_id}")

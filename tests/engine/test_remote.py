@@ -67,12 +67,13 @@ def test_remote_cancel_stops_the_server_job(server):
     for progress in job:
         if progress.stage == "denoise" and progress.step >= 2:
             break
-    job.close()
     manager = app.state.manager
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(j.done for j in manager.jobs.values()):
-        time.sleep(0.05)
     (server_job,) = manager.jobs.values()
+    job.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not server_job.done:
+        time.sleep(0.05)
+    assert not manager.jobs  # cancelled jobs are forgotten
     assert server_job.events[-1]["type"] == "cancelled"
     steps = [e["step"] for e in server_job.events if e["type"] == "progress" and e["stage"] == "denoise"]
     assert max(steps) < 1000

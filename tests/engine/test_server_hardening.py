@@ -21,7 +21,7 @@ from engine.backends.local import LocalBackend
 from engine.backends.remote import RemoteBackend
 from engine.errors import BackendUnavailable, InvalidRequest, ModelNotFound
 from engine.server import JobRequest, OptimizationBody, ServerLimits, create_app
-from engine.testing import ServerThread
+from engine.testing import InstantBackend, ServerThread
 
 TOKEN = "k" * 10 + "-test-token-for-the-hardening-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -29,10 +29,10 @@ JSON = {"Content-Type": "application/json", **AUTH}
 
 
 class GatedBackend:
-    """The local backend, but each job waits for ``gate`` before it starts: jobs stay running while a
+    """A backend whose jobs each wait for ``gate`` before it starts: jobs stay running while a
     test opens streams or fills the queue."""
 
-    def __init__(self, inner: LocalBackend) -> None:
+    def __init__(self, inner) -> None:
         self.inner = inner
         self.registry = inner.registry
         self.gate = threading.Event()
@@ -54,8 +54,8 @@ def local(registry):
 
 
 @pytest.fixture
-def gated(local):
-    backend = GatedBackend(local)
+def gated(registry):
+    backend = GatedBackend(InstantBackend(registry))  # the HTTP layer is under test here, not sampling
     yield backend
     backend.gate.set()  # never leave a job waiting
 
@@ -167,9 +167,10 @@ def test_a_full_queue_is_answered_429_with_retry_after(gated):
         workers = [t for t in threading.enumerate() if t.name == "engine-job-worker"]
         assert len(workers) == 1 and len(app.state.manager.jobs) == 3
         # Cancelling a waiting job frees its place at once.
-        waiting = [j for j in app.state.manager.jobs if j != first]
-        assert client.delete(f"/jobs/{waiting[0]}", headers=AUTH).status_code == 200
-        assert app.state.manager.get(waiting[0]).events[-1]["type"] == "cancelled"
+        waiting = [j for j in app.state.manager.jobs.values() if j.id != first]
+        assert client.delete(f"/jobs/{waiting[0].id}", headers=AUTH).status_code == 200
+        assert waiting[0].events[-1]["type"] == "cancelled"
+        assert client.get(f"/jobs/{waiting[0].id}/events", headers=AUTH).status_code == 404  # forgotten
         assert _submit(client).status_code == 200
         gated.gate.set()
         _wait(lambda: all(j.done for j in app.state.manager.jobs.values()), what="the jobs to finish")
