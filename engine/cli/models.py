@@ -1,4 +1,5 @@
-"""``volsynth models``: every model the registry finds, with its conditioning inputs and ranges."""
+"""``volsynth models``: every model the registry finds, with its conditioning inputs and ranges, and every
+folder in the search path that could not be opened, listed as broken with its reason."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ def run(args) -> int:
     registry = ModelRegistry()
     sources = registry.list()
     if args.json:
-        print(json.dumps([{**s.spec.to_dict(), "path": str(s.path)} for s in sources], indent=2))
+        listing = [{**s.spec.to_dict(), "path": str(s.path)} for s in sources]
+        listing += [{"id": b.name, "path": str(b.path), "broken": b.reason} for b in registry.broken]
+        print(json.dumps(listing, indent=2))
         return 0
     if not sources:
         print("No models found. Searched: " + ", ".join(str(p) for p in registry.search_path))
@@ -38,6 +41,7 @@ def run(args) -> int:
                 f"  --cond {cond.name}=VALUE   {cond.label}: {cond.min:g} to {cond.max:g}{unit} "
                 f"(default {cond.default:g})"
             )
-    for folder, problem in registry.problems.items():
-        print(f"skipped {folder}: {problem}")
+    for broken in registry.broken:
+        print(f"{broken.name}  [broken, not usable]")
+        print(f"  {broken.path}: {broken.reason}")
     return 0

@@ -9,14 +9,13 @@ autoencoder's definition.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelInvalid
 from engine.models import networks
-from engine.models.source import ModelSource, snake_case
+from engine.models.source import ModelSource, inside, read_json_limited, snake_case
 from engine.models.spec import ConditionSpec, ModelSpec
 
 # Where bundles keep their checkpoints, most specific first.
@@ -31,11 +30,8 @@ _CHECKPOINTS = {
 }
 
 
-def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelInvalid(f"cannot read bundle file {path}: {exc}") from exc
+def _load_json(path: Path, folder: Path) -> dict[str, Any]:
+    data = read_json_limited(path, folder, "bundle file")
     if not isinstance(data, dict):
         raise ModelInvalid(f"{path} must hold a JSON object")
     return data
@@ -122,9 +118,9 @@ def _conditions(metadata: dict[str, Any], config: dict[str, Any]) -> tuple[Condi
 
 
 def open_bundle(folder: Path) -> ModelSource:
-    config = _load_json(folder / "configs" / "inference.json")
+    config = _load_json(folder / "configs" / "inference.json", folder)
     metadata_path = folder / "configs" / "metadata.json"
-    metadata = _load_json(metadata_path) if metadata_path.is_file() else {}
+    metadata = _load_json(metadata_path, folder) if metadata_path.is_file() else {}
 
     nets, scheduler = _find_definitions(config)
     if "unet" not in nets:
@@ -182,6 +178,7 @@ def open_bundle(folder: Path) -> ModelSource:
                 f"bundle {folder.name}: no {role} checkpoint (looked for {', '.join(_CHECKPOINTS[role])})"
             )
         weight_files[role] = found
+        inside(folder, found, "checkpoint")
 
     spec = ModelSpec(
         id=folder.name,
@@ -205,6 +202,8 @@ def open_bundle(folder: Path) -> ModelSource:
     )
     spec.validate()
     readme = folder / "docs" / "README.md"
+    if readme.is_file():
+        inside(folder, readme, "model card")
     return ModelSource(
         spec=spec,
         path=folder,

@@ -9,18 +9,88 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ModelInvalid
+from engine.errors import EngineError, ModelInvalid, OutOfMemory
 from engine.models import networks
-from engine.models.spec import ConditionSpec, ModelSpec
+from engine.models.spec import ConditionSpec, ModelSpec, one_line
 
 WEIGHTS_FILE = "weights.safetensors"
 SPEC_FILE = "spec.json"
 CARD_FILE = "MODEL_CARD.md"
+#: Limits on the JSON files of a model folder: a spec or bundle config is a few kB; nesting is shallow.
+MAX_JSON_BYTES = 4 << 20
+MAX_JSON_DEPTH = 32
+MAX_CARD_BYTES = 1 << 20
+
+
+def inside(folder: Path, path: Path, what: str) -> Path:
+    """``path`` resolved, refused unless it stays inside the model folder (a symlink may not leave it).
+
+    The folder itself may be a link (a models folder pointing at a data disk); what it holds may not point
+    elsewhere: a model is untrusted input and must not make VolSynth read, hash or show other files.
+    """
+    root = folder.resolve()
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as exc:  # symlink loops
+        raise ModelInvalid(f"{what} {path.name} cannot be resolved ({one_line(str(exc))})") from None
+    if real != root and root not in real.parents:
+        raise ModelInvalid(
+            f"{what} {path.relative_to(folder) if path.is_relative_to(folder) else path.name} is a link to "
+            f"{real}, outside the model folder {folder}; refusing to read it (copy the file into the folder)"
+        )
+    return real
+
+
+def json_depth_ok(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON text nests at most ``limit`` levels (checked before parsing: no RecursionError)."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif char in "]}":
+            depth -= 1
+    return True
+
+
+def read_json_limited(path: Path, folder: Path, what: str = "model file") -> Any:
+    """A model folder's JSON file, within the folder and the size and nesting limits; one-line errors."""
+    real = inside(folder, path, what)
+    try:
+        size = os.stat(real).st_size
+        if size > MAX_JSON_BYTES:
+            raise ModelInvalid(
+                f"{path.name} is {size:,} bytes; a model's JSON files are at most {MAX_JSON_BYTES:,} bytes"
+            )
+        text = real.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelInvalid(f"cannot read {path}: {one_line(str(exc))}") from None
+    if not json_depth_ok(text):
+        raise ModelInvalid(
+            f"{path.name} nests more than {MAX_JSON_DEPTH} levels deep; it is not a model spec VolSynth reads"
+        )
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ModelInvalid(f"{path.name} is not valid JSON: {one_line(str(exc))}") from None
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -47,9 +117,16 @@ class ModelSource:
         return self.spec.id
 
     def model_card(self) -> str:
-        if self.card_path and self.card_path.is_file():
-            return self.card_path.read_text(encoding="utf-8")
-        return ""
+        """The model card's text ("" when there is none, or when it is not a readable file inside the
+        model folder: opening the folder already refused links that leave it)."""
+        if not self.card_path or not self.card_path.is_file():
+            return ""
+        try:
+            real = inside(self.path, self.card_path, "model card")
+            with open(real, "rb") as handle:
+                return handle.read(MAX_CARD_BYTES).decode("utf-8", "replace")
+        except (OSError, ModelInvalid):
+            return ""
 
     def weights_sha256(self) -> dict[str, str]:
         """sha256 of every weights file, by file name (computed once; weights do not change under us)."""
@@ -58,21 +135,67 @@ class ModelSource:
                 self._sha256[path.name] = sha256_file(path)
         return dict(self._sha256)
 
+    def memory_estimate(self) -> dict[str, int]:
+        """Bytes loading this model and sampling one volume will need, from the spec alone (nothing is
+        allocated: the networks are built on torch's meta device to count their parameters)."""
+        from engine.models.budget import estimate_model_memory
+
+        files = {}
+        for path in set(self.weight_files.values()):
+            try:
+                files[path.name] = path.stat().st_size
+            except OSError:
+                files[path.name] = 0
+        return estimate_model_memory(self.spec, sum(files.values()))
+
+    def check_memory(self) -> dict[str, int]:
+        """Refuse (OutOfMemory, with the estimate and what is available) a model that cannot fit."""
+        from engine.formatting import format_bytes
+        from engine.input_checks import available_memory
+
+        estimate = self.memory_estimate()
+        available = available_memory()
+        if estimate["total"] > available:
+            parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in estimate.items() if k != "total" and v)
+            raise OutOfMemory(
+                f"model {self.id!r} would need about {format_bytes(estimate['total'])} of memory ({parts}), "
+                f"but only {format_bytes(available)} is available; use a smaller model or a machine with "
+                "more memory"
+            )
+        return estimate
+
     def load(self):
-        """Build the networks on the CPU in eval mode and load the weights. Returns a LoadedModel."""
-        state = self._read_state_dicts()
-        built = {}
-        for role in ("unet", "autoencoder"):
-            if role not in self.spec.networks:
-                continue
-            net = networks.build_network(self.spec.networks[role], where=f"networks.{role}")
-            _load_state(net, state[role], role, self.load_old)
-            built[role] = net.eval().requires_grad_(False)
+        """Build the networks on the CPU in eval mode and load the weights. Returns a LoadedModel.
+
+        The memory the spec implies is estimated first and refused if it is not available, so a hostile
+        or mistaken spec (enormous shapes, channels) fails with a message instead of exhausting memory.
+        """
+        self.check_memory()
+        try:
+            state = self._read_state_dicts()
+            built = {}
+            for role in ("unet", "autoencoder"):
+                if role not in self.spec.networks:
+                    continue
+                net = networks.build_network(self.spec.networks[role], where=f"networks.{role}")
+                _load_state(net, state[role], role, self.load_old)
+                built[role] = net.eval().requires_grad_(False)
+        except EngineError:
+            raise
+        except MemoryError as exc:
+            raise OutOfMemory(f"not enough memory to load model {self.id!r}; close other programs") from exc
+        except RuntimeError as exc:
+            if "memory" in str(exc).lower() or "alloc" in str(exc).lower():
+                raise OutOfMemory(
+                    f"not enough memory to load model {self.id!r} ({one_line(str(exc))[:120]})"
+                ) from exc
+            raise ModelInvalid(f"cannot load model {self.id!r}: {one_line(str(exc))[:300]}") from exc
         return LoadedModel(source=self, unet=built["unet"], autoencoder=built.get("autoencoder"))
 
     def _read_state_dicts(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for role, path in self.weight_files.items():
+            inside(self.path, path, "weights file")
             if not path.is_file():
                 raise ModelInvalid(
                     f"model {self.id!r}: weights file {path} is missing; reinstall or re-export the model"
@@ -160,27 +283,34 @@ def _load_state(net, state: dict[str, Any], role: str, load_old: bool) -> None:
 # --------------------------------------------------------------------------------------------- folders
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelInvalid(f"cannot read {path}: {exc}") from exc
-
-
 def open_volsynth_folder(folder: Path) -> ModelSource:
-    data = _read_json(folder / SPEC_FILE)
+    """Open a VolSynth model folder: the spec is read and checked, nothing else is loaded.
+
+    Raises:
+        ModelInvalid: The spec is unreadable, malformed or too large, or a file links out of the folder.
+    """
+    data = read_json_limited(folder / SPEC_FILE, folder, "spec")
     if not isinstance(data, dict):
         raise ModelInvalid(f"{folder / SPEC_FILE} must hold a JSON object")
-    for role, definition in (data.get("networks") or {}).items():
+    nets = data.get("networks")
+    if not isinstance(nets, dict):
+        raise ModelInvalid(f"{SPEC_FILE}: 'networks' must be an object of network definitions")
+    for role, definition in nets.items():
+        if not isinstance(definition, dict):
+            raise ModelInvalid(f"{SPEC_FILE}: networks.{role} must be an object with a _target_")
         networks.check_literal(definition, f"networks.{role}")
         networks.network_class_name(definition)
     spec = ModelSpec.from_dict(data)
     weights = folder / WEIGHTS_FILE
+    card = folder / CARD_FILE
+    for path, what in ((weights, "weights file"), (card, "model card")):
+        if path.is_symlink() or path.exists():
+            inside(folder, path, what)
     return ModelSource(
         spec=spec,
         path=folder,
         weight_files={role: weights for role in spec.networks},
-        card_path=folder / CARD_FILE,
+        card_path=card,
     )
 
 

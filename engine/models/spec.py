@@ -42,11 +42,37 @@ from engine.errors import InvalidRequest, ModelInvalid
 SPEC_FORMAT = "volsynth-model/1"
 SAMPLERS = ("ddpm", "ddim", "pndm", "rflow")
 CONDITIONING_MODES = ("concat", "crossattn")
+#: Size limits checked while a spec is read, before anything is built from it.
+MAX_TIMESTEPS = 100_000
+MAX_CHANNELS = 64  # image or latent channels of one volume
+MAX_CONDITIONS = 64
+MAX_TEXT = 10_000  # characters of any name or description
+
+
+def one_line(text: str) -> str:
+    """Collapse a message to one line (errors are shown on one line in the CLI, in a dialog in the app)."""
+    return " ".join(str(text).split())
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ModelInvalid(f"model spec: {where} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _sequence(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise ModelInvalid(f"model spec: {where} must be a list, got {type(value).__name__}")
+    return list(value)
 
 
 @dataclass(frozen=True)
 class ConditionSpec:
-    """One conditioning input: a scalar with a name, a unit and an allowed range."""
+    """One conditioning input: a scalar with a name, a unit and an allowed range.
+
+    ``trained_min``/``trained_max`` (optional) give the range the training data covered; values allowed by
+    ``min``/``max`` but outside it are extrapolation, and the app says so.
+    """
 
     name: str
     label: str
@@ -55,6 +81,8 @@ class ConditionSpec:
     max: float
     default: float
     description: str = ""
+    trained_min: float | None = None
+    trained_max: float | None = None
 
     def normalise(self, value: float) -> float:
         """Map a value in user units to the network's [0, 1] scale."""
@@ -69,10 +97,16 @@ class ConditionSpec:
             "max": self.max,
             "default": self.default,
             "description": self.description,
+            **(
+                {"trained_min": self.trained_min, "trained_max": self.trained_max}
+                if self.trained_min is not None and self.trained_max is not None
+                else {}
+            ),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConditionSpec:
+        data = _mapping(data, "each conditioning entry")
         try:
             spec = cls(
                 name=str(data["name"]),
@@ -82,11 +116,18 @@ class ConditionSpec:
                 max=float(data["max"]),
                 default=float(data.get("default", (float(data["min"]) + float(data["max"])) / 2)),
                 description=str(data.get("description", "")),
+                trained_min=float(data["trained_min"]) if data.get("trained_min") is not None else None,
+                trained_max=float(data["trained_max"]) if data.get("trained_max") is not None else None,
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ModelInvalid(
-                f"conditioning entry {dict(data)!r} is malformed ({exc}); each needs name, min and max"
-            ) from exc
+                one_line(
+                    f"conditioning entry {str(dict(data))[:200]} is malformed ({exc}); each needs name, "
+                    "min and max"
+                )
+            ) from None
+        if not all(math.isfinite(v) for v in (spec.min, spec.max, spec.default)):
+            raise ModelInvalid(f"condition {spec.name[:80]!r}: min, max and default must be finite numbers")
         if not spec.max > spec.min:
             raise ModelInvalid(
                 f"condition {spec.name!r}: max ({spec.max}) must be greater than min ({spec.min})"
@@ -94,6 +135,15 @@ class ConditionSpec:
         if not spec.min <= spec.default <= spec.max:
             raise ModelInvalid(
                 f"condition {spec.name!r}: default {spec.default} is outside [{spec.min}, {spec.max}]"
+            )
+        trained = (spec.trained_min, spec.trained_max)
+        if (trained[0] is None) != (trained[1] is None) or (
+            None not in trained
+            and not (math.isfinite(trained[0]) and math.isfinite(trained[1]) and trained[0] < trained[1])
+        ):
+            raise ModelInvalid(
+                f"condition {spec.name!r}: trained_min and trained_max must both be given, finite, "
+                "and trained_min < trained_max"
             )
         return spec
 
@@ -205,41 +255,61 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "volsynth") -> ModelSpec:
+        """Read a spec from its JSON form; every problem is one ModelInvalid line naming the field."""
+        data = _mapping(data, "the spec")
         if data.get("format", SPEC_FORMAT) != SPEC_FORMAT:
             raise ModelInvalid(
-                f"unsupported model spec format {data.get('format')!r}; expected {SPEC_FORMAT!r}"
+                f"unsupported model spec format {str(data.get('format'))[:80]!r}; expected {SPEC_FORMAT!r}"
             )
         try:
-            kind = str(data["kind"])
-            networks = dict(data["networks"])
+            guidance = _mapping(data.get("guidance") or {}, "guidance")
+            conditioning = _sequence(data.get("conditioning") or [], "conditioning")
+            if len(conditioning) > MAX_CONDITIONS:
+                raise ModelInvalid(f"model spec has {len(conditioning)} conditions; at most {MAX_CONDITIONS}")
+            null_value = guidance.get("null_value")
             spec = cls(
                 id=str(data["id"]),
                 name=str(data.get("name", data["id"])),
-                kind=kind,
-                networks=networks,
-                schedule=dict(data["schedule"]),
-                output_shape=tuple(int(v) for v in data["output_shape"]),
-                latent_shape=tuple(int(v) for v in data["latent_shape"])
+                kind=str(data["kind"]),
+                networks=dict(_mapping(data["networks"], "networks")),
+                schedule=dict(_mapping(data["schedule"], "schedule")),
+                output_shape=tuple(int(v) for v in _sequence(data["output_shape"], "output_shape")),
+                latent_shape=tuple(int(v) for v in _sequence(data["latent_shape"], "latent_shape"))
                 if data.get("latent_shape")
                 else None,
-                samplers=tuple(data.get("samplers", ("ddim", "ddpm", "pndm"))),
+                samplers=tuple(
+                    str(v) for v in _sequence(data.get("samplers", ("ddim", "ddpm", "pndm")), "samplers")
+                ),
                 default_sampler=str(data.get("default_sampler", "ddim")),
                 default_steps=int(data.get("default_steps", 50)),
                 scale_factor=float(data.get("scale_factor", 1.0)),
-                voxel_spacing_mm=tuple(float(v) for v in data.get("voxel_spacing_mm", (1.0, 1.0, 1.0))),
-                conditioning=tuple(ConditionSpec.from_dict(c) for c in data.get("conditioning", ())),
-                conditioning_modes=tuple(data.get("conditioning_modes", ())),
-                guidance_null_value=(data.get("guidance") or {}).get("null_value"),
-                default_guidance_scale=float((data.get("guidance") or {}).get("default_scale", 1.0)),
-                intensity_range=tuple(float(v) for v in data.get("intensity_range", (0.0, 1.0))),
+                voxel_spacing_mm=tuple(
+                    float(v)
+                    for v in _sequence(data.get("voxel_spacing_mm", (1.0, 1.0, 1.0)), "voxel_spacing_mm")
+                ),
+                conditioning=tuple(ConditionSpec.from_dict(c) for c in conditioning),
+                conditioning_modes=tuple(
+                    str(v) for v in _sequence(data.get("conditioning_modes", ()), "conditioning_modes")
+                ),
+                guidance_null_value=None if null_value is None else float(null_value),
+                default_guidance_scale=float(guidance.get("default_scale", 1.0)),
+                intensity_range=tuple(
+                    float(v) for v in _sequence(data.get("intensity_range", (0.0, 1.0)), "intensity_range")
+                ),
                 description=str(data.get("description", "")),
                 source=source,
-                extra=dict(data.get("extra") or {}),
+                extra=dict(_mapping(data.get("extra") or {}, "extra")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except ModelInvalid:
+            raise
+        except KeyError as exc:
+            raise ModelInvalid(f"model spec has no {exc}; see engine/models/spec.py for the format") from None
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ModelInvalid(
-                f"model spec is malformed: {exc!r}; see engine/models/spec.py for the format"
-            ) from exc
+                one_line(
+                    f"model spec is malformed: {str(exc)[:200]}; see engine/models/spec.py for the format"
+                )
+            ) from None
         spec.validate()
         return spec
 
@@ -251,8 +321,25 @@ class ModelSpec:
             raise ModelInvalid("model spec has no 'unet' network")
         if self.kind == "latent" and ("autoencoder" not in self.networks or not self.latent_shape):
             raise ModelInvalid("a latent model needs an 'autoencoder' network and a 'latent_shape'")
-        if len(self.output_shape) != 4:
-            raise ModelInvalid(f"output_shape must be (channels, x, y, z), got {list(self.output_shape)}")
+        for field_name, shape in (("output_shape", self.output_shape), ("latent_shape", self.latent_shape)):
+            if shape is None:
+                continue
+            if len(shape) != 4 or min(shape) <= 0:
+                raise ModelInvalid(
+                    f"{field_name} must be four positive numbers (channels, x, y, z), got {list(shape)[:8]}"
+                )
+            if shape[0] > MAX_CHANNELS:
+                raise ModelInvalid(
+                    f"{field_name} has {shape[0]} channels; at most {MAX_CHANNELS} are accepted"
+                )
+            from engine.input_checks import check_voxel_count
+
+            try:
+                check_voxel_count(tuple(shape[1:]), f"the {field_name} of model {self.id[:80]!r}")
+            except InvalidRequest as exc:
+                raise ModelInvalid(str(exc)) from None
+        if len(self.id) > 200 or any(len(t) > MAX_TEXT for t in (self.name, self.description)):
+            raise ModelInvalid("model spec: id, name or description is too long")
         unknown = [s for s in self.samplers if s not in SAMPLERS]
         if unknown or not self.samplers:
             raise ModelInvalid(f"unknown sampler(s) {unknown}; known: {', '.join(SAMPLERS)}")
@@ -269,12 +356,38 @@ class ModelSpec:
             raise ModelInvalid(
                 "a conditioned model must say how: conditioning_modes 'concat' and/or 'crossattn'"
             )
-        if len(self.voxel_spacing_mm) != 3 or min(self.voxel_spacing_mm) <= 0:
+        if (
+            len(self.voxel_spacing_mm) != 3
+            or min(self.voxel_spacing_mm) <= 0
+            or not all(math.isfinite(v) for v in self.voxel_spacing_mm)
+        ):
             raise ModelInvalid(
                 f"voxel_spacing_mm must be three positive numbers, got {list(self.voxel_spacing_mm)}"
             )
         if "num_train_timesteps" not in self.schedule:
             raise ModelInvalid("schedule needs num_train_timesteps")
+        timesteps = self.schedule["num_train_timesteps"]
+        if (
+            isinstance(timesteps, bool)
+            or not isinstance(timesteps, int)
+            or not 1 <= timesteps <= MAX_TIMESTEPS
+        ):
+            raise ModelInvalid(
+                f"schedule num_train_timesteps must be a whole number from 1 to {MAX_TIMESTEPS:,}, "
+                f"got {str(timesteps)[:40]}"
+            )
+        if not 1 <= self.default_steps <= timesteps:
+            raise ModelInvalid(
+                f"default_steps must be from 1 to num_train_timesteps ({timesteps}), got {self.default_steps}"
+            )
+        if not math.isfinite(self.scale_factor) or self.scale_factor == 0:
+            raise ModelInvalid(f"scale_factor must be a finite, non-zero number, got {self.scale_factor}")
+        if len(self.intensity_range) != 2 or not all(math.isfinite(v) for v in self.intensity_range):
+            raise ModelInvalid(
+                f"intensity_range must be two finite numbers, got {list(self.intensity_range)[:4]}"
+            )
+        if self.guidance_null_value is not None and not math.isfinite(self.guidance_null_value):
+            raise ModelInvalid("guidance null_value must be a finite number or null")
         if not math.isfinite(self.default_guidance_scale) or self.default_guidance_scale < 0:
             raise ModelInvalid(
                 f"guidance default_scale must be a finite number >= 0, got {self.default_guidance_scale}"
