@@ -1,9 +1,12 @@
 """``volsynth vault``: the encrypted vault from the command line.
 
-Sub-commands: ``init``, ``import``, ``ls``, ``export``, ``rm``, ``verify``, ``passwd``, ``audit``. The
-passphrase is read from a prompt (no echo) or from the first line of ``--passphrase-file``. The vault is
-``--vault PATH``, else ``$VOLSYNTH_VAULT``, else the per-user data folder. Heavy imports happen inside the
-commands so that ``volsynth --help`` stays instant.
+Sub-commands: ``init``, ``import``, ``ls``, ``edit``, ``export``, ``rm``, ``verify``, ``repair``,
+``passwd``, ``audit``. The passphrase is read from a prompt (no echo) or from the first line of
+``--passphrase-file``; patient details from ``--patient-file`` or a prompt (``--ask-patient``), so that
+they stay out of the process list and the shell history. The vault is ``--vault PATH``, else
+``$VOLSYNTH_VAULT``, else the per-user data folder. Every command that unlocks the vault first turns core
+dumps off (``engine.privacy``). Heavy imports happen inside the commands so that ``volsynth --help`` stays
+instant.
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from engine.errors import InvalidRequest, VaultCorrupted
+from engine.errors import InvalidRequest, VaultCorrupted, VaultRolledBack
+
+PATIENT_KEYS = ("name", "id", "birth_date", "sex")
+_PATIENT_HELP = (
+    "Patient details are best given with --patient-file FILE (JSON object or key=value lines with keys "
+    "name, id, birth_date, sex) or --ask-patient (typed at a prompt): --patient-name and --patient-id "
+    "on the command line are visible to other users in the process list and stay in the shell history."
+)
 
 
 def register(subparsers) -> None:
@@ -47,21 +57,53 @@ def register(subparsers) -> None:
     p.set_defaults(func=_cmd_init)
 
     p = sub.add_parser(
-        "import", parents=[common], help="import NIfTI files, DICOM series or generated volumes"
+        "import",
+        parents=[common],
+        help="import NIfTI files, DICOM series or generated volumes",
+        description=(
+            "Import NIfTI files or DICOM series. A NIfTI file that VolSynth generated (SYNTHETIC in its "
+            "header or a provenance sidecar beside it) is always imported as synthetic, with its "
+            "provenance. " + _PATIENT_HELP
+        ),
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help=".nii/.nii.gz file, or DICOM folder or file")
     p.add_argument("--dicom", action="store_true", help="treat every PATH as DICOM (default: by name)")
     p.add_argument("--series-uid", help="which series, when a DICOM folder holds several")
-    p.add_argument("--synthetic", action="store_true", help="the NIfTI files are generated volumes")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="the NIfTI files are generated volumes (default: decided by their SYNTHETIC marks)",
+    )
+    kind.add_argument(
+        "--scan",
+        action="store_true",
+        help="the NIfTI files are patient scans: a file with a SYNTHETIC mark is refused",
+    )
     p.add_argument("--provenance", metavar="JSON_FILE", help="provenance of a synthetic volume")
     p.add_argument("--label", help="display name")
-    p.add_argument("--patient-name", help="patient name (NIfTI scans; DICOM carries its own)")
-    p.add_argument("--patient-id", help="patient id")
-    p.add_argument("--birth-date", help="patient birth date")
-    p.add_argument("--study-date", help="study date")
+    _add_patient_arguments(p)
+    p.add_argument("--study-date", help="study date (YYYY-MM-DD)")
     p.add_argument("--study-description", help="study description")
     p.add_argument("--modality", help="modality (MR, CT...)")
+    p.add_argument(
+        "--allow-duplicate", action="store_true", help="store a volume even if the vault already holds it"
+    )
     p.set_defaults(func=_cmd_import)
+
+    p = sub.add_parser(
+        "edit",
+        parents=[common],
+        help="change an item's label, patient or study details",
+        description="Change an item's details after import (the data is not touched). " + _PATIENT_HELP,
+    )
+    p.add_argument("item", help="item id (or a unique prefix of at least 4 characters)")
+    p.add_argument("--label", help="new display name")
+    _add_patient_arguments(p)
+    p.add_argument("--study-date", help="study date (YYYY-MM-DD)")
+    p.add_argument("--study-description", help="study description")
+    p.add_argument("--modality", help="modality (MR, CT...)")
+    p.set_defaults(func=_cmd_edit)
 
     p = sub.add_parser("ls", parents=[common], help="list or search items")
     p.add_argument("query", nargs="*", help="words to search for in labels, patient and study data")
@@ -85,9 +127,30 @@ def register(subparsers) -> None:
     p.add_argument("item", help="item id (or a unique prefix)")
     p.set_defaults(func=_cmd_rm)
 
-    p = sub.add_parser("verify", parents=[common], help="authenticate every item and the audit trail")
+    p = sub.add_parser(
+        "verify",
+        parents=[common],
+        help="authenticate every item and the audit trail, and look for rollback",
+        description=(
+            "Authenticate every item and the audit trail; report files that were rolled back to an older "
+            "version (exit status 13) and list encrypted files the index does not reference."
+        ),
+    )
     p.add_argument("items", nargs="*", help="only these items (default: all)")
     p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser(
+        "repair",
+        parents=[common],
+        help="accept a rolled-back vault and re-index the items whose files are still there",
+        description=(
+            "After a rollback (or an interrupted import): put back into the index every unreferenced item "
+            "whose encrypted record and files still authenticate, and accept the vault as it is now. "
+            "Nothing is deleted. Run with --dry-run first to see what it would do."
+        ),
+    )
+    p.add_argument("--dry-run", action="store_true", help="only report what would be done")
+    p.set_defaults(func=_cmd_repair)
 
     p = sub.add_parser("passwd", parents=[common], help="change the passphrase (re-wraps the key only)")
     p.add_argument("--new-passphrase-file", metavar="FILE", help="read the new passphrase from FILE")
@@ -137,14 +200,109 @@ def _passphrase(file: str | None, prompt: str, *, confirm: bool = False) -> str:
     return first
 
 
-def _open(args):
+def _protect() -> None:
+    """Core dumps off before any passphrase or patient data is in memory (engine.privacy)."""
+    from engine.privacy import disable_core_dumps
+
+    guard = disable_core_dumps()
+    if guard.reason:
+        print(f"volsynth: note: {guard.reason}", file=sys.stderr)
+
+
+def _open(args, *, allow_rollback: bool = False):
     from engine.vault import Vault
 
+    _protect()
     vault = Vault(_vault_path(args))
-    vault.unlock(_passphrase(args.passphrase_file, "Vault passphrase: "))
+    vault.unlock(_passphrase(args.passphrase_file, "Vault passphrase: "), allow_rollback=allow_rollback)
     if vault.audit_problem:
         print(f"volsynth: warning: {vault.audit_problem}", file=sys.stderr)
+    for notice in vault.notices:
+        print(f"volsynth: note: {notice}", file=sys.stderr)
     return vault
+
+
+def _add_patient_arguments(p) -> None:
+    p.add_argument(
+        "--patient-file",
+        metavar="FILE",
+        help="read the patient details from FILE: a JSON object or key=value lines (name, id, birth_date, sex)",
+    )
+    p.add_argument(
+        "--ask-patient",
+        action="store_true",
+        help="type the patient details at a prompt (nothing on the command line)",
+    )
+    p.add_argument(
+        "--patient-name",
+        help="patient name; visible in the process list and shell history: prefer --patient-file or --ask-patient",
+    )
+    p.add_argument("--patient-id", help="patient id; same caveat as --patient-name")
+    p.add_argument("--birth-date", help="patient birth date (YYYY-MM-DD)")
+
+
+def read_patient_file(path: str) -> dict:
+    """Patient details from a file: a JSON object, or ``key=value`` lines (``#`` comments, blank lines
+    ignored). Keys: name, id, birth_date, sex (``patient_`` prefixes and dashes accepted)."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"cannot read the patient file {path}: {exc}") from exc
+    raw: dict = {}
+    if text.lstrip().startswith("{"):
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise InvalidRequest(f"the patient file {path} is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise InvalidRequest(f"the patient file {path} must hold one JSON object")
+    else:
+        for n, line in enumerate(text.splitlines(), start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise InvalidRequest(f"line {n} of the patient file {path} is not key=value")
+            raw[key.strip()] = value.strip()
+    out = {}
+    for key, value in raw.items():
+        norm = str(key).strip().lower().replace("-", "_").removeprefix("patient_")
+        if norm not in PATIENT_KEYS:
+            raise InvalidRequest(
+                f"the patient file {path} has an unknown key {key!r}; use {', '.join(PATIENT_KEYS)}"
+            )
+        if value not in (None, ""):
+            out[norm] = str(value)
+    return out
+
+
+def _ask_patient() -> dict:
+    out = {}
+    for key, prompt in (
+        ("name", "Patient name: "),
+        ("id", "Patient ID: "),
+        ("birth_date", "Birth date (YYYY-MM-DD): "),
+    ):
+        try:
+            value = input(prompt).strip()
+        except EOFError:
+            raise InvalidRequest("no patient details given at the prompt; use --patient-file FILE") from None
+        if value:
+            out[key] = value
+    return out
+
+
+def _patient(args) -> dict | None:
+    """The patient details from --patient-file, --ask-patient and/or the flags (flags win); None if none."""
+    patient: dict = {}
+    if args.patient_file:
+        patient.update(read_patient_file(args.patient_file))
+    if args.ask_patient:
+        patient.update(_ask_patient())
+    flags = {"name": args.patient_name, "id": args.patient_id, "birth_date": args.birth_date}
+    patient.update({k: v for k, v in flags.items() if v})
+    return patient or None
 
 
 def _size(n: int) -> str:
@@ -162,6 +320,7 @@ def _cmd_init(args) -> int:
     path = _vault_path(args)
     if Vault.exists(path):
         raise InvalidRequest(f"a vault already exists at {path}")
+    _protect()
     passphrase = _passphrase(args.passphrase_file, "New vault passphrase: ", confirm=True)
     vault = Vault.create(path, passphrase)
     kdf = vault.kdf_params
@@ -184,13 +343,7 @@ def _cmd_import(args) -> int:
             provenance = json.loads(Path(args.provenance).read_text("utf-8"))
         except (OSError, ValueError) as exc:
             raise InvalidRequest(f"cannot read the provenance file {args.provenance}: {exc}") from exc
-    if args.synthetic and provenance is None:
-        raise InvalidRequest("a synthetic volume needs --provenance FILE (model, seed, settings)")
-    patient = {
-        k: v
-        for k, v in {"name": args.patient_name, "id": args.patient_id, "birth_date": args.birth_date}.items()
-        if v
-    }
+    patient = _patient(args) or {}
     study = {
         k: v
         for k, v in {
@@ -208,15 +361,25 @@ def _cmd_import(args) -> int:
     try:
         for path in paths:
             if args.dicom or not _is_nifti(path):
-                info = vault.import_dicom(path, label=args.label, series_uid=args.series_uid)
+                info = vault.import_dicom(
+                    path, label=args.label, series_uid=args.series_uid, allow_duplicate=args.allow_duplicate
+                )
             else:
+                if args.synthetic and provenance is None:
+                    from engine.vault.synthetic import find_marks
+
+                    if not find_marks(path).synthetic:
+                        raise InvalidRequest(
+                            f"{path.name}: a synthetic volume needs --provenance FILE (model, seed, settings)"
+                        )
                 info = vault.import_nifti(
                     path,
-                    kind="synthetic" if args.synthetic else "scan",
+                    kind="synthetic" if args.synthetic else "scan" if args.scan else None,
                     label=args.label,
                     patient=patient,
                     study=study,
                     provenance=provenance,
+                    allow_duplicate=args.allow_duplicate,
                 )
             shape = "x".join(str(n) for n in info.shape)
             extra = f", {info.dicom_files} DICOM files" if info.dicom_files else ""
@@ -292,14 +455,42 @@ def _cmd_rm(args) -> int:
     return 0
 
 
-def _cmd_verify(args) -> int:
+def _cmd_edit(args) -> int:
+    study = {
+        k: v
+        for k, v in {
+            "date": args.study_date,
+            "description": args.study_description,
+            "modality": args.modality,
+        }.items()
+        if v
+    }
+    patient = _patient(args)
     vault = _open(args)
+    try:
+        old = vault.get(args.item)
+        info = vault.update_item(
+            old.id,
+            label=args.label,
+            patient={**old.patient, **patient} if patient else None,
+            study={**old.study, **study} if study else None,
+        )
+    finally:
+        vault.lock()
+    print(f"updated {info.kind} {info.id}")
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    vault = _open(args, allow_rollback=True)
     try:
         report = vault.verify(args.items or None)
     finally:
         vault.lock()
     for note in report.notes:
         print(f"note: {note}")
+    for name in report.unreferenced:
+        print(f"  unreferenced: blobs/{name}")
     if report.ok:
         print(
             f"vault OK: {report.items_checked} item(s), {_size(report.bytes_checked)} authenticated; "
@@ -309,12 +500,43 @@ def _cmd_verify(args) -> int:
     print(f"vault PROBLEMS ({len(report.problems)}):")
     for problem in report.problems:
         print(f"  {problem}")
+    if report.rolled_back:
+        print(
+            "Nothing was deleted. Put the newer files back from a backup, or see what "
+            "`volsynth vault repair --dry-run` would do."
+        )
+        return VaultRolledBack.exit_code
     return VaultCorrupted.exit_code
+
+
+def _cmd_repair(args) -> int:
+    vault = _open(args, allow_rollback=True)
+    try:
+        report = vault.repair(dry_run=args.dry_run)
+    finally:
+        vault.lock()
+    would = "would " if report.dry_run else ""
+    for problem in report.accepted:
+        print(f"{would}accept: {problem}")
+    for item_id, label in report.reindexed:
+        print(f"{would}re-index: {item_id} {label}")
+    if report.records_written:
+        print(f"{would}write {report.records_written} missing item record(s)")
+    for line in report.skipped:
+        print(f"left alone: {line}")
+    if not report.changed:
+        print("nothing to repair")
+    elif report.dry_run:
+        print("dry run: nothing was changed (run without --dry-run to repair)")
+    else:
+        print(f"repaired: {len(report.reindexed)} item(s) re-indexed; nothing was deleted")
+    return 0
 
 
 def _cmd_passwd(args) -> int:
     from engine.vault import Vault
 
+    _protect()
     vault = Vault(_vault_path(args))
     old = _passphrase(args.passphrase_file, "Current passphrase: ")
     vault.unlock(old)

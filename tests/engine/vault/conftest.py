@@ -14,6 +14,31 @@ from vault_testutil import FAST_KDF, PASSPHRASE
 from engine.vault import Vault
 
 
+@pytest.fixture(autouse=True)
+def private_anchors(tmp_path, monkeypatch):
+    """Each test its own anchor folder (what this computer last saw of each vault)."""
+    folder = tmp_path / "anchors"
+    monkeypatch.setenv("VOLSYNTH_ANCHOR_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def core_dumps_recorded(monkeypatch):
+    """In-process CLI runs record that they turned core dumps off instead of doing it to the test process
+    (PR_SET_DUMPABLE and a hard RLIMIT_CORE of 0 cannot be undone); test_vault_privacy checks the real
+    effect in a child process."""
+    import engine.privacy
+
+    calls = []
+
+    def record():
+        calls.append(True)
+        return engine.privacy.CoreDumpGuard(rlimit=True, not_dumpable=True)
+
+    monkeypatch.setattr(engine.privacy, "disable_core_dumps", record)
+    return calls
+
+
 @pytest.fixture
 def vault(tmp_path) -> Vault:
     v = Vault.create(tmp_path / "vault", PASSPHRASE, kdf=FAST_KDF)
