@@ -56,3 +56,36 @@ def test_written_files_get_ordinary_permissions(tmp_path):
     save_volume(np.zeros((2, 2, 2), np.float32), np.eye(4), tmp_path / "p.nii.gz", provenance={})
     for name in ("p.nii.gz", "p.json"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_is_nifti_is_the_one_name_test():
+    from pathlib import Path
+
+    from engine.nifti_io import is_nifti
+
+    assert is_nifti("a.nii") and is_nifti("/x/B.NII.GZ") and is_nifti(Path("c.nii.gz"))
+    assert not is_nifti("a.nii.json") and not is_nifti("a.gz") and not is_nifti("nii")
+
+
+def test_one_sidecar_format_for_results_and_volumes(tmp_path):
+    """save_result and save_volume write the same flat record; load_nifti reads it back."""
+    import json
+
+    from engine.nifti_io import provenance_sidecar, read_provenance
+
+    record = {"synthetic": True, "seed": 3, "model": {"id": "m"}}
+    assert json.loads(provenance_sidecar(record, file="v.nii.gz")) == {**record, "file": "v.nii.gz"}
+    save_volume(
+        np.zeros((3, 3, 3), np.float32), np.eye(4), tmp_path / "v.nii.gz", provenance=record, synthetic=True
+    )
+    assert (tmp_path / "v.json").read_bytes() == provenance_sidecar(record)
+    assert read_provenance(tmp_path / "v.nii.gz") == record
+
+
+def test_4d_file_reports_its_time_points_and_reads_only_the_chosen_one(tmp_path):
+    data = np.arange(4 * 5 * 6 * 3, dtype=np.int16).reshape(4, 5, 6, 3)
+    nib.Nifti1Image(data, np.eye(4)).to_filename(str(tmp_path / "s.nii.gz"))
+    first = load_nifti(tmp_path / "s.nii.gz")
+    last = load_nifti(tmp_path / "s.nii.gz", time_index=2)
+    assert first.time_points == last.time_points == 3
+    assert np.array_equal(first.data, data[..., 0]) and np.array_equal(last.data, data[..., 2])
