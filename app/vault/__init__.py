@@ -2,8 +2,9 @@
 
 ``install_vault(window)`` is the one call the main window makes: it adds the Vault dock (bottom, hidden on a
 first start; View > Panels and Vault > Show Vault Browser bring it up), the Vault menu before Help, a padlock
-in the status bar and a "Save to Vault" entry in the session list's context menu, and returns the
-``VaultController`` that owns the vault.
+in the status bar and a "Save to Vault" entry in the session list's context menu, puts the private
+recent-files list in place with its "Remember Recent Files and Folders" toggle (``app.vault.privacy``), and
+returns the ``VaultController`` that owns the vault.
 
 Nothing here imports ``engine.vault`` at start-up; it is loaded the first time the vault is used.
 """
@@ -14,12 +15,20 @@ from PySide6.QtCore import Qt
 
 from app.vault.browser import VaultBrowser, VaultMenu, VaultStatusButton
 from app.vault.controller import VaultController
-from app.vault.dialogs import ChangePassphraseDialog, ExportDialog, ImportDetailsDialog, VaultUnlockDialog
+from app.vault.dialogs import (
+    ChangePassphraseDialog,
+    ExportDialog,
+    ImportDetailsDialog,
+    ItemDetailsDialog,
+    VaultUnlockDialog,
+)
+from app.vault.privacy import install_privacy
 
 __all__ = [
     "ChangePassphraseDialog",
     "ExportDialog",
     "ImportDetailsDialog",
+    "ItemDetailsDialog",
     "VaultBrowser",
     "VaultController",
     "VaultMenu",
@@ -39,6 +48,8 @@ def install_vault(window) -> VaultController:
     dock.hide()
     menu = VaultMenu(controller, window)
     controller.menu = menu
+    menu.addSeparator()
+    controller.remember_action = install_privacy(window, menu)
     bar = window.menuBar()
     help_menu = next((a for a in bar.actions() if a.text().replace("&", "") == "Help"), None)
     if help_menu is not None:

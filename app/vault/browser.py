@@ -90,6 +90,7 @@ class VaultBrowser(QWidget):
         self._search_timer.setInterval(SEARCH_DELAY_MS)
         self._search_timer.timeout.connect(self._on_search_timer_timeout)
         self._auto_lock_text = ""
+        self.table_menu: QMenu | None = None
 
         self.frame = QFrame()
         self.frame.setObjectName("vaultDropFrame")
@@ -248,6 +249,9 @@ class VaultBrowser(QWidget):
             "Write as NIfTI (and the original DICOM files), optionally de-identified"
         )
         self.export_button.clicked.connect(self._on_export_button_clicked)
+        self.details_button = QPushButton("Details...")
+        self.details_button.setToolTip("Edit the label, patient and study details of the selected item")
+        self.details_button.clicked.connect(self._on_details_button_clicked)
         self.delete_button = QPushButton("Delete...")
         self.delete_button.clicked.connect(self._on_delete_button_clicked)
         self.verify_button = QPushButton("Verify All")
@@ -260,6 +264,7 @@ class VaultBrowser(QWidget):
         bottom.setSpacing(8)
         bottom.addWidget(self.open_button)
         bottom.addWidget(self.export_button)
+        bottom.addWidget(self.details_button)
         bottom.addWidget(self.delete_button)
         bottom.addSpacing(12)
         bottom.addWidget(self.footer, 1)
@@ -358,7 +363,7 @@ class VaultBrowser(QWidget):
     def _update_buttons(self) -> None:
         has_item = self.selected_id() is not None
         unlocked = self.controller.is_unlocked
-        for button in (self.open_button, self.export_button, self.delete_button):
+        for button in (self.open_button, self.export_button, self.details_button, self.delete_button):
             button.setEnabled(unlocked and has_item)
         self.verify_button.setEnabled(unlocked and bool(self.controller.items))
         self.save_button.setEnabled(unlocked and self.controller.can_save(self.controller.window.state.shown))
@@ -429,6 +434,11 @@ class VaultBrowser(QWidget):
         if item_id:
             self.controller.export_dialog_for(item_id)
 
+    def _on_details_button_clicked(self) -> None:
+        item_id = self.selected_id()
+        if item_id:
+            self.controller.edit_dialog_for(item_id)
+
     def _on_delete_button_clicked(self) -> None:
         item_id = self.selected_id()
         if item_id:
@@ -445,8 +455,10 @@ class VaultBrowser(QWidget):
         self.select_item(item_id)
         # The actions act on the selection (just set); bound methods, so no signal argument reaches them.
         menu = QMenu(self.table)
+        self.table_menu = menu  # (the last one shown; tests trigger its actions)
         menu.addAction("Open", self._on_open_button_clicked)
         menu.addAction("Export...", self._on_export_button_clicked)
+        menu.addAction("Edit Details...", self._on_details_button_clicked)
         menu.addSeparator()
         menu.addAction("Delete...", self._on_delete_button_clicked)
         menu.popup(self.table.viewport().mapToGlobal(pos))

@@ -34,11 +34,13 @@ from app.vault.dialogs import (
     ChangePassphraseDialog,
     ExportDialog,
     ImportDetailsDialog,
+    ItemDetailsDialog,
     TaskProgressDialog,
     VaultUnlockDialog,
 )
+from app.vault.privacy import forget_paths, protect_process, remember_recent
 from app.workers import user_message
-from engine.errors import Cancelled, EngineError, VaultCorrupted, VaultLocked
+from engine.errors import Cancelled, DuplicateItem, EngineError, VaultCorrupted, VaultLocked
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,7 @@ ERROR_TITLES = {
     "delete": "Cannot delete from the vault",
     "verify": "Cannot verify the vault",
     "passphrase": "Cannot change the passphrase",
+    "edit": "Cannot change the item's details",
 }
 
 
@@ -191,7 +194,11 @@ class VaultController(QObject):
         self.passphrase_dialog: ChangePassphraseDialog | None = None
         self.import_dialog: ImportDetailsDialog | None = None
         self.export_dialog: ExportDialog | None = None
+        self.details_dialog: ItemDetailsDialog | None = None
         self.confirm_box: QMessageBox | None = None
+        self.duplicate_box: QMessageBox | None = None
+        self.core_dump_note = ""  # why core dumps could not be turned off, if they could not
+        self.remember_action = None  # set by install_vault (app.vault.privacy)
         self.browser = self.menu = self.status_button = None  # set by install_vault
         self._path: Path | None = None
         self._unlocked = False
@@ -202,6 +209,8 @@ class VaultController(QObject):
         self._after_unlock: list[Callable[[], None]] = []
         self._pending_import: list[model.ImportJob] = []
         self._pending_delete: str | None = None
+        self._pending_duplicate: Callable[[], None] | None = None
+        self._saved: dict[int, str] = {}  # session entry uid -> the vault item it was saved as
         self._idle_timer = QTimer(self)
         self._idle_timer.setInterval(IDLE_CHECK_MS)
         self._idle_timer.timeout.connect(self._on_idle_timer_timeout)
@@ -372,6 +381,7 @@ class VaultController(QObject):
         self.window_show_browser()
         if self._unlocked:
             return None
+        self._protect()  # before the passphrase is typed
         if self.unlock_dialog is not None and self.unlock_dialog.isVisible():
             self.unlock_dialog.raise_()
             return self.unlock_dialog
@@ -396,8 +406,16 @@ class VaultController(QObject):
         self._after_unlock.clear()
         self.unlock_dialog = None
 
+    def _protect(self) -> None:
+        """Core dumps off while a vault is (about to be) unlocked: a dump would hold decrypted volumes,
+        patient details and the passphrase. Stays off for the app's life (see app.vault.privacy)."""
+        self.core_dump_note = protect_process()
+        if self.core_dump_note:
+            log.warning("core dumps stay possible: %s", self.core_dump_note)
+
     def create(self, passphrase: str) -> None:
         """Create a new vault at ``path`` (in the background) and keep it unlocked."""
+        self._protect()
         self._start(
             "create",
             _create_vault,
@@ -414,6 +432,7 @@ class VaultController(QObject):
         """Unlock the vault at ``path`` with ``passphrase`` (Argon2id runs in the background)."""
         from engine.vault import Vault
 
+        self._protect()
         try:
             # A fresh object each time: a lock still finishing in the background can never undo this unlock.
             vault = Vault(self.path, idle_timeout_s=self._idle_timeout_s(), clock=self._now)
@@ -435,6 +454,8 @@ class VaultController(QObject):
         self.state_changed.emit()
         self.auto_lock_tick.emit(vault.seconds_until_auto_lock())
         self.refresh()
+        if vault.notices:  # e.g. partial files of an interrupted import or export, removed
+            self._inform("Vault cleaned up", "\n\n".join(vault.notices))
         if vault.audit_problem:
             self._show_error(
                 "The vault's audit trail is damaged",
@@ -481,10 +502,20 @@ class VaultController(QObject):
         self._idle_timer.stop()
         self._pending_import = []
         self._pending_delete = None
-        for dialog in (self.export_dialog, self.passphrase_dialog, self.import_dialog, self.confirm_box):
+        self._pending_duplicate = None
+        dialogs = (
+            self.export_dialog,
+            self.passphrase_dialog,
+            self.import_dialog,
+            self.confirm_box,
+            self.details_dialog,
+            self.duplicate_box,
+        )
+        for dialog in dialogs:
             if dialog is not None:
                 dialog.reject()
         self.export_dialog = self.passphrase_dialog = self.import_dialog = self.confirm_box = None
+        self.details_dialog = self.duplicate_box = None
         for uid in list(self._opened):
             entry = next((e for e in self.window.state.volumes if e.uid == uid), None)
             if entry is not None:
@@ -532,8 +563,11 @@ class VaultController(QObject):
         return False
 
     def shutdown(self) -> None:
-        """The window is closing: stop the timer and lock (the audit trail records it)."""
+        """The window is closing: stop the timer and lock (the audit trail records it); forget the paths
+        the main window noted if remembering them is off."""
         self._idle_timer.stop()
+        if not remember_recent(self.settings):
+            forget_paths(self.settings)
         if self._unlocked:
             for task in self._tasks:
                 task.worker.cancel()
@@ -582,24 +616,39 @@ class VaultController(QObject):
     def import_nifti_dialog(self) -> None:
         if not self._ensure_unlocked(self.import_nifti_dialog):
             return
-        start = self.settings.value("vault/last_import_dir", str(Path.home()), type=str)
         paths, _ = QFileDialog.getOpenFileNames(
-            self.window, "Import NIfTI files into the vault", start, NIFTI_FILTER
+            self.window,
+            "Import NIfTI files into the vault",
+            self._last_dir("vault/last_import_dir"),
+            NIFTI_FILTER,
         )
         if paths:
-            self.settings.setValue("vault/last_import_dir", str(Path(paths[0]).parent))
+            self._remember_dir("vault/last_import_dir", Path(paths[0]).parent)
             self.ask_import_details(paths)
 
     def import_dicom_dialog(self) -> None:
         if not self._ensure_unlocked(self.import_dicom_dialog):
             return
-        start = self.settings.value("vault/last_import_dir", str(Path.home()), type=str)
         folder = QFileDialog.getExistingDirectory(
-            self.window, "Import a DICOM series folder into the vault", start
+            self.window,
+            "Import a DICOM series folder into the vault",
+            self._last_dir("vault/last_import_dir"),
         )
         if folder:
-            self.settings.setValue("vault/last_import_dir", str(Path(folder).parent))
+            self._remember_dir("vault/last_import_dir", Path(folder).parent)
             self.import_sources([model.ImportJob(folder, "dicom")])
+
+    def _last_dir(self, key: str) -> str:
+        """Where a file dialog starts: the folder last used for it (if remembering is on), else home."""
+        if remember_recent(self.settings):
+            saved = self.settings.value(key, "", type=str)
+            if saved and Path(saved).is_dir():
+                return saved
+        return str(Path.home())
+
+    def _remember_dir(self, key: str, folder: Path) -> None:
+        if remember_recent(self.settings):
+            self.settings.setValue(key, str(folder))
 
     def import_dropped(self, paths: list[str | Path]) -> None:
         """Files dropped on the browser: NIfTI files (details asked once), DICOM folders or files."""
@@ -619,7 +668,9 @@ class VaultController(QObject):
             self.import_sources(jobs)
 
     def ask_import_details(self, paths: list[str | Path], extra: list[model.ImportJob] | None = None) -> None:
-        dialog = ImportDetailsDialog(paths, self.window)
+        """Ask for patient and study details (non-blocking); files VolSynth generated are named in the dialog
+        and stored as synthetic, without patient details."""
+        dialog = ImportDetailsDialog(paths, self.window, synthetic=model.synthetic_names(paths))
         self._pending_import = list(extra or [])
         dialog.accepted.connect(self._on_import_dialog_accepted)
         dialog.rejected.connect(self._on_import_dialog_rejected)
@@ -633,7 +684,12 @@ class VaultController(QObject):
         details = dialog.details()
         jobs = [
             model.ImportJob(
-                p, "nifti", label=details["label"], patient=details["patient"], study=details["study"]
+                p,
+                "nifti",
+                label=details["label"],
+                # a generated volume has no patient: the details apply to the scans among the files
+                patient={} if p.name in dialog.synthetic else details["patient"],
+                study=details["study"],
             )
             for p in dialog.paths
         ]
@@ -681,6 +737,14 @@ class VaultController(QObject):
         elif done:
             what = f"\u201c{report.imported[0].label}\u201d" if done == 1 else f"{done} items"
             self.window.show_status(f"Imported {what} into the vault", 8000)
+        if report.duplicates:
+            names = "\n\n".join(message for _job, message in report.duplicates)
+            jobs = [job for job, _message in report.duplicates]
+            for job in jobs:
+                job.allow_duplicate = True
+            self.ask_duplicate(
+                f"{names}\n\nImport another copy?", "Import a Copy", partial(self.import_sources, jobs)
+            )
         if report.errors:
             if report.total == 1:
                 self._show_error(ERROR_TITLES["import"], report.errors[0])
@@ -716,6 +780,18 @@ class VaultController(QObject):
             return
         if not self._ensure_unlocked(partial(self.save_entry, entry)):
             return
+        saved_as = self.item(self._saved.get(entry.uid, ""))
+        if saved_as is not None:  # asks first: the same volume twice is rarely what is wanted
+            self.ask_duplicate(
+                f"\u201c{entry.name}\u201d is already in the vault as \u201c{saved_as.label}\u201d. "
+                "Save another copy?",
+                "Save a Copy",
+                partial(self._save_now, entry, True),
+            )
+            return
+        self._save_now(entry, False)
+
+    def _save_now(self, entry: VolumeEntry, allow_duplicate: bool) -> None:
         if entry.kind == "generated" or (entry.synthetic and entry.path is None):
             provenance = model.jsonable({**entry.provenance, "synthetic": True})
             self._start(
@@ -726,15 +802,51 @@ class VaultController(QObject):
                 entry.affine,
                 provenance,
                 entry.name,
+                allow_duplicate,
                 finished=partial(self._on_saved, entry),
+                failed=partial(self._on_save_failed, entry),
                 progress="Saving to the Vault",
                 text="Encrypting...",
             )
         else:
             self.ask_import_details([entry.path])
 
+    def _on_save_failed(self, entry: VolumeEntry, task: _Task, message: str) -> None:
+        if isinstance(task.worker.error, DuplicateItem):  # same voxels already stored (e.g. before a restart)
+            self.ask_duplicate(
+                f"{message}\n\nSave another copy?", "Save a Copy", partial(self._save_now, entry, True)
+            )
+        else:
+            self._show_error(ERROR_TITLES["save"], message)
+
+    def ask_duplicate(self, text: str, yes: str, then: Callable[[], None]) -> QMessageBox:
+        """Ask (non-blocking) whether to store a volume the vault already holds; ``then`` runs on yes."""
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Already in the Vault",
+            text,
+            QMessageBox.StandardButton.Cancel,
+            self.window,
+        )
+        self.duplicate_yes_button = box.addButton(yes, QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.finished.connect(self._on_duplicate_box_finished)
+        self._pending_duplicate = then
+        self.duplicate_box = box
+        box.open()
+        return box
+
+    def _on_duplicate_box_finished(self, _result: int) -> None:
+        box, self.duplicate_box = self.duplicate_box, None
+        then, self._pending_duplicate = self._pending_duplicate, None
+        if box is not None:
+            if then is not None and box.clickedButton() is self.duplicate_yes_button:
+                then()
+            box.deleteLater()
+
     def _on_saved(self, entry: VolumeEntry, info) -> None:
         entry.saved = True
+        self._saved[entry.uid] = info.id
         self.refresh()
         self.window.show_status(f"Saved \u201c{info.label}\u201d to the vault", 8000)
 
@@ -782,12 +894,39 @@ class VaultController(QObject):
             message += "\n\nVault > Verify All checks every item."
         self._show_error(f"Cannot open \u201c{label}\u201d from the vault", message)
 
+    def edit_dialog_for(self, item_id: str) -> ItemDetailsDialog | None:
+        """Edit an item's label, patient and study details (non-blocking dialog; saved in the background)."""
+        info = self.item(item_id)
+        if info is None or not self._unlocked:
+            return None
+        dialog = ItemDetailsDialog(info, self.window)
+        dialog.accepted.connect(self._on_details_dialog_accepted)
+        dialog.rejected.connect(self._on_details_dialog_rejected)
+        self.details_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def _on_details_dialog_accepted(self) -> None:
+        dialog, self.details_dialog = self.details_dialog, None
+        if dialog is not None:
+            self.edit_item(dialog.info.id, dialog.details())
+
+    def _on_details_dialog_rejected(self) -> None:
+        self.details_dialog = None
+
+    def edit_item(self, item_id: str, details: dict) -> None:
+        """Save new details (``label``, ``patient``, ``study``) of an item, in the background."""
+        self._start("edit", model.update_item, self.vault, item_id, details, finished=self._on_item_edited)
+
+    def _on_item_edited(self, info) -> None:
+        self.refresh()
+        self.window.show_status(f"Saved the details of \u201c{info.label}\u201d", 6000)
+
     def export_dialog_for(self, item_id: str) -> ExportDialog | None:
         info = self.item(item_id)
         if info is None or not self._unlocked:
             return None
-        folder = self.settings.value("vault/last_export_dir", str(Path.home()), type=str)
-        dialog = ExportDialog(info, folder, self.window)
+        dialog = ExportDialog(info, self._last_dir("vault/last_export_dir"), self.window)
         dialog.accepted.connect(self._on_export_dialog_accepted)
         dialog.rejected.connect(self._on_export_dialog_rejected)
         self.export_dialog = dialog
@@ -812,7 +951,7 @@ class VaultController(QObject):
         overwrite: bool = False,
     ) -> None:
         dest = Path(dest).expanduser()
-        self.settings.setValue("vault/last_export_dir", str(dest))
+        self._remember_dir("vault/last_export_dir", dest)
         self._start(
             "export",
             model.export_item,
@@ -829,18 +968,21 @@ class VaultController(QObject):
 
     def _on_exported(self, result) -> None:
         self.last_export = result
-        folder = result.files[0].parent if result.files else ""
-        self.window.show_status(
-            f"Exported {len(result.files)} file(s) to {folder}"
-            + (" (de-identified)" if result.deidentified else ""),
-            10000,
-        )
+        if not result.files:
+            return
+        first = result.files[0]
+        more = f" and {len(result.files) - 1} more file(s)" if len(result.files) > 1 else ""
+        how = " (de-identified)" if result.deidentified else ""
+        self.window.show_status(f"Exported {first.name}{more} to {first.parent}{how}", 10000)
+        listing = "\n".join(str(path) for path in result.files[:12])
+        if len(result.files) > 12:
+            listing += f"\n... and {len(result.files) - 12} more in {result.files[12].parent}"
+        text = f"Written{how}:\n\n{listing}"
         if result.warnings:
-            self._inform(
-                "Exported, with warnings",
-                "De-identification could not fix everything; check before sharing:\n\n"
-                + "\n".join(f"\u2022 {w}" for w in result.warnings),
+            text += "\n\nDe-identification could not fix everything; check before sharing:\n\n" + "\n".join(
+                f"\u2022 {w}" for w in result.warnings
             )
+        self._inform("Exported, with warnings" if result.warnings else "Exported from the Vault", text)
 
     def delete_item(self, item_id: str, *, confirm: bool = True) -> None:
         """Delete an item after asking (a non-blocking question box); ``confirm=False`` deletes at once."""

@@ -318,15 +318,97 @@ class ChangePassphraseDialog(QDialog):
         super().done(result)
 
 
-class ImportDetailsDialog(QDialog):
+def _display_date(value: str) -> str:
+    """A stored date (``YYYYMMDD``) as typed in the dialogs (``YYYY-MM-DD``)."""
+    text = str(value or "").strip()
+    return f"{text[:4]}-{text[4:6]}-{text[6:]}" if len(text) == 8 and text.isdigit() else text
+
+
+class _DetailsForm:
+    """The label, patient and study fields shared by the import and edit dialogs, with date checks."""
+
+    def _build_fields(self, *, patient_allowed: bool) -> QFormLayout:
+        self.label_edit = QLineEdit()
+        self.patient_name_edit = QLineEdit()
+        self.patient_name_edit.setPlaceholderText("Family, Given")
+        self.patient_id_edit = QLineEdit()
+        self.birth_date_edit = QLineEdit()
+        self.birth_date_edit.setPlaceholderText("YYYY-MM-DD")
+        self.study_edit = QLineEdit()
+        self.study_edit.setPlaceholderText("e.g. MR brain T1 follow-up")
+        self.study_date_edit = QLineEdit()
+        self.study_date_edit.setPlaceholderText("YYYY-MM-DD")
+        for edit in (self.patient_name_edit, self.patient_id_edit, self.birth_date_edit):
+            edit.setEnabled(patient_allowed)
+            if not patient_allowed:
+                edit.setPlaceholderText("synthetic: no patient")
+        self.error_label = _error_label()
+        form = QFormLayout()
+        form.addRow("Label", self.label_edit)
+        form.addRow("Patient name", self.patient_name_edit)
+        form.addRow("Patient ID", self.patient_id_edit)
+        form.addRow("Birth date", self.birth_date_edit)
+        form.addRow("Study", self.study_edit)
+        form.addRow("Study date", self.study_date_edit)
+        return form
+
+    def _check_and_accept(self) -> None:
+        """Accept only when the dates are real dates; otherwise say which and how to write it."""
+        from app.vault.model import check_date
+        from engine.errors import InvalidRequest
+
+        for edit, what in ((self.birth_date_edit, "birth date"), (self.study_date_edit, "study date")):
+            try:
+                check_date(edit.text(), what)
+            except InvalidRequest as exc:
+                self.error_label.setText(str(exc)[0].upper() + str(exc)[1:] + ".")
+                self.error_label.show()
+                edit.setFocus()
+                edit.selectAll()
+                return
+        self.error_label.hide()
+        self.accept()
+
+    def details(self) -> dict:
+        """``label`` (None when empty), ``patient`` and ``study`` dicts (dates as ``YYYYMMDD``)."""
+        from app.vault.model import check_date, clean_metadata
+
+        name = self.patient_name_edit.text().strip()
+        if "," in name:  # stored as a DICOM person name, the form the vault's DICOM imports use
+            family, given = (part.strip() for part in name.split(",", 1))
+            name = f"{family}^{given}"
+        label = self.label_edit.text().strip() if self.label_edit.isEnabled() else ""
+        return {
+            "label": label or None,
+            "patient": clean_metadata(
+                {
+                    "name": name,
+                    "id": self.patient_id_edit.text(),
+                    "birth_date": check_date(self.birth_date_edit.text(), "birth date"),
+                }
+            ),
+            "study": clean_metadata(
+                {
+                    "description": self.study_edit.text(),
+                    "date": check_date(self.study_date_edit.text(), "study date"),
+                }
+            ),
+        }
+
+
+class ImportDetailsDialog(_DetailsForm, QDialog):
     """Patient and study details for NIfTI files (a NIfTI header carries none); all optional.
 
-    Files VolSynth generated (marked SYNTHETIC) are stored as synthetic whatever is typed here.
+    Files VolSynth generated (any SYNTHETIC mark, ``synthetic`` names them) are stored as synthetic: the
+    dialog says so, and when every file is synthetic the patient fields are disabled.
     """
 
-    def __init__(self, paths: list[str | Path], parent: QWidget | None = None) -> None:
+    def __init__(
+        self, paths: list[str | Path], parent: QWidget | None = None, synthetic: list[str] | None = None
+    ) -> None:
         super().__init__(parent)
         self.paths = [Path(p) for p in paths]
+        self.synthetic = list(synthetic or [])
         self.setObjectName("importDetailsDialog")
         self.setWindowTitle("Import into the Vault")
         self.setStyleSheet(_DIALOG_QSS)
@@ -340,7 +422,8 @@ class ImportDetailsDialog(QDialog):
             "Patient and study details are optional and encrypted too.",
             unlocked=True,
         )
-        self.label_edit = QLineEdit()
+        all_synthetic = bool(self.synthetic) and len(self.synthetic) == len(self.paths)
+        form = self._build_fields(patient_allowed=not all_synthetic)
         if len(self.paths) == 1:
             name = self.paths[0].name
             self.label_edit.setText(
@@ -349,39 +432,73 @@ class ImportDetailsDialog(QDialog):
         else:
             self.label_edit.setPlaceholderText("Each file's name")
             self.label_edit.setEnabled(False)
-        self.patient_name_edit = QLineEdit()
-        self.patient_name_edit.setPlaceholderText("Family, Given")
-        self.patient_id_edit = QLineEdit()
-        self.study_edit = QLineEdit()
-        self.study_edit.setPlaceholderText("e.g. MR brain T1 follow-up")
-        self.study_date_edit = QLineEdit()
-        self.study_date_edit.setPlaceholderText("YYYY-MM-DD")
-        form = QFormLayout()
-        form.addRow("Label", self.label_edit)
-        form.addRow("Patient name", self.patient_name_edit)
-        form.addRow("Patient ID", self.patient_id_edit)
-        form.addRow("Study", self.study_edit)
-        form.addRow("Study date", self.study_date_edit)
+        self.synthetic_label = QLabel("")
+        self.synthetic_label.setObjectName("dialogPath")
+        self.synthetic_label.setWordWrap(True)
+        if self.synthetic:
+            which = "it is" if all_synthetic and len(self.paths) == 1 else f"{', '.join(self.synthetic)}:"
+            self.synthetic_label.setText(
+                f"SYNTHETIC \u2014 {which} generated by VolSynth, so stored as synthetic with its "
+                "provenance, never as a patient scan"
+                + ("." if all_synthetic else "; patient details apply to the other files only.")
+            )
+        self.synthetic_label.setVisible(bool(self.synthetic))
+        form.addRow("", self.synthetic_label)
         self.buttons, self.ok_button = _lay_out(
-            self, header, form, ok_text="Import", on_ok=self.accept, min_width=500
+            self,
+            header,
+            form,
+            self.error_label,
+            ok_text="Import",
+            on_ok=self._check_and_accept,
+            min_width=500,
+        )
+
+
+class ItemDetailsDialog(_DetailsForm, QDialog):
+    """Edit an item's label, patient and study details after import (``details()`` when accepted)."""
+
+    def __init__(self, info, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.info = info
+        self.setObjectName("itemDetailsDialog")
+        self.setWindowTitle("Vault Item Details")
+        self.setStyleSheet(_DIALOG_QSS)
+        synthetic = info.kind == "synthetic"
+        header = _header(
+            f"Details of \u201c{info.label}\u201d",
+            "Only the details change; the volume is not touched. A synthetic volume has no patient."
+            if synthetic
+            else "Only the details change; the volume is not touched. Everything here is encrypted.",
+            unlocked=True,
+        )
+        form = self._build_fields(patient_allowed=not synthetic)
+        self.label_edit.setText(info.label)
+        patient, study = info.patient, info.study
+        name = str(patient.get("name", ""))
+        family, _, given = name.partition("^")
+        self.patient_name_edit.setText(f"{family}, {given.replace('^', ' ').strip()}" if given else family)
+        self._shown_name = self.patient_name_edit.text()
+        self.patient_id_edit.setText(str(patient.get("id", "")))
+        self.birth_date_edit.setText(_display_date(patient.get("birth_date", "")))
+        self.study_edit.setText(str(study.get("description", "")))
+        self.study_date_edit.setText(_display_date(study.get("date", "")))
+        self.buttons, self.ok_button = _lay_out(
+            self, header, form, self.error_label, ok_text="Save", on_ok=self._check_and_accept, min_width=500
         )
 
     def details(self) -> dict:
-        """``label`` (one file only; None for each file's name), ``patient`` and ``study`` dicts."""
-        from app.vault.model import clean_metadata
-
-        name = self.patient_name_edit.text().strip()
-        if "," in name:  # stored as a DICOM person name, the form the vault's DICOM imports use
-            family, given = (part.strip() for part in name.split(",", 1))
-            name = f"{family}^{given}"
-        label = self.label_edit.text().strip() if len(self.paths) == 1 else ""
-        return {
-            "label": label or None,
-            "patient": clean_metadata({"name": name, "id": self.patient_id_edit.text()}),
-            "study": clean_metadata(
-                {"description": self.study_edit.text(), "date": self.study_date_edit.text().replace("-", "")}
-            ),
-        }
+        """Like the import dialog's, with the item's other study and patient fields (modality, sex...) kept."""
+        out = super().details()
+        keep_patient = {k: v for k, v in self.info.patient.items() if k not in ("name", "id", "birth_date")}
+        keep_study = {k: v for k, v in self.info.study.items() if k not in ("description", "date")}
+        if self.patient_name_edit.text() == self._shown_name and self.info.patient.get("name"):
+            out["patient"]["name"] = self.info.patient["name"]  # unchanged: keep it exactly as stored
+        out["patient"] = {**keep_patient, **out["patient"]} if self.info.kind != "synthetic" else {}
+        out["study"] = {**keep_study, **out["study"]}
+        if out["label"] is None:
+            out["label"] = self.info.label
+        return out
 
 
 class ExportDialog(QDialog):

@@ -7,7 +7,6 @@ so cancelling interrupts the engine's streaming at its next chunk and the engine
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import Cancelled, EngineError, VaultLocked
+from engine.errors import Cancelled, DuplicateItem, EngineError, InvalidRequest, VaultLocked
 
 Report = Callable[[float | None, str], None]
 """Progress for the UI: (fraction done 0..1, or None when unknown; one line of text). May raise Cancelled."""
@@ -184,6 +183,7 @@ class ImportJob:
     label: str | None = None
     patient: dict = field(default_factory=dict)
     study: dict = field(default_factory=dict)
+    allow_duplicate: bool = False
 
     @property
     def name(self) -> str:
@@ -194,37 +194,40 @@ class ImportJob:
 
 @dataclass
 class ImportReport:
-    """What an import batch did: items added, per-source errors, and whether the user stopped it."""
+    """What an import batch did: items added, per-source errors, the jobs refused as duplicates (with the
+    engine's message), and whether the user stopped it."""
 
     imported: list = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    duplicates: list[tuple[ImportJob, str]] = field(default_factory=list)
     cancelled: bool = False
     total: int = 0
 
 
-def nifti_synthetic_provenance(path: Path) -> dict | None:
-    """The provenance of a NIfTI file VolSynth generated (SYNTHETIC in its header, or its sidecar says so);
-    None for anything else. Reads the header only, never the voxels."""
-    import nibabel as nib
+def synthetic_marks(path: str | Path):
+    """VolSynth's SYNTHETIC marks on a NIfTI file (``engine.vault.synthetic.find_marks``): header fields,
+    extensions, provenance sidecar. Reads the header only, never the voxels."""
+    from engine.vault.synthetic import find_marks
 
-    from engine.nifti_io import sidecar_path
+    return find_marks(Path(path))
 
-    provenance: dict = {}
-    try:
-        side = sidecar_path(path)
-        if side.is_file():
-            loaded = json.loads(side.read_text(encoding="utf-8"))
-            provenance = loaded if isinstance(loaded, dict) else {}
-    except (OSError, ValueError, EngineError):
-        provenance = {}
-    try:
-        descrip = nib.load(str(path)).header.get("descrip")
-        text = descrip.item().decode("ascii", "replace") if descrip is not None else ""
-    except Exception:  # noqa: BLE001 - the import itself reports unreadable files with the engine's message
-        text = ""
-    if "SYNTHETIC" in text.upper() or provenance.get("synthetic"):
-        return jsonable({**provenance, "synthetic": True, "source_file": path.name})
-    return None
+
+def synthetic_names(paths: Iterable[str | Path]) -> list[str]:
+    """The names of the files among ``paths`` that VolSynth generated (they are stored as synthetic)."""
+    return [Path(p).name for p in paths if is_nifti(p) and synthetic_marks(p).synthetic]
+
+
+def check_date(text: str, what: str) -> str:
+    """A date typed in a dialog (``YYYY-MM-DD``; empty is fine) as the vault stores it (``YYYYMMDD``).
+
+    Raises:
+        InvalidRequest: Not a real date, naming the field and the form to use.
+    """
+    if not text.strip():
+        return ""
+    from engine.vault.store import normalize_date
+
+    return normalize_date(text, what)
 
 
 def import_batch(vault, jobs: list[ImportJob], report: Report) -> ImportReport:
@@ -243,20 +246,29 @@ def import_batch(vault, jobs: list[ImportJob], report: Report) -> ImportReport:
                 info = vault.import_dicom(job.source, label=job.label, progress=progress)
             else:
                 path = Path(job.source)
-                provenance = nifti_synthetic_provenance(path)
-                if provenance is not None:  # a generated volume: no patient, and it stays marked synthetic
-                    info = vault.import_nifti(
-                        path, kind="synthetic", label=job.label, provenance=provenance, progress=progress
+                marks = synthetic_marks(path)
+                if marks.synthetic and job.patient:  # the dialog says so too; refused with the reason
+                    raise InvalidRequest(
+                        f"{marks.reason(path)}: it cannot be filed as a patient scan; "
+                        "import it without patient details"
                     )
-                else:
-                    info = vault.import_nifti(
-                        path, label=job.label, patient=job.patient, study=job.study, progress=progress
-                    )
+                # The vault decides the kind from the marks: a generated volume stays synthetic.
+                info = vault.import_nifti(
+                    path,
+                    label=job.label,
+                    patient=job.patient,
+                    study=job.study,
+                    progress=progress,
+                    allow_duplicate=job.allow_duplicate,
+                )
         except Cancelled:
             result.cancelled = True
             break
         except VaultLocked:
             raise
+        except DuplicateItem as exc:
+            result.duplicates.append((job, f"{job.name}: {exc}"))
+            continue
         except EngineError as exc:
             result.errors.append(f"{job.name}: {exc}")
             continue
@@ -266,14 +278,32 @@ def import_batch(vault, jobs: list[ImportJob], report: Report) -> ImportReport:
     return result
 
 
-def save_volume(vault, data: np.ndarray, affine: np.ndarray, provenance: dict, label: str, report: Report):
+def save_volume(
+    vault,
+    data: np.ndarray,
+    affine: np.ndarray,
+    provenance: dict,
+    label: str,
+    allow_duplicate: bool,
+    report: Report,
+):
     """Store a generated volume (float32, marked SYNTHETIC) with its provenance."""
 
     def progress(done: int, total: int) -> None:
         report(done / total if total else 1.0, f"Encrypting {label}")
 
     report(0.0, f"Encrypting {label}")
-    return vault.add_synthetic(data, affine, provenance, label=label, progress=progress)
+    return vault.add_synthetic(
+        data, affine, provenance, label=label, progress=progress, allow_duplicate=allow_duplicate
+    )
+
+
+def update_item(vault, item_id: str, details: dict, report: Report):
+    """Change an item's label, patient and study details (``details`` as the details dialog gives them)."""
+    report(None, "Saving the details")
+    return vault.update_item(
+        item_id, label=details.get("label"), patient=details.get("patient"), study=details.get("study")
+    )
 
 
 @dataclass

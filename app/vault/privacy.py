@@ -1,0 +1,114 @@
+"""What the app remembers about files, and how to make it forget (PHI hygiene, issue 18).
+
+File and folder names often carry patient names, and the app's settings file is plain text. The settings
+that hold paths are listed in :data:`PATH_KEYS` (and in the README's privacy section). With
+"Remember Recent Files and Folders" switched off (Vault menu), none of them is kept: the recent-files list
+stays empty and the remembered folders are removed (at once, and again when the window closes, since the
+main window notes the last folder of its own Open and Save dialogs as it goes).
+
+Items opened from the vault never enter the recent-files list: they are decrypted into memory and have no
+path (``VolumeEntry.path is None``), and :class:`PrivateRecentFiles` records no path-less entry.
+
+Core dumps: :func:`protect_process` turns them off (``engine.privacy``) before a vault passphrase is
+typed; it stays off for the rest of the app's life (decrypted data can outlive a lock in freed memory).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from PySide6.QtGui import QAction
+
+from app.core.session import RecentFiles
+
+REMEMBER_KEY = "privacy/remember_recent"
+#: Settings that hold a file or folder path (besides ``vault/path``, the vault's own folder).
+PATH_KEYS = (
+    "files/recent",
+    "files/last_dir",
+    "files/last_save_dir",
+    "vault/last_import_dir",
+    "vault/last_export_dir",
+)
+
+
+def remember_recent(settings) -> bool:
+    """Whether the app may remember recent files and the last folders of its dialogs (default: yes)."""
+    return settings.value(REMEMBER_KEY, True, type=bool)
+
+
+def forget_paths(settings) -> None:
+    """Remove every remembered file and folder path from the settings (see :data:`PATH_KEYS`)."""
+    for key in PATH_KEYS:
+        settings.remove(key)
+    settings.sync()
+
+
+class PrivateRecentFiles(RecentFiles):
+    """``RecentFiles`` that records nothing while remembering is off, and nothing without a path (a vault
+    item decrypted into memory).
+
+    Args:
+        paths: Initial paths (most recent first).
+        enabled: Remember paths at all.
+    """
+
+    def __init__(self, paths=(), *, enabled: bool = True) -> None:
+        self.enabled = True
+        super().__init__(paths)
+        self.enabled = enabled
+        if not enabled:
+            self.clear()
+
+    def add(self, path) -> None:
+        if not self.enabled or path is None or str(path) == "":
+            return
+        super().add(path)
+
+    def clear(self) -> None:
+        for path in self.paths():
+            self.remove(path)
+
+
+def protect_process() -> str:
+    """Core dumps off for this process (``engine.privacy.disable_core_dumps``); returns why not, if not."""
+    from engine import privacy
+
+    return privacy.disable_core_dumps().reason
+
+
+def install_privacy(window, menu) -> QAction:
+    """Give ``window`` the private recent-files list and a "Remember Recent Files and Folders" toggle in
+    ``menu``. Call before the window restores its settings (``install_vault`` does)."""
+    settings = window.settings
+    enabled = remember_recent(settings)
+    state = getattr(window, "state", None)
+    if state is not None and hasattr(state, "recent"):
+        state.recent = PrivateRecentFiles(state.recent.paths(), enabled=enabled)
+    if not enabled:
+        forget_paths(settings)
+    action = QAction("Remember Recent Files and Folders", window)
+    action.setCheckable(True)
+    action.setChecked(enabled)
+    action.setStatusTip(
+        "Keep the recent-files list and the last folders of the file dialogs (their names may name patients)"
+    )
+    action.toggled.connect(partial(_on_remember_toggled, window))
+    menu.addAction(action)
+    return action
+
+
+def _on_remember_toggled(window, checked: bool) -> None:
+    window.settings.setValue(REMEMBER_KEY, bool(checked))
+    recent = getattr(getattr(window, "state", None), "recent", None)
+    if isinstance(recent, PrivateRecentFiles):
+        recent.enabled = bool(checked)
+        if not checked:
+            recent.clear()
+    if not checked:
+        forget_paths(window.settings)
+        window.settings.setValue(REMEMBER_KEY, False)
+        rebuild = getattr(window, "_rebuild_recent_menu", None)  # the File menu's Open Recent
+        if callable(rebuild):
+            rebuild()
+        window.show_status("Recent files and folders forgotten; nothing new will be remembered", 6000)
