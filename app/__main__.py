@@ -26,7 +26,7 @@ def _process_age_s() -> float:
         return time.perf_counter() - _T0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="volsynth-studio", description="VolSynth Studio")
     parser.add_argument("files", nargs="*", help="NIfTI files to open")
     parser.add_argument(
@@ -41,7 +41,22 @@ def main(argv: list[str] | None = None) -> int:
         help="generate one volume with the selected (shipped) model, save a "
         "screenshot of the window to PNG and quit: the headless check of the main job",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def open_window(args: argparse.Namespace, **window_options):
+    """The shown main window with the command line's files opening (``window_options`` go to MainWindow)."""
+    from app.main_window import MainWindow
+
+    window = MainWindow(enable_3d=not args.no_3d, **window_options)
+    window.show()
+    for path in args.files:
+        window.open_path(path)
+    return window
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from PySide6.QtCore import QTimer
@@ -52,14 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("VolSynth Studio")
     app.setApplicationDisplayName("VolSynth Studio")
 
-    from app.main_window import MainWindow
     from app.theme import apply_dark_theme
 
     apply_dark_theme(app)
-    window = MainWindow(enable_3d=not args.no_3d)
-    window.show()
-    for path in args.files:
-        window.open_path(path)
+    window = open_window(args)
 
     if args.measure_startup:
         marks: dict[str, float] = {}
@@ -93,7 +104,7 @@ def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
     from PySide6.QtCore import QTimer
 
     def generate() -> None:
-        if not window.start_generation(window.sampling_panel.settings()):
+        if not window.generation.start():
             print("demo: could not start a generation (see the message above)", flush=True)
             app.exit(1)
 
@@ -110,7 +121,7 @@ def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
         print(f"demo: generation {outcome} ({window.sampling_panel.progress_label.text()})", flush=True)
         QTimer.singleShot(2000, screenshot)  # let the 3D view render the finished volume
 
-    window.generation_ended.connect(ended)
+    window.generation.ended.connect(ended)
     if wait_for_3d:
         window.view3d_ready.connect(generate)
     else:

@@ -12,10 +12,8 @@ import logging
 import platform
 import threading
 import time
-import uuid
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
@@ -30,7 +28,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMessageBox,
-    QScrollArea,
     QTabWidget,
     QTextBrowser,
     QVBoxLayout,
@@ -40,8 +37,10 @@ from PySide6.QtWidgets import (
 from app.compare import install_compare
 from app.core.recovery import RecoveryStore
 from app.core.session import CONVENTIONS, RENDER_PRESETS, AppState
-from app.core.volumes import WINDOW_PRESETS, VolumeEntry, preview_affine
+from app.core.volumes import WINDOW_PRESETS, VolumeEntry
 from app.docks.metrics_dock import MetricsDock
+from app.generation import GenerationController
+from app.help import install_help
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
@@ -49,12 +48,12 @@ from app.recovery_bar import RecoveryBar, RecoveryController
 from app.remote import install_remote
 from app.vault import install_vault
 from app.viewer.viewer_area import ViewerArea
-from app.workers import BackendPool, GenerationWorker, JobRunner
+from app.workers import BackendPool, JobRunner
 
 log = logging.getLogger(__name__)
 
 NIFTI_FILTER = "NIfTI volumes (*.nii *.nii.gz);;All files (*)"
-PREVIEW_INTERVAL_MS = 200  # draw previews at most 5 times a second
+FORM_KEY = "generation/form"
 TELEMETRY_START_DELAY_MS = (
     500  # the sampler starts this long after the window is shown, off the start-up path
 )
@@ -97,8 +96,6 @@ class MainWindow(QMainWindow):
             machine, created and started after the window is shown. The window stops it when it closes.
     """
 
-    preview_drawn = Signal(int)  # step of the preview just drawn (tests and benchmarks listen)
-    generation_ended = Signal(str)  # "finished", "cancelled" or "failed"
     volume_opened = Signal(object)
     view3d_ready = Signal()
 
@@ -124,9 +121,6 @@ class MainWindow(QMainWindow):
         self.state = AppState()
         self.runner = JobRunner(self)
         self.backends = BackendPool(registry)
-        self._generation_job = None
-        self._pending_preview = None  # only the latest preview is kept
-        self._last_result_entry: VolumeEntry | None = None
         self.docks: dict[str, QDockWidget] = {}
         self.errors_shown: list[str] = []
 
@@ -141,17 +135,13 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.sampling_panel = SamplingPanel(self.state)
         self.session_panel = SessionPanel(self.state)
-        scroll = QScrollArea()
-        scroll.setWidget(self.sampling_panel)
-        scroll.setWidgetResizable(True)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(320)
-        self.add_dock(scroll, "Generate", Qt.DockWidgetArea.LeftDockWidgetArea, name="generateDock")
+        self.add_dock(
+            self.sampling_panel, "Generate", Qt.DockWidgetArea.LeftDockWidgetArea, name="generateDock"
+        )
         self.add_dock(
             self.session_panel, "Session", Qt.DockWidgetArea.RightDockWidgetArea, name="sessionDock"
         )
         self.sampler = sampler
-        self._telemetry_run: tuple[str, Any] | None = None  # (run id, the metrics source it is marked on)
         self.metrics_dock = MetricsDock(sampler)
         self.add_dock(
             self.metrics_dock,
@@ -161,10 +151,12 @@ class MainWindow(QMainWindow):
             tabify_with="sessionDock",
         )
 
+        self._build_status_bar()
+        # Generate, Cancel, Random Seed and the run lifecycle (progress, previews, telemetry marks).
+        self.generation = GenerationController(self)
         self._build_actions()
         self._build_menus()
         self._build_toolbar()
-        self._build_status_bar()
         self.vault_controller = install_vault(self)  # Vault dock, menu and auto-lock (app/vault)
         self.optimization_panel = install_optimization_panel(
             self
@@ -179,19 +171,16 @@ class MainWindow(QMainWindow):
         self._quit_hook = QApplication.instance().aboutToQuit.connect(self.recovery.close)
         self._looked_for_orphans = False
 
-        self.sampling_panel.generate_requested.connect(self._on_panel_generate_requested)
-        self.sampling_panel.cancel_requested.connect(self.cancel_generation)
         self.sampling_panel.open_model_requested.connect(self.open_model_folder_dialog)
+        self.session_panel.save_requested.connect(self.save_file_dialog)
         for view in self.viewer.slice_views:
             view.hovered.connect(self._on_view_hovered)
         self.viewer.view3d.shot_button.clicked.connect(self.save_3d_screenshot_dialog)
         self.state.status.connect(self.show_status)
         self.state.crosshair_changed.connect(self._on_state_crosshair_changed)
-        self.state.job_changed.connect(self._on_state_job_changed)
         self.state.window_changed.connect(self._on_state_window_changed)
-
-        self._preview_timer = QTimer(self, interval=PREVIEW_INTERVAL_MS)
-        self._preview_timer.timeout.connect(self._on_preview_timer_timeout)
+        self.state.shown_changed.connect(self._on_state_shown_changed)
+        self.state.form.changed.connect(self._on_form_changed)
 
         self._restore_settings()
         self._load_models()
@@ -234,7 +223,8 @@ class MainWindow(QMainWindow):
 
     # -- building ------------------------------------------------------------------------------------
 
-    def _action(self, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+    def make_action(self, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+        """A window-wide action whose tooltip names its shortcut (Help > Keyboard Shortcuts lists them)."""
         action = QAction(text, self)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
@@ -246,45 +236,44 @@ class MainWindow(QMainWindow):
         return action
 
     def _build_actions(self) -> None:
-        self.open_action = self._action(
+        self.open_action = self.make_action(
             "&Open NIfTI...", self.open_file_dialog, QKeySequence.StandardKey.Open, "Open a NIfTI volume"
         )
-        self.save_action = self._action(
+        self.save_action = self.make_action(
             "&Save As NIfTI...",
             self.save_file_dialog,
             QKeySequence.StandardKey.Save,
             "Save the shown volume as NIfTI with a provenance sidecar",
         )
         self.save_action.setEnabled(False)
-        self.screenshot_action = self._action(
+        self.screenshot_action = self.make_action(
             "Save 3D S&creenshot...",
             self.save_3d_screenshot_dialog,
             "Ctrl+Shift+P",
             "Save the 3D view as PNG",
         )
-        self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
-        self.generate_action = self._action(
-            "&Generate", self._on_generate_action, "Ctrl+G", "Generate a volume"
-        )
-        self.cancel_action = self._action(
-            "&Cancel Generation", self.cancel_generation, "Esc", "Stop the running generation"
-        )
-        self.cancel_action.setEnabled(False)
-        self.random_seed_action = self._action(
-            "&Random Seed", self.sampling_panel._on_random_seed_clicked, "Ctrl+R", "Pick a random seed"
-        )
-        self.open_model_action = self._action(
+        self.quit_action = self.make_action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.generate_action = self.generation.generate_action
+        self.cancel_action = self.generation.cancel_action
+        self.random_seed_action = self.generation.random_seed_action
+        self.open_model_action = self.make_action(
             "Open &Model Folder...",
             self.open_model_folder_dialog,
             "Ctrl+Shift+O",
             "Open a VolSynth model folder or MONAI bundle",
         )
-        self.reset_camera_action = self._action("Reset 3D &Camera", self._on_reset_camera_action, "Ctrl+0")
-        self.smooth_action = self._action("&Smooth Slice Display", self._on_smooth_action_toggled, "Ctrl+I")
+        self.reset_camera_action = self.make_action(
+            "Reset 3D &Camera", self._on_reset_camera_action, "Ctrl+0"
+        )
+        self.smooth_action = self.make_action(
+            "&Smooth Slice Display", self._on_smooth_action_toggled, "Ctrl+I"
+        )
         self.smooth_action.setCheckable(True)
-        self.about_action = self._action("&About VolSynth Studio", self.show_about)
-        self.next_volume_action = self._action("Next Volume", partial(self._step_volume, 1), "Ctrl+]")
-        self.prev_volume_action = self._action("Previous Volume", partial(self._step_volume, -1), "Ctrl+[")
+        self.about_action = self.make_action("&About VolSynth Studio", self.show_about)
+        self.next_volume_action = self.make_action("Next Volume", partial(self._step_volume, 1), "Ctrl+]")
+        self.prev_volume_action = self.make_action(
+            "Previous Volume", partial(self._step_volume, -1), "Ctrl+["
+        )
 
     def _build_menus(self) -> None:
         bar = self.menuBar()
@@ -310,7 +299,7 @@ class MainWindow(QMainWindow):
         wl_menu = view_menu.addMenu("&Window/Level Preset")
         self.wl_group = QActionGroup(self)
         for index, preset in enumerate(WINDOW_PRESETS):
-            action = self._action(preset, partial(self._on_wl_preset_chosen, preset), f"Ctrl+{index + 1}")
+            action = self.make_action(preset, partial(self._on_wl_preset_chosen, preset), f"Ctrl+{index + 1}")
             action.setCheckable(True)
             self.wl_group.addAction(action)
             wl_menu.addAction(action)
@@ -321,7 +310,7 @@ class MainWindow(QMainWindow):
                 "radiological": "Radiological (patient right on screen left)",
                 "neurological": "Neurological (patient right on screen right)",
             }[convention]
-            action = self._action(label, partial(self.state.set_convention, convention))
+            action = self.make_action(label, partial(self.state.set_convention, convention))
             action.setCheckable(True)
             action.setData(convention)
             self.convention_group.addAction(action)
@@ -329,7 +318,7 @@ class MainWindow(QMainWindow):
         render_menu = view_menu.addMenu("3D &Rendering")
         self.render_group = QActionGroup(self)
         for preset in RENDER_PRESETS:
-            action = self._action(preset, partial(self.state.set_render_preset, preset))
+            action = self.make_action(preset, partial(self.state.set_render_preset, preset))
             action.setCheckable(True)
             action.setData(preset)
             self.render_group.addAction(action)
@@ -346,6 +335,7 @@ class MainWindow(QMainWindow):
 
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self.about_action)
+        self.help = install_help(self, help_menu)  # User Guide (F1), Keyboard Shortcuts (Ctrl+/)
         self._rebuild_recent_menu()
 
     def _build_toolbar(self) -> None:
@@ -416,138 +406,19 @@ class MainWindow(QMainWindow):
         self.show_status(f"Model {source.spec.name} opened from {folder}")
         return True
 
-    # -- generation ----------------------------------------------------------------------------------
-
-    def _on_generate_action(self) -> None:
-        blocked = self.sampling_panel.generate_blocked_reason()
-        if blocked:  # the button is off and says why; a shortcut press says it here
-            self.show_status(f"Cannot generate: {blocked.splitlines()[0]}", 10000)
-        self.sampling_panel._on_generate_clicked()
-
-    def _on_panel_generate_requested(self, settings) -> None:
-        self.start_generation(settings)
-
-    def start_generation(self, settings) -> bool:
-        """Start a run from ``GenerationSettings``. Returns False (after telling the user) if it cannot start."""
-        from engine.errors import EngineError
-
-        if self._generation_job is not None:
-            return False
-        try:
-            request = settings.to_request()
-        except EngineError as exc:
-            self.show_error("Cannot generate", str(exc))
-            return False
-        self._model_affine = self.state.selected_model.spec.affine()
-        self._model_xyz = tuple(self.state.selected_model.spec.output_shape[1:4])
-        worker = GenerationWorker(request, partial(self.backends.get, settings.device))
-        self._begin_run_telemetry(settings.device)
-        self._generation_job = self.runner.start(
-            "generate",
-            worker,
-            progressed=self._on_generation_progressed,
-            finished=self._on_generation_finished,
-            failed=self._on_generation_failed,
-            cancelled=self._on_generation_cancelled,
-            ended=self._on_generation_ended,
-        )
-        self.state.set_job_running(True)
-        self.settings.setValue("model/last", self.state.selected_model.id)
-        self.show_status(
-            f"Generating with {self.state.selected_model.spec.name} "
-            f"({request.sampler or 'default sampler'}, seed {request.seed})..."
-        )
-        self._preview_timer.start()
-        return True
-
-    def cancel_generation(self) -> None:
-        if self._generation_job is not None:
-            self._generation_job.cancel()
-            self.sampling_panel.progress_label.setText("Cancelling at the next step...")
-            self.show_status("Cancelling...")
-
-    @property
-    def generation_running(self) -> bool:
-        return self._generation_job is not None
-
-    def _on_generation_progressed(self, progress) -> None:
-        self.state.report_progress(
-            progress.stage, progress.step, progress.total, progress.elapsed_s, progress.message
-        )
-        if progress.preview is not None:
-            self._pending_preview = (progress.preview, progress.step, progress.total)
-
-    def _on_preview_timer_timeout(self) -> None:
-        if self._pending_preview is None:
-            return
-        data, step, total = self._pending_preview
-        self._pending_preview = None
-        affine = preview_affine(self._model_affine, self._model_xyz, data.shape)
-        self.state.show_preview(data, affine, step, total)
-        self.preview_drawn.emit(step)
-
-    def _on_generation_finished(self, result) -> None:
-        self._preview_timer.stop()
-        self._pending_preview = None
-        summary = self._end_run_telemetry("finished")
-        if summary is not None:  # before add_result, so every volume's provenance (and sidecar) carries it
-            result.provenance["telemetry"] = summary
-        entries = self.state.add_result(result)
-        self._last_result_entry = entries[0] if entries else None
-        total = result.provenance.get("timings", {}).get("total_s", 0.0)
-        self.sampling_panel.show_finished(
-            f"Done in {total:.1f} s \u00b7 {result.provenance.get('device', '')}"
-        )
-        self.sampling_panel.progress_bar.setValue(100)
-        self.show_status(f"Generated {len(entries)} volume(s) in {total:.1f} s", 10000)
-        self.device_label.setText(
-            f"device: {result.provenance.get('device_name') or result.provenance.get('device')}"
-        )
-        self.generation_ended.emit("finished")
-
-    def _on_generation_failed(self, message: str) -> None:
-        self._end_run_telemetry("failed")
-        self._stop_preview_and_restore()
-        self.sampling_panel.show_finished("Failed")
-        self.show_error("Generation failed", message)
-        self.generation_ended.emit("failed")
-
-    def _on_generation_cancelled(self) -> None:
-        self._end_run_telemetry("cancelled")
-        self._stop_preview_and_restore()
-        self.sampling_panel.show_finished("Cancelled")
-        self.show_status("Generation cancelled", 5000)
-        self.generation_ended.emit("cancelled")
-
-    def _stop_preview_and_restore(self) -> None:
-        self._preview_timer.stop()
-        self._pending_preview = None
-        if self.state.shown is not None and self.state.shown.kind == "preview":
-            self.state.show(self.state.volumes[-1] if self.state.volumes else None)
-
-    def _on_generation_ended(self) -> None:
-        self._generation_job = None
-        self.state.set_job_running(False)
-
-    def _on_state_job_changed(self, running: bool) -> None:
-        self.generate_action.setEnabled(not running)
-        self.cancel_action.setEnabled(running)
-
     # -- telemetry -----------------------------------------------------------------------------------
 
     def _on_telemetry_start_timeout(self) -> None:
         if self.isVisible():  # not for a window closed before the timer fired
-            self._start_telemetry()
+            self.start_telemetry()
 
-    def _start_telemetry(self) -> None:
+    def start_telemetry(self) -> None:
         """Create (if needed) and start the sampler, and the Metrics dock's redraws. Idempotent."""
         if self.sampler is None:
             from engine.telemetry import Sampler
 
             self.sampler = Sampler()
-            self.show_metrics_source(
-                self.remote.metrics_source_for(self.sampling_panel.device_box.currentData())
-            )
+            self.show_metrics_source(self.remote.metrics_source_for(self.state.form.device))
         self.sampler.start()
         self.metrics_dock.start()
 
@@ -557,32 +428,13 @@ class MainWindow(QMainWindow):
         if source is not None and source is not self.metrics_dock.source:
             self.metrics_dock.set_source(source)
 
-    def _begin_run_telemetry(self, device: str = "") -> None:
-        """Mark a run on the metrics of the machine it runs on (an engine server's, for a remote device)."""
-        try:
-            self._start_telemetry()
-            source = self.remote.metrics_source_for(device) or self.sampler
-            run_id = f"gen-{uuid.uuid4().hex[:12]}"
-            source.mark_run_start(run_id)
-        except Exception:  # noqa: BLE001 - telemetry must never stop a generation
-            log.warning("could not start run telemetry", exc_info=True)
-            return
-        self._telemetry_run = (run_id, source)
-        self.metrics_dock.add_run_start(run_id)
+    def _on_form_changed(self, name: str) -> None:
+        if name == "device" and not self.state.job_running:
+            self.device_label.setText(f"device: {self.generation.device_text(self.state.form.device)}")
 
-    def _end_run_telemetry(self, outcome: str) -> dict | None:
-        """End the running generation's telemetry run; its summary dict, or None if none was running."""
-        run, self._telemetry_run = self._telemetry_run, None
-        if run is None:
-            return None
-        run_id, source = run
-        try:
-            summary = source.mark_run_end(run_id)
-        except Exception:  # noqa: BLE001
-            log.warning("could not end run telemetry", exc_info=True)
-            return None
-        self.metrics_dock.add_run_end(run_id, outcome, summary)
-        return summary
+    def _on_state_shown_changed(self, entry) -> None:
+        # Save As works on the shown volume, whatever made it; a denoising preview is not a result yet.
+        self.save_action.setEnabled(entry is not None and entry.kind != "preview")
 
     # -- files ---------------------------------------------------------------------------------------
 
@@ -818,6 +670,11 @@ class MainWindow(QMainWindow):
         self.viewer.view3d.preset_box.setCurrentText(self.state.render_preset)
         self._on_state_display_changed()
         self._on_state_window_changed(*self.state.window)
+        try:
+            saved_form = json.loads(s.value(FORM_KEY, "{}", type=str))
+        except (TypeError, ValueError):
+            saved_form = {}
+        self.state.form.restore(saved_form)  # before the models load: a model's saved values wait for it
 
     def save_settings(self) -> None:
         s = self.settings
@@ -833,6 +690,7 @@ class MainWindow(QMainWindow):
         s.setValue("display/render_preset", self.state.render_preset)
         s.setValue("display/smooth", self.state.smooth_display)
         s.setValue("display/iso_fraction", self.state.iso_fraction)
+        s.setValue(FORM_KEY, json.dumps(self.state.form.to_dict()))
         self._save_recent()
         s.sync()
 
@@ -846,9 +704,23 @@ class MainWindow(QMainWindow):
             self._looked_for_orphans = True
             self.recovery.look_for_orphans()
 
+    def confirm_quit_during_run(self) -> bool:
+        """Ask before quitting while something runs; True when the user wants to quit anyway."""
+        answer = QMessageBox.question(
+            self,
+            "Quit VolSynth Studio?",
+            "A generation is running. Quit anyway? It is cancelled at its next step; "
+            "volumes already generated are kept.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )
+        return answer == QMessageBox.StandardButton.Yes
+
     def closeEvent(self, event) -> None:  # noqa: N802
+        if self.state.job_running and not self.confirm_quit_during_run():
+            event.ignore()
+            return
         self.save_settings()
-        self._preview_timer.stop()
         self.runner.shutdown()  # waits for running writes, recovery's included
         self.recovery.close()
         QObject.disconnect(self._quit_hook)  # closed: the quit hook has nothing left to do

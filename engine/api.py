@@ -134,7 +134,8 @@ class Progress:
 
     ``preview`` (when present) is a small float32 array (batch item 0, channel 0) of the current
     estimate of the clean volume, already decoded for latent models and scaled to the model's
-    intensity range.
+    intensity range. ``preview_stride`` is the step between the output voxels it keeps, the same on every
+    axis (the preview's voxel size is the model's times this).
     """
 
     stage: str
@@ -143,6 +144,7 @@ class Progress:
     elapsed_s: float
     message: str = ""
     preview: np.ndarray | None = field(default=None, compare=False, repr=False)
+    preview_stride: int = 1
 
     @property
     def fraction(self) -> float:

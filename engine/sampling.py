@@ -110,11 +110,11 @@ def estimate_x0(scheduler, model_output: torch.Tensor, t: torch.Tensor, x: torch
     return (x - (1 - alpha_bar).sqrt() * model_output) / alpha_bar.sqrt()
 
 
-def _preview_array(volume: torch.Tensor) -> np.ndarray:
-    """Batch item 0, channel 0, strided down so no edge exceeds PREVIEW_MAX_EDGE voxels."""
+def _preview_array(volume: torch.Tensor) -> tuple[np.ndarray, int]:
+    """Batch item 0, channel 0, strided down so no edge exceeds PREVIEW_MAX_EDGE voxels; and the stride."""
     vol = volume[0, 0].detach().float().cpu().numpy()
     stride = max(1, int(np.ceil(max(vol.shape) / PREVIEW_MAX_EDGE)))
-    return np.ascontiguousarray(vol[::stride, ::stride, ::stride])
+    return np.ascontiguousarray(vol[::stride, ::stride, ::stride]), stride
 
 
 def denoise(
@@ -194,13 +194,13 @@ def denoise(
         else:
             x_next, x0 = scheduler.step(output, t, x)
 
-        preview = None
+        preview, preview_stride = None, 1
         step = i + 1
         if pacer.due(step, request.steps, time.perf_counter() - denoise_started):
             preview_started = time.perf_counter()
             if x0 is None:
                 x0 = estimate_x0(scheduler, output, t, x)
-            preview = _preview_array(_to_image(prepared, spec, x0))
+            preview, preview_stride = _preview_array(_to_image(prepared, spec, x0))
             pacer.record(time.perf_counter() - preview_started)
         x = x_next
         if device.type == "cuda":
@@ -213,6 +213,7 @@ def denoise(
             time.perf_counter() - started,
             f"step {step}/{request.steps}",
             preview,
+            preview_stride,
         )
     denoise_s = time.perf_counter() - denoise_started
 

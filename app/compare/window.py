@@ -15,14 +15,18 @@ no previews: a preview decode inside the loop would distort the step times being
 
 from __future__ import annotations
 
+import csv
+import html
 import math
 import time
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QImage, QKeySequence, QLinearGradient, QPainter, QShortcut, qRgb
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -34,6 +38,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QStackedWidget,
@@ -54,8 +59,16 @@ from engine.optimization_config import NAMED_SETTINGS
 
 PANEL_SETTINGS = "Generate panel settings"
 A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
+CSV_DIR_KEY = "compare/csv_dir"  # QSettings: the folder of the last exported table
 PLANES = ("axial", "coronal", "sagittal")
 SIDES = ("a", "b", "diff")
+RUN_KEY, CANCEL_KEY = "Ctrl+Return", "Esc"
+# The window's keys, for Help > Keyboard Shortcuts (the QShortcuts below are made from the same values).
+COMPARE_KEYS: tuple[tuple[str, str], ...] = (
+    (RUN_KEY, "Run the comparison"),
+    (CANCEL_KEY, "Cancel it at the next step"),
+    ("1 / 2 / 3", "Axial / coronal / sagittal in all three views"),
+)
 METHOD_NOTE = (
     "One run of each, A then B, in this process. Step statistics leave out step 1 (warm-up) and the "
     "kernel-profiled steps. For ratios to quote, use `volsynth bench` (repeated, interleaved, one "
@@ -63,18 +76,60 @@ METHOD_NOTE = (
 )
 
 
+@dataclass(frozen=True)
+class SideReady:
+    """Reported through the worker's ``progressed`` signal when A's run has finished, before B's starts."""
+
+    side: str  # "a"
+    measured: Any  # engine.compare.SideMeasurement
+
+
+class _TappedBackend:
+    """Passes runs through to ``backend`` and keeps each finished run's result, in order."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.results: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:  # info() and anything else a backend has
+        return getattr(self.backend, name)
+
+    def sample(self, request):
+        result = yield from self.backend.sample(request)
+        self.results.append(result)
+        return result
+
+
 class ComparingBackend:
-    """Looks like a backend to ``GenerationWorker``: ``sample(request)`` runs the whole comparison."""
+    """Looks like a backend to ``GenerationWorker``: ``sample(request)`` runs the whole comparison.
+
+    Besides the comparison's ``Progress`` it yields one ``SideReady`` as soon as A's run is done, so the
+    window shows A while B runs.
+    """
 
     def __init__(self, backend, a, b, labels: tuple[str, str], profile_steps: int) -> None:
         self.backend, self.a, self.b, self.labels, self.profile_steps = backend, a, b, labels, profile_steps
 
     def sample(self, request):
-        from engine.compare import compare_settings
+        from engine.compare import compare_settings, measure
 
-        return compare_settings(
-            self.backend, request, self.a, self.b, self.labels, kernel_profile_steps=self.profile_steps
+        tapped = _TappedBackend(self.backend)
+        job = compare_settings(
+            tapped, request, self.a, self.b, self.labels, kernel_profile_steps=self.profile_steps
         )
+        announced = False
+        try:
+            while True:
+                try:
+                    progress = next(job)
+                except StopIteration as done:
+                    return done.value
+                if not announced and tapped.results:  # A finished; B has just begun
+                    announced = True
+                    yield SideReady("a", measure(self.labels[0], tapped.results[0]))
+                yield progress
+        finally:
+            job.close()
 
 
 def _comparing_backend(pool, device: str, a, b, labels, profile_steps) -> ComparingBackend:
@@ -95,10 +150,167 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}x"
 
 
+# One wording for every speed ratio in this window (summary, table, CSV): B's speed as a multiple of A's.
+def speed_text(ratio: float | None) -> str:
+    """``"1.32x A's speed"`` (B faster), ``"0.76x A's speed"`` (B slower), ``"n/a"``."""
+    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+        return "n/a"
+    return f"{ratio:.2f}x A's speed"
+
+
+UNRELIABLE_SPREAD = (
+    0.20  # a side's step-time IQR above this fraction of its median makes the ratio unreliable
+)
+
+
+def unreliable_sides(comparison) -> list[str]:
+    """Why the per-step ratio cannot be trusted: one line per side whose step times spread too much."""
+    reasons = []
+    for name, side in (("A", comparison.a), ("B", comparison.b)):
+        median, iqr = side.step_ms_median, side.step_ms_iqr
+        if median and iqr is not None and iqr > UNRELIABLE_SPREAD * median:
+            reasons.append(
+                f"{name}'s step times spread widely (IQR {iqr:.1f} ms, {100 * iqr / median:.0f} % of the "
+                f"median {median:.1f} ms)"
+            )
+    return reasons
+
+
+WARNING_COLOUR = "#e5c07b"
+BENCH_ADVICE = "measure with `volsynth bench` (repeated, interleaved runs, one process each)"
+
+
+def _diverging_table() -> list[int]:
+    """256 colours, blue (B < A) through near-black (no difference) to orange-red (B > A).
+
+    Dark in the middle, like matplotlib's "berlin": on the dark theme, voxels where A and B agree fade into
+    the background and only differences catch the eye."""
+    anchors = [
+        (0.0, (158, 202, 255)),
+        (0.25, (40, 120, 210)),
+        (0.5, (17, 17, 17)),
+        (0.75, (215, 80, 40)),
+        (1.0, (255, 190, 150)),
+    ]
+    table = []
+    for index in range(256):
+        x = index / 255
+        for (x0, c0), (x1, c1) in zip(anchors, anchors[1:], strict=False):
+            if x <= x1:
+                t = (x - x0) / (x1 - x0)
+                r, g, b = (round(a + t * (z - a)) for a, z in zip(c0, c1, strict=True))
+                break
+        table.append(qRgb(r, g, b))
+    return table
+
+
+DIVERGING = _diverging_table()
+
+
+class DifferenceView(SliceView):
+    """A slice view of B - A drawn through the diverging colour table (the window maps to the table's ends)."""
+
+    def __init__(self, state: AppState, plane: str, parent: QWidget | None = None) -> None:
+        super().__init__(state, plane, parent)
+        self._grey_image: QImage | None = None
+        self._coloured: QImage | None = None
+
+    def _slice_image(self) -> QImage | None:
+        grey = super()._slice_image()
+        if grey is None or self._buffer is None:
+            return grey
+        if grey is not self._grey_image:  # a new slice or window: colour the same uint8 buffer
+            rows, cols = self._buffer.shape
+            coloured = QImage(
+                self._buffer.data, cols, rows, self._buffer.strides[0], QImage.Format.Format_Indexed8
+            )
+            coloured.setColorTable(DIVERGING)
+            self._grey_image, self._coloured = grey, coloured
+        return self._coloured
+
+
+class ColourBar(QWidget):
+    """The diverging colour table with the values at its ends and centre, following a state's window."""
+
+    def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = state
+        self.setObjectName("compareColourBar")
+        self.setMinimumWidth(74)
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
+        self.setToolTip(
+            "B − A: orange where B is brighter than A, blue where darker, dark where they agree. "
+            "Right-drag in the difference view to change the range."
+        )
+        state.window_changed.connect(self._on_state_window_changed)
+
+    def limits(self) -> tuple[float, float]:
+        """The values at the bottom and top of the bar (the difference view's window)."""
+        window, level = self.state.window
+        return level - window / 2, level + window / 2
+
+    def labels(self) -> tuple[str, str, str]:
+        low, high = self.limits()
+        return f"{high:+.3g}", f"{(low + high) / 2:+.3g}".replace("+0", "0"), f"{low:+.3g}"
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
+        painter = QPainter(self)
+        metrics = painter.fontMetrics()
+        top, bottom = metrics.height() // 2 + 2, self.height() - metrics.height() // 2 - 2
+        bar = QRectF(4, top, 14, max(1, bottom - top))
+        gradient = QLinearGradient(bar.bottomLeft(), bar.topLeft())
+        for index in range(0, 256, 15):
+            gradient.setColorAt(index / 255, QColor.fromRgb(DIVERGING[index]))
+        gradient.setColorAt(1.0, QColor.fromRgb(DIVERGING[255]))
+        painter.fillRect(bar, gradient)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        painter.drawRect(bar)
+        high, middle, low = self.labels()
+        x = int(bar.right()) + 5
+        for text, y in ((high, bar.top()), (middle, bar.center().y()), (low, bar.bottom())):
+            painter.drawLine(int(bar.right()), int(y), x - 1, int(y))
+            painter.drawText(x, int(y + metrics.ascent() / 2 - 1), text)
+        painter.end()
+
+    def _on_state_window_changed(self, *_args) -> None:
+        self.update()
+
+
+def availability(device: str, choices: dict[str, dict[str, Any]], spec=None) -> dict[str, str]:
+    """For each named choice that cannot (fully) apply on ``device``: why not, in one line.
+
+    Runs in a worker thread (``engine.optimization`` imports torch). A device this machine cannot check (an
+    engine server's) gives an empty answer: the server decides."""
+    from engine.errors import EngineError
+    from engine.optimization import expected_report
+    from engine.optimization_config import OptimizationConfig
+
+    if device.startswith("remote:"):
+        return {}
+    reasons: dict[str, str] = {}
+    for name, values in choices.items():
+        try:
+            report = expected_report(OptimizationConfig.from_dict(values), device, spec)
+        except EngineError as exc:
+            reasons[name] = str(exc).splitlines()[0]
+            continue
+        missing = [
+            entry.get("reason") or f"{setting} does not apply"
+            for setting, entry in report.items()
+            if entry.get("requested") not in (False, None, "default") and not entry.get("applied")
+        ]
+        if missing:
+            reasons[name] = "; ".join(missing)
+    return reasons
+
+
 class CompareWindow(QWidget):
     """A top-level window owned by the main window; ``start()`` runs, ``cancel()`` stops at the next step."""
 
     comparison_ended = Signal(str)  # "finished", "cancelled" or "failed"
+    side_shown = Signal(str)  # "a": A's run is done and shown while B runs
+    csv_written = Signal(str)  # the path of an exported table
+    availability_checked = Signal()  # the choices that cannot apply on the chosen device are greyed
 
     def __init__(self, main_window) -> None:
         super().__init__(main_window, Qt.WindowType.Window)
@@ -106,6 +318,10 @@ class CompareWindow(QWidget):
         self.setWindowTitle("Compare Settings \u2014 VolSynth Studio")
         self.setObjectName("compareWindow")
         self.comparison = None
+        self.table_rows: list[tuple[str, ...]] = []  # the numbers table as exported (header row first)
+        self.csv_dialog: QFileDialog | None = None
+        self.unavailable: dict[str, str] = {}  # choice -> why it cannot apply on the chosen device
+        self._availability_key: tuple | None = None
         self._job = None
         self.states = {side: AppState() for side in SIDES}
         for state in self.states.values():
@@ -122,18 +338,16 @@ class CompareWindow(QWidget):
         self._link_views()
         self._update_source()
         self._set_running(False)
-        QShortcut(QKeySequence("Ctrl+Return"), self, activated=self.start)
-        QShortcut(QKeySequence("Esc"), self, activated=self.cancel)
+        QShortcut(QKeySequence(RUN_KEY), self, activated=self.start)
+        QShortcut(QKeySequence(CANCEL_KEY), self, activated=self.cancel)
         for index in range(len(PLANES)):
             QShortcut(
                 QKeySequence(str(index + 1)), self, activated=partial(self.plane_box.setCurrentIndex, index)
             )
         main_window.state.model_selected.connect(self._on_main_changed)
         main_window.state.job_changed.connect(self._on_main_changed)
-        panel = main_window.sampling_panel
-        for spin in (panel.seed_spin, panel.steps_spin, panel.guidance_spin):
-            spin.valueChanged.connect(self._update_source)
-        panel.device_box.currentIndexChanged.connect(self._update_source)
+        main_window.state.form.changed.connect(self._update_source)
+        main_window.state.form.changed.connect(self._on_form_changed)
 
     # -- building ------------------------------------------------------------------------------------
 
@@ -142,18 +356,23 @@ class CompareWindow(QWidget):
         grid = QGridLayout(box)
         self.a_box, self.b_box = QComboBox(), QComboBox()
         for combo, key, default in ((self.a_box, A_KEY, "Exact fp32"), (self.b_box, B_KEY, PANEL_SETTINGS)):
-            combo.addItems([*PRESETS, PANEL_SETTINGS])
+            for name in (*PRESETS, PANEL_SETTINGS):
+                combo.addItem(name, name)
             combo.insertSeparator(combo.count())
-            combo.addItems(
-                [name for name in NAMED_SETTINGS if name != "fp32"]
-            )  # the names `volsynth bench` uses
+            for name in NAMED_SETTINGS:  # the names `volsynth bench` uses
+                if name != "fp32":
+                    combo.addItem(name, name)
             saved = self.main.settings.value(key, default, type=str)
-            combo.setCurrentText(saved if combo.findText(saved) >= 0 else default)
+            combo.setCurrentIndex(max(0, combo.findData(saved if combo.findData(saved) >= 0 else default)))
             combo.setToolTip(
                 f"{PANEL_SETTINGS}: the Optimization section of the Generate panel, as set now. "
-                "Below the line: the named settings of `volsynth bench` and `volsynth compare`."
+                "Below the line: the named settings of `volsynth bench` and `volsynth compare`. "
+                "Greyed: cannot apply on the chosen device (the reason follows the name)."
             )
-            combo.currentTextChanged.connect(partial(self.main.settings.setValue, key))
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(18)
+            combo.view().setTextElideMode(Qt.TextElideMode.ElideNone)
+            combo.currentIndexChanged.connect(partial(self._on_choice_box_changed, combo, key))
         self.profile_spin = QSpinBox()
         self.profile_spin.setRange(0, 10)
         self.profile_spin.setValue(2)
@@ -215,13 +434,21 @@ class CompareWindow(QWidget):
             stack = QStackedWidget()
             self.views[side] = {}
             for plane in PLANES:
-                view = SliceView(self.states[side], plane)
+                view = (DifferenceView if side == "diff" else SliceView)(self.states[side], plane)
                 view.hovered.connect(partial(self._on_view_hovered, side))
                 stack.addWidget(view)
                 self.views[side][plane] = view
             self.titles[side], self.stacks[side] = title, stack
             grid.addWidget(title, 1, column)
-            grid.addWidget(stack, 2, column)
+            if side == "diff":
+                self.colour_bar = ColourBar(self.states["diff"])
+                holder = QHBoxLayout()
+                holder.setSpacing(4)
+                holder.addWidget(stack, 1)
+                holder.addWidget(self.colour_bar)
+                grid.addLayout(holder, 2, column)
+            else:
+                grid.addWidget(stack, 2, column)
             grid.setColumnStretch(column, 1)
         grid.setRowStretch(2, 1)
         return widget
@@ -236,7 +463,8 @@ class CompareWindow(QWidget):
         layout.addWidget(self.summary_label)
         row = QHBoxLayout()
         self.table = self._table(["A", "B", "B vs A"])
-        row.addWidget(self.table, 3)
+        self.table.setObjectName("compareTable")
+        row.addWidget(self.table, 4)
         self.kernel_tables = {}
         self.kernel_titles = {}
         for side in ("a", "b"):
@@ -263,7 +491,11 @@ class CompareWindow(QWidget):
             "Write a.nii.gz, b.nii.gz, difference.nii.gz and compare.json to a folder"
         )
         self.save_button.clicked.connect(self._on_save_clicked)
+        self.export_button = QPushButton("Export Table as CSV...")
+        self.export_button.setToolTip("Write the numbers table (A, B, B vs A) to a .csv file")
+        self.export_button.clicked.connect(self._on_export_clicked)
         bottom.addWidget(self.add_button)
+        bottom.addWidget(self.export_button)
         bottom.addWidget(self.save_button)
         layout.addLayout(bottom)
         return widget
@@ -276,6 +508,9 @@ class CompareWindow(QWidget):
         table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         table.setWordWrap(True)
+        table.setTextElideMode(Qt.TextElideMode.ElideNone)
+        # Rows grow to their wrapped text whenever the columns change width: nothing needs a hover to read.
+        table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         return table
 
     def _link_views(self) -> None:
@@ -286,13 +521,25 @@ class CompareWindow(QWidget):
 
     # -- running -------------------------------------------------------------------------------------
 
-    def settings_for(self, combo: QComboBox, panel_settings) -> Any:
-        """The OptimizationConfig a side's choice stands for."""
+    @staticmethod
+    def choice(combo: QComboBox) -> str:
+        """The setting a side's box has chosen, by name (the item text may carry a reason after it)."""
+        return combo.currentData() or combo.currentText()
+
+    def choice_values(self) -> dict[str, dict[str, Any]]:
+        """Every choice in the boxes as OptimizationConfig fields (the panel's as the form has it now)."""
+        values = {name: preset_values(name) for name in PRESETS}
+        values[PANEL_SETTINGS] = dict(self.main.state.form.optimization or {})
+        values.update({name: dict(NAMED_SETTINGS[name]) for name in NAMED_SETTINGS if name != "fp32"})
+        return values
+
+    def settings_for(self, combo: QComboBox, form) -> Any:
+        """The OptimizationConfig a side's choice stands for (``form``: the main window's GenerationForm)."""
         from engine.optimization_config import OptimizationConfig
 
-        choice = combo.currentText()
+        choice = self.choice(combo)
         if choice == PANEL_SETTINGS:
-            return OptimizationConfig.from_dict(panel_settings.optimization or {})
+            return OptimizationConfig.from_dict(form.optimization or {})
         if choice in PRESETS:
             return OptimizationConfig.from_dict(preset_values(choice))
         return OptimizationConfig.from_dict(NAMED_SETTINGS[choice])
@@ -306,23 +553,21 @@ class CompareWindow(QWidget):
         if self.main.state.job_running:
             self._fail_early("A generation is running. Wait for it to finish or cancel it, then compare.")
             return False
-        panel = self.main.sampling_panel
-        if self.main.state.selected_model is None:
+        form = self.main.state.form
+        if form.model is None:
             self._fail_early("Choose a model in the Generate panel first.")
             return False
-        settings = panel.settings()
         # Refused optimization settings matter only when a side uses the panel's; any other block (a model
         # the chosen server lacks...) stops a comparison as it stops Generate.
-        uses_panel = PANEL_SETTINGS in (self.a_box.currentText(), self.b_box.currentText())
-        blocked = panel.generate_blocked_reason(ignore=() if uses_panel else (OPTIMIZATION_BLOCK,))
+        uses_panel = PANEL_SETTINGS in (self.choice(self.a_box), self.choice(self.b_box))
+        blocked = form.blocked_reason(ignore=() if uses_panel else (OPTIMIZATION_BLOCK,))
         if blocked:
             self._fail_early(f"Cannot run this request: {blocked}")
             return False
-        settings.batch_size, settings.preview_interval = 1, 0
         try:
-            request = settings.to_request()
-            config_a = self.settings_for(self.a_box, settings)
-            config_b = self.settings_for(self.b_box, settings)
+            request = form.to_request(batch_size=1, preview_interval=0)
+            config_a = self.settings_for(self.a_box, form)
+            config_b = self.settings_for(self.b_box, form)
         except EngineError as exc:
             self._fail_early(str(exc))
             return False
@@ -332,7 +577,7 @@ class CompareWindow(QWidget):
         provider = partial(
             _comparing_backend,
             self.main.backends,
-            settings.device,
+            form.device,
             config_a,
             config_b,
             labels,
@@ -348,6 +593,16 @@ class CompareWindow(QWidget):
             ended=self._on_job_ended,
         )
         self._started = time.monotonic()
+        self.comparison = None
+        for side in SIDES:  # the last comparison's volumes go: A shows when its run is done, B after
+            self.states[side].show(None)
+        self.titles["a"].setText(f"A \u00b7 {labels[0]} \u00b7 running...")
+        self.titles["b"].setText(f"B \u00b7 {labels[1]} \u00b7 waiting for A")
+        self.titles["diff"].setText("B \u2212 A")
+        self.summary_label.setText("Running A, then B...")
+        self.table.setRowCount(0)
+        for side in ("a", "b"):
+            self.kernel_tables[side].setRowCount(0)
         self.main.state.set_job_running(True)  # one engine job at a time: Generate waits for this
         self._set_running(True)
         self.progress_bar.setValue(0)
@@ -371,8 +626,12 @@ class CompareWindow(QWidget):
         has_result = self.comparison is not None and not running
         self.add_button.setEnabled(has_result)
         self.save_button.setEnabled(has_result)
+        self.export_button.setEnabled(has_result)
 
     def _on_job_progressed(self, progress) -> None:
+        if isinstance(progress, SideReady):
+            self.show_side(progress.side, progress.measured)
+            return
         self.progress_bar.setValue(int(round(100 * progress.fraction)))
         self.progress_label.setText(progress.message)
 
@@ -399,24 +658,37 @@ class CompareWindow(QWidget):
 
     # -- showing -------------------------------------------------------------------------------------
 
+    def _show_volume(self, side: str, data: np.ndarray, affine, name: str) -> None:
+        data = data[0] if data.ndim == 4 else data
+        self.states[side].show(
+            VolumeEntry(
+                name=name,
+                data=np.ascontiguousarray(data, dtype=np.float32),
+                affine=np.asarray(affine),
+                kind="generated",
+                synthetic=True,
+            )
+        )
+
+    def show_side(self, side: str, measured) -> None:
+        """Show one finished run (A, while B still runs): its volume, title and step time."""
+        self._show_volume(side, measured.result.volume(), measured.result.affine, f"A {measured.label}")
+        step = "" if measured.step_ms_median is None else f" \u00b7 {measured.step_ms_median:.1f} ms/step"
+        self.titles[side].setText(f"{side.upper()} \u00b7 {measured.label}{step}")
+        pace = "" if measured.step_ms_median is None else f", {measured.step_ms_median:.1f} ms per step"
+        self.summary_label.setText(f"A ({html.escape(measured.label)}) is done{pace}; running B...")
+        self.side_shown.emit(side)
+
     def show_comparison(self, comparison) -> None:
         """Fill the views and tables from an ``engine.compare.Comparison``."""
         a, b = comparison.a, comparison.b
         affine = np.asarray(a.result.affine)
         volumes = {"a": a.result.volume(), "b": b.result.volume(), "diff": comparison.difference()}
         for side, data in volumes.items():
-            data = data[0] if data.ndim == 4 else data
             name = {"a": f"A {a.label}", "b": f"B {b.label}", "diff": "B - A"}[side]
-            self.states[side].show(
-                VolumeEntry(
-                    name=name,
-                    data=np.ascontiguousarray(data, dtype=np.float32),
-                    affine=affine,
-                    kind="generated",
-                    synthetic=True,
-                )
-            )
-        self.states["diff"].set_window(*difference_window(volumes["diff"]))
+            self._show_volume(side, data, affine, name)
+        diff = volumes["diff"][0] if volumes["diff"].ndim == 4 else volumes["diff"]
+        self.states["diff"].set_window(*difference_window(diff))
         self.titles["a"].setText(f"A \u00b7 {a.label}")
         self.titles["b"].setText(f"B \u00b7 {b.label}")
         self.titles["diff"].setText(
@@ -438,17 +710,22 @@ class CompareWindow(QWidget):
         speed = comparison.speedup_per_step
         if speed is None:
             pace = "step times not measured (too few steps)"
-        elif speed >= 1:
-            pace = f"B is {speed:.2f}x as fast as A per step"
         else:
-            pace = f"B is {1 / speed:.2f}x slower than A per step"
+            pace = f"B runs at {speed_text(speed)} per step ({'faster' if speed >= 1 else 'slower'})"
         psnr = "identical volumes" if math.isinf(comparison.psnr_db) else f"PSNR {comparison.psnr_db:.1f} dB"
         ssim = "" if comparison.ssim is None else f", SSIM {comparison.ssim:.4f}"
-        return (
-            f"<b>{pace}</b> (whole loop: {_ratio(comparison.speedup_loop)} as fast). "
+        text = (
+            f"<b>{pace}</b>; whole loop: {speed_text(comparison.speedup_loop)}. "
             f"Volume moved: <b>{psnr}</b>{ssim}, max |B\u2212A| {comparison.max_abs_err:.3g}, "
             f"mean |B\u2212A| {comparison.mean_abs_err:.3g}."
         )
+        shaky = unreliable_sides(comparison)
+        if speed is not None and shaky:
+            text += (
+                f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 Speed ratio unreliable:</b> '
+                f"{html.escape('; '.join(shaky))}. Before quoting it, {html.escape(BENCH_ADVICE)}.</span>"
+            )
+        return text
 
     def _fill_table(self, comparison) -> None:
         a, b = comparison.a, comparison.b
@@ -493,25 +770,33 @@ class CompareWindow(QWidget):
                 ),
             ]
         speed = comparison.speedup_per_step
+        shaky = speed is not None and bool(unreliable_sides(comparison))
         rows = [
-            ("Step (median)", step(a), step(b), f"{_ratio(speed)} as fast" if speed else "n/a"),
-            ("Steps measured", str(a.steps_measured), str(b.steps_measured), ""),
             (
-                "Sampling loop",
-                f"{a.loop_s:.2f} s",
-                f"{b.loop_s:.2f} s",
-                f"{_ratio(comparison.speedup_loop)} as fast",
+                "Step (median)",
+                step(a),
+                step(b),
+                speed_text(speed)
+                + (" \u2014 unreliable: spread too large, see `volsynth bench`" if shaky else ""),
             ),
+            ("Steps measured", str(a.steps_measured), str(b.steps_measured), ""),
+            ("Sampling loop", f"{a.loop_s:.2f} s", f"{b.loop_s:.2f} s", speed_text(comparison.speedup_loop)),
             *memory_rows,
             ("Applied", applied(a), applied(b), ""),
             ("Did not apply", not_applied(a), not_applied(b), ""),
         ]
+        self.table_rows = [("", f"A: {a.label}", f"B: {b.label}", "B vs A"), *rows]
         self.table.setRowCount(len(rows))
+        self.table.setHorizontalHeaderLabels([f"A \u00b7 {a.label}", f"B \u00b7 {b.label}", "B vs A"])
         self.table.setVerticalHeaderLabels([r[0] for r in rows])
         for row, (_, *cells) in enumerate(rows):
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(text)
+                if row == 0 and column == 2 and shaky:
+                    item.setForeground(QColor(WARNING_COLOUR))
+                    item.setToolTip(
+                        f"{'; '.join(unreliable_sides(comparison))}. {BENCH_ADVICE[0].upper()}{BENCH_ADVICE[1:]}."
+                    )
                 self.table.setItem(row, column, item)
         self.table.resizeRowsToContents()
 
@@ -556,6 +841,41 @@ class CompareWindow(QWidget):
         for side in (self.comparison.a, self.comparison.b):
             self.main.state.add_result(side.result, label=f"seed {seed} \u00b7 {side.label}")
         self.main.show_status("Added A and B to the session", 5000)
+
+    def _on_export_clicked(self) -> None:
+        """Ask for a file name (Qt's own dialog, so it behaves the same everywhere) and write the CSV."""
+        dialog = QFileDialog(self, "Export Comparison Table as CSV")
+        dialog.setObjectName("compareCsvDialog")
+        dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+        dialog.setFileMode(QFileDialog.FileMode.AnyFile)
+        dialog.setOption(QFileDialog.Option.DontUseNativeDialog, True)
+        dialog.setNameFilter("CSV files (*.csv)")
+        dialog.setDefaultSuffix("csv")
+        folder = self.main.settings.value(CSV_DIR_KEY, "", type=str)
+        if folder and Path(folder).is_dir():
+            dialog.setDirectory(folder)
+        dialog.selectFile("comparison.csv")
+        dialog.fileSelected.connect(self.export_csv)
+        dialog.finished.connect(dialog.deleteLater)
+        self.csv_dialog = dialog
+        dialog.open()
+
+    def export_csv(self, path) -> Path | None:
+        """Write the numbers table to ``path`` (header row, then one row per line of the table)."""
+        if not self.table_rows or not path:
+            return None
+        path = Path(path)
+        try:
+            with path.open("w", newline="", encoding="utf-8") as handle:
+                csv.writer(handle).writerows(self.table_rows)
+        except OSError as exc:
+            self.main.show_error("Could not export the table", f"{path}: {exc.strerror or exc}")
+            return None
+        self.main.settings.setValue(CSV_DIR_KEY, str(path.parent))
+        self.progress_label.setText(f"Table written to {path}")
+        self.main.show_status(f"Comparison table written to {path}", 10000)
+        self.csv_written.emit(str(path))
+        return path
 
     def _on_save_clicked(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Save Comparison To Folder")
@@ -608,28 +928,72 @@ class CompareWindow(QWidget):
         name = {"a": "A", "b": "B", "diff": "B\u2212A"}[side]
         self.readout_label.setText(f"{name}: {text}" if text else "")
 
+    def _on_choice_box_changed(self, combo: QComboBox, key: str, _index: int) -> None:
+        self.main.settings.setValue(key, self.choice(combo))
+
+    def refresh_availability(self) -> None:
+        """Grey the choices that cannot apply on the chosen device (checked in a worker: it imports torch)."""
+        form = self.main.state.form
+        choices = self.choice_values()
+        key = (form.device, getattr(form.model, "id", None), repr(sorted(choices[PANEL_SETTINGS].items())))
+        if key == self._availability_key:
+            return
+        self._availability_key = key
+        spec = getattr(form.model, "spec", None)
+        self.main.runner.run_task(
+            "compare-availability",
+            availability,
+            form.device,
+            choices,
+            spec,
+            finished=partial(self._on_availability_finished, key),
+        )
+
+    def _on_availability_finished(self, key: tuple, reasons: dict[str, str]) -> None:
+        if key != self._availability_key:
+            return  # the device changed again meanwhile; a newer answer is on its way
+        self.unavailable = dict(reasons)
+        device = self.main.generation.device_text(key[0])
+        for combo in (self.a_box, self.b_box):
+            model = combo.model()
+            for index in range(combo.count()):
+                name = combo.itemData(index)
+                if not name:
+                    continue  # the separator
+                item = model.item(index)
+                reason = reasons.get(name)
+                enabled = reason is None
+                item.setEnabled(enabled)
+                item.setText(name if enabled else f"{name} \u2014 not on {device}: {reason}")
+                item.setToolTip("" if enabled else f"Cannot fully apply on {device}: {reason}")
+        self.availability_checked.emit()
+
+    def _on_form_changed(self, name: str = "") -> None:
+        if name in ("device", "model", "optimization") and self.isVisible():
+            self.refresh_availability()
+
     def _on_main_changed(self, *_args) -> None:
         if self._job is None:
             self._update_source()
             self._set_running(False)
 
     def _update_source(self, *_args) -> None:
-        """Describe the request the run will use. Read from the panel's controls, not ``settings()``: that runs
-        the settings hooks, and the optimization panel's may import torch, which must not happen here."""
-        panel = self.main.sampling_panel
-        source = self.main.state.selected_model
-        if source is None:
+        """Describe the request the run will use: the Generate panel's form."""
+        form = self.main.state.form
+        if form.model is None:
             self.source_label.setText("No model selected in the Generate panel.")
             return
-        guidance = f"{panel.guidance_spin.value():g}" if panel.guidance_spin.isEnabled() else "1 (none)"
+        guidance = f"{form.guidance_scale:g}" if form.model.spec.supports_guidance else "1 (none)"
+        device = self.main.generation.device_text(form.device)
         self.source_label.setText(
-            f"Request from the Generate panel: <b>{source.spec.name}</b> \u00b7 seed {panel.seed_spin.value()} "
-            f"\u00b7 {panel.steps_spin.value()} steps \u00b7 guidance {guidance} \u00b7 device "
-            f"{panel.device_box.currentText()} \u00b7 batch 1, no previews"
+            f"Request from the Generate panel: <b>{html.escape(form.model.spec.name)}</b> \u00b7 seed {form.seed} "
+            f"\u00b7 {form.steps} steps \u00b7 guidance {guidance} \u00b7 device {html.escape(device)} "
+            "\u00b7 batch 1, no previews"
         )
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override
         self._update_source()  # the Generate panel may have changed while this window was hidden
+        self.refresh_availability()
         super().showEvent(event)
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override

@@ -1,15 +1,42 @@
-"""The generation request as the user builds it (placeholder, replaced by GenerationForm)."""
+"""The generation form: the one owner of what the next generation request will be (Qt-free).
+
+Model, sampler, steps, seed, guidance, batch, device, conditioning and optimization settings live here and
+nowhere else. The Generate and Optimization panels are views of the form (they write what the user changes
+and redraw on ``changed``); the main window, the Compare window and the engine-server controller read it.
+``to_request()`` builds the engine's ``SamplingRequest``; ``to_dict()``/``restore()`` keep it across
+restarts.
+
+Anything that makes the form unusable for the chosen target (refused optimization settings, a model the
+chosen engine server lacks) is a *block*: a reason keyed by who set it, shown on the Generate button.
+"""
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from app.core.events import Event
+
+REMOTE_PREFIX = "remote:"  # device ids of engine servers: "remote:http://host:port" (app/remote)
+AUTO_PREVIEW = -1
+FIELDS = (
+    "sampler",
+    "steps",
+    "seed",
+    "guidance_scale",
+    "batch_size",
+    "device",
+    "conditioning",
+    "optimization",
+    "preview_interval",
+)
+MAX_SEED = 2**31 - 1
 
 
 def random_seed() -> int:
-    return random.SystemRandom().randrange(0, 2**31 - 1)
+    return random.SystemRandom().randrange(0, MAX_SEED)
 
 
 def auto_preview_interval(steps: int) -> int:
@@ -17,38 +44,248 @@ def auto_preview_interval(steps: int) -> int:
     return max(1, steps // 10)
 
 
-@dataclass
-class GenerationSettings:
-    """What the sampling panel holds; ``to_request`` turns it into the engine's ``SamplingRequest``."""
+def condition_problem(condition, value: float) -> str:
+    """Why ``value`` is outside what ``condition`` (a model spec's ``ConditionSpec``) allows, or ""."""
+    if not math.isfinite(value):
+        return f"{condition.label} must be a number"
+    if value < condition.min or value > condition.max:
+        unit = f" {condition.unit}" if condition.unit else ""
+        return (
+            f"{condition.label} must be between {condition.min:g} and {condition.max:g}{unit}; got {value:g}"
+        )
+    return ""
 
-    model: str = ""
-    sampler: str = ""
-    steps: int = 0
-    seed: int = 0
-    conditioning: dict[str, float] = field(default_factory=dict)
-    guidance_scale: float | None = None  # None = the model's default
-    batch_size: int = 1
-    device: str = "auto"
-    preview_interval: int = -1  # -1 = automatic
-    optimization: Mapping[str, Any] | None = None
 
-    def to_request(self):
-        """Build the request (the engine validates it and raises InvalidRequest with a readable message)."""
+def extrapolation_note(condition, value: float) -> str:
+    """A note when ``value`` is allowed but outside the range the model saw in training, else ""."""
+    low = getattr(condition, "trained_min", None)
+    high = getattr(condition, "trained_max", None)
+    if low is None or high is None or low <= value <= high:
+        return ""
+    unit = f" {condition.unit}" if condition.unit else ""
+    return f"extrapolation: trained on {low:g} to {high:g}{unit}"
+
+
+class GenerationForm:
+    """What the next generation will be. Change it with ``set``/``set_model``; listen to ``changed``.
+
+    Events:
+        changed(name): a field changed (``"model"`` when the model did; its defaults follow).
+        blocks_changed(): a block was set or lifted.
+    """
+
+    def __init__(self) -> None:
+        self.model: Any | None = None  # engine ModelSource (or app/remote's RemoteModelSource)
+        self.sampler = ""
+        self.steps = 0
+        self.seed = 0
+        self.guidance_scale: float | None = None  # None: the model's default
+        self.batch_size = 1
+        self.device = "auto"
+        self.conditioning: dict[str, float] = {}
+        self.optimization: dict[str, Any] = {}  # OptimizationConfig fields; {} is exact fp32
+        self.preview_interval = AUTO_PREVIEW
+        self._blocks: dict[str, str] = {}
+        self._saved_per_model: dict[str, dict[str, Any]] = {}  # restored values waiting for their model
+        self.changed = Event()
+        self.blocks_changed = Event()
+
+    # -- editing -------------------------------------------------------------------------------------
+
+    def set(self, **values: Any) -> None:
+        """Set fields by name; emits ``changed(name)`` for each one that really changed.
+
+        Raises:
+            ValueError: an unknown field, or a conditioning value outside the model's allowed range (the
+                message names the range, so a view can show it instead of silently clamping).
+        """
+        for name, value in values.items():
+            if name not in FIELDS:
+                raise ValueError(f"unknown generation setting {name!r}")
+            if name == "conditioning":
+                value = self._checked_conditioning(value)
+            elif name == "optimization":
+                value = dict(value or {})
+            elif name in ("steps", "seed", "batch_size", "preview_interval"):
+                value = int(value)
+            elif name == "guidance_scale" and value is not None:
+                value = float(value)
+            if getattr(self, name) != value:
+                setattr(self, name, value)
+                self.changed.emit(name)
+
+    def set_condition(self, name: str, value: float) -> None:
+        self.set(conditioning={**self.conditioning, name: float(value)})
+
+    def set_model(self, source: Any | None) -> None:
+        """Select a model; sampler, steps, guidance and conditioning go to its defaults (or to what was saved
+        for it last time)."""
+        if source is self.model:
+            return
+        self.model = source
+        if source is not None:
+            spec = source.spec
+            values: dict[str, Any] = {
+                "sampler": spec.default_sampler,
+                "steps": spec.default_steps,
+                "guidance_scale": spec.default_guidance_scale if spec.supports_guidance else 1.0,
+                "conditioning": {c.name: float(c.default) for c in spec.conditioning},
+            }
+            saved = self._saved_per_model.pop(spec.id, {})
+            for name, value in saved.items():
+                try:
+                    if name == "sampler" and value not in spec.samplers:
+                        continue
+                    if name == "conditioning":
+                        value = self._checked_conditioning({**values["conditioning"], **value}, spec)
+                    values[name] = value
+                except (TypeError, ValueError):
+                    continue  # an old saved value the model no longer allows: its default stands
+            for name, value in values.items():
+                setattr(self, name, value)
+        self.changed.emit("model")
+
+    def _checked_conditioning(self, values: Mapping[str, Any], spec=None) -> dict[str, float]:
+        spec = spec if spec is not None else (self.model.spec if self.model is not None else None)
+        checked = {str(k): float(v) for k, v in dict(values).items()}
+        if spec is not None:
+            known = {c.name: c for c in spec.conditioning}
+            for name, value in checked.items():
+                if name not in known:
+                    raise ValueError(f"{spec.name} has no conditioning input {name!r}")
+                problem = condition_problem(known[name], value)
+                if problem:
+                    raise ValueError(problem)
+        return checked
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    @property
+    def remote(self) -> bool:
+        return self.device.startswith(REMOTE_PREFIX)
+
+    def model_reference(self) -> str:
+        """How the request names the model: an engine server resolves ids in its own registry; this machine
+        uses the folder path (the same model whichever registry the backend searches, and opened folders such
+        as MONAI bundles need no registration)."""
+        if self.model is None:
+            return ""
+        return self.model.spec.id if self.remote else str(self.model.path)
+
+    def extrapolation_notes(self) -> dict[str, str]:
+        """Condition name -> note, for values outside the range the model was trained on."""
+        if self.model is None:
+            return {}
+        notes = {}
+        for condition in self.model.spec.conditioning:
+            note = extrapolation_note(condition, self.conditioning.get(condition.name, condition.default))
+            if note:
+                notes[condition.name] = note
+        return notes
+
+    def to_request(self, **overrides: Any):
+        """The engine's ``SamplingRequest`` (the engine validates it: InvalidRequest says what to fix).
+
+        ``overrides`` replace request fields (the Compare window asks for batch 1 and no previews).
+        """
         from engine.api import SamplingRequest
-        from engine.optimization import OptimizationConfig
+        from engine.optimization_config import OptimizationConfig
 
-        interval = auto_preview_interval(self.steps) if self.preview_interval < 0 else self.preview_interval
-        optimization = (
-            OptimizationConfig.from_dict(self.optimization) if self.optimization else OptimizationConfig()
+        interval = (
+            auto_preview_interval(self.steps)
+            if self.preview_interval == AUTO_PREVIEW
+            else self.preview_interval
         )
-        return SamplingRequest(
-            model=self.model,
-            sampler=self.sampler,
-            steps=int(self.steps),
-            seed=int(self.seed),
-            conditioning=dict(self.conditioning),
-            guidance_scale=self.guidance_scale,
-            batch_size=int(self.batch_size),
-            optimization=optimization,
-            preview_interval=int(interval),
+        guidance = self.guidance_scale
+        if self.model is not None and not self.model.spec.supports_guidance:
+            guidance = 1.0
+        fields: dict[str, Any] = {
+            "model": self.model_reference(),
+            "sampler": self.sampler,
+            "steps": int(self.steps),
+            "seed": int(self.seed),
+            "conditioning": dict(self.conditioning),
+            "guidance_scale": guidance,
+            "batch_size": int(self.batch_size),
+            "optimization": OptimizationConfig.from_dict(self.optimization)
+            if self.optimization
+            else OptimizationConfig(),
+            "preview_interval": int(interval),
+        }
+        fields.update(overrides)
+        return SamplingRequest(**fields)
+
+    def describe(self) -> str:
+        """One line for people: model, seed, steps, guidance, device."""
+        if self.model is None:
+            return "No model selected"
+        guidance = "none" if self.guidance_scale in (None, 1.0) else f"{self.guidance_scale:g}"
+        return (
+            f"{self.model.spec.name} \u00b7 seed {self.seed} \u00b7 {self.sampler} {self.steps} steps"
+            f" \u00b7 guidance {guidance} \u00b7 {self.device}"
         )
+
+    # -- blocks --------------------------------------------------------------------------------------
+
+    def set_blocked(self, source: str, reason: str | None) -> None:
+        """Generation is off while ``source`` has a ``reason``; ``None`` lifts the block."""
+        before = dict(self._blocks)
+        if reason:
+            self._blocks[source] = reason
+        else:
+            self._blocks.pop(source, None)
+        if self._blocks != before:
+            self.blocks_changed.emit()
+
+    def blocked_reason(self, ignore: Iterable[str] = ()) -> str:
+        """Why generation is off ("" if it is not), leaving out the blocks of the ``ignore`` sources."""
+        ignore = tuple(ignore)
+        return "\n".join(reason for source, reason in self._blocks.items() if source not in ignore)
+
+    # -- persistence ---------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, for the settings file. The device is not kept: it may be gone at the next start."""
+        return {
+            "model": self.model.spec.id if self.model is not None else "",
+            "sampler": self.sampler,
+            "steps": self.steps,
+            "seed": self.seed,
+            "guidance_scale": self.guidance_scale,
+            "batch_size": self.batch_size,
+            "conditioning": dict(self.conditioning),
+            "optimization": dict(self.optimization),
+        }
+
+    def restore(self, saved: Mapping[str, Any]) -> str:
+        """Take back what ``to_dict`` wrote. Model-specific values wait until that model is selected; wrong
+        types are dropped (a hand-edited settings file must not stop the app). Returns the saved model id."""
+        if not isinstance(saved, Mapping):
+            return ""
+        model_id = saved.get("model") if isinstance(saved.get("model"), str) else ""
+        per_model = {
+            k: saved[k]
+            for k, kind in (
+                ("sampler", str),
+                ("steps", int),
+                ("guidance_scale", (int, float)),
+                ("conditioning", Mapping),
+            )
+            if isinstance(saved.get(k), kind) and not isinstance(saved.get(k), bool)
+        }
+        if model_id and per_model:
+            self._saved_per_model[model_id] = per_model
+        general = {}
+        seed = saved.get("seed")
+        if isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED:
+            general["seed"] = seed
+        batch = saved.get("batch_size")
+        if isinstance(batch, int) and not isinstance(batch, bool) and 1 <= batch <= 16:
+            general["batch_size"] = batch
+        if isinstance(saved.get("optimization"), Mapping):
+            general["optimization"] = dict(saved["optimization"])
+        self.set(**general)
+        if self.model is not None and self.model.spec.id in self._saved_per_model:
+            current, self.model = self.model, None
+            self.set_model(current)  # the saved values of the model already selected apply now
+        return model_id

@@ -6,6 +6,7 @@ so the logic is testable without a ``QApplication`` (see tests/app/test_state.py
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from app.core.events import Event
+from app.core.generation_form import GenerationForm
 from app.core.progress import ProgressTracker
 from app.core.volumes import WINDOW_PRESETS, VolumeEntry, ras_to_voxel, voxel_to_ras, window_for_preset
 
@@ -21,8 +23,6 @@ CONVENTIONS = ("radiological", "neurological")
 RENDER_PRESETS = ("MRI grey", "MIP", "Iso-surface", "Slices only")
 
 MAX_RECENT = 10
-
-REMOTE_PREFIX = "remote:"  # device ids of engine servers: "remote:http://host:port" (app/remote)
 
 
 class RecentFiles:
@@ -50,6 +50,20 @@ class RecentFiles:
         return list(self._paths)
 
 
+def default_result_name(provenance: dict, seed: int) -> str:
+    """``brain-t1-demo seed 7 · bf16`` or ``brain-t1-demo seed 7 · 14:03:22``: the seed, then what set the
+    run apart (its optimization settings when not plain fp32, else the time it finished)."""
+    model = (provenance.get("model") or {}).get("id", "model")
+    requested = (provenance.get("optimization") or {}).get("requested") or {}
+    changed = [
+        str(value) if not isinstance(value, bool) else name
+        for name, value in requested.items()
+        if value not in (None, False, "default") and name != "psnr_budget_db"
+    ]
+    tag = "+".join(changed) if changed else time.strftime("%H:%M:%S")
+    return f"{model} seed {seed} · {tag}"
+
+
 class AppState:
     """The session: models, volumes, what is shown, the running job, display settings.
 
@@ -61,7 +75,7 @@ class AppState:
 
     def __init__(self) -> None:
         self.models: list[Any] = []  # engine ModelSource
-        self.selected_model: Any | None = None
+        self.form = GenerationForm()  # what the next generation will be; it holds the selected model
         self.volumes: list[VolumeEntry] = []
         self.shown: VolumeEntry | None = None
         self.crosshair_ras = np.zeros(3)
@@ -70,9 +84,12 @@ class AppState:
         self.convention = "radiological"
         self.render_preset = RENDER_PRESETS[0]
         self.iso_fraction = 0.35  # iso-surface threshold as a fraction of the shown volume's range
-        self.smooth_display = True
+        self.smooth_display = True  # smooth (bilinear) or nearest-neighbour slice display
+        self.show_crosshair = True
+        self.custom_window: tuple[float, float] | None = None  # the last window/level set by hand
         self.recent = RecentFiles()
         self.job_running = False
+        self.follow_previews = True  # show a run's previews; off once the user picks a volume during it
         self.progress = ProgressTracker()
 
         self.models_changed = Event()
@@ -85,6 +102,7 @@ class AppState:
         self.job_changed = Event()
         self.progress_changed = Event()
         self.status = Event()
+        self.form.changed.connect(self._on_form_changed)
 
     # -- models --------------------------------------------------------------------------------------
 
@@ -121,11 +139,16 @@ class AppState:
         if self.selected_model is not None and any(self.selected_model is s for s in sources):
             self.select_model(self.models[0] if self.models else None)
 
+    @property
+    def selected_model(self) -> Any | None:
+        return self.form.model
+
     def select_model(self, source: Any | None) -> None:
-        if source is self.selected_model:
-            return
-        self.selected_model = source
-        self.model_selected.emit(source)
+        self.form.set_model(source)
+
+    def _on_form_changed(self, name: str) -> None:
+        if name == "model":
+            self.model_selected.emit(self.form.model)
 
     def model_by_id(self, model_id: str) -> Any | None:
         return next((m for m in self.models if m.id == model_id), None)
@@ -141,17 +164,17 @@ class AppState:
             self.show(entry)
         return entry
 
-    def add_result(self, result: Any, label: str = "") -> list[VolumeEntry]:
-        """Add every volume of an engine ``SamplingResult`` to the session; shows the first."""
+    def add_result(self, result: Any, label: str = "", show: bool = True) -> list[VolumeEntry]:
+        """Add every volume of an engine ``SamplingResult`` to the session; shows the first if ``show``."""
         entries = []
         prov = result.provenance
-        base = label or f"{prov.get('model', {}).get('id', 'model')} seed {result.request.seed}"
+        base = label or default_result_name(prov, result.request.seed)
         count = result.volumes.shape[0]
         for index in range(count):
             volume = np.ascontiguousarray(result.volume(index), dtype=np.float32)
             if volume.ndim == 4:  # multi-channel: show channel 0
                 volume = volume[0]
-            name = base if count == 1 else f"{base} #{index + 1}"
+            name = self.unique_name(base if count == 1 else f"{base} #{index + 1}")
             entries.append(
                 VolumeEntry(
                     name=name,
@@ -163,8 +186,26 @@ class AppState:
                 )
             )
         for index, entry in enumerate(entries):
-            self.add_volume(entry, show=index == 0)
+            self.add_volume(entry, show=show and index == 0)
         return entries
+
+    def unique_name(self, name: str) -> str:
+        """``name``, or ``name (2)``, ``name (3)``... if the session already has a volume called that."""
+        taken = {entry.name for entry in self.volumes}
+        candidate, number = name, 2
+        while candidate in taken:
+            candidate, number = f"{name} ({number})", number + 1
+        return candidate
+
+    def rename_volume(self, entry: VolumeEntry, name: str) -> str:
+        """Rename a volume (blank names are refused: the old name stays); returns the name it now has."""
+        name = " ".join(str(name).split())
+        if name and name != entry.name and entry in self.volumes:
+            entry.name = self.unique_name(name)
+            self.volumes_changed.emit()
+            if self.shown is entry:
+                self.shown_changed.emit(entry)
+        return entry.name
 
     def remove_volume(self, entry: VolumeEntry) -> None:
         if entry in self.volumes:
@@ -236,9 +277,14 @@ class AppState:
         window = max(float(window), 1e-6)
         self.window = (window, float(level))
         self.window_preset = preset
+        if preset == "Custom" and (self.shown is None or self.shown.kind != "preview"):
+            self.custom_window = self.window
         self.window_changed.emit(*self.window)
 
     def apply_window_preset(self, preset: str) -> None:
+        if preset == "Custom":  # back to the window/level last set by hand (or keep the current one)
+            self.set_window(*(self.custom_window or self.window))
+            return
         self.window_preset = preset
         if self.shown is not None:
             self.set_window(*window_for_preset(self.shown, preset), preset=preset)
@@ -260,11 +306,45 @@ class AppState:
         self.iso_fraction = float(min(max(fraction, 0.0), 1.0))
         self.display_changed.emit()
 
-    def iso_threshold(self) -> float | None:
+    def iso_range(self) -> tuple[float, float] | None:
+        """The iso-surface threshold's range in the shown volume's intensities (1st to 99.9th percentile)."""
         if self.shown is None:
             return None
         low, high = self.shown.percentile(1.0), self.shown.percentile(99.9)
-        return low + self.iso_fraction * (high - low)
+        return (low, high) if high > low else (low, low + 1.0)
+
+    def iso_threshold(self) -> float | None:
+        span = self.iso_range()
+        return None if span is None else span[0] + self.iso_fraction * (span[1] - span[0])
+
+    def set_iso_threshold(self, value: float) -> None:
+        """Set the iso-surface threshold in intensity units of the shown volume."""
+        span = self.iso_range()
+        if span is not None:
+            self.set_iso_fraction((float(value) - span[0]) / (span[1] - span[0]))
+
+    def set_smooth_display(self, smooth: bool) -> None:
+        if bool(smooth) != self.smooth_display:
+            self.smooth_display = bool(smooth)
+            self.display_changed.emit()
+
+    def set_show_crosshair(self, show: bool) -> None:
+        if bool(show) != self.show_crosshair:
+            self.show_crosshair = bool(show)
+            self.display_changed.emit()
+
+    def replace_volume(self, old: VolumeEntry, new: VolumeEntry) -> bool:
+        """Put ``new`` where ``old`` is in the session (another time point of a 4D file) and show it.
+
+        Returns False, changing nothing, when ``old`` has left the session meanwhile.
+        """
+        if old not in self.volumes:
+            return False
+        self.volumes[self.volumes.index(old)] = new
+        self.volumes_changed.emit()
+        if self.shown is old:
+            self.show(new)
+        return True
 
     # -- job -----------------------------------------------------------------------------------------
 

@@ -114,3 +114,96 @@ def window_from_drag(window: float, level: float, dx: float, dy: float, span: fl
     new_window = max(window + dx * per_pixel, span * 1e-4)
     new_level = level - dy * per_pixel
     return new_window, new_level
+
+
+# -- numbers for people ------------------------------------------------------------------------------
+
+INDEX_BASE = 0  # voxel and slice numbers on screen count from 0, as NIfTI voxel indices (and nibabel) do
+AXIS_LETTERS = ("i", "j", "k")  # the voxel readout's (i, j, k): a slice number names the axis it counts
+
+
+def format_intensity(value: float, integer: bool = False) -> str:
+    """An intensity as plain digits: ``1234`` for integer data, ``0.153`` or ``12.5`` otherwise.
+
+    Scientific notation only for magnitudes plain digits cannot show (below 0.001 or at 1e7 and above).
+    """
+    value = float(value)
+    if not np.isfinite(value):
+        return str(value)
+    magnitude = abs(value)
+    if magnitude >= 1e7 or (0 < magnitude < 1e-3 and not integer):
+        return f"{value:.3g}"
+    if integer or magnitude >= 1000:
+        # half away from zero, as Qt's spin boxes round: the overlay and the W/L fields agree
+        return f"{int(np.copysign(np.floor(magnitude + 0.5), value)):d}"
+    decimals = 1 if magnitude >= 100 else 2 if magnitude >= 10 else 3
+    text = f"{value:.{decimals}f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def intensity_decimals(span: float, integer: bool = False) -> int:
+    """How many decimals a field for intensities of this span needs (0 for integer data)."""
+    if integer or span >= 100:
+        return 0
+    if span <= 0 or not np.isfinite(span):
+        return 3
+    return int(min(6, max(1, 2 - np.floor(np.log10(span)))))
+
+
+# -- zoom and pan ------------------------------------------------------------------------------------
+
+MIN_ZOOM, MAX_ZOOM = 0.5, 32.0  # relative to "fit the view"
+ZOOM_STEP = 1.25  # one +/- key press or one Ctrl+wheel notch
+
+
+def fit_rect(
+    view_w: float, view_h: float, width_mm: float, height_mm: float, margin: float = 6.0
+) -> tuple[float, float, float, float]:
+    """(x, y, w, h) of an image of that physical size, centred and scaled to fit the view."""
+    avail_w, avail_h = max(1.0, view_w - 2 * margin), max(1.0, view_h - 2 * margin)
+    scale = min(avail_w / width_mm, avail_h / height_mm)
+    w, h = width_mm * scale, height_mm * scale
+    return (view_w - w) / 2, (view_h - h) / 2, w, h
+
+
+def zoomed_rect(
+    fit: tuple[float, float, float, float],
+    view_w: float,
+    view_h: float,
+    zoom: float,
+    pan: tuple[float, float],
+) -> tuple[float, float, float, float]:
+    """The fitted rect scaled by ``zoom`` about the view centre, then moved by ``pan`` (view pixels)."""
+    _, _, w, h = fit
+    zw, zh = w * zoom, h * zoom
+    cx, cy = view_w / 2 + pan[0], view_h / 2 + pan[1]
+    return cx - zw / 2, cy - zh / 2, zw, zh
+
+
+def clamp_pan(
+    pan: tuple[float, float], image_w: float, image_h: float, view_w: float, view_h: float, keep: float = 32.0
+) -> tuple[float, float]:
+    """Keep at least ``keep`` pixels of the image on screen, so a pan never loses the image."""
+    limit_x = max(0.0, view_w / 2 + image_w / 2 - min(keep, image_w))
+    limit_y = max(0.0, view_h / 2 + image_h / 2 - min(keep, image_h))
+    return float(np.clip(pan[0], -limit_x, limit_x)), float(np.clip(pan[1], -limit_y, limit_y))
+
+
+def zoom_about(
+    zoom: float,
+    pan: tuple[float, float],
+    factor: float,
+    point: tuple[float, float],
+    view_w: float,
+    view_h: float,
+) -> tuple[float, tuple[float, float]]:
+    """Zoom by ``factor`` keeping the image point under ``point`` (view pixels) where it is.
+
+    Returns the new (zoom, pan); the zoom stays within [MIN_ZOOM, MAX_ZOOM].
+    """
+    new_zoom = float(np.clip(zoom * factor, MIN_ZOOM, MAX_ZOOM))
+    applied = new_zoom / zoom
+    cx, cy = view_w / 2 + pan[0], view_h / 2 + pan[1]
+    new_cx = point[0] - (point[0] - cx) * applied
+    new_cy = point[1] - (point[1] - cy) * applied
+    return new_zoom, (new_cx - view_w / 2, new_cy - view_h / 2)

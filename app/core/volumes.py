@@ -17,6 +17,7 @@ import numpy as np
 from app.core.display import optimization_lines, run_summary_lines
 
 WINDOW_PRESETS = ("Auto (1-99%)", "Full range", "Soft (0.5-99.5%)", "High contrast (10-90%)")
+CUSTOM_PRESET = "Custom"  # a window/level set by hand (typed, or right-dragged in a slice view)
 
 _uids = itertools.count(1)
 
@@ -36,7 +37,10 @@ class VolumeEntry:
     saved: bool = (
         False  # the user wrote it to a file or the vault in this session (crash recovery lets it go)
     )
+    time_points: int = 1  # how many volumes the file holds (a 4D series); ``data`` is one of them
+    time_index: int = 0  # which one, counted from 0
     _percentiles: dict[float, float] = field(default_factory=dict, repr=False)
+    _integer: bool | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -57,6 +61,14 @@ class VolumeEntry:
             self._percentiles[q] = float(np.percentile(sample, q))
         return self._percentiles[q]
 
+    @property
+    def integer_valued(self) -> bool:
+        """Whether every intensity is a whole number (CT, most raw MRI): shown without decimals."""
+        if self._integer is None:
+            sample = self.data.ravel()[:: max(1, self.data.size // 2_000_000)]
+            self._integer = bool(np.all(np.isfinite(sample)) and np.array_equal(sample, np.round(sample)))
+        return self._integer
+
     def center_ras(self) -> np.ndarray:
         centre = (np.asarray(self.shape, dtype=np.float64) - 1) / 2.0
         return voxel_to_ras(self.affine, centre)
@@ -72,6 +84,8 @@ class VolumeEntry:
             f"{self.shape[0]} x {self.shape[1]} x {self.shape[2]} voxels, {sx:.2g} x {sy:.2g} x {sz:.2g} mm",
             f"range {float(self.data.min()):.3g} .. {float(self.data.max()):.3g}",
         ]
+        if self.time_points > 1:
+            lines.append(f"4D: time point {self.time_index} of 0..{self.time_points - 1}")
         if self.synthetic:
             lines.append("SYNTHETIC")
         prov = self.provenance
@@ -123,10 +137,20 @@ def window_for_preset(entry: VolumeEntry, preset: str) -> tuple[float, float]:
 
 
 def preview_affine(
-    model_affine: np.ndarray, output_xyz: tuple[int, int, int], preview_shape: tuple[int, ...]
+    model_affine: np.ndarray,
+    output_xyz: tuple[int, int, int],
+    preview_shape: tuple[int, ...],
+    stride: int | None = None,
 ) -> np.ndarray:
-    """The affine of a strided preview (the engine keeps every n-th voxel of the output volume)."""
-    strides = [max(1, math.ceil(o / p)) for o, p in zip(output_xyz, preview_shape[:3], strict=True)]
+    """The affine of a strided preview: the engine keeps every ``stride``-th voxel of the output volume.
+
+    Without the engine's stride it is guessed from the shapes, which is ambiguous on short axes (9 voxels
+    at stride 4 give 3, as 9 at stride 3 do); ``Progress.preview_stride`` says it exactly.
+    """
+    if stride is not None:
+        strides = [int(stride)] * 3
+    else:
+        strides = [max(1, math.ceil(o / p)) for o, p in zip(output_xyz, preview_shape[:3], strict=True)]
     affine = np.array(model_affine, dtype=np.float64, copy=True)
     affine[:3, :3] = affine[:3, :3] @ np.diag(strides)
     return affine

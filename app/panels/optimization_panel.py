@@ -4,14 +4,13 @@ Each control edits one field of ``engine.optimization.OptimizationConfig``. Afte
 device or the model changes, the panel asks ``engine.optimization.expected_report`` what will apply and
 shows a mark per requested setting (check: applies, dash: does not) whose tooltip is the engine's reason.
 A combination the engine refuses shows the engine's message under the settings and keeps Generate off.
-The settings go into every request through the sampling panel's settings hook and persist in QSettings.
+The panel is a view of the generation form's ``optimization`` field, which is saved with the form.
 
 The section is compact by default (preset, one summary line); the arrow shows every setting.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -36,8 +35,7 @@ from app.core.display import (
     setting_requested,
     setting_text,
 )
-from app.core.generation_form import GenerationSettings
-from app.core.session import REMOTE_PREFIX, AppState
+from app.core.session import AppState
 from engine.errors import EngineError, InvalidRequest
 from engine.optimization import (
     ATTENTION_KERNELS,
@@ -59,7 +57,7 @@ PRESET_TIPS = {
     "Low memory": "Decode the volume layer by layer in slabs: the same result with a bounded peak memory",
 }
 CUSTOM = "Custom"
-SETTINGS_KEY, EXPANDED_KEY = "optimization/settings", "optimization/expanded"
+EXPANDED_KEY = "optimization/expanded"
 BLOCK_SOURCE = "optimization"
 
 # Control values: (label shown, value in the config).
@@ -113,12 +111,10 @@ def _engine_loaded() -> bool:
 class OptimizationPanel(QWidget):
     """Optimization controls with live per-device applicability. Install with ``install_optimization_panel``."""
 
-    def __init__(
-        self, state: AppState, sampling_panel, settings: QSettings, parent: QWidget | None = None
-    ) -> None:
+    def __init__(self, state: AppState, settings: QSettings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self.sampling_panel = sampling_panel
+        self.form = state.form
         self.qsettings = settings
         self.report: dict[str, dict[str, Any]] | None = None  # the latest prediction
         self.refused: str = ""  # the engine's message when the combination is refused
@@ -210,10 +206,10 @@ class OptimizationPanel(QWidget):
         layout.addWidget(self.refused_label)
         layout.addWidget(self.body)
 
-        self._load()
+        self._set_controls({**DEFAULTS, **self.form.optimization})
         self.expand_button.setChecked(self.qsettings.value(EXPANDED_KEY, False, type=bool))
         self._on_expand_button_toggled(self.expand_button.isChecked())
-        sampling_panel.device_box.currentIndexChanged.connect(self._on_device_box_changed)
+        self.form.changed.connect(self._on_form_changed)
         state.model_selected.connect(self._on_state_model_selected)
         state.job_changed.connect(self._on_state_job_changed)
         self.refresh(import_engine=False)
@@ -268,21 +264,25 @@ class OptimizationPanel(QWidget):
         self.set_values(preset_values(name))
 
     def device_id(self) -> str:
-        return self.sampling_panel.device_box.currentData() or "auto"
+        return self.form.device
 
     # -- checking against the engine -----------------------------------------------------------------
 
     def refresh(self, import_engine: bool = True) -> None:
         """Re-check the settings on the selected device; ``import_engine=False`` defers it until torch is loaded."""
         values = self.values()
-        self._save(values)
+        self._updating = True
+        try:
+            self.form.set(optimization={k: v for k, v in values.items() if v != DEFAULTS[k]})
+        finally:
+            self._updating = False
         self.budget_spin.setEnabled(values["quantization"] == "mixed" and not self.state.job_running)
         self.labels["psnr_budget_db"].setEnabled(self.budget_spin.isEnabled())
         self.preset_box.setCurrentText(preset_of(values))
         self.report, refused, self._pending, self._remote = None, "", False, False
         try:
             config = OptimizationConfig.from_dict(values)  # conflicts on every device: no torch needed
-            if self.device_id().startswith(REMOTE_PREFIX):
+            if self.form.remote:
                 self._remote = True  # the server's device is not here to ask: the server checks at submit
             elif import_engine or _engine_loaded():
                 from engine.devices import resolve_device
@@ -306,9 +306,7 @@ class OptimizationPanel(QWidget):
         self.refused = refused
         self.refused_label.setText(refused)
         self.refused_label.setVisible(bool(refused))
-        self.sampling_panel.set_generate_blocked(
-            BLOCK_SOURCE, f"refused optimization settings: {refused}" if refused else None
-        )
+        self.form.set_blocked(BLOCK_SOURCE, f"refused optimization settings: {refused}" if refused else None)
         report = self.report or {}
         for name, mark in self.marks.items():
             entry = report.get(name)
@@ -348,25 +346,12 @@ class OptimizationPanel(QWidget):
                 self.summary.setText(text + (f"; not: {', '.join(missing)}" if missing else ""))
             self.summary.setToolTip("\n".join(optimization_lines(report)))
 
-    # -- persistence ---------------------------------------------------------------------------------
+    # -- slots ---------------------------------------------------------------------------------------
 
-    def _load(self) -> None:
-        try:
-            saved = json.loads(self.qsettings.value(SETTINGS_KEY, "{}", type=str))
-        except (TypeError, ValueError):
-            saved = {}
-        self._set_controls({**DEFAULTS, **(saved if isinstance(saved, dict) else {})})
-
-    def _save(self, values: dict[str, Any]) -> None:
-        self.qsettings.setValue(SETTINGS_KEY, json.dumps(values))
-
-    # -- hooks and slots -----------------------------------------------------------------------------
-
-    def apply_to(self, settings: GenerationSettings) -> None:
-        """The sampling panel's settings hook: this panel's settings go into every request."""
+    def check_before_run(self) -> None:
+        """A run is about to start: a check that waited for the engine to load happens now (it may refuse)."""
         if self._pending:
             self.refresh()
-        settings.optimization = self.values()
 
     def _on_control_changed(self, *_args) -> None:
         if not self._updating:
@@ -386,8 +371,13 @@ class OptimizationPanel(QWidget):
         self.expand_button.setToolTip("Hide the individual settings" if expanded else "Show every setting")
         self.qsettings.setValue(EXPANDED_KEY, expanded)
 
-    def _on_device_box_changed(self, _index: int) -> None:
-        self.refresh()
+    def _on_form_changed(self, name: str) -> None:
+        if name == "device":
+            self.refresh()
+        elif name == "optimization" and not self._updating:
+            wanted = {**DEFAULTS, **self.form.optimization}
+            if wanted != self.values():  # set elsewhere (a restored form, a preset from the Compare window)
+                self.set_values(wanted)
 
     def _on_state_model_selected(self, _source) -> None:
         self.refresh(import_engine=False)
@@ -400,7 +390,7 @@ class OptimizationPanel(QWidget):
 
 def install_optimization_panel(window) -> OptimizationPanel:
     """Give ``window`` (a ``MainWindow``) its Optimization section in the generation panel."""
-    panel = OptimizationPanel(window.state, window.sampling_panel, window.settings)
+    panel = OptimizationPanel(window.state, window.settings)
     window.sampling_panel.add_section("Optimization", panel)
-    window.sampling_panel.add_settings_hook(panel.apply_to)
+    window.generation.about_to_start.connect(panel.check_before_run)
     return panel

@@ -1,24 +1,31 @@
-"""The generation panel: model, sampler, steps, seed, conditioning, guidance, batch, device; Generate/Cancel.
+"""The Generate panel: a view of the ``GenerationForm`` (model, sampler, steps, seed, conditioning, guidance,
+batch, device) with Generate/Cancel and the run's progress.
 
-It edits a ``GenerationSettings`` and asks for a run through ``generate_requested``; the main window owns
-the worker. Other panels add controls with ``add_section`` (optimization settings, remote backends...) and
-contribute to the request with ``add_settings_hook``.
+Every control writes its field to the form when the user changes it and is redrawn from the form when the
+form changes, so other parts (the Optimization section, the Compare window, engine servers) read and change
+the form, never these widgets. The form's controls scroll; Generate, Cancel and the progress stay pinned
+at the bottom so they are visible whatever else is open. Sections are added with ``add_section``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QAbstractSpinBox,
+    QApplication,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSlider,
     QSpinBox,
@@ -27,15 +34,43 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.generation_form import GenerationSettings, random_seed
+from app.core.generation_form import MAX_SEED, condition_problem, extrapolation_note, random_seed
 from app.core.progress import ProgressTracker
 from app.core.session import AppState
 
 SLIDER_STEPS = 1000
+NOTE_COLOUR = "#e5c07b"  # amber: a value the model was not trained on, or one that was clamped
+
+
+class WheelGuard(QObject):
+    """Wheel events over a value control change it only when it has focus; otherwise the panel scrolls.
+
+    Scrolling a long form with the mouse must not change the sampler or the seed the pointer passes over.
+    """
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.Wheel and isinstance(watched, QWidget) and not watched.hasFocus():
+            parent = watched.parentWidget()
+            while parent is not None and not isinstance(parent, QAbstractScrollArea):
+                parent = parent.parentWidget()
+            if parent is not None:
+                QApplication.sendEvent(parent.viewport(), event)
+            return True
+        return False
+
+    def guard(self, widget: QWidget) -> None:
+        widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # not WheelFocus: the wheel must not take focus
+        widget.installEventFilter(self)
 
 
 class ConditionControl(QWidget):
-    """A slider and a spin box bound together, in the condition's own units and range."""
+    """A slider and a spin box for one condition, in its own units and range, and a note under them.
+
+    The spin box takes any number so that a value typed out of range is not silently cut to its first
+    digits (160 max: typing 200 used to give 20); ``clamp`` brings it into range and the note says so.
+    """
+
+    edited = Signal(str, float)  # condition name, new value in range
 
     def __init__(self, condition, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -46,56 +81,104 @@ class ConditionControl(QWidget):
         span = condition.max - condition.min
         decimals = 0 if span >= 100 else 1 if span >= 10 else 2
         self.spin.setDecimals(decimals)
-        self.spin.setRange(condition.min, condition.max)
+        self.spin.setRange(-1e9, 1e9)
+        self.spin.setKeyboardTracking(False)  # one value when the user presses Enter or leaves the field
         self.spin.setSingleStep(10**-decimals if decimals else max(1.0, round(span / 100)))
         self.spin.setSuffix(f" {condition.unit}" if condition.unit else "")
         self.spin.setMinimumWidth(96)
-        tip = f"{condition.label}: {condition.min:g} to {condition.max:g} {condition.unit}".strip()
+        unit = f" {condition.unit}" if condition.unit else ""
+        tip = f"{condition.label}: {condition.min:g} to {condition.max:g}{unit}"
+        trained = getattr(condition, "trained_min", None), getattr(condition, "trained_max", None)
+        if None not in trained:
+            tip += f" (trained on {trained[0]:g} to {trained[1]:g}{unit})"
         if condition.description:
             tip += f"\n{condition.description}"
         self.setToolTip(tip)
-        layout = QHBoxLayout(self)
+        self.slider.setToolTip(tip)
+        self.spin.setToolTip(tip)
+        self.note = QLabel()
+        self.note.setObjectName("hint")
+        self.note.setStyleSheet(f"color: {NOTE_COLOUR};")
+        self.note.setWordWrap(True)
+        self.note.hide()
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.slider, 1)
+        row.addWidget(self.spin)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.slider, 1)
-        layout.addWidget(self.spin)
+        layout.setSpacing(2)
+        layout.addLayout(row)
+        layout.addWidget(self.note)
+        self._clamped = ""
         self.slider.valueChanged.connect(self._on_slider_changed)
         self.spin.valueChanged.connect(self._on_spin_changed)
-        self.set_value(condition.default)
 
     def value(self) -> float:
         return float(self.spin.value())
 
-    def set_value(self, value: float) -> None:
+    def show_value(self, value: float) -> None:
+        """Show ``value`` (from the form) without emitting ``edited``."""
+        for widget in (self.spin, self.slider):
+            widget.blockSignals(True)
         self.spin.setValue(value)
+        self.slider.setValue(self._position(value))
+        for widget in (self.spin, self.slider):
+            widget.blockSignals(False)
+        self._update_note(value)
+
+    def _position(self, value: float) -> int:
+        c = self.condition
+        return int(round((value - c.min) / (c.max - c.min) * SLIDER_STEPS))
+
+    def _update_note(self, value: float) -> None:
+        notes = [self._clamped] if self._clamped else []
+        extrapolation = extrapolation_note(self.condition, value)
+        if extrapolation:
+            notes.append(extrapolation.capitalize())
+        self.note.setText("\n".join(notes))
+        self.note.setVisible(bool(notes))
 
     def _on_slider_changed(self, position: int) -> None:
         c = self.condition
         value = c.min + (c.max - c.min) * position / SLIDER_STEPS
-        if abs(value - self.spin.value()) > 10 ** -self.spin.decimals() / 2:
-            self.spin.setValue(value)
+        self._clamped = ""
+        self.spin.blockSignals(True)
+        self.spin.setValue(value)
+        self.spin.blockSignals(False)
+        self._update_note(self.value())
+        self.edited.emit(c.name, self.value())
 
     def _on_spin_changed(self, value: float) -> None:
         c = self.condition
-        position = int(round((value - c.min) / (c.max - c.min) * SLIDER_STEPS))
-        if position != self.slider.value():
-            self.slider.blockSignals(True)
-            self.slider.setValue(position)
-            self.slider.blockSignals(False)
+        self._clamped = ""
+        if not math.isfinite(value) or condition_problem(c, value):
+            limit = c.max if value > c.max else c.min
+            self._clamped = f"{value:g} is outside {c.min:g} to {c.max:g}: set to {limit:g}"
+            value = limit
+            self.spin.blockSignals(True)
+            self.spin.setValue(value)
+            self.spin.blockSignals(False)
+        self.slider.blockSignals(True)
+        self.slider.setValue(self._position(value))
+        self.slider.blockSignals(False)
+        self._update_note(value)
+        self.edited.emit(c.name, float(value))
 
 
 class SamplingPanel(QWidget):
-    """Generation controls. Emits ``generate_requested(GenerationSettings)`` and ``cancel_requested()``."""
+    """Generation controls, a view of ``state.form``. Emits ``generate_requested()`` and ``cancel_requested()``."""
 
-    generate_requested = Signal(object)
+    generate_requested = Signal()
     cancel_requested = Signal()
     open_model_requested = Signal()
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.state = state
-        self._settings_hooks: list[Callable[[GenerationSettings], None]] = []
-        self._generate_blocks: dict[str, str] = {}  # source -> why Generate is off (e.g. refused settings)
+        self.form = state.form
         self.condition_controls: dict[str, ConditionControl] = {}
+        self.wheel_guard = WheelGuard(self)
 
         # -- model
         self.model_box = QComboBox()
@@ -114,15 +197,18 @@ class SamplingPanel(QWidget):
 
         # -- sampling
         self.sampler_box = QComboBox()
+        self.sampler_box.currentTextChanged.connect(self._on_sampler_box_changed)
         self.steps_spin = QSpinBox()
         self.steps_spin.setRange(1, 1000)
         self.steps_spin.setToolTip("Denoising steps: more is slower and usually cleaner")
+        self.steps_spin.valueChanged.connect(self._on_steps_spin_changed)
         self.seed_spin = QSpinBox()
-        self.seed_spin.setRange(0, 2**31 - 1)
+        self.seed_spin.setRange(0, MAX_SEED)
         self.seed_spin.setToolTip("Same seed + same settings + same device = same volume")
+        self.seed_spin.valueChanged.connect(self._on_seed_spin_changed)
         self.random_seed_button = QToolButton(text="Random")
-        self.random_seed_button.setToolTip("Pick a random seed")
-        self.random_seed_button.clicked.connect(self._on_random_seed_clicked)
+        self.random_seed_button.setToolTip("Pick a random seed (Ctrl+R)")
+        self.random_seed_button.clicked.connect(self.pick_random_seed)
         seed_row = QHBoxLayout()
         seed_row.addWidget(self.seed_spin, 1)
         seed_row.addWidget(self.random_seed_button)
@@ -134,15 +220,18 @@ class SamplingPanel(QWidget):
             "Classifier-free guidance: 1 = plain conditional sampling; higher follows "
             "the conditions more strictly"
         )
+        self.guidance_spin.valueChanged.connect(self._on_guidance_spin_changed)
         self.guidance_label = QLabel("Guidance")
         self.batch_spin = QSpinBox()
         self.batch_spin.setRange(1, 16)
         self.batch_spin.setToolTip("Volumes generated together (same settings, consecutive noise)")
+        self.batch_spin.valueChanged.connect(self._on_batch_spin_changed)
         self._added_devices: list[tuple[str, str]] = []
         self.device_box = QComboBox()
         self.device_box.addItem("Auto", "auto")
         self.device_box.addItem("CPU", "cpu")
         self.device_box.setToolTip("Where the model runs")
+        self.device_box.currentIndexChanged.connect(self._on_device_box_changed)
 
         model_group = QGroupBox("Model")
         model_form = QVBoxLayout(model_group)
@@ -161,9 +250,9 @@ class SamplingPanel(QWidget):
 
         self.conditioning_group = QGroupBox("Conditioning")
         self.conditioning_form = QFormLayout(self.conditioning_group)
-        self.conditioning_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.conditioning_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
 
-        # -- run
+        # -- run (pinned under the scrolling form)
         self.generate_button = QPushButton("Generate")
         self.generate_button.setObjectName("primary")
         self.generate_button.setToolTip("Generate a volume (Ctrl+G)")
@@ -181,68 +270,75 @@ class SamplingPanel(QWidget):
         self.progress_bar.setTextVisible(True)
         self.progress_label = QLabel("Ready")
         self.progress_label.setObjectName("progressText")
+        self.progress_label.setWordWrap(True)
 
         self._sections = QVBoxLayout()
         self._sections.setSpacing(8)
+        self.form_widget = QWidget()
+        controls = QVBoxLayout(self.form_widget)
+        controls.setContentsMargins(8, 8, 8, 8)
+        controls.setSpacing(8)
+        controls.addWidget(model_group)
+        controls.addWidget(sampling_group)
+        controls.addWidget(self.conditioning_group)
+        controls.addLayout(self._sections)
+        controls.addStretch(1)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.form_widget)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        run_box = QWidget()
+        run_box.setObjectName("runBox")
+        run = QVBoxLayout(run_box)
+        run.setContentsMargins(8, 6, 8, 8)
+        run.setSpacing(6)
+        run.addLayout(buttons)
+        run.addWidget(self.progress_bar)
+        run.addWidget(self.progress_label)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 8, 8, 8)
-        layout.setSpacing(8)
-        layout.addWidget(model_group)
-        layout.addWidget(sampling_group)
-        layout.addWidget(self.conditioning_group)
-        layout.addLayout(self._sections)
-        layout.addStretch(1)
-        layout.addLayout(buttons)
-        layout.addWidget(self.progress_bar)
-        layout.addWidget(self.progress_label)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.scroll, 1)
+        layout.addWidget(run_box)
+        self.setMinimumWidth(300)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+        for widget in (
+            self.model_box,
+            self.sampler_box,
+            self.steps_spin,
+            self.seed_spin,
+            self.guidance_spin,
+            self.batch_spin,
+            self.device_box,
+        ):
+            self.wheel_guard.guard(widget)
 
         state.models_changed.connect(self._on_state_models_changed)
-        state.model_selected.connect(self._on_state_model_selected)
         state.job_changed.connect(self._on_state_job_changed)
         state.progress_changed.connect(self._on_state_progress_changed)
+        self.form.changed.connect(self._on_form_changed)
+        self.form.blocks_changed.connect(self._update_generate_button)
         self._on_state_models_changed()
-        self._on_state_model_selected(state.selected_model)
 
     # -- extension hooks -----------------------------------------------------------------------------
 
     def add_section(self, title: str, widget: QWidget) -> QGroupBox:
-        """Add a titled group of controls above the Generate button (e.g. optimization settings)."""
+        """Add a titled group of controls under the form (e.g. optimization settings); its value controls
+        get the same wheel rule as the panel's own."""
         group = QGroupBox(title)
         inner = QVBoxLayout(group)
         inner.setContentsMargins(6, 6, 6, 6)
         inner.addWidget(widget)
         self._sections.addWidget(group)
+        for child in widget.findChildren(QWidget):
+            if isinstance(child, QComboBox | QAbstractSpinBox | QSlider):
+                self.wheel_guard.guard(child)
         return group
-
-    def add_settings_hook(self, hook: Callable[[GenerationSettings], None]) -> None:
-        """``hook(settings)`` may change the settings just before a run (e.g. set ``settings.optimization``)."""
-        self._settings_hooks.append(hook)
-
-    def set_generate_blocked(self, source: str, reason: str | None) -> None:
-        """Keep Generate off while ``source`` has a ``reason`` (shown as its tooltip); ``None`` lifts the block."""
-        if reason:
-            self._generate_blocks[source] = reason
-        else:
-            self._generate_blocks.pop(source, None)
-        self._update_generate_button()
-
-    def generate_blocked_reason(self, ignore: tuple[str, ...] = ()) -> str:
-        """Why Generate is off ("" if it is not), leaving out the blocks of the ``ignore`` sources."""
-        return "\n".join(reason for source, reason in self._generate_blocks.items() if source not in ignore)
-
-    def _update_generate_button(self) -> None:
-        blocked = self.generate_blocked_reason()
-        self.generate_button.setEnabled(
-            not blocked and not self.state.job_running and self.state.selected_model is not None
-        )
-        self.generate_button.setToolTip(
-            f"Cannot generate: {blocked}" if blocked else "Generate a volume (Ctrl+G)"
-        )
 
     def set_devices(self, devices: list[dict]) -> None:
         """Fill the device picker from ``engine.devices.available_devices()``; added devices (engine servers) stay."""
-        current = self.device_box.currentData()
+        current = self.form.device
         self.device_box.blockSignals(True)
         self.device_box.clear()
         self.device_box.addItem("Auto", "auto")
@@ -252,64 +348,160 @@ class SamplingPanel(QWidget):
             )
         for label, data in self._added_devices:
             self.device_box.addItem(label, data)
-        index = self.device_box.findData(current)
-        self.device_box.setCurrentIndex(max(0, index))
         self.device_box.blockSignals(False)
+        self._show_device()
         if self.device_box.currentData() != current:
-            self.device_box.currentIndexChanged.emit(self.device_box.currentIndex())
+            self.form.set(device=self.device_box.currentData() or "auto")
 
     def add_device(self, label: str, data: str) -> None:
         """Add and select a device that is not on this machine (an engine server); it survives ``set_devices``."""
         self.remove_device(data)
         self._added_devices.append((label, data))
         self.device_box.addItem(label, data)
-        self.device_box.setCurrentIndex(self.device_box.findData(data))
+        self.form.set(device=data)
 
     def remove_device(self, data: str) -> None:
         self._added_devices = [(label, d) for label, d in self._added_devices if d != data]
         index = self.device_box.findData(data)
         if index >= 0:
-            self.device_box.removeItem(index)  # Qt selects a neighbour and says so (currentIndexChanged)
+            self.device_box.blockSignals(True)
+            self.device_box.removeItem(index)
+            self.device_box.blockSignals(False)
+        if self.form.device == data:
+            self.form.set(device="auto")
 
-    # -- reading the form ----------------------------------------------------------------------------
+    def device_label(self, device: str) -> str:
+        index = self.device_box.findData(device)
+        return self.device_box.itemText(index) if index >= 0 else device
 
-    def settings(self) -> GenerationSettings:
-        source = self.state.selected_model
-        # By folder path, not id: the same model whichever registry the backend searches, and opened
-        # folders (MONAI bundles) need no registration.
-        model = str(source.path) if source is not None else ""
-        settings = GenerationSettings(
-            model=model,
-            sampler=self.sampler_box.currentText(),
-            steps=self.steps_spin.value(),
-            seed=self.seed_spin.value(),
-            conditioning={name: control.value() for name, control in self.condition_controls.items()},
-            guidance_scale=self.guidance_spin.value() if self.guidance_spin.isEnabled() else 1.0,
-            batch_size=self.batch_spin.value(),
-            device=self.device_box.currentData() or "auto",
+    def pick_random_seed(self) -> None:
+        self.form.set(seed=random_seed())
+
+    # -- drawing the form ----------------------------------------------------------------------------
+
+    def _on_form_changed(self, name: str) -> None:
+        if name == "model":
+            self._show_model()
+        elif name == "sampler":
+            self._set_quietly(self.sampler_box.setCurrentText, self.sampler_box, self.form.sampler)
+        elif name == "steps":
+            self._set_quietly(self.steps_spin.setValue, self.steps_spin, self.form.steps)
+        elif name == "seed":
+            self._set_quietly(self.seed_spin.setValue, self.seed_spin, self.form.seed)
+        elif name == "guidance_scale":
+            self._set_quietly(
+                self.guidance_spin.setValue, self.guidance_spin, self.form.guidance_scale or 1.0
+            )
+        elif name == "batch_size":
+            self._set_quietly(self.batch_spin.setValue, self.batch_spin, self.form.batch_size)
+        elif name == "device":
+            self._show_device()
+        elif name == "conditioning":
+            for cname, control in self.condition_controls.items():
+                control.show_value(self.form.conditioning.get(cname, control.condition.default))
+
+    @staticmethod
+    def _set_quietly(setter, widget: QWidget, value) -> None:
+        widget.blockSignals(True)
+        setter(value)
+        widget.blockSignals(False)
+
+    def _show_device(self) -> None:
+        index = self.device_box.findData(self.form.device)
+        self._set_quietly(self.device_box.setCurrentIndex, self.device_box, max(0, index))
+
+    def _show_model(self) -> None:
+        source = self.form.model
+        while self.conditioning_form.rowCount():
+            self.conditioning_form.removeRow(0)
+        self.condition_controls.clear()
+        if source is None:
+            self.model_info.setText("No model selected")
+            self.conditioning_group.hide()
+            self._update_generate_button()
+            return
+        index = self.model_box.findData(source.id)
+        if index >= 0:
+            self._set_quietly(self.model_box.setCurrentIndex, self.model_box, index)
+        spec = source.spec
+        shape = "\u00d7".join(str(s) for s in spec.output_shape[1:])
+        spacing = "\u00d7".join(f"{s:g}" for s in spec.voxel_spacing_mm)
+        self.model_info.setText(f"{spec.kind} diffusion \u00b7 {shape} voxels \u00b7 {spacing} mm")
+        self.sampler_box.blockSignals(True)
+        self.sampler_box.clear()
+        self.sampler_box.addItems(list(spec.samplers))
+        self.sampler_box.setCurrentText(self.form.sampler)
+        self.sampler_box.blockSignals(False)
+        self._set_quietly(self.steps_spin.setValue, self.steps_spin, self.form.steps)
+        for condition in spec.conditioning:
+            control = ConditionControl(condition)
+            control.show_value(self.form.conditioning.get(condition.name, condition.default))
+            control.edited.connect(self._on_condition_edited)
+            self.wheel_guard.guard(control.slider)
+            self.wheel_guard.guard(control.spin)
+            self.condition_controls[condition.name] = control
+            self.conditioning_form.addRow(condition.label, control)
+        self.conditioning_group.setVisible(bool(spec.conditioning))
+        self._set_quietly(self.guidance_spin.setValue, self.guidance_spin, self.form.guidance_scale or 1.0)
+        self._update_guidance_enabled()
+        self._update_generate_button()
+
+    def _update_guidance_enabled(self) -> None:
+        source = self.form.model
+        supported = source is not None and source.spec.supports_guidance
+        self.guidance_spin.setEnabled(supported and not self.state.job_running)
+        self.guidance_label.setEnabled(supported)
+        self.guidance_spin.setToolTip(
+            "Classifier-free guidance: 1 = plain conditional sampling; higher follows the conditions more strictly"
+            if supported
+            else "This model was not trained for classifier-free guidance"
         )
-        for hook in self._settings_hooks:
-            hook(settings)
-        return settings
 
-    # -- slots ---------------------------------------------------------------------------------------
+    def _update_generate_button(self) -> None:
+        blocked = self.form.blocked_reason()
+        self.generate_button.setEnabled(
+            not blocked and not self.state.job_running and self.form.model is not None
+        )
+        self.generate_button.setToolTip(
+            f"Cannot generate: {blocked}" if blocked else "Generate a volume (Ctrl+G)"
+        )
+
+    # -- user edits ----------------------------------------------------------------------------------
 
     def _on_generate_clicked(self) -> None:
-        if self.state.selected_model is None or self.state.job_running:
+        if self.form.model is None or self.state.job_running or self.form.blocked_reason():
             return
-        settings = self.settings()  # hooks first: they may block the run (e.g. refused optimization settings)
-        if self._generate_blocks:
-            return
-        self.generate_requested.emit(settings)
-
-    def _on_random_seed_clicked(self) -> None:
-        self.seed_spin.setValue(random_seed())
+        self.generate_requested.emit()
 
     def _on_model_box_changed(self, index: int) -> None:
         model_id = self.model_box.itemData(index)
         source = self.state.model_by_id(model_id) if model_id else None
         if source is not None:
             self.state.select_model(source)
+
+    def _on_sampler_box_changed(self, text: str) -> None:
+        if text:
+            self.form.set(sampler=text)
+
+    def _on_steps_spin_changed(self, value: int) -> None:
+        self.form.set(steps=value)
+
+    def _on_seed_spin_changed(self, value: int) -> None:
+        self.form.set(seed=value)
+
+    def _on_guidance_spin_changed(self, value: float) -> None:
+        self.form.set(guidance_scale=value)
+
+    def _on_batch_spin_changed(self, value: int) -> None:
+        self.form.set(batch_size=value)
+
+    def _on_device_box_changed(self, _index: int) -> None:
+        self.form.set(device=self.device_box.currentData() or "auto")
+
+    def _on_condition_edited(self, name: str, value: float) -> None:
+        self.form.set_condition(name, value)
+
+    # -- session events ------------------------------------------------------------------------------
 
     def _on_state_models_changed(self) -> None:
         self.model_box.blockSignals(True)
@@ -320,44 +512,7 @@ class SamplingPanel(QWidget):
                 self.model_box.count() - 1, f"{source.id}\n{source.path}", Qt.ItemDataRole.ToolTipRole
             )
         self.model_box.blockSignals(False)
-        self._on_state_model_selected(self.state.selected_model)
-
-    def _on_state_model_selected(self, source) -> None:
-        if source is None:
-            self.model_info.setText("No model selected")
-            self._update_generate_button()
-            return
-        index = self.model_box.findData(source.id)
-        if index >= 0 and index != self.model_box.currentIndex():
-            self.model_box.blockSignals(True)
-            self.model_box.setCurrentIndex(index)
-            self.model_box.blockSignals(False)
-        spec = source.spec
-        shape = "\u00d7".join(str(s) for s in spec.output_shape[1:])
-        spacing = "\u00d7".join(f"{s:g}" for s in spec.voxel_spacing_mm)
-        self.model_info.setText(f"{spec.kind} diffusion \u00b7 {shape} voxels \u00b7 {spacing} mm")
-        self.sampler_box.clear()
-        self.sampler_box.addItems(list(spec.samplers))
-        self.sampler_box.setCurrentText(spec.default_sampler)
-        self.steps_spin.setValue(spec.default_steps)
-        # conditioning
-        while self.conditioning_form.rowCount():
-            self.conditioning_form.removeRow(0)
-        self.condition_controls.clear()
-        for condition in spec.conditioning:
-            control = ConditionControl(condition)
-            self.condition_controls[condition.name] = control
-            self.conditioning_form.addRow(condition.label, control)
-        self.conditioning_group.setVisible(bool(spec.conditioning))
-        self.guidance_spin.setValue(spec.default_guidance_scale)
-        self.guidance_spin.setEnabled(spec.supports_guidance)
-        self.guidance_label.setEnabled(spec.supports_guidance)
-        self.guidance_spin.setToolTip(
-            self.guidance_spin.toolTip()
-            if spec.supports_guidance
-            else "This model was not trained for classifier-free guidance"
-        )
-        self._update_generate_button()
+        self._show_model()
 
     def _on_state_job_changed(self, running: bool) -> None:
         self._update_generate_button()
@@ -374,11 +529,7 @@ class SamplingPanel(QWidget):
             self.conditioning_group,
         ):
             widget.setEnabled(not running)
-        self.guidance_spin.setEnabled(
-            not running
-            and bool(self.state.selected_model)
-            and self.state.selected_model.spec.supports_guidance
-        )
+        self._update_guidance_enabled()
         if running:
             self.progress_bar.setValue(0)
             self.progress_label.setText("Starting...")

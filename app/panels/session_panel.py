@@ -1,11 +1,26 @@
-"""Every volume generated or opened this session, to switch between; details of the selected one."""
+"""Every volume generated or opened this session, to switch between; details of the selected one.
+
+Delete removes the selected volume (asking first when a generated one was never saved), F2 or a
+double-click renames it, and the context menu offers the same with Save As.
+"""
 
 from __future__ import annotations
 
 import html
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QMessageBox,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.core.session import AppState
 from app.theme import dot_icon
@@ -23,6 +38,23 @@ class SessionPanel(QWidget):
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setToolTip("Volumes of this session: purple = synthetic, blue = opened from disk")
         self.list.currentRowChanged.connect(self._on_list_row_changed)
+        self.list.itemChanged.connect(self._on_item_changed)
+        self.list.setEditTriggers(
+            QAbstractItemView.EditTrigger.EditKeyPressed | QAbstractItemView.EditTrigger.DoubleClicked
+        )  # F2 or a double-click renames
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._on_context_menu_requested)
+        self.remove_action = QAction("&Remove from Session", self)
+        self.remove_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))
+        self.remove_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.remove_action.triggered.connect(self.remove_selected)
+        self.rename_action = QAction("Re&name", self)
+        self.rename_action.setShortcut(QKeySequence("F2"))
+        self.rename_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.rename_action.triggered.connect(self.rename_selected)
+        self.save_action = QAction("&Save As NIfTI...", self)
+        self.save_action.triggered.connect(self.save_requested)
+        self.list.addAction(self.remove_action)
         self.details = QLabel("Nothing loaded yet.")
         self.details.setObjectName("details")
         self.details.setWordWrap(True)
@@ -42,8 +74,9 @@ class SessionPanel(QWidget):
         self.list.clear()
         for entry in self.state.volumes:
             item = QListWidgetItem(dot_icon("#c678dd" if entry.synthetic else "#3d8fd6"), entry.name)
-            item.setToolTip(entry.describe())
+            item.setToolTip(f"{entry.name}\n{entry.describe()}")  # the full name, however narrow the list
             item.setData(Qt.ItemDataRole.UserRole, entry.uid)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.list.addItem(item)
         self.list.blockSignals(False)
         self._on_state_shown_changed(self.state.shown)
@@ -65,6 +98,56 @@ class SessionPanel(QWidget):
             f"<b>{html.escape(entry.name)}</b><br>" + html.escape(entry.describe()).replace("\n", "<br>")
         )
 
+    def selected_entry(self):
+        row = self.list.currentRow()
+        return self.state.volumes[row] if 0 <= row < len(self.state.volumes) else None
+
+    def remove_selected(self) -> None:
+        entry = self.selected_entry()
+        if entry is None:
+            return
+        if entry.kind == "generated" and not entry.saved:
+            answer = QMessageBox.question(
+                self,
+                "Remove volume?",
+                f"{entry.name} was never saved to a file or the vault. Remove it from the session? "
+                "It cannot be recovered afterwards.",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        self.state.remove_volume(entry)
+
+    def rename_selected(self) -> None:
+        item = self.list.currentItem()
+        if item is not None:
+            self.list.editItem(item)
+
+    def _on_item_changed(self, item: QListWidgetItem) -> None:
+        uid = item.data(Qt.ItemDataRole.UserRole)
+        entry = next((e for e in self.state.volumes if e.uid == uid), None)
+        if entry is not None and item.text() != entry.name:
+            name = self.state.rename_volume(entry, item.text())
+            if item.text() != name:  # blank, or taken: show what it really is called
+                self.list.blockSignals(True)
+                item.setText(name)
+                self.list.blockSignals(False)
+
+    def _on_context_menu_requested(self, pos) -> None:
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        self.list.setCurrentItem(item)
+        menu = QMenu(self)
+        menu.addAction(self.rename_action)
+        menu.addAction(self.save_action)
+        menu.addSeparator()
+        menu.addAction(self.remove_action)
+        menu.popup(self.list.viewport().mapToGlobal(pos))
+
     def _on_list_row_changed(self, row: int) -> None:
-        if 0 <= row < len(self.state.volumes) and not self.state.job_running:
+        if 0 <= row < len(self.state.volumes):
+            if self.state.job_running:
+                self.state.follow_previews = False  # the user wants this volume, not the run's previews
             self.state.show(self.state.volumes[row])

@@ -13,8 +13,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.core.generation_form import GenerationSettings
-from app.core.session import REMOTE_PREFIX
 from app.remote.connection import (
     MetricsFeed,
     RemoteModelSource,
@@ -121,10 +119,7 @@ class RemoteController:
         self.disconnect_action.setEnabled(False)
         for action in (self.connect_action, self.disconnect_action):
             window.addAction(action)
-        panel = window.sampling_panel
-        panel.add_settings_hook(self._apply_to)
-        panel.device_box.currentIndexChanged.connect(self._on_device_box_changed)
-        window.state.model_selected.connect(self._on_state_model_selected)
+        window.state.form.changed.connect(self._on_form_changed)
         window.state.job_changed.connect(self._on_state_job_changed)
 
     # -- connecting ----------------------------------------------------------------------------------
@@ -185,18 +180,12 @@ class RemoteController:
     # -- while connected -----------------------------------------------------------------------------
 
     def selected_device(self) -> str:
-        return self.main.sampling_panel.device_box.currentData() or ""
+        return self.main.state.form.device
 
     def metrics_source_for(self, device: str):
         """The server's metrics feed for a ``remote:`` device; None for this machine's devices."""
         feed = self.feeds.get(device)
         return None if feed is None else feed.source
-
-    def _apply_to(self, settings: GenerationSettings) -> None:
-        """Settings hook: a server resolves models by id in its own registry, not by this machine's path."""
-        source = self.main.state.selected_model
-        if settings.device.startswith(REMOTE_PREFIX) and source is not None:
-            settings.model = source.spec.id
 
     def _update(self) -> None:
         device = self.selected_device()
@@ -216,14 +205,12 @@ class RemoteController:
                 f"the engine server {connection.url} has no model {source.spec.id!r} (it has: {models}); "
                 "choose one of those or install the model there"
             )
-        self.main.sampling_panel.set_generate_blocked(BLOCK_SOURCE, reason)
+        self.main.state.form.set_blocked(BLOCK_SOURCE, reason)
         self.main.show_metrics_source(self.metrics_source_for(device))
 
-    def _on_device_box_changed(self, _index: int) -> None:
-        self._update()
-
-    def _on_state_model_selected(self, _source) -> None:
-        self._update()
+    def _on_form_changed(self, name: str) -> None:
+        if name in ("device", "model"):
+            self._update()
 
     def _on_state_job_changed(self, _running: bool) -> None:
         self._update()

@@ -127,7 +127,7 @@ def test_cancel_with_escape_leaves_the_app_usable(qtbot, main_window, compare):
     assert not main_window.state.job_running and compare.run_button.isEnabled()
     main_window.sampling_panel.steps_spin.setValue(3)
     main_window.sampling_panel.generate_button.click()
-    with qtbot.waitSignal(main_window.generation_ended, timeout=60_000) as ended:
+    with qtbot.waitSignal(main_window.generation.ended, timeout=60_000) as ended:
         pass
     assert ended.args[0] == "finished"
 
@@ -150,7 +150,7 @@ def test_refused_while_a_generation_runs(qtbot, main_window, compare, error_dial
     assert not compare.start()
     assert "generation is running" in error_dialogs[-1][1]
     main_window.cancel_generation()
-    with qtbot.waitSignal(main_window.generation_ended, timeout=60_000):
+    with qtbot.waitSignal(main_window.generation.ended, timeout=60_000):
         pass
     assert compare.run_button.isEnabled()
 
@@ -197,3 +197,131 @@ def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, main_w
     again = CompareWindow(main_window)  # the next time the window is built (e.g. next start)
     assert again.a_box.currentText() == "bf16" and again.b_box.currentText() == "bf16+sdpa"
     again.close()
+
+
+def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, main_window, compare):
+    _panel_bf16(main_window)
+    events: list[str] = []
+    compare.side_shown.connect(events.append)
+    compare.comparison_ended.connect(events.append)
+    qtbot.mouseClick(compare.run_button, Qt.MouseButton.LeftButton)
+    with qtbot.waitSignal(compare.side_shown, timeout=120_000):
+        pass
+    # B is still to come: A's volume and step time are on screen, B's view is empty.
+    assert compare.comparison is None and compare._job is not None
+    assert compare.views["a"]["axial"].current_pixels() is not None
+    assert compare.states["b"].shown is None and "waiting for A" in compare.titles["b"].text()
+    assert "ms/step" in compare.titles["a"].text() and "running B" in compare.summary_label.text()
+    assert _wait(qtbot, compare) == "finished"
+    assert events == ["a", "finished"]
+    assert compare.views["b"]["axial"].current_pixels() is not None
+
+
+def test_difference_map_is_diverging_with_a_colour_bar(qtbot, main_window, compare, screenshot):
+    _panel_bf16(main_window)
+    qtbot.keyClick(compare, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert _wait(qtbot, compare) == "finished"
+    window, level = compare.states["diff"].window
+    bar = compare.colour_bar
+    assert bar.isVisible() and bar.limits() == pytest.approx((level - window / 2, level + window / 2))
+    assert bar.labels()[0] == f"{level + window / 2:+.3g}" and bar.labels()[2] == f"{level - window / 2:+.3g}"
+    # The difference is drawn in colour (blue below zero, orange above), A and B in grey.
+    diff_pixels = compare.views["diff"]["axial"].grab().toImage()
+    a_pixels = compare.views["a"]["axial"].grab().toImage()
+
+    def colourful(image) -> int:
+        rect = image.rect()
+        count = 0
+        for y in range(0, rect.height(), 4):
+            for x in range(0, rect.width(), 4):
+                colour = image.pixelColor(x, y)
+                count += abs(colour.red() - colour.blue()) > 40
+        return count
+
+    assert colourful(diff_pixels) > 20 and colourful(a_pixels) == 0
+    compare.resize(1400, 900)
+    qtbot.waitUntil(lambda: compare.table.rowCount() > 0, timeout=5_000)
+    screenshot(compare, "compare-colour-bar")
+    # The bar follows the difference view's window (a right-drag there changes it).
+    compare.states["diff"].set_window(0.02, 0.0)
+    assert bar.labels() == ("+0.01", "0", "-0.01")
+
+
+def test_speed_ratio_wording_and_unreliable_mark(qtbot, main_window, compare):
+    import dataclasses
+
+    from app.compare.window import speed_text, unreliable_sides
+
+    _panel_bf16(main_window)
+    compare.start()
+    assert _wait(qtbot, compare) == "finished"
+    measured = compare.comparison
+    ratio_cell = compare.table.item(0, 2).text()
+    assert ratio_cell.startswith(speed_text(measured.speedup_per_step))
+    assert speed_text(measured.speedup_per_step) in compare.summary_label.text()
+    assert speed_text(measured.speedup_loop) in compare.summary_label.text()
+    assert compare.table.item(2, 2).text() == speed_text(measured.speedup_loop)
+    # Whatever this machine measured, the mark follows the rule (IQR above 20 % of the median).
+    assert ("unreliable" in ratio_cell) == bool(unreliable_sides(measured))
+
+    def with_spread(fraction):
+        a = dataclasses.replace(measured.a, step_ms_iqr=fraction * measured.a.step_ms_median)
+        b = dataclasses.replace(measured.b, step_ms_iqr=0.05 * measured.b.step_ms_median)
+        return dataclasses.replace(measured, a=a, b=b)
+
+    compare.show_comparison(with_spread(0.45))
+    assert "unreliable" in compare.table.item(0, 2).text()
+    summary = compare.summary_label.text()
+    assert "Speed ratio unreliable" in summary and "volsynth bench" in summary and "45 %" in summary
+    compare.show_comparison(with_spread(0.15))
+    assert "unreliable" not in compare.table.item(0, 2).text()
+    assert "unreliable" not in compare.summary_label.text()
+
+
+def test_table_exports_to_csv_through_the_file_dialog(qtbot, main_window, compare, tmp_path):
+    import csv
+
+    from PySide6.QtWidgets import QLineEdit
+
+    _panel_bf16(main_window)
+    assert not compare.export_button.isEnabled()
+    compare.start()
+    assert _wait(qtbot, compare) == "finished"
+    # Every cell is readable without hovering: rows are as tall as their wrapped text.
+    for row in range(compare.table.rowCount()):
+        assert compare.table.rowHeight(row) >= compare.table.sizeHintForRow(row)
+    qtbot.mouseClick(compare.export_button, Qt.MouseButton.LeftButton)
+    dialog = compare.csv_dialog
+    qtbot.waitUntil(lambda: dialog.isVisible(), timeout=10_000)
+    name_edit = dialog.findChild(QLineEdit, "fileNameEdit")
+    target = tmp_path / "numbers.csv"
+    name_edit.clear()
+    qtbot.keyClicks(name_edit, str(target))
+    with qtbot.waitSignal(compare.csv_written, timeout=10_000):
+        qtbot.keyClick(name_edit, Qt.Key.Key_Return)
+    rows = list(csv.reader(target.open(newline="", encoding="utf-8")))
+    assert rows[0] == ["", f"A: {compare.comparison.a.label}", f"B: {compare.comparison.b.label}", "B vs A"]
+    assert len(rows) == compare.table.rowCount() + 1
+    for index, row in enumerate(rows[1:]):
+        assert row[0] == compare.table.verticalHeaderItem(index).text()
+        assert row[1:] == [compare.table.item(index, column).text() for column in range(3)]
+    assert str(target) in compare.progress_label.text()
+
+
+def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, main_window, compare):
+    qtbot.waitUntil(lambda: bool(compare.unavailable), timeout=60_000)
+    model = compare.b_box.model()
+
+    def item(name):
+        return model.item(compare.b_box.findData(name))
+
+    assert not item("tf32").isEnabled() and "NVIDIA GPU" in item("tf32").text()
+    assert not item("cuda_graphs").isEnabled() and "CUDA graphs need" in item("cuda_graphs").text()
+    assert item("bf16").isEnabled() and item("bf16").text() == "bf16"
+    assert item("Exact fp32").isEnabled()
+    # A person stepping through the list with the keyboard never lands on a greyed entry.
+    compare.b_box.setCurrentIndex(compare.b_box.findData("channels_last"))
+    compare.b_box.setFocus()
+    for _ in range(compare.b_box.count()):
+        qtbot.keyClick(compare.b_box, Qt.Key.Key_Down)
+        assert compare.choice(compare.b_box) not in compare.unavailable

@@ -11,22 +11,19 @@ import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 
-from app.core.generation_form import GenerationSettings
-
 pytestmark = pytest.mark.render
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "build" / "benchmarks"
 
 
-def _settings(window, **changes) -> GenerationSettings:
-    settings = window.sampling_panel.settings()
-    for key, value in changes.items():
-        setattr(settings, key, value)
-    return settings
+def _start(window, **changes) -> bool:
+    """Start a run of the window's form with some fields changed (as if typed into the Generate panel)."""
+    window.state.form.set(**changes)
+    return window.generation.start()
 
 
 def _wait_ended(qtbot, window, timeout=120_000) -> str:
-    with qtbot.waitSignal(window.generation_ended, timeout=timeout) as blocker:
+    with qtbot.waitSignal(window.generation.ended, timeout=timeout) as blocker:
         pass
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
     return blocker.args[0]
@@ -50,13 +47,29 @@ def test_conditioning_controls_follow_the_model_spec(main_window):
     _select(main_window, "tiny-latent")
     assert set(panel.condition_controls) == {"brain_volume", "ventricle_volume"}
     control = panel.condition_controls["brain_volume"]
-    assert control.spin.minimum() == 900 and control.spin.maximum() == 1500 and control.spin.suffix() == " mL"
+    assert "900 to 1500 mL" in control.spin.toolTip() and control.spin.suffix() == " mL"
+    assert control.slider.toolTip() == control.spin.toolTip()  # slider and field state one range
     control.slider.setValue(1000)
-    assert control.value() == 1500
+    assert control.value() == 1500 and main_window.state.form.conditioning["brain_volume"] == 1500
     assert panel.guidance_spin.isEnabled()
     _select(main_window, "tiny-pixel")
     assert not panel.condition_controls and not panel.guidance_spin.isEnabled()
     assert not panel.conditioning_group.isVisible()
+
+
+def test_typed_condition_above_the_maximum_is_clamped_visibly(qtbot, main_window):
+    panel = main_window.sampling_panel
+    _select(main_window, "tiny-latent")
+    main_window.show()
+    spin = panel.condition_controls["ventricle_volume"].spin
+    spin.setFocus()
+    spin.selectAll()
+    qtbot.keyClicks(spin, "200")  # used to stop at "20": the field refused the third digit
+    qtbot.keyClick(spin, Qt.Key.Key_Return)
+    control = panel.condition_controls["ventricle_volume"]
+    assert main_window.state.form.conditioning["ventricle_volume"] == 80.0  # the maximum, not 20
+    assert control.value() == 80.0
+    assert control.note.isVisibleTo(panel) and "200 is outside 5 to 80: set to 80" in control.note.text()
 
 
 def test_generate_with_tiny_model_shows_progress_and_result(qtbot, main_window):
@@ -66,7 +79,7 @@ def test_generate_with_tiny_model_shows_progress_and_result(qtbot, main_window):
     progressed = []
     window.state.progress_changed.connect(lambda tracker: progressed.append((tracker.stage, tracker.step)))
     qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # Ctrl+G
-    assert window.generation_running
+    assert window.generation.running
     assert _wait_ended(qtbot, window) == "finished"
     assert ("denoise", 8) in progressed and progressed[0][0] == "load"
     entry = window.state.shown
@@ -83,12 +96,11 @@ def test_cancel_mid_run_leaves_the_app_usable(qtbot, main_window):
     _select(window, "tiny-pixel")
     window.sampling_panel.steps_spin.setValue(1000)
     window.sampling_panel.generate_button.click()
-    job = window._generation_job
-    thread = job.thread
+    thread = window.generation._job.thread
     qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
     qtbot.keyClick(window, Qt.Key.Key_Escape)
     assert _wait_ended(qtbot, window) == "cancelled"
-    assert thread.isFinished() and not window.runner.jobs and window._generation_job is None
+    assert thread.isFinished() and not window.runner.jobs and not window.generation.running
     assert window.state.progress.step < 1000
     assert window.sampling_panel.progress_label.text() == "Cancelled"
     assert (
@@ -104,9 +116,9 @@ def test_cancel_mid_run_leaves_the_app_usable(qtbot, main_window):
 
 def test_engine_errors_reach_a_dialog_with_the_engines_message(qtbot, main_window, error_dialogs):
     window = main_window
-    assert not window.start_generation(_settings(window, seed=-5))  # InvalidRequest before any thread
+    assert not _start(window, seed=-5)  # InvalidRequest before any thread
     assert error_dialogs and "seed must be" in error_dialogs[-1][1]
-    assert window.start_generation(_settings(window, device="cuda"))  # fails in the worker: no GPU here
+    assert _start(window, device="cuda")  # fails in the worker: no GPU here
     assert _wait_ended(qtbot, window) == "failed"
     assert "cuda" in error_dialogs[-1][1] and "Traceback" not in error_dialogs[-1][1]
     assert window.sampling_panel.generate_button.isEnabled()
@@ -278,7 +290,7 @@ def test_event_loop_stays_responsive_during_generation(qtbot, main_window):
     timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
     timer.start()
     previews = []
-    window.preview_drawn.connect(previews.append)
+    window.generation.preview_drawn.connect(previews.append)
     window.sampling_panel.generate_button.click()
     assert _wait_ended(qtbot, window) == "finished"
     timer.stop()

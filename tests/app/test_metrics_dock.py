@@ -23,7 +23,7 @@ render = pytest.mark.render
 
 
 def _wait_ended(qtbot, window, timeout=60_000) -> str:
-    with qtbot.waitSignal(window.generation_ended, timeout=timeout) as blocker:
+    with qtbot.waitSignal(window.generation.ended, timeout=timeout) as blocker:
         pass
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
     return blocker.args[0]
@@ -40,11 +40,8 @@ def _show_metrics(qtbot, window):
 
 def _generate(window, model_id, steps, **changes):
     window.state.select_model(window.state.model_by_id(model_id))
-    settings = window.sampling_panel.settings()
-    settings.steps = steps
-    for key, value in changes.items():
-        setattr(settings, key, value)
-    assert window.start_generation(settings)
+    window.state.form.set(steps=steps, **changes)
+    assert window.generation.start()
 
 
 def _save_dock_shot(window, name):

@@ -20,7 +20,7 @@ def _choose(combo, value) -> None:
 
 
 def _wait_ended(qtbot, window, timeout=120_000) -> str:
-    with qtbot.waitSignal(window.generation_ended, timeout=timeout) as blocker:
+    with qtbot.waitSignal(window.generation.ended, timeout=timeout) as blocker:
         pass
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
     return blocker.args[0]
@@ -30,7 +30,7 @@ def test_settings_reach_the_request_and_presets_set_them(main_window):
     panel = _panel(main_window)
     assert not panel.body.isVisible()  # compact by default
     assert panel.preset_box.currentText() == "Exact fp32"
-    assert main_window.sampling_panel.settings().to_request().optimization == OptimizationConfig()
+    assert main_window.state.form.to_request().optimization == OptimizationConfig()
 
     panel.checks["tf32"].setChecked(True)
     _choose(panel.combos["autocast"], "bf16")
@@ -39,19 +39,17 @@ def test_settings_reach_the_request_and_presets_set_them(main_window):
     assert panel.budget_spin.isEnabled()
     panel.budget_spin.setValue(35.0)
     assert panel.preset_box.currentText() == "Custom"
-    config = main_window.sampling_panel.settings().to_request().optimization
+    config = main_window.state.form.to_request().optimization
     assert config == OptimizationConfig(tf32=True, autocast="bf16", quantization="mixed", psnr_budget_db=35.0)
 
     panel.apply_preset("Fast (GPU)")
-    assert main_window.sampling_panel.settings().to_request().optimization == OptimizationConfig(
+    assert main_window.state.form.to_request().optimization == OptimizationConfig(
         tf32=True, channels_last_3d=True, autocast="bf16", attention="sdpa"
     )
     assert panel.preset_box.currentText() == "Fast (GPU)"
     panel.preset_box.setCurrentText("Low memory")
     panel.preset_box.activated.emit(panel.preset_box.currentIndex())  # as a user's pick does
-    assert main_window.sampling_panel.settings().to_request().optimization == OptimizationConfig(
-        streamed_decode=True
-    )
+    assert main_window.state.form.to_request().optimization == OptimizationConfig(streamed_decode=True)
 
 
 def test_settings_that_do_not_apply_on_the_cpu_say_why(main_window):
@@ -90,7 +88,7 @@ def test_refused_combinations_show_the_engines_message_and_start_nothing(
     assert panel.refused_label.isVisible()  # the reason stays in sight with the section collapsed
     button.click()
     qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
-    assert not window.generation_running and not window.runner.jobs
+    assert not window.generation.running and not window.runner.jobs
     assert "Cannot generate" in window.statusBar().currentMessage() and not error_dialogs
     window.state.set_job_running(True)  # the block outlives the job switching Generate back on
     window.state.set_job_running(False)
@@ -139,7 +137,7 @@ def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_setti
     qtbot.addWidget(second)
     panel = _panel(second)
     assert panel.expand_button.isChecked() and panel.preset_box.currentText() == "Custom"
-    assert second.sampling_panel.settings().to_request().optimization == OptimizationConfig(
+    assert second.state.form.to_request().optimization == OptimizationConfig(
         attention="sdpa", streamed_decode=True, quantization="mixed", psnr_budget_db=33.0
     )
     second.close()
@@ -150,14 +148,14 @@ def test_the_check_waits_for_torch_at_start_up(
 ):
     from app.main_window import MainWindow
 
-    qt_settings.setValue("optimization/settings", '{"cuda_graphs": true, "autocast": "bogus"}')
+    qt_settings.setValue("generation/form", '{"optimization": {"cuda_graphs": true, "autocast": "bogus"}}')
     monkeypatch.setattr("app.panels.optimization_panel._engine_loaded", lambda: False)
     window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(window)
     panel = _panel(window)
     assert panel.report is None and "once the engine has loaded" in panel.summary.text()
     assert window.sampling_panel.generate_button.isEnabled()  # not known to be refused yet
-    window.sampling_panel.settings()  # Generate checks first (importing torch if it must)
+    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # Generate checks first
     assert "CUDA graphs need an NVIDIA GPU" in panel.refused_label.text()
     assert not window.sampling_panel.generate_button.isEnabled()
     assert panel.values()["autocast"] is None  # a saved value no control offers is ignored

@@ -143,7 +143,7 @@ window.state.select_model(window.state.model_by_id("tiny-latent"))
 window.sampling_panel.steps_spin.setValue(4)
 window.sampling_panel.seed_spin.setValue(11)
 loop = QEventLoop()
-window.generation_ended.connect(lambda outcome: loop.quit())
+window.generation.ended.connect(lambda outcome: loop.quit())
 window.sampling_panel.generate_button.click()
 loop.exec()
 while window.runner.jobs:  # the recovery write
@@ -233,7 +233,7 @@ def test_the_recovery_folder_follows_the_session_list(qtbot, main_window):
     window.sampling_panel.steps_spin.setValue(3)
     for batch in (1, 3):
         window.sampling_panel.batch_spin.setValue(batch)
-        with qtbot.waitSignal(window.generation_ended, timeout=60_000):
+        with qtbot.waitSignal(window.generation.ended, timeout=60_000):
             window.sampling_panel.generate_button.click()
         qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
     folder = window.recovery.store.folder
@@ -269,7 +269,7 @@ def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(
     window.state.select_model(window.state.model_by_id("tiny-pixel"))
     window.sampling_panel.steps_spin.setValue(3)
     window.sampling_panel.batch_spin.setValue(2)
-    with qtbot.waitSignal(window.generation_ended, timeout=60_000):
+    with qtbot.waitSignal(window.generation.ended, timeout=60_000):
         window.sampling_panel.generate_button.click()
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
     saved, unsaved = window.state.volumes
@@ -300,7 +300,7 @@ def quit_when_kept():
     else:
         app.quit()  # the event loop ends; the window is never closed
 
-window.generation_ended.connect(lambda outcome: QTimer.singleShot(0, quit_when_kept))
+window.generation.ended.connect(lambda outcome: QTimer.singleShot(0, quit_when_kept))
 QTimer.singleShot(0, window.sampling_panel.generate_button.click)
 sys.exit(app.exec())
 """

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from app.core.session import REMOTE_PREFIX
+from app.core.generation_form import REMOTE_PREFIX
 from app.remote import normalise_url, probe_server
 from engine.backends.local import LocalBackend
 from engine.errors import BackendUnavailable, InvalidRequest
@@ -29,7 +29,7 @@ def server(registry):
 
 
 def _wait_ended(qtbot, window) -> str:
-    with qtbot.waitSignal(window.generation_ended, timeout=120_000) as blocker:
+    with qtbot.waitSignal(window.generation.ended, timeout=120_000) as blocker:
         pass
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
     return blocker.args[0]
@@ -86,7 +86,7 @@ def test_generate_on_a_server_from_the_app(qtbot, main_window, server):
     device = window.sampling_panel.device_box.currentData()
     assert device == REMOTE_PREFIX + server
     assert "cpu" in window.sampling_panel.device_box.currentText()
-    assert window.sampling_panel.settings().model == "tiny-latent"  # the server's registry resolves ids
+    assert window.state.form.model_reference() == "tiny-latent"  # the server's registry resolves ids
     assert "engine server" in window.optimization_panel.summary.text()
     feed = window.remote.feeds[device]
     qtbot.waitUntil(lambda: feed.fed >= 2, timeout=20_000)  # the server's metrics arrive
@@ -106,9 +106,7 @@ def test_generate_on_a_server_from_the_app(qtbot, main_window, server):
     from engine.api import run
 
     expected = run(
-        local.sample(
-            window.sampling_panel.settings().to_request().replace(model="tiny-latent", preview_interval=0)
-        )
+        local.sample(window.state.form.to_request().replace(model="tiny-latent", preview_interval=0))
     )
     assert np.array_equal(entry.data, expected.volume())
 
@@ -127,11 +125,11 @@ def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, main_wi
     assert window.open_model_folder(folder)
     _connect(qtbot, window, server)
     qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
-    reason = window.sampling_panel.generate_blocked_reason()
+    reason = window.state.form.blocked_reason()
     assert "has no model 'only-here'" in reason and "tiny-latent" in reason
     assert not window.sampling_panel.generate_button.isEnabled()
     window.state.select_model(window.state.model_by_id("tiny-pixel"))
-    assert window.sampling_panel.generate_blocked_reason() == ""
+    assert window.state.form.blocked_reason() == ""
     assert window.sampling_panel.generate_button.isEnabled()
 
 
@@ -195,7 +193,7 @@ def test_models_only_the_server_has_are_listed_and_run_there(
     assert "installed on the engine server" in remote_only.model_card()
     window.state.select_model(remote_only)
     window.sampling_panel.steps_spin.setValue(3)
-    assert window.sampling_panel.generate_blocked_reason() == ""  # the server is the device
+    assert window.state.form.blocked_reason() == ""  # the server is the device
     window.sampling_panel.generate_button.click()
     assert _wait_ended(qtbot, window) == "finished"
     entry = window.state.shown

@@ -15,7 +15,7 @@ def test_screenshots_fresh_generation_and_finished_volume(qtbot, main_window_3d,
     window.state.select_model(window.state.model_by_id("tiny-latent"))
     window.sampling_panel.steps_spin.setValue(300)
     window.sampling_panel.generate_button.click()
-    with qtbot.waitSignal(window.preview_drawn, timeout=60_000):
+    with qtbot.waitSignal(window.generation.preview_drawn, timeout=60_000):
         pass
     qtbot.waitUntil(lambda: window.state.progress.steps_per_second is not None, timeout=10_000)
     qtbot.wait(300)

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from app.core.display import format_duration
-from app.core.generation_form import GenerationSettings
 from app.core.progress import ProgressTracker
 from app.core.session import AppState, RecentFiles
 from app.core.volumes import VolumeEntry, preview_affine, voxel_to_ras, window_for_preset
@@ -103,25 +102,18 @@ def test_progress_tracker_rate_and_eta():
     assert format_duration(3725) == "1:02:05"
 
 
-def test_generation_settings_build_and_validate_requests():
-    from engine.errors import InvalidRequest
-
-    request = GenerationSettings(
-        model="m", sampler="ddim", steps=20, seed=7, conditioning={"age": 60.0}
-    ).to_request()
-    assert request.preview_interval == 2 and request.seed == 7 and request.conditioning == {"age": 60.0}
-    with pytest.raises(InvalidRequest, match="seed"):
-        GenerationSettings(seed=-1).to_request()
-    with pytest.raises(InvalidRequest, match="sampler"):
-        GenerationSettings(sampler="euler").to_request()
-
-
 def test_preview_affine_matches_strided_voxels():
     model_affine = np.diag([2.0, 2.0, 2.0, 1.0])
     model_affine[:3, 3] = [-79, -95, -79]
     affine = preview_affine(model_affine, (80, 96, 80), (40, 48, 40))
     # preview voxel (3, 4, 5) is output voxel (6, 8, 10)
     assert np.allclose(voxel_to_ras(affine, (3, 4, 5)), voxel_to_ras(model_affine, (6, 8, 10)))
+    # A short axis is ambiguous from shapes alone (9 voxels at stride 4 keep 3, as at stride 3); the
+    # engine's stride settles it.
+    exact = preview_affine(model_affine, (80, 96, 9), (20, 24, 3), stride=4)
+    assert np.allclose(voxel_to_ras(exact, (1, 1, 2)), voxel_to_ras(model_affine, (4, 4, 8)))
+    guessed = preview_affine(model_affine, (80, 96, 9), (20, 24, 3))
+    assert not np.allclose(voxel_to_ras(guessed, (1, 1, 2)), voxel_to_ras(model_affine, (4, 4, 8)))
 
 
 def test_add_result_adds_each_batch_item():
@@ -132,11 +124,18 @@ def test_add_result_adds_each_batch_item():
         volumes=volumes,
         affine=np.eye(4),
         request=SamplingRequest(seed=3),
-        provenance={"model": {"id": "tiny"}, "seed": 3},
+        provenance={"model": {"id": "tiny"}, "seed": 3, "optimization": {"requested": {"autocast": "bf16"}}},
     )
     state = AppState()
     entries = state.add_result(result)
-    assert [e.name for e in entries] == ["tiny seed 3 #1", "tiny seed 3 #2"]
+    # The seed and what set the run apart (its settings; the time for plain fp32); never two alike.
+    assert [e.name for e in entries] == ["tiny seed 3 \u00b7 bf16 #1", "tiny seed 3 \u00b7 bf16 #2"]
+    again = state.add_result(result, show=False)
+    assert [e.name for e in again] == ["tiny seed 3 \u00b7 bf16 #1 (2)", "tiny seed 3 \u00b7 bf16 #2 (2)"]
+    assert state.shown is entries[0]
+    assert state.rename_volume(entries[0], "  my   brain ") == "my brain"
+    assert state.rename_volume(entries[1], "my brain") == "my brain (2)"
+    assert state.rename_volume(entries[1], "   ") == "my brain (2)"  # blank: the old name stays
     assert all(e.synthetic and e.kind == "generated" for e in entries)
     assert state.shown is entries[0] and entries[1].provenance["batch_index"] == 1
     assert "SYNTHETIC" in entries[0].describe()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
-from PySide6.QtWidgets import QPushButton
+from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from engine.vault import KdfParams, Vault
 
@@ -24,6 +24,23 @@ render = pytest.mark.render
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def private_vault_state(tmp_path, monkeypatch):
+    """Per-test vault anchors, and core dumps recorded instead of turned off in the test process (that
+    cannot be undone; test_core_dumps_are_off_while_the_vault_is_unlocked checks the real thing in a child)."""
+    import engine.privacy
+
+    monkeypatch.setenv("VOLSYNTH_ANCHOR_DIR", str(tmp_path / "anchors"))
+    calls = []
+
+    def record():
+        calls.append(True)
+        return engine.privacy.CoreDumpGuard(rlimit=True, not_dumpable=True)
+
+    monkeypatch.setattr(engine.privacy, "disable_core_dumps", record)
+    return calls
 
 
 def _point_at_new_vault(window, folder: Path):
@@ -246,7 +263,7 @@ def test_save_generated_volume_to_vault_and_open_it_again(qtbot, vault_window):
     window.sampling_panel.steps_spin.setValue(3)
     window.sampling_panel.seed_spin.setValue(1234)
     assert not controller.menu.save_action.isEnabled()
-    with qtbot.waitSignal(window.generation_ended, timeout=120_000) as ended:
+    with qtbot.waitSignal(window.generation.ended, timeout=120_000) as ended:
         window.sampling_panel.generate_button.click()
     assert ended.args[0] == "finished"
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
@@ -420,14 +437,15 @@ def test_cancel_a_long_import_leaves_nothing_behind(qtbot, vault_window, nibabel
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
     started, release = threading.Event(), threading.Event()
-    probe = model.nifti_synthetic_provenance
+    probe = model.synthetic_marks
 
     def slow_probe(path):  # holds the import in the worker until the test has pressed Cancel
-        started.set()
-        release.wait(10)
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            release.wait(10)
         return probe(path)
 
-    monkeypatch.setattr(model, "nifti_synthetic_provenance", slow_probe)
+    monkeypatch.setattr(model, "synthetic_marks", slow_probe)
     controller.import_nifti([nibabel_data / "anatomical.nii", nibabel_data / "example4d.nii.gz"])
     progress = controller._tasks[-1].progress
     assert progress is not None and started.wait(10)
@@ -491,7 +509,7 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
     window.state.select_model(window.state.model_by_id("tiny-latent"))
     window.sampling_panel.steps_spin.setValue(3)
     window.sampling_panel.seed_spin.setValue(20240131)
-    with qtbot.waitSignal(window.generation_ended, timeout=120_000):
+    with qtbot.waitSignal(window.generation.ended, timeout=120_000):
         window.sampling_panel.generate_button.click()
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
     generated = window.state.shown
@@ -516,3 +534,364 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
     qtbot.wait(1200)  # one auto-lock tick for the footer, and the 3D render
     path = screenshot(window, "07-vault-browser")
     assert path.is_file() and path.stat().st_size > 10_000
+
+
+# -- issue 18 (synthetic stays synthetic, PHI hygiene) and issue 13 (vault paths a person uses) ----------
+
+
+def _generated_file(tmp_path: Path, name: str = "generated.nii.gz", seed: int = 3) -> Path:
+    """A volume exactly as VolSynth writes it: SYNTHETIC header fields and a provenance sidecar."""
+    from engine.nifti_io import save_volume
+
+    data = np.random.default_rng(seed).random((8, 9, 7))
+    provenance = {"model": {"id": "tiny-latent"}, "seed": seed, "synthetic": True}
+    return save_volume(data, np.eye(4), tmp_path / name, provenance=provenance, synthetic=True)
+
+
+def _drop(widget, paths) -> None:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    widget.dropEvent(
+        QDropEvent(
+            QPointF(40, 40),
+            Qt.DropAction.CopyAction,
+            mime,
+            Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier,
+        )
+    )
+
+
+def _generated_entry(window, seed: int = 11):
+    """A generated volume in the session (as the Generate button leaves it), without running a model."""
+    from app.core.volumes import VolumeEntry
+
+    data = np.random.default_rng(seed).random((10, 12, 8)).astype(np.float32)
+    entry = VolumeEntry(
+        name=f"tiny-latent seed {seed}",
+        data=data,
+        affine=np.eye(4),
+        kind="generated",
+        provenance={"model": {"id": "tiny-latent"}, "seed": seed, "synthetic": True},
+        synthetic=True,
+    )
+    window.state.add_volume(entry)
+    return entry
+
+
+def _right_click_row(qtbot, browser, item_id: str) -> None:
+    """What a right click on a row sends: a context-menu event at that row."""
+    from PySide6.QtGui import QContextMenuEvent
+    from PySide6.QtWidgets import QApplication
+
+    browser.select_item(item_id)
+    row = browser.table.currentRow()
+    rect = browser.table.visualItemRect(browser.table.item(row, 0))
+    viewport = browser.table.viewport()
+    QApplication.sendEvent(
+        viewport,
+        QContextMenuEvent(QContextMenuEvent.Reason.Mouse, rect.center(), viewport.mapToGlobal(rect.center())),
+    )
+    qtbot.waitUntil(lambda: browser.table_menu is not None and browser.table_menu.isVisible(), timeout=5_000)
+
+
+def _menu_action(menu, text: str):
+    return next(a for a in menu.actions() if a.text().replace("&", "") == text)
+
+
+@render
+def test_dropped_synthetic_file_is_stored_as_synthetic_never_as_a_scan(
+    qtbot, vault_window, nibabel_data, tmp_path, error_dialogs
+):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    generated = _generated_file(tmp_path)
+
+    _drop(controller.browser, [generated])
+    dialog = controller.import_dialog
+    assert dialog.synthetic_label.isVisible() and "SYNTHETIC" in dialog.synthetic_label.text()
+    assert not dialog.patient_name_edit.isEnabled() and not dialog.patient_id_edit.isEnabled()
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    info = controller.items[0]
+    assert info.kind == "synthetic" and info.patient == {} and info.provenance["seed"] == 3
+    assert controller.browser.row_texts()[0][3] == "Synthetic"
+
+    # dropped together with a scan: the patient details go to the scan only
+    scan = tmp_path / "scan.nii"
+    shutil.copy(nibabel_data / "anatomical.nii", scan)
+    second = _generated_file(tmp_path, "second.nii.gz", seed=4)
+    _drop(controller.browser, [scan, second])
+    dialog = controller.import_dialog
+    assert dialog.patient_name_edit.isEnabled() and "second.nii.gz" in dialog.synthetic_label.text()
+    dialog.patient_name_edit.setText("Doe, Jane")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 3, timeout=10_000)
+    by_kind = {i.original_name: i for i in controller.items}
+    assert by_kind["scan.nii"].kind == "scan" and by_kind["scan.nii"].patient == {"name": "Doe^Jane"}
+    assert by_kind["second.nii.gz"].kind == "synthetic" and by_kind["second.nii.gz"].patient == {}
+
+    # asking for it as a patient's scan is refused, with the reason
+    third = _generated_file(tmp_path, "third.nii.gz", seed=5)
+    controller.import_nifti([third], patient={"name": "Doe^Jane"})
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    title, message = error_dialogs[-1]
+    assert title == "Cannot import into the vault"
+    assert "third.nii.gz is a synthetic volume generated by VolSynth" in message and "patient scan" in message
+    assert len(controller.items) == 3
+
+
+@render
+def test_import_menu_validates_dates_and_remembers_the_folder(
+    qtbot, vault_window, nibabel_data, tmp_path, monkeypatch
+):
+    from PySide6.QtWidgets import QFileDialog
+
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    folder = tmp_path / "incoming"
+    folder.mkdir()
+    source = folder / "t1.nii"
+    shutil.copy(nibabel_data / "anatomical.nii", source)
+    starts = []
+
+    def choose(parent, caption, start, filters):
+        starts.append(start)
+        return [str(source)], filters
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(choose))
+    controller.menu.import_nifti_action.trigger()
+    dialog = controller.import_dialog
+    assert dialog is not None and starts == [str(Path.home())]
+    qtbot.keyClicks(dialog.study_date_edit, "2024-13-45")
+    qtbot.keyClicks(dialog.birth_date_edit, "1970-01-31")
+    dialog.ok_button.click()
+    assert dialog.isVisible() and "Study date" in dialog.error_label.text() and not controller._tasks
+    dialog.study_date_edit.clear()
+    qtbot.keyClicks(dialog.study_date_edit, "2024-01-31")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    info = controller.items[0]
+    assert info.study["date"] == "20240131" and info.patient["birth_date"] == "19700131"
+    assert controller.browser.row_texts()[0][2] == "2024-01-31"
+
+    # the next import starts where the last one was (and the same file again asks first)
+    controller.menu.import_nifti_action.trigger()
+    assert starts[-1] == str(folder)
+    controller.import_dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    box = controller.duplicate_box
+    assert box is not None and "already in the vault" in box.text()
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    assert controller.duplicate_box is None and all(t.name == "list" for t in controller._tasks)
+    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    assert len(controller.items) == 1
+
+
+@render
+def test_details_are_edited_from_the_context_menu_and_the_details_button(qtbot, vault_window, nibabel_data):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, patient={"name": "Doe^Jane"})
+    browser = controller.browser
+    info = controller.items[0]
+
+    _right_click_row(qtbot, browser, info.id)
+    _menu_action(browser.table_menu, "Edit Details...").trigger()
+    browser.table_menu.close()
+    dialog = controller.details_dialog
+    assert dialog is not None and dialog.label_edit.text() == "anatomical"
+    assert dialog.patient_name_edit.text() == "Doe, Jane"
+    dialog.label_edit.clear()
+    qtbot.keyClicks(dialog.label_edit, "T1 baseline")
+    qtbot.keyClicks(dialog.study_date_edit, "31/01/2024")
+    dialog.ok_button.click()
+    assert dialog.isVisible() and "YYYY-MM-DD" in dialog.error_label.text()
+    dialog.study_date_edit.clear()
+    qtbot.keyClicks(dialog.study_date_edit, "2024-01-31")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "edit") == "finished"
+    qtbot.waitUntil(
+        lambda: browser.row_texts() and browser.row_texts()[0][4] == "T1 baseline", timeout=10_000
+    )
+    assert browser.row_texts()[0][:3] == ("Doe, Jane", "\u2014", "2024-01-31")
+
+    browser.select_item(info.id)
+    browser.details_button.click()
+    dialog = controller.details_dialog
+    dialog.patient_id_edit.setText("P-0042")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "edit") == "finished"
+    qtbot.waitUntil(
+        lambda: controller.items and controller.items[0].patient.get("id") == "P-0042", timeout=10_000
+    )
+    assert controller.items[0].patient["name"] == "Doe^Jane" and controller.items[0].label == "T1 baseline"
+
+
+@render
+def test_saving_the_same_volume_twice_asks(qtbot, vault_window):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    _generated_entry(window)
+    controller.menu.save_action.trigger()
+    assert _wait_task(qtbot, controller, "save") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+
+    controller.menu.save_action.trigger()  # the same volume again: asked, nothing stored yet
+    box = controller.duplicate_box
+    assert box is not None and "already in the vault" in box.text()
+    assert all(t.name == "list" for t in controller._tasks)
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    assert len(controller.items) == 1
+
+    controller.menu.save_action.trigger()
+    controller.duplicate_yes_button.click()
+    assert _wait_task(qtbot, controller, "save") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 2, timeout=10_000)
+
+
+@render
+def test_export_names_the_file_and_a_synthetic_volume_leaves_as_marked_nii_gz(qtbot, vault_window, tmp_path):
+    from engine.nifti_io import load_nifti
+
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    entry = _generated_entry(window, seed=21)
+    controller.menu.save_action.trigger()
+    assert _wait_task(qtbot, controller, "save") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    info = controller.items[0]
+
+    browser = controller.browser
+    browser.select_item(info.id)
+    browser.export_button.click()
+    dialog = controller.export_dialog
+    out = tmp_path / "shared"
+    dialog.folder_edit.setText(str(out))
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "export") == "finished"
+    nii = controller.last_export.files[0]
+    assert nii.name.endswith(".nii.gz") and nii.parent == out
+    assert nii.name in window.statusBar().currentMessage()
+    title, text = controller.last_info
+    assert title == "Exported from the Vault" and str(nii) in text
+    header = nib.load(str(nii)).header
+    assert b"SYNTHETIC" in header["descrip"].item() and header["intent_name"].item() == b"SYNTHETIC"
+    assert header["aux_file"].item() == b"volsynth-synthetic"
+    reopened = load_nifti(nii)  # what File > Open shows: synthetic, with its provenance
+    assert reopened.synthetic and reopened.provenance["seed"] == 21
+    assert np.array_equal(reopened.data, entry.data)
+
+    browser.export_button.click()  # the export dialog starts in the folder used last
+    assert controller.export_dialog.folder_edit.text() == str(out)
+    controller.export_dialog.reject()
+
+
+@render
+def test_recent_files_never_hold_vault_items_and_can_be_switched_off(
+    qtbot, vault_window, nibabel_data, tmp_path
+):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1)
+    _open(qtbot, window, controller.items[0].id)
+    assert window.state.recent.paths() == []  # an item decrypted from the vault has no path to remember
+
+    source = tmp_path / "Doe_Jane_t1.nii"
+    shutil.copy(nibabel_data / "anatomical.nii", source)
+    with qtbot.waitSignal(window.volume_opened, timeout=20_000):
+        window.open_path(source)
+    assert window.state.recent.paths() == [str(source.resolve())]
+    assert controller.remember_action.isChecked()
+
+    controller.remember_action.trigger()  # Vault > Remember Recent Files and Folders: off
+    assert not controller.remember_action.isChecked() and window.state.recent.paths() == []
+    window.settings.sync()
+    text = Path(window.settings.fileName()).read_text()
+    assert "Doe_Jane" not in text and str(tmp_path) not in text
+    with qtbot.waitSignal(window.volume_opened, timeout=20_000):
+        window.open_path(source)
+    assert window.state.recent.paths() == []
+    window.close()  # the folders the window noted meanwhile are forgotten too
+    window.settings.sync()
+    assert "Doe_Jane" not in Path(window.settings.fileName()).read_text()
+    assert str(tmp_path) not in Path(window.settings.fileName()).read_text()
+
+
+@render
+def test_unlock_reports_partial_files_it_removed(qtbot, vault_window, nibabel_data):
+    window = vault_window
+    controller = window.vault_controller
+    with Vault.create(controller.path, PASSPHRASE, kdf=FAST_KDF) as vault:
+        vault.import_nifti(nibabel_data / "anatomical.nii")
+    leftover = controller.path / "blobs" / ".tmp-w-00112233445566ff.part"
+    leftover.write_bytes(b"plain")
+    dialog = controller.request_unlock()
+    dialog.passphrase_edit.setText(PASSPHRASE)
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "unlock") == "finished"
+    assert not leftover.exists()
+    assert controller.last_info[0] == "Vault cleaned up" and "partial file" in controller.last_info[1]
+
+
+CORE_DUMP_APP = """
+import ctypes, os, resource, sys, tempfile
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+from pathlib import Path
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
+from app.main_window import MainWindow
+from engine.models.registry import ModelRegistry
+from engine.vault import KdfParams
+
+def state(tag):
+    print(tag, resource.getrlimit(resource.RLIMIT_CORE), ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), flush=True)
+
+app = QApplication([])
+window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]), settings=QSettings(tempfile.mktemp(suffix=".ini"),
+                    QSettings.Format.IniFormat), enable_3d=False, preload_torch=False)
+window.show()
+state("BEFORE")
+controller = window.vault_controller
+controller.kdf = KdfParams(memory_kib=1024, iterations=1, lanes=1)
+controller.set_vault_path(sys.argv[2])
+dialog = controller.request_unlock()
+dialog.passphrase_edit.setText("correct horse battery staple")
+dialog.confirm_edit.setText("correct horse battery staple")
+dialog.ok_button.click()
+while not controller.is_unlocked:
+    app.processEvents()
+state("UNLOCKED")
+window.close()
+"""
+
+
+@render
+def test_core_dumps_are_off_while_the_vault_is_unlocked(tiny_models_dir, tmp_path):
+    """In a child process (PR_SET_DUMPABLE and a hard RLIMIT_CORE of 0 cannot be undone): the app turns
+    core dumps off when the vault is unlocked (created, here) through its dialog."""
+    import os
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("prctl(PR_SET_DUMPABLE) is Linux only")
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", CORE_DUMP_APP, str(tiny_models_dir), str(tmp_path / "vault")],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "VOLSYNTH_ANCHOR_DIR": str(tmp_path / "anchors")},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = dict(
+        line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("BEFORE", "UNLOCKED"))
+    )
+    assert lines["BEFORE"].endswith(" 1")  # an ordinary, dumpable process before the vault
+    assert lines["UNLOCKED"] == "(0, 0) 0"

@@ -1,0 +1,6 @@
+"""Generating from the form: ``install_generation(window)`` adds Generate, Cancel and Random Seed and owns the
+run lifecycle (progress, previews, telemetry marks)."""
+
+from app.generation.controller import GenerationController, install_generation
+
+__all__ = ["GenerationController", "install_generation"]

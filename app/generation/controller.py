@@ -1,0 +1,259 @@
+"""The generation lifecycle of one main window: start a run from the form, show its progress and previews,
+add its volumes to the session, cancel it, and mark it on the Metrics dock.
+
+The worker (app/workers.py) drives the engine generator in its own thread; this controller lives in the GUI
+thread and only receives the worker's signals. Progress is shown in the Generate panel and in the status
+bar, so it stays visible whatever docks are open.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from functools import partial
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QLabel, QProgressBar
+
+from app.core.volumes import preview_affine
+from app.workers import GenerationWorker
+
+log = logging.getLogger(__name__)
+
+PREVIEW_INTERVAL_MS = 200  # draw previews at most 5 times a second
+
+
+class GenerationController(QObject):
+    """Runs the form's request. Signals: ``preview_drawn(step)``, ``ended(outcome)`` with outcome one of
+    "finished", "cancelled" or "failed"."""
+
+    preview_drawn = Signal(int)
+    ended = Signal(str)
+    about_to_start = Signal()  # last checks of the form (the Optimization section's against the device)
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.main = window
+        self.state = window.state
+        self.form = window.state.form
+        self.panel = window.sampling_panel
+        self._job = None
+        self._pending_preview = None  # only the latest preview is kept
+        self._model_affine = None
+        self._model_xyz = None
+        self._telemetry_run = None  # (run id, the metrics source it is marked on)
+        self._run_device = ""
+
+        self.generate_action = window.make_action(
+            "&Generate", self.generate, "Ctrl+G", "Generate a volume with the Generate panel's settings"
+        )
+        self.cancel_action = window.make_action(
+            "&Cancel Generation", self.cancel, "Esc", "Stop the running generation"
+        )
+        self.cancel_action.setEnabled(False)
+        self.random_seed_action = window.make_action(
+            "&Random Seed", self.panel.pick_random_seed, "Ctrl+R", "Pick a random seed"
+        )
+
+        # Status-bar progress: visible with any docks open (the Generate panel may be hidden or tabbed).
+        self.status_progress = QProgressBar()
+        self.status_progress.setObjectName("statusProgress")
+        self.status_progress.setRange(0, 100)
+        self.status_progress.setMaximumWidth(160)
+        self.status_progress.setTextVisible(True)
+        self.status_progress.hide()
+        self.status_eta = QLabel()
+        self.status_eta.setObjectName("statusEta")
+        self.status_eta.hide()
+        window.statusBar().addPermanentWidget(self.status_eta)
+        window.statusBar().addPermanentWidget(self.status_progress)
+
+        self._preview_timer = QTimer(self, interval=PREVIEW_INTERVAL_MS)
+        self._preview_timer.timeout.connect(self._on_preview_timer_timeout)
+        self.panel.generate_requested.connect(self._on_panel_generate_requested)
+        self.panel.cancel_requested.connect(self.cancel)
+        self.state.job_changed.connect(self._on_state_job_changed)
+        self.state.progress_changed.connect(self._on_state_progress_changed)
+
+    @property
+    def running(self) -> bool:
+        return self._job is not None
+
+    # -- starting and stopping -----------------------------------------------------------------------
+
+    def generate(self) -> bool:
+        """What Generate (button, Ctrl+G) does: start the form's run, or say why it cannot start."""
+        if self.form.model is None or self.state.job_running:
+            return False
+        self.about_to_start.emit()
+        blocked = self.form.blocked_reason()
+        if blocked:  # the button is off and says why; a shortcut press says it here
+            self.main.show_status(f"Cannot generate: {blocked.splitlines()[0]}", 10000)
+            return False
+        return self.start()
+
+    def _on_panel_generate_requested(self) -> None:
+        self.generate()
+
+    def start(self, request=None) -> bool:
+        """Start a run of ``request`` (by default the form's). Returns False, after telling the user, if it
+        cannot start."""
+        from engine.errors import EngineError
+
+        if self._job is not None or self.form.model is None:
+            return False
+        try:
+            request = request if request is not None else self.form.to_request()
+        except (EngineError, ValueError) as exc:
+            self.main.show_error("Cannot generate", str(exc))
+            return False
+        spec = self.form.model.spec
+        self._model_affine = spec.affine()
+        self._model_xyz = tuple(spec.output_shape[1:4])
+        self._run_device = self.form.device
+        self.state.follow_previews = True
+        worker = GenerationWorker(request, partial(self.main.backends.get, self.form.device))
+        self._begin_run_telemetry(self.form.device)
+        self._job = self.main.runner.start(
+            "generate",
+            worker,
+            progressed=self._on_worker_progressed,
+            finished=self._on_worker_finished,
+            failed=self._on_worker_failed,
+            cancelled=self._on_worker_cancelled,
+            ended=self._on_worker_ended,
+        )
+        self.state.set_job_running(True)
+        self.main.settings.setValue("model/last", self.form.model.id)
+        self.main.show_status(
+            f"Generating with {spec.name} on {self.device_text(self.form.device)} "
+            f"({request.sampler or 'default sampler'}, seed {request.seed})..."
+        )
+        self._preview_timer.start()
+        return True
+
+    def cancel(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+            self.panel.progress_label.setText("Cancelling at the next step...")
+            self.main.show_status("Cancelling...")
+
+    def device_text(self, device: str) -> str:
+        """The device as the Generate panel lists it (an engine server by its address)."""
+        return self.panel.device_label(device)
+
+    # -- the worker's signals ------------------------------------------------------------------------
+
+    def _on_worker_progressed(self, progress) -> None:
+        self.state.report_progress(
+            progress.stage, progress.step, progress.total, progress.elapsed_s, progress.message
+        )
+        if progress.preview is not None:
+            self._pending_preview = (progress.preview, progress.step, progress.total, progress.preview_stride)
+
+    def _on_preview_timer_timeout(self) -> None:
+        if self._pending_preview is None:
+            return
+        data, step, total, stride = self._pending_preview
+        self._pending_preview = None
+        if not self.state.follow_previews:  # the user chose a volume to look at during the run
+            return
+        affine = preview_affine(self._model_affine, self._model_xyz, data.shape, stride)
+        self.state.show_preview(data, affine, step, total)
+        self.preview_drawn.emit(step)
+
+    def _on_worker_finished(self, result) -> None:
+        self._preview_timer.stop()
+        self._pending_preview = None
+        summary = self._end_run_telemetry("finished")
+        if summary is not None:  # before add_result, so every volume's provenance (and sidecar) carries it
+            result.provenance["telemetry"] = summary
+        entries = self.state.add_result(result, show=self.state.follow_previews)
+        total = result.provenance.get("timings", {}).get("total_s", 0.0)
+        where = self.device_text(self._run_device)
+        self.panel.show_finished(f"Done in {total:.1f} s \u00b7 {where}")
+        self.panel.progress_bar.setValue(100)
+        self.main.show_status(f"Generated {len(entries)} volume(s) in {total:.1f} s on {where}", 10000)
+        self.main.device_label.setText(f"device: {where}")
+        self.ended.emit("finished")
+
+    def _on_worker_failed(self, message: str) -> None:
+        self._end_run_telemetry("failed")
+        self._stop_previews()
+        self.panel.show_finished("Failed")
+        self.main.show_status("Generation failed", 10000)  # replaces "Generating with ..."
+        self.main.show_error("Generation failed", message)
+        self.ended.emit("failed")
+
+    def _on_worker_cancelled(self) -> None:
+        self._end_run_telemetry("cancelled")
+        self._stop_previews()
+        self.panel.show_finished("Cancelled")
+        self.main.show_status("Generation cancelled", 5000)
+        self.ended.emit("cancelled")
+
+    def _stop_previews(self) -> None:
+        self._preview_timer.stop()
+        self._pending_preview = None
+        if self.state.shown is not None and self.state.shown.kind == "preview":
+            self.state.show(self.state.volumes[-1] if self.state.volumes else None)
+
+    def _on_worker_ended(self) -> None:
+        self._job = None
+        self.state.set_job_running(False)
+
+    def _on_state_job_changed(self, running: bool) -> None:
+        self.generate_action.setEnabled(not running)
+        self.cancel_action.setEnabled(running)
+        self.random_seed_action.setEnabled(not running)
+        self.status_progress.setVisible(running)
+        self.status_eta.setVisible(running)
+        if running:
+            self.status_progress.setValue(0)
+            self.status_eta.setText("Starting...")
+
+    def _on_state_progress_changed(self, tracker) -> None:
+        self.status_progress.setValue(tracker.percent)
+        self.status_progress.setFormat(
+            f"{tracker.step}/{tracker.total}" if tracker.stage == "denoise" else "%p%"
+        )
+        self.status_eta.setText(tracker.text())
+
+    # -- telemetry -----------------------------------------------------------------------------------
+
+    def _begin_run_telemetry(self, device: str) -> None:
+        """Mark a run on the metrics of the machine it runs on (an engine server's, for a remote device)."""
+        try:
+            self.main.start_telemetry()
+            source = self.main.remote.metrics_source_for(device) or self.main.sampler
+            run_id = f"gen-{uuid.uuid4().hex[:12]}"
+            source.mark_run_start(run_id)
+        except Exception:  # noqa: BLE001 - telemetry must never stop a generation
+            log.warning("could not start run telemetry", exc_info=True)
+            return
+        self._telemetry_run = (run_id, source)
+        self.main.metrics_dock.add_run_start(run_id)
+
+    def _end_run_telemetry(self, outcome: str) -> dict | None:
+        """End the running generation's telemetry run; its summary dict, or None if none was running."""
+        run, self._telemetry_run = self._telemetry_run, None
+        if run is None:
+            return None
+        run_id, source = run
+        try:
+            summary = source.mark_run_end(run_id)
+        except Exception:  # noqa: BLE001
+            log.warning("could not end run telemetry", exc_info=True)
+            return None
+        self.main.metrics_dock.add_run_end(run_id, outcome, summary)
+        return summary
+
+
+def install_generation(window) -> GenerationController:
+    """Give ``window`` (a ``MainWindow``) its Generate, Cancel and Random Seed actions and the run lifecycle."""
+    controller = GenerationController(window)
+    for action in (controller.generate_action, controller.cancel_action, controller.random_seed_action):
+        window.generate_menu.addAction(action)
+    window.main_toolbar.addAction(controller.generate_action)
+    window.main_toolbar.addAction(controller.cancel_action)
+    return controller

@@ -1,0 +1,226 @@
+"""What a person does in the main window, done the way they do it: key presses, clicks, typed text.
+
+Each test drives the real window under Xvfb through QActions, shortcuts and mouse events, never the methods
+behind them (Save As once passed its tests while its menu item stayed disabled).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt, QTimer
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox
+
+pytestmark = pytest.mark.render
+
+GENERATION_TIMEOUT_MS = 240_000  # a tiny model's run, on a 2-core machine that may be busy
+
+
+def _volume_file(folder: Path) -> Path:
+    data = np.random.default_rng(0).normal(100, 20, (12, 14, 10)).astype(np.float32)
+    affine = np.diag([1.5, 1.5, 2.0, 1.0])
+    affine[:3, 3] = [-9, -10, -10]
+    path = folder / "scan.nii.gz"
+    nib.save(nib.Nifti1Image(data, affine), path)
+    return path
+
+
+def _answer_modal(callback, attempts: int = 200) -> None:
+    """Run ``callback(dialog)`` on the next modal dialog, once it is shown (polled from the event loop)."""
+
+    def poll(remaining: int = attempts) -> None:
+        dialog = QApplication.activeModalWidget()
+        if dialog is not None and dialog.isVisible():
+            callback(dialog)
+        elif remaining:
+            QTimer.singleShot(50, lambda: poll(remaining - 1))
+
+    QTimer.singleShot(0, poll)
+
+
+def _select(window, model_id: str) -> None:
+    window.state.select_model(window.state.model_by_id(model_id))
+
+
+def _generate(qtbot, window, steps: int = 2) -> str:
+    window.sampling_panel.steps_spin.setValue(steps)
+    with qtbot.waitSignal(window.generation.ended, timeout=GENERATION_TIMEOUT_MS) as ended:
+        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    return ended.args[0]
+
+
+def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_equal(
+    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
+):
+    from app.__main__ import open_window, parse_args
+
+    source = _volume_file(tmp_path)
+    window = open_window(
+        parse_args([str(source), "--no-3d"]), registry=registry, settings=qt_settings, preload_torch=False
+    )
+    qtbot.addWidget(window)
+    with qtbot.waitSignal(window.volume_opened, timeout=60_000):
+        pass
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    assert window.save_action.isEnabled()  # the menu item a person would pick is on
+
+    target = tmp_path / "saved" / "copy.nii.gz"
+    target.parent.mkdir()
+
+    def type_name(dialog) -> None:
+        assert isinstance(dialog, QFileDialog)
+        name = dialog.findChild(QLineEdit)
+        name.selectAll()
+        qtbot.keyClicks(name, str(target))
+        qtbot.keyClick(name, Qt.Key.Key_Return)
+
+    _answer_modal(type_name)
+    qtbot.keyClick(window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S
+    qtbot.waitUntil(
+        lambda: target.is_file() and "Saved" in window.statusBar().currentMessage(), timeout=60_000
+    )
+    original, written = nib.load(source), nib.load(target)
+    assert np.array_equal(np.asarray(original.dataobj), np.asarray(written.dataobj))
+    assert np.allclose(original.affine, written.affine)
+    assert target.with_name("copy.json").is_file()  # the provenance sidecar beside it
+    assert not error_dialogs
+    window.close()
+
+
+def test_generate_then_delete_removes_the_volume_from_the_session(qtbot, main_window):
+    window = main_window
+    _select(window, "tiny-pixel")
+    assert _generate(qtbot, window) == "finished"
+    session = window.session_panel
+    assert session.list.count() == 1 and window.state.volumes[0].kind == "generated"
+    name = window.state.volumes[0].name
+    assert "seed" in name and session.list.item(0).toolTip().startswith(name)
+
+    session.list.setFocus()
+    session.list.setCurrentRow(0)
+    _answer_modal(lambda box: box.button(QMessageBox.StandardButton.Yes).click())  # "never saved: remove?"
+    qtbot.keyClick(session.list, Qt.Key.Key_Delete)
+    qtbot.waitUntil(lambda: not window.state.volumes, timeout=10_000)
+    assert session.list.count() == 0 and window.state.shown is None
+
+
+def test_f2_renames_a_session_volume(qtbot, main_window, tmp_path):
+    window = main_window
+    with qtbot.waitSignal(window.volume_opened, timeout=60_000):
+        window.open_path(_volume_file(tmp_path))
+    session = window.session_panel
+    session.list.setFocus()
+    session.list.setCurrentRow(0)
+    qtbot.keyClick(session.list, Qt.Key.Key_F2)
+    editor = session.list.findChild(QLineEdit)
+    qtbot.waitUntil(lambda: editor is not None and editor.isVisible(), timeout=5_000)
+    editor.selectAll()
+    qtbot.keyClicks(editor, "baseline T1")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.state.volumes[0].name == "baseline T1", timeout=5_000)
+
+
+def test_wheel_over_the_generate_panel_scrolls_it_and_leaves_the_sampler_alone(qtbot, main_window):
+    window = main_window
+    _select(window, "tiny-latent")
+    window.resize(1024, 700)
+    panel = window.sampling_panel
+    qtbot.waitUntil(lambda: panel.scroll.verticalScrollBar().maximum() > 0, timeout=10_000)
+    box = panel.sampler_box
+    assert box.count() > 1
+    before_sampler, before_seed = window.state.form.sampler, window.state.form.seed
+    bar = panel.scroll.verticalScrollBar()
+    bar.setValue(0)
+    centre = QPointF(box.rect().center())
+    for target in (box, panel.seed_spin):
+        event = QWheelEvent(
+            QPointF(target.rect().center()),
+            QPointF(target.mapToGlobal(QPoint(*[int(v) for v in (centre.x(), centre.y())]))),
+            QPoint(0, 0),
+            QPoint(0, -120),  # one notch down
+            Qt.MouseButton.NoButton,
+            Qt.KeyboardModifier.NoModifier,
+            Qt.ScrollPhase.NoScrollPhase,
+            False,
+        )
+        QApplication.sendEvent(target, event)
+    assert window.state.form.sampler == before_sampler and window.state.form.seed == before_seed
+    assert bar.value() > 0  # the panel scrolled instead
+
+
+def test_progress_stays_visible_with_the_vault_dock_open_at_1024x700(qtbot, main_window, screenshot):
+    window = main_window
+    window.resize(1024, 700)
+    vault_dock = next(d for name, d in window.docks.items() if "vault" in name.lower())
+    vault_dock.show()
+    vault_dock.raise_()
+    _select(window, "tiny-latent")
+    window.sampling_panel.steps_spin.setValue(40)
+    seen = []
+
+    def look(step: int) -> None:
+        panel = window.sampling_panel
+        seen.append(
+            (
+                window.generation.status_progress.isVisible(),
+                panel.progress_bar.visibleRegion().isEmpty(),
+                panel.generate_button.visibleRegion().isEmpty(),
+            )
+        )
+        if len(seen) == 1:
+            screenshot(window, "midrun-vault-1024x700")
+
+    window.generation.preview_drawn.connect(look)
+    with qtbot.waitSignal(window.generation.ended, timeout=GENERATION_TIMEOUT_MS):
+        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    assert seen, "no preview was drawn during the run"
+    assert all(status and not bar_hidden and not button_hidden for status, bar_hidden, button_hidden in seen)
+    assert not window.generation.status_progress.isVisible()  # gone once the run ended
+
+
+def test_choosing_a_volume_during_a_run_shows_it(qtbot, main_window, tmp_path):
+    window = main_window
+    with qtbot.waitSignal(window.volume_opened, timeout=60_000):
+        window.open_path(_volume_file(tmp_path))
+    opened = window.state.volumes[0]
+    _select(window, "tiny-latent")
+    window.sampling_panel.steps_spin.setValue(60)
+    chosen = []
+
+    def choose(step: int) -> None:
+        if not chosen:
+            chosen.append(step)
+            window.session_panel.list.setCurrentRow(0)  # the click, as the list reports it
+
+    window.generation.preview_drawn.connect(choose)
+    with qtbot.waitSignal(window.generation.ended, timeout=GENERATION_TIMEOUT_MS):
+        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    assert chosen
+    assert window.state.shown is opened  # neither later previews nor the result took the view back
+    assert len(window.state.volumes) == 2
+
+
+def test_quitting_during_a_run_asks_and_no_keeps_the_run(qtbot, main_window, monkeypatch):
+    window = main_window
+    _select(window, "tiny-latent")
+    window.sampling_panel.steps_spin.setValue(200)
+    asked = []
+
+    def answer(parent, title, text, *args, **kwargs):
+        asked.append(text)
+        return QMessageBox.StandardButton.No if len(asked) == 1 else QMessageBox.StandardButton.Yes
+
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(answer))
+    with qtbot.waitSignal(window.generation.preview_drawn, timeout=GENERATION_TIMEOUT_MS):
+        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)  # Ctrl+Q: "No"
+    assert asked and "generation is running" in asked[0]
+    assert window.isVisible() and window.generation.running
+    with qtbot.waitSignal(window.generation.ended, timeout=GENERATION_TIMEOUT_MS) as ended:
+        qtbot.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)  # "Yes"
+    assert ended.args[0] == "cancelled" and not window.isVisible()
