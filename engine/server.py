@@ -48,7 +48,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StringConstraints
 
 from engine import wire
 from engine.api import MAX_BATCH, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest
@@ -79,14 +79,61 @@ class ServerLimits:
 # -- request bodies as the OpenAPI schema describes them ---------------------------------------------------
 
 
+def _real_number(value: Any) -> Any:
+    """JSON Schema's number: never true or "1.5" (pydantic's lax float would take both)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("a number is needed")
+    return value
+
+
 def _finite(**constraints):
-    return Annotated[float, Field(allow_inf_nan=False, **constraints)]
+    return Annotated[float, Field(allow_inf_nan=False, **constraints), BeforeValidator(_real_number)]
+
+
+def _whole_number(value: Any) -> int:
+    """JSON Schema's integer: 4 and 4.0, never true, "4" or 4.5."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("a whole number is needed")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("a whole number is needed")
+        return int(value)
+    return value
+
+
+def _whole(**constraints):
+    return Annotated[int, Field(**constraints), BeforeValidator(_whole_number)]
+
+
+# The combinations OptimizationConfig refuses on every device, stated in the schema too.
+_QUANTIZED = {"enum": ["int8", "mixed"]}
+_INCOMPATIBLE = {
+    "not": {
+        "anyOf": [
+            {
+                "required": ["quantization", "autocast"],
+                "properties": {"quantization": _QUANTIZED, "autocast": {"const": "fp16"}},
+            },
+            {
+                "required": ["quantization", "compile_mode"],
+                "properties": {"quantization": _QUANTIZED, "compile_mode": {"type": "string"}},
+            },
+            {
+                "required": ["cuda_graphs", "compile_mode"],
+                "properties": {
+                    "cuda_graphs": {"const": True},
+                    "compile_mode": {"enum": ["reduce-overhead", "max-autotune"]},
+                },
+            },
+        ]
+    }
+}
 
 
 class OptimizationBody(BaseModel):
     """``OptimizationConfig`` on the wire (engine.optimization_config)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_INCOMPATIBLE)
 
     tf32: StrictBool = False
     channels_last_3d: StrictBool = False
@@ -109,16 +156,16 @@ class JobRequest(BaseModel):
 
     model: Annotated[str, StringConstraints(max_length=128)] = ""
     sampler: Literal["", "ddpm", "ddim", "pndm", "rflow"] = ""
-    steps: Annotated[StrictInt, Field(ge=0, le=MAX_STEPS)] = 0
-    seed: Annotated[StrictInt, Field(ge=0, lt=2**63)] = 0
+    steps: _whole(ge=0, le=MAX_STEPS) = 0
+    seed: _whole(ge=0, lt=2**63) = 0
     conditioning: Annotated[dict[ConditionName, _finite()], Field(max_length=32)] = Field(
         default_factory=dict
     )
     guidance_scale: _finite(ge=0.0) | None = None
-    batch_size: Annotated[StrictInt, Field(ge=1, le=MAX_BATCH)] = 1
+    batch_size: _whole(ge=1, le=MAX_BATCH) = 1
     optimization: OptimizationBody = Field(default_factory=OptimizationBody)
-    preview_interval: Annotated[StrictInt, Field(ge=0, le=MAX_STEPS)] = 0
-    kernel_profile_steps: Annotated[StrictInt, Field(ge=0, le=MAX_PROFILED_STEPS)] = 0
+    preview_interval: _whole(ge=0, le=MAX_STEPS) = 0
+    kernel_profile_steps: _whole(ge=0, le=MAX_PROFILED_STEPS) = 0
 
 
 class ErrorBody(BaseModel):

@@ -1,0 +1,90 @@
+"""A short schemathesis fuzz of the engine server (a real uvicorn server on 127.0.0.1).
+
+Every operation in the OpenAPI schema gets generated requests, valid and invalid, and every answer is
+checked against the schema: no 5xx, documented status codes, bodies as described, schema-violating
+requests refused. The stateful run follows the schema's links (submit -> events/volumes/cancel) on real
+job ids. The long run (5+ minutes) is ``python -m engine.bench.fuzz_server``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis")
+from hypothesis import HealthCheck, Phase, settings  # noqa: E402  (after the optional import)
+
+from engine.models.registry import ModelRegistry  # noqa: E402
+from engine.server import create_app  # noqa: E402
+from engine.testing import InstantBackend, ServerThread  # noqa: E402
+
+TOKEN = "fuzz-" + "t" * 20 + "0123456789abcdefghijklmnop"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+FAST = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,  # the same cases on every run: a failure here is reproducible
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate],
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from engine.testing import make_tiny_model
+
+    root = tmp_path_factory.mktemp("fuzz-models")
+    make_tiny_model(root / "tiny-pixel", model_id="tiny-pixel", kind="pixel", conditioned=False)
+    app = create_app(InstantBackend(ModelRegistry([root])), token=TOKEN)
+    with ServerThread(app) as url:
+        yield url, app
+
+
+@pytest.fixture(scope="module")
+def api_schema(server):
+    url, _ = server
+    return schemathesis.openapi.from_url(f"{url}/openapi.json", headers=AUTH, timeout=30)
+
+
+@pytest.mark.parametrize("mode", ["positive", "negative"])
+def test_generated_requests_get_documented_answers_and_never_5xx(api_schema, mode):
+    from hypothesis import given
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis import GenerationMode
+
+    operations = [result.ok() for result in api_schema.get_all_operations()]
+    assert {op.path for op in operations} >= {"/info", "/jobs", "/jobs/{job_id}/events"}
+    answers = []
+    for operation in operations:
+
+        @FAST
+        @given(case=operation.as_strategy(generation_mode=GenerationMode(mode)))
+        def check(case):
+            response = case.call_and_validate(headers=AUTH, timeout=30)
+            answers.append(response.status_code)
+
+        try:
+            check()
+        except Unsatisfiable:  # nothing to make invalid (no parameters, no body): positive mode covers it
+            assert mode == "negative"
+    assert answers and max(answers) < 500
+    if mode == "negative":
+        assert min(answers) >= 400  # every schema-violating request was refused
+
+
+def test_stateful_fuzz_on_real_job_ids(api_schema, server):
+    _, app = server
+
+    class Workflow(api_schema.as_state_machine()):
+        def get_call_kwargs(self, case):
+            return {"headers": AUTH, "timeout": 30}
+
+    Workflow.run(
+        settings=settings(
+            max_examples=15,
+            stateful_step_count=6,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
+    assert app.state.streams["open"] == 0  # every stream the run opened has ended
