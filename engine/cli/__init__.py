@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "engine.cli.training",
     "engine.cli.bench",
     "engine.cli.compare",
+    "engine.cli.cohort",
     "engine.cli.monitor",
     "engine.cli.vault",
     "engine.cli.serve",

@@ -1,0 +1,269 @@
+"""``volsynth cohort report``: the cohort as generated, on one page (PNG, or HTML around the same figure).
+
+Histograms of the requested conditioning values and of the brain and ventricle volumes measured on the
+generated images (the evaluation's measurements: Otsu brain mask, dark voxels in the template ventricle
+region), a montage of axial mid-slices of a sample of the volumes, throughput over time, failures and
+retries from the manifest.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.cohort.dataset import STATE_DIR
+from engine.cohort.manifest import DONE, FAILED, Manifest
+from engine.errors import InvalidRequest
+
+MEASURED = {"brain_volume": "brain tissue (mL)", "ventricle_volume": "ventricles (mL)"}
+
+
+def measure(volume: np.ndarray, voxel_ml: float) -> dict[str, float]:
+    """Brain tissue and ventricle volumes (mL) measured on a brain T1 image; nan where not measurable."""
+    from engine.training.evaluate import brain_mask, ventricle_volume_ml
+    from engine.training.synth import ventricle_roi
+
+    mask = brain_mask(volume)
+    if not mask.any():
+        return {"brain_volume": float("nan"), "ventricle_volume": float("nan")}
+    tissue = mask & (volume >= 0.5 * float(np.median(volume[mask])))
+    out = {"brain_volume": float(tissue.sum() * voxel_ml), "ventricle_volume": float("nan")}
+    roi = _roi(ventricle_roi)
+    if roi is not None and roi.shape == volume.shape:
+        out["ventricle_volume"] = ventricle_volume_ml(volume, roi, mask) * voxel_ml / 0.008
+    return out
+
+
+_ROI_CACHE: dict[str, Any] = {}
+
+
+def _roi(make) -> np.ndarray | None:
+    if "roi" not in _ROI_CACHE:
+        try:
+            _ROI_CACHE["roi"] = make()
+        except Exception:  # the template is an optional resource; without it, no ventricle measurement
+            _ROI_CACHE["roi"] = None
+    return _ROI_CACHE["roi"]
+
+
+def _sample(items: list[str], n: int) -> list[str]:
+    if len(items) <= n:
+        return items
+    picks = np.linspace(0, len(items) - 1, n).round().astype(int)
+    return [items[i] for i in sorted(set(picks.tolist()))]
+
+
+def collect(root: Path, montage: int = 12) -> dict[str, Any]:
+    """Everything the report shows, as data (tests check this; the figure only draws it)."""
+    from engine.nifti_io import load_nifti
+
+    manifest = Manifest.load(root)
+    items = manifest.items
+    done = sorted(p for p, e in items.items() if e["state"] == DONE)
+    conditions = sorted({n for e in items.values() for n in e["conditioning"]})
+    requested = {
+        n: [items[p]["conditioning"][n] for p in done if n in items[p]["conditioning"]] for n in conditions
+    }
+    measured: dict[str, list[float]] = {n: [] for n in MEASURED}
+    pairs: dict[str, list[tuple[float, float]]] = {n: [] for n in MEASURED}
+    slices: list[tuple[str, np.ndarray]] = []
+    montage_set = set(_sample(done, montage))
+    folder = manifest.data.get("target", "folder") == "folder"
+    if folder:
+        for participant in done:
+            loaded = load_nifti(root / items[participant]["file"])
+            voxel_ml = float(np.prod(loaded.spacing)) / 1000.0
+            values = measure(loaded.data, voxel_ml)
+            for name, value in values.items():
+                if np.isfinite(value):
+                    measured[name].append(value)
+                    if name in items[participant]["conditioning"]:
+                        pairs[name].append((items[participant]["conditioning"][name], value))
+            if participant in montage_set:
+                slices.append((participant, loaded.data[:, :, loaded.data.shape[2] // 2].T[::-1]))
+    finished = sorted(
+        datetime.fromisoformat(items[p]["finished_utc"]).timestamp()
+        for p in done
+        if items[p].get("finished_utc")
+    )
+    runs = manifest.data.get("runs", [])
+    elapsed = sum(r.get("elapsed_s", 0.0) for r in runs)
+    produced = sum(r.get("done", 0) for r in runs)
+    seconds = [items[p]["seconds"] for p in done if items[p].get("seconds")]
+    return {
+        "cohort_id": manifest.cohort_id,
+        "model": manifest.data.get("model", {}),
+        "total": len(items),
+        "done": len(done),
+        "failed": manifest.count(FAILED),
+        "retries": manifest.retries,
+        "failures": [
+            {"participant": p, "state": e["state"], "errors": e["errors"]}
+            for p, e in items.items()
+            if e["errors"]
+        ],
+        "requested": requested,
+        "measured": measured,
+        "pairs": pairs,
+        "slices": slices,
+        "finished_times": finished,
+        "runs": runs,
+        "volumes_per_min": 60.0 * produced / elapsed if elapsed else 0.0,
+        "seconds_per_volume": float(np.median(seconds)) if seconds else float("nan"),
+        "target": manifest.data.get("target", "folder"),
+    }
+
+
+def draw(data: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.gridspec import GridSpec
+
+    n_slices = len(data["slices"])
+    cols = 6
+    montage_rows = max(1, -(-n_slices // cols))
+    fig = plt.figure(figsize=(15, 7.2 + 2.3 * montage_rows), dpi=90)
+    grid = GridSpec(2 + montage_rows, cols, figure=fig, height_ratios=[3, 3] + [2.3] * montage_rows)
+    runs = data["runs"]
+    workers = ", ".join(
+        f"{r.get('workers', '?')}x{r.get('threads_per_worker', '?')} {r.get('device', '')}" for r in runs
+    )
+    fig.suptitle(
+        f"SYNTHETIC cohort {data['cohort_id']}  |  model {data['model'].get('id', '?')}  |  "
+        f"{data['done']}/{data['total']} volumes, {data['failed']} failed, {data['retries']} retried",
+        fontsize=13,
+        fontweight="bold",
+    )
+    # Row 1: requested vs measured, one panel per measured quantity.
+    for col, name in enumerate(MEASURED):
+        ax = fig.add_subplot(grid[0, 2 * col : 2 * col + 2])
+        req, meas = data["requested"].get(name, []), data["measured"].get(name, [])
+        both = [v for v in (*req, *meas) if np.isfinite(v)]
+        bins = np.linspace(min(both), max(both), 16) if len(both) > 1 and min(both) < max(both) else 10
+        if req:
+            ax.hist(req, bins=bins, alpha=0.6, label=f"requested (n={len(req)})", color="tab:blue")
+        if meas:
+            ax.hist(meas, bins=bins, alpha=0.6, label=f"measured (n={len(meas)})", color="tab:orange")
+        ax.set_title(name.replace("_", " ") + f": requested vs measured {MEASURED[name]}", fontsize=10)
+        ax.set_xlabel("mL")
+        ax.set_ylabel("volumes")
+        if req or meas:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "nothing to show", ha="center", va="center", transform=ax.transAxes)
+    # Requested vs measured ventricles, one point per volume.
+    ax = fig.add_subplot(grid[0, 4:6])
+    pairs = data["pairs"].get("ventricle_volume", [])
+    if pairs:
+        x, y = zip(*pairs, strict=True)
+        ax.scatter(x, y, s=12)
+        lo, hi = min(*x, *y), max(*x, *y)
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--", label="measured = requested")
+        rho = _spearman(x, y)
+        ax.set_title(f"ventricles: measured vs requested (Spearman {rho:.2f})", fontsize=10)
+        ax.legend(fontsize=8)
+    else:
+        ax.set_title("ventricles: measured vs requested", fontsize=10)
+        ax.text(
+            0.5,
+            0.5,
+            "not measurable on this model's images",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+    ax.set_xlabel("requested (mL)")
+    ax.set_ylabel("measured (mL)")
+    # Row 2: other requested conditions, throughput over time, the numbers.
+    ax = fig.add_subplot(grid[1, 0:3])
+    times = data["finished_times"]
+    if times:
+        t0 = times[0]
+        ax.step([(t - t0) / 60 for t in times], range(1, len(times) + 1), where="post")
+    ax.set_title(f"throughput: {data['volumes_per_min']:.2f} volumes/min over all runs", fontsize=10)
+    ax.set_xlabel("minutes since the first volume")
+    ax.set_ylabel("volumes finished")
+    ax = fig.add_subplot(grid[1, 3:6])
+    ax.axis("off")
+    lines = [
+        f"cohort id: {data['cohort_id']}",
+        f"target: {data['target']}",
+        f"volumes: {data['done']} done of {data['total']}, {data['failed']} failed",
+        f"worker deaths retried: {data['retries']}",
+        f"runs: {len(runs)} ({workers or 'n/a'})",
+        f"median seconds per volume (worker): {data['seconds_per_volume']:.1f}",
+        f"throughput: {data['volumes_per_min']:.2f} volumes/min",
+        f"model weights sha256: {next(iter(data['model'].get('weights_sha256', {}).values()), '?')[:16]}...",
+    ]
+    for failure in data["failures"][:4]:
+        last = failure["errors"][-1]["error"] if failure["errors"] else ""
+        lines.append(f"{failure['participant']} ({failure['state']}): {last[:60]}")
+    ax.text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=9)
+    # Montage.
+    for i, (participant, image) in enumerate(data["slices"]):
+        ax = fig.add_subplot(grid[2 + i // cols, i % cols])
+        ax.imshow(image, cmap="gray", vmin=0, vmax=max(1e-6, float(np.percentile(image, 99.5))))
+        ax.set_title(participant, fontsize=8)
+        ax.axis("off")
+    if not data["slices"]:
+        ax = fig.add_subplot(grid[2, :])
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no montage (vault target or no volumes)", ha="center", va="center")
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _spearman(x, y) -> float:
+    from scipy.stats import spearmanr
+
+    if len(x) < 3:
+        return float("nan")
+    return float(spearmanr(x, y).statistic)
+
+
+def write_report(root: str | Path, out: str | Path | None = None, montage: int = 12) -> Path:
+    """Write the report of the cohort folder ``root`` as .png or .html; returns its path."""
+    from engine.cohort.dataset import write_text_atomic
+    from engine.nifti_io import atomic_files
+
+    root = Path(root).expanduser()
+    out_path = Path(out).expanduser() if out else root / STATE_DIR / "report.png"
+    if out_path.suffix.lower() not in (".png", ".html"):
+        raise InvalidRequest(f"report file {out_path.name} must end in .png or .html")
+    data = collect(root, montage)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if out_path.suffix.lower() == ".png":
+        with atomic_files([out_path]) as (temp,):
+            draw(data, temp)
+        return out_path
+    png = out_path.with_suffix(".figure.png")
+    with atomic_files([png]) as (temp,):
+        draw(data, temp)
+    encoded = base64.b64encode(png.read_bytes()).decode()
+    png.unlink()
+    failures = "".join(
+        f"<tr><td>{html.escape(f['participant'])}</td><td>{html.escape(f['state'])}</td>"
+        f"<td>{html.escape(json.dumps(f['errors']))}</td></tr>"
+        for f in data["failures"]
+    )
+    page = (
+        f"<!doctype html><meta charset='utf-8'><title>Cohort {html.escape(data['cohort_id'])}</title>"
+        f"<h1>SYNTHETIC cohort {html.escape(data['cohort_id'])}</h1>"
+        f"<p>{data['done']}/{data['total']} volumes, {data['failed']} failed, {data['retries']} retried; "
+        f"{data['volumes_per_min']:.2f} volumes/min.</p>"
+        f"<img alt='cohort report' src='data:image/png;base64,{encoded}'>"
+        f"<h2>Failures and retries</h2><table><tr><th>participant</th><th>state</th><th>errors</th></tr>"
+        f"{failures or '<tr><td colspan=3>none</td></tr>'}</table>"
+    )
+    write_text_atomic(out_path, page)
+    return out_path

@@ -1,0 +1,601 @@
+"""Run a cohort on Ray: one actor per worker holds the model; the driver writes results as they arrive.
+
+1. Expand the spec into items; open (resume) or create the output folder and its manifest.
+2. Start a local Ray runtime on 127.0.0.1, or connect to a cluster (``address`` or ``RAY_ADDRESS``).
+3. Start the workers: actors of ``_CohortWorker``, each with a thread budget (``num_cpus``) or one GPU
+   (``num_gpus=1``), keeping its loaded model between items. Ray restarts an actor whose process died.
+4. Keep one item in flight per worker (a volume takes seconds; Ray's per-task overhead is milliseconds,
+   so a deeper queue gains nothing and a killed worker would take more than its one item with it).
+5. Each result comes back to the driver, which writes it (atomically, with its provenance sidecar, through
+   ``engine.nifti_io.save_result``) or stores it in the vault, then marks the item done in the manifest.
+   A worker that died mid-item costs only that item: it is recorded as a failed attempt and resubmitted.
+
+Workers only compute; the driver is the only writer, so a cluster's workers need no shared filesystem.
+Each item is one request of batch size 1 with its own seed: its volume does not depend on which worker
+ran it or what else ran, which is what makes a re-run and a resume bit-identical on the same device type.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.cohort.dataset import STATE_DIR, volume_path, write_description, write_participants
+from engine.cohort.manifest import DONE, FAILED, PENDING, Manifest, manifest_path, now_utc
+from engine.cohort.spec import CohortItem, CohortSpec
+from engine.errors import BackendUnavailable, EngineError, InvalidRequest, OutputError
+
+MAX_ATTEMPTS = 3
+LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # volumes are a few MB and leave the store as soon as written
+
+
+@dataclass(frozen=True)
+class CohortProgress:
+    """A report from a running cohort: counts, rate, ETA and what just happened.
+
+    ``event`` is one of ``started``, ``submitted``, ``done``, ``retry``, ``failed``, ``finished``,
+    ``stopped``. ``worker_pid`` is the process of the worker an item went to (``submitted``).
+    """
+
+    event: str
+    done: int
+    failed: int
+    total: int
+    retries: int
+    elapsed_s: float
+    rate_per_min: float = 0.0
+    eta_s: float | None = None
+    participant: str = ""
+    path: str = ""
+    message: str = ""
+    worker_pid: int = 0
+    step_s: float | None = None  # last measured seconds per denoising step (for estimates)
+
+
+@dataclass
+class CohortSummary:
+    root: Path
+    cohort_id: str
+    total: int
+    done: int
+    failed: int
+    retries: int
+    done_this_run: int
+    elapsed_s: float
+    workers: int
+    threads_per_worker: int
+    device: str
+    stopped: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def volumes_per_min(self) -> float:
+        return 60.0 * self.done_this_run / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class _CohortWorker:
+    """A Ray actor: one loaded model (LocalBackend's cache) and a thread budget, for many items."""
+
+    def __init__(self, model_path: str, packed_model, device: str, threads: int):
+        import torch
+
+        from engine.backends.local import LocalBackend
+
+        if device == "cpu":
+            torch.set_num_threads(max(1, threads))
+        self.model_path = _model_here(model_path, packed_model)
+        self.backend = LocalBackend(device)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def generate(self, request: dict[str, Any]) -> dict[str, Any]:
+        from engine.api import SamplingRequest, run
+
+        req = SamplingRequest.from_dict({**request, "model": self.model_path})
+        result = run(self.backend.sample(req))
+        return {
+            "volume": np.ascontiguousarray(result.volume(0), dtype=np.float32),
+            "affine": result.affine,
+            "request": result.request.to_dict(),
+            "provenance": result.provenance,
+            "pid": os.getpid(),
+        }
+
+
+def _model_here(model_path: str, packed) -> str:
+    """The model folder on this node: the driver's path if it is here, else unpacked from the object store."""
+    if packed is None or Path(model_path).is_dir():
+        return model_path
+    import tempfile
+
+    digest = hashlib.sha256(repr(sorted((k, len(v)) for k, v in packed.items())).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"volsynth-model-{digest}"
+    if not folder.is_dir():
+        staging = Path(tempfile.mkdtemp(prefix=".volsynth-model-", dir=folder.parent))
+        for rel, data in packed.items():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staging / rel).write_bytes(data)
+        with contextlib.suppress(OSError):  # another worker on this node may have won the race
+            os.replace(staging, folder)
+    return str(folder)
+
+
+def _pack_model(path: Path, limit: int = 4 * 1024**3) -> dict[str, bytes]:
+    files = [p for p in sorted(path.rglob("*")) if p.is_file()]
+    if sum(p.stat().st_size for p in files) > limit:
+        raise InvalidRequest(f"model folder {path} is over 4 GiB; install it on the cluster's nodes instead")
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in files}
+
+
+def _remove_partials(folder: Path) -> None:
+    """Temporaries a killed job left behind (atomic writes name them ``.<target>.<random>.partial...``)."""
+    if folder.is_dir():
+        for temp in folder.glob(".*.partial*"):
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+
+
+def volume_sha256(volume: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(volume, dtype=np.float32).tobytes()).hexdigest()
+
+
+# -- Ray runtime -------------------------------------------------------------------------------------------
+
+
+def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Connect to a cluster or start a local runtime bound to 127.0.0.1. True if this call started it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise BackendUnavailable(
+            "cohorts run on Ray, which is not installed; install it with "
+            "`pip install 'volsynth-studio[cohort]'` (or `pip install ray`)"
+        ) from exc
+    if ray.is_initialized():
+        return False
+    import logging
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    try:
+        if address:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        else:
+            ray.init(
+                num_cpus=num_cpus,
+                _node_ip_address="127.0.0.1",
+                include_dashboard=False,
+                object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray runtime"
+        raise BackendUnavailable(
+            f"could not start or reach {where}: {str(exc).splitlines()[0][:200]}"
+        ) from exc
+    return True
+
+
+def stop_ray() -> None:
+    import ray
+
+    ray.shutdown()
+
+
+# -- the cohort folder -------------------------------------------------------------------------------------
+
+
+def prepare_folder(spec: CohortSpec, root: Path, registry=None) -> tuple[Manifest, list[CohortItem], Any]:
+    """Open ``root`` as this spec's cohort (resume) or create it. Returns the manifest, items, model source."""
+    from engine.models.registry import ModelRegistry
+
+    source = (registry or ModelRegistry()).get(spec.model or None)
+    items = spec.expand(source.spec)
+    root = Path(root).expanduser()
+    if manifest_path(root).is_file():
+        manifest = Manifest.load(root)
+        if manifest.data["spec_sha256"] != spec.sha256:
+            raise InvalidRequest(
+                f"{root} holds another cohort ({manifest.cohort_id}); resume it with "
+                f"`volsynth cohort resume {root}` or choose another --out"
+            )
+        return manifest, items, source
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise OutputError(f"{root} exists and is not empty; choose a new or empty folder for the cohort")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the cohort folder {root}: {exc.strerror or exc}") from exc
+    model = {
+        "id": source.spec.id,
+        "name": source.spec.name,
+        "path": str(source.path),
+        "weights_sha256": source.weights_sha256(),
+    }
+    if spec.target == "folder":
+        write_description(root, spec.cohort_id, model, spec.to_json())
+    else:
+        from engine.cohort.dataset import write_text_atomic
+
+        write_text_atomic(root / STATE_DIR / "spec.json", spec.to_json() + "\n")
+    return Manifest.create(root, spec, items, model), items, source
+
+
+def load_folder_spec(root: str | Path) -> CohortSpec:
+    import json
+
+    path = Path(root).expanduser() / STATE_DIR / "spec.json"
+    if not path.is_file():
+        raise InvalidRequest(f"{root} is not a cohort folder (no {STATE_DIR / 'spec.json'})")
+    return CohortSpec.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+# -- running -----------------------------------------------------------------------------------------------
+
+
+class _Writer:
+    """Where finished volumes go: the BIDS folder or the vault. The driver's only writer."""
+
+    def __init__(self, spec: CohortSpec, manifest: Manifest, units: dict[str, str], vault=None):
+        self.spec, self.manifest, self.units, self.vault = spec, manifest, units, vault
+        if spec.target == "vault" and vault is None:
+            raise InvalidRequest("this cohort goes into a vault; unlock it first (pass the passphrase)")
+
+    def already_stored(self, participant: str) -> bool:
+        entry = self.manifest.items[participant]
+        if entry["state"] != DONE:
+            return False
+        if self.spec.target == "folder":
+            return volume_path(self.manifest.root, participant).is_file()
+        return bool(self._vault_matches(participant))
+
+    def _label(self, participant: str) -> str:
+        return f"{self.manifest.cohort_id} {participant}"
+
+    def _vault_matches(self, participant: str) -> list:
+        label = self._label(participant)
+        return [i for i in self.vault.search(label, kind="synthetic") if i.label == label]
+
+    def write(self, participant: str, out: dict[str, Any]) -> tuple[str, str]:
+        """Store one result; returns (where, volume sha256)."""
+        from engine.api import SamplingRequest, SamplingResult
+        from engine.nifti_io import save_result
+
+        volume = out["volume"]
+        digest = volume_sha256(volume)
+        provenance = dict(out["provenance"])
+        entry = self.manifest.items[participant]
+        provenance["cohort"] = {
+            "id": self.manifest.cohort_id,
+            "participant": participant,
+            "index": entry["index"],
+            "spec_sha256": self.manifest.data["spec_sha256"],
+        }
+        provenance["volume_sha256"] = digest
+        if self.spec.target == "vault":
+            # A crash after the vault stored the item but before the manifest said so must not store it twice.
+            existing = self._vault_matches(participant)
+            if existing:
+                return existing[0].id, digest
+            info = self.vault.add_synthetic(volume, out["affine"], provenance, label=self._label(participant))
+            return info.id, digest
+        path = volume_path(self.manifest.root, participant)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        result = SamplingResult(
+            volumes=volume[None, None],
+            affine=np.asarray(out["affine"]),
+            request=SamplingRequest.from_dict(out["request"]),
+            provenance=provenance,
+        )
+        save_result(result, path)
+        return path.relative_to(self.manifest.root).as_posix(), digest
+
+    def participants(self) -> None:
+        if self.spec.target != "folder":
+            return
+        rows = [
+            {"participant": p, "seed": e["seed"], "conditioning": e["conditioning"]}
+            for p, e in self.manifest.items.items()
+            if e["state"] == DONE
+        ]
+        write_participants(self.manifest.root, rows, self.units)
+
+
+def _request_for(spec: CohortSpec, item: dict[str, Any]) -> dict[str, Any]:
+    from engine.api import SamplingRequest
+
+    request = SamplingRequest(
+        model=spec.model,
+        sampler=spec.sampler,
+        steps=spec.steps,
+        seed=item["seed"],
+        conditioning=item["conditioning"],
+        guidance_scale=spec.guidance_scale,
+        optimization=dict(spec.optimization),
+    )
+    return request.to_dict()
+
+
+def _worker_errors():
+    import ray.exceptions as rex
+
+    return (rex.RayActorError, rex.WorkerCrashedError, rex.ObjectLostError, rex.ActorUnavailableError)
+
+
+def _restarted_pid(ray, actor, errors_types, wait_s: float = 120.0) -> int:
+    """The new process of an actor Ray is restarting (calls fail while it restarts); 0 if it stays dead."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return int(ray.get(actor.pid.remote(), timeout=wait_s))
+        except errors_types:
+            if time.monotonic() > deadline:
+                return 0
+            time.sleep(0.2)
+        except ray.exceptions.GetTimeoutError:
+            return 0
+
+
+def run_cohort(
+    spec: CohortSpec,
+    root: str | Path,
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    threads_per_worker: int | None = None,
+    device: str = "auto",
+    num_cpus: int | None = None,
+    vault=None,
+    max_attempts: int = MAX_ATTEMPTS,
+    on_progress: Callable[[CohortProgress], Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    registry=None,
+) -> CohortSummary:
+    """Generate (or finish) a cohort in ``root``. Safe to call again on the same folder: it resumes.
+
+    Args:
+        spec: The cohort spec.
+        root: The output folder (a BIDS-derivative dataset; for a vault target, only the manifest).
+        address: A Ray cluster (``ray://host:10001`` or ``host:6379``); None = ``RAY_ADDRESS`` or a new
+            local runtime. A runtime already initialised in this process is used as it is.
+        workers: Number of worker actors; default one per GPU, else one.
+        threads_per_worker: CPU threads per worker; default the cluster's CPUs divided among the workers.
+        device: ``auto`` (GPU when the cluster has one), ``cpu`` or ``cuda``.
+        num_cpus: CPUs a new local runtime may use (None = all).
+        vault: An unlocked :class:`engine.vault.store.Vault` for a vault target.
+        max_attempts: Tries per item when workers die (an engine error in an item is not retried).
+        on_progress: Called with :class:`CohortProgress` in this thread.
+        should_stop: Polled about twice a second; True stops the run (finished items stay done).
+    """
+    root = Path(root).expanduser().absolute()
+    manifest, items, source = prepare_folder(spec, root, registry)
+    units = {c.name: c.unit for c in source.spec.conditioning}
+    writer = _Writer(spec, manifest, units, vault)
+    total = len(items)
+    todo: deque[str] = deque()
+    for item in items:
+        entry = manifest.items[item.participant]
+        if entry["state"] == DONE and not writer.already_stored(item.participant):
+            entry["state"] = PENDING  # the manifest said done but the file is gone: make it again
+        if entry["state"] != DONE:
+            entry["state"] = PENDING
+            todo.append(item.participant)
+            if spec.target == "folder":
+                _remove_partials(volume_path(root, item.participant).parent)
+    tries: dict[str, int] = {}  # attempts in this run (the manifest's attempts count over all runs)
+
+    if not todo:  # nothing missing: no runtime, no workers
+        writer.participants()
+        manifest.save()
+        if on_progress is not None:
+            on_progress(
+                CohortProgress(
+                    "finished",
+                    total - manifest.count(FAILED),
+                    manifest.count(FAILED),
+                    total,
+                    manifest.retries,
+                    0.0,
+                )
+            )
+        return CohortSummary(
+            root,
+            manifest.cohort_id,
+            total,
+            manifest.count(DONE),
+            manifest.count(FAILED),
+            manifest.retries,
+            0,
+            0.0,
+            0,
+            0,
+            device,
+        )
+
+    started_here = start_ray(address, num_cpus)
+    import ray
+
+    started = time.perf_counter()
+    run_record: dict[str, Any] = {
+        "started_utc": now_utc(),
+        "address": address or os.environ.get("RAY_ADDRESS"),
+    }
+    manifest.data["runs"].append(run_record)
+    done_this_run = 0
+    last_step_s: float | None = None
+    actors: list[Any] = []
+    stopped = False
+    errors: list[str] = []
+
+    def report(event: str, **kwargs) -> None:
+        if on_progress is None:
+            return
+        elapsed = time.perf_counter() - started
+        rate = 60.0 * done_this_run / elapsed if elapsed > 0 and done_this_run else 0.0
+        remaining = total - manifest.count(DONE) - manifest.count(FAILED)
+        eta = 60.0 * remaining / rate if rate else None
+        on_progress(
+            CohortProgress(
+                event,
+                manifest.count(DONE),
+                manifest.count(FAILED),
+                total,
+                manifest.retries,
+                elapsed,
+                rate,
+                eta,
+                step_s=last_step_s,
+                **kwargs,
+            )
+        )
+
+    try:
+        resources = ray.cluster_resources()
+        gpus = int(resources.get("GPU", 0))
+        if device == "auto":
+            device = "cuda" if gpus else "cpu"
+        if device == "cuda" and not gpus:
+            raise BackendUnavailable(
+                "device cuda asked for, but the Ray cluster has no GPUs; use --device cpu"
+            )
+        n_workers = workers or (gpus if device == "cuda" else 1)
+        if n_workers < 1:
+            raise InvalidRequest(f"workers must be at least 1, got {n_workers}")
+        cpus = int(resources.get("CPU", 1))
+        threads = threads_per_worker or max(1, cpus // n_workers)
+        run_record.update(workers=n_workers, threads_per_worker=threads, device=device)
+        # A cluster's nodes may not have the model folder: ship it through the object store.
+        remote = bool(address or os.environ.get("RAY_ADDRESS"))
+        packed = ray.put(_pack_model(source.path)) if remote else None
+        options: dict[str, Any] = {"max_restarts": max_attempts, "max_task_retries": 0}
+        if device == "cuda":
+            options.update(num_gpus=1, num_cpus=1)
+        else:
+            options.update(num_cpus=min(threads, cpus))
+        worker_cls = ray.remote(**options)(_CohortWorker)
+        actors = [worker_cls.remote(str(source.path), packed, device, threads) for _ in range(n_workers)]
+        pids = ray.get([a.pid.remote() for a in actors])
+        report("started", message=f"{n_workers} worker(s) x {threads} thread(s) on {device}")
+
+        inflight: dict[Any, tuple[str, int]] = {}  # object ref -> (participant, actor index)
+        idle = deque(range(n_workers))
+        errors_types = _worker_errors()
+
+        def submit() -> None:
+            while idle and todo:
+                index = idle.popleft()
+                participant = todo.popleft()
+                entry = manifest.items[participant]
+                entry["attempts"] += 1
+                tries[participant] = tries.get(participant, 0) + 1
+                ref = actors[index].generate.remote(_request_for(spec, entry))
+                inflight[ref] = (participant, index)
+                report("submitted", participant=participant, worker_pid=pids[index])
+
+        submit()
+        while inflight:
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+            for ref in ready:
+                participant, index = inflight.pop(ref)
+                entry = manifest.items[participant]
+                try:
+                    out = ray.get(ref)
+                except errors_types as exc:
+                    message = f"worker {pids[index]} died: {type(exc).__name__}"
+                    entry["errors"].append({"attempt": entry["attempts"], "error": message, "at": now_utc()})
+                    if tries[participant] < max_attempts:
+                        todo.appendleft(participant)
+                        event = "retry"
+                    else:
+                        entry["state"] = FAILED
+                        event = "failed"
+                    manifest.save()
+                    pid = _restarted_pid(ray, actors[index], errors_types)
+                    if pid:
+                        pids[index] = pid
+                        idle.append(index)
+                    else:
+                        errors.append(f"worker {index} could not be restarted")
+                    report(event, participant=participant, message=message)
+                    continue
+                except ray.exceptions.RayTaskError as exc:
+                    cause = exc.cause if isinstance(exc.cause, EngineError) else None
+                    message = str(cause) if cause else str(exc).strip().splitlines()[-1][:300]
+                    entry["errors"].append({"attempt": entry["attempts"], "error": message, "at": now_utc()})
+                    entry["state"] = FAILED
+                    errors.append(f"{participant}: {message}")
+                    manifest.save()
+                    idle.append(index)
+                    report("failed", participant=participant, message=message)
+                    continue
+                idle.append(index)
+                where, digest = writer.write(participant, out)
+                prov = out["provenance"]
+                step_times = prov.get("step_times_s") or []
+                if step_times:
+                    last_step_s = float(np.median(step_times))
+                entry.update(
+                    state=DONE,
+                    file=where,
+                    volume_sha256=digest,
+                    seconds=round(float(prov.get("timings", {}).get("total_s", 0.0)), 3),
+                    worker_pid=out["pid"],
+                    finished_utc=now_utc(),
+                )
+                done_this_run += 1
+                manifest.save()
+                writer.participants()
+                shown = where if spec.target == "vault" else str(root / where)
+                report("done", participant=participant, path=shown, worker_pid=out["pid"])
+            if not idle and not inflight and todo:
+                raise BackendUnavailable("every Ray worker died and could not be restarted; see the manifest")
+            submit()
+    finally:
+        elapsed = time.perf_counter() - started
+        for actor in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        run_record.update(
+            ended_utc=now_utc(),
+            elapsed_s=round(elapsed, 3),
+            done=done_this_run,
+            stopped=stopped,
+        )
+        with contextlib.suppress(EngineError):
+            manifest.save()
+        if started_here:
+            stop_ray()
+    report("stopped" if stopped else "finished")
+    return CohortSummary(
+        root=root,
+        cohort_id=manifest.cohort_id,
+        total=total,
+        done=manifest.count(DONE),
+        failed=manifest.count(FAILED),
+        retries=manifest.retries,
+        done_this_run=done_this_run,
+        elapsed_s=elapsed,
+        workers=run_record.get("workers", 0),
+        threads_per_worker=run_record.get("threads_per_worker", 0),
+        device=run_record.get("device", device),
+        stopped=stopped,
+        errors=errors,
+    )
+
+
+def resume_cohort(root: str | Path, **kwargs) -> CohortSummary:
+    """Finish a cohort folder: only items not done are generated."""
+    return run_cohort(load_folder_spec(root), root, **kwargs)
