@@ -21,6 +21,7 @@ memory check) with one line that names the file, what is wrong and what to do.
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 import zlib
@@ -497,6 +498,60 @@ def verify_nifti_data(path: str | os.PathLike, info: NiftiHeader) -> None:
             f"{info.name} is truncated: it holds {total:,} bytes once decompressed, its header needs "
             f"{info.expected_size:,}; check the file is complete"
         )
+
+
+class MemoryReader(io.RawIOBase):
+    """A read-only file over a buffer, so nibabel can parse decrypted bytes without copying them first."""
+
+    def __init__(self, buf) -> None:
+        super().__init__()
+        self._buf = memoryview(buf).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._buf)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), len(self._buf) - self._pos))
+        memoryview(b).cast("B")[:n] = self._buf[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+
+def gunzip_file_bounded(path: str | os.PathLike, info: NiftiHeader) -> bytearray:
+    """Decompress a .nii.gz file into memory in one pass, streaming from disk, refusing anything past
+    what its header describes and any truncated or damaged stream (CRC checked at the end)."""
+    path = Path(path)
+
+    def chunks():
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                yield block
+
+    out = bytearray()
+    try:
+        for piece in _inflate_bounded(chunks(), info.expected_size + GZIP_SLACK_BYTES, info.name):
+            if len(out) < info.expected_size:
+                out += piece[: info.expected_size - len(out)]
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(out) < info.expected_size:
+        raise InvalidRequest(
+            f"{info.name} is truncated: it holds {len(out):,} bytes once decompressed, its header needs "
+            f"{info.expected_size:,}; check the file is complete"
+        )
+    return out
 
 
 def gunzip_bounded(raw, info: NiftiHeader) -> bytearray:

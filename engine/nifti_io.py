@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import InvalidRequest, OutputError
+from engine.errors import InvalidRequest, OutOfMemory, OutputError
 
 SYNTHETIC_DESCRIP = "SYNTHETIC (VolSynth Studio)"
 SYNTHETIC_MARK = "SYNTHETIC"
@@ -275,9 +275,10 @@ def load_nifti(path: str | Path, *, time_index: int = 0) -> LoadedVolume:
     """Read a 3D NIfTI (or one volume of a 4D one, the first by default) as float32 in RAS+ orientation.
 
     The header passes :func:`engine.input_checks.inspect_nifti` (shape, type, affine, offsets, voxel and
-    memory budget) before any voxel is read, and a .nii.gz is checked complete with bounded decompression
-    (:func:`engine.input_checks.verify_nifti_data`), the same step ``vault import`` runs. The provenance comes from the sidecar beside the file or,
-    failing that, from the VolSynth header extension (see :func:`read_provenance`).
+    memory budget) before any voxel is read. A .nii.gz is decompressed once, bounded by what its header
+    describes and checked complete (CRC included), as ``vault import`` checks it. The provenance comes
+    from the sidecar beside the file or, failing that, from the VolSynth header extension (see
+    :func:`read_provenance`).
 
     Raises:
         InvalidRequest: Missing file, or a file that is not a readable, sane NIfTI volume.
@@ -285,23 +286,30 @@ def load_nifti(path: str | Path, *, time_index: int = 0) -> LoadedVolume:
     """
     import nibabel as nib
 
-    from engine.input_checks import inspect_nifti, verify_nifti_data
+    from engine.input_checks import MemoryReader, check_memory, gunzip_file_bounded, inspect_nifti
 
     path = Path(path).expanduser()
     if not path.is_file():
         raise InvalidRequest(f"no file at {path}")
     info = inspect_nifti(path)
     _time_index(info.shape, time_index, path.name)
-    info.check_read_memory(info.volume_voxels)
-    verify_nifti_data(path, info)  # a .nii.gz: complete and no bigger than its header says, before reading
     klass = nib.Nifti2Image if info.version == 2 else nib.Nifti1Image
     try:
-        image = klass.from_filename(str(path))
+        if info.compressed:
+            # One bounded pass decompresses the whole stream (so a truncated, damaged or bomb .nii.gz is
+            # refused, CRC included) into memory, and nibabel reads the chosen volume from there.
+            per_voxel = info.read_bytes_per_voxel() - info.dtype.itemsize
+            check_memory(info.expected_size + info.volume_voxels * per_voxel, f"reading {path.name}")
+            holder = nib.FileHolder(filename=str(path), fileobj=MemoryReader(gunzip_file_bounded(path, info)))
+            image = klass.from_file_map({"header": holder, "image": holder})
+        else:
+            info.check_read_memory(info.volume_voxels)
+            image = klass.from_filename(str(path))
         data, affine = canonical_volume(image, path.name, time_index)
-    except InvalidRequest:
+    except (InvalidRequest, OutOfMemory):
         raise
     except MemoryError as exc:
-        raise InvalidRequest(f"not enough memory to read {path.name}; close other programs") from exc
+        raise OutOfMemory(f"not enough memory to read {path.name}; close other programs") from exc
     except Exception as exc:  # noqa: BLE001 - nibabel, gzip and zlib raise many types on damaged files
         first = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InvalidRequest(
