@@ -29,6 +29,7 @@ PATH_KEYS = (
     "files/last_save_dir",
     "vault/last_import_dir",
     "vault/last_export_dir",
+    "compare/csv_dir",
 )
 
 
