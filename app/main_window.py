@@ -47,6 +47,7 @@ from app.panels.session_panel import SessionPanel
 from app.recovery_bar import RecoveryBar, RecoveryController
 from app.remote import install_remote
 from app.vault import install_vault
+from app.vault.privacy import remember_recent
 from app.viewer.viewer_area import ViewerArea
 from app.workers import BackendPool, JobRunner
 
@@ -449,7 +450,8 @@ class MainWindow(QMainWindow):
         from engine.nifti_io import load_nifti
 
         path = Path(path)
-        self.settings.setValue("files/last_dir", str(path.parent))
+        if remember_recent(self.settings):  # (Vault > Remember Recent Files and Folders)
+            self.settings.setValue("files/last_dir", str(path.parent))
         self.show_status(f"Opening {path.name}...")
         self.runner.run_task(
             "open",
@@ -500,7 +502,8 @@ class MainWindow(QMainWindow):
         from engine.nifti_io import save_volume
 
         path = Path(path)
-        self.settings.setValue("files/last_save_dir", str(path.parent))
+        if remember_recent(self.settings):
+            self.settings.setValue("files/last_save_dir", str(path.parent))
         provenance = dict(entry.provenance) or {
             "source": str(entry.path) if entry.path else "VolSynth Studio session"
         }
