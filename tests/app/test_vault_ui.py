@@ -817,7 +817,10 @@ def test_recent_files_never_hold_vault_items_and_can_be_switched_off(
     with qtbot.waitSignal(window.volume_opened, timeout=20_000):
         window.open_path(source)
     assert window.state.recent.paths() == []
-    window.close()  # the folders the window noted meanwhile are forgotten too
+    window.settings.sync()
+    text = Path(window.settings.fileName()).read_text()
+    assert "Doe_Jane" not in text and "patients" not in text, text  # nothing noted while it is off
+    window.close()
     window.settings.sync()
     text = Path(window.settings.fileName()).read_text()
     assert "Doe_Jane" not in text and "patients" not in text, text
