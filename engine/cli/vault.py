@@ -332,11 +332,9 @@ def _cmd_init(args) -> int:
     return 0
 
 
-def _is_nifti(path: Path) -> bool:
-    return path.name.lower().endswith((".nii", ".nii.gz"))
-
-
 def _cmd_import(args) -> int:
+    from engine.nifti_io import is_nifti
+
     provenance = None
     if args.provenance:
         try:
@@ -360,7 +358,7 @@ def _cmd_import(args) -> int:
     vault = _open(args)
     try:
         for path in paths:
-            if args.dicom or not _is_nifti(path):
+            if args.dicom or not is_nifti(path):
                 info = vault.import_dicom(
                     path, label=args.label, series_uid=args.series_uid, allow_duplicate=args.allow_duplicate
                 )
