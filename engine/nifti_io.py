@@ -362,7 +362,8 @@ def provenance_extension(provenance: dict[str, Any]):
     return nib.nifti1.Nifti1Extension("comment", PROVENANCE_EXTENSION_TAG + body)
 
 
-def _sidecar_candidates(path: Path) -> list[Path]:
+def provenance_sidecars(path: Path) -> list[Path]:
+    """Where a NIfTI file's provenance sidecar may be, in the order they are read."""
     try:
         stem, _ = split_nifti_name(path)
     except InvalidRequest:
@@ -410,7 +411,7 @@ def read_provenance(path: str | Path, header=None) -> dict[str, Any]:
         header: Its already-parsed header (with extensions); read from the file when not given.
     """
     path = Path(path)
-    for side in _sidecar_candidates(path):
+    for side in provenance_sidecars(path):
         if side.is_file() and (record := _sidecar_record(side)) is not None:
             return record
     if header is None:
