@@ -225,14 +225,19 @@ def rewrite_stream(
     plain = bytearray()
     inflater = _Inflater() if compressed else None
     vox = None
+    rest: Iterator[bytes] = iter(())  # decompressed pieces of the current chunk not consumed yet
     for chunk in it:
         raw_seen.append(chunk)
-        plain += inflater.feed(chunk) if inflater is not None else chunk
-        vox = _vox_offset(bytes(plain[:540]))
+        rest = inflater.pieces(chunk) if inflater is not None else iter((chunk,))
+        for piece in rest:  # bounded pieces: a highly compressed chunk never inflates all at once
+            plain += piece
+            vox = _vox_offset(bytes(plain[:540]))
+            if vox is not None and len(plain) >= vox:
+                break
+            if len(plain) > MAX_HEADER_BYTES:
+                raise InvalidRequest("the NIfTI header extensions are too large to rewrite")
         if vox is not None and len(plain) >= vox:
             break
-        if len(plain) > MAX_HEADER_BYTES:
-            raise InvalidRequest("the NIfTI header extensions are too large to rewrite")
     if vox is None or len(plain) < vox:
         raise VaultCorrupted("the stored NIfTI stream ends inside its header")
     new_header = rewritten_header(bytes(plain[:vox]), deidentify=deidentify, synthetic=synthetic)
@@ -252,23 +257,41 @@ def rewrite_stream(
     yield deflater.compress(new_header)
     if body_start:
         yield deflater.compress(body_start)
-    for chunk in it:
-        out = deflater.compress(inflater.feed(chunk))
+
+    def remaining() -> Iterator[bytes]:
+        yield from rest
+        for chunk in it:
+            yield from inflater.pieces(chunk)
+
+    for piece in remaining():
+        out = deflater.compress(piece)
         if out:
             yield out
     yield deflater.flush()
 
 
 class _Inflater:
-    """Incremental gzip decompression that follows concatenated gzip members (as ``gzip`` does)."""
+    """Incremental gzip decompression that follows concatenated gzip members (as ``gzip`` does), in pieces
+    of at most ``_PIECE`` bytes, so memory stays bounded whatever the compression ratio."""
+
+    _PIECE = 1 << 20
 
     def __init__(self) -> None:
         self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
 
+    def pieces(self, chunk: bytes) -> Iterator[bytes]:
+        data = chunk
+        while True:
+            out = self._d.decompress(data, self._PIECE)
+            data = self._d.unconsumed_tail
+            if out:
+                yield out
+            if self._d.eof and self._d.unused_data:
+                data = self._d.unused_data + data
+                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                continue
+            if not data and len(out) < self._PIECE:
+                return
+
     def feed(self, chunk: bytes) -> bytes:
-        out = self._d.decompress(chunk)
-        while self._d.eof and self._d.unused_data:
-            rest = self._d.unused_data
-            self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            out += self._d.decompress(rest)
-        return out
+        return b"".join(self.pieces(chunk))
