@@ -136,6 +136,9 @@ def build_nifti_corpus(folder: Path) -> dict[str, Path]:
     hdr["vox_offset"] = 1e15
     add("huge-offset", _write(folder / "huge-offset.nii", _raw(hdr, _voxels((16, 16, 16)))))
     hdr = _header()
+    hdr["vox_offset"] = 0  # nibabel would read the header itself as voxels
+    add("offset-zero", _write(folder / "offset-zero.nii", _raw(hdr, _voxels((16, 16, 16)))))
+    hdr = _header()
     hdr["vox_offset"] = 8 * MIB
     add("offset-past-end", _write(folder / "offset-past-end.nii", _raw(hdr, _voxels((16, 16, 16)))))
     hdr = _header()

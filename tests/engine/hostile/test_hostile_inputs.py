@@ -47,6 +47,7 @@ NIFTI_CASES = [
     "zero-pixdim",
     "inf-quaternion",
     "huge-offset",
+    "offset-zero",
     "offset-past-end",
     "extension-claims-1gib",
     "complex-voxels",
