@@ -45,11 +45,11 @@ class BackendPool:
         self._registry = registry
         self._lock = threading.Lock()
         self._backends: dict[str, Any] = {}
-        self._servers: dict[str, tuple[str, str | None]] = {}  # device id -> (url, token)
+        self._servers: dict[str, tuple[str, str | None, str | None]] = {}  # device -> (url, token, pin)
 
-    def add_server(self, device: str, url: str, token: str | None) -> None:
+    def add_server(self, device: str, url: str, token: str | None, fingerprint: str | None = None) -> None:
         with self._lock:
-            self._servers[device] = (url, token)
+            self._servers[device] = (url, token, fingerprint)
             self._backends.pop(device, None)
 
     def remove(self, device: str) -> None:
@@ -66,8 +66,8 @@ class BackendPool:
                 if device in self._servers:
                     from engine.backends.remote import RemoteBackend
 
-                    url, token = self._servers[device]
-                    backend = RemoteBackend(url, token=token)
+                    url, token, fingerprint = self._servers[device]
+                    backend = RemoteBackend(url, token=token, fingerprint=fingerprint)
                 else:
                     from engine.backends.local import LocalBackend
 

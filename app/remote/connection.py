@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.core.session import REMOTE_PREFIX
+from app.core.generation_form import REMOTE_PREFIX
 from engine.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ class ServerConnection:
     device_name: str
     model_ids: list[str] = field(default_factory=list)
     model_specs: list[dict] = field(default_factory=list)  # the server's specs (GET /models), as sent
+    fingerprint: str | None = None  # the pinned SHA-256 of an https server's certificate
 
     @property
     def device_id(self) -> str:
@@ -58,16 +59,26 @@ class ServerConnection:
         return f"{host}  \u2013  {self.device} {self.device_name}".rstrip()
 
 
-def probe_server(url: str, token: str | None) -> ServerConnection:
+def check_connection_settings(url: str, token: str | None, fingerprint: str | None) -> tuple[str, str | None]:
+    """The normalised address and fingerprint, or ``InvalidRequest`` with the client's refusal (a token over
+    plain http to another machine, a fingerprint for an http address, a malformed fingerprint). Sends nothing.
+    """
+    from engine.backends.remote import check_connection
+
+    return check_connection(normalise_url(url), token or None, fingerprint or None)
+
+
+def probe_server(url: str, token: str | None, fingerprint: str | None = None) -> ServerConnection:
     """Ask the server who it is and which models it has (worker thread: it waits on the network).
 
-    Raises ``BackendUnavailable`` (unreachable, refused token) or ``InvalidRequest`` (bad address) with a
-    message that says what to check.
+    Raises ``BackendUnavailable`` (unreachable, refused token, certificate not the pinned one) or
+    ``InvalidRequest`` (bad address, a token the client refuses to send in clear) with a message that
+    says what to check.
     """
     from engine.backends.remote import RemoteBackend
 
-    url = normalise_url(url)
-    backend = RemoteBackend(url, token=token or None, timeout_s=10.0)
+    url, fingerprint = check_connection_settings(url, token, fingerprint)
+    backend = RemoteBackend(url, token=token or None, timeout_s=10.0, fingerprint=fingerprint)
     try:
         info = backend.info()
         models = backend.models()
@@ -81,6 +92,7 @@ def probe_server(url: str, token: str | None) -> ServerConnection:
         device_name=info.device_name,
         model_ids=[str(m.get("id", "")) for m in models],
         model_specs=[m for m in models if isinstance(m, dict)],
+        fingerprint=fingerprint,
     )
 
 
@@ -141,10 +153,16 @@ class MetricsFeed:
     again at the next interval.
     """
 
-    def __init__(self, url: str, token: str | None, interval_s: float = METRICS_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        interval_s: float = METRICS_INTERVAL_S,
+        fingerprint: str | None = None,
+    ) -> None:
         from engine.telemetry import FeedSource
 
-        self.url, self.token, self.interval_s = url, token, interval_s
+        self.url, self.token, self.interval_s, self.fingerprint = url, token, interval_s, fingerprint
         self.source = FeedSource(interval_s=interval_s)
         self.error: str | None = None
         self.fed = 0
@@ -165,7 +183,12 @@ class MetricsFeed:
     def _run(self) -> None:
         from engine.backends.remote import RemoteBackend
 
-        backend = RemoteBackend(self.url, token=self.token, timeout_s=max(2.0, 2 * self.interval_s))
+        backend = RemoteBackend(
+            self.url,
+            token=self.token,
+            timeout_s=max(2.0, 2 * self.interval_s),
+            fingerprint=self.fingerprint,
+        )
         last_seq = None
         try:
             while not self._stop.is_set():

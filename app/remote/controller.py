@@ -17,19 +17,21 @@ from app.remote.connection import (
     MetricsFeed,
     RemoteModelSource,
     ServerConnection,
-    normalise_url,
+    check_connection_settings,
     probe_server,
     remote_model_sources,
 )
 from engine.errors import InvalidRequest
 
 LAST_URL_KEY = "remote/last_url"
+LAST_FINGERPRINT_KEY = "remote/last_fingerprint"  # not a secret: the certificate's public hash
 DEFAULT_URL = "http://127.0.0.1:8765"
 BLOCK_SOURCE = "remote"
 
 
 class ServerDialog(QDialog):
-    """Address and token; Connect checks them in a worker thread and stays open with the reason if they fail."""
+    """Address, token and (for https) the certificate fingerprint to pin; Connect checks them in a worker
+    thread and stays open with the reason if they fail, or at once if the client refuses to send them."""
 
     connected = Signal(object)  # ServerConnection
 
@@ -48,6 +50,17 @@ class ServerDialog(QDialog):
         self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.token_edit.setPlaceholderText("the server's --token (empty if it has none)")
         self.token_edit.setToolTip("Kept in memory for this session only")
+        self.fingerprint_edit = QLineEdit(
+            controller.main.settings.value(LAST_FINGERPRINT_KEY, "", type=str)
+            if self.url_edit.text().startswith("https://")
+            else ""
+        )
+        self.fingerprint_edit.setPlaceholderText("https only, optional: the SHA-256 the server printed")
+        self.fingerprint_edit.setToolTip(
+            "The certificate fingerprint `volsynth serve --tls-self-signed` prints (AB:CD:...). With it, "
+            "the app talks only to the server holding that certificate; without it, an https server needs "
+            "a certificate this computer trusts."
+        )
         self.status_label = QLabel("")
         self.status_label.setObjectName("serverStatus")
         self.status_label.setWordWrap(True)
@@ -59,12 +72,14 @@ class ServerDialog(QDialog):
         form = QFormLayout()
         form.addRow("Address", self.url_edit)
         form.addRow("Token", self.token_edit)
+        form.addRow("Fingerprint", self.fingerprint_edit)
         layout = QVBoxLayout(self)
         layout.addWidget(
             QLabel(
                 "Run generations on another machine's GPU. Start the server there with\n"
-                "`volsynth serve --host 0.0.0.0 --token SECRET` (or on 127.0.0.1 through an SSH "
-                "tunnel)."
+                "`volsynth serve --host 0.0.0.0 --token TOKEN --tls-self-signed` (a token from\n"
+                "`volsynth serve --new-token`), connect to https://host:8765 and paste the fingerprint\n"
+                "it prints; or serve on 127.0.0.1 and connect through an SSH tunnel."
             )
         )
         layout.addLayout(form)
@@ -73,9 +88,12 @@ class ServerDialog(QDialog):
         self.resize(520, self.sizeHint().height())
 
     def try_connect(self) -> None:
-        try:
-            url = normalise_url(self.url_edit.text())
-        except InvalidRequest as exc:  # say it here and keep the dialog open
+        token = self.token_edit.text() or None
+        try:  # what the client refuses (nothing is sent) is said here, and the dialog stays open
+            url, fingerprint = check_connection_settings(
+                self.url_edit.text(), token, self.fingerprint_edit.text()
+            )
+        except InvalidRequest as exc:
             self.status_label.setText(str(exc))
             return
         self.connect_button.setEnabled(False)
@@ -84,7 +102,8 @@ class ServerDialog(QDialog):
             "probe-server",
             probe_server,
             url,
-            self.token_edit.text() or None,
+            token,
+            fingerprint,
             finished=self._on_probe_finished,
             failed=self._on_probe_failed,
         )
@@ -135,11 +154,12 @@ class RemoteController:
         device = connection.device_id
         self.remove_connection(device)
         self.connections[device] = connection
-        self.main.backends.add_server(device, connection.url, connection.token)
-        feed = MetricsFeed(connection.url, connection.token)
+        self.main.backends.add_server(device, connection.url, connection.token, connection.fingerprint)
+        feed = MetricsFeed(connection.url, connection.token, fingerprint=connection.fingerprint)
         feed.start()
         self.feeds[device] = feed
         self.main.settings.setValue(LAST_URL_KEY, connection.url)
+        self.main.settings.setValue(LAST_FINGERPRINT_KEY, connection.fingerprint or "")
         local_ids = {m.id for m in self.main.state.models if not isinstance(m, RemoteModelSource)}
         sources, problems = remote_model_sources(connection, local_ids)
         self.models[device] = sources

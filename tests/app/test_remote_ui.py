@@ -202,7 +202,7 @@ def test_models_only_the_server_has_are_listed_and_run_there(
     # On this computer's CPU the model cannot run: Generate and Compare say why.
     panel = window.sampling_panel
     panel.device_box.setCurrentIndex(panel.device_box.findData("cpu"))
-    reason = panel.generate_blocked_reason()
+    reason = window.state.form.blocked_reason()
     assert "installed on the engine server" in reason and not panel.generate_button.isEnabled()
     compare = window.compare.open()
     compare.b_box.setCurrentText("bf16")
@@ -214,3 +214,64 @@ def test_models_only_the_server_has_are_listed_and_run_there(
     window.remote.disconnect_action.trigger()
     assert window.state.model_by_id("server-only") is None
     assert window.state.selected_model is not None and window.state.selected_model.id != "server-only"
+
+
+def test_the_dialog_shows_what_the_client_refuses_to_send(qtbot, main_window):
+    """A token over plain http to another machine, a fingerprint for http, a malformed fingerprint: said at
+    once in the dialog, nothing sent (no probe runs)."""
+    window = main_window
+    dialog = window.remote.open_dialog()
+    dialog.url_edit.setText("http://gpu-box:8765")
+    qtbot.keyClicks(dialog.token_edit, "a-token")
+    qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
+    assert "refusing to send the token in clear over http:// to gpu-box" in dialog.status_label.text()
+    assert dialog.isVisible() and not window.runner.jobs and not window.remote.connections
+    dialog.token_edit.clear()
+    qtbot.keyClicks(dialog.fingerprint_edit, "AB" * 32)
+    qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
+    assert "pins an https server's certificate" in dialog.status_label.text()
+    dialog.url_edit.setText("https://gpu-box:8765")
+    dialog.fingerprint_edit.setText("12:34")
+    qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
+    assert "64 hex digits" in dialog.status_label.text() and not window.runner.jobs
+    qtbot.keyClick(dialog, Qt.Key.Key_Escape)
+
+
+@pytest.fixture
+def tls_server(registry, tmp_path):
+    """An https engine server with a self-signed certificate, and that certificate's fingerprint."""
+    from engine.server import certificate_file_fingerprint, self_signed_certificate
+    from engine.telemetry import Sampler
+
+    cert, key = self_signed_certificate(tmp_path / "tls", ["127.0.0.1"])
+    metrics = Sampler(interval_s=0.2)
+    metrics.start()
+    app = create_app(LocalBackend("cpu", registry), token=TOKEN, metrics_source=metrics)
+    with ServerThread(app, ssl_certfile=cert, ssl_keyfile=key) as url:
+        yield url, certificate_file_fingerprint(cert)
+    metrics.stop()
+
+
+def test_connect_over_tls_with_a_pinned_fingerprint(qtbot, main_window, tls_server):
+    window = main_window
+    url, fingerprint = tls_server
+    dialog = window.remote.open_dialog()
+    dialog.url_edit.setText(url)
+    dialog.token_edit.setText(TOKEN)
+    qtbot.keyClicks(dialog.fingerprint_edit, "00" * 32)  # not this server's certificate
+    qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "Could not connect" in dialog.status_label.text(), timeout=20_000)
+    assert "not the pinned" in dialog.status_label.text() and not window.remote.connections
+    dialog.fingerprint_edit.clear()
+    qtbot.keyClicks(dialog.fingerprint_edit, fingerprint.lower())
+    qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
+    device = REMOTE_PREFIX + url
+    assert window.remote.connections[device].fingerprint == fingerprint
+    assert window.backends.get(device).fingerprint == fingerprint  # runs go to the pinned server only
+    feed = window.remote.feeds[device]
+    qtbot.waitUntil(lambda: feed.fed >= 1, timeout=20_000)  # metrics arrive over the pinned connection
+    window.remote.disconnect_action.trigger()
+    dialog = window.remote.open_dialog()  # the address and the (public) fingerprint are remembered
+    assert dialog.url_edit.text() == url and dialog.fingerprint_edit.text() == fingerprint
+    qtbot.keyClick(dialog, Qt.Key.Key_Escape)
