@@ -47,6 +47,7 @@ MAX_TIMESTEPS = 100_000
 MAX_CHANNELS = 64  # image or latent channels of one volume
 MAX_CONDITIONS = 64
 MAX_TEXT = 10_000  # characters of any name or description
+MAX_CONDITION_VALUE = 1e9  # a condition's range (the app's value fields stop there too)
 
 
 def one_line(text: str) -> str:
@@ -126,8 +127,13 @@ class ConditionSpec:
                     "min and max"
                 )
             ) from None
-        if not all(math.isfinite(v) for v in (spec.min, spec.max, spec.default)):
-            raise ModelInvalid(f"condition {spec.name[:80]!r}: min, max and default must be finite numbers")
+        if not all(
+            math.isfinite(v) and abs(v) <= MAX_CONDITION_VALUE for v in (spec.min, spec.max, spec.default)
+        ):
+            raise ModelInvalid(
+                f"condition {spec.name[:80]!r}: min, max and default must be finite numbers within "
+                f"+/-{MAX_CONDITION_VALUE:g}"
+            )
         if not spec.max > spec.min:
             raise ModelInvalid(
                 f"condition {spec.name!r}: max ({spec.max}) must be greater than min ({spec.min})"

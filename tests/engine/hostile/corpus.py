@@ -279,6 +279,7 @@ def build_model_corpus(folder: Path, template: Path, outside: Path) -> dict[str,
     case("conditioning-entry-is-a-number", lambda d: d.update(conditioning=[3]))
     case("output-shape-words", lambda d: d.update(output_shape=["one", "two"]))
     case("spacing-nan", lambda d: d.update(voxel_spacing_mm=["nan", 1, 1]))
+    case("condition-range-1e308", lambda d: d["conditioning"][0].update(min=-1e308, max=1e308, default=0))
     case("samplers-is-a-dict", lambda d: d.update(samplers={"ddim": 1}))
     case("spec-not-json", raw="{ this is not json")
     case("spec-is-a-list", raw="[1, 2, 3]")

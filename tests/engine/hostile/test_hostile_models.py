@@ -28,6 +28,7 @@ REFUSED_ON_OPEN = {
     "conditioning-entry-is-a-number": "each conditioning entry must be an object",
     "output-shape-words": "malformed",
     "spacing-nan": "voxel_spacing_mm must be three positive numbers",
+    "condition-range-1e308": "min, max and default must be finite numbers within",
     "samplers-is-a-dict": "samplers must be a list",
     "spec-not-json": "spec.json is not valid JSON",
     "spec-is-a-list": "must hold a JSON object",
