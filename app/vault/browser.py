@@ -555,6 +555,11 @@ class VaultMenu(QMenu):
         self.verify_action = self._add(
             "&Verify All Items", c.verify_all, tip="Authenticate every item and the audit trail"
         )
+        self.repair_action = self._add(
+            "&Repair Vault...",
+            c.request_repair,
+            tip="After a rollback or an interrupted import: put back the items whose files are still there",
+        )
         self.passphrase_action = self._add("Change &Passphrase...", c.change_passphrase_dialog)
         self.auto_lock_action = self._add(
             "&Auto-Lock...", c.auto_lock_dialog, tip="Minutes without activity before the vault locks itself"
@@ -589,6 +594,7 @@ class VaultMenu(QMenu):
     def _on_controller_state_changed(self) -> None:
         unlocked = self.controller.is_unlocked
         self.unlock_action.setEnabled(not unlocked)
+        self.repair_action.setEnabled(not unlocked)  # repair unlocks the vault itself
         self.lock_action.setEnabled(unlocked)
         self.passphrase_action.setEnabled(unlocked)
         minutes = self.controller.auto_lock_minutes

@@ -40,7 +40,7 @@ from app.vault.dialogs import (
 )
 from app.vault.privacy import forget_paths, protect_process, remember_recent
 from app.workers import user_message
-from engine.errors import Cancelled, DuplicateItem, EngineError, VaultCorrupted, VaultLocked
+from engine.errors import Cancelled, DuplicateItem, EngineError, VaultCorrupted, VaultLocked, VaultRolledBack
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ ERROR_TITLES = {
     "verify": "Cannot verify the vault",
     "passphrase": "Cannot change the passphrase",
     "edit": "Cannot change the item's details",
+    "repair": "Cannot repair the vault",
 }
 
 
@@ -159,6 +160,25 @@ def _lock(vault, report) -> None:
     vault.lock()
 
 
+def _repair_check(path: Path, passphrase: str, idle_timeout_s, clock, report) -> tuple:
+    """Unlock a rolled-back vault for repair only and plan the repair (nothing is changed)."""
+    from engine.vault import Vault
+
+    report(None, "Checking the vault")
+    vault = Vault(path, idle_timeout_s=idle_timeout_s, clock=clock)
+    vault.unlock(passphrase, allow_rollback=True)
+    try:
+        return vault, vault.repair(dry_run=True)
+    except BaseException:
+        vault.lock()
+        raise
+
+
+def _repair_now(vault, report) -> tuple:
+    report(None, "Repairing the vault")
+    return vault, vault.repair()
+
+
 class VaultController(QObject):
     """The vault of one main window. Created by ``app.vault.install_vault(window)``.
 
@@ -197,6 +217,8 @@ class VaultController(QObject):
         self.details_dialog: ItemDetailsDialog | None = None
         self.confirm_box: QMessageBox | None = None
         self.duplicate_box: QMessageBox | None = None
+        self.repair_box: QMessageBox | None = None
+        self._repair_vault = None  # unlocked for repair only, while the user decides
         self.core_dump_note = ""  # why core dumps could not be turned off, if they could not
         self.remember_action = None  # set by install_vault (app.vault.privacy)
         self.browser = self.menu = self.status_button = None  # set by install_vault
@@ -399,6 +421,17 @@ class VaultController(QObject):
             return
         if dialog.mode == "create":
             self.create(passphrase)
+        elif dialog.mode == "repair":
+            self._start(
+                "repair",
+                _repair_check,
+                self.path,
+                passphrase,
+                self._idle_timeout_s(),
+                self._now,
+                finished=self._on_repair_checked,
+                failed=self._on_repair_check_failed,
+            )
         else:
             self.unlock(passphrase)
 
@@ -470,6 +503,11 @@ class VaultController(QObject):
         self._unlock_refused(task.worker.error, message)
 
     def _unlock_refused(self, error: BaseException | None, message: str) -> None:
+        if isinstance(error, VaultRolledBack):  # typing again would not help; a repair might
+            if self.unlock_dialog is not None:
+                self.unlock_dialog.reject()
+            self.offer_repair(message)
+            return
         title = ERROR_TITLES[
             "create" if self.unlock_dialog is not None and self.unlock_dialog.mode == "create" else "unlock"
         ]
@@ -481,6 +519,100 @@ class VaultController(QObject):
             dialog.retry("Wrong passphrase. Try again.")
         else:  # a damaged header or an unusable folder: typing again would not help
             dialog.reject()
+
+    # -- repair after a rollback ---------------------------------------------------------------------
+
+    def offer_repair(self, message: str) -> QMessageBox:
+        """Say what was rolled back and offer Repair... (non-blocking)."""
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "The vault was rolled back",
+            message,
+            QMessageBox.StandardButton.Close,
+            self.window,
+        )
+        self.repair_offer_button = box.addButton("Repair...", QMessageBox.ButtonRole.AcceptRole)
+        box.finished.connect(self._on_repair_offer_finished)
+        self.repair_box = box
+        self.last_info = ("The vault was rolled back", message)
+        box.open()
+        return box
+
+    def _on_repair_offer_finished(self, _result: int) -> None:
+        box, self.repair_box = self.repair_box, None
+        if box is not None:
+            if box.clickedButton() is self.repair_offer_button:
+                self.request_repair()
+            box.deleteLater()
+
+    def request_repair(self) -> VaultUnlockDialog:
+        """Ask for the passphrase, then show what a repair would do (see Vault.repair)."""
+        self._protect()
+        dialog = VaultUnlockDialog("repair", self.path, self.window)
+        dialog.submitted.connect(self._on_unlock_dialog_submitted)
+        dialog.rejected.connect(self._on_unlock_dialog_rejected)
+        self.unlock_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def _on_repair_check_failed(self, task: _Task, message: str) -> None:
+        dialog = self.unlock_dialog
+        self._show_error(ERROR_TITLES["repair"], message)
+        if dialog is not None:
+            if isinstance(task.worker.error, VaultLocked):
+                dialog.retry("Wrong passphrase. Try again.")
+            else:
+                dialog.reject()
+
+    def _on_repair_checked(self, value) -> None:
+        vault, plan = value
+        if self.unlock_dialog is not None:
+            self.unlock_dialog.accept()
+            self.unlock_dialog = None
+        if not plan.changed:
+            vault.lock()
+            self._inform("Nothing to repair", "The vault is consistent; unlock it as usual.")
+            return
+        lines = [f"\u2022 accept: {line}" for line in plan.accepted]
+        lines += [
+            f"\u2022 put back: \u201c{label}\u201d ({item_id[:12]})" for item_id, label in plan.reindexed
+        ]
+        if plan.records_written:
+            lines.append(f"\u2022 write {plan.records_written} missing item record(s)")
+        lines += [f"\u2022 left alone: {line}" for line in plan.skipped]
+        self._repair_vault = vault
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Repair the Vault",
+            "A repair would:\n\n" + "\n".join(lines) + "\n\nNothing is deleted.",
+            QMessageBox.StandardButton.Cancel,
+            self.window,
+        )
+        self.repair_confirm_button = box.addButton("Repair", QMessageBox.ButtonRole.AcceptRole)
+        box.finished.connect(self._on_repair_confirm_finished)
+        self.repair_box = box
+        box.open()
+
+    def _on_repair_confirm_finished(self, _result: int) -> None:
+        box, self.repair_box = self.repair_box, None
+        vault, self._repair_vault = self._repair_vault, None
+        if box is None or vault is None:
+            return
+        if box.clickedButton() is self.repair_confirm_button:
+            self._start(
+                "repair", _repair_now, vault, finished=self._on_repaired, progress="Repairing the Vault"
+            )
+        else:
+            vault.lock()
+        box.deleteLater()
+
+    def _on_repaired(self, value) -> None:
+        vault, report = value
+        self._on_unlocked(vault)
+        self._inform(
+            "Vault repaired",
+            f"{len(report.reindexed)} item(s) put back into the vault; nothing was deleted.",
+        )
 
     def lock(self, reason: str = "manual") -> None:
         """Lock now: forget the keys, clear the browser, close volumes opened from the vault."""

@@ -161,17 +161,23 @@ class VaultUnlockDialog(QDialog):
 
     def __init__(self, mode: str, path: str | Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        if mode not in ("unlock", "create"):
-            raise ValueError("mode must be 'unlock' or 'create'")
+        if mode not in ("unlock", "create", "repair"):
+            raise ValueError("mode must be 'unlock', 'create' or 'repair'")
         self.mode = mode
         self.setObjectName("vaultUnlockDialog")
-        self.setWindowTitle("Create Vault" if mode == "create" else "Unlock Vault")
+        self.setWindowTitle({"create": "Create Vault", "repair": "Repair Vault"}.get(mode, "Unlock Vault"))
         self.setStyleSheet(_DIALOG_QSS)
         if mode == "create":
             header = _header(
                 "Create an encrypted vault",
                 "Patient scans and generated volumes are encrypted with a key that only this "
                 "passphrase opens. Choose a long one: it cannot be recovered if it is lost.",
+            )
+        elif mode == "repair":
+            header = _header(
+                "Repair the vault",
+                "Enter the vault's passphrase to see what a repair would do: which items it puts back and "
+                "what it accepts. Nothing changes until you confirm, and nothing is deleted.",
             )
         else:
             header = _header(
@@ -182,7 +188,7 @@ class VaultUnlockDialog(QDialog):
         path_label.setToolTip(str(path))
         path_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.passphrase_edit = _password_edit(
-            "Passphrase" if mode == "unlock" else f"At least {MIN_PASSPHRASE} characters"
+            f"At least {MIN_PASSPHRASE} characters" if mode == "create" else "Passphrase"
         )
         self.confirm_edit = _password_edit("Type it again")
         self.error_label = _error_label()
@@ -199,7 +205,7 @@ class VaultUnlockDialog(QDialog):
             header,
             form,
             self.error_label,
-            ok_text="Create Vault" if mode == "create" else "Unlock",
+            ok_text=self._ok_text(),
             on_ok=self._on_buttons_accepted,
             min_width=500,
         )
@@ -230,9 +236,14 @@ class VaultUnlockDialog(QDialog):
             widget.setEnabled(not busy)
         if busy:
             self.show_problem("")
-            self.ok_button.setText("Creating..." if self.mode == "create" else "Unlocking...")
+            self.ok_button.setText(
+                {"create": "Creating...", "repair": "Checking..."}.get(self.mode, "Unlocking...")
+            )
         else:
-            self.ok_button.setText("Create Vault" if self.mode == "create" else "Unlock")
+            self.ok_button.setText(self._ok_text())
+
+    def _ok_text(self) -> str:
+        return {"create": "Create Vault", "repair": "Check"}.get(self.mode, "Unlock")
 
     def retry(self, hint: str) -> None:
         """After a wrong passphrase: clear it, say so, and wait for another try."""

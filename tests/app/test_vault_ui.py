@@ -899,3 +899,38 @@ def test_core_dumps_are_off_while_the_vault_is_unlocked(tiny_models_dir, tmp_pat
     )
     assert lines["BEFORE"].endswith(" 1")  # an ordinary, dumpable process before the vault
     assert lines["UNLOCKED"] == "(0, 0) 0"
+
+
+@render
+def test_a_rolled_back_vault_is_named_and_repaired_from_the_app(qtbot, vault_window, nibabel_data, tmp_path):
+    window = vault_window
+    controller = window.vault_controller
+    with Vault.create(controller.path, PASSPHRASE, kdf=FAST_KDF) as vault:
+        vault.import_nifti(nibabel_data / "anatomical.nii", label="kept")
+        old_index = (vault.path / "index.vsi").read_bytes()
+        vault.import_nifti(nibabel_data / "example4d.nii.gz", label="dropped")
+    (controller.path / "index.vsi").write_bytes(old_index)  # an older index put back
+
+    dialog = controller.request_unlock()
+    dialog.passphrase_edit.setText(PASSPHRASE)
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "unlock") == "failed"
+    box = controller.repair_box
+    assert (
+        box is not None and "index.vsi was rolled back" in box.text() and "Nothing was deleted" in box.text()
+    )
+    assert not controller.is_unlocked
+    controller.repair_offer_button.click()
+
+    dialog = controller.unlock_dialog
+    assert dialog is not None and dialog.mode == "repair"
+    dialog.passphrase_edit.setText(PASSPHRASE)
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "repair") == "finished"
+    box = controller.repair_box
+    assert box is not None and "\u201cdropped\u201d" in box.text()
+    controller.repair_confirm_button.click()
+    assert _wait_task(qtbot, controller, "repair") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 2, timeout=10_000)
+    assert controller.is_unlocked and {i.label for i in controller.items} == {"kept", "dropped"}
+    assert controller.last_info[0] == "Vault repaired"
