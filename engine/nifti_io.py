@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InvalidRequest, OutOfMemory, OutputError
+from engine.fsutil import fsync_dir
 
 SYNTHETIC_DESCRIP = "SYNTHETIC (VolSynth Studio)"
 SYNTHETIC_MARK = "SYNTHETIC"
@@ -84,14 +85,6 @@ def check_output_path(out: str | Path) -> Path:
     except OSError as exc:
         raise OutputError(_explain(exc, out)) from exc
     return out
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _default_file_mode() -> int:

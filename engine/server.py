@@ -772,8 +772,9 @@ def certificate_file_fingerprint(path: str | Path) -> str:
 
 
 def default_tls_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "volsynth" / "server-tls"
+    from engine.paths import user_config_dir
+
+    return user_config_dir() / "server-tls"
 
 
 def self_signed_certificate(folder: str | Path, hosts: list[str], days: int = 825) -> tuple[Path, Path]:

@@ -1,7 +1,7 @@
 """Crash recovery for generated volumes: nothing generated is lost when the app dies before the user saves.
 
 Each running app keeps a session folder under ``$XDG_DATA_HOME/volsynth/recovery/`` (``~/.local/share/...``)
-and holds an exclusive ``flock`` on its ``lock`` file for as long as it lives. Every generated volume of the
+and holds an exclusive lock (``engine.fsutil.try_lock``) on its ``lock`` file for as long as it lives. Every generated volume of the
 session is written there (NIfTI + provenance sidecar, atomically, from a worker thread) as soon as it is
 made, and deleted when the user removes it from the session. A clean exit deletes the folder, unless some
 volumes were never saved to a file or the vault: those stay, marked as left at a clean exit. After a crash
@@ -17,7 +17,6 @@ Qt-free (the main window wires it to the session and shows the offer).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -28,14 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.fsutil import try_lock
+
 log = logging.getLogger(__name__)
 LOCK_NAME = "lock"
 NAME_KEY = "recovery_name"  # the session-list name, kept in the sidecar
 
 
 def default_recovery_dir() -> Path:
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "volsynth" / "recovery"
+    from engine.paths import user_data_dir
+
+    return user_data_dir() / "recovery"
 
 
 @dataclass
@@ -76,7 +78,9 @@ class RecoveryStore:
         try:
             folder.mkdir(parents=True, exist_ok=False)
             fd = os.open(folder / LOCK_NAME, os.O_CREAT | os.O_RDWR, 0o600)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not try_lock(fd):
+                os.close(fd)
+                raise OSError(f"{folder / LOCK_NAME} is locked by another process")
         except OSError:
             log.warning("crash recovery is off: cannot use %s", folder, exc_info=True)
             return
@@ -177,12 +181,11 @@ def _abandoned(folder: Path) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return try_lock(fd)
     except OSError:
         return False
     finally:
         os.close(fd)  # closing drops the lock again
-    return True
 
 
 def _ended_cleanly(folder: Path) -> bool:

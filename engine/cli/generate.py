@@ -52,6 +52,7 @@ def register(sub) -> None:
 def run(args) -> int:
     import sys
 
+    from engine.api import run as drive
     from engine.cli._progress import ProgressLine
     from engine.nifti_io import check_output_path, save_result
     from engine.optimization import OptimizationConfig
@@ -77,16 +78,10 @@ def run(args) -> int:
     metrics = Sampler()  # GPU/CPU use during the run, summarised into the provenance record
     metrics.start()
     metrics.mark_run_start("generate")
-    job = backend.sample(request)
     try:
-        while True:
-            try:
-                line.update(next(job))
-            except StopIteration as done:
-                result = done.value
-                break
+        # Ctrl-C lands inside run(), which closes the generator: its clean-up runs before we exit.
+        result = drive(backend.sample(request), on_progress=line.update)
     finally:
-        job.close()  # Ctrl-C lands here too: the generator's clean-up runs before we exit
         line.close()
         summary = metrics.mark_run_end("generate")
         metrics.stop()

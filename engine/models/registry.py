@@ -68,8 +68,9 @@ def open_model_folder(path: str | Path) -> ModelSource:
 
 
 def user_models_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "volsynth" / "models"
+    from engine.paths import user_data_dir
+
+    return user_data_dir() / "models"
 
 
 def default_search_path() -> list[Path]:

@@ -198,12 +198,9 @@ def save_montage(volumes: list[np.ndarray], path: Path, title: str = "") -> Path
 
 
 def _run(backend, request) -> np.ndarray:
-    gen = backend.sample(request)
-    try:
-        while True:
-            next(gen)
-    except StopIteration as stop:
-        return stop.value.volumes[:, 0]
+    from engine.api import run
+
+    return run(backend.sample(request)).volumes[:, 0]
 
 
 def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | None = None) -> dict[str, Any]:
@@ -212,7 +209,7 @@ def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | Non
 
     import torch
 
-    from engine.api import SamplingRequest
+    from engine.api import SamplingRequest, run
     from engine.backends.local import LocalBackend
 
     torch.set_num_threads(2)
@@ -221,14 +218,14 @@ def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | Non
         SamplingRequest(model=model, sampler="ddim", steps=steps, seed=0, guidance_scale=guidance_scale)
     )
     started = cpu_started = None
-    try:
-        while True:
-            progress = next(gen)
-            if progress.stage == "denoise" and started is None:
-                started = time.perf_counter()  # after the model is loaded: the generation itself
-                cpu_started = _cpu_seconds()
-    except StopIteration as stop:
-        result = stop.value
+
+    def on_progress(progress) -> None:
+        nonlocal started, cpu_started
+        if progress.stage == "denoise" and started is None:
+            started = time.perf_counter()  # after the model is loaded: the generation itself
+            cpu_started = _cpu_seconds()
+
+    result = run(gen, on_progress)
     seconds = time.perf_counter() - (started or time.perf_counter())
     cpu = _cpu_seconds() - (cpu_started or 0.0)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

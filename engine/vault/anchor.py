@@ -38,9 +38,9 @@ def anchor_dir() -> Path:
     env = os.environ.get(ANCHOR_DIR_ENV)
     if env:
         return Path(env).expanduser()
-    import platformdirs
+    from engine.paths import user_config_dir
 
-    return platformdirs.user_config_path("volsynth", appauthor=False) / "vault-anchors"
+    return user_config_dir() / "vault-anchors"
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from engine import fsutil
 from engine.errors import OutputError, VaultError, VaultLocked
-
-try:  # POSIX
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-    import msvcrt
+from engine.fsutil import try_lock, unlock
 
 #: Temporary files written while holding the vault's write lock (index, payloads, header).
 TMP_WRITE_PREFIX = ".tmp-w-"
@@ -52,14 +48,13 @@ def fsync_file(fd: int, what: str) -> None:
 
 
 def fsync_dir(folder: Path) -> None:
-    """fsync a folder so that renames and new files in it are durable."""
-    if os.name == "nt":  # pragma: no cover - NTFS journals metadata; folders cannot be opened for fsync
-        return
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    """fsync a folder so that renames and new files in it are durable (a failure is a VaultError)."""
     try:
-        fsync_file(fd, f"the folder {folder}")
-    finally:
-        os.close(fd)
+        fsutil.fsync_dir(folder)
+    except OSError as exc:
+        raise VaultError(
+            f"could not make the folder {folder} durable on disk (fsync failed: {exc.strerror})"
+        ) from exc
 
 
 class AtomicWriter:
@@ -207,7 +202,7 @@ class FileLock:
             raise io_error(exc, f"the lock file {self.path}") from exc
         deadline = time.monotonic() + wait_s
         while True:
-            if _try_lock(fd):
+            if try_lock(fd):
                 break
             if time.monotonic() >= deadline:
                 pid = _read_pid(fd)
@@ -230,7 +225,7 @@ class FileLock:
         fd, self._fd = self._fd, None
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-        _unlock(fd)
+        unlock(fd)
         os.close(fd)
 
     @contextlib.contextmanager
@@ -240,34 +235,6 @@ class FileLock:
             yield
         finally:
             self.release()
-
-
-def _try_lock(fd: int) -> bool:
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                return False
-            raise
-        return True
-    try:  # pragma: no cover - Windows
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        return True
-    except OSError:  # pragma: no cover
-        return False
-
-
-def _unlock(fd: int) -> None:
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return
-    with contextlib.suppress(OSError):  # pragma: no cover - Windows
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
 
 def _read_pid(fd: int) -> int | None:

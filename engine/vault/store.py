@@ -40,7 +40,6 @@ import hmac
 import json
 import os
 import secrets
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -118,13 +117,9 @@ def default_vault_path() -> Path:
     env = os.environ.get("VOLSYNTH_VAULT")
     if env:
         return Path(env).expanduser()
-    if sys.platform == "win32":  # pragma: no cover
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "VolSynth"
-    elif sys.platform == "darwin":  # pragma: no cover
-        base = Path.home() / "Library" / "Application Support" / "VolSynth"
-    else:
-        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "volsynth"
-    return base / "vault"
+    from engine.paths import user_data_dir
+
+    return user_data_dir() / "vault"
 
 
 def _now_iso() -> str:
