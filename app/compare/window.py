@@ -49,10 +49,10 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.display import format_bytes
+from app.core.optimization_presets import BLOCK_SOURCE as OPTIMIZATION_BLOCK
+from app.core.optimization_presets import PRESETS, preset_values
 from app.core.session import AppState
 from app.core.volumes import VolumeEntry
-from app.panels.optimization_panel import BLOCK_SOURCE as OPTIMIZATION_BLOCK
-from app.panels.optimization_panel import PRESETS, preset_values
 from app.viewer.slice_view import SliceView
 from app.workers import GenerationWorker
 from engine.optimization_config import NAMED_SETTINGS

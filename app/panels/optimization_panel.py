@@ -35,6 +35,15 @@ from app.core.display import (
     setting_requested,
     setting_text,
 )
+from app.core.optimization_presets import (
+    BLOCK_SOURCE,
+    CUSTOM,
+    DEFAULTS,
+    PRESET_TIPS,
+    PRESETS,
+    preset_of,
+    preset_values,
+)
 from app.core.session import AppState
 from engine.errors import EngineError, InvalidRequest
 from engine.optimization import (
@@ -45,20 +54,7 @@ from engine.optimization import (
     OptimizationConfig,
 )
 
-DEFAULTS: dict[str, Any] = OptimizationConfig().to_dict()
-PRESETS: dict[str, dict[str, Any]] = {
-    "Exact fp32": {},
-    "Fast (GPU)": {"tf32": True, "channels_last_3d": True, "autocast": "bf16", "attention": "sdpa"},
-    "Low memory": {"streamed_decode": True},
-}
-PRESET_TIPS = {
-    "Exact fp32": "Plain fp32 NCDHW eager execution: the reference every other setting is measured against",
-    "Fast (GPU)": "TF32, channels-last 3D, bf16 autocast and SDPA attention: the usual speed-ups on NVIDIA GPUs",
-    "Low memory": "Decode the volume layer by layer in slabs: the same result with a bounded peak memory",
-}
-CUSTOM = "Custom"
 EXPANDED_KEY = "optimization/expanded"
-BLOCK_SOURCE = "optimization"
 
 # Control values: (label shown, value in the config).
 CHOICES: dict[str, list[tuple[str, Any]]] = {
@@ -84,22 +80,6 @@ TIPS = {
 }
 BOOL_SETTINGS = ("tf32", "channels_last_3d", "cuda_graphs", "streamed_decode")
 MARK_COLOURS = {APPLIED_MARK: "#98c379", NOT_APPLIED_MARK: "#e5c07b"}
-
-
-def preset_values(name: str) -> dict[str, Any]:
-    return {**DEFAULTS, **PRESETS[name]}
-
-
-def preset_of(values: dict[str, Any]) -> str:
-    """The preset ``values`` equal, or "Custom". The PSNR budget only matters with mixed quantization."""
-    relevant = {
-        k: v for k, v in values.items() if k != "psnr_budget_db" or values.get("quantization") == "mixed"
-    }
-    for name in PRESETS:
-        preset = preset_values(name)
-        if all(preset[k] == v for k, v in relevant.items()):
-            return name
-    return CUSTOM
 
 
 def _engine_loaded() -> bool:

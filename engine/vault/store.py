@@ -535,7 +535,7 @@ class Vault:
                 self._audit.detach_keys()
                 keys.wipe()
                 raise VaultRolledBack(
-                    f"the vault at {self.path} was rolled back: "
+                    f"the vault at {self.path} is older than it was: "
                     + "; ".join(problems)
                     + ". "
                     + _ROLLBACK_ADVICE
@@ -1222,8 +1222,9 @@ class Vault:
         header = nifti.float32_header(arr.shape, aff, nifti.SYNTHETIC_DESCRIP)
         total = len(header) + 4 * arr.size
         if label is None:
-            bits = [str(prov.get(k)) for k in ("model_id", "seed") if prov.get(k) is not None]
-            label = "synthetic " + " seed ".join(bits) if bits else "synthetic volume"
+            bits = [str(prov["model_id"])] if prov.get("model_id") is not None else []
+            bits += [f"seed {prov['seed']}"] if prov.get("seed") is not None else []
+            label = "synthetic " + " ".join(bits) if bits else "synthetic volume"
         record = {
             "kind": "synthetic",
             "label": label,
