@@ -20,7 +20,6 @@ from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
-    QComboBox,
     QDialog,
     QDialogButtonBox,
     QDockWidget,
@@ -34,10 +33,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.cohort import install_cohort
 from app.compare import install_compare
 from app.core.recovery import RecoveryStore
 from app.core.session import CONVENTIONS, RENDER_PRESETS, AppState
-from app.core.volumes import WINDOW_PRESETS, VolumeEntry
+from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry
 from app.docks.metrics_dock import MetricsDock
 from app.generation import GenerationController
 from app.help import install_help
@@ -48,8 +48,10 @@ from app.recovery_bar import RecoveryBar, RecoveryController
 from app.remote import install_remote
 from app.vault import install_vault
 from app.vault.privacy import remember_recent
+from app.viewer.toolbar import install_viewer_toolbar
 from app.viewer.viewer_area import ViewerArea
 from app.workers import BackendPool, JobRunner
+from engine.nifti_io import is_nifti
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +60,6 @@ FORM_KEY = "generation/form"
 TELEMETRY_START_DELAY_MS = (
     500  # the sampler starts this long after the window is shown, off the start-up path
 )
-
-
-def is_nifti(path: str | Path) -> bool:
-    return str(path).lower().endswith((".nii", ".nii.gz"))
 
 
 class _Preloader(QObject):
@@ -166,6 +164,7 @@ class MainWindow(QMainWindow):
             self
         )  # Generate > Compare Settings: two settings side by side (app/compare)
         self.remote = install_remote(self)  # Generate > Connect to Engine Server: remote devices (app/remote)
+        self.cohort = install_cohort(self)  # Generate > Cohort...: many volumes on Ray (app/cohort)
         # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
         self.recovery = RecoveryController(self, recovery or RecoveryStore(), self.recovery_bar)
         # Quitting without closing the window (app.quit(), a session logout) is still a clean exit.
@@ -299,7 +298,7 @@ class MainWindow(QMainWindow):
         view_menu = bar.addMenu("&View")
         wl_menu = view_menu.addMenu("&Window/Level Preset")
         self.wl_group = QActionGroup(self)
-        for index, preset in enumerate(WINDOW_PRESETS):
+        for index, preset in enumerate((*WINDOW_PRESETS, CUSTOM_PRESET)):
             action = self.make_action(preset, partial(self._on_wl_preset_chosen, preset), f"Ctrl+{index + 1}")
             action.setCheckable(True)
             self.wl_group.addAction(action)
@@ -349,21 +348,9 @@ class MainWindow(QMainWindow):
         bar.addSeparator()
         bar.addAction(self.generate_action)
         bar.addAction(self.cancel_action)
-        bar.addSeparator()
-        bar.addWidget(QLabel(" Window "))
-        self.wl_box = QComboBox()
-        self.wl_box.addItems([*WINDOW_PRESETS, "Custom"])
-        self.wl_box.setToolTip("Window/level preset (right-drag in a slice view to adjust)")
-        self.wl_box.activated.connect(self._on_wl_box_activated)
-        bar.addWidget(self.wl_box)
-        bar.addWidget(QLabel("  Orientation "))
-        self.convention_box = QComboBox()
-        self.convention_box.addItems(["Radiological", "Neurological"])
-        self.convention_box.setToolTip(
-            "Radiological: patient right on screen left. Neurological: right on right."
-        )
-        self.convention_box.activated.connect(self._on_convention_box_activated)
-        bar.addWidget(self.convention_box)
+        # Window/level, orientation, interpolation, crosshair, zoom, 4D time points: the viewer's tool bar
+        self.viewer_toolbar = install_viewer_toolbar(self)
+        self.wl_box, self.convention_box = self.viewer_toolbar.preset_box, self.viewer_toolbar.convention_box
         self.state.display_changed.connect(self._on_state_display_changed)
 
     def _build_status_bar(self) -> None:
@@ -471,6 +458,8 @@ class MainWindow(QMainWindow):
             path=loaded.path,
             provenance=loaded.provenance,
             synthetic=loaded.synthetic,
+            time_points=loaded.time_points,
+            time_index=loaded.time_index,
         )
         self.state.add_volume(entry)
         self._rebuild_recent_menu()
@@ -585,14 +574,6 @@ class MainWindow(QMainWindow):
     def _on_wl_preset_chosen(self, preset: str) -> None:
         self.state.apply_window_preset(preset)
 
-    def _on_wl_box_activated(self, index: int) -> None:
-        preset = self.wl_box.itemText(index)
-        if preset in WINDOW_PRESETS:
-            self.state.apply_window_preset(preset)
-
-    def _on_convention_box_activated(self, index: int) -> None:
-        self.state.set_convention(CONVENTIONS[index])
-
     def _on_smooth_action_toggled(self, checked: bool) -> None:
         self.state.smooth_display = bool(checked)
         self.state.display_changed.emit()
@@ -669,7 +650,7 @@ class MainWindow(QMainWindow):
             self.state.render_preset = render
         self.state.smooth_display = s.value("display/smooth", True, type=bool)
         self.state.iso_fraction = s.value("display/iso_fraction", self.state.iso_fraction, type=float)
-        self.viewer.view3d.iso_slider.setValue(int(round(self.state.iso_fraction * 100)))
+        self.viewer.view3d.sync_controls()
         self.viewer.view3d.preset_box.setCurrentText(self.state.render_preset)
         self._on_state_display_changed()
         self._on_state_window_changed(*self.state.window)
