@@ -1,29 +1,74 @@
 """One slice view drawn with plain Qt: a QImage made from numpy, painted in ``paintEvent``.
 
-Interaction (ITK-SNAP-like): left click/drag moves the crosshair, the wheel steps through slices,
-right-drag changes window (horizontal) and level (vertical). The view reads everything from ``AppState``
-and writes changes back to it, so the three views stay linked.
+Interaction (ITK-SNAP-like): left click/drag moves the crosshair, the wheel steps through slices, right-drag
+changes window (horizontal) and level (vertical). Ctrl+wheel or +/- zooms (about the cursor), middle-drag
+or Shift+left-drag pans, 0 fits the view again, Home/End go to the first/last slice, a double-click asks
+the viewer area to show this view alone (and back). The view reads everything from ``AppState`` and writes
+changes back to it, so the three views stay linked; zoom and pan belong to each view.
+
+Voxel and slice numbers count from 0 (``app.core.slicing.INDEX_BASE``) in the overlay and the readout alike,
+and the slice number names its voxel axis (``k=90`` in an axial view is the ``k`` of ``voxel (i, j, k)``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app.core.session import AppState
-from app.core.slicing import apply_window, plane_geometry, window_from_drag
+from app.core.slicing import (
+    AXIS_LETTERS,
+    INDEX_BASE,
+    ZOOM_STEP,
+    apply_window,
+    clamp_pan,
+    fit_rect,
+    format_intensity,
+    plane_geometry,
+    window_from_drag,
+    zoom_about,
+    zoomed_rect,
+)
 from app.core.volumes import ras_to_voxel, voxel_to_ras
 
 PLANE_COLOURS = {"axial": QColor("#e0524f"), "coronal": QColor("#5fb85c"), "sagittal": QColor("#4d8fe6")}
 BACKGROUND = QColor("#0b0d10")
+BACKING = QColor(8, 10, 13, 190)  # behind overlay text: readable over bright anatomy
+TEXT_COLOURS = {
+    "title": QColor("#dfe3ea"),
+    "slice": QColor("#c8ced8"),
+    "window": QColor("#c8ced8"),
+    "tag": QColor("#c678dd"),
+    "preview": QColor("#f0c674"),
+    "orientation": QColor("#f0c674"),
+}
+CONVENTION_SHORT = {"radiological": "radiol.", "neurological": "neuro."}
+
+
+@dataclass(frozen=True)
+class OverlayText:
+    """One piece of overlay text: what it says and the box (backing included) it is drawn in."""
+
+    name: str  # "title", "tag", "slice", "window" or "orientation-left/right/top/bottom"
+    text: str
+    rect: QRectF
+    bold: bool = False
 
 
 class SliceView(QWidget):
     """Axial, coronal or sagittal view of ``state.shown``."""
 
     hovered = Signal(str)  # the readout line under the cursor (voxel, RAS mm, intensity)
+    maximise_requested = Signal()  # a double-click: show this view alone, or all views again
+    view_changed = Signal()  # zoom or pan changed
+
+    TEXT_MARGIN = 6.0  # from the widget's edges
+    BOX_PAD_X, BOX_PAD_Y = 4.0, 1.0  # backing box around the text
+    GAP = 6.0  # between two boxes on one row
 
     def __init__(self, state: AppState, plane: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -41,6 +86,10 @@ class SliceView(QWidget):
         self._drag: str | None = None
         self._drag_origin = QPointF()
         self._drag_window = (1.0, 0.5)
+        self._drag_pan = (0.0, 0.0)
+        self.zoom = 1.0  # 1 = the slice fits the view
+        self.pan = (0.0, 0.0)  # image centre offset from the view centre, in view pixels
+        self._extent: np.ndarray | None = None  # field of view (mm) of the volume the zoom was set on
         self.readout = ""
         self.draw_count = 0  # how many slice images were built (tests use it)
         state.shown_changed.connect(self._on_state_shown_changed)
@@ -58,20 +107,21 @@ class SliceView(QWidget):
         ijk = self.state.crosshair_voxel()
         return None if ijk is None else ijk[self.geometry_.slice_axis]
 
-    def image_rect(self) -> QRectF:
-        """Where the slice image is painted: centred, scaled to fit, with physical (mm) aspect."""
+    def _fit(self) -> tuple[float, float, float, float] | None:
         entry = self.state.shown
         if entry is None:
-            return QRectF()
+            return None
         geom = self.geometry_
         rows, cols = geom.display_shape(entry.shape)
         row_mm, col_mm = geom.pixel_aspect(entry.spacing)
-        height_mm, width_mm = rows * row_mm, cols * col_mm
-        margin = 6.0
-        avail_w, avail_h = max(1.0, self.width() - 2 * margin), max(1.0, self.height() - 2 * margin)
-        scale = min(avail_w / width_mm, avail_h / height_mm)
-        w, h = width_mm * scale, height_mm * scale
-        return QRectF((self.width() - w) / 2, (self.height() - h) / 2, w, h)
+        return fit_rect(self.width(), self.height(), cols * col_mm, rows * row_mm)
+
+    def image_rect(self) -> QRectF:
+        """Where the slice image is painted: fitted with physical (mm) aspect, then zoomed and panned."""
+        fit = self._fit()
+        if fit is None:
+            return QRectF()
+        return QRectF(*zoomed_rect(fit, self.width(), self.height(), self.zoom, self.pan))
 
     def widget_to_voxel(self, pos: QPointF) -> np.ndarray | None:
         entry = self.state.shown
@@ -93,6 +143,33 @@ class SliceView(QWidget):
             rect.left() + (col + 0.5) / cols * rect.width(), rect.top() + (row + 0.5) / rows * rect.height()
         )
 
+    # -- zoom and pan --------------------------------------------------------------------------------
+
+    def zoom_by(self, factor: float, anchor: QPointF | None = None) -> None:
+        """Zoom by ``factor`` keeping the point under ``anchor`` (the view centre by default) in place."""
+        if self.state.shown is None:
+            return
+        anchor = anchor if anchor is not None else QPointF(self.width() / 2, self.height() / 2)
+        self.zoom, pan = zoom_about(
+            self.zoom, self.pan, factor, (anchor.x(), anchor.y()), self.width(), self.height()
+        )
+        self._set_pan(pan)
+
+    def reset_view(self) -> None:
+        """Fit the slice to the view again (zoom 1, no pan)."""
+        if self.zoom != 1.0 or self.pan != (0.0, 0.0):
+            self.zoom, self.pan = 1.0, (0.0, 0.0)
+            self.view_changed.emit()
+            self.update()
+
+    def _set_pan(self, pan: tuple[float, float]) -> None:
+        fit = self._fit()
+        if fit is not None:
+            pan = clamp_pan(pan, fit[2] * self.zoom, fit[3] * self.zoom, self.width(), self.height())
+        self.pan = pan
+        self.view_changed.emit()
+        self.update()
+
     # -- drawing -------------------------------------------------------------------------------------
 
     def _slice_image(self) -> QImage | None:
@@ -103,7 +180,7 @@ class SliceView(QWidget):
         key = (entry.uid, index, self.state.window, self.state.convention)
         if key != self._image_key:
             plane = self.geometry_.extract(entry.data, index)
-            grey = apply_window(plane, *self._window_bounds())
+            grey = apply_window(plane, *self.state.window)
             self._buffer = grey
             rows, cols = grey.shape
             self._image = QImage(grey.data, cols, rows, grey.strides[0], QImage.Format.Format_Grayscale8)
@@ -111,48 +188,203 @@ class SliceView(QWidget):
             self.draw_count += 1
         return self._image
 
-    def _window_bounds(self) -> tuple[float, float]:
-        return self.state.window
-
     def current_pixels(self) -> np.ndarray | None:
         """The windowed uint8 slice image as last drawn (for tests and screenshots)."""
         self._slice_image()
         return None if self._buffer is None else self._buffer.copy()
 
+    def _fonts(self) -> tuple[QFont, QFont]:
+        font = QFont(self.font())
+        font.setPointSizeF(max(8.0, font.pointSizeF()))
+        bold = QFont(font)
+        bold.setBold(True)
+        bold.setPointSizeF(font.pointSizeF() + 1)
+        return font, bold
+
+    def overlay_texts(self) -> dict[str, str]:
+        """What the overlay says now, by name (``title``, ``slice``, ``window``, ``tag``, ``orientation-*``)."""
+        return {item.name: item.text for item in self.overlay_layout()}
+
+    def overlay_rects(self) -> dict[str, QRectF]:
+        """Where each overlay text's box is, in widget coordinates (they never overlap)."""
+        return {item.name: item.rect for item in self.overlay_layout()}
+
+    def _corner_texts(self, level: int) -> dict[str, str]:
+        """Title, tag, slice number and window at a compactness level (0 full .. 2 shortest)."""
+        entry = self.state.shown
+        texts = {"title": self.plane.capitalize()}
+        if self.plane != "sagittal" and level == 0:
+            texts["title"] += f" ({CONVENTION_SHORT[self.state.convention]})"
+        if level == 2:
+            texts["title"] = self.plane[:3].capitalize()
+        if entry is None:
+            return texts
+        if entry.kind == "preview":
+            texts["tag"] = "PREVIEW (x\u2080 estimate)" if level == 0 else "PREVIEW"
+        elif entry.synthetic:
+            texts["tag"] = "SYNTHETIC"
+        ijk = self.state.crosshair_voxel()
+        axis = self.geometry_.slice_axis
+        index, last = ijk[axis] + INDEX_BASE, entry.shape[axis] - 1 + INDEX_BASE
+        letter = AXIS_LETTERS[axis]
+        texts["slice"] = (
+            f"slice {letter}={index} ({INDEX_BASE}\u2013{last})"
+            if level == 0
+            else f"{letter}={index}/{last}"
+            if level == 1
+            else f"{letter}={index}"
+        )
+        if level < 2:  # the toolbar shows W and L too: the first thing to go when space is short
+            window, level_value = self.state.window
+            integer = entry.integer_valued
+            w, c = format_intensity(window, integer), format_intensity(level_value, integer)
+            texts["window"] = f"W {w}  L {c}" if level == 0 else f"W{w} L{c}"
+        return texts
+
+    def overlay_layout(self) -> list[OverlayText]:
+        """Overlay boxes: title top-left, tag top-right, slice bottom-left, window bottom-right, and the
+        orientation letters at the middle of the visible image's edges, between those two rows.
+
+        The most complete texts that fit side by side are used; shorter ones in small views.
+        """
+        font, bold = self._fonts()
+        fm, fm_bold = QFontMetricsF(font), QFontMetricsF(bold)
+        pad_x, pad_y, margin, gap = self.BOX_PAD_X, self.BOX_PAD_Y, self.TEXT_MARGIN, self.GAP
+        width, height = float(self.width()), float(self.height())
+        box_h = fm.height() + 2 * pad_y
+        left_x = margin + 4  # the plane's colour strip is 4 px wide
+
+        def box_w(text: str, metrics: QFontMetricsF = fm) -> float:
+            return metrics.horizontalAdvance(text) + 2 * pad_x
+
+        def row_fits(left: str | None, right: str | None) -> bool:
+            used = (box_w(left) if left else 0) + (box_w(right) if right else 0) + gap
+            return left_x + used <= width - margin
+
+        # The top row (title, tag) and the bottom row (slice, window) each take the most complete texts
+        # that fit side by side.
+        levels = [self._corner_texts(level) for level in range(3)]
+        top_row = next((x for x in levels if row_fits(x["title"], x.get("tag"))), levels[-1])
+        bottom_row = next((x for x in levels if row_fits(x.get("slice"), x.get("window"))), levels[-1])
+        top_fits = row_fits(top_row["title"], top_row.get("tag"))
+        texts = {k: v for k, v in top_row.items() if k in ("title", "tag")}
+        texts.update({k: v for k, v in bottom_row.items() if k in ("slice", "window")})
+        items: list[OverlayText] = []
+        top_y, bottom_y = margin, height - margin - box_h
+        tag_y = top_y
+        if not top_fits and "tag" in texts:
+            tag_y = top_y + box_h + 2  # the tag goes under the title rather than on it
+        items.append(
+            OverlayText("title", texts["title"], QRectF(left_x, top_y, box_w(texts["title"]), box_h))
+        )
+        if "tag" in texts:
+            w = box_w(texts["tag"])
+            items.append(OverlayText("tag", texts["tag"], QRectF(width - margin - w, tag_y, w, box_h)))
+        if "slice" in texts:
+            items.append(
+                OverlayText("slice", texts["slice"], QRectF(left_x, bottom_y, box_w(texts["slice"]), box_h))
+            )
+        if "window" in texts:
+            w = box_w(texts["window"])
+            items.append(
+                OverlayText("window", texts["window"], QRectF(width - margin - w, bottom_y, w, box_h))
+            )
+
+        # orientation letters, inside the part of the image on screen and between the two text rows
+        visible = self.image_rect().intersected(QRectF(0, 0, width, height))
+        if self.state.shown is not None and not visible.isEmpty():
+            band_top = max(item.rect.bottom() for item in items if item.rect.top() < height / 2) + 2
+            band_bottom = (
+                min(
+                    (item.rect.top() for item in items if item.rect.top() >= height / 2),
+                    default=height - margin,
+                )
+                - 2
+            )
+            left, right, top, bottom = self.geometry_.labels
+            bold_h = fm_bold.height() + 2 * pad_y
+            inner_pad = 3.0
+            mid_y = min(max(visible.center().y() - bold_h / 2, band_top), band_bottom - bold_h)
+            mid_x = visible.center().x()
+            places = {
+                "orientation-left": (left, visible.left() + inner_pad, mid_y),
+                "orientation-right": (right, visible.right() - inner_pad - box_w(right, fm_bold), mid_y),
+                "orientation-top": (
+                    top,
+                    mid_x - box_w(top, fm_bold) / 2,
+                    max(visible.top() + inner_pad, band_top),
+                ),
+                "orientation-bottom": (
+                    bottom,
+                    mid_x - box_w(bottom, fm_bold) / 2,
+                    min(visible.bottom() - inner_pad - bold_h, band_bottom - bold_h),
+                ),
+            }
+            for name, (text, x, y) in places.items():
+                w = box_w(text, fm_bold)
+                x = min(max(x, left_x), width - margin - w)
+                items.append(OverlayText(name, text, QRectF(x, y, w, bold_h), bold=True))
+        return items
+
     def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
         painter = QPainter(self)
         painter.fillRect(self.rect(), BACKGROUND)
-        colour = PLANE_COLOURS[self.plane]
         image = self._slice_image()
-        font = QFont(self.font())
-        font.setPointSizeF(max(8.0, font.pointSizeF()))
-        painter.setFont(font)
+        font, bold = self._fonts()
         if image is None:
+            painter.setFont(font)
             painter.setPen(QColor("#6b7380"))
             painter.drawText(
                 self.rect(),
                 Qt.AlignmentFlag.AlignCenter,
                 f"{self.plane.capitalize()}\n\nGenerate a volume or open a NIfTI file",
             )
-            self._draw_title(painter, colour)
-            return
-        rect = self.image_rect()
-        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, self.state.smooth_display)
-        painter.drawImage(rect, image)
+        else:
+            self._draw_image(painter, image)
+            if self.state.show_crosshair:
+                self._draw_crosshair(painter)
+        painter.fillRect(QRectF(0, 0, 4, self.height()), PLANE_COLOURS[self.plane])
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        for item in self.overlay_layout():
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(BACKING)
+            painter.drawRoundedRect(item.rect, 3, 3)
+            painter.setFont(bold if item.bold else font)
+            key = item.name if not item.name.startswith("orientation") else "orientation"
+            if item.name == "tag" and self.state.shown is not None and self.state.shown.kind == "preview":
+                key = "preview"
+            painter.setPen(TEXT_COLOURS[key])
+            painter.drawText(item.rect, Qt.AlignmentFlag.AlignCenter, item.text)
+        painter.end()
 
-        # crosshair: a gap around the centre so the structure under it stays visible
-        ijk = self.state.crosshair_voxel()
-        centre = self.voxel_to_widget(ijk)
-        others = [p for p in ("axial", "coronal", "sagittal") if p != self.plane]
+    def _draw_image(self, painter: QPainter, image: QImage) -> None:
+        rect = self.image_rect()
+        target = rect.intersected(QRectF(self.rect()))
+        if target.isEmpty():
+            return
+        # Draw only the part on screen: a 32x zoom must not scale the whole slice.
+        sx, sy = image.width() / rect.width(), image.height() / rect.height()
+        source = QRectF(
+            (target.left() - rect.left()) * sx,
+            (target.top() - rect.top()) * sy,
+            target.width() * sx,
+            target.height() * sy,
+        )
+        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, self.state.smooth_display)
+        painter.drawImage(target, image, source)
+
+    def _draw_crosshair(self, painter: QPainter) -> None:
+        """The other two planes' lines, with a gap around the centre so the structure under it stays visible."""
+        rect = self.image_rect()
+        centre = self.voxel_to_widget(self.state.crosshair_voxel())
         gap = 8.0
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-        for other in others:
+        for other in (p for p in ("axial", "coronal", "sagittal") if p != self.plane):
             pen = QPen(PLANE_COLOURS[other])
             pen.setWidthF(1.0)
             painter.setPen(pen)
             other_axis = plane_geometry(other, self.state.convention).slice_axis
-            vertical = other_axis == self.geometry_.col_axis
-            if vertical:
+            if other_axis == self.geometry_.col_axis:  # a vertical line
                 x = centre.x()
                 painter.drawLine(QPointF(x, rect.top()), QPointF(x, centre.y() - gap))
                 painter.drawLine(QPointF(x, centre.y() + gap), QPointF(x, rect.bottom()))
@@ -161,67 +393,21 @@ class SliceView(QWidget):
                 painter.drawLine(QPointF(rect.left(), y), QPointF(centre.x() - gap, y))
                 painter.drawLine(QPointF(centre.x() + gap, y), QPointF(rect.right(), y))
 
-        # orientation labels at the middle of each edge
-        left, right, top, bottom = self.geometry_.labels
-        painter.setPen(QColor("#f0c674"))
-        bold = QFont(font)
-        bold.setBold(True)
-        bold.setPointSizeF(font.pointSizeF() + 1)
-        painter.setFont(bold)
-        fm = painter.fontMetrics()
-        pad = 4
-        painter.drawText(QPointF(rect.left() + pad, rect.center().y() + fm.ascent() / 2), left)
-        painter.drawText(
-            QPointF(rect.right() - pad - fm.horizontalAdvance(right), rect.center().y() + fm.ascent() / 2),
-            right,
-        )
-        painter.drawText(
-            QPointF(rect.center().x() - fm.horizontalAdvance(top) / 2, rect.top() + pad + fm.ascent()), top
-        )
-        painter.drawText(
-            QPointF(rect.center().x() - fm.horizontalAdvance(bottom) / 2, rect.bottom() - pad - fm.descent()),
-            bottom,
-        )
-        painter.setFont(font)
-        self._draw_title(painter, colour)
-
-        # slice number and window at the bottom corners
-        fm = painter.fontMetrics()
-        entry = self.state.shown
-        index = ijk[self.geometry_.slice_axis]
-        count = entry.shape[self.geometry_.slice_axis]
-        window, level = self.state.window
-        painter.setPen(QColor("#aab2bf"))
-        painter.drawText(QPointF(8, self.height() - 8), f"slice {index + 1}/{count}")
-        wl = f"W {window:.3g}  L {level:.3g}"
-        painter.drawText(QPointF(self.width() - 8 - fm.horizontalAdvance(wl), self.height() - 8), wl)
-        if entry.kind == "preview":
-            painter.setPen(QColor("#f0c674"))
-            tag = "PREVIEW (x\u2080 estimate)"
-            painter.drawText(QPointF(self.width() - 8 - fm.horizontalAdvance(tag), 8 + fm.ascent()), tag)
-        elif entry.synthetic:
-            painter.setPen(QColor("#c678dd"))
-            tag = "SYNTHETIC"
-            painter.drawText(QPointF(self.width() - 8 - fm.horizontalAdvance(tag), 8 + fm.ascent()), tag)
-
-    def _draw_title(self, painter: QPainter, colour: QColor) -> None:
-        fm = painter.fontMetrics()
-        title = self.plane.capitalize()
-        if self.plane != "sagittal":
-            title += "  (" + self.state.convention[:5] + ".)"
-        painter.fillRect(QRectF(0, 0, 4, self.height()), colour)
-        painter.setPen(QColor("#dfe3ea"))
-        painter.drawText(QPointF(10, 8 + fm.ascent()), title)
-
     # -- interaction ---------------------------------------------------------------------------------
 
     def mousePressEvent(self, event) -> None:  # noqa: N802
         if self.state.shown is None:
             return
-        if event.button() == Qt.MouseButton.LeftButton:
+        button, shift = event.button(), bool(event.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+        if button == Qt.MouseButton.MiddleButton or (button == Qt.MouseButton.LeftButton and shift):
+            self._drag = "pan"
+            self._drag_origin = event.position()
+            self._drag_pan = self.pan
+            self.setCursor(Qt.CursorShape.ClosedHandCursor)
+        elif button == Qt.MouseButton.LeftButton:
             self._drag = "crosshair"
             self._move_crosshair(event.position())
-        elif event.button() == Qt.MouseButton.RightButton:
+        elif button == Qt.MouseButton.RightButton:
             self._drag = "window"
             self._drag_origin = event.position()
             self._drag_window = self.state.window
@@ -229,6 +415,9 @@ class SliceView(QWidget):
     def mouseMoveEvent(self, event) -> None:  # noqa: N802
         if self._drag == "crosshair":
             self._move_crosshair(event.position())
+        elif self._drag == "pan":
+            delta = event.position() - self._drag_origin
+            self._set_pan((self._drag_pan[0] + delta.x(), self._drag_pan[1] + delta.y()))
         elif self._drag == "window":
             entry = self.state.shown
             span = max(entry.percentile(99.5) - entry.percentile(0.5), 1e-6)
@@ -238,34 +427,59 @@ class SliceView(QWidget):
         self._update_readout(event.position())
 
     def mouseReleaseEvent(self, event) -> None:  # noqa: N802
+        if self._drag == "pan":
+            self.unsetCursor()
         self._drag = None
 
+    def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802
+        if event.button() == Qt.MouseButton.LeftButton:
+            self._drag = None
+            self.maximise_requested.emit()
+
     def wheelEvent(self, event) -> None:  # noqa: N802
-        entry = self.state.shown
-        if entry is None:
+        if self.state.shown is None:
             return
-        steps = event.angleDelta().y() // 120 or (
-            1 if event.angleDelta().y() > 0 else -1 if event.angleDelta().y() < 0 else 0
-        )
-        self.step_slice(int(steps))
+        delta = event.angleDelta().y()
+        notches = delta / 120 if abs(delta) >= 120 else (1 if delta > 0 else -1 if delta < 0 else 0)
+        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            self.zoom_by(ZOOM_STEP**notches, event.position())
+        else:
+            self.step_slice(int(notches))
         event.accept()
 
     def keyPressEvent(self, event) -> None:  # noqa: N802
-        if event.key() in (Qt.Key.Key_Up, Qt.Key.Key_PageUp):
+        key = event.key()
+        if key in (Qt.Key.Key_Up, Qt.Key.Key_PageUp):
             self.step_slice(1)
-        elif event.key() in (Qt.Key.Key_Down, Qt.Key.Key_PageDown):
+        elif key in (Qt.Key.Key_Down, Qt.Key.Key_PageDown):
             self.step_slice(-1)
+        elif key in (Qt.Key.Key_Home, Qt.Key.Key_End):
+            self.go_to_slice(0 if key == Qt.Key.Key_Home else -1)
+        elif key in (Qt.Key.Key_Plus, Qt.Key.Key_Equal):
+            self.zoom_by(ZOOM_STEP)
+        elif key in (Qt.Key.Key_Minus, Qt.Key.Key_Underscore):
+            self.zoom_by(1 / ZOOM_STEP)
+        elif key == Qt.Key.Key_0 and not event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            self.reset_view()
         else:
             super().keyPressEvent(event)
 
     def step_slice(self, steps: int) -> None:
+        ijk = self.state.crosshair_voxel()
+        if ijk is None or not steps:
+            return
+        self.go_to_slice(ijk[self.geometry_.slice_axis] + steps)
+
+    def go_to_slice(self, index: int) -> None:
+        """Show slice ``index`` (counted from 0; -1 is the last), clamped to the volume."""
         entry = self.state.shown
         ijk = self.state.crosshair_voxel()
-        if entry is None or ijk is None or not steps:
+        if entry is None or ijk is None:
             return
-        ijk = np.asarray(ijk, dtype=np.float64)
         axis = self.geometry_.slice_axis
-        ijk[axis] = np.clip(ijk[axis] + steps, 0, entry.shape[axis] - 1)
+        count = entry.shape[axis]
+        ijk = np.asarray(ijk, dtype=np.float64)
+        ijk[axis] = np.clip(index if index >= 0 else count + index, 0, count - 1)
         self.state.set_crosshair(voxel_to_ras(entry.affine, ijk))
 
     def _move_crosshair(self, pos: QPointF) -> None:
@@ -273,38 +487,43 @@ class SliceView(QWidget):
         if ijk is not None:
             self.state.set_crosshair(voxel_to_ras(self.state.shown.affine, np.round(ijk)))
 
+    def _readout(self, voxel) -> str:
+        entry = self.state.shown
+        ras = voxel_to_ras(entry.affine, voxel)
+        i, j, k = (int(v) + INDEX_BASE for v in voxel)
+        value = format_intensity(float(entry.data[tuple(int(v) for v in voxel)]), entry.integer_valued)
+        return f"voxel ({i}, {j}, {k})   RAS ({ras[0]:.1f}, {ras[1]:.1f}, {ras[2]:.1f}) mm   value {value}"
+
     def _update_readout(self, pos: QPointF) -> None:
         entry = self.state.shown
         ijk = self.widget_to_voxel(pos)
         if entry is None or ijk is None:
             return
         voxel = np.round(ijk).astype(int)
-        if np.any(voxel < 0) or np.any(voxel >= np.asarray(entry.shape)):
-            self.readout = ""
-        else:
-            ras = voxel_to_ras(entry.affine, voxel)
-            value = float(entry.data[tuple(voxel)])
-            self.readout = (
-                f"voxel ({voxel[0]}, {voxel[1]}, {voxel[2]})   "
-                f"RAS ({ras[0]:.1f}, {ras[1]:.1f}, {ras[2]:.1f}) mm   value {value:.4g}"
-            )
+        inside = not (np.any(voxel < 0) or np.any(voxel >= np.asarray(entry.shape)))
+        self.readout = self._readout(voxel) if inside else ""
         self.hovered.emit(self.readout)
 
     def crosshair_readout(self) -> str:
-        entry = self.state.shown
         ijk = self.state.crosshair_voxel()
-        if entry is None or ijk is None:
-            return ""
-        ras = voxel_to_ras(entry.affine, ijk)
-        return (
-            f"voxel ({ijk[0]}, {ijk[1]}, {ijk[2]})   RAS ({ras[0]:.1f}, {ras[1]:.1f}, {ras[2]:.1f}) mm   "
-            f"value {float(entry.data[ijk]):.4g}"
-        )
+        return "" if ijk is None else self._readout(ijk)
 
     # -- state ---------------------------------------------------------------------------------------
 
     def _on_state_shown_changed(self, entry) -> None:
         self._image_key = None
+        # Zoom is relative to the slice's physical size: keep it between volumes of one field of view (a
+        # denoising preview and its result, two seeds), fit a different one afresh.
+        extent = None if entry is None else np.asarray(entry.shape) * np.asarray(entry.spacing)
+        if (
+            extent is not None
+            and self._extent is not None
+            and not np.allclose(extent, self._extent, rtol=0.1)
+        ):
+            self.zoom, self.pan = 1.0, (0.0, 0.0)
+            self.view_changed.emit()
+        if extent is not None:
+            self._extent = extent
         self.update()
 
     def _on_state_crosshair_changed(self, ras) -> None:
@@ -318,4 +537,4 @@ class SliceView(QWidget):
         self.update()
 
 
-__all__ = ["SliceView", "ras_to_voxel"]
+__all__ = ["OverlayText", "SliceView", "ras_to_voxel"]

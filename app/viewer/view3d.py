@@ -16,26 +16,33 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
+    QSizePolicy,
     QSlider,
     QStackedLayout,
+    QToolBar,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from app.core.session import RENDER_PRESETS, AppState
+from app.core.slicing import format_intensity, intensity_decimals
 
 log = logging.getLogger(__name__)
 
 PLANE_COLOURS = {"axial": "#e0524f", "coronal": "#5fb85c", "sagittal": "#4d8fe6"}
+SYNTHETIC_COLOUR = "#c678dd"  # the slice views' SYNTHETIC tag colour
+ISO_STEPS = 1000  # slider positions across the threshold's range
 
 
 class View3D(QWidget):
     """Volume rendering (MRI grey, MIP), iso-surface, the three slice planes and orientation axes."""
 
     screenshot_saved = Signal(str)
+    maximise_requested = Signal()  # the maximise button: show the 3D view alone, or all views again
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -51,12 +58,23 @@ class View3D(QWidget):
         self.preset_box.setToolTip("3D rendering preset")
         self.preset_box.currentTextChanged.connect(self._on_preset_box_changed)
         self.iso_label = QLabel("Threshold")
+        self.iso_label.setToolTip("Iso-surface threshold")
+        # The threshold in the shown volume's intensity units: a slider across its 1st..99.9th percentile
+        # and a field that shows (and takes) the value. The slider applies on release (a new surface
+        # takes a while); while it moves the field follows.
         self.iso_slider = QSlider(Qt.Orientation.Horizontal)
-        self.iso_slider.setRange(0, 100)
-        self.iso_slider.setValue(int(round(state.iso_fraction * 100)))
-        self.iso_slider.setMaximumWidth(140)
-        self.iso_slider.setToolTip("Iso-surface threshold (percent of the intensity range)")
+        self.iso_slider.setRange(0, ISO_STEPS)
+        self.iso_slider.setValue(int(round(state.iso_fraction * ISO_STEPS)))
+        self.iso_slider.setTracking(False)
+        self.iso_slider.setMinimumWidth(60)
+        self.iso_slider.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.iso_slider.valueChanged.connect(self._on_iso_slider_changed)
+        self.iso_slider.sliderMoved.connect(self._on_iso_slider_moved)
+        self.iso_value = QDoubleSpinBox()
+        self.iso_value.setObjectName("isoValue")
+        self.iso_value.setKeyboardTracking(False)
+        self.iso_value.setMinimumWidth(68)
+        self.iso_value.valueChanged.connect(self._on_iso_value_changed)
         self.planes_box = QCheckBox("Planes")
         self.planes_box.setChecked(True)
         self.planes_box.setToolTip("Show the three slice planes in 3D")
@@ -70,24 +88,43 @@ class View3D(QWidget):
         self.reset_button.clicked.connect(self.reset_camera)
         self.shot_button = QToolButton(text="PNG")
         self.shot_button.setToolTip("Save a screenshot of the 3D view")
+        self.maximise_button = QToolButton(text="\u2922")
+        self.maximise_button.setObjectName("maximise3d")
+        self.maximise_button.setCheckable(True)
+        self.maximise_button.setToolTip("Show the 3D view alone (again: all four views)")
+        self.maximise_button.clicked.connect(self._on_maximise_button_clicked)
 
-        bar = QHBoxLayout()
-        bar.setContentsMargins(10, 4, 6, 2)
-        bar.setSpacing(6)
+        # The iso-surface threshold gets a row of its own (shown in that mode only), so the slider has room.
+        self.iso_row = QWidget()
+        self.iso_row.setObjectName("isoRow")
+        row = QHBoxLayout(self.iso_row)
+        row.setContentsMargins(10, 0, 6, 2)
+        row.setSpacing(6)
+        row.addWidget(self.iso_label)
+        row.addWidget(self.iso_slider, 1)
+        row.addWidget(self.iso_value)
+
+        # A tool bar, not a row layout: what does not fit goes behind its extension button instead of
+        # widening the 3D view (which would squeeze the slice views whenever the mode shows more controls).
+        self.header = QToolBar("3D")
+        self.header.setObjectName("view3dHeader")
+        self.header.setMovable(False)
+        self.header.setFloatable(False)
+        self.header.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         title = QLabel("3D")
         title.setObjectName("viewTitle")
-        bar.addWidget(title)
-        bar.addStretch(1)
-        for widget in (
-            self.preset_box,
-            self.iso_label,
-            self.iso_slider,
-            self.planes_box,
-            self.axes_box,
-            self.reset_button,
-            self.shot_button,
+        title.setContentsMargins(8, 0, 6, 0)
+        self.header.addWidget(title)
+        self.header_actions = {}
+        for name, widget in (
+            ("preset", self.preset_box),
+            ("maximise", self.maximise_button),
+            ("png", self.shot_button),
+            ("reset", self.reset_button),
+            ("planes", self.planes_box),
+            ("axes", self.axes_box),
         ):
-            bar.addWidget(widget)
+            self.header_actions[name] = self.header.addWidget(widget)
 
         self.placeholder = QLabel("Preparing the 3D view...")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -97,12 +134,13 @@ class View3D(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        layout.addLayout(bar)
+        layout.addWidget(self.header)
+        layout.addWidget(self.iso_row)
         layout.addLayout(self._stack, 1)
 
         self._planes_timer = QTimer(self, singleShot=True, interval=120)
         self._planes_timer.timeout.connect(self._on_planes_timer_timeout)
-        self._sync_controls()
+        self.sync_controls()
         state.shown_changed.connect(self._on_state_shown_changed)
         state.crosshair_changed.connect(self._on_state_crosshair_changed)
         state.display_changed.connect(self._on_state_display_changed)
@@ -149,7 +187,8 @@ class View3D(QWidget):
             return
         entry = self._entry()
         plotter = self.plotter
-        for name in ("volume", "iso", "planes", "message", *(f"plane-{p}" for p in PLANE_COLOURS)):
+        names = ("volume", "iso", "planes", "message", "synthetic", *(f"plane-{p}" for p in PLANE_COLOURS))
+        for name in names:
             plotter.remove_actor(name, render=False)
         if entry is None:
             self._grid, self._grid_uid = None, None
@@ -164,6 +203,11 @@ class View3D(QWidget):
             plotter.render()
             return
         from app.viewer.geometry import SCALARS, to_image_data
+
+        if entry.synthetic:  # as in the slice views: any picture of a synthetic volume says so (PNGs too)
+            plotter.add_text(
+                "SYNTHETIC", position="upper_right", font_size=10, color=SYNTHETIC_COLOUR, name="synthetic"
+            )
 
         new_volume = self._grid_uid != entry.uid
         if new_volume:
@@ -282,18 +326,60 @@ class View3D(QWidget):
         self.screenshot_saved.emit(str(path))
         return path
 
-    def _sync_controls(self) -> None:
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        # a narrow 3D view keeps room for the slider and the value: the label shortens instead
+        self.iso_label.setText("Threshold" if event.size().width() >= 300 else "Iso")
+
+    def set_maximised(self, maximised: bool) -> None:
+        """Follow the viewer area: the maximise button shows whether the 3D view is alone."""
+        self.maximise_button.setChecked(maximised)
+
+    def sync_controls(self) -> None:
+        """Show the current mode's controls and the threshold for the shown volume (its range, its value)."""
         iso = self.state.render_preset == "Iso-surface"
-        self.iso_label.setVisible(iso)
-        self.iso_slider.setVisible(iso)
+        self.iso_row.setVisible(iso)
+        span = self.state.iso_range()
+        for widget in (self.iso_slider, self.iso_value):
+            widget.blockSignals(True)
+        self.iso_slider.setValue(int(round(self.state.iso_fraction * ISO_STEPS)))
+        if span is None:
+            self.iso_value.setEnabled(False)
+            self.iso_value.setRange(0.0, 0.0)
+        else:
+            entry = self.state.shown
+            integer = entry.integer_valued
+            self.iso_value.setEnabled(True)
+            self.iso_value.setDecimals(intensity_decimals(span[1] - span[0], integer))
+            self.iso_value.setRange(*span)
+            self.iso_value.setValue(self.state.iso_threshold())
+            low, high = (format_intensity(v, integer) for v in span)
+            tip = f"Iso-surface threshold, in this volume's intensities ({low} to {high})"
+            self.iso_slider.setToolTip(tip)
+            self.iso_value.setToolTip(tip)
+        for widget in (self.iso_slider, self.iso_value):
+            widget.blockSignals(False)
 
     # -- slots ---------------------------------------------------------------------------------------
 
     def _on_preset_box_changed(self, text: str) -> None:
         self.state.set_render_preset(text)
 
+    def _on_maximise_button_clicked(self) -> None:
+        self.maximise_requested.emit()
+
     def _on_iso_slider_changed(self, value: int) -> None:
-        self.state.set_iso_fraction(value / 100.0)
+        self.state.set_iso_fraction(value / ISO_STEPS)
+
+    def _on_iso_slider_moved(self, value: int) -> None:
+        span = self.state.iso_range()
+        if span is not None:
+            self.iso_value.blockSignals(True)
+            self.iso_value.setValue(span[0] + value / ISO_STEPS * (span[1] - span[0]))
+            self.iso_value.blockSignals(False)
+
+    def _on_iso_value_changed(self, value: float) -> None:
+        self.state.set_iso_threshold(value)
 
     def _on_option_toggled(self, checked: bool) -> None:
         self._apply_axes()
@@ -308,6 +394,7 @@ class View3D(QWidget):
             and "message" in self.plotter.actors
         ):
             return  # already saying "denoising"
+        self.sync_controls()
         self.rebuild()
 
     def _on_state_crosshair_changed(self, ras) -> None:
@@ -322,5 +409,5 @@ class View3D(QWidget):
     def _on_state_display_changed(self) -> None:
         if self.preset_box.currentText() != self.state.render_preset:
             self.preset_box.setCurrentText(self.state.render_preset)
-        self._sync_controls()
+        self.sync_controls()
         self.rebuild()

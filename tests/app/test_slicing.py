@@ -105,3 +105,52 @@ def test_shear_and_bad_shapes_are_refused(volume):
         affine_to_grid_params(sheared)
     with pytest.raises(ValueError, match="x, y, z"):
         to_image_data(volume[0], np.eye(4))
+
+
+# -- numbers and zoom maths (app/core/slicing.py) ----------------------------------------------------
+
+
+def test_format_intensity_plain_numbers_for_people():
+    from app.core.slicing import format_intensity
+
+    assert format_intensity(30393.0, integer=True) == "30393"  # not 3.04e+04
+    assert format_intensity(112.5, integer=True) == "113"  # half away from zero, as Qt's spin boxes
+    assert format_intensity(-0.2, integer=True) == "0"
+    assert format_intensity(12345.6) == "12346"
+    assert format_intensity(0.15342) == "0.153"
+    assert format_intensity(12.5) == "12.5" and format_intensity(2.0) == "2"
+    assert format_intensity(5e-5) == "5e-05"  # plain digits cannot show it
+
+
+def test_intensity_decimals_follow_the_span():
+    from app.core.slicing import intensity_decimals
+
+    assert intensity_decimals(1000.0) == 0 and intensity_decimals(5.0, integer=True) == 0
+    assert intensity_decimals(1.0) == 2 and intensity_decimals(0.01) == 4
+
+
+def test_zoom_about_keeps_the_point_under_the_cursor():
+    from app.core.slicing import MAX_ZOOM, fit_rect, zoom_about, zoomed_rect
+
+    view_w, view_h = 400.0, 300.0
+    fit = fit_rect(view_w, view_h, 200.0, 100.0)
+    point = (120.0, 200.0)
+
+    def image_fraction(zoom, pan):
+        x, y, w, h = zoomed_rect(fit, view_w, view_h, zoom, pan)
+        return (point[0] - x) / w, (point[1] - y) / h
+
+    before = image_fraction(1.0, (0.0, 0.0))
+    zoom, pan = zoom_about(1.0, (0.0, 0.0), 2.0, point, view_w, view_h)
+    assert zoom == 2.0 and image_fraction(zoom, pan) == pytest.approx(before)
+    zoom, pan = zoom_about(zoom, pan, 1000.0, point, view_w, view_h)
+    assert zoom == MAX_ZOOM and image_fraction(zoom, pan) == pytest.approx(before)
+
+
+def test_clamp_pan_keeps_some_of_the_image_on_screen():
+    from app.core.slicing import clamp_pan
+
+    pan = clamp_pan((10_000.0, -10_000.0), 100.0, 80.0, 400.0, 300.0, keep=32.0)
+    # image centre at most (view/2 + image/2 - keep) away: 32 px of the image stay in view
+    assert pan == (200.0 + 50.0 - 32.0, -(150.0 + 40.0 - 32.0))
+    assert clamp_pan((5.0, -5.0), 100.0, 80.0, 400.0, 300.0) == (5.0, -5.0)

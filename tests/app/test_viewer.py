@@ -1,0 +1,334 @@
+"""The slice views and the viewer tool bar, driven as a person does: typed values, keys, clicks, wheel, actions.
+
+Runs the real main window under Xvfb (see tests/app/conftest.py), without the 3D view (test_viewer_3d.py
+has those).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt
+
+from tests.app.viewer_helpers import choose, open_volume, pixels, type_into, wheel, write_volume
+
+pytestmark = pytest.mark.render
+
+
+@pytest.fixture
+def anatomical(qtbot, main_window, nibabel_data):
+    """nibabel's int16 anatomical scan (-610 .. 30393) open in the main window."""
+    entry = open_volume(qtbot, main_window, nibabel_data / "anatomical.nii")
+    qtbot.waitUntil(lambda: main_window.viewer.axial.draw_count > 0, timeout=10_000)
+    return entry
+
+
+# -- window/level --------------------------------------------------------------------------------------
+
+
+def test_typed_window_and_level_apply_and_custom_preset_brings_them_back(qtbot, main_window, anatomical):
+    window, bar = main_window, main_window.viewer_toolbar
+    axial = window.viewer.axial
+    assert anatomical.integer_valued
+    before = axial.current_pixels()
+
+    type_into(qtbot, bar.window_spin, "3000")
+    type_into(qtbot, bar.level_spin, "1500")
+    assert window.state.window == (3000.0, 1500.0)
+    assert window.state.window_preset == "Custom" and bar.preset_box.currentText() == "Custom"
+    assert not np.array_equal(axial.current_pixels(), before)
+    # integer data: plain whole numbers in the overlay, never 3e+03
+    assert axial.overlay_texts()["window"] == "W 3000  L 1500"
+
+    # a preset from the View menu (Ctrl+2: Full range), then Custom on the tool bar: the typed values return
+    qtbot.keyClick(window, Qt.Key.Key_2, Qt.KeyboardModifier.ControlModifier)
+    assert window.state.window_preset == "Full range" and window.state.window != (3000.0, 1500.0)
+    assert bar.window_spin.value() == pytest.approx(window.state.window[0], abs=0.5)
+    choose(qtbot, bar.preset_box, "Custom")
+    assert window.state.window == (3000.0, 1500.0) and window.state.window_preset == "Custom"
+    assert bar.window_spin.hasFocus()  # ready to type another width
+    # the View menu has it too: View > Window/Level Preset > Custom (Ctrl+5)
+    qtbot.keyClick(window, Qt.Key.Key_1, Qt.KeyboardModifier.ControlModifier)
+    assert window.state.window_preset == "Auto (1-99%)"
+    qtbot.keyClick(window, Qt.Key.Key_5, Qt.KeyboardModifier.ControlModifier)
+    assert window.state.window == (3000.0, 1500.0) and bar.preset_box.currentText() == "Custom"
+
+
+def test_right_drag_shows_in_the_typed_fields(qtbot, main_window, anatomical):
+    bar, axial = main_window.viewer_toolbar, main_window.viewer.axial
+    start = axial.rect().center()
+    qtbot.mousePress(axial, Qt.MouseButton.RightButton, pos=start)
+    qtbot.mouseMove(axial, start + QPoint(60, -40))
+    qtbot.mouseRelease(axial, Qt.MouseButton.RightButton, pos=start + QPoint(60, -40))
+    width, level = main_window.state.window
+    assert bar.preset_box.currentText() == "Custom"
+    assert bar.window_spin.value() == round(width) and bar.level_spin.value() == pytest.approx(level, abs=0.5)
+    assert bar.window_spin.decimals() == 0  # integer data
+
+
+def test_overlay_text_has_a_dark_backing_over_bright_anatomy(qtbot, main_window, tmp_path):
+    window, bar = main_window, main_window.viewer_toolbar
+    path = write_volume(tmp_path / "bright.nii.gz", np.full((40, 48, 36), 1000.0), synthetic=True)
+    open_volume(qtbot, window, path)
+    type_into(qtbot, bar.window_spin, "10")
+    type_into(qtbot, bar.level_spin, "0")  # everything at 1000 is white
+    qtbot.keyClick(
+        window, Qt.Key.Key_X, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
+    assert not window.state.show_crosshair
+    for view in window.viewer.slice_views:
+        shown = pixels(view)
+        image = view.image_rect().toRect()
+        assert shown[image.center().y(), image.center().x()].min() > 240  # the anatomy is white
+        rects = view.overlay_rects()
+        assert {"title", "tag", "slice", "window", "orientation-left", "orientation-top"} <= set(rects)
+        for name, rect in rects.items():
+            box = shown[
+                int(rect.top()) + 1 : int(rect.bottom()) - 1, int(rect.left()) + 1 : int(rect.right()) - 1
+            ]
+            luminance = box.mean(axis=2)
+            if rect.intersects(view.image_rect()):  # text over the image: a dark box, light letters
+                assert np.mean(luminance < 90) > 0.4, (view.plane, name)
+            assert np.mean(np.abs(box - box.mean(axis=(0, 1))).sum(axis=2) > 60) > 0.02, (view.plane, name)
+
+
+# -- slice numbers, readout, keys ----------------------------------------------------------------------
+
+
+def test_slice_numbers_and_readout_count_from_the_same_base(qtbot, main_window, anatomical):
+    window = main_window
+    axial, coronal, sagittal = window.viewer.slice_views
+    rect = axial.image_rect()
+    qtbot.mouseClick(
+        axial,
+        Qt.MouseButton.LeftButton,
+        pos=QPoint(int(rect.left() + rect.width() * 0.3), int(rect.center().y())),
+    )
+    i, j, k = window.state.crosshair_voxel()
+    assert f"voxel ({i}, {j}, {k})" in window.readout_label.text()
+    assert axial.overlay_texts()["slice"].startswith(f"slice k={k} (0\u2013{anatomical.shape[2] - 1})")
+    assert coronal.overlay_texts()["slice"].startswith(f"slice j={j} ")
+    assert sagittal.overlay_texts()["slice"].startswith(f"slice i={i} ")
+
+    qtbot.keyClick(axial, Qt.Key.Key_Home)
+    assert window.state.crosshair_voxel()[2] == 0
+    assert axial.overlay_texts()["slice"].startswith("slice k=0 ") and window.readout_label.text().count(
+        ", 0)"
+    )
+    qtbot.keyClick(axial, Qt.Key.Key_End)
+    last = anatomical.shape[2] - 1
+    assert window.state.crosshair_voxel()[2] == last
+    assert f"k={last} " in axial.overlay_texts()["slice"] and f", {last})" in window.readout_label.text()
+    qtbot.keyClick(coronal, Qt.Key.Key_Home)
+    assert window.state.crosshair_voxel()[1] == 0
+    # readout values: plain integers for integer data
+    value = window.readout_label.text().rsplit("value ", 1)[1]
+    assert value.lstrip("-").isdigit()
+
+
+# -- zoom, pan, maximise, crosshair, interpolation -----------------------------------------------------
+
+
+def test_zoom_with_ctrl_wheel_and_keys_pan_with_middle_drag_and_fit(qtbot, main_window, anatomical):
+    window = main_window
+    axial = window.viewer.axial
+    fit = axial.image_rect()
+    spot = QPoint(int(fit.left() + fit.width() * 0.3), int(fit.top() + fit.height() * 0.6))
+    under = axial.widget_to_voxel(QPointF(spot))
+    slice_before = window.state.crosshair_voxel()[2]
+
+    wheel(axial, spot, 2, Qt.KeyboardModifier.ControlModifier)  # zoom in about the cursor
+    zoomed = axial.image_rect()
+    assert zoomed.width() == pytest.approx(fit.width() * 1.25**2, rel=1e-3)
+    assert np.allclose(axial.widget_to_voxel(QPointF(spot)), under, atol=1e-6)  # the point stays put
+    assert window.state.crosshair_voxel()[2] == slice_before  # Ctrl+wheel does not change the slice
+
+    wheel(axial, spot, 1)  # plain wheel: next slice, as before
+    assert window.state.crosshair_voxel()[2] == slice_before + 1
+
+    qtbot.keyClick(axial, Qt.Key.Key_Plus)
+    assert axial.image_rect().width() == pytest.approx(zoomed.width() * 1.25, rel=1e-3)
+    qtbot.keyClick(axial, Qt.Key.Key_Minus)
+    assert axial.image_rect().width() == pytest.approx(zoomed.width(), rel=1e-3)
+
+    start = axial.rect().center()
+    before = axial.image_rect()
+    qtbot.mousePress(axial, Qt.MouseButton.MiddleButton, pos=start)
+    qtbot.mouseMove(axial, start + QPoint(30, 20))
+    qtbot.mouseRelease(axial, Qt.MouseButton.MiddleButton, pos=start + QPoint(30, 20))
+    moved = axial.image_rect()
+    assert (moved.left() - before.left(), moved.top() - before.top()) == pytest.approx((30, 20))
+    # Shift+left-drag pans too (for a mouse without a middle button), and does not move the crosshair
+    crosshair = window.state.crosshair_voxel()
+    qtbot.mousePress(axial, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ShiftModifier, start)
+    qtbot.mouseMove(axial, start + QPoint(-10, 0))
+    qtbot.mouseRelease(
+        axial, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ShiftModifier, start + QPoint(-10, 0)
+    )
+    assert axial.image_rect().left() == pytest.approx(moved.left() - 10)
+    assert window.state.crosshair_voxel() == crosshair
+
+    qtbot.keyClick(axial, Qt.Key.Key_0)  # fit this view again
+    assert axial.image_rect() == fit
+    qtbot.keyClick(window.viewer.coronal, Qt.Key.Key_Plus)
+    window.viewer_toolbar.fit_action.trigger()
+    assert window.viewer.coronal.zoom == 1.0 and window.viewer.coronal.pan == (0.0, 0.0)
+
+
+def test_zoom_stays_for_the_same_field_of_view_and_fits_another(qtbot, main_window, tmp_path):
+    window = main_window
+    axial = window.viewer.axial
+    open_volume(qtbot, window, write_volume(tmp_path / "a.nii.gz", np.ones((20, 24, 20))))
+    qtbot.keyClick(axial, Qt.Key.Key_Plus)
+    zoom = axial.zoom
+    assert zoom > 1.0
+    # the same 20 x 24 x 20 mm at 2 mm voxels (as a denoising preview of its result): the zoom stays
+    open_volume(qtbot, window, write_volume(tmp_path / "b.nii.gz", np.ones((10, 12, 10)), spacing=(2, 2, 2)))
+    assert axial.zoom == zoom
+    open_volume(qtbot, window, write_volume(tmp_path / "c.nii.gz", np.ones((60, 60, 60))))
+    assert axial.zoom == 1.0 and axial.pan == (0.0, 0.0)
+
+
+def test_double_click_shows_one_view_alone_and_back(qtbot, main_window, anatomical):
+    viewer = main_window.viewer
+    area = viewer.rect()
+    qtbot.mouseDClick(viewer.sagittal, Qt.MouseButton.LeftButton, pos=viewer.sagittal.rect().center())
+    qtbot.waitUntil(lambda: not viewer.axial.isVisible(), timeout=5_000)
+    assert viewer.maximised == "sagittal" and viewer.sagittal.isVisible()
+    assert not viewer.coronal.isVisible() and not viewer.view3d.isVisible()
+    qtbot.waitUntil(lambda: viewer.sagittal.width() > area.width() * 0.9, timeout=5_000)
+    qtbot.mouseDClick(viewer.sagittal, Qt.MouseButton.LeftButton, pos=viewer.sagittal.rect().center())
+    qtbot.waitUntil(lambda: viewer.axial.isVisible(), timeout=5_000)
+    assert viewer.maximised == "" and all(v.isVisible() for v in viewer.views().values())
+    qtbot.waitUntil(lambda: viewer.sagittal.width() < area.width() * 0.6, timeout=5_000)
+    # the 3D view has a button for it (a double-click there belongs to the camera)
+    qtbot.mouseClick(viewer.view3d.maximise_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not viewer.axial.isVisible(), timeout=5_000)
+    assert viewer.maximised == "3d" and viewer.view3d.maximise_button.isChecked()
+    qtbot.mouseClick(viewer.view3d.maximise_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: viewer.axial.isVisible(), timeout=5_000)
+    assert not viewer.view3d.maximise_button.isChecked()
+
+
+def test_crosshair_toggle_hides_and_shows_the_lines(qtbot, main_window, tmp_path):
+    window = main_window
+    open_volume(qtbot, window, write_volume(tmp_path / "dark.nii.gz", np.zeros((30, 30, 30))))
+    axial = window.viewer.axial
+    centre = axial.voxel_to_widget(window.state.crosshair_voxel())
+    rect = axial.image_rect()
+    x, y = int(round(centre.x())), int(rect.top() + rect.height() * 0.3)  # on the vertical line, off the gap
+
+    def on_line() -> bool:
+        return bool(pixels(axial)[y, x - 1 : x + 2].max(axis=1).max() > 80)
+
+    assert window.state.show_crosshair and on_line()
+    action = window.viewer_toolbar.crosshair_action
+    qtbot.keyClick(
+        window, Qt.Key.Key_X, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
+    assert not action.isChecked() and not window.state.show_crosshair
+    assert not on_line()
+    action.trigger()
+    assert window.state.show_crosshair and on_line()
+
+
+def test_nearest_or_smooth_interpolation_is_a_choice(qtbot, main_window, tmp_path):
+    window, bar = main_window, main_window.viewer_toolbar
+    checker = (np.indices((12, 12, 12)).sum(axis=0) % 2) * 1000.0
+    open_volume(qtbot, window, write_volume(tmp_path / "checker.nii.gz", checker))
+    axial = window.viewer.axial
+    bar.crosshair_action.trigger()  # lines off: only the image in the middle of the view
+    for _ in range(3):
+        qtbot.keyClick(axial, Qt.Key.Key_Plus)
+
+    def middle_greys() -> np.ndarray:
+        shown = pixels(axial)
+        h, w = shown.shape[:2]
+        return shown[h // 2 - 30 : h // 2 + 30, w // 2 - 30 : w // 2 + 30, 0]
+
+    choose(qtbot, bar.interpolation_box, "Nearest")
+    assert not window.state.smooth_display
+    greys = middle_greys()
+    assert set(np.unique(greys)) <= {0, 255}  # whole voxels, hard edges
+    choose(qtbot, bar.interpolation_box, "Smooth")
+    assert window.state.smooth_display
+    greys = middle_greys()
+    assert np.mean((greys > 20) & (greys < 235)) > 0.1  # blended edges
+    # the View menu's Smooth Slice Display (Ctrl+I) is the same setting
+    qtbot.keyClick(window, Qt.Key.Key_I, Qt.KeyboardModifier.ControlModifier)
+    assert not window.state.smooth_display and bar.interpolation_box.currentText() == "Nearest"
+
+
+# -- small windows -------------------------------------------------------------------------------------
+
+
+def _visible_in(widget, container) -> bool:
+    top_left = widget.mapTo(container, QPoint(0, 0))
+    return (
+        widget.isVisible()
+        and container.rect().contains(top_left)
+        and container.rect().contains(top_left + QPoint(widget.width() - 1, widget.height() - 1))
+    )
+
+
+def test_at_1024x700_labels_do_not_overlap_and_the_tool_bars_keep_their_controls(
+    qtbot, main_window, tmp_path
+):
+    window = main_window
+    path = write_volume(
+        tmp_path / "synthetic.nii.gz", np.random.default_rng(0).random((90, 110, 90)) * 900, True
+    )
+    open_volume(qtbot, window, path)
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.width() == 1024 and window.height() == 700, timeout=10_000)
+    bar = window.viewer_toolbar
+    qtbot.waitUntil(lambda: _visible_in(bar.convention_box, bar), timeout=10_000)
+
+    for widget in (
+        bar.preset_box,
+        bar.window_spin,
+        bar.level_spin,
+        bar.convention_box,
+        bar.interpolation_box,
+    ):
+        assert _visible_in(widget, bar) and _visible_in(widget, window), widget.objectName()
+    for action in (bar.crosshair_action, bar.fit_action):
+        assert _visible_in(bar.widgetForAction(action), window)
+    for view in window.viewer.slice_views:
+        rects = list(view.overlay_rects().items())
+        assert {"title", "tag", "slice"} <= {name for name, _ in rects}
+        for index, (name, rect) in enumerate(rects):
+            assert view.rect().toRectF().contains(rect), (view.plane, name)
+            for other, other_rect in rects[index + 1 :]:
+                assert not rect.intersects(other_rect), (view.plane, name, other)
+        assert _visible_in(view, window)
+    frames = [f.geometry() for f in window.viewer.frames.values()]
+    assert not any(a.intersects(b) for i, a in enumerate(frames) for b in frames[i + 1 :])
+
+
+# -- 4D ------------------------------------------------------------------------------------------------
+
+
+def test_a_4d_file_says_how_many_time_points_and_shows_the_one_picked(qtbot, main_window, tmp_path):
+    import nibabel as nib
+
+    window, bar = main_window, main_window.viewer_toolbar
+    series = np.stack([np.full((10, 12, 8), 100.0 * t) + np.arange(8) for t in range(5)], axis=-1)
+    path = tmp_path / "series.nii.gz"
+    nib.save(nib.Nifti1Image(series.astype(np.float32), np.eye(4)), str(path))
+    assert not bar.time_spin.isVisible()
+
+    entry = open_volume(qtbot, window, path)
+    assert entry.time_points == 5 and entry.time_index == 0
+    assert "5 time points" in window.statusBar().currentMessage()
+    qtbot.waitUntil(bar.time_spin.isVisible, timeout=5_000)
+    assert "5 time points" in bar.time_label.text()
+    assert (bar.time_spin.minimum(), bar.time_spin.maximum(), bar.time_spin.value()) == (0, 4, 0)
+
+    type_into(qtbot, bar.time_spin, "3")
+    qtbot.waitUntil(lambda: window.state.shown.time_index == 3, timeout=30_000)
+    shown = window.state.shown
+    assert np.array_equal(shown.data, series[..., 3].astype(np.float32))
+    assert window.state.volumes == [shown] and shown.path == path  # the same entry, another time point
+    assert bar.time_spin.value() == 3 and "time point 3" in shown.describe()
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)

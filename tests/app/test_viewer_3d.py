@@ -1,0 +1,142 @@
+"""The 3D view in the real window (pyvista on Xvfb + Mesa): threshold control, a mode change that leaves the
+slice grid alone, the SYNTHETIC mark in its PNG, and screenshots of the viewer at two window sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QFileDialog
+
+from tests.app.viewer_helpers import choose, open_volume, type_into, write_volume
+
+pytestmark = pytest.mark.render
+
+SYNTHETIC_RGB = np.array([0xC6, 0x78, 0xDD])  # app/viewer/view3d.py SYNTHETIC_COLOUR
+
+
+@pytest.fixture
+def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    """The main window with its 3D view. Not waiting to become the active window: under Xvfb (no window
+    manager) a second 3D window in one process never does (see test_vault_ui.py); these tests send their
+    keys to the widgets themselves, so they need no window shortcut."""
+    from app.main_window import MainWindow
+
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=True, preload_torch=False)
+    qtbot.addWidget(window)
+    window.resize(1500, 920)
+    window.show()
+    qtbot.waitExposed(window)
+    if not window.viewer.view3d.ready:
+        with qtbot.waitSignal(window.view3d_ready, timeout=90_000):
+            pass
+    yield window
+    window.close()
+
+
+def _render_action(window, preset):
+    return next(action for action in window.render_group.actions() if action.data() == preset)
+
+
+def _grid(window) -> list:
+    return [frame.geometry() for frame in window.viewer.frames.values()]
+
+
+def test_threshold_in_intensity_units_and_modes_that_leave_the_grid_alone(qtbot, window_3d, tmp_path):
+    window = window_3d
+    view3d = window.viewer.view3d
+    ramp = np.arange(40 * 48 * 36, dtype=np.float32).reshape(40, 48, 36) % 1000  # integers 0..999
+    entry = open_volume(qtbot, window, write_volume(tmp_path / "ramp.nii.gz", ramp))
+    qtbot.waitUntil(lambda: view3d.render_count > 0, timeout=30_000)
+    grid = _grid(window)
+
+    _render_action(window, "Iso-surface").trigger()  # View > 3D Rendering > Iso-surface
+    assert view3d.preset_box.currentText() == "Iso-surface"
+    qtbot.waitUntil(view3d.iso_slider.isVisible, timeout=5_000)
+    assert _grid(window) == grid  # the slice views did not move
+    assert view3d.iso_slider.width() >= 100 and view3d.iso_value.isVisible()
+    low, high = entry.percentile(1.0), entry.percentile(99.9)
+    assert (view3d.iso_value.minimum(), view3d.iso_value.maximum()) == pytest.approx((low, high), abs=0.5)
+    assert 0 <= low < high <= 999 and view3d.iso_value.decimals() == 0  # integer data: whole numbers
+    assert view3d.iso_value.value() == pytest.approx(window.state.iso_threshold(), abs=0.5)
+
+    renders = view3d.render_count
+    type_into(qtbot, view3d.iso_value, "600")
+    assert window.state.iso_threshold() == pytest.approx(600.0)
+    assert view3d.iso_slider.value() == pytest.approx((600 - low) / (high - low) * 1000, abs=1)
+    qtbot.waitUntil(lambda: view3d.render_count > renders, timeout=30_000)
+    assert "iso" in view3d.plotter.actors
+
+    view3d.iso_slider.setFocus()
+    qtbot.keyClick(view3d.iso_slider, Qt.Key.Key_PageDown)
+    assert window.state.iso_threshold() < 600.0
+    assert view3d.iso_value.value() == pytest.approx(window.state.iso_threshold(), abs=0.5)
+
+    for preset in ("MIP", "Slices only", "MRI grey"):
+        choose(qtbot, view3d.preset_box, preset)
+        assert window.state.render_preset == preset and not view3d.iso_slider.isVisible()
+        qtbot.wait(50)  # let any layout request run before comparing
+        assert _grid(window) == grid, preset
+
+
+def _synthetic_pixels(path) -> int:
+    image = QImage(str(path)).convertToFormat(QImage.Format.Format_RGB32)
+    raw = np.frombuffer(image.constBits(), dtype=np.uint8).reshape(
+        image.height(), image.bytesPerLine() // 4, 4
+    )
+    rgb = raw[:, : image.width(), 2::-1].astype(int)
+    corner = rgb[: image.height() // 4, image.width() // 2 :]
+    return int((np.abs(corner - SYNTHETIC_RGB).max(axis=2) < 40).sum())
+
+
+def test_the_3d_png_of_a_synthetic_volume_carries_the_synthetic_mark(qtbot, window_3d, tmp_path, monkeypatch):
+    window = window_3d
+    targets = iter([tmp_path / "synthetic-3d.png", tmp_path / "scan-3d.png"])
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *args, **kwargs: (str(next(targets)), ""))
+    blob = np.zeros((40, 48, 36), dtype=np.float32)
+    blob[10:30, 12:36, 8:28] = 500.0
+
+    open_volume(qtbot, window, write_volume(tmp_path / "synthetic.nii.gz", blob, synthetic=True))
+    assert window.state.shown.synthetic
+    with qtbot.waitSignal(window.viewer.view3d.screenshot_saved, timeout=30_000):
+        window.screenshot_action.trigger()  # File > Save 3D Screenshot...
+    open_volume(qtbot, window, write_volume(tmp_path / "scan.nii.gz", blob, synthetic=False))
+    with qtbot.waitSignal(window.viewer.view3d.screenshot_saved, timeout=30_000):
+        window.screenshot_action.trigger()
+
+    assert _synthetic_pixels(tmp_path / "synthetic-3d.png") > 30
+    assert _synthetic_pixels(tmp_path / "scan-3d.png") == 0
+
+
+def test_screenshots_of_the_viewer_at_1600x1000_and_1024x700(qtbot, window_3d, mni_t1, screenshot):
+    window = window_3d
+    view3d = window.viewer.view3d
+    window.resize(1600, 1000)
+    qtbot.waitUntil(lambda: window.width() == 1600, timeout=10_000)
+    open_volume(qtbot, window, mni_t1)
+    qtbot.waitUntil(lambda: view3d.render_count > 0, timeout=60_000)
+    axial = window.viewer.axial
+    qtbot.mouseClick(axial, Qt.MouseButton.LeftButton, pos=axial.rect().center())
+    qtbot.wait(300)
+    shots = [screenshot(window, "viewer-1600x1000")]
+
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.width() == 1024 and window.height() == 700, timeout=10_000)
+    qtbot.wait(300)
+    shots.append(screenshot(window, "viewer-1024x700"))
+
+    # zoomed in, nearest neighbour, iso-surface with its threshold row
+    for _ in range(3):
+        qtbot.keyClick(axial, Qt.Key.Key_Plus)
+    choose(qtbot, window.viewer_toolbar.interpolation_box, "Nearest")
+    _render_action(window, "Iso-surface").trigger()
+    qtbot.waitUntil(view3d.iso_slider.isVisible, timeout=5_000)
+    qtbot.wait(300)
+    shots.append(screenshot(window, "viewer-1024x700-zoomed-iso"))
+    qtbot.mouseDClick(axial, Qt.MouseButton.LeftButton, pos=axial.rect().center())
+    qtbot.waitUntil(lambda: not window.viewer.coronal.isVisible(), timeout=5_000)
+    qtbot.wait(300)
+    shots.append(screenshot(window, "viewer-1024x700-axial-alone"))
+    for path in shots:
+        assert path.is_file() and path.stat().st_size > 10_000
