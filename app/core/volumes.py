@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from app.core.display import optimization_lines, run_summary_lines
+from app.core.slicing import format_intensity
 
 WINDOW_PRESETS = ("Auto (1-99%)", "Full range", "Soft (0.5-99.5%)", "High contrast (10-90%)")
 CUSTOM_PRESET = "Custom"  # a window/level set by hand (typed, or right-dragged in a slice view)
@@ -82,7 +83,8 @@ class VolumeEntry:
         sx, sy, sz = self.spacing
         lines = [
             f"{self.shape[0]} x {self.shape[1]} x {self.shape[2]} voxels, {sx:.2g} x {sy:.2g} x {sz:.2g} mm",
-            f"range {float(self.data.min()):.3g} .. {float(self.data.max()):.3g}",
+            f"range {format_intensity(self.data.min(), self.integer_valued)} .. "
+            f"{format_intensity(self.data.max(), self.integer_valued)}",
         ]
         if self.time_points > 1:
             lines.append(f"4D: time point {self.time_index} of 0..{self.time_points - 1}")

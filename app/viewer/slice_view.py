@@ -440,11 +440,11 @@ class SliceView(QWidget):
         if self.state.shown is None:
             return
         delta = event.angleDelta().y()
-        notches = delta / 120 if abs(delta) >= 120 else (1 if delta > 0 else -1 if delta < 0 else 0)
         if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
-            self.zoom_by(ZOOM_STEP**notches, event.position())
+            self.zoom_by(ZOOM_STEP ** (delta / 120), event.position())  # touchpads send fractions of a notch
         else:
-            self.step_slice(int(notches))
+            notches = int(delta / 120) if abs(delta) >= 120 else (1 if delta > 0 else -1 if delta < 0 else 0)
+            self.step_slice(notches)
         event.accept()
 
     def keyPressEvent(self, event) -> None:  # noqa: N802

@@ -57,6 +57,7 @@ def test_integer_valued_and_4d_description():
     assert not _entry(np.arange(8).reshape(2, 2, 2) / 3).integer_valued
     entry = _entry(np.zeros((2, 2, 2)), time_points=5, time_index=3)
     assert "4D: time point 3 of 0..4" in entry.describe()
+    assert "range -610 .. 30393" in _entry(np.array([-610.0, 30393.0] * 4).reshape(2, 2, 2)).describe()
 
 
 def test_replace_volume_keeps_the_place_and_shows_the_new_one():
