@@ -250,3 +250,15 @@ def test_a_running_export_is_not_cleaned_up_by_another_process(vault, make_nifti
         assert part.exists() and not other.notices
         other.lock()
     vault.export(info.id, dest)
+
+
+def test_repair_never_brings_back_a_deleted_item(vault, make_nifti):
+    """Files of a deleted item that are still there (a delete killed after its commit) stay deleted."""
+    info = vault.import_nifti(make_nifti()[0])
+    blobs = {p: p.read_bytes() for p in (vault.path / "blobs").iterdir()}
+    vault.delete(info.id)
+    for path, data in blobs.items():  # as if the process died before removing them
+        path.write_bytes(data)
+    report = vault.repair(dry_run=True)
+    assert not report.reindexed and any("was deleted" in line for line in report.skipped)
+    assert vault.items() == [] and all(p.exists() for p in blobs)
