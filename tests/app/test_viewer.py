@@ -309,7 +309,9 @@ def test_at_1024x700_labels_do_not_overlap_and_the_tool_bars_keep_their_controls
 # -- 4D ------------------------------------------------------------------------------------------------
 
 
-def test_a_4d_file_says_how_many_time_points_and_shows_the_one_picked(qtbot, main_window, tmp_path):
+def test_a_4d_file_says_how_many_time_points_and_shows_the_one_picked(
+    qtbot, main_window, tmp_path, error_dialogs
+):
     import nibabel as nib
 
     window, bar = main_window, main_window.viewer_toolbar
@@ -331,4 +333,15 @@ def test_a_4d_file_says_how_many_time_points_and_shows_the_one_picked(qtbot, mai
     assert np.array_equal(shown.data, series[..., 3].astype(np.float32))
     assert window.state.volumes == [shown] and shown.path == path  # the same entry, another time point
     assert bar.time_spin.value() == 3 and "time point 3" in shown.describe()
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+
+    # the file went away meanwhile: one clear message, and the field shows what is still on screen
+    path.unlink()
+    type_into(qtbot, bar.time_spin, "1")
+    qtbot.waitUntil(lambda: bool(error_dialogs), timeout=30_000)
+    title, message = error_dialogs[-1]
+    assert (
+        title == "Cannot read that time point" and "series.nii.gz" in message and "Traceback" not in message
+    )
+    assert window.state.shown is shown and bar.time_spin.value() == 3
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
