@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import hmac
 import ipaddress
 import os
@@ -48,12 +49,19 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StringConstraints
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    create_model,
+)
 
-from engine import wire
+from engine import optimization_config, wire
 from engine.api import MAX_BATCH, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest
 from engine.errors import EngineError, InvalidRequest, ModelNotFound
-from engine.optimization_config import ATTENTION_KERNELS, AUTOCAST_DTYPES, COMPILE_MODES, QUANTIZATION_MODES
 
 TOKEN_BYTES = 32
 MIN_TOKEN_CHARS = 43  # len(secrets.token_urlsafe(32)): 32 random bytes in URL-safe base64
@@ -105,45 +113,83 @@ def _whole(**constraints):
     return Annotated[int, Field(**constraints), BeforeValidator(_whole_number)]
 
 
-# The combinations OptimizationConfig refuses on every device, stated in the schema too.
-_QUANTIZED = {"enum": ["int8", "mixed"]}
-_INCOMPATIBLE = {
-    "not": {
-        "anyOf": [
-            {
-                "required": ["quantization", "autocast"],
-                "properties": {"quantization": _QUANTIZED, "autocast": {"const": "fp16"}},
-            },
-            {
-                "required": ["quantization", "compile_mode"],
-                "properties": {"quantization": _QUANTIZED, "compile_mode": {"type": "string"}},
-            },
-            {
-                "required": ["cuda_graphs", "compile_mode"],
-                "properties": {
-                    "cuda_graphs": {"const": True},
-                    "compile_mode": {"enum": ["reduce-overhead", "max-autotune"]},
-                },
-            },
-        ]
-    }
+# The choices of OptimizationConfig's text settings, by field (constants of engine.optimization_config).
+_CHOICES = {
+    "autocast": "AUTOCAST_DTYPES",
+    "quantization": "QUANTIZATION_MODES",
+    "compile_mode": "COMPILE_MODES",
+    "attention": "ATTENTION_KERNELS",
+    "decoder_autocast": "DECODER_AUTOCAST_DTYPES",
+    "decoder_quantization": "DECODER_QUANTIZATION_MODES",
 }
 
 
-class OptimizationBody(BaseModel):
-    """``OptimizationConfig`` on the wire (engine.optimization_config)."""
+def _optimization_field(name: str, default: Any) -> tuple[Any, Any]:
+    """The pydantic type of one ``OptimizationConfig`` field, from its default and its choices."""
+    if isinstance(default, bool):
+        return StrictBool, default
+    if isinstance(default, int | float):
+        return (_finite(ge=10.0, le=150.0) if name.endswith("psnr_budget_db") else _finite()), default
+    choices = getattr(optimization_config, _CHOICES.get(name, ""), None)
+    if choices:
+        named = tuple(c for c in choices if c is not None)
+        kind = Literal[named]  # type: ignore[valid-type]
+        return (kind | None if None in choices else kind), default
+    return Annotated[str, StringConstraints(max_length=64)] | None, default
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_INCOMPATIBLE)
 
-    tf32: StrictBool = False
-    channels_last_3d: StrictBool = False
-    autocast: Literal[tuple(a for a in AUTOCAST_DTYPES if a)] | None = None  # type: ignore[valid-type]
-    attention: Literal[ATTENTION_KERNELS] = "default"  # type: ignore[valid-type]
-    compile_mode: Literal[tuple(c for c in COMPILE_MODES if c)] | None = None  # type: ignore[valid-type]
-    cuda_graphs: StrictBool = False
-    quantization: Literal[tuple(q for q in QUANTIZATION_MODES if q)] | None = None  # type: ignore[valid-type]
-    psnr_budget_db: _finite(ge=10.0, le=150.0) = 40.0
-    streamed_decode: StrictBool = False
+def _incompatible(fields) -> dict[str, Any]:
+    """The combinations OptimizationConfig refuses on every device, stated in the schema too."""
+    quantized = {"enum": ["int8", "mixed"]}
+    cases = [
+        {
+            "required": ["quantization", "autocast"],
+            "properties": {"quantization": quantized, "autocast": {"const": "fp16"}},
+        },
+        {
+            "required": ["quantization", "compile_mode"],
+            "properties": {"quantization": quantized, "compile_mode": {"type": "string"}},
+        },
+        {
+            "required": ["cuda_graphs", "compile_mode"],
+            "properties": {
+                "cuda_graphs": {"const": True},
+                "compile_mode": {"enum": ["reduce-overhead", "max-autotune"]},
+            },
+        },
+    ]
+    if {"decoder_quantization", "decoder_autocast"} <= set(fields):
+        cases += [
+            {
+                "required": ["decoder_quantization", "decoder_autocast"],
+                "properties": {
+                    "decoder_quantization": {"type": "string"},
+                    "decoder_autocast": {"const": "fp16"},
+                },
+            },
+            {
+                "required": ["decoder_quantization", "autocast"],
+                "properties": {
+                    "decoder_quantization": {"type": "string"},
+                    "autocast": {"const": "fp16"},
+                    "decoder_autocast": {"type": "null"},
+                },
+            },
+        ]
+    return {"not": {"anyOf": cases}}
+
+
+# ``OptimizationConfig`` on the wire, made from its fields so that a new setting is on the wire at once.
+_OPTIMIZATION_FIELDS = {
+    f.name: _optimization_field(f.name, f.default)
+    for f in dataclasses.fields(optimization_config.OptimizationConfig)
+}
+OptimizationBody = create_model(
+    "OptimizationBody",
+    __config__=ConfigDict(extra="forbid", json_schema_extra=_incompatible(_OPTIMIZATION_FIELDS)),
+    __doc__="``OptimizationConfig`` on the wire (engine.optimization_config).",
+    **_OPTIMIZATION_FIELDS,
+)
 
 
 ConditionName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
