@@ -150,6 +150,11 @@ def register(subparsers) -> None:
         ),
     )
     p.add_argument("--dry-run", action="store_true", help="only report what would be done")
+    p.add_argument(
+        "--remove-leftovers",
+        action="store_true",
+        help="also delete files nothing can bring back (of deleted items, or payloads no record names)",
+    )
     p.set_defaults(func=_cmd_repair)
 
     p = sub.add_parser("passwd", parents=[common], help="change the passphrase (re-wraps the key only)")
@@ -510,7 +515,7 @@ def _cmd_verify(args) -> int:
 def _cmd_repair(args) -> int:
     vault = _open(args, allow_rollback=True)
     try:
-        report = vault.repair(dry_run=args.dry_run)
+        report = vault.repair(dry_run=args.dry_run, remove_leftovers=args.remove_leftovers)
     finally:
         vault.lock()
     would = "would " if report.dry_run else ""
@@ -522,6 +527,8 @@ def _cmd_repair(args) -> int:
         print(f"{would}write {report.records_written} missing item record(s)")
     for line in report.skipped:
         print(f"left alone: {line}")
+    for name in report.removed:
+        print(f"{would}remove: blobs/{name}")
     if not report.changed:
         print("nothing to repair")
     elif report.dry_run:

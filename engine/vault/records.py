@@ -145,6 +145,8 @@ class RepairReport:
         skipped: Unreferenced files left alone, each with the reason (no authentic record, a part
             missing or damaged, deleted according to the audit trail).
         records_written: Record files written for indexed items that had none (vaults made before them).
+        removed: Files removed because ``remove_leftovers`` was asked: those of items the audit trail shows
+            deleted, and payloads no record names (with ``dry_run``: what would be removed).
     """
 
     dry_run: bool
@@ -152,10 +154,11 @@ class RepairReport:
     accepted: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     records_written: int = 0
+    removed: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
-        return bool(self.reindexed or self.accepted or self.records_written)
+        return bool(self.reindexed or self.accepted or self.records_written or self.removed)
 
 
 @dataclass(frozen=True)

@@ -1730,7 +1730,7 @@ class Vault:
                 rolled_back=tuple(rolled_back),
             )
 
-    def repair(self, *, dry_run: bool = False) -> RepairReport:
+    def repair(self, *, dry_run: bool = False, remove_leftovers: bool = False) -> RepairReport:
         """Accept the vault as it is now and put back into the index every item whose files are still there.
 
         The explicit answer to a rollback (or to unreferenced files): an unreferenced item record that
@@ -1741,6 +1741,10 @@ class Vault:
 
         Args:
             dry_run: Only report what would be done.
+            remove_leftovers: Also delete the files nothing can bring back: those of items the audit trail
+                shows deleted (a delete interrupted after its commit) and payloads that no record names (an
+                import interrupted before its record, or items of a vault made before records existed). Not
+                done while any record fails to authenticate: its payloads could come back with it.
         """
         with self._op(), self._writing(repairing=True):
             assert self._keys is not None and self._index is not None
@@ -1752,6 +1756,8 @@ class Vault:
             reindexed: list[tuple[str, str]] = []
             skipped: list[str] = []
             claimed: set[str] = set()
+            leftovers: list[Path] = []
+            unreadable_record = False
             for path in self._orphan_blobs():
                 if not path.name.endswith(RECORD_SUFFIX):
                     continue
@@ -1760,6 +1766,7 @@ class Vault:
                     rec = self._read_record(item_id)
                 except VaultCorrupted as exc:
                     skipped.append(f"{path.name}: {exc}")
+                    unreadable_record = True
                     continue
                 blobs = [f"{p['blob']}{BLOB_SUFFIX}" for p in rec["parts"]]
                 if item_id in deleted:
@@ -1767,6 +1774,7 @@ class Vault:
                         f"{path.name} and its {len(blobs)} payload file(s): item {item_id} was deleted"
                     )
                     claimed.update(blobs)
+                    leftovers += [path, *(self._blob_dir() / b for b in blobs)]
                     continue
                 try:
                     for part in rec["parts"]:
@@ -1780,14 +1788,20 @@ class Vault:
                 reindexed.append((item_id, rec.get("label", "")))
             for path in self._orphan_blobs():
                 if path.name.endswith(BLOB_SUFFIX) and path.name not in claimed:
-                    skipped.append(f"{path.name}: no authentic record names it (kept)")
+                    skipped.append(f"{path.name}: no authentic record names it")
+                    leftovers.append(path)
+            if not remove_leftovers or unreadable_record:
+                leftovers = []
             missing = [rid for rid in index["items"] if not self._record_path(rid).exists()]
             report = RepairReport(
                 dry_run=dry_run,
                 reindexed=tuple(reindexed),
                 accepted=tuple(accepted),
-                skipped=tuple(skipped),
+                skipped=tuple(
+                    s for s in skipped if not leftovers or not any(s.startswith(p.name) for p in leftovers)
+                ),
                 records_written=len(missing),
+                removed=tuple(p.name for p in leftovers if p.exists()),
             )
             if dry_run or not report.changed:
                 return report
@@ -1804,10 +1818,19 @@ class Vault:
             self._commit(
                 "repair",
                 None,
-                {"reindexed": [rid for rid, _ in reindexed], "accepted": list(accepted)},
+                {
+                    "reindexed": [rid for rid, _ in reindexed],
+                    "accepted": list(accepted),
+                    "removed": len(report.removed),
+                },
                 index,
                 generation=generation,
             )
+            for name in report.removed:  # asked for explicitly, and recorded in the audit entry above
+                with contextlib.suppress(FileNotFoundError):
+                    (self._blob_dir() / name).unlink()
+            if report.removed:
+                fsync_dir(self._blob_dir())
             assert self._audit.last_appended is not None
             self._rolled_back = []
             seq, mac = self._audit.last_appended

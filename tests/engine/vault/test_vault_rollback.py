@@ -262,3 +262,8 @@ def test_repair_never_brings_back_a_deleted_item(vault, make_nifti):
     report = vault.repair(dry_run=True)
     assert not report.reindexed and any("was deleted" in line for line in report.skipped)
     assert vault.items() == [] and all(p.exists() for p in blobs)
+    assert set(vault.repair(dry_run=True, remove_leftovers=True).removed) == {p.name for p in blobs}
+    assert all(p.exists() for p in blobs)
+    report = vault.repair(remove_leftovers=True)  # explicit: the files of a deleted item go
+    assert set(report.removed) == {p.name for p in blobs} and not any(p.exists() for p in blobs)
+    assert vault.verify().ok and not vault.verify().unreferenced
