@@ -61,7 +61,7 @@ from pydantic import (
 
 from engine import optimization_config, wire
 from engine.api import MAX_BATCH, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest
-from engine.errors import EngineError, InvalidRequest, ModelNotFound
+from engine.errors import BackendUnavailable, EngineError, InvalidRequest, ModelNotFound
 
 TOKEN_BYTES = 32
 MIN_TOKEN_CHARS = 43  # len(secrets.token_urlsafe(32)): 32 random bytes in URL-safe base64
@@ -535,12 +535,25 @@ class BodyLimit:
 # -- the application ---------------------------------------------------------------------------------------
 
 
-def registered_model_ids(backend) -> list[str] | None:
-    """The ids a request may name, or None when the backend has no registry to ask."""
+def registered_sources(backend) -> list | None:
+    """The backend's registered models (``ModelSource``), or None when it has no registry to ask."""
     registry = getattr(backend, "registry", None)
     if registry is None:
         return None
-    return [source.id for source in registry.list()]
+    try:
+        return registry.list()
+    except EngineError:
+        raise
+    except Exception as exc:  # a broken model folder must not turn into a 500
+        raise BackendUnavailable(
+            f"the engine server cannot list its models ({type(exc).__name__}); see `volsynth models` there"
+        ) from exc
+
+
+def registered_model_ids(backend) -> list[str] | None:
+    """The ids a request may name, or None when the backend has no registry to ask."""
+    sources = registered_sources(backend)
+    return None if sources is None else [source.id for source in sources]
 
 
 def check_model(backend, model: str) -> None:
@@ -600,6 +613,11 @@ def create_app(
     async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse(wire.error_body(str(exc.detail)), exc.status_code, headers=exc.headers)
 
+    @app.exception_handler(EngineError)
+    async def engine_error(_request: Request, exc: EngineError) -> JSONResponse:
+        status = 503 if isinstance(exc, BackendUnavailable) else 422
+        return JSONResponse(wire.error_body(str(exc), type(exc).__name__), status)
+
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         # Only where and what, never the input: a reply must not echo a (large) request back.
@@ -651,7 +669,7 @@ def create_app(
 
     @app.get("/models", operation_id="models", responses={401: ERRORS[401]})
     def models() -> list[dict[str, Any]]:
-        return [source.spec.to_dict() for source in backend.registry.list()]
+        return [source.spec.to_dict() for source in registered_sources(backend) or []]
 
     @app.get("/metrics", operation_id="metrics", responses={401: ERRORS[401], **NOT_FOUND})
     def metrics() -> dict[str, Any]:
@@ -675,6 +693,8 @@ def create_app(
         try:
             request = wire.decode_request(body.model_dump())
             check_model(backend, request.model)
+        except BackendUnavailable:
+            raise
         except EngineError as exc:
             raise Refused(422, str(exc), type(exc).__name__) from exc
         try:

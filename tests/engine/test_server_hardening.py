@@ -412,3 +412,16 @@ def test_malformed_bodies_are_4xx_never_5xx(local):
             assert client.get(path, params=params, headers=AUTH).status_code == 422
         assert client.get(f"/jobs/{'0' * 32}/events", headers=AUTH).status_code == 404
         assert not app.state.manager.jobs
+
+
+def test_a_registry_that_cannot_be_listed_is_a_503_not_a_500(registry):
+    class BrokenRegistry:
+        def list(self):
+            raise RecursionError("a deeply nested spec.json")
+
+    backend = InstantBackend(registry)
+    backend.registry = BrokenRegistry()
+    with ServerThread(create_app(backend, token=TOKEN)) as url, httpx.Client(base_url=url, timeout=30) as c:
+        for response in (c.get("/models", headers=AUTH), _submit(c)):
+            assert response.status_code == 503 and "cannot list its models" in response.json()["detail"]
+        assert c.get("/openapi.json", headers=AUTH).status_code == 200
