@@ -760,7 +760,7 @@ class Vault:
                 f"{audit_what}: the audit trail ends at entry {last} but the index was committed "
                 f"at entry {bound_seq}"
             )
-        elif bound_seq in scan.macs and scan.macs[bound_seq].hex() != index.get("audit_mac"):
+        elif bound_seq and bound_seq in scan.macs and scan.macs[bound_seq].hex() != index.get("audit_mac"):
             problems.append(
                 f"audit.log was replaced: entry {bound_seq} is not the one the index was committed with"
             )

@@ -267,3 +267,18 @@ def test_repair_never_brings_back_a_deleted_item(vault, make_nifti):
     report = vault.repair(remove_leftovers=True)  # explicit: the files of a deleted item go
     assert set(report.removed) == {p.name for p in blobs} and not any(p.exists() for p in blobs)
     assert vault.verify().ok and not vault.verify().unreferenced
+
+
+def test_a_vault_from_before_rollback_detection_opens_and_upgrades(vault, make_nifti, private_anchors):
+    info = vault.import_nifti(make_nifti()[0])
+    legacy = {k: v for k, v in vault._index.items() if k not in ("audit_seq", "audit_mac", "header_sha256")}
+    Vault._write_index_file(vault.path, vault._keys, legacy)  # the index as older versions wrote it
+    (vault.path / "blobs" / f"{info.id}.vsr").unlink()  # and no item records yet
+    vault.lock()
+    shutil.rmtree(private_anchors, ignore_errors=True)
+    again = Vault(vault.path)
+    again.unlock(PASSPHRASE)
+    assert again.verify().ok
+    assert again.repair().records_written == 1  # what repair needs later is written once
+    again.lock()
+    Vault(vault.path).unlock(PASSPHRASE)
