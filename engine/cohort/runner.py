@@ -563,6 +563,9 @@ def run_cohort(
             if not idle and not inflight and todo:
                 raise BackendUnavailable("every Ray worker died and could not be restarted; see the manifest")
             submit()
+    except KeyboardInterrupt:  # Ctrl-C: what is done stays done; the items in flight are redone on resume
+        stopped = True
+        raise
     finally:
         elapsed = time.perf_counter() - started
         for actor in actors:
@@ -576,6 +579,7 @@ def run_cohort(
         )
         with contextlib.suppress(EngineError):
             manifest.save()
+            writer.participants()  # Ctrl-C may have come between an item's manifest entry and this table
         if started_here:
             stop_ray()
     report("stopped" if stopped else "finished")
