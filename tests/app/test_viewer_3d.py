@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QApplication, QFileDialog
 
 from tests.app.viewer_helpers import choose, open_volume, type_into, write_volume
 
@@ -76,7 +76,7 @@ def test_threshold_in_intensity_units_and_modes_that_leave_the_grid_alone(qtbot,
     for preset in ("MIP", "Slices only", "MRI grey"):
         choose(qtbot, view3d.preset_box, preset)
         assert window.state.render_preset == preset and not view3d.iso_slider.isVisible()
-        qtbot.wait(50)  # let any layout request run before comparing
+        QApplication.processEvents()  # any layout request the mode change posted runs before comparing
         assert _grid(window) == grid, preset
 
 
@@ -118,7 +118,7 @@ def test_screenshots_of_the_viewer_at_1600x1000_and_1024x700(qtbot, window_3d, m
     qtbot.waitUntil(lambda: view3d.render_count > 0, timeout=60_000)
     axial = window.viewer.axial
     qtbot.mouseClick(axial, Qt.MouseButton.LeftButton, pos=axial.rect().center())
-    qtbot.wait(300)
+    qtbot.wait(300)  # the picture settles (VTK repaints after a resize); nothing is asserted on time
     shots = [screenshot(window, "viewer-1600x1000")]
 
     window.resize(1024, 700)
