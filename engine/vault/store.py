@@ -66,7 +66,7 @@ from engine.vault.audit import FAILED_NAME as _FAILED_NAME
 from engine.vault.audit import HEAD_NAME as _AUDIT_HEAD
 from engine.vault.audit import LOCK_NAME as _AUDIT_LOCK
 from engine.vault.audit import LOG_NAME as _AUDIT_LOG
-from engine.vault.audit import AuditLog
+from engine.vault.audit import AuditLog, ChainScan
 from engine.vault.crypto import DecryptionFailed, KdfParams
 from engine.vault.fsio import (
     TMP_WRITE_PREFIX,
@@ -710,7 +710,10 @@ class Vault:
         problems: list[str] = []
         generation = int(index.get("generation", 0))
         bound_seq = int(index.get("audit_seq", 0))
-        scan = self._audit.scan(after_seq=bound_seq)
+        try:
+            scan = self._audit.scan(after_seq=bound_seq)
+        except VaultCorrupted:  # audit.log missing: audit_problem reports it; the head still counts below
+            scan = ChainScan(macs={}, last_seq=0, after=[])
         anchor = self._anchor.read()
 
         # vault.json: the index records the header it was committed with; a passphrase change that was
