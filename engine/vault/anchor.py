@@ -3,9 +3,10 @@
 A vault folder can be copied, restored from a backup or edited file by file. Inside the folder, the index
 is bound to the audit chain (see ``engine.vault.store``), but a consistent older copy of *both* looks
 valid from inside. The anchor is the memory that does not travel with the folder: one small JSON file per
-vault, named by the vault's id, in the user's config folder (``platformdirs``:
-``~/.config/volsynth/vault-anchors`` on Linux, ``~/Library/Application Support/volsynth`` on macOS,
-``%LOCALAPPDATA%\\volsynth`` on Windows; ``$VOLSYNTH_ANCHOR_DIR`` overrides it). It holds:
+vault, named by the vault's id, in ``vault-anchors`` under the user's config folder
+(``engine.paths.user_config_dir``: ``~/.config/volsynth`` on Linux, ``~/Library/Application
+Support/volsynth`` on macOS, ``%LOCALAPPDATA%\\volsynth`` on Windows); ``$VOLSYNTH_ANCHOR_DIR`` overrides
+it. It holds:
 
 - ``generation``: the highest index generation seen (the index counts its commits);
 - ``audit_seq`` / ``audit_mac``: the last audit entry seen and its chain MAC.
