@@ -203,6 +203,13 @@ def draw(data: dict[str, Any], path: Path) -> Path:
         f"throughput: {data['volumes_per_min']:.2f} volumes/min",
         f"model weights sha256: {next(iter(data['model'].get('weights_sha256', {}).values()), '?')[:16]}...",
     ]
+    for k, run in enumerate(runs[-4:], start=max(1, len(runs) - 3)):
+        rate = 60.0 * run.get("done", 0) / run["elapsed_s"] if run.get("elapsed_s") else 0.0
+        lines.append(
+            f"run {k}: {run.get('workers', '?')} worker(s) x {run.get('threads_per_worker', '?')} thread(s), "
+            f"{run.get('done', 0)} volumes in {run.get('elapsed_s', 0):.0f} s = {rate:.2f}/min"
+            + (" (stopped)" if run.get("stopped") else "")
+        )
     for failure in data["failures"][:4]:
         last = failure["errors"][-1]["error"] if failure["errors"] else ""
         lines.append(f"{failure['participant']} ({failure['state']}): {last[:60]}")
