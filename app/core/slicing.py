@@ -13,6 +13,7 @@ Sagittal views show anterior on the left in both conventions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 
@@ -139,6 +140,16 @@ def format_intensity(value: float, integer: bool = False) -> str:
     decimals = 1 if magnitude >= 100 else 2 if magnitude >= 10 else 3
     text = f"{value:.{decimals}f}".rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
+
+
+def format_fixed(value: float, decimals: int) -> str:
+    """``value`` with exactly ``decimals`` decimals, rounded as Qt's spin boxes round (halves away from
+    zero, on the exact binary value), never ``-0``."""
+    if not np.isfinite(value):
+        return str(float(value))
+    step = Decimal(1).scaleb(-max(0, int(decimals)))
+    text = f"{Decimal(float(value)).quantize(step, rounding=ROUND_HALF_UP):f}"
+    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
 
 
 def intensity_decimals(span: float, integer: bool = False) -> int:

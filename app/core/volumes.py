@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from app.core.display import optimization_lines, run_summary_lines
-from app.core.slicing import format_intensity
+from app.core.slicing import format_intensity, intensity_decimals
 
 WINDOW_PRESETS = ("Auto (1-99%)", "Full range", "Soft (0.5-99.5%)", "High contrast (10-90%)")
 CUSTOM_PRESET = "Custom"  # a window/level set by hand (typed, or right-dragged in a slice view)
@@ -69,6 +69,11 @@ class VolumeEntry:
             sample = self.data.ravel()[:: max(1, self.data.size // 2_000_000)]
             self._integer = bool(np.all(np.isfinite(sample)) and np.array_equal(sample, np.round(sample)))
         return self._integer
+
+    @property
+    def window_decimals(self) -> int:
+        """Decimals for this volume's window and level, the same in the W/L fields and the slice overlay."""
+        return intensity_decimals(self.percentile(100.0) - self.percentile(0.0), self.integer_valued)
 
     def center_ras(self) -> np.ndarray:
         centre = (np.asarray(self.shape, dtype=np.float64) - 1) / 2.0

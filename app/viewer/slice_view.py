@@ -27,6 +27,7 @@ from app.core.slicing import (
     apply_window,
     clamp_pan,
     fit_rect,
+    format_fixed,
     format_intensity,
     plane_geometry,
     window_from_drag,
@@ -236,8 +237,8 @@ class SliceView(QWidget):
         )
         if level < 2:  # the toolbar shows W and L too: the first thing to go when space is short
             window, level_value = self.state.window
-            integer = entry.integer_valued
-            w, c = format_intensity(window, integer), format_intensity(level_value, integer)
+            decimals = entry.window_decimals  # as the W and L fields on the tool bar show them
+            w, c = format_fixed(window, decimals), format_fixed(level_value, decimals)
             texts["window"] = f"W {w}  L {c}" if level == 0 else f"W{w} L{c}"
         return texts
 

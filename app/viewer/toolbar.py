@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.session import CONVENTIONS, AppState
-from app.core.slicing import INDEX_BASE, intensity_decimals
+from app.core.slicing import INDEX_BASE
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry
 
 log = logging.getLogger(__name__)
@@ -141,9 +141,8 @@ class ViewerToolbar(QToolBar):
         for spin in (self.window_spin, self.level_spin):
             spin.setEnabled(enabled)
         if entry is not None:
-            low, high = entry.percentile(0.0), entry.percentile(100.0)
-            span = max(high - low, 1e-6)
-            decimals = intensity_decimals(span, entry.integer_valued)
+            span = max(entry.percentile(100.0) - entry.percentile(0.0), 1e-6)
+            decimals = entry.window_decimals
             for spin in (self.window_spin, self.level_spin):
                 spin.blockSignals(True)  # a new range or rounding is not the user setting a window
                 spin.setDecimals(decimals)

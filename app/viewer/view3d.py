@@ -194,7 +194,7 @@ class View3D(QWidget):
             self._grid, self._grid_uid = None, None
             if self.state.shown is not None:  # a denoising preview: say why 3D is empty
                 plotter.add_text(
-                    "Denoising... the 3D view shows the finished volume",
+                    "Denoising...\nthe 3D view shows the finished volume",
                     position="upper_edge",
                     font_size=9,
                     color="#8b93a1",

@@ -122,6 +122,16 @@ def test_format_intensity_plain_numbers_for_people():
     assert format_intensity(5e-5) == "5e-05"  # plain digits cannot show it
 
 
+def test_format_fixed_rounds_as_qt_spin_boxes_do():
+    from app.core.slicing import format_fixed
+
+    assert format_fixed(112.5, 0) == "113" and format_fixed(-112.5, 0) == "-113"  # Python's round gives 112
+    assert (
+        format_fixed(0.125, 2) == "0.13" and format_fixed(2.675, 2) == "2.67"
+    )  # 2.675 is 2.67499... in binary
+    assert format_fixed(-0.001, 2) == "0.00"  # never -0.00
+
+
 def test_intensity_decimals_follow_the_span():
     from app.core.slicing import intensity_decimals
 

@@ -64,6 +64,20 @@ def test_right_drag_shows_in_the_typed_fields(qtbot, main_window, anatomical):
     assert bar.preset_box.currentText() == "Custom"
     assert bar.window_spin.value() == round(width) and bar.level_spin.value() == pytest.approx(level, abs=0.5)
     assert bar.window_spin.decimals() == 0  # integer data
+    # the overlay says what the fields say, to the digit
+    assert axial.overlay_texts()["window"] == f"{bar.window_spin.text()}  {bar.level_spin.text()}"
+
+
+def test_float_data_window_reads_the_same_in_the_fields_and_the_overlay(qtbot, main_window, tmp_path):
+    window, bar = main_window, main_window.viewer_toolbar
+    data = np.random.default_rng(1).random((20, 24, 20))  # 0..1
+    open_volume(qtbot, window, write_volume(tmp_path / "float.nii.gz", data))
+    type_into(qtbot, bar.window_spin, "0.25")
+    type_into(qtbot, bar.level_spin, "0.125")
+    assert window.state.window == pytest.approx((0.25, 0.125))  # a 0..1 volume: three decimals
+    for view in window.viewer.slice_views:
+        text = view.overlay_texts()["window"]
+        assert text == "W 0.250  L 0.125" == f"{bar.window_spin.text()}  {bar.level_spin.text()}"
 
 
 def test_overlay_text_has_a_dark_backing_over_bright_anatomy(qtbot, main_window, tmp_path):
