@@ -26,6 +26,8 @@ from engine.optimization_config import (  # noqa: F401 - re-exported: the public
     ATTENTION_KERNELS,
     AUTOCAST_DTYPES,
     COMPILE_MODES,
+    DECODER_AUTOCAST_DTYPES,
+    DECODER_QUANTIZATION_MODES,
     QUANTIZATION_MODES,
     OptimizationConfig,
 )
@@ -33,6 +35,11 @@ from engine.optimization_config import (  # noqa: F401 - re-exported: the public
 # Calibration for int8 / mixed: its own seed (not a user's), a few steps spread over the whole schedule.
 CALIBRATION_SEED = 20240917
 CALIBRATION_STEPS = 4  # module-level so tests can shorten it
+# The decoder is calibrated (int8 ranges, the mixed plan's search) on a centre crop of the calibration latent
+# at most this many latent voxels per axis: it is fully convolutional, and a full-size decode per trial would
+# make the search take hours on a CPU.
+DECODER_CALIBRATION_CROP = 8
+SUBPIXEL_NOTE = "upsampling as sub-pixel convolutions (8/27 of their multiply-adds)"
 
 
 def check_combination(config: OptimizationConfig, device) -> None:
@@ -100,14 +107,38 @@ class PreparedModel:
                 out = self.unet(x, timesteps=timesteps, context=context)
         return out.float()
 
+    def decoder_autocast(self):
+        """The decoder's precision: its own setting, or ``autocast`` when it has none (as before)."""
+        import torch
+
+        dtype = self.config.decoder_autocast
+        if dtype is None:
+            return self.autocast()
+        if dtype == "fp32" or not self._applied("decoder_autocast"):
+            return torch.autocast(device_type=self.device.type, enabled=False)
+        return torch.autocast(
+            device_type=self.device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16
+        )
+
+    def prepare_decoder_input(self, z):
+        import torch
+
+        if (self._applied("decoder_channels_last") or self._applied("channels_last_3d")) and z.dim() == 5:
+            return z.contiguous(memory_format=torch.channels_last_3d)
+        return z
+
     def decode(self, z):
-        with self.precision(), self.autocast():
+        with self.precision(), self.decoder_autocast():
+            z = self.prepare_decoder_input(z)
             if self._applied("streamed_decode"):
                 from engine.streamed_decode import streamed_decode
 
-                return streamed_decode(self.autoencoder, self.prepare_input(z)).float()
-            out = self.autoencoder.decode_stage_2_outputs(self.prepare_input(z))
-        return out.float()
+                stats: dict[str, Any] = {}
+                out = streamed_decode(self.autoencoder, z, stats=stats)
+                self.details["streamed_decode"] = stats
+                return out.float()
+            out = self.autoencoder.decode_stage_2_outputs(z)
+        return out.float().contiguous()
 
 
 @contextlib.contextmanager
@@ -277,21 +308,24 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     )
     if rewrites_unet:
         unet = copy.deepcopy(unet)
-    if autoencoder is not None and config.channels_last_3d:
+    if autoencoder is not None and (config.channels_last_3d or config.optimizes_decoder):
         autoencoder = copy.deepcopy(autoencoder)
 
     # 3. SDPA attention: flip MONAI's use_flash_attention on every attention block (same weights).
-    report["attention"] = _attention_entry(config, _use_sdpa(unet) if config.attention == "sdpa" else 0)
+    report["attention"] = _attention_entry(
+        config, _use_sdpa(unet) if config.attention == "sdpa" and unet is not None else 0
+    )
 
     # 4. Quantization (before channels-last and compile: it replaces modules).
     report["quantization"] = _entry(config.quantization, False)
-    if config.quantization:
+    if config.quantization and unet is not None:
         _apply_quantization(model, unet, config, device, report, details)
 
     # 5. Channels-last 3D: weights now, inputs per call (PreparedModel.prepare_input).
     report["channels_last_3d"] = _channels_last_entry(config, device)
     if config.channels_last_3d:
-        unet.to(memory_format=torch.channels_last_3d)
+        if unet is not None:
+            unet.to(memory_format=torch.channels_last_3d)
         if autoencoder is not None:
             autoencoder.to(memory_format=torch.channels_last_3d)
 
@@ -308,6 +342,21 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
 
     # 7. Streamed decode.
     report["streamed_decode"] = _streamed_decode_entry(config, has_decoder=autoencoder is not None)
+
+    # 8. The decoder's own settings, on the decoder's copy: sub-pixel upsampling, then quantization (it
+    # replaces modules, including the sub-pixel ones), then channels-last.
+    has_decoder = autoencoder is not None
+    report["decoder_autocast"] = _decoder_autocast_entry(config, device, has_decoder)
+    report["decoder_quantization"] = _expected_decoder_quantization_entry(config, device, has_decoder)
+    report["decoder_channels_last"] = _decoder_channels_last_entry(config, device, has_decoder)
+    if has_decoder and config.optimizes_decoder:
+        from engine.streamed_decode import subpixel_rewrite
+
+        details["decoder"] = {"subpixel_upsampling_blocks": subpixel_rewrite(autoencoder)}
+        if report["decoder_quantization"]["applied"]:
+            _apply_decoder_quantization(model, autoencoder, config, device, report, details)
+        if report["decoder_channels_last"]["applied"]:
+            autoencoder.to(memory_format=torch.channels_last_3d)
 
     return PreparedModel(
         unet=unet,
@@ -343,6 +392,7 @@ def expected_report(config: OptimizationConfig, device, spec=None) -> dict[str, 
 
         device = resolve_device(device)
     check_combination(config, device)
+    has_decoder = spec is None or spec.kind != "pixel"
     return {
         "tf32": _tf32_entry(config, device),
         "autocast": _autocast_entry(config, device),
@@ -351,7 +401,10 @@ def expected_report(config: OptimizationConfig, device, spec=None) -> dict[str, 
         "channels_last_3d": _channels_last_entry(config, device),
         "compile_mode": _compile_entry(config, device),
         "cuda_graphs": _cuda_graphs_entry(config),
-        "streamed_decode": _streamed_decode_entry(config, has_decoder=spec is None or spec.kind != "pixel"),
+        "streamed_decode": _streamed_decode_entry(config, has_decoder=has_decoder),
+        "decoder_autocast": _decoder_autocast_entry(config, device, has_decoder),
+        "decoder_quantization": _expected_decoder_quantization_entry(config, device, has_decoder),
+        "decoder_channels_last": _decoder_channels_last_entry(config, device, has_decoder),
     }
 
 
@@ -471,6 +524,66 @@ def _streamed_decode_entry(config: OptimizationConfig, has_decoder: bool) -> dic
         True,
         "exact decode layer by layer in slabs (engine/streamed_decode.py): same result, at "
         "most two full-resolution activations",
+    )
+
+
+_NO_DECODER = "pixel-space model: there is no decoder"
+
+
+def _decoder_autocast_entry(config: OptimizationConfig, device, has_decoder: bool) -> dict[str, Any]:
+    dtype = config.decoder_autocast
+    if dtype is None:
+        return _entry(None, False)
+    if not has_decoder:
+        return _entry(dtype, False, _NO_DECODER)
+    if dtype == "fp32":
+        return _entry(dtype, True, f"the decoder in fp32 whatever the U-Net runs in; {SUBPIXEL_NOTE}")
+    ok, reason = _autocast_support(dtype, device)
+    return _entry(dtype, ok, f"{reason} for the decoder; {SUBPIXEL_NOTE}" if ok else reason)
+
+
+def _expected_decoder_quantization_entry(
+    config: OptimizationConfig, device, has_decoder: bool
+) -> dict[str, Any]:
+    """What decoder quantization will do here; ``_apply_decoder_quantization`` replaces the reason."""
+    from engine import quantization as q
+
+    mode = config.decoder_quantization
+    if not mode:
+        return _entry(None, False)
+    if not has_decoder:
+        return _entry(mode, False, _NO_DECODER)
+    ok, why = q.int8_support(device)
+    if not ok:
+        return _entry(mode, False, why)
+    if mode == "int8":
+        plan = f"every decoder convolution in int8 ({why} engine), calibrated when the model is prepared"
+    else:
+        plan = (
+            f"decoder convolutions in int8 except those needed to keep the decoded volume within "
+            f"{config.decoder_psnr_budget_db:g} dB of fp32, found by a search on a calibration decode when the "
+            "model is prepared"
+        )
+    return _entry(mode, True, plan)
+
+
+def _decoder_channels_last_entry(config: OptimizationConfig, device, has_decoder: bool) -> dict[str, Any]:
+    if not config.decoder_channels_last:
+        return _entry(False, False)
+    if not has_decoder:
+        return _entry(True, False, _NO_DECODER)
+    if device.type != "cpu":
+        return _entry(
+            True,
+            True,
+            f"decoder weights and activations in NDHWC on {device.type} (measured faster only with oneDNN on "
+            "x86 CPUs so far)",
+        )
+    return _entry(
+        True,
+        True,
+        "decoder weights and activations in NDHWC: oneDNN's fp32, bf16 and int8 convolutions run faster "
+        "on it on x86 CPUs (the streamed decode stores its activations NDHWC)",
     )
 
 
@@ -653,6 +766,133 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
             f"{100 * q.MIN_MIXED_SHARE:g}% of the compute each, not searched); {judged_on} {achieved} vs fp32 on the "
             f"calibration run (budget {config.psnr_budget_db:g} dB, seed {CALIBRATION_SEED}, {CALIBRATION_STEPS} steps)"
         ),
+    )
+
+
+def _decoder_dtype(config: OptimizationConfig, report) -> str | None:
+    """The autocast dtype the prepared decoder runs in (None: fp32)."""
+    if config.decoder_autocast is None:
+        return config.autocast if report["autocast"]["applied"] else None
+    if config.decoder_autocast == "fp32" or not report["decoder_autocast"]["applied"]:
+        return None
+    return config.decoder_autocast
+
+
+def decoder_calibration_latent(model, device):
+    """The latent the decoder is calibrated on: a centre crop of the final latent of the calibration
+    sampling run (what the decoder will be given), or of seeded noise when no U-Net is loaded."""
+    import torch
+
+    spec = model.spec
+    if model.unet is not None:
+        z = _run_calibration(model, model.unet, device, decode=False)  # already divided by scale_factor
+    else:
+        noise = torch.Generator().manual_seed(CALIBRATION_SEED)
+        z = torch.randn((1, *spec.latent_shape), generator=noise) / spec.scale_factor
+    z = z[:1].float()
+    for axis in range(2, z.dim()):
+        size = z.shape[axis]
+        keep = min(size, DECODER_CALIBRATION_CROP)
+        z = z.narrow(axis, (size - keep) // 2, keep)
+    return z.contiguous().to(device)
+
+
+def _apply_decoder_quantization(
+    model, autoencoder, config: OptimizationConfig, device, report, details
+) -> None:
+    """Int8 (or the mixed plan) for the decoder's convolutions, calibrated on a decode of a crop."""
+    import torch
+    from torch import nn
+
+    from engine import quantization as q
+
+    mode = config.decoder_quantization
+    ok, why = q.int8_support(device)
+    torch.backends.quantized.engine = why
+    candidates = [
+        name
+        for name in q.candidate_layers(autoencoder, (nn.Conv3d,))
+        if name.startswith("decoder.") or name == "post_quant_conv"
+    ]
+    latent = decoder_calibration_latent(model, device)
+    dtype = _decoder_dtype(config, report)
+
+    def decode(ae, autocast: str | None = dtype):
+        context = (
+            torch.autocast(
+                device_type=device.type, dtype=torch.bfloat16 if autocast == "bf16" else torch.float16
+            )
+            if autocast
+            else contextlib.nullcontext()
+        )
+        with torch.inference_mode(), context:
+            return ae.decode(latent).float()
+
+    calibration = q.Calibration()
+    handles = calibration.attach(autoencoder, candidates)
+    try:
+        reference = decode(autoencoder, None)  # fp32: the ranges, and the volume the budget is against
+    finally:
+        for handle in handles:
+            handle.remove()
+    crop = "x".join(str(s) for s in latent.shape[2:])
+    details.setdefault("decoder", {})["calibration"] = {
+        "seed": CALIBRATION_SEED,
+        "latent_crop": list(latent.shape[2:]),
+        "from": "calibration sampling run" if model.unet is not None else "seeded noise",
+        "layers_observed": len(calibration.ranges),
+    }
+    if mode == "int8":
+        done = q.quantize_int8(autoencoder, calibration, candidates)
+        volume = decode(autoencoder)
+        psnr = q._psnr(reference, volume)
+        details["decoder"]["int8_psnr_db"] = psnr
+        report["decoder_quantization"] = _entry(
+            mode,
+            bool(done),
+            f"{len(done)} decoder convolutions in int8 (static quint8 activations, per-channel qint8 weights, "
+            f"{why} engine), calibrated on a {crop} latent crop (seed {CALIBRATION_SEED}); {psnr:.1f} dB vs fp32 "
+            "on that decode; GroupNorm and SiLU stay in floating point",
+        )
+        return
+    plan = q.mixed_precision_plan(
+        autoencoder,
+        calibration,
+        candidates,
+        config.decoder_psnr_budget_db,
+        decode,
+        decode,
+        reference_volume=reference,
+    )
+    q.quantize_int8(autoencoder, calibration, plan.quantized)
+    details["decoder"]["mixed_plan"] = {
+        "quantized": plan.quantized,
+        "kept_float": plan.kept,
+        "skipped_small": plan.skipped_small,
+        "sensitivity_psnr_db": plan.sensitivity_db,
+        "compute_share": plan.compute_share,
+        "int8_compute_share": plan.quantized_share,
+        "float_psnr_db": plan.float_psnr_db,
+        "achieved_psnr_db": plan.achieved_psnr_db,
+        "evaluations": plan.evaluations,
+    }
+    kept_dtype = dtype or "fp32"
+    if not plan.quantized and plan.float_psnr_db < config.decoder_psnr_budget_db:
+        report["decoder_quantization"] = _entry(
+            mode,
+            False,
+            f"the decoded volume is already at {plan.float_psnr_db:.1f} dB vs fp32 with {kept_dtype} alone, below "
+            f"the {config.decoder_psnr_budget_db:g} dB budget, and int8 only adds error; lower the budget",
+        )
+        return
+    achieved = "lossless" if math.isinf(plan.achieved_psnr_db) else f"{plan.achieved_psnr_db:.1f} dB"
+    report["decoder_quantization"] = _entry(
+        mode,
+        bool(plan.quantized),
+        f"{len(plan.quantized)} of {len(candidates)} decoder convolutions int8 ({100 * plan.quantized_share:.0f}% of "
+        f"the decoder's compute), {len(plan.kept)} kept in {kept_dtype} (chosen by their effect on the decoded "
+        f"volume); {achieved} vs fp32 on a {crop} latent crop (budget {config.decoder_psnr_budget_db:g} dB, seed "
+        f"{CALIBRATION_SEED})",
     )
 
 

@@ -15,6 +15,17 @@ from engine.errors import InvalidRequest
 
 AUTOCAST_DTYPES = (None, "bf16", "fp16")
 QUANTIZATION_MODES = (None, "int8", "fp8", "mixed")
+# The decoder's own precision: None follows ``autocast`` (what every decode did before these settings).
+DECODER_AUTOCAST_DTYPES = (None, "fp32", "bf16", "fp16")
+DECODER_QUANTIZATION_MODES = (None, "int8", "mixed")
+# Decoder settings: left out of ``to_dict`` while at their defaults, so a request that does not use them
+# reads exactly as before (older servers and clients, saved settings, the app's controls).
+DECODER_DEFAULTS: dict[str, Any] = {
+    "decoder_autocast": None,
+    "decoder_quantization": None,
+    "decoder_channels_last": False,
+    "decoder_psnr_budget_db": 40.0,
+}
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune")
 ATTENTION_KERNELS = ("default", "sdpa")
 
@@ -34,6 +45,17 @@ class OptimizationConfig:
             Linear layers), "mixed" (int8 except the layers needed to meet ``psnr_budget_db``), or None.
         psnr_budget_db: minimum PSNR of the final volume vs fp32 that "mixed" must meet.
         streamed_decode: decode latents layer by layer in slabs: same result, bounded peak memory.
+        decoder_autocast: the autoencoder decoder's precision: "bf16"/"fp16" autocast, "fp32", or None to
+            follow ``autocast``.
+        decoder_quantization: post-training quantization of the decoder: "int8" (every convolution; x86
+            CPU) or "mixed" (int8 except the layers needed to keep the decoded volume within
+            ``decoder_psnr_budget_db`` of fp32, chosen by their effect on the decoded volume), or None.
+        decoder_channels_last: decoder weights and activations in NDHWC (faster oneDNN convolutions on
+            x86 CPUs; the streamed decode keeps its stored activations NDHWC too).
+        decoder_psnr_budget_db: minimum PSNR of the decoded volume vs the fp32 decode for "mixed".
+
+    Any decoder setting also computes the decoder's nearest-x2 upsampling convolutions as sub-pixel
+    convolutions (the same function in 8/27 of the multiply-adds; the streamed decode always does).
     """
 
     tf32: bool = False
@@ -45,6 +67,10 @@ class OptimizationConfig:
     quantization: str | None = None
     psnr_budget_db: float = 40.0
     streamed_decode: bool = False
+    decoder_autocast: str | None = None
+    decoder_quantization: str | None = None
+    decoder_channels_last: bool = False
+    decoder_psnr_budget_db: float = 40.0
 
     def __post_init__(self) -> None:
         if self.autocast not in AUTOCAST_DTYPES:
@@ -59,14 +85,36 @@ class OptimizationConfig:
             )
         if self.attention not in ATTENTION_KERNELS:
             raise InvalidRequest(f"attention must be one of {ATTENTION_KERNELS}, got {self.attention!r}")
-        budget = self.psnr_budget_db
-        if (
-            isinstance(budget, bool)
-            or not isinstance(budget, int | float)
-            or not math.isfinite(budget)
-            or not 10.0 <= budget <= 150.0
+        for budget, what in (
+            (self.psnr_budget_db, "PSNR budget"),
+            (self.decoder_psnr_budget_db, "decoder PSNR budget"),
         ):
-            raise InvalidRequest(f"PSNR budget must be a number of dB between 10 and 150, got {budget!r}")
+            if (
+                isinstance(budget, bool)
+                or not isinstance(budget, int | float)
+                or not math.isfinite(budget)
+                or not 10.0 <= budget <= 150.0
+            ):
+                raise InvalidRequest(f"{what} must be a number of dB between 10 and 150, got {budget!r}")
+        if self.decoder_autocast not in DECODER_AUTOCAST_DTYPES:
+            raise InvalidRequest(
+                f"decoder autocast must be one of fp32, bf16, fp16 or none (follow autocast), got "
+                f"{self.decoder_autocast!r}"
+            )
+        if self.decoder_quantization not in DECODER_QUANTIZATION_MODES:
+            raise InvalidRequest(
+                f"decoder quantization must be one of int8, mixed or none, got {self.decoder_quantization!r}"
+            )
+        if not isinstance(self.decoder_channels_last, bool):
+            raise InvalidRequest(
+                f"decoder channels-last must be true or false, got {self.decoder_channels_last!r}"
+            )
+        decoder_dtype = self.decoder_autocast or self.autocast
+        if self.decoder_quantization and decoder_dtype == "fp16":
+            raise InvalidRequest(
+                "int8 decoder quantization runs on x86 CPUs, which have no fast fp16 kernels; use bf16 "
+                "(or fp32) for the decoder with int8"
+            )
         # Combinations that are wrong on every device; device-dependent ones are in check_combination.
         if self.quantization in ("int8", "mixed") and self.autocast == "fp16":
             raise InvalidRequest(
@@ -88,8 +136,20 @@ class OptimizationConfig:
     def is_default(self) -> bool:
         return self == OptimizationConfig()
 
+    @property
+    def optimizes_decoder(self) -> bool:
+        """Whether any decoder setting asks for a change (the decoder is then prepared on a copy)."""
+        return bool(self.decoder_autocast or self.decoder_quantization or self.decoder_channels_last)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every setting, except decoder settings left at their defaults (see ``DECODER_DEFAULTS``)."""
+        data = asdict(self)
+        for name, value in DECODER_DEFAULTS.items():
+            if data[name] == value and not (
+                name == "decoder_psnr_budget_db" and self.decoder_quantization == "mixed"
+            ):
+                del data[name]
+        return data
 
     def summary(self) -> str:
         """The settings that differ from plain fp32, in a few words: "bf16+sdpa", "int8+cl", "fp32"."""
@@ -104,6 +164,13 @@ class OptimizationConfig:
         parts += [
             name for name, on in (("graphs", self.cuda_graphs), ("streamed", self.streamed_decode)) if on
         ]
+        decoder = [v for v in (self.decoder_autocast, self.decoder_quantization) if v]
+        if self.decoder_quantization == "mixed" and self.decoder_psnr_budget_db != 40.0:
+            decoder[-1] += f"@{self.decoder_psnr_budget_db:g}dB"
+        if self.decoder_channels_last:
+            decoder.append("cl")
+        if decoder:
+            parts.append("dec:" + "-".join(decoder))
         return "+".join(parts) or "fp32"
 
     @classmethod
@@ -148,4 +215,42 @@ NAMED_SETTINGS: dict[str, dict[str, Any]] = {
         "compile_mode": "default",
     },
     "bf16+sdpa+graphs": {"autocast": "bf16", "attention": "sdpa", "cuda_graphs": True},
+    # The decoder's own settings (rows of ``volsynth bench --decoder-only``); "streamed" rows bound memory.
+    "dec:bf16": {"decoder_autocast": "bf16"},
+    "dec:bf16-cl": {"decoder_autocast": "bf16", "decoder_channels_last": True},
+    "dec:int8-cl": {"decoder_quantization": "int8", "decoder_channels_last": True},
+    "dec:mixed-bf16-cl": {
+        "decoder_quantization": "mixed",
+        "decoder_autocast": "bf16",
+        "decoder_channels_last": True,
+    },
+    "streamed+dec:bf16": {"streamed_decode": True, "decoder_autocast": "bf16"},
+    "streamed+dec:bf16-cl": {
+        "streamed_decode": True,
+        "decoder_autocast": "bf16",
+        "decoder_channels_last": True,
+    },
+    "streamed+dec:int8": {"streamed_decode": True, "decoder_quantization": "int8"},
+    "streamed+dec:int8-cl": {
+        "streamed_decode": True,
+        "decoder_quantization": "int8",
+        "decoder_channels_last": True,
+    },
+    "streamed+dec:int8-bf16-cl": {
+        "streamed_decode": True,
+        "decoder_quantization": "int8",
+        "decoder_autocast": "bf16",
+        "decoder_channels_last": True,
+    },
+    "streamed+dec:mixed-cl": {
+        "streamed_decode": True,
+        "decoder_quantization": "mixed",
+        "decoder_channels_last": True,
+    },
+    "streamed+dec:mixed-bf16-cl": {
+        "streamed_decode": True,
+        "decoder_quantization": "mixed",
+        "decoder_autocast": "bf16",
+        "decoder_channels_last": True,
+    },
 }

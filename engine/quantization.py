@@ -203,6 +203,38 @@ class Int8Conv3d(nn.Module):
             self.qconv.set_weight_bias(qweight, None if conv.bias is None else conv.bias.detach().float())
         self.qconv.scale = out_scale
         self.qconv.zero_point = out_zero_point
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.kernel_size, self.stride, self.padding = conv.kernel_size, conv.stride, conv.padding
+
+    def with_padding(self, padding: tuple[int, int, int]) -> Int8Conv3d:
+        """The same quantized layer with other zero padding (shares the quantized weights' values).
+
+        The streamed decoder pads the first axis itself (a halo of real rows, zeros only at the volume's
+        edges); zero in float is exactly the zero point in quint8, so the result is the same function.
+        """
+        import copy
+
+        import torch.ao.nn.quantized as nnq
+
+        other = copy.copy(self)
+        other._modules = dict(self._modules)
+        q = self.qconv
+        with _quiet():
+            conv = nnq.Conv3d(
+                q.in_channels,
+                q.out_channels,
+                q.kernel_size,
+                stride=q.stride,
+                padding=padding,
+                dilation=q.dilation,
+                groups=q.groups,
+                bias=q.bias() is not None,
+            )
+            conv.set_weight_bias(q.weight(), q.bias())
+        conv.scale, conv.zero_point = q.scale, q.zero_point
+        other._modules["qconv"] = conv
+        other.padding = tuple(padding)
+        return other
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with _quiet():

@@ -107,7 +107,26 @@ def bundle_sized_spec() -> ModelSpec:
     )
 
 
-SYNTHETIC_MODELS = {"demo-shaped": demo_shaped_spec, "bundle-sized": bundle_sized_spec}
+def bundle_half_spec() -> ModelSpec:
+    """The brain bundle's networks at half the resolution (latent 3x10x14x10 -> 80x112x80): 1/8 of the
+    decode's work, for decoder benchmarks on busy machines."""
+    spec = bundle_sized_spec()
+    data = spec.to_dict()
+    data.update(
+        id="bench-bundle-half",
+        name="Brain-bundle networks at half resolution (random weights)",
+        output_shape=[1, 80, 112, 80],
+        latent_shape=[3, 10, 14, 10],
+        voxel_spacing_mm=[2.0, 2.0, 2.0],
+    )
+    return ModelSpec.from_dict(data)
+
+
+SYNTHETIC_MODELS = {
+    "demo-shaped": demo_shaped_spec,
+    "bundle-sized": bundle_sized_spec,
+    "bundle-half": bundle_half_spec,
+}
 
 
 def perturbed_networks(

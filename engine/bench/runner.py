@@ -66,6 +66,7 @@ class BenchSettings:
     device: str
     latent_only: bool
     threads: int | None
+    decoder_only: bool = False
 
 
 # -- child: one row ------------------------------------------------------------------------------------
@@ -133,6 +134,8 @@ def _request(source, settings: BenchSettings, config):
 
 def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
     """Run one row in this process; writes ``<name>.npy`` (final volume) and returns the measurements."""
+    if settings.decoder_only:
+        return run_decoder_row(name, settings, out_dir)
     import numpy as np
     import torch
 
@@ -270,7 +273,199 @@ def _run_reference(model, spec, settings: BenchSettings, device):
 
 
 def _safe(name: str) -> str:
-    return name.replace("+", "_")
+    return name.replace("+", "_").replace(":", "-")
+
+
+# -- decoder only ----------------------------------------------------------------------------------------
+
+# Decoder rows: fp32 full first, then the streamed decode and each decoder setting, streamed (bounded
+# memory) and, for the fastest float setting, full too (the streamed decode must be at least as fast).
+DEFAULT_DECODER_ROWS = [
+    "fp32",
+    "streamed_decode",
+    "dec:bf16-cl",
+    "streamed+dec:bf16-cl",
+    "streamed+dec:int8-cl",
+    "streamed+dec:mixed-bf16-cl",
+]
+
+
+def _decoder_model(settings: BenchSettings):
+    """(model with only its autoencoder, spec): a synthetic one built here, or a model's without its U-Net."""
+    import gc
+    from types import SimpleNamespace
+
+    if settings.model.startswith("synthetic:"):
+        from engine.bench.models import SYNTHETIC_MODELS, perturbed_networks
+
+        spec = SYNTHETIC_MODELS[settings.model.split(":", 1)[1]]()
+        ae = perturbed_networks(spec, seed=0, roles=("autoencoder",))["autoencoder"]
+        return SimpleNamespace(spec=spec, unet=None, autoencoder=ae)
+    from engine.errors import InvalidRequest
+    from engine.models.registry import ModelRegistry
+
+    model = ModelRegistry().get(settings.model).load()
+    if model.autoencoder is None:
+        raise InvalidRequest(f"{settings.model} has no decoder (pixel-space model): nothing to benchmark")
+    model.unet = None
+    gc.collect()
+    return model
+
+
+def run_decoder_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
+    """One decoder-only row: decode the same seeded latent with the row's settings, timed."""
+    import numpy as np
+    import torch
+
+    from engine.devices import resolve_device
+    from engine.optimization import OptimizationConfig, prepare
+    from engine.peak_memory import current_peak_rss_bytes, reset_peak_rss
+
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    device = resolve_device(settings.device)
+    started = time.perf_counter()
+    model = _decoder_model(settings)
+    model.autoencoder.to(device)
+    spec = model.spec
+    load_s = time.perf_counter() - started
+    noise = torch.Generator().manual_seed(settings.seed)
+    z = (torch.randn((1, *spec.latent_shape), generator=noise) / spec.scale_factor).to(device)
+    config = OptimizationConfig.from_dict(ROWS[name])
+    t0 = time.perf_counter()
+    prepared = prepare(model, config, device, use_cache=False)
+    prepare_s = time.perf_counter() - t0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    was_reset = reset_peak_rss()
+    wall, cpu = time.perf_counter(), time.process_time()
+    with torch.inference_mode():
+        volume = prepared.decode(z)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    decode_s, cpu_s = time.perf_counter() - wall, time.process_time() - cpu
+    peak, kind = _peak_memory(device)
+    np.save(out_dir / f"{_safe(name)}.npy", volume.float().cpu().numpy())
+    return {
+        "row": name,
+        "load_s": load_s,
+        "prepare_s": prepare_s,
+        "decode_s": decode_s,
+        "decode_cpu_s": cpu_s,
+        "peak_memory_bytes": peak,
+        "decode_peak_rss_bytes": current_peak_rss_bytes() if was_reset and device.type != "cuda" else None,
+        "memory_kind": kind,
+        "device": str(device),
+        "report": prepared.report,
+        "details": prepared.details,
+        "shape": list(volume.shape),
+    }
+
+
+def run_decoder_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print) -> dict[str, Any]:
+    """Decoder-only rows, ``settings.repeats`` times interleaved (each in a child process), against fp32 full."""
+    import numpy as np
+
+    from engine.bench.metrics import compare
+
+    unknown = [r for r in rows if r not in ROWS or ROWS[r] is None]
+    if unknown:
+        from engine.errors import InvalidRequest
+
+        raise InvalidRequest(
+            f"unknown decoder bench row(s) {unknown}; known: {', '.join(r for r in ROWS if ROWS[r] is not None)}"
+        )
+    if "fp32" not in rows:
+        rows = ["fp32", *rows]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict[str, Any]]] = {r: [] for r in rows}
+    for repeat in range(settings.repeats):
+        order = rows[repeat % len(rows) :] + rows[: repeat % len(rows)]
+        for name in order:
+            log(f"[repeat {repeat + 1}/{settings.repeats}] {name} ...")
+            runs[name].append(_spawn(name, settings, out_dir / f"r{repeat}"))
+            last = runs[name][-1]
+            if "error" not in last:
+                log(
+                    f"    decode {last['decode_s']:.1f} s (cpu {last['decode_cpu_s']:.1f} s), "
+                    f"peak {last['peak_memory_bytes'] / 2**30:.2f} GiB"
+                )
+    reference = np.load(out_dir / "r0" / "fp32.npy")
+    results = []
+    for name in rows:
+        ok = [r for r in runs[name] if "error" not in r]
+        if not ok:
+            results.append({"row": name, "error": runs[name][0]["error"]})
+            continue
+        times = [r["decode_s"] for r in ok]
+        path = next(
+            out_dir / f"r{i}" / f"{_safe(name)}.npy"
+            for i in range(settings.repeats)
+            if (out_dir / f"r{i}" / f"{_safe(name)}.npy").is_file()
+        )
+        results.append(
+            {
+                "row": name,
+                "config": ROWS[name],
+                "report": ok[0]["report"],
+                "details": ok[0].get("details"),
+                "decode_s_median": float(np.median(times)),
+                "decode_s_iqr": float(np.subtract(*np.percentile(times, [75, 25]))),
+                "decode_s_all": times,
+                "decode_cpu_s_median": float(np.median([r["decode_cpu_s"] for r in ok])),
+                "prepare_s_median": float(np.median([r["prepare_s"] for r in ok])),
+                "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ok),
+                "memory_kind": ok[0]["memory_kind"],
+                **compare(reference, np.load(path)),
+            }
+        )
+    base = next(r for r in results if r["row"] == "fp32")
+    for r in results:
+        if "decode_s_median" in r and "decode_s_median" in base:
+            r["speedup"] = base["decode_s_median"] / r["decode_s_median"]
+    summary = {
+        "settings": settings.__dict__,
+        "rows": results,
+        "compared_on": "decoded volume (fp32 full decode)",
+        "output_shape": list(reference.shape),
+        "host": _host(),
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    (out_dir / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
+    (out_dir / "bench.txt").write_text(format_decoder_table(summary) + "\n")
+    return summary
+
+
+def format_decoder_table(summary: dict[str, Any]) -> str:
+    header = (
+        f"{'row':28s} {'decode s':>9s} {'IQR':>6s} {'x fp32':>7s} {'cpu s':>7s} {'peak GiB':>8s} "
+        f"{'PSNR dB':>8s} {'SSIM':>7s} {'max err':>8s}  prepare s"
+    )
+    lines = [header, "-" * len(header)]
+    for r in summary["rows"]:
+        if "error" in r:
+            lines.append(f"{r['row']:28s} ERROR {r['error']}")
+            continue
+        ssim = "-" if r["ssim"] is None else f"{r['ssim']:.5f}"
+        psnr = "exact" if r["psnr_db"] == float("inf") else f"{r['psnr_db']:.1f}"
+        lines.append(
+            f"{r['row']:28s} {r['decode_s_median']:9.1f} {r['decode_s_iqr']:6.1f} {r['speedup']:7.2f} "
+            f"{r['decode_cpu_s_median']:7.1f} {r['peak_memory_bytes'] / 2**30:8.2f} {psnr:>8s} {ssim:>7s} "
+            f"{r['max_abs_err']:8.2g}  {r['prepare_s_median']:.1f}"
+        )
+        not_applied = [
+            f"{k}: {e.get('reason')}"
+            for k, e in r["report"].items()
+            if e.get("requested") not in (False, None, "default") and not e.get("applied")
+        ]
+        for line in not_applied:
+            lines.append(f"{'':28s}   not applied - {line}")
+    shape = "x".join(str(s) for s in summary["output_shape"][2:])
+    lines.append(
+        f"decoder only, {shape} output; deviation vs the fp32 full decode; {summary['settings']['repeats']} "
+        "run(s) per row, interleaved, each in its own process (peak = that process's peak RSS)"
+    )
+    return "\n".join(lines)
 
 
 # -- parent: orchestrate, compare, report ----------------------------------------------------------------

@@ -36,6 +36,12 @@ def register(sub) -> None:
         action="store_true",
         help="skip the decode and compare final latents (for models whose decode is too slow)",
     )
+    parser.add_argument(
+        "--decoder-only",
+        action="store_true",
+        help="benchmark the autoencoder's decoder alone: one seeded latent decoded per row (fp32 full, "
+        "streamed, decoder settings); time, peak memory, PSNR/SSIM vs the fp32 full decode",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads per row")
     parser.add_argument("--out", default="bench-results", help="output folder (default ./bench-results)")
     parser.set_defaults(func=run)
@@ -55,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidRequest("need --steps >= 2, --repeats >= 1 and 0 <= --warmup < --steps")
     out = Path(args.out)
     model = args.model
+    if args.decoder_only:
+        return _run_decoder_only(args, out)
     if model.startswith("synthetic:"):
         from engine.bench.models import SYNTHETIC_MODELS, synthetic_model_folder
 
@@ -85,4 +93,42 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print("matplotlib is not installed: no bench.png (pip install matplotlib)")
     print(f"results in {out}/bench.json, bench.csv, bench.txt, bench.png")
+    return 0
+
+
+def _run_decoder_only(args: argparse.Namespace, out) -> int:
+    from engine.bench.runner import (
+        DEFAULT_DECODER_ROWS,
+        BenchSettings,
+        format_decoder_table,
+        run_decoder_bench,
+    )
+    from engine.devices import resolve_device
+    from engine.errors import InvalidRequest
+
+    model = args.model
+    if model.startswith("synthetic:"):
+        from engine.bench.models import SYNTHETIC_MODELS
+
+        name = model.split(":", 1)[1]
+        if name not in SYNTHETIC_MODELS:
+            raise InvalidRequest(f"unknown synthetic model {name!r}; choose {', '.join(SYNTHETIC_MODELS)}")
+    if args.repeats < 1:
+        raise InvalidRequest("need --repeats >= 1")
+    device = resolve_device(args.device)
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()] or DEFAULT_DECODER_ROWS
+    settings = BenchSettings(
+        model=model,
+        steps=0,
+        repeats=args.repeats,
+        warmup=0,
+        seed=args.seed,
+        device=str(device),
+        latent_only=False,
+        threads=args.threads,
+        decoder_only=True,
+    )
+    summary = run_decoder_bench(settings, rows, out, log=lambda m: print(m, flush=True))
+    print(format_decoder_table(summary))
+    print(f"results in {out}/bench.json, bench.txt")
     return 0

@@ -34,8 +34,12 @@ def test_default_config_applies_nothing_and_reports_every_setting(tiny_loaded, c
         "compile_mode",
         "cuda_graphs",
         "streamed_decode",
+        "decoder_autocast",
+        "decoder_quantization",
+        "decoder_channels_last",
     }
     assert not any(entry["applied"] for entry in prepared.report.values())
+    assert prepared.autoencoder is tiny_loaded.autoencoder  # no decoder setting: the decoder is not copied
 
 
 def test_not_applicable_settings_say_why(tiny_loaded, cpu):
@@ -237,6 +241,12 @@ def test_backend_provenance_records_what_applied(registry):
         ("tiny-latent", {"autocast": "fp16", "compile_mode": "max-autotune"}),
         ("tiny-latent", {"quantization": "int8", "autocast": "bf16"}),
         ("tiny-pixel", {"streamed_decode": True, "attention": "sdpa", "tf32": True}),
+        ("tiny-latent", {"decoder_autocast": "bf16", "decoder_channels_last": True, "streamed_decode": True}),
+        ("tiny-latent", {"decoder_autocast": "fp32", "decoder_quantization": "int8"}),
+        (
+            "tiny-pixel",
+            {"decoder_autocast": "bf16", "decoder_quantization": "mixed", "decoder_channels_last": True},
+        ),
     ],
 )
 def test_expected_report_agrees_with_prepare_on_cpu(registry, cpu, monkeypatch, model_id, fields):
@@ -254,6 +264,7 @@ def test_expected_report_agrees_with_prepare_on_cpu(registry, cpu, monkeypatch, 
         if not entry["applied"] or name not in (
             "attention",
             "quantization",
+            "decoder_quantization",
         ):  # why not is decided by the device (and the spec): the same words
             assert predicted[name]["reason"] == entry["reason"], name
 

@@ -32,14 +32,14 @@ def _autoencoder(channels, latent=3, seed=0, attention=False):
     return ae.eval()
 
 
-@pytest.mark.parametrize(("slab", "limit"), [(1, 0), (3, 0), (8, 2**40), (5, 2**12)])
-def test_matches_full_decode(slab, limit):
+@pytest.mark.parametrize(("slab", "budget"), [(1, 0), (3, 0), (8, 2**40), (5, 2**17), (None, 2**40)])
+def test_matches_full_decode(slab, budget):
     # channels (8, 16, 12): the widths change between levels, so shortcuts are 1x1 convolutions there.
     ae = _autoencoder((8, 16, 12))
     z = torch.randn(2, 3, 5, 6, 4, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         full = ae.decode(z)
-    ours = streamed_decode(ae, z, slab=slab, materialise_limit_bytes=limit)
+    ours = streamed_decode(ae, z, slab=slab, budget_bytes=budget)
     assert ours.shape == full.shape == (2, 1, 20, 24, 16)
     assert torch.max(torch.abs(ours - full)).item() <= 1e-4 * max(1.0, full.abs().max().item())
 
@@ -49,7 +49,7 @@ def test_blocks_it_does_not_stream_still_run_exactly():
     z = torch.randn(1, 3, 4, 4, 4, generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
         full = ae.decode(z)
-    assert torch.allclose(streamed_decode(ae, z, slab=2, materialise_limit_bytes=0), full, atol=1e-4)
+    assert torch.allclose(streamed_decode(ae, z, slab=2, budget_bytes=0), full, atol=1e-4)
 
 
 def test_input_is_not_modified():
