@@ -37,7 +37,7 @@ from app.cohort import install_cohort
 from app.compare import install_compare
 from app.core.recovery import RecoveryStore
 from app.core.session import CONVENTIONS, RENDER_PRESETS, AppState
-from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry
+from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry, file_stem
 from app.docks.metrics_dock import MetricsDock
 from app.generation import GenerationController
 from app.help import install_help
@@ -373,8 +373,12 @@ class MainWindow(QMainWindow):
         note = self.state.set_models(sources, preferred=preferred)
         if note:
             self.show_status(note, 15000)
-        for folder, problem in self.registry.problems.items():
-            log.warning("model folder %s skipped: %s", folder, problem)
+        broken = getattr(self.registry, "broken", [])
+        for model in broken:
+            log.warning("model folder %s skipped: %s", model.path, model.reason)
+        if broken:  # said, never fatal: the other models work
+            more = f" (and {len(broken) - 1} more; see the log)" if len(broken) > 1 else ""
+            self.show_status(f"Model folder {broken[0].name} cannot be used: {broken[0].reason}{more}", 20000)
 
     def open_model_folder_dialog(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Open model folder (VolSynth model or MONAI bundle)")
@@ -476,8 +480,7 @@ class MainWindow(QMainWindow):
         if entry is None or entry.kind == "preview":
             return
         start_dir = self.settings.value("files/last_save_dir", str(Path.home()), type=str)
-        stem = entry.name.replace(" ", "_").replace("#", "")
-        stem = stem[:-7] if stem.endswith(".nii.gz") else stem[:-4] if stem.endswith(".nii") else stem
+        stem = file_stem(entry.name)
         path, _ = QFileDialog.getSaveFileName(
             self, "Save volume as NIfTI", str(Path(start_dir) / f"{stem}.nii.gz"), NIFTI_FILTER
         )

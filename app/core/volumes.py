@@ -119,6 +119,18 @@ class VolumeEntry:
         return "\n".join(lines)
 
 
+def file_stem(name: str) -> str:
+    """A file name stem from a session name: no NIfTI suffix, nothing a file system may refuse
+    (``brain seed 7 \u00b7 14:03:22`` -> ``brain_seed_7_14-03-22``)."""
+    for suffix in (".nii.gz", ".nii"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    name = name.replace(":", "-")
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    stem = "_".join(part for part in stem.split("_") if part).strip(".")
+    return stem or "volume"
+
+
 def voxel_to_ras(affine: np.ndarray, ijk: Iterable[float]) -> np.ndarray:
     ijk = np.asarray(list(ijk), dtype=np.float64)
     return (np.asarray(affine, dtype=np.float64) @ np.append(ijk, 1.0))[:3]

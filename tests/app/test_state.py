@@ -11,7 +11,7 @@ import pytest
 from app.core.display import format_duration
 from app.core.progress import ProgressTracker
 from app.core.session import AppState, RecentFiles
-from app.core.volumes import VolumeEntry, preview_affine, voxel_to_ras, window_for_preset
+from app.core.volumes import VolumeEntry, file_stem, preview_affine, voxel_to_ras, window_for_preset
 
 
 def _entry(shape=(10, 12, 8), spacing=2.0, name="vol", kind="opened"):
@@ -158,3 +158,9 @@ def test_optimization_lines_list_what_applied_then_why_not():
     assert optimization_lines({"tf32": {"requested": False, "applied": False, "reason": ""}}) == [
         "optimization: none (exact fp32)"
     ]
+
+
+def test_file_stem_is_safe_on_every_file_system():
+    assert file_stem("brain-t1-demo seed 7 \u00b7 14:03:22 #2") == "brain-t1-demo_seed_7_14-03-22_2"
+    assert file_stem("scan.nii.gz") == "scan" and file_stem("A.NII") == "A"
+    assert file_stem("  / : ") == "-" and file_stem("...") == "volume"

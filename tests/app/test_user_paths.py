@@ -29,13 +29,20 @@ def _volume_file(folder: Path) -> Path:
     return path
 
 
-def _answer_modal(callback, attempts: int = 200) -> None:
-    """Run ``callback(dialog)`` on the next modal dialog, once it is shown (polled from the event loop)."""
+def _answer_modal(callback, errors: list, attempts: int = 2400) -> None:
+    """Run ``callback(dialog)`` on the next modal dialog once it is shown (polled from the event loop).
+
+    A failing callback closes the dialog and lands in ``errors``, so the test fails instead of hanging.
+    """
 
     def poll(remaining: int = attempts) -> None:
         dialog = QApplication.activeModalWidget()
         if dialog is not None and dialog.isVisible():
-            callback(dialog)
+            try:
+                callback(dialog)
+            except Exception as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+                dialog.reject()
         elif remaining:
             QTimer.singleShot(50, lambda: poll(remaining - 1))
 
@@ -71,16 +78,19 @@ def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_eq
 
     target = tmp_path / "saved" / "copy.nii.gz"
     target.parent.mkdir()
+    qt_settings.setValue("files/last_save_dir", str(target.parent))  # where the dialog opens
+    errors: list = []
 
     def type_name(dialog) -> None:
-        assert isinstance(dialog, QFileDialog)
-        name = dialog.findChild(QLineEdit)
+        assert isinstance(dialog, QFileDialog), type(dialog)
+        name = dialog.findChild(QLineEdit, "fileNameEdit")
         name.selectAll()
-        qtbot.keyClicks(name, str(target))
+        qtbot.keyClicks(name, "copy")  # the window adds .nii.gz
         qtbot.keyClick(name, Qt.Key.Key_Return)
 
-    _answer_modal(type_name)
+    _answer_modal(type_name, errors)
     qtbot.keyClick(window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S
+    assert not errors
     qtbot.waitUntil(
         lambda: target.is_file() and "Saved" in window.statusBar().currentMessage(), timeout=60_000
     )
@@ -103,8 +113,10 @@ def test_generate_then_delete_removes_the_volume_from_the_session(qtbot, main_wi
 
     session.list.setFocus()
     session.list.setCurrentRow(0)
-    _answer_modal(lambda box: box.button(QMessageBox.StandardButton.Yes).click())  # "never saved: remove?"
+    errors: list = []
+    _answer_modal(lambda box: box.button(QMessageBox.StandardButton.Yes).click(), errors)  # "never saved"
     qtbot.keyClick(session.list, Qt.Key.Key_Delete)
+    assert not errors
     qtbot.waitUntil(lambda: not window.state.volumes, timeout=10_000)
     assert session.list.count() == 0 and window.state.shown is None
 
