@@ -236,7 +236,8 @@ class ColourBar(QWidget):
         super().__init__(parent)
         self.state = state
         self.setObjectName("compareColourBar")
-        self.setMinimumWidth(74)
+        # Room for the bar and the widest label ("-0.000123" or "+1.23e-05"), so nothing is clipped.
+        self.setMinimumWidth(30 + self.fontMetrics().horizontalAdvance("+8.88e-88"))
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
         self.setToolTip(
             "B − A: orange where B is brighter than A, blue where darker, dark where they agree. "
@@ -464,7 +465,7 @@ class CompareWindow(QWidget):
         row = QHBoxLayout()
         self.table = self._table(["A", "B", "B vs A"])
         self.table.setObjectName("compareTable")
-        row.addWidget(self.table, 4)
+        row.addWidget(self.table, 3)
         self.kernel_tables = {}
         self.kernel_titles = {}
         for side in ("a", "b"):
@@ -828,6 +829,7 @@ class CompareWindow(QWidget):
                 if column < 3:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 table.setItem(row, column, item)
+        table.verticalHeader().setVisible(False)  # the rank is the row order; its width goes to the names
         table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         for column in range(3):
             table.horizontalHeader().setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
