@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 INTERPOLATIONS = ("Nearest", "Smooth")
 CROSSHAIR_SHORTCUT = "Ctrl+Shift+X"
+# An on/off button must look on or off (the app's style sheet gives tool buttons one look).
+CHECKED_STYLE = "QToolButton:checked { background: #2f6fae; border-color: #3d8fd6; color: #ffffff; }"
 
 
 def _label(text: str) -> QLabel:
@@ -49,6 +51,7 @@ class ViewerToolbar(QToolBar):
         super().__init__("Viewer", parent)
         self.setObjectName("viewerToolbar")
         self.setMovable(False)
+        self.setStyleSheet(CHECKED_STYLE)
         self.state = state
         self.viewer = viewer
 

@@ -91,6 +91,9 @@ class View3D(QWidget):
         self.maximise_button = QToolButton(text="\u2922")
         self.maximise_button.setObjectName("maximise3d")
         self.maximise_button.setCheckable(True)
+        self.maximise_button.setStyleSheet(
+            "QToolButton:checked { background: #2f6fae; border-color: #3d8fd6; color: #ffffff; }"
+        )
         self.maximise_button.setToolTip("Show the 3D view alone (again: all four views)")
         self.maximise_button.clicked.connect(self._on_maximise_button_clicked)
 

@@ -237,11 +237,14 @@ def test_crosshair_toggle_hides_and_shows_the_lines(qtbot, main_window, tmp_path
 
     assert window.state.show_crosshair and on_line()
     action = window.viewer_toolbar.crosshair_action
+    button = window.viewer_toolbar.widgetForAction(action)
+    on_look = pixels(button)
     qtbot.keyClick(
         window, Qt.Key.Key_X, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     )
     assert not action.isChecked() and not window.state.show_crosshair
     assert not on_line()
+    assert np.abs(pixels(button) - on_look).max() > 40  # the button shows that it is off
     action.trigger()
     assert window.state.show_crosshair and on_line()
 
