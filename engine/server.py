@@ -60,7 +60,7 @@ from pydantic import (
 )
 
 from engine import optimization_config, wire
-from engine.api import MAX_BATCH, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest
+from engine.api import MAX_BATCH, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest, run
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, ModelNotFound
 
 TOKEN_BYTES = 32
@@ -400,24 +400,19 @@ class JobManager:
         if job.cancel.is_set():
             job.emit(wire.cancelled_event())
             return
-        gen = self.backend.sample(job.request)
         try:
-            while True:
-                try:
-                    progress = next(gen)
-                except StopIteration as done:
-                    result = done.value
-                    break
-                job.emit(wire.progress_event(progress))
-                if job.cancel.is_set():
-                    gen.close()  # in this (the iterating) thread, as the Backend contract asks
-                    job.emit(wire.cancelled_event())
-                    return
+            # run() closes the generator in this (the iterating) thread, as the Backend contract asks.
+            result = run(
+                self.backend.sample(job.request),
+                on_progress=lambda progress: job.emit(wire.progress_event(progress)),
+                should_cancel=job.cancel.is_set,
+            )
         except Exception as exc:  # a server must report, not die; the client shows the message
             job.emit(wire.error_event(exc))
             return
-        finally:
-            gen.close()
+        if result is None:
+            job.emit(wire.cancelled_event())
+            return
         job.volumes = result.volumes
         job.emit(wire.result_event(result))
 

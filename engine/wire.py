@@ -146,16 +146,13 @@ def progress_event(progress: Progress) -> dict[str, Any]:
     }
     if progress.preview is not None:
         event["preview"] = encode_array(progress.preview)
-        event["preview_stride"] = int(getattr(progress, "preview_stride", 1))
+        event["preview_stride"] = int(progress.preview_stride)
     return event
 
 
 def progress_from_event(event: Mapping[str, Any]) -> Progress:
     try:
         preview = decode_array(event["preview"]) if "preview" in event else None
-        extra = {}
-        if preview is not None and "preview_stride" in Progress.__dataclass_fields__:
-            extra["preview_stride"] = max(1, int(event.get("preview_stride", 1)))
         return Progress(
             str(event["stage"]),
             int(event["step"]),
@@ -163,7 +160,7 @@ def progress_from_event(event: Mapping[str, Any]) -> Progress:
             float(event["elapsed_s"]),
             str(event.get("message", "")),
             preview,
-            **extra,
+            max(1, int(event.get("preview_stride", 1))),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise WireError(f"the engine server sent a malformed progress event ({exc!r})") from exc

@@ -199,12 +199,14 @@ class AppState:
 
     def rename_volume(self, entry: VolumeEntry, name: str) -> str:
         """Rename a volume (blank names are refused: the old name stays); returns the name it now has."""
+        if entry not in self.volumes:
+            return entry.name
         name = " ".join(str(name).split())
-        if name and name != entry.name and entry in self.volumes:
+        if name and name != entry.name:
             entry.name = self.unique_name(name)
-            self.volumes_changed.emit()
             if self.shown is entry:
                 self.shown_changed.emit(entry)
+        self.volumes_changed.emit()  # views redraw: a refused name shows the old one again
         return entry.name
 
     def remove_volume(self, entry: VolumeEntry) -> None:

@@ -7,8 +7,9 @@ double-click renames it, and the context menu offers the same with Save As.
 from __future__ import annotations
 
 import html
+from functools import partial
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -87,6 +88,10 @@ class SessionPanel(QWidget):
             return
         if entry.kind == "preview":
             self.details.setText(f"{entry.name}\nthe estimate of the clean volume at this step")
+            # No list entry is what is shown, so none stays selected: a click on any entry is a choice.
+            self.list.blockSignals(True)
+            self.list.setCurrentRow(-1)
+            self.list.blockSignals(False)
             return
         row = next((i for i, e in enumerate(self.state.volumes) if e is entry), -1)
         if row != self.list.currentRow():
@@ -128,11 +133,9 @@ class SessionPanel(QWidget):
         uid = item.data(Qt.ItemDataRole.UserRole)
         entry = next((e for e in self.state.volumes if e.uid == uid), None)
         if entry is not None and item.text() != entry.name:
-            name = self.state.rename_volume(entry, item.text())
-            if item.text() != name:  # blank, or taken: show what it really is called
-                self.list.blockSignals(True)
-                item.setText(name)
-                self.list.blockSignals(False)
+            # Renaming redraws the list (this item included) with the name the volume really got: a blank
+            # name keeps the old one, a taken one gets a number. After this signal: the item is in use.
+            QTimer.singleShot(0, partial(self.state.rename_volume, entry, item.text()))
 
     def _on_context_menu_requested(self, pos) -> None:
         item = self.list.itemAt(pos)

@@ -41,6 +41,7 @@ from app.vault.dialogs import (
 from app.vault.privacy import forget_paths, protect_process, remember_recent
 from app.workers import user_message
 from engine.errors import Cancelled, DuplicateItem, EngineError, VaultCorrupted, VaultLocked, VaultRolledBack
+from engine.nifti_io import is_nifti
 
 log = logging.getLogger(__name__)
 
@@ -789,9 +790,9 @@ class VaultController(QObject):
             return
         if not self._ensure_unlocked(partial(self.import_dropped, paths)):
             return
-        nifti = [p for p in paths if model.is_nifti(p)]
+        nifti = [p for p in paths if is_nifti(p)]
         jobs = [model.ImportJob(p, "dicom") for p in paths if p.is_dir()]
-        loose = [p for p in paths if p.is_file() and not model.is_nifti(p)]
+        loose = [p for p in paths if p.is_file() and not is_nifti(p)]
         if loose:
             jobs.append(model.ImportJob(loose, "dicom"))
         if nifti:
@@ -893,9 +894,7 @@ class VaultController(QObject):
         if entry is None or entry.kind == "preview" or self.entry_is_from_vault(entry):
             return False
         return (
-            entry.kind == "generated"
-            or entry.synthetic
-            or (entry.path is not None and model.is_nifti(entry.path))
+            entry.kind == "generated" or entry.synthetic or (entry.path is not None and is_nifti(entry.path))
         )
 
     def save_entry(self, entry: VolumeEntry | None = None) -> None:

@@ -18,17 +18,13 @@ from typing import Any
 import numpy as np
 
 from engine.errors import Cancelled, DuplicateItem, EngineError, InvalidRequest, VaultLocked
+from engine.nifti_io import is_nifti
 
 Report = Callable[[float | None, str], None]
 """Progress for the UI: (fraction done 0..1, or None when unknown; one line of text). May raise Cancelled."""
 
 COLUMNS = ("Patient", "Study", "Date", "Kind", "Label")
-NIFTI_SUFFIXES = (".nii", ".nii.gz")
 KIND_TITLES = {"scan": "Scan", "synthetic": "Synthetic"}
-
-
-def is_nifti(path: str | os.PathLike) -> bool:
-    return str(path).lower().endswith(NIFTI_SUFFIXES)
 
 
 # -- how an item reads ------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import InvalidRequest, VaultCorrupted
-from engine.nifti_io import PROVENANCE_EXTENSION_TAG, SYNTHETIC_DESCRIP
+from engine.nifti_io import PROVENANCE_EXTENSION_TAG, SYNTHETIC_DESCRIP, provenance_sidecars
 
 SYNTHETIC_INTENT = b"SYNTHETIC"
 SYNTHETIC_AUX = b"volsynth-synthetic"
@@ -124,15 +124,6 @@ def _extensions(raw: bytes, size: int, vox: int, order: str) -> list[tuple[int, 
     return out
 
 
-def _sidecars(path: Path) -> list[Path]:
-    name = path.name
-    for suffix in (".nii.gz", ".nii"):
-        if name.lower().endswith(suffix):
-            stem = name[: -len(suffix)]
-            return [path.with_name(stem + ".json"), path.with_name(stem + ".provenance.json")]
-    return []
-
-
 def find_marks(path: str | Path) -> SyntheticMarks:
     """Look for VolSynth's SYNTHETIC marks on a NIfTI file (header fields, header extensions, sidecar).
 
@@ -168,7 +159,7 @@ def find_marks(path: str | Path) -> SyntheticMarks:
                     ext_provenance = {**record, "synthetic": True}
     provenance: dict | None = None
     sidecar: Path | None = None
-    for candidate in _sidecars(path):
+    for candidate in provenance_sidecars(path):
         try:
             if not candidate.is_file() or candidate.stat().st_size > MAX_SIDECAR_BYTES:
                 continue

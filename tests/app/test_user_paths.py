@@ -192,6 +192,7 @@ def test_progress_stays_visible_with_the_vault_dock_open_at_1024x700(qtbot, main
         qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
     assert seen, "no preview was drawn during the run"
     assert all(status and not bar_hidden and not button_hidden for status, bar_hidden, button_hidden in seen)
+    qtbot.waitUntil(lambda: not window.state.job_running, timeout=10_000)
     assert not window.generation.status_progress.isVisible()  # gone once the run ended
 
 
