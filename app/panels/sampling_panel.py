@@ -85,7 +85,12 @@ class ConditionControl(QWidget):
         self.spin.setKeyboardTracking(False)  # one value when the user presses Enter or leaves the field
         self.spin.setSingleStep(10**-decimals if decimals else max(1.0, round(span / 100)))
         self.spin.setSuffix(f" {condition.unit}" if condition.unit else "")
-        self.spin.setMinimumWidth(96)
+        # Sized for the condition's own numbers: the open range below would ask for room for ten digits
+        # and squeeze the slider to nothing.
+        widest = max((f"{v:.{decimals}f}" for v in (condition.min, condition.max)), key=len)
+        self.spin.setFixedWidth(
+            self.spin.fontMetrics().horizontalAdvance(f"-{widest}{self.spin.suffix()}") + 36
+        )
         unit = f" {condition.unit}" if condition.unit else ""
         tip = f"{condition.label}: {condition.min:g} to {condition.max:g}{unit}"
         trained = getattr(condition, "trained_min", None), getattr(condition, "trained_max", None)
@@ -320,6 +325,7 @@ class SamplingPanel(QWidget):
         self.form.changed.connect(self._on_form_changed)
         self.form.blocks_changed.connect(self._update_generate_button)
         self._on_state_models_changed()
+        self._fit_width()
 
     # -- extension hooks -----------------------------------------------------------------------------
 
@@ -334,6 +340,7 @@ class SamplingPanel(QWidget):
         for child in widget.findChildren(QWidget):
             if isinstance(child, QComboBox | QAbstractSpinBox | QSlider):
                 self.wheel_guard.guard(child)
+        self._fit_width()
         return group
 
     def set_devices(self, devices: list[dict]) -> None:
@@ -442,9 +449,18 @@ class SamplingPanel(QWidget):
             self.condition_controls[condition.name] = control
             self.conditioning_form.addRow(condition.label, control)
         self.conditioning_group.setVisible(bool(spec.conditioning))
+        self._fit_width()
         self._set_quietly(self.guidance_spin.setValue, self.guidance_spin, self.form.guidance_scale or 1.0)
         self._update_guidance_enabled()
         self._update_generate_button()
+
+    def _fit_width(self) -> None:
+        """Never narrower than the form: a narrow window then shrinks the other docks, and no control is
+        cut off at the right edge (the form scrolls vertically only)."""
+        needed = (
+            self.form_widget.minimumSizeHint().width() + self.scroll.verticalScrollBar().sizeHint().width()
+        )
+        self.setMinimumWidth(max(300, needed + 2))
 
     def _update_guidance_enabled(self) -> None:
         source = self.form.model

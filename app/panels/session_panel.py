@@ -100,7 +100,9 @@ class SessionPanel(QWidget):
             self.list.blockSignals(False)
         # Escaped: names, provenance and telemetry reasons are arbitrary text, not markup.
         self.details.setText(
-            f"<b>{html.escape(entry.name)}</b><br>" + html.escape(entry.describe()).replace("\n", "<br>")
+            f"<b>{html.escape(entry.name).replace('_', '_&#8203;')}</b><br>"
+            # Zero-width spaces after path separators let a long path wrap inside the panel.
+            + html.escape(entry.describe()).replace("\n", "<br>").replace("/", "/&#8203;")
         )
 
     def selected_entry(self):

@@ -118,7 +118,7 @@ def test_engine_errors_reach_a_dialog_with_the_engines_message(qtbot, main_windo
     window = main_window
     assert not _start(window, seed=-5)  # InvalidRequest before any thread
     assert error_dialogs and "seed must be" in error_dialogs[-1][1]
-    assert _start(window, device="cuda")  # fails in the worker: no GPU here
+    assert _start(window, seed=0, device="cuda")  # fails in the worker: no GPU here
     assert _wait_ended(qtbot, window) == "failed"
     assert "cuda" in error_dialogs[-1][1] and "Traceback" not in error_dialogs[-1][1]
     assert window.sampling_panel.generate_button.isEnabled()
