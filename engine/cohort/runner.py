@@ -12,7 +12,8 @@
 
 Workers only compute; the driver is the only writer, so a cluster's workers need no shared filesystem.
 Each item is one request of batch size 1 with its own seed: its volume does not depend on which worker
-ran it or what else ran, which is what makes a re-run and a resume bit-identical on the same device type.
+ran it or what else ran, which is what makes a re-run and a resume bit-identical on the same device type
+and the same threads per worker (on a CPU the thread count splits float32 sums differently).
 """
 
 from __future__ import annotations
@@ -369,7 +370,8 @@ def run_cohort(
         address: A Ray cluster (``ray://host:10001`` or ``host:6379``); None = ``RAY_ADDRESS`` or a new
             local runtime. A runtime already initialised in this process is used as it is.
         workers: Number of worker actors; default one per GPU, else one.
-        threads_per_worker: CPU threads per worker; default the cluster's CPUs divided among the workers.
+        threads_per_worker: CPU threads per worker; default the thread count this cohort first ran
+            with (so a resume stays bit-identical), else the cluster's CPUs divided among the workers.
         device: ``auto`` (GPU when the cluster has one), ``cpu`` or ``cuda``.
         num_cpus: CPUs a new local runtime may use (None = all).
         vault: An unlocked :class:`engine.vault.store.Vault` for a vault target.
@@ -472,7 +474,12 @@ def run_cohort(
         if n_workers < 1:
             raise InvalidRequest(f"workers must be at least 1, got {n_workers}")
         cpus = int(resources.get("CPU", 1))
-        threads = threads_per_worker or max(1, cpus // n_workers)
+        # A CPU float32 sum split among 2 threads can differ in the last bits from 1 thread (1.7e-6 on the
+        # demo model), so a resume keeps the thread count the cohort started with unless told otherwise.
+        earlier = [r["threads_per_worker"] for r in manifest.data["runs"][:-1] if r.get("threads_per_worker")]
+        threads = threads_per_worker or (
+            earlier[0] if earlier and device == "cpu" else max(1, cpus // n_workers)
+        )
         run_record.update(workers=n_workers, threads_per_worker=threads, device=device)
         # A cluster's nodes may not have the model folder: ship it through the object store.
         remote = bool(address or os.environ.get("RAY_ADDRESS"))

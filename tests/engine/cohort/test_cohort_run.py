@@ -237,7 +237,8 @@ def test_ctrl_c_then_kill_then_resume(ray_runtime, cohort_model, tmp_path):
     assert first.count("done") + 2 <= len(done_before) < 12, err[-2000:]
     stamps = {p: volume_path(root, p).stat().st_mtime_ns for p in done_before}
 
-    summary = resume_cohort(root, workers=2, threads_per_worker=1)
+    summary = resume_cohort(root, workers=1)  # threads: those the cohort started with (1), not 2 CPUs / 1
+    assert summary.threads_per_worker == 1
     assert (summary.done, summary.failed) == (12, 0)
     assert summary.done_this_run == 12 - len(done_before)  # nothing done twice
     assert {p: volume_path(root, p).stat().st_mtime_ns for p in done_before} == stamps
