@@ -121,6 +121,7 @@ def test_engine_errors_reach_a_dialog_with_the_engines_message(qtbot, main_windo
     assert _start(window, seed=0, device="cuda")  # fails in the worker: no GPU here
     assert _wait_ended(qtbot, window) == "failed"
     assert "cuda" in error_dialogs[-1][1] and "Traceback" not in error_dialogs[-1][1]
+    assert not window.statusBar().currentMessage().startswith("Generating")  # the failed run is not "running"
     assert window.sampling_panel.generate_button.isEnabled()
 
 

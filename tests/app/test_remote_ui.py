@@ -97,6 +97,9 @@ def test_generate_on_a_server_from_the_app(qtbot, main_window, server):
     assert not window.remote.disconnect_action.isEnabled()  # the run holds the server's backend
     assert _wait_ended(qtbot, window) == "finished"
     assert window.remote.disconnect_action.isEnabled()
+    host = server.replace("http://", "")
+    # The run's summary and the status bar name the server, not "auto" or this machine.
+    assert host in window.sampling_panel.progress_label.text() and host in window.device_label.text()
     entry = window.state.shown
     assert entry.provenance["backend"] == "remote" and entry.provenance["server"] == server
     run_id = window.metrics_dock.run_marks[-1].run_id  # the run is marked on the server's metrics, not ours
@@ -110,10 +113,15 @@ def test_generate_on_a_server_from_the_app(qtbot, main_window, server):
     )
     assert np.array_equal(entry.data, expected.volume())
 
-    # Disconnect: back to this machine's devices and metrics.
+    # Disconnect: back to this machine's devices and metrics; what the user typed stays.
+    window.sampling_panel.seed_spin.setValue(4321)
+    window.state.form.set_condition("ventricle_volume", 60.0)
+    kept = window.state.form.to_dict()
     window.remote.disconnect_action.trigger()
     assert window.sampling_panel.device_box.findData(device) < 0
     assert not window.remote.feeds and window.metrics_dock.source is not feed.source
+    assert window.state.form.device == "auto" and window.state.form.to_dict() == kept
+    assert window.sampling_panel.seed_spin.value() == 4321
 
 
 def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, main_window, server, tmp_path):
