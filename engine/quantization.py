@@ -216,6 +216,10 @@ class Int8Conv3d(nn.Module):
 
         import torch.ao.nn.quantized as nnq
 
+        cache = self.__dict__.setdefault("_padded", {})
+        padding = tuple(padding)
+        if padding in cache:
+            return cache[padding]
         other = copy.copy(self)
         other._modules = dict(self._modules)
         q = self.qconv
@@ -233,7 +237,9 @@ class Int8Conv3d(nn.Module):
             conv.set_weight_bias(q.weight(), q.bias())
         conv.scale, conv.zero_point = q.scale, q.zero_point
         other._modules["qconv"] = conv
-        other.padding = tuple(padding)
+        other.padding = padding
+        other.__dict__["_padded"] = {}
+        cache[padding] = other
         return other
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -100,3 +100,34 @@ def test_psnr_metric_basics():
     assert compare(ref, ref)["psnr_db"] == math.inf
     noisy = ref + 0.01
     assert abs(compare(ref, noisy)["psnr_db"] - 40.0) < 1e-6
+
+
+@pytest.mark.slow  # one child process per row, each importing torch + MONAI
+def test_bench_decoder_only_runs_on_a_tiny_model(model_path_env, tmp_path, capsys, monkeypatch):
+    from engine.cli import main
+
+    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 1)  # only in this process; rows are children
+    rows = "fp32,streamed_decode,streamed+dec:bf16-cl,streamed+dec:int8-cl"
+    argv = ["bench", "--decoder-only", "--model", "tiny-latent", "--rows", rows, "--repeats", "1"]
+    assert main([*argv, "--threads", "1", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((tmp_path / "bench.json").read_text())
+    got = {r["row"]: r for r in summary["rows"]}
+    assert list(got) == rows.split(",") and not any("error" in r for r in got.values()), got
+    assert got["fp32"]["psnr_db"] == math.inf and got["fp32"]["speedup"] == 1.0
+    assert got["streamed_decode"]["psnr_db"] > 100  # the same decode, bounded memory
+    assert got["streamed_decode"]["report"]["streamed_decode"]["applied"]
+    int8 = got["streamed+dec:int8-cl"]
+    assert int8["report"]["decoder_quantization"]["applied"] and 15 < int8["psnr_db"] < math.inf
+    assert all(r["peak_memory_bytes"] > 0 and r["decode_s_median"] > 0 for r in got.values())
+    assert summary["output_shape"][2:] == [16, 24, 16]
+    assert "streamed+dec:int8-cl" in printed and "x fp32" in printed
+
+
+def test_bench_decoder_only_refuses_unknown_rows(model_path_env, tmp_path):
+    from engine.bench.runner import BenchSettings, run_decoder_bench
+    from engine.errors import InvalidRequest
+
+    settings = BenchSettings("tiny-latent", 0, 1, 0, 0, "cpu", False, 1, decoder_only=True)
+    with pytest.raises(InvalidRequest, match="unknown decoder bench row"):
+        run_decoder_bench(settings, ["fp32", "reference"], tmp_path, log=lambda _m: None)
