@@ -119,7 +119,10 @@ def _model_here(model_path: str, packed) -> str:
         return model_path
     import tempfile
 
-    digest = hashlib.sha256(repr(sorted((k, len(v)) for k, v in packed.items())).encode()).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for rel in sorted(packed):  # by content: two models may have files of the same names and sizes
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(packed[rel]).digest())
+    digest = digest.hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / f"volsynth-model-{digest}"
     if not folder.is_dir():
         staging = Path(tempfile.mkdtemp(prefix=".volsynth-model-", dir=folder.parent))

@@ -96,3 +96,27 @@ def test_toml_and_json_files(tmp_path):
         load_spec(toml)
     with pytest.raises(InvalidRequest, match="no cohort spec at"):
         load_spec(tmp_path / "missing.toml")
+
+
+def test_a_model_shipped_to_a_node_without_it_is_unpacked_intact(tmp_path, monkeypatch):
+    """Cluster nodes may lack the model folder: the driver packs it, a worker unpacks it (same weights)."""
+    import tempfile
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    from engine.cohort.runner import _model_here, _pack_model
+    from engine.models.registry import open_model_folder
+    from engine.testing import make_tiny_model
+
+    model = make_tiny_model(tmp_path / "m", model_id="shipped")
+    packed = _pack_model(model)
+    assert _model_here(str(model), packed) == str(model)  # present on this node: used in place
+    here = _model_here(str(tmp_path / "elsewhere" / "m"), packed)
+    assert here != str(model)
+    assert open_model_folder(here).weights_sha256() == open_model_folder(model).weights_sha256()
+    assert open_model_folder(here).spec.id == "shipped"
+    other = _model_here(
+        str(tmp_path / "elsewhere" / "m"),
+        _pack_model(make_tiny_model(tmp_path / "o", model_id="shipped", seed=1)),
+    )
+    assert other != here  # same file names and sizes, other weights: not mistaken for the first
