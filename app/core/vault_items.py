@@ -1,4 +1,4 @@
-"""Qt-free pieces of the vault UI: how an item reads in the table, and the background work functions.
+"""Qt-free model of the vault browser: rows of items, labels, date checks, import jobs (the vault UI views it).
 
 Nothing here imports Qt. The work functions (``import_batch``, ``open_for_session``, ...) run in a worker
 thread; each takes a ``report(fraction, text)`` callable that raises ``Cancelled`` when the user cancelled,

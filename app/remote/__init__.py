@@ -17,7 +17,7 @@ The token is kept in memory only; the address is remembered for the next start.
 
 from __future__ import annotations
 
-from app.remote.connection import MetricsFeed, ServerConnection, normalise_url, probe_server
+from app.core.remote_connection import MetricsFeed, ServerConnection, normalise_url, probe_server
 from app.remote.controller import RemoteController, ServerDialog, install_remote
 
 __all__ = [

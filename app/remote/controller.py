@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.remote.connection import (
+from app.core.remote_connection import (
     MetricsFeed,
     RemoteModelSource,
     ServerConnection,

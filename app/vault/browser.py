@@ -30,9 +30,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core import vault_items as model
 from app.core.display import format_duration
 from app.theme import dot_icon
-from app.vault import model
 from app.vault.dialogs import LOCKED_COLOUR, UNLOCKED_COLOUR, lock_icon, lock_pixmap
 
 KIND_COLOURS = {"scan": "#3d8fd6", "synthetic": "#c678dd"}  # as in the session list

@@ -28,8 +28,8 @@ from typing import Any
 from PySide6.QtCore import QEvent, QObject, Qt, QThread, QTimer, Signal, Slot
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QMessageBox
 
+from app.core import vault_items as model
 from app.core.volumes import VolumeEntry
-from app.vault import model
 from app.vault.dialogs import (
     ChangePassphraseDialog,
     ExportDialog,

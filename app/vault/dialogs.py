@@ -365,7 +365,7 @@ class _DetailsForm:
 
     def _check_and_accept(self) -> None:
         """Accept only when the dates are real dates; otherwise say which and how to write it."""
-        from app.vault.model import check_date
+        from app.core.vault_items import check_date
         from engine.errors import InvalidRequest
 
         for edit, what in ((self.birth_date_edit, "birth date"), (self.study_date_edit, "study date")):
@@ -382,7 +382,7 @@ class _DetailsForm:
 
     def details(self) -> dict:
         """``label`` (None when empty), ``patient`` and ``study`` dicts (dates as ``YYYYMMDD``)."""
-        from app.vault.model import check_date, clean_metadata
+        from app.core.vault_items import check_date, clean_metadata
 
         name = self.patient_name_edit.text().strip()
         if "," in name:  # stored as a DICOM person name, the form the vault's DICOM imports use

@@ -125,7 +125,7 @@ def _nifti_with_descrip(tmp_path: Path, source: Path, descrip: bytes) -> Path:
 
 
 def test_table_cells_read_like_a_worklist():
-    from app.vault.model import item_row, jsonable, label_problems, person_name
+    from app.core.vault_items import item_row, jsonable, label_problems, person_name
 
     assert person_name("Doe^Jane^Q") == "Doe, Jane Q" and person_name("Anonymous") == "Anonymous"
 
@@ -432,7 +432,7 @@ def test_lock_button_and_auto_lock_clear_the_browser(qtbot, vault_window, nibabe
 def test_cancel_a_long_import_leaves_nothing_behind(qtbot, vault_window, nibabel_data, monkeypatch):
     import threading
 
-    from app.vault import model
+    from app.core import vault_items as model
 
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
@@ -491,7 +491,7 @@ def test_tampered_item_shows_a_clear_error_naming_it(qtbot, vault_window, nibabe
 def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_t1, screenshot):
     from pydicom.data import get_testdata_file
 
-    from app.vault.model import ImportJob
+    from app.core.vault_items import ImportJob
 
     window = _point_at_new_vault(window_3d, tmp_path / "vault")
     controller = _create_via_dialog(qtbot, window)
