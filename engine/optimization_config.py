@@ -181,6 +181,34 @@ class OptimizationConfig:
         return cls(**dict(data))
 
 
+# How a front end shows the decoder settings (label, control values with their labels, tooltip), so a
+# settings panel can build its controls from here; the report entries have the same names.
+DECODER_SETTING_INFO: dict[str, dict[str, Any]] = {
+    "decoder_autocast": {
+        "label": "Decoder precision",
+        "choices": [("Same as autocast", None), ("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16")],
+        "tip": "Precision of the autoencoder's decoder; 'Same as autocast' follows the U-Net's autocast",
+    },
+    "decoder_quantization": {
+        "label": "Decoder quantization",
+        "choices": [("Off", None), ("int8", "int8"), ("mixed (int8 + float)", "mixed")],
+        "tip": "int8 decoder convolutions (x86 CPU), or mixed: int8 except the layers needed to keep the "
+        "decoded volume within the decoder PSNR budget of fp32",
+    },
+    "decoder_channels_last": {
+        "label": "Decoder channels-last 3D",
+        "choices": [("Off", False), ("On", True)],
+        "tip": "Decoder weights and activations in NDHWC (faster oneDNN convolutions on x86 CPUs)",
+    },
+    "decoder_psnr_budget_db": {
+        "label": "Decoder PSNR budget",
+        "range_db": (10.0, 150.0),
+        "tip": "Mixed decoder quantization keeps enough layers in float for the decoded volume to stay above "
+        "this PSNR against fp32",
+    },
+}
+
+
 # Settings by name: the rows of ``volsynth bench`` and the choices of ``volsynth compare`` and the app's
 # Compare Settings window. Values are ``OptimizationConfig`` fields.
 NAMED_SETTINGS: dict[str, dict[str, Any]] = {

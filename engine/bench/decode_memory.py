@@ -18,7 +18,7 @@ from pathlib import Path
 MODES = ("streamed", "full")
 
 
-def _child(mode: str, out: Path, slab: int, threads: int | None) -> None:
+def _child(mode: str, out: Path, slab: int | None, threads: int | None) -> None:
     import numpy as np
     import torch
 
@@ -54,7 +54,7 @@ def _child(mode: str, out: Path, slab: int, threads: int | None) -> None:
     )
 
 
-def measure(out: Path, slab: int, modes=MODES, threads: int | None = None) -> dict:
+def measure(out: Path, slab: int | None, modes=MODES, threads: int | None = None) -> dict:
     """Run each decode in a child process; return both records and the streamed-vs-full comparison."""
     import numpy as np
 
@@ -71,9 +71,8 @@ def measure(out: Path, slab: int, modes=MODES, threads: int | None = None) -> di
             mode,
             "--out",
             str(out),
-            "--slab",
-            str(slab),
-        ] + (["--threads", str(threads)] if threads else [])
+        ]
+        cmd += (["--slab", str(slab)] if slab else []) + (["--threads", str(threads)] if threads else [])
         subprocess.run(cmd, check=True)
         records[mode] = json.loads((out / f"{mode}.json").read_text())
     result = {
@@ -88,11 +87,11 @@ def measure(out: Path, slab: int, modes=MODES, threads: int | None = None) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.streamed_decode import DEFAULT_SLAB
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--slab", type=int, default=DEFAULT_SLAB)
+    parser.add_argument(
+        "--slab", type=int, default=None, help="rows per slab (default: sized from the memory available)"
+    )
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--child", choices=list(MODES), help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=None)

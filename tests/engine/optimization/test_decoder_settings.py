@@ -194,3 +194,13 @@ def test_subpixel_upsample_is_nearest_upsampling_then_the_convolution():
         got = SubpixelUpsample(conv)(x)
     assert got.shape == expected.shape
     assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_decoder_setting_info_describes_every_decoder_field_with_valid_values():
+    from engine.optimization_config import DECODER_DEFAULTS, DECODER_SETTING_INFO
+
+    assert set(DECODER_SETTING_INFO) == set(DECODER_DEFAULTS)
+    for name, info in DECODER_SETTING_INFO.items():
+        assert info["label"] and info["tip"]
+        for _text, value in info.get("choices", []):
+            OptimizationConfig(**{name: value})  # every offered value is accepted
