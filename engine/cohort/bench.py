@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local runtime (threads in total)")
     parser.add_argument("--json", default=None, help="write the numbers here too")
+    parser.add_argument("--reverse", action="store_true", help="run the many-worker layout first")
     args = parser.parse_args(argv)
 
     spec = CohortSpec.from_dict(
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     digests = {}
     try:
         overhead = ray_overhead()
-        for workers, threads in _layouts(args.cpus):
+        layouts = _layouts(args.cpus)
+        for workers, threads in reversed(layouts) if args.reverse else layouts:
             finished: list[float] = []
             load_before = os.getloadavg()[0]
             with tempfile.TemporaryDirectory(prefix="volsynth-cohort-bench-") as tmp:
