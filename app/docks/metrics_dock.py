@@ -24,7 +24,16 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QComboBox, QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.core.display import format_bytes, format_duration, run_summary_lines
 
@@ -126,6 +135,14 @@ def sample_row(sample: Any) -> dict[str, float]:
 
 def _gib(count: int | None) -> float | None:
     return None if count is None else count / GIB
+
+
+def elapsed_text(seconds: float) -> str:
+    """Time since a run started, in whole seconds *completed* (``0:00`` for the first second).
+
+    ``format_duration`` rounds up, which suits a countdown (it never shows ``0:00`` early) but makes a clock
+    that counts up run a second ahead: ``0:01`` at 0.1 s."""
+    return format_duration(math.floor(max(0.0, seconds)))
 
 
 def time_ticks(window_s: float) -> list[list[tuple[float, str]]]:
@@ -232,11 +249,17 @@ class _PlotCard(QFrame):
         self.mark_lines: dict[tuple[str, str], pg.InfiniteLine] = {}
         self._y_range: tuple[float, float, float] | None = None
 
-        header = QHBoxLayout()
-        header.setContentsMargins(8, 5, 8, 0)
-        header.setSpacing(8)
-        header.addWidget(self.title_label)
-        header.addWidget(self.value_label, 1)
+        # Title and legend share a row while they fit; in a narrow dock the legend moves under the title
+        # instead of being cut off (see _place_legend).
+        self.header = QGridLayout()
+        self.header.setContentsMargins(8, 5, 8, 0)
+        self.header.setHorizontalSpacing(8)
+        self.header.setVerticalSpacing(1)
+        self.header.addWidget(self.title_label, 0, 0)
+        self.header.addWidget(self.value_label, 0, 1)
+        self.header.setColumnStretch(1, 1)
+        self.legend_below = False
+        header = self.header
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 2, 2)
         layout.setSpacing(0)
@@ -246,6 +269,38 @@ class _PlotCard(QFrame):
     @property
     def plot_item(self):
         return self.plot.getPlotItem()
+
+    def set_value_text(self, text: str) -> None:
+        """The current values (the legend): beside the title, or under it when the card is too narrow."""
+        if text != self.value_label.text():
+            self.value_label.setText(text)
+            self._place_legend()
+
+    def _place_legend(self) -> None:
+        margins = self.header.contentsMargins()
+        needed = (
+            self.title_label.sizeHint().width()
+            + self.header.horizontalSpacing()
+            + self.value_label.sizeHint().width()
+            + margins.left()
+            + margins.right()
+            + 4
+        )
+        below = needed > self.width()
+        if below == self.legend_below:
+            return
+        self.legend_below = below
+        self.header.removeWidget(self.value_label)
+        if below:
+            self.header.addWidget(self.value_label, 1, 0, 1, 2)
+            self.value_label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        else:
+            self.header.addWidget(self.value_label, 0, 1)
+            self.value_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._place_legend()
 
     def set_window(self, window_s: float) -> None:
         # Every card sets the same fixed range (no X link: a hidden, zero-sized card would skew a linked one).
@@ -690,7 +745,7 @@ class MetricsDock(QWidget):
             texts["gpu_temperature"].append(f"{tag}<b>{_num(gpu.temperature_c, '{:.0f}')} \u00b0C</b>")
         separator = "  "
         for key in GPU_CARDS:
-            self.cards[key].value_label.setText(separator.join(texts[key]))
+            self.cards[key].set_value_text(separator.join(texts[key]))
         util.set_y_range(0, 100, ticks=(0, 50, 100))
         memory.set_y_range(0, _nice_ceiling(mem_high))
         power.set_y_range(0, _nice_ceiling(power_high * 1.05))
@@ -715,13 +770,16 @@ class MetricsDock(QWidget):
         app = None
         if system.process_cpu_pct is not None and cores:
             app = system.process_cpu_pct / cores
-        card.value_label.setText(
-            f'<span style="color:{colour}">\u25cf</span> <b>{_pct(system.cpu_pct)}</b>'
-            f' \u00b7 <span style="color:{RSS_COLOUR}">\u25cf</span> app {_pct(app)}'
-            f" \u00b7 {cores} core{'s' if cores != 1 else ''}"
+        title = f"CPU (% of {cores} core{'s' if cores != 1 else ''})" if cores else CARD_TITLES["cpu"]
+        if card.title_label.text() != title:
+            card.title_label.setText(title)
+        card.set_value_text(
+            f'<span style="color:{colour}">\u25cf</span> total <b>{_pct(system.cpu_pct)}</b>'
+            f' \u00b7 <span style="color:{RSS_COLOUR}">\u25cf</span> app <b>{_pct(app)}</b>'
         )
         card.setToolTip(
-            "Total CPU (line), the range over cores (band), and this application's share (yellow)"
+            "Total: every process on the machine, as a share of all its cores (line; the band is the range "
+            "over the cores). App: this application's own process, as a share of the same cores (yellow)"
         )
 
     def _draw_memory(self, x: np.ndarray, latest: Any) -> None:
@@ -734,10 +792,10 @@ class MetricsDock(QWidget):
         card.curve("rss", RSS_COLOUR, width=1.3, z=1).setData(x, rss)
         card.set_y_range(0, _nice_ceiling(max(1.0, _finite_max(total), _finite_max(used))))
         system = latest.system
-        card.value_label.setText(
+        card.set_value_text(
             f'<span style="color:{colour}">\u25cf</span> <b>{_num(_gib(system.ram_used_bytes), "{:.1f}")}</b>'
             f" / {_num(_gib(system.ram_total_bytes), '{:.0f}')}"
-            f' \u00b7 <span style="color:{RSS_COLOUR}">\u25cf</span> app {_num(_gib(system.process_rss_bytes), "{:.2f}")}'
+            f' \u00b7 <span style="color:{RSS_COLOUR}">\u25cf</span> app <b>{_num(_gib(system.process_rss_bytes), "{:.2f}")}</b>'
         )
         card.setToolTip(
             "RAM in use (filled), installed RAM (dashed) and this application's resident memory (yellow)"
@@ -775,10 +833,8 @@ class MetricsDock(QWidget):
 
     def _update_run_label(self) -> None:
         if self._active_runs:
-            started = min(self._active_runs.values())
-            self.run_label.setText(
-                f"Generating \u00b7 {format_duration(max(0.0, self._source_now() - started))}"
-            )
+            started = max(self._active_runs.values())  # the run started last is the one running
+            self.run_label.setText(f"Generating \u00b7 {elapsed_text(self._source_now() - started)}")
         elif self._last_summary is not None:
             lines = run_summary_lines(self._last_summary)
             text = (

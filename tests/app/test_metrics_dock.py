@@ -175,7 +175,7 @@ def test_dock_over_a_feed_source_plots_exact_values_and_marks(qtbot, themed_app)
     x, y = cpu.curves["cpu"].getData()
     assert x[-1] == 0 and x[0] <= -dock.window_s and len(x) <= dock.window_s + 3
     assert y[-1] == 199 % 50
-    assert "49%" in cpu.value_label.text() and "2 cores" in cpu.value_label.text()
+    assert "49%" in cpu.value_label.text() and cpu.title_label.text() == "CPU (% of 2 cores)"
     assert dock.gpu_warning.isVisible() and dock.gpu_warning.text() == "no NVIDIA GPU: the server has none"
     assert "server-1" in dock.device_label.text()
     assert not dock.cards["gpu_util"].isVisible()
@@ -276,7 +276,8 @@ def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbo
     qtbot.waitUntil(lambda: cpu.points("cpu") >= 3, timeout=10_000)
     first = cpu.points("cpu")
     qtbot.waitUntil(lambda: cpu.points("cpu") > first + 2, timeout=10_000)  # live: more points over time
-    assert re.search(r"\d+%.*app \d+%.*\d+ cores?", cpu.value_label.text())
+    assert re.search(r"total <b>\d+%</b>.*app <b>\d+%</b>", cpu.value_label.text())
+    assert re.fullmatch(r"CPU \(% of \d+ cores?\)", cpu.title_label.text())
     assert re.search(r"[\d.]+</b> / \d+", dock.cards["memory"].value_label.text())
     assert dock.cards["memory"].points("rss") >= 3
     # the reason is shown, the GPU plots are not, and CPU/RAM stay live
@@ -307,7 +308,7 @@ def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbo
     assert path.stat().st_size > 10_000
     assert len(texts) > 1  # the current values follow the samples
 
-    window.cancel_generation()
+    window.cancel_action.trigger()  # Generate > Cancel Generation
     assert _wait_ended(qtbot, window) == "cancelled"
     # 10 minutes of history from here on: on a loaded machine the two runs can take more than the 1-minute
     # window, and a start mark that scrolled out of it is not drawn (seen once: 3 lines instead of 4).
@@ -383,12 +384,12 @@ def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window,
     qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
     qtbot.wait(800)
     _save_dock_shot(window, "06b-metrics-dock-nvml-stand-in")
-    window.cancel_generation()
+    window.cancel_action.trigger()  # Generate > Cancel Generation
     assert _wait_ended(qtbot, window) == "cancelled"
     # enough steps that the run spans several 4 Hz samples even on a fast machine (a run shorter than one
     # sampling interval has no GPU samples to summarise)
     _generate(window, "tiny-pixel", 400)
-    assert _wait_ended(qtbot, window) == "finished"
+    assert _wait_ended(qtbot, window, timeout=300_000) == "finished"  # 400 steps: minutes on a busy machine
     telemetry = window.state.shown.provenance["telemetry"]
     assert telemetry["gpu_available"] and telemetry["mean_gpu_util_pct"] == 12
     assert telemetry["peak_gpu_memory_bytes"] == 20 * 2**30 and telemetry["energy_j"] > 0
@@ -402,3 +403,75 @@ def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window,
         ("end", "finished"),
     ]
     qtbot.waitUntil(lambda: len(util.mark_lines) == 4, timeout=5_000)
+
+
+@render
+def test_elapsed_counts_whole_seconds_from_the_start_of_the_run(qtbot, themed_app):
+    """On the samples' clock (a FeedSource: exact times, no waiting): 0:00 for the first second, not 0:01."""
+    from app.docks.metrics_dock import MetricsDock
+    from engine.telemetry import FeedSource
+
+    source = FeedSource()
+    dock = MetricsDock(source)
+    qtbot.addWidget(dock)
+    dock.show()
+    qtbot.waitExposed(dock)
+    for t in range(0, 11):
+        source.feed(_sample(float(t)))
+    assert dock.refresh()
+    dock.add_run_start("run-1")  # at t = 10 on the samples' clock
+    for t, shown in ((10.4, "0:00"), (11.0, "0:01"), (12.6, "0:02"), (75.2, "1:05")):
+        source.feed(_sample(t))
+        dock.refresh()
+        assert dock.run_label.text() == f"Generating \u00b7 {shown}"
+    # A run whose end never reached the dock (its telemetry failed) does not shift the next run's clock.
+    dock.add_run_start("run-2")  # at t = 75.2
+    source.feed(_sample(78.5))
+    dock.refresh()
+    assert dock.run_label.text() == "Generating \u00b7 0:03"
+
+
+@render
+@pytest.mark.parametrize("width", [278, 340])  # the dock at 1024x700, and its default width
+def test_legends_and_axes_fit_the_dock(qtbot, themed_app, width):
+    from app.docks.metrics_dock import MetricsDock
+    from engine.telemetry import FeedSource
+
+    source = FeedSource()
+    dock = MetricsDock(source)
+    qtbot.addWidget(dock)
+    dock.resize(width, 900)
+    dock.show()
+    qtbot.waitExposed(dock)
+    for t in range(0, 60):
+        source.feed(_sample(float(t), cpu=40.0, util=60.0))
+    assert dock.refresh()
+    qtbot.waitUntil(lambda: all(card.width() > 0 for card in dock.cards.values()), timeout=5_000)
+    cpu = dock.cards["cpu"]
+    # The app's own share next to the machine's: psutil's process CPU (one core = 100 %) over the cores.
+    assert "total <b>40%</b>" in cpu.value_label.text() and "app <b>20%</b>" in cpu.value_label.text()
+    assert cpu.curves["app_cpu"].getData()[1][-1] == pytest.approx(20.0)
+    shown = [card for card in dock.cards.values() if card.isVisible()]
+    assert len(shown) == 6  # four GPU cards, CPU, memory
+
+    def clipped() -> list[str]:
+        """Labels narrower than their text (a legend or title cut off), once the layouts have settled."""
+        return [
+            label.text()
+            for card in shown
+            for label in (card.title_label, card.value_label)
+            if label.width() < label.sizeHint().width()
+        ]
+
+    qtbot.waitUntil(lambda: not clipped(), timeout=5_000)
+    for card in shown:
+        for axis in ("left", "bottom"):
+            assert card.plot_item.getAxis(axis).style["tickFont"].pointSizeF() >= 8.0
+    _save_dock_shot_widget(dock, f"metrics-dock-{width}px")
+
+
+def _save_dock_shot_widget(widget, name):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    assert widget.grab().save(str(path))
+    return path
