@@ -6,6 +6,13 @@ Heavy modules (torch, monai) load on first use, so ``import engine`` stays cheap
 
 __version__ = "0.1.0"
 
+# torch.profiler's back end (kineto) writes "USDT: ... profiler_start", "STAGE: ..." and, when a worker thread
+# profiles, "ERROR: External init callback ..." straight to file descriptor 2. It reads its log level when
+# torch loads, so the level is set here, before anything in the engine imports torch (engine/profiling.py).
+from engine.profiling import quiet_kineto  # noqa: E402
+
+quiet_kineto()
+
 from engine.errors import (  # noqa: E402
     BackendUnavailable,
     Cancelled,

@@ -18,8 +18,10 @@ from typing import Any
 
 TOP_OPERATORS = 15
 # Kineto (torch.profiler's back end) writes "USDT: ... profiler_start" and "STAGE: ..." lines straight to
-# file descriptor 2 at every profile, whatever Python does with sys.stderr. Its log level is read from the
-# environment when the first profile starts; 6 is above its highest level (USDT = 5), so nothing is written.
+# file descriptor 2 at every profile, whatever Python does with sys.stderr, and an "ERROR: External init
+# callback ..." line when a thread other than torch's importer profiles (the app's workers). Its log level
+# comes from the environment: read when torch loads (engine/__init__.py sets it before that) and again when
+# the first profile starts. 6 is above its highest level (USDT = 5), so nothing is written.
 KINETO_QUIET_LEVEL = "6"
 
 

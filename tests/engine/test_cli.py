@@ -284,3 +284,37 @@ def test_kernel_profiling_keeps_torch_profiler_lines_off_the_terminal(tiny_model
     assert "top operators" in done.stdout  # the profile ran and was reported
     for noise in ("USDT", "STAGE:", "profiler_start"):
         assert noise not in done.stderr and noise not in done.stdout
+
+
+PROFILE_IN_A_THREAD = """
+import threading
+import engine.api
+from engine.api import SamplingRequest
+from engine.backends.local import LocalBackend
+
+def run():  # as the app does: a worker thread drives the generator
+    request = SamplingRequest(model="tiny-pixel", steps=3, kernel_profile_steps=2)
+    result = engine.api.run(LocalBackend(device="cpu").sample(request))
+    print("profiled steps", result.provenance["kernel_profile"]["steps"])
+
+worker = threading.Thread(target=run)
+worker.start()
+worker.join()
+"""
+
+
+def test_profiling_in_a_worker_thread_writes_nothing_to_the_terminal(tiny_models_dir):
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    env["VOLSYNTH_MODEL_PATH"] = str(tiny_models_dir)
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILE_IN_A_THREAD],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "profiled steps [2, 3]" in done.stdout
+    for noise in ("USDT", "STAGE:", "External init callback", "ERROR:"):
+        assert noise not in done.stderr
