@@ -3,11 +3,17 @@
 The window runs ``engine.compare.compare_settings`` in a worker thread (the same ``GenerationWorker`` a
 generation uses, through an adapter that looks like a backend), then shows:
 
-- A, B and B - A in linked slice views (one crosshair, one window for A and B; the difference has its own
-  window centred on zero), any plane;
-- per-step latency, sampling-loop time, peak memory, what applied (and why not), with B's ratio to A;
+- A as soon as its run is done, then B and B - A, in linked slice views (one crosshair, one window for A
+  and B; the difference has its own window centred on zero, drawn in a diverging colour table with a
+  colour bar), any plane;
+- per-step latency, sampling-loop time, peak memory, what applied (and why not), with B's speed as a
+  multiple of A's (one wording everywhere), marked unreliable when a side's step times spread more than
+  20 % of their median; the table exports to CSV;
 - how far B's volume moved from A's: PSNR, SSIM, max and mean |B - A|;
 - the top operators of the kernel-profiled steps of each run.
+
+Choices that cannot (fully) apply on the chosen device are greyed in the A and B boxes, with the reason
+(``engine.optimization.expected_report``, asked in a worker thread since it imports torch).
 
 The request (model, seed, conditioning, steps, guidance, device) is the Generate panel's, with batch 1 and
 no previews: a preview decode inside the loop would distort the step times being compared.

@@ -47,6 +47,9 @@ def test_shortcuts_list_is_read_from_the_windows_actions(qtbot, main_window, scr
     assert any(row.where == "Compare Settings window" for row in dialog.rows)
     shown = dialog.table.rowCount()
     assert shown == len(dialog.rows) and dialog.table.item(0, 0).text() == dialog.rows[0].keys
+    dialog.move(20, 20)
+    dialog.resize(680, 940)  # tall enough for the screenshot to show the slice views' keys too
+    qtbot.waitUntil(lambda: dialog.height() >= 900, timeout=5_000)
     screenshot(dialog, "help-shortcuts")
 
     # A shortcut changed (or added) after start-up shows the next time the list opens: it cannot go stale.
