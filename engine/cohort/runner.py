@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -286,6 +287,9 @@ class _Writer:
             "spec_sha256": self.manifest.data["spec_sha256"],
         }
         provenance["volume_sha256"] = digest
+        # The worker's argv is Ray's default_worker.py; what made this volume is the driver's command.
+        provenance["command"] = " ".join(sys.argv[:1]) + " (Ray cohort driver)"
+        provenance["worker"] = {"pid": out["pid"], "backend": provenance.get("backend")}
         if self.spec.target == "vault":
             # A crash after the vault stored the item but before the manifest said so must not store it twice.
             existing = self._vault_matches(participant)

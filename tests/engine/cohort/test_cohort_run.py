@@ -70,6 +70,8 @@ def test_small_cohort_is_a_valid_bids_derivative_dataset(reference, cohort_model
             side["seed"] == entry["seed"]
             and side["conditioning"]["ventricle_volume"] == (entry["conditioning"]["ventricle_volume"])
         )
+        assert "default_worker" not in side["command"] and side["worker"]["pid"] == entry["worker_pid"]
+        assert side["volume_sha256"] == entry["volume_sha256"]
     assert len({e["volume_sha256"] for e in manifest.items.values()}) == 8  # 8 different volumes
     description = json.loads((root / "dataset_description.json").read_text())
     assert description["DatasetType"] == "derivative"
