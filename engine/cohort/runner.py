@@ -577,7 +577,7 @@ def run_cohort(
             if not idle and not inflight and todo:
                 raise BackendUnavailable("every Ray worker died and could not be restarted; see the manifest")
             submit()
-    except KeyboardInterrupt:  # Ctrl-C: what is done stays done; the items in flight are redone on resume
+    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (Ray's handler exits): done stays done
         stopped = True
         raise
     finally:
