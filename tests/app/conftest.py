@@ -33,6 +33,18 @@ def private_data_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data-home"))
 
 
+@pytest.fixture(autouse=True)
+def quit_without_asking(monkeypatch):
+    """Closing a window during a run asks first, and nobody answers in a test: pytest-qt closes the windows
+    of a failed test (run still going) before fixtures tear down, which would wait forever. So the answer
+    is yes; a test of the question itself puts back the real method this fixture returns."""
+    from app.main_window import MainWindow
+
+    real = MainWindow.confirm_quit_during_run
+    monkeypatch.setattr(MainWindow, "confirm_quit_during_run", lambda self: True)
+    return real
+
+
 @pytest.fixture
 def qt_settings(tmp_path):
     from PySide6.QtCore import QSettings
@@ -81,8 +93,6 @@ def main_window(qtbot, themed_app, registry, qt_settings, error_dialogs):
     """The main window over the tiny test models, without the 3D view (fast)."""
     window = _make_window(qtbot, registry, qt_settings, enable_3d=False)
     yield window
-    # A failed test may leave a run going: closing must not wait on a question nobody answers.
-    window.confirm_quit_during_run = lambda: True
     window.close()
     assert not window.runner.jobs
 
