@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.bench.metrics import psnr
 from engine.errors import InvalidRequest
 from engine.optimization_config import (  # noqa: F401 - re-exported: the public home of the settings
     ATTENTION_KERNELS,
@@ -845,13 +846,13 @@ def _apply_decoder_quantization(
     if mode == "int8":
         done = q.quantize_int8(autoencoder, calibration, candidates)
         volume = decode(autoencoder)
-        psnr = q._psnr(reference, volume)
-        details["decoder"]["int8_psnr_db"] = psnr
+        int8_db = psnr(reference, volume)
+        details["decoder"]["int8_psnr_db"] = int8_db
         report["decoder_quantization"] = _entry(
             mode,
             bool(done),
             f"{len(done)} decoder convolutions in int8 (static quint8 activations, per-channel qint8 weights, "
-            f"{why} engine), calibrated on a {crop} latent crop (seed {CALIBRATION_SEED}); {psnr:.1f} dB vs fp32 "
+            f"{why} engine), calibrated on a {crop} latent crop (seed {CALIBRATION_SEED}); {int8_db:.1f} dB vs fp32 "
             "on that decode; GroupNorm and SiLU stay in floating point",
         )
         return

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from engine.bench.metrics import psnr
+
 # Layers thinner than this are not worth a quantize/dequantize round trip (e.g. the 2-4 wide cross-attention
 # context projections).
 MIN_QUANT_FEATURES = 16
@@ -367,13 +369,6 @@ class MixedPlan:
 MIN_MIXED_SHARE = 0.005
 
 
-def _psnr(ref: torch.Tensor, test: torch.Tensor) -> float:
-    ref = ref.double()
-    mse = float(torch.mean((test.double() - ref) ** 2))
-    data_range = float(ref.max() - ref.min()) or 1.0
-    return math.inf if mse == 0 else 10.0 * math.log10(data_range**2 / mse)
-
-
 def mixed_precision_plan(
     base: nn.Module,
     calibration: Calibration,
@@ -412,7 +407,7 @@ def mixed_precision_plan(
     float_volume = run_volume(base)
     if reference_volume is None:
         reference_volume = float_volume
-    float_psnr = _psnr(reference_volume, float_volume)
+    float_psnr = psnr(reference_volume, float_volume)
     share = {n: calibration.compute_share(n) for n in candidates}
     small = [n for n in candidates if share[n] < min_share]
     if float_psnr < budget_db:
@@ -436,7 +431,7 @@ def mixed_precision_plan(
         trial = _with_one_layer_swapped(base, name, calibration)  # shares all other weights with ``base``
         if trial is None:
             continue
-        sensitivity[name] = _psnr(reference_sample, run_sample(trial))
+        sensitivity[name] = psnr(reference_sample, run_sample(trial))
 
     def error_per_mac(name: str) -> float:
         return 10.0 ** (-sensitivity[name] / 10.0) / max(calibration.macs.get(name, 0), 1)
@@ -447,7 +442,7 @@ def mixed_precision_plan(
     def volume_psnr(keep: int) -> float:
         model = copy.deepcopy(base)
         quantize_int8(model, calibration, ranked[keep:])
-        return _psnr(reference_volume, run_volume(model))
+        return psnr(reference_volume, run_volume(model))
 
     evaluations = 1
     lo, hi = 0, len(ranked)  # invariant: keeping ``hi`` layers meets the budget (all kept = float_psnr)

@@ -33,6 +33,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from engine.bench.metrics import psnr
+
 # Dense peak TFLOP/s by card (vendor datasheets, SXM parts; no sparsity).
 PEAK_TFLOPS = {
     "H200": {"fp32": 67.0, "tf32": 495.0, "bf16": 989.0},
@@ -113,13 +115,6 @@ def peak_for(device_name: str, precision: str) -> float | None:
         if card in device_name:
             return peaks[precision]
     return None
-
-
-def _psnr(ref, test) -> float:
-    ref, test = ref.double(), test.double()
-    mse = float(((test - ref) ** 2).mean())
-    rng = float(ref.max() - ref.min()) or 1.0
-    return math.inf if mse == 0 else 10 * math.log10(rng * rng / mse)
 
 
 def count_flops(unet, x, t, context) -> int:
@@ -246,7 +241,7 @@ def run_check(
             tflops=tflops,
             peak_tflops=peak,
             fraction_of_peak=None if peak is None else tflops / peak,
-            psnr_vs_fp32_db=_psnr(references[net_name], out) if net_name in references else None,
+            psnr_vs_fp32_db=psnr(references[net_name], out) if net_name in references else None,
             applied=applied,
             report=prepared.report,
         )

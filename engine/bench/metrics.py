@@ -7,15 +7,26 @@ import math
 import numpy as np
 
 
-def psnr(reference: np.ndarray, test: np.ndarray) -> float:
-    """PSNR in dB with the reference's own value range as the peak (inf when identical)."""
-    ref = np.asarray(reference, dtype=np.float64)
-    err = np.asarray(test, dtype=np.float64) - ref
-    mse = float(np.mean(err * err))
+def psnr(reference, test) -> float:
+    """PSNR in dB with the reference's own value range as the peak (inf when identical).
+
+    The one PSNR of the project (benchmarks, comparisons, the mixed-precision search, the GPU check):
+    scikit-image's, on float64 copies; torch tensors are accepted and moved to the CPU.
+    """
+    from skimage.metrics import peak_signal_noise_ratio
+
+    ref = _as_float64(reference)
+    tst = _as_float64(test)
+    if np.array_equal(ref, tst):
+        return math.inf  # scikit-image would divide by a zero MSE
     data_range = float(ref.max() - ref.min()) or 1.0
-    if mse == 0.0:
-        return math.inf
-    return 10.0 * math.log10(data_range * data_range / mse)
+    return float(peak_signal_noise_ratio(ref, tst, data_range=data_range))
+
+
+def _as_float64(array) -> np.ndarray:
+    if hasattr(array, "detach"):  # a torch tensor
+        array = array.detach().cpu().double().numpy()
+    return np.asarray(array, dtype=np.float64)
 
 
 def ssim(reference: np.ndarray, test: np.ndarray) -> float | None:

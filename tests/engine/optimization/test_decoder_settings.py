@@ -8,14 +8,10 @@ import math
 import pytest
 import torch
 
+from engine.bench.metrics import psnr
 from engine.errors import InvalidRequest
 from engine.optimization import OptimizationConfig, decoder_calibration_latent, prepare
 from engine.streamed_decode import SubpixelUpsample, streamed_decode
-
-
-def _psnr(ref, test):
-    mse = float(((test.double() - ref.double()) ** 2).mean())
-    return math.inf if mse == 0 else 10 * math.log10(float(ref.max() - ref.min()) ** 2 / mse)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +91,7 @@ def test_decoder_settings_are_reported_and_applied_on_a_copy(tiny_loaded, cpu, l
     assert volume.dtype == torch.float32
     with torch.inference_mode():
         reference = tiny_loaded.autoencoder.decode(latent)
-    assert 35 < _psnr(reference, volume) < math.inf
+    assert 35 < psnr(reference, volume) < math.inf
 
 
 def test_decoder_fp32_keeps_the_decoder_exact_under_unet_autocast(tiny_loaded, cpu, latent):
@@ -105,8 +101,8 @@ def test_decoder_fp32_keeps_the_decoder_exact_under_unet_autocast(tiny_loaded, c
     )
     with torch.inference_mode():
         reference = tiny_loaded.autoencoder.decode(latent)
-    assert _psnr(reference, follows.decode(latent)) < 90  # as before: the decode follows autocast
-    assert _psnr(reference, exact.decode(latent)) > 100  # fp32 (sub-pixel upsampling: summation order only)
+    assert psnr(reference, follows.decode(latent)) < 90  # as before: the decode follows autocast
+    assert psnr(reference, exact.decode(latent)) > 100  # fp32 (sub-pixel upsampling: summation order only)
 
 
 def test_decoder_settings_on_a_pixel_model_say_why_not(registry, cpu):
@@ -138,7 +134,7 @@ def test_streamed_decode_matches_the_full_decode_at_the_same_settings(
     expected = full.decode(latent)
     got = streamed.decode(latent)
     assert got.shape == expected.shape
-    assert _psnr(expected, got) >= min_db
+    assert psnr(expected, got) >= min_db
     assert streamed.details["streamed_decode"]["budget_bytes"] > 0  # it really ran the streamed path
 
 
@@ -152,7 +148,7 @@ def test_streamed_decode_with_int8_layers_reads_them_with_a_halo(tiny_loaded, cp
     stats = {}
     got = streamed_decode(prepared.autoencoder, latent, slab=2, budget_bytes=0, stats=stats)
     assert stats["upsampled_recomputed"] and not stats.get("upsampled_stored")
-    assert _psnr(expected, got) >= 45.0
+    assert psnr(expected, got) >= 45.0
 
 
 # -- int8 and the mixed plan: accuracy on the decoded volume -------------------------------------------
@@ -166,7 +162,7 @@ def test_int8_and_mixed_decoders_against_fp32(tiny_loaded, cpu, short_calibratio
         reference = tiny_loaded.autoencoder.decode(calibration)
     int8 = prepare(tiny_loaded, OptimizationConfig(decoder_quantization="int8"), cpu, use_cache=False)
     assert int8.report["decoder_quantization"]["applied"]
-    int8_db = _psnr(reference, int8.decode(calibration))
+    int8_db = psnr(reference, int8.decode(calibration))
     assert 15 < int8_db < math.inf  # lossy, but the same volume
     assert abs(int8.details["decoder"]["int8_psnr_db"] - int8_db) < 1.0  # what the report says is measured
 
@@ -181,7 +177,7 @@ def test_int8_and_mixed_decoders_against_fp32(tiny_loaded, cpu, short_calibratio
     assert plan["kept_float"] and plan["achieved_psnr_db"] >= budget
     swapped = {n for n, m in mixed.autoencoder.named_modules() if isinstance(m, Int8Conv3d)}
     assert swapped == {f"{n}" for n in plan["quantized"]}
-    assert _psnr(reference, mixed.decode(calibration)) >= budget - 0.5
+    assert psnr(reference, mixed.decode(calibration)) >= budget - 0.5
     assert f"budget {budget:g} dB" in mixed.report["decoder_quantization"]["reason"]
 
 

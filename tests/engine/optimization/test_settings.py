@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
+from engine.bench.metrics import psnr
 from engine.errors import InvalidRequest
 from engine.optimization import OptimizationConfig, clear_cache, prepare
 from engine.quantization import MIN_MIXED_SHARE
 from tests.engine.optimization.conftest import run_loop
-
-
-def _psnr(ref, test):
-    mse = float(((test.double() - ref.double()) ** 2).mean())
-    return math.inf if mse == 0 else 10 * math.log10(float(ref.max() - ref.min()) ** 2 / mse)
 
 
 def _state(module):
@@ -124,7 +118,7 @@ def test_sdpa_routes_attention_through_scaled_dot_product_attention(tiny_loaded,
     volumes = run_loop(prepared, tiny_loaded.spec)
     assert calls and prepared.report["attention"]["applied"]
     assert not any(getattr(m, "use_flash_attention", False) for m in tiny_loaded.unet.modules())
-    assert _psnr(reference, volumes) > 60  # same maths, different kernel
+    assert psnr(reference, volumes) > 60  # same maths, different kernel
 
 
 def test_int8_swaps_in_quantized_kernels_and_stays_close(tiny_loaded, cpu, monkeypatch):
@@ -146,7 +140,7 @@ def test_int8_swaps_in_quantized_kernels_and_stays_close(tiny_loaded, cpu, monke
     assert prepared.report["quantization"]["applied"]
     volumes = run_loop(prepared, tiny_loaded.spec)
     assert torch.isfinite(volumes).all()
-    assert _psnr(reference, volumes) > 15  # lossy but the same volume, not noise
+    assert psnr(reference, volumes) > 15  # lossy but the same volume, not noise
 
 
 @pytest.mark.slow  # sensitivity search: ~70 loop runs (~30 s idle machine, 225 s contended)
