@@ -528,6 +528,10 @@ def _res_block(block, src: _Rows, ctx: _Ctx) -> _Stored:
             ctx.stats.setdefault("upsampled_recomputed", []).append(list(src.shape))
     lazy = isinstance(src, _Upsampled)
     held = src.source.nbytes if lazy else src.nbytes
+    if lazy:
+        # Rows of a lazy input cost more than their size: the 8-parity convolution output, the shuffled
+        # rows, the kept halo and their concatenation (measured: ~5x the rows' fp32 bytes, not 2x).
+        per_row += 3 * _row_bytes(src.shape, torch.float32)
 
     slab = ctx.rows_for(size, per_row, held + h_bytes)
     stats1 = _group_stats(src, block.norm1, ctx, slab)
