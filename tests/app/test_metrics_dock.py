@@ -387,7 +387,9 @@ def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window,
     window.cancel_action.trigger()  # Generate > Cancel Generation
     assert _wait_ended(qtbot, window) == "cancelled"
     # enough steps that the run spans several 4 Hz samples even on a fast machine (a run shorter than one
-    # sampling interval has no GPU samples to summarise)
+    # sampling interval has no GPU samples to summarise); 10 minutes of history so that on a busy machine
+    # the first run's marks do not scroll out of the plots before the count below
+    dock.set_window(600)
     _generate(window, "tiny-pixel", 400)
     assert _wait_ended(qtbot, window, timeout=300_000) == "finished"  # 400 steps: minutes on a busy machine
     telemetry = window.state.shown.provenance["telemetry"]
