@@ -20,6 +20,11 @@ OPTIMIZATION_LABELS = {
     "cuda_graphs": "CUDA graphs",
     "quantization": "Quantization",
     "streamed_decode": "Streamed decode",
+    "psnr_budget_db": "PSNR budget",
+    "decoder_autocast": "Decoder precision",
+    "decoder_quantization": "Decoder quantization",
+    "decoder_channels_last": "Decoder channels-last",
+    "decoder_psnr_budget_db": "Decoder PSNR budget",
 }
 
 APPLIED_MARK, NOT_APPLIED_MARK = "\u2713", "\u2013"  # check mark, en dash

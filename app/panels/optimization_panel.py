@@ -53,6 +53,7 @@ from engine.optimization import (
     QUANTIZATION_MODES,
     OptimizationConfig,
 )
+from engine.optimization_config import DECODER_SETTING_INFO
 
 EXPANDED_KEY = "optimization/expanded"
 
@@ -77,8 +78,14 @@ TIPS = {
     "psnr_budget_db": "Mixed quantization keeps enough layers in float for the final volume to stay above this "
     "PSNR against fp32",
     "streamed_decode": "Decode the latent layer by layer in slabs: the same result, bounded peak memory",
+    # The decoder's settings: labels, choices and tips come from the engine, which defines them.
+    **{name: info["tip"] for name, info in DECODER_SETTING_INFO.items()},
 }
-BOOL_SETTINGS = ("tf32", "channels_last_3d", "cuda_graphs", "streamed_decode")
+CHOICES.update(
+    {name: DECODER_SETTING_INFO[name]["choices"] for name in ("decoder_autocast", "decoder_quantization")}
+)
+BOOL_SETTINGS = ("tf32", "channels_last_3d", "cuda_graphs", "streamed_decode", "decoder_channels_last")
+BUDGETS = {"quantization": "psnr_budget_db", "decoder_quantization": "decoder_psnr_budget_db"}
 MARK_COLOURS = {APPLIED_MARK: "#98c379", NOT_APPLIED_MARK: "#e5c07b"}
 
 
@@ -133,13 +140,17 @@ class OptimizationPanel(QWidget):
         self.combos: dict[str, QComboBox] = {}
         self.marks: dict[str, QLabel] = {}
         self.labels: dict[str, QLabel] = {}
-        self.budget_spin = QDoubleSpinBox()
-        self.budget_spin.setRange(10.0, 150.0)
-        self.budget_spin.setDecimals(1)
-        self.budget_spin.setSingleStep(1.0)
-        self.budget_spin.setSuffix(" dB")
-        self.budget_spin.setToolTip(TIPS["psnr_budget_db"])
-        self.budget_spin.valueChanged.connect(self._on_control_changed)
+        self.budget_spins: dict[str, QDoubleSpinBox] = {}  # PSNR budget of a mixed quantization
+        for budget in BUDGETS.values():
+            spin = QDoubleSpinBox()
+            spin.setRange(10.0, 150.0)
+            spin.setDecimals(1)
+            spin.setSingleStep(1.0)
+            spin.setSuffix(" dB")
+            spin.setToolTip(TIPS[budget])
+            spin.valueChanged.connect(self._on_control_changed)
+            self.budget_spins[budget] = spin
+        self.budget_spin = self.budget_spins["psnr_budget_db"]
         self.body = QWidget()
         grid = QGridLayout(self.body)
         grid.setContentsMargins(0, 4, 0, 0)
@@ -147,7 +158,14 @@ class OptimizationPanel(QWidget):
         grid.setVerticalSpacing(5)
         grid.setColumnStretch(1, 1)
         row = 0
-        for name in ("autocast", "attention", "compile_mode", "quantization"):
+        for name in (
+            "autocast",
+            "attention",
+            "compile_mode",
+            "quantization",
+            "decoder_autocast",
+            "decoder_quantization",
+        ):
             combo = QComboBox()
             for text, value in CHOICES[name]:
                 combo.addItem(text, value)
@@ -156,14 +174,15 @@ class OptimizationPanel(QWidget):
             self.combos[name] = combo
             self._add_row(grid, row, name, combo)
             row += 1
-            if name == "quantization":
-                budget_label = QLabel("PSNR budget")
-                budget_label.setToolTip(TIPS["psnr_budget_db"])
-                self.labels["psnr_budget_db"] = budget_label
+            if name in BUDGETS:
+                budget = BUDGETS[name]
+                budget_label = QLabel(OPTIMIZATION_LABELS[budget])
+                budget_label.setToolTip(TIPS[budget])
+                self.labels[budget] = budget_label
                 grid.addWidget(
                     budget_label, row, 0, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
                 )
-                grid.addWidget(self.budget_spin, row, 1)
+                grid.addWidget(self.budget_spins[budget], row, 1)
                 row += 1
         for name in BOOL_SETTINGS:
             check = QCheckBox(OPTIMIZATION_LABELS[name])
@@ -213,7 +232,7 @@ class OptimizationPanel(QWidget):
         """The settings as ``OptimizationConfig`` fields (not validated: a refused combination is allowed here)."""
         values = {name: check.isChecked() for name, check in self.checks.items()}
         values.update({name: combo.currentData() for name, combo in self.combos.items()})
-        values["psnr_budget_db"] = float(self.budget_spin.value())
+        values.update({name: float(spin.value()) for name, spin in self.budget_spins.items()})
         return {name: values[name] for name in DEFAULTS}
 
     def set_values(self, values: dict[str, Any]) -> None:
@@ -232,11 +251,11 @@ class OptimizationPanel(QWidget):
                     if index >= 0:
                         self.combos[name].setCurrentIndex(index)
                 elif (
-                    name == "psnr_budget_db"
+                    name in self.budget_spins
                     and isinstance(value, int | float)
                     and not isinstance(value, bool)
                 ):
-                    self.budget_spin.setValue(float(value))
+                    self.budget_spins[name].setValue(float(value))
         finally:
             self._updating = False
 
@@ -256,8 +275,7 @@ class OptimizationPanel(QWidget):
             self.form.set(optimization={k: v for k, v in values.items() if v != DEFAULTS[k]})
         finally:
             self._updating = False
-        self.budget_spin.setEnabled(values["quantization"] == "mixed" and not self.state.job_running)
-        self.labels["psnr_budget_db"].setEnabled(self.budget_spin.isEnabled())
+        self._update_budgets(values)
         self.preset_box.setCurrentText(preset_of(values))
         self.report, refused, self._pending, self._remote = None, "", False, False
         try:
@@ -362,10 +380,16 @@ class OptimizationPanel(QWidget):
     def _on_state_model_selected(self, _source) -> None:
         self.refresh(import_engine=False)
 
+    def _update_budgets(self, values: dict[str, Any]) -> None:
+        """A PSNR budget is editable only with its quantization on "mixed" (it means nothing otherwise)."""
+        for mode, budget in BUDGETS.items():
+            self.budget_spins[budget].setEnabled(values[mode] == "mixed" and not self.state.job_running)
+            self.labels[budget].setEnabled(self.budget_spins[budget].isEnabled())
+
     def _on_state_job_changed(self, running: bool) -> None:
         for widget in (self.preset_box, *self.checks.values(), *self.combos.values()):
             widget.setEnabled(not running)
-        self.budget_spin.setEnabled(not running and self.values()["quantization"] == "mixed")
+        self._update_budgets(self.values())
 
 
 def install_optimization_panel(window) -> OptimizationPanel:

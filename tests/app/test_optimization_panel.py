@@ -115,9 +115,7 @@ def test_generation_records_what_applied_in_provenance_and_details(qtbot, main_w
     # what the panel predicted is what the run reported
     assert {k: e["applied"] for k, e in panel.report.items()} == {k: e["applied"] for k, e in report.items()}
 
-    bar = (
-        window.docks["generateDock"].widget().verticalScrollBar()
-    )  # expanded, the panel scrolls: show its end
+    bar = window.sampling_panel.scroll.verticalScrollBar()  # expanded, the panel scrolls: show its end
     bar.setValue(bar.maximum())
     assert screenshot(window, "08-optimization-panel").stat().st_size > 10_000
 
@@ -155,8 +153,28 @@ def test_the_check_waits_for_torch_at_start_up(
     panel = _panel(window)
     assert panel.report is None and "once the engine has loaded" in panel.summary.text()
     assert window.sampling_panel.generate_button.isEnabled()  # not known to be refused yet
-    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # Generate checks first
+    window.sampling_panel.generate_button.click()  # Generate checks first (importing torch if it must)
     assert "CUDA graphs need an NVIDIA GPU" in panel.refused_label.text()
     assert not window.sampling_panel.generate_button.isEnabled()
     assert panel.values()["autocast"] is None  # a saved value no control offers is ignored
     window.close()
+
+
+def test_decoder_settings_have_controls_a_preset_and_reach_the_request(main_window):
+    panel = _panel(main_window)
+    box = panel.preset_box
+    box.setCurrentIndex(box.findText("Fast decode (CPU)"))
+    box.activated.emit(box.currentIndex())  # what a pick in the combo box sends
+    config = main_window.state.form.to_request().optimization
+    assert config.streamed_decode and config.decoder_autocast == "bf16" and config.decoder_channels_last
+    assert (
+        panel.combos["decoder_autocast"].currentData() == "bf16"
+        and panel.checks["decoder_channels_last"].isChecked()
+    )
+    # the decoder's PSNR budget is editable only with mixed decoder quantization
+    assert not panel.budget_spins["decoder_psnr_budget_db"].isEnabled()
+    _choose(panel.combos["decoder_quantization"], "mixed")
+    assert panel.budget_spins["decoder_psnr_budget_db"].isEnabled() and box.currentText() == "Custom"
+    panel.budget_spins["decoder_psnr_budget_db"].setValue(45.0)
+    config = main_window.state.form.to_request().optimization
+    assert config.decoder_quantization == "mixed" and config.decoder_psnr_budget_db == 45.0
