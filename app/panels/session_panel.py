@@ -100,9 +100,8 @@ class SessionPanel(QWidget):
             self.list.blockSignals(False)
         # Escaped: names, provenance and telemetry reasons are arbitrary text, not markup.
         self.details.setText(
-            f"<b>{html.escape(entry.name).replace('_', '_&#8203;')}</b><br>"
-            # Zero-width spaces after path separators let a long path wrap inside the panel.
-            + html.escape(entry.describe()).replace("\n", "<br>").replace("/", "/&#8203;")
+            f"<b>{_breakable(html.escape(entry.name))}</b><br>"
+            + _breakable(html.escape(entry.describe())).replace("\n", "<br>")
         )
 
     def selected_entry(self):
@@ -156,3 +155,8 @@ class SessionPanel(QWidget):
             if self.state.job_running:
                 self.state.follow_previews = False  # the user wants this volume, not the run's previews
             self.state.show(self.state.volumes[row])
+
+
+def _breakable(text: str) -> str:
+    """Zero-width spaces after / and _ so long paths and file names wrap inside the panel."""
+    return text.replace("/", "/&#8203;").replace("_", "_&#8203;")
