@@ -347,15 +347,7 @@ def _cmd_import(args) -> int:
         except (OSError, ValueError) as exc:
             raise InvalidRequest(f"cannot read the provenance file {args.provenance}: {exc}") from exc
     patient = _patient(args) or {}
-    study = {
-        k: v
-        for k, v in {
-            "date": args.study_date,
-            "description": args.study_description,
-            "modality": args.modality,
-        }.items()
-        if v
-    }
+    study = _study_from_args(args)
     paths = [Path(p) for p in args.paths]
     for path in paths:
         if not path.exists():
@@ -458,16 +450,14 @@ def _cmd_rm(args) -> int:
     return 0
 
 
+def _study_from_args(args) -> dict[str, str]:
+    """The study fields given on the command line (import and edit take the same flags)."""
+    given = {"date": args.study_date, "description": args.study_description, "modality": args.modality}
+    return {k: v for k, v in given.items() if v}
+
+
 def _cmd_edit(args) -> int:
-    study = {
-        k: v
-        for k, v in {
-            "date": args.study_date,
-            "description": args.study_description,
-            "modality": args.modality,
-        }.items()
-        if v
-    }
+    study = _study_from_args(args)
     patient = _patient(args)
     vault = _open(args)
     try:
