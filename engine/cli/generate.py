@@ -50,7 +50,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    import signal
     import sys
+    import threading
 
     from engine.api import run as drive
     from engine.cli._progress import ProgressLine
@@ -78,13 +80,25 @@ def run(args) -> int:
     metrics = Sampler()  # GPU/CPU use during the run, summarised into the provenance record
     metrics.start()
     metrics.mark_run_start("generate")
+    # Ctrl-C asks the loop to stop at the next step (a flag, so it cannot be lost in a finaliser that
+    # happens to be running when the signal lands); a second Ctrl-C interrupts at once.
+    cancel = threading.Event()
+
+    def on_sigint(signum, frame) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        # Ctrl-C lands inside run(), which closes the generator: its clean-up runs before we exit.
-        result = drive(backend.sample(request), on_progress=line.update)
-    finally:
+        result = drive(backend.sample(request), on_progress=line.update, should_cancel=cancel.is_set)
+    finally:  # run() has closed the generator: the engine's clean-up ran
+        signal.signal(signal.SIGINT, previous)
         line.close()
         summary = metrics.mark_run_end("generate")
         metrics.stop()
+    if result is None:
+        raise KeyboardInterrupt  # volsynth's main reports it: "cancelled", exit code 130
     result.provenance["telemetry"] = summary
     paths = save_result(result, out)
     timings = result.provenance["timings"]
