@@ -15,6 +15,7 @@ from functools import partial
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QProgressBar
 
+from app.core.generation_form import REMOTE_PREFIX
 from app.core.volumes import preview_affine
 from app.workers import GenerationWorker
 
@@ -138,6 +139,15 @@ class GenerationController(QObject):
             self.panel.progress_label.setText("Cancelling at the next step...")
             self.main.show_status("Cancelling...")
 
+    def ran_on(self, provenance: dict) -> str:
+        """Where the run happened, for people: an engine server by the name the device list gives it,
+        this machine's device as the engine resolved it ("cpu", "cuda:0 (NVIDIA ...)"), not "Auto"."""
+        if self._run_device.startswith(REMOTE_PREFIX):
+            return self.device_text(self._run_device)
+        device = str(provenance.get("device") or self._run_device)
+        name = provenance.get("device_name")
+        return f"{device} ({name})" if name and device.startswith("cuda") else device
+
     def device_text(self, device: str) -> str:
         """The device as the Generate panel lists it (an engine server by its address)."""
         return self.panel.device_label(device)
@@ -170,7 +180,7 @@ class GenerationController(QObject):
             result.provenance["telemetry"] = summary
         entries = self.state.add_result(result, show=self.state.follow_previews)
         total = result.provenance.get("timings", {}).get("total_s", 0.0)
-        where = self.device_text(self._run_device)
+        where = self.ran_on(result.provenance)
         self.panel.show_finished(f"Done in {total:.1f} s \u00b7 {where}")
         self.panel.progress_bar.setValue(100)
         self.main.show_status(f"Generated {len(entries)} volume(s) in {total:.1f} s on {where}", 10000)

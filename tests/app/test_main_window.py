@@ -86,6 +86,8 @@ def test_generate_with_tiny_model_shows_progress_and_result(qtbot, main_window):
     assert entry.kind == "generated" and entry.shape == (16, 24, 16) and entry.synthetic
     assert entry.provenance["seed"] == window.sampling_panel.seed_spin.value()
     assert window.sampling_panel.progress_label.text().startswith("Done")
+    assert "Auto" not in window.sampling_panel.progress_label.text()  # the device the engine chose: "cpu"
+    assert "cpu" in window.device_label.text().lower()
     assert window.session_panel.list.count() == 1
     assert window.viewer.axial.current_pixels() is not None
     assert window.sampling_panel.generate_button.isEnabled()
