@@ -731,17 +731,7 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
         reference_volume=reference,
     )
     q.quantize_int8(unet, calibration, plan.quantized)
-    details["mixed_plan"] = {
-        "quantized": plan.quantized,
-        "kept_float": plan.kept,
-        "skipped_small": plan.skipped_small,
-        "sensitivity_psnr_db": plan.sensitivity_db,
-        "compute_share": plan.compute_share,
-        "int8_compute_share": plan.quantized_share,
-        "float_psnr_db": plan.float_psnr_db,
-        "achieved_psnr_db": plan.achieved_psnr_db,
-        "evaluations": plan.evaluations,
-    }
+    details["mixed_plan"] = plan.record()
     judged_on = (
         "final volume" if model.autoencoder is not None or model.spec.kind != "latent" else "final latent"
     )
@@ -866,17 +856,7 @@ def _apply_decoder_quantization(
         reference_volume=reference,
     )
     q.quantize_int8(autoencoder, calibration, plan.quantized)
-    details["decoder"]["mixed_plan"] = {
-        "quantized": plan.quantized,
-        "kept_float": plan.kept,
-        "skipped_small": plan.skipped_small,
-        "sensitivity_psnr_db": plan.sensitivity_db,
-        "compute_share": plan.compute_share,
-        "int8_compute_share": plan.quantized_share,
-        "float_psnr_db": plan.float_psnr_db,
-        "achieved_psnr_db": plan.achieved_psnr_db,
-        "evaluations": plan.evaluations,
-    }
+    details["decoder"]["mixed_plan"] = plan.record()
     kept_dtype = dtype or "fp32"
     if not plan.quantized and plan.float_psnr_db < config.decoder_psnr_budget_db:
         report["decoder_quantization"] = _entry(

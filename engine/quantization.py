@@ -26,6 +26,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -362,6 +363,20 @@ class MixedPlan:
     def quantized_share(self) -> float:
         """Fraction of the candidate layers' compute (Conv3d + Linear MACs) that runs in int8."""
         return sum(self.compute_share.get(n, 0.0) for n in self.quantized)
+
+    def record(self) -> dict[str, Any]:
+        """What the search chose and measured, for a run's details (U-Net and decoder plans alike)."""
+        return {
+            "quantized": self.quantized,
+            "kept_float": self.kept,
+            "skipped_small": self.skipped_small,
+            "sensitivity_psnr_db": self.sensitivity_db,
+            "compute_share": self.compute_share,
+            "int8_compute_share": self.quantized_share,
+            "float_psnr_db": self.float_psnr_db,
+            "achieved_psnr_db": self.achieved_psnr_db,
+            "evaluations": self.evaluations,
+        }
 
 
 # Layers below this fraction of the U-Net's multiply-accumulates are not searched by the mixed plan: int8

@@ -172,17 +172,6 @@ class GenerationForm:
             return ""
         return self.model.spec.id if self.remote else str(self.model.path)
 
-    def extrapolation_notes(self) -> dict[str, str]:
-        """Condition name -> note, for values outside the range the model was trained on."""
-        if self.model is None:
-            return {}
-        notes = {}
-        for condition in self.model.spec.conditioning:
-            note = extrapolation_note(condition, self.conditioning.get(condition.name, condition.default))
-            if note:
-                notes[condition.name] = note
-        return notes
-
     def to_request(self, **overrides: Any):
         """The engine's ``SamplingRequest`` (the engine validates it: InvalidRequest says what to fix).
 
@@ -214,16 +203,6 @@ class GenerationForm:
         }
         fields.update(overrides)
         return SamplingRequest(**fields)
-
-    def describe(self) -> str:
-        """One line for people: model, seed, steps, guidance, device."""
-        if self.model is None:
-            return "No model selected"
-        guidance = "none" if self.guidance_scale in (None, 1.0) else f"{self.guidance_scale:g}"
-        return (
-            f"{self.model.spec.name} \u00b7 seed {self.seed} \u00b7 {self.sampler} {self.steps} steps"
-            f" \u00b7 guidance {guidance} \u00b7 {self.device}"
-        )
 
     # -- blocks --------------------------------------------------------------------------------------
 
