@@ -355,6 +355,7 @@ def _cmd_import(args) -> int:
     vault = _open(args)
     try:
         for path in paths:
+            seen = len(vault.notices)
             if args.dicom or not is_nifti(path):
                 info = vault.import_dicom(
                     path, label=args.label, series_uid=args.series_uid, allow_duplicate=args.allow_duplicate
@@ -378,7 +379,11 @@ def _cmd_import(args) -> int:
                 )
             shape = "x".join(str(n) for n in info.shape)
             extra = f", {info.dicom_files} DICOM files" if info.dicom_files else ""
+            if info.tissue_maps:
+                extra += f", tissue maps {' '.join(info.tissue_maps)}"
             print(f"imported {path} as {info.kind} {info.id} ({shape}{extra})")
+            for notice in vault.notices[seen:]:  # e.g. a tissue map listed in the sidecar but not found
+                print(f"volsynth: warning: {notice}", file=sys.stderr)
     finally:
         vault.lock()
     return 0

@@ -7,6 +7,8 @@
       README                          what this is (synthetic), how it was made
       participants.tsv / .json        one row per finished volume: seed and the conditioning values
       sub-synth0001/anat/sub-synth0001_T1w.nii.gz   (+ .json sidecar: the provenance record)
+      sub-synth0001/anat/sub-synth0001_label-GM_probseg.nii.gz   the tissue maps decoded with that image,
+                                      one per label channel of the model (GM, WM, CSF, ventricles...)
       code/volsynth/spec.json         the cohort spec as run
       code/volsynth/manifest.json     each item's state: what resume finishes
 """
@@ -22,17 +24,25 @@ from pathlib import Path
 from typing import Any
 
 from engine import __version__
-from engine.nifti_io import atomic_files
+from engine.nifti_io import atomic_files, tissue_path
 
 BIDS_VERSION = "1.10.0"
 STATE_DIR = Path("code") / "volsynth"
 ROOT_FILES = {"dataset_description.json", "README", "README.md", "CHANGES", "LICENSE"}
 ROOT_FILES |= {"participants.tsv", "participants.json"}
 _SUBJECT = re.compile(r"^sub-([A-Za-z0-9]+)$")
+#: A tissue map beside a subject's image (BIDS derivatives: anatomical segmentations, probabilistic).
+_PROBSEG = re.compile(r"^(sub-[A-Za-z0-9]+)_label-([A-Za-z0-9]+)_probseg\.(nii\.gz|json)$")
 
 
 def volume_path(root: Path, participant: str) -> Path:
     return root / participant / "anat" / f"{participant}_T1w.nii.gz"
+
+
+def tissue_paths(root: Path, participant: str, names) -> list[Path]:
+    """The tissue map files of a participant's volume: ``sub-X_label-<name>_probseg.nii.gz`` beside it."""
+    image = volume_path(root, participant)
+    return [tissue_path(image, name) for name in names]
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -42,8 +52,14 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_description(root: Path, cohort_id: str, model: Mapping[str, Any], spec_json: str) -> None:
-    """dataset_description.json, README and the spec: written once when the cohort starts."""
+    """dataset_description.json, README and the spec: written once when the cohort starts.
+
+    ``model`` may name the template ``space`` its volumes lie in and its ``label_channels`` (the tissue
+    maps written beside each volume); both are then said in the description and the README.
+    """
     shas = model.get("weights_sha256", {})
+    space = model.get("space") or None
+    labels = list(model.get("label_channels") or ())
     description = {
         "Name": f"VolSynth synthetic cohort {cohort_id}",
         "BIDSVersion": BIDS_VERSION,
@@ -65,12 +81,29 @@ def write_description(root: Path, cohort_id: str, model: Mapping[str, Any], spec
         "VolSynthCohortId": cohort_id,
         "Synthetic": True,
     }
+    if space:
+        description["VolSynthSpace"] = space
+    if labels:
+        description["VolSynthTissueMaps"] = labels
     write_text_atomic(root / "dataset_description.json", json.dumps(description, indent=2) + "\n")
+    where = (
+        f"All volumes lie in the template space {space} (the NIfTI sform code says MNI152 where it is one).\n"
+        if space
+        else ""
+    )
+    maps = (
+        f"Each volume comes with paired tissue maps decoded from the same latent, {', '.join(labels)}: "
+        "probabilities in [0, 1] on the volume's grid, beside it as sub-<label>_label-<name>_probseg.nii.gz "
+        "(also SYNTHETIC, not segmentations of a scan).\n"
+        if labels
+        else ""
+    )
     readme = (
         f"# Synthetic cohort {cohort_id}\n\n"
         "Every volume in this dataset is SYNTHETIC: sampled by VolSynth Studio from the diffusion model "
         f"{model.get('id')}; none is a patient scan. Each volume's JSON sidecar records how it was made "
         "(model and weights sha256, sampler, steps, seed, conditioning, settings, device, versions).\n"
+        f"{maps}{where}"
         "participants.tsv lists the seed and the requested conditioning values of each volume.\n"
         "code/volsynth/ holds the cohort spec and the manifest `volsynth cohort resume` works from.\n"
     )
@@ -115,8 +148,10 @@ def validate_layout(root: str | Path) -> list[str]:
 
     Checks the rules this dataset relies on (BIDS 1.10: dataset_description fields for derivatives,
     entity and file naming, sidecars, participants.tsv against the subject folders, n/a for missing
-    values) and that every volume is marked SYNTHETIC; with the ``bids-validator`` package installed, every
-    file path is also checked against its rules.
+    values), that every volume and tissue map is marked SYNTHETIC, and that each volume has every tissue
+    map the description names (``VolSynthTissueMaps``); with the ``bids-validator`` package installed,
+    every file path is also checked against its rules (and tissue maps against the BIDS schema's rules
+    for derivatives, with ``bidsschematools``).
     """
     root = Path(root)
     problems: list[str] = []
@@ -137,6 +172,12 @@ def validate_layout(root: str | Path) -> list[str]:
         problems.append("dataset_description.json: GeneratedBy must be a list of objects with Name")
     elif not generated[0].get("Version") or not generated[0].get("ModelSHA256"):
         problems.append("dataset_description.json: GeneratedBy lacks the tool version or model sha256")
+    labels = desc.get("VolSynthTissueMaps") or []
+    if not isinstance(labels, list) or not all(isinstance(n, str) and n.isalnum() for n in labels):
+        problems.append(
+            "dataset_description.json: VolSynthTissueMaps must be a list of names (letters, digits)"
+        )
+        labels = []
     for entry in sorted(root.iterdir()):
         if entry.name.startswith("."):
             continue
@@ -161,11 +202,21 @@ def validate_layout(root: str | Path) -> list[str]:
             if entry.name.startswith("."):
                 problems.append(f"{rel}: a leftover temporary file")
                 continue
+            probseg = _PROBSEG.match(entry.name)
+            if entry.parent == sub / "anat" and probseg and probseg.group(1) == sub.name:
+                if entry.name.endswith(".nii.gz"):
+                    if probseg.group(2) not in labels:
+                        problems.append(f"{rel}: a tissue map dataset_description.json does not name")
+                    problems += _check_synthetic(entry)
+                continue
             if entry.parent != sub / "anat" or entry.name not in (
                 f"{sub.name}_T1w.nii.gz",
                 f"{sub.name}_T1w.json",
             ):
-                problems.append(f"{rel}: name does not follow sub-<label>_T1w.nii.gz / .json")
+                problems.append(
+                    f"{rel}: name does not follow sub-<label>_T1w.nii.gz / .json "
+                    "or sub-<label>_label-<name>_probseg.nii.gz"
+                )
         nifti = volume_path(root, sub.name)
         if not nifti.is_file():
             problems.append(f"{sub.name}: no {nifti.name}")
@@ -173,6 +224,9 @@ def validate_layout(root: str | Path) -> list[str]:
         if not nifti.with_name(f"{sub.name}_T1w.json").is_file():
             problems.append(f"{sub.name}: no JSON sidecar for {nifti.name}")
         problems += _check_synthetic(nifti)
+        for path in tissue_paths(root, sub.name, labels):
+            if not path.is_file():
+                problems.append(f"{sub.name}: no tissue map {path.name}")
     rows = read_participants(root)
     if not (root / "participants.tsv").is_file():
         problems.append("no participants.tsv")
@@ -216,6 +270,7 @@ def _bids_validator_problems(root: Path) -> list[str]:
     except ImportError:
         return []
     validator = BIDSValidator()
+    derivative = None  # the BIDS schema's rules for derivative files, loaded when first needed
     problems = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
@@ -223,6 +278,27 @@ def _bids_validator_problems(root: Path) -> list[str]:
             continue
         if rel.name in ("README", "README.md", "CHANGES", "LICENSE"):
             continue
-        if not validator.is_bids("/" + rel.as_posix()):
-            problems.append(f"{rel.as_posix()}: bids-validator does not accept this path")
+        if validator.is_bids("/" + rel.as_posix()):
+            continue
+        # bids-validator knows raw datasets only; a tissue map is a derivative (BIDS: "Segmentations").
+        if _PROBSEG.match(rel.name):
+            if derivative is None:
+                derivative = _derivative_rules()
+            if derivative is False or any(rule.match(rel.as_posix()) for rule in derivative):
+                continue
+        problems.append(f"{rel.as_posix()}: bids-validator does not accept this path")
     return problems
+
+
+def _derivative_rules():
+    """Compiled file-name rules for BIDS derivatives from ``bidsschematools`` (installed with pybids), or
+    False without it (the name was then checked against the probseg pattern only)."""
+    try:
+        from bidsschematools.rules import regexify_filename_rules
+        from bidsschematools.schema import load_schema
+
+        schema = load_schema()
+        rules = regexify_filename_rules(schema.rules.files.deriv, schema, level=2)
+        return [re.compile(rule["regex"]) for rule in rules]
+    except Exception:  # noqa: BLE001 - not installed, or a version with another API: fall back
+        return False

@@ -6,8 +6,9 @@
    (``num_gpus=1``), keeping its loaded model between items. Ray restarts an actor whose process died.
 4. Keep one item in flight per worker (a volume takes seconds; Ray's per-task overhead is milliseconds,
    so a deeper queue gains nothing and a killed worker would take more than its one item with it).
-5. Each result comes back to the driver, which writes it (atomically, with its provenance sidecar, through
-   ``engine.nifti_io.save_result``) or stores it in the vault, then marks the item done in the manifest.
+5. Each result comes back to the driver, which writes it (atomically, with its provenance sidecar and the
+   tissue maps of a model with label channels, through ``engine.nifti_io.save_result``) or stores it in
+   the vault (maps as parts of the same item), then marks the item done in the manifest.
    A worker that died mid-item costs only that item: it is recorded as a failed attempt and resubmitted.
 
 Workers only compute; the driver is the only writer, so a cluster's workers need no shared filesystem.
@@ -31,7 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from engine.cohort.dataset import STATE_DIR, volume_path, write_description, write_participants
+from engine.cohort.dataset import (
+    STATE_DIR,
+    tissue_paths,
+    volume_path,
+    write_description,
+    write_participants,
+)
 from engine.cohort.manifest import DONE, FAILED, PENDING, Manifest, manifest_path, now_utc
 from engine.cohort.spec import CohortItem, CohortSpec
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, OutputError
@@ -107,6 +114,8 @@ class _CohortWorker:
         result = run(self.backend.sample(req))
         return {
             "volume": np.ascontiguousarray(result.volume(0), dtype=np.float32),
+            # The tissue maps decoded with it (label channels, in the model's order), {} without them.
+            "tissue": result.tissue_maps(0),
             "affine": result.affine,
             "request": result.request.to_dict(),
             "provenance": result.provenance,
@@ -227,6 +236,10 @@ def prepare_folder(spec: CohortSpec, root: Path, registry=None) -> tuple[Manifes
         "path": str(source.path),
         "weights_sha256": source.weights_sha256(),
     }
+    if source.spec.space:
+        model["space"] = source.spec.space
+    if source.spec.label_channels:
+        model["label_channels"] = list(source.spec.label_channels)
     if spec.target == "folder":
         write_description(root, spec.cohort_id, model, spec.to_json())
     else:
@@ -249,10 +262,14 @@ def load_folder_spec(root: str | Path) -> CohortSpec:
 
 
 class _Writer:
-    """Where finished volumes go: the BIDS folder or the vault. The driver's only writer."""
+    """Where finished volumes go: the BIDS folder or the vault. The driver's only writer.
 
-    def __init__(self, spec: CohortSpec, manifest: Manifest, units: dict[str, str], vault=None):
+    ``labels`` are the model's tissue maps: an item is stored only when its volume and every map are.
+    """
+
+    def __init__(self, spec: CohortSpec, manifest: Manifest, units: dict[str, str], vault=None, labels=()):
         self.spec, self.manifest, self.units, self.vault = spec, manifest, units, vault
+        self.labels = tuple(labels)
         if spec.target == "vault" and vault is None:
             raise InvalidRequest("this cohort goes into a vault; unlock it first (pass the passphrase)")
 
@@ -261,15 +278,24 @@ class _Writer:
         if entry["state"] != DONE:
             return False
         if self.spec.target == "folder":
-            return volume_path(self.manifest.root, participant).is_file()
+            root = self.manifest.root
+            return volume_path(root, participant).is_file() and all(
+                p.is_file() for p in tissue_paths(root, participant, self.labels)
+            )
         return bool(self._vault_matches(participant))
 
     def _label(self, participant: str) -> str:
         return f"{self.manifest.cohort_id} {participant}"
 
-    def _vault_matches(self, participant: str) -> list:
+    def _vault_matches(self, participant: str, *, complete: bool = True) -> list:
+        """This cohort's items for ``participant`` in the vault (with every tissue map, unless not
+        ``complete``)."""
         label = self._label(participant)
-        return [i for i in self.vault.search(label, kind="synthetic") if i.label == label]
+        return [
+            i
+            for i in self.vault.search(label, kind="synthetic")
+            if i.label == label and (not complete or set(self.labels) <= set(i.tissue_maps))
+        ]
 
     def write(self, participant: str, out: dict[str, Any]) -> tuple[str, str]:
         """Store one result; returns (where, volume sha256)."""
@@ -290,17 +316,31 @@ class _Writer:
         # The worker's argv is Ray's default_worker.py; what made this volume is the driver's command.
         provenance["command"] = " ".join(sys.argv[:1]) + " (Ray cohort driver)"
         provenance["worker"] = {"pid": out["pid"], "backend": provenance.get("backend")}
+        tissue = out.get("tissue") or {}
         if self.spec.target == "vault":
             # A crash after the vault stored the item but before the manifest said so must not store it twice.
             existing = self._vault_matches(participant)
             if existing:
                 return existing[0].id, digest
-            info = self.vault.add_synthetic(volume, out["affine"], provenance, label=self._label(participant))
+            info = self.vault.add_synthetic(
+                volume,
+                out["affine"],
+                provenance,
+                label=self._label(participant),
+                tissue=tissue or None,
+                # An item of this cohort without its maps (from a model without label channels) stays;
+                # the same image comes again, now with them.
+                allow_duplicate=bool(self._vault_matches(participant, complete=False)),
+            )
             return info.id, digest
         path = volume_path(self.manifest.root, participant)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # The image and its maps as the channels they came in, so save_result writes the maps beside it.
+        names = list(tissue)
+        if names:
+            provenance["label_channels"] = names
         result = SamplingResult(
-            volumes=volume[None, None],
+            volumes=np.stack([volume, *(tissue[n] for n in names)])[None].astype(np.float32, copy=False),
             affine=np.asarray(out["affine"]),
             request=SamplingRequest.from_dict(out["request"]),
             provenance=provenance,
@@ -389,7 +429,7 @@ def run_cohort(
     root = Path(root).expanduser().absolute()
     manifest, items, source = prepare_folder(spec, root, registry)
     units = {c.name: c.unit for c in source.spec.conditioning}
-    writer = _Writer(spec, manifest, units, vault)
+    writer = _Writer(spec, manifest, units, vault, labels=source.spec.label_channels)
     total = len(items)
     todo: deque[str] = deque()
     for item in items:

@@ -79,12 +79,16 @@ def probe(path: Path) -> NiftiInfo:
     )
 
 
-def float32_header(shape: tuple[int, ...], affine: np.ndarray, descrip: str) -> bytes:
-    """A single-file NIfTI-1 header (plus empty extension flag) for float32 data, 352 bytes."""
+def float32_header(shape: tuple[int, ...], affine: np.ndarray, descrip: str, *, sform_code: int = 1) -> bytes:
+    """A single-file NIfTI-1 header (plus empty extension flag) for float32 data, 352 bytes.
+
+    ``sform_code`` says what the affine maps into (1 scanner anatomical, the default; 4 MNI152, see
+    :func:`engine.nifti_io.xform_code`); the qform stays scanner anatomical, as ``make_nifti`` writes it.
+    """
     hdr = nib.Nifti1Header()
     hdr.set_data_shape(shape)
     hdr.set_data_dtype(np.float32)
-    hdr.set_sform(affine, code="scanner")
+    hdr.set_sform(affine, code=int(sform_code))
     hdr.set_qform(affine, code="scanner", strip_shears=True)
     hdr.set_xyzt_units("mm")
     hdr["descrip"] = descrip.encode("ascii", "replace")[:79]

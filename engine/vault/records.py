@@ -11,6 +11,15 @@ import numpy as np
 from engine.vault.audit import AuditEntry
 
 KINDS = ("scan", "synthetic")
+#: Parts named ``tissue/<name>`` hold a synthetic item's tissue maps (float32 NIfTI on the image's grid).
+TISSUE_PART_PREFIX = "tissue/"
+
+
+def tissue_names(rec: dict) -> tuple[str, ...]:
+    """The names of the tissue maps an item record holds, in the order they were stored."""
+    return tuple(
+        p["name"][len(TISSUE_PART_PREFIX) :] for p in rec["parts"] if p["name"].startswith(TISSUE_PART_PREFIX)
+    )
 
 
 @dataclass(frozen=True)
@@ -31,9 +40,11 @@ class ItemInfo:
         dtype: Stored data type.
         affine: Voxel -> RAS mm, 4x4, as nested tuples.
         compressed: Stored as .nii.gz.
-        size_bytes: Plaintext bytes stored (volume plus any DICOM files).
+        size_bytes: Plaintext bytes stored (volume plus any DICOM files and tissue maps).
         dicom_files: Number of original DICOM files kept.
         original_name: File or folder name it was imported from.
+        tissue_maps: Names of the tissue maps stored with a generated volume (e.g. ``("GM", "WM", "CSF",
+            "ventricles")``), in the model's channel order; empty when it has none.
     """
 
     id: str
@@ -51,6 +62,7 @@ class ItemInfo:
     size_bytes: int
     dicom_files: int
     original_name: str
+    tissue_maps: tuple[str, ...] = ()
 
     @property
     def is_synthetic(self) -> bool:
@@ -75,6 +87,7 @@ class ItemInfo:
             size_bytes=sum(int(p["size"]) for p in rec["parts"]),
             dicom_files=sum(1 for p in rec["parts"] if p["name"].startswith("dicom/")),
             original_name=rec.get("original_name", ""),
+            tissue_maps=tissue_names(rec),
         )
 
 
@@ -86,11 +99,14 @@ class OpenedVolume:
         data: Voxels (float32 unless ``as_float32=False`` was asked for).
         affine: Voxel -> RAS mm (NIfTI convention), float64 4x4.
         info: The item's metadata.
+        tissue: Its tissue maps, name -> float32 (x, y, z), when asked for (``open_item(...,
+            with_tissue=True)``); empty otherwise and for items without maps.
     """
 
     data: np.ndarray
     affine: np.ndarray
     info: ItemInfo
+    tissue: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,7 +114,8 @@ class ExportResult:
     """What :meth:`Vault.export` wrote.
 
     Attributes:
-        files: Every file written (NIfTI first, then DICOM files, then a provenance sidecar).
+        files: Every file written (NIfTI first, then DICOM files or tissue maps, then a provenance
+            sidecar).
         deidentified: Whether de-identification was applied.
         warnings: Things de-identification could not fix (e.g. burned-in annotations).
     """

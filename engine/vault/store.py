@@ -5,7 +5,8 @@ On disk (one folder; no file name says anything about its content)::
     vault.json           header: format, vault id, Argon2id parameters and salt, the wrapped master key,
                          and a SHA-256 checksum line (so an edit is told apart from a wrong passphrase)
     index.vsi            encrypted index: every item's metadata (patient, study, provenance) and its parts
-    blobs/<random>.vsb   encrypted payloads: one per volume and one per original DICOM file
+    blobs/<random>.vsb   encrypted payloads: one per volume, one per original DICOM file and one per tissue
+                         map of a generated volume (part ``tissue/<name>``)
     blobs/<item id>.vsr  encrypted copy of one item's index record (what ``vault repair`` re-indexes from)
     audit.log, audit.head, unlock-failures.log   the audit trail (see engine.vault.audit)
     .write.lock, .audit.lock                     inter-process locks
@@ -42,7 +43,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,7 +59,7 @@ from engine.errors import (
     VaultLocked,
     VaultRolledBack,
 )
-from engine.nifti_io import provenance_sidecar
+from engine.nifti_io import is_nifti, provenance_sidecar, tissue_path, xform_code
 from engine.vault import crypto, deid, dicom, nifti
 from engine.vault import synthetic as synthetic_marks
 from engine.vault.anchor import Anchor, AnchorState
@@ -78,12 +79,14 @@ from engine.vault.fsio import (
 )
 from engine.vault.records import (
     KINDS,
+    TISSUE_PART_PREFIX,
     AuditTrail,
     ExportResult,
     ItemInfo,
     OpenedVolume,
     RepairReport,
     VerifyReport,
+    tissue_names,
 )
 
 HEADER_NAME = "vault.json"
@@ -332,7 +335,47 @@ class _PartWriter:
 def _part_label(name: str) -> str:
     if name.startswith("dicom/"):
         return f"DICOM file {int(name.split('/')[1])}"
+    if name.startswith(TISSUE_PART_PREFIX):
+        return f"tissue map {name[len(TISSUE_PART_PREFIX) :]}"
     return "volume data"
+
+
+#: A tissue map's name: what a BIDS ``label-<name>`` entity allows (letters and digits), as model specs do.
+MAX_TISSUE_NAME = 40
+
+
+def _check_tissue_name(name) -> str:
+    if not isinstance(name, str) or not name.isascii() or not name.isalnum() or len(name) > MAX_TISSUE_NAME:
+        raise InvalidRequest(
+            f"a tissue map name must be 1-{MAX_TISSUE_NAME} letters and digits (e.g. GM), "
+            f"got {str(name)[:60]!r}"
+        )
+    return name
+
+
+def _check_tissue(tissue, shape: tuple[int, ...]) -> list[tuple[str, np.ndarray]]:
+    """The tissue maps to store with a volume of ``shape``: (name, 3D real array on the volume's grid)."""
+    if not tissue:
+        return []
+    if not hasattr(tissue, "items"):
+        raise InvalidRequest(f"tissue maps must be a mapping of name -> array, got {type(tissue).__name__}")
+    out = []
+    for name, value in tissue.items():
+        _check_tissue_name(name)
+        arr = np.asarray(value)
+        if not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr) or arr.shape != tuple(shape[:3]):
+            raise InvalidRequest(
+                f"tissue map {name} must be a real-valued array of the volume's grid {tuple(shape[:3])}, "
+                f"got {arr.dtype} {arr.shape}"
+            )
+        out.append((name, arr))
+    return out
+
+
+def _space(provenance: dict | None) -> str | None:
+    """The template space a provenance record names (``"space"``, e.g. ``MNI152NLin2009aSym``), if any."""
+    space = (provenance or {}).get("space")
+    return space if isinstance(space, str) and space else None
 
 
 class Vault:
@@ -1046,6 +1089,11 @@ class Vault:
         :func:`engine.vault.synthetic.find_marks`) is imported as ``"synthetic"`` with the sidecar's
         provenance, and refused as a scan.
 
+        The tissue maps a synthetic volume's provenance lists (``"tissue_maps": {name: file name}``, as
+        ``engine.nifti_io.save_result`` writes them beside the image) are imported with it, byte for byte,
+        as parts of the same item. A listed map that is missing, unreadable or not on the image's grid is
+        left out, and :attr:`notices` says so (:attr:`ItemInfo.tissue_maps` names those kept).
+
         Args:
             path: The file.
             kind: ``"scan"`` for a real patient scan, ``"synthetic"`` for a generated volume; None (the
@@ -1084,7 +1132,8 @@ class Vault:
         if kind == "synthetic" and patient:
             raise InvalidRequest("a synthetic volume has no patient; leave out the patient details")
         info = nifti.probe(path)
-        total = path.stat().st_size
+        maps = self._tissue_files(path, provenance, info) if kind == "synthetic" else []
+        total = path.stat().st_size + sum(m.stat().st_size for _, m, _ in maps)
         name = path.name
         record = {
             "kind": kind,
@@ -1105,17 +1154,61 @@ class Vault:
         }
 
         def write_parts(new_part: Callable[[str], _PartWriter]) -> list[dict]:
-            part = new_part("volume")
+            parts = []
             done = 0
-            with _reading(path) as fh:
-                while chunk := fh.read(crypto.IO_CHUNK):
-                    part.write(chunk)
-                    done += len(chunk)
-                    if progress is not None:
-                        progress(done, total)
-            return [part.close()]
+            # Tissue parts record whether their bytes are gzip'ed (the volume's flag is in "volume").
+            for part_name, source, compressed in [("volume", path, None)] + [
+                (TISSUE_PART_PREFIX + n, m, c) for n, m, c in maps
+            ]:
+                part = new_part(part_name)
+                if compressed is not None:
+                    part.extra["compressed"] = compressed
+                with _reading(source) as fh:
+                    while chunk := fh.read(crypto.IO_CHUNK):
+                        part.write(chunk)
+                        done += len(chunk)
+                        if progress is not None:
+                            progress(done, total)
+                parts.append(part.close())
+            return parts
 
         return self._import(record, write_parts, allow_duplicate=allow_duplicate)
+
+    def _tissue_files(
+        self, path: Path, provenance: dict | None, image: nifti.NiftiInfo
+    ) -> list[tuple[str, Path, bool]]:
+        """The tissue maps a generated file's provenance lists beside it: (name, file, gzip'ed), each checked
+        complete and on the image's grid. Those that are not are left out, with a notice."""
+        listed = (provenance or {}).get("tissue_maps")
+        if not isinstance(listed, dict):
+            return []
+        # In the model's channel order (the sidecar's keys are sorted).
+        channels = (provenance or {}).get("label_channels")
+        order = [str(c) for c in channels] if isinstance(channels, list) else []
+        entries = sorted(listed.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+        out = []
+        for name, file_name in entries:
+            try:
+                _check_tissue_name(name)
+                if (
+                    not isinstance(file_name, str)
+                    or Path(file_name).name != file_name
+                    or not is_nifti(file_name)
+                ):
+                    raise InvalidRequest(f"{str(file_name)[:80]!r} is not a NIfTI file name")
+                source = path.with_name(file_name)
+                if not source.is_file():
+                    raise InvalidRequest(f"{file_name} is not beside {path.name}")
+                found = nifti.probe(source)
+                if found.shape[:3] != image.shape[:3] or not np.allclose(
+                    found.affine, image.affine, rtol=0, atol=1e-3
+                ):
+                    raise InvalidRequest(f"{file_name} is not on the grid of {path.name}")
+            except InvalidRequest as exc:
+                self.notices.append(f"tissue map {str(name)[:60]} of {path.name} was not imported: {exc}")
+                continue
+            out.append((name, source, found.compressed))
+        return out
 
     def import_dicom(
         self,
@@ -1197,19 +1290,27 @@ class Vault:
         label: str | None = None,
         progress: Progress | None = None,
         allow_duplicate: bool = False,
+        tissue: Mapping[str, np.ndarray] | None = None,
     ) -> ItemInfo:
         """Store a generated volume (as float32 NIfTI marked SYNTHETIC) with its provenance.
 
         Args:
             volume: The voxels (3D, or more dimensions).
             affine: Voxel -> RAS mm, 4x4.
-            provenance: How it was made (model id and weights hash, seed, sampler, settings...).
+            provenance: How it was made (model id and weights hash, seed, sampler, settings...). A
+                ``"space"`` (e.g. ``MNI152NLin2009aSym``) sets the sform code of the stored and exported
+                NIfTI headers (4 for MNI152), as ``volsynth generate`` writes them.
             label: Display name (default: from the provenance's model id and seed).
             progress: Called with (bytes done, bytes total).
             allow_duplicate: Store it even if the vault already holds exactly the same volume.
+            tissue: Tissue maps decoded with the volume (``SamplingResult.tissue_maps(i)``: name -> (x, y, z)
+                on the volume's grid). Each is stored as one more encrypted part of the same item
+                (``tissue/<name>``, float32 NIfTI with the volume's affine and SYNTHETIC marks): verified,
+                exported and deleted with the volume, read back with :meth:`open_tissue`.
 
         Raises:
             DuplicateItem: The same volume is already in the vault (and ``allow_duplicate`` is False).
+            InvalidRequest: Bad volume, affine or provenance, or a tissue map off the volume's grid.
         """
         arr = np.asarray(volume)
         if arr.ndim < 3 or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
@@ -1222,8 +1323,11 @@ class Vault:
         prov = _json_copy(provenance, "provenance")
         if not isinstance(prov, dict):
             raise InvalidRequest("provenance must be a dict")
-        header = nifti.float32_header(arr.shape, aff, nifti.SYNTHETIC_DESCRIP)
-        total = len(header) + 4 * arr.size
+        maps = _check_tissue(tissue, arr.shape)
+        code = xform_code(_space(prov))  # 1 (as before) unless the provenance names a template space
+        header = nifti.float32_header(arr.shape, aff, nifti.SYNTHETIC_DESCRIP, sform_code=code)
+        map_header = nifti.float32_header(arr.shape[:3], aff, nifti.SYNTHETIC_DESCRIP, sform_code=code)
+        total = len(header) + 4 * arr.size + sum(len(map_header) + 4 * m.size for _, m in maps)
         if label is None:
             bits = [str(prov["model_id"])] if prov.get("model_id") is not None else []
             bits += [f"seed {prov['seed']}"] if prov.get("seed") is not None else []
@@ -1247,15 +1351,21 @@ class Vault:
         }
 
         def write_parts(new_part: Callable[[str], _PartWriter]) -> list[dict]:
-            part = new_part("volume")
-            part.write(header)
-            done = len(header)
-            for slab in nifti.iter_volume_slabs(arr):
-                part.write(slab)
-                done += len(slab)
-                if progress is not None:
-                    progress(done, total)
-            return [part.close()]
+            parts = []
+            done = 0
+            for name, data, head in [("volume", arr, header)] + [
+                (TISSUE_PART_PREFIX + n, m, map_header) for n, m in maps
+            ]:
+                part = new_part(name)
+                part.write(head)
+                done += len(head)
+                for slab in nifti.iter_volume_slabs(data):
+                    part.write(slab)
+                    done += len(slab)
+                    if progress is not None:
+                        progress(done, total)
+                parts.append(part.close())
+            return parts
 
         return self._import(record, write_parts, allow_duplicate=allow_duplicate)
 
@@ -1411,28 +1521,73 @@ class Vault:
             raise self._corrupted(rec, part, "does not match the index")
         return memoryview(buf)[:size]
 
-    def open_item(self, item_id: str, *, as_float32: bool = True) -> OpenedVolume:
+    def open_item(self, item_id: str, *, as_float32: bool = True, with_tissue: bool = False) -> OpenedVolume:
         """Decrypt an item's volume into memory (nothing is written to disk). Recorded as a view.
 
         Args:
             item_id: Item id or unique prefix.
             as_float32: Return float32 voxels (scaling applied); otherwise nibabel's view of the stored
                 values (the stored dtype when the file has no scaling).
+            with_tissue: Also decrypt its tissue maps into :attr:`OpenedVolume.tissue` (see
+                :meth:`open_tissue`).
 
         Raises:
             VaultCorrupted: The item failed authentication (no data is returned).
         """
         with self._op():
             rec = self._record(item_id)
-            self._audit_write("view", rec["id"], {})
+            names = tissue_names(rec) if with_tissue else ()
+            self._audit_write("view", rec["id"], {"tissue": list(names)} if names else {})
             volume = next(p for p in rec["parts"] if p["name"] == "volume")
             raw = self._read_part(rec, volume)
             data, _ = nifti.load(raw, compressed=bool(rec["volume"].get("compressed")), as_float32=as_float32)
             del raw
+            tissue = self._read_tissue(rec, names)
             # The index holds the affine at full precision (NIfTI-1 stores the sform as float32); for a NIfTI
             # import it is exactly what nibabel reads from the file.
             affine = np.array(rec["volume"]["affine"], dtype=np.float64)
-            return OpenedVolume(data=data, affine=affine, info=ItemInfo.from_record(rec))
+            return OpenedVolume(data=data, affine=affine, info=ItemInfo.from_record(rec), tissue=tissue)
+
+    def open_tissue(self, item_id: str, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Decrypt a generated item's tissue maps into memory (nothing is written to disk). Recorded as a
+        view.
+
+        Args:
+            item_id: Item id or unique prefix.
+            names: The maps wanted (e.g. ``["GM"]``); None for all of them.
+
+        Returns:
+            Name -> float32 (x, y, z) on the grid of the item's volume (same affine), in stored order; empty
+            for an item without maps.
+
+        Raises:
+            InvalidRequest: The item has no map of a name asked for.
+            VaultCorrupted: A map failed authentication (no data is returned).
+        """
+        with self._op():
+            rec = self._record(item_id)
+            stored = tissue_names(rec)
+            wanted = stored if names is None else tuple(str(n) for n in names)
+            missing = [n for n in wanted if n not in stored]
+            if missing:
+                have = ", ".join(stored) if stored else "none"
+                raise InvalidRequest(
+                    f"item {rec['id'][:12]} has no tissue map {missing[0]!r} (its tissue maps: {have})"
+                )
+            if not wanted:
+                return {}
+            self._audit_write("view", rec["id"], {"tissue": list(wanted)})
+            return self._read_tissue(rec, wanted)
+
+    def _read_tissue(self, rec: dict, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Decrypt and parse the named tissue parts of an item; all of them or none (raises)."""
+        out = {}
+        for name in names:
+            part = next(p for p in rec["parts"] if p["name"] == TISSUE_PART_PREFIX + name)
+            raw = self._read_part(rec, part)
+            out[name], _ = nifti.load(raw, compressed=bool(part.get("compressed")), as_float32=True)
+            del raw
+        return out
 
     def export(
         self,
@@ -1451,8 +1606,12 @@ class Vault:
         byte-identical to what was imported. A synthetic item always leaves as ``.nii.gz`` with every
         SYNTHETIC field that ``volsynth generate`` writes (``descrip``, ``intent_name``, ``aux_file``, a
         comment extension) and its provenance in the same ``<stem>.json`` sidecar, so opening the export
-        shows its provenance. Recorded in the audit trail. While it runs, an encrypted note in the vault
-        folder says where its partial files are; if the process is killed, the next unlock removes them.
+        shows its provenance; its tissue maps, if it has any, go beside it as
+        ``<stem>_label-<name>_probseg.nii.gz`` (``engine.nifti_io.tissue_path``), marked the same way, and
+        the sidecar lists them (``"tissue_maps": {name: file name}``). A provenance naming a template
+        ``space`` sets the sform code of every file (4 for MNI152). Recorded in the audit trail. While it
+        runs, an encrypted note in the vault folder says where its partial files are; if the process is
+        killed, the next unlock removes them.
 
         Args:
             item_id: Item id or unique prefix.
@@ -1477,7 +1636,15 @@ class Vault:
             dicom_parts = [p for p in rec["parts"] if p["name"].startswith("dicom/")] if include_dicom else []
             dicom_dir = dest / f"{stem}-dicom"
             prov_path = dest / f"{stem}.json"  # engine.nifti_io.sidecar_path: what load_nifti reads back
-            targets = [nii_path] + ([dicom_dir] if dicom_parts else []) + ([prov_path] if synthetic else [])
+            tissue_parts = (
+                [p for p in rec["parts"] if p["name"].startswith(TISSUE_PART_PREFIX)] if synthetic else []
+            )
+            map_paths = [tissue_path(nii_path, p["name"][len(TISSUE_PART_PREFIX) :]) for p in tissue_parts]
+            targets = (
+                [nii_path, *map_paths]
+                + ([dicom_dir] if dicom_parts else [])
+                + ([prov_path] if synthetic else [])
+            )
             if not overwrite and (clash := [str(t) for t in targets if t.exists()]):
                 raise OutputError(f"{clash[0]} already exists; choose another folder or allow overwriting")
             try:
@@ -1487,16 +1654,33 @@ class Vault:
             except OSError as exc:
                 raise OutputError(f"cannot create {dest}: {exc.strerror}") from exc
 
-            self._audit_write(
-                "export",
-                rec["id"],
-                {"folder": str(dest.absolute()), "deidentified": deidentify, "dicom_files": len(dicom_parts)},
+            detail = {
+                "folder": str(dest.absolute()),
+                "deidentified": deidentify,
+                "dicom_files": len(dicom_parts),
+            }
+            if tissue_parts:
+                detail["tissue_maps"] = len(tissue_parts)
+            self._audit_write("export", rec["id"], detail)
+            total = sum(
+                int(p["size"])
+                for p in rec["parts"]
+                if p["name"] == "volume" or p in dicom_parts or p in tissue_parts
             )
-            total = sum(int(p["size"]) for p in rec["parts"] if p["name"] == "volume" or p in dicom_parts)
             done = 0
             written: list[Path] = []
             warnings: list[str] = []
             record = {**(rec.get("provenance") or {}), "synthetic": True} if synthetic else None
+            space = _space(record)
+            if record is not None:
+                # The maps that leave with the image, under the names they get here (an imported file's
+                # provenance names the files it was imported with).
+                record.pop("tissue_maps", None)
+                if tissue_parts:
+                    record["tissue_maps"] = {
+                        p["name"][len(TISSUE_PART_PREFIX) :]: path.name
+                        for p, path in zip(tissue_parts, map_paths, strict=True)
+                    }
             pending = self._pending_export([dest] + ([dicom_dir] if dicom_parts else []))
             prefix = pending.__enter__()
             try:
@@ -1507,7 +1691,11 @@ class Vault:
                         stream = _counting(stream, progress, done, total)
                     if synthetic:
                         pieces = synthetic_marks.export_stream(
-                            stream, compressed=compressed, deidentify=deidentify, provenance=record
+                            stream,
+                            compressed=compressed,
+                            deidentify=deidentify,
+                            provenance=record,
+                            space=space,
                         )
                     else:
                         pieces = nifti.rewrite_stream(
@@ -1517,6 +1705,27 @@ class Vault:
                         writer.write(piece)
                 written.append(nii_path)
                 done += int(volume["size"])
+                for part, map_path in zip(tissue_parts, map_paths, strict=True):
+                    # Each map carries the image's provenance naming the map, as save_result writes it.
+                    map_record = {
+                        **(record or {}),
+                        "tissue_map": part["name"][len(TISSUE_PART_PREFIX) :],
+                        "image": nii_path.name,
+                    }
+                    with AtomicWriter(map_path, prefix=prefix, output=True) as writer:
+                        stream = self._iter_part(rec, part)
+                        if progress is not None:
+                            stream = _counting(stream, progress, done, total)
+                        for piece in synthetic_marks.export_stream(
+                            stream,
+                            compressed=bool(part.get("compressed")),
+                            deidentify=deidentify,
+                            provenance=map_record,
+                            space=space,
+                        ):
+                            writer.write(piece)
+                    written.append(map_path)
+                    done += int(part["size"])
                 uids = deid.UidMapper()
                 for n, part in enumerate(dicom_parts, start=1):
                     raw = bytes(self._read_part(rec, part))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import InvalidRequest, VaultCorrupted
-from engine.nifti_io import PROVENANCE_EXTENSION_TAG, SYNTHETIC_DESCRIP, provenance_sidecars
+from engine.nifti_io import PROVENANCE_EXTENSION_TAG, SYNTHETIC_DESCRIP, provenance_sidecars, xform_code
 
 SYNTHETIC_INTENT = b"SYNTHETIC"
 SYNTHETIC_AUX = b"volsynth-synthetic"
@@ -190,18 +190,24 @@ def _extension(content: bytes, order: str) -> bytes:
     return struct.pack(order + "ii", esize, _COMMENT_ECODE) + content.ljust(esize - 8, b"\x00")
 
 
-def marked_header(raw_header: bytes, *, deidentify: bool, provenance: dict | None = None) -> bytes:
+def marked_header(
+    raw_header: bytes, *, deidentify: bool, provenance: dict | None = None, space: str | None = None
+) -> bytes:
     """The header (and extensions) to write in place of a stored stream's first ``vox_offset`` bytes, with
     every SYNTHETIC field set as ``engine.nifti_io.make_nifti`` sets them, and the provenance record (if
     given) in its VolSynth extension.
 
     De-identification clears the other free-text fields and drops foreign extensions; otherwise they stay
-    (the original description follows the mark, as far as 80 bytes allow).
+    (the original description follows the mark, as far as 80 bytes allow). ``space`` (the template the
+    affine maps into, from the provenance) sets the sform code as ``make_nifti`` does (4 for MNI152); without
+    it, or when the header has no sform, the codes stay as stored.
     """
     parsed = _parse_header(raw_header)
     if parsed is None:
         raise VaultCorrupted("the stored NIfTI stream does not start with a NIfTI header")
     hdr, vox, size, order = parsed
+    if space and int(hdr["sform_code"]) > 0:
+        hdr["sform_code"] = xform_code(space)
     old_descrip = _text(hdr, "descrip").strip("\x00 ")
     if deidentify:
         for name in _TEXT_FIELDS:
@@ -231,7 +237,12 @@ def marked_header(raw_header: bytes, *, deidentify: bool, provenance: dict | Non
 
 
 def export_stream(
-    chunks: Iterable[bytes], *, compressed: bool, deidentify: bool, provenance: dict | None = None
+    chunks: Iterable[bytes],
+    *,
+    compressed: bool,
+    deidentify: bool,
+    provenance: dict | None = None,
+    space: str | None = None,
 ) -> Iterator[bytes]:
     """The bytes of a synthetic item's exported ``.nii.gz``: the stored stream with :func:`marked_header`
     in front of its voxels, gzip-compressed (no file name or time in the gzip header). Streams: only the
@@ -252,7 +263,8 @@ def export_stream(
     if vox is None or len(plain) < vox:
         raise VaultCorrupted("the stored NIfTI stream ends inside its header")
     deflater = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    yield deflater.compress(marked_header(bytes(plain[:vox]), deidentify=deidentify, provenance=provenance))
+    header = marked_header(bytes(plain[:vox]), deidentify=deidentify, provenance=provenance, space=space)
+    yield deflater.compress(header)
     body = bytes(plain[vox:])
     del plain
     if body:

@@ -102,15 +102,15 @@ def test_a_sidecar_alone_is_enough_and_a_bids_sidecar_is_not(vault, tmp_path):
 
 
 def test_a_batch_from_volsynth_generate_is_synthetic(vault, tmp_path):
-    class Result:
-        volumes = np.zeros((2, 4, 4, 4), np.float32)
-        affine = np.eye(4)
-        provenance = PROVENANCE
+    from engine.api import SamplingRequest, SamplingResult
 
-        def volume(self, i):
-            return self.volumes[i]
-
-    for path in save_result(Result(), tmp_path / "run.nii.gz"):
+    result = SamplingResult(
+        volumes=np.zeros((2, 1, 4, 4, 4), np.float32),
+        affine=np.eye(4),
+        request=SamplingRequest(),
+        provenance=PROVENANCE,
+    )
+    for path in save_result(result, tmp_path / "run.nii.gz"):
         info = vault.import_nifti(path, allow_duplicate=True)
         assert info.kind == "synthetic" and info.provenance["seed"] == 7
 
