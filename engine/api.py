@@ -168,10 +168,33 @@ class SamplingResult:
     request: SamplingRequest
     provenance: dict[str, Any]
 
+    @property
+    def label_names(self) -> tuple[str, ...]:
+        """Names of the tissue maps in channels 1.. (the model spec's ``label_channels``), or ()."""
+        names = tuple(str(n) for n in self.provenance.get("label_channels") or ())
+        return names if names and len(names) + 1 == self.volumes.shape[1] else ()
+
+    @property
+    def space(self) -> str | None:
+        """The template space the affine maps into (e.g. ``MNI152NLin2009aSym``), None if unnamed."""
+        return self.provenance.get("space") or None
+
+    @property
+    def images(self) -> np.ndarray:
+        """The generated images without tissue maps: (batch, channels, x, y, z)."""
+        return self.volumes[:, :1] if self.label_names else self.volumes
+
     def volume(self, index: int = 0) -> np.ndarray:
-        """One volume as (x, y, z) when single-channel, else (channels, x, y, z)."""
-        vol = self.volumes[index]
+        """One image as (x, y, z) when single-channel, else (channels, x, y, z); never the tissue maps."""
+        vol = self.images[index]
         return vol[0] if vol.shape[0] == 1 else vol
+
+    def tissue_maps(self, index: int = 0) -> dict[str, np.ndarray]:
+        """The tissue maps decoded with image ``index``, name -> (x, y, z) float32 probabilities in [0, 1]."""
+        return {
+            name: np.clip(self.volumes[index, channel], 0.0, 1.0).astype(np.float32)
+            for channel, name in enumerate(self.label_names, start=1)
+        }
 
 
 @dataclass(frozen=True)

@@ -214,8 +214,9 @@ def compare_settings(
     from engine.bench.metrics import compare as volume_distance
 
     side_a, side_b = sides
-    moved = volume_distance(side_a.result.volumes, side_b.result.volumes)
-    diff = np.abs(side_b.result.volumes.astype(np.float64) - side_a.result.volumes.astype(np.float64))
+    # How far the image moved; tissue maps decoded with it are not part of "the volume".
+    moved = volume_distance(side_a.result.images, side_b.result.images)
+    diff = np.abs(side_b.result.images.astype(np.float64) - side_a.result.images.astype(np.float64))
     return Comparison(
         a=side_a,
         b=side_b,

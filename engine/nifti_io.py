@@ -48,6 +48,22 @@ def sidecar_path(nifti_path: Path) -> Path:
     return nifti_path.with_name(stem + ".json")
 
 
+def tissue_path(image_path: Path, name: str) -> Path:
+    """Where tissue map ``name`` of an image goes, BIDS-derivative style: ``sub-01_T1w.nii.gz`` ->
+    ``sub-01_label-GM_probseg.nii.gz`` (the image's ``_T1w`` suffix gives way to ``_probseg``)."""
+    stem, suffix = split_nifti_name(image_path)
+    stem = stem.removesuffix("_T1w")
+    return image_path.with_name(f"{stem}_label-{name}_probseg{suffix}")
+
+
+def xform_code(space: str | None) -> int:
+    """NIfTI sform/qform code for volumes in ``space``: 4 (MNI152) for the MNI152 templates, 2 (aligned to
+    another named template), 1 (scanner anatomical) when the space is not named."""
+    if not space:
+        return 1
+    return 4 if space.upper().startswith("MNI152") else 2
+
+
 def batch_paths(out: Path, count: int) -> list[Path]:
     """``out.nii.gz`` for one volume; ``out_00.nii.gz``, ``out_01.nii.gz``... for a batch."""
     if count == 1:
@@ -137,16 +153,21 @@ def make_nifti(
     synthetic: bool,
     descrip: str = "",
     provenance: dict[str, Any] | None = None,
+    space: str | None = None,
 ):
     """A NIfTI-1 float32 image; a synthetic one carries the SYNTHETIC mark in descrip, intent_name,
-    aux_file and a comment extension, and its provenance (if given) in a VolSynth extension."""
+    aux_file and a comment extension, and its provenance (if given) in a VolSynth extension.
+
+    ``space`` names the template the affine maps into: its sform code then says so (4 for MNI152), while
+    the qform stays scanner-anatomical (code 1), the convention of MNI-space derivatives (fMRIPrep, FSL).
+    """
     import nibabel as nib
 
     image = nib.Nifti1Image(np.asarray(volume, dtype=np.float32), np.asarray(affine, dtype=np.float64))
     header = image.header
     header.set_xyzt_units(xyz="mm", t="sec")
     header.set_qform(affine, code=1)  # scanner-anatomical RAS
-    header.set_sform(affine, code=1)
+    header.set_sform(affine, code=xform_code(space))
     text = SYNTHETIC_DESCRIP if synthetic else descrip
     header["descrip"] = text[:79].encode("ascii", "replace")
     if synthetic:
@@ -165,18 +186,29 @@ def make_nifti(
 
 
 def save_result(result, out: str | Path) -> list[Path]:
-    """Write each volume of a SamplingResult as NIfTI + JSON sidecar. Returns the NIfTI paths."""
+    """Write each volume of a SamplingResult as NIfTI + JSON sidecar, and its tissue maps beside it
+    (``tissue_path``; same affine and space, SYNTHETIC marks, provenance naming the map). All files of a
+    batch appear together or not at all. Returns the image paths."""
     out = check_output_path(out)
     nifti_paths = batch_paths(out, result.volumes.shape[0])
-    targets = [p for path in nifti_paths for p in (path, sidecar_path(path))]
+    names = result.label_names
+    groups = [(path, sidecar_path(path), [tissue_path(path, name) for name in names]) for path in nifti_paths]
+    targets = [p for image, side, maps in groups for p in (image, side, *maps)]
     with atomic_files(targets) as temps:
-        for index, path in enumerate(nifti_paths):
-            nii_temp, json_temp = temps[2 * index], temps[2 * index + 1]
+        temp_of = dict(zip(targets, temps, strict=True))
+        for index, (path, side, map_paths) in enumerate(groups):
             record = {**result.provenance, "batch_index": index}
-            make_nifti(result.volume(index), result.affine, synthetic=True, provenance=record).to_filename(
-                str(nii_temp)
-            )
-            json_temp.write_bytes(provenance_sidecar(record, file=path.name))
+            if names:
+                record["tissue_maps"] = {name: p.name for name, p in zip(names, map_paths, strict=True)}
+            make_nifti(
+                result.volume(index), result.affine, synthetic=True, provenance=record, space=result.space
+            ).to_filename(str(temp_of[path]))
+            temp_of[side].write_bytes(provenance_sidecar(record, file=path.name))
+            for (name, array), map_path in zip(result.tissue_maps(index).items(), map_paths, strict=True):
+                map_record = {**record, "tissue_map": name, "image": path.name}
+                make_nifti(
+                    array, result.affine, synthetic=True, provenance=map_record, space=result.space
+                ).to_filename(str(temp_of[map_path]))
     return nifti_paths
 
 

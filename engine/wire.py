@@ -190,6 +190,14 @@ def result_from_event(event: Mapping[str, Any], volumes: np.ndarray, server: str
     expected = event.get("shape")
     if expected is not None and list(volumes.shape) != list(expected):
         raise WireError(f"the engine server sent volumes of shape {volumes.shape}, announced {expected}")
+    names = provenance.get("label_channels")
+    if names is not None and (
+        not isinstance(names, list) or len(names) + 1 != (volumes.shape[1] if volumes.ndim > 1 else 0)
+    ):
+        raise WireError(
+            f"the engine server named {len(names) if isinstance(names, list) else 'malformed'} tissue maps "
+            f"for volumes of {volumes.shape[1]} channels"
+        )
     provenance["backend"] = "remote"
     provenance["server"] = server
     return SamplingResult(volumes=volumes, affine=affine, request=request, provenance=provenance)

@@ -112,6 +112,10 @@ class LocalBackend:
                 "weights_sha256": source.weights_sha256(),
             },
             "request": loop.request.to_dict(),
+            # Where the volume lies and what its extra channels are: the NIfTI writer's sform code and the
+            # tissue-map files beside the image follow from these (engine.nifti_io.save_result).
+            **({"space": source.spec.space} if source.spec.space else {}),
+            **({"label_channels": list(source.spec.label_channels)} if source.spec.label_channels else {}),
             "scheduler": loop.scheduler_config,
             "seed": loop.request.seed,
             "conditioning": loop.conditioning,

@@ -21,8 +21,16 @@ Example ``spec.json``::
                         "min": 900, "max": 1500, "default": 1200}],
       "conditioning_modes": ["concat", "crossattn"],
       "guidance": {"null_value": -1.0},
-      "intensity_range": [0.0, 1.0]
+      "intensity_range": [0.0, 1.0],
+      "space": "MNI152NLin2009aSym",
+      "affine": [[2, 0, 0, -78], [0, 2, 0, -116], [0, 0, 2, -70], [0, 0, 0, 1]],
+      "label_channels": ["GM", "WM", "CSF", "ventricles"]
     }
+
+``space`` (a TemplateFlow / BIDS template name) and ``affine`` (voxel -> that template's mm) say where the
+generated volumes lie; without them a volume is centred at the origin of an unnamed scanner space.
+``label_channels`` names output channels 1..n (channel 0 is the image): tissue maps in [0, 1] decoded with
+every image, so an output_shape of [5, ...] goes with four names.
 
 Conditions are given in the units a user knows and mapped linearly to [0, 1] for the network
 (``min`` -> 0, ``max`` -> 1), the convention of MONAI's brain latent-diffusion bundle.
@@ -179,6 +187,9 @@ class ModelSpec:
     description: str = ""
     source: str = "volsynth"  # "volsynth" model folder or "monai-bundle"
     extra: dict[str, Any] = field(default_factory=dict)
+    space: str | None = None  # template space of the output (BIDS name), None = unknown scanner space
+    world_affine: tuple[tuple[float, ...], ...] | None = None  # voxel -> mm of ``space``; None = centred
+    label_channels: tuple[str, ...] = ()  # names of output channels 1.. (channel 0 is the image)
 
     # -- derived -------------------------------------------------------------------------------------
 
@@ -199,7 +210,10 @@ class ModelSpec:
         return self.output_shape
 
     def affine(self) -> np.ndarray:
-        """Voxel -> RAS mm, NIfTI convention: axes along +R, +A, +S; the volume centre at the origin."""
+        """Voxel -> RAS mm, NIfTI convention: the template affine of ``space`` when the spec gives one,
+        else axes along +R, +A, +S at the voxel spacing with the volume centre at the origin."""
+        if self.world_affine is not None:
+            return np.array(self.world_affine, dtype=np.float64)
         spacing = np.asarray(self.voxel_spacing_mm, dtype=np.float64)
         shape = np.asarray(self.output_shape[1:4], dtype=np.float64)
         affine = np.diag([*spacing, 1.0])
@@ -257,6 +271,9 @@ class ModelSpec:
             },
             "intensity_range": list(self.intensity_range),
             "extra": self.extra,
+            **({"space": self.space} if self.space else {}),
+            **({"affine": [list(row) for row in self.world_affine]} if self.world_affine else {}),
+            **({"label_channels": list(self.label_channels)} if self.label_channels else {}),
         }
 
     @classmethod
@@ -305,6 +322,16 @@ class ModelSpec:
                 description=str(data.get("description", "")),
                 source=source,
                 extra=dict(_mapping(data.get("extra") or {}, "extra")),
+                space=str(data["space"]) if data.get("space") else None,
+                world_affine=tuple(
+                    tuple(float(v) for v in _sequence(row, "affine row"))
+                    for row in _sequence(data["affine"], "affine")
+                )
+                if data.get("affine") is not None
+                else None,
+                label_channels=tuple(
+                    str(v) for v in _sequence(data.get("label_channels") or (), "label_channels")
+                ),
             )
         except ModelInvalid:
             raise
@@ -344,6 +371,33 @@ class ModelSpec:
                 check_voxel_count(tuple(shape[1:]), f"the {field_name} of model {self.id[:80]!r}")
             except InvalidRequest as exc:
                 raise ModelInvalid(str(exc)) from None
+        if self.world_affine is not None:
+            matrix = np.array(self.world_affine, dtype=np.float64)
+            if (
+                matrix.shape != (4, 4)
+                or not np.isfinite(matrix).all()
+                or not np.allclose(matrix[3], [0, 0, 0, 1])
+                or abs(np.linalg.det(matrix[:3, :3])) < 1e-9
+            ):
+                raise ModelInvalid(
+                    "affine must be 4 rows of 4 finite numbers, last row [0, 0, 0, 1], invertible"
+                )
+        if self.space is not None and (len(self.space) > 100 or not self.space.replace("+", "").isalnum()):
+            raise ModelInvalid(
+                f"space {self.space[:40]!r} is not a template name (letters and digits, e.g. MNI152NLin2009aSym)"
+            )
+        if self.label_channels:
+            if len(self.label_channels) + 1 != self.output_shape[0]:
+                raise ModelInvalid(
+                    f"label_channels names {len(self.label_channels)} maps, so output_shape needs "
+                    f"{len(self.label_channels) + 1} channels (image + maps), not {self.output_shape[0]}"
+                )
+            if len(set(self.label_channels)) != len(self.label_channels) or not all(
+                name.isalnum() and len(name) <= 40 for name in self.label_channels
+            ):
+                raise ModelInvalid(
+                    f"label_channels must be distinct names of letters and digits, got {list(self.label_channels)[:8]}"
+                )
         if len(self.id) > 200 or any(len(t) > MAX_TEXT for t in (self.name, self.description)):
             raise ModelInvalid("model spec: id, name or description is too long")
         unknown = [s for s in self.samplers if s not in SAMPLERS]

@@ -1,9 +1,11 @@
 """Synthetic, skull-stripped T1-weighted brain volumes derived from the MNI152 2009 template.
 
 The template's grey-matter, white-matter and brain-mask maps (shipped inside nilearn, so nothing is
-downloaded) are resampled once onto the output grid: 80 x 96 x 80 voxels of 2 mm, RAS (voxel i -> +R,
-j -> +A, k -> +S), brain centred in the volume so that ``ModelSpec.affine()`` (volume centre at the origin)
-describes it. Each sample then gets, in this order:
+downloaded) are cropped once to the output grid: 80 x 96 x 80 voxels of the template's own 2 mm grid, RAS
+(voxel i -> +R, j -> +A, k -> +S), the crop chosen so the brain is centred. The crop is a whole number of
+template voxels, so nothing is interpolated and :func:`crop_affine` (the crop's voxel -> MNI mm affine) puts
+every volume in the template's space, ``MNI152NLin2009aSym`` in BIDS/TemplateFlow terms (nilearn ships the
+ICBM 2009a *symmetric* nonlinear template). Each sample then gets, in this order:
 
 1. a ventricle deformation: a smooth radial displacement centred on the lateral ventricles that expands
    (ex-vacuo enlargement) or shrinks them; MONAI has no such transform, so it is a ``grid_sample`` here;
@@ -14,7 +16,9 @@ describes it. Each sample then gets, in this order:
 4. MONAI ``RandBiasField``, ``RandGaussianSmooth`` and ``RandRicianNoise``; clipped to [0, 1].
 
 Brain volume (GM + WM, mL) and ventricle volume (mL) are measured on the deformed maps of every sample, so
-the conditioning values are exact for the image they label.
+the conditioning values are exact for the image they label. The deformed maps themselves (GM, WM, CSF
+partial volumes and the ventricles) are kept with the image: they are the paired tissue labels the model
+learns to generate with it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ OUTPUT_SHAPE = (80, 96, 80)
 SPACING_MM = 2.0
 VOXEL_ML = SPACING_MM**3 / 1000.0
 SHARPEN_POWER = 4.0  # see _sharpen
+# The template nilearn ships (mni_icbm152_*_tal_nlin_sym_09a): its TemplateFlow / BIDS space name.
+MNI_SPACE = "MNI152NLin2009aSym"
+# Tissue maps kept with every sample, in this order (the model's label channels).
+TISSUE_NAMES = ("GM", "WM", "CSF", "ventricles")
 
 # Channels of the stacked tissue maps the geometric transforms act on.
 _GM, _WM, _MASK, _VENT = range(4)
@@ -86,6 +94,7 @@ class SynthSample:
     ventricle_ml: float  # lateral/third ventricle volume of the deformed maps
     brain_mask: np.ndarray  # (80, 96, 80) bool, deformed brain mask (GM + WM + CSF inside the template mask)
     labels: np.ndarray  # (80, 96, 80) uint8, most likely class: 0 background, 1 CSF, 2 GM, 3 WM
+    tissue: np.ndarray  # (4, 80, 96, 80) float32 in [0, 1]: GM, WM, CSF partial volumes and ventricles
 
 
 def _nilearn_offline():
@@ -98,47 +107,74 @@ def _nilearn_offline():
 
 
 @lru_cache(maxsize=1)
+def _template_images():
+    datasets = _nilearn_offline()
+    return {
+        "t1": datasets.load_mni152_template(resolution=2),
+        "gm": datasets.load_mni152_gm_template(resolution=2),
+        "wm": datasets.load_mni152_wm_template(resolution=2),
+        "mask": datasets.load_mni152_brain_mask(resolution=2),
+    }
+
+
+def template_mask_image():
+    """The MNI152 2009 brain mask on its own 2 mm grid (a nibabel image), for Dice through the affines."""
+    return _template_images()["mask"]
+
+
+def _crop_offset() -> np.ndarray:
+    """Template voxel index of the crop's first voxel: the brain mask's centroid at the crop's centre."""
+    from scipy import ndimage
+
+    mask = np.asarray(_template_images()["mask"].get_fdata() > 0.5)
+    centroid = np.array(ndimage.center_of_mass(mask))
+    return np.round(centroid - (np.array(OUTPUT_SHAPE) - 1) / 2.0).astype(int)
+
+
+def crop_affine() -> np.ndarray:
+    """Voxel -> MNI152 mm affine of the output grid (a whole-voxel crop of the template's 2 mm grid)."""
+    affine = np.asarray(_template_images()["t1"].affine, np.float64)
+    shift = np.eye(4)
+    shift[:3, 3] = _crop_offset()
+    return affine @ shift
+
+
+def _crop(volume: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """``volume`` cut to OUTPUT_SHAPE from ``offset``; voxels outside the template are 0."""
+    out = np.zeros(OUTPUT_SHAPE, np.float32)
+    src, dst = [], []
+    for o, n, size in zip(offset, OUTPUT_SHAPE, volume.shape, strict=True):
+        lo, hi = max(o, 0), min(o + n, size)
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - o, hi - o))
+    out[tuple(dst)] = volume[tuple(src)]
+    return out
+
+
+@lru_cache(maxsize=1)
 def template_maps() -> dict[str, np.ndarray]:
     """GM, WM, brain mask and ventricle maps of MNI152 2009 on the output grid, plus the template T1.
 
     Returns:
         dict with float32 arrays "gm", "wm", "mask", "ventricles", "t1" of shape OUTPUT_SHAPE and
-        "centre_mni" (the MNI mm coordinate placed at the volume centre).
+        "centre_mni" (the MNI mm coordinate of the volume centre).
     """
     from scipy import ndimage
 
-    datasets = _nilearn_offline()
-    t1 = datasets.load_mni152_template(resolution=2)
-    gm = datasets.load_mni152_gm_template(resolution=2)
-    wm = datasets.load_mni152_wm_template(resolution=2)
-    mask = datasets.load_mni152_brain_mask(resolution=2)
-    affine = t1.affine
-    arrays = {
-        "t1": np.asarray(t1.get_fdata(), np.float32),
-        "gm": np.asarray(gm.get_fdata(), np.float32),
-        "wm": np.asarray(wm.get_fdata(), np.float32),
-        "mask": np.asarray(mask.get_fdata() > 0.5, np.float32),
-    }
-    # Centre the brain: the mask's centroid in MNI mm goes to the volume centre (world origin).
-    ijk = np.array(ndimage.center_of_mass(arrays["mask"]))
-    centre_mni = affine[:3, :3] @ ijk + affine[:3, 3]
-    shape = np.array(OUTPUT_SHAPE)
-    out_world = [(np.arange(n) - (n - 1) / 2.0) * SPACING_MM for n in shape]
-    grid = np.meshgrid(*out_world, indexing="ij")
-    mni = [g + c for g, c in zip(grid, centre_mni, strict=True)]
-    inv = np.linalg.inv(affine)
-    coords = [sum(inv[r, c] * mni[c] for c in range(3)) + inv[r, 3] for r in range(3)]
-    out = {
-        k: ndimage.map_coordinates(v, coords, order=1, mode="constant", cval=0.0).astype(np.float32)
-        for k, v in arrays.items()
-    }
+    images = _template_images()
+    offset = _crop_offset()
+    out = {k: _crop(np.asarray(img.get_fdata(), np.float32), offset) for k, img in images.items()}
+    affine = crop_affine()
     out["mask"] = (out["mask"] > 0.5).astype(np.float32)
     out["gm"], out["wm"] = _sharpen(np.clip(out["gm"], 0, 1), np.clip(out["wm"], 0, 1), out["mask"])
+    ijk = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in OUTPUT_SHAPE], indexing="ij")
+    mni = [sum(affine[r, c] * ijk[c] for c in range(3)) + affine[r, 3] for r in range(3)]
     out["ventricles"] = _ventricle_label(out["gm"], out["wm"], out["mask"], mni).astype(np.float32)
     # Distance (voxels) from the ventricles, limited to the eroded mask, for the ventricle dilation.
     out["ventricle_distance"] = ndimage.distance_transform_edt(out["ventricles"] < 0.5).astype(np.float32)
     out["inner_mask"] = ndimage.binary_erosion(out["mask"] > 0.5, iterations=4).astype(np.float32)
-    out["centre_mni"] = centre_mni.astype(np.float32)
+    centre = (np.array(OUTPUT_SHAPE) - 1) / 2.0
+    out["centre_mni"] = (affine[:3, :3] @ centre + affine[:3, 3]).astype(np.float32)
     return out
 
 
@@ -267,6 +303,7 @@ def generate(seed: int, config: SynthConfig | None = None) -> SynthSample:
     mask = (mask > 0.5).astype(np.float32)
     gm, wm = gm * mask, wm * mask
     csf = np.clip(mask - gm - wm, 0, 1)
+    vent = vent * mask
 
     # 3. Tissue intensities with the T1 ordering enforced (ranges overlap only if misconfigured).
     i_wm = rng.uniform(*cfg.wm)
@@ -293,25 +330,29 @@ def generate(seed: int, config: SynthConfig | None = None) -> SynthSample:
         ventricle_ml=float((vent > 0.5).sum() * VOXEL_ML),
         brain_mask=mask > 0.5,
         labels=np.where(mask > 0.5, 1 + np.argmax(np.stack([csf, gm, wm]), axis=0), 0).astype(np.uint8),
+        tissue=np.stack([gm, wm, csf, vent]).astype(np.float32),
     )
 
 
 def generate_dataset(n: int, seed: int, config: SynthConfig | None = None, log=None):
-    """``n`` samples from seeds derived from ``seed``; returns images (n, 80, 96, 80) float16 and volumes.
+    """``n`` samples from seeds derived from ``seed``.
 
     Returns:
-        (images, brain_ml, ventricle_ml): images as float16 to halve memory; volumes as float32 arrays.
+        (images, tissue, brain_ml, ventricle_ml): images (n, 80, 96, 80) float16 (half the memory);
+        tissue maps (n, 4, 80, 96, 80) uint8 (probability x 255, in TISSUE_NAMES order); volumes float32.
     """
     import time
 
     images = np.empty((n, *OUTPUT_SHAPE), np.float16)
+    tissue = np.empty((n, len(TISSUE_NAMES), *OUTPUT_SHAPE), np.uint8)
     brain = np.empty(n, np.float32)
     vent = np.empty(n, np.float32)
     started = time.perf_counter()
     for i in range(n):
         s = generate(seed * 100_003 + i, config)
         images[i], brain[i], vent[i] = s.image, s.brain_ml, s.ventricle_ml
+        tissue[i] = np.round(np.clip(s.tissue, 0, 1) * 255).astype(np.uint8)
         if log and ((i + 1) % 25 == 0 or i + 1 == n):
             elapsed = time.perf_counter() - started
             log(f"data {i + 1}/{n}  {elapsed:.0f}s  eta {elapsed / (i + 1) * (n - i - 1):.0f}s")
-    return images, brain, vent
+    return images, tissue, brain, vent

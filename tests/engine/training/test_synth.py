@@ -52,11 +52,40 @@ def test_size_draws_move_the_measured_volumes():
     assert big.ventricle_ml > 3 * s.ventricle_ml
 
 
+def test_the_crop_is_the_template_grid_so_affines_overlay_without_shifting():
+    import nibabel as nib
+
+    template = synth.template_mask_image()
+    affine = synth.crop_affine()
+    # Same voxel size and axes as the template; the origin a whole number of template voxels away.
+    np.testing.assert_array_equal(affine[:3, :3], template.affine[:3, :3])
+    offset = np.linalg.inv(template.affine) @ affine[:, 3]
+    np.testing.assert_array_equal(offset, np.round(offset))
+    # Resampling the template mask onto the crop through the two affines gives the crop's mask exactly.
+    from nibabel.processing import resample_from_to
+
+    resampled = resample_from_to(template, (synth.OUTPUT_SHAPE, affine), order=0).get_fdata() > 0.5
+    mask = synth.template_maps()["mask"] > 0.5
+    assert (resampled == mask).all() and mask.sum() > 0.999 * (template.get_fdata() > 0.5).sum()
+    assert isinstance(nib.Nifti1Image(mask.astype(np.uint8), affine), nib.Nifti1Image)
+
+
+def test_tissue_maps_are_partial_volumes_of_the_sample(sample):
+    gm, wm, csf, vent = sample.tissue
+    assert sample.tissue.shape == (4, *synth.OUTPUT_SHAPE)
+    total = gm + wm + csf
+    np.testing.assert_allclose(total[sample.brain_mask], 1.0, atol=1e-4)  # GM + WM + CSF fill the brain
+    assert total[~sample.brain_mask].max() == 0
+    # Ventricles are CSF: inside them the CSF map dominates.
+    assert csf[vent > 0.5].mean() > 0.8
+    assert abs((vent > 0.5).sum() * synth.VOXEL_ML - sample.ventricle_ml) < 1e-6
+
+
 def test_ras_orientation_and_centring():
     maps = synth.template_maps()
     mask = maps["mask"] > 0.5
     centre = np.argwhere(mask).mean(axis=0)
-    # Brain centred in the 80 x 96 x 80 grid (the spec's affine puts the volume centre at the origin).
+    # Brain centred in the 80 x 96 x 80 grid (to the nearest template voxel).
     np.testing.assert_allclose(centre, (np.array(synth.OUTPUT_SHAPE) - 1) / 2, atol=2.5)
     # +S: the cerebellum (bottom slices) lies posterior (-A, low j) of the brain centre.
     low = np.argwhere(mask[:, :, : int(centre[2]) - 15])

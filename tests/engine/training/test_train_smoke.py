@@ -35,6 +35,16 @@ def test_quick_train_resume_and_sample(tmp_path, capsys):
         spec["networks"]["unet"]["with_conditioning"] and spec["networks"]["unet"]["cross_attention_dim"] == 2
     )
     assert np.isfinite(spec["scale_factor"]) and spec["scale_factor"] > 0
+    # MNI space: the affine of the training crop in the template's grid, and four tissue-map channels that
+    # the autoencoder encodes and decodes with the image.
+    assert spec["space"] == "MNI152NLin2009aSym"
+    assert np.allclose(np.array(spec["affine"])[:3, :3], 2 * np.eye(3))
+    assert spec["label_channels"] == ["GM", "WM", "CSF", "ventricles"]
+    assert spec["output_shape"] == [5, 80, 96, 80]
+    assert (
+        spec["networks"]["autoencoder"]["in_channels"] == spec["networks"]["autoencoder"]["out_channels"] == 5
+    )
+    assert (work / "ae_before_adversarial.ckpt").exists()  # kept to measure what the adversarial loss bought
     weights_before = (out / "weights.safetensors").read_bytes()
 
     # Resume with more U-Net steps: data, autoencoder and latents are reused, the U-Net continues at step 2.
@@ -62,8 +72,13 @@ def test_quick_train_resume_and_sample(tmp_path, capsys):
         while True:
             next(gen)
     except StopIteration as stop:
-        volumes = stop.value.volumes
-    assert volumes.shape == (1, 1, 80, 96, 80) and np.isfinite(volumes).all()
+        result = stop.value
+    assert result.volumes.shape == (1, 5, 80, 96, 80) and np.isfinite(result.volumes).all()
+    assert result.volume(0).shape == (80, 96, 80) and result.space == "MNI152NLin2009aSym"
+    maps = result.tissue_maps(0)
+    assert list(maps) == ["GM", "WM", "CSF", "ventricles"]
+    assert all(m.shape == (80, 96, 80) and m.min() >= 0 and m.max() <= 1 for m in maps.values())
+    np.testing.assert_array_equal(result.affine, np.array(spec["affine"]))
 
 
 def test_stop_after_runs_only_the_first_phases(tmp_path):
@@ -74,6 +89,7 @@ def test_stop_after_runs_only_the_first_phases(tmp_path):
     assert (work / "data.npz").exists() and not (work / "ae.ckpt").exists() and not out.exists()
     data = np.load(work / "data.npz")
     assert data["images"].shape == (2, 80, 96, 80) and (data["brain_ml"] > 500).all()
+    assert data["tissue"].shape == (2, 4, 80, 96, 80) and data["tissue"].dtype == np.uint8
 
 
 def test_resume_refuses_a_different_seed(tmp_path):
@@ -128,7 +144,7 @@ def test_min_snr_weights_down_weight_only_the_low_noise_steps():
 def test_new_autoencoder_starts_with_the_configured_posterior_sigma():
     from engine.training.train import TrainConfig, new_autoencoder
 
-    x = torch.rand(1, 1, 16, 16, 16)
+    x = torch.rand(1, 5, 16, 16, 16)  # the image + 4 tissue maps
     for sigma in (0.1, 0.5):
         ae = new_autoencoder(replace(TrainConfig.quick(), ae_init_sigma=sigma))
         with torch.no_grad():
