@@ -227,8 +227,10 @@ GUIDE_PANELS = (
     (
         "Slice views and 3D view",
         "Axial, coronal and sagittal slices share one crosshair; the 3D view renders the volume or an "
-        "iso-surface. Window/level presets are in the toolbar and the View menu. Help \u203a Keyboard "
-        "Shortcuts lists the keys and mouse actions of the slice views.",
+        "iso-surface. Window/level presets are in the toolbar and the View menu. A volume with tissue maps "
+        "(GM, WM, CSF, ventricles) can have them coloured over its slices: Tissue Overlay[[Tissue Overlay]], "
+        "with the map and its opacity beside it. The status bar names the volume's space (e.g. MNI152). "
+        "Help \u203a Keyboard Shortcuts lists the keys and mouse actions of the slice views.",
     ),
     (
         "Metrics",
@@ -276,7 +278,8 @@ def _guide_html(window: QWidget) -> str:
     parts.append("</dl><h3>Where files go</h3>")
     parts.append(
         "<p>Save As NIfTI[[Save As NIfTI...]] writes the volume where you choose, with a <code>.json</code> sidecar "
-        "holding its provenance (model, seed, settings, device). The app itself keeps:</p><dl>"
+        "holding its provenance (model, seed, settings, device), and its tissue maps beside it "
+        "(<code>…_label-GM_probseg.nii.gz</code>...), which open with it again. The app itself keeps:</p><dl>"
     )
     for what, where, note in user_folders(window):
         parts.append(

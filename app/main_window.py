@@ -37,6 +37,7 @@ from app.cohort import install_cohort
 from app.compare import install_compare
 from app.core.recovery import RecoveryStore
 from app.core.session import CONVENTIONS, RENDER_PRESETS, AppState
+from app.core.tissue import OpenedVolume, open_volume, save_volume_files
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry, file_stem
 from app.docks.metrics_dock import MetricsDock
 from app.generation import GenerationController
@@ -324,6 +325,7 @@ class MainWindow(QMainWindow):
             self.render_group.addAction(action)
             render_menu.addAction(action)
         view_menu.addAction(self.smooth_action)
+        self.view_menu = view_menu  # the viewer tool bar's Tissue Overlay joins it (see _build_toolbar)
         view_menu.addAction(self.reset_camera_action)
         view_menu.addSeparator()
         view_menu.addAction(self.prev_volume_action)
@@ -351,6 +353,9 @@ class MainWindow(QMainWindow):
         # Window/level, orientation, interpolation, crosshair, zoom, 4D time points: the viewer's tool bar
         self.viewer_toolbar = install_viewer_toolbar(self)
         self.wl_box, self.convention_box = self.viewer_toolbar.preset_box, self.viewer_toolbar.convention_box
+        self.tissue_toolbar = self.viewer_toolbar.tissue_toolbar  # the tissue overlay: on/off, map, opacity
+        self.view_menu.insertAction(self.reset_camera_action, self.tissue_toolbar.tissue_action)
+        self.state.overlay_changed.connect(self._on_state_overlay_changed)
         self.state.display_changed.connect(self._on_state_display_changed)
 
     def _build_status_bar(self) -> None:
@@ -359,7 +364,11 @@ class MainWindow(QMainWindow):
         self.readout_label.setObjectName("readout")
         self.readout_label.setMinimumWidth(420)
         self.device_label = QLabel("device: auto")
+        self.space_label = QLabel("")
+        self.space_label.setObjectName("space")
+        self.space_label.hide()
         status.addPermanentWidget(self.readout_label)
+        status.addPermanentWidget(self.space_label)
         status.addPermanentWidget(self.device_label)
 
     # -- models --------------------------------------------------------------------------------------
@@ -427,6 +436,15 @@ class MainWindow(QMainWindow):
     def _on_state_shown_changed(self, entry) -> None:
         # Save As works on the shown volume, whatever made it; a denoising preview is not a result yet.
         self.save_action.setEnabled(entry is not None and entry.kind != "preview")
+        # The space the shown volume's millimetres are in (the readout's RAS or MNI coordinates).
+        self.space_label.setVisible(entry is not None and entry.kind != "preview")
+        if entry is not None:
+            self.space_label.setText(f"Space: {entry.space_name}")
+            self.space_label.setToolTip(
+                f"The readout's millimetres are coordinates of {entry.space}"
+                if entry.space
+                else "The readout's millimetres are scanner coordinates: no template space is named"
+            )
 
     # -- files ---------------------------------------------------------------------------------------
 
@@ -437,22 +455,22 @@ class MainWindow(QMainWindow):
             self.open_path(path)
 
     def open_path(self, path: str | Path) -> None:
-        """Load a NIfTI file in the background; it joins the session and is shown when read."""
-        from engine.nifti_io import load_nifti
-
+        """Load a NIfTI file (and the tissue maps beside it) in the background; it joins the session and is
+        shown when read."""
         path = Path(path)
         if remember_recent(self.settings):  # (Vault > Remember Recent Files and Folders)
             self.settings.setValue("files/last_dir", str(path.parent))
         self.show_status(f"Opening {path.name}...")
         self.runner.run_task(
             "open",
-            load_nifti,
+            open_volume,
             path,
             finished=self._on_file_loaded,
             failed=partial(self._on_file_failed, path),
         )
 
-    def _on_file_loaded(self, loaded) -> None:
+    def _on_file_loaded(self, opened: OpenedVolume) -> None:
+        loaded = opened.loaded
         name = loaded.path.name if loaded.path else "volume"
         entry = VolumeEntry(
             name=name,
@@ -464,11 +482,21 @@ class MainWindow(QMainWindow):
             synthetic=loaded.synthetic,
             time_points=loaded.time_points,
             time_index=loaded.time_index,
+            tissue=opened.tissue,
+            space=opened.space,
         )
         self.state.add_volume(entry)
         self._rebuild_recent_menu()
         self._save_recent()
-        self.show_status(f"Opened {name}", 5000)
+        message = f"Opened {name}"
+        if entry.tissue:
+            message += f" with tissue maps {', '.join(entry.tissue_names)}"
+        for note in opened.notes:
+            log.warning("%s: %s", name, note)
+        if opened.notes:  # said, never fatal: the image and the other maps are there
+            more = f" (and {len(opened.notes) - 1} more; see the log)" if len(opened.notes) > 1 else ""
+            message += f"; {opened.notes[0]}{more}"
+        self.show_status(message, 15000 if opened.notes else 5000)
         self.volume_opened.emit(entry)
 
     def _on_file_failed(self, path: Path, message: str) -> None:
@@ -490,9 +518,8 @@ class MainWindow(QMainWindow):
             self.save_entry(entry, path)
 
     def save_entry(self, entry: VolumeEntry, path: str | Path) -> None:
-        """Write a session volume as NIfTI + JSON provenance sidecar, in the background."""
-        from engine.nifti_io import save_volume
-
+        """Write a session volume as NIfTI + JSON provenance sidecar, and its tissue maps beside it (all or
+        none), in the background."""
         path = Path(path)
         if remember_recent(self.settings):
             self.settings.setValue("files/last_save_dir", str(path.parent))
@@ -502,7 +529,14 @@ class MainWindow(QMainWindow):
         provenance.setdefault("synthetic", entry.synthetic)
         self.show_status(f"Saving {path.name}...")
         write = partial(
-            save_volume, entry.data, entry.affine, path, provenance=provenance, synthetic=entry.synthetic
+            save_volume_files,
+            path,
+            entry.data,
+            entry.affine,
+            provenance=provenance,
+            synthetic=entry.synthetic,
+            tissue=entry.tissue,
+            space=entry.space,
         )
         self.runner.run_task(
             "save",
@@ -516,7 +550,8 @@ class MainWindow(QMainWindow):
         self.state.recent.add(path)
         self._rebuild_recent_menu()
         self._save_recent()
-        self.show_status(f"Saved {path} (+ provenance sidecar)", 8000)
+        maps = f" and {len(entry.tissue)} tissue maps" if entry.tissue else ""
+        self.show_status(f"Saved {path} (+ provenance sidecar{maps})", 8000)
 
     def _on_save_failed(self, path: Path, message: str) -> None:
         self.show_error("Cannot save", message)
@@ -599,6 +634,9 @@ class MainWindow(QMainWindow):
         if text:
             self.readout_label.setText("\u271b " + text)
 
+    def _on_state_overlay_changed(self) -> None:
+        self._on_state_crosshair_changed(self.state.crosshair_ras)  # the readout names the tissue under it
+
     def _on_view_hovered(self, text: str) -> None:
         self.readout_label.setText(text or self.viewer.axial.crosshair_readout())
 
@@ -653,6 +691,11 @@ class MainWindow(QMainWindow):
             self.state.render_preset = render
         self.state.smooth_display = s.value("display/smooth", True, type=bool)
         self.state.iso_fraction = s.value("display/iso_fraction", self.state.iso_fraction, type=float)
+        self.state.set_tissue_opacity(
+            s.value("display/tissue_opacity", self.state.tissue_opacity, type=float)
+        )
+        self.state.set_tissue_choice(s.value("display/tissue_choice", self.state.tissue_choice, type=str))
+        self.state.set_show_tissue(s.value("display/show_tissue", False, type=bool))
         self.viewer.view3d.sync_controls()
         self.viewer.view3d.preset_box.setCurrentText(self.state.render_preset)
         self._on_state_display_changed()
@@ -677,6 +720,9 @@ class MainWindow(QMainWindow):
         s.setValue("display/render_preset", self.state.render_preset)
         s.setValue("display/smooth", self.state.smooth_display)
         s.setValue("display/iso_fraction", self.state.iso_fraction)
+        s.setValue("display/tissue_opacity", self.state.tissue_opacity)
+        s.setValue("display/tissue_choice", self.state.tissue_choice)
+        s.setValue("display/show_tissue", self.state.show_tissue)
         s.setValue(FORM_KEY, json.dumps(self.state.form.to_dict()))
         self._save_recent()
         s.sync()

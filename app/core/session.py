@@ -16,6 +16,7 @@ import numpy as np
 from app.core.events import Event
 from app.core.generation_form import GenerationForm
 from app.core.progress import ProgressTracker
+from app.core.tissue import ALL_TISSUES, DEFAULT_OPACITY
 from app.core.volumes import WINDOW_PRESETS, VolumeEntry, ras_to_voxel, voxel_to_ras, window_for_preset
 
 CONVENTIONS = ("radiological", "neurological")
@@ -69,8 +70,8 @@ class AppState:
 
     Events (arguments in brackets):
         models_changed(), model_selected(source), volumes_changed(), shown_changed(entry | None),
-        crosshair_changed(ras), window_changed(window, level), display_changed(), job_changed(running),
-        progress_changed(tracker), status(text).
+        crosshair_changed(ras), window_changed(window, level), display_changed(), overlay_changed() (the
+        tissue overlay), job_changed(running), progress_changed(tracker), status(text).
     """
 
     def __init__(self) -> None:
@@ -87,6 +88,10 @@ class AppState:
         self.smooth_display = True  # smooth (bilinear) or nearest-neighbour slice display
         self.show_crosshair = True
         self.custom_window: tuple[float, float] | None = None  # the last window/level set by hand
+        # Tissue overlay of the slice views (volumes with tissue maps): on/off, which map, how opaque.
+        self.show_tissue = False
+        self.tissue_choice = ALL_TISSUES  # a map's name, or ALL_TISSUES for the label map
+        self.tissue_opacity = DEFAULT_OPACITY
         self.recent = RecentFiles()
         self.job_running = False
         self.follow_previews = True  # show a run's previews; off once the user picks a volume during it
@@ -99,6 +104,7 @@ class AppState:
         self.crosshair_changed = Event()
         self.window_changed = Event()
         self.display_changed = Event()
+        self.overlay_changed = Event()
         self.job_changed = Event()
         self.progress_changed = Event()
         self.status = Event()
@@ -174,6 +180,10 @@ class AppState:
             volume = np.ascontiguousarray(result.volume(index), dtype=np.float32)
             if volume.ndim == 4:  # multi-channel: show channel 0
                 volume = volume[0]
+            tissue = {  # the tissue maps decoded with the image, {} for a model without
+                name: np.ascontiguousarray(array, dtype=np.float32)
+                for name, array in result.tissue_maps(index).items()
+            }
             name = self.unique_name(base if count == 1 else f"{base} #{index + 1}")
             entries.append(
                 VolumeEntry(
@@ -183,6 +193,8 @@ class AppState:
                     kind="generated",
                     provenance={**prov, "batch_index": index},
                     synthetic=True,
+                    tissue=tissue,
+                    space=result.space,
                 )
             )
         for index, entry in enumerate(entries):
@@ -334,6 +346,33 @@ class AppState:
         if bool(show) != self.show_crosshair:
             self.show_crosshair = bool(show)
             self.display_changed.emit()
+
+    # -- tissue overlay ------------------------------------------------------------------------------
+
+    def set_show_tissue(self, show: bool) -> None:
+        if bool(show) != self.show_tissue:
+            self.show_tissue = bool(show)
+            self.overlay_changed.emit()
+
+    def set_tissue_choice(self, choice: str) -> None:
+        """Which map the overlay shows: a map's name, or ``ALL_TISSUES`` (the most likely class)."""
+        if str(choice) != self.tissue_choice:
+            self.tissue_choice = str(choice)
+            self.overlay_changed.emit()
+
+    def set_tissue_opacity(self, opacity: float) -> None:
+        opacity = float(min(max(opacity, 0.0), 1.0))
+        if opacity != self.tissue_opacity:
+            self.tissue_opacity = opacity
+            self.overlay_changed.emit()
+
+    def tissue_shown(self) -> str | None:
+        """What the slice views overlay on the shown volume now: a map's name, ``ALL_TISSUES``, or None
+        (overlay off, or a volume without maps). A choice the volume lacks falls back to all tissues."""
+        entry = self.shown
+        if not self.show_tissue or entry is None or not entry.tissue:
+            return None
+        return self.tissue_choice if self.tissue_choice in entry.tissue else ALL_TISSUES
 
     def replace_volume(self, old: VolumeEntry, new: VolumeEntry) -> bool:
         """Put ``new`` where ``old`` is in the session (another time point of a 4D file) and show it.

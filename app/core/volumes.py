@@ -16,6 +16,7 @@ import numpy as np
 
 from app.core.display import optimization_lines, run_summary_lines
 from app.core.slicing import format_intensity, intensity_decimals
+from app.core.tissue import ordered_names
 
 WINDOW_PRESETS = ("Auto (1-99%)", "Full range", "Soft (0.5-99.5%)", "High contrast (10-90%)")
 CUSTOM_PRESET = "Custom"  # a window/level set by hand (typed, or right-dragged in a slice view)
@@ -40,8 +41,28 @@ class VolumeEntry:
     )
     time_points: int = 1  # how many volumes the file holds (a 4D series); ``data`` is one of them
     time_index: int = 0  # which one, counted from 0
+    # Tissue maps that go with the image (app.core.tissue), name -> float32 (x, y, z) probabilities in
+    # [0, 1] on the image's grid; empty for volumes without.
+    tissue: dict[str, np.ndarray] = field(default_factory=dict)
+    # The template space the affine maps into (e.g. MNI152NLin2009aSym), or what the NIfTI header says of
+    # it (``MNI152 (sform code 4)``); None for scanner millimetres. From the provenance when not given.
+    space: str | None = None
     _percentiles: dict[float, float] = field(default_factory=dict, repr=False)
     _integer: bool | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.space is None and isinstance(self.provenance.get("space"), str) and self.provenance["space"]:
+            self.space = self.provenance["space"]
+
+    @property
+    def space_name(self) -> str:
+        """The space for people: the template's name, or ``scanner`` when none is named."""
+        return self.space or "scanner"
+
+    @property
+    def tissue_names(self) -> list[str]:
+        """The tissue maps' names in display order (GM, WM, CSF, ventricles, then others)."""
+        return ordered_names(self.tissue)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -91,6 +112,9 @@ class VolumeEntry:
             f"range {format_intensity(self.data.min(), self.integer_valued)} .. "
             f"{format_intensity(self.data.max(), self.integer_valued)}",
         ]
+        lines.append(f"space {self.space_name}")
+        if self.tissue:
+            lines.append(f"tissue maps: {', '.join(self.tissue_names)}")
         if self.time_points > 1:
             lines.append(f"4D: time point {self.time_index} of 0..{self.time_points - 1}")
         if self.synthetic:

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QLabel, QProgressBar
 
 from app.core.generation_form import REMOTE_PREFIX
 from app.core.volumes import preview_affine
+from app.viewer.tissue_toolbar import TISSUE_SHORTCUT
 from app.workers import GenerationWorker
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,12 @@ class GenerationController(QObject):
         where = self.ran_on(result.provenance)
         self.panel.show_finished(f"Done in {total:.1f} s \u00b7 {where}")
         self.panel.progress_bar.setValue(100)
-        self.main.show_status(f"Generated {len(entries)} volume(s) in {total:.1f} s on {where}", 10000)
+        maps = ""
+        if entries and entries[0].tissue:
+            maps = f" with tissue maps {', '.join(entries[0].tissue_names)}"
+            if not self.state.show_tissue:
+                maps += f" ({TISSUE_SHORTCUT} overlays them)"
+        self.main.show_status(f"Generated {len(entries)} volume(s){maps} in {total:.1f} s on {where}", 10000)
         self.main.device_label.setText(f"device: {where}")
         self.ended.emit("finished")
 

@@ -6,6 +6,10 @@ or Shift+left-drag pans, 0 fits the view again, Home/End go to the first/last sl
 the viewer area to show this view alone (and back). The view reads everything from ``AppState`` and writes
 changes back to it, so the three views stay linked; zoom and pan belong to each view.
 
+A volume's tissue maps are painted over the slice when the tissue overlay is on (``AppState.tissue_shown``:
+one map as its probability, or the label map of all), from the same slice, zoom and pan as the image; the
+readout then names the tissue under the cursor, and its millimetres are MNI's for a volume in MNI space.
+
 Voxel and slice numbers count from 0 (``app.core.slicing.INDEX_BASE``) in the overlay and the readout alike,
 and the slice number names its voxel axis (``k=90`` in an axial view is the ``k`` of ``voxel (i, j, k)``).
 """
@@ -34,6 +38,7 @@ from app.core.slicing import (
     zoom_about,
     zoomed_rect,
 )
+from app.core.tissue import is_mni, overlay_rgba, tissue_at
 from app.core.volumes import ras_to_voxel, voxel_to_ras
 
 PLANE_COLOURS = {"axial": QColor("#e0524f"), "coronal": QColor("#5fb85c"), "sagittal": QColor("#4d8fe6")}
@@ -84,6 +89,9 @@ class SliceView(QWidget):
         self._image: QImage | None = None
         self._buffer: np.ndarray | None = None  # keeps the QImage's memory alive
         self._image_key: tuple | None = None
+        self._overlay: QImage | None = None  # the tissue overlay of the slice, premultiplied RGBA
+        self._overlay_buffer: np.ndarray | None = None
+        self._overlay_key: tuple | None = None
         self._drag: str | None = None
         self._drag_origin = QPointF()
         self._drag_window = (1.0, 0.5)
@@ -97,6 +105,7 @@ class SliceView(QWidget):
         state.crosshair_changed.connect(self._on_state_crosshair_changed)
         state.window_changed.connect(self._on_state_window_changed)
         state.display_changed.connect(self._on_state_display_changed)
+        state.overlay_changed.connect(self._on_state_overlay_changed)
 
     # -- geometry ------------------------------------------------------------------------------------
 
@@ -188,6 +197,25 @@ class SliceView(QWidget):
             self._image_key = key
             self.draw_count += 1
         return self._image
+
+    def _overlay_image(self) -> QImage | None:
+        """The tissue overlay of the shown slice (None when off or the volume has no maps)."""
+        entry = self.state.shown
+        index = self.slice_index()
+        choice = self.state.tissue_shown()
+        if entry is None or index is None or choice is None:
+            return None
+        key = (entry.uid, index, self.state.convention, choice, self.state.tissue_opacity)
+        if key != self._overlay_key:
+            planes = {name: self.geometry_.extract(data, index) for name, data in entry.tissue.items()}
+            rgba = np.ascontiguousarray(overlay_rgba(planes, choice, self.state.tissue_opacity))
+            self._overlay_buffer = rgba
+            rows, cols = rgba.shape[:2]
+            self._overlay = QImage(
+                rgba.data, cols, rows, rgba.strides[0], QImage.Format.Format_RGBA8888_Premultiplied
+            )
+            self._overlay_key = key
+        return self._overlay
 
     def current_pixels(self) -> np.ndarray | None:
         """The windowed uint8 slice image as last drawn (for tests and screenshots)."""
@@ -342,6 +370,9 @@ class SliceView(QWidget):
             )
         else:
             self._draw_image(painter, image)
+            overlay = self._overlay_image()
+            if overlay is not None:
+                self._draw_image(painter, overlay)
             if self.state.show_crosshair:
                 self._draw_crosshair(painter)
         painter.fillRect(QRectF(0, 0, 4, self.height()), PLANE_COLOURS[self.plane])
@@ -493,7 +524,15 @@ class SliceView(QWidget):
         ras = voxel_to_ras(entry.affine, voxel)
         i, j, k = (int(v) + INDEX_BASE for v in voxel)
         value = format_intensity(float(entry.data[tuple(int(v) for v in voxel)]), entry.integer_valued)
-        return f"voxel ({i}, {j}, {k})   RAS ({ras[0]:.1f}, {ras[1]:.1f}, {ras[2]:.1f}) mm   value {value}"
+        # Millimetres of the template when the volume is in MNI space (as FSLeyes and MRIcroGL say it).
+        frame = "MNI" if is_mni(entry.space) else "RAS"
+        text = (
+            f"voxel ({i}, {j}, {k})   {frame} ({ras[0]:.1f}, {ras[1]:.1f}, {ras[2]:.1f}) mm   value {value}"
+        )
+        choice = self.state.tissue_shown()
+        if choice is not None:
+            text += f"   {tissue_at(entry.tissue, voxel, choice)}"
+        return text
 
     def _update_readout(self, pos: QPointF) -> None:
         entry = self.state.shown
@@ -513,6 +552,7 @@ class SliceView(QWidget):
 
     def _on_state_shown_changed(self, entry) -> None:
         self._image_key = None
+        self._overlay_key = None
         # Zoom is relative to the slice's physical size: keep it between volumes of one field of view (a
         # denoising preview and its result, two seeds), fit a different one afresh.
         extent = None if entry is None else np.asarray(entry.shape) * np.asarray(entry.spacing)
@@ -535,6 +575,10 @@ class SliceView(QWidget):
 
     def _on_state_display_changed(self) -> None:
         self._image_key = None
+        self._overlay_key = None
+        self.update()
+
+    def _on_state_overlay_changed(self) -> None:
         self.update()
 
 

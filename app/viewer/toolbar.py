@@ -1,9 +1,9 @@
 """The viewer's tool bar: window/level (preset, or typed W and L), orientation, interpolation, crosshair,
-fit, and the time point of a 4D file.
+fit, and the time point of a 4D file; beside it, the tissue overlay's bar (app/viewer/tissue_toolbar.py).
 
-``install_viewer_toolbar(window)`` puts it on the main window (on the main tool bar's row when both fit,
-on a row of its own otherwise, so no control ever hides behind an overflow arrow) and loads another time
-point of a 4D file in the background when the user picks one.
+``install_viewer_toolbar(window)`` puts it and the tissue overlay's bar on the main window (each on the row
+before it when they fit, on a row of its own otherwise, so no control ever hides behind an overflow arrow)
+and loads another time point of a 4D file in the background when the user picks one.
 """
 
 from __future__ import annotations
@@ -225,16 +225,18 @@ class ViewerToolbar(QToolBar):
 class _ViewerToolbarController(QObject):
     """Keeps the viewer tool bar on a row the controls fit in, and loads the time points asked for."""
 
-    def __init__(self, window: QMainWindow, toolbar: ViewerToolbar) -> None:
+    def __init__(self, window: QMainWindow, toolbar: ViewerToolbar, *more: QToolBar) -> None:
         super().__init__(window)
         self.window = window
         self.toolbar = toolbar
+        self.managed = (toolbar, *more)  # in the order they are laid out
         self._request = 0  # only the last time point asked for is shown
         self._rows_timer = QTimer(self, singleShot=True, interval=0)
         self._rows_timer.timeout.connect(self.fit_rows)
         window.installEventFilter(self)
         toolbar.time_point_requested.connect(self._on_toolbar_time_point_requested)
-        toolbar.contents_changed.connect(self._rows_timer.start)
+        for bar in self.managed:
+            bar.contents_changed.connect(self._rows_timer.start)
         window.volume_opened.connect(self._on_window_volume_opened)
 
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt override
@@ -243,22 +245,28 @@ class _ViewerToolbarController(QObject):
         return False
 
     def fit_rows(self) -> None:
-        """The viewer tool bar shares the main tool bar's row when both fit the window, else takes its own."""
+        """Each managed tool bar shares the row of the bars before it (the main tool bar's first) when they
+        all fit the window, else starts a row of its own."""
         window = self.window
-        others = [
+        first = [
             bar
             for bar in window.findChildren(QToolBar, options=Qt.FindChildOption.FindDirectChildrenOnly)
-            if bar is not self.toolbar
+            if bar not in self.managed
             and not bar.isHidden()
             and window.toolBarArea(bar) == window.toolBarArea(self.toolbar)
         ]
-        needed = sum(bar.sizeHint().width() for bar in [*others, self.toolbar]) + 24
-        own_row = needed > window.width()
-        if own_row != window.toolBarBreak(self.toolbar):
-            if own_row:
-                window.insertToolBarBreak(self.toolbar)
-            else:
-                window.removeToolBarBreak(self.toolbar)
+        row = sum(bar.sizeHint().width() for bar in first)
+        for bar in self.managed:
+            if bar.isHidden():
+                continue
+            width = bar.sizeHint().width()
+            own_row = row > 0 and row + width + 24 > window.width()
+            if own_row != window.toolBarBreak(bar):
+                if own_row:
+                    window.insertToolBarBreak(bar)
+                else:
+                    window.removeToolBarBreak(bar)
+            row = width if own_row else row + width
 
     def _on_window_volume_opened(self, entry: VolumeEntry) -> None:
         if entry.time_points > 1:
@@ -296,6 +304,9 @@ class _ViewerToolbarController(QObject):
             synthetic=loaded.synthetic,
             time_points=loaded.time_points,
             time_index=loaded.time_index,
+            # the tissue maps and space of the series (one grid for every time point)
+            tissue=old.tissue if loaded.data.shape == old.shape else {},
+            space=old.space,
         )
         if self.window.state.replace_volume(old, new):
             self.window.show_status(
@@ -310,12 +321,17 @@ class _ViewerToolbarController(QObject):
 
 
 def install_viewer_toolbar(window: QMainWindow) -> ViewerToolbar:
-    """Add the viewer tool bar to the main window (after its other tool bars) and wire its 4D loading.
+    """Add the viewer tool bar, then the tissue overlay's (``.tissue_toolbar``), to the main window (after its
+    other tool bars) and wire the 4D loading.
 
     Needs ``window.state``, ``window.viewer``, ``window.runner``, ``window.volume_opened``,
     ``window.show_status`` and ``window.show_error``.
     """
+    from app.viewer.tissue_toolbar import TissueToolbar  # (it imports this module)
+
     toolbar = ViewerToolbar(window.state, window.viewer, window)
     window.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
-    toolbar.controller = _ViewerToolbarController(window, toolbar)
+    toolbar.tissue_toolbar = TissueToolbar(window.state, window)
+    window.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar.tissue_toolbar)
+    toolbar.controller = _ViewerToolbarController(window, toolbar, toolbar.tissue_toolbar)
     return toolbar

@@ -97,6 +97,45 @@ def main_window(qtbot, themed_app, registry, qt_settings, error_dialogs):
     assert not window.runner.jobs
 
 
+@pytest.fixture(scope="session")
+def tissue_models_dir(tmp_path_factory):
+    """A tiny latent model that makes paired tissue maps in MNI space, as the shipped model does: output
+    channel 0 is the image, channels 1-4 are GM, WM, CSF and ventricles (random weights: noise)."""
+    import dataclasses
+
+    from engine.models.export import save_model_folder
+    from engine.testing import build_tiny_networks, tiny_spec
+
+    spec = tiny_spec("tiny-tissue")
+    networks = dict(spec.networks)
+    networks["autoencoder"] = {**networks["autoencoder"], "in_channels": 5, "out_channels": 5}
+    spec = dataclasses.replace(
+        spec,
+        name="Tiny tissue test model",
+        networks=networks,
+        output_shape=(5, *spec.output_shape[1:]),
+        space="MNI152NLin2009aSym",
+        world_affine=((2.0, 0.0, 0.0, -16.0), (0.0, 2.0, 0.0, -30.0), (0.0, 0.0, 2.0, -10.0), (0, 0, 0, 1.0)),
+        label_channels=("GM", "WM", "CSF", "ventricles"),
+    )
+    root = tmp_path_factory.mktemp("tissue-models")
+    save_model_folder(root / "tiny-tissue", spec, build_tiny_networks(spec), card="# Tiny tissue model\n")
+    return root
+
+
+@pytest.fixture
+def tissue_window(qtbot, themed_app, tiny_models_dir, tissue_models_dir, qt_settings, error_dialogs):
+    """The main window (no 3D view) over the tiny test models and the tiny tissue-map model."""
+    from engine.models.registry import ModelRegistry
+
+    registry = ModelRegistry([tiny_models_dir, tissue_models_dir])
+    window = _make_window(qtbot, registry, qt_settings, enable_3d=False)
+    window.state.select_model(window.state.model_by_id("tiny-tissue"))
+    yield window
+    window.close()
+    assert not window.runner.jobs
+
+
 @pytest.fixture
 def main_window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
     """The main window with its 3D view attached (pyvista imported in the background)."""
