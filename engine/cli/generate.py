@@ -56,7 +56,7 @@ def run(args) -> int:
 
     from engine.api import run as drive
     from engine.cli._progress import ProgressLine
-    from engine.nifti_io import check_output_path, save_result
+    from engine.nifti_io import check_output_path, save_result, xform_code
     from engine.optimization import OptimizationConfig
 
     optimization = OptimizationConfig(
@@ -104,6 +104,11 @@ def run(args) -> int:
     timings = result.provenance["timings"]
     for path in paths:
         print(path)
+    if result.label_names:  # stderr: stdout stays the list of images that scripts read
+        names = ", ".join(result.label_names)
+        print(f"tissue maps ({names}) beside each image as <stem>_label-<name>_probseg", file=sys.stderr)
+    if result.space:
+        print(f"space: {result.space} (sform code {xform_code(result.space)})", file=sys.stderr)
     print(
         f"done in {timings['total_s']:.1f} s (denoise {timings['denoise_s']:.1f} s, "
         f"decode {timings['decode_s']:.1f} s) on {result.provenance['device_name']}",

@@ -65,6 +65,14 @@ def register(subparsers) -> None:
     )
     ev.add_argument("--no-card", action="store_true", help="do not rewrite MODEL_CARD.md / evaluation.json")
     ev.add_argument("--no-montage", action="store_true", help="do not write montage.png")
+    ev.add_argument(
+        "--ablation-work",
+        type=Path,
+        default=None,
+        help="instead of the evaluation: measure the sharpness of each training stage from the checkpoints "
+        "in this train-demo --work folder (writes sharpness_ablation.json and, with --baseline, before_after.png)",
+    )
+    ev.add_argument("--baseline", default="", help="with --ablation-work: the previous model to compare with")
     ev.set_defaults(func=_evaluate)
 
 
@@ -99,7 +107,17 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from engine.training.evaluate import evaluate_model
+    from engine.training.evaluate import evaluate_model, sharpness_ablation
+
+    if args.ablation_work is not None:
+        sharpness_ablation(
+            args.model,
+            args.ablation_work,
+            args.baseline,
+            args.steps,
+            log=lambda line: print(line, flush=True),
+        )
+        return 0
 
     result = evaluate_model(
         args.model,

@@ -34,6 +34,26 @@ def _init_sigma(cfg: dict) -> str:
     return f", posterior sigma initialised to {sigma:g}" if sigma else ""
 
 
+def _channels(spec) -> str:
+    if not spec.label_channels:
+        return ""
+    return f" (the image and the {', '.join(spec.label_channels)} maps, encoded and decoded together)"
+
+
+def _adversarial(cfg: dict) -> str:
+    parts = []
+    if cfg.get("tissue_weight"):
+        parts.append(f" + {cfg['tissue_weight']:g} x L1 of the tissue maps")
+    if cfg.get("adv_weight"):
+        parts.append(
+            f" + {cfg['adv_weight']:g} x least-squares adversarial loss of a MONAI `PatchDiscriminator` "
+            f"({cfg.get('disc_channels', '?')} channels, 3 layers, instance norm, AdamW lr "
+            f"{cfg.get('disc_lr', '?')}) on the image channel from step "
+            f"{int(cfg.get('adv_start', 0) * cfg.get('ae_steps', 0))} on, and during the decoder fine-tuning"
+        )
+    return "".join(parts)
+
+
 def _fmt_seconds(s: float) -> str:
     return f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
 
@@ -78,6 +98,42 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
             m["finite"]["pass"],
         ),
     ]
+    if "sharpness" in m:
+        sharp = m["sharpness"]
+        recon = (
+            f"; autoencoder reconstructions {sharp['reconstructions_sigma']:.2f}"
+            if "reconstructions_sigma" in sharp
+            else ""
+        )
+        rows.append(
+            (
+                "Sharpness: blur equivalence (Gaussian sigma, voxels, at which training volumes lose as much "
+                "edge contrast as the samples)",
+                f"samples {sharp['samples_sigma']:.2f}{recon}",
+                f"<= {sharp['target']}",
+                sharp["pass"],
+            )
+        )
+    if "tissue_maps" in m:
+        t = m["tissue_maps"]
+        rows.append(
+            (
+                "Tissue maps vs the image: Dice of their hard labels against a 3-class k-means of the image "
+                "inside the brain (GM / WM / CSF)",
+                f"{t['dice_vs_kmeans']['GM']:.3f} / {t['dice_vs_kmeans']['WM']:.3f} / "
+                f"{t['dice_vs_kmeans']['CSF']:.3f}",
+                f"GM and WM >= {t['target']}",
+                min(t["dice_vs_kmeans"]["GM"], t["dice_vs_kmeans"]["WM"]) >= t["target"],
+            )
+        )
+        rows.append(
+            (
+                "Tissue maps vs the request: Spearman(requested ventricle volume, ventricle label volume)",
+                f"{t['ventricle_label_spearman']:.3f}",
+                f">= {t['spearman_target']}",
+                t["ventricle_label_spearman"] >= t["spearman_target"],
+            )
+        )
     lines = ["| Metric | Value | Target | Pass |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {'yes' if d else '**no**'} |" for a, b, c, d in rows]
     sweep = m["conditioning"]
@@ -89,6 +145,43 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
             for r, v in zip(sweep["requested_ml"], sweep["measured_ml_mean"], strict=True)
         )
     )
+    if "tissue_maps" in m:
+        t = m["tissue_maps"]
+        lines.append("")
+        lines.append(
+            "Ventricle volume of the generated ventricle label (requested -> label mL, mean over seeds): "
+            + ", ".join(
+                f"{r:.0f} -> {v:.1f}"
+                for r, v in zip(sweep["requested_ml"], t["ventricle_label_ml_mean"], strict=True)
+            )
+        )
+    check = sweep.get("measurement_check", {})
+    if check.get("kmeans_vs_true_maps_dice"):
+        k = check["kmeans_vs_true_maps_dice"]
+        lines.append("")
+        lines.append(
+            f"The rulers checked on {check['n']} labelled synthetic volumes (seeds outside training): "
+            f"ventricle volume measured on the image vs the label, Spearman "
+            f"{check['spearman_label_vs_measured']:.3f}; the k-means classes vs the true tissue maps, Dice GM "
+            f"{k['GM']:.3f}, WM {k['WM']:.3f}, CSF {k['CSF']:.3f} (the ceiling of the tissue-map agreement)."
+        )
+    if "sharpness" in m:
+        sharp = m["sharpness"]
+        lines.append("")
+        lines.append(
+            "Sharpness ruler: gradient energy (mean squared gradient) inside the brain (eroded 3 voxels) per squared unit of the "
+            "brain's 5-95th percentile intensity spread, on 8 held-out training-like volumes blurred by "
+            + ", ".join(f"{s:g}" for s in sharp["sigmas"])
+            + " voxels: "
+            + ", ".join(f"{v:.4f}" for v in sharp["training_scores"])
+            + f"; samples score {sharp['sample_score']:.4f}"
+            + (
+                f", autoencoder reconstructions {sharp['reconstruction_score']:.4f}"
+                if "reconstruction_score" in sharp
+                else ""
+            )
+            + "."
+        )
     lines.append("")
     lines.append(
         f"Sampling for the evaluation: {ev['sampling']}. Evaluation took {_fmt_seconds(ev['seconds'])} "
@@ -119,9 +212,15 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
             "the ventricle condition moves the anatomy less than seed-to-seed variation does; "
             "a higher guidance scale strengthens it"
         ),
+        "sharpness": (
+            "the samples are blurrier than the target; the autoencoder's reconstructions and the samples "
+            "are listed separately above, so the share of each is visible"
+        ),
     }
     misses = [
-        key for key in ("dice", "contrast", "diversity", "conditioning", "finite") if not m[key]["pass"]
+        key
+        for key in ("dice", "contrast", "sharpness", "tissue_maps", "diversity", "conditioning", "finite")
+        if key in m and not m[key]["pass"]
     ]
     if misses:
         lines.append("")
@@ -131,6 +230,36 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
             + ". See the README's status of the shipped model for what was tried."
         )
     return "\n".join(lines) + "\n"
+
+
+def _ablation_section(folder: str | Path | None) -> str:
+    """The sharpness of each training stage (``volsynth evaluate --ablation-work``), if it was measured."""
+    if folder is None or not (Path(folder) / "sharpness_ablation.json").exists():
+        return ""
+    import json
+
+    ab = json.loads((Path(folder) / "sharpness_ablation.json").read_text())
+    rows = "\n".join(
+        f"| {name} | {value:.2f} |" if value != float("inf") else f"| {name} | > {ab['sigmas'][-1]:g} |"
+        for name, value in ab["blur_equivalence"].items()
+    )
+    picture = (
+        "\n\n![Before and after](before_after.png)\n\n`before_after.png`: 8 samples of the previous shipped "
+        "model (top) and of this one (bottom), same seeds and slices."
+        if (Path(folder) / "before_after.png").exists()
+        else ""
+    )
+    return f"""
+## What each change bought (sharpness)
+
+Blur equivalence (voxels; the ruler of the evaluation's sharpness row, on the same 8 held-out volumes) of
+autoencoder reconstructions after each training stage and of samples, measured by
+`volsynth evaluate --ablation-work WORK --baseline PREVIOUS` (baseline: {ab.get("baseline") or "none"}):
+
+| Stage | Blur equivalence |
+|---|---|
+{rows}{picture}
+"""
 
 
 def render_card(spec, folder: str | Path | None = None, evaluation: dict[str, Any] | None = None) -> str:
@@ -158,10 +287,32 @@ def render_card(spec, folder: str | Path | None = None, evaluation: dict[str, An
     )
     montage = ""
     if folder is not None and (Path(folder) / "montage.png").exists():
+        overlay = (
+            " The lower three rows show the same slices with the tissue labels generated with each image "
+            "(most likely of GM orange, WM cream, CSF blue; ventricles cyan), 45% opacity."
+            if spec.label_channels
+            else ""
+        )
         montage = (
             "\n![Mid-slices of 8 samples](montage.png)\n\n`montage.png`: axial, coronal and sagittal "
             "mid-slices of 8 samples (seeds 0-7, default conditions), radiological display (patient "
-            "left on the image right; anterior up in axial, superior up in coronal and sagittal).\n"
+            f"left on the image right; anterior up in axial, superior up in coronal and sagittal).{overlay}\n"
+        )
+    if spec.space:
+        origin = ", ".join(f"{v:g}" for v in spec.affine()[:3, 3])
+        where = (
+            f"in `{spec.space}` space (the ICBM 2009a symmetric MNI152 template's own 2 mm grid, cropped; "
+            f"voxel (0, 0, 0) at ({origin}) mm; NIfTI sform code 4 = MNI152, qform code 1)"
+        )
+    else:
+        where = "(RAS; the affine from the spec centres the volume at the origin)"
+    tissue = ""
+    if spec.label_channels:
+        tissue = (
+            f"\n\nEvery image comes with {len(spec.label_channels)} paired tissue maps decoded from the same "
+            f"latent ({', '.join(spec.label_channels)}; probabilities in [0, 1]), written beside the image as "
+            "BIDS-derivative `<stem>_label-<name>_probseg.nii.gz` files with the same affine, kept with it in "
+            "the vault and in cohorts, and shown as a coloured overlay in the viewer."
         )
     total = sum(secs.values())
     clipped = []
@@ -176,8 +327,8 @@ def render_card(spec, folder: str | Path | None = None, evaluation: dict[str, An
     return f"""# {spec.name}
 
 `{spec.id}`: the model VolSynth Studio ships as its default. A latent diffusion model that generates
-skull-stripped T1-weighted brain MRI volumes, 80 x 96 x 80 voxels of 2 mm (RAS; the affine from the spec
-centres the volume at the origin), intensities in [0, 1], conditioned on brain volume and ventricle volume.
+skull-stripped T1-weighted brain MRI volumes, 80 x 96 x 80 voxels of 2 mm {where}, intensities in
+[0, 1], conditioned on brain volume and ventricle volume.{tissue}
 
 **Intended use: research, teaching and software testing. Not for diagnosis or any clinical decision.**
 The training data are synthetic deformations of one population-average template, not images of real
@@ -208,7 +359,8 @@ Per volume:
    {sc.smooth_sigma[0]:g}-{sc.smooth_sigma[1]:g} voxels), `RandRicianNoise` (std
    {sc.noise_std[0]:g}-{sc.noise_std[1]:g}); clipped to [0, 1].
 
-Brain volume (GM + WM) and ventricle volume are measured on each sample's deformed maps. Training set:
+Brain volume (GM + WM) and ventricle volume are measured on each sample's deformed maps, and the deformed
+GM, WM, CSF and ventricle maps are the paired labels the model learns to generate. Training set:
 brain {data.get("brain_ml_min", 0):.0f}-{data.get("brain_ml_max", 0):.0f} mL (median
 {data.get("brain_ml_median", 0):.0f}), ventricles {data.get("ventricle_ml_min", 0):.1f}-
 {data.get("ventricle_ml_max", 0):.1f} mL (median {data.get("ventricle_ml_median", 0):.1f}).
@@ -226,10 +378,11 @@ request sets another: the conditions then move the anatomy further than seed-to-
 ## Architecture
 
 - Autoencoder: MONAI `AutoencoderKL`, channels {ae["channels"]}, {ae["latent_channels"]} latent channels,
-  1 residual block per level, no attention; 4x downsampling, latent {list(spec.latent_shape)}.
+  1 residual block per level, no attention; 4x downsampling, latent {list(spec.latent_shape)};
+  {ae["in_channels"]} input and output channels{_channels(spec)}.
   Trained on random {cfg.get("ae_patch", "?")}^3 patches (batch {cfg.get("ae_batch", "?")}) for
   {prov.get("ae_steps", "?")} steps, AdamW lr {cfg.get("ae_lr", "?")} (cosine), loss L1 +
-  {cfg.get("grad_weight", "?")} x image-gradient L1 + {cfg.get("kl_weight", "?")} x KL{_init_sigma(cfg)}; decodes
+  {cfg.get("grad_weight", "?")} x image-gradient L1 + {cfg.get("kl_weight", "?")} x KL{_init_sigma(cfg)}{_adversarial(cfg)}; decodes
   whole volumes (it is fully convolutional). Whole-volume L1 on training volumes:
   {losses.get("ae_volume_l1", float("nan")):.4f} after patch training,
   {losses.get("ae_volume_l1_finetuned", float("nan")):.4f} after the whole-volume decoder fine-tuning
@@ -273,7 +426,7 @@ request sets another: the conditions then move the anatomy further than seed-to-
 
 ## Evaluation
 
-{_metrics_section(evaluation)}
+{_metrics_section(evaluation)}{_ablation_section(folder)}
 ## Licence of the template data
 
 The training data derive from the MNI152 ICBM 2009 template. nilearn, which ships the files used, documents

@@ -4,7 +4,12 @@ Every sample comes from :class:`engine.backends.local.LocalBackend` with a :clas
 (the product's one sampling loop). The metric functions take plain arrays so they are tested on synthetic
 inputs, including failing ones (tests/engine/training/test_metrics.py).
 
-Measurements on generated images, which have no labels:
+Generated tissue maps are checked against the image they came with (Dice of their hard labels against a
+3-class k-means of the image's intensities inside the brain) and against the request (ventricle volume of
+the generated ventricle map vs the requested value). Sharpness is a *blur equivalence*: the Gaussian sigma
+(voxels) at which training volumes lose as much edge contrast as the samples show (:func:`edge_score`).
+
+Measurements on generated images (the ruler for models without tissue maps):
 
 * brain mask: Otsu threshold, largest connected component, closing (sulcal CSF), holes filled (ventricles
   are inside the brain);
@@ -31,6 +36,12 @@ import numpy as np
 
 DICE_TARGET = 0.80
 SPEARMAN_TARGET = 0.7
+TISSUE_DICE_TARGET = 0.80  # GM and WM maps vs a 3-class k-means of the image they came with
+LABEL_SPEARMAN_TARGET = 0.8  # ventricle volume of the generated label vs the requested one
+BLUR_TARGET = 0.8  # voxels: samples at most as blurred as training volumes under this Gaussian sigma
+# Blur steps of the ruler (voxels). Not 0.25: a sampled Gaussian that narrow is the identity. Not beyond 2:
+# the blurred brain/background edge then reaches 3 voxels inside the brain mask and the score rises again.
+BLUR_SIGMAS = (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 DIP_TARGET = 0.9  # histogram minimum between the GM and WM modes, relative to the lower mode's height
 SSIM_MAX = 0.95  # mean pairwise SSIM above this means the model collapsed to (nearly) one output
 VOXEL_ML = 0.008
@@ -145,6 +156,102 @@ def spearman(x, y) -> float:
     return float(spearmanr(x, y).statistic)
 
 
+def reference_mask(shape: tuple[int, ...], affine: np.ndarray) -> np.ndarray:
+    """The MNI152 brain mask resampled onto a volume's grid through the two affines (nearest neighbour).
+
+    No shifting or registration: a volume that claims MNI space is compared where its affine puts it.
+    """
+    from nibabel.processing import resample_from_to
+
+    from engine.training.synth import template_mask_image
+
+    resampled = resample_from_to(template_mask_image(), (tuple(shape[:3]), np.asarray(affine)), order=0)
+    return np.asarray(resampled.get_fdata()) > 0.5
+
+
+def kmeans_1d(values: np.ndarray, k: int = 3, iterations: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """Lloyd's k-means on intensities, started at evenly spaced percentiles (deterministic).
+
+    Returns:
+        (labels 0..k-1 ordered by centre intensity, the sorted centres).
+    """
+    values = np.asarray(values, np.float64).ravel()
+    centres = np.percentile(values, np.linspace(100 / (2 * k), 100 - 100 / (2 * k), k))
+    labels = np.zeros(values.shape, np.int64)
+    for _ in range(iterations):
+        labels = np.abs(values[:, None] - centres[None, :]).argmin(axis=1)
+        new = np.array([values[labels == j].mean() if (labels == j).any() else centres[j] for j in range(k)])
+        if np.allclose(new, centres):
+            break
+        centres = new
+    order = np.argsort(centres)
+    rank = np.empty(k, np.int64)
+    rank[order] = np.arange(k)
+    return rank[labels], centres[order]
+
+
+def tissue_agreement(image: np.ndarray, maps: dict[str, np.ndarray], mask: np.ndarray | None = None) -> dict:
+    """Dice of the maps' hard labels (argmax of CSF, GM, WM) against a 3-class k-means of the image.
+
+    Inside the brain mask (the image's own, :func:`brain_mask`, unless given), k-means clusters are named by
+    intensity as a T1 orders them: darkest CSF, then GM, brightest WM.
+    """
+    image = np.asarray(image, np.float32)
+    mask = brain_mask(image) if mask is None else np.asarray(mask, bool)
+    if mask.sum() < 100:
+        return {"GM": 0.0, "WM": 0.0, "CSF": 0.0}
+    clusters, _ = kmeans_1d(image[mask], 3)
+    stack = np.stack([maps["CSF"][mask], maps["GM"][mask], maps["WM"][mask]])
+    labels = stack.argmax(axis=0)
+    return {name: dice(labels == k, clusters == k) for k, name in enumerate(("CSF", "GM", "WM"))}
+
+
+def edge_score(volume: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """Gradient energy (mean squared gradient magnitude, "Tenengrad") inside the brain, eroded 3 voxels so
+    the brain/background edge does not count, per squared unit of the brain's 5-95th percentile intensity
+    spread: blur lowers it, a contrast change does not. (The mean gradient *magnitude* would not do: the
+    total variation of a step edge is the same however blurred it is.)"""
+    from scipy import ndimage
+
+    vol = np.asarray(volume, np.float32)
+    mask = brain_mask(vol) if mask is None else np.asarray(mask, bool)
+    inner = ndimage.binary_erosion(mask, iterations=3)
+    if inner.sum() < 100:
+        return 0.0
+    energy = sum(g.astype(np.float64) ** 2 for g in np.gradient(vol))
+    spread = float(np.percentile(vol[mask], 95) - np.percentile(vol[mask], 5))
+    return float(energy[inner].mean() / spread**2) if spread > 1e-6 else 0.0
+
+
+def blur_curve(volumes: list[np.ndarray], sigmas=BLUR_SIGMAS) -> list[float]:
+    """Mean :func:`edge_score` of ``volumes`` blurred by each Gaussian sigma (voxels); the ruler."""
+    from scipy import ndimage
+
+    masks = [brain_mask(v) for v in volumes]
+    return [
+        float(
+            np.mean(
+                [
+                    edge_score(ndimage.gaussian_filter(v, s) if s > 0 else v, m)
+                    for v, m in zip(volumes, masks, strict=True)
+                ]
+            )
+        )
+        for s in sigmas
+    ]
+
+
+def blur_equivalence(score: float, curve: list[float], sigmas=BLUR_SIGMAS) -> float:
+    """The sigma at which the blurred training volumes score ``score`` (linear between the curve's points;
+    0 when at least as sharp as the unblurred volumes; the largest sigma + when blurrier than all)."""
+    if score >= curve[0]:
+        return 0.0
+    for (s0, c0), (s1, c1) in itertools.pairwise(zip(sigmas, curve, strict=True)):
+        if c1 <= score <= c0:
+            return float(s0 + (s1 - s0) * (c0 - score) / (c0 - c1)) if c0 > c1 else float(s0)
+    return float("inf")
+
+
 # -- montage ---------------------------------------------------------------------------------------------
 
 
@@ -162,25 +269,60 @@ def radiological_slices(volume: np.ndarray) -> list[np.ndarray]:
     return [np.ascontiguousarray(s[::-1, ::-1].T) for s in (axial, coronal, sagittal)]
 
 
-def save_montage(volumes: list[np.ndarray], path: Path, title: str = "") -> Path:
-    """A PNG with one column per volume and rows axial / coronal / sagittal, radiological orientation."""
+# Overlay colours of the hard tissue labels (RGB): CSF blue, GM orange, WM cream, ventricles cyan.
+TISSUE_COLOURS = {
+    "CSF": (0.2, 0.4, 1.0),
+    "GM": (1.0, 0.55, 0.1),
+    "WM": (0.95, 0.95, 0.75),
+    "ventricles": (0.0, 0.9, 0.9),
+}
+
+
+def tissue_rgb(image: np.ndarray, maps: dict[str, np.ndarray], opacity: float = 0.45) -> np.ndarray:
+    """The image in grey with the maps' most likely class (ventricles over CSF) blended in colour."""
+    grey = np.clip(np.asarray(image, np.float32), 0, 1)[..., None].repeat(3, axis=-1)
+    names = [n for n in ("CSF", "GM", "WM") if n in maps]
+    stack = np.stack([maps[n] for n in names])
+    winner = stack.argmax(axis=0)
+    inside = stack.sum(axis=0) > 0.5
+    colour = np.zeros_like(grey)
+    for k, name in enumerate(names):
+        colour[winner == k] = TISSUE_COLOURS[name]
+    if "ventricles" in maps:
+        colour[maps["ventricles"] > 0.5] = TISSUE_COLOURS["ventricles"]
+    alpha = opacity * inside[..., None]
+    return grey * (1 - alpha) + colour * alpha
+
+
+def save_montage(
+    volumes: list[np.ndarray], path: Path, title: str = "", tissue: list[dict[str, np.ndarray]] | None = None
+) -> Path:
+    """A PNG with one column per volume and rows axial / coronal / sagittal, radiological orientation; with
+    ``tissue``, three more rows show the same slices with the generated tissue labels overlaid."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     n = len(volumes)
-    fig = Figure(figsize=(1.6 * n, 1.9 * 3 + 0.4), dpi=110)
+    rows = 3 * (2 if tissue else 1)
+    fig = Figure(figsize=(1.6 * n, 1.9 * rows + 0.4), dpi=110)
     FigureCanvasAgg(fig)
     fig.patch.set_facecolor("black")
     names = ("axial", "coronal", "sagittal")
     for col, vol in enumerate(volumes):
-        for row, sl in enumerate(radiological_slices(vol)):
-            ax = fig.add_subplot(3, n, row * n + col + 1)
+        panels = list(enumerate(radiological_slices(vol)))
+        if tissue:
+            rgb = tissue_rgb(vol, tissue[col])
+            channels = [radiological_slices(rgb[..., c]) for c in range(3)]
+            panels += [(3 + r, np.stack([channels[c][r] for c in range(3)], axis=-1)) for r in range(3)]
+        for row, sl in panels:
+            ax = fig.add_subplot(rows, n, row * n + col + 1)
             ax.imshow(sl, cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest", aspect="equal")
             ax.set_xticks([])
             ax.set_yticks([])
             if col == 0:
-                ax.set_ylabel(names[row], color="white", fontsize=8)
-            if row < 2:  # orientation marks: patient right is on the image left (radiological)
+                label = names[row % 3] + (" + tissue" if row >= 3 else "")
+                ax.set_ylabel(label, color="white", fontsize=8)
+            if row % 3 < 2:  # orientation marks: patient right is on the image left (radiological)
                 ax.text(0.02, 0.5, "R", color="yellow", fontsize=6, transform=ax.transAxes, va="center")
                 ax.text(0.92, 0.5, "L", color="yellow", fontsize=6, transform=ax.transAxes, va="center")
             else:
@@ -188,7 +330,9 @@ def save_montage(volumes: list[np.ndarray], path: Path, title: str = "") -> Path
                 ax.text(0.92, 0.5, "P", color="yellow", fontsize=6, transform=ax.transAxes, va="center")
     if title:
         fig.suptitle(title, color="white", fontsize=9)
-    fig.subplots_adjust(left=0.03, right=0.99, top=0.93, bottom=0.01, wspace=0.03, hspace=0.03)
+    fig.subplots_adjust(
+        left=0.03, right=0.99, top=1 - 0.45 / (1.9 * rows + 0.4), bottom=0.01, wspace=0.03, hspace=0.03
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, facecolor="black")
     return path
@@ -197,10 +341,11 @@ def save_montage(volumes: list[np.ndarray], path: Path, title: str = "") -> Path
 # -- sampling --------------------------------------------------------------------------------------------
 
 
-def _run(backend, request) -> np.ndarray:
+def _run(backend, request):
+    """The SamplingResult of ``request`` (images: ``result.volume(i)``, maps: ``result.tissue_maps(i)``)."""
     from engine.api import run
 
-    return run(backend.sample(request)).volumes[:, 0]
+    return run(backend.sample(request))
 
 
 def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | None = None) -> dict[str, Any]:
@@ -271,24 +416,53 @@ def _inference_in_fresh_process(model: str, steps: int, guidance_scale: float) -
 
 
 def measurement_check(n: int = 12) -> dict[str, Any]:
-    """The image-based ventricle measurement against label volumes on labelled synthetic volumes."""
-    from engine.training.synth import generate, template_brain_mask, ventricle_roi
+    """The image-based rulers against the truth, on labelled synthetic volumes (seeds outside training):
+    ventricle volume measured on the image vs the label, and k-means tissue classes vs the tissue maps."""
+    from engine.training.synth import TISSUE_NAMES, generate, template_brain_mask, ventricle_roi
 
     roi = ventricle_roi()
     ref = template_brain_mask()
-    label, measured, dices = [], [], []
-    for seed in range(10_000, 10_000 + n):  # seeds outside the training set's range
+    label, measured, dices, agreement = [], [], [], []
+    for seed in range(10_000, 10_000 + n):
         s = generate(seed)
         label.append(s.ventricle_ml)
         measured.append(ventricle_volume_ml(s.image, roi))
         dices.append(dice(brain_mask(s.image), ref))
+        agreement.append(tissue_agreement(s.image, dict(zip(TISSUE_NAMES, s.tissue, strict=True))))
     return {
         "n": n,
         "spearman_label_vs_measured": spearman(label, measured),
         "label_ml": [round(v, 1) for v in label],
         "measured_ml": [round(v, 1) for v in measured],
         "training_like_dice_mean": float(np.mean(dices)),
+        "kmeans_vs_true_maps_dice": {
+            k: float(np.mean([a[k] for a in agreement])) for k in ("GM", "WM", "CSF")
+        },
     }
+
+
+def _held_out_volumes(n: int = 8):
+    """Labelled synthetic volumes from seeds outside the training set: (images, tissue stacks)."""
+    from engine.training.synth import generate
+
+    samples = [generate(20_000 + i) for i in range(n)]
+    return [s.image for s in samples], [s.tissue for s in samples]
+
+
+def reconstructions(loaded, images: list[np.ndarray], tissue: list[np.ndarray]) -> list[np.ndarray]:
+    """The autoencoder's whole-volume reconstructions (posterior mean) of ``images``: how much blur the
+    autoencoder alone adds. Models whose encoder takes the tissue maps get them as extra channels."""
+    import torch
+
+    ae = loaded.autoencoder
+    channels = loaded.spec.networks["autoencoder"].get("in_channels", 1)
+    out = []
+    with torch.inference_mode():
+        for image, maps in zip(images, tissue, strict=True):
+            x = np.concatenate([image[None], maps])[:channels] if channels > 1 else image[None]
+            mu, _ = ae.encode(torch.from_numpy(np.ascontiguousarray(x, np.float32))[None])
+            out.append(ae.decode(mu)[0, 0].float().numpy())
+    return out
 
 
 def evaluate_model(
@@ -307,7 +481,7 @@ def evaluate_model(
 
     Args:
         model: model id or folder ("" = the shipped default).
-        n_samples: samples at default conditions for Dice, contrast and diversity.
+        n_samples: samples at default conditions for Dice, contrast, tissue maps, sharpness and diversity.
         steps: DDIM steps per sample.
         write_card: rewrite MODEL_CARD.md and evaluation.json in the model folder.
         write_montage: write montage.png (first 8 default samples) in the model folder.
@@ -338,37 +512,69 @@ def evaluate_model(
         guidance_scale = spec.default_guidance_scale
     backend = LocalBackend(device="cpu")
     model_ref = str(folder)
+    voxel_ml = float(np.prod(spec.voxel_spacing_mm)) / 1000.0
 
-    # 1. Default-condition samples: Dice, contrast, diversity, montage.
+    # 1. Default-condition samples: Dice, contrast, tissue maps, sharpness, diversity, montage.
     samples: list[np.ndarray] = []
+    sample_maps: list[dict[str, np.ndarray]] = []
     seed = 0
     while len(samples) < n_samples:
         size = min(batch, n_samples - len(samples))
-        samples += list(
-            _run(
-                backend,
-                SamplingRequest(
-                    model=model_ref,
-                    sampler="ddim",
-                    steps=steps,
-                    seed=seed,
-                    batch_size=size,
-                    guidance_scale=guidance_scale,
-                ),
-            )
+        result = _run(
+            backend,
+            SamplingRequest(
+                model=model_ref,
+                sampler="ddim",
+                steps=steps,
+                seed=seed,
+                batch_size=size,
+                guidance_scale=guidance_scale,
+            ),
         )
+        samples += [result.volume(i) for i in range(size)]
+        sample_maps += [result.tissue_maps(i) for i in range(size)]
+        affine = result.affine
         seed += 1
         log(f"evaluate: {len(samples)}/{n_samples} default samples  {time.perf_counter() - started:.0f}s")
     finite = all(np.isfinite(s).all() for s in samples)
-    ref = template_brain_mask()
+    # A model that names its space is compared with the MNI152 mask where its affine puts it; one that does
+    # not is compared voxel for voxel on the training grid (it cannot be placed).
+    ref = reference_mask(samples[0].shape, affine) if spec.space else template_brain_mask()
     masks = [brain_mask(s) for s in samples]
     dices = [dice(m, ref) for m in masks]
     modes = [tissue_modes(s, m) for s, m in zip(samples, masks, strict=True)]
     bimodal = [m for m in modes if m["bimodal"]]
     n_div = min(8, len(samples))
     mean_ssim, max_ssim = mean_pairwise_ssim(samples[:n_div])
+    has_maps = bool(spec.label_channels) and all(sample_maps)
+    agreement = (
+        [tissue_agreement(s, m, k) for s, m, k in zip(samples, sample_maps, masks, strict=True)]
+        if has_maps
+        else []
+    )
 
-    # 2. Ventricle sweep at the default brain volume.
+    # 2. Sharpness: blur equivalence of the samples and of the autoencoder's reconstructions, against
+    #    held-out training-like volumes blurred by known amounts.
+    held_images, held_tissue = _held_out_volumes()
+    curve = blur_curve(held_images)
+    sample_score = float(np.mean([edge_score(s, m) for s, m in zip(samples, masks, strict=True)]))
+    blur = {
+        "sigmas": list(BLUR_SIGMAS),
+        "training_scores": curve,
+        "sample_score": sample_score,
+        "samples_sigma": blur_equivalence(sample_score, curve),
+        "target": BLUR_TARGET,
+    }
+    if spec.kind == "latent":
+        recon = reconstructions(source.load(), held_images, held_tissue)
+        blur["reconstruction_score"] = float(np.mean([edge_score(r) for r in recon]))
+        blur["reconstructions_sigma"] = blur_equivalence(blur["reconstruction_score"], curve)
+    blur["pass"] = blur["samples_sigma"] <= BLUR_TARGET
+    log(
+        f"evaluate: blur equivalence of samples {blur['samples_sigma']:.2f} voxel  {time.perf_counter() - started:.0f}s"
+    )
+
+    # 3. Ventricle sweep at the default brain volume: measured on the image and, with maps, on the label.
     vcond = spec.condition("ventricle_volume")
     data = spec.extra.get("training", {}).get("data", {})
     lo = max(vcond.min, data.get("ventricle_ml_p1", vcond.min))
@@ -376,8 +582,9 @@ def evaluate_model(
     requested = [float(v) for v in np.linspace(lo, hi, 6).round(1)]
     roi = ventricle_roi()
     measured: list[list[float]] = []
+    from_label: list[list[float]] = []
     for k, value in enumerate(requested):
-        vols = _run(
+        result = _run(
             backend,
             SamplingRequest(
                 model=model_ref,
@@ -389,11 +596,21 @@ def evaluate_model(
                 guidance_scale=guidance_scale,
             ),
         )
-        finite = finite and bool(np.isfinite(vols).all())
+        vols = [result.volume(i) for i in range(sweep_seeds)]
+        finite = finite and all(np.isfinite(v).all() for v in vols)
         measured.append([ventricle_volume_ml(v, roi) for v in vols])
+        if has_maps:
+            from_label.append(
+                [
+                    float((result.tissue_maps(i)["ventricles"] > 0.5).sum() * voxel_ml)
+                    for i in range(sweep_seeds)
+                ]
+            )
         log(
             f"evaluate: ventricles requested {value:.1f} mL -> measured "
-            f"{', '.join(f'{m:.1f}' for m in measured[-1])}  {time.perf_counter() - started:.0f}s"
+            f"{', '.join(f'{m:.1f}' for m in measured[-1])}"
+            + (f"; label {', '.join(f'{m:.1f}' for m in from_label[-1])}" if has_maps else "")
+            + f"  {time.perf_counter() - started:.0f}s"
         )
     flat_req = [r for r, ms in zip(requested, measured, strict=True) for _ in ms]
     flat_meas = [m for ms in measured for m in ms]
@@ -414,6 +631,9 @@ def evaluate_model(
             "target": DICE_TARGET,
             "pass": float(np.mean(dices)) >= DICE_TARGET,
             "values": [round(d, 4) for d in dices],
+            "reference": "MNI152 brain mask through the affines"
+            if spec.space
+            else "template mask, same grid",
         },
         "contrast": {
             "gm_mode": float(np.nanmean([m["gm_mode"] for m in modes])) if bimodal else float("nan"),
@@ -424,6 +644,7 @@ def evaluate_model(
             "pass": len(bimodal) >= 0.75 * len(modes) and all(m["wm_mode"] > m["gm_mode"] for m in bimodal),
             "per_sample": modes,
         },
+        "sharpness": blur,
         "diversity": {
             "mean_ssim": mean_ssim,
             "max_pair_ssim": max_ssim,
@@ -443,6 +664,20 @@ def evaluate_model(
         },
         "finite": {"pass": bool(finite)},
     }
+    if has_maps:
+        mean_agreement = {k: float(np.mean([a[k] for a in agreement])) for k in ("GM", "WM", "CSF")}
+        label_rho = spearman(flat_req, [m for ms in from_label for m in ms])
+        metrics["tissue_maps"] = {
+            "dice_vs_kmeans": mean_agreement,
+            "dice_min": {k: float(np.min([a[k] for a in agreement])) for k in ("GM", "WM", "CSF")},
+            "target": TISSUE_DICE_TARGET,
+            "ventricle_label_spearman": label_rho,
+            "ventricle_label_ml": from_label,
+            "ventricle_label_ml_mean": [float(np.mean(m)) for m in from_label],
+            "spearman_target": LABEL_SPEARMAN_TARGET,
+            "pass": min(mean_agreement["GM"], mean_agreement["WM"]) >= TISSUE_DICE_TARGET
+            and label_rho >= LABEL_SPEARMAN_TARGET,
+        }
     result = {
         "model": spec.id,
         "metrics": metrics,
@@ -460,13 +695,95 @@ def evaluate_model(
         save_montage(
             samples[:8],
             folder / "montage.png",
-            title=f"{spec.id}: 8 samples (DDIM {steps}, default conditions)",
+            title=f"{spec.id}: 8 samples (DDIM {steps}, default conditions)"
+            + (", below with their generated tissue labels" if has_maps else ""),
+            tissue=sample_maps[:8] if has_maps else None,
         )
     if write_card:
         (folder / "evaluation.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
         (folder / "MODEL_CARD.md").write_text(render_card(spec, folder, result), encoding="utf-8")
         log(f"evaluate: wrote {folder / 'evaluation.json'} and {folder / 'MODEL_CARD.md'}")
     return result
+
+
+def sharpness_ablation(
+    model: str, work: Path, baseline: str = "", steps: int = 50, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """What each change bought, on the sharpness ruler: the blur equivalence of autoencoder reconstructions
+    at each stage of training (checkpoints in ``work``) and of the previous model's (``baseline``), and of
+    8 samples of the baseline next to 8 of the model. Writes ``sharpness_ablation.json`` and, with a
+    baseline, ``before_after.png`` (baseline samples above, the model's below) in the model folder.
+    """
+    import types
+
+    import torch
+
+    from engine.api import SamplingRequest
+    from engine.backends.local import LocalBackend
+    from engine.models.networks import build_network
+    from engine.models.registry import ModelRegistry
+
+    torch.set_num_threads(2)
+    source = ModelRegistry().get(model or None)
+    held_images, held_tissue = _held_out_volumes()
+    curve = blur_curve(held_images)
+
+    def sigma_of(volumes: list[np.ndarray]) -> float:
+        return blur_equivalence(float(np.mean([edge_score(v) for v in volumes])), curve)
+
+    stages: dict[str, float] = {}
+    if baseline:
+        base = ModelRegistry().get(baseline)
+        stages["baseline autoencoder"] = sigma_of(reconstructions(base.load(), held_images, held_tissue))
+    definition = source.spec.networks["autoencoder"]
+    for name, file in (
+        ("autoencoder before the adversarial loss", "ae_before_adversarial.ckpt"),
+        ("autoencoder after patch training with the adversarial loss", "ae.ckpt"),
+        ("autoencoder after the whole-volume decoder fine-tuning (shipped)", "decoder.ckpt"),
+    ):
+        path = Path(work) / file
+        if not path.exists():
+            continue
+        ae = build_network(definition, "autoencoder")
+        ae.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
+        loaded = types.SimpleNamespace(autoencoder=ae.eval(), spec=source.spec)
+        stages[name] = sigma_of(reconstructions(loaded, held_images, held_tissue))
+        log(f"ablation: {name}: blur equivalence {stages[name]:.2f}")
+
+    backend = LocalBackend(device="cpu")
+    samples: dict[str, list[np.ndarray]] = {}
+    for label, ref in (("baseline", baseline), ("model", str(source.path))):
+        if not ref:
+            continue
+        result = _run(backend, SamplingRequest(model=ref, sampler="ddim", steps=steps, seed=0, batch_size=8))
+        samples[label] = [result.volume(i) for i in range(8)]
+        stages[f"{label} samples"] = sigma_of(samples[label])
+        log(f"ablation: {label} samples: blur equivalence {stages[f'{label} samples']:.2f}")
+    out = {
+        "sigmas": list(BLUR_SIGMAS),
+        "training_scores": curve,
+        "blur_equivalence": stages,
+        "baseline": baseline,
+    }
+    (source.path / "sharpness_ablation.json").write_text(json.dumps(out, indent=2, default=float) + "\n")
+    if "baseline" in samples:
+        _before_after(samples["baseline"], samples["model"], source.path / "before_after.png")
+    return out
+
+
+def _before_after(before: list[np.ndarray], after: list[np.ndarray], path: Path) -> Path:
+    """One PNG: the baseline's montage above the model's (same seeds, same slices)."""
+    import tempfile
+
+    from matplotlib import image as mpimg
+
+    with tempfile.TemporaryDirectory() as tmp:
+        top = mpimg.imread(
+            save_montage(before, Path(tmp) / "a.png", "before: the previous shipped model, seeds 0-7")
+        )
+        bottom = mpimg.imread(save_montage(after, Path(tmp) / "b.png", "after: this model, seeds 0-7"))
+    mpimg.imsave(path, np.concatenate([top, bottom], axis=0))
+    return path
 
 
 def _summary(result: dict[str, Any]) -> str:
@@ -482,7 +799,21 @@ def _summary(result: dict[str, Any]) -> str:
         f"Conditioning: Spearman {m['conditioning']['spearman']:.3f}  "
         f"{'PASS' if m['conditioning']['pass'] else 'FAIL'}",
         f"Finite: {'PASS' if m['finite']['pass'] else 'FAIL'}",
+        f"Sharpness: blur equivalence of samples {m['sharpness']['samples_sigma']:.2f} voxel"
+        + (
+            f", of autoencoder reconstructions {m['sharpness']['reconstructions_sigma']:.2f}"
+            if "reconstructions_sigma" in m["sharpness"]
+            else ""
+        )
+        + f"  {'PASS' if m['sharpness']['pass'] else 'FAIL'}",
     ]
+    if "tissue_maps" in m:
+        t = m["tissue_maps"]
+        lines.append(
+            f"Tissue maps vs k-means of the image: GM {t['dice_vs_kmeans']['GM']:.3f}, WM "
+            f"{t['dice_vs_kmeans']['WM']:.3f}, CSF {t['dice_vs_kmeans']['CSF']:.3f}; ventricle label vs "
+            f"request Spearman {t['ventricle_label_spearman']:.3f}  {'PASS' if t['pass'] else 'FAIL'}"
+        )
     if result.get("inference"):
         inf = result["inference"]
         lines.append(

@@ -96,3 +96,78 @@ def test_save_montage_writes_png(tmp_path):
     vols = [_phantom(seed=s)[0] for s in range(2)]
     path = ev.save_montage(vols, tmp_path / "m.png", "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _phantom_maps(ventricle_radius=3.0):
+    """The phantom's true tissue maps (hard, as probabilities 0/1)."""
+    brain = _ellipsoid((16, 20, 16))
+    wm = _ellipsoid((12, 16, 12))
+    vent = _ellipsoid((ventricle_radius, 2 * ventricle_radius, ventricle_radius))
+    return {
+        "GM": (brain & ~wm).astype(np.float32),
+        "WM": (wm & ~vent).astype(np.float32),
+        "CSF": vent.astype(np.float32),
+        "ventricles": vent.astype(np.float32),
+    }
+
+
+def test_kmeans_orders_clusters_by_intensity():
+    values = np.concatenate([np.full(50, 0.8), np.full(50, 0.1), np.full(50, 0.5)])
+    labels, centres = ev.kmeans_1d(values, 3)
+    np.testing.assert_allclose(centres, [0.1, 0.5, 0.8])
+    assert (labels[:50] == 2).all() and (labels[50:100] == 0).all() and (labels[100:] == 1).all()
+
+
+def test_tissue_agreement_true_maps_pass_swapped_maps_fail():
+    vol, brain = _phantom(ventricle_radius=4)
+    maps = _phantom_maps(ventricle_radius=4)
+    good = ev.tissue_agreement(vol, maps, brain)
+    assert good["GM"] > 0.95 and good["WM"] > 0.95
+    swapped = {**maps, "GM": maps["WM"], "WM": maps["GM"]}  # maps that do not belong to the image
+    bad = ev.tissue_agreement(vol, swapped, brain)
+    assert bad["GM"] < 0.2 and bad["WM"] < 0.2
+
+
+def _folded(phase: float) -> np.ndarray:
+    """A 'brain' with cortex-like structure: intensity ripples of a 8-11 voxel period, no noise."""
+    brain = _ellipsoid((16, 20, 16))
+    i, j, k = np.meshgrid(*[np.arange(n, dtype=np.float32) for n in SHAPE], indexing="ij")
+    ripple = np.sin(i / 1.5 + phase) * np.sin(j / 1.7 + 2 * phase) * np.sin(k / 1.3)
+    return np.where(brain, 0.6 + 0.25 * ripple, 0.0).astype(np.float32)
+
+
+def test_blur_equivalence_reads_back_a_known_blur():
+    from scipy import ndimage
+
+    vols = [_folded(phase) for phase in (0.0, 0.7, 1.9)]
+    curve = ev.blur_curve(vols)
+    assert all(a > b for a, b in zip(curve, curve[1:], strict=False))  # blur lowers the score, every step
+    for sigma in (0.6, 1.0, 1.3):
+        blurred = ev.edge_score(ndimage.gaussian_filter(_folded(3.1), sigma))
+        assert ev.blur_equivalence(blurred, curve) == pytest.approx(sigma, abs=0.15)
+    assert ev.blur_equivalence(curve[0] * 1.1, curve) == 0.0  # sharper than the references
+    assert ev.blur_equivalence(curve[-1] * 0.5, curve) == float("inf")  # blurrier than every point
+    # A contrast change is not a blur.
+    assert ev.edge_score(0.5 * _folded(0.0)) == pytest.approx(ev.edge_score(_folded(0.0)), rel=1e-3)
+
+
+def test_reference_mask_is_placed_by_the_affines_not_shifted():
+    from engine.training.synth import crop_affine, template_brain_mask
+
+    affine = crop_affine()
+    ref = template_brain_mask()
+    assert ev.dice(ev.reference_mask(ref.shape, affine), ref) == 1.0
+    moved = affine.copy()
+    moved[:3, 3] += 12.0  # a volume whose affine says it lies 12 mm away: compared where it says it is
+    assert ev.dice(ev.reference_mask(ref.shape, moved), ref) < 0.8
+
+
+def test_montage_with_tissue_rows(tmp_path):
+    vols = [_phantom(seed=s)[0] for s in range(2)]
+    maps = [_phantom_maps() for _ in vols]
+    rgb = ev.tissue_rgb(vols[0], maps[0])
+    assert rgb.shape == (*SHAPE, 3) and rgb.min() >= 0 and rgb.max() <= 1
+    # Outside the brain the overlay leaves the grey image alone; inside it tints it.
+    assert np.allclose(rgb[0, 0, 0], 0) and not np.allclose(rgb[20, 24, 20], rgb[20, 24, 20, 0])
+    path = ev.save_montage(vols, tmp_path / "m.png", "test", tissue=maps)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
