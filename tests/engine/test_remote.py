@@ -183,3 +183,22 @@ def test_the_wire_codec_round_trips_and_refuses_garbage():
     with pytest.raises(InvalidRequest):
         wire.decode_request([])
     assert wire.normalise_fingerprint("sha256:" + "ab" * 32) == ":".join(["AB"] * 32)
+
+
+def test_tissue_maps_and_space_cross_the_wire_and_a_wrong_count_is_refused():
+    from engine import wire
+    from engine.api import SamplingResult
+
+    request = SamplingRequest(model="m", steps=3)
+    volumes = np.random.default_rng(0).random((1, 3, 4, 4, 4), dtype=np.float32)
+    provenance = {"space": "MNI152NLin2009aSym", "label_channels": ["GM", "WM"]}
+    event = wire.decode_event(
+        wire.encode_event(wire.result_event(SamplingResult(volumes, np.eye(4), request, provenance)))
+    )
+    decoded = wire.result_from_event(event, wire.decode_volumes(wire.encode_volumes(volumes)), "https://h:1")
+    assert decoded.space == "MNI152NLin2009aSym" and decoded.label_names == ("GM", "WM")
+    assert np.array_equal(decoded.volume(0), volumes[0, 0])
+    assert np.array_equal(decoded.tissue_maps(0)["WM"], volumes[0, 2])
+    event["provenance"]["label_channels"] = ["GM"]  # a server that names fewer maps than it sends channels
+    with pytest.raises(wire.WireError, match="tissue maps"):
+        wire.result_from_event(event, volumes, "https://h:1")
