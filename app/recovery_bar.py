@@ -107,7 +107,9 @@ class RecoveryController:
 
     def _on_restored(self, restored) -> None:
         sessions, volumes = restored
-        for name, loaded in volumes:
+        notes = []
+        for name, opened in volumes:
+            loaded = opened.loaded
             self.main.state.add_volume(
                 VolumeEntry(
                     name=name,
@@ -116,16 +118,24 @@ class RecoveryController:
                     kind="generated",
                     provenance=loaded.provenance,
                     synthetic=True,
+                    tissue=opened.tissue,  # {} for a volume without maps, or kept before maps were
+                    space=opened.space,
                 ),
                 show=False,
             )
+            notes.extend(f"{name}: {note}" for note in opened.notes)
         for orphan in sessions:  # now kept again by this session (volumes_changed wrote them)
             self.store.discard(orphan)
         self.orphans = []
         self.bar.hide()
         if volumes:
             self.main.state.show(self.main.state.volumes[-1])
-        self.main.show_status(f"Restored {len(volumes)} generated volume(s)", 10000)
+        for note in notes:
+            log.warning("restoring a generated volume: %s", note)
+        mapped = sum(1 for _, opened in volumes if opened.tissue)
+        maps = f", {mapped} with tissue maps" if mapped else ""
+        skipped = f" ({len(notes)} tissue map(s) could not be read)" if notes else ""
+        self.main.show_status(f"Restored {len(volumes)} generated volume(s){maps}{skipped}", 10000)
 
     def _on_restore_failed(self, message: str) -> None:
         self.bar.label.setText(
@@ -139,7 +149,7 @@ class RecoveryController:
         for uid in self._known - set(generated):
             self.store.forget(uid)
         new = [
-            (e.uid, e.name, e.data, e.affine, e.provenance)
+            (e.uid, e.name, e.data, e.affine, e.provenance, dict(e.tissue), e.space)
             for uid, e in generated.items()
             if uid not in self._known
         ]

@@ -2,11 +2,15 @@
 
 Each running app keeps a session folder under ``$XDG_DATA_HOME/volsynth/recovery/`` (``~/.local/share/...``)
 and holds an exclusive lock (``engine.fsutil.try_lock``) on its ``lock`` file for as long as it lives. Every generated volume of the
-session is written there (NIfTI + provenance sidecar, atomically, from a worker thread) as soon as it is
-made, and deleted when the user removes it from the session. A clean exit deletes the folder, unless some
+session is written there (NIfTI + provenance sidecar, and its tissue maps beside it as
+``app.core.tissue.save_volume_files`` writes them: all files atomically, from a worker thread) as soon as it
+is made, and deleted when the user removes it from the session. A clean exit deletes the folder, unless some
 volumes were never saved to a file or the vault: those stay, marked as left at a clean exit. After a crash
 the kernel releases the lock, so at the next start a folder whose lock can be taken is a session that ended
 (unexpectedly, or with unsaved volumes), and the app offers its volumes back.
+
+A restored volume comes back with its tissue maps and template space; folders written before the maps were
+kept (no maps beside the image) restore as they always did.
 
 Only generated (synthetic) volumes are kept: scans opened from disk are still on disk, and volumes opened
 from the encrypted vault must never be written in plaintext.
@@ -20,18 +24,29 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.fsutil import try_lock
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import numpy as np
+
+    from app.core.tissue import OpenedVolume
 
 log = logging.getLogger(__name__)
 LOCK_NAME = "lock"
 NAME_KEY = "recovery_name"  # the session-list name, kept in the sidecar
+SPACE_KEY = "recovery_space"  # the volume's space, when its provenance names another (or none)
+#: A tissue map written beside a kept image (``engine.nifti_io.tissue_path``): not a volume of its own.
+_TISSUE_FILE = re.compile(r"_label-[^_/]+_probseg\.nii\.gz$")
 
 
 def default_recovery_dir() -> Path:
@@ -46,7 +61,7 @@ class OrphanSession:
 
     folder: Path
     started: float  # seconds since the epoch
-    volumes: list[Path]  # the NIfTI files in it, oldest first
+    volumes: list[Path]  # the images in it (their tissue maps beside them are not counted), oldest first
     clean_exit: bool = False  # the app was closed with these volumes unsaved, rather than dying
 
     def describe(self) -> str:
@@ -64,7 +79,7 @@ class RecoveryStore:
         self.root = Path(root) if root is not None else default_recovery_dir()
         self.folder: Path | None = None
         self._lock_fd: int | None = None
-        self._files: dict[int, Path] = {}  # VolumeEntry.uid -> NIfTI file
+        self._files: dict[int, list[Path]] = {}  # VolumeEntry.uid -> its files (NIfTI first)
         self._dropped: set[int] = set()  # removed by the user while their write was still running
         self._lock = threading.Lock()  # keep() runs in worker threads, forget() in the GUI thread
 
@@ -87,16 +102,35 @@ class RecoveryStore:
         os.write(fd, json.dumps({"pid": os.getpid(), "started": time.time()}).encode())
         self.folder, self._lock_fd = folder, fd
 
-    def keep(self, uid: int, name: str, data, affine, provenance: dict[str, Any]) -> Path | None:
-        """Write one generated volume (worker thread). Returns its file, or None when recovery is off."""
-        from engine.nifti_io import save_volume
+    def keep(
+        self,
+        uid: int,
+        name: str,
+        data,
+        affine,
+        provenance: dict[str, Any],
+        tissue: Mapping[str, np.ndarray] | None = None,
+        space: str | None = None,
+    ) -> Path | None:
+        """Write one generated volume (worker thread), with its tissue maps beside it and its space (the sform
+        code says so, and the sidecar when the provenance does not). All its files appear together or none
+        does. Returns the image's file, or None when recovery is off."""
+        from app.core.tissue import save_volume_files
+        from engine.nifti_io import sidecar_path, tissue_path
 
         if self.folder is None:
             return None
         path = self.folder / f"{time.time_ns()}-{uid}.nii.gz"
-        save_volume(data, affine, path, provenance={**provenance, NAME_KEY: name}, synthetic=True)
+        record = {**provenance, NAME_KEY: name}
+        if space and space != provenance.get("space"):
+            record[SPACE_KEY] = space
+        tissue = dict(tissue or {})
+        save_volume_files(
+            path, data, affine, provenance=record, synthetic=True, tissue=tissue, space=space or None
+        )
+        files = [path, sidecar_path(path), *(tissue_path(path, n) for n in tissue)]
         with self._lock:
-            self._files[uid] = path
+            self._files[uid] = files
             dropped = uid in self._dropped
             self._dropped.discard(uid)
         if dropped:
@@ -105,16 +139,13 @@ class RecoveryStore:
 
     def forget(self, uid: int) -> None:
         """The user removed the volume from the session: it is not to come back."""
-        from engine.nifti_io import sidecar_path
-
         with self._lock:
-            path = self._files.pop(uid, None)
-            if path is None:
+            files = self._files.pop(uid, None)
+            if files is None:
                 self._dropped.add(uid)
-        if path is not None:
-            for file in (path, sidecar_path(path)):
-                with contextlib.suppress(FileNotFoundError):
-                    file.unlink()
+        for file in files or ():
+            with contextlib.suppress(FileNotFoundError):
+                file.unlink()
 
     def kept(self) -> list[int]:
         return list(self._files)
@@ -144,7 +175,7 @@ class RecoveryStore:
         for folder in sorted(self.root.iterdir(), reverse=True):
             if folder == self.folder or not folder.is_dir() or not _abandoned(folder):
                 continue
-            volumes = sorted(folder.glob("*.nii.gz"))
+            volumes = _images(folder)
             if not volumes:
                 shutil.rmtree(folder, ignore_errors=True)
                 continue
@@ -152,24 +183,39 @@ class RecoveryStore:
         return found
 
     @staticmethod
-    def restore(session: OrphanSession) -> list[tuple[str, Any]]:
-        """Read an orphan's volumes back (worker thread): ``(name, engine.nifti_io.LoadedVolume)`` each.
+    def restore(session: OrphanSession) -> list[tuple[str, OpenedVolume]]:
+        """Read an orphan's volumes back (worker thread): ``(name, app.core.tissue.OpenedVolume)`` each, the
+        image (``.loaded``) with its tissue maps (``.tissue``, empty when none were kept) and space.
 
         The folder stays until :meth:`discard`, so a failed restore loses nothing.
         """
-        from engine.nifti_io import load_nifti
+        from app.core.tissue import open_volume
 
         restored = []
         for path in session.volumes:
-            loaded = load_nifti(path)
-            name = str(loaded.provenance.pop(NAME_KEY, "") or path.name)
-            loaded.path = None  # not a file the user chose: saving asks where
-            restored.append((name, loaded))
+            opened = open_volume(path)
+            provenance = opened.loaded.provenance
+            name = str(provenance.pop(NAME_KEY, "") or path.name)
+            space = provenance.pop(SPACE_KEY, None)
+            if isinstance(space, str) and space:
+                opened.space = space
+            provenance.pop("tissue_maps", None)  # the recovery folder's file names: gone once restored
+            opened.loaded.path = None  # not a file the user chose: saving asks where
+            restored.append((name, opened))
         return restored
 
     @staticmethod
     def discard(session: OrphanSession) -> None:
         shutil.rmtree(session.folder, ignore_errors=True)
+
+
+def _images(folder: Path) -> list[Path]:
+    """The kept images of a session folder, oldest first: not their tissue maps, nor a write's temporary."""
+    return sorted(
+        p
+        for p in folder.glob("*.nii.gz")
+        if not p.name.startswith(".") and not _TISSUE_FILE.search(p.name) and p.is_file()
+    )
 
 
 def _abandoned(folder: Path) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from app.core.tissue import ordered_names
 from engine.errors import Cancelled, DuplicateItem, EngineError, InvalidRequest, VaultLocked
 from engine.nifti_io import is_nifti
 
@@ -118,6 +119,12 @@ def item_details(info) -> str:
         ]
         if any(who):
             lines.append("Patient: " + ", ".join(w for w in who if w))
+    maps = tuple(getattr(info, "tissue_maps", ()) or ())
+    if maps:
+        lines.append(f"Tissue maps: {', '.join(ordered_names(maps))}")
+    space = (info.provenance or {}).get("space") if info.kind == "synthetic" else None
+    if isinstance(space, str) and space:
+        lines.append(f"Space: {space}")
     if info.source == "dicom":
         lines.append(f"From a DICOM series ({info.dicom_files} original files kept)")
     elif info.original_name:
@@ -281,16 +288,24 @@ def save_volume(
     provenance: dict,
     label: str,
     allow_duplicate: bool,
+    tissue: Mapping[str, np.ndarray] | None,
     report: Report,
 ):
-    """Store a generated volume (float32, marked SYNTHETIC) with its provenance."""
+    """Store a generated volume (float32, marked SYNTHETIC) with its provenance, and its tissue maps (name ->
+    array on the volume's grid) as parts of the same item; None or empty for a volume without."""
 
     def progress(done: int, total: int) -> None:
         report(done / total if total else 1.0, f"Encrypting {label}")
 
     report(0.0, f"Encrypting {label}")
     return vault.add_synthetic(
-        data, affine, provenance, label=label, progress=progress, allow_duplicate=allow_duplicate
+        data,
+        affine,
+        provenance,
+        label=label,
+        progress=progress,
+        allow_duplicate=allow_duplicate,
+        tissue=dict(tissue) if tissue else None,
     )
 
 
@@ -304,11 +319,14 @@ def update_item(vault, item_id: str, details: dict, report: Report):
 
 @dataclass
 class OpenedItem:
-    """A vault item ready for the session: float32 (x, y, z) in RAS+ orientation, in memory only."""
+    """A vault item ready for the session: float32 (x, y, z) in RAS+ orientation, in memory only; a generated
+    item's tissue maps (name -> float32 on the same grid, reoriented with the image) and template space."""
 
     info: Any
     data: np.ndarray
     affine: np.ndarray
+    tissue: dict[str, np.ndarray] = field(default_factory=dict)
+    space: str | None = None
 
 
 def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -327,9 +345,15 @@ def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray,
 def open_for_session(vault, item_id: str, report: Report) -> OpenedItem:
     """Decrypt an item into memory and shape it for the viewer."""
     report(None, "Decrypting")
-    opened = vault.open_item(item_id)
+    opened = vault.open_item(item_id, with_tissue=True)
     data, affine = to_session_volume(opened.data, opened.affine)
-    return OpenedItem(info=opened.info, data=data, affine=affine)
+    tissue = {}
+    for name, array in (opened.tissue or {}).items():  # stored on the volume's grid: reoriented as it is
+        reoriented, _ = to_session_volume(array, opened.affine)
+        tissue[name] = np.clip(reoriented, 0.0, 1.0, out=reoriented)
+    prov = opened.info.provenance or {}
+    space = prov.get("space") if isinstance(prov.get("space"), str) and prov.get("space") else None
+    return OpenedItem(info=opened.info, data=data, affine=affine, tissue=tissue, space=space)
 
 
 def export_item(

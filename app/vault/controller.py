@@ -934,6 +934,7 @@ class VaultController(QObject):
                 provenance,
                 entry.name,
                 allow_duplicate,
+                entry.tissue or None,  # its tissue maps go with it, as parts of the same item
                 finished=partial(self._on_saved, entry),
                 failed=partial(self._on_save_failed, entry),
                 progress="Saving to the Vault",
@@ -1011,11 +1012,14 @@ class VaultController(QObject):
             kind="opened",
             provenance=dict(info.provenance or {}),
             synthetic=info.is_synthetic,
+            tissue=opened.tissue,
+            space=opened.space,
         )
         self._opened[entry.uid] = info.id
         self.window.state.add_volume(entry)
+        maps = f" with tissue maps {', '.join(entry.tissue_names)}" if entry.tissue else ""
         self.window.show_status(
-            f"Opened \u201c{entry.name}\u201d from the vault (decrypted in memory only)", 6000
+            f"Opened \u201c{entry.name}\u201d from the vault{maps} (decrypted in memory only)", 6000
         )
         self.window.volume_opened.emit(entry)
 

@@ -16,21 +16,35 @@ import pytest
 from app.core.recovery import RecoveryStore
 
 REPO = Path(__file__).resolve().parents[2]
+NAMES = ["GM", "WM", "CSF", "ventricles"]
+MNI = "MNI152NLin2009aSym"
 
 
 def _volume(seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random((6, 7, 5), dtype=np.float32)
 
 
-def _kill_after_keeping(root: Path, script_tail: str = "") -> subprocess.CompletedProcess:
-    """A process that keeps one volume in a recovery store under ``root`` and is then killed (SIGKILL)."""
+def _maps(seed: int = 0) -> dict[str, np.ndarray]:
+    """Tissue maps on ``_volume``'s grid, as a generated volume has them (probabilities in [0, 1])."""
+    rng = np.random.default_rng(100 + seed)
+    return {name: rng.random((6, 7, 5), dtype=np.float32) for name in NAMES}
+
+
+def _kill_after_keeping(
+    root: Path, script_tail: str = "", tissue: bool = False
+) -> subprocess.CompletedProcess:
+    """A process that keeps one volume in a recovery store under ``root`` and is then killed (SIGKILL);
+    ``tissue``: with the maps of ``_maps(3)`` and the MNI space, as the tissue model's volumes are kept."""
+    maps = f"tissue=_maps(3), space={MNI!r}" if tissue else ""
     code = textwrap.dedent(f"""
         import os, signal, numpy as np
         from app.core.recovery import RecoveryStore
+        from tests.app.test_recovery import _maps
         store = RecoveryStore({str(root)!r})
         store.open()
         data = np.random.default_rng(3).random((6, 7, 5), dtype=np.float32)
-        store.keep(1, "seed 3 · crashed", data, np.diag([2.0, 2.0, 2.0, 1.0]), {{"seed": 3, "synthetic": True}})
+        prov = {{"seed": 3, "synthetic": True, **({{"space": {MNI!r}}} if {tissue!r} else {{}})}}
+        store.keep(1, "seed 3 · crashed", data, np.diag([2.0, 2.0, 2.0, 1.0]), prov, {maps})
         {script_tail}
         os.kill(os.getpid(), signal.SIGKILL)
     """)
@@ -79,17 +93,91 @@ def test_a_killed_process_leaves_an_orphan_that_restores_exactly(tmp_path):
     orphans = store.orphans()
     assert len(orphans) == 1 and len(orphans[0].volumes) == 1
     assert orphans[0].describe().startswith("1 generated volume from a session that ended unexpectedly")
-    ((name, loaded),) = store.restore(orphans[0])
+    ((name, opened),) = store.restore(orphans[0])
+    loaded = opened.loaded
     assert (
         name == "seed 3 · crashed"
         and loaded.provenance["seed"] == 3
         and "recovery_name" not in loaded.provenance
     )
     assert np.array_equal(loaded.data, np.random.default_rng(3).random((6, 7, 5), dtype=np.float32))
+    assert opened.tissue == {} and opened.space is None and loaded.path is None
     assert orphans[0].folder.exists()  # kept until discarded: a failed restore loses nothing
     store.discard(orphans[0])
     assert store.orphans() == []
     store.close()
+
+
+def test_a_killed_process_leaves_the_tissue_maps_that_restore_exactly_with_the_space(tmp_path):
+    done = _kill_after_keeping(tmp_path, tissue=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    store = RecoveryStore(tmp_path)
+    store.open()
+    (orphan,) = store.orphans()
+    assert len(orphan.volumes) == 1  # the image: its maps beside it are not volumes of their own
+    assert orphan.describe().startswith("1 generated volume from a session that ended unexpectedly")
+    ((name, opened),) = store.restore(orphan)
+    assert name == "seed 3 · crashed" and opened.space == MNI and opened.notes == []
+    assert list(opened.tissue) == NAMES
+    for map_name, expected in _maps(3).items():
+        assert np.array_equal(opened.tissue[map_name], expected), map_name
+    assert opened.loaded.provenance["space"] == MNI
+    assert "tissue_maps" not in opened.loaded.provenance  # the recovery folder's names stay behind
+    store.discard(orphan)
+    store.close()
+
+
+def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
+    import nibabel as nib
+
+    store = RecoveryStore(tmp_path)
+    store.open()
+    # A space the provenance does not name still comes back (and sets the sform code).
+    path = store.keep(4, "with maps", _volume(4), np.diag([2.0, 2.0, 2.0, 1.0]), {"seed": 4}, _maps(4), MNI)
+    stem = path.name.removesuffix(".nii.gz")
+    maps = {name: path.with_name(f"{stem}_label-{name}_probseg.nii.gz") for name in NAMES}
+    assert sorted(p.name for p in store.folder.iterdir()) == sorted(
+        ["lock", path.name, f"{stem}.json", *(p.name for p in maps.values())]
+    )  # no temporary left
+    sidecar = json.loads(path.with_name(f"{stem}.json").read_text())
+    assert sidecar["tissue_maps"] == {name: p.name for name, p in maps.items()}
+    assert sidecar["recovery_name"] == "with maps" and sidecar["recovery_space"] == MNI
+    assert all(int(nib.load(p).header["sform_code"]) == 4 for p in (path, *maps.values()))
+    plain = store.keep(5, "without", _volume(5), np.eye(4), {"seed": 5})
+    store.forget(4)  # removed from the session: its maps go too
+    assert sorted(p.name for p in store.folder.iterdir()) == sorted(
+        ["lock", plain.name, plain.name.replace(".nii.gz", ".json")]
+    )
+    path = store.keep(6, "kept", _volume(6), np.eye(4), {"seed": 6, "space": MNI}, _maps(6), MNI)
+    store.close(keep=True)
+
+    (left,) = RecoveryStore(tmp_path).orphans()
+    assert [p.name for p in left.volumes] == [plain.name, path.name]
+    assert left.describe().startswith("2 unsaved generated volumes from your last session")
+    (_, without), (name, opened) = RecoveryStore.restore(left)
+    assert without.tissue == {} and without.space is None
+    assert name == "kept" and opened.space == MNI and list(opened.tissue) == NAMES
+    assert all(np.array_equal(opened.tissue[n], m) for n, m in _maps(6).items())
+    assert not {"recovery_name", "recovery_space", "tissue_maps"} & set(opened.loaded.provenance)
+    RecoveryStore.discard(left)
+
+
+def test_a_folder_kept_before_tissue_maps_still_restores(tmp_path):
+    """What earlier versions left: image + sidecar written by ``engine.nifti_io.save_volume``, no maps; and a
+    write's temporary cut short by the crash, which is not offered."""
+    from engine.nifti_io import save_volume
+
+    folder = tmp_path / "20260101-000000-42-abc"
+    folder.mkdir()
+    (folder / "lock").write_text(json.dumps({"pid": 42, "started": 1.0}))
+    image = folder / "1767225600000000000-3.nii.gz"
+    save_volume(_volume(3), np.eye(4), image, provenance={"seed": 3, "recovery_name": "old"}, synthetic=True)
+    (folder / ".1767225600000000001-4.nii.gz.x1y2.partial.nii.gz").write_bytes(b"cut short")
+    (orphan,) = RecoveryStore(tmp_path).orphans()
+    assert orphan.volumes == [image]
+    ((name, opened),) = RecoveryStore.restore(orphan)
+    assert name == "old" and opened.tissue == {} and opened.space is None and opened.notes == []
+    assert np.array_equal(opened.loaded.data, _volume(3)) and opened.loaded.provenance["seed"] == 3
 
 
 def test_a_clean_exit_keeps_only_what_asks_to_be_kept(tmp_path):
@@ -284,6 +372,67 @@ def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(
     (entry,) = window.state.volumes
     assert entry.name == unsaved.name and np.array_equal(entry.data, unsaved.data)
     entry.saved = True  # as if saved now: the next clean exit has nothing left to keep
+    window.close()
+    assert list(root.iterdir()) == []
+
+
+@pytest.mark.render
+def test_generated_tissue_maps_come_back_with_the_volume_after_a_restart(
+    qtbot, themed_app, tiny_models_dir, tissue_models_dir, qt_settings, error_dialogs, tmp_path
+):
+    from app.core.tissue import ALL_TISSUES
+    from app.main_window import MainWindow
+    from engine.models.registry import ModelRegistry
+
+    root = tmp_path / "recovery"
+    registry = ModelRegistry([tiny_models_dir, tissue_models_dir])
+
+    def open_window():
+        window = MainWindow(
+            registry=registry,
+            settings=qt_settings,
+            enable_3d=False,
+            preload_torch=False,
+            recovery=RecoveryStore(root),
+        )
+        qtbot.addWidget(window)
+        window.show()
+        qtbot.waitExposed(window)
+        return window
+
+    window = open_window()
+    window.state.select_model(window.state.model_by_id("tiny-tissue"))
+    window.sampling_panel.steps_spin.setValue(3)
+    with qtbot.waitSignal(window.generation.ended, timeout=120_000):
+        window.sampling_panel.generate_button.click()
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
+    generated = window.state.shown
+    assert generated.tissue_names == NAMES and generated.space == MNI
+    folder = window.recovery.store.folder
+    assert len(list(folder.glob("*.nii.gz"))) == 1 + len(NAMES)  # the image and its maps
+    window.close()  # never saved: kept for the next start
+
+    window = open_window()
+    bar = window.recovery_bar
+    assert bar.isVisible() and "1 unsaved generated volume from your last session" in bar.label.text()
+    bar.restore_button.click()
+    qtbot.waitUntil(lambda: not bar.isVisible() and not window.runner.jobs, timeout=30_000)
+    assert "1 with tissue maps" in window.statusBar().currentMessage()
+    (entry,) = window.state.volumes
+    assert entry.name == generated.name and entry.kind == "generated" and window.state.shown is entry
+    assert np.array_equal(entry.data, generated.data) and np.allclose(entry.affine, generated.affine)
+    assert entry.space == MNI and entry.tissue_names == NAMES
+    for name in NAMES:
+        assert np.array_equal(entry.tissue[name], generated.tissue[name]), name
+    assert window.space_label.text() == f"Space: {MNI}"
+    tools = window.tissue_toolbar
+    assert tools.tissue_action.isEnabled() and tools.tissue_box.isEnabled()
+    tools.tissue_action.trigger()  # the overlay, as Ctrl+T turns it on
+    assert window.state.tissue_shown() == ALL_TISSUES
+    # This session keeps it again, maps included, until it is saved.
+    folder = window.recovery.store.folder
+    qtbot.waitUntil(lambda: len(list(folder.glob("*.nii.gz"))) == 1 + len(NAMES), timeout=30_000)
+    entry.saved = True
     window.close()
     assert list(root.iterdir()) == []
 

@@ -283,6 +283,72 @@ def test_save_generated_volume_to_vault_and_open_it_again(qtbot, vault_window):
     reopened = _open(qtbot, window, info.id)
     assert reopened.synthetic and reopened.provenance["seed"] == 1234
     assert np.array_equal(reopened.data, generated.data) and np.allclose(reopened.affine, generated.affine)
+    # A model without tissue maps: none stored, none opened, the overlay's controls off as before.
+    assert info.tissue_maps == () and "Tissue maps" not in controller.browser.table.item(0, 0).toolTip()
+    assert reopened.tissue == {} and reopened.space is None and window.state.shown is reopened
+    assert not window.tissue_toolbar.tissue_action.isEnabled()
+    assert "tissue maps" not in window.statusBar().currentMessage()
+
+
+@pytest.fixture
+def tissue_vault_window(tissue_window, tmp_path):
+    """conftest's ``tissue_window`` (the tiny 5-channel MNI model selected) with its vault pointed at an
+    empty folder in tmp_path."""
+    yield _point_at_new_vault(tissue_window, tmp_path / "vault")
+    assert not tissue_window.vault_controller._tasks
+
+
+@render
+def test_generated_tissue_maps_go_to_the_vault_and_come_back_with_the_overlay(qtbot, tissue_vault_window):
+    from app.core.tissue import ALL_TISSUES
+
+    names, mni = ["GM", "WM", "CSF", "ventricles"], "MNI152NLin2009aSym"
+    window, bar = tissue_vault_window, tissue_vault_window.tissue_toolbar
+    controller = _create_via_dialog(qtbot, window)
+    window.activateWindow()  # back from the passphrase dialog: keyboard shortcuts reach the main window
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    window.sampling_panel.steps_spin.setValue(3)
+    with qtbot.waitSignal(window.generation.ended, timeout=120_000) as ended:
+        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # Ctrl+G
+    assert ended.args[0] == "finished"
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    generated = window.state.shown
+    assert generated.tissue_names == names and generated.space == mni
+
+    controller.menu.save_action.trigger()
+    assert _wait_task(qtbot, controller, "save") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    (info,) = controller.items
+    assert info.kind == "synthetic" and list(info.tissue_maps) == names and generated.saved
+    assert info.provenance["space"] == mni
+    tooltip = controller.browser.table.item(0, 0).toolTip()  # the browser says the item has maps
+    assert "Tissue maps: GM, WM, CSF, ventricles" in tooltip and f"Space: {mni}" in tooltip
+
+    window.state.remove_volume(generated)  # only the vault has it now
+    assert window.state.volumes == [] and not bar.tissue_action.isEnabled()
+    controller.browser.select_item(info.id)
+    with qtbot.waitSignal(window.volume_opened, timeout=20_000) as opened:
+        controller.browser.open_button.click()
+    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    reopened = opened.args[0]
+    assert window.state.shown is reopened and reopened.kind == "opened" and reopened.synthetic
+    assert "with tissue maps GM, WM, CSF, ventricles" in window.statusBar().currentMessage()
+    assert np.array_equal(reopened.data, generated.data) and np.allclose(reopened.affine, generated.affine)
+    assert reopened.tissue_names == names and reopened.space == mni
+    for name in names:
+        assert reopened.tissue[name].dtype == np.float32
+        assert np.array_equal(reopened.tissue[name], generated.tissue[name]), name
+    assert window.space_label.text() == f"Space: {mni}"
+
+    # The overlay's controls are on for it, and Ctrl+T paints the maps over the slices.
+    assert bar.tissue_action.isEnabled() and bar.tissue_box.isEnabled() and bar.opacity_slider.isEnabled()
+    assert [bar.tissue_box.itemData(i) for i in range(bar.tissue_box.count())] == [ALL_TISSUES, *names]
+    before = window.viewer.axial.grab().toImage()
+    qtbot.keyClick(window, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)  # Ctrl+T
+    assert window.state.tissue_shown() == ALL_TISSUES
+    assert window.viewer.axial.grab().toImage() != before
+    # Opened from the vault, it is never written to the crash-recovery folder in plaintext.
+    assert reopened.uid not in window.recovery.store.kept()
 
 
 @render
