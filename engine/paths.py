@@ -20,6 +20,13 @@ def user_data_dir() -> Path:
     return platformdirs.user_data_path(APP_NAME, appauthor=False)
 
 
+def user_cache_dir() -> Path:
+    """Big, re-creatable working files (training checkpoints): ``~/.cache/volsynth`` on Linux."""
+    import platformdirs
+
+    return platformdirs.user_cache_path(APP_NAME, appauthor=False)
+
+
 def user_config_dir() -> Path:
     import platformdirs
 

@@ -13,15 +13,17 @@ def register(subparsers) -> None:
     train = subparsers.add_parser(
         "train-demo",
         help="train the shipped brain-T1 latent diffusion model on synthetic MNI152-derived data",
-        description="Train the demo model (under 90 minutes on an idle 2-core CPU). Resumable with --resume.",
+        description="Train the demo model (about 2 hours on an idle 2-core CPU, in parts: each invocation stops "
+        "within --minutes-budget and --resume continues). Checkpoints stay in --work.",
     )
     train.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model folder to write")
     train.add_argument("--seed", type=int, default=0, help="seeds data, initialisation and training draws")
     train.add_argument(
         "--work",
         type=Path,
-        default=Path("build/train-demo"),
-        help="folder for data, checkpoints and the run state",
+        default=None,
+        help="folder for data, checkpoints and the run state, outside the source tree "
+        "(default: ~/.cache/volsynth/train-demo; several GB)",
     )
     train.add_argument("--resume", action="store_true", help="continue from the checkpoints in --work")
     train.add_argument("--quick", action="store_true", help="tiny configuration (seconds; for tests)")
@@ -35,9 +37,9 @@ def register(subparsers) -> None:
     train.add_argument(
         "--minutes-budget",
         type=float,
-        default=88.0,
-        help="wall-clock budget of this invocation (default 88); the U-Net phase stops early "
-        "(checkpointed, resumable) when it runs out; 0 = no budget",
+        default=110.0,
+        help="wall-clock budget of this invocation, one part of a run (default 110: parts of at most 2 hours); "
+        "the U-Net phase stops early (checkpointed; --resume continues it) when it runs out; 0 = no budget",
     )
     train.add_argument(
         "--decoder-steps", type=int, default=None, help="override the decoder fine-tuning steps"
@@ -79,6 +81,10 @@ def register(subparsers) -> None:
 def _train(args: argparse.Namespace) -> int:
     from engine.training.train import TrainConfig, config_with_steps, train
 
+    if args.work is None:
+        from engine.paths import user_cache_dir
+
+        args.work = user_cache_dir() / "train-demo"
     cfg = TrainConfig.quick() if args.quick else TrainConfig()
     cfg = config_with_steps(cfg, args.ae_steps, args.unet_steps, args.decoder_steps)
     command = "volsynth " + " ".join(sys.argv[1:]) if sys.argv and "volsynth" in sys.argv[0] else ""

@@ -54,6 +54,14 @@ def _adversarial(cfg: dict) -> str:
     return "".join(parts)
 
 
+def _parts(prov: dict) -> str:
+    parts = prov.get("parts") or []
+    if not parts:
+        return ""
+    listed = "; ".join(f"part {i}: {_fmt_seconds(p['seconds'])}" for i, p in enumerate(parts, start=1))
+    return f"\n- Parts (each invocation, at most 2 hours): {listed}; total {_fmt_seconds(sum(p['seconds'] for p in parts))}."
+
+
 def _fmt_seconds(s: float) -> str:
     return f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
 
@@ -401,7 +409,7 @@ request sets another: the conditions then move the anatomy further than seed-to-
 
 ## How these weights were made
 
-- Command(s), in order: {"; ".join(f"`{c}`" for c in prov.get("commands", [prov.get("command", "?")]))}
+- Command(s), in order: {"; ".join(f"`{c}`" for c in prov.get("commands", [prov.get("command", "?")]))}{_parts(prov)}
 - Seed: {prov.get("seed", "?")}; autoencoder {prov.get("ae_steps", "?")} steps, U-Net
   {prov.get("unet_steps", "?")} steps.
 - Time: {_fmt_seconds(total)} in total (data {_fmt_seconds(secs.get("data", 0))}, autoencoder
@@ -420,7 +428,7 @@ request sets another: the conditions then move the anatomy further than seed-to-
   {prov.get("decoder_steps", "?")} --unet-steps {prov.get("unet_steps", "?")}`; the data and every random
   draw come from the seed, and weights match up to the floating-point nondeterminism of multithreaded CPU
   kernels and the learning-rate schedules, which follow the planned step counts.
-- Continue training: `volsynth train-demo --work build/train-demo --resume --unet-steps N` (any N above the
+- Continue training: `volsynth train-demo --work WORK --resume --unet-steps N` (any N above the
   steps run) picks up the U-Net from its last checkpoint and re-exports the folder; then re-run
   `volsynth evaluate`.
 

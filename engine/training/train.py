@@ -189,6 +189,8 @@ class RunState:
     scale_factor: float | None = None
     losses: dict[str, float] = field(default_factory=dict)
     commands: list[str] = field(default_factory=list)  # every invocation that contributed, in order
+    # One entry per invocation (a "part" of the run): its command and the training seconds it added.
+    parts: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> RunState:
@@ -813,6 +815,13 @@ def train(
     config_path.write_text(json.dumps(cfg_dict, indent=2))
     state_path = work / "state.json"
     state = RunState.load(state_path)
+    seconds_before = sum(state.seconds.values())
+    if len(state.parts) < len(state.commands):
+        # Invocations from before parts were recorded: one entry for what they did together.
+        done = sum(part["seconds"] for part in state.parts)
+        state.parts.append(
+            {"command": " && ".join(state.commands[len(state.parts) :]), "seconds": seconds_before - done}
+        )
     state.commands.append(command or f"volsynth train-demo --seed {seed}")
     if restart_decoder:
         log(
@@ -871,8 +880,13 @@ def train(
         state.losses["unet_mse_ema"] = unet_loss
         state.save(state_path)
 
+    state.parts.append(
+        {"command": state.commands[-1], "seconds": sum(state.seconds.values()) - seconds_before}
+    )
+    state.save(state_path)
     provenance = {
         "command": " && ".join(state.commands),
+        "parts": [{"command": part["command"], "seconds": round(part["seconds"], 1)} for part in state.parts],
         "commands": state.commands,
         "seed": seed,
         "config": cfg_dict,

@@ -20,6 +20,23 @@ NAMES = ["GM", "WM", "CSF", "ventricles"]
 MNI = "MNI152NLin2009aSym"
 
 
+def _recovering_window(qtbot, registry, qt_settings, root):
+    """A main window over ``registry`` whose crash-recovery folder is ``root``, shown and exposed."""
+    from app.main_window import MainWindow
+
+    window = MainWindow(
+        registry=registry,
+        settings=qt_settings,
+        enable_3d=False,
+        preload_torch=False,
+        recovery=RecoveryStore(root),
+    )
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    return window
+
+
 def _volume(seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random((6, 7, 5), dtype=np.float32)
 
@@ -336,22 +353,11 @@ def test_the_recovery_folder_follows_the_session_list(qtbot, main_window):
 def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(
     qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
 ):
-    from app.main_window import MainWindow
 
     root = tmp_path / "recovery"
 
     def open_window():
-        window = MainWindow(
-            registry=registry,
-            settings=qt_settings,
-            enable_3d=False,
-            preload_torch=False,
-            recovery=RecoveryStore(root),
-        )
-        qtbot.addWidget(window)
-        window.show()
-        qtbot.waitExposed(window)
-        return window
+        return _recovering_window(qtbot, registry, qt_settings, root)
 
     window = open_window()
     window.state.select_model(window.state.model_by_id("tiny-pixel"))
@@ -381,24 +387,13 @@ def test_generated_tissue_maps_come_back_with_the_volume_after_a_restart(
     qtbot, themed_app, tiny_models_dir, tissue_models_dir, qt_settings, error_dialogs, tmp_path
 ):
     from app.core.tissue import ALL_TISSUES
-    from app.main_window import MainWindow
     from engine.models.registry import ModelRegistry
 
     root = tmp_path / "recovery"
     registry = ModelRegistry([tiny_models_dir, tissue_models_dir])
 
     def open_window():
-        window = MainWindow(
-            registry=registry,
-            settings=qt_settings,
-            enable_3d=False,
-            preload_torch=False,
-            recovery=RecoveryStore(root),
-        )
-        qtbot.addWidget(window)
-        window.show()
-        qtbot.waitExposed(window)
-        return window
+        return _recovering_window(qtbot, registry, qt_settings, root)
 
     window = open_window()
     window.state.select_model(window.state.model_by_id("tiny-tissue"))

@@ -65,6 +65,10 @@ def test_quick_train_resume_and_sample(tmp_path, capsys):
     assert "MNI152" in source.model_card()
     commands = source.spec.extra["training"]["commands"]
     assert len(commands) == 2 and "--resume" in commands[1]
+    # Each invocation is a part of the run, with the training time it added (the card lists them).
+    parts = source.spec.extra["training"]["parts"]
+    assert [p["command"] for p in parts] == commands and all(p["seconds"] > 0 for p in parts)
+    assert "Parts (each invocation" in source.model_card() or "part 2" in source.model_card()
     gen = LocalBackend(device="cpu").sample(
         SamplingRequest(model=str(out), steps=2, batch_size=1, guidance_scale=2.0)
     )
