@@ -297,7 +297,7 @@ def render_card(spec, folder: str | Path | None = None, evaluation: dict[str, An
     if folder is not None and (Path(folder) / "montage.png").exists():
         overlay = (
             " The lower three rows show the same slices with the tissue labels generated with each image "
-            "(most likely of GM orange, WM cream, CSF blue; ventricles cyan), 45% opacity."
+            "(the most likely of GM orange, WM blue, CSF cyan-green; ventricles purple), 45% opacity, the app's overlay colours."
             if spec.label_channels
             else ""
         )

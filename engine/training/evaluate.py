@@ -269,12 +269,13 @@ def radiological_slices(volume: np.ndarray) -> list[np.ndarray]:
     return [np.ascontiguousarray(s[::-1, ::-1].T) for s in (axial, coronal, sagittal)]
 
 
-# Overlay colours of the hard tissue labels (RGB): CSF blue, GM orange, WM cream, ventricles cyan.
+# Overlay colours of the hard tissue labels (RGB 0-1), the app's overlay palette (app/core/tissue.py):
+# GM orange, WM blue, CSF cyan-green, ventricles purple.
 TISSUE_COLOURS = {
-    "CSF": (0.2, 0.4, 1.0),
-    "GM": (1.0, 0.55, 0.1),
-    "WM": (0.95, 0.95, 0.75),
-    "ventricles": (0.0, 0.9, 0.9),
+    "GM": (255 / 255, 150 / 255, 40 / 255),
+    "WM": (60 / 255, 160 / 255, 255 / 255),
+    "CSF": (60 / 255, 220 / 255, 200 / 255),
+    "ventricles": (215 / 255, 80 / 255, 235 / 255),
 }
 
 
