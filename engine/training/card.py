@@ -163,6 +163,15 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
                 for r, v in zip(sweep["requested_ml"], t["ventricle_label_ml_mean"], strict=True)
             )
         )
+    if "tissue_maps" in m:
+        req = sum(sweep["requested_ml"]) / len(sweep["requested_ml"])
+        lab = sum(t["ventricle_label_ml_mean"]) / len(t["ventricle_label_ml_mean"])
+        lines.append(
+            f"The ventricle label (voxels with probability > 0.5) follows the request in order but not in size: "
+            f"over the sweep it holds {lab / req:.0%} of the requested volume on average, because the decoded "
+            "ventricle map is soft at its edges. Use it to rank or to seed a segmentation, not as a volume "
+            "measurement."
+        )
     check = sweep.get("measurement_check", {})
     if check.get("kmeans_vs_true_maps_dice"):
         k = check["kmeans_vs_true_maps_dice"]
@@ -208,13 +217,11 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
         )
     reasons = {
         "contrast": (
-            "grey and white matter differ visibly in the samples (see the montage), but the histogram "
-            "shows a WM shoulder, not a dip between two peaks: the training volumes have the dip, "
-            "autoencoder reconstructions keep it only in part, and generated volumes lose it. Measured "
-            "on training volumes, the dip survives a Gaussian blur of 0.7 voxels, is marginal at 1 voxel "
-            "and gone at 1.3; reconstructions score like a 1-voxel blur and samples like more than 1.3. "
-            "The 4x-downsampling autoencoder and the U-Net both smooth the 2 mm GM ribbon towards the "
-            "GM/WM average, and fine-tuning the decoder on U-Net-denoised latents did not restore it"
+            "grey and white matter differ visibly in the samples (see the montage), but the histogram of "
+            "intensities inside the brain shows a WM shoulder, not a dip between two peaks. The training "
+            "volumes have the dip, and the sharpness row shows the samples are not simply blurred; what "
+            "fills the dip was not established (the partial-volume voxels of the 2 mm GM/WM boundary are "
+            "one candidate)"
         ),
         "conditioning": (
             "the ventricle condition moves the anatomy less than seed-to-seed variation does; "
@@ -267,6 +274,11 @@ autoencoder reconstructions after each training stage and of samples, measured b
 | Stage | Blur equivalence |
 |---|---|
 {rows}{picture}
+
+0.00 means "at least the training volumes' edge energy", not "perfect": the patch-trained autoencoder's
+whole-volume reconstructions carry high-frequency artefacts (their whole-volume L1 is far above the
+fine-tuned decoder's, see Architecture) that the gradient-energy ruler counts as edges. The montages are
+the check on what the numbers cannot tell apart.
 """
 
 

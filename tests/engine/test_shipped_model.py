@@ -40,3 +40,41 @@ def test_generate_without_model_uses_the_shipped_model(tmp_path, monkeypatch):
     sidecar = json.loads((tmp_path / "default.json").read_text())
     assert sidecar["model"]["id"] == DEFAULT_MODEL_ID
     assert sidecar["request"]["guidance_scale"] == 3.0  # no --guidance: the model's default ran
+
+
+def test_default_generate_writes_an_mni_volume_inside_the_mni_brain_with_its_tissue_maps(
+    tmp_path, monkeypatch
+):
+    """The default ``volsynth generate`` (the shipped model, 50 DDIM steps): the volume claims MNI152 space
+    (sform code 4) and its brain lies inside the MNI152 brain mask where the affines put them, with no
+    shifting; the four tissue maps lie beside it on the same grid."""
+    from nibabel.processing import resample_from_to
+
+    from engine.training.evaluate import brain_mask
+    from engine.training.synth import template_mask_image
+
+    monkeypatch.delenv("VOLSYNTH_MODEL_PATH", raising=False)
+    out = tmp_path / "sub-01_T1w.nii.gz"
+    assert main(["generate", "--seed", "0", "--device", "cpu", "--out", str(out)]) == 0
+    image = nib.load(out)
+    assert int(image.header["sform_code"]) == 4 and int(image.header["qform_code"]) == 1
+    sidecar = json.loads((tmp_path / "sub-01_T1w.json").read_text())
+    assert sidecar["space"] == "MNI152NLin2009aSym"
+
+    brain = brain_mask(np.asarray(image.dataobj))
+    mni = resample_from_to(template_mask_image(), image, order=0).get_fdata() > 0.5
+    inside = (brain & mni).sum() / brain.sum()
+    assert inside > 0.95, f"only {inside:.1%} of the generated brain lies inside the MNI152 brain mask"
+
+    names = ("GM", "WM", "CSF", "ventricles")
+    assert sidecar["tissue_maps"] == {n: f"sub-01_label-{n}_probseg.nii.gz" for n in names}
+    maps = {}
+    for name in names:
+        tissue = nib.load(tmp_path / f"sub-01_label-{name}_probseg.nii.gz")
+        assert tissue.shape == image.shape and np.array_equal(tissue.affine, image.affine)
+        assert int(tissue.header["sform_code"]) == 4
+        maps[name] = np.asarray(tissue.dataobj)
+        assert maps[name].min() >= 0 and maps[name].max() <= 1
+    # The maps describe this brain: tissue where the image has brain, none far outside it.
+    tissue_sum = maps["GM"] + maps["WM"] + maps["CSF"]
+    assert tissue_sum[brain].mean() > 0.8 and tissue_sum[~mni].mean() < 0.05
