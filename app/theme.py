@@ -55,3 +55,9 @@ def dot_icon(colour: str) -> QIcon:
     painter.drawEllipse(2, 2, 8, 8)
     painter.end()
     return QIcon(pixmap)
+
+
+#: Tool bar buttons that stay pressed (Crosshair, Tissue overlay) show it in the accent colour.
+CHECKED_TOOLBUTTON_STYLE = (
+    "QToolButton:checked { background: #2f6fae; border-color: #3d8fd6; color: #ffffff; }"
+)

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QComboBox, QLabel, QSlider, QToolBar, QWidget
 
 from app.core.session import AppState
 from app.core.tissue import ALL_TISSUES, tissue_colour, tissue_title
-from app.viewer.toolbar import CHECKED_STYLE
+from app.theme import CHECKED_TOOLBUTTON_STYLE
 
 TISSUE_SHORTCUT = "Ctrl+T"
 NO_TISSUE_TIP = (
@@ -44,7 +44,7 @@ class TissueToolbar(QToolBar):
         super().__init__("Tissue Overlay", parent)
         self.setObjectName("tissueToolbar")
         self.setMovable(False)
-        self.setStyleSheet(CHECKED_STYLE)
+        self.setStyleSheet(CHECKED_TOOLBUTTON_STYLE)
         self.state = state
 
         self.tissue_action = QAction("Tissue Overlay", self)

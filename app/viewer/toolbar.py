@@ -26,15 +26,15 @@ from PySide6.QtWidgets import (
 from app.core.session import CONVENTIONS, AppState
 from app.core.slicing import INDEX_BASE
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry
+from app.theme import CHECKED_TOOLBUTTON_STYLE
 
 log = logging.getLogger(__name__)
 
 INTERPOLATIONS = ("Nearest", "Smooth")
 CROSSHAIR_SHORTCUT = "Ctrl+Shift+X"
+
+
 # An on/off button must look on or off (the app's style sheet gives tool buttons one look).
-CHECKED_STYLE = "QToolButton:checked { background: #2f6fae; border-color: #3d8fd6; color: #ffffff; }"
-
-
 def _label(text: str) -> QLabel:
     label = QLabel(text)
     label.setContentsMargins(6, 0, 2, 0)
@@ -51,7 +51,7 @@ class ViewerToolbar(QToolBar):
         super().__init__("Viewer", parent)
         self.setObjectName("viewerToolbar")
         self.setMovable(False)
-        self.setStyleSheet(CHECKED_STYLE)
+        self.setStyleSheet(CHECKED_TOOLBUTTON_STYLE)
         self.state = state
         self.viewer = viewer
 
