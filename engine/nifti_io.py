@@ -185,30 +185,60 @@ def make_nifti(
     return image
 
 
+def image_files(path: Path, tissue_names) -> list[Path]:
+    """Every file of one image: the NIfTI, its sidecar, and its tissue maps (``tissue_path``)."""
+    return [path, sidecar_path(path), *(tissue_path(path, name) for name in tissue_names)]
+
+
+def write_image_files(
+    temp_of: dict[Path, Path],
+    path: Path,
+    image: np.ndarray,
+    affine: np.ndarray,
+    provenance: dict[str, Any],
+    tissue: dict[str, np.ndarray],
+    *,
+    synthetic: bool,
+    space: str | None,
+    **sidecar_extra: Any,
+) -> None:
+    """Write ``image_files(path, tissue)`` to their temporaries (``temp_of``, from ``atomic_files``): the image
+    with ``provenance`` (listing the maps as ``tissue_maps``), its sidecar, and each map with the image's
+    affine and space, its provenance naming the map and the image."""
+    record = {key: value for key, value in provenance.items() if key != "tissue_maps"}
+    if tissue:
+        record["tissue_maps"] = {name: tissue_path(path, name).name for name in tissue}
+    make_nifti(image, affine, synthetic=synthetic, provenance=record, space=space).to_filename(
+        str(temp_of[path])
+    )
+    temp_of[sidecar_path(path)].write_bytes(provenance_sidecar(record, **sidecar_extra))
+    for name, array in tissue.items():
+        map_record = {**record, "tissue_map": name, "image": path.name}
+        make_nifti(array, affine, synthetic=synthetic, provenance=map_record, space=space).to_filename(
+            str(temp_of[tissue_path(path, name)])
+        )
+
+
 def save_result(result, out: str | Path) -> list[Path]:
     """Write each volume of a SamplingResult as NIfTI + JSON sidecar, and its tissue maps beside it
-    (``tissue_path``; same affine and space, SYNTHETIC marks, provenance naming the map). All files of a
-    batch appear together or not at all. Returns the image paths."""
+    (``write_image_files``). All files of a batch appear together or not at all. Returns the image paths."""
     out = check_output_path(out)
     nifti_paths = batch_paths(out, result.volumes.shape[0])
-    names = result.label_names
-    groups = [(path, sidecar_path(path), [tissue_path(path, name) for name in names]) for path in nifti_paths]
-    targets = [p for image, side, maps in groups for p in (image, side, *maps)]
+    targets = [p for path in nifti_paths for p in image_files(path, result.label_names)]
     with atomic_files(targets) as temps:
         temp_of = dict(zip(targets, temps, strict=True))
-        for index, (path, side, map_paths) in enumerate(groups):
-            record = {**result.provenance, "batch_index": index}
-            if names:
-                record["tissue_maps"] = {name: p.name for name, p in zip(names, map_paths, strict=True)}
-            make_nifti(
-                result.volume(index), result.affine, synthetic=True, provenance=record, space=result.space
-            ).to_filename(str(temp_of[path]))
-            temp_of[side].write_bytes(provenance_sidecar(record, file=path.name))
-            for (name, array), map_path in zip(result.tissue_maps(index).items(), map_paths, strict=True):
-                map_record = {**record, "tissue_map": name, "image": path.name}
-                make_nifti(
-                    array, result.affine, synthetic=True, provenance=map_record, space=result.space
-                ).to_filename(str(temp_of[map_path]))
+        for index, path in enumerate(nifti_paths):
+            write_image_files(
+                temp_of,
+                path,
+                result.volume(index),
+                result.affine,
+                {**result.provenance, "batch_index": index},
+                result.tissue_maps(index),
+                synthetic=True,
+                space=result.space,
+                file=path.name,
+            )
     return nifti_paths
 
 

@@ -195,34 +195,22 @@ def save_volume_files(
     Raises:
         engine.errors.OutputError: the files cannot be written (nothing is left behind).
     """
-    from engine.nifti_io import (
-        atomic_files,
-        check_output_path,
-        make_nifti,
-        provenance_sidecar,
-        sidecar_path,
-        tissue_path,
-    )
+    from engine.nifti_io import atomic_files, check_output_path, image_files, write_image_files
 
     path = check_output_path(path)
-    tissue = dict(tissue or {})
-    names = ordered_names(tissue)
-    record = {key: value for key, value in provenance.items() if key != "tissue_maps"}
-    map_paths = {name: tissue_path(path, name) for name in names}
-    if names:
-        record["tissue_maps"] = {name: p.name for name, p in map_paths.items()}
-    targets = [path, sidecar_path(path), *map_paths.values()]
+    tissue = {name: (tissue or {})[name] for name in ordered_names(tissue or {})}
+    targets = image_files(path, tissue)
     with atomic_files(targets) as temps:
-        temp_of = dict(zip(targets, temps, strict=True))
-        make_nifti(data, affine, synthetic=synthetic, provenance=record, space=space).to_filename(
-            str(temp_of[path])
+        write_image_files(
+            dict(zip(targets, temps, strict=True)),
+            path,
+            data,
+            affine,
+            dict(provenance),
+            tissue,
+            synthetic=synthetic,
+            space=space,
         )
-        temp_of[sidecar_path(path)].write_bytes(provenance_sidecar(record))
-        for name, map_path in map_paths.items():
-            map_record = {**record, "tissue_map": name, "image": path.name}
-            make_nifti(
-                tissue[name], affine, synthetic=synthetic, provenance=map_record, space=space
-            ).to_filename(str(temp_of[map_path]))
     return path
 
 

@@ -528,23 +528,22 @@ def evaluate_model(
     model_ref = str(folder)
     voxel_ml = float(np.prod(spec.voxel_spacing_mm)) / 1000.0
 
+    def sample(**request):
+        """Every evaluation sample: DDIM ``steps`` at the evaluation's guidance scale."""
+        return _run(
+            backend,
+            SamplingRequest(
+                model=model_ref, sampler="ddim", steps=steps, guidance_scale=guidance_scale, **request
+            ),
+        )
+
     # 1. Default-condition samples: Dice, contrast, tissue maps, sharpness, diversity, montage.
     samples: list[np.ndarray] = []
     sample_maps: list[dict[str, np.ndarray]] = []
     seed = 0
     while len(samples) < n_samples:
         size = min(batch, n_samples - len(samples))
-        result = _run(
-            backend,
-            SamplingRequest(
-                model=model_ref,
-                sampler="ddim",
-                steps=steps,
-                seed=seed,
-                batch_size=size,
-                guidance_scale=guidance_scale,
-            ),
-        )
+        result = sample(seed=seed, batch_size=size)
         samples += [result.volume(i) for i in range(size)]
         sample_maps += [result.tissue_maps(i) for i in range(size)]
         affine = result.affine
@@ -598,18 +597,7 @@ def evaluate_model(
     measured: list[list[float]] = []
     from_label: list[list[float]] = []
     for k, value in enumerate(requested):
-        result = _run(
-            backend,
-            SamplingRequest(
-                model=model_ref,
-                sampler="ddim",
-                steps=steps,
-                seed=1000 + k,
-                batch_size=sweep_seeds,
-                conditioning={"ventricle_volume": value},
-                guidance_scale=guidance_scale,
-            ),
-        )
+        result = sample(seed=1000 + k, batch_size=sweep_seeds, conditioning={"ventricle_volume": value})
         vols = [result.volume(i) for i in range(sweep_seeds)]
         finite = finite and all(np.isfinite(v).all() for v in vols)
         measured.append([ventricle_volume_ml(v, roi) for v in vols])

@@ -265,7 +265,6 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_generated_volume_survives_a_killed_app(
     qtbot, themed_app, registry, tiny_models_dir, qt_settings, error_dialogs, tmp_path
 ):
-    from app.main_window import MainWindow
 
     root = tmp_path / "recovery"
     done = subprocess.run(
@@ -278,16 +277,7 @@ def test_generated_volume_survives_a_killed_app(
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     name, total = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
 
-    window = MainWindow(
-        registry=registry,
-        settings=qt_settings,
-        enable_3d=False,
-        preload_torch=False,
-        recovery=RecoveryStore(root),
-    )
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitExposed(window)
+    window = _recovering_window(qtbot, registry, qt_settings, root)
     bar = window.recovery_bar
     assert bar.isVisible() and "1 generated volume from a session that ended unexpectedly" in bar.label.text()
     assert window.state.volumes == []
