@@ -1,0 +1,798 @@
+"""Topology-aware multi-device plans for one U-Net step (``volsynth plan``).
+
+A *plan* splits one denoising step (batch x CFG halves) over a slice's devices with a 3-axis logical mesh
+``(data, depth, height)``: data parallel over the batch, spatial sharding of the depth / height axes of the
+channels-last activations (XLA inserts halo exchanges for the 3x3x3 convolutions and all-reduces for the
+GroupNorm statistics), with a per-level choice of which spatial axes stay sharded (a level whose extent does
+not divide falls back to replicated, i.e. an all-gather on the way down).
+
+Pipeline: enumerate plans -> cheap estimates from one jaxpr trace (FLOPs of conv/dot equations per level,
+activation bytes, synthesised halo / statistics / gather collectives) -> prune (indivisible, over HBM,
+dominated, not in the top N) -> compile the survivors for the real topology (compile-only TPU devices from
+libtpu, fake host devices for GPU boxes) -> read collectives and bytes from the compiled HLO -> cost every
+placement of the logical mesh onto the physical devices with the alpha-beta model of
+``engine.xla.topology`` and keep the best. The *topology-unaware* choice is the plan that a model ignoring
+hops and link sharing would pick, on JAX's default device order; the gain is its time under the aware model
+over the best plan's.
+
+Predicted step time = compute + communication (no overlap assumed, so it is an upper bound on a good
+schedule); compute = max(FLOPs / peak, bytes accessed / HBM bandwidth) per device.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.xla.topology import Collective, Topology, placements, program_comm_time
+
+AXES = ("data", "depth", "height")
+DOMINATED_FACTOR = 2.0  # prune a plan whose estimate is over this many times the best estimate
+DEFAULT_COMPILE_TOP = 3
+# Live activations on top of the skips: the block's input, output and the norm / attention temporaries.
+_WORKING_SET_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class Network:
+    """What is planned: one U-Net evaluation on an effective batch (batch x CFG halves)."""
+
+    name: str
+    arch: Any
+    params: dict  # name -> jax.ShapeDtypeStruct
+    apply: Callable  # unet_apply(arch, params, x, t, context, constrain=..., precision=...)
+    spatial: tuple[int, int, int]  # latent D, H, W
+    in_channels: int
+    context_dim: int | None
+    batch: int  # effective batch: requested batch x 2 with CFG
+    levels: int
+    precision: str = "default"
+    cfg: bool = False  # the batch holds the conditioned and unconditioned halves
+
+    @property
+    def params_bytes(self) -> int:
+        return sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize for s in self.params.values())
+
+    def abstract_inputs(self):
+        import jax
+        import jax.numpy as jnp
+
+        x = jax.ShapeDtypeStruct((self.batch, *self.spatial, self.in_channels), jnp.float32)
+        t = jax.ShapeDtypeStruct((self.batch,), jnp.float32)
+        ctx = (
+            None
+            if self.context_dim is None
+            else jax.ShapeDtypeStruct((self.batch, 1, self.context_dim), jnp.float32)
+        )
+        return x, t, ctx
+
+    def level_extents(self) -> list[tuple[int, int, int]]:
+        # MONAI downsamples with stride-2 convolutions (padding 1): each level is ceil(previous / 2).
+        out = [tuple(self.spatial)]
+        for _ in range(self.levels - 1):
+            out.append(tuple(-(-s // 2) for s in out[-1]))
+        return out
+
+
+def network_from_definition(
+    name: str,
+    definition: dict,
+    latent_spatial: Sequence[int],
+    batch: int = 1,
+    cfg: bool = True,
+    precision: str = "default",
+) -> Network:
+    """Build the planning view of a MONAI DiffusionModelUNet definition (on torch's meta device: no memory)."""
+    from engine.xla.convert import abstract_params, meta_network, unet_arch
+    from engine.xla.nets import unet_apply
+
+    module = meta_network(definition)
+    arch = unet_arch(module)
+    return Network(
+        name=name,
+        arch=arch,
+        params=abstract_params(module),
+        apply=unet_apply,
+        spatial=tuple(int(s) for s in latent_spatial),
+        in_channels=int(arch.in_channels),
+        context_dim=arch.context_dim,
+        batch=batch * (2 if cfg else 1),
+        levels=int(arch.levels),
+        precision=precision,
+        cfg=cfg,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True)
+class Plan:
+    data: int
+    depth: int
+    height: int
+    # Per level: (depth sharded, height sharded).
+    levels: tuple[tuple[bool, bool], ...]
+    variant: str = "auto"
+
+    @property
+    def mesh_shape(self) -> tuple[int, int, int]:
+        return (self.data, self.depth, self.height)
+
+    @property
+    def kind(self) -> str:
+        spatial = self.depth > 1 or self.height > 1
+        if self.data > 1 and spatial or self.depth > 1 and self.height > 1:
+            return "2-D"
+        return "spatial" if spatial else "batch"
+
+    @property
+    def name(self) -> str:
+        parts = [f"{a}{n}" for a, n in zip(("dp", "d", "h"), self.mesh_shape, strict=True) if n > 1] or [
+            "single"
+        ]
+        label = "x".join(parts)
+        return label if self.variant == "auto" else f"{label}/{self.variant}"
+
+    def level_labels(self) -> list[str]:
+        return [("d" if d else "") + ("h" if h else "") or "-" for d, h in self.levels]
+
+    def shards(self, level: int) -> int:
+        d, h = self.levels[level]
+        return self.data * (self.depth if d else 1) * (self.height if h else 1)
+
+    def spec(self, level: int):
+        from jax.sharding import PartitionSpec
+
+        d, h = self.levels[level] if level >= 0 else (False, False)
+        return PartitionSpec(
+            "data" if self.data > 1 else None,
+            "depth" if d and self.depth > 1 else None,
+            "height" if h and self.height > 1 else None,
+            None,
+            None,
+        )
+
+
+def _factorisations(n: int) -> list[tuple[int, int, int]]:
+    return [
+        (a, b, n // (a * b))
+        for a in range(1, n + 1)
+        if n % a == 0
+        for b in range(1, n // a + 1)
+        if (n // a) % b == 0
+    ]
+
+
+def enumerate_plans(network: Network, n_devices: int) -> list[tuple[Plan | None, dict, str | None]]:
+    """Every (data, depth, height) factorisation of the device count with its per-level variants.
+
+    Returns (plan, mesh dict, reason) triples; ``reason`` is set (and plan may be None) when the mesh cannot
+    be used at all (indivisible batch, or a spatial axis that no level can be split over).
+    """
+    extents = network.level_extents()
+    out: list[tuple[Plan | None, dict, str | None]] = []
+    for data, depth, height in _factorisations(n_devices):
+        mesh = {"data": data, "depth": depth, "height": height}
+        if network.batch % data:
+            out.append(
+                (None, mesh, f"indivisible: batch x CFG = {network.batch} not divisible by data {data}")
+            )
+            continue
+
+        def splits(extent: int, n: int) -> bool:
+            # A 3x3x3 convolution needs a halo of 1: every shard must hold at least one plane.
+            return n > 1 and extent % n == 0 and extent // n >= 1
+
+        auto = tuple((splits(e[0], depth), splits(e[1], height)) for e in extents)
+        reason = None
+        if depth > 1 and not auto[0][0]:
+            reason = f"indivisible: depth {extents[0][0]} not divisible by {depth}"
+        elif height > 1 and not auto[0][1]:
+            reason = f"indivisible: height {extents[0][1]} not divisible by {height}"
+        if reason:
+            out.append((None, mesh, reason))
+            continue
+        variants = {"auto": auto}
+        if depth > 1 or height > 1:
+            # Per-level choices: stop sharding from level k on (the small deep levels pay more in halos and
+            # statistics than they save in compute).
+            for k in range(1, network.levels):
+                cut = tuple(auto[level] if level < k else (False, False) for level in range(network.levels))
+                if cut not in variants.values():
+                    variants[f"cut@{k}"] = cut
+        for variant, levels in variants.items():
+            out.append((Plan(data, depth, height, levels, variant), mesh, None))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ estimates
+
+
+@dataclass
+class TraceStats:
+    """What the cheap estimates need from one jaxpr of the global (unsharded) program."""
+
+    level_flops: dict[int, float] = field(default_factory=Counter)
+    level_io_bytes: dict[int, float] = field(default_factory=Counter)
+    level_max_bytes: dict[int, float] = field(default_factory=Counter)
+    convs: list[tuple[int, tuple[int, ...], tuple[int, ...], int]] = field(
+        default_factory=list
+    )  # level, in shape, kernel, itemsize
+    reductions: list[tuple[int, int]] = field(default_factory=list)  # level, output bytes
+    gathers: list[tuple[int, int]] = field(default_factory=list)  # level, operand bytes (attention K/V)
+    markers: list[tuple[int, tuple[int, ...], int]] = field(default_factory=list)  # level, shape, bytes
+
+
+def _nbytes(aval) -> int:
+    return int(np.prod(aval.shape)) * np.dtype(aval.dtype).itemsize
+
+
+def trace_network(network: Network) -> TraceStats:
+    """Trace the program once with ``optimization_barrier`` markers at every level entry, then walk the jaxpr
+    attributing each equation to the level of the last marker."""
+    import jax
+
+    sequence: list[int] = []
+
+    def mark(level: int, h):
+        sequence.append(level)
+        return jax.lax.optimization_barrier(h)
+
+    x, t, ctx = network.abstract_inputs()
+
+    def program(params, x, t, ctx):
+        return network.apply(network.arch, params, x, t, ctx, constrain=mark, precision=network.precision)
+
+    closed = jax.make_jaxpr(program)(network.params, x, t, ctx)
+    stats = TraceStats()
+    tokens = {e[0] * e[1] * e[2]: level for level, e in enumerate(network.level_extents())}
+    state = {"marker": 0, "level": -1}
+
+    def walk(jaxpr, repeat: int) -> None:
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name == "optimization_barrier" and state["marker"] < len(sequence):
+                level = sequence[state["marker"]]
+                state["marker"] += 1
+                state["level"] = level
+                aval = eqn.outvars[0].aval
+                stats.markers.append((level, tuple(aval.shape), _nbytes(aval)))
+                continue
+            level = state["level"]
+            subs = [v for v in eqn.params.values() if hasattr(v, "eqns") or hasattr(v, "jaxpr")]
+            for sub in subs:
+                walk(getattr(sub, "jaxpr", sub), repeat * int(eqn.params.get("length", 1)))
+            if subs:
+                continue
+            outs = [v.aval for v in eqn.outvars if hasattr(v.aval, "shape")]
+            out_bytes = sum(_nbytes(a) for a in outs)
+            stats.level_max_bytes[level] = max(stats.level_max_bytes[level], out_bytes)
+            if name == "conv_general_dilated":
+                lhs, rhs = (v.aval for v in eqn.invars[:2])
+                dn = eqn.params["dimension_numbers"]
+                kernel = tuple(rhs.shape[i] for i in dn.rhs_spec[2:])
+                in_features = rhs.shape[dn.rhs_spec[1]]
+                stats.level_flops[level] += (
+                    repeat * 2.0 * np.prod(outs[0].shape) * np.prod(kernel) * in_features
+                )
+                stats.level_io_bytes[level] += repeat * (_nbytes(lhs) + _nbytes(rhs) + out_bytes)
+                stats.convs.append((level, tuple(lhs.shape), kernel, np.dtype(lhs.dtype).itemsize))
+            elif name == "dot_general":
+                lhs, rhs = (v.aval for v in eqn.invars[:2])
+                (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+                contracted = np.prod([lhs.shape[i] for i in lc]) if lc else 1
+                stats.level_flops[level] += repeat * 2.0 * np.prod(outs[0].shape) * contracted
+                stats.level_io_bytes[level] += repeat * (_nbytes(lhs) + _nbytes(rhs) + out_bytes)
+                # Attention over the tokens of a level: the key/value operand (rhs) carries the token axis
+                # outside its batch dims; a spatially split level must gather it from every shard.
+                rhs_tokens = [i for i, s in enumerate(rhs.shape) if s in tokens and i not in rb]
+                lhs_tokens = [s for i, s in enumerate(lhs.shape) if s in tokens and i not in lb]
+                if rhs_tokens and lhs_tokens and len(rhs.shape) >= 3:
+                    stats.gathers.append((level, _nbytes(rhs)))
+            elif name in ("reduce_sum", "reduce_max", "reduce_min", "argmax"):
+                operand = eqn.invars[0].aval
+                axes = eqn.params.get("axes", ())
+                if len(operand.shape) >= 5 and 1 in axes:
+                    stats.reductions.append((level, out_bytes))
+
+    walk(closed.jaxpr, 1)
+    return stats
+
+
+def _axis_groups(plan: Plan, axes: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+    """Logical-id groups that vary over ``axes`` of the plan's (data, depth, height) mesh."""
+    ids = np.arange(plan.data * plan.depth * plan.height).reshape(plan.mesh_shape)
+    varying = [AXES.index(a) for a in axes]
+    fixed = [i for i in range(3) if i not in varying]
+    moved = ids.transpose(fixed + varying).reshape(-1, int(np.prod([plan.mesh_shape[i] for i in varying])))
+    return tuple(tuple(int(v) for v in row) for row in moved)
+
+
+def _neighbour_pairs(plan: Plan, axis: str, step: int) -> tuple[tuple[int, int], ...]:
+    pairs = []
+    for group in _axis_groups(plan, [axis]):
+        for i in range(len(group)):
+            j = i + step
+            if 0 <= j < len(group):
+                pairs.append((group[i], group[j]))
+    return tuple(pairs)
+
+
+def estimate_collectives(plan: Plan, stats: TraceStats) -> list[Collective]:
+    """The collectives XLA's SPMD partitioner is expected to insert, from the trace (cheap, approximate)."""
+    found: Counter = Counter()
+    mesh = {"depth": plan.depth, "height": plan.height}
+
+    def sharded_axes(level: int) -> list[str]:
+        if level < 0:
+            return []
+        d, h = plan.levels[level]
+        return [a for a, on in (("depth", d), ("height", h)) if on and mesh[a] > 1]
+
+    for level, shape, kernel, itemsize in stats.convs:
+        axes = sharded_axes(level)
+        if not axes:
+            continue
+        local = int(np.prod(shape)) * itemsize / plan.shards(level)
+        for axis in axes:
+            dim = 1 if axis == "depth" else 2
+            halo = kernel[dim - 1] // 2
+            if halo == 0:
+                continue
+            slab = int(local / (shape[dim] / mesh[axis]) * halo)
+            for step in (1, -1):
+                found[("collective-permute", slab, (), _neighbour_pairs(plan, axis, step))] += 1
+    for level, out_bytes in stats.reductions:
+        axes = sharded_axes(level)
+        if axes:
+            found[("all-reduce", max(4, out_bytes // plan.data), _axis_groups(plan, axes), ())] += 1
+    for level, operand in stats.gathers:
+        axes = sharded_axes(level)
+        if axes:
+            found[("all-gather", operand // plan.data, _axis_groups(plan, axes), ())] += 1
+    previous: list[str] = []
+    for level, _shape, nbytes in stats.markers:
+        now = sharded_axes(level)
+        lost = [a for a in previous if a not in now]
+        if lost:
+            # Leaving a sharded level for a replicated one: every shard gathers the whole activation.
+            found[("all-gather", nbytes // plan.data, _axis_groups(plan, lost), ())] += 1
+        previous = now
+    return [Collective(k, int(b), g, p, n) for (k, b, g, p), n in found.items()]
+
+
+@dataclass
+class Estimate:
+    flops: float
+    compute_s: float
+    memory_bytes: float
+    collectives: list[Collective]
+
+
+def estimate_plan(plan: Plan, stats: TraceStats, network: Network, topology: Topology) -> Estimate:
+    flops = sum(f / (plan.data if lv < 0 else plan.shards(lv)) for lv, f in stats.level_flops.items())
+    io = sum(b / (plan.data if lv < 0 else plan.shards(lv)) for lv, b in stats.level_io_bytes.items())
+    compute = max(flops / topology.chip.peak_flops, io / topology.chip.hbm_bandwidth)
+    skips = sum(b / plan.shards(lv) for lv, _s, b in stats.markers if lv >= 0)
+    working = max(
+        (b / (plan.data if lv < 0 else plan.shards(lv)) for lv, b in stats.level_max_bytes.items()), default=0
+    )
+    memory = network.params_bytes + skips + _WORKING_SET_FACTOR * working
+    return Estimate(flops, compute, memory, estimate_collectives(plan, stats))
+
+
+# --------------------------------------------------------------------------------------------- HLO
+
+
+_HLO_OP = re.compile(
+    r"=\s*(?P<type>.*?)\s+(?P<op>all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all)"
+    r"(?P<start>-start)?\("
+)
+_ARRAY = re.compile(r"\b(pred|[suf]\d+|bf16|f8\w*|c64|c128)\[([\d,]*)\]")
+_ITEMSIZE = {"pred": 1, "bf16": 2, "c64": 8, "c128": 16}
+
+
+def _arrays(text: str) -> list[int]:
+    sizes = []
+    for dtype, dims in _ARRAY.findall(text):
+        n = int(np.prod([int(d) for d in dims.split(",") if d])) if dims else 1
+        item = _ITEMSIZE.get(dtype) or (1 if dtype.startswith("f8") else max(1, int(dtype[1:]) // 8))
+        sizes.append(n * item)
+    return sizes
+
+
+def _braced(line: str, key: str) -> str | None:
+    """The ``{...}`` value of ``key=`` with nested braces."""
+    start = line.find(key + "={")
+    if start < 0:
+        return None
+    i = start + len(key) + 1
+    depth = 0
+    for j in range(i, len(line)):
+        depth += {"{": 1, "}": -1}.get(line[j], 0)
+        if depth == 0:
+            return line[i : j + 1]
+    return None
+
+
+def _parse_groups(line: str, n_devices: int) -> tuple[tuple[int, ...], ...]:
+    explicit = _braced(line, "replica_groups")
+    if explicit is not None:
+        groups = tuple(
+            tuple(int(v) for v in g.split(",") if v) for g in re.findall(r"\{([\d,]*)\}", explicit[1:-1])
+        )
+        return groups or (tuple(range(n_devices)),)
+    m = re.search(r"replica_groups=\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", line)
+    if m:
+        shape = [int(v) for v in m.group(1).split(",")]
+        ids = np.arange(int(np.prod([int(v) for v in m.group(2).split(",")]))).reshape(
+            [int(v) for v in m.group(2).split(",")]
+        )
+        if m.group(3):
+            ids = ids.transpose([int(v) for v in m.group(3).split(",")])
+        return tuple(tuple(int(v) for v in row) for row in ids.reshape(shape[0], -1))
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
+    if m:
+        axes = re.findall(r"'([^']+)'=(\d+)", m.group(1))
+        names = [a for a, _ in axes]
+        sizes = [int(s) for _, s in axes]
+        varying = [names.index(a) for a in re.findall(r"'([^']+)'", m.group(2)) if a in names]
+        fixed = [i for i in range(len(names)) if i not in varying]
+        ids = np.arange(int(np.prod(sizes))).reshape(sizes).transpose(fixed + varying)
+        size = int(np.prod([sizes[i] for i in varying])) if varying else 1
+        return tuple(tuple(int(v) for v in row) for row in ids.reshape(-1, size))
+    # Unknown syntax: assume one group of everything (the costliest reading), so the plan is not favoured.
+    return (tuple(range(n_devices)),)
+
+
+def parse_hlo_collectives(hlo_text: str, n_devices: int) -> list[Collective]:
+    """Collectives of a compiled (SPMD-partitioned) HLO module, identical ones folded with a count."""
+    found: Counter = Counter()
+    for line in hlo_text.splitlines():
+        m = _HLO_OP.search(line)
+        if not m:
+            continue
+        kind, start = m.group("op"), bool(m.group("start"))
+        sizes = _arrays(m.group("type"))
+        if not sizes:
+            continue
+        if kind == "collective-permute":
+            nbytes = sizes[0]
+            pairs_text = _braced(line, "source_target_pairs") or "{}"
+            pairs = tuple((int(a), int(b)) for a, b in re.findall(r"\{(\d+),(\d+)\}", pairs_text))
+            found[(kind, nbytes, (), pairs)] += 1
+            continue
+        groups = _parse_groups(line, n_devices)
+        p = max(len(g) for g in groups)
+        if kind == "all-gather" and start:
+            nbytes = sum(sizes[len(sizes) // 2 :])  # (operands..., results...)
+        elif kind == "reduce-scatter":
+            nbytes = sum(sizes) * p  # the result is 1/p of the operand
+        else:
+            nbytes = sum(sizes)
+        found[(kind, nbytes, groups, ())] += 1
+    return [Collective(k, int(b), g, pr, n) for (k, b, g, pr), n in found.items()]
+
+
+# ------------------------------------------------------------------------------------- compile + rank
+
+
+def build_program(network: Network, plan: Plan, devices: Sequence):
+    """The jitted, sharded step for ``plan`` on ``devices`` (logical mesh order), with its input shardings."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.array(list(devices), dtype=object).reshape(plan.mesh_shape), AXES)
+
+    def constrain(level: int, h):
+        return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, plan.spec(level)))
+
+    def program(params, x, t, ctx):
+        return network.apply(
+            network.arch, params, x, t, ctx, constrain=constrain, precision=network.precision
+        )
+
+    data = PartitionSpec("data" if plan.data > 1 else None)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    x_sharding = NamedSharding(mesh, plan.spec(0))
+    in_shardings = (
+        jax.tree_util.tree_map(lambda _: replicated, network.params),
+        x_sharding,
+        NamedSharding(mesh, data),
+        None if network.context_dim is None else NamedSharding(mesh, data),
+    )
+    return jax.jit(program, in_shardings=in_shardings, out_shardings=x_sharding), in_shardings
+
+
+@dataclass
+class Row:
+    plan: str
+    kind: str
+    mesh: dict
+    levels: list[str]
+    status: str  # "compiled", "pruned", "failed"
+    reason: str = ""
+    est_step_ms: float | None = None
+    est_compute_ms: float | None = None
+    est_comm_ms: float | None = None
+    est_memory_gb: float | None = None
+    step_ms: float | None = None
+    compute_ms: float | None = None
+    comm_ms: float | None = None
+    memory_gb: float | None = None
+    unaware_step_ms: float | None = None
+    placement: str = ""
+    collectives: dict = field(default_factory=dict)
+    compile_s: float | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class PlanResult:
+    model: str
+    topology: dict
+    batch: int
+    cfg: bool
+    rows: list[Row]
+    enumerated: int
+    pruned: int
+    compiled: int
+    failed: int
+    planning_s: float
+    best: dict | None
+    unaware_choice: dict | None
+    gain: float | None
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "topology": self.topology,
+            "batch": self.batch,
+            "cfg": self.cfg,
+            "counts": {
+                "enumerated": self.enumerated,
+                "pruned": self.pruned,
+                "compiled": self.compiled,
+                "failed": self.failed,
+            },
+            "planning_s": round(self.planning_s, 2),
+            "best": self.best,
+            "unaware_choice": self.unaware_choice,
+            "gain": self.gain,
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1e3, 4)
+
+
+def _collective_summary(collectives: Sequence[Collective]) -> dict:
+    out: dict[str, dict] = {}
+    for c in collectives:
+        entry = out.setdefault(c.kind, {"count": 0, "bytes": 0})
+        entry["count"] += c.count
+        entry["bytes"] += c.count * c.nbytes
+    return out
+
+
+def _best_placement(topology: Topology, collectives, orders: dict[str, list[int]]) -> tuple[str, float]:
+    timed = {
+        name: program_comm_time(topology, collectives, order, aware=True) for name, order in orders.items()
+    }
+    name = min(timed, key=lambda k: (timed[k], k != "id-order"))
+    return name, timed[name]
+
+
+def plan(
+    network: Network,
+    topology: Topology,
+    compile_top: int = DEFAULT_COMPILE_TOP,
+    dominated_factor: float = DOMINATED_FACTOR,
+    progress: Callable[[str], None] | None = None,
+) -> PlanResult:
+    """Enumerate, estimate, prune, compile and rank; see the module docstring."""
+    from engine.xla.topology import physical_devices
+
+    say = progress or (lambda _msg: None)
+    started = time.perf_counter()
+    devices = physical_devices(topology)
+    orders = placements(topology, devices)
+    default = "id-order"
+    chip = topology.chip
+    say(f"tracing {network.name} ...")
+    stats = trace_network(network)
+
+    rows: list[Row] = []
+    candidates: list[tuple[Plan, Row, Estimate]] = []
+    enumerated = enumerate_plans(network, topology.n_devices)
+    for p, mesh, reason in enumerated:
+        if p is None:
+            rows.append(
+                Row(
+                    "x".join(f"{a[0]}{n}" for a, n in mesh.items() if n > 1) or "single",
+                    "-",
+                    mesh,
+                    [],
+                    "pruned",
+                    reason or "",
+                )
+            )
+            continue
+        est = estimate_plan(p, stats, network, topology)
+        _placement, comm = _best_placement(topology, est.collectives, orders)
+        row = Row(
+            p.name,
+            p.kind,
+            mesh,
+            p.level_labels(),
+            "pruned",
+            est_step_ms=_ms(est.compute_s + comm),
+            est_compute_ms=_ms(est.compute_s),
+            est_comm_ms=_ms(comm),
+            est_memory_gb=round(est.memory_bytes / 1e9, 3),
+        )
+        rows.append(row)
+        if est.memory_bytes > chip.hbm_bytes:
+            row.reason = (
+                f"memory: estimated {est.memory_bytes / 1e9:.1f} GB > {chip.hbm_bytes / 1e9:.0f} GB HBM"
+            )
+            continue
+        candidates.append((p, row, est))
+
+    survivors: list[tuple[Plan, Row, Estimate]] = []
+    if candidates:
+        best_est = min(r.est_step_ms for _p, r, _e in candidates)
+        ranked = sorted(candidates, key=lambda c: c[1].est_step_ms)
+        # The unaware model's favourite is compiled too, so the comparison ranks the same plans.
+        unaware_est = {
+            id(c[1]): c[2].compute_s
+            + program_comm_time(topology, c[2].collectives, orders[default], aware=False)
+            for c in candidates
+        }
+        unaware_first = min(candidates, key=lambda c: unaware_est[id(c[1])])
+        for index, (p, row, est) in enumerate(ranked):
+            if row.est_step_ms > dominated_factor * best_est and unaware_first[1] is not row:
+                row.reason = f"dominated: estimate {row.est_step_ms:.3g} ms > {dominated_factor:g}x best {best_est:.3g} ms"
+            elif index >= compile_top and unaware_first[1] is not row:
+                row.reason = f"not in the top {compile_top} by estimate"
+            else:
+                survivors.append((p, row, est))
+
+    compiled: list[tuple[Plan, Row, list[Collective], float]] = []
+    for p, row, _est in survivors:
+        say(f"compiling {p.name} for {topology.name} ...")
+        t0 = time.perf_counter()
+        try:
+            ordered = [devices[i] for i in orders[default]]
+            jitted, _ = build_program(network, p, ordered)
+            lowered = jitted.lower(network.params, *network.abstract_inputs())
+            executable = lowered.compile()
+            collectives = parse_hlo_collectives(executable.as_text(), topology.n_devices)
+            cost = executable.cost_analysis()
+            cost = cost[0] if isinstance(cost, list) else cost
+            mem = executable.memory_analysis()
+        except Exception as exc:  # noqa: BLE001 - one plan that XLA rejects must not stop the others
+            row.status, row.reason = "failed", f"compile failed: {type(exc).__name__}: {str(exc)[:160]}"
+            row.compile_s = round(time.perf_counter() - t0, 1)
+            continue
+        row.compile_s = round(time.perf_counter() - t0, 1)
+        compute = max(
+            float(cost.get("flops", 0.0)) / chip.peak_flops,
+            float(cost.get("bytes accessed", 0.0)) / chip.hbm_bandwidth,
+        )
+        # Placements are applied to the logical ids of the one compiled module: the SPMD program is the
+        # same for every order, only which physical chip plays which logical id changes.
+        placement_name, comm = _best_placement(topology, collectives, orders)
+        unaware = program_comm_time(topology, collectives, orders[default], aware=False)
+        row.status, row.reason = "compiled", ""
+        row.compute_ms, row.comm_ms, row.step_ms = _ms(compute), _ms(comm), _ms(compute + comm)
+        row.unaware_step_ms = _ms(compute + unaware)
+        row.placement = placement_name
+        row.collectives = _collective_summary(collectives)
+        if mem is not None:
+            total = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+            total -= mem.alias_size_in_bytes
+            row.memory_gb = round(total / 1e9, 3)
+            if total > chip.hbm_bytes:
+                row.status, row.reason = "pruned", f"memory: compiled {total / 1e9:.1f} GB > HBM"
+                continue
+        compiled.append((p, row, collectives, compute))
+
+    best = unaware_choice = gain = None
+    if compiled:
+        p, row, _c, _compute = min(compiled, key=lambda c: c[1].step_ms)
+        best = {"plan": row.plan, "placement": row.placement, "step_ms": row.step_ms}
+        up, urow, ucoll, ucompute = min(compiled, key=lambda c: c[1].unaware_step_ms)
+        aware_of_unaware = ucompute + program_comm_time(topology, ucoll, orders[default], aware=True)
+        unaware_choice = {
+            "plan": urow.plan,
+            "placement": default,
+            "unaware_model_ms": urow.unaware_step_ms,
+            "step_ms": _ms(aware_of_unaware),
+        }
+        gain = round(aware_of_unaware * 1e3 / row.step_ms, 4) if row.step_ms else None
+
+    rows.sort(
+        key=lambda r: (
+            {"compiled": 0, "failed": 1, "pruned": 2}[r.status],
+            r.step_ms or r.est_step_ms or math.inf,
+        )
+    )
+    return PlanResult(
+        model=network.name,
+        topology=topology.summary(),
+        batch=network.batch,
+        cfg=network.cfg,
+        rows=rows,
+        enumerated=len(enumerated),
+        pruned=sum(r.status == "pruned" for r in rows),
+        compiled=sum(r.status == "compiled" for r in rows),
+        failed=sum(r.status == "failed" for r in rows),
+        planning_s=time.perf_counter() - started,
+        best=best,
+        unaware_choice=unaware_choice,
+        gain=gain,
+    )
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def format_table(result: PlanResult) -> str:
+    """The plans as a text table, compiled first, then the pruned ones with their reasons."""
+    topo = result.topology
+    lines = [
+        f"model {result.model}  topology {topo['name']} ({topo['devices']} x {topo['chip']}, {topo['network']}"
+        f"{' with wraparound' if topo.get('wraparound') else ''})  effective batch {result.batch}"
+        f"{' (batch x 2 CFG halves)' if result.cfg else ''}",
+        f"plans: {result.enumerated} enumerated, {result.pruned} pruned, {result.compiled} compiled"
+        f"{f', {result.failed} failed' if result.failed else ''}; planning took {result.planning_s:.1f} s",
+        "",
+        f"{'plan':<18} {'kind':<7} {'levels':<10} {'status':<9} {'step ms':>9} {'compute':>9} {'comm':>9} "
+        f"{'GB/dev':>7} {'placement':<10} collectives / reason",
+    ]
+    for r in result.rows:
+        if r.status == "compiled":
+            step, compute, comm, mem = r.step_ms, r.compute_ms, r.comm_ms, r.memory_gb
+            coll = (
+                ", ".join(f"{k} {v['count']}x {v['bytes'] / 1e6:.2f}MB" for k, v in r.collectives.items())
+                or "none"
+            )
+            tail = coll
+        else:
+            step, compute, comm, mem = r.est_step_ms, r.est_compute_ms, r.est_comm_ms, r.est_memory_gb
+            tail = r.reason
+        est = "" if r.status == "compiled" or step is None else "~"
+        lines.append(
+            f"{r.plan:<18} {r.kind:<7} {' '.join(r.levels) or '-':<10} {r.status:<9} "
+            f"{est + _fmt(step):>9} {_fmt(compute):>9} {_fmt(comm):>9} {_fmt(mem):>7} {r.placement or '-':<10} {tail}"
+        )
+    lines.append("")
+    lines.append(
+        "~ = cheap estimate from the jaxpr (not compiled); compiled rows use XLA's cost and memory analysis"
+    )
+    if result.best:
+        lines.append(
+            f"best plan: {result.best['plan']} on placement {result.best['placement']}: {result.best['step_ms']:.4g} ms/step"
+        )
+        u = result.unaware_choice
+        lines.append(
+            f"topology-unaware choice: {u['plan']} on {u['placement']} (its model: {u['unaware_model_ms']:.4g} ms; "
+            f"aware model: {u['step_ms']:.4g} ms)"
+        )
+        lines.append(f"predicted gain of the topology-aware plan: {result.gain:.3f}x")
+    else:
+        lines.append("no plan compiled")
+    return "\n".join(lines)
