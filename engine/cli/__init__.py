@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "engine.cli.monitor",
     "engine.cli.vault",
     "engine.cli.serve",
+    "engine.cli.plan",
 )
 
 

@@ -620,7 +620,7 @@ def plan(
         if p is None:
             rows.append(
                 Row(
-                    "x".join(f"{a[0]}{n}" for a, n in mesh.items() if n > 1) or "single",
+                    Plan(mesh["data"], mesh["depth"], mesh["height"], ()).name,
                     "-",
                     mesh,
                     [],
