@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import platform
-import sys
 import threading
 import time
 from collections.abc import Generator
-from datetime import UTC, datetime
 from typing import Any
 
 from engine import __version__
 from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
+from engine.backends.provenance import run_provenance
 from engine.devices import device_name, resolve_device
 from engine.errors import OutOfMemory
 from engine.models.registry import ModelRegistry
@@ -100,37 +99,17 @@ class LocalBackend:
                 torch.cuda.empty_cache()
 
         timings = {"load_s": load_s, **loop.timings, "total_s": time.perf_counter() - started}
-        provenance = {
-            "synthetic": True,
-            "generator": "VolSynth Studio",
-            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-            "model": {
-                "id": source.spec.id,
-                "name": source.spec.name,
-                "source": source.spec.source,
-                "path": str(source.path),
-                "weights_sha256": source.weights_sha256(),
-            },
-            "request": loop.request.to_dict(),
-            # Where the volume lies and what its extra channels are: the NIfTI writer's sform code and the
-            # tissue-map files beside the image follow from these (engine.nifti_io.save_result).
-            **({"space": source.spec.space} if source.spec.space else {}),
-            **({"label_channels": list(source.spec.label_channels)} if source.spec.label_channels else {}),
-            "scheduler": loop.scheduler_config,
-            "seed": loop.request.seed,
-            "conditioning": loop.conditioning,
-            "conditioning_normalised": loop.conditioning_normalised,
-            "optimization": {"requested": request.optimization.to_dict(), "report": prepared.report},
-            "backend": self.name,
-            "device": str(self.device),
-            "device_name": device_name(self.device),
-            "versions": library_versions(),
-            "command": " ".join(sys.argv[:1]),
-            "timings": timings,
-            "step_times_s": loop.step_times_s,
-            # The sampling loop's own peak (weights were loaded and the settings applied before it started).
-            "memory": peak.record,
-        }
+        provenance = run_provenance(
+            source,
+            loop,
+            backend=self.name,
+            device=str(self.device),
+            device_name=device_name(self.device),
+            versions=library_versions(),
+            optimization={"requested": request.optimization.to_dict(), "report": prepared.report},
+            timings=timings,
+            memory=peak.record,
+        )
         if profiler is not None:
             provenance["kernel_profile"] = profiler.summary()
         return SamplingResult(

@@ -78,14 +78,18 @@ def upsample_nearest(x: jax.Array) -> jax.Array:
 
 
 def average_pool(x: jax.Array) -> jax.Array:
+    """2x2x2 average pooling; an odd trailing voxel is dropped, as torch's AvgPool3d(2) does."""
     b, d, h, w, c = x.shape
+    x = x[:, : d // 2 * 2, : h // 2 * 2, : w // 2 * 2]
     return x.reshape(b, d // 2, 2, h // 2, 2, w // 2, 2, c).mean(axis=(2, 4, 6))
 
 
 def attention(p: Params, a: AttentionHeads, x: jax.Array, context: jax.Array | None, precision) -> jax.Array:
     """MONAI's SABlock / CrossAttentionBlock: heads split as 'b t (heads d) -> b heads t d'."""
     source = x if context is None else context
-    q, k, v = (linear(p, f"{a.key}.to_{n}", s, precision) for n, s in (("q", x), ("k", source), ("v", source)))
+    q, k, v = (
+        linear(p, f"{a.key}.to_{n}", s, precision) for n, s in (("q", x), ("k", source), ("v", source))
+    )
 
     def split(t):
         return t.reshape(t.shape[0], t.shape[1], a.heads, -1).transpose(0, 2, 1, 3)

@@ -1,0 +1,256 @@
+"""Run requests with the networks compiled by XLA: on a TPU VM's chips, or on the host CPU.
+
+The one sampling loop (``engine.sampling.denoise``) is unchanged: the scheduler, the initial noise (the
+same CPU generator as every backend, so a seed gives the same volume), classifier-free guidance, previews
+and cancel stay on the host in torch. Only the two networks run as XLA programs, the U-Net once per step
+and the decoder for previews and the final image. A step moves the latent (the shipped model's is 8x20x24x20
+float32, 150 kB per batch item) to the device and back, which is small next to a U-Net step.
+
+Programs are compiled ahead of time for each input shape (``jit(...).lower(...).compile()``), once per model
+and shape, and the compile time is recorded in provenance. Precision is explicit: a TPU multiplies
+float32 in one bf16 pass by default; this backend asks for ``"highest"`` (full float32) unless told
+otherwise, and records what it asked for.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
+from engine.backends.local import library_versions
+from engine.backends.provenance import run_provenance
+from engine.errors import InvalidRequest, OutOfMemory
+from engine.models.registry import ModelRegistry
+
+PRECISIONS = ("highest", "high", "default")  # XLA's matmul precision names (jax.lax.Precision)
+PRECISION_MEANING = {
+    "highest": "float32 (full-precision matmuls and convolutions)",
+    "high": "bf16x3 passes (about float32 on TPUs)",
+    "default": "one bf16 pass per float32 matmul on TPUs (float32 on CPUs)",
+}
+
+
+def jax_versions() -> dict[str, str]:
+    import jax
+    import jaxlib
+
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+def xla_devices() -> list[dict[str, Any]]:
+    """The XLA devices this process sees, for ``info()`` and the app's server panel."""
+    import jax
+
+    devices = []
+    for device in jax.devices():
+        entry = {"id": int(device.id), "platform": device.platform, "kind": str(device.device_kind)}
+        coords = getattr(device, "coords", None)
+        if coords is not None:
+            entry["coords"] = [int(c) for c in coords]
+        devices.append(entry)
+    return devices
+
+
+@dataclass
+class XlaModel:
+    """A loaded model's networks as compiled XLA programs, called with torch tensors by the sampling loop."""
+
+    unet_arch: Any
+    unet_params: Any
+    decoder_arch: Any
+    decoder_params: Any
+    precision: str
+    device: Any  # the jax device the programs run on
+    report: dict[str, Any] = field(default_factory=dict)  # the optimization report's stand-in
+    compile_s: float = 0.0
+    _compiled: dict[tuple, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_loaded(cls, loaded, precision: str, device) -> XlaModel:
+        import jax
+
+        from engine.xla import convert
+
+        def put(module):
+            return jax.device_put(convert.numpy_params(module), device)
+
+        autoencoder = loaded.autoencoder
+        return cls(
+            unet_arch=convert.unet_arch(loaded.unet),
+            unet_params=put(loaded.unet),
+            decoder_arch=None if autoencoder is None else convert.decoder_arch(autoencoder),
+            decoder_params=None if autoencoder is None else put(autoencoder),
+            precision=precision,
+            device=device,
+        )
+
+    def _program(self, name: str, fn, params, *args):
+        """The compiled program for these argument shapes: compiled on first use, then reused.
+
+        Weights are an argument, not captured, so they are not folded into the program as constants.
+        """
+        import jax
+
+        key = (name, *((None if a is None else (a.shape, str(a.dtype))) for a in args))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            started = time.perf_counter()
+            compiled = jax.jit(fn).lower(params, *args).compile()
+            self.compile_s += time.perf_counter() - started
+            self._compiled[key] = compiled
+        return compiled
+
+    def _run(self, name: str, fn, params, *tensors):
+        """Channels-first torch tensors in, XLA program, channels-first float32 torch tensor out."""
+        import jax
+        import numpy as np
+        import torch
+
+        args = []
+        for tensor in tensors:
+            if tensor is None:
+                args.append(None)
+                continue
+            array = tensor.detach().float().cpu().numpy()
+            if array.ndim == 5:
+                array = array.transpose(0, 2, 3, 4, 1)  # NCDHW -> NDHWC
+            args.append(jax.device_put(np.ascontiguousarray(array), self.device))
+        out = np.asarray(self._program(name, fn, params, *args)(params, *args))
+        return torch.from_numpy(np.ascontiguousarray(out.transpose(0, 4, 1, 2, 3)))
+
+    def denoiser(self, x, timesteps, context=None):
+        from engine.xla.nets import unet_apply
+
+        arch, precision = self.unet_arch, self.precision
+        return self._run(
+            "unet",
+            lambda p, x, t, c: unet_apply(arch, p, x, t, c, precision=precision),
+            self.unet_params,
+            x,
+            timesteps,
+            context,
+        )
+
+    def decode(self, z):
+        from engine.xla.nets import decoder_apply
+
+        arch, precision = self.decoder_arch, self.precision
+        return self._run(
+            "decoder", lambda p, z: decoder_apply(arch, p, z, precision=precision), self.decoder_params, z
+        )
+
+
+class XlaBackend:
+    """Keeps the most recently used model converted and its programs compiled, like the local backend."""
+
+    name = "xla"
+
+    def __init__(self, registry: ModelRegistry | None = None, precision: str = "highest"):
+        if precision not in PRECISIONS:
+            raise InvalidRequest(f"unknown XLA precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        from engine.xla.runtime import configure_jax
+
+        configure_jax(1)
+        import jax
+
+        self.registry = registry or ModelRegistry()
+        self.precision = precision
+        self.device = jax.devices()[0]
+        self._lock = threading.Lock()
+        self._cache: dict[str, XlaModel] = {}
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            name=self.name,
+            device=f"xla:{self.device.platform}",
+            device_name=f"{self.device.device_kind} (XLA)",
+            details={
+                "platform": platform.platform(),
+                **library_versions(),
+                **jax_versions(),
+                "xla_devices": xla_devices(),
+                "xla_precision": self.precision,
+            },
+        )
+
+    def _model(self, source) -> XlaModel:
+        key = str(source.path.resolve())
+        with self._lock:
+            model = self._cache.get(key)
+            if model is None:
+                model = XlaModel.from_loaded(source.load(), self.precision, self.device)
+                self._cache.clear()  # one model resident at a time, as on the local backend
+                self._cache[key] = model
+            return model
+
+    def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
+        import torch
+
+        from engine.optimization_config import OptimizationConfig
+        from engine.peak_memory import PeakMemory
+        from engine.sampling import denoise, resolve_request
+
+        started = time.perf_counter()
+        source = self.registry.get(request.model or None)
+        resolve_request(source.spec, request)  # bad input fails before the load
+        if request.optimization != OptimizationConfig():
+            raise InvalidRequest(
+                "optimization settings (TF32, channels-last, autocast, compile, quantization...) are torch "
+                "settings; the xla backend compiles float32 programs with XLA. Clear them, or run on a torch "
+                "device (cpu, cuda)."
+            )
+        if request.kernel_profile_steps:
+            raise InvalidRequest(
+                "kernel profiles are recorded by torch's profiler; use a torch device for them"
+            )
+        yield Progress("load", 0, 1, 0.0, f"loading {source.spec.name} for XLA")
+        load_started = time.perf_counter()
+        model = self._model(source)
+        load_s = time.perf_counter() - load_started
+        compile_before = model.compile_s
+        host = torch.device("cpu")  # where the loop's scheduler and noise live
+        try:
+            with PeakMemory(host) as peak:
+                loop = yield from denoise(model, source.spec, request, host)
+        except Exception as exc:
+            if "RESOURCE_EXHAUSTED" in str(exc):
+                raise OutOfMemory(
+                    f"the XLA device ran out of memory ({str(exc).splitlines()[0][:120]}); lower the batch size"
+                ) from exc
+            raise
+        timings = {
+            "load_s": load_s,
+            "compile_s": model.compile_s - compile_before,
+            **loop.timings,
+            "total_s": time.perf_counter() - started,
+        }
+        provenance = run_provenance(
+            source,
+            loop,
+            backend=self.name,
+            device=f"xla:{self.device.platform}:{self.device.id}",
+            device_name=f"{self.device.device_kind} (XLA)",
+            versions={**library_versions(), **jax_versions()},
+            optimization={"requested": request.optimization.to_dict(), "report": {}},
+            timings=timings,
+            memory=peak.record,
+        )
+        provenance["xla"] = {
+            "precision": self.precision,
+            "precision_meaning": PRECISION_MEANING[self.precision],
+            "platform": self.device.platform,
+            "device_kind": str(self.device.device_kind),
+            "networks_on_device": ["unet"] + (["decoder"] if model.decoder_arch is not None else []),
+            "on_host": ["scheduler", "initial noise", "guidance mix"],
+        }
+        return SamplingResult(
+            volumes=loop.volumes.numpy(),
+            affine=source.spec.affine(),
+            request=loop.request,
+            provenance=provenance,
+        )
