@@ -198,6 +198,8 @@ def result_from_event(event: Mapping[str, Any], volumes: np.ndarray, server: str
             f"the engine server named {len(names) if isinstance(names, list) else 'malformed'} tissue maps "
             f"for volumes of {volumes.shape[1]} channels"
         )
+    # What ran the job on the server (local torch or xla) stays on record beside how it was reached.
+    provenance["server_backend"] = provenance.get("backend")
     provenance["backend"] = "remote"
     provenance["server"] = server
     return SamplingResult(volumes=volumes, affine=affine, request=request, provenance=provenance)

@@ -25,7 +25,19 @@ def register(sub) -> None:
         "0.0.0.0 needs --token and TLS)",
     )
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="cpu, cuda, cuda:N, mps or auto (torch); xla: the networks compiled by XLA, on this machine's "
+        "TPU chips (a TPU VM, with the xla extra installed) or its CPU",
+    )
+    parser.add_argument(
+        "--xla-precision",
+        default="highest",
+        choices=("highest", "high", "default"),
+        help="with --device xla: matmul precision. highest (default) is float32; default is one bf16 pass "
+        "per matmul on TPUs (faster, less exact). Recorded in every result's provenance.",
+    )
     parser.add_argument(
         "--token",
         default=os.environ.get("VOLSYNTH_SERVER_TOKEN"),
@@ -78,7 +90,6 @@ def run(args) -> int:
 
     import uvicorn
 
-    from engine.backends.local import LocalBackend
     from engine.server import create_app
     from engine.telemetry import Sampler
 
@@ -86,7 +97,7 @@ def run(args) -> int:
     metrics = Sampler()  # the server's own GPU/CPU metrics, for clients' metrics views (GET /metrics)
     metrics.start()
     try:
-        app = create_app(LocalBackend(args.device), token=args.token, metrics_source=metrics, limits=limits)
+        app = create_app(serving_backend(args), token=args.token, metrics_source=metrics, limits=limits)
         uvicorn.run(
             app,
             host=args.host,
@@ -100,6 +111,23 @@ def run(args) -> int:
     finally:
         metrics.stop()
     return 0
+
+
+def serving_backend(args):
+    """The backend the server runs jobs on: torch on a device, or XLA."""
+    if args.device.strip().lower() == "xla":
+        from engine.backends.xla import XlaBackend
+        from engine.errors import BackendUnavailable
+
+        try:
+            return XlaBackend(precision=args.xla_precision)
+        except ModuleNotFoundError as exc:
+            raise BackendUnavailable(
+                f"--device xla needs JAX ({exc.name} is missing): pip install 'volsynth-studio[xla]'"
+            ) from exc
+    from engine.backends.local import LocalBackend
+
+    return LocalBackend(args.device)
 
 
 def tls_files(args) -> tuple[str | None, str | None]:

@@ -146,7 +146,13 @@ def _conv(module, key: str) -> Conv:
     if type(conv).__name__ != "Conv3d":
         raise UnsupportedNetwork(f"{key}: {type(conv).__name__} layers are not ported to XLA (only Conv3d)")
     stride, padding = set(conv.stride), set(conv.padding) if not isinstance(conv.padding, str) else {-1}
-    if len(stride) != 1 or len(padding) != 1 or -1 in padding or conv.dilation != (1, 1, 1) or conv.groups != 1:
+    if (
+        len(stride) != 1
+        or len(padding) != 1
+        or -1 in padding
+        or conv.dilation != (1, 1, 1)
+        or conv.groups != 1
+    ):
         raise UnsupportedNetwork(f"{key}: anisotropic, dilated or grouped convolutions are not ported to XLA")
     return Conv(f"{key}.conv" if hasattr(module, "conv") else key, stride.pop(), padding.pop())
 
@@ -172,7 +178,9 @@ def _attention(module, key: str) -> Attention | None:
         for i, block in enumerate(module.transformer_blocks):
             prefix = f"{key}.transformer_blocks.{i}"
             if type(block.ff.fn).__name__ != "GEGLU":
-                raise UnsupportedNetwork(f"{prefix}.ff: {type(block.ff.fn).__name__} is not ported (GEGLU is)")
+                raise UnsupportedNetwork(
+                    f"{prefix}.ff: {type(block.ff.fn).__name__} is not ported (GEGLU is)"
+                )
             blocks.append(
                 TransformerBlock(
                     self_attention=_heads(block.attn1, f"{prefix}.attn1"),
@@ -228,7 +236,9 @@ def _resample(module, key: str) -> Resample | ResBlock | None:
     if kind in ("WrappedUpsample", "UpSample", "Upsample"):
         children = dict(module.named_children())
         if "upsample_non_trainable" not in children:
-            raise UnsupportedNetwork(f"{key}: only nearest-neighbour upsampling is ported (no transposed conv)")
+            raise UnsupportedNetwork(
+                f"{key}: only nearest-neighbour upsampling is ported (no transposed conv)"
+            )
         inner = children["upsample_non_trainable"]
         if getattr(inner, "mode", "nearest") != "nearest" or set(_scale(inner)) != {2.0}:
             raise UnsupportedNetwork(f"{key}: only nearest x2 upsampling is ported to XLA")
@@ -260,7 +270,9 @@ def _level(block, key: str, up: bool) -> Level:
 def unet_arch(unet) -> UNetArch:
     """The structure of a MONAI ``DiffusionModelUNet`` (built on any device, ``meta`` included)."""
     if type(unet).__name__ != "DiffusionModelUNet":
-        raise UnsupportedNetwork(f"the XLA backend runs DiffusionModelUNet denoisers, not {type(unet).__name__}")
+        raise UnsupportedNetwork(
+            f"the XLA backend runs DiffusionModelUNet denoisers, not {type(unet).__name__}"
+        )
     if unet.num_class_embeds is not None:
         raise UnsupportedNetwork("class-embedding U-Nets are not ported to XLA")
     mid = unet.middle_block
@@ -294,7 +306,9 @@ def unet_arch(unet) -> UNetArch:
 def decoder_arch(autoencoder) -> DecoderArch:
     """The structure of ``AutoencoderKL.decode``: ``post_quant_conv`` then ``decoder.blocks``."""
     if type(autoencoder).__name__ != "AutoencoderKL":
-        raise UnsupportedNetwork(f"the XLA backend decodes with AutoencoderKL, not {type(autoencoder).__name__}")
+        raise UnsupportedNetwork(
+            f"the XLA backend decodes with AutoencoderKL, not {type(autoencoder).__name__}"
+        )
     ops: list[Any] = [_conv(autoencoder.post_quant_conv, "post_quant_conv")]
     for i, block in enumerate(autoencoder.decoder.blocks):
         key = f"decoder.blocks.{i}"

@@ -7,6 +7,8 @@ a wrong block cannot hide behind a short run.
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 import torch
@@ -194,3 +196,26 @@ def test_info_lists_the_xla_devices():
 def test_tiny_networks_helper_still_builds_the_models_the_port_runs():
     networks = build_tiny_networks(tiny_spec())
     assert convert.unet_arch(networks["unet"]).levels == 2
+
+
+def test_xla_server_drives_the_remote_backend_like_a_local_one(tmp_path):
+    """``volsynth serve --device xla``'s backend behind a real uvicorn server, used by the remote client."""
+    from engine.backends.remote import RemoteBackend
+    from engine.cli.serve import serving_backend
+    from engine.server import create_app
+    from engine.testing import ServerThread
+
+    make_tiny_model(tmp_path / "tiny")
+    backend = serving_backend(argparse.Namespace(device="xla", xla_precision="highest"))
+    backend.registry = ModelRegistry([tmp_path])
+    request = SamplingRequest(model="tiny-latent", seed=9, steps=3)  # servers take registered ids only
+    reference = run(LocalBackend("cpu", ModelRegistry([tmp_path])).sample(request))
+    with ServerThread(create_app(backend, token="s3cret")) as url:
+        remote = RemoteBackend(url, token="s3cret")
+        info = remote.info()
+        result = run(remote.sample(request))
+    assert info.details["xla_devices"][0]["platform"] == "cpu"
+    assert result.provenance["backend"] == "remote"
+    assert result.provenance["server_backend"] == "xla"
+    assert result.provenance["xla"]["precision"] == "highest"
+    assert relative_error(result.volumes, reference.volumes) < RUN_TOLERANCE
