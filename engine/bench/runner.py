@@ -27,7 +27,14 @@ from typing import Any
 from engine.optimization_config import NAMED_SETTINGS
 
 # Named rows: every named optimization setting, plus "reference", MONAI's own inferer (fp32).
-ROWS: dict[str, dict[str, Any] | None] = {"fp32": NAMED_SETTINGS["fp32"], "reference": None, **NAMED_SETTINGS}
+# Rows that are not optimization settings: "reference", MONAI's own inferer (fp32), and "xla", the same loop
+# with the networks compiled by XLA (engine.backends.xla), float32 at "highest" precision.
+SPECIAL_ROWS = {"reference": "MONAI inferer (fp32)", "xla": "XLA backend (jax, float32 'highest')"}
+ROWS: dict[str, dict[str, Any] | None] = {
+    "fp32": NAMED_SETTINGS["fp32"],
+    **dict.fromkeys(SPECIAL_ROWS),
+    **NAMED_SETTINGS,
+}
 DEFAULT_ROWS = {
     "cpu": [
         "fp32",
@@ -39,6 +46,7 @@ DEFAULT_ROWS = {
         "bf16+sdpa",
         "int8+sdpa",
         "int8+bf16+sdpa",
+        "xla",
     ],
     "cuda": [
         "fp32",
@@ -160,7 +168,7 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
         torch.cuda.reset_peak_memory_stats(device)
     record: dict[str, Any] = {"row": name, "load_s": load_s}
 
-    if ROWS[name] is None:
+    if name == "reference":
         volumes, step_s, unet_ms, prep_s = _run_reference(model, source.spec, settings, device)
         record["report"] = {
             "reference": {
@@ -171,10 +179,10 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
         }
         decode_s = None
     else:
-        config = OptimizationConfig.from_dict(ROWS[name])
+        config = OptimizationConfig.from_dict(ROWS[name] or {})
         request = _request(source, settings, config)
         t0 = time.perf_counter()
-        prepared = prepare(model, config, device, use_cache=False)
+        prepared = _prepare_xla(model) if name == "xla" else prepare(model, config, device, use_cache=False)
         prep_s = time.perf_counter() - t0
         timed = _Timed(prepared, device, settings.latent_only)
         job = denoise(timed, source.spec, request, device)
@@ -188,8 +196,11 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
         volumes, step_s, unet_ms = loop.volumes, loop.step_times_s, timed.unet_ms
         decode_s = None if settings.latent_only else timed.decode_s
         record["report"] = prepared.report
-        if prepared.details:
-            record["details"] = prepared.details
+        details = getattr(prepared, "details", None) or (
+            {"compile_s": prepared.compile_s} if name == "xla" else None
+        )
+        if details:
+            record["details"] = details
     total_s = time.perf_counter() - started - load_s
     peak, kind = _peak_memory(device)
     np.save(out_dir / f"{_safe(name)}.npy", volumes.float().numpy())
@@ -204,6 +215,28 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
         device=str(device),
     )
     return record
+
+
+def _prepare_xla(model):
+    """The model as XLA programs on the first JAX device; its report says what ran and what compiling cost."""
+    from engine.backends.xla import XlaModel, jax_versions
+    from engine.xla.runtime import configure_jax
+
+    configure_jax(1)
+    import jax
+
+    device = jax.devices()[0]
+    xla = XlaModel.from_loaded(model, "highest", device)
+    versions = ", ".join(f"{k} {v}" for k, v in jax_versions().items())
+    xla.report = {
+        "xla": {
+            "requested": "XLA, float32 'highest'",
+            "applied": True,
+            "reason": f"U-Net and decoder compiled by XLA on {device.platform} ({versions}); the first step "
+            "includes the U-Net's compile (excluded as warm-up)",
+        }
+    }
+    return xla
 
 
 def _run_reference(model, spec, settings: BenchSettings, device):

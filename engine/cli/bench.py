@@ -50,12 +50,12 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from engine.bench.runner import DEFAULT_ROWS, ROWS, BenchSettings, format_table, run_bench
+    from engine.bench.runner import DEFAULT_ROWS, ROWS, SPECIAL_ROWS, BenchSettings, format_table, run_bench
     from engine.errors import InvalidRequest
 
     if args.rows == "list":
         for name, config in ROWS.items():
-            print(f"{name:22s} {'MONAI inferer (fp32)' if config is None else config}")
+            print(f"{name:22s} {SPECIAL_ROWS.get(name, config)}")
         return 0
     if args.steps < 2 or args.repeats < 1 or not 0 <= args.warmup < args.steps:
         raise InvalidRequest("need --steps >= 2, --repeats >= 1 and 0 <= --warmup < --steps")

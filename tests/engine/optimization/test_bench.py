@@ -20,10 +20,13 @@ def test_bench_engine_loop_matches_monai_inferer_and_writes_outputs(
     settings = BenchSettings(
         model="tiny-latent", steps=3, repeats=1, warmup=1, seed=0, device="cpu", latent_only=False, threads=1
     )
-    summary = run_bench(settings, ["fp32", "reference"], tmp_path, log=lambda _m: None)
+    summary = run_bench(settings, ["fp32", "reference", "xla"], tmp_path, log=lambda _m: None)
     rows = {r["row"]: r for r in summary["rows"]}
     assert "error" not in rows["reference"], rows["reference"]
     assert rows["reference"]["psnr_db"] > 100  # the engine's loop reproduces MONAI's inferer
+    assert "error" not in rows["xla"], rows["xla"]
+    assert rows["xla"]["psnr_db"] > 100  # the XLA programs reproduce the torch networks
+    assert rows["xla"]["details"]["compile_s"] > 0 and rows["xla"]["speedup_per_step"] > 0
     assert rows["fp32"]["steps_measured"] == 2 and rows["fp32"]["peak_memory_bytes"] > 0
     for name in ("bench.json", "bench.csv", "bench.txt", "bench.png"):
         assert (tmp_path / name).is_file()
