@@ -219,6 +219,18 @@ class ErrorBody(BaseModel):
     error_class: str = "EngineError"
 
 
+class PlanRequest(BaseModel):
+    """``POST /plan``: plan one denoising step of a model on a topology (engine.xla.planning)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: Annotated[str, StringConstraints(max_length=128)] = ""
+    topology: Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9:x-]+$")]
+    batch: _whole(ge=1, le=MAX_BATCH) = 1
+    cfg: bool = True
+    compile_top: _whole(ge=1, le=8) = 3
+
+
 class InfoBody(BaseModel):
     name: str
     device: str
@@ -661,6 +673,39 @@ def create_app(
             "device_name": details.device_name,
             "details": jsonable_encoder(details.details),
         }
+
+    planning = threading.Lock()  # one plan at a time: each compiles several programs on the server's CPUs
+
+    @app.post(
+        "/plan",
+        operation_id="plan",
+        responses={**ERRORS, 503: {"model": ErrorBody, "description": "no JAX on this server"}},
+    )
+    def plan(body: PlanRequest) -> dict[str, Any]:
+        from engine.xla.planning import BUNDLE_MODEL, plan_model
+
+        if body.model != BUNDLE_MODEL:
+            check_model(backend, body.model)
+        if not planning.acquire(blocking=False):
+            raise Refused(
+                429, "the engine server is planning already; try again when it finishes", "BackendUnavailable"
+            )
+        try:
+            result = plan_model(
+                body.model,
+                body.topology,
+                batch=body.batch,
+                cfg=body.cfg,
+                compile_top=body.compile_top,
+                registry=getattr(backend, "registry", None),
+            )
+        except ModuleNotFoundError as exc:
+            raise BackendUnavailable(
+                f"this engine server cannot plan: {exc.name} is missing; install the xla extra there"
+            ) from exc
+        finally:
+            planning.release()
+        return jsonable_encoder(result.to_dict())
 
     @app.get("/models", operation_id="models", responses={401: ERRORS[401]})
     def models() -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from engine.errors import BackendUnavailable, EngineError, InvalidRequest
 
 STREAM_READ_TIMEOUT_S = 90.0  # the server sends a keepalive line at least every 15 s on a quiet stream
 MAX_EMPTY_STREAMS = 3  # streams in a row that end with no event and no reconnect: the server is gone
+PLAN_TIMEOUT_S = 900.0  # a full-size plan compiles a few programs on the server: minutes, not seconds
 
 
 def check_connection(url: str, token: str | None, fingerprint: str | None) -> tuple[str, str | None]:
@@ -170,6 +171,16 @@ class RemoteBackend:
     def models(self) -> list[dict[str, Any]]:
         data = self._call("GET", "/models").json()
         return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+
+    def plan(
+        self, model: str, topology: str, batch: int = 1, cfg: bool = True, compile_top: int = 3
+    ) -> dict[str, Any]:
+        """The server's ``volsynth plan`` for one of its models (or ``brain-ldm-bundle``) on a topology.
+
+        Planning compiles several programs on the server and can take minutes for a full-size model.
+        """
+        body = {"model": model, "topology": topology, "batch": batch, "cfg": cfg, "compile_top": compile_top}
+        return self._call("POST", "/plan", json=body, timeout=PLAN_TIMEOUT_S).json()
 
     def metrics(self) -> dict[str, Any] | None:
         try:

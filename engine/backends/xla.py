@@ -47,7 +47,9 @@ def xla_devices() -> list[dict[str, Any]]:
     import jax
 
     devices = []
-    for device in jax.devices():
+    # On a host CPU, JAX may hold several fake devices for the planner; jobs run on the first only.
+    listed = jax.devices()[:1] if jax.devices()[0].platform == "cpu" else jax.devices()
+    for device in listed:
         entry = {"id": int(device.id), "platform": device.platform, "kind": str(device.device_kind)}
         coords = getattr(device, "coords", None)
         if coords is not None:
@@ -165,6 +167,10 @@ class XlaBackend:
         self._cache: dict[str, XlaModel] = {}
 
     def info(self) -> BackendInfo:
+        import jax
+
+        from engine.xla.planning import topology_of
+
         return BackendInfo(
             name=self.name,
             device=f"xla:{self.device.platform}",
@@ -174,6 +180,7 @@ class XlaBackend:
                 **library_versions(),
                 **jax_versions(),
                 "xla_devices": xla_devices(),
+                "xla_topology": topology_of(jax.devices()),
                 "xla_precision": self.precision,
             },
         )

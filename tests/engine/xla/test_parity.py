@@ -219,3 +219,21 @@ def test_xla_server_drives_the_remote_backend_like_a_local_one(tmp_path):
     assert result.provenance["server_backend"] == "xla"
     assert result.provenance["xla"]["precision"] == "highest"
     assert relative_error(result.volumes, reference.volumes) < RUN_TOLERANCE
+
+
+def test_the_server_plans_for_its_clients(tmp_path):
+    """``POST /plan`` through the remote client: a plan table for the tiny model on a TPU v5e slice."""
+    from engine.backends.remote import RemoteBackend
+    from engine.server import create_app
+    from engine.testing import ServerThread
+
+    make_tiny_model(tmp_path / "tiny")
+    with ServerThread(create_app(XlaBackend(ModelRegistry([tmp_path])), token="s3cret")) as url:
+        remote = RemoteBackend(url, token="s3cret")
+        result = remote.plan("tiny-latent", "v5e:2x2", batch=1, compile_top=1)
+        with pytest.raises(InvalidRequest, match="unknown topology.*v5e:2x4"):
+            remote.plan("tiny-latent", "v9z:3x3")
+    assert result["topology"]["name"] == "v5e:2x2"
+    assert result["counts"]["compiled"] == 1
+    assert result["counts"]["enumerated"] == len(result["rows"])
+    assert result["best"] is not None and result["best"]["step_ms"] > 0

@@ -1,0 +1,83 @@
+"""Plan a model by name: the entry point ``volsynth plan`` and the engine server's ``POST /plan`` share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from engine.errors import InvalidRequest, ModelInvalid
+
+BUNDLE_MODEL = "brain-ldm-bundle"  # MONAI's brain latent-diffusion bundle U-Net, by architecture only
+
+# TPU device kinds as jax reports them -> the family names topologies use.
+_TPU_FAMILIES = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5": "v5p", "TPU v5p": "v5p"}
+
+
+def network_for_model(model: str, batch: int, cfg: bool, registry=None):
+    """The planner's view of a model's U-Net: a registered id or folder, or ``brain-ldm-bundle``."""
+    from engine.xla.planner import network_from_definition
+
+    if model == BUNDLE_MODEL:
+        from engine.bench.models import bundle_sized_spec
+
+        spec, name = bundle_sized_spec(), BUNDLE_MODEL
+    else:
+        from engine.models.registry import ModelRegistry
+
+        spec = (registry or ModelRegistry()).get(model or None).spec
+        name = spec.id
+    if spec.kind == "latent" and spec.latent_shape is None:
+        raise ModelInvalid(f"model {name} has no latent shape to plan for")
+    shape = spec.latent_shape if spec.latent_shape is not None else spec.output_shape
+    return network_from_definition(name, spec.networks["unet"], tuple(shape)[1:], batch=batch, cfg=cfg)
+
+
+def plan_model(
+    model: str,
+    topology: str,
+    batch: int = 1,
+    cfg: bool = True,
+    compile_top: int = 3,
+    registry=None,
+    progress: Callable[[str], None] | None = None,
+):
+    """Check the arguments, set JAX up for the topology and run the planner; returns its PlanResult."""
+    from engine.xla.topology import UnknownTopology, parse_topology
+
+    if batch < 1:
+        raise InvalidRequest(f"batch must be at least 1, got {batch}")
+    if compile_top < 1:
+        raise InvalidRequest(f"compile_top must be at least 1, got {compile_top}")
+    try:
+        parsed = parse_topology(topology)
+    except UnknownTopology as exc:
+        raise InvalidRequest(str(exc)) from None
+
+    from engine.xla.runtime import configure_jax
+
+    # GPU boxes are planned on fake host devices, which must exist before JAX's CPU backend starts.
+    available = configure_jax(max(8, parsed.n_devices))
+    if not parsed.is_tpu and available < parsed.n_devices:
+        raise InvalidRequest(
+            f"{parsed.name} needs {parsed.n_devices} host devices to plan on, but JAX started with "
+            f"{available} in this process; plan it with `volsynth plan` in a fresh process"
+        )
+    from engine.xla.planner import plan
+
+    network = network_for_model(model, batch, cfg, registry)
+    try:
+        return plan(network, parsed, compile_top=compile_top, progress=progress)
+    except UnknownTopology as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+def topology_of(devices: Sequence) -> str | None:
+    """The planner's name for the TPU slice these jax devices form (``v5e:2x4``), or None (CPU, GPU)."""
+    if not devices or devices[0].platform != "tpu":
+        return None
+    family = _TPU_FAMILIES.get(str(devices[0].device_kind))
+    coords = [getattr(d, "coords", None) for d in devices]
+    if family is None or any(c is None for c in coords):
+        return None
+    dims = 2 if family == "v5e" else 3
+    shape = [max(int(c[axis]) for c in coords) + 1 for axis in range(dims)]
+    return f"{family}:{'x'.join(str(s) for s in shape)}"
