@@ -256,7 +256,13 @@ def physical_devices(topology: Topology) -> list:
     import jax
 
     if topology.is_tpu:
+        import os
+
         from jax.experimental import topologies
+
+        # Compile-only devices need no exclusive access to chips: without this, a second process that
+        # plans (or a test run next to a CLI run) fails on libtpu's /tmp/libtpu_lockfile.
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
         name = f"{topology.family}:{'x'.join(str(s) for s in topology.shape)}"
         try:
