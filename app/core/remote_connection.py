@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.core.generation_form import REMOTE_PREFIX
+from app.core.plan_table import xla_device_summary, xla_devices_of
 from engine.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -48,15 +49,32 @@ class ServerConnection:
     model_ids: list[str] = field(default_factory=list)
     model_specs: list[dict] = field(default_factory=list)  # the server's specs (GET /models), as sent
     fingerprint: str | None = None  # the pinned SHA-256 of an https server's certificate
+    details: dict = field(default_factory=dict)  # GET /info's details: versions, xla_devices, xla_topology...
 
     @property
     def device_id(self) -> str:
         return REMOTE_PREFIX + self.url
 
     @property
+    def xla_devices(self) -> list[dict]:
+        """The XLA devices of a ``volsynth serve --device xla`` server (id, platform, kind, coords); else []."""
+        return xla_devices_of(self.details)
+
+    @property
+    def xla_topology(self) -> str | None:
+        """The TPU slice the server's devices form, as the planner names it (``v5e:2x4``); else None."""
+        value = self.details.get("xla_topology")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def device_summary(self) -> str:
+        """``xla:tpu TPU v5 lite ×8 (v5e:2x4)`` for an XLA server, ``cuda:0 NVIDIA H100`` for a torch one."""
+        return xla_device_summary(self.xla_devices, self.xla_topology) or f"{self.device} {self.device_name}"
+
+    @property
     def label(self) -> str:
         host = urlsplit(self.url).netloc
-        return f"{host}  \u2013  {self.device} {self.device_name}".rstrip()
+        return f"{host}  \u2013  {self.device_summary}".rstrip()
 
 
 def check_connection_settings(url: str, token: str | None, fingerprint: str | None) -> tuple[str, str | None]:
@@ -93,6 +111,7 @@ def probe_server(url: str, token: str | None, fingerprint: str | None = None) ->
         model_ids=[str(m.get("id", "")) for m in models],
         model_specs=[m for m in models if isinstance(m, dict)],
         fingerprint=fingerprint,
+        details=dict(info.details) if isinstance(info.details, dict) else {},
     )
 
 

@@ -1,0 +1,391 @@
+"""Qt-free side of the Plan view: an engine server's XLA devices and ``volsynth plan`` results as display text.
+
+The engine server's ``POST /plan`` answers with ``engine.xla.planner.PlanResult.to_dict()``; the functions
+here turn that dict into the strings, sort keys and tooltips the Plan dialog's table shows, and the summary
+line above it. A server of another version may leave keys out: everything reads with defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.xla.planning import BUNDLE_MODEL  # the module imports JAX only when it plans
+
+LIST_LIMIT = 8  # devices named one by one in a status line; the rest are counted
+
+STATUS_RANK = {"compiled": 1, "failed": 2, "pruned": 3}  # the best row ranks 0
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    tooltip: str
+    numeric: bool = False
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column(
+        "plan",
+        "Plan",
+        "How the step is split: dp = data parallel over the batch, d / h = the depth / "
+        "height axis split over that many devices; /cut@N = spatial splitting stops at level N",
+    ),
+    Column(
+        "kind",
+        "Kind",
+        "batch (data parallel only), spatial (depth/height split) or 2-D (both, or "
+        "depth and height together)",
+    ),
+    Column(
+        "levels",
+        "Levels",
+        "The axes split at each U-Net level, full resolution first: d = depth, "
+        "h = height, dh = both, \u2013 = not split (replicated)",
+    ),
+    Column(
+        "status",
+        "Status",
+        "compiled: XLA compiled the plan for the topology and its costs come from the "
+        "compiled program; pruned: dropped before compiling (see the reason); failed: XLA refused it",
+    ),
+    Column(
+        "step",
+        "Step",
+        "Predicted time of one denoising step = compute + communication (no overlap "
+        "assumed: an upper bound). ~ marks a cheap estimate from the traced program (not compiled)",
+        True,
+    ),
+    Column(
+        "compute", "Compute", "Per device: the larger of FLOPs / peak FLOP/s and bytes / HBM bandwidth", True
+    ),
+    Column(
+        "comm",
+        "Comm",
+        "Time of the collectives (halo exchanges, all-reduces, gathers) on this topology's "
+        "links, for the best placement",
+        True,
+    ),
+    Column(
+        "memory",
+        "Memory / device",
+        "Device memory one device needs for the step (arguments, outputs "
+        "and temporaries); over the chip's HBM the plan is pruned",
+        True,
+    ),
+    Column(
+        "placement",
+        "Placement",
+        "Which physical chip plays which logical mesh position (id-order = "
+        "JAX's default order; snake-* = orders that keep neighbours one hop apart)",
+    ),
+    Column(
+        "note",
+        "Reason / collectives",
+        "Why a plan was pruned or failed; for a compiled plan, the "
+        "collectives XLA inserted (count and total bytes)",
+    ),
+)
+COLUMN_INDEX = {c.key: i for i, c in enumerate(COLUMNS)}
+
+
+@dataclass(frozen=True)
+class DisplayRow:
+    """One plan as the table shows it: a text, a sort key and a tooltip per column."""
+
+    cells: tuple[str, ...]
+    sort_keys: tuple[
+        Any, ...
+    ]  # floats for the numeric columns (inf when absent), strings or tuples otherwise
+    tooltips: tuple[str, ...]
+    status: str  # "compiled", "pruned", "failed"
+    best: bool
+    estimated: bool  # the numbers are the planner's cheap estimates, not the compiled program's
+
+
+# -- units -----------------------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def format_duration_ms(ms: Any) -> str:
+    """A time given in milliseconds with a readable unit: ``0.103`` -> ``103 µs``, ``2400`` -> ``2.40 s``."""
+    value = _number(ms)
+    if value is None:
+        return "\u2013"
+    if value == 0:
+        return "0 \u00b5s"
+    if abs(value) < 1.0:
+        return f"{_sig(value * 1e3)} \u00b5s"
+    if abs(value) < 1e3:
+        return f"{_sig(value)} ms"
+    return f"{_sig(value / 1e3)} s"
+
+
+def format_memory_gb(gb: Any) -> str:
+    """Device memory given in GB (decimal, rounded to 1 MB by the planner): ``0.013`` -> ``13 MB``."""
+    value = _number(gb)
+    if value is None:
+        return "\u2013"
+    if value < 0.0005:
+        return "< 1 MB"
+    if value < 1.0:
+        return f"{value * 1e3:.0f} MB"
+    return f"{_sig(value)} GB"
+
+
+def format_bytes(nbytes: Any) -> str:
+    value = _number(nbytes) or 0.0
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= scale:
+            return f"{_sig(value / scale)} {unit}"
+    return f"{value:.0f} B"
+
+
+def _sig(value: float) -> str:
+    """Three significant digits, without an exponent: 0.0326 -> 0.0326, 103.4 -> 103, 1234 -> 1234."""
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{digits}f}"
+
+
+# -- rows ------------------------------------------------------------------------------------------------
+
+
+def _is_best(row: dict, best: dict | None) -> bool:
+    return bool(
+        best
+        and row.get("status") == "compiled"
+        and row.get("plan") == best.get("plan")
+        and (not best.get("placement") or row.get("placement") == best.get("placement"))
+    )
+
+
+def _levels_text(levels: Sequence[str]) -> tuple[str, str]:
+    if not levels:
+        return "\u2013", "no per-level choice (the plan was pruned before its levels were chosen)"
+    names = {"d": "depth split", "h": "height split", "dh": "depth and height split", "-": "replicated"}
+    text = " \u00b7 ".join("\u2013" if lv == "-" else str(lv) for lv in levels)
+    tip = "; ".join(f"level {i + 1}: {names.get(str(lv), str(lv))}" for i, lv in enumerate(levels))
+    return text, tip
+
+
+def collectives_text(collectives: dict | None) -> str:
+    """``{"all-reduce": {"count": 14, "bytes": 640}, ...}`` -> ``all-reduce 14× (640 B), ...``; ``none``."""
+    if not collectives:
+        return "none"
+    parts = []
+    for kind, entry in collectives.items():
+        entry = entry if isinstance(entry, dict) else {}
+        parts.append(f"{kind} {int(entry.get('count', 0))}\u00d7 ({format_bytes(entry.get('bytes', 0))})")
+    return ", ".join(parts)
+
+
+def display_rows(result: dict) -> list[DisplayRow]:
+    """The result's rows, in the server's order (compiled by step time, failed, then pruned)."""
+    best = result.get("best") if isinstance(result.get("best"), dict) else None
+    rows = [r for r in result.get("rows") or [] if isinstance(r, dict)]
+    out = []
+    for index, row in enumerate(rows):
+        status = str(row.get("status", "")) or "pruned"
+        compiled = status == "compiled"
+        prefix = "" if compiled else "est_"
+        step, compute, comm, memory = (
+            _number(row.get(prefix + key)) for key in ("step_ms", "compute_ms", "comm_ms", "memory_gb")
+        )
+        estimated = not compiled and step is not None
+        is_best = _is_best(row, best)
+        tilde = "~" if estimated else ""
+        levels, levels_tip = _levels_text([str(v) for v in row.get("levels") or []])
+        if compiled:
+            note = collectives_text(row.get("collectives"))
+            compile_s = _number(row.get("compile_s"))
+            note_tip = f"Collectives in the compiled program: {note}" + (
+                f". Compiling took {compile_s:.1f} s on the server." if compile_s is not None else ""
+            )
+        else:
+            note = str(row.get("reason") or "")
+            note_tip = note
+        status_text = "compiled \u2605 best" if is_best else status
+        mesh = row.get("mesh") if isinstance(row.get("mesh"), dict) else {}
+        mesh_tip = ", ".join(f"{k} {v}" for k, v in mesh.items()) if mesh else ""
+        numbers = (step, compute, comm)
+        source = "compiled program" if compiled else "estimate from the traced program (not compiled)"
+        cells = (
+            str(row.get("plan", "")),
+            str(row.get("kind", "")),
+            levels,
+            status_text,
+            *(tilde + format_duration_ms(v) if v is not None else "\u2013" for v in numbers),
+            (tilde + format_memory_gb(memory)) if memory is not None else "\u2013",
+            str(row.get("placement") or "\u2013"),
+            note,
+        )
+        inf = math.inf
+        sort_keys = (
+            str(row.get("plan", "")),
+            str(row.get("kind", "")),
+            levels,
+            (0 if is_best else STATUS_RANK.get(status, 4), step if step is not None else inf, index),
+            *(v if v is not None else inf for v in numbers),
+            memory if memory is not None else inf,
+            str(row.get("placement") or "~"),
+            note,
+        )
+
+        def exact(value: float | None, unit: str, source: str = source) -> str:
+            return "" if value is None else f"{value:g} {unit} ({source})"
+
+        tooltips = (
+            f"Logical mesh: {mesh_tip}" if mesh_tip else "",
+            "",
+            levels_tip,
+            "The fastest compiled plan" if is_best else "",
+            exact(step, "ms"),
+            exact(compute, "ms"),
+            exact(comm, "ms"),
+            exact(memory, "GB"),
+            "",
+            note_tip,
+        )
+        out.append(DisplayRow(cells, sort_keys, tooltips, status, is_best, estimated))
+    return out
+
+
+# -- summary ---------------------------------------------------------------------------------------------
+
+
+def topology_text(topology: dict | None) -> str:
+    """``v5e:2x2 (4 × TPU v5e, torus with wraparound)``."""
+    if not isinstance(topology, dict) or not topology.get("name"):
+        return "?"
+    network = str(topology.get("network", ""))
+    if topology.get("wraparound"):
+        network += " with wraparound"
+    inner = ", ".join(
+        p for p in (f"{topology.get('devices', '?')} \u00d7 {topology.get('chip', '?')}", network) if p
+    )
+    return f"{topology['name']} ({inner})"
+
+
+def gain_text(gain: Any) -> str:
+    value = _number(gain)
+    return "\u2013" if value is None else f"x{value:.2f}"
+
+
+def summary_lines(result: dict) -> list[str]:
+    """Three lines: what was planned; the counts and planning time; the best plan and its gain."""
+    counts = result.get("counts") if isinstance(result.get("counts"), dict) else {}
+    batch = result.get("batch", "?")
+    cfg = bool(result.get("cfg"))
+    halves = f" (batch {batch // 2} \u00d7 2 CFG halves)" if cfg and isinstance(batch, int) else ""
+    first = f"{result.get('model', '?')} on {topology_text(result.get('topology'))}, effective batch {batch}{halves}"
+    planning = _number(result.get("planning_s"))
+    second = (
+        f"{counts.get('enumerated', 0)} plans enumerated: {counts.get('pruned', 0)} pruned, "
+        f"{counts.get('compiled', 0)} compiled, {counts.get('failed', 0)} failed"
+        + (f"; planning took {planning:.1f} s on the server" if planning is not None else "")
+    )
+    best = result.get("best") if isinstance(result.get("best"), dict) else None
+    if best is None:
+        third = (
+            "No plan compiled: see the reasons in the table (a larger topology, or a smaller batch, may fit)"
+        )
+    else:
+        third = (
+            f"Best: {best.get('plan')} on placement {best.get('placement')}, predicted "
+            f"{format_duration_ms(best.get('step_ms'))} per step"
+        )
+        unaware = result.get("unaware_choice") if isinstance(result.get("unaware_choice"), dict) else None
+        if unaware is not None:
+            third += (
+                f"; {gain_text(result.get('gain'))} over the topology-unaware choice "
+                f"({unaware.get('plan')} on {unaware.get('placement')}: "
+                f"{format_duration_ms(unaware.get('step_ms'))})"
+            )
+    return [first, second, third]
+
+
+def summary_text(result: dict) -> str:
+    return "\n".join(summary_lines(result))
+
+
+# -- the server's devices --------------------------------------------------------------------------------
+
+
+def xla_devices_of(details: dict | None) -> list[dict]:
+    """The ``xla_devices`` a server's ``GET /info`` details list (empty for a torch server)."""
+    devices = (details or {}).get("xla_devices")
+    if not isinstance(devices, list):
+        return []
+    return [d for d in devices if isinstance(d, dict)]
+
+
+def xla_device_summary(devices: Iterable[dict], topology: str | None = None) -> str:
+    """``xla:tpu TPU v5 lite ×8 (v5e:2x4)``, ``xla:cpu cpu``; empty for no devices."""
+    groups: dict[tuple[str, str], int] = {}
+    for device in devices:
+        key = (str(device.get("platform", "?")), str(device.get("kind", "?")))
+        groups[key] = groups.get(key, 0) + 1
+    if not groups:
+        return ""
+    parts = [
+        f"xla:{platform} {kind}" + (f" \u00d7{n}" if n > 1 else "") for (platform, kind), n in groups.items()
+    ]
+    return ", ".join(parts) + (f" ({topology})" if topology else "")
+
+
+def xla_device_text(device: dict) -> str:
+    """``#3 TPU v5 lite at (1, 1, 0)``."""
+    coords = device.get("coords")
+    at = f" at ({', '.join(str(c) for c in coords)})" if isinstance(coords, list) and coords else ""
+    return f"#{device.get('id', '?')} {device.get('kind', '?')}{at}"
+
+
+def xla_device_list(devices: Sequence[dict], limit: int = LIST_LIMIT) -> str:
+    """The devices one by one (ids, kinds, coordinates), the first ``limit`` of them and a count of the rest."""
+    shown = "; ".join(xla_device_text(d) for d in devices[:limit])
+    rest = len(devices) - limit
+    return shown + (f"; and {rest} more" if rest > 0 else "")
+
+
+def topology_choices(server_topology: str | None, known: Iterable[str]) -> list[str]:
+    """The server's own slice first (when it is one), then the known topologies, without repeats."""
+    out = [server_topology] if server_topology else []
+    out += [t for t in known if t not in out]
+    return out
+
+
+def plan_models(model_ids: Iterable[str]) -> list[str]:
+    """What the Plan view offers: the server's models, then MONAI's brain LDM bundle (by architecture)."""
+    out = [m for m in model_ids if m]
+    return out + ([BUNDLE_MODEL] if BUNDLE_MODEL not in out else [])
+
+
+def request_plan(
+    url: str,
+    token: str | None,
+    fingerprint: str | None,
+    model: str,
+    topology: str,
+    batch: int,
+    cfg: bool,
+    compile_top: int,
+) -> dict:
+    """Ask the server to plan (worker thread: it waits, for minutes with a full-size model)."""
+    from engine.backends.remote import RemoteBackend
+
+    backend = RemoteBackend(url, token=token, fingerprint=fingerprint)
+    try:
+        return backend.plan(model, topology, batch=batch, cfg=cfg, compile_top=compile_top)
+    finally:
+        backend.close()
