@@ -225,7 +225,12 @@ class PlanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     model: Annotated[str, StringConstraints(max_length=128)] = ""
-    topology: Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9:x-]+$")]
+    topology: Annotated[
+        str,
+        StringConstraints(
+            pattern=r"^(v5e:\d{1,2}x\d{1,2}|v5p:\d{1,2}x\d{1,2}x\d{1,2}|\dxH100-(nvlink|pcie))$"
+        ),
+    ]
     batch: _whole(ge=1, le=MAX_BATCH) = 1
     cfg: bool = True
     compile_top: _whole(ge=1, le=8) = 3

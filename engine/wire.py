@@ -199,7 +199,8 @@ def result_from_event(event: Mapping[str, Any], volumes: np.ndarray, server: str
             f"for volumes of {volumes.shape[1]} channels"
         )
     # What ran the job on the server (local torch or xla) stays on record beside how it was reached.
-    provenance["server_backend"] = provenance.get("backend")
+    if "backend" in provenance:
+        provenance["server_backend"] = provenance["backend"]
     provenance["backend"] = "remote"
     provenance["server"] = server
     return SamplingResult(volumes=volumes, affine=affine, request=request, provenance=provenance)

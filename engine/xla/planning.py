@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 
 from engine.errors import InvalidRequest, ModelInvalid
 
-BUNDLE_MODEL = "brain-ldm-bundle"  # MONAI's brain latent-diffusion bundle U-Net, by architecture only
+BUNDLE_MODEL = "brain-ldm-bundle"
+MAX_PLANNED_DEVICES = 256  # placements and collective groups are enumerated per device  # MONAI's brain latent-diffusion bundle U-Net, by architecture only
 
 # TPU device kinds as jax reports them -> the family names topologies use.
 _TPU_FAMILIES = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5": "v5p", "TPU v5p": "v5p"}
@@ -52,6 +53,10 @@ def plan_model(
     except UnknownTopology as exc:
         raise InvalidRequest(str(exc)) from None
 
+    if parsed.n_devices > MAX_PLANNED_DEVICES:
+        raise InvalidRequest(
+            f"{parsed.name} has {parsed.n_devices} devices; the planner handles up to {MAX_PLANNED_DEVICES}"
+        )
     from engine.xla.runtime import configure_jax
 
     # GPU boxes are planned on fake host devices, which must exist before JAX's CPU backend starts.

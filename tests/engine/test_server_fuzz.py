@@ -52,7 +52,11 @@ def test_generated_requests_get_documented_answers_and_never_5xx(api_schema, mod
     from schemathesis import GenerationMode
 
     operations = [result.ok() for result in api_schema.get_all_operations()]
-    assert {op.path for op in operations} >= {"/info", "/jobs", "/jobs/{job_id}/events"}
+    assert {op.path for op in operations} >= {"/info", "/jobs", "/jobs/{job_id}/events", "/plan"}
+    if mode == "positive":
+        # A valid /plan request compiles XLA programs for seconds to minutes: 40 of them do not fit a test
+        # run. Its refusals are fuzzed in negative mode; real plans are tested in tests/engine/xla.
+        operations = [op for op in operations if op.path != "/plan"]
     answers = []
     for operation in operations:
 
