@@ -389,3 +389,15 @@ def request_plan(
         return backend.plan(model, topology, batch=batch, cfg=cfg, compile_top=compile_top)
     finally:
         backend.close()
+
+
+def plan_error_text(message: str, topology: str) -> str:
+    """The status line for a refused plan: the server's message, with the accepted name forms when the
+    server's schema refused the topology's spelling (its message then quotes a regular expression)."""
+    text = f"The server could not plan: {message}"
+    if "topology" in message and "pattern" in message:
+        text += (
+            f" \u2013 {topology!r} is not a topology name this server accepts: use <family>:<shape> for a TPU "
+            "slice (v5e:2x4, v5p:2x2x2) or <N>xH100-nvlink / <N>xH100-pcie for a GPU box"
+        )
+    return text

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.core.plan_table import xla_device_list
 from app.core.remote_connection import (
     MetricsFeed,
     RemoteModelSource,
@@ -27,6 +28,11 @@ LAST_URL_KEY = "remote/last_url"
 LAST_FINGERPRINT_KEY = "remote/last_fingerprint"  # not a secret: the certificate's public hash
 DEFAULT_URL = "http://127.0.0.1:8765"
 BLOCK_SOURCE = "remote"
+PLAN_SHORTCUT = "Ctrl+Shift+L"
+PLAN_TIP = "Predict how a model's steps split over a multi-device slice (volsynth plan on the engine server)"
+PLAN_NEEDS_SERVER = (
+    "Connect an engine server first (Generate > Connect to Engine Server...): it does the planning"
+)
 
 
 class ServerDialog(QDialog):
@@ -128,6 +134,7 @@ class RemoteController:
         self.feeds: dict[str, MetricsFeed] = {}
         self.models: dict[str, list[RemoteModelSource]] = {}  # device id -> the server's models we lack
         self.dialog: ServerDialog | None = None
+        self.plan_dialog = None  # app.remote.plan_dialog.PlanDialog, made on first use
         self.connect_action = QAction("Connect to Engine &Server...", window)
         self.connect_action.setShortcut(QKeySequence("Ctrl+Shift+E"))
         self.connect_action.setStatusTip("Run generations on a VolSynth engine server (volsynth serve)")
@@ -136,8 +143,12 @@ class RemoteController:
         self.disconnect_action.setStatusTip("Forget the selected engine server")
         self.disconnect_action.triggered.connect(self._on_disconnect_triggered)
         self.disconnect_action.setEnabled(False)
-        for action in (self.connect_action, self.disconnect_action):
+        self.plan_action = QAction("&Plan Multi-Device Run...", window)
+        self.plan_action.setShortcut(QKeySequence(PLAN_SHORTCUT))
+        self.plan_action.triggered.connect(self.open_plan_dialog)
+        for action in (self.connect_action, self.disconnect_action, self.plan_action):
             window.addAction(action)
+        self._update_plan_action()
         window.state.form.changed.connect(self._on_form_changed)
         window.state.job_changed.connect(self._on_state_job_changed)
 
@@ -148,6 +159,22 @@ class RemoteController:
         self.dialog.connected.connect(self.add_connection)
         self.dialog.open()
         return self.dialog
+
+    def open_plan_dialog(self):
+        """Show the (non-modal) Plan dialog for the connected servers."""
+        from app.remote.plan_dialog import PlanDialog
+
+        if not self.connections:
+            self.main.show_status(PLAN_NEEDS_SERVER, 8000)
+            return None
+        if self.plan_dialog is None:
+            self.plan_dialog = PlanDialog(self)
+        else:
+            self.plan_dialog.set_connections(list(self.connections.values()))
+        self.plan_dialog.show()
+        self.plan_dialog.raise_()
+        self.plan_dialog.activateWindow()
+        return self.plan_dialog
 
     def add_connection(self, connection: ServerConnection) -> None:
         """Make a checked server a device (and select it)."""
@@ -168,9 +195,11 @@ class RemoteController:
         self._update()
         extra = f", {len(sources)} of them only there (added to the model list)" if sources else ""
         unreadable = f"; could not read {len(problems)}: {'; '.join(problems)}" if problems else ""
+        devices = connection.xla_devices
+        listed = f"; XLA devices: {xla_device_list(devices)}" if devices else ""
         self.main.show_status(
-            f"Connected to {connection.url}: {connection.device} {connection.device_name}, "
-            f"{len(connection.model_ids)} model(s){extra}{unreadable}",
+            f"Connected to {connection.url}: {connection.device_summary}, "
+            f"{len(connection.model_ids)} model(s){extra}{unreadable}{listed}",
             10000,
         )
 
@@ -207,7 +236,17 @@ class RemoteController:
         feed = self.feeds.get(device)
         return None if feed is None else feed.source
 
+    def _update_plan_action(self) -> None:
+        connected = bool(self.connections)
+        self.plan_action.setEnabled(connected)
+        tip = PLAN_TIP if connected else PLAN_NEEDS_SERVER
+        self.plan_action.setStatusTip(tip)
+        self.plan_action.setToolTip(f"{tip} ({PLAN_SHORTCUT})")
+        if self.plan_dialog is not None:
+            self.plan_dialog.set_connections(list(self.connections.values()))
+
     def _update(self) -> None:
+        self._update_plan_action()
         device = self.selected_device()
         connection = self.connections.get(device)
         # Not while a run is in flight: it holds the server's backend (cancel first, then disconnect).
@@ -242,4 +281,5 @@ def install_remote(window) -> RemoteController:
     window.generate_menu.addSeparator()
     window.generate_menu.addAction(controller.connect_action)
     window.generate_menu.addAction(controller.disconnect_action)
+    window.generate_menu.addAction(controller.plan_action)
     return controller

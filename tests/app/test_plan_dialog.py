@@ -1,0 +1,178 @@
+"""Generate > Plan Multi-Device Run... against a real uvicorn engine server on the XLA backend (tiny model)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from engine.xla.runtime import configure_jax
+
+configure_jax()  # before anything starts JAX: the planner wants its fake host devices
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtTest import QTest  # noqa: E402
+
+from app.core.plan_table import COLUMN_INDEX  # noqa: E402
+from engine.backends.xla import XlaBackend  # noqa: E402
+from engine.models.registry import ModelRegistry  # noqa: E402
+from engine.server import create_app  # noqa: E402
+from engine.testing import ServerThread, make_tiny_model  # noqa: E402
+
+pytestmark = pytest.mark.render
+TOKEN = "t0ken-for-plans"
+PLAN_TIMEOUT_MS = 180_000  # the tiny model plans in seconds, but the machine is shared
+STATUS = COLUMN_INDEX["status"]
+
+
+@pytest.fixture(scope="module")
+def xla_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("xla-models")
+    make_tiny_model(root / "tiny-latent", model_id="tiny-latent")
+    with ServerThread(create_app(XlaBackend(ModelRegistry([root])), token=TOKEN)) as url:
+        yield url
+
+
+def _connect(qtbot, window, url):
+    window.remote.connect_action.trigger()
+    dialog = window.remote.dialog
+    dialog.url_edit.setText(url)
+    dialog.token_edit.setText(TOKEN)
+    qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=30_000)
+
+
+def _open_plan_dialog(qtbot, window):
+    assert window.remote.plan_action.isEnabled()
+    window.activateWindow()  # the connect dialog had the focus; shortcuts fire in the active window
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    QTest.keySequence(window, window.remote.plan_action.shortcut())
+    qtbot.waitUntil(
+        lambda: window.remote.plan_dialog is not None and window.remote.plan_dialog.isVisible(), timeout=5_000
+    )
+    return window.remote.plan_dialog
+
+
+def _type_topology(qtbot, dialog, text):
+    edit = dialog.topology_box.lineEdit()
+    edit.selectAll()
+    qtbot.keyClicks(edit, text)
+    assert dialog.topology_box.currentText() == text
+
+
+def _wait_no_plan_jobs(qtbot, window):
+    qtbot.waitUntil(lambda: not window.runner.running("plan-on-server"), timeout=PLAN_TIMEOUT_MS)
+
+
+def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot):
+    window = main_window
+    assert not window.remote.plan_action.isEnabled()
+    assert "Connect an engine server first" in window.remote.plan_action.statusTip()
+    assert window.remote.plan_action in window.generate_menu.actions()
+
+    _connect(qtbot, window, xla_server)
+    # The device picker and the status bar name the server's XLA device.
+    assert window.sampling_panel.device_box.currentText().endswith("xla:cpu cpu")
+    assert "XLA devices: #0 cpu" in window.statusBar().currentMessage()
+    connection = next(iter(window.remote.connections.values()))
+    assert connection.details["xla_precision"] == "highest"
+
+    dialog = _open_plan_dialog(qtbot, window)
+    assert not dialog.isModal()
+    assert "xla:cpu cpu" in dialog.devices_label.text() and "#0 cpu" in dialog.devices_label.text()
+    models = [dialog.model_box.itemText(i) for i in range(dialog.model_box.count())]
+    assert models == ["tiny-latent", "brain-ldm-bundle"]
+    assert dialog.topology_box.itemText(0) == "v5e:2x2"  # no slice of its own: the known ones
+    assert dialog.cfg_check.isChecked() and dialog.top_spin.value() == 3
+    assert dialog.plan_button.isDefault()
+
+    _type_topology(qtbot, dialog, "v5e:2x2")
+    dialog.top_spin.setValue(1)
+    qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
+    assert not dialog.form_widget.isEnabled() and not dialog.plan_button.isEnabled()
+    assert dialog.cancel_button.isEnabled() and dialog.progress.isVisible()
+    assert "Planning tiny-latent on v5e:2x2" in dialog.status_label.text()
+
+    qtbot.waitUntil(lambda: dialog.table.rowCount() > 0, timeout=PLAN_TIMEOUT_MS)
+    _wait_no_plan_jobs(qtbot, window)
+    assert dialog.form_widget.isEnabled() and dialog.plan_button.isEnabled()
+    assert not dialog.cancel_button.isEnabled() and not dialog.progress.isVisible()
+    assert dialog.status_label.text().startswith("Planned tiny-latent on v5e:2x2 in ")
+
+    result = dialog.result
+    counts = result["counts"]
+    table = dialog.table
+    statuses = [table.item(r, STATUS).text() for r in range(table.rowCount())]
+    assert table.rowCount() == counts["enumerated"] == len(result["rows"])
+    assert sum(s.startswith("compiled") for s in statuses) == counts["compiled"] >= 1
+    assert sum(s == "pruned" for s in statuses) == counts["pruned"]
+    summary = dialog.summary_label.text()
+    assert (
+        f"{counts['enumerated']} plans enumerated: {counts['pruned']} pruned, {counts['compiled']} compiled, "
+        f"{counts['failed']} failed" in summary
+    )
+    assert re.search(r"x\d+\.\d\d over the topology-unaware choice", summary)
+    assert "4 \u00d7 TPU v5e" in summary and "effective batch 2" in summary
+
+    best = dialog.best_row()
+    assert best == 0  # listed first
+    assert table.item(best, 0).text() == result["best"]["plan"]
+    assert "best" in table.item(best, STATUS).text()
+    assert f"Best: {result['best']['plan']}" in summary
+    assert table.item(best, 0).background().color().name() == "#1f3d2b"
+    pruned = statuses.index("pruned")
+    assert table.item(pruned, 0).foreground().color().name() == "#6b7380"
+    step = COLUMN_INDEX["step"]
+    assert table.item(best, step).textAlignment() & Qt.AlignmentFlag.AlignRight
+    assert table.horizontalHeaderItem(step).toolTip()
+
+    # Sorting by predicted step time puts rows with no estimate last and keeps the best marked.
+    table.sortByColumn(step, Qt.SortOrder.AscendingOrder)
+    times = [table.item(r, step).text() for r in range(table.rowCount())]
+    assert times[-1] == "\u2013" and times[0] != "\u2013"
+    assert "best" in table.item(dialog.best_row(), STATUS).text()
+    table.sortByColumn(STATUS, Qt.SortOrder.AscendingOrder)
+    screenshot(dialog, "plan-dialog")
+
+
+@pytest.mark.parametrize(
+    ("typed", "expected"),
+    [
+        ("9xH100-nvlink", "topology '9xH100-nvlink': a GPU box has 1 to 8 GPUs; known: v5e:2x2"),
+        ("v9z:3x3", "'v9z:3x3' is not a topology name this server accepts"),  # the server's schema refuses it
+    ],
+)
+def test_an_unknown_topology_shows_the_servers_reason(qtbot, main_window, xla_server, typed, expected):
+    window = main_window
+    _connect(qtbot, window, xla_server)
+    dialog = _open_plan_dialog(qtbot, window)
+    _type_topology(qtbot, dialog, typed)
+    qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "could not plan" in dialog.status_label.text(), timeout=PLAN_TIMEOUT_MS)
+    text = dialog.status_label.text()
+    assert text.startswith("The server could not plan: ") and expected in text
+    assert "Traceback" not in text and dialog.status_label.property("error") is True
+    assert dialog.table.rowCount() == 0 and dialog.form_widget.isEnabled() and dialog.plan_button.isEnabled()
+    _wait_no_plan_jobs(qtbot, window)
+
+
+def test_cancel_gives_the_form_back_and_drops_the_late_result(qtbot, main_window, xla_server):
+    window = main_window
+    _connect(qtbot, window, xla_server)
+    dialog = _open_plan_dialog(qtbot, window)
+    _type_topology(qtbot, dialog, "v5e:2x2")
+    dialog.top_spin.setValue(1)
+    qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
+    assert dialog.cancel_button.isEnabled()
+    qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
+    assert dialog.form_widget.isEnabled() and dialog.plan_button.isEnabled()
+    assert not dialog.cancel_button.isEnabled() and not dialog.progress.isVisible()
+    assert dialog.status_label.text().startswith("Cancelled: no longer waiting")
+    assert "result will be discarded" in dialog.status_label.text()
+
+    qtbot.waitUntil(
+        lambda: "discarded" in dialog.status_label.text() and "has finished" in dialog.status_label.text(),
+        timeout=PLAN_TIMEOUT_MS,
+    )
+    _wait_no_plan_jobs(qtbot, window)
+    assert dialog.table.rowCount() == 0 and dialog.result is None and dialog.summary_label.text() == ""
