@@ -123,6 +123,8 @@ def format_duration_ms(ms: Any) -> str:
         return "\u2013"
     if value == 0:
         return "0 \u00b5s"
+    if abs(value) < 1e-3:
+        return f"{_sig(value * 1e6)} ns"
     if abs(value) < 1.0:
         return f"{_sig(value * 1e3)} \u00b5s"
     if abs(value) < 1e3:
@@ -151,11 +153,12 @@ def format_bytes(nbytes: Any) -> str:
 
 
 def _sig(value: float) -> str:
-    """Three significant digits, without an exponent: 0.0326 -> 0.0326, 103.4 -> 103, 1234 -> 1234."""
+    """At most three significant digits, no exponent: 0.03261 -> 0.0326, 103.4 -> 103, 1234 -> 1234, 1.0 -> 1."""
     if value == 0:
         return "0"
     digits = max(0, 2 - math.floor(math.log10(abs(value))))
-    return f"{value:.{digits}f}"
+    text = f"{value:.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text  # 1.00 -> 1: no precision we lack
 
 
 # -- rows ------------------------------------------------------------------------------------------------
@@ -306,7 +309,13 @@ def summary_lines(result: dict) -> list[str]:
             f"{format_duration_ms(best.get('step_ms'))} per step"
         )
         unaware = result.get("unaware_choice") if isinstance(result.get("unaware_choice"), dict) else None
-        if unaware is not None:
+        same = unaware is not None and (unaware.get("plan"), unaware.get("placement")) == (
+            best.get("plan"),
+            best.get("placement"),
+        )
+        if same:
+            third += f"; {gain_text(result.get('gain'))}: the topology-unaware choice is the same plan"
+        elif unaware is not None:
             third += (
                 f"; {gain_text(result.get('gain'))} over the topology-unaware choice "
                 f"({unaware.get('plan')} on {unaware.get('placement')}: "

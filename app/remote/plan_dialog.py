@@ -8,6 +8,7 @@ back, and the late answer is dropped when it arrives. The display strings come f
 
 from __future__ import annotations
 
+import html
 import time
 from functools import partial
 
@@ -132,14 +133,18 @@ class PlanDialog(QDialog):
         left.addRow("Server", self.server_box)
         left.addRow("Model", self.model_box)
         left.addRow("Topology", self.topology_box)
+        for spin in (self.batch_spin, self.top_spin):
+            spin.setMinimumWidth(80)
+            spin.setMaximumWidth(110)
         right = QFormLayout()
         right.addRow("Batch", self.batch_spin)
-        right.addRow("Compile top", self.top_spin)
+        right.addRow("Compile top N", self.top_spin)
         right.addRow("", self.cfg_check)
+        for column in (left, right):
+            column.setHorizontalSpacing(12)
         form = QGridLayout()
         form.addLayout(left, 0, 0)
         form.addLayout(right, 0, 1)
-        form.addWidget(self.devices_label, 1, 0, 1, 2)
         form.setColumnStretch(0, 3)
         form.setColumnStretch(1, 2)
         form.setHorizontalSpacing(24)
@@ -176,6 +181,7 @@ class PlanDialog(QDialog):
         self.summary_label = QLabel("")
         self.summary_label.setObjectName("planSummary")
         self.summary_label.setWordWrap(True)
+        self.summary_label.setTextFormat(Qt.TextFormat.RichText)
         self.summary_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.table = QTableWidget(0, len(plan_table.COLUMNS))
         self.table.setObjectName("planTable")
@@ -188,12 +194,17 @@ class PlanDialog(QDialog):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(False)
-        self.table.setWordWrap(False)
+        self.table.setWordWrap(True)  # the reasons and collectives wrap in their (last) column
         self.table.verticalHeader().setVisible(False)
+        # Rows grow when the last column wraps a long reason onto a second line (and shrink as it widens).
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
         header.setSortIndicatorShown(True)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        header.setSortIndicator(plan_table.COLUMN_INDEX["status"], Qt.SortOrder.AscendingOrder)
+        self._fit_columns()  # to the headers until a result comes
         self.footnote = QLabel(
             "~ = a cheap estimate from the traced program (the plan was pruned before compiling). Step = "
             "compute + communication with no overlap: an upper bound on a good schedule. Hover a cell or a "
@@ -209,6 +220,7 @@ class PlanDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(intro)
         layout.addWidget(self.form_widget)
+        layout.addWidget(self.devices_label)  # outside the form: it stays readable while the form is disabled
         layout.addLayout(actions)
         layout.addWidget(self.summary_label)
         layout.addWidget(self.table, 1)
@@ -218,7 +230,7 @@ class PlanDialog(QDialog):
         self._timer = QTimer(self)
         self._timer.setInterval(ELAPSED_INTERVAL_MS)
         self._timer.timeout.connect(self._on_timer_timeout)
-        self.resize(1180, 660)
+        self.resize(1280, 680)
         self.set_connections(list(controller.connections.values()))
 
     # -- the servers ---------------------------------------------------------------------------------
@@ -267,7 +279,7 @@ class PlanDialog(QDialog):
         if devices:
             summary = plan_table.xla_device_summary(devices, connection.xla_topology)
             self.devices_label.setText(
-                f"XLA devices of this server: {summary}. {plan_table.xla_device_list(devices, limit=16)}"
+                f"XLA devices on this server ({summary}): {plan_table.xla_device_list(devices, limit=16)}"
             )
             self.devices_label.setToolTip("\n".join(plan_table.xla_device_text(d) for d in devices))
         else:
@@ -383,7 +395,9 @@ class PlanDialog(QDialog):
 
     def show_result(self, result: dict) -> None:
         self.result = result
-        self.summary_label.setText(plan_table.summary_text(result))
+        lines = [html.escape(line) for line in plan_table.summary_lines(result)]
+        lines[-1] = f"<b>{lines[-1]}</b>"  # the best plan and its gain: what the user came for
+        self.summary_label.setText("<br>".join(lines))
         rows = plan_table.display_rows(result)
         table = self.table
         table.setSortingEnabled(False)
@@ -406,12 +420,15 @@ class PlanDialog(QDialog):
                 elif row.status == "failed":
                     item.setForeground(FAILED_FOREGROUND)
                 table.setItem(r, c, item)
-        table.resizeColumnsToContents()
-        note = plan_table.COLUMN_INDEX["note"]
-        for c in range(note):  # a little air between the columns
-            table.setColumnWidth(c, table.columnWidth(c) + 12)
+        self._fit_columns()
         table.setSortingEnabled(True)
         table.sortByColumn(plan_table.COLUMN_INDEX["status"], Qt.SortOrder.AscendingOrder)
+
+    def _fit_columns(self) -> None:
+        """Every column but the last (which stretches and wraps) as wide as its content, with a little air."""
+        for c in range(plan_table.COLUMN_INDEX["note"]):
+            self.table.resizeColumnToContents(c)
+            self.table.setColumnWidth(c, self.table.columnWidth(c) + 12)
 
     def best_row(self) -> int:
         """The table row of the best plan (after any sorting), or -1."""
