@@ -148,8 +148,10 @@ def format_bytes(nbytes: Any) -> str:
     value = _number(nbytes) or 0.0
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if value >= scale:
-            return f"{_sig(value / scale)} {unit}"
-    return f"{value:.0f} B"
+            return (
+                f"{_sig(value / scale)}\u00a0{unit}"  # no-break space: a wrapped line keeps number and unit
+            )
+    return f"{value:.0f}\u00a0B"
 
 
 def _sig(value: float) -> str:
@@ -225,7 +227,7 @@ def display_rows(result: dict) -> list[DisplayRow]:
         source = "compiled program" if compiled else "estimate from the traced program (not compiled)"
         cells = (
             str(row.get("plan", "")),
-            str(row.get("kind", "")),
+            "\u2013" if str(row.get("kind", "-")) in ("", "-") else str(row["kind"]),
             levels,
             status_text,
             *(tilde + format_duration_ms(v) if v is not None else "\u2013" for v in numbers),

@@ -177,3 +177,22 @@ def test_cancel_gives_the_form_back_and_drops_the_late_result(qtbot, main_window
     )
     _wait_no_plan_jobs(qtbot, window)
     assert dialog.table.rowCount() == 0 and dialog.result is None and dialog.summary_label.text() == ""
+
+
+def test_a_torch_server_can_be_planned_on_and_disconnecting_disables_plan(qtbot, main_window, registry):
+    from engine.backends.local import LocalBackend
+
+    window = main_window
+    with ServerThread(create_app(LocalBackend("cpu", registry), token=TOKEN)) as url:
+        _connect(qtbot, window, url)
+        assert "  \u2013  cpu " in window.sampling_panel.device_box.currentText()  # "cpu x86_64"
+        assert "XLA devices" not in window.statusBar().currentMessage()
+        dialog = _open_plan_dialog(qtbot, window)
+        assert "(not XLA)" in dialog.devices_label.text()
+        assert dialog.model_box.count() == 4 and dialog.model_box.itemText(3) == "brain-ldm-bundle"
+        assert dialog.plan_button.isEnabled()
+        window.remote.disconnect_action.trigger()
+        assert not window.remote.plan_action.isEnabled()
+        assert "Connect an engine server first" in window.remote.plan_action.statusTip()
+        assert dialog.server_box.count() == 0 and not dialog.plan_button.isEnabled()
+        assert "No engine server is connected" in dialog.devices_label.text()

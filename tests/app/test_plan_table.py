@@ -137,7 +137,7 @@ def test_rows_show_compiled_costs_estimates_and_reasons():
     assert best.best and not second.best and best.cells[STATUS] == "compiled \u2605 best"
     assert best.cells[:3] == ("dp2xd4", "2-D", "d \u00b7 \u2013")
     assert best.cells[STEP] == "302 \u00b5s" and best.cells[MEMORY] == "13 MB" and not best.estimated
-    assert best.cells[NOTE] == "all-reduce 26\u00d7 (4.8 kB), all-to-all 2\u00d7 (768 B)"
+    assert best.cells[NOTE] == "all-reduce 26\u00d7 (4.8\u00a0kB), all-to-all 2\u00d7 (768\u00a0B)"
     assert "Compiling took 3.9 s" in best.tooltips[NOTE]
     assert best.tooltips[COLUMN_INDEX["levels"]] == "level 1: depth split; level 2: replicated"
     assert best.tooltips[STEP] == "0.3018 ms (compiled program)"
@@ -148,7 +148,7 @@ def test_rows_show_compiled_costs_estimates_and_reasons():
         and dominated.cells[STATUS] == "pruned"
     )
     assert dominated.cells[NOTE].startswith("dominated:") and "not compiled" in dominated.tooltips[STEP]
-    assert not indivisible.estimated and indivisible.cells[STEP] == "\u2013"
+    assert not indivisible.estimated and indivisible.cells[STEP] == indivisible.cells[1] == "\u2013"
     assert indivisible.cells[COLUMN_INDEX["levels"]] == "\u2013" and indivisible.cells[NOTE].startswith(
         "indivis"
     )
