@@ -356,9 +356,15 @@ def xla_device_summary(devices: Iterable[dict], topology: str | None = None) -> 
 
 
 def xla_device_text(device: dict) -> str:
-    """``#3 TPU v5 lite at (1, 1, 0)``."""
+    """``#3 TPU v5 lite at (1, 1, 0)`` (the spaces after "at" and in the coordinates do not break)."""
     coords = device.get("coords")
-    at = f" at ({', '.join(str(c) for c in coords)})" if isinstance(coords, list) and coords else ""
+    # No-break spaces: a wrapped device list never splits one device's coordinates.
+    nbsp = "\u00a0"
+    at = (
+        f" at{nbsp}({(',' + nbsp).join(str(c) for c in coords)})"
+        if isinstance(coords, list) and coords
+        else ""
+    )
     return f"#{device.get('id', '?')} {device.get('kind', '?')}{at}"
 
 

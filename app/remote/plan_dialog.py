@@ -281,7 +281,7 @@ class PlanDialog(QDialog):
             self.devices_label.setText(
                 f"XLA devices on this server ({summary}): {plan_table.xla_device_list(devices, limit=16)}"
             )
-            self.devices_label.setToolTip("\n".join(plan_table.xla_device_text(d) for d in devices))
+            self.devices_label.setToolTip(plan_table.xla_device_list(devices, limit=64).replace("; ", "\n"))
         else:
             self.devices_label.setText(
                 f"This server runs on {connection.device} {connection.device_name} (not XLA); it plans on "

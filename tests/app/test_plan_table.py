@@ -199,7 +199,7 @@ def test_xla_devices_are_summarised_and_listed():
     cpu = [{"id": 0, "platform": "cpu", "kind": "cpu"}]
     assert plan_table.xla_device_summary(cpu) == "xla:cpu cpu"
     assert plan_table.xla_device_summary([]) == ""
-    listed = plan_table.xla_device_list(TPU_DEVICES, limit=3)
+    listed = plan_table.xla_device_list(TPU_DEVICES, limit=3).replace("\u00a0", " ")
     assert listed == (
         "#0 TPU v5 lite at (0, 0, 0); #1 TPU v5 lite at (1, 0, 0); #2 TPU v5 lite at (0, 1, 0); and 5 more"
     )
