@@ -179,7 +179,7 @@ def test_cancel_gives_the_form_back_and_drops_the_late_result(qtbot, main_window
     assert dialog.table.rowCount() == 0 and dialog.result is None and dialog.summary_label.text() == ""
 
 
-def test_a_torch_server_can_be_planned_on_and_disconnecting_disables_plan(qtbot, main_window, registry):
+def test_plan_view_of_a_torch_server_and_disconnecting_disables_plan(qtbot, main_window, registry):
     from engine.backends.local import LocalBackend
 
     window = main_window
