@@ -157,7 +157,9 @@ class XlaBackend:
             raise InvalidRequest(f"unknown XLA precision {precision!r}; use one of {', '.join(PRECISIONS)}")
         from engine.xla.runtime import configure_jax
 
-        configure_jax(1)
+        # The default: a few fake host devices beside the first, so this process can still plan for GPU
+        # boxes (POST /plan); jobs run on the first device only.
+        configure_jax()
         import jax
 
         self.registry = registry or ModelRegistry()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-BUNDLE_MODEL = "brain-ldm-bundle"
+from engine.xla.planning import BUNDLE_MODEL
 
 
 def register(sub) -> None:
@@ -42,57 +42,21 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
-def _network(model: str, batch: int, cfg: bool):
-    from engine.xla.planner import network_from_definition
-
-    if model == BUNDLE_MODEL:
-        from engine.bench.models import bundle_sized_spec
-
-        spec = bundle_sized_spec()
-        name = BUNDLE_MODEL
-    else:
-        from engine.models.registry import ModelRegistry
-
-        spec = ModelRegistry().get(model or None).spec
-        name = spec.id
-    if spec.latent_shape is None and spec.kind == "latent":
-        from engine.errors import ModelInvalid
-
-        raise ModelInvalid(f"model {name} has no latent shape")
-    shape = spec.latent_shape if spec.latent_shape is not None else spec.output_shape
-    return network_from_definition(name, spec.networks["unet"], tuple(shape)[1:], batch=batch, cfg=cfg)
-
-
 def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from engine.errors import InvalidRequest
-    from engine.xla.topology import UnknownTopology, parse_topology
+    from engine.xla.planner import format_table
+    from engine.xla.planning import plan_model
 
-    if args.batch < 1:
-        raise InvalidRequest("--batch must be at least 1")
-    if args.compile_top < 1:
-        raise InvalidRequest("--compile-top must be at least 1")
-    try:
-        topology = parse_topology(args.topology)
-    except UnknownTopology as exc:
-        raise InvalidRequest(str(exc)) from None
-
-    # Fake host devices for GPU boxes; must happen before JAX's CPU backend starts.
-    from engine.xla.runtime import configure_jax
-
-    configure_jax(max(8, topology.n_devices))
-    from engine.xla.planner import format_table, plan
-
-    network = _network(args.model, args.batch, args.cfg)
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    try:
-        result = plan(network, topology, compile_top=args.compile_top, progress=progress)
-    except UnknownTopology as exc:
-        raise InvalidRequest(str(exc)) from None
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=1))
-    else:
-        print(format_table(result))
+    result = plan_model(
+        args.model,
+        args.topology,
+        batch=args.batch,
+        cfg=args.cfg,
+        compile_top=args.compile_top,
+        progress=progress,
+    )
+    print(json.dumps(result.to_dict(), indent=1) if args.json else format_table(result))
     return 0

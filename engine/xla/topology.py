@@ -263,6 +263,15 @@ def physical_devices(topology: Topology) -> list:
         # Compile-only devices need no exclusive access to chips: without this, a second process that
         # plans (or a test run next to a CLI run) fails on libtpu's /tmp/libtpu_lockfile.
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+        from engine.xla.runtime import tpu_present
+
+        if not tpu_present():
+            # Off a TPU VM libtpu looks for the VM's metadata server and worker list, fails, and prints a
+            # screenful of warnings before describing the topology anyway. Compile-only devices need
+            # neither: say so. (Any accelerator type will do; the topology name decides the devices.)
+            os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+            os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+            os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-8")
 
         name = f"{topology.family}:{'x'.join(str(s) for s in topology.shape)}"
         try:

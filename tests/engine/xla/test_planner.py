@@ -28,7 +28,12 @@ from engine.xla.topology import (  # noqa: E402
     program_comm_time,
 )
 
-needs_8 = pytest.mark.skipif(len(jax.devices("cpu")) < 8, reason="JAX started before configure_jax(8)")
+
+@pytest.fixture
+def eight_host_devices():
+    """Fails, never skips, when something in this pytest process started JAX with fewer host devices."""
+    count = len(jax.devices("cpu"))
+    assert count >= 8, f"JAX started with {count} host device(s) before configure_jax(8) ran"
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +205,7 @@ def test_plan_on_a_tpu_slice_ranks_compiled_plans_and_is_json(tiny_net):
     assert "predicted gain" in text and "enumerated" in text
 
 
-@needs_8
+@pytest.mark.usefixtures("eight_host_devices")
 def test_plan_on_a_gpu_box_uses_host_devices(tiny_net):
     result = planner.plan(tiny_net, parse_topology("8xH100-nvlink"), compile_top=1)
     assert result.compiled >= 1 and result.best is not None
@@ -213,7 +218,7 @@ def _random_params(network, seed=0):
     }
 
 
-@needs_8
+@pytest.mark.usefixtures("eight_host_devices")
 @pytest.mark.parametrize(
     ("batch", "mesh", "levels", "kind"),
     [
@@ -246,3 +251,19 @@ def test_sharded_program_equals_single_device(batch, mesh, levels, kind):
     assert len(out.sharding.device_set) == 8
     ref = np.asarray(reference)
     np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_the_plan_command_prints_json_and_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
+    from engine.cli import main
+    from engine.testing import make_tiny_model
+
+    make_tiny_model(tmp_path / "tiny")
+    monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tmp_path))
+    assert main(["plan", "--model", "tiny-latent", "--topology", "v5e:2x2", "--compile-top", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == "tiny-latent" and result["counts"]["compiled"] == 1
+    assert main(["plan", "--topology", "v7q:2x2"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown topology 'v7q:2x2'" in err and "v5e:2x4" in err and "Traceback" not in err
+    assert main(["plan", "--topology", "v5e:2x2", "--batch", "0"]) == 2
+    assert "batch must be at least 1" in capsys.readouterr().err
