@@ -704,10 +704,6 @@ def create_app(
                 compile_top=body.compile_top,
                 registry=getattr(backend, "registry", None),
             )
-        except ModuleNotFoundError as exc:
-            raise BackendUnavailable(
-                f"this engine server cannot plan: {exc.name} is missing; install the xla extra there"
-            ) from exc
         finally:
             planning.release()
         return jsonable_encoder(result.to_dict())

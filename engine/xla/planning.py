@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from engine.errors import InvalidRequest, ModelInvalid
+from engine.errors import BackendUnavailable, InvalidRequest, ModelInvalid
 
 BUNDLE_MODEL = "brain-ldm-bundle"
 MAX_PLANNED_DEVICES = 256  # placements and collective groups are enumerated per device  # MONAI's brain latent-diffusion bundle U-Net, by architecture only
@@ -60,7 +60,12 @@ def plan_model(
     from engine.xla.runtime import configure_jax
 
     # GPU boxes are planned on fake host devices, which must exist before JAX's CPU backend starts.
-    available = configure_jax(max(8, parsed.n_devices))
+    try:
+        available = configure_jax(max(8, parsed.n_devices))
+    except ModuleNotFoundError as exc:
+        raise BackendUnavailable(
+            f"planning needs JAX ({exc.name} is missing): pip install 'volsynth-studio[xla]'"
+        ) from exc
     if not parsed.is_tpu and available < parsed.n_devices:
         raise InvalidRequest(
             f"{parsed.name} needs {parsed.n_devices} host devices to plan on, but JAX started with "

@@ -267,3 +267,15 @@ def test_the_plan_command_prints_json_and_refuses_bad_input_in_one_line(tmp_path
     assert "unknown topology 'v7q:2x2'" in err and "v5e:2x4" in err and "Traceback" not in err
     assert main(["plan", "--topology", "v5e:2x2", "--batch", "0"]) == 2
     assert "batch must be at least 1" in capsys.readouterr().err
+
+
+def test_planning_without_jax_says_what_to_install(monkeypatch):
+    from engine.errors import BackendUnavailable
+    from engine.xla import planning, runtime
+
+    def no_jax(*_args):
+        raise ModuleNotFoundError("No module named 'jax'", name="jax")
+
+    monkeypatch.setattr(runtime, "configure_jax", no_jax)
+    with pytest.raises(BackendUnavailable, match=r"jax is missing.*pip install 'volsynth-studio\[xla\]'"):
+        planning.plan_model("", "v5e:2x2")
