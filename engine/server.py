@@ -62,6 +62,7 @@ from pydantic import (
 from engine import optimization_config, wire
 from engine.api import MAX_BATCH, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest, run
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, ModelNotFound
+from engine.xla.planning import MAX_COMPILE_TOP
 
 TOKEN_BYTES = 32
 MIN_TOKEN_CHARS = 43  # len(secrets.token_urlsafe(32)): 32 random bytes in URL-safe base64
@@ -233,7 +234,7 @@ class PlanRequest(BaseModel):
     ]
     batch: _whole(ge=1, le=MAX_BATCH) = 1
     cfg: bool = True
-    compile_top: _whole(ge=1, le=8) = 3
+    compile_top: _whole(ge=1, le=MAX_COMPILE_TOP) = 3
 
 
 class InfoBody(BaseModel):

@@ -36,10 +36,10 @@ from PySide6.QtWidgets import (
 
 from app.core import plan_table
 from app.core.remote_connection import ServerConnection
+from engine.api import MAX_BATCH  # the server's limit, as for jobs
+from engine.xla.planning import MAX_COMPILE_TOP
 from engine.xla.topology import KNOWN_TOPOLOGIES
 
-MAX_BATCH = 64
-MAX_COMPILE_TOP = 8  # the server's limit (POST /plan compile_top <= 8)
 ELAPSED_INTERVAL_MS = 500
 BEST_BACKGROUND = QColor("#1f3d2b")
 PRUNED_FOREGROUND = QColor("#6b7380")

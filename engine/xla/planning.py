@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from engine.errors import BackendUnavailable, InvalidRequest, ModelInvalid
 
 BUNDLE_MODEL = "brain-ldm-bundle"
+MAX_COMPILE_TOP = 8  # what a server compiles for one request, at most (each full-size compile: minutes)
 MAX_PLANNED_DEVICES = 256  # placements and collective groups are enumerated per device  # MONAI's brain latent-diffusion bundle U-Net, by architecture only
 
 # TPU device kinds as jax reports them -> the family names topologies use.
