@@ -259,7 +259,9 @@ def test_the_plan_command_prints_json_and_refuses_bad_input_in_one_line(tmp_path
 
     make_tiny_model(tmp_path / "tiny")
     monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tmp_path))
-    assert main(["plan", "--model", "tiny-latent", "--topology", "v5e:2x2", "--compile-top", "1", "--json"]) == 0
+    assert (
+        main(["plan", "--model", "tiny-latent", "--topology", "v5e:2x2", "--compile-top", "1", "--json"]) == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["model"] == "tiny-latent" and result["counts"]["compiled"] == 1
     assert main(["plan", "--topology", "v7q:2x2"]) == 2
