@@ -76,6 +76,7 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     assert "XLA devices: #0 cpu" in window.statusBar().currentMessage()
     connection = next(iter(window.remote.connections.values()))
     assert connection.details["xla_precision"] == "highest"
+    screenshot(window, "xla-server-connected")
 
     dialog = _open_plan_dialog(qtbot, window)
     assert not dialog.isModal()
