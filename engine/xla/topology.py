@@ -106,8 +106,8 @@ class Topology:
     link_bandwidth: float  # bytes/s per link, per direction
     hop_latency: float  # seconds per link traversed
     step_latency: float  # seconds of fixed cost per collective step
-    # Google describes the v5e and v5p pods as tori; the planner follows the model of wraparound
-    # links on every torus axis (on an axis of 2 it changes nothing).
+    # v5e: wraparound on every axis, the model (Google does not say whether sub-pod v5e slices have
+    # them; on an axis of 2 it changes nothing). v5p: only for slices of whole 4x4x4 cubes (parse_topology).
     wraparound: bool = True
     _coords: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
 
@@ -219,7 +219,16 @@ def parse_topology(name: str) -> Topology:
                 ICI_STEP_LATENCY,
             )
         return Topology(
-            text.lower(), family, "torus", shape, V5P, V5P_LINK_BANDWIDTH, ICI_HOP_LATENCY, ICI_STEP_LATENCY
+            text.lower(),
+            family,
+            "torus",
+            shape,
+            V5P,
+            V5P_LINK_BANDWIDTH,
+            ICI_HOP_LATENCY,
+            ICI_STEP_LATENCY,
+            # cloud.google.com/tpu/docs/v5p: only slices made of whole 4x4x4 cubes have wraparound links.
+            wraparound=all(size % 4 == 0 for size in shape),
         )
     m = re.fullmatch(r"(\d+)xH100-(nvlink|pcie)", text, flags=re.IGNORECASE)
     if m:
@@ -429,7 +438,9 @@ def _grid_order(topology: Topology, priority: Sequence[int], snake: bool) -> lis
             rest //= s
         if snake:
             # Reverse a digit when the sum of the slower digits is odd: a Hamiltonian path through the grid.
-            for k in range(len(digits) - 1):
+            # Slowest first, so each flip sees the slower digits as already placed (in 3-D the unflipped
+            # ones would give 2-hop jumps between planes).
+            for k in range(len(digits) - 2, -1, -1):
                 if sum(digits[k + 1 :]) % 2:
                     digits[k] = sizes[k] - 1 - digits[k]
         coords = [0] * len(shape)

@@ -281,3 +281,19 @@ def test_planning_without_jax_says_what_to_install(monkeypatch):
     monkeypatch.setattr(runtime, "configure_jax", no_jax)
     with pytest.raises(BackendUnavailable, match=r"jax is missing.*pip install 'volsynth-studio\[xla\]'"):
         planning.plan_model("", "v5e:2x2")
+
+
+@pytest.mark.parametrize("name", ["v5e:4x4", "v5p:2x2x2", "v5p:2x4x4", "v5p:4x4x4"])
+def test_snake_placements_step_one_hop_at_a_time(name):
+    topology = dataclasses.replace(parse_topology(name), wraparound=False)
+    for label, order in placements(topology).items():
+        if label.startswith("snake"):
+            assert sorted(order) == list(range(topology.n_devices))
+            assert all(topology.hops(a, b) == 1 for a, b in zip(order, order[1:], strict=False)), label
+
+
+def test_v5p_slices_have_wraparound_only_as_whole_cubes():
+    assert not parse_topology("v5p:2x2x2").wraparound and not parse_topology("v5p:2x4x4").wraparound
+    cube = parse_topology("v5p:4x4x4")
+    assert cube.wraparound and cube.hops(0, cube.index((3, 0, 0))) == 1
+    assert parse_topology("v5p:2x4x4").hops(0, parse_topology("v5p:2x4x4").index((0, 3, 0))) == 3
