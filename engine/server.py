@@ -62,7 +62,7 @@ from pydantic import (
 from engine import optimization_config, wire
 from engine.api import MAX_BATCH, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest, run
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, ModelNotFound
-from engine.xla.planning import MAX_COMPILE_TOP
+from engine.xla.planning import DEFAULT_COMPILE_TOP, MAX_COMPILE_TOP
 
 TOKEN_BYTES = 32
 MIN_TOKEN_CHARS = 43  # len(secrets.token_urlsafe(32)): 32 random bytes in URL-safe base64
@@ -234,7 +234,7 @@ class PlanRequest(BaseModel):
     ]
     batch: _whole(ge=1, le=MAX_BATCH) = 1
     cfg: bool = True
-    compile_top: _whole(ge=1, le=MAX_COMPILE_TOP) = 3
+    compile_top: _whole(ge=1, le=MAX_COMPILE_TOP) = DEFAULT_COMPILE_TOP
 
 
 class InfoBody(BaseModel):

@@ -173,14 +173,26 @@ class RemoteBackend:
         return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 
     def plan(
-        self, model: str, topology: str, batch: int = 1, cfg: bool = True, compile_top: int = 3
+        self, model: str, topology: str, batch: int = 1, cfg: bool = True, compile_top: int | None = None
     ) -> dict[str, Any]:
         """The server's ``volsynth plan`` for one of its models (or ``brain-ldm-bundle``) on a topology.
 
         Planning compiles several programs on the server and can take minutes for a full-size model.
         """
-        body = {"model": model, "topology": topology, "batch": batch, "cfg": cfg, "compile_top": compile_top}
-        return self._call("POST", "/plan", json=body, timeout=PLAN_TIMEOUT_S).json()
+        import httpx
+
+        body: dict[str, Any] = {"model": model, "topology": topology, "batch": batch, "cfg": cfg}
+        if compile_top is not None:  # else the server's default
+            body["compile_top"] = compile_top
+        try:
+            return self._call("POST", "/plan", json=body, timeout=PLAN_TIMEOUT_S).json()
+        except BackendUnavailable as exc:
+            if isinstance(exc.__cause__, httpx.ReadTimeout):
+                raise BackendUnavailable(
+                    f"the engine server {self.url} was still planning after {PLAN_TIMEOUT_S:.0f} s; it goes on "
+                    "and refuses new plans until it finishes. Try fewer compiled plans (compile top N)."
+                ) from exc
+            raise
 
     def metrics(self) -> dict[str, Any] | None:
         try:

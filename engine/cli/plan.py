@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.xla.planning import BUNDLE_MODEL
+from engine.xla.planning import BUNDLE_MODEL, DEFAULT_COMPILE_TOP
 
 
 def register(sub) -> None:
@@ -34,9 +34,10 @@ def register(sub) -> None:
     parser.add_argument(
         "--compile-top",
         type=int,
-        default=3,
-        help="compile this many plans with the best estimates (default 3; each full-size compile takes "
-        "tens of seconds)",
+        default=DEFAULT_COMPILE_TOP,
+        help=f"compile this many plans with the best estimates, plus the topology-unaware model's favourite "
+        f"when it is not among them (default {DEFAULT_COMPILE_TOP}; a full-size compile for a TPU slice took "
+        "10-17 minutes on a 2-core machine)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)

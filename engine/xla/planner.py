@@ -74,7 +74,8 @@ class Network:
         return x, t, ctx
 
     def level_extents(self) -> list[tuple[int, int, int]]:
-        # MONAI downsamples with stride-2 convolutions (padding 1): each level is ceil(previous / 2).
+        # Stride-2 convolutions (padding 1) give ceil(previous / 2); resblock_updown's pooling gives the same
+        # for the even extents the planner can shard.
         out = [tuple(self.spatial)]
         for _ in range(self.levels - 1):
             out.append(tuple(-(-s // 2) for s in out[-1]))
@@ -188,8 +189,8 @@ def enumerate_plans(network: Network, n_devices: int) -> list[tuple[Plan | None,
             continue
 
         def splits(extent: int, n: int) -> bool:
-            # A 3x3x3 convolution needs a halo of 1: every shard must hold at least one plane.
-            return n > 1 and extent % n == 0 and extent // n >= 1
+            # Only even splits: XLA would pad an uneven one, and the halo logic assumes equal shards.
+            return n > 1 and extent % n == 0
 
         auto = tuple((splits(e[0], depth), splits(e[1], height)) for e in extents)
         reason = None
@@ -549,6 +550,7 @@ class PlanResult:
     compiled: int
     failed: int
     planning_s: float
+    precision: str
     best: dict | None
     unaware_choice: dict | None
     gain: float | None
@@ -566,6 +568,8 @@ class PlanResult:
                 "failed": self.failed,
             },
             "planning_s": round(self.planning_s, 2),
+            # Compute is predicted from the chip's bf16 peak: what precision "default" runs at on a TPU.
+            "precision": self.precision,
             "best": self.best,
             "unaware_choice": self.unaware_choice,
             "gain": self.gain,
@@ -654,7 +658,8 @@ def plan(
     if candidates:
         best_est = min(r.est_step_ms for _p, r, _e in candidates)
         ranked = sorted(candidates, key=lambda c: c[1].est_step_ms)
-        # The unaware model's favourite is compiled too, so the comparison ranks the same plans.
+        # The unaware model's favourite is compiled too (so up to compile_top + 1 compiles), so that the
+        # comparison ranks the same plans.
         unaware_est = {
             id(c[1]): c[2].compute_s
             + program_comm_time(topology, c[2].collectives, orders[default], aware=False)
@@ -707,13 +712,14 @@ def plan(
             if total > chip.hbm_bytes:
                 row.status, row.reason = "pruned", f"memory: compiled {total / 1e9:.1f} GB > HBM"
                 continue
-        compiled.append((p, row, collectives, compute))
+        compiled.append((row, collectives, compute, compute + comm, compute + unaware))
 
     best = unaware_choice = gain = None
     if compiled:
-        p, row, _c, _compute = min(compiled, key=lambda c: c[1].step_ms)
+        # Ranked and compared in unrounded seconds: the rows' milliseconds are rounded for display.
+        row, _c, _compute, best_s, _u = min(compiled, key=lambda c: c[3])
         best = {"plan": row.plan, "placement": row.placement, "step_ms": row.step_ms}
-        up, urow, ucoll, ucompute = min(compiled, key=lambda c: c[1].unaware_step_ms)
+        urow, ucoll, ucompute, _a, _u = min(compiled, key=lambda c: c[4])
         aware_of_unaware = ucompute + program_comm_time(topology, ucoll, orders[default], aware=True)
         unaware_choice = {
             "plan": urow.plan,
@@ -721,7 +727,7 @@ def plan(
             "unaware_model_ms": urow.unaware_step_ms,
             "step_ms": _ms(aware_of_unaware),
         }
-        gain = round(aware_of_unaware * 1e3 / row.step_ms, 4) if row.step_ms else None
+        gain = round(aware_of_unaware / best_s, 4) if best_s else None
 
     rows.sort(
         key=lambda r: (
@@ -740,6 +746,7 @@ def plan(
         compiled=sum(r.status == "compiled" for r in rows),
         failed=sum(r.status == "failed" for r in rows),
         planning_s=time.perf_counter() - started,
+        precision=network.precision,
         best=best,
         unaware_choice=unaware_choice,
         gain=gain,
@@ -759,6 +766,8 @@ def format_table(result: PlanResult) -> str:
         f"{' (batch x 2 CFG halves)' if result.cfg else ''}",
         f"plans: {result.enumerated} enumerated, {result.pruned} pruned, {result.compiled} compiled"
         f"{f', {result.failed} failed' if result.failed else ''}; planning took {result.planning_s:.1f} s",
+        f"compute predicted at XLA precision '{result.precision}' from the chip's bf16 peak; collective bytes "
+        "are per device",
         "",
         f"{'plan':<18} {'kind':<7} {'levels':<10} {'status':<9} {'step ms':>9} {'compute':>9} {'comm':>9} "
         f"{'GB/dev':>7} {'placement':<10} collectives / reason",

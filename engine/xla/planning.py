@@ -6,9 +6,13 @@ from collections.abc import Callable, Sequence
 
 from engine.errors import BackendUnavailable, InvalidRequest, ModelInvalid
 
+# MONAI's brain latent-diffusion bundle U-Net, by architecture only (no weights needed to plan).
 BUNDLE_MODEL = "brain-ldm-bundle"
-MAX_COMPILE_TOP = 8  # what a server compiles for one request, at most (each full-size compile: minutes)
-MAX_PLANNED_DEVICES = 256  # placements and collective groups are enumerated per device  # MONAI's brain latent-diffusion bundle U-Net, by architecture only
+DEFAULT_COMPILE_TOP = 3
+# The most plans a server compiles by estimate for one request (plus the unaware favourite; each full-size
+# compile takes minutes).
+MAX_COMPILE_TOP = 8
+MAX_PLANNED_DEVICES = 256  # placements and collective groups are enumerated per device
 
 # TPU device kinds as jax reports them -> the family names topologies use.
 _TPU_FAMILIES = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5": "v5p", "TPU v5p": "v5p"}
@@ -38,7 +42,7 @@ def plan_model(
     topology: str,
     batch: int = 1,
     cfg: bool = True,
-    compile_top: int = 3,
+    compile_top: int = DEFAULT_COMPILE_TOP,
     registry=None,
     progress: Callable[[str], None] | None = None,
 ):
@@ -60,9 +64,10 @@ def plan_model(
         )
     from engine.xla.runtime import configure_jax
 
-    # GPU boxes are planned on fake host devices, which must exist before JAX's CPU backend starts.
+    # GPU boxes are planned on fake host devices, which must exist before JAX's CPU backend starts; TPU
+    # slices use libtpu's compile-only devices and need no more than the default.
     try:
-        available = configure_jax(max(8, parsed.n_devices))
+        available = configure_jax(8 if parsed.is_tpu else max(8, parsed.n_devices))
     except ModuleNotFoundError as exc:
         raise BackendUnavailable(
             f"planning needs JAX ({exc.name} is missing): pip install 'volsynth-studio[xla]'"
@@ -79,6 +84,10 @@ def plan_model(
         return plan(network, parsed, compile_top=compile_top, progress=progress)
     except UnknownTopology as exc:
         raise InvalidRequest(str(exc)) from None
+    except (RuntimeError, ValueError) as exc:  # XLA / libtpu failures outside one plan's compile
+        raise BackendUnavailable(
+            f"planning failed on this machine: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from exc
 
 
 def topology_of(devices: Sequence) -> str | None:
