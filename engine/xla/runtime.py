@@ -21,17 +21,27 @@ import os
 _DEFAULT_CPU_DEVICES = 8
 
 
+GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips are PCI devices of Google's vendor id on every TPU VM generation
+
+
 def tpu_present() -> bool:
-    """True when TPU chips are attached: TPU VMs expose them as /dev/accel* (v4, v5e) or under /dev/vfio (v5p,
-    v6e)."""
-    return bool(glob.glob("/dev/accel*")) or os.path.isdir("/dev/vfio")
+    """True when TPU chips are attached: a PCI device of Google's vendor id. (/dev/accel* and /dev/vfio alone
+    also exist on Intel NPU laptops and virtualisation hosts.)"""
+    for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
+        try:
+            with open(vendor) as f:
+                if f.read().strip().lower() == GOOGLE_PCI_VENDOR:
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def _backend_initialised() -> bool:
     from jax._src import xla_bridge
 
-    # ``_backends`` is filled on first backend use; after that the CPU device count is fixed.
-    return bool(getattr(xla_bridge, "_backends", None))
+    # After the first backend use the CPU device count is fixed.
+    return xla_bridge.backends_are_initialized()
 
 
 def configure_jax(cpu_devices: int = _DEFAULT_CPU_DEVICES) -> int:
