@@ -71,6 +71,7 @@ class XlaModel:
     report: dict[str, Any] = field(default_factory=dict)  # the optimization report's stand-in
     compile_s: float = 0.0
     _compiled: dict[tuple, Any] = field(default_factory=dict)
+    _compile_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def from_loaded(cls, loaded, precision: str, device) -> XlaModel:
@@ -98,13 +99,14 @@ class XlaModel:
         """
         import jax
 
-        key = (name, *((None if a is None else (a.shape, str(a.dtype))) for a in args))
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            started = time.perf_counter()
-            compiled = jax.jit(fn).lower(params, *args).compile()
-            self.compile_s += time.perf_counter() - started
-            self._compiled[key] = compiled
+        key = (name, *((None if a is None else (tuple(a.shape), str(a.dtype))) for a in args))
+        with self._compile_lock:  # one compile per shape, and compile_s summed right, whoever calls
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                started = time.perf_counter()
+                compiled = jax.jit(fn).lower(params, *args).compile()
+                self.compile_s += time.perf_counter() - started
+                self._compiled[key] = compiled
         return compiled
 
     def _run(self, name: str, fn, params, *tensors):
@@ -123,7 +125,8 @@ class XlaModel:
                 array = array.transpose(0, 2, 3, 4, 1)  # NCDHW -> NDHWC
             args.append(jax.device_put(np.ascontiguousarray(array), self.device))
         out = np.asarray(self._program(name, fn, params, *args)(params, *args))
-        return torch.from_numpy(np.ascontiguousarray(out.transpose(0, 4, 1, 2, 3)))
+        # A copy: the array XLA hands back is read-only, and torch may write into what it wraps.
+        return torch.from_numpy(out.transpose(0, 4, 1, 2, 3).copy())
 
     def denoiser(self, x, timesteps, context=None):
         from engine.xla.nets import unet_apply
@@ -138,13 +141,23 @@ class XlaModel:
             context,
         )
 
-    def decode(self, z):
+    def _decoder_fn(self):
         from engine.xla.nets import decoder_apply
 
         arch, precision = self.decoder_arch, self.precision
-        return self._run(
-            "decoder", lambda p, z: decoder_apply(arch, p, z, precision=precision), self.decoder_params, z
-        )
+        return lambda p, z: decoder_apply(arch, p, z, precision=precision)
+
+    def decode(self, z):
+        return self._run("decoder", self._decoder_fn(), self.decoder_params, z)
+
+    def compile_decoder(self, latent_shape: tuple[int, ...]) -> None:
+        """Compile the decoder for a channels-first latent shape now, so the first decode is not its compile."""
+        import jax
+        import numpy as np
+
+        b, c, *spatial = latent_shape
+        latent = jax.ShapeDtypeStruct((b, *spatial, c), np.float32)
+        self._program("decoder", self._decoder_fn(), self.decoder_params, latent)
 
 
 class XlaBackend:
