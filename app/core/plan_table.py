@@ -86,7 +86,7 @@ COLUMNS: tuple[Column, ...] = (
         "note",
         "Reason / collectives",
         "Why a plan was pruned or failed; for a compiled plan, the "
-        "collectives XLA inserted (count and total bytes)",
+        "collectives XLA inserted (count, and bytes per device summed over them)",
     ),
 )
 COLUMN_INDEX = {c.key: i for i, c in enumerate(COLUMNS)}
@@ -180,7 +180,8 @@ def _levels_text(levels: Sequence[str]) -> tuple[str, str]:
         return "\u2013", "no per-level choice (the plan was pruned before its levels were chosen)"
     names = {"d": "depth split", "h": "height split", "dh": "depth and height split", "-": "replicated"}
     text = " \u00b7 ".join("\u2013" if lv == "-" else str(lv) for lv in levels)
-    tip = "; ".join(f"level {i + 1}: {names.get(str(lv), str(lv))}" for i, lv in enumerate(levels))
+    # Counted from 0 (full resolution), as the planner's cut@N names count them.
+    tip = "; ".join(f"level {i}: {names.get(str(lv), str(lv))}" for i, lv in enumerate(levels))
     return text, tip
 
 

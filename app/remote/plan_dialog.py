@@ -79,7 +79,6 @@ class PlanDialog(QDialog):
         self.result: dict | None = None
         self._request = 0  # the id of the request whose answer is awaited; 0 when none is
         self._issued = 0  # requests sent so far (ids start at 1)
-        self._late = 0  # cancelled requests still in flight on the server
         self._started = 0.0
         self._waiting_on = ""
         self._topology = ""
@@ -333,7 +332,6 @@ class PlanDialog(QDialog):
         if not self.planning:
             return
         self._request = 0
-        self._late += 1
         self._timer.stop()
         self._say(
             "Cancelled: no longer waiting. The server cannot be interrupted: it finishes this plan in the "
@@ -362,7 +360,6 @@ class PlanDialog(QDialog):
         self._say(plan_table.plan_error_text(message, self._topology), error=True)
 
     def _on_late_answer(self) -> None:
-        self._late = max(0, self._late - 1)
         if not self.planning:
             self._say("The cancelled plan has finished on the server; its result was discarded.")
 

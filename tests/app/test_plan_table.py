@@ -139,7 +139,7 @@ def test_rows_show_compiled_costs_estimates_and_reasons():
     assert best.cells[STEP] == "302 \u00b5s" and best.cells[MEMORY] == "13 MB" and not best.estimated
     assert best.cells[NOTE] == "all-reduce 26\u00d7 (4.8\u00a0kB), all-to-all 2\u00d7 (768\u00a0B)"
     assert "Compiling took 3.9 s" in best.tooltips[NOTE]
-    assert best.tooltips[COLUMN_INDEX["levels"]] == "level 1: depth split; level 2: replicated"
+    assert best.tooltips[COLUMN_INDEX["levels"]] == "level 0: depth split; level 1: replicated"
     assert best.tooltips[STEP] == "0.3018 ms (compiled program)"
     # Pruned rows show the planner's estimates, marked with ~, and why they were dropped.
     assert (
