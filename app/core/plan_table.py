@@ -300,6 +300,11 @@ def summary_lines(result: dict) -> list[str]:
         f"{counts.get('enumerated', 0)} plans enumerated: {counts.get('pruned', 0)} pruned, "
         f"{counts.get('compiled', 0)} compiled, {counts.get('failed', 0)} failed"
         + (f"; planning took {planning:.1f} s on the server" if planning is not None else "")
+        + (
+            f"; compute predicted at XLA precision '{result['precision']}' (bf16 peak)"
+            if result.get("precision")
+            else ""
+        )
     )
     best = result.get("best") if isinstance(result.get("best"), dict) else None
     if best is None:

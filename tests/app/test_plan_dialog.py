@@ -115,6 +115,7 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     # The gain over the topology-unaware choice (on 2x2 both models may pick the same plan).
     assert re.search(r"x\d+\.\d\d( over|:) the topology-unaware choice", summary)
     assert "4 \u00d7 TPU v5e" in summary and "effective batch 2" in summary
+    assert "compute predicted at XLA precision" in summary and "default" in summary
 
     best = dialog.best_row()
     assert best == 0  # listed first
