@@ -15,20 +15,31 @@ import torch
 
 from engine.api import SamplingRequest, run
 from engine.backends.local import LocalBackend
+from engine.backends.xla import XlaBackend
 from engine.errors import InvalidRequest
 from engine.models.networks import build_network
 from engine.models.registry import ModelRegistry
 from engine.testing import build_tiny_networks, make_tiny_model, tiny_spec
+from engine.xla import convert
 from engine.xla.runtime import configure_jax
 from tests.engine.bundles import SCALED_AUTOENCODER, SCALED_UNET, write_bundle
 
-configure_jax()
+# Bound by the first test that runs here, not at collection: once JAX is imported its threads live in the
+# pytest process, and tests in other folders fork children.
+jax = jnp = nets = None
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 
-from engine.backends.xla import XlaBackend  # noqa: E402
-from engine.xla import convert, nets  # noqa: E402
+@pytest.fixture(scope="module", autouse=True)
+def _jax_started():
+    global jax, jnp, nets
+    configure_jax()
+    import jax as jax_module
+    import jax.numpy as jnp_module
+
+    from engine.xla import nets as nets_module
+
+    jax, jnp, nets = jax_module, jnp_module, nets_module
+
 
 NETWORK_TOLERANCE = 2e-5  # float32 rounding through a dozen blocks; measured 0.7-1.5e-6
 RUN_TOLERANCE = 1e-4  # the bar for a whole DDIM run
