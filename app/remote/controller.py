@@ -167,10 +167,8 @@ class RemoteController:
         if not self.connections:
             self.main.show_status(PLAN_NEEDS_SERVER, 8000)
             return None
-        if self.plan_dialog is None:
+        if self.plan_dialog is None:  # later connections reach it through _update_plan_action
             self.plan_dialog = PlanDialog(self)
-        else:
-            self.plan_dialog.set_connections(list(self.connections.values()))
         self.plan_dialog.show()
         self.plan_dialog.raise_()
         self.plan_dialog.activateWindow()

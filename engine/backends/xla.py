@@ -26,13 +26,7 @@ from engine.backends.local import library_versions
 from engine.backends.provenance import run_provenance
 from engine.errors import InvalidRequest, OutOfMemory
 from engine.models.registry import ModelRegistry
-
-PRECISIONS = ("highest", "high", "default")  # XLA's matmul precision names (jax.lax.Precision)
-PRECISION_MEANING = {
-    "highest": "float32 (full-precision matmuls and convolutions)",
-    "high": "bf16x3 passes (about float32 on TPUs)",
-    "default": "one bf16 pass per float32 matmul on TPUs (float32 on CPUs)",
-}
+from engine.xla import PRECISION_MEANING, PRECISIONS
 
 
 def jax_versions() -> dict[str, str]:

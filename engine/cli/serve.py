@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from engine.xla import PRECISIONS
+
 TLS_HELP = """\
 Securing a server that faces a network: a token of 32 random bytes (`volsynth serve --new-token`) and
 TLS, either --tls-self-signed (a certificate kept in --tls-dir; clients pin the SHA-256 fingerprint
@@ -34,7 +36,7 @@ def register(sub) -> None:
     parser.add_argument(
         "--xla-precision",
         default="highest",
-        choices=("highest", "high", "default"),
+        choices=PRECISIONS,
         help="with --device xla: matmul precision. highest (default) is float32; default is one bf16 pass "
         "per matmul on TPUs (faster, less exact). Recorded in every result's provenance.",
     )

@@ -300,20 +300,9 @@ def test_generated_volume_survives_a_killed_app(
 
 @pytest.mark.render
 def test_discard_deletes_the_orphan(qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path):
-    from app.main_window import MainWindow
-
     root = tmp_path / "recovery"
     assert _kill_after_keeping(root).returncode == -signal.SIGKILL
-    window = MainWindow(
-        registry=registry,
-        settings=qt_settings,
-        enable_3d=False,
-        preload_torch=False,
-        recovery=RecoveryStore(root),
-    )
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitExposed(window)
+    window = _recovering_window(qtbot, registry, qt_settings, root)
     assert window.recovery_bar.isVisible()
     window.recovery_bar.discard_button.click()
     assert not window.recovery_bar.isVisible() and window.state.volumes == []
