@@ -13,10 +13,12 @@ def available_devices() -> list[dict[str, Any]]:
 
     import torch
 
+    from engine.hardware_probe import probe_machine
+
     devices = [
         {
             "id": "cpu",
-            "name": platform.processor() or platform.machine() or "CPU",
+            "name": probe_machine().cpu.model or platform.processor() or platform.machine() or "CPU",
             "threads": torch.get_num_threads(),
         }
     ]
@@ -82,4 +84,6 @@ def device_name(device) -> str:
         return torch.cuda.get_device_name(device)
     if device.type == "mps":
         return "Apple Metal (MPS)"
-    return platform.processor() or platform.machine() or "CPU"
+    from engine.hardware_probe import probe_machine
+
+    return probe_machine().cpu.model or platform.processor() or platform.machine() or "CPU"

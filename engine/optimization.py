@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.bench.metrics import psnr
 from engine.errors import InvalidRequest
+from engine.hardware_probe import probe_machine
 from engine.optimization_config import (  # noqa: F401 - re-exported: the public home of the settings
     ATTENTION_KERNELS,
     AUTOCAST_DTYPES,
@@ -43,16 +44,114 @@ DECODER_CALIBRATION_CROP = 8
 SUBPIXEL_NOTE = "upsampling as sub-pixel convolutions (8/27 of their multiply-adds)"
 
 
-def check_combination(config: OptimizationConfig, device) -> None:
+ALLOW_SLOWER_ENV = "VOLSYNTH_ALLOW_SLOWER"  # "1": every request of this process carries the override
+
+
+def check_combination(config: OptimizationConfig, device, *, probe=None, measured=None) -> None:
     """Refuse settings that make no sense on ``device`` (raises ``InvalidRequest`` saying what to change).
 
-    Settings that merely have no effect here (TF32 on a CPU) are not refused; the report says why.
+    Settings that merely have no effect here (TF32 on a CPU) are not refused; the report says why. Settings
+    expected to run slower than fp32 here (:func:`slower_here`) are refused unless the request carries the
+    override (``allow_slower``, or ``VOLSYNTH_ALLOW_SLOWER=1`` for a process that measures them on purpose).
+
+    Args:
+        probe: the machine's ``MachineProbe`` (default: this machine's; a server's is its own).
+        measured: the model's stored tune result on this machine (``engine.tune_store.load_result``).
     """
     if config.cuda_graphs and device.type != "cuda":
         raise InvalidRequest(
             f"CUDA graphs need an NVIDIA GPU; this run is on {device.type}. Turn CUDA graphs off "
             "or choose a CUDA device"
         )
+    slower = slower_here(config, device, probe=probe, measured=measured)
+    if slower and not override_requested(config):
+        what = "; ".join(f"{_SPEED_NAMES.get(name, name)}: {reason}" for name, reason in slower)
+        raise InvalidRequest(
+            f"expected slower than fp32 here - {what}. Use fp32 or the setting measured fastest here "
+            "(volsynth tune), or run it anyway with --allow-slower (the app: 'Run although slower here')"
+        )
+
+
+def override_requested(config: OptimizationConfig) -> bool:
+    import os
+
+    return config.allow_slower or os.environ.get(ALLOW_SLOWER_ENV) == "1"
+
+
+_SPEED_NAMES = {
+    "autocast": "autocast",
+    "decoder_autocast": "decoder precision",
+    "measured_here": "these settings",
+}
+
+
+def slower_here(config: OptimizationConfig, device, *, probe=None, measured=None) -> list[tuple[str, str]]:
+    """The settings of ``config`` expected to run slower than fp32 on ``device``, each with the reason.
+
+    Two sources, decided here only: the hardware probe (reduced precision without native kernels:
+    ``engine.hardware_probe.autocast_slower_reason``) and this machine's measurements of the model (a row
+    with exactly these settings that ``volsynth tune`` measured slower than fp32 end to end by the noise
+    rule).
+    """
+    from engine import tune_store
+    from engine.hardware_probe import autocast_slower_reason, probe_machine
+
+    if device.type not in ("cpu", "cuda"):
+        return []
+    probe = probe or probe_machine()
+    found: list[tuple[str, str]] = []
+    decoder_dtype = config.decoder_autocast
+    if config.autocast:
+        reason = autocast_slower_reason(probe, device.type, config.autocast, device.index)
+        if reason:
+            found.append(("autocast", f"{config.autocast} autocast: {reason}"))
+    if decoder_dtype in ("bf16", "fp16") and decoder_dtype != config.autocast:
+        reason = autocast_slower_reason(probe, device.type, decoder_dtype, device.index)
+        if reason:
+            found.append(("decoder_autocast", f"{decoder_dtype} decoder: {reason}"))
+    row = tune_store.measured_row(measured, config)
+    if tune_store.measured_slower(row):
+        found.append(("measured_here", _measured_words(row, measured)))
+    return found
+
+
+def _measured_words(row, measured) -> str:
+    verdict = row.get("end_to_end_verdict") or {}
+    ratio = verdict.get("ratio")
+    when = (measured or {}).get("created", "")
+    pace = f"{ratio:.2f}x fp32's speed end to end" if isinstance(ratio, int | float) else "slower end to end"
+    return f"measured {pace} on this machine (volsynth tune {when})".replace(" )", ")")
+
+
+def speed_entries(config: OptimizationConfig, device, *, probe=None, measured=None) -> dict[str, Any]:
+    """Report entries for the speed prediction: ``measured_here`` (what ``volsynth tune`` measured for exactly
+    these settings, when it did) and ``allow_slower`` (the override, when asked for)."""
+    entries: dict[str, Any] = {}
+    row = None
+    if measured is not None:
+        from engine import tune_store
+
+        row = tune_store.measured_row(measured, config)
+        if row is not None and "error" not in row:
+            verdict = row.get("end_to_end_verdict") or {}
+            entries["measured_here"] = _entry(
+                config.settings.summary(),
+                verdict.get("verdict") != "slower",
+                f"{verdict.get('words', '')}; PSNR {row.get('psnr_db', float('nan')):.1f} dB vs fp32 "
+                f"(volsynth tune, {measured.get('created', '')})",
+            )
+    slower = slower_here(config, device, probe=probe, measured=measured) if override_requested(config) else []
+    if config.allow_slower or slower:  # the process-wide override is recorded where it made a difference
+        entries["allow_slower"] = _entry(
+            True,
+            bool(slower),
+            (
+                "run although expected slower here: " + "; ".join(reason for _, reason in slower)
+                if slower
+                else "nothing asked for is expected slower here"
+            ),
+        )
+    return entries
 
 
 # -- the prepared model ----------------------------------------------------------------------------------
@@ -238,29 +337,37 @@ _cache_lock = threading.Lock()
 _cache: dict[tuple, tuple[weakref.ref, PreparedModel]] = {}
 
 
-def prepare(model, config: OptimizationConfig, device, *, use_cache: bool = True) -> PreparedModel:
+def prepare(
+    model, config: OptimizationConfig, device, *, use_cache: bool = True, measured=None
+) -> PreparedModel:
     """Apply ``config`` to ``model`` (a LoadedModel already on ``device``).
 
     Settings that cannot apply here are reported with the reason instead of failing; combinations that
-    make no sense raise ``InvalidRequest``. ``model`` itself is never modified.
+    make no sense raise ``InvalidRequest``, as do settings expected slower here without the override
+    (``measured``: the model's tune result on this machine, see ``check_combination``). ``model`` itself is
+    never modified.
     """
-    check_combination(config, device)
+    check_combination(config, device, measured=measured)
     key = (id(model), config, str(device))
     if use_cache:
         with _cache_lock:
             hit = _cache.get(key)
             if hit is not None and hit[0]() is model:
                 cached = hit[1]
+                report = copy.deepcopy(cached.report)
+                report.pop("measured_here", None)
+                report.update(speed_entries(config, device, measured=measured))
                 return PreparedModel(
                     unet=cached.unet,
                     autoencoder=cached.autoencoder,
                     config=config,
                     device=device,
-                    report=copy.deepcopy(cached.report),
+                    report=report,
                     unet_call=cached.unet_call,
                     details=cached.details,
                 )
     prepared = _prepare(model, config, device)
+    prepared.report.update(speed_entries(config, device, measured=measured))
     if use_cache:
         with _cache_lock:
             _cache.clear()  # one prepared variant at a time: 3D U-Nets are large
@@ -294,10 +401,11 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     unet, autoencoder = model.unet, model.autoencoder
 
     # 1. TF32 (a per-call context in PreparedModel.precision; nothing to change in the model).
-    report["tf32"] = _tf32_entry(config, device)
+    probe = probe_machine()
+    report["tf32"] = _tf32_entry(config, device, probe)
 
     # 2. Autocast.
-    report["autocast"] = _autocast_entry(config, device)
+    report["autocast"] = _autocast_entry(config, device, probe)
 
     # Everything below rewrites modules: work on copies, never on the cached fp32 model.
     rewrites_unet = (
@@ -347,7 +455,7 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     # 8. The decoder's own settings, on the decoder's copy: sub-pixel upsampling, then quantization (it
     # replaces modules, including the sub-pixel ones), then channels-last.
     has_decoder = autoencoder is not None
-    report["decoder_autocast"] = _decoder_autocast_entry(config, device, has_decoder)
+    report["decoder_autocast"] = _decoder_autocast_entry(config, device, has_decoder, probe)
     report["decoder_quantization"] = _expected_decoder_quantization_entry(config, device, has_decoder)
     report["decoder_channels_last"] = _decoder_channels_last_entry(config, device, has_decoder)
     if has_decoder and config.optimizes_decoder:
@@ -359,6 +467,7 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
         if report["decoder_channels_last"]["applied"]:
             autoencoder.to(memory_format=torch.channels_last_3d)
 
+    mark_slower(report, config, device)
     return PreparedModel(
         unet=unet,
         autoencoder=autoencoder,
@@ -370,7 +479,9 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     )
 
 
-def expected_report(config: OptimizationConfig, device, spec=None) -> dict[str, dict[str, Any]]:
+def expected_report(
+    config: OptimizationConfig, device, spec=None, *, probe=None, measured=None
+) -> dict[str, dict[str, Any]]:
     """Predict the report ``prepare`` will give for ``config`` on ``device``, without loading a model.
 
     Everything the device decides (TF32 needs compute capability 8.0+, no int8 kernels on GPUs, no C++
@@ -383,43 +494,66 @@ def expected_report(config: OptimizationConfig, device, spec=None) -> dict[str, 
         config: the settings to check.
         device: a ``torch.device`` or a device string ("auto", "cpu", "cuda:0", "mps").
         spec: the model's ``ModelSpec``, if known (a pixel-space model has no decoder to stream).
+        probe: the machine's ``MachineProbe`` (default: this machine's).
+        measured: the model's stored tune result on this machine, if any (adds ``measured_here``).
+
+    Entries of settings expected to run slower than fp32 here carry ``expected_slower`` (the reason).
 
     Raises:
-        InvalidRequest: the combination is refused on this device (the message ``prepare`` would raise).
+        InvalidRequest: the combination is refused on this device (the message ``prepare`` would raise),
+            including settings expected slower here without the override.
         BackendUnavailable: ``device`` is a string naming a device this machine does not have.
     """
     if device is None or isinstance(device, str):
         from engine.devices import resolve_device
 
         device = resolve_device(device)
-    check_combination(config, device)
+    probe = probe or probe_machine()
+    check_combination(config, device, probe=probe, measured=measured)
     has_decoder = spec is None or spec.kind != "pixel"
-    return {
-        "tf32": _tf32_entry(config, device),
-        "autocast": _autocast_entry(config, device),
+    report = {
+        "tf32": _tf32_entry(config, device, probe),
+        "autocast": _autocast_entry(config, device, probe),
         "attention": _attention_entry(config, None),
         "quantization": _expected_quantization_entry(config, device),
         "channels_last_3d": _channels_last_entry(config, device),
         "compile_mode": _compile_entry(config, device),
         "cuda_graphs": _cuda_graphs_entry(config),
         "streamed_decode": _streamed_decode_entry(config, has_decoder=has_decoder),
-        "decoder_autocast": _decoder_autocast_entry(config, device, has_decoder),
+        "decoder_autocast": _decoder_autocast_entry(config, device, has_decoder, probe),
         "decoder_quantization": _expected_decoder_quantization_entry(config, device, has_decoder),
         "decoder_channels_last": _decoder_channels_last_entry(config, device, has_decoder),
     }
+    mark_slower(report, config, device, probe=probe, measured=measured)
+    report.update(speed_entries(config, device, probe=probe, measured=measured))
+    return report
+
+
+def mark_slower(report: dict[str, dict[str, Any]], config, device, *, probe=None, measured=None) -> None:
+    """Add ``expected_slower`` (the reason) to the entries of settings expected slower than fp32 here."""
+    for name, reason in slower_here(config, device, probe=probe, measured=measured):
+        if name in report:
+            report[name]["expected_slower"] = reason
 
 
 # -- what applies where: one function per setting, shared by _prepare and expected_report ----------------
 
 
-def _tf32_entry(config: OptimizationConfig, device) -> dict[str, Any]:
+def _gpu_capability(device, probe) -> tuple[int, int]:
+    gpu = probe.gpu(device.index)
+    if gpu is not None:
+        return gpu.compute_capability
+    import torch
+
+    return torch.cuda.get_device_capability(device)
+
+
+def _tf32_entry(config: OptimizationConfig, device, probe) -> dict[str, Any]:
     is_cuda = device.type == "cuda"
     if not config.tf32:
         return _entry(False, False, "fp32 convolutions and matmuls forced to IEEE fp32" if is_cuda else "")
     if is_cuda:
-        import torch
-
-        capability = torch.cuda.get_device_capability(device)
+        capability = _gpu_capability(device, probe)
         if capability >= (8, 0):
             return _entry(
                 True,
@@ -432,10 +566,10 @@ def _tf32_entry(config: OptimizationConfig, device) -> dict[str, Any]:
     return _entry(True, False, f"TF32 needs an NVIDIA GPU of compute capability 8.0+; {where}")
 
 
-def _autocast_entry(config: OptimizationConfig, device) -> dict[str, Any]:
+def _autocast_entry(config: OptimizationConfig, device, probe) -> dict[str, Any]:
     if not config.autocast:
         return _entry(None, False)
-    ok, reason = _autocast_support(config.autocast, device)
+    ok, reason = _autocast_support(config.autocast, device, probe)
     return _entry(config.autocast, ok, reason)
 
 
@@ -531,7 +665,7 @@ def _streamed_decode_entry(config: OptimizationConfig, has_decoder: bool) -> dic
 _NO_DECODER = "pixel-space model: there is no decoder"
 
 
-def _decoder_autocast_entry(config: OptimizationConfig, device, has_decoder: bool) -> dict[str, Any]:
+def _decoder_autocast_entry(config: OptimizationConfig, device, has_decoder: bool, probe) -> dict[str, Any]:
     dtype = config.decoder_autocast
     if dtype is None:
         return _entry(None, False)
@@ -539,7 +673,7 @@ def _decoder_autocast_entry(config: OptimizationConfig, device, has_decoder: boo
         return _entry(dtype, False, _NO_DECODER)
     if dtype == "fp32":
         return _entry(dtype, True, f"the decoder in fp32 whatever the U-Net runs in; {SUBPIXEL_NOTE}")
-    ok, reason = _autocast_support(dtype, device)
+    ok, reason = _autocast_support(dtype, device, probe)
     return _entry(dtype, ok, f"{reason} for the decoder; {SUBPIXEL_NOTE}" if ok else reason)
 
 
@@ -588,20 +722,22 @@ def _decoder_channels_last_entry(config: OptimizationConfig, device, has_decoder
     )
 
 
-def _autocast_support(dtype: str, device) -> tuple[bool, str]:
-    import torch
-
+def _autocast_support(dtype: str, device, probe) -> tuple[bool, str]:
     if device.type == "cuda":
-        if dtype == "bf16" and not torch.cuda.is_bf16_supported():
-            return False, "this GPU has no bf16 support (needs compute capability 8.0+)"
-        return True, f"{dtype} autocast on {torch.cuda.get_device_name(device)}"
+        gpu = probe.gpu(device.index)
+        name = gpu.name if gpu is not None else str(device)
+        capability = _gpu_capability(device, probe)
+        if dtype == "bf16" and capability < (8, 0):
+            return False, (
+                f"{name} has no bf16 support (needs compute capability 8.0+; it is "
+                f"{capability[0]}.{capability[1]})"
+            )
+        return True, f"{dtype} autocast on {name}"
     if device.type == "cpu":
-        note = (
-            ""
-            if dtype == "bf16"
-            else "; most CPUs have no fast fp16 kernels, so expect it to be slower than bf16"
-        )
-        return True, f"{dtype} autocast on the CPU (oneDNN){note}"
+        cpu = probe.cpu
+        native = cpu.native_bf16 if dtype == "bf16" else cpu.native_fp16
+        kernels = "native" if native else "no native"
+        return True, f"{dtype} autocast on the CPU (oneDNN {cpu.onednn_isa}: {kernels} {dtype} kernels)"
     if device.type == "mps":
         return True, f"{dtype} autocast on Apple Metal"
     return False, f"autocast is not supported on {device.type}"

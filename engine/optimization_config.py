@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from engine.errors import InvalidRequest
@@ -26,6 +26,8 @@ DECODER_DEFAULTS: dict[str, Any] = {
     "decoder_channels_last": False,
     "decoder_psnr_budget_db": 40.0,
 }
+# Likewise left out while off: the override that lets a setting run although it is expected slower here.
+OVERRIDE_DEFAULTS: dict[str, Any] = {"allow_slower": False}
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune")
 ATTENTION_KERNELS = ("default", "sdpa")
 
@@ -53,6 +55,10 @@ class OptimizationConfig:
         decoder_channels_last: decoder weights and activations in NDHWC (faster oneDNN convolutions on
             x86 CPUs; the streamed decode keeps its stored activations NDHWC too).
         decoder_psnr_budget_db: minimum PSNR of the decoded volume vs the fp32 decode for "mixed".
+        allow_slower: run settings that are expected to be slower than fp32 on this machine (reduced
+            precision without native kernels, or measured slower here by ``volsynth tune``). Without it
+            such a request is refused with the reason; with it the run goes ahead, warns, and its report
+            records the override.
 
     Any decoder setting also computes the decoder's nearest-x2 upsampling convolutions as sub-pixel
     convolutions (the same function in 8/27 of the multiply-adds; the streamed decode always does).
@@ -71,6 +77,7 @@ class OptimizationConfig:
     decoder_quantization: str | None = None
     decoder_channels_last: bool = False
     decoder_psnr_budget_db: float = 40.0
+    allow_slower: bool = False
 
     def __post_init__(self) -> None:
         if self.autocast not in AUTOCAST_DTYPES:
@@ -105,6 +112,8 @@ class OptimizationConfig:
             raise InvalidRequest(
                 f"decoder quantization must be one of int8, mixed or none, got {self.decoder_quantization!r}"
             )
+        if not isinstance(self.allow_slower, bool):
+            raise InvalidRequest(f"allow_slower must be true or false, got {self.allow_slower!r}")
         if not isinstance(self.decoder_channels_last, bool):
             raise InvalidRequest(
                 f"decoder channels-last must be true or false, got {self.decoder_channels_last!r}"
@@ -137,13 +146,20 @@ class OptimizationConfig:
         return self == OptimizationConfig()
 
     @property
+    def settings(self) -> OptimizationConfig:
+        """The same settings without the override: what a run changes, for comparing and measuring."""
+        return replace(self, allow_slower=False)
+
+    @property
     def optimizes_decoder(self) -> bool:
         """Whether any decoder setting asks for a change (the decoder is then prepared on a copy)."""
         return bool(self.decoder_autocast or self.decoder_quantization or self.decoder_channels_last)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every setting, except decoder settings left at their defaults (see ``DECODER_DEFAULTS``)."""
+        """Every setting, except decoder settings and the override left at their defaults."""
         data = asdict(self)
+        if not self.allow_slower:
+            del data["allow_slower"]
         for name, value in DECODER_DEFAULTS.items():
             if data[name] == value and not (
                 name == "decoder_psnr_budget_db" and self.decoder_quantization == "mixed"

@@ -11,6 +11,13 @@ os.environ.setdefault("XDG_DATA_HOME", os.path.join(os.environ.get("TMPDIR", "/t
 os.environ.setdefault(
     "XDG_CONFIG_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-config")
 )
+os.environ.setdefault(
+    "VOLSYNTH_TUNE_DIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-tune")
+)
+# The suite runs reduced precision on tiny models on purpose, on every CPU class: it carries the override
+# that real requests must ask for (engine.optimization.check_combination). Tests of the refusal itself clear
+# it (the ``no_slower_override`` fixture) and feed recorded machine probes.
+os.environ["VOLSYNTH_ALLOW_SLOWER"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,6 +33,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def no_slower_override(monkeypatch):
+    """Requests must ask for the override themselves, as a user's do."""
+    monkeypatch.delenv("VOLSYNTH_ALLOW_SLOWER", raising=False)
 
 
 @pytest.fixture(scope="session")

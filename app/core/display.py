@@ -25,9 +25,12 @@ OPTIMIZATION_LABELS = {
     "decoder_quantization": "Decoder quantization",
     "decoder_channels_last": "Decoder channels-last",
     "decoder_psnr_budget_db": "Decoder PSNR budget",
+    "allow_slower": "Run although slower here",
+    "measured_here": "Measured here",
 }
 
 APPLIED_MARK, NOT_APPLIED_MARK = "\u2713", "\u2013"  # check mark, en dash
+SLOWER_MARK = "\u25bc"  # down-pointing triangle: applies, but expected slower than fp32 on this machine
 
 
 def setting_requested(value: Any) -> bool:
@@ -59,7 +62,11 @@ def optimization_lines(report: Mapping[str, Any]) -> list[str]:
     lines = ["optimization:"]
     for name, entry in requested:
         text = setting_text(name, entry["requested"])
-        if entry.get("applied"):
+        if entry.get("expected_slower"):
+            lines.append(
+                f"  {SLOWER_MARK} {text}: expected slower than fp32 here: {entry['expected_slower']}"
+            )
+        elif entry.get("applied"):
             lines.append(f"  {APPLIED_MARK} {text}")
         else:
             reason = entry.get("reason") or "not applied"

@@ -78,13 +78,22 @@ TIPS = {
     "psnr_budget_db": "Mixed quantization keeps enough layers in float for the final volume to stay above this "
     "PSNR against fp32",
     "streamed_decode": "Decode the latent layer by layer in slabs: the same result, bounded peak memory",
+    "allow_slower": "Run settings that are expected to be slower than fp32 on this machine (reduced precision "
+    "without native kernels, or measured slower here) instead of refusing them; the result records it",
     # The decoder's settings: labels, choices and tips come from the engine, which defines them.
     **{name: info["tip"] for name, info in DECODER_SETTING_INFO.items()},
 }
 CHOICES.update(
     {name: DECODER_SETTING_INFO[name]["choices"] for name in ("decoder_autocast", "decoder_quantization")}
 )
-BOOL_SETTINGS = ("tf32", "channels_last_3d", "cuda_graphs", "streamed_decode", "decoder_channels_last")
+BOOL_SETTINGS = (
+    "tf32",
+    "channels_last_3d",
+    "cuda_graphs",
+    "streamed_decode",
+    "decoder_channels_last",
+    "allow_slower",
+)
 BUDGETS = {"quantization": "psnr_budget_db", "decoder_quantization": "decoder_psnr_budget_db"}
 MARK_COLOURS = {APPLIED_MARK: "#98c379", NOT_APPLIED_MARK: "#e5c07b"}
 

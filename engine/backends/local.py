@@ -10,7 +10,7 @@ from typing import Any
 
 from engine import __version__
 from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
-from engine.backends.provenance import run_provenance
+from engine.backends.provenance import machine_record, run_provenance
 from engine.devices import device_name, resolve_device
 from engine.errors import OutOfMemory
 from engine.models.registry import ModelRegistry
@@ -50,7 +50,7 @@ class LocalBackend:
             name=self.name,
             device=str(self.device),
             device_name=device_name(self.device),
-            details={"platform": platform.platform(), **library_versions()},
+            details={"platform": platform.platform(), **library_versions(), "machine": machine_record()},
         )
 
     def _loaded(self, source):
@@ -70,18 +70,21 @@ class LocalBackend:
         from engine.peak_memory import PeakMemory
         from engine.profiling import KernelProfiler, profiled_steps
         from engine.sampling import denoise, resolve_request
+        from engine.tune_store import load_result
 
         started = time.perf_counter()
         source = self.registry.get(request.model or None)
-        # Validate cheap things before the expensive load so bad input fails fast.
+        # Validate cheap things before the expensive load so bad input fails fast; settings expected slower
+        # than fp32 here (this machine's probe and its measurements of the model) are refused here too.
         resolved, _ = resolve_request(source.spec, request)
-        check_combination(request.optimization, self.device)
+        measured = load_result(source.weights_sha256())
+        check_combination(request.optimization, self.device, measured=measured)
         yield Progress("load", 0, 1, 0.0, f"loading {source.spec.name}")
         load_started = time.perf_counter()
         try:
             model = self._loaded(source)
             load_s = time.perf_counter() - load_started
-            prepared = prepare(model, request.optimization, self.device)
+            prepared = prepare(model, request.optimization, self.device, measured=measured)
             profiler = None
             if request.kernel_profile_steps:
                 profiler = KernelProfiler(

@@ -45,6 +45,8 @@ def run_provenance(
         "backend": backend,
         "device": device,
         "device_name": device_name,
+        # What the hardware can run fast (engine.hardware_probe): a speed figure is only true for its machine.
+        "machine": machine_record(),
         "versions": versions,
         "command": " ".join(sys.argv[:1]),
         "timings": timings,
@@ -52,3 +54,10 @@ def run_provenance(
         # The sampling loop's own peak (weights were loaded and settings applied before it started).
         "memory": memory,
     }
+
+
+def machine_record() -> dict[str, Any]:
+    """This machine's hardware probe as JSON (engine.hardware_probe): info, provenance, measurements."""
+    from engine.hardware_probe import probe_machine
+
+    return probe_machine().to_dict()

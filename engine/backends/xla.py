@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
 from engine.backends.local import library_versions
-from engine.backends.provenance import run_provenance
+from engine.backends.provenance import machine_record, run_provenance
 from engine.errors import InvalidRequest, OutOfMemory
 from engine.models.registry import ModelRegistry
 from engine.xla import PRECISION_MEANING, PRECISIONS
@@ -191,6 +191,7 @@ class XlaBackend:
                 "xla_devices": xla_devices(),
                 "xla_topology": topology_of(jax.devices()),
                 "xla_precision": self.precision,
+                "machine": machine_record(),
             },
         )
 

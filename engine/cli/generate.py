@@ -42,11 +42,29 @@ def register(sub) -> None:
         action="store_true",
         help="exact decode in slabs: same volume, far less memory (large outputs)",
     )
+    opt.add_argument(
+        "--allow-slower",
+        action="store_true",
+        help="run settings expected to be slower than fp32 on this machine (e.g. bf16 on a CPU without "
+        "native bf16) instead of refusing them; the sidecar records the override",
+    )
     add_backend_arguments(parser)
     parser.add_argument(
         "--out", required=True, help="output file, .nii.gz or .nii (a .json sidecar is written too)"
     )
     parser.set_defaults(func=run)
+
+
+def print_prediction(request, device: str) -> None:
+    """What the settings will do on this machine, before anything loads (stderr); refuses what the engine
+    would refuse (settings expected slower here without --allow-slower), so that fails in a second."""
+    import sys
+
+    from engine.cli._settings import prediction_lines
+
+    lines = prediction_lines(request, device)
+    for line in lines:
+        print(line, file=sys.stderr)
 
 
 def run(args) -> int:
@@ -69,11 +87,14 @@ def run(args) -> int:
         quantization=args.quantize,
         psnr_budget_db=args.psnr_budget,
         streamed_decode=args.streamed_decode,
+        allow_slower=args.allow_slower,
     )
     request = request_from_args(args, optimization)
     out = check_output_path(args.out)  # before any heavy work: fail in a second, not after minutes
 
     backend = backend_from_args(args)
+    if not args.server:  # a server predicts (and refuses) with its own probe when the run starts
+        print_prediction(request, args.device)
     from engine.telemetry import Sampler
 
     line = ProgressLine()

@@ -1,0 +1,35 @@
+"""The optimization prediction as the CLI prints it before a run (``generate``, ``compare``)."""
+
+from __future__ import annotations
+
+
+def prediction_lines(request, device: str) -> list[str]:
+    """One line per requested setting: applies, does not apply (why), or expected slower here (why).
+
+    Raises ``InvalidRequest`` where the engine would refuse the run (the same check, made before loading).
+    """
+    from engine.devices import resolve_device
+    from engine.hardware_probe import probe_machine
+    from engine.models.registry import ModelRegistry
+    from engine.optimization import expected_report
+    from engine.tune_store import load_result
+
+    config = request.optimization
+    if config.settings.is_default:
+        return []
+    source = ModelRegistry().get(request.model or None)
+    measured = load_result(source.weights_sha256())
+    resolved = resolve_device(device)
+    report = expected_report(config, resolved, source.spec, measured=measured)
+    lines = [f"settings on {resolved} ({probe_machine().describe()}):"]
+    for name, entry in report.items():
+        requested = entry.get("requested")
+        if requested in (None, False, "default"):
+            continue
+        verdict = "applies" if entry.get("applied") else "does not apply"
+        lines.append(
+            f"  {name} = {requested}: {verdict}" + (f" - {entry['reason']}" if entry.get("reason") else "")
+        )
+        if entry.get("expected_slower"):
+            lines.append(f"  warning: expected slower than fp32 here - {entry['expected_slower']}")
+    return lines
