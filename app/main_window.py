@@ -35,12 +35,14 @@ from PySide6.QtWidgets import (
 
 from app.cohort import install_cohort
 from app.compare import install_compare
+from app.core.measured_settings import MeasuredSettings
 from app.core.recovery import RecoveryStore
 from app.core.session import CONVENTIONS, RENDER_PRESETS, AppState
 from app.core.tissue import OpenedVolume, open_volume, save_volume_files
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry, file_stem
 from app.docks.metrics_dock import MetricsDock
 from app.generation import GenerationController
+from app.generation.tuning import install_tuning
 from app.help import install_help
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
@@ -158,9 +160,11 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._build_toolbar()
         self.vault_controller = install_vault(self)  # Vault dock, menu and auto-lock (app/vault)
-        self.optimization_panel = install_optimization_panel(
-            self
-        )  # Optimization section of the generation panel
+        # What `volsynth tune` measured here for the selected model: the presets are a view of it.
+        self.measured_settings = MeasuredSettings()
+        self.optimization_panel = install_optimization_panel(self, self.measured_settings)
+        # Generate > Measure Settings on This Machine: the measurement, in the background.
+        self.tuning = install_tuning(self, self.measured_settings)
         self.compare = install_compare(
             self
         )  # Generate > Compare Settings: two settings side by side (app/compare)

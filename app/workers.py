@@ -256,3 +256,44 @@ class JobRunner(QObject):
             job.cancel()
         for job in list(self.jobs):
             job.thread.wait(timeout_ms)
+
+
+class GeneratorWorker(QObject):
+    """Drives any engine generator (``Progress`` out, a value returned) in a QThread; cancel closes it there.
+
+    ``make_job`` is called in the worker thread, so the engine imports and starts its work off the UI thread.
+    """
+
+    progressed = Signal(object)
+    finished = Signal(object)
+    failed = Signal(str)
+    cancelled = Signal()
+
+    def __init__(self, make_job: Callable[[], Any]) -> None:
+        super().__init__()
+        self._make_job = make_job
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            job = self._make_job()
+            try:
+                while not self._cancel.is_set():
+                    try:
+                        self.progressed.emit(next(job))
+                    except StopIteration as done:
+                        self.finished.emit(done.value)
+                        return
+            finally:
+                job.close()  # in this thread: the engine's clean-up (child processes...) runs here
+            self.cancelled.emit()
+        except BaseException as exc:  # noqa: BLE001 - everything must reach the user as a message
+            if not isinstance(exc, EngineError):
+                log.error("background job failed:\n%s", traceback.format_exc())
+            self.failed.emit(user_message(exc))
+        finally:
+            QThread.currentThread().quit()

@@ -225,6 +225,15 @@ DECODER_SETTING_INFO: dict[str, dict[str, Any]] = {
 }
 
 
+# The named presets the app offers (app.core.optimization_presets adds their labels); ``volsynth tune``
+# measures each one that can apply here, so the app can say what it measured on this machine.
+NAMED_PRESETS: dict[str, dict[str, Any]] = {
+    "Exact fp32": {},
+    "Fast (GPU)": {"tf32": True, "channels_last_3d": True, "autocast": "bf16", "attention": "sdpa"},
+    "Low memory": {"streamed_decode": True},
+    "Fast decode (CPU)": {"streamed_decode": True, "decoder_autocast": "bf16", "decoder_channels_last": True},
+}
+
 # Settings by name: the rows of ``volsynth bench`` and the choices of ``volsynth compare`` and the app's
 # Compare Settings window. Values are ``OptimizationConfig`` fields.
 NAMED_SETTINGS: dict[str, dict[str, Any]] = {

@@ -72,10 +72,10 @@ class SpeedVerdict:
             f"{self.low:.2f}-{self.high:.2f}x ({self.samples[1]} vs {self.samples[0]} samples): measure more"
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self, what: str = "B", than: str = "A") -> dict:
         data = asdict(self)
         data["samples"] = list(self.samples)
-        data["words"] = self.words()
+        data["words"] = self.words(what, than)
         return data
 
 

@@ -5,16 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from engine.optimization_config import OptimizationConfig
+from engine.optimization_config import NAMED_PRESETS, OptimizationConfig
 
 BLOCK_SOURCE = "optimization"  # the form's block key for refused optimization settings
 DEFAULTS: dict[str, Any] = asdict(OptimizationConfig())  # every field, decoder settings included
-PRESETS: dict[str, dict[str, Any]] = {
-    "Exact fp32": {},
-    "Fast (GPU)": {"tf32": True, "channels_last_3d": True, "autocast": "bf16", "attention": "sdpa"},
-    "Low memory": {"streamed_decode": True},
-    "Fast decode (CPU)": {"streamed_decode": True, "decoder_autocast": "bf16", "decoder_channels_last": True},
-}
+PRESETS: dict[str, dict[str, Any]] = dict(NAMED_PRESETS)
 PRESET_TIPS = {
     "Exact fp32": "Plain fp32 NCDHW eager execution: the reference every other setting is measured against",
     "Fast (GPU)": "TF32, channels-last 3D, bf16 autocast and SDPA attention: the usual speed-ups on NVIDIA GPUs",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -31,10 +32,12 @@ from app.core.display import (
     APPLIED_MARK,
     NOT_APPLIED_MARK,
     OPTIMIZATION_LABELS,
+    SLOWER_MARK,
     optimization_lines,
     setting_requested,
     setting_text,
 )
+from app.core.measured_settings import FASTEST_HERE, MeasuredSettings
 from app.core.optimization_presets import (
     BLOCK_SOURCE,
     CUSTOM,
@@ -95,7 +98,8 @@ BOOL_SETTINGS = (
     "allow_slower",
 )
 BUDGETS = {"quantization": "psnr_budget_db", "decoder_quantization": "decoder_psnr_budget_db"}
-MARK_COLOURS = {APPLIED_MARK: "#98c379", NOT_APPLIED_MARK: "#e5c07b"}
+MARK_COLOURS = {APPLIED_MARK: "#98c379", NOT_APPLIED_MARK: "#e5c07b", SLOWER_MARK: "#e06c75"}
+PRESET_ROLE = Qt.ItemDataRole.UserRole  # the preset's name (the shown text carries what was measured)
 
 
 def _engine_loaded() -> bool:
@@ -105,12 +109,26 @@ def _engine_loaded() -> bool:
 
 
 class OptimizationPanel(QWidget):
-    """Optimization controls with live per-device applicability. Install with ``install_optimization_panel``."""
+    """Optimization controls with live per-device applicability. Install with ``install_optimization_panel``.
 
-    def __init__(self, state: AppState, settings: QSettings, parent: QWidget | None = None) -> None:
+    Signals:
+        measure_requested(): the user asked to measure the settings on this machine (Measure now).
+    """
+
+    measure_requested = Signal()
+    cancel_measure_requested = Signal()
+
+    def __init__(
+        self,
+        state: AppState,
+        settings: QSettings,
+        measured: MeasuredSettings | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.state = state
         self.form = state.form
+        self.measured = measured or MeasuredSettings()
         self.qsettings = settings
         self.report: dict[str, dict[str, Any]] | None = None  # the latest prediction
         self.refused: str = ""  # the engine's message when the combination is refused
@@ -121,15 +139,33 @@ class OptimizationPanel(QWidget):
 
         # -- header: preset, expand arrow, one-line summary, refusal message
         self.preset_box = QComboBox()
-        for name in (*PRESETS, CUSTOM):
-            self.preset_box.addItem(name)
-            self.preset_box.setItemData(
-                self.preset_box.count() - 1,
-                PRESET_TIPS.get(name, "Settings chosen one by one"),
-                Qt.ItemDataRole.ToolTipRole,
-            )
-        self.preset_box.setToolTip("Optimization preset")
+        for name in (FASTEST_HERE, *PRESETS, CUSTOM):
+            self.preset_box.addItem(name, name)
+        self.preset_box.setToolTip("Optimization preset (each says what it measured on this machine)")
         self.preset_box.activated.connect(self._on_preset_box_activated)
+        # What was measured here: the offer to measure, progress and cancel, the floor of "Fastest here".
+        self.measured_label = QLabel()
+        self.measured_label.setObjectName("hint")
+        self.measured_label.setWordWrap(True)
+        self.measure_button = QPushButton("Measure now")
+        self.measure_button.setToolTip(
+            "Measure the settings that can apply here on this model, against fp32 (about 2 minutes, in the "
+            "background; paused while you generate). Generate > Measure Settings on This Machine"
+        )
+        self.measure_button.clicked.connect(self.measure_requested)
+        self.cancel_measure_button = QPushButton("Cancel")
+        self.cancel_measure_button.setToolTip("Stop measuring; nothing is kept")
+        self.cancel_measure_button.clicked.connect(self.cancel_measure_requested)
+        self.floor_spin = QDoubleSpinBox()
+        self.floor_spin.setRange(10.0, 150.0)
+        self.floor_spin.setDecimals(1)
+        self.floor_spin.setSuffix(" dB")
+        self.floor_spin.setPrefix("≥ ")
+        self.floor_spin.setValue(self.measured.min_psnr_db)
+        self.floor_spin.setToolTip(
+            "'Fastest here' picks the fastest measured setting whose volume keeps at least this PSNR against fp32"
+        )
+        self.floor_spin.valueChanged.connect(self._on_floor_spin_changed)
         self.expand_button = QToolButton()
         self.expand_button.setCheckable(True)
         self.expand_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
@@ -210,6 +246,13 @@ class OptimizationPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(5)
         layout.addLayout(top)
+        measured_row = QHBoxLayout()
+        measured_row.setSpacing(6)
+        measured_row.addWidget(self.measured_label, 1)
+        measured_row.addWidget(self.floor_spin)
+        measured_row.addWidget(self.measure_button)
+        measured_row.addWidget(self.cancel_measure_button)
+        layout.addLayout(measured_row)
         layout.addWidget(self.summary)
         layout.addWidget(self.refused_label)
         layout.addWidget(self.body)
@@ -220,6 +263,8 @@ class OptimizationPanel(QWidget):
         self.form.changed.connect(self._on_form_changed)
         state.model_selected.connect(self._on_state_model_selected)
         state.job_changed.connect(self._on_state_job_changed)
+        self.measured.changed.connect(self._on_measured_changed)
+        self._on_measured_changed()
         self.refresh(import_engine=False)
 
     def _add_row(self, grid: QGridLayout, row: int, name: str, widget: QWidget, label: bool = True) -> None:
@@ -269,7 +314,19 @@ class OptimizationPanel(QWidget):
             self._updating = False
 
     def apply_preset(self, name: str) -> None:
+        if name == FASTEST_HERE:
+            values = self.measured.fastest_values()
+            if values is None:  # nothing measured yet: measuring is how this preset comes to exist
+                self.measure_requested.emit()
+                self.refresh()
+                return
+            self.set_values({**DEFAULTS, **values})
+            self.preset_box.setCurrentIndex(self.preset_box.findData(FASTEST_HERE))
+            return
         self.set_values(preset_values(name))
+
+    def current_preset(self) -> str:
+        return str(self.preset_box.currentData())
 
     def device_id(self) -> str:
         return self.form.device
@@ -285,7 +342,7 @@ class OptimizationPanel(QWidget):
         finally:
             self._updating = False
         self._update_budgets(values)
-        self.preset_box.setCurrentText(preset_of(values))
+        self._select_preset(values)
         self.report, refused, self._pending, self._remote = None, "", False, False
         try:
             config = OptimizationConfig.from_dict(values)  # conflicts on every device: no torch needed
@@ -322,9 +379,13 @@ class OptimizationPanel(QWidget):
                 mark.setToolTip("")
                 continue
             symbol = APPLIED_MARK if entry["applied"] else NOT_APPLIED_MARK
+            if entry.get("expected_slower"):
+                symbol = SLOWER_MARK
             mark.setText(symbol)
             mark.setStyleSheet(f"color: {MARK_COLOURS[symbol]}; font-weight: bold; font-size: 11pt;")
             verdict = "Applies" if entry["applied"] else "Does not apply"
+            if entry.get("expected_slower"):
+                verdict = f"Expected slower than fp32 ({entry['expected_slower']}). Applies"
             mark.setToolTip(
                 f"{verdict} on {self._device_text}: {entry['reason']}"
                 if entry["reason"]
@@ -350,7 +411,14 @@ class OptimizationPanel(QWidget):
                     setting_text(n, report[n]["requested"]) for n in requested if not report[n]["applied"]
                 ]
                 text = f"{len(requested) - len(missing)} of {len(requested)} apply on {self._device_text}"
-                self.summary.setText(text + (f"; not: {', '.join(missing)}" if missing else ""))
+                slower = [
+                    setting_text(n, report[n]["requested"])
+                    for n in requested
+                    if report[n].get("expected_slower")
+                ]
+                text += f"; not: {', '.join(missing)}" if missing else ""
+                text += f"; expected slower than fp32 here: {', '.join(slower)}" if slower else ""
+                self.summary.setText(text)
             self.summary.setToolTip("\n".join(optimization_lines(report)))
 
     # -- slots ---------------------------------------------------------------------------------------
@@ -365,8 +433,8 @@ class OptimizationPanel(QWidget):
             self.refresh()
 
     def _on_preset_box_activated(self, index: int) -> None:
-        name = self.preset_box.itemText(index)
-        if name in PRESETS:
+        name = str(self.preset_box.itemData(index))
+        if name == FASTEST_HERE or name in PRESETS:
             self.apply_preset(name)
         else:  # "Custom" is where the controls already are
             self.expand_button.setChecked(True)
@@ -395,15 +463,68 @@ class OptimizationPanel(QWidget):
             self.budget_spins[budget].setEnabled(values[mode] == "mixed" and not self.state.job_running)
             self.labels[budget].setEnabled(self.budget_spins[budget].isEnabled())
 
+    def _select_preset(self, values: dict[str, Any]) -> None:
+        """Show which preset ``values`` are: a named one, "Fastest here" (kept while it still matches), Custom."""
+        fastest = self.measured.fastest_values()
+        matches_fastest = fastest is not None and {**DEFAULTS, **fastest} == values
+        if matches_fastest and self.current_preset() == FASTEST_HERE:
+            return
+        name = preset_of(values)
+        if name == CUSTOM and matches_fastest:
+            name = FASTEST_HERE
+        self.preset_box.setCurrentIndex(self.preset_box.findData(name))
+
+    def _on_measured_changed(self) -> None:
+        """Relabel the presets with what was measured here, and show the offer / progress / summary line."""
+        m = self.measured
+        for index in range(self.preset_box.count()):
+            name = str(self.preset_box.itemData(index))
+            if name == CUSTOM:
+                self.preset_box.setItemText(index, CUSTOM)
+                self.preset_box.setItemData(index, "Settings chosen one by one", Qt.ItemDataRole.ToolTipRole)
+                continue
+            self.preset_box.setItemText(index, m.label(name))
+            tip = PRESET_TIPS.get(name, "The fastest settings measured on this machine for this model")
+            self.preset_box.setItemData(index, f"{tip}\n\n{m.words(name)}", Qt.ItemDataRole.ToolTipRole)
+        local = m.looked_up or m.running
+        self.measured_label.setVisible(local or bool(m.error))
+        self.floor_spin.setVisible(m.measured)
+        self.measure_button.setVisible(not m.running and local)
+        self.cancel_measure_button.setVisible(m.running)
+        if m.running:
+            self.measured_label.setText(f"Measuring on this machine: {m.progress_text}")
+        elif m.error:
+            self.measured_label.setText(m.error)
+        elif m.measured:
+            best = m.fastest()
+            self.measured_label.setText(
+                f"Measured here {str(m.result.get('created', ''))[:10]}: fastest at the floor is "
+                f"{best['name'] if best else 'fp32'} ({best.get('speedup_end_to_end', 1.0):.2f}x fp32 end to end)"
+                if best
+                else "Measured here: nothing ran"
+            )
+            self.measure_button.setText("Measure again")
+        else:
+            self.measured_label.setText(
+                "Settings not measured on this machine for this model yet (about 2 minutes)."
+            )
+            self.measure_button.setText("Measure now")
+        self._select_preset(self.values())
+
+    def _on_floor_spin_changed(self, value: float) -> None:
+        self.measured.set_min_psnr(value)
+        if self.current_preset() == FASTEST_HERE:
+            self.apply_preset(FASTEST_HERE)
+
     def _on_state_job_changed(self, running: bool) -> None:
         for widget in (self.preset_box, *self.checks.values(), *self.combos.values()):
             widget.setEnabled(not running)
         self._update_budgets(self.values())
 
 
-def install_optimization_panel(window) -> OptimizationPanel:
+def install_optimization_panel(window, measured: MeasuredSettings | None = None) -> OptimizationPanel:
     """Give ``window`` (a ``MainWindow``) its Optimization section in the generation panel."""
-    panel = OptimizationPanel(window.state, window.settings)
+    panel = OptimizationPanel(window.state, window.settings, measured)
     window.sampling_panel.add_section("Optimization", panel)
     window.generation.about_to_start.connect(panel.check_before_run)
     return panel

@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "engine.cli.generate",
     "engine.cli.training",
     "engine.cli.bench",
+    "engine.cli.tune",
     "engine.cli.compare",
     "engine.cli.cohort",
     "engine.cli.monitor",

@@ -29,7 +29,7 @@ def _wait_ended(qtbot, window, timeout=120_000) -> str:
 def test_settings_reach_the_request_and_presets_set_them(main_window):
     panel = _panel(main_window)
     assert not panel.body.isVisible()  # compact by default
-    assert panel.preset_box.currentText() == "Exact fp32"
+    assert panel.current_preset() == "Exact fp32"
     assert main_window.state.form.to_request().optimization == OptimizationConfig()
 
     panel.checks["tf32"].setChecked(True)
@@ -38,7 +38,7 @@ def test_settings_reach_the_request_and_presets_set_them(main_window):
     _choose(panel.combos["quantization"], "mixed")
     assert panel.budget_spin.isEnabled()
     panel.budget_spin.setValue(35.0)
-    assert panel.preset_box.currentText() == "Custom"
+    assert panel.current_preset() == "Custom"
     config = main_window.state.form.to_request().optimization
     assert config == OptimizationConfig(tf32=True, autocast="bf16", quantization="mixed", psnr_budget_db=35.0)
 
@@ -46,8 +46,8 @@ def test_settings_reach_the_request_and_presets_set_them(main_window):
     assert main_window.state.form.to_request().optimization == OptimizationConfig(
         tf32=True, channels_last_3d=True, autocast="bf16", attention="sdpa"
     )
-    assert panel.preset_box.currentText() == "Fast (GPU)"
-    panel.preset_box.setCurrentText("Low memory")
+    assert panel.current_preset() == "Fast (GPU)"
+    panel.preset_box.setCurrentIndex(panel.preset_box.findData("Low memory"))
     panel.preset_box.activated.emit(panel.preset_box.currentIndex())  # as a user's pick does
     assert main_window.state.form.to_request().optimization == OptimizationConfig(streamed_decode=True)
 
@@ -134,7 +134,7 @@ def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_setti
     second = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(second)
     panel = _panel(second)
-    assert panel.expand_button.isChecked() and panel.preset_box.currentText() == "Custom"
+    assert panel.expand_button.isChecked() and panel.current_preset() == "Custom"
     assert second.state.form.to_request().optimization == OptimizationConfig(
         attention="sdpa", streamed_decode=True, quantization="mixed", psnr_budget_db=33.0
     )
@@ -163,7 +163,7 @@ def test_the_check_waits_for_torch_at_start_up(
 def test_decoder_settings_have_controls_a_preset_and_reach_the_request(main_window):
     panel = _panel(main_window)
     box = panel.preset_box
-    box.setCurrentIndex(box.findText("Fast decode (CPU)"))
+    box.setCurrentIndex(box.findData("Fast decode (CPU)"))
     box.activated.emit(box.currentIndex())  # what a pick in the combo box sends
     config = main_window.state.form.to_request().optimization
     assert config.streamed_decode and config.decoder_autocast == "bf16" and config.decoder_channels_last
@@ -174,7 +174,68 @@ def test_decoder_settings_have_controls_a_preset_and_reach_the_request(main_wind
     # the decoder's PSNR budget is editable only with mixed decoder quantization
     assert not panel.budget_spins["decoder_psnr_budget_db"].isEnabled()
     _choose(panel.combos["decoder_quantization"], "mixed")
-    assert panel.budget_spins["decoder_psnr_budget_db"].isEnabled() and box.currentText() == "Custom"
+    assert panel.budget_spins["decoder_psnr_budget_db"].isEnabled() and panel.current_preset() == "Custom"
     panel.budget_spins["decoder_psnr_budget_db"].setValue(45.0)
     config = main_window.state.form.to_request().optimization
     assert config.decoder_quantization == "mixed" and config.decoder_psnr_budget_db == 45.0
+
+
+def test_presets_come_from_what_was_measured_on_this_machine(qtbot, main_window, tmp_path, monkeypatch):
+    """First use offers the measurement; Measure now runs `volsynth tune` in the background; the presets then
+    say what they measured here, and Fastest here applies the recommendation."""
+    from app.generation.tuning import TuneController
+
+    monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(tmp_path / "tune"))
+    monkeypatch.setattr(TuneController, "ROWS", ["preset:Low memory"])  # fp32 + one row: a short test
+    monkeypatch.setattr(TuneController, "BUDGET_S", 1.0)
+    window, panel, measured = main_window, _panel(main_window), main_window.measured_settings
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    qtbot.waitUntil(lambda: measured.looked_up and measured.model_id == "tiny-latent", timeout=30_000)
+    assert not measured.measured
+    assert "not measured on this machine" in panel.measured_label.text()
+    assert panel.measure_button.isVisible() and panel.measure_button.text() == "Measure now"
+    assert "not measured here" in panel.preset_box.itemText(panel.preset_box.findData("Low memory"))
+
+    qtbot.mouseClick(panel.measure_button, Qt.MouseButton.LeftButton)
+    assert measured.running and panel.cancel_measure_button.isVisible()
+    qtbot.waitUntil(lambda: not measured.running and window.tuning.job is None, timeout=180_000)
+    assert measured.measured and not measured.error, measured.error
+    low = panel.preset_box.itemText(panel.preset_box.findData("Low memory"))
+    assert "x fp32 here" in low
+    tip = panel.preset_box.itemData(panel.preset_box.findData("Low memory"), Qt.ItemDataRole.ToolTipRole)
+    assert "Measured on this machine" in tip and "PSNR" in tip
+    gpu = panel.preset_box.findData("Fast (GPU)")
+    assert "not measured here" in panel.preset_box.itemText(gpu)
+    assert "TF32" in panel.preset_box.itemData(gpu, Qt.ItemDataRole.ToolTipRole)
+    assert panel.measure_button.text() == "Measure again" and panel.floor_spin.isVisible()
+
+    index = panel.preset_box.findData("Fastest here")
+    panel.preset_box.setCurrentIndex(index)
+    panel.preset_box.activated.emit(index)
+    best = measured.fastest()
+    assert best["name"] in ("fp32", "preset:Low memory")
+    expected = OptimizationConfig.from_dict(best["config"])
+    assert window.state.form.to_request().optimization == expected
+
+
+def test_measuring_is_reachable_by_shortcut_and_cancel_keeps_nothing(
+    qtbot, main_window, tmp_path, monkeypatch
+):
+    from PySide6.QtGui import QKeySequence
+
+    from app.generation.tuning import TUNE_SHORTCUT
+
+    monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(tmp_path / "tune"))
+    window, measured = main_window, main_window.measured_settings
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    qtbot.waitUntil(lambda: measured.looked_up, timeout=30_000)
+    assert window.tuning.action.shortcut() == QKeySequence(TUNE_SHORTCUT)
+    qtbot.keyClick(
+        window, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
+    assert window.tuning.job is not None and window.tuning.cancel_action.isEnabled()
+    qtbot.waitUntil(lambda: "preparing" in measured.progress_text, timeout=60_000)
+    window.tuning.cancel_action.trigger()
+    qtbot.waitUntil(lambda: window.tuning.job is None, timeout=60_000)
+    assert not measured.running and not measured.measured
+    assert not any((tmp_path / "tune").rglob("*.json"))

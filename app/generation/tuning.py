@@ -1,0 +1,153 @@
+"""Generate > Measure Settings on This Machine (Ctrl+Shift+M): ``volsynth tune`` in the background.
+
+Looks up what was measured for the selected model on this machine whenever the model changes (the
+``MeasuredSettings`` model the Optimization panel's presets are a view of), offers the measurement the first
+time a model is used here, runs it in a worker thread with progress and cancel, and pauses it while a
+generation runs (the measurement would slow the generation and the generation would spoil the timings).
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+
+from app.core.measured_settings import MeasuredSettings
+from app.workers import GeneratorWorker
+
+TUNE_SHORTCUT = "Ctrl+Shift+M"
+JOB_NAME = "tune"
+
+
+def _lookup(source):
+    """The stored result for ``source`` on this machine (imports torch for the probe: a worker thread)."""
+    from engine.tune_store import load_result
+
+    return load_result(source.weights_sha256())
+
+
+def _tune_job(source, device: str, budget_s: float, pause: threading.Event, rows):
+    from engine.bench.tune import tune
+
+    return tune(str(source.path), device, budget_s=budget_s, rows=rows, should_pause=pause.is_set)
+
+
+class TuneController:
+    """Owns the measuring job and keeps ``measured`` in step with the selected model."""
+
+    BUDGET_S = 120.0
+    ROWS: list[str] | None = None  # every candidate row (tests measure fewer on their tiny models)
+
+    def __init__(self, window, measured: MeasuredSettings) -> None:
+        self.window, self.state, self.measured = window, window.state, measured
+        self.job = None
+        self._pause = threading.Event()  # set while a generation runs: the tuner waits between its runs
+        self.action = window.make_action(
+            "&Measure Settings on This Machine...",
+            self.start,
+            TUNE_SHORTCUT,
+            "Measure which optimization settings pay for this model on this machine (about 2 minutes, in "
+            "the background); the presets then show what was measured here",
+        )
+        self.cancel_action = window.make_action("Cancel Measuring", self.cancel)
+        self.cancel_action.setEnabled(False)
+        window.generate_menu.addSeparator()
+        window.generate_menu.addAction(self.action)
+        window.generate_menu.addAction(self.cancel_action)
+        window.optimization_panel.measure_requested.connect(self.start)
+        window.optimization_panel.cancel_measure_requested.connect(self.cancel)
+        self.state.model_selected.connect(self._on_state_model_selected)
+        self.state.job_changed.connect(self._on_state_job_changed)
+        self.state.form.changed.connect(self._on_form_changed)
+        self._on_state_model_selected(self.state.selected_model)
+
+    def _local_source(self):
+        source = self.state.selected_model
+        if source is None or self.state.form.remote or not hasattr(source, "weights_sha256"):
+            return None
+        return source
+
+    def start(self) -> None:
+        source = self._local_source()
+        if source is None:
+            self.window.show_status("Measuring runs on this machine: choose a local model and device first")
+            return
+        if self.job is not None:
+            return
+        self.measured.set_running(True, "starting\u2026")
+        worker = GeneratorWorker(
+            partial(_tune_job, source, self.state.form.device, self.BUDGET_S, self._pause, self.ROWS)
+        )
+        self.job = self.window.runner.start(
+            JOB_NAME,
+            worker,
+            progressed=self._on_job_progressed,
+            finished=partial(self._on_job_finished, source.spec.id),
+            failed=self._on_job_failed,
+            cancelled=self._on_job_cancelled,
+            ended=self._on_job_ended,
+        )
+        self.action.setEnabled(False)
+        self.cancel_action.setEnabled(True)
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.measured.set_running(True, "cancelling (ending the measuring processes)\u2026")
+            self.job.cancel()
+
+    # -- job events (GUI thread) ----------------------------------------------------------------------
+
+    def _on_job_progressed(self, progress) -> None:
+        self.measured.set_running(True, f"{progress.message} \u00b7 {progress.elapsed_s:.0f} s")
+
+    def _on_job_finished(self, model_id: str, result) -> None:
+        self.measured.set_running(False)
+        self.measured.set_result(model_id, result)
+        best = self.measured.fastest()
+        self.window.show_status(
+            f"Measured {len(result['rows'])} settings in {result['method']['wall_s']:.0f} s; fastest here: "
+            f"{best['name'] if best else 'fp32'}"
+        )
+
+    def _on_job_failed(self, message: str) -> None:
+        self.measured.set_error(f"Measuring failed: {message}")
+
+    def _on_job_cancelled(self) -> None:
+        self.measured.set_running(False, "")
+        self.window.show_status("Measuring cancelled; nothing was kept")
+
+    def _on_job_ended(self) -> None:
+        self.job = None
+        self.action.setEnabled(True)
+        self.cancel_action.setEnabled(False)
+        if self.measured.running:
+            self.measured.set_running(False)
+
+    # -- keeping the lookup current -------------------------------------------------------------------
+
+    def _on_state_model_selected(self, _source) -> None:
+        source = self._local_source()
+        if source is None:
+            self.measured.forget()
+            return
+        self.window.runner.run_task(
+            "tune-lookup", _lookup, source, finished=partial(self._on_lookup_finished, source.spec.id)
+        )
+
+    def _on_lookup_finished(self, model_id: str, result) -> None:
+        selected = self.state.selected_model
+        if selected is not None and selected.spec.id == model_id:
+            self.measured.set_result(model_id, result)
+
+    def _on_form_changed(self, name: str) -> None:
+        if name == "device":
+            self._on_state_model_selected(self.state.selected_model)
+
+    def _on_state_job_changed(self, running: bool) -> None:
+        if running:
+            self._pause.set()
+        else:
+            self._pause.clear()
+
+
+def install_tuning(window, measured: MeasuredSettings) -> TuneController:
+    return TuneController(window, measured)

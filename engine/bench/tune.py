@@ -1,0 +1,512 @@
+"""``volsynth tune``: measure, on the user's model and this machine, which settings pay; keep the answer.
+
+What is fast depends on the machine (bf16 that doubles the speed on one CPU runs 100x slower on another),
+so the app's presets are a view of measurements made here, never of one machine's constants.
+
+How it measures (built on :mod:`engine.bench.runner`: the same timed proxy, one process per row):
+
+1. Candidate settings for this device come from :func:`candidate_rows`; settings the optimization report
+   predicts not to apply, or to run slower than fp32 (:mod:`engine.hardware_probe`), are listed as not
+   measured, with the reason, instead of being run (a 60x slower row would eat the whole budget).
+2. Each row gets its own worker process (``python -m engine.bench.tune --worker``), which loads the model,
+   prepares the settings once (calibration, mixed search, compiles: the *one-off* cost, timed and reported
+   apart) and then, on each request, runs the one sampling loop for a few steps at the model's default
+   guidance from the same seed and noise and decodes the result.
+3. Rounds interleave the rows (the order rotates every round), so a busy spell on this shared machine hits
+   every row alike. After each round the noise rule (:mod:`engine.speed_verdict`) compares every row with fp32
+   on the per-round end-to-end estimate; rounds go on until every row is decided or the time budget would
+   be exceeded.
+4. Per row: U-Net step time (median, IQR; the warm-up step of each run excluded), decode time, an
+   end-to-end estimate for a default generation (the model's default steps x the step time + the decode;
+   one-off costs apart), its peak memory, and PSNR/SSIM of its volume against fp32's.
+
+The result is kept per machine fingerprint, model and library versions (:mod:`engine.tune_store`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Generator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.api import Progress
+from engine.errors import InvalidRequest
+
+DEFAULT_BUDGET_S = 120.0
+DEFAULT_STEPS = 4  # per measured run: the first warms up, the rest are timed
+MIN_ROUNDS = 3
+MAX_ROUNDS = 12
+TUNE_STAGE = "tune"
+
+# Candidate rows: (name, settings, why it is worth measuring). Presets of the app are measured under their
+# own names so the app can label each one measured-here.
+CPU_CANDIDATES: list[tuple[str, dict[str, Any]]] = [
+    ("fp32", {}),
+    (
+        "int8+sdpa+streamed+dec:int8-cl",
+        {
+            "quantization": "int8",
+            "attention": "sdpa",
+            "streamed_decode": True,
+            "decoder_quantization": "int8",
+            "decoder_channels_last": True,
+        },
+    ),
+    (
+        "bf16+sdpa+streamed+dec:bf16-cl",
+        {
+            "autocast": "bf16",
+            "attention": "sdpa",
+            "streamed_decode": True,
+            "decoder_autocast": "bf16",
+            "decoder_channels_last": True,
+        },
+    ),
+    (
+        "int8+sdpa+streamed+dec:bf16-cl",
+        {
+            "quantization": "int8",
+            "attention": "sdpa",
+            "streamed_decode": True,
+            "decoder_autocast": "bf16",
+            "decoder_channels_last": True,
+        },
+    ),
+]
+CUDA_CANDIDATES: list[tuple[str, dict[str, Any]]] = [
+    ("fp32", {}),
+    ("tf32+cl", {"tf32": True, "channels_last_3d": True}),
+    ("tf32+cl+sdpa", {"tf32": True, "channels_last_3d": True, "attention": "sdpa"}),
+    ("bf16+sdpa+cl", {"autocast": "bf16", "attention": "sdpa", "channels_last_3d": True}),
+    ("bf16+sdpa+streamed", {"autocast": "bf16", "attention": "sdpa", "streamed_decode": True}),
+]
+
+
+def preset_rows() -> list[tuple[str, dict[str, Any]]]:
+    """The app's named presets (app.core.optimization_presets mirrors these names), as rows."""
+    from engine.optimization_config import NAMED_PRESETS
+
+    return [(f"preset:{name}", values) for name, values in NAMED_PRESETS.items() if values]
+
+
+def candidate_rows(device, spec, probe=None) -> tuple[list[tuple[str, dict]], list[dict[str, str]]]:
+    """(rows to measure, rows left out with the reason) for ``device`` and the model ``spec``."""
+    from engine.optimization import expected_report, slower_here
+    from engine.optimization_config import OptimizationConfig
+
+    base = CUDA_CANDIDATES if device.type == "cuda" else CPU_CANDIDATES
+    rows, skipped, seen = [], [], set()
+    for name, values in [*base, *preset_rows()]:
+        config = OptimizationConfig.from_dict(values)
+        key = json.dumps(config.to_dict(), sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        slower = slower_here(config, device, probe=probe)  # whatever override the process carries
+        if slower:
+            reason = "expected slower than fp32 here - " + "; ".join(why for _, why in slower)
+            skipped.append({"name": name, "config": values, "reason": reason})
+            continue
+        try:
+            report = expected_report(config, device, spec, probe=probe)
+        except InvalidRequest as exc:
+            skipped.append({"name": name, "config": values, "reason": str(exc)})
+            continue
+        missing = [
+            f"{setting}: {entry['reason']}"
+            for setting, entry in report.items()
+            if entry.get("requested") not in (None, False, "default") and not entry.get("applied")
+        ]
+        if missing:
+            skipped.append(
+                {"name": name, "config": values, "reason": "does not apply here - " + "; ".join(missing)}
+            )
+            continue
+        rows.append((name, values))
+    return rows, skipped
+
+
+# -- worker: one row, prepared once, run on request ---------------------------------------------------------
+
+
+def worker_main() -> int:
+    """``python -m engine.bench.tune --worker``: JSON commands on stdin, one JSON answer line each on stdout."""
+    import torch
+
+    from engine.bench.runner import _Timed
+    from engine.devices import resolve_device
+    from engine.models.registry import ModelRegistry
+    from engine.optimization import OptimizationConfig, prepare
+    from engine.peak_memory import peak_rss_bytes
+    from engine.sampling import denoise
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # anything a library prints must not corrupt the answers
+    state: dict[str, Any] = {}
+    for line in sys.stdin:
+        command = json.loads(line)
+        try:
+            if command["cmd"] == "prepare":
+                if command.get("threads"):
+                    torch.set_num_threads(int(command["threads"]))
+                device = resolve_device(command["device"])
+                started = time.perf_counter()
+                source = ModelRegistry().get(command["model"])
+                model = source.load().to(device)
+                load_s = time.perf_counter() - started
+                config = OptimizationConfig.from_dict({**command["config"], "allow_slower": True})
+                started = time.perf_counter()
+                prepared = prepare(model, config, device, use_cache=False)
+                state.update(source=source, device=device, prepared=prepared, config=config)
+                answer = {
+                    "load_s": load_s,
+                    "prepare_s": time.perf_counter() - started,
+                    "report": prepared.report,
+                    "details": prepared.details,
+                }
+            elif command["cmd"] == "run":
+                from engine.api import SamplingRequest
+
+                source, device, prepared = state["source"], state["device"], state["prepared"]
+                timed = _Timed(prepared, device, skip_decode=False)
+                request = SamplingRequest(
+                    model=str(source.path),
+                    steps=int(command["steps"]),
+                    seed=int(command["seed"]),
+                    optimization=state["config"],
+                )
+                started = time.perf_counter()
+                job = denoise(timed, source.spec, request, device)
+                try:
+                    while True:
+                        next(job)
+                except StopIteration as done:
+                    loop = done.value
+                finally:
+                    job.close()
+                answer = {
+                    "step_s": loop.step_times_s,
+                    "decode_s": timed.decode_s,
+                    "wall_s": time.perf_counter() - started,
+                    "peak_rss_bytes": peak_rss_bytes(),
+                }
+                if command.get("save"):
+                    np.save(command["save"], loop.volumes[:, :1].float().numpy())
+            elif command["cmd"] == "quit":
+                return 0
+            else:
+                answer = {"error": f"unknown command {command['cmd']!r}"}
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as this row's error
+            answer = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+        out.write(json.dumps(answer, default=str) + "\n")
+        out.flush()
+    return 0
+
+
+class _RowWorker:
+    """The parent's handle on one row's worker process."""
+
+    def __init__(self, name: str, values: dict[str, Any]):
+        self.name, self.values = name, values
+        env = {**os.environ, "VOLSYNTH_ALLOW_SLOWER": "1", "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.bench.tune", "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self.prepared: dict[str, Any] | None = None
+        self.runs: list[dict[str, Any]] = []
+        self.error: str | None = None
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(command) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, OSError) as exc:
+            return {"error": f"the row's process ended ({exc})"}
+        if not line:
+            return {"error": f"the row's process ended (exit {self.proc.poll()})"}
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.ask({"cmd": "quit"})
+                self.proc.wait(timeout=5)
+            except (subprocess.TimeoutExpired, ValueError, OSError):
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- parent: rounds, verdicts, the stored result ------------------------------------------------------------
+
+
+def tune(
+    model: str = "",
+    device: str = "auto",
+    *,
+    budget_s: float = DEFAULT_BUDGET_S,
+    steps: int = DEFAULT_STEPS,
+    seed: int = 0,
+    rows: list[str] | None = None,
+    out_dir: Path | None = None,
+    should_pause: Callable[[], bool] | None = None,
+    save: bool = True,
+) -> Generator[Progress, None, dict[str, Any]]:
+    """Measure the candidate settings (module docstring); yields Progress, returns the result (also stored).
+
+    Close the generator to cancel: every row process is ended. ``should_pause`` (polled between runs)
+    holds the measurement while it returns True, e.g. while the user generates.
+    """
+    import tempfile
+
+    from engine import tune_store
+    from engine.bench.metrics import compare as volume_distance
+    from engine.devices import resolve_device
+    from engine.hardware_probe import probe_machine
+    from engine.models.registry import ModelRegistry
+    from engine.speed_verdict import speed_verdict
+
+    if steps < 2:
+        raise InvalidRequest("tune needs at least 2 steps per run (the first warms up)")
+    if budget_s <= 0:
+        raise InvalidRequest("the time budget must be a positive number of seconds")
+    started = time.perf_counter()
+    torch_device = resolve_device(device)
+    source = ModelRegistry().get(model or None)
+    spec = source.spec
+    probe = probe_machine()
+    measured_rows, skipped = candidate_rows(torch_device, spec, probe)
+    if rows:
+        unknown = [r for r in rows if r not in {n for n, _ in measured_rows} | {s["name"] for s in skipped}]
+        if unknown:
+            raise InvalidRequest(
+                f"unknown tune row(s) {unknown}; known: {', '.join(n for n, _ in measured_rows)}"
+            )
+        measured_rows = [(n, v) for n, v in measured_rows if n in rows or n == "fp32"]
+    default_steps = spec.default_steps
+    folder = Path(out_dir or tempfile.mkdtemp(prefix="volsynth-tune-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    threads = probe.cpu.logical_cores if torch_device.type == "cpu" else None
+
+    def progress(done: float, total: float, message: str) -> Progress:
+        return Progress(TUNE_STAGE, int(done), int(total), time.perf_counter() - started, message)
+
+    workers: list[_RowWorker] = []
+    try:
+        # 1. Start and prepare every row (one-off costs), fp32 first: it is the yardstick.
+        total_prep = len(measured_rows)
+        for index, (name, values) in enumerate(measured_rows):
+            yield progress(index, total_prep, f"preparing {name} ({index + 1}/{total_prep})")
+            worker = _RowWorker(name, values)
+            workers.append(worker)
+            answer = worker.ask(
+                {
+                    "cmd": "prepare",
+                    "model": str(source.path),
+                    "device": str(torch_device),
+                    "config": values,
+                    "threads": threads,
+                }
+            )
+            if "error" in answer:
+                worker.error = answer["error"]
+                worker.close()
+            else:
+                worker.prepared = answer
+            if name == "fp32" and worker.error:
+                raise InvalidRequest(f"the fp32 reference could not run here: {worker.error}")
+        live = [w for w in workers if w.error is None]
+        # 2. Rounds, interleaved, until the noise rule decides every row or the budget runs out.
+        round_s = 0.0
+        rounds = 0
+        while rounds < MAX_ROUNDS:
+            # The noise rule needs MIN_ROUNDS samples a row to decide anything: those always run.
+            if rounds >= MIN_ROUNDS and (
+                _all_decided(live, default_steps) or time.perf_counter() - started + round_s > budget_s
+            ):
+                break
+            round_started = time.perf_counter()
+            order = live[rounds % len(live) :] + live[: rounds % len(live)]
+            for position, worker in enumerate(order):
+                while should_pause is not None and should_pause():
+                    yield progress(rounds, MAX_ROUNDS, "paused while a generation runs")
+                    time.sleep(0.25)
+                yield progress(
+                    rounds * len(order) + position,
+                    MAX_ROUNDS * len(order),
+                    f"round {rounds + 1}: {worker.name}",
+                )
+                save_to = folder / f"{_safe(worker.name)}.npy" if rounds == 0 else None
+                answer = worker.ask(
+                    {"cmd": "run", "steps": steps, "seed": seed, "save": str(save_to) if save_to else None}
+                )
+                if "error" in answer:
+                    worker.error = answer["error"]
+                else:
+                    worker.runs.append(answer)
+            live = [w for w in live if w.error is None]
+            rounds += 1
+            round_s = time.perf_counter() - round_started
+    finally:
+        for worker in workers:
+            worker.close()
+
+    # 3. Summarise against fp32.
+    fp32 = next(w for w in workers if w.name == "fp32")
+    if not fp32.runs:
+        raise InvalidRequest(
+            f"the fp32 reference did not complete a run: {fp32.error or 'time budget too small'}"
+        )
+    reference = np.load(folder / "fp32.npy")
+    fp32_e2e = _e2e_samples(fp32, default_steps)
+    fp32_steps = _step_samples(fp32)
+    fp32_decode = [r["decode_s"] for r in fp32.runs]
+    results = []
+    for worker in workers:
+        if worker.error and not worker.runs:
+            results.append({"name": worker.name, "config": worker.values, "error": worker.error})
+            continue
+        e2e, step_samples, decode = (
+            _e2e_samples(worker, default_steps),
+            _step_samples(worker),
+            [r["decode_s"] for r in worker.runs],
+        )
+        volume_file = folder / f"{_safe(worker.name)}.npy"
+        distance = volume_distance(reference, np.load(volume_file)) if volume_file.is_file() else {}
+        results.append(
+            {
+                "name": worker.name,
+                "config": worker.values,
+                "runs": len(worker.runs),
+                "step_ms_median": 1e3 * float(np.median(step_samples)),
+                "step_ms_iqr": 1e3 * _iqr(step_samples),
+                "decode_s_median": float(np.median(decode)),
+                "decode_s_iqr": _iqr(decode),
+                "end_to_end_s": float(np.median(e2e)),
+                "end_to_end_s_iqr": _iqr(e2e),
+                "one_off_s": worker.prepared["prepare_s"] if worker.prepared else None,
+                "load_s": worker.prepared["load_s"] if worker.prepared else None,
+                "peak_rss_bytes": max(r["peak_rss_bytes"] for r in worker.runs),
+                "step_verdict": speed_verdict(fp32_steps, step_samples).to_dict("its U-Net step", "fp32's"),
+                "decode_verdict": speed_verdict(fp32_decode, decode).to_dict("its decode", "fp32's"),
+                "end_to_end_verdict": speed_verdict(fp32_e2e, e2e).to_dict("it", "fp32"),
+                "speedup_end_to_end": float(np.median(fp32_e2e) / np.median(e2e)),
+                "report": worker.prepared["report"] if worker.prepared else {},
+                **distance,
+                **({"error": worker.error} if worker.error else {}),
+            }
+        )
+    versions = tune_store.current_versions()
+    result = {
+        "format": tune_store.TUNE_FORMAT,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "fingerprint": probe.fingerprint(),
+        "machine": probe.to_dict(),
+        "machine_words": probe.describe(),
+        "model": {"id": spec.id, "name": spec.name, "key": tune_store.model_key(source.weights_sha256())},
+        "versions": versions,
+        "versions_key": tune_store.versions_key(versions),
+        "device": str(torch_device),
+        "method": {
+            "steps_per_run": steps,
+            "warmup_steps": 1,
+            "rounds": rounds,
+            "seed": seed,
+            "guidance_scale": spec.default_guidance_scale if spec.supports_guidance else 1.0,
+            "default_steps": default_steps,
+            "end_to_end": f"{default_steps} x the mean timed step of a run + that run's decode; load and one-off "
+            "costs (calibration, compiles) apart",
+            "budget_s": budget_s,
+            "wall_s": time.perf_counter() - started,
+        },
+        "rows": results,
+        "not_measured": skipped,
+    }
+    best = tune_store.recommendation(result)
+    result["recommended"] = best["name"] if best else None
+    if save:
+        result["path"] = str(tune_store.save_result(result))
+    return result
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+def _iqr(values) -> float:
+    return float(np.subtract(*np.percentile(values, [75, 25]))) if len(values) else 0.0
+
+
+def _step_samples(worker: _RowWorker) -> list[float]:
+    return [s for run in worker.runs for s in run["step_s"][1:]]
+
+
+def _e2e_samples(worker: _RowWorker, default_steps: int) -> list[float]:
+    """One estimate per run: a default generation's steps at this run's mean timed step, plus its decode."""
+    return [default_steps * float(np.mean(run["step_s"][1:])) + run["decode_s"] for run in worker.runs]
+
+
+def _all_decided(workers: list[_RowWorker], default_steps: int) -> bool:
+    from engine.speed_verdict import speed_verdict
+
+    fp32 = next((w for w in workers if w.name == "fp32"), None)
+    if fp32 is None:
+        return True
+    reference = _e2e_samples(fp32, default_steps)
+    return all(
+        speed_verdict(reference, _e2e_samples(w, default_steps)).decided for w in workers if w is not fp32
+    )
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """The tune table for terminals."""
+    header = (
+        f"{'row':34s} {'step ms':>8s} {'IQR':>6s} {'decode s':>8s} {'e2e s':>7s} {'x fp32':>7s} "
+        f"{'verdict':>9s} {'PSNR dB':>8s} {'one-off s':>9s} {'peak GiB':>8s}"
+    )
+    lines = [f"tune: {result['model']['name']} on {result['machine_words']}", header, "-" * len(header)]
+    for row in result["rows"]:
+        if "step_ms_median" not in row:
+            lines.append(f"{row['name']:34s} ERROR {row.get('error')}")
+            continue
+        psnr = row.get("psnr_db")
+        psnr_text = (
+            "exact" if psnr is not None and np.isinf(psnr) else f"{psnr:.1f}" if psnr is not None else "-"
+        )
+        mark = "  <- recommended" if row["name"] == result.get("recommended") else ""
+        lines.append(
+            f"{row['name']:34s} {row['step_ms_median']:8.1f} {row['step_ms_iqr']:6.1f} {row['decode_s_median']:8.2f} "
+            f"{row['end_to_end_s']:7.1f} {row['speedup_end_to_end']:7.2f} {row['end_to_end_verdict']['verdict']:>9s} "
+            f"{psnr_text:>8s} {row['one_off_s'] or 0:9.1f} {row['peak_rss_bytes'] / 2**30:8.2f}{mark}"
+        )
+    for row in result["not_measured"]:
+        lines.append(f"{row['name']:34s} not measured: {row['reason'][:160]}")
+    method = result["method"]
+    lines.append(
+        f"{method['rounds']} interleaved round(s) of {method['steps_per_run']} steps (1 warm-up) per row, "
+        f"guidance {method['guidance_scale']:g}; e2e = {method['end_to_end']}; verdicts by the noise rule "
+        f"(engine.speed_verdict); {method['wall_s']:.0f} s of a {method['budget_s']:.0f} s budget"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        sys.exit(worker_main())
+    sys.exit("usage: python -m engine.bench.tune --worker (started by volsynth tune)")

@@ -1,0 +1,137 @@
+"""volsynth tune: real row processes on the tiny model, the stored result, and what it decides."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from engine import tune_store
+from engine.api import run
+from engine.bench.tune import candidate_rows, format_result, tune
+from engine.errors import InvalidRequest
+from engine.hardware_probe import MachineProbe
+from engine.optimization import check_combination, expected_report
+from engine.optimization_config import OptimizationConfig
+
+from .test_hardware_probe import PROBES
+
+
+@pytest.fixture
+def tune_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(tmp_path / "tune"))
+    return tmp_path / "tune"
+
+
+@pytest.fixture(scope="module")
+def tuned(tiny_models_dir, tmp_path_factory):
+    """One real measurement of fp32 and the Low memory preset on the tiny latent model (kept in a temp store)."""
+    import os
+
+    folder = tmp_path_factory.mktemp("tune")
+    os.environ["VOLSYNTH_TUNE_DIR"] = str(folder)
+    try:
+        progress = []
+        result = run(
+            tune(
+                str(tiny_models_dir / "tiny-latent"), "cpu", budget_s=5, steps=3, rows=["preset:Low memory"]
+            ),
+            on_progress=progress.append,
+        )
+    finally:
+        del os.environ["VOLSYNTH_TUNE_DIR"]
+    return result, progress, folder
+
+
+def test_tune_measures_rows_side_by_side_and_keeps_the_result(tuned, tiny_models_dir, monkeypatch):
+    result, progress, folder = tuned
+    names = [row["name"] for row in result["rows"]]
+    assert names == ["fp32", "preset:Low memory"]
+    assert result["method"]["rounds"] >= 3  # the noise rule needs three samples a row
+    assert any("round 3" in p.message for p in progress) and progress[0].message.startswith("preparing fp32")
+    fp32, streamed = result["rows"]
+    assert math.isinf(fp32["psnr_db"]) and fp32["speedup_end_to_end"] == 1.0
+    assert streamed["psnr_db"] > 60  # the streamed decode is exact up to float reordering
+    for row in result["rows"]:
+        assert row["runs"] == result["method"]["rounds"]
+        assert row["step_ms_median"] > 0 and row["decode_s_median"] > 0 and row["peak_rss_bytes"] > 0
+        assert row["end_to_end_verdict"]["verdict"] in ("faster", "slower", "same", "undecided")
+    assert result["recommended"] in names
+    assert "Fast (GPU)" not in json.dumps(result["rows"])  # TF32 does not apply on a CPU: not measured
+    assert any(r["name"] == "preset:Fast (GPU)" and "TF32" in r["reason"] for r in result["not_measured"])
+    # Kept per machine fingerprint, model and versions: the lookup finds it, another machine does not.
+    from engine.models.registry import ModelRegistry
+
+    monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(folder))
+    sha = ModelRegistry([tiny_models_dir]).get("tiny-latent").weights_sha256()
+    assert tune_store.load_result(sha)["created"] == result["created"]
+    assert tune_store.load_result(sha, fingerprint="another-machine") is None
+    assert tune_store.load_result(sha, versions={"torch": "0.0"}) is None
+    table = format_result(result)
+    assert "fp32" in table and "not measured" in table and "noise rule" in table
+
+
+def test_a_row_measured_slower_here_is_refused_and_never_recommended(tuned, no_slower_override):
+    result, _, _ = tuned
+    slow = copy.deepcopy(result)
+    row = next(r for r in slow["rows"] if r["name"] == "preset:Low memory")
+    row["end_to_end_verdict"] = {**row["end_to_end_verdict"], "verdict": "slower", "ratio": 0.5}
+    row["end_to_end_s"] = 0.001  # even if it looked fastest, a slower verdict rules it out
+    config = OptimizationConfig(streamed_decode=True)
+    with pytest.raises(InvalidRequest, match="measured 0.50x fp32's speed end to end on this machine"):
+        check_combination(config, torch.device("cpu"), measured=slow)
+    assert tune_store.recommendation(slow)["name"] == "fp32"
+    report = expected_report(
+        OptimizationConfig(streamed_decode=True, allow_slower=True), "cpu", measured=slow
+    )
+    assert report["measured_here"]["applied"] is False and report["allow_slower"]["applied"]
+
+
+def test_recommendation_takes_the_fastest_clearly_faster_row_above_the_floor():
+    def row(name, e2e, verdict, psnr):
+        return {
+            "name": name,
+            "config": {},
+            "end_to_end_s": e2e,
+            "end_to_end_verdict": {"verdict": verdict},
+            "psnr_db": psnr,
+        }
+
+    result = {
+        "rows": [
+            row("fp32", 10.0, "same", math.inf),
+            row("fast-but-lossy", 2.0, "faster", 30.0),
+            row("fast", 4.0, "faster", 44.0),
+            row("maybe", 3.0, "undecided", 50.0),
+            row("faster-exact", 5.0, "faster", math.inf),
+        ]
+    }
+    assert tune_store.recommendation(result)["name"] == "fast"
+    assert tune_store.recommendation(result, min_psnr_db=45.0)["name"] == "faster-exact"
+    assert tune_store.recommendation(result, min_psnr_db=20.0)["name"] == "fast-but-lossy"
+    assert tune_store.recommendation({"rows": [row("fp32", 10.0, "same", math.inf)]})["name"] == "fp32"
+
+
+def test_candidates_follow_the_machine(tiny_models_dir):
+    from engine.models.registry import ModelRegistry
+
+    spec = ModelRegistry([tiny_models_dir]).get("tiny-latent").spec
+    avx2 = MachineProbe.from_dict(json.loads((PROBES / "amd-epyc-avx2.json").read_text()))
+    zen5 = MachineProbe.from_dict(json.loads((PROBES / "amd-epyc-zen5-avx512bf16.json").read_text()))
+    rows_avx2, skipped_avx2 = candidate_rows(torch.device("cpu"), spec, avx2)
+    rows_zen5, _ = candidate_rows(torch.device("cpu"), spec, zen5)
+    measured_avx2 = {name for name, _ in rows_avx2}
+    assert "fp32" in measured_avx2 and "int8+sdpa+streamed+dec:int8-cl" in measured_avx2
+    assert not any("bf16" in name for name in measured_avx2)  # the trap is never run on AVX2
+    assert any("no native bf16" in s["reason"] for s in skipped_avx2)
+    assert "bf16+sdpa+streamed+dec:bf16-cl" in {name for name, _ in rows_zen5}
+
+
+def test_tune_refuses_bad_arguments(tiny_models_dir):
+    with pytest.raises(InvalidRequest, match="at least 2 steps"):
+        next(tune(str(tiny_models_dir / "tiny-latent"), "cpu", steps=1))
+    with pytest.raises(InvalidRequest, match="unknown tune row"):
+        next(tune(str(tiny_models_dir / "tiny-latent"), "cpu", rows=["nonsense"]))
