@@ -126,6 +126,7 @@ class Comparison:
             "speedup_per_step": self.speedup_per_step,
             "speedup_loop": _json_float(self.speedup_loop),
             "device": self.a.result.provenance.get("device_name"),
+            "machine": self.a.result.provenance.get("machine"),  # the probe of the machine that ran it
             "method": "one run of each, A then B, in one process; step statistics leave out step 1 and the "
             "profiled steps, loop times leave out the profiled steps",
         }

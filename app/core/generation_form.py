@@ -87,6 +87,9 @@ class GenerationForm:
         self.preview_interval = AUTO_PREVIEW
         self._blocks: dict[str, str] = {}
         self._saved_per_model: dict[str, dict[str, Any]] = {}  # restored values waiting for their model
+        # What each connected engine server said of itself (GET /info's details: its hardware probe, XLA
+        # devices...), by device id: what the settings will meet there. Set by app/remote.
+        self.server_details: dict[str, dict[str, Any]] = {}
         self.changed = Event()
         self.blocks_changed = Event()
 
@@ -205,6 +208,15 @@ class GenerationForm:
         return SamplingRequest(**fields)
 
     # -- blocks --------------------------------------------------------------------------------------
+
+    def set_server_details(self, device: str, details: Mapping[str, Any] | None) -> None:
+        """Remember (or, with None, forget) what the engine server behind ``device`` said of itself."""
+        if details is None:  # the device goes away with it, and that change is announced on its own
+            self.server_details.pop(device, None)
+            return
+        self.server_details[device] = dict(details)
+        if device == self.device:
+            self.changed.emit("device")
 
     def set_blocked(self, source: str, reason: str | None) -> None:
         """Generation is off while ``source`` has a ``reason``; ``None`` lifts the block."""

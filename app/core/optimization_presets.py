@@ -12,10 +12,13 @@ DEFAULTS: dict[str, Any] = asdict(OptimizationConfig())  # every field, decoder 
 PRESETS: dict[str, dict[str, Any]] = dict(NAMED_PRESETS)
 PRESET_TIPS = {
     "Exact fp32": "Plain fp32 NCDHW eager execution: the reference every other setting is measured against",
-    "Fast (GPU)": "TF32, channels-last 3D, bf16 autocast and SDPA attention: the usual speed-ups on NVIDIA GPUs",
+    "Fast (GPU)": "TF32, channels-last 3D, bf16 autocast and SDPA attention: the usual speed-ups on NVIDIA GPUs "
+    "of compute capability 8.0+ (not yet measured on a GPU by this project)",
     "Low memory": "Decode the volume layer by layer in slabs: the same result with a bounded peak memory",
-    "Fast decode (CPU)": "Streamed decode with a bf16, channels-last decoder: about 2.5x the fp32 decode on a "
-    "CPU at bounded memory, about 58 dB from fp32 (volsynth bench --decoder-only)",
+    "Fast decode (CPU)": "Streamed decode with a bf16, channels-last decoder, at bounded memory: 2.5x the fp32 "
+    "decode at 58 dB on an Intel Xeon with AVX-512 BF16 (2 cores; volsynth bench --decoder-only), but far "
+    "slower than fp32 on CPUs without native bf16 (AVX2), where it is refused. What it does on this machine: "
+    "Generate > Measure Settings on This Machine",
 }
 CUSTOM = "Custom"
 

@@ -398,9 +398,26 @@ class OptimizationPanel(QWidget):
             self.summary.setText("Checked against the device once the engine has loaded.")
             self.summary.setToolTip("")
         elif self._remote:
-            self.summary.setText(
-                "Checked by the engine server when the run starts; the result's report says what applied."
-            )
+            details = self.form.server_details.get(self.form.device, {})
+            machine = details.get("machine") or {}
+            where = ""
+            if machine.get("cpu"):
+                from engine.hardware_probe import MachineProbe
+
+                try:
+                    where = f" ({MachineProbe.from_dict(machine).describe()})"
+                except (KeyError, TypeError, ValueError):
+                    where = ""
+            if self._xla_server():
+                self.summary.setText(
+                    "This engine server runs the networks as XLA programs: the torch settings below do not apply "
+                    "there (it refuses them), so they are off."
+                )
+            else:
+                self.summary.setText(
+                    f"Checked by the engine server{where} when the run starts, with its own hardware probe; the "
+                    "result's report says what applied."
+                )
             self.summary.setToolTip("")
         elif self.report is not None:
             requested = [n for n, e in report.items() if setting_requested(e["requested"])]
@@ -419,7 +436,12 @@ class OptimizationPanel(QWidget):
                 text += f"; not: {', '.join(missing)}" if missing else ""
                 text += f"; expected slower than fp32 here: {', '.join(slower)}" if slower else ""
                 self.summary.setText(text)
-            self.summary.setToolTip("\n".join(optimization_lines(report)))
+            from engine.hardware_probe import probe_machine
+
+            self.summary.setToolTip(
+                "\n".join([*optimization_lines(report), f"This machine: {probe_machine().describe()}"])
+            )
+        self._update_enabled()
 
     # -- slots ---------------------------------------------------------------------------------------
 
@@ -516,10 +538,27 @@ class OptimizationPanel(QWidget):
         if self.current_preset() == FASTEST_HERE:
             self.apply_preset(FASTEST_HERE)
 
-    def _on_state_job_changed(self, running: bool) -> None:
-        for widget in (self.preset_box, *self.checks.values(), *self.combos.values()):
-            widget.setEnabled(not running)
+    def _xla_server(self) -> bool:
+        return self.form.remote and bool(
+            self.form.server_details.get(self.form.device, {}).get("xla_devices")
+        )
+
+    XLA_REASON = (
+        "Not available on an XLA engine server: it compiles the networks with XLA (its precision is the server's "
+        "--xla-precision) and refuses torch settings"
+    )
+
+    def _update_enabled(self) -> None:
+        """Controls are off while a job runs, and with the reason on an XLA server (torch settings cannot apply)."""
+        xla = self._xla_server()
+        for name, widget in (("preset", self.preset_box), *self.checks.items(), *self.combos.items()):
+            widget.setEnabled(not self.state.job_running and not xla)
+            tip = TIPS.get(name, "Optimization preset (each says what it measured on this machine)")
+            widget.setToolTip(f"{self.XLA_REASON}. ({tip})" if xla else tip)
         self._update_budgets(self.values())
+
+    def _on_state_job_changed(self, running: bool) -> None:
+        self._update_enabled()
 
 
 def install_optimization_panel(window, measured: MeasuredSettings | None = None) -> OptimizationPanel:

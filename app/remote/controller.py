@@ -179,6 +179,7 @@ class RemoteController:
         device = connection.device_id
         self.remove_connection(device)
         self.connections[device] = connection
+        self.main.state.form.set_server_details(device, connection.details)
         self.main.backends.add_server(device, connection.url, connection.token, connection.fingerprint)
         feed = MetricsFeed(connection.url, connection.token, fingerprint=connection.fingerprint)
         feed.start()
@@ -205,6 +206,7 @@ class RemoteController:
         if device not in self.connections:
             return
         del self.connections[device]
+        self.main.state.form.set_server_details(device, None)
         feed = self.feeds.pop(device, None)
         if feed is not None:
             feed.stop()

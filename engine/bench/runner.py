@@ -608,10 +608,15 @@ def _host() -> dict[str, Any]:
 
     import torch
 
+    from engine.hardware_probe import probe_machine
+
+    probe = probe_machine()
     info = {
         "platform": platform.platform(),
         "torch": torch.__version__,
         "cpu_threads": torch.get_num_threads(),
+        "machine": probe.to_dict(),  # every figure names the machine it came from
+        "machine_words": probe.describe(),
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)

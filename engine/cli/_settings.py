@@ -33,3 +33,12 @@ def prediction_lines(request, device: str) -> list[str]:
         if entry.get("expected_slower"):
             lines.append(f"  warning: expected slower than fp32 here - {entry['expected_slower']}")
     return lines
+
+
+def print_prediction(request, device: str) -> None:
+    """What the settings will do on this machine, before anything loads (stderr); refuses what the engine
+    would refuse (settings expected slower here without --allow-slower), so that fails in a second."""
+    import sys
+
+    for line in prediction_lines(request, device):
+        print(line, file=sys.stderr)

@@ -34,6 +34,11 @@ def register(sub) -> None:
         default=2,
         help="denoising steps to kernel-profile in each run (default 2; 0 = none)",
     )
+    parser.add_argument(
+        "--allow-slower",
+        action="store_true",
+        help="measure settings expected to be slower than fp32 on this machine instead of refusing them",
+    )
     add_backend_arguments(parser)
     parser.add_argument("--out", required=True, help="output folder")
     parser.set_defaults(func=run)
@@ -61,16 +66,21 @@ def parse_settings(text: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import sys
     from pathlib import Path
 
     from engine.api import run as drive
     from engine.cli._progress import ProgressLine
+    from engine.cli._settings import print_prediction
     from engine.compare import compare_settings, save_comparison
     from engine.nifti_io import check_output_path
 
     label_a, config_a = parse_settings(args.a)
     label_b, config_b = parse_settings(args.b)
+    if args.allow_slower:
+        config_a = dataclasses.replace(config_a, allow_slower=True)
+        config_b = dataclasses.replace(config_b, allow_slower=True)
     if label_a == label_b:
         label_a, label_b = f"A {label_a}", f"B {label_b}"
     if not 0 <= args.profile_steps <= 10:
@@ -84,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
     check_output_path(out / "a.nii.gz")  # a folder we cannot write to fails now, not after two runs
 
     backend = backend_from_args(args)
+    if not args.server:  # before either run: a refused B fails now, not after A has run
+        for config in (config_a, config_b):
+            print_prediction(request.replace(optimization=config), args.device)
     line = ProgressLine()
     try:
         comparison = drive(

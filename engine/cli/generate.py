@@ -8,6 +8,7 @@ from engine.cli._request import (
     backend_from_args,
     request_from_args,
 )
+from engine.cli._settings import print_prediction
 
 
 def register(sub) -> None:
@@ -53,18 +54,6 @@ def register(sub) -> None:
         "--out", required=True, help="output file, .nii.gz or .nii (a .json sidecar is written too)"
     )
     parser.set_defaults(func=run)
-
-
-def print_prediction(request, device: str) -> None:
-    """What the settings will do on this machine, before anything loads (stderr); refuses what the engine
-    would refuse (settings expected slower here without --allow-slower), so that fails in a second."""
-    import sys
-
-    from engine.cli._settings import prediction_lines
-
-    lines = prediction_lines(request, device)
-    for line in lines:
-        print(line, file=sys.stderr)
 
 
 def run(args) -> int:

@@ -115,6 +115,11 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     assert "XLA devices: #0 cpu" in window.statusBar().currentMessage()
     connection = next(iter(window.remote.connections.values()))
     assert connection.details["xla_precision"] == "highest"
+    # Torch settings cannot apply on an XLA server: the Optimization panel turns them off and says why.
+    panel = window.optimization_panel
+    assert not panel.preset_box.isEnabled() and not panel.combos["autocast"].isEnabled()
+    assert "XLA engine server" in panel.combos["autocast"].toolTip()
+    assert "XLA programs" in panel.summary.text()
     screenshot(window, "xla-server-connected")
 
     dialog = _open_plan_dialog(qtbot, window)
@@ -228,6 +233,10 @@ def test_plan_view_of_a_torch_server_and_disconnecting_disables_plan(qtbot, main
         _connect(qtbot, window, url)
         assert "  \u2013  cpu " in window.sampling_panel.device_box.currentText()  # "cpu x86_64"
         assert "XLA devices" not in window.statusBar().currentMessage()
+        # A torch server checks the settings with its own hardware probe, which the panel names.
+        panel = window.optimization_panel
+        assert panel.combos["autocast"].isEnabled()
+        assert "Checked by the engine server (" in panel.summary.text() and "cores" in panel.summary.text()
         dialog = _open_plan_dialog(qtbot, window)
         assert "(not XLA)" in dialog.devices_label.text()
         assert dialog.model_box.count() == 4 and dialog.model_box.itemText(3) == "brain-ldm-bundle"
