@@ -91,7 +91,9 @@ class MeasuredSettings:
             floor = f"\u2265 {self.min_psnr_db:g} dB"
             if row is None:
                 return f"{FASTEST_HERE} ({floor}) \u00b7 {NOT_MEASURED}"
-            return f"{FASTEST_HERE} ({floor}) \u00b7 {_ratio(row)} here"
+            if row.get("name") == "fp32":
+                return f"{FASTEST_HERE} ({floor}) \u00b7 fp32: nothing measured clearly faster"
+            return f"{FASTEST_HERE} ({floor}) \u00b7 {row['name']}, {_ratio(row)} here"
         row = self.preset_row(preset)
         if row is None or "end_to_end_s" not in row:
             return f"{preset} \u00b7 {NOT_MEASURED}" if self.looked_up else preset

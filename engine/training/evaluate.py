@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -690,7 +689,7 @@ def evaluate_model(
         ),
         "inference": inf,
         "seconds": time.perf_counter() - started,
-        "machine": f"{platform.machine()} CPU, 2 torch threads, torch {torch.__version__}",
+        "machine": f"{_machine_words()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}",
     }
     log(_summary(result))
     if write_montage:
@@ -824,3 +823,10 @@ def _summary(result: dict[str, Any]) -> str:
             f"peak RSS {inf['peak_rss_gb']:.2f} GB"
         )
     return "\n".join(lines)
+
+
+def _machine_words() -> str:
+    """The CPU as the probe sees it (model, oneDNN ISA, native bf16...): every speed figure names its machine."""
+    from engine.hardware_probe import probe_machine
+
+    return probe_machine().describe()

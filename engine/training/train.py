@@ -778,7 +778,6 @@ def train(
     Returns:
         The model folder.
     """
-    import platform
 
     import torch
 
@@ -884,6 +883,8 @@ def train(
         {"command": state.commands[-1], "seconds": sum(state.seconds.values()) - seconds_before}
     )
     state.save(state_path)
+    from engine.hardware_probe import probe_machine
+
     provenance = {
         "command": " && ".join(state.commands),
         "parts": [{"command": part["command"], "seconds": round(part["seconds"], 1)} for part in state.parts],
@@ -896,8 +897,8 @@ def train(
         "unet_steps_planned": cfg.unet_steps,
         "seconds": {k: round(v, 1) for k, v in state.seconds.items()},
         "losses": state.losses,
-        "machine": f"{platform.machine()} {platform.processor() or ''} "
-        f"{torch.get_num_threads()} torch threads, torch {torch.__version__}".strip(),
+        "machine": f"{probe_machine().describe()}, {torch.get_num_threads()} torch threads, "
+        f"torch {torch.__version__}",
         "data": data_stats(work),
     }
     spec = build_spec(cfg, float(state.scale_factor), provenance["data"], provenance)
