@@ -42,3 +42,27 @@ def print_prediction(request, device: str) -> None:
 
     for line in prediction_lines(request, device):
         print(line, file=sys.stderr)
+
+
+FASTEST_HERE = "fastest-here"
+
+
+def settings_from_text(text: str, model: str = ""):
+    """``--settings``: a bench row name, a JSON object of optimization fields, or ``fastest-here`` (what
+    ``volsynth tune`` recommends for ``model`` on this machine). Returns an ``OptimizationConfig``."""
+    from engine.cli.compare import parse_settings
+    from engine.errors import InvalidRequest
+    from engine.optimization_config import OptimizationConfig
+
+    if text.strip() != FASTEST_HERE:
+        return parse_settings(text)[1]
+    from engine.models.registry import ModelRegistry
+    from engine.tune_store import load_result, recommendation
+
+    result = load_result(ModelRegistry().get(model or None).weights_sha256())
+    best = recommendation(result)
+    if best is None:
+        raise InvalidRequest(
+            "nothing measured for this model on this machine yet: run `volsynth tune` first (about 2 minutes)"
+        )
+    return OptimizationConfig.from_dict(best["config"])

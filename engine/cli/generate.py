@@ -44,6 +44,14 @@ def register(sub) -> None:
         help="exact decode in slabs: same volume, far less memory (large outputs)",
     )
     opt.add_argument(
+        "--settings",
+        default=None,
+        metavar="NAME|JSON|fastest-here",
+        help="all optimization settings at once: a bench row name (volsynth bench --rows list), a JSON object "
+        "of settings, or fastest-here (what volsynth tune measured fastest for this model on this machine); "
+        "replaces the single-setting flags",
+    )
+    opt.add_argument(
         "--allow-slower",
         action="store_true",
         help="run settings expected to be slower than fp32 on this machine (e.g. bf16 on a CPU without "
@@ -78,6 +86,14 @@ def run(args) -> int:
         streamed_decode=args.streamed_decode,
         allow_slower=args.allow_slower,
     )
+    if args.settings:
+        import dataclasses
+
+        from engine.cli._settings import settings_from_text
+
+        optimization = dataclasses.replace(
+            settings_from_text(args.settings, args.model), allow_slower=args.allow_slower
+        )
     request = request_from_args(args, optimization)
     out = check_output_path(args.out)  # before any heavy work: fail in a second, not after minutes
 
