@@ -166,3 +166,52 @@ def test_avx2_stand_in_caps_what_the_probe_and_onednn_report():
             {**probe_machine().to_dict(), "cpu": {**probe_machine().to_dict()["cpu"], "onednn_isa": onednn}}
         ).fingerprint()
     )
+
+
+def _volsynth(args, env_extra, model_dir):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "VOLSYNTH_ALLOW_SLOWER"}
+    env.update(env_extra, VOLSYNTH_MODEL_PATH=str(model_dir))
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args], env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_generate_bf16_on_the_avx2_stand_in_ends_at_once_or_runs_with_the_override(tiny_models_dir, tmp_path):
+    out = tmp_path / "v.nii.gz"
+    args = ["generate", "--model", "tiny-latent", "--steps", "2", "--autocast", "bf16", "--out", str(out)]
+    refused = _volsynth(args, AVX2_STAND_IN, tiny_models_dir)
+    assert refused.returncode == 2
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("volsynth: error:")]
+    assert len(errors) == 1 and "no native bf16" in errors[0] and "--allow-slower" in errors[0]
+    assert "Traceback" not in refused.stderr and not out.exists()
+
+    ran = _volsynth([*args, "--allow-slower"], AVX2_STAND_IN, tiny_models_dir)
+    assert ran.returncode == 0, ran.stderr
+    assert "warning: expected slower than fp32 here" in ran.stderr  # said before it starts
+    sidecar = json.loads(out.with_name("v.json").read_text())
+    report = sidecar["optimization"]["report"]
+    assert report["allow_slower"]["applied"] and "no native bf16" in report["autocast"]["expected_slower"]
+    assert sidecar["optimization"]["requested"]["allow_slower"] is True
+    assert sidecar["machine"]["cpu"]["onednn_isa"] == "AVX2" and sidecar["machine"]["cpu"]["stand_in"]
+
+
+def test_a_server_decides_with_its_own_probe(registry, monkeypatch, no_slower_override):
+    """The client cannot know the server's CPU: the server refuses what is slower there, and says why."""
+    from engine.api import SamplingRequest, run
+    from engine.backends.local import LocalBackend
+    from engine.backends.remote import RemoteBackend
+    from engine.server import create_app
+    from engine.testing import ServerThread
+
+    for name, value in AVX2_STAND_IN.items():
+        monkeypatch.setenv(name, value)  # the server process's machine: an AVX2 CPU to its probe
+    with ServerThread(create_app(LocalBackend("cpu", registry))) as url:
+        remote = RemoteBackend(url)
+        assert remote.info().details["machine"]["cpu"]["onednn_isa"] == "AVX2"
+        request = SamplingRequest(
+            model="tiny-latent", steps=2, optimization=OptimizationConfig(autocast="bf16")
+        )
+        with pytest.raises(InvalidRequest, match="no native bf16"):
+            run(remote.sample(request))
