@@ -394,6 +394,19 @@ def _restarted_pid(ray, actor, errors_types, wait_s: float = 120.0) -> int:
             return 0
 
 
+def _check_settings_here(spec: CohortSpec, source, device: str) -> None:
+    """A local runtime's workers run on this machine: settings expected slower than fp32 here are refused now,
+    once, with the reason, instead of failing every item (on a cluster each worker's engine decides)."""
+    from engine.devices import resolve_device
+    from engine.optimization import check_combination
+    from engine.optimization_config import OptimizationConfig
+    from engine.tune_store import load_result
+
+    config = OptimizationConfig.from_dict(dict(spec.optimization))
+    where = resolve_device("cpu" if device == "cpu" else "auto")
+    check_combination(config, where, measured=load_result(source.weights_sha256()))
+
+
 def run_cohort(
     spec: CohortSpec,
     root: str | Path,
@@ -428,6 +441,8 @@ def run_cohort(
     """
     root = Path(root).expanduser().absolute()
     manifest, items, source = prepare_folder(spec, root, registry)
+    if not (address or os.environ.get("RAY_ADDRESS")):
+        _check_settings_here(spec, source, device)
     units = {c.name: c.unit for c in source.spec.conditioning}
     writer = _Writer(spec, manifest, units, vault, labels=source.spec.label_channels)
     total = len(items)

@@ -215,3 +215,20 @@ def test_a_server_decides_with_its_own_probe(registry, monkeypatch, no_slower_ov
         )
         with pytest.raises(InvalidRequest, match="no native bf16"):
             run(remote.sample(request))
+
+
+def test_a_local_cohort_refuses_a_trap_once_before_any_worker_starts(
+    registry, tmp_path, monkeypatch, no_slower_override
+):
+    from engine.cohort.runner import run_cohort
+    from engine.cohort.spec import CohortSpec
+
+    for name, value in AVX2_STAND_IN.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    spec = CohortSpec.from_dict(
+        {"name": "trap", "model": "tiny-latent", "steps": 2, "seeds": 2, "optimization": {"autocast": "bf16"}}
+    )
+    with pytest.raises(InvalidRequest, match="no native bf16"):
+        run_cohort(spec, tmp_path / "cohort", device="cpu", registry=registry)
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
