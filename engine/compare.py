@@ -43,6 +43,7 @@ PART_TITLES = {
     DECODE: "Decode",
     END_TO_END: "End to end (sampling loop incl. decode)",
 }
+PART_NAMES = {UNET_STEP: "U-Net step", DECODE: "decode", END_TO_END: "whole loop"}  # inside a sentence
 # What to run when the rule cannot decide from one run of each.
 MEASURE_MORE = {
     UNET_STEP: "run more steps, or `volsynth bench --repeats 3` (repeated, interleaved runs, one process each)",
@@ -137,6 +138,7 @@ class Headline:
     part: str  # UNET_STEP, DECODE or END_TO_END
     reason: str  # why this part: "B's settings change only the decoder"
     verdict: SpeedVerdict
+    caveat: str = ""  # set when the two runs ran under different load (``Comparison.load_shift``)
 
     @property
     def title(self) -> str:
@@ -144,11 +146,13 @@ class Headline:
 
     @property
     def advice(self) -> str:
-        """What to run for a verdict; empty when the rule has decided."""
-        return "" if self.verdict.decided else MEASURE_MORE[self.part]
+        """What to run for a verdict; empty when the rule has decided and the runs shared one load."""
+        return MEASURE_MORE[self.part] if self.caveat or not self.verdict.decided else ""
 
     def text(self) -> str:
         line = f"{self.title} ({self.reason}): {self.verdict.words()}"
+        if self.caveat:
+            line += f"; but {self.caveat}"
         return f"{line}; for a verdict, {self.advice}" if self.advice else line
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,6 +161,7 @@ class Headline:
             "reason": self.reason,
             "text": self.text(),
             "advice": self.advice,
+            "caveat": self.caveat,
             "verdict": self.verdict.to_dict(),
         }
 
@@ -263,6 +268,26 @@ class Comparison:
             END_TO_END: speed_verdict([self.a.loop_s], [self.b.loop_s]),
         }
 
+    def unchanged_parts(self) -> tuple[str, ...]:
+        """The timed parts B's settings leave alone: any difference there is the machine, not the setting."""
+        parts = self.changed_parts()
+        unchanged = [part for part, net in ((UNET_STEP, "unet"), (DECODE, "decoder")) if net not in parts]
+        return tuple(part for part in unchanged if part != DECODE or self.has_decode)
+
+    def load_shift(self) -> str:
+        """Why the two runs cannot be compared as they stand, or "": a part B's settings leave alone that the
+        rule nevertheless calls faster or slower shows the machine's load changed between A's run and B's."""
+        verdicts = self.verdicts()
+        for part in self.unchanged_parts():
+            verdict = verdicts[part]
+            if verdict.verdict in ("faster", "slower"):
+                return (
+                    f"the {PART_NAMES[part]}, which B's settings leave alone, ran at {verdict.ratio:.2f}x A's "
+                    "speed in B's run: the machine's load changed between the runs, and every ratio here "
+                    "carries that change"
+                )
+        return ""
+
     def headline(self) -> Headline:
         parts = self.changed_parts()
         part = headline_part(parts)
@@ -271,7 +296,7 @@ class Comparison:
             frozenset({"decoder"}): "B's settings change only the decoder",
             frozenset({"unet", "decoder"}): "B's settings change the U-Net and the decoder",
         }.get(parts, "B's settings change nothing that applied here")
-        return Headline(part, reason, self.verdicts()[part])
+        return Headline(part, reason, self.verdicts()[part], self.load_shift())
 
     def difference(self, index: int = 0) -> np.ndarray:
         """B minus A for batch item ``index`` (x, y, z; channel 0), float32."""
@@ -329,9 +354,11 @@ class Comparison:
         headline = self.headline()
         verdicts = self.verdicts()
         lines.append(headline.text())
+        unchanged = self.unchanged_parts()
         for part in (UNET_STEP, DECODE, END_TO_END):  # the other parts, by the same rule, below the headline
             if part != headline.part and (part != DECODE or self.has_decode):
-                lines.append(f"  {PART_TITLES[part]}: {verdicts[part].words()}")
+                note = " (unchanged by B's settings)" if part in unchanged else ""
+                lines.append(f"  {PART_TITLES[part]}{note}: {verdicts[part].words()}")
         lines.append(
             f"B vs A volume moved: PSNR {_db(self.psnr_db)}, "
             f"SSIM {'n/a' if self.ssim is None else f'{self.ssim:.4f}'}, max |B-A| {self.max_abs_err:.3g}, "

@@ -167,11 +167,15 @@ def speed_text(ratio: float | None) -> str:
     return f"{ratio:.2f}x A's speed"
 
 
-def verdict_text(verdict) -> str:
-    """A table cell for one part: ``"1.32x A's speed · faster"``, ``"0.98x A's speed · undecided (1 vs 1)"``."""
+def verdict_text(verdict, unchanged: bool = False) -> str:
+    """A table cell for one part: ``"1.32x A's speed \u00b7 faster"``, ``"... \u00b7 undecided (1 vs 1)"``;
+    for a part B's settings leave alone (``unchanged``), that instead of a verdict: a difference there is load."""
     if verdict.ratio is None:
         return "n/a"
-    text = f"{speed_text(verdict.ratio)} · {verdict.verdict}"
+    if unchanged:
+        shifted = " (load changed)" if verdict.verdict in ("faster", "slower") else ""
+        return f"{speed_text(verdict.ratio)} \u00b7 unchanged by B{shifted}"
+    text = f"{speed_text(verdict.ratio)} \u00b7 {verdict.verdict}"
     return f"{text} ({verdict.samples[1]} vs {verdict.samples[0]})" if verdict.too_few else text
 
 
@@ -712,7 +716,12 @@ class CompareWindow(QWidget):
         text = (
             f"<b>{esc(headline.title)}</b> ({esc(headline.reason)}): <b>{esc(headline.verdict.words())}</b>"
         )
-        if headline.advice:
+        if headline.caveat:
+            text += (
+                f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 The load changed between the runs:</b> '
+                f"{esc(headline.caveat)}. For a verdict, {esc(headline.advice)}.</span>"
+            )
+        elif headline.advice:
             text += (
                 f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 Not decided by the noise rule.</b> '
                 f"For a verdict, {esc(headline.advice)}.</span>"
@@ -779,18 +788,26 @@ class CompareWindow(QWidget):
 
         verdicts = comparison.verdicts()
         headline = comparison.headline()
+        unchanged = comparison.unchanged_parts()
         # (label, A, B, B vs A) with the part each speed row judges, so its cell can carry the rule's words
         rows = [
-            ("Step (median)", step(a), step(b), verdict_text(verdicts[UNET_STEP]), UNET_STEP),
-            ("Steps measured", str(a.steps_measured), str(b.steps_measured), "", None),
-            ("Decode", seconds(a.decode_s), seconds(b.decode_s), verdict_text(verdicts[DECODE]), DECODE),
+            ("Step (median)", step(a), step(b), UNET_STEP),
+            ("Steps measured", str(a.steps_measured), str(b.steps_measured), None),
+            ("Decode", seconds(a.decode_s), seconds(b.decode_s), DECODE),
+            ("Sampling loop (end to end)", f"{a.loop_s:.2f} s", f"{b.loop_s:.2f} s", END_TO_END),
+        ]
+        # The B-vs-A cell of each speed row: the ratio with the rule's verdict (or "unchanged by B").
+        rows = [
             (
-                "Sampling loop (end to end)",
-                f"{a.loop_s:.2f} s",
-                f"{b.loop_s:.2f} s",
-                verdict_text(verdicts[END_TO_END]),
-                END_TO_END,
-            ),
+                label,
+                a_text,
+                b_text,
+                "" if part is None else verdict_text(verdicts[part], part in unchanged),
+                part,
+            )
+            for label, a_text, b_text, part in rows
+        ]
+        rows += [
             *((*r, None) for r in memory_rows),
             ("Applied", applied(a), applied(b), "", None),
             ("Did not apply", not_applied(a), not_applied(b), "", None),
@@ -804,9 +821,14 @@ class CompareWindow(QWidget):
                 item = QTableWidgetItem(text)
                 if column == 2 and part is not None:
                     verdict = verdicts[part]
-                    advice = "" if verdict.decided else f" For a verdict, {MEASURE_MORE[part]}."
-                    item.setToolTip(f"{verdict.words()}.{advice}")
-                    if not verdict.decided:
+                    if part in unchanged:  # called faster or slower here, it is the load that changed
+                        doubtful = verdict.verdict in ("faster", "slower")
+                        why = "B's settings leave this part alone: a difference here is the machine's load. "
+                    else:
+                        doubtful, why = not verdict.decided, ""
+                    advice = f" For a verdict, {MEASURE_MORE[part]}." if doubtful else ""
+                    item.setToolTip(f"{why}{verdict.words()}.{advice}")
+                    if doubtful:
                         item.setForeground(QColor(WARNING_COLOUR))
                 if part is not None and part == headline.part:  # the row the bold headline is about
                     font = item.font()

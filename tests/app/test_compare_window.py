@@ -261,7 +261,7 @@ def test_decoder_only_setting_headlines_the_decode(qtbot, main_window, compare):
     summary = compare.summary_label.text()
     assert summary.startswith("<b>Decode</b> (B's settings change only the decoder): <b>too few samples")
     assert "per step" not in summary and "faster" not in summary and "slower" not in summary
-    assert "Not decided by the noise rule" in summary and "volsynth bench --decoder-only" in summary
+    assert "volsynth bench --decoder-only" in summary
     assert f"End to end (sampling loop incl. decode): A {measured.a.loop_s:.2f} s" in summary
     labels = [compare.table.verticalHeaderItem(r).text() for r in range(compare.table.rowCount())]
     row = labels.index("Decode")
@@ -271,6 +271,25 @@ def test_decoder_only_setting_headlines_the_decode(qtbot, main_window, compare):
     assert "--decoder-only" in compare.table.item(row, 2).toolTip()
     assert compare.table.verticalHeaderItem(row).font().bold()  # the row the headline is about
     assert not compare.table.verticalHeaderItem(labels.index("Step (median)")).font().bold()
+    step_row = labels.index("Step (median)")
+    assert (
+        "\u00b7 unchanged by B" in compare.table.item(step_row, 2).text()
+    )  # no verdict on an untouched part
+
+    import dataclasses
+
+    def with_steps(a_s, b_s):
+        a = dataclasses.replace(measured.a, step_s=tuple(a_s))
+        b = dataclasses.replace(measured.b, step_s=tuple(b_s))
+        return dataclasses.replace(measured, a=a, b=b)
+
+    compare.show_comparison(with_steps([1.0, 1.01, 0.99, 1.0], [1.0, 0.99, 1.01, 1.0]))
+    assert "Not decided by the noise rule" in compare.summary_label.text()
+    # B's run found the machine quieter: its untouched U-Net steps ran 2x faster. That is load, and it says so.
+    compare.show_comparison(with_steps([2.0, 2.02, 1.98, 2.01], [1.0, 0.99, 1.01, 1.0]))
+    summary = compare.summary_label.text()
+    assert "The load changed between the runs" in summary and "faster" not in summary
+    assert compare.table.item(step_row, 2).text() == "2.00x A's speed \u00b7 unchanged by B (load changed)"
 
 
 def test_speed_verdicts_follow_the_noise_rule(qtbot, main_window, compare):

@@ -225,11 +225,27 @@ def test_decoder_only_setting_headlines_the_decode_not_the_step(backend):
     assert "faster" not in text and "slower" not in text
     table = comparison.format_table()
     assert table.splitlines()[2].startswith("decode") and f"{b.decode_s:.2f} s" in table.splitlines()[2]
-    assert text in table and "  U-Net step:" in table and "  End to end" in table
+    assert text in table and "  U-Net step (unchanged by B's settings):" in table and "  End to end" in table
     record = json.loads(json.dumps(comparison.to_dict()))
     assert record["headline"]["part"] == "decode" and record["changed_parts"] == ["decoder"]
     assert record["a"]["decode_s"] == a.decode_s and record["verdicts"]["decode"]["verdict"] == "undecided"
     assert len(record["b"]["step_s_measured"]) == b.steps_measured
+
+    # The U-Net is the same on both sides: steps the rule calls faster in B's run mean the load changed.
+    import dataclasses
+
+    def with_steps(a_s, b_s):
+        return dataclasses.replace(
+            comparison,
+            a=dataclasses.replace(a, step_s=tuple(a_s)),
+            b=dataclasses.replace(b, step_s=tuple(b_s)),
+        )
+
+    same_load = with_steps([1.0, 1.01, 0.99, 1.0], [1.0, 0.99, 1.01, 1.0])
+    assert same_load.load_shift() == "" and same_load.headline().caveat == ""
+    busy_a = with_steps([2.0, 2.02, 1.98, 2.01], [1.0, 0.99, 1.01, 1.0]).headline()
+    assert busy_a.part == DECODE and "load changed between the runs" in busy_a.caveat
+    assert "U-Net step, which B's settings leave alone, ran at 2.00x" in busy_a.text()
 
 
 def test_the_headline_part_follows_what_each_setting_changes():
