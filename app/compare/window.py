@@ -830,11 +830,8 @@ class CompareWindow(QWidget):
                     item.setToolTip(f"{why}{verdict.words()}.{advice}")
                     if doubtful:
                         item.setForeground(QColor(WARNING_COLOUR))
-                if part is not None and part == headline.part:  # the row the bold headline is about
-                    font = item.font()
-                    font.setBold(True)
-                    item.setFont(font)
                 self.table.setItem(row, column, item)
+            # The row the bold headline is about: its name in bold (a bold cell wraps past its measured height).
             if part is not None and part == headline.part:
                 label = self.table.verticalHeaderItem(row)
                 font = label.font()
