@@ -4,7 +4,10 @@
 once with settings B, same model, seed, noise and conditioning, and returns both results with:
 
 - per-step latency (median and IQR of the loop's own step times; step 1, which warms up, and the
-  kernel-profiled steps are left out) and the whole loop's time;
+  kernel-profiled steps are left out), the decode time and the whole loop's time;
+- a headline on the part of the run B's settings change (``headline_part``: U-Net step, decode, or end to
+  end when both or neither change), worded by the one noise rule (``engine.speed_verdict``): no ratio is
+  called faster or slower unless the rule says the difference is real;
 - peak memory of each sampling loop (CUDA allocator on a GPU, process RSS on a CPU; see
   ``engine.peak_memory``);
 - what applied of each setting, and why not where it did not;
@@ -29,8 +32,138 @@ import numpy as np
 from engine.api import Backend, Progress, SamplingRequest, SamplingResult
 from engine.formatting import format_bytes
 from engine.optimization_config import OptimizationConfig
+from engine.speed_verdict import SpeedVerdict, speed_verdict
 
 DEFAULT_PROFILED_STEPS = 2
+
+# The parts of a run a comparison can headline, and how people read them.
+UNET_STEP, DECODE, END_TO_END = "unet_step", "decode", "end_to_end"
+PART_TITLES = {
+    UNET_STEP: "U-Net step",
+    DECODE: "Decode",
+    END_TO_END: "End to end (sampling loop incl. decode)",
+}
+PART_NAMES = {UNET_STEP: "U-Net step", DECODE: "decode", END_TO_END: "whole loop"}  # inside a sentence
+# What to run when the rule cannot decide from one run of each.
+MEASURE_MORE = {
+    UNET_STEP: "run more steps, or `volsynth bench --repeats 3` (repeated, interleaved runs, one process each)",
+    DECODE: "time the decode on its own with `volsynth bench --decoder-only --repeats 3`",
+    END_TO_END: "`volsynth bench --repeats 3` repeats whole runs, interleaved, one process each",
+}
+# Settings by the part of the run they change (``engine.optimization._prepare``): tf32 and channels-last
+# 3D reach both networks; autocast reaches the decoder too unless the decoder has its own precision.
+_UNET_FIELDS = (
+    "tf32",
+    "channels_last_3d",
+    "autocast",
+    "attention",
+    "compile_mode",
+    "cuda_graphs",
+    "quantization",
+)
+_REPORTED_FIELDS = (
+    *_UNET_FIELDS,
+    "streamed_decode",
+    "decoder_autocast",
+    "decoder_quantization",
+    "decoder_channels_last",
+)
+
+
+def _effective(config: OptimizationConfig, report: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+    """``config``'s fields, with each setting the run's report says did not apply put back to its default."""
+    values = dict(config.__dict__)
+    defaults = OptimizationConfig().__dict__
+    for name in _REPORTED_FIELDS:
+        entry = (report or {}).get(name)
+        if entry is not None and values[name] != defaults[name] and not entry.get("applied"):
+            # A decoder precision that did not apply runs the decoder in fp32 (PreparedModel.decoder_autocast),
+            # not at the U-Net's autocast.
+            values[name] = "fp32" if name == "decoder_autocast" else defaults[name]
+    return values
+
+
+def _unet_part(v: dict[str, Any]) -> tuple:
+    return (
+        *(v[name] for name in _UNET_FIELDS),
+        v["psnr_budget_db"] if v["quantization"] == "mixed" else None,
+    )
+
+
+def _decoder_part(v: dict[str, Any], requested: OptimizationConfig) -> tuple:
+    dtype = None if v["decoder_autocast"] == "fp32" else (v["decoder_autocast"] or v["autocast"])
+    return (
+        v["tf32"],
+        v["channels_last_3d"] or v["decoder_channels_last"],
+        dtype,
+        # Any decoder setting asked for rewrites the upsampling as sub-pixel convolutions, applied or not.
+        requested.optimizes_decoder or v["streamed_decode"],
+        v["streamed_decode"],
+        v["decoder_quantization"],
+        v["decoder_psnr_budget_db"] if v["decoder_quantization"] == "mixed" else None,
+    )
+
+
+def changed_parts(
+    a: OptimizationConfig,
+    b: OptimizationConfig,
+    report_a: dict[str, dict[str, Any]] | None = None,
+    report_b: dict[str, dict[str, Any]] | None = None,
+) -> frozenset[str]:
+    """Which networks B's settings change against A's: a subset of {"unet", "decoder"}.
+
+    With the runs' reports, a setting that did not apply on its side changes nothing (TF32 on a CPU)."""
+    va, vb = _effective(a, report_a), _effective(b, report_b)
+    parts = set()
+    if _unet_part(va) != _unet_part(vb):
+        parts.add("unet")
+    if _decoder_part(va, a) != _decoder_part(vb, b):
+        parts.add("decoder")
+    return frozenset(parts)
+
+
+def headline_part(parts: frozenset[str]) -> str:
+    """The part of the run to headline: the U-Net step or the decode when only that changes, else end to end."""
+    if parts == {"unet"}:
+        return UNET_STEP
+    if parts == {"decoder"}:
+        return DECODE
+    return END_TO_END
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The comparison's main line: the part B's settings change, and what the noise rule says of it."""
+
+    part: str  # UNET_STEP, DECODE or END_TO_END
+    reason: str  # why this part: "B's settings change only the decoder"
+    verdict: SpeedVerdict
+    caveat: str = ""  # set when the two runs ran under different load (``Comparison.load_shift``)
+
+    @property
+    def title(self) -> str:
+        return PART_TITLES[self.part]
+
+    @property
+    def advice(self) -> str:
+        """What to run for a verdict; empty when the rule has decided and the runs shared one load."""
+        return MEASURE_MORE[self.part] if self.caveat or not self.verdict.decided else ""
+
+    def text(self) -> str:
+        line = f"{self.title} ({self.reason}): {self.verdict.words()}"
+        if self.caveat:
+            line += f"; but {self.caveat}"
+        return f"{line}; for a verdict, {self.advice}" if self.advice else line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "reason": self.reason,
+            "text": self.text(),
+            "advice": self.advice,
+            "caveat": self.caveat,
+            "verdict": self.verdict.to_dict(),
+        }
 
 
 @dataclass
@@ -50,6 +183,8 @@ class SideMeasurement:
     # CPU: how much the process RSS grew during the run. Memory an earlier run freed usually stays mapped, so
     # the second of two runs in one process grows less: compare these only across separate processes.
     peak_over_start_bytes: int | None
+    step_s: tuple[float, ...] = ()  # the measured step times (the samples behind the median), seconds
+    decode_s: float | None = None  # the loop's decode of the final latents; 0 for a pixel-space model
 
     @property
     def report(self) -> dict[str, dict[str, Any]]:
@@ -77,7 +212,9 @@ class SideMeasurement:
             "step_ms_median": self.step_ms_median,
             "step_ms_iqr": self.step_ms_iqr,
             "steps_measured": self.steps_measured,
+            "decode_s": self.decode_s,
             "loop_s": self.loop_s,
+            "step_s_measured": list(self.step_s),
             "peak_bytes": self.peak_bytes,
             "peak_kind": self.peak_kind,
             "peak_over_start_bytes": self.peak_over_start_bytes,
@@ -107,6 +244,60 @@ class Comparison:
     def speedup_loop(self) -> float:
         return self.a.loop_s / self.b.loop_s if self.b.loop_s else math.nan
 
+    @property
+    def has_decode(self) -> bool:
+        return bool(self.a.decode_s) or bool(self.b.decode_s)
+
+    def changed_parts(self) -> frozenset[str]:
+        """The networks B's settings change against A's, counting only what applied (see ``changed_parts``)."""
+        parts = changed_parts(
+            self.a.result.request.optimization,
+            self.b.result.request.optimization,
+            self.a.report,
+            self.b.report,
+        )
+        return parts if self.has_decode else parts - {"decoder"}  # a pixel-space model decodes nothing
+
+    def verdicts(self) -> dict[str, SpeedVerdict]:
+        """The noise rule on each part: steps judged on their step times, decode and loop on one run each."""
+        return {
+            UNET_STEP: speed_verdict(self.a.step_s, self.b.step_s),
+            DECODE: speed_verdict(
+                [self.a.decode_s] if self.a.decode_s else [], [self.b.decode_s] if self.b.decode_s else []
+            ),
+            END_TO_END: speed_verdict([self.a.loop_s], [self.b.loop_s]),
+        }
+
+    def unchanged_parts(self) -> tuple[str, ...]:
+        """The timed parts B's settings leave alone: any difference there is the machine, not the setting."""
+        parts = self.changed_parts()
+        unchanged = [part for part, net in ((UNET_STEP, "unet"), (DECODE, "decoder")) if net not in parts]
+        return tuple(part for part in unchanged if part != DECODE or self.has_decode)
+
+    def load_shift(self) -> str:
+        """Why the two runs cannot be compared as they stand, or "": a part B's settings leave alone that the
+        rule nevertheless calls faster or slower shows the machine's load changed between A's run and B's."""
+        verdicts = self.verdicts()
+        for part in self.unchanged_parts():
+            verdict = verdicts[part]
+            if verdict.verdict in ("faster", "slower"):
+                return (
+                    f"the {PART_NAMES[part]}, which B's settings leave alone, ran at {verdict.ratio:.2f}x A's "
+                    "speed in B's run: the machine's load changed between the runs, and every ratio here "
+                    "carries that change"
+                )
+        return ""
+
+    def headline(self) -> Headline:
+        parts = self.changed_parts()
+        part = headline_part(parts)
+        reason = {
+            frozenset({"unet"}): "B's settings change only the U-Net",
+            frozenset({"decoder"}): "B's settings change only the decoder",
+            frozenset({"unet", "decoder"}): "B's settings change the U-Net and the decoder",
+        }.get(parts, "B's settings change nothing that applied here")
+        return Headline(part, reason, self.verdicts()[part], self.load_shift())
+
     def difference(self, index: int = 0) -> np.ndarray:
         """B minus A for batch item ``index`` (x, y, z; channel 0), float32."""
         a, b = self.a.result.volume(index), self.b.result.volume(index)
@@ -125,10 +316,14 @@ class Comparison:
             "mean_abs_err": self.mean_abs_err,
             "speedup_per_step": self.speedup_per_step,
             "speedup_loop": _json_float(self.speedup_loop),
+            "changed_parts": sorted(self.changed_parts()),
+            "headline": self.headline().to_dict(),
+            "verdicts": {part: verdict.to_dict() for part, verdict in self.verdicts().items()},
             "device": self.a.result.provenance.get("device_name"),
             "machine": self.a.result.provenance.get("machine"),  # the probe of the machine that ran it
             "method": "one run of each, A then B, in one process; step statistics leave out step 1 and the "
-            "profiled steps, loop times leave out the profiled steps",
+            "profiled steps, loop times leave out the profiled steps; verdicts by engine.speed_verdict (steps "
+            "on their step times, decode and loop on one run each)",
         }
 
     def format_table(self) -> str:
@@ -143,6 +338,7 @@ class Comparison:
             _ms(self.a.step_ms_median, self.a.step_ms_iqr),
             _ms(self.b.step_ms_median, self.b.step_ms_iqr),
         )
+        row("decode", _seconds(self.a.decode_s), _seconds(self.b.decode_s))
         row("sampling loop*", f"{self.a.loop_s:.2f} s", f"{self.b.loop_s:.2f} s")
         row(
             f"peak memory ({self.a.peak_kind})",
@@ -156,9 +352,16 @@ class Comparison:
                 format_bytes(self.b.peak_over_start_bytes),
             )
         row("applied", ", ".join(self.a.applied()) or "fp32", ", ".join(self.b.applied()) or "fp32")
-        speed = "n/a" if self.speedup_per_step is None else f"{self.speedup_per_step:.2f}x as fast per step"
+        headline = self.headline()
+        verdicts = self.verdicts()
+        lines.append(headline.text())
+        unchanged = self.unchanged_parts()
+        for part in (UNET_STEP, DECODE, END_TO_END):  # the other parts, by the same rule, below the headline
+            if part != headline.part and (part != DECODE or self.has_decode):
+                note = " (unchanged by B's settings)" if part in unchanged else ""
+                lines.append(f"  {PART_TITLES[part]}{note}: {verdicts[part].words()}")
         lines.append(
-            f"B vs A: {speed}, {self.speedup_loop:.2f}x over the loop; volume moved: PSNR {_db(self.psnr_db)}, "
+            f"B vs A volume moved: PSNR {_db(self.psnr_db)}, "
             f"SSIM {'n/a' if self.ssim is None else f'{self.ssim:.4f}'}, max |B-A| {self.max_abs_err:.3g}, "
             f"mean |B-A| {self.mean_abs_err:.3g}"
         )
@@ -274,6 +477,8 @@ def measure(label: str, result: SamplingResult) -> SideMeasurement:
     return SideMeasurement(
         label=label,
         result=result,
+        step_s=tuple(float(t) for t in times),
+        decode_s=None if timings.get("decode_s") is None else float(timings["decode_s"]),
         step_ms_median=median,
         step_ms_iqr=iqr,
         steps_measured=len(times),
@@ -286,6 +491,10 @@ def measure(label: str, result: SamplingResult) -> SideMeasurement:
 
 def _ms(median: float | None, iqr: float | None) -> str:
     return "n/a" if median is None else f"{median:.1f} ms (IQR {iqr:.1f})"
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a (no decoder)" if not value else f"{value:.2f} s"
 
 
 def _db(value: float) -> str:

@@ -45,6 +45,12 @@ class SpeedVerdict:
     high: float | None
     samples: tuple[int, int]
     min_effect: float = MIN_EFFECT
+    min_samples: int = MIN_SAMPLES
+
+    @property
+    def too_few(self) -> bool:
+        """True when either side has fewer samples than the rule needs (one run each, say)."""
+        return min(self.samples) < self.min_samples
 
     @property
     def decided(self) -> bool:
@@ -55,6 +61,13 @@ class SpeedVerdict:
         """One line for people: "B is 1.42x as fast as A (95 % interval 1.31-1.55x; 12 vs 12 samples)"."""
         if self.ratio is None:
             return f"{what} vs {than}: not enough samples to compare ({self.samples[1]} vs {self.samples[0]})"
+        if self.too_few:
+            # A bootstrap of one sample a side has no spread to show: say why the rule cannot decide instead.
+            return (
+                f"too few samples to call: {what} at {self.ratio:.2f}x {than}'s speed from "
+                f"{self.samples[1]} vs {self.samples[0]} sample(s), and the rule needs {self.min_samples} a "
+                "side: measure more"
+            )
         span = (
             f"95 % interval {self.low:.2f}-{self.high:.2f}x; {self.samples[1]} vs {self.samples[0]} samples"
         )
@@ -91,7 +104,7 @@ def speed_verdict(
     b = np.asarray([t for t in candidate_s if t is not None and math.isfinite(t) and t > 0], dtype=float)
     counts = (len(a), len(b))
     if min(counts) == 0:
-        return SpeedVerdict("undecided", None, None, None, counts, min_effect)
+        return SpeedVerdict("undecided", None, None, None, counts, min_effect, min_samples)
     ratio = float(np.median(a) / np.median(b))
     rng = np.random.default_rng(_BOOTSTRAP_SEED)
     a_med = np.median(a[rng.integers(0, len(a), size=(BOOTSTRAP_RESAMPLES, len(a)))], axis=1)
@@ -108,4 +121,4 @@ def speed_verdict(
         verdict = "same"
     else:
         verdict = "undecided"
-    return SpeedVerdict(verdict, ratio, low, high, counts, min_effect)
+    return SpeedVerdict(verdict, ratio, low, high, counts, min_effect, min_samples)

@@ -6,9 +6,11 @@ generation uses, through an adapter that looks like a backend), then shows:
 - A as soon as its run is done, then B and B - A, in linked slice views (one crosshair, one window for A
   and B; the difference has its own window centred on zero, drawn in a diverging colour table with a
   colour bar), any plane;
-- per-step latency, sampling-loop time, peak memory, what applied (and why not), with B's speed as a
-  multiple of A's (one wording everywhere), marked unreliable when a side's step times spread more than
-  20 % of their median; the table exports to CSV;
+- per-step latency, decode time, sampling-loop time, peak memory, what applied (and why not), with B's
+  speed as a multiple of A's (one wording everywhere) and the noise rule's verdict on each
+  (``engine.speed_verdict``); the bold headline is the part B's settings change (``Comparison.headline``:
+  the decode for a decoder setting, the U-Net step for a U-Net one, else end to end); the table exports to
+  CSV;
 - how far B's volume moved from A's: PSNR, SSIM, max and mean |B - A|;
 - the top operators of the kernel-profiled steps of each run.
 
@@ -61,6 +63,7 @@ from app.core.session import AppState
 from app.core.volumes import VolumeEntry
 from app.viewer.slice_view import SliceView
 from app.workers import GenerationWorker
+from engine.compare import DECODE, END_TO_END, MEASURE_MORE, PART_TITLES, UNET_STEP
 from engine.optimization_config import NAMED_SETTINGS
 
 PANEL_SETTINGS = "Generate panel settings"
@@ -164,26 +167,19 @@ def speed_text(ratio: float | None) -> str:
     return f"{ratio:.2f}x A's speed"
 
 
-UNRELIABLE_SPREAD = (
-    0.20  # a side's step-time IQR above this fraction of its median makes the ratio unreliable
-)
-
-
-def unreliable_sides(comparison) -> list[str]:
-    """Why the per-step ratio cannot be trusted: one line per side whose step times spread too much."""
-    reasons = []
-    for name, side in (("A", comparison.a), ("B", comparison.b)):
-        median, iqr = side.step_ms_median, side.step_ms_iqr
-        if median and iqr is not None and iqr > UNRELIABLE_SPREAD * median:
-            reasons.append(
-                f"{name}'s step times spread widely (IQR {iqr:.1f} ms, {100 * iqr / median:.0f} % of the "
-                f"median {median:.1f} ms)"
-            )
-    return reasons
+def verdict_text(verdict, unchanged: bool = False) -> str:
+    """A table cell for one part: ``"1.32x A's speed \u00b7 faster"``, ``"... \u00b7 undecided (1 vs 1)"``;
+    for a part B's settings leave alone (``unchanged``), that instead of a verdict: a difference there is load."""
+    if verdict.ratio is None:
+        return "n/a"
+    if unchanged:
+        shifted = " (load changed)" if verdict.verdict in ("faster", "slower") else ""
+        return f"{speed_text(verdict.ratio)} \u00b7 unchanged by B{shifted}"
+    text = f"{speed_text(verdict.ratio)} \u00b7 {verdict.verdict}"
+    return f"{text} ({verdict.samples[1]} vs {verdict.samples[0]})" if verdict.too_few else text
 
 
 WARNING_COLOUR = "#e5c07b"
-BENCH_ADVICE = "measure with `volsynth bench` (repeated, interleaved runs, one process each)"
 
 
 def _diverging_table() -> list[int]:
@@ -714,24 +710,34 @@ class CompareWindow(QWidget):
 
     @staticmethod
     def summary_text(comparison) -> str:
-        speed = comparison.speedup_per_step
-        if speed is None:
-            pace = "step times not measured (too few steps)"
-        else:
-            pace = f"B runs at {speed_text(speed)} per step ({'faster' if speed >= 1 else 'slower'})"
+        """The bold headline on the part B's settings change, end to end beside it, then the volume's change."""
+        esc = partial(html.escape, quote=False)  # a label shows apostrophes as they are
+        headline = comparison.headline()
+        text = (
+            f"<b>{esc(headline.title)}</b> ({esc(headline.reason)}): <b>{esc(headline.verdict.words())}</b>"
+        )
+        if headline.caveat:
+            text += (
+                f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 The load changed between the runs:</b> '
+                f"{esc(headline.caveat)}. For a verdict, {esc(headline.advice)}.</span>"
+            )
+        elif headline.advice:
+            text += (
+                f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 Not decided by the noise rule.</b> '
+                f"For a verdict, {esc(headline.advice)}.</span>"
+            )
+        if headline.part != END_TO_END:
+            whole = comparison.verdicts()[END_TO_END]
+            text += (
+                f"<br>{esc(PART_TITLES[END_TO_END])}: A {comparison.a.loop_s:.2f} s, B "
+                f"{comparison.b.loop_s:.2f} s: {esc(whole.words())}."
+            )
         psnr = "identical volumes" if math.isinf(comparison.psnr_db) else f"PSNR {comparison.psnr_db:.1f} dB"
         ssim = "" if comparison.ssim is None else f", SSIM {comparison.ssim:.4f}"
-        text = (
-            f"<b>{pace}</b>; whole loop: {speed_text(comparison.speedup_loop)}. "
-            f"Volume moved: <b>{psnr}</b>{ssim}, max |B\u2212A| {comparison.max_abs_err:.3g}, "
+        text += (
+            f"<br>Volume moved: <b>{psnr}</b>{ssim}, max |B\u2212A| {comparison.max_abs_err:.3g}, "
             f"mean |B\u2212A| {comparison.mean_abs_err:.3g}."
         )
-        shaky = unreliable_sides(comparison)
-        if speed is not None and shaky:
-            text += (
-                f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 Speed ratio unreliable:</b> '
-                f"{html.escape('; '.join(shaky))}. Before quoting it, {html.escape(BENCH_ADVICE)}.</span>"
-            )
         return text
 
     def _fill_table(self, comparison) -> None:
@@ -776,35 +782,61 @@ class CompareWindow(QWidget):
                     "understated for B",
                 ),
             ]
-        speed = comparison.speedup_per_step
-        shaky = speed is not None and bool(unreliable_sides(comparison))
+
+        def seconds(value) -> str:
+            return "n/a (no decoder)" if not value else f"{value:.2f} s"
+
+        verdicts = comparison.verdicts()
+        headline = comparison.headline()
+        unchanged = comparison.unchanged_parts()
+        # (label, A, B, B vs A) with the part each speed row judges, so its cell can carry the rule's words
+        rows = [
+            ("Step (median)", step(a), step(b), UNET_STEP),
+            ("Steps measured", str(a.steps_measured), str(b.steps_measured), None),
+            ("Decode", seconds(a.decode_s), seconds(b.decode_s), DECODE),
+            ("Sampling loop (end to end)", f"{a.loop_s:.2f} s", f"{b.loop_s:.2f} s", END_TO_END),
+        ]
+        # The B-vs-A cell of each speed row: the ratio with the rule's verdict (or "unchanged by B").
         rows = [
             (
-                "Step (median)",
-                step(a),
-                step(b),
-                speed_text(speed)
-                + (" \u2014 unreliable: spread too large, see `volsynth bench`" if shaky else ""),
-            ),
-            ("Steps measured", str(a.steps_measured), str(b.steps_measured), ""),
-            ("Sampling loop", f"{a.loop_s:.2f} s", f"{b.loop_s:.2f} s", speed_text(comparison.speedup_loop)),
-            *memory_rows,
-            ("Applied", applied(a), applied(b), ""),
-            ("Did not apply", not_applied(a), not_applied(b), ""),
+                label,
+                a_text,
+                b_text,
+                "" if part is None else verdict_text(verdicts[part], part in unchanged),
+                part,
+            )
+            for label, a_text, b_text, part in rows
         ]
-        self.table_rows = [("", f"A: {a.label}", f"B: {b.label}", "B vs A"), *rows]
+        rows += [
+            *((*r, None) for r in memory_rows),
+            ("Applied", applied(a), applied(b), "", None),
+            ("Did not apply", not_applied(a), not_applied(b), "", None),
+        ]
+        self.table_rows = [("", f"A: {a.label}", f"B: {b.label}", "B vs A"), *(r[:4] for r in rows)]
         self.table.setRowCount(len(rows))
         self.table.setHorizontalHeaderLabels([f"A \u00b7 {a.label}", f"B \u00b7 {b.label}", "B vs A"])
         self.table.setVerticalHeaderLabels([r[0] for r in rows])
-        for row, (_, *cells) in enumerate(rows):
+        for row, (_, *cells, part) in enumerate(rows):
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                if row == 0 and column == 2 and shaky:
-                    item.setForeground(QColor(WARNING_COLOUR))
-                    item.setToolTip(
-                        f"{'; '.join(unreliable_sides(comparison))}. {BENCH_ADVICE[0].upper()}{BENCH_ADVICE[1:]}."
-                    )
+                if column == 2 and part is not None:
+                    verdict = verdicts[part]
+                    if part in unchanged:  # called faster or slower here, it is the load that changed
+                        doubtful = verdict.verdict in ("faster", "slower")
+                        why = "B's settings leave this part alone: a difference here is the machine's load. "
+                    else:
+                        doubtful, why = not verdict.decided, ""
+                    advice = f" For a verdict, {MEASURE_MORE[part]}." if doubtful else ""
+                    item.setToolTip(f"{why}{verdict.words()}.{advice}")
+                    if doubtful:
+                        item.setForeground(QColor(WARNING_COLOUR))
                 self.table.setItem(row, column, item)
+            # The row the bold headline is about: its name in bold (a bold cell wraps past its measured height).
+            if part is not None and part == headline.part:
+                label = self.table.verticalHeaderItem(row)
+                font = label.font()
+                font.setBold(True)
+                label.setFont(font)
         self.table.resizeRowsToContents()
 
     def _fill_kernels(self, side: str, measured) -> None:

@@ -407,6 +407,7 @@ def run_decoder_bench(settings: BenchSettings, rows: list[str], out_dir: Path, l
     import numpy as np
 
     from engine.bench.metrics import compare
+    from engine.speed_verdict import speed_verdict
 
     unknown = [r for r in rows if r not in ROWS or ROWS[r] is None]
     if unknown:
@@ -463,6 +464,8 @@ def run_decoder_bench(settings: BenchSettings, rows: list[str], out_dir: Path, l
     for r in results:
         if "decode_s_median" in r and "decode_s_median" in base:
             r["speedup"] = base["decode_s_median"] / r["decode_s_median"]
+            if r is not base:  # the one noise rule, over the repeats' decode times
+                r["verdict"] = speed_verdict(base["decode_s_all"], r["decode_s_all"]).to_dict()
     summary = {
         "settings": settings.__dict__,
         "rows": results,
@@ -478,8 +481,8 @@ def run_decoder_bench(settings: BenchSettings, rows: list[str], out_dir: Path, l
 
 def format_decoder_table(summary: dict[str, Any]) -> str:
     header = (
-        f"{'row':28s} {'decode s':>9s} {'IQR':>6s} {'x fp32':>7s} {'cpu s':>7s} {'peak GiB':>8s} "
-        f"{'PSNR dB':>8s} {'SSIM':>7s} {'max err':>8s}  prepare s"
+        f"{'row':28s} {'decode s':>9s} {'IQR':>6s} {'x fp32':>7s} {'verdict':>9s} {'cpu s':>7s} "
+        f"{'peak GiB':>8s} {'PSNR dB':>8s} {'SSIM':>7s} {'max err':>8s}  prepare s"
     )
     lines = [header, "-" * len(header)]
     for r in summary["rows"]:
@@ -490,7 +493,8 @@ def format_decoder_table(summary: dict[str, Any]) -> str:
         psnr = "exact" if r["psnr_db"] == float("inf") else f"{r['psnr_db']:.1f}"
         lines.append(
             f"{r['row']:28s} {r['decode_s_median']:9.1f} {r['decode_s_iqr']:6.1f} {r['speedup']:7.2f} "
-            f"{r['decode_cpu_s_median']:7.1f} {r['peak_memory_bytes'] / 2**30:8.2f} {psnr:>8s} {ssim:>7s} "
+            f"{_verdict_cell(r, 'verdict'):>9s} {r['decode_cpu_s_median']:7.1f} "
+            f"{r['peak_memory_bytes'] / 2**30:8.2f} {psnr:>8s} {ssim:>7s} "
             f"{r['max_abs_err']:8.2g}  {r['prepare_s_median']:.1f}"
         )
         not_applied = [
@@ -505,7 +509,22 @@ def format_decoder_table(summary: dict[str, Any]) -> str:
         f"decoder only, {shape} output; deviation vs the fp32 full decode; {summary['settings']['repeats']} "
         "run(s) per row, interleaved, each in its own process (peak = that process's peak RSS)"
     )
+    lines.append(f"verdict: {VERDICT_NOTE}, over each row's decode times (one per run)")
     return "\n".join(lines)
+
+
+# How the tables' verdict columns are decided (engine.speed_verdict), in one line.
+VERDICT_NOTE = (
+    "the noise rule of engine.speed_verdict against fp32 (95 % bootstrap interval of the ratio of medians, "
+    "5 % minimum effect, 3 samples a side or 'undecided')"
+)
+
+
+def _verdict_cell(row: dict[str, Any], key: str) -> str:
+    """A row's verdict for a table column: faster / slower / same / undecided; "ref" for fp32 itself."""
+    if row["row"] == "fp32":
+        return "ref"
+    return (row.get(key) or {}).get("verdict", "-")
 
 
 # -- parent: orchestrate, compare, report ----------------------------------------------------------------
@@ -516,6 +535,7 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
     import numpy as np
 
     from engine.bench.metrics import compare
+    from engine.speed_verdict import speed_verdict
 
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
@@ -534,6 +554,7 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
 
     reference = np.load(out_dir / "r0" / "fp32.npy")
     results = []
+    step_samples: dict[str, list[float]] = {}
     for name in rows:
         ok = [r for r in runs[name] if "error" not in r]
         if not ok:
@@ -557,6 +578,7 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
                 "unet_ms_median": float(np.median(unet)),
                 "steps_measured": len(steps),
                 "end_to_end_s_median": float(np.median([r["end_to_end_s"] for r in ok])),
+                "end_to_end_s_all": [r["end_to_end_s"] for r in ok],
                 "prepare_s_median": float(np.median([r["prepare_s"] for r in ok])),
                 "decode_s_median": None
                 if ok[0]["decode_s"] is None
@@ -566,11 +588,20 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
                 **compare(reference, volume),
             }
         )
+        step_samples[name] = steps
     base = next(r for r in results if r["row"] == "fp32")
     for r in results:
         if "step_ms_median" in r:
             r["speedup_per_step"] = base["step_ms_median"] / r["step_ms_median"]
             r["speedup_end_to_end"] = base["end_to_end_s_median"] / r["end_to_end_s_median"]
+            if r is not base and "step_ms_median" in base:
+                # The one noise rule decides what a ratio may be called: per step over every measured step
+                # of every repeat, end to end over the repeats.
+                per_step = speed_verdict(step_samples["fp32"], step_samples[r["row"]])
+                whole = speed_verdict(base["end_to_end_s_all"], r["end_to_end_s_all"])
+                r["verdict_per_step"], r["verdict_end_to_end"] = per_step.to_dict(), whole.to_dict()
+                r["per_step_verdict"] = per_step.verdict  # the CSV's columns
+                r["end_to_end_verdict"] = whole.verdict
     summary = {
         "settings": settings.__dict__,
         "rows": results,
@@ -625,8 +656,8 @@ def _host() -> dict[str, Any]:
 
 def format_table(summary: dict[str, Any]) -> str:
     header = (
-        f"{'row':22s} {'step ms':>9s} {'IQR':>7s} {'x fp32':>7s} {'e2e s':>7s} {'x e2e':>6s} {'peak GiB':>8s} "
-        f"{'PSNR dB':>8s} {'SSIM':>6s} {'max err':>8s}  applied"
+        f"{'row':22s} {'step ms':>9s} {'IQR':>7s} {'x fp32':>7s} {'verdict':>9s} {'e2e s':>7s} {'x e2e':>6s} "
+        f"{'verdict':>9s} {'peak GiB':>8s} {'PSNR dB':>8s} {'SSIM':>6s} {'max err':>8s}  applied"
     )
     lines = [header, "-" * len(header)]
     for r in summary["rows"]:
@@ -644,7 +675,8 @@ def format_table(summary: dict[str, Any]) -> str:
         ssim = "-" if r["ssim"] is None else f"{r['ssim']:.4f}"
         lines.append(
             f"{r['row']:22s} {r['step_ms_median']:9.1f} {r['step_ms_iqr']:7.1f} {r['speedup_per_step']:7.2f} "
-            f"{r['end_to_end_s_median']:7.1f} {r['speedup_end_to_end']:6.2f} "
+            f"{_verdict_cell(r, 'verdict_per_step'):>9s} {r['end_to_end_s_median']:7.1f} "
+            f"{r['speedup_end_to_end']:6.2f} {_verdict_cell(r, 'verdict_end_to_end'):>9s} "
             f"{r['peak_memory_bytes'] / 2**30:8.2f} {r['psnr_db']:8.1f} {ssim:>6s} {r['max_abs_err']:8.2g}  "
             f"{applied}"
         )
@@ -652,6 +684,10 @@ def format_table(summary: dict[str, Any]) -> str:
         f"deviation measured on the {summary['compared_on']} against the fp32 row; "
         f"{summary['settings']['steps']} steps x {summary['settings']['repeats']} repeat(s), "
         f"first {summary['settings']['warmup']} step(s) of each run excluded"
+    )
+    lines.append(
+        f"verdicts: {VERDICT_NOTE}; per step over every measured step of every repeat, end to end over the "
+        "repeats (one per run)"
     )
     return "\n".join(lines)
 
@@ -665,9 +701,11 @@ def _write_outputs(summary: dict[str, Any], out_dir: Path) -> None:
         "step_ms_median",
         "step_ms_iqr",
         "speedup_per_step",
+        "per_step_verdict",
         "unet_ms_median",
         "end_to_end_s_median",
         "speedup_end_to_end",
+        "end_to_end_verdict",
         "prepare_s_median",
         "decode_s_median",
         "peak_memory_bytes",

@@ -19,8 +19,10 @@ def register(sub) -> None:
         "compare",
         help="compare two optimization settings on the same seed (volumes, speed, memory, kernels)",
         description="Runs the request with settings A, then with settings B (same model, seed, noise and "
-        "conditioning) and reports per-step latency, peak memory, the top operators of a few "
-        "profiled steps, and how far B's volume moved from A's (PSNR, SSIM, max/mean |B-A|). "
+        "conditioning) and reports per-step latency, decode time, peak memory, the top operators of a few "
+        "profiled steps, and how far B's volume moved from A's (PSNR, SSIM, max/mean |B-A|). The first "
+        "line after the table is the part B's settings change (U-Net step, decode, or end to end) with the "
+        "verdict of the noise rule (engine.speed_verdict): faster or slower only when the rule says so. "
         "Writes a.nii.gz, b.nii.gz (with sidecars), difference.nii.gz (B-A) and compare.json to "
         "--out. A setting is a name (`volsynth bench --rows list`, less 'reference') or a JSON object of "
         'optimization fields, e.g. \'{"autocast": "bf16", "attention": "sdpa"}\'.',

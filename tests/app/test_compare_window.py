@@ -65,7 +65,9 @@ def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, main_window,
     assert compare.states["diff"].window == pytest.approx(difference_window(diff))
     assert compare.states["diff"].window[1] == 0.0
     assert compare.titles["b"].text().endswith("bf16") and "max |B" in compare.titles["diff"].text()
-    assert "PSNR" in compare.summary_label.text() and "per step" in compare.summary_label.text()
+    # bf16 autocast reaches the U-Net and the decoder: the headline is the whole loop
+    assert "PSNR" in compare.summary_label.text()
+    assert compare.summary_label.text().startswith("<b>End to end (sampling loop incl. decode)</b>")
     labels = [compare.table.verticalHeaderItem(r).text() for r in range(compare.table.rowCount())]
     assert labels[0] == "Step (median)" and "Applied" in labels
     applied_row = labels.index("Applied")
@@ -248,35 +250,86 @@ def test_difference_map_is_diverging_with_a_colour_bar(qtbot, main_window, compa
     assert bar.labels() == ("+0.01", "0", "-0.01")
 
 
-def test_speed_ratio_wording_and_unreliable_mark(qtbot, main_window, compare):
+def test_decoder_only_setting_headlines_the_decode(qtbot, main_window, compare):
+    # A decoder setting leaves the U-Net alone: its per-step ratio is noise, so the bold line is the decode.
+    panel = main_window.optimization_panel
+    panel.set_values({**panel.values(), "decoder_channels_last": True})
+    compare.profile_spin.setValue(0)
+    qtbot.mouseClick(compare.run_button, Qt.MouseButton.LeftButton)
+    assert _wait(qtbot, compare) == "finished"
+    measured = compare.comparison
+    summary = compare.summary_label.text()
+    assert summary.startswith("<b>Decode</b> (B's settings change only the decoder): <b>too few samples")
+    assert "per step" not in summary and "faster" not in summary and "slower" not in summary
+    assert "volsynth bench --decoder-only" in summary
+    assert f"End to end (sampling loop incl. decode): A {measured.a.loop_s:.2f} s" in summary
+    labels = [compare.table.verticalHeaderItem(r).text() for r in range(compare.table.rowCount())]
+    row = labels.index("Decode")
+    assert compare.table.item(row, 0).text() == f"{measured.a.decode_s:.2f} s"
+    assert compare.table.item(row, 1).text() == f"{measured.b.decode_s:.2f} s"
+    assert compare.table.item(row, 2).text().endswith("\u00b7 undecided (1 vs 1)")
+    assert "--decoder-only" in compare.table.item(row, 2).toolTip()
+    assert compare.table.verticalHeaderItem(row).font().bold()  # the row the headline is about
+    assert not compare.table.verticalHeaderItem(labels.index("Step (median)")).font().bold()
+    step_row = labels.index("Step (median)")
+    assert (
+        "\u00b7 unchanged by B" in compare.table.item(step_row, 2).text()
+    )  # no verdict on an untouched part
+
     import dataclasses
 
-    from app.compare.window import speed_text, unreliable_sides
+    def with_steps(a_s, b_s):
+        a = dataclasses.replace(measured.a, step_s=tuple(a_s))
+        b = dataclasses.replace(measured.b, step_s=tuple(b_s))
+        return dataclasses.replace(measured, a=a, b=b)
 
-    _panel_bf16(main_window)
+    compare.show_comparison(with_steps([1.0, 1.01, 0.99, 1.0], [1.0, 0.99, 1.01, 1.0]))
+    assert "Not decided by the noise rule" in compare.summary_label.text()
+    # B's run found the machine quieter: its untouched U-Net steps ran 2x faster. That is load, and it says so.
+    compare.show_comparison(with_steps([2.0, 2.02, 1.98, 2.01], [1.0, 0.99, 1.01, 1.0]))
+    summary = compare.summary_label.text()
+    assert "The load changed between the runs" in summary and "faster" not in summary
+    assert compare.table.item(step_row, 2).text() == "2.00x A's speed \u00b7 unchanged by B (load changed)"
+
+
+def test_speed_verdicts_follow_the_noise_rule(qtbot, main_window, compare):
+    import dataclasses
+
+    from app.compare.window import WARNING_COLOUR, speed_text
+
+    compare.b_box.setCurrentText("sdpa")  # a U-Net setting: the headline is the step
+    compare.profile_spin.setValue(0)
     compare.start()
     assert _wait(qtbot, compare) == "finished"
     measured = compare.comparison
-    ratio_cell = compare.table.item(0, 2).text()
-    assert ratio_cell.startswith(speed_text(measured.speedup_per_step))
-    assert speed_text(measured.speedup_per_step) in compare.summary_label.text()
-    assert speed_text(measured.speedup_loop) in compare.summary_label.text()
-    assert compare.table.item(2, 2).text() == speed_text(measured.speedup_loop)
-    # Whatever this machine measured, the mark follows the rule (IQR above 20 % of the median).
-    assert ("unreliable" in ratio_cell) == bool(unreliable_sides(measured))
+    step_cell = compare.table.item(0, 2).text()
+    assert step_cell.startswith(speed_text(measured.speedup_per_step))
+    assert measured.headline().verdict.verdict in step_cell  # whatever this machine measured, by the rule
+    assert compare.summary_label.text().startswith("<b>U-Net step</b> (B's settings change only the U-Net)")
 
-    def with_spread(fraction):
-        a = dataclasses.replace(measured.a, step_ms_iqr=fraction * measured.a.step_ms_median)
-        b = dataclasses.replace(measured.b, step_ms_iqr=0.05 * measured.b.step_ms_median)
+    def with_steps(a_s, b_s):
+        a = dataclasses.replace(measured.a, step_s=tuple(a_s))
+        b = dataclasses.replace(measured.b, step_s=tuple(b_s))
         return dataclasses.replace(measured, a=a, b=b)
 
-    compare.show_comparison(with_spread(0.45))
-    assert "unreliable" in compare.table.item(0, 2).text()
+    # A's median looks 3.8x slower only because a busy spell hit three of its steps: not called faster.
+    compare.show_comparison(with_steps([1.0, 4.0, 4.1, 0.9, 4.2], [1.0, 1.05, 0.95, 1.1, 1.0]))
     summary = compare.summary_label.text()
-    assert "Speed ratio unreliable" in summary and "volsynth bench" in summary and "45 %" in summary
-    compare.show_comparison(with_spread(0.15))
-    assert "unreliable" not in compare.table.item(0, 2).text()
-    assert "unreliable" not in compare.summary_label.text()
+    assert "no clear difference yet" in summary and "faster" not in summary
+    assert "Not decided by the noise rule" in summary and "run more steps" in summary
+    cell = compare.table.item(0, 2)
+    assert cell.text().endswith("\u00b7 undecided") and cell.foreground().color().name() == WARNING_COLOUR
+    # Steps that beat A's without overlap: the rule says faster, and nothing warns.
+    compare.show_comparison(with_steps([2.0, 2.02, 1.98, 2.01, 1.99], [1.0, 1.01, 0.99, 1.0, 1.02]))
+    summary = compare.summary_label.text()
+    assert "B is 2.00x as fast as A" in summary and "Not decided" not in summary
+    assert compare.table.item(0, 2).text() == "2.00x A's speed \u00b7 faster"
+    # The loop is one run each: beside the headline, and never called faster.
+    loop_row = [compare.table.verticalHeaderItem(r).text() for r in range(compare.table.rowCount())].index(
+        "Sampling loop (end to end)"
+    )
+    assert compare.table.item(loop_row, 2).text().endswith("undecided (1 vs 1)")
+    assert "End to end (sampling loop incl. decode)" in summary
 
 
 def test_table_exports_to_csv_through_the_file_dialog(qtbot, main_window, compare, tmp_path):

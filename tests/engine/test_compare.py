@@ -12,7 +12,15 @@ import pytest
 from engine.api import SamplingRequest, run
 from engine.backends.local import LocalBackend
 from engine.cli import main
-from engine.compare import compare_settings, measure
+from engine.compare import (
+    DECODE,
+    END_TO_END,
+    UNET_STEP,
+    changed_parts,
+    compare_settings,
+    headline_part,
+    measure,
+)
 from engine.errors import InvalidRequest
 from engine.optimization_config import OptimizationConfig
 from engine.peak_memory import PeakMemory
@@ -189,6 +197,121 @@ def test_compare_command_writes_volumes_difference_and_record(model_path_env, tm
     assert record["b"]["optimization"]["autocast"] == "bf16" and record["request"]["seed"] == 2
     printed = capsys.readouterr().out
     assert "top operators" in printed and "volume moved" in printed
+
+
+def test_decoder_only_setting_headlines_the_decode_not_the_step(backend):
+    # The trap of the "Fast decode (CPU)" preset: it changes only the decoder, so a per-step ratio is noise.
+    comparison = run(
+        compare_settings(
+            backend,
+            _request(),
+            OptimizationConfig(),
+            OptimizationConfig(decoder_channels_last=True),
+            ("fp32", "dec:cl"),
+            kernel_profile_steps=0,
+        )
+    )
+    a, b = comparison.a, comparison.b
+    assert a.decode_s > 0 and b.decode_s > 0  # the loop's own decode timing, from the provenance
+    assert a.decode_s == a.result.provenance["timings"]["decode_s"]
+    assert comparison.changed_parts() == {"decoder"}
+    headline = comparison.headline()
+    assert headline.part == DECODE and headline.verdict.samples == (1, 1)
+    # One decode a side: the rule cannot call it, and the headline says so and what to run.
+    assert headline.verdict.verdict == "undecided" and headline.verdict.too_few
+    text = headline.text()
+    assert text.startswith("Decode (B's settings change only the decoder): too few samples to call")
+    assert "--decoder-only" in text and "per step" not in text
+    assert "faster" not in text and "slower" not in text
+    table = comparison.format_table()
+    assert table.splitlines()[2].startswith("decode") and f"{b.decode_s:.2f} s" in table.splitlines()[2]
+    assert text in table and "  U-Net step (unchanged by B's settings):" in table and "  End to end" in table
+    record = json.loads(json.dumps(comparison.to_dict()))
+    assert record["headline"]["part"] == "decode" and record["changed_parts"] == ["decoder"]
+    assert record["a"]["decode_s"] == a.decode_s and record["verdicts"]["decode"]["verdict"] == "undecided"
+    assert len(record["b"]["step_s_measured"]) == b.steps_measured
+
+    # The U-Net is the same on both sides: steps the rule calls faster in B's run mean the load changed.
+    import dataclasses
+
+    def with_steps(a_s, b_s):
+        return dataclasses.replace(
+            comparison,
+            a=dataclasses.replace(a, step_s=tuple(a_s)),
+            b=dataclasses.replace(b, step_s=tuple(b_s)),
+        )
+
+    same_load = with_steps([1.0, 1.01, 0.99, 1.0], [1.0, 0.99, 1.01, 1.0])
+    assert same_load.load_shift() == "" and same_load.headline().caveat == ""
+    busy_a = with_steps([2.0, 2.02, 1.98, 2.01], [1.0, 0.99, 1.01, 1.0]).headline()
+    assert busy_a.part == DECODE and "load changed between the runs" in busy_a.caveat
+    assert "U-Net step, which B's settings leave alone, ran at 2.00x" in busy_a.text()
+
+
+def test_the_headline_part_follows_what_each_setting_changes():
+    def parts(a, b, **reports):
+        return changed_parts(OptimizationConfig.from_dict(a), OptimizationConfig.from_dict(b), **reports)
+
+    fast_decode = {"streamed_decode": True, "decoder_autocast": "bf16", "decoder_channels_last": True}
+    assert parts({}, fast_decode) == {"decoder"}
+    assert parts({}, {"attention": "sdpa"}) == parts({}, {"quantization": "int8"}) == {"unet"}
+    # autocast reaches the decoder too, unless the decoder keeps its own precision
+    assert parts({}, {"autocast": "bf16"}) == {"unet", "decoder"}
+    assert parts({"decoder_autocast": "fp32"}, {"autocast": "bf16", "decoder_autocast": "fp32"}) == {"unet"}
+    assert parts({}, {"channels_last_3d": True}) == {"unet", "decoder"}
+    assert parts({"quantization": "int8"}, {"quantization": "int8", "psnr_budget_db": 30.0}) == frozenset()
+    assert parts({}, {}) == frozenset()
+    # A setting that did not apply changes nothing: TF32 on a CPU
+    not_applied = {"tf32": {"requested": True, "applied": False, "reason": "needs an NVIDIA GPU"}}
+    assert parts({}, {"tf32": True}) == {"unet", "decoder"}
+    assert parts({}, {"tf32": True}, report_b=not_applied) == frozenset()
+    assert headline_part(frozenset({"unet"})) == UNET_STEP
+    assert headline_part(frozenset({"decoder"})) == DECODE
+    assert headline_part(frozenset({"unet", "decoder"})) == headline_part(frozenset()) == END_TO_END
+
+
+def test_noisy_step_times_leave_the_headline_undecided(backend):
+    import dataclasses
+
+    comparison = run(
+        compare_settings(
+            backend,
+            _request(),
+            OptimizationConfig(),
+            OptimizationConfig(attention="sdpa"),
+            kernel_profile_steps=0,
+        )
+    )
+    assert comparison.changed_parts() == {"unet"}
+
+    def with_steps(a_s, b_s):
+        a = dataclasses.replace(comparison.a, step_s=tuple(a_s))
+        b = dataclasses.replace(comparison.b, step_s=tuple(b_s))
+        return dataclasses.replace(comparison, a=a, b=b)
+
+    # A's median looks 3.8x slower only because a busy spell hit three of its steps.
+    noisy = with_steps([1.0, 4.0, 4.1, 0.9, 4.2], [1.0, 1.05, 0.95, 1.1, 1.0]).headline()
+    assert noisy.part == UNET_STEP and noisy.verdict.ratio > 3.5 and noisy.verdict.verdict == "undecided"
+    assert noisy.text().startswith("U-Net step (B's settings change only the U-Net): no clear difference yet")
+    assert "run more steps" in noisy.text() and "volsynth bench" in noisy.text()
+    assert "faster" not in noisy.text()
+    quiet = with_steps([2.0, 2.02, 1.98, 2.01, 1.99], [1.0, 1.01, 0.99, 1.0, 1.02]).headline()
+    assert quiet.verdict.verdict == "faster" and "as fast as A" in quiet.text() and not quiet.advice
+
+
+def test_compare_command_headlines_the_decode_of_a_decoder_setting(model_path_env, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = ["compare", "--model", "tiny-latent", "--steps", "4", "--device", "cpu", "--profile-steps", "0"]
+    assert main([*argv, "--b", '{"decoder_channels_last": true}', "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((out / "compare.json").read_text())
+    assert record["headline"]["part"] == "decode" and record["a"]["decode_s"] > 0 < record["b"]["decode_s"]
+    assert record["headline"]["text"] in printed
+    assert "Decode (B's settings change only the decoder)" in printed
+    decode_row = next(line for line in printed.splitlines() if line.startswith("decode "))
+    assert (
+        f"{record['a']['decode_s']:.2f} s" in decode_row and f"{record['b']['decode_s']:.2f} s" in decode_row
+    )
 
 
 @pytest.mark.parametrize(

@@ -125,6 +125,9 @@ def test_bench_decoder_only_runs_on_a_tiny_model(model_path_env, tmp_path, capsy
     assert all(r["peak_memory_bytes"] > 0 and r["decode_s_median"] > 0 for r in got.values())
     assert summary["output_shape"][2:] == [16, 24, 16]
     assert "streamed+dec:int8-cl" in printed and "x fp32" in printed
+    # One run a row: the noise rule cannot call any decode faster or slower, and the table says so.
+    assert all(got[r]["verdict"]["verdict"] == "undecided" for r in rows.split(",")[1:])
+    assert "verdict" in printed and "engine.speed_verdict" in printed
 
 
 def test_bench_decoder_only_refuses_unknown_rows(model_path_env, tmp_path):
@@ -134,3 +137,59 @@ def test_bench_decoder_only_refuses_unknown_rows(model_path_env, tmp_path):
     settings = BenchSettings("tiny-latent", 0, 1, 0, 0, "cpu", False, 1, decoder_only=True)
     with pytest.raises(InvalidRequest, match="unknown decoder bench row"):
         run_decoder_bench(settings, ["fp32", "reference"], tmp_path, log=lambda _m: None)
+
+
+def test_bench_verdicts_come_from_the_noise_rule(tmp_path, monkeypatch):
+    """The summary and table of recorded runs: a ratio is called faster only where engine.speed_verdict says so."""
+    from engine.bench import runner
+
+    # Per row and repeat: (measured step times, end-to-end time). fp32 is quiet; "sdpa" halves both without
+    # overlap; "int8"'s steps and runs look 1.6x faster by their medians, but swing between 0.6 and 1.6 s.
+    recorded = {
+        "fp32": [([1.0, 1.01, 0.99], 10.0), ([1.02, 0.98, 1.0], 10.1), ([1.01, 0.99, 1.0], 9.9)],
+        "sdpa": [([0.5, 0.51, 0.49], 5.0), ([0.5, 0.52, 0.5], 5.1), ([0.5, 0.49, 0.51], 4.9)],
+        "int8": [([0.6, 1.6, 0.62], 4.0), ([1.58, 0.61, 1.3], 12.0), ([0.63, 1.5, 0.64], 6.0)],
+    }
+    repeat_of = dict.fromkeys(recorded, 0)
+
+    def recorded_run(name, settings, out_dir):  # stands in for a row's child process
+        steps, end_to_end = recorded[name][repeat_of[name]]
+        repeat_of[name] += 1
+        out_dir.mkdir(parents=True, exist_ok=True)
+        np.save(out_dir / f"{runner._safe(name)}.npy", np.ones((1, 1, 4, 4, 4), dtype=np.float32))
+        return {
+            "row": name,
+            "report": {},
+            "step_s": [9.0, *steps],  # the warm-up step, left out
+            "unet_ms": [9e3, *(1e3 * s for s in steps)],
+            "end_to_end_s": end_to_end,
+            "prepare_s": 0.1,
+            "decode_s": 0.5,
+            "peak_memory_bytes": 2**30,
+            "memory_kind": "process_rss",
+        }
+
+    monkeypatch.setattr(runner, "_spawn", recorded_run)
+    settings = runner.BenchSettings("tiny", 4, 3, 1, 0, "cpu", False, 1)
+    summary = runner.run_bench(settings, ["fp32", "sdpa", "int8"], tmp_path, log=lambda _m: None)
+    rows = {r["row"]: r for r in summary["rows"]}
+    sdpa, int8 = rows["sdpa"], rows["int8"]
+    assert sdpa["verdict_per_step"]["verdict"] == "faster" and sdpa["verdict_per_step"]["samples"] == [9, 9]
+    assert sdpa["verdict_end_to_end"]["verdict"] == "faster" and sdpa["verdict_end_to_end"]["samples"] == [
+        3,
+        3,
+    ]
+    assert int8["speedup_per_step"] > 1.5 and int8["speedup_end_to_end"] > 1.5  # what the medians alone say
+    assert int8["verdict_per_step"]["verdict"] == int8["verdict_end_to_end"]["verdict"] == "undecided"
+    assert "verdict_per_step" not in rows["fp32"]
+    recorded_json = json.loads((tmp_path / "bench.json").read_text())
+    assert recorded_json["rows"][2]["verdict_end_to_end"]["verdict"] == "undecided"
+    table = runner.format_table(summary).splitlines()
+    assert table[0].split().count("verdict") == 2
+    line = {row.split()[0]: row.split() for row in table[2:5]}
+    assert line["fp32"][4] == "ref" and line["sdpa"][4] == "faster" and line["sdpa"][7] == "faster"
+    assert line["int8"][4] == "undecided" and line["int8"][7] == "undecided"
+    assert not any(word in " ".join(line["int8"]) for word in ("faster", "slower"))
+    assert "engine.speed_verdict" in table[-1]
+    csv_rows = (tmp_path / "bench.csv").read_text().splitlines()
+    assert "per_step_verdict" in csv_rows[0] and ",undecided," in csv_rows[3]
