@@ -267,11 +267,15 @@ def tune(
     out_dir: Path | None = None,
     should_pause: Callable[[], bool] | None = None,
     save: bool = True,
+    estimate_only: bool = False,
 ) -> Generator[Progress, None, dict[str, Any]]:
     """Measure the candidate settings (module docstring); yields Progress, returns the result (also stored).
 
     Close the generator to cancel: every row process is ended. ``should_pause`` (polled between runs)
-    holds the measurement while it returns True, e.g. while the user generates.
+    holds the measurement while it returns True, e.g. while the user generates. After preparing fp32 and one
+    untimed fp32 run it yields an estimate of the whole measurement ("estimated N s"); ``estimate_only``
+    stops there and returns ``{"estimate_s", "rows", "not_measured"}`` (for large models, whose budget is the
+    user's choice).
     """
     import tempfile
 
@@ -331,6 +335,25 @@ def tune(
                 worker.prepared = answer
             if name == "fp32" and worker.error:
                 raise InvalidRequest(f"the fp32 reference could not run here: {worker.error}")
+            if name == "fp32":
+                # One untimed fp32 run sizes the whole measurement before the other rows start.
+                trial = worker.ask({"cmd": "run", "steps": steps, "seed": seed, "save": None})
+                if "error" in trial:
+                    raise InvalidRequest(f"the fp32 reference could not run here: {trial['error']}")
+                prep = answer["load_s"] + answer["prepare_s"]
+                estimate_s = (
+                    time.perf_counter()
+                    - started
+                    + (total_prep - 1) * 2 * prep  # other rows: their load, plus calibration of about as long
+                    + MIN_ROUNDS * total_prep * trial["wall_s"]
+                )
+                yield progress(index, total_prep, f"estimated {estimate_s:.0f} s for {total_prep} rows")
+                if estimate_only:
+                    return {
+                        "estimate_s": estimate_s,
+                        "rows": [n for n, _ in measured_rows],
+                        "not_measured": skipped,
+                    }
         live = [w for w in workers if w.error is None]
         # 2. Rounds, interleaved, until the noise rule decides every row or the budget runs out.
         round_s = 0.0

@@ -50,7 +50,14 @@ def run(args: argparse.Namespace) -> int:
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] or None
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
-    job = tune(args.model, args.device, budget_s=args.budget, steps=args.steps, rows=rows)
+    job = tune(
+        args.model,
+        args.device,
+        budget_s=args.budget,
+        steps=args.steps,
+        rows=rows,
+        estimate_only=args.estimate,
+    )
     try:
         while True:
             if cancel.is_set():
@@ -70,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
         print(file=sys.stderr)
+    if args.estimate:
+        print(
+            f"measuring {len(result['rows'])} rows ({', '.join(result['rows'])}) would take about "
+            f"{result['estimate_s']:.0f} s here; --budget caps the rounds (at least 3 always run)"
+        )
+        return 0
     print(json.dumps(result, indent=2, default=str) if args.json else format_result(result))
     print(f"kept in {result['path']}", file=sys.stderr)
     return 0

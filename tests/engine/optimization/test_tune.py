@@ -35,9 +35,15 @@ def tuned(tiny_models_dir, tmp_path_factory):
     os.environ["VOLSYNTH_TUNE_DIR"] = str(folder)
     try:
         progress = []
+        pauses = iter([True, True, False])  # a generation runs when the first run is due, then ends
         result = run(
             tune(
-                str(tiny_models_dir / "tiny-latent"), "cpu", budget_s=5, steps=3, rows=["preset:Low memory"]
+                str(tiny_models_dir / "tiny-latent"),
+                "cpu",
+                budget_s=5,
+                steps=3,
+                rows=["preset:Low memory"],
+                should_pause=lambda: next(pauses, False),
             ),
             on_progress=progress.append,
         )
@@ -51,7 +57,11 @@ def test_tune_measures_rows_side_by_side_and_keeps_the_result(tuned, tiny_models
     names = [row["name"] for row in result["rows"]]
     assert names == ["fp32", "preset:Low memory"]
     assert result["method"]["rounds"] >= 3  # the noise rule needs three samples a row
-    assert any("round 3" in p.message for p in progress) and progress[0].message.startswith("preparing fp32")
+    messages = [p.message for p in progress]
+    assert any("round 3" in m for m in messages) and messages[0].startswith("preparing fp32")
+    assert any(m.startswith("estimated ") for m in messages)
+    paused = [i for i, m in enumerate(messages) if m.startswith("paused")]
+    assert len(paused) == 2 and messages[paused[-1] + 1] == "round 1: fp32"  # held, then went on
     fp32, streamed = result["rows"]
     assert math.isinf(fp32["psnr_db"]) and fp32["speedup_end_to_end"] == 1.0
     assert streamed["psnr_db"] > 60  # the streamed decode is exact up to float reordering
@@ -135,3 +145,17 @@ def test_tune_refuses_bad_arguments(tiny_models_dir):
         next(tune(str(tiny_models_dir / "tiny-latent"), "cpu", steps=1))
     with pytest.raises(InvalidRequest, match="unknown tune row"):
         next(tune(str(tiny_models_dir / "tiny-latent"), "cpu", rows=["nonsense"]))
+
+
+def test_estimate_only_measures_nothing(tiny_models_dir, tune_dir):
+    result = run(
+        tune(
+            str(tiny_models_dir / "tiny-latent"),
+            "cpu",
+            steps=2,
+            rows=["preset:Low memory"],
+            estimate_only=True,
+        )
+    )
+    assert result["estimate_s"] > 0 and result["rows"] == ["fp32", "preset:Low memory"]
+    assert not tune_dir.exists() or not any(tune_dir.rglob("*.json"))
