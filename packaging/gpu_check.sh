@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of VolSynth in one unattended run: python -m engine.bench.gpu_suite, after setting up
-# Python for it. Writes DIR/gpu_suite.json (every number) and DIR/gpu_suite.txt (the table, printed last).
+# Python for it. Writes to --out: gpu_suite.json (every number), gpu_suite.txt (the table, printed last),
+# install.json and gpu_suite_logs.tar.gz; bulky files (models, volumes) go to --work (default OUT/work).
 #
 #   bash packaging/gpu_check.sh --out build/gpu                 # fresh GPU host with a package registry:
 #                                                              #   .venv-gpu + CUDA torch 2.13.0, then the suite
@@ -15,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT="build/gpu-check"
+WORK=""             # bulky files (models, volumes, carried wheels installed); default OUT/work
 VENV=".venv-gpu"
 PY=""
 WHEELS=""
@@ -22,11 +24,12 @@ TORCH_INDEX=""       # empty: PyPI, whose torch 2.13.0 Linux x86_64 wheel is the
 SMOKE=""
 INSTALL_ONLY=""
 SUITE_ARGS=()
-usage() { sed -n '2,14p' "$0"; echo "options: --out DIR --venv DIR --python PY --wheels DIR --torch-index URL"\
+usage() { sed -n '2,15p' "$0"; echo "options: --out DIR --work DIR --venv DIR --python PY --wheels DIR --torch-index URL"\
   "--cpu-smoke --install-only --budget-s S --parts a,b --skip-parts a,b"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT="$2"; shift 2 ;;
+    --work) WORK="$2"; shift 2 ;;
     --venv) VENV="$2"; shift 2 ;;
     --python) PY="$2"; shift 2 ;;
     --wheels) WHEELS="$2"; shift 2 ;;
@@ -40,6 +43,9 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
+WORK="${WORK:-$OUT/work}"
+mkdir -p "$WORK"
+WORK="$(cd "$WORK" && pwd)"
 install_started=$(date +%s.%N)
 install_mode=""
 
@@ -75,7 +81,7 @@ else
   # what it lacks is installed, from carried wheels, into a folder of its own put on PYTHONPATH.
   install_mode="python"
   if [ -n "$WHEELS" ] && compgen -G "$WHEELS/*.whl" >/dev/null; then
-    SITE="$OUT/site"
+    SITE="$WORK/site"
     echo "gpu_check: installing carried wheels from $WHEELS into $SITE"
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
       "$WHEELS"/*.whl
@@ -108,4 +114,5 @@ print(f"gpu_check: set-up ({mode}) took {record['seconds']:.0f} s; torch {record
 EOF
 [ -n "$INSTALL_ONLY" ] && exit 0
 
-exec "$PY" -m engine.bench.gpu_suite --out "$OUT" --install-record "$OUT/install.json" $SMOKE "${SUITE_ARGS[@]}"
+exec "$PY" -m engine.bench.gpu_suite --out "$OUT" --work "$WORK" --install-record "$OUT/install.json" $SMOKE \
+  "${SUITE_ARGS[@]}"

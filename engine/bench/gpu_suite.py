@@ -521,7 +521,10 @@ def _generate(ctx: PartContext, model: str, out: Path, extra: list[str]) -> dict
     sidecar = out.with_name(out.name.replace(".nii.gz", ".json"))
     provenance = _read_result(sidecar)
     if run["exit_code"] != 0 or provenance is None:
-        result.update(status="failed", error=f"volsynth generate exit code {run['exit_code']}")
+        last = [line for line in run["output_tail"].splitlines() if line.strip()][-1:] or [""]
+        result.update(
+            status="failed", error=f"volsynth generate exit code {run['exit_code']}: {last[0][:200]}"
+        )
         return result
     import nibabel as nib
 
@@ -567,8 +570,8 @@ def _tiny_bundle_spec():
         id="bench-bundle-tiny",
         name="Brain-bundle architecture at tiny widths (random weights)",
         networks={"unet": unet, "autoencoder": autoencoder},
-        output_shape=[1, 32, 48, 32],
-        latent_shape=[3, 4, 6, 4],
+        output_shape=[1, 32, 64, 32],  # the autoencoder's 8x, like the bundle's 20x28x20 -> 160x224x160
+        latent_shape=[3, 4, 8, 4],  # divisible by 4: the U-Net halves it twice
         voxel_spacing_mm=[5.0, 5.0, 5.0],
     )
     return ModelSpec.from_dict(data)
@@ -823,7 +826,7 @@ def suite_parts(
         if (only and name not in only) or (skip and name in skip):
             continue
         argv = [sys.executable, "-m", "engine.bench.gpu_suite", "--part", name, "--result", "{result}"]
-        argv += ["--out", str(work), "--part-budget-s", str(budgets[name])] + (
+        argv += ["--work", str(work), "--part-budget-s", str(budgets[name])] + (
             ["--cpu-smoke"] if smoke else []
         )
         parts.append(Part(name, float(budgets[name]), tuple(argv), optional=name in OPTIONAL_PARTS))
@@ -956,12 +959,34 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def archive_logs(work: Path, archive: Path) -> Path:
+    """The parts' logs, results and small reports in one file (a GPU host may send back only a few files)."""
+    import tarfile
+
+    patterns = ("*.log", "*.result.json", "gpu_check.json", "*.junit.xml", "*.json")
+    with tarfile.open(archive, "w:gz") as tar:
+        seen = set()
+        for pattern in patterns:
+            for path in sorted(work.glob(pattern)):
+                if path not in seen and path.stat().st_size < 8 * 2**20:
+                    seen.add(path)
+                    tar.add(path, arcname=path.name)
+    return archive
+
+
 # -- command line ------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="build/gpu-check", help="folder for gpu_suite.json, .txt and logs")
+    parser.add_argument(
+        "--out",
+        default="build/gpu-check",
+        help="folder for gpu_suite.json, gpu_suite.txt and the logs' archive",
+    )
+    parser.add_argument(
+        "--work", default="", help="folder for the parts' bulky files (models, volumes); default OUT/work"
+    )
     parser.add_argument("--cpu-smoke", action="store_true", help="the same parts at tiny sizes on the CPU")
     parser.add_argument("--budget-s", type=float, default=TOTAL_BUDGET_S, help="whole run (default 600)")
     parser.add_argument("--parts", default="", help="comma-separated parts to run (default all)")
@@ -971,7 +996,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result", default="", help=argparse.SUPPRESS)
     parser.add_argument("--part-budget-s", type=float, default=60.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    work = Path(args.out).resolve()
+    out = Path(args.out).resolve()
+    work = Path(args.work).resolve() if args.work else out / "work"
     work.mkdir(parents=True, exist_ok=True)
     if args.part:
         from engine.profiling import quiet_kineto
@@ -987,7 +1013,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     install = _read_result(Path(args.install_record)) if args.install_record else None
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    json_path, table_path = work / "gpu_suite.json", work / "gpu_suite.txt"
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, table_path = out / "gpu_suite.json", out / "gpu_suite.txt"
 
     def record(results: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -1012,7 +1039,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json(json_path, full)
     table = format_table(full)
     table_path.write_text(table + "\n")
-    print(f"\nfull numbers: {json_path}\n")
+    archive = archive_logs(work, out / "gpu_suite_logs.tar.gz")
+    print(f"\nfull numbers: {json_path}; logs: {archive}\n")
     print(table)
     failed = [n for n, o in results["parts"].items() if o["status"] not in ("ok", "not available", "skipped")]
     return 1 if failed else 0
