@@ -17,8 +17,9 @@ Networks:
 
 Per row: ms per U-Net call (CUDA events, median over timed calls after warm-up), achieved TFLOP/s (FLOPs
 counted once with ``torch.utils.flop_counter.FlopCounterMode``) and the fraction of the card's dense peak
-for that precision (``engine.bench.gpu_peaks``: a cited datasheet table; None for cards not in it), PSNR of the U-Net output against the fp32 row
-on the same input. Rows run eager first for both networks, compile rows last, each only while the time
+for the precision that really applied (``engine.bench.gpu_peaks``, a cited datasheet table; None for cards
+not in it), PSNR of the U-Net output against the fp32 row on the same input. The JSON is rewritten after
+every row, so a run killed in a compile row keeps the rows before it. Rows run eager first for both networks, compile rows last, each only while the time
 budget (--budget-s) lasts; skipped rows say so. The table is printed last; everything goes to --out.
 """
 
