@@ -592,6 +592,8 @@ def part_generate_bundle(ctx: PartContext) -> dict[str, Any]:
             folder, spec, perturbed_networks(spec, 0), card=f"# {spec.name}\n\nBenchmarks only.\n"
         )
     built_s = time.monotonic() - started
+    # Saved now: if the generation then runs past the budget, the record still says what the folder cost.
+    ctx.save({"status": "ok", "model_build_s": round(built_s, 1), "note": "model folder written; generating"})
     extra = ["--steps", "3"] if ctx.smoke else []
     result = _generate(ctx, str(folder), ctx.work / "bundle.nii.gz", extra)
     result.update(
