@@ -887,6 +887,47 @@ def _headline(name: str, outcome: dict[str, Any]) -> str:
     return ""
 
 
+def must_show(results: dict[str, Any]) -> dict[str, Any]:
+    """What issue 29 asks a GPU run to show, gathered from the parts in one place of the JSON."""
+
+    def result(name: str) -> dict[str, Any]:
+        return (results["parts"].get(name) or {}).get("result") or {}
+
+    check = result("gpu-check").get("check") or {}
+    rows = [
+        {
+            "network": r["network"],
+            "row": r["row"],
+            "ms_per_call": r.get("ms_per_step"),
+            "tflops": r.get("tflops"),
+            "fraction_of_peak": r.get("fraction_of_peak"),
+            "x_fp32": r.get("speedup_vs_fp32", 1.0 if "ms_per_step" in r else None),
+            "psnr_vs_fp32_db": r.get("psnr_vs_fp32_db"),
+            "not_run": r.get("skipped") or r.get("error"),
+        }
+        for r in check.get("rows", [])
+    ]
+    shares = {
+        network: entries.get("tf32+cl vs fp32")
+        for network, entries in (result("kernel-shares").get("networks") or {}).items()
+    }
+    tests = result("gpu-tests").get("tests") or {}
+    nvml = result("nvml-4hz")
+    return {
+        "device": check.get("device") or result("environment").get("device"),
+        "rows": rows,
+        "tf32_cl_vs_fp32": {
+            network: entry
+            for network, entry in (result("gpu-check").get("headline") or {}).items()
+            if isinstance(entry, dict)
+        },
+        "kernel_shares_tf32_cl_vs_fp32": shares,
+        "tensor_core_share_note": TENSOR_CORE_NOTE,
+        "nvml": {k: nvml.get(k) for k in ("samples", "achieved_hz", "gpu_available", "gpu_reason", "gpus")},
+        "gpu_tests": {k: [t["test"] for t in v] for k, v in tests.items()},
+    }
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
@@ -1041,6 +1082,7 @@ def main(argv: list[str] | None = None) -> int:
         env=env,
     )
     full = record(results)
+    full["must_show"] = must_show(full)
     write_json(json_path, full)
     table = format_table(full)
     table_path.write_text(table + "\n")

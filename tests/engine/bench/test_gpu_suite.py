@@ -246,6 +246,16 @@ def test_table_shows_every_part_and_the_measurements():
     assert "SM util 0-100 %" in table
     assert "not available in this build: no loader" in table
 
+    shown = gpu_suite.must_show(results)
+    assert shown["device"] == "NVIDIA H200"
+    assert [(r["row"], r["ms_per_call"], r["x_fp32"]) for r in shown["rows"][:2]] == [
+        ("fp32", 40.0, 1.0),
+        ("tf32+cl", 10.0, 4.0),
+    ]
+    assert shown["rows"][2]["not_run"] == "time budget: 130 s of 215 s used"
+    assert shown["kernel_shares_tf32_cl_vs_fp32"]["med-ddpm-128"]["tensor_core_share"] == [0.1, 0.6]
+    assert shown["nvml"]["achieved_hz"] == 4.0
+
 
 def test_suite_command_writes_json_and_table_and_refuses_unknown_parts(tmp_path, capsys):
     assert gpu_suite.main(["--out", str(tmp_path), "--parts", "gpu-chek"]) == 2
@@ -265,3 +275,22 @@ def test_suite_command_writes_json_and_table_and_refuses_unknown_parts(tmp_path,
     assert table.startswith("VolSynth GPU check: CPU smoke run")
     assert "environment      ok" in table
     assert table.strip() in capsys.readouterr().out  # the table is printed last
+    assert data["must_show"]["device"] == "cpu"
+    assert (tmp_path / "gpu_suite_logs.tar.gz").is_file()
+
+
+def test_the_shell_script_refuses_unknown_options_and_records_an_existing_interpreter(tmp_path):
+    import subprocess
+
+    script = str(Path(gpu_suite.REPO_ROOT) / "packaging" / "gpu_check.sh")
+    bad = subprocess.run(["bash", script, "--gpus", "2"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown option --gpus" in bad.stderr
+    done = subprocess.run(
+        ["bash", script, "--python", PY, "--install-only", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    install = json.loads((tmp_path / "install.json").read_text())
+    assert install["mode"] == "python" and install["python"] == PY
+    assert install["missing_modules"] == [] and install["torch"]
