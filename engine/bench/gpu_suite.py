@@ -507,11 +507,33 @@ def part_kernel_shares(ctx: PartContext) -> dict[str, Any]:
                 "kernel_time_ratio": fp32["total_us"] / fast["total_us"],
                 "tensor_core_share": [fp32["tensor_core_share"], fast["tensor_core_share"]],
                 "layout_share": [fp32["shares"]["layout"], fast["shares"]["layout"]],
+                "warnings": applied_but_not_seen(fp32, fast, fast["applied"]) if on_cuda else [],
             }
+            if entries["tf32+cl vs fp32"]["warnings"]:
+                result["status"] = "failed"  # a setting reported as applied that the kernels do not show
         del model
         if on_cuda:
             torch.cuda.empty_cache()
     return result
+
+
+def applied_but_not_seen(fp32: dict[str, Any], fast: dict[str, Any], applied: dict[str, bool]) -> list[str]:
+    """Settings the engine reported as applied that the profiled kernels contradict (CUDA profiles only).
+
+    TF32 applied means cuDNN/cuBLAS may use TF32 Tensor-Core kernels; if none of the kernels' names marks
+    Tensor-Core use, either TF32 did not reach the libraries or the names are read wrongly: both need a look.
+    Channels-last applied means the convolutions get NDHWC input, so cuDNN's NCHW<->NHWC conversion kernels
+    should not take a larger share than in the NCDHW run.
+    """
+    warnings = []
+    if applied.get("tf32") and fast["tensor_core_share"] == 0.0:
+        warnings.append("TF32 reported as applied, but no kernel name marks Tensor-Core use")
+    if applied.get("channels_last_3d") and fast["shares"]["layout"] > max(fp32["shares"]["layout"], 0.01):
+        warnings.append(
+            f"channels-last reported as applied, but layout conversions take {100 * fast['shares']['layout']:.1f} % "
+            f"of kernel time (NCDHW run: {100 * fp32['shares']['layout']:.1f} %)"
+        )
+    return warnings
 
 
 def _generate(ctx: PartContext, model: str, out: Path, extra: list[str]) -> dict[str, Any]:
@@ -990,6 +1012,8 @@ def format_table(results: dict[str, Any]) -> str:
                     f"{'':14s} kernel time fp32 / tf32+cl = {ratio['kernel_time_ratio']:.2f}; TC share "
                     f"{_pct(ratio['tensor_core_share'][0])} % -> {_pct(ratio['tensor_core_share'][1])} %"
                 )
+                for warning in ratio.get("warnings", []):
+                    lines.append(f"{'':14s} WARNING: {warning}")
     nvml = (results["parts"].get("nvml-4hz") or {}).get("result") or {}
     for gpu in nvml.get("gpus", []):
         r = gpu.get("ranges", {})

@@ -127,6 +127,22 @@ def test_the_gpu_tests_are_found_by_their_marker():
     assert all(f.startswith("tests/") for f in files)
 
 
+def test_settings_reported_applied_that_the_kernels_contradict_are_flagged():
+    shares = dict.fromkeys(
+        ("convolution", "gemm", "attention", "normalisation", "copy", "elementwise", "other"), 0.0
+    )
+    fp32 = {"shares": {**shares, "layout": 0.15}, "tensor_core_share": 0.0}
+    good = {"shares": {**shares, "layout": 0.0}, "tensor_core_share": 0.7}
+    bad = {"shares": {**shares, "layout": 0.3}, "tensor_core_share": 0.0}
+    both = {"tf32": True, "channels_last_3d": True}
+    assert gpu_suite.applied_but_not_seen(fp32, good, both) == []
+    warnings = gpu_suite.applied_but_not_seen(fp32, bad, both)
+    assert warnings[0] == "TF32 reported as applied, but no kernel name marks Tensor-Core use"
+    assert "layout conversions take 30.0 % of kernel time (NCDHW run: 15.0 %)" in warnings[1]
+    # Not applied (an old GPU): nothing to contradict.
+    assert gpu_suite.applied_but_not_seen(fp32, bad, {"tf32": False, "channels_last_3d": False}) == []
+
+
 def _outcome(status, seconds, result=None, **extra):
     return {"status": status, "seconds": seconds, "timeout_s": 60.0, "result": result, **extra}
 
@@ -207,6 +223,7 @@ def test_table_shows_every_part_and_the_measurements():
                                 "kernel_time_ratio": 4.0,
                                 "tensor_core_share": [0.1, 0.6],
                                 "layout_share": [0.2, 0.0],
+                                "warnings": ["TF32 reported as applied, x"],
                             },
                         }
                     },
@@ -242,6 +259,7 @@ def test_table_shows_every_part_and_the_measurements():
     assert "time budget: 130 s of 215 s used" in table
     assert "kernel time fp32 / tf32+cl = 4.00; TC share 10.0 % -> 60.0 %" in table
     assert "stand-in for the paper's hardware counters" in table
+    assert "WARNING: TF32 reported as applied, x" in table
     assert "33 samples at 4.0 Hz over 8.0 s, GPU on" in table
     assert "SM util 0-100 %" in table
     assert "not available in this build: no loader" in table
