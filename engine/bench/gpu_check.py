@@ -17,8 +17,9 @@ Networks:
 
 Per row: ms per U-Net call (CUDA events, median over timed calls after warm-up), achieved TFLOP/s (FLOPs
 counted once with ``torch.utils.flop_counter.FlopCounterMode``) and the fraction of the card's dense peak
-for that precision (table below; None for cards not in it), PSNR of the U-Net output against the fp32 row
-on the same input. Rows run eager first for both networks, compile rows last, each only while the time
+for the precision that really applied (``engine.bench.gpu_peaks``, a cited datasheet table; None for cards
+not in it), PSNR of the U-Net output against the fp32 row on the same input. The JSON is rewritten after
+every row, so a run killed in a compile row keeps the rows before it. Rows run eager first for both networks, compile rows last, each only while the time
 budget (--budget-s) lasts; skipped rows say so. The table is printed last; everything goes to --out.
 """
 
@@ -33,15 +34,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from engine.bench.gpu_peaks import achieved_tflops, effective_precision, peak_tflops
 from engine.bench.metrics import psnr
-
-# Dense peak TFLOP/s by card (vendor datasheets, SXM parts; no sparsity).
-PEAK_TFLOPS = {
-    "H200": {"fp32": 67.0, "tf32": 495.0, "bf16": 989.0},
-    "H100": {"fp32": 67.0, "tf32": 495.0, "bf16": 989.0},
-    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
-    "L40S": {"fp32": 91.6, "tf32": 183.0, "bf16": 362.0},
-}
 
 ROWS = [  # name, OptimizationConfig fields, precision class for the peak table, compile row?
     ("fp32", {}, "fp32", False),
@@ -110,13 +104,6 @@ def network_defs(smoke: bool) -> dict[str, dict[str, Any]]:
     }
 
 
-def peak_for(device_name: str, precision: str) -> float | None:
-    for card, peaks in PEAK_TFLOPS.items():
-        if card in device_name:
-            return peaks[precision]
-    return None
-
-
 def count_flops(unet, x, t, context) -> int:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -150,14 +137,43 @@ def time_calls(prepared, x, t, context, device, warmup: int, iters: int) -> tupl
     return times, out
 
 
+def build_bench_network(name: str, spec: dict[str, Any], device) -> tuple[Any, Any, Any, Any, int]:
+    """One of ``network_defs``' U-Nets with seeded perturbed weights on ``device``, its seeded input, timestep
+    and context, and its FLOPs per call: ``(model, x, t, context, flops)``, ``model`` shaped as ``prepare``
+    takes it."""
+    import torch
+
+    from engine.models.networks import build_network
+
+    torch.manual_seed(0)
+    unet = build_network(spec["unet"], where=name)
+    with torch.no_grad():  # MONAI zero-initialises the output conv; perturb so outputs are not all zero
+        for param in unet.parameters():
+            param.add_(torch.randn_like(param) * 0.02)
+    unet = unet.eval().requires_grad_(False).to(device)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(spec["input"], generator=gen).to(device)
+    t = torch.full((spec["input"][0],), 500.0, device=device)
+    ctx = None if spec["context"] is None else torch.rand(spec["context"], generator=gen).to(device)
+    flops = count_flops(unet, x, t, ctx)
+    return SimpleNamespace(unet=unet, autoencoder=None, spec=None), x, t, ctx, flops
+
+
 def run_check(
-    smoke: bool, budget_s: float, iters: int, warmup: int, include_compile: bool, log=print
+    smoke: bool,
+    budget_s: float,
+    iters: int,
+    warmup: int,
+    include_compile: bool,
+    log=print,
+    on_update=lambda results: None,
 ) -> dict[str, Any]:
+    """Every row of ``ROWS`` for both networks; ``on_update(results)`` after each network and row, so a
+    caller can keep what was measured when a later row hangs or the process is killed."""
     import statistics
 
     import torch
 
-    from engine.models.networks import build_network
     from engine.optimization import OptimizationConfig, prepare
 
     started = time.perf_counter()
@@ -178,18 +194,8 @@ def run_check(
         results["compute_capability"] = f"{cap[0]}.{cap[1]}"
     nets = {}
     for name, spec in network_defs(smoke).items():
-        torch.manual_seed(0)
-        unet = build_network(spec["unet"], where=name)
-        with torch.no_grad():  # MONAI zero-initialises the output conv; perturb so outputs are not all zero
-            for param in unet.parameters():
-                param.add_(torch.randn_like(param) * 0.02)
-        unet = unet.eval().requires_grad_(False).to(device)
-        gen = torch.Generator().manual_seed(1)
-        x = torch.randn(spec["input"], generator=gen).to(device)
-        t = torch.full((spec["input"][0],), 500.0, device=device)
-        ctx = None if spec["context"] is None else torch.rand(spec["context"], generator=gen).to(device)
-        flops = count_flops(unet, x, t, ctx)
-        params = sum(p.numel() for p in unet.parameters())
+        model, x, t, ctx, flops = build_bench_network(name, spec, device)
+        params = sum(p.numel() for p in model.unet.parameters())
         results["networks"][name] = {
             "definition": spec["unet"],
             "input": spec["input"],
@@ -197,8 +203,9 @@ def run_check(
             "gflop_per_call": flops / 1e9,
             "parameters": params,
         }
-        nets[name] = (SimpleNamespace(unet=unet, autoencoder=None, spec=None), x, t, ctx, flops)
+        nets[name] = (model, x, t, ctx, flops)
         log(f"{name}: {params / 1e6:.1f} M parameters, {flops / 1e9:.1f} GFLOP per call")
+        on_update(results)
 
     order = [(n, r) for r in ROWS if not r[3] for n in nets] + [(n, r) for r in ROWS if r[3] for n in nets]
     references: dict[str, Any] = {}
@@ -220,16 +227,17 @@ def run_check(
             record["wall_s"] = time.perf_counter() - row_started
         except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others' numbers
             record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            on_update(results)
             continue
         ms = statistics.median(times)
-        tflops = flops / (ms / 1e3) / 1e12
+        tflops = achieved_tflops(flops, ms)
         applied = {
             k: v["applied"]
             for k, v in prepared.report.items()
             if v["requested"] not in (False, None, "default")
         }
-        effective = precision if (precision == "fp32" or all(applied.values())) else "fp32"
-        peak = peak_for(device_name, effective) if device.type == "cuda" else None
+        effective = effective_precision(precision, applied)
+        peak = peak_tflops(device_name, effective) if device.type == "cuda" else None
         out = out.float().cpu()
         if row == "fp32":
             references[net_name] = out
@@ -239,6 +247,7 @@ def run_check(
             ms_iqr=float(_iqr(times)),
             calls=len(times),
             tflops=tflops,
+            precision=effective,
             peak_tflops=peak,
             fraction_of_peak=None if peak is None else tflops / peak,
             psnr_vs_fp32_db=psnr(references[net_name], out) if net_name in references else None,
@@ -248,11 +257,22 @@ def run_check(
         if row != "fp32" and net_name in references:
             record["speedup_vs_fp32"] = _row(results, net_name, "fp32")["ms_per_step"] / ms
         log(f"{net_name:14s} {row:22s} {ms:9.2f} ms  {tflops:7.1f} TFLOP/s")
+        on_update(results)
         del prepared
         if device.type == "cuda":
             torch.cuda.empty_cache()
     results["total_s"] = time.perf_counter() - started
     return results
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    """Replace ``path`` in one step, so a reader (or a kill) never sees half a file."""
+    import os
+
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as handle:
+        json.dump(data, handle, indent=2, default=str)
+    os.replace(temporary, path)
 
 
 def _iqr(values: list[float]) -> float:
@@ -268,7 +288,8 @@ def _row(results, network: str, row: str) -> dict[str, Any]:
 
 def format_table(results: dict[str, Any]) -> str:
     lines = [
-        f"GPU check on {results['device']} (torch {results['torch']}), {results['total_s']:.0f} s",
+        f"GPU check on {results['device']} (torch {results['torch']}), {results.get('total_s', 0):.0f} s"
+        + ("" if results.get("complete", True) else " (incomplete: stopped before its last row)"),
         f"{'network':14s} {'row':22s} {'ms/step':>9s} {'x fp32':>7s} {'TFLOP/s':>8s} {'% peak':>7s} {'PSNR dB':>8s}",
     ]
     for r in results["rows"]:
@@ -325,10 +346,15 @@ def main(argv: list[str] | None = None) -> int:
     warmup = args.warmup if args.warmup is not None else (1 if args.cpu_smoke else 3)
     include_compile = not args.no_compile and (not args.cpu_smoke or args.with_compile)
     results = run_check(
-        args.cpu_smoke, args.budget_s, iters, warmup, include_compile, log=lambda m: print(m, flush=True)
+        args.cpu_smoke,
+        args.budget_s,
+        iters,
+        warmup,
+        include_compile,
+        log=lambda m: print(m, flush=True),
+        on_update=lambda partial: _write_json(args.out, {**partial, "complete": False}),
     )
-    with open(args.out, "w") as handle:
-        json.dump(results, handle, indent=2, default=str)
+    _write_json(args.out, {**results, "complete": True})
     print(format_table(results))
     return 0
 
