@@ -15,7 +15,7 @@ generate-demo       one default generation of the shipped model (``volsynth gene
 generate-bundle     one full-size generation with MONAI's brain-bundle architecture (random weights)
 nvml-4hz            the Metrics dock's 4 Hz sampler (``engine.telemetry``) during generations
 maisi-v2            a 256x256x128 MAISI-v2 generation, when this build has MAISI-v2 support (optional)
-probe-tune          the hardware probe's record and ``volsynth tune``, when this build has them (optional)
+probe-tune          the hardware probe's record for this host and ``volsynth tune`` of the shipped model on it
 ==================  =========================================================================================
 
 A part that runs past its budget is killed with everything it started and recorded as "timed out", with
@@ -76,7 +76,7 @@ SMOKE_BUDGETS_S = {
     "maisi-v2": 60,
     "probe-tune": 90,
 }
-OPTIONAL_PARTS = ("maisi-v2", "probe-tune")
+OPTIONAL_PARTS = ("maisi-v2",)
 
 
 # -- the runner: parts as subprocesses with time limits ---------------------------------------------------
@@ -761,54 +761,24 @@ def part_maisi_v2(ctx: PartContext) -> dict[str, Any]:
 
 
 def part_probe_tune(ctx: PartContext) -> dict[str, Any]:
-    import dataclasses
+    """The hardware probe's record for this GPU host, and ``volsynth tune`` of the shipped model on it."""
+    from engine.hardware_probe import probe_machine
 
-    result: dict[str, Any] = {"status": "not available"}
-    module_name = _find_module("engine.hardware_probe", "engine.probe", "engine.hardware")
-    if module_name is None:
-        result["probe"] = "not available in this build: no engine.hardware_probe (issue 23)"
-    else:
-        import importlib
-
-        module = importlib.import_module(module_name)
-        record = None
-        for name in ("probe_machine", "probe", "probe_hardware", "hardware_probe", "detect"):
-            function = getattr(module, name, None)
-            if callable(function):
-                try:
-                    value = function()
-                except TypeError:
-                    continue
-                if dataclasses.is_dataclass(value):
-                    record = dataclasses.asdict(value)
-                elif hasattr(value, "to_dict"):
-                    record = value.to_dict()
-                else:
-                    record = value
-                result["probe_function"] = f"{module_name}.{name}"
-                break
-        result["probe"] = (
-            record if record is not None else f"{module_name} has no probe function this part knows"
-        )
-    tune_help = _command([sys.executable, "-m", "engine", "tune", "--help"], min(30.0, ctx.left_s() - 5))
-    if tune_help["exit_code"] != 0:
-        result["tune"] = "not available in this build: no `volsynth tune` command (issue 23)"
-    else:
-        text = tune_help["output_tail"]
-        argv = [sys.executable, "-m", "engine", "tune"]
-        if "--device" in text:
-            argv += ["--device", ctx.device]
-        budget = max(int(ctx.left_s() - 15), 10)
-        for flag in ("--budget-s", "--budget", "--seconds"):
-            if flag in text:
-                argv += [flag, str(budget)]
-                break
-        tune = _command(argv, ctx.left_s() - 5)
-        result["tune"] = {"command": " ".join(argv), **tune}
-    found = not str(result["probe"]).startswith("not available") or isinstance(result["tune"], dict)
-    if found:
-        tune_ok = not isinstance(result["tune"], dict) or result["tune"]["exit_code"] == 0
-        result["status"] = "ok" if tune_ok and not isinstance(result["probe"], str) else "failed"
+    result: dict[str, Any] = {"probe": probe_machine().to_dict()}
+    budget = max(int(ctx.left_s() - 15), 10)
+    argv = [sys.executable, "-m", "engine", "tune", "--device", ctx.device, "--budget", str(budget), "--json"]
+    tune = _command(argv, ctx.left_s() - 5)
+    result["tune"] = {"command": " ".join(argv), **tune}
+    kept = [
+        line[len("kept in ") :]
+        for line in tune.get("output_tail", "").splitlines()
+        if line.startswith("kept in ")
+    ]
+    try:  # the stored result (rows, verdicts, one-off costs), when the command finished
+        result["tune_result"] = json.loads(Path(kept[-1]).read_text()) if kept else None
+    except (OSError, ValueError):
+        result["tune_result"] = None
+    result["status"] = "ok" if tune["exit_code"] == 0 else "failed"
     return result
 
 
