@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import calibration_cache
 from engine.bench.metrics import psnr
 from engine.errors import InvalidRequest
 from engine.hardware_probe import probe_machine
@@ -818,17 +819,17 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
 
     torch.backends.quantized.engine = why  # the x86 engine found by int8_support
     candidates = q.candidate_layers(unet)
-    calibration = q.Calibration()
-    handles = calibration.attach(unet, candidates)
-    try:
-        _run_calibration(model, unet, device, decode=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    calibration, cached = calibration_cache.calibrate(
+        unet,
+        candidates,
+        lambda: _run_calibration(model, unet, device, decode=False),
+        {"role": "unet", "seed": CALIBRATION_SEED, "steps": CALIBRATION_STEPS, "device": device.type},
+    )
     details["calibration"] = {
         "seed": CALIBRATION_SEED,
         "steps": CALIBRATION_STEPS,
         "layers_observed": len(calibration.ranges),
+        "from_cache": cached,  # a one-off cost: measured once per model and machine (engine.calibration_cache)
     }
     if mode == "int8":
         done = q.quantize_int8(unet, calibration, candidates)
@@ -839,7 +840,8 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
             (
                 f"{convs} Conv3d (static quint8 activations, per-channel qint8 weights) and {len(done) - convs} Linear "
                 f"(dynamic int8) layer(s) of the U-Net, {why} engine; calibrated on {CALIBRATION_STEPS} steps of seed "
-                f"{CALIBRATION_SEED}; GroupNorm, activations, attention and the decoder stay in floating point"
+                f"{CALIBRATION_SEED}{' (ranges from the calibration cache)' if cached else ''}; GroupNorm, "
+                "activations, attention and the decoder stay in floating point"
             ),
         )
         return
@@ -912,7 +914,12 @@ def decoder_calibration_latent(model, device):
 
     spec = model.spec
     if model.unet is not None:
-        z = _run_calibration(model, model.unet, device, decode=False)  # already divided by scale_factor
+        # The calibration sampling run is a one-off cost: its final latent is kept with the U-Net's ranges.
+        z = calibration_cache.latent(
+            model.unet,
+            {"role": "decoder-latent", "seed": CALIBRATION_SEED, "steps": CALIBRATION_STEPS},
+            lambda: _run_calibration(model, model.unet, device, decode=False),  # already / scale_factor
+        )
     else:
         noise = torch.Generator().manual_seed(CALIBRATION_SEED)
         z = torch.randn((1, *spec.latent_shape), generator=noise) / spec.scale_factor
