@@ -17,7 +17,8 @@ the server has one; encodings in :mod:`engine.wire`):
   once, a running one at its next step boundary (open streams still get its ``cancelled`` event).
 
 Abuse limits: request bodies over ``max_body_bytes`` get 413 before they are parsed; every malformed body
-gets a 4xx; wrong tokens from one client are answered ever more slowly after ``auth_free_failures``;
+gets a 4xx; connections that send nothing or send slowly are closed and cannot crowd out real requests
+(:mod:`engine.server_connections`); wrong tokens from one client are answered ever more slowly after ``auth_free_failures``;
 error messages are short and never echo a request back. Volumes leave the server only to the client that
 asked for them; finished jobs are dropped after ``job_ttl_s`` or when more than ``finished_jobs_kept``
 are held.
@@ -62,6 +63,7 @@ from pydantic import (
 from engine import optimization_config, wire
 from engine.api import MAX_BATCH, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest, run
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, ModelNotFound
+from engine.server_connections import ConnectionLimits, InFlightLimit
 from engine.xla.planning import DEFAULT_COMPILE_TOP, MAX_COMPILE_TOP
 
 TOKEN_BYTES = 32
@@ -83,6 +85,8 @@ class ServerLimits:
     auth_free_failures: int = 3  # wrong tokens per client answered at once; later ones wait
     auth_base_delay_s: float = 0.25  # the first wait; it doubles with every further failure
     auth_max_delay_s: float = 10.0  # ... up to this
+    # sockets and request deadlines (idle and slow-header connections), see engine.server_connections
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
 
 # -- request bodies as the OpenAPI schema describes them ---------------------------------------------------
@@ -615,6 +619,7 @@ def create_app(
     app.state.streams = streams
     app.state.limits = limits
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.add_middleware(InFlightLimit, limit=limits.connections.max_in_flight_requests)  # outermost
 
     @app.exception_handler(Refused)
     async def refused(_request: Request, exc: Refused) -> JSONResponse:
