@@ -157,6 +157,16 @@ def _change_passphrase(vault, old: str, new: str, kdf, report) -> None:
     vault.change_passphrase(old, new, kdf=kdf)
 
 
+def _rekey(vault, old: str, new: str, kdf, report) -> None:
+    """Re-encrypt the whole vault under a new key (engine.vault.rekey), with progress."""
+    report(None, "Re-encrypting the vault")
+
+    def progress(done: int, total: int) -> None:
+        report(done / total if total else 1.0, "Re-encrypting the vault")
+
+    vault.rekey(old, new, kdf=kdf, progress=progress)
+
+
 def _lock(vault, report) -> None:
     vault.lock()
 
@@ -1199,9 +1209,10 @@ class VaultController(QObject):
         return dialog
 
     def _on_passphrase_dialog_submitted(self, old: str, new: str) -> None:
+        rekey = self.passphrase_dialog is not None and self.passphrase_dialog.rekey_box.isChecked()
         self._start(
             "passphrase",
-            _change_passphrase,
+            _rekey if rekey else _change_passphrase,
             self.vault,
             old,
             new,

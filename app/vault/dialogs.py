@@ -271,18 +271,21 @@ class ChangePassphraseDialog(QDialog):
         self.setStyleSheet(_DIALOG_QSS)
         header = _header(
             "Change the passphrase",
-            "Items are not re-encrypted: only the key that protects them "
-            "is wrapped again under the new passphrase.",
+            "Without re-encrypting, the old passphrase still opens old copies (backups) of the vault and, "
+            "with them, items added later. If it may have leaked, re-encrypt everything under a new key.",
             unlocked=True,
         )
         self.old_edit = _password_edit("Current passphrase")
         self.new_edit = _password_edit(f"At least {MIN_PASSPHRASE} characters")
         self.confirm_edit = _password_edit("Type it again")
+        self.rekey_box = QCheckBox("Re-encrypt everything under a new key (after a leak; takes a while)")
+        self.rekey_box.setObjectName("rekeyBox")
         self.error_label = _error_label()
         form = QFormLayout()
         form.addRow("Current", self.old_edit)
         form.addRow("New", self.new_edit)
         form.addRow("Confirm", self.confirm_edit)
+        form.addRow("", self.rekey_box)
         self.buttons, self.ok_button = _lay_out(
             self,
             header,

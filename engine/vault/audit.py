@@ -76,6 +76,7 @@ EVENTS = (
     "verify",
     "edit",
     "repair",
+    "rekey",
 )
 
 

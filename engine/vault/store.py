@@ -88,6 +88,7 @@ from engine.vault.records import (
     VerifyReport,
     tissue_names,
 )
+from engine.vault.rekey import finish_interrupted_swap, remove_retired
 
 HEADER_NAME = "vault.json"
 INDEX_NAME = "index.vsi"
@@ -406,6 +407,7 @@ class Vault:
         write_lock_wait_s: float = 0.0,
     ) -> None:
         self.path = Path(path).expanduser().absolute()
+        swapped = finish_interrupted_swap(self.path)  # a re-key killed between its two renames
         self._header = _Header.read(self.path)
         self.idle_timeout_s = idle_timeout_s
         self.write_lock_wait_s = write_lock_wait_s
@@ -423,6 +425,7 @@ class Vault:
         #: Things the last unlock or change cleaned up or noticed (stale partial files removed...), one line
         #: each, for the CLI to print and the app to show. Cleared at each unlock.
         self.notices: list[str] = []
+        self._opening_notices: list[str] = [swapped] if swapped else []  # shown at the next unlock
         self._write_lock = FileLock(
             self.path / WRITE_LOCK_NAME,
             "the vault is being written by another VolSynth process (pid {pid}); try again when it finishes",
@@ -586,7 +589,7 @@ class Vault:
             self._rolled_back = problems
             self._index, self._index_stamp = index, stamp
             self._adopt_keys(keys)
-            self.notices = []
+            self.notices, self._opening_notices = self._opening_notices, []
             if self._anchor.problem:
                 self.notices.append(self._anchor.problem)
             if not problems:
@@ -597,6 +600,22 @@ class Vault:
             except VaultCorrupted as exc:
                 self._audit_problem = str(exc)
             self._clean_stale_files()
+
+    def _reopen(self, keys: _Keys) -> None:
+        """Point this object at the vault now at its path (after ``vault rekey`` swapped it in) and adopt
+        that vault's keys."""
+        with self._mutex:
+            if self._keys is not None:
+                self._audit.detach_keys()
+                self._keys.wipe()
+            self._keys = None
+            self._index = self._index_stamp = None
+            self._header = _Header.read(self.path)
+            self._audit = AuditLog(self.path, self._header.vault_id)
+            self._audit.on_append = self._on_audit_appended
+            self._anchor = Anchor(self._header.vault_id.hex())
+            self._rolled_back = []
+            self._adopt_keys(keys)
 
     def _adopt_keys(self, keys: _Keys) -> None:
         self._keys = keys
@@ -909,6 +928,11 @@ class Vault:
             self._clean_stale_exports()
         except (OSError, VaultError) as exc:
             self.notices.append(f"could not check for interrupted exports: {exc}")
+        try:
+            if (notice := remove_retired(self.path)) is not None:
+                self.notices.append(notice)
+        except OSError as exc:
+            self.notices.append(f"could not delete the vault's pre-re-key copy: {exc}")
 
     # -- item records (what repair re-indexes from) -------------------------------------------------------
     def _record_ctx(self, item_id: str) -> bytes:
@@ -1422,6 +1446,47 @@ class Vault:
                 raise
             return ItemInfo.from_record(record)
 
+    def _copy_in(self, rec: dict, read_part: Callable[[dict], Iterator[bytes]]) -> int:
+        """Store another vault's item record under this vault's keys, keeping its id (``vault rekey``).
+
+        ``read_part(part)`` yields the part's plaintext (authenticated by the source vault); each part is
+        re-encrypted into a new blob and its SHA-256 compared with the record's before the commit. Returns
+        the plaintext bytes written.
+        """
+        with self._op(), self._writing():
+            assert self._keys is not None and self._index is not None
+            item_id = rec["id"]
+            key = self._keys.item(item_id)
+            writers: list[_PartWriter] = []
+            parts: list[dict] = []
+            written = 0
+            try:
+                for part in rec["parts"]:
+                    ctx = crypto.context(self._keys.vault_id, item_id, part["name"])
+                    writer = _PartWriter(self._blob_dir(), key, ctx, part["name"])
+                    writers.append(writer)
+                    for chunk in read_part(part):
+                        writer.write(chunk)
+                    done = writer.close()
+                    if done["sha256"] != part["sha256"] or done["size"] != part["size"]:
+                        raise VaultCorrupted(f"item {item_id} changed while it was being re-encrypted")
+                    parts.append({**part, "blob": done["blob"], "ct_size": done["ct_size"]})
+                    written += done["size"]
+                record = {**copy.deepcopy(rec), "parts": parts}
+                self._write_record(record)
+                fsync_dir(self._blob_dir())
+                index = copy.deepcopy(self._index)
+                index["items"][item_id] = record
+                self._commit("import", item_id, {"kind": rec["kind"], "rekey_copy": True}, index)
+            except BaseException:
+                if not self._on_disk_has(item_id):
+                    for writer in writers:
+                        writer.discard()
+                    with contextlib.suppress(FileNotFoundError):
+                        self._record_path(item_id).unlink()
+                raise
+            return written
+
     def _same_volume(self, record: dict) -> dict | None:
         """An item already holding exactly this volume (same plaintext SHA-256 and size), if any."""
         assert self._index is not None
@@ -1821,8 +1886,17 @@ class Vault:
             self._commit("edit", rec["id"], {"fields": changed}, index)
             return ItemInfo.from_record(rec)
 
+    def rekey(self, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None, progress=None):
+        """Re-encrypt everything under a new master key and passphrase (see :mod:`engine.vault.rekey`)."""
+        from engine.vault.rekey import rekey
+
+        return rekey(self, old, new, kdf=kdf, progress=progress)
+
     def change_passphrase(self, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None) -> None:
         """Re-wrap the master key under a new passphrase; no item is re-encrypted.
+
+        This does not lock out the old passphrase: with it and any old copy of ``vault.json`` the same
+        master key unwraps, and it decrypts every item, including those added later. :meth:`rekey` does.
 
         Args:
             old: The current passphrase (asked again even though the vault is unlocked).

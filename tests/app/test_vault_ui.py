@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
-from PySide6.QtWidgets import QMessageBox, QPushButton
+from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
 
 from engine.vault import KdfParams, Vault
 
@@ -448,6 +448,27 @@ def test_change_passphrase_rewraps_the_key(qtbot, vault_window, error_dialogs):
     assert _wait_task(qtbot, controller, "passphrase") == "finished"
     assert not dialog.isVisible() and controller.vault.kdf_params == FAST_KDF
 
+    controller.lock()
+    controller.unlock(PASSPHRASE)
+    assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.is_unlocked
+    controller.unlock("a brand new passphrase")
+    assert _wait_task(qtbot, controller, "unlock") == "finished" and controller.is_unlocked
+
+
+@render
+def test_change_passphrase_with_re_encryption_puts_the_vault_under_a_new_key(qtbot, vault_window):
+    controller = _create_via_dialog(qtbot, vault_window)
+    old_id = controller.vault.vault_id
+    dialog = controller.change_passphrase_dialog()
+    assert "old passphrase still opens old copies" in dialog.findChild(QLabel, "dialogText").text()
+    qtbot.keyClicks(dialog.old_edit, PASSPHRASE)
+    qtbot.keyClicks(dialog.new_edit, "a brand new passphrase")
+    qtbot.keyClicks(dialog.confirm_edit, "a brand new passphrase")
+    qtbot.mouseClick(dialog.rekey_box, Qt.MouseButton.LeftButton)
+    assert dialog.rekey_box.isChecked()
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "passphrase") == "finished"
+    assert controller.is_unlocked and controller.vault.vault_id != old_id  # a new key, a new vault id
     controller.lock()
     controller.unlock(PASSPHRASE)
     assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.is_unlocked
