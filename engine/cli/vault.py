@@ -240,6 +240,8 @@ def _open(args, *, allow_rollback: bool = False):
     vault.unlock(_passphrase(args.passphrase_file, "Vault passphrase: "), allow_rollback=allow_rollback)
     if vault.audit_problem:
         print(f"volsynth: warning: {vault.audit_problem}", file=sys.stderr)
+    for warning in vault.warnings:
+        print(f"volsynth: warning: {warning}", file=sys.stderr)
     for notice in vault.notices:
         print(f"volsynth: note: {notice}", file=sys.stderr)
     return vault
@@ -537,7 +539,7 @@ def _cmd_repair(args) -> int:
     for item_id, label in report.reindexed:
         print(f"{would}re-index: {item_id} {label}")
     if report.records_written:
-        print(f"{would}write {report.records_written} missing item record(s)")
+        print(f"{would}rewrite the record files of {report.records_written} item(s) (missing or damaged)")
     for line in report.skipped:
         print(f"left alone: {line}")
     for name in report.removed:
