@@ -221,6 +221,7 @@ class VaultController(QObject):
         self.last_export = None
         self.last_verify = None
         self.last_info: tuple[str, str] | None = None
+        self.last_warning: tuple[str, str] | None = None
         self.unlock_dialog: VaultUnlockDialog | None = None
         self.passphrase_dialog: ChangePassphraseDialog | None = None
         self.import_dialog: ImportDetailsDialog | None = None
@@ -397,6 +398,14 @@ class VaultController(QObject):
     def _show_error(self, title: str, message: str) -> None:
         self.window.show_error(title, message)
 
+    def _warn(self, title: str, text: str) -> QMessageBox:
+        """A non-blocking warning box (no nested event loop)."""
+        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self.window)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.last_warning = (title, text)
+        box.open()
+        return box
+
     def _inform(self, title: str, text: str) -> QMessageBox:
         """A non-blocking information box (no nested event loop)."""
         box = QMessageBox(
@@ -500,6 +509,8 @@ class VaultController(QObject):
         self.refresh()
         if vault.notices:  # e.g. partial files of an interrupted import or export, removed
             self._inform("Vault cleaned up", "\n\n".join(vault.notices))
+        if vault.warnings:  # what rollback detection could not check at this unlock, or a broken anchor
+            self._warn("Vault unlocked with a warning", "\n\n".join(vault.warnings))
         if vault.audit_problem:
             self._show_error(
                 "The vault's audit trail is damaged",
