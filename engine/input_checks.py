@@ -357,6 +357,16 @@ def check_header(head: bytes, *, name: str, compressed: bool, file_size: int) ->
             f"{name} has an intensity scaling with a non-finite intercept (scl_inter {inter}); "
             "the header is damaged"
         )
+    if np.isfinite(slope) and slope != 0 and dtype.kind in "iu":
+        # The stored integers' whole range, scaled, must stay within float32 (what VolSynth reads into):
+        # scl_slope 3e38 on int16 made 99.8 % of the voxels infinite.
+        limits = np.iinfo(dtype)
+        reach = max(abs(slope * float(limits.min) + inter), abs(slope * float(limits.max) + inter))
+        if not reach <= float(np.finfo(np.float32).max):
+            raise InvalidRequest(
+                f"{name} has an intensity scaling (scl_slope {slope:g}, scl_inter {inter:g}) that takes its "
+                f"{dtype.name} values beyond float32 (they would read as infinite); the header is damaged"
+            )
 
     affine = _affine(header, name)
     data_bytes = voxels * dtype.itemsize
@@ -485,6 +495,11 @@ def _inflate_bounded(chunks, limit: int, name: str):
         for chunk in chunks:
             data = chunk
             while data:
+                if inflate.eof:  # after a member: zero padding is skipped, as gzip readers (and gzip -d) do
+                    data = data.lstrip(b"\x00")
+                    if not data:
+                        break
+                    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 out = inflate.decompress(data, _INFLATE_STEP)
                 data = inflate.unconsumed_tail
                 started = True
@@ -497,9 +512,7 @@ def _inflate_bounded(chunks, limit: int, name: str):
                 if out:
                     yield out
                 if inflate.eof:
-                    data = inflate.unused_data + data
-                    if data:
-                        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    data = inflate.unused_data + data  # another member, or padding (see above)
         while not inflate.eof:  # output zlib still holds after the last input
             out = inflate.decompress(b"", _INFLATE_STEP)
             if not out:

@@ -275,7 +275,9 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
     )
 
 
-def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -> bytes:
+def slice_voxels(
+    raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int], label: str = "a slice"
+) -> bytes:
     """Decode one slice file's pixels into the volume's on-disk layout.
 
     Returns little-endian float32 bytes of the ``[i=column, j=row]`` plane in NIfTI (Fortran) order, which
@@ -286,6 +288,7 @@ def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -
         expected_sop_uid: The SOPInstanceUID seen when the series was scanned (the file must not have
             changed in between).
         shape: (columns, rows).
+        label: How errors name the slice ("slice 3 of 95"): never by its UIDs, which are identifiers.
     """
     pydicom = _pydicom()
     try:
@@ -298,11 +301,11 @@ def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -
         pixels = ds.pixel_array
     except Exception as exc:  # pydicom raises several types for missing decoders / bad data
         raise InvalidRequest(
-            f"cannot decode the pixel data of {ds.get('SOPInstanceUID', 'a slice')} "
+            f"cannot decode the pixel data of {label} "
             f"(transfer syntax {ds.file_meta.get('TransferSyntaxUID', 'unknown')}): {_first_line(exc)}"
         ) from None
     if pixels.shape != (shape[1], shape[0]):
-        raise InvalidRequest(f"a slice has {pixels.shape} pixels, expected {(shape[1], shape[0])}")
+        raise InvalidRequest(f"{label} has {pixels.shape} pixels, expected {(shape[1], shape[0])}")
     return rescale(ds, pixels).astype("<f4").tobytes(order="C")
 
 

@@ -613,6 +613,8 @@ class Vault:
                 self._audit_problem = None
             except VaultCorrupted as exc:
                 self._audit_problem = str(exc)
+            self.notices += self._audit.repairs
+            self._audit.repairs = []
             self._clean_stale_files()
 
     def _reopen(self, keys: _Keys) -> None:
@@ -1408,7 +1410,12 @@ class Vault:
                 part.extra["filename"] = path.name
                 part.write(raw)
                 files.append(part.close())
-                plane = dicom.slice_voxels(raw, expected_sop_uid=uid, shape=series.shape[:2])
+                plane = dicom.slice_voxels(
+                    raw,
+                    expected_sop_uid=uid,
+                    shape=series.shape[:2],
+                    label=f"slice {n} of {len(series.files)}",
+                )
                 volume.write(plane)
                 done += len(raw) + len(plane)
                 if progress is not None:
