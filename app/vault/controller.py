@@ -533,13 +533,12 @@ class VaultController(QObject):
         title = ERROR_TITLES[
             "create" if self.unlock_dialog is not None and self.unlock_dialog.mode == "create" else "unlock"
         ]
-        self._show_error(title, message)
         dialog = self.unlock_dialog
-        if dialog is None:
+        if isinstance(error, VaultLocked) and dialog is not None and dialog.mode == "unlock":
+            dialog.retry("Wrong passphrase. Try again.")  # said once, where the user is typing
             return
-        if isinstance(error, VaultLocked) and dialog.mode == "unlock":
-            dialog.retry("Wrong passphrase. Try again.")
-        else:  # a damaged header or an unusable folder: typing again would not help
+        self._show_error(title, message)
+        if dialog is not None:  # a damaged header or an unusable folder: typing again would not help
             dialog.reject()
 
     # -- repair after a rollback ---------------------------------------------------------------------
