@@ -899,8 +899,9 @@ def token_strength_bits(token: str) -> float:
 
     Each character counts ``log2`` of the size of the character classes the token uses (lower case,
     upper case, digits, other printable: 26/26/10/33), except characters that only continue a pattern:
-    a step of a run with a constant stride of at most 3 code points ("abcd", "aaaa", "0246", "zyx"), or
-    the end of a 3-character piece seen earlier in the token ("abcabc"), count 1 bit. So the alphabet,
+    a step of a run with a constant stride of at most 3 code points ("abcd", "aaaa", "0246", "zyx"), a
+    step of a walk along a QWERTY row ("qwer", "lkjh"), or the end of a 3-character piece seen earlier in
+    the token ("abcabc"), count 1 bit. So the alphabet,
     repeated characters and repeated chunks are weak however long; random characters are not. Words are
     not recognised (no dictionary): that is why a token should come from ``volsynth serve --new-token``.
     """
@@ -915,11 +916,26 @@ def token_strength_bits(token: str) -> float:
         stride = ord(c) - ord(token[i - 1]) if i >= 1 else None
         if i >= 2 and stride == ord(token[i - 1]) - ord(token[i - 2]) and abs(stride) <= 3:
             bits += 1.0  # continues a run
+        elif i >= 2 and _keyboard_step(token[i - 2], token[i - 1]) == _keyboard_step(token[i - 1], c) != 0:
+            bits += 1.0  # continues a walk along a keyboard row ("qwerty", "lkjh")
         elif i >= 3 and token[i - 2 : i + 1] in token[: i - 1]:
             bits += 1.0  # repeats an earlier piece
         else:
             bits += per_char
     return bits
+
+
+_KEYBOARD_ROWS = ("1234567890", "qwertyuiop", "asdfghjkl", "zxcvbnm")
+
+
+def _keyboard_step(a: str, b: str) -> int:
+    """+1 or -1 when ``b`` is next to ``a`` on a QWERTY row (either case), else 0."""
+    a, b = a.lower(), b.lower()
+    for row in _KEYBOARD_ROWS:
+        if a in row and b in row:
+            step = row.index(b) - row.index(a)
+            return step if abs(step) == 1 else 0
+    return 0
 
 
 def check_token(token: str) -> None:

@@ -395,6 +395,10 @@ class AuditLog:
                 fh.truncate(start + complete_end)
                 fh.flush()
                 fsync_file(fh.fileno(), "the audit trail")
+                self.repairs.append(
+                    f"the audit trail (audit.log) ended with {len(tail) - complete_end} byte(s) of an incomplete "
+                    "entry (an interrupted write, or bytes added to the file); they were cut off"
+                )
                 tail = tail[:complete_end]
         lines = tail.splitlines()
         if start > 0:

@@ -21,8 +21,15 @@ TOKEN = new_token()
 
 @pytest.mark.parametrize(
     "weak",
-    ["x", "password", string.ascii_letters[:43], "ab" * 30, string.ascii_lowercase + string.digits * 2],
-    ids=["one-char", "word", "alphabet-43", "repeated", "runs"],
+    [
+        "x",
+        "password",
+        string.ascii_letters[:43],
+        "ab" * 30,
+        string.ascii_lowercase + string.digits * 2,
+        "qwertyuiopasdfghjklzxcvbnm" * 2,
+    ],
+    ids=["one-char", "word", "alphabet-43", "repeated", "runs", "keyboard-rows"],
 )
 def test_weak_tokens_are_refused_on_loopback_and_on_a_network(weak, capsys):
     with pytest.raises(InvalidRequest, match="too easy to guess"):

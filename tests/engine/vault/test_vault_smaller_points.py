@@ -123,3 +123,14 @@ def test_a_damaged_audit_head_slot_heals_with_a_note(vault):
     assert any("audit.head" in n and "rewritten" in n for n in again.notices)
     assert again.verify().ok  # healed
     again.lock()
+
+
+def test_bytes_added_to_the_end_of_the_audit_log_are_cut_off_with_a_note(vault):
+    vault.lock()
+    with open(vault.path / "audit.log", "ab") as fh:
+        fh.write(b"\x00" * 17)  # what a torn write leaves, or someone appending to the file
+    again = Vault(vault.path)
+    again.unlock(PASSPHRASE)
+    assert any("audit.log" in n and "17 byte(s)" in n for n in again.notices)
+    assert again.verify().ok
+    again.lock()
