@@ -168,3 +168,39 @@ def test_at_the_connection_cap_a_new_socket_closes_the_oldest_idle_one_at_once(m
         assert _closed_by_server(socks[0]), "the oldest idle socket was kept at the cap"
         for sock in socks:
             sock.close()
+
+
+def test_requests_beyond_the_in_flight_limit_get_503_and_the_server_recovers(registry):
+    import json as json_module
+
+    from engine.server import ServerLimits, create_app
+    from engine.testing import InstantBackend
+    from tests.engine.test_server_hardening import GatedBackend
+
+    backend = GatedBackend(InstantBackend(registry))
+    limits = ServerLimits(connections=ConnectionLimits(max_in_flight_requests=2))
+    app = create_app(backend, token=TOKEN, limits=limits)
+    try:
+        with ServerThread(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+            body = json_module.dumps({"model": "tiny-pixel", "steps": 2})
+            job = client.post(
+                "/jobs", content=body, headers={**AUTH, "Content-Type": "application/json"}
+            ).json()["id"]
+            streams = [
+                httpx.Client(base_url=url, timeout=60).stream("GET", f"/jobs/{job}/events", headers=AUTH)
+                for _ in range(2)
+            ]
+            opened = [s.__enter__() for s in streams]  # two requests in flight: the limit
+            assert all(r.status_code == 200 for r in opened)
+            busy = client.get("/info", headers=AUTH)
+            assert busy.status_code == 503 and busy.headers.get("Retry-After")
+            backend.gate.set()  # the job ends, the streams end
+            for response, stream in zip(opened, streams, strict=True):
+                response.read()  # to the job's terminal event
+                stream.__exit__(None, None, None)
+            deadline = time.monotonic() + 30
+            while client.get("/info", headers=AUTH).status_code != 200:  # the streams' slots are freed
+                assert time.monotonic() < deadline, "the in-flight count never came down"
+                time.sleep(0.05)
+    finally:
+        backend.gate.set()
