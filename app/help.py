@@ -25,12 +25,17 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMenu,
+    QPushButton,
+    QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
     QTextBrowser,
+    QToolBar,
     QVBoxLayout,
     QWidget,
 )
+
+from app.core.intended_use import ACKNOWLEDGED_KEY, INTENDED_USE_HEADLINE, INTENDED_USE_TEXT
 
 SHORTCUTS_KEY = "Ctrl+/"
 GUIDE_KEY = QKeySequence.StandardKey.HelpContents  # F1 on Windows and Linux, Ctrl+? on macOS
@@ -269,6 +274,10 @@ def guide_html(window: QWidget) -> str:
 def _guide_html(window: QWidget) -> str:
     parts = ["<h2>VolSynth Studio in brief</h2>"]
     parts.append(
+        f"<p style='color:#b45309'><b>{html.escape(INTENDED_USE_HEADLINE)}</b></p>"
+        f"<p>{html.escape(INTENDED_USE_TEXT)}</p>"
+    )
+    parts.append(
         "<p>VolSynth Studio generates synthetic 3D MRI volumes with diffusion models and lets you inspect, "
         "keep and export them. Every generated volume is marked <b>SYNTHETIC</b> in its files.</p>"
     )
@@ -358,6 +367,49 @@ class HelpMenu:
         dialog.show()
         dialog.raise_()
         dialog.activateWindow()
+
+
+class IntendedUseNotice(QToolBar):
+    """The first-run statement of intended use: a bar across the top of the window until acknowledged.
+
+    Non-modal on purpose (nothing is blocked while it is read); "I understand" hides it for good (a
+    setting), and Help > About and the User Guide keep saying it.
+    """
+
+    def __init__(self, settings, parent: QWidget | None = None) -> None:
+        super().__init__("Intended use", parent)
+        self.setObjectName("intendedUseNotice")
+        self.setMovable(False)
+        self.settings = settings
+        self.label = QLabel(f"<b>{html.escape(INTENDED_USE_HEADLINE)}</b> {html.escape(INTENDED_USE_TEXT)}")
+        self.label.setObjectName("intendedUseText")
+        self.label.setWordWrap(True)
+        self.label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self.label.setMinimumWidth(720)  # two or three lines across the window, not a narrow column
+        self.label.setStyleSheet("padding: 6px 10px; color: #92400e;")
+        self.setStyleSheet(
+            "QToolBar#intendedUseNotice { background: #fef3c7; border-bottom: 1px solid #f59e0b; }"
+        )
+        self.acknowledge_button = QPushButton("I understand")
+        self.acknowledge_button.setObjectName("intendedUseAcknowledge")
+        self.acknowledge_button.clicked.connect(self._on_acknowledge_clicked)
+        self.addWidget(self.label)
+        self.addWidget(self.acknowledge_button)
+
+    def _on_acknowledge_clicked(self) -> None:
+        self.settings.setValue(ACKNOWLEDGED_KEY, True)
+        self.settings.sync()
+        self.hide()
+
+
+def install_intended_use_notice(window, settings) -> IntendedUseNotice | None:
+    """Show the intended-use bar at the top of ``window`` unless the user acknowledged it before."""
+    if settings.value(ACKNOWLEDGED_KEY, False, type=bool):
+        return None
+    notice = IntendedUseNotice(settings, window)
+    window.addToolBar(Qt.ToolBarArea.TopToolBarArea, notice)
+    window.addToolBarBreak(Qt.ToolBarArea.TopToolBarArea)  # a row of its own: toolbars added later go below
+    return notice
 
 
 def install_help(window: QWidget, menu: QMenu) -> HelpMenu:

@@ -43,7 +43,7 @@ from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry, file_st
 from app.docks.metrics_dock import MetricsDock
 from app.generation import GenerationController
 from app.generation.tuning import install_tuning
-from app.help import install_help
+from app.help import install_help, install_intended_use_notice
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
@@ -342,6 +342,7 @@ class MainWindow(QMainWindow):
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self.about_action)
         self.help = install_help(self, help_menu)  # User Guide (F1), Keyboard Shortcuts (Ctrl+/)
+        self.intended_use_notice = install_intended_use_notice(self, self.settings)  # first run only
         self._rebuild_recent_menu()
 
     def _build_toolbar(self) -> None:
@@ -825,8 +826,12 @@ class AboutDialog(QDialog):
         rows = "".join(
             f"<tr><td><b>{k}</b></td><td>&nbsp;&nbsp;{v}</td></tr>" for k, v in self.versions().items()
         )
+        from app.core.intended_use import INTENDED_USE_HEADLINE, INTENDED_USE_TEXT
+
         return (
-            "<h2>VolSynth Studio</h2><p>Synthesizes 3D brain MRI with diffusion models. "
+            "<h2>VolSynth Studio</h2>"
+            f"<p style='color:#b45309'><b>{INTENDED_USE_HEADLINE}</b></p><p>{INTENDED_USE_TEXT}</p>"
+            "<p>Synthesizes 3D brain MRI with diffusion models. "
             "Every generated volume is marked <b>synthetic</b> in its file and provenance record.</p>"
             f"<table>{rows}</table>"
         )

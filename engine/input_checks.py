@@ -15,6 +15,9 @@ checked on its own bytes, before nibabel parses it:
   decompresses the whole stream with a limit derived from the header (never inflating beyond it), so a
   truncated file or a gzip bomb is refused before an import reports success.
 
+Only regular files are opened: a FIFO, device or socket named like a NIfTI file is refused before any
+blocking read (:func:`open_regular_file` opens with ``O_NONBLOCK`` and checks ``fstat``).
+
 Every refusal is an :class:`~engine.errors.InvalidRequest` (or :class:`~engine.errors.OutOfMemory` for the
 memory check) with one line that names the file, what is wrong and what to do.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -353,6 +357,16 @@ def check_header(head: bytes, *, name: str, compressed: bool, file_size: int) ->
             f"{name} has an intensity scaling with a non-finite intercept (scl_inter {inter}); "
             "the header is damaged"
         )
+    if np.isfinite(slope) and slope != 0 and dtype.kind in "iu":
+        # The stored integers' whole range, scaled, must stay within float32 (what VolSynth reads into):
+        # scl_slope 3e38 on int16 made 99.8 % of the voxels infinite.
+        limits = np.iinfo(dtype)
+        reach = max(abs(slope * float(limits.min) + inter), abs(slope * float(limits.max) + inter))
+        if not reach <= float(np.finfo(np.float32).max):
+            raise InvalidRequest(
+                f"{name} has an intensity scaling (scl_slope {slope:g}, scl_inter {inter:g}) that takes its "
+                f"{dtype.name} values beyond float32 (they would read as infinite); the header is damaged"
+            )
 
     affine = _affine(header, name)
     data_bytes = voxels * dtype.itemsize
@@ -400,6 +414,50 @@ def _inspect(fh: BinaryIO, *, name: str, file_size: int) -> NiftiHeader:
     return check_header(head, name=name, compressed=compressed, file_size=file_size)
 
 
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a folder",
+}
+
+
+def open_regular_file(path: str | os.PathLike) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file; a FIFO or device is refused at once.
+
+    ``open()`` on a FIFO blocks until a writer appears (forever, in the audit's case), so the file is
+    opened with ``O_NONBLOCK`` (which makes that open return at once), checked with ``fstat`` on the open
+    descriptor (no race with a rename), and only then switched back to blocking reads.
+
+    Raises:
+        InvalidRequest: Missing, not a regular file, or unreadable.
+    """
+    path = Path(path)
+    flags = (
+        os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    )
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise InvalidRequest(f"no file at {path}") from None
+    except IsADirectoryError:
+        raise InvalidRequest(f"{path} is a folder, not a file") from None
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise InvalidRequest(f"{path} is {kind}, not a regular file; give the path of a file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def inspect_nifti(path: str | os.PathLike) -> NiftiHeader:
     """Check a NIfTI file's header (and, uncompressed, its length) without reading any voxel.
 
@@ -408,7 +466,7 @@ def inspect_nifti(path: str | os.PathLike) -> NiftiHeader:
     """
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
+        with open_regular_file(path) as fh:
             return _inspect(fh, name=path.name, file_size=os.fstat(fh.fileno()).st_size)
     except FileNotFoundError:
         raise InvalidRequest(f"no file at {path}") from None
@@ -437,6 +495,11 @@ def _inflate_bounded(chunks, limit: int, name: str):
         for chunk in chunks:
             data = chunk
             while data:
+                if inflate.eof:  # after a member: zero padding is skipped, as gzip readers (and gzip -d) do
+                    data = data.lstrip(b"\x00")
+                    if not data:
+                        break
+                    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 out = inflate.decompress(data, _INFLATE_STEP)
                 data = inflate.unconsumed_tail
                 started = True
@@ -449,9 +512,7 @@ def _inflate_bounded(chunks, limit: int, name: str):
                 if out:
                     yield out
                 if inflate.eof:
-                    data = inflate.unused_data + data
-                    if data:
-                        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    data = inflate.unused_data + data  # another member, or padding (see above)
         while not inflate.eof:  # output zlib still holds after the last input
             out = inflate.decompress(b"", _INFLATE_STEP)
             if not out:
@@ -483,7 +544,7 @@ def verify_nifti_data(path: str | os.PathLike, info: NiftiHeader) -> None:
     path = Path(path)
 
     def chunks():
-        with open(path, "rb") as fh:
+        with open_regular_file(path) as fh:
             while block := fh.read(1 << 16):
                 yield block
 
@@ -535,7 +596,7 @@ def gunzip_file_bounded(path: str | os.PathLike, info: NiftiHeader) -> bytearray
     path = Path(path)
 
     def chunks():
-        with open(path, "rb") as fh:
+        with open_regular_file(path) as fh:
             while block := fh.read(1 << 20):
                 yield block
 

@@ -344,9 +344,7 @@ def load_nifti(path: str | Path, *, time_index: int = 0) -> LoadedVolume:
     from engine.input_checks import MemoryReader, check_memory, gunzip_file_bounded, inspect_nifti
 
     path = Path(path).expanduser()
-    if not path.is_file():
-        raise InvalidRequest(f"no file at {path}")
-    info = inspect_nifti(path)
+    info = inspect_nifti(path)  # also refuses a folder, a FIFO or a device, saying which
     _time_index(info.shape, time_index, path.name)
     klass = nib.Nifti2Image if info.version == 2 else nib.Nifti1Image
     try:
@@ -428,11 +426,16 @@ def provenance_sidecars(path: Path) -> list[Path]:
 
 
 def _sidecar_record(side: Path) -> dict[str, Any] | None:
+    from engine.errors import InvalidRequest
+    from engine.input_checks import open_regular_file
+
     try:
-        if side.stat().st_size > MAX_SIDECAR_BYTES:
+        with open_regular_file(side) as fh:  # a FIFO named like a sidecar is skipped, not waited on
+            raw = fh.read(MAX_SIDECAR_BYTES + 1)
+        if len(raw) > MAX_SIDECAR_BYTES:
             return None
-        record = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        record = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError, InvalidRequest):
         return None
     if not isinstance(record, dict):
         return None

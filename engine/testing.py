@@ -164,7 +164,8 @@ class ServerThread:
 
     ``with ServerThread(create_app(...)) as url:`` starts it and waits until it listens; leaving the block
     stops it. With ``ssl_certfile``/``ssl_keyfile`` it serves HTTPS and the URL starts with ``https://``;
-    other keyword arguments go to ``uvicorn.Config`` (e.g. ``limit_concurrency``).
+    The connection limits are the ones ``volsynth serve`` runs with (``app.state.limits.connections``);
+    other keyword arguments go to ``uvicorn.Config`` and override them.
     """
 
     def __init__(self, app, ssl_certfile=None, ssl_keyfile=None, **config) -> None:
@@ -172,6 +173,11 @@ class ServerThread:
 
         import uvicorn
 
+        from engine.server_connections import ConnectionLimits, uvicorn_options
+
+        limits = getattr(getattr(getattr(app, "state", None), "limits", None), "connections", None)
+        self.connection_options = uvicorn_options(limits or ConnectionLimits())
+        config = {**self.connection_options, **config}
         config.setdefault("log_level", "warning")
         config.setdefault("timeout_graceful_shutdown", 5)
         self.scheme = "https" if ssl_certfile else "http"

@@ -157,6 +157,16 @@ def _change_passphrase(vault, old: str, new: str, kdf, report) -> None:
     vault.change_passphrase(old, new, kdf=kdf)
 
 
+def _rekey(vault, old: str, new: str, kdf, report) -> None:
+    """Re-encrypt the whole vault under a new key (engine.vault.rekey), with progress."""
+    report(None, "Re-encrypting the vault")
+
+    def progress(done: int, total: int) -> None:
+        report(done / total if total else 1.0, "Re-encrypting the vault")
+
+    vault.rekey(old, new, kdf=kdf, progress=progress)
+
+
 def _lock(vault, report) -> None:
     vault.lock()
 
@@ -211,6 +221,7 @@ class VaultController(QObject):
         self.last_export = None
         self.last_verify = None
         self.last_info: tuple[str, str] | None = None
+        self.last_warning: tuple[str, str] | None = None
         self.unlock_dialog: VaultUnlockDialog | None = None
         self.passphrase_dialog: ChangePassphraseDialog | None = None
         self.import_dialog: ImportDetailsDialog | None = None
@@ -387,6 +398,14 @@ class VaultController(QObject):
     def _show_error(self, title: str, message: str) -> None:
         self.window.show_error(title, message)
 
+    def _warn(self, title: str, text: str) -> QMessageBox:
+        """A non-blocking warning box (no nested event loop)."""
+        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self.window)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.last_warning = (title, text)
+        box.open()
+        return box
+
     def _inform(self, title: str, text: str) -> QMessageBox:
         """A non-blocking information box (no nested event loop)."""
         box = QMessageBox(
@@ -490,6 +509,8 @@ class VaultController(QObject):
         self.refresh()
         if vault.notices:  # e.g. partial files of an interrupted import or export, removed
             self._inform("Vault cleaned up", "\n\n".join(vault.notices))
+        if vault.warnings:  # what rollback detection could not check at this unlock, or a broken anchor
+            self._warn("Vault unlocked with a warning", "\n\n".join(vault.warnings))
         if vault.audit_problem:
             self._show_error(
                 "The vault's audit trail is damaged",
@@ -512,13 +533,12 @@ class VaultController(QObject):
         title = ERROR_TITLES[
             "create" if self.unlock_dialog is not None and self.unlock_dialog.mode == "create" else "unlock"
         ]
-        self._show_error(title, message)
         dialog = self.unlock_dialog
-        if dialog is None:
+        if isinstance(error, VaultLocked) and dialog is not None and dialog.mode == "unlock":
+            dialog.retry("Wrong passphrase. Try again.")  # said once, where the user is typing
             return
-        if isinstance(error, VaultLocked) and dialog.mode == "unlock":
-            dialog.retry("Wrong passphrase. Try again.")
-        else:  # a damaged header or an unusable folder: typing again would not help
+        self._show_error(title, message)
+        if dialog is not None:  # a damaged header or an unusable folder: typing again would not help
             dialog.reject()
 
     # -- repair after a rollback ---------------------------------------------------------------------
@@ -1199,9 +1219,10 @@ class VaultController(QObject):
         return dialog
 
     def _on_passphrase_dialog_submitted(self, old: str, new: str) -> None:
+        rekey = self.passphrase_dialog is not None and self.passphrase_dialog.rekey_box.isChecked()
         self._start(
             "passphrase",
-            _change_passphrase,
+            _rekey if rekey else _change_passphrase,
             self.vault,
             old,
             new,

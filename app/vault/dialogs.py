@@ -135,7 +135,9 @@ def _lay_out(
     buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
     ok_button = buttons.addButton(ok_text, QDialogButtonBox.ButtonRole.AcceptRole)
     ok_button.setObjectName("primary")
-    ok_button.setDefault(True)
+    # Enter means the primary button, always: no other button may become the default by having had the
+    # focus (Qt's autoDefault), which made Enter cancel an unlock after a busy spell moved the focus there.
+    buttons.button(QDialogButtonBox.StandardButton.Cancel).setAutoDefault(False)
     buttons.accepted.connect(on_ok)
     buttons.rejected.connect(dialog.reject)
     layout = QVBoxLayout(dialog)
@@ -146,6 +148,10 @@ def _lay_out(
     if error_label is not None:
         layout.addWidget(error_label)
     layout.addWidget(buttons)
+    for button in dialog.findChildren(QPushButton):
+        if button is not ok_button:
+            button.setAutoDefault(False)
+    ok_button.setDefault(True)  # now that it is in the dialog (set before, Qt keeps no default)
     dialog.setMinimumWidth(min_width)
     return buttons, ok_button
 
@@ -164,6 +170,7 @@ class VaultUnlockDialog(QDialog):
         if mode not in ("unlock", "create", "repair"):
             raise ValueError("mode must be 'unlock', 'create' or 'repair'")
         self.mode = mode
+        self.busy = False
         self.setObjectName("vaultUnlockDialog")
         self.setWindowTitle({"create": "Create Vault", "repair": "Repair Vault"}.get(mode, "Unlock Vault"))
         self.setStyleSheet(_DIALOG_QSS)
@@ -232,8 +239,11 @@ class VaultUnlockDialog(QDialog):
         self.error_label.setVisible(bool(text))
 
     def set_busy(self, busy: bool) -> None:
-        for widget in (self.passphrase_edit, self.confirm_edit, self.ok_button):
-            widget.setEnabled(not busy)
+        # Read-only rather than disabled: a disabled field would pass the focus on to Cancel.
+        self.busy = busy
+        for edit in (self.passphrase_edit, self.confirm_edit):
+            edit.setReadOnly(busy)
+        self.ok_button.setEnabled(not busy)
         if busy:
             self.show_problem("")
             self.ok_button.setText(
@@ -241,6 +251,12 @@ class VaultUnlockDialog(QDialog):
             )
         else:
             self.ok_button.setText(self._ok_text())
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if self.busy and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            event.accept()  # a second Enter while checking: nothing to press (it must not reach Cancel)
+            return
+        super().keyPressEvent(event)
 
     def _ok_text(self) -> str:
         return {"create": "Create Vault", "repair": "Check"}.get(self.mode, "Unlock")
@@ -271,18 +287,21 @@ class ChangePassphraseDialog(QDialog):
         self.setStyleSheet(_DIALOG_QSS)
         header = _header(
             "Change the passphrase",
-            "Items are not re-encrypted: only the key that protects them "
-            "is wrapped again under the new passphrase.",
+            "Without re-encrypting, the old passphrase still opens old copies (backups) of the vault and, "
+            "with them, items added later. If it may have leaked, re-encrypt everything under a new key.",
             unlocked=True,
         )
         self.old_edit = _password_edit("Current passphrase")
         self.new_edit = _password_edit(f"At least {MIN_PASSPHRASE} characters")
         self.confirm_edit = _password_edit("Type it again")
+        self.rekey_box = QCheckBox("Re-encrypt everything under a new key (after a leak; takes a while)")
+        self.rekey_box.setObjectName("rekeyBox")
         self.error_label = _error_label()
         form = QFormLayout()
         form.addRow("Current", self.old_edit)
         form.addRow("New", self.new_edit)
         form.addRow("Confirm", self.confirm_edit)
+        form.addRow("", self.rekey_box)
         self.buttons, self.ok_button = _lay_out(
             self,
             header,
@@ -531,6 +550,7 @@ class ExportDialog(QDialog):
         header = _header(f"Export \u201c{info.label}\u201d", text, unlocked=True)
         self.folder_edit = QLineEdit(str(folder))
         browse = QPushButton("Browse...")
+        browse.setAutoDefault(False)  # Enter in the folder field exports (the primary button)
         browse.clicked.connect(self._on_browse_clicked)
         folder_row = QHBoxLayout()
         folder_row.addWidget(self.folder_edit, 1)

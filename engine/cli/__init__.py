@@ -11,6 +11,7 @@ exit code; a traceback is shown only with ``--debug``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -67,6 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("volsynth: cancelled", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`volsynth vault ls --json | head`): stop quietly, as
+        # command-line tools do. Python would otherwise print a traceback, and another one when it flushes
+        # stdout at exit, so stdout is pointed at /dev/null first.
+        import os
+
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -93,6 +93,7 @@ def run(args) -> int:
     import uvicorn
 
     from engine.server import create_app
+    from engine.server_connections import uvicorn_options
     from engine.telemetry import Sampler
 
     limits = ServerLimits(max_queued_jobs=args.max_queue)
@@ -107,8 +108,7 @@ def run(args) -> int:
             log_level="info",
             ssl_certfile=cert,
             ssl_keyfile=key,
-            limit_concurrency=limits.max_streams + 64,  # beyond this, 503 before any work is done
-            timeout_keep_alive=10,
+            **uvicorn_options(limits.connections),  # idle and slow sockets cannot crowd out requests
         )
     finally:
         metrics.stop()

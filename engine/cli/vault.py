@@ -157,9 +157,27 @@ def register(subparsers) -> None:
     )
     p.set_defaults(func=_cmd_repair)
 
-    p = sub.add_parser("passwd", parents=[common], help="change the passphrase (re-wraps the key only)")
+    p = sub.add_parser(
+        "passwd",
+        parents=[common],
+        help="change the passphrase (re-wraps the key only: see rekey to lock out an old passphrase)",
+        description="Change the passphrase. The master key stays the same: the old passphrase together with "
+        "any old copy of vault.json still opens every item. After a leak use `volsynth vault rekey`.",
+    )
     p.add_argument("--new-passphrase-file", metavar="FILE", help="read the new passphrase from FILE")
     p.set_defaults(func=_cmd_passwd)
+
+    p = sub.add_parser(
+        "rekey",
+        parents=[common],
+        help="re-encrypt everything under a new key and passphrase (after a leaked passphrase)",
+        description="Re-encrypt every item, record, index and audit entry under a new random master key "
+        "and a new passphrase, so the old passphrase and old copies of vault.json open nothing made since. "
+        "Needs free space for one copy of the vault; interrupted, run it again with the same new "
+        "passphrase to resume. Backups made before still open with the old passphrase.",
+    )
+    p.add_argument("--new-passphrase-file", metavar="FILE", help="read the new passphrase from FILE")
+    p.set_defaults(func=_cmd_rekey)
 
     p = sub.add_parser("audit", parents=[common], help="show the audit trail and check its chain")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -222,6 +240,8 @@ def _open(args, *, allow_rollback: bool = False):
     vault.unlock(_passphrase(args.passphrase_file, "Vault passphrase: "), allow_rollback=allow_rollback)
     if vault.audit_problem:
         print(f"volsynth: warning: {vault.audit_problem}", file=sys.stderr)
+    for warning in vault.warnings:
+        print(f"volsynth: warning: {warning}", file=sys.stderr)
     for notice in vault.notices:
         print(f"volsynth: note: {notice}", file=sys.stderr)
     return vault
@@ -519,7 +539,7 @@ def _cmd_repair(args) -> int:
     for item_id, label in report.reindexed:
         print(f"{would}re-index: {item_id} {label}")
     if report.records_written:
-        print(f"{would}write {report.records_written} missing item record(s)")
+        print(f"{would}rewrite the record files of {report.records_written} item(s) (missing or damaged)")
     for line in report.skipped:
         print(f"left alone: {line}")
     for name in report.removed:
@@ -545,7 +565,43 @@ def _cmd_passwd(args) -> int:
         vault.change_passphrase(old, new)
     finally:
         vault.lock()
-    print("passphrase changed (the items were not re-encrypted)")
+    print(
+        "passphrase changed. The master key is the same: the old passphrase with an old copy of vault.json "
+        "(a backup) still opens every item, also those added from now on. If the old passphrase leaked, run "
+        "`volsynth vault rekey`."
+    )
+    return 0
+
+
+def _cmd_rekey(args) -> int:
+    from engine.vault import Vault
+
+    _protect()
+    vault = Vault(_vault_path(args))
+    old = _passphrase(args.passphrase_file, "Current passphrase: ")
+    vault.unlock(old)
+    for notice in vault.notices:
+        print(f"volsynth: note: {notice}", file=sys.stderr)
+    shown = [-1]
+
+    def progress(done: int, total: int) -> None:
+        percent = 100 if total == 0 else done * 100 // total
+        if percent // 10 != shown[0] // 10 or done == total:
+            shown[0] = percent
+            print(f"re-encrypting: {_size(done)} of {_size(total)} ({percent}%)", file=sys.stderr, flush=True)
+
+    try:
+        new = _passphrase(args.new_passphrase_file, "New passphrase: ", confirm=True)
+        report = vault.rekey(old, new, progress=progress)
+    finally:
+        vault.lock()
+    rate = report.bytes_copied / 2**20 / report.seconds if report.seconds > 0 else 0.0
+    print(
+        f"re-keyed: {report.items} item(s) under a new key and passphrase ({report.copied} re-encrypted now, "
+        f"{report.kept} by an earlier interrupted run, {report.audit_entries} audit entries carried over); "
+        f"{_size(report.bytes_copied)} in {report.seconds:.1f} s ({rate:.1f} MiB/s). Backups made before "
+        "this still open with the old passphrase: delete them."
+    )
     return 0
 
 

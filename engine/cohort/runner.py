@@ -1,7 +1,8 @@
 """Run a cohort on Ray: one actor per worker holds the model; the driver writes results as they arrive.
 
 1. Expand the spec into items; open (resume) or create the output folder and its manifest.
-2. Start a local Ray runtime on 127.0.0.1, or connect to a cluster (``address`` or ``RAY_ADDRESS``).
+2. Start a local Ray runtime (private to this user, on loopback, ended with the driver: see
+   ``engine.cohort.local_ray``), or connect to a cluster (``address`` or ``RAY_ADDRESS``).
 3. Start the workers: actors of ``_CohortWorker``, each with a thread budget (``num_cpus``) or one GPU
    (``num_gpus=1``), keeping its loaded model between items. Ray restarts an actor whose process died.
 4. Keep one item in flight per worker (a volume takes seconds; Ray's per-task overhead is milliseconds,
@@ -166,8 +167,13 @@ def volume_sha256(volume: np.ndarray) -> str:
 # -- Ray runtime -------------------------------------------------------------------------------------------
 
 
+_private_runtime = None  # the local runtime's private folder and watchdog (engine.cohort.local_ray)
+
+
 def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Connect to a cluster or start a local runtime bound to 127.0.0.1. True if this call started it."""
+    """Connect to a cluster or start a local runtime (loopback only, its token and files private to this
+    user, its processes ended with this one). True if this call started it."""
+    global _private_runtime
     try:
         import ray
     except ImportError as exc:
@@ -180,30 +186,46 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     import logging
 
     address = address or os.environ.get("RAY_ADDRESS") or None
+    private = None
     try:
         if address:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         else:
+            from engine.cohort import local_ray
+
+            private = local_ray.prepare()
             ray.init(
                 num_cpus=num_cpus,
                 _node_ip_address="127.0.0.1",
+                _temp_dir=str(private.ray_temp_dir),
                 include_dashboard=False,
                 object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
             )
     except (ConnectionError, RuntimeError, ValueError) as exc:
+        if private is not None:
+            private.close()
         where = f"the Ray cluster at {address}" if address else "a local Ray runtime"
         raise BackendUnavailable(
             f"could not start or reach {where}: {str(exc).splitlines()[0][:200]}"
         ) from exc
+    except BaseException:
+        if private is not None:
+            private.close()
+        raise
+    _private_runtime = private
     return True
 
 
 def stop_ray() -> None:
+    global _private_runtime
     import ray
 
     ray.shutdown()
+    if _private_runtime is not None:
+        _private_runtime.close()
+        _private_runtime = None
 
 
 # -- the cohort folder -------------------------------------------------------------------------------------

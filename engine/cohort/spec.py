@@ -48,6 +48,7 @@ from engine.errors import InvalidRequest
 from engine.models.spec import SAMPLERS
 
 MAX_ITEMS = 100_000
+MAX_SPEC_BYTES = 1 << 20  # a spec is a few hundred bytes; refused beyond this before it is read
 DISTRIBUTIONS = ("normal", "uniform")
 TARGETS = ("folder", "vault")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -130,18 +131,20 @@ class CohortSpec:
         name = data.get("name", "")
         if not isinstance(name, str) or not _NAME.match(name):
             raise InvalidRequest(
-                f"cohort name must be 1-64 letters, digits, '-' or '_' (it names the dataset), got {name!r}"
+                f"cohort name must be 1-64 letters, digits, '-' or '_' (it names the dataset), got {_shown(name)}"
             )
         model = _typed(data, "model", str, "")
         sampler = _typed(data, "sampler", str, "")
         if sampler and sampler not in SAMPLERS:
-            raise InvalidRequest(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+            raise InvalidRequest(f"unknown sampler {_shown(sampler)}; choose one of {', '.join(SAMPLERS)}")
         steps = _int(data, "steps", 0, 0, 10_000)
         guidance = data.get("guidance_scale")
         if guidance is not None and (
             isinstance(guidance, bool) or not isinstance(guidance, int | float) or not guidance >= 0
         ):
-            raise InvalidRequest(f"guidance_scale must be a number >= 0, got {guidance!r}")
+            raise InvalidRequest(f"guidance_scale must be a number >= 0, got {_shown(guidance)}")
+        if guidance is not None:
+            guidance = _number(guidance, "guidance_scale")
         optimization = data.get("optimization", {})
         if not isinstance(optimization, Mapping):
             raise InvalidRequest("[optimization] must be a table of optimization settings")
@@ -178,7 +181,7 @@ class CohortSpec:
             )
         target = output.get("target", "folder")
         if target not in TARGETS:
-            raise InvalidRequest(f"output target must be 'folder' or 'vault', got {target!r}")
+            raise InvalidRequest(f"output target must be 'folder' or 'vault', got {_shown(target)}")
         vault = output.get("vault", "")
         if not isinstance(vault, str) or (target == "vault" and not vault):
             raise InvalidRequest("an output target 'vault' needs vault = 'path to the vault folder'")
@@ -264,7 +267,7 @@ class CohortSpec:
         for cond in self.conditions:
             if cond.name not in names:
                 raise InvalidRequest(
-                    f"model {model_spec.id!r} has no condition {cond.name!r}; its conditions are: "
+                    f"model {_shown(model_spec.id)} has no condition {_shown(cond.name)}; its conditions are: "
                     f"{', '.join(model_spec.condition_names) or 'none'}"
                 )
             lo, hi = _range(model_spec, cond.name)
@@ -306,20 +309,35 @@ def _draw(rng: np.random.Generator, cond: Condition) -> float:
 def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
     value = data.get(key, default)
     if not isinstance(value, kind):
-        raise InvalidRequest(f"{key} must be a {kind.__name__}, got {value!r}")
+        raise InvalidRequest(f"{key} must be a {kind.__name__}, got {_shown(value)}")
     return value
 
 
 def _int(data: Mapping[str, Any], key: str, default: int, lo: int, hi: int) -> int:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise InvalidRequest(f"{key} must be a whole number from {lo} to {hi}, got {value!r}")
+        raise InvalidRequest(f"{key} must be a whole number from {lo} to {hi}, got {_shown(value)}")
     return value
 
 
+def _shown(value: Any) -> str:
+    """A value for an error message: short, and never a conversion that fails (a 100,000-digit int)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a whole number of about {int(value.bit_length() * 0.30103)} digits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidRequest(f"{what} must be a finite number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"{what} must be a finite number, got {_shown(value)}")
+    if isinstance(value, int) and value.bit_length() > 1000:  # math.isfinite would raise OverflowError
+        raise InvalidRequest(f"{what} must be a finite number, got {_shown(value)}")
+    if not math.isfinite(value):
+        raise InvalidRequest(f"{what} must be a finite number, got {_shown(value)}")
     return float(value)
 
 
@@ -354,7 +372,9 @@ def _condition(name: str, data: Any) -> Condition:
         return Condition(name, tuple(round(float(v), 6) for v in np.linspace(start, stop, num)))
     dist = data["distribution"]
     if dist not in DISTRIBUTIONS:
-        raise InvalidRequest(f"{where}: distribution must be one of {', '.join(DISTRIBUTIONS)}, got {dist!r}")
+        raise InvalidRequest(
+            f"{where}: distribution must be one of {', '.join(DISTRIBUTIONS)}, got {_shown(dist)}"
+        )
     needed = {"normal": {"mean", "sd"}, "uniform": {"min", "max"}}[dist]
     given = set(data) - {"distribution"}
     if given != needed:
@@ -369,14 +389,31 @@ def _condition(name: str, data: Any) -> Condition:
 
 def load_spec(path: str | Path) -> CohortSpec:
     """Read a cohort spec from a .toml or .json file, with one-line errors that say what to fix."""
+    from engine.input_checks import open_regular_file
+
     path = Path(path).expanduser()
-    if not path.is_file():
+    if not path.exists():
         raise InvalidRequest(f"no cohort spec at {path}; write one (see `volsynth cohort run --help`)")
-    text = path.read_text(encoding="utf-8")
+    kind = path.suffix.lstrip(".").upper() or "TOML"
+    with open_regular_file(path) as fh:  # a FIFO or device is refused, not waited on
+        raw = fh.read(MAX_SPEC_BYTES + 1)  # the size is bounded before anything is parsed
+    if len(raw) > MAX_SPEC_BYTES:
+        raise InvalidRequest(
+            f"{path.name} is over {MAX_SPEC_BYTES // 1024} KiB; a cohort spec is a few lines (see "
+            "`volsynth cohort run --help`)"
+        )
     try:
+        text = raw.decode("utf-8")
         data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InvalidRequest(
-            f"{path.name} is not valid {path.suffix.lstrip('.').upper() or 'TOML'}: {exc}"
-        ) from exc
-    return CohortSpec.from_dict(data)
+        raise InvalidRequest(f"{path.name} is not valid {kind}: {str(exc)[:200]}") from exc
+    except UnicodeDecodeError:
+        raise InvalidRequest(f"{path.name} is not UTF-8 text; save the spec as UTF-8") from None
+    except RecursionError:
+        raise InvalidRequest(f"{path.name} nests lists or tables too deeply to be a cohort spec") from None
+    except ValueError as exc:  # e.g. a whole number of more than 4300 digits (int conversion limit)
+        raise InvalidRequest(f"{path.name} is not a usable {kind} spec: {str(exc)[:120]}") from None
+    try:
+        return CohortSpec.from_dict(data)
+    except RecursionError:
+        raise InvalidRequest(f"{path.name} nests lists or tables too deeply to be a cohort spec") from None

@@ -76,6 +76,7 @@ EVENTS = (
     "verify",
     "edit",
     "repair",
+    "rekey",
 )
 
 
@@ -163,6 +164,8 @@ class AuditLog:
         self.last_appended: tuple[int, bytes] | None = None
         #: Called with (seq, MAC) after every append, under the audit lock (the vault updates its anchor).
         self.on_append = None
+        #: What appends repaired on the way (a damaged audit.head slot rewritten), for the vault's notices.
+        self.repairs: list[str] = []
 
     # -- keys -------------------------------------------------------------------------------------------
     def attach_keys(self, enc_key: bytes, mac_key: bytes) -> None:
@@ -367,7 +370,12 @@ class AuditLog:
     def _recover_tail(self) -> tuple[int, bytes]:
         """Return (seq, mac) of the last entry, after checking the log's end against the head and repairing
         what a crash can leave behind (an unterminated last line)."""
-        head, _ = self._read_head()
+        head, damaged = self._read_head()
+        if damaged and head is not None:  # the append below rewrites both slots from the intact one
+            self.repairs.append(
+                "one of the two slots of the audit trail's head (audit.head) was damaged; it was rewritten "
+                "from the intact one (if nothing here crashed, something else wrote into the vault folder)"
+            )
         log = self.folder / LOG_NAME
         if head is None:
             raise VaultCorrupted("the audit trail's head (audit.head) is missing")
@@ -387,6 +395,10 @@ class AuditLog:
                 fh.truncate(start + complete_end)
                 fh.flush()
                 fsync_file(fh.fileno(), "the audit trail")
+                self.repairs.append(
+                    f"the audit trail (audit.log) ended with {len(tail) - complete_end} byte(s) of an incomplete "
+                    "entry (an interrupted write, or bytes added to the file); they were cut off"
+                )
                 tail = tail[:complete_end]
         lines = tail.splitlines()
         if start > 0:

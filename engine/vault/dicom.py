@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import InvalidRequest
-from engine.input_checks import check_voxel_count
+from engine.input_checks import check_voxel_count, open_regular_file
 
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 #: Slices whose spacing differs from the mean by more than this fraction cannot share one affine.
@@ -69,8 +69,13 @@ def _candidate_files(source: Path | Sequence[Path]) -> list[Path]:
             return sorted(p for p in source.rglob("*") if p.is_file())
         if source.is_file():
             return [source]
+        if source.exists():
+            open_regular_file(source).close()  # raises, saying what it is (a FIFO, a device...)
         raise InvalidRequest(f"no such file or folder: {source}")
     files = [Path(p) for p in source]
+    for p in files:
+        if p.exists() and not p.is_file():
+            open_regular_file(p).close()  # raises, saying what it is
     missing = [str(p) for p in files if not p.is_file()]
     if missing:
         raise InvalidRequest(f"no such file: {missing[0]}")
@@ -159,7 +164,8 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
     headers = []
     for path in _candidate_files(source):
         try:
-            ds = pydicom.dcmread(path, stop_before_pixels=True)
+            with open_regular_file(path) as fh:  # a FIFO swapped in after the listing must not block
+                ds = pydicom.dcmread(fh, stop_before_pixels=True)
             meta = getattr(ds, "file_meta", None)
             if meta is not None and str(meta.get("MediaStorageSOPClassUID", "")) == _MEDIA_STORAGE_DIRECTORY:
                 continue
@@ -269,7 +275,9 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
     )
 
 
-def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -> bytes:
+def slice_voxels(
+    raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int], label: str = "a slice"
+) -> bytes:
     """Decode one slice file's pixels into the volume's on-disk layout.
 
     Returns little-endian float32 bytes of the ``[i=column, j=row]`` plane in NIfTI (Fortran) order, which
@@ -280,6 +288,7 @@ def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -
         expected_sop_uid: The SOPInstanceUID seen when the series was scanned (the file must not have
             changed in between).
         shape: (columns, rows).
+        label: How errors name the slice ("slice 3 of 95"): never by its UIDs, which are identifiers.
     """
     pydicom = _pydicom()
     try:
@@ -292,11 +301,11 @@ def slice_voxels(raw: bytes, *, expected_sop_uid: str, shape: tuple[int, int]) -
         pixels = ds.pixel_array
     except Exception as exc:  # pydicom raises several types for missing decoders / bad data
         raise InvalidRequest(
-            f"cannot decode the pixel data of {ds.get('SOPInstanceUID', 'a slice')} "
+            f"cannot decode the pixel data of {label} "
             f"(transfer syntax {ds.file_meta.get('TransferSyntaxUID', 'unknown')}): {_first_line(exc)}"
         ) from None
     if pixels.shape != (shape[1], shape[0]):
-        raise InvalidRequest(f"a slice has {pixels.shape} pixels, expected {(shape[1], shape[0])}")
+        raise InvalidRequest(f"{label} has {pixels.shape} pixels, expected {(shape[1], shape[0])}")
     return rescale(ds, pixels).astype("<f4").tobytes(order="C")
 
 

@@ -161,7 +161,8 @@ class RepairReport:
         accepted: The rollbacks accepted (the vault is taken as it is now).
         skipped: Unreferenced files left alone, each with the reason (no authentic record, a part
             missing or damaged, deleted according to the audit trail).
-        records_written: Record files written for indexed items that had none (vaults made before them).
+        records_written: Items whose record files were rewritten from the index (missing, damaged, swapped,
+            stale, or the second copy of a vault made before there were two).
         removed: Files removed because ``remove_leftovers`` was asked: those of items the audit trail shows
             deleted, and payloads no record names (with ``dry_run``: what would be removed).
     """

@@ -8,6 +8,7 @@ On disk (one folder; no file name says anything about its content)::
     blobs/<random>.vsb   encrypted payloads: one per volume, one per original DICOM file and one per tissue
                          map of a generated volume (part ``tissue/<name>``)
     blobs/<item id>.vsr  encrypted copy of one item's index record (what ``vault repair`` re-indexes from)
+    blobs/<item id>.vsm  a second copy of it (so that losing one file does not lose the item)
     audit.log, audit.head, unlock-failures.log   the audit trail (see engine.vault.audit)
     .write.lock, .audit.lock                     inter-process locks
     .export-<random>.vse/.lock                   an export in progress (where its partial files are)
@@ -41,6 +42,7 @@ import hmac
 import json
 import os
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -88,18 +90,23 @@ from engine.vault.records import (
     VerifyReport,
     tissue_names,
 )
+from engine.vault.rekey import finish_interrupted_swap, remove_retired
 
 HEADER_NAME = "vault.json"
 INDEX_NAME = "index.vsi"
 BLOB_DIR = "blobs"
 BLOB_SUFFIX = ".vsb"
 RECORD_SUFFIX = ".vsr"
+#: A second copy of each record: one lost or damaged record file (with an index rolled back past its item)
+#: no longer loses the item, ``repair`` re-indexes it from the other.
+RECORD_COPY_SUFFIX = ".vsm"
 PENDING_EXPORT_PREFIX = ".export-"
 WRITE_LOCK_NAME = ".write.lock"
 FORMAT = "volsynth-vault"
 VERSION = 1
 DEFAULT_IDLE_TIMEOUT_S = 15 * 60
 EXPORT_TMP_PREFIX = ".volsynth-export-"
+STAGING_NAME = "staging"  # <dest>/.volsynth-export-<token>-staging: an export's files until all are written
 _OWN_NAMES = {HEADER_NAME, INDEX_NAME, BLOB_DIR, WRITE_LOCK_NAME, _AUDIT_LOG, _AUDIT_HEAD, _AUDIT_LOCK}
 #: Left by an interrupted ``create``: a folder holding only these may be initialised again.
 _LEFTOVER_PREFIXES = (_FAILED_NAME, ".tmp-")
@@ -406,6 +413,7 @@ class Vault:
         write_lock_wait_s: float = 0.0,
     ) -> None:
         self.path = Path(path).expanduser().absolute()
+        swapped = finish_interrupted_swap(self.path)  # a re-key killed between its two renames
         self._header = _Header.read(self.path)
         self.idle_timeout_s = idle_timeout_s
         self.write_lock_wait_s = write_lock_wait_s
@@ -423,6 +431,10 @@ class Vault:
         #: Things the last unlock or change cleaned up or noticed (stale partial files removed...), one line
         #: each, for the CLI to print and the app to show. Cleared at each unlock.
         self.notices: list[str] = []
+        #: What the user must see at unlock (the CLI prints "warning:", the app a warning box): the limits
+        #: of rollback detection met at this unlock, and an anchor that cannot be read or written.
+        self.warnings: list[str] = []
+        self._opening_notices: list[str] = [swapped] if swapped else []  # shown at the next unlock
         self._write_lock = FileLock(
             self.path / WRITE_LOCK_NAME,
             "the vault is being written by another VolSynth process (pid {pid}); try again when it finishes",
@@ -496,6 +508,7 @@ class Vault:
                 "audit_seq": audit.last_appended[0],
                 "audit_mac": audit.last_appended[1].hex(),
                 "header_sha256": _sha256(header.to_bytes()),
+                "record_copies": 2,  # every item has .vsr and .vsm (older vaults: from their repair on)
                 "items": {},
             }
             cls._write_index_file(folder, keys, index)
@@ -586,17 +599,39 @@ class Vault:
             self._rolled_back = problems
             self._index, self._index_stamp = index, stamp
             self._adopt_keys(keys)
-            self.notices = []
-            if self._anchor.problem:
-                self.notices.append(self._anchor.problem)
+            self.notices, self._opening_notices = self._opening_notices, []
+            self.warnings = self._detection_limits(index) if not problems else []
             if not problems:
                 self._anchor.update(generation=int(index.get("generation", 0)))
+            if self._anchor.problem:
+                self.warnings.append(
+                    f"{self._anchor.problem}. Without it this computer cannot tell an older copy of the vault "
+                    "put back from the real one; make that folder writable (or set $VOLSYNTH_ANCHOR_DIR)."
+                )
             try:
                 self._audit.record_unlock()
                 self._audit_problem = None
             except VaultCorrupted as exc:
                 self._audit_problem = str(exc)
+            self.notices += self._audit.repairs
+            self._audit.repairs = []
             self._clean_stale_files()
+
+    def _reopen(self, keys: _Keys) -> None:
+        """Point this object at the vault now at its path (after ``vault rekey`` swapped it in) and adopt
+        that vault's keys."""
+        with self._mutex:
+            if self._keys is not None:
+                self._audit.detach_keys()
+                self._keys.wipe()
+            self._keys = None
+            self._index = self._index_stamp = None
+            self._header = _Header.read(self.path)
+            self._audit = AuditLog(self.path, self._header.vault_id)
+            self._audit.on_append = self._on_audit_appended
+            self._anchor = Anchor(self._header.vault_id.hex())
+            self._rolled_back = []
+            self._adopt_keys(keys)
 
     def _adopt_keys(self, keys: _Keys) -> None:
         self._keys = keys
@@ -822,6 +857,34 @@ class Vault:
                 )
         return problems
 
+    def _detection_limits(self, index: dict) -> list[str]:
+        """Where this unlock could not have detected a rollback, said in words (see ``warnings``)."""
+        out: list[str] = []
+        anchor = self._anchor.read()
+        if anchor is None and not self._anchor.problem:
+            out.append(
+                f"this computer has no record of this vault (first unlock here or under this account, or its "
+                f"anchor {self._anchor.path} was removed): if the whole vault folder is an older copy, that "
+                "cannot be detected now (from this unlock on it can)"
+            )
+        generation = int(index.get("generation", 0))
+        if anchor is not None and anchor.generation >= generation:
+            return out  # the anchor saw this index committed: one entry more in the chain is a crash
+        with contextlib.suppress(VaultCorrupted):
+            later = [
+                int(e.detail["generation"])
+                for e in self._audit.scan(after_seq=int(index.get("audit_seq", 0))).after
+                if isinstance(e.detail.get("generation"), int) and e.event != "create"
+            ]
+            if later and max(later) == generation + 1:
+                out.append(
+                    "index.vsi is one change behind the audit trail: either the last change was interrupted "
+                    "(a crash), or the index was put back by one change, which cannot be told apart without "
+                    "this computer's anchor; if an item added or changed last is missing, run "
+                    "`volsynth vault repair --dry-run`"
+                )
+        return out
+
     def _on_disk_has(self, item_id: str) -> bool | None:
         """After a failed commit: does the index on disk reference the item? None if it cannot be told."""
         assert self._keys is not None
@@ -877,6 +940,7 @@ class Vault:
             for e in entries
             if (e.name.endswith(BLOB_SUFFIX) and e.name[: -len(BLOB_SUFFIX)] not in used)
             or (e.name.endswith(RECORD_SUFFIX) and e.name[: -len(RECORD_SUFFIX)] not in items)
+            or (e.name.endswith(RECORD_COPY_SUFFIX) and e.name[: -len(RECORD_COPY_SUFFIX)] not in items)
         )
 
     def _remove_crash_leftovers(self) -> int:
@@ -909,6 +973,11 @@ class Vault:
             self._clean_stale_exports()
         except (OSError, VaultError) as exc:
             self.notices.append(f"could not check for interrupted exports: {exc}")
+        try:
+            if (notice := remove_retired(self.path)) is not None:
+                self.notices.append(notice)
+        except OSError as exc:
+            self.notices.append(f"could not delete the vault's pre-re-key copy: {exc}")
 
     # -- item records (what repair re-indexes from) -------------------------------------------------------
     def _record_ctx(self, item_id: str) -> bytes:
@@ -918,34 +987,84 @@ class Vault:
     def _record_path(self, item_id: str) -> Path:
         return self._blob_dir() / f"{item_id}{RECORD_SUFFIX}"
 
+    def _record_copy_path(self, item_id: str) -> Path:
+        return self._blob_dir() / f"{item_id}{RECORD_COPY_SUFFIX}"
+
     def _write_record(self, rec: dict) -> None:
+        """Write both copies of an item's record (each atomically; the caller fsyncs the folder)."""
         assert self._keys is not None
         plain = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
-        write_atomic(
-            self._record_path(rec["id"]),
-            crypto.encrypt_bytes(self._keys.record, self._record_ctx(rec["id"]), plain),
-            sync_dir=False,
-        )
+        for path in (self._record_path(rec["id"]), self._record_copy_path(rec["id"])):
+            write_atomic(
+                path,
+                crypto.encrypt_bytes(self._keys.record, self._record_ctx(rec["id"]), plain),
+                sync_dir=False,
+            )
 
-    def _read_record(self, item_id: str) -> dict:
-        """An item's record file, authenticated; raises VaultCorrupted if it does not authenticate."""
+    def _unlink_records(self, item_id: str) -> None:
+        for path in (self._record_path(item_id), self._record_copy_path(item_id)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def _read_record_file(self, path: Path, item_id: str) -> dict:
+        """One record file, authenticated (its context binds the item id: a swapped file fails)."""
         assert self._keys is not None
-        raw = self._record_path(item_id).read_bytes()
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise VaultCorrupted(f"the record of item {item_id} ({path.name}) is missing") from None
         try:
             rec = json.loads(crypto.decrypt_bytes(self._keys.record, self._record_ctx(item_id), raw))
             if rec["id"] != item_id or rec["kind"] not in KINDS or not isinstance(rec["parts"], list):
                 raise ValueError("not this item's record")
         except (DecryptionFailed, ValueError, KeyError, TypeError) as exc:
-            raise VaultCorrupted(f"the record of item {item_id} does not authenticate") from exc
+            raise VaultCorrupted(
+                f"the record of item {item_id} ({path.name}) does not authenticate (modified, truncated, "
+                "emptied or swapped)"
+            ) from exc
         return rec
 
-    # -- interrupted exports ----------------------------------------------------------------------------------
+    def _read_record(self, item_id: str) -> dict:
+        """An item's record, from whichever copy authenticates; VaultCorrupted if neither does."""
+        try:
+            return self._read_record_file(self._record_path(item_id), item_id)
+        except VaultCorrupted as first:
+            try:
+                return self._read_record_file(self._record_copy_path(item_id), item_id)
+            except VaultCorrupted:
+                raise first from None
+
+    def _record_problems(self, rec: dict) -> tuple[list[str], bool]:
+        """What is wrong with an indexed item's record files: (problems, files merely absent in a vault made
+        before every item had two record files: a note, ``repair`` writes them)."""
+        assert self._index is not None
+        problems: list[str] = []
+        absent = False
+        two_expected = self._index.get("record_copies") == 2
+        for path in (self._record_path(rec["id"]), self._record_copy_path(rec["id"])):
+            if not path.exists() and not two_expected:
+                absent = True
+                continue
+            try:
+                on_disk = self._read_record_file(path, rec["id"])
+            except VaultCorrupted as exc:
+                problems.append(f"{exc}; `volsynth vault repair` rewrites it from the index")
+                continue
+            if on_disk != rec:
+                problems.append(
+                    f"the record of item {rec['id']} ({path.name}) differs from the index (an older copy was "
+                    "put back?); `volsynth vault repair` rewrites it from the index"
+                )
+        return problems, absent and not problems
+
     def _pending_ctx(self, token: str) -> bytes:
         assert self._keys is not None
         return crypto.context(self._keys.vault_id, "pending-export", token)
 
     @contextlib.contextmanager
-    def _pending_export(self, folders: list[Path]) -> Iterator[str]:
+    def _pending_export(
+        self, folders: list[Path], *, targets: Sequence[Path] = (), overwrite: bool = False
+    ) -> Iterator[str]:
         """Note (encrypted, in the vault folder) where an export writes its partial files, for as long as
         it runs; a lock on the note tells a running export from one that was killed. Yields the export's
         temporary-file prefix."""
@@ -956,7 +1075,14 @@ class Vault:
         lock = FileLock(self.path / f"{PENDING_EXPORT_PREFIX}{token}.lock", "export {pid} running")
         lock.acquire()
         try:
-            body = json.dumps({"folders": [str(f.absolute()) for f in folders], "prefix": prefix}).encode()
+            body = json.dumps(
+                {
+                    "folders": [str(f.absolute()) for f in folders],
+                    "prefix": prefix,
+                    "targets": [str(t.absolute()) for t in targets],
+                    "overwrite": overwrite,
+                }
+            ).encode()
             # Written in place (not through a temp file that another process's clean-up could take): a
             # torn note is reported as unreadable and removed.
             fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -987,17 +1113,29 @@ class Vault:
                         crypto.decrypt_bytes(self._keys.index, self._pending_ctx(token), note.read_bytes())
                     )
                     folders, prefix = [Path(f) for f in body["folders"]], str(body["prefix"])
+                    targets = [Path(t) for t in body.get("targets", [])]
+                    overwrite = bool(body.get("overwrite", True))
                 except FileNotFoundError:
                     continue  # finished meanwhile
                 except (DecryptionFailed, ValueError, KeyError, TypeError):
                     self.notices.append(
                         f"an unreadable note of an interrupted export ({note.name}) was removed"
                     )
-                    folders, prefix = [], ""
+                    folders, prefix, targets, overwrite = [], "", [], True
                 removed = 0
                 for folder in folders:
                     if prefix.startswith(EXPORT_TMP_PREFIX) and len(prefix) > len(EXPORT_TMP_PREFIX):
                         removed += remove_leftovers(folder, prefix)
+                        staging = folder / f"{prefix}{STAGING_NAME}"
+                        if staging.is_dir():
+                            removed += sum(1 for p in staging.rglob("*") if p.is_file())
+                            shutil.rmtree(staging, ignore_errors=True)
+                            # It was killed before or while moving its files into place: any that were
+                            # moved are a partial set (they did not exist before, unless overwriting).
+                            for target in targets if not overwrite else []:
+                                if target.parent == folder and target.exists():
+                                    removed += 1
+                                    shutil.rmtree(target) if target.is_dir() else target.unlink()
                 if removed:
                     where = ", ".join(str(f) for f in folders)
                     self.notices.append(
@@ -1272,7 +1410,12 @@ class Vault:
                 part.extra["filename"] = path.name
                 part.write(raw)
                 files.append(part.close())
-                plane = dicom.slice_voxels(raw, expected_sop_uid=uid, shape=series.shape[:2])
+                plane = dicom.slice_voxels(
+                    raw,
+                    expected_sop_uid=uid,
+                    shape=series.shape[:2],
+                    label=f"slice {n} of {len(series.files)}",
+                )
                 volume.write(plane)
                 done += len(raw) + len(plane)
                 if progress is not None:
@@ -1417,10 +1560,49 @@ class Vault:
                 if not self._on_disk_has(item_id):
                     for writer in writers:
                         writer.discard()
-                    with contextlib.suppress(FileNotFoundError):
-                        self._record_path(item_id).unlink()
+                    self._unlink_records(item_id)
                 raise
             return ItemInfo.from_record(record)
+
+    def _copy_in(self, rec: dict, read_part: Callable[[dict], Iterator[bytes]]) -> int:
+        """Store another vault's item record under this vault's keys, keeping its id (``vault rekey``).
+
+        ``read_part(part)`` yields the part's plaintext (authenticated by the source vault); each part is
+        re-encrypted into a new blob and its SHA-256 compared with the record's before the commit. Returns
+        the plaintext bytes written.
+        """
+        with self._op(), self._writing():
+            assert self._keys is not None and self._index is not None
+            item_id = rec["id"]
+            key = self._keys.item(item_id)
+            writers: list[_PartWriter] = []
+            parts: list[dict] = []
+            written = 0
+            try:
+                for part in rec["parts"]:
+                    ctx = crypto.context(self._keys.vault_id, item_id, part["name"])
+                    writer = _PartWriter(self._blob_dir(), key, ctx, part["name"])
+                    writers.append(writer)
+                    for chunk in read_part(part):
+                        writer.write(chunk)
+                    done = writer.close()
+                    if done["sha256"] != part["sha256"] or done["size"] != part["size"]:
+                        raise VaultCorrupted(f"item {item_id} changed while it was being re-encrypted")
+                    parts.append({**part, "blob": done["blob"], "ct_size": done["ct_size"]})
+                    written += done["size"]
+                record = {**copy.deepcopy(rec), "parts": parts}
+                self._write_record(record)
+                fsync_dir(self._blob_dir())
+                index = copy.deepcopy(self._index)
+                index["items"][item_id] = record
+                self._commit("import", item_id, {"kind": rec["kind"], "rekey_copy": True}, index)
+            except BaseException:
+                if not self._on_disk_has(item_id):
+                    for writer in writers:
+                        writer.discard()
+                    self._unlink_records(item_id)
+                raise
+            return written
 
     def _same_volume(self, record: dict) -> dict | None:
         """An item already holding exactly this volume (same plaintext SHA-256 and size), if any."""
@@ -1649,8 +1831,6 @@ class Vault:
                 raise OutputError(f"{clash[0]} already exists; choose another folder or allow overwriting")
             try:
                 dest.mkdir(parents=True, exist_ok=True)
-                if dicom_parts:
-                    dicom_dir.mkdir(exist_ok=True)
             except OSError as exc:
                 raise OutputError(f"cannot create {dest}: {exc.strerror}") from exc
 
@@ -1681,11 +1861,25 @@ class Vault:
                         p["name"][len(TISSUE_PART_PREFIX) :]: path.name
                         for p, path in zip(tissue_parts, map_paths, strict=True)
                     }
-            pending = self._pending_export([dest] + ([dicom_dir] if dicom_parts else []))
+            # Everything is written into a hidden staging folder in ``dest`` and moved into place only once
+            # all of it is there (one rename per target; the DICOM folder moves whole), so a killed export
+            # leaves no partial set among the user's files; the next unlock removes the staging folder.
+            pending = self._pending_export([dest], targets=targets, overwrite=overwrite)
             prefix = pending.__enter__()
+            staging = dest / f"{prefix}{STAGING_NAME}"
+            staged_nii = staging / nii_path.name
+            staged_maps = [staging / m.name for m in map_paths]
+            staged_dicom = staging / dicom_dir.name
+            staged_prov = staging / prov_path.name
             try:
+                try:
+                    staging.mkdir(mode=0o700)
+                    if dicom_parts:
+                        staged_dicom.mkdir()
+                except OSError as exc:
+                    raise OutputError(f"cannot write in {dest}: {exc.strerror}") from exc
                 volume = next(p for p in rec["parts"] if p["name"] == "volume")
-                with AtomicWriter(nii_path, prefix=prefix, output=True) as writer:
+                with AtomicWriter(staged_nii, prefix=prefix, output=True) as writer:
                     stream = self._iter_part(rec, volume)
                     if progress is not None:
                         stream = _counting(stream, progress, done, total)
@@ -1703,16 +1897,15 @@ class Vault:
                         )
                     for piece in pieces:
                         writer.write(piece)
-                written.append(nii_path)
                 done += int(volume["size"])
-                for part, map_path in zip(tissue_parts, map_paths, strict=True):
+                for part, staged_map in zip(tissue_parts, staged_maps, strict=True):
                     # Each map carries the image's provenance naming the map, as save_result writes it.
                     map_record = {
                         **(record or {}),
                         "tissue_map": part["name"][len(TISSUE_PART_PREFIX) :],
                         "image": nii_path.name,
                     }
-                    with AtomicWriter(map_path, prefix=prefix, output=True) as writer:
+                    with AtomicWriter(staged_map, prefix=prefix, output=True) as writer:
                         stream = self._iter_part(rec, part)
                         if progress is not None:
                             stream = _counting(stream, progress, done, total)
@@ -1724,7 +1917,6 @@ class Vault:
                             space=space,
                         ):
                             writer.write(piece)
-                    written.append(map_path)
                     done += int(part["size"])
                 uids = deid.UidMapper()
                 for n, part in enumerate(dicom_parts, start=1):
@@ -1732,29 +1924,41 @@ class Vault:
                     if deidentify:
                         raw, found = deid.deidentify_dicom(raw, uids)
                         warnings.extend(w for w in found if w not in warnings)
-                    target = dicom_dir / f"IM{n:05d}.dcm"
+                    target = staged_dicom / f"IM{n:05d}.dcm"
                     write_atomic(target, raw, prefix=prefix, output=True, sync_dir=False)
-                    written.append(target)
                     done += int(part["size"])
                     if progress is not None:
                         progress(done, total)
                 if dicom_parts:
-                    fsync_dir(dicom_dir)
+                    fsync_dir(staged_dicom)
                 if synthetic:  # the provenance sidecar every route writes (engine.nifti_io.save_volume)
-                    write_atomic(prov_path, provenance_sidecar(record), prefix=prefix, output=True)
-                    written.append(prov_path)
+                    write_atomic(staged_prov, provenance_sidecar(record), prefix=prefix, output=True)
+                fsync_dir(staging)
+                # Into place: the NIfTI last, so that whatever is in place without it is what a crash in
+                # these few renames left (and the next unlock removes it, see _clean_stale_exports).
+                moves = [(staged_dicom, dicom_dir)] if dicom_parts else []
+                moves += list(zip(staged_maps, map_paths, strict=True))
+                moves += [(staged_prov, prov_path)] if synthetic else []
+                moves += [(staged_nii, nii_path)]
+                for src, dst in moves:
+                    _move_into_place(src, dst)
+                    written.append(dst)
                 fsync_dir(dest)
+                with contextlib.suppress(OSError):
+                    staging.rmdir()
             except BaseException:
-                for path in written:
-                    with contextlib.suppress(OSError):
-                        path.unlink()
-                if dicom_parts:
-                    with contextlib.suppress(OSError):
-                        dicom_dir.rmdir()
+                if not overwrite:  # moved targets did not exist before this export
+                    for path in written:
+                        with contextlib.suppress(OSError):
+                            shutil.rmtree(path) if path.is_dir() else path.unlink()
+                shutil.rmtree(staging, ignore_errors=True)
                 raise
             finally:
                 pending.__exit__(None, None, None)
-            return ExportResult(files=tuple(written), deidentified=deidentify, warnings=tuple(warnings))
+            files = [nii_path, *map_paths]
+            files += [dicom_dir / f"IM{n:05d}.dcm" for n in range(1, len(dicom_parts) + 1)]
+            files += [prov_path] if synthetic else []
+            return ExportResult(files=tuple(files), deidentified=deidentify, warnings=tuple(warnings))
 
     # -- changes ----------------------------------------------------------------------------------------
     def delete(self, item_id: str) -> None:
@@ -1766,8 +1970,7 @@ class Vault:
             del index["items"][rec["id"]]
             self._commit("delete", rec["id"], {"kind": rec["kind"]}, index)
             # The user asked for this item's files to go; nothing else is ever deleted.
-            with contextlib.suppress(FileNotFoundError):
-                self._record_path(rec["id"]).unlink()
+            self._unlink_records(rec["id"])
             for part in rec["parts"]:
                 with contextlib.suppress(FileNotFoundError):
                     (self._blob_dir() / f"{part['blob']}{BLOB_SUFFIX}").unlink()
@@ -1821,8 +2024,17 @@ class Vault:
             self._commit("edit", rec["id"], {"fields": changed}, index)
             return ItemInfo.from_record(rec)
 
+    def rekey(self, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None, progress=None):
+        """Re-encrypt everything under a new master key and passphrase (see :mod:`engine.vault.rekey`)."""
+        from engine.vault.rekey import rekey
+
+        return rekey(self, old, new, kdf=kdf, progress=progress)
+
     def change_passphrase(self, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None) -> None:
         """Re-wrap the master key under a new passphrase; no item is re-encrypted.
+
+        This does not lock out the old passphrase: with it and any old copy of ``vault.json`` the same
+        master key unwraps, and it decrypts every item, including those added later. :meth:`rekey` does.
 
         Args:
             old: The current passphrase (asked again even though the vault is unlocked).
@@ -1907,7 +2119,11 @@ class Vault:
             total = sum(int(p["size"]) for rec in records for p in rec["parts"])
             done = 0
             checked = 0
+            without_copy = 0
             for rec in records:
+                record_problems, copy_absent = self._record_problems(rec)
+                problems.extend(record_problems)
+                without_copy += copy_absent
                 try:
                     for part in rec["parts"]:
                         for piece in self._iter_part(rec, part, check_hash=True):
@@ -1917,6 +2133,13 @@ class Vault:
                     checked += 1
                 except VaultCorrupted as exc:
                     problems.append(str(exc))
+            if self._anchor.problem:
+                problems.append(f"rollback detection is weakened: {self._anchor.problem}")
+            if without_copy:
+                notes.append(
+                    f"{without_copy} item(s) lack one or both record files (a vault made by an older VolSynth); "
+                    "`volsynth vault repair` writes them, and from then on a missing one is a problem"
+                )
             orphans = self._orphan_blobs() if item_ids is None else []
             if orphans:
                 notes.append(
@@ -1970,10 +2193,16 @@ class Vault:
             claimed: set[str] = set()
             leftovers: list[Path] = []
             unreadable_record = False
-            for path in self._orphan_blobs():
-                if not path.name.endswith(RECORD_SUFFIX):
-                    continue
-                item_id = path.name[: -len(RECORD_SUFFIX)]
+            orphan_ids = sorted(
+                {
+                    p.name[: -len(suffix)]
+                    for p in self._orphan_blobs()
+                    for suffix in (RECORD_SUFFIX, RECORD_COPY_SUFFIX)
+                    if p.name.endswith(suffix)
+                }
+            )
+            for item_id in orphan_ids:
+                path = self._record_path(item_id)
                 try:
                     rec = self._read_record(item_id)
                 except VaultCorrupted as exc:
@@ -1986,7 +2215,11 @@ class Vault:
                         f"{path.name} and its {len(blobs)} payload file(s): item {item_id} was deleted"
                     )
                     claimed.update(blobs)
-                    leftovers += [path, *(self._blob_dir() / b for b in blobs)]
+                    leftovers += [
+                        path,
+                        self._record_copy_path(item_id),
+                        *(self._blob_dir() / b for b in blobs),
+                    ]
                     continue
                 try:
                     for part in rec["parts"]:
@@ -2004,7 +2237,11 @@ class Vault:
                     leftovers.append(path)
             if not remove_leftovers or unreadable_record:
                 leftovers = []
-            missing = [rid for rid in index["items"] if not self._record_path(rid).exists()]
+            # Records of indexed items that are missing, damaged, swapped or stale are rewritten from the
+            # index (the index is the commit point; the records are its copies for re-indexing).
+            missing = [rid for rid, rec in index["items"].items() if self._records_need_writing(rec)]
+            if not missing and index.get("record_copies") != 2 and not dry_run:
+                index["record_copies"] = 2  # (committed below only if something else changes)
             report = RepairReport(
                 dry_run=dry_run,
                 reindexed=tuple(reindexed),
@@ -2019,6 +2256,7 @@ class Vault:
                 return report
             for rid in missing:
                 self._write_record(index["items"][rid])
+            index["record_copies"] = 2
             fsync_dir(self._blob_dir())
             seen = [
                 int(e.detail["generation"]) for e in scan.after if isinstance(e.detail.get("generation"), int)
@@ -2049,6 +2287,15 @@ class Vault:
             self._anchor.reset(AnchorState(generation, seq, mac.hex()))
             return report
 
+    def _records_need_writing(self, rec: dict) -> bool:
+        for path in (self._record_path(rec["id"]), self._record_copy_path(rec["id"])):
+            try:
+                if self._read_record_file(path, rec["id"]) != rec:
+                    return True
+            except VaultCorrupted:
+                return True
+        return False
+
     def audit_trail(self) -> AuditTrail:
         """The decrypted audit trail, with any tampering found in it."""
         with self._op():
@@ -2059,10 +2306,9 @@ class Vault:
 @contextlib.contextmanager
 def _reading(path: Path) -> Iterator:
     """Open a source file for import; a read error is the user's to fix, so it becomes InvalidRequest."""
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise InvalidRequest(f"cannot read {path}: {exc.strerror}") from exc
+    from engine.input_checks import open_regular_file
+
+    fh = open_regular_file(path)  # a FIFO named like a scan must not block the import forever
     try:
         with fh:
             yield fh
@@ -2070,6 +2316,16 @@ def _reading(path: Path) -> Iterator:
         if isinstance(exc, OutputError):
             raise
         raise InvalidRequest(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _move_into_place(src: Path, dst: Path) -> None:
+    """Rename a staged export file or folder to its target (replacing it: the caller checked overwrite)."""
+    try:
+        if src.is_dir() and dst.is_dir():
+            shutil.rmtree(dst)
+        os.replace(src, dst)
+    except OSError as exc:
+        raise OutputError(f"cannot move the export into place at {dst}: {exc.strerror}") from exc
 
 
 def _counting(stream: Iterator[bytes], progress: Progress, start: int, total: int) -> Iterator[bytes]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import InvalidRequest, VaultCorrupted
+from engine.input_checks import open_regular_file
 from engine.nifti_io import PROVENANCE_EXTENSION_TAG, SYNTHETIC_DESCRIP, provenance_sidecars, xform_code
 
 SYNTHETIC_INTENT = b"SYNTHETIC"
@@ -97,10 +98,10 @@ def _text(hdr, name: str) -> str:
 
 
 def _read_head(path: Path) -> bytes:
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    opener = gzip.open if magic == _GZIP_MAGIC else open
-    with opener(path, "rb") as fh:
+    with open_regular_file(path) as raw:  # a FIFO named like a scan is refused, not waited on
+        magic = raw.read(2)
+        raw.seek(0)
+        fh = gzip.GzipFile(fileobj=raw, mode="rb") if magic == _GZIP_MAGIC else raw
         head = fh.read(540)
         parsed = _parse_header(head)
         if parsed is None:
@@ -135,7 +136,7 @@ def find_marks(path: str | Path) -> SyntheticMarks:
     ext_provenance: dict | None = None
     try:
         raw = _read_head(path)
-    except (OSError, EOFError, zlib.error):
+    except (OSError, EOFError, zlib.error, InvalidRequest):
         raw = b""
     parsed = _parse_header(raw)
     if parsed is not None:

@@ -25,7 +25,7 @@ from engine.testing import ServerThread, make_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.render
-TOKEN = "t0ken-for-plans"
+TOKEN = "plan-dialog-test-Zr7Qw2Lp9Xc4Vb8Nm3Ks6Hj1Gf5Dd0Ta"  # `serve` refuses weak tokens
 PLAN_TIMEOUT_MS = 180_000  # the tiny model plans in seconds, but the machine is shared
 STATUS = COLUMN_INDEX["status"]
 

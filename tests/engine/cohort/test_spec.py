@@ -120,3 +120,74 @@ def test_a_model_shipped_to_a_node_without_it_is_unpacked_intact(tmp_path, monke
         _pack_model(make_tiny_model(tmp_path / "o", model_id="shipped", seed=1)),
     )
     assert other != here  # same file names and sizes, other weights: not mistaken for the first
+
+
+# -- hostile spec files (issue 24, point 9): one-line errors, never a traceback, bounded reads -------------
+
+
+def _spec_error(path) -> str:
+    from engine.cohort.spec import load_spec
+
+    with pytest.raises(InvalidRequest) as caught:
+        load_spec(path)
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 400
+    return message
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_a_deeply_nested_spec_is_a_clear_error(tmp_path, suffix):
+    depth = 200_000
+    path = tmp_path / f"deep{suffix}"
+    body = "[" * depth + "]" * depth
+    path.write_text(body if suffix == ".json" else f"name = 'x'\nseeds = {body}\n")
+    message = _spec_error(path)
+    assert path.name in message
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_a_100000_digit_number_is_a_clear_error(tmp_path, suffix):
+    digits = "9" * 100_000
+    path = tmp_path / f"big{suffix}"
+    path.write_text(
+        f'{{"name": "x", "seeds": {digits}}}' if suffix == ".json" else f"name = 'x'\nseeds = {digits}\n"
+    )
+    message = _spec_error(path)
+    assert digits[:200] not in message
+
+
+def test_a_huge_number_that_parses_is_refused_without_printing_it():
+    from engine.cohort.spec import CohortSpec
+
+    for field in ({"seeds": 10**3000}, {"steps": 10**3000}, {"guidance_scale": 10**3000}):
+        with pytest.raises(InvalidRequest) as caught:
+            CohortSpec.from_dict({"name": "x", "model": "m", **field})
+        assert len(str(caught.value)) < 300
+    with pytest.raises(InvalidRequest, match="finite number"):
+        CohortSpec.from_dict({"name": "x", "model": "m", "conditioning": {"age": 10**3000}})
+
+
+def test_a_200_mb_spec_is_refused_before_it_is_read(tmp_path):
+    import tracemalloc
+
+    path = tmp_path / "huge.toml"
+    with open(path, "wb") as fh:
+        fh.write(b"name = 'x'\n# ")
+        fh.truncate(200 * 2**20)  # sparse: 200 MB that cost no disk
+    tracemalloc.start()
+    try:
+        message = _spec_error(path)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "over 1024 KiB" in message and peak < 8 * 2**20  # read at most 1 MiB + 1 byte
+
+
+def test_a_fifo_named_like_a_spec_is_refused_at_once(tmp_path):
+    import os
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("FIFOs are a POSIX thing")
+    path = tmp_path / "spec.toml"
+    os.mkfifo(path)
+    assert "FIFO" in _spec_error(path)

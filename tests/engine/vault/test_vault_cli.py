@@ -132,7 +132,7 @@ def test_passwd_and_audit(cli, tmp_path):
     new = tmp_path / "new.txt"
     new.write_text("a different passphrase\n")
     rc, out, _ = cli("passwd", "--new-passphrase-file", str(new))
-    assert rc == 0 and "not re-encrypted" in out
+    assert rc == 0 and "vault rekey" in out
     rc, _, _ = cli("ls")
     assert rc == 11
     rc, out, _ = cli("audit", passphrase_file=new)

@@ -134,6 +134,7 @@ def test_sigkill_at_random_points_never_damages_the_vault(tmp_path, make_nifti, 
         {n for n in os.listdir(final.path / "blobs")}
         - {f"{p}.vsb" for i in final.items() for p in _blobs(final, i.id)}
         - {f"{i.id}.vsr" for i in final.items()}
+        - {f"{i.id}.vsm" for i in final.items()}
     )
     assert set(report.unreferenced) == unreferenced  # listed, kept
     final.repair(remove_leftovers=True)  # explicit: interrupted imports come back whole or go

@@ -117,7 +117,9 @@ def test_no_change_deletes_the_blobs_of_items_an_older_index_dropped(vault, make
     again.import_nifti(c)  # a change: before the fix, it deleted the dropped item's payload for good
     assert blobs <= _vsb(again)
     report = again.verify()
-    assert report.unreferenced and all(name in blobs or name.endswith(".vsr") for name in report.unreferenced)
+    assert report.unreferenced and all(
+        name in blobs or name.endswith((".vsr", ".vsm")) for name in report.unreferenced
+    )
     assert again.repair().reindexed == ((dropped.id, "b"),)
     assert np.array_equal(again.open_item(dropped.id, as_float32=False).data, b_data)
     again.lock()
@@ -226,13 +228,14 @@ def test_killed_export_leaves_a_hidden_part_file_that_the_next_unlock_removes(va
     proc.start()
     proc.join(30)
     assert proc.exitcode == -signal.SIGKILL
-    parts = list(dest.glob(".volsynth-export-*.part"))
+    parts = list(dest.glob(".volsynth-export-*-staging/.volsynth-export-*.part"))
     assert len(parts) == 1 and parts[0].stat().st_size > 0  # plaintext patient data, hidden
+    assert [p.name.startswith(".") for p in dest.iterdir()] == [True]  # nothing visible
 
     vault.lock()
     again = Vault(vault.path)
     again.unlock(PASSPHRASE)
-    assert not list(dest.glob(".volsynth-export-*.part"))
+    assert not list(dest.iterdir())
     assert any("interrupted export" in n and str(dest) in n for n in again.notices)
     assert not list(again.path.glob(".export-*"))
     again.lock()
@@ -271,9 +274,14 @@ def test_repair_never_brings_back_a_deleted_item(vault, make_nifti):
 
 def test_a_vault_from_before_rollback_detection_opens_and_upgrades(vault, make_nifti, private_anchors):
     info = vault.import_nifti(make_nifti()[0])
-    legacy = {k: v for k, v in vault._index.items() if k not in ("audit_seq", "audit_mac", "header_sha256")}
+    legacy = {
+        k: v
+        for k, v in vault._index.items()
+        if k not in ("audit_seq", "audit_mac", "header_sha256", "record_copies")
+    }
     Vault._write_index_file(vault.path, vault._keys, legacy)  # the index as older versions wrote it
     (vault.path / "blobs" / f"{info.id}.vsr").unlink()  # and no item records yet
+    (vault.path / "blobs" / f"{info.id}.vsm").unlink()
     vault.lock()
     shutil.rmtree(private_anchors, ignore_errors=True)
     again = Vault(vault.path)

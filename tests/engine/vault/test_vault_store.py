@@ -254,7 +254,11 @@ def test_search_get_and_delete(vault, make_nifti):
     blobs_before = set((vault.path / "blobs").iterdir())
     vault.delete(b.id)
     assert [i.id for i in vault.items()] == [a.id, s.id]
-    assert {p.suffix for p in blobs_before - set((vault.path / "blobs").iterdir())} == {".vsb", ".vsr"}
+    assert {p.suffix for p in blobs_before - set((vault.path / "blobs").iterdir())} == {
+        ".vsb",
+        ".vsr",
+        ".vsm",
+    }
     with pytest.raises(InvalidRequest):
         vault.open_item(b.id)
     assert vault.audit_trail().entries[-1].event == "delete"

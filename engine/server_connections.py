@@ -1,0 +1,257 @@
+"""Connection limits for the engine server: sockets that send nothing, or send slowly, cannot crowd it out.
+
+uvicorn alone leaves three gaps (measured on uvicorn 0.54 with h11, issue 24):
+
+* ``limit_concurrency`` compares the number of *open connections* with its limit, so ~320 sockets that
+  never send a request make every real request answer 503;
+* ``timeout_keep_alive`` is armed only after a response: a socket idle before its first request, or one
+  that trickles its headers a byte at a time, is never closed (uvicorn issue #157 proposed
+  ``--timeout-request-start`` ~10 s and ``--timeout-request-complete`` ~60 s; neither exists);
+* nothing bounds how many such sockets one client holds.
+
+This module closes them at the connection level, the way nginx (``client_header_timeout``), Apache
+(``mod_reqtimeout``) and Go's ``ReadHeaderTimeout`` do:
+
+* a request's headers must arrive within ``header_timeout_s`` of the connection opening (or of the previous
+  response ending), its body within ``body_timeout_s`` of the headers; the clock is not reset by each
+  byte, so trickling does not help;
+* connections with no request in flight ("idle": waiting for headers or kept alive) are capped per client
+  address and overall; beyond the caps the *oldest* idle ones are closed, so a flood of idle sockets evicts
+  itself while a real client, whose headers follow its connect within milliseconds, gets through;
+* all connections together are capped; at the cap a new connection closes the oldest idle one at once, and
+  only when every connection is busy with a request is the new one closed instead;
+* in-flight requests are counted by :class:`InFlightLimit` (an ASGI middleware), not connections, and
+  answered 503 beyond the limit.
+
+A TLS socket counts from the end of its handshake; a stalled handshake is ended by asyncio's own
+``ssl_handshake_timeout`` (60 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import h11
+from starlette.responses import JSONResponse
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from engine import wire
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How many sockets the server keeps, and how long a request may take to arrive."""
+
+    header_timeout_s: float = 10.0  # connect (or end of the last response) -> request headers complete
+    body_timeout_s: float = 30.0  # headers -> body complete (bodies are < 64 kB: 2 kB/s at the least)
+    max_idle_per_client: int = 16  # sockets of one address with no request in flight; more: its oldest close
+    max_idle: int = 128  # idle sockets of all clients; more: the oldest close
+    idle_grace_s: float = 2.0  # ... once they have been idle this long (a burst's requests are still unread)
+    max_connections: int = 512  # all sockets; one more closes the oldest idle one at once, or itself if none
+    max_in_flight_requests: int = 320  # requests being answered (event streams included); more get 503
+    keep_alive_s: int = 10  # an idle kept-alive socket is closed after this (uvicorn's timeout_keep_alive)
+
+
+class ConnectionGuard:
+    """Book-keeping for one server's connections, all on the event loop's thread (no locks needed).
+
+    Idle caps are enforced by a sweep ``idle_grace_s`` after they are exceeded, closing only sockets idle
+    for at least that long: a burst of real clients whose requests are already in the socket buffers (the
+    event loop accepts a batch of sockets before it reads any of them) is not mistaken for a flood.
+    """
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.connections: set[GuardedH11Protocol] = set()
+        self.idle: OrderedDict[GuardedH11Protocol, float] = OrderedDict()  # -> idle since; oldest first
+        self.idle_by_client: dict[str, OrderedDict[GuardedH11Protocol, float]] = {}
+        self._sweep: asyncio.TimerHandle | None = None
+        self.closed_for_timeout = 0  # counters, for tests and logs
+        self.evicted_idle = 0
+        self.refused_full = 0
+
+    def opened(self, conn: GuardedH11Protocol) -> bool:
+        """Register a new connection; False when it must be closed (the server is full of busy ones)."""
+        if len(self.connections) >= self.limits.max_connections and not self._evict_oldest(self.idle, None):
+            self.refused_full += 1
+            return False
+        self.connections.add(conn)
+        self.became_idle(conn)
+        return True
+
+    def became_idle(self, conn: GuardedH11Protocol) -> None:
+        now = conn.loop.time()
+        per_client = self.idle_by_client.setdefault(conn.client_host, OrderedDict())
+        self.idle[conn] = now
+        per_client[conn] = now
+        over = len(per_client) > self.limits.max_idle_per_client or len(self.idle) > self.limits.max_idle
+        if over and self._sweep is None:
+            self._sweep = conn.loop.call_later(self.limits.idle_grace_s, self._sweep_idle, conn.loop)
+
+    def became_busy(self, conn: GuardedH11Protocol) -> None:
+        self.idle.pop(conn, None)
+        per_client = self.idle_by_client.get(conn.client_host)
+        if per_client is not None:
+            per_client.pop(conn, None)
+            if not per_client:
+                del self.idle_by_client[conn.client_host]
+
+    def closed(self, conn: GuardedH11Protocol) -> None:
+        self.became_busy(conn)
+        self.connections.discard(conn)
+
+    def _sweep_idle(self, loop) -> None:
+        self._sweep = None
+        old_enough = loop.time() - self.limits.idle_grace_s
+        for per_client in list(self.idle_by_client.values()):
+            while len(per_client) > self.limits.max_idle_per_client and self._evict_oldest(
+                per_client, old_enough
+            ):
+                pass
+        while len(self.idle) > self.limits.max_idle and self._evict_oldest(self.idle, old_enough):
+            pass
+        still_over = len(self.idle) > self.limits.max_idle or any(
+            len(c) > self.limits.max_idle_per_client for c in self.idle_by_client.values()
+        )
+        if still_over:  # young sockets: look again when they are old enough
+            self._sweep = loop.call_later(self.limits.idle_grace_s, self._sweep_idle, loop)
+
+    def _evict_oldest(self, idle: OrderedDict[GuardedH11Protocol, float], idle_before: float | None) -> bool:
+        if not idle:
+            return False
+        oldest, since = next(iter(idle.items()))
+        if idle_before is not None and since > idle_before:
+            return False
+        self.evicted_idle += 1
+        oldest.close_quietly()  # also takes it off the idle lists
+        return True
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with request deadlines and the idle-connection caps of ``guard``.
+
+    Use :func:`guarded_protocol` to make the class for one server (the guard is a class attribute because
+    uvicorn builds a protocol per connection from the class alone).
+    """
+
+    guard: ConnectionGuard
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.client_host = "?"
+        self._deadline: asyncio.TimerHandle | None = None
+        self._request_seen = None  # the cycle whose headers were last counted as arrived
+        self._waiting_for: str | None = None  # "headers", "body" or None (the request is in)
+        self._registered = False
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.client_host = self.client[0] if self.client else "?"
+        if not self.guard.opened(self):
+            self.transport.close()  # every connection is busy: no room, and no request read from this one
+            return
+        self._registered = True
+        self._wait_for("headers", self.guard.limits.header_timeout_s)
+
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        if self._registered:
+            self.guard.closed(self)
+            self._registered = False
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if not self._registered or self.cycle is None:
+            return
+        if self.cycle is not self._request_seen:  # a new request's headers arrived
+            self._request_seen = self.cycle
+            self.guard.became_busy(self)
+            self._wait_for("body", self.guard.limits.body_timeout_s)
+        if self._waiting_for == "body" and (
+            not self.cycle.more_body or self.conn.their_state is not h11.SEND_BODY
+        ):
+            self._waiting_for = None  # the whole request is in; answering it takes as long as it takes
+            self._disarm()
+
+    def on_response_complete(self) -> None:
+        if self._registered and not self.transport.is_closing():
+            self.guard.became_idle(self)
+            self._wait_for("headers", self.guard.limits.header_timeout_s)
+        super().on_response_complete()  # may start a pipelined request: handle_events marks it busy
+
+    def close_quietly(self) -> None:
+        """Close a connection that has no request in flight (evicted, or past its deadline)."""
+        self._disarm()
+        if self._registered:
+            self.guard.closed(self)
+            self._registered = False
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def _wait_for(self, what: str, seconds: float) -> None:
+        self._disarm()
+        self._waiting_for = what
+        self._deadline = self.loop.call_later(seconds, self._on_deadline)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        self._waiting_for = None
+        self.guard.closed_for_timeout += 1
+        log.info("closed a connection from %s: its request did not arrive in time", self.client_host)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # a body that never finished: the app sees the client go away
+            self.cycle.message_event.set()
+        self.close_quietly()
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type[GuardedH11Protocol]:
+    """A protocol class for ``uvicorn.Config(http=...)`` sharing one :class:`ConnectionGuard`."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"guard": ConnectionGuard(limits)})
+
+
+def uvicorn_options(limits: ConnectionLimits) -> dict:
+    """The ``uvicorn.Config``/``uvicorn.run`` keyword arguments that put these limits in place."""
+    return {
+        "http": guarded_protocol(limits),
+        "limit_concurrency": None,  # it counts connections; InFlightLimit counts requests instead
+        "timeout_keep_alive": limits.keep_alive_s,
+        "h11_max_incomplete_event_size": 16 * 1024,  # a request line + headers over 16 kB: 400
+    }
+
+
+class InFlightLimit:
+    """ASGI middleware: more than ``limit`` requests being answered at once are answered 503 at once."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.in_flight = 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            response = JSONResponse(
+                wire.error_body("the server is busy; try again in a few seconds", "BackendUnavailable"),
+                status_code=503,
+                headers={"Retry-After": "5"},
+            )
+            await response(scope, receive, send)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1

@@ -1,0 +1,206 @@
+"""Idle and slow-header connections against the engine server as ``volsynth serve`` configures it (issue 24).
+
+The server is a real uvicorn on 127.0.0.1, built by ``volsynth serve`` itself (``uvicorn.run`` is caught to
+take its application and options and run them in a thread). The load is bounded and loopback-only: a few
+hundred sockets. Before the fix, ~320 sockets that never sent a request made every real request 503.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+
+import httpx
+import pytest
+
+from engine.cli import main as cli_main
+from engine.server_connections import ConnectionLimits
+from engine.testing import ServerThread
+
+TOKEN = "Wq3-x7LmZp0aKd9sVbN2cY5tR8eHfJ4uGi6oPlQ1wEr"  # 43 characters, as `serve --new-token` makes
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def served(monkeypatch, model_path_env):
+    """``volsynth serve``'s application and uvicorn options, as the CLI would have run them."""
+    import uvicorn
+
+    caught = {}
+
+    def fake_run(app, **options):
+        caught["app"], caught["options"] = app, options
+
+    monkeypatch.setattr(uvicorn, "run", fake_run)
+    assert cli_main(["serve", "--device", "cpu", "--token", TOKEN]) == 0
+    options = {
+        k: v
+        for k, v in caught["options"].items()
+        if k not in ("host", "port", "log_level", "ssl_certfile", "ssl_keyfile")
+    }
+    return caught["app"], options
+
+
+def _connect(url: str, tls: bool = False) -> socket.socket:
+    host, port = url.rsplit("//", 1)[1].split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    if tls:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        sock = context.wrap_socket(sock)
+    return sock
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Blocks until the server closes ``sock`` (True) or 30 s pass (False); bytes sent before are skipped."""
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except TimeoutError:
+        return False
+    except (ConnectionResetError, ssl.SSLError, OSError):
+        return True
+
+
+def _flood(url: str, idle: int, slow: int, tls: bool = False) -> list[socket.socket]:
+    socks = []
+    for i in range(idle + slow):
+        sock = _connect(url, tls)
+        if i >= idle:  # a request line and part of the headers, never finished
+            sock.sendall(b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        socks.append(sock)
+    return socks
+
+
+@pytest.mark.parametrize("use_tls", [False, True], ids=["http", "tls-after-handshake"])
+def test_hundreds_of_idle_and_slow_sockets_leave_authenticated_requests_answered(served, use_tls, tmp_path):
+    app, options = served
+    tls = {}
+    if use_tls:
+        from engine.server import self_signed_certificate
+
+        cert, key = self_signed_certificate(tmp_path / "tls", ["127.0.0.1"])
+        tls = {"ssl_certfile": cert, "ssl_keyfile": key}
+    with ServerThread(app, **tls, **options) as url:
+        socks = _flood(url, idle=300, slow=60, tls=use_tls)
+        try:
+            with httpx.Client(base_url=url, timeout=30, verify=False) as client:
+                statuses = [client.get("/info", headers=AUTH).status_code for _ in range(10)]
+                # a fresh connection per request too: each must get past the flood, not only a kept-alive one
+                statuses += [httpx.get(f"{url}/info", headers=AUTH, timeout=30, verify=False).status_code]
+            assert statuses == [200] * 11
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def test_an_idle_socket_and_a_trickling_one_are_closed_at_the_header_deadline(monkeypatch, model_path_env):
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app
+
+    limits = ServerLimits(connections=ConnectionLimits(header_timeout_s=0.5, body_timeout_s=0.5))
+    app = create_app(LocalBackend("cpu"), token=TOKEN, limits=limits)
+    with ServerThread(app) as url:
+        idle = _connect(url)
+        assert _closed_by_server(idle), "an idle socket stayed open"
+
+        trickling = _connect(url)
+        trickling.settimeout(0.05)
+        header = b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 4000
+        sent = 0
+        closed = False
+        while sent < len(header) and not closed:  # one byte at a time: each byte is new data
+            try:
+                trickling.send(header[sent : sent + 1])
+                sent += 1
+                closed = trickling.recv(1) == b""
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+        assert closed and sent < len(header), "a socket sending its headers a byte at a time was never closed"
+
+        slow_body = _connect(url)
+        slow_body.sendall(
+            b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        assert _closed_by_server(slow_body), "a request whose body never finished stayed open"
+
+        # and a real client is still answered
+        assert httpx.get(f"{url}/info", headers=AUTH, timeout=30).status_code == 200
+
+
+def test_idle_sockets_beyond_the_per_client_cap_are_closed_oldest_first(model_path_env):
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app
+
+    limits = ServerLimits(connections=ConnectionLimits(max_idle_per_client=4, idle_grace_s=0.2))
+    app = create_app(LocalBackend("cpu"), token=TOKEN, limits=limits)
+    server = ServerThread(app)
+    guard = server.connection_options["http"].guard
+    with server as url:
+        socks = [_connect(url) for _ in range(10)]
+        deadline = time.monotonic() + 30
+        while guard.evicted_idle < 6 and time.monotonic() < deadline:  # the server saw all ten
+            time.sleep(0.02)
+        assert [_closed_by_server(s) for s in socks[:6]] == [True] * 6, "the oldest idle sockets stay"
+        assert len(guard.idle) == 4
+        for sock in socks:
+            sock.close()
+        assert httpx.get(f"{url}/info", headers=AUTH, timeout=30).status_code == 200
+
+
+def test_at_the_connection_cap_a_new_socket_closes_the_oldest_idle_one_at_once(model_path_env):
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app
+
+    limits = ServerLimits(connections=ConnectionLimits(max_connections=8, idle_grace_s=60))
+    app = create_app(LocalBackend("cpu"), token=TOKEN, limits=limits)
+    with ServerThread(app) as url:
+        socks = [_connect(url) for _ in range(8)]
+        # a real client past the cap: its connection closes the oldest idle socket, not itself
+        assert httpx.get(f"{url}/info", headers=AUTH, timeout=30).status_code == 200
+        assert _closed_by_server(socks[0]), "the oldest idle socket was kept at the cap"
+        for sock in socks:
+            sock.close()
+
+
+def test_requests_beyond_the_in_flight_limit_get_503_and_the_server_recovers(registry):
+    import json as json_module
+
+    from engine.server import ServerLimits, create_app
+    from engine.testing import InstantBackend
+    from tests.engine.test_server_hardening import GatedBackend
+
+    backend = GatedBackend(InstantBackend(registry))
+    limits = ServerLimits(connections=ConnectionLimits(max_in_flight_requests=2))
+    app = create_app(backend, token=TOKEN, limits=limits)
+    try:
+        with ServerThread(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+            body = json_module.dumps({"model": "tiny-pixel", "steps": 2})
+            job = client.post(
+                "/jobs", content=body, headers={**AUTH, "Content-Type": "application/json"}
+            ).json()["id"]
+            streams = [
+                httpx.Client(base_url=url, timeout=60).stream("GET", f"/jobs/{job}/events", headers=AUTH)
+                for _ in range(2)
+            ]
+            opened = [s.__enter__() for s in streams]  # two requests in flight: the limit
+            assert all(r.status_code == 200 for r in opened)
+            busy = client.get("/info", headers=AUTH)
+            assert busy.status_code == 503 and busy.headers.get("Retry-After")
+            backend.gate.set()  # the job ends, the streams end
+            for response, stream in zip(opened, streams, strict=True):
+                response.read()  # to the job's terminal event
+                stream.__exit__(None, None, None)
+            deadline = time.monotonic() + 30
+            while client.get("/info", headers=AUTH).status_code != 200:  # the streams' slots are freed
+                assert time.monotonic() < deadline, "the in-flight count never came down"
+                time.sleep(0.05)
+    finally:
+        backend.gate.set()
