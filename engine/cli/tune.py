@@ -25,6 +25,11 @@ def register(sub) -> None:
     parser.add_argument(
         "--show", action="store_true", help="print the stored result for this machine, measure nothing"
     )
+    parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="prepare fp32, time one run and print how long the whole measurement would take; measure nothing",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
 

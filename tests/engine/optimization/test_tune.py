@@ -159,3 +159,22 @@ def test_estimate_only_measures_nothing(tiny_models_dir, tune_dir):
     )
     assert result["estimate_s"] > 0 and result["rows"] == ["fp32", "preset:Low memory"]
     assert not tune_dir.exists() or not any(tune_dir.rglob("*.json"))
+
+
+def test_the_cli_estimates_then_measures_and_shows(model_path_env, tune_dir, capsys):
+    from engine.cli import main
+
+    assert main(["tune", "--model", "tiny-latent", "--estimate", "--rows", "preset:Low memory"]) == 0
+    assert "would take about" in capsys.readouterr().out
+    assert main(["tune", "--model", "tiny-latent", "--show"]) == 2  # nothing measured yet: one-line error
+    assert "run `volsynth tune`" in capsys.readouterr().err
+    assert (
+        main(
+            ["tune", "--model", "tiny-latent", "--rows", "preset:Low memory", "--budget", "1", "--steps", "2"]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "preset:Low memory" in out and "noise rule" in out
+    assert main(["tune", "--model", "tiny-latent", "--show", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["name"] == "fp32"
