@@ -678,9 +678,6 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
         )
         return
 
-    import torch
-
-    torch.backends.quantized.engine = why  # the x86 engine found by int8_support
     candidates = q.candidate_layers(unet)
     calibration = q.Calibration()
     handles = calibration.attach(unet, candidates)
@@ -799,7 +796,6 @@ def _apply_decoder_quantization(
 
     mode = config.decoder_quantization
     ok, why = q.int8_support(device)
-    torch.backends.quantized.engine = why
     candidates = [
         name
         for name in q.candidate_layers(autoencoder, (nn.Conv3d,))

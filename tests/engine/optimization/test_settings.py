@@ -122,23 +122,34 @@ def test_sdpa_routes_attention_through_scaled_dot_product_attention(tiny_loaded,
 
 
 def test_int8_swaps_in_quantized_kernels_and_stays_close(tiny_loaded, cpu, monkeypatch):
-    from torch.ao.nn.quantized import Conv3d as QConv3d
-
     from engine.quantization import DynamicInt8Linear, Int8Conv3d
 
     monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
     reference = run_loop(prepare(tiny_loaded, OptimizationConfig(), cpu, use_cache=False), tiny_loaded.spec)
     prepared = prepare(tiny_loaded, OptimizationConfig(quantization="int8"), cpu, use_cache=False)
     kinds = {type(m) for m in prepared.unet.modules()}
-    assert {Int8Conv3d, DynamicInt8Linear, QConv3d} <= kinds
-    assert not any(
-        isinstance(m, torch.nn.Conv3d) and not isinstance(m, QConv3d)
-        for m in prepared.unet.modules()
-        if type(m) is torch.nn.Conv3d and m.groups == 1
-    )
+    assert {Int8Conv3d, DynamicInt8Linear} <= kinds
+    # no float Conv3d left that int8 could have taken (grouped ones are not candidates)
+    assert not any(type(m) is torch.nn.Conv3d and m.groups == 1 for m in prepared.unet.modules())
     assert Int8Conv3d not in {type(m) for m in tiny_loaded.unet.modules()}
     assert prepared.report["quantization"]["applied"]
+    # The loop really runs the integer kernels: oneDNN's int8 convolution and torchao's int8 matmul.
+    calls = {"qconv": 0, "int_mm": 0}
+    real_qconv, real_int_mm = torch.ops.onednn.qconv_pointwise, torch._int_mm
+
+    def counting_qconv(*args):
+        calls["qconv"] += 1
+        assert args[0].dtype == torch.uint8
+        return real_qconv(*args)
+
+    def counting_int_mm(*args):
+        calls["int_mm"] += 1
+        return real_int_mm(*args)
+
+    monkeypatch.setattr(torch.ops.onednn, "qconv_pointwise", counting_qconv)
+    monkeypatch.setattr(torch, "_int_mm", counting_int_mm)
     volumes = run_loop(prepared, tiny_loaded.spec)
+    assert calls["qconv"] and calls["int_mm"]
     assert torch.isfinite(volumes).all()
     assert psnr(reference, volumes) > 15  # lossy but the same volume, not noise
 
@@ -158,15 +169,16 @@ def test_mixed_precision_meets_its_budget_on_the_calibration_run(tiny_loaded, cp
 
     monkeypatch.setattr(optimization, "_run_calibration", counting_run)
     prepared = prepare(
-        tiny_loaded, OptimizationConfig(quantization="mixed", psnr_budget_db=35.0), cpu, use_cache=False
+        tiny_loaded, OptimizationConfig(quantization="mixed", psnr_budget_db=45.0), cpu, use_cache=False
     )
     # The unquantized fp32 volume (the budget's reference) is computed once, not once more as a reference.
     # Calibration runs see the U-Net before any layer is swapped, so the first call's U-Net is that one.
     base = calls[0][0]
     assert sum(1 for unet, decode, _ in calls if unet is base and decode) == 1
     plan = prepared.details["mixed_plan"]
-    assert plan["achieved_psnr_db"] >= 35.0
-    assert plan["quantized"] and plan["kept_float"]  # the budget forces a real split on this model
+    assert plan["achieved_psnr_db"] >= 45.0
+    # the budget forces a real split on this model (its most sensitive layer alone costs ~35 dB)
+    assert plan["quantized"] and set(plan["kept_float"]) - set(plan["skipped_small"])
     # the layers kept in float are those adding the most error per unit of compute int8 would speed up
     sens, share = plan["sensitivity_psnr_db"], plan["compute_share"]
 

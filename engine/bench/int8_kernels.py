@@ -1,0 +1,155 @@
+"""Which int8 Conv3d kernel pays on this CPU: one layer, every path that can run, side by side.
+
+``python -m engine.bench.int8_kernels`` times one 3x3x3 ``Conv3d`` at the shapes the networks use, for:
+
+* ``fp32``: ``F.conv3d`` (oneDNN), the reference of every ratio;
+* ``legacy``: ``torch.ao.nn.quantized.Conv3d`` on quantized tensors (x86 engine), deprecated in torch 2.13;
+* ``onednn``: ``torch.ops.onednn.qconv_pointwise`` on plain uint8/int8 tensors (the kernel torchao's x86
+  Inductor lowering emits), called eagerly: :class:`engine.quantization.Int8Conv3d`;
+* ``onednn-7bit``: the same with 7-bit activations (what CPUs without VNNI need, see the module's notes);
+* ``torchao-quantize_``: torchao's eager ``Int8DynamicActivationInt8WeightConfig`` applied to the Conv3d;
+* ``pt2e-eager``: torchao's PT2E flow (``X86InductorQuantizer``; Conv3d annotated by hand because the
+  quantizer annotates only conv1d/conv2d/linear) run eagerly: reference quantize/dequantize ops;
+* ``pt2e-inductor``: the same through ``torch.compile`` (freezing on), only where a C++ compiler exists.
+
+Rows are interleaved (each repeat runs every row once), warm-up excluded; each row reports the median and
+IQR of its times, its ratio to fp32, and its PSNR against fp32 on the same input. Run it under the AVX2
+stand-in (``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2``) to see an AVX2-only CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import time
+
+SHAPES = {"64ch@40^3": (64, 40), "256ch@20^3": (256, 20), "512ch@10^3": (512, 10)}
+
+
+def _rows(channels: int, size: int, with_inductor: bool):
+    import torch
+    from torch import nn
+
+    from engine.quantization import Calibration, candidate_layers, quantize_int8
+
+    torch.manual_seed(0)
+    conv = nn.Conv3d(channels, channels, 3, padding=1).eval()
+    # A post-SiLU-like input: mostly small, some large values, as inside the U-Net.
+    x = torch.nn.functional.silu(torch.randn(1, channels, size, size, size) * 2)
+    rows = {"fp32": lambda: torch.nn.functional.conv3d(x, conv.weight, conv.bias, padding=1)}
+    failures = {}
+
+    calibration = Calibration()
+    model = nn.Sequential(conv)
+    handles = calibration.attach(model, candidate_layers(model))
+    with torch.inference_mode():
+        model(x)
+    for handle in handles:
+        handle.remove()
+
+    import copy
+
+    for name, reduce_range in (("onednn", False), ("onednn-7bit", True)):
+        quantized = copy.deepcopy(model)
+        quantize_int8(quantized, calibration, ["0"], reduce_range=reduce_range)
+        rows[name] = quantized
+
+    from engine.quantization import legacy
+
+    if legacy.available():
+        legacy_model = copy.deepcopy(model)
+        legacy_model[0] = legacy.LegacyInt8Conv3d(conv, calibration.ranges["0"])
+        rows["legacy"] = legacy_model
+    else:
+        failures["legacy"] = "torch.ao quantized Conv3d not available"
+
+    from engine.quantization import torchao_support
+
+    try:
+        rows["torchao-quantize_"] = torchao_support.eager_int8_conv3d(copy.deepcopy(conv), x)
+    except Exception as exc:  # noqa: BLE001 - recorded: the table says why the row cannot run
+        failures["torchao-quantize_"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:110]}"
+    try:
+        pt2e = torchao_support.pt2e_int8_conv3d(copy.deepcopy(model), x)
+        rows["pt2e-eager"] = pt2e
+        if with_inductor:
+            compiled = torchao_support.compile_frozen(pt2e)
+            with torch.inference_mode():
+                compiled(x)  # the compile itself stays out of the timing
+            rows["pt2e-inductor"] = compiled
+    except Exception as exc:  # noqa: BLE001
+        failures["pt2e"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:110]}"
+    return x, rows, failures
+
+
+def measure(shape: str, repeats: int, with_inductor: bool) -> list[dict]:
+    import torch
+
+    from engine.bench.metrics import psnr
+
+    channels, size = SHAPES[shape]
+    x, rows, failures = _rows(channels, size, with_inductor)
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    outputs = {}
+    with torch.inference_mode():
+        for name, fn in rows.items():  # warm-up (oneDNN primitive creation, weight reorders)
+            outputs[name] = (fn(x) if isinstance(fn, torch.nn.Module) else fn()).float()
+        for _ in range(repeats):
+            for name, fn in rows.items():
+                start = time.perf_counter()
+                fn(x) if isinstance(fn, torch.nn.Module) else fn()
+                times[name].append(time.perf_counter() - start)
+    fp32 = statistics.median(times["fp32"])
+    table = []
+    for name, values in times.items():
+        q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+        median = statistics.median(values)
+        table.append(
+            {
+                "shape": shape,
+                "row": name,
+                "median_ms": 1e3 * median,
+                "iqr_ms": 1e3 * (q3 - q1),
+                "x_fp32": fp32 / median,
+                "psnr_db": psnr(outputs["fp32"], outputs[name]),
+            }
+        )
+    for name, why in failures.items():
+        table.append({"shape": shape, "row": name, "failed": why})
+    return table
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--shapes", default=",".join(SHAPES), help="comma-separated, from: " + ", ".join(SHAPES)
+    )
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--inductor", action="store_true", help="add the PT2E + Inductor row (needs g++)")
+    args = parser.parse_args(argv)
+    import torch
+
+    with_inductor = args.inductor and bool(shutil.which("g++") or shutil.which("clang++"))
+    print(
+        f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '-')}, threads {torch.get_num_threads()}, "
+        f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}, {args.repeats} repeats interleaved"
+    )
+    print(f"{'shape':<11} {'row':<18} {'median ms':>10} {'IQR ms':>8} {'x fp32':>7} {'PSNR dB':>8}")
+    for shape in args.shapes.split(","):
+        for row in measure(shape, args.repeats, with_inductor):
+            if "failed" in row:
+                print(f"{row['shape']:<11} {row['row']:<18} cannot run: {row['failed']}")
+            else:
+                print(
+                    f"{row['shape']:<11} {row['row']:<18} {row['median_ms']:>10.1f} {row['iqr_ms']:>8.1f} "
+                    f"{row['x_fp32']:>7.2f} {row['psnr_db']:>8.1f}"
+                )
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
