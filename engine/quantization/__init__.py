@@ -1,12 +1,13 @@
 """Post-training quantization of the U-Net and the decoder: int8 (x86 CPUs), fp8 (NVIDIA GPUs), mixed.
 
-* **int8** — every ``nn.Conv3d`` becomes :class:`Int8Conv3d` (:mod:`engine.quantization.int8_conv`): static
+* **int8** — every ``nn.Conv3d`` becomes :class:`Int8Conv3d` (:mod:`engine.quantization.onednn_int8`): static
   per-tensor uint8 activations (ranges from a calibration run of the real sampling loop), per-channel
   symmetric int8 weights, oneDNN's int8 convolution called eagerly on plain tensors (no compiler, no
-  deprecated quantized tensors; torchao 0.18 has no int8 Conv3d for x86 CPUs, see that module). Linear layers
-  become :class:`DynamicInt8Linear`: torchao's ``Int8DynamicActivationInt8WeightConfig`` through
-  ``quantize_`` (:mod:`engine.quantization.torchao_support`, the one place torchao is imported). Everything
-  else (GroupNorm, SiLU, attention softmax, the scheduler) stays in floating point. Each quantized layer takes
+  deprecated quantized tensors; torchao 0.18 has no int8 Conv3d for x86 CPUs). Linear layers become
+  :class:`DynamicInt8Linear`: oneDNN's int8 matmul, activation scale from each call's range (torchao's eager
+  int8 Linear was measured slower than fp32 here, see that module). 7-bit activations where the CPU has no
+  VNNI (int16 saturation otherwise). Everything else (GroupNorm, SiLU, attention softmax, the scheduler)
+  stays in floating point. Each quantized layer takes
   float in and gives float out, so it drops into the MONAI network without touching its code.
 * **fp8** — Linear layers become :class:`Fp8Linear` (``torch._scaled_mm``, e4m3 weights and activations,
   per-tensor scales) on NVIDIA GPUs of compute capability 8.9+; Conv3d layers can take torchao's float8 static
@@ -16,8 +17,9 @@
   the most error per unit of compute are kept in floating point (the autocast dtype when autocast is on)
   until the final volume meets the user's PSNR budget against fp32.
 
-The deprecated torch.ao quantized-tensor path survives only in :mod:`engine.quantization.legacy`, as a
-benchmark row (it was measured slower; see issue 23's closing note).
+torchao (:mod:`engine.quantization.torchao_support`, the one place it is imported) supplies float8 Conv3d on
+Hopper-class GPUs and the comparison rows of ``engine.bench.int8_kernels``. The deprecated torch.ao
+quantized-tensor path survives only in :mod:`engine.quantization.legacy`, as a benchmark row.
 """
 
 from __future__ import annotations
@@ -31,9 +33,7 @@ import torch
 from torch import nn
 
 from engine.bench.metrics import psnr
-from engine.quantization import torchao_support
-from engine.quantization.int8_conv import Int8Conv3d, int8_dot_has_vnni
-from engine.quantization.torchao_support import DynamicInt8Linear
+from engine.quantization.onednn_int8 import DynamicInt8Linear, Int8Conv3d, int8_dot_has_vnni
 
 __all__ = [
     "MIN_MIXED_SHARE",
@@ -67,12 +67,10 @@ def int8_support(device: torch.device) -> tuple[bool, str]:
             f"int8 Conv3d kernels (oneDNN) exist only for x86 CPUs in PyTorch; this run is on "
             f"{device.type}. Use bf16 autocast (or fp8 on Hopper) on GPUs"
         )
-    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qconv_pointwise"):
-        return False, "this PyTorch build has no oneDNN int8 convolution (torch.ops.onednn.qconv_pointwise)"
-    try:
-        torchao_support.torchao()
-    except ImportError:
-        return False, f"int8 Linear layers need torchao=={torchao_support.TORCHAO_VERSION} (pip install it)"
+    if not torch.backends.mkldnn.is_available() or not all(
+        hasattr(torch.ops.onednn, op) for op in ("qconv_pointwise", "qlinear_pointwise")
+    ):
+        return False, "this PyTorch build has no oneDNN int8 kernels (torch.ops.onednn.qconv_pointwise)"
     return True, "onednn"
 
 
@@ -222,21 +220,54 @@ def fp8_eligible(model: nn.Module) -> list[str]:
     ]
 
 
-def quantize_fp8(model: nn.Module) -> list[str]:
-    """Replace eligible Linear layers with :class:`Fp8Linear` in place; returns their names."""
+def quantize_fp8(
+    model: nn.Module, calibration: Calibration | None = None, device: torch.device | None = None
+) -> list[str]:
+    """Replace eligible Linear layers with :class:`Fp8Linear` in place; returns the names replaced.
+
+    With a ``calibration`` (activation ranges) and a ``device`` where torchao's float8 Conv3d runs
+    (:func:`engine.quantization.torchao_support.fp8_conv3d_support`: Hopper + mslk), the calibrated Conv3d
+    layers whose channel counts are multiples of 16 get torchao's float8 static config too; elsewhere they
+    keep their precision (the caller reports the support function's reason).
+    """
     names = fp8_eligible(model)
     for name in names:
         _set_module(model, name, Fp8Linear(model.get_submodule(name)))
+    if calibration is None or device is None:
+        return names
+    from engine.quantization import torchao_support
+
+    if not torchao_support.fp8_conv3d_support(device)[0]:
+        return names
+    for name in candidate_layers(model, (nn.Conv3d,)):
+        conv, observer = model.get_submodule(name), calibration.ranges.get(name)
+        if observer is None or observer.calls == 0 or conv.in_channels % 16 or conv.out_channels % 16:
+            continue
+        torchao_support.quantize_fp8_conv3d(conv, max(abs(observer.in_min), abs(observer.in_max)), device)
+        names.append(name)
     return names
 
 
 def quantize_int8(
-    model: nn.Module, calibration: Calibration, names: Iterable[str], reduce_range: bool | None = None
+    model: nn.Module,
+    calibration: Calibration,
+    names: Iterable[str],
+    reduce_range: bool | None = None,
+    legacy_kernels: bool = False,
 ) -> list[str]:
     """Replace the named layers with int8 modules in place; returns the names replaced.
 
     ``reduce_range``: 7-bit activations for the convolutions; default: where the CPU has no VNNI.
+    ``legacy_kernels``: the deprecated torch.ao modules instead (``engine.bench.int8_kernels`` compares them;
+    the engine never asks for them).
     """
+    if legacy_kernels:
+        from engine.quantization import legacy
+
+        conv_int8 = lambda conv, observer, _: legacy.LegacyInt8Conv3d(conv, observer)  # noqa: E731
+        linear_int8 = legacy.LegacyDynamicInt8Linear
+    else:
+        conv_int8, linear_int8 = Int8Conv3d, DynamicInt8Linear
     done = []
     for name in names:
         module = model.get_submodule(name)
@@ -244,9 +275,11 @@ def quantize_int8(
             observer = calibration.ranges.get(name)
             if observer is None or observer.calls == 0:
                 continue  # a layer the calibration run never reached (e.g. an unused branch)
-            _set_module(model, name, Int8Conv3d(module, observer, reduce_range))
+            _set_module(model, name, conv_int8(module, observer, reduce_range))
         elif isinstance(module, nn.Linear):
-            _set_module(model, name, DynamicInt8Linear(module))
+            _set_module(
+                model, name, linear_int8(module) if legacy_kernels else linear_int8(module, reduce_range)
+            )
         else:
             continue
         done.append(name)

@@ -67,7 +67,7 @@ class LegacyInt8Conv3d(nn.Module):
         super().__init__()
         import torch.ao.nn.quantized as nnq
 
-        from engine.quantization.int8_conv import activation_qparams
+        from engine.quantization.onednn_int8 import activation_qparams
 
         if observer.calls == 0:
             raise ValueError("layer was never called during calibration")

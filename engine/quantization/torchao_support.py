@@ -1,13 +1,15 @@
-"""The one place the engine imports torchao (pinned in pyproject.toml): int8 Linear, float8 Conv3d, PT2E.
+"""The one place the engine imports torchao (pinned in pyproject.toml): float8 Conv3d, and the bench's rows.
 
 What torchao 0.18 covers, looked up in its source and measured (``engine.bench.int8_kernels``):
 
 * int8 ``Linear``: ``quantize_`` with ``Int8DynamicActivationInt8WeightConfig`` (per-token activations,
-  per-channel weights) runs a real int8 matmul eagerly on CPUs (``torch._int_mm``): used here.
+  per-channel weights) runs a real int8 matmul eagerly (``torch._int_mm``), but its quantization runs as
+  separate Python-level ops meant for torch.compile: 0.3-0.9x fp32 at the U-Net's shapes here, so the engine
+  uses oneDNN's int8 matmul (:mod:`engine.quantization.onednn_int8`); :func:`int8_linear` is a bench row.
 * int8 ``Conv3d``: nothing. The eager int8 configs implement linear ops only (``aten.convolution`` raises
   NotImplementedError); ``X86InductorQuantizer`` annotates conv1d/conv2d/linear, not conv3d; a Conv3d
   annotated by hand runs reference quantize/dequantize ops + float conv, and its x86 lowering does not fuse
-  it. :mod:`engine.quantization.int8_conv` calls oneDNN's int8 convolution instead.
+  it. :mod:`engine.quantization.onednn_int8` calls oneDNN's int8 convolution instead.
 * float8 ``Conv3d``: ``Float8StaticActivationFloat8WeightConfig`` (per-tensor, calibrated activation scale)
   runs ``torch.ops.mslk.f8f8bf16_conv``: CUDA only, the ``mslk`` kernel package, compute capability 9.0+
   (torchao's automatic kernel choice wants 10.0; the explicit MSLK preference is used). Everywhere else
@@ -59,35 +61,6 @@ def torchao():
     return module
 
 
-def int8_linear(linear: nn.Linear) -> nn.Linear:
-    """A copy of ``linear`` whose weight is torchao's Int8Tensor (dynamic per-token int8 activations)."""
-    import copy
-
-    ao = torchao()
-    from torchao.quantization import Int8DynamicActivationInt8WeightConfig
-
-    quantized = copy.deepcopy(linear).float()
-    # set_inductor_config=False: the engine runs eagerly; torchao would otherwise change global Inductor flags.
-    ao.quantize_(
-        quantized,
-        Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
-        filter_fn=lambda m, _: True,
-    )
-    return quantized
-
-
-class DynamicInt8Linear(nn.Module):
-    """Float in, float out; torchao int8 dynamic activation x int8 per-channel weight Linear."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.inner = int8_linear(linear)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.inner(x.float())
-
-
 # -- float8 Conv3d on CUDA ------------------------------------------------------------------------------
 
 
@@ -133,7 +106,24 @@ def quantize_fp8_conv3d(conv: nn.Conv3d, input_absmax: float, device: torch.devi
     return conv
 
 
-# -- rows of engine.bench.int8_kernels that show what torchao does with a Conv3d ------------------------
+# -- rows of engine.bench.int8_kernels: what torchao does with a Conv3d or a Linear on this CPU ------------
+
+
+def int8_linear(linear: nn.Linear) -> nn.Linear:
+    """A copy of ``linear`` whose weight is torchao's Int8Tensor (dynamic per-token int8 activations)."""
+    import copy
+
+    ao = torchao()
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig
+
+    quantized = copy.deepcopy(linear).float()
+    # set_inductor_config=False: run eagerly; torchao would otherwise change global Inductor flags.
+    ao.quantize_(
+        quantized,
+        Int8DynamicActivationInt8WeightConfig(set_inductor_config=False),
+        filter_fn=lambda m, _: True,
+    )
+    return quantized
 
 
 def eager_int8_conv3d(conv: nn.Conv3d, example: torch.Tensor) -> nn.Module:

@@ -133,23 +133,24 @@ def test_int8_swaps_in_quantized_kernels_and_stays_close(tiny_loaded, cpu, monke
     assert not any(type(m) is torch.nn.Conv3d and m.groups == 1 for m in prepared.unet.modules())
     assert Int8Conv3d not in {type(m) for m in tiny_loaded.unet.modules()}
     assert prepared.report["quantization"]["applied"]
-    # The loop really runs the integer kernels: oneDNN's int8 convolution and torchao's int8 matmul.
-    calls = {"qconv": 0, "int_mm": 0}
-    real_qconv, real_int_mm = torch.ops.onednn.qconv_pointwise, torch._int_mm
+    # The loop really runs the integer kernels: oneDNN's int8 convolution and int8 matmul.
+    calls = {"qconv": 0, "qlinear": 0}
+    real_qconv, real_qlinear = torch.ops.onednn.qconv_pointwise, torch.ops.onednn.qlinear_pointwise
 
     def counting_qconv(*args):
         calls["qconv"] += 1
         assert args[0].dtype == torch.uint8
         return real_qconv(*args)
 
-    def counting_int_mm(*args):
-        calls["int_mm"] += 1
-        return real_int_mm(*args)
+    def counting_qlinear(*args):
+        calls["qlinear"] += 1
+        assert args[0].dtype == torch.uint8
+        return real_qlinear(*args)
 
     monkeypatch.setattr(torch.ops.onednn, "qconv_pointwise", counting_qconv)
-    monkeypatch.setattr(torch, "_int_mm", counting_int_mm)
+    monkeypatch.setattr(torch.ops.onednn, "qlinear_pointwise", counting_qlinear)
     volumes = run_loop(prepared, tiny_loaded.spec)
-    assert calls["qconv"] and calls["int_mm"]
+    assert calls["qconv"] and calls["qlinear"]
     assert torch.isfinite(volumes).all()
     assert psnr(reference, volumes) > 15  # lossy but the same volume, not noise
 
