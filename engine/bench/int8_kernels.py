@@ -220,8 +220,9 @@ def measure_unet(model_id: str | None, repeats: int) -> list[dict]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    every = [*SHAPES, *LINEAR_SHAPES]
     parser.add_argument(
-        "--shapes", default=",".join(SHAPES), help="comma-separated, from: " + ", ".join(SHAPES)
+        "--shapes", default=",".join(every), help="comma-separated, from: " + ", ".join(every)
     )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument(

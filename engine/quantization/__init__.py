@@ -36,6 +36,7 @@ from engine.bench.metrics import psnr
 from engine.quantization.onednn_int8 import DynamicInt8Linear, Int8Conv3d, int8_dot_has_vnni
 
 __all__ = [
+    "MIN_INT8_LINEAR_MACS",
     "MIN_MIXED_SHARE",
     "MIN_QUANT_FEATURES",
     "Calibration",
@@ -57,6 +58,11 @@ __all__ = [
 # Layers thinner than this are not worth a quantize/dequantize round trip (e.g. the 2-4 wide cross-attention
 # context projections).
 MIN_QUANT_FEATURES = 16
+# Linear layers doing fewer multiply-accumulates than this per call stay in float32: quantizing the activation
+# on every call costs more than the int8 matmul saves. Measured on an AMD EPYC Zen 5 (1 thread, CPU time):
+# 150x128->128 (2.5M MACs) 0.64x fp32, 1200x128->128 (20M) 1.4x alone but a net loss inside the shipped U-Net,
+# 1200x128->1024 (157M) 2.5x, 9600x256->2048 2.7x (python -m engine.bench.int8_kernels; issue 23's note).
+MIN_INT8_LINEAR_MACS = 50_000_000
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 
@@ -149,6 +155,7 @@ class Calibration:
 
     ranges: dict[str, RangeObserver] = field(default_factory=dict)
     macs: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
 
     def attach(self, model: nn.Module, names: Iterable[str]) -> list:
         """Add forward hooks that record ranges and compute; returns the handles (call ``.remove()`` on each)."""
@@ -167,9 +174,22 @@ class Calibration:
                 if observer is not None:
                     observer.update(inputs[0].detach(), output.detach())
                 self.macs[name] = self.macs.get(name, 0) + output.numel() * per_output
+                self.calls[name] = self.calls.get(name, 0) + 1
 
             handles.append(module.register_forward_hook(hook))
         return handles
+
+    def macs_per_call(self, name: str) -> float:
+        """The layer's multiply-accumulates per call during the run (0 for a layer never called)."""
+        calls = self.calls.get(name, 0)
+        return self.macs.get(name, 0) / calls if calls else 0.0
+
+    def too_small_for_int8(self, model: nn.Module, name: str) -> bool:
+        """A Linear layer below :data:`MIN_INT8_LINEAR_MACS` per call: int8 would slow it down."""
+        return (
+            isinstance(model.get_submodule(name), nn.Linear)
+            and self.macs_per_call(name) < MIN_INT8_LINEAR_MACS
+        )
 
     def compute_share(self, name: str) -> float:
         """The layer's fraction of the MACs of all observed layers (0 for a layer never called)."""
@@ -277,6 +297,8 @@ def quantize_int8(
                 continue  # a layer the calibration run never reached (e.g. an unused branch)
             _set_module(model, name, conv_int8(module, observer, reduce_range))
         elif isinstance(module, nn.Linear):
+            if calibration.too_small_for_int8(model, name):
+                continue  # int8 would slow this layer down (MIN_INT8_LINEAR_MACS)
             _set_module(
                 model, name, linear_int8(module) if legacy_kernels else linear_int8(module, reduce_range)
             )
@@ -300,7 +322,8 @@ class MixedPlan:
     budget_db: float
     evaluations: int
     compute_share: dict[str, float] = field(default_factory=dict)  # layer -> fraction of the U-Net's MACs
-    skipped_small: list[str] = field(default_factory=list)  # below MIN_MIXED_SHARE: not worth searching
+    # below MIN_MIXED_SHARE, or Linear layers below MIN_INT8_LINEAR_MACS per call: not worth searching
+    skipped_small: list[str] = field(default_factory=list)
     float_psnr_db: float = math.inf  # the final volume with no int8 layer (autocast alone) vs the reference
 
     @property
@@ -368,7 +391,7 @@ def mixed_precision_plan(
         reference_volume = float_volume
     float_psnr = psnr(reference_volume, float_volume)
     share = {n: calibration.compute_share(n) for n in candidates}
-    small = [n for n in candidates if share[n] < min_share]
+    small = [n for n in candidates if share[n] < min_share or calibration.too_small_for_int8(base, n)]
     if float_psnr < budget_db:
         # Even with every layer in float, the precision the model runs in (autocast) misses the budget:
         # int8 can only add error, so nothing is quantized or searched; the caller reports why.
@@ -383,7 +406,7 @@ def mixed_precision_plan(
             skipped_small=small,
             float_psnr_db=float_psnr,
         )
-    searched = [n for n in candidates if share[n] >= min_share]
+    searched = [n for n in candidates if n not in small]
     reference_sample = run_sample(base)
     sensitivity: dict[str, float] = {}
     for name in searched:
