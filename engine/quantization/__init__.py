@@ -185,11 +185,13 @@ class Calibration:
         return self.macs.get(name, 0) / calls if calls else 0.0
 
     def too_small_for_int8(self, model: nn.Module, name: str) -> bool:
-        """A Linear layer below :data:`MIN_INT8_LINEAR_MACS` per call: int8 would slow it down."""
-        return (
-            isinstance(model.get_submodule(name), nn.Linear)
-            and self.macs_per_call(name) < MIN_INT8_LINEAR_MACS
-        )
+        """A Linear layer below :data:`MIN_INT8_LINEAR_MACS` per call: int8 would slow it down.
+
+        A calibration without call counts (e.g. cached by an older version) decides nothing: False.
+        """
+        if not isinstance(model.get_submodule(name), nn.Linear) or name not in self.calls:
+            return False
+        return self.macs_per_call(name) < MIN_INT8_LINEAR_MACS
 
     def compute_share(self, name: str) -> float:
         """The layer's fraction of the MACs of all observed layers (0 for a layer never called)."""
