@@ -38,6 +38,10 @@ def int8_dot_has_vnni() -> bool:
     return bool(torch.cpu._is_vnni_supported())
 
 
+def _quantize_uint8(x: torch.Tensor, inverse_scale: float, zero_point: int, top: int) -> torch.Tensor:
+    return x.float().mul(inverse_scale).add_(zero_point + 0.5).clamp_(0, top).to(torch.uint8)
+
+
 def activation_qparams(lo: float, hi: float, reduce_range: bool) -> tuple[float, int]:
     """uint8 scale and zero point covering [lo, hi] (always including 0, so zero padding is exact)."""
     levels = 127.0 if reduce_range else 255.0
@@ -77,7 +81,6 @@ class Int8Conv3d(nn.Module):
         self.kernel_size, self.stride = tuple(conv.kernel_size), tuple(conv.stride)
         self.padding, self.dilation = tuple(conv.padding), tuple(conv.dilation)
         self._packed: torch.Tensor | None = None
-        self._qconstants: tuple[torch.Tensor, torch.Tensor] | None = None
 
     # The packed weight is an opaque oneDNN tensor (no storage: it cannot be deep-copied or pickled); it is
     # rebuilt from ``weight_int8`` on first use after a copy.
@@ -123,17 +126,12 @@ class Int8Conv3d(nn.Module):
     def quantize_input(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` as uint8 with this layer's static scale and zero point (round half up, saturating).
 
-        One fused multiply-add, a clamp and the cast (which truncates, hence the +0.5): about 2.6x faster
-        than round/add/clamp/cast on a 64 x 40^3 activation here.
+        Multiply, add, clamp in place, then the cast (which truncates, hence the +0.5), with Python scalars:
+        1.7x faster than ``torch.addcmul`` with 0-dim tensors and 3.3x faster than round/add/clamp/cast on a
+        64 x 20x24x20 activation here. The layout of ``x`` is kept (oneDNN takes channels-last as it is).
         """
-        if self._qconstants is None or self._qconstants[0].device != x.device:
-            self._qconstants = (
-                torch.tensor(self.in_zero_point + 0.5, device=x.device),
-                torch.tensor(1.0 / self.in_scale, device=x.device),
-            )
-        offset, inverse_scale = self._qconstants
         top = 127 if self.reduce_range else 255
-        return torch.addcmul(offset, x.float(), inverse_scale).clamp_(0, top).to(torch.uint8)
+        return _quantize_uint8(x, 1.0 / self.in_scale, self.in_zero_point, top)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.ops.onednn.qconv_pointwise(
@@ -196,12 +194,7 @@ class DynamicInt8Linear(nn.Module):
         rows = x.reshape(-1, self.in_features).float()
         lo, hi = torch.aminmax(rows)  # one pass; one sync for the two scalars
         scale, zero_point = activation_qparams(float(lo), float(hi), self.reduce_range)
-        top = 127 if self.reduce_range else 255
-        quantized = (
-            torch.addcmul(torch.tensor(zero_point + 0.5), rows, torch.tensor(1.0 / scale))
-            .clamp_(0, top)
-            .to(torch.uint8)
-        )
+        quantized = _quantize_uint8(rows, 1.0 / scale, zero_point, 127 if self.reduce_range else 255)
         y = torch.ops.onednn.qlinear_pointwise(
             quantized,
             scale,
