@@ -815,9 +815,6 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
         )
         return
 
-    import torch
-
-    torch.backends.quantized.engine = why  # the x86 engine found by int8_support
     candidates = q.candidate_layers(unet)
     calibration, cached = calibration_cache.calibrate(
         unet,
@@ -942,7 +939,6 @@ def _apply_decoder_quantization(
 
     mode = config.decoder_quantization
     ok, why = q.int8_support(device)
-    torch.backends.quantized.engine = why
     candidates = [
         name
         for name in q.candidate_layers(autoencoder, (nn.Conv3d,))

@@ -35,7 +35,7 @@ if ! .venv/bin/python -c "import engine, app, pytest" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.volsynth-installed ]; then
   echo "setup: installing Python packages (first run takes a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -m pip install -q -e ".[dev,cohort,xla]" 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -m pip install -q -e ".[dev,cohort,xla,torchao]" 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c "import engine, app, torch, monai, PySide6, pyvista, jax, libtpu" # fail loudly if anything is missing
   touch .venv/.volsynth-installed
 fi

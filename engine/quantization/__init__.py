@@ -1,29 +1,30 @@
-"""Post-training quantization of the denoising U-Net: int8 (x86 CPU kernels), fp8 (Hopper-class GPUs), mixed.
+"""Post-training quantization of the U-Net and the decoder: int8 (x86 CPUs), fp8 (NVIDIA GPUs), mixed.
 
-* **int8** — every ``nn.Conv3d`` becomes :class:`Int8Conv3d`: static per-tensor quint8 activations (ranges
-  from a calibration run of the real sampling loop), per-channel symmetric qint8 weights, running
-  ``torch.ao.nn.quantized.Conv3d`` (fbgemm / oneDNN on x86). Linear layers become dynamic int8
-  (``torch.ao.nn.quantized.dynamic.Linear``, activation scale computed per call). Everything else
-  (GroupNorm, SiLU, attention softmax, the scheduler) stays in floating point. Each quantized layer takes
+* **int8** — every ``nn.Conv3d`` becomes :class:`Int8Conv3d` (:mod:`engine.quantization.onednn_int8`): static
+  per-tensor uint8 activations (ranges from a calibration run of the real sampling loop), per-channel
+  symmetric int8 weights, oneDNN's int8 convolution called eagerly on plain tensors (no compiler, no
+  deprecated quantized tensors; torchao 0.18 has no int8 Conv3d for x86 CPUs). Linear layers become
+  :class:`DynamicInt8Linear`: oneDNN's int8 matmul, activation scale from each call's range (torchao's eager
+  int8 Linear was measured slower than fp32 here, see that module). 7-bit activations where the CPU has no
+  VNNI (int16 saturation otherwise). Everything else (GroupNorm, SiLU, attention softmax, the scheduler)
+  stays in floating point. Each quantized layer takes
   float in and gives float out, so it drops into the MONAI network without touching its code.
 * **fp8** — Linear layers become :class:`Fp8Linear` (``torch._scaled_mm``, e4m3 weights and activations,
-  per-tensor scales) on NVIDIA GPUs of compute capability 8.9+. PyTorch has no fp8 convolution, so the
-  convolutions (most of a 3D U-Net's FLOPs) are untouched; the report says so.
+  per-tensor scales) on NVIDIA GPUs of compute capability 8.9+; Conv3d layers can take torchao's float8 static
+  config where :func:`engine.quantization.torchao_support.fp8_conv3d_support` allows (Hopper + mslk).
 * **mixed** — :func:`mixed_precision_plan`: a calibration run measures each layer's sensitivity (the error
   in the final sample when that layer alone is quantized) and its share of the compute; the layers that add
   the most error per unit of compute are kept in floating point (the autocast dtype when autocast is on)
   until the final volume meets the user's PSNR budget against fp32.
 
-PyTorch marks the quantized-tensor API (``torch.quantize_per_tensor``...) deprecated in favour of torchao
-(pytorch/pytorch#184982) but it is present and fast in 2.13; the deprecation warnings are silenced here
-only, because they would print once per layer.
+torchao (:mod:`engine.quantization.torchao_support`, the one place it is imported) supplies float8 Conv3d on
+Hopper-class GPUs and the comparison rows of ``engine.bench.int8_kernels``. The deprecated torch.ao
+quantized-tensor path survives only in :mod:`engine.quantization.legacy`, as a benchmark row.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,34 +33,51 @@ import torch
 from torch import nn
 
 from engine.bench.metrics import psnr
+from engine.quantization.onednn_int8 import DynamicInt8Linear, Int8Conv3d, int8_dot_has_vnni
+
+__all__ = [
+    "MIN_INT8_LINEAR_MACS",
+    "MIN_MIXED_SHARE",
+    "MIN_QUANT_FEATURES",
+    "Calibration",
+    "DynamicInt8Linear",
+    "Fp8Linear",
+    "Int8Conv3d",
+    "MixedPlan",
+    "RangeObserver",
+    "candidate_layers",
+    "fp8_eligible",
+    "fp8_support",
+    "int8_dot_has_vnni",
+    "int8_support",
+    "mixed_precision_plan",
+    "quantize_fp8",
+    "quantize_int8",
+]
 
 # Layers thinner than this are not worth a quantize/dequantize round trip (e.g. the 2-4 wide cross-attention
 # context projections).
 MIN_QUANT_FEATURES = 16
-INT8_ENGINES = ("x86", "fbgemm", "onednn")
+# Linear layers doing fewer multiply-accumulates than this per call stay in float32: quantizing the activation
+# on every call costs more than the int8 matmul saves. Measured on an AMD EPYC Zen 5 (1 thread, CPU time):
+# 150x128->128 (2.5M MACs) 0.64x fp32, 1200x128->128 (20M) 1.4x alone but a net loss inside the shipped U-Net,
+# 1200x128->1024 (157M) 2.5x, 9600x256->2048 2.7x (python -m engine.bench.int8_kernels; issue 23's note).
+MIN_INT8_LINEAR_MACS = 50_000_000
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 
-@contextlib.contextmanager
-def _quiet():
-    """Silence PyTorch's deprecation warnings for the quantized-tensor API (one per layer otherwise)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*deprecated.*", category=UserWarning)
-        yield
-
-
 def int8_support(device: torch.device) -> tuple[bool, str]:
-    """Whether int8 quantized kernels exist for ``device`` here, and why not."""
+    """Whether the int8 kernels exist for ``device`` here: (True, kernel name) or (False, why not)."""
     if device.type != "cpu":
         return False, (
-            f"int8 quantized Conv3d kernels exist only for x86 CPUs in PyTorch; this run is on "
+            f"int8 Conv3d kernels (oneDNN) exist only for x86 CPUs in PyTorch; this run is on "
             f"{device.type}. Use bf16 autocast (or fp8 on Hopper) on GPUs"
         )
-    engines = torch.backends.quantized.supported_engines
-    engine = next((e for e in INT8_ENGINES if e in engines), None)
-    if engine is None:
-        return False, f"this PyTorch build has no x86 int8 engine (supported: {', '.join(engines)})"
-    return True, engine
+    if not torch.backends.mkldnn.is_available() or not all(
+        hasattr(torch.ops.onednn, op) for op in ("qconv_pointwise", "qlinear_pointwise")
+    ):
+        return False, "this PyTorch build has no oneDNN int8 kernels (torch.ops.onednn.qconv_pointwise)"
+    return True, "onednn"
 
 
 def fp8_support(device: torch.device) -> tuple[bool, str]:
@@ -137,6 +155,7 @@ class Calibration:
 
     ranges: dict[str, RangeObserver] = field(default_factory=dict)
     macs: dict[str, int] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
 
     def attach(self, model: nn.Module, names: Iterable[str]) -> list:
         """Add forward hooks that record ranges and compute; returns the handles (call ``.remove()`` on each)."""
@@ -155,9 +174,24 @@ class Calibration:
                 if observer is not None:
                     observer.update(inputs[0].detach(), output.detach())
                 self.macs[name] = self.macs.get(name, 0) + output.numel() * per_output
+                self.calls[name] = self.calls.get(name, 0) + 1
 
             handles.append(module.register_forward_hook(hook))
         return handles
+
+    def macs_per_call(self, name: str) -> float:
+        """The layer's multiply-accumulates per call during the run (0 for a layer never called)."""
+        calls = self.calls.get(name, 0)
+        return self.macs.get(name, 0) / calls if calls else 0.0
+
+    def too_small_for_int8(self, model: nn.Module, name: str) -> bool:
+        """A Linear layer below :data:`MIN_INT8_LINEAR_MACS` per call: int8 would slow it down.
+
+        A calibration without call counts (e.g. cached by an older version) decides nothing: False.
+        """
+        if not isinstance(model.get_submodule(name), nn.Linear) or name not in self.calls:
+            return False
+        return self.macs_per_call(name) < MIN_INT8_LINEAR_MACS
 
     def compute_share(self, name: str) -> float:
         """The layer's fraction of the MACs of all observed layers (0 for a layer never called)."""
@@ -165,115 +199,7 @@ class Calibration:
         return self.macs.get(name, 0) / total if total else 0.0
 
 
-def _affine_qparams(lo: float, hi: float) -> tuple[float, int]:
-    """quint8 scale and zero point covering [lo, hi] (always including 0, so zero padding is exact)."""
-    lo, hi = min(lo, 0.0), max(hi, 0.0)
-    scale = max((hi - lo) / 255.0, 1e-8)
-    zero_point = int(min(255, max(0, round(-lo / scale))))
-    return scale, zero_point
-
-
 # -- int8 modules ---------------------------------------------------------------------------------------
-
-
-class Int8Conv3d(nn.Module):
-    """Float in, float out; inside: quint8 activation x qint8 per-channel weight 3D convolution."""
-
-    def __init__(self, conv: nn.Conv3d, observer: RangeObserver):
-        super().__init__()
-        import torch.ao.nn.quantized as nnq
-
-        if observer.calls == 0:
-            raise ValueError("layer was never called during calibration")
-        self.in_scale, self.in_zero_point = _affine_qparams(observer.in_min, observer.in_max)
-        out_scale, out_zero_point = _affine_qparams(observer.out_min, observer.out_max)
-        weight = conv.weight.detach().float().contiguous()
-        scales = (weight.abs().amax(dim=(1, 2, 3, 4)) / 127.0).clamp_min(1e-12).double()
-        with _quiet():
-            qweight = torch.quantize_per_channel(
-                weight, scales, torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8
-            )
-            self.qconv = nnq.Conv3d(
-                conv.in_channels,
-                conv.out_channels,
-                conv.kernel_size,
-                stride=conv.stride,
-                padding=conv.padding,
-                dilation=conv.dilation,
-                groups=conv.groups,
-                bias=conv.bias is not None,
-            )
-            self.qconv.set_weight_bias(qweight, None if conv.bias is None else conv.bias.detach().float())
-        self.qconv.scale = out_scale
-        self.qconv.zero_point = out_zero_point
-        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
-        self.kernel_size, self.stride, self.padding = conv.kernel_size, conv.stride, conv.padding
-
-    def with_padding(self, padding: tuple[int, int, int]) -> Int8Conv3d:
-        """The same quantized layer with other zero padding (shares the quantized weights' values).
-
-        The streamed decoder pads the first axis itself (a halo of real rows, zeros only at the volume's
-        edges); zero in float is exactly the zero point in quint8, so the result is the same function.
-        """
-        import copy
-
-        import torch.ao.nn.quantized as nnq
-
-        cache = self.__dict__.setdefault("_padded", {})
-        padding = tuple(padding)
-        if padding in cache:
-            return cache[padding]
-        other = copy.copy(self)
-        other._modules = dict(self._modules)
-        q = self.qconv
-        with _quiet():
-            conv = nnq.Conv3d(
-                q.in_channels,
-                q.out_channels,
-                q.kernel_size,
-                stride=q.stride,
-                padding=padding,
-                dilation=q.dilation,
-                groups=q.groups,
-                bias=q.bias() is not None,
-            )
-            conv.set_weight_bias(q.weight(), q.bias())
-        conv.scale, conv.zero_point = q.scale, q.zero_point
-        other._modules["qconv"] = conv
-        other.padding = padding
-        other.__dict__["_padded"] = {}
-        cache[padding] = other
-        return other
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with _quiet():
-            q = torch.quantize_per_tensor(x.float(), self.in_scale, self.in_zero_point, torch.quint8)
-            return self.qconv(q).dequantize()
-
-
-class DynamicInt8Linear(nn.Module):
-    """Float in, float out; per-channel qint8 weights, activation scale computed on each call."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        import torch.ao.nn.quantized.dynamic as nnqd
-
-        weight = linear.weight.detach().float().contiguous()
-        scales = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
-        with _quiet():
-            qweight = torch.quantize_per_channel(
-                weight, scales, torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8
-            )
-            self.qlinear = nnqd.Linear(
-                linear.in_features, linear.out_features, bias_=linear.bias is not None, dtype=torch.qint8
-            )
-            self.qlinear.set_weight_bias(
-                qweight, None if linear.bias is None else linear.bias.detach().float()
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with _quiet():
-            return self.qlinear(x.float().contiguous())
 
 
 class Fp8Linear(nn.Module):
@@ -316,16 +242,54 @@ def fp8_eligible(model: nn.Module) -> list[str]:
     ]
 
 
-def quantize_fp8(model: nn.Module) -> list[str]:
-    """Replace eligible Linear layers with :class:`Fp8Linear` in place; returns their names."""
+def quantize_fp8(
+    model: nn.Module, calibration: Calibration | None = None, device: torch.device | None = None
+) -> list[str]:
+    """Replace eligible Linear layers with :class:`Fp8Linear` in place; returns the names replaced.
+
+    With a ``calibration`` (activation ranges) and a ``device`` where torchao's float8 Conv3d runs
+    (:func:`engine.quantization.torchao_support.fp8_conv3d_support`: Hopper + mslk), the calibrated Conv3d
+    layers whose channel counts are multiples of 16 get torchao's float8 static config too; elsewhere they
+    keep their precision (the caller reports the support function's reason).
+    """
     names = fp8_eligible(model)
     for name in names:
         _set_module(model, name, Fp8Linear(model.get_submodule(name)))
+    if calibration is None or device is None:
+        return names
+    from engine.quantization import torchao_support
+
+    if not torchao_support.fp8_conv3d_support(device)[0]:
+        return names
+    for name in candidate_layers(model, (nn.Conv3d,)):
+        conv, observer = model.get_submodule(name), calibration.ranges.get(name)
+        if observer is None or observer.calls == 0 or conv.in_channels % 16 or conv.out_channels % 16:
+            continue
+        torchao_support.quantize_fp8_conv3d(conv, max(abs(observer.in_min), abs(observer.in_max)), device)
+        names.append(name)
     return names
 
 
-def quantize_int8(model: nn.Module, calibration: Calibration, names: Iterable[str]) -> list[str]:
-    """Replace the named layers with int8 modules in place; returns the names replaced."""
+def quantize_int8(
+    model: nn.Module,
+    calibration: Calibration,
+    names: Iterable[str],
+    reduce_range: bool | None = None,
+    legacy_kernels: bool = False,
+) -> list[str]:
+    """Replace the named layers with int8 modules in place; returns the names replaced.
+
+    ``reduce_range``: 7-bit activations for the convolutions; default: where the CPU has no VNNI.
+    ``legacy_kernels``: the deprecated torch.ao modules instead (``engine.bench.int8_kernels`` compares them;
+    the engine never asks for them).
+    """
+    if legacy_kernels:
+        from engine.quantization import legacy
+
+        conv_int8 = lambda conv, observer, _: legacy.LegacyInt8Conv3d(conv, observer)  # noqa: E731
+        linear_int8 = legacy.LegacyDynamicInt8Linear
+    else:
+        conv_int8, linear_int8 = Int8Conv3d, DynamicInt8Linear
     done = []
     for name in names:
         module = model.get_submodule(name)
@@ -333,9 +297,13 @@ def quantize_int8(model: nn.Module, calibration: Calibration, names: Iterable[st
             observer = calibration.ranges.get(name)
             if observer is None or observer.calls == 0:
                 continue  # a layer the calibration run never reached (e.g. an unused branch)
-            _set_module(model, name, Int8Conv3d(module, observer))
+            _set_module(model, name, conv_int8(module, observer, reduce_range))
         elif isinstance(module, nn.Linear):
-            _set_module(model, name, DynamicInt8Linear(module))
+            if calibration.too_small_for_int8(model, name):
+                continue  # int8 would slow this layer down (MIN_INT8_LINEAR_MACS)
+            _set_module(
+                model, name, linear_int8(module) if legacy_kernels else linear_int8(module, reduce_range)
+            )
         else:
             continue
         done.append(name)
@@ -356,7 +324,8 @@ class MixedPlan:
     budget_db: float
     evaluations: int
     compute_share: dict[str, float] = field(default_factory=dict)  # layer -> fraction of the U-Net's MACs
-    skipped_small: list[str] = field(default_factory=list)  # below MIN_MIXED_SHARE: not worth searching
+    # below MIN_MIXED_SHARE, or Linear layers below MIN_INT8_LINEAR_MACS per call: not worth searching
+    skipped_small: list[str] = field(default_factory=list)
     float_psnr_db: float = math.inf  # the final volume with no int8 layer (autocast alone) vs the reference
 
     @property
@@ -424,7 +393,7 @@ def mixed_precision_plan(
         reference_volume = float_volume
     float_psnr = psnr(reference_volume, float_volume)
     share = {n: calibration.compute_share(n) for n in candidates}
-    small = [n for n in candidates if share[n] < min_share]
+    small = [n for n in candidates if share[n] < min_share or calibration.too_small_for_int8(base, n)]
     if float_psnr < budget_db:
         # Even with every layer in float, the precision the model runs in (autocast) misses the budget:
         # int8 can only add error, so nothing is quantized or searched; the caller reports why.
@@ -439,7 +408,7 @@ def mixed_precision_plan(
             skipped_small=small,
             float_psnr_db=float_psnr,
         )
-    searched = [n for n in candidates if share[n] >= min_share]
+    searched = [n for n in candidates if n not in small]
     reference_sample = run_sample(base)
     sensitivity: dict[str, float] = {}
     for name in searched:
