@@ -21,21 +21,16 @@ activations: there the activations use 7 bits (0..127), as torch.ao's x86 qconfi
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import nn
 
-# oneDNN ISA names (ONEDNN_MAX_CPU_ISA) that have no VNNI int8 dot product.
-_ISAS_WITHOUT_VNNI = {"SSE41", "AVX", "AVX2", "AVX512_CORE"}
-
 
 def int8_dot_has_vnni() -> bool:
-    """Whether oneDNN's int8 convolutions get a VNNI dot product here (no int16 saturation)."""
-    capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
-    if capped in _ISAS_WITHOUT_VNNI:
-        return False
-    return bool(torch.cpu._is_vnni_supported())
+    """Whether oneDNN's int8 convolutions get a VNNI (or AMX) dot product here (no int16 saturation): the
+    hardware probe's answer, which honours ONEDNN_MAX_CPU_ISA (the AVX2 stand-in has none)."""
+    from engine.hardware_probe import probe_machine
+
+    return probe_machine().cpu.int8_dot is not None
 
 
 def _quantize_uint8(x: torch.Tensor, inverse_scale: float, zero_point: int, top: int) -> torch.Tensor:
