@@ -50,6 +50,8 @@ TUNE_STAGE = "tune"
 # own names so the app can label each one measured-here.
 CPU_CANDIDATES: list[tuple[str, dict[str, Any]]] = [
     ("fp32", {}),
+    ("int8+sdpa", {"quantization": "int8", "attention": "sdpa"}),
+    ("int8+sdpa+streamed", {"quantization": "int8", "attention": "sdpa", "streamed_decode": True}),
     (
         "int8+sdpa+streamed+dec:int8-cl",
         {
@@ -513,9 +515,10 @@ def format_result(result: dict[str, Any]) -> str:
             "exact" if psnr is not None and np.isinf(psnr) else f"{psnr:.1f}" if psnr is not None else "-"
         )
         mark = "  <- recommended" if row["name"] == result.get("recommended") else ""
+        verdict = "ref" if row["name"] == "fp32" else row["end_to_end_verdict"]["verdict"]
         lines.append(
             f"{row['name']:34s} {row['step_ms_median']:8.1f} {row['step_ms_iqr']:6.1f} {row['decode_s_median']:8.2f} "
-            f"{row['end_to_end_s']:7.1f} {row['speedup_end_to_end']:7.2f} {row['end_to_end_verdict']['verdict']:>9s} "
+            f"{row['end_to_end_s']:7.1f} {row['speedup_end_to_end']:7.2f} {verdict:>9s} "
             f"{psnr_text:>8s} {row['one_off_s'] or 0:9.1f} {row['peak_rss_bytes'] / 2**30:8.2f}{mark}"
         )
     for row in result["not_measured"]:
