@@ -742,8 +742,8 @@ class MainWindow(QMainWindow):
         answer = QMessageBox.question(
             self,
             "Quit VolSynth Studio?",
-            "A generation is running. Quit anyway? It is cancelled at its next step; "
-            "volumes already generated are kept.",
+            "A generation is running. Quit anyway? It is cancelled now (a step that does not stop "
+            "within 2 s is abandoned and its result dropped); volumes already generated are kept.",
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
             QMessageBox.StandardButton.No,
         )
@@ -754,7 +754,9 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.save_settings()
-        self.runner.shutdown()  # waits for running writes, recovery's included
+        # Waits for running writes (recovery's included); a run that does not stop is abandoned, so Quit
+        # always quits (app/__main__.py then exits without waiting for its thread).
+        self.runner.shutdown()
         self.recovery.close()
         QObject.disconnect(self._quit_hook)  # closed: the quit hook has nothing left to do
         self.remote.close()
