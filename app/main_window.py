@@ -185,6 +185,9 @@ class MainWindow(QMainWindow):
 
         self._restore_settings()
         self._load_models()
+        # From here on every edit of the form is on disk at once: a crash (even kill -9) keeps what was
+        # typed. Connected after the start-up's own selections, which must not overwrite the saved form.
+        self.state.form.changed.connect(self._on_form_changed_save)
 
         self._enable_3d = enable_3d
         self._preloader = _Preloader(self)
@@ -432,6 +435,12 @@ class MainWindow(QMainWindow):
     def _on_form_changed(self, name: str) -> None:
         if name == "device" and not self.state.job_running:
             self.device_label.setText(f"device: {self.generation.device_text(self.state.form.device)}")
+
+    def _on_form_changed_save(self, name: str) -> None:
+        self.settings.setValue(FORM_KEY, json.dumps(self.state.form.to_dict()))
+        if name == "model" and self.state.form.model is not None:
+            self.settings.setValue("model/last", self.state.form.model.id)
+        self.settings.sync()
 
     def _on_state_shown_changed(self, entry) -> None:
         # Save As works on the shown volume, whatever made it; a denoising preview is not a result yet.
