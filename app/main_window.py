@@ -181,6 +181,7 @@ class MainWindow(QMainWindow):
         self.state.crosshair_changed.connect(self._on_state_crosshair_changed)
         self.state.window_changed.connect(self._on_state_window_changed)
         self.state.shown_changed.connect(self._on_state_shown_changed)
+        self.state.volumes_changed.connect(self._update_title)  # a rename or a save changes the title
         self.state.form.changed.connect(self._on_form_changed)
 
         self._restore_settings()
@@ -243,13 +244,22 @@ class MainWindow(QMainWindow):
         self.open_action = self.make_action(
             "&Open NIfTI...", self.open_file_dialog, QKeySequence.StandardKey.Open, "Open a NIfTI volume"
         )
+        # Slicer's and ITK-SNAP's convention: Save writes to the volume's file again once it has one (and
+        # asks where only the first time); Save As always asks for a new file.
         self.save_action = self.make_action(
-            "&Save As NIfTI...",
-            self.save_file_dialog,
+            "&Save",
+            self.save_shown,
             QKeySequence.StandardKey.Save,
-            "Save the shown volume as NIfTI with a provenance sidecar",
+            "Save the shown volume: to its file again once saved, else asks where (NIfTI + provenance sidecar)",
         )
         self.save_action.setEnabled(False)
+        self.save_as_action = self.make_action(
+            "Save &As NIfTI...",
+            self.save_file_dialog,
+            "Ctrl+Shift+S",
+            "Save the shown volume to a new NIfTI file with a provenance sidecar",
+        )
+        self.save_as_action.setEnabled(False)
         self.screenshot_action = self.make_action(
             "Save 3D S&creenshot...",
             self.save_3d_screenshot_dialog,
@@ -285,6 +295,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.open_action)
         self.recent_menu = file_menu.addMenu("Open &Recent")
         file_menu.addAction(self.save_action)
+        file_menu.addAction(self.save_as_action)
         file_menu.addAction(self.screenshot_action)
         file_menu.addSeparator()
         file_menu.addAction(self.quit_action)
@@ -443,8 +454,10 @@ class MainWindow(QMainWindow):
         self.settings.sync()
 
     def _on_state_shown_changed(self, entry) -> None:
-        # Save As works on the shown volume, whatever made it; a denoising preview is not a result yet.
+        # Save works on the shown volume, whatever made it; a denoising preview is not a result yet.
         self.save_action.setEnabled(entry is not None and entry.kind != "preview")
+        self.save_as_action.setEnabled(self.save_action.isEnabled())
+        self._update_title()
         # The space the shown volume's millimetres are in (the readout's RAS or MNI coordinates).
         self.space_label.setVisible(entry is not None and entry.kind != "preview")
         if entry is not None:
@@ -512,6 +525,26 @@ class MainWindow(QMainWindow):
         self.show_status(f"Could not open {path.name}", 5000)
         self.show_error("Cannot open file", message)
 
+    def _update_title(self) -> None:
+        """'seed 42 · ddpm[*] — VolSynth Studio': the shown volume, with Qt's modified mark while unsaved."""
+        entry = self.state.shown
+        if entry is None or entry.kind == "preview":
+            self.setWindowTitle("VolSynth Studio")
+            self.setWindowModified(False)
+            return
+        self.setWindowTitle(f"{entry.name.replace('[*]', '[**]')}[*] \u2014 VolSynth Studio")
+        self.setWindowModified(entry.needs_saving)
+
+    def save_shown(self) -> None:
+        """File > Save (Ctrl+S): write the shown volume to the file it was saved to, or ask where first."""
+        entry = self.state.shown
+        if entry is None or entry.kind == "preview":
+            return
+        if entry.saved_file is not None:
+            self.save_entry(entry, entry.saved_file)
+        else:
+            self.save_file_dialog()
+
     def save_file_dialog(self) -> None:
         entry = self.state.shown
         if entry is None or entry.kind == "preview":
@@ -555,7 +588,7 @@ class MainWindow(QMainWindow):
         )
 
     def _on_file_saved(self, entry: VolumeEntry, path) -> None:
-        entry.saved = True
+        self.state.mark_saved(entry, str(path), file=path)
         self.state.recent.add(path)
         self._rebuild_recent_menu()
         self._save_recent()

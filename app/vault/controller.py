@@ -977,8 +977,8 @@ class VaultController(QObject):
             box.deleteLater()
 
     def _on_saved(self, entry: VolumeEntry, info) -> None:
-        entry.saved = True
         self._saved[entry.uid] = info.id
+        self.window.state.mark_saved(entry, f"the vault as \u201c{info.label}\u201d")
         self.refresh()
         self.window.show_status(f"Saved \u201c{info.label}\u201d to the vault", 8000)
 
