@@ -821,6 +821,32 @@ def test_saving_the_same_volume_twice_asks(qtbot, vault_window):
 
 
 @render
+def test_one_generated_volume_saved_to_two_files_is_imported_once_unless_asked(qtbot, vault_window, tmp_path):
+    """File bytes differ (names, gzip headers); the voxels, affine and provenance do not: asked first."""
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    entry = _generated_entry(window, seed=5)
+    first, second = tmp_path / "a.nii.gz", tmp_path / "b-copy.nii"  # the dialog offers both
+    for path in (first, second):
+        window.save_entry(entry, path)
+        qtbot.waitUntil(path.is_file, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.runner.running("save"), timeout=20_000)
+    assert first.read_bytes() != second.read_bytes()
+    _drop(controller.browser, [first])
+    controller.import_dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    _drop(controller.browser, [second])
+    controller.import_dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.duplicate_box is not None, timeout=10_000)
+    assert "already in the vault" in controller.duplicate_box.text()
+    controller.duplicate_box.button(QMessageBox.StandardButton.Cancel).click()
+    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    assert len(controller.items) == 1
+
+
+@render
 def test_export_names_the_file_and_a_synthetic_volume_leaves_as_marked_nii_gz(qtbot, vault_window, tmp_path):
     from engine.nifti_io import load_nifti
 
