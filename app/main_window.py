@@ -173,6 +173,7 @@ class MainWindow(QMainWindow):
         self._looked_for_orphans = False
 
         self.sampling_panel.open_model_requested.connect(self.open_model_folder_dialog)
+        self.sampling_panel.width_wanted.connect(self._on_sampling_panel_width_wanted)
         self.session_panel.save_requested.connect(self.save_file_dialog)
         for view in self.viewer.slice_views:
             view.hovered.connect(self._on_view_hovered)
@@ -446,6 +447,11 @@ class MainWindow(QMainWindow):
     def _on_form_changed(self, name: str) -> None:
         if name == "device" and not self.state.job_running:
             self.device_label.setText(f"device: {self.generation.device_text(self.state.form.device)}")
+
+    def _on_sampling_panel_width_wanted(self, width: int) -> None:
+        dock = self.docks["generateDock"]
+        if not dock.isFloating():  # as wide as the form, if the window has room; else the form scrolls
+            self.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
 
     def _on_form_changed_save(self, name: str) -> None:
         self.settings.setValue(FORM_KEY, json.dumps(self.state.form.to_dict()))
