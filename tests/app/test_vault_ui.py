@@ -758,6 +758,27 @@ def test_import_menu_validates_dates_and_remembers_the_folder(
 
 
 @render
+def test_a_renamed_vault_item_is_renamed_in_the_session_list(qtbot, vault_window, nibabel_data):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, patient={"name": "Doe^Jane"})
+    info = controller.items[0]
+    entry = _open(qtbot, window, info.id)
+    session = window.session_panel.list
+    assert session.item(0).text() == info.label
+    browser = controller.browser
+    browser.select_item(info.id)
+    browser.details_button.click()
+    dialog = controller.details_dialog
+    dialog.label_edit.clear()
+    qtbot.keyClicks(dialog.label_edit, "T1 follow-up")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "edit") == "finished"
+    qtbot.waitUntil(lambda: session.item(0).text() == "T1 follow-up", timeout=10_000)
+    assert entry.name == "T1 follow-up" and "T1 follow-up" in window.windowTitle()
+
+
+@render
 def test_details_are_edited_from_the_context_menu_and_the_details_button(qtbot, vault_window, nibabel_data):
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
