@@ -118,7 +118,7 @@ class VolumeEntry:
             return f"saved to {self.saved_to}"
         if self.needs_saving:
             return "not saved yet (Ctrl+S saves it)"
-        return f"opened from {self.path}" if self.path else ""
+        return ""  # an opened file: its path is listed below
 
     def describe(self) -> str:
         """A few lines for the session panel."""

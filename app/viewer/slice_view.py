@@ -36,6 +36,7 @@ from app.core.slicing import (
     plane_geometry,
     window_from_drag,
     zoom_about,
+    zoom_percent,
     zoomed_rect,
 )
 from app.core.tissue import is_mni, overlay_rgba, tissue_at
@@ -263,6 +264,8 @@ class SliceView(QWidget):
             if level == 1
             else f"{letter}={index}"
         )
+        if abs(self.zoom - 1.0) > 1e-6 and level < 2:  # the zoom level, once it is not "fit"
+            texts["slice"] += f"  \u00b7  {zoom_percent(self.zoom)}"
         if level < 2:  # the toolbar shows W and L too: the first thing to go when space is short
             window, level_value = self.state.window
             decimals = entry.window_decimals  # as the W and L fields on the tool bar show them

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 
+from app.core.slicing import ZOOM_STEP
 from tests.app.viewer_helpers import choose, open_volume, pixels, type_into, wheel, write_volume
 
 pytestmark = pytest.mark.render
@@ -153,7 +154,10 @@ def test_zoom_with_ctrl_wheel_and_keys_pan_with_middle_drag_and_fit(qtbot, main_
 
     wheel(axial, spot, 2, Qt.KeyboardModifier.ControlModifier)  # zoom in about the cursor
     zoomed = axial.image_rect()
-    assert zoomed.width() == pytest.approx(fit.width() * 1.25**2, rel=1e-3)
+    assert zoomed.width() == pytest.approx(fit.width() * ZOOM_STEP**2, rel=1e-3)
+    assert 1.1 <= ZOOM_STEP <= 1.2  # as Slicer and napari zoom a notch
+    shown = {item.name: item.text for item in axial.overlay_layout()}
+    assert shown["slice"].endswith(f"\u00b7  {ZOOM_STEP**2 * 100:.0f}%")  # the zoom level is on the view
     assert np.allclose(axial.widget_to_voxel(QPointF(spot)), under, atol=1e-6)  # the point stays put
     assert window.state.crosshair_voxel()[2] == slice_before  # Ctrl+wheel does not change the slice
 
@@ -161,7 +165,7 @@ def test_zoom_with_ctrl_wheel_and_keys_pan_with_middle_drag_and_fit(qtbot, main_
     assert window.state.crosshair_voxel()[2] == slice_before + 1
 
     qtbot.keyClick(axial, Qt.Key.Key_Plus)
-    assert axial.image_rect().width() == pytest.approx(zoomed.width() * 1.25, rel=1e-3)
+    assert axial.image_rect().width() == pytest.approx(zoomed.width() * ZOOM_STEP, rel=1e-3)
     qtbot.keyClick(axial, Qt.Key.Key_Minus)
     assert axial.image_rect().width() == pytest.approx(zoomed.width(), rel=1e-3)
 
