@@ -440,6 +440,12 @@ class SliceView(QWidget):
             self._drag_pan = self.pan
             self.setCursor(Qt.CursorShape.ClosedHandCursor)
         elif button == Qt.MouseButton.LeftButton:
+            # Where the crosshair was before this press and the one before it: a double-click (press,
+            # release, press, double-click) maximises and puts it back, as Slicer leaves the position alone.
+            self._crosshair_before = (
+                getattr(self, "_crosshair_before", (None, None))[1],
+                self.state.crosshair_ras.copy(),
+            )
             self._drag = "crosshair"
             self._move_crosshair(event.position())
         elif button == Qt.MouseButton.RightButton:
@@ -469,6 +475,9 @@ class SliceView(QWidget):
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802
         if event.button() == Qt.MouseButton.LeftButton:
             self._drag = None
+            first_press = getattr(self, "_crosshair_before", (None, None))[0]
+            if first_press is not None:
+                self.state.set_crosshair(first_press)
             self.maximise_requested.emit()
 
     def wheelEvent(self, event) -> None:  # noqa: N802

@@ -210,7 +210,10 @@ def test_zoom_stays_for_the_same_field_of_view_and_fits_another(qtbot, main_wind
 def test_double_click_shows_one_view_alone_and_back(qtbot, main_window, anatomical):
     viewer = main_window.viewer
     area = viewer.rect()
-    qtbot.mouseDClick(viewer.sagittal, Qt.MouseButton.LeftButton, pos=viewer.sagittal.rect().center())
+    before = main_window.state.crosshair_ras.copy()
+    off_centre = viewer.sagittal.rect().center() + QPoint(37, -29)  # not where the crosshair is
+    qtbot.mouseDClick(viewer.sagittal, Qt.MouseButton.LeftButton, pos=off_centre)
+    assert np.array_equal(main_window.state.crosshair_ras, before)  # maximised; the position stays (Slicer)
     qtbot.waitUntil(lambda: not viewer.axial.isVisible(), timeout=5_000)
     assert viewer.maximised == "sagittal" and viewer.sagittal.isVisible()
     assert not viewer.coronal.isVisible() and not viewer.view3d.isVisible()
