@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
-from PySide6.QtWidgets import QSizePolicy, QWidget
+from PySide6.QtWidgets import QApplication, QSizePolicy, QWidget
 
 from app.core.session import AppState
 from app.core.slicing import (
@@ -440,12 +440,13 @@ class SliceView(QWidget):
             self._drag_pan = self.pan
             self.setCursor(Qt.CursorShape.ClosedHandCursor)
         elif button == Qt.MouseButton.LeftButton:
-            # Where the crosshair was before this press and the one before it: a double-click (press,
-            # release, press, double-click) maximises and puts it back, as Slicer leaves the position alone.
-            self._crosshair_before = (
-                getattr(self, "_crosshair_before", (None, None))[1],
-                self.state.crosshair_ras.copy(),
-            )
+            # Where the crosshair was before the first press of a click burst: a double-click maximises
+            # and puts it back there, as Slicer leaves the position alone.
+            interval = QApplication.styleHints().mouseDoubleClickInterval()
+            last = getattr(self, "_last_press_ms", None)
+            if last is None or event.timestamp() - last > interval:
+                self._crosshair_before_clicks = self.state.crosshair_ras.copy()
+            self._last_press_ms = event.timestamp()
             self._drag = "crosshair"
             self._move_crosshair(event.position())
         elif button == Qt.MouseButton.RightButton:
@@ -475,9 +476,9 @@ class SliceView(QWidget):
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802
         if event.button() == Qt.MouseButton.LeftButton:
             self._drag = None
-            first_press = getattr(self, "_crosshair_before", (None, None))[0]
-            if first_press is not None:
-                self.state.set_crosshair(first_press)
+            before = getattr(self, "_crosshair_before_clicks", None)
+            if before is not None:
+                self.state.set_crosshair(before)
             self.maximise_requested.emit()
 
     def wheelEvent(self, event) -> None:  # noqa: N802

@@ -212,7 +212,11 @@ def test_double_click_shows_one_view_alone_and_back(qtbot, main_window, anatomic
     area = viewer.rect()
     before = main_window.state.crosshair_ras.copy()
     off_centre = viewer.sagittal.rect().center() + QPoint(37, -29)  # not where the crosshair is
+    # What a double-click delivers: press, release, then press + double-click + release.
+    qtbot.mouseClick(viewer.sagittal, Qt.MouseButton.LeftButton, pos=off_centre)
+    moved = main_window.state.crosshair_ras.copy()
     qtbot.mouseDClick(viewer.sagittal, Qt.MouseButton.LeftButton, pos=off_centre)
+    assert not np.array_equal(moved, before)  # the first click alone does move it
     assert np.array_equal(main_window.state.crosshair_ras, before)  # maximised; the position stays (Slicer)
     qtbot.waitUntil(lambda: not viewer.axial.isVisible(), timeout=5_000)
     assert viewer.maximised == "sagittal" and viewer.sagittal.isVisible()
