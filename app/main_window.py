@@ -50,7 +50,7 @@ from app.remote import install_remote
 from app.vault import install_vault
 from app.vault.privacy import remember_recent
 from app.viewer.toolbar import install_viewer_toolbar
-from app.viewer.viewer_area import ViewerArea
+from app.viewer.viewer_area import DEFAULT_LAYOUT, LAYOUTS, ViewerArea
 from app.workers import BackendPool, JobRunner
 from engine.nifti_io import is_nifti
 
@@ -370,6 +370,9 @@ class MainWindow(QMainWindow):
         self.wl_box, self.convention_box = self.viewer_toolbar.preset_box, self.viewer_toolbar.convention_box
         self.tissue_toolbar = self.viewer_toolbar.tissue_toolbar  # the tissue overlay: on/off, map, opacity
         self.view_menu.insertAction(self.reset_camera_action, self.tissue_toolbar.tissue_action)
+        self.view_menu.insertMenu(self.view_menu.actions()[0], self.viewer_toolbar.layout_menu)
+        self.layout_actions = self.viewer_toolbar.layout_group.actions()
+        self.viewer.layout_changed.connect(self._on_viewer_layout_changed)
         self.state.overlay_changed.connect(self._on_state_overlay_changed)
         self.state.display_changed.connect(self._on_state_display_changed)
 
@@ -447,6 +450,9 @@ class MainWindow(QMainWindow):
     def _on_form_changed(self, name: str) -> None:
         if name == "device" and not self.state.job_running:
             self.device_label.setText(f"device: {self.generation.device_text(self.state.form.device)}")
+
+    def _on_viewer_layout_changed(self, name: str) -> None:
+        self.settings.setValue("display/layout", name)  # remembered at once, as the form is
 
     def _on_sampling_panel_width_wanted(self, width: int) -> None:
         dock = self.docks["generateDock"]
@@ -744,6 +750,8 @@ class MainWindow(QMainWindow):
         )
         self.state.set_tissue_choice(s.value("display/tissue_choice", self.state.tissue_choice, type=str))
         self.state.set_show_tissue(s.value("display/show_tissue", False, type=bool))
+        layout = s.value("display/layout", DEFAULT_LAYOUT, type=str)
+        self.viewer.set_layout(layout if layout in LAYOUTS else DEFAULT_LAYOUT)
         self.viewer.view3d.sync_controls()
         self.viewer.view3d.preset_box.setCurrentText(self.state.render_preset)
         self._on_state_display_changed()
@@ -771,6 +779,7 @@ class MainWindow(QMainWindow):
         s.setValue("display/tissue_opacity", self.state.tissue_opacity)
         s.setValue("display/tissue_choice", self.state.tissue_choice)
         s.setValue("display/show_tissue", self.state.show_tissue)
+        s.setValue("display/layout", self.viewer.layout_name)
         s.setValue(FORM_KEY, json.dumps(self.state.form.to_dict()))
         self._save_recent()
         s.sync()
