@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QImage, QKeySequence, QLinearGradient, QPainter, QShortcut, qRgb
+from PySide6.QtGui import QColor, QKeySequence, QLinearGradient, QPainter, QShortcut, qRgb
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -214,25 +214,10 @@ DIVERGING = _diverging_table()
 
 
 class DifferenceView(SliceView):
-    """A slice view of B - A drawn through the diverging colour table (the window maps to the table's ends)."""
+    """A slice view of B - A drawn through the diverging colour table (the window maps to the table's ends),
+    through the slice view's public ``colour_table``."""
 
-    def __init__(self, state: AppState, plane: str, parent: QWidget | None = None) -> None:
-        super().__init__(state, plane, parent)
-        self._grey_image: QImage | None = None
-        self._coloured: QImage | None = None
-
-    def _slice_image(self) -> QImage | None:
-        grey = super()._slice_image()
-        if grey is None or self._buffer is None:
-            return grey
-        if grey is not self._grey_image:  # a new slice or window: colour the same uint8 buffer
-            rows, cols = self._buffer.shape
-            coloured = QImage(
-                self._buffer.data, cols, rows, self._buffer.strides[0], QImage.Format.Format_Indexed8
-            )
-            coloured.setColorTable(DIVERGING)
-            self._grey_image, self._coloured = grey, coloured
-        return self._coloured
+    colour_table = DIVERGING
 
 
 class ColourBar(QWidget):

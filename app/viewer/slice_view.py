@@ -71,6 +71,8 @@ class SliceView(QWidget):
 
     hovered = Signal(str)  # the readout line under the cursor (voxel, RAS mm, intensity)
     maximise_requested = Signal()  # a double-click: show this view alone, or all views again
+    # 256 colours (qRgb) the windowed slice is drawn through instead of grey; a subclass or an instance sets it.
+    colour_table: list[int] | None = None
     view_changed = Signal()  # zoom or pan changed
 
     TEXT_MARGIN = 6.0  # from the widget's edges
@@ -194,7 +196,11 @@ class SliceView(QWidget):
             grey = apply_window(plane, *self.state.window)
             self._buffer = grey
             rows, cols = grey.shape
-            self._image = QImage(grey.data, cols, rows, grey.strides[0], QImage.Format.Format_Grayscale8)
+            if self.colour_table is None:
+                self._image = QImage(grey.data, cols, rows, grey.strides[0], QImage.Format.Format_Grayscale8)
+            else:  # the windowed values index the table (e.g. the Compare window's diverging B - A colours)
+                self._image = QImage(grey.data, cols, rows, grey.strides[0], QImage.Format.Format_Indexed8)
+                self._image.setColorTable(self.colour_table)
             self._image_key = key
             self.draw_count += 1
         return self._image

@@ -96,3 +96,19 @@ def test_layouts_from_the_view_menu_and_the_toolbar_are_remembered(
     assert _menu_action(_menu_action(again.view_menu, "Layout").menu(), "One-up").isChecked()
     QApplication.processEvents()
     again.close()
+
+
+def test_crosshair_visibility_is_remembered(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    from tests.app.conftest import _make_window
+
+    window = _make_window(qtbot, registry, qt_settings, enable_3d=False)
+    action = window.viewer_toolbar.crosshair_action
+    assert action.isChecked() and window.state.show_crosshair
+    qtbot.keyClick(
+        window, Qt.Key.Key_X, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
+    assert not action.isChecked() and not window.state.show_crosshair
+    window.close()
+    again = _make_window(qtbot, registry, qt_settings, enable_3d=False)
+    assert not again.state.show_crosshair and not again.viewer_toolbar.crosshair_action.isChecked()
+    again.close()
