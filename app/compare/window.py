@@ -423,10 +423,18 @@ class CompareWindow(QWidget):
             title = QLabel({"a": "A", "b": "B", "diff": "B \u2212 A"}[side])
             title.setObjectName(f"compareTitle-{side}")
             title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            # Long settings ("streamed+dec:bf16 · channels-last") wrap rather than being cut off.
+            title.setWordWrap(True)
+            title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             stack = QStackedWidget()
             self.views[side] = {}
             for plane in PLANES:
                 view = (DifferenceView if side == "diff" else SliceView)(self.states[side], plane)
+                view.empty_text = (
+                    "B \u2212 A appears when both runs are done"
+                    if side == "diff"
+                    else f"Run the comparison ({RUN_KEY.replace('Return', 'Enter')})"
+                )
                 view.hovered.connect(partial(self._on_view_hovered, side))
                 stack.addWidget(view)
                 self.views[side][plane] = view
@@ -588,8 +596,9 @@ class CompareWindow(QWidget):
         self.comparison = None
         for side in SIDES:  # the last comparison's volumes go: A shows when its run is done, B after
             self.states[side].show(None)
-        self.titles["a"].setText(f"A \u00b7 {labels[0]} \u00b7 running...")
-        self.titles["b"].setText(f"B \u00b7 {labels[1]} \u00b7 waiting for A")
+        self._labels = labels
+        self._set_title("a", f"A \u00b7 {labels[0]} \u00b7 running...")
+        self._set_title("b", f"B \u00b7 {labels[1]} \u00b7 waiting for A")
         self.titles["diff"].setText("B \u2212 A")
         self.summary_label.setText("Running A, then B...")
         self.table.setRowCount(0)
@@ -662,11 +671,17 @@ class CompareWindow(QWidget):
             )
         )
 
+    def _set_title(self, side: str, text: str) -> None:
+        self.titles[side].setText(text)
+        self.titles[side].setToolTip(text)
+
     def show_side(self, side: str, measured) -> None:
         """Show one finished run (A, while B still runs): its volume, title and step time."""
         self._show_volume(side, measured.result.volume(), measured.result.affine, f"A {measured.label}")
         step = "" if measured.step_ms_median is None else f" \u00b7 {measured.step_ms_median:.1f} ms/step"
-        self.titles[side].setText(f"{side.upper()} \u00b7 {measured.label}{step}")
+        self._set_title(side, f"{side.upper()} \u00b7 {measured.label}{step}")
+        if side == "a":  # B starts now
+            self._set_title("b", f"B \u00b7 {self._labels[1]} \u00b7 running...")
         pace = "" if measured.step_ms_median is None else f", {measured.step_ms_median:.1f} ms per step"
         self.summary_label.setText(f"A ({html.escape(measured.label)}) is done{pace}; running B...")
         self.side_shown.emit(side)
@@ -681,8 +696,8 @@ class CompareWindow(QWidget):
             self._show_volume(side, data, affine, name)
         diff = volumes["diff"][0] if volumes["diff"].ndim == 4 else volumes["diff"]
         self.states["diff"].set_window(*difference_window(diff))
-        self.titles["a"].setText(f"A \u00b7 {a.label}")
-        self.titles["b"].setText(f"B \u00b7 {b.label}")
+        self._set_title("a", f"A \u00b7 {a.label}")
+        self._set_title("b", f"B \u00b7 {b.label}")
         self.titles["diff"].setText(
             "B \u2212 A"
             + (

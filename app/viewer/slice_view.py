@@ -73,6 +73,7 @@ class SliceView(QWidget):
     maximise_requested = Signal()  # a double-click: show this view alone, or all views again
     # 256 colours (qRgb) the windowed slice is drawn through instead of grey; a subclass or an instance sets it.
     colour_table: list[int] | None = None
+    empty_text = "Generate a volume or open a NIfTI file"  # under the plane's name while nothing is shown
     view_changed = Signal()  # zoom or pan changed
 
     TEXT_MARGIN = 6.0  # from the widget's edges
@@ -375,7 +376,7 @@ class SliceView(QWidget):
             painter.drawText(
                 self.rect(),
                 Qt.AlignmentFlag.AlignCenter,
-                f"{self.plane.capitalize()}\n\nGenerate a volume or open a NIfTI file",
+                f"{self.plane.capitalize()}\n\n{self.empty_text}",
             )
         else:
             self._draw_image(painter, image)
