@@ -564,6 +564,13 @@ class SliceView(QWidget):
         self.readout = self._readout(voxel) if inside else ""
         self.hovered.emit(self.readout)
 
+    def leaveEvent(self, event) -> None:  # noqa: N802 - Qt override
+        # The pointer left: the readout goes back to the crosshair's voxel, not the last one hovered.
+        if self.readout:
+            self.readout = ""
+            self.hovered.emit("")
+        super().leaveEvent(event)
+
     def crosshair_readout(self) -> str:
         ijk = self.state.crosshair_voxel()
         return "" if ijk is None else self._readout(ijk)

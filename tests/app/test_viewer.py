@@ -373,3 +373,20 @@ def test_a_4d_file_says_how_many_time_points_and_shows_the_one_picked(
     )
     assert window.state.shown is shown and bar.time_spin.value() == 3
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+
+
+def test_the_hover_readout_goes_back_to_the_crosshair_when_the_pointer_leaves(qtbot, main_window, anatomical):
+    window = main_window
+    axial = window.viewer.axial
+    rect = axial.image_rect()
+    crosshair_text = axial.crosshair_readout()
+    corner = QPoint(int(rect.left() + rect.width() * 0.1), int(rect.top() + rect.height() * 0.1))
+    qtbot.mouseMove(axial, corner)  # the real pointer moves: hover
+    qtbot.waitUntil(
+        lambda: window.readout_label.text() not in ("", "\u271b " + crosshair_text), timeout=5_000
+    )
+    hovered = window.readout_label.text()
+    assert "voxel (" in hovered and crosshair_text not in hovered
+    list_widget = window.session_panel.list
+    qtbot.mouseMove(list_widget, list_widget.rect().center())  # ...and leaves the view
+    qtbot.waitUntil(lambda: crosshair_text in window.readout_label.text(), timeout=5_000)
