@@ -1047,3 +1047,30 @@ def test_a_rolled_back_vault_is_named_and_repaired_from_the_app(qtbot, vault_win
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 2, timeout=10_000)
     assert controller.is_unlocked and {i.label for i in controller.items} == {"kept", "dropped"}
     assert controller.last_info[0] == "Vault repaired"
+
+
+@render
+def test_new_vault_is_in_the_vault_menu(qtbot, vault_window, tmp_path, monkeypatch):
+    window = vault_window
+    controller = window.vault_controller
+    menu = controller.menu
+    assert menu.actions()[0] is menu.new_action and menu.new_action.text() == "&New Vault..."
+    assert not controller.exists
+    menu.new_action.trigger()  # no vault yet: created where the app keeps it
+    dialog = controller.unlock_dialog
+    assert dialog is not None and dialog.mode == "create"
+    dialog.passphrase_edit.setText(PASSPHRASE)
+    dialog.confirm_edit.setText(PASSPHRASE)
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "create") == "finished"
+    qtbot.waitUntil(lambda: controller.is_unlocked and not controller._tasks, timeout=10_000)
+
+    from PySide6.QtWidgets import QFileDialog
+
+    elsewhere = tmp_path / "second-vault"
+    elsewhere.mkdir()
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(elsewhere)))
+    menu.new_action.trigger()  # one exists: the new one goes in a folder the user picks
+    assert controller.path == elsewhere and not controller.is_unlocked
+    assert controller.unlock_dialog is not None and controller.unlock_dialog.mode == "create"
+    controller.unlock_dialog.reject()
