@@ -82,6 +82,24 @@ class BackendPool:
             return backend
 
 
+# Abandoned threads still running. A QThread destroyed while it runs aborts the process, so they are kept
+# referenced here, not by their (closed) window; the app exits without waiting for them (app/__main__.py).
+_abandoned: list[tuple[QThread, QObject]] = []
+_abandoned_lock = threading.Lock()
+
+
+def _keep_until_finished(thread: QThread, worker: QObject) -> None:
+    with _abandoned_lock:
+        _abandoned[:] = [(t, w) for t, w in _abandoned if t.isRunning()]
+        _abandoned.append((thread, worker))
+
+
+def abandoned_threads_running() -> int:
+    """How many abandoned runs have not ended yet (the app does not wait for them when it exits)."""
+    with _abandoned_lock:
+        return sum(1 for thread, _ in _abandoned if thread.isRunning())
+
+
 class GenerationWorker(QObject):
     """Runs one ``SamplingRequest`` on a backend; lives in a QThread."""
 
@@ -296,26 +314,7 @@ class JobRunner(QObject):
         for job in list(self.jobs):
             job.cancel()
         for job in list(self.jobs):
-            if job.can_abandon:
-                if not job.thread.wait(abandon_after_ms):
-                    self.abandon(job)
-            else:
-                job.thread.wait(timeout_ms)
-
-
-# Abandoned threads still running. A QThread destroyed while it runs aborts the process, so they are kept
-# referenced here, not by their (closed) window; the app exits without waiting for them (app/__main__.py).
-_abandoned: list[tuple[QThread, QObject]] = []
-_abandoned_lock = threading.Lock()
-
-
-def _keep_until_finished(thread: QThread, worker: QObject) -> None:
-    with _abandoned_lock:
-        _abandoned[:] = [(t, w) for t, w in _abandoned if t.isRunning()]
-        _abandoned.append((thread, worker))
-
-
-def abandoned_threads_running() -> int:
-    """How many abandoned runs have not ended yet (the app does not wait for them when it exits)."""
-    with _abandoned_lock:
-        return sum(1 for thread, _ in _abandoned if thread.isRunning())
+            if job.can_abandon and not job.thread.wait(abandon_after_ms):
+                self.abandon(job)
+                continue
+            job.thread.wait(timeout_ms)
