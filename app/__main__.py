@@ -94,7 +94,22 @@ def main(argv: list[str] | None = None) -> int:
     code = app.exec()
     if args.demo:
         code = code or (0 if getattr(window, "_demo_outcome", "") == "finished" else 1)
-    if os.environ.get("VOLSYNTH_HARD_EXIT"):
+    return leave(code)
+
+
+def leave(code: int) -> int:
+    """The exit code to return, or exit at once when an abandoned run's thread still runs."""
+    from app.workers import abandoned_threads_running
+
+    left = abandoned_threads_running()
+    if left or os.environ.get("VOLSYNTH_HARD_EXIT"):
+        # A run abandoned on Quit may still be inside a step that never ends; Python's normal exit would
+        # destroy its QThread while it runs (an abort). Everything worth keeping was written at close.
+        if left:
+            logging.getLogger("app").warning("exiting with %d abandoned run(s) still running", left)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(code)
     return code
 

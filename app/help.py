@@ -59,6 +59,14 @@ VIEWER_MOUSE: tuple[tuple[str, str], ...] = (
     ("Double-click", "Maximise this view; again to restore"),
 )
 
+# The 3D view's mouse (VTK's trackball camera, which pyvista's QtInteractor uses).
+VIEW3D_MOUSE: tuple[tuple[str, str], ...] = (
+    ("Left drag", "Rotate the volume"),
+    ("Shift+left drag or middle drag", "Pan"),
+    ("Right drag or wheel", "Zoom"),
+    ("Ctrl+left drag", "Roll (spin about the view axis)"),
+)
+
 
 @dataclass(frozen=True)
 class ShortcutRow:
@@ -120,6 +128,7 @@ def all_shortcuts(window: QWidget) -> list[ShortcutRow]:
         *action_shortcuts(window),
         *(ShortcutRow(keys, what, "Slice views") for keys, what in VIEWER_KEYS),
         *(ShortcutRow(keys, what, "Slice views (mouse)") for keys, what in VIEWER_MOUSE),
+        *(ShortcutRow(keys, what, "3D view (mouse)") for keys, what in VIEW3D_MOUSE),
         *(ShortcutRow(keys, what, "Compare Settings window") for keys, what in COMPARE_KEYS),
     ]
 

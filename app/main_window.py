@@ -52,7 +52,7 @@ from app.remote import install_remote
 from app.vault import install_vault
 from app.vault.privacy import remember_recent
 from app.viewer.toolbar import install_viewer_toolbar
-from app.viewer.viewer_area import ViewerArea
+from app.viewer.viewer_area import DEFAULT_LAYOUT, LAYOUTS, ViewerArea
 from app.workers import BackendPool, JobRunner
 from engine.nifti_io import is_nifti
 
@@ -177,6 +177,7 @@ class MainWindow(QMainWindow):
         self._looked_for_orphans = False
 
         self.sampling_panel.open_model_requested.connect(self.open_model_folder_dialog)
+        self.sampling_panel.width_wanted.connect(self._on_sampling_panel_width_wanted)
         self.session_panel.save_requested.connect(self.save_file_dialog)
         for view in self.viewer.slice_views:
             view.hovered.connect(self._on_view_hovered)
@@ -185,10 +186,14 @@ class MainWindow(QMainWindow):
         self.state.crosshair_changed.connect(self._on_state_crosshair_changed)
         self.state.window_changed.connect(self._on_state_window_changed)
         self.state.shown_changed.connect(self._on_state_shown_changed)
+        self.state.volumes_changed.connect(self._update_title)  # a rename or a save changes the title
         self.state.form.changed.connect(self._on_form_changed)
 
         self._restore_settings()
         self._load_models()
+        # From here on every edit of the form is on disk at once: a crash (even kill -9) keeps what was
+        # typed. Connected after the start-up's own selections, which must not overwrite the saved form.
+        self.state.form.changed.connect(self._on_form_changed_save)
 
         self._enable_3d = enable_3d
         self._preloader = _Preloader(self)
@@ -244,13 +249,22 @@ class MainWindow(QMainWindow):
         self.open_action = self.make_action(
             "&Open NIfTI...", self.open_file_dialog, QKeySequence.StandardKey.Open, "Open a NIfTI volume"
         )
+        # Slicer's and ITK-SNAP's convention: Save writes to the volume's file again once it has one (and
+        # asks where only the first time); Save As always asks for a new file.
         self.save_action = self.make_action(
-            "&Save As NIfTI...",
-            self.save_file_dialog,
+            "&Save",
+            self.save_shown,
             QKeySequence.StandardKey.Save,
-            "Save the shown volume as NIfTI with a provenance sidecar",
+            "Save the shown volume: to its file again once saved, else asks where (NIfTI + provenance sidecar)",
         )
         self.save_action.setEnabled(False)
+        self.save_as_action = self.make_action(
+            "Save &As NIfTI...",
+            self.save_file_dialog,
+            "Ctrl+Shift+S",
+            "Save the shown volume to a new NIfTI file with a provenance sidecar",
+        )
+        self.save_as_action.setEnabled(False)
         self.screenshot_action = self.make_action(
             "Save 3D S&creenshot...",
             self.save_3d_screenshot_dialog,
@@ -286,6 +300,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.open_action)
         self.recent_menu = file_menu.addMenu("Open &Recent")
         file_menu.addAction(self.save_action)
+        file_menu.addAction(self.save_as_action)
         file_menu.addAction(self.screenshot_action)
         file_menu.addSeparator()
         file_menu.addAction(self.quit_action)
@@ -360,6 +375,9 @@ class MainWindow(QMainWindow):
         self.wl_box, self.convention_box = self.viewer_toolbar.preset_box, self.viewer_toolbar.convention_box
         self.tissue_toolbar = self.viewer_toolbar.tissue_toolbar  # the tissue overlay: on/off, map, opacity
         self.view_menu.insertAction(self.reset_camera_action, self.tissue_toolbar.tissue_action)
+        self.view_menu.insertMenu(self.view_menu.actions()[0], self.viewer_toolbar.layout_menu)
+        self.layout_actions = self.viewer_toolbar.layout_group.actions()
+        self.viewer.layout_changed.connect(self._on_viewer_layout_changed)
         self.state.overlay_changed.connect(self._on_state_overlay_changed)
         self.state.display_changed.connect(self._on_state_display_changed)
 
@@ -438,9 +456,25 @@ class MainWindow(QMainWindow):
         if name == "device" and not self.state.job_running:
             self.device_label.setText(f"device: {self.generation.device_text(self.state.form.device)}")
 
+    def _on_viewer_layout_changed(self, name: str) -> None:
+        self.settings.setValue("display/layout", name)  # remembered at once, as the form is
+
+    def _on_sampling_panel_width_wanted(self, width: int) -> None:
+        dock = self.docks["generateDock"]
+        if not dock.isFloating():  # as wide as the form, if the window has room; else the form scrolls
+            self.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
+
+    def _on_form_changed_save(self, name: str) -> None:
+        self.settings.setValue(FORM_KEY, json.dumps(self.state.form.to_dict()))
+        if name == "model" and self.state.form.model is not None:
+            self.settings.setValue("model/last", self.state.form.model.id)
+        self.settings.sync()
+
     def _on_state_shown_changed(self, entry) -> None:
-        # Save As works on the shown volume, whatever made it; a denoising preview is not a result yet.
+        # Save works on the shown volume, whatever made it; a denoising preview is not a result yet.
         self.save_action.setEnabled(entry is not None and entry.kind != "preview")
+        self.save_as_action.setEnabled(self.save_action.isEnabled())
+        self._update_title()
         # The space the shown volume's millimetres are in (the readout's RAS or MNI coordinates).
         self.space_label.setVisible(entry is not None and entry.kind != "preview")
         if entry is not None:
@@ -508,6 +542,26 @@ class MainWindow(QMainWindow):
         self.show_status(f"Could not open {path.name}", 5000)
         self.show_error("Cannot open file", message)
 
+    def _update_title(self) -> None:
+        """'seed 42 · ddpm[*] — VolSynth Studio': the shown volume, with Qt's modified mark while unsaved."""
+        entry = self.state.shown
+        if entry is None or entry.kind == "preview":
+            self.setWindowTitle("VolSynth Studio")
+            self.setWindowModified(False)
+            return
+        self.setWindowTitle(f"{entry.name.replace('[*]', '[**]')}[*] \u2014 VolSynth Studio")
+        self.setWindowModified(entry.needs_saving)
+
+    def save_shown(self) -> None:
+        """File > Save (Ctrl+S): write the shown volume to the file it was saved to, or ask where first."""
+        entry = self.state.shown
+        if entry is None or entry.kind == "preview":
+            return
+        if entry.saved_file is not None:
+            self.save_entry(entry, entry.saved_file)
+        else:
+            self.save_file_dialog()
+
     def save_file_dialog(self) -> None:
         entry = self.state.shown
         if entry is None or entry.kind == "preview":
@@ -551,7 +605,7 @@ class MainWindow(QMainWindow):
         )
 
     def _on_file_saved(self, entry: VolumeEntry, path) -> None:
-        entry.saved = True
+        self.state.mark_saved(entry, str(path), file=path)
         self.state.recent.add(path)
         self._rebuild_recent_menu()
         self._save_recent()
@@ -701,6 +755,9 @@ class MainWindow(QMainWindow):
         )
         self.state.set_tissue_choice(s.value("display/tissue_choice", self.state.tissue_choice, type=str))
         self.state.set_show_tissue(s.value("display/show_tissue", False, type=bool))
+        self.state.set_show_crosshair(s.value("display/show_crosshair", True, type=bool))
+        layout = s.value("display/layout", DEFAULT_LAYOUT, type=str)
+        self.viewer.set_layout(layout if layout in LAYOUTS else DEFAULT_LAYOUT)
         self.viewer.view3d.sync_controls()
         self.viewer.view3d.preset_box.setCurrentText(self.state.render_preset)
         self._on_state_display_changed()
@@ -728,6 +785,8 @@ class MainWindow(QMainWindow):
         s.setValue("display/tissue_opacity", self.state.tissue_opacity)
         s.setValue("display/tissue_choice", self.state.tissue_choice)
         s.setValue("display/show_tissue", self.state.show_tissue)
+        s.setValue("display/layout", self.viewer.layout_name)
+        s.setValue("display/show_crosshair", self.state.show_crosshair)
         s.setValue(FORM_KEY, json.dumps(self.state.form.to_dict()))
         self._save_recent()
         s.sync()
@@ -747,8 +806,8 @@ class MainWindow(QMainWindow):
         answer = QMessageBox.question(
             self,
             "Quit VolSynth Studio?",
-            "A generation is running. Quit anyway? It is cancelled at its next step; "
-            "volumes already generated are kept.",
+            "A generation is running. Quit anyway? It is cancelled now (a step that does not stop "
+            "within 2 s is abandoned and its result dropped); volumes already generated are kept.",
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
             QMessageBox.StandardButton.No,
         )
@@ -759,7 +818,9 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.save_settings()
-        self.runner.shutdown()  # waits for running writes, recovery's included
+        # Waits for running writes (recovery's included); a run that does not stop is abandoned, so Quit
+        # always quits (app/__main__.py then exits without waiting for its thread).
+        self.runner.shutdown()
         self.recovery.close()
         QObject.disconnect(self._quit_hook)  # closed: the quit hook has nothing left to do
         self.remote.close()

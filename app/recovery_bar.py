@@ -9,6 +9,7 @@ the viewer, *Restore* or *Discard*; it never asks with a modal dialog, so a star
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
@@ -33,13 +34,47 @@ class RecoveryBar(QFrame):
         self.restore_button = QPushButton("Restore")
         self.restore_button.setToolTip("Put the volumes back in the session list")
         self.discard_button = QPushButton("Discard")
-        self.discard_button.setToolTip("Delete them for good")
+        self.discard_button.setToolTip("Delete them when you quit (Undo brings them back until then)")
+        self.undo_button = QPushButton("Undo")
+        self.undo_button.setToolTip("Offer the discarded volumes again")
+        self.undo_button.hide()
+        self.close_button = QPushButton("OK")
+        self.close_button.setToolTip("Hide this bar (the discarded volumes are deleted when you quit)")
+        self.close_button.hide()
         layout = QHBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
         layout.addWidget(self.label, 1)
         layout.addWidget(self.restore_button)
         layout.addWidget(self.discard_button)
+        layout.addWidget(self.undo_button)
+        layout.addWidget(self.close_button)
         self.hide()
+
+    def show_offer(self, text: str, tip: str) -> None:
+        self.label.setText(text)
+        self.label.setToolTip(tip)
+        for button, visible in (
+            (self.restore_button, True),
+            (self.discard_button, True),
+            (self.undo_button, False),
+            (self.close_button, False),
+        ):
+            button.setVisible(visible)
+            button.setEnabled(True)
+        self.show()
+
+    def show_discarded(self, text: str) -> None:
+        self.label.setText(text)
+        self.label.setToolTip("")
+        for button, visible in (
+            (self.restore_button, False),
+            (self.discard_button, False),
+            (self.undo_button, True),
+            (self.close_button, True),
+        ):
+            button.setVisible(visible)
+            button.setEnabled(True)
+        self.show()
 
 
 class RecoveryController:
@@ -50,10 +85,14 @@ class RecoveryController:
             True  # False for runs nobody works in (--demo): their volumes are checks, not work
         )
         self._known: set[int] = set()
+        self.discarded: list[OrphanSession] = []  # set aside by Discard; Undo offers them again
+        store.purge()  # what an earlier session discarded (its undo ended with it)
         store.open()
         window.state.volumes_changed.connect(self._on_state_volumes_changed)
         bar.restore_button.clicked.connect(self.restore)
         bar.discard_button.clicked.connect(self.discard)
+        bar.undo_button.clicked.connect(self.undo_discard)
+        bar.close_button.clicked.connect(bar.hide)
 
     def look_for_orphans(self) -> None:
         self.orphans = self.store.orphans()
@@ -67,10 +106,13 @@ class RecoveryController:
             if len(self.orphans) > 1
             else ""
         )
-        self.bar.label.setText(f"Kept for you: {first}{more}.")
-        self.bar.restore_button.setEnabled(True)
-        self.bar.discard_button.setEnabled(True)
-        self.bar.show()
+        made = [
+            f"{path.name}: made {time.strftime('%d %b %H:%M:%S', time.localtime(path.stat().st_mtime))}"
+            for orphan in self.orphans
+            for path in orphan.volumes
+            if path.exists()
+        ]
+        self.bar.show_offer(f"Kept for you: {first}{more}.", "\n".join(made))
 
     def restore(self) -> None:
         if not self.orphans:
@@ -88,11 +130,30 @@ class RecoveryController:
         )
 
     def discard(self) -> None:
+        """Discard, with an undo: the volumes are set aside and deleted when this session ends cleanly."""
+        volumes = sum(len(o.volumes) for o in self.orphans)
+        aside = []
         for orphan in self.orphans:
-            self.store.discard(orphan)
+            try:
+                aside.append(self.store.set_aside(orphan))
+            except OSError as exc:
+                log.warning("could not set %s aside: %s", orphan.folder, exc)
+        self.discarded.extend(aside)
         self.orphans = []
-        self.bar.hide()
-        self.main.show_status("Discarded the volumes of the earlier session", 5000)
+        self.bar.show_discarded(
+            f"Discarded {volumes} generated volume{'s' if volumes != 1 else ''}: "
+            "they are deleted when you quit. Undo brings them back."
+        )
+        self.main.show_status("Discarded the volumes of the earlier session (Undo on the bar)", 5000)
+
+    def undo_discard(self) -> None:
+        for session in self.discarded:
+            try:
+                self.store.take_back(session)
+            except OSError as exc:
+                log.warning("could not take %s back: %s", session.folder, exc)
+        self.discarded = []
+        self.look_for_orphans()
 
     def close(self) -> None:
         """Clean exit: volumes saved to a file or the vault are let go; unsaved ones stay for the next start."""
@@ -104,6 +165,8 @@ class RecoveryController:
                 else:
                     unsaved = True
         self.store.close(keep=unsaved)
+        self.store.purge()  # Discard's undo ends with the session
+        self.discarded = []
 
     def _on_restored(self, restored) -> None:
         sessions, volumes = restored

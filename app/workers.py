@@ -59,6 +59,12 @@ class BackendPool:
         if backend is not None and hasattr(backend, "close"):
             backend.close()
 
+    def discard(self, device: str) -> None:
+        """Forget ``device``'s backend without closing it: an abandoned run may still be using it, and the next
+        run gets a fresh one instead of sharing it with that run."""
+        with self._lock:
+            self._backends.pop(device, None)
+
     def get(self, device: str):
         with self._lock:
             backend = self._backends.get(device)
@@ -76,6 +82,24 @@ class BackendPool:
             return backend
 
 
+# Abandoned threads still running. A QThread destroyed while it runs aborts the process, so they are kept
+# referenced here, not by their (closed) window; the app exits without waiting for them (app/__main__.py).
+_abandoned: list[tuple[QThread, QObject]] = []
+_abandoned_lock = threading.Lock()
+
+
+def _keep_until_finished(thread: QThread, worker: QObject) -> None:
+    with _abandoned_lock:
+        _abandoned[:] = [(t, w) for t, w in _abandoned if t.isRunning()]
+        _abandoned.append((thread, worker))
+
+
+def abandoned_threads_running() -> int:
+    """How many abandoned runs have not ended yet (the app does not wait for them when it exits)."""
+    with _abandoned_lock:
+        return sum(1 for thread, _ in _abandoned if thread.isRunning())
+
+
 class GenerationWorker(QObject):
     """Runs one ``SamplingRequest`` on a backend; lives in a QThread."""
 
@@ -89,15 +113,29 @@ class GenerationWorker(QObject):
         self.request = request
         self._backend_provider = backend_provider
         self._cancel = threading.Event()
+        self._backend = None
 
     def cancel(self) -> None:
         """Ask the run to stop at the next step boundary (thread-safe; the worker closes the generator)."""
         self._cancel.set()
 
+    def abandon(self) -> None:
+        """Give up on a run that did not stop (called from the GUI thread; returns at once).
+
+        A backend that can (an engine server's) asks the server to cancel and cuts the connection, in a
+        thread of its own so a slow network never blocks the window; a local step is left to finish on its
+        own. Whatever the worker reports afterwards is dropped by its job.
+        """
+        self._cancel.set()
+        abandon = getattr(self._backend, "abandon", None)
+        if abandon is not None:
+            threading.Thread(target=abandon, name="volsynth-abandon", daemon=True).start()
+
     @Slot()
     def run(self) -> None:
         try:
             backend = self._backend_provider()
+            self._backend = backend
             job = backend.sample(self.request)
             try:
                 while True:
@@ -179,6 +217,7 @@ class Job(QObject):
             if signal is not None:
                 signal.connect(slot)
         self.thread.finished.connect(self._on_thread_finished)
+        self.abandoned = False
 
     def start(self) -> None:
         self.thread.start()
@@ -188,7 +227,14 @@ class Job(QObject):
         if cancel is not None:
             cancel()
 
+    @property
+    def can_abandon(self) -> bool:
+        """Whether the job may be left running (a generation: its result can be dropped; a file write cannot)."""
+        return hasattr(self.worker, "abandon")
+
     def _call(self, key: str, *args: Any) -> None:
+        if self.abandoned:  # an abandoned run's late result, error or "cancelled" is dropped
+            return
         callback = self.callbacks.get(key)
         if callback is not None:
             callback(*args)
@@ -250,11 +296,27 @@ class JobRunner(QObject):
         job.worker.deleteLater()
         job.deleteLater()
 
-    def shutdown(self, timeout_ms: int = 10_000) -> None:
-        """Cancel everything and wait for the threads (called when the window closes)."""
+    def abandon(self, job: Job) -> None:
+        """Leave ``job`` running unheard (a generation that did not stop): it no longer counts as running."""
+        if job in self.jobs:
+            self.jobs.remove(job)
+        job.abandoned = True
+        job.worker.abandon()
+        _keep_until_finished(job.thread, job.worker)
+
+    def shutdown(self, timeout_ms: int = 10_000, abandon_after_ms: int = 2_000) -> None:
+        """Cancel everything and wait for the threads (called when the window closes).
+
+        Writes (saves, recovery) are waited for up to ``timeout_ms``: their data must reach the disk. A run
+        that can be abandoned gets ``abandon_after_ms`` to stop at a step, then is abandoned, so quitting
+        never waits on a step that does not end.
+        """
         for job in list(self.jobs):
             job.cancel()
         for job in list(self.jobs):
+            if job.can_abandon and not job.thread.wait(abandon_after_ms):
+                self.abandon(job)
+                continue
             job.thread.wait(timeout_ms)
 
 

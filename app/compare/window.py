@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QImage, QKeySequence, QLinearGradient, QPainter, QShortcut, qRgb
+from PySide6.QtGui import QColor, QKeySequence, QLinearGradient, QPainter, QShortcut, qRgb
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -210,25 +210,10 @@ DIVERGING = _diverging_table()
 
 
 class DifferenceView(SliceView):
-    """A slice view of B - A drawn through the diverging colour table (the window maps to the table's ends)."""
+    """A slice view of B - A drawn through the diverging colour table (the window maps to the table's ends),
+    through the slice view's public ``colour_table``."""
 
-    def __init__(self, state: AppState, plane: str, parent: QWidget | None = None) -> None:
-        super().__init__(state, plane, parent)
-        self._grey_image: QImage | None = None
-        self._coloured: QImage | None = None
-
-    def _slice_image(self) -> QImage | None:
-        grey = super()._slice_image()
-        if grey is None or self._buffer is None:
-            return grey
-        if grey is not self._grey_image:  # a new slice or window: colour the same uint8 buffer
-            rows, cols = self._buffer.shape
-            coloured = QImage(
-                self._buffer.data, cols, rows, self._buffer.strides[0], QImage.Format.Format_Indexed8
-            )
-            coloured.setColorTable(DIVERGING)
-            self._grey_image, self._coloured = grey, coloured
-        return self._coloured
+    colour_table = DIVERGING
 
 
 class ColourBar(QWidget):
@@ -434,10 +419,18 @@ class CompareWindow(QWidget):
             title = QLabel({"a": "A", "b": "B", "diff": "B \u2212 A"}[side])
             title.setObjectName(f"compareTitle-{side}")
             title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            # Long settings ("streamed+dec:bf16 · channels-last") wrap rather than being cut off.
+            title.setWordWrap(True)
+            title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             stack = QStackedWidget()
             self.views[side] = {}
             for plane in PLANES:
                 view = (DifferenceView if side == "diff" else SliceView)(self.states[side], plane)
+                view.empty_text = (
+                    "B \u2212 A appears when both runs are done"
+                    if side == "diff"
+                    else f"Run the comparison ({RUN_KEY.replace('Return', 'Enter')})"
+                )
                 view.hovered.connect(partial(self._on_view_hovered, side))
                 stack.addWidget(view)
                 self.views[side][plane] = view
@@ -599,8 +592,9 @@ class CompareWindow(QWidget):
         self.comparison = None
         for side in SIDES:  # the last comparison's volumes go: A shows when its run is done, B after
             self.states[side].show(None)
-        self.titles["a"].setText(f"A \u00b7 {labels[0]} \u00b7 running...")
-        self.titles["b"].setText(f"B \u00b7 {labels[1]} \u00b7 waiting for A")
+        self._labels = labels
+        self._set_title("a", f"A \u00b7 {labels[0]} \u00b7 running...")
+        self._set_title("b", f"B \u00b7 {labels[1]} \u00b7 waiting for A")
         self.titles["diff"].setText("B \u2212 A")
         self.summary_label.setText("Running A, then B...")
         self.table.setRowCount(0)
@@ -673,11 +667,17 @@ class CompareWindow(QWidget):
             )
         )
 
+    def _set_title(self, side: str, text: str) -> None:
+        self.titles[side].setText(text)
+        self.titles[side].setToolTip(text)
+
     def show_side(self, side: str, measured) -> None:
         """Show one finished run (A, while B still runs): its volume, title and step time."""
         self._show_volume(side, measured.result.volume(), measured.result.affine, f"A {measured.label}")
         step = "" if measured.step_ms_median is None else f" \u00b7 {measured.step_ms_median:.1f} ms/step"
-        self.titles[side].setText(f"{side.upper()} \u00b7 {measured.label}{step}")
+        self._set_title(side, f"{side.upper()} \u00b7 {measured.label}{step}")
+        if side == "a":  # B starts now
+            self._set_title("b", f"B \u00b7 {self._labels[1]} \u00b7 running...")
         pace = "" if measured.step_ms_median is None else f", {measured.step_ms_median:.1f} ms per step"
         self.summary_label.setText(f"A ({html.escape(measured.label)}) is done{pace}; running B...")
         self.side_shown.emit(side)
@@ -692,8 +692,8 @@ class CompareWindow(QWidget):
             self._show_volume(side, data, affine, name)
         diff = volumes["diff"][0] if volumes["diff"].ndim == 4 else volumes["diff"]
         self.states["diff"].set_window(*difference_window(diff))
-        self.titles["a"].setText(f"A \u00b7 {a.label}")
-        self.titles["b"].setText(f"B \u00b7 {b.label}")
+        self._set_title("a", f"A \u00b7 {a.label}")
+        self._set_title("b", f"B \u00b7 {b.label}")
         self.titles["diff"].setText(
             "B \u2212 A"
             + (

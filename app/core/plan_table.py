@@ -381,9 +381,17 @@ def xla_device_list(devices: Sequence[dict], limit: int = LIST_LIMIT) -> str:
     return shown + (f"; and {rest} more" if rest > 0 else "")
 
 
-def topology_choices(server_topology: str | None, known: Iterable[str]) -> list[str]:
-    """The server's own slice first (when it is one), then the known topologies, without repeats."""
-    out = [server_topology] if server_topology else []
+# The slice the README's planning examples use: proposed first when the server has no slice of its own.
+README_TOPOLOGY = "v5e:2x4"
+
+
+def topology_choices(
+    server_topology: str | None, known: Iterable[str], default: str = README_TOPOLOGY
+) -> list[str]:
+    """The server's own slice first (when it is one), else ``default`` (when known), then the other known
+    topologies, without repeats."""
+    known = list(known)
+    out = [server_topology] if server_topology else ([default] if default in known else [])
     out += [t for t in known if t not in out]
     return out
 

@@ -55,6 +55,9 @@ def default_recovery_dir() -> Path:
     return user_data_dir() / "recovery"
 
 
+DISCARDED_SUFFIX = ".discarded"  # a session folder the user discarded; deleted at the next purge
+
+
 @dataclass
 class OrphanSession:
     """A session folder left by an app that did not exit cleanly."""
@@ -64,12 +67,29 @@ class OrphanSession:
     volumes: list[Path]  # the images in it (their tissue maps beside them are not counted), oldest first
     clean_exit: bool = False  # the app was closed with these volumes unsaved, rather than dying
 
+    @property
+    def made(self) -> list[float]:
+        """When each volume was made (kept at the end of its run), oldest first; seconds since the epoch."""
+        times = []
+        for path in self.volumes:
+            try:
+                times.append(path.stat().st_mtime)
+            except OSError:
+                times.append(self.started)
+        return sorted(times)
+
     def describe(self) -> str:
-        when = time.strftime("%d %b %H:%M", time.localtime(self.started))
+        """'3 generated volumes made 30 Nov 02:10-02:25, from a session that ended unexpectedly'."""
         count = len(self.volumes)
         what = f"{count} {'unsaved ' if self.clean_exit else ''}generated volume{'s' if count != 1 else ''}"
         how = "your last session" if self.clean_exit else "a session that ended unexpectedly"
-        return f"{what} from {how} ({when})"
+        made = self.made
+        first = time.strftime("%d %b %H:%M", time.localtime(made[0])) if made else ""
+        last = time.strftime("%H:%M", time.localtime(made[-1])) if made else ""
+        when = (
+            f" made {first}" + (f"\u2013{last}" if last and not first.endswith(last) else "") if made else ""
+        )
+        return f"{what}{when}, from {how}"
 
 
 class RecoveryStore:
@@ -173,6 +193,8 @@ class RecoveryStore:
             return []
         found = []
         for folder in sorted(self.root.iterdir(), reverse=True):
+            if folder.name.endswith(DISCARDED_SUFFIX):
+                continue
             if folder == self.folder or not folder.is_dir() or not _abandoned(folder):
                 continue
             volumes = _images(folder)
@@ -207,6 +229,31 @@ class RecoveryStore:
     @staticmethod
     def discard(session: OrphanSession) -> None:
         shutil.rmtree(session.folder, ignore_errors=True)
+
+    @staticmethod
+    def set_aside(session: OrphanSession) -> OrphanSession:
+        """Discard with an undo: the folder is renamed out of the orphans' way and deleted by ``purge``
+        (at this session's clean exit, or the next start), so ``take_back`` can undo it until then."""
+        aside = session.folder.with_name(session.folder.name + DISCARDED_SUFFIX)
+        os.replace(session.folder, aside)
+        return OrphanSession(
+            aside, session.started, [aside / p.name for p in session.volumes], session.clean_exit
+        )
+
+    @staticmethod
+    def take_back(session: OrphanSession) -> OrphanSession:
+        """Undo ``set_aside``: the session is an orphan again, offered as before."""
+        back = session.folder.with_name(session.folder.name.removesuffix(DISCARDED_SUFFIX))
+        os.replace(session.folder, back)
+        return OrphanSession(
+            back, session.started, [back / p.name for p in session.volumes], session.clean_exit
+        )
+
+    def purge(self) -> None:
+        """Delete the sessions set aside (Discard's undo time is over)."""
+        if self.root.is_dir():
+            for folder in self.root.glob("*" + DISCARDED_SUFFIX):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _images(folder: Path) -> list[Path]:

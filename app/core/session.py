@@ -221,6 +221,16 @@ class AppState:
         self.volumes_changed.emit()  # views redraw: a refused name shows the old one again
         return entry.name
 
+    def mark_saved(self, entry: VolumeEntry, saved_to: str, file: Path | None = None) -> None:
+        """Record that ``entry`` was written to ``saved_to`` (a file, or the vault); views redraw its mark."""
+        entry.saved = True
+        entry.saved_to = saved_to
+        if file is not None:
+            entry.saved_file = Path(file)
+        self.volumes_changed.emit()
+        if self.shown is entry:
+            self.shown_changed.emit(entry)
+
     def remove_volume(self, entry: VolumeEntry) -> None:
         if entry in self.volumes:
             self.volumes.remove(entry)

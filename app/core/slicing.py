@@ -164,7 +164,13 @@ def intensity_decimals(span: float, integer: bool = False) -> int:
 # -- zoom and pan ------------------------------------------------------------------------------------
 
 MIN_ZOOM, MAX_ZOOM = 0.5, 32.0  # relative to "fit the view"
-ZOOM_STEP = 1.25  # one +/- key press or one Ctrl+wheel notch
+# One +/- key press or one Ctrl+wheel notch: Slicer and napari zoom about 1.1-1.2x a notch; 1.25 felt coarse.
+ZOOM_STEP = 1.15
+
+
+def zoom_percent(zoom: float) -> str:
+    """The zoom for people, relative to "fit the view": '100%', '152%', '50%'."""
+    return f"{zoom * 100:.0f}%"
 
 
 def fit_rect(

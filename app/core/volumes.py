@@ -39,6 +39,8 @@ class VolumeEntry:
     saved: bool = (
         False  # the user wrote it to a file or the vault in this session (crash recovery lets it go)
     )
+    saved_file: Path | None = None  # the NIfTI file it was last saved to: Save writes there again
+    saved_to: str = ""  # where it was last saved, for people ("/data/a.nii.gz", "the vault as ...")
     time_points: int = 1  # how many volumes the file holds (a 4D series); ``data`` is one of them
     time_index: int = 0  # which one, counted from 0
     # Tissue maps that go with the image (app.core.tissue), name -> float32 (x, y, z) probabilities in
@@ -104,10 +106,25 @@ class VolumeEntry:
         ijk = ras_to_voxel(self.affine, ras)
         return bool(np.all(ijk >= -0.5) and np.all(ijk <= np.asarray(self.shape) - 0.5))
 
+    @property
+    def needs_saving(self) -> bool:
+        """A generated volume not yet written anywhere: the title and the session list mark it."""
+        return self.kind == "generated" and not self.saved
+
+    @property
+    def save_state(self) -> str:
+        """One line: where it was saved, or that it was not."""
+        if self.saved_to:
+            return f"saved to {self.saved_to}"
+        if self.needs_saving:
+            return "not saved yet (Ctrl+S saves it)"
+        return ""  # an opened file: its path is listed below
+
     def describe(self) -> str:
         """A few lines for the session panel."""
         sx, sy, sz = self.spacing
-        lines = [
+        lines = [self.save_state] if self.save_state and self.kind != "preview" else []
+        lines += [
             f"{self.shape[0]} x {self.shape[1]} x {self.shape[2]} voxels, {sx:.2g} x {sy:.2g} x {sz:.2g} mm",
             f"range {format_intensity(self.data.min(), self.integer_valued)} .. "
             f"{format_intensity(self.data.max(), self.integer_valued)}",

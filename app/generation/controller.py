@@ -9,6 +9,8 @@ bar, so it stays visible whatever docks are open.
 from __future__ import annotations
 
 import logging
+import math
+import time
 import uuid
 from functools import partial
 
@@ -16,6 +18,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QProgressBar
 
 from app.core.generation_form import REMOTE_PREFIX
+from app.core.progress import QUIET_NOTE_S
 from app.core.volumes import preview_affine
 from app.viewer.tissue_toolbar import TISSUE_SHORTCUT
 from app.workers import GenerationWorker
@@ -23,11 +26,16 @@ from app.workers import GenerationWorker
 log = logging.getLogger(__name__)
 
 PREVIEW_INTERVAL_MS = 200  # draw previews at most 5 times a second
+# A cancelled run that has not stopped after this long is abandoned: long enough for any real step of the
+# shipped model on a CPU to end (about 1 s each here), short enough that nobody reaches for kill.
+CANCEL_DEADLINE_S = 10.0
+CANCEL_TICK_MS = 250  # how often the "abandoned in N s" count-down is redrawn
 
 
 class GenerationController(QObject):
     """Runs the form's request. Signals: ``preview_drawn(step)``, ``ended(outcome)`` with outcome one of
-    "finished", "cancelled" or "failed"."""
+    "finished", "cancelled", "failed" or "abandoned" (a cancel that did not stop within
+    ``CANCEL_DEADLINE_S``: the run is left to end on its own and its result dropped)."""
 
     preview_drawn = Signal(int)
     ended = Signal(str)
@@ -45,6 +53,7 @@ class GenerationController(QObject):
         self._model_xyz = None
         self._telemetry_run = None  # (run id, the metrics source it is marked on)
         self._run_device = ""
+        self._cancel_deadline: float | None = None  # time.monotonic() when a cancelled run is abandoned
 
         self.generate_action = window.make_action(
             "&Generate", self.generate, "Ctrl+G", "Generate a volume with the Generate panel's settings"
@@ -70,6 +79,8 @@ class GenerationController(QObject):
         window.statusBar().addPermanentWidget(self.status_eta)
         window.statusBar().addPermanentWidget(self.status_progress)
 
+        self._cancel_timer = QTimer(self, interval=CANCEL_TICK_MS)
+        self._cancel_timer.timeout.connect(self._on_cancel_timer_timeout)
         self._preview_timer = QTimer(self, interval=PREVIEW_INTERVAL_MS)
         self._preview_timer.timeout.connect(self._on_preview_timer_timeout)
         self.panel.generate_requested.connect(self._on_panel_generate_requested)
@@ -135,10 +146,47 @@ class GenerationController(QObject):
         return True
 
     def cancel(self) -> None:
-        if self._job is not None:
-            self._job.cancel()
-            self.panel.progress_label.setText("Cancelling at the next step...")
-            self.main.show_status("Cancelling...")
+        """Cancel (button, Esc): stop at the next step, or abandon the run after ``CANCEL_DEADLINE_S``."""
+        if self._job is None or self._cancel_deadline is not None:
+            return
+        self._job.cancel()
+        self._cancel_deadline = time.monotonic() + CANCEL_DEADLINE_S
+        self._cancel_timer.start()
+        self._show_cancel_countdown()
+
+    def _show_cancel_countdown(self) -> None:
+        left = max(0, math.ceil(self._cancel_deadline - time.monotonic()))
+        text = f"Cancelling at the next step... (abandoned in {left} s if it does not stop)"
+        self.panel.progress_label.setText(text)
+        self.main.show_status(text)
+
+    def _on_cancel_timer_timeout(self) -> None:
+        if self._job is None or self._cancel_deadline is None:
+            self._cancel_timer.stop()
+        elif time.monotonic() >= self._cancel_deadline:
+            self.abandon()
+        else:
+            self._show_cancel_countdown()
+
+    def abandon(self) -> None:
+        """Give up on the running generation now: a local step is left to finish with its result dropped; an
+        engine server is asked to cancel and the connection is closed. The window is free at once."""
+        job = self._job
+        if job is None:
+            return
+        self._stop_cancel_countdown()
+        job.cancel()
+        self.main.runner.abandon(job)
+        self.main.backends.discard(self._run_device)  # the next run must not share the stuck one's backend
+        self._end_run_telemetry("abandoned")
+        self._stop_previews()
+        self._job = None
+        self.state.set_job_running(False)
+        self.panel.show_finished(
+            f"Abandoned: the run did not stop within {CANCEL_DEADLINE_S:.0f} s; its result will be dropped"
+        )
+        self.main.show_status("Generation abandoned (it did not stop when cancelled)", 10000)
+        self.ended.emit("abandoned")
 
     def ran_on(self, provenance: dict) -> str:
         """Where the run happened, for people: an engine server by the name the device list gives it,
@@ -161,8 +209,13 @@ class GenerationController(QObject):
         )
         if progress.preview is not None:
             self._pending_preview = (progress.preview, progress.step, progress.total, progress.preview_stride)
+        if self._cancel_deadline is not None:  # a step that ended after Cancel: the count-down stays shown
+            self._show_cancel_countdown()
 
     def _on_preview_timer_timeout(self) -> None:
+        tracker = self.state.progress
+        if self._cancel_deadline is None and tracker.quiet_s() >= QUIET_NOTE_S:
+            self.state.progress_changed.emit(tracker)  # "waiting 1:12 for the next report" keeps counting
         if self._pending_preview is None:
             return
         data, step, total, stride = self._pending_preview
@@ -174,6 +227,7 @@ class GenerationController(QObject):
         self.preview_drawn.emit(step)
 
     def _on_worker_finished(self, result) -> None:
+        self._stop_cancel_countdown()
         self._preview_timer.stop()
         self._pending_preview = None
         summary = self._end_run_telemetry("finished")
@@ -194,6 +248,7 @@ class GenerationController(QObject):
         self.ended.emit("finished")
 
     def _on_worker_failed(self, message: str) -> None:
+        self._stop_cancel_countdown()
         self._end_run_telemetry("failed")
         self._stop_previews()
         self.panel.show_finished("Failed")
@@ -202,6 +257,7 @@ class GenerationController(QObject):
         self.ended.emit("failed")
 
     def _on_worker_cancelled(self) -> None:
+        self._stop_cancel_countdown()
         self._end_run_telemetry("cancelled")
         self._stop_previews()
         self.panel.show_finished("Cancelled")
@@ -214,7 +270,12 @@ class GenerationController(QObject):
         if self.state.shown is not None and self.state.shown.kind == "preview":
             self.state.show(self.state.volumes[-1] if self.state.volumes else None)
 
+    def _stop_cancel_countdown(self) -> None:
+        self._cancel_timer.stop()
+        self._cancel_deadline = None
+
     def _on_worker_ended(self) -> None:
+        self._stop_cancel_countdown()
         self._job = None
         self.state.set_job_running(False)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QAbstractSpinBox,
@@ -39,6 +39,7 @@ from app.core.progress import ProgressTracker
 from app.core.session import AppState
 
 SLIDER_STEPS = 1000
+MIN_PANEL_WIDTH = 300
 NOTE_COLOUR = "#e5c07b"  # amber: a value the model was not trained on, or one that was clamped
 
 
@@ -177,6 +178,7 @@ class SamplingPanel(QWidget):
     generate_requested = Signal()
     cancel_requested = Signal()
     open_model_requested = Signal()
+    width_wanted = Signal(int)  # the form grew wider than the panel: the window widens its dock if it can
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -292,7 +294,9 @@ class SamplingPanel(QWidget):
         self.scroll.setWidget(self.form_widget)
         self.scroll.setWidgetResizable(True)
         self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # Normally never needed (the panel asks for the form's width, see _fit_width); on a screen too
+        # narrow for that, the form scrolls sideways instead of being cut off at the right.
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         run_box = QWidget()
         run_box.setObjectName("runBox")
         run = QVBoxLayout(run_box)
@@ -306,7 +310,7 @@ class SamplingPanel(QWidget):
         layout.setSpacing(0)
         layout.addWidget(self.scroll, 1)
         layout.addWidget(run_box)
-        self.setMinimumWidth(300)
+        self.setMinimumWidth(MIN_PANEL_WIDTH)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
         for widget in (
             self.model_box,
@@ -325,7 +329,15 @@ class SamplingPanel(QWidget):
         self.form.changed.connect(self._on_form_changed)
         self.form.blocks_changed.connect(self._update_generate_button)
         self._on_state_models_changed()
+        # A section that grows (the Optimization section's "All settings") asks its layout for room: widen
+        # the panel then, not at the next window resize, so nothing is cut off at the right.
+        self.form_widget.installEventFilter(self)
         self._fit_width()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched is self.form_widget and event.type() == QEvent.Type.LayoutRequest:
+            self._fit_width()
+        return super().eventFilter(watched, event)
 
     # -- extension hooks -----------------------------------------------------------------------------
 
@@ -455,12 +467,21 @@ class SamplingPanel(QWidget):
         self._update_generate_button()
 
     def _fit_width(self) -> None:
-        """Never narrower than the form: a narrow window then shrinks the other docks, and no control is
-        cut off at the right edge (the form scrolls vertically only)."""
+        """Ask for the form's width: the window widens the dock (shrinking the viewer) when the form grows,
+        e.g. when "All settings" opens. The panel's minimum stays small: a minimum wider than a small
+        window can give made the dock clip the form at the right; there it scrolls sideways instead."""
         needed = (
             self.form_widget.minimumSizeHint().width() + self.scroll.verticalScrollBar().sizeHint().width()
         )
-        self.setMinimumWidth(max(300, needed + 2))
+        self._wanted_width = max(MIN_PANEL_WIDTH, needed + 2)
+        self.setMinimumWidth(MIN_PANEL_WIDTH)
+        self.updateGeometry()
+        if self.width() < self._wanted_width:
+            self.width_wanted.emit(self._wanted_width)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        hint = super().sizeHint()
+        return QSize(max(hint.width(), getattr(self, "_wanted_width", MIN_PANEL_WIDTH)), hint.height())
 
     def _update_guidance_enabled(self) -> None:
         source = self.form.model

@@ -19,12 +19,26 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QSizePolicy,
+    QStyledItemDelegate,
     QVBoxLayout,
     QWidget,
 )
 
 from app.core.session import AppState
 from app.theme import dot_icon
+
+UNSAVED_ROLE = Qt.ItemDataRole.UserRole + 1
+UNSAVED_MARK = " *"  # Slicer's modified mark; drawn only, so renaming edits the bare name
+
+
+class SaveStateDelegate(QStyledItemDelegate):
+    """Draws a never-saved volume's name in italics with a trailing modified mark."""
+
+    def initStyleOption(self, option, index) -> None:  # noqa: N802 - Qt override
+        super().initStyleOption(option, index)
+        if index.data(UNSAVED_ROLE):
+            option.text += UNSAVED_MARK
+            option.font.setItalic(True)
 
 
 class SessionPanel(QWidget):
@@ -36,8 +50,12 @@ class SessionPanel(QWidget):
         self.list = QListWidget()
         self.list.setObjectName("sessionList")
         self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.list.setItemDelegate(SaveStateDelegate(self.list))
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.list.setToolTip("Volumes of this session: purple = synthetic, blue = opened from disk")
+        self.list.setToolTip(
+            "Volumes of this session: purple = synthetic, blue = opened from disk; "
+            "an italic name with * was never saved"
+        )
         self.list.currentRowChanged.connect(self._on_list_row_changed)
         self.list.itemChanged.connect(self._on_item_changed)
         self.list.setEditTriggers(
@@ -53,7 +71,7 @@ class SessionPanel(QWidget):
         self.rename_action.setShortcut(QKeySequence("F2"))
         self.rename_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         self.rename_action.triggered.connect(self.rename_selected)
-        self.save_action = QAction("&Save As NIfTI...", self)
+        self.save_action = QAction("Save &As NIfTI...", self)
         self.save_action.triggered.connect(self.save_requested)
         self.list.addAction(self.remove_action)
         self.details = QLabel("Nothing loaded yet.")
@@ -77,6 +95,7 @@ class SessionPanel(QWidget):
             item = QListWidgetItem(dot_icon("#c678dd" if entry.synthetic else "#3d8fd6"), entry.name)
             item.setToolTip(f"{entry.name}\n{entry.describe()}")  # the full name, however narrow the list
             item.setData(Qt.ItemDataRole.UserRole, entry.uid)
+            item.setData(UNSAVED_ROLE, entry.needs_saving)
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsEditable)
             self.list.addItem(item)
         self.list.blockSignals(False)

@@ -14,6 +14,7 @@ from PySide6.QtGui import QAction, QColor, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QHeaderView,
@@ -531,6 +532,12 @@ class VaultMenu(QMenu):
         self.controller = controller
         self.window_ = window
         c = controller
+        # What a first-time user looks for; "Unlock (or create)" and "Open Vault Folder..." hid it.
+        self.new_action = self._add(
+            "&New Vault...",
+            self._on_new_action_triggered,
+            tip="Create an encrypted vault (in a folder you choose)",
+        )
         self.unlock_action = self._add(
             "&Unlock Vault...", c.request_unlock, tip="Unlock (or create) the encrypted vault"
         )
@@ -584,6 +591,18 @@ class VaultMenu(QMenu):
         action.triggered.connect(slot)
         self.addAction(action)
         return action
+
+    def _on_new_action_triggered(self) -> None:
+        """No vault yet: create it in the default place. One exists there: create the new one elsewhere."""
+        c = self.controller
+        if c.exists:
+            folder = QFileDialog.getExistingDirectory(
+                self.window_, "Choose an empty folder for the new vault", str(c.path.parent)
+            )
+            if not folder:
+                return
+            c.set_vault_path(folder)
+        c.request_unlock()  # a folder without a vault: the dialog creates one
 
     def _on_lock_action_triggered(self) -> None:
         self.controller.lock()

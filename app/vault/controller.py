@@ -997,8 +997,8 @@ class VaultController(QObject):
             box.deleteLater()
 
     def _on_saved(self, entry: VolumeEntry, info) -> None:
-        entry.saved = True
         self._saved[entry.uid] = info.id
+        self.window.state.mark_saved(entry, f"the vault as \u201c{info.label}\u201d")
         self.refresh()
         self.window.show_status(f"Saved \u201c{info.label}\u201d to the vault", 8000)
 
@@ -1074,6 +1074,13 @@ class VaultController(QObject):
         self._start("edit", model.update_item, self.vault, item_id, details, finished=self._on_item_edited)
 
     def _on_item_edited(self, info) -> None:
+        # The session shows the vault's name of what came from (or went to) this item: a rename follows.
+        state = self.window.state
+        for entry in list(state.volumes):
+            if self._opened.get(entry.uid) == info.id and entry.name != info.label:
+                state.rename_volume(entry, info.label)
+            elif self._saved.get(entry.uid) == info.id:
+                state.mark_saved(entry, f"the vault as \u201c{info.label}\u201d")
         self.refresh()
         self.window.show_status(f"Saved the details of \u201c{info.label}\u201d", 6000)
 

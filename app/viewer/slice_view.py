@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
-from PySide6.QtWidgets import QSizePolicy, QWidget
+from PySide6.QtWidgets import QApplication, QSizePolicy, QWidget
 
 from app.core.session import AppState
 from app.core.slicing import (
@@ -36,6 +36,7 @@ from app.core.slicing import (
     plane_geometry,
     window_from_drag,
     zoom_about,
+    zoom_percent,
     zoomed_rect,
 )
 from app.core.tissue import is_mni, overlay_rgba, tissue_at
@@ -70,6 +71,9 @@ class SliceView(QWidget):
 
     hovered = Signal(str)  # the readout line under the cursor (voxel, RAS mm, intensity)
     maximise_requested = Signal()  # a double-click: show this view alone, or all views again
+    # 256 colours (qRgb) the windowed slice is drawn through instead of grey; a subclass or an instance sets it.
+    colour_table: list[int] | None = None
+    empty_text = "Generate a volume or open a NIfTI file"  # under the plane's name while nothing is shown
     view_changed = Signal()  # zoom or pan changed
 
     TEXT_MARGIN = 6.0  # from the widget's edges
@@ -193,7 +197,11 @@ class SliceView(QWidget):
             grey = apply_window(plane, *self.state.window)
             self._buffer = grey
             rows, cols = grey.shape
-            self._image = QImage(grey.data, cols, rows, grey.strides[0], QImage.Format.Format_Grayscale8)
+            if self.colour_table is None:
+                self._image = QImage(grey.data, cols, rows, grey.strides[0], QImage.Format.Format_Grayscale8)
+            else:  # the windowed values index the table (e.g. the Compare window's diverging B - A colours)
+                self._image = QImage(grey.data, cols, rows, grey.strides[0], QImage.Format.Format_Indexed8)
+                self._image.setColorTable(self.colour_table)
             self._image_key = key
             self.draw_count += 1
         return self._image
@@ -263,6 +271,8 @@ class SliceView(QWidget):
             if level == 1
             else f"{letter}={index}"
         )
+        if abs(self.zoom - 1.0) > 1e-6 and level < 2:  # the zoom level, once it is not "fit"
+            texts["slice"] += f"  \u00b7  {zoom_percent(self.zoom)}"
         if level < 2:  # the toolbar shows W and L too: the first thing to go when space is short
             window, level_value = self.state.window
             decimals = entry.window_decimals  # as the W and L fields on the tool bar show them
@@ -366,7 +376,7 @@ class SliceView(QWidget):
             painter.drawText(
                 self.rect(),
                 Qt.AlignmentFlag.AlignCenter,
-                f"{self.plane.capitalize()}\n\nGenerate a volume or open a NIfTI file",
+                f"{self.plane.capitalize()}\n\n{self.empty_text}",
             )
         else:
             self._draw_image(painter, image)
@@ -437,6 +447,13 @@ class SliceView(QWidget):
             self._drag_pan = self.pan
             self.setCursor(Qt.CursorShape.ClosedHandCursor)
         elif button == Qt.MouseButton.LeftButton:
+            # Where the crosshair was before the first press of a click burst: a double-click maximises
+            # and puts it back there, as Slicer leaves the position alone.
+            interval = QApplication.styleHints().mouseDoubleClickInterval()
+            last = getattr(self, "_last_press_ms", None)
+            if last is None or event.timestamp() - last > interval:
+                self._crosshair_before_clicks = self.state.crosshair_ras.copy()
+            self._last_press_ms = event.timestamp()
             self._drag = "crosshair"
             self._move_crosshair(event.position())
         elif button == Qt.MouseButton.RightButton:
@@ -466,6 +483,9 @@ class SliceView(QWidget):
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802
         if event.button() == Qt.MouseButton.LeftButton:
             self._drag = None
+            before = getattr(self, "_crosshair_before_clicks", None)
+            if before is not None:
+                self.state.set_crosshair(before)
             self.maximise_requested.emit()
 
     def wheelEvent(self, event) -> None:  # noqa: N802
@@ -543,6 +563,13 @@ class SliceView(QWidget):
         inside = not (np.any(voxel < 0) or np.any(voxel >= np.asarray(entry.shape)))
         self.readout = self._readout(voxel) if inside else ""
         self.hovered.emit(self.readout)
+
+    def leaveEvent(self, event) -> None:  # noqa: N802 - Qt override
+        # The pointer left: the readout goes back to the crosshair's voxel, not the last one hovered.
+        if self.readout:
+            self.readout = ""
+            self.hovered.emit("")
+        super().leaveEvent(event)
 
     def crosshair_readout(self) -> str:
         ijk = self.state.crosshair_voxel()

@@ -12,14 +12,16 @@ import logging
 from functools import partial
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QLabel,
     QMainWindow,
+    QMenu,
     QSpinBox,
     QToolBar,
+    QToolButton,
     QWidget,
 )
 
@@ -27,6 +29,7 @@ from app.core.session import CONVENTIONS, AppState
 from app.core.slicing import INDEX_BASE
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry
 from app.theme import CHECKED_TOOLBUTTON_STYLE
+from app.viewer.viewer_area import LAYOUTS
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,28 @@ class ViewerToolbar(QToolBar):
         )
         self.fit_action.triggered.connect(self._on_fit_action_triggered)
         self.addAction(self.fit_action)
+        # Layout presets (Slicer's Four-Up, Conventional, One-up, a row of three): the View menu's Layout
+        # submenu holds the same actions (the main window adds it).
+        self.layout_menu = QMenu("&Layout", self)
+        self.layout_group = QActionGroup(self)
+        for index, name in enumerate(LAYOUTS):
+            action = QAction(name, self)
+            action.setCheckable(True)
+            action.setData(name)
+            action.setShortcut(QKeySequence(f"Ctrl+Alt+{index + 1}"))
+            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            action.setChecked(name == viewer.layout_name)
+            action.triggered.connect(partial(viewer.set_layout, name))
+            self.layout_group.addAction(action)
+            self.layout_menu.addAction(action)
+        self.layout_button = QToolButton()
+        self.layout_button.setObjectName("layoutButton")
+        self.layout_button.setText("Layout")
+        self.layout_button.setToolTip("View layout: Four-Up, Conventional, One-up, three slices in a row")
+        self.layout_button.setMenu(self.layout_menu)
+        self.layout_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.addWidget(self.layout_button)
+        viewer.layout_changed.connect(self._on_viewer_layout_changed)
 
         self.time_separator = self.addSeparator()
         self.time_label = _label("4D")
@@ -211,6 +236,10 @@ class ViewerToolbar(QToolBar):
 
     def _on_crosshair_action_toggled(self, checked: bool) -> None:
         self.state.set_show_crosshair(checked)
+
+    def _on_viewer_layout_changed(self, name: str) -> None:
+        for action in self.layout_group.actions():
+            action.setChecked(action.data() == name)
 
     def _on_fit_action_triggered(self) -> None:
         if self.viewer is not None:

@@ -1,8 +1,10 @@
-"""The central area: axial, 3D, coronal and sagittal views in a four-up layout (like 3D Slicer).
+"""The central area: axial, 3D, coronal and sagittal views in one of 3D Slicer's layouts.
 
-The four cells always split the area evenly: a view's contents (the 3D view's controls, say) never change
-the grid, so choosing a 3D mode does not move the slice views. A double-click on a slice view (or the 3D
-view's maximise button) shows that view alone; the same again brings the four back.
+Layouts (``LAYOUTS``): Four-Up (the default), Conventional (3D above a row of the three slices), One-up
+(the axial view alone) and Three slices in a row. The cells split the area by stretch alone: a view's
+contents (the 3D view's controls, say) never change the grid, so choosing a 3D mode does not move the
+slice views. A double-click on a slice view (or the 3D view's maximise button) shows that view alone; the
+same again brings the layout back.
 """
 
 from __future__ import annotations
@@ -17,7 +19,25 @@ from app.viewer.slice_view import SliceView
 from app.viewer.view3d import View3D
 
 MIN_WIDTH, MIN_HEIGHT = 440, 340
-CELLS = {"axial": (0, 0), "3d": (0, 1), "coronal": (1, 0), "sagittal": (1, 1)}
+CELLS = {"axial": (0, 0), "3d": (0, 1), "coronal": (1, 0), "sagittal": (1, 1)}  # the Four-Up grid
+
+# name -> ({view: (row, column, row span, column span)}, row stretches, column stretches); views not
+# named are hidden in that layout.
+LAYOUTS: dict[str, tuple[dict[str, tuple[int, int, int, int]], tuple[int, ...], tuple[int, ...]]] = {
+    "Four-Up": ({name: (row, col, 1, 1) for name, (row, col) in CELLS.items()}, (1, 1), (1, 1)),
+    "Conventional": (
+        {"3d": (0, 0, 1, 3), "axial": (1, 0, 1, 1), "coronal": (1, 1, 1, 1), "sagittal": (1, 2, 1, 1)},
+        (2, 1),
+        (1, 1, 1),
+    ),
+    "One-up": ({"axial": (0, 0, 1, 1)}, (1,), (1,)),
+    "Three slices in a row": (
+        {"axial": (0, 0, 1, 1), "coronal": (0, 1, 1, 1), "sagittal": (0, 2, 1, 1)},
+        (1,),
+        (1, 1, 1),
+    ),
+}
+DEFAULT_LAYOUT = "Four-Up"
 
 
 def _framed(widget: QWidget) -> QFrame:
@@ -35,7 +55,8 @@ def _framed(widget: QWidget) -> QFrame:
 
 
 class ViewerArea(QWidget):
-    maximised_changed = Signal(str)  # the view shown alone ("axial", "3d"...), or "" for all four
+    maximised_changed = Signal(str)  # the view shown alone ("axial", "3d"...), or "" for the layout
+    layout_changed = Signal(str)  # a name of LAYOUTS
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -45,16 +66,12 @@ class ViewerArea(QWidget):
         self.sagittal = SliceView(state, "sagittal")
         self.view3d = View3D(state)
         self.maximised = ""
+        self.layout_name = DEFAULT_LAYOUT
         self._grid = QGridLayout(self)
         self._grid.setContentsMargins(4, 4, 4, 4)
         self._grid.setSpacing(4)
-        self.frames: dict[str, QFrame] = {}
-        for name, view in self.views().items():
-            self.frames[name] = _framed(view)
-            self._grid.addWidget(self.frames[name], *CELLS[name])
-        for i in range(2):
-            self._grid.setRowStretch(i, 1)
-            self._grid.setColumnStretch(i, 1)
+        self.frames: dict[str, QFrame] = {name: _framed(view) for name, view in self.views().items()}
+        self._place()
         for view in self.slice_views:
             view.maximise_requested.connect(partial(self.toggle_maximised, view.plane))
         self.view3d.maximise_requested.connect(partial(self.toggle_maximised, "3d"))
@@ -69,8 +86,36 @@ class ViewerArea(QWidget):
     def views(self) -> dict[str, QWidget]:
         return {"axial": self.axial, "3d": self.view3d, "coronal": self.coronal, "sagittal": self.sagittal}
 
+    def _place(self) -> None:
+        """Lay the frames out for ``layout_name``, or the maximised view alone over the whole area."""
+        cells, rows, columns = LAYOUTS[self.layout_name]
+        if self.maximised:
+            cells, rows, columns = {self.maximised: (0, 0, 1, 1)}, (1,), (1,)
+        for frame in self.frames.values():
+            self._grid.removeWidget(frame)
+        for index in range(3):  # stretches of rows and columns a smaller layout no longer uses go to 0
+            self._grid.setRowStretch(index, rows[index] if index < len(rows) else 0)
+            self._grid.setColumnStretch(index, columns[index] if index < len(columns) else 0)
+        for name, frame in self.frames.items():
+            if name in cells:
+                self._grid.addWidget(frame, *cells[name])
+            frame.setVisible(name in cells)
+
+    def set_layout(self, name: str) -> None:
+        """Use one of ``LAYOUTS`` (a view shown alone goes back into it)."""
+        if name not in LAYOUTS:
+            raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {name!r}")
+        if name == self.layout_name and not self.maximised:
+            return
+        self.layout_name = name
+        if self.maximised:
+            self.set_maximised("")
+        else:
+            self._place()
+        self.layout_changed.emit(name)
+
     def toggle_maximised(self, name: str) -> None:
-        """Show view ``name`` alone, or all four again if it already is."""
+        """Show view ``name`` alone, or the layout again if it already is."""
         self.set_maximised("" if self.maximised == name else name)
 
     def set_maximised(self, name: str) -> None:
@@ -78,17 +123,8 @@ class ViewerArea(QWidget):
             return
         if name and name not in CELLS:
             raise ValueError(f"view must be one of {tuple(CELLS)}, got {name!r}")
-        if self.maximised:  # put the maximised frame back in its cell
-            frame = self.frames[self.maximised]
-            self._grid.removeWidget(frame)
-            self._grid.addWidget(frame, *CELLS[self.maximised])
-        for other, frame in self.frames.items():
-            frame.setVisible(not name or other == name)
-        if name:
-            frame = self.frames[name]
-            self._grid.removeWidget(frame)
-            self._grid.addWidget(frame, 0, 0, 2, 2)
         self.maximised = name
+        self._place()
         self.view3d.set_maximised(name == "3d")
         self.maximised_changed.emit(name)
 

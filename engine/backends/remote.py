@@ -16,7 +16,9 @@ The wire format is :mod:`engine.wire`; this module never imports the server or F
 from __future__ import annotations
 
 import contextlib
+import socket
 import ssl
+import threading
 from collections.abc import Generator
 from typing import Any
 from urllib.parse import urlsplit
@@ -108,9 +110,30 @@ class RemoteBackend:
             timeout=timeout_s,
             verify=self._pin.context() if self._pin else True,
         )
+        self._open_lock = threading.Lock()
+        self._open_jobs: dict[str, Any] = {}  # job id -> its open event stream (None between streams)
+        self._abandoned: set[str] = set()
 
     def close(self) -> None:
         self._client.close()
+
+    def abandon(self) -> None:
+        """Give up on every job this client is running; safe from any thread, returns within seconds.
+
+        For a step that never ends (a stuck server): the server is asked to cancel each job and the open
+        event stream is cut, so the thread iterating ``sample`` gets ``Cancelled`` at once instead of
+        waiting on keepalives for a step that does not come.
+        """
+        import httpx
+
+        with self._open_lock:
+            jobs = dict(self._open_jobs)
+            self._abandoned.update(jobs)
+        for job_id, stream in jobs.items():
+            with contextlib.suppress(httpx.HTTPError):
+                self._client.delete(f"/jobs/{job_id}", timeout=5.0)
+            if stream is not None:
+                _cut(stream)
 
     def _unreachable(self, exc: Exception) -> BackendUnavailable:
         if self._pin is not None and self._pin.mismatched:
@@ -209,6 +232,8 @@ class RemoteBackend:
             content=wire.encode_request(request),
             headers={"Content-Type": "application/json"},
         ).json()["id"]
+        with self._open_lock:
+            self._open_jobs[job_id] = None
         try:
             index, empty_streams, result_event = 0, 0, None
             timeout = httpx.Timeout(self.timeout_s, read=STREAM_READ_TIMEOUT_S)
@@ -221,6 +246,10 @@ class RemoteBackend:
                         if stream.status_code >= 400:
                             stream.read()
                             raise self._refusal(stream)
+                        with self._open_lock:
+                            self._open_jobs[job_id] = stream
+                            if job_id in self._abandoned:
+                                raise errors.Cancelled("the job was abandoned")
                         for line in stream.iter_lines():
                             if not line:
                                 continue
@@ -243,16 +272,35 @@ class RemoteBackend:
                                 result_event = event
                                 break
                 except httpx.HTTPError as exc:
+                    if job_id in self._abandoned:
+                        raise errors.Cancelled("the job was abandoned") from exc
                     raise BackendUnavailable(
                         f"lost the connection to the engine server at {self.url} ({wire.short(str(exc), 200)})"
                     ) from exc
+                if job_id in self._abandoned:
+                    raise errors.Cancelled("the job was abandoned")
                 empty_streams = 0 if (received or reconnect) else empty_streams + 1
                 if result_event is None and empty_streams >= MAX_EMPTY_STREAMS:
                     raise BackendUnavailable(f"the engine server at {self.url} closed the job stream early")
             volumes = wire.decode_volumes(self._call("GET", f"/jobs/{job_id}/volumes").content)
             return wire.result_from_event(result_event, volumes, self.url)
         finally:
+            with self._open_lock:
+                self._open_jobs.pop(job_id, None)
+                abandoned = job_id in self._abandoned
+                self._abandoned.discard(job_id)
             # Cancelled by the caller (closing this generator), failed mid-way, or done: the server stops
-            # the job if it still runs and frees its volumes.
-            with contextlib.suppress(httpx.HTTPError):
-                self._client.delete(f"/jobs/{job_id}")
+            # the job if it still runs and frees its volumes (an abandoned job was asked already).
+            if not abandoned:
+                with contextlib.suppress(httpx.HTTPError):
+                    self._client.delete(f"/jobs/{job_id}")
+
+
+def _cut(stream) -> None:
+    """Shut an open response's socket down, which wakes a thread blocked reading it (closing would not)."""
+    network_stream = stream.extensions.get("network_stream")
+    sock = network_stream.get_extra_info("socket") if network_stream is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            # socket.socket's own shutdown: SSLSocket's would drop its TLS state under the reading thread.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)

@@ -153,6 +153,46 @@ def _json_copy(value, what: str):
     return out
 
 
+# Provenance keys that describe one file of a volume (its sidecar's neighbours, its batch position in a
+# folder), not the volume: two files of the same volume differ there.
+_FILE_SPECIFIC_PROVENANCE = frozenset({"tissue_maps", "file", "batch_index", "recovery_name"})
+
+
+def volume_fingerprint(slices: Iterator[np.ndarray], shape: Sequence[int], affine, provenance) -> str:
+    """SHA-256 of what makes two items the same volume: the voxel values (as float64, slice by slice over
+    the last axis, so a file and an array hash alike whatever their dtype or compression), the affine (at
+    the float32 precision a NIfTI header keeps) and the provenance less its file-specific keys.
+
+    File bytes are no test: saving one volume twice gives two gzip streams with different headers.
+    """
+    prov = provenance if isinstance(provenance, Mapping) else {}
+    head = {
+        "shape": [int(n) for n in shape],
+        "affine": np.asarray(affine, dtype=np.float32).astype(np.float64).round(5).tolist(),
+        "provenance": {k: v for k, v in prov.items() if k not in _FILE_SPECIFIC_PROVENANCE},
+    }
+    digest = hashlib.sha256(json.dumps(head, sort_keys=True, default=str).encode("utf-8"))
+    for plane in slices:
+        digest.update(np.ascontiguousarray(plane, dtype="<f8").tobytes())
+    return digest.hexdigest()
+
+
+def _array_slices(arr: np.ndarray) -> Iterator[np.ndarray]:
+    for index in range(arr.shape[-1]):
+        yield arr[..., index]
+
+
+def _file_slices(path: Path, shape: Sequence[int], chunk: int = 16) -> Iterator[np.ndarray]:
+    """A NIfTI file's voxels (scaled as nibabel reads them), a few slices at a time: never all in memory."""
+    import nibabel as nib
+
+    proxy = nib.load(str(path)).dataobj
+    for start in range(0, int(shape[-1]), chunk):
+        block = np.asarray(proxy[..., start : start + chunk])
+        for index in range(block.shape[-1]):
+            yield block[..., index]
+
+
 def _json_dict(value, what: str) -> dict:
     if value is None:
         return {}
@@ -1288,6 +1328,9 @@ class Vault:
                 "format": f"nifti{info.version}",
                 "compressed": info.compressed,
                 "descrip": info.descrip,
+                "fingerprint": volume_fingerprint(
+                    _file_slices(path, info.shape), info.shape, info.affine, provenance
+                ),
             },
         }
 
@@ -1490,6 +1533,7 @@ class Vault:
                 "format": "nifti1",
                 "compressed": False,
                 "descrip": nifti.SYNTHETIC_DESCRIP,
+                "fingerprint": volume_fingerprint(_array_slices(arr), arr.shape, aff, prov),
             },
         }
 
@@ -1605,8 +1649,14 @@ class Vault:
             return written
 
     def _same_volume(self, record: dict) -> dict | None:
-        """An item already holding exactly this volume (same plaintext SHA-256 and size), if any."""
+        """An item already holding this volume: the same voxels, affine and provenance
+        (``volume_fingerprint``), or, for items stored before fingerprints, the same plaintext bytes."""
         assert self._index is not None
+        fingerprint = record.get("volume", {}).get("fingerprint")
+        if fingerprint:
+            for rec in self._index["items"].values():
+                if rec.get("volume", {}).get("fingerprint") == fingerprint:
+                    return rec
         volume = next(p for p in record["parts"] if p["name"] == "volume")
         for rec in self._index["items"].values():
             for part in rec["parts"]:

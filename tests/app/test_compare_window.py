@@ -206,13 +206,16 @@ def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, main_window, compare):
     events: list[str] = []
     compare.side_shown.connect(events.append)
     compare.comparison_ended.connect(events.append)
+    assert compare.views["b"]["axial"].empty_text.startswith("Run the comparison")  # not "Generate a volume"
     qtbot.mouseClick(compare.run_button, Qt.MouseButton.LeftButton)
+    assert "waiting for A" in compare.titles["b"].text()
     with qtbot.waitSignal(compare.side_shown, timeout=120_000):
         pass
-    # B is still to come: A's volume and step time are on screen, B's view is empty.
+    # B runs now: A's volume and step time are on screen, B's view is empty and its title says it runs.
     assert compare.comparison is None and compare._job is not None
     assert compare.views["a"]["axial"].current_pixels() is not None
-    assert compare.states["b"].shown is None and "waiting for A" in compare.titles["b"].text()
+    assert compare.states["b"].shown is None and compare.titles["b"].text().endswith("running...")
+    assert compare.titles["b"].toolTip() == compare.titles["b"].text()  # the whole header, however narrow
     assert "ms/step" in compare.titles["a"].text() and "running B" in compare.summary_label.text()
     assert _wait(qtbot, compare) == "finished"
     assert events == ["a", "finished"]

@@ -41,7 +41,9 @@ def test_shortcuts_list_is_read_from_the_windows_actions(qtbot, main_window, scr
         keys = ", ".join(_native(s) for s in candidate.shortcuts() if not s.isEmpty())
         if keys and candidate.text():
             assert (keys, candidate.text().replace("&", "")) in listed
-    assert (_native(QKeySequence.StandardKey.Save), "Save As NIfTI...") in listed
+    assert (_native(QKeySequence.StandardKey.Save), "Save") in listed
+    assert ("Ctrl+Shift+S", "Save As NIfTI...") in listed
+    assert ("Left drag", "Rotate the volume") in listed and ("Right drag or wheel", "Zoom") in listed
     assert ("Ctrl+Shift+G", "Compare Settings...") in {(r.keys, r.what) for r in dialog.rows}
     assert any(row.where == "Slice views" and row.keys == "Home / End" for row in dialog.rows)
     assert any(row.where == "Compare Settings window" for row in dialog.rows)

@@ -127,7 +127,7 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     assert "xla:cpu cpu" in dialog.devices_label.text() and "#0 cpu" in dialog.devices_label.text()
     models = [dialog.model_box.itemText(i) for i in range(dialog.model_box.count())]
     assert "tiny-latent" in models and models[-1] == "brain-ldm-bundle"  # the shipped model is there too
-    assert dialog.topology_box.itemText(0) == "v5e:2x2"  # no slice of its own: the known ones
+    assert dialog.topology_box.itemText(0) == "v5e:2x4"  # no slice of its own: the README's example first
     assert dialog.cfg_check.isChecked() and dialog.top_spin.value() == 3
     assert dialog.plan_button.isDefault()
 

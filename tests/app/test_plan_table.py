@@ -228,6 +228,8 @@ def test_choices_for_the_form():
         "8xH100-nvlink",
     ]
     assert plan_table.topology_choices(None, ["v5e:2x2"]) == ["v5e:2x2"]
+    # No slice of its own: the README's example slice first, as the Plan view proposes it.
+    assert plan_table.topology_choices(None, ["v5e:2x2", "v5e:2x4"]) == ["v5e:2x4", "v5e:2x2"]
     assert plan_table.plan_models(["tiny-latent", ""]) == ["tiny-latent", "brain-ldm-bundle"]
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PySide6.QtCore import Qt
 
 from app.core.recovery import RecoveryStore
 
@@ -109,7 +112,10 @@ def test_a_killed_process_leaves_an_orphan_that_restores_exactly(tmp_path):
     store.open()
     orphans = store.orphans()
     assert len(orphans) == 1 and len(orphans[0].volumes) == 1
-    assert orphans[0].describe().startswith("1 generated volume from a session that ended unexpectedly")
+    assert re.fullmatch(
+        r"1 generated volume made \d\d \w{3} \d\d:\d\d, from a session that ended unexpectedly",
+        orphans[0].describe(),
+    )
     ((name, opened),) = store.restore(orphans[0])
     loaded = opened.loaded
     assert (
@@ -132,7 +138,8 @@ def test_a_killed_process_leaves_the_tissue_maps_that_restore_exactly_with_the_s
     store.open()
     (orphan,) = store.orphans()
     assert len(orphan.volumes) == 1  # the image: its maps beside it are not volumes of their own
-    assert orphan.describe().startswith("1 generated volume from a session that ended unexpectedly")
+    assert orphan.describe().startswith("1 generated volume made ")
+    assert orphan.describe().endswith(", from a session that ended unexpectedly")
     ((name, opened),) = store.restore(orphan)
     assert name == "seed 3 · crashed" and opened.space == MNI and opened.notes == []
     assert list(opened.tissue) == NAMES
@@ -170,7 +177,8 @@ def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
 
     (left,) = RecoveryStore(tmp_path).orphans()
     assert [p.name for p in left.volumes] == [plain.name, path.name]
-    assert left.describe().startswith("2 unsaved generated volumes from your last session")
+    assert left.describe().startswith("2 unsaved generated volumes made ")
+    assert left.describe().endswith("from your last session")
     (_, without), (name, opened) = RecoveryStore.restore(left)
     assert without.tissue == {} and without.space is None
     assert name == "kept" and opened.space == MNI and list(opened.tissue) == NAMES
@@ -279,7 +287,8 @@ def test_generated_volume_survives_a_killed_app(
 
     window = _recovering_window(qtbot, registry, qt_settings, root)
     bar = window.recovery_bar
-    assert bar.isVisible() and "1 generated volume from a session that ended unexpectedly" in bar.label.text()
+    assert bar.isVisible() and "1 generated volume made " in bar.label.text()
+    assert "from a session that ended unexpectedly" in bar.label.text()
     assert window.state.volumes == []
     bar.restore_button.click()
     qtbot.waitUntil(lambda: not bar.isVisible() and not window.runner.jobs, timeout=30_000)
@@ -295,19 +304,34 @@ def test_generated_volume_survives_a_killed_app(
     # Closed without saving it: it stays for the next start, now as a clean exit's leftover.
     (left,) = RecoveryStore(root).orphans()
     assert left.clean_exit and len(left.volumes) == 1
-    assert left.describe().startswith("1 unsaved generated volume from your last session")
+    assert left.describe().startswith("1 unsaved generated volume made ")
+    assert left.describe().endswith("from your last session")
 
 
 @pytest.mark.render
-def test_discard_deletes_the_orphan(qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path):
+def test_discard_can_be_undone_until_quit_and_says_when_each_volume_was_made(
+    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
+):
     root = tmp_path / "recovery"
     assert _kill_after_keeping(root).returncode == -signal.SIGKILL
+    (orphan,) = RecoveryStore(root).orphans()
+    made = time.strftime("%d %b %H:%M", time.localtime(orphan.volumes[0].stat().st_mtime))
     window = _recovering_window(qtbot, registry, qt_settings, root)
-    assert window.recovery_bar.isVisible()
-    window.recovery_bar.discard_button.click()
-    assert not window.recovery_bar.isVisible() and window.state.volumes == []
-    assert [p for p in root.iterdir()] == [window.recovery.store.folder]
-    window.close()
+    bar = window.recovery_bar
+    assert bar.isVisible() and f"made {made}" in bar.label.text()  # when the volume was made
+    assert orphan.volumes[0].name in bar.label.toolTip() and "made" in bar.label.toolTip()
+    qtbot.mouseClick(bar.discard_button, Qt.MouseButton.LeftButton)
+    assert bar.isVisible() and bar.undo_button.isVisible() and "deleted when you quit" in bar.label.text()
+    assert window.state.volumes == [] and not RecoveryStore(root).orphans()
+    assert len(list(root.glob("*.discarded/*.nii.gz"))) == 1  # set aside, not deleted yet
+    qtbot.mouseClick(bar.undo_button, Qt.MouseButton.LeftButton)  # changed my mind
+    assert bar.restore_button.isVisible() and f"made {made}" in bar.label.text()
+    assert len(window.recovery.orphans) == 1 and not list(root.glob("*.discarded"))
+    qtbot.mouseClick(bar.discard_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(bar.close_button, Qt.MouseButton.LeftButton)
+    assert not bar.isVisible()
+    window.close()  # the undo time ends with the session: now it is gone
+    assert list(root.iterdir()) == []
 
 
 @pytest.mark.render
@@ -351,7 +375,7 @@ def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(
     window.close()
 
     window = open_window()
-    assert "1 unsaved generated volume from your last session" in window.recovery_bar.label.text()
+    assert "1 unsaved generated volume made " in window.recovery_bar.label.text()
     window.recovery_bar.restore_button.click()
     qtbot.waitUntil(lambda: not window.recovery_bar.isVisible() and not window.runner.jobs, timeout=30_000)
     (entry,) = window.state.volumes
@@ -388,7 +412,7 @@ def test_generated_tissue_maps_come_back_with_the_volume_after_a_restart(
 
     window = open_window()
     bar = window.recovery_bar
-    assert bar.isVisible() and "1 unsaved generated volume from your last session" in bar.label.text()
+    assert bar.isVisible() and "1 unsaved generated volume made " in bar.label.text()
     bar.restore_button.click()
     qtbot.waitUntil(lambda: not bar.isVisible() and not window.runner.jobs, timeout=30_000)
     assert "1 with tissue maps" in window.statusBar().currentMessage()

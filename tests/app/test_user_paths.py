@@ -245,3 +245,65 @@ def test_quitting_during_a_run_asks_and_no_keeps_the_run(
     qtbot.waitUntil(lambda: not window.isVisible() and not window.runner.jobs, timeout=60_000)
     qtbot.waitUntil(lambda: bool(outcomes), timeout=30_000)
     assert outcomes == ["cancelled"]  # stopped at its next step, not run to the end
+
+
+def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
+    qtbot, main_window, tmp_path, screenshot, monkeypatch
+):
+    window = main_window
+    _select(window, "tiny-pixel")
+    window.state.form.set(batch_size=2)  # two volumes from one run
+    assert _generate(qtbot, window) == "finished"
+    qtbot.waitUntil(lambda: not window.state.job_running, timeout=10_000)
+    first, second = window.state.volumes
+    session = window.session_panel
+    # Never saved: the title has the modified mark, the list draws the names in italics with "*".
+    assert window.isWindowModified() and window.state.shown.name in window.windowTitle()
+    assert all(session.list.item(row).data(Qt.ItemDataRole.UserRole + 1) for row in range(2))
+    assert "not saved yet" in session.details.text()
+
+    target = tmp_path / "first.nii.gz"
+    qt_settings_dir = str(tmp_path)
+    window.settings.setValue("files/last_save_dir", qt_settings_dir)
+    session.list.setCurrentRow(0)  # show the first volume
+    asked: list = []
+    real_dialog = QFileDialog.getSaveFileName
+
+    def count_dialogs(*args, **kwargs):
+        asked.append(args)
+        return real_dialog(*args, **kwargs)
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(count_dialogs))
+    errors: list = []
+
+    def type_name(dialog) -> None:
+        name = dialog.findChild(QLineEdit, "fileNameEdit")
+        name.selectAll()
+        qtbot.keyClicks(name, "first")
+        qtbot.keyClick(name, Qt.Key.Key_Return)
+
+    _answer_modal(type_name, errors)
+    qtbot.keyClick(window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S: asks the first time
+    assert not errors and len(asked) == 1
+    qtbot.waitUntil(lambda: first.saved_file == target and target.is_file(), timeout=60_000)
+    assert not window.isWindowModified() and first.name in window.windowTitle()
+    assert not session.list.item(0).data(Qt.ItemDataRole.UserRole + 1)  # the mark is gone...
+    assert session.list.item(1).data(Qt.ItemDataRole.UserRole + 1)  # ...the other is still unsaved
+    assert f"saved to {target}" in session.details.text().replace("\u200b", "").replace("&#8203;", "")
+    assert f"saved to {target}" in session.list.item(0).toolTip()
+    screenshot(window, "save-state-after-ctrl-s")
+
+    target.unlink()
+    qtbot.keyClick(window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S again: same file
+    qtbot.waitUntil(target.is_file, timeout=60_000)
+    assert len(asked) == 1  # no dialog: Save wrote to the file it was saved to
+
+    def cancel(dialog) -> None:
+        dialog.reject()
+
+    _answer_modal(cancel, errors)
+    qtbot.keyClick(
+        window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )  # Ctrl+Shift+S: Save As always asks
+    assert len(asked) == 2 and not errors
+    assert window.save_as_action.isEnabled() and window.save_action.text() == "&Save"

@@ -830,6 +830,27 @@ def test_import_menu_validates_dates_and_remembers_the_folder(
 
 
 @render
+def test_a_renamed_vault_item_is_renamed_in_the_session_list(qtbot, vault_window, nibabel_data):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, patient={"name": "Doe^Jane"})
+    info = controller.items[0]
+    entry = _open(qtbot, window, info.id)
+    session = window.session_panel.list
+    assert session.item(0).text() == info.label
+    browser = controller.browser
+    browser.select_item(info.id)
+    browser.details_button.click()
+    dialog = controller.details_dialog
+    dialog.label_edit.clear()
+    qtbot.keyClicks(dialog.label_edit, "T1 follow-up")
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "edit") == "finished"
+    qtbot.waitUntil(lambda: session.item(0).text() == "T1 follow-up", timeout=10_000)
+    assert entry.name == "T1 follow-up" and "T1 follow-up" in window.windowTitle()
+
+
+@render
 def test_details_are_edited_from_the_context_menu_and_the_details_button(qtbot, vault_window, nibabel_data):
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
@@ -890,6 +911,32 @@ def test_saving_the_same_volume_twice_asks(qtbot, vault_window):
     controller.duplicate_yes_button.click()
     assert _wait_task(qtbot, controller, "save") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 2, timeout=10_000)
+
+
+@render
+def test_one_generated_volume_saved_to_two_files_is_imported_once_unless_asked(qtbot, vault_window, tmp_path):
+    """File bytes differ (names, gzip headers); the voxels, affine and provenance do not: asked first."""
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    entry = _generated_entry(window, seed=5)
+    first, second = tmp_path / "a.nii.gz", tmp_path / "b-copy.nii"  # the dialog offers both
+    for path in (first, second):
+        window.save_entry(entry, path)
+        qtbot.waitUntil(path.is_file, timeout=20_000)
+    qtbot.waitUntil(lambda: not window.runner.running("save"), timeout=20_000)
+    assert first.read_bytes() != second.read_bytes()
+    _drop(controller.browser, [first])
+    controller.import_dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    _drop(controller.browser, [second])
+    controller.import_dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.duplicate_box is not None, timeout=10_000)
+    assert "already in the vault" in controller.duplicate_box.text()
+    controller.duplicate_box.button(QMessageBox.StandardButton.Cancel).click()
+    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    assert len(controller.items) == 1
 
 
 @render
@@ -1072,3 +1119,30 @@ def test_a_rolled_back_vault_is_named_and_repaired_from_the_app(qtbot, vault_win
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 2, timeout=10_000)
     assert controller.is_unlocked and {i.label for i in controller.items} == {"kept", "dropped"}
     assert controller.last_info[0] == "Vault repaired"
+
+
+@render
+def test_new_vault_is_in_the_vault_menu(qtbot, vault_window, tmp_path, monkeypatch):
+    window = vault_window
+    controller = window.vault_controller
+    menu = controller.menu
+    assert menu.actions()[0] is menu.new_action and menu.new_action.text() == "&New Vault..."
+    assert not controller.exists
+    menu.new_action.trigger()  # no vault yet: created where the app keeps it
+    dialog = controller.unlock_dialog
+    assert dialog is not None and dialog.mode == "create"
+    dialog.passphrase_edit.setText(PASSPHRASE)
+    dialog.confirm_edit.setText(PASSPHRASE)
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "create") == "finished"
+    qtbot.waitUntil(lambda: controller.is_unlocked and not controller._tasks, timeout=10_000)
+
+    from PySide6.QtWidgets import QFileDialog
+
+    elsewhere = tmp_path / "second-vault"
+    elsewhere.mkdir()
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(elsewhere)))
+    menu.new_action.trigger()  # one exists: the new one goes in a folder the user picks
+    assert controller.path == elsewhere and not controller.is_unlocked
+    assert controller.unlock_dialog is not None and controller.unlock_dialog.mode == "create"
+    controller.unlock_dialog.reject()

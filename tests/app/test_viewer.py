@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 
+from app.core.slicing import ZOOM_STEP
 from tests.app.viewer_helpers import choose, open_volume, pixels, type_into, wheel, write_volume
 
 pytestmark = pytest.mark.render
@@ -153,7 +154,10 @@ def test_zoom_with_ctrl_wheel_and_keys_pan_with_middle_drag_and_fit(qtbot, main_
 
     wheel(axial, spot, 2, Qt.KeyboardModifier.ControlModifier)  # zoom in about the cursor
     zoomed = axial.image_rect()
-    assert zoomed.width() == pytest.approx(fit.width() * 1.25**2, rel=1e-3)
+    assert zoomed.width() == pytest.approx(fit.width() * ZOOM_STEP**2, rel=1e-3)
+    assert 1.1 <= ZOOM_STEP <= 1.2  # as Slicer and napari zoom a notch
+    shown = {item.name: item.text for item in axial.overlay_layout()}
+    assert shown["slice"].endswith(f"\u00b7  {ZOOM_STEP**2 * 100:.0f}%")  # the zoom level is on the view
     assert np.allclose(axial.widget_to_voxel(QPointF(spot)), under, atol=1e-6)  # the point stays put
     assert window.state.crosshair_voxel()[2] == slice_before  # Ctrl+wheel does not change the slice
 
@@ -161,7 +165,7 @@ def test_zoom_with_ctrl_wheel_and_keys_pan_with_middle_drag_and_fit(qtbot, main_
     assert window.state.crosshair_voxel()[2] == slice_before + 1
 
     qtbot.keyClick(axial, Qt.Key.Key_Plus)
-    assert axial.image_rect().width() == pytest.approx(zoomed.width() * 1.25, rel=1e-3)
+    assert axial.image_rect().width() == pytest.approx(zoomed.width() * ZOOM_STEP, rel=1e-3)
     qtbot.keyClick(axial, Qt.Key.Key_Minus)
     assert axial.image_rect().width() == pytest.approx(zoomed.width(), rel=1e-3)
 
@@ -206,7 +210,14 @@ def test_zoom_stays_for_the_same_field_of_view_and_fits_another(qtbot, main_wind
 def test_double_click_shows_one_view_alone_and_back(qtbot, main_window, anatomical):
     viewer = main_window.viewer
     area = viewer.rect()
-    qtbot.mouseDClick(viewer.sagittal, Qt.MouseButton.LeftButton, pos=viewer.sagittal.rect().center())
+    before = main_window.state.crosshair_ras.copy()
+    off_centre = viewer.sagittal.rect().center() + QPoint(37, -29)  # not where the crosshair is
+    # What a double-click delivers: press, release, then press + double-click + release.
+    qtbot.mouseClick(viewer.sagittal, Qt.MouseButton.LeftButton, pos=off_centre)
+    moved = main_window.state.crosshair_ras.copy()
+    qtbot.mouseDClick(viewer.sagittal, Qt.MouseButton.LeftButton, pos=off_centre)
+    assert not np.array_equal(moved, before)  # the first click alone does move it
+    assert np.array_equal(main_window.state.crosshair_ras, before)  # maximised; the position stays (Slicer)
     qtbot.waitUntil(lambda: not viewer.axial.isVisible(), timeout=5_000)
     assert viewer.maximised == "sagittal" and viewer.sagittal.isVisible()
     assert not viewer.coronal.isVisible() and not viewer.view3d.isVisible()
@@ -362,3 +373,20 @@ def test_a_4d_file_says_how_many_time_points_and_shows_the_one_picked(
     )
     assert window.state.shown is shown and bar.time_spin.value() == 3
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+
+
+def test_the_hover_readout_goes_back_to_the_crosshair_when_the_pointer_leaves(qtbot, main_window, anatomical):
+    window = main_window
+    axial = window.viewer.axial
+    rect = axial.image_rect()
+    crosshair_text = axial.crosshair_readout()
+    corner = QPoint(int(rect.left() + rect.width() * 0.1), int(rect.top() + rect.height() * 0.1))
+    qtbot.mouseMove(axial, corner)  # the real pointer moves: hover
+    qtbot.waitUntil(
+        lambda: window.readout_label.text() not in ("", "\u271b " + crosshair_text), timeout=5_000
+    )
+    hovered = window.readout_label.text()
+    assert "voxel (" in hovered and crosshair_text not in hovered
+    list_widget = window.session_panel.list
+    qtbot.mouseMove(list_widget, list_widget.rect().center())  # ...and leaves the view
+    qtbot.waitUntil(lambda: crosshair_text in window.readout_label.text(), timeout=5_000)

@@ -44,7 +44,8 @@ def test_no_plaintext_in_vault_or_temporary_folders(tmp_path, monkeypatch, make_
 
     vault = Vault.create(tmp_path / "vault", PASSPHRASE, kdf=FAST_KDF)
     vault.import_nifti(plain, patient={"name": NAME}, study={"description": MARKER.decode()})
-    vault.import_nifti(gz, patient={"name": NAME}, label=NAME)
+    # The same voxels as .nii.gz: the same volume to the duplicate check, stored again on purpose here.
+    vault.import_nifti(gz, patient={"name": NAME}, label=NAME, allow_duplicate=True)
     series = vault.import_dicom(folder)
     vault.add_synthetic(np.zeros((4, 4, 4)), np.eye(4), {"note": MARKER.decode(), "operator": NAME})
     opened = vault.open_item(series.id)  # a view decrypts into memory only

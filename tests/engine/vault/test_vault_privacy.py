@@ -177,3 +177,36 @@ def test_the_same_volume_twice_is_refused_unless_asked(vault, make_nifti, run):
     rc, _, err = run("import", str(path))
     assert rc == 2 and "already in the vault" in err
     assert run("import", str(path), "--allow-duplicate")[0] == 0
+
+
+def test_one_volume_saved_to_two_files_is_one_volume_to_the_vault(vault, tmp_path):
+    """The duplicate check compares voxels, affine and provenance, not file bytes: two .nii.gz files of the
+    same generated volume (different names, so different gzip headers) are the same item; a different seed
+    or different voxels are not."""
+    from engine.nifti_io import save_volume as save_nifti
+
+    data = np.random.default_rng(2).random((6, 7, 5)).astype(np.float32)
+    affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    provenance = {"model": {"id": "tiny"}, "seed": 7, "synthetic": True}
+    one, two = tmp_path / "one.nii.gz", tmp_path / "other-name.nii"
+    for path in (one, two):
+        save_nifti(data, affine, path, provenance=provenance, synthetic=True)
+    assert one.read_bytes() != two.read_bytes()
+    v = Vault(vault.path)
+    v.unlock(PASSPHRASE)
+    first = v.import_nifti(one)
+    with pytest.raises(DuplicateItem) as caught:
+        v.import_nifti(two)
+    assert caught.value.existing == first.id
+    # The app's own "Save to Vault" of that volume is the same volume too.
+    with pytest.raises(DuplicateItem):
+        v.add_synthetic(data, affine, provenance)
+    # Other voxels, or the same voxels from another seed, are another volume.
+    changed = data.copy()
+    changed[0, 0, 0] += 1
+    save_nifti(changed, affine, tmp_path / "changed.nii.gz", provenance=provenance, synthetic=True)
+    save_nifti(data, affine, tmp_path / "seed8.nii.gz", provenance={**provenance, "seed": 8}, synthetic=True)
+    v.import_nifti(tmp_path / "changed.nii.gz")
+    v.import_nifti(tmp_path / "seed8.nii.gz")
+    assert len(v.items()) == 3
+    v.lock()

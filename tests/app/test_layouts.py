@@ -1,0 +1,114 @@
+"""Layout presets as 3D Slicer offers them (Four-Up, Conventional, One-up, a row of three slices), chosen
+from View > Layout and from the tool bar's Layout button, and remembered across restarts."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
+
+from tests.app.viewer_helpers import open_volume
+
+pytestmark = pytest.mark.render
+
+
+def _visible(window) -> set[str]:
+    return {name for name, frame in window.viewer.frames.items() if frame.isVisible()}
+
+
+def _geometry(window, name):
+    return window.viewer.frames[name].geometry()
+
+
+def _menu_action(menu, text):
+    return next(a for a in menu.actions() if a.text().replace("&", "") == text)
+
+
+def test_layouts_from_the_view_menu_and_the_toolbar_are_remembered(
+    qtbot, themed_app, registry, qt_settings, error_dialogs, mni_t1, screenshot
+):
+    from tests.app.conftest import _make_window
+
+    window = _make_window(qtbot, registry, qt_settings, enable_3d=False)
+    open_volume(qtbot, window, mni_t1)
+    view_menu = window.view_menu
+    layout_menu = _menu_action(view_menu, "Layout").menu()
+    assert [a.text() for a in layout_menu.actions()] == [
+        "Four-Up",
+        "Conventional",
+        "One-up",
+        "Three slices in a row",
+    ]
+    assert _visible(window) == {"axial", "coronal", "sagittal", "3d"}
+    screenshot(window, "layout-four-up")
+
+    _menu_action(layout_menu, "Conventional").trigger()  # View > Layout > Conventional
+    qtbot.waitUntil(
+        lambda: _geometry(window, "3d").width() > 2.5 * _geometry(window, "axial").width(), timeout=5_000
+    )
+    three_d, axial, coronal, sagittal = (_geometry(window, n) for n in ("3d", "axial", "coronal", "sagittal"))
+    assert three_d.bottom() < axial.top() and axial.top() == coronal.top() == sagittal.top()
+    assert axial.right() < coronal.left() < sagittal.left()  # the slices in one row under the 3D view
+    screenshot(window, "layout-conventional")
+
+    # The tool bar's Layout button: its menu, clicked as a user clicks it.
+    button = window.viewer_toolbar.layout_button
+    menu = button.menu()
+    row = _menu_action(menu, "Three slices in a row")
+
+    def click_row_when_open(attempts=200):  # the button's menu runs its own event loop
+        if menu.isVisible():
+            QTest.mouseClick(
+                menu,
+                Qt.MouseButton.LeftButton,
+                Qt.KeyboardModifier.NoModifier,
+                menu.actionGeometry(row).center(),
+            )
+        elif attempts:
+            QTimer.singleShot(25, lambda: click_row_when_open(attempts - 1))
+
+    QTimer.singleShot(0, click_row_when_open)
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)  # returns once the menu has closed
+    qtbot.waitUntil(lambda: _visible(window) == {"axial", "coronal", "sagittal"}, timeout=5_000)
+    axial, coronal, sagittal = (_geometry(window, n) for n in ("axial", "coronal", "sagittal"))
+    assert axial.top() == coronal.top() == sagittal.top() and axial.height() > 2 * axial.width() * 0.5
+    assert row.isChecked() and window.viewer.layout_name == "Three slices in a row"
+    screenshot(window, "layout-three-in-a-row")
+
+    # Double-click shows one view alone and back, inside any layout.
+    qtbot.mouseDClick(
+        window.viewer.coronal, Qt.MouseButton.LeftButton, pos=window.viewer.coronal.rect().center()
+    )
+    qtbot.waitUntil(lambda: _visible(window) == {"coronal"}, timeout=5_000)
+    qtbot.mouseDClick(
+        window.viewer.coronal, Qt.MouseButton.LeftButton, pos=window.viewer.coronal.rect().center()
+    )
+    qtbot.waitUntil(lambda: _visible(window) == {"axial", "coronal", "sagittal"}, timeout=5_000)
+
+    _menu_action(layout_menu, "One-up").trigger()
+    qtbot.waitUntil(lambda: _visible(window) == {"axial"}, timeout=5_000)
+    screenshot(window, "layout-one-up")
+    window.close()
+
+    again = _make_window(qtbot, registry, qt_settings, enable_3d=False)  # a restart
+    assert again.viewer.layout_name == "One-up" and _visible(again) == {"axial"}
+    assert _menu_action(_menu_action(again.view_menu, "Layout").menu(), "One-up").isChecked()
+    QApplication.processEvents()
+    again.close()
+
+
+def test_crosshair_visibility_is_remembered(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    from tests.app.conftest import _make_window
+
+    window = _make_window(qtbot, registry, qt_settings, enable_3d=False)
+    action = window.viewer_toolbar.crosshair_action
+    assert action.isChecked() and window.state.show_crosshair
+    qtbot.keyClick(
+        window, Qt.Key.Key_X, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
+    assert not action.isChecked() and not window.state.show_crosshair
+    window.close()
+    again = _make_window(qtbot, registry, qt_settings, enable_3d=False)
+    assert not again.state.show_crosshair and not again.viewer_toolbar.crosshair_action.isChecked()
+    again.close()
