@@ -283,12 +283,15 @@ def open_maisi_folder(folder: Path) -> MaisiModelSource:
         "recommended_fov_mm": fov,
         "fov_tolerance": FOV_TOLERANCE,
         "fov_source": fov_source,
-        # Half the edges at twice the spacing: the same field of view, an eighth of the voxels.
-        "preview": {
-            "size": [max(size_multiple, n // 2 // size_multiple * size_multiple) for n in size],
-            "spacing_mm": [round(s * 2, 4) for s in spacing],
-        },
     }
+    # Half the edges at twice the spacing: the same field of view, an eighth of the voxels (where the
+    # halved edges are still multiples the networks take and the doubled spacing is one VolSynth allows).
+    preview_size = [n // 2 for n in size]
+    preview_spacing = [round(s * 2, 4) for s in spacing]
+    if all(n >= size_multiple and n % size_multiple == 0 for n in preview_size) and all(
+        SPACING_RANGE_MM[0] <= s <= SPACING_RANGE_MM[1] for s in preview_spacing
+    ):
+        geometry["preview"] = {"size": preview_size, "spacing_mm": preview_spacing}
     licence = _licence(folder)
     # norm_float16 rounds the autoencoder's normalised activations to fp16, a GPU memory saver that only
     # works under CUDA autocast (on a CPU MONAI's decode then fails on mixed dtypes). VolSynth decodes at
@@ -542,8 +545,12 @@ def model_card(source: ModelSource) -> str:
         "",
         f"- default {fmt(spec.output_shape[1:])} voxels at {fmt(spec.voxel_spacing_mm)} mm, "
         f"{spec.default_steps} steps, guidance {spec.default_guidance_scale:g}",
-        f"- preview {fmt(geometry.get('preview', {}).get('size', ()))} voxels at "
-        f"{fmt(geometry.get('preview', {}).get('spacing_mm', ()))} mm (same field of view)",
+        (
+            f"- preview {fmt(geometry['preview']['size'])} voxels at {fmt(geometry['preview']['spacing_mm'])} mm "
+            "(same field of view)"
+            if geometry.get("preview")
+            else "- no preview size (half the edges would not fit the networks)"
+        ),
         f"- sizes: multiples of {geometry.get('size_multiple')} voxels, up to {fmt(geometry.get('max_size', ()))}; "
         "spacing {:g} to {:g} mm".format(*geometry.get("spacing_range_mm", (0, 0))),
         f"- intensities: {spec.output_intensity['description'] if spec.output_intensity else 'as decoded'}",
