@@ -341,3 +341,35 @@ def test_the_engine_server_runs_the_same_request(backend):
     assert np.array_equal(result.affine, expected.affine)
     assert result.request.modality == "swi-skullstripped" and result.provenance["output"]["class_label"] == 32
     assert refused.status_code == 422 and "output_size" in refused.text
+
+
+# -- 3. fitting a workstation ---------------------------------------------------------------------------------
+
+
+def test_the_streamed_decode_gives_the_same_volume(backend):
+    from engine.optimization_config import OptimizationConfig
+
+    request = SamplingRequest(model="NV-Generate-CTMR", steps=1, seed=4, modality="t1w-skullstripped")
+    plain = run(backend.sample(request))
+    streamed = run(backend.sample(request.replace(optimization=OptimizationConfig(streamed_decode=True))))
+    assert streamed.provenance["optimization"]["report"]["streamed_decode"]["applied"]
+    difference = np.abs(streamed.volumes - plain.volumes)
+    assert difference.max() <= 1.0 and (difference == 0).mean() > 0.999  # whole numbers: see the parity test
+
+
+def test_memory_is_estimated_before_loading_and_a_machine_too_small_is_refused(maisi_folder, monkeypatch):
+    from engine import input_checks
+    from engine.errors import OutOfMemory
+
+    source = open_model_folder(maisi_folder)
+    estimate = source.memory_estimate()
+    assert estimate["total"] == sum(v for k, v in estimate.items() if k not in ("total", "decoding_full"))
+    assert estimate["decoding"] <= estimate["decoding_full"]
+    from engine.models import maisi
+
+    read = []
+    monkeypatch.setattr(maisi, "_read_checkpoint", lambda path: read.append(path))
+    monkeypatch.setattr(input_checks, "available_memory", lambda: 1 << 20)
+    with pytest.raises(OutOfMemory, match="would need about .* but only 1.0 MiB is available"):
+        source.load()
+    assert not read  # refused before a checkpoint was read
