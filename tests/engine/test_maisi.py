@@ -330,6 +330,11 @@ def test_the_engine_server_runs_the_same_request(backend):
     with ServerThread(create_app(backend, token="t0ken")) as url:
         remote = RemoteBackend(url, token="t0ken")
         result = run(remote.sample(request))
+        # The app builds its picker entry for a server's model from /models: the choices come through.
+        from engine.models.spec import ModelSpec
+
+        listed = ModelSpec.from_dict(next(m for m in remote.models() if m["id"] == "NV-Generate-CTMR"))
+        assert listed.modality_names[:2] == ("t1w", "t2w") and listed.geometry["size_multiple"] == 32
         import httpx
 
         refused = httpx.post(
