@@ -183,7 +183,7 @@ def phase_unet(folder: Path, repeats: int) -> dict:
     }
 
 
-def phase_decode(folder: Path, repeats: int) -> dict:
+def phase_decode(folder: Path, repeats: int, bf16: bool = False) -> dict:
     import torch
 
     from engine.models.registry import open_model_folder
@@ -219,6 +219,13 @@ def phase_decode(folder: Path, repeats: int) -> dict:
         "shape": list(image.shape),
         "budget_bytes": stats.get("budget_bytes"),
     }
+    if bf16:
+        # The same decode with activations in bf16 (autocast, as the decoder_autocast setting runs it).
+        started = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            half = streamed_decode(autoencoder, full)
+        out["full_size"]["bf16_streamed_s"] = time.perf_counter() - started
+        out["full_size"]["bf16_psnr_db_vs_fp32"] = _psnr(half, image)
     out["peak_rss_bytes"] = _peak_rss_bytes()
     return out
 
@@ -262,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phases", default="preview,unet,decode")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the preview and full phases)")
     parser.add_argument("--runs", type=int, default=1, help="generations per preview/full phase (GPU: 3)")
+    parser.add_argument("--decode-bf16", action="store_true", help="also the full decode under bf16 autocast")
     parser.add_argument("--phase", default="", help=argparse.SUPPRESS)  # one phase, in a child process
     args = parser.parse_args(argv)
     root = Path(args.root)
@@ -275,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 folder, PREVIEW, PREVIEW_SPACING, args.device, args.runs, "bf16"
             ),
             "unet": lambda: phase_unet(folder, args.unet_repeats),
-            "decode": lambda: phase_decode(folder, args.decode_repeats),
+            "decode": lambda: phase_decode(folder, args.decode_repeats, args.decode_bf16),
         }[args.phase]()
         print("RESULT " + json.dumps(result))
         return 0
@@ -287,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         proc = subprocess.run(
             [sys.executable, "-m", "engine.bench.maisi", "--phase", phase, "--root", str(root),
              "--unet-repeats", str(args.unet_repeats), "--decode-repeats", str(args.decode_repeats),
-             "--device", args.device, "--runs", str(args.runs)],
+             "--device", args.device, "--runs", str(args.runs)] + (["--decode-bf16"] if args.decode_bf16 else []),
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)

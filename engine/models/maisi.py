@@ -161,7 +161,8 @@ def _licence(folder: Path) -> str:
             elif header is not None and cells and cells[0].strip("*").lower() == "license":
                 column = header.index(f"`{VARIANT}`")
                 if column < len(cells):
-                    return _MD_LINK.sub(r"\1", cells[column]).strip() + " License"
+                    text = _MD_LINK.sub(r"\1", cells[column]).strip()
+                    return text if text.lower().endswith(("license", "licence")) else f"{text} License"
     for name in ("LICENSE.weights", "LICENSE"):
         path = folder / name
         if path.is_file():
