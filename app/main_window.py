@@ -390,8 +390,12 @@ class MainWindow(QMainWindow):
         self.space_label = QLabel("")
         self.space_label.setObjectName("space")
         self.space_label.hide()
+        self.voxel_label = QLabel("")
+        self.voxel_label.setObjectName("voxelSize")
+        self.voxel_label.hide()
         status.addPermanentWidget(self.readout_label)
         status.addPermanentWidget(self.space_label)
+        status.addPermanentWidget(self.voxel_label)
         status.addPermanentWidget(self.device_label)
 
     # -- models --------------------------------------------------------------------------------------
@@ -477,6 +481,15 @@ class MainWindow(QMainWindow):
         self._update_title()
         # The space the shown volume's millimetres are in (the readout's RAS or MNI coordinates).
         self.space_label.setVisible(entry is not None and entry.kind != "preview")
+        # The voxel size, and the modality of a model that takes one (NV-Generate-MR-Brain).
+        self.voxel_label.setVisible(entry is not None)
+        if entry is not None:
+            spacing = "\u00d7".join(f"{v:.3g}" for v in entry.spacing)
+            modality = (entry.provenance.get("output") or {}).get("modality")
+            self.voxel_label.setText(f"{spacing} mm" + (f" \u00b7 {modality}" if modality else ""))
+            self.voxel_label.setToolTip(
+                "Voxel size of the shown volume" + (f"; modality {modality}" if modality else "")
+            )
         if entry is not None:
             self.space_label.setText(f"Space: {entry.space_name}")
             self.space_label.setToolTip(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -23,6 +24,8 @@ MAX_BATCH = 16
 MAX_STEPS = 10_000
 MAX_PROFILED_STEPS = 10  # profiler traces grow with every step; a few steps show the steady state
 STAGES = ("load", "compile", "denoise", "decode")
+MAX_EDGE = 4096  # voxels along one axis of a requested output size (a model's own limits are tighter)
+_MODALITY_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,11 @@ class SamplingRequest:
         kernel_profile_steps: run ``torch.profiler`` around this many denoising steps (from step 2; step 1
             warms up) and put their top operators in ``provenance["kernel_profile"]``. Profiled steps run
             slower; their numbers are listed there so that latency statistics can leave them out.
+        modality: categorical conditioning by name (MAISI v2 brain: ``t1w``, ``t2w``, ``flair``, ``swi`` and
+            the same with ``-skullstripped``); empty means the model's default, or none for models that take
+            none.
+        output_size: (x, y, z) voxels, for models that let a request choose; None means the model's default.
+        voxel_spacing_mm: (x, y, z) mm, likewise; None means the model's default.
     """
 
     model: str = ""
@@ -56,6 +64,10 @@ class SamplingRequest:
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     preview_interval: int = 0
     kernel_profile_steps: int = 0
+    # -- what the output is, for models that let a request choose (engine.models.output_geometry) --------
+    modality: str = ""
+    output_size: tuple[int, int, int] | None = None
+    voxel_spacing_mm: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         # Frozen: normalise via object.__setattr__ so equality and hashing see canonical values.
@@ -95,6 +107,40 @@ class SamplingRequest:
         for name, value in self.conditioning.items():
             if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
                 raise InvalidRequest(f"condition {name!r} must be a finite number, got {value!r}")
+        self._check_output_fields()
+
+    def _check_output_fields(self) -> None:
+        if not isinstance(self.modality, str) or not _MODALITY_NAME.fullmatch(self.modality or "x"):
+            raise InvalidRequest(
+                f"modality must be a name such as t1w or flair-skullstripped, got {str(self.modality)[:60]!r}"
+            )
+        if self.output_size is not None:
+            size = self.output_size
+            if (
+                not isinstance(size, list | tuple)
+                or len(size) != 3
+                or not all(
+                    isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_EDGE for n in size
+                )
+            ):
+                raise InvalidRequest(
+                    f"output size must be three whole numbers from 1 to {MAX_EDGE}, got {str(size)[:60]}"
+                )
+            object.__setattr__(self, "output_size", tuple(size))
+        if self.voxel_spacing_mm is not None:
+            spacing = self.voxel_spacing_mm
+            if (
+                not isinstance(spacing, list | tuple)
+                or len(spacing) != 3
+                or not all(
+                    isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                    for v in spacing
+                )
+            ):
+                raise InvalidRequest(
+                    f"voxel spacing must be three positive numbers (mm), got {str(spacing)[:60]}"
+                )
+            object.__setattr__(self, "voxel_spacing_mm", tuple(float(v) for v in spacing))
 
     def replace(self, **changes: Any) -> SamplingRequest:
         data = self.to_dict()
@@ -107,6 +153,9 @@ class SamplingRequest:
         data = asdict(self)
         data["optimization"] = self.optimization.to_dict()
         data["conditioning"] = dict(self.conditioning)
+        for name in ("output_size", "voxel_spacing_mm"):
+            if data[name] is not None:
+                data[name] = list(data[name])
         return data
 
     def to_json(self) -> str:

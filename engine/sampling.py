@@ -23,6 +23,7 @@ import torch
 from engine.api import Progress, SamplingRequest
 from engine.errors import InvalidRequest
 from engine.models.networks import build_scheduler
+from engine.models.output_geometry import resolve_output
 from engine.models.spec import ModelSpec
 
 PREVIEW_MAX_EDGE = 128
@@ -65,6 +66,8 @@ class LoopOutput:
     conditioning_normalised: list[float]
     scheduler_config: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    output: dict[str, Any] = field(default_factory=dict)  # modality, size, spacing, intensity handling
     step_times_s: list[float] = field(default_factory=list)
 
 
@@ -87,14 +90,43 @@ def resolve_request(spec: ModelSpec, request: SamplingRequest) -> tuple[Sampling
         raise InvalidRequest(
             f"model {spec.id!r} was not trained for classifier-free guidance; set guidance scale to 1.0"
         )
+    output = resolve_output(spec, request.modality, request.output_size, request.voxel_spacing_mm)
+    chosen = (
+        # A model with a choosable output records what it made; the others keep these fields unset.
+        {"modality": output.modality, "output_size": output.size, "voxel_spacing_mm": output.spacing_mm}
+        if spec.geometry is not None
+        else {}
+    )
     resolved = request.replace(
         model=request.model or spec.id,
         sampler=sampler,
         steps=steps,
         conditioning=conditioning,
         guidance_scale=guidance,
+        **chosen,
     )
     return resolved, conditioning
+
+
+def request_warnings(spec: ModelSpec, request: SamplingRequest) -> list[str]:
+    """What the user should know before this (resolved) request runs: a field of view away from the
+    recommended ones; a full decode that would not fit in memory."""
+    output = resolve_output(spec, request.modality, request.output_size, request.voxel_spacing_mm)
+    warnings = list(output.warnings)
+    if spec.geometry is not None and spec.kind == "latent" and not request.optimization.streamed_decode:
+        from engine.formatting import format_bytes
+        from engine.input_checks import available_memory
+        from engine.models.budget import decoder_activation_bytes
+
+        needed = request.batch_size * decoder_activation_bytes(
+            spec.networks["autoencoder"], (spec.output_shape[0], *output.size)
+        )
+        if needed > available_memory():
+            warnings.append(
+                f"the full decode of {'x'.join(map(str, output.size))} needs about {format_bytes(needed)}, "
+                "more than is available; turn on streamed decode (same volume, bounded memory)"
+            )
+    return warnings
 
 
 def estimate_x0(scheduler, model_output: torch.Tensor, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -129,14 +161,17 @@ def denoise(
     """
     started = time.perf_counter()
 
-    # 1. Resolve the request against the model: sampler, steps, conditioning values.
+    # 1. Resolve the request against the model: sampler, steps, conditioning values, and (for models that
+    #    let a request choose) modality, output size and spacing.
     request, conditioning = resolve_request(spec, request)
+    made = resolve_output(spec, request.modality, request.output_size, request.voxel_spacing_mm)
+    warnings = request_warnings(spec, request)
     batch = request.batch_size
     guided = request.guidance_scale != 1.0
 
     # 2. A fresh scheduler for this run (schedulers hold per-run state such as PNDM's history).
     scheduler = build_scheduler(request.sampler, spec.schedule)
-    shape = (batch, *spec.diffusion_shape)
+    shape = (batch, *spec.latent_shape_for(request.output_size))
     if request.sampler == "rflow":
         scheduler.set_timesteps(request.steps, device=device, input_img_size_numel=int(np.prod(shape[2:])))
     else:
@@ -168,8 +203,20 @@ def denoise(
             context = vector
         if "concat" in spec.conditioning_modes:
             concat = vector[:, 0, :, None, None, None].expand(-1, -1, *shape[2:])
+    #    Categorical conditioning (MAISI): the modality's class label and the spacing (mm x 100, as the model's
+    #    own inference passes it) ride in the context as (B, 1, 4); the unconditioned half of guidance has
+    #    the null class label and the same spacing.
+    if spec.modalities:
+        spacing = [100.0 * v for v in made.spacing_mm]
+        labels = torch.tensor([[float(made.class_label), *spacing]], dtype=torch.float32, device=device)
+        context = labels.view(1, 1, 4).repeat(batch, 1, 1)
+        if guided:
+            null = context.clone()
+            null[:, 0, 0] = float(spec.null_modality)
+            context = torch.cat([null, context], dim=0)
 
-    yield Progress("denoise", 0, request.steps, time.perf_counter() - started, "denoising")
+    message = "denoising" + "".join(f"; warning: {w}" for w in warnings)
+    yield Progress("denoise", 0, request.steps, time.perf_counter() - started, message)
 
     # 5. The denoising loop.
     step_times: list[float] = []
@@ -241,11 +288,40 @@ def denoise(
         },
         timings={"denoise_s": denoise_s, "decode_s": decode_s, "loop_total_s": time.perf_counter() - started},
         step_times_s=step_times,
+        warnings=warnings,
+        output={
+            "size": list(made.size),
+            "spacing_mm": list(made.spacing_mm),
+            "fov_mm": [round(v, 3) for v in made.fov_mm],
+            **({"modality": made.modality, "class_label": made.class_label} if made.modality else {}),
+            **(
+                {
+                    "null_class_label": spec.null_modality,
+                    "spacing_tensor": [100.0 * v for v in made.spacing_mm],
+                    "scale_factor": spec.scale_factor,
+                }
+                if spec.modalities
+                else {}
+            ),
+            **({"intensity": spec.output_intensity["description"]} if spec.output_intensity else {}),
+        },
     )
 
 
 def _to_image(prepared, spec: ModelSpec, x: torch.Tensor) -> torch.Tensor:
     if spec.kind != "latent":
-        return x
+        return _intensities(spec, x)
     with torch.inference_mode():
-        return prepared.decode(x / spec.scale_factor)
+        return _intensities(spec, prepared.decode(x / spec.scale_factor))
+
+
+def _intensities(spec: ModelSpec, image: torch.Tensor) -> torch.Tensor:
+    """The decoder's output mapped to intensities the way the model's own inference does (most models:
+    unchanged; MAISI MR: x 1000, clipped below at 0, truncated to whole numbers)."""
+    mapping = spec.output_intensity
+    if not mapping:
+        return image
+    image = image.float() * float(mapping.get("scale", 1.0)) + float(mapping.get("offset", 0.0))
+    if mapping.get("clip_min") is not None or mapping.get("clip_max") is not None:
+        image = image.clamp(min=mapping.get("clip_min"), max=mapping.get("clip_max"))
+    return image.trunc() if mapping.get("truncate") else image

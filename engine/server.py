@@ -62,7 +62,7 @@ from pydantic import (
 )
 
 from engine import optimization_config, wire
-from engine.api import MAX_BATCH, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest, run
+from engine.api import MAX_BATCH, MAX_EDGE, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest, run
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, ModelNotFound
 from engine.server_connections import ConnectionLimits, InFlightLimit
 from engine.xla.planning import DEFAULT_COMPILE_TOP, MAX_COMPILE_TOP
@@ -220,6 +220,10 @@ class JobRequest(BaseModel):
     optimization: OptimizationBody = Field(default_factory=OptimizationBody)
     preview_interval: _whole(ge=0, le=MAX_STEPS) = 0
     kernel_profile_steps: _whole(ge=0, le=MAX_PROFILED_STEPS) = 0
+    # What the output is, for models that let a request choose (engine.models.output_geometry).
+    modality: Annotated[str, StringConstraints(pattern=r"^([a-z0-9][a-z0-9-]{0,39})?$")] = ""
+    output_size: Annotated[list[_whole(ge=1, le=MAX_EDGE)], Field(min_length=3, max_length=3)] | None = None
+    voxel_spacing_mm: Annotated[list[_finite(gt=0.0)], Field(min_length=3, max_length=3)] | None = None
 
 
 class ErrorBody(BaseModel):

@@ -27,6 +27,13 @@ are: fp32, under autocast, int8) within a memory budget:
   with ``channels_last=True``, in NDHWC, where oneDNN's convolutions are faster on these CPUs;
 * slab sizes are chosen from the memory budget (default: from the memory available now).
 
+MONAI's ``AutoencoderKlMaisi`` (MAISI v2, NVIDIA's NV-Generate models) decodes the same way: its
+``MaisiConvolution`` splits (``num_splits`` along ``dim_split``, with overlaps) are an exact memory device of
+the full convolution, so each is streamed as the convolution it wraps; its upsampling (trilinear x2, then a
+3x3x3 convolution) is evaluated lazily like the sub-pixel one (:class:`_TrilinearUpsampled`); its GroupNorm
+is the plain GroupNorm when ``norm_float16`` is off, as VolSynth builds it (``norm_float16`` rounds the
+normalised activations to fp16, a GPU memory saver that needs CUDA autocast).
+
 Differences from the full decode come only from summation order: max abs error ~1e-6 on unit-range output
 in fp32.
 """
@@ -350,6 +357,96 @@ class _Upsampled(_Rows):
         return _Stored(out)
 
 
+class _TrilinearUpsampled(_Upsampled):
+    """MAISI's upsampling (trilinear x2, align_corners False, then a 3x3x3 convolution) of a stored input,
+    evaluated lazily. Output rows [a, b) need upsampled rows [a - 1, b + 1), which need source rows around
+    them: a slab of the source interpolated on its own gives exactly the full interpolation's rows except
+    at the slab's own edges (where it clamps), so one extra source row is read on each side."""
+
+    def __init__(self, source: _Stored, conv: nn.Conv3d, ctx: _Ctx):
+        self.source, self.ctx = source, ctx
+        self.conv = _RowConv(conv)
+        b, _, x, y, z = source.shape
+        self.shape = (b, conv.out_channels, 2 * x, 2 * y, 2 * z)
+        self.dtype = ctx.dtype
+        self.cached = None
+
+    def compute(self, a: int, b: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        size = self.source.shape[2]
+        pad = self.conv.pad_x
+        lo, hi = a - pad, b + pad  # upsampled rows the convolution reads
+        up_a, up_b = max(lo, 0), min(hi, 2 * size)
+        src_a, src_b = max(0, (up_a - 1) // 2), min(size, (up_b + 2) // 2)
+        part = self.source.rows(src_a, src_b)
+        with torch.autocast(part.device.type, enabled=False):
+            up = F.interpolate(part, scale_factor=2.0, mode="trilinear")
+        up = up[:, :, up_a - 2 * src_a : up_b - 2 * src_a]
+        if up_a > lo or up_b < hi:  # the convolution's zero padding at the volume's edges
+            up = F.pad(up, (0, 0, 0, 0, up_a - lo, hi - up_b))
+        rows = self.conv(self.ctx.layout(up.to(self.ctx.dtype)))
+        self.ctx.stats["upsampled_rows_computed"] = self.ctx.stats.get("upsampled_rows_computed", 0) + b - a
+        if out is not None:
+            out.copy_(rows)
+            return out
+        return rows
+
+
+def _maisi_conv(block: nn.Module) -> nn.Conv3d | None:
+    """The Conv3d inside a MaisiConvolution (MaisiConvolution -> monai Convolution -> Conv3d), if any."""
+    inner = getattr(getattr(block, "conv", None), "conv", None)
+    return inner if isinstance(inner, nn.Conv3d) and _row_convolvable(inner) else None
+
+
+class _MaisiResView:
+    """A MaisiResBlock seen as the AEKLResBlock ``_res_block`` streams (the same computation)."""
+
+    def __init__(self, block: nn.Module, conv1: nn.Conv3d, conv2: nn.Conv3d):
+        from types import SimpleNamespace
+
+        self.norm1, self.norm2 = block.norm1, block.norm2
+        self.conv1, self.conv2 = SimpleNamespace(conv=conv1), SimpleNamespace(conv=conv2)
+        shortcut = block.nin_shortcut
+        self.nin_shortcut = (
+            shortcut if isinstance(shortcut, nn.Identity) else SimpleNamespace(conv=_maisi_conv(shortcut))
+        )
+
+
+def _maisi_block(blocks: list[nn.Module], i: int, src: _Rows, ctx: _Ctx) -> tuple[_Rows, int] | None:
+    """``blocks[i]`` of a MAISI decoder, streamed; None when it is not one streamed here."""
+    try:
+        from monai.apps.generation.maisi.networks.autoencoderkl_maisi import (
+            MaisiConvolution,
+            MaisiGroupNorm3D,
+            MaisiResBlock,
+            MaisiUpsample,
+        )
+    except ImportError:  # pragma: no cover - MONAI without the MAISI networks
+        return None
+    block = blocks[i]
+    if isinstance(block, MaisiGroupNorm3D | MaisiResBlock) and (
+        getattr(block, "norm_float16", False) or getattr(getattr(block, "norm1", None), "norm_float16", False)
+    ):
+        # fp16-rounded normalisation (needs CUDA autocast): run as MONAI does.
+        return _Stored(ctx.layout(block(_stored(src, ctx).value).to(ctx.dtype))), i + 1
+    if isinstance(block, MaisiResBlock):
+        conv1, conv2 = _maisi_conv(block.conv1), _maisi_conv(block.conv2)
+        shortcut_ok = (
+            isinstance(block.nin_shortcut, nn.Identity) or _maisi_conv(block.nin_shortcut) is not None
+        )
+        if conv1 is not None and conv2 is not None and shortcut_ok:
+            return _res_block(_MaisiResView(block, conv1, conv2), src, ctx), i + 1
+        return None
+    if isinstance(block, MaisiConvolution) and _maisi_conv(block) is not None:
+        return _conv_all(src, _RowConv(_maisi_conv(block)), ctx), i + 1
+    if (
+        isinstance(block, MaisiUpsample)
+        and not block.use_convtranspose
+        and _maisi_conv(block.conv) is not None
+    ):
+        return _TrilinearUpsampled(_stored(src, ctx), _maisi_conv(block.conv), ctx), i + 1
+    return None
+
+
 def _halo_rows(read, size: int, lo: int, hi: int, pre, ctx: _Ctx, dtype=None) -> torch.Tensor:
     """Rows [lo, hi) of ``pre(input)``, zero where they fall outside [0, size) (the convolution's padding)."""
     a, b = max(lo, 0), min(hi, size)
@@ -601,6 +698,9 @@ def _apply(blocks: list[nn.Module], i: int, src: _Rows, ctx: _Ctx) -> tuple[_Row
     from monai.networks.nets.autoencoderkl import AEKLResBlock
 
     block = blocks[i]
+    maisi = _maisi_block(blocks, i, src, ctx)
+    if maisi is not None:
+        return maisi
     if (
         isinstance(block, AEKLResBlock)
         and _row_convolvable(block.conv1.conv)
@@ -615,6 +715,8 @@ def _apply(blocks: list[nn.Module], i: int, src: _Rows, ctx: _Ctx) -> tuple[_Row
         nxt = blocks[i + 1] if i + 1 < len(blocks) else None
         if isinstance(nxt, Convolution) and len(nxt) == 1 and _row_convolvable(nxt.conv):
             return _conv_all(stored, _RowConv(nxt.conv), ctx, pre=apply), i + 2
+        if nxt is not None and type(nxt).__name__ == "MaisiConvolution" and _maisi_conv(nxt) is not None:
+            return _conv_all(stored, _RowConv(_maisi_conv(nxt)), ctx, pre=apply), i + 2
         for a in range(0, stored.shape[2], slab):
             rows = stored.value[:, :, a : a + slab]
             rows.copy_(apply(rows, None))

@@ -213,3 +213,218 @@ class ServerThread:
         if self.thread.is_alive():  # open streams hold the graceful shutdown: end them
             self.server.force_exit = True
             self.thread.join(timeout=10)
+
+
+# -- NV-Generate-MR-Brain (MAISI v2) folders ----------------------------------------------------------------
+
+#: The real rflow-mr-brain network definitions (NV-Generate-CTMR configs/config_network_rflow.json, facts
+#: restated), with the entries this model does not need, kept so opening must ignore them.
+MAISI_NETWORK_CONFIG = {
+    "spatial_dims": 3,
+    "image_channels": 1,
+    "latent_channels": 4,
+    "include_body_region": False,
+    "mask_generation_latent_shape": [4, 64, 64, 64],
+    "autoencoder_def": {
+        "_target_": "monai.apps.generation.maisi.networks.autoencoderkl_maisi.AutoencoderKlMaisi",
+        "spatial_dims": "@spatial_dims",
+        "in_channels": "@image_channels",
+        "out_channels": "@image_channels",
+        "latent_channels": "@latent_channels",
+        "num_channels": [64, 128, 256],
+        "num_res_blocks": [2, 2, 2],
+        "norm_num_groups": 32,
+        "norm_eps": 1e-06,
+        "attention_levels": [False, False, False],
+        "with_encoder_nonlocal_attn": False,
+        "with_decoder_nonlocal_attn": False,
+        "use_checkpointing": False,
+        "use_convtranspose": False,
+        "norm_float16": True,
+        "num_splits": 4,
+        "dim_split": 1,
+    },
+    "diffusion_unet_def": {
+        "_target_": "monai.apps.generation.maisi.networks.diffusion_model_unet_maisi.DiffusionModelUNetMaisi",
+        "spatial_dims": "@spatial_dims",
+        "in_channels": "@latent_channels",
+        "out_channels": "@latent_channels",
+        "num_channels": [64, 128, 256, 512],
+        "attention_levels": [False, False, True, True],
+        "num_head_channels": [0, 0, 32, 32],
+        "num_res_blocks": 2,
+        "use_flash_attention": True,
+        "include_top_region_index_input": "@include_body_region",
+        "include_bottom_region_index_input": "@include_body_region",
+        "include_spacing_input": True,
+        "num_class_embeds": 128,
+        "resblock_updown": True,
+        "include_fc": True,
+    },
+    "controlnet_def": {
+        "_target_": "monai.apps.generation.maisi.networks.controlnet_maisi.ControlNetMaisi",
+        "spatial_dims": "@spatial_dims",
+        "in_channels": "@latent_channels",
+        "num_channels": [64, 128, 256, 512],
+        "conditioning_embedding_in_channels": 8,
+    },
+    "mask_generation_autoencoder_def": {
+        "_target_": "monai.apps.generation.maisi.networks.autoencoderkl_maisi.AutoencoderKlMaisi",
+        "spatial_dims": "@spatial_dims",
+        "in_channels": 8,
+        "out_channels": 125,
+        "latent_channels": "@latent_channels",
+        "num_channels": [32, 64, 128],
+    },
+    "mask_generation_diffusion_def": {
+        "_target_": "monai.networks.nets.diffusion_model_unet.DiffusionModelUNet",
+        "spatial_dims": "@spatial_dims",
+        "in_channels": "@latent_channels",
+        "out_channels": "@latent_channels",
+        "channels": [64, 128, 256, 512],
+        "with_conditioning": True,
+        "cross_attention_dim": 10,
+    },
+    # Some versions name a class of the repository's own package: never to be constructed (or refused).
+    "mask_generation_helper": {"_target_": "scripts.utils.define_instance", "args": "$print('ran')"},
+    "mask_generation_scale_factor": 1.0055984258651733,
+    "noise_scheduler": {
+        "_target_": "monai.networks.schedulers.rectified_flow.RFlowScheduler",
+        "num_train_timesteps": 1000,
+        "use_discrete_timesteps": False,
+        "use_timestep_transform": True,
+        "sample_method": "uniform",
+        "scale": 1.4,
+    },
+    "mask_generation_noise_scheduler": {
+        "_target_": "monai.networks.schedulers.ddpm.DDPMScheduler",
+        "num_train_timesteps": 1000,
+    },
+}
+MAISI_INFERENCE_CONFIG = {
+    "diffusion_unet_train": {"batch_size": 1, "lr": 1e-05, "n_epochs": 1000},
+    "diffusion_unet_inference": {
+        "dim": [256, 256, 128],
+        "spacing": [0.94, 0.94, 1.36],
+        "top_region_index": [0, 1, 0, 0],
+        "bottom_region_index": [0, 0, 1, 0],
+        "random_seed": 1234,
+        "num_inference_steps": 30,
+        "modality": 9,
+        "cfg_guidance_scale": 2,
+    },
+}
+MAISI_ENVIRONMENT = {
+    "model_dir": "./models",
+    "model_filename": "diff_unet_3d_rflow-mr-brain_v1.pt",
+    "output_dir": "./output",
+    "trained_autoencoder_path": "models/autoencoder_v1.pt",
+    "modality_mapping_path": "./configs/modality_mapping.json",
+}
+MAISI_MODALITY_MAPPING = {
+    "unknown": 0, "ct": 1, "mri": 8, "mri_t1": 9, "mri_t2": 10, "mri_flair": 11, "mri_swi": 20,
+    "mri_t1_skull_stripped": 29, "mri_t2_skull_stripped": 30, "mri_flair_skull_stripped": 31,
+    "mri_swi_skull_stripped": 32, "mri_mra_skull_stripped": 33,
+}  # fmt: skip
+#: Small enough to sample in a second: same classes, same layout, fewer channels.
+TINY_MAISI_AUTOENCODER = {
+    "num_channels": [8, 8, 16],
+    "num_res_blocks": [1, 1, 1],
+    "norm_num_groups": 4,
+    "num_splits": 2,
+}
+TINY_MAISI_UNET = {"num_channels": [8, 8, 16, 16], "num_head_channels": [0, 0, 8, 8], "num_res_blocks": 1}
+
+
+def maisi_definitions(tiny: bool = True) -> dict:
+    """The network config, with the tiny channel counts when ``tiny``."""
+    import copy
+
+    config = copy.deepcopy(MAISI_NETWORK_CONFIG)
+    if tiny:
+        config["autoencoder_def"].update(TINY_MAISI_AUTOENCODER)
+        config["diffusion_unet_def"].update(TINY_MAISI_UNET)
+        config["norm_num_groups_note"] = "tiny: norm_num_groups 4"
+        config["diffusion_unet_def"]["norm_num_groups"] = 4
+    return config
+
+
+def build_maisi_networks(tiny: bool = True, seed: int = 0):
+    """(U-Net, autoencoder) of the MAISI classes with seeded random weights, perturbed so no layer is zero."""
+    import torch
+
+    from engine.models.bundle import _resolve
+    from engine.models.networks import build_network
+
+    config = maisi_definitions(tiny)
+    torch.manual_seed(seed)
+    unet = build_network(_resolve(config, config["diffusion_unet_def"]), "diffusion_unet_def")
+    ae_def = {**_resolve(config, config["autoencoder_def"]), "norm_float16": False}
+    autoencoder = build_network(ae_def, "autoencoder_def")
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for net in (unet, autoencoder):
+            for p in net.parameters():
+                p.add_(torch.randn(p.shape, generator=generator) * 0.02)
+    return unet.eval(), autoencoder.eval()
+
+
+def write_maisi_folder(
+    folder: str | Path,
+    *,
+    tiny: bool = True,
+    seed: int = 0,
+    flat: bool = False,
+    scale_factor: float = 1.25,
+    dim: tuple[int, int, int] | None = None,
+    spacing: tuple[float, float, float] | None = None,
+    docs: bool = True,
+) -> Path:
+    """An NV-Generate-MR-Brain folder as its download script leaves it (``flat``: the files in one folder).
+
+    ``dim``/``spacing`` replace the default 256x256x128 at 0.94x0.94x1.36 mm in the inference config (tests
+    use small volumes). ``docs``: write README.md / docs/inference.md with the licence and FOV table.
+    """
+    import copy
+    import json
+
+    import torch
+
+    folder = Path(folder)
+    configs = folder if flat else folder / "configs"
+    models = folder if flat else folder / "models"
+    configs.mkdir(parents=True, exist_ok=True)
+    models.mkdir(parents=True, exist_ok=True)
+    inference = copy.deepcopy(MAISI_INFERENCE_CONFIG)
+    if dim is not None:
+        inference["diffusion_unet_inference"]["dim"] = list(dim)
+    if spacing is not None:
+        inference["diffusion_unet_inference"]["spacing"] = list(spacing)
+    files = {
+        "config_network_rflow.json": maisi_definitions(tiny),
+        "config_maisi_diff_model_rflow-mr-brain.json": inference,
+        "environment_maisi_diff_model_rflow-mr-brain.json": MAISI_ENVIRONMENT,
+        "modality_mapping.json": MAISI_MODALITY_MAPPING,
+    }
+    for name, data in files.items():
+        (configs / name).write_text(json.dumps(data, indent=2))
+    unet, autoencoder = build_maisi_networks(tiny, seed)
+    torch.save(
+        {"unet_state_dict": unet.state_dict(), "scale_factor": torch.tensor(scale_factor), "epoch": 100},
+        models / "diff_unet_3d_rflow-mr-brain_v1.pt",
+    )
+    torch.save(autoencoder.state_dict(), models / "autoencoder_v1.pt")
+    if docs:
+        (folder / "docs").mkdir(exist_ok=True)
+        (folder / "README.md").write_text(
+            "| | `rflow-mr-brain` | `rflow-mr` |\n|---|---|---|\n"
+            "| **License** | [NVIDIA Open Model](https://example.invalid) | [NVIDIA Non-Commercial](x) |\n"
+        )
+        (folder / "docs" / "inference.md").write_text(
+            "## Recommended FOV for MR `rflow-mr-brain` model\n\n"
+            "| Modality | Plane | Recommended FOV (mm) | v0 | v1 |\n|---|---|---|---:|---:|\n"
+            "| T1 | axial | 240 × 240 × 174 | 1 | 2 |\n| T2 | axial | 240 × 240 × 158 | 1 | 2 |\n"
+            "| FLAIR | axial | 250 × 250 × 175 | 1 | 2 |\n| SWI | axial | 230 × 230 × 145 | 1 | 2 |\n"
+            "\n## Modality codes\n\n| T1 | axial | 1 × 1 × 1 | 0 | 0 |\n"
+        )
+    return folder

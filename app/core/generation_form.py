@@ -31,6 +31,10 @@ FIELDS = (
     "conditioning",
     "optimization",
     "preview_interval",
+    # For models that let a request choose (NV-Generate-MR-Brain): "" / None mean the model's default.
+    "modality",
+    "output_size",
+    "voxel_spacing_mm",
 )
 MAX_SEED = 2**31 - 1
 
@@ -85,6 +89,9 @@ class GenerationForm:
         self.conditioning: dict[str, float] = {}
         self.optimization: dict[str, Any] = {}  # OptimizationConfig fields; {} is exact fp32
         self.preview_interval = AUTO_PREVIEW
+        self.modality = ""
+        self.output_size: tuple[int, int, int] | None = None
+        self.voxel_spacing_mm: tuple[float, float, float] | None = None
         self._blocks: dict[str, str] = {}
         self._saved_per_model: dict[str, dict[str, Any]] = {}  # restored values waiting for their model
         # What each connected engine server said of itself (GET /info's details: its hardware probe, XLA
@@ -113,6 +120,12 @@ class GenerationForm:
                 value = int(value)
             elif name == "guidance_scale" and value is not None:
                 value = float(value)
+            elif name == "modality":
+                value = self._checked_modality(str(value or ""))
+            elif name == "output_size" and value is not None:
+                value = tuple(int(v) for v in value)
+            elif name == "voxel_spacing_mm" and value is not None:
+                value = tuple(float(v) for v in value)
             if getattr(self, name) != value:
                 setattr(self, name, value)
                 self.changed.emit(name)
@@ -133,11 +146,16 @@ class GenerationForm:
                 "steps": spec.default_steps,
                 "guidance_scale": spec.default_guidance_scale if spec.supports_guidance else 1.0,
                 "conditioning": {c.name: float(c.default) for c in spec.conditioning},
+                "modality": getattr(spec, "default_modality", ""),
+                "output_size": None,
+                "voxel_spacing_mm": None,
             }
             saved = self._saved_per_model.pop(spec.id, {})
             for name, value in saved.items():
                 try:
                     if name == "sampler" and value not in spec.samplers:
+                        continue
+                    if name == "modality" and value not in getattr(spec, "modality_names", ()):
                         continue
                     if name == "conditioning":
                         value = self._checked_conditioning({**values["conditioning"], **value}, spec)
@@ -147,6 +165,17 @@ class GenerationForm:
             for name, value in values.items():
                 setattr(self, name, value)
         self.changed.emit("model")
+
+    def _checked_modality(self, name: str) -> str:
+        if not name or self.model is None:
+            return name
+        names = getattr(self.model.spec, "modality_names", ())
+        if name not in names:
+            raise ValueError(
+                f"{self.model.spec.name} has no modality {name!r}"
+                + (f"; choose one of {', '.join(names)}" if names else "")
+            )
+        return name
 
     def _checked_conditioning(self, values: Mapping[str, Any], spec=None) -> dict[str, float]:
         spec = spec if spec is not None else (self.model.spec if self.model is not None else None)
@@ -203,6 +232,9 @@ class GenerationForm:
             if self.optimization
             else OptimizationConfig(),
             "preview_interval": int(interval),
+            "modality": self.modality,
+            "output_size": self.output_size,
+            "voxel_spacing_mm": self.voxel_spacing_mm,
         }
         fields.update(overrides)
         return SamplingRequest(**fields)
@@ -246,6 +278,7 @@ class GenerationForm:
             "batch_size": self.batch_size,
             "conditioning": dict(self.conditioning),
             "optimization": dict(self.optimization),
+            "modality": self.modality,
         }
 
     def restore(self, saved: Mapping[str, Any]) -> str:
@@ -261,6 +294,7 @@ class GenerationForm:
                 ("steps", int),
                 ("guidance_scale", (int, float)),
                 ("conditioning", Mapping),
+                ("modality", str),
             )
             if isinstance(saved.get(k), kind) and not isinstance(saved.get(k), bool)
         }

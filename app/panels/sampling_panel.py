@@ -40,6 +40,22 @@ from app.core.session import AppState
 
 SLIDER_STEPS = 1000
 MIN_PANEL_WIDTH = 300
+_MODALITY_TITLES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "SWI"}
+
+
+def modality_title(name: str) -> str:
+    """``flair-skullstripped`` -> ``FLAIR, skull-stripped`` (the name a request uses stays the item's data)."""
+    base, _, rest = name.partition("-")
+    title = _MODALITY_TITLES.get(base, base)
+    return (
+        f"{title}, skull-stripped" if rest == "skullstripped" else title if not rest else f"{title} ({rest})"
+    )
+
+
+def _triple_text(values) -> str:
+    return "\u00d7".join(f"{v:g}" for v in values)
+
+
 NOTE_COLOUR = "#e5c07b"  # amber: a value the model was not trained on, or one that was clamped
 
 
@@ -255,6 +271,23 @@ class SamplingPanel(QWidget):
         form.addRow("Batch", self.batch_spin)
         form.addRow("Device", self.device_box)
 
+        # -- output: modality and size, for models that let a request choose them (NV-Generate-MR-Brain)
+        self.output_group = QGroupBox("Output")
+        output_form = QFormLayout(self.output_group)
+        output_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.modality_box = QComboBox()
+        self.modality_box.setToolTip("The MR contrast to generate (the model's class label for it)")
+        self.modality_box.currentIndexChanged.connect(self._on_modality_box_changed)
+        self.size_box = QComboBox()
+        self.size_box.setToolTip(
+            "Output size and voxel spacing. Preview: half the edges at twice the spacing (the same field of "
+            "view), about 8x faster"
+        )
+        self.size_box.currentIndexChanged.connect(self._on_size_box_changed)
+        output_form.addRow("Modality", self.modality_box)
+        output_form.addRow("Size", self.size_box)
+        self.output_group.hide()
+
         self.conditioning_group = QGroupBox("Conditioning")
         self.conditioning_form = QFormLayout(self.conditioning_group)
         self.conditioning_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
@@ -287,6 +320,7 @@ class SamplingPanel(QWidget):
         controls.setSpacing(8)
         controls.addWidget(model_group)
         controls.addWidget(sampling_group)
+        controls.addWidget(self.output_group)
         controls.addWidget(self.conditioning_group)
         controls.addLayout(self._sections)
         controls.addStretch(1)
@@ -320,6 +354,8 @@ class SamplingPanel(QWidget):
             self.guidance_spin,
             self.batch_spin,
             self.device_box,
+            self.modality_box,
+            self.size_box,
         ):
             self.wheel_guard.guard(widget)
 
@@ -418,6 +454,11 @@ class SamplingPanel(QWidget):
         elif name == "conditioning":
             for cname, control in self.condition_controls.items():
                 control.show_value(self.form.conditioning.get(cname, control.condition.default))
+        elif name == "modality":
+            index = self.modality_box.findData(self.form.modality)
+            self._set_quietly(self.modality_box.setCurrentIndex, self.modality_box, max(0, index))
+        elif name in ("output_size", "voxel_spacing_mm"):
+            self._show_size()
 
     @staticmethod
     def _set_quietly(setter, widget: QWidget, value) -> None:
@@ -445,7 +486,12 @@ class SamplingPanel(QWidget):
         spec = source.spec
         shape = "\u00d7".join(str(s) for s in spec.output_shape[1:])
         spacing = "\u00d7".join(f"{s:g}" for s in spec.voxel_spacing_mm)
-        self.model_info.setText(f"{spec.kind} diffusion \u00b7 {shape} voxels \u00b7 {spacing} mm")
+        info = f"{spec.kind} diffusion \u00b7 {shape} voxels \u00b7 {spacing} mm"
+        extra = spec.extra or {}
+        if getattr(spec, "modalities", ()) and extra.get("licence"):
+            # What the folder says of itself (the full card: Help > About, Model card tab).
+            info += f"\n{extra.get('version', '')} \u00b7 {extra['licence']} \u00b7 no tissue maps"
+        self.model_info.setText(info)
         self.sampler_box.blockSignals(True)
         self.sampler_box.clear()
         self.sampler_box.addItems(list(spec.samplers))
@@ -461,10 +507,50 @@ class SamplingPanel(QWidget):
             self.condition_controls[condition.name] = control
             self.conditioning_form.addRow(condition.label, control)
         self.conditioning_group.setVisible(bool(spec.conditioning))
+        self._show_output_choices(spec)
         self._fit_width()
         self._set_quietly(self.guidance_spin.setValue, self.guidance_spin, self.form.guidance_scale or 1.0)
         self._update_guidance_enabled()
         self._update_generate_button()
+
+    def _show_output_choices(self, spec) -> None:
+        """Modality and size pickers for a model that takes them (hidden for the others)."""
+        modalities = tuple(getattr(spec, "modalities", ()) or ())
+        geometry = getattr(spec, "geometry", None)
+        self.modality_box.blockSignals(True)
+        self.modality_box.clear()
+        for name, label in modalities:
+            self.modality_box.addItem(modality_title(name), name)
+            self.modality_box.setItemData(
+                self.modality_box.count() - 1, f"{name} (class label {label})", Qt.ItemDataRole.ToolTipRole
+            )
+        self.modality_box.setCurrentIndex(max(0, self.modality_box.findData(self.form.modality)))
+        self.modality_box.blockSignals(False)
+        self.size_box.blockSignals(True)
+        self.size_box.clear()
+        if geometry:
+            size, spacing = spec.output_shape[1:], spec.voxel_spacing_mm
+            self.size_box.addItem(f"Full {_triple_text(size)} at {_triple_text(spacing)} mm", None)
+            preview = geometry.get("preview")
+            if preview:
+                self.size_box.addItem(
+                    f"Preview {_triple_text(preview['size'])} at {_triple_text(preview['spacing_mm'])} mm",
+                    (tuple(preview["size"]), tuple(preview["spacing_mm"])),
+                )
+        self.size_box.blockSignals(False)
+        self._show_size()
+        self.modality_box.setVisible(bool(modalities))
+        self.size_box.setVisible(bool(geometry))
+        self.output_group.setVisible(bool(modalities) or bool(geometry))
+
+    def _show_size(self) -> None:
+        chosen = (
+            (tuple(self.form.output_size), tuple(self.form.voxel_spacing_mm))
+            if self.form.output_size is not None and self.form.voxel_spacing_mm is not None
+            else None
+        )
+        index = next((i for i in range(self.size_box.count()) if self.size_box.itemData(i) == chosen), 0)
+        self._set_quietly(self.size_box.setCurrentIndex, self.size_box, index)
 
     def _fit_width(self) -> None:
         """Ask for the form's width: the window widens the dock (shrinking the viewer) when the form grows,
@@ -535,6 +621,16 @@ class SamplingPanel(QWidget):
     def _on_device_box_changed(self, _index: int) -> None:
         self.form.set(device=self.device_box.currentData() or "auto")
 
+    def _on_modality_box_changed(self, _index: int) -> None:
+        name = self.modality_box.currentData()
+        if name:
+            self.form.set(modality=name)
+
+    def _on_size_box_changed(self, _index: int) -> None:
+        chosen = self.size_box.currentData()
+        size, spacing = chosen if chosen else (None, None)
+        self.form.set(output_size=size, voxel_spacing_mm=spacing)
+
     def _on_condition_edited(self, name: str, value: float) -> None:
         self.form.set_condition(name, value)
 
@@ -564,6 +660,7 @@ class SamplingPanel(QWidget):
             self.batch_spin,
             self.device_box,
             self.conditioning_group,
+            self.output_group,
         ):
             widget.setEnabled(not running)
         self._update_guidance_enabled()

@@ -141,8 +141,15 @@ class TissueToolbar(QToolBar):
             )
             self.opacity_slider.setToolTip("Tissue overlay opacity (0 to 100%)")
         else:
+            tip = NO_TISSUE_TIP
+            made_by = ((entry.provenance.get("model") or {}) if entry is not None else {}) or {}
+            if made_by.get("source") == "nv-generate":
+                # Said plainly where the shipped model offers maps: this model makes images only.
+                tip = (
+                    f"No tissue maps: {made_by.get('name', 'NV-Generate-MR-Brain')} makes images only. " + tip
+                )
             for control in (self.tissue_action, self.tissue_box, self.opacity_slider):
-                control.setToolTip(NO_TISSUE_TIP)
+                control.setToolTip(tip)
         self.opacity_label.setToolTip(self.opacity_slider.toolTip())
 
     # -- slots ---------------------------------------------------------------------------------------

@@ -83,6 +83,8 @@ class LocalBackend:
         load_started = time.perf_counter()
         try:
             model = self._loaded(source)
+            # The loaded model's own source: a MAISI checkpoint's scale_factor and build notes live there.
+            source = model.source
             load_s = time.perf_counter() - load_started
             prepared = prepare(model, request.optimization, self.device, measured=measured)
             profiler = None
@@ -117,7 +119,7 @@ class LocalBackend:
             provenance["kernel_profile"] = profiler.summary()
         return SamplingResult(
             volumes=loop.volumes.numpy(),
-            affine=source.spec.affine(),
+            affine=source.spec.affine(loop.request.output_size, loop.request.voxel_spacing_mm),
             request=loop.request,
             provenance=provenance,
         )

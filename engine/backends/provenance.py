@@ -37,6 +37,10 @@ def run_provenance(
         # tissue-map files beside the image follow from these (engine.nifti_io.save_result).
         **({"space": spec.space} if spec.space else {}),
         **({"label_channels": list(spec.label_channels)} if spec.label_channels else {}),
+        # What was made (size, spacing, modality, intensity handling) and what the user was warned of.
+        **({"output": loop.output} if getattr(loop, "output", None) else {}),
+        **({"warnings": list(loop.warnings)} if getattr(loop, "warnings", None) else {}),
+        **({"model_build": source.build_notes} if getattr(source, "build_notes", None) else {}),
         "scheduler": loop.scheduler_config,
         "seed": loop.request.seed,
         "conditioning": loop.conditioning,

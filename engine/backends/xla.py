@@ -267,7 +267,7 @@ class XlaBackend:
         }
         return SamplingResult(
             volumes=loop.volumes.numpy(),
-            affine=source.spec.affine(),
+            affine=source.spec.affine(loop.request.output_size, loop.request.voxel_spacing_mm),
             request=loop.request,
             provenance=provenance,
         )

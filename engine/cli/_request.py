@@ -49,6 +49,23 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         help="classifier-free guidance scale (default: the model's; 1 = plain conditional)",
     )
     parser.add_argument("--batch", type=int, default=1, help="number of volumes (default 1)")
+    output = parser.add_argument_group("output, for models that let a request choose (NV-Generate-MR-Brain)")
+    output.add_argument(
+        "--modality",
+        default="",
+        help="modality by name: t1w, t2w, flair, swi, or the same with -skullstripped (default: the model's)",
+    )
+    output.add_argument(
+        "--size", default=None, metavar="XxYxZ", help="output size in voxels, e.g. 256x256x128"
+    )
+    output.add_argument(
+        "--spacing", default=None, metavar="XxYxZ", help="voxel spacing in mm, e.g. 0.94x0.94x1.36"
+    )
+    output.add_argument(
+        "--preview-size",
+        action="store_true",
+        help="the model's smaller preview size (half the edges at twice the spacing: the same field of view)",
+    )
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (default)")
 
 
@@ -81,6 +98,16 @@ def request_from_args(args: argparse.Namespace, optimization=None):
         raise InvalidRequest(f"condition(s) given twice: {', '.join(sorted(duplicates))}")
     if args.steps is not None and args.steps < 1:
         raise InvalidRequest(f"--steps must be at least 1, got {args.steps}")
+    from engine.models.output_geometry import parse_triple
+
+    size = parse_triple(args.size, int, "--size") if getattr(args, "size", None) else None
+    spacing = parse_triple(args.spacing, float, "--spacing") if getattr(args, "spacing", None) else None
+    if getattr(args, "preview_size", False):
+        if size or spacing:
+            raise InvalidRequest(
+                "--preview-size chooses the size and spacing; leave out --size and --spacing"
+            )
+        size, spacing = _preview_geometry(args.model)
     return SamplingRequest(
         model=args.model,
         sampler=args.sampler or "",
@@ -90,7 +117,23 @@ def request_from_args(args: argparse.Namespace, optimization=None):
         guidance_scale=args.guidance,
         batch_size=args.batch,
         optimization=optimization or OptimizationConfig(),
+        modality=getattr(args, "modality", "") or "",
+        output_size=size,
+        voxel_spacing_mm=spacing,
     )
+
+
+def _preview_geometry(model: str):
+    """The preview size and spacing the model's spec names (a local model; a server's lists it too)."""
+    from engine.models.registry import ModelRegistry
+
+    spec = ModelRegistry().get(model or None).spec
+    preview = (spec.geometry or {}).get("preview")
+    if not preview:
+        raise InvalidRequest(
+            f"model {spec.id!r} has one output size; --preview-size is for models that let you choose"
+        )
+    return tuple(preview["size"]), tuple(preview["spacing_mm"])
 
 
 def backend_from_args(args: argparse.Namespace):

@@ -133,6 +133,8 @@ def run(args) -> int:
     if result.label_names:  # stderr: stdout stays the list of images that scripts read
         names = ", ".join(result.label_names)
         print(f"tissue maps ({names}) beside each image as <stem>_label-<name>_probseg", file=sys.stderr)
+    for warning in result.provenance.get("warnings") or ():
+        print(f"warning: {warning}", file=sys.stderr)
     if result.space:
         print(f"space: {result.space} (sform code {xform_code(result.space)})", file=sys.stderr)
     print(

@@ -35,6 +35,20 @@ def run(args) -> int:
             f"  samplers: {', '.join(spec.samplers)} (default {spec.default_sampler}, {spec.default_steps} steps)"
             + ("; classifier-free guidance" if spec.supports_guidance else "")
         )
+        if spec.modalities:
+            print(f"  --modality {{{','.join(spec.modality_names)}}}  (default {spec.default_modality})")
+        if spec.geometry:
+            geometry = spec.geometry
+            preview = geometry.get("preview") or {}
+            largest = "x".join(str(v) for v in geometry["max_size"])
+            small = "x".join(str(v) for v in preview.get("size", ()))
+            small_spacing = "x".join(f"{v:g}" for v in preview.get("spacing_mm", ()))
+            print(
+                f"  --size / --spacing: multiples of {geometry['size_multiple']} voxels up to {largest}; "
+                f"--preview-size: {small} at {small_spacing} mm"
+            )
+            extra = spec.extra
+            print(f"  version {extra.get('version')}, licence: {extra.get('licence')}; no tissue maps")
         for cond in spec.conditioning:
             unit = f" {cond.unit}" if cond.unit else ""
             print(

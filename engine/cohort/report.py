@@ -24,6 +24,21 @@ from engine.errors import InvalidRequest
 MEASURED = {"brain_volume": "brain tissue (mL)", "ventricle_volume": "ventricles (mL)"}
 
 
+#: Contrasts the brain mask (dark CSF, bright tissue) and the ventricle measurement are made for.
+T1_LIKE = ("t1w", "t1w-skullstripped")
+
+
+def measurements_skipped(model: dict[str, Any]) -> str:
+    """Why the brain and ventricle measurements are skipped for this cohort's model, or ""."""
+    modality = model.get("modality")
+    if modality and modality not in T1_LIKE:
+        return (
+            f"brain and ventricle volumes are measured on T1-like images only; this cohort is {modality} "
+            "(CSF is bright there), so they are not measured"
+        )
+    return ""
+
+
 def measure(volume: np.ndarray, voxel_ml: float) -> dict[str, float]:
     """Brain tissue and ventricle volumes (mL) measured on a brain T1 image; nan where not measurable."""
     from engine.training.evaluate import brain_mask, ventricle_volume_ml
@@ -75,11 +90,14 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
     slices: list[tuple[str, np.ndarray]] = []
     montage_set = set(_sample(done, montage))
     folder = manifest.data.get("target", "folder") == "folder"
+    skipped = measurements_skipped(manifest.data.get("model", {}))
+    if skipped:
+        measured, pairs = {}, {}
     if folder:
         for participant in done:
             loaded = load_nifti(root / items[participant]["file"])
             voxel_ml = float(np.prod(loaded.spacing)) / 1000.0
-            values = measure(loaded.data, voxel_ml)
+            values = {} if skipped else measure(loaded.data, voxel_ml)
             for name, value in values.items():
                 if np.isfinite(value):
                     measured[name].append(value)
@@ -110,6 +128,7 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
         ],
         "requested": requested,
         "measured": measured,
+        "measurements_skipped": skipped,
         "pairs": pairs,
         "slices": slices,
         "finished_times": finished,
@@ -158,7 +177,12 @@ def draw(data: dict[str, Any], path: Path) -> Path:
         if req or meas:
             ax.legend(fontsize=8)
         else:
-            ax.text(0.5, 0.5, "nothing to show", ha="center", va="center", transform=ax.transAxes)
+            note = (
+                "not measured: T1-like contrasts only"
+                if data.get("measurements_skipped")
+                else "nothing to show"
+            )
+            ax.text(0.5, 0.5, note, ha="center", va="center", transform=ax.transAxes)
     # Requested vs measured ventricles, one point per volume.
     ax = fig.add_subplot(grid[0, 4:6])
     pairs = data["pairs"].get("ventricle_volume", [])
@@ -175,7 +199,9 @@ def draw(data: dict[str, Any], path: Path) -> Path:
         ax.text(
             0.5,
             0.5,
-            "not measurable on this model's images",
+            "not measured: T1-like contrasts only"
+            if data.get("measurements_skipped")
+            else "not measurable on this model's images",
             ha="center",
             va="center",
             transform=ax.transAxes,
@@ -268,7 +294,8 @@ def write_report(root: str | Path, out: str | Path | None = None, montage: int =
         f"<h1>SYNTHETIC cohort {html.escape(data['cohort_id'])}</h1>"
         f"<p>{data['done']}/{data['total']} volumes, {data['failed']} failed, {data['retries']} retried; "
         f"{data['volumes_per_min']:.2f} volumes/min.</p>"
-        f"<img alt='cohort report' src='data:image/png;base64,{encoded}'>"
+        + (f"<p>{html.escape(data['measurements_skipped'])}.</p>" if data.get("measurements_skipped") else "")
+        + f"<img alt='cohort report' src='data:image/png;base64,{encoded}'>"
         f"<h2>Failures and retries</h2><table><tr><th>participant</th><th>state</th><th>errors</th></tr>"
         f"{failures or '<tr><td colspan=3>none</td></tr>'}</table>"
     )

@@ -262,6 +262,9 @@ def prepare_folder(spec: CohortSpec, root: Path, registry=None) -> tuple[Manifes
         model["space"] = source.spec.space
     if source.spec.label_channels:
         model["label_channels"] = list(source.spec.label_channels)
+    if source.spec.modalities:
+        # The report's brain and ventricle measurements assume a T1-like contrast: it reads this.
+        model["modality"] = spec.modality or source.spec.default_modality
     if spec.target == "folder":
         write_description(root, spec.cohort_id, model, spec.to_json())
     else:
@@ -392,6 +395,9 @@ def _request_for(spec: CohortSpec, item: dict[str, Any]) -> dict[str, Any]:
         conditioning=item["conditioning"],
         guidance_scale=spec.guidance_scale,
         optimization=dict(spec.optimization),
+        modality=spec.modality,
+        output_size=spec.output_size,
+        voxel_spacing_mm=spec.voxel_spacing_mm,
     )
     return request.to_dict()
 

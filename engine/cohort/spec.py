@@ -66,6 +66,10 @@ _TOP_KEYS = {
     "draw_seed",
     "conditioning",
     "output",
+    # For models that let a request choose (NV-Generate-MR-Brain); absent means the model's default.
+    "modality",
+    "output_size",
+    "voxel_spacing_mm",
 }
 
 
@@ -117,6 +121,9 @@ class CohortSpec:
     conditions: tuple[Condition, ...] = ()
     target: str = "folder"
     vault: str = ""
+    modality: str = ""
+    output_size: tuple[int, int, int] | None = None
+    voxel_spacing_mm: tuple[float, float, float] | None = None
 
     # -- reading ---------------------------------------------------------------------------------------
     @classmethod
@@ -200,6 +207,7 @@ class CohortSpec:
             conditions=conditions,
             target=target,
             vault=vault,
+            **_output_choice(data),
         )
         if spec.draws > 1 and not any(c.distribution for c in conditions):
             raise InvalidRequest("draws > 1 needs a condition with a distribution to draw from")
@@ -224,6 +232,13 @@ class CohortSpec:
         }
         if self.guidance_scale is not None:
             data["guidance_scale"] = self.guidance_scale
+        # Only when set, so that the cohort id of a spec without them stays what it was.
+        if self.modality:
+            data["modality"] = self.modality
+        if self.output_size is not None:
+            data["output_size"] = list(self.output_size)
+        if self.voxel_spacing_mm is not None:
+            data["voxel_spacing_mm"] = list(self.voxel_spacing_mm)
         return data
 
     def to_json(self) -> str:
@@ -304,6 +319,19 @@ def _draw(rng: np.random.Generator, cond: Condition) -> float:
     if cond.distribution == "normal":
         return float(rng.normal(cond.params["mean"], cond.params["sd"]))
     return float(rng.uniform(cond.params["min"], cond.params["max"]))
+
+
+def _output_choice(data: Mapping[str, Any]) -> dict[str, Any]:
+    """modality / output_size / voxel_spacing_mm, checked as a request checks them."""
+    from engine.api import SamplingRequest
+
+    chosen = {k: data[k] for k in ("modality", "output_size", "voxel_spacing_mm") if k in data}
+    request = SamplingRequest(**chosen)  # InvalidRequest names what is wrong
+    return {
+        "modality": request.modality,
+        "output_size": request.output_size,
+        "voxel_spacing_mm": request.voxel_spacing_mm,
+    }
 
 
 def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:

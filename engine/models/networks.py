@@ -22,7 +22,15 @@ _NETWORKS = {
     "DiffusionModelUNet": ("monai.networks.nets", "DiffusionModelUNet"),
     "AutoencoderKL": ("monai.networks.nets", "AutoencoderKL"),
     "ControlNet": ("monai.networks.nets", "ControlNet"),
+    # MAISI v2 (NVIDIA's NV-Generate models): the networks live in MONAI's apps, not in monai.networks.
+    "DiffusionModelUNetMaisi": (
+        "monai.apps.generation.maisi.networks.diffusion_model_unet_maisi",
+        "DiffusionModelUNetMaisi",
+    ),
+    "AutoencoderKlMaisi": ("monai.apps.generation.maisi.networks.autoencoderkl_maisi", "AutoencoderKlMaisi"),
 }
+#: Classes whose arguments kept GenerativeModels' names (``num_channels``): never renamed for them.
+_KEEPS_OLD_ARG_NAMES = frozenset({"DiffusionModelUNetMaisi", "AutoencoderKlMaisi"})
 _SCHEDULERS = {
     "ddpm": ("monai.networks.schedulers", "DDPMScheduler"),
     "ddim": ("monai.networks.schedulers", "DDIMScheduler"),
@@ -69,13 +77,13 @@ def check_literal(value: Any, where: str) -> None:
         )
 
 
-def _clean_args(definition: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _clean_args(definition: Mapping[str, Any], where: str, rename: bool = True) -> dict[str, Any]:
     args = {}
     for key, value in definition.items():
         if key.startswith("_"):  # _target_, _requires_, _disabled_, _desc_: bundle metadata, not arguments
             continue
         check_literal(value, f"{where}.{key}")
-        args[_RENAMED_ARGS.get(key, key)] = value
+        args[_RENAMED_ARGS.get(key, key) if rename else key] = value
     return args
 
 
@@ -97,11 +105,70 @@ def network_class_name(definition: Mapping[str, Any]) -> str:
 def build_network(definition: Mapping[str, Any], where: str = "network"):
     """Instantiate an allow-listed MONAI network from a JSON definition (weights untouched)."""
     name = network_class_name(definition)
-    args = _clean_args(definition, where)
+    args = _clean_args(definition, where, rename=name not in _KEEPS_OLD_ARG_NAMES)
+    flash_without_cuda = bool(args.get("use_flash_attention")) and not _cuda_available()
+    if flash_without_cuda:
+        # MONAI refuses to build a network with flash attention where CUDA is absent ("Flash attention is
+        # only available for GPU"). The same weights run with torch's scaled-dot-product attention, which
+        # has CPU kernels: build without, then switch the attention blocks (attention_note says so).
+        args["use_flash_attention"] = False
     try:
-        return _import(*_NETWORKS[name])(**args)
+        net = _import(*_NETWORKS[name])(**args)
     except (TypeError, ValueError, AssertionError) as exc:
         raise ModelInvalid(f"cannot build {name} from the model's {where} definition: {exc}") from exc
+    if "use_flash_attention" in definition:
+        switched = switch_to_sdpa(net) if flash_without_cuda else 0
+        net.attention_note = _attention_note(
+            bool(definition["use_flash_attention"]), flash_without_cuda, switched
+        )
+    return net
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def switch_to_sdpa(net) -> int:
+    """Run MONAI's attention blocks through ``torch.nn.functional.scaled_dot_product_attention``; returns
+    how many were switched (blocks that save attention maps or add positional terms cannot be)."""
+    switched = 0
+    for module in net.modules():
+        if type(module).__name__ not in ("SABlock", "CrossAttentionBlock"):
+            continue
+        if (
+            getattr(module, "save_attn", False)
+            or getattr(module, "rel_positional_embedding", None) is not None
+        ):
+            continue
+        module.use_flash_attention = True
+        switched += 1
+    return switched
+
+
+def _attention_note(asked_flash: bool, flash_without_cuda: bool, switched: int) -> dict[str, Any]:
+    """What attention a built network runs, for provenance."""
+    if not asked_flash:
+        return {"requested": "plain", "kernel": "plain", "reason": "the definition asks for plain attention"}
+    if flash_without_cuda:
+        kernel = "sdpa" if switched else "plain"
+        return {
+            "requested": "flash",
+            "kernel": kernel,
+            "blocks": switched,
+            "reason": "flash attention needs CUDA, absent here: built without it (MONAI refuses otherwise) "
+            + (
+                f"and {switched} attention blocks switched to torch SDPA"
+                if switched
+                else "with plain attention"
+            ),
+        }
+    return {
+        "requested": "flash",
+        "kernel": "sdpa",
+        "reason": "CUDA present: MONAI's flash setting runs torch SDPA, which picks its flash kernel where it can",
+    }
 
 
 def scheduler_name_for_target(target: str) -> str:

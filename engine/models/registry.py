@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine.errors import EngineError, ModelInvalid, ModelNotFound
 from engine.models.bundle import open_bundle
+from engine.models.maisi import looks_like_maisi, open_maisi_folder
 from engine.models.source import SPEC_FILE, ModelSource, open_volsynth_folder
 from engine.models.spec import one_line
 from engine.resources import resource_path
@@ -36,8 +37,11 @@ def _open(folder: Path) -> ModelSource:
         return open_volsynth_folder(folder)
     if (folder / "configs" / "inference.json").is_file():
         return open_bundle(folder)
+    if looks_like_maisi(folder):
+        return open_maisi_folder(folder)
     raise ModelInvalid(
-        f"{folder} is neither a VolSynth model folder (spec.json) nor a MONAI bundle (configs/inference.json)"
+        f"{folder} is neither a VolSynth model folder (spec.json), a MONAI bundle (configs/inference.json) "
+        "nor NVIDIA's NV-Generate-MR-Brain (configs/config_maisi_diff_model_rflow-mr-brain.json)"
     )
 
 

@@ -190,6 +190,20 @@ class ModelSpec:
     space: str | None = None  # template space of the output (BIDS name), None = unknown scanner space
     world_affine: tuple[tuple[float, ...], ...] | None = None  # voxel -> mm of ``space``; None = centred
     label_channels: tuple[str, ...] = ()  # names of output channels 1.. (channel 0 is the image)
+    # -- categorical conditioning and a chosen output size (MAISI v2: engine.models.maisi) --------------
+    # Modality name -> the class label the U-Net embeds; the unconditioned half of guidance uses
+    # ``null_modality``. Empty for models conditioned on numbers only.
+    modalities: tuple[tuple[str, int], ...] = ()
+    default_modality: str = ""
+    null_modality: int | None = None
+    # None: one fixed output (output_shape, voxel_spacing_mm). Otherwise the size and spacing a request may
+    # choose: {"latent_factor", "size_multiple", "min_size", "max_size", "max_voxels", "spacing_range_mm",
+    # "recommended_fov_mm": {modality: [[x, y, z] mm, ...]}, "fov_tolerance", "fov_source"}
+    # (engine.models.output_geometry reads it).
+    geometry: dict[str, Any] | None = None
+    # None: the decoder's output is the volume. Otherwise how the model's own inference maps it to
+    # intensities: {"scale", "offset", "clip_min", "clip_max", "truncate", "description"}.
+    output_intensity: dict[str, Any] | None = None
 
     # -- derived -------------------------------------------------------------------------------------
 
@@ -199,7 +213,24 @@ class ModelSpec:
 
     @property
     def supports_guidance(self) -> bool:
+        if self.modalities and self.null_modality is not None:
+            return True
         return self.guidance_null_value is not None and bool(self.conditioning)
+
+    @property
+    def modality_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.modalities)
+
+    def modality_label(self, name: str) -> int:
+        """The class label of modality ``name`` (InvalidRequest naming the choices for anything else)."""
+        for known, label in self.modalities:
+            if known == name:
+                return label
+        if not self.modalities:
+            raise InvalidRequest(f"model {self.id!r} takes no modality; leave it empty")
+        raise InvalidRequest(
+            f"model {self.id!r} has no modality {name!r}; choose one of {', '.join(self.modality_names)}"
+        )
 
     @property
     def diffusion_shape(self) -> tuple[int, ...]:
@@ -209,13 +240,24 @@ class ModelSpec:
             return self.latent_shape
         return self.output_shape
 
-    def affine(self) -> np.ndarray:
+    def latent_shape_for(self, size: tuple[int, ...] | None) -> tuple[int, ...]:
+        """The diffusion shape for an output ``size`` (x, y, z) a request chose; ``None``: the default."""
+        if size is None or self.geometry is None:
+            return self.diffusion_shape
+        factor = int(self.geometry["latent_factor"])
+        return (self.diffusion_shape[0], *(int(n) // factor for n in size))
+
+    def affine(
+        self, size: tuple[int, ...] | None = None, spacing: tuple[float, ...] | None = None
+    ) -> np.ndarray:
         """Voxel -> RAS mm, NIfTI convention: the template affine of ``space`` when the spec gives one,
-        else axes along +R, +A, +S at the voxel spacing with the volume centre at the origin."""
+        else axes along +R, +A, +S at the voxel spacing with the volume centre at the origin.
+
+        ``size``/``spacing``: what a request chose for a model with a choosable output (``geometry``)."""
         if self.world_affine is not None:
             return np.array(self.world_affine, dtype=np.float64)
-        spacing = np.asarray(self.voxel_spacing_mm, dtype=np.float64)
-        shape = np.asarray(self.output_shape[1:4], dtype=np.float64)
+        spacing = np.asarray(spacing or self.voxel_spacing_mm, dtype=np.float64)
+        shape = np.asarray(size or self.output_shape[1:4], dtype=np.float64)
         affine = np.diag([*spacing, 1.0])
         affine[:3, 3] = -spacing * (shape - 1) / 2.0
         return affine
@@ -274,6 +316,17 @@ class ModelSpec:
             **({"space": self.space} if self.space else {}),
             **({"affine": [list(row) for row in self.world_affine]} if self.world_affine else {}),
             **({"label_channels": list(self.label_channels)} if self.label_channels else {}),
+            **(
+                {
+                    "modalities": dict(self.modalities),
+                    "default_modality": self.default_modality,
+                    "null_modality": self.null_modality,
+                }
+                if self.modalities
+                else {}
+            ),
+            **({"geometry": self.geometry} if self.geometry is not None else {}),
+            **({"output_intensity": self.output_intensity} if self.output_intensity is not None else {}),
         }
 
     @classmethod
@@ -332,6 +385,15 @@ class ModelSpec:
                 label_channels=tuple(
                     str(v) for v in _sequence(data.get("label_channels") or (), "label_channels")
                 ),
+                modalities=tuple(
+                    (str(k), int(v)) for k, v in _mapping(data.get("modalities") or {}, "modalities").items()
+                ),
+                default_modality=str(data.get("default_modality") or ""),
+                null_modality=None if data.get("null_modality") is None else int(data["null_modality"]),
+                geometry=dict(_mapping(data["geometry"], "geometry")) if data.get("geometry") else None,
+                output_intensity=dict(_mapping(data["output_intensity"], "output_intensity"))
+                if data.get("output_intensity")
+                else None,
             )
         except ModelInvalid:
             raise
@@ -398,6 +460,20 @@ class ModelSpec:
                 raise ModelInvalid(
                     f"label_channels must be distinct names of letters and digits, got {list(self.label_channels)[:8]}"
                 )
+        if self.modalities:
+            names = self.modality_names
+            if len(set(names)) != len(names) or not all(
+                0 < len(n) <= 40 and n.replace("-", "").isalnum() for n in names
+            ):
+                raise ModelInvalid(
+                    f"modalities must be distinct names of letters, digits and '-', got {names[:8]}"
+                )
+            if self.default_modality not in names:
+                raise ModelInvalid(f"default_modality {self.default_modality!r} is not among {list(names)}")
+        if self.geometry is not None:
+            from engine.models.output_geometry import check_geometry
+
+            check_geometry(self)
         if len(self.id) > 200 or any(len(t) > MAX_TEXT for t in (self.name, self.description)):
             raise ModelInvalid("model spec: id, name or description is too long")
         unknown = [s for s in self.samplers if s not in SAMPLERS]

@@ -1,0 +1,133 @@
+"""NV-Generate-MR-Brain in the app, driven as a user drives it: the picker and its card, the modality and
+size controls, T2w and FLAIR volumes in the viewer with their voxel size, the tissue overlay's reason.
+
+The model is a tiny MAISI-architecture folder in NV-Generate's layout with random weights: the volumes are
+noise, which is all these tests need.
+"""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt, QTimer
+
+from engine.testing import write_maisi_folder
+
+pytestmark = pytest.mark.render
+
+SIZE = (32, 32, 32)
+SPACING = (7.52, 7.52, 5.44)
+
+
+@pytest.fixture(scope="module")
+def maisi_models_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("maisi-app-models")
+    write_maisi_folder(root / "NV-Generate-CTMR", dim=SIZE, spacing=SPACING)
+    # Twice the edges at half the spacing: a folder whose preview size (32^3 at the spacing above) exists.
+    write_maisi_folder(root / "NV-Generate-64", dim=(64, 64, 64), spacing=(3.76, 3.76, 2.72))
+    return root
+
+
+@pytest.fixture
+def maisi_window(qtbot, themed_app, tiny_models_dir, maisi_models_dir, qt_settings, error_dialogs):
+    from engine.models.registry import ModelRegistry
+
+    from .conftest import _make_window
+
+    window = _make_window(qtbot, ModelRegistry([tiny_models_dir, maisi_models_dir]), qt_settings, False)
+    yield window
+    window.close()
+    assert not window.runner.jobs
+
+
+def _pick(qtbot, box, data) -> None:
+    """Choose the item holding ``data`` with the keyboard, as a user does in a focused combo box."""
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus, timeout=5_000)
+    target = box.findData(data) if not isinstance(data, int) else data
+    assert target >= 0, data
+    key = Qt.Key.Key_Down if target > box.currentIndex() else Qt.Key.Key_Up
+    for _ in range(abs(target - box.currentIndex())):
+        qtbot.keyClick(box, key)
+    assert box.currentIndex() == target
+
+
+def _generate(qtbot, window) -> None:
+    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    with qtbot.waitSignal(window.generation.ended, timeout=180_000) as blocker:
+        pass
+    assert blocker.args[0] == "finished"
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+
+
+def test_the_model_in_the_picker_with_its_card(qtbot, maisi_window, screenshot):
+    window, panel = maisi_window, maisi_window.sampling_panel
+    assert not panel.output_group.isVisible()  # the tiny numeric-conditioned model takes no modality
+    _pick(qtbot, panel.model_box, "NV-Generate-CTMR")
+    assert window.state.form.model.spec.name.startswith("NV-Generate-MR-Brain")
+    assert panel.output_group.isVisible() and not panel.conditioning_group.isVisible()
+    assert [panel.modality_box.itemText(i) for i in range(4)] == ["T1w", "T2w", "FLAIR", "SWI"]
+    assert panel.modality_box.itemText(5) == "T2w, skull-stripped"
+    assert panel.size_box.itemText(0).startswith("Full 32\u00d732\u00d732 at 7.52\u00d77.52\u00d75.44 mm")
+    assert "NVIDIA Open Model License" in panel.model_info.text()
+    assert panel.steps_spin.value() == 30 and panel.guidance_spin.value() == 2.0
+    screenshot(window, "maisi-picker-and-modality-control")
+
+    cards = []
+
+    def read_card_and_close():
+        from PySide6.QtWidgets import QApplication, QTabWidget
+
+        dialog = QApplication.activeModalWidget()
+        tabs = dialog.findChild(QTabWidget)
+        tabs.setCurrentIndex(1)
+        cards.append((tabs.tabText(1), tabs.currentWidget().toPlainText()))
+        screenshot(dialog, "maisi-model-card")
+        dialog.reject()
+
+    QTimer.singleShot(300, read_card_and_close)
+    window.about_action.trigger()
+    ((title, text),) = cards
+    assert title.startswith("Model card: NV-Generate-MR-Brain")
+    for part in (
+        "Version v1",
+        "NVIDIA Open Model License",
+        "t2w — class label 10",
+        "Recommended field of view",
+    ):
+        assert part in text
+
+
+def test_t2w_and_flair_volumes_with_their_spacing_in_the_status_bar(qtbot, maisi_window, screenshot):
+    window, panel = maisi_window, maisi_window.sampling_panel
+    _pick(qtbot, panel.model_box, "NV-Generate-CTMR")
+    panel.steps_spin.setValue(2)
+    for modality, shot in (("t2w", "maisi-t2w-volume"), ("flair", "maisi-flair-volume")):
+        _pick(qtbot, panel.modality_box, modality)
+        assert window.state.form.modality == modality
+        _generate(qtbot, window)
+        entry = window.state.shown
+        assert entry.kind == "generated" and entry.synthetic and entry.shape == SIZE
+        assert entry.provenance["output"]["modality"] == modality
+        assert window.voxel_label.isVisible()
+        assert window.voxel_label.text() == f"7.52\u00d77.52\u00d75.44 mm \u00b7 {modality}"
+        # No tissue maps: the overlay is off and says why.
+        tissue = window.tissue_toolbar.tissue_action
+        assert not tissue.isEnabled() and "makes images only" in tissue.toolTip()
+        screenshot(window, shot)
+    assert window.session_panel.list.count() == 2
+
+
+def test_the_preview_size_runs_smaller_at_the_same_field_of_view(qtbot, maisi_window):
+    window, panel = maisi_window, maisi_window.sampling_panel
+    _pick(qtbot, panel.model_box, "NV-Generate-CTMR")
+    assert panel.size_box.count() == 1  # 32^3 cannot be halved for these networks: no preview offered
+    _pick(qtbot, panel.model_box, "NV-Generate-64")
+    panel.steps_spin.setValue(1)
+    assert panel.size_box.itemText(1) == "Preview 32\u00d732\u00d732 at 7.52\u00d77.52\u00d75.44 mm"
+    _pick(qtbot, panel.size_box, 1)
+    assert window.state.form.output_size == (32, 32, 32)
+    _generate(qtbot, window)
+    entry = window.state.shown
+    assert entry.shape == SIZE and entry.spacing == pytest.approx(SPACING)
+    assert entry.provenance["output"]["fov_mm"] == pytest.approx([240.64, 240.64, 174.08])
+    assert "warnings" not in entry.provenance

@@ -1,0 +1,85 @@
+"""A cohort of NV-Generate-MR-Brain volumes (a tiny MAISI-architecture folder): modality and spacing
+reach every volume, folder and vault targets, no tissue-map columns, and the report skips the brain and
+ventricle measurements that assume a T1-like contrast."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from engine.cohort import CohortSpec, Manifest, run_cohort, validate_layout, volume_path
+from engine.cohort.report import collect, write_report
+from engine.nifti_io import load_nifti
+from engine.testing import write_maisi_folder
+
+SPACING = (7.52, 7.52, 5.44)
+
+
+@pytest.fixture(scope="module")
+def maisi_model(tmp_path_factory):
+    return write_maisi_folder(
+        tmp_path_factory.mktemp("cohort-maisi") / "NV-Generate-CTMR", dim=(32, 32, 32), spacing=SPACING
+    )
+
+
+def _spec(model, **changes) -> CohortSpec:
+    data = {"name": "maisi", "model": str(model), "steps": 1, "seeds": 2, "modality": "t2w", **changes}
+    return CohortSpec.from_dict(data)
+
+
+def test_a_t2w_cohort_in_a_folder(ray_runtime, maisi_model, tmp_path):
+    spec = _spec(maisi_model)
+    assert spec.to_dict()["modality"] == "t2w"
+    root = tmp_path / "cohort"
+    summary = run_cohort(spec, root, workers=1, threads_per_worker=2)
+    assert summary.done == 2 and validate_layout(root) == []
+    manifest = Manifest.load(root)
+    assert manifest.data["model"]["modality"] == "t2w" and "label_channels" not in manifest.data["model"]
+    for participant in manifest.items:
+        image = load_nifti(volume_path(root, participant))
+        assert np.allclose(image.spacing, SPACING) and image.data.std() > 0
+    with open(root / "participants.tsv", newline="") as handle:
+        header = next(csv.reader(handle, delimiter="\t"))
+    assert not any("label" in column.lower() or "probseg" in column.lower() for column in header)
+    data = collect(root)
+    assert "T1-like images only" in data["measurements_skipped"] and "t2w" in data["measurements_skipped"]
+    assert data["measured"] == {} and data["done"] == 2
+    page = write_report(root, tmp_path / "report.html")
+    assert "T1-like images only" in page.read_text()
+
+
+def test_t1_like_cohorts_are_measured_and_specs_without_a_modality_keep_their_id(maisi_model):
+    plain = CohortSpec.from_dict({"name": "x"})
+    assert not {"modality", "output_size", "voxel_spacing_mm"} & set(plain.to_dict())  # same JSON, same id
+    assert _spec(maisi_model, modality="t1w").modality == "t1w"
+    from engine.cohort.report import measurements_skipped
+
+    assert measurements_skipped({"modality": "t1w-skullstripped"}) == ""
+    assert measurements_skipped({}) == ""  # models without modalities: measured as before
+    with pytest.raises(Exception, match="modality must be a name"):
+        _spec(maisi_model, modality="T 2")
+
+
+def test_a_flair_cohort_into_the_vault(ray_runtime, maisi_model, tmp_path):
+    from engine.vault.crypto import KdfParams
+    from engine.vault.store import Vault
+
+    vault = Vault.create(
+        tmp_path / "vault", "cohort passphrase", kdf=KdfParams(memory_kib=1024, iterations=1, lanes=1)
+    )
+    spec = _spec(
+        maisi_model,
+        name="maisi-vault",
+        modality="flair",
+        seeds=1,
+        output={"target": "vault", "vault": str(vault.path)},
+    )
+    summary = run_cohort(spec, tmp_path / "state", workers=1, threads_per_worker=2, vault=vault)
+    assert summary.done == 1
+    (item,) = vault.search(spec.cohort_id, kind="synthetic")
+    opened = vault.open_item(item.id)
+    assert item.provenance["output"]["modality"] == "flair" and item.provenance["synthetic"] is True
+    assert np.allclose(np.sqrt((np.asarray(opened.affine)[:3, :3] ** 2).sum(axis=0)), SPACING)
+    vault.lock()
