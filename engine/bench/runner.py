@@ -148,6 +148,7 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
     import numpy as np
     import torch
 
+    from engine.api import run as drive
     from engine.devices import resolve_device
     from engine.models.registry import ModelRegistry
     from engine.optimization import OptimizationConfig, prepare
@@ -186,14 +187,7 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
         prepared = _prepare_xla(model) if name == "xla" else prepare(model, config, device, use_cache=False)
         prep_s = time.perf_counter() - t0
         timed = _Timed(prepared, device, settings.latent_only)
-        job = denoise(timed, source.spec, request, device)
-        try:
-            while True:
-                next(job)
-        except StopIteration as done:
-            loop = done.value
-        finally:
-            job.close()
+        loop = drive(denoise(timed, source.spec, request, device))
         volumes, step_s, unet_ms = loop.volumes, loop.step_times_s, timed.unet_ms
         decode_s = None if settings.latent_only else timed.decode_s
         record["report"] = prepared.report

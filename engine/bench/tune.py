@@ -143,6 +143,7 @@ def worker_main() -> int:
     """``python -m engine.bench.tune --worker``: JSON commands on stdin, one JSON answer line each on stdout."""
     import torch
 
+    from engine.api import run as drive
     from engine.bench.runner import _Timed
     from engine.devices import resolve_device
     from engine.models.registry import ModelRegistry
@@ -186,14 +187,7 @@ def worker_main() -> int:
                     optimization=state["config"],
                 )
                 started = time.perf_counter()
-                job = denoise(timed, source.spec, request, device)
-                try:
-                    while True:
-                        next(job)
-                except StopIteration as done:
-                    loop = done.value
-                finally:
-                    job.close()
+                loop = drive(denoise(timed, source.spec, request, device))
                 answer = {
                     "step_s": loop.step_times_s,
                     "decode_s": timed.decode_s,
