@@ -11,7 +11,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
 
@@ -428,6 +428,72 @@ def test_deidentified_dicom_export_is_nii_gz_and_its_message_counts_the_files(
     qtbot.mouseClick(details_button, Qt.MouseButton.LeftButton)  # "Show Details..." lists the paths
     screenshot(box, "14-vault-export-message")
     box.accept()
+
+
+def _sort_arrow(header, column: int) -> str:
+    """Which way the sort arrow drawn in a header section points ("up" or "down"), read from its pixels.
+
+    The arrow is the right-most mark in the section, apart from the label; a down arrow (\u25bc) is widest in
+    its top row, an up arrow (\u25b2) in its bottom row.
+    """
+    image = header.grab().toImage()
+    left = header.sectionViewportPosition(column)
+    right = left + header.sectionSize(column)
+    background = image.pixelColor(left + 1, 1).lightness()
+    marked = {
+        (x, y)
+        for x in range(left, right)
+        for y in range(image.height())
+        if abs(image.pixelColor(x, y).lightness() - background) > 40
+    }
+    columns = sorted({x for x, _ in marked})
+    arrow = [columns[-1]]
+    for x in reversed(columns[:-1]):  # walk left from the right-most mark until a gap
+        if arrow[-1] - x > 2:
+            break
+        arrow.append(x)
+    rows: dict[int, int] = {}
+    for x, y in marked:
+        if x in arrow:
+            rows[y] = rows.get(y, 0) + 1
+    top, bottom = rows[min(rows)], rows[max(rows)]
+    assert top != bottom, rows
+    return "down" if top > bottom else "up"
+
+
+@render
+def test_date_column_sort_arrow_matches_the_order_and_a_click_flips_both(
+    qtbot, vault_window, tmp_path, screenshot
+):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    rng = np.random.default_rng(0)
+    for n, date in enumerate(("20220301", "20240131")):
+        path = tmp_path / f"scan{n}.nii.gz"
+        nib.save(nib.Nifti1Image(rng.random((8, 8, 8), dtype=np.float32), np.eye(4)), str(path))
+        _import(qtbot, controller, [path], rows=n + 1, study={"date": date})
+    table = controller.browser.table
+    header = table.horizontalHeader()
+    window.docks["vaultDock"].show()
+    window.docks["vaultDock"].raise_()
+    qtbot.waitExposed(table)
+
+    def dates() -> list[str]:
+        return [table.item(row, 2).text() for row in range(table.rowCount())]
+
+    newest_first = dates()
+    assert newest_first == sorted(newest_first, reverse=True) and newest_first[0] != newest_first[1]
+    assert header.sortIndicatorSection() == 2 and header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder
+    assert _sort_arrow(header, 2) == "down"  # it was drawn pointing up (ascending) over newest-first rows
+    screenshot(window, "14-vault-date-sort-newest-first")
+
+    date_x = header.sectionViewportPosition(2) + header.sectionSize(2) // 2
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(date_x, header.height() // 2))
+    assert dates() == newest_first[::-1]  # oldest first now
+    assert header.sortIndicatorOrder() == Qt.SortOrder.AscendingOrder and _sort_arrow(header, 2) == "up"
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(date_x, header.height() // 2))
+    assert dates() == newest_first
+    assert header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder and _sort_arrow(header, 2) == "down"
 
 
 @render
