@@ -287,3 +287,22 @@ def test_at_40_percent_the_overlay_lies_40_percent_of_the_way_from_the_grey_to_i
         fraction = (shown - under[voxel])[big] / span[big]
         assert np.allclose(fraction, 0.4, atol=0.05), (voxel, under[voxel], shown, colour, fraction)
     screenshot(window, "14-tissue-overlay-40-percent")
+
+
+def test_at_1024x700_the_whole_status_message_is_its_tooltip(qtbot, tissue_window, screenshot):
+    window = tissue_window
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.width() == 1024 and window.height() == 700, timeout=10_000)
+    _generate(qtbot, window)  # the longest message: the maps, and the shortcut that overlays them
+    status = window.statusBar()
+    message = status.currentMessage()
+    assert message.startswith("Generated 1 volume(s) with tissue maps") and "Ctrl+T" in message
+    assert status.toolTip() == message  # hovering the cut message shows all of it
+    # The readout leaves the message more room than it did (420 px), and still holds its own text whole.
+    readout = window.readout_label
+    assert readout.width() < 420 and readout.width() >= readout.fontMetrics().horizontalAdvance(
+        readout.text()
+    )
+    screenshot(window, "14-status-bar-1024x700")
+    status.clearMessage()
+    assert status.toolTip() == ""
