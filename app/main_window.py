@@ -385,7 +385,9 @@ class MainWindow(QMainWindow):
         status = self.statusBar()
         self.readout_label = QLabel("")
         self.readout_label.setObjectName("readout")
-        self.readout_label.setMinimumWidth(420)
+        # Wide enough for "voxel (i, j, k)  RAS (x, y, z) mm  value v" not to jitter as the pointer moves;
+        # no wider, so a 1024-px window leaves the message beside it some room (420 cut most messages).
+        self.readout_label.setMinimumWidth(340)
         self.device_label = QLabel("device: auto")
         self.space_label = QLabel("")
         self.space_label.setObjectName("space")
@@ -397,6 +399,12 @@ class MainWindow(QMainWindow):
         status.addPermanentWidget(self.space_label)
         status.addPermanentWidget(self.voxel_label)
         status.addPermanentWidget(self.device_label)
+        # A message longer than the room beside the readout is cut at its right; the whole of it is one
+        # hover away.
+        status.messageChanged.connect(self._on_status_message_changed)
+
+    def _on_status_message_changed(self, message: str) -> None:
+        self.statusBar().setToolTip(message)
 
     # -- models --------------------------------------------------------------------------------------
 

@@ -4,15 +4,41 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPalette, QPixmap
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleFactory, QStyleOptionHeader
 
 from engine.resources import resource_path
 
 ACCENT = "#3d8fd6"
 
 
+class SortArrowStyle(QProxyStyle):
+    """Fusion, with a table header's sort arrow pointing the way the rows run: up (\u25b2) for ascending,
+    down (\u25bc) for descending, as file managers draw it.
+
+    Qt hands the style ``SortUp`` for a *descending* column (``QHeaderView`` maps Ascending to SortDown),
+    and Fusion draws SortUp as an up arrow, so a Date column listing newest first showed \u25b2, which
+    users read as oldest first. Swapping the two here fixes every header in the app at once (the vault
+    table, the session and plan tables); style sheets without their own arrow image fall through to it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(QStyleFactory.create("Fusion"))
+
+    def drawPrimitive(self, element, option, painter, widget=None) -> None:  # noqa: N802 - Qt override
+        if element == QStyle.PrimitiveElement.PE_IndicatorHeaderArrow and isinstance(
+            option, QStyleOptionHeader
+        ):
+            order = option.sortIndicator
+            up, down = QStyleOptionHeader.SortIndicator.SortUp, QStyleOptionHeader.SortIndicator.SortDown
+            if order in (up, down):
+                flipped = QStyleOptionHeader(option)
+                flipped.sortIndicator = down if order == up else up
+                option = flipped
+        super().drawPrimitive(element, option, painter, widget)
+
+
 def apply_dark_theme(app: QApplication) -> None:
-    app.setStyle("Fusion")
+    app.setStyle(SortArrowStyle())
     palette = QPalette()
     colours = {
         QPalette.ColorRole.Window: "#1b1e23",

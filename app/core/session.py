@@ -270,6 +270,7 @@ class AppState:
             affine=affine,
             kind="preview",
             synthetic=True,
+            preview_step=(step, total),
         )
         first_preview = self.shown is None or self.shown.kind != "preview"
         self.show(entry)

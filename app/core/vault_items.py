@@ -384,3 +384,20 @@ def verify_all(vault, report: Report):
 
     report(0.0, "Checking every item")
     return vault.verify(progress=progress), items
+
+
+def export_summary(files: Iterable[Path]) -> str:
+    """What an export wrote, counted by kind: "1 NIfTI and 95 DICOM files" (the paths go in the details)."""
+    counts = {"NIfTI": 0, "DICOM": 0, "JSON": 0, "other": 0}
+    for path in files:
+        name = path.name.lower()
+        if name.endswith((".nii", ".nii.gz")):
+            kind = "NIfTI"
+        elif name.endswith(".dcm"):
+            kind = "DICOM"
+        else:  # a synthetic volume's provenance sidecar
+            kind = "JSON" if name.endswith(".json") else "other"
+        counts[kind] += 1
+    parts = [f"{n} {kind}" for kind, n in counts.items() if n]
+    text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return text + (" file" if sum(counts.values()) == 1 else " files")

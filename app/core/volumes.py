@@ -42,6 +42,7 @@ class VolumeEntry:
     saved_file: Path | None = None  # the NIfTI file it was last saved to: Save writes there again
     saved_to: str = ""  # where it was last saved, for people ("/data/a.nii.gz", "the vault as ...")
     time_points: int = 1  # how many volumes the file holds (a 4D series); ``data`` is one of them
+    preview_step: tuple[int, int] | None = None  # a preview's (denoising step, of steps) its image is from
     time_index: int = 0  # which one, counted from 0
     # Tissue maps that go with the image (app.core.tissue), name -> float32 (x, y, z) probabilities in
     # [0, 1] on the image's grid; empty for volumes without.

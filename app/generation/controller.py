@@ -49,6 +49,7 @@ class GenerationController(QObject):
         self.panel = window.sampling_panel
         self._job = None
         self._pending_preview = None  # only the latest preview is kept
+        self._last_preview_drawn = -math.inf  # time.monotonic() of the last preview drawn
         self._model_affine = None
         self._model_xyz = None
         self._telemetry_run = None  # (run id, the metrics source it is marked on)
@@ -209,6 +210,10 @@ class GenerationController(QObject):
         )
         if progress.preview is not None:
             self._pending_preview = (progress.preview, progress.step, progress.total, progress.preview_stride)
+            # Drawn with the bar's step when the last one is old enough: waiting for the timer put the
+            # preview up to a tick behind the bar. Faster previews wait for the timer (at most 5 a second).
+            if time.monotonic() - self._last_preview_drawn >= PREVIEW_INTERVAL_MS / 1000:
+                self._draw_pending_preview()
         if self._cancel_deadline is not None:  # a step that ended after Cancel: the count-down stays shown
             self._show_cancel_countdown()
 
@@ -216,12 +221,16 @@ class GenerationController(QObject):
         tracker = self.state.progress
         if self._cancel_deadline is None and tracker.quiet_s() >= QUIET_NOTE_S:
             self.state.progress_changed.emit(tracker)  # "waiting 1:12 for the next report" keeps counting
+        self._draw_pending_preview()
+
+    def _draw_pending_preview(self) -> None:
         if self._pending_preview is None:
             return
         data, step, total, stride = self._pending_preview
         self._pending_preview = None
         if not self.state.follow_previews:  # the user chose a volume to look at during the run
             return
+        self._last_preview_drawn = time.monotonic()
         affine = preview_affine(self._model_affine, self._model_xyz, data.shape, stride)
         self.state.show_preview(data, affine, step, total)
         self.preview_drawn.emit(step)

@@ -142,6 +142,10 @@ class OptimizationPanel(QWidget):
         for name in (FASTEST_HERE, *PRESETS, CUSTOM):
             self.preset_box.addItem(name, name)
         self.preset_box.setToolTip("Optimization preset (each says what it measured on this machine)")
+        # Long entries ("Exact fp32 \u00b7 not measured here") elide in a narrow Generate panel instead of
+        # widening the form past what a 1024-px window can give it (the list shows them whole).
+        self.preset_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.preset_box.setMinimumContentsLength(10)
         self.preset_box.activated.connect(self._on_preset_box_activated)
         # What was measured here: the offer to measure, progress and cancel, the floor of "Fastest here".
         self.measured_label = QLabel()

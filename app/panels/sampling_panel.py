@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QAbstractSpinBox,
@@ -227,6 +227,9 @@ class SamplingPanel(QWidget):
         self.steps_spin.valueChanged.connect(self._on_steps_spin_changed)
         self.seed_spin = QSpinBox()
         self.seed_spin.setRange(0, MAX_SEED)
+        # Room for ten digits, not the width Qt derives from the range's text plus margin: the Sampling
+        # group then fits the Generate panel of a 1024-px window without scrolling sideways.
+        self.seed_spin.setMinimumWidth(self.seed_spin.fontMetrics().horizontalAdvance("0" * 10) + 34)
         self.seed_spin.setToolTip("Same seed + same settings + same device = same volume")
         self.seed_spin.valueChanged.connect(self._on_seed_spin_changed)
         self.random_seed_button = QToolButton(text="Random")
@@ -562,6 +565,17 @@ class SamplingPanel(QWidget):
         self._wanted_width = max(MIN_PANEL_WIDTH, needed + 2)
         self.setMinimumWidth(MIN_PANEL_WIDTH)
         self.updateGeometry()
+        if self.width() < self._wanted_width:
+            self.width_wanted.emit(self._wanted_width)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        # The window got narrower (e.g. to 1024 px) and shrank the docks alike: ask again for the form's
+        # width, after this layout pass, so the viewer gives it up rather than the form scrolling sideways.
+        if event.size().width() < getattr(self, "_wanted_width", 0) <= event.oldSize().width():
+            QTimer.singleShot(0, self, self._ask_for_width)
+
+    def _ask_for_width(self) -> None:
         if self.width() < self._wanted_width:
             self.width_wanted.emit(self._wanted_width)
 

@@ -406,13 +406,16 @@ class VaultController(QObject):
         box.open()
         return box
 
-    def _inform(self, title: str, text: str) -> QMessageBox:
-        """A non-blocking information box (no nested event loop)."""
+    def _inform(self, title: str, text: str, *, details: str = "") -> QMessageBox:
+        """A non-blocking information box (no nested event loop); ``details`` go behind "Show Details..."."""
         box = QMessageBox(
             QMessageBox.Icon.Information, title, text, QMessageBox.StandardButton.Ok, self.window
         )
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        if details:
+            box.setDetailedText(details)
         self.last_info = (title, text)
+        self.last_info_box = box
         box.open()
         return box
 
@@ -1132,19 +1135,20 @@ class VaultController(QObject):
         self.last_export = result
         if not result.files:
             return
-        first = result.files[0]
-        more = f" and {len(result.files) - 1} more file(s)" if len(result.files) > 1 else ""
+        folder = result.files[0].parent
         how = " (de-identified)" if result.deidentified else ""
-        self.window.show_status(f"Exported {first.name}{more} to {first.parent}{how}", 10000)
-        listing = "\n".join(str(path) for path in result.files[:12])
-        if len(result.files) > 12:
-            listing += f"\n... and {len(result.files) - 12} more in {result.files[12].parent}"
-        text = f"Written{how}:\n\n{listing}"
+        summary = f"Wrote {model.export_summary(result.files)} to {folder}{how}"
+        self.window.show_status(summary, 10000)
+        text = summary
         if result.warnings:
             text += "\n\nDe-identification could not fix everything; check before sharing:\n\n" + "\n".join(
                 f"\u2022 {w}" for w in result.warnings
             )
-        self._inform("Exported, with warnings" if result.warnings else "Exported from the Vault", text)
+        # Every path is one click away ("Show Details..."), not a wall of 95 DICOM paths in the box.
+        details = "\n".join(str(path) for path in result.files)
+        self._inform(
+            "Exported, with warnings" if result.warnings else "Exported from the Vault", text, details=details
+        )
 
     def delete_item(self, item_id: str, *, confirm: bool = True) -> None:
         """Delete an item after asking (a non-blocking question box); ``confirm=False`` deletes at once."""

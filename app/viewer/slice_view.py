@@ -256,8 +256,15 @@ class SliceView(QWidget):
             texts["title"] = self.plane[:3].capitalize()
         if entry is None:
             return texts
-        if entry.kind == "preview":
-            texts["tag"] = "PREVIEW (x\u2080 estimate)" if level == 0 else "PREVIEW"
+        if entry.kind == "preview":  # which step the image is from: the bar may be a step or two further
+            step = f" step {entry.preview_step[0]}/{entry.preview_step[1]}" if entry.preview_step else ""
+            texts["tag"] = (
+                f"PREVIEW{step} (x\u2080 estimate)"
+                if level == 0
+                else f"PREVIEW{step}"
+                if level == 1
+                else "PREVIEW"
+            )
         elif entry.synthetic:
             texts["tag"] = "SYNTHETIC"
         ijk = self.state.crosshair_voxel()

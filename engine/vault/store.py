@@ -1835,7 +1835,7 @@ class Vault:
 
         File names never carry identifiers: ``<kind>-<id prefix>.nii[.gz]``, a ``<kind>-<id prefix>-dicom``
         folder of ``IM00001.dcm``.... Without de-identification the NIfTI and DICOM files of a scan are
-        byte-identical to what was imported. A synthetic item always leaves as ``.nii.gz`` with every
+        byte-identical to what was imported; a de-identified NIfTI always leaves as ``.nii.gz``. A synthetic item always leaves as ``.nii.gz`` with every
         SYNTHETIC field that ``volsynth generate`` writes (``descrip``, ``intent_name``, ``aux_file``, a
         comment extension) and its provenance in the same ``<stem>.json`` sidecar, so opening the export
         shows its provenance; its tissue maps, if it has any, go beside it as
@@ -1864,7 +1864,10 @@ class Vault:
             synthetic = rec["kind"] == "synthetic"
             compressed = bool(rec["volume"].get("compressed"))
             stem = f"{rec['kind']}-{rec['id'][:12]}"
-            nii_path = dest / (stem + (".nii.gz" if compressed or synthetic else ".nii"))
+            # A de-identified copy is a new file anyway (its header is rewritten), so it leaves compressed:
+            # what is shared is smaller. Only a plain export keeps the imported bytes (and suffix) as they are.
+            gzip_output = deidentify and not compressed and not synthetic
+            nii_path = dest / (stem + (".nii.gz" if compressed or synthetic or gzip_output else ".nii"))
             dicom_parts = [p for p in rec["parts"] if p["name"].startswith("dicom/")] if include_dicom else []
             dicom_dir = dest / f"{stem}-dicom"
             prov_path = dest / f"{stem}.json"  # engine.nifti_io.sidecar_path: what load_nifti reads back
@@ -1945,6 +1948,8 @@ class Vault:
                         pieces = nifti.rewrite_stream(
                             stream, compressed=compressed, deidentify=deidentify, synthetic=False
                         )
+                        if gzip_output:
+                            pieces = nifti.gzip_stream(pieces)
                     for piece in pieces:
                         writer.write(piece)
                 done += int(volume["size"])

@@ -250,3 +250,59 @@ def test_at_1024x700_the_tissue_controls_stay_on_screen(qtbot, tissue_window):
         lambda: all(on_screen(widget, container) for widget, container in controls), timeout=10_000
     )
     assert window.toolBarBreak(viewer_bar) and window.toolBarBreak(bar)  # three rows at this width
+
+
+def test_at_40_percent_the_overlay_lies_40_percent_of_the_way_from_the_grey_to_its_colour(
+    qtbot, tissue_window, screenshot
+):
+    """The composed pixel, read off the screen, is 40 % of the way from the grey to the tissue's colour (one
+    alpha, applied once: opacity compounded per map or premultiplied twice would put it near the colour)."""
+    window, bar = tissue_window, tissue_window.tissue_toolbar
+    entry = _generate(qtbot, window)
+    axial = window.viewer.axial
+    choose(qtbot, window.viewer_toolbar.interpolation_box, "Nearest")  # one voxel, one colour on screen
+    assert bar.opacity_label.text() == "40%"
+    # Voxels of the shown slice labelled as a tissue, in its middle half (clear of the corner texts) and
+    # off the crosshair's lines, where the image alone is grey.
+    centre = window.state.crosshair_voxel()
+    k = int(centre[2])
+    slice_labels = label_map({n: axial.geometry_.extract(entry.tissue[n], k) for n in NAMES})
+    found = []
+    for i in range(entry.shape[0] // 4, 3 * entry.shape[0] // 4):
+        for j in range(entry.shape[1] // 4, 3 * entry.shape[1] // 4):
+            row, col = (int(v) for v in axial.geometry_.to_display((i, j, k), entry.shape))
+            if slice_labels[row, col] and abs(i - centre[0]) > 1 and abs(j - centre[1]) > 1:
+                found.append(((i, j, k), int(slice_labels[row, col])))
+    under = {voxel: np.array(_colour_at(axial, voxel)) for voxel, _ in found}
+    found = [(voxel, label) for voxel, label in found if len(set(under[voxel])) == 1][:12]
+    assert len(found) >= 4
+
+    qtbot.keyClick(window, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier)  # Ctrl+T: all tissues, 40%
+    assert window.state.tissue_shown() == ALL_TISSUES
+    for voxel, label in found[:12]:
+        colour = np.array(TISSUE_COLOURS[NAMES[label - 1]])
+        shown = np.array(_colour_at(axial, voxel))
+        span = colour - under[voxel]
+        big = np.abs(span) > 40  # channels where grey and colour differ enough to measure the fraction
+        fraction = (shown - under[voxel])[big] / span[big]
+        assert np.allclose(fraction, 0.4, atol=0.05), (voxel, under[voxel], shown, colour, fraction)
+    screenshot(window, "14-tissue-overlay-40-percent")
+
+
+def test_at_1024x700_the_whole_status_message_is_its_tooltip(qtbot, tissue_window, screenshot):
+    window = tissue_window
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.width() == 1024 and window.height() == 700, timeout=10_000)
+    _generate(qtbot, window)  # the longest message: the maps, and the shortcut that overlays them
+    status = window.statusBar()
+    message = status.currentMessage()
+    assert message.startswith("Generated 1 volume(s) with tissue maps") and "Ctrl+T" in message
+    assert status.toolTip() == message  # hovering the cut message shows all of it
+    # The readout leaves the message more room than it did (420 px), and still holds its own text whole.
+    readout = window.readout_label
+    assert readout.width() < 420 and readout.width() >= readout.fontMetrics().horizontalAdvance(
+        readout.text()
+    )
+    screenshot(window, "14-status-bar-1024x700")
+    status.clearMessage()
+    assert status.toolTip() == ""

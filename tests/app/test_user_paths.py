@@ -196,6 +196,34 @@ def test_progress_stays_visible_with_the_vault_dock_open_at_1024x700(qtbot, main
     assert not window.generation.status_progress.isVisible()  # gone once the run ended
 
 
+def test_the_preview_says_which_step_its_image_is_from_in_step_with_the_bar(qtbot, main_window, screenshot):
+    window = main_window
+    _select(window, "tiny-latent")
+    window.sampling_panel.steps_spin.setValue(12)
+    panel, axial = window.sampling_panel, window.viewer.axial
+    seen = []
+
+    def look(step: int) -> None:  # each preview as it is drawn, with the bar at that moment
+        entry = window.state.shown
+        seen.append((step, entry.preview_step, axial.overlay_texts().get("tag"), panel.progress_bar.text()))
+        if len(seen) == 1:
+            screenshot(window, "14-preview-step-with-the-bar")
+
+    window.generation.preview_drawn.connect(look)
+    with qtbot.waitSignal(window.generation.ended, timeout=GENERATION_TIMEOUT_MS):
+        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    assert seen, "no preview was drawn during the run"
+    for step, preview_step, tag, bar in seen:
+        assert preview_step == (step, 12)
+        assert tag.startswith(f"PREVIEW step {step}/12")  # the label names its image's step (any width)
+        bar_step = int(bar.split("/")[0])
+        assert bar_step >= step  # the bar never shows an older step than the preview
+    # The first preview is drawn as its step arrives (no timer tick in between): label and bar agree.
+    first_step, _, _, first_bar = seen[0]
+    assert first_bar == f"{first_step}/12"
+    assert not any(e.kind == "preview" for e in window.state.volumes)
+
+
 def test_choosing_a_volume_during_a_run_shows_it(qtbot, main_window, tmp_path):
     window = main_window
     with qtbot.waitSignal(window.volume_opened, timeout=60_000):

@@ -11,7 +11,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
 
@@ -369,6 +369,7 @@ def test_export_deidentified_clears_the_header(qtbot, vault_window, nibabel_data
     assert result.deidentified and len(result.files) == 1
     exported = result.files[0]
     assert exported.is_file() and exported.parent == out
+    assert exported.name.endswith(".nii.gz")  # a de-identified copy leaves compressed
     assert "doe" not in exported.name.lower() and "jane" not in exported.name.lower()
     header = nib.load(str(exported)).header
     assert header["descrip"].item() == b"" and header["aux_file"].item() == b""
@@ -382,7 +383,117 @@ def test_export_deidentified_clears_the_header(qtbot, vault_window, nibabel_data
     assert error_dialogs[-1][0] == "Cannot export from the vault" and "already exists" in error_dialogs[-1][1]
     controller.export_item(info.id, out, deidentify=False, overwrite=True)
     assert _wait_task(qtbot, controller, "export") == "finished"
-    assert b"Jane Doe" in nib.load(str(exported)).header["descrip"].item()
+    plain = controller.last_export.files[0]  # the imported bytes as they were: .nii
+    assert plain.name == exported.name.removesuffix(".gz")
+    assert plain.read_bytes() == source.read_bytes()
+    assert b"Jane Doe" in nib.load(str(plain)).header["descrip"].item()
+
+
+@render
+def test_deidentified_dicom_export_is_nii_gz_and_its_message_counts_the_files(
+    qtbot, vault_window, tmp_path, screenshot
+):
+    from pydicom.data import get_testdata_file
+
+    from app.core.vault_items import ImportJob
+
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    source = Path(get_testdata_file("MR_small.dcm"))
+    controller.import_sources([ImportJob(source, "dicom", label="T2 axial")])
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+    info = controller.items[0]
+
+    controller.browser.select_item(info.id)
+    controller.browser.export_button.click()
+    dialog = controller.export_dialog
+    assert dialog.deidentify_box.isChecked()
+    out = tmp_path / "shared"
+    dialog.folder_edit.setText(str(out))
+    dialog.ok_button.click()
+    assert _wait_task(qtbot, controller, "export") == "finished"
+    nii, dicom = controller.last_export.files
+    assert nii.name.endswith(".nii.gz") and nii.read_bytes()[:2] == b"\x1f\x8b"  # really gzip
+    assert nib.load(str(nii)).header["descrip"].item() == b""
+    assert dicom.suffix == ".dcm"
+    title, text = controller.last_info
+    summary = f"Wrote 1 NIfTI and 1 DICOM files to {out} (de-identified)"
+    assert title == "Exported from the Vault" and text == summary  # no list of paths in the message
+    assert window.statusBar().currentMessage() == summary
+    box = controller.last_info_box
+    assert box.detailedText().splitlines() == [str(nii), str(dicom)]  # behind "Show Details..."
+    qtbot.waitExposed(box)
+    details_button = next(b for b in box.buttons() if box.buttonRole(b) == QMessageBox.ButtonRole.ActionRole)
+    qtbot.mouseClick(details_button, Qt.MouseButton.LeftButton)  # "Show Details..." lists the paths
+    screenshot(box, "14-vault-export-message")
+    box.accept()
+
+
+def _sort_arrow(header, column: int) -> str:
+    """Which way the sort arrow drawn in a header section points ("up" or "down"), read from its pixels.
+
+    The arrow is the right-most mark in the section, apart from the label; a down arrow (\u25bc) is widest in
+    its top row, an up arrow (\u25b2) in its bottom row.
+    """
+    image = header.grab().toImage()
+    left = header.sectionViewportPosition(column)
+    right = left + header.sectionSize(column)
+    background = image.pixelColor(left + 1, 1).lightness()
+    marked = {
+        (x, y)
+        for x in range(left, right)
+        for y in range(image.height())
+        if abs(image.pixelColor(x, y).lightness() - background) > 40
+    }
+    columns = sorted({x for x, _ in marked})
+    arrow = [columns[-1]]
+    for x in reversed(columns[:-1]):  # walk left from the right-most mark until a gap
+        if arrow[-1] - x > 2:
+            break
+        arrow.append(x)
+    rows: dict[int, int] = {}
+    for x, y in marked:
+        if x in arrow:
+            rows[y] = rows.get(y, 0) + 1
+    top, bottom = rows[min(rows)], rows[max(rows)]
+    assert top != bottom, rows
+    return "down" if top > bottom else "up"
+
+
+@render
+def test_date_column_sort_arrow_matches_the_order_and_a_click_flips_both(
+    qtbot, vault_window, tmp_path, screenshot
+):
+    window = vault_window
+    controller = _create_via_dialog(qtbot, window)
+    rng = np.random.default_rng(0)
+    for n, date in enumerate(("20220301", "20240131")):
+        path = tmp_path / f"scan{n}.nii.gz"
+        nib.save(nib.Nifti1Image(rng.random((8, 8, 8), dtype=np.float32), np.eye(4)), str(path))
+        _import(qtbot, controller, [path], rows=n + 1, study={"date": date})
+    table = controller.browser.table
+    header = table.horizontalHeader()
+    window.docks["vaultDock"].show()
+    window.docks["vaultDock"].raise_()
+    qtbot.waitExposed(table)
+
+    def dates() -> list[str]:
+        return [table.item(row, 2).text() for row in range(table.rowCount())]
+
+    newest_first = dates()
+    assert newest_first == sorted(newest_first, reverse=True) and newest_first[0] != newest_first[1]
+    assert header.sortIndicatorSection() == 2 and header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder
+    assert _sort_arrow(header, 2) == "down"  # it was drawn pointing up (ascending) over newest-first rows
+    screenshot(window, "14-vault-date-sort-newest-first")
+
+    date_x = header.sectionViewportPosition(2) + header.sectionSize(2) // 2
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(date_x, header.height() // 2))
+    assert dates() == newest_first[::-1]  # oldest first now
+    assert header.sortIndicatorOrder() == Qt.SortOrder.AscendingOrder and _sort_arrow(header, 2) == "up"
+    qtbot.mouseClick(header.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(date_x, header.height() // 2))
+    assert dates() == newest_first
+    assert header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder and _sort_arrow(header, 2) == "down"
 
 
 @render
@@ -961,9 +1072,13 @@ def test_export_names_the_file_and_a_synthetic_volume_leaves_as_marked_nii_gz(qt
     assert _wait_task(qtbot, controller, "export") == "finished"
     nii = controller.last_export.files[0]
     assert nii.name.endswith(".nii.gz") and nii.parent == out
-    assert nii.name in window.statusBar().currentMessage()
     title, text = controller.last_info
-    assert title == "Exported from the Vault" and str(nii) in text
+    assert (
+        title == "Exported from the Vault"
+        and text == f"Wrote 1 NIfTI and 1 JSON files to {out} (de-identified)"
+    )
+    assert window.statusBar().currentMessage() == text
+    assert str(nii) in controller.last_info_box.detailedText()
     header = nib.load(str(nii)).header
     assert b"SYNTHETIC" in header["descrip"].item() and header["intent_name"].item() == b"SYNTHETIC"
     assert header["aux_file"].item() == b"volsynth-synthetic"

@@ -1,0 +1,40 @@
+"""The window at 1024x700 (a small laptop screen), 3D view included: texts are whole or elide with a tooltip."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QPoint, QRect
+
+pytestmark = pytest.mark.render
+
+
+def _inside(widget, container) -> bool:
+    """The whole widget lies inside ``container``'s visible rectangle (nothing cut at its right)."""
+    top_left = widget.mapTo(container, QPoint(0, 0))
+    return container.rect().contains(QRect(top_left, widget.size()))
+
+
+def test_at_1024x700_the_model_combo_and_the_status_message_are_whole(qtbot, main_window_3d, screenshot):
+    window = main_window_3d
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    window.sampling_panel.steps_spin.setValue(3)
+    with qtbot.waitSignal(window.generation.ended, timeout=120_000):
+        window.sampling_panel.generate_button.click()
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.width() == 1024 and window.height() == 700, timeout=10_000)
+    panel = window.sampling_panel
+    viewport = panel.scroll.viewport()
+    # The Generate dock asks for its form's width again when the window narrows (it was left cutting the
+    # model combo and its "..." button), and the optimization preset elides instead of widening the form.
+    qtbot.waitUntil(lambda: _inside(panel.open_model_button, viewport), timeout=5_000)
+    assert _inside(panel.model_box, viewport) and _inside(panel.random_seed_button, viewport)
+    box = panel.model_box
+    assert box.fontMetrics().horizontalAdvance(box.currentText()) < box.width()  # the name is whole
+
+    status = window.statusBar()
+    message = status.currentMessage()
+    assert message.startswith("Generated 1 volume(s)") and status.toolTip() == message
+    readout_left = window.readout_label.mapTo(status, QPoint(0, 0)).x()
+    assert status.fontMetrics().horizontalAdvance(message) < readout_left  # the message fits beside it
+    screenshot(window, "14-window-1024x700")
