@@ -267,6 +267,7 @@ class JobRunner(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.jobs: list[Job] = []
+        self.closing = False
 
     def start(self, name: str, worker: QObject, **callbacks: Callable[..., Any]) -> Job:
         """Start ``worker.run`` in a new thread. Callbacks: progressed, finished, failed, cancelled, ended."""
@@ -311,6 +312,7 @@ class JobRunner(QObject):
         that can be abandoned gets ``abandon_after_ms`` to stop at a step, then is abandoned, so quitting
         never waits on a step that does not end.
         """
+        self.closing = True  # features that start background work on events stop doing so now
         for job in list(self.jobs):
             job.cancel()
         for job in list(self.jobs):

@@ -194,7 +194,8 @@ class MachineProbe:
         return cpu + "; " + (gpus or ("Apple MPS" if self.mps else "no GPU"))
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """Plain JSON data (lists, not tuples: provenance records are stored and compared as JSON)."""
+        data = json.loads(json.dumps(asdict(self)))
         data["fingerprint"] = self.fingerprint()
         return data
 

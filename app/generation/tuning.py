@@ -125,6 +125,10 @@ class TuneController:
     # -- keeping the lookup current -------------------------------------------------------------------
 
     def _on_state_model_selected(self, _source) -> None:
+        if (
+            self.window.runner.closing
+        ):  # the window is closing (servers disconnect, models go): look nothing up
+            return
         source = self._local_source()
         if source is None:
             self.measured.forget()

@@ -229,6 +229,12 @@ def test_a_local_cohort_refuses_a_trap_once_before_any_worker_starts(
     spec = CohortSpec.from_dict(
         {"name": "trap", "model": "tiny-latent", "steps": 2, "seeds": 2, "optimization": {"autocast": "bf16"}}
     )
+
+    def ray_running() -> bool:
+        return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+
+    before = ray_running()
     with pytest.raises(InvalidRequest, match="no native bf16"):
         run_cohort(spec, tmp_path / "cohort", device="cpu", registry=registry)
-    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+    assert ray_running() == before  # no runtime was started for it
+    assert not list((tmp_path / "cohort").rglob("*.nii.gz"))
