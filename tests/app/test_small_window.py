@@ -1,4 +1,7 @@
-"""The window at 1024x700 (a small laptop screen), 3D view included: texts are whole or elide with a tooltip."""
+"""The window at 1024x700 (a small laptop screen): texts are whole or elide with a tooltip.
+
+Without the 3D view: a second 3D window in one Xvfb process never becomes the active window (see
+test_window_shortcuts, which runs its 3D case in a process of its own)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,8 @@ def _inside(widget, container) -> bool:
     return container.rect().contains(QRect(top_left, widget.size()))
 
 
-def test_at_1024x700_the_model_combo_and_the_status_message_are_whole(qtbot, main_window_3d, screenshot):
-    window = main_window_3d
+def test_at_1024x700_the_model_combo_and_the_status_message_are_whole(qtbot, main_window, screenshot):
+    window = main_window
     window.state.select_model(window.state.model_by_id("tiny-latent"))
     window.sampling_panel.steps_spin.setValue(3)
     with qtbot.waitSignal(window.generation.ended, timeout=120_000):
