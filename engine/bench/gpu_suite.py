@@ -768,9 +768,11 @@ def part_probe_tune(ctx: PartContext) -> dict[str, Any]:
     result: dict[str, Any] = {"probe": probe_machine().to_dict()}
     budget = max(int(ctx.left_s() - 15), 10)
     argv = [sys.executable, "-m", "engine", "tune", "--device", ctx.device, "--budget", str(budget), "--json"]
-    if ctx.smoke:  # the plumbing, not a measurement: fp32 and one row, short runs
+    env = None
+    if ctx.smoke:  # the plumbing, not a measurement: fp32 and one row, short runs, kept apart from the user's
         argv += ["--rows", "preset:Low memory", "--steps", "2"]
-    tune = _command(argv, ctx.left_s() - 5)
+        env = {**os.environ, "VOLSYNTH_TUNE_DIR": str(ctx.work / "tune")}
+    tune = _command(argv, ctx.left_s() - 5, env=env)
     result["tune"] = {"command": " ".join(argv), **tune}
     kept = [
         line[len("kept in ") :]
