@@ -54,7 +54,7 @@ from app.vault.privacy import remember_recent
 from app.viewer.toolbar import install_viewer_toolbar
 from app.viewer.viewer_area import DEFAULT_LAYOUT, LAYOUTS, ViewerArea
 from app.workers import BackendPool, JobRunner
-from engine.nifti_io import is_nifti
+from engine.nifti.io import is_nifti
 
 log = logging.getLogger(__name__)
 
@@ -857,7 +857,7 @@ class MainWindow(QMainWindow):
 
 
 def _list_devices():
-    from engine.devices import available_devices
+    from engine.machine.devices import available_devices
 
     return available_devices()
 

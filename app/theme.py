@@ -6,7 +6,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleFactory, QStyleOptionHeader
 
-from engine.resources import resource_path
+from engine.files.shipped import resource_path
 
 ACCENT = "#3d8fd6"
 

@@ -8,8 +8,8 @@ __version__ = "0.1.0"
 
 # torch.profiler's back end (kineto) writes "USDT: ... profiler_start", "STAGE: ..." and, when a worker thread
 # profiles, "ERROR: External init callback ..." straight to file descriptor 2. It reads its log level when
-# torch loads, so the level is set here, before anything in the engine imports torch (engine/profiling.py).
-from engine.profiling import quiet_kineto  # noqa: E402
+# torch loads, so the level is set here, before anything in the engine imports torch (engine/telemetry/kernel_profile.py).
+from engine.telemetry.kernel_profile import quiet_kineto  # noqa: E402
 
 quiet_kineto()
 

@@ -6,12 +6,12 @@ once with settings B, same model, seed, noise and conditioning, and returns both
 - per-step latency (median and IQR of the loop's own step times; step 1, which warms up, and the
   kernel-profiled steps are left out), the decode time and the whole loop's time;
 - a headline on the part of the run B's settings change (``headline_part``: U-Net step, decode, or end to
-  end when both or neither change), worded by the one noise rule (``engine.speed_verdict``): no ratio is
+  end when both or neither change), worded by the one noise rule (``engine.metrics.speed_verdict``): no ratio is
   called faster or slower unless the rule says the difference is real;
 - peak memory of each sampling loop (CUDA allocator on a GPU, process RSS on a CPU; see
-  ``engine.peak_memory``);
+  ``engine.machine.peak_memory``);
 - what applied of each setting, and why not where it did not;
-- a kernel profile of a few steps of each (top operators by self time; ``engine.profiling``);
+- a kernel profile of a few steps of each (top operators by self time; ``engine.telemetry.kernel_profile``);
 - how far B's volume moved from A's: PSNR, SSIM, max and mean absolute error, and the difference volume.
 
 It is one run of each, in order A then B, in one process: good for seeing a setting's effect on a volume
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from engine.api import Backend, Progress, SamplingRequest, SamplingResult
+from engine.api.optimization_config import OptimizationConfig
 from engine.formatting import format_bytes
-from engine.optimization_config import OptimizationConfig
-from engine.speed_verdict import SpeedVerdict, speed_verdict
+from engine.metrics.speed_verdict import SpeedVerdict, speed_verdict
 
 DEFAULT_PROFILED_STEPS = 2
 
@@ -50,7 +50,7 @@ MEASURE_MORE = {
     DECODE: "time the decode on its own with `volsynth bench --decoder-only --repeats 3`",
     END_TO_END: "`volsynth bench --repeats 3` repeats whole runs, interleaved, one process each",
 }
-# Settings by the part of the run they change (``engine.optimization._prepare``): tf32 and channels-last
+# Settings by the part of the run they change (``engine.optimization.apply._prepare``): tf32 and channels-last
 # 3D reach both networks; autocast reaches the decoder too unless the decoder has its own precision.
 _UNET_FIELDS = (
     "tf32",
@@ -322,7 +322,7 @@ class Comparison:
             "device": self.a.result.provenance.get("device_name"),
             "machine": self.a.result.provenance.get("machine"),  # the probe of the machine that ran it
             "method": "one run of each, A then B, in one process; step statistics leave out step 1 and the "
-            "profiled steps, loop times leave out the profiled steps; verdicts by engine.speed_verdict (steps "
+            "profiled steps, loop times leave out the profiled steps; verdicts by engine.metrics.speed_verdict (steps "
             "on their step times, decode and loop on one run each)",
         }
 
@@ -415,7 +415,7 @@ def compare_settings(
             job.close()
         sides.append(measure(label, result))
 
-    from engine.bench.metrics import compare as volume_distance
+    from engine.metrics.image import compare as volume_distance
 
     side_a, side_b = sides
     # How far the image moved; tissue maps decoded with it are not part of "the volume".
@@ -438,7 +438,7 @@ def save_comparison(comparison: Comparison, folder) -> list:
     from pathlib import Path
 
     from engine.errors import InvalidRequest
-    from engine.nifti_io import atomic_files, make_nifti, save_result, sidecar_path
+    from engine.nifti.io import atomic_files, make_nifti, save_result, sidecar_path
 
     folder = Path(folder)
     try:

@@ -115,8 +115,8 @@ def request_warnings(spec: ModelSpec, request: SamplingRequest) -> list[str]:
     warnings = list(output.warnings)
     if spec.geometry is not None and spec.kind == "latent" and not request.optimization.streamed_decode:
         from engine.formatting import format_bytes
-        from engine.input_checks import available_memory
         from engine.models.budget import decoder_activation_bytes
+        from engine.nifti.checks import available_memory
 
         needed = request.batch_size * decoder_activation_bytes(
             spec.networks["autoencoder"], (spec.output_shape[0], *output.size)

@@ -61,8 +61,16 @@ from pydantic import (
     create_model,
 )
 
-from engine import optimization_config, wire
-from engine.api import MAX_BATCH, MAX_EDGE, MAX_PROFILED_STEPS, MAX_STEPS, SamplingRequest, run
+from engine import wire
+from engine.api import (
+    MAX_BATCH,
+    MAX_EDGE,
+    MAX_PROFILED_STEPS,
+    MAX_STEPS,
+    SamplingRequest,
+    optimization_config,
+    run,
+)
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, ModelNotFound
 from engine.server_connections import ConnectionLimits, InFlightLimit
 from engine.xla.planning import DEFAULT_COMPILE_TOP, MAX_COMPILE_TOP
@@ -121,7 +129,7 @@ def _whole(**constraints):
     return Annotated[int, Field(**constraints), BeforeValidator(_whole_number)]
 
 
-# The choices of OptimizationConfig's text settings, by field (constants of engine.optimization_config).
+# The choices of OptimizationConfig's text settings, by field (constants of engine.api.optimization_config).
 _CHOICES = {
     "autocast": "AUTOCAST_DTYPES",
     "quantization": "QUANTIZATION_MODES",
@@ -195,7 +203,7 @@ _OPTIMIZATION_FIELDS = {
 OptimizationBody = create_model(
     "OptimizationBody",
     __config__=ConfigDict(extra="forbid", json_schema_extra=_incompatible(_OPTIMIZATION_FIELDS)),
-    __doc__="``OptimizationConfig`` on the wire (engine.optimization_config).",
+    __doc__="``OptimizationConfig`` on the wire (engine.api.optimization_config).",
     **_OPTIMIZATION_FIELDS,
 )
 
@@ -987,7 +995,7 @@ def certificate_file_fingerprint(path: str | Path) -> str:
 
 
 def default_tls_dir() -> Path:
-    from engine.paths import user_config_dir
+    from engine.files.user_folders import user_config_dir
 
     return user_config_dir() / "server-tls"
 

@@ -15,7 +15,7 @@ os.environ.setdefault(
     "VOLSYNTH_TUNE_DIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-tune")
 )
 # The suite runs reduced precision on tiny models on purpose, on every CPU class: it carries the override
-# that real requests must ask for (engine.optimization.check_combination). Tests of the refusal itself clear
+# that real requests must ask for (engine.optimization.apply.check_combination). Tests of the refusal itself clear
 # it (the ``no_slower_override`` fixture) and feed recorded machine probes.
 os.environ["VOLSYNTH_ALLOW_SLOWER"] = "1"
 

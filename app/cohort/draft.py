@@ -143,7 +143,7 @@ def montage(images: list[np.ndarray], columns: int = 6) -> np.ndarray:
 
 def load_montage(paths: list[str], sample: int = 12) -> np.ndarray:
     """A montage of up to ``sample`` of the files, spread evenly over the list (runs in a worker thread)."""
-    from engine.nifti_io import load_nifti
+    from engine.nifti.io import load_nifti
 
     if len(paths) > sample:
         picks = sorted(set(np.linspace(0, len(paths) - 1, sample).round().astype(int).tolist()))

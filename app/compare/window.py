@@ -8,14 +8,14 @@ generation uses, through an adapter that looks like a backend), then shows:
   colour bar), any plane;
 - per-step latency, decode time, sampling-loop time, peak memory, what applied (and why not), with B's
   speed as a multiple of A's (one wording everywhere) and the noise rule's verdict on each
-  (``engine.speed_verdict``); the bold headline is the part B's settings change (``Comparison.headline``:
+  (``engine.metrics.speed_verdict``); the bold headline is the part B's settings change (``Comparison.headline``:
   the decode for a decoder setting, the U-Net step for a U-Net one, else end to end); the table exports to
   CSV;
 - how far B's volume moved from A's: PSNR, SSIM, max and mean |B - A|;
 - the top operators of the kernel-profiled steps of each run.
 
 Choices that cannot (fully) apply on the chosen device are greyed in the A and B boxes, with the reason
-(``engine.optimization.expected_report``, asked in a worker thread since it imports torch).
+(``engine.optimization.apply.expected_report``, asked in a worker thread since it imports torch).
 
 The request (model, seed, conditioning, steps, guidance, device) is the Generate panel's, with batch 1 and
 no previews: a preview decode inside the loop would distort the step times being compared.
@@ -63,8 +63,8 @@ from app.core.session import AppState
 from app.core.volumes import VolumeEntry
 from app.viewer.slice_view import SliceView
 from app.workers import GenerationWorker
+from engine.api.optimization_config import NAMED_SETTINGS
 from engine.compare import DECODE, END_TO_END, MEASURE_MORE, PART_TITLES, UNET_STEP
-from engine.optimization_config import NAMED_SETTINGS
 
 PANEL_SETTINGS = "Generate panel settings"
 A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
@@ -267,11 +267,11 @@ class ColourBar(QWidget):
 def availability(device: str, choices: dict[str, dict[str, Any]], spec=None) -> dict[str, str]:
     """For each named choice that cannot (fully) apply on ``device``: why not, in one line.
 
-    Runs in a worker thread (``engine.optimization`` imports torch). A device this machine cannot check (an
+    Runs in a worker thread (``engine.optimization.apply`` imports torch). A device this machine cannot check (an
     engine server's) gives an empty answer: the server decides."""
+    from engine.api.optimization_config import OptimizationConfig
     from engine.errors import EngineError
-    from engine.optimization import expected_report
-    from engine.optimization_config import OptimizationConfig
+    from engine.optimization.apply import expected_report
 
     if device.startswith("remote:"):
         return {}
@@ -531,7 +531,7 @@ class CompareWindow(QWidget):
 
     def settings_for(self, combo: QComboBox, form) -> Any:
         """The OptimizationConfig a side's choice stands for (``form``: the main window's GenerationForm)."""
-        from engine.optimization_config import OptimizationConfig
+        from engine.api.optimization_config import OptimizationConfig
 
         choice = self.choice(combo)
         if choice == PANEL_SETTINGS:

@@ -210,7 +210,7 @@ class GenerationForm:
         ``overrides`` replace request fields (the Compare window asks for batch 1 and no previews).
         """
         from engine.api import SamplingRequest
-        from engine.optimization_config import OptimizationConfig
+        from engine.api.optimization_config import OptimizationConfig
 
         interval = (
             auto_preview_interval(self.steps)

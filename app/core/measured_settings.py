@@ -3,7 +3,7 @@
 Qt-free. The tune controller (app/generation/tuning.py) fills it; the Optimization panel reads it to label
 each preset measured-here (with its ratio and PSNR) or not measured-here, and to offer "Fastest here", the
 fastest measured setting that keeps the volume within the PSNR floor of fp32 and that the noise rule calls
-faster than fp32 end to end (engine.tune_store.recommendation: a setting measured slower is never offered).
+faster than fp32 end to end (engine.optimization.tune_store.recommendation: a setting measured slower is never offered).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from app.core.events import Event
-from engine import tune_store
+from engine.optimization import tune_store
 
 FASTEST_HERE = "Fastest here"
 NOT_MEASURED = "not measured here"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from engine.optimization_config import NAMED_PRESETS, OptimizationConfig
+from engine.api.optimization_config import NAMED_PRESETS, OptimizationConfig
 
 BLOCK_SOURCE = "optimization"  # the form's block key for refused optimization settings
 DEFAULTS: dict[str, Any] = asdict(OptimizationConfig())  # every field, decoder settings included

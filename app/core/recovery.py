@@ -1,7 +1,7 @@
 """Crash recovery for generated volumes: nothing generated is lost when the app dies before the user saves.
 
 Each running app keeps a session folder under ``$XDG_DATA_HOME/volsynth/recovery/`` (``~/.local/share/...``)
-and holds an exclusive lock (``engine.fsutil.try_lock``) on its ``lock`` file for as long as it lives. Every generated volume of the
+and holds an exclusive lock (``engine.files.durable.try_lock``) on its ``lock`` file for as long as it lives. Every generated volume of the
 session is written there (NIfTI + provenance sidecar, and its tissue maps beside it as
 ``app.core.tissue.save_volume_files`` writes them: all files atomically, from a worker thread) as soon as it
 is made, and deleted when the user removes it from the session. A clean exit deletes the folder, unless some
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.fsutil import try_lock
+from engine.files.durable import try_lock
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -45,12 +45,12 @@ log = logging.getLogger(__name__)
 LOCK_NAME = "lock"
 NAME_KEY = "recovery_name"  # the session-list name, kept in the sidecar
 SPACE_KEY = "recovery_space"  # the volume's space, when its provenance names another (or none)
-#: A tissue map written beside a kept image (``engine.nifti_io.tissue_path``): not a volume of its own.
+#: A tissue map written beside a kept image (``engine.nifti.io.tissue_path``): not a volume of its own.
 _TISSUE_FILE = re.compile(r"_label-[^_/]+_probseg\.nii\.gz$")
 
 
 def default_recovery_dir() -> Path:
-    from engine.paths import user_data_dir
+    from engine.files.user_folders import user_data_dir
 
     return user_data_dir() / "recovery"
 
@@ -136,7 +136,7 @@ class RecoveryStore:
         code says so, and the sidecar when the provenance does not). All its files appear together or none
         does. Returns the image's file, or None when recovery is off."""
         from app.core.tissue import save_volume_files
-        from engine.nifti_io import sidecar_path, tissue_path
+        from engine.nifti.io import sidecar_path, tissue_path
 
         if self.folder is None:
             return None

@@ -1,7 +1,7 @@
 """How a RAS+ volume maps onto the three slice views: pure numpy, no Qt.
 
 Volumes are (x, y, z) arrays whose axes point to patient Right, Anterior and Superior (what
-``engine.nifti_io.load_nifti`` and the engine produce). A display image is indexed [row, column] with row 0
+``engine.nifti.io.load_nifti`` and the engine produce). A display image is indexed [row, column] with row 0
 at the top of the screen.
 
 Conventions for the left/right axis of axial and coronal views:

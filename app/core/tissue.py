@@ -3,8 +3,8 @@ they are found beside a NIfTI file and read, how they are written with it, and h
 a slice. Qt-free: the slice views, the main window's open and save, and the tests use these.
 
 On disk a tissue map is a probability map beside its image, named BIDS-derivative style by
-``engine.nifti_io.tissue_path`` (``brain_T1w.nii.gz`` -> ``brain_label-GM_probseg.nii.gz``); the image's
-provenance lists them (``tissue_maps: {name: file name}``), as ``engine.nifti_io.save_result`` writes them.
+``engine.nifti.io.tissue_path`` (``brain_T1w.nii.gz`` -> ``brain_label-GM_probseg.nii.gz``); the image's
+provenance lists them (``tissue_maps: {name: file name}``), as ``engine.nifti.io.save_result`` writes them.
 """
 
 from __future__ import annotations
@@ -91,9 +91,9 @@ def _plain_file_name(value: Any) -> str | None:
 
 def tissue_files(image_path: str | Path, provenance: Mapping[str, Any] | None = None) -> dict[str, Path]:
     """The tissue-map files beside ``image_path`` that exist: those its provenance lists (``tissue_maps``),
-    else the standard names (``<stem>_label-<name>_probseg.nii.gz``, see ``engine.nifti_io.tissue_path``)."""
+    else the standard names (``<stem>_label-<name>_probseg.nii.gz``, see ``engine.nifti.io.tissue_path``)."""
     from engine.errors import InvalidRequest
-    from engine.nifti_io import tissue_path
+    from engine.nifti.io import tissue_path
 
     image_path = Path(image_path)
     found: dict[str, Path] = {}
@@ -122,16 +122,16 @@ def tissue_files(image_path: str | Path, provenance: Mapping[str, Any] | None = 
 
 @dataclass
 class OpenedVolume:
-    """A NIfTI file read for the session (``engine.nifti_io.LoadedVolume``), with its tissue maps."""
+    """A NIfTI file read for the session (``engine.nifti.io.LoadedVolume``), with its tissue maps."""
 
-    loaded: Any  # engine.nifti_io.LoadedVolume
+    loaded: Any  # engine.nifti.io.LoadedVolume
     tissue: dict[str, np.ndarray] = field(default_factory=dict)
     space: str | None = None
     notes: list[str] = field(default_factory=list)  # maps that were there but could not be used
 
 
 def _sform_code(path: Path) -> int | None:
-    from engine.input_checks import inspect_nifti
+    from engine.nifti.checks import inspect_nifti
 
     try:
         return int(inspect_nifti(path).header["sform_code"])
@@ -149,7 +149,7 @@ def open_volume(path: str | Path, time_index: int = 0) -> OpenedVolume:
         engine.errors.InvalidRequest, OutOfMemory: the image itself cannot be read (as ``load_nifti``).
     """
     from engine.errors import EngineError
-    from engine.nifti_io import load_nifti
+    from engine.nifti.io import load_nifti
 
     loaded = load_nifti(path, time_index=time_index)
     path = loaded.path or Path(path)
@@ -188,14 +188,14 @@ def save_volume_files(
 ) -> Path:
     """Write a volume as NIfTI + provenance sidecar, with its tissue maps beside it (worker thread).
 
-    As ``engine.nifti_io.save_result`` writes a generated batch: the maps go to ``tissue_path`` names, the
+    As ``engine.nifti.io.save_result`` writes a generated batch: the maps go to ``tissue_path`` names, the
     image's provenance lists them (``tissue_maps``), every file has the image's affine and the sform code of
     ``space`` (4 for MNI152), and all files appear together or none does (``atomic_files``).
 
     Raises:
         engine.errors.OutputError: the files cannot be written (nothing is left behind).
     """
-    from engine.nifti_io import atomic_files, check_output_path, image_files, write_image_files
+    from engine.nifti.io import atomic_files, check_output_path, image_files, write_image_files
 
     path = check_output_path(path)
     tissue = {name: (tissue or {})[name] for name in ordered_names(tissue or {})}

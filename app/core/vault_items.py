@@ -19,7 +19,7 @@ import numpy as np
 
 from app.core.tissue import ordered_names
 from engine.errors import Cancelled, DuplicateItem, EngineError, InvalidRequest, VaultLocked
-from engine.nifti_io import is_nifti
+from engine.nifti.io import is_nifti
 
 Report = Callable[[float | None, str], None]
 """Progress for the UI: (fraction done 0..1, or None when unknown; one line of text). May raise Cancelled."""
@@ -330,12 +330,12 @@ class OpenedItem:
 
 
 def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """What the viewer expects, exactly as ``engine.nifti_io.load_nifti`` gives it for the same file:
+    """What the viewer expects, exactly as ``engine.nifti.io.load_nifti`` gives it for the same file:
     first volume of 4D data, reoriented to the closest canonical (RAS+) orientation, non-finite values zeroed.
     Done on an in-memory image: nothing decrypted is written anywhere."""
     import nibabel as nib
 
-    from engine.nifti_io import canonical_volume
+    from engine.nifti.io import canonical_volume
 
     return canonical_volume(
         nib.Nifti1Image(np.asarray(data), np.asarray(affine, dtype=np.float64)), "the item"

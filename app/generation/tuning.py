@@ -20,7 +20,7 @@ JOB_NAME = "tune"
 
 def _lookup(source):
     """The stored result for ``source`` on this machine (imports torch for the probe: a worker thread)."""
-    from engine.tune_store import load_result
+    from engine.optimization.tune_store import load_result
 
     return load_result(source.weights_sha256())
 

@@ -1,7 +1,7 @@
 """Optimization settings in the generation panel: what to change, whether it applies on the device, and why not.
 
-Each control edits one field of ``engine.optimization.OptimizationConfig``. After every change, and when the
-device or the model changes, the panel asks ``engine.optimization.expected_report`` what will apply and
+Each control edits one field of ``engine.optimization.apply.OptimizationConfig``. After every change, and when the
+device or the model changes, the panel asks ``engine.optimization.apply.expected_report`` what will apply and
 shows a mark per requested setting (check: applies, dash: does not) whose tooltip is the engine's reason.
 A combination the engine refuses shows the engine's message under the settings and keeps Generate off.
 The panel is a view of the generation form's ``optimization`` field, which is saved with the form.
@@ -48,15 +48,15 @@ from app.core.optimization_presets import (
     preset_values,
 )
 from app.core.session import AppState
+from engine.api.optimization_config import DECODER_SETTING_INFO
 from engine.errors import EngineError, InvalidRequest
-from engine.optimization import (
+from engine.optimization.apply import (
     ATTENTION_KERNELS,
     AUTOCAST_DTYPES,
     COMPILE_MODES,
     QUANTIZATION_MODES,
     OptimizationConfig,
 )
-from engine.optimization_config import DECODER_SETTING_INFO
 
 EXPANDED_KEY = "optimization/expanded"
 
@@ -353,8 +353,8 @@ class OptimizationPanel(QWidget):
             if self.form.remote:
                 self._remote = True  # the server's device is not here to ask: the server checks at submit
             elif import_engine or _engine_loaded():
-                from engine.devices import resolve_device
-                from engine.optimization import expected_report
+                from engine.machine.devices import resolve_device
+                from engine.optimization.apply import expected_report
 
                 device = resolve_device(self.device_id())
                 spec = self.state.selected_model.spec if self.state.selected_model is not None else None
@@ -406,7 +406,7 @@ class OptimizationPanel(QWidget):
             machine = details.get("machine") or {}
             where = ""
             if machine.get("cpu"):
-                from engine.hardware_probe import MachineProbe
+                from engine.machine.probe import MachineProbe
 
                 try:
                     where = f" ({MachineProbe.from_dict(machine).describe()})"
@@ -440,7 +440,7 @@ class OptimizationPanel(QWidget):
                 text += f"; not: {', '.join(missing)}" if missing else ""
                 text += f"; expected slower than fp32 here: {', '.join(slower)}" if slower else ""
                 self.summary.setText(text)
-            from engine.hardware_probe import probe_machine
+            from engine.machine.probe import probe_machine
 
             self.summary.setToolTip(
                 "\n".join([*optimization_lines(report), f"This machine: {probe_machine().describe()}"])

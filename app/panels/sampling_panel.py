@@ -395,7 +395,7 @@ class SamplingPanel(QWidget):
         return group
 
     def set_devices(self, devices: list[dict]) -> None:
-        """Fill the device picker from ``engine.devices.available_devices()``; added devices (engine servers) stay."""
+        """Fill the device picker from ``engine.machine.devices.available_devices()``; added devices (engine servers) stay."""
         current = self.form.device
         self.device_box.blockSignals(True)
         self.device_box.clear()

@@ -41,7 +41,7 @@ from app.vault.dialogs import (
 from app.vault.privacy import forget_paths, protect_process, remember_recent
 from app.workers import user_message
 from engine.errors import Cancelled, DuplicateItem, EngineError, VaultCorrupted, VaultLocked, VaultRolledBack
-from engine.nifti_io import is_nifti
+from engine.nifti.io import is_nifti
 
 log = logging.getLogger(__name__)
 

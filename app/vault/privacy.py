@@ -9,7 +9,7 @@ main window notes the last folder of its own Open and Save dialogs as it goes).
 Items opened from the vault never enter the recent-files list: they are decrypted into memory and have no
 path (``VolumeEntry.path is None``), and :class:`PrivateRecentFiles` records no path-less entry.
 
-Core dumps: :func:`protect_process` turns them off (``engine.privacy``) before a vault passphrase is
+Core dumps: :func:`protect_process` turns them off (``engine.vault.core_dumps``) before a vault passphrase is
 typed; it stays off for the rest of the app's life (decrypted data can outlive a lock in freed memory).
 """
 
@@ -72,8 +72,8 @@ class PrivateRecentFiles(RecentFiles):
 
 
 def protect_process() -> str:
-    """Core dumps off for this process (``engine.privacy.disable_core_dumps``); returns why not, if not."""
-    from engine import privacy
+    """Core dumps off for this process (``engine.vault.core_dumps.disable_core_dumps``); returns why not, if not."""
+    from engine.vault import core_dumps as privacy
 
     return privacy.disable_core_dumps().reason
 

@@ -307,7 +307,7 @@ class _ViewerToolbarController(QObject):
             )
 
     def _on_toolbar_time_point_requested(self, entry: VolumeEntry, index: int) -> None:
-        from engine.nifti_io import load_nifti
+        from engine.nifti.io import load_nifti
 
         if entry.path is None:
             return

@@ -11,8 +11,8 @@ from typing import Any
 from engine import __version__
 from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
 from engine.backends.provenance import machine_record, run_provenance
-from engine.devices import device_name, resolve_device
 from engine.errors import OutOfMemory
+from engine.machine.devices import device_name, resolve_device
 from engine.models.registry import ModelRegistry
 
 
@@ -66,11 +66,11 @@ class LocalBackend:
     def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
         import torch
 
-        from engine.optimization import check_combination, prepare
-        from engine.peak_memory import PeakMemory
-        from engine.profiling import KernelProfiler, profiled_steps
+        from engine.machine.peak_memory import PeakMemory
+        from engine.optimization.apply import check_combination, prepare
+        from engine.optimization.tune_store import load_result
         from engine.sampling import denoise, resolve_request
-        from engine.tune_store import load_result
+        from engine.telemetry.kernel_profile import KernelProfiler, profiled_steps
 
         started = time.perf_counter()
         source = self.registry.get(request.model or None)

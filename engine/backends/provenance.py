@@ -34,7 +34,7 @@ def run_provenance(
         },
         "request": loop.request.to_dict(),
         # Where the volume lies and what its extra channels are: the NIfTI writer's sform code and the
-        # tissue-map files beside the image follow from these (engine.nifti_io.save_result).
+        # tissue-map files beside the image follow from these (engine.nifti.io.save_result).
         **({"space": spec.space} if spec.space else {}),
         **({"label_channels": list(spec.label_channels)} if spec.label_channels else {}),
         # What was made (size, spacing, modality, intensity handling) and what the user was warned of.
@@ -49,7 +49,7 @@ def run_provenance(
         "backend": backend,
         "device": device,
         "device_name": device_name,
-        # What the hardware can run fast (engine.hardware_probe): a speed figure is only true for its machine.
+        # What the hardware can run fast (engine.machine.probe): a speed figure is only true for its machine.
         "machine": machine_record(),
         "versions": versions,
         "command": " ".join(sys.argv[:1]),
@@ -61,7 +61,7 @@ def run_provenance(
 
 
 def machine_record() -> dict[str, Any]:
-    """This machine's hardware probe as JSON (engine.hardware_probe): info, provenance, measurements."""
-    from engine.hardware_probe import probe_machine
+    """This machine's hardware probe as JSON (engine.machine.probe): info, provenance, measurements."""
+    from engine.machine.probe import probe_machine
 
     return probe_machine().to_dict()

@@ -208,8 +208,8 @@ class XlaBackend:
     def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
         import torch
 
-        from engine.optimization_config import OptimizationConfig
-        from engine.peak_memory import PeakMemory
+        from engine.api.optimization_config import OptimizationConfig
+        from engine.machine.peak_memory import PeakMemory
         from engine.sampling import denoise, resolve_request
 
         started = time.perf_counter()

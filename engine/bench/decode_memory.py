@@ -23,8 +23,8 @@ def _child(mode: str, out: Path, slab: int | None, threads: int | None) -> None:
     import torch
 
     from engine.bench.models import bundle_sized_spec, perturbed_networks
-    from engine.peak_memory import current_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
-    from engine.streamed_decode import streamed_decode
+    from engine.machine.peak_memory import current_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
+    from engine.models.streamed_decode import streamed_decode
 
     if threads:
         torch.set_num_threads(threads)
@@ -58,7 +58,7 @@ def measure(out: Path, slab: int | None, modes=MODES, threads: int | None = None
     """Run each decode in a child process; return both records and the streamed-vs-full comparison."""
     import numpy as np
 
-    from engine.bench.metrics import compare
+    from engine.metrics.image import compare
 
     out.mkdir(parents=True, exist_ok=True)
     records = {}

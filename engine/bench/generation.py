@@ -4,7 +4,7 @@
 model's default generation (its default steps and guidance, the whole process: start-up, imports, load,
 preparation, sampling, decode, writing) once per setting to fill the one-off caches (int8 calibration),
 reported apart, then ``--repeats`` times interleaved (the order rotates), and judges each setting against
-the first by the noise rule (engine.speed_verdict) on the whole-process wall times. It writes
+the first by the noise rule (engine.metrics.speed_verdict) on the whole-process wall times. It writes
 ``generation.json`` (with the machine's probe) and prints a table.
 """
 
@@ -59,9 +59,9 @@ def _run(setting: str, model: str, folder: Path, seed: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.bench.metrics import compare
-    from engine.hardware_probe import probe_machine
-    from engine.speed_verdict import speed_verdict
+    from engine.machine.probe import probe_machine
+    from engine.metrics.image import compare
+    from engine.metrics.speed_verdict import speed_verdict
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(

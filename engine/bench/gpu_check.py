@@ -5,7 +5,7 @@
 
 Builds nothing and needs no network: the networks are MONAI's, with seeded random weights (speed depends on
 shape only; PSNR on random weights is indicative, see below). Every row goes through
-``engine.optimization.prepare``, the same code path ``volsynth generate`` uses.
+``engine.optimization.apply.prepare``, the same code path ``volsynth generate`` uses.
 
 Networks:
 
@@ -35,7 +35,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from engine.bench.gpu_peaks import achieved_tflops, effective_precision, peak_tflops
-from engine.bench.metrics import psnr
+from engine.metrics.image import psnr
 
 ROWS = [  # name, OptimizationConfig fields, precision class for the peak table, compile row?
     ("fp32", {}, "fp32", False),
@@ -174,7 +174,7 @@ def run_check(
 
     import torch
 
-    from engine.optimization import OptimizationConfig, prepare
+    from engine.optimization.apply import OptimizationConfig, prepare
 
     started = time.perf_counter()
     device = torch.device("cuda" if not smoke else "cpu")

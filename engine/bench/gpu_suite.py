@@ -466,8 +466,8 @@ def part_kernel_shares(ctx: PartContext) -> dict[str, Any]:
 
     from engine.bench.gpu_check import build_bench_network, network_defs
     from engine.bench.kernel_categories import profile_kernels, summarise
-    from engine.optimization import OptimizationConfig, prepare
-    from engine.profiling import quiet_kineto
+    from engine.optimization.apply import OptimizationConfig, prepare
+    from engine.telemetry.kernel_profile import quiet_kineto
 
     quiet_kineto()
     device = torch.device(ctx.device)
@@ -763,7 +763,7 @@ def part_maisi_v2(ctx: PartContext) -> dict[str, Any]:
 
 def part_probe_tune(ctx: PartContext) -> dict[str, Any]:
     """The hardware probe's record for this GPU host, and ``volsynth tune`` of the shipped model on it."""
-    from engine.hardware_probe import probe_machine
+    from engine.machine.probe import probe_machine
 
     result: dict[str, Any] = {"probe": probe_machine().to_dict()}
     budget = max(int(ctx.left_s() - 15), 10)
@@ -1045,7 +1045,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work).resolve() if args.work else out / "work"
     work.mkdir(parents=True, exist_ok=True)
     if args.part:
-        from engine.profiling import quiet_kineto
+        from engine.telemetry.kernel_profile import quiet_kineto
 
         quiet_kineto()
         return run_part_here(args.part, Path(args.result), work, args.cpu_smoke, args.part_budget_s)

@@ -121,7 +121,7 @@ def _linear_rows(tokens: int, features_in: int, features_out: int):
 def measure(shape: str, repeats: int, with_inductor: bool) -> list[dict]:
     import torch
 
-    from engine.bench.metrics import psnr
+    from engine.metrics.image import psnr
 
     if shape in LINEAR_SHAPES:
         x, rows, failures = _linear_rows(*LINEAR_SHAPES[shape])
@@ -168,9 +168,9 @@ def measure_unet(model_id: str | None, repeats: int) -> list[dict]:
 
     import torch
 
-    from engine import optimization
-    from engine.bench.metrics import psnr
+    from engine.metrics.image import psnr
     from engine.models.registry import ModelRegistry
+    from engine.optimization import apply as optimization
     from engine.quantization import Calibration, candidate_layers, quantize_int8
 
     device = torch.device("cpu")

@@ -73,9 +73,9 @@ def phase_generate(
     """A whole generation through the engine (load, 30 guided steps, streamed decode). With ``runs`` > 1
     (a GPU check) the first run's load and first-call costs are reported apart from the later runs'."""
     from engine.api import SamplingRequest, run
+    from engine.api.optimization_config import OptimizationConfig
     from engine.backends.local import LocalBackend
     from engine.models.registry import ModelRegistry
-    from engine.optimization_config import OptimizationConfig
 
     backend = LocalBackend(device, ModelRegistry([folder.parent]))
     request = SamplingRequest(
@@ -142,9 +142,9 @@ def _iqr(values) -> list[float]:
 def phase_unet(folder: Path, repeats: int) -> dict:
     import torch
 
+    from engine.api.optimization_config import OptimizationConfig
     from engine.models.registry import open_model_folder
-    from engine.optimization import prepare
-    from engine.optimization_config import OptimizationConfig
+    from engine.optimization.apply import prepare
 
     model = open_model_folder(folder).load()
     prepared = prepare(model, OptimizationConfig(), torch.device("cpu"))
@@ -194,7 +194,7 @@ def phase_decode(folder: Path, repeats: int, bf16: bool = False) -> dict:
     import torch
 
     from engine.models.registry import open_model_folder
-    from engine.streamed_decode import streamed_decode
+    from engine.models.streamed_decode import streamed_decode
 
     source = open_model_folder(folder)
     autoencoder = source.load().autoencoder

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.optimization_config import NAMED_SETTINGS
+from engine.api.optimization_config import NAMED_SETTINGS
 
 # Named rows: every named optimization setting, plus "reference", MONAI's own inferer (fp32).
 # Rows that are not optimization settings: "reference", MONAI's own inferer (fp32), and "xla", the same loop
@@ -120,7 +120,7 @@ class _Timed:
 def _peak_memory(device) -> tuple[int, str]:
     import torch
 
-    from engine.peak_memory import peak_rss_bytes
+    from engine.machine.peak_memory import peak_rss_bytes
 
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device)), "cuda_allocator"
@@ -149,9 +149,9 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
     import torch
 
     from engine.api import run as drive
-    from engine.devices import resolve_device
+    from engine.machine.devices import resolve_device
     from engine.models.registry import ModelRegistry
-    from engine.optimization import OptimizationConfig, prepare
+    from engine.optimization.apply import OptimizationConfig, prepare
     from engine.sampling import denoise
 
     if settings.threads:
@@ -351,9 +351,9 @@ def run_decoder_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[s
     import numpy as np
     import torch
 
-    from engine.devices import resolve_device
-    from engine.optimization import OptimizationConfig, prepare
-    from engine.peak_memory import current_peak_rss_bytes, reset_peak_rss
+    from engine.machine.devices import resolve_device
+    from engine.machine.peak_memory import current_peak_rss_bytes, reset_peak_rss
+    from engine.optimization.apply import OptimizationConfig, prepare
 
     if settings.threads:
         torch.set_num_threads(settings.threads)
@@ -400,8 +400,8 @@ def run_decoder_bench(settings: BenchSettings, rows: list[str], out_dir: Path, l
     """Decoder-only rows, ``settings.repeats`` times interleaved (each in a child process), against fp32 full."""
     import numpy as np
 
-    from engine.bench.metrics import compare
-    from engine.speed_verdict import speed_verdict
+    from engine.metrics.image import compare
+    from engine.metrics.speed_verdict import speed_verdict
 
     unknown = [r for r in rows if r not in ROWS or ROWS[r] is None]
     if unknown:
@@ -507,9 +507,9 @@ def format_decoder_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# How the tables' verdict columns are decided (engine.speed_verdict), in one line.
+# How the tables' verdict columns are decided (engine.metrics.speed_verdict), in one line.
 VERDICT_NOTE = (
-    "the noise rule of engine.speed_verdict against fp32 (95 % bootstrap interval of the ratio of medians, "
+    "the noise rule of engine.metrics.speed_verdict against fp32 (95 % bootstrap interval of the ratio of medians, "
     "5 % minimum effect, 3 samples a side or 'undecided')"
 )
 
@@ -528,8 +528,8 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
     """Run every row ``settings.repeats`` times (interleaved, each in a child process) and summarise."""
     import numpy as np
 
-    from engine.bench.metrics import compare
-    from engine.speed_verdict import speed_verdict
+    from engine.metrics.image import compare
+    from engine.metrics.speed_verdict import speed_verdict
 
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
@@ -633,7 +633,7 @@ def _host() -> dict[str, Any]:
 
     import torch
 
-    from engine.hardware_probe import probe_machine
+    from engine.machine.probe import probe_machine
 
     probe = probe_machine()
     info = {

@@ -6,21 +6,21 @@ so the app's presets are a view of measurements made here, never of one machine'
 How it measures (built on :mod:`engine.bench.runner`: the same timed proxy, one process per row):
 
 1. Candidate settings for this device come from :func:`candidate_rows`; settings the optimization report
-   predicts not to apply, or to run slower than fp32 (:mod:`engine.hardware_probe`), are listed as not
+   predicts not to apply, or to run slower than fp32 (:mod:`engine.machine.probe`), are listed as not
    measured, with the reason, instead of being run (a 60x slower row would eat the whole budget).
 2. Each row gets its own worker process (``python -m engine.bench.tune --worker``), which loads the model,
    prepares the settings once (calibration, mixed search, compiles: the *one-off* cost, timed and reported
    apart) and then, on each request, runs the one sampling loop for a few steps at the model's default
    guidance from the same seed and noise and decodes the result.
 3. Rounds interleave the rows (the order rotates every round), so a busy spell on this shared machine hits
-   every row alike. After each round the noise rule (:mod:`engine.speed_verdict`) compares every row with fp32
+   every row alike. After each round the noise rule (:mod:`engine.metrics.speed_verdict`) compares every row with fp32
    on the per-round end-to-end estimate; rounds go on until every row is decided or the time budget would
    be exceeded.
 4. Per row: U-Net step time (median, IQR; the warm-up step of each run excluded), decode time, an
    end-to-end estimate for a default generation (the model's default steps x the step time + the decode;
    one-off costs apart), its peak memory, and PSNR/SSIM of its volume against fp32's.
 
-The result is kept per machine fingerprint, model and library versions (:mod:`engine.tune_store`).
+The result is kept per machine fingerprint, model and library versions (:mod:`engine.optimization.tune_store`).
 """
 
 from __future__ import annotations
@@ -94,15 +94,15 @@ CUDA_CANDIDATES: list[tuple[str, dict[str, Any]]] = [
 
 def preset_rows() -> list[tuple[str, dict[str, Any]]]:
     """The app's named presets (app.core.optimization_presets mirrors these names), as rows."""
-    from engine.optimization_config import NAMED_PRESETS
+    from engine.api.optimization_config import NAMED_PRESETS
 
     return [(f"preset:{name}", values) for name, values in NAMED_PRESETS.items() if values]
 
 
 def candidate_rows(device, spec, probe=None) -> tuple[list[tuple[str, dict]], list[dict[str, str]]]:
     """(rows to measure, rows left out with the reason) for ``device`` and the model ``spec``."""
-    from engine.optimization import expected_report, slower_here
-    from engine.optimization_config import OptimizationConfig
+    from engine.api.optimization_config import OptimizationConfig
+    from engine.optimization.apply import expected_report, slower_here
 
     base = CUDA_CANDIDATES if device.type == "cuda" else CPU_CANDIDATES
     rows, skipped, seen = [], [], set()
@@ -145,10 +145,10 @@ def worker_main() -> int:
 
     from engine.api import run as drive
     from engine.bench.runner import _Timed
-    from engine.devices import resolve_device
+    from engine.machine.devices import resolve_device
+    from engine.machine.peak_memory import peak_rss_bytes
     from engine.models.registry import ModelRegistry
-    from engine.optimization import OptimizationConfig, prepare
-    from engine.peak_memory import peak_rss_bytes
+    from engine.optimization.apply import OptimizationConfig, prepare
     from engine.sampling import denoise
 
     out = sys.stdout
@@ -275,12 +275,12 @@ def tune(
     """
     import tempfile
 
-    from engine import tune_store
-    from engine.bench.metrics import compare as volume_distance
-    from engine.devices import resolve_device
-    from engine.hardware_probe import probe_machine
+    from engine.machine.devices import resolve_device
+    from engine.machine.probe import probe_machine
+    from engine.metrics.image import compare as volume_distance
+    from engine.metrics.speed_verdict import speed_verdict
     from engine.models.registry import ModelRegistry
-    from engine.speed_verdict import speed_verdict
+    from engine.optimization import tune_store
 
     if steps < 2:
         raise InvalidRequest("tune needs at least 2 steps per run (the first warms up)")
@@ -482,7 +482,7 @@ def _e2e_samples(worker: _RowWorker, default_steps: int) -> list[float]:
 
 
 def _all_decided(workers: list[_RowWorker], default_steps: int) -> bool:
-    from engine.speed_verdict import speed_verdict
+    from engine.metrics.speed_verdict import speed_verdict
 
     fp32 = next((w for w in workers if w.name == "fp32"), None)
     if fp32 is None:
@@ -521,7 +521,7 @@ def format_result(result: dict[str, Any]) -> str:
     lines.append(
         f"{method['rounds']} interleaved round(s) of {method['steps_per_run']} steps (1 warm-up) per row, "
         f"guidance {method['guidance_scale']:g}; e2e = {method['end_to_end']}; verdicts by the noise rule "
-        f"(engine.speed_verdict); {method['wall_s']:.0f} s of a {method['budget_s']:.0f} s budget"
+        f"(engine.metrics.speed_verdict); {method['wall_s']:.0f} s of a {method['budget_s']:.0f} s budget"
     )
     return "\n".join(lines)
 

@@ -90,7 +90,7 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
 def request_from_args(args: argparse.Namespace, optimization=None):
     """The ``SamplingRequest`` the request options describe (bad values raise ``InvalidRequest``)."""
     from engine.api import SamplingRequest
-    from engine.optimization_config import OptimizationConfig
+    from engine.api.optimization_config import OptimizationConfig
 
     names = [name for name, _ in args.cond]
     duplicates = {n for n in names if names.count(n) > 1}

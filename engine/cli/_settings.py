@@ -8,11 +8,11 @@ def prediction_lines(request, device: str) -> list[str]:
 
     Raises ``InvalidRequest`` where the engine would refuse the run (the same check, made before loading).
     """
-    from engine.devices import resolve_device
-    from engine.hardware_probe import probe_machine
+    from engine.machine.devices import resolve_device
+    from engine.machine.probe import probe_machine
     from engine.models.registry import ModelRegistry
-    from engine.optimization import expected_report
-    from engine.tune_store import load_result
+    from engine.optimization.apply import expected_report
+    from engine.optimization.tune_store import load_result
 
     config = request.optimization
     if config.settings.is_default:
@@ -50,14 +50,14 @@ FASTEST_HERE = "fastest-here"
 def settings_from_text(text: str, model: str = ""):
     """``--settings``: a bench row name, a JSON object of optimization fields, or ``fastest-here`` (what
     ``volsynth tune`` recommends for ``model`` on this machine). Returns an ``OptimizationConfig``."""
+    from engine.api.optimization_config import OptimizationConfig
     from engine.cli.compare import parse_settings
     from engine.errors import InvalidRequest
-    from engine.optimization_config import OptimizationConfig
 
     if text.strip() != FASTEST_HERE:
         return parse_settings(text)[1]
     from engine.models.registry import ModelRegistry
-    from engine.tune_store import load_result, recommendation
+    from engine.optimization.tune_store import load_result, recommendation
 
     result = load_result(ModelRegistry().get(model or None).weights_sha256())
     best = recommendation(result)

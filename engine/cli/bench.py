@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         if name not in SYNTHETIC_MODELS:
             raise InvalidRequest(f"unknown synthetic model {name!r}; choose {', '.join(SYNTHETIC_MODELS)}")
         model = str(synthetic_model_folder(name, out / "models").resolve())
-    from engine.devices import resolve_device
+    from engine.machine.devices import resolve_device
 
     device = resolve_device(args.device)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()] or DEFAULT_ROWS[
@@ -103,8 +103,8 @@ def _run_decoder_only(args: argparse.Namespace, out) -> int:
         format_decoder_table,
         run_decoder_bench,
     )
-    from engine.devices import resolve_device
     from engine.errors import InvalidRequest
+    from engine.machine.devices import resolve_device
 
     model = args.model
     if model.startswith("synthetic:"):

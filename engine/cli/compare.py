@@ -22,7 +22,7 @@ def register(sub) -> None:
         "conditioning) and reports per-step latency, decode time, peak memory, the top operators of a few "
         "profiled steps, and how far B's volume moved from A's (PSNR, SSIM, max/mean |B-A|). The first "
         "line after the table is the part B's settings change (U-Net step, decode, or end to end) with the "
-        "verdict of the noise rule (engine.speed_verdict): faster or slower only when the rule says so. "
+        "verdict of the noise rule (engine.metrics.speed_verdict): faster or slower only when the rule says so. "
         "Writes a.nii.gz, b.nii.gz (with sidecars), difference.nii.gz (B-A) and compare.json to "
         "--out. A setting is a name (`volsynth bench --rows list`, less 'reference') or a JSON object of "
         'optimization fields, e.g. \'{"autocast": "bf16", "attention": "sdpa"}\'.',
@@ -48,7 +48,7 @@ def register(sub) -> None:
 
 def parse_settings(text: str):
     """A bench row name or a JSON object -> (label, OptimizationConfig)."""
-    from engine.optimization_config import NAMED_SETTINGS, OptimizationConfig
+    from engine.api.optimization_config import NAMED_SETTINGS, OptimizationConfig
 
     text = text.strip()
     if text[:1] in ("{", "["):
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from engine.cli._progress import ProgressLine
     from engine.cli._settings import print_prediction
     from engine.compare import compare_settings, save_comparison
-    from engine.nifti_io import check_output_path
+    from engine.nifti.io import check_output_path
 
     label_a, config_a = parse_settings(args.a)
     label_b, config_b = parse_settings(args.b)

@@ -71,8 +71,8 @@ def run(args) -> int:
 
     from engine.api import run as drive
     from engine.cli._progress import ProgressLine
-    from engine.nifti_io import check_output_path, save_result, xform_code
-    from engine.optimization import OptimizationConfig
+    from engine.nifti.io import check_output_path, save_result, xform_code
+    from engine.optimization.apply import OptimizationConfig
 
     optimization = OptimizationConfig(
         tf32=args.tf32,

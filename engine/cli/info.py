@@ -13,8 +13,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from engine.backends.local import library_versions
-    from engine.devices import available_devices
-    from engine.hardware_probe import probe_machine
+    from engine.machine.devices import available_devices
+    from engine.machine.probe import probe_machine
 
     devices = available_devices()
     versions = library_versions()

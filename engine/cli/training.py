@@ -82,7 +82,7 @@ def _train(args: argparse.Namespace) -> int:
     from engine.training.train import TrainConfig, config_with_steps, train
 
     if args.work is None:
-        from engine.paths import user_cache_dir
+        from engine.files.user_folders import user_cache_dir
 
         args.work = user_cache_dir() / "train-demo"
     cfg = TrainConfig.quick() if args.quick else TrainConfig()

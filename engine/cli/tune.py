@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.show:
         from engine.models.registry import ModelRegistry
-        from engine.tune_store import load_result
+        from engine.optimization.tune_store import load_result
 
         result = load_result(ModelRegistry().get(args.model or None).weights_sha256())
         if result is None:

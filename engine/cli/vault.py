@@ -5,7 +5,7 @@ Sub-commands: ``init``, ``import``, ``ls``, ``edit``, ``export``, ``rm``, ``veri
 ``--passphrase-file``; patient details from ``--patient-file`` or a prompt (``--ask-patient``), so that
 they stay out of the process list and the shell history. The vault is ``--vault PATH``, else
 ``$VOLSYNTH_VAULT``, else the per-user data folder. Every command that unlocks the vault first turns core
-dumps off (``engine.privacy``). Heavy imports happen inside the commands so that ``volsynth --help`` stays
+dumps off (``engine.vault.core_dumps``). Heavy imports happen inside the commands so that ``volsynth --help`` stays
 instant.
 """
 
@@ -224,8 +224,8 @@ def _passphrase(file: str | None, prompt: str, *, confirm: bool = False) -> str:
 
 
 def _protect() -> None:
-    """Core dumps off before any passphrase or patient data is in memory (engine.privacy)."""
-    from engine.privacy import disable_core_dumps
+    """Core dumps off before any passphrase or patient data is in memory (engine.vault.core_dumps)."""
+    from engine.vault.core_dumps import disable_core_dumps
 
     guard = disable_core_dumps()
     if guard.reason:
@@ -358,7 +358,7 @@ def _cmd_init(args) -> int:
 
 
 def _cmd_import(args) -> int:
-    from engine.nifti_io import is_nifti
+    from engine.nifti.io import is_nifti
 
     provenance = None
     if args.provenance:

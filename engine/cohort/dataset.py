@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import __version__
-from engine.nifti_io import atomic_files, tissue_path
+from engine.nifti.io import atomic_files, tissue_path
 
 BIDS_VERSION = "1.10.0"
 STATE_DIR = Path("code") / "volsynth"

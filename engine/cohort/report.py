@@ -76,7 +76,7 @@ def _sample(items: list[str], n: int) -> list[str]:
 
 def collect(root: Path, montage: int = 12) -> dict[str, Any]:
     """Everything the report shows, as data (tests check this; the figure only draws it)."""
-    from engine.nifti_io import load_nifti
+    from engine.nifti.io import load_nifti
 
     manifest = Manifest.load(root)
     items = manifest.items
@@ -267,7 +267,7 @@ def _spearman(x, y) -> float:
 def write_report(root: str | Path, out: str | Path | None = None, montage: int = 12) -> Path:
     """Write the report of the cohort folder ``root`` as .png or .html; returns its path."""
     from engine.cohort.dataset import write_text_atomic
-    from engine.nifti_io import atomic_files
+    from engine.nifti.io import atomic_files
 
     root = Path(root).expanduser()
     out_path = Path(out).expanduser() if out else root / STATE_DIR / "report.png"

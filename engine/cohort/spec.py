@@ -155,7 +155,7 @@ class CohortSpec:
         optimization = data.get("optimization", {})
         if not isinstance(optimization, Mapping):
             raise InvalidRequest("[optimization] must be a table of optimization settings")
-        from engine.optimization_config import OptimizationConfig
+        from engine.api.optimization_config import OptimizationConfig
 
         try:
             OptimizationConfig.from_dict(optimization)
@@ -417,7 +417,7 @@ def _condition(name: str, data: Any) -> Condition:
 
 def load_spec(path: str | Path) -> CohortSpec:
     """Read a cohort spec from a .toml or .json file, with one-line errors that say what to fix."""
-    from engine.input_checks import open_regular_file
+    from engine.nifti.checks import open_regular_file
 
     path = Path(path).expanduser()
     if not path.exists():

@@ -3,7 +3,7 @@
 A model folder is untrusted input: a spec with enormous channel counts or shapes would otherwise allocate
 gigabytes (and end in a traceback, or the OOM killer) before anything could say no. The estimate is
 deliberately simple and on the high side for the working set; it exists to refuse the absurd, not to
-predict the peak to the megabyte (``engine.peak_memory`` measures that during a run):
+predict the peak to the megabyte (``engine.machine.peak_memory`` measures that during a run):
 
 * weights: parameters of every network (counted by building it on torch's ``meta`` device, which
   allocates nothing) x 4 bytes, plus the weights file read into memory before it is copied in;

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.models.source import CARD_FILE, SPEC_FILE, WEIGHTS_FILE
 from engine.models.spec import ModelSpec
-from engine.nifti_io import atomic_files
+from engine.nifti.io import atomic_files
 
 
 def save_model_folder(folder: str | Path, spec: ModelSpec, networks: dict, card: str = "") -> Path:

@@ -493,7 +493,7 @@ class MaisiModelSource(ModelSource):
         estimate = super().memory_estimate()
         full = estimate.pop("decoding")
         estimate.pop("total")
-        from engine.streamed_decode import DEFAULT_BUDGET_BYTES
+        from engine.models.streamed_decode import DEFAULT_BUDGET_BYTES
 
         output = 4 * math.prod(self.spec.output_shape)
         estimate["decoding"] = min(full, DEFAULT_BUDGET_BYTES + 3 * output)
@@ -503,7 +503,7 @@ class MaisiModelSource(ModelSource):
 
     def check_memory(self) -> dict[str, int]:
         from engine.formatting import format_bytes
-        from engine.input_checks import available_memory
+        from engine.nifti.checks import available_memory
 
         estimate = self.memory_estimate()
         available = available_memory()

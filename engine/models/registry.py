@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import EngineError, ModelInvalid, ModelNotFound
+from engine.files.shipped import resource_path
 from engine.models.bundle import open_bundle
 from engine.models.maisi import looks_like_maisi, open_maisi_folder
 from engine.models.source import SPEC_FILE, ModelSource, open_volsynth_folder
 from engine.models.spec import one_line
-from engine.resources import resource_path
 
 DEFAULT_MODEL_ID = "brain-t1-demo"
 
@@ -72,7 +72,7 @@ def open_model_folder(path: str | Path) -> ModelSource:
 
 
 def user_models_dir() -> Path:
-    from engine.paths import user_data_dir
+    from engine.files.user_folders import user_data_dir
 
     return user_data_dir() / "models"
 

@@ -151,7 +151,7 @@ class ModelSource:
     def check_memory(self) -> dict[str, int]:
         """Refuse (OutOfMemory, with the estimate and what is available) a model that cannot fit."""
         from engine.formatting import format_bytes
-        from engine.input_checks import available_memory
+        from engine.nifti.checks import available_memory
 
         estimate = self.memory_estimate()
         available = available_memory()

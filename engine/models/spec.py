@@ -427,7 +427,7 @@ class ModelSpec:
                 raise ModelInvalid(
                     f"{field_name} has {shape[0]} channels; at most {MAX_CHANNELS} are accepted"
                 )
-            from engine.input_checks import check_voxel_count
+            from engine.nifti.checks import check_voxel_count
 
             try:
                 check_voxel_count(tuple(shape[1:]), f"the {field_name} of model {self.id[:80]!r}")

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.bench.metrics import psnr
+from engine.metrics.image import psnr
 from engine.quantization.onednn_int8 import DynamicInt8Linear, Int8Conv3d, int8_dot_has_vnni
 
 __all__ = [

@@ -28,7 +28,7 @@ from torch import nn
 def int8_dot_has_vnni() -> bool:
     """Whether oneDNN's int8 convolutions get a VNNI (or AMX) dot product here (no int16 saturation): the
     hardware probe's answer, which honours ONEDNN_MAX_CPU_ISA (the AVX2 stand-in has none)."""
-    from engine.hardware_probe import probe_machine
+    from engine.machine.probe import probe_machine
 
     return probe_machine().cpu.int8_dot is not None
 

@@ -827,6 +827,6 @@ def _summary(result: dict[str, Any]) -> str:
 
 def _machine_words() -> str:
     """The CPU as the probe sees it (model, oneDNN ISA, native bf16...): every speed figure names its machine."""
-    from engine.hardware_probe import probe_machine
+    from engine.machine.probe import probe_machine
 
     return probe_machine().describe()

@@ -883,7 +883,7 @@ def train(
         {"command": state.commands[-1], "seconds": sum(state.seconds.values()) - seconds_before}
     )
     state.save(state_path)
-    from engine.hardware_probe import probe_machine
+    from engine.machine.probe import probe_machine
 
     provenance = {
         "command": " && ".join(state.commands),

@@ -4,7 +4,7 @@ A vault folder can be copied, restored from a backup or edited file by file. Ins
 is bound to the audit chain (see ``engine.vault.store``), but a consistent older copy of *both* looks
 valid from inside. The anchor is the memory that does not travel with the folder: one small JSON file per
 vault, named by the vault's id, in ``vault-anchors`` under the user's config folder
-(``engine.paths.user_config_dir``: ``~/.config/volsynth`` on Linux, ``~/Library/Application
+(``engine.files.user_folders.user_config_dir``: ``~/.config/volsynth`` on Linux, ``~/Library/Application
 Support/volsynth`` on macOS, ``%LOCALAPPDATA%\\volsynth`` on Windows); ``$VOLSYNTH_ANCHOR_DIR`` overrides
 it. It holds:
 
@@ -39,7 +39,7 @@ def anchor_dir() -> Path:
     env = os.environ.get(ANCHOR_DIR_ENV)
     if env:
         return Path(env).expanduser()
-    from engine.paths import user_config_dir
+    from engine.files.user_folders import user_config_dir
 
     return user_config_dir() / "vault-anchors"
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import InvalidRequest
-from engine.input_checks import check_voxel_count, open_regular_file
+from engine.nifti.checks import check_voxel_count, open_regular_file
 
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 #: Slices whose spacing differs from the mean by more than this fraction cannot share one affine.

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from engine import fsutil
 from engine.errors import OutputError, VaultError, VaultLocked
-from engine.fsutil import try_lock, unlock
+from engine.files import durable as fsutil
+from engine.files.durable import try_lock, unlock
 
 #: Temporary files written while holding the vault's write lock (index, payloads, header).
 TMP_WRITE_PREFIX = ".tmp-w-"

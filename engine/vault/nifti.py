@@ -18,7 +18,7 @@ import nibabel as nib
 import numpy as np
 
 from engine.errors import InvalidRequest, VaultCorrupted
-from engine.input_checks import (
+from engine.nifti.checks import (
     MemoryReader,
     gunzip_bounded,
     inspect_nifti,
@@ -60,7 +60,7 @@ def probe(path: Path) -> NiftiInfo:
     """Check a NIfTI file completely before it is imported: header sanity, the voxel budget, and that the
     voxels are all there (a .nii.gz is decompressed to its end, bounded by what its header describes).
 
-    This is the same check the app's Open and ``load_nifti`` apply (:mod:`engine.input_checks`), plus the
+    This is the same check the app's Open and ``load_nifti`` apply (:mod:`engine.nifti.checks`), plus the
     end-to-end read, so an import never reports success for a file nobody could open.
 
     Raises:
@@ -83,7 +83,7 @@ def float32_header(shape: tuple[int, ...], affine: np.ndarray, descrip: str, *, 
     """A single-file NIfTI-1 header (plus empty extension flag) for float32 data, 352 bytes.
 
     ``sform_code`` says what the affine maps into (1 scanner anatomical, the default; 4 MNI152, see
-    :func:`engine.nifti_io.xform_code`); the qform stays scanner anatomical, as ``make_nifti`` writes it.
+    :func:`engine.nifti.io.xform_code`); the qform stays scanner anatomical, as ``make_nifti`` writes it.
     """
     hdr = nib.Nifti1Header()
     hdr.set_data_shape(shape)

@@ -61,7 +61,7 @@ from engine.errors import (
     VaultLocked,
     VaultRolledBack,
 )
-from engine.nifti_io import is_nifti, provenance_sidecar, tissue_path, xform_code
+from engine.nifti.io import is_nifti, provenance_sidecar, tissue_path, xform_code
 from engine.vault import crypto, deid, dicom, nifti
 from engine.vault import synthetic as synthetic_marks
 from engine.vault.anchor import Anchor, AnchorState
@@ -127,7 +127,7 @@ def default_vault_path() -> Path:
     env = os.environ.get("VOLSYNTH_VAULT")
     if env:
         return Path(env).expanduser()
-    from engine.paths import user_data_dir
+    from engine.files.user_folders import user_data_dir
 
     return user_data_dir() / "vault"
 
@@ -1268,7 +1268,7 @@ class Vault:
         provenance, and refused as a scan.
 
         The tissue maps a synthetic volume's provenance lists (``"tissue_maps": {name: file name}``, as
-        ``engine.nifti_io.save_result`` writes them beside the image) are imported with it, byte for byte,
+        ``engine.nifti.io.save_result`` writes them beside the image) are imported with it, byte for byte,
         as parts of the same item. A listed map that is missing, unreadable or not on the image's grid is
         left out, and :attr:`notices` says so (:attr:`ItemInfo.tissue_maps` names those kept).
 
@@ -1839,7 +1839,7 @@ class Vault:
         SYNTHETIC field that ``volsynth generate`` writes (``descrip``, ``intent_name``, ``aux_file``, a
         comment extension) and its provenance in the same ``<stem>.json`` sidecar, so opening the export
         shows its provenance; its tissue maps, if it has any, go beside it as
-        ``<stem>_label-<name>_probseg.nii.gz`` (``engine.nifti_io.tissue_path``), marked the same way, and
+        ``<stem>_label-<name>_probseg.nii.gz`` (``engine.nifti.io.tissue_path``), marked the same way, and
         the sidecar lists them (``"tissue_maps": {name: file name}``). A provenance naming a template
         ``space`` sets the sform code of every file (4 for MNI152). Recorded in the audit trail. While it
         runs, an encrypted note in the vault folder says where its partial files are; if the process is
@@ -1870,7 +1870,7 @@ class Vault:
             nii_path = dest / (stem + (".nii.gz" if compressed or synthetic or gzip_output else ".nii"))
             dicom_parts = [p for p in rec["parts"] if p["name"].startswith("dicom/")] if include_dicom else []
             dicom_dir = dest / f"{stem}-dicom"
-            prov_path = dest / f"{stem}.json"  # engine.nifti_io.sidecar_path: what load_nifti reads back
+            prov_path = dest / f"{stem}.json"  # engine.nifti.io.sidecar_path: what load_nifti reads back
             tissue_parts = (
                 [p for p in rec["parts"] if p["name"].startswith(TISSUE_PART_PREFIX)] if synthetic else []
             )
@@ -1986,7 +1986,7 @@ class Vault:
                         progress(done, total)
                 if dicom_parts:
                     fsync_dir(staged_dicom)
-                if synthetic:  # the provenance sidecar every route writes (engine.nifti_io.save_volume)
+                if synthetic:  # the provenance sidecar every route writes (engine.nifti.io.save_volume)
                     write_atomic(staged_prov, provenance_sidecar(record), prefix=prefix, output=True)
                 fsync_dir(staging)
                 # Into place: the NIfTI last, so that whatever is in place without it is what a crash in
@@ -2361,7 +2361,7 @@ class Vault:
 @contextlib.contextmanager
 def _reading(path: Path) -> Iterator:
     """Open a source file for import; a read error is the user's to fix, so it becomes InvalidRequest."""
-    from engine.input_checks import open_regular_file
+    from engine.nifti.checks import open_regular_file
 
     fh = open_regular_file(path)  # a FIFO named like a scan must not block the import forever
     try:

@@ -1,7 +1,7 @@
 """Synthetic stays synthetic: finding VolSynth's SYNTHETIC marks on a NIfTI file, and writing them on export.
 
 Every route that writes a generated volume (``volsynth generate``, the app's Save As, the vault's export)
-marks it the same way (``engine.nifti_io.make_nifti``): ``descrip`` starts with ``SYNTHETIC``,
+marks it the same way (``engine.nifti.io.make_nifti``): ``descrip`` starts with ``SYNTHETIC``,
 ``intent_name`` is ``SYNTHETIC``, ``aux_file`` is ``volsynth-synthetic``, a comment header extension says
 so, the provenance record rides in a ``VOLSYNTH-PROVENANCE`` extension, and a JSON provenance sidecar sits
 beside the file (``<stem>.json``; older vault exports wrote ``<stem>.provenance.json`` with the provenance
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import InvalidRequest, VaultCorrupted
-from engine.input_checks import open_regular_file
-from engine.nifti_io import PROVENANCE_EXTENSION_TAG, SYNTHETIC_DESCRIP, provenance_sidecars, xform_code
+from engine.nifti.checks import open_regular_file
+from engine.nifti.io import PROVENANCE_EXTENSION_TAG, SYNTHETIC_DESCRIP, provenance_sidecars, xform_code
 
 SYNTHETIC_INTENT = b"SYNTHETIC"
 SYNTHETIC_AUX = b"volsynth-synthetic"
@@ -195,7 +195,7 @@ def marked_header(
     raw_header: bytes, *, deidentify: bool, provenance: dict | None = None, space: str | None = None
 ) -> bytes:
     """The header (and extensions) to write in place of a stored stream's first ``vox_offset`` bytes, with
-    every SYNTHETIC field set as ``engine.nifti_io.make_nifti`` sets them, and the provenance record (if
+    every SYNTHETIC field set as ``engine.nifti.io.make_nifti`` sets them, and the provenance record (if
     given) in its VolSynth extension.
 
     De-identification clears the other free-text fields and drops foreign extensions; otherwise they stay

@@ -222,7 +222,7 @@ def test_window_level_and_crosshair_interactions_change_the_drawing(qtbot, main_
 
 
 def test_save_writes_nifti_with_provenance_sidecar(qtbot, main_window, tmp_path):
-    from engine.nifti_io import load_nifti
+    from engine.nifti.io import load_nifti
 
     window = main_window
     _select(window, "tiny-pixel")

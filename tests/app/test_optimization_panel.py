@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.panels.optimization_panel import OptimizationPanel
-from engine.optimization import OptimizationConfig
+from engine.optimization.apply import OptimizationConfig
 
 pytestmark = pytest.mark.render
 

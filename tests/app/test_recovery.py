@@ -188,9 +188,9 @@ def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
 
 
 def test_a_folder_kept_before_tissue_maps_still_restores(tmp_path):
-    """What earlier versions left: image + sidecar written by ``engine.nifti_io.save_volume``, no maps; and a
+    """What earlier versions left: image + sidecar written by ``engine.nifti.io.save_volume``, no maps; and a
     write's temporary cut short by the crash, which is not offered."""
-    from engine.nifti_io import save_volume
+    from engine.nifti.io import save_volume
 
     folder = tmp_path / "20260101-000000-42-abc"
     folder.mkdir()

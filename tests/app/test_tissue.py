@@ -141,11 +141,11 @@ def test_saved_maps_go_beside_the_image_and_open_with_it(tmp_path):
 
 
 def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
-    import engine.nifti_io
+    import engine.nifti.io
     from engine.errors import OutputError
 
     (entry,) = AppState().add_result(_result(batch=1))
-    real, calls = engine.nifti_io.make_nifti, []
+    real, calls = engine.nifti.io.make_nifti, []
 
     def disk_full_at_the_third_map(*args, **kwargs):
         calls.append(1)
@@ -153,7 +153,7 @@ def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine.nifti_io, "make_nifti", disk_full_at_the_third_map)
+    monkeypatch.setattr(engine.nifti.io, "make_nifti", disk_full_at_the_third_map)
     with pytest.raises(OutputError, match="space"):
         save_volume_files(
             tmp_path / "out.nii.gz",

@@ -191,7 +191,7 @@ def test_save_as_writes_the_tissue_maps_beside_the_image_in_mni_space_and_they_o
 def test_an_unusable_tissue_map_is_left_out_with_a_message_and_sform_4_names_mni(
     qtbot, tissue_window, tmp_path, error_dialogs
 ):
-    from engine.nifti_io import make_nifti, tissue_path
+    from engine.nifti.io import make_nifti, tissue_path
 
     window = tissue_window
     affine = np.diag([2.0, 2.0, 2.0, 1.0])

@@ -30,16 +30,16 @@ render = pytest.mark.render
 def private_vault_state(tmp_path, monkeypatch):
     """Per-test vault anchors, and core dumps recorded instead of turned off in the test process (that
     cannot be undone; test_core_dumps_are_off_while_the_vault_is_unlocked checks the real thing in a child)."""
-    import engine.privacy
+    import engine.vault.core_dumps
 
     monkeypatch.setenv("VOLSYNTH_ANCHOR_DIR", str(tmp_path / "anchors"))
     calls = []
 
     def record():
         calls.append(True)
-        return engine.privacy.CoreDumpGuard(rlimit=True, not_dumpable=True)
+        return engine.vault.core_dumps.CoreDumpGuard(rlimit=True, not_dumpable=True)
 
-    monkeypatch.setattr(engine.privacy, "disable_core_dumps", record)
+    monkeypatch.setattr(engine.vault.core_dumps, "disable_core_dumps", record)
     return calls
 
 
@@ -158,7 +158,7 @@ def test_table_cells_read_like_a_worklist():
 
 @render
 def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel_data, error_dialogs):
-    from engine.nifti_io import load_nifti
+    from engine.nifti.io import load_nifti
 
     window = vault_window
     controller = window.vault_controller
@@ -790,7 +790,7 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
 
 def _generated_file(tmp_path: Path, name: str = "generated.nii.gz", seed: int = 3) -> Path:
     """A volume exactly as VolSynth writes it: SYNTHETIC header fields and a provenance sidecar."""
-    from engine.nifti_io import save_volume
+    from engine.nifti.io import save_volume
 
     data = np.random.default_rng(seed).random((8, 9, 7))
     provenance = {"model": {"id": "tiny-latent"}, "seed": seed, "synthetic": True}
@@ -1052,7 +1052,7 @@ def test_one_generated_volume_saved_to_two_files_is_imported_once_unless_asked(q
 
 @render
 def test_export_names_the_file_and_a_synthetic_volume_leaves_as_marked_nii_gz(qtbot, vault_window, tmp_path):
-    from engine.nifti_io import load_nifti
+    from engine.nifti.io import load_nifti
 
     window = vault_window
     controller = _create_via_dialog(qtbot, window)

@@ -12,7 +12,7 @@ import pytest
 from engine.api import Backend, Progress, SamplingRequest, run
 from engine.backends.local import LocalBackend
 from engine.errors import InvalidRequest
-from engine.optimization import OptimizationConfig
+from engine.optimization.apply import OptimizationConfig
 from engine.sampling import PreviewPacer
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from engine.api import SamplingRequest, run
+from engine.api.optimization_config import OptimizationConfig
 from engine.backends.local import LocalBackend
 from engine.cli import main
 from engine.compare import (
@@ -22,8 +23,7 @@ from engine.compare import (
     measure,
 )
 from engine.errors import InvalidRequest
-from engine.optimization_config import OptimizationConfig
-from engine.peak_memory import PeakMemory
+from engine.machine.peak_memory import PeakMemory
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # profiler warnings on some builds
 

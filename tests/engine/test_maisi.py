@@ -352,7 +352,7 @@ def test_the_engine_server_runs_the_same_request(backend):
 
 
 def test_the_streamed_decode_gives_the_same_volume(backend):
-    from engine.optimization_config import OptimizationConfig
+    from engine.api.optimization_config import OptimizationConfig
 
     request = SamplingRequest(model="NV-Generate-CTMR", steps=1, seed=4, modality="t1w-skullstripped")
     plain = run(backend.sample(request))
@@ -363,8 +363,8 @@ def test_the_streamed_decode_gives_the_same_volume(backend):
 
 
 def test_memory_is_estimated_before_loading_and_a_machine_too_small_is_refused(maisi_folder, monkeypatch):
-    from engine import input_checks
     from engine.errors import OutOfMemory
+    from engine.nifti import checks as input_checks
 
     source = open_model_folder(maisi_folder)
     estimate = source.memory_estimate()

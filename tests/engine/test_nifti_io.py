@@ -8,7 +8,7 @@ import pytest
 from nibabel.testing import data_path
 
 from engine.errors import InvalidRequest
-from engine.nifti_io import load_nifti, save_volume
+from engine.nifti.io import load_nifti, save_volume
 
 
 def test_load_reorients_to_ras(tmp_path):
@@ -61,7 +61,7 @@ def test_written_files_get_ordinary_permissions(tmp_path):
 def test_is_nifti_is_the_one_name_test():
     from pathlib import Path
 
-    from engine.nifti_io import is_nifti
+    from engine.nifti.io import is_nifti
 
     assert is_nifti("a.nii") and is_nifti("/x/B.NII.GZ") and is_nifti(Path("c.nii.gz"))
     assert not is_nifti("a.nii.json") and not is_nifti("a.gz") and not is_nifti("nii")
@@ -71,7 +71,7 @@ def test_one_sidecar_format_for_results_and_volumes(tmp_path):
     """save_result and save_volume write the same flat record; load_nifti reads it back."""
     import json
 
-    from engine.nifti_io import provenance_sidecar, read_provenance
+    from engine.nifti.io import provenance_sidecar, read_provenance
 
     record = {"synthetic": True, "seed": 3, "model": {"id": "m"}}
     assert json.loads(provenance_sidecar(record, file="v.nii.gz")) == {**record, "file": "v.nii.gz"}

@@ -133,8 +133,8 @@ def test_server_reports_its_metrics(local):
 
 def test_compare_runs_on_the_engine_server(server, local):
     """Kernel profile, loop peak memory and step times come back from the server's runs."""
+    from engine.api.optimization_config import OptimizationConfig
     from engine.compare import compare_settings
-    from engine.optimization_config import OptimizationConfig
 
     url, _ = server
     remote = RemoteBackend(url, token="s3cret")

@@ -8,7 +8,7 @@ from monai.inferers import DiffusionInferer, LatentDiffusionInferer
 
 from engine.api import SamplingRequest, run
 from engine.models.networks import build_scheduler
-from engine.optimization import OptimizationConfig, prepare
+from engine.optimization.apply import OptimizationConfig, prepare
 from engine.sampling import denoise
 from engine.testing import build_tiny_networks, tiny_spec
 

@@ -232,7 +232,7 @@ def test_docs_and_schema_need_the_token(local):
 
 
 def test_the_wire_schema_has_every_request_field():
-    from engine.optimization_config import OptimizationConfig
+    from engine.api.optimization_config import OptimizationConfig
 
     assert set(JobRequest.model_fields) == set(SamplingRequest.__dataclass_fields__)
     assert set(OptimizationBody.model_fields) == set(OptimizationConfig.__dataclass_fields__)

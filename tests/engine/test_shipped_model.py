@@ -8,8 +8,8 @@ import nibabel as nib
 import numpy as np
 
 from engine.cli import main
+from engine.files.shipped import resource_path
 from engine.models.registry import DEFAULT_MODEL_ID
-from engine.resources import resource_path
 
 FOLDER = resource_path("models", DEFAULT_MODEL_ID)
 

@@ -11,7 +11,7 @@ import pytest
 
 from engine.cohort import CohortSpec, Manifest, run_cohort, validate_layout, volume_path
 from engine.cohort.report import collect, write_report
-from engine.nifti_io import load_nifti
+from engine.nifti.io import load_nifti
 from engine.testing import write_maisi_folder
 
 SPACING = (7.52, 7.52, 5.44)

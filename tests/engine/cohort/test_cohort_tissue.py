@@ -13,7 +13,7 @@ import pytest
 
 from engine.cohort import CohortSpec, Manifest, resume_cohort, run_cohort, validate_layout, volume_path
 from engine.cohort.dataset import tissue_paths
-from engine.nifti_io import load_nifti
+from engine.nifti.io import load_nifti
 
 from .conftest import spec_dict
 

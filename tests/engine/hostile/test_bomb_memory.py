@@ -26,7 +26,7 @@ import json, resource, sys
 from pathlib import Path
 import nibabel as nib, numpy as np
 from engine.errors import EngineError
-from engine.nifti_io import load_nifti
+from engine.nifti.io import load_nifti
 from engine.vault import KdfParams, Vault
 
 bomb, good, folder = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])

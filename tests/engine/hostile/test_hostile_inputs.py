@@ -15,7 +15,7 @@ import pytest
 
 from engine.cli import main
 from engine.errors import EngineError, InvalidRequest, OutOfMemory
-from engine.nifti_io import load_nifti, read_provenance, save_volume
+from engine.nifti.io import load_nifti, read_provenance, save_volume
 from engine.vault import KdfParams, Vault
 from tests.engine.hostile.corpus import (
     MIB,
@@ -170,7 +170,7 @@ def test_voxel_limit_can_be_raised_and_is_checked_before_reading(corpus, monkeyp
 
 
 def test_memory_budget_refuses_with_the_numbers(corpus, monkeypatch):
-    import engine.input_checks as checks
+    import engine.nifti.checks as checks
 
     monkeypatch.setattr(checks, "available_memory", lambda: 1000)
     with pytest.raises(OutOfMemory, match=r"reading scaled.nii needs about .* but only 1000 B is available"):

@@ -38,7 +38,7 @@ def test_latent_only_rows_load_no_decoder_and_mixed_judges_the_latent(tiny_model
     from engine.bench.runner import BenchSettings, run_row
 
     monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tiny_models_dir))
-    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
+    monkeypatch.setattr("engine.optimization.apply.CALIBRATION_STEPS", 2)
     settings = BenchSettings(
         model="tiny-latent", steps=2, repeats=1, warmup=1, seed=0, device="cpu", latent_only=True, threads=1
     )
@@ -97,7 +97,7 @@ def test_gpu_check_exits_cleanly_without_a_gpu(tmp_path, capsys):
 
 
 def test_psnr_metric_basics():
-    from engine.bench.metrics import compare
+    from engine.metrics.image import compare
 
     ref = np.linspace(0, 1, 1000).reshape(1, 1, 10, 10, 10)
     assert compare(ref, ref)["psnr_db"] == math.inf
@@ -109,7 +109,9 @@ def test_psnr_metric_basics():
 def test_bench_decoder_only_runs_on_a_tiny_model(model_path_env, tmp_path, capsys, monkeypatch):
     from engine.cli import main
 
-    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 1)  # only in this process; rows are children
+    monkeypatch.setattr(
+        "engine.optimization.apply.CALIBRATION_STEPS", 1
+    )  # only in this process; rows are children
     rows = "fp32,streamed_decode,streamed+dec:bf16-cl,streamed+dec:int8-cl"
     argv = ["bench", "--decoder-only", "--model", "tiny-latent", "--rows", rows, "--repeats", "1"]
     assert main([*argv, "--threads", "1", "--out", str(tmp_path)]) == 0
@@ -127,7 +129,7 @@ def test_bench_decoder_only_runs_on_a_tiny_model(model_path_env, tmp_path, capsy
     assert "streamed+dec:int8-cl" in printed and "x fp32" in printed
     # One run a row: the noise rule cannot call any decode faster or slower, and the table says so.
     assert all(got[r]["verdict"]["verdict"] == "undecided" for r in rows.split(",")[1:])
-    assert "verdict" in printed and "engine.speed_verdict" in printed
+    assert "verdict" in printed and "engine.metrics.speed_verdict" in printed
 
 
 def test_bench_decoder_only_refuses_unknown_rows(model_path_env, tmp_path):
@@ -140,7 +142,7 @@ def test_bench_decoder_only_refuses_unknown_rows(model_path_env, tmp_path):
 
 
 def test_bench_verdicts_come_from_the_noise_rule(tmp_path, monkeypatch):
-    """The summary and table of recorded runs: a ratio is called faster only where engine.speed_verdict says so."""
+    """The summary and table of recorded runs: a ratio is called faster only where engine.metrics.speed_verdict says so."""
     from engine.bench import runner
 
     # Per row and repeat: (measured step times, end-to-end time). fp32 is quiet; "sdpa" halves both without
@@ -190,6 +192,6 @@ def test_bench_verdicts_come_from_the_noise_rule(tmp_path, monkeypatch):
     assert line["fp32"][4] == "ref" and line["sdpa"][4] == "faster" and line["sdpa"][7] == "faster"
     assert line["int8"][4] == "undecided" and line["int8"][7] == "undecided"
     assert not any(word in " ".join(line["int8"]) for word in ("faster", "slower"))
-    assert "engine.speed_verdict" in table[-1]
+    assert "engine.metrics.speed_verdict" in table[-1]
     csv_rows = (tmp_path / "bench.csv").read_text().splitlines()
     assert "per_step_verdict" in csv_rows[0] and ",undecided," in csv_rows[3]

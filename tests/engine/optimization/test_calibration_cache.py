@@ -7,8 +7,8 @@ import dataclasses
 
 import torch
 
-from engine import optimization
-from engine.optimization import OptimizationConfig, prepare
+from engine.optimization import apply as optimization
+from engine.optimization.apply import OptimizationConfig, prepare
 from tests.engine.optimization.conftest import run_loop
 
 

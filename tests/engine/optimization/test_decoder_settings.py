@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from engine.bench.metrics import psnr
 from engine.errors import InvalidRequest
-from engine.optimization import OptimizationConfig, decoder_calibration_latent, prepare
-from engine.streamed_decode import SubpixelUpsample, streamed_decode
+from engine.metrics.image import psnr
+from engine.models.streamed_decode import SubpixelUpsample, streamed_decode
+from engine.optimization.apply import OptimizationConfig, decoder_calibration_latent, prepare
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def latent(tiny_loaded):
 
 @pytest.fixture
 def short_calibration(monkeypatch):
-    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 1)
+    monkeypatch.setattr("engine.optimization.apply.CALIBRATION_STEPS", 1)
 
 
 def _streamed(tiny_loaded, fields, cpu):
@@ -193,7 +193,7 @@ def test_subpixel_upsample_is_nearest_upsampling_then_the_convolution():
 
 
 def test_decoder_setting_info_describes_every_decoder_field_with_valid_values():
-    from engine.optimization_config import DECODER_DEFAULTS, DECODER_SETTING_INFO
+    from engine.api.optimization_config import DECODER_DEFAULTS, DECODER_SETTING_INFO
 
     assert set(DECODER_SETTING_INFO) == set(DECODER_DEFAULTS)
     for name, info in DECODER_SETTING_INFO.items():

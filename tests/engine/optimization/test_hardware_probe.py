@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.api.optimization_config import OptimizationConfig
 from engine.errors import InvalidRequest
-from engine.hardware_probe import (
+from engine.machine.probe import (
     AVX2_STAND_IN,
     MachineProbe,
     autocast_slower_reason,
     hardware_isa,
     probe_machine,
 )
-from engine.optimization import check_combination, expected_report, slower_here
-from engine.optimization_config import OptimizationConfig
+from engine.optimization.apply import check_combination, expected_report, slower_here
 
 PROBES = Path(__file__).parent / "probes"
 CPU = torch.device("cpu")
@@ -143,7 +143,7 @@ def test_this_machine_probe_is_consistent():
 def test_avx2_stand_in_caps_what_the_probe_and_onednn_report():
     """The stand-in variables make this process look like an AVX2 CPU to oneDNN, ATen and the probe."""
     code = (
-        "import json, torch; from engine.hardware_probe import probe_machine; p = probe_machine(); "
+        "import json, torch; from engine.machine.probe import probe_machine; p = probe_machine(); "
         "print(json.dumps([p.cpu.onednn_isa, p.cpu.native_bf16, p.cpu.torch_capability, "
         "bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()), sorted(p.cpu.stand_in)]))"
     )

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.bench.metrics import psnr
+from engine.metrics.image import psnr
 from engine.quantization import (
     Calibration,
     DynamicInt8Linear,
@@ -116,7 +116,7 @@ def test_no_vnni_means_7_bit_activations(monkeypatch):
 _SATURATION_SCRIPT = """
 import copy, torch
 from torch import nn
-from engine.bench.metrics import psnr
+from engine.metrics.image import psnr
 from engine.quantization import Calibration, candidate_layers, quantize_int8
 torch.manual_seed(0)
 model = nn.Sequential(nn.Conv3d(64, 64, 3, padding=1)).eval()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.bench.metrics import psnr
 from engine.errors import InvalidRequest
-from engine.optimization import OptimizationConfig, clear_cache, prepare
+from engine.metrics.image import psnr
+from engine.optimization.apply import OptimizationConfig, clear_cache, prepare
 from engine.quantization import MIN_MIXED_SHARE
 from tests.engine.optimization.conftest import run_loop
 
@@ -124,7 +124,7 @@ def test_sdpa_routes_attention_through_scaled_dot_product_attention(tiny_loaded,
 def test_int8_swaps_in_quantized_kernels_and_stays_close(tiny_loaded, cpu, monkeypatch):
     from engine.quantization import DynamicInt8Linear, Int8Conv3d
 
-    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
+    monkeypatch.setattr("engine.optimization.apply.CALIBRATION_STEPS", 2)
     reference = run_loop(prepare(tiny_loaded, OptimizationConfig(), cpu, use_cache=False), tiny_loaded.spec)
     # This tiny model's Linear layers are far below the size where int8 pays: they stay float ...
     small = prepare(tiny_loaded, OptimizationConfig(quantization="int8"), cpu, use_cache=False)
@@ -164,10 +164,10 @@ def test_int8_swaps_in_quantized_kernels_and_stays_close(tiny_loaded, cpu, monke
 
 @pytest.mark.slow  # sensitivity search: ~70 loop runs (~30 s idle machine, 225 s contended)
 def test_mixed_precision_meets_its_budget_on_the_calibration_run(tiny_loaded, cpu, monkeypatch):
-    import engine.optimization as optimization
+    import engine.optimization.apply as optimization
     from engine.quantization import Int8Conv3d
 
-    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
+    monkeypatch.setattr("engine.optimization.apply.CALIBRATION_STEPS", 2)
     calls = []
     real_run = optimization._run_calibration
 
@@ -209,7 +209,7 @@ def test_mixed_precision_meets_its_budget_on_the_calibration_run(tiny_loaded, cp
 def test_mixed_precision_under_autocast_refuses_a_budget_autocast_alone_misses(tiny_loaded, cpu, monkeypatch):
     from engine.quantization import Int8Conv3d
 
-    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 2)
+    monkeypatch.setattr("engine.optimization.apply.CALIBRATION_STEPS", 2)
     prepared = prepare(
         tiny_loaded,
         OptimizationConfig(quantization="mixed", autocast="bf16", psnr_budget_db=140.0),
@@ -268,9 +268,9 @@ def test_backend_provenance_records_what_applied(registry):
     ],
 )
 def test_expected_report_agrees_with_prepare_on_cpu(registry, cpu, monkeypatch, model_id, fields):
-    from engine.optimization import expected_report
+    from engine.optimization.apply import expected_report
 
-    monkeypatch.setattr("engine.optimization.CALIBRATION_STEPS", 1)
+    monkeypatch.setattr("engine.optimization.apply.CALIBRATION_STEPS", 1)
     source = registry.get(model_id)
     config = OptimizationConfig(**fields)
     predicted = expected_report(config, "cpu", source.spec)
@@ -288,7 +288,7 @@ def test_expected_report_agrees_with_prepare_on_cpu(registry, cpu, monkeypatch, 
 
 
 def test_expected_report_refuses_what_prepare_refuses(tiny_loaded, cpu):
-    from engine.optimization import expected_report
+    from engine.optimization.apply import expected_report
 
     config = OptimizationConfig(cuda_graphs=True)
     with pytest.raises(InvalidRequest) as predicted:

@@ -1,9 +1,9 @@
-"""The one noise rule (engine.speed_verdict): faster, slower, same and undecided on known samples."""
+"""The one noise rule (engine.metrics.speed_verdict): faster, slower, same and undecided on known samples."""
 
 import numpy as np
 import pytest
 
-from engine.speed_verdict import speed_verdict
+from engine.metrics.speed_verdict import speed_verdict
 
 
 def _noisy(centre: float, n: int, spread: float, seed: int) -> list[float]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.models.networks import build_network
-from engine.streamed_decode import streamed_decode
+from engine.models.streamed_decode import streamed_decode
 
 
 def _autoencoder(channels, latent=3, seed=0, attention=False):

@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from engine import tune_store
 from engine.api import run
+from engine.api.optimization_config import OptimizationConfig
 from engine.bench.tune import candidate_rows, format_result, tune
 from engine.errors import InvalidRequest
-from engine.hardware_probe import MachineProbe
-from engine.optimization import check_combination, expected_report
-from engine.optimization_config import OptimizationConfig
+from engine.machine.probe import MachineProbe
+from engine.optimization import tune_store
+from engine.optimization.apply import check_combination, expected_report
 
 from .test_hardware_probe import PROBES
 

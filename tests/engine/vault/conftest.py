@@ -27,15 +27,15 @@ def core_dumps_recorded(monkeypatch):
     """In-process CLI runs record that they turned core dumps off instead of doing it to the test process
     (PR_SET_DUMPABLE and a hard RLIMIT_CORE of 0 cannot be undone); test_vault_privacy checks the real
     effect in a child process."""
-    import engine.privacy
+    import engine.vault.core_dumps
 
     calls = []
 
     def record():
         calls.append(True)
-        return engine.privacy.CoreDumpGuard(rlimit=True, not_dumpable=True)
+        return engine.vault.core_dumps.CoreDumpGuard(rlimit=True, not_dumpable=True)
 
-    monkeypatch.setattr(engine.privacy, "disable_core_dumps", record)
+    monkeypatch.setattr(engine.vault.core_dumps, "disable_core_dumps", record)
     return calls
 
 

@@ -68,7 +68,7 @@ def test_a_fifo_in_a_dicom_folder_is_skipped_and_the_series_imports(vault, tmp_p
 
 def test_the_apps_open_refuses_a_fifo(tmp_path):
     from engine.errors import InvalidRequest
-    from engine.nifti_io import load_nifti
+    from engine.nifti.io import load_nifti
 
     fifo = tmp_path / "scan.nii"
     os.mkfifo(fifo)

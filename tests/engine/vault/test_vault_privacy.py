@@ -183,7 +183,7 @@ def test_one_volume_saved_to_two_files_is_one_volume_to_the_vault(vault, tmp_pat
     """The duplicate check compares voxels, affine and provenance, not file bytes: two .nii.gz files of the
     same generated volume (different names, so different gzip headers) are the same item; a different seed
     or different voxels are not."""
-    from engine.nifti_io import save_volume as save_nifti
+    from engine.nifti.io import save_volume as save_nifti
 
     data = np.random.default_rng(2).random((6, 7, 5)).astype(np.float32)
     affine = np.diag([2.0, 2.0, 2.0, 1.0])

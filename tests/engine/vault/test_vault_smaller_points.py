@@ -14,8 +14,8 @@ import pytest
 from vault_testutil import PASSPHRASE
 
 from engine.errors import InvalidRequest
-from engine.input_checks import inspect_nifti
-from engine.nifti_io import load_nifti
+from engine.nifti.checks import inspect_nifti
+from engine.nifti.io import load_nifti
 from engine.vault import Vault
 
 

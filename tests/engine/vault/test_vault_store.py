@@ -13,7 +13,7 @@ import pytest
 from vault_testutil import FAST_KDF, PASSPHRASE
 
 from engine.errors import InvalidRequest, OutputError, VaultError, VaultLocked
-from engine.nifti_io import load_nifti, read_provenance, save_volume, sidecar_path
+from engine.nifti.io import load_nifti, read_provenance, save_volume, sidecar_path
 from engine.vault import KdfParams, Vault, default_vault_path
 
 

@@ -12,7 +12,7 @@ from vault_testutil import PASSPHRASE
 
 from engine.cli import main
 from engine.errors import InvalidRequest
-from engine.nifti_io import save_result, save_volume
+from engine.nifti.io import save_result, save_volume
 from engine.vault.synthetic import find_marks
 
 PROVENANCE = {"model": {"id": "brain-demo"}, "seed": 7, "synthetic": True, "sampler": "ddim"}

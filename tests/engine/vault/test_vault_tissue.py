@@ -13,7 +13,7 @@ from vault_testutil import FAST_KDF, PASSPHRASE
 
 from engine.api import SamplingRequest, SamplingResult
 from engine.errors import InvalidRequest, VaultCorrupted
-from engine.nifti_io import load_nifti, read_provenance, save_result, sidecar_path, tissue_path
+from engine.nifti.io import load_nifti, read_provenance, save_result, sidecar_path, tissue_path
 from engine.vault import Vault, nifti
 
 NAMES = ("GM", "WM", "CSF", "ventricles")

@@ -184,7 +184,7 @@ def test_previews_and_cancel_follow_the_one_loop(tmp_path):
 
 
 def test_torch_optimization_settings_are_refused_with_a_reason(tmp_path):
-    from engine.optimization_config import OptimizationConfig
+    from engine.api.optimization_config import OptimizationConfig
 
     folder = make_tiny_model(tmp_path / "tiny")
     backend = XlaBackend(ModelRegistry([tmp_path]))

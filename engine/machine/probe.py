@@ -5,7 +5,7 @@ rate on a CPU with AVX-512 BF16 falls back to a reference path on an AVX2-only C
 slower. :func:`probe_machine` records what decides that (CPU vendor and model, the instruction sets oneDNN,
 ATen and fbgemm will use, native bf16 / fp16 / int8-dot support, cores and memory; CUDA GPUs with their
 compute capability; MPS; XLA) as a frozen, JSON-round-trippable :class:`MachineProbe`. The optimization
-report (:mod:`engine.optimization`) consults it, so "applies here" and "pays here" are decided in one
+report (:mod:`engine.optimization.apply`) consults it, so "applies here" and "pays here" are decided in one
 place: :func:`autocast_slower_reason` says why a precision is expected to run slower than fp32 here.
 
 The probe honours the variables that make one machine stand in for another (``AVX2_STAND_IN``):

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InvalidRequest, OutOfMemory, OutputError
-from engine.fsutil import fsync_dir
+from engine.files.durable import fsync_dir
 
 SYNTHETIC_DESCRIP = "SYNTHETIC (VolSynth Studio)"
 SYNTHETIC_MARK = "SYNTHETIC"
@@ -329,7 +329,7 @@ def canonical_volume(image, name: str, time_index: int = 0) -> tuple[np.ndarray,
 def load_nifti(path: str | Path, *, time_index: int = 0) -> LoadedVolume:
     """Read a 3D NIfTI (or one volume of a 4D one, the first by default) as float32 in RAS+ orientation.
 
-    The header passes :func:`engine.input_checks.inspect_nifti` (shape, type, affine, offsets, voxel and
+    The header passes :func:`engine.nifti.checks.inspect_nifti` (shape, type, affine, offsets, voxel and
     memory budget) before any voxel is read. A .nii.gz is decompressed once, bounded by what its header
     describes and checked complete (CRC included), as ``vault import`` checks it. The provenance comes
     from the sidecar beside the file or, failing that, from the VolSynth header extension (see
@@ -341,7 +341,7 @@ def load_nifti(path: str | Path, *, time_index: int = 0) -> LoadedVolume:
     """
     import nibabel as nib
 
-    from engine.input_checks import MemoryReader, check_memory, gunzip_file_bounded, inspect_nifti
+    from engine.nifti.checks import MemoryReader, check_memory, gunzip_file_bounded, inspect_nifti
 
     path = Path(path).expanduser()
     info = inspect_nifti(path)  # also refuses a folder, a FIFO or a device, saying which
@@ -427,7 +427,7 @@ def provenance_sidecars(path: Path) -> list[Path]:
 
 def _sidecar_record(side: Path) -> dict[str, Any] | None:
     from engine.errors import InvalidRequest
-    from engine.input_checks import open_regular_file
+    from engine.nifti.checks import open_regular_file
 
     try:
         with open_regular_file(side) as fh:  # a FIFO named like a sidecar is skipped, not waited on
@@ -473,7 +473,7 @@ def read_provenance(path: str | Path, header=None) -> dict[str, Any]:
         if side.is_file() and (record := _sidecar_record(side)) is not None:
             return record
     if header is None:
-        from engine.input_checks import inspect_nifti
+        from engine.nifti.checks import inspect_nifti
 
         try:
             import nibabel as nib

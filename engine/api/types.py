@@ -16,9 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from engine.api.optimization_config import OptimizationConfig
 from engine.errors import InvalidRequest
 from engine.models.spec import SAMPLERS
-from engine.optimization_config import OptimizationConfig
 
 MAX_BATCH = 16
 MAX_STEPS = 10_000

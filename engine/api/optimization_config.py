@@ -1,6 +1,6 @@
 """The optimization settings as data: what a request asks for, validated, JSON round-trippable.
 
-Kept apart from :mod:`engine.optimization` (which applies them and runs the sampling loop for int8
+Kept apart from :mod:`engine.optimization.apply` (which applies them and runs the sampling loop for int8
 calibration) so the request types in :mod:`engine.api` do not depend on the code that uses them.
 """
 

@@ -21,11 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import calibration_cache
-from engine.bench.metrics import psnr
-from engine.errors import InvalidRequest
-from engine.hardware_probe import probe_machine
-from engine.optimization_config import (  # noqa: F401 - re-exported: the public home of the settings
+from engine.api.optimization_config import (  # noqa: F401 - re-exported: the public home of the settings
     ATTENTION_KERNELS,
     AUTOCAST_DTYPES,
     COMPILE_MODES,
@@ -34,6 +30,10 @@ from engine.optimization_config import (  # noqa: F401 - re-exported: the public
     QUANTIZATION_MODES,
     OptimizationConfig,
 )
+from engine.errors import InvalidRequest
+from engine.machine.probe import probe_machine
+from engine.metrics.image import psnr
+from engine.optimization import calibration_cache
 
 # Calibration for int8 / mixed: its own seed (not a user's), a few steps spread over the whole schedule.
 CALIBRATION_SEED = 20240917
@@ -57,7 +57,7 @@ def check_combination(config: OptimizationConfig, device, *, probe=None, measure
 
     Args:
         probe: the machine's ``MachineProbe`` (default: this machine's; a server's is its own).
-        measured: the model's stored tune result on this machine (``engine.tune_store.load_result``).
+        measured: the model's stored tune result on this machine (``engine.optimization.tune_store.load_result``).
     """
     if config.cuda_graphs and device.type != "cuda":
         raise InvalidRequest(
@@ -90,12 +90,12 @@ def slower_here(config: OptimizationConfig, device, *, probe=None, measured=None
     """The settings of ``config`` expected to run slower than fp32 on ``device``, each with the reason.
 
     Two sources, decided here only: the hardware probe (reduced precision without native kernels:
-    ``engine.hardware_probe.autocast_slower_reason``) and this machine's measurements of the model (a row
+    ``engine.machine.probe.autocast_slower_reason``) and this machine's measurements of the model (a row
     with exactly these settings that ``volsynth tune`` measured slower than fp32 end to end by the noise
     rule).
     """
-    from engine import tune_store
-    from engine.hardware_probe import autocast_slower_reason, probe_machine
+    from engine.machine.probe import autocast_slower_reason, probe_machine
+    from engine.optimization import tune_store
 
     if device.type not in ("cpu", "cuda"):
         return []
@@ -130,7 +130,7 @@ def speed_entries(config: OptimizationConfig, device, *, probe=None, measured=No
     entries: dict[str, Any] = {}
     row = None
     if measured is not None:
-        from engine import tune_store
+        from engine.optimization import tune_store
 
         row = tune_store.measured_row(measured, config)
         if row is not None and "error" not in row:
@@ -232,7 +232,7 @@ class PreparedModel:
         with self.precision(), self.decoder_autocast():
             z = self.prepare_decoder_input(z)
             if self._applied("streamed_decode"):
-                from engine.streamed_decode import streamed_decode
+                from engine.models.streamed_decode import streamed_decode
 
                 stats: dict[str, Any] = {}
                 out = streamed_decode(self.autoencoder, z, stats=stats)
@@ -460,7 +460,7 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     report["decoder_quantization"] = _expected_decoder_quantization_entry(config, device, has_decoder)
     report["decoder_channels_last"] = _decoder_channels_last_entry(config, device, has_decoder)
     if has_decoder and config.optimizes_decoder:
-        from engine.streamed_decode import subpixel_rewrite
+        from engine.models.streamed_decode import subpixel_rewrite
 
         details["decoder"] = {"subpixel_upsampling_blocks": subpixel_rewrite(autoencoder)}
         if report["decoder_quantization"]["applied"]:
@@ -506,7 +506,7 @@ def expected_report(
         BackendUnavailable: ``device`` is a string naming a device this machine does not have.
     """
     if device is None or isinstance(device, str):
-        from engine.devices import resolve_device
+        from engine.machine.devices import resolve_device
 
         device = resolve_device(device)
     probe = probe or probe_machine()
@@ -658,7 +658,7 @@ def _streamed_decode_entry(config: OptimizationConfig, has_decoder: bool) -> dic
     return _entry(
         True,
         True,
-        "exact decode layer by layer in slabs (engine/streamed_decode.py): same result, at "
+        "exact decode layer by layer in slabs (engine/models/streamed_decode.py): same result, at "
         "most two full-resolution activations",
     )
 
@@ -826,7 +826,7 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
         "seed": CALIBRATION_SEED,
         "steps": CALIBRATION_STEPS,
         "layers_observed": len(calibration.ranges),
-        "from_cache": cached,  # a one-off cost: measured once per model and machine (engine.calibration_cache)
+        "from_cache": cached,  # a one-off cost: measured once per model and machine (engine.optimization.calibration_cache)
     }
     if mode == "int8":
         done = q.quantize_int8(unet, calibration, candidates)

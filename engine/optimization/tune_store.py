@@ -37,7 +37,7 @@ def tune_root() -> Path:
     override = os.environ.get("VOLSYNTH_TUNE_DIR")
     if override:
         return Path(override)
-    from engine.paths import user_cache_dir
+    from engine.files.user_folders import user_cache_dir
 
     return user_cache_dir() / "tune"
 
@@ -61,7 +61,7 @@ def current_versions() -> dict[str, str]:
 
 def save_result(result: Mapping[str, Any]) -> Path:
     """Write a tune result atomically where :func:`load_result` finds it; returns the path."""
-    from engine.nifti_io import atomic_files
+    from engine.nifti.io import atomic_files
 
     path = result_path(result["fingerprint"], result["model"]["key"], result["versions_key"])
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def load_result(
 ) -> dict[str, Any] | None:
     """The stored tune result for this model on this machine and these libraries, or None."""
     if fingerprint is None:
-        from engine.hardware_probe import probe_machine
+        from engine.machine.probe import probe_machine
 
         fingerprint = probe_machine().fingerprint()
     versions = current_versions() if versions is None else versions
@@ -93,7 +93,7 @@ def load_result(
 
 def config_key(values: Mapping[str, Any]) -> str:
     """The settings of a row as a canonical string (the override is not a setting)."""
-    from engine.optimization_config import OptimizationConfig
+    from engine.api.optimization_config import OptimizationConfig
 
     config = OptimizationConfig.from_dict(dict(values)).settings
     return json.dumps(config.to_dict(), sort_keys=True)

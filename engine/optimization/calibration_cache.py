@@ -27,7 +27,7 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    from engine.paths import user_cache_dir
+    from engine.files.user_folders import user_cache_dir
 
     return user_cache_dir() / "calibration"
 
@@ -91,7 +91,7 @@ def latent(module, facts: Mapping[str, Any], run: Callable[[], Any]):
 
 
 def _write(path: Path, data: dict) -> None:
-    from engine.nifti_io import atomic_files
+    from engine.nifti.io import atomic_files
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

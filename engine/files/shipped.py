@@ -23,7 +23,7 @@ def resources_dir() -> Path:
     bundle_root = getattr(sys, "_MEIPASS", None)
     if bundle_root:
         return Path(bundle_root) / "resources"
-    source_tree = Path(__file__).resolve().parent.parent / "resources"
+    source_tree = Path(__file__).resolve().parents[2] / "resources"  # engine/files/shipped.py -> repo root
     if source_tree.is_dir():
         return source_tree
     return Path(sys.prefix) / "share" / "volsynth" / "resources"

@@ -1,6 +1,6 @@
 """The checks every NIfTI file passes before VolSynth reads a voxel of it: one step for every reader.
 
-``vault import``, the app's Open (``engine.nifti_io.load_nifti``) and opening a stored vault item all call
+``vault import``, the app's Open (``engine.nifti.io.load_nifti``) and opening a stored vault item all call
 :func:`inspect_nifti` (or :func:`inspect_nifti_bytes`) first. A file is untrusted input, so the header is
 checked on its own bytes, before nibabel parses it:
 

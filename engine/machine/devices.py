@@ -13,7 +13,7 @@ def available_devices() -> list[dict[str, Any]]:
 
     import torch
 
-    from engine.hardware_probe import probe_machine
+    from engine.machine.probe import probe_machine
 
     devices = [
         {
@@ -84,6 +84,6 @@ def device_name(device) -> str:
         return torch.cuda.get_device_name(device)
     if device.type == "mps":
         return "Apple Metal (MPS)"
-    from engine.hardware_probe import probe_machine
+    from engine.machine.probe import probe_machine
 
     return probe_machine().cpu.model or platform.processor() or platform.machine() or "CPU"

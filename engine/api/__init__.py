@@ -1,0 +1,36 @@
+"""The engine's public data types: what a caller asks for, hears while it runs, and gets back.
+
+Callers import them from here; ``types`` holds the request, progress and result records and ``optimization_config``
+the speed and precision settings a request carries, as data only (the code that applies them is
+:mod:`engine.optimization`, several layers up).
+"""
+
+from engine.api.optimization_config import OptimizationConfig
+from engine.api.types import (
+    MAX_BATCH,
+    MAX_EDGE,
+    MAX_PROFILED_STEPS,
+    MAX_STEPS,
+    STAGES,
+    Backend,
+    BackendInfo,
+    Progress,
+    SamplingRequest,
+    SamplingResult,
+    run,
+)
+
+__all__ = [
+    "MAX_BATCH",
+    "MAX_EDGE",
+    "MAX_PROFILED_STEPS",
+    "MAX_STEPS",
+    "STAGES",
+    "Backend",
+    "BackendInfo",
+    "OptimizationConfig",
+    "Progress",
+    "SamplingRequest",
+    "SamplingResult",
+    "run",
+]

@@ -1,0 +1,2 @@
+"""Measures of how far one result is from another: volume distances (``image``) and the one noise rule for
+speed differences (``speed_verdict``). Library code and benchmarks share them."""
