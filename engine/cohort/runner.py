@@ -8,7 +8,7 @@
 4. Keep one item in flight per worker (a volume takes seconds; Ray's per-task overhead is milliseconds,
    so a deeper queue gains nothing and a killed worker would take more than its one item with it).
 5. Each result comes back to the driver, which writes it (atomically, with its provenance sidecar and the
-   tissue maps of a model with label channels, through ``engine.nifti_io.save_result``) or stores it in
+   tissue maps of a model with label channels, through ``engine.nifti.io.save_result``) or stores it in
    the vault (maps as parts of the same item), then marks the item done in the manifest.
    A worker that died mid-item costs only that item: it is recorded as a failed attempt and resubmitted.
 
@@ -325,7 +325,7 @@ class _Writer:
     def write(self, participant: str, out: dict[str, Any]) -> tuple[str, str]:
         """Store one result; returns (where, volume sha256)."""
         from engine.api import SamplingRequest, SamplingResult
-        from engine.nifti_io import save_result
+        from engine.nifti.io import save_result
 
         volume = out["volume"]
         digest = volume_sha256(volume)
@@ -425,10 +425,10 @@ def _restarted_pid(ray, actor, errors_types, wait_s: float = 120.0) -> int:
 def _check_settings_here(spec: CohortSpec, source, device: str) -> None:
     """A local runtime's workers run on this machine: settings expected slower than fp32 here are refused now,
     once, with the reason, instead of failing every item (on a cluster each worker's engine decides)."""
-    from engine.devices import resolve_device
-    from engine.optimization import check_combination
-    from engine.optimization_config import OptimizationConfig
-    from engine.tune_store import load_result
+    from engine.api.optimization_config import OptimizationConfig
+    from engine.machine.devices import resolve_device
+    from engine.optimization.apply import check_combination
+    from engine.optimization.tune_store import load_result
 
     config = OptimizationConfig.from_dict(dict(spec.optimization))
     where = resolve_device("cpu" if device == "cpu" else "auto")
@@ -469,6 +469,8 @@ def run_cohort(
     """
     root = Path(root).expanduser().absolute()
     manifest, items, source = prepare_folder(spec, root, registry)
+    # A job killed while it rewrote participants.tsv (or another table at the top) left that write's temporary.
+    _remove_partials(root)
     if not (address or os.environ.get("RAY_ADDRESS")):
         _check_settings_here(spec, source, device)
     units = {c.name: c.unit for c in source.spec.conditioning}

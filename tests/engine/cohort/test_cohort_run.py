@@ -15,7 +15,7 @@ import pytest
 
 from engine.cohort import CohortSpec, Manifest, resume_cohort, run_cohort, validate_layout, volume_path
 from engine.cohort.dataset import read_participants
-from engine.nifti_io import load_nifti
+from engine.nifti.io import load_nifti
 
 from .conftest import spec_dict
 
@@ -171,7 +171,11 @@ def test_stop_keeps_what_is_done_and_resume_finishes(reference, tmp_path):
     assert validate_layout(root) == []  # a partial cohort is still a valid dataset
     first = {p for p, e in Manifest.load(root).items.items() if e["state"] == "done"}
     stamps = {p: volume_path(root, p).stat().st_mtime_ns for p in first}
+    # What a job killed while it rewrote participants.tsv leaves at the top: the resume clears it away.
+    stale = root / ".participants.tsv.k1ll3d.partial.tsv"
+    stale.write_text("participant_id\n")
     summary = resume_cohort(root, workers=1, threads_per_worker=1)
+    assert not stale.exists()
     assert summary.done == 8 and summary.done_this_run == 8 - len(first)
     assert {p: volume_path(root, p).stat().st_mtime_ns for p in first} == stamps  # not made twice
     got = volumes(root)
