@@ -1,6 +1,6 @@
 """Fuzz the engine server with schemathesis for a while; count 5xx answers and hangs.
 
-    .venv/bin/python -m engine.bench.fuzz_server --minutes 5
+    .venv/bin/python -m engine.server.fuzz --minutes 5
 
 Starts a real uvicorn engine server on 127.0.0.1 (a tiny model in its registry, the instant backend so
 that jobs finish at once and the HTTP layer is what gets exercised, a token, the server's own metrics)
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from engine.models.registry import ModelRegistry
-    from engine.server import create_app
+    from engine.server.app import create_app
     from engine.telemetry import Sampler
     from engine.testing import InstantBackend, ServerThread, make_tiny_model
 
