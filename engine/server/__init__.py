@@ -26,9 +26,9 @@ are held.
 Modules: ``app`` (``create_app``, which assembles the rest), ``schemas`` (bodies and ``Refused``),
 ``jobs`` (the queue), ``auth`` (tokens and the token gate), ``middleware`` (the body limit),
 ``connections`` (socket and in-flight limits, uvicorn's options), ``limits`` (``ServerLimits``),
-``allowed_models``, ``refusals`` (error answers), ``routes/`` (one module per route group), ``tls``
-(network binds and certificates) and ``fuzz`` (a long schemathesis run against a real server; not
-imported here). The public names below are importable from ``engine.server``.
+``allowed_models``, ``refusals`` (error answers), ``routes/`` (one module per route group) and ``tls``
+(network binds and certificates). The public names below are importable from ``engine.server``. The
+long schemathesis run is ``python -m tests.engine.fuzz_server``.
 """
 
 from engine.server.allowed_models import check_model, registered_model_ids, registered_sources
