@@ -71,7 +71,7 @@ def install_vault(window) -> VaultController:
     menu.addSeparator()
     controller.remember_action = install_privacy(
         window.settings,
-        getattr(window, "state", None),
+        state,
         menu,
         parent=window,
         show_status=window.show_status,
