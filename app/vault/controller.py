@@ -13,7 +13,8 @@ The pieces (each a module named for what it does, each given only what it needs 
 - ``messages``: the information, warning and "already in the vault" boxes.
 
 Threads: every vault operation that reads or writes items runs in a ``VaultWorker`` moved to a QThread by
-the app's ``JobRunner``; results come back to the GUI thread as callbacks (``app.vault.tasks``). The vault
+the app's ``JobRunner``; results come back to the GUI thread as callbacks (``app.vault.tasks`` says why
+through bound methods). The vault
 serialises its own operations, so the GUI thread never waits on its lock. Locking forgets the keys and the
 decrypted index, clears the browser and closes the volumes opened from the vault; a result that arrives after
 a lock (an open that was already decrypting) is dropped, since each task remembers the lock epoch it started

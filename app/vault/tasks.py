@@ -3,7 +3,8 @@ and drop a result that arrives after the vault was locked.
 
 Every vault operation that reads or writes items runs in a worker moved to a QThread by the JobRunner; the
 worker's signals reach bound methods of the runner's ``Job`` objects in the GUI thread, which call the
-callbacks here. The vault serialises its own operations, so a list, an import and an open may be in flight
+callbacks here (with PySide6 6.12 a lambda or free function connected to a worker's signal can run in the
+worker's thread; a bound method of a GUI-thread object runs in the GUI thread). The vault serialises its own operations, so a list, an import and an open may be in flight
 together without the GUI thread ever waiting on the vault's lock.
 
 Each task remembers the lock epoch it was started in: locking starts a new epoch, and a result of an older
