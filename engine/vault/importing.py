@@ -368,23 +368,15 @@ def store_item(
     *,
     allow_duplicate: bool = False,
 ) -> ItemInfo:
+    """Store a new item: ``write_parts(new_part)`` streams its parts (``new_part(name)`` gives a writer),
+    then its record and the commit; a duplicate volume is refused and leaves nothing behind."""
     if record["source"] != "dicom":  # DICOM dates come from the scanner, as they are
         check_dates(record)
     with vault._op(), vault._writing():
         assert vault._keys is not None and vault._index is not None
         item_id = secrets.token_hex(16)
-        key = vault._keys.item(item_id)
-        writers: list[PartWriter] = []
-
-        def new_part(name: str) -> PartWriter:
-            writer = PartWriter(
-                blob_dir(vault.path), key, crypto.context(vault._keys.vault_id, item_id, name), name
-            )
-            writers.append(writer)
-            return writer
-
-        record = {**record, "id": item_id, "created": now_iso()}
-        try:
+        with _new_item(vault, item_id) as new_part:
+            record = {**record, "id": item_id, "created": now_iso()}
             record["parts"] = write_parts(new_part)
             if not allow_duplicate and (same := same_volume(vault._index, record)) is not None:
                 raise DuplicateItem(
@@ -392,26 +384,8 @@ def store_item(
                     f"(item {same['id'][:12]}, added {same['created'][:10]}); nothing was added",
                     existing=same["id"],
                 )
-            record_files.write_record(vault, record)
-            fsync_dir(blob_dir(vault.path))
-            index = copy.deepcopy(vault._index)
-            index["items"][item_id] = record
-            item_index.commit(
-                vault,
-                "import",
-                item_id,
-                {"kind": record["kind"], "source": record["source"], "parts": len(record["parts"])},
-                index,
-            )
-        except BaseException:
-            # Remove the payloads unless the index on disk already references them (a failure after
-            # the rename, e.g. of the folder fsync, leaves the item committed). These files belong to
-            # this import only: no index ever referenced them.
-            if not item_index.on_disk_has(vault, item_id):
-                for writer in writers:
-                    writer.discard()
-                record_files.unlink_records(vault, item_id)
-            raise
+            detail = {"kind": record["kind"], "source": record["source"], "parts": len(record["parts"])}
+            _commit_item(vault, record, detail)
         return ItemInfo.from_record(record)
 
 
@@ -425,15 +399,11 @@ def copy_in(vault: Vault, rec: dict, read_part: Callable[[dict], Iterator[bytes]
     with vault._op(), vault._writing():
         assert vault._keys is not None and vault._index is not None
         item_id = rec["id"]
-        key = vault._keys.item(item_id)
-        writers: list[PartWriter] = []
         parts: list[dict] = []
         written = 0
-        try:
+        with _new_item(vault, item_id) as new_part:
             for part in rec["parts"]:
-                ctx = crypto.context(vault._keys.vault_id, item_id, part["name"])
-                writer = PartWriter(blob_dir(vault.path), key, ctx, part["name"])
-                writers.append(writer)
+                writer = new_part(part["name"])
                 for chunk in read_part(part):
                     writer.write(chunk)
                 done = writer.close()
@@ -441,19 +411,48 @@ def copy_in(vault: Vault, rec: dict, read_part: Callable[[dict], Iterator[bytes]
                     raise VaultCorrupted(f"item {item_id} changed while it was being re-encrypted")
                 parts.append({**part, "blob": done["blob"], "ct_size": done["ct_size"]})
                 written += done["size"]
-            record = {**copy.deepcopy(rec), "parts": parts}
-            record_files.write_record(vault, record)
-            fsync_dir(blob_dir(vault.path))
-            index = copy.deepcopy(vault._index)
-            index["items"][item_id] = record
-            item_index.commit(vault, "import", item_id, {"kind": rec["kind"], "rekey_copy": True}, index)
-        except BaseException:
-            if not item_index.on_disk_has(vault, item_id):
-                for writer in writers:
-                    writer.discard()
-                record_files.unlink_records(vault, item_id)
-            raise
+            _commit_item(
+                vault, {**copy.deepcopy(rec), "parts": parts}, {"kind": rec["kind"], "rekey_copy": True}
+            )
         return written
+
+
+@contextlib.contextmanager
+def _new_item(vault: Vault, item_id: str) -> Iterator[Callable[[str], PartWriter]]:
+    """The part writers of a new item (``new_part(name)``). If the body raises, the item's files are
+    removed unless the index on disk already references it (a failure after the rename, e.g. of the
+    folder fsync, leaves the item committed). These files belong to this item only: no index ever
+    referenced them."""
+    assert vault._keys is not None
+    key = vault._keys.item(item_id)
+    writers: list[PartWriter] = []
+
+    def new_part(name: str) -> PartWriter:
+        assert vault._keys is not None
+        writer = PartWriter(
+            blob_dir(vault.path), key, crypto.context(vault._keys.vault_id, item_id, name), name
+        )
+        writers.append(writer)
+        return writer
+
+    try:
+        yield new_part
+    except BaseException:
+        if not item_index.on_disk_has(vault, item_id):
+            for writer in writers:
+                writer.discard()
+            record_files.unlink_records(vault, item_id)
+        raise
+
+
+def _commit_item(vault: Vault, record: dict, detail: dict) -> None:
+    """Write the item's record files, then commit the index that lists it (audit entry ``import``)."""
+    assert vault._index is not None
+    record_files.write_record(vault, record)
+    fsync_dir(blob_dir(vault.path))
+    index = copy.deepcopy(vault._index)
+    index["items"][record["id"]] = record
+    item_index.commit(vault, "import", record["id"], detail, index)
 
 
 @contextlib.contextmanager
