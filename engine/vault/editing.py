@@ -118,7 +118,7 @@ def change_passphrase(
             raise VaultCorrupted("the vault header no longer matches this vault's key")
         new_header = Header.wrapping(header.vault_id, header.created, kdf, new_pw, master)
         # Audit entry (naming the new header) -> header -> index recording the header's hash: restoring
-        # the old vault.json later no longer matches the index (see _rollback_problems).
+        # the old vault.json later no longer matches the index (see engine.vault.rollback).
         vault._header = new_header
         try:
             item_index.commit(

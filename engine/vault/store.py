@@ -39,7 +39,8 @@ this package that takes the vault explicitly: :mod:`~engine.vault.lifecycle` (cr
 :mod:`~engine.vault.editing`, :mod:`~engine.vault.checking` (verify, repair), :mod:`~engine.vault.cleanup`
 and :mod:`~engine.vault.pending_exports`, over :mod:`~engine.vault.payload` (encrypted parts),
 :mod:`~engine.vault.record_files`, :mod:`~engine.vault.header` and :mod:`~engine.vault.layout` (file names).
-Those modules read and set the underscore attributes of :class:`Vault`; nothing outside this package does.
+Those modules read and set the underscore attributes of :class:`Vault`; nothing outside this package does
+(tests peek at ``_index`` and ``_keys``).
 """
 
 from __future__ import annotations
