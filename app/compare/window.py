@@ -27,6 +27,7 @@ import csv
 import html
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -37,6 +38,7 @@ from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QLinearGradient, QPainter, QShortcut, qRgb
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QComboBox,
     QFileDialog,
     QGridLayout,
@@ -1035,6 +1037,15 @@ class CompareWindow(QWidget):
         self._update_source()  # the Generate panel may have changed while this window was hidden
         self.refresh_availability()
         super().showEvent(event)
+        if not event.spontaneous():
+            # Opened by the user (Ctrl+Shift+G, the menu): the keyboard comes here at once. The platform's
+            # activation arrives later (after the map, or never under a window manager that holds focus),
+            # and until then the window's shortcuts (Ctrl+Return, Esc, 1-3) do not fire: a Ctrl+Return
+            # pressed right after opening did nothing (issue 25's walk). Qt 6 marks setActiveWindow deprecated
+            # in favour of activateWindow(), which is the asynchronous request that leaves that gap.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                QApplication.setActiveWindow(self)
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
         self.cancel()  # a closed window's run would go on unseen; stop it
