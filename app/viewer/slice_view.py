@@ -44,6 +44,8 @@ from app.core.volumes import ras_to_voxel, voxel_to_ras
 
 PLANE_COLOURS = {"axial": QColor("#e0524f"), "coronal": QColor("#5fb85c"), "sagittal": QColor("#4d8fe6")}
 BACKGROUND = QColor("#0b0d10")
+PLANE_STRIP = 4  # px: the plane's colour down the view's left edge
+EMPTY_HINT_FLAGS = Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap
 BACKING = QColor(8, 10, 13, 190)  # behind overlay text: readable over bright anatomy
 TEXT_COLOURS = {
     "title": QColor("#dfe3ea"),
@@ -372,6 +374,22 @@ class SliceView(QWidget):
                 items.append(OverlayText(name, text, QRectF(x, y, w, bold_h), bold=True))
         return items
 
+    def empty_hint(self) -> str:
+        """What an empty view says: its plane, and under it ``empty_text``."""
+        return f"{self.plane.capitalize()}\n\n{self.empty_text}"
+
+    def empty_hint_rect(self) -> QRectF:
+        """Where the empty view's hint goes: inside the text margins, right of the plane's colour strip. The
+        hint wraps at word breaks there, so a narrow view (1024-px window) shows it whole, not cut at both
+        sides ("nerate a volume...")."""
+        left = PLANE_STRIP + self.TEXT_MARGIN
+        return QRectF(
+            left,
+            self.TEXT_MARGIN,
+            self.width() - left - self.TEXT_MARGIN,
+            self.height() - 2 * self.TEXT_MARGIN,
+        )
+
     def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
         painter = QPainter(self)
         painter.fillRect(self.rect(), BACKGROUND)
@@ -380,11 +398,7 @@ class SliceView(QWidget):
         if image is None:
             painter.setFont(font)
             painter.setPen(QColor("#6b7380"))
-            painter.drawText(
-                self.rect(),
-                Qt.AlignmentFlag.AlignCenter,
-                f"{self.plane.capitalize()}\n\n{self.empty_text}",
-            )
+            painter.drawText(self.empty_hint_rect(), EMPTY_HINT_FLAGS, self.empty_hint())
         else:
             self._draw_image(painter, image)
             overlay = self._overlay_image()
@@ -392,7 +406,7 @@ class SliceView(QWidget):
                 self._draw_image(painter, overlay)
             if self.state.show_crosshair:
                 self._draw_crosshair(painter)
-        painter.fillRect(QRectF(0, 0, 4, self.height()), PLANE_COLOURS[self.plane])
+        painter.fillRect(QRectF(0, 0, PLANE_STRIP, self.height()), PLANE_COLOURS[self.plane])
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         for item in self.overlay_layout():
             painter.setPen(Qt.PenStyle.NoPen)
