@@ -98,12 +98,12 @@ class _CohortWorker:
     def __init__(self, model_path: str, packed_model, device: str, threads: int):
         import torch
 
-        from engine.backends.local import LocalBackend
+        from engine.backends.factory import make_backend
 
         if device == "cpu":
             torch.set_num_threads(max(1, threads))
         self.model_path = _model_here(model_path, packed_model)
-        self.backend = LocalBackend(device)
+        self.backend = make_backend(device)
 
     def pid(self) -> int:
         return os.getpid()
