@@ -334,18 +334,7 @@ def tune(
         "versions": versions,
         "versions_key": tune_store.versions_key(versions),
         "device": str(torch_device),
-        "method": {
-            "steps_per_run": steps,
-            "warmup_steps": 1,
-            "rounds": rounds,
-            "seed": seed,
-            "guidance_scale": spec.default_guidance_scale if spec.supports_guidance else 1.0,
-            "default_steps": default_steps,
-            "end_to_end": f"{default_steps} x the mean timed step of a run + that run's decode; load and one-off "
-            "costs (calibration, compiles) apart",
-            "budget_s": budget_s,
-            "wall_s": time.perf_counter() - started,
-        },
+        "method": _method(steps, rounds, seed, spec, budget_s, started),
         "rows": results,
         "not_measured": skipped,
     }
@@ -354,6 +343,22 @@ def tune(
     if save:
         result["path"] = str(tune_store.save_result(result))
     return result
+
+
+def _method(steps: int, rounds: int, seed: int, spec, budget_s: float, started: float) -> dict[str, Any]:
+    """How the measurement was made, as the stored result records it."""
+    return {
+        "steps_per_run": steps,
+        "warmup_steps": 1,
+        "rounds": rounds,
+        "seed": seed,
+        "guidance_scale": spec.default_guidance_scale if spec.supports_guidance else 1.0,
+        "default_steps": spec.default_steps,
+        "end_to_end": f"{spec.default_steps} x the mean timed step of a run + that run's decode; load and one-off "
+        "costs (calibration, compiles) apart",
+        "budget_s": budget_s,
+        "wall_s": time.perf_counter() - started,
+    }
 
 
 def _select_rows(torch_device, spec, probe, rows: list[str] | None) -> tuple[list, list[dict[str, Any]]]:
