@@ -170,11 +170,7 @@ def run_check(
 ) -> dict[str, Any]:
     """Every row of ``ROWS`` for both networks; ``on_update(results)`` after each network and row, so a
     caller can keep what was measured when a later row hangs or the process is killed."""
-    import statistics
-
     import torch
-
-    from engine.optimization.apply import OptimizationConfig, prepare
 
     started = time.perf_counter()
     device = torch.device("cuda" if not smoke else "cpu")
@@ -192,6 +188,44 @@ def run_check(
     if device.type == "cuda":
         cap = torch.cuda.get_device_capability(device)
         results["compute_capability"] = f"{cap[0]}.{cap[1]}"
+    nets = _build_networks(smoke, device, results, log, on_update)
+    order = [(n, r) for r in ROWS if not r[3] for n in nets] + [(n, r) for r in ROWS if r[3] for n in nets]
+    references: dict[str, Any] = {}
+    for net_name, (row, fields, precision, is_compile) in order:
+        record: dict[str, Any] = {"network": net_name, "row": row, "config": fields}
+        results["rows"].append(record)
+        elapsed = time.perf_counter() - started
+        if is_compile and not include_compile:
+            record["skipped"] = "compile rows off (--no-compile, or --cpu-smoke without --with-compile)"
+            continue
+        if elapsed > budget_s * (0.6 if is_compile else 0.9):  # compile rows need room for compilation
+            record["skipped"] = f"time budget: {elapsed:.0f} s of {budget_s:.0f} s used"
+            continue
+        _measure_row(
+            record,
+            nets[net_name],
+            precision,
+            is_compile,
+            device,
+            device_name,
+            warmup,
+            iters,
+            references,
+            results,
+        )
+        if "error" in record:
+            on_update(results)
+            continue
+        log(f"{net_name:14s} {row:22s} {record['ms_per_step']:9.2f} ms  {record['tflops']:7.1f} TFLOP/s")
+        on_update(results)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    results["total_s"] = time.perf_counter() - started
+    return results
+
+
+def _build_networks(smoke: bool, device, results: dict[str, Any], log, on_update) -> dict[str, tuple]:
+    """Both benchmark networks on ``device`` with their inputs, each described in ``results["networks"]``."""
     nets = {}
     for name, spec in network_defs(smoke).items():
         model, x, t, ctx, flops = build_bench_network(name, spec, device)
@@ -206,63 +240,62 @@ def run_check(
         nets[name] = (model, x, t, ctx, flops)
         log(f"{name}: {params / 1e6:.1f} M parameters, {flops / 1e9:.1f} GFLOP per call")
         on_update(results)
+    return nets
 
-    order = [(n, r) for r in ROWS if not r[3] for n in nets] + [(n, r) for r in ROWS if r[3] for n in nets]
-    references: dict[str, Any] = {}
-    for net_name, (row, fields, precision, is_compile) in order:
-        record: dict[str, Any] = {"network": net_name, "row": row, "config": fields}
-        results["rows"].append(record)
-        elapsed = time.perf_counter() - started
-        if is_compile and not include_compile:
-            record["skipped"] = "compile rows off (--no-compile, or --cpu-smoke without --with-compile)"
-            continue
-        if elapsed > budget_s * (0.6 if is_compile else 0.9):  # compile rows need room for compilation
-            record["skipped"] = f"time budget: {elapsed:.0f} s of {budget_s:.0f} s used"
-            continue
-        model, x, t, ctx, flops = nets[net_name]
-        try:
-            prepared = prepare(model, OptimizationConfig(**fields), device, use_cache=False)
-            row_started = time.perf_counter()
-            times, out = time_calls(prepared, x, t, ctx, device, warmup + (2 if is_compile else 0), iters)
-            record["wall_s"] = time.perf_counter() - row_started
-        except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others' numbers
-            record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-            on_update(results)
-            continue
-        ms = statistics.median(times)
-        tflops = achieved_tflops(flops, ms)
-        applied = {
-            k: v["applied"]
-            for k, v in prepared.report.items()
-            if v["requested"] not in (False, None, "default")
-        }
-        effective = effective_precision(precision, applied)
-        peak = peak_tflops(device_name, effective) if device.type == "cuda" else None
-        out = out.float().cpu()
-        if row == "fp32":
-            references[net_name] = out
-        record.update(
-            ms_per_step=ms,
-            ms_min=min(times),
-            ms_iqr=float(_iqr(times)),
-            calls=len(times),
-            tflops=tflops,
-            precision=effective,
-            peak_tflops=peak,
-            fraction_of_peak=None if peak is None else tflops / peak,
-            psnr_vs_fp32_db=psnr(references[net_name], out) if net_name in references else None,
-            applied=applied,
-            report=prepared.report,
-        )
-        if row != "fp32" and net_name in references:
-            record["speedup_vs_fp32"] = _row(results, net_name, "fp32")["ms_per_step"] / ms
-        log(f"{net_name:14s} {row:22s} {ms:9.2f} ms  {tflops:7.1f} TFLOP/s")
-        on_update(results)
-        del prepared
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    results["total_s"] = time.perf_counter() - started
-    return results
+
+def _measure_row(
+    record: dict[str, Any],
+    net: tuple,
+    precision: str,
+    is_compile: bool,
+    device,
+    device_name: str,
+    warmup: int,
+    iters: int,
+    references: dict[str, Any],
+    results: dict[str, Any],
+) -> None:
+    """Prepare one row's settings on one network and time its calls into ``record`` (or its error); fp32's
+    output becomes that network's reference for the others' PSNR."""
+    import statistics
+
+    from engine.optimization.apply import OptimizationConfig, prepare
+
+    net_name, row, fields = record["network"], record["row"], record["config"]
+    model, x, t, ctx, flops = net
+    try:
+        prepared = prepare(model, OptimizationConfig(**fields), device, use_cache=False)
+        row_started = time.perf_counter()
+        times, out = time_calls(prepared, x, t, ctx, device, warmup + (2 if is_compile else 0), iters)
+        record["wall_s"] = time.perf_counter() - row_started
+    except Exception as exc:  # noqa: BLE001 - one failing row must not lose the others' numbers
+        record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        return
+    ms = statistics.median(times)
+    tflops = achieved_tflops(flops, ms)
+    applied = {
+        k: v["applied"] for k, v in prepared.report.items() if v["requested"] not in (False, None, "default")
+    }
+    effective = effective_precision(precision, applied)
+    peak = peak_tflops(device_name, effective) if device.type == "cuda" else None
+    out = out.float().cpu()
+    if row == "fp32":
+        references[net_name] = out
+    record.update(
+        ms_per_step=ms,
+        ms_min=min(times),
+        ms_iqr=float(_iqr(times)),
+        calls=len(times),
+        tflops=tflops,
+        precision=effective,
+        peak_tflops=peak,
+        fraction_of_peak=None if peak is None else tflops / peak,
+        psnr_vs_fp32_db=psnr(references[net_name], out) if net_name in references else None,
+        applied=applied,
+        report=prepared.report,
+    )
+    if row != "fp32" and net_name in references:
+        record["speedup_vs_fp32"] = _row(results, net_name, "fp32")["ms_per_step"] / ms
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:

@@ -277,8 +277,6 @@ def tune(
 
     from engine.machine.devices import resolve_device
     from engine.machine.probe import probe_machine
-    from engine.metrics.image import compare as volume_distance
-    from engine.metrics.speed_verdict import speed_verdict
     from engine.models.registry import ModelRegistry
     from engine.optimization import tune_store
 
@@ -291,14 +289,7 @@ def tune(
     source = ModelRegistry().get(model or None)
     spec = source.spec
     probe = probe_machine()
-    measured_rows, skipped = candidate_rows(torch_device, spec, probe)
-    if rows:
-        unknown = [r for r in rows if r not in {n for n, _ in measured_rows} | {s["name"] for s in skipped}]
-        if unknown:
-            raise InvalidRequest(
-                f"unknown tune row(s) {unknown}; known: {', '.join(n for n, _ in measured_rows)}"
-            )
-        measured_rows = [(n, v) for n, v in measured_rows if n in rows or n == "fp32"]
+    measured_rows, skipped = _select_rows(torch_device, spec, probe, rows)
     default_steps = spec.default_steps
     folder = Path(out_dir or tempfile.mkdtemp(prefix="volsynth-tune-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -310,83 +301,175 @@ def tune(
     workers: list[_RowWorker] = []
     try:
         # 1. Start and prepare every row (one-off costs), fp32 first: it is the yardstick.
-        total_prep = len(measured_rows)
-        for index, (name, values) in enumerate(measured_rows):
-            yield progress(index, total_prep, f"preparing {name} ({index + 1}/{total_prep})")
-            worker = _RowWorker(name, values)
-            workers.append(worker)
-            answer = worker.ask(
-                {
-                    "cmd": "prepare",
-                    "model": str(source.path),
-                    "device": str(torch_device),
-                    "config": values,
-                    "threads": threads,
-                }
-            )
-            if "error" in answer:
-                worker.error = answer["error"]
-                worker.close()
-            else:
-                worker.prepared = answer
-            if name == "fp32" and worker.error:
-                raise InvalidRequest(f"the fp32 reference could not run here: {worker.error}")
-            if name == "fp32":
-                # One untimed fp32 run sizes the whole measurement before the other rows start.
-                trial = worker.ask({"cmd": "run", "steps": steps, "seed": seed, "save": None})
-                if "error" in trial:
-                    raise InvalidRequest(f"the fp32 reference could not run here: {trial['error']}")
-                prep = answer["load_s"] + answer["prepare_s"]
-                estimate_s = (
-                    time.perf_counter()
-                    - started
-                    + (total_prep - 1) * 2 * prep  # other rows: their load, plus calibration of about as long
-                    + MIN_ROUNDS * total_prep * trial["wall_s"]
-                )
-                yield progress(index, total_prep, f"estimated {estimate_s:.0f} s for {total_prep} rows")
-                if estimate_only:
-                    return {
-                        "estimate_s": estimate_s,
-                        "rows": [n for n, _ in measured_rows],
-                        "not_measured": skipped,
-                    }
-        live = [w for w in workers if w.error is None]
+        prepare = {
+            "cmd": "prepare",
+            "model": str(source.path),
+            "device": str(torch_device),
+            "threads": threads,
+        }
+        estimate_s = yield from _prepare_rows(
+            workers, measured_rows, prepare, steps, seed, started, progress, estimate_only
+        )
+        if estimate_s is not None:  # estimate_only: stopped after sizing the measurement on fp32
+            return {"estimate_s": estimate_s, "rows": [n for n, _ in measured_rows], "not_measured": skipped}
         # 2. Rounds, interleaved, until the noise rule decides every row or the budget runs out.
-        round_s = 0.0
-        rounds = 0
-        while rounds < MAX_ROUNDS:
-            # The noise rule needs MIN_ROUNDS samples a row to decide anything: those always run.
-            if rounds >= MIN_ROUNDS and (
-                _all_decided(live, default_steps) or time.perf_counter() - started + round_s > budget_s
-            ):
-                break
-            round_started = time.perf_counter()
-            order = live[rounds % len(live) :] + live[: rounds % len(live)]
-            for position, worker in enumerate(order):
-                while should_pause is not None and should_pause():
-                    yield progress(rounds, MAX_ROUNDS, "paused while a generation runs")
-                    time.sleep(0.25)
-                yield progress(
-                    rounds * len(order) + position,
-                    MAX_ROUNDS * len(order),
-                    f"round {rounds + 1}: {worker.name}",
-                )
-                save_to = folder / f"{_safe(worker.name)}.npy" if rounds == 0 else None
-                answer = worker.ask(
-                    {"cmd": "run", "steps": steps, "seed": seed, "save": str(save_to) if save_to else None}
-                )
-                if "error" in answer:
-                    worker.error = answer["error"]
-                else:
-                    worker.runs.append(answer)
-            live = [w for w in live if w.error is None]
-            rounds += 1
-            round_s = time.perf_counter() - round_started
+        live = [w for w in workers if w.error is None]
+        rounds = yield from _measure_rounds(
+            live, folder, steps, seed, default_steps, budget_s, started, should_pause, progress
+        )
     finally:
         for worker in workers:
             worker.close()
 
     # 3. Summarise against fp32.
+    results = _summarise(workers, folder, default_steps)
+    versions = tune_store.current_versions()
+    result = {
+        "format": tune_store.TUNE_FORMAT,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "fingerprint": probe.fingerprint(),
+        "machine": probe.to_dict(),
+        "machine_words": probe.describe(),
+        "model": {"id": spec.id, "name": spec.name, "key": tune_store.model_key(source.weights_sha256())},
+        "versions": versions,
+        "versions_key": tune_store.versions_key(versions),
+        "device": str(torch_device),
+        "method": _method(steps, rounds, seed, spec, budget_s, started),
+        "rows": results,
+        "not_measured": skipped,
+    }
+    best = tune_store.recommendation(result)
+    result["recommended"] = best["name"] if best else None
+    if save:
+        result["path"] = str(tune_store.save_result(result))
+    return result
+
+
+def _method(steps: int, rounds: int, seed: int, spec, budget_s: float, started: float) -> dict[str, Any]:
+    """How the measurement was made, as the stored result records it."""
+    return {
+        "steps_per_run": steps,
+        "warmup_steps": 1,
+        "rounds": rounds,
+        "seed": seed,
+        "guidance_scale": spec.default_guidance_scale if spec.supports_guidance else 1.0,
+        "default_steps": spec.default_steps,
+        "end_to_end": f"{spec.default_steps} x the mean timed step of a run + that run's decode; load and one-off "
+        "costs (calibration, compiles) apart",
+        "budget_s": budget_s,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def _select_rows(torch_device, spec, probe, rows: list[str] | None) -> tuple[list, list[dict[str, Any]]]:
+    """The candidate rows for this device, narrowed to ``rows`` (fp32 always stays), and those not measured."""
+    measured_rows, skipped = candidate_rows(torch_device, spec, probe)
+    if rows:
+        unknown = [r for r in rows if r not in {n for n, _ in measured_rows} | {s["name"] for s in skipped}]
+        if unknown:
+            raise InvalidRequest(
+                f"unknown tune row(s) {unknown}; known: {', '.join(n for n, _ in measured_rows)}"
+            )
+        measured_rows = [(n, v) for n, v in measured_rows if n in rows or n == "fp32"]
+    return measured_rows, skipped
+
+
+def _prepare_rows(
+    workers: list[_RowWorker],
+    measured_rows: list,
+    prepare: dict[str, Any],
+    steps: int,
+    seed: int,
+    started: float,
+    progress: Callable[[float, float, str], Progress],
+    estimate_only: bool,
+) -> Generator[Progress, None, float | None]:
+    """Step 1: a worker process per row, prepared (its one-off costs), appended to ``workers`` as it starts.
+    After fp32, one untimed run sizes the whole measurement; with ``estimate_only`` it stops there and
+    returns that estimate (seconds), else None once every row is prepared."""
+    total_prep = len(measured_rows)
+    for index, (name, values) in enumerate(measured_rows):
+        yield progress(index, total_prep, f"preparing {name} ({index + 1}/{total_prep})")
+        worker = _RowWorker(name, values)
+        workers.append(worker)
+        answer = worker.ask({**prepare, "config": values})
+        if "error" in answer:
+            worker.error = answer["error"]
+            worker.close()
+        else:
+            worker.prepared = answer
+        if name == "fp32" and worker.error:
+            raise InvalidRequest(f"the fp32 reference could not run here: {worker.error}")
+        if name == "fp32":
+            # One untimed fp32 run sizes the whole measurement before the other rows start.
+            trial = worker.ask({"cmd": "run", "steps": steps, "seed": seed, "save": None})
+            if "error" in trial:
+                raise InvalidRequest(f"the fp32 reference could not run here: {trial['error']}")
+            prep = answer["load_s"] + answer["prepare_s"]
+            estimate_s = (
+                time.perf_counter()
+                - started
+                + (total_prep - 1) * 2 * prep  # other rows: their load, plus calibration of about as long
+                + MIN_ROUNDS * total_prep * trial["wall_s"]
+            )
+            yield progress(index, total_prep, f"estimated {estimate_s:.0f} s for {total_prep} rows")
+            if estimate_only:
+                return estimate_s
+    return None
+
+
+def _measure_rounds(
+    live: list[_RowWorker],
+    folder: Path,
+    steps: int,
+    seed: int,
+    default_steps: int,
+    budget_s: float,
+    started: float,
+    should_pause: Callable[[], bool] | None,
+    progress: Callable[[float, float, str], Progress],
+) -> Generator[Progress, None, int]:
+    """Step 2: rounds over the live rows, the order rotating each round, until the noise rule decides every
+    row or the next round would pass the budget. Round 0 saves each row's volume; returns the rounds run."""
+    round_s = 0.0
+    rounds = 0
+    while rounds < MAX_ROUNDS:
+        # The noise rule needs MIN_ROUNDS samples a row to decide anything: those always run.
+        if rounds >= MIN_ROUNDS and (
+            _all_decided(live, default_steps) or time.perf_counter() - started + round_s > budget_s
+        ):
+            break
+        round_started = time.perf_counter()
+        order = live[rounds % len(live) :] + live[: rounds % len(live)]
+        for position, worker in enumerate(order):
+            while should_pause is not None and should_pause():
+                yield progress(rounds, MAX_ROUNDS, "paused while a generation runs")
+                time.sleep(0.25)
+            yield progress(
+                rounds * len(order) + position,
+                MAX_ROUNDS * len(order),
+                f"round {rounds + 1}: {worker.name}",
+            )
+            save_to = folder / f"{_safe(worker.name)}.npy" if rounds == 0 else None
+            answer = worker.ask(
+                {"cmd": "run", "steps": steps, "seed": seed, "save": str(save_to) if save_to else None}
+            )
+            if "error" in answer:
+                worker.error = answer["error"]
+            else:
+                worker.runs.append(answer)
+        live = [w for w in live if w.error is None]
+        rounds += 1
+        round_s = time.perf_counter() - round_started
+    return rounds
+
+
+def _summarise(workers: list[_RowWorker], folder: Path, default_steps: int) -> list[dict[str, Any]]:
+    """Step 3: one result row per worker: its timings, their verdicts against fp32's, and its volume's
+    distance from fp32's."""
+    from engine.metrics.image import compare as volume_distance
+    from engine.metrics.speed_verdict import speed_verdict
+
     fp32 = next(w for w in workers if w.name == "fp32")
     if not fp32.runs:
         raise InvalidRequest(
@@ -431,37 +514,7 @@ def tune(
                 **({"error": worker.error} if worker.error else {}),
             }
         )
-    versions = tune_store.current_versions()
-    result = {
-        "format": tune_store.TUNE_FORMAT,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "fingerprint": probe.fingerprint(),
-        "machine": probe.to_dict(),
-        "machine_words": probe.describe(),
-        "model": {"id": spec.id, "name": spec.name, "key": tune_store.model_key(source.weights_sha256())},
-        "versions": versions,
-        "versions_key": tune_store.versions_key(versions),
-        "device": str(torch_device),
-        "method": {
-            "steps_per_run": steps,
-            "warmup_steps": 1,
-            "rounds": rounds,
-            "seed": seed,
-            "guidance_scale": spec.default_guidance_scale if spec.supports_guidance else 1.0,
-            "default_steps": default_steps,
-            "end_to_end": f"{default_steps} x the mean timed step of a run + that run's decode; load and one-off "
-            "costs (calibration, compiles) apart",
-            "budget_s": budget_s,
-            "wall_s": time.perf_counter() - started,
-        },
-        "rows": results,
-        "not_measured": skipped,
-    }
-    best = tune_store.recommendation(result)
-    result["recommended"] = best["name"] if best else None
-    if save:
-        result["path"] = str(tune_store.save_result(result))
-    return result
+    return results
 
 
 def _safe(name: str) -> str:

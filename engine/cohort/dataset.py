@@ -143,6 +143,7 @@ def read_participants(root: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle, delimiter="\t"))
 
 
+# Long on purpose: one checklist of the dataset's BIDS rules, in the order of the docstring.
 def validate_layout(root: str | Path) -> list[str]:
     """Problems with ``root`` as a BIDS-derivative dataset of synthetic T1w volumes ([] when it is valid).
 

@@ -139,6 +139,7 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
     }
 
 
+# Long on purpose: one linear matplotlib figure build, panel after panel; split, the layout would scatter.
 def draw(data: dict[str, Any], path: Path) -> Path:
     import matplotlib
 

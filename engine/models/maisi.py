@@ -206,93 +206,16 @@ def open_maisi_folder(folder: Path) -> MaisiModelSource:
     inference_config = _config(folder, MODEL_FILE)
     environment = _config(folder, ENVIRONMENT_FILE, required=False) or {}
     mapping = _config(folder, MODALITY_FILE)
-    inference = inference_config.get("diffusion_unet_inference")
-    if not isinstance(inference, dict):
-        raise ModelInvalid(f"{MODEL_FILE} has no diffusion_unet_inference section")
-    networks.check_literal(inference, "diffusion_unet_inference")
-
+    inference = _inference_section(inference_config)
     unet_def = _definition(network, "diffusion_unet_def", "DiffusionModelUNetMaisi")
     ae_def = _definition(network, "autoencoder_def", "AutoencoderKlMaisi")
-    scheduler_raw = network.get("noise_scheduler")
-    if not isinstance(scheduler_raw, dict) or not isinstance(scheduler_raw.get("_target_"), str):
-        raise ModelInvalid(f"{NETWORK_FILE} has no noise_scheduler definition")
-    if networks.scheduler_name_for_target(scheduler_raw["_target_"]) != "rflow":
-        raise ModelInvalid(
-            f"{NETWORK_FILE}: {VARIANT} samples with RFlowScheduler; noise_scheduler is not one"
-        )
-    scheduler_def = _resolve(network, scheduler_raw)
-    schedule = {k: v for k, v in scheduler_def.items() if not k.startswith("_")}
-    networks.check_literal(schedule, "noise_scheduler")
-
-    model_dir = environment.get("model_dir") or "models"
-    unet_file = _checkpoint(
-        folder,
-        f"{model_dir}/{environment['model_filename']}"
-        if isinstance(environment.get("model_filename"), str)
-        else None,
-        f"models/diff_unet_3d_{VARIANT}_v1.pt",
-        "U-Net",
-    )
-    ae_file = _checkpoint(
-        folder, environment.get("trained_autoencoder_path"), "models/autoencoder_v1.pt", "autoencoder"
-    )
-
-    modalities, null_modality = _modalities(mapping)
-    codes = {code: name for name, code in modalities}
-    default_code = inference.get("modality", 9)
-    default_modality = codes.get(default_code, modalities[0][0])
-    classes = unet_def.get("num_class_embeds")
-    if (
-        not isinstance(classes, int)
-        or max(code for _, code in modalities) >= classes
-        or null_modality >= classes
-    ):
-        raise ModelInvalid(f"diffusion_unet_def.num_class_embeds ({classes}) cannot embed the modality codes")
-    try:
-        size = tuple(int(v) for v in inference["dim"])
-        spacing = tuple(float(v) for v in inference["spacing"])
-        steps = int(inference.get("num_inference_steps", 30))
-        guidance = float(inference.get("cfg_guidance_scale", 1.0))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelInvalid(
-            f"{MODEL_FILE}: diffusion_unet_inference is malformed ({one_line(str(exc))[:80]})"
-        ) from None
-    if len(size) != 3 or len(spacing) != 3:
-        raise ModelInvalid(f"{MODEL_FILE}: dim and spacing must have three entries")
-
-    ae_levels = len(ae_def.get("num_channels") or ())
-    unet_levels = len(unet_def.get("num_channels") or ())
-    if not ae_levels or not unet_levels:
-        raise ModelInvalid(f"{NETWORK_FILE}: the networks' num_channels are missing")
-    latent_factor = 2 ** (ae_levels - 1)
-    size_multiple = latent_factor * 2 ** (unet_levels - 1)
-    latent_channels = int(ae_def.get("latent_channels", 4))
-    if int(unet_def.get("in_channels", -1)) != latent_channels:
-        raise ModelInvalid(
-            f"{NETWORK_FILE}: the U-Net's in_channels differ from the autoencoder's latent_channels"
-        )
-    fov, fov_source = _documented_fov(folder)
+    schedule = _rflow_schedule(network)
+    unet_file, ae_file = _checkpoints(folder, environment)
+    modalities, null_modality, default_modality = _modality_codes(mapping, inference, unet_def)
+    size, spacing, steps, guidance = _sampling_grid(inference)
+    latent_factor, latent_channels, geometry = _geometry(folder, ae_def, unet_def, size, spacing)
     version_match = re.search(r"_v(\d+)\.pt$", unet_file.name)
     version = f"v{version_match.group(1)}" if version_match else "unversioned"
-    geometry = {
-        "latent_factor": latent_factor,
-        "size_multiple": size_multiple,
-        "min_size": [size_multiple] * 3,
-        "max_size": list(MAX_SIZE),
-        "max_voxels": math.prod(MAX_SIZE),
-        "spacing_range_mm": list(SPACING_RANGE_MM),
-        "recommended_fov_mm": fov,
-        "fov_tolerance": FOV_TOLERANCE,
-        "fov_source": fov_source,
-    }
-    # Half the edges at twice the spacing: the same field of view, an eighth of the voxels (where the
-    # halved edges are still multiples the networks take and the doubled spacing is one VolSynth allows).
-    preview_size = [n // 2 for n in size]
-    preview_spacing = [round(s * 2, 4) for s in spacing]
-    if all(n >= size_multiple and n % size_multiple == 0 for n in preview_size) and all(
-        SPACING_RANGE_MM[0] <= s <= SPACING_RANGE_MM[1] for s in preview_spacing
-    ):
-        geometry["preview"] = {"size": preview_size, "spacing_mm": preview_spacing}
     licence = _licence(folder)
     # norm_float16 rounds the autoencoder's normalised activations to fp16, a GPU memory saver that only
     # works under CUDA autocast (on a CPU MONAI's decode then fails on mixed dtypes). VolSynth decodes at
@@ -343,6 +266,118 @@ def open_maisi_folder(folder: Path) -> MaisiModelSource:
     )
     spec.validate()
     return MaisiModelSource(spec=spec, path=folder, weight_files={"unet": unet_file, "autoencoder": ae_file})
+
+
+def _inference_section(inference_config: dict) -> dict:
+    """The ``diffusion_unet_inference`` section of the model config, checked to be plain literals."""
+    inference = inference_config.get("diffusion_unet_inference")
+    if not isinstance(inference, dict):
+        raise ModelInvalid(f"{MODEL_FILE} has no diffusion_unet_inference section")
+    networks.check_literal(inference, "diffusion_unet_inference")
+    return inference
+
+
+def _rflow_schedule(network: dict) -> dict:
+    """The noise scheduler's settings (without ``_target_`` and other private keys); it must be RFlow."""
+    scheduler_raw = network.get("noise_scheduler")
+    if not isinstance(scheduler_raw, dict) or not isinstance(scheduler_raw.get("_target_"), str):
+        raise ModelInvalid(f"{NETWORK_FILE} has no noise_scheduler definition")
+    if networks.scheduler_name_for_target(scheduler_raw["_target_"]) != "rflow":
+        raise ModelInvalid(
+            f"{NETWORK_FILE}: {VARIANT} samples with RFlowScheduler; noise_scheduler is not one"
+        )
+    scheduler_def = _resolve(network, scheduler_raw)
+    schedule = {k: v for k, v in scheduler_def.items() if not k.startswith("_")}
+    networks.check_literal(schedule, "noise_scheduler")
+    return schedule
+
+
+def _checkpoints(folder: Path, environment: dict) -> tuple[Path, Path]:
+    """The U-Net and autoencoder checkpoint files, where the environment config names them or by default."""
+    model_dir = environment.get("model_dir") or "models"
+    unet_file = _checkpoint(
+        folder,
+        f"{model_dir}/{environment['model_filename']}"
+        if isinstance(environment.get("model_filename"), str)
+        else None,
+        f"models/diff_unet_3d_{VARIANT}_v1.pt",
+        "U-Net",
+    )
+    ae_file = _checkpoint(
+        folder, environment.get("trained_autoencoder_path"), "models/autoencoder_v1.pt", "autoencoder"
+    )
+    return unet_file, ae_file
+
+
+def _modality_codes(mapping: dict, inference: dict, unet_def: dict) -> tuple[Any, int, str]:
+    """The (name, code) modalities, the null code, and the default modality; the U-Net must embed them."""
+    modalities, null_modality = _modalities(mapping)
+    codes = {code: name for name, code in modalities}
+    default_code = inference.get("modality", 9)
+    default_modality = codes.get(default_code, modalities[0][0])
+    classes = unet_def.get("num_class_embeds")
+    if (
+        not isinstance(classes, int)
+        or max(code for _, code in modalities) >= classes
+        or null_modality >= classes
+    ):
+        raise ModelInvalid(f"diffusion_unet_def.num_class_embeds ({classes}) cannot embed the modality codes")
+    return modalities, null_modality, default_modality
+
+
+def _sampling_grid(inference: dict) -> tuple[tuple[int, ...], tuple[float, ...], int, float]:
+    """The example's output size, spacing (mm), steps and guidance scale."""
+    try:
+        size = tuple(int(v) for v in inference["dim"])
+        spacing = tuple(float(v) for v in inference["spacing"])
+        steps = int(inference.get("num_inference_steps", 30))
+        guidance = float(inference.get("cfg_guidance_scale", 1.0))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelInvalid(
+            f"{MODEL_FILE}: diffusion_unet_inference is malformed ({one_line(str(exc))[:80]})"
+        ) from None
+    if len(size) != 3 or len(spacing) != 3:
+        raise ModelInvalid(f"{MODEL_FILE}: dim and spacing must have three entries")
+    return size, spacing, steps, guidance
+
+
+def _geometry(
+    folder: Path, ae_def: dict, unet_def: dict, size: tuple[int, ...], spacing: tuple[float, ...]
+) -> tuple[int, int, dict[str, Any]]:
+    """The latent factor, latent channels, and the spec's geometry: sizes the networks take, the spacing
+    range, the documented field of view, and a preview grid where one fits."""
+    ae_levels = len(ae_def.get("num_channels") or ())
+    unet_levels = len(unet_def.get("num_channels") or ())
+    if not ae_levels or not unet_levels:
+        raise ModelInvalid(f"{NETWORK_FILE}: the networks' num_channels are missing")
+    latent_factor = 2 ** (ae_levels - 1)
+    size_multiple = latent_factor * 2 ** (unet_levels - 1)
+    latent_channels = int(ae_def.get("latent_channels", 4))
+    if int(unet_def.get("in_channels", -1)) != latent_channels:
+        raise ModelInvalid(
+            f"{NETWORK_FILE}: the U-Net's in_channels differ from the autoencoder's latent_channels"
+        )
+    fov, fov_source = _documented_fov(folder)
+    geometry = {
+        "latent_factor": latent_factor,
+        "size_multiple": size_multiple,
+        "min_size": [size_multiple] * 3,
+        "max_size": list(MAX_SIZE),
+        "max_voxels": math.prod(MAX_SIZE),
+        "spacing_range_mm": list(SPACING_RANGE_MM),
+        "recommended_fov_mm": fov,
+        "fov_tolerance": FOV_TOLERANCE,
+        "fov_source": fov_source,
+    }
+    # Half the edges at twice the spacing: the same field of view, an eighth of the voxels (where the
+    # halved edges are still multiples the networks take and the doubled spacing is one VolSynth allows).
+    preview_size = [n // 2 for n in size]
+    preview_spacing = [round(s * 2, 4) for s in spacing]
+    if all(n >= size_multiple and n % size_multiple == 0 for n in preview_size) and all(
+        SPACING_RANGE_MM[0] <= s <= SPACING_RANGE_MM[1] for s in preview_spacing
+    ):
+        geometry["preview"] = {"size": preview_size, "spacing_mm": preview_spacing}
+    return latent_factor, latent_channels, geometry
 
 
 # ------------------------------------------------------------------------------------------- loading

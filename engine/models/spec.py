@@ -410,6 +410,21 @@ class ModelSpec:
 
     def validate(self) -> None:
         """Refuse specs that cannot work, with a message naming the field."""
+        self._check_networks_and_shapes()
+        self._check_placement()
+        self._check_channels()
+        if self.geometry is not None:
+            from engine.models.output_geometry import check_geometry
+
+            check_geometry(self)
+        if len(self.id) > 200 or any(len(t) > MAX_TEXT for t in (self.name, self.description)):
+            raise ModelInvalid("model spec: id, name or description is too long")
+        self._check_sampling()
+        self._check_grid_and_schedule()
+        self._check_numbers()
+
+    def _check_networks_and_shapes(self) -> None:
+        """The kind, its networks, and the output and latent shapes (four positive numbers, bounded)."""
         if self.kind not in ("latent", "pixel"):
             raise ModelInvalid(f"model kind must be 'latent' or 'pixel', not {self.kind!r}")
         if "unet" not in self.networks:
@@ -433,6 +448,9 @@ class ModelSpec:
                 check_voxel_count(tuple(shape[1:]), f"the {field_name} of model {self.id[:80]!r}")
             except InvalidRequest as exc:
                 raise ModelInvalid(str(exc)) from None
+
+    def _check_placement(self) -> None:
+        """The affine into world space, and the template space's name."""
         if self.world_affine is not None:
             matrix = np.array(self.world_affine, dtype=np.float64)
             if (
@@ -448,6 +466,9 @@ class ModelSpec:
             raise ModelInvalid(
                 f"space {self.space[:40]!r} is not a template name (letters and digits, e.g. MNI152NLin2009aSym)"
             )
+
+    def _check_channels(self) -> None:
+        """The tissue-map channel names (one output channel each) and the modality names."""
         if self.label_channels:
             if len(self.label_channels) + 1 != self.output_shape[0]:
                 raise ModelInvalid(
@@ -470,12 +491,9 @@ class ModelSpec:
                 )
             if self.default_modality not in names:
                 raise ModelInvalid(f"default_modality {self.default_modality!r} is not among {list(names)}")
-        if self.geometry is not None:
-            from engine.models.output_geometry import check_geometry
 
-            check_geometry(self)
-        if len(self.id) > 200 or any(len(t) > MAX_TEXT for t in (self.name, self.description)):
-            raise ModelInvalid("model spec: id, name or description is too long")
+    def _check_sampling(self) -> None:
+        """The samplers, the default one, and the conditioning modes."""
         unknown = [s for s in self.samplers if s not in SAMPLERS]
         if unknown or not self.samplers:
             raise ModelInvalid(f"unknown sampler(s) {unknown}; known: {', '.join(SAMPLERS)}")
@@ -492,6 +510,9 @@ class ModelSpec:
             raise ModelInvalid(
                 "a conditioned model must say how: conditioning_modes 'concat' and/or 'crossattn'"
             )
+
+    def _check_grid_and_schedule(self) -> None:
+        """The voxel spacing, the training schedule's length, and the default step count within it."""
         if (
             len(self.voxel_spacing_mm) != 3
             or min(self.voxel_spacing_mm) <= 0
@@ -516,6 +537,9 @@ class ModelSpec:
             raise ModelInvalid(
                 f"default_steps must be from 1 to num_train_timesteps ({timesteps}), got {self.default_steps}"
             )
+
+    def _check_numbers(self) -> None:
+        """The latent scale factor, the intensity range, and the guidance settings."""
         if not math.isfinite(self.scale_factor) or self.scale_factor == 0:
             raise ModelInvalid(f"scale_factor must be a finite, non-zero number, got {self.scale_factor}")
         if len(self.intensity_range) != 2 or not all(math.isfinite(v) for v in self.intensity_range):

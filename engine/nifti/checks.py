@@ -273,6 +273,7 @@ def _affine(header, name: str) -> np.ndarray:
     return affine
 
 
+# Long on purpose: one linear list of checks in the order the header's fields are read; each one line or two.
 def check_header(head: bytes, *, name: str, compressed: bool, file_size: int) -> NiftiHeader:
     """Check a NIfTI header from the file's first bytes (at least up to its data offset, when it has one).
 

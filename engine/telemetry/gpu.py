@@ -437,11 +437,29 @@ class GpuMonitor:
         return None
 
     def _read_device(self, device: _Device) -> GpuSample:
-        nvml = self._nvml
-        handle = device.handle
+        """One sample of ``device``: every metric it reports, and for each it does not, the reason."""
         missing: dict[str, str] = {}
         values: dict[str, Any] = {}
+        self._read_load(device, values, missing)
+        self._read_power(device, values, missing)
+        self._read_clocks(device, values, missing)
+        self._read_pcie(device, values, missing)
+        self._read_throttle(device, values, missing)
+        self._read_process_memory(device, values, missing)
+        self._read_energy(device, values, missing)
+        return GpuSample(
+            index=device.index,
+            name=device.name,
+            uuid=device.uuid,
+            available=True,
+            unavailable=missing,
+            **values,
+        )
 
+    def _read_load(self, device: _Device, values: dict[str, Any], missing: dict[str, str]) -> None:
+        """SM and memory-controller utilisation, memory used and total."""
+        nvml = self._nvml
+        handle = device.handle
         util = self._call(
             device,
             ("sm_util_pct", "mem_util_pct"),
@@ -462,6 +480,10 @@ class GpuMonitor:
             values["memory_used_bytes"] = int(memory.used)
             values["memory_total_bytes"] = int(memory.total)
 
+    def _read_power(self, device: _Device, values: dict[str, Any], missing: dict[str, str]) -> None:
+        """Temperature, power draw and the enforced power limit."""
+        nvml = self._nvml
+        handle = device.handle
         # nvmlDeviceGetTemperature is deprecated for CUDA 14 but is what every driver in the field has;
         # nvmlDeviceGetTemperatureV is the successor and only exists in recent drivers.
         sensor = getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
@@ -487,6 +509,10 @@ class GpuMonitor:
         if limit is not None:
             values["power_limit_w"] = limit / 1000.0
 
+    def _read_clocks(self, device: _Device, values: dict[str, Any], missing: dict[str, str]) -> None:
+        """The SM and memory clocks."""
+        nvml = self._nvml
+        handle = device.handle
         sm_clock = self._call(
             device,
             ("sm_clock_mhz",),
@@ -504,8 +530,10 @@ class GpuMonitor:
         if mem_clock is not None:
             values["mem_clock_mhz"] = int(mem_clock)
 
-        self._read_pcie(device, values, missing)
-
+    def _read_throttle(self, device: _Device, values: dict[str, Any], missing: dict[str, str]) -> None:
+        """Why the clocks are held down: the raw mask and its decoded reasons."""
+        nvml = self._nvml
+        handle = device.handle
         # "Throttle reasons" were renamed "clock event reasons" in driver 535; old drivers only have the
         # old function, and CUDA 14 will drop it.
         mask = self._first_supported(
@@ -522,6 +550,10 @@ class GpuMonitor:
             values["throttle_mask"] = int(mask)
             values["throttle_reasons"] = decode_throttle_reasons(int(mask))
 
+    def _read_process_memory(self, device: _Device, values: dict[str, Any], missing: dict[str, str]) -> None:
+        """This process's own GPU memory, or why it cannot be told."""
+        nvml = self._nvml
+        handle = device.handle
         processes = self._call(
             device,
             ("process_memory_bytes",),
@@ -542,20 +574,15 @@ class GpuMonitor:
             else:
                 values["process_memory_bytes"] = int(sum(used))
 
+    def _read_energy(self, device: _Device, values: dict[str, Any], missing: dict[str, str]) -> None:
+        """The energy counter since the driver loaded (millijoules)."""
+        nvml = self._nvml
+        handle = device.handle
         energy = self._call(
             device, ("energy_mj",), lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle), missing
         )
         if energy is not None:
             values["energy_mj"] = int(energy)
-
-        return GpuSample(
-            index=device.index,
-            name=device.name,
-            uuid=device.uuid,
-            available=True,
-            unavailable=missing,
-            **values,
-        )
 
     def _read_pcie(self, device: _Device, values: dict[str, Any], missing: dict[str, str]) -> None:
         now = self._clock()

@@ -67,12 +67,21 @@ def _fmt_seconds(s: float) -> str:
 
 
 def _metrics_section(ev: dict[str, Any] | None) -> str:
+    """The card's evaluation: the metric table, then notes on the sweep, the rulers, the run and any misses."""
     if not ev:
         return (
             "Not evaluated yet. Run `volsynth evaluate brain-t1-demo`; it fills in this section and "
             "writes `evaluation.json`.\n"
         )
     m = ev["metrics"]
+    lines = ["| Metric | Value | Target | Pass |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {'yes' if d else '**no**'} |" for a, b, c, d in _metric_rows(m)]
+    lines += _sweep_notes(m) + _ruler_notes(m) + _run_notes(ev) + _missed_targets(m)
+    return "\n".join(lines) + "\n"
+
+
+def _metric_rows(m: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """One (metric, value, target, pass) row per evaluated metric, in the card's order."""
     rows = [
         (
             f"Brain-mask Dice vs MNI152 mask (Otsu-thresholded samples, mean of {m['dice']['n']})",
@@ -142,8 +151,12 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
                 t["ventricle_label_spearman"] >= t["spearman_target"],
             )
         )
-    lines = ["| Metric | Value | Target | Pass |", "|---|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} | {'yes' if d else '**no**'} |" for a, b, c, d in rows]
+    return rows
+
+
+def _sweep_notes(m: dict[str, Any]) -> list[str]:
+    """The ventricle sweep as requested -> measured (and -> label) volumes, and what the label is good for."""
+    lines: list[str] = []
     sweep = m["conditioning"]
     lines.append("")
     lines.append(
@@ -172,6 +185,13 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
             "ventricle map is soft at its edges. Use it to rank or to seed a segmentation, not as a volume "
             "measurement."
         )
+    return lines
+
+
+def _ruler_notes(m: dict[str, Any]) -> list[str]:
+    """How the rulers themselves were checked: the measurement check and the sharpness ruler's scores."""
+    lines: list[str] = []
+    sweep = m["conditioning"]
     check = sweep.get("measurement_check", {})
     if check.get("kmeans_vs_true_maps_dice"):
         k = check["kmeans_vs_true_maps_dice"]
@@ -199,6 +219,12 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
             )
             + "."
         )
+    return lines
+
+
+def _run_notes(ev: dict[str, Any]) -> list[str]:
+    """How the evaluation sampled, how long it took where, and the fresh-process inference timing."""
+    lines: list[str] = []
     lines.append("")
     lines.append(
         f"Sampling for the evaluation: {ev['sampling']}. Evaluation took {_fmt_seconds(ev['seconds'])} "
@@ -215,6 +241,12 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
             f"{inf.get('idle_estimate_s', float('nan')):.1f} s on an idle 2-core machine); "
             f"peak RSS {inf['peak_rss_gb']:.2f} GB."
         )
+    return lines
+
+
+def _missed_targets(m: dict[str, Any]) -> list[str]:
+    """The targets missed, each with what is known of why."""
+    lines: list[str] = []
     reasons = {
         "contrast": (
             "grey and white matter differ visibly in the samples (see the montage), but the histogram of "
@@ -244,7 +276,7 @@ def _metrics_section(ev: dict[str, Any] | None) -> str:
             + "; ".join(f"{key}: {reasons.get(key, 'see the table')}" for key in misses)
             + ". See the README's status of the shipped model for what was tried."
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _ablation_section(folder: str | Path | None) -> str:
@@ -283,28 +315,27 @@ the check on what the numbers cannot tell apart.
 
 
 def render_card(spec, folder: str | Path | None = None, evaluation: dict[str, Any] | None = None) -> str:
-    """The model card as Markdown.
+    """The model card as Markdown: one section after another, each rendered by its own function below.
 
     Args:
         spec: the model's ModelSpec; its ``extra["training"]`` holds the provenance written by training.
         folder: the model folder (only used to mention the montage if it exists).
         evaluation: the dict ``volsynth evaluate`` writes to ``evaluation.json``, if there is one.
     """
-    from engine.training.synth import SynthConfig
-
-    sc = SynthConfig()
     prov = spec.extra.get("training", {})
-    cfg = prov.get("config", {})
-    secs = prov.get("seconds", {})
-    data = prov.get("data", {})
-    losses = prov.get("losses", {})
-    ae = spec.networks["autoencoder"]
-    unet = spec.networks["unet"]
-    conds = "\n".join(
-        f"- `{c.name}` ({c.label}, {c.unit}): range {c.min:g}-{c.max:g}, default {c.default:g}. "
-        f"{c.description}"
-        for c in spec.conditioning
+    return (
+        _opening(spec, folder)
+        + _training_data_section(prov)
+        + _conditioning_section(spec, prov.get("data", {}))
+        + _architecture_section(spec, prov)
+        + _provenance_section(prov)
+        + f"## Evaluation\n\n{_metrics_section(evaluation)}{_ablation_section(folder)}\n"
+        + _licence_section()
     )
+
+
+def _opening(spec, folder: str | Path | None) -> str:
+    """Title, what the model is, where its voxels lie, its intended use, and the montage if there is one."""
     montage = ""
     if folder is not None and (Path(folder) / "montage.png").exists():
         overlay = (
@@ -334,16 +365,6 @@ def render_card(spec, folder: str | Path | None = None, evaluation: dict[str, An
             "BIDS-derivative `<stem>_label-<name>_probseg.nii.gz` files with the same affine, kept with it in "
             "the vault and in cohorts, and shown as a coloured overlay in the viewer."
         )
-    total = sum(secs.values())
-    clipped = []
-    for c, key in ((spec.conditioning[0], "brain_ml"), (spec.conditioning[1], "ventricle_ml")):
-        if data.get(f"{key}_max", c.max) > c.max or data.get(f"{key}_min", c.min) < c.min:
-            clipped.append(
-                f"`{c.name}`: training values span {data[f'{key}_min']:.0f}-{data[f'{key}_max']:.0f} "
-                f"{c.unit}, beyond the range {c.min:g}-{c.max:g}; the few outside it (99th percentile "
-                f"{data[f'{key}_p99']:.0f}) were trained with the condition clipped to the range"
-            )
-    clip_note = ("\n\nClipped conditions: " + "; ".join(clipped) + ".") if clipped else ""
     return f"""# {spec.name}
 
 `{spec.id}`: the model VolSynth Studio ships as its default. A latent diffusion model that generates
@@ -354,7 +375,17 @@ skull-stripped T1-weighted brain MRI volumes, 80 x 96 x 80 voxels of 2 mm {where
 The training data are synthetic deformations of one population-average template, not images of real
 people: anatomy is far less varied than real brains and pathology is absent.
 {montage}
-## Training data
+"""
+
+
+def _training_data_section(prov: dict) -> str:
+    """How the synthetic training volumes were made, with the synthesis ranges and the measured set."""
+    from engine.training.synth import SynthConfig
+
+    sc = SynthConfig()
+    cfg = prov.get("config", {})
+    data = prov.get("data", {})
+    return f"""## Training data
 
 {cfg.get("n_volumes", "?")} synthetic volumes from `engine/training/synth.py`, all derived from the MNI152
 ICBM 2009a nonlinear template as shipped inside nilearn (files `mni_icbm152_{{t1,gm,wm}}_tal_nlin_sym_09a_
@@ -385,7 +416,26 @@ brain {data.get("brain_ml_min", 0):.0f}-{data.get("brain_ml_max", 0):.0f} mL (me
 {data.get("brain_ml_median", 0):.0f}), ventricles {data.get("ventricle_ml_min", 0):.1f}-
 {data.get("ventricle_ml_max", 0):.1f} mL (median {data.get("ventricle_ml_median", 0):.1f}).
 
-## Conditioning
+"""
+
+
+def _conditioning_section(spec, data: dict) -> str:
+    """The conditions, their ranges (and any clipped in training), and how guidance uses them."""
+    conds = "\n".join(
+        f"- `{c.name}` ({c.label}, {c.unit}): range {c.min:g}-{c.max:g}, default {c.default:g}. "
+        f"{c.description}"
+        for c in spec.conditioning
+    )
+    clipped = []
+    for c, key in ((spec.conditioning[0], "brain_ml"), (spec.conditioning[1], "ventricle_ml")):
+        if data.get(f"{key}_max", c.max) > c.max or data.get(f"{key}_min", c.min) < c.min:
+            clipped.append(
+                f"`{c.name}`: training values span {data[f'{key}_min']:.0f}-{data[f'{key}_max']:.0f} "
+                f"{c.unit}, beyond the range {c.min:g}-{c.max:g}; the few outside it (99th percentile "
+                f"{data[f'{key}_p99']:.0f}) were trained with the condition clipped to the range"
+            )
+    clip_note = ("\n\nClipped conditions: " + "; ".join(clipped) + ".") if clipped else ""
+    return f"""## Conditioning
 
 {conds}{clip_note}
 
@@ -395,7 +445,16 @@ both conditions replaced by the null value {spec.guidance_null_value}, so classi
 (`guidance_scale` > 1). The model samples with guidance scale {spec.default_guidance_scale:g} unless a
 request sets another: the conditions then move the anatomy further than seed-to-seed variation does.
 
-## Architecture
+"""
+
+
+def _architecture_section(spec, prov: dict) -> str:
+    """The autoencoder, latent scale, U-Net and schedule, with the training settings of each."""
+    cfg = prov.get("config", {})
+    losses = prov.get("losses", {})
+    ae = spec.networks["autoencoder"]
+    unet = spec.networks["unet"]
+    return f"""## Architecture
 
 - Autoencoder: MONAI `AutoencoderKL`, channels {ae["channels"]}, {ae["latent_channels"]} latent channels,
   1 residual block per level, no attention; 4x downsampling, latent {list(spec.latent_shape)};
@@ -419,7 +478,14 @@ request sets another: the conditions then move the anatomy further than seed-to-
   {spec.schedule["beta_start"]}-{spec.schedule["beta_end"]}. Samplers: {", ".join(spec.samplers)};
   default {spec.default_sampler}, {spec.default_steps} steps.
 
-## How these weights were made
+"""
+
+
+def _provenance_section(prov: dict) -> str:
+    """How these weights were made: commands, seed, time per phase, machine, and how to reproduce them."""
+    secs = prov.get("seconds", {})
+    total = sum(secs.values())
+    return f"""## How these weights were made
 
 - Command(s), in order: {"; ".join(f"`{c}`" for c in prov.get("commands", [prov.get("command", "?")]))}{_parts(prov)}
 - Seed: {prov.get("seed", "?")}; autoencoder {prov.get("ae_steps", "?")} steps, U-Net
@@ -444,10 +510,12 @@ request sets another: the conditions then move the anatomy further than seed-to-
   steps run) picks up the U-Net from its last checkpoint and re-exports the folder; then re-run
   `volsynth evaluate`.
 
-## Evaluation
+"""
 
-{_metrics_section(evaluation)}{_ablation_section(folder)}
-## Licence of the template data
+
+def _licence_section() -> str:
+    """The template data's licence, quoting the ICBM notice as it requires."""
+    return f"""## Licence of the template data
 
 The training data derive from the MNI152 ICBM 2009 template. nilearn, which ships the files used, documents
 the data set in `nilearn/datasets/description/icbm152_2009.rst` (see

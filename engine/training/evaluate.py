@@ -476,22 +476,18 @@ def evaluate_model(
     """
     import torch
 
-    from engine.anatomy.template import template_brain_mask, ventricle_roi
     from engine.api import SamplingRequest
     from engine.backends.local import LocalBackend
     from engine.models.registry import ModelRegistry
-    from engine.training.card import render_card
 
     torch.set_num_threads(2)
     started = time.perf_counter()
     source = ModelRegistry().get(model or None)
     spec = source.spec
-    folder = source.path
     if guidance_scale is None:
         guidance_scale = spec.default_guidance_scale
     backend = LocalBackend(device="cpu")
-    model_ref = str(folder)
-    voxel_ml = float(np.prod(spec.voxel_spacing_mm)) / 1000.0
+    model_ref = str(source.path)
 
     def sample(**request):
         """Every evaluation sample: DDIM ``steps`` at the evaluation's guidance scale."""
@@ -502,7 +498,51 @@ def evaluate_model(
             ),
         )
 
-    # 1. Default-condition samples: Dice, contrast, tissue maps, sharpness, diversity, montage.
+    def progress(text: str) -> None:
+        """A progress line, with the seconds since the evaluation started."""
+        log(f"{text}  {time.perf_counter() - started:.0f}s")
+
+    defaults = _sample_defaults(sample, n_samples, batch, progress)
+    measured = _measure_defaults(spec, defaults)
+    sharpness = _sharpness(source, defaults["samples"], measured["masks"], progress)
+    sweep = _ventricle_sweep(sample, spec, sweep_seeds, measured["has_maps"], progress)
+    check = measurement_check()
+    log(
+        f"evaluate: measurement check on labelled synthetic volumes: Spearman "
+        f"{check['spearman_label_vs_measured']:.3f}"
+    )
+    inf = _inference_in_fresh_process(model_ref, 50, guidance_scale) if inference else None
+
+    metrics = {
+        "dice": measured["dice"],
+        "contrast": measured["contrast"],
+        "sharpness": sharpness,
+        "diversity": measured["diversity"],
+        "conditioning": _conditioning_metric(spec, sweep, check),
+        "finite": {"pass": bool(defaults["finite"] and sweep["finite"])},
+    }
+    if measured["has_maps"]:
+        metrics["tissue_maps"] = _tissue_map_metric(measured["agreement"], sweep)
+    result = {
+        "model": spec.id,
+        "metrics": metrics,
+        "all_pass": all(m["pass"] for m in metrics.values()),
+        "sampling": (
+            f"DDIM {steps} steps, guidance scale {guidance_scale:g}, {n_samples} samples at default conditions "
+            f"(seeds 0-{defaults['seeds'] - 1}, batches of {batch}); ventricle sweep {sweep_seeds} samples per "
+            "value"
+        ),
+        "inference": inf,
+        "seconds": time.perf_counter() - started,
+        "machine": f"{_machine_words()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}",
+    }
+    log(_summary(result))
+    _write_outputs(source, result, defaults, measured["has_maps"], steps, write_montage, write_card, log)
+    return result
+
+
+def _sample_defaults(sample, n_samples: int, batch: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Step 1: ``n_samples`` at default conditions (seeds 0, 1, ... of ``batch`` each), with their maps."""
     samples: list[np.ndarray] = []
     sample_maps: list[dict[str, np.ndarray]] = []
     seed = 0
@@ -513,11 +553,24 @@ def evaluate_model(
         sample_maps += [result.tissue_maps(i) for i in range(size)]
         affine = result.affine
         seed += 1
-        log(f"evaluate: {len(samples)}/{n_samples} default samples  {time.perf_counter() - started:.0f}s")
-    finite = all(np.isfinite(s).all() for s in samples)
+        progress(f"evaluate: {len(samples)}/{n_samples} default samples")
+    return {
+        "samples": samples,
+        "maps": sample_maps,
+        "affine": affine,
+        "seeds": seed,
+        "finite": all(np.isfinite(s).all() for s in samples),
+    }
+
+
+def _measure_defaults(spec, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The default samples' Dice, contrast and diversity metrics, their brain masks, and tissue agreement."""
+    from engine.anatomy.template import template_brain_mask
+
+    samples, sample_maps = defaults["samples"], defaults["maps"]
     # A model that names its space is compared with the MNI152 mask where its affine puts it; one that does
     # not is compared voxel for voxel on the training grid (it cannot be placed).
-    ref = reference_mask(samples[0].shape, affine) if spec.space else template_brain_mask()
+    ref = reference_mask(samples[0].shape, defaults["affine"]) if spec.space else template_brain_mask()
     masks = [brain_mask(s) for s in samples]
     dices = [dice(m, ref) for m in masks]
     modes = [tissue_modes(s, m) for s, m in zip(samples, masks, strict=True)]
@@ -530,67 +583,10 @@ def evaluate_model(
         if has_maps
         else []
     )
-
-    # 2. Sharpness: blur equivalence of the samples and of the autoencoder's reconstructions, against
-    #    held-out training-like volumes blurred by known amounts.
-    held_images, held_tissue = _held_out_volumes()
-    curve = blur_curve(held_images)
-    sample_score = float(np.mean([edge_score(s, m) for s, m in zip(samples, masks, strict=True)]))
-    blur = {
-        "sigmas": list(BLUR_SIGMAS),
-        "training_scores": curve,
-        "sample_score": sample_score,
-        "samples_sigma": blur_equivalence(sample_score, curve),
-        "target": BLUR_TARGET,
-    }
-    if spec.kind == "latent":
-        recon = reconstructions(source.load(), held_images, held_tissue)
-        blur["reconstruction_score"] = float(np.mean([edge_score(r) for r in recon]))
-        blur["reconstructions_sigma"] = blur_equivalence(blur["reconstruction_score"], curve)
-    blur["pass"] = blur["samples_sigma"] <= BLUR_TARGET
-    log(
-        f"evaluate: blur equivalence of samples {blur['samples_sigma']:.2f} voxel  {time.perf_counter() - started:.0f}s"
-    )
-
-    # 3. Ventricle sweep at the default brain volume: measured on the image and, with maps, on the label.
-    vcond = spec.condition("ventricle_volume")
-    data = spec.extra.get("training", {}).get("data", {})
-    lo = max(vcond.min, data.get("ventricle_ml_p1", vcond.min))
-    hi = min(vcond.max, data.get("ventricle_ml_p99", vcond.max))
-    requested = [float(v) for v in np.linspace(lo, hi, 6).round(1)]
-    roi = ventricle_roi()
-    measured: list[list[float]] = []
-    from_label: list[list[float]] = []
-    for k, value in enumerate(requested):
-        result = sample(seed=1000 + k, batch_size=sweep_seeds, conditioning={"ventricle_volume": value})
-        vols = [result.volume(i) for i in range(sweep_seeds)]
-        finite = finite and all(np.isfinite(v).all() for v in vols)
-        measured.append([ventricle_volume_ml(v, roi) for v in vols])
-        if has_maps:
-            from_label.append(
-                [
-                    float((result.tissue_maps(i)["ventricles"] > 0.5).sum() * voxel_ml)
-                    for i in range(sweep_seeds)
-                ]
-            )
-        log(
-            f"evaluate: ventricles requested {value:.1f} mL -> measured "
-            f"{', '.join(f'{m:.1f}' for m in measured[-1])}"
-            + (f"; label {', '.join(f'{m:.1f}' for m in from_label[-1])}" if has_maps else "")
-            + f"  {time.perf_counter() - started:.0f}s"
-        )
-    flat_req = [r for r, ms in zip(requested, measured, strict=True) for _ in ms]
-    flat_meas = [m for ms in measured for m in ms]
-    rho = spearman(flat_req, flat_meas)
-
-    check = measurement_check()
-    log(
-        f"evaluate: measurement check on labelled synthetic volumes: Spearman "
-        f"{check['spearman_label_vs_measured']:.3f}"
-    )
-    inf = _inference_in_fresh_process(model_ref, 50, guidance_scale) if inference else None
-
-    metrics = {
+    return {
+        "masks": masks,
+        "has_maps": has_maps,
+        "agreement": agreement,
         "dice": {
             "mean": float(np.mean(dices)),
             "min": float(np.min(dices)),
@@ -611,7 +607,6 @@ def evaluate_model(
             "pass": len(bimodal) >= 0.75 * len(modes) and all(m["wm_mode"] > m["gm_mode"] for m in bimodal),
             "per_sample": modes,
         },
-        "sharpness": blur,
         "diversity": {
             "mean_ssim": mean_ssim,
             "max_pair_ssim": max_ssim,
@@ -619,58 +614,133 @@ def evaluate_model(
             "max_ssim": SSIM_MAX,
             "pass": mean_ssim < SSIM_MAX and max_ssim < 0.99,
         },
-        "conditioning": {
-            "spearman": rho,
-            "target": SPEARMAN_TARGET,
-            "pass": rho >= SPEARMAN_TARGET,
-            "requested_ml": requested,
-            "measured_ml": measured,
-            "measured_ml_mean": [float(np.mean(m)) for m in measured],
-            "brain_volume_ml": spec.condition("brain_volume").default,
-            "measurement_check": check,
-        },
-        "finite": {"pass": bool(finite)},
     }
-    if has_maps:
-        mean_agreement = {k: float(np.mean([a[k] for a in agreement])) for k in ("GM", "WM", "CSF")}
-        label_rho = spearman(flat_req, [m for ms in from_label for m in ms])
-        metrics["tissue_maps"] = {
-            "dice_vs_kmeans": mean_agreement,
-            "dice_min": {k: float(np.min([a[k] for a in agreement])) for k in ("GM", "WM", "CSF")},
-            "target": TISSUE_DICE_TARGET,
-            "ventricle_label_spearman": label_rho,
-            "ventricle_label_ml": from_label,
-            "ventricle_label_ml_mean": [float(np.mean(m)) for m in from_label],
-            "spearman_target": LABEL_SPEARMAN_TARGET,
-            "pass": min(mean_agreement["GM"], mean_agreement["WM"]) >= TISSUE_DICE_TARGET
-            and label_rho >= LABEL_SPEARMAN_TARGET,
-        }
-    result = {
-        "model": spec.id,
-        "metrics": metrics,
-        "all_pass": all(m["pass"] for m in metrics.values()),
-        "sampling": (
-            f"DDIM {steps} steps, guidance scale {guidance_scale:g}, {n_samples} samples at default conditions "
-            f"(seeds 0-{seed - 1}, batches of {batch}); ventricle sweep {sweep_seeds} samples per value"
-        ),
-        "inference": inf,
-        "seconds": time.perf_counter() - started,
-        "machine": f"{_machine_words()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}",
+
+
+def _sharpness(source, samples: list[np.ndarray], masks, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Step 2: blur equivalence of the samples and of the autoencoder's reconstructions, against held-out
+    training-like volumes blurred by known amounts."""
+    held_images, held_tissue = _held_out_volumes()
+    curve = blur_curve(held_images)
+    sample_score = float(np.mean([edge_score(s, m) for s, m in zip(samples, masks, strict=True)]))
+    blur = {
+        "sigmas": list(BLUR_SIGMAS),
+        "training_scores": curve,
+        "sample_score": sample_score,
+        "samples_sigma": blur_equivalence(sample_score, curve),
+        "target": BLUR_TARGET,
     }
-    log(_summary(result))
+    if source.spec.kind == "latent":
+        recon = reconstructions(source.load(), held_images, held_tissue)
+        blur["reconstruction_score"] = float(np.mean([edge_score(r) for r in recon]))
+        blur["reconstructions_sigma"] = blur_equivalence(blur["reconstruction_score"], curve)
+    blur["pass"] = blur["samples_sigma"] <= BLUR_TARGET
+    progress(f"evaluate: blur equivalence of samples {blur['samples_sigma']:.2f} voxel")
+    return blur
+
+
+def _ventricle_sweep(
+    sample, spec, sweep_seeds: int, has_maps: bool, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """Step 3: six requested ventricle volumes over the training range at the default brain volume, each
+    measured on the image and, with maps, on the generated ventricle label."""
+    from engine.anatomy.template import ventricle_roi
+
+    voxel_ml = float(np.prod(spec.voxel_spacing_mm)) / 1000.0
+    vcond = spec.condition("ventricle_volume")
+    data = spec.extra.get("training", {}).get("data", {})
+    lo = max(vcond.min, data.get("ventricle_ml_p1", vcond.min))
+    hi = min(vcond.max, data.get("ventricle_ml_p99", vcond.max))
+    requested = [float(v) for v in np.linspace(lo, hi, 6).round(1)]
+    roi = ventricle_roi()
+    finite = True
+    measured: list[list[float]] = []
+    from_label: list[list[float]] = []
+    for k, value in enumerate(requested):
+        result = sample(seed=1000 + k, batch_size=sweep_seeds, conditioning={"ventricle_volume": value})
+        vols = [result.volume(i) for i in range(sweep_seeds)]
+        finite = finite and all(np.isfinite(v).all() for v in vols)
+        measured.append([ventricle_volume_ml(v, roi) for v in vols])
+        if has_maps:
+            from_label.append(
+                [
+                    float((result.tissue_maps(i)["ventricles"] > 0.5).sum() * voxel_ml)
+                    for i in range(sweep_seeds)
+                ]
+            )
+        progress(
+            f"evaluate: ventricles requested {value:.1f} mL -> measured "
+            f"{', '.join(f'{m:.1f}' for m in measured[-1])}"
+            + (f"; label {', '.join(f'{m:.1f}' for m in from_label[-1])}" if has_maps else "")
+        )
+    flat_requested = [r for r, ms in zip(requested, measured, strict=True) for _ in ms]
+    return {
+        "requested": requested,
+        "measured": measured,
+        "from_label": from_label,
+        "flat_requested": flat_requested,
+        "finite": finite,
+    }
+
+
+def _conditioning_metric(spec, sweep: dict[str, Any], check: dict[str, Any]) -> dict[str, Any]:
+    """Does the measured ventricle volume follow the requested one (Spearman over every sweep sample)?"""
+    rho = spearman(sweep["flat_requested"], [m for ms in sweep["measured"] for m in ms])
+    return {
+        "spearman": rho,
+        "target": SPEARMAN_TARGET,
+        "pass": rho >= SPEARMAN_TARGET,
+        "requested_ml": sweep["requested"],
+        "measured_ml": sweep["measured"],
+        "measured_ml_mean": [float(np.mean(m)) for m in sweep["measured"]],
+        "brain_volume_ml": spec.condition("brain_volume").default,
+        "measurement_check": check,
+    }
+
+
+def _tissue_map_metric(agreement: list[dict[str, float]], sweep: dict[str, Any]) -> dict[str, Any]:
+    """Do the generated maps agree with their image (k-means Dice) and with the request (label Spearman)?"""
+    mean_agreement = {k: float(np.mean([a[k] for a in agreement])) for k in ("GM", "WM", "CSF")}
+    label_rho = spearman(sweep["flat_requested"], [m for ms in sweep["from_label"] for m in ms])
+    return {
+        "dice_vs_kmeans": mean_agreement,
+        "dice_min": {k: float(np.min([a[k] for a in agreement])) for k in ("GM", "WM", "CSF")},
+        "target": TISSUE_DICE_TARGET,
+        "ventricle_label_spearman": label_rho,
+        "ventricle_label_ml": sweep["from_label"],
+        "ventricle_label_ml_mean": [float(np.mean(m)) for m in sweep["from_label"]],
+        "spearman_target": LABEL_SPEARMAN_TARGET,
+        "pass": min(mean_agreement["GM"], mean_agreement["WM"]) >= TISSUE_DICE_TARGET
+        and label_rho >= LABEL_SPEARMAN_TARGET,
+    }
+
+
+def _write_outputs(
+    source,
+    result: dict[str, Any],
+    defaults: dict[str, Any],
+    has_maps: bool,
+    steps: int,
+    write_montage: bool,
+    write_card: bool,
+    log: Callable[[str], None],
+) -> None:
+    """montage.png of the first 8 default samples, and evaluation.json with the card, in the model folder."""
+    from engine.training.card import render_card
+
+    spec, folder = source.spec, source.path
     if write_montage:
         save_montage(
-            samples[:8],
+            defaults["samples"][:8],
             folder / "montage.png",
             title=f"{spec.id}: 8 samples (DDIM {steps}, default conditions)"
             + (", below with their generated tissue labels" if has_maps else ""),
-            tissue=sample_maps[:8] if has_maps else None,
+            tissue=defaults["maps"][:8] if has_maps else None,
         )
     if write_card:
         (folder / "evaluation.json").write_text(json.dumps(result, indent=2, default=float) + "\n")
         (folder / "MODEL_CARD.md").write_text(render_card(spec, folder, result), encoding="utf-8")
         log(f"evaluate: wrote {folder / 'evaluation.json'} and {folder / 'MODEL_CARD.md'}")
-    return result
 
 
 def sharpness_ablation(

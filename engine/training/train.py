@@ -624,39 +624,29 @@ def phase_unet(
         _set_rng_state(state["rng"])
         step = state["step"]
         log(f"unet: resumed at step {step}")
+
+    def save(step: int) -> None:
+        _save_checkpoint(
+            ckpt,
+            model=unet.state_dict(),
+            ema=ema.state_dict(),
+            optimizer=opt.state_dict(),
+            lr=sched.state_dict(),
+            rng=_rng_state(),
+            step=step,
+        )
+
     unet.train()
     progress = _Progress("unet", cfg.unet_steps, step, log)
     loss_avg = None
-    n = len(mu)
     while step < cfg.unet_steps:
         if deadline is not None and time.perf_counter() > deadline:
             # Out of wall-clock budget (a shared CPU can be much slower than measured): stop cleanly with
             # a checkpoint; the card records the steps actually run, and --resume can extend it.
             log(f"unet: time budget reached at step {step}; stopping")
-            _save_checkpoint(
-                ckpt,
-                model=unet.state_dict(),
-                ema=ema.state_dict(),
-                optimizer=opt.state_dict(),
-                lr=sched.state_dict(),
-                rng=_rng_state(),
-                step=step,
-            )
+            save(step)
             break
-        idx = torch.randint(n, (cfg.unet_batch,))
-        z = (mu[idx] + sigma[idx] * torch.randn_like(mu[idx])) * scale_factor
-        c = cond[idx].clone()
-        drop = torch.rand(len(idx)) < cfg.cond_dropout
-        c[drop] = NULL_VALUE  # the unconditioned input classifier-free guidance uses at sampling time
-        noise = torch.randn_like(z)
-        t = torch.randint(0, cfg.num_train_timesteps, (len(idx),))
-        noisy = noise_sched.add_noise(z, noise, t)
-        concat = c[:, :, None, None, None].expand(-1, -1, *z.shape[2:])
-        pred = unet(torch.cat([noisy, concat], dim=1), t, c[:, None, :])
-        target = noise_sched.get_velocity(z, noise, t) if cfg.prediction_type == "v_prediction" else noise
-        per_sample = (pred - target).pow(2).mean(dim=(1, 2, 3, 4))
-        weights = min_snr_weights(noise_sched.alphas_cumprod, t, cfg.min_snr_gamma, cfg.prediction_type)
-        loss = (per_sample * weights).mean()
+        loss = _unet_batch_loss(cfg, unet, noise_sched, mu, sigma, cond, scale_factor)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
@@ -671,16 +661,31 @@ def phase_unet(
         loss_avg = loss.item() if loss_avg is None else 0.98 * loss_avg + 0.02 * loss.item()
         progress.update(step, loss_avg, force=step == cfg.unet_steps)
         if step % cfg.checkpoint_every == 0 or step == cfg.unet_steps:
-            _save_checkpoint(
-                ckpt,
-                model=unet.state_dict(),
-                ema=ema.state_dict(),
-                optimizer=opt.state_dict(),
-                lr=sched.state_dict(),
-                rng=_rng_state(),
-                step=step,
-            )
+            save(step)
     return float(loss_avg) if loss_avg is not None else float("nan")
+
+
+def _unet_batch_loss(cfg: TrainConfig, unet, noise_sched, mu, sigma, cond, scale_factor: float):
+    """The U-Net's weighted loss on one random batch of latents (drawn from the cached posteriors), its
+    conditions dropped to the null value at the configured rate; the draws in the order training has
+    always made them (resumed runs rely on it)."""
+    import torch
+
+    idx = torch.randint(len(mu), (cfg.unet_batch,))
+    z = (mu[idx] + sigma[idx] * torch.randn_like(mu[idx])) * scale_factor
+    c = cond[idx].clone()
+    drop = torch.rand(len(idx)) < cfg.cond_dropout
+    c[drop] = NULL_VALUE  # the unconditioned input classifier-free guidance uses at sampling time
+    noise = torch.randn_like(z)
+    t = torch.randint(0, cfg.num_train_timesteps, (len(idx),))
+    noisy = noise_sched.add_noise(z, noise, t)
+    concat = c[:, :, None, None, None].expand(-1, -1, *z.shape[2:])
+    pred = unet(torch.cat([noisy, concat], dim=1), t, c[:, None, :])
+    target = noise_sched.get_velocity(z, noise, t) if cfg.prediction_type == "v_prediction" else noise
+    per_sample = (pred - target).pow(2).mean(dim=(1, 2, 3, 4))
+    weights = min_snr_weights(noise_sched.alphas_cumprod, t, cfg.min_snr_gamma, cfg.prediction_type)
+    loss = (per_sample * weights).mean()
+    return loss
 
 
 def build_spec(cfg: TrainConfig, scale_factor: float, data_stats: dict[str, float], provenance: dict):
@@ -782,15 +787,30 @@ def train(
 
     import torch
 
-    from engine.models.export import save_model_folder
-    from engine.training.card import render_card
-
     cfg = cfg or TrainConfig()
     deadline = time.perf_counter() + 60 * minutes_budget if minutes_budget else None
     torch.set_num_threads(min(2, torch.get_num_threads()))
     work.mkdir(parents=True, exist_ok=True)
-    config_path = work / "config.json"
     cfg_dict = {**asdict(cfg), "seed": seed}
+    restart_decoder = _prepare_work(work, cfg, cfg_dict, resume)
+    state_path = work / "state.json"
+    state, seconds_before = _open_state(
+        state_path, work, command or f"volsynth train-demo --seed {seed}", restart_decoder, log
+    )
+    _reopen_phases(state, work, cfg, resume)
+    if not _run_phases(state, state_path, cfg, work, seed, log, deadline, stop_after):
+        return None
+    state.parts.append(
+        {"command": state.commands[-1], "seconds": sum(state.seconds.values()) - seconds_before}
+    )
+    state.save(state_path)
+    return _export(out, work, cfg, cfg_dict, seed, state, log)
+
+
+def _prepare_work(work: Path, cfg: TrainConfig, cfg_dict: dict[str, Any], resume: bool) -> bool:
+    """Check that a resumed work folder was made by a compatible configuration (or clear it for a fresh run),
+    then record this configuration. Returns whether the decoder fine-tuning must be redone."""
+    config_path = work / "config.json"
     restart_decoder = False
     if resume and config_path.exists():
         saved = json.loads(config_path.read_text())
@@ -813,7 +833,13 @@ def train(
         for name in ("state.json", "data.npz", "ae.ckpt", "latents.pt", "decoder.ckpt", "unet.ckpt"):
             (work / name).unlink(missing_ok=True)
     config_path.write_text(json.dumps(cfg_dict, indent=2))
-    state_path = work / "state.json"
+    return restart_decoder
+
+
+def _open_state(
+    state_path: Path, work: Path, command: str, restart_decoder: bool, log: Callable[[str], None]
+) -> tuple[RunState, float]:
+    """The run state with this invocation's command appended; also the training seconds before it."""
     state = RunState.load(state_path)
     seconds_before = sum(state.seconds.values())
     if len(state.parts) < len(state.commands):
@@ -822,7 +848,7 @@ def train(
         state.parts.append(
             {"command": " && ".join(state.commands[len(state.parts) :]), "seconds": seconds_before - done}
         )
-    state.commands.append(command or f"volsynth train-demo --seed {seed}")
+    state.commands.append(command)
     if restart_decoder:
         log(
             "decoder: its learning rate changed; fine-tuning it again from the autoencoder (the U-Net is kept)"
@@ -830,6 +856,34 @@ def train(
         state.phases_done = [p for p in state.phases_done if p != "decoder"]
         (work / "decoder.ckpt").unlink(missing_ok=True)
     state.save(state_path)
+    return state, seconds_before
+
+
+def _reopen_phases(state: RunState, work: Path, cfg: TrainConfig, resume: bool) -> None:
+    """Mark undone the phases whose checkpoints hold fewer steps than this configuration asks for."""
+    # The U-Net phase may be extended by a resumed run with more steps: it is never marked done for good.
+    if "unet" in state.phases_done and _checkpoint_step(work / "unet.ckpt") < cfg.unet_steps and resume:
+        state.phases_done.remove("unet")
+    if "ae" in state.phases_done and _checkpoint_step(work / "ae.ckpt") < cfg.ae_steps:
+        state.phases_done = [p for p in state.phases_done if p not in ("ae", "latents", "decoder", "unet")]
+        (work / "unet.ckpt").unlink(missing_ok=True)
+        (work / "decoder.ckpt").unlink(missing_ok=True)
+    if "decoder" in state.phases_done and _checkpoint_step(work / "decoder.ckpt") < cfg.decoder_steps:
+        state.phases_done.remove("decoder")
+
+
+def _run_phases(
+    state: RunState,
+    state_path: Path,
+    cfg: TrainConfig,
+    work: Path,
+    seed: int,
+    log: Callable[[str], None],
+    deadline: float | None,
+    stop_after: str | None,
+) -> bool:
+    """Data, autoencoder, latents, decoder, U-Net, each skipped when done earlier and timed into the state.
+    Returns False when ``stop_after`` stopped it before the end."""
 
     def timed(name: str, fn):
         if name in state.phases_done:
@@ -842,49 +896,51 @@ def train(
         state.save(state_path)
         return result
 
-    # The U-Net phase may be extended by a resumed run with more steps: it is never marked done for good.
-    if "unet" in state.phases_done and _checkpoint_step(work / "unet.ckpt") < cfg.unet_steps and resume:
-        state.phases_done.remove("unet")
-    if "ae" in state.phases_done and _checkpoint_step(work / "ae.ckpt") < cfg.ae_steps:
-        state.phases_done = [p for p in state.phases_done if p not in ("ae", "latents", "decoder", "unet")]
-        (work / "unet.ckpt").unlink(missing_ok=True)
-        (work / "decoder.ckpt").unlink(missing_ok=True)
-    if "decoder" in state.phases_done and _checkpoint_step(work / "decoder.ckpt") < cfg.decoder_steps:
-        state.phases_done.remove("decoder")
-
     timed("data", lambda: phase_data(cfg, work, seed, log))
     if stop_after == "data":
-        return None
+        return False
     ae_l1 = timed("ae", lambda: phase_ae(cfg, work, seed, log, resume=True))
     if ae_l1 is not None:
         state.losses["ae_patch_l1"] = ae_l1
     if stop_after == "ae":
-        return None
+        return False
     lat = timed("latents", lambda: phase_latents(cfg, work, seed, log))
     if lat is not None:
         state.scale_factor, state.losses["ae_volume_l1"] = lat
     state.save(state_path)
     if stop_after == "latents":
-        return None
+        return False
     dec = timed("decoder", lambda: phase_decoder(cfg, work, seed, log))
     if dec is not None:
         state.losses["ae_volume_l1_finetuned"] = dec
         state.seconds["decoder"] = _load_checkpoint(work / "decoder.ckpt")["seconds"]
         state.save(state_path)
     if stop_after == "decoder":
-        return None
+        return False
     unet_loss = timed(
         "unet", lambda: phase_unet(cfg, work, seed, state.scale_factor, log, resume=True, deadline=deadline)
     )
     if unet_loss is not None:
         state.losses["unet_mse_ema"] = unet_loss
         state.save(state_path)
+    return True
 
-    state.parts.append(
-        {"command": state.commands[-1], "seconds": sum(state.seconds.values()) - seconds_before}
-    )
-    state.save(state_path)
+
+def _export(
+    out: Path,
+    work: Path,
+    cfg: TrainConfig,
+    cfg_dict: dict[str, Any],
+    seed: int,
+    state: RunState,
+    log: Callable[[str], None],
+) -> Path:
+    """Write the model folder (spec with the run's provenance, EMA weights, card) and provenance.json."""
+    import torch
+
     from engine.machine.probe import probe_machine
+    from engine.models.export import save_model_folder
+    from engine.training.card import render_card
 
     provenance = {
         "command": " && ".join(state.commands),

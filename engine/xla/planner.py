@@ -613,13 +613,51 @@ def plan(
     devices = physical_devices(topology)
     orders = placements(topology, devices)
     default = "id-order"
-    chip = topology.chip
     say(f"tracing {network.name} ...")
     stats = trace_network(network)
 
+    enumerated = enumerate_plans(network, topology.n_devices)
+    rows, candidates = _estimate_plans(enumerated, stats, network, topology, orders)
+    survivors = _select_for_compile(candidates, topology, orders[default], compile_top, dominated_factor)
+    compiled = []
+    for p, row, _est in survivors:
+        say(f"compiling {p.name} for {topology.name} ...")
+        measured = _compile_and_measure(p, row, network, topology, devices, orders, default)
+        if measured is not None:
+            compiled.append(measured)
+    best, unaware_choice, gain = _choose(compiled, topology, orders, default)
+
+    rows.sort(
+        key=lambda r: (
+            {"compiled": 0, "failed": 1, "pruned": 2}[r.status],
+            r.step_ms or r.est_step_ms or math.inf,
+        )
+    )
+    return PlanResult(
+        model=network.name,
+        topology=topology.summary(),
+        batch=network.batch,
+        cfg=network.cfg,
+        rows=rows,
+        enumerated=len(enumerated),
+        pruned=sum(r.status == "pruned" for r in rows),
+        compiled=sum(r.status == "compiled" for r in rows),
+        failed=sum(r.status == "failed" for r in rows),
+        planning_s=time.perf_counter() - started,
+        precision=network.precision,
+        best=best,
+        unaware_choice=unaware_choice,
+        gain=gain,
+    )
+
+
+def _estimate_plans(
+    enumerated, stats, network: Network, topology: Topology, orders
+) -> tuple[list[Row], list[tuple[Plan, Row, Estimate]]]:
+    """A row per enumerated plan with its estimate; those that fit in HBM are the candidates."""
+    chip = topology.chip
     rows: list[Row] = []
     candidates: list[tuple[Plan, Row, Estimate]] = []
-    enumerated = enumerate_plans(network, topology.n_devices)
     for p, mesh, reason in enumerated:
         if p is None:
             rows.append(
@@ -653,104 +691,105 @@ def plan(
             )
             continue
         candidates.append((p, row, est))
+    return rows, candidates
 
+
+def _select_for_compile(
+    candidates: list[tuple[Plan, Row, Estimate]],
+    topology: Topology,
+    default_order,
+    compile_top: int,
+    dominated_factor: float,
+) -> list[tuple[Plan, Row, Estimate]]:
+    """The candidates worth compiling: the top ``compile_top`` by estimate that are not dominated, plus the
+    placement-unaware model's favourite; the others get their reason."""
     survivors: list[tuple[Plan, Row, Estimate]] = []
-    if candidates:
-        best_est = min(r.est_step_ms for _p, r, _e in candidates)
-        ranked = sorted(candidates, key=lambda c: c[1].est_step_ms)
-        # The unaware model's favourite is compiled too (so up to compile_top + 1 compiles), so that the
-        # comparison ranks the same plans.
-        unaware_est = {
-            id(c[1]): c[2].compute_s
-            + program_comm_time(topology, c[2].collectives, orders[default], aware=False)
-            for c in candidates
-        }
-        unaware_first = min(candidates, key=lambda c: unaware_est[id(c[1])])
-        for index, (p, row, est) in enumerate(ranked):
-            if row.est_step_ms > dominated_factor * best_est and unaware_first[1] is not row:
-                row.reason = f"dominated: estimate {row.est_step_ms:.3g} ms > {dominated_factor:g}x best {best_est:.3g} ms"
-            elif index >= compile_top and unaware_first[1] is not row:
-                row.reason = f"not in the top {compile_top} by estimate"
-            else:
-                survivors.append((p, row, est))
+    if not candidates:
+        return survivors
+    best_est = min(r.est_step_ms for _p, r, _e in candidates)
+    ranked = sorted(candidates, key=lambda c: c[1].est_step_ms)
+    # The unaware model's favourite is compiled too (so up to compile_top + 1 compiles), so that the
+    # comparison ranks the same plans.
+    unaware_est = {
+        id(c[1]): c[2].compute_s + program_comm_time(topology, c[2].collectives, default_order, aware=False)
+        for c in candidates
+    }
+    unaware_first = min(candidates, key=lambda c: unaware_est[id(c[1])])
+    for index, (p, row, est) in enumerate(ranked):
+        if row.est_step_ms > dominated_factor * best_est and unaware_first[1] is not row:
+            row.reason = (
+                f"dominated: estimate {row.est_step_ms:.3g} ms > {dominated_factor:g}x best {best_est:.3g} ms"
+            )
+        elif index >= compile_top and unaware_first[1] is not row:
+            row.reason = f"not in the top {compile_top} by estimate"
+        else:
+            survivors.append((p, row, est))
+    return survivors
 
-    compiled: list[tuple[Plan, Row, list[Collective], float]] = []
-    for p, row, _est in survivors:
-        say(f"compiling {p.name} for {topology.name} ...")
-        t0 = time.perf_counter()
-        try:
-            ordered = [devices[i] for i in orders[default]]
-            jitted, _ = build_program(network, p, ordered)
-            lowered = jitted.lower(network.params, *network.abstract_inputs())
-            executable = lowered.compile()
-            collectives = parse_hlo_collectives(executable.as_text(), topology.n_devices)
-            cost = executable.cost_analysis()
-            cost = cost[0] if isinstance(cost, list) else cost
-            mem = executable.memory_analysis()
-        except Exception as exc:  # noqa: BLE001 - one plan that XLA rejects must not stop the others
-            row.status, row.reason = "failed", f"compile failed: {type(exc).__name__}: {str(exc)[:160]}"
-            row.compile_s = round(time.perf_counter() - t0, 1)
-            continue
+
+def _compile_and_measure(
+    p: Plan, row: Row, network: Network, topology: Topology, devices, orders, default: str
+) -> tuple[Row, list[Collective], float, float, float] | None:
+    """Compile one plan and fill its row from XLA's cost and memory analyses; returns (row, collectives,
+    compute s, best-placement step s, unaware step s), or None when it failed or does not fit in HBM."""
+    chip = topology.chip
+    t0 = time.perf_counter()
+    try:
+        ordered = [devices[i] for i in orders[default]]
+        jitted, _ = build_program(network, p, ordered)
+        lowered = jitted.lower(network.params, *network.abstract_inputs())
+        executable = lowered.compile()
+        collectives = parse_hlo_collectives(executable.as_text(), topology.n_devices)
+        cost = executable.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        mem = executable.memory_analysis()
+    except Exception as exc:  # noqa: BLE001 - one plan that XLA rejects must not stop the others
+        row.status, row.reason = "failed", f"compile failed: {type(exc).__name__}: {str(exc)[:160]}"
         row.compile_s = round(time.perf_counter() - t0, 1)
-        compute = max(
-            float(cost.get("flops", 0.0)) / chip.peak_flops,
-            float(cost.get("bytes accessed", 0.0)) / chip.hbm_bandwidth,
-        )
-        # Placements are applied to the logical ids of the one compiled module: the SPMD program is the
-        # same for every order, only which physical chip plays which logical id changes.
-        placement_name, comm = _best_placement(topology, collectives, orders)
-        unaware = program_comm_time(topology, collectives, orders[default], aware=False)
-        row.status, row.reason = "compiled", ""
-        row.compute_ms, row.comm_ms, row.step_ms = _ms(compute), _ms(comm), _ms(compute + comm)
-        row.unaware_step_ms = _ms(compute + unaware)
-        row.placement = placement_name
-        row.collectives = _collective_summary(collectives)
-        if mem is not None:
-            total = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
-            total -= mem.alias_size_in_bytes
-            row.memory_gb = round(total / 1e9, 3)
-            if total > chip.hbm_bytes:
-                row.status, row.reason = "pruned", f"memory: compiled {total / 1e9:.1f} GB > HBM"
-                continue
-        compiled.append((row, collectives, compute, compute + comm, compute + unaware))
-
-    best = unaware_choice = gain = None
-    if compiled:
-        # Ranked and compared in unrounded seconds: the rows' milliseconds are rounded for display.
-        row, _c, _compute, best_s, _u = min(compiled, key=lambda c: c[3])
-        best = {"plan": row.plan, "placement": row.placement, "step_ms": row.step_ms}
-        urow, ucoll, ucompute, _a, _u = min(compiled, key=lambda c: c[4])
-        aware_of_unaware = ucompute + program_comm_time(topology, ucoll, orders[default], aware=True)
-        unaware_choice = {
-            "plan": urow.plan,
-            "placement": default,
-            "unaware_model_ms": urow.unaware_step_ms,
-            "step_ms": _ms(aware_of_unaware),
-        }
-        gain = round(aware_of_unaware / best_s, 4) if best_s else None
-
-    rows.sort(
-        key=lambda r: (
-            {"compiled": 0, "failed": 1, "pruned": 2}[r.status],
-            r.step_ms or r.est_step_ms or math.inf,
-        )
+        return None
+    row.compile_s = round(time.perf_counter() - t0, 1)
+    compute = max(
+        float(cost.get("flops", 0.0)) / chip.peak_flops,
+        float(cost.get("bytes accessed", 0.0)) / chip.hbm_bandwidth,
     )
-    return PlanResult(
-        model=network.name,
-        topology=topology.summary(),
-        batch=network.batch,
-        cfg=network.cfg,
-        rows=rows,
-        enumerated=len(enumerated),
-        pruned=sum(r.status == "pruned" for r in rows),
-        compiled=sum(r.status == "compiled" for r in rows),
-        failed=sum(r.status == "failed" for r in rows),
-        planning_s=time.perf_counter() - started,
-        precision=network.precision,
-        best=best,
-        unaware_choice=unaware_choice,
-        gain=gain,
-    )
+    # Placements are applied to the logical ids of the one compiled module: the SPMD program is the
+    # same for every order, only which physical chip plays which logical id changes.
+    placement_name, comm = _best_placement(topology, collectives, orders)
+    unaware = program_comm_time(topology, collectives, orders[default], aware=False)
+    row.status, row.reason = "compiled", ""
+    row.compute_ms, row.comm_ms, row.step_ms = _ms(compute), _ms(comm), _ms(compute + comm)
+    row.unaware_step_ms = _ms(compute + unaware)
+    row.placement = placement_name
+    row.collectives = _collective_summary(collectives)
+    if mem is not None:
+        total = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+        total -= mem.alias_size_in_bytes
+        row.memory_gb = round(total / 1e9, 3)
+        if total > chip.hbm_bytes:
+            row.status, row.reason = "pruned", f"memory: compiled {total / 1e9:.1f} GB > HBM"
+            return None
+    return row, collectives, compute, compute + comm, compute + unaware
+
+
+def _choose(
+    compiled, topology: Topology, orders, default: str
+) -> tuple[dict | None, dict | None, float | None]:
+    """The best compiled plan, the placement-unaware model's choice (timed with placement), and the gain."""
+    if not compiled:
+        return None, None, None
+    # Ranked and compared in unrounded seconds: the rows' milliseconds are rounded for display.
+    row, _c, _compute, best_s, _u = min(compiled, key=lambda c: c[3])
+    best = {"plan": row.plan, "placement": row.placement, "step_ms": row.step_ms}
+    urow, ucoll, ucompute, _a, _u = min(compiled, key=lambda c: c[4])
+    aware_of_unaware = ucompute + program_comm_time(topology, ucoll, orders[default], aware=True)
+    unaware_choice = {
+        "plan": urow.plan,
+        "placement": default,
+        "unaware_model_ms": urow.unaware_step_ms,
+        "step_ms": _ms(aware_of_unaware),
+    }
+    gain = round(aware_of_unaware / best_s, 4) if best_s else None
+    return best, unaware_choice, gain
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
