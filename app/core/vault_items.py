@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from app.core.tissue import ordered_names
-from engine.errors import Cancelled, DuplicateItem, EngineError, InvalidRequest, VaultLocked
+from engine.errors import Cancelled, DuplicateItem, EngineError, VaultLocked
 from engine.nifti.io import is_nifti
+from engine.vault.records import refuse_patient_if_synthetic
 
 Report = Callable[[float | None, str], None]
 """Progress for the UI: (fraction done 0..1, or None when unknown; one line of text). May raise Cancelled."""
@@ -250,11 +251,9 @@ def import_batch(vault, jobs: list[ImportJob], report: Report) -> ImportReport:
             else:
                 path = Path(job.source)
                 marks = synthetic_marks(path)
-                if marks.synthetic and job.patient:  # the dialog says so too; refused with the reason
-                    raise InvalidRequest(
-                        f"{marks.reason(path)}: it cannot be filed as a patient scan; "
-                        "import it without patient details"
-                    )
+                # the dialog says so too; refused with the reason before anything is encrypted
+                kind = "synthetic" if marks.synthetic else "scan"
+                refuse_patient_if_synthetic(kind, job.patient, reason=marks.reason(path))
                 # The vault decides the kind from the marks: a generated volume stays synthetic.
                 info = vault.import_nifti(
                     path,

@@ -8,11 +8,25 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import InvalidRequest
 from engine.vault.audit import AuditEntry
 
 KINDS = ("scan", "synthetic")
 #: Parts named ``tissue/<name>`` hold a synthetic item's tissue maps (float32 NIfTI on the image's grid).
 TISSUE_PART_PREFIX = "tissue/"
+
+
+def refuse_patient_if_synthetic(kind: str, patient, *, reason: str = "") -> None:
+    """The one place of the rule "a synthetic volume has no patient": raises InvalidRequest when patient
+    details come with a synthetic item (import, a later edit, or the app's import before it encrypts).
+
+    ``reason`` (e.g. which SYNTHETIC mark the file carries) is put before the rule in the message."""
+    if kind == "synthetic" and patient:
+        rule = (
+            "a synthetic volume has no patient (it cannot be filed as a patient scan); "
+            "leave out the patient details"
+        )
+        raise InvalidRequest(f"{reason}: {rule}" if reason else rule)
 
 
 def tissue_names(rec: dict) -> tuple[str, ...]:

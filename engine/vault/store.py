@@ -88,6 +88,7 @@ from engine.vault.records import (
     OpenedVolume,
     RepairReport,
     VerifyReport,
+    refuse_patient_if_synthetic,
     tissue_names,
 )
 from engine.vault.rekey import finish_interrupted_swap, remove_retired
@@ -1298,17 +1299,13 @@ class Vault:
                 raise InvalidRequest(
                     f"{marks.reason(path)}: it cannot be filed as a patient scan; import it as synthetic"
                 )
-            if patient:
-                raise InvalidRequest(
-                    f"{marks.reason(path)}: a synthetic volume has no patient; leave out the patient details"
-                )
+            refuse_patient_if_synthetic("synthetic", patient, reason=marks.reason(path))
             kind = "synthetic"
             provenance = {**(marks.provenance or {}), **(provenance or {})}
         kind = kind or "scan"
         if kind == "synthetic" and provenance is None:
             raise InvalidRequest("a synthetic volume needs its provenance (model, seed, settings)")
-        if kind == "synthetic" and patient:
-            raise InvalidRequest("a synthetic volume has no patient; leave out the patient details")
+        refuse_patient_if_synthetic(kind, patient)
         info = nifti.probe(path)
         maps = self._tissue_files(path, provenance, info) if kind == "synthetic" else []
         total = path.stat().st_size + sum(m.stat().st_size for _, m, _ in maps)
@@ -2061,8 +2058,7 @@ class Vault:
                 changed.append("label")
             if patient is not None:
                 patient = _json_dict(patient, "patient metadata")
-                if patient and rec["kind"] == "synthetic":
-                    raise InvalidRequest("a synthetic volume has no patient; leave out the patient details")
+                refuse_patient_if_synthetic(rec["kind"], patient)
                 rec["patient"] = patient
                 changed.append("patient")
             if study is not None:
