@@ -19,6 +19,7 @@ import numpy as np
 
 from app.core.tissue import ordered_names
 from engine.errors import Cancelled, DuplicateItem, EngineError, VaultLocked
+from engine.formatting import format_bytes
 from engine.nifti.io import is_nifti
 from engine.vault.records import refuse_patient_if_synthetic
 
@@ -96,11 +97,9 @@ def item_row(info) -> tuple[str, str, str, str, str]:
     )
 
 
-def format_size(count: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count:.0f} B"
+#: The vault views' name for the engine's one byte formatter (``model.format_size`` in the browser and the
+#: controller); kept as a name only, the formatting is engine.formatting's.
+format_size = format_bytes
 
 
 def item_details(info) -> str:
