@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from app.core.tissue import OpenedVolume
+    from engine.nifti.volume import Volume
 
 log = logging.getLogger(__name__)
 LOCK_NAME = "lock"
@@ -205,9 +205,9 @@ class RecoveryStore:
         return found
 
     @staticmethod
-    def restore(session: OrphanSession) -> list[tuple[str, OpenedVolume]]:
-        """Read an orphan's volumes back (worker thread): ``(name, app.core.tissue.OpenedVolume)`` each, the
-        image (``.loaded``) with its tissue maps (``.tissue``, empty when none were kept) and space.
+    def restore(session: OrphanSession) -> list[tuple[str, Volume]]:
+        """Read an orphan's volumes back (worker thread): ``(name, engine.nifti.volume.Volume)`` each, the
+        image with its tissue maps (``.tissue``, empty when none were kept) and space.
 
         The folder stays until :meth:`discard`, so a failed restore loses nothing.
         """
@@ -216,13 +216,13 @@ class RecoveryStore:
         restored = []
         for path in session.volumes:
             opened = open_volume(path)
-            provenance = opened.loaded.provenance
+            provenance = opened.provenance
             name = str(provenance.pop(NAME_KEY, "") or path.name)
             space = provenance.pop(SPACE_KEY, None)
             if isinstance(space, str) and space:
                 opened.space = space
             provenance.pop("tissue_maps", None)  # the recovery folder's file names: gone once restored
-            opened.loaded.path = None  # not a file the user chose: saving asks where
+            opened.path = None  # not a file the user chose: saving asks where
             restored.append((name, opened))
         return restored
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from engine.nifti.volume import Volume
 
 #: The maps the shipped model makes, in the order they are listed; other names follow in their own order.
 TISSUE_ORDER = ("GM", "WM", "CSF", "ventricles")
@@ -120,16 +121,6 @@ def tissue_files(image_path: str | Path, provenance: Mapping[str, Any] | None = 
     return {name: found[name] for name in ordered_names(found)}
 
 
-@dataclass
-class OpenedVolume:
-    """A NIfTI file read for the session (``engine.nifti.io.LoadedVolume``), with its tissue maps."""
-
-    loaded: Any  # engine.nifti.io.LoadedVolume
-    tissue: dict[str, np.ndarray] = field(default_factory=dict)
-    space: str | None = None
-    notes: list[str] = field(default_factory=list)  # maps that were there but could not be used
-
-
 def _sform_code(path: Path) -> int | None:
     from engine.nifti.checks import inspect_nifti
 
@@ -139,11 +130,12 @@ def _sform_code(path: Path) -> int | None:
         return None
 
 
-def open_volume(path: str | Path, time_index: int = 0) -> OpenedVolume:
-    """Read a NIfTI volume (worker thread) and the tissue maps beside it.
+def open_volume(path: str | Path, time_index: int = 0) -> Volume:
+    """Read a NIfTI volume (worker thread) and the tissue maps beside it: the engine's volume record, its
+    ``space`` said for people (``space_text``) and its ``tissue`` filled.
 
     A map that cannot be read, or does not match the image voxel for voxel (shape and affine), is left
-    out with a note saying why; it never stops the image from opening.
+    out with a note (``notes``) saying why; it never stops the image from opening.
 
     Raises:
         engine.errors.InvalidRequest, OutOfMemory: the image itself cannot be read (as ``load_nifti``).
@@ -151,22 +143,21 @@ def open_volume(path: str | Path, time_index: int = 0) -> OpenedVolume:
     from engine.errors import EngineError
     from engine.nifti.io import load_nifti
 
-    loaded = load_nifti(path, time_index=time_index)
-    path = loaded.path or Path(path)
-    space = loaded.provenance.get("space") if isinstance(loaded.provenance.get("space"), str) else None
-    opened = OpenedVolume(loaded, space=space_text(space, _sform_code(path)))
-    for name, map_path in tissue_files(path, loaded.provenance).items():
+    opened = load_nifti(path, time_index=time_index)
+    path = opened.path or Path(path)
+    opened.space = space_text(opened.space, _sform_code(path))
+    for name, map_path in tissue_files(path, opened.provenance).items():
         try:
             tissue = load_nifti(map_path)
         except EngineError as exc:
             opened.notes.append(f"tissue map {name} ({map_path.name}) skipped: {exc}")
             continue
-        if tissue.data.shape != loaded.data.shape:
+        if tissue.data.shape != opened.data.shape:
             opened.notes.append(
                 f"tissue map {name} ({map_path.name}) skipped: its shape {tissue.data.shape} is not the "
-                f"image's {loaded.data.shape}"
+                f"image's {opened.data.shape}"
             )
-        elif not np.allclose(tissue.affine, loaded.affine, atol=1e-3):
+        elif not np.allclose(tissue.affine, opened.affine, atol=1e-3):
             opened.notes.append(
                 f"tissue map {name} ({map_path.name}) skipped: it lies elsewhere in space than the image "
                 "(a different affine)"

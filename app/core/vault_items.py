@@ -315,18 +315,6 @@ def update_item(vault, item_id: str, details: dict, report: Report):
     )
 
 
-@dataclass
-class OpenedItem:
-    """A vault item ready for the session: float32 (x, y, z) in RAS+ orientation, in memory only; a generated
-    item's tissue maps (name -> float32 on the same grid, reoriented with the image) and template space."""
-
-    info: Any
-    data: np.ndarray
-    affine: np.ndarray
-    tissue: dict[str, np.ndarray] = field(default_factory=dict)
-    space: str | None = None
-
-
 def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """What the viewer expects, exactly as ``engine.nifti.io.load_nifti`` gives it for the same file:
     first volume of 4D data, reoriented to the closest canonical (RAS+) orientation, non-finite values zeroed.
@@ -340,18 +328,17 @@ def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray,
     )
 
 
-def open_for_session(vault, item_id: str, report: Report) -> OpenedItem:
-    """Decrypt an item into memory and shape it for the viewer."""
+def open_for_session(vault, item_id: str, report: Report):
+    """Decrypt an item into memory and shape it for the viewer: the vault's volume record (its ``ItemInfo`` in
+    ``info``), float32 (x, y, z) in RAS+ orientation, in memory only, its tissue maps reoriented with it."""
     report(None, "Decrypting")
     opened = vault.open_item(item_id, with_tissue=True)
-    data, affine = to_session_volume(opened.data, opened.affine)
-    tissue = {}
-    for name, array in (opened.tissue or {}).items():  # stored on the volume's grid: reoriented as it is
-        reoriented, _ = to_session_volume(array, opened.affine)
-        tissue[name] = np.clip(reoriented, 0.0, 1.0, out=reoriented)
-    prov = opened.info.provenance or {}
-    space = prov.get("space") if isinstance(prov.get("space"), str) and prov.get("space") else None
-    return OpenedItem(info=opened.info, data=data, affine=affine, tissue=tissue, space=space)
+    stored_affine = opened.affine
+    opened.data, opened.affine = to_session_volume(opened.data, stored_affine)
+    for name, array in list(opened.tissue.items()):  # stored on the volume's grid: reoriented as it is
+        reoriented, _ = to_session_volume(array, stored_affine)
+        opened.tissue[name] = np.clip(reoriented, 0.0, 1.0, out=reoriented)
+    return opened
 
 
 def export_item(

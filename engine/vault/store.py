@@ -88,6 +88,7 @@ from engine.vault.records import (
     OpenedVolume,
     RepairReport,
     VerifyReport,
+    opened_volume,
     refuse_patient_if_synthetic,
     tissue_names,
 )
@@ -1775,7 +1776,7 @@ class Vault:
             # The index holds the affine at full precision (NIfTI-1 stores the sform as float32); for a NIfTI
             # import it is exactly what nibabel reads from the file.
             affine = np.array(rec["volume"]["affine"], dtype=np.float64)
-            return OpenedVolume(data=data, affine=affine, info=ItemInfo.from_record(rec), tissue=tissue)
+            return opened_volume(data, affine, ItemInfo.from_record(rec), tissue)
 
     def open_tissue(self, item_id: str, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Decrypt a generated item's tissue maps into memory (nothing is written to disk). Recorded as a

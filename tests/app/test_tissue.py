@@ -133,7 +133,7 @@ def test_saved_maps_go_beside_the_image_and_open_with_it(tmp_path):
 
     opened = open_volume(path)
     assert list(opened.tissue) == list(NAMES) and not opened.notes
-    assert opened.space == "MNI152NLin2009aSym" and opened.loaded.synthetic
+    assert opened.space == "MNI152NLin2009aSym" and opened.synthetic
     assert all(np.allclose(opened.tissue[n], entry.tissue[n], atol=1e-6) for n in NAMES)
     # A map opened on its own is a volume without maps (its record lists its siblings, not its own maps).
     alone = open_volume(tmp_path / "sub-01_label-GM_probseg.nii.gz")
