@@ -36,9 +36,9 @@ from PySide6.QtWidgets import (
 from app.cohort import install_cohort
 from app.compare import install_compare
 from app.core.measured_settings import MeasuredSettings
+from app.core.nifti_files import open_volume, save_volume_files
 from app.core.recovery import RecoveryStore
 from app.core.session import CONVENTIONS, RENDER_PRESETS, AppState
-from app.core.tissue import open_volume, save_volume_files
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry, file_stem
 from app.docks.metrics_dock import MetricsDock
 from app.generation import GenerationController

@@ -7,17 +7,15 @@ import json
 import numpy as np
 import pytest
 
+from app.core.nifti_files import open_volume, save_volume_files, tissue_files
 from app.core.session import AppState
 from app.core.tissue import (
     ALL_TISSUES,
     TISSUE_COLOURS,
     label_map,
-    open_volume,
     overlay_rgba,
-    save_volume_files,
     space_text,
     tissue_at,
-    tissue_files,
 )
 from app.core.volumes import VolumeEntry
 
