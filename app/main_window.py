@@ -41,9 +41,11 @@ from app.core.recovery import RecoveryStore
 from app.core.session import CONVENTIONS, RENDER_PRESETS, AppState
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry, file_stem
 from app.docks.metrics_dock import MetricsDock
+from app.eliding_status_bar import ElidingStatusBar
 from app.generation import GenerationController
 from app.generation.tuning import install_tuning
 from app.help import install_help, install_intended_use_notice
+from app.panels.dock_width import widen_dock
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
@@ -383,6 +385,8 @@ class MainWindow(QMainWindow):
         self.state.display_changed.connect(self._on_state_display_changed)
 
     def _build_status_bar(self) -> None:
+        # A message too long for the room beside the fields ends in "…" (whole in the tooltip).
+        self.setStatusBar(ElidingStatusBar())
         status = self.statusBar()
         self.readout_label = QLabel("")
         self.readout_label.setObjectName("readout")
@@ -473,9 +477,8 @@ class MainWindow(QMainWindow):
         self.settings.setValue("display/layout", name)  # remembered at once, as the form is
 
     def _on_sampling_panel_width_wanted(self, width: int) -> None:
-        dock = self.docks["generateDock"]
-        if not dock.isFloating():  # as wide as the form, if the window has room; else the form scrolls
-            self.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
+        # As wide as the form, if the window has room (the Session dock gives some); else the form scrolls.
+        widen_dock(self, self.docks["generateDock"], width)
 
     def _on_form_changed_save(self, name: str) -> None:
         self.settings.setValue(FORM_KEY, json.dumps(self.state.form.to_dict()))

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.api import Backend, Progress, SamplingRequest, SamplingResult
+from engine.api import Backend, Progress, SamplingRequest, SamplingResult, relay
 from engine.api.optimization_config import OptimizationConfig
 from engine.formatting import format_bytes
 from engine.metrics.speed_verdict import SpeedVerdict, speed_verdict
@@ -395,24 +395,20 @@ def compare_settings(
         run = request.replace(
             optimization=config, preview_interval=0, kernel_profile_steps=kernel_profile_steps
         )
-        job = backend.sample(run)
-        try:
-            while True:
-                try:
-                    progress = next(job)
-                except StopIteration as done:
-                    result = done.value
-                    break
-                total = max(progress.total, 1)
-                yield Progress(
+
+        def on_side(progress: Progress, index: int = index, label: str = label) -> tuple[Progress]:
+            total = max(progress.total, 1)
+            return (
+                Progress(
                     progress.stage,
                     index * total + progress.step,
                     2 * total,
                     time.perf_counter() - started,
                     f"{label}: {progress.message}",
-                )
-        finally:
-            job.close()
+                ),
+            )
+
+        result = yield from relay(backend.sample(run), on_side)
         sides.append(measure(label, result))
 
     from engine.metrics.image import compare as volume_distance

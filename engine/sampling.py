@@ -154,32 +154,30 @@ def denoise(
     spec: ModelSpec,
     request: SamplingRequest,
     device: torch.device,
+    *,
+    resolved: tuple[SamplingRequest, dict[str, float]] | None = None,
 ) -> Generator[Progress, None, LoopOutput]:
     """Run one request on a prepared model. Yields Progress; returns the volumes on the CPU.
 
-    Closing the generator stops it at the next step boundary.
+    ``resolved`` is ``resolve_request(spec, request)`` when the caller has it already (the backends resolve
+    before the load, to fail fast); without it the request is resolved here. Closing the generator stops
+    it at the next step boundary.
     """
     started = time.perf_counter()
 
     # 1. Resolve the request against the model: sampler, steps, conditioning values, and (for models that
     #    let a request choose) modality, output size and spacing.
-    request, conditioning = resolve_request(spec, request)
+    request, conditioning = resolved or resolve_request(spec, request)
     made = resolve_output(spec, request.modality, request.output_size, request.voxel_spacing_mm)
     warnings = request_warnings(spec, request)
-    batch = request.batch_size
-    guided = request.guidance_scale != 1.0
+    shape = (request.batch_size, *spec.latent_shape_for(request.output_size))
 
     # 2. A fresh scheduler for this run (schedulers hold per-run state such as PNDM's history).
     scheduler = build_scheduler(request.sampler, spec.schedule)
-    shape = (batch, *spec.latent_shape_for(request.output_size))
     if request.sampler == "rflow":
         scheduler.set_timesteps(request.steps, device=device, input_img_size_numel=int(np.prod(shape[2:])))
     else:
         scheduler.set_timesteps(request.steps, device=device)
-    timesteps = scheduler.timesteps
-    next_timesteps = torch.cat(
-        (timesteps[1:], torch.tensor([0], dtype=timesteps.dtype, device=timesteps.device))
-    )
 
     # 3. Initial noise from a CPU generator, so the same seed gives the same noise on every device.
     #    On the CPU the same generator then drives DDPM's per-step noise.
@@ -191,6 +189,50 @@ def denoise(
 
     # 4. Conditioning tensors: normalised to [0, 1]; context (B, 1, n) and/or concat channels (B, n, ...).
     normalised = [spec.condition(name).normalise(value) for name, value in conditioning.items()]
+    context, concat = _conditioning_tensors(spec, request, made, normalised, shape, device)
+
+    message = "denoising" + "".join(f"; warning: {w}" for w in warnings)
+    yield Progress("denoise", 0, request.steps, time.perf_counter() - started, message)
+
+    # 5. The denoising loop.
+    denoise_started = time.perf_counter()
+    x, step_times = yield from _denoising_steps(
+        prepared, spec, request, scheduler, x, (context, concat), step_generator, device, started
+    )
+    denoise_s = time.perf_counter() - denoise_started
+
+    # 6. Decode latents to an image (latent models), then hand back float32 on the CPU.
+    decode_s = 0.0
+    if spec.kind == "latent":
+        yield Progress("decode", request.steps, request.steps, time.perf_counter() - started, "decoding")
+        decode_started = time.perf_counter()
+        image = _to_image(prepared, spec, x)
+        decode_s = time.perf_counter() - decode_started
+    else:
+        image = x
+
+    return LoopOutput(
+        volumes=image.detach().float().cpu(),
+        request=request,
+        conditioning=conditioning,
+        conditioning_normalised=normalised,
+        scheduler_config={
+            "class": type(scheduler).__name__,
+            "sampler": request.sampler,
+            "steps": request.steps,
+            **spec.schedule,
+        },
+        timings={"denoise_s": denoise_s, "decode_s": decode_s, "loop_total_s": time.perf_counter() - started},
+        step_times_s=step_times,
+        warnings=warnings,
+        output=_output_record(spec, made),
+    )
+
+
+def _conditioning_tensors(spec: ModelSpec, request: SamplingRequest, made, normalised, shape, device):
+    """(context, concat) for the network: the condition vector as cross-attention context (B, 1, n) and/or
+    n constant channels, and MAISI's categorical context; each doubled with its null half under guidance."""
+    batch, guided = request.batch_size, request.guidance_scale != 1.0
     context = concat = None
     if spec.conditioning:
         vector = (
@@ -203,9 +245,9 @@ def denoise(
             context = vector
         if "concat" in spec.conditioning_modes:
             concat = vector[:, 0, :, None, None, None].expand(-1, -1, *shape[2:])
-    #    Categorical conditioning (MAISI): the modality's class label and the spacing (mm x 100, as the model's
-    #    own inference passes it) ride in the context as (B, 1, 4); the unconditioned half of guidance has
-    #    the null class label and the same spacing.
+    # Categorical conditioning (MAISI): the modality's class label and the spacing (mm x 100, as the model's
+    # own inference passes it) ride in the context as (B, 1, 4); the unconditioned half of guidance has
+    # the null class label and the same spacing.
     if spec.modalities:
         spacing = [100.0 * v for v in made.spacing_mm]
         labels = torch.tensor([[float(made.class_label), *spacing]], dtype=torch.float32, device=device)
@@ -214,11 +256,28 @@ def denoise(
             null = context.clone()
             null[:, 0, 0] = float(spec.null_modality)
             context = torch.cat([null, context], dim=0)
+    return context, concat
 
-    message = "denoising" + "".join(f"; warning: {w}" for w in warnings)
-    yield Progress("denoise", 0, request.steps, time.perf_counter() - started, message)
 
-    # 5. The denoising loop.
+def _denoising_steps(
+    prepared,
+    spec: ModelSpec,
+    request: SamplingRequest,
+    scheduler,
+    x,
+    conditions,
+    step_generator,
+    device,
+    started,
+) -> Generator[Progress, None, tuple[torch.Tensor, list[float]]]:
+    """The steps of the loop, each yielding its Progress (with a preview when one is due); returns the final
+    latent (or image) and each step's time."""
+    context, concat = conditions
+    guided = request.guidance_scale != 1.0
+    timesteps = scheduler.timesteps
+    next_timesteps = torch.cat(
+        (timesteps[1:], torch.tensor([0], dtype=timesteps.dtype, device=timesteps.device))
+    )
     step_times: list[float] = []
     pacer = PreviewPacer(request.preview_interval)
     denoise_started = time.perf_counter()
@@ -262,50 +321,27 @@ def denoise(
             preview,
             preview_stride,
         )
-    denoise_s = time.perf_counter() - denoise_started
+    return x, step_times
 
-    # 6. Decode latents to an image (latent models), then hand back float32 on the CPU.
-    decode_s = 0.0
-    if spec.kind == "latent":
-        yield Progress("decode", request.steps, request.steps, time.perf_counter() - started, "decoding")
-        decode_started = time.perf_counter()
-        image = _to_image(prepared, spec, x)
-        decode_s = time.perf_counter() - decode_started
-    else:
-        image = x
-    volumes = image.detach().float().cpu()
 
-    return LoopOutput(
-        volumes=volumes,
-        request=request,
-        conditioning=conditioning,
-        conditioning_normalised=normalised,
-        scheduler_config={
-            "class": type(scheduler).__name__,
-            "sampler": request.sampler,
-            "steps": request.steps,
-            **spec.schedule,
-        },
-        timings={"denoise_s": denoise_s, "decode_s": decode_s, "loop_total_s": time.perf_counter() - started},
-        step_times_s=step_times,
-        warnings=warnings,
-        output={
-            "size": list(made.size),
-            "spacing_mm": list(made.spacing_mm),
-            "fov_mm": [round(v, 3) for v in made.fov_mm],
-            **({"modality": made.modality, "class_label": made.class_label} if made.modality else {}),
-            **(
-                {
-                    "null_class_label": spec.null_modality,
-                    "spacing_tensor": [100.0 * v for v in made.spacing_mm],
-                    "scale_factor": spec.scale_factor,
-                }
-                if spec.modalities
-                else {}
-            ),
-            **({"intensity": spec.output_intensity["description"]} if spec.output_intensity else {}),
-        },
-    )
+def _output_record(spec: ModelSpec, made) -> dict[str, Any]:
+    """What the run made, for provenance: size, spacing and field of view, modality, intensity handling."""
+    return {
+        "size": list(made.size),
+        "spacing_mm": list(made.spacing_mm),
+        "fov_mm": [round(v, 3) for v in made.fov_mm],
+        **({"modality": made.modality, "class_label": made.class_label} if made.modality else {}),
+        **(
+            {
+                "null_class_label": spec.null_modality,
+                "spacing_tensor": [100.0 * v for v in made.spacing_mm],
+                "scale_factor": spec.scale_factor,
+            }
+            if spec.modalities
+            else {}
+        ),
+        **({"intensity": spec.output_intensity["description"]} if spec.output_intensity else {}),
+    }
 
 
 def _to_image(prepared, spec: ModelSpec, x: torch.Tensor) -> torch.Tensor:

@@ -23,26 +23,23 @@ no previews: a preview decode inside the loop would distort the step times being
 
 from __future__ import annotations
 
-import csv
 import html
-import math
 import time
+import warnings
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QLinearGradient, QPainter, QShortcut, qRgb
 from PySide6.QtWidgets import (
-    QAbstractItemView,
+    QApplication,
     QComboBox,
     QFileDialog,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QProgressBar,
     QPushButton,
@@ -50,13 +47,17 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QSplitter,
     QStackedWidget,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.display import format_bytes
+from app.compare.numbers import (  # noqa: F401 - speed_text, verdict_text, WARNING_COLOUR: importable here too
+    WARNING_COLOUR,
+    ComparisonNumbers,
+    speed_text,
+    verdict_text,
+)
+from app.compare.outputs import CSV_DIR_KEY, ComparisonOutputs  # noqa: F401 - CSV_DIR_KEY: importable here too
 from app.core.optimization_presets import BLOCK_SOURCE as OPTIMIZATION_BLOCK
 from app.core.optimization_presets import PRESETS, preset_values
 from app.core.session import AppState
@@ -64,11 +65,9 @@ from app.core.volumes import VolumeEntry
 from app.viewer.slice_view import SliceView
 from app.workers import GenerationWorker
 from engine.api.optimization_config import NAMED_SETTINGS
-from engine.compare import DECODE, END_TO_END, MEASURE_MORE, PART_TITLES, UNET_STEP
 
 PANEL_SETTINGS = "Generate panel settings"
 A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
-CSV_DIR_KEY = "compare/csv_dir"  # QSettings: the folder of the last exported table
 PLANES = ("axial", "coronal", "sagittal")
 SIDES = ("a", "b", "diff")
 RUN_KEY, CANCEL_KEY = "Ctrl+Return", "Esc"
@@ -151,35 +150,6 @@ def difference_window(diff: np.ndarray) -> tuple[float, float]:
     if not spread > 0:
         spread = float(np.abs(diff).max()) if diff.size else 0.0
     return max(2.0 * spread, 1e-6), 0.0
-
-
-def _ratio(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return f"{value:.2f}x"
-
-
-# One wording for every speed ratio in this window (summary, table, CSV): B's speed as a multiple of A's.
-def speed_text(ratio: float | None) -> str:
-    """``"1.32x A's speed"`` (B faster), ``"0.76x A's speed"`` (B slower), ``"n/a"``."""
-    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
-        return "n/a"
-    return f"{ratio:.2f}x A's speed"
-
-
-def verdict_text(verdict, unchanged: bool = False) -> str:
-    """A table cell for one part: ``"1.32x A's speed \u00b7 faster"``, ``"... \u00b7 undecided (1 vs 1)"``;
-    for a part B's settings leave alone (``unchanged``), that instead of a verdict: a difference there is load."""
-    if verdict.ratio is None:
-        return "n/a"
-    if unchanged:
-        shifted = " (load changed)" if verdict.verdict in ("faster", "slower") else ""
-        return f"{speed_text(verdict.ratio)} \u00b7 unchanged by B{shifted}"
-    text = f"{speed_text(verdict.ratio)} \u00b7 {verdict.verdict}"
-    return f"{text} ({verdict.samples[1]} vs {verdict.samples[0]})" if verdict.too_few else text
-
-
-WARNING_COLOUR = "#e5c07b"
 
 
 def _diverging_table() -> list[int]:
@@ -292,7 +262,7 @@ def availability(device: str, choices: dict[str, dict[str, Any]], spec=None) -> 
     return reasons
 
 
-class CompareWindow(QWidget):
+class CompareWindow(ComparisonOutputs, QWidget):
     """A top-level window owned by the main window; ``start()`` runs, ``cancel()`` stops at the next step."""
 
     comparison_ended = Signal(str)  # "finished", "cancelled" or "failed"
@@ -306,7 +276,6 @@ class CompareWindow(QWidget):
         self.setWindowTitle("Compare Settings \u2014 VolSynth Studio")
         self.setObjectName("compareWindow")
         self.comparison = None
-        self.table_rows: list[tuple[str, ...]] = []  # the numbers table as exported (header row first)
         self.csv_dialog: QFileDialog | None = None
         self.unavailable: dict[str, str] = {}  # choice -> why it cannot apply on the chosen device
         self._availability_key: tuple | None = None
@@ -453,25 +422,11 @@ class CompareWindow(QWidget):
         widget = QWidget()
         layout = QVBoxLayout(widget)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.summary_label = QLabel("Run a comparison to see what B buys against A.")
-        self.summary_label.setObjectName("compareSummary")
-        self.summary_label.setWordWrap(True)
-        layout.addWidget(self.summary_label)
-        row = QHBoxLayout()
-        self.table = self._table(["A", "B", "B vs A"])
-        self.table.setObjectName("compareTable")
-        row.addWidget(self.table, 3)
-        self.kernel_tables = {}
-        self.kernel_titles = {}
-        for side in ("a", "b"):
-            column = QVBoxLayout()
-            self.kernel_titles[side] = QLabel(f"{side.upper()}: top operators")
-            self.kernel_titles[side].setWordWrap(True)
-            self.kernel_tables[side] = self._table(["share", "ms/step", "calls", "operator"])
-            column.addWidget(self.kernel_titles[side])
-            column.addWidget(self.kernel_tables[side], 1)
-            row.addLayout(column, 2)
-        layout.addLayout(row, 1)
+        # The headline, the A / B / B-vs-A table and each side's top operators (app/compare/numbers.py)
+        self.numbers = ComparisonNumbers()
+        self.summary_label, self.table = self.numbers.summary_label, self.numbers.table
+        self.kernel_tables, self.kernel_titles = self.numbers.kernel_tables, self.numbers.kernel_titles
+        layout.addWidget(self.numbers, 1)
         bottom = QHBoxLayout()
         note = QLabel(METHOD_NOTE)
         note.setWordWrap(True)
@@ -496,18 +451,10 @@ class CompareWindow(QWidget):
         layout.addLayout(bottom)
         return widget
 
-    @staticmethod
-    def _table(headers: list[str]) -> QTableWidget:
-        table = QTableWidget(0, len(headers))
-        table.setHorizontalHeaderLabels(headers)
-        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        table.setWordWrap(True)
-        table.setTextElideMode(Qt.TextElideMode.ElideNone)
-        # Rows grow to their wrapped text whenever the columns change width: nothing needs a hover to read.
-        table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        return table
+    @property
+    def table_rows(self) -> list[tuple[str, ...]]:
+        """The numbers table as exported (header row first); empty before a comparison."""
+        return self.numbers.table_rows
 
     def _link_views(self) -> None:
         for side, state in self.states.items():
@@ -597,9 +544,7 @@ class CompareWindow(QWidget):
         self._set_title("b", f"B \u00b7 {labels[1]} \u00b7 waiting for A")
         self.titles["diff"].setText("B \u2212 A")
         self.summary_label.setText("Running A, then B...")
-        self.table.setRowCount(0)
-        for side in ("a", "b"):
-            self.kernel_tables[side].setRowCount(0)
+        self.numbers.clear_tables()
         self.main.state.set_job_running(True)  # one engine job at a time: Generate waits for this
         self._set_running(True)
         self.progress_bar.setValue(0)
@@ -702,251 +647,8 @@ class CompareWindow(QWidget):
                 else f"  (max |B\u2212A| {comparison.max_abs_err:.3g})"
             )
         )
-        self.summary_label.setText(self.summary_text(comparison))
-        self._fill_table(comparison)
-        for side, measured in (("a", a), ("b", b)):
-            self._fill_kernels(side, measured)
+        self.numbers.show_comparison(comparison)
         self._set_running(False)
-
-    @staticmethod
-    def summary_text(comparison) -> str:
-        """The bold headline on the part B's settings change, end to end beside it, then the volume's change."""
-        esc = partial(html.escape, quote=False)  # a label shows apostrophes as they are
-        headline = comparison.headline()
-        text = (
-            f"<b>{esc(headline.title)}</b> ({esc(headline.reason)}): <b>{esc(headline.verdict.words())}</b>"
-        )
-        if headline.caveat:
-            text += (
-                f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 The load changed between the runs:</b> '
-                f"{esc(headline.caveat)}. For a verdict, {esc(headline.advice)}.</span>"
-            )
-        elif headline.advice:
-            text += (
-                f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 Not decided by the noise rule.</b> '
-                f"For a verdict, {esc(headline.advice)}.</span>"
-            )
-        if headline.part != END_TO_END:
-            whole = comparison.verdicts()[END_TO_END]
-            text += (
-                f"<br>{esc(PART_TITLES[END_TO_END])}: A {comparison.a.loop_s:.2f} s, B "
-                f"{comparison.b.loop_s:.2f} s: {esc(whole.words())}."
-            )
-        psnr = "identical volumes" if math.isinf(comparison.psnr_db) else f"PSNR {comparison.psnr_db:.1f} dB"
-        ssim = "" if comparison.ssim is None else f", SSIM {comparison.ssim:.4f}"
-        text += (
-            f"<br>Volume moved: <b>{psnr}</b>{ssim}, max |B\u2212A| {comparison.max_abs_err:.3g}, "
-            f"mean |B\u2212A| {comparison.mean_abs_err:.3g}."
-        )
-        return text
-
-    def _fill_table(self, comparison) -> None:
-        a, b = comparison.a, comparison.b
-
-        def step(side) -> str:
-            return (
-                "n/a"
-                if side.step_ms_median is None
-                else f"{side.step_ms_median:.1f} ms (IQR {side.step_ms_iqr:.1f})"
-            )
-
-        def applied(side) -> str:
-            return ", ".join(side.applied()) or "none (fp32)"
-
-        def not_applied(side) -> str:
-            return "\n".join(f"{name}: {reason}" for name, reason in side.not_applied()) or "\u2014"
-
-        if a.peak_kind == "cuda_allocator":
-            memory_rows = [
-                (
-                    "Peak memory (CUDA allocator)",
-                    format_bytes(a.peak_bytes),
-                    format_bytes(b.peak_bytes),
-                    _ratio(b.peak_bytes / a.peak_bytes) if a.peak_bytes else "n/a",
-                )
-            ]
-        else:
-            # RSS is the process's: memory A freed stays mapped and B reuses it, so B's growth is understated
-            # and a ratio would flatter B. `volsynth bench` measures each setting in its own process.
-            memory_rows = [
-                (
-                    "Peak memory (process RSS)",
-                    format_bytes(a.peak_bytes),
-                    format_bytes(b.peak_bytes),
-                    "n/a (1 process)",
-                ),
-                (
-                    "  RSS growth in the run",
-                    format_bytes(a.peak_over_start_bytes),
-                    format_bytes(b.peak_over_start_bytes),
-                    "understated for B",
-                ),
-            ]
-
-        def seconds(value) -> str:
-            return "n/a (no decoder)" if not value else f"{value:.2f} s"
-
-        verdicts = comparison.verdicts()
-        headline = comparison.headline()
-        unchanged = comparison.unchanged_parts()
-        # (label, A, B, B vs A) with the part each speed row judges, so its cell can carry the rule's words
-        rows = [
-            ("Step (median)", step(a), step(b), UNET_STEP),
-            ("Steps measured", str(a.steps_measured), str(b.steps_measured), None),
-            ("Decode", seconds(a.decode_s), seconds(b.decode_s), DECODE),
-            ("Sampling loop (end to end)", f"{a.loop_s:.2f} s", f"{b.loop_s:.2f} s", END_TO_END),
-        ]
-        # The B-vs-A cell of each speed row: the ratio with the rule's verdict (or "unchanged by B").
-        rows = [
-            (
-                label,
-                a_text,
-                b_text,
-                "" if part is None else verdict_text(verdicts[part], part in unchanged),
-                part,
-            )
-            for label, a_text, b_text, part in rows
-        ]
-        rows += [
-            *((*r, None) for r in memory_rows),
-            ("Applied", applied(a), applied(b), "", None),
-            ("Did not apply", not_applied(a), not_applied(b), "", None),
-        ]
-        self.table_rows = [("", f"A: {a.label}", f"B: {b.label}", "B vs A"), *(r[:4] for r in rows)]
-        self.table.setRowCount(len(rows))
-        self.table.setHorizontalHeaderLabels([f"A \u00b7 {a.label}", f"B \u00b7 {b.label}", "B vs A"])
-        self.table.setVerticalHeaderLabels([r[0] for r in rows])
-        for row, (_, *cells, part) in enumerate(rows):
-            for column, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                if column == 2 and part is not None:
-                    verdict = verdicts[part]
-                    if part in unchanged:  # called faster or slower here, it is the load that changed
-                        doubtful = verdict.verdict in ("faster", "slower")
-                        why = "B's settings leave this part alone: a difference here is the machine's load. "
-                    else:
-                        doubtful, why = not verdict.decided, ""
-                    advice = f" For a verdict, {MEASURE_MORE[part]}." if doubtful else ""
-                    item.setToolTip(f"{why}{verdict.words()}.{advice}")
-                    if doubtful:
-                        item.setForeground(QColor(WARNING_COLOUR))
-                self.table.setItem(row, column, item)
-            # The row the bold headline is about: its name in bold (a bold cell wraps past its measured height).
-            if part is not None and part == headline.part:
-                label = self.table.verticalHeaderItem(row)
-                font = label.font()
-                font.setBold(True)
-                label.setFont(font)
-        self.table.resizeRowsToContents()
-
-    def _fill_kernels(self, side: str, measured) -> None:
-        table, title = self.kernel_tables[side], self.kernel_titles[side]
-        profile = measured.kernel_profile
-        if not profile or not profile.get("operators"):
-            title.setText(f"{side.upper()} \u00b7 {measured.label}: no kernel profile (profiled steps 0)")
-            table.setRowCount(0)
-            return
-        steps = profile["steps"]
-        span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}\u2013{steps[-1]}"
-        title.setText(
-            f"{side.upper()} \u00b7 {measured.label}: top operators by {profile['clock'].upper()} self "
-            f"time, {span}, {profile['total_ms_per_step']:.1f} ms per step"
-        )
-        operators = profile["operators"][:10]
-        table.setRowCount(len(operators))
-        for row, op in enumerate(operators):
-            cells = (
-                f"{100 * op['share']:.1f} %",
-                f"{op['self_ms_per_step']:.2f}",
-                f"{op['calls_per_step']:.0f}",
-                op["name"],
-            )
-            for column, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                item.setToolTip(op["name"])
-                if column < 3:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                table.setItem(row, column, item)
-        table.verticalHeader().setVisible(False)  # the rank is the row order; its width goes to the names
-        table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
-        for column in range(3):
-            table.horizontalHeader().setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
-
-    # -- actions -------------------------------------------------------------------------------------
-
-    def add_to_session(self) -> None:
-        if self.comparison is None:
-            return
-        seed = self.comparison.a.result.request.seed
-        for side in (self.comparison.a, self.comparison.b):
-            self.main.state.add_result(side.result, label=f"seed {seed} \u00b7 {side.label}")
-        self.main.show_status("Added A and B to the session", 5000)
-
-    def _on_export_clicked(self) -> None:
-        """Ask for a file name (Qt's own dialog, so it behaves the same everywhere) and write the CSV."""
-        dialog = QFileDialog(self, "Export Comparison Table as CSV")
-        dialog.setObjectName("compareCsvDialog")
-        dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
-        dialog.setFileMode(QFileDialog.FileMode.AnyFile)
-        dialog.setOption(QFileDialog.Option.DontUseNativeDialog, True)
-        dialog.setNameFilter("CSV files (*.csv)")
-        dialog.setDefaultSuffix("csv")
-        folder = self.main.settings.value(CSV_DIR_KEY, "", type=str)
-        if folder and Path(folder).is_dir():
-            dialog.setDirectory(folder)
-        dialog.selectFile("comparison.csv")
-        dialog.fileSelected.connect(self.export_csv)
-        dialog.finished.connect(dialog.deleteLater)
-        self.csv_dialog = dialog
-        dialog.open()
-
-    def export_csv(self, path) -> Path | None:
-        """Write the numbers table to ``path`` (header row, then one row per line of the table)."""
-        if not self.table_rows or not path:
-            return None
-        path = Path(path)
-        try:
-            with path.open("w", newline="", encoding="utf-8") as handle:
-                csv.writer(handle).writerows(self.table_rows)
-        except OSError as exc:
-            self.main.show_error("Could not export the table", f"{path}: {exc.strerror or exc}")
-            return None
-        self.main.settings.setValue(CSV_DIR_KEY, str(path.parent))
-        self.progress_label.setText(f"Table written to {path}")
-        self.main.show_status(f"Comparison table written to {path}", 10000)
-        self.csv_written.emit(str(path))
-        return path
-
-    def _on_save_clicked(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Save Comparison To Folder")
-        if folder:
-            self.save_to(folder)
-
-    def save_to(self, folder) -> None:
-        """Write the comparison's files in a worker thread (``engine.compare.save_comparison``)."""
-        if self.comparison is None:
-            return
-        from engine.compare import save_comparison
-
-        self.save_button.setEnabled(False)
-        self.main.runner.run_task(
-            "save-compare",
-            save_comparison,
-            self.comparison,
-            folder,
-            finished=self._on_saved,
-            failed=self._on_save_failed,
-        )
-
-    def _on_saved(self, paths) -> None:
-        self.save_button.setEnabled(self.comparison is not None)
-        folder = paths[0].parent if paths else ""
-        self.progress_label.setText(f"Saved {len(paths)} files to {folder}")
-        self.main.show_status(f"Comparison saved to {folder}", 10000)
-
-    def _on_save_failed(self, message: str) -> None:
-        self.save_button.setEnabled(self.comparison is not None)
-        self.main.show_error("Could not save the comparison", message)
 
     # -- linking and events --------------------------------------------------------------------------
 
@@ -1035,6 +737,15 @@ class CompareWindow(QWidget):
         self._update_source()  # the Generate panel may have changed while this window was hidden
         self.refresh_availability()
         super().showEvent(event)
+        if not event.spontaneous():
+            # Opened by the user (Ctrl+Shift+G, the menu): the keyboard comes here at once. The platform's
+            # activation arrives later (after the map, or never under a window manager that holds focus),
+            # and until then the window's shortcuts (Ctrl+Return, Esc, 1-3) do not fire: a Ctrl+Return
+            # pressed right after opening did nothing (issue 25's walk). Qt 6 marks setActiveWindow deprecated
+            # in favour of activateWindow(), which is the asynchronous request that leaves that gap.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                QApplication.setActiveWindow(self)
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
         self.cancel()  # a closed window's run would go on unseen; stop it

@@ -137,7 +137,25 @@ class OptimizationPanel(QWidget):
         self._device_text = ""
         self._updating = False
 
-        # -- header: preset, expand arrow, one-line summary, refusal message
+        self._build_header()  # preset, expand arrow, what was measured, summary, refusal message
+        self._build_settings()  # the settings' controls, hidden until "All settings"
+        self._lay_out()
+
+        self._set_controls({**DEFAULTS, **self.form.optimization})
+        self.expand_button.setChecked(self.qsettings.value(EXPANDED_KEY, False, type=bool))
+        self._on_expand_button_toggled(self.expand_button.isChecked())
+        self.form.changed.connect(self._on_form_changed)
+        state.model_selected.connect(self._on_state_model_selected)
+        state.job_changed.connect(self._on_state_job_changed)
+        self.measured.changed.connect(self._on_measured_changed)
+        self._on_measured_changed()
+        self.refresh(import_engine=False)
+
+    # -- building (called in this order from __init__: the widgets' creation order is the Tab order)
+
+    def _build_header(self) -> None:
+        """The preset box and its expand arrow, what was measured here (with Measure/Cancel and the PSNR
+        floor of "Fastest here"), the one-line summary and the refusal message."""
         self.preset_box = QComboBox()
         for name in (FASTEST_HERE, *PRESETS, CUSTOM):
             self.preset_box.addItem(name, name)
@@ -184,7 +202,8 @@ class OptimizationPanel(QWidget):
         self.refused_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.refused_label.hide()
 
-        # -- the settings
+    def _build_settings(self) -> None:
+        """One control per setting (combos, PSNR budgets of mixed quantization, checks) in ``self.body``."""
         self.checks: dict[str, QCheckBox] = {}
         self.combos: dict[str, QComboBox] = {}
         self.marks: dict[str, QLabel] = {}
@@ -242,6 +261,8 @@ class OptimizationPanel(QWidget):
             row += 1
         self.body.hide()
 
+    def _lay_out(self) -> None:
+        """The header rows over the settings' body."""
         top = QHBoxLayout()
         top.setSpacing(6)
         top.addWidget(self.preset_box, 1)
@@ -260,16 +281,6 @@ class OptimizationPanel(QWidget):
         layout.addWidget(self.summary)
         layout.addWidget(self.refused_label)
         layout.addWidget(self.body)
-
-        self._set_controls({**DEFAULTS, **self.form.optimization})
-        self.expand_button.setChecked(self.qsettings.value(EXPANDED_KEY, False, type=bool))
-        self._on_expand_button_toggled(self.expand_button.isChecked())
-        self.form.changed.connect(self._on_form_changed)
-        state.model_selected.connect(self._on_state_model_selected)
-        state.job_changed.connect(self._on_state_job_changed)
-        self.measured.changed.connect(self._on_measured_changed)
-        self._on_measured_changed()
-        self.refresh(import_engine=False)
 
     def _add_row(self, grid: QGridLayout, row: int, name: str, widget: QWidget, label: bool = True) -> None:
         if label:

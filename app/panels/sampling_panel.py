@@ -23,8 +23,6 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QProgressBar,
-    QPushButton,
     QScrollArea,
     QSizePolicy,
     QSlider,
@@ -37,6 +35,7 @@ from PySide6.QtWidgets import (
 from app.core.generation_form import MAX_SEED, condition_problem, extrapolation_note, random_seed
 from app.core.progress import ProgressTracker
 from app.core.session import AppState
+from app.panels.run_box import RunBox
 
 SLIDER_STEPS = 1000
 MIN_PANEL_WIDTH = 300
@@ -203,152 +202,9 @@ class SamplingPanel(QWidget):
         self.condition_controls: dict[str, ConditionControl] = {}
         self.wheel_guard = WheelGuard(self)
 
-        # -- model
-        self.model_box = QComboBox()
-        self.model_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.model_box.setMinimumContentsLength(14)
-        self.model_box.currentIndexChanged.connect(self._on_model_box_changed)
-        self.open_model_button = QToolButton(text="\u2026")
-        self.open_model_button.setToolTip("Open model folder... (VolSynth model or MONAI bundle)")
-        self.open_model_button.clicked.connect(self.open_model_requested)
-        self.model_info = QLabel()
-        self.model_info.setObjectName("hint")
-        self.model_info.setWordWrap(True)
-        model_row = QHBoxLayout()
-        model_row.addWidget(self.model_box, 1)
-        model_row.addWidget(self.open_model_button)
-
-        # -- sampling
-        self.sampler_box = QComboBox()
-        self.sampler_box.currentTextChanged.connect(self._on_sampler_box_changed)
-        self.steps_spin = QSpinBox()
-        self.steps_spin.setRange(1, 1000)
-        self.steps_spin.setToolTip("Denoising steps: more is slower and usually cleaner")
-        self.steps_spin.valueChanged.connect(self._on_steps_spin_changed)
-        self.seed_spin = QSpinBox()
-        self.seed_spin.setRange(0, MAX_SEED)
-        # Room for ten digits, not the width Qt derives from the range's text plus margin: the Sampling
-        # group then fits the Generate panel of a 1024-px window without scrolling sideways.
-        self.seed_spin.setMinimumWidth(self.seed_spin.fontMetrics().horizontalAdvance("0" * 10) + 34)
-        self.seed_spin.setToolTip("Same seed + same settings + same device = same volume")
-        self.seed_spin.valueChanged.connect(self._on_seed_spin_changed)
-        self.random_seed_button = QToolButton(text="Random")
-        self.random_seed_button.setToolTip("Pick a random seed (Ctrl+R)")
-        self.random_seed_button.clicked.connect(self.pick_random_seed)
-        seed_row = QHBoxLayout()
-        seed_row.addWidget(self.seed_spin, 1)
-        seed_row.addWidget(self.random_seed_button)
-        self.guidance_spin = QDoubleSpinBox()
-        self.guidance_spin.setRange(0.0, 20.0)
-        self.guidance_spin.setSingleStep(0.5)
-        self.guidance_spin.setValue(1.0)
-        self.guidance_spin.setToolTip(
-            "Classifier-free guidance: 1 = plain conditional sampling; higher follows "
-            "the conditions more strictly"
-        )
-        self.guidance_spin.valueChanged.connect(self._on_guidance_spin_changed)
-        self.guidance_label = QLabel("Guidance")
-        self.batch_spin = QSpinBox()
-        self.batch_spin.setRange(1, 16)
-        self.batch_spin.setToolTip("Volumes generated together (same settings, consecutive noise)")
-        self.batch_spin.valueChanged.connect(self._on_batch_spin_changed)
-        self._added_devices: list[tuple[str, str]] = []
-        self.device_box = QComboBox()
-        self.device_box.addItem("Auto", "auto")
-        self.device_box.addItem("CPU", "cpu")
-        self.device_box.setToolTip("Where the model runs")
-        self.device_box.currentIndexChanged.connect(self._on_device_box_changed)
-
-        model_group = QGroupBox("Model")
-        model_form = QVBoxLayout(model_group)
-        model_form.addLayout(model_row)
-        model_form.addWidget(self.model_info)
-
-        sampling_group = QGroupBox("Sampling")
-        form = QFormLayout(sampling_group)
-        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        form.addRow("Sampler", self.sampler_box)
-        form.addRow("Steps", self.steps_spin)
-        form.addRow("Seed", seed_row)
-        form.addRow(self.guidance_label, self.guidance_spin)
-        form.addRow("Batch", self.batch_spin)
-        form.addRow("Device", self.device_box)
-
-        # -- output: modality and size, for models that let a request choose them (NV-Generate-MR-Brain)
-        self.output_group = QGroupBox("Output")
-        output_form = QFormLayout(self.output_group)
-        output_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.modality_box = QComboBox()
-        self.modality_box.setToolTip("The MR contrast to generate (the model's class label for it)")
-        self.modality_box.currentIndexChanged.connect(self._on_modality_box_changed)
-        self.size_box = QComboBox()
-        self.size_box.setToolTip(
-            "Output size and voxel spacing. Preview: half the edges at twice the spacing (the same field of "
-            "view), about 8x faster"
-        )
-        self.size_box.currentIndexChanged.connect(self._on_size_box_changed)
-        output_form.addRow("Modality", self.modality_box)
-        output_form.addRow("Size", self.size_box)
-        self.output_group.hide()
-
-        self.conditioning_group = QGroupBox("Conditioning")
-        self.conditioning_form = QFormLayout(self.conditioning_group)
-        self.conditioning_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
-
-        # -- run (pinned under the scrolling form)
-        self.generate_button = QPushButton("Generate")
-        self.generate_button.setObjectName("primary")
-        self.generate_button.setToolTip("Generate a volume (Ctrl+G)")
-        self.generate_button.clicked.connect(self._on_generate_clicked)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setToolTip("Stop the running generation (Esc)")
-        self.cancel_button.setEnabled(False)
-        self.cancel_button.clicked.connect(self.cancel_requested)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.generate_button, 2)
-        buttons.addWidget(self.cancel_button, 1)
-        self.progress_bar = QProgressBar()
-        self.progress_bar.setRange(0, 100)
-        self.progress_bar.setValue(0)
-        self.progress_bar.setTextVisible(True)
-        self.progress_label = QLabel("Ready")
-        self.progress_label.setObjectName("progressText")
-        self.progress_label.setWordWrap(True)
-
-        self._sections = QVBoxLayout()
-        self._sections.setSpacing(8)
-        self.form_widget = QWidget()
-        controls = QVBoxLayout(self.form_widget)
-        controls.setContentsMargins(8, 8, 8, 8)
-        controls.setSpacing(8)
-        controls.addWidget(model_group)
-        controls.addWidget(sampling_group)
-        controls.addWidget(self.output_group)
-        controls.addWidget(self.conditioning_group)
-        controls.addLayout(self._sections)
-        controls.addStretch(1)
-        self.scroll = QScrollArea()
-        self.scroll.setWidget(self.form_widget)
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        # Normally never needed (the panel asks for the form's width, see _fit_width); on a screen too
-        # narrow for that, the form scrolls sideways instead of being cut off at the right.
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-        run_box = QWidget()
-        run_box.setObjectName("runBox")
-        run = QVBoxLayout(run_box)
-        run.setContentsMargins(8, 6, 8, 8)
-        run.setSpacing(6)
-        run.addLayout(buttons)
-        run.addWidget(self.progress_bar)
-        run.addWidget(self.progress_label)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        layout.addWidget(self.scroll, 1)
-        layout.addWidget(run_box)
-        self.setMinimumWidth(MIN_PANEL_WIDTH)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+        model_row, seed_row = self._build_controls()
+        model_group, sampling_group = self._build_groups(model_row, seed_row)
+        self._lay_out(model_group, sampling_group)
         for widget in (
             self.model_box,
             self.sampler_box,
@@ -554,6 +410,141 @@ class SamplingPanel(QWidget):
         )
         index = next((i for i in range(self.size_box.count()) if self.size_box.itemData(i) == chosen), 0)
         self._set_quietly(self.size_box.setCurrentIndex, self.size_box, index)
+
+    # -- building (one method per part, called in this order: the widgets' creation order is the Tab order)
+
+    def _build_controls(self) -> tuple[QHBoxLayout, QHBoxLayout]:
+        """The model, sampling and device controls; returns the model row and the seed row."""
+        # -- model
+        self.model_box = QComboBox()
+        self.model_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model_box.setMinimumContentsLength(14)
+        self.model_box.currentIndexChanged.connect(self._on_model_box_changed)
+        self.open_model_button = QToolButton(text="\u2026")
+        self.open_model_button.setToolTip("Open model folder... (VolSynth model or MONAI bundle)")
+        self.open_model_button.clicked.connect(self.open_model_requested)
+        self.model_info = QLabel()
+        self.model_info.setObjectName("hint")
+        self.model_info.setWordWrap(True)
+        model_row = QHBoxLayout()
+        model_row.addWidget(self.model_box, 1)
+        model_row.addWidget(self.open_model_button)
+
+        # -- sampling
+        self.sampler_box = QComboBox()
+        self.sampler_box.currentTextChanged.connect(self._on_sampler_box_changed)
+        self.steps_spin = QSpinBox()
+        self.steps_spin.setRange(1, 1000)
+        self.steps_spin.setToolTip("Denoising steps: more is slower and usually cleaner")
+        self.steps_spin.valueChanged.connect(self._on_steps_spin_changed)
+        self.seed_spin = QSpinBox()
+        self.seed_spin.setRange(0, MAX_SEED)
+        # Room for ten digits, not the width Qt derives from the range's text plus margin: the Sampling
+        # group then fits the Generate panel of a 1024-px window without scrolling sideways.
+        self.seed_spin.setMinimumWidth(self.seed_spin.fontMetrics().horizontalAdvance("0" * 10) + 34)
+        self.seed_spin.setToolTip("Same seed + same settings + same device = same volume")
+        self.seed_spin.valueChanged.connect(self._on_seed_spin_changed)
+        self.random_seed_button = QToolButton(text="Random")
+        self.random_seed_button.setToolTip("Pick a random seed (Ctrl+R)")
+        self.random_seed_button.clicked.connect(self.pick_random_seed)
+        seed_row = QHBoxLayout()
+        seed_row.addWidget(self.seed_spin, 1)
+        seed_row.addWidget(self.random_seed_button)
+        self.guidance_spin = QDoubleSpinBox()
+        self.guidance_spin.setRange(0.0, 20.0)
+        self.guidance_spin.setSingleStep(0.5)
+        self.guidance_spin.setValue(1.0)
+        self.guidance_spin.setToolTip(
+            "Classifier-free guidance: 1 = plain conditional sampling; higher follows "
+            "the conditions more strictly"
+        )
+        self.guidance_spin.valueChanged.connect(self._on_guidance_spin_changed)
+        self.guidance_label = QLabel("Guidance")
+        self.batch_spin = QSpinBox()
+        self.batch_spin.setRange(1, 16)
+        self.batch_spin.setToolTip("Volumes generated together (same settings, consecutive noise)")
+        self.batch_spin.valueChanged.connect(self._on_batch_spin_changed)
+        self._added_devices: list[tuple[str, str]] = []
+        self.device_box = QComboBox()
+        self.device_box.addItem("Auto", "auto")
+        self.device_box.addItem("CPU", "cpu")
+        self.device_box.setToolTip("Where the model runs")
+        self.device_box.currentIndexChanged.connect(self._on_device_box_changed)
+        return model_row, seed_row
+
+    def _build_groups(self, model_row: QHBoxLayout, seed_row: QHBoxLayout) -> tuple[QGroupBox, QGroupBox]:
+        """The Model and Sampling groups around the controls, and the Output and Conditioning groups."""
+        model_group = QGroupBox("Model")
+        model_form = QVBoxLayout(model_group)
+        model_form.addLayout(model_row)
+        model_form.addWidget(self.model_info)
+
+        sampling_group = QGroupBox("Sampling")
+        form = QFormLayout(sampling_group)
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        form.addRow("Sampler", self.sampler_box)
+        form.addRow("Steps", self.steps_spin)
+        form.addRow("Seed", seed_row)
+        form.addRow(self.guidance_label, self.guidance_spin)
+        form.addRow("Batch", self.batch_spin)
+        form.addRow("Device", self.device_box)
+
+        # -- output: modality and size, for models that let a request choose them (NV-Generate-MR-Brain)
+        self.output_group = QGroupBox("Output")
+        output_form = QFormLayout(self.output_group)
+        output_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.modality_box = QComboBox()
+        self.modality_box.setToolTip("The MR contrast to generate (the model's class label for it)")
+        self.modality_box.currentIndexChanged.connect(self._on_modality_box_changed)
+        self.size_box = QComboBox()
+        self.size_box.setToolTip(
+            "Output size and voxel spacing. Preview: half the edges at twice the spacing (the same field of "
+            "view), about 8x faster"
+        )
+        self.size_box.currentIndexChanged.connect(self._on_size_box_changed)
+        output_form.addRow("Modality", self.modality_box)
+        output_form.addRow("Size", self.size_box)
+        self.output_group.hide()
+
+        self.conditioning_group = QGroupBox("Conditioning")
+        self.conditioning_form = QFormLayout(self.conditioning_group)
+        self.conditioning_form.setLabelAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
+        return model_group, sampling_group
+
+    def _lay_out(self, model_group: QGroupBox, sampling_group: QGroupBox) -> None:
+        """The scrolling form (groups, then the added sections) over the pinned run box."""
+        self._sections = QVBoxLayout()
+        self._sections.setSpacing(8)
+        self.form_widget = QWidget()
+        controls = QVBoxLayout(self.form_widget)
+        controls.setContentsMargins(8, 8, 8, 8)
+        controls.setSpacing(8)
+        controls.addWidget(model_group)
+        controls.addWidget(sampling_group)
+        controls.addWidget(self.output_group)
+        controls.addWidget(self.conditioning_group)
+        controls.addLayout(self._sections)
+        controls.addStretch(1)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.form_widget)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        # Normally never needed (the panel asks for the form's width, see _fit_width); on a screen too
+        # narrow for that, the form scrolls sideways instead of being cut off at the right.
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        # Generate, Cancel and the progress, pinned under the scrolling form
+        self.run_box = RunBox()
+        self.generate_button, self.cancel_button = self.run_box.generate_button, self.run_box.cancel_button
+        self.progress_bar, self.progress_label = self.run_box.progress_bar, self.run_box.progress_label
+        self.generate_button.clicked.connect(self._on_generate_clicked)
+        self.cancel_button.clicked.connect(self.cancel_requested)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.scroll, 1)
+        layout.addWidget(self.run_box)
+        self.setMinimumWidth(MIN_PANEL_WIDTH)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
 
     def _fit_width(self) -> None:
         """Ask for the form's width: the window widens the dock (shrinking the viewer) when the form grows,

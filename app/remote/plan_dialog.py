@@ -83,6 +83,34 @@ class PlanDialog(QDialog):
         self._waiting_on = ""
         self._topology = ""
 
+        intro = self._build_form()  # what it does, then server, model, topology | batch, top N, CFG
+        actions = self._build_actions()  # Plan, Cancel, the busy bar and the status line
+        self._build_results()  # the summary, the plans' table and its footnote
+
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.buttons.rejected.connect(self.reject)
+        self.buttons.button(QDialogButtonBox.StandardButton.Close).setAutoDefault(False)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(intro)
+        layout.addWidget(self.form_widget)
+        layout.addWidget(self.devices_label)  # outside the form: it stays readable while the form is disabled
+        layout.addLayout(actions)
+        layout.addWidget(self.summary_label)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.footnote)
+        layout.addWidget(self.buttons)
+
+        self._timer = QTimer(self)
+        self._timer.setInterval(ELAPSED_INTERVAL_MS)
+        self._timer.timeout.connect(self._on_timer_timeout)
+        self.resize(1280, 680)
+        self.set_connections(list(controller.connections.values()))
+
+    # -- building (called in this order from __init__: the widgets' creation order is the Tab order)
+
+    def _build_form(self) -> QLabel:
+        """The request's controls in two columns (``self.form_widget``); returns the intro text above them."""
         intro = QLabel(
             "Predict how one denoising step of a model would run split over a multi-device slice: the "
             "connected engine server enumerates the ways to split it, compiles the most promising with XLA "
@@ -149,7 +177,10 @@ class PlanDialog(QDialog):
         form.setHorizontalSpacing(24)
         self.form_widget = QWidget()
         self.form_widget.setLayout(form)
+        return intro
 
+    def _build_actions(self) -> QHBoxLayout:
+        """Plan (the default button), Cancel, the busy bar and the status line, in one row."""
         self.plan_button = QPushButton("Plan")
         self.plan_button.setDefault(True)
         self.plan_button.setAutoDefault(True)
@@ -176,7 +207,10 @@ class PlanDialog(QDialog):
         actions.addWidget(self.cancel_button)
         actions.addWidget(self.progress)
         actions.addWidget(self.status_label, 1)
+        return actions
 
+    def _build_results(self) -> None:
+        """The summary line, the sortable table of plans (columns from ``app.core.plan_table``), the footnote."""
         self.summary_label = QLabel("")
         self.summary_label.setObjectName("planSummary")
         self.summary_label.setWordWrap(True)
@@ -211,26 +245,6 @@ class PlanDialog(QDialog):
         )
         self.footnote.setObjectName("planFootnote")
         self.footnote.setWordWrap(True)
-
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        self.buttons.rejected.connect(self.reject)
-        self.buttons.button(QDialogButtonBox.StandardButton.Close).setAutoDefault(False)
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(intro)
-        layout.addWidget(self.form_widget)
-        layout.addWidget(self.devices_label)  # outside the form: it stays readable while the form is disabled
-        layout.addLayout(actions)
-        layout.addWidget(self.summary_label)
-        layout.addWidget(self.table, 1)
-        layout.addWidget(self.footnote)
-        layout.addWidget(self.buttons)
-
-        self._timer = QTimer(self)
-        self._timer.setInterval(ELAPSED_INTERVAL_MS)
-        self._timer.timeout.connect(self._on_timer_timeout)
-        self.resize(1280, 680)
-        self.set_connections(list(controller.connections.values()))
 
     # -- the servers ---------------------------------------------------------------------------------
 

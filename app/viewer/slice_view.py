@@ -16,34 +16,32 @@ and the slice number names its voxel axis (``k=90`` in an axial view is the ``k`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
 from PySide6.QtWidgets import QApplication, QSizePolicy, QWidget
 
 from app.core.session import AppState
 from app.core.slicing import (
-    AXIS_LETTERS,
     INDEX_BASE,
     ZOOM_STEP,
     apply_window,
     clamp_pan,
     fit_rect,
-    format_fixed,
     format_intensity,
     plane_geometry,
     window_from_drag,
     zoom_about,
-    zoom_percent,
     zoomed_rect,
 )
 from app.core.tissue import is_mni, overlay_rgba, tissue_at
 from app.core.volumes import ras_to_voxel, voxel_to_ras
+from app.viewer.slice_overlay import OverlayText, corner_texts, overlay_layout
 
 PLANE_COLOURS = {"axial": QColor("#e0524f"), "coronal": QColor("#5fb85c"), "sagittal": QColor("#4d8fe6")}
 BACKGROUND = QColor("#0b0d10")
+PLANE_STRIP = 4  # px: the plane's colour down the view's left edge
+EMPTY_HINT_FLAGS = Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap
 BACKING = QColor(8, 10, 13, 190)  # behind overlay text: readable over bright anatomy
 TEXT_COLOURS = {
     "title": QColor("#dfe3ea"),
@@ -53,17 +51,6 @@ TEXT_COLOURS = {
     "preview": QColor("#f0c674"),
     "orientation": QColor("#f0c674"),
 }
-CONVENTION_SHORT = {"radiological": "radiol.", "neurological": "neuro."}
-
-
-@dataclass(frozen=True)
-class OverlayText:
-    """One piece of overlay text: what it says and the box (backing included) it is drawn in."""
-
-    name: str  # "title", "tag", "slice", "window" or "orientation-left/right/top/bottom"
-    text: str
-    rect: QRectF
-    bold: bool = False
 
 
 class SliceView(QWidget):
@@ -230,7 +217,8 @@ class SliceView(QWidget):
         self._slice_image()
         return None if self._buffer is None else self._buffer.copy()
 
-    def _fonts(self) -> tuple[QFont, QFont]:
+    def fonts(self) -> tuple[QFont, QFont]:
+        """The overlay's regular and bold fonts (the bold one a point larger)."""
         font = QFont(self.font())
         font.setPointSizeF(max(8.0, font.pointSizeF()))
         bold = QFont(font)
@@ -247,144 +235,38 @@ class SliceView(QWidget):
         return {item.name: item.rect for item in self.overlay_layout()}
 
     def _corner_texts(self, level: int) -> dict[str, str]:
-        """Title, tag, slice number and window at a compactness level (0 full .. 2 shortest)."""
-        entry = self.state.shown
-        texts = {"title": self.plane.capitalize()}
-        if self.plane != "sagittal" and level == 0:
-            texts["title"] += f" ({CONVENTION_SHORT[self.state.convention]})"
-        if level == 2:
-            texts["title"] = self.plane[:3].capitalize()
-        if entry is None:
-            return texts
-        if entry.kind == "preview":  # which step the image is from: the bar may be a step or two further
-            step = f" step {entry.preview_step[0]}/{entry.preview_step[1]}" if entry.preview_step else ""
-            texts["tag"] = (
-                f"PREVIEW{step} (x\u2080 estimate)"
-                if level == 0
-                else f"PREVIEW{step}"
-                if level == 1
-                else "PREVIEW"
-            )
-        elif entry.synthetic:
-            texts["tag"] = "SYNTHETIC"
-        ijk = self.state.crosshair_voxel()
-        axis = self.geometry_.slice_axis
-        index, last = ijk[axis] + INDEX_BASE, entry.shape[axis] - 1 + INDEX_BASE
-        letter = AXIS_LETTERS[axis]
-        texts["slice"] = (
-            f"slice {letter}={index} ({INDEX_BASE}\u2013{last})"
-            if level == 0
-            else f"{letter}={index}/{last}"
-            if level == 1
-            else f"{letter}={index}"
-        )
-        if abs(self.zoom - 1.0) > 1e-6 and level < 2:  # the zoom level, once it is not "fit"
-            texts["slice"] += f"  \u00b7  {zoom_percent(self.zoom)}"
-        if level < 2:  # the toolbar shows W and L too: the first thing to go when space is short
-            window, level_value = self.state.window
-            decimals = entry.window_decimals  # as the W and L fields on the tool bar show them
-            w, c = format_fixed(window, decimals), format_fixed(level_value, decimals)
-            texts["window"] = f"W {w}  L {c}" if level == 0 else f"W{w} L{c}"
-        return texts
+        return corner_texts(self, level)
 
     def overlay_layout(self) -> list[OverlayText]:
         """Overlay boxes: title top-left, tag top-right, slice bottom-left, window bottom-right, and the
-        orientation letters at the middle of the visible image's edges, between those two rows.
+        orientation letters between those rows (see ``app.viewer.slice_overlay``)."""
+        return overlay_layout(self)
 
-        The most complete texts that fit side by side are used; shorter ones in small views.
-        """
-        font, bold = self._fonts()
-        fm, fm_bold = QFontMetricsF(font), QFontMetricsF(bold)
-        pad_x, pad_y, margin, gap = self.BOX_PAD_X, self.BOX_PAD_Y, self.TEXT_MARGIN, self.GAP
-        width, height = float(self.width()), float(self.height())
-        box_h = fm.height() + 2 * pad_y
-        left_x = margin + 4  # the plane's colour strip is 4 px wide
+    def empty_hint(self) -> str:
+        """What an empty view says: its plane, and under it ``empty_text``."""
+        return f"{self.plane.capitalize()}\n\n{self.empty_text}"
 
-        def box_w(text: str, metrics: QFontMetricsF = fm) -> float:
-            return metrics.horizontalAdvance(text) + 2 * pad_x
-
-        def row_fits(left: str | None, right: str | None) -> bool:
-            used = (box_w(left) if left else 0) + (box_w(right) if right else 0) + gap
-            return left_x + used <= width - margin
-
-        # The top row (title, tag) and the bottom row (slice, window) each take the most complete texts
-        # that fit side by side.
-        levels = [self._corner_texts(level) for level in range(3)]
-        top_row = next((x for x in levels if row_fits(x["title"], x.get("tag"))), levels[-1])
-        bottom_row = next((x for x in levels if row_fits(x.get("slice"), x.get("window"))), levels[-1])
-        top_fits = row_fits(top_row["title"], top_row.get("tag"))
-        texts = {k: v for k, v in top_row.items() if k in ("title", "tag")}
-        texts.update({k: v for k, v in bottom_row.items() if k in ("slice", "window")})
-        items: list[OverlayText] = []
-        top_y, bottom_y = margin, height - margin - box_h
-        tag_y = top_y
-        if not top_fits and "tag" in texts:
-            tag_y = top_y + box_h + 2  # the tag goes under the title rather than on it
-        items.append(
-            OverlayText("title", texts["title"], QRectF(left_x, top_y, box_w(texts["title"]), box_h))
+    def empty_hint_rect(self) -> QRectF:
+        """Where the empty view's hint goes: inside the text margins, right of the plane's colour strip. The
+        hint wraps at word breaks there, so a narrow view (1024-px window) shows it whole, not cut at both
+        sides ("nerate a volume...")."""
+        left = PLANE_STRIP + self.TEXT_MARGIN
+        return QRectF(
+            left,
+            self.TEXT_MARGIN,
+            self.width() - left - self.TEXT_MARGIN,
+            self.height() - 2 * self.TEXT_MARGIN,
         )
-        if "tag" in texts:
-            w = box_w(texts["tag"])
-            items.append(OverlayText("tag", texts["tag"], QRectF(width - margin - w, tag_y, w, box_h)))
-        if "slice" in texts:
-            items.append(
-                OverlayText("slice", texts["slice"], QRectF(left_x, bottom_y, box_w(texts["slice"]), box_h))
-            )
-        if "window" in texts:
-            w = box_w(texts["window"])
-            items.append(
-                OverlayText("window", texts["window"], QRectF(width - margin - w, bottom_y, w, box_h))
-            )
-
-        # orientation letters, inside the part of the image on screen and between the two text rows
-        visible = self.image_rect().intersected(QRectF(0, 0, width, height))
-        if self.state.shown is not None and not visible.isEmpty():
-            band_top = max(item.rect.bottom() for item in items if item.rect.top() < height / 2) + 2
-            band_bottom = (
-                min(
-                    (item.rect.top() for item in items if item.rect.top() >= height / 2),
-                    default=height - margin,
-                )
-                - 2
-            )
-            left, right, top, bottom = self.geometry_.labels
-            bold_h = fm_bold.height() + 2 * pad_y
-            inner_pad = 3.0
-            mid_y = min(max(visible.center().y() - bold_h / 2, band_top), band_bottom - bold_h)
-            mid_x = visible.center().x()
-            places = {
-                "orientation-left": (left, visible.left() + inner_pad, mid_y),
-                "orientation-right": (right, visible.right() - inner_pad - box_w(right, fm_bold), mid_y),
-                "orientation-top": (
-                    top,
-                    mid_x - box_w(top, fm_bold) / 2,
-                    max(visible.top() + inner_pad, band_top),
-                ),
-                "orientation-bottom": (
-                    bottom,
-                    mid_x - box_w(bottom, fm_bold) / 2,
-                    min(visible.bottom() - inner_pad - bold_h, band_bottom - bold_h),
-                ),
-            }
-            for name, (text, x, y) in places.items():
-                w = box_w(text, fm_bold)
-                x = min(max(x, left_x), width - margin - w)
-                items.append(OverlayText(name, text, QRectF(x, y, w, bold_h), bold=True))
-        return items
 
     def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
         painter = QPainter(self)
         painter.fillRect(self.rect(), BACKGROUND)
         image = self._slice_image()
-        font, bold = self._fonts()
+        font, bold = self.fonts()
         if image is None:
             painter.setFont(font)
             painter.setPen(QColor("#6b7380"))
-            painter.drawText(
-                self.rect(),
-                Qt.AlignmentFlag.AlignCenter,
-                f"{self.plane.capitalize()}\n\n{self.empty_text}",
-            )
+            painter.drawText(self.empty_hint_rect(), EMPTY_HINT_FLAGS, self.empty_hint())
         else:
             self._draw_image(painter, image)
             overlay = self._overlay_image()
@@ -392,7 +274,7 @@ class SliceView(QWidget):
                 self._draw_image(painter, overlay)
             if self.state.show_crosshair:
                 self._draw_crosshair(painter)
-        painter.fillRect(QRectF(0, 0, 4, self.height()), PLANE_COLOURS[self.plane])
+        painter.fillRect(QRectF(0, 0, PLANE_STRIP, self.height()), PLANE_COLOURS[self.plane])
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         for item in self.overlay_layout():
             painter.setPen(Qt.PenStyle.NoPen)

@@ -2,10 +2,11 @@
 
 Callers import them from here; ``types`` holds the request, progress and result records and ``optimization_config``
 the speed and precision settings a request carries, as data only (the code that applies them is
-:mod:`engine.optimization`, several layers up).
+:mod:`engine.optimization`, several layers up); ``relay`` is the one loop that drives a sampling generator.
 """
 
 from engine.api.optimization_config import OptimizationConfig
+from engine.api.relay import drive, relay
 from engine.api.types import (
     MAX_BATCH,
     MAX_EDGE,
@@ -32,5 +33,7 @@ __all__ = [
     "Progress",
     "SamplingRequest",
     "SamplingResult",
+    "drive",
+    "relay",
     "run",
 ]

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from engine.api.optimization_config import OptimizationConfig
+from engine.api.relay import drive
 from engine.errors import InvalidRequest
 from engine.models.spec import SAMPLERS
 from engine.nifti.volume import Volume
@@ -283,18 +284,8 @@ def run(
 ) -> SamplingResult | None:
     """Drive a sampling generator to the end. Returns None if ``should_cancel`` said stop.
 
-    Cancellation closes the generator in this thread, so the backend's ``finally`` blocks release
-    memory and files before this returns.
+    The name callers have long used for :func:`engine.api.relay.drive`, the one relay: cancellation closes
+    the generator in this thread, so the backend's ``finally`` blocks release memory and files before this
+    returns.
     """
-    try:
-        while True:
-            try:
-                progress = next(job)
-            except StopIteration as done:
-                return done.value
-            if on_progress is not None:
-                on_progress(progress)
-            if should_cancel is not None and should_cancel():
-                return None
-    finally:
-        job.close()
+    return drive(job, on_progress=on_progress, should_stop=should_cancel)

@@ -1,5 +1,9 @@
-"""Backends run sampling requests: locally (cpu/cuda/mps), on a remote engine server, or on XLA."""
+"""Backends run sampling requests: locally (cpu/cuda/mps), on a remote engine server, or on XLA.
 
+``make_backend`` (:mod:`engine.backends.factory`) builds the right one from a device name or server address.
+"""
+
+from engine.backends.factory import XLA_DEVICES, is_xla_device, make_backend
 from engine.backends.local import LocalBackend
 
-__all__ = ["LocalBackend"]
+__all__ = ["XLA_DEVICES", "LocalBackend", "is_xla_device", "make_backend"]

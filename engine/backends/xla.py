@@ -14,15 +14,17 @@ otherwise, and records what it asked for.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
-from engine.backends.provenance import machine_record, run_provenance
+from engine.api import BackendInfo, SamplingRequest
+from engine.backends.in_process import InProcessBackend
+from engine.backends.provenance import machine_record
 from engine.errors import InvalidRequest, OutOfMemory
 from engine.machine.software import library_versions
 from engine.models.registry import ModelRegistry
@@ -154,8 +156,12 @@ class XlaModel:
         self._program("decoder", self._decoder_fn(), self.decoder_params, latent)
 
 
-class XlaBackend:
-    """Keeps the most recently used model converted and its programs compiled, like the local backend."""
+class XlaBackend(InProcessBackend):
+    """Keeps the most recently used model converted and its programs compiled, like the local backend.
+
+    The run itself is :meth:`InProcessBackend.sample`, shared with the local backend; this class fills in
+    the XLA parts.
+    """
 
     name = "xla"
 
@@ -169,11 +175,10 @@ class XlaBackend:
         configure_jax()
         import jax
 
+        super().__init__()
         self.registry = registry or ModelRegistry()
         self.precision = precision
         self.device = jax.devices()[0]
-        self._lock = threading.Lock()
-        self._cache: dict[str, XlaModel] = {}
 
     def info(self) -> BackendInfo:
         import jax
@@ -195,26 +200,12 @@ class XlaBackend:
             },
         )
 
-    def _model(self, source) -> XlaModel:
-        key = str(source.path.resolve())
-        with self._lock:
-            model = self._cache.get(key)
-            if model is None:
-                model = XlaModel.from_loaded(source.load(), self.precision, self.device)
-                self._cache.clear()  # one model resident at a time, as on the local backend
-                self._cache[key] = model
-            return model
+    def _build(self, source) -> XlaModel:
+        return XlaModel.from_loaded(source.load(), self.precision, self.device)
 
-    def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
-        import torch
-
+    def _check(self, run: dict, source, request: SamplingRequest, resolved: SamplingRequest) -> None:
         from engine.api.optimization_config import OptimizationConfig
-        from engine.machine.peak_memory import PeakMemory
-        from engine.sampling import denoise, resolve_request
 
-        started = time.perf_counter()
-        source = self.registry.get(request.model or None)
-        resolve_request(source.spec, request)  # bad input fails before the load
         if request.optimization != OptimizationConfig():
             raise InvalidRequest(
                 "optimization settings (TF32, channels-last, autocast, compile, quantization...) are torch "
@@ -225,49 +216,47 @@ class XlaBackend:
             raise InvalidRequest(
                 "kernel profiles are recorded by torch's profiler; use a torch device for them"
             )
-        yield Progress("load", 0, 1, 0.0, f"loading {source.spec.name} for XLA")
-        load_started = time.perf_counter()
-        model = self._model(source)
-        load_s = time.perf_counter() - load_started
-        compile_before = model.compile_s
-        host = torch.device("cpu")  # where the loop's scheduler and noise live
+
+    def _load_message(self, spec) -> str:
+        return f"loading {spec.name} for XLA"
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
         try:
-            with PeakMemory(host) as peak:
-                loop = yield from denoise(model, source.spec, request, host)
+            yield
         except Exception as exc:
             if "RESOURCE_EXHAUSTED" in str(exc):
                 raise OutOfMemory(
                     f"the XLA device ran out of memory ({str(exc).splitlines()[0][:120]}); lower the batch size"
                 ) from exc
             raise
-        timings = {
-            "load_s": load_s,
-            "compile_s": model.compile_s - compile_before,
-            **loop.timings,
-            "total_s": time.perf_counter() - started,
+
+    def _prepare(self, run: dict, model, request: SamplingRequest, resolved: SamplingRequest):
+        run["model"], run["compile_before"] = model, model.compile_s
+        return model
+
+    def _loop_device(self):
+        import torch
+
+        return torch.device("cpu")  # where the loop's scheduler and noise live
+
+    def _timings(self, run: dict, load_s: float, loop_timings: dict[str, float]) -> dict[str, float]:
+        compile_s = run["model"].compile_s - run["compile_before"]
+        return {"load_s": load_s, "compile_s": compile_s, **loop_timings}
+
+    def _described(self) -> dict[str, Any]:
+        return {
+            "device": f"xla:{self.device.platform}:{self.device.id}",
+            "device_name": f"{self.device.device_kind} (XLA)",
+            "versions": {**library_versions(), **jax_versions()},
         }
-        provenance = run_provenance(
-            source,
-            loop,
-            backend=self.name,
-            device=f"xla:{self.device.platform}:{self.device.id}",
-            device_name=f"{self.device.device_kind} (XLA)",
-            versions={**library_versions(), **jax_versions()},
-            optimization={"requested": request.optimization.to_dict(), "report": {}},
-            timings=timings,
-            memory=peak.record,
-        )
+
+    def _finish(self, run: dict, prepared, provenance: dict[str, Any]) -> None:
         provenance["xla"] = {
             "precision": self.precision,
             "precision_meaning": PRECISION_MEANING[self.precision],
             "platform": self.device.platform,
             "device_kind": str(self.device.device_kind),
-            "networks_on_device": ["unet"] + (["decoder"] if model.decoder_arch is not None else []),
+            "networks_on_device": ["unet"] + (["decoder"] if prepared.decoder_arch is not None else []),
             "on_host": ["scheduler", "initial noise", "guidance mix"],
         }
-        return SamplingResult(
-            volumes=loop.volumes.numpy(),
-            affine=source.spec.affine(loop.request.output_size, loop.request.voxel_spacing_mm),
-            request=loop.request,
-            provenance=provenance,
-        )

@@ -630,11 +630,11 @@ def part_nvml_4hz(ctx: PartContext) -> dict[str, Any]:
     import statistics
 
     from engine.api import SamplingRequest, run
-    from engine.backends.local import LocalBackend
+    from engine.backends.factory import make_backend
     from engine.telemetry import LocalCollector, Sampler
 
     sampler = Sampler(interval_s=0.25, collector=LocalCollector(torch_mode="auto"))
-    backend = LocalBackend(ctx.device)
+    backend = make_backend(ctx.device)
     request = SamplingRequest(steps=3 if ctx.smoke else 0, seed=0)
     run(backend.sample(request))  # load and warm up outside the sampled window
     wanted_s = 3.0 if ctx.smoke else 8.0

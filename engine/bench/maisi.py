@@ -71,10 +71,10 @@ def phase_generate(
     (a GPU check) the first run's load and first-call costs are reported apart from the later runs'."""
     from engine.api import SamplingRequest, run
     from engine.api.optimization_config import OptimizationConfig
-    from engine.backends.local import LocalBackend
+    from engine.backends.factory import make_backend
     from engine.models.registry import ModelRegistry
 
-    backend = LocalBackend(device, ModelRegistry([folder.parent]))
+    backend = make_backend(device, registry=ModelRegistry([folder.parent]))
     request = SamplingRequest(
         model=str(folder),
         steps=30,

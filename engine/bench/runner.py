@@ -139,7 +139,7 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
     import numpy as np
     import torch
 
-    from engine.api import run as drive
+    from engine.api import drive
     from engine.machine.devices import resolve_device
     from engine.models.registry import ModelRegistry
     from engine.optimization.apply import OptimizationConfig, prepare

@@ -11,6 +11,7 @@ import sys
 import time
 
 from engine.formatting import format_duration
+from engine.metrics.pace import pace
 
 
 class ProgressLine:
@@ -34,8 +35,8 @@ class ProgressLine:
             done = progress.step
             run_steps = done - self.stage_first_step  # steps of this run since its denoising began
             elapsed = now - self.stage_started
-            rate = run_steps / elapsed if elapsed > 0 and run_steps > 0 else 0.0
-            eta = (progress.total - done) / rate if rate else 0.0
+            rate, eta = pace(run_steps, elapsed, progress.total - done)
+            rate, eta = rate or 0.0, eta or 0.0
             filled = int(self.width * done / progress.total)
             bar = "#" * filled + "-" * (self.width - filled)
             text = f"denoise [{bar}] {done}/{progress.total}  {rate:.2f} steps/s  ETA {format_duration(eta)}"

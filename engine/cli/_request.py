@@ -137,17 +137,15 @@ def _preview_geometry(model: str):
 
 
 def backend_from_args(args: argparse.Namespace):
-    """A remote backend for ``--server``, else the local one on ``--device``."""
+    """A remote backend for ``--server``, else the one for ``--device`` here (torch, or XLA for xla/tpu)."""
+    import os
+
+    from engine.backends.factory import make_backend
+
     if args.server:
-        import os
-
-        from engine.backends.remote import RemoteBackend
-
-        return RemoteBackend(
-            args.server,
+        return make_backend(
+            server=args.server,
             token=args.token or os.environ.get("VOLSYNTH_SERVER_TOKEN"),
             fingerprint=args.server_fingerprint or os.environ.get("VOLSYNTH_SERVER_FINGERPRINT"),
         )
-    from engine.backends.local import LocalBackend
-
-    return LocalBackend(device=args.device)
+    return make_backend(args.device)

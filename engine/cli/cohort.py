@@ -118,11 +118,12 @@ def _vault_for(spec, args):
 
 
 def _execute(spec, root, args) -> int:
-    from engine.cohort.runner import run_cohort
+    from engine.api import drive
+    from engine.cohort.runner import cohort_events
 
     vault = _vault_for(spec, args)
     try:
-        summary = run_cohort(
+        events = cohort_events(
             spec,
             root,
             address=args.address,
@@ -131,8 +132,8 @@ def _execute(spec, root, args) -> int:
             device=args.device,
             num_cpus=args.num_cpus,
             vault=vault,
-            on_progress=_progress_printer(),
         )
+        summary = drive(events, on_progress=_progress_printer())
     finally:
         if vault is not None:
             vault.lock()

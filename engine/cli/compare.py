@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from engine.api import run as drive
+    from engine.api import drive
     from engine.cli._progress import ProgressLine
     from engine.cli._settings import print_prediction
     from engine.compare import compare_settings, save_comparison

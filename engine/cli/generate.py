@@ -69,7 +69,7 @@ def run(args) -> int:
     import sys
     import threading
 
-    from engine.api import run as drive
+    from engine.api import drive
     from engine.cli._progress import ProgressLine
     from engine.nifti.io import check_output_path, save_result, xform_code
     from engine.optimization.apply import OptimizationConfig
@@ -117,8 +117,8 @@ def run(args) -> int:
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        result = drive(backend.sample(request), on_progress=line.update, should_cancel=cancel.is_set)
-    finally:  # run() has closed the generator: the engine's clean-up ran
+        result = drive(backend.sample(request), on_progress=line.update, should_stop=cancel.is_set)
+    finally:  # drive() has closed the generator: the engine's clean-up ran
         signal.signal(signal.SIGINT, previous)
         line.close()
         summary = metrics.mark_run_end("generate")

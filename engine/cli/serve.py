@@ -93,7 +93,7 @@ def run(args) -> int:
     import uvicorn
 
     from engine.server import create_app
-    from engine.server_connections import uvicorn_options
+    from engine.server.connections import uvicorn_options
     from engine.telemetry import Sampler
 
     limits = ServerLimits(max_queued_jobs=args.max_queue)
@@ -117,19 +117,9 @@ def run(args) -> int:
 
 def serving_backend(args):
     """The backend the server runs jobs on: torch on a device, or XLA."""
-    if args.device.strip().lower() == "xla":
-        from engine.backends.xla import XlaBackend
-        from engine.errors import BackendUnavailable
+    from engine.backends.factory import make_backend
 
-        try:
-            return XlaBackend(precision=args.xla_precision)
-        except ModuleNotFoundError as exc:
-            raise BackendUnavailable(
-                f"--device xla needs JAX ({exc.name} is missing): pip install 'volsynth-studio[xla]'"
-            ) from exc
-    from engine.backends.local import LocalBackend
-
-    return LocalBackend(args.device)
+    return make_backend(args.device, xla_precision=args.xla_precision)
 
 
 def tls_files(args) -> tuple[str | None, str | None]:

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import threading
 
+    from engine.api import drive
     from engine.bench.tune import format_result, tune
     from engine.errors import InvalidRequest
 
@@ -63,25 +64,17 @@ def run(args: argparse.Namespace) -> int:
         rows=rows,
         estimate_only=args.estimate,
     )
+
+    def show(progress) -> None:
+        print(f"\r[{progress.elapsed_s:5.0f} s] {progress.message:<70s}", end="", file=sys.stderr, flush=True)
+
     try:
-        while True:
-            if cancel.is_set():
-                job.close()
-                raise KeyboardInterrupt
-            try:
-                progress = next(job)
-            except StopIteration as done:
-                result = done.value
-                break
-            print(
-                f"\r[{progress.elapsed_s:5.0f} s] {progress.message:<70s}",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-    finally:
+        result = drive(job, on_progress=show, should_stop=cancel.is_set)
+    finally:  # drive() has closed the generator: the measuring processes are gone
         signal.signal(signal.SIGINT, previous)
         print(file=sys.stderr)
+    if result is None:  # Ctrl-C: tune() always returns a record when it runs to the end
+        raise KeyboardInterrupt
     if args.estimate:
         print(
             f"measuring {len(result['rows'])} rows ({', '.join(result['rows'])}) would take about "

@@ -53,10 +53,37 @@ def register(subparsers) -> None:
         metavar="FILE",
         help="read the passphrase from the first line of FILE instead of prompting",
     )
+    for add in (
+        _add_init,
+        _add_import,
+        _add_edit,
+        _add_ls,
+        _add_export,
+        _add_rm,
+        _add_verify,
+        _add_repair,
+        _add_passwd,
+        _add_rekey,
+        _add_audit,
+    ):
+        add(sub, common)
 
+
+def _add_study_arguments(p: argparse.ArgumentParser) -> None:
+    """The study details `import` and `edit` take."""
+    p.add_argument("--study-date", help="study date (YYYY-MM-DD)")
+    p.add_argument("--study-description", help="study description")
+    p.add_argument("--modality", help="modality (MR, CT...)")
+
+
+def _add_init(sub, common: argparse.ArgumentParser) -> None:
+    """``vault init``: creating a vault."""
     p = sub.add_parser("init", parents=[common], help="create a new vault")
     p.set_defaults(func=_cmd_init)
 
+
+def _add_import(sub, common: argparse.ArgumentParser) -> None:
+    """``vault import``: importing files."""
     p = sub.add_parser(
         "import",
         parents=[common],
@@ -84,14 +111,15 @@ def register(subparsers) -> None:
     p.add_argument("--provenance", metavar="JSON_FILE", help="provenance of a synthetic volume")
     p.add_argument("--label", help="display name")
     _add_patient_arguments(p)
-    p.add_argument("--study-date", help="study date (YYYY-MM-DD)")
-    p.add_argument("--study-description", help="study description")
-    p.add_argument("--modality", help="modality (MR, CT...)")
+    _add_study_arguments(p)
     p.add_argument(
         "--allow-duplicate", action="store_true", help="store a volume even if the vault already holds it"
     )
     p.set_defaults(func=_cmd_import)
 
+
+def _add_edit(sub, common: argparse.ArgumentParser) -> None:
+    """``vault edit``: editing an item."""
     p = sub.add_parser(
         "edit",
         parents=[common],
@@ -101,17 +129,21 @@ def register(subparsers) -> None:
     p.add_argument("item", help="item id (or a unique prefix of at least 4 characters)")
     p.add_argument("--label", help="new display name")
     _add_patient_arguments(p)
-    p.add_argument("--study-date", help="study date (YYYY-MM-DD)")
-    p.add_argument("--study-description", help="study description")
-    p.add_argument("--modality", help="modality (MR, CT...)")
+    _add_study_arguments(p)
     p.set_defaults(func=_cmd_edit)
 
+
+def _add_ls(sub, common: argparse.ArgumentParser) -> None:
+    """``vault ls``: listing and searching."""
     p = sub.add_parser("ls", parents=[common], help="list or search items")
     p.add_argument("query", nargs="*", help="words to search for in labels, patient and study data")
     p.add_argument("--kind", choices=("scan", "synthetic"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_ls)
 
+
+def _add_export(sub, common: argparse.ArgumentParser) -> None:
+    """``vault export``: exporting an item."""
     p = sub.add_parser("export", parents=[common], help="export an item to NIfTI (and DICOM)")
     p.add_argument("item", help="item id (or a unique prefix of at least 4 characters)")
     p.add_argument("dest", help="destination folder")
@@ -124,10 +156,16 @@ def register(subparsers) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace existing files")
     p.set_defaults(func=_cmd_export)
 
+
+def _add_rm(sub, common: argparse.ArgumentParser) -> None:
+    """``vault rm``: deleting an item."""
     p = sub.add_parser("rm", parents=[common], help="delete an item")
     p.add_argument("item", help="item id (or a unique prefix)")
     p.set_defaults(func=_cmd_rm)
 
+
+def _add_verify(sub, common: argparse.ArgumentParser) -> None:
+    """``vault verify``: verifying."""
     p = sub.add_parser(
         "verify",
         parents=[common],
@@ -140,6 +178,9 @@ def register(subparsers) -> None:
     p.add_argument("items", nargs="*", help="only these items (default: all)")
     p.set_defaults(func=_cmd_verify)
 
+
+def _add_repair(sub, common: argparse.ArgumentParser) -> None:
+    """``vault repair``: repairing."""
     p = sub.add_parser(
         "repair",
         parents=[common],
@@ -158,6 +199,9 @@ def register(subparsers) -> None:
     )
     p.set_defaults(func=_cmd_repair)
 
+
+def _add_passwd(sub, common: argparse.ArgumentParser) -> None:
+    """``vault passwd``: changing the passphrase."""
     p = sub.add_parser(
         "passwd",
         parents=[common],
@@ -168,6 +212,9 @@ def register(subparsers) -> None:
     p.add_argument("--new-passphrase-file", metavar="FILE", help="read the new passphrase from FILE")
     p.set_defaults(func=_cmd_passwd)
 
+
+def _add_rekey(sub, common: argparse.ArgumentParser) -> None:
+    """``vault rekey``: re-keying."""
     p = sub.add_parser(
         "rekey",
         parents=[common],
@@ -180,6 +227,9 @@ def register(subparsers) -> None:
     p.add_argument("--new-passphrase-file", metavar="FILE", help="read the new passphrase from FILE")
     p.set_defaults(func=_cmd_rekey)
 
+
+def _add_audit(sub, common: argparse.ArgumentParser) -> None:
+    """``vault audit``: showing the audit trail."""
     p = sub.add_parser("audit", parents=[common], help="show the audit trail and check its chain")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_audit)

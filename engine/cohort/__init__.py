@@ -6,7 +6,7 @@ cohort runs (it is the optional ``cohort`` extra).
 
 from engine.cohort.dataset import validate_layout, volume_path
 from engine.cohort.manifest import Manifest
-from engine.cohort.runner import CohortProgress, CohortSummary, resume_cohort, run_cohort
+from engine.cohort.runner import CohortProgress, CohortSummary, cohort_events, resume_cohort, run_cohort
 from engine.cohort.spec import CohortItem, CohortSpec, load_spec
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "CohortSpec",
     "CohortSummary",
     "Manifest",
+    "cohort_events",
     "load_spec",
     "resume_cohort",
     "run_cohort",

@@ -12,6 +12,9 @@
    the vault (maps as parts of the same item), then marks the item done in the manifest.
    A worker that died mid-item costs only that item: it is recorded as a failed attempt and resubmitted.
 
+The run is a generator (``cohort_events``) on the protocol every engine run uses: it yields ``CohortProgress``
+and returns the ``CohortSummary``; ``run_cohort`` drives it with the one relay (``engine.api.relay.drive``).
+
 Workers only compute; the driver is the only writer, so a cluster's workers need no shared filesystem.
 Each item is one request of batch size 1 with its own seed: its volume does not depend on which worker
 ran it or what else ran, which is what makes a re-run and a resume bit-identical on the same device type
@@ -26,7 +29,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,7 @@ from engine.cohort.dataset import (
 from engine.cohort.manifest import DONE, FAILED, PENDING, Manifest, manifest_path, now_utc
 from engine.cohort.spec import CohortItem, CohortSpec
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, OutputError
+from engine.metrics.pace import pace
 
 MAX_ATTEMPTS = 3
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # volumes are a few MB and leave the store as soon as written
@@ -98,12 +102,12 @@ class _CohortWorker:
     def __init__(self, model_path: str, packed_model, device: str, threads: int):
         import torch
 
-        from engine.backends.local import LocalBackend
+        from engine.backends.factory import make_backend
 
         if device == "cpu":
             torch.set_num_threads(max(1, threads))
         self.model_path = _model_here(model_path, packed_model)
-        self.backend = LocalBackend(device)
+        self.backend = make_backend(device)
 
     def pid(self) -> int:
         return os.getpid()
@@ -435,6 +439,8 @@ def run_cohort(
 ) -> CohortSummary:
     """Generate (or finish) a cohort in ``root``. Safe to call again on the same folder: it resumes.
 
+    :func:`cohort_events` driven by the one relay (:func:`engine.api.relay.drive`) in this thread.
+
     Args:
         spec: The cohort spec.
         root: The output folder (a BIDS-derivative dataset; for a vault target, only the manifest).
@@ -450,6 +456,45 @@ def run_cohort(
         on_progress: Called with :class:`CohortProgress` in this thread.
         should_stop: Polled about twice a second; True stops the run (finished items stay done).
     """
+    from engine.api.relay import drive
+
+    events = cohort_events(
+        spec,
+        root,
+        address=address,
+        workers=workers,
+        threads_per_worker=threads_per_worker,
+        device=device,
+        num_cpus=num_cpus,
+        vault=vault,
+        max_attempts=max_attempts,
+        should_stop=should_stop,
+        registry=registry,
+    )
+    # should_stop goes to the run, not to drive: a stopped cohort still ends with its summary.
+    return drive(events, on_progress=on_progress)
+
+
+def cohort_events(
+    spec: CohortSpec,
+    root: str | Path,
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    threads_per_worker: int | None = None,
+    device: str = "auto",
+    num_cpus: int | None = None,
+    vault=None,
+    max_attempts: int = MAX_ATTEMPTS,
+    should_stop: Callable[[], bool] | None = None,
+    registry=None,
+) -> Generator[CohortProgress, None, CohortSummary]:
+    """The cohort run as a generator, on the protocol every engine run uses: it yields
+    :class:`CohortProgress` and returns the :class:`CohortSummary` (arguments as :func:`run_cohort`).
+
+    ``should_stop`` stops after the items in flight and still returns the summary; closing the generator
+    stops too (the workers are ended and the manifest saved), without one.
+    """
     root = Path(root).expanduser().absolute()
     manifest, items, source = prepare_folder(spec, root, registry)
     # A job killed while it rewrote participants.tsv (or another table at the top) left that write's temporary.
@@ -458,7 +503,39 @@ def run_cohort(
         _check_settings_here(spec, source, device)
     units = {c.name: c.unit for c in source.spec.conditioning}
     writer = _Writer(spec, manifest, units, vault, labels=source.spec.label_channels)
-    total = len(items)
+    todo = _items_to_make(spec, root, manifest, writer, items)
+    if not todo:  # nothing missing: no runtime, no workers
+        return (yield from _nothing_to_make(root, manifest, writer, len(items), device))
+
+    started_here = start_ray(address, num_cpus)
+    import ray
+
+    run = _CohortRun(ray, spec, root, manifest, writer, len(items), todo, max_attempts, address)
+    try:
+        device = yield from run.start(source, device, workers, threads_per_worker)
+        yield from run.submit()
+        while run.inflight:
+            if should_stop is not None and should_stop():
+                run.stopped = True
+                break
+            ready, _ = ray.wait(list(run.inflight), num_returns=1, timeout=0.5)
+            for ref in ready:
+                yield from run.collect(ref)
+            if not run.idle and not run.inflight and run.todo:
+                raise BackendUnavailable("every Ray worker died and could not be restarted; see the manifest")
+            yield from run.submit()
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):  # Ctrl-C, SIGTERM (Ray's handler exits), or closed
+        run.stopped = True  # done stays done
+        raise
+    finally:
+        run.end(started_here)
+    yield run.progress("stopped" if run.stopped else "finished")
+    return run.summary(device)
+
+
+def _items_to_make(spec: CohortSpec, root: Path, manifest: Manifest, writer: _Writer, items) -> deque[str]:
+    """The participants still to make, in order; an item the manifest calls done whose file is gone is made
+    again, and the partial files of those to make are removed."""
     todo: deque[str] = deque()
     for item in items:
         entry = manifest.items[item.participant]
@@ -469,74 +546,67 @@ def run_cohort(
             todo.append(item.participant)
             if spec.target == "folder":
                 _remove_partials(volume_path(root, item.participant).parent)
-    tries: dict[str, int] = {}  # attempts in this run (the manifest's attempts count over all runs)
+    return todo
 
-    if not todo:  # nothing missing: no runtime, no workers
-        writer.participants()
-        manifest.save()
-        if on_progress is not None:
-            on_progress(
-                CohortProgress(
-                    "finished",
-                    total - manifest.count(FAILED),
-                    manifest.count(FAILED),
-                    total,
-                    manifest.retries,
-                    0.0,
-                )
-            )
-        return CohortSummary(
-            root,
-            manifest.cohort_id,
-            total,
+
+def _nothing_to_make(
+    root: Path, manifest: Manifest, writer: _Writer, total: int, device: str
+) -> Generator[CohortProgress, None, CohortSummary]:
+    """A cohort with every item stored: the tables rewritten, "finished" reported, no runtime started."""
+    writer.participants()
+    manifest.save()
+    failed = manifest.count(FAILED)
+    yield CohortProgress("finished", total - failed, failed, total, manifest.retries, 0.0)
+    return CohortSummary(
+        root, manifest.cohort_id, total, manifest.count(DONE), failed, manifest.retries, 0, 0.0, 0, 0, device
+    )
+
+
+class _CohortRun:
+    """What the driver keeps while a cohort runs on Ray: the workers, the items in flight, the counts."""
+
+    def __init__(self, ray, spec, root, manifest, writer, total, todo, max_attempts, address) -> None:
+        self.ray, self.spec, self.root, self.manifest, self.writer = ray, spec, root, manifest, writer
+        self.total, self.todo, self.max_attempts = total, todo, max_attempts
+        self.started = time.perf_counter()
+        self.record: dict[str, Any] = {
+            "started_utc": now_utc(),
+            "address": address or os.environ.get("RAY_ADDRESS"),
+        }
+        manifest.data["runs"].append(self.record)
+        self.remote = bool(address or os.environ.get("RAY_ADDRESS"))
+        self.done_this_run = 0
+        self.last_step_s: float | None = None
+        self.actors: list[Any] = []
+        self.pids: list[int] = []
+        self.inflight: dict[Any, tuple[str, int]] = {}  # object ref -> (participant, actor index)
+        self.idle: deque[int] = deque()
+        self.tries: dict[str, int] = {}  # attempts in this run (the manifest's attempts count over all runs)
+        self.stopped = False
+        self.errors: list[str] = []
+        self.elapsed_s = 0.0
+
+    def progress(self, event: str, **kwargs) -> CohortProgress:
+        manifest = self.manifest
+        elapsed = time.perf_counter() - self.started
+        remaining = self.total - manifest.count(DONE) - manifest.count(FAILED)
+        per_s, eta = pace(self.done_this_run, elapsed, remaining)
+        return CohortProgress(
+            event,
             manifest.count(DONE),
             manifest.count(FAILED),
+            self.total,
             manifest.retries,
-            0,
-            0.0,
-            0,
-            0,
-            device,
+            elapsed,
+            60.0 * per_s if per_s else 0.0,
+            eta,
+            step_s=self.last_step_s,
+            **kwargs,
         )
 
-    started_here = start_ray(address, num_cpus)
-    import ray
-
-    started = time.perf_counter()
-    run_record: dict[str, Any] = {
-        "started_utc": now_utc(),
-        "address": address or os.environ.get("RAY_ADDRESS"),
-    }
-    manifest.data["runs"].append(run_record)
-    done_this_run = 0
-    last_step_s: float | None = None
-    actors: list[Any] = []
-    stopped = False
-    errors: list[str] = []
-
-    def report(event: str, **kwargs) -> None:
-        if on_progress is None:
-            return
-        elapsed = time.perf_counter() - started
-        rate = 60.0 * done_this_run / elapsed if elapsed > 0 and done_this_run else 0.0
-        remaining = total - manifest.count(DONE) - manifest.count(FAILED)
-        eta = 60.0 * remaining / rate if rate else None
-        on_progress(
-            CohortProgress(
-                event,
-                manifest.count(DONE),
-                manifest.count(FAILED),
-                total,
-                manifest.retries,
-                elapsed,
-                rate,
-                eta,
-                step_s=last_step_s,
-                **kwargs,
-            )
-        )
-
-    try:
+    def start(self, source, device: str, workers, threads_per_worker) -> Generator[CohortProgress, None, str]:
+        """Start the worker actors; yields "started" and returns the device they run on."""
+        ray = self.ray
         resources = ray.cluster_resources()
         gpus = int(resources.get("GPU", 0))
         if device == "auto":
@@ -551,135 +621,129 @@ def run_cohort(
         cpus = int(resources.get("CPU", 1))
         # A CPU float32 sum split among 2 threads can differ in the last bits from 1 thread (1.7e-6 on the
         # demo model), so a resume keeps the thread count the cohort started with unless told otherwise.
-        earlier = [r["threads_per_worker"] for r in manifest.data["runs"][:-1] if r.get("threads_per_worker")]
+        runs = self.manifest.data["runs"][:-1]
+        earlier = [r["threads_per_worker"] for r in runs if r.get("threads_per_worker")]
         threads = threads_per_worker or (
             earlier[0] if earlier and device == "cpu" else max(1, cpus // n_workers)
         )
-        run_record.update(workers=n_workers, threads_per_worker=threads, device=device)
+        self.record.update(workers=n_workers, threads_per_worker=threads, device=device)
         # A cluster's nodes may not have the model folder: ship it through the object store.
-        remote = bool(address or os.environ.get("RAY_ADDRESS"))
-        packed = ray.put(_pack_model(source.path)) if remote else None
-        options: dict[str, Any] = {"max_restarts": max_attempts, "max_task_retries": 0}
+        packed = ray.put(_pack_model(source.path)) if self.remote else None
+        options: dict[str, Any] = {"max_restarts": self.max_attempts, "max_task_retries": 0}
         if device == "cuda":
             options.update(num_gpus=1, num_cpus=1)
         else:
             options.update(num_cpus=min(threads, cpus))
         worker_cls = ray.remote(**options)(_CohortWorker)
-        actors = [worker_cls.remote(str(source.path), packed, device, threads) for _ in range(n_workers)]
-        pids = ray.get([a.pid.remote() for a in actors])
-        report("started", message=f"{n_workers} worker(s) x {threads} thread(s) on {device}")
+        self.actors = [worker_cls.remote(str(source.path), packed, device, threads) for _ in range(n_workers)]
+        self.pids = ray.get([a.pid.remote() for a in self.actors])
+        self.idle = deque(range(n_workers))
+        yield self.progress("started", message=f"{n_workers} worker(s) x {threads} thread(s) on {device}")
+        return device
 
-        inflight: dict[Any, tuple[str, int]] = {}  # object ref -> (participant, actor index)
-        idle = deque(range(n_workers))
+    def submit(self) -> Iterator[CohortProgress]:
+        """One item to each idle worker while items remain."""
+        while self.idle and self.todo:
+            index = self.idle.popleft()
+            participant = self.todo.popleft()
+            entry = self.manifest.items[participant]
+            entry["attempts"] += 1
+            self.tries[participant] = self.tries.get(participant, 0) + 1
+            ref = self.actors[index].generate.remote(_request_for(self.spec, entry))
+            self.inflight[ref] = (participant, index)
+            yield self.progress("submitted", participant=participant, worker_pid=self.pids[index])
+
+    def collect(self, ref) -> Iterator[CohortProgress]:
+        """Take one finished item: store it, or record the failure (a dead worker's item is retried)."""
+        ray, manifest = self.ray, self.manifest
+        participant, index = self.inflight.pop(ref)
+        entry = manifest.items[participant]
         errors_types = _worker_errors()
+        try:
+            result, worker_pid = ray.get(ref)
+        except errors_types as exc:
+            message = f"worker {self.pids[index]} died: {type(exc).__name__}"
+            entry["errors"].append({"attempt": entry["attempts"], "error": message, "at": now_utc()})
+            if self.tries[participant] < self.max_attempts:
+                self.todo.appendleft(participant)
+                event = "retry"
+            else:
+                entry["state"] = FAILED
+                event = "failed"
+            manifest.save()
+            pid = _restarted_pid(ray, self.actors[index], errors_types)
+            if pid:
+                self.pids[index] = pid
+                self.idle.append(index)
+            else:
+                self.errors.append(f"worker {index} could not be restarted")
+            yield self.progress(event, participant=participant, message=message)
+            return
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if isinstance(exc.cause, EngineError) else None
+            message = str(cause) if cause else str(exc).strip().splitlines()[-1][:300]
+            entry["errors"].append({"attempt": entry["attempts"], "error": message, "at": now_utc()})
+            entry["state"] = FAILED
+            self.errors.append(f"{participant}: {message}")
+            manifest.save()
+            self.idle.append(index)
+            yield self.progress("failed", participant=participant, message=message)
+            return
+        self.idle.append(index)
+        where, digest = self.writer.write(participant, result, worker_pid)
+        prov = result.provenance
+        step_times = prov.get("step_times_s") or []
+        if step_times:
+            self.last_step_s = float(np.median(step_times))
+        entry.update(
+            state=DONE,
+            file=where,
+            volume_sha256=digest,
+            seconds=round(float(prov.get("timings", {}).get("total_s", 0.0)), 3),
+            worker_pid=worker_pid,
+            finished_utc=now_utc(),
+        )
+        self.done_this_run += 1
+        manifest.save()
+        self.writer.participants()
+        shown = where if self.spec.target == "vault" else str(self.root / where)
+        yield self.progress("done", participant=participant, path=shown, worker_pid=worker_pid)
 
-        def submit() -> None:
-            while idle and todo:
-                index = idle.popleft()
-                participant = todo.popleft()
-                entry = manifest.items[participant]
-                entry["attempts"] += 1
-                tries[participant] = tries.get(participant, 0) + 1
-                ref = actors[index].generate.remote(_request_for(spec, entry))
-                inflight[ref] = (participant, index)
-                report("submitted", participant=participant, worker_pid=pids[index])
-
-        submit()
-        while inflight:
-            if should_stop is not None and should_stop():
-                stopped = True
-                break
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
-            for ref in ready:
-                participant, index = inflight.pop(ref)
-                entry = manifest.items[participant]
-                try:
-                    result, worker_pid = ray.get(ref)
-                except errors_types as exc:
-                    message = f"worker {pids[index]} died: {type(exc).__name__}"
-                    entry["errors"].append({"attempt": entry["attempts"], "error": message, "at": now_utc()})
-                    if tries[participant] < max_attempts:
-                        todo.appendleft(participant)
-                        event = "retry"
-                    else:
-                        entry["state"] = FAILED
-                        event = "failed"
-                    manifest.save()
-                    pid = _restarted_pid(ray, actors[index], errors_types)
-                    if pid:
-                        pids[index] = pid
-                        idle.append(index)
-                    else:
-                        errors.append(f"worker {index} could not be restarted")
-                    report(event, participant=participant, message=message)
-                    continue
-                except ray.exceptions.RayTaskError as exc:
-                    cause = exc.cause if isinstance(exc.cause, EngineError) else None
-                    message = str(cause) if cause else str(exc).strip().splitlines()[-1][:300]
-                    entry["errors"].append({"attempt": entry["attempts"], "error": message, "at": now_utc()})
-                    entry["state"] = FAILED
-                    errors.append(f"{participant}: {message}")
-                    manifest.save()
-                    idle.append(index)
-                    report("failed", participant=participant, message=message)
-                    continue
-                idle.append(index)
-                where, digest = writer.write(participant, result, worker_pid)
-                prov = result.provenance
-                step_times = prov.get("step_times_s") or []
-                if step_times:
-                    last_step_s = float(np.median(step_times))
-                entry.update(
-                    state=DONE,
-                    file=where,
-                    volume_sha256=digest,
-                    seconds=round(float(prov.get("timings", {}).get("total_s", 0.0)), 3),
-                    worker_pid=worker_pid,
-                    finished_utc=now_utc(),
-                )
-                done_this_run += 1
-                manifest.save()
-                writer.participants()
-                shown = where if spec.target == "vault" else str(root / where)
-                report("done", participant=participant, path=shown, worker_pid=worker_pid)
-            if not idle and not inflight and todo:
-                raise BackendUnavailable("every Ray worker died and could not be restarted; see the manifest")
-            submit()
-    except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (Ray's handler exits): done stays done
-        stopped = True
-        raise
-    finally:
-        elapsed = time.perf_counter() - started
-        for actor in actors:
+    def end(self, started_here: bool) -> None:
+        """End the workers, record the run in the manifest, and stop a runtime this run started."""
+        self.elapsed_s = time.perf_counter() - self.started
+        for actor in self.actors:
             with contextlib.suppress(Exception):
-                ray.kill(actor)
-        run_record.update(
+                self.ray.kill(actor)
+        self.record.update(
             ended_utc=now_utc(),
-            elapsed_s=round(elapsed, 3),
-            done=done_this_run,
-            stopped=stopped,
+            elapsed_s=round(self.elapsed_s, 3),
+            done=self.done_this_run,
+            stopped=self.stopped,
         )
         with contextlib.suppress(EngineError):
-            manifest.save()
-            writer.participants()  # Ctrl-C may have come between an item's manifest entry and this table
+            self.manifest.save()
+            self.writer.participants()  # Ctrl-C may have come between an item's manifest entry and this table
         if started_here:
             stop_ray()
-    report("stopped" if stopped else "finished")
-    return CohortSummary(
-        root=root,
-        cohort_id=manifest.cohort_id,
-        total=total,
-        done=manifest.count(DONE),
-        failed=manifest.count(FAILED),
-        retries=manifest.retries,
-        done_this_run=done_this_run,
-        elapsed_s=elapsed,
-        workers=run_record.get("workers", 0),
-        threads_per_worker=run_record.get("threads_per_worker", 0),
-        device=run_record.get("device", device),
-        stopped=stopped,
-        errors=errors,
-    )
+
+    def summary(self, device: str) -> CohortSummary:
+        manifest = self.manifest
+        return CohortSummary(
+            root=self.root,
+            cohort_id=manifest.cohort_id,
+            total=self.total,
+            done=manifest.count(DONE),
+            failed=manifest.count(FAILED),
+            retries=manifest.retries,
+            done_this_run=self.done_this_run,
+            elapsed_s=self.elapsed_s,
+            workers=self.record.get("workers", 0),
+            threads_per_worker=self.record.get("threads_per_worker", 0),
+            device=self.record.get("device", device),
+            stopped=self.stopped,
+            errors=self.errors,
+        )
 
 
 def resume_cohort(root: str | Path, **kwargs) -> CohortSummary:

@@ -160,6 +160,36 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
         InvalidRequest: No usable slices, several series and no ``series_uid``, multi-frame or colour
             images, missing geometry, inconsistent slices, duplicate positions or uneven spacing.
     """
+    chosen = _choose_series(_read_headers(source), source, series_uid)
+    orientation, spacing, rows, cols = _check_geometry(chosen, source)
+    first = chosen[0][1]  # before sorting: its patient, study and (one slice) thickness are taken
+    row_cos, col_cos = orientation[:3], orientation[3:]
+    normal = np.cross(row_cos, col_cos)
+    if not np.isclose(np.linalg.norm(normal), 1.0, atol=1e-3):
+        raise InvalidRequest(f"{chosen[0][0]} has an invalid ImageOrientationPatient {list(orientation)}")
+    positions = [_floats(ds, "ImagePositionPatient", 3, path) for path, ds in chosen]
+    order = sorted(range(len(chosen)), key=lambda n: float(positions[n] @ normal))
+    chosen = [chosen[n] for n in order]
+    positions = [positions[n] for n in order]
+    step = _slice_step(positions, normal, first)
+    lps = np.eye(4)
+    lps[:3, 0] = row_cos * spacing[1]  # i = column index: moves along a row, by the column spacing
+    lps[:3, 1] = col_cos * spacing[0]  # j = row index: moves down a column, by the row spacing
+    lps[:3, 2] = step
+    lps[:3, 3] = positions[0]
+    patient, study = _patient_study(first)
+    return DicomSeries(
+        files=tuple(p for p, _ in chosen),
+        shape=(cols, rows, len(chosen)),
+        affine=LPS_TO_RAS @ lps,
+        patient=patient,
+        study=study,
+        sop_uids=tuple(str(ds.get("SOPInstanceUID", "")) for _, ds in chosen),
+    )
+
+
+def _read_headers(source: Path | Sequence[Path]) -> list[tuple[Path, object]]:
+    """(file, header) of every DICOM image file in ``source``; non-DICOM files and DICOMDIRs are skipped."""
     pydicom = _pydicom()
     headers = []
     for path in _candidate_files(source):
@@ -177,23 +207,30 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
         headers.append((path, ds))
     if not headers:
         raise InvalidRequest(f"no DICOM image files found in {source}")
+    return headers
 
+
+def _choose_series(headers: list, source, series_uid: str | None) -> list:
+    """The files of the one series asked for (or the only one there is)."""
     by_series: dict[str, list] = {}
     for path, ds in headers:
         by_series.setdefault(str(ds.SeriesInstanceUID), []).append((path, ds))
     if series_uid is not None:
         if series_uid not in by_series:
             raise InvalidRequest(f"series {series_uid} is not in {source}")
-        chosen = by_series[series_uid]
-    elif len(by_series) > 1:
+        return by_series[series_uid]
+    if len(by_series) > 1:
         listing = "; ".join(
             f"{uid} ({_text(items[0][1], 'SeriesDescription') or 'no description'}, {len(items)} files)"
             for uid, items in sorted(by_series.items())
         )
         raise InvalidRequest(f"{source} holds {len(by_series)} series; choose one by its UID: {listing}")
-    else:
-        chosen = next(iter(by_series.values()))
+    return next(iter(by_series.values()))
 
+
+def _check_geometry(chosen: list, source) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(orientation, pixel spacing, rows, columns) shared by every slice of the series; InvalidRequest for
+    missing geometry, multi-frame or colour images, or slices that differ."""
     first = chosen[0][1]
     for keyword in ("ImageOrientationPatient", "ImagePositionPatient", "PixelSpacing", "Rows", "Columns"):
         missing = [str(p) for p, ds in chosen if keyword not in ds]
@@ -225,18 +262,14 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
             raise InvalidRequest(f"{path} has a different pixel spacing from the rest of the series")
         if (_int(ds, "Rows", path), _int(ds, "Columns", path)) != (rows, cols):
             raise InvalidRequest(f"{path} has a different image size from the rest of the series")
+    return orientation, spacing, rows, cols
 
-    row_cos, col_cos = orientation[:3], orientation[3:]
-    normal = np.cross(row_cos, col_cos)
-    if not np.isclose(np.linalg.norm(normal), 1.0, atol=1e-3):
-        raise InvalidRequest(f"{chosen[0][0]} has an invalid ImageOrientationPatient {list(orientation)}")
-    positions = [_floats(ds, "ImagePositionPatient", 3, path) for path, ds in chosen]
-    order = sorted(range(len(chosen)), key=lambda n: float(positions[n] @ normal))
-    chosen = [chosen[n] for n in order]
-    positions = [positions[n] for n in order]
-    dist = np.array([float(p @ normal) for p in positions])
 
-    if len(chosen) > 1:
+def _slice_step(positions: list[np.ndarray], normal: np.ndarray, first) -> np.ndarray:
+    """The vector from one slice to the next (slices sorted along ``normal``); InvalidRequest for slices at
+    the same position or unevenly spaced. One slice: its thickness along the normal."""
+    if len(positions) > 1:
+        dist = np.array([float(p @ normal) for p in positions])
         gaps = np.diff(dist)
         if np.any(np.abs(gaps) < 1e-3):
             raise InvalidRequest(
@@ -249,30 +282,14 @@ def scan_series(source: Path | Sequence[Path], *, series_uid: str | None = None)
                 f"the slices are unevenly spaced ({gaps.min():.3f} to {gaps.max():.3f} mm, missing slices?); "
                 "a volume needs evenly spaced slices"
             )
-        step = (positions[-1] - positions[0]) / (len(chosen) - 1)
-    else:
-        try:
-            thickness = float(first.get("SpacingBetweenSlices") or first.get("SliceThickness") or 1.0)
-        except (TypeError, ValueError):
-            thickness = 1.0
-        if not np.isfinite(thickness) or thickness <= 0:
-            thickness = 1.0  # one slice: the step only sets the voxel's depth, not where anything lies
-        step = normal * thickness
-
-    lps = np.eye(4)
-    lps[:3, 0] = row_cos * spacing[1]  # i = column index: moves along a row, by the column spacing
-    lps[:3, 1] = col_cos * spacing[0]  # j = row index: moves down a column, by the row spacing
-    lps[:3, 2] = step
-    lps[:3, 3] = positions[0]
-    patient, study = _patient_study(first)
-    return DicomSeries(
-        files=tuple(p for p, _ in chosen),
-        shape=(cols, rows, len(chosen)),
-        affine=LPS_TO_RAS @ lps,
-        patient=patient,
-        study=study,
-        sop_uids=tuple(str(ds.get("SOPInstanceUID", "")) for _, ds in chosen),
-    )
+        return (positions[-1] - positions[0]) / (len(positions) - 1)
+    try:
+        thickness = float(first.get("SpacingBetweenSlices") or first.get("SliceThickness") or 1.0)
+    except (TypeError, ValueError):
+        thickness = 1.0
+    if not np.isfinite(thickness) or thickness <= 0:
+        thickness = 1.0  # one slice: the step only sets the voxel's depth, not where anything lies
+    return normal * thickness
 
 
 def slice_voxels(

@@ -40,14 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InvalidRequest, OutputError, VaultCorrupted, VaultLocked, VaultRolledBack
-from engine.vault import crypto
+from engine.vault import crypto, importing, item_index, payload
+from engine.vault.audit import AuditLog
 from engine.vault.crypto import DecryptionFailed, KdfParams
 from engine.vault.fsio import fsync_dir, write_atomic
+from engine.vault.header import Header
+from engine.vault.layout import HEADER_NAME
 
 STAGING_SUFFIX = ".rekey"
 RETIRED_SUFFIX = ".pre-rekey"
 COMPLETE_MARK = "rekey-complete"
-_HEADER_NAME = "vault.json"  # engine.vault.store.HEADER_NAME (not imported: store imports this module)
 
 Progress = Callable[[int, int], None]
 
@@ -78,7 +80,7 @@ def finish_interrupted_swap(folder: Path) -> str | None:
     """Finish a re-key killed between its two renames (no folder at ``folder``, a complete staging one
     beside it). Needs no key. Returns a notice, or None when there was nothing to finish."""
     staging = staging_path(folder)
-    if folder.exists() or not (staging / COMPLETE_MARK).is_file() or not (staging / _HEADER_NAME).is_file():
+    if folder.exists() or not (staging / COMPLETE_MARK).is_file() or not (staging / HEADER_NAME).is_file():
         return None
     os.rename(staging, folder)
     with contextlib.suppress(FileNotFoundError):
@@ -134,8 +136,7 @@ def rekey(
             damaged (re-key would carry the damage over: repair it first).
         OutputError: Not enough free disk space for the copy.
     """
-    from engine.vault.audit import AuditLog
-    from engine.vault.store import _Header
+    from engine.vault import lifecycle  # (lifecycle -> cleanup -> this module)
 
     started = time.monotonic()
     new_pw = crypto.encode_passphrase(new, new=True)
@@ -146,73 +147,13 @@ def rekey(
         if vault._rolled_back:
             raise VaultRolledBack(f"the vault at {folder} was rolled back; repair it before re-keying")
         with vault._op(), vault._writing():
-            header = _Header.read(folder)
-            try:
-                master = crypto.unwrap_key(
-                    crypto.derive_kek(old_pw, header.salt, header.kdf),
-                    header.wrap_nonce,
-                    header.wrapped_key,
-                    header.aad(),
-                )
-            except DecryptionFailed:
-                AuditLog.record_failed_unlock(folder)
-                raise VaultLocked("the current passphrase is wrong; nothing was re-keyed") from None
-            old_id = header.vault_id.hex()
-            audit = vault._audit.check()
-            if audit.problems:
-                raise InvalidRequest(
-                    "the audit trail is damaged (" + "; ".join(audit.problems[:3]) + "); run "
-                    "`volsynth vault verify` and `volsynth vault repair` before re-keying"
-                )
-            with contextlib.suppress(OSError):
-                if (notice := remove_retired(folder)) is not None:
-                    vault.notices.append(notice)
-
+            master, old_id = _check_old_vault(vault, old_pw)
             target = _open_staging(staging, new_pw, kdf)
             try:
-                source_items: dict = vault._index["items"]
-                staged: dict = target._index["items"]
-                for item_id in [
-                    i for i in staged if i not in source_items or not _same_item(staged[i], source_items[i])
-                ]:
-                    target.delete(item_id)  # deleted or edited in the old vault since the interrupted run
-                todo = [rec for i, rec in sorted(source_items.items()) if i not in target._index["items"]]
-                kept = len(source_items) - len(todo)
-                total = sum(int(p["size"]) for rec in todo for p in rec["parts"])
-                _check_space(folder, sum(int(p["ct_size"]) for rec in todo for p in rec["parts"]))
-                done = 0
-                if progress is not None:
-                    progress(0, total)
-                for rec in todo:
-
-                    def read_part(part: dict, rec: dict = rec):
-                        return vault._iter_part(rec, part, check_hash=True)
-
-                    done += target._copy_in(rec, read_part)
-                    if progress is not None:
-                        progress(done, total)
-
+                copied = _copy_items(vault, target, progress)
                 # The audit trail last, under the old chain's lock: nothing can be appended to it meanwhile.
                 with vault._audit._lock.hold(wait_s=10.0):
-                    entries = vault._audit.check().entries
-                    replayed = [
-                        (
-                            e.event,
-                            e.item_id,
-                            {**e.detail, "replayed": {"seq": e.seq, "pid": e.pid, "user": e.user}},
-                            e.time,
-                        )
-                        for e in entries
-                    ]
-                    for start in range(0, len(replayed), 512):
-                        target._audit.append_many(replayed[start : start + 512])
-                    with target._op(), target._writing():
-                        target._commit(
-                            "rekey",
-                            None,
-                            {"from_vault": old_id, "items": len(source_items), "replayed": len(replayed)},
-                            copy.deepcopy(target._index),
-                        )
+                    replayed = _replay_audit(vault, target, old_id, len(copied.source_items))
                     write_atomic(staging / COMPLETE_MARK, old_id.encode() + b"\n")
                     new_keys, target._keys = target._keys, None  # handed to ``vault`` below, not wiped
                     target._audit.detach_keys()
@@ -228,7 +169,7 @@ def rekey(
         # After the swap, outside the old folder's locks (their files moved with it).
         with contextlib.suppress(FileNotFoundError):
             (folder / COMPLETE_MARK).unlink()
-        vault._reopen(new_keys)
+        lifecycle.reopen(vault, new_keys)
         try:
             shutil.rmtree(retired)
         except OSError as exc:
@@ -237,15 +178,91 @@ def rekey(
             vault._anchor.__class__(old_id).path.unlink()  # the old id is gone for good
         del master  # only checked against the passphrase; ``bytes`` cannot be zeroed in place
     return RekeyReport(
-        items=len(source_items),
-        copied=len(todo),
-        kept=kept,
-        bytes_copied=done,
-        audit_entries=len(replayed),
+        items=len(copied.source_items),
+        copied=len(copied.todo),
+        kept=copied.kept,
+        bytes_copied=copied.done,
+        audit_entries=replayed,
         seconds=time.monotonic() - started,
         old_vault_id=old_id,
         new_vault_id=new_id,
     )
+
+
+def _check_old_vault(vault, old_pw: bytes) -> tuple[bytes, str]:
+    """The old master key and vault id, once the old passphrase and the audit chain check out; removes a
+    pre-re-key copy an earlier run left."""
+    folder = vault.path
+    header = Header.read(folder)
+    try:
+        master = header.unwrap(old_pw)
+    except DecryptionFailed:
+        AuditLog.record_failed_unlock(folder)
+        raise VaultLocked("the current passphrase is wrong; nothing was re-keyed") from None
+    audit = vault._audit.check()
+    if audit.problems:
+        raise InvalidRequest(
+            "the audit trail is damaged (" + "; ".join(audit.problems[:3]) + "); run "
+            "`volsynth vault verify` and `volsynth vault repair` before re-keying"
+        )
+    with contextlib.suppress(OSError):
+        if (notice := remove_retired(folder)) is not None:
+            vault.notices.append(notice)
+    return master, header.vault_id.hex()
+
+
+@dataclass(frozen=True)
+class _Copied:
+    source_items: dict  # the old vault's items, by id
+    todo: list  # the records this run re-encrypted
+    kept: int  # items an interrupted run had already copied
+    done: int  # plaintext bytes re-encrypted by this run
+
+
+def _copy_items(vault, target, progress: Progress | None) -> _Copied:
+    """Bring the staging vault ``target`` in line with ``vault``: drop what was deleted or edited since an
+    interrupted run, then re-encrypt every item it lacks (each part authenticated and its hash compared)."""
+    source_items: dict = vault._index["items"]
+    staged: dict = target._index["items"]
+    for item_id in [i for i in staged if i not in source_items or not _same_item(staged[i], source_items[i])]:
+        target.delete(item_id)  # deleted or edited in the old vault since the interrupted run
+    todo = [rec for i, rec in sorted(source_items.items()) if i not in target._index["items"]]
+    kept = len(source_items) - len(todo)
+    total = sum(int(p["size"]) for rec in todo for p in rec["parts"])
+    _check_space(vault.path, sum(int(p["ct_size"]) for rec in todo for p in rec["parts"]))
+    done = 0
+    if progress is not None:
+        progress(0, total)
+    for rec in todo:
+
+        def read_part(part: dict, rec: dict = rec):
+            return payload.iter_part(vault, rec, part, check_hash=True)
+
+        done += importing.copy_in(target, rec, read_part)
+        if progress is not None:
+            progress(done, total)
+    return _Copied(source_items=source_items, todo=todo, kept=kept, done=done)
+
+
+def _replay_audit(vault, target, old_id: str, items: int) -> int:
+    """Append every entry of the old audit chain to the new one (each keeps its time, event and item and
+    notes its old seq, pid and user), then commit the re-key. Returns how many were replayed."""
+    entries = vault._audit.check().entries
+    replayed = [
+        (e.event, e.item_id, {**e.detail, "replayed": {"seq": e.seq, "pid": e.pid, "user": e.user}}, e.time)
+        for e in entries
+    ]
+    for start in range(0, len(replayed), 512):
+        target._audit.append_many(replayed[start : start + 512])
+    with target._op(), target._writing():
+        item_index.commit(
+            target,
+            "rekey",
+            None,
+            {"from_vault": old_id, "items": items, "replayed": len(replayed)},
+            copy.deepcopy(target._index),
+        )
+    return len(replayed)
 
 
 def _open_staging(staging: Path, new_pw: bytes, kdf: KdfParams | None):

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
 
 from app.compare import difference_window
 from app.compare.window import CSV_DIR_KEY, PANEL_SETTINGS
@@ -385,3 +386,23 @@ def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, main_w
     for _ in range(compare.b_box.count()):
         qtbot.keyClick(compare.b_box, Qt.Key.Key_Down)
         assert compare.choice(compare.b_box) not in compare.unavailable
+
+
+def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, main_window):
+    """Ctrl+Return pressed right after Ctrl+Shift+G opened the window starts the comparison: the window takes
+    the keyboard when it opens, not only once the platform's activation arrives (the walk of issue 25 saw
+    Ctrl+Return do nothing there)."""
+    _select(main_window, "tiny-latent")
+    main_window.sampling_panel.steps_spin.setValue(3)
+    qtbot.keyClick(
+        main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
+    compare = main_window.compare.window
+    assert compare is not None and compare.isVisible() and compare._job is None
+    # No wait for the window to be exposed or active: the keys go where the keyboard is at once.
+    target = QApplication.focusWidget()
+    assert target is not None and target.window() is compare
+    qtbot.keyClick(target, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert compare._job is not None and main_window.state.job_running  # started
+    assert _wait(qtbot, compare) == "finished"
+    compare.close()

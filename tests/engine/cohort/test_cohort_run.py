@@ -307,3 +307,43 @@ def test_cli_run_plan_report_and_errors(ray_runtime, cohort_model, tmp_path, cap
     assert err.startswith("volsynth: error: seeds must be") and err.count("\n") == 1
     assert main(["cohort", "resume", str(tmp_path)]) == 2
     assert "is not a cohort folder" in capsys.readouterr().err
+
+
+def test_a_cohort_is_a_generator_of_progress_that_returns_its_summary(reference, tmp_path):
+    """The same protocol as a backend's ``sample``: CohortProgress events, then the summary as the return."""
+    from engine.api import drive
+    from engine.cohort import CohortProgress, CohortSummary, cohort_events
+
+    spec, _, _, _, ref = reference
+    root = tmp_path / "generator"
+    events = cohort_events(spec, root, workers=1, threads_per_worker=1)
+    first = next(events)
+    assert isinstance(first, CohortProgress) and first.event == "started"
+    seen = []
+    summary = drive(events, on_progress=seen.append)
+    assert isinstance(summary, CohortSummary) and summary.done == 8 and not summary.stopped
+    assert seen[-1].event == "finished" and all(isinstance(e, CohortProgress) for e in seen)
+    assert [e.done for e in seen if e.event == "done"] == list(range(1, 9))
+    for participant, volume in volumes(root).items():
+        assert np.array_equal(volume, ref[participant]), participant
+
+
+def test_closing_a_cohort_generator_stops_the_run_and_keeps_what_is_done(reference, tmp_path):
+    from engine.api import drive
+    from engine.cohort import cohort_events
+
+    spec, _, _, _, _ = reference
+    root = tmp_path / "closed"
+    seen = []
+    stopped = drive(
+        cohort_events(spec, root, workers=1, threads_per_worker=1),
+        on_progress=seen.append,
+        should_stop=lambda: any(e.event == "done" for e in seen),
+    )
+    assert stopped is None  # closed from outside: no summary
+    runs = Manifest.load(root).data["runs"]
+    assert runs[-1]["stopped"] is True and runs[-1]["ended_utc"]
+    done = [p for p, e in Manifest.load(root).items.items() if e["state"] == "done"]
+    assert 1 <= len(done) < 8 and all(volume_path(root, p).is_file() for p in done)
+    assert validate_layout(root) == []
+    assert resume_cohort(root, workers=1, threads_per_worker=1).done == 8

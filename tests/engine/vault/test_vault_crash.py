@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from vault_testutil import FAST_KDF, PASSPHRASE
 
-from engine.vault import Vault
+from engine.vault import Vault, item_index
 
 _FORK = multiprocessing.get_context("fork")  # a forked writer starts in milliseconds
 RUNS = 50
@@ -27,14 +27,14 @@ def _writer(vault_path, sources, log_path, seed, live) -> None:
     vault.unlock(PASSPHRASE)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     live = list(live)
-    commit = Vault._commit
+    commit = item_index.commit
 
-    def traced_commit(self, *args, **kwargs):  # (patched in the child only) to tell where the kill landed
+    def traced_commit(vault, *args, **kwargs):  # (patched in the child only) to tell where the kill landed
         os.write(log, b"phase index-begin\n")
-        commit(self, *args, **kwargs)
+        commit(vault, *args, **kwargs)
         os.write(log, b"phase index-end\n")
 
-    Vault._commit = traced_commit
+    item_index.commit = traced_commit
     while True:
         if live and rng.random() < (0.6 if len(live) > 12 else 0.25):
             victim = live.pop(rng.randrange(len(live)))

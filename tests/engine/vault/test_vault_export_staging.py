@@ -21,7 +21,7 @@ _FORK = multiprocessing.get_context("fork")
 def _export_and_die(vault_path, item_id, dest, when) -> None:
     """Child: a de-identified export that SIGKILLs itself halfway through the DICOM files, or after the
     first of its final renames."""
-    import engine.vault.store as store
+    import engine.vault.exporting as exporting
 
     vault = Vault(vault_path)
     vault.unlock(PASSPHRASE)
@@ -33,13 +33,13 @@ def _export_and_die(vault_path, item_id, dest, when) -> None:
 
         vault.export(item_id, dest, deidentify=True, progress=progress)
     else:
-        original = store._move_into_place
+        original = exporting.move_into_place
 
         def move_then_die(src, dst):
             original(src, dst)
             os.kill(os.getpid(), signal.SIGKILL)
 
-        store._move_into_place = move_then_die
+        exporting.move_into_place = move_then_die
         vault.export(item_id, dest, deidentify=True)
 
 

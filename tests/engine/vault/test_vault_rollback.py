@@ -16,7 +16,7 @@ from vault_testutil import FAST_KDF, PASSPHRASE
 
 from engine.cli import main
 from engine.errors import VaultLocked, VaultRolledBack
-from engine.vault import Vault
+from engine.vault import Vault, item_index, pending_exports
 
 _FORK = multiprocessing.get_context("fork")
 
@@ -168,7 +168,7 @@ def test_interrupted_commit_is_not_taken_for_a_rollback(vault, make_nifti, monke
     def crash(*args, **kwargs):
         raise OSError("power cut")
 
-    monkeypatch.setattr(Vault, "_write_index_file", crash)
+    monkeypatch.setattr(item_index, "write_index_file", crash)
     with pytest.raises(OSError):
         vault.import_nifti(path)  # the audit entry (write-ahead) is written, the index is not
     monkeypatch.undo()
@@ -245,7 +245,7 @@ def test_a_running_export_is_not_cleaned_up_by_another_process(vault, make_nifti
     info = vault.import_nifti(make_nifti()[0])
     dest = tmp_path / "exports"
     dest.mkdir()
-    with vault._pending_export([dest]) as prefix:  # an export in progress in this process
+    with pending_exports.pending_export(vault, [dest]) as prefix:  # an export in progress in this process
         part = dest / f"{prefix}running.part"
         part.write_bytes(b"x")
         other = Vault(vault.path)
@@ -279,7 +279,7 @@ def test_a_vault_from_before_rollback_detection_opens_and_upgrades(vault, make_n
         for k, v in vault._index.items()
         if k not in ("audit_seq", "audit_mac", "header_sha256", "record_copies")
     }
-    Vault._write_index_file(vault.path, vault._keys, legacy)  # the index as older versions wrote it
+    item_index.write_index_file(vault.path, vault._keys, legacy)  # the index as older versions wrote it
     (vault.path / "blobs" / f"{info.id}.vsr").unlink()  # and no item records yet
     (vault.path / "blobs" / f"{info.id}.vsm").unlink()
     vault.lock()

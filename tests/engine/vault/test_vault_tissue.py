@@ -15,6 +15,8 @@ from engine.api import SamplingRequest, SamplingResult
 from engine.errors import InvalidRequest, VaultCorrupted
 from engine.nifti.io import load_nifti, read_provenance, save_result, sidecar_path, tissue_path
 from engine.vault import Vault, nifti
+from engine.vault.item_index import find_record
+from engine.vault.payload import iter_part
 
 NAMES = ("GM", "WM", "CSF", "ventricles")
 SPACE = "MNI152NLin2009aSym"
@@ -34,7 +36,7 @@ def _generated(seed: int = 0, *, space: str | None = SPACE):
 
 
 def _blob(vault: Vault, item_id: str, part_name: str):
-    rec = vault._record(item_id)
+    rec = find_record(vault, item_id)
     part = next(p for p in rec["parts"] if p["name"] == part_name)
     return vault.path / "blobs" / f"{part['blob']}.vsb"
 
@@ -88,9 +90,9 @@ def test_items_without_maps_are_stored_exactly_as_before(vault, tmp_path):
     image, _, provenance = _generated(1, space=None)
     info = vault.add_synthetic(image, AFFINE, provenance)
     assert info.tissue_maps == ()
-    rec = vault._record(info.id)
+    rec = find_record(vault, info.id)
     assert [p["name"] for p in rec["parts"]] == ["volume"]
-    stored = b"".join(vault._iter_part(rec, rec["parts"][0]))
+    stored = b"".join(iter_part(vault, rec, rec["parts"][0]))
     assert stored[:352] == nifti.float32_header(SHAPE, AFFINE, nifti.SYNTHETIC_DESCRIP)  # the old header
     assert vault.open_tissue(info.id) == {} and vault.open_item(info.id, with_tissue=True).tissue == {}
     with pytest.raises(InvalidRequest, match=r"has no tissue map 'GM' \(its tissue maps: none\)"):
@@ -144,7 +146,7 @@ def test_a_tampered_or_swapped_map_is_caught_and_delete_removes_the_maps(vault, 
         vault.open_tissue(other.id, ["CSF"])
 
     blobs = {p.name for p in (vault.path / "blobs").iterdir()}
-    parts = {f"{p['blob']}.vsb" for p in vault._record(info.id)["parts"]}
+    parts = {f"{p['blob']}.vsb" for p in find_record(vault, info.id)["parts"]}
     assert len(parts) == 5 and parts <= blobs
     vault.delete(info.id)
     assert not parts & {p.name for p in (vault.path / "blobs").iterdir()}
@@ -223,7 +225,7 @@ def test_a_vault_made_before_maps_opens_and_reads(tmp_path):
     vault = Vault.create(tmp_path / "v", PASSPHRASE, kdf=FAST_KDF)
     image, _, provenance = _generated(7, space=None)
     item = vault.add_synthetic(image, AFFINE, provenance)
-    rec = vault._record(item.id)
+    rec = find_record(vault, item.id)
     assert set(rec) == {
         "id", "kind", "label", "source", "original_name", "patient", "study", "provenance", "volume",
         "created", "parts",

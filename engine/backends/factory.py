@@ -1,0 +1,54 @@
+"""Build a backend from a device name or a server address: the one place that knows which class serves what.
+
+``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` and ``"auto"`` (or None) run in this process with torch
+(:class:`~engine.backends.local.LocalBackend`); ``"xla"`` and ``"tpu"`` run the networks as XLA programs
+(:class:`~engine.backends.xla.XlaBackend`, which needs the ``xla`` extra); a server URL (with its token and
+certificate pin) is an engine server (:class:`~engine.backends.remote.RemoteBackend`). The classes are
+imported only when built: the local one pulls in torch, the XLA one JAX, the remote one httpx.
+"""
+
+from __future__ import annotations
+
+from engine.api import Backend
+from engine.errors import BackendUnavailable
+
+XLA_DEVICES = ("xla", "tpu")
+
+
+def is_xla_device(device: str | None) -> bool:
+    """Whether ``device`` names the XLA backend rather than a torch device."""
+    return (device or "").strip().lower() in XLA_DEVICES
+
+
+def make_backend(
+    device: str | None = "auto",
+    *,
+    registry=None,
+    server: str | None = None,
+    token: str | None = None,
+    fingerprint: str | None = None,
+    timeout_s: float | None = None,
+    xla_precision: str = "highest",
+) -> Backend:
+    """The backend for ``device`` on this machine, or for the engine server at ``server`` when one is given.
+
+    ``registry`` (a :class:`~engine.models.registry.ModelRegistry`) is where local and XLA backends find
+    models; ``token``, ``fingerprint`` and ``timeout_s`` are the server's; ``xla_precision`` the XLA one's.
+    """
+    if server:
+        from engine.backends.remote import RemoteBackend
+
+        timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
+        return RemoteBackend(server, token=token, fingerprint=fingerprint, **timeout)
+    if is_xla_device(device):
+        try:
+            from engine.backends.xla import XlaBackend
+
+            return XlaBackend(registry=registry, precision=xla_precision)
+        except ModuleNotFoundError as exc:
+            raise BackendUnavailable(
+                f"--device xla needs JAX ({exc.name} is missing): pip install 'volsynth-studio[xla]'"
+            ) from exc
+    from engine.backends.local import LocalBackend
+
+    return LocalBackend(device=device, registry=registry)
