@@ -36,9 +36,9 @@ from PySide6.QtWidgets import (
 from app.cohort import install_cohort
 from app.compare import install_compare
 from app.core.measured_settings import MeasuredSettings
+from app.core.nifti_files import open_volume, save_volume_files
 from app.core.recovery import RecoveryStore
 from app.core.session import CONVENTIONS, RENDER_PRESETS, AppState
-from app.core.tissue import OpenedVolume, open_volume, save_volume_files
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry, file_stem
 from app.docks.metrics_dock import MetricsDock
 from app.eliding_status_bar import ElidingStatusBar
@@ -57,6 +57,7 @@ from app.viewer.toolbar import install_viewer_toolbar
 from app.viewer.viewer_area import DEFAULT_LAYOUT, LAYOUTS, ViewerArea
 from app.workers import BackendPool, JobRunner
 from engine.nifti.io import is_nifti
+from engine.nifti.volume import Volume
 
 log = logging.getLogger(__name__)
 
@@ -532,22 +533,9 @@ class MainWindow(QMainWindow):
             failed=partial(self._on_file_failed, path),
         )
 
-    def _on_file_loaded(self, opened: OpenedVolume) -> None:
-        loaded = opened.loaded
-        name = loaded.path.name if loaded.path else "volume"
-        entry = VolumeEntry(
-            name=name,
-            data=loaded.data,
-            affine=loaded.affine,
-            kind="opened",
-            path=loaded.path,
-            provenance=loaded.provenance,
-            synthetic=loaded.synthetic,
-            time_points=loaded.time_points,
-            time_index=loaded.time_index,
-            tissue=opened.tissue,
-            space=opened.space,
-        )
+    def _on_file_loaded(self, opened: Volume) -> None:
+        name = opened.path.name if opened.path else "volume"
+        entry = VolumeEntry(name, volume=opened, kind="opened")
         self.state.add_volume(entry)
         self._rebuild_recent_menu()
         self._save_recent()

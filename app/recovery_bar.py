@@ -172,20 +172,10 @@ class RecoveryController:
         sessions, volumes = restored
         notes = []
         for name, opened in volumes:
-            loaded = opened.loaded
-            self.main.state.add_volume(
-                VolumeEntry(
-                    name=name,
-                    data=np.ascontiguousarray(loaded.data, dtype=np.float32),
-                    affine=loaded.affine,
-                    kind="generated",
-                    provenance=loaded.provenance,
-                    synthetic=True,
-                    tissue=opened.tissue,  # {} for a volume without maps, or kept before maps were
-                    space=opened.space,
-                ),
-                show=False,
-            )
+            # the record itself: its tissue maps ({} for a volume without, or kept before maps were) and space
+            opened.data = np.ascontiguousarray(opened.data, dtype=np.float32)
+            opened.synthetic = True
+            self.main.state.add_volume(VolumeEntry(name, volume=opened, kind="generated"), show=False)
             notes.extend(f"{name}: {note}" for note in opened.notes)
         for orphan in sessions:  # now kept again by this session (volumes_changed wrote them)
             self.store.discard(orphan)

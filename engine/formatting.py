@@ -5,15 +5,33 @@ from __future__ import annotations
 import math
 
 
-def format_bytes(count: float | None) -> str:
-    """``20.0 GiB``, ``512 MiB``; ``n/a`` for ``None``."""
+def format_bytes(count: float | None, *, decimal: bool = False, sep: str = " ") -> str:
+    """The project's one byte formatter: ``20.0 GiB``, ``512 MiB``; ``n/a`` for ``None``.
+
+    ``decimal=True`` writes SI units with at most three significant digits (``1.25 GB``, ``13 MB``), for numbers
+    that are decimal at their source (the XLA planner's memory, the vault CLI's sizes). ``sep`` goes between
+    number and unit (the Plan table passes a no-break space so a wrapped cell keeps them together)."""
     if count is None:
         return "n/a"
+    if decimal:
+        for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+            if count >= size:
+                return f"{significant(count / size)}{sep}{unit}"
+        return f"{count:.0f}{sep}B"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(count) >= size:
             value = count / size
-            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
-    return f"{count:.0f} B"
+            return f"{value:.1f}{sep}{unit}" if value < 100 else f"{value:.0f}{sep}{unit}"
+    return f"{count:.0f}{sep}B"
+
+
+def significant(value: float) -> str:
+    """At most three significant digits, no exponent: 0.03261 -> 0.0326, 103.4 -> 103, 1234 -> 1234, 1.0 -> 1."""
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text  # 1.00 -> 1: no precision we lack
 
 
 def format_duration(seconds: float) -> str:

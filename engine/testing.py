@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.models.spec import ConditionSpec, ModelSpec
+from engine.models.reference import DEMO_CONDITIONS, perturb_, perturbed_networks
+from engine.models.spec import ModelSpec
 
-TINY_CONDITIONS = (
-    ConditionSpec("brain_volume", "Brain volume", "mL", 900.0, 1500.0, 1200.0),
-    ConditionSpec("ventricle_volume", "Ventricle volume", "mL", 5.0, 80.0, 25.0),
-)
+TINY_CONDITIONS = DEMO_CONDITIONS  # the shipped demo's two volumes, one definition
 
 
 def tiny_spec(
@@ -100,19 +98,8 @@ def tiny_spec(
 
 
 def build_tiny_networks(spec: ModelSpec, seed: int = 0) -> dict:
-    import torch
-
-    from engine.models.networks import build_network
-
-    torch.manual_seed(seed)
-    built = {}
-    for role, definition in spec.networks.items():
-        net = build_network(definition, where=role)
-        with torch.no_grad():
-            for param in net.parameters():
-                param.add_(torch.randn_like(param) * 0.05)
-        built[role] = net.eval()
-    return built
+    """The spec's networks with seeded, perturbed random weights (the reference models' one builder)."""
+    return perturbed_networks(spec, seed, 0.05, frozen=False)
 
 
 def make_tiny_model(folder: str | Path, seed: int = 0, **spec_kwargs) -> Path:
@@ -362,10 +349,8 @@ def build_maisi_networks(tiny: bool = True, seed: int = 0):
     ae_def = {**_resolve(config, config["autoencoder_def"]), "norm_float16": False}
     autoencoder = build_network(ae_def, "autoencoder_def")
     generator = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for net in (unet, autoencoder):
-            for p in net.parameters():
-                p.add_(torch.randn(p.shape, generator=generator) * 0.02)
+    for net in (unet, autoencoder):
+        perturb_(net, 0.02, generator)
     return unet.eval(), autoencoder.eval()
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.formatting import format_bytes, significant
 from engine.xla.planning import BUNDLE_MODEL  # the module imports JAX only when it plans
 
 LIST_LIMIT = 8  # devices named one by one in a status line; the rest are counted
@@ -124,12 +125,12 @@ def format_duration_ms(ms: Any) -> str:
     if value == 0:
         return "0 \u00b5s"
     if abs(value) < 1e-3:
-        return f"{_sig(value * 1e6)} ns"
+        return f"{significant(value * 1e6)} ns"
     if abs(value) < 1.0:
-        return f"{_sig(value * 1e3)} \u00b5s"
+        return f"{significant(value * 1e3)} \u00b5s"
     if abs(value) < 1e3:
-        return f"{_sig(value)} ms"
-    return f"{_sig(value / 1e3)} s"
+        return f"{significant(value)} ms"
+    return f"{significant(value / 1e3)} s"
 
 
 def format_memory_gb(gb: Any) -> str:
@@ -141,26 +142,7 @@ def format_memory_gb(gb: Any) -> str:
         return "< 1 MB"
     if value < 1.0:
         return f"{value * 1e3:.0f} MB"
-    return f"{_sig(value)} GB"
-
-
-def format_bytes(nbytes: Any) -> str:
-    value = _number(nbytes) or 0.0
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= scale:
-            return (
-                f"{_sig(value / scale)}\u00a0{unit}"  # no-break space: a wrapped line keeps number and unit
-            )
-    return f"{value:.0f}\u00a0B"
-
-
-def _sig(value: float) -> str:
-    """At most three significant digits, no exponent: 0.03261 -> 0.0326, 103.4 -> 103, 1234 -> 1234, 1.0 -> 1."""
-    if value == 0:
-        return "0"
-    digits = max(0, 2 - math.floor(math.log10(abs(value))))
-    text = f"{value:.{digits}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text  # 1.00 -> 1: no precision we lack
+    return f"{significant(value)} GB"
 
 
 # -- rows ------------------------------------------------------------------------------------------------
@@ -192,7 +174,10 @@ def collectives_text(collectives: dict | None) -> str:
     parts = []
     for kind, entry in collectives.items():
         entry = entry if isinstance(entry, dict) else {}
-        parts.append(f"{kind} {int(entry.get('count', 0))}\u00d7 ({format_bytes(entry.get('bytes', 0))})")
+        size = format_bytes(
+            _number(entry.get("bytes", 0)) or 0.0, decimal=True, sep="\u00a0"
+        )  # no-break space
+        parts.append(f"{kind} {int(entry.get('count', 0))}\u00d7 ({size})")
     return ", ".join(parts)
 
 

@@ -3,7 +3,7 @@
 Each running app keeps a session folder under ``$XDG_DATA_HOME/volsynth/recovery/`` (``~/.local/share/...``)
 and holds an exclusive lock (``engine.files.durable.try_lock``) on its ``lock`` file for as long as it lives. Every generated volume of the
 session is written there (NIfTI + provenance sidecar, and its tissue maps beside it as
-``app.core.tissue.save_volume_files`` writes them: all files atomically, from a worker thread) as soon as it
+``app.core.nifti_files.save_volume_files`` writes them: all files atomically, from a worker thread) as soon as it
 is made, and deleted when the user removes it from the session. A clean exit deletes the folder, unless some
 volumes were never saved to a file or the vault: those stay, marked as left at a clean exit. After a crash
 the kernel releases the lock, so at the next start a folder whose lock can be taken is a session that ended
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from app.core.tissue import OpenedVolume
+    from engine.nifti.volume import Volume
 
 log = logging.getLogger(__name__)
 LOCK_NAME = "lock"
@@ -135,7 +135,7 @@ class RecoveryStore:
         """Write one generated volume (worker thread), with its tissue maps beside it and its space (the sform
         code says so, and the sidecar when the provenance does not). All its files appear together or none
         does. Returns the image's file, or None when recovery is off."""
-        from app.core.tissue import save_volume_files
+        from app.core.nifti_files import save_volume_files
         from engine.nifti.io import sidecar_path, tissue_path
 
         if self.folder is None:
@@ -205,24 +205,24 @@ class RecoveryStore:
         return found
 
     @staticmethod
-    def restore(session: OrphanSession) -> list[tuple[str, OpenedVolume]]:
-        """Read an orphan's volumes back (worker thread): ``(name, app.core.tissue.OpenedVolume)`` each, the
-        image (``.loaded``) with its tissue maps (``.tissue``, empty when none were kept) and space.
+    def restore(session: OrphanSession) -> list[tuple[str, Volume]]:
+        """Read an orphan's volumes back (worker thread): ``(name, engine.nifti.volume.Volume)`` each, the
+        image with its tissue maps (``.tissue``, empty when none were kept) and space.
 
         The folder stays until :meth:`discard`, so a failed restore loses nothing.
         """
-        from app.core.tissue import open_volume
+        from app.core.nifti_files import open_volume
 
         restored = []
         for path in session.volumes:
             opened = open_volume(path)
-            provenance = opened.loaded.provenance
+            provenance = opened.provenance
             name = str(provenance.pop(NAME_KEY, "") or path.name)
             space = provenance.pop(SPACE_KEY, None)
             if isinstance(space, str) and space:
                 opened.space = space
             provenance.pop("tissue_maps", None)  # the recovery folder's file names: gone once restored
-            opened.loaded.path = None  # not a file the user chose: saving asks where
+            opened.path = None  # not a file the user chose: saving asks where
             restored.append((name, opened))
         return restored
 

@@ -177,26 +177,19 @@ class AppState:
         base = label or default_result_name(prov, result.request.seed)
         count = result.volumes.shape[0]
         for index in range(count):
-            volume = np.ascontiguousarray(result.volume(index), dtype=np.float32)
-            if volume.ndim == 4:  # multi-channel: show channel 0
-                volume = volume[0]
-            tissue = {  # the tissue maps decoded with the image, {} for a model without
-                name: np.ascontiguousarray(array, dtype=np.float32)
-                for name, array in result.tissue_maps(index).items()
+            member = result.member(
+                index
+            )  # the engine's record: image, affine, tissue maps, provenance, space
+            member.data = np.ascontiguousarray(member.data, dtype=np.float32)
+            if member.data.ndim == 4:  # multi-channel: show channel 0
+                member.data = member.data[0]
+            member.affine = np.asarray(member.affine)
+            # the tissue maps decoded with the image, {} for a model without
+            member.tissue = {
+                name: np.ascontiguousarray(a, dtype=np.float32) for name, a in member.tissue.items()
             }
             name = self.unique_name(base if count == 1 else f"{base} #{index + 1}")
-            entries.append(
-                VolumeEntry(
-                    name=name,
-                    data=volume,
-                    affine=np.asarray(result.affine),
-                    kind="generated",
-                    provenance={**prov, "batch_index": index},
-                    synthetic=True,
-                    tissue=tissue,
-                    space=result.space,
-                )
-            )
+            entries.append(VolumeEntry(name, volume=member, kind="generated"))
         for index, entry in enumerate(entries):
             self.add_volume(entry, show=show and index == 0)
         return entries

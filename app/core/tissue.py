@@ -1,19 +1,11 @@
-"""Tissue maps that go with a volume (GM, WM, CSF, ventricles...) and the template space it lies in: how
-they are found beside a NIfTI file and read, how they are written with it, and how they are coloured over
-a slice. Qt-free: the slice views, the main window's open and save, and the tests use these.
-
-On disk a tissue map is a probability map beside its image, named BIDS-derivative style by
-``engine.nifti.io.tissue_path`` (``brain_T1w.nii.gz`` -> ``brain_label-GM_probseg.nii.gz``); the image's
-provenance lists them (``tissue_maps: {name: file name}``), as ``engine.nifti.io.save_result`` writes them.
-"""
+"""Tissue maps that go with a volume (GM, WM, CSF, ventricles...) and the template space it lies in: their
+names, order and colours, what to call the space, and how the maps are coloured over a slice. Qt-free: the
+slice views, the tissue toolbar and the tests use these; ``app.core.nifti_files`` reads and writes the maps
+with their image."""
 
 from __future__ import annotations
 
-import glob
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -77,141 +69,6 @@ def space_text(space: str | None, sform_code: int | None = None) -> str | None:
 
 def is_mni(space: str | None) -> bool:
     return bool(space) and str(space).upper().startswith("MNI152")
-
-
-# -- files -----------------------------------------------------------------------------------------------
-
-
-def _plain_file_name(value: Any) -> str | None:
-    """A file name with no folder part (a sidecar is untrusted text: it never points elsewhere)."""
-    if not isinstance(value, str) or not value or value in (".", ".."):
-        return None
-    return value if Path(value).name == value and "\\" not in value and "/" not in value else None
-
-
-def tissue_files(image_path: str | Path, provenance: Mapping[str, Any] | None = None) -> dict[str, Path]:
-    """The tissue-map files beside ``image_path`` that exist: those its provenance lists (``tissue_maps``),
-    else the standard names (``<stem>_label-<name>_probseg.nii.gz``, see ``engine.nifti.io.tissue_path``)."""
-    from engine.errors import InvalidRequest
-    from engine.nifti.io import tissue_path
-
-    image_path = Path(image_path)
-    found: dict[str, Path] = {}
-    if (provenance or {}).get("tissue_map"):  # this file is itself a tissue map (its record names the rest)
-        return {}
-    listed = (provenance or {}).get("tissue_maps")
-    if isinstance(listed, Mapping):
-        for name, file_name in listed.items():
-            plain = _plain_file_name(file_name)
-            if plain is not None and (image_path.parent / plain).is_file():
-                found[str(name)] = image_path.parent / plain
-        if found:
-            return {name: found[name] for name in ordered_names(found)}
-    # Any <stem>_label-<name>_probseg file beside the image, named as tissue_path names it.
-    try:
-        probe = tissue_path(image_path, "\0")
-    except InvalidRequest:  # not a NIfTI name
-        return {}
-    prefix, tail = probe.name.split("\0")
-    for candidate in sorted(image_path.parent.glob(glob.escape(prefix) + "*" + glob.escape(tail))):
-        name = candidate.name[len(prefix) : len(candidate.name) - len(tail)]
-        if name.isalnum() and candidate != image_path and candidate.is_file():
-            found[name] = candidate
-    return {name: found[name] for name in ordered_names(found)}
-
-
-@dataclass
-class OpenedVolume:
-    """A NIfTI file read for the session (``engine.nifti.io.LoadedVolume``), with its tissue maps."""
-
-    loaded: Any  # engine.nifti.io.LoadedVolume
-    tissue: dict[str, np.ndarray] = field(default_factory=dict)
-    space: str | None = None
-    notes: list[str] = field(default_factory=list)  # maps that were there but could not be used
-
-
-def _sform_code(path: Path) -> int | None:
-    from engine.nifti.checks import inspect_nifti
-
-    try:
-        return int(inspect_nifti(path).header["sform_code"])
-    except Exception:  # noqa: BLE001 - an unreadable header just names no space
-        return None
-
-
-def open_volume(path: str | Path, time_index: int = 0) -> OpenedVolume:
-    """Read a NIfTI volume (worker thread) and the tissue maps beside it.
-
-    A map that cannot be read, or does not match the image voxel for voxel (shape and affine), is left
-    out with a note saying why; it never stops the image from opening.
-
-    Raises:
-        engine.errors.InvalidRequest, OutOfMemory: the image itself cannot be read (as ``load_nifti``).
-    """
-    from engine.errors import EngineError
-    from engine.nifti.io import load_nifti
-
-    loaded = load_nifti(path, time_index=time_index)
-    path = loaded.path or Path(path)
-    space = loaded.provenance.get("space") if isinstance(loaded.provenance.get("space"), str) else None
-    opened = OpenedVolume(loaded, space=space_text(space, _sform_code(path)))
-    for name, map_path in tissue_files(path, loaded.provenance).items():
-        try:
-            tissue = load_nifti(map_path)
-        except EngineError as exc:
-            opened.notes.append(f"tissue map {name} ({map_path.name}) skipped: {exc}")
-            continue
-        if tissue.data.shape != loaded.data.shape:
-            opened.notes.append(
-                f"tissue map {name} ({map_path.name}) skipped: its shape {tissue.data.shape} is not the "
-                f"image's {loaded.data.shape}"
-            )
-        elif not np.allclose(tissue.affine, loaded.affine, atol=1e-3):
-            opened.notes.append(
-                f"tissue map {name} ({map_path.name}) skipped: it lies elsewhere in space than the image "
-                "(a different affine)"
-            )
-        else:
-            opened.tissue[name] = np.clip(tissue.data, 0.0, 1.0, out=tissue.data)
-    return opened
-
-
-def save_volume_files(
-    path: str | Path,
-    data: np.ndarray,
-    affine: np.ndarray,
-    *,
-    provenance: Mapping[str, Any],
-    synthetic: bool,
-    tissue: Mapping[str, np.ndarray] | None = None,
-    space: str | None = None,
-) -> Path:
-    """Write a volume as NIfTI + provenance sidecar, with its tissue maps beside it (worker thread).
-
-    As ``engine.nifti.io.save_result`` writes a generated batch: the maps go to ``tissue_path`` names, the
-    image's provenance lists them (``tissue_maps``), every file has the image's affine and the sform code of
-    ``space`` (4 for MNI152), and all files appear together or none does (``atomic_files``).
-
-    Raises:
-        engine.errors.OutputError: the files cannot be written (nothing is left behind).
-    """
-    from engine.nifti.io import atomic_files, check_output_path, image_files, write_image_files
-
-    path = check_output_path(path)
-    tissue = {name: (tissue or {})[name] for name in ordered_names(tissue or {})}
-    targets = image_files(path, tissue)
-    with atomic_files(targets) as temps:
-        write_image_files(
-            dict(zip(targets, temps, strict=True)),
-            path,
-            data,
-            affine,
-            dict(provenance),
-            tissue,
-            synthetic=synthetic,
-            space=space,
-        )
-    return path
 
 
 # -- overlay ---------------------------------------------------------------------------------------------

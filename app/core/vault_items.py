@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from app.core.tissue import ordered_names
-from engine.errors import Cancelled, DuplicateItem, EngineError, InvalidRequest, VaultLocked
+from engine.errors import Cancelled, DuplicateItem, EngineError, VaultLocked
+from engine.formatting import format_bytes
 from engine.nifti.io import is_nifti
+from engine.vault.records import refuse_patient_if_synthetic
 
 Report = Callable[[float | None, str], None]
 """Progress for the UI: (fraction done 0..1, or None when unknown; one line of text). May raise Cancelled."""
@@ -95,11 +97,9 @@ def item_row(info) -> tuple[str, str, str, str, str]:
     )
 
 
-def format_size(count: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count:.0f} B"
+#: The vault views' name for the engine's one byte formatter (``model.format_size`` in the browser and the
+#: controller); kept as a name only, the formatting is engine.formatting's.
+format_size = format_bytes
 
 
 def item_details(info) -> str:
@@ -250,11 +250,9 @@ def import_batch(vault, jobs: list[ImportJob], report: Report) -> ImportReport:
             else:
                 path = Path(job.source)
                 marks = synthetic_marks(path)
-                if marks.synthetic and job.patient:  # the dialog says so too; refused with the reason
-                    raise InvalidRequest(
-                        f"{marks.reason(path)}: it cannot be filed as a patient scan; "
-                        "import it without patient details"
-                    )
+                # the dialog says so too; refused with the reason before anything is encrypted
+                kind = "synthetic" if marks.synthetic else "scan"
+                refuse_patient_if_synthetic(kind, job.patient, reason=marks.reason(path))
                 # The vault decides the kind from the marks: a generated volume stays synthetic.
                 info = vault.import_nifti(
                     path,
@@ -317,18 +315,6 @@ def update_item(vault, item_id: str, details: dict, report: Report):
     )
 
 
-@dataclass
-class OpenedItem:
-    """A vault item ready for the session: float32 (x, y, z) in RAS+ orientation, in memory only; a generated
-    item's tissue maps (name -> float32 on the same grid, reoriented with the image) and template space."""
-
-    info: Any
-    data: np.ndarray
-    affine: np.ndarray
-    tissue: dict[str, np.ndarray] = field(default_factory=dict)
-    space: str | None = None
-
-
 def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """What the viewer expects, exactly as ``engine.nifti.io.load_nifti`` gives it for the same file:
     first volume of 4D data, reoriented to the closest canonical (RAS+) orientation, non-finite values zeroed.
@@ -342,18 +328,17 @@ def to_session_volume(data: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray,
     )
 
 
-def open_for_session(vault, item_id: str, report: Report) -> OpenedItem:
-    """Decrypt an item into memory and shape it for the viewer."""
+def open_for_session(vault, item_id: str, report: Report):
+    """Decrypt an item into memory and shape it for the viewer: the vault's volume record (its ``ItemInfo`` in
+    ``info``), float32 (x, y, z) in RAS+ orientation, in memory only, its tissue maps reoriented with it."""
     report(None, "Decrypting")
     opened = vault.open_item(item_id, with_tissue=True)
-    data, affine = to_session_volume(opened.data, opened.affine)
-    tissue = {}
-    for name, array in (opened.tissue or {}).items():  # stored on the volume's grid: reoriented as it is
-        reoriented, _ = to_session_volume(array, opened.affine)
-        tissue[name] = np.clip(reoriented, 0.0, 1.0, out=reoriented)
-    prov = opened.info.provenance or {}
-    space = prov.get("space") if isinstance(prov.get("space"), str) and prov.get("space") else None
-    return OpenedItem(info=opened.info, data=data, affine=affine, tissue=tissue, space=space)
+    stored_affine = opened.affine
+    opened.data, opened.affine = to_session_volume(opened.data, stored_affine)
+    for name, array in list(opened.tissue.items()):  # stored on the volume's grid: reoriented as it is
+        reoriented, _ = to_session_volume(array, stored_affine)
+        opened.tissue[name] = np.clip(reoriented, 0.0, 1.0, out=reoriented)
+    return opened
 
 
 def export_item(

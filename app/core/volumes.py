@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 from app.core.display import optimization_lines, run_summary_lines
 from app.core.slicing import format_intensity, intensity_decimals
 from app.core.tissue import ordered_names
+from engine.nifti.volume import Volume
 
 WINDOW_PRESETS = ("Auto (1-99%)", "Full range", "Soft (0.5-99.5%)", "High contrast (10-90%)")
 CUSTOM_PRESET = "Custom"  # a window/level set by hand (typed, or right-dragged in a slice view)
@@ -24,38 +24,94 @@ CUSTOM_PRESET = "Custom"  # a window/level set by hand (typed, or right-dragged 
 _uids = itertools.count(1)
 
 
-@dataclass(eq=False)
+def _delegated(name: str, doc: str) -> property:
+    """An attribute of the entry that is its volume record's (``entry.volume.<name>``)."""
+
+    def get(self):
+        return getattr(self.volume, name)
+
+    def set(self, value) -> None:
+        setattr(self.volume, name, value)
+
+    return property(get, set, doc=doc)
+
+
 class VolumeEntry:
-    """A volume in this session: generated, opened from disk, or a transient denoising preview."""
+    """A volume in this session: generated, opened from disk, or a transient denoising preview.
 
-    name: str
-    data: np.ndarray  # float32 (x, y, z), RAS+
-    affine: np.ndarray  # voxel -> RAS mm
-    kind: str = "opened"  # "generated", "opened" or "preview"
-    path: Path | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
-    synthetic: bool = False
-    uid: int = field(default_factory=lambda: next(_uids))
-    saved: bool = (
-        False  # the user wrote it to a file or the vault in this session (crash recovery lets it go)
-    )
-    saved_file: Path | None = None  # the NIfTI file it was last saved to: Save writes there again
-    saved_to: str = ""  # where it was last saved, for people ("/data/a.nii.gz", "the vault as ...")
-    time_points: int = 1  # how many volumes the file holds (a 4D series); ``data`` is one of them
-    preview_step: tuple[int, int] | None = None  # a preview's (denoising step, of steps) its image is from
-    time_index: int = 0  # which one, counted from 0
-    # Tissue maps that go with the image (app.core.tissue), name -> float32 (x, y, z) probabilities in
-    # [0, 1] on the image's grid; empty for volumes without.
-    tissue: dict[str, np.ndarray] = field(default_factory=dict)
-    # The template space the affine maps into (e.g. MNI152NLin2009aSym), or what the NIfTI header says of
-    # it (``MNI152 (sform code 4)``); None for scanner millimetres. From the provenance when not given.
-    space: str | None = None
-    _percentiles: dict[float, float] = field(default_factory=dict, repr=False)
-    _integer: bool | None = field(default=None, repr=False)
+    It wraps the engine's volume record (``volume``, an ``engine.nifti.volume.Volume``: voxels, affine,
+    tissue maps, provenance, space, path...) and adds what the session knows of it: its name, kind, whether
+    it was saved, and cached intensity statistics. ``data``, ``affine`` and the record's other fields read
+    through to the record. Built from a record (``VolumeEntry(name, volume=record, kind=...)``) or, for
+    arrays made in the app, from the fields themselves (``VolumeEntry(name, data=..., affine=...)``).
+    """
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        name: str,
+        data: np.ndarray | None = None,
+        affine: np.ndarray | None = None,
+        kind: str = "opened",
+        path: Path | None = None,
+        provenance: dict[str, Any] | None = None,
+        synthetic: bool = False,
+        *,
+        volume: Volume | None = None,
+        tissue: dict[str, np.ndarray] | None = None,
+        space: str | None = None,
+        time_points: int = 1,
+        time_index: int = 0,
+        saved: bool = False,
+        saved_file: Path | None = None,
+        saved_to: str = "",
+        preview_step: tuple[int, int] | None = None,
+    ) -> None:
+        if volume is None:
+            if data is None or affine is None:
+                raise TypeError("VolumeEntry needs a volume record, or data and affine")
+            volume = Volume(
+                data=data,
+                affine=affine,
+                path=path,
+                provenance=provenance if provenance is not None else {},
+                synthetic=synthetic,
+                tissue=tissue if tissue is not None else {},
+                space=space,
+                time_points=time_points,
+                time_index=time_index,
+            )
+        self.name = name
+        self.volume = volume
+        self.kind = kind  # "generated", "opened" or "preview"
+        self.uid = next(_uids)
+        self.saved = (
+            saved  # the user wrote it to a file or the vault in this session (crash recovery lets it go)
+        )
+        self.saved_file = saved_file  # the NIfTI file it was last saved to: Save writes there again
+        self.saved_to = saved_to  # where it was last saved, for people ("/data/a.nii.gz", "the vault as ...")
+        self.preview_step = preview_step  # a preview's (denoising step, of steps) its image is from
+        self._percentiles: dict[float, float] = {}
+        self._integer: bool | None = None
+        # The template space the affine maps into (e.g. MNI152NLin2009aSym), or what the NIfTI header says of
+        # it (``MNI152 (sform code 4)``); None for scanner millimetres. From the provenance when not given.
         if self.space is None and isinstance(self.provenance.get("space"), str) and self.provenance["space"]:
             self.space = self.provenance["space"]
+
+    def __repr__(self) -> str:
+        return f"VolumeEntry(name={self.name!r}, kind={self.kind!r}, shape={self.shape}, uid={self.uid})"
+
+    data = _delegated("data", "float32 (x, y, z), RAS+")
+    affine = _delegated("affine", "voxel -> RAS mm")
+    path = _delegated("path", "the file it was opened from, None otherwise")
+    provenance = _delegated("provenance", "how it was made; {} when nothing says")
+    synthetic = _delegated("synthetic", "generated by VolSynth")
+    tissue = _delegated(
+        "tissue",
+        "tissue maps on the image's grid, name -> float32 (x, y, z) in [0, 1]; {} for volumes without",
+    )
+    space = _delegated("space", "the template space the affine maps into, None for scanner millimetres")
+    time_points = _delegated("time_points", "how many volumes the file holds (a 4D series)")
+    time_index = _delegated("time_index", "which one ``data`` is, counted from 0")
 
     @property
     def space_name(self) -> str:

@@ -63,18 +63,9 @@ class VaultOpen:
             failed=partial(self._on_open_failed, label),
         )
 
-    def _on_item_opened(self, opened: model.OpenedItem) -> None:
+    def _on_item_opened(self, opened) -> None:  # engine.nifti.volume.Volume, its ItemInfo in .info
         info = opened.info
-        entry = VolumeEntry(
-            name=info.label or f"vault item {info.id[:8]}",
-            data=opened.data,
-            affine=opened.affine,
-            kind="opened",
-            provenance=dict(info.provenance or {}),
-            synthetic=info.is_synthetic,
-            tissue=opened.tissue,
-            space=opened.space,
-        )
+        entry = VolumeEntry(info.label or f"vault item {info.id[:8]}", volume=opened, kind="opened")
         self.opened[entry.uid] = info.id
         self._state.add_volume(entry)
         maps = f" with tissue maps {', '.join(entry.tissue_names)}" if entry.tissue else ""

@@ -20,6 +20,7 @@ from engine.api.optimization_config import OptimizationConfig
 from engine.api.relay import drive
 from engine.errors import InvalidRequest
 from engine.models.spec import SAMPLERS
+from engine.nifti.volume import Volume
 
 MAX_BATCH = 16
 MAX_STEPS = 10_000
@@ -245,6 +246,18 @@ class SamplingResult:
             name: np.clip(self.volumes[index, channel], 0.0, 1.0).astype(np.float32)
             for channel, name in enumerate(self.label_names, start=1)
         }
+
+    def member(self, index: int = 0) -> Volume:
+        """Batch member ``index`` as the engine's one volume record: its image (``volume(index)``), the batch's
+        affine, its tissue maps, and the provenance with its ``batch_index`` (as ``save_result`` writes it)."""
+        return Volume(
+            data=self.volume(index),
+            affine=self.affine,
+            tissue=self.tissue_maps(index),
+            provenance={**self.provenance, "batch_index": index},
+            synthetic=True,
+            space=self.space,
+        )
 
 
 @dataclass(frozen=True)

@@ -144,12 +144,11 @@ def build_bench_network(name: str, spec: dict[str, Any], device) -> tuple[Any, A
     import torch
 
     from engine.models.networks import build_network
+    from engine.models.reference import perturb_
 
     torch.manual_seed(0)
-    unet = build_network(spec["unet"], where=name)
-    with torch.no_grad():  # MONAI zero-initialises the output conv; perturb so outputs are not all zero
-        for param in unet.parameters():
-            param.add_(torch.randn_like(param) * 0.02)
+    # MONAI zero-initialises the output conv; perturb so outputs are not all zero
+    unet = perturb_(build_network(spec["unet"], where=name), 0.02)
     unet = unet.eval().requires_grad_(False).to(device)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(spec["input"], generator=gen).to(device)

@@ -26,21 +26,18 @@ import contextlib
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from engine.machine.peak_memory import peak_rss_bytes
+
 FULL = (256, 256, 128)
 FULL_SPACING = (0.94, 0.94, 1.36)
 PREVIEW = (128, 128, 64)
 PREVIEW_SPACING = (1.88, 1.88, 2.72)
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _folder(root: Path) -> Path:
@@ -123,7 +120,7 @@ def phase_generate(
         "timings": result.provenance["timings"],
         "step_s_median": statistics.median(steps),
         "step_s_iqr": _iqr(steps),
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(),
         "attention": result.provenance["model_build"]["attention"]["kernel"],
         "autocast": autocast,
         "decoder_autocast": decoder_autocast if autocast else None,
@@ -186,7 +183,7 @@ def phase_unet(folder: Path, repeats: int) -> dict:
         "bf16_step_output_psnr_db": _psnr(outputs["bf16"], a),
         "bf16_report": bf16.report["autocast"],
         "parameters": sum(p.numel() for p in inner.parameters()),
-        "peak_rss_bytes": _peak_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(),
     }
 
 
@@ -233,7 +230,7 @@ def phase_decode(folder: Path, repeats: int, bf16: bool = False) -> dict:
             half = streamed_decode(autoencoder, full)
         out["full_size"]["bf16_streamed_s"] = time.perf_counter() - started
         out["full_size"]["bf16_psnr_db_vs_fp32"] = _psnr(half, image)
-    out["peak_rss_bytes"] = _peak_rss_bytes()
+    out["peak_rss_bytes"] = peak_rss_bytes()
     return out
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.api.optimization_config import NAMED_SETTINGS
+from engine.machine.peak_memory import device_peak_bytes
 
 # Named rows: every named optimization setting, plus "reference", MONAI's own inferer (fp32).
 # Rows that are not optimization settings: "reference", MONAI's own inferer (fp32), and "xla", the same loop
@@ -117,16 +118,6 @@ class _Timed:
         return out
 
 
-def _peak_memory(device) -> tuple[int, str]:
-    import torch
-
-    from engine.machine.peak_memory import peak_rss_bytes
-
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device)), "cuda_allocator"
-    return peak_rss_bytes(), "process_rss"
-
-
 def _request(source, settings: BenchSettings, config):
     from engine.api import SamplingRequest
 
@@ -197,7 +188,7 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
         if details:
             record["details"] = details
     total_s = time.perf_counter() - started - load_s
-    peak, kind = _peak_memory(device)
+    peak, kind = device_peak_bytes(device)
     np.save(out_dir / f"{_safe(name)}.npy", volumes.float().numpy())
     record.update(
         prepare_s=prep_s,
@@ -378,7 +369,7 @@ def run_decoder_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[s
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     decode_s, cpu_s = time.perf_counter() - wall, time.process_time() - cpu
-    peak, kind = _peak_memory(device)
+    peak, kind = device_peak_bytes(device)
     np.save(out_dir / f"{_safe(name)}.npy", volume.float().cpu().numpy())
     return {
         "row": name,

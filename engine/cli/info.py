@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from engine.formatting import format_bytes
+
 
 def register(sub) -> None:
     parser = sub.add_parser("info", help="show compute devices and library versions")
@@ -29,7 +31,7 @@ def run(args) -> int:
     cpu = probe.cpu
     print(f"Machine (fingerprint {probe.fingerprint()}):")
     print(
-        f"  CPU      {cpu.vendor} {cpu.model}, {cpu.logical_cores} logical cores, {cpu.memory_bytes / 2**30:.1f} GiB"
+        f"  CPU      {cpu.vendor} {cpu.model}, {cpu.logical_cores} logical cores, {format_bytes(cpu.memory_bytes)}"
     )
     print(f"  kernels  oneDNN {cpu.onednn_isa} (hardware {cpu.hardware_isa}), ATen {cpu.torch_capability}")
     print(

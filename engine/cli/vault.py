@@ -19,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from engine.errors import InvalidRequest, VaultCorrupted, VaultRolledBack
+from engine.formatting import format_bytes  # decimal: the vault CLI has always written kB/MB/GB
 
 PATIENT_KEYS = ("name", "id", "birth_date", "sex")
 _PATIENT_HELP = (
@@ -380,14 +381,6 @@ def _patient(args) -> dict | None:
     return patient or None
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"  # pragma: no cover
-
-
 # -- commands -----------------------------------------------------------------------------------------------
 def _cmd_init(args) -> int:
     from engine.vault import Vault
@@ -484,7 +477,7 @@ def _cmd_ls(args) -> int:
                 patient[:28],
                 i.study.get("date", ""),
                 "x".join(str(n) for n in i.shape),
-                _size(i.size_bytes),
+                format_bytes(i.size_bytes, decimal=True),
             )
         )
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
@@ -561,7 +554,7 @@ def _cmd_verify(args) -> int:
         print(f"  unreferenced: blobs/{name}")
     if report.ok:
         print(
-            f"vault OK: {report.items_checked} item(s), {_size(report.bytes_checked)} authenticated; "
+            f"vault OK: {report.items_checked} item(s), {format_bytes(report.bytes_checked, decimal=True)} authenticated; "
             f"{report.audit_entries} audit entries chained"
         )
         return 0
@@ -638,7 +631,11 @@ def _cmd_rekey(args) -> int:
         percent = 100 if total == 0 else done * 100 // total
         if percent // 10 != shown[0] // 10 or done == total:
             shown[0] = percent
-            print(f"re-encrypting: {_size(done)} of {_size(total)} ({percent}%)", file=sys.stderr, flush=True)
+            print(
+                f"re-encrypting: {format_bytes(done, decimal=True)} of {format_bytes(total, decimal=True)} ({percent}%)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     try:
         new = _passphrase(args.new_passphrase_file, "New passphrase: ", confirm=True)
@@ -649,7 +646,7 @@ def _cmd_rekey(args) -> int:
     print(
         f"re-keyed: {report.items} item(s) under a new key and passphrase ({report.copied} re-encrypted now, "
         f"{report.kept} by an earlier interrupted run, {report.audit_entries} audit entries carried over); "
-        f"{_size(report.bytes_copied)} in {report.seconds:.1f} s ({rate:.1f} MiB/s). Backups made before "
+        f"{format_bytes(report.bytes_copied, decimal=True)} in {report.seconds:.1f} s ({rate:.1f} MiB/s). Backups made before "
         "this still open with the old passphrase: delete them."
     )
     return 0

@@ -20,6 +20,7 @@ import numpy as np
 from engine.cohort.dataset import STATE_DIR
 from engine.cohort.manifest import DONE, FAILED, Manifest
 from engine.errors import InvalidRequest
+from engine.metrics.rank import spearman
 
 MEASURED = {"brain_volume": "brain tissue (mL)", "ventricle_volume": "ventricles (mL)"}
 
@@ -192,7 +193,7 @@ def draw(data: dict[str, Any], path: Path) -> Path:
         ax.scatter(x, y, s=12)
         lo, hi = min(*x, *y), max(*x, *y)
         ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--", label="measured = requested")
-        rho = _spearman(x, y)
+        rho = spearman(x, y, min_points=3, constant=float("nan"))  # too few or flat: no rho
         ax.set_title(f"ventricles: measured vs requested (Spearman {rho:.2f})", fontsize=10)
         ax.legend(fontsize=8)
     else:
@@ -255,14 +256,6 @@ def draw(data: dict[str, Any], path: Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
-
-
-def _spearman(x, y) -> float:
-    from scipy.stats import spearmanr
-
-    if len(x) < 3:
-        return float("nan")
-    return float(spearmanr(x, y).statistic)
 
 
 def write_report(root: str | Path, out: str | Path | None = None, montage: int = 12) -> Path:

@@ -30,7 +30,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,20 +112,12 @@ class _CohortWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def generate(self, request: dict[str, Any]) -> dict[str, Any]:
+    def generate(self, request: dict[str, Any]):
+        """(SamplingResult, this worker's pid): the record crosses Ray as it is (a dataclass of arrays)."""
         from engine.api import SamplingRequest, run
 
         req = SamplingRequest.from_dict({**request, "model": self.model_path})
-        result = run(self.backend.sample(req))
-        return {
-            "volume": np.ascontiguousarray(result.volume(0), dtype=np.float32),
-            # The tissue maps decoded with it (label channels, in the model's order), {} without them.
-            "tissue": result.tissue_maps(0),
-            "affine": result.affine,
-            "request": result.request.to_dict(),
-            "provenance": result.provenance,
-            "pid": os.getpid(),
-        }
+        return run(self.backend.sample(req)), os.getpid()
 
 
 def _model_here(model_path: str, packed) -> str:
@@ -326,14 +318,14 @@ class _Writer:
             if i.label == label and (not complete or set(self.labels) <= set(i.tissue_maps))
         ]
 
-    def write(self, participant: str, out: dict[str, Any]) -> tuple[str, str]:
-        """Store one result; returns (where, volume sha256)."""
-        from engine.api import SamplingRequest, SamplingResult
+    def write(self, participant: str, result, pid: int) -> tuple[str, str]:
+        """Store one SamplingResult (a batch of one) made by worker ``pid``; returns (where, volume sha256)."""
         from engine.nifti.io import save_result
 
-        volume = out["volume"]
+        member = result.member(0)  # the image and the tissue maps decoded with it ({} without label channels)
+        volume = np.ascontiguousarray(member.data, dtype=np.float32)
         digest = volume_sha256(volume)
-        provenance = dict(out["provenance"])
+        provenance = dict(result.provenance)
         entry = self.manifest.items[participant]
         provenance["cohort"] = {
             "id": self.manifest.cohort_id,
@@ -344,8 +336,8 @@ class _Writer:
         provenance["volume_sha256"] = digest
         # The worker's argv is Ray's default_worker.py; what made this volume is the driver's command.
         provenance["command"] = " ".join(sys.argv[:1]) + " (Ray cohort driver)"
-        provenance["worker"] = {"pid": out["pid"], "backend": provenance.get("backend")}
-        tissue = out.get("tissue") or {}
+        provenance["worker"] = {"pid": pid, "backend": provenance.get("backend")}
+        tissue = member.tissue
         if self.spec.target == "vault":
             # A crash after the vault stored the item but before the manifest said so must not store it twice.
             existing = self._vault_matches(participant)
@@ -353,7 +345,7 @@ class _Writer:
                 return existing[0].id, digest
             info = self.vault.add_synthetic(
                 volume,
-                out["affine"],
+                member.affine,
                 provenance,
                 label=self._label(participant),
                 tissue=tissue or None,
@@ -364,17 +356,8 @@ class _Writer:
             return info.id, digest
         path = volume_path(self.manifest.root, participant)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # The image and its maps as the channels they came in, so save_result writes the maps beside it.
-        names = list(tissue)
-        if names:
-            provenance["label_channels"] = names
-        result = SamplingResult(
-            volumes=np.stack([volume, *(tissue[n] for n in names)])[None].astype(np.float32, copy=False),
-            affine=np.asarray(out["affine"]),
-            request=SamplingRequest.from_dict(out["request"]),
-            provenance=provenance,
-        )
-        save_result(result, path)
+        # The result as it came, with the cohort's provenance: save_result writes the maps beside the image.
+        save_result(replace(result, provenance=provenance), path)
         return path.relative_to(self.manifest.root).as_posix(), digest
 
     def participants(self) -> None:
@@ -677,7 +660,7 @@ class _CohortRun:
         entry = manifest.items[participant]
         errors_types = _worker_errors()
         try:
-            out = ray.get(ref)
+            result, worker_pid = ray.get(ref)
         except errors_types as exc:
             message = f"worker {self.pids[index]} died: {type(exc).__name__}"
             entry["errors"].append({"attempt": entry["attempts"], "error": message, "at": now_utc()})
@@ -707,8 +690,8 @@ class _CohortRun:
             yield self.progress("failed", participant=participant, message=message)
             return
         self.idle.append(index)
-        where, digest = self.writer.write(participant, out)
-        prov = out["provenance"]
+        where, digest = self.writer.write(participant, result, worker_pid)
+        prov = result.provenance
         step_times = prov.get("step_times_s") or []
         if step_times:
             self.last_step_s = float(np.median(step_times))
@@ -717,14 +700,14 @@ class _CohortRun:
             file=where,
             volume_sha256=digest,
             seconds=round(float(prov.get("timings", {}).get("total_s", 0.0)), 3),
-            worker_pid=out["pid"],
+            worker_pid=worker_pid,
             finished_utc=now_utc(),
         )
         self.done_this_run += 1
         manifest.save()
         self.writer.participants()
         shown = where if self.spec.target == "vault" else str(self.root / where)
-        yield self.progress("done", participant=participant, path=shown, worker_pid=out["pid"])
+        yield self.progress("done", participant=participant, path=shown, worker_pid=worker_pid)
 
     def end(self, started_here: bool) -> None:
         """End the workers, record the run in the manifest, and stop a runtime this run started."""

@@ -34,6 +34,25 @@ def current_rss_bytes() -> int | None:
     return _status_bytes("VmRSS:")
 
 
+def process_peak_rss_bytes() -> int:
+    """This process's peak RSS: Linux ``VmHWM`` where it can be read, else ``ru_maxrss``.
+
+    ``ru_maxrss`` survives ``execve``, so in a child started from an evaluation it reported the parent's peak
+    (2.2 GB, against 0.8 GB for the same generation in a shell-started process); ``VmHWM`` does not."""
+    peak = current_peak_rss_bytes()
+    return peak if peak is not None else peak_rss_bytes()
+
+
+def device_peak_bytes(device) -> tuple[int, str]:
+    """(peak bytes so far, kind) on ``device``: the CUDA allocator's peak on a GPU (``"cuda_allocator"``), the
+    process's lifetime peak RSS elsewhere (``"process_rss"``)."""
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(device)), "cuda_allocator"
+    return peak_rss_bytes(), "process_rss"
+
+
 def _status_bytes(field: str) -> int | None:
     try:
         with open("/proc/self/status") as handle:
@@ -78,7 +97,7 @@ class PeakMemory:
             import torch
 
             torch.cuda.synchronize(self.device)
-            peak, kind = int(torch.cuda.max_memory_allocated(self.device)), "cuda_allocator"
+            peak, kind = device_peak_bytes(self.device)
         else:
             peak = current_peak_rss_bytes() if self._reset else None
             peak, kind = (peak if peak is not None else peak_rss_bytes()), "process_rss"

@@ -136,17 +136,36 @@ SYNTHETIC_MODELS = {
 }
 
 
+def perturb_(net, scale: float, generator=None):
+    """Add Gaussian noise (``scale`` times unit) to every weight of ``net``, in place; returns ``net``.
+
+    The one perturbation of every random-weight builder (these reference shapes, ``engine.testing``'s tiny
+    and MAISI models, the tests' bundle folders): MONAI zero-initialises the U-Net's output convolution, so
+    unperturbed weights would predict zeros and every optimization would look lossless. With ``generator``
+    the noise comes from it (``torch.randn``), else from the global seed (``torch.randn_like``)."""
+    import torch
+
+    with torch.no_grad():
+        for param in net.parameters():
+            noise = (
+                torch.randn_like(param)
+                if generator is None
+                else torch.randn(param.shape, generator=generator)
+            )
+            param.add_(noise * scale)
+    return net
+
+
 def perturbed_networks(
     spec: ModelSpec,
     seed: int = 0,
     scale: float = 0.05,
     roles: tuple[str, ...] | None = None,
+    *,
+    frozen: bool = True,
 ) -> dict:
-    """Build the spec's networks with seeded random weights plus Gaussian noise.
-
-    MONAI zero-initialises the U-Net's output convolution, so unperturbed weights would predict zeros and
-    every optimization would look lossless.
-    """
+    """Build the spec's networks with seeded random weights plus Gaussian noise (:func:`perturb_`), in eval
+    mode; ``frozen`` also turns their gradients off (benchmarks; the tests' tiny models keep them)."""
     import torch
 
     from engine.models.networks import build_network
@@ -156,11 +175,8 @@ def perturbed_networks(
     for role, definition in spec.networks.items():
         if roles is not None and role not in roles:
             continue
-        net = build_network(definition, where=role)
-        with torch.no_grad():
-            for param in net.parameters():
-                param.add_(torch.randn_like(param) * scale)
-        built[role] = net.eval().requires_grad_(False)
+        net = perturb_(build_network(definition, where=role), scale).eval()
+        built[role] = net.requires_grad_(False) if frozen else net
     return built
 
 

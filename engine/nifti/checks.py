@@ -223,16 +223,28 @@ class _Prefix:
         return bytes(self._buf[:n])
 
 
+def sniff_sizeof_hdr(head: bytes) -> tuple[int, str] | None:
+    """(header size 348 or 540, byte order ``"<"`` or ``">"``) from a stream's first four bytes; None if it is
+    not a NIfTI-1/-2 header (or shorter than four bytes). The project's one header-size sniffer: the NIfTI
+    checks, the vault's stream rewriter and its synthetic-mark finder all read the size here."""
+    if len(head) < 4:
+        return None
+    for endian in ("<", ">"):
+        (size,) = struct.unpack(endian + "i", head[:4])
+        if size in (348, 540):
+            return size, endian
+    return None
+
+
 def _sizeof_hdr(head: bytes, name: str) -> tuple[int, str]:
     if len(head) < 4:
         raise InvalidRequest(
             f"{name} is not a readable NIfTI file: it has only {len(head)} bytes; check the file"
         )
-    for endian in ("<", ">"):
-        (size,) = struct.unpack(endian + "i", head[:4])
-        if size in (348, 540):
-            return size, endian
-    raise InvalidRequest(f"{name} is not a readable NIfTI file (it does not start with a NIfTI header)")
+    found = sniff_sizeof_hdr(head)
+    if found is None:
+        raise InvalidRequest(f"{name} is not a readable NIfTI file (it does not start with a NIfTI header)")
+    return found
 
 
 def _check_extensions(block: bytes, start: int, end: int, endian: str, name: str) -> None:

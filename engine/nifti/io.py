@@ -13,7 +13,6 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from engine.errors import InvalidRequest, OutOfMemory, OutputError
 from engine.files.durable import fsync_dir
+from engine.nifti.volume import Volume, provenance_space
 
 SYNTHETIC_DESCRIP = "SYNTHETIC (VolSynth Studio)"
 SYNTHETIC_MARK = "SYNTHETIC"
@@ -260,27 +260,6 @@ def save_volume(
     return out
 
 
-@dataclass
-class LoadedVolume:
-    """A volume read from disk, reoriented to RAS+ so the viewer's labels are right.
-
-    ``time_points`` is how many volumes a 4D file holds; ``time_index`` is the one in ``data``.
-    """
-
-    data: np.ndarray  # float32 (x, y, z)
-    affine: np.ndarray  # voxel -> RAS mm
-    path: Path | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
-    synthetic: bool = False
-    description: str = ""
-    time_points: int = 1
-    time_index: int = 0
-
-    @property
-    def spacing(self) -> tuple[float, float, float]:
-        return tuple(float(v) for v in np.sqrt((self.affine[:3, :3] ** 2).sum(axis=0)))  # type: ignore[return-value]
-
-
 def _time_index(shape: tuple[int, ...], time_index: int, name: str) -> int | None:
     """Which volume of a 4D array to take (None for 3D data); refuses an index past the end."""
     count = shape[3] if len(shape) > 3 else 1
@@ -326,7 +305,7 @@ def canonical_volume(image, name: str, time_index: int = 0) -> tuple[np.ndarray,
     return data, affine
 
 
-def load_nifti(path: str | Path, *, time_index: int = 0) -> LoadedVolume:
+def load_nifti(path: str | Path, *, time_index: int = 0) -> Volume:
     """Read a 3D NIfTI (or one volume of a 4D one, the first by default) as float32 in RAS+ orientation.
 
     The header passes :func:`engine.nifti.checks.inspect_nifti` (shape, type, affine, offsets, voxel and
@@ -373,12 +352,13 @@ def load_nifti(path: str | Path, *, time_index: int = 0) -> LoadedVolume:
     synthetic = bool(provenance.get("synthetic")) or any(
         SYNTHETIC_MARK in _text_field(image.header, key).upper() for key in ("descrip", "intent_name")
     )
-    return LoadedVolume(
+    return Volume(
         data=data,
         affine=affine,
         path=path,
         provenance=provenance,
         synthetic=synthetic,
+        space=provenance_space(provenance),
         description=description,
         time_points=info.time_points,
         time_index=time_index,

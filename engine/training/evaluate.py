@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from engine.anatomy.measures import brain_mask, ventricle_volume_ml
+from engine.machine.peak_memory import process_peak_rss_bytes
+from engine.metrics.rank import spearman
 
 DICE_TARGET = 0.80
 SPEARMAN_TARGET = 0.7
@@ -109,15 +111,6 @@ def mean_pairwise_ssim(volumes: list[np.ndarray]) -> tuple[float, float]:
         for a, b in itertools.combinations(volumes, 2)
     ]
     return float(np.mean(scores)), float(np.max(scores))
-
-
-def spearman(x, y) -> float:
-    from scipy.stats import spearmanr
-
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if np.ptp(x) == 0 or np.ptp(y) == 0:
-        return 0.0  # a constant response cannot follow the request
-    return float(spearmanr(x, y).statistic)
 
 
 def reference_mask(shape: tuple[int, ...], affine: np.ndarray) -> np.ndarray:
@@ -336,7 +329,7 @@ def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | Non
     result = run(gen, on_progress)
     seconds = time.perf_counter() - (started or time.perf_counter())
     cpu = _cpu_seconds() - (cpu_started or 0.0)
-    peak_kb = _peak_rss_kb()
+    peak_kb = process_peak_rss_bytes() / 1024
     # On a shared machine wall time depends on the other jobs; CPU seconds / threads is what the same
     # work takes on an idle machine with those threads, so both are reported.
     return {
@@ -352,21 +345,6 @@ def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | Non
         if isinstance(result.provenance.get("timings"), dict)
         else {},
     }
-
-
-def _peak_rss_kb() -> float:
-    """This process's peak resident memory (kB). On Linux VmHWM of /proc/self/status: ``ru_maxrss`` survives
-    ``execve``, so in a child started from the evaluation it reported the parent's peak (2.2 GB, against
-    0.8 GB for the same generation in a shell-started process)."""
-    import resource
-
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return float(line.split()[1])
-    except OSError:
-        pass
-    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def _cpu_seconds() -> float:

@@ -15,8 +15,8 @@ from engine.vault.crypto import DecryptionFailed, KdfParams
 from engine.vault.fsio import fsync_dir, write_atomic
 from engine.vault.header import Header, now_iso, sha256
 from engine.vault.layout import HEADER_NAME, blob_dir, blob_path
-from engine.vault.metadata import NO_PATIENT, check_dates, json_dict
-from engine.vault.records import ItemInfo
+from engine.vault.metadata import check_dates, json_dict
+from engine.vault.records import ItemInfo, refuse_patient_if_synthetic
 
 if TYPE_CHECKING:
     from engine.vault.store import Vault
@@ -68,8 +68,7 @@ def update_item(
             changed.append("label")
         if patient is not None:
             patient = json_dict(patient, "patient metadata")
-            if patient and rec["kind"] == "synthetic":
-                raise InvalidRequest(NO_PATIENT)
+            refuse_patient_if_synthetic(rec["kind"], patient)
             rec["patient"] = patient
             changed.append("patient")
         if study is not None:

@@ -23,7 +23,6 @@ from engine.vault.fsio import fsync_dir
 from engine.vault.header import now_iso
 from engine.vault.layout import blob_dir
 from engine.vault.metadata import (
-    NO_PATIENT,
     check_dates,
     check_tissue,
     check_tissue_name,
@@ -32,7 +31,7 @@ from engine.vault.metadata import (
     template_space,
 )
 from engine.vault.payload import PartWriter, Progress
-from engine.vault.records import KINDS, TISSUE_PART_PREFIX, ItemInfo
+from engine.vault.records import KINDS, TISSUE_PART_PREFIX, ItemInfo, refuse_patient_if_synthetic
 
 if TYPE_CHECKING:
     from engine.vault.store import Vault
@@ -124,15 +123,13 @@ def _file_kind(
             raise InvalidRequest(
                 f"{marks.reason(path)}: it cannot be filed as a patient scan; import it as synthetic"
             )
-        if patient:
-            raise InvalidRequest(f"{marks.reason(path)}: {NO_PATIENT}")
+        refuse_patient_if_synthetic("synthetic", patient, reason=marks.reason(path))
         kind = "synthetic"
         provenance = {**(marks.provenance or {}), **(provenance or {})}
     kind = kind or "scan"
     if kind == "synthetic" and provenance is None:
         raise InvalidRequest("a synthetic volume needs its provenance (model, seed, settings)")
-    if kind == "synthetic" and patient:
-        raise InvalidRequest(NO_PATIENT)
+    refuse_patient_if_synthetic(kind, patient)
     return kind, provenance
 
 

@@ -10,9 +10,6 @@ import numpy as np
 
 from engine.errors import InvalidRequest
 
-#: Why patient details are refused for a generated volume (on import and on edit).
-NO_PATIENT = "a synthetic volume has no patient; leave out the patient details"
-
 
 def json_copy(value, what: str):
     """Deep copy through JSON, refusing what would not survive the round trip unchanged."""

@@ -8,7 +8,6 @@ the SYNTHETIC mark) works on the stream too: only the header and its extensions 
 
 from __future__ import annotations
 
-import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from engine.nifti.checks import (
     gunzip_bounded,
     inspect_nifti,
     inspect_nifti_bytes,
+    sniff_sizeof_hdr,
     verify_nifti_data,
 )
 
@@ -156,12 +156,10 @@ def load(raw, *, compressed: bool, as_float32: bool = True) -> tuple[np.ndarray,
 def _sizeof_hdr(head: bytes) -> int:
     if len(head) < 4:
         raise VaultCorrupted("the stored NIfTI stream is shorter than a header")
-    (le,) = struct.unpack("<i", head[:4])
-    (be,) = struct.unpack(">i", head[:4])
-    for size in (le, be):
-        if size in (348, 540):
-            return size
-    raise VaultCorrupted("the stored NIfTI stream does not start with a NIfTI header")
+    found = sniff_sizeof_hdr(head)
+    if found is None:
+        raise VaultCorrupted("the stored NIfTI stream does not start with a NIfTI header")
+    return found[0]
 
 
 def _header_from(buf: bytes) -> tuple[nib.Nifti1Header, int]:

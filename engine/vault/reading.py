@@ -11,7 +11,14 @@ import numpy as np
 
 from engine.errors import InvalidRequest
 from engine.vault import item_index, nifti, payload
-from engine.vault.records import KINDS, TISSUE_PART_PREFIX, ItemInfo, OpenedVolume, tissue_names
+from engine.vault.records import (
+    KINDS,
+    TISSUE_PART_PREFIX,
+    ItemInfo,
+    OpenedVolume,
+    opened_volume,
+    tissue_names,
+)
 
 if TYPE_CHECKING:
     from engine.vault.store import Vault
@@ -76,7 +83,7 @@ def open_item(
         # The index holds the affine at full precision (NIfTI-1 stores the sform as float32); for a NIfTI
         # import it is exactly what nibabel reads from the file.
         affine = np.array(rec["volume"]["affine"], dtype=np.float64)
-        return OpenedVolume(data=data, affine=affine, info=ItemInfo.from_record(rec), tissue=tissue)
+        return opened_volume(data, affine, ItemInfo.from_record(rec), tissue)
 
 
 def open_tissue(vault: Vault, item_id: str, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:

@@ -8,11 +8,26 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import InvalidRequest
+from engine.nifti.volume import Volume, provenance_space
 from engine.vault.audit import AuditEntry
 
 KINDS = ("scan", "synthetic")
 #: Parts named ``tissue/<name>`` hold a synthetic item's tissue maps (float32 NIfTI on the image's grid).
 TISSUE_PART_PREFIX = "tissue/"
+
+
+def refuse_patient_if_synthetic(kind: str, patient, *, reason: str = "") -> None:
+    """The one place of the rule "a synthetic volume has no patient": raises InvalidRequest when patient
+    details come with a synthetic item (import, a later edit, or the app's import before it encrypts).
+
+    ``reason`` (e.g. which SYNTHETIC mark the file carries) is put before the rule in the message."""
+    if kind == "synthetic" and patient:
+        rule = (
+            "a synthetic volume has no patient (it cannot be filed as a patient scan); "
+            "leave out the patient details"
+        )
+        raise InvalidRequest(f"{reason}: {rule}" if reason else rule)
 
 
 def tissue_names(rec: dict) -> tuple[str, ...]:
@@ -91,22 +106,27 @@ class ItemInfo:
         )
 
 
-@dataclass(frozen=True)
-class OpenedVolume:
-    """An item decrypted into memory by :meth:`Vault.open_item`.
+#: What :meth:`Vault.open_item` returns: the engine's one volume record (``engine.nifti.volume.Volume``),
+#: with the item's :class:`ItemInfo` in ``info``. The name stays for the vault's callers.
+OpenedVolume = Volume
 
-    Attributes:
-        data: Voxels (float32 unless ``as_float32=False`` was asked for).
-        affine: Voxel -> RAS mm (NIfTI convention), float64 4x4.
-        info: The item's metadata.
-        tissue: Its tissue maps, name -> float32 (x, y, z), when asked for (``open_item(...,
-            with_tissue=True)``); empty otherwise and for items without maps.
-    """
 
-    data: np.ndarray
-    affine: np.ndarray
-    info: ItemInfo
-    tissue: dict[str, np.ndarray] = field(default_factory=dict)
+def opened_volume(
+    data: np.ndarray, affine: np.ndarray, info: ItemInfo, tissue: dict[str, np.ndarray]
+) -> Volume:
+    """The record of an item decrypted into memory: voxels as stored (float32 unless ``as_float32=False``),
+    the index's float64 affine, its tissue maps when asked for, and what the index says of it."""
+    provenance = dict(info.provenance or {})
+    return Volume(
+        data=data,
+        affine=affine,
+        tissue=tissue,
+        provenance=provenance,
+        synthetic=info.kind == "synthetic",
+        space=provenance_space(provenance),
+        description=info.label,
+        info=info,
+    )
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def test_a_killed_process_leaves_an_orphan_that_restores_exactly(tmp_path):
         orphans[0].describe(),
     )
     ((name, opened),) = store.restore(orphans[0])
-    loaded = opened.loaded
+    loaded = opened  # the engine volume record itself
     assert (
         name == "seed 3 · crashed"
         and loaded.provenance["seed"] == 3
@@ -145,8 +145,8 @@ def test_a_killed_process_leaves_the_tissue_maps_that_restore_exactly_with_the_s
     assert list(opened.tissue) == NAMES
     for map_name, expected in _maps(3).items():
         assert np.array_equal(opened.tissue[map_name], expected), map_name
-    assert opened.loaded.provenance["space"] == MNI
-    assert "tissue_maps" not in opened.loaded.provenance  # the recovery folder's names stay behind
+    assert opened.provenance["space"] == MNI
+    assert "tissue_maps" not in opened.provenance  # the recovery folder's names stay behind
     store.discard(orphan)
     store.close()
 
@@ -183,7 +183,7 @@ def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
     assert without.tissue == {} and without.space is None
     assert name == "kept" and opened.space == MNI and list(opened.tissue) == NAMES
     assert all(np.array_equal(opened.tissue[n], m) for n, m in _maps(6).items())
-    assert not {"recovery_name", "recovery_space", "tissue_maps"} & set(opened.loaded.provenance)
+    assert not {"recovery_name", "recovery_space", "tissue_maps"} & set(opened.provenance)
     RecoveryStore.discard(left)
 
 
@@ -202,7 +202,7 @@ def test_a_folder_kept_before_tissue_maps_still_restores(tmp_path):
     assert orphan.volumes == [image]
     ((name, opened),) = RecoveryStore.restore(orphan)
     assert name == "old" and opened.tissue == {} and opened.space is None and opened.notes == []
-    assert np.array_equal(opened.loaded.data, _volume(3)) and opened.loaded.provenance["seed"] == 3
+    assert np.array_equal(opened.data, _volume(3)) and opened.provenance["seed"] == 3
 
 
 def test_a_clean_exit_keeps_only_what_asks_to_be_kept(tmp_path):

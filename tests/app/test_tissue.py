@@ -7,17 +7,15 @@ import json
 import numpy as np
 import pytest
 
+from app.core.nifti_files import open_volume, save_volume_files, tissue_files
 from app.core.session import AppState
 from app.core.tissue import (
     ALL_TISSUES,
     TISSUE_COLOURS,
     label_map,
-    open_volume,
     overlay_rgba,
-    save_volume_files,
     space_text,
     tissue_at,
-    tissue_files,
 )
 from app.core.volumes import VolumeEntry
 
@@ -133,7 +131,7 @@ def test_saved_maps_go_beside_the_image_and_open_with_it(tmp_path):
 
     opened = open_volume(path)
     assert list(opened.tissue) == list(NAMES) and not opened.notes
-    assert opened.space == "MNI152NLin2009aSym" and opened.loaded.synthetic
+    assert opened.space == "MNI152NLin2009aSym" and opened.synthetic
     assert all(np.allclose(opened.tissue[n], entry.tissue[n], atol=1e-6) for n in NAMES)
     # A map opened on its own is a volume without maps (its record lists its siblings, not its own maps).
     alone = open_volume(tmp_path / "sub-01_label-GM_probseg.nii.gz")

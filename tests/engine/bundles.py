@@ -7,36 +7,14 @@ from pathlib import Path
 
 import torch
 
-BRAIN_BUNDLE_AUTOENCODER = {
-    "_target_": "monai.networks.nets.AutoencoderKL",
-    "spatial_dims": 3,
-    "in_channels": 1,
-    "out_channels": 1,
-    "latent_channels": 3,
-    "channels": [64, 128, 128, 128],
-    "num_res_blocks": 2,
-    "norm_num_groups": 32,
-    "norm_eps": 1e-06,
-    "attention_levels": [False, False, False, False],
-    "with_encoder_nonlocal_attn": False,
-    "with_decoder_nonlocal_attn": False,
-}
+from engine.models.reference import BUNDLE_AUTOENCODER, BUNDLE_UNET
+
+# The real brain bundle's networks: engine.models.reference's one definition, with the class paths a
+# bundle's JSON names them by.
+BRAIN_BUNDLE_AUTOENCODER = {**BUNDLE_AUTOENCODER, "_target_": "monai.networks.nets.AutoencoderKL"}
 BRAIN_BUNDLE_UNET = {
+    **BUNDLE_UNET,
     "_target_": "monai.networks.nets.DiffusionModelUNet",
-    "spatial_dims": 3,
-    "in_channels": 7,
-    "out_channels": 3,
-    "channels": [256, 512, 768],
-    "num_res_blocks": 2,
-    "attention_levels": [False, True, True],
-    "norm_num_groups": 32,
-    "norm_eps": 1e-06,
-    "resblock_updown": True,
-    "num_head_channels": [0, 512, 768],
-    "with_conditioning": True,
-    "transformer_num_layers": 1,
-    "cross_attention_dim": 4,
-    "upcast_attention": True,
     "use_flash_attention": False,
 }
 SCALED_AUTOENCODER = dict(
@@ -73,6 +51,7 @@ def write_bundle(
 ) -> Path:
     """A bundle with random (perturbed) weights. ``full_size`` uses the real brain bundle's architecture."""
     from engine.models.networks import build_network
+    from engine.models.reference import perturb_
 
     ae_def = BRAIN_BUNDLE_AUTOENCODER if full_size else SCALED_AUTOENCODER
     unet_def = BRAIN_BUNDLE_UNET if full_size else SCALED_UNET
@@ -143,11 +122,7 @@ def write_bundle(
     (folder / "configs" / "metadata.json").write_text(json.dumps(metadata, indent=2))
     torch.manual_seed(seed)
     for definition, name in ((ae_def, "autoencoder.pt"), (unet_def, "model.pt")):
-        net = build_network(definition)
-        with torch.no_grad():
-            for param in net.parameters():
-                param.add_(torch.randn_like(param) * 0.02)
-        state = net.state_dict()
+        state = perturb_(build_network(definition), 0.02).state_dict()
         if load_old and name == "model.pt":
             state = old_state_dict(state)
         torch.save(state, folder / "models" / name)

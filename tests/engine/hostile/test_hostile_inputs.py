@@ -286,3 +286,15 @@ def test_scan_saved_from_the_app_carries_no_provenance_inside_the_file(tmp_path)
     (tmp_path / "scan.json").unlink()
     assert load_nifti(tmp_path / "scan.nii.gz").provenance == {}
     assert b"Doe_John" not in nib.load(tmp_path / "scan.nii.gz").header.extensions.__repr__().encode()
+
+
+def test_one_header_sniffer_reads_both_sizes_and_byte_orders():
+    """engine.nifti.checks.sniff_sizeof_hdr is the one header-size sniffer (the vault's readers use it)."""
+    import struct
+
+    from engine.nifti.checks import sniff_sizeof_hdr
+
+    assert sniff_sizeof_hdr(struct.pack("<i", 348)) == (348, "<")
+    assert sniff_sizeof_hdr(struct.pack(">i", 540) + b"rest") == (540, ">")
+    assert sniff_sizeof_hdr(struct.pack("<i", 352)) is None
+    assert sniff_sizeof_hdr(b"\x5c\x01") is None

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from engine.models.networks import build_network
+from engine.models.reference import perturb_
 from engine.models.streamed_decode import streamed_decode
 
 
@@ -26,10 +27,7 @@ def _autoencoder(channels, latent=3, seed=0, attention=False):
             "with_decoder_nonlocal_attn": attention,
         }
     )
-    with torch.no_grad():
-        for p in ae.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return ae.eval()
+    return perturb_(ae, 0.1).eval()
 
 
 @pytest.mark.parametrize(("slab", "budget"), [(1, 0), (3, 0), (8, 2**40), (5, 2**17), (None, 2**40)])

@@ -18,6 +18,7 @@ from engine.backends.local import LocalBackend
 from engine.backends.xla import XlaBackend
 from engine.errors import InvalidRequest
 from engine.models.networks import build_network
+from engine.models.reference import perturb_
 from engine.models.registry import ModelRegistry
 from engine.testing import build_tiny_networks, make_tiny_model, tiny_spec
 from engine.xla import convert
@@ -52,11 +53,7 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
 def perturbed(definition: dict, seed: int = 0):
     """A MONAI network with random, non-zero weights (MONAI zero-initialises output convolutions)."""
     torch.manual_seed(seed)
-    net = build_network(definition).eval()
-    with torch.no_grad():
-        for param in net.parameters():
-            param.add_(torch.randn_like(param) * 0.05)
-    return net
+    return perturb_(build_network(definition).eval(), 0.05)
 
 
 def channels_last(t: torch.Tensor) -> jax.Array:
