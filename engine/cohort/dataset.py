@@ -6,7 +6,8 @@
       dataset_description.json        DatasetType "derivative", GeneratedBy: tool, version, model sha256
       README                          what this is (synthetic), how it was made
       participants.tsv / .json        one row per finished volume: seed and the conditioning values
-      sub-synth0001/anat/sub-synth0001_T1w.nii.gz   (+ .json sidecar: the provenance record)
+      sub-synth0001/anat/sub-synth0001_T1w.nii.gz   (+ .json sidecar: the provenance record); _T2w, _FLAIR,
+                                      _swi, _desc-skullstripped_T2w ... for other modalities (image_stem)
       sub-synth0001/anat/sub-synth0001_label-GM_probseg.nii.gz   the tissue maps decoded with that image,
                                       one per label channel of the model (GM, WM, CSF, ventricles...)
       code/volsynth/spec.json         the cohort spec as run
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import __version__
+from engine.errors import InvalidRequest
 from engine.nifti.io import atomic_files, tissue_path
 
 BIDS_VERSION = "1.10.0"
@@ -35,13 +37,33 @@ _SUBJECT = re.compile(r"^sub-([A-Za-z0-9]+)$")
 _PROBSEG = re.compile(r"^(sub-[A-Za-z0-9]+)_label-([A-Za-z0-9]+)_probseg\.(nii\.gz|json)$")
 
 
-def volume_path(root: Path, participant: str) -> Path:
-    return root / participant / "anat" / f"{participant}_T1w.nii.gz"
+#: The BIDS suffix of each modality a model generates (engine.nifti.io.BIDS_IMAGE_SUFFIXES); a skull-stripped
+#: modality ("t2w-skullstripped") adds the derivative entity ``desc-skullstripped``.
+MODALITY_SUFFIXES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "swi"}
+SKULL_STRIPPED = "-skullstripped"
 
 
-def tissue_paths(root: Path, participant: str, names) -> list[Path]:
+def image_stem(participant: str, modality: str | None = None) -> str:
+    """``sub-X_T1w`` for a T1w volume (and models that name no modality), ``sub-X_T2w``, ``sub-X_FLAIR``,
+    ``sub-X_swi``; ``sub-X_desc-skullstripped_T2w`` for a skull-stripped one."""
+    name = (modality or "t1w").lower()
+    base = name.removesuffix(SKULL_STRIPPED)
+    if base not in MODALITY_SUFFIXES:
+        known = ", ".join(sorted(MODALITY_SUFFIXES))
+        raise InvalidRequest(
+            f"no BIDS suffix for modality {modality!r}: VolSynth names {known} (+{SKULL_STRIPPED})"
+        )
+    desc = "_desc-skullstripped" if name != base else ""
+    return f"{participant}{desc}_{MODALITY_SUFFIXES[base]}"
+
+
+def volume_path(root: Path, participant: str, modality: str | None = None) -> Path:
+    return root / participant / "anat" / f"{image_stem(participant, modality)}.nii.gz"
+
+
+def tissue_paths(root: Path, participant: str, names, modality: str | None = None) -> list[Path]:
     """The tissue map files of a participant's volume: ``sub-X_label-<name>_probseg.nii.gz`` beside it."""
-    image = volume_path(root, participant)
+    image = volume_path(root, participant, modality)
     return [tissue_path(image, name) for name in names]
 
 
@@ -85,6 +107,11 @@ def write_description(root: Path, cohort_id: str, model: Mapping[str, Any], spec
         description["VolSynthSpace"] = space
     if labels:
         description["VolSynthTissueMaps"] = labels
+    if model.get("modality"):
+        image_stem(
+            "sub-x", model["modality"]
+        )  # a modality without a BIDS suffix is refused before any volume
+        description["VolSynthModality"] = model["modality"]
     write_text_atomic(root / "dataset_description.json", json.dumps(description, indent=2) + "\n")
     where = (
         f"All volumes lie in the template space {space} (the NIfTI sform code says MNI152 where it is one).\n"
@@ -145,7 +172,10 @@ def read_participants(root: Path) -> list[dict[str, str]]:
 
 # Long on purpose: one checklist of the dataset's BIDS rules, in the order of the docstring.
 def validate_layout(root: str | Path) -> list[str]:
-    """Problems with ``root`` as a BIDS-derivative dataset of synthetic T1w volumes ([] when it is valid).
+    """Problems with ``root`` as a BIDS-derivative dataset of synthetic volumes ([] when it is valid).
+
+    The image suffix follows the modality dataset_description.json names (``VolSynthModality``; T1w
+    without one).
 
     Checks the rules this dataset relies on (BIDS 1.10: dataset_description fields for derivatives,
     entity and file naming, sidecars, participants.tsv against the subject folders, n/a for missing
@@ -179,6 +209,12 @@ def validate_layout(root: str | Path) -> list[str]:
             "dataset_description.json: VolSynthTissueMaps must be a list of names (letters, digits)"
         )
         labels = []
+    modality = desc.get("VolSynthModality") or None
+    try:
+        image_stem("sub-x", modality)
+    except InvalidRequest as exc:
+        problems.append(f"dataset_description.json: VolSynthModality: {exc}")
+        modality = None
     for entry in sorted(root.iterdir()):
         if entry.name.startswith("."):
             continue
@@ -210,22 +246,20 @@ def validate_layout(root: str | Path) -> list[str]:
                         problems.append(f"{rel}: a tissue map dataset_description.json does not name")
                     problems += _check_synthetic(entry)
                 continue
-            if entry.parent != sub / "anat" or entry.name not in (
-                f"{sub.name}_T1w.nii.gz",
-                f"{sub.name}_T1w.json",
-            ):
+            stem = image_stem(sub.name, modality)
+            if entry.parent != sub / "anat" or entry.name not in (f"{stem}.nii.gz", f"{stem}.json"):
                 problems.append(
-                    f"{rel}: name does not follow sub-<label>_T1w.nii.gz / .json "
+                    f"{rel}: name does not follow {image_stem('sub-<label>', modality)}.nii.gz / .json "
                     "or sub-<label>_label-<name>_probseg.nii.gz"
                 )
-        nifti = volume_path(root, sub.name)
+        nifti = volume_path(root, sub.name, modality)
         if not nifti.is_file():
             problems.append(f"{sub.name}: no {nifti.name}")
             continue
-        if not nifti.with_name(f"{sub.name}_T1w.json").is_file():
+        if not nifti.with_name(f"{image_stem(sub.name, modality)}.json").is_file():
             problems.append(f"{sub.name}: no JSON sidecar for {nifti.name}")
         problems += _check_synthetic(nifti)
-        for path in tissue_paths(root, sub.name, labels):
+        for path in tissue_paths(root, sub.name, labels, modality):
             if not path.is_file():
                 problems.append(f"{sub.name}: no tissue map {path.name}")
     rows = read_participants(root)

@@ -291,6 +291,8 @@ class _Writer:
     def __init__(self, spec: CohortSpec, manifest: Manifest, units: dict[str, str], vault=None, labels=()):
         self.spec, self.manifest, self.units, self.vault = spec, manifest, units, vault
         self.labels = tuple(labels)
+        # The image's BIDS suffix (T1w, T2w, FLAIR...): the modality the manifest's model record names.
+        self.modality = manifest.data.get("model", {}).get("modality")
         if spec.target == "vault" and vault is None:
             raise InvalidRequest("this cohort goes into a vault; unlock it first (pass the passphrase)")
 
@@ -300,8 +302,8 @@ class _Writer:
             return False
         if self.spec.target == "folder":
             root = self.manifest.root
-            return volume_path(root, participant).is_file() and all(
-                p.is_file() for p in tissue_paths(root, participant, self.labels)
+            return volume_path(root, participant, self.modality).is_file() and all(
+                p.is_file() for p in tissue_paths(root, participant, self.labels, self.modality)
             )
         return bool(self._vault_matches(participant))
 
@@ -354,7 +356,7 @@ class _Writer:
                 allow_duplicate=bool(self._vault_matches(participant, complete=False)),
             )
             return info.id, digest
-        path = volume_path(self.manifest.root, participant)
+        path = volume_path(self.manifest.root, participant, self.modality)
         path.parent.mkdir(parents=True, exist_ok=True)
         # The result as it came, with the cohort's provenance: save_result writes the maps beside the image.
         save_result(replace(result, provenance=provenance), path)

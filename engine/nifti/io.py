@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,11 +49,18 @@ def sidecar_path(nifti_path: Path) -> Path:
     return nifti_path.with_name(stem + ".json")
 
 
+#: The BIDS suffixes of the anatomical images VolSynth writes (``swi`` is BEP004's, the SWI proposal: BIDS 1.10 has
+#: no SWI suffix yet).
+BIDS_IMAGE_SUFFIXES = ("T1w", "T2w", "FLAIR", "swi")
+_IMAGE_SUFFIX = re.compile(r"_(" + "|".join(BIDS_IMAGE_SUFFIXES) + r")$")
+
+
 def tissue_path(image_path: Path, name: str) -> Path:
     """Where tissue map ``name`` of an image goes, BIDS-derivative style: ``sub-01_T1w.nii.gz`` ->
-    ``sub-01_label-GM_probseg.nii.gz`` (the image's ``_T1w`` suffix gives way to ``_probseg``)."""
+    ``sub-01_label-GM_probseg.nii.gz`` (the image's suffix, ``_T1w`` or another of BIDS_IMAGE_SUFFIXES, gives
+    way to ``_probseg``)."""
     stem, suffix = split_nifti_name(image_path)
-    stem = stem.removesuffix("_T1w")
+    stem = _IMAGE_SUFFIX.sub("", stem)
     return image_path.with_name(f"{stem}_label-{name}_probseg{suffix}")
 
 

@@ -37,9 +37,22 @@ def test_a_t2w_cohort_in_a_folder(ray_runtime, maisi_model, tmp_path):
     assert summary.done == 2 and validate_layout(root) == []
     manifest = Manifest.load(root)
     assert manifest.data["model"]["modality"] == "t2w" and "label_channels" not in manifest.data["model"]
+    # BIDS names say the modality: sub-X_T2w.nii.gz (+ .json), never _T1w
+    names = sorted(p.name for p in root.glob("sub-*/anat/*"))
+    assert names and all(n.endswith(("_T2w.nii.gz", "_T2w.json")) for n in names), names
     for participant in manifest.items:
-        image = load_nifti(volume_path(root, participant))
+        path = volume_path(root, participant, "t2w")
+        assert path.name == f"{participant}_T2w.nii.gz"
+        image = load_nifti(path)
         assert np.allclose(image.spacing, SPACING) and image.data.std() > 0
+    # a T2w volume filed under the T1w suffix is a layout problem
+    first = volume_path(root, next(iter(manifest.items)), "t2w")
+    mislabelled = first.with_name(first.name.replace("_T2w", "_T1w"))
+    first.rename(mislabelled)
+    problems = validate_layout(root)
+    assert any("_T1w.nii.gz: name does not follow sub-<label>_T2w.nii.gz" in p for p in problems), problems
+    mislabelled.rename(first)
+    assert validate_layout(root) == []
     with open(root / "participants.tsv", newline="") as handle:
         header = next(csv.reader(handle, delimiter="\t"))
     assert not any("label" in column.lower() or "probseg" in column.lower() for column in header)

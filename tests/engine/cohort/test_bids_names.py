@@ -1,0 +1,42 @@
+"""A cohort's image names carry the BIDS suffix of the modality generated (not _T1w for everything)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.cohort.dataset import image_stem, tissue_paths, volume_path
+from engine.errors import InvalidRequest
+from engine.nifti.io import tissue_path
+
+
+@pytest.mark.parametrize(
+    ("modality", "stem"),
+    [
+        (None, "sub-synth0001_T1w"),  # models that name no modality: the demo's T1w
+        ("t1w", "sub-synth0001_T1w"),
+        ("t2w", "sub-synth0001_T2w"),
+        ("flair", "sub-synth0001_FLAIR"),
+        ("swi", "sub-synth0001_swi"),
+        ("t2w-skullstripped", "sub-synth0001_desc-skullstripped_T2w"),
+        ("FLAIR", "sub-synth0001_FLAIR"),
+    ],
+)
+def test_each_modality_has_its_bids_suffix(modality, stem):
+    assert image_stem("sub-synth0001", modality) == stem
+    assert volume_path(Path("/c"), "sub-synth0001", modality) == Path(f"/c/sub-synth0001/anat/{stem}.nii.gz")
+
+
+def test_a_modality_without_a_bids_suffix_is_refused_with_the_known_ones():
+    with pytest.raises(InvalidRequest, match=r"no BIDS suffix for modality 'dwi'.*flair, swi, t1w, t2w"):
+        image_stem("sub-1", "dwi")
+
+
+@pytest.mark.parametrize("suffix", ["T1w", "T2w", "FLAIR", "swi"])
+def test_tissue_maps_take_the_place_of_any_image_suffix(suffix):
+    image = Path(f"/c/sub-1/anat/sub-1_{suffix}.nii.gz")
+    assert tissue_path(image, "GM").name == "sub-1_label-GM_probseg.nii.gz"
+    assert (
+        tissue_paths(Path("/c"), "sub-1", ["WM"], suffix.lower())[0].name == "sub-1_label-WM_probseg.nii.gz"
+    )
