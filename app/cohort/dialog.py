@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
@@ -29,45 +28,31 @@ from PySide6.QtWidgets import (
 )
 
 from app.cohort.draft import MODES, CohortDraft, estimate_seconds, last_step_seconds, load_montage
+from app.workers import Worker
 from engine.errors import EngineError
 from engine.formatting import format_duration
 
 
-class CohortWorker(QObject):
-    """Runs ``engine.cohort.run_cohort`` in a QThread; ``cancel()`` stops it after the items in flight."""
+def cohort_worker(spec, root: str, address: str | None, workers: int | None) -> Worker:
+    """A worker that runs ``engine.cohort.run_cohort``; ``cancel()`` stops it after the items in flight.
 
-    progressed = Signal(object)  # engine.cohort.CohortProgress
-    finished = Signal(object)  # engine.cohort.CohortSummary (``stopped`` says whether Stop ended it)
-    failed = Signal(str)
+    It reports ``engine.cohort.CohortProgress`` as ``progressed`` and the ``CohortSummary`` as ``finished``
+    (``stopped`` says whether Stop ended it).
+    """
 
-    def __init__(self, spec, root: str, address: str | None, workers: int | None) -> None:
-        super().__init__()
-        self.spec, self.root, self.address, self.workers = spec, root, address, workers
-        self._stop = threading.Event()
-
-    def cancel(self) -> None:
-        self._stop.set()
-
-    @Slot()
-    def run(self) -> None:
-        from app.workers import user_message
+    def work(worker: Worker):
         from engine.cohort import run_cohort
 
-        try:
-            summary = run_cohort(
-                self.spec,
-                self.root,
-                address=self.address,
-                workers=self.workers,
-                on_progress=self.progressed.emit,
-                should_stop=self._stop.is_set,
-            )
-        except BaseException as exc:  # noqa: BLE001 - the user gets one line
-            self.failed.emit(user_message(exc))
-        else:
-            self.finished.emit(summary)
-        finally:
-            QThread.currentThread().quit()
+        return run_cohort(
+            spec,
+            root,
+            address=address,
+            workers=workers,
+            on_progress=worker.progressed.emit,
+            should_stop=lambda: worker.cancel_requested,
+        )
+
+    return Worker(work, what="cohort")
 
 
 class ConditionRow(QWidget):
@@ -274,7 +259,7 @@ class CohortDialog(QDialog):
         self.progress.setRange(0, spec.count)
         self.progress.setValue(0)
         self.status.setText(f"Starting Ray and {spec.count} volumes...")
-        worker = CohortWorker(
+        worker = cohort_worker(
             spec,
             self.out_edit.text().strip(),
             self.address_edit.text().strip() or None,

@@ -21,7 +21,7 @@ from app.core.generation_form import REMOTE_PREFIX
 from app.core.progress import QUIET_NOTE_S
 from app.core.volumes import preview_affine
 from app.viewer.tissue_toolbar import TISSUE_SHORTCUT
-from app.workers import GenerationWorker
+from app.workers import Worker
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class GenerationController(QObject):
         self._model_xyz = tuple(spec.output_shape[1:4])
         self._run_device = self.form.device
         self.state.follow_previews = True
-        worker = GenerationWorker(request, partial(self.main.backends.get, self.form.device))
+        worker = Worker.generation(request, partial(self.main.backends.get, self.form.device))
         self._begin_run_telemetry(self.form.device)
         self._job = self.main.runner.start(
             "generate",

@@ -12,7 +12,7 @@ import threading
 from functools import partial
 
 from app.core.measured_settings import MeasuredSettings
-from app.workers import GeneratorWorker
+from app.workers import Worker
 
 TUNE_SHORTCUT = "Ctrl+Shift+M"
 JOB_NAME = "tune"
@@ -74,7 +74,7 @@ class TuneController:
         if self.job is not None:
             return
         self.measured.set_running(True, "starting\u2026")
-        worker = GeneratorWorker(
+        worker = Worker.generator(
             partial(_tune_job, source, self.state.form.device, self.BUDGET_S, self._pause, self.ROWS)
         )
         self.job = self.window.runner.start(
