@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -110,12 +111,14 @@ class ConditionRow(QWidget):
 class CohortDialog(QDialog):
     """Generate > Cohort...: the spec, the run, the finished volumes and a montage of a sample of them."""
 
-    def __init__(self, main_window) -> None:
-        super().__init__(main_window)
-        self.main = main_window
+    def __init__(
+        self, state, runner, open_path: Callable[[str], None], parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.state, self.runner, self.open_path = state, runner, open_path
         self.setWindowTitle("Cohort")
-        self.draft = CohortDraft.from_form(main_window.state.form)
-        self.step_s = last_step_seconds(main_window.state.volumes)
+        self.draft = CohortDraft.from_form(state.form)
+        self.step_s = last_step_seconds(state.volumes)
         self.job = None
         self.summary = None
         self.finished_paths: list[str] = []
@@ -129,7 +132,7 @@ class CohortDialog(QDialog):
         form = QFormLayout(spec_box)
         self.name_edit = QLineEdit(self.draft.name)
         form.addRow("Name", self.name_edit)
-        model = self.main.state.form.model
+        model = self.state.form.model
         self.model_label = QLabel(model.spec.name if model is not None else "no model selected")
         form.addRow("Model", self.model_label)
         self.sampler_label = QLabel()
@@ -225,9 +228,7 @@ class CohortDialog(QDialog):
     def _on_draft_edited(self, *_args) -> None:
         self._read_widgets()
         d = self.draft
-        steps = d.steps or (
-            self.main.state.form.model.spec.default_steps if self.main.state.form.model else 0
-        )
+        steps = d.steps or (self.state.form.model.spec.default_steps if self.state.form.model else 0)
         self.sampler_label.setText(
             f"{d.sampler or 'default sampler'}, {steps} steps, guidance "
             f"{'default' if d.guidance_scale is None else f'{d.guidance_scale:g}'} (from the Generate panel)"
@@ -265,7 +266,7 @@ class CohortDialog(QDialog):
             self.address_edit.text().strip() or None,
             self.workers_spin.value() or None,
         )
-        self.job = self.main.runner.start(
+        self.job = self.runner.start(
             "cohort",
             worker,
             progressed=self._on_cohort_progressed,
@@ -317,7 +318,7 @@ class CohortDialog(QDialog):
 
     # -- results ---------------------------------------------------------------------------------------
     def _on_done_item_activated(self, item: QListWidgetItem) -> None:
-        self.main.open_path(item.data(Qt.ItemDataRole.UserRole))
+        self.open_path(item.data(Qt.ItemDataRole.UserRole))
 
     def _on_open_clicked(self) -> None:
         item = self.done_list.currentItem()
@@ -326,7 +327,7 @@ class CohortDialog(QDialog):
 
     def _on_montage_clicked(self) -> None:
         self.montage_button.setEnabled(False)
-        self.main.runner.run_task(
+        self.runner.run_task(
             "cohort-montage",
             load_montage,
             list(self.finished_paths),
