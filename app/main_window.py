@@ -338,6 +338,10 @@ class MainWindow(QMainWindow):
         """Write a session volume as NIfTI + JSON provenance sidecar (and its tissue maps), in the background."""
         self.files.save_entry(entry, path)
 
+    def _rebuild_recent_menu(self) -> None:
+        # install_vault hands this to Vault > Remember Recent Files (app/vault reads it by this name).
+        self.files.rebuild_recent_menu()
+
     def _update_title(self) -> None:
         """'seed 42 · ddpm[*] — VolSynth Studio': the shown volume, with Qt's modified mark while unsaved."""
         entry = self.state.shown
