@@ -173,7 +173,7 @@ class ServerThread:
 
         import uvicorn
 
-        from engine.server_connections import ConnectionLimits, uvicorn_options
+        from engine.server.connections import ConnectionLimits, uvicorn_options
 
         limits = getattr(getattr(getattr(app, "state", None), "limits", None), "connections", None)
         self.connection_options = uvicorn_options(limits or ConnectionLimits())

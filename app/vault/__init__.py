@@ -11,9 +11,11 @@ Nothing here imports ``engine.vault`` at start-up; it is loaded the first time t
 
 from __future__ import annotations
 
+from functools import partial
+
 from PySide6.QtCore import Qt
 
-from app.vault.browser import VaultBrowser, VaultMenu, VaultStatusButton
+from app.vault.browser import VaultBrowser, VaultStatusButton
 from app.vault.controller import VaultController
 from app.vault.dialogs import (
     ChangePassphraseDialog,
@@ -22,7 +24,9 @@ from app.vault.dialogs import (
     ItemDetailsDialog,
     VaultUnlockDialog,
 )
+from app.vault.menu import VaultMenu
 from app.vault.privacy import install_privacy
+from app.vault.worker import VaultWorker
 
 __all__ = [
     "ChangePassphraseDialog",
@@ -33,23 +37,46 @@ __all__ = [
     "VaultController",
     "VaultMenu",
     "VaultUnlockDialog",
+    "VaultWorker",
     "install_vault",
 ]
 
 
 def install_vault(window) -> VaultController:
     """Give ``window`` (a ``MainWindow``) its vault UI. Call before the window restores its saved state, so
-    the dock's place is restored too."""
-    controller = VaultController(window)
-    controller.browser = VaultBrowser(controller)
+    the dock's place is restored too.
+
+    The one place in ``app/vault`` that reads the main window: every piece gets what it needs from here
+    (the session, the job runner, the settings, the status line and error dialog, the parent of its
+    dialogs) or a signal connected here; none of them keeps the window.
+    """
+    state = window.state
+    controller = VaultController(
+        state=state,
+        runner=window.runner,
+        settings=window.settings,
+        show_status=window.show_status,
+        show_error=window.show_error,
+        parent=window,
+    )
+    controller.volume_opened.connect(window.volume_opened)
+    controller.browser = VaultBrowser(controller, state)
     dock = window.add_dock(
         controller.browser, "Vault", Qt.DockWidgetArea.BottomDockWidgetArea, name="vaultDock"
     )
     dock.hide()
-    menu = VaultMenu(controller, window)
+    controller.show_browser_requested.connect(partial(_show_dock, dock))
+    menu = VaultMenu(controller, state, window)
     controller.menu = menu
     menu.addSeparator()
-    controller.remember_action = install_privacy(window, menu)
+    controller.remember_action = install_privacy(
+        window.settings,
+        state,
+        menu,
+        parent=window,
+        show_status=window.show_status,
+        rebuild_recent_menu=getattr(window, "_rebuild_recent_menu", None),
+    )
     bar = window.menuBar()
     help_menu = next((a for a in bar.actions() if a.text().replace("&", "") == "Help"), None)
     if help_menu is not None:
@@ -62,3 +89,8 @@ def install_vault(window) -> VaultController:
     controller.status_button = VaultStatusButton(controller)
     window.statusBar().addPermanentWidget(controller.status_button)
     return controller
+
+
+def _show_dock(dock) -> None:
+    dock.show()
+    dock.raise_()

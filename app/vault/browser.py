@@ -1,4 +1,4 @@
-"""The vault browser dock, the Vault menu and the status-bar lock button.
+"""The vault browser dock and the status-bar lock button (the Vault menu is ``app.vault.menu``).
 
 The browser shows the controller's state: a prompt to unlock (or create) while locked; a searchable table
 of items (patient, study, date, kind, label) with open / export / delete / verify / lock while unlocked.
@@ -10,11 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer
-from PySide6.QtGui import QAction, QColor, QKeySequence
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
-    QFileDialog,
     QFrame,
     QHBoxLayout,
     QHeaderView,
@@ -78,11 +77,13 @@ class _SortItem(QTableWidgetItem):
 
 
 class VaultBrowser(QWidget):
-    """The Vault dock's content. Talks only to the ``VaultController``."""
+    """The Vault dock's content. Talks only to the ``VaultController``; reads the session ``state``
+    (``AppState``) for whether the shown volume can be saved."""
 
-    def __init__(self, controller, parent: QWidget | None = None) -> None:
+    def __init__(self, controller, state, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.controller = controller
+        self._state = state
         self.setObjectName("vaultBrowser")
         self.setStyleSheet(_BROWSER_QSS)
         self.setAcceptDrops(True)
@@ -110,7 +111,7 @@ class VaultBrowser(QWidget):
         controller.state_changed.connect(self._on_controller_state_changed)
         controller.items_changed.connect(self._on_controller_items_changed)
         controller.auto_lock_tick.connect(self._on_controller_auto_lock_tick)
-        controller.window.state.shown_changed.connect(self._on_state_shown_changed)
+        state.shown_changed.connect(self._on_state_shown_changed)
         self._on_controller_state_changed()
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
@@ -162,6 +163,19 @@ class VaultBrowser(QWidget):
 
     def _build_unlocked_page(self) -> QWidget:
         page = QWidget()
+        top = self._build_search_row()
+        self.table_stack = self._build_table()
+        bottom = self._build_item_buttons_row()
+        layout = QVBoxLayout(page)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(8)
+        layout.addLayout(top)
+        layout.addWidget(self.table_stack, 1)
+        layout.addLayout(bottom)
+        return page
+
+    def _build_search_row(self) -> QHBoxLayout:
+        """The unlocked page's top row: state, search, kind filter, Import, Save and Lock."""
         self.state_icon = QLabel()
         self.state_icon.setPixmap(lock_pixmap(18, UNLOCKED_COLOUR, unlocked=True))
         self.state_label = QLabel("Unlocked")
@@ -207,7 +221,10 @@ class VaultBrowser(QWidget):
         top.addWidget(self.import_button)
         top.addWidget(self.save_button)
         top.addWidget(self.lock_button)
+        return top
 
+    def _build_table(self) -> QStackedWidget:
+        """The items table, and the label shown instead of it while nothing is listed."""
         self.table = QTableWidget(0, len(model.COLUMNS))
         self.table.setObjectName("vaultTable")
         self.table.setHorizontalHeaderLabels(list(model.COLUMNS))
@@ -237,10 +254,13 @@ class VaultBrowser(QWidget):
         self.empty_label.setObjectName("vaultEmpty")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setWordWrap(True)
-        self.table_stack = QStackedWidget()
-        self.table_stack.addWidget(self.table)
-        self.table_stack.addWidget(self.empty_label)
+        table_stack = QStackedWidget()
+        table_stack.addWidget(self.table)
+        table_stack.addWidget(self.empty_label)
+        return table_stack
 
+    def _build_item_buttons_row(self) -> QHBoxLayout:
+        """The unlocked page's bottom row: Open, Export, Details, Delete, the footer and Verify All."""
         self.open_button = QPushButton("Open")
         self.open_button.setObjectName("primary")
         self.open_button.setToolTip("Decrypt into memory and show it (nothing decrypted is written to disk)")
@@ -270,14 +290,7 @@ class VaultBrowser(QWidget):
         bottom.addSpacing(12)
         bottom.addWidget(self.footer, 1)
         bottom.addWidget(self.verify_button)
-
-        layout = QVBoxLayout(page)
-        layout.setContentsMargins(4, 4, 4, 4)
-        layout.setSpacing(8)
-        layout.addLayout(top)
-        layout.addWidget(self.table_stack, 1)
-        layout.addLayout(bottom)
-        return page
+        return bottom
 
     # -- controller -> view --------------------------------------------------------------------------
 
@@ -367,7 +380,7 @@ class VaultBrowser(QWidget):
         for button in (self.open_button, self.export_button, self.details_button, self.delete_button):
             button.setEnabled(unlocked and has_item)
         self.verify_button.setEnabled(unlocked and bool(self.controller.items))
-        self.save_button.setEnabled(unlocked and self.controller.can_save(self.controller.window.state.shown))
+        self.save_button.setEnabled(unlocked and self.controller.can_save(self._state.shown))
 
     def _on_state_shown_changed(self, _entry) -> None:
         self._update_buttons()
@@ -522,132 +535,3 @@ class VaultStatusButton(QToolButton):
 
     def _on_clicked(self) -> None:
         self.controller.request_unlock()
-
-
-class VaultMenu(QMenu):
-    """The window's Vault menu (and the Save to Vault entry of the session list's context menu)."""
-
-    def __init__(self, controller, window) -> None:
-        super().__init__("&Vault", window)
-        self.controller = controller
-        self.window_ = window
-        c = controller
-        # What a first-time user looks for; "Unlock (or create)" and "Open Vault Folder..." hid it.
-        self.new_action = self._add(
-            "&New Vault...",
-            self._on_new_action_triggered,
-            tip="Create an encrypted vault (in a folder you choose)",
-        )
-        self.unlock_action = self._add(
-            "&Unlock Vault...", c.request_unlock, tip="Unlock (or create) the encrypted vault"
-        )
-        self.lock_action = self._add(
-            "&Lock Vault", self._on_lock_action_triggered, "Ctrl+L", "Lock the vault now"
-        )
-        self.addSeparator()
-        self.import_nifti_action = self._add(
-            "Import &NIfTI Files...", c.import_nifti_dialog, tip="Encrypt NIfTI files into the vault"
-        )
-        self.import_dicom_action = self._add(
-            "Import &DICOM Folder...",
-            c.import_dicom_dialog,
-            tip="Encrypt a DICOM series (and its original files) into the vault",
-        )
-        self.save_action = self._add(
-            "&Save Shown Volume to Vault",
-            self._on_save_action_triggered,
-            tip="Store the shown volume; a generated one keeps its provenance",
-        )
-        self.addSeparator()
-        self.verify_action = self._add(
-            "&Verify All Items", c.verify_all, tip="Authenticate every item and the audit trail"
-        )
-        self.repair_action = self._add(
-            "&Repair Vault...",
-            c.request_repair,
-            tip="After a rollback or an interrupted import: put back the items whose files are still there",
-        )
-        self.passphrase_action = self._add("Change &Passphrase...", c.change_passphrase_dialog)
-        self.auto_lock_action = self._add(
-            "&Auto-Lock...", c.auto_lock_dialog, tip="Minutes without activity before the vault locks itself"
-        )
-        self.folder_action = self._add(
-            "&Open Vault Folder...", c.choose_vault_folder, tip="Use (or create) a vault in another folder"
-        )
-        self.addSeparator()
-        self.show_action = self._add("Show Vault &Browser", c.window_show_browser, "Ctrl+Shift+V")
-        c.state_changed.connect(self._on_controller_state_changed)
-        window.state.shown_changed.connect(self._on_state_shown_changed)
-        self._on_controller_state_changed()
-
-    def _add(self, text: str, slot, shortcut: str | None = None, tip: str = "") -> QAction:
-        action = QAction(text, self.window_)
-        if shortcut:
-            action.setShortcut(QKeySequence(shortcut))
-            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-            self.window_.addAction(action)  # shortcuts work while the menu is closed
-        if tip:
-            action.setStatusTip(tip)
-        action.triggered.connect(slot)
-        self.addAction(action)
-        return action
-
-    def _on_new_action_triggered(self) -> None:
-        """No vault yet: create it in the default place. One exists there: create the new one elsewhere."""
-        c = self.controller
-        if c.exists:
-            folder = QFileDialog.getExistingDirectory(
-                self.window_, "Choose an empty folder for the new vault", str(c.path.parent)
-            )
-            if not folder:
-                return
-            c.set_vault_path(folder)
-        c.request_unlock()  # a folder without a vault: the dialog creates one
-
-    def _on_lock_action_triggered(self) -> None:
-        self.controller.lock()
-
-    def _on_save_action_triggered(self) -> None:
-        self.controller.save_entry()
-
-    def _on_controller_state_changed(self) -> None:
-        unlocked = self.controller.is_unlocked
-        self.unlock_action.setEnabled(not unlocked)
-        self.repair_action.setEnabled(not unlocked)  # repair unlocks the vault itself
-        self.lock_action.setEnabled(unlocked)
-        self.passphrase_action.setEnabled(unlocked)
-        minutes = self.controller.auto_lock_minutes
-        self.auto_lock_action.setText(
-            f"&Auto-Lock After {minutes} min..." if minutes else "&Auto-Lock: Off..."
-        )
-        self._on_state_shown_changed(self.window_.state.shown)
-
-    def _on_state_shown_changed(self, entry) -> None:
-        self.save_action.setEnabled(self.controller.can_save(entry))
-
-    # -- the session list's context menu ----------------------------------------------------------
-
-    def attach_session_list(self, list_widget) -> None:
-        self._session_list = list_widget
-        list_widget.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        list_widget.customContextMenuRequested.connect(self._on_session_menu_requested)
-
-    def session_menu(self, entry) -> QMenu:
-        menu = QMenu(self._session_list)
-        action = menu.addAction(lock_icon(UNLOCKED_COLOUR, unlocked=True), "Save to Vault")
-        action.setEnabled(self.controller.can_save(entry))
-        self._menu_entry = entry
-        action.triggered.connect(self._on_session_save_triggered)
-        return menu
-
-    def _on_session_save_triggered(self) -> None:
-        self.controller.save_entry(self._menu_entry)
-
-    def _on_session_menu_requested(self, pos) -> None:
-        item = self._session_list.itemAt(pos)
-        if item is None:
-            return
-        uid = item.data(Qt.ItemDataRole.UserRole)
-        entry = next((e for e in self.window_.state.volumes if e.uid == uid), None)
-        if entry is not None:
-            self.session_menu(entry).popup(self._session_list.viewport().mapToGlobal(pos))

@@ -15,7 +15,9 @@ typed; it stays off for the rest of the app's life (decrypted data can outlive a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 from PySide6.QtGui import QAction
 
@@ -43,6 +45,21 @@ def forget_paths(settings) -> None:
     for key in PATH_KEYS:
         settings.remove(key)
     settings.sync()
+
+
+def last_dir(settings, key: str) -> str:
+    """Where a file dialog starts: the folder last used for it (if remembering is on), else home."""
+    if remember_recent(settings):
+        saved = settings.value(key, "", type=str)
+        if saved and Path(saved).is_dir():
+            return saved
+    return str(Path.home())
+
+
+def remember_dir(settings, key: str, folder: Path) -> None:
+    """Note ``folder`` as where the ``key`` dialog starts next time, if remembering is on."""
+    if remember_recent(settings):
+        settings.setValue(key, str(folder))
 
 
 class PrivateRecentFiles(RecentFiles):
@@ -78,38 +95,52 @@ def protect_process() -> str:
     return privacy.disable_core_dumps().reason
 
 
-def install_privacy(window, menu) -> QAction:
-    """Give ``window`` the private recent-files list and a "Remember Recent Files and Folders" toggle in
-    ``menu``. Call before the window restores its settings (``install_vault`` does)."""
-    settings = window.settings
+def install_privacy(
+    settings,
+    state,
+    menu,
+    *,
+    parent,
+    show_status: Callable[..., None],
+    rebuild_recent_menu: Callable[[], None] | None = None,
+) -> QAction:
+    """Put the private recent-files list into the session ``state`` and a "Remember Recent Files and
+    Folders" toggle into ``menu``. Call before the window restores its settings (``install_vault`` does).
+
+    Args:
+        settings: The app's QSettings.
+        state: The session (``AppState``) whose ``recent`` list becomes a ``PrivateRecentFiles``; None: none.
+        menu: Where the toggle goes (the Vault menu).
+        parent: Owner of the toggle's QAction (the window).
+        show_status: ``(text, timeout_ms)``, the window's status line.
+        rebuild_recent_menu: Rebuilds the File menu's Open Recent after the list was cleared, if any.
+    """
     enabled = remember_recent(settings)
-    state = getattr(window, "state", None)
     if state is not None and hasattr(state, "recent"):
         state.recent = PrivateRecentFiles(state.recent.paths(), enabled=enabled)
     if not enabled:
         forget_paths(settings)
-    action = QAction("Remember Recent Files and Folders", window)
+    action = QAction("Remember Recent Files and Folders", parent)
     action.setCheckable(True)
     action.setChecked(enabled)
     action.setStatusTip(
         "Keep the recent-files list and the last folders of the file dialogs (their names may name patients)"
     )
-    action.toggled.connect(partial(_on_remember_toggled, window))
+    action.toggled.connect(partial(_on_remember_toggled, settings, state, show_status, rebuild_recent_menu))
     menu.addAction(action)
     return action
 
 
-def _on_remember_toggled(window, checked: bool) -> None:
-    window.settings.setValue(REMEMBER_KEY, bool(checked))
-    recent = getattr(getattr(window, "state", None), "recent", None)
+def _on_remember_toggled(settings, state, show_status, rebuild_recent_menu, checked: bool) -> None:
+    settings.setValue(REMEMBER_KEY, bool(checked))
+    recent = getattr(state, "recent", None)
     if isinstance(recent, PrivateRecentFiles):
         recent.enabled = bool(checked)
         if not checked:
             recent.clear()
     if not checked:
-        forget_paths(window.settings)
-        window.settings.setValue(REMEMBER_KEY, False)
-        rebuild = getattr(window, "_rebuild_recent_menu", None)  # the File menu's Open Recent
-        if callable(rebuild):
-            rebuild()
-        window.show_status("Recent files and folders forgotten; nothing new will be remembered", 6000)
+        forget_paths(settings)
+        settings.setValue(REMEMBER_KEY, False)
+        if callable(rebuild_recent_menu):  # the File menu's Open Recent
+            rebuild_recent_menu()
+        show_status("Recent files and folders forgotten; nothing new will be remembered", 6000)

@@ -8,26 +8,12 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from engine import __version__
 from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
 from engine.backends.provenance import machine_record, run_provenance
 from engine.errors import OutOfMemory
 from engine.machine.devices import device_name, resolve_device
+from engine.machine.software import library_versions
 from engine.models.registry import ModelRegistry
-
-
-def library_versions() -> dict[str, str]:
-    import monai
-    import numpy
-    import torch
-
-    return {
-        "volsynth": __version__,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "monai": monai.__version__,
-        "numpy": numpy.__version__,
-    }
 
 
 class LocalBackend:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import BackendInfo, Progress, SamplingRequest, SamplingResult
-from engine.backends.local import library_versions
 from engine.backends.provenance import machine_record, run_provenance
 from engine.errors import InvalidRequest, OutOfMemory
+from engine.machine.software import library_versions
 from engine.models.registry import ModelRegistry
 from engine.xla import PRECISION_MEANING, PRECISIONS
 

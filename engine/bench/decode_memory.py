@@ -22,8 +22,8 @@ def _child(mode: str, out: Path, slab: int | None, threads: int | None) -> None:
     import numpy as np
     import torch
 
-    from engine.bench.models import bundle_sized_spec, perturbed_networks
     from engine.machine.peak_memory import current_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
+    from engine.models.reference import bundle_sized_spec, perturbed_networks
     from engine.models.streamed_decode import streamed_decode
 
     if threads:

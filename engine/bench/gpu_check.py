@@ -54,7 +54,7 @@ ROWS = [  # name, OptimizationConfig fields, precision class for the peak table,
 
 def network_defs(smoke: bool) -> dict[str, dict[str, Any]]:
     """Network definitions and input shapes; tiny versions for --cpu-smoke."""
-    from engine.bench.models import BUNDLE_UNET
+    from engine.models.reference import BUNDLE_UNET
 
     if smoke:
         return {

@@ -583,7 +583,7 @@ def part_generate_demo(ctx: PartContext) -> dict[str, Any]:
 
 def _tiny_bundle_spec():
     """MONAI's brain-bundle architecture (the same classes and blocks) at tiny widths, for --cpu-smoke."""
-    from engine.bench.models import bundle_sized_spec
+    from engine.models.reference import bundle_sized_spec
     from engine.models.spec import ModelSpec
 
     data = bundle_sized_spec().to_dict()
@@ -603,8 +603,8 @@ def _tiny_bundle_spec():
 
 
 def part_generate_bundle(ctx: PartContext) -> dict[str, Any]:
-    from engine.bench.models import bundle_sized_spec, perturbed_networks
     from engine.models.export import save_model_folder
+    from engine.models.reference import bundle_sized_spec, perturbed_networks
 
     spec = _tiny_bundle_spec() if ctx.smoke else bundle_sized_spec()
     folder = ctx.work / "models" / spec.id

@@ -330,7 +330,7 @@ def _decoder_model(settings: BenchSettings):
     from types import SimpleNamespace
 
     if settings.model.startswith("synthetic:"):
-        from engine.bench.models import SYNTHETIC_MODELS, perturbed_networks
+        from engine.models.reference import SYNTHETIC_MODELS, perturbed_networks
 
         spec = SYNTHETIC_MODELS[settings.model.split(":", 1)[1]]()
         ae = perturbed_networks(spec, seed=0, roles=("autoencoder",))["autoencoder"]

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.decoder_only:
         return _run_decoder_only(args, out)
     if model.startswith("synthetic:"):
-        from engine.bench.models import SYNTHETIC_MODELS, synthetic_model_folder
+        from engine.models.reference import SYNTHETIC_MODELS, synthetic_model_folder
 
         name = model.split(":", 1)[1]
         if name not in SYNTHETIC_MODELS:
@@ -108,7 +108,7 @@ def _run_decoder_only(args: argparse.Namespace, out) -> int:
 
     model = args.model
     if model.startswith("synthetic:"):
-        from engine.bench.models import SYNTHETIC_MODELS
+        from engine.models.reference import SYNTHETIC_MODELS
 
         name = model.split(":", 1)[1]
         if name not in SYNTHETIC_MODELS:

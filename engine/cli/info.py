@@ -12,9 +12,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from engine.backends.local import library_versions
     from engine.machine.devices import available_devices
     from engine.machine.probe import probe_machine
+    from engine.machine.software import library_versions
 
     devices = available_devices()
     versions = library_versions()

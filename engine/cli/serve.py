@@ -93,7 +93,7 @@ def run(args) -> int:
     import uvicorn
 
     from engine.server import create_app
-    from engine.server_connections import uvicorn_options
+    from engine.server.connections import uvicorn_options
     from engine.telemetry import Sampler
 
     limits = ServerLimits(max_queued_jobs=args.max_queue)

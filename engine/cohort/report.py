@@ -41,8 +41,8 @@ def measurements_skipped(model: dict[str, Any]) -> str:
 
 def measure(volume: np.ndarray, voxel_ml: float) -> dict[str, float]:
     """Brain tissue and ventricle volumes (mL) measured on a brain T1 image; nan where not measurable."""
-    from engine.training.evaluate import brain_mask, ventricle_volume_ml
-    from engine.training.synth import ventricle_roi
+    from engine.anatomy.measures import brain_mask, ventricle_volume_ml
+    from engine.anatomy.template import ventricle_roi
 
     mask = brain_mask(volume)
     if not mask.any():

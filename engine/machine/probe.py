@@ -371,7 +371,7 @@ def _probe_gpus() -> tuple[GpuProbe, ...]:
 def _probe_xla() -> dict[str, Any]:
     import importlib.util
 
-    from engine.xla.runtime import tpu_present
+    from engine.machine.devices import tpu_present
 
     return {"jax_installed": importlib.util.find_spec("jax") is not None, "tpu_present": tpu_present()}
 

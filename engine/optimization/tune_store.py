@@ -48,7 +48,7 @@ def result_path(fingerprint: str, model: str, versions: str) -> Path:
 
 def current_versions() -> dict[str, str]:
     """The libraries whose kernels decide the timings (a change invalidates a measurement)."""
-    from engine.backends.local import library_versions
+    from engine.machine.software import library_versions
 
     versions = library_versions()
     from contextlib import suppress

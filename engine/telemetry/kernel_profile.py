@@ -17,16 +17,18 @@ import os
 from typing import Any
 
 TOP_OPERATORS = 15
-# Kineto (torch.profiler's back end) writes "USDT: ... profiler_start" and "STAGE: ..." lines straight to
-# file descriptor 2 at every profile, whatever Python does with sys.stderr, and an "ERROR: External init
-# callback ..." line when a thread other than torch's importer profiles (the app's workers). Its log level
-# comes from the environment: read when torch loads (engine/__init__.py sets it before that) and again when
-# the first profile starts. 6 is above its highest level (USDT = 5), so nothing is written.
-KINETO_QUIET_LEVEL = "6"
 
 
 def quiet_kineto() -> None:
-    """Keep kineto's own log lines off the user's terminal, unless the user set ``KINETO_LOG_LEVEL``."""
+    """Keep kineto's own log lines off the user's terminal, unless the user set ``KINETO_LOG_LEVEL``.
+
+    Kineto (torch.profiler's back end) writes "USDT: ... profiler_start" and "STAGE: ..." lines straight to file
+    descriptor 2 at every profile, whatever Python does with sys.stderr, and an "ERROR: External init
+    callback ..." line when a thread other than torch's importer profiles (the app's workers). It reads its
+    level from the environment when torch loads and again when the first profile starts.
+    """
+    from engine import KINETO_QUIET_LEVEL  # set first in engine/__init__.py, before torch loads
+
     os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
 
 

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.anatomy.measures import brain_mask, ventricle_volume_ml
+
 DICE_TARGET = 0.80
 SPEARMAN_TARGET = 0.7
 TISSUE_DICE_TARGET = 0.80  # GM and WM maps vs a 3-class k-means of the image they came with
@@ -47,30 +49,6 @@ VOXEL_ML = 0.008
 
 
 # -- metric functions on arrays -------------------------------------------------------------------------
-
-
-def brain_mask(volume: np.ndarray) -> np.ndarray:
-    """Brain mask of a skull-stripped T1 volume: Otsu threshold, largest component, closed, holes filled."""
-    from scipy import ndimage
-    from skimage.filters import threshold_otsu
-
-    vol = np.nan_to_num(np.asarray(volume, np.float32))
-    if float(vol.max()) - float(vol.min()) < 1e-6:
-        return np.zeros(vol.shape, bool)
-    mask = vol > threshold_otsu(vol)
-    labels, n = ndimage.label(mask)
-    if n > 1:
-        sizes = ndimage.sum(mask, labels, index=np.arange(1, n + 1))
-        mask = labels == (int(np.argmax(sizes)) + 1)
-    # Closing adds the sulcal CSF between gyri (dark, so below Otsu) as brain masks conventionally do.
-    mask = ndimage.binary_closing(
-        mask, structure=ndimage.generate_binary_structure(3, 1), iterations=2, border_value=0
-    )
-    # Fill holes slice by slice too: a ventricle touching the mask edge in 3D is still enclosed in 2D.
-    mask = ndimage.binary_fill_holes(mask)
-    for axis in range(3):
-        mask = np.stack([ndimage.binary_fill_holes(s) for s in np.moveaxis(mask, axis, 0)], axis=axis)
-    return mask
 
 
 def dice(a: np.ndarray, b: np.ndarray) -> float:
@@ -122,19 +100,6 @@ def tissue_modes(volume: np.ndarray, mask: np.ndarray | None = None, bins: int =
     }
 
 
-def ventricle_volume_ml(volume: np.ndarray, roi: np.ndarray, mask: np.ndarray | None = None) -> float:
-    """Ventricle volume (mL) measured on an image: dark voxels inside the eroded brain mask and ``roi``."""
-    from scipy import ndimage
-
-    vol = np.asarray(volume, np.float32)
-    mask = brain_mask(vol) if mask is None else np.asarray(mask, bool)
-    if not mask.any():
-        return 0.0
-    inner = ndimage.binary_erosion(mask, iterations=2) & roi
-    dark = vol < 0.5 * float(np.median(vol[mask]))
-    return float((dark & inner).sum() * VOXEL_ML)
-
-
 def mean_pairwise_ssim(volumes: list[np.ndarray]) -> tuple[float, float]:
     """Mean and max SSIM over all pairs of volumes (data range 1)."""
     from skimage.metrics import structural_similarity
@@ -162,7 +127,7 @@ def reference_mask(shape: tuple[int, ...], affine: np.ndarray) -> np.ndarray:
     """
     from nibabel.processing import resample_from_to
 
-    from engine.training.synth import template_mask_image
+    from engine.anatomy.template import template_mask_image
 
     resampled = resample_from_to(template_mask_image(), (tuple(shape[:3]), np.asarray(affine)), order=0)
     return np.asarray(resampled.get_fdata()) > 0.5
@@ -431,7 +396,8 @@ def _inference_in_fresh_process(model: str, steps: int, guidance_scale: float) -
 def measurement_check(n: int = 12) -> dict[str, Any]:
     """The image-based rulers against the truth, on labelled synthetic volumes (seeds outside training):
     ventricle volume measured on the image vs the label, and k-means tissue classes vs the tissue maps."""
-    from engine.training.synth import TISSUE_NAMES, generate, template_brain_mask, ventricle_roi
+    from engine.anatomy.template import template_brain_mask, ventricle_roi
+    from engine.training.synth import TISSUE_NAMES, generate
 
     roi = ventricle_roi()
     ref = template_brain_mask()
@@ -510,11 +476,11 @@ def evaluate_model(
     """
     import torch
 
+    from engine.anatomy.template import template_brain_mask, ventricle_roi
     from engine.api import SamplingRequest
     from engine.backends.local import LocalBackend
     from engine.models.registry import ModelRegistry
     from engine.training.card import render_card
-    from engine.training.synth import template_brain_mask, ventricle_roi
 
     torch.set_num_threads(2)
     started = time.perf_counter()

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.training.synth import MNI_SPACE, OUTPUT_SHAPE, TISSUE_NAMES, crop_affine
+from engine.anatomy.template import MNI_SPACE, OUTPUT_SHAPE, crop_affine
+from engine.training.synth import TISSUE_NAMES
 
 MODEL_ID = "brain-t1-demo"
 NULL_VALUE = -1.0

@@ -23,7 +23,7 @@ def network_for_model(model: str, batch: int, cfg: bool, registry=None):
     from engine.xla.planner import network_from_definition
 
     if model == BUNDLE_MODEL:
-        from engine.bench.models import bundle_sized_spec
+        from engine.models.reference import bundle_sized_spec
 
         spec, name = bundle_sized_spec(), BUNDLE_MODEL
     else:

@@ -15,26 +15,11 @@ the backend exists the device count can no longer change, and the function repor
 
 from __future__ import annotations
 
-import glob
 import os
 
+from engine.machine.devices import tpu_present
+
 _DEFAULT_CPU_DEVICES = 8
-
-
-GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips are PCI devices of Google's vendor id on every TPU VM generation
-
-
-def tpu_present() -> bool:
-    """True when TPU chips are attached: a PCI device of Google's vendor id. (/dev/accel* and /dev/vfio alone
-    also exist on Intel NPU laptops and virtualisation hosts.)"""
-    for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
-        try:
-            with open(vendor) as f:
-                if f.read().strip().lower() == GOOGLE_PCI_VENDOR:
-                    return True
-        except OSError:
-            continue
-    return False
 
 
 def _backend_initialised() -> bool:

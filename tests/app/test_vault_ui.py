@@ -153,6 +153,56 @@ def test_table_cells_read_like_a_worklist():
     ]
 
 
+# -- the wiring: what install_vault hands over is all the vault uses ------------------------------------
+
+
+def test_the_vault_needs_no_main_window(qtbot, qt_settings, nibabel_data, tmp_path):
+    """The controller and its pieces get the session, a JobRunner, the settings, two callables and a parent
+    widget (``install_vault`` hands them over): a plain QWidget stands in for the main window, and the app
+    hears of everything through the callables and the controller's signals."""
+    from PySide6.QtWidgets import QWidget
+
+    from app.core.session import AppState
+    from app.vault.controller import VaultController
+    from app.workers import JobRunner
+
+    parent = QWidget()
+    qtbot.addWidget(parent)
+    state = AppState()
+    statuses, errors, opened, shown = [], [], [], []
+    controller = VaultController(
+        state=state,
+        runner=JobRunner(parent),
+        settings=qt_settings,
+        show_status=lambda text, timeout_ms=0: statuses.append(text),
+        show_error=lambda title, message: errors.append((title, message)),
+        parent=parent,
+    )
+    controller.volume_opened.connect(opened.append)
+    controller.show_browser_requested.connect(lambda: shown.append(True))
+    controller.kdf = FAST_KDF
+    controller.set_vault_path(tmp_path / "vault")
+
+    dialog = controller.request_unlock()
+    assert shown == [True] and dialog.mode == "create" and dialog.parent() is parent
+    dialog.reject()
+    controller.create(PASSPHRASE)
+    assert _wait_task(qtbot, controller, "create") == "finished"
+    assert controller.is_unlocked and statuses[-1] == f"Vault unlocked: {controller.path}"
+
+    controller.import_nifti([nibabel_data / "anatomical.nii"], label="a scan")
+    assert _wait_task(qtbot, controller, "import") == "finished"
+    qtbot.waitUntil(lambda: len(controller.items) == 1, timeout=10_000)
+    controller.open_item(controller.items[0].id)
+    qtbot.waitUntil(lambda: len(opened) == 1, timeout=20_000)
+    assert state.volumes == [opened[0]] and state.shown is opened[0] and opened[0].name == "a scan"
+
+    controller.lock()
+    assert not controller.is_unlocked and state.volumes == [] and statuses[-1] == "Vault locked"
+    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    assert errors == []
+
+
 # -- the window -----------------------------------------------------------------------------------------
 
 

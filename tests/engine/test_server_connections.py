@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from engine.cli import main as cli_main
-from engine.server_connections import ConnectionLimits
+from engine.server.connections import ConnectionLimits
 from engine.testing import ServerThread
 
 TOKEN = "Wq3-x7LmZp0aKd9sVbN2cY5tR8eHfJ4uGi6oPlQ1wEr"  # 43 characters, as `serve --new-token` makes

@@ -3,7 +3,7 @@
 Every operation in the OpenAPI schema gets generated requests, valid and invalid, and every answer is
 checked against the schema: no 5xx, documented status codes, bodies as described, schema-violating
 requests refused. The stateful run follows the schema's links (submit -> events/volumes/cancel) on real
-job ids. The long run (5+ minutes) is ``python -m engine.bench.fuzz_server``.
+job ids. The long run (5+ minutes) is ``python -m tests.engine.fuzz_server`` (next to this file).
 """
 
 from __future__ import annotations

@@ -50,8 +50,8 @@ def test_default_generate_writes_an_mni_volume_inside_the_mni_brain_with_its_tis
     shifting; the four tissue maps lie beside it on the same grid."""
     from nibabel.processing import resample_from_to
 
-    from engine.training.evaluate import brain_mask
-    from engine.training.synth import template_mask_image
+    from engine.anatomy.measures import brain_mask
+    from engine.anatomy.template import template_mask_image
 
     monkeypatch.delenv("VOLSYNTH_MODEL_PATH", raising=False)
     out = tmp_path / "sub-01_T1w.nii.gz"

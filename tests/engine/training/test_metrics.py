@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.anatomy import measures
 from engine.training import evaluate as ev
 
 SHAPE = (40, 48, 40)
@@ -39,8 +40,8 @@ def test_dice():
 
 def test_brain_mask_includes_ventricles_and_fails_on_empty():
     vol, brain = _phantom(ventricle_radius=4)
-    assert ev.dice(ev.brain_mask(vol), brain) > 0.95
-    assert not ev.brain_mask(np.zeros(SHAPE, np.float32)).any()
+    assert ev.dice(measures.brain_mask(vol), brain) > 0.95
+    assert not measures.brain_mask(np.zeros(SHAPE, np.float32)).any()
 
 
 def test_tissue_modes_two_classes_pass_one_class_fails():
@@ -56,11 +57,11 @@ def test_tissue_modes_two_classes_pass_one_class_fails():
 
 def test_ventricle_measurement_follows_ventricle_size():
     roi = _ellipsoid((10, 14, 10))
-    sizes = [ev.ventricle_volume_ml(_phantom(ventricle_radius=r)[0], roi) for r in (2, 3, 4, 5)]
+    sizes = [measures.ventricle_volume_ml(_phantom(ventricle_radius=r)[0], roi) for r in (2, 3, 4, 5)]
     assert sizes == sorted(sizes) and sizes[-1] > 5 * sizes[0]
     assert ev.spearman([2, 3, 4, 5], sizes) == pytest.approx(1.0)
     assert ev.spearman([2, 3, 4, 5], [1.0, 1.0, 1.0, 1.0]) == 0.0  # a constant response fails
-    assert ev.ventricle_volume_ml(np.zeros(SHAPE, np.float32), roi) == 0.0
+    assert measures.ventricle_volume_ml(np.zeros(SHAPE, np.float32), roi) == 0.0
 
 
 def test_diversity_identical_collapses_distinct_do_not():
@@ -152,7 +153,7 @@ def test_blur_equivalence_reads_back_a_known_blur():
 
 
 def test_reference_mask_is_placed_by_the_affines_not_shifted():
-    from engine.training.synth import crop_affine, template_brain_mask
+    from engine.anatomy.template import crop_affine, template_brain_mask
 
     affine = crop_affine()
     ref = template_brain_mask()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.anatomy import template as mni
 from engine.training import synth
 
 
@@ -14,7 +15,7 @@ def sample():
 
 
 def test_shape_range_and_measured_volumes_are_plausible(sample):
-    assert sample.image.shape == synth.OUTPUT_SHAPE
+    assert sample.image.shape == mni.OUTPUT_SHAPE
     assert sample.image.dtype == np.float32
     assert np.isfinite(sample.image).all()
     assert sample.image.min() >= 0.0 and sample.image.max() <= 1.0
@@ -22,7 +23,7 @@ def test_shape_range_and_measured_volumes_are_plausible(sample):
     assert 850 < sample.brain_ml < 1800
     assert 3 < sample.ventricle_ml < 170
     # The measured brain volume is the GM+WM of this sample's own deformed maps.
-    labelled_ml = np.isin(sample.labels, (2, 3)).sum() * synth.VOXEL_ML
+    labelled_ml = np.isin(sample.labels, (2, 3)).sum() * mni.VOXEL_ML
     assert abs(labelled_ml - sample.brain_ml) / sample.brain_ml < 0.1
 
 
@@ -55,8 +56,8 @@ def test_size_draws_move_the_measured_volumes():
 def test_the_crop_is_the_template_grid_so_affines_overlay_without_shifting():
     import nibabel as nib
 
-    template = synth.template_mask_image()
-    affine = synth.crop_affine()
+    template = mni.template_mask_image()
+    affine = mni.crop_affine()
     # Same voxel size and axes as the template; the origin a whole number of template voxels away.
     np.testing.assert_array_equal(affine[:3, :3], template.affine[:3, :3])
     offset = np.linalg.inv(template.affine) @ affine[:, 3]
@@ -64,29 +65,29 @@ def test_the_crop_is_the_template_grid_so_affines_overlay_without_shifting():
     # Resampling the template mask onto the crop through the two affines gives the crop's mask exactly.
     from nibabel.processing import resample_from_to
 
-    resampled = resample_from_to(template, (synth.OUTPUT_SHAPE, affine), order=0).get_fdata() > 0.5
-    mask = synth.template_maps()["mask"] > 0.5
+    resampled = resample_from_to(template, (mni.OUTPUT_SHAPE, affine), order=0).get_fdata() > 0.5
+    mask = mni.template_maps()["mask"] > 0.5
     assert (resampled == mask).all() and mask.sum() > 0.999 * (template.get_fdata() > 0.5).sum()
     assert isinstance(nib.Nifti1Image(mask.astype(np.uint8), affine), nib.Nifti1Image)
 
 
 def test_tissue_maps_are_partial_volumes_of_the_sample(sample):
     gm, wm, csf, vent = sample.tissue
-    assert sample.tissue.shape == (4, *synth.OUTPUT_SHAPE)
+    assert sample.tissue.shape == (4, *mni.OUTPUT_SHAPE)
     total = gm + wm + csf
     np.testing.assert_allclose(total[sample.brain_mask], 1.0, atol=1e-4)  # GM + WM + CSF fill the brain
     assert total[~sample.brain_mask].max() == 0
     # Ventricles are CSF: inside them the CSF map dominates.
     assert csf[vent > 0.5].mean() > 0.8
-    assert abs((vent > 0.5).sum() * synth.VOXEL_ML - sample.ventricle_ml) < 1e-6
+    assert abs((vent > 0.5).sum() * mni.VOXEL_ML - sample.ventricle_ml) < 1e-6
 
 
 def test_ras_orientation_and_centring():
-    maps = synth.template_maps()
+    maps = mni.template_maps()
     mask = maps["mask"] > 0.5
     centre = np.argwhere(mask).mean(axis=0)
     # Brain centred in the 80 x 96 x 80 grid (to the nearest template voxel).
-    np.testing.assert_allclose(centre, (np.array(synth.OUTPUT_SHAPE) - 1) / 2, atol=2.5)
+    np.testing.assert_allclose(centre, (np.array(mni.OUTPUT_SHAPE) - 1) / 2, atol=2.5)
     # +S: the cerebellum (bottom slices) lies posterior (-A, low j) of the brain centre.
     low = np.argwhere(mask[:, :, : int(centre[2]) - 15])
     assert low[:, 1].mean() < centre[1] - 5

@@ -1,4 +1,6 @@
-"""Synthetic models shaped like real ones, with random perturbed weights, for benchmarks.
+"""Reference model shapes (the shipped demo, MONAI's brain bundle) with random perturbed weights.
+
+Benchmarks, the XLA planner and the GPU check use them; they sit with the models so library code can.
 
 Random weights say nothing about image quality, but the cost of a network depends only on its shape, so
 these give honest speed numbers; numerical-difference numbers on them must be re-measured on trained
@@ -67,18 +69,23 @@ BUNDLE_UNET = {
 
 
 def demo_shaped_spec() -> ModelSpec:
-    """Shaped like the shipped demo model (the networks ``volsynth train-demo`` builds), random weights."""
-    from engine.training.train import TrainConfig, ae_definition, unet_definition
+    """Shaped like the shipped demo model (the networks of its spec.json, which ``volsynth train-demo``
+    wrote), random weights."""
+    import json
 
-    cfg = TrainConfig()
+    from engine.files.shipped import resource_path
+    from engine.models.registry import DEFAULT_MODEL_ID
+
+    shipped = json.loads(resource_path("models", DEFAULT_MODEL_ID, "spec.json").read_text())
+    latent_channels = int(shipped["networks"]["autoencoder"]["latent_channels"])
     return ModelSpec(
         id="bench-demo-shaped",
         name="Demo-shaped benchmark model (random weights)",
         kind="latent",
-        networks={"unet": unet_definition(cfg), "autoencoder": ae_definition(cfg)},
+        networks={"unet": shipped["networks"]["unet"], "autoencoder": shipped["networks"]["autoencoder"]},
         schedule=dict(_SCHEDULE),
         output_shape=(1, 80, 96, 80),
-        latent_shape=(cfg.latent_channels, 20, 24, 20),
+        latent_shape=(latent_channels, 20, 24, 20),
         default_steps=50,
         voxel_spacing_mm=(2.0, 2.0, 2.0),
         conditioning=DEMO_CONDITIONS,

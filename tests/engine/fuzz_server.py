@@ -1,6 +1,6 @@
 """Fuzz the engine server with schemathesis for a while; count 5xx answers and hangs.
 
-    .venv/bin/python -m engine.bench.fuzz_server --minutes 5
+    .venv/bin/python -m tests.engine.fuzz_server --minutes 5   # from the repository root
 
 Starts a real uvicorn engine server on 127.0.0.1 (a tiny model in its registry, the instant backend so
 that jobs finish at once and the HTTP layer is what gets exercised, a token, the server's own metrics)
@@ -10,6 +10,10 @@ per-request timeout: a request that gets no complete answer within it counts as 
 summary line and writes the schemathesis JSON report to ``--report-dir``.
 
 Needs schemathesis (``pip install -e '.[dev]'``).
+
+A test harness, so it lives with the tests (its short run is ``test_server_fuzz.py``): it serves
+the test doubles of ``engine.testing``, which sits above the server in the engine's layers, and needs a
+dev-only dependency.
 """
 
 from __future__ import annotations

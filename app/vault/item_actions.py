@@ -1,0 +1,120 @@
+"""Actions on one vault item from the browser: edit its details (label, patient, study) and delete it.
+
+A rename follows into the session: a volume opened from (or saved as) the item takes the vault's new name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtWidgets import QMessageBox, QWidget
+
+from app.core import vault_items as model
+from app.vault import operations
+from app.vault.dialogs import ItemDetailsDialog
+
+
+class VaultItemActions:
+    """Edit and delete items of the vault ``hub`` (the ``VaultController``) holds.
+
+    Args:
+        hub: The vault's state and signals, and the other pieces (``VaultController``).
+        state: The app's session (``AppState``), whose names follow a rename.
+        show_status: ``(text, timeout_ms)``, the window's status line.
+        parent: Parent of the details dialog and the delete question (window-modal).
+    """
+
+    def __init__(self, hub, state, show_status: Callable[..., None], parent: QWidget | None) -> None:
+        self._hub = hub
+        self._state = state
+        self._show_status = show_status
+        self._parent = parent
+        self.details_dialog: ItemDetailsDialog | None = None
+        self.confirm_box: QMessageBox | None = None
+        self.confirm_delete_button = None
+        self._pending_delete: str | None = None
+
+    # -- details -------------------------------------------------------------------------------------
+
+    def edit_dialog_for(self, item_id: str) -> ItemDetailsDialog | None:
+        """Edit an item's label, patient and study details (non-blocking dialog; saved in the background)."""
+        info = self._hub.item(item_id)
+        if info is None or not self._hub.is_unlocked:
+            return None
+        dialog = ItemDetailsDialog(info, self._parent)
+        dialog.accepted.connect(self._on_details_dialog_accepted)
+        dialog.rejected.connect(self._on_details_dialog_rejected)
+        self.details_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def _on_details_dialog_accepted(self) -> None:
+        dialog, self.details_dialog = self.details_dialog, None
+        if dialog is not None:
+            self.edit_item(dialog.info.id, dialog.details())
+
+    def _on_details_dialog_rejected(self) -> None:
+        self.details_dialog = None
+
+    def edit_item(self, item_id: str, details: dict) -> None:
+        """Save new details (``label``, ``patient``, ``study``) of an item, in the background."""
+        hub = self._hub
+        hub.tasks.start("edit", model.update_item, hub.vault, item_id, details, finished=self._on_item_edited)
+
+    def _on_item_edited(self, info) -> None:
+        # The session shows the vault's name of what came from (or went to) this item: a rename follows.
+        state = self._state
+        opened, saved = self._hub.opening.opened, self._hub.saving.saved
+        for entry in list(state.volumes):
+            if opened.get(entry.uid) == info.id and entry.name != info.label:
+                state.rename_volume(entry, info.label)
+            elif saved.get(entry.uid) == info.id:
+                state.mark_saved(entry, f"the vault as \u201c{info.label}\u201d")
+        self._hub.refresh()
+        self._show_status(f"Saved the details of \u201c{info.label}\u201d", 6000)
+
+    # -- delete --------------------------------------------------------------------------------------
+
+    def delete_item(self, item_id: str, *, confirm: bool = True) -> None:
+        """Delete an item after asking (a non-blocking question box); ``confirm=False`` deletes at once."""
+        hub = self._hub
+        info = hub.item(item_id)
+        if info is None or not hub.is_unlocked:
+            return
+        if not confirm:
+            hub.tasks.start("delete", operations.delete, hub.vault, item_id, finished=self._on_deleted)
+            return
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Delete from the Vault",
+            f"Delete \u201c{info.label}\u201d from the vault?",
+            QMessageBox.StandardButton.Cancel,
+            self._parent,
+        )
+        box.setInformativeText("Its encrypted files are removed. This cannot be undone.")
+        self.confirm_delete_button = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.finished.connect(self._on_confirm_box_finished)
+        self._pending_delete = item_id
+        self.confirm_box = box
+        box.open()
+
+    def _on_confirm_box_finished(self, _result: int) -> None:
+        box, self.confirm_box = self.confirm_box, None
+        item_id, self._pending_delete = self._pending_delete, None
+        if box is not None and item_id and box.clickedButton() is self.confirm_delete_button:
+            self.delete_item(item_id, confirm=False)
+        if box is not None:
+            box.deleteLater()
+
+    def _on_deleted(self, item_id: str) -> None:
+        self._hub.refresh()
+        self._show_status("Deleted the item from the vault", 6000)
+
+    def forget(self) -> None:
+        """The vault locked: the delete question and the details dialog close unanswered."""
+        self._pending_delete = None
+        for dialog in (self.confirm_box, self.details_dialog):
+            if dialog is not None:
+                dialog.reject()
+        self.confirm_box = self.details_dialog = None

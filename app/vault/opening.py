@@ -1,0 +1,98 @@
+"""Opening vault items into the app's session: decrypted in memory only, never written to disk.
+
+An item already in the session is just shown again. Volumes opened from the vault leave the session when
+the vault locks (``close_opened``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from app.core import vault_items as model
+from app.core.volumes import VolumeEntry
+from app.vault.tasks import VaultTask
+from engine.errors import VaultCorrupted
+
+
+class VaultOpen:
+    """Opens items of the vault ``hub`` (the ``VaultController``) holds into the session ``state``.
+
+    Args:
+        hub: The vault's state and signals, and the other pieces (``VaultController``); its
+            ``volume_opened`` signal tells the app a volume came in.
+        state: The app's session (``AppState``).
+        show_status: ``(text, timeout_ms)``, the window's status line.
+        show_error: ``(title, message)``, the app's error dialog.
+    """
+
+    def __init__(
+        self,
+        hub,
+        state,
+        show_status: Callable[..., None],
+        show_error: Callable[[str, str], None],
+    ) -> None:
+        self._hub = hub
+        self._state = state
+        self._show_status = show_status
+        self._show_error = show_error
+        self.opened: dict[int, str] = {}  # session entry uid -> vault item id
+
+    def entry_is_from_vault(self, entry: VolumeEntry | None) -> bool:
+        return entry is not None and entry.uid in self.opened
+
+    def open_item(self, item_id: str) -> None:
+        """Decrypt an item into memory and add it to the session (shown); once in the session, just show it."""
+        state = self._state
+        for uid, opened_id in self.opened.items():
+            entry = next((e for e in state.volumes if e.uid == uid), None)
+            if opened_id == item_id and entry is not None:
+                state.show(entry)
+                return
+        hub = self._hub
+        info = hub.item(item_id)
+        label = info.label if info is not None else item_id[:12]
+        self._show_status(f"Decrypting \u201c{label}\u201d...")
+        hub.tasks.start(
+            "open",
+            model.open_for_session,
+            hub.vault,
+            item_id,
+            finished=self._on_item_opened,
+            failed=partial(self._on_open_failed, label),
+        )
+
+    def _on_item_opened(self, opened: model.OpenedItem) -> None:
+        info = opened.info
+        entry = VolumeEntry(
+            name=info.label or f"vault item {info.id[:8]}",
+            data=opened.data,
+            affine=opened.affine,
+            kind="opened",
+            provenance=dict(info.provenance or {}),
+            synthetic=info.is_synthetic,
+            tissue=opened.tissue,
+            space=opened.space,
+        )
+        self.opened[entry.uid] = info.id
+        self._state.add_volume(entry)
+        maps = f" with tissue maps {', '.join(entry.tissue_names)}" if entry.tissue else ""
+        self._show_status(
+            f"Opened \u201c{entry.name}\u201d from the vault{maps} (decrypted in memory only)", 6000
+        )
+        self._hub.volume_opened.emit(entry)
+
+    def _on_open_failed(self, label: str, task: VaultTask, message: str) -> None:
+        self._show_status(f"Could not open \u201c{label}\u201d", 6000)
+        if isinstance(task.worker.error, VaultCorrupted):
+            message += "\n\nVault > Verify All checks every item."
+        self._show_error(f"Cannot open \u201c{label}\u201d from the vault", message)
+
+    def close_opened(self) -> None:
+        """The vault locked: what was decrypted from it leaves the session."""
+        for uid in list(self.opened):
+            entry = next((e for e in self._state.volumes if e.uid == uid), None)
+            if entry is not None:
+                self._state.remove_volume(entry)
+        self.opened.clear()

@@ -1,0 +1,87 @@
+"""Changing the vault's passphrase: re-wrap the key (fast), or re-encrypt the whole vault under a new key.
+
+The dialog stays open until the change is done; a wrong current passphrase is said where the user types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtWidgets import QWidget
+
+from app.vault import operations
+from app.vault.dialogs import ChangePassphraseDialog
+from app.vault.tasks import ERROR_TITLES, VaultTask
+from engine.errors import VaultLocked
+
+
+class VaultPassphrase:
+    """Change the passphrase of the vault ``hub`` (the ``VaultController``) holds.
+
+    Args:
+        hub: The vault's state and signals, and the other pieces (``VaultController``).
+        show_status: ``(text, timeout_ms)``, the window's status line.
+        show_error: ``(title, message)``, the app's error dialog.
+        parent: Parent of the dialog (window-modal).
+    """
+
+    def __init__(
+        self,
+        hub,
+        show_status: Callable[..., None],
+        show_error: Callable[[str, str], None],
+        parent: QWidget | None,
+    ) -> None:
+        self._hub = hub
+        self._show_status = show_status
+        self._show_error = show_error
+        self._parent = parent
+        self.passphrase_dialog: ChangePassphraseDialog | None = None
+
+    def change_passphrase_dialog(self) -> ChangePassphraseDialog | None:
+        if not self._hub.locking.ensure_unlocked(self.change_passphrase_dialog):
+            return None
+        dialog = ChangePassphraseDialog(self._parent)
+        dialog.submitted.connect(self._on_passphrase_dialog_submitted)
+        dialog.rejected.connect(self._on_passphrase_dialog_rejected)
+        self.passphrase_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def _on_passphrase_dialog_submitted(self, old: str, new: str) -> None:
+        hub = self._hub
+        rekey = self.passphrase_dialog is not None and self.passphrase_dialog.rekey_box.isChecked()
+        hub.tasks.start(
+            "passphrase",
+            operations.rekey if rekey else operations.change_passphrase,
+            hub.vault,
+            old,
+            new,
+            hub.kdf,
+            finished=self._on_passphrase_changed,
+            failed=self._on_passphrase_failed,
+        )
+
+    def _on_passphrase_dialog_rejected(self) -> None:
+        self.passphrase_dialog = None
+
+    def _on_passphrase_changed(self, _value) -> None:
+        if self.passphrase_dialog is not None:
+            self.passphrase_dialog.accept()
+            self.passphrase_dialog = None
+        self._show_status("Vault passphrase changed", 8000)
+
+    def _on_passphrase_failed(self, task: VaultTask, message: str) -> None:
+        self._show_error(ERROR_TITLES["passphrase"], message)
+        dialog = self.passphrase_dialog
+        if dialog is not None:
+            if isinstance(task.worker.error, VaultLocked):
+                dialog.retry("The current passphrase is wrong.")
+            else:
+                dialog.set_busy(False)
+
+    def forget(self) -> None:
+        """The vault locked: the dialog closes unanswered."""
+        if self.passphrase_dialog is not None:
+            self.passphrase_dialog.reject()
+        self.passphrase_dialog = None

@@ -1,0 +1,65 @@
+"""``create_app``: the engine server's FastAPI application, assembled from the pieces of this package.
+
+The job queue (:mod:`.jobs`), the token gate (:mod:`.auth`) on every route, the body limit
+(:mod:`.middleware`) inside the in-flight request limit (:mod:`.connections`), the error answers
+(:mod:`.refusals`) and the routes (:mod:`.routes`).
+"""
+
+from __future__ import annotations
+
+from fastapi import Depends, FastAPI
+
+from engine.server.auth import TokenGate
+from engine.server.connections import InFlightLimit
+from engine.server.jobs import JobManager
+from engine.server.limits import ServerLimits
+from engine.server.middleware import BodyLimit
+from engine.server.refusals import add_error_handlers
+from engine.server.routes.about import add_about_routes
+from engine.server.routes.jobs import add_job_routes
+from engine.server.routes.plan import add_plan_route
+from engine.server.routes.schema import add_schema_routes
+
+
+def create_app(
+    backend=None, token: str | None = None, metrics_source=None, limits: ServerLimits | None = None
+):
+    """Build the FastAPI application. ``backend`` defaults to a LocalBackend on the best device.
+
+    ``app.state`` holds the ``manager`` (``JobManager``), the ``gate`` (``TokenGate``), the open
+    ``streams`` counts and the ``limits``, for ``volsynth serve``, the fuzzer and tests.
+    """
+    if backend is None:
+        from engine.backends.local import LocalBackend
+
+        backend = LocalBackend("auto")
+    limits = limits or ServerLimits()
+    manager = JobManager(backend, limits)
+    gate = TokenGate(
+        token,
+        limits.auth_free_failures,
+        limits.auth_base_delay_s,
+        limits.auth_max_delay_s,
+        limits.auth_max_waiting,
+    )
+    streams = {"open": 0, "peak": 0, "opened": 0}
+
+    app = FastAPI(
+        title="VolSynth engine server",
+        dependencies=[Depends(gate)],
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,  # served by routes.schema, behind the token like every other route
+    )
+    app.state.manager = manager
+    app.state.gate = gate
+    app.state.streams = streams
+    app.state.limits = limits
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.add_middleware(InFlightLimit, limit=limits.connections.max_in_flight_requests)  # outermost
+    add_error_handlers(app)
+    add_schema_routes(app, backend)
+    add_about_routes(app, backend, metrics_source)
+    add_plan_route(app, backend)
+    add_job_routes(app, manager, limits, streams)
+    return app

@@ -1,0 +1,27 @@
+"""The server's limits: what one client may take from it (jobs, queue, body, streams, tokens, sockets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.server.connections import ConnectionLimits
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one client may take from the server. The defaults suit one device and a few users."""
+
+    max_concurrent_jobs: int = 1  # jobs running at once (one device: one)
+    max_queued_jobs: int = 8  # jobs waiting to run; one more is answered 429
+    max_body_bytes: int = 64 * 1024  # a request is < 2 kB; 413 beyond this, before parsing
+    max_streams: int = 256  # open event streams; one more is answered 429
+    keepalive_s: float = 15.0  # a quiet stream gets a keepalive line this often
+    stream_idle_s: float = 120.0  # ... and ends (``reconnect``) after this long without an event
+    finished_jobs_kept: int = 16  # finished jobs (with their volumes) held for their clients
+    job_ttl_s: float = 15 * 60.0  # ... for at most this long
+    auth_free_failures: int = 3  # wrong tokens per client answered at once; later ones wait
+    auth_base_delay_s: float = 0.25  # the first wait; it doubles with every further failure
+    auth_max_delay_s: float = 10.0  # ... up to this
+    auth_max_waiting: int = 16  # wrong guesses of one client waiting their turn; more are answered 429
+    # sockets and request deadlines (idle and slow-header connections), see engine.server.connections
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)

@@ -1,0 +1,217 @@
+"""The request and answer bodies as the OpenAPI schema describes them, and the refusal every error becomes.
+
+Numbers are JSON Schema's (never ``true`` or ``"1.5"``), ``OptimizationBody`` is made from
+``OptimizationConfig``'s fields so that a new setting is on the wire at once, and every refusal is an
+``ErrorBody`` with an engine error class (:class:`Refused`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any, Literal
+
+from fastapi import HTTPException
+from fastapi import Path as PathParam
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    create_model,
+)
+
+from engine import wire
+from engine.api import MAX_BATCH, MAX_EDGE, MAX_PROFILED_STEPS, MAX_STEPS, optimization_config
+from engine.xla.planning import DEFAULT_COMPILE_TOP, MAX_COMPILE_TOP
+
+
+def _real_number(value: Any) -> Any:
+    """JSON Schema's number: never true or "1.5" (pydantic's lax float would take both)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("a number is needed")
+    return value
+
+
+def _finite(**constraints):
+    return Annotated[float, Field(allow_inf_nan=False, **constraints), BeforeValidator(_real_number)]
+
+
+def _whole_number(value: Any) -> int:
+    """JSON Schema's integer: 4 and 4.0, never true, "4" or 4.5."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("a whole number is needed")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("a whole number is needed")
+        return int(value)
+    return value
+
+
+def _whole(**constraints):
+    return Annotated[int, Field(**constraints), BeforeValidator(_whole_number)]
+
+
+# The choices of OptimizationConfig's text settings, by field (constants of engine.api.optimization_config).
+_CHOICES = {
+    "autocast": "AUTOCAST_DTYPES",
+    "quantization": "QUANTIZATION_MODES",
+    "compile_mode": "COMPILE_MODES",
+    "attention": "ATTENTION_KERNELS",
+    "decoder_autocast": "DECODER_AUTOCAST_DTYPES",
+    "decoder_quantization": "DECODER_QUANTIZATION_MODES",
+}
+
+
+def _optimization_field(name: str, default: Any) -> tuple[Any, Any]:
+    """The pydantic type of one ``OptimizationConfig`` field, from its default and its choices."""
+    if isinstance(default, bool):
+        return StrictBool, default
+    if isinstance(default, int | float):
+        return (_finite(ge=10.0, le=150.0) if name.endswith("psnr_budget_db") else _finite()), default
+    choices = getattr(optimization_config, _CHOICES.get(name, ""), None)
+    if choices:
+        named = tuple(c for c in choices if c is not None)
+        kind = Literal[named]  # type: ignore[valid-type]
+        return (kind | None if None in choices else kind), default
+    return Annotated[str, StringConstraints(max_length=64)] | None, default
+
+
+def _incompatible(fields) -> dict[str, Any]:
+    """The combinations OptimizationConfig refuses on every device, stated in the schema too."""
+    quantized = {"enum": ["int8", "mixed"]}
+    cases = [
+        {
+            "required": ["quantization", "autocast"],
+            "properties": {"quantization": quantized, "autocast": {"const": "fp16"}},
+        },
+        {
+            "required": ["quantization", "compile_mode"],
+            "properties": {"quantization": quantized, "compile_mode": {"type": "string"}},
+        },
+        {
+            "required": ["cuda_graphs", "compile_mode"],
+            "properties": {
+                "cuda_graphs": {"const": True},
+                "compile_mode": {"enum": ["reduce-overhead", "max-autotune"]},
+            },
+        },
+    ]
+    if {"decoder_quantization", "decoder_autocast"} <= set(fields):
+        cases += [
+            {
+                "required": ["decoder_quantization", "decoder_autocast"],
+                "properties": {
+                    "decoder_quantization": {"type": "string"},
+                    "decoder_autocast": {"const": "fp16"},
+                },
+            },
+            {
+                "required": ["decoder_quantization", "autocast"],
+                "properties": {
+                    "decoder_quantization": {"type": "string"},
+                    "autocast": {"const": "fp16"},
+                    "decoder_autocast": {"type": "null"},
+                },
+            },
+        ]
+    return {"not": {"anyOf": cases}}
+
+
+# ``OptimizationConfig`` on the wire, made from its fields so that a new setting is on the wire at once.
+_OPTIMIZATION_FIELDS = {
+    f.name: _optimization_field(f.name, f.default)
+    for f in dataclasses.fields(optimization_config.OptimizationConfig)
+}
+OptimizationBody = create_model(
+    "OptimizationBody",
+    __config__=ConfigDict(extra="forbid", json_schema_extra=_incompatible(_OPTIMIZATION_FIELDS)),
+    __doc__="``OptimizationConfig`` on the wire (engine.api.optimization_config).",
+    **_OPTIMIZATION_FIELDS,
+)
+
+
+ConditionName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class JobRequest(BaseModel):
+    """``SamplingRequest`` on the wire (engine.api); ``model`` is one of the server's model ids."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: Annotated[str, StringConstraints(max_length=128)] = ""
+    sampler: Literal["", "ddpm", "ddim", "pndm", "rflow"] = ""
+    steps: _whole(ge=0, le=MAX_STEPS) = 0
+    seed: _whole(ge=0, lt=2**63) = 0
+    conditioning: Annotated[dict[ConditionName, _finite()], Field(max_length=32)] = Field(
+        default_factory=dict
+    )
+    guidance_scale: _finite(ge=0.0) | None = None
+    batch_size: _whole(ge=1, le=MAX_BATCH) = 1
+    optimization: OptimizationBody = Field(default_factory=OptimizationBody)
+    preview_interval: _whole(ge=0, le=MAX_STEPS) = 0
+    kernel_profile_steps: _whole(ge=0, le=MAX_PROFILED_STEPS) = 0
+    # What the output is, for models that let a request choose (engine.models.output_geometry).
+    modality: Annotated[str, StringConstraints(pattern=r"^([a-z0-9][a-z0-9-]{0,39})?$")] = ""
+    output_size: Annotated[list[_whole(ge=1, le=MAX_EDGE)], Field(min_length=3, max_length=3)] | None = None
+    voxel_spacing_mm: Annotated[list[_finite(gt=0.0)], Field(min_length=3, max_length=3)] | None = None
+
+
+class ErrorBody(BaseModel):
+    detail: str
+    error_class: str = "EngineError"
+
+
+class PlanRequest(BaseModel):
+    """``POST /plan``: plan one denoising step of a model on a topology (engine.xla.planning)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: Annotated[str, StringConstraints(max_length=128)] = ""
+    topology: Annotated[
+        str,
+        StringConstraints(
+            pattern=r"^(v5e:\d{1,2}x\d{1,2}|v5p:\d{1,2}x\d{1,2}x\d{1,2}|\dxH100-(nvlink|pcie))$"
+        ),
+    ]
+    batch: _whole(ge=1, le=MAX_BATCH) = 1
+    cfg: bool = True
+    compile_top: _whole(ge=1, le=MAX_COMPILE_TOP) = DEFAULT_COMPILE_TOP
+
+
+class InfoBody(BaseModel):
+    name: str
+    device: str
+    device_name: str
+    details: dict[str, Any]
+
+
+class JobCreated(BaseModel):
+    id: str
+
+
+class CancelBody(BaseModel):
+    status: str
+
+
+JobId = Annotated[str, PathParam(pattern=r"^[0-9a-f]{32}$", description="a job id from POST /jobs")]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (400, "the body is not parseable JSON"),
+        (401, "missing or wrong token"),
+        (413, "request body too large"),
+        (422, "malformed request"),
+        (429, "too many jobs or streams; see Retry-After"),
+    )
+}
+NOT_FOUND = {404: {"model": ErrorBody, "description": "no such job (it may have expired)"}}
+
+
+class Refused(HTTPException):
+    """An HTTP refusal with an engine error class, answered as ``ErrorBody``."""
+
+    def __init__(self, status: int, message: str, error_class: str = "EngineError", headers=None):
+        super().__init__(status_code=status, detail=wire.short(message), headers=headers)
+        self.error_class = error_class
