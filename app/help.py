@@ -1,9 +1,10 @@
 """The Help menu: a keyboard shortcuts list and a short user guide, both as dialogs.
 
-The shortcuts list is read from the window's own ``QAction`` objects each time it opens (menu path, text and
-every key sequence), so a new or changed shortcut shows up without anyone editing a list. Keys that are not
-actions (the slice views' keys, the Compare window's keys) come from the tables those widgets are tested
-against (``VIEWER_KEYS`` here, ``app.compare.window.COMPARE_KEYS``).
+Every shortcut is declared once, in ``app.shortcuts.SHORTCUTS``: the actions set their keys from it, and the
+list shows it. The actions' rows are read from the window's own ``QAction`` objects each time the list opens
+(menu path, text and every key sequence), so what is listed is what works even if a key is changed at run
+time; the table's entries that no action carries (the slice views' keys, the mouse, the Compare window's
+keys) are listed as the table writes them.
 
 ``install_help(window, menu)`` adds "Keyboard Shortcuts" (Ctrl+/) and "User Guide" (F1) to ``menu``.
 """
@@ -36,36 +37,26 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.intended_use import ACKNOWLEDGED_KEY, INTENDED_USE_HEADLINE, INTENDED_USE_TEXT
-
-SHORTCUTS_KEY = "Ctrl+/"
-GUIDE_KEY = QKeySequence.StandardKey.HelpContents  # F1 on Windows and Linux, Ctrl+? on macOS
-
-# Keys a slice view handles itself (app/viewer/slice_view.py keyPressEvent); tests/app/test_help.py sends
-# each one to a real slice view and fails if the view ignores it.
-VIEWER_KEYS: tuple[tuple[str, str], ...] = (
-    ("Up / Page Up", "Next slice"),
-    ("Down / Page Down", "Previous slice"),
-    ("Home / End", "First / last slice"),
-    ("+ / =", "Zoom in"),
-    ("- / _", "Zoom out"),
-    ("0", "Reset zoom and pan"),
+from app.shortcuts import (
+    ID_PROPERTY,
+    SHORTCUTS,
+    SLICE_VIEWS,
+    SLICE_VIEWS_MOUSE,
+    listed_without_action,
+    set_shortcut,
 )
-VIEWER_MOUSE: tuple[tuple[str, str], ...] = (
-    ("Left click or drag", "Move the crosshair (all views follow)"),
-    ("Right drag", "Window (left-right) and level (up-down)"),
-    ("Middle drag or Shift+left drag", "Pan"),
-    ("Wheel", "Next / previous slice"),
-    ("Ctrl+wheel", "Zoom about the pointer"),
-    ("Double-click", "Maximise this view; again to restore"),
-)
+from app.shortcuts import VIEW3D_MOUSE as VIEW3D_MOUSE_WHERE
 
-# The 3D view's mouse (VTK's trackball camera, which pyvista's QtInteractor uses).
-VIEW3D_MOUSE: tuple[tuple[str, str], ...] = (
-    ("Left drag", "Rotate the volume"),
-    ("Shift+left drag or middle drag", "Pan"),
-    ("Right drag or wheel", "Zoom"),
-    ("Ctrl+left drag", "Roll (spin about the view axis)"),
-)
+
+def _table_pairs(where: str) -> tuple[tuple[str, str], ...]:
+    return tuple((entry.native_text(), entry.what) for entry in SHORTCUTS.values() if entry.where == where)
+
+
+# The keys a slice view handles itself, and the mouse: views of the one table (app/shortcuts.py).
+# tests/app/test_help.py sends each of VIEWER_KEYS to a real slice view and fails if the view ignores it.
+VIEWER_KEYS: tuple[tuple[str, str], ...] = _table_pairs(SLICE_VIEWS)
+VIEWER_MOUSE: tuple[tuple[str, str], ...] = _table_pairs(SLICE_VIEWS_MOUSE)
+VIEW3D_MOUSE: tuple[tuple[str, str], ...] = _table_pairs(VIEW3D_MOUSE_WHERE)
 
 
 @dataclass(frozen=True)
@@ -116,20 +107,18 @@ def action_shortcuts(window: QWidget) -> list[ShortcutRow]:
         keys = _keys(action)
         if keys and id(action) not in seen and action.text():
             seen.add(id(action))
-            rows.append(ShortcutRow(keys, _plain(action.text()), "Main window"))
+            entry = SHORTCUTS.get(action.property(ID_PROPERTY) or "")
+            # Outside the menus, the table says where the keys work (the session list, the viewer tool bar).
+            rows.append(ShortcutRow(keys, _plain(action.text()), entry.where if entry else "Main window"))
     return rows
 
 
 def all_shortcuts(window: QWidget) -> list[ShortcutRow]:
-    """The window's actions, then the slice views' keys and mouse, then the Compare window's keys."""
-    from app.compare.window import COMPARE_KEYS
-
+    """The window's actions (whose keys are set from the table), then the table's entries no action
+    carries: the slice views' keys and mouse, the 3D view's mouse, the Compare window's keys."""
     return [
         *action_shortcuts(window),
-        *(ShortcutRow(keys, what, "Slice views") for keys, what in VIEWER_KEYS),
-        *(ShortcutRow(keys, what, "Slice views (mouse)") for keys, what in VIEWER_MOUSE),
-        *(ShortcutRow(keys, what, "3D view (mouse)") for keys, what in VIEW3D_MOUSE),
-        *(ShortcutRow(keys, what, "Compare Settings window") for keys, what in COMPARE_KEYS),
+        *(ShortcutRow(entry.native_text(), entry.what, entry.where) for _, entry in listed_without_action()),
     ]
 
 
@@ -341,14 +330,10 @@ class HelpMenu:
         self.window = window
         self.shortcuts_dialog: ShortcutsDialog | None = None
         self.guide_dialog: UserGuideDialog | None = None
-        self.shortcuts_action = QAction("&Keyboard Shortcuts", window)
-        self.shortcuts_action.setShortcut(QKeySequence(SHORTCUTS_KEY))
-        self.shortcuts_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.shortcuts_action = set_shortcut(QAction("&Keyboard Shortcuts", window), "help.shortcuts")
         self.shortcuts_action.setStatusTip("Every key of the menus, the slice views and the mouse")
         self.shortcuts_action.triggered.connect(self.show_shortcuts)
-        self.guide_action = QAction("&User Guide", window)
-        self.guide_action.setShortcut(QKeySequence(GUIDE_KEY))
-        self.guide_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.guide_action = set_shortcut(QAction("&User Guide", window), "help.guide")
         self.guide_action.setStatusTip("What each panel does and where files go")
         self.guide_action.triggered.connect(self.show_guide)
         first = menu.actions()[0] if menu.actions() else None

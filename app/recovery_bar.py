@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
@@ -78,8 +79,16 @@ class RecoveryBar(QFrame):
 
 
 class RecoveryController:
-    def __init__(self, window, store: RecoveryStore, bar: RecoveryBar) -> None:
-        self.main, self.store, self.bar = window, store, bar
+    def __init__(
+        self, state, runner, store: RecoveryStore, bar: RecoveryBar, *, show_status: Callable[..., None]
+    ) -> None:
+        self.state, self.runner, self.store, self.bar, self.show_status = (
+            state,
+            runner,
+            store,
+            bar,
+            show_status,
+        )
         self.orphans: list[OrphanSession] = []
         self.keep_unsaved = (
             True  # False for runs nobody works in (--demo): their volumes are checks, not work
@@ -88,7 +97,7 @@ class RecoveryController:
         self.discarded: list[OrphanSession] = []  # set aside by Discard; Undo offers them again
         store.purge()  # what an earlier session discarded (its undo ended with it)
         store.open()
-        window.state.volumes_changed.connect(self._on_state_volumes_changed)
+        state.volumes_changed.connect(self._on_state_volumes_changed)
         bar.restore_button.clicked.connect(self.restore)
         bar.discard_button.clicked.connect(self.discard)
         bar.undo_button.clicked.connect(self.undo_discard)
@@ -121,7 +130,7 @@ class RecoveryController:
         self.bar.discard_button.setEnabled(False)
         self.bar.label.setText("Restoring...")
         orphans = list(self.orphans)
-        self.main.runner.run_task(
+        self.runner.run_task(
             "recovery-restore",
             _restore_all,
             orphans,
@@ -144,7 +153,7 @@ class RecoveryController:
             f"Discarded {volumes} generated volume{'s' if volumes != 1 else ''}: "
             "they are deleted when you quit. Undo brings them back."
         )
-        self.main.show_status("Discarded the volumes of the earlier session (Undo on the bar)", 5000)
+        self.show_status("Discarded the volumes of the earlier session (Undo on the bar)", 5000)
 
     def undo_discard(self) -> None:
         for session in self.discarded:
@@ -158,7 +167,7 @@ class RecoveryController:
     def close(self) -> None:
         """Clean exit: volumes saved to a file or the vault are let go; unsaved ones stay for the next start."""
         unsaved = False
-        for entry in self.main.state.volumes:
+        for entry in self.state.volumes:
             if entry.kind == "generated":
                 if entry.saved or not self.keep_unsaved:
                     self.store.forget(entry.uid)
@@ -175,20 +184,20 @@ class RecoveryController:
             # the record itself: its tissue maps ({} for a volume without, or kept before maps were) and space
             opened.data = np.ascontiguousarray(opened.data, dtype=np.float32)
             opened.synthetic = True
-            self.main.state.add_volume(VolumeEntry(name, volume=opened, kind="generated"), show=False)
+            self.state.add_volume(VolumeEntry(name, volume=opened, kind="generated"), show=False)
             notes.extend(f"{name}: {note}" for note in opened.notes)
         for orphan in sessions:  # now kept again by this session (volumes_changed wrote them)
             self.store.discard(orphan)
         self.orphans = []
         self.bar.hide()
         if volumes:
-            self.main.state.show(self.main.state.volumes[-1])
+            self.state.show(self.state.volumes[-1])
         for note in notes:
             log.warning("restoring a generated volume: %s", note)
         mapped = sum(1 for _, opened in volumes if opened.tissue)
         maps = f", {mapped} with tissue maps" if mapped else ""
         skipped = f" ({len(notes)} tissue map(s) could not be read)" if notes else ""
-        self.main.show_status(f"Restored {len(volumes)} generated volume(s){maps}{skipped}", 10000)
+        self.show_status(f"Restored {len(volumes)} generated volume(s){maps}{skipped}", 10000)
 
     def _on_restore_failed(self, message: str) -> None:
         self.bar.label.setText(
@@ -198,7 +207,7 @@ class RecoveryController:
         self.bar.discard_button.setEnabled(True)
 
     def _on_state_volumes_changed(self) -> None:
-        generated = {e.uid: e for e in self.main.state.volumes if e.kind == "generated"}
+        generated = {e.uid: e for e in self.state.volumes if e.kind == "generated"}
         for uid in self._known - set(generated):
             self.store.forget(uid)
         new = [
@@ -209,14 +218,12 @@ class RecoveryController:
         if (
             new
         ):  # one thread writes a batch in turn: sixteen parallel gzip writers would only fight for the CPU
-            self.main.runner.run_task(
-                "recovery-keep", _keep_all, self.store, new, failed=self._on_keep_failed
-            )
+            self.runner.run_task("recovery-keep", _keep_all, self.store, new, failed=self._on_keep_failed)
         self._known = set(generated)
 
     def _on_keep_failed(self, message: str) -> None:
         log.warning("a generated volume could not be kept for crash recovery: %s", message)
-        self.main.show_status(f"Crash recovery could not keep a volume: {message}", 10000)
+        self.show_status(f"Crash recovery could not keep a volume: {message}", 10000)
 
 
 def _keep_all(store: RecoveryStore, volumes: list[tuple]) -> None:
@@ -229,3 +236,8 @@ def _restore_all(orphans: list[OrphanSession]):
     for orphan in orphans:
         volumes.extend(RecoveryStore.restore(orphan))
     return orphans, volumes
+
+
+def install_recovery(window, store: RecoveryStore, bar: RecoveryBar) -> RecoveryController:
+    """Keep ``window``'s generated volumes in ``store`` and offer a crashed session's back on ``bar``."""
+    return RecoveryController(window.state, window.runner, store, bar, show_status=window.show_status)

@@ -1,6 +1,6 @@
-"""Long work off the UI thread: worker QObjects moved to QThreads, and the runner that owns them.
+"""Long work off the UI thread: the one worker QObject, moved to a QThread, and the runner that owns them.
 
-Rules (see DESIGN.md, "App"):
+The rules every worker keeps (the app's threading rules):
   * the worker drives the engine generator itself and, on cancel, calls ``gen.close()`` in its own thread
     so the engine's ``finally`` blocks run where the work ran;
   * signals are past tense (``progressed``, ``finished``, ``failed``, ``cancelled``);
@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.errors import EngineError
+from engine.errors import Cancelled, EngineError
 
 log = logging.getLogger(__name__)
 
@@ -100,24 +101,92 @@ def abandoned_threads_running() -> int:
         return sum(1 for thread, _ in _abandoned if thread.isRunning())
 
 
-class GenerationWorker(QObject):
-    """Runs one ``SamplingRequest`` on a backend; lives in a QThread."""
+class _Stopped(Exception):
+    """Raised inside a worker's thread when a cancel was asked for: the run ends as ``cancelled``."""
 
-    progressed = Signal(object)  # engine.api.Progress
-    finished = Signal(object)  # engine.api.SamplingResult
+
+class Worker(QObject):
+    """Runs one piece of work in a QThread and reports it: the one worker every feature uses.
+
+    ``work(worker)`` runs in the worker thread; its return value is reported as ``finished``, an exception
+    whose type is in ``cancelled_by`` as ``cancelled``, any other exception as ``failed`` (the user's message,
+    with the traceback in the log unless it is an ``EngineError``). The thread is quit when the work ends.
+    Use the constructors below rather than writing ``work`` by hand:
+
+    * ``Worker.call(function, *args)``: a plain function (load, save, list devices...);
+    * ``Worker.generator(make_job)``: any engine generator (``Progress`` out, a value returned);
+    * ``Worker.generation(request, backend_provider)``: one ``SamplingRequest`` on a backend, abandonable;
+    * ``Worker.reporting_call(function, *args)``: ``function(*args, report=...)`` whose ``report`` raises
+      ``engine.errors.Cancelled`` after ``cancel()`` (the vault's imports and exports).
+    """
+
+    progressed = Signal(object)
+    finished = Signal(object)
     failed = Signal(str)
     cancelled = Signal()
 
-    def __init__(self, request, backend_provider: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        work: Callable[[Worker], Any],
+        *,
+        what: str = "background task",
+        cancelled_by: tuple[type[BaseException], ...] = (_Stopped,),
+        abandonable: bool = False,
+    ) -> None:
         super().__init__()
-        self.request = request
-        self._backend_provider = backend_provider
+        self._work = work
+        self._what = what  # names the work in the log ("generation failed: ...")
+        self._cancelled_by = cancelled_by
         self._cancel = threading.Event()
-        self._backend = None
+        self._last_report = 0.0
+        self.can_abandon = abandonable  # JobRunner.shutdown abandons such a job instead of waiting for it
+        self.backend = None  # the backend a generation runs on, once it has one (abandon() reaches it)
+        self.error: BaseException | None = None  # set before ``failed`` is emitted
+
+    # -- the kinds of work -------------------------------------------------------------------------------
+
+    @classmethod
+    def call(cls, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Worker:
+        """Runs ``function(*args, **kwargs)`` and reports its return value; cancel() does not interrupt it."""
+        return cls(lambda _worker: function(*args, **kwargs), what="background task")
+
+    @classmethod
+    def generator(cls, make_job: Callable[[], Any]) -> Worker:
+        """Drives the generator ``make_job()`` returns; ``make_job`` is called in the worker thread, so the
+        engine imports and starts its work off the UI thread. Cancel closes the generator there."""
+        return cls(lambda worker: worker.drive(make_job()), what="background job")
+
+    @classmethod
+    def generation(cls, request, backend_provider: Callable[[], Any]) -> Worker:
+        """Runs one ``SamplingRequest`` on ``backend_provider()`` (called in the worker thread). A run that
+        ends after cancel() counts as cancelled, its result dropped; the run can be abandoned."""
+
+        def work(worker: Worker):
+            worker.backend = backend_provider()
+            result = worker.drive(worker.backend.sample(request))
+            if worker.cancel_requested:
+                raise _Stopped
+            return result
+
+        return cls(work, what="generation", abandonable=True)
+
+    @classmethod
+    def reporting_call(cls, function: Callable[..., Any], *args: Any) -> Worker:
+        """Runs ``function(*args, report=worker.report)``; ``report`` raises ``Cancelled`` after cancel(), so
+        the engine stops at its next chunk and removes what it had started."""
+        return cls(
+            lambda worker: function(*args, report=worker.report), what="vault task", cancelled_by=(Cancelled,)
+        )
+
+    # -- called from the GUI thread ------------------------------------------------------------------
 
     def cancel(self) -> None:
-        """Ask the run to stop at the next step boundary (thread-safe; the worker closes the generator)."""
+        """Ask the work to stop at its next step or chunk (thread-safe)."""
         self._cancel.set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel.is_set()
 
     def abandon(self) -> None:
         """Give up on a run that did not stop (called from the GUI thread; returns at once).
@@ -127,60 +196,46 @@ class GenerationWorker(QObject):
         own. Whatever the worker reports afterwards is dropped by its job.
         """
         self._cancel.set()
-        abandon = getattr(self._backend, "abandon", None)
+        abandon = getattr(self.backend, "abandon", None)
         if abandon is not None:
             threading.Thread(target=abandon, name="volsynth-abandon", daemon=True).start()
 
+    # -- called in the worker thread -----------------------------------------------------------------
+
+    def drive(self, job) -> Any:
+        """The app's one loop over an engine generator: relay each ``Progress``, return its value; on cancel
+        close it here, in the worker thread, so the engine's ``finally`` blocks run where the work ran."""
+        try:
+            while True:
+                if self._cancel.is_set():
+                    raise _Stopped
+                try:
+                    progress = next(job)
+                except StopIteration as done:
+                    return done.value
+                self.progressed.emit(progress)
+        finally:
+            job.close()
+
+    def report(self, fraction: float | None, text: str = "") -> None:
+        """A ``report`` callback for engine functions that take one: ``progressed((fraction, text))``."""
+        if self._cancel.is_set():
+            raise Cancelled("cancelled by the user")
+        now = time.monotonic()
+        if fraction is None or fraction >= 1.0 or now - self._last_report >= 0.1:  # at most ~10 redraws/s
+            self._last_report = now
+            self.progressed.emit((fraction, text))
+
     @Slot()
     def run(self) -> None:
         try:
-            backend = self._backend_provider()
-            self._backend = backend
-            job = backend.sample(self.request)
-            try:
-                while True:
-                    if self._cancel.is_set():
-                        job.close()  # in this (the worker) thread: the engine cleans up here
-                        self.cancelled.emit()
-                        return
-                    try:
-                        progress = next(job)
-                    except StopIteration as done:
-                        result = done.value
-                        break
-                    self.progressed.emit(progress)
-            finally:
-                job.close()
-            if self._cancel.is_set():
-                self.cancelled.emit()
-            else:
-                self.finished.emit(result)
+            value = self._work(self)
+        except self._cancelled_by:
+            self.cancelled.emit()
         except BaseException as exc:  # noqa: BLE001 - everything must reach the user as a message
             if not isinstance(exc, EngineError):
-                log.error("generation failed:\n%s", traceback.format_exc())
-            self.failed.emit(user_message(exc))
-        finally:
-            QThread.currentThread().quit()
-
-
-class TaskWorker(QObject):
-    """Runs one function (load, save, list devices...) in a QThread and reports its return value."""
-
-    finished = Signal(object)
-    failed = Signal(str)
-
-    def __init__(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        super().__init__()
-        self._call = (function, args, kwargs)
-
-    @Slot()
-    def run(self) -> None:
-        function, args, kwargs = self._call
-        try:
-            value = function(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001
-            if not isinstance(exc, EngineError):
-                log.error("background task failed:\n%s", traceback.format_exc())
+                log.error("%s failed:\n%s", self._what, traceback.format_exc())
+            self.error = exc
             self.failed.emit(user_message(exc))
         else:
             self.finished.emit(value)
@@ -230,7 +285,7 @@ class Job(QObject):
     @property
     def can_abandon(self) -> bool:
         """Whether the job may be left running (a generation: its result can be dropped; a file write cannot)."""
-        return hasattr(self.worker, "abandon")
+        return getattr(self.worker, "can_abandon", False)
 
     def _call(self, key: str, *args: Any) -> None:
         if self.abandoned:  # an abandoned run's late result, error or "cancelled" is dropped
@@ -285,7 +340,7 @@ class JobRunner(QObject):
             raise TypeError(
                 f"unknown callback(s) {sorted(unknown)}; bind function arguments with functools.partial"
             )
-        return self.start(name, TaskWorker(function, *args), **callbacks)
+        return self.start(name, Worker.call(function, *args), **callbacks)
 
     def running(self, name: str | None = None) -> list[Job]:
         return [job for job in self.jobs if name is None or job.name == name]
@@ -320,44 +375,3 @@ class JobRunner(QObject):
                 self.abandon(job)
                 continue
             job.thread.wait(timeout_ms)
-
-
-class GeneratorWorker(QObject):
-    """Drives any engine generator (``Progress`` out, a value returned) in a QThread; cancel closes it there.
-
-    ``make_job`` is called in the worker thread, so the engine imports and starts its work off the UI thread.
-    """
-
-    progressed = Signal(object)
-    finished = Signal(object)
-    failed = Signal(str)
-    cancelled = Signal()
-
-    def __init__(self, make_job: Callable[[], Any]) -> None:
-        super().__init__()
-        self._make_job = make_job
-        self._cancel = threading.Event()
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    @Slot()
-    def run(self) -> None:
-        try:
-            job = self._make_job()
-            try:
-                while not self._cancel.is_set():
-                    try:
-                        self.progressed.emit(next(job))
-                    except StopIteration as done:
-                        self.finished.emit(done.value)
-                        return
-            finally:
-                job.close()  # in this thread: the engine's clean-up (child processes...) runs here
-            self.cancelled.emit()
-        except BaseException as exc:  # noqa: BLE001 - everything must reach the user as a message
-            if not isinstance(exc, EngineError):
-                log.error("background job failed:\n%s", traceback.format_exc())
-            self.failed.emit(user_message(exc))
-        finally:
-            QThread.currentThread().quit()

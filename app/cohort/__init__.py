@@ -6,31 +6,37 @@ the first time it is opened, from the generation form's model and settings.
 
 from __future__ import annotations
 
-from PySide6.QtGui import QAction, QKeySequence
+from collections.abc import Callable
+
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QWidget
+
+from app.shortcuts import set_shortcut
 
 __all__ = ["CohortController", "install_cohort"]
 
 
 class CohortController:
-    """Owns the Cohort dialog of one main window."""
+    """Owns the Cohort dialog of one main window: the form it starts from, the runner, and where a finished
+    volume is opened (``open_path``)."""
 
-    def __init__(self, window) -> None:
-        self.main = window
+    def __init__(self, state, runner, open_path: Callable[[str], None], parent: QWidget) -> None:
+        self.state, self.runner, self.open_path = state, runner, open_path
+        self.dialog_parent = parent  # the widget the dialog belongs to (the main window), nothing else
         self.dialog = None
-        self.action = QAction("Co&hort...", window)
-        self.action.setShortcut(QKeySequence("Ctrl+Shift+H"))
+        self.action = set_shortcut(QAction("Co&hort...", parent), "generate.cohort")
         self.action.setStatusTip(
             "Generate many volumes over a grid or distribution of conditions, on this computer or a Ray "
             "cluster, as a BIDS dataset"
         )
         self.action.triggered.connect(self.open)
-        window.addAction(self.action)
+        parent.addAction(self.action)
 
     def open(self):
         from app.cohort.dialog import CohortDialog
 
         if self.dialog is None:
-            self.dialog = CohortDialog(self.main)
+            self.dialog = CohortDialog(self.state, self.runner, self.open_path, self.dialog_parent)
             self.dialog.resize(1000, 760)
         self.dialog.show()
         self.dialog.raise_()
@@ -40,6 +46,6 @@ class CohortController:
 
 def install_cohort(window) -> CohortController:
     """Give ``window`` (a ``MainWindow``) its Generate > Cohort... entry."""
-    controller = CohortController(window)
+    controller = CohortController(window.state, window.runner, window.open_path, parent=window)
     window.generate_menu.addAction(controller.action)
     return controller

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
@@ -29,45 +29,31 @@ from PySide6.QtWidgets import (
 )
 
 from app.cohort.draft import MODES, CohortDraft, estimate_seconds, last_step_seconds, load_montage
+from app.workers import Worker
 from engine.errors import EngineError
 from engine.formatting import format_duration
 
 
-class CohortWorker(QObject):
-    """Runs ``engine.cohort.run_cohort`` in a QThread; ``cancel()`` stops it after the items in flight."""
+def cohort_worker(spec, root: str, address: str | None, workers: int | None) -> Worker:
+    """A worker that runs ``engine.cohort.run_cohort``; ``cancel()`` stops it after the items in flight.
 
-    progressed = Signal(object)  # engine.cohort.CohortProgress
-    finished = Signal(object)  # engine.cohort.CohortSummary (``stopped`` says whether Stop ended it)
-    failed = Signal(str)
+    It reports ``engine.cohort.CohortProgress`` as ``progressed`` and the ``CohortSummary`` as ``finished``
+    (``stopped`` says whether Stop ended it).
+    """
 
-    def __init__(self, spec, root: str, address: str | None, workers: int | None) -> None:
-        super().__init__()
-        self.spec, self.root, self.address, self.workers = spec, root, address, workers
-        self._stop = threading.Event()
-
-    def cancel(self) -> None:
-        self._stop.set()
-
-    @Slot()
-    def run(self) -> None:
-        from app.workers import user_message
+    def work(worker: Worker):
         from engine.cohort import run_cohort
 
-        try:
-            summary = run_cohort(
-                self.spec,
-                self.root,
-                address=self.address,
-                workers=self.workers,
-                on_progress=self.progressed.emit,
-                should_stop=self._stop.is_set,
-            )
-        except BaseException as exc:  # noqa: BLE001 - the user gets one line
-            self.failed.emit(user_message(exc))
-        else:
-            self.finished.emit(summary)
-        finally:
-            QThread.currentThread().quit()
+        return run_cohort(
+            spec,
+            root,
+            address=address,
+            workers=workers,
+            on_progress=worker.progressed.emit,
+            should_stop=lambda: worker.cancel_requested,
+        )
+
+    return Worker(work, what="cohort")
 
 
 class ConditionRow(QWidget):
@@ -125,12 +111,14 @@ class ConditionRow(QWidget):
 class CohortDialog(QDialog):
     """Generate > Cohort...: the spec, the run, the finished volumes and a montage of a sample of them."""
 
-    def __init__(self, main_window) -> None:
-        super().__init__(main_window)
-        self.main = main_window
+    def __init__(
+        self, state, runner, open_path: Callable[[str], None], parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.state, self.runner, self.open_path = state, runner, open_path
         self.setWindowTitle("Cohort")
-        self.draft = CohortDraft.from_form(main_window.state.form)
-        self.step_s = last_step_seconds(main_window.state.volumes)
+        self.draft = CohortDraft.from_form(state.form)
+        self.step_s = last_step_seconds(state.volumes)
         self.job = None
         self.summary = None
         self.finished_paths: list[str] = []
@@ -144,7 +132,7 @@ class CohortDialog(QDialog):
         form = QFormLayout(spec_box)
         self.name_edit = QLineEdit(self.draft.name)
         form.addRow("Name", self.name_edit)
-        model = self.main.state.form.model
+        model = self.state.form.model
         self.model_label = QLabel(model.spec.name if model is not None else "no model selected")
         form.addRow("Model", self.model_label)
         self.sampler_label = QLabel()
@@ -240,9 +228,7 @@ class CohortDialog(QDialog):
     def _on_draft_edited(self, *_args) -> None:
         self._read_widgets()
         d = self.draft
-        steps = d.steps or (
-            self.main.state.form.model.spec.default_steps if self.main.state.form.model else 0
-        )
+        steps = d.steps or (self.state.form.model.spec.default_steps if self.state.form.model else 0)
         self.sampler_label.setText(
             f"{d.sampler or 'default sampler'}, {steps} steps, guidance "
             f"{'default' if d.guidance_scale is None else f'{d.guidance_scale:g}'} (from the Generate panel)"
@@ -274,13 +260,13 @@ class CohortDialog(QDialog):
         self.progress.setRange(0, spec.count)
         self.progress.setValue(0)
         self.status.setText(f"Starting Ray and {spec.count} volumes...")
-        worker = CohortWorker(
+        worker = cohort_worker(
             spec,
             self.out_edit.text().strip(),
             self.address_edit.text().strip() or None,
             self.workers_spin.value() or None,
         )
-        self.job = self.main.runner.start(
+        self.job = self.runner.start(
             "cohort",
             worker,
             progressed=self._on_cohort_progressed,
@@ -332,7 +318,7 @@ class CohortDialog(QDialog):
 
     # -- results ---------------------------------------------------------------------------------------
     def _on_done_item_activated(self, item: QListWidgetItem) -> None:
-        self.main.open_path(item.data(Qt.ItemDataRole.UserRole))
+        self.open_path(item.data(Qt.ItemDataRole.UserRole))
 
     def _on_open_clicked(self) -> None:
         item = self.done_list.currentItem()
@@ -341,7 +327,7 @@ class CohortDialog(QDialog):
 
     def _on_montage_clicked(self) -> None:
         self.montage_button.setEnabled(False)
-        self.main.runner.run_task(
+        self.runner.run_task(
             "cohort-montage",
             load_montage,
             list(self.finished_paths),

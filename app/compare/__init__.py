@@ -6,31 +6,34 @@ button; the window itself is built the first time it is opened.
 
 from __future__ import annotations
 
-from PySide6.QtGui import QAction, QKeySequence
+from collections.abc import Callable
+
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QWidget
 
 from app.compare.window import CompareWindow, ComparingBackend, difference_window
+from app.shortcuts import set_shortcut
 
 __all__ = ["CompareController", "CompareWindow", "ComparingBackend", "difference_window", "install_compare"]
 
 
 class CompareController:
-    """Owns the Compare Settings window of one main window."""
+    """Owns the Compare Settings window of one main window; ``make_window()`` builds it on first use."""
 
-    def __init__(self, window) -> None:
-        self.main = window
+    def __init__(self, make_window: Callable[[], CompareWindow], parent: QWidget) -> None:
+        self._make_window = make_window
         self.window: CompareWindow | None = None
-        self.action = QAction("C&ompare Settings...", window)
-        self.action.setShortcut(QKeySequence("Ctrl+Shift+G"))
+        self.action = set_shortcut(QAction("C&ompare Settings...", parent), "generate.compare")
         self.action.setStatusTip(
             "Run the Generate panel's request with two optimization settings and compare "
             "volumes, speed, memory and kernels"
         )
         self.action.triggered.connect(self.open)
-        window.addAction(self.action)
+        parent.addAction(self.action)
 
     def open(self) -> CompareWindow:
         if self.window is None:
-            self.window = CompareWindow(self.main)
+            self.window = self._make_window()
             self.window.resize(1400, 900)
         self.window.show()
         self.window.raise_()
@@ -40,7 +43,9 @@ class CompareController:
 
 def install_compare(window) -> CompareController:
     """Give ``window`` (a ``MainWindow``) its Compare Settings entry in the Generate menu and the toolbar."""
-    controller = CompareController(window)
+    # The Compare window (app/compare/window.py) is handed the main window itself: it reads the form, the
+    # runner and the backends from it (its constructor's signature belongs to that module).
+    controller = CompareController(lambda: CompareWindow(window), parent=window)
     window.generate_menu.addSeparator()
     window.generate_menu.addAction(controller.action)
     actions = window.main_toolbar.actions()

@@ -1,6 +1,6 @@
 """Compare Settings: the Generate panel's request run with two optimization settings, side by side.
 
-The window runs ``engine.compare.compare_settings`` in a worker thread (the same ``GenerationWorker`` a
+The window runs ``engine.compare.compare_settings`` in a worker thread (the same ``Worker.generation`` a
 generation uses, through an adapter that looks like a backend), then shows:
 
 - A as soon as its run is done, then B and B - A, in linked slice views (one crosshair, one window for A
@@ -63,7 +63,7 @@ from app.core.optimization_presets import PRESETS, preset_values
 from app.core.session import AppState
 from app.core.volumes import VolumeEntry
 from app.viewer.slice_view import SliceView
-from app.workers import GenerationWorker
+from app.workers import Worker
 from engine.api.optimization_config import NAMED_SETTINGS
 
 PANEL_SETTINGS = "Generate panel settings"
@@ -109,7 +109,7 @@ class _TappedBackend:
 
 
 class ComparingBackend:
-    """Looks like a backend to ``GenerationWorker``: ``sample(request)`` runs the whole comparison.
+    """Looks like a backend to ``Worker.generation``: ``sample(request)`` runs the whole comparison.
 
     Besides the comparison's ``Progress`` it yields one ``SideReady`` as soon as A's run is done, so the
     window shows A while B runs.
@@ -528,7 +528,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         )
         self._job = self.main.runner.start(
             "compare",
-            GenerationWorker(request, provider),
+            Worker.generation(request, provider),
             progressed=self._on_job_progressed,
             finished=self._on_job_finished,
             failed=self._on_job_failed,

@@ -2,8 +2,9 @@
 
 The dock reads an ``engine.telemetry`` metrics source (the local ``Sampler``, or a ``FeedSource`` filled
 from a remote server) by polling ``history(after_seq=...)`` from a QTimer in the GUI thread. No signal
-crosses threads: the sampler's listeners run on its own thread, and PySide6 may run a connected callable
-there (DESIGN.md, "App").
+crosses threads: the sampler's listeners run on its own thread, and PySide6 may run a callable connected to
+a signal emitted there in that thread too, where touching a widget crashes; polling from the GUI thread
+avoids both.
 
 Costs are kept off the start-up path and off hidden docks: pyqtgraph is imported when the dock is first
 drawn, and nothing is fetched or drawn while the dock is off screen (behind another tab, or closed). Samples

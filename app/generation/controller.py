@@ -12,7 +12,9 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QProgressBar
@@ -20,8 +22,9 @@ from PySide6.QtWidgets import QLabel, QProgressBar
 from app.core.generation_form import REMOTE_PREFIX
 from app.core.progress import QUIET_NOTE_S
 from app.core.volumes import preview_affine
+from app.shortcuts import make_action
 from app.viewer.tissue_toolbar import TISSUE_SHORTCUT
-from app.workers import GenerationWorker
+from app.workers import Worker
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +44,36 @@ class GenerationController(QObject):
     ended = Signal(str)
     about_to_start = Signal()  # last checks of the form (the Optimization section's against the device)
 
-    def __init__(self, window) -> None:
-        super().__init__(window)
-        self.main = window
-        self.state = window.state
-        self.form = window.state.form
-        self.panel = window.sampling_panel
+    def __init__(
+        self,
+        state,
+        panel,
+        runner,
+        backends,
+        settings,
+        *,
+        show_status: Callable[..., None],
+        show_error: Callable[[str, str], None],
+        show_device: Callable[[str], None],
+        run_metrics_source: Callable[[str], Any],
+        metrics_dock,
+        parent: QObject | None = None,
+    ) -> None:
+        """``run_metrics_source(device)`` starts the telemetry if needed and gives the metrics source a run on
+        ``device`` is marked on (an engine server's feed, or this machine's sampler); ``show_device`` puts
+        where the last run ran in the status bar."""
+        super().__init__(parent)
+        self.state = state
+        self.form = state.form
+        self.panel = panel
+        self.runner = runner
+        self.backends = backends
+        self.settings = settings
+        self.show_status = show_status
+        self.show_error = show_error
+        self.show_device = show_device
+        self.run_metrics_source = run_metrics_source
+        self.metrics_dock = metrics_dock
         self._job = None
         self._pending_preview = None  # only the latest preview is kept
         self._last_preview_drawn = -math.inf  # time.monotonic() of the last preview drawn
@@ -56,15 +83,19 @@ class GenerationController(QObject):
         self._run_device = ""
         self._cancel_deadline: float | None = None  # time.monotonic() when a cancelled run is abandoned
 
-        self.generate_action = window.make_action(
-            "&Generate", self.generate, "Ctrl+G", "Generate a volume with the Generate panel's settings"
+        self.generate_action = make_action(
+            parent,
+            "&Generate",
+            self.generate,
+            "generate.run",
+            "Generate a volume with the Generate panel's settings",
         )
-        self.cancel_action = window.make_action(
-            "&Cancel Generation", self.cancel, "Esc", "Stop the running generation"
+        self.cancel_action = make_action(
+            parent, "&Cancel Generation", self.cancel, "generate.cancel", "Stop the running generation"
         )
         self.cancel_action.setEnabled(False)
-        self.random_seed_action = window.make_action(
-            "&Random Seed", self.panel.pick_random_seed, "Ctrl+R", "Pick a random seed"
+        self.random_seed_action = make_action(
+            parent, "&Random Seed", self.panel.pick_random_seed, "generate.random_seed", "Pick a random seed"
         )
 
         # Status-bar progress: visible with any docks open (the Generate panel may be hidden or tabbed).
@@ -77,8 +108,6 @@ class GenerationController(QObject):
         self.status_eta = QLabel()
         self.status_eta.setObjectName("statusEta")
         self.status_eta.hide()
-        window.statusBar().addPermanentWidget(self.status_eta)
-        window.statusBar().addPermanentWidget(self.status_progress)
 
         self._cancel_timer = QTimer(self, interval=CANCEL_TICK_MS)
         self._cancel_timer.timeout.connect(self._on_cancel_timer_timeout)
@@ -102,7 +131,7 @@ class GenerationController(QObject):
         self.about_to_start.emit()
         blocked = self.form.blocked_reason()
         if blocked:  # the button is off and says why; a shortcut press says it here
-            self.main.show_status(f"Cannot generate: {blocked.splitlines()[0]}", 10000)
+            self.show_status(f"Cannot generate: {blocked.splitlines()[0]}", 10000)
             return False
         return self.start()
 
@@ -119,16 +148,16 @@ class GenerationController(QObject):
         try:
             request = request if request is not None else self.form.to_request()
         except (EngineError, ValueError) as exc:
-            self.main.show_error("Cannot generate", str(exc))
+            self.show_error("Cannot generate", str(exc))
             return False
         spec = self.form.model.spec
         self._model_affine = spec.affine()
         self._model_xyz = tuple(spec.output_shape[1:4])
         self._run_device = self.form.device
         self.state.follow_previews = True
-        worker = GenerationWorker(request, partial(self.main.backends.get, self.form.device))
+        worker = Worker.generation(request, partial(self.backends.get, self.form.device))
         self._begin_run_telemetry(self.form.device)
-        self._job = self.main.runner.start(
+        self._job = self.runner.start(
             "generate",
             worker,
             progressed=self._on_worker_progressed,
@@ -138,8 +167,8 @@ class GenerationController(QObject):
             ended=self._on_worker_ended,
         )
         self.state.set_job_running(True)
-        self.main.settings.setValue("model/last", self.form.model.id)
-        self.main.show_status(
+        self.settings.setValue("model/last", self.form.model.id)
+        self.show_status(
             f"Generating with {spec.name} on {self.device_text(self.form.device)} "
             f"({request.sampler or 'default sampler'}, seed {request.seed})..."
         )
@@ -159,7 +188,7 @@ class GenerationController(QObject):
         left = max(0, math.ceil(self._cancel_deadline - time.monotonic()))
         text = f"Cancelling at the next step... (abandoned in {left} s if it does not stop)"
         self.panel.progress_label.setText(text)
-        self.main.show_status(text)
+        self.show_status(text)
 
     def _on_cancel_timer_timeout(self) -> None:
         if self._job is None or self._cancel_deadline is None:
@@ -177,8 +206,8 @@ class GenerationController(QObject):
             return
         self._stop_cancel_countdown()
         job.cancel()
-        self.main.runner.abandon(job)
-        self.main.backends.discard(self._run_device)  # the next run must not share the stuck one's backend
+        self.runner.abandon(job)
+        self.backends.discard(self._run_device)  # the next run must not share the stuck one's backend
         self._end_run_telemetry("abandoned")
         self._stop_previews()
         self._job = None
@@ -186,7 +215,7 @@ class GenerationController(QObject):
         self.panel.show_finished(
             f"Abandoned: the run did not stop within {CANCEL_DEADLINE_S:.0f} s; its result will be dropped"
         )
-        self.main.show_status("Generation abandoned (it did not stop when cancelled)", 10000)
+        self.show_status("Generation abandoned (it did not stop when cancelled)", 10000)
         self.ended.emit("abandoned")
 
     def ran_on(self, provenance: dict) -> str:
@@ -252,8 +281,8 @@ class GenerationController(QObject):
             maps = f" with tissue maps {', '.join(entries[0].tissue_names)}"
             if not self.state.show_tissue:
                 maps += f" ({TISSUE_SHORTCUT} overlays them)"
-        self.main.show_status(f"Generated {len(entries)} volume(s){maps} in {total:.1f} s on {where}", 10000)
-        self.main.device_label.setText(f"device: {where}")
+        self.show_status(f"Generated {len(entries)} volume(s){maps} in {total:.1f} s on {where}", 10000)
+        self.show_device(where)
         self.ended.emit("finished")
 
     def _on_worker_failed(self, message: str) -> None:
@@ -261,8 +290,8 @@ class GenerationController(QObject):
         self._end_run_telemetry("failed")
         self._stop_previews()
         self.panel.show_finished("Failed")
-        self.main.show_status("Generation failed", 10000)  # replaces "Generating with ..."
-        self.main.show_error("Generation failed", message)
+        self.show_status("Generation failed", 10000)  # replaces "Generating with ..."
+        self.show_error("Generation failed", message)
         self.ended.emit("failed")
 
     def _on_worker_cancelled(self) -> None:
@@ -270,7 +299,7 @@ class GenerationController(QObject):
         self._end_run_telemetry("cancelled")
         self._stop_previews()
         self.panel.show_finished("Cancelled")
-        self.main.show_status("Generation cancelled", 5000)
+        self.show_status("Generation cancelled", 5000)
         self.ended.emit("cancelled")
 
     def _stop_previews(self) -> None:
@@ -310,15 +339,14 @@ class GenerationController(QObject):
     def _begin_run_telemetry(self, device: str) -> None:
         """Mark a run on the metrics of the machine it runs on (an engine server's, for a remote device)."""
         try:
-            self.main.start_telemetry()
-            source = self.main.remote.metrics_source_for(device) or self.main.sampler
+            source = self.run_metrics_source(device)
             run_id = f"gen-{uuid.uuid4().hex[:12]}"
             source.mark_run_start(run_id)
         except Exception:  # noqa: BLE001 - telemetry must never stop a generation
             log.warning("could not start run telemetry", exc_info=True)
             return
         self._telemetry_run = (run_id, source)
-        self.main.metrics_dock.add_run_start(run_id)
+        self.metrics_dock.add_run_start(run_id)
 
     def _end_run_telemetry(self, outcome: str) -> dict | None:
         """End the running generation's telemetry run; its summary dict, or None if none was running."""
@@ -331,15 +359,26 @@ class GenerationController(QObject):
         except Exception:  # noqa: BLE001
             log.warning("could not end run telemetry", exc_info=True)
             return None
-        self.main.metrics_dock.add_run_end(run_id, outcome, summary)
+        self.metrics_dock.add_run_end(run_id, outcome, summary)
         return summary
 
 
 def install_generation(window) -> GenerationController:
-    """Give ``window`` (a ``MainWindow``) its Generate, Cancel and Random Seed actions and the run lifecycle."""
-    controller = GenerationController(window)
-    for action in (controller.generate_action, controller.cancel_action, controller.random_seed_action):
-        window.generate_menu.addAction(action)
-    window.main_toolbar.addAction(controller.generate_action)
-    window.main_toolbar.addAction(controller.cancel_action)
+    """Give ``window`` (a ``MainWindow``) its Generate, Cancel and Random Seed actions (placed by its menus and
+    tool bar), the status bar's progress and the run lifecycle."""
+    controller = GenerationController(
+        window.state,
+        window.sampling_panel,
+        window.runner,
+        window.backends,
+        window.settings,
+        show_status=window.show_status,
+        show_error=window.show_error,
+        show_device=window.status.show_device,
+        run_metrics_source=window.telemetry.run_source,
+        metrics_dock=window.metrics_dock,
+        parent=window,
+    )
+    window.statusBar().addPermanentWidget(controller.status_eta)
+    window.statusBar().addPermanentWidget(controller.status_progress)
     return controller

@@ -9,12 +9,16 @@ generation runs (the measurement would slow the generation and the generation wo
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from functools import partial
 
-from app.core.measured_settings import MeasuredSettings
-from app.workers import GeneratorWorker
+from PySide6.QtWidgets import QWidget
 
-TUNE_SHORTCUT = "Ctrl+Shift+M"
+from app.core.measured_settings import MeasuredSettings
+from app.shortcuts import SHORTCUTS, make_action
+from app.workers import Worker
+
+TUNE_SHORTCUT = SHORTCUTS["generate.measure"].keys
 JOB_NAME = "tune"
 
 
@@ -37,24 +41,22 @@ class TuneController:
     BUDGET_S = 120.0
     ROWS: list[str] | None = None  # every candidate row (tests measure fewer on their tiny models)
 
-    def __init__(self, window, measured: MeasuredSettings) -> None:
-        self.window, self.state, self.measured = window, window.state, measured
+    def __init__(
+        self, state, runner, measured: MeasuredSettings, *, show_status: Callable[..., None], parent: QWidget
+    ) -> None:
+        self.state, self.runner, self.measured, self.show_status = state, runner, measured, show_status
         self.job = None
         self._pause = threading.Event()  # set while a generation runs: the tuner waits between its runs
-        self.action = window.make_action(
+        self.action = make_action(
+            parent,
             "&Measure Settings on This Machine...",
             self.start,
-            TUNE_SHORTCUT,
+            "generate.measure",
             "Measure which optimization settings pay for this model on this machine (about 2 minutes, in "
             "the background); the presets then show what was measured here",
         )
-        self.cancel_action = window.make_action("Cancel Measuring", self.cancel)
+        self.cancel_action = make_action(parent, "Cancel Measuring", self.cancel)
         self.cancel_action.setEnabled(False)
-        window.generate_menu.addSeparator()
-        window.generate_menu.addAction(self.action)
-        window.generate_menu.addAction(self.cancel_action)
-        window.optimization_panel.measure_requested.connect(self.start)
-        window.optimization_panel.cancel_measure_requested.connect(self.cancel)
         self.state.model_selected.connect(self._on_state_model_selected)
         self.state.job_changed.connect(self._on_state_job_changed)
         self.state.form.changed.connect(self._on_form_changed)
@@ -69,15 +71,15 @@ class TuneController:
     def start(self) -> None:
         source = self._local_source()
         if source is None:
-            self.window.show_status("Measuring runs on this machine: choose a local model and device first")
+            self.show_status("Measuring runs on this machine: choose a local model and device first")
             return
         if self.job is not None:
             return
         self.measured.set_running(True, "starting\u2026")
-        worker = GeneratorWorker(
+        worker = Worker.generator(
             partial(_tune_job, source, self.state.form.device, self.BUDGET_S, self._pause, self.ROWS)
         )
-        self.job = self.window.runner.start(
+        self.job = self.runner.start(
             JOB_NAME,
             worker,
             progressed=self._on_job_progressed,
@@ -103,7 +105,7 @@ class TuneController:
         self.measured.set_running(False)
         self.measured.set_result(model_id, result)
         best = self.measured.fastest()
-        self.window.show_status(
+        self.show_status(
             f"Measured {len(result['rows'])} settings in {result['method']['wall_s']:.0f} s; fastest here: "
             f"{best['name'] if best else 'fp32'}"
         )
@@ -113,7 +115,7 @@ class TuneController:
 
     def _on_job_cancelled(self) -> None:
         self.measured.set_running(False, "")
-        self.window.show_status("Measuring cancelled; nothing was kept")
+        self.show_status("Measuring cancelled; nothing was kept")
 
     def _on_job_ended(self) -> None:
         self.job = None
@@ -125,15 +127,13 @@ class TuneController:
     # -- keeping the lookup current -------------------------------------------------------------------
 
     def _on_state_model_selected(self, _source) -> None:
-        if (
-            self.window.runner.closing
-        ):  # the window is closing (servers disconnect, models go): look nothing up
+        if self.runner.closing:  # the window is closing (servers disconnect, models go): look nothing up
             return
         source = self._local_source()
         if source is None:
             self.measured.forget()
             return
-        self.window.runner.run_task(
+        self.runner.run_task(
             "tune-lookup", _lookup, source, finished=partial(self._on_lookup_finished, source.spec.id)
         )
 
@@ -154,4 +154,14 @@ class TuneController:
 
 
 def install_tuning(window, measured: MeasuredSettings) -> TuneController:
-    return TuneController(window, measured)
+    """Give ``window`` (a ``MainWindow``) Generate > Measure Settings on This Machine, which the Optimization
+    section's Measure and Cancel buttons also start and stop."""
+    controller = TuneController(
+        window.state, window.runner, measured, show_status=window.show_status, parent=window
+    )
+    window.generate_menu.addSeparator()
+    window.generate_menu.addAction(controller.action)
+    window.generate_menu.addAction(controller.cancel_action)
+    window.optimization_panel.measure_requested.connect(controller.start)
+    window.optimization_panel.cancel_measure_requested.connect(controller.cancel)
+    return controller

@@ -10,7 +10,7 @@ import html
 from functools import partial
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLabel,
@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.session import AppState
+from app.shortcuts import set_shortcut
 from app.theme import dot_icon
 
 UNSAVED_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -64,12 +65,10 @@ class SessionPanel(QWidget):
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._on_context_menu_requested)
         self.remove_action = QAction("&Remove from Session", self)
-        self.remove_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Delete))
-        self.remove_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        set_shortcut(self.remove_action, "session.remove", Qt.ShortcutContext.WidgetWithChildrenShortcut)
         self.remove_action.triggered.connect(self.remove_selected)
         self.rename_action = QAction("Re&name", self)
-        self.rename_action.setShortcut(QKeySequence("F2"))
-        self.rename_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        set_shortcut(self.rename_action, "session.rename", Qt.ShortcutContext.WidgetWithChildrenShortcut)
         self.rename_action.triggered.connect(self.rename_selected)
         self.save_action = QAction("Save &As NIfTI...", self)
         self.save_action.triggered.connect(self.save_requested)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -11,6 +14,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QVBoxLayout,
+    QWidget,
 )
 
 from app.core.plan_table import xla_device_list
@@ -22,13 +26,14 @@ from app.core.remote_connection import (
     probe_server,
     remote_model_sources,
 )
+from app.shortcuts import SHORTCUTS, set_shortcut
 from engine.errors import InvalidRequest
 
 LAST_URL_KEY = "remote/last_url"
 LAST_FINGERPRINT_KEY = "remote/last_fingerprint"  # not a secret: the certificate's public hash
 DEFAULT_URL = "http://127.0.0.1:8765"
 BLOCK_SOURCE = "remote"
-PLAN_SHORTCUT = "Ctrl+Shift+L"
+PLAN_SHORTCUT = SHORTCUTS["generate.plan"].keys
 PLAN_TIP = "Predict how a model's steps split over a multi-device slice (volsynth plan on the engine server)"
 PLAN_NEEDS_SERVER = (
     "Connect an engine server first (Generate > Connect to Engine Server...): it does the planning"
@@ -42,12 +47,12 @@ class ServerDialog(QDialog):
     connected = Signal(object)  # ServerConnection
 
     def __init__(self, controller: RemoteController) -> None:
-        super().__init__(controller.main)
+        super().__init__(controller.dialog_parent)
         self.controller = controller
         self.setWindowTitle("Connect to Engine Server")
         self.setModal(True)
         self.connection: ServerConnection | None = None
-        self.url_edit = QLineEdit(controller.main.settings.value(LAST_URL_KEY, DEFAULT_URL, type=str))
+        self.url_edit = QLineEdit(controller.settings.value(LAST_URL_KEY, DEFAULT_URL, type=str))
         self.url_edit.setPlaceholderText(DEFAULT_URL)
         self.url_edit.setToolTip(
             "The address `volsynth serve` prints on the server, e.g. http://gpu-box:8765"
@@ -57,7 +62,7 @@ class ServerDialog(QDialog):
         self.token_edit.setPlaceholderText("the server's --token (empty if it has none)")
         self.token_edit.setToolTip("Kept in memory for this session only")
         self.fingerprint_edit = QLineEdit(
-            controller.main.settings.value(LAST_FINGERPRINT_KEY, "", type=str)
+            controller.settings.value(LAST_FINGERPRINT_KEY, "", type=str)
             if self.url_edit.text().startswith("https://")
             else ""
         )
@@ -104,7 +109,7 @@ class ServerDialog(QDialog):
             return
         self.connect_button.setEnabled(False)
         self.status_label.setText(f"Connecting to {url}...")
-        self.controller.main.runner.run_task(
+        self.controller.runner.run_task(
             "probe-server",
             probe_server,
             url,
@@ -126,31 +131,54 @@ class ServerDialog(QDialog):
 
 
 class RemoteController:
-    """Connects engine servers to one main window: devices, backends, request model ids, metrics."""
+    """Connects engine servers to one main window: devices, backends, request model ids, metrics.
 
-    def __init__(self, window) -> None:
-        self.main = window
+    ``panel`` is the Generate panel (its device list gains and loses the servers); ``show_metrics_source``
+    shows a server's metrics in the Metrics dock (or this machine's, given None); ``parent`` is the widget
+    the dialogs and actions belong to.
+    """
+
+    def __init__(
+        self,
+        state,
+        panel,
+        runner,
+        backends,
+        settings,
+        *,
+        show_status: Callable[..., None],
+        show_metrics_source: Callable[[Any], None],
+        parent: QWidget,
+    ) -> None:
+        self.state = state
+        self.panel = panel
+        self.runner = runner
+        self.backends = backends
+        self.settings = settings
+        self.show_status = show_status
+        self.show_metrics_source = show_metrics_source
+        self.dialog_parent = parent  # the widget its dialogs belong to (the main window), nothing else
         self.connections: dict[str, ServerConnection] = {}  # device id -> connection
         self.feeds: dict[str, MetricsFeed] = {}
         self.models: dict[str, list[RemoteModelSource]] = {}  # device id -> the server's models we lack
         self.dialog: ServerDialog | None = None
         self.plan_dialog = None  # app.remote.plan_dialog.PlanDialog, made on first use
-        self.connect_action = QAction("Connect to Engine &Server...", window)
-        self.connect_action.setShortcut(QKeySequence("Ctrl+Shift+E"))
+        self.connect_action = set_shortcut(
+            QAction("Connect to Engine &Server...", parent), "generate.connect_server"
+        )
         self.connect_action.setStatusTip("Run generations on a VolSynth engine server (volsynth serve)")
         self.connect_action.triggered.connect(self.open_dialog)
-        self.disconnect_action = QAction("&Disconnect from Engine Server", window)
+        self.disconnect_action = QAction("&Disconnect from Engine Server", parent)
         self.disconnect_action.setStatusTip("Forget the selected engine server")
         self.disconnect_action.triggered.connect(self._on_disconnect_triggered)
         self.disconnect_action.setEnabled(False)
-        self.plan_action = QAction("&Plan Multi-Device Run...", window)
-        self.plan_action.setShortcut(QKeySequence(PLAN_SHORTCUT))
+        self.plan_action = set_shortcut(QAction("&Plan Multi-Device Run...", parent), "generate.plan")
         self.plan_action.triggered.connect(self.open_plan_dialog)
         for action in (self.connect_action, self.disconnect_action, self.plan_action):
-            window.addAction(action)
+            parent.addAction(action)
         self._update_plan_action()
-        window.state.form.changed.connect(self._on_form_changed)
-        window.state.job_changed.connect(self._on_state_job_changed)
+        state.form.changed.connect(self._on_form_changed)
+        state.job_changed.connect(self._on_state_job_changed)
 
     # -- connecting ----------------------------------------------------------------------------------
 
@@ -165,7 +193,7 @@ class RemoteController:
         from app.remote.plan_dialog import PlanDialog
 
         if not self.connections:
-            self.main.show_status(PLAN_NEEDS_SERVER, 8000)
+            self.show_status(PLAN_NEEDS_SERVER, 8000)
             return None
         if self.plan_dialog is None:  # later connections reach it through _update_plan_action
             self.plan_dialog = PlanDialog(self)
@@ -179,24 +207,24 @@ class RemoteController:
         device = connection.device_id
         self.remove_connection(device)
         self.connections[device] = connection
-        self.main.state.form.set_server_details(device, connection.details)
-        self.main.backends.add_server(device, connection.url, connection.token, connection.fingerprint)
+        self.state.form.set_server_details(device, connection.details)
+        self.backends.add_server(device, connection.url, connection.token, connection.fingerprint)
         feed = MetricsFeed(connection.url, connection.token, fingerprint=connection.fingerprint)
         feed.start()
         self.feeds[device] = feed
-        self.main.settings.setValue(LAST_URL_KEY, connection.url)
-        self.main.settings.setValue(LAST_FINGERPRINT_KEY, connection.fingerprint or "")
-        local_ids = {m.id for m in self.main.state.models if not isinstance(m, RemoteModelSource)}
+        self.settings.setValue(LAST_URL_KEY, connection.url)
+        self.settings.setValue(LAST_FINGERPRINT_KEY, connection.fingerprint or "")
+        local_ids = {m.id for m in self.state.models if not isinstance(m, RemoteModelSource)}
         sources, problems = remote_model_sources(connection, local_ids)
         self.models[device] = sources
-        self.main.state.add_models(sources)
-        self.main.sampling_panel.add_device(connection.label, device)
+        self.state.add_models(sources)
+        self.panel.add_device(connection.label, device)
         self._update()
         extra = f", {len(sources)} of them only there (added to the model list)" if sources else ""
         unreadable = f"; could not read {len(problems)}: {'; '.join(problems)}" if problems else ""
         devices = connection.xla_devices
         listed = f"; XLA devices: {xla_device_list(devices)}" if devices else ""
-        self.main.show_status(
+        self.show_status(
             f"Connected to {connection.url}: {connection.device_summary}, "
             f"{len(connection.model_ids)} model(s){extra}{unreadable}{listed}",
             10000,
@@ -206,13 +234,13 @@ class RemoteController:
         if device not in self.connections:
             return
         del self.connections[device]
-        self.main.state.form.set_server_details(device, None)
+        self.state.form.set_server_details(device, None)
         feed = self.feeds.pop(device, None)
         if feed is not None:
             feed.stop()
-        self.main.backends.remove(device)
-        self.main.state.remove_models(self.models.pop(device, []))
-        self.main.sampling_panel.remove_device(device)
+        self.backends.remove(device)
+        self.state.remove_models(self.models.pop(device, []))
+        self.panel.remove_device(device)
         self._update()
 
     def _on_disconnect_triggered(self) -> None:
@@ -220,7 +248,7 @@ class RemoteController:
         if device in self.connections:
             url = self.connections[device].url
             self.remove_connection(device)
-            self.main.show_status(f"Disconnected from {url}", 5000)
+            self.show_status(f"Disconnected from {url}", 5000)
 
     def close(self) -> None:
         for device in list(self.connections):
@@ -229,7 +257,7 @@ class RemoteController:
     # -- while connected -----------------------------------------------------------------------------
 
     def selected_device(self) -> str:
-        return self.main.state.form.device
+        return self.state.form.device
 
     def metrics_source_for(self, device: str):
         """The server's metrics feed for a ``remote:`` device; None for this machine's devices."""
@@ -250,8 +278,8 @@ class RemoteController:
         device = self.selected_device()
         connection = self.connections.get(device)
         # Not while a run is in flight: it holds the server's backend (cancel first, then disconnect).
-        self.disconnect_action.setEnabled(connection is not None and not self.main.state.job_running)
-        source = self.main.state.selected_model
+        self.disconnect_action.setEnabled(connection is not None and not self.state.job_running)
+        source = self.state.selected_model
         reason = None
         if isinstance(source, RemoteModelSource) and (connection is None or connection.url != source.url):
             reason = (
@@ -264,8 +292,8 @@ class RemoteController:
                 f"the engine server {connection.url} has no model {source.spec.id!r} (it has: {models}); "
                 "choose one of those or install the model there"
             )
-        self.main.state.form.set_blocked(BLOCK_SOURCE, reason)
-        self.main.show_metrics_source(self.metrics_source_for(device))
+        self.state.form.set_blocked(BLOCK_SOURCE, reason)
+        self.show_metrics_source(self.metrics_source_for(device))
 
     def _on_form_changed(self, name: str) -> None:
         if name in ("device", "model"):
@@ -276,8 +304,19 @@ class RemoteController:
 
 
 def install_remote(window) -> RemoteController:
-    """Give ``window`` (a ``MainWindow``) its engine-server entries in the Generate menu."""
-    controller = RemoteController(window)
+    """Give ``window`` (a ``MainWindow``) its engine-server entries in the Generate menu, and let its Metrics
+    dock follow a server chosen as the device."""
+    controller = RemoteController(
+        window.state,
+        window.sampling_panel,
+        window.runner,
+        window.backends,
+        window.settings,
+        show_status=window.show_status,
+        show_metrics_source=window.telemetry.show,
+        parent=window,
+    )
+    window.telemetry.follow_remote(controller.metrics_source_for)
     window.generate_menu.addSeparator()
     window.generate_menu.addAction(controller.connect_action)
     window.generate_menu.addAction(controller.disconnect_action)

@@ -70,7 +70,8 @@ class PlanDialog(QDialog):
     """The form (server, model, batch, topology, CFG, compile top N), the busy line, the summary and the table."""
 
     def __init__(self, controller) -> None:
-        super().__init__(controller.main)
+        # One linear Qt form build; splitting it would scatter the tab order.
+        super().__init__(controller.dialog_parent)
         self.controller = controller
         self.setObjectName("planDialog")
         self.setWindowTitle("Plan Multi-Device Run")
@@ -280,7 +281,7 @@ class PlanDialog(QDialog):
             return
         models = plan_table.plan_models(connection.model_ids)
         self.model_box.addItems(models)
-        selected = self.controller.main.state.selected_model
+        selected = self.controller.state.selected_model
         if selected is not None and selected.id in models:
             self.model_box.setCurrentText(selected.id)
         choices = plan_table.topology_choices(connection.xla_topology, KNOWN_TOPOLOGIES)
@@ -323,7 +324,7 @@ class PlanDialog(QDialog):
         self._started = time.monotonic()
         self._topology = topology
         self._waiting_on = f"{self.model_box.currentText()} on {topology}"
-        self.controller.main.runner.run_task(
+        self.controller.runner.run_task(
             "plan-on-server",
             plan_table.request_plan,
             connection.url,

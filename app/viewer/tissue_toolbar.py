@@ -8,14 +8,15 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QAction, QColor, QIcon, QKeySequence, QPainter, QPixmap
+from PySide6.QtGui import QAction, QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QComboBox, QLabel, QSlider, QToolBar, QWidget
 
 from app.core.session import AppState
 from app.core.tissue import ALL_TISSUES, tissue_colour, tissue_title
+from app.shortcuts import SHORTCUTS, set_shortcut
 from app.theme import CHECKED_TOOLBUTTON_STYLE
 
-TISSUE_SHORTCUT = "Ctrl+T"
+TISSUE_SHORTCUT = SHORTCUTS["view.tissue_overlay"].keys
 NO_TISSUE_TIP = (
     "This volume has no tissue maps. Volumes of a model that makes them (GM, WM, CSF, ventricles) have "
     "them, and so do NIfTI files opened with their maps beside them (brain_label-GM_probseg.nii.gz...)."
@@ -51,8 +52,7 @@ class TissueToolbar(QToolBar):
         self.tissue_action.setObjectName("tissueOverlay")
         self.tissue_action.setIconText("Tissue overlay")
         self.tissue_action.setCheckable(True)
-        self.tissue_action.setShortcut(QKeySequence(TISSUE_SHORTCUT))
-        self.tissue_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        set_shortcut(self.tissue_action, "view.tissue_overlay")
         self.tissue_action.toggled.connect(self._on_tissue_action_toggled)
         self.addAction(self.tissue_action)
         self.tissue_box = QComboBox()

@@ -12,7 +12,7 @@ import logging
 from functools import partial
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -28,13 +28,14 @@ from PySide6.QtWidgets import (
 from app.core.session import CONVENTIONS, AppState
 from app.core.slicing import INDEX_BASE
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry
+from app.shortcuts import SHORTCUTS, indexed, set_shortcut
 from app.theme import CHECKED_TOOLBUTTON_STYLE
 from app.viewer.viewer_area import LAYOUTS
 
 log = logging.getLogger(__name__)
 
 INTERPOLATIONS = ("Nearest", "Smooth")
-CROSSHAIR_SHORTCUT = "Ctrl+Shift+X"
+CROSSHAIR_SHORTCUT = SHORTCUTS["view.crosshair"].keys
 
 
 # An on/off button must look on or off (the app's style sheet gives tool buttons one look).
@@ -93,8 +94,7 @@ class ViewerToolbar(QToolBar):
 
         self.crosshair_action = QAction("Crosshair", self)
         self.crosshair_action.setCheckable(True)
-        self.crosshair_action.setShortcut(QKeySequence(CROSSHAIR_SHORTCUT))
-        self.crosshair_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        set_shortcut(self.crosshair_action, "view.crosshair")
         self.crosshair_action.setToolTip(
             f"Show the crosshair lines in the slice views ({CROSSHAIR_SHORTCUT})"
         )
@@ -115,8 +115,7 @@ class ViewerToolbar(QToolBar):
             action = QAction(name, self)
             action.setCheckable(True)
             action.setData(name)
-            action.setShortcut(QKeySequence(f"Ctrl+Alt+{index + 1}"))
-            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            set_shortcut(action, indexed("view.layout", index))
             action.setChecked(name == viewer.layout_name)
             action.triggered.connect(partial(viewer.set_layout, name))
             self.layout_group.addAction(action)
