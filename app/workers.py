@@ -70,15 +70,13 @@ class BackendPool:
         with self._lock:
             backend = self._backends.get(device)
             if backend is None:
+                from engine.backends import make_backend
+
                 if device in self._servers:
-                    from engine.backends.remote import RemoteBackend
-
                     url, token, fingerprint = self._servers[device]
-                    backend = RemoteBackend(url, token=token, fingerprint=fingerprint)
-                else:
-                    from engine.backends.local import LocalBackend
-
-                    backend = LocalBackend(device=device, registry=self._registry)
+                    backend = make_backend(server=url, token=token, fingerprint=fingerprint)
+                else:  # this machine: cpu / cuda:N / mps / auto, or xla / tpu when JAX is installed
+                    backend = make_backend(device, registry=self._registry)
                 self._backends[device] = backend
             return backend
 
@@ -203,19 +201,15 @@ class Worker(QObject):
     # -- called in the worker thread -----------------------------------------------------------------
 
     def drive(self, job) -> Any:
-        """The app's one loop over an engine generator: relay each ``Progress``, return its value; on cancel
-        close it here, in the worker thread, so the engine's ``finally`` blocks run where the work ran."""
-        try:
-            while True:
-                if self._cancel.is_set():
-                    raise _Stopped
-                try:
-                    progress = next(job)
-                except StopIteration as done:
-                    return done.value
-                self.progressed.emit(progress)
-        finally:
-            job.close()
+        """Run an engine generator through the engine's one relay: each ``Progress`` is relayed, its value
+        returned; on cancel it is closed here, in the worker thread, so the engine's ``finally`` blocks run
+        where the work ran."""
+        from engine.api import drive
+
+        value = drive(job, on_progress=self.progressed.emit, should_stop=self._cancel.is_set)
+        if value is None and self._cancel.is_set():  # stopped before the end (drive closed the generator)
+            raise _Stopped
+        return value
 
     def report(self, fraction: float | None, text: str = "") -> None:
         """A ``report`` callback for engine functions that take one: ``progressed((fraction, text))``."""
@@ -363,9 +357,11 @@ class JobRunner(QObject):
     def shutdown(self, timeout_ms: int = 10_000, abandon_after_ms: int = 2_000) -> None:
         """Cancel everything and wait for the threads (called when the window closes).
 
-        Writes (saves, recovery) are waited for up to ``timeout_ms``: their data must reach the disk. A run
-        that can be abandoned gets ``abandon_after_ms`` to stop at a step, then is abandoned, so quitting
-        never waits on a step that does not end.
+        A run that can be abandoned gets ``abandon_after_ms`` to stop at a step, then is abandoned, so quitting
+        never waits on a step that does not end. Everything else (saves, recovery, vault tasks, look-ups) is
+        waited for until it ends: a write's data must reach the disk, and a QThread destroyed while it runs
+        aborts the process (a look-up slower than a fixed wait on a busy machine did exactly that). Each
+        ``timeout_ms`` of waiting is logged, so a task that does not end is named.
         """
         self.closing = True  # features that start background work on events stop doing so now
         for job in list(self.jobs):
@@ -374,4 +370,5 @@ class JobRunner(QObject):
             if job.can_abandon and not job.thread.wait(abandon_after_ms):
                 self.abandon(job)
                 continue
-            job.thread.wait(timeout_ms)
+            while not job.thread.wait(timeout_ms):
+                log.warning("closing: still waiting for %s to finish", job.name)

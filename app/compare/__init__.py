@@ -11,17 +11,24 @@ from collections.abc import Callable
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
-from app.compare.window import CompareWindow, ComparingBackend, difference_window
+from app.compare.window import CompareServices, CompareWindow, ComparingBackend, difference_window
 from app.shortcuts import set_shortcut
 
-__all__ = ["CompareController", "CompareWindow", "ComparingBackend", "difference_window", "install_compare"]
+__all__ = [
+    "CompareController",
+    "CompareServices",
+    "CompareWindow",
+    "ComparingBackend",
+    "difference_window",
+    "install_compare",
+]
 
 
 class CompareController:
     """Owns the Compare Settings window of one main window; ``make_window()`` builds it on first use."""
 
     def __init__(self, make_window: Callable[[], CompareWindow], parent: QWidget) -> None:
-        self._make_window = make_window
+        self.make_window = make_window  # builds a new window (open() keeps the one it built)
         self.window: CompareWindow | None = None
         self.action = set_shortcut(QAction("C&ompare Settings...", parent), "generate.compare")
         self.action.setStatusTip(
@@ -33,7 +40,7 @@ class CompareController:
 
     def open(self) -> CompareWindow:
         if self.window is None:
-            self.window = self._make_window()
+            self.window = self.make_window()
             self.window.resize(1400, 900)
         self.window.show()
         self.window.raise_()
@@ -43,9 +50,16 @@ class CompareController:
 
 def install_compare(window) -> CompareController:
     """Give ``window`` (a ``MainWindow``) its Compare Settings entry in the Generate menu and the toolbar."""
-    # The Compare window (app/compare/window.py) is handed the main window itself: it reads the form, the
-    # runner and the backends from it (its constructor's signature belongs to that module).
-    controller = CompareController(lambda: CompareWindow(window), parent=window)
+    services = CompareServices(
+        state=window.state,
+        runner=window.runner,
+        backends=window.backends,
+        settings=window.settings,
+        show_status=window.show_status,
+        show_error=window.show_error,
+        device_text=window.generation.device_text,
+    )
+    controller = CompareController(lambda: CompareWindow(services, parent=window), parent=window)
     window.generate_menu.addSeparator()
     window.generate_menu.addAction(controller.action)
     actions = window.main_toolbar.actions()

@@ -21,8 +21,8 @@ class ComparisonOutputs:
             return
         seed = self.comparison.a.result.request.seed
         for side in (self.comparison.a, self.comparison.b):
-            self.main.state.add_result(side.result, label=f"seed {seed} \u00b7 {side.label}")
-        self.main.show_status("Added A and B to the session", 5000)
+            self.app.state.add_result(side.result, label=f"seed {seed} \u00b7 {side.label}")
+        self.app.show_status("Added A and B to the session", 5000)
 
     def _on_export_clicked(self) -> None:
         """Ask for a file name (Qt's own dialog, so it behaves the same everywhere) and write the CSV."""
@@ -33,7 +33,7 @@ class ComparisonOutputs:
         dialog.setOption(QFileDialog.Option.DontUseNativeDialog, True)
         dialog.setNameFilter("CSV files (*.csv)")
         dialog.setDefaultSuffix("csv")
-        folder = self.main.settings.value(CSV_DIR_KEY, "", type=str)
+        folder = self.app.settings.value(CSV_DIR_KEY, "", type=str)
         if folder and Path(folder).is_dir():
             dialog.setDirectory(folder)
         dialog.selectFile("comparison.csv")
@@ -51,11 +51,11 @@ class ComparisonOutputs:
             with path.open("w", newline="", encoding="utf-8") as handle:
                 csv.writer(handle).writerows(self.table_rows)
         except OSError as exc:
-            self.main.show_error("Could not export the table", f"{path}: {exc.strerror or exc}")
+            self.app.show_error("Could not export the table", f"{path}: {exc.strerror or exc}")
             return None
-        self.main.settings.setValue(CSV_DIR_KEY, str(path.parent))
+        self.app.settings.setValue(CSV_DIR_KEY, str(path.parent))
         self.progress_label.setText(f"Table written to {path}")
-        self.main.show_status(f"Comparison table written to {path}", 10000)
+        self.app.show_status(f"Comparison table written to {path}", 10000)
         self.csv_written.emit(str(path))
         return path
 
@@ -71,7 +71,7 @@ class ComparisonOutputs:
         from engine.compare import save_comparison
 
         self.save_button.setEnabled(False)
-        self.main.runner.run_task(
+        self.app.runner.run_task(
             "save-compare",
             save_comparison,
             self.comparison,
@@ -84,8 +84,8 @@ class ComparisonOutputs:
         self.save_button.setEnabled(self.comparison is not None)
         folder = paths[0].parent if paths else ""
         self.progress_label.setText(f"Saved {len(paths)} files to {folder}")
-        self.main.show_status(f"Comparison saved to {folder}", 10000)
+        self.app.show_status(f"Comparison saved to {folder}", 10000)
 
     def _on_save_failed(self, message: str) -> None:
         self.save_button.setEnabled(self.comparison is not None)
-        self.main.show_error("Could not save the comparison", message)
+        self.app.show_error("Could not save the comparison", message)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import html
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -119,6 +120,7 @@ class ComparingBackend:
         self.backend, self.a, self.b, self.labels, self.profile_steps = backend, a, b, labels, profile_steps
 
     def sample(self, request):
+        from engine.api import relay
         from engine.compare import compare_settings, measure
 
         tapped = _TappedBackend(self.backend)
@@ -126,18 +128,15 @@ class ComparingBackend:
             tapped, request, self.a, self.b, self.labels, kernel_profile_steps=self.profile_steps
         )
         announced = False
-        try:
-            while True:
-                try:
-                    progress = next(job)
-                except StopIteration as done:
-                    return done.value
-                if not announced and tapped.results:  # A finished; B has just begun
-                    announced = True
-                    yield SideReady("a", measure(self.labels[0], tapped.results[0]))
-                yield progress
-        finally:
-            job.close()
+
+        def each(progress):
+            nonlocal announced
+            if not announced and tapped.results:  # A finished; B has just begun
+                announced = True
+                yield SideReady("a", measure(self.labels[0], tapped.results[0]))
+            yield progress
+
+        return (yield from relay(job, each))
 
 
 def _comparing_backend(pool, device: str, a, b, labels, profile_steps) -> ComparingBackend:
@@ -262,6 +261,19 @@ def availability(device: str, choices: dict[str, dict[str, Any]], spec=None) -> 
     return reasons
 
 
+@dataclass(frozen=True)
+class CompareServices:
+    """What the Compare window needs from the rest of the app; ``install_compare`` hands it over."""
+
+    state: Any  # the main session (AppState): the Generate panel's form, where results are added
+    runner: Any  # the JobRunner the runs and the availability check go through
+    backends: Any  # the BackendPool: the device's backend
+    settings: Any  # QSettings: the chosen settings and the CSV folder are remembered
+    show_status: Callable[..., None]  # (text, timeout_ms=0) in the main window's status bar
+    show_error: Callable[[str, str], None]  # (title, message)
+    device_text: Callable[[str], str]  # how the Generate panel names a device
+
+
 class CompareWindow(ComparisonOutputs, QWidget):
     """A top-level window owned by the main window; ``start()`` runs, ``cancel()`` stops at the next step."""
 
@@ -270,9 +282,9 @@ class CompareWindow(ComparisonOutputs, QWidget):
     csv_written = Signal(str)  # the path of an exported table
     availability_checked = Signal()  # the choices that cannot apply on the chosen device are greyed
 
-    def __init__(self, main_window) -> None:
-        super().__init__(main_window, Qt.WindowType.Window)
-        self.main = main_window
+    def __init__(self, app: CompareServices, parent: QWidget | None = None) -> None:
+        super().__init__(parent, Qt.WindowType.Window)
+        self.app = app
         self.setWindowTitle("Compare Settings \u2014 VolSynth Studio")
         self.setObjectName("compareWindow")
         self.comparison = None
@@ -282,7 +294,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self._job = None
         self.states = {side: AppState() for side in SIDES}
         for state in self.states.values():
-            state.convention = main_window.state.convention
+            state.convention = app.state.convention
 
         layout = QVBoxLayout(self)
         layout.addWidget(self._build_controls())
@@ -301,10 +313,10 @@ class CompareWindow(ComparisonOutputs, QWidget):
             QShortcut(
                 QKeySequence(str(index + 1)), self, activated=partial(self.plane_box.setCurrentIndex, index)
             )
-        main_window.state.model_selected.connect(self._on_main_changed)
-        main_window.state.job_changed.connect(self._on_main_changed)
-        main_window.state.form.changed.connect(self._update_source)
-        main_window.state.form.changed.connect(self._on_form_changed)
+        app.state.model_selected.connect(self._on_main_changed)
+        app.state.job_changed.connect(self._on_main_changed)
+        app.state.form.changed.connect(self._update_source)
+        app.state.form.changed.connect(self._on_form_changed)
 
     # -- building ------------------------------------------------------------------------------------
 
@@ -319,7 +331,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
             for name in NAMED_SETTINGS:  # the names `volsynth bench` uses
                 if name != "fp32":
                     combo.addItem(name, name)
-            saved = self.main.settings.value(key, default, type=str)
+            saved = self.app.settings.value(key, default, type=str)
             combo.setCurrentIndex(max(0, combo.findData(saved if combo.findData(saved) >= 0 else default)))
             combo.setToolTip(
                 f"{PANEL_SETTINGS}: the Optimization section of the Generate panel, as set now. "
@@ -472,7 +484,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
     def choice_values(self) -> dict[str, dict[str, Any]]:
         """Every choice in the boxes as OptimizationConfig fields (the panel's as the form has it now)."""
         values = {name: preset_values(name) for name in PRESETS}
-        values[PANEL_SETTINGS] = dict(self.main.state.form.optimization or {})
+        values[PANEL_SETTINGS] = dict(self.app.state.form.optimization or {})
         values.update({name: dict(NAMED_SETTINGS[name]) for name in NAMED_SETTINGS if name != "fp32"})
         return values
 
@@ -493,10 +505,10 @@ class CompareWindow(ComparisonOutputs, QWidget):
 
         if self._job is not None:
             return False
-        if self.main.state.job_running:
+        if self.app.state.job_running:
             self._fail_early("A generation is running. Wait for it to finish or cancel it, then compare.")
             return False
-        form = self.main.state.form
+        form = self.app.state.form
         if form.model is None:
             self._fail_early("Choose a model in the Generate panel first.")
             return False
@@ -519,14 +531,14 @@ class CompareWindow(ComparisonOutputs, QWidget):
             labels = (f"A {labels[0]}", f"B {labels[1]}")
         provider = partial(
             _comparing_backend,
-            self.main.backends,
+            self.app.backends,
             form.device,
             config_a,
             config_b,
             labels,
             self.profile_spin.value(),
         )
-        self._job = self.main.runner.start(
+        self._job = self.app.runner.start(
             "compare",
             Worker.generation(request, provider),
             progressed=self._on_job_progressed,
@@ -545,7 +557,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.titles["diff"].setText("B \u2212 A")
         self.summary_label.setText("Running A, then B...")
         self.numbers.clear_tables()
-        self.main.state.set_job_running(True)  # one engine job at a time: Generate waits for this
+        self.app.state.set_job_running(True)  # one engine job at a time: Generate waits for this
         self._set_running(True)
         self.progress_bar.setValue(0)
         self.progress_label.setText(f"Starting: A = {labels[0]}, B = {labels[1]}")
@@ -558,10 +570,10 @@ class CompareWindow(ComparisonOutputs, QWidget):
 
     def _fail_early(self, message: str) -> None:
         self.progress_label.setText(message)
-        self.main.show_error("Cannot compare", message)
+        self.app.show_error("Cannot compare", message)
 
     def _set_running(self, running: bool) -> None:
-        self.run_button.setEnabled(not running and not self.main.state.job_running)
+        self.run_button.setEnabled(not running and not self.app.state.job_running)
         self.cancel_button.setEnabled(running)
         for widget in (self.a_box, self.b_box, self.profile_spin):
             widget.setEnabled(not running)
@@ -586,7 +598,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
 
     def _on_job_failed(self, message: str) -> None:
         self.progress_label.setText("Failed")
-        self.main.show_error("Comparison failed", message)
+        self.app.show_error("Comparison failed", message)
         self.comparison_ended.emit("failed")
 
     def _on_job_cancelled(self) -> None:
@@ -595,7 +607,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
 
     def _on_job_ended(self) -> None:
         self._job = None
-        self.main.state.set_job_running(False)
+        self.app.state.set_job_running(False)
         self._set_running(False)
 
     # -- showing -------------------------------------------------------------------------------------
@@ -671,18 +683,18 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.readout_label.setText(f"{name}: {text}" if text else "")
 
     def _on_choice_box_changed(self, combo: QComboBox, key: str, _index: int) -> None:
-        self.main.settings.setValue(key, self.choice(combo))
+        self.app.settings.setValue(key, self.choice(combo))
 
     def refresh_availability(self) -> None:
         """Grey the choices that cannot apply on the chosen device (checked in a worker: it imports torch)."""
-        form = self.main.state.form
+        form = self.app.state.form
         choices = self.choice_values()
         key = (form.device, getattr(form.model, "id", None), repr(sorted(choices[PANEL_SETTINGS].items())))
         if key == self._availability_key:
             return
         self._availability_key = key
         spec = getattr(form.model, "spec", None)
-        self.main.runner.run_task(
+        self.app.runner.run_task(
             "compare-availability",
             availability,
             form.device,
@@ -695,7 +707,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         if key != self._availability_key:
             return  # the device changed again meanwhile; a newer answer is on its way
         self.unavailable = dict(reasons)
-        device = self.main.generation.device_text(key[0])
+        device = self.app.device_text(key[0])
         for combo in (self.a_box, self.b_box):
             model = combo.model()
             for index in range(combo.count()):
@@ -721,12 +733,12 @@ class CompareWindow(ComparisonOutputs, QWidget):
 
     def _update_source(self, *_args) -> None:
         """Describe the request the run will use: the Generate panel's form."""
-        form = self.main.state.form
+        form = self.app.state.form
         if form.model is None:
             self.source_label.setText("No model selected in the Generate panel.")
             return
         guidance = f"{form.guidance_scale:g}" if form.model.spec.supports_guidance else "1 (none)"
-        device = self.main.generation.device_text(form.device)
+        device = self.app.device_text(form.device)
         self.source_label.setText(
             f"Request from the Generate panel: <b>{html.escape(form.model.spec.name)}</b> \u00b7 seed {form.seed} "
             f"\u00b7 {form.steps} steps \u00b7 guidance {guidance} \u00b7 device {html.escape(device)} "

@@ -6,6 +6,7 @@ import re
 import time
 
 from engine.formatting import format_duration
+from engine.metrics.pace import pace
 
 QUIET_NOTE_S = 5.0  # a stage with no report for this long says how long it has been waiting
 _STEP_ECHO = re.compile(r"step \d+/\d+")  # the loop's own "step i/N" adds nothing to "Step i/N"
@@ -42,22 +43,19 @@ class ProgressTracker:
         if stage == "denoise" and self._first is None:
             self._first = (step, elapsed_s)
 
+    def _pace(self) -> tuple[float | None, float | None]:
+        """(steps/s, seconds left) of the denoising since its first reported step (engine.metrics.pace)."""
+        if self._first is None or self.stage != "denoise":
+            return None, None
+        return pace(self.step - self._first[0], self.elapsed_s - self._first[1], self.total - self.step)
+
     @property
     def steps_per_second(self) -> float | None:
-        if self._first is None or self.stage != "denoise":
-            return None
-        steps = self.step - self._first[0]
-        seconds = self.elapsed_s - self._first[1]
-        if steps <= 0 or seconds <= 0:
-            return None
-        return steps / seconds
+        return self._pace()[0]
 
     @property
     def eta_s(self) -> float | None:
-        rate = self.steps_per_second
-        if rate is None:
-            return None
-        return max(0.0, (self.total - self.step) / rate)
+        return self._pace()[1]
 
     @property
     def percent(self) -> int:

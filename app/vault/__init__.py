@@ -26,7 +26,6 @@ from app.vault.dialogs import (
 )
 from app.vault.menu import VaultMenu
 from app.vault.privacy import install_privacy
-from app.vault.worker import VaultWorker
 
 __all__ = [
     "ChangePassphraseDialog",
@@ -37,7 +36,6 @@ __all__ = [
     "VaultController",
     "VaultMenu",
     "VaultUnlockDialog",
-    "VaultWorker",
     "install_vault",
 ]
 

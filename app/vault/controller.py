@@ -12,10 +12,9 @@ The pieces (each a module named for what it does, each given only what it needs 
 - ``integrity``: Verify All, and the repair offered after a rollback;
 - ``messages``: the information, warning and "already in the vault" boxes.
 
-Threads: every vault operation that reads or writes items runs in a ``VaultWorker`` moved to a QThread by
-the app's ``JobRunner``; results come back to the GUI thread as callbacks (``app.vault.tasks`` says why
-through bound methods). The vault
-serialises its own operations, so the GUI thread never waits on its lock. Locking forgets the keys and the
+Threads: every vault operation that reads or writes items runs in the app's one ``Worker``
+(``Worker.reporting_call``), moved to a QThread by the app's ``JobRunner``; results come back to the GUI
+thread as callbacks through bound methods (``app.vault.tasks`` says why). The vault serialises its own operations, so the GUI thread never waits on its lock. Locking forgets the keys and the
 decrypted index, clears the browser and closes the volumes opened from the vault; a result that arrives after
 a lock (an open that was already decrypting) is dropped, since each task remembers the lock epoch it started
 in.
@@ -43,7 +42,6 @@ from app.vault.opening import VaultOpen
 from app.vault.passphrase import VaultPassphrase
 from app.vault.saving import VaultSave
 from app.vault.tasks import ERROR_TITLES, VaultTask, VaultTasks
-from app.vault.worker import VaultWorker
 
 __all__ = [
     "DEFAULT_AUTO_LOCK_MIN",
@@ -52,7 +50,6 @@ __all__ = [
     "NIFTI_FILTER",
     "VaultController",
     "VaultTask",
-    "VaultWorker",
 ]
 
 DEFAULT_AUTO_LOCK_MIN = 15  # engine.vault.DEFAULT_IDLE_TIMEOUT_S, without importing the vault at start-up

@@ -1,4 +1,4 @@
-"""The vault's background tasks: start a ``VaultWorker`` through the app's ``JobRunner``, show its progress,
+"""The vault's background tasks: start the app's one ``Worker`` (``Worker.reporting_call``) through the app's ``JobRunner``, show its progress,
 and drop a result that arrives after the vault was locked.
 
 Every vault operation that reads or writes items runs in a worker moved to a QThread by the JobRunner; the
@@ -22,7 +22,7 @@ from typing import Any
 from PySide6.QtWidgets import QWidget
 
 from app.vault.dialogs import TaskProgressDialog
-from app.vault.worker import VaultWorker
+from app.workers import Worker
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class VaultTask:
 
     name: str
     epoch: int
-    worker: VaultWorker
+    worker: Worker
     finished: Callable[[Any], None] | None
     failed: Callable[[VaultTask, str], None] | None
     progress: TaskProgressDialog | None = None
@@ -103,7 +103,7 @@ class VaultTasks:
         cancellable: bool = True,
     ) -> VaultTask:
         """Run ``function(*args, report=...)`` in the background; ``progress`` titles a progress dialog."""
-        worker = VaultWorker(function, *args)
+        worker = Worker.reporting_call(function, *args)
         task = VaultTask(name, self.epoch, worker, finished, failed)
         job = self._runner.start(
             f"vault-{name}",

@@ -187,7 +187,6 @@ def test_add_to_session_and_save(qtbot, main_window, compare, tmp_path):
 
 
 def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, main_window, compare):
-    from app.compare import CompareWindow
 
     compare.a_box.setCurrentText("bf16")
     compare.b_box.setCurrentText("bf16+sdpa")
@@ -197,7 +196,7 @@ def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, main_w
     assert compare.comparison.a.applied() == ["autocast"]
     assert set(compare.comparison.b.applied()) == {"autocast", "attention"}
     assert compare.titles["a"].text().endswith("bf16") and compare.titles["b"].text().endswith("bf16+sdpa")
-    again = CompareWindow(main_window)  # the next time the window is built (e.g. next start)
+    again = main_window.compare.make_window()  # the next time the window is built (e.g. next start)
     assert again.a_box.currentText() == "bf16" and again.b_box.currentText() == "bf16+sdpa"
     again.close()
 

@@ -160,3 +160,27 @@ def test_reporting_call_stops_at_the_next_report_after_cancel(qtbot, cancel):
     else:
         assert seen[-3:] == [("progressed", (1.0, "chunk 2")), ("finished", "imported"), ("ended",)]
         assert worker.error is None
+
+
+def test_closing_waits_for_a_task_slower_than_the_wait_instead_of_destroying_its_thread(qtbot, caplog):
+    """A look-up still running when the window closes is waited for, not left to a QThread destroyed while it
+    runs (which aborts the process): seen with Generate's tune look-up on a busy machine."""
+    import logging
+
+    release = threading.Event()
+
+    class ReleaseOnWaitLog(logging.Handler):
+        def emit(self, record):
+            if "still waiting for tune-lookup" in record.getMessage():
+                release.set()  # the task ends only once shutdown has waited past its timeout once
+
+    handler = ReleaseOnWaitLog()
+    logging.getLogger("app.workers").addHandler(handler)
+    try:
+        runner = _runner()
+        job = runner.run_task("tune-lookup", lambda: release.wait(60))
+        runner.shutdown(timeout_ms=20, abandon_after_ms=20)
+    finally:
+        logging.getLogger("app.workers").removeHandler(handler)
+    assert release.is_set()
+    assert job.thread.isFinished()
