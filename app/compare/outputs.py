@@ -13,8 +13,9 @@ CSV_DIR_KEY = "compare/csv_dir"  # QSettings: the folder of the last exported ta
 
 class ComparisonOutputs:
     """The Compare window's Add to Session, Export Table as CSV and Save actions, as a mixin of
-    ``CompareWindow``: it uses the window's ``main``, ``comparison``, ``table_rows``, ``progress_label``,
-    ``save_button`` and ``csv_written`` signal, and keeps the open CSV dialog in ``csv_dialog``."""
+    ``CompareWindow``: it uses the window's ``app`` (CompareServices), ``comparison``, ``table_rows``,
+    ``progress_label``, ``save_button`` and ``csv_written`` signal, and keeps the open CSV dialog in
+    ``csv_dialog``."""
 
     def add_to_session(self) -> None:
         if self.comparison is None:

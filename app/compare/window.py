@@ -63,6 +63,7 @@ from app.core.optimization_presets import BLOCK_SOURCE as OPTIMIZATION_BLOCK
 from app.core.optimization_presets import PRESETS, preset_values
 from app.core.session import AppState
 from app.core.volumes import VolumeEntry
+from app.shortcuts import SHORTCUTS
 from app.viewer.slice_view import SliceView
 from app.workers import Worker
 from engine.api.optimization_config import NAMED_SETTINGS
@@ -71,12 +72,11 @@ PANEL_SETTINGS = "Generate panel settings"
 A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
 PLANES = ("axial", "coronal", "sagittal")
 SIDES = ("a", "b", "diff")
-RUN_KEY, CANCEL_KEY = "Ctrl+Return", "Esc"
-# The window's keys, for Help > Keyboard Shortcuts (the QShortcuts below are made from the same values).
-COMPARE_KEYS: tuple[tuple[str, str], ...] = (
-    (RUN_KEY, "Run the comparison"),
-    (CANCEL_KEY, "Cancel it at the next step"),
-    ("1 / 2 / 3", "Axial / coronal / sagittal in all three views"),
+# The window's keys come from the one shortcut table (app/shortcuts.py), which Help lists.
+RUN_KEY, CANCEL_KEY = SHORTCUTS["compare.run"].keys, SHORTCUTS["compare.cancel"].keys
+COMPARE_KEYS: tuple[tuple[str, str], ...] = tuple(
+    (SHORTCUTS[name].keys, SHORTCUTS[name].what)
+    for name in ("compare.run", "compare.cancel", "compare.planes")
 )
 METHOD_NOTE = (
     "One run of each, A then B, in this process. Step statistics leave out step 1 (warm-up) and the "

@@ -398,9 +398,9 @@ def request_plan(
     compile_top: int,
 ) -> dict:
     """Ask the server to plan (worker thread: it waits, for minutes with a full-size model)."""
-    from engine.backends.remote import RemoteBackend
+    from engine.backends import make_backend
 
-    backend = RemoteBackend(url, token=token, fingerprint=fingerprint)
+    backend = make_backend(server=url, token=token, fingerprint=fingerprint)
     try:
         return backend.plan(model, topology, batch=batch, cfg=cfg, compile_top=compile_top)
     finally:

@@ -7,9 +7,10 @@ work while the menu is closed.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
+from app.shortcuts import set_shortcut
 from app.vault.dialogs import UNLOCKED_COLOUR, lock_icon
 
 
@@ -39,7 +40,7 @@ class VaultMenu(QMenu):
             "&Unlock Vault...", c.request_unlock, tip="Unlock (or create) the encrypted vault"
         )
         self.lock_action = self._add(
-            "&Lock Vault", self._on_lock_action_triggered, "Ctrl+L", "Lock the vault now"
+            "&Lock Vault", self._on_lock_action_triggered, "vault.lock", "Lock the vault now"
         )
         self.addSeparator()
         self.import_nifti_action = self._add(
@@ -72,16 +73,15 @@ class VaultMenu(QMenu):
             "&Open Vault Folder...", c.choose_vault_folder, tip="Use (or create) a vault in another folder"
         )
         self.addSeparator()
-        self.show_action = self._add("Show Vault &Browser", c.window_show_browser, "Ctrl+Shift+V")
+        self.show_action = self._add("Show Vault &Browser", c.window_show_browser, "vault.show_browser")
         c.state_changed.connect(self._on_controller_state_changed)
         state.shown_changed.connect(self._on_state_shown_changed)
         self._on_controller_state_changed()
 
-    def _add(self, text: str, slot, shortcut: str | None = None, tip: str = "") -> QAction:
+    def _add(self, text: str, slot, shortcut_id: str | None = None, tip: str = "") -> QAction:
         action = QAction(text, self._owner)
-        if shortcut:
-            action.setShortcut(QKeySequence(shortcut))
-            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        if shortcut_id:  # the keys come from the one table (app/shortcuts.py) Help lists
+            set_shortcut(action, shortcut_id)
             self._owner.addAction(action)  # shortcuts work while the menu is closed
         if tip:
             action.setStatusTip(tip)

@@ -45,6 +45,7 @@ class View3D(QWidget):
     maximise_requested = Signal()  # the maximise button: show the 3D view alone, or all views again
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
+        # One linear build of the 3D toolbar's controls, in their Tab order; splitting it would scatter that order.
         super().__init__(parent)
         self.state = state
         self.plotter = None  # pyvistaqt.QtInteractor once attached

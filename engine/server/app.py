@@ -30,9 +30,9 @@ def create_app(
     ``streams`` counts and the ``limits``, for ``volsynth serve``, the fuzzer and tests.
     """
     if backend is None:
-        from engine.backends.local import LocalBackend
+        from engine.backends import make_backend
 
-        backend = LocalBackend("auto")
+        backend = make_backend("auto")
     limits = limits or ServerLimits()
     manager = JobManager(backend, limits)
     gate = TokenGate(

@@ -311,10 +311,10 @@ def inference_benchmark(model: str, steps: int = 50, guidance_scale: float | Non
     import torch
 
     from engine.api import SamplingRequest, run
-    from engine.backends.local import LocalBackend
+    from engine.backends import make_backend
 
     torch.set_num_threads(2)
-    backend = LocalBackend(device="cpu")
+    backend = make_backend("cpu")
     gen = backend.sample(
         SamplingRequest(model=model, sampler="ddim", steps=steps, seed=0, guidance_scale=guidance_scale)
     )
@@ -455,7 +455,7 @@ def evaluate_model(
     import torch
 
     from engine.api import SamplingRequest
-    from engine.backends.local import LocalBackend
+    from engine.backends import make_backend
     from engine.models.registry import ModelRegistry
 
     torch.set_num_threads(2)
@@ -464,7 +464,7 @@ def evaluate_model(
     spec = source.spec
     if guidance_scale is None:
         guidance_scale = spec.default_guidance_scale
-    backend = LocalBackend(device="cpu")
+    backend = make_backend("cpu")
     model_ref = str(source.path)
 
     def sample(**request):
@@ -734,7 +734,7 @@ def sharpness_ablation(
     import torch
 
     from engine.api import SamplingRequest
-    from engine.backends.local import LocalBackend
+    from engine.backends import make_backend
     from engine.models.networks import build_network
     from engine.models.registry import ModelRegistry
 
@@ -765,7 +765,7 @@ def sharpness_ablation(
         stages[name] = sigma_of(reconstructions(loaded, held_images, held_tissue))
         log(f"ablation: {name}: blur equivalence {stages[name]:.2f}")
 
-    backend = LocalBackend(device="cpu")
+    backend = make_backend("cpu")
     samples: dict[str, list[np.ndarray]] = {}
     for label, ref in (("baseline", baseline), ("model", str(source.path))):
         if not ref:
