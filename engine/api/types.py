@@ -19,8 +19,8 @@ import numpy as np
 from engine.api.optimization_config import OptimizationConfig
 from engine.api.relay import drive
 from engine.errors import InvalidRequest
-from engine.models.spec import SAMPLERS
 from engine.nifti.volume import Volume
+from engine.samplers import SAMPLERS
 
 MAX_BATCH = 16
 MAX_STEPS = 10_000

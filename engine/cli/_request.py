@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 
 from engine.errors import InvalidRequest
-
-# engine.models.spec.SAMPLERS, written out: importing engine.models here would slow every command's start-up.
-SAMPLERS = ("ddpm", "ddim", "pndm", "rflow")
+from engine.samplers import SAMPLERS  # names only: no numpy, no models at the CLI's start-up
 
 
 def _condition(text: str) -> tuple[str, float]:

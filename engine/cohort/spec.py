@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InvalidRequest
-from engine.models.spec import SAMPLERS
+from engine.samplers import SAMPLERS
 
 MAX_ITEMS = 100_000
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few hundred bytes; refused beyond this before it is read

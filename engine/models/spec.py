@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InvalidRequest, ModelInvalid
+from engine.samplers import SAMPLERS
 
 SPEC_FORMAT = "volsynth-model/1"
-SAMPLERS = ("ddpm", "ddim", "pndm", "rflow")
 CONDITIONING_MODES = ("concat", "crossattn")
 #: Size limits checked while a spec is read, before anything is built from it.
 MAX_TIMESTEPS = 100_000

@@ -232,6 +232,9 @@ def test_help_offers_no_empty_sampler_choice(capsys):
     assert exited.value.code == 0
     text = capsys.readouterr().out
     assert "{" + ",".join(SAMPLERS) + "}" in text and "{," not in text and ",}" not in text
+    from engine.cli import _request
+
+    assert _request.SAMPLERS is SAMPLERS  # one list (engine/samplers.py), not a copy written out for the CLI
 
 
 def test_progress_counts_the_steps_of_the_run_in_progress():
