@@ -1,6 +1,11 @@
-"""The optimization prediction as the CLI prints it before a run (``generate``, ``compare``)."""
+"""Optimization settings in the CLI: reading them (a bench row name or JSON: ``--settings``, ``compare A B``) and the
+prediction printed before a run (``generate``, ``compare``)."""
 
 from __future__ import annotations
+
+import json
+
+from engine.errors import InvalidRequest
 
 
 def prediction_lines(request, device: str) -> list[str]:
@@ -51,7 +56,6 @@ def settings_from_text(text: str, model: str = ""):
     """``--settings``: a bench row name, a JSON object of optimization fields, or ``fastest-here`` (what
     ``volsynth tune`` recommends for ``model`` on this machine). Returns an ``OptimizationConfig``."""
     from engine.api.optimization_config import OptimizationConfig
-    from engine.cli.compare import parse_settings
     from engine.errors import InvalidRequest
 
     if text.strip() != FASTEST_HERE:
@@ -66,3 +70,24 @@ def settings_from_text(text: str, model: str = ""):
             "nothing measured for this model on this machine yet: run `volsynth tune` first (about 2 minutes)"
         )
     return OptimizationConfig.from_dict(best["config"])
+
+
+def parse_settings(text: str):
+    """A bench row name or a JSON object -> (label, OptimizationConfig)."""
+    from engine.api.optimization_config import NAMED_SETTINGS, OptimizationConfig
+
+    text = text.strip()
+    if text[:1] in ("{", "["):
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"settings {text!r} are not valid JSON: {exc}") from exc
+        if not isinstance(values, dict):
+            raise InvalidRequest(f"settings must be a JSON object of optimization fields, got {text!r}")
+        config = OptimizationConfig.from_dict(values)
+        return config.summary(), config
+    if text not in NAMED_SETTINGS:
+        raise InvalidRequest(
+            f"unknown settings {text!r}: use a JSON object or one of {', '.join(NAMED_SETTINGS)}"
+        )
+    return text, OptimizationConfig.from_dict(NAMED_SETTINGS[text])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from engine.cli._request import (
     add_backend_arguments,
@@ -46,27 +45,6 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
-def parse_settings(text: str):
-    """A bench row name or a JSON object -> (label, OptimizationConfig)."""
-    from engine.api.optimization_config import NAMED_SETTINGS, OptimizationConfig
-
-    text = text.strip()
-    if text[:1] in ("{", "["):
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidRequest(f"settings {text!r} are not valid JSON: {exc}") from exc
-        if not isinstance(values, dict):
-            raise InvalidRequest(f"settings must be a JSON object of optimization fields, got {text!r}")
-        config = OptimizationConfig.from_dict(values)
-        return config.summary(), config
-    if text not in NAMED_SETTINGS:
-        raise InvalidRequest(
-            f"unknown settings {text!r}: use a JSON object or one of {', '.join(NAMED_SETTINGS)}"
-        )
-    return text, OptimizationConfig.from_dict(NAMED_SETTINGS[text])
-
-
 def run(args: argparse.Namespace) -> int:
     import dataclasses
     import sys
@@ -74,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     from engine.api import drive
     from engine.cli._progress import ProgressLine
-    from engine.cli._settings import print_prediction
+    from engine.cli._settings import parse_settings, print_prediction
     from engine.compare import compare_settings, save_comparison
     from engine.nifti.io import check_output_path
 

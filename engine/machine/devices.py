@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 from typing import Any
 
 from engine.errors import BackendUnavailable
@@ -88,19 +87,3 @@ def device_name(device) -> str:
     from engine.machine.probe import probe_machine
 
     return probe_machine().cpu.model or platform.processor() or platform.machine() or "CPU"
-
-
-GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips are PCI devices of Google's vendor id on every TPU VM generation
-
-
-def tpu_present() -> bool:
-    """True when TPU chips are attached: a PCI device of Google's vendor id. (/dev/accel* and /dev/vfio alone
-    also exist on Intel NPU laptops and virtualisation hosts.)"""
-    for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
-        try:
-            with open(vendor) as f:
-                if f.read().strip().lower() == GOOGLE_PCI_VENDOR:
-                    return True
-        except OSError:
-            continue
-    return False

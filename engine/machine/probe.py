@@ -24,6 +24,7 @@ instead of depending on the machine they run on.
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import json
 import os
@@ -371,8 +372,6 @@ def _probe_gpus() -> tuple[GpuProbe, ...]:
 def _probe_xla() -> dict[str, Any]:
     import importlib.util
 
-    from engine.machine.devices import tpu_present
-
     return {"jax_installed": importlib.util.find_spec("jax") is not None, "tpu_present": tpu_present()}
 
 
@@ -393,3 +392,19 @@ def _cached_probe(_environment: tuple) -> MachineProbe:
 def probe_machine() -> MachineProbe:
     """This machine's probe (cached per process and per stand-in variables; never raises for missing GPUs)."""
     return _cached_probe(tuple(os.environ.get(k, "") for k in STAND_IN_VARIABLES))
+
+
+GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips are PCI devices of Google's vendor id on every TPU VM generation
+
+
+def tpu_present() -> bool:
+    """True when TPU chips are attached: a PCI device of Google's vendor id. (/dev/accel* and /dev/vfio alone
+    also exist on Intel NPU laptops and virtualisation hosts.)"""
+    for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
+        try:
+            with open(vendor) as f:
+                if f.read().strip().lower() == GOOGLE_PCI_VENDOR:
+                    return True
+        except OSError:
+            continue
+    return False

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from engine.machine.devices import tpu_present
+from engine.machine.probe import tpu_present
 
 _DEFAULT_CPU_DEVICES = 8
 

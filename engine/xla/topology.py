@@ -272,7 +272,7 @@ def physical_devices(topology: Topology) -> list:
         # Compile-only devices need no exclusive access to chips: without this, a second process that
         # plans (or a test run next to a CLI run) fails on libtpu's /tmp/libtpu_lockfile.
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-        from engine.machine.devices import tpu_present
+        from engine.machine.probe import tpu_present
 
         if not tpu_present():
             # Off a TPU VM libtpu looks for the VM's metadata server and worker list, fails, and prints a
