@@ -428,53 +428,19 @@ def run_cohort(
     spec: CohortSpec,
     root: str | Path,
     *,
-    address: str | None = None,
-    workers: int | None = None,
-    threads_per_worker: int | None = None,
-    device: str = "auto",
-    num_cpus: int | None = None,
-    vault=None,
-    max_attempts: int = MAX_ATTEMPTS,
     on_progress: Callable[[CohortProgress], Any] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    registry=None,
+    **options: Any,
 ) -> CohortSummary:
     """Generate (or finish) a cohort in ``root``. Safe to call again on the same folder: it resumes.
 
-    :func:`cohort_events` driven by the one relay (:func:`engine.api.relay.drive`) in this thread.
-
-    Args:
-        spec: The cohort spec.
-        root: The output folder (a BIDS-derivative dataset; for a vault target, only the manifest).
-        address: A Ray cluster (``ray://host:10001`` or ``host:6379``); None = ``RAY_ADDRESS`` or a new
-            local runtime. A runtime already initialised in this process is used as it is.
-        workers: Number of worker actors; default one per GPU, else one.
-        threads_per_worker: CPU threads per worker; default the thread count this cohort first ran
-            with (so a resume stays bit-identical), else the cluster's CPUs divided among the workers.
-        device: ``auto`` (GPU when the cluster has one), ``cpu`` or ``cuda``.
-        num_cpus: CPUs a new local runtime may use (None = all).
-        vault: An unlocked :class:`engine.vault.store.Vault` for a vault target.
-        max_attempts: Tries per item when workers die (an engine error in an item is not retried).
-        on_progress: Called with :class:`CohortProgress` in this thread.
-        should_stop: Polled about twice a second; True stops the run (finished items stay done).
+    :func:`cohort_events` (``options`` are its keyword arguments) driven by the one relay
+    (:func:`engine.api.relay.drive`) in this thread; ``on_progress`` is called with each
+    :class:`CohortProgress` here.
     """
     from engine.api.relay import drive
 
-    events = cohort_events(
-        spec,
-        root,
-        address=address,
-        workers=workers,
-        threads_per_worker=threads_per_worker,
-        device=device,
-        num_cpus=num_cpus,
-        vault=vault,
-        max_attempts=max_attempts,
-        should_stop=should_stop,
-        registry=registry,
-    )
-    # should_stop goes to the run, not to drive: a stopped cohort still ends with its summary.
-    return drive(events, on_progress=on_progress)
+    # should_stop goes to the run (in options), not to drive: a stopped cohort still ends with its summary.
+    return drive(cohort_events(spec, root, **options), on_progress=on_progress)
 
 
 def cohort_events(
@@ -492,10 +458,25 @@ def cohort_events(
     registry=None,
 ) -> Generator[CohortProgress, None, CohortSummary]:
     """The cohort run as a generator, on the protocol every engine run uses: it yields
-    :class:`CohortProgress` and returns the :class:`CohortSummary` (arguments as :func:`run_cohort`).
+    :class:`CohortProgress` and returns the :class:`CohortSummary`.
 
     ``should_stop`` stops after the items in flight and still returns the summary; closing the generator
     stops too (the workers are ended and the manifest saved), without one.
+
+    Args:
+        spec: The cohort spec.
+        root: The output folder (a BIDS-derivative dataset; for a vault target, only the manifest).
+        address: A Ray cluster (``ray://host:10001`` or ``host:6379``); None = ``RAY_ADDRESS`` or a new
+            local runtime. A runtime already initialised in this process is used as it is.
+        workers: Number of worker actors; default one per GPU, else one.
+        threads_per_worker: CPU threads per worker; default the thread count this cohort first ran
+            with (so a resume stays bit-identical), else the cluster's CPUs divided among the workers.
+        device: ``auto`` (GPU when the cluster has one), ``cpu`` or ``cuda``.
+        num_cpus: CPUs a new local runtime may use (None = all).
+        vault: An unlocked :class:`engine.vault.store.Vault` for a vault target.
+        max_attempts: Tries per item when workers die (an engine error in an item is not retried).
+        should_stop: Polled about twice a second; True stops the run (finished items stay done).
+        registry: Where models are found (a :class:`engine.models.registry.ModelRegistry`; None = the default).
     """
     root = Path(root).expanduser().absolute()
     manifest, items, source = prepare_folder(spec, root, registry)
