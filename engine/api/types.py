@@ -28,6 +28,9 @@ MAX_PROFILED_STEPS = 10  # profiler traces grow with every step; a few steps sho
 STAGES = ("load", "compile", "denoise", "decode")
 MAX_EDGE = 4096  # voxels along one axis of a requested output size (a model's own limits are tighter)
 _MODALITY_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+# ``best``, or a plan name as ``volsynth plan`` prints it: mesh axes dp/d/h with their sizes, and a variant.
+XLA_PLAN_PATTERN = r"best|single|(dp|d|h)\d{1,3}(x(d|h)\d{1,3}){0,2}(/cut@\d{1,2})?"
+_XLA_PLAN_NAME = re.compile(XLA_PLAN_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,9 @@ class SamplingRequest:
             none.
         output_size: (x, y, z) voxels, for models that let a request choose; None means the model's default.
         voxel_spacing_mm: (x, y, z) mm, likewise; None means the model's default.
+        xla_plan: how an XLA engine server splits the run over its devices: empty = one device, ``best`` =
+            the planner's best plan for its devices, or a plan by the name ``volsynth plan`` prints
+            (``dp2xd2``, ``d4/cut@2``). Other backends refuse a plan.
     """
 
     model: str = ""
@@ -70,6 +76,8 @@ class SamplingRequest:
     modality: str = ""
     output_size: tuple[int, int, int] | None = None
     voxel_spacing_mm: tuple[float, float, float] | None = None
+    # -- where it runs, for backends with several devices ------------------------------------------------
+    xla_plan: str = ""
 
     def __post_init__(self) -> None:
         # Frozen: normalise via object.__setattr__ so equality and hashing see canonical values.
@@ -112,6 +120,11 @@ class SamplingRequest:
         self._check_output_fields()
 
     def _check_output_fields(self) -> None:
+        if not isinstance(self.xla_plan, str) or not _XLA_PLAN_NAME.fullmatch(self.xla_plan or "best"):
+            raise InvalidRequest(
+                f"xla_plan must be empty, 'best' or a plan name such as dp2xd2 (see `volsynth plan`), "
+                f"got {str(self.xla_plan)[:60]!r}"
+            )
         if not isinstance(self.modality, str) or not _MODALITY_NAME.fullmatch(self.modality or "x"):
             raise InvalidRequest(
                 f"modality must be a name such as t1w or flair-skullstripped, got {str(self.modality)[:60]!r}"

@@ -10,7 +10,7 @@ from typing import Any
 from engine.api import BackendInfo, SamplingRequest
 from engine.backends.in_process import InProcessBackend
 from engine.backends.provenance import machine_record
-from engine.errors import OutOfMemory
+from engine.errors import InvalidRequest, OutOfMemory
 from engine.machine.devices import device_name, resolve_device
 from engine.machine.software import library_versions
 from engine.models.registry import ModelRegistry
@@ -46,6 +46,11 @@ class LocalBackend(InProcessBackend):
         from engine.optimization.apply import check_combination
         from engine.optimization.tune_store import load_result
 
+        if request.xla_plan:
+            raise InvalidRequest(
+                f"xla_plan {request.xla_plan!r} splits a run over an XLA server's devices; this is the "
+                f"{self.device} torch backend. Clear it, or connect to an XLA engine server."
+            )
         # Settings expected slower than fp32 here (this machine's probe and its measurements of the model)
         # are refused before the load too.
         run["measured"] = load_result(source.weights_sha256())

@@ -212,6 +212,10 @@ class XlaBackend(InProcessBackend):
                 "settings; the xla backend compiles float32 programs with XLA. Clear them, or run on a torch "
                 "device (cpu, cuda)."
             )
+        if request.xla_plan:
+            raise InvalidRequest(
+                "this XLA backend runs on one device; multi-device plans are not executed yet"
+            )
         if request.kernel_profile_steps:
             raise InvalidRequest(
                 "kernel profiles are recorded by torch's profiler; use a torch device for them"

@@ -12,8 +12,9 @@ Each phase runs in its own process so that its peak RSS is its own:
 * ``unet``: full-size guided U-Net steps (latent 2x4x64x64x32): the loop's denoiser against MONAI's own call
   of DiffusionModelUNetMaisi, alternated, as a ratio;
 * ``decode``: the full decode (4x64x64x32 -> 256x256x128) streamed, wall time and peak RSS; against
-  MONAI's own ``decode_stage_2_outputs`` at the preview size (MONAI's full-size decode peaks near 15.5 GB,
-  more than a process may take on a shared workstation), as a ratio, and the largest difference.
+  MONAI's own ``decode_stage_2_outputs`` at the preview size, as a ratio, and the largest difference;
+* ``decode_full_monai`` (after ``decode``, not in the default phases): MONAI's own decode at full size, in a
+  process of its own because it peaks near 15.5 GB; the full-size ratio and difference against ``decode``.
 
 The full-size estimate is 30 x the guided step + the streamed decode. Random weights: the volumes are noise;
 the numbers are about cost, not quality.
@@ -223,6 +224,9 @@ def phase_decode(folder: Path, repeats: int, bf16: bool = False) -> dict:
         "shape": list(image.shape),
         "budget_bytes": stats.get("budget_bytes"),
     }
+    # Kept for the decode_full_monai phase, which runs MONAI's own full decode in a process of its own so
+    # that each peak RSS is its own.
+    torch.save(image, folder.parent / "decode-full-streamed.pt")
     if bf16:
         # The same decode with activations in bf16 (autocast, as the decoder_autocast setting runs it).
         started = time.perf_counter()
@@ -231,6 +235,28 @@ def phase_decode(folder: Path, repeats: int, bf16: bool = False) -> dict:
         out["full_size"]["bf16_streamed_s"] = time.perf_counter() - started
         out["full_size"]["bf16_psnr_db_vs_fp32"] = _psnr(half, image)
     out["peak_rss_bytes"] = peak_rss_bytes()
+    return out
+
+
+def phase_decode_full_monai(folder: Path) -> dict:
+    """MONAI's own ``decode_stage_2_outputs`` at full size (near 15.5 GB peak): its time and peak RSS, and
+    how far the streamed decode of the ``decode`` phase (same latent) is from it."""
+    import torch
+
+    from engine.models.registry import open_model_folder
+
+    autoencoder = open_model_folder(folder).load().autoencoder
+    full = torch.randn(1, 4, *(n // 4 for n in FULL), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        started = time.perf_counter()
+        image = autoencoder.decode_stage_2_outputs(full)
+        monai_s = time.perf_counter() - started
+    out = {"monai_s": monai_s, "shape": list(image.shape), "peak_rss_bytes": peak_rss_bytes()}
+    streamed = folder.parent / "decode-full-streamed.pt"
+    if streamed.is_file():
+        ours = torch.load(streamed, weights_only=True)
+        out["max_abs_difference"] = float((ours - image).abs().max())
+        out["psnr_db_streamed_vs_monai"] = _psnr(ours, image)
     return out
 
 
@@ -292,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "unet": lambda: phase_unet(folder, args.unet_repeats),
             "decode": lambda: phase_decode(folder, args.decode_repeats, args.decode_bf16),
+            "decode_full_monai": lambda: phase_decode_full_monai(folder),
         }[args.phase]()
         print("RESULT " + json.dumps(result))
         return 0
@@ -323,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     ):
         step = statistics.median(phases["unet"]["loop_denoiser_s"])
         record["full_size_estimate_s"] = 30 * step + phases["decode"]["full_size"]["streamed_s"]
+    if "monai_s" in phases.get("decode_full_monai", {}) and "full_size" in phases.get("decode", {}):
+        record["full_decode_ratio_streamed_over_monai"] = (
+            phases["decode"]["full_size"]["streamed_s"] / phases["decode_full_monai"]["monai_s"]
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2))

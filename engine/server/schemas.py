@@ -23,7 +23,14 @@ from pydantic import (
 )
 
 from engine import wire
-from engine.api import MAX_BATCH, MAX_EDGE, MAX_PROFILED_STEPS, MAX_STEPS, optimization_config
+from engine.api import (
+    MAX_BATCH,
+    MAX_EDGE,
+    MAX_PROFILED_STEPS,
+    MAX_STEPS,
+    XLA_PLAN_PATTERN,
+    optimization_config,
+)
 from engine.xla.planning import DEFAULT_COMPILE_TOP, MAX_COMPILE_TOP
 
 
@@ -156,6 +163,8 @@ class JobRequest(BaseModel):
     modality: Annotated[str, StringConstraints(pattern=r"^([a-z0-9][a-z0-9-]{0,39})?$")] = ""
     output_size: Annotated[list[_whole(ge=1, le=MAX_EDGE)], Field(min_length=3, max_length=3)] | None = None
     voxel_spacing_mm: Annotated[list[_finite(gt=0.0)], Field(min_length=3, max_length=3)] | None = None
+    # Where it runs: an XLA server's plan over its devices (engine.api.types.XLA_PLAN_PATTERN).
+    xla_plan: Annotated[str, StringConstraints(pattern=f"^({XLA_PLAN_PATTERN})?$")] = ""
 
 
 class ErrorBody(BaseModel):

@@ -27,6 +27,7 @@ def test_request_json_round_trip():
         batch_size=3,
         optimization=OptimizationConfig(autocast="bf16"),
         preview_interval=2,
+        xla_plan="dp2xd2/cut@2",
     )
     again = SamplingRequest.from_json(request.to_json())
     assert again == request
@@ -44,6 +45,8 @@ def test_request_json_round_trip():
         ({"guidance_scale": "3"}, "guidance scale must be a finite number"),
         ({"conditioning": {"age": float("inf")}}, "condition 'age' must be a finite number"),
         ({"preview_interval": -1}, "preview interval must be >= 0"),
+        ({"xla_plan": "dp"}, "xla_plan must be empty, 'best' or a plan name"),
+        ({"xla_plan": "best; rm -rf"}, "xla_plan must be empty, 'best' or a plan name"),
     ],
 )
 def test_request_rejects_bad_values(kwargs, message):
@@ -220,6 +223,11 @@ def _simulate_pacer(step_s: float, preview_s: float, steps: int = 50, interval: 
             pacer.record(preview_s)
             made.append(step)
     return made, pacer.spent_s / clock
+
+
+def test_a_torch_backend_refuses_an_xla_plan_before_loading(backend):
+    with pytest.raises(InvalidRequest, match="splits a run over an XLA server's devices"):
+        run(backend.sample(SamplingRequest(model="tiny-latent", steps=2, xla_plan="best")))
 
 
 def test_preview_pacer_makes_every_due_preview_when_previews_are_cheap():
