@@ -1,0 +1,211 @@
+"""The autoencoder's decoder split spatially over several devices: slabs along depth (or depth x height).
+
+SPMD: one program over a ``Mesh``; the activations entering and leaving every decoder op are constrained
+(``jax.lax.with_sharding_constraint``) to be split along the chosen spatial axes, and XLA's partitioner
+inserts what a hand-written slab decode would: halo exchanges (collective-permutes of one voxel plane per
+neighbour) for the 3x3x3 convolutions, all-reduces of the per-group sums for GroupNorm (so the statistics
+are global and the output equals the one-device decode), nothing for nearest x2 upsampling (each slab
+upsamples its own voxels). A ``SpatialAttentionBlock`` attends over the whole volume, so its keys and
+values are all-gathered: that part's memory does not fall with the device count
+(``decoder_memory_per_device`` measures it).
+
+Divisibility: every decoder op keeps or doubles the spatial extents, so if the latent's sharded extents
+divide over their mesh axes, every activation's do. A latent that does not divide is refused before
+anything is compiled, with the device counts that would work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.errors import InvalidRequest
+from engine.xla.convert import DecoderArch
+
+# Channels-last activation axes (B, D, H, W, C) that may be split.
+SPATIAL_AXES = {"depth": 1, "height": 2, "width": 3}
+
+
+def mesh_shape_for(n_devices: int, axes: Sequence[str]) -> tuple[int, ...]:
+    """How ``n_devices`` split over ``axes``: all on one axis, or as square as possible (first axis larger)."""
+    if len(axes) == 1:
+        return (n_devices,)
+    if len(axes) != 2:
+        raise InvalidRequest(f"the decoder splits over one or two spatial axes, not {len(axes)}: {axes}")
+    second = max(d for d in range(1, math.isqrt(n_devices) + 1) if n_devices % d == 0)
+    return (n_devices // second, second)
+
+
+def _check_axes(axes: Sequence[str]) -> tuple[str, ...]:
+    axes = tuple(axes)
+    unknown = [a for a in axes if a not in SPATIAL_AXES]
+    if unknown or not axes or len(set(axes)) != len(axes):
+        raise InvalidRequest(
+            f"decoder split axes {axes} are not valid: name one or two distinct axes of {tuple(SPATIAL_AXES)}"
+        )
+    return axes
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def check_divisible(latent_shape: Sequence[int], axes: Sequence[str], mesh_shape: Sequence[int]) -> None:
+    """Refuse (InvalidRequest) a channels-last latent whose split extents do not divide over the mesh."""
+    if len(latent_shape) != 5:
+        raise InvalidRequest(
+            f"the decoder takes a channels-last latent (B, D, H, W, C), got shape {tuple(latent_shape)}"
+        )
+    for axis, parts in zip(axes, mesh_shape, strict=True):
+        extent = int(latent_shape[SPATIAL_AXES[axis]])
+        if extent % parts:
+            raise InvalidRequest(
+                f"the latent's {axis} ({extent}) does not divide over {parts} devices; "
+                f"split it over {', '.join(map(str, _divisors(extent)))} devices"
+                f"{'' if len(axes) > 1 else ' or along another axis'}"
+            )
+
+
+@dataclass
+class ShardedDecoder:
+    """The jitted, sharded decoder: ``decoder(params, z)`` on a channels-last latent; checks divisibility.
+
+    ``jitted`` is the ``jax.jit`` object itself (for ``lower`` / ``compile``); calling this wrapper checks
+    the latent's shape first, so a bad extent is refused with one line instead of a partitioner error.
+    """
+
+    jitted: Any
+    mesh: Any
+    axes: tuple[str, ...]
+    mesh_shape: tuple[int, ...]
+    latent_sharding: Any
+    params_sharding: Any
+
+    def check(self, latent_shape: Sequence[int]) -> None:
+        check_divisible(latent_shape, self.axes, self.mesh_shape)
+
+    def __call__(self, params, z):
+        self.check(z.shape)
+        return self.jitted(params, z)
+
+    def lower(self, params, z):
+        self.check(z.shape)
+        return self.jitted.lower(params, z)
+
+
+def sharded_decoder_program(
+    arch: DecoderArch,
+    devices: Sequence,
+    precision: str = "highest",
+    axes: Sequence[str] = ("depth",),
+    mesh_shape: Sequence[int] | None = None,
+) -> tuple[ShardedDecoder, tuple]:
+    """The decoder split over ``devices`` along ``axes``, and its input shardings ``(params, latent)``.
+
+    ``mesh_shape`` (one entry per axis, product = device count) defaults to :func:`mesh_shape_for`. Weights
+    are replicated; the latent and the image are split along the same axes, so the output stays on the
+    devices in slabs (``np.asarray`` gathers it).
+    """
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from engine.xla.nets import decoder_apply
+
+    axes = _check_axes(axes)
+    devices = list(devices)
+    if not devices:
+        raise InvalidRequest("the sharded decoder needs at least one device")
+    shape = tuple(int(s) for s in (mesh_shape or mesh_shape_for(len(devices), axes)))
+    if len(shape) != len(axes) or math.prod(shape) != len(devices):
+        raise InvalidRequest(
+            f"mesh shape {shape} does not fit {len(devices)} devices over axes {axes}; "
+            f"give one size per axis whose product is {len(devices)}"
+        )
+    mesh = Mesh(np.array(devices, dtype=object).reshape(shape), axes)
+    spec = [None] * 5
+    for axis in axes:
+        spec[SPATIAL_AXES[axis]] = axis
+    slabs = NamedSharding(mesh, PartitionSpec(*spec))
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    def constrain(_index: int, h):
+        return jax.lax.with_sharding_constraint(h, slabs)
+
+    def program(params, z):
+        return decoder_apply(arch, params, z, precision=precision, constrain=constrain)
+
+    # One sharding for the whole params dict: a pytree prefix, whatever the weights' names.
+    in_shardings = (replicated, slabs)
+    jitted = jax.jit(program, in_shardings=in_shardings, out_shardings=slabs)
+    return ShardedDecoder(jitted, mesh, axes, shape, slabs, replicated), in_shardings
+
+
+def _memory_record(compiled) -> dict[str, int]:
+    mem = compiled.memory_analysis()
+    argument = int(mem.argument_size_in_bytes)
+    output = int(mem.output_size_in_bytes)
+    temp = int(mem.temp_size_in_bytes)
+    alias = int(mem.alias_size_in_bytes)
+    return {
+        "argument_bytes": argument,
+        "output_bytes": output,
+        "temp_bytes": temp,
+        "alias_bytes": alias,
+        "total_bytes": argument + output + temp - alias,
+    }
+
+
+def compile_decoder(arch, params_abstract, latent_shape, devices, precision="highest", axes=("depth",)):
+    """Compile (without running) the decoder on ``devices`` for a channels-last latent shape."""
+    import jax
+
+    program, _ = sharded_decoder_program(arch, devices, precision=precision, axes=axes)
+    latent = jax.ShapeDtypeStruct(tuple(int(s) for s in latent_shape), np.float32)
+    return program.lower(params_abstract, latent).compile()
+
+
+def decoder_memory_per_device(
+    arch: DecoderArch,
+    params_abstract: dict,
+    latent_shape: Sequence[int],
+    devices: Sequence,
+    precision: str = "highest",
+    axes: Sequence[str] = ("depth",),
+) -> dict[str, Any]:
+    """Per-device bytes (XLA's memory analysis) of the decode on one device and split over ``devices``.
+
+    ``latent_shape`` is channels-last (B, D, H, W, C). Returns ``{"one_device": {...}, "sharded": {...},
+    "devices": N, "axes": [...], "mesh_shape": [...], "temp_ratio": sharded / one-device temp bytes,
+    "total_ratio": ..., "collectives": {kind: {"count", "bytes"}}}``; each memory record has argument,
+    output, temp, alias and total bytes (total = argument + output + temp - alias, as the planner counts).
+    """
+    from engine.xla.planner import parse_hlo_collectives
+
+    devices = list(devices)
+    axes = _check_axes(axes)
+    check_divisible(latent_shape, axes, mesh_shape_for(len(devices), axes))
+    single = _memory_record(
+        compile_decoder(arch, params_abstract, latent_shape, devices[:1], precision, axes)
+    )
+    compiled = compile_decoder(arch, params_abstract, latent_shape, devices, precision, axes)
+    sharded = _memory_record(compiled)
+    summary: dict[str, dict[str, int]] = {}
+    for c in parse_hlo_collectives(compiled.as_text(), len(devices)):
+        entry = summary.setdefault(c.kind, {"count": 0, "bytes": 0})
+        entry["count"] += c.count
+        entry["bytes"] += c.count * c.nbytes
+    return {
+        "devices": len(devices),
+        "axes": list(axes),
+        "mesh_shape": list(mesh_shape_for(len(devices), axes)),
+        "latent_shape": [int(s) for s in latent_shape],
+        "one_device": single,
+        "sharded": sharded,
+        "temp_ratio": sharded["temp_bytes"] / max(single["temp_bytes"], 1),
+        "total_ratio": sharded["total_bytes"] / max(single["total_bytes"], 1),
+        "collectives": summary,
+    }
