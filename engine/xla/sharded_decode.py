@@ -70,6 +70,40 @@ def check_divisible(latent_shape: Sequence[int], axes: Sequence[str], mesh_shape
             )
 
 
+def _split(depth: int, height: int, n_devices: int):
+    if depth % n_devices == 0:
+        return ("depth",), (n_devices,)
+    pairs = [
+        (a, n_devices // a)
+        for a in _divisors(n_devices)
+        if 1 < a < n_devices and depth % a == 0 and height % (n_devices // a) == 0
+    ]
+    if pairs:
+        return ("depth", "height"), min(pairs, key=lambda ab: (abs(ab[0] - ab[1]), -ab[0]))
+    if height % n_devices == 0:
+        return ("height",), (n_devices,)
+    return None
+
+
+def split_for(latent_shape: Sequence[int], n_devices: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """A split of a channels-last latent (B, D, H, W, C) over ``n_devices``: ``(axes, mesh_shape)``.
+
+    Depth alone if it divides (slabs: the fewest halo planes per device), else depth x height with the
+    most balanced sizes that divide (the shipped model's 20x24x20 latent over 8 devices: 4 x 2), else
+    height alone; refused (InvalidRequest, with the device counts that would work) when nothing divides.
+    """
+    check_divisible(latent_shape, (), ())  # the rank check
+    depth, height = int(latent_shape[1]), int(latent_shape[2])
+    found = _split(depth, height, int(n_devices))
+    if found is None:
+        workable = [n for n in range(1, 65) if _split(depth, height, n)]
+        raise InvalidRequest(
+            f"a latent of depth {depth} and height {height} does not split over {n_devices} devices along "
+            f"depth, height or both; use one of {', '.join(map(str, workable))} devices"
+        )
+    return found
+
+
 @dataclass
 class ShardedDecoder:
     """The jitted, sharded decoder: ``decoder(params, z)`` on a channels-last latent; checks divisibility.
@@ -144,7 +178,8 @@ def sharded_decoder_program(
     return ShardedDecoder(jitted, mesh, axes, shape, slabs, replicated), in_shardings
 
 
-def _memory_record(compiled) -> dict[str, int]:
+def memory_record(compiled) -> dict[str, int]:
+    """Per-device bytes of a compiled program from XLA's memory analysis (total as the planner counts)."""
     mem = compiled.memory_analysis()
     argument = int(mem.argument_size_in_bytes)
     output = int(mem.output_size_in_bytes)
@@ -159,13 +194,44 @@ def _memory_record(compiled) -> dict[str, int]:
     }
 
 
-def compile_decoder(arch, params_abstract, latent_shape, devices, precision="highest", axes=("depth",)):
+def collective_summary(compiled, n_devices: int) -> dict[str, dict[str, int]]:
+    """``{kind: {"count", "bytes"}}`` of the collectives in a compiled SPMD program's HLO (per device)."""
+    from engine.xla.planner import parse_hlo_collectives
+
+    summary: dict[str, dict[str, int]] = {}
+    for c in parse_hlo_collectives(compiled.as_text(), n_devices):
+        entry = summary.setdefault(c.kind, {"count": 0, "bytes": 0})
+        entry["count"] += c.count
+        entry["bytes"] += c.count * c.nbytes
+    return summary
+
+
+def compile_decoder(
+    arch, params_abstract, latent_shape, devices, precision="highest", axes=("depth",), mesh_shape=None
+):
     """Compile (without running) the decoder on ``devices`` for a channels-last latent shape."""
     import jax
 
-    program, _ = sharded_decoder_program(arch, devices, precision=precision, axes=axes)
+    program, _ = sharded_decoder_program(arch, devices, precision, axes, mesh_shape)
     latent = jax.ShapeDtypeStruct(tuple(int(s) for s in latent_shape), np.float32)
     return program.lower(params_abstract, latent).compile()
+
+
+def compile_one_device(arch, params_abstract, latent_shape, device, precision="highest"):
+    """Compile the plain, unsharded decoder (as the xla backend runs it) on one device."""
+    import jax
+    from jax.sharding import SingleDeviceSharding
+
+    from engine.xla.nets import decoder_apply
+
+    here = SingleDeviceSharding(device)
+    jitted = jax.jit(
+        lambda p, z: decoder_apply(arch, p, z, precision=precision),
+        in_shardings=(here, here),
+        out_shardings=here,
+    )
+    latent = jax.ShapeDtypeStruct(tuple(int(s) for s in latent_shape), np.float32)
+    return jitted.lower(params_abstract, latent).compile()
 
 
 def decoder_memory_per_device(
@@ -175,6 +241,7 @@ def decoder_memory_per_device(
     devices: Sequence,
     precision: str = "highest",
     axes: Sequence[str] = ("depth",),
+    mesh_shape: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Per-device bytes (XLA's memory analysis) of the decode on one device and split over ``devices``.
 
@@ -183,29 +250,21 @@ def decoder_memory_per_device(
     "total_ratio": ..., "collectives": {kind: {"count", "bytes"}}}``; each memory record has argument,
     output, temp, alias and total bytes (total = argument + output + temp - alias, as the planner counts).
     """
-    from engine.xla.planner import parse_hlo_collectives
-
     devices = list(devices)
     axes = _check_axes(axes)
-    check_divisible(latent_shape, axes, mesh_shape_for(len(devices), axes))
-    single = _memory_record(
-        compile_decoder(arch, params_abstract, latent_shape, devices[:1], precision, axes)
-    )
-    compiled = compile_decoder(arch, params_abstract, latent_shape, devices, precision, axes)
-    sharded = _memory_record(compiled)
-    summary: dict[str, dict[str, int]] = {}
-    for c in parse_hlo_collectives(compiled.as_text(), len(devices)):
-        entry = summary.setdefault(c.kind, {"count": 0, "bytes": 0})
-        entry["count"] += c.count
-        entry["bytes"] += c.count * c.nbytes
+    shape = tuple(int(s) for s in (mesh_shape or mesh_shape_for(len(devices), axes)))
+    check_divisible(latent_shape, axes, shape)
+    single = memory_record(compile_one_device(arch, params_abstract, latent_shape, devices[0], precision))
+    compiled = compile_decoder(arch, params_abstract, latent_shape, devices, precision, axes, shape)
+    sharded = memory_record(compiled)
     return {
         "devices": len(devices),
         "axes": list(axes),
-        "mesh_shape": list(mesh_shape_for(len(devices), axes)),
+        "mesh_shape": list(shape),
         "latent_shape": [int(s) for s in latent_shape],
         "one_device": single,
         "sharded": sharded,
         "temp_ratio": sharded["temp_bytes"] / max(single["temp_bytes"], 1),
         "total_ratio": sharded["total_bytes"] / max(single["total_bytes"], 1),
-        "collectives": summary,
+        "collectives": collective_summary(compiled, len(devices)),
     }

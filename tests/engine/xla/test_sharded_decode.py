@@ -136,3 +136,12 @@ def test_per_device_memory_falls_with_the_device_count(name):
             assert record["collectives"]["all-gather"]["count"] > 0  # attention's keys and values
     assert ratios[4] < 0.5
     assert ratios[8] < 0.3
+
+
+def test_split_for_picks_slabs_then_a_2d_split_then_refuses_with_what_would():
+    shipped = (1, 20, 24, 20, 8)  # the shipped model's latent, channels-last
+    assert sharded_decode.split_for(shipped, 4) == (("depth",), (4,))
+    assert sharded_decode.split_for(shipped, 8) == (("depth", "height"), (4, 2))  # 20 does not divide by 8
+    assert sharded_decode.split_for((1, 5, 24, 20, 8), 8) == (("height",), (8,))
+    with pytest.raises(InvalidRequest, match="does not split over 3 devices.*use one of 1, 2, 4, 5, 7, 8,"):
+        sharded_decode.split_for((1, 20, 28, 20, 3), 3)
