@@ -12,6 +12,8 @@ there all the same (its controls are built before the rendering is attached)."""
 from __future__ import annotations
 
 import contextlib
+import json
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, QRect
@@ -157,3 +159,44 @@ def test_at_1024x700_the_model_combo_and_the_status_message_are_whole(qtbot, mai
     assert status.message_rect().right() < min(w.x() for w in fields)
     _wait_until_nothing_is_clipped(qtbot, window)
     screenshot(window, "14-window-1024x700")
+
+
+def test_at_1024x700_a_kept_measurement_does_not_widen_the_generate_form(
+    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path, monkeypatch
+):
+    """With settings measured on this machine, the Optimization section says so and offers "Measure again" and
+    the PSNR floor; side by side those were ~480 px wide, and the form scrolled sideways at 1024x700."""
+    from app.main_window import MainWindow
+    from engine.machine.probe import probe_machine
+    from engine.optimization import tune_store
+
+    # A real `volsynth tune` result (the shipped model on a 2-core AMD EPYC), kept here as this machine's
+    # result for the test model: its words are as long as the panel shows them in use.
+    monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(tmp_path / "tune"))
+    result = json.loads(
+        (Path(__file__).parent / "data" / "tune-result-amd-epyc-shipped-model.json").read_text()
+    )
+    versions = tune_store.current_versions()
+    result.update(
+        fingerprint=probe_machine().fingerprint(),
+        model={"key": tune_store.model_key(registry.get("tiny-latent").weights_sha256())},
+        versions=versions,
+        versions_key=tune_store.versions_key(versions),
+    )
+    tune_store.save_result(result)
+    # As the app starts (torch preloaded): the panel shows what was measured once torch is there.
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=True)
+    qtbot.addWidget(window)
+    window.resize(1024, 700)
+    window.show()
+    qtbot.waitExposed(window)
+    measured, panel = window.measured_settings, window.optimization_panel
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    qtbot.waitUntil(
+        lambda: measured.measured and panel.measure_button.text() == "Measure again", timeout=30_000
+    )
+    assert panel.floor_spin.isVisible()
+    assert "Measured here 2026-12-01: fastest at the floor is int8" in panel.measured_label.text()
+    _wait_until_nothing_is_clipped(qtbot, window)
+    assert window.sampling_panel.scroll.horizontalScrollBar().maximum() == 0
+    window.close()
