@@ -57,6 +57,24 @@ def xla_devices(devices: Sequence | None = None) -> list[dict[str, Any]]:
     return out
 
 
+def first_devices(count: int) -> list:
+    """The first ``count`` jax devices; on a host CPU, JAX is set up with that many fake devices first
+    (which only works before JAX starts in this process)."""
+    if count < 1:
+        raise InvalidRequest(f"--xla-devices must be at least 1, got {count}")
+    from engine.xla.runtime import configure_jax
+
+    configure_jax(max(8, count))
+    import jax
+
+    devices = jax.devices()
+    if len(devices) < count:
+        raise InvalidRequest(
+            f"--xla-devices {count}: this process has {len(devices)} {devices[0].platform} device(s)"
+        )
+    return list(devices[:count])
+
+
 @dataclass
 class XlaModel:
     """A loaded model's networks as compiled XLA programs, called with torch tensors by the sampling loop."""
@@ -227,6 +245,7 @@ class XlaBackend(InProcessBackend):
     """
 
     name = "xla"
+    plan_compile_top = 3  # plans "best" compiles by estimate for the topology (the planner's default)
 
     def __init__(
         self,
@@ -386,7 +405,9 @@ class XlaBackend(InProcessBackend):
                 network = run_network(
                     model.unet_arch, model.unet_params, spatial, batch, cfg, self.precision, source.spec.id
                 )
-                plan = resolve_plan(resolved.xla_plan, network, len(self.devices), self.topology)
+                plan = resolve_plan(
+                    resolved.xla_plan, network, len(self.devices), self.topology, self.plan_compile_top
+                )
                 self._plans[key] = plan
         return plan, spatial, batch, cfg
 
