@@ -48,12 +48,12 @@ def make_backend(
         try:
             from engine.backends.xla import XlaBackend, first_devices
 
-            return XlaBackend(
-                registry=registry,
-                precision=xla_precision,
-                devices=None if xla_devices is None else first_devices(xla_devices),
-                topology=xla_topology or None,
-            )
+            options = {}  # only what was asked for: XlaBackend's defaults are "all devices, their slice"
+            if xla_devices is not None:
+                options["devices"] = first_devices(xla_devices)
+            if xla_topology:
+                options["topology"] = xla_topology
+            return XlaBackend(registry=registry, precision=xla_precision, **options)
         except ModuleNotFoundError as exc:
             raise BackendUnavailable(
                 f"--device xla needs JAX ({exc.name} is missing): pip install 'volsynth-studio[xla]'"
