@@ -468,6 +468,7 @@ class XlaBackend(InProcessBackend):
             "measured_median_step_ms": measured,
             "measured_on": f"{len(unet.devices)} x {self.device.platform} {self.device.device_kind}",
             "planning_s": round(resolved.planning_s, 3),
+            "collectives_per_step": unet.collectives,
             "sharded": ["unet"],
             "decoder": "one device (the first)",
         }

@@ -217,6 +217,19 @@ def _estimated_placement(plan: Plan, network: Network, topology) -> tuple[str, t
 # ------------------------------------------------------------------------------------------- program
 
 
+def collective_summary(hlo_text: str, n_devices: int) -> dict[str, dict[str, int]]:
+    """``{kind: {"count", "bytes"}}`` of a compiled SPMD program's collectives, bytes per device: the
+    communication a plan costs, which fake host devices show truly even where their speed does not."""
+    from engine.xla.planner import parse_hlo_collectives
+
+    summary: dict[str, dict[str, int]] = {}
+    for c in parse_hlo_collectives(hlo_text, n_devices):
+        entry = summary.setdefault(c.kind, {"count": 0, "bytes": 0})
+        entry["count"] += c.count
+        entry["bytes"] += c.count * c.nbytes
+    return summary
+
+
 @dataclass
 class ShardedUNet:
     """The U-Net compiled for one plan over a mesh of devices, with the weights replicated on it."""
@@ -226,6 +239,7 @@ class ShardedUNet:
     devices: list  # in logical mesh order
     params: Any = None  # replicated on the mesh
     compile_s: float = 0.0
+    collectives: dict = field(default_factory=dict)  # per device, of the last compiled shape's program
     _jitted: Any = None
     _shardings: tuple = ()
     _compiled: dict = field(default_factory=dict)
@@ -265,4 +279,5 @@ class ShardedUNet:
                 compiled = self._jitted.lower(self.params, *args).compile()
                 self.compile_s += time.perf_counter() - started
                 self._compiled[key] = compiled
+                self.collectives = collective_summary(compiled.as_text(), len(self.devices))
         return np.asarray(compiled(self.params, *args))

@@ -89,6 +89,13 @@ def test_a_plan_gives_the_one_device_volume_and_says_how_it_ran(
     assert record["measured_median_step_ms"] == pytest.approx(median, rel=1e-3)
     assert record["measured_note"] == "measured on fake host devices: not comparable to TPU speed"
     assert "xla" in tiny_reference.provenance and "plan" not in tiny_reference.provenance["xla"]
+    # What the devices exchange per step, read from the compiled program: the spatial plans' halos and
+    # GroupNorm statistics; the batch plan needs no collectives inside the U-Net.
+    collectives = record["collectives_per_step"]
+    if kind == "batch":
+        assert collectives == {}
+    else:
+        assert collectives["collective-permute"]["bytes"] > 0 and collectives["all-reduce"]["count"] > 0
 
 
 def test_best_is_the_planners_choice_on_its_placement_and_is_planned_once(backend, tiny_reference):
