@@ -179,6 +179,26 @@ class XlaModel:
         """The loop's denoiser call, run by a sharded U-Net program."""
         return self._channels_first(unet(*self._host_arrays((x, timesteps, context))))
 
+    def split_decoder(self, devices: Sequence, latent_shape) -> tuple[Any, str]:
+        """The decoder split over ``devices`` (a plan's) for a channels-last latent shape, built once per
+        device group and shape; ``(None, why)`` when the latent does not split over them."""
+        from engine.xla.execution import SplitDecoder
+
+        if self.decoder_arch is None:
+            return None, "the model has no decoder"
+        key = ("decoder", tuple(int(d.id) for d in devices), tuple(latent_shape))
+        with self._compile_lock:
+            decoder = self._sharded.get(key)
+            if decoder is None:
+                try:
+                    decoder = SplitDecoder.build(
+                        self.decoder_arch, self.decoder_params, devices, self.precision, latent_shape
+                    )
+                except InvalidRequest as exc:
+                    return None, f"one device (the first): {exc}"
+                self._sharded[key] = decoder
+        return decoder, ""
+
     def compile_total_s(self) -> float:
         """Seconds spent compiling, one-device and sharded programs together."""
         return self.compile_s + sum(u.compile_s for u in self._sharded.values())
@@ -224,6 +244,8 @@ class PlannedRun:
     model: XlaModel
     unet: Any  # engine.xla.execution.ShardedUNet
     resolved: Any  # engine.xla.execution.ResolvedPlan
+    decoder: Any = None  # engine.xla.execution.SplitDecoder over the U-Net's devices, or None: one device
+    decoder_note: str = ""  # why the decoder runs on one device, when it does
 
     @property
     def decoder_arch(self):
@@ -233,7 +255,9 @@ class PlannedRun:
         return self.model.sharded_denoiser(self.unet, x, timesteps, context)
 
     def decode(self, z):
-        return self.model.decode(z)
+        if self.decoder is None:
+            return self.model.decode(z)
+        return self.model._channels_first(self.decoder(self.model._host_arrays((z,))[0]))
 
 
 class XlaBackend(InProcessBackend):
@@ -395,7 +419,8 @@ class XlaBackend(InProcessBackend):
         """The request's plan for this run, resolved once per (model, latent shape, batch, CFG, plan)."""
         from engine.xla.execution import effective_batch, resolve_plan, run_network
 
-        spatial = tuple(source.spec.latent_shape_for(resolved.output_size))[1:]
+        channels, *spatial = tuple(source.spec.latent_shape_for(resolved.output_size))
+        spatial = tuple(spatial)
         batch = effective_batch(resolved.batch_size, resolved.guidance_scale)
         cfg = resolved.guidance_scale != 1.0
         key = (str(source.path), spatial, batch, cfg, resolved.xla_plan)
@@ -409,15 +434,19 @@ class XlaBackend(InProcessBackend):
                     resolved.xla_plan, network, len(self.devices), self.topology, self.plan_compile_top
                 )
                 self._plans[key] = plan
-        return plan, spatial, batch, cfg
+        return plan, channels, spatial, batch, cfg
 
     def _prepare(self, run: dict, model, request: SamplingRequest, resolved: SamplingRequest):
         run["model"], run["compile_before"] = model, model.compile_total_s()
         if not resolved.xla_plan:
             return model
-        plan, spatial, batch, cfg = self._resolved_plan(run["source"], model, resolved)
+        plan, channels, spatial, batch, cfg = self._resolved_plan(run["source"], model, resolved)
         unet = model.sharded_unet(plan, self._physical(), spatial, batch, cfg)
-        return PlannedRun(model, unet, plan)
+        if run["source"].spec.kind != "latent":
+            return PlannedRun(model, unet, plan, None, "no decoder: the model makes images directly")
+        # The decoder is split over the U-Net's devices; it decodes the loop's latent (batch B, not 2B).
+        decoder, note = model.split_decoder(unet.devices, (resolved.batch_size, *spatial, channels))
+        return PlannedRun(model, unet, plan, decoder, note)
 
     def _loop_device(self):
         import torch
@@ -448,6 +477,19 @@ class XlaBackend(InProcessBackend):
             record["plan"] = self._plan_record(prepared, provenance.get("step_times_s") or [])
         provenance["xla"] = record
 
+    @staticmethod
+    def _decoder_record(prepared: PlannedRun) -> dict[str, Any]:
+        decoder = prepared.decoder
+        if decoder is None:
+            return {"devices_used": 1, "note": prepared.decoder_note}
+        return {
+            "devices_used": len(decoder.devices),
+            **decoder.split,
+            # XLA's memory analysis of the compiled decode, per device (arguments + output + temporaries).
+            "memory_per_device_bytes": decoder.memory.get("total_bytes"),
+            "collectives": decoder.collectives,
+        }
+
     def _plan_record(self, prepared: PlannedRun, step_times_s: list[float]) -> dict[str, Any]:
         """The plan a run used, where its devices were, and its measured step time beside the predicted one."""
         resolved, unet = prepared.resolved, prepared.unet
@@ -469,8 +511,8 @@ class XlaBackend(InProcessBackend):
             "measured_on": f"{len(unet.devices)} x {self.device.platform} {self.device.device_kind}",
             "planning_s": round(resolved.planning_s, 3),
             "collectives_per_step": unet.collectives,
-            "sharded": ["unet"],
-            "decoder": "one device (the first)",
+            "sharded": ["unet"] + (["decoder"] if prepared.decoder is not None else []),
+            "decoder": self._decoder_record(prepared),
         }
         if self.host_stand_ins:
             record["host_stand_ins"] = True

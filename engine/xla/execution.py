@@ -217,19 +217,6 @@ def _estimated_placement(plan: Plan, network: Network, topology) -> tuple[str, t
 # ------------------------------------------------------------------------------------------- program
 
 
-def collective_summary(hlo_text: str, n_devices: int) -> dict[str, dict[str, int]]:
-    """``{kind: {"count", "bytes"}}`` of a compiled SPMD program's collectives, bytes per device: the
-    communication a plan costs, which fake host devices show truly even where their speed does not."""
-    from engine.xla.planner import parse_hlo_collectives
-
-    summary: dict[str, dict[str, int]] = {}
-    for c in parse_hlo_collectives(hlo_text, n_devices):
-        entry = summary.setdefault(c.kind, {"count": 0, "bytes": 0})
-        entry["count"] += c.count
-        entry["bytes"] += c.count * c.nbytes
-    return summary
-
-
 @dataclass
 class ShardedUNet:
     """The U-Net compiled for one plan over a mesh of devices, with the weights replicated on it."""
@@ -262,6 +249,8 @@ class ShardedUNet:
         """Channels-last host arrays in; the gathered channels-last output on the host."""
         import jax
 
+        from engine.xla.sharded_decode import collective_summary
+
         if x.shape[0] % self.plan.data:
             raise InvalidRequest(
                 f"plan {self.plan.name} splits the batch {self.plan.data} ways; the U-Net got a batch of "
@@ -279,5 +268,55 @@ class ShardedUNet:
                 compiled = self._jitted.lower(self.params, *args).compile()
                 self.compile_s += time.perf_counter() - started
                 self._compiled[key] = compiled
-                self.collectives = collective_summary(compiled.as_text(), len(self.devices))
+                self.collectives = collective_summary(compiled, len(self.devices))
         return np.asarray(compiled(self.params, *args))
+
+
+@dataclass
+class SplitDecoder:
+    """The decoder split spatially over a plan's devices (``engine.xla.sharded_decode``: slabs with halos and
+    global GroupNorm statistics), weights replicated, compiled once per latent shape."""
+
+    program: Any  # engine.xla.sharded_decode.ShardedDecoder
+    devices: list
+    params: Any
+    compile_s: float = 0.0
+    memory: dict = field(default_factory=dict)  # XLA's memory analysis per device, last compiled shape
+    collectives: dict = field(default_factory=dict)  # per device, of the last compiled shape's program
+    _compiled: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def build(cls, arch, params: dict, devices: Sequence, precision: str, latent_shape) -> SplitDecoder:
+        """For a channels-last latent shape (B, D, H, W, C); refuses (InvalidRequest) one that does not split."""
+        import jax
+
+        from engine.xla.sharded_decode import sharded_decoder_program, split_for
+
+        axes, mesh_shape = split_for(latent_shape, len(devices))
+        program, shardings = sharded_decoder_program(arch, list(devices), precision, axes, mesh_shape)
+        return cls(program, list(devices), jax.device_put(params, shardings[0]))
+
+    @property
+    def split(self) -> dict[str, Any]:
+        return {"axes": list(self.program.axes), "mesh": list(self.program.mesh_shape)}
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        """A channels-last host latent in; the gathered channels-last image on the host."""
+        import jax
+
+        from engine.xla.sharded_decode import collective_summary, memory_record
+
+        self.program.check(z.shape)
+        latent = jax.device_put(z, self.program.latent_sharding)
+        key = (z.shape, str(z.dtype))
+        with self._lock:
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                started = time.perf_counter()
+                compiled = self.program.lower(self.params, latent).compile()
+                self.compile_s += time.perf_counter() - started
+                self._compiled[key] = compiled
+                self.memory = memory_record(compiled)
+                self.collectives = collective_summary(compiled, len(self.devices))
+        return np.asarray(compiled(self.params, latent))

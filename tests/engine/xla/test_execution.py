@@ -66,6 +66,19 @@ def tiny_reference(backend):
     return run(backend.sample(tiny_request()))
 
 
+@pytest.fixture(scope="module")
+def one_device_decoder_bytes(backend, tiny_reference):
+    """Per-device bytes of the tiny model's decode on one device (XLA's memory analysis), as run unsharded."""
+    from engine.xla.sharded_decode import compile_one_device, memory_record
+
+    model = next(iter(backend._models._models.values()))
+    abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in model.decoder_params.items()}
+    latent = (1, 4, 6, 4, model.decoder_arch.latent_channels)
+    return memory_record(compile_one_device(model.decoder_arch, abstract, latent, jax.devices()[0]))[
+        "total_bytes"
+    ]
+
+
 @pytest.mark.parametrize(
     ("plan", "kind", "mesh", "devices"),
     [
@@ -75,7 +88,7 @@ def tiny_reference(backend):
     ],
 )
 def test_a_plan_gives_the_one_device_volume_and_says_how_it_ran(
-    backend, tiny_reference, plan, kind, mesh, devices
+    backend, tiny_reference, one_device_decoder_bytes, plan, kind, mesh, devices
 ):
     result = run(backend.sample(tiny_request(xla_plan=plan)))
     assert relative_error(result.volumes, tiny_reference.volumes) < RUN_TOLERANCE
@@ -96,6 +109,11 @@ def test_a_plan_gives_the_one_device_volume_and_says_how_it_ran(
         assert collectives == {}
     else:
         assert collectives["collective-permute"]["bytes"] > 0 and collectives["all-reduce"]["count"] > 0
+    # The decoder is split over the same devices, in slabs: less memory per device than on one.
+    decoder = record["decoder"]
+    assert record["sharded"] == ["unet", "decoder"] and decoder["devices_used"] == devices
+    assert 0 < decoder["memory_per_device_bytes"] < one_device_decoder_bytes
+    assert decoder["collectives"]["collective-permute"]["bytes"] > 0  # the halos
 
 
 def test_best_is_the_planners_choice_on_its_placement_and_is_planned_once(backend, tiny_reference):
@@ -124,6 +142,7 @@ def test_the_bundle_architecture_runs_a_2d_plan(backend, bundle):
     assert result.provenance["xla"]["plan"]["kind"] == "2-D"
     # Level 2 (1x2x1) cannot be split over depth: the per-level fallback is recorded.
     assert result.provenance["xla"]["plan"]["levels"] == ["dh", "dh", "h"]
+    assert result.provenance["xla"]["plan"]["decoder"]["devices_used"] == 4
 
 
 def test_plans_are_refused_in_one_line_saying_why(registry, backend):
@@ -198,3 +217,5 @@ def test_a_plan_runs_on_the_shipped_model_through_a_real_server():
     assert relative_error(result.volumes, reference.volumes) < RUN_TOLERANCE
     record = result.provenance["xla"]["plan"]
     assert record["name"] == "dp2xh4" and record["kind"] == "2-D" and record["devices_used"] == 8
+    # The 20x24x20 latent's decode in 4 x 2 slabs (depth x height) over the same 8 devices.
+    assert record["decoder"]["devices_used"] == 8 and record["decoder"]["mesh"] == [4, 2]
