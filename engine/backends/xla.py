@@ -89,7 +89,9 @@ class XlaModel:
     compile_s: float = 0.0
     _compiled: dict[tuple, Any] = field(default_factory=dict)
     _compile_lock: threading.Lock = field(default_factory=threading.Lock)
-    _sharded: dict[tuple, Any] = field(default_factory=dict)  # (plan, device ids) -> ShardedUNet
+    # ("unet" | "decoder", ...) -> the ShardedUNet / SplitDecoder of the most recent plan (one of each kind:
+    # each holds its own replicated copy of the weights on its devices).
+    _sharded: dict[tuple, Any] = field(default_factory=dict)
 
     @classmethod
     def from_loaded(cls, loaded, precision: str, device) -> XlaModel:
@@ -130,8 +132,6 @@ class XlaModel:
     @staticmethod
     def _host_arrays(tensors) -> list:
         """Channels-first torch tensors -> contiguous channels-last float32 numpy arrays (None stays None)."""
-        import numpy as np
-
         arrays = []
         for tensor in tensors:
             if tensor is None:
@@ -153,7 +153,6 @@ class XlaModel:
     def _run(self, name: str, fn, params, *tensors):
         """Channels-first torch tensors in, XLA program, channels-first float32 torch tensor out."""
         import jax
-        import numpy as np
 
         args = [None if a is None else jax.device_put(a, self.device) for a in self._host_arrays(tensors)]
         return self._channels_first(np.asarray(self._program(name, fn, params, *args)(params, *args)))
@@ -164,20 +163,30 @@ class XlaModel:
         from engine.xla.execution import ShardedUNet, run_network
 
         mesh_devices = [devices[i] for i in resolved.order[: resolved.n_devices]]
-        key = (resolved.plan, tuple(int(d.id) for d in mesh_devices))
+        key = ("unet", resolved.plan, tuple(int(d.id) for d in mesh_devices))
         with self._compile_lock:
             unet = self._sharded.get(key)
             if unet is None:
                 network = run_network(
                     self.unet_arch, self.unet_params, spatial, batch, cfg, self.precision, "unet"
                 )
+                self._evict("unet")
                 unet = ShardedUNet.build(network, resolved.plan, mesh_devices, self.unet_params)
                 self._sharded[key] = unet
         return unet
 
+    def _evict(self, kind: str) -> None:
+        """Drop the sharded programs (and their weight copies) of ``kind``, keeping their compile time."""
+        for key in [k for k in self._sharded if k[0] == kind]:
+            self.compile_s += self._sharded.pop(key).compile_s
+
     def sharded_denoiser(self, unet, x, timesteps, context=None):
         """The loop's denoiser call, run by a sharded U-Net program."""
         return self._channels_first(unet(*self._host_arrays((x, timesteps, context))))
+
+    def split_decode(self, decoder, z):
+        """The loop's decode call, run by the decoder split over a plan's devices."""
+        return self._channels_first(decoder(self._host_arrays((z,))[0]))
 
     def split_decoder(self, devices: Sequence, latent_shape) -> tuple[Any, str]:
         """The decoder split over ``devices`` (a plan's) for a channels-last latent shape, built once per
@@ -190,6 +199,7 @@ class XlaModel:
         with self._compile_lock:
             decoder = self._sharded.get(key)
             if decoder is None:
+                self._evict("decoder")
                 try:
                     decoder = SplitDecoder.build(
                         self.decoder_arch, self.decoder_params, devices, self.precision, latent_shape
@@ -228,7 +238,6 @@ class XlaModel:
     def compile_decoder(self, latent_shape: tuple[int, ...]) -> None:
         """Compile the decoder for a channels-first latent shape now, so the first decode is not its compile."""
         import jax
-        import numpy as np
 
         b, c, *spatial = latent_shape
         latent = jax.ShapeDtypeStruct((b, *spatial, c), np.float32)
@@ -257,7 +266,7 @@ class PlannedRun:
     def decode(self, z):
         if self.decoder is None:
             return self.model.decode(z)
-        return self.model._channels_first(self.decoder(self.model._host_arrays((z,))[0]))
+        return self.model.split_decode(self.decoder, z)
 
 
 class XlaBackend(InProcessBackend):
