@@ -451,10 +451,15 @@ class XlaBackend(InProcessBackend):
             return model
         plan, channels, spatial, batch, cfg = self._resolved_plan(run["source"], model, resolved)
         unet = model.sharded_unet(plan, self._physical(), spatial, batch, cfg)
+        # Compiled here, before the loop: its step times are steps (they are set beside the prediction).
+        unet.compile_for(batch)
         if run["source"].spec.kind != "latent":
             return PlannedRun(model, unet, plan, None, "no decoder: the model makes images directly")
         # The decoder is split over the U-Net's devices; it decodes the loop's latent (batch B, not 2B).
-        decoder, note = model.split_decoder(unet.devices, (resolved.batch_size, *spatial, channels))
+        latent = (resolved.batch_size, *spatial, channels)
+        decoder, note = model.split_decoder(unet.devices, latent)
+        if decoder is not None:
+            decoder.compile_for(latent)
         return PlannedRun(model, unet, plan, decoder, note)
 
     def _loop_device(self):

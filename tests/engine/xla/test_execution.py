@@ -114,6 +114,9 @@ def test_a_plan_gives_the_one_device_volume_and_says_how_it_ran(
     assert record["sharded"] == ["unet", "decoder"] and decoder["devices_used"] == devices
     assert 0 < decoder["memory_per_device_bytes"] < one_device_decoder_bytes
     assert decoder["collectives"]["collective-permute"]["bytes"] > 0  # the halos
+    # Compiled before the loop for the loop's shapes, and not again in it: one program each.
+    model = next(iter(backend._models._models.values()))
+    assert [len(p._compiled) for p in model._sharded.values()] == [1, 1]
 
 
 def test_best_is_the_planners_choice_on_its_placement_and_is_planned_once(backend, tiny_reference):
