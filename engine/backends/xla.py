@@ -312,12 +312,18 @@ class XlaBackend(InProcessBackend):
         self._plans_lock = threading.Lock()
 
     def _topology(self, name: str | None):
+        """The topology asked for (refused when it is unknown or not this backend's size), else the TPU
+        slice the devices form, when they form a whole one (a cohort worker's sub-group may not: None)."""
         from engine.xla.planning import topology_of
         from engine.xla.topology import UnknownTopology, parse_topology
 
-        name = name or topology_of(self.devices)
         if not name:
-            return None
+            detected = topology_of(self.devices)
+            try:
+                topology = parse_topology(detected) if detected else None
+            except UnknownTopology:
+                return None
+            return topology if topology is not None and topology.n_devices == len(self.devices) else None
         try:
             topology = parse_topology(name)
         except UnknownTopology as exc:

@@ -222,3 +222,13 @@ def test_a_plan_runs_on_the_shipped_model_through_a_real_server():
     assert record["name"] == "dp2xh4" and record["kind"] == "2-D" and record["devices_used"] == 8
     # The 20x24x20 latent's decode in 4 x 2 slabs (depth x height) over the same 8 devices.
     assert record["decoder"]["devices_used"] == 8 and record["decoder"]["mesh"] == [4, 2]
+
+
+def test_a_sub_group_of_a_slice_has_no_topology_of_its_own(registry, monkeypatch):
+    """A cohort worker's device group: the slice its chips belong to is not its topology ("best" refused)."""
+    from engine.xla import planning
+
+    monkeypatch.setattr(planning, "topology_of", lambda devices: "v5e:2x4")  # as on the slice's chips
+    assert XlaBackend(registry).topology.name == "v5e:2x4"
+    group = XlaBackend(registry, devices=jax.devices()[:2])
+    assert group.topology is None and group.info().details["xla_plans"][:1] == ["single"]
