@@ -143,7 +143,7 @@ def resolve_plan(
     started = time.perf_counter()
     runnable, refused = plans_by_name(network, n_devices)
     if requested == "best":
-        return _resolve_best(network, n_devices, topology, runnable, compile_top, started)
+        return _resolve_best(network, topology, runnable, compile_top, started)
     wanted = mesh_of_name(requested)
     if int(np.prod(wanted)) > n_devices:
         raise InvalidRequest(
@@ -174,7 +174,7 @@ def _plan_sort_key(name: str) -> tuple:
     return (int(np.prod(mesh_of_name(name))), name)
 
 
-def _resolve_best(network, n_devices, topology, runnable, compile_top, started) -> ResolvedPlan:
+def _resolve_best(network, topology, runnable, compile_top, started) -> ResolvedPlan:
     from engine.xla.planner import plan as run_planner
     from engine.xla.topology import physical_devices, placements
 
