@@ -29,11 +29,15 @@ def make_backend(
     fingerprint: str | None = None,
     timeout_s: float | None = None,
     xla_precision: str = "highest",
+    xla_devices: int | None = None,
+    xla_topology: str | None = None,
 ) -> Backend:
     """The backend for ``device`` on this machine, or for the engine server at ``server`` when one is given.
 
     ``registry`` (a :class:`~engine.models.registry.ModelRegistry`) is where local and XLA backends find
-    models; ``token``, ``fingerprint`` and ``timeout_s`` are the server's; ``xla_precision`` the XLA one's.
+    models; ``token``, ``fingerprint`` and ``timeout_s`` are the server's; ``xla_precision``, ``xla_devices``
+    (how many devices plans may use; None = all) and ``xla_topology`` (what plans are costed against) the
+    XLA one's.
     """
     if server:
         from engine.backends.remote import RemoteBackend
@@ -42,9 +46,14 @@ def make_backend(
         return RemoteBackend(server, token=token, fingerprint=fingerprint, **timeout)
     if is_xla_device(device):
         try:
-            from engine.backends.xla import XlaBackend
+            from engine.backends.xla import XlaBackend, first_devices
 
-            return XlaBackend(registry=registry, precision=xla_precision)
+            options = {}  # only what was asked for: XlaBackend's defaults are "all devices, their slice"
+            if xla_devices is not None:
+                options["devices"] = first_devices(xla_devices)
+            if xla_topology:
+                options["topology"] = xla_topology
+            return XlaBackend(registry=registry, precision=xla_precision, **options)
         except ModuleNotFoundError as exc:
             raise BackendUnavailable(
                 f"--device xla needs JAX ({exc.name} is missing): pip install 'volsynth-studio[xla]'"

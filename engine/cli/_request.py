@@ -65,6 +65,21 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
         help="the model's smaller preview size (half the edges at twice the spacing: the same field of view)",
     )
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (default)")
+    parser.add_argument(
+        "--xla-plan",
+        default="",
+        metavar="PLAN",
+        help="on an XLA engine server (or --device xla): shard the run over its devices as this plan says: "
+        "best (the planner's choice for the server's topology) or a name `volsynth plan` prints, e.g. "
+        "dp2, d2xh2, dp2xd2/cut@2 (default: one device)",
+    )
+    parser.add_argument(
+        "--xla-topology",
+        default=None,
+        metavar="NAME",
+        help="with --device xla here: the slice or box plans are costed against (e.g. v5e:2x4; this host's "
+        "devices stand in for it); needed for --xla-plan best off a TPU slice",
+    )
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +133,7 @@ def request_from_args(args: argparse.Namespace, optimization=None):
         modality=getattr(args, "modality", "") or "",
         output_size=size,
         voxel_spacing_mm=spacing,
+        xla_plan=getattr(args, "xla_plan", "") or "",
     )
 
 
@@ -146,4 +162,11 @@ def backend_from_args(args: argparse.Namespace):
             token=args.token or os.environ.get("VOLSYNTH_SERVER_TOKEN"),
             fingerprint=args.server_fingerprint or os.environ.get("VOLSYNTH_SERVER_FINGERPRINT"),
         )
+    topology = getattr(args, "xla_topology", None)
+    if topology:
+        from engine.backends.factory import is_xla_device
+
+        if not is_xla_device(args.device):
+            raise InvalidRequest("--xla-topology is for --device xla (a server has its own: --server)")
+        return make_backend(args.device, xla_topology=topology)
     return make_backend(args.device)

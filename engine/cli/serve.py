@@ -41,6 +41,21 @@ def register(sub) -> None:
         "per matmul on TPUs (faster, less exact). Recorded in every result's provenance.",
     )
     parser.add_argument(
+        "--xla-devices",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --device xla: the devices a request's plan (--xla-plan) may shard a run over (default: "
+        "all; on a host CPU, N fake devices stand in for a slice's chips: right results, not TPU speed)",
+    )
+    parser.add_argument(
+        "--xla-topology",
+        default=None,
+        metavar="NAME",
+        help="with --device xla: the slice or GPU box plans are costed against, e.g. v5e:2x4 or "
+        "8xH100-nvlink (default: the TPU slice this machine has; a host CPU needs it for --xla-plan best)",
+    )
+    parser.add_argument(
         "--token",
         default=os.environ.get("VOLSYNTH_SERVER_TOKEN"),
         help="require this bearer token (default: $VOLSYNTH_SERVER_TOKEN); at least 32 random bytes "
@@ -116,10 +131,17 @@ def run(args) -> int:
 
 
 def serving_backend(args):
-    """The backend the server runs jobs on: torch on a device, or XLA."""
-    from engine.backends.factory import make_backend
+    """The backend the server runs jobs on: torch on a device, or XLA (over --xla-devices, costed on
+    --xla-topology)."""
+    from engine.backends.factory import is_xla_device, make_backend
+    from engine.errors import InvalidRequest
 
-    return make_backend(args.device, xla_precision=args.xla_precision)
+    devices, topology = getattr(args, "xla_devices", None), getattr(args, "xla_topology", None)
+    if (devices is not None or topology) and not is_xla_device(args.device):
+        raise InvalidRequest("--xla-devices and --xla-topology are for --device xla")
+    return make_backend(
+        args.device, xla_precision=args.xla_precision, xla_devices=devices, xla_topology=topology
+    )
 
 
 def tls_files(args) -> tuple[str | None, str | None]:
