@@ -18,7 +18,7 @@ import contextlib
 import platform
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,7 +165,14 @@ class XlaBackend(InProcessBackend):
 
     name = "xla"
 
-    def __init__(self, registry: ModelRegistry | None = None, precision: str = "highest"):
+    def __init__(
+        self,
+        registry: ModelRegistry | None = None,
+        precision: str = "highest",
+        devices: Sequence | None = None,
+    ):
+        """``devices``: the jax devices this backend may use (a cohort worker's group); None = all of
+        ``jax.devices()``. Runs without a plan use the first."""
         if precision not in PRECISIONS:
             raise InvalidRequest(f"unknown XLA precision {precision!r}; use one of {', '.join(PRECISIONS)}")
         from engine.xla.runtime import configure_jax
@@ -178,7 +185,10 @@ class XlaBackend(InProcessBackend):
         super().__init__()
         self.registry = registry or ModelRegistry()
         self.precision = precision
-        self.device = jax.devices()[0]
+        self.devices = list(jax.devices() if devices is None else devices)
+        if not self.devices:
+            raise InvalidRequest("XlaBackend needs at least one jax device; got an empty device list")
+        self.device = self.devices[0]
 
     def info(self) -> BackendInfo:
         import jax
