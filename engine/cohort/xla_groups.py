@@ -4,7 +4,7 @@ A cohort on ``--device xla`` splits the host's XLA devices into equal groups; ea
 process that runs the XLA backend on its devices only, every item with the cohort's plan
 (``SamplingRequest.xla_plan``) over them. No plan = one device per worker. 8 devices and a plan of 2
 devices (``dp2``, ``d2``) give 4 workers; ``best`` lets each worker's backend choose the best plan for its
-group (``--xla-devices`` / ``devices_per_worker`` then say how large a group is).
+group of TPU chips (``--xla-devices`` and ``--workers`` then say how large a group is).
 
 How a worker process gets its devices:
 
@@ -115,13 +115,13 @@ def device_groups(
     for name, value in (("workers", workers), ("--xla-devices", devices)):
         if value is not None and value < 1:
             raise InvalidRequest(f"{name} must be at least 1, got {value}")
-    if per_group is None:  # best: the group size comes from the devices and workers
-        total = devices or tpu_chips
-        if not total:
+    if per_group is None:  # best: the group size comes from the chips and workers
+        if not tpu_chips:
             raise InvalidRequest(
-                "--xla-plan best needs to know how many devices each worker plans over on a host without "
-                "TPUs: give --xla-devices N (and --workers), or name a plan (dp2, d2xh2...)"
+                "--xla-plan best is costed on a TPU slice's topology; on fake host devices name a plan "
+                "(dp2, d2xh2...: `volsynth plan` lists them)"
             )
+        total = devices or tpu_chips
         if total % (workers or 1):
             raise InvalidRequest(f"{total} XLA devices do not split into {workers} equal groups")
         per_group = total // (workers or 1)

@@ -98,7 +98,7 @@ def test_a_plan_per_group_of_two_fake_devices_and_a_resume_on_one_group(one_devi
         assert _relative_error(volume, reference[participant]) <= RUN_TOLERANCE
         side = load_nifti(root / manifest.items[participant]["file"]).provenance
         plan = side["xla"]["plan"]
-        assert plan["name"] == "dp2" and len(plan["devices"]) == 2
+        assert plan["name"] == "dp2" and plan["devices_used"] == 2
 
     # A resume on one group keeps the plan the cohort started with and makes the missing volume again.
     first = manifest.items["sub-synth0002"]
@@ -142,7 +142,7 @@ def test_groups_follow_the_plan_and_the_host():
 @pytest.mark.parametrize(
     ("chips", "options", "error", "message"),
     [
-        (0, {"plan": "best"}, InvalidRequest, "--xla-plan best needs to know how many devices"),
+        (0, {"plan": "best"}, InvalidRequest, "best is costed on a TPU slice's topology"),
         (8, {"plan": "d3"}, InvalidRequest, "Ray gives an actor 1, 2, 4, 8 chips"),
         (8, {"plan": "dp2", "devices": 16}, BackendUnavailable, "the Ray cluster has 8"),
         (0, {"plan": "dp2", "devices": 3}, InvalidRequest, "do not split into groups of 2"),
