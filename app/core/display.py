@@ -103,10 +103,6 @@ def run_summary_lines(summary: Mapping[str, Any]) -> list[str]:
     return ["telemetry: " + ", ".join(first), ", ".join(second)]
 
 
-def _ms(value: Any) -> str:
-    return f"{value:.3g} ms" if isinstance(value, int | float) and not isinstance(value, bool) else "n/a"
-
-
 def xla_run_lines(xla: Mapping[str, Any]) -> list[str]:
     """What an XLA run's provenance (``provenance["xla"]``) says of where it ran, for the details pane:
     one device, or the plan, its placement on the devices, and the predicted against the measured step."""
@@ -133,11 +129,17 @@ def xla_run_lines(xla: Mapping[str, Any]) -> list[str]:
         f"  placement {plan.get('placement') or '?'}"
         + (f" on {plan['topology']}" if plan.get("topology") else ""),
     ]
+    from app.core.plan_table import format_duration_ms  # the Plan view's units (us, ms, s)
+
     measured = plan.get("measured_median_step_ms", plan.get("measured_step_ms"))
+    predicted = plan.get("predicted_step_ms")
     lines.append(
-        f"  step: predicted {_ms(plan.get('predicted_step_ms'))}, measured {_ms(measured)}"
+        f"  step: predicted {format_duration_ms(predicted) if predicted is not None else 'none'}, "
+        f"measured {format_duration_ms(measured) if measured is not None else 'n/a'}"
         + (f" (median, {plan['measured_on']})" if plan.get("measured_on") else "")
     )
+    if plan.get("prediction"):
+        lines.append(f"  prediction: {plan['prediction']}")
     if plan.get("measured_note"):
         lines.append(f"  {plan['measured_note']}")
     return lines

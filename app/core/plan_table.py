@@ -462,3 +462,15 @@ def use_plan_problem(details: dict | None, row: dict | None) -> str:
     if isinstance(listed, list) and listed and name.split("/")[0] not in listed:
         return f"this server does not offer {name} (it offers {', '.join(map(str, listed[:8]))})"
     return ""
+
+
+def batch_mismatch_text(result: dict | None, next_batch: int) -> str:
+    """A warning (with a leading space) when the next run's U-Net batch is not the batch planned for: a
+    data-parallel axis that does not divide it is refused by the server; "" when they agree."""
+    planned = (result or {}).get("batch")
+    if not isinstance(planned, int) or planned == next_batch:
+        return ""
+    return (
+        f" Planned for a U-Net batch of {planned}; the next run's is {next_batch} (batch x 2 with guidance "
+        "other than 1): a plan's data axis must divide it, so set the batch or guidance to match, or plan again."
+    )

@@ -461,6 +461,13 @@ class PlanDialog(QDialog):
         if problem and self.result is not None and not self.use_label.property("used"):
             self.use_label.setText(problem)
 
+    @staticmethod
+    def _next_run_batch(form) -> int:
+        """The U-Net batch of the form's next run: its batch, twice with classifier-free guidance."""
+        model = form.model
+        guided = model is not None and model.spec.supports_guidance and (form.guidance_scale or 1.0) != 1.0
+        return form.batch_size * (2 if guided else 1)
+
     def use_selected_plan(self) -> bool:
         """Make the selected plan the next run's on this dialog's server (and that server the device)."""
         problem = self.use_problem()
@@ -475,6 +482,7 @@ class PlanDialog(QDialog):
             f"The next run on {connection.url} uses plan {row['plan']} (shown in the Generate panel's "
             "Sampling group, where \u00d7 clears it)."
         )
+        text += plan_table.batch_mismatch_text(self.result, self._next_run_batch(form))
         self.use_label.setText(text)
         self.use_label.setProperty("used", True)
         self.controller.show_status(text, 8000)

@@ -21,10 +21,10 @@ from PySide6.QtTest import QTest
 
 from app.core.display import xla_run_lines
 from app.core.generation_form import REMOTE_PREFIX, GenerationForm
-from app.core.plan_table import use_plan_problem, xla_device_count
+from app.core.plan_table import batch_mismatch_text, format_duration_ms, use_plan_problem, xla_device_count
 from engine.testing import make_tiny_model
 
-from .test_plan_dialog import PLAN_TIMEOUT_MS, TOKEN, _free_port, _open_plan_dialog, _type_topology
+from .test_plan_dialog import PLAN_TIMEOUT_MS, TOKEN, _free_port, _open_plan_dialog
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = REMOTE_PREFIX + "http://tpu-vm:8765"
@@ -82,6 +82,11 @@ def test_device_count_prefers_the_servers_count_to_its_list():
     assert xla_device_count(FOUR_DEVICES) == 4 and xla_device_count(None) == 0
 
 
+def test_a_next_run_of_another_batch_than_planned_is_warned_of():
+    assert batch_mismatch_text({"batch": 2}, 2) == "" and batch_mismatch_text({}, 1) == ""
+    assert "Planned for a U-Net batch of 2; the next run's is 1" in batch_mismatch_text({"batch": 2}, 1)
+
+
 def test_run_details_name_the_plan_placement_and_both_step_times():
     xla = {
         "platform": "cpu",
@@ -95,7 +100,8 @@ def test_run_details_name_the_plan_placement_and_both_step_times():
             "devices_used": 4,
             "devices_available": 8,
             "topology": "v5e:2x4",
-            "predicted_step_ms": 1.234,
+            "predicted_step_ms": 0.0714,
+            "prediction": "planner's cheap estimate (jaxpr trace, not compiled)",
             "measured_median_step_ms": 56.78,
             "measured_on": "4 x cpu cpu",
             "measured_note": "measured on fake host devices: not comparable to TPU speed",
@@ -104,7 +110,8 @@ def test_run_details_name_the_plan_placement_and_both_step_times():
     assert xla_run_lines(xla) == [
         "XLA plan dp2xd2 (asked: best), 2-D: mesh data 2 \u00d7 depth 2 \u00d7 height 1 on 4 of 8 device(s)",
         "  placement snake-yx on v5e:2x4",
-        "  step: predicted 1.23 ms, measured 56.8 ms (median, 4 x cpu cpu)",
+        "  step: predicted 71.4 \u00b5s, measured 56.8 ms (median, 4 x cpu cpu)",
+        "  prediction: planner's cheap estimate (jaxpr trace, not compiled)",
         "  measured on fake host devices: not comparable to TPU speed",
     ]
     assert xla_run_lines({"platform": "tpu", "device_kind": "TPU v5 lite"}) == [
@@ -122,7 +129,18 @@ def xla_server4(tmp_path_factory):
     port = _free_port()
     env = dict(os.environ, VOLSYNTH_MODEL_PATH=str(root), VOLSYNTH_SERVER_TOKEN=TOKEN)
     log = root / "serve.log"
-    command = ["serve", "--device", "xla", "--xla-devices", "4", "--port", str(port)]
+    # Four fake host devices stand in for a v5e:2x2 slice: plans are costed on it, run on the host CPU.
+    command = [
+        "serve",
+        "--device",
+        "xla",
+        "--xla-devices",
+        "4",
+        "--xla-topology",
+        "v5e:2x2",
+        "--port",
+        str(port),
+    ]
     with open(log, "w") as out:
         server = subprocess.Popen(
             [sys.executable, "-m", "engine", *command],
@@ -173,7 +191,7 @@ def _wait_ended(qtbot, window) -> str:
     importlib.util.find_spec("engine.xla.execution") is None,
     reason="an XLA server runs plans once engine.xla.execution (issue 28, xla-exec) is merged",
 )
-def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server4, screenshot):
+def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server4, screenshot, error_dialogs):
     from engine.backends.local import LocalBackend
     from engine.server import create_app
     from engine.testing import ServerThread
@@ -181,11 +199,12 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     window, form, panel = main_window, main_window.state.form, main_window.sampling_panel
     window.state.select_model(window.state.model_by_id("tiny-latent"))
     panel.steps_spin.setValue(3)
+    panel.guidance_spin.setValue(3.0)  # with guidance, as planned (CFG: the U-Net's batch is 2)
     _connect(qtbot, window, xla_server4)
     assert not panel.plan_widget.isVisible()
     dialog = _open_plan_dialog(qtbot, window)
     assert not dialog.use_button.isEnabled() and "Plan first" in dialog.use_button.toolTip()
-    _type_topology(qtbot, dialog, "v5e:2x2")  # 4 chips: the plans fit the server's 4 devices
+    assert dialog.topology_box.currentText() == "v5e:2x2"  # the server's own (stand-in) slice first
     dialog.top_spin.setValue(1)
     qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.table.rowCount() > 0, timeout=PLAN_TIMEOUT_MS)
@@ -202,22 +221,25 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     table.selectRow(dialog.best_row())
     qtbot.mouseClick(dialog.use_button, Qt.MouseButton.LeftButton)
     assert form.xla_plan == plan and form.to_request().xla_plan == plan
-    assert f"uses plan {plan}" in dialog.use_label.text()
+    assert (
+        f"uses plan {plan}" in dialog.use_label.text()
+        and "Planned for a U-Net batch" not in dialog.use_label.text()
+    )
     assert panel.plan_label.text() == f"{plan} (from Plan view)" and panel.plan_widget.isVisible()
     screenshot(dialog, "plan-view-after-use")
+    dialog.hide()
     screenshot(window, "generate-form-with-plan")
 
     # The next run carries the plan: the server runs it sharded, and the run's details say so.
     qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
-    assert _wait_ended(qtbot, window) == "finished"
+    assert _wait_ended(qtbot, window) == "finished", error_dialogs
     provenance = window.state.shown.provenance
     assert provenance["request"]["xla_plan"] == plan
     record = provenance["xla"]["plan"]
     assert record["name"] == plan and record["devices_available"] == 4
     details = window.session_panel.details.text()
     assert f"XLA plan {plan}" in details and f"placement {record['placement']}" in details
-    assert "step: predicted" in details and "measured" in details
-    dialog.hide()
+    assert f"step: predicted {format_duration_ms(record['predicted_step_ms'])}, measured " in details
     screenshot(window, "run-details-with-plan")
 
     # By keyboard: Space on the focused x clears the plan, Alt+U in the Plan view sets it again.
@@ -228,7 +250,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     dialog.activateWindow()
     qtbot.waitUntil(dialog.isActiveWindow, timeout=5_000)
     QTest.keyClick(dialog, Qt.Key.Key_U, Qt.KeyboardModifier.AltModifier)
-    assert form.xla_plan == plan
+    qtbot.waitUntil(lambda: form.xla_plan == plan, timeout=5_000)  # a mnemonic animates the click
 
     # Connecting to another server selects it, and clears the plan with the reason where it was shown.
     with ServerThread(create_app(LocalBackend("cpu", registry), token=TOKEN)) as url:
@@ -237,4 +259,5 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
         text = panel.plan_label.text()
         assert text.startswith(f"Plan {plan} cleared: it was for the engine server {xla_server4}")
         assert panel.plan_widget.isVisible() and text in window.statusBar().currentMessage()
+        screenshot(window, "plan-cleared-on-another-server")
         window.remote.disconnect_action.trigger()
