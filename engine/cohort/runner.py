@@ -528,6 +528,9 @@ def cohort_events(
     if device != "xla" and (xla_plan or xla_devices):
         raise InvalidRequest("--xla-plan and --xla-devices are for --device xla")
     if device == "xla":
+        from engine.cohort.xla_groups import plan_devices
+
+        plan_devices(xla_plan or "")  # a name that is no plan is refused before Ray starts
         _check_xla_settings(spec, local=not (address or os.environ.get("RAY_ADDRESS")))
     elif not (address or os.environ.get("RAY_ADDRESS")):
         _check_settings_here(spec, source, device)

@@ -1,5 +1,8 @@
 """Cohorts on XLA devices: one Ray worker per device group (fake host devices here), the same volumes as
-one device, the devices and groups in the summary and the manifest, and a resume on another group count."""
+one device, the devices and groups in the summary and the manifest, and a resume on another group count.
+
+Three cohort runs in all (each starts Ray workers that start JAX): no plan on 2 groups of one device (the
+one-device reference), a plan on 2 groups of 2 fake devices, and its resume on one group."""
 
 from __future__ import annotations
 
@@ -45,39 +48,39 @@ def _relative_error(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.fixture(scope="module")
 def one_device(ray_runtime, cohort_model, tmp_path_factory):
-    """The cohort on one XLA device (one worker, no plan)."""
+    """The cohort with no plan on 2 XLA devices: 2 workers (groups) of one device, each volume on one."""
     root = tmp_path_factory.mktemp("xla-cohort") / "one-device"
-    summary = run_cohort(_spec(cohort_model), root, device="xla", threads_per_worker=1)
-    return root, summary, _volumes(root)
-
-
-def test_a_cohort_on_one_xla_device(one_device):
-    root, summary, volumes = one_device
-    assert (summary.done, summary.failed, summary.device) == (2, 0, "xla")
-    assert (summary.devices, summary.device_groups, summary.workers, summary.xla_plan) == (1, 1, 1, "")
-    assert summary.devices_text() == "1 XLA device(s) in 1 group(s) of 1 (no plan)"
-    run = Manifest.load(root).data["runs"][-1]
-    assert run["xla"] == {"platform": "cpu", "plan": "", "groups": 1, "devices_per_group": 1, "devices": 1}
-    side = load_nifti(root / Manifest.load(root).items["sub-synth0001"]["file"]).provenance
-    assert side["backend"] == "xla" and side["xla"]["platform"] == "cpu"
-    assert len({v.tobytes() for v in volumes.values()}) == 2 and all(v.std() > 0 for v in volumes.values())
-
-
-def test_two_groups_make_the_same_volumes(one_device, cohort_model, tmp_path):
-    _root, _summary, reference = one_device
-    spec = _spec(cohort_model)
-    root = tmp_path / "two-groups"
     events = []
     summary = run_cohort(
-        spec, root, device="xla", xla_devices=2, threads_per_worker=1, on_progress=events.append
+        _spec(cohort_model),
+        root,
+        device="xla",
+        xla_devices=2,
+        threads_per_worker=1,
+        on_progress=events.append,
     )
-    assert (summary.done, summary.devices, summary.device_groups, summary.workers) == (2, 2, 2, 2)
+    return root, summary, events, _volumes(root)
+
+
+def test_a_cohort_without_a_plan_runs_one_worker_per_device(one_device, cohort_model):
+    root, summary, events, volumes = one_device
+    assert (summary.done, summary.failed, summary.device) == (2, 0, "xla")
+    assert (summary.devices, summary.device_groups, summary.workers, summary.xla_plan) == (2, 2, 2, "")
+    assert summary.devices_text() == "2 XLA device(s) in 2 group(s) of 1 (no plan)"
     assert "2 XLA device(s) (fake host CPU devices) in 2 group(s) of 1, no plan" in events[0].message
     manifest = Manifest.load(root)
-    assert manifest.cohort_id == spec.cohort_id  # the id and the seeds do not depend on the groups
+    assert manifest.cohort_id == _spec(cohort_model).cohort_id  # the id does not depend on the groups
+    assert manifest.data["runs"][-1]["xla"] == {
+        "platform": "cpu",
+        "plan": "",
+        "groups": 2,
+        "devices_per_group": 1,
+        "devices": 2,
+    }
     assert len({e["worker_pid"] for e in manifest.items.values()}) == 2  # both groups made a volume
-    for participant, volume in _volumes(root).items():
-        assert _relative_error(volume, reference[participant]) <= RUN_TOLERANCE
+    side = load_nifti(root / manifest.items["sub-synth0001"]["file"]).provenance
+    assert side["backend"] == "xla" and side["xla"]["platform"] == "cpu" and "plan" not in side["xla"]
+    assert len({v.tobytes() for v in volumes.values()}) == 2 and all(v.std() > 0 for v in volumes.values())
 
 
 @pytest.mark.skipif(
@@ -85,7 +88,7 @@ def test_two_groups_make_the_same_volumes(one_device, cohort_model, tmp_path):
     reason="the XLA backend executes plans once engine.xla.execution (issue 28, xla-exec) is merged",
 )
 def test_a_plan_per_group_of_two_fake_devices_and_a_resume_on_one_group(one_device, cohort_model, tmp_path):
-    _root, _summary, reference = one_device
+    _root, _summary, _events, reference = one_device
     root = tmp_path / "planned"
     summary = run_cohort(
         _spec(cohort_model), root, device="xla", xla_plan="dp2", xla_devices=4, threads_per_worker=1
@@ -163,3 +166,5 @@ def test_torch_settings_and_xla_options_on_other_devices_are_refused_before_any_
         run_cohort(spec, tmp_path / "a", device="xla")
     with pytest.raises(InvalidRequest, match="--xla-plan and --xla-devices are for --device xla"):
         run_cohort(_spec(cohort_model), tmp_path / "b", device="cpu", xla_plan="dp2")
+    with pytest.raises(InvalidRequest, match="'dp2x' is not a plan name"):
+        run_cohort(_spec(cohort_model), tmp_path / "c", device="xla", xla_plan="dp2x")
