@@ -43,10 +43,10 @@ MAX_SEED = 2**31 - 1
 
 
 def _device_name(device: str) -> str:
-    """``remote:http://host:8765`` -> ``the engine server http://host:8765``; ``cpu`` -> ``this computer's cpu``."""
+    """``remote:http://host:8765`` -> ``the server host:8765``; ``cpu`` -> ``this computer's cpu``."""
     if device.startswith(REMOTE_PREFIX):
-        return f"the engine server {device[len(REMOTE_PREFIX) :]}"
-    return f"this computer's {device or 'auto'}" if device != "auto" else "Auto (this computer)"
+        return f"the server {device[len(REMOTE_PREFIX) :].split('://', 1)[-1]}"
+    return f"this computer's {device}" if device not in ("", "auto") else "this computer"
 
 
 def random_seed() -> int:
@@ -151,7 +151,7 @@ class GenerationForm:
                 if name == "device" and self.xla_plan and value != self.xla_plan_device:
                     self.clear_xla_plan(
                         f"Plan {self.xla_plan} cleared: it was for {_device_name(self.xla_plan_device)}; "
-                        f"the device is now {_device_name(value)}, so the next run uses one device."
+                        "the next run uses one device."
                     )
 
     def use_xla_plan(self, plan: str, device: str, origin: str = "") -> None:

@@ -327,17 +327,17 @@ class SamplingPanel(QWidget):
         if form.xla_plan:
             origin = f" (from {form.xla_plan_origin})" if form.xla_plan_origin else ""
             self.plan_label.setText(f"{form.xla_plan}{origin}")
-            self.plan_label.setStyleSheet("")
             self.plan_label.setToolTip(
                 f"The next run is sharded over the XLA engine server's devices as plan {form.xla_plan} says; "
                 "choosing another device clears it"
             )
             self.plan_clear_button.setToolTip("Clear the plan: the next run uses one device")
         elif form.xla_plan_cleared:
-            self.plan_label.setText(form.xla_plan_cleared)
-            self.plan_label.setStyleSheet(f"color: {NOTE_COLOUR};")
+            self.plan_label.setText("none (one device)")
             self.plan_label.setToolTip("")
-            self.plan_clear_button.setToolTip("Dismiss this note")
+            self.plan_clear_button.setToolTip("Dismiss the note")
+        self.plan_note.setText(form.xla_plan_cleared)
+        self.plan_note.setVisible(bool(form.xla_plan_cleared) and not form.xla_plan)
         self._sampling_form.setRowVisible(self.plan_widget, bool(form.xla_plan or form.xla_plan_cleared))
         self._fit_width()
 
@@ -505,11 +505,23 @@ class SamplingPanel(QWidget):
         self.plan_clear_button.setAccessibleName("Clear plan")
         self.plan_clear_button.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.plan_clear_button.clicked.connect(self._on_plan_clear_clicked)
+        # Why a plan was cleared, under the line (as a condition's note): a wrapped label beside a button
+        # would be cut to the button's height.
+        self.plan_note = QLabel()
+        self.plan_note.setObjectName("hint")
+        self.plan_note.setStyleSheet(f"color: {NOTE_COLOUR};")
+        self.plan_note.setWordWrap(True)
+        self.plan_note.hide()
         self.plan_widget = QWidget()
-        plan_row = QHBoxLayout(self.plan_widget)
+        plan_row = QHBoxLayout()
         plan_row.setContentsMargins(0, 0, 0, 0)
         plan_row.addWidget(self.plan_label, 1)
-        plan_row.addWidget(self.plan_clear_button, 0, Qt.AlignmentFlag.AlignTop)
+        plan_row.addWidget(self.plan_clear_button)
+        plan_box = QVBoxLayout(self.plan_widget)
+        plan_box.setContentsMargins(0, 0, 0, 0)
+        plan_box.setSpacing(2)
+        plan_box.addLayout(plan_row)
+        plan_box.addWidget(self.plan_note)
         return model_row, seed_row
 
     def _build_groups(self, model_row: QHBoxLayout, seed_row: QHBoxLayout) -> tuple[QGroupBox, QGroupBox]:

@@ -262,6 +262,7 @@ class PlanDialog(QDialog):
         self.use_label.setWordWrap(True)
         self.use_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.table.itemSelectionChanged.connect(self._update_use_button)
+        self.controller.state.form.changed.connect(self._on_form_changed)
         row = QHBoxLayout()
         row.addWidget(self.use_button)
         row.addWidget(self.use_label, 1)
@@ -467,6 +468,15 @@ class PlanDialog(QDialog):
         model = form.model
         guided = model is not None and model.spec.supports_guidance and (form.guidance_scale or 1.0) != 1.0
         return form.batch_size * (2 if guided else 1)
+
+    def _on_form_changed(self, name: str) -> None:
+        """A plan cleared elsewhere (another device, the Generate panel's x): the line says so."""
+        form = self.controller.state.form
+        if name == "xla_plan" and not form.xla_plan and self.use_label.property("used"):
+            self.use_label.setProperty("used", False)
+            self.use_label.setText(
+                form.xla_plan_cleared or "The plan was cleared: the next run uses one device."
+            )
 
     def use_selected_plan(self) -> bool:
         """Make the selected plan the next run's on this dialog's server (and that server the device)."""

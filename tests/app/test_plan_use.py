@@ -47,9 +47,9 @@ def test_the_plan_belongs_to_its_server_and_another_device_clears_it_with_the_re
         form.use_xla_plan("dp2x", SERVER)
     form.set(device="cpu")
     assert form.xla_plan == "" and form.to_request().xla_plan == ""
-    assert form.xla_plan_cleared == (
-        "Plan dp2xd2 cleared: it was for the engine server http://tpu-vm:8765; the device is now this "
-        "computer's cpu, so the next run uses one device."
+    assert (
+        form.xla_plan_cleared
+        == "Plan dp2xd2 cleared: it was for the server tpu-vm:8765; the next run uses one device."
     )
     form.clear_xla_plan()  # the panel's x dismisses the note
     assert form.xla_plan_cleared == "" and changes[-1] == "xla_plan"
@@ -246,6 +246,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     panel.plan_clear_button.setFocus()
     QTest.keyClick(panel.plan_clear_button, Qt.Key.Key_Space)
     assert form.xla_plan == "" and not panel.plan_widget.isVisible()
+    assert dialog.use_label.text() == "The plan was cleared: the next run uses one device."
     dialog.show()
     dialog.activateWindow()
     qtbot.waitUntil(dialog.isActiveWindow, timeout=5_000)
@@ -256,8 +257,14 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     with ServerThread(create_app(LocalBackend("cpu", registry), token=TOKEN)) as url:
         _connect(qtbot, window, url)
         assert form.xla_plan == "" and form.to_request().xla_plan == ""
-        text = panel.plan_label.text()
-        assert text.startswith(f"Plan {plan} cleared: it was for the engine server {xla_server4}")
-        assert panel.plan_widget.isVisible() and text in window.statusBar().currentMessage()
+        text = panel.plan_note.text()
+        assert (
+            text
+            == f"Plan {plan} cleared: it was for the server {xla_server4[7:]}; the next run uses one device."
+        )
+        assert panel.plan_label.text() == "none (one device)" and panel.plan_note.isVisible()
+        assert text in window.statusBar().currentMessage()
+        assert dialog.use_label.text() == text  # the Plan view no longer says the next run uses it
+        dialog.hide()
         screenshot(window, "plan-cleared-on-another-server")
         window.remote.disconnect_action.trigger()
