@@ -221,10 +221,22 @@ def unet_apply(
     return conv(p, arch.out_conv, jax.nn.silu(group_norm(p, arch.out_norm, h)), precision)
 
 
-def decoder_apply(arch: DecoderArch, p: Params, z: jax.Array, precision: str = "highest") -> jax.Array:
-    """``AutoencoderKL.decode(z)`` on a channels-last latent (B, D, H, W, C)."""
-    h = z
-    for op in arch.ops:
+def decoder_apply(
+    arch: DecoderArch,
+    p: Params,
+    z: jax.Array,
+    precision: str = "highest",
+    constrain: Constrain | None = None,
+) -> jax.Array:
+    """``AutoencoderKL.decode(z)`` on a channels-last latent (B, D, H, W, C).
+
+    ``constrain(index, h)`` is applied to the latent (index 0) and to the output of each op (index i + 1 for
+    ``arch.ops[i]``): ``engine.xla.sharded_decode`` uses it to keep the activations split into slabs. The
+    default leaves them as they are (one device).
+    """
+    constrain = constrain or _same
+    h = constrain(0, z)
+    for index, op in enumerate(arch.ops, start=1):
         if op == "silu":
             h = jax.nn.silu(h)
         elif isinstance(op, Conv):
@@ -237,4 +249,5 @@ def decoder_apply(arch: DecoderArch, p: Params, z: jax.Array, precision: str = "
             h = group_norm(p, op, h)
         else:
             h = spatial_attention(p, op, h, precision)
+        h = constrain(index, h)
     return h
