@@ -11,7 +11,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from engine.cohort import CohortSpec, Manifest, resume_cohort, run_cohort
+from engine.cohort import CohortSpec, Manifest, run_cohort
 from engine.cohort.xla_groups import device_groups, plan_devices, tpu_process_env
 from engine.errors import BackendUnavailable, InvalidRequest
 from engine.nifti.io import load_nifti
@@ -87,7 +87,11 @@ def test_a_cohort_without_a_plan_runs_one_worker_per_device(one_device, cohort_m
     importlib.util.find_spec("engine.xla.execution") is None,
     reason="the XLA backend executes plans once engine.xla.execution (issue 28, xla-exec) is merged",
 )
-def test_a_plan_per_group_of_two_fake_devices_and_a_resume_on_one_group(one_device, cohort_model, tmp_path):
+def test_a_plan_per_group_of_two_fake_devices_and_a_resume_on_one_group(
+    one_device, cohort_model, tmp_path, capsys
+):
+    from engine.cli import main
+
     _root, _summary, _events, reference = one_device
     root = tmp_path / "planned"
     summary = run_cohort(
@@ -103,13 +107,17 @@ def test_a_plan_per_group_of_two_fake_devices_and_a_resume_on_one_group(one_devi
         plan = side["xla"]["plan"]
         assert plan["name"] == "dp2" and plan["devices_used"] == 2
 
-    # A resume on one group keeps the plan the cohort started with and makes the missing volume again.
+    # A resume on one group (the CLI's) keeps the plan the cohort started with and makes the missing volume.
     first = manifest.items["sub-synth0002"]
     (root / first["file"]).unlink()
-    again = resume_cohort(root, device="xla", threads_per_worker=1)
-    assert (again.done_this_run, again.device_groups, again.devices, again.xla_plan) == (1, 1, 2, "dp2")
-    remade = Manifest.load(root).items["sub-synth0002"]
-    assert remade["volume_sha256"] == first["volume_sha256"]  # bit-identical on the same plan and devices
+    assert main(["cohort", "resume", str(root), "--device", "xla", "--threads", "1"]) == 0
+    assert (
+        f"cohort {manifest.cohort_id}: 2 XLA device(s) in 1 group(s) of 2 (plan dp2)"
+        in capsys.readouterr().err
+    )
+    after = Manifest.load(root)
+    assert after.data["runs"][-1]["xla"]["plan"] == "dp2" and after.data["runs"][-1]["done"] == 1
+    assert after.items["sub-synth0002"]["volume_sha256"] == first["volume_sha256"]  # bit-identical
 
 
 def test_groups_follow_the_plan_and_the_host():
@@ -168,3 +176,14 @@ def test_torch_settings_and_xla_options_on_other_devices_are_refused_before_any_
         run_cohort(_spec(cohort_model), tmp_path / "b", device="cpu", xla_plan="dp2")
     with pytest.raises(InvalidRequest, match="'dp2x' is not a plan name"):
         run_cohort(_spec(cohort_model), tmp_path / "c", device="xla", xla_plan="dp2x")
+
+
+def test_the_cli_refuses_a_plan_name_in_one_line(cohort_model, tmp_path, capsys):
+    from engine.cli import main
+
+    spec_path = tmp_path / "c.json"
+    spec_path.write_text(_spec(cohort_model).to_json())
+    out = str(tmp_path / "out")
+    assert main(["cohort", "run", str(spec_path), "--out", out, "--device", "xla", "--xla-plan", "dp2x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("volsynth: error: --xla-plan 'dp2x' is not a plan name") and err.count("\n") == 1
