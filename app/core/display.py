@@ -140,6 +140,27 @@ def xla_run_lines(xla: Mapping[str, Any]) -> list[str]:
     )
     if plan.get("prediction"):
         lines.append(f"  prediction: {plan['prediction']}")
+    lines.extend(_decoder_lines(plan.get("decoder")))
     if plan.get("measured_note"):
         lines.append(f"  {plan['measured_note']}")
     return lines
+
+
+def _decoder_lines(decoder: Any) -> list[str]:
+    """How a planned run decoded: split over its devices (the split, memory per device) or on one."""
+    if not isinstance(decoder, Mapping):
+        return []
+    used = decoder.get("devices_used")
+    if not isinstance(used, int) or used < 2:
+        note = f": {decoder['note']}" if decoder.get("note") else ""
+        return [f"  decoder on one device{note}"]
+    skip = ("devices_used", "memory_per_device_bytes", "collectives", "note")
+    split = ", ".join(
+        f"{k} {v}" for k, v in decoder.items() if k not in skip and isinstance(v, str | int | float)
+    )
+    memory = decoder.get("memory_per_device_bytes")
+    return [
+        f"  decoder split over {used} devices"
+        + (f" ({split})" if split else "")
+        + (f", {format_bytes(memory)} per device" if isinstance(memory, int | float) else "")
+    ]

@@ -22,6 +22,7 @@ from PySide6.QtTest import QTest
 from app.core.display import xla_run_lines
 from app.core.generation_form import REMOTE_PREFIX, GenerationForm
 from app.core.plan_table import batch_mismatch_text, format_duration_ms, use_plan_problem, xla_device_count
+from engine.formatting import format_bytes
 from engine.testing import make_tiny_model
 
 from .test_plan_dialog import PLAN_TIMEOUT_MS, TOKEN, _free_port, _open_plan_dialog
@@ -104,6 +105,7 @@ def test_run_details_name_the_plan_placement_and_both_step_times():
             "prediction": "planner's cheap estimate (jaxpr trace, not compiled)",
             "measured_median_step_ms": 56.78,
             "measured_on": "4 x cpu cpu",
+            "decoder": {"devices_used": 4, "axis": "depth", "memory_per_device_bytes": 3 * 1024**2},
             "measured_note": "measured on fake host devices: not comparable to TPU speed",
         },
     }
@@ -112,8 +114,13 @@ def test_run_details_name_the_plan_placement_and_both_step_times():
         "  placement snake-yx on v5e:2x4",
         "  step: predicted 71.4 \u00b5s, measured 56.8 ms (median, 4 x cpu cpu)",
         "  prediction: planner's cheap estimate (jaxpr trace, not compiled)",
+        f"  decoder split over 4 devices (axis depth), {format_bytes(3 * 1024**2)} per device",
         "  measured on fake host devices: not comparable to TPU speed",
     ]
+    one = {"devices_used": 1, "note": "the latent does not split 4 ways"}
+    assert xla_run_lines({"plan": {**xla["plan"], "decoder": one}})[4] == (
+        "  decoder on one device: the latent does not split 4 ways"
+    )
     assert xla_run_lines({"platform": "tpu", "device_kind": "TPU v5 lite"}) == [
         "XLA: one device (tpu TPU v5 lite), no plan"
     ]
@@ -240,6 +247,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     details = window.session_panel.details.text()
     assert f"XLA plan {plan}" in details and f"placement {record['placement']}" in details
     assert f"step: predicted {format_duration_ms(record['predicted_step_ms'])}, measured " in details
+    assert "decoder split over" in details or "decoder on one device" in details
     screenshot(window, "run-details-with-plan")
 
     # By keyboard: Space on the focused x clears the plan, Alt+U in the Plan view sets it again.
