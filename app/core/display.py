@@ -101,3 +101,66 @@ def run_summary_lines(summary: Mapping[str, Any]) -> list[str]:
             first.append(f"CPU {cpu['mean_cpu_pct']:.0f}% mean")
         second = [f"peak RSS {format_bytes(cpu.get('peak_process_rss_bytes'))}", "energy n/a"]
     return ["telemetry: " + ", ".join(first), ", ".join(second)]
+
+
+def xla_run_lines(xla: Mapping[str, Any]) -> list[str]:
+    """What an XLA run's provenance (``provenance["xla"]``) says of where it ran, for the details pane:
+    one device, or the plan, its placement on the devices, and the predicted against the measured step."""
+    plan = xla.get("plan")
+    where = f"{xla.get('platform', '?')} {xla.get('device_kind', '')}".strip()
+    if not isinstance(plan, Mapping):
+        return [f"XLA: one device ({where}), no plan"]
+    mesh = plan.get("mesh")
+    if isinstance(mesh, Mapping):
+        mesh_text = " \u00d7 ".join(f"{k} {v}" for k, v in mesh.items())
+    elif isinstance(mesh, list | tuple):
+        mesh_text = " \u00d7 ".join(
+            f"{k} {v}" for k, v in zip(("data", "depth", "height"), mesh, strict=False)
+        )
+    else:
+        mesh_text = "?"
+    used, available = plan.get("devices_used"), plan.get("devices_available")
+    devices = f"{used} of {available}" if available and available != used else f"{used or '?'}"
+    requested = plan.get("requested")
+    chosen = f" (asked: {requested})" if requested and requested != plan.get("name") else ""
+    lines = [
+        f"XLA plan {plan.get('name', '?')}{chosen}, {plan.get('kind', '?')}: mesh {mesh_text} on {devices} "
+        f"device(s)",
+        f"  placement {plan.get('placement') or '?'}"
+        + (f" on {plan['topology']}" if plan.get("topology") else ""),
+    ]
+    from app.core.plan_table import format_duration_ms  # the Plan view's units (us, ms, s)
+
+    measured = plan.get("measured_median_step_ms", plan.get("measured_step_ms"))
+    predicted = plan.get("predicted_step_ms")
+    lines.append(
+        f"  step: predicted {format_duration_ms(predicted) if predicted is not None else 'none'}, "
+        f"measured {format_duration_ms(measured) if measured is not None else 'n/a'}"
+        + (f" (median, {plan['measured_on']})" if plan.get("measured_on") else "")
+    )
+    if plan.get("prediction"):
+        lines.append(f"  prediction: {plan['prediction']}")
+    lines.extend(_decoder_lines(plan.get("decoder")))
+    if plan.get("measured_note"):
+        lines.append(f"  {plan['measured_note']}")
+    return lines
+
+
+def _decoder_lines(decoder: Any) -> list[str]:
+    """How a planned run decoded: split over its devices (the split, memory per device) or on one."""
+    if not isinstance(decoder, Mapping):
+        return []
+    used = decoder.get("devices_used")
+    if not isinstance(used, int) or used < 2:
+        note = f": {decoder['note']}" if decoder.get("note") else ""
+        return [f"  decoder on one device{note}"]
+    skip = ("devices_used", "memory_per_device_bytes", "collectives", "note")
+    split = ", ".join(
+        f"{k} {v}" for k, v in decoder.items() if k not in skip and isinstance(v, str | int | float)
+    )
+    memory = decoder.get("memory_per_device_bytes")
+    return [
+        f"  decoder split over {used} devices"
+        + (f" ({split})" if split else "")
+        + (f", {format_bytes(memory)} per device" if isinstance(memory, int | float) else "")
+    ]

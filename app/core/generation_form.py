@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -35,8 +36,17 @@ FIELDS = (
     "modality",
     "output_size",
     "voxel_spacing_mm",
+    # An XLA engine server's plan over its devices ("" = one device), for the device it was chosen for.
+    "xla_plan",
 )
 MAX_SEED = 2**31 - 1
+
+
+def _device_name(device: str) -> str:
+    """``remote:http://host:8765`` -> ``the server host:8765``; ``cpu`` -> ``this computer's cpu``."""
+    if device.startswith(REMOTE_PREFIX):
+        return f"the server {device[len(REMOTE_PREFIX) :].split('://', 1)[-1]}"
+    return f"this computer's {device}" if device not in ("", "auto") else "this computer"
 
 
 def random_seed() -> int:
@@ -92,6 +102,12 @@ class GenerationForm:
         self.modality = ""
         self.output_size: tuple[int, int, int] | None = None
         self.voxel_spacing_mm: tuple[float, float, float] | None = None
+        # The plan belongs to the server (device) it was chosen for: choosing another device clears it,
+        # and xla_plan_cleared says why until the next plan is chosen or the note is dismissed.
+        self.xla_plan = ""
+        self.xla_plan_device = ""
+        self.xla_plan_origin = ""  # where it was chosen, for the panel's line ("Plan view")
+        self.xla_plan_cleared = ""
         self._blocks: dict[str, str] = {}
         self._saved_per_model: dict[str, dict[str, Any]] = {}  # restored values waiting for their model
         # What each connected engine server said of itself (GET /info's details: its hardware probe, XLA
@@ -126,9 +142,44 @@ class GenerationForm:
                 value = tuple(int(v) for v in value)
             elif name == "voxel_spacing_mm" and value is not None:
                 value = tuple(float(v) for v in value)
+            elif name == "xla_plan":
+                self.use_xla_plan(str(value or ""), self.device)
+                continue
             if getattr(self, name) != value:
                 setattr(self, name, value)
                 self.changed.emit(name)
+                if name == "device" and self.xla_plan and value != self.xla_plan_device:
+                    self.clear_xla_plan(
+                        f"Plan {self.xla_plan} cleared: it was for {_device_name(self.xla_plan_device)}; "
+                        "the next run uses one device."
+                    )
+
+    def use_xla_plan(self, plan: str, device: str, origin: str = "") -> None:
+        """Run the next generations with ``plan`` (a name as ``volsynth plan`` prints it, or ``best``) on
+        ``device`` (an XLA engine server's ``remote:`` id); "" clears it. ``origin`` says where it was chosen.
+
+        Raises:
+            ValueError: not a plan name.
+        """
+        from engine.api import XLA_PLAN_PATTERN
+
+        plan = plan.strip()
+        if plan and not re.fullmatch(XLA_PLAN_PATTERN, plan):
+            raise ValueError(f"{plan!r} is not a plan name (dp2, d2xh2, dp2xd2/cut@2 or best)")
+        before = (self.xla_plan, self.xla_plan_device, self.xla_plan_cleared)
+        self.xla_plan, self.xla_plan_device = plan, (device if plan else "")
+        self.xla_plan_origin = origin if plan else ""
+        self.xla_plan_cleared = ""
+        if (self.xla_plan, self.xla_plan_device, self.xla_plan_cleared) != before:
+            self.changed.emit("xla_plan")
+
+    def clear_xla_plan(self, reason: str = "") -> None:
+        """Back to one device; ``reason`` (kept in ``xla_plan_cleared``) tells the user why."""
+        if not self.xla_plan and self.xla_plan_cleared == reason:
+            return
+        self.xla_plan = self.xla_plan_device = self.xla_plan_origin = ""
+        self.xla_plan_cleared = reason
+        self.changed.emit("xla_plan")
 
     def set_condition(self, name: str, value: float) -> None:
         self.set(conditioning={**self.conditioning, name: float(value)})
@@ -235,6 +286,7 @@ class GenerationForm:
             "modality": self.modality,
             "output_size": self.output_size,
             "voxel_spacing_mm": self.voxel_spacing_mm,
+            "xla_plan": self.xla_plan if self.device == self.xla_plan_device else "",
         }
         fields.update(overrides)
         return SamplingRequest(**fields)

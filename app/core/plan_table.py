@@ -417,3 +417,60 @@ def plan_error_text(message: str, topology: str) -> str:
             "slice (v5e:2x4, v5p:2x2x2) or <N>xH100-nvlink / <N>xH100-pcie for a GPU box"
         )
     return text
+
+
+# -- "Use this plan for the next run" ------------------------------------------------------------------
+
+
+def xla_device_count(details: dict | None) -> int:
+    """How many XLA devices a server's plans may use: ``xla_device_count`` of ``GET /info``, else the
+    length of its ``xla_devices`` list (a server of an older version lists the devices jobs run on)."""
+    count = (details or {}).get("xla_device_count")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        return count
+    return len(xla_devices_of(details))
+
+
+def use_plan_problem(details: dict | None, row: dict | None) -> str:
+    """Why the Plan view cannot offer ``row`` (one of a plan result's rows) for the next run on the server
+    whose ``GET /info`` details these are, or "" when it can."""
+    from engine.cohort.xla_groups import plan_devices
+    from engine.errors import InvalidRequest
+
+    devices = xla_device_count(details)
+    if not xla_devices_of(details) and not devices:
+        return (
+            "This server runs torch, not XLA: plans run on an XLA engine server (volsynth serve --device xla)"
+        )
+    if devices < 2:
+        return (
+            f"This XLA server has {devices} device; a plan needs several "
+            "(volsynth serve --device xla --xla-devices N)"
+        )
+    if row is None:
+        return "Select a plan in the table"
+    name = str(row.get("plan", ""))
+    if row.get("status") != "compiled":
+        return f"{name} was {row.get('status', 'not compiled')}: only a compiled plan can run"
+    try:
+        needed = plan_devices(name)
+    except InvalidRequest:  # a name this version cannot read is not offered
+        return f"{name!r} is not a plan name this app can run"
+    if needed is not None and needed > devices:
+        return f"{name} needs {needed} devices; this server has {devices}"
+    listed = (details or {}).get("xla_plans")
+    if isinstance(listed, list) and listed and name.split("/")[0] not in listed:
+        return f"this server does not offer {name} (it offers {', '.join(map(str, listed[:8]))})"
+    return ""
+
+
+def batch_mismatch_text(result: dict | None, next_batch: int) -> str:
+    """A warning (with a leading space) when the next run's U-Net batch is not the batch planned for: a
+    data-parallel axis that does not divide it is refused by the server; "" when they agree."""
+    planned = (result or {}).get("batch")
+    if not isinstance(planned, int) or planned == next_batch:
+        return ""
+    return (
+        f" Planned for a U-Net batch of {planned}; the next run's is {next_batch} (batch x 2 with guidance "
+        "other than 1): a plan's data axis must divide it, so set the batch or guidance to match, or plan again."
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.display import optimization_lines, run_summary_lines
+from app.core.display import optimization_lines, run_summary_lines, xla_run_lines
 from app.core.slicing import format_intensity, intensity_decimals
 from app.core.tissue import ordered_names
 from engine.nifti.volume import Volume
@@ -212,6 +212,8 @@ class VolumeEntry:
             optimization = prov.get("optimization") or {}
             if isinstance(optimization.get("report"), Mapping):
                 lines.extend(optimization_lines(optimization["report"]))
+            if isinstance(prov.get("xla"), Mapping):
+                lines.extend(xla_run_lines(prov["xla"]))
         if self.path is not None:
             lines.append(str(self.path))
         return "\n".join(lines)

@@ -318,6 +318,31 @@ class SamplingPanel(QWidget):
             self._set_quietly(self.modality_box.setCurrentIndex, self.modality_box, max(0, index))
         elif name in ("output_size", "voxel_spacing_mm"):
             self._show_size()
+        elif name == "xla_plan":
+            self._show_plan()
+
+    def _show_plan(self) -> None:
+        """The plan line: the plan and where it came from, or the note saying why it was cleared."""
+        form = self.form
+        if form.xla_plan:
+            origin = f" (from {form.xla_plan_origin})" if form.xla_plan_origin else ""
+            self.plan_label.setText(f"{form.xla_plan}{origin}")
+            self.plan_label.setToolTip(
+                f"The next run is sharded over the XLA engine server's devices as plan {form.xla_plan} says; "
+                "choosing another device clears it"
+            )
+            self.plan_clear_button.setToolTip("Clear the plan: the next run uses one device")
+        elif form.xla_plan_cleared:
+            self.plan_label.setText("none (one device)")
+            self.plan_label.setToolTip("")
+            self.plan_clear_button.setToolTip("Dismiss the note")
+        self.plan_note.setText(form.xla_plan_cleared)
+        self.plan_note.setVisible(bool(form.xla_plan_cleared) and not form.xla_plan)
+        self._sampling_form.setRowVisible(self.plan_widget, bool(form.xla_plan or form.xla_plan_cleared))
+        self._fit_width()
+
+    def _on_plan_clear_clicked(self) -> None:
+        self.form.clear_xla_plan("")
 
     @staticmethod
     def _set_quietly(setter, widget: QWidget, value) -> None:
@@ -470,6 +495,33 @@ class SamplingPanel(QWidget):
         self.device_box.addItem("CPU", "cpu")
         self.device_box.setToolTip("Where the model runs")
         self.device_box.currentIndexChanged.connect(self._on_device_box_changed)
+        # -- an XLA server's plan for the next run (chosen in the Plan view), or why it was cleared
+        self.plan_label = QLabel()
+        self.plan_label.setObjectName("planLine")
+        self.plan_label.setWordWrap(True)
+        self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.plan_clear_button = QToolButton(text="\u00d7")
+        self.plan_clear_button.setObjectName("clearPlanButton")
+        self.plan_clear_button.setAccessibleName("Clear plan")
+        self.plan_clear_button.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.plan_clear_button.clicked.connect(self._on_plan_clear_clicked)
+        # Why a plan was cleared, under the line (as a condition's note): a wrapped label beside a button
+        # would be cut to the button's height.
+        self.plan_note = QLabel()
+        self.plan_note.setObjectName("hint")
+        self.plan_note.setStyleSheet(f"color: {NOTE_COLOUR};")
+        self.plan_note.setWordWrap(True)
+        self.plan_note.hide()
+        self.plan_widget = QWidget()
+        plan_row = QHBoxLayout()
+        plan_row.setContentsMargins(0, 0, 0, 0)
+        plan_row.addWidget(self.plan_label, 1)
+        plan_row.addWidget(self.plan_clear_button)
+        plan_box = QVBoxLayout(self.plan_widget)
+        plan_box.setContentsMargins(0, 0, 0, 0)
+        plan_box.setSpacing(2)
+        plan_box.addLayout(plan_row)
+        plan_box.addWidget(self.plan_note)
         return model_row, seed_row
 
     def _build_groups(self, model_row: QHBoxLayout, seed_row: QHBoxLayout) -> tuple[QGroupBox, QGroupBox]:
@@ -488,6 +540,9 @@ class SamplingPanel(QWidget):
         form.addRow(self.guidance_label, self.guidance_spin)
         form.addRow("Batch", self.batch_spin)
         form.addRow("Device", self.device_box)
+        form.addRow("Plan", self.plan_widget)
+        self._sampling_form = form
+        form.setRowVisible(self.plan_widget, False)
 
         # -- output: modality and size, for models that let a request choose them (NV-Generate-MR-Brain)
         self.output_group = QGroupBox("Output")
@@ -664,6 +719,7 @@ class SamplingPanel(QWidget):
             self.random_seed_button,
             self.batch_spin,
             self.device_box,
+            self.plan_clear_button,
             self.conditioning_group,
             self.output_group,
         ):

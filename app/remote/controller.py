@@ -218,7 +218,9 @@ class RemoteController:
         sources, problems = remote_model_sources(connection, local_ids)
         self.models[device] = sources
         self.state.add_models(sources)
-        self.panel.add_device(connection.label, device)
+        planned = self.state.form.xla_plan
+        self.panel.add_device(connection.label, device)  # selects it: a plan for another server is cleared
+        cleared = self.state.form.xla_plan_cleared if planned and not self.state.form.xla_plan else ""
         self._update()
         extra = f", {len(sources)} of them only there (added to the model list)" if sources else ""
         unreadable = f"; could not read {len(problems)}: {'; '.join(problems)}" if problems else ""
@@ -226,7 +228,8 @@ class RemoteController:
         listed = f"; XLA devices: {xla_device_list(devices)}" if devices else ""
         self.show_status(
             f"Connected to {connection.url}: {connection.device_summary}, "
-            f"{len(connection.model_ids)} model(s){extra}{unreadable}{listed}",
+            f"{len(connection.model_ids)} model(s){extra}{unreadable}{listed}"
+            + (f". {cleared}" if cleared else ""),
             10000,
         )
 
@@ -298,6 +301,8 @@ class RemoteController:
     def _on_form_changed(self, name: str) -> None:
         if name in ("device", "model"):
             self._update()
+        elif name == "xla_plan" and self.state.form.xla_plan_cleared:
+            self.show_status(self.state.form.xla_plan_cleared, 10000)  # the Generate panel shows it too
 
     def _on_state_job_changed(self, _running: bool) -> None:
         self._update()

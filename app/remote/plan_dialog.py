@@ -41,6 +41,7 @@ from engine.xla.planning import MAX_COMPILE_TOP
 from engine.xla.topology import KNOWN_TOPOLOGIES
 
 ELAPSED_INTERVAL_MS = 500
+ROW_INDEX_ROLE = Qt.ItemDataRole.UserRole + 1  # a row's index in the server's result (cells sort, rows move)
 BEST_BACKGROUND = QColor("#1f3d2b")
 PRUNED_FOREGROUND = QColor("#6b7380")
 FAILED_FOREGROUND = QColor("#e08a7e")
@@ -99,6 +100,7 @@ class PlanDialog(QDialog):
         layout.addLayout(actions)
         layout.addWidget(self.summary_label)
         layout.addWidget(self.table, 1)
+        layout.addLayout(self._build_use_row())  # "Use this plan for the next run" and what it did
         layout.addWidget(self.footnote)
         layout.addWidget(self.buttons)
 
@@ -246,6 +248,25 @@ class PlanDialog(QDialog):
         )
         self.footnote.setObjectName("planFootnote")
         self.footnote.setWordWrap(True)
+
+    def _build_use_row(self) -> QHBoxLayout:
+        """The button that makes the selected plan (the best one, until another row is chosen) the next
+        run's on this server, and a line saying why it is off or what it did."""
+        self.use_button = QPushButton("&Use this plan for the next run")
+        self.use_button.setObjectName("usePlanButton")
+        self.use_button.setAutoDefault(False)
+        self.use_button.setEnabled(False)
+        self.use_button.clicked.connect(self.use_selected_plan)
+        self.use_label = QLabel("")
+        self.use_label.setObjectName("planFootnote")
+        self.use_label.setWordWrap(True)
+        self.use_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.table.itemSelectionChanged.connect(self._update_use_button)
+        self.controller.state.form.changed.connect(self._on_form_changed)
+        row = QHBoxLayout()
+        row.addWidget(self.use_button)
+        row.addWidget(self.use_label, 1)
+        return row
 
     # -- the servers ---------------------------------------------------------------------------------
 
@@ -402,6 +423,80 @@ class PlanDialog(QDialog):
         self.plan_button.setEnabled(not busy and has_server)
         self.cancel_button.setEnabled(busy)
         self.progress.setVisible(busy)
+        self._update_use_button()
+
+    # -- using a plan --------------------------------------------------------------------------------
+
+    def selected_plan_row(self) -> dict | None:
+        """The result's row of the table's selected plan (None when no row is selected)."""
+        rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
+        if not rows or self.result is None:
+            return None
+        item = self.table.item(rows[0].row(), 0)
+        index = item.data(ROW_INDEX_ROLE) if item is not None else None
+        result_rows = [r for r in self.result.get("rows") or [] if isinstance(r, dict)]
+        return result_rows[index] if isinstance(index, int) and 0 <= index < len(result_rows) else None
+
+    def use_problem(self) -> str:
+        """Why "Use this plan" is off ("" when it is on)."""
+        connection = self.connection()
+        if connection is None:
+            return "Connect an XLA engine server first"
+        if self.planning:
+            return "Planning..."
+        if self.result is None:
+            return "Plan first: then choose a plan in the table"
+        return plan_table.use_plan_problem(connection.details, self.selected_plan_row())
+
+    def _update_use_button(self) -> None:
+        problem = self.use_problem()
+        self.use_button.setEnabled(not problem)
+        if not problem:
+            row, server = self.selected_plan_row(), self.connection()
+            problem_or_tip = (
+                f"The next generation on {server.url} runs with plan {row['plan']} over its devices"
+            )
+        else:
+            problem_or_tip = problem
+        self.use_button.setToolTip(problem_or_tip)
+        if problem and self.result is not None and not self.use_label.property("used"):
+            self.use_label.setText(problem)
+
+    @staticmethod
+    def _next_run_batch(form) -> int:
+        """The U-Net batch of the form's next run: its batch, twice with classifier-free guidance."""
+        model = form.model
+        guided = model is not None and model.spec.supports_guidance and (form.guidance_scale or 1.0) != 1.0
+        return form.batch_size * (2 if guided else 1)
+
+    def _on_form_changed(self, name: str) -> None:
+        """A plan cleared elsewhere (another device, the Generate panel's x): the line says so."""
+        form = self.controller.state.form
+        if name == "xla_plan" and not form.xla_plan and self.use_label.property("used"):
+            self.use_label.setProperty("used", False)
+            self.use_label.setText(
+                form.xla_plan_cleared or "The plan was cleared: the next run uses one device."
+            )
+
+    def use_selected_plan(self) -> bool:
+        """Make the selected plan the next run's on this dialog's server (and that server the device)."""
+        problem = self.use_problem()
+        if problem:
+            self.use_label.setText(problem)
+            return False
+        connection, row = self.connection(), self.selected_plan_row()
+        form = self.controller.state.form
+        form.set(device=connection.device_id)
+        form.use_xla_plan(str(row["plan"]), connection.device_id, origin="Plan view")
+        text = (
+            f"The next run on {connection.url} uses plan {row['plan']} (shown in the Generate panel's "
+            "Sampling group, where \u00d7 clears it)."
+        )
+        text += plan_table.batch_mismatch_text(self.result, self._next_run_batch(form))
+        self.use_label.setText(text)
+        self.use_label.setProperty("used", True)
+        self.controller.show_status(text, 8000)
+        return True
 
     # -- the result ----------------------------------------------------------------------------------
 
@@ -423,6 +518,7 @@ class PlanDialog(QDialog):
                 item.setToolTip(row.tooltips[c] or column.tooltip)
                 align = Qt.AlignmentFlag.AlignRight if column.numeric else Qt.AlignmentFlag.AlignLeft
                 item.setTextAlignment(align | Qt.AlignmentFlag.AlignVCenter)
+                item.setData(ROW_INDEX_ROLE, r)  # the result's row, whatever the sorting
                 if row.best:
                     item.setBackground(BEST_BACKGROUND)
                     item.setFont(bold)
@@ -435,6 +531,11 @@ class PlanDialog(QDialog):
         self._fit_columns()
         table.setSortingEnabled(True)
         table.sortByColumn(plan_table.COLUMN_INDEX["status"], Qt.SortOrder.AscendingOrder)
+        self.use_label.setProperty("used", False)
+        self.use_label.setText("")
+        if self.best_row() >= 0:  # "Use this plan" offers the best one until the user picks another
+            table.selectRow(self.best_row())
+        self._update_use_button()
 
     def _fit_columns(self) -> None:
         """Every column but the last (which stretches and wraps) as wide as its content, with a little air."""

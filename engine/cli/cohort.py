@@ -50,7 +50,28 @@ def register(sub) -> None:
         p.add_argument(
             "--threads", type=int, default=None, help="CPU threads per worker (default: CPUs / workers)"
         )
-        p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="worker device")
+        p.add_argument(
+            "--device",
+            choices=["auto", "cpu", "cuda", "xla"],
+            default="auto",
+            help="worker device; xla: one worker per group of XLA devices (TPU chips, or fake host devices)",
+        )
+        p.add_argument(
+            "--xla-plan",
+            default=None,
+            metavar="PLAN",
+            help="with --device xla: each item's plan over its worker's devices, as `volsynth plan` names it "
+            "(dp2, d2xh2...) or best; a group is the plan's mesh (default: the plan the cohort first ran "
+            "with, else none: one device per worker)",
+        )
+        p.add_argument(
+            "--xla-devices",
+            type=int,
+            default=None,
+            metavar="N",
+            help="with --device xla: XLA devices to use in all, split into groups (default: every TPU chip; "
+            "on a host without TPUs, one group per worker)",
+        )
         p.add_argument("--num-cpus", type=int, default=None, help="CPUs a new local Ray runtime may use")
         p.add_argument(
             "--passphrase-file", metavar="FILE", help="vault passphrase (vault targets; default: prompt)"
@@ -132,6 +153,8 @@ def _execute(spec, root, args) -> int:
             device=args.device,
             num_cpus=args.num_cpus,
             vault=vault,
+            xla_plan=args.xla_plan,
+            xla_devices=args.xla_devices,
         )
         summary = drive(events, on_progress=_progress_printer())
     finally:
@@ -145,6 +168,8 @@ def _execute(spec, root, args) -> int:
         f"{summary.threads_per_worker} thread(s), {summary.device})",
         file=sys.stderr,
     )
+    if summary.device == "xla":
+        print(f"cohort {summary.cohort_id}: {summary.devices_text()}", file=sys.stderr)
     for error in summary.errors[:5]:
         print(f"volsynth: failed: {error}", file=sys.stderr)
     return 0 if summary.failed == 0 and summary.done == summary.total else 1

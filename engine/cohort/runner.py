@@ -90,6 +90,19 @@ class CohortSummary:
     device: str
     stopped: bool = False
     errors: list[str] = field(default_factory=list)
+    # Accelerator devices the workers used (GPUs, XLA devices; 0 on CPU) and the groups they formed: one
+    # worker per group (a GPU, or an XLA plan's mesh); xla_plan is the plan every item ran with.
+    devices: int = 0
+    device_groups: int = 0
+    xla_plan: str = ""
+
+    def devices_text(self) -> str:
+        """``4 XLA devices in 2 groups of 2 (plan dp2)``, ``2 GPUs``, or "" on CPU."""
+        if self.device == "xla":
+            per = self.devices // self.device_groups if self.device_groups else 0
+            plan = f"plan {self.xla_plan}" if self.xla_plan else "no plan"
+            return f"{self.devices} XLA device(s) in {self.device_groups} group(s) of {per} ({plan})"
+        return f"{self.devices} GPU(s)" if self.devices else ""
 
     @property
     def volumes_per_min(self) -> float:
@@ -99,15 +112,22 @@ class CohortSummary:
 class _CohortWorker:
     """A Ray actor: one loaded model (LocalBackend's cache) and a thread budget, for many items."""
 
-    def __init__(self, model_path: str, packed_model, device: str, threads: int):
+    def __init__(self, model_path: str, packed_model, device: str, threads: int, xla: dict | None = None):
         import torch
 
-        from engine.backends.factory import make_backend
-
-        if device == "cpu":
+        if device in ("cpu", "xla"):  # the XLA backend's loop (scheduler, noise, guidance) runs in torch
             torch.set_num_threads(max(1, threads))
         self.model_path = _model_here(model_path, packed_model)
-        self.backend = make_backend(device)
+        self.plan = (xla or {}).get("plan", "")
+        if device == "xla":
+            from engine.backends.xla import XlaBackend
+            from engine.cohort.xla_groups import worker_devices
+
+            self.backend = XlaBackend(devices=worker_devices(xla))  # before JAX starts: its group only
+        else:
+            from engine.backends.factory import make_backend
+
+            self.backend = make_backend(device)
 
     def pid(self) -> int:
         return os.getpid()
@@ -116,7 +136,7 @@ class _CohortWorker:
         """(SamplingResult, this worker's pid): the record crosses Ray as it is (a dataclass of arrays)."""
         from engine.api import SamplingRequest, run
 
-        req = SamplingRequest.from_dict({**request, "model": self.model_path})
+        req = SamplingRequest.from_dict({**request, "model": self.model_path, "xla_plan": self.plan})
         return run(self.backend.sample(req)), os.getpid()
 
 
@@ -411,6 +431,21 @@ def _restarted_pid(ray, actor, errors_types, wait_s: float = 120.0) -> int:
             return 0
 
 
+def _check_xla_settings(spec: CohortSpec, local: bool) -> None:
+    """What an XLA cohort cannot run, refused once before any worker starts (not once per item)."""
+    import importlib.util
+
+    from engine.api.optimization_config import OptimizationConfig
+
+    if OptimizationConfig.from_dict(dict(spec.optimization)) != OptimizationConfig():
+        raise InvalidRequest(
+            "the cohort's [optimization] settings are torch settings; --device xla runs float32 XLA programs. "
+            "Remove [optimization] from the spec, or use --device cpu / cuda"
+        )
+    if local and importlib.util.find_spec("jax") is None:  # found without starting it: it would take the TPUs
+        raise BackendUnavailable("--device xla needs JAX: pip install 'volsynth-studio[xla]'")
+
+
 def _check_settings_here(spec: CohortSpec, source, device: str) -> None:
     """A local runtime's workers run on this machine: settings expected slower than fp32 here are refused now,
     once, with the reason, instead of failing every item (on a cluster each worker's engine decides)."""
@@ -456,6 +491,8 @@ def cohort_events(
     max_attempts: int = MAX_ATTEMPTS,
     should_stop: Callable[[], bool] | None = None,
     registry=None,
+    xla_plan: str | None = None,
+    xla_devices: int | None = None,
 ) -> Generator[CohortProgress, None, CohortSummary]:
     """The cohort run as a generator, on the protocol every engine run uses: it yields
     :class:`CohortProgress` and returns the :class:`CohortSummary`.
@@ -471,18 +508,31 @@ def cohort_events(
         workers: Number of worker actors; default one per GPU, else one.
         threads_per_worker: CPU threads per worker; default the thread count this cohort first ran
             with (so a resume stays bit-identical), else the cluster's CPUs divided among the workers.
-        device: ``auto`` (GPU when the cluster has one), ``cpu`` or ``cuda``.
+        device: ``auto`` (GPU when the cluster has one), ``cpu``, ``cuda`` or ``xla`` (the XLA backend: one
+            worker per group of XLA devices, see ``engine.cohort.xla_groups``).
         num_cpus: CPUs a new local runtime may use (None = all).
         vault: An unlocked :class:`engine.vault.store.Vault` for a vault target.
         max_attempts: Tries per item when workers die (an engine error in an item is not retried).
         should_stop: Polled about twice a second; True stops the run (finished items stay done).
         registry: Where models are found (a :class:`engine.models.registry.ModelRegistry`; None = the default).
+        xla_plan: With ``device="xla"``: every item's plan over its worker's group ("" = one device per
+            worker, ``best``, or a name like ``dp2``); None = the plan this cohort first ran with (so a resume
+            stays on the same numbers), else "".
+        xla_devices: With ``device="xla"``: XLA devices to use in all (default: every TPU chip, or on a host
+            without TPUs one group per worker).
     """
     root = Path(root).expanduser().absolute()
     manifest, items, source = prepare_folder(spec, root, registry)
     # A job killed while it rewrote participants.tsv (or another table at the top) left that write's temporary.
     _remove_partials(root)
-    if not (address or os.environ.get("RAY_ADDRESS")):
+    if device != "xla" and (xla_plan or xla_devices):
+        raise InvalidRequest("--xla-plan and --xla-devices are for --device xla")
+    if device == "xla":
+        from engine.cohort.xla_groups import plan_devices
+
+        plan_devices(xla_plan or "")  # a name that is no plan is refused before Ray starts
+        _check_xla_settings(spec, local=not (address or os.environ.get("RAY_ADDRESS")))
+    elif not (address or os.environ.get("RAY_ADDRESS")):
         _check_settings_here(spec, source, device)
     units = {c.name: c.unit for c in source.spec.conditioning}
     writer = _Writer(spec, manifest, units, vault, labels=source.spec.label_channels)
@@ -495,7 +545,7 @@ def cohort_events(
 
     run = _CohortRun(ray, spec, root, manifest, writer, len(items), todo, max_attempts, address)
     try:
-        device = yield from run.start(source, device, workers, threads_per_worker)
+        device = yield from run.start(source, device, workers, threads_per_worker, xla_plan, xla_devices)
         yield from run.submit()
         while run.inflight:
             if should_stop is not None and should_stop():
@@ -587,7 +637,9 @@ class _CohortRun:
             **kwargs,
         )
 
-    def start(self, source, device: str, workers, threads_per_worker) -> Generator[CohortProgress, None, str]:
+    def start(
+        self, source, device: str, workers, threads_per_worker, xla_plan=None, xla_devices=None
+    ) -> Generator[CohortProgress, None, str]:
         """Start the worker actors; yields "started" and returns the device they run on."""
         ray = self.ray
         resources = ray.cluster_resources()
@@ -598,30 +650,51 @@ class _CohortRun:
             raise BackendUnavailable(
                 "device cuda asked for, but the Ray cluster has no GPUs; use --device cpu"
             )
-        n_workers = workers or (gpus if device == "cuda" else 1)
+        # Earlier runs of this cohort: a resume keeps what decides the numbers unless told otherwise.
+        runs = self.manifest.data["runs"][:-1]
+        groups = None
+        if device == "xla":
+            from engine.cohort.xla_groups import device_groups
+
+            if xla_plan is None:
+                earlier_plans = [r["xla"]["plan"] for r in runs if isinstance(r.get("xla"), dict)]
+                xla_plan = earlier_plans[0] if earlier_plans else ""
+            groups = device_groups(
+                int(resources.get("TPU", 0)), plan=xla_plan, workers=workers, devices=xla_devices
+            )
+            n_workers = groups.groups
+        else:
+            n_workers = workers or (gpus if device == "cuda" else 1)
         if n_workers < 1:
             raise InvalidRequest(f"workers must be at least 1, got {n_workers}")
         cpus = int(resources.get("CPU", 1))
         # A CPU float32 sum split among 2 threads can differ in the last bits from 1 thread (1.7e-6 on the
         # demo model), so a resume keeps the thread count the cohort started with unless told otherwise.
-        runs = self.manifest.data["runs"][:-1]
         earlier = [r["threads_per_worker"] for r in runs if r.get("threads_per_worker")]
         threads = threads_per_worker or (
-            earlier[0] if earlier and device == "cpu" else max(1, cpus // n_workers)
+            earlier[0] if earlier and device in ("cpu", "xla") else max(1, cpus // n_workers)
         )
         self.record.update(workers=n_workers, threads_per_worker=threads, device=device)
+        if groups is not None:
+            self.record["xla"] = groups.to_record()
         # A cluster's nodes may not have the model folder: ship it through the object store.
         packed = ray.put(_pack_model(source.path)) if self.remote else None
         options: dict[str, Any] = {"max_restarts": self.max_attempts, "max_task_retries": 0}
         if device == "cuda":
             options.update(num_gpus=1, num_cpus=1)
+        elif groups is not None:
+            options.update(groups.actor_options())
         else:
             options.update(num_cpus=min(threads, cpus))
         worker_cls = ray.remote(**options)(_CohortWorker)
-        self.actors = [worker_cls.remote(str(source.path), packed, device, threads) for _ in range(n_workers)]
+        xla = groups.to_record() if groups is not None else None
+        self.actors = [
+            worker_cls.remote(str(source.path), packed, device, threads, xla) for _ in range(n_workers)
+        ]
         self.pids = ray.get([a.pid.remote() for a in self.actors])
         self.idle = deque(range(n_workers))
-        yield self.progress("started", message=f"{n_workers} worker(s) x {threads} thread(s) on {device}")
+        where = groups.describe() if groups is not None else device
+        yield self.progress("started", message=f"{n_workers} worker(s) x {threads} thread(s) on {where}")
         return device
 
     def submit(self) -> Iterator[CohortProgress]:
@@ -726,7 +799,18 @@ class _CohortRun:
             device=self.record.get("device", device),
             stopped=self.stopped,
             errors=self.errors,
+            **_devices_used(self.record),
         )
+
+
+def _devices_used(record: dict[str, Any]) -> dict[str, Any]:
+    """A run record's devices, groups and plan, as the summary reports them."""
+    xla = record.get("xla")
+    if isinstance(xla, dict):
+        return {"devices": xla["devices"], "device_groups": xla["groups"], "xla_plan": xla["plan"]}
+    workers = int(record.get("workers", 0))
+    gpus = workers if record.get("device") == "cuda" else 0
+    return {"devices": gpus, "device_groups": workers, "xla_plan": ""}
 
 
 def resume_cohort(root: str | Path, **kwargs) -> CohortSummary:
