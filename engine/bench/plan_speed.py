@@ -23,11 +23,14 @@ from pathlib import Path
 from engine.xla.planning import BUNDLE_MODEL
 
 
-def _summary(result: dict, wall_s: float, load: tuple[float, float]) -> dict:
+def _summary(result: dict, wall_s: float, load: tuple[float, float], cpu_s: float | None = None) -> dict:
     best = result.get("best") or {}
     return {
         "planning_s": result.get("planning_s"),
         "wall_s": round(wall_s, 2),
+        # CPU seconds this process used (all threads): on a shared machine, what the wall time would be
+        # roughly on an idle one (compiles are mostly single-threaded).
+        "cpu_s": None if cpu_s is None else round(cpu_s, 2),
         "timing": result.get("timing", {}),
         "cut_short": result.get("cut_short", False),
         "from_cache": result.get("from_cache", False),
@@ -48,15 +51,23 @@ def _summary(result: dict, wall_s: float, load: tuple[float, float]) -> dict:
     }
 
 
+def _cpu_seconds() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _timed(say, label: str, **kwargs) -> tuple[dict, dict]:
     from engine.xla.planning import plan_model
 
     load = os.getloadavg()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_seconds()
     result = plan_model(BUNDLE_MODEL, progress=say, **kwargs).to_dict()
-    summary = _summary(result, time.perf_counter() - t0, load)
+    summary = _summary(result, time.perf_counter() - t0, load, _cpu_seconds() - c0)
     say(
-        f"{label}: {summary['planning_s']} s planning ({summary['wall_s']} s wall), best {summary['best_plan']} "
+        f"{label}: {summary['planning_s']} s planning ({summary['wall_s']} s wall, {summary['cpu_s']} CPU s), "
+        f"best {summary['best_plan']} "
         f"on {summary['best_placement']}, load {summary['loadavg_before']}"
     )
     return summary, result
