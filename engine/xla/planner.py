@@ -8,12 +8,19 @@ not divide falls back to replicated, i.e. an all-gather on the way down).
 
 Pipeline: enumerate plans -> cheap estimates from one jaxpr trace (FLOPs of conv/dot equations per level,
 activation bytes, synthesised halo / statistics / gather collectives) -> prune (indivisible, over HBM,
-dominated, not in the top N) -> compile the survivors for the real topology (compile-only TPU devices from
-libtpu, fake host devices for GPU boxes) -> read collectives and bytes from the compiled HLO -> cost every
+dominated, not in the top N) -> compile the survivors: by default their distinct U-Net blocks on fake host
+devices (``engine.xla.block_analysis``: seconds per block, identical blocks compiled once), or with
+``analysis="whole"`` the whole step for the real topology (compile-only TPU devices from libtpu, fake host
+devices for GPU boxes; 10-17 minutes per full-size plan on 2 cores) -> read collectives and bytes from the
+compiled HLO -> cost every
 placement of the logical mesh onto the physical devices with the alpha-beta model of
 ``engine.xla.topology`` and keep the best. The *topology-unaware* choice is the plan that a model ignoring
 hops and link sharing would pick, on JAX's default device order; the gain is its time under the aware model
 over the best plan's.
+
+Planning stops starting compiles at ``time_limit_s`` and returns the best plan so far, marked cut short;
+finished plans and compiled blocks are kept in ``engine.xla.plan_cache``; the result reports its time per
+phase (tracing, estimating, compiling, placement costing).
 
 Predicted step time = compute + communication (no overlap assumed, so it is an upper bound on a good
 schedule); compute = max(FLOPs / peak, bytes accessed / HBM bandwidth) per device.
