@@ -4,7 +4,7 @@ programs compiled for the slice), and whether both choose the same plan and plac
     python -m engine.bench.plan_speed --topology v5e:4x4 --topology v5e:2x4 --out plan-speed.json
 
 Per topology, in one process: the block way cold (empty cache: every distinct unit compiled), the block way
-warm (the finished plan from the cache), then, unless ``--skip-whole``, the whole-compile way with no time
+warm (the finished plan from the cache), whole programs compiled on host devices (``--host-whole``), then, unless ``--skip-whole``, the whole-compile way with no time
 limit (about 35 minutes per topology for the bundle U-Net on a 2-core machine). ``--whole-json`` takes the
 whole-compile results from an earlier run of this module (or of ``volsynth plan --whole-compile --json``)
 instead, for machines where the slow way ran in the background. Every timing is printed with the load
@@ -90,6 +90,11 @@ def run(topologies: list[str], skip_whole: bool, whole_json: Path | None, time_l
                 say, f"{topology} blocks (warm cache)", topology=topology, time_limit_s=time_limit
             )
         entry["blocks_result"] = full_blocks
+        os.environ["VOLSYNTH_PLAN_CACHE"] = "0"
+        entry["host_whole"], entry["host_whole_result"] = _timed(
+            say, f"{topology} whole programs on host devices", topology=topology, time_limit_s=None,
+            analysis="host-whole",
+        )  # fmt: skip
         if topology in earlier:
             whole = earlier[topology]
             whole = whole.get("whole_result", whole)
@@ -127,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         b, w = entry["blocks_cold"], entry.get("whole")
         line = f"{topology}: blocks {b['planning_s']} s -> {b['best_plan']} on {b['best_placement']}"
         line += f"; warm {entry['blocks_warm']['planning_s']} s"
+        h = entry["host_whole"]
+        line += f"; host-whole {h['planning_s']} s -> {h['best_plan']} on {h['best_placement']}"
         if w:
             line += (
                 f"; whole {w['planning_s']} s -> {w['best_plan']} on {w['best_placement']}; "

@@ -50,7 +50,9 @@ DEFAULT_COMPILE_TOP = 3
 # so far, saying so.
 # Part of every finished-plan cache key: bump it when what the planner computes for a network changes.
 PLANNER_VERSION = "2"
-ANALYSES = ("blocks", "whole")
+# blocks: distinct U-Net units on host devices; whole: the whole step for the topology (TPU compile-only
+# devices for slices); host-whole: the whole step on host devices (same SPMD partitioning, no TPU backend).
+ANALYSES = ("blocks", "whole", "host-whole")
 # Live activations on top of the skips: the block's input, output and the norm / attention temporaries.
 _WORKING_SET_FACTOR = 4
 
@@ -745,6 +747,14 @@ def plan(
         orders = placements(topology, devices)
         if analysis == "blocks" and unit_devices is None:
             unit_devices = _host_devices(topology.n_devices) or devices
+        whole_devices = devices
+        if analysis == "host-whole":
+            whole_devices = _host_devices(topology.n_devices)
+            if whole_devices is None:
+                raise ValueError(
+                    f"host-whole needs {topology.n_devices} host devices; this process has fewer"
+                )
+            unit_devices = whole_devices
     default = "id-order"
     key = ""
     if cache is not None:
@@ -788,9 +798,10 @@ def plan(
                     measured = blocks.measure(p, row, topology, orders, default, phases)
                 else:
                     limit.check()
-                    say(f"compiling {p.name} for {topology.name} ...")
+                    on = whole_devices[0].platform
+                    say(f"compiling {p.name} for {topology.name} on {on} devices ...")
                     measured = _compile_and_measure(
-                        p, row, network, topology, devices, orders, default, phases
+                        p, row, network, topology, whole_devices, orders, default, phases
                     )
         except OutOfTime as exc:
             cut_reason = str(exc)
@@ -836,6 +847,11 @@ def plan(
     if cache is not None and not result.cut_short:
         cache.save_result(key, result.to_dict())
     return result
+
+
+# Host compiles: only XLA's HLO passes matter (partitioning, fusion, the cost analysis); LLVM's optimisation
+# of code that never runs leaves them unchanged and doubles the compile time.
+_HOST_FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 def _host_devices(n: int) -> list | None:
@@ -982,7 +998,7 @@ def _compile_and_measure(
         ordered = [devices[i] for i in orders[default]]
         jitted, _ = build_program(network, p, ordered)
         lowered = jitted.lower(network.params, *network.abstract_inputs())
-        executable = lowered.compile()
+        executable = lowered.compile(_HOST_FAST if devices[0].platform == "cpu" else None)
         collectives = parse_hlo_collectives(executable.as_text(), topology.n_devices)
         cost = executable.cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
@@ -992,7 +1008,7 @@ def _compile_and_measure(
         row.compile_s = round(time.perf_counter() - t0, 1)
         return None
     row.compile_s = round(time.perf_counter() - t0, 1)
-    row.analysis = "whole"
+    row.analysis = "whole" if devices[0].platform != "cpu" or not topology.is_tpu else "host-whole"
     memory = None
     if mem is not None:
         memory = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
@@ -1089,9 +1105,11 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def _analysis_label(analysis: str) -> str:
-    return {"blocks": "compiled as distinct U-Net blocks", "whole": "compiled as whole programs"}.get(
-        analysis, analysis
-    )
+    return {
+        "blocks": "compiled as distinct U-Net blocks",
+        "whole": "compiled as whole programs",
+        "host-whole": "compiled as whole programs on host devices",
+    }.get(analysis, analysis)
 
 
 def _timing_label(result: PlanResult) -> str:

@@ -52,13 +52,15 @@ def plan_model(
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
     whole_compile: bool = False,
     use_cache: bool = True,
+    analysis: str | None = None,
 ):
     """Check the arguments, set JAX up for the topology and run the planner; returns its PlanResult.
 
     ``time_limit_s`` (None: no limit) makes the planner return its best plan so far, marked cut short, once
     passed; ``whole_compile`` compiles each survivor as one program for the topology (the slow reference)
     instead of its distinct U-Net blocks; ``use_cache`` reads and keeps finished plans and compiled blocks
-    in the plan cache (``engine.xla.plan_cache``).
+    in the plan cache (``engine.xla.plan_cache``). ``analysis`` ("blocks", "whole", "host-whole") overrides
+    ``whole_compile``.
     """
     from engine.xla.topology import UnknownTopology, parse_topology
 
@@ -104,7 +106,7 @@ def plan_model(
             parsed,
             compile_top=compile_top,
             progress=progress,
-            analysis="whole" if whole_compile else "blocks",
+            analysis=analysis or ("whole" if whole_compile else "blocks"),
             time_limit_s=time_limit_s,
             cache=default_cache() if use_cache else None,
         )

@@ -225,3 +225,12 @@ def test_the_plan_command_takes_a_time_limit_and_the_server_schema_checks_it(tmp
     assert PlanRequest(topology="v5e:2x2", time_limit_s=5, whole_compile=True).whole_compile
     with pytest.raises(ValidationError):
         PlanRequest(topology="v5e:2x2", time_limit_s=-1)
+
+
+def test_host_whole_compiles_the_whole_step_on_host_devices_for_a_tpu_slice(tiny_net):
+    result = planner.plan(
+        tiny_net, parse_topology("v5e:2x2"), compile_top=1, analysis="host-whole", time_limit_s=None
+    )
+    compiled = [r for r in result.rows if r.status == "compiled"]
+    assert compiled and all(r.analysis == "host-whole" and r.collectives for r in compiled)
+    assert result.best["from"] == "host-whole" and "on host devices" in planner.format_table(result)
