@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.xla.planning import BUNDLE_MODEL, DEFAULT_COMPILE_TOP
+from engine.xla.planning import BUNDLE_MODEL, DEFAULT_COMPILE_TOP, DEFAULT_TIME_LIMIT_S
 
 
 def register(sub) -> None:
@@ -12,8 +12,8 @@ def register(sub) -> None:
         "plan",
         help="plan data-parallel / spatially sharded execution on a TPU slice or GPU box",
         description="Enumerates data-parallel, spatial (depth/height with halo exchange) and 2-D mesh plans "
-        "for one denoising step, prunes them on estimates from the jaxpr, compiles the survivors for the "
-        "topology (compile-only TPU devices from libtpu; host devices for GPU boxes) and ranks physical "
+        "for one denoising step, prunes them on estimates from the jaxpr, compiles the survivors' distinct "
+        "U-Net blocks (or, with --whole-compile, their whole step for the topology) and ranks physical "
         "placements with an alpha-beta model of the interconnect. Nothing runs on an accelerator.",
     )
     parser.add_argument(
@@ -37,7 +37,36 @@ def register(sub) -> None:
         default=DEFAULT_COMPILE_TOP,
         help=f"compile this many plans with the best estimates, plus the topology-unaware model's favourite "
         f"when it is not among them (default {DEFAULT_COMPILE_TOP}; a full-size compile for a TPU slice took "
-        "10-17 minutes on a 2-core machine)",
+        "10-17 minutes on a 2-core machine; its distinct blocks, the default, seconds each)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULT_TIME_LIMIT_S,
+        metavar="S",
+        help=f"stop compiling after S seconds and print the best plan so far, marked CUT SHORT (default "
+        f"{DEFAULT_TIME_LIMIT_S:g}; 0 ranks on the estimates only; a compile under way finishes first)",
+    )
+    parser.add_argument(
+        "--no-time-limit", action="store_true", help="compile every survivor, however long it takes"
+    )
+    parser.add_argument(
+        "--whole-compile",
+        action="store_true",
+        help="compile each surviving plan's whole step for the topology (the slow reference: 10-17 minutes "
+        "per full-size plan on a 2-core machine) instead of its distinct U-Net blocks on host devices",
+    )
+    parser.add_argument(
+        "--host-whole",
+        action="store_true",
+        help="compile each surviving plan's whole step on host devices (XLA's SPMD partitioning of the "
+        "whole program, about 25 s per full-size plan on 2 cores) instead of its blocks",
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither read nor keep finished plans and compiled blocks in the plan cache "
+        "(~/.cache/volsynth/plans; VOLSYNTH_PLAN_CACHE=0 turns it off everywhere)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
@@ -58,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
         cfg=args.cfg,
         compile_top=args.compile_top,
         progress=progress,
+        time_limit_s=None if args.no_time_limit else args.time_limit,
+        whole_compile=args.whole_compile,
+        use_cache=not args.no_cache,
+        analysis="host-whole" if args.host_whole else None,
     )
     print(json.dumps(result.to_dict(), indent=1) if args.json else format_table(result))
     return 0

@@ -31,7 +31,7 @@ from engine.api import (
     XLA_PLAN_PATTERN,
     optimization_config,
 )
-from engine.xla.planning import DEFAULT_COMPILE_TOP, MAX_COMPILE_TOP
+from engine.xla.planning import DEFAULT_COMPILE_TOP, DEFAULT_TIME_LIMIT_S, MAX_COMPILE_TOP, MAX_TIME_LIMIT_S
 
 
 def _real_number(value: Any) -> Any:
@@ -187,6 +187,10 @@ class PlanRequest(BaseModel):
     batch: _whole(ge=1, le=MAX_BATCH) = 1
     cfg: bool = True
     compile_top: _whole(ge=1, le=MAX_COMPILE_TOP) = DEFAULT_COMPILE_TOP
+    # Seconds after which the planner stops compiling and answers with the best plan so far (cut_short).
+    time_limit_s: _finite(ge=0, le=MAX_TIME_LIMIT_S) = DEFAULT_TIME_LIMIT_S
+    # Compile each surviving plan's whole step for the topology (minutes each) instead of its U-Net blocks.
+    whole_compile: StrictBool = False
 
 
 class InfoBody(BaseModel):

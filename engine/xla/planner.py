@@ -8,12 +8,19 @@ not divide falls back to replicated, i.e. an all-gather on the way down).
 
 Pipeline: enumerate plans -> cheap estimates from one jaxpr trace (FLOPs of conv/dot equations per level,
 activation bytes, synthesised halo / statistics / gather collectives) -> prune (indivisible, over HBM,
-dominated, not in the top N) -> compile the survivors for the real topology (compile-only TPU devices from
-libtpu, fake host devices for GPU boxes) -> read collectives and bytes from the compiled HLO -> cost every
+dominated, not in the top N) -> compile the survivors: by default their distinct U-Net blocks on fake host
+devices (``engine.xla.block_analysis``: seconds per block, identical blocks compiled once), or with
+``analysis="whole"`` the whole step for the real topology (compile-only TPU devices from libtpu, fake host
+devices for GPU boxes; 10-17 minutes per full-size plan on 2 cores) -> read collectives and bytes from the
+compiled HLO -> cost every
 placement of the logical mesh onto the physical devices with the alpha-beta model of
 ``engine.xla.topology`` and keep the best. The *topology-unaware* choice is the plan that a model ignoring
 hops and link sharing would pick, on JAX's default device order; the gain is its time under the aware model
 over the best plan's.
+
+Planning stops starting compiles at ``time_limit_s`` and returns the best plan so far, marked cut short;
+finished plans and compiled blocks are kept in ``engine.xla.plan_cache``; the result reports its time per
+phase (tracing, estimating, compiling, placement costing).
 
 Predicted step time = compute + communication (no overlap assumed, so it is an upper bound on a good
 schedule); compute = max(FLOPs / peak, bytes accessed / HBM bandwidth) per device.
@@ -21,21 +28,31 @@ schedule); compute = max(FLOPs / peak, bytes accessed / HBM bandwidth) per devic
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from engine.xla.planning import DEFAULT_TIME_LIMIT_S
 from engine.xla.topology import Collective, Topology, placements, program_comm_time
 
 AXES = ("data", "depth", "height")
 DOMINATED_FACTOR = 2.0  # prune a plan whose estimate is over this many times the best estimate
 DEFAULT_COMPILE_TOP = 3
+# DEFAULT_TIME_LIMIT_S: planning stops starting compiles after this many seconds and returns the best plan
+# so far, saying so.
+# Part of every finished-plan cache key: bump it when what the planner computes for a network changes.
+PLANNER_VERSION = "2"
+# blocks: distinct U-Net units on host devices; whole: the whole step for the topology (TPU compile-only
+# devices for slices); host-whole: the whole step on host devices (same SPMD partitioning, no TPU backend).
+ANALYSES = ("blocks", "whole", "host-whole")
 # Live activations on top of the skips: the block's input, output and the norm / attention temporaries.
 _WORKING_SET_FACTOR = 4
 
@@ -533,9 +550,16 @@ class Row:
     placement: str = ""
     collectives: dict = field(default_factory=dict)
     compile_s: float | None = None
+    analysis: str = ""  # compiled rows: "whole" (one program) or "blocks" (composed from compiled units)
+    units: str = ""  # blocks: "distinct programs / units of the step, compiled now"
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Row:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass
@@ -554,6 +578,15 @@ class PlanResult:
     best: dict | None
     unaware_choice: dict | None
     gain: float | None
+    analysis: str = "whole"
+    # Seconds per phase: tracing (jaxpr, units, devices), estimating, compiling, placement costing, other.
+    timing: dict = field(default_factory=dict)
+    time_limit_s: float | None = None
+    cut_short: bool = False  # the time limit stopped compiling: ``best`` is the best plan so far
+    cut_reason: str = ""
+    from_cache: bool = False  # read from the plan cache; ``timing`` and ``planning_s`` are the lookup's
+    cached_planning_s: float | None = None  # what planning it took when it was computed
+    cache_key: str = ""
 
     def to_dict(self) -> dict:
         return {
@@ -573,8 +606,44 @@ class PlanResult:
             "best": self.best,
             "unaware_choice": self.unaware_choice,
             "gain": self.gain,
+            "analysis": self.analysis,
+            "timing": {k: round(v, 3) for k, v in self.timing.items()},
+            "time_limit_s": self.time_limit_s,
+            "cut_short": self.cut_short,
+            "cut_reason": self.cut_reason,
+            "from_cache": self.from_cache,
+            "cached_planning_s": self.cached_planning_s,
+            "cache_key": self.cache_key,
             "rows": [r.to_dict() for r in self.rows],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PlanResult:
+        counts = data["counts"]
+        return cls(
+            model=data["model"],
+            topology=data["topology"],
+            batch=data["batch"],
+            cfg=data["cfg"],
+            rows=[Row.from_dict(r) for r in data["rows"]],
+            enumerated=counts["enumerated"],
+            pruned=counts["pruned"],
+            compiled=counts["compiled"],
+            failed=counts["failed"],
+            planning_s=data["planning_s"],
+            precision=data["precision"],
+            best=data["best"],
+            unaware_choice=data["unaware_choice"],
+            gain=data["gain"],
+            analysis=data.get("analysis", "whole"),
+            timing=dict(data.get("timing", {})),
+            time_limit_s=data.get("time_limit_s"),
+            cut_short=bool(data.get("cut_short", False)),
+            cut_reason=data.get("cut_reason", ""),
+            from_cache=bool(data.get("from_cache", False)),
+            cached_planning_s=data.get("cached_planning_s"),
+            cache_key=data.get("cache_key", ""),
+        )
 
 
 def _ms(seconds: float) -> float:
@@ -598,34 +667,154 @@ def _best_placement(topology: Topology, collectives, orders: dict[str, list[int]
     return name, timed[name]
 
 
+class _Phases:
+    """Wall time per planning phase; time spent in a nested phase is not counted again in the outer one."""
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self.started = clock()
+        self.spent: Counter = Counter()
+        self._inner: list[float] = []
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = self.clock()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            took = self.clock() - t0
+            self.spent[name] += took - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += took
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def report(self) -> dict[str, float]:
+        total = self.elapsed()
+        out = {f"{k}_s": self.spent[k] for k in ("tracing", "estimating", "compiling", "placement")}
+        out["other_s"] = max(0.0, total - sum(out.values()))
+        out["total_s"] = total
+        return out
+
+
+class _Limit:
+    """The planning-time limit: ``check()`` raises OutOfTime once ``limit_s`` have passed on the clock."""
+
+    def __init__(self, phases: _Phases, limit_s: float | None):
+        self.phases, self.limit_s = phases, limit_s
+
+    def check(self) -> None:
+        from engine.xla.block_analysis import OutOfTime
+
+        if self.limit_s is not None and self.phases.elapsed() >= self.limit_s:
+            raise OutOfTime(f"planning-time limit of {self.limit_s:g} s reached")
+
+
 def plan(
     network: Network,
     topology: Topology,
     compile_top: int = DEFAULT_COMPILE_TOP,
     dominated_factor: float = DOMINATED_FACTOR,
     progress: Callable[[str], None] | None = None,
+    *,
+    analysis: str = "blocks",
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    cache=None,
+    clock: Callable[[], float] = time.perf_counter,
+    unit_devices: Sequence | None = None,
 ) -> PlanResult:
-    """Enumerate, estimate, prune, compile and rank; see the module docstring."""
+    """Enumerate, estimate, prune, compile and rank; see the module docstring.
+
+    ``analysis`` "blocks" composes each survivor's costs from its compiled U-Net units
+    (``engine.xla.block_analysis``, on ``unit_devices``: by default host CPU devices when there are enough,
+    else the topology's own); "whole" compiles the whole step for the topology (the slow reference).
+    ``time_limit_s`` (None: none) stops starting compiles once passed and returns the best plan so far,
+    marked ``cut_short``; a compile under way finishes first. ``cache`` (an
+    ``engine.xla.plan_cache.PlanCache``) returns a finished plan planned before and keeps unit analyses.
+    """
+    from engine.xla.block_analysis import OutOfTime
     from engine.xla.topology import physical_devices
 
+    if analysis not in ANALYSES:
+        raise ValueError(f"analysis must be one of {ANALYSES}, got {analysis!r}")
     say = progress or (lambda _msg: None)
-    started = time.perf_counter()
-    devices = physical_devices(topology)
-    orders = placements(topology, devices)
+    phases = _Phases(clock)
+    limit = _Limit(phases, time_limit_s)
+    with phases("tracing"):
+        devices = physical_devices(topology)
+        orders = placements(topology, devices)
+        if analysis == "blocks" and unit_devices is None:
+            unit_devices = _host_devices(topology.n_devices) or devices
+        whole_devices = devices
+        if analysis == "host-whole":
+            whole_devices = _host_devices(topology.n_devices)
+            if whole_devices is None:
+                raise ValueError(
+                    f"host-whole needs {topology.n_devices} host devices; this process has fewer"
+                )
+            unit_devices = whole_devices
     default = "id-order"
-    say(f"tracing {network.name} ...")
-    stats = trace_network(network)
+    key = ""
+    if cache is not None:
+        from engine.xla.plan_cache import plan_key
 
-    enumerated = enumerate_plans(network, topology.n_devices)
-    rows, candidates = _estimate_plans(enumerated, stats, network, topology, orders)
-    survivors = _select_for_compile(candidates, topology, orders[default], compile_top, dominated_factor)
+        facts = {
+            "compile_top": compile_top,
+            "dominated_factor": dominated_factor,
+            "analysis": analysis,
+            "unit_platform": unit_devices[0].platform if unit_devices else "",
+            "planner": PLANNER_VERSION,
+        }
+        key = plan_key(network, topology, facts)
+        stored = cache.load_result(key)
+        if stored is not None:
+            result = PlanResult.from_dict(stored)
+            result.from_cache, result.cache_key = True, key
+            result.cached_planning_s = stored.get("planning_s")
+            result.timing, result.planning_s = phases.report(), phases.elapsed()
+            say(f"{network.name} on {topology.name}: from the plan cache")
+            return result
+
+    say(f"tracing {network.name} ...")
+    with phases("tracing"):
+        stats = trace_network(network)
+    with phases("estimating"):
+        enumerated = enumerate_plans(network, topology.n_devices)
+        rows, candidates = _estimate_plans(enumerated, stats, network, topology, orders, phases)
+        survivors = _select_for_compile(candidates, topology, orders[default], compile_top, dominated_factor)
+
     compiled = []
+    cut_reason = ""
+    blocks = _BlockRun(network, unit_devices, cache, limit, say) if analysis == "blocks" else None
     for p, row, _est in survivors:
-        say(f"compiling {p.name} for {topology.name} ...")
-        measured = _compile_and_measure(p, row, network, topology, devices, orders, default)
+        if cut_reason:
+            row.reason = f"not compiled: {cut_reason}"
+            continue
+        try:
+            with phases("compiling"):
+                if blocks is not None:
+                    measured = blocks.measure(p, row, topology, orders, default, phases)
+                else:
+                    limit.check()
+                    on = whole_devices[0].platform
+                    say(f"compiling {p.name} for {topology.name} on {on} devices ...")
+                    measured = _compile_and_measure(
+                        p, row, network, topology, whole_devices, orders, default, phases
+                    )
+        except OutOfTime as exc:
+            cut_reason = str(exc)
+            row.reason = f"not compiled: {cut_reason}"
+            continue
         if measured is not None:
             compiled.append(measured)
-    best, unaware_choice, gain = _choose(compiled, topology, orders, default)
+    with phases("placement"):
+        best, unaware_choice, gain = _choose(compiled, topology, orders, default)
+        if best is not None:
+            best["from"] = analysis
+        elif cut_reason and candidates:
+            best, unaware_choice, gain = _choose_from_estimates(candidates, topology, orders, default)
 
     rows.sort(
         key=lambda r: (
@@ -633,7 +822,7 @@ def plan(
             r.step_ms or r.est_step_ms or math.inf,
         )
     )
-    return PlanResult(
+    result = PlanResult(
         model=network.name,
         topology=topology.summary(),
         batch=network.batch,
@@ -643,16 +832,86 @@ def plan(
         pruned=sum(r.status == "pruned" for r in rows),
         compiled=sum(r.status == "compiled" for r in rows),
         failed=sum(r.status == "failed" for r in rows),
-        planning_s=time.perf_counter() - started,
+        planning_s=0.0,
         precision=network.precision,
         best=best,
         unaware_choice=unaware_choice,
         gain=gain,
+        analysis=analysis,
+        time_limit_s=time_limit_s,
+        cut_short=bool(cut_reason),
+        cut_reason=cut_reason,
+        cache_key=key,
     )
+    result.timing, result.planning_s = phases.report(), phases.elapsed()
+    if cache is not None and not result.cut_short:
+        cache.save_result(key, result.to_dict())
+    return result
+
+
+# Host compiles: only XLA's HLO passes matter (partitioning, fusion, the cost analysis); LLVM's optimisation
+# of code that never runs leaves them unchanged and doubles the compile time.
+_HOST_FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+def _host_devices(n: int) -> list | None:
+    """``n`` host CPU devices for compiling units, or None when this process started JAX with fewer."""
+    import jax
+
+    cpus = jax.devices("cpu")
+    return list(cpus[:n]) if len(cpus) >= n else None
+
+
+class _BlockRun:
+    """The units of one network, and their analyses, shared by the plans of one planning run."""
+
+    def __init__(self, network: Network, devices, cache, limit: _Limit, say):
+        self.network, self.devices, self.cache, self.limit, self.say = network, devices, cache, limit, say
+        self.units = None
+        self.memo: dict = {}
+
+    def measure(self, p: Plan, row: Row, topology: Topology, orders, default: str, phases: _Phases):
+        from engine.xla.block_analysis import OutOfTime, analyse_plan, unet_units
+
+        t0 = time.perf_counter()
+        if self.units is None:
+            with phases("tracing"):
+                self.units = unet_units(self.network)
+        self.say(f"compiling the units of {p.name} on {self.devices[0].platform} devices ...")
+        try:
+            composed = analyse_plan(
+                self.network,
+                p,
+                self.devices,
+                units=self.units,
+                cache=self.cache,
+                memo=self.memo,
+                check_time=self.limit.check,
+            )
+        except OutOfTime:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one plan that XLA rejects must not stop the others
+            row.status, row.reason = "failed", f"compile failed: {type(exc).__name__}: {str(exc)[:160]}"
+            row.compile_s = round(time.perf_counter() - t0, 1)
+            return None
+        row.compile_s = round(time.perf_counter() - t0, 1)
+        row.analysis = "blocks"
+        row.units = f"{composed.distinct} distinct / {composed.units} units, {composed.compiled} compiled now"
+        return _fill_row(
+            row,
+            composed.collectives,
+            composed.flops,
+            composed.bytes_accessed,
+            composed.memory_bytes,
+            topology,
+            orders,
+            default,
+            phases,
+        )
 
 
 def _estimate_plans(
-    enumerated, stats, network: Network, topology: Topology, orders
+    enumerated, stats, network: Network, topology: Topology, orders, phases: _Phases
 ) -> tuple[list[Row], list[tuple[Plan, Row, Estimate]]]:
     """A row per enumerated plan with its estimate; those that fit in HBM are the candidates."""
     chip = topology.chip
@@ -672,7 +931,8 @@ def _estimate_plans(
             )
             continue
         est = estimate_plan(p, stats, network, topology)
-        _placement, comm = _best_placement(topology, est.collectives, orders)
+        with phases("placement"):
+            _placement, comm = _best_placement(topology, est.collectives, orders)
         row = Row(
             p.name,
             p.kind,
@@ -728,17 +988,17 @@ def _select_for_compile(
 
 
 def _compile_and_measure(
-    p: Plan, row: Row, network: Network, topology: Topology, devices, orders, default: str
+    p: Plan, row: Row, network: Network, topology: Topology, devices, orders, default: str, phases: _Phases
 ) -> tuple[Row, list[Collective], float, float, float] | None:
-    """Compile one plan and fill its row from XLA's cost and memory analyses; returns (row, collectives,
-    compute s, best-placement step s, unaware step s), or None when it failed or does not fit in HBM."""
-    chip = topology.chip
+    """Compile one plan's whole step and fill its row from XLA's cost and memory analyses; returns (row,
+    collectives, compute s, best-placement step s, unaware step s), or None when it failed or does not fit in
+    HBM."""
     t0 = time.perf_counter()
     try:
         ordered = [devices[i] for i in orders[default]]
         jitted, _ = build_program(network, p, ordered)
         lowered = jitted.lower(network.params, *network.abstract_inputs())
-        executable = lowered.compile()
+        executable = lowered.compile(_HOST_FAST if devices[0].platform == "cpu" else None)
         collectives = parse_hlo_collectives(executable.as_text(), topology.n_devices)
         cost = executable.cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
@@ -748,27 +1008,75 @@ def _compile_and_measure(
         row.compile_s = round(time.perf_counter() - t0, 1)
         return None
     row.compile_s = round(time.perf_counter() - t0, 1)
-    compute = max(
-        float(cost.get("flops", 0.0)) / chip.peak_flops,
-        float(cost.get("bytes accessed", 0.0)) / chip.hbm_bandwidth,
+    row.analysis = "whole" if devices[0].platform != "cpu" or not topology.is_tpu else "host-whole"
+    memory = None
+    if mem is not None:
+        memory = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+        memory -= mem.alias_size_in_bytes
+    return _fill_row(
+        row,
+        collectives,
+        float(cost.get("flops", 0.0)),
+        float(cost.get("bytes accessed", 0.0)),
+        memory,
+        topology,
+        orders,
+        default,
+        phases,
     )
+
+
+def _fill_row(
+    row: Row,
+    collectives: list[Collective],
+    flops: float,
+    bytes_accessed: float,
+    memory: float | None,
+    topology: Topology,
+    orders,
+    default: str,
+    phases: _Phases,
+) -> tuple[Row, list[Collective], float, float, float] | None:
+    """A compiled plan's row from its per-device FLOPs, bytes, memory and collectives; placements costed."""
+    chip = topology.chip
+    compute = max(flops / chip.peak_flops, bytes_accessed / chip.hbm_bandwidth)
     # Placements are applied to the logical ids of the one compiled module: the SPMD program is the
     # same for every order, only which physical chip plays which logical id changes.
-    placement_name, comm = _best_placement(topology, collectives, orders)
-    unaware = program_comm_time(topology, collectives, orders[default], aware=False)
+    with phases("placement"):
+        placement_name, comm = _best_placement(topology, collectives, orders)
+        unaware = program_comm_time(topology, collectives, orders[default], aware=False)
     row.status, row.reason = "compiled", ""
     row.compute_ms, row.comm_ms, row.step_ms = _ms(compute), _ms(comm), _ms(compute + comm)
     row.unaware_step_ms = _ms(compute + unaware)
     row.placement = placement_name
     row.collectives = _collective_summary(collectives)
-    if mem is not None:
-        total = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
-        total -= mem.alias_size_in_bytes
-        row.memory_gb = round(total / 1e9, 3)
-        if total > chip.hbm_bytes:
-            row.status, row.reason = "pruned", f"memory: compiled {total / 1e9:.1f} GB > HBM"
+    if memory is not None:
+        row.memory_gb = round(memory / 1e9, 3)
+        if memory > chip.hbm_bytes:
+            row.status, row.reason = "pruned", f"memory: compiled {memory / 1e9:.1f} GB > HBM"
             return None
     return row, collectives, compute, compute + comm, compute + unaware
+
+
+def _choose_from_estimates(
+    candidates: list[tuple[Plan, Row, Estimate]], topology: Topology, orders, default: str
+) -> tuple[dict | None, dict | None, float | None]:
+    """The best plan so far when the time limit stopped compiling before any plan: ranked on the estimates."""
+    ranked = []
+    for _p, row, est in candidates:
+        placement_name, comm = _best_placement(topology, est.collectives, orders)
+        unaware = program_comm_time(topology, est.collectives, orders[default], aware=False)
+        shadow = dataclasses.replace(
+            row,
+            placement=placement_name,
+            step_ms=_ms(est.compute_s + comm),
+            unaware_step_ms=_ms(est.compute_s + unaware),
+        )
+        ranked.append((shadow, est.collectives, est.compute_s, est.compute_s + comm, est.compute_s + unaware))
+    best, unaware_choice, gain = _choose(ranked, topology, orders, default)
+    if best is not None:
+        best["from"] = "estimate"
+    return best, unaware_choice, gain
 
 
 def _choose(
@@ -796,6 +1104,39 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
+def _analysis_label(analysis: str) -> str:
+    return {
+        "blocks": "compiled as distinct U-Net blocks",
+        "whole": "compiled as whole programs",
+        "host-whole": "compiled as whole programs on host devices",
+    }.get(analysis, analysis)
+
+
+def _timing_label(result: PlanResult) -> str:
+    t = result.timing
+    if result.from_cache:
+        before = result.cached_planning_s
+        return f" (from the plan cache{f'; planned in {before:.1f} s' if before is not None else ''})"
+    if not t:
+        return ""
+    parts = ("tracing", "estimating", "compiling", "placement")
+    return (
+        " ("
+        + ", ".join(f"{k} {t.get(f'{k}_s', 0.0):.1f}" for k in parts)
+        + f", other {t.get('other_s', 0.0):.1f})"
+    )
+
+
+def _limit_lines(result: PlanResult) -> list[str]:
+    if not result.cut_short:
+        return []
+    compiled = sum(r.status == "compiled" for r in result.rows)
+    return [
+        f"CUT SHORT: {result.cut_reason}; {compiled} plan(s) compiled, the others ranked on estimates; "
+        "the best plan below is the best so far (raise --time-limit, or plan again: the compiled units are cached)"
+    ]
+
+
 def format_table(result: PlanResult) -> str:
     """The plans as a text table, compiled first, then the pruned ones with their reasons."""
     topo = result.topology
@@ -804,7 +1145,9 @@ def format_table(result: PlanResult) -> str:
         f"{' with wraparound' if topo.get('wraparound') else ''})  effective batch {result.batch}"
         f"{' (batch x 2 CFG halves)' if result.cfg else ''}",
         f"plans: {result.enumerated} enumerated, {result.pruned} pruned, {result.compiled} compiled"
-        f"{f', {result.failed} failed' if result.failed else ''}; planning took {result.planning_s:.1f} s",
+        f"{f', {result.failed} failed' if result.failed else ''} ({_analysis_label(result.analysis)}); "
+        f"planning took {result.planning_s:.1f} s{_timing_label(result)}",
+        *_limit_lines(result),
         f"compute predicted at XLA precision '{result.precision}' from the chip's bf16 peak; collective bytes "
         "are per device",
         "",
@@ -832,8 +1175,12 @@ def format_table(result: PlanResult) -> str:
         "~ = cheap estimate from the jaxpr (not compiled); compiled rows use XLA's cost and memory analysis"
     )
     if result.best:
+        source = (
+            " (from the estimates: nothing compiled in time)" if result.best.get("from") == "estimate" else ""
+        )
         lines.append(
-            f"best plan: {result.best['plan']} on placement {result.best['placement']}: {result.best['step_ms']:.4g} ms/step"
+            f"best plan{' so far' if result.cut_short else ''}: {result.best['plan']} on placement "
+            f"{result.best['placement']}: {result.best['step_ms']:.4g} ms/step{source}"
         )
         u = result.unaware_choice
         lines.append(

@@ -9,6 +9,9 @@ from engine.errors import BackendUnavailable, InvalidRequest, ModelInvalid
 # MONAI's brain latent-diffusion bundle U-Net, by architecture only (no weights needed to plan).
 BUNDLE_MODEL = "brain-ldm-bundle"
 DEFAULT_COMPILE_TOP = 3
+# Planning stops starting compiles after this many seconds and returns the best plan so far, saying so.
+DEFAULT_TIME_LIMIT_S = 120.0
+MAX_TIME_LIMIT_S = 3600.0  # the most a server request may ask for
 # The most plans a server compiles by estimate for one request (plus the unaware favourite; each full-size
 # compile takes minutes).
 MAX_COMPILE_TOP = 8
@@ -45,14 +48,28 @@ def plan_model(
     compile_top: int = DEFAULT_COMPILE_TOP,
     registry=None,
     progress: Callable[[str], None] | None = None,
+    *,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+    whole_compile: bool = False,
+    use_cache: bool = True,
+    analysis: str | None = None,
 ):
-    """Check the arguments, set JAX up for the topology and run the planner; returns its PlanResult."""
+    """Check the arguments, set JAX up for the topology and run the planner; returns its PlanResult.
+
+    ``time_limit_s`` (None: no limit) makes the planner return its best plan so far, marked cut short, once
+    passed; ``whole_compile`` compiles each survivor as one program for the topology (the slow reference)
+    instead of its distinct U-Net blocks; ``use_cache`` reads and keeps finished plans and compiled blocks
+    in the plan cache (``engine.xla.plan_cache``). ``analysis`` ("blocks", "whole", "host-whole") overrides
+    ``whole_compile``.
+    """
     from engine.xla.topology import UnknownTopology, parse_topology
 
     if batch < 1:
         raise InvalidRequest(f"batch must be at least 1, got {batch}")
     if compile_top < 1:
         raise InvalidRequest(f"compile_top must be at least 1, got {compile_top}")
+    if time_limit_s is not None and not time_limit_s >= 0:
+        raise InvalidRequest(f"the planning-time limit must be 0 s or more, got {time_limit_s}")
     try:
         parsed = parse_topology(topology)
     except UnknownTopology as exc:
@@ -65,9 +82,10 @@ def plan_model(
     from engine.xla.runtime import configure_jax
 
     # GPU boxes are planned on fake host devices, which must exist before JAX's CPU backend starts; TPU
-    # slices use libtpu's compile-only devices and need no more than the default.
+    # slices compile whole programs on libtpu's compile-only devices, and their blocks on host devices
+    # (fast) when this process has as many.
     try:
-        available = configure_jax(8 if parsed.is_tpu else max(8, parsed.n_devices))
+        available = configure_jax(max(8, parsed.n_devices))
     except ModuleNotFoundError as exc:
         raise BackendUnavailable(
             f"planning needs JAX ({exc.name} is missing): pip install 'volsynth-studio[xla]'"
@@ -81,7 +99,17 @@ def plan_model(
 
     network = network_for_model(model, batch, cfg, registry)
     try:
-        return plan(network, parsed, compile_top=compile_top, progress=progress)
+        from engine.xla.plan_cache import default_cache
+
+        return plan(
+            network,
+            parsed,
+            compile_top=compile_top,
+            progress=progress,
+            analysis=analysis or ("whole" if whole_compile else "blocks"),
+            time_limit_s=time_limit_s,
+            cache=default_cache() if use_cache else None,
+        )
     except UnknownTopology as exc:
         raise InvalidRequest(str(exc)) from None
     except (RuntimeError, ValueError) as exc:  # XLA / libtpu failures outside one plan's compile

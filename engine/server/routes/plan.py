@@ -37,6 +37,8 @@ def add_plan_route(app: FastAPI, backend) -> None:
                 batch=body.batch,
                 cfg=body.cfg,
                 compile_top=body.compile_top,
+                time_limit_s=body.time_limit_s,
+                whole_compile=body.whole_compile,
                 registry=getattr(backend, "registry", None),
             )
         finally:

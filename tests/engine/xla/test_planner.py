@@ -36,6 +36,12 @@ def _jax_started():
     jax, jnp = jax_module, jnp_module
 
 
+@pytest.fixture(autouse=True)
+def _no_plan_cache(monkeypatch):
+    # plan_model's default cache would let one test's plan answer another's (test_plan_fast.py tests it).
+    monkeypatch.setenv("VOLSYNTH_PLAN_CACHE", "0")
+
+
 @pytest.fixture
 def eight_host_devices():
     """Fails, never skips, when something in this pytest process started JAX with fewer host devices."""
@@ -199,7 +205,7 @@ def test_aware_placement_beats_the_default_order_when_hops_differ():
 
 
 def test_plan_on_a_tpu_slice_ranks_compiled_plans_and_is_json(tiny_net):
-    result = planner.plan(tiny_net, parse_topology("v5e:2x4"), compile_top=2)
+    result = planner.plan(tiny_net, parse_topology("v5e:2x4"), compile_top=2, time_limit_s=None)
     data = json.loads(json.dumps(result.to_dict()))
     assert data["counts"]["enumerated"] == len(result.rows)
     assert data["counts"]["compiled"] >= 2 and data["best"] and data["gain"] >= 1.0
@@ -214,7 +220,7 @@ def test_plan_on_a_tpu_slice_ranks_compiled_plans_and_is_json(tiny_net):
 
 @pytest.mark.usefixtures("eight_host_devices")
 def test_plan_on_a_gpu_box_uses_host_devices(tiny_net):
-    result = planner.plan(tiny_net, parse_topology("8xH100-nvlink"), compile_top=1)
+    result = planner.plan(tiny_net, parse_topology("8xH100-nvlink"), compile_top=1, time_limit_s=None)
     assert result.compiled >= 1 and result.best is not None
 
 
@@ -267,7 +273,20 @@ def test_the_plan_command_prints_json_and_refuses_bad_input_in_one_line(tmp_path
     make_tiny_model(tmp_path / "tiny")
     monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tmp_path))
     assert (
-        main(["plan", "--model", "tiny-latent", "--topology", "v5e:2x2", "--compile-top", "1", "--json"]) == 0
+        main(
+            [
+                "plan",
+                "--model",
+                "tiny-latent",
+                "--topology",
+                "v5e:2x2",
+                "--compile-top",
+                "1",
+                "--no-time-limit",
+                "--json",
+            ]
+        )
+        == 0
     )
     result = json.loads(capsys.readouterr().out)
     assert result["model"] == "tiny-latent" and result["counts"]["compiled"] == 1

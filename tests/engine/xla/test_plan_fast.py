@@ -1,0 +1,236 @@
+"""Planning in seconds: block-level analysis against the whole-program compile, the plan cache, the
+planning-time limit and the timing split. Tiny U-Nets on 8 fake host devices; compiled results shared."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.testing import tiny_spec
+from engine.xla import block_analysis, planner
+from engine.xla.plan_cache import PlanCache, plan_key
+from engine.xla.planner import network_from_definition
+from engine.xla.runtime import configure_jax
+from engine.xla.topology import parse_topology
+
+jax = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _jax_started():
+    global jax
+    configure_jax(8)
+    import jax as jax_module
+
+    jax = jax_module
+    assert len(jax.devices("cpu")) >= 8, "JAX started with fewer than 8 host devices before this module"
+
+
+@pytest.fixture(scope="module")
+def tiny_net():
+    spec = tiny_spec(output_xyz=(32, 32, 32))
+    return network_from_definition("tiny", spec.networks["unet"], spec.latent_shape[1:], batch=1, cfg=True)
+
+
+@pytest.fixture(scope="module")
+def plans(tiny_net):
+    return {p.name: p for p, _m, _r in planner.enumerate_plans(tiny_net, 8) if p is not None}
+
+
+class _CountingCompiles:
+    def __init__(self, monkeypatch, advance=None):
+        self.labels: list[str] = []
+        real = block_analysis.compile_unit
+
+        def counted(unit, *args, **kwargs):
+            self.labels.append(unit.label)
+            if advance is not None:
+                advance()
+            return real(unit, *args, **kwargs)
+
+        monkeypatch.setattr(block_analysis, "compile_unit", counted)
+
+
+def test_identical_blocks_share_one_signature_and_the_units_follow_the_step():
+    spec = tiny_spec(output_xyz=(32, 32, 32))
+    definition = dict(spec.networks["unet"], num_res_blocks=2)
+    net = network_from_definition("tiny2", definition, spec.latent_shape[1:], batch=1, cfg=True)
+    units = block_analysis.unet_units(net)
+    labels = [u.label for u in units]
+    assert labels[0] == "stem" and labels[-1] == "head" and "mid.res0" in labels
+    by_label = {u.label: u for u in units}
+    # Level 0 keeps 8 channels: its two resblocks compute the same thing on the same shapes.
+    assert by_label["down0.res0"].signature == by_label["down0.res1"].signature
+    assert by_label["down0.res0"].params != by_label["down0.res1"].params
+    assert by_label["down0.res0"].signature != by_label["up0.res0"].signature  # a concatenated skip
+    assert len({u.signature for u in units}) < len(units)
+    # Every parameter is read by exactly one unit.
+    read = [k for u in units for k in u.params]
+    assert sorted(read) == sorted(net.params)
+
+
+def test_blocks_agree_with_the_whole_program_compile(tiny_net, plans):
+    """Same backend (host devices), a plan that splits batch, depth and height at every level: the same
+    collectives, FLOPs and (within fusion at the unit edges) bytes as the whole program."""
+    p = plans["dp2xd2xh2"]
+    assert p.level_labels() == ["dh", "dh"]
+    cpus = jax.devices("cpu")[:8]
+    composed = block_analysis.analyse_plan(tiny_net, p, cpus)
+    jitted, _ = planner.build_program(tiny_net, p, cpus)
+    whole = jitted.lower(tiny_net.params, *tiny_net.abstract_inputs()).compile()
+    cost = whole.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    reference = planner._collective_summary(planner.parse_hlo_collectives(whole.as_text(), 8))
+    got = planner._collective_summary(composed.collectives)
+    assert set(got) == set(reference) and {"collective-permute", "all-reduce", "all-gather"} <= set(got)
+    for kind, entry in reference.items():
+        assert got[kind]["count"] == entry["count"], kind
+        assert got[kind]["bytes"] == pytest.approx(entry["bytes"], rel=0.01), kind
+    assert composed.flops == pytest.approx(cost["flops"], rel=0.02)
+    # Fusion stops at unit edges: each unit reads its input and writes its output once more.
+    assert composed.bytes_accessed == pytest.approx(cost["bytes accessed"], rel=0.15)
+    assert composed.distinct <= composed.units
+
+
+@pytest.fixture(scope="module")
+def gpu_box_results(tiny_net):
+    """Both ways on a GPU box (host devices for both, so the backends agree); compile_top 2."""
+    topology = parse_topology("8xH100-nvlink")
+    return {
+        analysis: planner.plan(tiny_net, topology, compile_top=2, analysis=analysis, time_limit_s=None)
+        for analysis in ("blocks", "whole")
+    }
+
+
+def test_blocks_choose_the_same_best_plan_as_whole_compiles(gpu_box_results):
+    blocks, whole = gpu_box_results["blocks"], gpu_box_results["whole"]
+    assert blocks.compiled == whole.compiled >= 2
+    assert (blocks.best["plan"], blocks.best["placement"]) == (whole.best["plan"], whole.best["placement"])
+    assert blocks.best["from"] == "blocks" and whole.best["from"] == "whole"
+    rows = [r for r in blocks.rows if r.status == "compiled"]
+    assert all(r.analysis == "blocks" and "distinct" in r.units for r in rows)
+
+
+def test_planning_time_is_split_into_phases_that_sum_to_the_total(gpu_box_results):
+    for result in gpu_box_results.values():
+        t = result.timing
+        phases = ("tracing_s", "estimating_s", "compiling_s", "placement_s", "other_s")
+        assert all(t[k] >= 0 for k in phases) and t["compiling_s"] > 0 and t["tracing_s"] > 0
+        assert sum(t[k] for k in phases) == pytest.approx(t["total_s"], rel=1e-6)
+        assert t["other_s"] <= 0.05 * t["total_s"] + 0.05  # the phases account for the time
+        assert result.planning_s == pytest.approx(t["total_s"])
+        data = json.loads(json.dumps(result.to_dict()))
+        assert set(data["timing"]) >= set(phases)
+        text = planner.format_table(result)
+        assert "tracing" in text and "compiling" in text and "placement" in text
+
+
+def test_the_cache_returns_a_finished_plan_without_compiling_and_misses_when_the_key_changes(
+    tiny_net, tmp_path, monkeypatch
+):
+    compiles = _CountingCompiles(monkeypatch)
+    cache = PlanCache(tmp_path)
+    topology = parse_topology("v5e:2x2")
+    first = planner.plan(tiny_net, topology, compile_top=1, cache=cache, time_limit_s=None)
+    assert compiles.labels and not first.from_cache and first.best
+    n_first = len(compiles.labels)
+
+    again = planner.plan(tiny_net, topology, compile_top=1, cache=cache, time_limit_s=None)
+    assert len(compiles.labels) == n_first  # nothing compiled the second time
+    assert again.from_cache and again.cache_key == first.cache_key
+    assert (again.best, again.gain) == (first.best, first.gain)
+    assert [r.to_dict() for r in again.rows] == [r.to_dict() for r in first.rows]
+    assert "from the plan cache" in planner.format_table(again)
+
+    # A new planner version misses the finished plan but finds its compiled units.
+    monkeypatch.setattr(planner, "PLANNER_VERSION", "test-next")
+    newer = planner.plan(tiny_net, topology, compile_top=1, cache=cache, time_limit_s=None)
+    assert not newer.from_cache and newer.cache_key != first.cache_key
+    assert len(compiles.labels) == n_first and newer.best == first.best
+
+    # Another batch, topology, CFG or precision: another key.
+    spec = tiny_spec(output_xyz=(32, 32, 32))
+    unet, latent = spec.networks["unet"], spec.latent_shape[1:]
+    facts = {"compile_top": 1, "planner": planner.PLANNER_VERSION}
+    key = plan_key(tiny_net, topology, facts)
+    others = [
+        plan_key(network_from_definition("tiny", unet, latent, batch=2, cfg=True), topology, facts),
+        plan_key(network_from_definition("tiny", unet, latent, batch=1, cfg=False), topology, facts),
+        plan_key(network_from_definition("tiny", unet, latent, precision="highest"), topology, facts),
+        plan_key(tiny_net, parse_topology("v5e:2x4"), facts),
+        plan_key(tiny_net, topology, {**facts, "planner": "other"}),
+    ]
+    assert key == plan_key(tiny_net, topology, dict(facts)) and len({key, *others}) == 1 + len(others)
+
+
+def test_a_time_limit_of_zero_returns_the_best_estimate_marked_cut_short(tiny_net, monkeypatch):
+    compiles = _CountingCompiles(monkeypatch)
+    result = planner.plan(tiny_net, parse_topology("v5e:2x4"), compile_top=2, time_limit_s=0)
+    assert compiles.labels == [] and result.compiled == 0
+    assert result.cut_short and "planning-time limit of 0 s" in result.cut_reason
+    assert result.best and result.best["from"] == "estimate" and result.gain is not None
+    best_estimate = min(
+        (r for r in result.rows if r.est_step_ms is not None and not r.reason.startswith("memory")),
+        key=lambda r: r.est_step_ms,
+    )
+    assert result.best["plan"] == best_estimate.plan
+    assert any(r.reason.startswith("not compiled: planning-time limit") for r in result.rows)
+    data = result.to_dict()
+    assert data["cut_short"] and data["time_limit_s"] == 0
+    text = planner.format_table(result)
+    assert "CUT SHORT" in text and "best plan so far" in text
+
+
+def test_the_limit_stops_between_unit_compiles_on_an_injected_clock(tiny_net, tmp_path, monkeypatch):
+    """Each compile 'takes' 100 s on the fake clock: a 250 s limit lets three start, then cuts."""
+    now = [0.0]
+
+    def advance():
+        now[0] += 100.0
+
+    compiles = _CountingCompiles(monkeypatch, advance=advance)
+    cache = PlanCache(tmp_path)
+    result = planner.plan(
+        tiny_net,
+        parse_topology("v5e:2x4"),
+        compile_top=2,
+        time_limit_s=250,
+        clock=lambda: now[0],
+        cache=cache,
+    )
+    assert len(compiles.labels) == 3 and result.cut_short and result.compiled == 0
+    assert result.best["from"] == "estimate"
+    assert result.timing["total_s"] == pytest.approx(300.0)
+    assert not list((tmp_path / "results").glob("*.json"))  # a cut-short plan is not kept...
+    assert len(list((tmp_path / "units").glob("*.json"))) == 3  # ...the units compiled before the cut are
+
+
+def test_the_plan_command_takes_a_time_limit_and_the_server_schema_checks_it(tmp_path, monkeypatch, capsys):
+    from pydantic import ValidationError
+
+    from engine.cli import main
+    from engine.server.schemas import PlanRequest
+    from engine.testing import make_tiny_model
+
+    make_tiny_model(tmp_path / "tiny")
+    monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tmp_path))
+    monkeypatch.setenv("VOLSYNTH_PLAN_CACHE", "0")
+    assert main(["plan", "--model", "tiny-latent", "--topology", "v5e:2x2", "--time-limit", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "CUT SHORT: planning-time limit of 0 s reached" in out and "best plan so far" in out
+    assert main(["plan", "--topology", "v5e:2x2", "--time-limit", "-1"]) == 2
+    assert "planning-time limit must be 0 s or more" in capsys.readouterr().err
+    assert PlanRequest(topology="v5e:2x2").time_limit_s == 120.0
+    assert PlanRequest(topology="v5e:2x2", time_limit_s=5, whole_compile=True).whole_compile
+    with pytest.raises(ValidationError):
+        PlanRequest(topology="v5e:2x2", time_limit_s=-1)
+
+
+def test_host_whole_compiles_the_whole_step_on_host_devices_for_a_tpu_slice(tiny_net):
+    result = planner.plan(
+        tiny_net, parse_topology("v5e:2x2"), compile_top=1, analysis="host-whole", time_limit_s=None
+    )
+    compiled = [r for r in result.rows if r.status == "compiled"]
+    assert compiled and all(r.analysis == "host-whole" and r.collectives for r in compiled)
+    assert result.best["from"] == "host-whole" and "on host devices" in planner.format_table(result)
