@@ -42,7 +42,17 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def api_schema(server):
     url, _ = server
-    return schemathesis.openapi.from_url(f"{url}/openapi.json", headers=AUTH, timeout=30)
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json", headers=AUTH, timeout=30)
+
+    @schema.hook
+    def filter_body(ctx, body):
+        # The generator turns the seed's integer bound (exclusiveMaximum 2^63) into a float maximum, which
+        # rounds to 2^63 itself, and then draws seeds such as 2^63 + 191 as "valid"; the server is right to
+        # refuse those. Seeds below the bound stay in.
+        seed = body.get("seed") if isinstance(body, dict) else None
+        return not (isinstance(seed, int | float) and not isinstance(seed, bool) and seed >= 2**63)
+
+    return schema
 
 
 @pytest.mark.parametrize("mode", ["positive", "negative"])

@@ -385,6 +385,9 @@ MALFORMED = [
     '{"seed": -1}',
     '{"seed": ' + "9" * 4000 + "}",
     '{"seed": 1e999}',
+    '{"seed": 9223372036854775808}',  # 2^63: the first seed past the bound
+    '{"seed": 9223372036854775999}',  # past it, though it rounds to 2^63 as a float
+    '{"xla_plan": "dp"}',
     '{"guidance_scale": NaN}',
     '{"guidance_scale": Infinity}',
     '{"conditioning": []}',
