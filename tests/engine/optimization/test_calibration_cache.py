@@ -48,3 +48,43 @@ def test_a_damaged_cache_entry_is_measured_again(tiny_loaded, cpu, tmp_path, mon
         path.write_text("{not json")
     again = prepare(tiny_loaded, config, cpu, use_cache=False)
     assert not again.details["calibration"]["from_cache"]
+
+
+def test_the_mixed_plan_is_searched_once_per_model_floor_machine_and_versions(
+    tiny_loaded, cpu, tmp_path, monkeypatch
+):
+    from engine import quantization as q
+    from engine.optimization import calibration_cache
+
+    monkeypatch.setenv("VOLSYNTH_CALIBRATION_CACHE", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    searches = []
+    real = q.mixed_precision_plan
+    monkeypatch.setattr(q, "mixed_precision_plan", lambda *a, **k: searches.append(1) or real(*a, **k))
+    config = OptimizationConfig(quantization="mixed", psnr_budget_db=30.0)
+
+    first = prepare(tiny_loaded, config, cpu, use_cache=False)
+    plan = first.details["mixed_plan"]
+    assert len(searches) == 1 and not plan["from_cache"] and plan["search_s"] > 0
+    assert "plan searched in" in first.report["quantization"]["reason"]
+
+    second = prepare(tiny_loaded, config, cpu, use_cache=False)
+    assert len(searches) == 1  # the second use reads the plan
+    again = second.details["mixed_plan"]
+    assert again["from_cache"] and again["search_s"] == plan["search_s"]  # the one-off cost, as measured
+    assert again["quantized"] == plan["quantized"] and again["sensitivity_psnr_db"] == plan["sensitivity_psnr_db"]
+    assert "plan from the cache" in second.report["quantization"]["reason"]
+    assert torch.equal(run_loop(first, tiny_loaded.spec), run_loop(second, tiny_loaded.spec))
+
+    # Another PSNR floor, another machine or other library versions: searched again.
+    prepare(tiny_loaded, dataclasses.replace(config, psnr_budget_db=35.0), cpu, use_cache=False)
+    assert len(searches) == 2
+    facts = calibration_cache.machine_facts()
+    monkeypatch.setattr(calibration_cache, "machine_facts", lambda: {**facts, "machine": "another-cpu"})
+    prepare(tiny_loaded, config, cpu, use_cache=False)
+    assert len(searches) == 3
+    monkeypatch.setattr(
+        calibration_cache, "machine_facts", lambda: {**facts, "versions": {**facts["versions"], "torch": "9"}}
+    )
+    prepare(tiny_loaded, config, cpu, use_cache=False)
+    assert len(searches) == 4
