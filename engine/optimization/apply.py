@@ -918,6 +918,7 @@ def _apply_quantization(
             "budget_db": config.psnr_budget_db,
             "autocast": autocast,
             "judged_on": judged_on,
+            "latent_shape": list(model.spec.latent_shape or ()),
             "seed": CALIBRATION_SEED,
             "steps": CALIBRATION_STEPS,
             "device": device.type,
