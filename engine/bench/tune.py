@@ -322,11 +322,12 @@ def tune(
             worker.close()
 
     # 3. Summarise against fp32.
-    results = _summarise(workers, folder, default_steps)
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    results = _summarise(workers, folder, default_steps, created)
     versions = tune_store.current_versions()
     result = {
         "format": tune_store.TUNE_FORMAT,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "created": created,
         "fingerprint": probe.fingerprint(),
         "machine": probe.to_dict(),
         "machine_words": probe.describe(),
@@ -338,8 +339,12 @@ def tune(
         "rows": results,
         "not_measured": skipped,
     }
-    best = tune_store.recommendation(result)
-    result["recommended"] = best["name"] if best else None
+    if rows:
+        # Some rows measured: they replace theirs in this machine's stored result, the others stay.
+        stored = tune_store.load_result(source.weights_sha256(), probe.fingerprint(), versions)
+        result = tune_store.merge_results(stored, result)
+    else:
+        result = tune_store.merge_results(None, result)  # the verdicts and the recommendation, one way
     if save:
         result["path"] = str(tune_store.save_result(result))
     return result
@@ -464,7 +469,9 @@ def _measure_rounds(
     return rounds
 
 
-def _summarise(workers: list[_RowWorker], folder: Path, default_steps: int) -> list[dict[str, Any]]:
+def _summarise(
+    workers: list[_RowWorker], folder: Path, default_steps: int, measured_at: str
+) -> list[dict[str, Any]]:
     """Step 3: one result row per worker: its timings, their verdicts against fp32's, and its volume's
     distance from fp32's."""
     from engine.metrics.image import compare as volume_distance
@@ -502,6 +509,11 @@ def _summarise(workers: list[_RowWorker], folder: Path, default_steps: int) -> l
                 "decode_s_iqr": _iqr(decode),
                 "end_to_end_s": float(np.median(e2e)),
                 "end_to_end_s_iqr": _iqr(e2e),
+                # The samples the noise rule judges, kept so a merged result can judge this row again
+                # against the fp32 of its own run (engine.optimization.tune_store.merge_results).
+                "end_to_end_samples_s": e2e,
+                "reference_end_to_end_samples_s": fp32_e2e,
+                "measured": measured_at,
                 "one_off_s": worker.prepared["prepare_s"] if worker.prepared else None,
                 "load_s": worker.prepared["load_s"] if worker.prepared else None,
                 "peak_rss_bytes": max(r["peak_rss_bytes"] for r in worker.runs),
@@ -570,6 +582,15 @@ def format_result(result: dict[str, Any]) -> str:
         )
     for row in result["not_measured"]:
         lines.append(f"{row['name']:34s} not measured: {row['reason'][:160]}")
+    if result.get("kept_from_earlier_runs"):
+        lines.append(
+            "kept from earlier runs (each judged against the fp32 of its own run): "
+            + ", ".join(
+                f"{row['name']} ({row.get('measured') or 'earlier'})"
+                for row in result["rows"]
+                if row["name"] in result["kept_from_earlier_runs"]
+            )
+        )
     method = result["method"]
     lines.append(
         f"{method['rounds']} interleaved round(s) of {method['steps_per_run']} steps (1 warm-up) per row, "

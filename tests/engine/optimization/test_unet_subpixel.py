@@ -69,7 +69,9 @@ def test_the_setting_applies_through_prepare_and_combines_with_int8(tiny_loaded,
     assert any(isinstance(m, SubpixelWrappedUpsample) for m in sub.unet.modules())
     assert not any(isinstance(m, SubpixelWrappedUpsample) for m in tiny_loaded.unet.modules())  # a copy
     assert torch.allclose(run_loop(sub, tiny_loaded.spec), exact, atol=1e-4)
-    both = prepare(tiny_loaded, OptimizationConfig(quantization="int8", unet_subpixel=True), cpu, use_cache=False)
+    both = prepare(
+        tiny_loaded, OptimizationConfig(quantization="int8", unet_subpixel=True), cpu, use_cache=False
+    )
     assert both.report["unet_subpixel"]["applied"] and both.report["quantization"]["applied"]
     from engine.quantization import Int8Conv3d
 
