@@ -221,6 +221,8 @@ def test_candidates_follow_the_machine(tiny_models_dir):
     assert not any("bf16" in name for name in measured_avx2)  # the trap is never run on AVX2
     assert any("no native bf16" in s["reason"] for s in skipped_avx2)
     assert "bf16+sdpa+streamed+dec:bf16-cl" in {name for name, _ in rows_zen5}
+    # The mixed plan is measured too (its search cached as a one-off cost), and sub-pixel upsampling.
+    assert {"mixed+sdpa+streamed", "int8+sdpa+subpixel+streamed"} <= measured_avx2
 
 
 def test_tune_refuses_bad_arguments(tiny_models_dir):
