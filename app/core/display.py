@@ -19,6 +19,7 @@ OPTIMIZATION_LABELS = {
     "compile_mode": "Compile",
     "cuda_graphs": "CUDA graphs",
     "quantization": "Quantization",
+    "unet_subpixel": "Sub-pixel upsampling",
     "streamed_decode": "Streamed decode",
     "psnr_budget_db": "PSNR budget",
     "decoder_autocast": "Decoder precision",

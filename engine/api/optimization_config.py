@@ -28,6 +28,9 @@ DECODER_DEFAULTS: dict[str, Any] = {
 }
 # Likewise left out while off: the override that lets a setting run although it is expected slower here.
 OVERRIDE_DEFAULTS: dict[str, Any] = {"allow_slower": False}
+# Settings added after the wire format settled: left out of ``to_dict`` while off, so requests that do not
+# use them read exactly as before (older servers, saved settings, stored tune results).
+LATER_DEFAULTS: dict[str, Any] = {"unet_subpixel": False}
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune")
 ATTENTION_KERNELS = ("default", "sdpa")
 
@@ -60,6 +63,11 @@ class OptimizationConfig:
             such a request is refused with the reason; with it the run goes ahead, warns, and its report
             records the override.
 
+        unet_subpixel: compute the U-Net's upsampling convolutions (nearest x2 then 3x3x3) as sub-pixel
+            convolutions at the low resolution: the same function up to float rounding, in about a third of
+            their multiply-adds (engine/optimization/unet_subpixel.py). It combines with int8 and mixed
+            quantization (the sub-pixel convolutions are quantized like the ones they replace).
+
     Any decoder setting also computes the decoder's nearest-x2 upsampling convolutions as sub-pixel
     convolutions (the same function in 8/27 of the multiply-adds; the streamed decode always does).
     """
@@ -77,6 +85,7 @@ class OptimizationConfig:
     decoder_quantization: str | None = None
     decoder_channels_last: bool = False
     decoder_psnr_budget_db: float = 40.0
+    unet_subpixel: bool = False
     allow_slower: bool = False
 
     def __post_init__(self) -> None:
@@ -112,6 +121,8 @@ class OptimizationConfig:
             raise InvalidRequest(
                 f"decoder quantization must be one of int8, mixed or none, got {self.decoder_quantization!r}"
             )
+        if not isinstance(self.unet_subpixel, bool):
+            raise InvalidRequest(f"unet_subpixel must be true or false, got {self.unet_subpixel!r}")
         if not isinstance(self.allow_slower, bool):
             raise InvalidRequest(f"allow_slower must be true or false, got {self.allow_slower!r}")
         if not isinstance(self.decoder_channels_last, bool):
@@ -160,6 +171,9 @@ class OptimizationConfig:
         data = asdict(self)
         if not self.allow_slower:
             del data["allow_slower"]
+        for name, value in LATER_DEFAULTS.items():
+            if data[name] == value:
+                del data[name]
         for name, value in DECODER_DEFAULTS.items():
             if data[name] == value and not (
                 name == "decoder_psnr_budget_db" and self.decoder_quantization == "mixed"
@@ -178,7 +192,13 @@ class OptimizationConfig:
         if self.compile_mode:
             parts.append("compile" if self.compile_mode == "default" else f"compile:{self.compile_mode}")
         parts += [
-            name for name, on in (("graphs", self.cuda_graphs), ("streamed", self.streamed_decode)) if on
+            name
+            for name, on in (
+                ("subpixel", self.unet_subpixel),
+                ("graphs", self.cuda_graphs),
+                ("streamed", self.streamed_decode),
+            )
+            if on
         ]
         decoder = [v for v in (self.decoder_autocast, self.decoder_quantization) if v]
         if self.decoder_quantization == "mixed" and self.decoder_psnr_budget_db != 40.0:
@@ -247,6 +267,16 @@ NAMED_SETTINGS: dict[str, dict[str, Any]] = {
     "cuda_graphs": {"cuda_graphs": True},
     "int8": {"quantization": "int8"},
     "mixed": {"quantization": "mixed", "psnr_budget_db": 40.0},
+    "subpixel": {"unet_subpixel": True},
+    "int8+subpixel": {"quantization": "int8", "unet_subpixel": True},
+    "mixed+subpixel": {"quantization": "mixed", "psnr_budget_db": 40.0, "unet_subpixel": True},
+    "mixed+sdpa": {"quantization": "mixed", "attention": "sdpa", "psnr_budget_db": 40.0},
+    "mixed+sdpa+subpixel": {
+        "quantization": "mixed",
+        "attention": "sdpa",
+        "psnr_budget_db": 40.0,
+        "unet_subpixel": True,
+    },
     "fp8": {"quantization": "fp8", "autocast": "bf16"},
     "streamed_decode": {"streamed_decode": True},
     "bf16+sdpa": {"autocast": "bf16", "attention": "sdpa"},

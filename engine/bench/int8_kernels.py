@@ -30,7 +30,15 @@ import shutil
 import statistics
 import time
 
-SHAPES = {"64ch@40^3": (64, 40), "256ch@20^3": (256, 20), "512ch@10^3": (512, 10)}
+SHAPES = {
+    "64ch@40^3": (64, 40),
+    "256ch@20^3": (256, 20),
+    "512ch@10^3": (512, 10),
+    # The bundle-sized U-Net's levels (latent 20x28x20; channels 256, 512, 768).
+    "bundle 256ch@20x28x20": (256, (20, 28, 20)),
+    "bundle 512ch@10x14x10": (512, (10, 14, 10)),
+    "bundle 768ch@5x7x5": (768, (5, 7, 5)),
+}
 # Linear layers of the U-Net's attention blocks: (tokens, in, out), e.g. 10x12x10 latent tokens, GEGLU 4x.
 LINEAR_SHAPES = {
     "linear 150x128->128": (150, 128, 128),
@@ -40,7 +48,7 @@ LINEAR_SHAPES = {
 }
 
 
-def _rows(channels: int, size: int, with_inductor: bool):
+def _rows(channels: int, size, with_inductor: bool):
     import torch
     from torch import nn
 
@@ -49,7 +57,8 @@ def _rows(channels: int, size: int, with_inductor: bool):
     torch.manual_seed(0)
     conv = nn.Conv3d(channels, channels, 3, padding=1).eval()
     # A post-SiLU-like input: mostly small, some large values, as inside the U-Net.
-    x = torch.nn.functional.silu(torch.randn(1, channels, size, size, size) * 2)
+    spatial = tuple(size) if isinstance(size, tuple) else (size, size, size)
+    x = torch.nn.functional.silu(torch.randn(1, channels, *spatial) * 2)
     rows = {"fp32": lambda: torch.nn.functional.conv3d(x, conv.weight, conv.bias, padding=1)}
     failures = {}
 
@@ -230,6 +239,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--inductor", action="store_true", help="add the PT2E + Inductor row (needs g++)")
+    parser.add_argument("--json", metavar="FILE", help="also write the rows, the machine and the load here")
     args = parser.parse_args(argv)
     import torch
 
@@ -244,11 +254,29 @@ def main(argv=None) -> int:
     print(
         f"{'shape':<22} {'row':<18} {'median ms':>10} {'IQR ms':>8} {'min ms':>8} {'x fp32':>7} {'cpu ms':>8} {'cpu x':>6} {'PSNR dB':>8}"
     )
+    load_before = os.getloadavg()
     tables = (
         [measure_unet(args.unet or None, args.repeats)]
         if args.unet is not None
-        else (measure(shape, args.repeats, with_inductor) for shape in args.shapes.split(","))
+        else [measure(shape, args.repeats, with_inductor) for shape in args.shapes.split(",")]
     )
+    if args.json:
+        import json
+
+        from engine.machine.probe import probe_machine
+
+        record = {
+            "machine": probe_machine().describe(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+            "threads": torch.get_num_threads(),
+            "repeats": args.repeats,
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+            "rows": [row for table in tables for row in table],
+        }
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(record, out, indent=1, default=str)
     for table in tables:
         for row in table:
             if "failed" in row:

@@ -149,6 +149,8 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
         torch.set_num_threads(settings.threads)
     device = resolve_device(settings.device)
     source = ModelRegistry().get(settings.model)
+    if settings.latent_only:
+        _check_memory_without_decode(source)
     started = time.perf_counter()
     model = source.load()
     if settings.latent_only:
@@ -201,6 +203,23 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
         device=str(device),
     )
     return record
+
+
+def _check_memory_without_decode(source) -> None:
+    """A latent-only row never decodes: refuse it only when the model without the decode's activations
+    cannot fit (the bundle-sized U-Net's 7 GiB full-resolution decode would refuse every row otherwise)."""
+    from engine.errors import OutOfMemory
+    from engine.formatting import format_bytes
+    from engine.nifti.checks import available_memory
+
+    estimate = source.memory_estimate()
+    need = estimate["total"] - estimate.get("decoding", 0)
+    if need > available_memory():
+        raise OutOfMemory(
+            f"model {source.id!r} would need about {format_bytes(need)} without its decode, but only "
+            f"{format_bytes(available_memory())} is available"
+        )
+    source.check_memory = lambda: estimate  # load() checks again, with the decode counted: checked here
 
 
 def _prepare_xla(model):

@@ -412,6 +412,7 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     rewrites_unet = (
         config.channels_last_3d
         or config.attention == "sdpa"
+        or config.unet_subpixel
         or config.quantization
         or config.compile_mode
         or config.cuda_graphs
@@ -426,10 +427,26 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
         config, _use_sdpa(unet) if config.attention == "sdpa" and unet is not None else 0
     )
 
-    # 4. Quantization (before channels-last and compile: it replaces modules).
+    # 4. Sub-pixel upsampling and quantization (before channels-last and compile: they replace modules).
+    # int8 calibration and the mixed plan are measured on the plain U-Net (their caches are shared with
+    # the rows without sub-pixel upsampling); the rewrite keeps the layer names, so they apply after it.
+    def sub_pixel() -> None:
+        if config.unet_subpixel and unet is not None:
+            from engine.optimization.unet_subpixel import subpixel_rewrite_unet
+
+            rewritten = subpixel_rewrite_unet(unet)
+            report["unet_subpixel"] = _unet_subpixel_entry(config, len(rewritten))
+            details["unet_subpixel_blocks"] = rewritten
+
+    report["unet_subpixel"] = _unet_subpixel_entry(config, 0 if unet is None else None)
     report["quantization"] = _entry(config.quantization, False)
+    int8_path = config.quantization in ("int8", "mixed") and _quantization_support(config, device)[0]
     if config.quantization and unet is not None:
-        _apply_quantization(model, unet, config, device, report, details)
+        _apply_quantization(
+            model, unet, config, device, report, details, before_int8=sub_pixel if int8_path else None
+        )
+    if not int8_path:
+        sub_pixel()
 
     # 5. Channels-last 3D: weights now, inputs per call (PreparedModel.prepare_input).
     report["channels_last_3d"] = _channels_last_entry(config, device)
@@ -516,6 +533,7 @@ def expected_report(
         "tf32": _tf32_entry(config, device, probe),
         "autocast": _autocast_entry(config, device, probe),
         "attention": _attention_entry(config, None),
+        "unet_subpixel": _unet_subpixel_entry(config, None),
         "quantization": _expected_quantization_entry(config, device),
         "channels_last_3d": _channels_last_entry(config, device),
         "compile_mode": _compile_entry(config, device),
@@ -583,6 +601,22 @@ def _attention_entry(config: OptimizationConfig, switched: int | None) -> dict[s
     count = "the model's" if switched is None else str(switched)
     return _entry(
         "sdpa", True, f"{count} attention block(s) use torch.nn.functional.scaled_dot_product_attention"
+    )
+
+
+def _unet_subpixel_entry(config: OptimizationConfig, rewritten: int | None) -> dict[str, Any]:
+    """``rewritten``: how many upsampling blocks became sub-pixel, or None when predicting without them."""
+    if not config.unet_subpixel:
+        return _entry(False, False)
+    if rewritten == 0:
+        return _entry(True, False, "the U-Net has no nearest-x2 + 3x3x3 upsampling convolution")
+    count = "the U-Net's" if rewritten is None else str(rewritten)
+    return _entry(
+        True,
+        True,
+        f"{count} upsampling block(s) as sub-pixel convolutions at the low resolution (nearest x2 + 3x3x3 "
+        "= eight 2x2x2 convolutions: the same result up to float rounding, about a third of their "
+        "multiply-adds)",
     )
 
 
@@ -793,7 +827,11 @@ def _conv_keeps_channels_last(device) -> bool:
 # -- quantization ----------------------------------------------------------------------------------------
 
 
-def _apply_quantization(model, unet, config: OptimizationConfig, device, report, details) -> None:
+def _apply_quantization(
+    model, unet, config: OptimizationConfig, device, report, details, before_int8=None
+) -> None:
+    """int8, fp8 or the mixed plan for the U-Net, in place. ``before_int8`` (if given) runs after the
+    calibration and the plan were measured on the plain U-Net and before its layers are replaced."""
     from engine import quantization as q
 
     mode = config.quantization
@@ -829,6 +867,8 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
         "from_cache": cached,  # a one-off cost: measured once per model and machine (engine.optimization.calibration_cache)
     }
     if mode == "int8":
+        if before_int8 is not None:
+            before_int8()
         done = q.quantize_int8(unet, calibration, candidates)
         convs = sum(1 for n in done if n in calibration.ranges)
         report["quantization"] = _entry(
@@ -854,22 +894,42 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
     def run_volume(trial_unet):
         return _run_calibration(model, trial_unet, device, decode=True, autocast=autocast)
 
-    # The budget is against fp32; without autocast the plan's own float run is that volume already.
-    reference = _run_calibration(model, unet, device, decode=True) if autocast else None
-    plan = q.mixed_precision_plan(
-        unet,
-        calibration,
-        candidates,
-        config.psnr_budget_db,
-        run_sample,
-        run_volume,
-        reference_volume=reference,
-    )
-    q.quantize_int8(unet, calibration, plan.quantized)
-    details["mixed_plan"] = plan.record()
+    def search():
+        # The budget is against fp32; without autocast the plan's own float run is that volume already.
+        reference = _run_calibration(model, unet, device, decode=True) if autocast else None
+        return q.mixed_precision_plan(
+            unet,
+            calibration,
+            candidates,
+            config.psnr_budget_db,
+            run_sample,
+            run_volume,
+            reference_volume=reference,
+        )
+
+    # The search is a one-off cost (a sampling run per layer): kept per weights, floor, machine and versions.
     judged_on = (
         "final volume" if model.autoencoder is not None or model.spec.kind != "latent" else "final latent"
     )
+    plan, plan_cached, search_s = calibration_cache.mixed_plan(
+        unet,
+        {
+            "role": "unet-mixed",
+            "budget_db": config.psnr_budget_db,
+            "autocast": autocast,
+            "judged_on": judged_on,
+            "latent_shape": list(model.spec.latent_shape or ()),
+            "seed": CALIBRATION_SEED,
+            "steps": CALIBRATION_STEPS,
+            "device": device.type,
+            "layers": candidates,
+        },
+        search,
+    )
+    if before_int8 is not None:
+        before_int8()
+    q.quantize_int8(unet, calibration, plan.quantized)
+    details["mixed_plan"] = {**plan.record(), "from_cache": plan_cached, "search_s": search_s}
     if not plan.quantized and plan.float_psnr_db < config.psnr_budget_db:
         report["quantization"] = _entry(
             mode,
@@ -891,6 +951,11 @@ def _apply_quantization(model, unet, config: OptimizationConfig, device, report,
             f"compute), {len(plan.kept)} kept in {kept_dtype} ({len(plan.skipped_small)} of them below "
             f"{100 * q.MIN_MIXED_SHARE:g}% of the compute each, not searched); {judged_on} {achieved} vs fp32 on the "
             f"calibration run (budget {config.psnr_budget_db:g} dB, seed {CALIBRATION_SEED}, {CALIBRATION_STEPS} steps)"
+            + (
+                f"; plan from the cache (its search took {search_s:.0f} s once)"
+                if plan_cached
+                else f"; plan searched in {search_s:.0f} s (kept for the next run)"
+            )
         ),
     )
 
@@ -985,17 +1050,30 @@ def _apply_decoder_quantization(
             "on that decode; GroupNorm and SiLU stay in floating point",
         )
         return
-    plan = q.mixed_precision_plan(
+    plan, plan_cached, search_s = calibration_cache.mixed_plan(
         autoencoder,
-        calibration,
-        candidates,
-        config.decoder_psnr_budget_db,
-        decode,
-        decode,
-        reference_volume=reference,
+        {
+            "role": "decoder-mixed",
+            "budget_db": config.decoder_psnr_budget_db,
+            "autocast": dtype,
+            "seed": CALIBRATION_SEED,
+            "steps": CALIBRATION_STEPS,
+            "latent_crop": list(latent.shape[2:]),
+            "device": device.type,
+            "layers": candidates,
+        },
+        lambda: q.mixed_precision_plan(
+            autoencoder,
+            calibration,
+            candidates,
+            config.decoder_psnr_budget_db,
+            decode,
+            decode,
+            reference_volume=reference,
+        ),
     )
     q.quantize_int8(autoencoder, calibration, plan.quantized)
-    details["decoder"]["mixed_plan"] = plan.record()
+    details["decoder"]["mixed_plan"] = {**plan.record(), "from_cache": plan_cached, "search_s": search_s}
     kept_dtype = dtype or "fp32"
     if not plan.quantized and plan.float_psnr_db < config.decoder_psnr_budget_db:
         report["decoder_quantization"] = _entry(

@@ -1,10 +1,17 @@
-"""int8 calibration, measured once per model and machine and kept: a one-off cost, not a per-run one.
+"""int8 calibration and the mixed plan, measured once per model and machine and kept: one-off costs.
 
 Quantizing a network needs the activation ranges of its layers on a calibration run of the sampling loop
 (seconds on the shipped model, minutes on large ones). The ranges depend on the weights, the calibration
 request and the library versions, not on the run that asks, so they are kept under the user cache as
 ``calibration/<key>.json``, the key being the sha256 of the network's parameters and buffers plus those
 facts. A run that finds them skips the calibration; its report says so.
+
+The mixed-precision plan (which layers run int8, :func:`engine.quantization.mixed_precision_plan`) costs
+one sampling run per searched layer plus a binary search: minutes on the shipped model, an hour on the
+bundle-sized U-Net. It depends on the weights, the PSNR floor, the calibration request, the int8 kernels'
+arithmetic (7-bit activations without VNNI: the machine) and the library versions, so :func:`mixed_plan`
+keeps it as ``calibration/<key>.mixed.json`` keyed by all of them (the machine by its probe fingerprint),
+with the seconds the search took.
 
 ``VOLSYNTH_CALIBRATION_CACHE=0`` turns the cache off (the test suite does, except where it tests it).
 """
@@ -88,6 +95,50 @@ def latent(module, facts: Mapping[str, Any], run: Callable[[], Any]):
             path, {"format": FORMAT, "shape": list(value.shape), "values": value.float().flatten().tolist()}
         )
     return value
+
+
+def mixed_plan(module, facts: Mapping[str, Any], search: Callable[[], Any]):
+    """The ``MixedPlan`` for ``module`` and ``facts`` (PSNR floor, autocast, calibration request, layers):
+    from the cache when it has it, else ``search()`` timed and kept. The key adds this machine's probe
+    fingerprint and the library versions. Returns ``(plan, from_cache, search_s)``: ``search_s`` is the
+    search's own time (the one-off cost, measured when the plan was made, also on a hit)."""
+    import time
+
+    key = network_key(module, {**facts, **machine_facts()}) if enabled() else None
+    path = cache_dir() / f"{key}.mixed.json" if key else None
+    if path is not None:
+        cached = _load_plan(path)
+        if cached is not None:
+            return cached[0], True, cached[1]
+    started = time.perf_counter()
+    plan = search()
+    search_s = time.perf_counter() - started
+    if path is not None:
+        _write(path, {"format": FORMAT, "search_s": search_s, "plan": dataclasses.asdict(plan)})
+    return plan, False, search_s
+
+
+def machine_facts() -> dict[str, Any]:
+    """What of the machine and libraries a mixed plan depends on: the probe's fingerprint (CPU model and
+    capability, honouring the AVX2 stand-in's variables) and every library version the tuner keys on."""
+    from engine.machine.probe import probe_machine
+    from engine.optimization.tune_store import current_versions
+
+    return {"machine": probe_machine().fingerprint(), "versions": current_versions()}
+
+
+def _load_plan(path: Path):
+    from engine import quantization as q
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT:
+            return None
+        known = {f.name for f in dataclasses.fields(q.MixedPlan)}
+        plan = q.MixedPlan(**{k: v for k, v in data["plan"].items() if k in known})
+        return plan, float(data["search_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # missing, damaged or from another version: search again
 
 
 def _write(path: Path, data: dict) -> None:

@@ -118,11 +118,21 @@ def measured_slower(row: Mapping[str, Any] | None) -> bool:
 def recommendation(result: Mapping[str, Any] | None, min_psnr_db: float = DEFAULT_MIN_PSNR_DB):
     """The fastest measured row at or above ``min_psnr_db`` that the noise rule calls faster than fp32 end to
     end, or the fp32 row when none is (a setting measured slower, or not clearly faster, is never recommended).
+
+    "Fastest" is the largest speed-up over the fp32 measured in the same run, side by side: a result merged
+    from several runs (``volsynth tune --rows``) holds rows timed at different times, under different load,
+    whose seconds do not compare, but whose ratios to their own run's fp32 do.
     """
     if not result:
         return None
     rows = [r for r in result.get("rows", ()) if "error" not in r and r.get("end_to_end_s")]
     fp32 = next((r for r in rows if r.get("name") == "fp32"), None)
+
+    def speedup(row) -> float:
+        if row.get("speedup_end_to_end"):
+            return float(row["speedup_end_to_end"])
+        return fp32["end_to_end_s"] / row["end_to_end_s"] if fp32 else 1.0 / row["end_to_end_s"]
+
     best = fp32
     for row in rows:
         if row is fp32 or (row.get("end_to_end_verdict") or {}).get("verdict") != "faster":
@@ -130,6 +140,52 @@ def recommendation(result: Mapping[str, Any] | None, min_psnr_db: float = DEFAUL
         psnr = row.get("psnr_db")
         if psnr is None or not (math.isinf(psnr) or psnr >= min_psnr_db):
             continue
-        if best is None or row["end_to_end_s"] < best["end_to_end_s"]:
+        bar = 0.0 if best is None else 1.0 if best is fp32 else speedup(best)
+        if speedup(row) > bar:
             best = row
     return best
+
+
+def merge_results(stored: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """``new`` (a measurement of some rows) merged into the ``stored`` result of the same model, machine and
+    libraries: the rows ``new`` measured replace theirs, the others are kept, and the recommendation is made
+    again from the merged rows.
+
+    Every row's verdict is the noise rule (:func:`engine.metrics.speed_verdict.speed_verdict`) applied anew to
+    its own end-to-end samples against those of the fp32 measured in the same run (kept with the row as
+    ``reference_end_to_end_samples_s``), never against another run's fp32: rows of different runs were timed
+    under different load. A row kept from an older format without samples keeps its verdict.
+    """
+    from engine.metrics.speed_verdict import speed_verdict
+
+    merged = json.loads(json.dumps(new, default=str))  # a copy, JSON-shaped like the stored file
+    if stored and _same_measurement(stored, new):
+        measured = {row["name"] for row in merged["rows"]}
+        kept = [copy_row(row, stored) for row in stored.get("rows", ()) if row.get("name") not in measured]
+        merged["rows"] = [*merged["rows"], *kept]
+        merged["kept_from_earlier_runs"] = sorted(row["name"] for row in kept)
+    for row in merged["rows"]:
+        samples, reference = row.get("end_to_end_samples_s"), row.get("reference_end_to_end_samples_s")
+        if row.get("name") != "fp32" and samples and reference:
+            verdict = speed_verdict(reference, samples)
+            row["end_to_end_verdict"] = verdict.to_dict("it", "fp32")
+            row["speedup_end_to_end"] = verdict.ratio
+    best = recommendation(merged)
+    merged["recommended"] = best["name"] if best else None
+    return merged
+
+
+def copy_row(row: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored row, marked with when it was measured (the run it came from) if it is not yet."""
+    return {**row, "measured": row.get("measured") or stored.get("created")}
+
+
+def _same_measurement(stored: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether ``stored`` is for the same machine, model, libraries and device as ``new`` (only then merge)."""
+    return (
+        stored.get("format") == new.get("format")
+        and stored.get("fingerprint") == new.get("fingerprint")
+        and (stored.get("model") or {}).get("key") == (new.get("model") or {}).get("key")
+        and stored.get("versions_key") == new.get("versions_key")
+        and stored.get("device") == new.get("device")
+    )

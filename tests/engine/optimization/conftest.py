@@ -6,6 +6,13 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True)
+def no_calibration_cache(monkeypatch):
+    """Calibration ranges and mixed plans are measured afresh in every test (and never written to the
+    user's cache); the tests of the cache itself turn it on."""
+    monkeypatch.setenv("VOLSYNTH_CALIBRATION_CACHE", "0")
+
+
 @pytest.fixture(scope="module")
 def tiny_loaded(tmp_path_factory):
     from engine.models import open_model_folder

@@ -23,6 +23,7 @@ def test_default_config_applies_nothing_and_reports_every_setting(tiny_loaded, c
         "tf32",
         "autocast",
         "attention",
+        "unet_subpixel",
         "quantization",
         "channels_last_3d",
         "compile_mode",

@@ -100,6 +100,89 @@ def test_a_row_measured_slower_here_is_refused_and_never_recommended(tuned, no_s
     assert report["measured_here"]["applied"] is False and report["allow_slower"]["applied"]
 
 
+def test_measuring_some_rows_merges_into_the_stored_result(tuned, tiny_models_dir, tmp_path, monkeypatch):
+    import shutil
+
+    from engine.models.registry import ModelRegistry
+
+    result, _, folder = tuned
+    store = tmp_path / "tune"
+    shutil.copytree(folder, store)
+    monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(store))
+    sha = ModelRegistry([tiny_models_dir]).get("tiny-latent").weights_sha256()
+    # An earlier run measured one more row, twice as fast as the fp32 of that run (its own samples say so).
+    stored = tune_store.load_result(sha)
+    fp32 = next(r for r in stored["rows"] if r["name"] == "fp32")
+    earlier = {
+        **copy.deepcopy(fp32),
+        "name": "int8+sdpa",
+        "config": {"quantization": "int8", "attention": "sdpa"},
+        "end_to_end_samples_s": [0.5, 0.505, 0.495],
+        "reference_end_to_end_samples_s": [1.0, 1.01, 0.99],  # the fp32 of that run
+        "end_to_end_s": 0.5,
+        "end_to_end_verdict": {"verdict": "undecided"},  # judged again from the samples on merging
+        "psnr_db": 45.0,
+        "measured": "2026-01-01T00:00:00+00:00",
+    }
+    stored["rows"].append(earlier)
+    tune_store.save_result(stored)
+
+    again = run(
+        tune(str(tiny_models_dir / "tiny-latent"), "cpu", budget_s=3, steps=2, rows=["preset:Low memory"])
+    )
+    names = [row["name"] for row in again["rows"]]
+    assert sorted(names) == [
+        "fp32",
+        "int8+sdpa",
+        "preset:Low memory",
+    ]  # measured ones replaced, the other kept
+    assert again["kept_from_earlier_runs"] == ["int8+sdpa"]
+    low = next(r for r in again["rows"] if r["name"] == "preset:Low memory")
+    assert low["measured"] == again["created"] != result["created"]
+    kept = next(r for r in again["rows"] if r["name"] == "int8+sdpa")
+    assert kept["measured"] == "2026-01-01T00:00:00+00:00"
+    assert kept["end_to_end_verdict"]["verdict"] == "faster" and kept["speedup_end_to_end"] == pytest.approx(
+        2.0
+    )
+    assert again["recommended"] == "int8+sdpa"  # recomputed from the merged rows
+    on_disk = tune_store.load_result(sha)
+    assert [r["name"] for r in on_disk["rows"]] == names and on_disk["recommended"] == "int8+sdpa"
+    assert "kept from earlier runs" in format_result(again)
+
+
+def test_a_merged_row_is_judged_against_the_fp32_of_its_own_run():
+    def row(name, samples, reference, psnr=50.0):
+        return {
+            "name": name,
+            "config": {},
+            "end_to_end_s": sorted(samples)[len(samples) // 2],
+            "end_to_end_samples_s": samples,
+            "reference_end_to_end_samples_s": reference,
+            "end_to_end_verdict": {"verdict": "faster"},
+            "psnr_db": psnr,
+        }
+
+    base = {"format": 1, "fingerprint": "m", "model": {"key": "k"}, "versions_key": "v", "device": "cpu"}
+    stored = {
+        **base,
+        "created": "earlier",
+        "rows": [
+            row("fp32", [10.0, 10.1, 9.9], [10.0, 10.1, 9.9], math.inf),
+            # Measured under load: slow in seconds, but 1.5x its own fp32.
+            row("loaded-but-faster", [20.0, 20.2, 19.8], [30.0, 30.3, 29.7]),
+            # Stored as "faster", but its samples overlap its fp32's: the rule says undecided.
+            row("noisy", [5.0, 12.0, 6.0], [10.0, 6.0, 11.0]),
+        ],
+    }
+    new = {**base, "created": "now", "rows": [row("fp32", [8.0, 8.1, 7.9], [8.0, 8.1, 7.9], math.inf)]}
+    merged = tune_store.merge_results(stored, new)
+    verdicts = {r["name"]: r["end_to_end_verdict"]["verdict"] for r in merged["rows"] if r["name"] != "fp32"}
+    assert verdicts == {"loaded-but-faster": "faster", "noisy": "undecided"}
+    assert merged["recommended"] == "loaded-but-faster"  # ranked by its ratio, not its loaded seconds
+    other_machine = {**new, "fingerprint": "another"}
+    assert [r["name"] for r in tune_store.merge_results(stored, other_machine)["rows"]] == ["fp32"]
+
+
 def test_recommendation_takes_the_fastest_clearly_faster_row_above_the_floor():
     def row(name, e2e, verdict, psnr):
         return {
@@ -138,6 +221,8 @@ def test_candidates_follow_the_machine(tiny_models_dir):
     assert not any("bf16" in name for name in measured_avx2)  # the trap is never run on AVX2
     assert any("no native bf16" in s["reason"] for s in skipped_avx2)
     assert "bf16+sdpa+streamed+dec:bf16-cl" in {name for name, _ in rows_zen5}
+    # The mixed plan is measured too (its search cached as a one-off cost), and sub-pixel upsampling.
+    assert {"mixed+sdpa+streamed", "int8+sdpa+subpixel+streamed"} <= measured_avx2
 
 
 def test_tune_refuses_bad_arguments(tiny_models_dir):
