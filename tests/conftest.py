@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -11,6 +12,9 @@ os.environ.setdefault("XDG_DATA_HOME", os.path.join(os.environ.get("TMPDIR", "/t
 os.environ.setdefault(
     "XDG_CONFIG_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-config")
 )
+# Caches (int8 calibration, mixed plans, XLA plans) start empty in every run: a plan kept by an earlier run
+# would let a test pass without the work it checks.
+os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="volsynth-test-cache-"))
 os.environ.setdefault(
     "VOLSYNTH_TUNE_DIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-tune")
 )
