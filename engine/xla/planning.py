@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from engine.errors import BackendUnavailable, InvalidRequest, ModelInvalid
+from engine.errors import BackendUnavailable, InvalidRequest, ModelInvalid, ModelNotFound
 
 # MONAI's brain latent-diffusion bundle U-Net, by architecture only (no weights needed to plan).
 BUNDLE_MODEL = "brain-ldm-bundle"
@@ -46,7 +46,11 @@ def network_for_model(model: str, batch: int, cfg: bool, registry=None):
     else:
         from engine.models.registry import ModelRegistry
 
-        spec = (registry or ModelRegistry()).get(model or None).spec
+        try:
+            spec = (registry or ModelRegistry()).get(model or None).spec
+        except ModelNotFound as exc:
+            # Still one line: the registry's own list, then the architectures that plan by name.
+            raise ModelNotFound(f"{exc} (or plan a reference U-Net: {', '.join(REFERENCE_MODELS)})") from None
         name = spec.id
     if spec.kind == "latent" and spec.latent_shape is None:
         raise ModelInvalid(f"model {name} has no latent shape to plan for")
