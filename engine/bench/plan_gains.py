@@ -50,9 +50,11 @@ def _collective_bytes(collectives) -> dict[str, int]:
     return out
 
 
-def gain_case(network, stats, topology) -> dict[str, Any]:
+def gain_case(network, stats, topology, hbm_scale: float = 1.0) -> dict[str, Any]:
     """Every enumerated plan of ``network`` on ``topology`` estimated and placed; the two choices and the
-    gain."""
+    gain. ``hbm_scale`` multiplies the estimate's HBM bytes (its convolution and matmul operands only):
+    a compiled program's cost analysis also counts the normalisations, activations, concatenations and
+    halo copies, and ``calibrations`` measures the ratio on the plans that were compiled."""
     from engine.xla.planner import enumerate_plans, estimate_plan
     from engine.xla.topology import physical_devices, placements, program_comm_time
 
@@ -65,6 +67,9 @@ def gain_case(network, stats, topology) -> dict[str, Any]:
             unusable.append({"mesh": mesh, "reason": reason})
             continue
         est = estimate_plan(plan, stats, network, topology)
+        flop_s = est.flops / topology.chip.peak_flops
+        hbm_s = hbm_scale * _io_bytes(plan, stats) / topology.chip.hbm_bandwidth
+        compute_s = max(flop_s, hbm_s)
         by_placement = {
             name: program_comm_time(topology, est.collectives, order, aware=True)
             for name, order in orders.items()
@@ -80,17 +85,19 @@ def gain_case(network, stats, topology) -> dict[str, Any]:
                 "fits": est.memory_bytes <= topology.chip.hbm_bytes,
                 "memory_gb": round(est.memory_bytes / 1e9, 3),
                 "tflop_per_device": round(est.flops / 1e12, 4),
-                "compute_ms": _ms(est.compute_s),
+                "flop_ms": _ms(flop_s),
+                "hbm_ms": _ms(hbm_s),
+                "compute_ms": _ms(compute_s),
                 "comm_ms": _ms(by_placement[placement]),
-                "step_ms": _ms(est.compute_s + by_placement[placement]),
+                "step_ms": _ms(compute_s + by_placement[placement]),
                 "placement": placement,
                 "comm_id_order_ms": _ms(by_placement["id-order"]),
-                "step_id_order_ms": _ms(est.compute_s + by_placement["id-order"]),
-                "unaware_model_ms": _ms(est.compute_s + unaware_comm),
+                "step_id_order_ms": _ms(compute_s + by_placement["id-order"]),
+                "unaware_model_ms": _ms(compute_s + unaware_comm),
                 "bytes_per_device": _collective_bytes(est.collectives),
-                "_aware_s": est.compute_s + by_placement[placement],
-                "_unaware_s": est.compute_s + unaware_comm,
-                "_id_order_s": est.compute_s + by_placement["id-order"],
+                "_aware_s": compute_s + by_placement[placement],
+                "_unaware_s": compute_s + unaware_comm,
+                "_id_order_s": compute_s + by_placement["id-order"],
             }
         )
     fitting = [r for r in rows if r["fits"]]
@@ -102,10 +109,11 @@ def gain_case(network, stats, topology) -> dict[str, Any]:
     gains = [r["_id_order_s"] / aware["_aware_s"] for r in ties]
     rows.sort(key=lambda r: r["_aware_s"])
     # What one device would take: the floor every plan is measured against.
-    single_compute = stats_compute_s(stats, topology)
+    single_compute = stats_compute_s(stats, topology, hbm_scale)
     return {
         "topology": topology.name,
         "devices": topology.n_devices,
+        "hbm_scale": hbm_scale,
         "aware_choice": {"plan": aware["plan"], "placement": aware["placement"], "step_ms": aware["step_ms"]},
         "unaware_choice": {
             "plan": unaware["plan"],
@@ -126,10 +134,51 @@ def gain_case(network, stats, topology) -> dict[str, Any]:
     }
 
 
-def stats_compute_s(stats, topology) -> float:
+def stats_compute_s(stats, topology, hbm_scale: float = 1.0) -> float:
     flops = sum(stats.level_flops.values())
-    io = sum(stats.level_io_bytes.values())
+    io = hbm_scale * sum(stats.level_io_bytes.values())
     return max(flops / topology.chip.peak_flops, io / topology.chip.hbm_bandwidth)
+
+
+def _io_bytes(plan, stats) -> float:
+    """Per-device HBM bytes of the convolutions and matmuls, as ``engine.xla.planner.estimate_plan`` counts."""
+    return sum(b / (plan.data if lv < 0 else plan.shards(lv)) for lv, b in stats.level_io_bytes.items())
+
+
+def calibrations(cases: list[dict], compiled: list[dict]) -> list[dict]:
+    """Per compiled plan: its compute from XLA's cost analysis against the estimate's FLOP and HBM times for
+    the same plan; ``hbm_scale`` is their ratio where the compiled program is bandwidth-bound."""
+    out = []
+    for run in compiled:
+        for row in run["compiled_rows"]:
+            for case in cases:
+                effective = case["batch"] * (2 if case["cfg"] else 1)
+                if (case["model"], effective, case["topology"]) != (
+                    run["model"],
+                    run["batch"],
+                    run["topology"],
+                ):
+                    continue
+                est = next((r for r in case["rows"] if r["plan"] == row["plan"]), None)
+                if est is None or not est["hbm_ms"]:
+                    continue
+                bound = "hbm" if row["compute_ms"] > 1.01 * est["flop_ms"] else "flops"
+                out.append(
+                    {
+                        "model": run["model"],
+                        "topology": run["topology"],
+                        "plan": row["plan"],
+                        "compiled_compute_ms": row["compute_ms"],
+                        "compiled_comm_ms": row["comm_ms"],
+                        "estimated_flop_ms": est["flop_ms"],
+                        "estimated_hbm_ms": est["hbm_ms"],
+                        "estimated_comm_ms": est["comm_ms"],
+                        "compiled_bound": bound,
+                        "hbm_scale": round(row["compute_ms"] / est["hbm_ms"], 3) if bound == "hbm" else None,
+                    }
+                )
+                break
+    return out
 
 
 def _public(rows: list[dict]) -> list[dict]:
@@ -174,39 +223,62 @@ def compiled_summary(path: Path) -> dict[str, Any]:
 
 
 def run(workloads, topologies, compiled: list[Path], log=print) -> dict[str, Any]:
+    """The estimate table for every workload and topology; with compiled runs, their rows, the calibration
+    of the estimate's HBM bytes they give, and the table again with each model's calibration."""
     from engine.xla.planner import trace_network
     from engine.xla.planning import network_for_model
-    from engine.xla.topology import parse_topology
 
     started = time.perf_counter()
     results: dict[str, Any] = {
-        "machine": "AMD EPYC Zen 5, 2 cores (shared); estimates only, no accelerator used",
+        "machine": "AMD EPYC Zen 5, 2 cores (shared); planning only, no accelerator used",
         "load_average_start": os.getloadavg(),
         "tie": TIE,
         "cases": [],
     }
+    traced = {}
     for model, batch, cfg in workloads:
         network = network_for_model(model, batch, cfg)
         t0 = time.perf_counter()
-        stats = trace_network(network)
-        traced = time.perf_counter() - t0
+        traced[(model, batch, cfg)] = network, trace_network(network), round(time.perf_counter() - t0, 1)
+    results["cases"] = _cases(traced, topologies, {}, log)
+    results["compiled"] = [compiled_summary(p) for p in compiled if p.is_file()]
+    results["calibrations"] = calibrations(results["cases"], results["compiled"])
+    scales: dict[str, list[float]] = {}
+    for c in results["calibrations"]:
+        if c["hbm_scale"]:
+            scales.setdefault(c["model"], []).append(c["hbm_scale"])
+    if scales:
+        mean = {m: sum(v) / len(v) for m, v in scales.items()}
+        log(f"calibrated HBM bytes x {', '.join(f'{m} {s:.2f}' for m, s in mean.items())}")
+        calibrated = {k: v for k, v in traced.items() if k[0] in mean}
+        results["calibrated_cases"] = _cases(calibrated, topologies, mean, log)
+    results["total_s"] = round(time.perf_counter() - started, 1)
+    results["load_average_end"] = os.getloadavg()
+    return results
+
+
+def _cases(traced: dict, topologies, scales: dict[str, float], log) -> list[dict]:
+    from engine.xla.topology import parse_topology
+
+    cases = []
+    for (model, batch, cfg), (network, stats, trace_s) in traced.items():
         for name in topologies:
             topology = parse_topology(name)
-            case = {"model": model, "batch": batch, "cfg": cfg, "trace_s": round(traced, 1)}
-            case.update(gain_case(network, stats, topology))
-            results["cases"].append(case)
+            case = {"model": model, "batch": batch, "cfg": cfg, "trace_s": trace_s}
+            case.update(gain_case(network, stats, topology, scales.get(model, 1.0)))
+            cases.append(case)
+            if case["gain"] is None:
+                log(f"{model:15s} batch {batch} {name:12s}: no plan fits")
+                continue
             log(
                 f"{model:15s} batch {batch} {'cfg' if cfg else 'no-cfg':6s} {name:12s} aware "
                 f"{case['aware_choice']['plan']}@{case['aware_choice']['placement']} "
                 f"{case['aware_choice']['step_ms']:.3f} ms, unaware {case['unaware_choice']['plan']} "
                 f"{case['unaware_choice']['step_ms']:.3f} ms: gain {case['gain']:.3f}x "
                 f"(ties {case['gain_range'][0]:.3f}-{case['gain_range'][1]:.3f}), comm share "
-                f"{case['comm_share_of_aware_step']:.2f}"
+                f"{case['comm_share_of_aware_step']:.2f}, HBM x{case['hbm_scale']:.2f}"
             )
-    results["compiled"] = [compiled_summary(p) for p in compiled if p.is_file()]
-    results["total_s"] = round(time.perf_counter() - started, 1)
-    results["load_average_end"] = os.getloadavg()
-    return results
+    return cases
 
 
 def _workload(text: str) -> tuple[str, int, bool]:

@@ -36,3 +36,21 @@ def test_the_aware_choice_is_the_fastest_placed_plan_and_the_gain_compares_it_wi
     for r in fitting:  # every plan's best placement is no worse than JAX's device order
         assert r["comm_ms"] <= r["comm_id_order_ms"] + 1e-9
         assert r["step_ms"] == pytest.approx(r["compute_ms"] + r["comm_ms"], abs=1e-3)
+
+
+def test_a_bandwidth_bound_compiled_plan_calibrates_the_hbm_bytes(tiny_case):
+    from engine.bench.plan_gains import calibrations
+
+    case = dict(tiny_case, model="tiny", batch=1, cfg=True)
+    row = max(case["rows"], key=lambda r: r["hbm_ms"])
+    compiled_ms = 3 * max(row["hbm_ms"], row["flop_ms"])  # what XLA's cost analysis says, bandwidth-bound
+    run = {
+        "model": "tiny",
+        "batch": 2,  # effective: batch 1 x 2 CFG halves
+        "topology": "v5e:2x4",
+        "compiled_rows": [{"plan": row["plan"], "compute_ms": compiled_ms, "comm_ms": 0.0}],
+    }
+    (found,) = calibrations([case], [run])
+    assert found["compiled_bound"] == "hbm"
+    assert found["hbm_scale"] == pytest.approx(compiled_ms / row["hbm_ms"], rel=1e-3)
+    assert calibrations([case], [dict(run, topology="v5e:4x4")]) == []  # another topology: no match
