@@ -241,7 +241,12 @@ def run(workloads, topologies, compiled: list[Path], log=print) -> dict[str, Any
         t0 = time.perf_counter()
         traced[(model, batch, cfg)] = network, trace_network(network), round(time.perf_counter() - t0, 1)
     results["cases"] = _cases(traced, topologies, {}, log)
-    results["compiled"] = [compiled_summary(p) for p in compiled if p.is_file()]
+    results["compiled"], results["compiled_missing"] = [], []
+    for path in compiled:
+        try:
+            results["compiled"].append(compiled_summary(path))
+        except (OSError, ValueError, KeyError) as exc:  # a run still going, killed, or never started
+            results["compiled_missing"].append(f"{path}: {type(exc).__name__}: {exc}"[:200])
     results["calibrations"] = calibrations(results["cases"], results["compiled"])
     scales: dict[str, list[float]] = {}
     for c in results["calibrations"]:
