@@ -1,4 +1,5 @@
-"""MONAI's ``DiffusionModelUNet`` and ``AutoencoderKL`` decoder as pure ``jax.lax`` functions.
+"""MONAI's ``DiffusionModelUNet`` (and MAISI v2's ``DiffusionModelUNetMaisi``, the same blocks with more
+embeddings) and ``AutoencoderKL`` decoder as pure ``jax.lax`` functions.
 
 Activations are channels-last (B, D, H, W, C), XLA's preferred 3-D layout on TPUs; weights are a flat dict
 keyed by the MONAI ``state_dict`` names (see ``engine.xla.convert``). Each function mirrors the forward of
