@@ -4,8 +4,8 @@ Why a native port and not torchax: torchax 0.0.13 (the newest) fails to import b
 named-tensor overloads torch removed), and any shim would chase torch's internals on every upgrade. The
 two MONAI networks VolSynth runs (``DiffusionModelUNet`` and ``AutoencoderKL``'s decoder) are built from a
 dozen block kinds (MAISI v2's ``DiffusionModelUNetMaisi`` reuses the U-Net's blocks and adds class-label,
-spacing and region-index embeddings), so they are ported here once, as ``jax.lax`` functions, and the weights are used under
-their MONAI ``state_dict`` names unchanged. The structure (which blocks, heads, norms, strides) is read off
+spacing and region-index embeddings), so they are ported here once, as ``jax.lax`` functions, and the
+weights are used under their MONAI ``state_dict`` names unchanged. The structure (which blocks, heads, norms, strides) is read off
 the built torch module rather than re-derived from constructor arguments, so MONAI's defaults and version
 differences cannot drift from the port: a module kind the port does not know is refused by name.
 
