@@ -54,23 +54,19 @@ ROWS = [  # name, OptimizationConfig fields, precision class for the peak table,
 
 def network_defs(smoke: bool) -> dict[str, dict[str, Any]]:
     """Network definitions and input shapes; tiny versions for --cpu-smoke."""
-    from engine.models.reference import BUNDLE_UNET
+    from engine.models.reference import (
+        BUNDLE_UNET,
+        MED_DDPM_INPUT,
+        MED_DDPM_SMOKE_INPUT,
+        MED_DDPM_SMOKE_UNET,
+        MED_DDPM_UNET,
+    )
 
     if smoke:
         return {
             "med-ddpm-128": {
-                "unet": {
-                    "_target_": "DiffusionModelUNet",
-                    "spatial_dims": 3,
-                    "in_channels": 2,
-                    "out_channels": 1,
-                    "channels": [8, 16, 16, 32],
-                    "num_res_blocks": 1,
-                    "attention_levels": [False, False, False, True],
-                    "num_head_channels": 8,
-                    "norm_num_groups": 8,
-                },
-                "input": [1, 2, 16, 16, 16],
+                "unet": dict(MED_DDPM_SMOKE_UNET),
+                "input": list(MED_DDPM_SMOKE_INPUT),
                 "context": None,
             },
             "bundle-latent": {
@@ -85,21 +81,7 @@ def network_defs(smoke: bool) -> dict[str, dict[str, Any]]:
             },
         }
     return {
-        "med-ddpm-128": {
-            "unet": {
-                "_target_": "DiffusionModelUNet",
-                "spatial_dims": 3,
-                "in_channels": 2,
-                "out_channels": 1,
-                "channels": [64, 128, 256, 512],
-                "num_res_blocks": 1,
-                "attention_levels": [False, False, False, True],
-                "num_head_channels": 64,
-                "norm_num_groups": 32,
-            },
-            "input": [1, 2, 128, 128, 128],
-            "context": None,
-        },
+        "med-ddpm-128": {"unet": dict(MED_DDPM_UNET), "input": list(MED_DDPM_INPUT), "context": None},
         "bundle-latent": {"unet": dict(BUNDLE_UNET), "input": [1, 7, 20, 28, 20], "context": [1, 1, 4]},
     }
 

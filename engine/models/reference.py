@@ -67,6 +67,57 @@ BUNDLE_UNET = {
     "upcast_attention": True,
 }
 
+# A Med-DDPM-like pixel-space 3D U-Net (the workload of the project's GPU-optimization source paper): image +
+# one conditioning mask channel (Med-DDPM concatenates the segmentation mask) on 1x2x128^3, channels
+# (64, 128, 256, 512), one res block per level, self-attention only at the 16^3 level (Med-DDPM's attention
+# resolution), 64-channel heads. The GPU check and the XLA planner (``volsynth plan --model med-ddpm-128``)
+# both use this one definition.
+MED_DDPM_NAME = "med-ddpm-128"
+MED_DDPM_UNET = {
+    "_target_": "DiffusionModelUNet",
+    "spatial_dims": 3,
+    "in_channels": 2,
+    "out_channels": 1,
+    "channels": [64, 128, 256, 512],
+    "num_res_blocks": 1,
+    "attention_levels": [False, False, False, True],
+    "num_head_channels": 64,
+    "norm_num_groups": 32,
+}
+MED_DDPM_INPUT = (1, 2, 128, 128, 128)  # batch, channels, D, H, W
+# Its --cpu-smoke size: the same structure, tiny widths, 16^3.
+MED_DDPM_SMOKE_UNET = {
+    **MED_DDPM_UNET,
+    "channels": [8, 16, 16, 32],
+    "num_head_channels": 8,
+    "norm_num_groups": 8,
+}
+MED_DDPM_SMOKE_INPUT = (1, 2, 16, 16, 16)
+
+# MAISI v2's latent U-Net as NV-Generate's rflow-mr-brain config defines it (configs/config_network_rflow.json,
+# ``diffusion_unet_def`` with its ``@`` references resolved; engine.testing.MAISI_NETWORK_CONFIG restates the
+# whole file, and a test checks the two agree), at the latent of the config's 256x256x128 default volume
+# (4x compression per axis). ``volsynth plan --model maisi-v2-brain`` plans it.
+MAISI_NAME = "maisi-v2-brain"
+MAISI_UNET = {
+    "_target_": "monai.apps.generation.maisi.networks.diffusion_model_unet_maisi.DiffusionModelUNetMaisi",
+    "spatial_dims": 3,
+    "in_channels": 4,
+    "out_channels": 4,
+    "num_channels": [64, 128, 256, 512],
+    "attention_levels": [False, False, True, True],
+    "num_head_channels": [0, 0, 32, 32],
+    "num_res_blocks": 2,
+    "use_flash_attention": True,
+    "include_top_region_index_input": False,
+    "include_bottom_region_index_input": False,
+    "include_spacing_input": True,
+    "num_class_embeds": 128,
+    "resblock_updown": True,
+    "include_fc": True,
+}
+MAISI_LATENT = (4, 64, 64, 32)  # channels, then the latent of 256x256x128
+
 
 def demo_shaped_spec() -> ModelSpec:
     """Shaped like the shipped demo model (the networks of its spec.json, which ``volsynth train-demo``

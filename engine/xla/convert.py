@@ -3,8 +3,9 @@
 Why a native port and not torchax: torchax 0.0.13 (the newest) fails to import beside torch 2.13 (22
 named-tensor overloads torch removed), and any shim would chase torch's internals on every upgrade. The
 two MONAI networks VolSynth runs (``DiffusionModelUNet`` and ``AutoencoderKL``'s decoder) are built from a
-dozen block kinds, so they are ported here once, as ``jax.lax`` functions, and the weights are used under
-their MONAI ``state_dict`` names unchanged. The structure (which blocks, heads, norms, strides) is read off
+dozen block kinds (MAISI v2's ``DiffusionModelUNetMaisi`` reuses the U-Net's blocks and adds class-label,
+spacing and region-index embeddings), so they are ported here once, as ``jax.lax`` functions, and the
+weights are used under their MONAI ``state_dict`` names unchanged. The structure (which blocks, heads, norms, strides) is read off
 the built torch module rather than re-derived from constructor arguments, so MONAI's defaults and version
 differences cannot drift from the port: a module kind the port does not know is refused by name.
 
@@ -116,6 +117,27 @@ class UNetArch:
     @property
     def levels(self) -> int:
         return len(self.down)
+
+
+@dataclass(frozen=True)
+class MaisiUNetArch(UNetArch):
+    """MAISI v2's ``DiffusionModelUNetMaisi``: a ``DiffusionModelUNet`` whose timestep embedding is summed
+    with a class-label embedding (the modality) and then concatenated with embeddings of the top / bottom
+    body-region indices and the voxel spacing (each a Linear-SiLU-Linear on a 4- or 3-vector), in that
+    order; the residual blocks' timestep projections take the concatenation."""
+
+    class_embedding: str | None = None  # nn.Embedding weight key; None without num_class_embeds
+    # (input name, (first linear, second linear)) in MONAI's concatenation order; the names are those of
+    # ``MAISI_INPUTS``.
+    input_embeddings: tuple[tuple[str, tuple[str, str]], ...] = ()
+
+
+# DiffusionModelUNetMaisi's optional inputs: (forward argument stem, module attribute, include flag, width).
+MAISI_INPUTS = (
+    ("top_region_index", "top_region_index_layer", "include_top_region_index_input", 4),
+    ("bottom_region_index", "bottom_region_index_layer", "include_bottom_region_index_input", 4),
+    ("spacing", "spacing_layer", "include_spacing_input", 3),
+)
 
 
 @dataclass(frozen=True)
@@ -275,6 +297,30 @@ def unet_arch(unet) -> UNetArch:
         )
     if unet.num_class_embeds is not None:
         raise UnsupportedNetwork("class-embedding U-Nets are not ported to XLA")
+    return UNetArch(**_unet_fields(unet))
+
+
+def maisi_unet_arch(unet) -> MaisiUNetArch:
+    """The structure of MAISI v2's ``DiffusionModelUNetMaisi`` (built on any device, ``meta`` included)."""
+    if type(unet).__name__ != "DiffusionModelUNetMaisi":
+        raise UnsupportedNetwork(f"expected a DiffusionModelUNetMaisi, not {type(unet).__name__}")
+    inputs = []
+    for name, attribute, flag, width in MAISI_INPUTS:
+        if not getattr(unet, flag, False):
+            continue
+        layer = getattr(unet, attribute)
+        if int(layer[0].in_features) != width:
+            raise UnsupportedNetwork(f"{attribute}: expected {width} inputs, found {layer[0].in_features}")
+        inputs.append((name, (f"{attribute}.0", f"{attribute}.2")))
+    return MaisiUNetArch(
+        **_unet_fields(unet),
+        class_embedding=None if unet.num_class_embeds is None else "class_embedding.weight",
+        input_embeddings=tuple(inputs),
+    )
+
+
+def _unet_fields(unet) -> dict[str, Any]:
+    """``UNetArch``'s fields, read off a DiffusionModelUNet or a DiffusionModelUNetMaisi (same blocks)."""
     mid = unet.middle_block
     mid_attention = getattr(mid, "attention", None)
     first = unet.time_embed[0]
@@ -284,7 +330,7 @@ def unet_arch(unet) -> UNetArch:
             if ".attn2.to_k." in name:
                 context_dim = int(param.shape[1])
                 break
-    return UNetArch(
+    return dict(
         time_dim=int(first.in_features),
         time_embed=("time_embed.0", "time_embed.2"),
         conv_in=_conv(unet.conv_in, "conv_in"),

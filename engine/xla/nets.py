@@ -1,4 +1,5 @@
-"""MONAI's ``DiffusionModelUNet`` and ``AutoencoderKL`` decoder as pure ``jax.lax`` functions.
+"""MONAI's ``DiffusionModelUNet`` (and MAISI v2's ``DiffusionModelUNetMaisi``, the same blocks with more
+embeddings) and ``AutoencoderKL`` decoder as pure ``jax.lax`` functions.
 
 Activations are channels-last (B, D, H, W, C), XLA's preferred 3-D layout on TPUs; weights are a flat dict
 keyed by the MONAI ``state_dict`` names (see ``engine.xla.convert``). Each function mirrors the forward of
@@ -23,6 +24,7 @@ from engine.xla.convert import (
     AttentionHeads,
     Conv,
     DecoderArch,
+    MaisiUNetArch,
     Norm,
     Resample,
     ResBlock,
@@ -187,10 +189,83 @@ def unet_apply(
     resolution) on the way down, at the middle block and on the way up: the planner uses it to place a
     sharding per level.
     """
-    constrain = constrain or _same
-    emb = timestep_embedding(t, arch.time_dim).astype(x.dtype)
-    emb = linear(p, arch.time_embed[1], jax.nn.silu(linear(p, arch.time_embed[0], emb, precision)), precision)
+    return unet_body(arch, p, x, _time_embedding(arch, p, x, t, precision), context, constrain, precision)
 
+
+def _embedding_mlp(p: Params, keys: tuple[str, str], v: jax.Array, precision) -> jax.Array:
+    return linear(p, keys[1], jax.nn.silu(linear(p, keys[0], v, precision)), precision)
+
+
+def _time_embedding(arch: UNetArch, p: Params, x: jax.Array, t: jax.Array, precision) -> jax.Array:
+    emb = timestep_embedding(t, arch.time_dim).astype(x.dtype)
+    return _embedding_mlp(p, arch.time_embed, emb, precision)
+
+
+def maisi_unet_apply(
+    arch: MaisiUNetArch,
+    p: Params,
+    x: jax.Array,
+    t: jax.Array,
+    class_labels: jax.Array | None = None,
+    inputs: dict[str, jax.Array] | None = None,
+    constrain: Constrain | None = None,
+    precision: str = "highest",
+) -> jax.Array:
+    """``DiffusionModelUNetMaisi.forward(x, t, class_labels=..., spacing_tensor=..., ...)`` channels-last.
+
+    ``inputs`` maps the names of ``arch.input_embeddings`` (``"spacing"``: spacing in mm x 100, (B, 3);
+    ``"top_region_index"`` / ``"bottom_region_index"``: (B, 4)) to their tensors. MONAI's flash attention
+    (``use_flash_attention``) is the same softmax attention computed in tiles, so the plain attention here
+    is its port; it differs from it by float rounding only.
+    """
+    emb = _time_embedding(arch, p, x, t, precision)
+    if arch.class_embedding is not None:
+        if class_labels is None:
+            raise ValueError("this MAISI U-Net needs class_labels (the modality)")
+        emb = emb + jnp.take(p[arch.class_embedding], class_labels.astype(jnp.int32), axis=0).astype(x.dtype)
+    parts = [emb]
+    for name, keys in arch.input_embeddings:
+        if inputs is None or name not in inputs:
+            raise ValueError(f"this MAISI U-Net needs its {name} input")
+        parts.append(_embedding_mlp(p, keys, inputs[name].astype(x.dtype), precision))
+    emb = jnp.concatenate(parts, axis=1) if len(parts) > 1 else emb
+    return unet_body(arch, p, x, emb, None, constrain, precision)
+
+
+def maisi_denoiser_apply(
+    arch: MaisiUNetArch,
+    p: Params,
+    x: jax.Array,
+    t: jax.Array,
+    context: jax.Array | None = None,
+    constrain: Constrain | None = None,
+    precision: str = "highest",
+) -> jax.Array:
+    """``maisi_unet_apply`` called as every denoiser is, ``(x, t, context)``: ``context`` (B, 1, 4) packs the
+    class label and the spacing (mm x 100) as ``engine.models.maisi.maisi_denoiser`` does. Region-index
+    inputs do not fit that packing (the brain model has them off) and are refused."""
+    if context is None or context.shape[-1] != 4:
+        raise ValueError("a MAISI U-Net needs its modality and spacing (context of shape (B, 1, 4))")
+    unpacked = [name for name, _keys in arch.input_embeddings if name != "spacing"]
+    if unpacked:
+        raise ValueError(f"the packed MAISI context has no room for {', '.join(unpacked)}")
+    labels = jnp.round(context[:, 0, 0]).astype(jnp.int32)
+    return maisi_unet_apply(
+        arch, p, x, t, labels, {"spacing": context[:, 0, 1:4]}, constrain=constrain, precision=precision
+    )
+
+
+def unet_body(
+    arch: UNetArch,
+    p: Params,
+    x: jax.Array,
+    emb: jax.Array,
+    context: jax.Array | None,
+    constrain: Constrain | None,
+    precision,
+) -> jax.Array:
+    """The U-Net after its embeddings: ``emb`` (B, E) feeds every residual block's timestep projection."""
+    constrain = constrain or _same
     h = conv(p, arch.conv_in, constrain(0, x), precision)
     skips = [h]
     for level, block in enumerate(arch.down):

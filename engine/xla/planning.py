@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from engine.errors import BackendUnavailable, InvalidRequest, ModelInvalid
+from engine.errors import BackendUnavailable, InvalidRequest, ModelInvalid, ModelNotFound
 
 # MONAI's brain latent-diffusion bundle U-Net, by architecture only (no weights needed to plan).
 BUNDLE_MODEL = "brain-ldm-bundle"
+# The Med-DDPM-like pixel-space 128^3 U-Net of the GPU check (engine.models.reference.MED_DDPM_UNET).
+MED_DDPM_MODEL = "med-ddpm-128"
+# MAISI v2's latent U-Net (the NV-Generate brain config) at its 4x64x64x32 latent.
+MAISI_MODEL = "maisi-v2-brain"
+# Reference architectures planned by name, beside registered model ids and folders.
+REFERENCE_MODELS = (BUNDLE_MODEL, MED_DDPM_MODEL, MAISI_MODEL)
 DEFAULT_COMPILE_TOP = 3
 # Planning stops starting compiles after this many seconds and returns the best plan so far, saying so.
 DEFAULT_TIME_LIMIT_S = 120.0
@@ -22,9 +28,20 @@ _TPU_FAMILIES = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5": "v5p", "TPU v
 
 
 def network_for_model(model: str, batch: int, cfg: bool, registry=None):
-    """The planner's view of a model's U-Net: a registered id or folder, or ``brain-ldm-bundle``."""
+    """The planner's view of a model's U-Net: a registered id or folder, or one of ``REFERENCE_MODELS``."""
+    from engine.xla.maisi_planning import is_maisi_definition, maisi_network
     from engine.xla.planner import network_from_definition
 
+    if model == MED_DDPM_MODEL:
+        from engine.models.reference import MED_DDPM_INPUT, MED_DDPM_UNET
+
+        return network_from_definition(
+            MED_DDPM_MODEL, dict(MED_DDPM_UNET), MED_DDPM_INPUT[2:], batch=batch, cfg=cfg
+        )
+    if model == MAISI_MODEL:
+        from engine.models.reference import MAISI_LATENT, MAISI_UNET
+
+        return maisi_network(MAISI_MODEL, dict(MAISI_UNET), MAISI_LATENT[1:], batch=batch, cfg=cfg)
     if model == BUNDLE_MODEL:
         from engine.models.reference import bundle_sized_spec
 
@@ -32,12 +49,17 @@ def network_for_model(model: str, batch: int, cfg: bool, registry=None):
     else:
         from engine.models.registry import ModelRegistry
 
-        spec = (registry or ModelRegistry()).get(model or None).spec
+        try:
+            spec = (registry or ModelRegistry()).get(model or None).spec
+        except ModelNotFound as exc:
+            # Still one line: the registry's own list, then the architectures that plan by name.
+            raise ModelNotFound(f"{exc} (or plan a reference U-Net: {', '.join(REFERENCE_MODELS)})") from None
         name = spec.id
     if spec.kind == "latent" and spec.latent_shape is None:
         raise ModelInvalid(f"model {name} has no latent shape to plan for")
     shape = spec.latent_shape if spec.latent_shape is not None else spec.output_shape
-    return network_from_definition(name, spec.networks["unet"], tuple(shape)[1:], batch=batch, cfg=cfg)
+    build = maisi_network if is_maisi_definition(spec.networks["unet"]) else network_from_definition
+    return build(name, spec.networks["unet"], tuple(shape)[1:], batch=batch, cfg=cfg)
 
 
 def plan_model(
