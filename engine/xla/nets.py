@@ -218,6 +218,11 @@ def maisi_unet_apply(
     (``use_flash_attention``) is the same softmax attention computed in tiles, so the plain attention here
     is its port; it differs from it by float rounding only.
     """
+    emb = _maisi_embedding(arch, p, x, t, class_labels, inputs, precision)
+    return unet_body(arch, p, x, emb, None, constrain, precision)
+
+
+def _maisi_embedding(arch: MaisiUNetArch, p: Params, x, t, class_labels, inputs, precision) -> jax.Array:
     emb = _time_embedding(arch, p, x, t, precision)
     if arch.class_embedding is not None:
         if class_labels is None:
@@ -228,8 +233,28 @@ def maisi_unet_apply(
         if inputs is None or name not in inputs:
             raise ValueError(f"this MAISI U-Net needs its {name} input")
         parts.append(_embedding_mlp(p, keys, inputs[name].astype(x.dtype), precision))
-    emb = jnp.concatenate(parts, axis=1) if len(parts) > 1 else emb
-    return unet_body(arch, p, x, emb, None, constrain, precision)
+    return jnp.concatenate(parts, axis=1) if len(parts) > 1 else emb
+
+
+def step_embedding(
+    arch: UNetArch, p: Params, x: jax.Array, t: jax.Array, context: jax.Array | None, precision
+) -> tuple[jax.Array, jax.Array | None]:
+    """What every residual block of a denoiser call ``(x, t, context)`` gets: the embedding, and the context
+    its attention reads. A MAISI U-Net's context is its packed class label and spacing, which go into the
+    embedding; its attention reads none."""
+    if isinstance(arch, MaisiUNetArch):
+        labels, inputs = _unpack_maisi_context(arch, context)
+        return _maisi_embedding(arch, p, x, t, labels, inputs, precision), None
+    return _time_embedding(arch, p, x, t, precision), context
+
+
+def _unpack_maisi_context(arch: MaisiUNetArch, context: jax.Array | None):
+    if context is None or context.shape[-1] != 4:
+        raise ValueError("a MAISI U-Net needs its modality and spacing (context of shape (B, 1, 4))")
+    unpacked = [name for name, _keys in arch.input_embeddings if name != "spacing"]
+    if unpacked:
+        raise ValueError(f"the packed MAISI context has no room for {', '.join(unpacked)}")
+    return jnp.round(context[:, 0, 0]).astype(jnp.int32), {"spacing": context[:, 0, 1:4]}
 
 
 def maisi_denoiser_apply(
@@ -244,15 +269,8 @@ def maisi_denoiser_apply(
     """``maisi_unet_apply`` called as every denoiser is, ``(x, t, context)``: ``context`` (B, 1, 4) packs the
     class label and the spacing (mm x 100) as ``engine.models.maisi.maisi_denoiser`` does. Region-index
     inputs do not fit that packing (the brain model has them off) and are refused."""
-    if context is None or context.shape[-1] != 4:
-        raise ValueError("a MAISI U-Net needs its modality and spacing (context of shape (B, 1, 4))")
-    unpacked = [name for name, _keys in arch.input_embeddings if name != "spacing"]
-    if unpacked:
-        raise ValueError(f"the packed MAISI context has no room for {', '.join(unpacked)}")
-    labels = jnp.round(context[:, 0, 0]).astype(jnp.int32)
-    return maisi_unet_apply(
-        arch, p, x, t, labels, {"spacing": context[:, 0, 1:4]}, constrain=constrain, precision=precision
-    )
+    labels, inputs = _unpack_maisi_context(arch, context)
+    return maisi_unet_apply(arch, p, x, t, labels, inputs, constrain=constrain, precision=precision)
 
 
 def unet_body(
@@ -266,31 +284,35 @@ def unet_body(
 ) -> jax.Array:
     """The U-Net after its embeddings: ``emb`` (B, E) feeds every residual block's timestep projection."""
     constrain = constrain or _same
+    # A constrain that says ``every_block`` pins each block's output too: the level entries alone leave XLA
+    # free to split a level the plan keeps whole ("cut") again from its split neighbours.
+    pin = constrain if getattr(constrain, "every_block", False) else _same
     h = conv(p, arch.conv_in, constrain(0, x), precision)
     skips = [h]
     for level, block in enumerate(arch.down):
         h = constrain(level, h)
         for r, a in zip(block.resnets, block.attentions, strict=True):
-            h = apply_attention(p, a, resblock(p, r, h, emb, precision), context, precision)
+            h = pin(level, apply_attention(p, a, resblock(p, r, h, emb, precision), context, precision))
             skips.append(h)
         if block.resample is not None:
-            h = resample(p, block.resample, h, emb, precision)
+            h = pin(level + 1, resample(p, block.resample, h, emb, precision))
             skips.append(h)
 
     deepest = arch.levels - 1
     h = constrain(deepest, h)
     first, mid_attention, second = arch.mid
-    h = resblock(p, first, h, emb, precision)
-    h = apply_attention(p, mid_attention, h, context, precision)
-    h = resblock(p, second, h, emb, precision)
+    h = pin(deepest, resblock(p, first, h, emb, precision))
+    h = pin(deepest, apply_attention(p, mid_attention, h, context, precision))
+    h = pin(deepest, resblock(p, second, h, emb, precision))
 
     for index, block in enumerate(arch.up):
-        h = constrain(deepest - index, h)
+        level = deepest - index
+        h = constrain(level, h)
         for r, a in zip(block.resnets, block.attentions, strict=True):
             h = jnp.concatenate([h, skips.pop()], axis=-1)
-            h = apply_attention(p, a, resblock(p, r, h, emb, precision), context, precision)
+            h = pin(level, apply_attention(p, a, resblock(p, r, h, emb, precision), context, precision))
         if block.resample is not None:
-            h = resample(p, block.resample, h, emb, precision)
+            h = pin(level - 1, resample(p, block.resample, h, emb, precision))
 
     h = constrain(0, h)
     return conv(p, arch.out_conv, jax.nn.silu(group_norm(p, arch.out_norm, h)), precision)

@@ -53,6 +53,7 @@ PLANNER_VERSION = "2"
 # blocks: distinct U-Net units on host devices; whole: the whole step for the topology (TPU compile-only
 # devices for slices); host-whole: the whole step on host devices (same SPMD partitioning, no TPU backend).
 ANALYSES = ("blocks", "whole", "host-whole")
+MAISI_CONTEXT_DIM = 4  # class label, spacing x 100 on three axes (engine.models.maisi.maisi_denoiser)
 # Live activations on top of the skips: the block's input, output and the norm / attention temporaries.
 _WORKING_SET_FACTOR = 4
 
@@ -107,20 +108,24 @@ def network_from_definition(
     cfg: bool = True,
     precision: str = "default",
 ) -> Network:
-    """Build the planning view of a MONAI DiffusionModelUNet definition (on torch's meta device: no memory)."""
-    from engine.xla.convert import abstract_params, meta_network, unet_arch
-    from engine.xla.nets import unet_apply
+    """Build the planning view of a MONAI DiffusionModelUNet or MAISI v2 DiffusionModelUNetMaisi definition
+    (on torch's meta device: no memory). A MAISI U-Net is called as every denoiser is, its context the packed
+    class label and spacing (``engine.xla.nets.maisi_denoiser_apply``)."""
+    from engine.models.networks import short_target
+    from engine.xla.convert import abstract_params, maisi_unet_arch, meta_network, unet_arch
+    from engine.xla.nets import maisi_denoiser_apply, unet_apply
 
     module = meta_network(definition)
-    arch = unet_arch(module)
+    maisi = short_target(definition.get("_target_", "")) == "DiffusionModelUNetMaisi"
+    arch = (maisi_unet_arch if maisi else unet_arch)(module)
     return Network(
         name=name,
         arch=arch,
         params=abstract_params(module),
-        apply=unet_apply,
+        apply=maisi_denoiser_apply if maisi else unet_apply,
         spatial=tuple(int(s) for s in latent_spatial),
         in_channels=int(arch.in_channels),
-        context_dim=arch.context_dim,
+        context_dim=MAISI_CONTEXT_DIM if maisi else arch.context_dim,
         batch=batch * (2 if cfg else 1),
         levels=int(arch.levels),
         precision=precision,
@@ -512,6 +517,8 @@ def build_program(network: Network, plan: Plan, devices: Sequence):
 
     def constrain(level: int, h):
         return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, plan.spec(level)))
+
+    constrain.every_block = True  # the program runs the plan as it says, cut levels whole (nets.unet_body)
 
     def program(params, x, t, ctx):
         return network.apply(

@@ -70,11 +70,13 @@ def test_identical_blocks_share_one_signature_and_the_units_follow_the_step():
     assert sorted(read) == sorted(net.params)
 
 
-def test_blocks_agree_with_the_whole_program_compile(tiny_net, plans):
-    """Same backend (host devices), a plan that splits batch, depth and height at every level: the same
-    collectives, FLOPs and (within fusion at the unit edges) bytes as the whole program."""
-    p = plans["dp2xd2xh2"]
-    assert p.level_labels() == ["dh", "dh"]
+@pytest.mark.parametrize(("name", "levels"), [("dp2xd2xh2", ["dh", "dh"]), ("dp2xd4/cut@1", ["d", "-"])])
+def test_blocks_agree_with_the_whole_program_compile(tiny_net, plans, name, levels):
+    """Same backend (host devices): the same collectives, FLOPs and (within fusion at the unit edges) bytes
+    as the whole program, for a plan that splits batch, depth and height at every level and for one that
+    keeps its deep level whole ("cut"), which the whole program honours because every block is pinned."""
+    p = plans[name]
+    assert p.level_labels() == levels
     cpus = jax.devices("cpu")[:8]
     composed = block_analysis.analyse_plan(tiny_net, p, cpus)
     jitted, _ = planner.build_program(tiny_net, p, cpus)
