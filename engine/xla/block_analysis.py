@@ -98,17 +98,19 @@ def unet_units(network) -> list[Unit]:
 
     arch, precision = network.arch, network.precision
     x, t, ctx = network.abstract_inputs()
-    has_ctx = ctx is not None
-    ctx_in, ctx_role = ((ctx,), ("data",)) if has_ctx else ((), ())
+    stem_in, stem_role = ((x, t), (0, "data")) if ctx is None else ((x, t, ctx), (0, "data", "data"))
 
-    def stem(p, x, t):
-        emb = nets.timestep_embedding(t, arch.time_dim).astype(x.dtype)
-        emb = nets.linear(p, arch.time_embed[0], emb, precision)
-        emb = nets.linear(p, arch.time_embed[1], jax.nn.silu(emb), precision)
+    def stem(p, x, t, ctx=None):
+        emb, _attention_context = nets.step_embedding(arch, p, x, t, ctx, precision)
         return nets.conv(p, arch.conv_in, x, precision), emb
 
-    units = [_unit("stem", stem, network, (x, t), (0, "data"), (0, "data"), skip=True)]
+    units = [_unit("stem", stem, network, stem_in, stem_role, (0, "data"), skip=True)]
     h, emb = units[0].out_shapes
+    # The blocks' attention reads the context unless the embedding took it (MAISI's class label and spacing).
+    attention_context = jax.eval_shape(
+        lambda p, x, t, c: nets.step_embedding(arch, p, x, t, c, precision)[1], network.params, x, t, ctx
+    )
+    ctx_in, ctx_role = ((ctx,), ("data",)) if attention_context is not None else ((), ())
 
     def res_attention(r, a, concat: bool):
         def block(p, h, *rest):

@@ -174,6 +174,15 @@ def _plan_sort_key(name: str) -> tuple:
     return (int(np.prod(mesh_of_name(name))), name)
 
 
+# How the planner priced its best plan (PlanResult.best["from"]), for provenance.
+_PREDICTED_BY = {
+    "blocks": "planner: its compiled blocks (host devices), XLA cost analysis + alpha-beta collectives",
+    "whole": "planner: compiled whole for the topology, XLA cost analysis + alpha-beta collectives",
+    "host-whole": "planner: compiled whole on host devices, XLA cost analysis + alpha-beta collectives",
+    "estimate": "planner: its cheap estimate (planning-time limit reached before a compile)",
+}
+
+
 def _resolve_best(network, topology, runnable, compile_top, started) -> ResolvedPlan:
     from engine.xla.planner import plan as run_planner
     from engine.xla.topology import physical_devices, placements
@@ -184,7 +193,10 @@ def _resolve_best(network, topology, runnable, compile_top, started) -> Resolved
             "with --xla-topology (e.g. v5e:2x4), or name a plan such as "
             f"{', '.join(sorted(runnable, key=_plan_sort_key)[-3:])}"
         )
-    result = run_planner(network, topology, compile_top=compile_top)
+    from engine.xla.plan_cache import default_cache
+
+    # The planner's own limit (120 s) and its cache: a server restarted for the same model plans at once.
+    result = run_planner(network, topology, compile_top=compile_top, cache=default_cache())
     if result.best is None:
         raise InvalidRequest(f"the planner compiled no plan of {network.name} for {topology.name}")
     name = result.best["plan"]
@@ -194,8 +206,8 @@ def _resolve_best(network, topology, runnable, compile_top, started) -> Resolved
     orders = placements(topology, physical_devices(topology))
     return ResolvedPlan(
         "best", plan, result.best["placement"], tuple(orders[result.best["placement"]]), topology.name,
-        result.best["step_ms"], "planner: compiled for the topology, XLA cost analysis + alpha-beta "
-        "collectives", time.perf_counter() - started,
+        result.best["step_ms"], _PREDICTED_BY.get(result.best.get("from"), "planner"),
+        time.perf_counter() - started,
     )  # fmt: skip
 
 

@@ -29,7 +29,6 @@ _TPU_FAMILIES = {"TPU v5 lite": "v5e", "TPU v5e": "v5e", "TPU v5": "v5p", "TPU v
 
 def network_for_model(model: str, batch: int, cfg: bool, registry=None):
     """The planner's view of a model's U-Net: a registered id or folder, or one of ``REFERENCE_MODELS``."""
-    from engine.xla.maisi_planning import is_maisi_definition, maisi_network
     from engine.xla.planner import network_from_definition
 
     if model == MED_DDPM_MODEL:
@@ -41,7 +40,7 @@ def network_for_model(model: str, batch: int, cfg: bool, registry=None):
     if model == MAISI_MODEL:
         from engine.models.reference import MAISI_LATENT, MAISI_UNET
 
-        return maisi_network(MAISI_MODEL, dict(MAISI_UNET), MAISI_LATENT[1:], batch=batch, cfg=cfg)
+        return network_from_definition(MAISI_MODEL, dict(MAISI_UNET), MAISI_LATENT[1:], batch=batch, cfg=cfg)
     if model == BUNDLE_MODEL:
         from engine.models.reference import bundle_sized_spec
 
@@ -58,8 +57,7 @@ def network_for_model(model: str, batch: int, cfg: bool, registry=None):
     if spec.kind == "latent" and spec.latent_shape is None:
         raise ModelInvalid(f"model {name} has no latent shape to plan for")
     shape = spec.latent_shape if spec.latent_shape is not None else spec.output_shape
-    build = maisi_network if is_maisi_definition(spec.networks["unet"]) else network_from_definition
-    return build(name, spec.networks["unet"], tuple(shape)[1:], batch=batch, cfg=cfg)
+    return network_from_definition(name, spec.networks["unet"], tuple(shape)[1:], batch=batch, cfg=cfg)
 
 
 def plan_model(

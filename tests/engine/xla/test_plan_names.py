@@ -124,13 +124,12 @@ def test_the_plan_command_accepts_the_names_and_lists_known_ones_for_others(monk
 
 def test_a_tiny_maisi_unet_plans_and_compiles_on_a_tpu_slice():
     from engine.testing import maisi_definitions
-    from engine.xla.maisi_planning import maisi_network
-    from engine.xla.planner import plan
+    from engine.xla.planner import network_from_definition, plan
     from engine.xla.topology import parse_topology
 
     config = maisi_definitions(tiny=True)
     two_levels = {"num_channels": [8, 16], "attention_levels": [False, True], "num_head_channels": [0, 8]}
     definition = {**_resolve(config, config["diffusion_unet_def"]), **two_levels}
-    network = maisi_network("tiny-maisi", definition, (8, 8, 4))
+    network = network_from_definition("tiny-maisi", definition, (8, 8, 4))
     result = plan(network, parse_topology("v5e:2x2"), compile_top=1)
     assert result.compiled >= 1 and result.best is not None and result.gain >= 1.0
