@@ -334,7 +334,7 @@ def tune(
             "threads": threads,
         }
         estimate_s = yield from _prepare_rows(
-            workers, measured_rows, prepare, steps, seed, started, progress, estimate_only
+            workers, measured_rows, prepare, steps, seed, started, progress, estimate_only, budget_s
         )
         if estimate_s is not None:  # estimate_only: stopped after sizing the measurement on fp32
             return {"estimate_s": estimate_s, "rows": [n for n, _ in measured_rows], "not_measured": skipped}
@@ -414,6 +414,7 @@ def _prepare_rows(
     started: float,
     progress: Callable[[float, float, str], Progress],
     estimate_only: bool,
+    budget_s: float,
 ) -> Generator[Progress, None, float | None]:
     """Step 1: a worker process per row, prepared (its one-off costs), appended to ``workers`` as it starts.
     After fp32, one untimed run sizes the whole measurement; with ``estimate_only`` it stops there and
@@ -443,7 +444,14 @@ def _prepare_rows(
                 + (total_prep - 1) * 2 * prep  # other rows: their load, plus calibration of about as long
                 + MIN_ROUNDS * total_prep * trial["wall_s"]
             )
-            yield progress(index, total_prep, f"estimated {estimate_s:.0f} s for {total_prep} rows")
+            message = f"estimated {estimate_s:.0f} s for {total_prep} rows"
+            if estimate_s > budget_s and not estimate_only:
+                # Said before the rounds start: a budget the minimum cannot fit must not be blown in silence.
+                message += (
+                    f", over the {budget_s:.0f} s budget: the {MIN_ROUNDS} rounds the noise rule needs run "
+                    "anyway (cancel stops them; --rows measures fewer)"
+                )
+            yield progress(index, total_prep, message)
             if estimate_only:
                 return estimate_s
     return None
