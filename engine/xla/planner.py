@@ -741,27 +741,13 @@ def plan(
     marked ``cut_short``; a compile under way finishes first. ``cache`` (an
     ``engine.xla.plan_cache.PlanCache``) returns a finished plan planned before and keeps unit analyses.
     """
-    from engine.xla.block_analysis import OutOfTime
-    from engine.xla.topology import physical_devices
-
     if analysis not in ANALYSES:
         raise ValueError(f"analysis must be one of {ANALYSES}, got {analysis!r}")
     say = progress or (lambda _msg: None)
     phases = _Phases(clock)
-    limit = _Limit(phases, time_limit_s)
     with phases("tracing"):
-        devices = physical_devices(topology)
+        devices, unit_devices, whole_devices = _planning_devices(topology, analysis, unit_devices)
         orders = placements(topology, devices)
-        if analysis == "blocks" and unit_devices is None:
-            unit_devices = _host_devices(topology.n_devices) or devices
-        whole_devices = devices
-        if analysis == "host-whole":
-            whole_devices = _host_devices(topology.n_devices)
-            if whole_devices is None:
-                raise ValueError(
-                    f"host-whole needs {topology.n_devices} host devices; this process has fewer"
-                )
-            unit_devices = whole_devices
     default = "id-order"
     key = ""
     if cache is not None:
@@ -792,31 +778,11 @@ def plan(
         enumerated = enumerate_plans(network, topology.n_devices)
         rows, candidates = _estimate_plans(enumerated, stats, network, topology, orders, phases)
         survivors = _select_for_compile(candidates, topology, orders[default], compile_top, dominated_factor)
-
-    compiled = []
-    cut_reason = ""
-    blocks = _BlockRun(network, unit_devices, cache, limit, say) if analysis == "blocks" else None
-    for p, row, _est in survivors:
-        if cut_reason:
-            row.reason = f"not compiled: {cut_reason}"
-            continue
-        try:
-            with phases("compiling"):
-                if blocks is not None:
-                    measured = blocks.measure(p, row, topology, orders, default, phases)
-                else:
-                    limit.check()
-                    on = whole_devices[0].platform
-                    say(f"compiling {p.name} for {topology.name} on {on} devices ...")
-                    measured = _compile_and_measure(
-                        p, row, network, topology, whole_devices, orders, default, phases
-                    )
-        except OutOfTime as exc:
-            cut_reason = str(exc)
-            row.reason = f"not compiled: {cut_reason}"
-            continue
-        if measured is not None:
-            compiled.append(measured)
+    if analysis == "blocks":
+        measure = _BlockRun(network, unit_devices, cache, _Limit(phases, time_limit_s), say).measure
+    else:
+        measure = _WholeRun(network, whole_devices, _Limit(phases, time_limit_s), say).measure
+    compiled, cut_reason = _compile_survivors(survivors, measure, topology, orders, default, phases)
     with phases("placement"):
         best, unaware_choice, gain = _choose(compiled, topology, orders, default)
         if best is not None:
@@ -856,6 +822,57 @@ def plan(
     if cache is not None and not result.cut_short:
         cache.save_result(key, result.to_dict())
     return result
+
+
+def _planning_devices(topology: Topology, analysis: str, unit_devices: Sequence | None):
+    """The topology's devices (placements are costed on them), those the units compile on (blocks), and
+    those whole programs compile on (the topology's, or host devices for host-whole)."""
+    from engine.xla.topology import physical_devices
+
+    devices = physical_devices(topology)
+    whole_devices = devices
+    if analysis == "blocks" and unit_devices is None:
+        unit_devices = _host_devices(topology.n_devices) or devices
+    if analysis == "host-whole":
+        whole_devices = _host_devices(topology.n_devices)
+        if whole_devices is None:
+            raise ValueError(f"host-whole needs {topology.n_devices} host devices; this process has fewer")
+        unit_devices = whole_devices
+    return devices, unit_devices, whole_devices
+
+
+def _compile_survivors(survivors, measure, topology: Topology, orders, default: str, phases: _Phases):
+    """Compile the survivors in order until the time limit; returns the measured ones and why it stopped
+    early ("" when it did not). A plan not reached gets that reason in its row."""
+    from engine.xla.block_analysis import OutOfTime
+
+    compiled, cut_reason = [], ""
+    for p, row, _est in survivors:
+        if cut_reason:
+            row.reason = f"not compiled: {cut_reason}"
+            continue
+        try:
+            with phases("compiling"):
+                measured = measure(p, row, topology, orders, default, phases)
+        except OutOfTime as exc:
+            cut_reason = str(exc)
+            row.reason = f"not compiled: {cut_reason}"
+            continue
+        if measured is not None:
+            compiled.append(measured)
+    return compiled, cut_reason
+
+
+class _WholeRun:
+    """Each survivor compiled as one whole program (for the topology, or on host devices)."""
+
+    def __init__(self, network: Network, devices, limit: _Limit, say):
+        self.network, self.devices, self.limit, self.say = network, devices, limit, say
+
+    def measure(self, p: Plan, row: Row, topology: Topology, orders, default: str, phases: _Phases):
+        self.limit.check()
+        self.say(f"compiling {p.name} for {topology.name} on {self.devices[0].platform} devices ...")
+        return _compile_and_measure(p, row, self.network, topology, self.devices, orders, default, phases)
 
 
 # Host compiles: only XLA's HLO passes matter (partitioning, fusion, the cost analysis); LLVM's optimisation
