@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QApplication, QProxyStyle, QStyle, QStyleFactory, 
 from engine.files.shipped import resource_path
 
 ACCENT = "#3d8fd6"
+NOTE_COLOUR = "#e5c07b"  # amber: a value the model was not trained on, one that was clamped, a cleared plan
 
 
 class SortArrowStyle(QProxyStyle):

@@ -35,7 +35,9 @@ from PySide6.QtWidgets import (
 from app.core.generation_form import MAX_SEED, condition_problem, extrapolation_note, random_seed
 from app.core.progress import ProgressTracker
 from app.core.session import AppState
+from app.panels.plan_line import PlanLine
 from app.panels.run_box import RunBox
+from app.theme import NOTE_COLOUR
 
 SLIDER_STEPS = 1000
 MIN_PANEL_WIDTH = 300
@@ -53,9 +55,6 @@ def modality_title(name: str) -> str:
 
 def _triple_text(values) -> str:
     return "\u00d7".join(f"{v:g}" for v in values)
-
-
-NOTE_COLOUR = "#e5c07b"  # amber: a value the model was not trained on, or one that was clamped
 
 
 class WheelGuard(QObject):
@@ -323,22 +322,7 @@ class SamplingPanel(QWidget):
 
     def _show_plan(self) -> None:
         """The plan line: the plan and where it came from, or the note saying why it was cleared."""
-        form = self.form
-        if form.xla_plan:
-            origin = f" (from {form.xla_plan_origin})" if form.xla_plan_origin else ""
-            self.plan_label.setText(f"{form.xla_plan}{origin}")
-            self.plan_label.setToolTip(
-                f"The next run is sharded over the XLA engine server's devices as plan {form.xla_plan} says; "
-                "choosing another device clears it"
-            )
-            self.plan_clear_button.setToolTip("Clear the plan: the next run uses one device")
-        elif form.xla_plan_cleared:
-            self.plan_label.setText("none (one device)")
-            self.plan_label.setToolTip("")
-            self.plan_clear_button.setToolTip("Dismiss the note")
-        self.plan_note.setText(form.xla_plan_cleared)
-        self.plan_note.setVisible(bool(form.xla_plan_cleared) and not form.xla_plan)
-        self._sampling_form.setRowVisible(self.plan_widget, bool(form.xla_plan or form.xla_plan_cleared))
+        self._sampling_form.setRowVisible(self.plan_widget, self.plan_widget.show_form(self.form))
         self._fit_width()
 
     def _on_plan_clear_clicked(self) -> None:
@@ -496,32 +480,10 @@ class SamplingPanel(QWidget):
         self.device_box.setToolTip("Where the model runs")
         self.device_box.currentIndexChanged.connect(self._on_device_box_changed)
         # -- an XLA server's plan for the next run (chosen in the Plan view), or why it was cleared
-        self.plan_label = QLabel()
-        self.plan_label.setObjectName("planLine")
-        self.plan_label.setWordWrap(True)
-        self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.plan_clear_button = QToolButton(text="\u00d7")
-        self.plan_clear_button.setObjectName("clearPlanButton")
-        self.plan_clear_button.setAccessibleName("Clear plan")
-        self.plan_clear_button.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-        self.plan_clear_button.clicked.connect(self._on_plan_clear_clicked)
-        # Why a plan was cleared, under the line (as a condition's note): a wrapped label beside a button
-        # would be cut to the button's height.
-        self.plan_note = QLabel()
-        self.plan_note.setObjectName("hint")
-        self.plan_note.setStyleSheet(f"color: {NOTE_COLOUR};")
-        self.plan_note.setWordWrap(True)
-        self.plan_note.hide()
-        self.plan_widget = QWidget()
-        plan_row = QHBoxLayout()
-        plan_row.setContentsMargins(0, 0, 0, 0)
-        plan_row.addWidget(self.plan_label, 1)
-        plan_row.addWidget(self.plan_clear_button)
-        plan_box = QVBoxLayout(self.plan_widget)
-        plan_box.setContentsMargins(0, 0, 0, 0)
-        plan_box.setSpacing(2)
-        plan_box.addLayout(plan_row)
-        plan_box.addWidget(self.plan_note)
+        self.plan_widget = PlanLine()
+        self.plan_widget.clear_requested.connect(self._on_plan_clear_clicked)
+        self.plan_label, self.plan_clear_button = self.plan_widget.label, self.plan_widget.clear_button
+        self.plan_note = self.plan_widget.note
         return model_row, seed_row
 
     def _build_groups(self, model_row: QHBoxLayout, seed_row: QHBoxLayout) -> tuple[QGroupBox, QGroupBox]:

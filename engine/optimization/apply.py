@@ -883,9 +883,18 @@ def _apply_quantization(
         )
         return
 
-    # mixed: sensitivity-ranked search for the fewest float layers that meet the PSNR budget. Trials run in
-    # the precision the prepared model will run in (kept layers run under autocast too); the budget is
-    # against the fp32 volume.
+    _apply_mixed(model, unet, config, device, report, details, calibration, candidates, before_int8)
+
+
+def _apply_mixed(
+    model, unet, config: OptimizationConfig, device, report, details, calibration, candidates, before_int8
+) -> None:
+    """The mixed plan: a sensitivity-ranked search for the fewest float layers that meet the PSNR budget.
+    Trials run in the precision the prepared model will run in (kept layers run under autocast too); the
+    budget is against the fp32 volume."""
+    from engine import quantization as q
+
+    mode = config.quantization
     autocast = config.autocast if report["autocast"]["applied"] else None
 
     def run_sample(trial_unet):
