@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -150,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from engine.machine.probe import probe_machine
     from engine.xla.runtime import configure_jax
 
     got = configure_jax(max(DEVICE_COUNTS))
@@ -158,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     devices = jax.devices()[: max(DEVICE_COUNTS)]
     if got < max(DEVICE_COUNTS):
         raise SystemExit(f"need {max(DEVICE_COUNTS)} XLA devices, JAX started with {got}")
+    cpu = probe_machine().cpu
     results = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        "machine": f"{cpu.model} ({cpu.hardware_isa}), {cpu.logical_cores} cores, "
         f"{len(devices)} fake {devices[0].platform} devices",
         "jax": jax.__version__,
         "precision": args.precision,
