@@ -308,6 +308,8 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self._update_source()
         self._set_running(False)
         QShortcut(QKeySequence(RUN_KEY), self, activated=self.start)
+        # The keypad's Enter is a different key from Return; the hint says "Enter", so both run.
+        QShortcut(QKeySequence(RUN_KEY.replace("Return", "Enter")), self, activated=self.start)
         QShortcut(QKeySequence(CANCEL_KEY), self, activated=self.cancel)
         for index in range(len(PLANES)):
             QShortcut(

@@ -48,6 +48,7 @@ from app.core.optimization_presets import (
     preset_values,
 )
 from app.core.session import AppState
+from app.eliding_combo_box import ElidingComboBox
 from engine.api.optimization_config import DECODER_SETTING_INFO
 from engine.errors import EngineError, InvalidRequest
 from engine.optimization.apply import (
@@ -156,7 +157,7 @@ class OptimizationPanel(QWidget):
     def _build_header(self) -> None:
         """The preset box and its expand arrow, what was measured here (with Measure/Cancel and the PSNR
         floor of "Fastest here"), the one-line summary and the refusal message."""
-        self.preset_box = QComboBox()
+        self.preset_box = ElidingComboBox()
         for name in (FASTEST_HERE, *PRESETS, CUSTOM):
             self.preset_box.addItem(name, name)
         self.preset_box.setToolTip("Optimization preset (each says what it measured on this machine)")

@@ -405,3 +405,22 @@ def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, main_window):
     assert compare._job is not None and main_window.state.job_running  # started
     assert _wait(qtbot, compare) == "finished"
     compare.close()
+
+
+def test_the_keypad_enter_runs_too(qtbot, main_window):
+    """The empty views say "Ctrl+Enter": the keypad's Enter (a key apart from Return) starts the run as well."""
+    _select(main_window, "tiny-latent")
+    main_window.sampling_panel.steps_spin.setValue(2)
+    qtbot.keyClick(
+        main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
+    compare = main_window.compare.window
+    assert "Ctrl+Enter" in compare.views["a"]["axial"].empty_text
+    qtbot.keyClick(
+        QApplication.focusWidget(),
+        Qt.Key.Key_Enter,
+        Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.KeypadModifier,
+    )
+    assert compare._job is not None  # started
+    assert _wait(qtbot, compare) == "finished"
+    compare.close()

@@ -239,3 +239,18 @@ def test_measuring_is_reachable_by_shortcut_and_cancel_keeps_nothing(
     qtbot.waitUntil(lambda: window.tuning.job is None, timeout=60_000)
     assert not measured.running and not measured.measured
     assert not any((tmp_path / "tune").rglob("*.json"))
+
+
+def test_a_preset_too_long_for_the_box_ends_in_an_ellipsis(qtbot, main_window):
+    """ "Exact fp32 · not measured here" in a narrow box reads "Exact fp32 · not…", not a silent "not meas"."""
+    box = _panel(main_window).preset_box
+    box.setCurrentIndex(box.findData("Exact fp32"))
+    full = box.currentText()
+    assert "measured here" in full  # what the box says about this machine
+    box.setFixedWidth(box.fontMetrics().horizontalAdvance(full) // 2)
+    shown = box.shown_text()
+    assert shown.endswith("\u2026") and full.startswith(shown[:-1])
+    pixels = box.grab()  # the box paints the elided text without complaint
+    assert not pixels.isNull()
+    box.setFixedWidth(box.fontMetrics().horizontalAdvance(full) + 80)
+    assert box.shown_text() == full

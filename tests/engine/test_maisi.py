@@ -378,3 +378,37 @@ def test_memory_is_estimated_before_loading_and_a_machine_too_small_is_refused(m
     with pytest.raises(OutOfMemory, match="would need about .* but only 1.0 MiB is available"):
         source.load()
     assert not read  # refused before a checkpoint was read
+
+
+def test_the_setting_measured_fastest_here_reaches_a_maisi_generation(
+    maisi_folder, tmp_path, monkeypatch, capsys
+):
+    """Point 3: the model runs under the machine's best measured settings. A tune result kept for this folder's
+    weights on this machine (a recorded record, so the test does not spend minutes measuring) makes
+    ``--settings fastest-here`` run with the recommended row, and the sidecar records what applied."""
+    from engine.cli import main
+    from engine.machine.probe import probe_machine
+    from engine.optimization import tune_store
+
+    monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(tmp_path / "tune"))
+    out = tmp_path / "t2w.nii.gz"
+    args = ["generate", "--model", str(maisi_folder), "--settings", "fastest-here", "--steps", "1"]
+    assert main([*args, "--out", str(out)]) == 2
+    assert "nothing measured for this model on this machine yet" in capsys.readouterr().err
+    versions = tune_store.current_versions()
+    sha = open_model_folder(maisi_folder).weights_sha256()
+
+    def row(name, config, seconds, verdict):
+        return {"name": name, "config": config, "end_to_end_s": seconds, "psnr_db": 90.0,
+                "end_to_end_verdict": {"verdict": verdict}}  # fmt: skip
+
+    tune_store.save_result({
+        "format": tune_store.TUNE_FORMAT, "fingerprint": probe_machine().fingerprint(),
+        "model": {"key": tune_store.model_key(sha)}, "versions": versions,
+        "versions_key": tune_store.versions_key(versions),
+        "rows": [row("fp32", {}, 10.0, "reference"), row("Low memory", {"streamed_decode": True}, 7.0, "faster")],
+    })  # fmt: skip
+    assert main([*args, "--out", str(out)]) == 0
+    sidecar = json.loads(out.with_name("t2w.json").read_text())
+    assert sidecar["request"]["optimization"]["streamed_decode"] is True
+    assert sidecar["optimization"]["report"]["streamed_decode"]["applied"] is True
