@@ -5,9 +5,11 @@ model's decoder (latent 8x20x24x20 -> 5x80x96x80) and the brain-bundle-sized dec
 1x160x224x160) on 1 device and split over 2, 4 and 8 fake host devices, and prints XLA's memory analysis
 per device (argument, output, temp, total) and the collectives of the partitioned HLO (count, bytes per
 device). The split is ``engine.xla.sharded_decode.split_for``'s: depth slabs where the latent's depth
-divides, else depth x height (20 does not divide over 8: 4 x 2). ``--check`` also runs the shipped model's
-decoder (its trained weights) on one latent on 1 device and on 8, and reports the relative difference and
-the times (fake devices share this machine's cores: times are recorded, not compared).
+divides, else depth x height (20 does not divide over 8: 4 x 2). On a GPU box with JAX's CUDA build
+(``JAX_PLATFORMS=cuda``) or a TPU VM the same command measures the real devices (up to 8). ``--check``
+also runs the shipped model's decoder (its trained weights) on one latent on 1 device and on all of them,
+and reports the relative difference and the times (fake devices share this machine's cores: times are
+recorded, not compared).
 
 Memory analysis is of the compiled per-device program, so it is what a TPU or GPU of the same program
 would hold up to the backend's buffer assignment; it does not need the memory to exist.
@@ -18,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def measure_model(name: str, definition: dict, latent_shape, devices, precision:
     arch, params = convert.decoder_arch(module), convert.abstract_params(module)
     rows = []
     one = None
-    for n in DEVICE_COUNTS:
+    for n in (c for c in DEVICE_COUNTS if c <= len(devices)):
         started = time.perf_counter()
         if n == 1:
             compiled = sharded_decode.compile_one_device(arch, params, latent_shape, devices[0], precision)
@@ -150,17 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
+    from engine.machine.probe import probe_machine
     from engine.xla.runtime import configure_jax
 
-    got = configure_jax(max(DEVICE_COUNTS))
+    configure_jax(max(DEVICE_COUNTS))  # fake host devices; JAX_PLATFORMS=cuda or a TPU VM uses real ones
     import jax
 
     devices = jax.devices()[: max(DEVICE_COUNTS)]
-    if got < max(DEVICE_COUNTS):
-        raise SystemExit(f"need {max(DEVICE_COUNTS)} XLA devices, JAX started with {got}")
+    if len(devices) < 2:
+        raise SystemExit(f"need at least 2 XLA devices, JAX has {len(devices)} ({devices[0].platform})")
+    cpu = probe_machine().cpu
     results = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"{len(devices)} fake {devices[0].platform} devices",
+        "machine": f"{cpu.model} ({cpu.hardware_isa}), {cpu.logical_cores} cores, "
+        f"{len(devices)} {'fake ' if devices[0].platform == 'cpu' else ''}{devices[0].platform} devices",
         "jax": jax.__version__,
         "precision": args.precision,
         "load_average_before": list(os.getloadavg()),

@@ -64,7 +64,7 @@ def decoders():
         autoencoder = build()
         arch = convert.decoder_arch(autoencoder)
         params = {k: jnp.asarray(v) for k, v in convert.numpy_params(autoencoder).items()}
-        latent = np.random.default_rng(3).standard_normal((1, 8, 4, 4, arch.latent_channels))
+        latent = np.random.default_rng(3).standard_normal((2, 8, 4, 4, arch.latent_channels))  # two samples
         z = jnp.asarray(latent.astype(np.float32))
         single = np.asarray(jax.jit(lambda p, z, arch=arch: nets.decoder_apply(arch, p, z))(params, z))
         out[name] = (arch, params, z, single)
@@ -145,3 +145,17 @@ def test_split_for_picks_slabs_then_a_2d_split_then_refuses_with_what_would():
     assert sharded_decode.split_for((1, 5, 24, 20, 8), 8) == (("height",), (8,))
     with pytest.raises(InvalidRequest, match="does not split over 3 devices.*use one of 1, 2, 4, 5, 7, 8,"):
         sharded_decode.split_for((1, 20, 28, 20, 3), 3)
+
+
+def test_decoder_apply_constrains_the_latent_and_every_op_output(decoders):
+    """The hook's contract (the sharded program relies on it): index 0 is the latent, i + 1 follows op i."""
+    arch, params, z, _ = decoders["bundle-attention"]
+    seen = []
+
+    def record(index, h):
+        seen.append((index, h.shape))
+        return h
+
+    jax.eval_shape(lambda p, z: nets.decoder_apply(arch, p, z, constrain=record), params, z)
+    assert [i for i, _ in seen] == list(range(len(arch.ops) + 1))
+    assert seen[0][1] == z.shape
