@@ -268,7 +268,8 @@ def compile_unit(unit: Unit, network, plan, devices: Sequence, n_devices: int) -
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from engine.xla.planner import AXES, parse_hlo_collectives
+    from engine.xla.hlo import parse_hlo_collectives
+    from engine.xla.topology import AXES
 
     mesh = Mesh(np.array(list(devices), dtype=object).reshape(plan.mesh_shape), AXES)
     sub = {k: network.params[k] for k in unit.params}

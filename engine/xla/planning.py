@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from engine.errors import BackendUnavailable, InvalidRequest, ModelInvalid, ModelNotFound
+from engine.xla.planner import DEFAULT_TIME_LIMIT_S
 
 # MONAI's brain latent-diffusion bundle U-Net, by architecture only (no weights needed to plan).
 BUNDLE_MODEL = "brain-ldm-bundle"
@@ -16,7 +17,6 @@ MAISI_MODEL = "maisi-v2-brain"
 REFERENCE_MODELS = (BUNDLE_MODEL, MED_DDPM_MODEL, MAISI_MODEL)
 DEFAULT_COMPILE_TOP = 3
 # Planning stops starting compiles after this many seconds and returns the best plan so far, saying so.
-DEFAULT_TIME_LIMIT_S = 120.0
 MAX_TIME_LIMIT_S = 3600.0  # the most a server request may ask for
 # The most plans a server compiles by estimate for one request (plus the unaware favourite; each full-size
 # compile takes minutes).

@@ -202,7 +202,7 @@ def memory_record(compiled) -> dict[str, int]:
 
 def collective_summary(compiled, n_devices: int) -> dict[str, dict[str, int]]:
     """``{kind: {"count", "bytes"}}`` of the collectives in a compiled SPMD program's HLO (per device)."""
-    from engine.xla.planner import parse_hlo_collectives
+    from engine.xla.hlo import parse_hlo_collectives
 
     summary: dict[str, dict[str, int]] = {}
     for c in parse_hlo_collectives(compiled.as_text(), n_devices):

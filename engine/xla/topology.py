@@ -31,6 +31,10 @@ from dataclasses import dataclass, field
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 
 
+# The logical mesh axes of every plan: data parallel over the batch, then the depth and height splits.
+AXES = ("data", "depth", "height")
+
+
 @dataclass(frozen=True)
 class Chip:
     name: str
