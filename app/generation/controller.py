@@ -17,11 +17,12 @@ from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtWidgets import QLabel, QProgressBar
+from PySide6.QtWidgets import QProgressBar
 
 from app.core.generation_form import REMOTE_PREFIX
 from app.core.progress import QUIET_NOTE_S
 from app.core.volumes import preview_affine
+from app.eliding_label import ElidingLabel
 from app.shortcuts import make_action
 from app.viewer.tissue_toolbar import TISSUE_SHORTCUT
 from app.workers import Worker
@@ -33,6 +34,8 @@ PREVIEW_INTERVAL_MS = 200  # draw previews at most 5 times a second
 # shipped model on a CPU to end (about 1 s each here), short enough that nobody reaches for kill.
 CANCEL_DEADLINE_S = 10.0
 CANCEL_TICK_MS = 250  # how often the "abandoned in N s" count-down is redrawn
+# The status bar's progress text at most: 'Step 12/50 · 3.4 it/s · ETA 0:11' fits whole.
+STATUS_ETA_MAX_PX = 420
 
 
 class GenerationController(QObject):
@@ -105,7 +108,10 @@ class GenerationController(QObject):
         self.status_progress.setMaximumWidth(160)
         self.status_progress.setTextVisible(True)
         self.status_progress.hide()
-        self.status_eta = QLabel()
+        # A permanent status-bar field: a long stage message ("planning the best split of ... over 8 XLA
+        # devices ...") is elided to the room the bar has, whole in its tooltip (the Generate panel's progress
+        # line wraps it in full); a plain label widened the window past the screen.
+        self.status_eta = ElidingLabel(max_width=STATUS_ETA_MAX_PX)
         self.status_eta.setObjectName("statusEta")
         self.status_eta.hide()
 

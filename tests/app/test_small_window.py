@@ -200,3 +200,32 @@ def test_at_1024x700_a_kept_measurement_does_not_widen_the_generate_form(
     _wait_until_nothing_is_clipped(qtbot, window)
     assert window.sampling_panel.scroll.horizontalScrollBar().maximum() == 0
     window.close()
+
+
+def test_a_long_stage_message_is_elided_in_the_status_bar_and_does_not_widen_the_window(qtbot, main_window):
+    """An XLA server's 'planning the best split of ...' came whole into a permanent status-bar field, and
+    the window grew past the screen (1500 -> 1736 px) until the next restart."""
+    from app.generation.controller import STATUS_ETA_MAX_PX
+
+    window = main_window
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.width() == 1024, timeout=10_000)
+    message = (
+        "planning the best split of Tiny latent test model over 8 XLA devices (v5e:2x4): at most 120 s, once "
+        "per model and shape; then compiling it"
+    )
+    window.state.set_job_running(True)
+    window.state.report_progress("load", 0, 1, 2.0, message)
+    eta = window.generation.status_eta
+    qtbot.waitUntil(lambda: eta.isVisible() and eta.width() > 100, timeout=5_000)  # laid out
+    assert window.minimumSizeHint().width() <= 1024 and window.width() == 1024
+    assert eta.width() <= STATUS_ETA_MAX_PX and eta.shown_text().endswith(ELLIPSIS)
+    assert eta.toolTip() == eta.text() and eta.text().startswith(
+        "Planning the best split of Tiny latent test"
+    )
+    # The Generate panel's progress line keeps the whole message, wrapped.
+    assert window.sampling_panel.progress_label.text() == eta.text()
+    window.state.report_progress("denoise", 3, 50, 4.0)
+    qtbot.waitUntil(lambda: eta.shown_text() == eta.text(), timeout=5_000)  # short: whole again
+    assert eta.text().startswith("Step 3/50") and eta.toolTip() == ""
+    window.state.set_job_running(False)
