@@ -311,6 +311,10 @@ class CohortDialog(QDialog):
         self.xla_devices_spin.setRange(1, 64)
         self.xla_devices_spin.setValue(self.choice.xla_devices)
         self.xla_devices_spin.valueChanged.connect(self._on_device_edited)
+        self.xla_devices_spin.setToolTip(
+            "XLA devices to use in all, split into groups of the plan's mesh, one worker each. On TPU: chips. "
+            "Off-TPU each worker starts its own fake host CPU devices: they prove a sharded run right, not fast"
+        )
         devices_label = QLabel("XLA de&vices")
         devices_label.setBuddy(self.xla_devices_spin)
         self.xla_devices_note = self._note_label()
@@ -423,7 +427,7 @@ class CohortDialog(QDialog):
             self.xla_devices_note.setText(
                 "TPU chips of this computer (the Ray cluster must have that many)"
                 if m.tpu
-                else "off-TPU these are fake host CPU devices, one set per worker: for correctness, not speed"
+                else "off-TPU: fake host CPU devices, for correctness, not speed"
             )
             problem = self._plan_problem()
             text = problem or c.describe(self._workers(), tpu=m.tpu)

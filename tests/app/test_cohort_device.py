@@ -24,6 +24,7 @@ from app.cohort.draft import (
     step_device_kind,
     torch_settings_problem,
 )
+from tests.app.test_cohort_dialog import _type
 
 HAS_JAX = importlib.util.find_spec("jax") is not None
 NO_GPU_HERE = LocalDevices(cuda_gpus=0, jax=True, tpu=False, cpu_cores=2)
@@ -105,14 +106,17 @@ def test_the_estimate_counts_what_runs_at_once():
 
 
 def test_the_step_time_comes_from_a_volume_made_on_that_kind_of_device():
-    class Entry:
-        def __init__(self, device, times):
-            self.provenance = {"device": device, "step_times_s": times}
-
-    volumes = [Entry("xla:cpu:0", [0.4, 0.5, 0.6]), Entry("cpu", [0.1, 0.1]), Entry("cuda:0", [])]
+    volumes = [_Made("xla:cpu:0", [0.4, 0.5, 0.6]), _Made("cpu", [0.1, 0.1]), _Made("cuda:0", [])]
     assert last_step_seconds(volumes) == 0.1
     assert last_step_seconds(volumes, "xla") == 0.5
     assert last_step_seconds(volumes, "cuda") is None  # none measured there: no estimate from another device
+
+
+class _Made:
+    """A session volume as far as the estimate reads it: where it was made and its step times."""
+
+    def __init__(self, device: str, times: list[float]):
+        self.provenance = {"device": device, "step_times_s": times}
 
 
 # -- the dialog ------------------------------------------------------------------------------------------
@@ -207,7 +211,7 @@ def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, main_window, tmp_p
     assert not dialog.plan_edit.isVisible()
     _choose_xla_by_keyboard(qtbot, dialog)
     assert dialog.plan_edit.isVisible() and dialog.xla_devices_spin.value() == 8
-    assert "fake host CPU devices" in dialog.xla_devices_note.text()
+    assert dialog.xla_devices_note.text() == "off-TPU: fake host CPU devices, for correctness, not speed"
     assert "8 fake host devices in 8 worker(s) of 1, each volume on one device" in dialog.plan_note.text()
 
     _type_into(qtbot, dialog, Qt.Key.Key_V, dialog.xla_devices_spin, "4")
@@ -241,6 +245,37 @@ def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, main_window, tmp_p
     dialog.close()
     assert _open_dialog(qtbot, main_window, select_model=False) is dialog
     assert dialog.device_combo.currentData() == "xla" and dialog.plan_edit.text() == "dp2"
+    dialog.close()
+
+
+@pytest.mark.render
+def test_with_two_gpus_and_no_jax_cuda_is_offered_and_xla_greyed(
+    qtbot, main_window, monkeypatch, recorded_run
+):
+    import app.cohort.dialog
+
+    machine = LocalDevices(cuda_gpus=2, cuda_name="NVIDIA H100", jax=False, cpu_cores=2)
+    monkeypatch.setattr(app.cohort.dialog, "local_devices", lambda: machine)
+    made = _Made("cuda:0", [0.5] * 3)  # a volume the session made on a GPU, as the estimate reads it
+    main_window.state.volumes.append(made)
+    dialog = _open_dialog(qtbot, main_window)
+    combo = dialog.device_combo
+    xla = combo.findData("xla")
+    assert not combo.model().item(xla).isEnabled()
+    assert "JAX is not installed" in combo.itemData(xla, Qt.ItemDataRole.ToolTipRole)
+    assert combo.itemText(combo.findData("cuda")) == "CUDA (NVIDIA H100 \u00d72)"
+    # Auto runs a worker per GPU: the estimate takes the GPU volume's step time, 2 volumes at a time.
+    assert "0.50 s per step, last measured on CUDA, 2 at a time" in dialog.count_label.text()
+    main_window.state.volumes.remove(made)
+    combo.setFocus()
+    for _ in range(3):  # Auto -> CPU -> CUDA, and no further: XLA is greyed
+        qtbot.keyClick(combo, Qt.Key.Key_Down)
+    assert combo.currentData() == "cuda"
+    dialog.out_edit.setText(str(dialog.out_edit.text() + "-cuda"))
+    qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.summary is not None and dialog.job is None, timeout=30_000)
+    (call,) = recorded_run.calls
+    assert call["device"] == "cuda" and "xla_plan" not in call
     dialog.close()
 
 
@@ -357,4 +392,40 @@ def test_at_1024x700_with_xla_and_a_note_nothing_is_cut_and_tab_follows_the_rows
     qtbot.keyClick(dialog.drop_settings_check, Qt.Key.Key_Tab)
     assert QApplication.focusWidget() is dialog.run_button  # below the fold at 700 px: scrolled into view
     qtbot.waitUntil(lambda: not dialog.run_button.visibleRegion().isEmpty(), timeout=5_000)
+    dialog.close()
+
+
+@pytest.mark.render
+@pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
+def test_a_real_cohort_on_two_fake_xla_devices_with_plan_dp2(qtbot, main_window, tmp_path, screenshot):
+    """One volume on a real local Ray runtime: one worker of 2 fake host devices, the U-Net sharded dp2."""
+    pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
+    dialog = _open_dialog(qtbot, main_window)
+    _type(qtbot, dialog.seeds_spin, "1")
+    assert dialog.count_label.text().startswith("1 volumes")
+    _choose_xla_by_keyboard(qtbot, dialog)
+    assert "until a volume has been generated on XLA" in dialog.count_label.text()
+    _type_into(qtbot, dialog, Qt.Key.Key_V, dialog.xla_devices_spin, "2")
+    _type_into(qtbot, dialog, Qt.Key.Key_P, dialog.plan_edit, "dp2")
+    assert (
+        dialog.plan_note.text() == "2 fake host devices in 1 worker(s) of 2, each volume sharded as plan dp2"
+    )
+    dialog.out_edit.setText(str(tmp_path / "cohort"))
+    _alt(qtbot, dialog, Qt.Key.Key_R)
+    qtbot.waitUntil(lambda: dialog.job is not None, timeout=5_000)  # the mnemonic's click is animated
+    qtbot.waitUntil(lambda: dialog.job is None, timeout=300_000)
+    summary = dialog.summary
+    assert summary is not None, dialog.status.text()
+    assert (summary.done, summary.devices, summary.device_groups, summary.xla_plan) == (1, 2, 1, "dp2")
+    assert "on 2 XLA device(s) in 1 group(s) of 2 (plan dp2), 1 worker(s)" in dialog.status.text()
+    assert "s per step, last measured on XLA" in dialog.count_label.text()  # this run's step time
+    screenshot(dialog, "cohort-xla-finished")
+
+    dialog.done_list.setCurrentRow(0)
+    path = Path(dialog.done_list.item(0).data(Qt.ItemDataRole.UserRole))
+    qtbot.mouseClick(dialog.open_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: any(e.path == path for e in main_window.state.volumes), timeout=60_000)
+    provenance = next(e for e in main_window.state.volumes if e.path == path).provenance
+    assert provenance["device"].startswith("xla:cpu")
+    assert (provenance["xla"]["plan"]["name"], provenance["xla"]["plan"]["devices_used"]) == ("dp2", 2)
     dialog.close()
