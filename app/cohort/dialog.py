@@ -424,13 +424,15 @@ class CohortDialog(QDialog):
         for widget in self.xla_widgets:
             widget.setVisible(on_xla)
         if on_xla:
-            self.xla_devices_note.setText(
-                "TPU chips of this computer (the Ray cluster must have that many)"
-                if m.tpu
-                else "off-TPU: fake host CPU devices, for correctness, not speed"
-            )
+            if m.tpu:
+                note = "TPU chips of this computer (the Ray cluster must have that many)"
+            elif self._cluster():
+                note = "the cluster's TPU chips; off-TPU, fake host CPU devices (correctness, not speed)"
+            else:
+                note = "off-TPU: fake host CPU devices, for correctness, not speed"
+            self.xla_devices_note.setText(note)
             problem = self._plan_problem()
-            text = problem or c.describe(self._workers(), tpu=m.tpu)
+            text = problem or c.describe(self._workers(), tpu=m.tpu, cluster=self._cluster())
             form_plan = getattr(self.state.form, "xla_plan", "")
             if not problem and form_plan and c.xla_plan == form_plan:
                 origin = getattr(self.state.form, "xla_plan_origin", "") or "the Plan view"
@@ -517,7 +519,10 @@ class CohortDialog(QDialog):
         self.finished_paths = []
         self.progress.setRange(0, spec.count)
         self.progress.setValue(0)
-        self.status.setText(f"Starting Ray and {spec.count} volumes...")
+        where = self.plan_note.text() if self.choice.device == "xla" else ""
+        self.status.setText(
+            f"Starting Ray and {spec.count} volumes" + (f" on {where}..." if where else "...")
+        )
         self.run_device_kind = step_device_kind(self.choice, self.machine)
         worker = cohort_worker(
             spec,
@@ -612,8 +617,20 @@ class CohortDialog(QDialog):
         )
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt API
-        self._offer_form_plan()  # a plan chosen in the Plan view since the dialog was last open
+        if self.job is None:
+            self._follow_form()
         super().showEvent(event)
+
+    def _follow_form(self) -> None:
+        """Opened again: the Generate panel's sampling and optimization settings and its Plan view plan as
+        they are now (the conditions stay as written here, for the same model)."""
+        fresh = CohortDraft.from_form(self.state.form)
+        if fresh.model == self.draft.model:
+            d = self.draft
+            d.sampler, d.steps, d.guidance_scale = fresh.sampler, fresh.steps, fresh.guidance_scale
+            d.optimization = fresh.optimization
+        self._offer_form_plan()
+        self._on_device_edited()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
         if self.job is not None:

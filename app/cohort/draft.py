@@ -202,14 +202,15 @@ class DeviceChoice:
             return str(exc)
         return _batch_problem(plan, guidance_scale)
 
-    def describe(self, workers: int | None, *, tpu: bool = False) -> str:
-        """``8 devices in 4 workers of 2, each volume on plan dp2`` (fake host devices: said so)."""
+    def describe(self, workers: int | None, *, tpu: bool = False, cluster: bool = False) -> str:
+        """``8 fake host devices in 4 worker(s) of 2, each volume sharded as plan dp2`` ("" if it cannot
+        run); on a cluster, whose devices the dialog cannot see, ``XLA devices``."""
         try:
             groups = self.groups(workers, tpu_chips=self.xla_devices if tpu else 0)
         except EngineError:
             return ""
         plan = f"each volume sharded as plan {groups.plan}" if groups.plan else "each volume on one device"
-        what = "TPU chips" if tpu else "fake host devices"
+        what = "TPU chips" if tpu else ("XLA devices" if cluster else "fake host devices")
         return f"{groups.devices} {what} in {groups.groups} worker(s) of {groups.devices_per_group}, {plan}"
 
 

@@ -55,6 +55,9 @@ def test_a_plan_that_cannot_run_says_why(plan, devices, workers, guidance, expec
 
 
 def test_the_engine_group_arithmetic_names_the_workers():
+    assert (
+        DeviceChoice("xla", 4, "dp2").describe(None, cluster=True).startswith("4 XLA devices in 2 worker(s)")
+    )
     assert DeviceChoice("xla", 8, "").plan_problem(None) == ""
     assert DeviceChoice("xla", 8, "d2xh2").plan_problem(None, guidance_scale=1.0) == ""  # no data axis
     assert DeviceChoice("xla", 8, "dp2").plan_problem(None, guidance_scale=3.0) == ""
@@ -233,11 +236,14 @@ def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, main_window, tmp_p
     assert recorded_run.calls == []
 
     dialog.out_edit.setText(str(tmp_path / "cohort"))
+    started = []
+    dialog.run_button.clicked.connect(lambda: started.append(dialog.status.text()))
     _alt(qtbot, dialog, Qt.Key.Key_R)
     qtbot.waitUntil(lambda: dialog.summary is not None and dialog.job is None, timeout=30_000)
     (call,) = recorded_run.calls
     assert (call["device"], call["xla_plan"], call["xla_devices"], call["workers"]) == ("xla", "dp2", 4, None)
     assert call["address"] is None
+    assert "Starting Ray and 2 volumes on 4 fake host devices in 2 worker(s) of 2" in started[0]
     assert dialog.status.text().startswith("Finished: 2/2 volumes")
     assert "on 4 XLA device(s) in 2 group(s) of 2 (plan dp2), 2 worker(s)" in dialog.status.text()
 
@@ -297,10 +303,12 @@ def test_cpu_sends_no_xla_options(qtbot, main_window, tmp_path, recorded_run):
 @pytest.mark.render
 @pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
 def test_torch_settings_are_refused_before_run_unless_left_out(qtbot, main_window, tmp_path, recorded_run):
-    main_window.state.form.set(optimization={"autocast": "bf16"})
     dialog = _open_dialog(qtbot, main_window)
-    assert not dialog.torch_note.isVisible()  # Auto runs them (torch)
     _choose_xla_by_keyboard(qtbot, dialog)
+    assert not dialog.torch_note.isVisible() and dialog.run_button.isEnabled()
+    dialog.close()
+    main_window.state.form.set(optimization={"autocast": "bf16"})  # chosen while the dialog was closed
+    assert _open_dialog(qtbot, main_window, select_model=False) is dialog
     assert dialog.torch_note.isVisible()
     assert "optimization settings (bf16) are torch settings" in dialog.torch_note.text()
     assert not dialog.run_button.isEnabled()
@@ -314,6 +322,8 @@ def test_torch_settings_are_refused_before_run_unless_left_out(qtbot, main_windo
     (call,) = recorded_run.calls
     assert call["device"] == "xla" and dict(call["spec"].optimization) == {}
     assert dialog.draft.optimization == {"autocast": "bf16"}  # left out of this XLA run only
+    dialog.device_combo.setCurrentIndex(dialog.device_combo.findData("cpu"))
+    assert not dialog.torch_note.isVisible()  # torch runs them
     dialog.close()
 
 
