@@ -149,9 +149,9 @@ class CohortDialog(QDialog):
         self.machine = local_devices()
         self.choice = DeviceChoice()
         self.step_s = last_step_seconds(state.volumes, step_device_kind(self.choice, self.machine))
-        self.run_step_s: dict[
-            str, float
-        ] = {}  # seconds per step measured by this dialog's runs, per device kind
+        # Seconds per step measured by this dialog's runs, per device kind (cpu, cuda, xla): the estimate's.
+        self.run_step_s: dict[str, float] = {}
+        self.run_device_kind = "cpu"  # the kind of device the running cohort's step times come from
         self.plan_typed = False  # the user wrote the plan: the Plan view's plan no longer replaces it
         self.job = None
         self.summary = None
@@ -370,7 +370,7 @@ class CohortDialog(QDialog):
     def _offer_form_plan(self) -> None:
         """The plan the Plan view put into the generation form ("Use this plan") is the default plan text,
         until the user writes one."""
-        plan = getattr(self.state.form, "xla_plan", "")
+        plan = self.state.form.xla_plan
         if plan and not self.plan_typed and self.plan_edit.text() != plan:
             self.plan_edit.setText(plan)
 
@@ -433,9 +433,9 @@ class CohortDialog(QDialog):
             self.xla_devices_note.setText(note)
             problem = self._plan_problem()
             text = problem or c.describe(self._workers(), tpu=m.tpu, cluster=self._cluster())
-            form_plan = getattr(self.state.form, "xla_plan", "")
+            form_plan = self.state.form.xla_plan
             if not problem and form_plan and c.xla_plan == form_plan:
-                origin = getattr(self.state.form, "xla_plan_origin", "") or "the Plan view"
+                origin = self.state.form.xla_plan_origin or "the Plan view"
                 text += f" (the plan from {origin})"
             if not problem and c.xla_plan == "best":
                 text = "best: each worker's backend chooses the best plan for its group of TPU chips"
@@ -481,8 +481,6 @@ class CohortDialog(QDialog):
         )
         self.draws_spin.setEnabled(d.has_distribution)
         count = d.count
-        if not hasattr(self, "device_combo"):  # still building
-            return
         kind = step_device_kind(self.choice, self.machine)
         where = {"xla": "on XLA", "cuda": "on CUDA", "cpu": "on CPU"}[kind]
         at_once = parallel_workers(self.choice, self._workers(), self.machine, cluster=self._cluster())
@@ -568,7 +566,7 @@ class CohortDialog(QDialog):
     def _on_cohort_finished(self, summary) -> None:
         self.summary = summary
         word = "Stopped" if summary.stopped else "Finished"
-        where = summary.devices_text() or f"{summary.device.upper()}"
+        where = summary.devices_text() or summary.device.upper()
         self.status.setText(
             f"{word}: {summary.done}/{summary.total} volumes in {summary.root}, {summary.failed} failed, "
             f"{summary.retries} retried ({summary.volumes_per_min:.2f} volumes/min) on {where}, "
