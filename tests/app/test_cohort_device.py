@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,6 +123,29 @@ class _Made:
 
     def __init__(self, device: str, times: list[float]):
         self.provenance = {"device": device, "step_times_s": times}
+
+
+@pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
+def test_offering_and_checking_xla_never_starts_jax_in_the_app_process():
+    """On a TPU VM the process that starts JAX takes every chip: the dialog finds JAX, checks plans and
+    device counts, and leaves JAX to the workers (a fresh process: other tests may have imported it)."""
+    script = (
+        "import sys\n"
+        "import app.cohort.dialog\n"
+        "from app.cohort.draft import DeviceChoice, local_devices\n"
+        "assert local_devices().jax\n"
+        "choice = DeviceChoice('xla', 8, 'dp2xd2/cut@2')\n"
+        "assert choice.plan_problem(None, guidance_scale=3.0) == '', choice.plan_problem(None)\n"
+        "assert DeviceChoice('xla', 6, 'dp4').plan_problem(None)\n"
+        "assert choice.describe(None)\n"
+        "assert 'jax' not in sys.modules, 'JAX was imported'\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=root, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 # -- the dialog ------------------------------------------------------------------------------------------
