@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -304,6 +305,8 @@ class CohortDialog(QDialog):
             self.device_combo.setItemData(index, tip, Qt.ItemDataRole.ToolTipRole)
             self.device_combo.model().item(index).setEnabled(enabled)
         self.device_combo.currentIndexChanged.connect(self._on_device_edited)
+        # As wide as its longest entry: not stretched over the row when the XLA fields beside it are hidden.
+        self.device_combo.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         label = QLabel("&Device")
         label.setBuddy(self.device_combo)
         self.xla_devices_spin = QSpinBox()
@@ -322,6 +325,7 @@ class CohortDialog(QDialog):
         for widget in (self.device_combo, devices_label, self.xla_devices_spin):
             device_row.addWidget(widget)
         device_row.addWidget(self.xla_devices_note, 1)
+        device_row.addStretch(0)  # takes the room only while the note (stretch 1) is hidden
         grid.addWidget(label, row, 0)
         grid.addLayout(device_row, row, 1, 1, 2)
 
