@@ -19,10 +19,8 @@ from engine.api import XLA_PLAN_PATTERN
 from engine.errors import EngineError
 
 MODES = ("default", "fixed", "grid", "normal", "uniform")
-DEVICES = ("auto", "cpu", "cuda", "xla")  # the engine's cohort devices (engine.cohort.cohort_events)
-DEFAULT_XLA_DEVICES = (
-    8  # as the XLA backend's fake host devices: enough for every 2-D plan of `volsynth plan`
-)
+# As many as the XLA backend's fake host devices: room for the 2-D plans `volsynth plan` prints (dp2xh2...).
+DEFAULT_XLA_DEVICES = 8
 _PLAN_NAME = re.compile(f"(?:{XLA_PLAN_PATTERN})")
 
 
@@ -225,11 +223,14 @@ def _batch_problem(plan: str, guidance_scale: float) -> str:
     batch = effective_batch(1, guidance_scale)
     if batch % data == 0:
         return ""
-    why = "with guidance, its two halves" if batch == 2 else f"guidance {guidance_scale:g}: no second half"
+    if batch == 1:
+        what, fix = "guidance 1: no second half", "use a plan without a data axis (d2, h2, d2xh2)"
+        fix += ", or guidance other than 1 in the Generate panel (a batch of 2)" if data == 2 else ""
+    else:
+        what, fix = "its two guidance halves", "use a plan with a data axis of 2 or none (dp2, d2, dp2xh2)"
     return (
         f"plan {plan} splits the U-Net's batch {data} ways, but each cohort volume gives it a batch of {batch} "
-        f"({why}): use a plan with a data axis of {batch} or none (d2, h2, d2xh2)"
-        + (", or guidance other than 1 in the Generate panel" if batch == 1 and data == 2 else "")
+        f"({what}): {fix}"
     )
 
 

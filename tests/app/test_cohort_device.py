@@ -42,7 +42,13 @@ NO_GPU_HERE = LocalDevices(cuda_gpus=0, jax=True, tpu=False, cpu_cores=2)
         ("dp2xd3", 8, None, 3.0, "8 devices do not split into groups of 6: choose 6, 12, 18"),
         ("best", 8, None, 3.0, "this computer has no TPU"),
         ("dp2", 4, 3, 3.0, "3 workers x 2 devices (plan dp2) need 6 XLA devices; there are 4"),
-        ("dp2", 8, None, 1.0, "gives it a batch of 1 (guidance 1: no second half)"),
+        (
+            "dp2",
+            8,
+            None,
+            1.0,
+            "gives it a batch of 1 (guidance 1: no second half): use a plan without a data axis",
+        ),
         (
             "dp4",
             8,
