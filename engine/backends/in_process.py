@@ -71,6 +71,10 @@ class InProcessBackend:
         """Around the load and the loop: turns the device's out-of-memory errors into OutOfMemory."""
         return contextlib.nullcontext()
 
+    def _prepare_message(self, run: dict, resolved: SamplingRequest) -> str:
+        """What the user reads while :meth:`_prepare` works, when that can take long ("" when it cannot)."""
+        return ""
+
     def _prepare(self, run: dict, model, request: SamplingRequest, resolved: SamplingRequest) -> Any:
         """What the loop runs: the model with the request's settings applied (their report in run["report"])."""
         return model
@@ -109,6 +113,9 @@ class InProcessBackend:
             # notes live there.
             source = getattr(model, "source", source)
             load_s = time.perf_counter() - load_started
+            message = self._prepare_message(run, resolved[0])
+            if message:
+                yield Progress("load", 0, 1, time.perf_counter() - started, message)
             prepared = self._prepare(run, model, request, resolved[0])
             device = self._loop_device()
             with PeakMemory(device) as peak:

@@ -430,14 +430,35 @@ class XlaBackend(InProcessBackend):
                 ) from exc
             raise
 
-    def _resolved_plan(self, source, model: XlaModel, resolved: SamplingRequest):
-        """The request's plan for this run, resolved once per (model, latent shape, batch, CFG, plan)."""
-        from engine.xla.execution import effective_batch, resolve_plan, run_network
+    @staticmethod
+    def _plan_shape(source, resolved: SamplingRequest):
+        """(latent channels, latent spatial shape, the U-Net's batch, CFG) of a request's run."""
+        from engine.xla.execution import effective_batch
 
         channels, *spatial = tuple(source.spec.latent_shape_for(resolved.output_size))
-        spatial = tuple(spatial)
         batch = effective_batch(resolved.batch_size, resolved.guidance_scale)
-        cfg = resolved.guidance_scale != 1.0
+        return channels, tuple(spatial), batch, resolved.guidance_scale != 1.0
+
+    def _prepare_message(self, run: dict, resolved: SamplingRequest) -> str:
+        if not resolved.xla_plan:
+            return ""
+        source = run["source"]
+        _channels, spatial, batch, cfg = self._plan_shape(source, resolved)
+        where = f"{len(self.devices)} XLA devices" + (f" ({self.topology.name})" if self.topology else "")
+        if resolved.xla_plan == "best" and (str(source.path), spatial, batch, cfg, "best") not in self._plans:
+            from engine.xla.planner import DEFAULT_TIME_LIMIT_S
+
+            return (
+                f"planning the best split of {source.spec.name} over {where}: at most "
+                f"{DEFAULT_TIME_LIMIT_S:.0f} s, once per model and shape; then compiling it"
+            )
+        return f"compiling {source.spec.name} for plan {resolved.xla_plan} on {where}"
+
+    def _resolved_plan(self, source, model: XlaModel, resolved: SamplingRequest):
+        """The request's plan for this run, resolved once per (model, latent shape, batch, CFG, plan)."""
+        from engine.xla.execution import resolve_plan, run_network
+
+        channels, spatial, batch, cfg = self._plan_shape(source, resolved)
         key = (str(source.path), spatial, batch, cfg, resolved.xla_plan)
         with self._plans_lock:
             plan = self._plans.get(key)

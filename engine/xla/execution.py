@@ -163,10 +163,9 @@ def resolve_plan(
             requested, plan, "id-order", order, None, None, "none: no topology to cost against",
             time.perf_counter() - started,
         )  # fmt: skip
-    placement, order, step_ms = _estimated_placement(plan, network, topology)
+    placement, order, step_ms, prediction = _priced_placement(plan, network, topology)
     return ResolvedPlan(
-        requested, plan, placement, order, topology.name, step_ms,
-        "planner's cheap estimate (jaxpr trace, not compiled)", time.perf_counter() - started,
+        requested, plan, placement, order, topology.name, step_ms, prediction, time.perf_counter() - started,
     )  # fmt: skip
 
 
@@ -211,13 +210,30 @@ def _resolve_best(network, topology, runnable, compile_top, started) -> Resolved
     )  # fmt: skip
 
 
-def _estimated_placement(plan: Plan, network: Network, topology) -> tuple[str, tuple[int, ...], float]:
+def _priced_placement(plan: Plan, network: Network, topology) -> tuple[str, tuple[int, ...], float, str]:
+    """A named plan's best placement, its order, predicted ms and where the prediction comes from: its
+    compiled blocks, as the Plan view prices its compiled rows (the units come from the plan cache when the
+    view or an earlier run compiled them), or the planner's cheap estimate when XLA refuses a unit."""
+    from engine.xla.plan_cache import default_cache
+    from engine.xla.planner import measure_plan
+    from engine.xla.topology import physical_devices, placements
+
+    orders = placements(topology, physical_devices(topology))
+    row = measure_plan(network, topology, plan, cache=default_cache())
+    if row is not None:
+        return row.placement, tuple(orders[row.placement]), row.step_ms, _PREDICTED_BY["blocks"]
+    placement, order, step_ms = _estimated_placement(plan, network, topology, orders)
+    return placement, order, step_ms, "planner's cheap estimate (jaxpr trace, not compiled)"
+
+
+def _estimated_placement(
+    plan: Plan, network: Network, topology, orders
+) -> tuple[str, tuple[int, ...], float]:
     """The best placement of ``plan`` by the planner's cheap estimate, its order and predicted ms."""
     from engine.xla.planner import estimate_plan, trace_network
-    from engine.xla.topology import physical_devices, placements, program_comm_time
+    from engine.xla.topology import program_comm_time
 
     est = estimate_plan(plan, trace_network(network), network, topology)
-    orders = placements(topology, physical_devices(topology))
     timed = {
         name: program_comm_time(topology, est.collectives, order, aware=True)
         for name, order in orders.items()

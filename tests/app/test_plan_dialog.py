@@ -6,79 +6,29 @@ it over HTTP only.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
-import httpx
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from app.core.plan_table import COLUMN_INDEX
 from engine.server import create_app
-from engine.testing import ServerThread, make_tiny_model
+from engine.testing import ServerThread
 
-REPO = Path(__file__).resolve().parents[2]
+from .xla_server import TOKEN
+from .xla_server import connect as _connect
+from .xla_server import xla_server as running_xla_server
+
 pytestmark = pytest.mark.render
-TOKEN = "plan-dialog-test-Zr7Qw2Lp9Xc4Vb8Nm3Ks6Hj1Gf5Dd0Ta"  # `serve` refuses weak tokens
 PLAN_TIMEOUT_MS = 180_000  # the tiny model plans in seconds, but the machine is shared
 STATUS = COLUMN_INDEX["status"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def xla_server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("xla-models")
-    make_tiny_model(root / "tiny-latent", model_id="tiny-latent")
-    port = _free_port()
-    env = dict(os.environ, VOLSYNTH_MODEL_PATH=str(root), VOLSYNTH_SERVER_TOKEN=TOKEN)
-    log = root / "serve.log"
-    with open(log, "w") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "engine", "serve", "--device", "xla", "--port", str(port)],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        # Ready when it answers; a server that exits instead fails the test with what it printed.
-        with httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5) as client:
-            for _attempt in range(600):
-                if server.poll() is not None:
-                    pytest.fail(f"volsynth serve --device xla exited: {log.read_text()[-2000:]}")
-                try:
-                    if client.get(f"{url}/info").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        server.wait(timeout=0.2)  # not listening yet: wait a little, or see it exit
-            else:
-                pytest.fail(f"volsynth serve --device xla did not answer: {log.read_text()[-2000:]}")
+    with running_xla_server(tmp_path_factory.mktemp("xla-models")) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-def _connect(qtbot, window, url):
-    window.remote.connect_action.trigger()
-    dialog = window.remote.dialog
-    dialog.url_edit.setText(url)
-    dialog.token_edit.setText(TOKEN)
-    qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=30_000)
 
 
 def _open_plan_dialog(qtbot, window):

@@ -7,14 +7,8 @@ in its own process, as users run it, and talks to it over HTTP only.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-import httpx
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
@@ -23,11 +17,11 @@ from app.core.display import xla_run_lines
 from app.core.generation_form import REMOTE_PREFIX, GenerationForm
 from app.core.plan_table import batch_mismatch_text, format_duration_ms, use_plan_problem, xla_device_count
 from engine.formatting import format_bytes
-from engine.testing import make_tiny_model
 
-from .test_plan_dialog import PLAN_TIMEOUT_MS, TOKEN, _free_port, _open_plan_dialog
+from .test_plan_dialog import PLAN_TIMEOUT_MS, _open_plan_dialog
+from .xla_server import TOKEN, xla_server
+from .xla_server import connect as _connect
 
-REPO = Path(__file__).resolve().parents[2]
 SERVER = REMOTE_PREFIX + "http://tpu-vm:8765"
 FOUR_DEVICES = {"xla_devices": [{"id": i, "platform": "cpu", "kind": "cpu"} for i in range(4)]}
 COMPILED = {"plan": "dp2xd2", "status": "compiled"}
@@ -131,59 +125,10 @@ def test_run_details_name_the_plan_placement_and_both_step_times():
 
 @pytest.fixture(scope="module")
 def xla_server4(tmp_path_factory):
-    root = tmp_path_factory.mktemp("xla4-models")
-    make_tiny_model(root / "tiny-latent", model_id="tiny-latent")
-    port = _free_port()
-    env = dict(os.environ, VOLSYNTH_MODEL_PATH=str(root), VOLSYNTH_SERVER_TOKEN=TOKEN)
-    log = root / "serve.log"
     # Four fake host devices stand in for a v5e:2x2 slice: plans are costed on it, run on the host CPU.
-    command = [
-        "serve",
-        "--device",
-        "xla",
-        "--xla-devices",
-        "4",
-        "--xla-topology",
-        "v5e:2x2",
-        "--port",
-        str(port),
-    ]
-    with open(log, "w") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "engine", *command],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5) as client:
-            for _attempt in range(600):
-                if server.poll() is not None:
-                    pytest.fail(f"volsynth {' '.join(command)} exited: {log.read_text()[-2000:]}")
-                try:
-                    if client.get(f"{url}/info").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        server.wait(timeout=0.2)
-            else:
-                pytest.fail(f"volsynth {' '.join(command)} did not answer: {log.read_text()[-2000:]}")
+    serve_args = ("--xla-devices", "4", "--xla-topology", "v5e:2x2")
+    with xla_server(tmp_path_factory.mktemp("xla4-models"), *serve_args) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-def _connect(qtbot, window, url) -> None:
-    count = len(window.remote.connections)
-    window.remote.connect_action.trigger()
-    dialog = window.remote.dialog
-    dialog.url_edit.setText(url)
-    dialog.token_edit.setText(TOKEN)
-    qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(window.remote.connections) > count, timeout=30_000)
 
 
 def _wait_ended(qtbot, window) -> str:

@@ -1,0 +1,75 @@
+"""A real ``volsynth serve --device xla`` in its own process (tiny model), as users run it, for GUI tests
+that talk to it over HTTP only; and connecting the main window to it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from PySide6.QtCore import Qt
+
+from engine.testing import make_tiny_model
+
+REPO = Path(__file__).resolve().parents[2]
+TOKEN = "plan-dialog-test-Zr7Qw2Lp9Xc4Vb8Nm3Ks6Hj1Gf5Dd0Ta"  # `serve` refuses weak tokens
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def xla_server(root: Path, *serve_args: str) -> Iterator[str]:
+    """The server's URL once it answers ``/info``; a server that exits instead fails the test with what it
+    printed. ``serve_args`` follow ``serve --device xla`` (e.g. ``--xla-devices 4``)."""
+    make_tiny_model(root / "tiny-latent", model_id="tiny-latent")
+    port = free_port()
+    env = dict(os.environ, VOLSYNTH_MODEL_PATH=str(root), VOLSYNTH_SERVER_TOKEN=TOKEN)
+    command = ["serve", "--device", "xla", *serve_args, "--port", str(port)]
+    log = root / "serve.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "engine", *command],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5) as client:
+            for _attempt in range(600):
+                if server.poll() is not None:
+                    pytest.fail(f"volsynth {' '.join(command)} exited: {log.read_text()[-2000:]}")
+                try:
+                    if client.get(f"{url}/info").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        server.wait(timeout=0.2)  # not listening yet: wait a little, or see it exit
+            else:
+                pytest.fail(f"volsynth {' '.join(command)} did not answer: {log.read_text()[-2000:]}")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def connect(qtbot, window, url: str) -> None:
+    """File > Connect to Engine Server..., the URL and token typed, Connect clicked; waits for the link."""
+    count = len(window.remote.connections)
+    window.remote.connect_action.trigger()
+    dialog = window.remote.dialog
+    dialog.url_edit.setText(url)
+    dialog.token_edit.setText(TOKEN)
+    qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(window.remote.connections) > count, timeout=30_000)
