@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,11 +10,13 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -23,23 +26,47 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QProgressBar,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
-from app.cohort.draft import MODES, CohortDraft, estimate_seconds, last_step_seconds, load_montage
+from app.cohort.draft import (
+    MODES,
+    CohortDraft,
+    DeviceChoice,
+    estimate_seconds,
+    last_step_seconds,
+    load_montage,
+    local_devices,
+    parallel_workers,
+    step_device_kind,
+    torch_settings_problem,
+)
+from app.theme import NOTE_COLOUR
 from app.workers import Worker
 from engine.errors import EngineError
 from engine.formatting import format_duration
 
 
-def cohort_worker(spec, root: str, address: str | None, workers: int | None) -> Worker:
+def cohort_worker(
+    spec,
+    root: str,
+    address: str | None,
+    workers: int | None,
+    device: str = "auto",
+    xla_plan: str | None = None,
+    xla_devices: int | None = None,
+) -> Worker:
     """A worker that runs ``engine.cohort.run_cohort``; ``cancel()`` stops it after the items in flight.
 
-    It reports ``engine.cohort.CohortProgress`` as ``progressed`` and the ``CohortSummary`` as ``finished``
-    (``stopped`` says whether Stop ended it).
+    ``device`` is the engine's (auto, cpu, cuda, xla); on xla, ``xla_devices`` in all, split into groups
+    of ``xla_plan``'s mesh, one worker each. It reports ``engine.cohort.CohortProgress`` as ``progressed``
+    and the ``CohortSummary`` as ``finished`` (``stopped`` says whether Stop ended it).
     """
+    xla = {"xla_plan": xla_plan, "xla_devices": xla_devices} if device == "xla" else {}
 
     def work(worker: Worker):
         from engine.cohort import run_cohort
@@ -49,6 +76,8 @@ def cohort_worker(spec, root: str, address: str | None, workers: int | None) -> 
             root,
             address=address,
             workers=workers,
+            device=device,
+            **xla,
             on_progress=worker.progressed.emit,
             should_stop=lambda: worker.cancel_requested,
         )
@@ -118,16 +147,35 @@ class CohortDialog(QDialog):
         self.state, self.runner, self.open_path = state, runner, open_path
         self.setWindowTitle("Cohort")
         self.draft = CohortDraft.from_form(state.form)
-        self.step_s = last_step_seconds(state.volumes)
+        self.machine = local_devices()
+        self.choice = DeviceChoice()
+        self.step_s = last_step_seconds(state.volumes, step_device_kind(self.choice, self.machine))
+        # Seconds per step measured by this dialog's runs, per device kind (cpu, cuda, xla): the estimate's.
+        self.run_step_s: dict[str, float] = {}
+        self.run_device_kind = "cpu"  # the kind of device the running cohort's step times come from
+        self.plan_typed = False  # the user wrote the plan: the Plan view's plan no longer replaces it
         self.job = None
         self.summary = None
         self.finished_paths: list[str] = []
         self._build()
-        self._on_draft_edited()
+        self._offer_form_plan()
+        self._on_device_edited()
 
     # -- layout ----------------------------------------------------------------------------------------
     def _build(self) -> None:
-        outer = QVBoxLayout(self)
+        # Everything in a scroll area that scrolls up and down only: on a small screen (1024x700) the rows
+        # stay whole and the dialog fits; the focused widget is scrolled into view.
+        self.scroll = QScrollArea()
+        self.scroll.setObjectName("cohortScroll")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        content = QWidget()
+        self.scroll.setWidget(content)
+        page = QVBoxLayout(self)
+        page.setContentsMargins(0, 0, 0, 0)
+        page.addWidget(self.scroll)
+        outer = QVBoxLayout(content)
         spec_box = QGroupBox("Cohort")
         form = QFormLayout(spec_box)
         self.name_edit = QLineEdit(self.draft.name)
@@ -165,35 +213,43 @@ class CohortDialog(QDialog):
         run_box = QGroupBox("Run")
         grid = QGridLayout(run_box)
         self.out_edit = QLineEdit(str(Path.home() / "volsynth-cohorts" / self.draft.name))
-        browse = QPushButton("Browse...")
+        self.browse_button = browse = QPushButton("Browse...")
         browse.clicked.connect(self._on_browse_clicked)
         grid.addWidget(QLabel("Output folder"), 0, 0)
         grid.addWidget(self.out_edit, 0, 1)
         grid.addWidget(browse, 0, 2)
         self.address_edit = QLineEdit()
         self.address_edit.setPlaceholderText("empty: this computer; or a Ray cluster, ray://host:10001")
-        grid.addWidget(QLabel("Cluster address"), 1, 0)
-        grid.addWidget(self.address_edit, 1, 1, 1, 2)
+        self.address_edit.textChanged.connect(self._on_device_edited)
         self.workers_spin = QSpinBox()
         self.workers_spin.setRange(0, 1024)
         self.workers_spin.setSpecialValueText("auto")
-        grid.addWidget(QLabel("Workers"), 2, 0)
-        grid.addWidget(self.workers_spin, 2, 1)
+        self.workers_spin.valueChanged.connect(self._on_device_edited)
+        cluster_row = QHBoxLayout()
+        cluster_row.addWidget(self.address_edit, 1)
+        cluster_row.addWidget(QLabel("Workers"))
+        cluster_row.addWidget(self.workers_spin)
+        grid.addWidget(QLabel("Cluster address"), 1, 0)
+        grid.addLayout(cluster_row, 1, 1, 1, 2)
+        self._build_device_rows(grid, 2)
         buttons = QHBoxLayout()
-        self.run_button = QPushButton("Run Cohort")
+        self.run_button = QPushButton("&Run Cohort")
         self.run_button.clicked.connect(self._on_run_clicked)
         self.stop_button = QPushButton("Stop")
         self.stop_button.setEnabled(False)
         self.stop_button.clicked.connect(self._on_stop_clicked)
         buttons.addWidget(self.run_button)
         buttons.addWidget(self.stop_button)
-        grid.addLayout(buttons, 3, 0, 1, 3)
+        grid.addLayout(buttons, 6, 0, 1, 3)
         self.progress = QProgressBar()
         self.status = QLabel("Not started")
         self.status.setWordWrap(True)
-        grid.addWidget(self.progress, 4, 0, 1, 3)
-        grid.addWidget(self.status, 5, 0, 1, 3)
+        grid.addWidget(self.progress, 7, 0, 1, 3)
+        grid.addWidget(self.status, 8, 0, 1, 3)
+        grid.setColumnStretch(1, 1)
         outer.addWidget(run_box)
+        for first, second in zip(self._run_tab_order, self._run_tab_order[1:], strict=False):
+            QWidget.setTabOrder(first, second)
 
         done_box = QGroupBox("Finished volumes (double-click to open in the viewer)")
         done_layout = QHBoxLayout(done_box)
@@ -215,6 +271,200 @@ class CohortDialog(QDialog):
         done_layout.addWidget(self.montage_label, 2)
         outer.addWidget(done_box, 1)
 
+    def _build_device_rows(self, grid: QGridLayout, row: int) -> None:
+        """Rows ``row``..``row + 3``: the device (and on XLA the device count), on XLA the plan and what the
+        engine makes of them; the note on the torch optimization settings XLA refuses."""
+        self.device_combo = QComboBox()
+        self.device_combo.setObjectName("cohortDevice")
+        m = self.machine
+        count = f" \u00d7{m.cuda_gpus}" if m.cuda_gpus > 1 else ""
+        cuda = f"CUDA ({m.cuda_name}{count})" if m.cuda_gpus else "CUDA"
+        items = (
+            ("auto", "Auto", True, "A GPU per worker when the cluster has GPUs, else the CPU"),
+            ("cpu", "CPU", True, "The torch backend on CPU cores, whatever the cluster has"),
+            (
+                "cuda",
+                cuda,
+                m.cuda_gpus > 0,
+                "One worker per CUDA GPU (torch)"
+                if m.cuda_gpus
+                else "No CUDA GPU on this machine (torch sees none)",
+            ),
+            (
+                "xla",
+                "XLA devices",
+                m.jax,
+                "The XLA (JAX) backend: one worker per group of devices, a group being a plan's mesh"
+                if m.jax
+                else "JAX is not installed: pip install 'volsynth-studio[xla]'",
+            ),
+        )
+        for value, text, enabled, tip in items:
+            self.device_combo.addItem(text, value)
+            index = self.device_combo.count() - 1
+            self.device_combo.setItemData(index, tip, Qt.ItemDataRole.ToolTipRole)
+            self.device_combo.model().item(index).setEnabled(enabled)
+        self.device_combo.currentIndexChanged.connect(self._on_device_edited)
+        # As wide as its longest entry: not stretched over the row when the XLA fields beside it are hidden.
+        self.device_combo.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        label = QLabel("&Device")
+        label.setBuddy(self.device_combo)
+        self.xla_devices_spin = QSpinBox()
+        self.xla_devices_spin.setObjectName("cohortXlaDevices")
+        self.xla_devices_spin.setRange(1, 64)
+        self.xla_devices_spin.setValue(self.choice.xla_devices)
+        self.xla_devices_spin.valueChanged.connect(self._on_device_edited)
+        self.xla_devices_spin.setToolTip(
+            "XLA devices to use in all, split into groups of the plan's mesh, one worker each. On TPU: chips. "
+            "Off-TPU each worker starts its own fake host CPU devices: they prove a sharded run right, not fast"
+        )
+        devices_label = QLabel("XLA de&vices")
+        devices_label.setBuddy(self.xla_devices_spin)
+        self.xla_devices_note = self._note_label()
+        device_row = QHBoxLayout()
+        for widget in (self.device_combo, devices_label, self.xla_devices_spin):
+            device_row.addWidget(widget)
+        device_row.addWidget(self.xla_devices_note, 1)
+        device_row.addStretch(0)  # takes the room only while the note (stretch 1) is hidden
+        grid.addWidget(label, row, 0)
+        grid.addLayout(device_row, row, 1, 1, 2)
+
+        self.plan_edit = QLineEdit()
+        self.plan_edit.setObjectName("cohortXlaPlan")
+        self.plan_edit.setPlaceholderText("empty: one device per worker; or a plan: dp2, d2xh2, dp2xd2/cut@2")
+        self.plan_edit.textEdited.connect(self._on_plan_typed)
+        self.plan_edit.textChanged.connect(self._on_device_edited)
+        plan_label = QLabel("&Plan")
+        plan_label.setBuddy(self.plan_edit)
+        self.plan_note = self._note_label("cohortPlanNote")
+        grid.addWidget(plan_label, row + 1, 0)
+        grid.addWidget(self.plan_edit, row + 1, 1, 1, 2)
+        grid.addWidget(self.plan_note, row + 2, 1, 1, 2)
+        # Shown on XLA only: the device count, the plan and what the engine makes of them.
+        self.xla_widgets = (devices_label, self.xla_devices_spin, self.xla_devices_note, plan_label)
+        self.xla_widgets += (self.plan_edit, self.plan_note)
+
+        self.torch_note = self._note_label("cohortTorchSettings")
+        self.drop_settings_check = QCheckBox("Run this cohort &without them (plain float32)")
+        self.drop_settings_check.toggled.connect(self._on_device_edited)
+        notes = QVBoxLayout()
+        notes.addWidget(self.torch_note)
+        notes.addWidget(self.drop_settings_check)
+        grid.addLayout(notes, row + 3, 0, 1, 3)
+        self._run_tab_order = [
+            self.out_edit,
+            self.browse_button,
+            self.address_edit,
+            self.workers_spin,
+            self.device_combo,
+            self.xla_devices_spin,
+            self.plan_edit,
+            self.drop_settings_check,
+        ]
+
+    @staticmethod
+    def _note_label(name: str = "") -> QLabel:
+        label = QLabel()
+        label.setObjectName(name or "hint")
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        return label
+
+    # -- the device ------------------------------------------------------------------------------------
+    def _offer_form_plan(self) -> None:
+        """The plan the Plan view put into the generation form ("Use this plan") is the default plan text,
+        until the user writes one."""
+        plan = self.state.form.xla_plan
+        if plan and not self.plan_typed and self.plan_edit.text() != plan:
+            self.plan_edit.setText(plan)
+
+    def _on_plan_typed(self, _text: str) -> None:
+        self.plan_typed = True
+
+    def _cluster(self) -> bool:
+        return bool(self.address_edit.text().strip())
+
+    def _read_device(self) -> None:
+        c = self.choice
+        c.device = self.device_combo.currentData() or "auto"
+        c.xla_devices = self.xla_devices_spin.value()
+        c.xla_plan = self.plan_edit.text().strip()
+
+    def _workers(self) -> int | None:
+        return self.workers_spin.value() or None
+
+    def _guidance_scale(self) -> float:
+        """The guidance each volume runs with: the Generate panel's, else the model's default."""
+        if self.draft.guidance_scale is not None:
+            return float(self.draft.guidance_scale)
+        model = self.state.form.model
+        spec = model.spec if model is not None else None
+        return float(spec.default_guidance_scale) if spec is not None and spec.supports_guidance else 1.0
+
+    def _plan_problem(self) -> str:
+        return self.choice.plan_problem(
+            self._workers(),
+            tpu=self.machine.tpu,
+            cluster=self._cluster(),
+            guidance_scale=self._guidance_scale(),
+        )
+
+    def device_problem(self) -> str:
+        """Why Run cannot start on the chosen device ("" when it can)."""
+        c = self.choice
+        if c.device != "xla":
+            return ""
+        problem = self._plan_problem()
+        if problem:
+            return problem
+        if torch_settings_problem(self.draft.optimization) and not self.drop_settings_check.isChecked():
+            return "Torch optimization settings cannot run on XLA devices (see above)"
+        return ""
+
+    def _on_device_edited(self, *_args) -> None:
+        self._read_device()
+        c, m = self.choice, self.machine
+        on_xla = c.device == "xla"
+        for widget in self.xla_widgets:
+            widget.setVisible(on_xla)
+        if on_xla:
+            if m.tpu:
+                note = "TPU chips of this computer (the Ray cluster must have that many)"
+            elif self._cluster():
+                note = "the cluster's TPU chips; off-TPU, fake host CPU devices (correctness, not speed)"
+            else:
+                note = "off-TPU: fake host CPU devices, for correctness, not speed"
+            self.xla_devices_note.setText(note)
+            problem = self._plan_problem()
+            text = problem or c.describe(self._workers(), tpu=m.tpu, cluster=self._cluster())
+            form_plan = self.state.form.xla_plan
+            if not problem and form_plan and c.xla_plan == form_plan:
+                origin = self.state.form.xla_plan_origin or "the Plan view"
+                text += f" (the plan from {origin})"
+            if not problem and c.xla_plan == "best":
+                text = "best: each worker's backend chooses the best plan for its group of TPU chips"
+            self.plan_note.setText(text)
+            colour = NOTE_COLOUR if problem else ""
+            self.plan_note.setStyleSheet(f"color: {colour};" if colour else "")
+        torch_problem = torch_settings_problem(self.draft.optimization) if on_xla else ""
+        self.torch_note.setText(
+            torch_problem + " Change them in the Generate panel, choose CPU or CUDA, or run without them."
+            if torch_problem
+            else ""
+        )
+        self.torch_note.setStyleSheet(f"color: {NOTE_COLOUR};")
+        self.torch_note.setVisible(bool(torch_problem))
+        self.drop_settings_check.setVisible(bool(torch_problem))
+        kind = step_device_kind(c, m)
+        self.step_s = self.run_step_s.get(kind) or last_step_seconds(self.state.volumes, kind)
+        self._on_draft_edited()
+        self._update_run_button()
+
+    def _update_run_button(self) -> None:
+        problem = self.device_problem()
+        self.run_button.setEnabled(self.job is None and not problem)
+        self.run_button.setToolTip(f"Cannot run: {problem}" if problem else "")
+
     # -- the spec --------------------------------------------------------------------------------------
     def _read_widgets(self) -> None:
         d = self.draft
@@ -235,11 +485,15 @@ class CohortDialog(QDialog):
         )
         self.draws_spin.setEnabled(d.has_distribution)
         count = d.count
-        eta = estimate_seconds(count, steps, self.step_s, max(1, self.workers_spin.value()))
+        kind = step_device_kind(self.choice, self.machine)
+        where = {"xla": "on XLA", "cuda": "on CUDA", "cpu": "on CPU"}[kind]
+        at_once = parallel_workers(self.choice, self._workers(), self.machine, cluster=self._cluster())
+        eta = estimate_seconds(count, steps, self.step_s, at_once)
         if eta is None:
-            estimate = "time unknown until a volume has been generated"
+            estimate = f"time unknown until a volume has been generated {where}"
         else:
-            estimate = f"about {format_duration(eta)} ({self.step_s:.2f} s per step, last measured)"
+            parallel = f", {at_once} at a time" if at_once > 1 else ""
+            estimate = f"about {format_duration(eta)} ({self.step_s:.2f} s per step, last measured {where}{parallel})"
         self.count_label.setText(f"{count} volumes \u00b7 {estimate}")
 
     # -- running ---------------------------------------------------------------------------------------
@@ -250,8 +504,16 @@ class CohortDialog(QDialog):
 
     def _on_run_clicked(self) -> None:
         self._read_widgets()
+        self._read_device()
+        problem = self.device_problem()
+        if problem:
+            self.status.setText(f"Cannot run: {problem}")
+            return
+        draft = self.draft
+        if self.choice.device == "xla" and self.drop_settings_check.isChecked():
+            draft = dataclasses.replace(draft, optimization={})  # the engine refuses torch settings on XLA
         try:
-            spec = self.draft.to_spec()
+            spec = draft.to_spec()
         except EngineError as exc:
             self.status.setText(f"Cannot run: {exc}")
             return
@@ -259,12 +521,17 @@ class CohortDialog(QDialog):
         self.finished_paths = []
         self.progress.setRange(0, spec.count)
         self.progress.setValue(0)
-        self.status.setText(f"Starting Ray and {spec.count} volumes...")
+        where = self.plan_note.text() if self.choice.device == "xla" else ""
+        self.status.setText(
+            f"Starting Ray and {spec.count} volumes" + (f" on {where}..." if where else "...")
+        )
+        self.run_device_kind = step_device_kind(self.choice, self.machine)
         worker = cohort_worker(
             spec,
             self.out_edit.text().strip(),
             self.address_edit.text().strip() or None,
-            self.workers_spin.value() or None,
+            self._workers(),
+            **self.choice.run_options(),
         )
         self.job = self.runner.start(
             "cohort",
@@ -283,9 +550,9 @@ class CohortDialog(QDialog):
             self.status.setText("Stopping after the volumes in flight...")
 
     def _on_cohort_progressed(self, p) -> None:
-        if p.step_s and p.step_s != self.step_s:
-            self.step_s = p.step_s
-            self._on_draft_edited()  # the estimate follows the step time measured in this run
+        if p.step_s and p.step_s != self.run_step_s.get(self.run_device_kind):
+            self.run_step_s[self.run_device_kind] = p.step_s
+            self._on_device_edited()  # the estimate follows the step time measured in this run
         if p.event == "done":
             self.finished_paths.append(p.path)
             item = QListWidgetItem(f"{p.participant}  {Path(p.path).name}")
@@ -303,9 +570,11 @@ class CohortDialog(QDialog):
     def _on_cohort_finished(self, summary) -> None:
         self.summary = summary
         word = "Stopped" if summary.stopped else "Finished"
+        where = summary.devices_text() or summary.device.upper()
         self.status.setText(
             f"{word}: {summary.done}/{summary.total} volumes in {summary.root}, {summary.failed} failed, "
-            f"{summary.retries} retried ({summary.volumes_per_min:.2f} volumes/min)"
+            f"{summary.retries} retried ({summary.volumes_per_min:.2f} volumes/min) on {where}, "
+            f"{summary.workers} worker(s)"
         )
 
     def _on_cohort_failed(self, message: str) -> None:
@@ -313,7 +582,7 @@ class CohortDialog(QDialog):
 
     def _on_cohort_ended(self) -> None:
         self.job = None
-        self.run_button.setEnabled(True)
+        self._update_run_button()
         self.stop_button.setEnabled(False)
 
     # -- results ---------------------------------------------------------------------------------------
@@ -348,6 +617,22 @@ class CohortDialog(QDialog):
                 480, 320, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
             )
         )
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+        if self.job is None:
+            self._follow_form()
+        super().showEvent(event)
+
+    def _follow_form(self) -> None:
+        """Opened again: the Generate panel's sampling and optimization settings and its Plan view plan as
+        they are now (the conditions stay as written here, for the same model)."""
+        fresh = CohortDraft.from_form(self.state.form)
+        if fresh.model == self.draft.model:
+            d = self.draft
+            d.sampler, d.steps, d.guidance_scale = fresh.sampler, fresh.steps, fresh.guidance_scale
+            d.optimization = fresh.optimization
+        self._offer_form_plan()
+        self._on_device_edited()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
         if self.job is not None:

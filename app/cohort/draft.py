@@ -8,12 +8,20 @@ Each of the model's conditions is ``default`` (the model's default), ``fixed`` (
 from __future__ import annotations
 
 import math
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from engine.api import XLA_PLAN_PATTERN
+from engine.errors import EngineError
+
 MODES = ("default", "fixed", "grid", "normal", "uniform")
+# As many as the XLA backend's fake host devices: room for the 2-D plans `volsynth plan` prints (dp2xh2...).
+DEFAULT_XLA_DEVICES = 8
+_PLAN_NAME = re.compile(f"(?:{XLA_PLAN_PATTERN})")
 
 
 @dataclass
@@ -104,6 +112,169 @@ class CohortDraft:
         return grid * draws * int(self.seeds)
 
 
+@dataclass(frozen=True)
+class LocalDevices:
+    """What this computer offers a cohort, found without starting JAX (on a TPU VM, the process that starts
+    JAX takes every chip, and the cohort's workers would find none)."""
+
+    cuda_gpus: int = 0
+    cuda_name: str = ""
+    jax: bool = False
+    tpu: bool = False
+    cpu_cores: int = 1
+
+
+def local_devices() -> LocalDevices:
+    """This machine's devices, from the engine's (cached) machine probe: torch's CUDA GPUs, JAX installed
+    (found, not imported), TPU chips attached."""
+    from engine.machine.probe import probe_machine
+
+    probe = probe_machine()
+    return LocalDevices(
+        cuda_gpus=len(probe.gpus),
+        cuda_name=probe.gpus[0].name if probe.gpus else "",
+        jax=bool(probe.xla.get("jax_installed")),
+        tpu=bool(probe.xla.get("tpu_present")),
+        cpu_cores=max(1, probe.cpu.logical_cores or os.cpu_count() or 1),
+    )
+
+
+@dataclass
+class DeviceChoice:
+    """Where a cohort's workers run: ``device`` as the engine names it, and on ``xla`` how many XLA devices
+    in all and the plan each worker runs over its group of them ("" = one device per worker)."""
+
+    device: str = "auto"
+    xla_devices: int = DEFAULT_XLA_DEVICES
+    xla_plan: str = ""
+
+    def run_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``engine.cohort.run_cohort`` that say where it runs."""
+        if self.device != "xla":
+            return {"device": self.device}
+        return {"device": "xla", "xla_plan": self.xla_plan.strip(), "xla_devices": int(self.xla_devices)}
+
+    def groups(self, workers: int | None, tpu_chips: int = 0):
+        """The engine's split of the XLA devices into worker groups (``engine.cohort.xla_groups``); raises
+        InvalidRequest / BackendUnavailable with what does not fit."""
+        from engine.cohort.xla_groups import device_groups
+
+        return device_groups(tpu_chips, plan=self.xla_plan.strip(), workers=workers, devices=self.xla_devices)
+
+    def plan_problem(
+        self, workers: int | None, *, tpu: bool = False, cluster: bool = False, guidance_scale: float = 1.0
+    ) -> str:
+        """Why the XLA devices and plan cannot run (one line, what to change), or "" when they can.
+
+        The group arithmetic is the engine's. On this computer without TPU chips every worker starts its own
+        fake host devices; with TPU chips (here, or on a cluster, which the dialog cannot see before Ray
+        starts) ``best`` and the chip counts are checked when the run starts.
+        """
+        if self.device != "xla":
+            return ""
+        from engine.cohort.xla_groups import plan_devices
+
+        plan = self.xla_plan.strip()
+        if plan and not _PLAN_NAME.fullmatch(plan):
+            return (
+                f"{plan!r} is not a plan name: leave it empty (one device per worker) or write one as "
+                "`volsynth plan` and the Plan view name them: dp2, d2xh2, dp2xd2/cut@2, best"
+            )
+        per_group = plan_devices(plan)
+        if per_group is None:  # best: chosen per group on a TPU slice's topology
+            if tpu or cluster:
+                return ""
+            return (
+                "best is chosen on a TPU slice's topology, and this computer has no TPU: name a plan "
+                "(dp2, d2xh2... as the Plan view lists them)"
+            )
+        if self.xla_devices % per_group:
+            fits = ", ".join(str(per_group * k) for k in range(1, 4))
+            return (
+                f"plan {plan} runs each volume on {per_group} devices, and {self.xla_devices} devices do not "
+                f"split into groups of {per_group}: choose {fits}... devices"
+            )
+        try:
+            self.groups(workers, tpu_chips=self.xla_devices if tpu else 0)
+        except EngineError as exc:
+            return str(exc)
+        return _batch_problem(plan, guidance_scale)
+
+    def describe(self, workers: int | None, *, tpu: bool = False, cluster: bool = False) -> str:
+        """``8 fake host devices in 4 worker(s) of 2, each volume sharded as plan dp2`` ("" if it cannot
+        run); on a cluster, whose devices the dialog cannot see, ``XLA devices``."""
+        try:
+            groups = self.groups(workers, tpu_chips=self.xla_devices if tpu else 0)
+        except EngineError:
+            return ""
+        plan = f"each volume sharded as plan {groups.plan}" if groups.plan else "each volume on one device"
+        what = "TPU chips" if tpu else ("XLA devices" if cluster else "fake host devices")
+        return f"{groups.devices} {what} in {groups.groups} worker(s) of {groups.devices_per_group}, {plan}"
+
+
+def _batch_problem(plan: str, guidance_scale: float) -> str:
+    """A plan's data axis must divide the U-Net's batch (the engine's rule, engine.xla.execution); a cohort
+    makes one volume per item, so that batch is 1, or 2 with guidance (its two halves)."""
+    if not plan or plan == "best":
+        return ""
+    from engine.xla.execution import effective_batch, mesh_of_name
+
+    data = mesh_of_name(plan)[0]
+    batch = effective_batch(1, guidance_scale)
+    if batch % data == 0:
+        return ""
+    if batch == 1:
+        what, fix = "guidance 1: no second half", "use a plan without a data axis (d2, h2, d2xh2)"
+        fix += ", or guidance other than 1 in the Generate panel (a batch of 2)" if data == 2 else ""
+    else:
+        what, fix = "its two guidance halves", "use a plan with a data axis of 2 or none (dp2, d2, dp2xh2)"
+    return (
+        f"plan {plan} splits the U-Net's batch {data} ways, but each cohort volume gives it a batch of {batch} "
+        f"({what}): {fix}"
+    )
+
+
+def torch_settings_problem(optimization: dict[str, Any]) -> str:
+    """Why the Generate panel's optimization settings cannot go to an XLA cohort ("" if they can): they are
+    torch settings, and the engine refuses them on ``--device xla``."""
+    from engine.api.optimization_config import OptimizationConfig
+
+    config = OptimizationConfig.from_dict(dict(optimization or {}))
+    if config.is_default:
+        return ""
+    what = config.settings.summary()
+    what = "the allow-slower override" if what == "fp32" else what
+    return (
+        f"The Generate panel's optimization settings ({what}) are torch settings: XLA devices run float32 "
+        "XLA programs, and the engine refuses them there."
+    )
+
+
+def parallel_workers(
+    choice: DeviceChoice, workers: int | None, machine: LocalDevices, *, cluster: bool = False
+) -> int:
+    """How many volumes are made at once, for the time estimate: the workers, which on this computer's CPU
+    (the cpu device, fake XLA host devices) share its cores."""
+    if choice.device == "xla":
+        try:
+            count = choice.groups(workers, tpu_chips=choice.xla_devices if machine.tpu else 0).groups
+        except EngineError:
+            count = workers or 1
+        on_cpu = not (machine.tpu or cluster)
+    elif choice.device == "cuda" or (choice.device == "auto" and machine.cuda_gpus and not cluster):
+        return max(1, workers or machine.cuda_gpus or 1)
+    else:
+        count, on_cpu = workers or 1, not cluster
+    return max(1, min(count, machine.cpu_cores) if on_cpu else count)
+
+
+def step_device_kind(choice: DeviceChoice, machine: LocalDevices) -> str:
+    """The kind of device a cohort's step time is measured on: ``xla``, ``cuda`` or ``cpu``."""
+    if choice.device == "auto":
+        return "cuda" if machine.cuda_gpus else "cpu"
+    return choice.device
+
+
 def estimate_seconds(count: int, steps: int, step_s: float | None, workers: int = 1) -> float | None:
     """Time for ``count`` volumes of ``steps`` steps at ``step_s`` seconds per step (decode not counted)."""
     if not step_s or not steps or count <= 0:
@@ -111,10 +282,16 @@ def estimate_seconds(count: int, steps: int, step_s: float | None, workers: int 
     return count * steps * step_s / max(1, workers)
 
 
-def last_step_seconds(volumes) -> float | None:
-    """Median seconds per denoising step of the most recent generated volume in the session, if any."""
+def last_step_seconds(volumes, device_kind: str = "") -> float | None:
+    """Median seconds per denoising step of the most recent generated volume in the session, if any; with
+    ``device_kind`` (``cpu``, ``cuda``, ``xla``), of the most recent one made on that kind of device (its
+    provenance ``device``: ``cpu``, ``cuda:0``, ``xla:cpu:0``)."""
     for entry in reversed(list(volumes)):
-        times = (getattr(entry, "provenance", None) or {}).get("step_times_s") or []
+        provenance = getattr(entry, "provenance", None) or {}
+        times = provenance.get("step_times_s") or []
+        device = str(provenance.get("device", ""))
+        if device_kind and device.split(":")[0] != device_kind:
+            continue
         if times:
             return float(np.median(times))
     return None
