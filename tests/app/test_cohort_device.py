@@ -414,9 +414,9 @@ def test_at_1024x700_with_xla_and_a_note_nothing_is_cut_and_tab_follows_the_rows
     hint = dialog.minimumSizeHint()
     assert hint.width() <= 1024 and hint.height() <= 700, hint
     dialog.resize(1024, 700)
-    qtbot.waitUntil(lambda: dialog.width() == 1024 and dialog.height() == 700, timeout=5_000)
+    qtbot.waitUntil(lambda: dialog.width() == 1024 and dialog.height() == 700, timeout=20_000)
     with contextlib.suppress(qtbot.TimeoutError):
-        qtbot.waitUntil(lambda: not _cut(dialog), timeout=5_000)  # the layout settles by events
+        qtbot.waitUntil(lambda: not _cut(dialog), timeout=20_000)  # the layout settles by events
     assert _cut(dialog) == []
 
     dialog.workers_spin.setFocus()
@@ -433,7 +433,7 @@ def test_at_1024x700_with_xla_and_a_note_nothing_is_cut_and_tab_follows_the_rows
     qtbot.keyClick(dialog.drop_settings_check, Qt.Key.Key_Space)
     qtbot.keyClick(dialog.drop_settings_check, Qt.Key.Key_Tab)
     assert QApplication.focusWidget() is dialog.run_button  # below the fold at 700 px: scrolled into view
-    qtbot.waitUntil(lambda: not dialog.run_button.visibleRegion().isEmpty(), timeout=5_000)
+    qtbot.waitUntil(lambda: not dialog.run_button.visibleRegion().isEmpty(), timeout=20_000)
     dialog.close()
 
 
