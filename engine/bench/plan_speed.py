@@ -78,6 +78,7 @@ def run(topologies: list[str], skip_whole: bool, whole_json: Path | None, time_l
         print(time.strftime("%H:%M:%S"), msg, flush=True)
 
     earlier = json.loads(whole_json.read_text()) if whole_json else {}
+    earlier = earlier.get("topologies", earlier)  # this module's own JSON, or a {topology: result} map
     out: dict = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "topologies": {}}
     for topology in topologies:
         entry: dict = {}
