@@ -213,7 +213,8 @@ def _resolve_best(network, topology, runnable, compile_top, started) -> Resolved
 def _priced_placement(plan: Plan, network: Network, topology) -> tuple[str, tuple[int, ...], float, str]:
     """A named plan's best placement, its order, predicted ms and where the prediction comes from: its
     compiled blocks, as the Plan view prices its compiled rows (the units come from the plan cache when the
-    view or an earlier run compiled them), or the planner's cheap estimate when XLA refuses a unit."""
+    view or an earlier run compiled them), or the planner's cheap estimate when XLA refuses a unit or the
+    compiles pass the planning-time limit."""
     from engine.xla.plan_cache import default_cache
     from engine.xla.planner import measure_plan
     from engine.xla.topology import physical_devices, placements

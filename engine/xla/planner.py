@@ -729,22 +729,34 @@ def plan(
     return result
 
 
-def measure_plan(network: Network, topology: Topology, p: Plan, cache=None) -> Row | None:
+def measure_plan(
+    network: Network,
+    topology: Topology,
+    p: Plan,
+    cache=None,
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+) -> Row | None:
     """One plan's row priced as :func:`plan` prices its compiled rows (by blocks on host devices, best
     placement on ``topology``), so a run of a plan named in the Plan view predicts what that view showed.
 
     The plan may use fewer devices than the topology has (a sub-mesh, e.g. dp2 on v5e:2x4): its logical
     devices go on the first ones of each placement. Units compiled before come from ``cache``. Returns None
-    when XLA refuses a unit or the plan does not fit in HBM (the row says why).
+    when XLA refuses a unit, the plan does not fit in HBM (the row says why) or the units take longer than
+    ``time_limit_s`` to compile (a TPU host compiles them on its chips).
     """
+    from engine.xla.block_analysis import OutOfTime
+
     phases = _Phases(time.perf_counter)
     devices, unit_devices, _whole = _planning_devices(topology, "blocks", None)
     orders = placements(topology, devices)
     n = p.data * p.depth * p.height
     mesh = {"data": p.data, "depth": p.depth, "height": p.height}
     row = Row(p.name, p.kind, mesh, p.level_labels(), "pruned")
-    run = _BlockRun(network, list(unit_devices)[:n], cache, _Limit(phases, None), lambda _msg: None)
-    measured = run.measure(p, row, topology, orders, "id-order", phases)
+    run = _BlockRun(network, list(unit_devices)[:n], cache, _Limit(phases, time_limit_s), lambda _msg: None)
+    try:
+        measured = run.measure(p, row, topology, orders, "id-order", phases)
+    except OutOfTime:
+        return None
     return None if measured is None else row
 
 

@@ -159,6 +159,7 @@ def test_a_plan_used_from_the_plan_view_is_predicted_as_the_view_showed_it(backe
     """The Plan view prices its compiled rows by blocks; a run of one of them (not the best) predicts the
     same step time on the same placement, not the planner's cheaper estimate."""
     from engine.xla.execution import run_network
+    from engine.xla.planner import enumerate_plans
     from engine.xla.planner import plan as run_planner
     from engine.xla.topology import parse_topology
 
@@ -172,6 +173,12 @@ def test_a_plan_used_from_the_plan_view_is_predicted_as_the_view_showed_it(backe
     assert (record["predicted_step_ms"], record["placement"]) == (row.step_ms, row.placement)
     assert "compiled blocks" in record["prediction"]
     assert relative_error(result.volumes, tiny_reference.volumes) < RUN_TOLERANCE
+    # Where the blocks cannot be compiled in time (a TPU host compiles them on its chips), there is no
+    # compiled price: the run falls back to the planner's estimate rather than waiting.
+    from engine.xla.planner import measure_plan
+
+    plan = next(p for p, _mesh, _why in enumerate_plans(network, 8) if p is not None and p.name == row.plan)
+    assert measure_plan(network, parse_topology("v5e:2x4"), plan, time_limit_s=0) is None
 
 
 def test_the_bundle_architecture_runs_a_2d_plan(backend, bundle):
