@@ -409,6 +409,28 @@ def mixed_precision_plan(
             float_psnr_db=float_psnr,
         )
     searched = [n for n in candidates if n not in small]
+    # The most aggressive plan first: when every searched layer in int8 already meets the budget (the
+    # bundle-sized U-Net: all 27 of them, 46.1 dB against a 40 dB floor), the per-layer sensitivities cannot
+    # change the answer, and one run replaces one per layer plus the binary search (33 runs there).
+    quantizable = [n for n in searched if _int8_ready(base, n, calibration)]
+    all_int8_psnr = -math.inf
+    if quantizable:
+        all_int8 = copy.deepcopy(base)
+        quantize_int8(all_int8, calibration, quantizable)
+        all_int8_psnr = psnr(reference_volume, run_volume(all_int8))
+        del all_int8
+    if quantizable and all_int8_psnr >= budget_db:
+        return MixedPlan(
+            quantized=quantizable,
+            kept=[n for n in candidates if n not in quantizable],
+            sensitivity_db={},
+            achieved_psnr_db=all_int8_psnr,
+            budget_db=budget_db,
+            evaluations=2,
+            compute_share=share,
+            skipped_small=small,
+            float_psnr_db=float_psnr,
+        )
     reference_sample = run_sample(base)
     sensitivity: dict[str, float] = {}
     for name in searched:
@@ -428,8 +450,10 @@ def mixed_precision_plan(
         quantize_int8(model, calibration, ranked[keep:])
         return psnr(reference_volume, run_volume(model))
 
-    evaluations = 1
-    lo, hi = 0, len(ranked)  # invariant: keeping ``hi`` layers meets the budget (all kept = float_psnr)
+    evaluations = 3 if quantizable else 2  # sampling runs so far: float, every layer int8, the float sample
+    # Invariant: keeping ``hi`` layers meets the budget (all kept = float_psnr). Keeping none (every ranked
+    # layer int8, i.e. every quantizable one) was measured above and missed it.
+    lo, hi = (1 if ranked else 0), len(ranked)
     results = {len(ranked): float_psnr}
     while lo < hi:
         mid = (lo + hi) // 2
@@ -452,16 +476,23 @@ def mixed_precision_plan(
     )
 
 
+def _int8_ready(base: nn.Module, name: str, calibration: Calibration) -> bool:
+    """Whether layer ``name`` can run in int8: a Linear always, a Conv3d once calibration saw it run."""
+    if not isinstance(base.get_submodule(name), nn.Conv3d):
+        return True
+    observer = calibration.ranges.get(name)
+    return observer is not None and observer.calls > 0
+
+
 def _with_one_layer_swapped(base: nn.Module, name: str, calibration: Calibration) -> nn.Module | None:
     """A copy of ``base`` sharing every parameter except the one layer replaced by its int8 version."""
     import copy
 
     module = base.get_submodule(name)
+    if not _int8_ready(base, name, calibration):
+        return None
     if isinstance(module, nn.Conv3d):
-        observer = calibration.ranges.get(name)
-        if observer is None or observer.calls == 0:
-            return None
-        replacement: nn.Module = Int8Conv3d(module, observer)
+        replacement: nn.Module = Int8Conv3d(module, calibration.ranges[name])
     else:
         replacement = DynamicInt8Linear(module)
     # Copy only the module objects along the path (parameters stay shared), then swap the leaf.
