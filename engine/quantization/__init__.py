@@ -394,43 +394,38 @@ def mixed_precision_plan(
     float_psnr = psnr(reference_volume, float_volume)
     share = {n: calibration.compute_share(n) for n in candidates}
     small = [n for n in candidates if share[n] < min_share or calibration.too_small_for_int8(base, n)]
-    if float_psnr < budget_db:
-        # Even with every layer in float, the precision the model runs in (autocast) misses the budget:
-        # int8 can only add error, so nothing is quantized or searched; the caller reports why.
+
+    def result(quantized: list[str], kept: list[str], achieved_db: float, evaluations: int, sensitivity=None):
         return MixedPlan(
-            quantized=[],
-            kept=list(candidates),
-            sensitivity_db={},
-            achieved_psnr_db=float_psnr,
+            quantized=quantized,
+            kept=kept,
+            sensitivity_db=sensitivity or {},
+            achieved_psnr_db=achieved_db,
             budget_db=budget_db,
-            evaluations=1,
+            evaluations=evaluations,
             compute_share=share,
             skipped_small=small,
             float_psnr_db=float_psnr,
         )
+
+    def int8_volume_psnr(int8_layers: list[str]) -> float:
+        model = copy.deepcopy(base)
+        quantize_int8(model, calibration, int8_layers)
+        return psnr(reference_volume, run_volume(model))
+
+    if float_psnr < budget_db:
+        # Even with every layer in float, the precision the model runs in (autocast) misses the budget:
+        # int8 can only add error, so nothing is quantized or searched; the caller reports why.
+        return result([], list(candidates), float_psnr, 1)
     searched = [n for n in candidates if n not in small]
     # The most aggressive plan first: when every searched layer in int8 already meets the budget (the
     # bundle-sized U-Net: all 27 of them, 46.1 dB against a 40 dB floor), the per-layer sensitivities cannot
     # change the answer, and one run replaces one per layer plus the binary search (33 runs there).
     quantizable = [n for n in searched if _int8_ready(base, n, calibration)]
-    all_int8_psnr = -math.inf
     if quantizable:
-        all_int8 = copy.deepcopy(base)
-        quantize_int8(all_int8, calibration, quantizable)
-        all_int8_psnr = psnr(reference_volume, run_volume(all_int8))
-        del all_int8
-    if quantizable and all_int8_psnr >= budget_db:
-        return MixedPlan(
-            quantized=quantizable,
-            kept=[n for n in candidates if n not in quantizable],
-            sensitivity_db={},
-            achieved_psnr_db=all_int8_psnr,
-            budget_db=budget_db,
-            evaluations=2,
-            compute_share=share,
-            skipped_small=small,
-            float_psnr_db=float_psnr,
-        )
+        all_int8_psnr = int8_volume_psnr(quantizable)
+        if all_int8_psnr >= budget_db:
+            return result(quantizable, [n for n in candidates if n not in quantizable], all_int8_psnr, 2)
     reference_sample = run_sample(base)
     sensitivity: dict[str, float] = {}
     for name in searched:
@@ -445,11 +440,6 @@ def mixed_precision_plan(
     ranked = sorted(sensitivity, key=error_per_mac, reverse=True)  # the first ones are kept in float first
     unsearched = [n for n in candidates if n not in sensitivity]
 
-    def volume_psnr(keep: int) -> float:
-        model = copy.deepcopy(base)
-        quantize_int8(model, calibration, ranked[keep:])
-        return psnr(reference_volume, run_volume(model))
-
     evaluations = 3 if quantizable else 2  # sampling runs so far: float, every layer int8, the float sample
     # Invariant: keeping ``hi`` layers meets the budget (all kept = float_psnr). Keeping none (every ranked
     # layer int8, i.e. every quantizable one) was measured above and missed it.
@@ -457,22 +447,14 @@ def mixed_precision_plan(
     results = {len(ranked): float_psnr}
     while lo < hi:
         mid = (lo + hi) // 2
-        results[mid] = volume_psnr(mid)
+        results[mid] = int8_volume_psnr(ranked[mid:])
         evaluations += 1
         if results[mid] >= budget_db:
             hi = mid
         else:
             lo = mid + 1
-    return MixedPlan(
-        quantized=ranked[hi:],
-        kept=ranked[:hi] + unsearched,
-        sensitivity_db=sensitivity,
-        achieved_psnr_db=results[hi],
-        budget_db=budget_db,
-        evaluations=evaluations + len(sensitivity),
-        compute_share=share,
-        skipped_small=small,
-        float_psnr_db=float_psnr,
+    return result(
+        ranked[hi:], ranked[:hi] + unsearched, results[hi], evaluations + len(sensitivity), sensitivity
     )
 
 
