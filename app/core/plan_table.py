@@ -203,6 +203,13 @@ def display_rows(result: dict) -> list[DisplayRow]:
             note_tip = f"Collectives in the compiled program: {note}" + (
                 f". Compiling took {compile_s:.1f} s on the server." if compile_s is not None else ""
             )
+            host = row.get("host") if isinstance(row.get("host"), dict) else {}
+            if row.get("placed_on") and host:
+                note_tip += (
+                    f" Placement and communication from {row['placed_on']} (the slice's own compiler); "
+                    f"ranked among the plans on host-compiled units: {format_duration_ms(host.get('step_ms'))} "
+                    f"per step on {host.get('placement')}, as the other rows are."
+                )
         else:
             note = str(row.get("reason") or "")
             note_tip = note
@@ -300,6 +307,7 @@ def summary_lines(result: dict) -> list[str]:
         third = (
             f"Best: {best.get('plan')} on placement {best.get('placement')}, predicted "
             f"{format_duration_ms(best.get('step_ms'))} per step"
+            + (" (placed on the slice's own compile)" if best.get("placed_on") else "")
         )
         unaware = result.get("unaware_choice") if isinstance(result.get("unaware_choice"), dict) else None
         same = unaware is not None and (unaware.get("plan"), unaware.get("placement")) == (

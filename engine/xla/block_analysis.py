@@ -11,11 +11,20 @@ repeated segments). Each unit's input and output carry the sharding of the level
 the constraints the whole program has there, so XLA's SPMD partitioner inserts the same halo exchanges,
 statistics all-reduces and gathers inside each unit as it does in the whole program.
 
-Where the units are compiled: by default on fake host CPU devices with the plan's logical mesh (XLA's SPMD
-partitioner is the same code for every backend, and collectives are read in logical ids, which the
-placement costing maps onto the slice), because a TPU compile of one unit already takes about a minute
-here; ``devices`` can be the compile-only TPU devices instead, for the slow, faithful path. Unit analyses
-go to an optional :class:`engine.xla.plan_cache.PlanCache` under a key of everything that decides them.
+Where the units are compiled: by default on fake host CPU devices with the plan's logical mesh (collectives
+are read in logical ids, which the placement costing maps onto the slice), because host compiles take
+0.1-0.3 s a unit where a TPU compile-only compile takes 2-110 s. The host's collectives are not the TPU's,
+though: XLA's TPU passes exchange bf16 halos at precision "default" (the host float32 ones), reduce the
+GroupNorm statistics over both spatial axes in one all-reduce (the host: one per axis), and gather
+differently at a level change. The totals move little, but the routes do, and so does the best placement
+(bundle U-Net, v5e:4x4, dp2xd2xh4/cut@1: host collectives put JAX's id order first, 0.84 against 0.89 ms;
+the TPU's put snake-xy first, 1.02 against 1.20 ms, as the whole TPU compile does). So
+``collective_devices`` (the slice's compile-only devices) compiles again, for the slice, the units that
+communicate on the host, and their collectives replace the host's; FLOPs, bytes and memory stay the host's,
+one model for every plan. A unit that does not communicate on the host has every input and output
+replicated over the spatial axes and split only over the batch, which needs no collective on any backend.
+Unit analyses go to an optional :class:`engine.xla.plan_cache.PlanCache` under a key of everything that
+decides them, the platform included.
 
 The memory of a plan is composed, not measured: parameters (replicated) + the skip activations the
 U-Net holds + the largest unit's temporaries and live activations.
@@ -227,8 +236,13 @@ class BlockAnalysis:
     collectives: list[Collective]
     units: int  # units in the step
     distinct: int  # distinct (unit, sharding) programs
-    compiled: int  # of which compiled now (the rest came from the cache or an earlier plan)
+    compiled: int  # of which compiled now on ``devices`` (the rest came from the cache or an earlier plan)
     per_unit: list[dict] = field(default_factory=list)
+    # With ``collective_devices``: their platform, the distinct units whose collectives came from there, and
+    # how many of those were compiled now.
+    collectives_platform: str = ""
+    retargeted: int = 0
+    retargeted_compiled: int = 0
 
 
 class OutOfTime(Exception):
@@ -295,6 +309,10 @@ def compile_unit(unit: Unit, network, plan, devices: Sequence, n_devices: int) -
     )
 
 
+def platform_of(devices: Sequence) -> str:
+    return f"{devices[0].platform}:{getattr(devices[0], 'device_kind', '')}"
+
+
 def analyse_plan(
     network,
     plan,
@@ -305,28 +323,33 @@ def analyse_plan(
     memo: dict | None = None,
     check_time: Callable[[], None] | None = None,
     on_compile: Callable[[str], None] | None = None,
+    collective_devices: Sequence | None = None,
 ) -> BlockAnalysis:
     """Compose ``plan``'s costs from its units, compiling each distinct (unit, sharding) once.
 
     ``memo`` (key -> UnitCost) is shared between the plans of one planning run; ``cache`` is the disk
     cache; ``check_time()`` raises :class:`OutOfTime` when the planning-time limit is reached (it is called
-    before each compile, so a limit of 0 compiles nothing).
+    before each compile, so a limit of 0 compiles nothing). ``collective_devices``: the slice's own devices,
+    on which the units that communicate on ``devices`` are compiled again for their collectives (see the
+    module docstring).
     """
     units = list(units) if units is not None else unet_units(network)
     memo = {} if memo is None else memo
-    platform = f"{devices[0].platform}:{getattr(devices[0], 'device_kind', '')}"
     n = len(devices)
     counts: Counter = Counter()
     first_unit: dict[str, Unit] = {}
     labels: dict[str, list[str]] = {}
+    platform = platform_of(devices)
     for u in units:
         key = unit_key(u, plan, platform)
         counts[key] += 1
         first_unit.setdefault(key, u)
         labels.setdefault(key, []).append(u.label)
+
     compiled_now = 0
-    costs: dict[str, UnitCost] = {}
-    for key, u in first_unit.items():
+
+    def cost_on(u: Unit, key: str, on: Sequence) -> UnitCost:
+        nonlocal compiled_now
         cost = memo.get(key)
         if cost is None and cache is not None:
             cached = cache.load_unit(key)
@@ -335,17 +358,29 @@ def analyse_plan(
             if check_time is not None:
                 check_time()
             if on_compile is not None:
-                on_compile(u.label)
-            cost = compile_unit(u, network, plan, devices, n)
+                on_compile(u.label if on is devices else f"{u.label} for {on[0].platform}")
+            cost = compile_unit(u, network, plan, on, n)
             compiled_now += 1
             if cache is not None:
                 cache.save_unit(key, cost.to_dict())
         memo[key] = cost
-        costs[key] = cost
+        return cost
+
+    costs = {key: cost_on(u, key, devices) for key, u in first_unit.items()}
+    communicating = {key: cost.collectives for key, cost in costs.items()}
+    retargeted = retargeted_compiled = 0
+    target = "" if collective_devices is None else platform_of(collective_devices)
+    if target and target != platform:
+        before = compiled_now
+        for key, u in first_unit.items():
+            if costs[key].collectives:
+                communicating[key] = cost_on(u, unit_key(u, plan, target), collective_devices).collectives
+                retargeted += 1
+        retargeted_compiled = compiled_now - before
 
     found: Counter = Counter()
-    for key, cost in costs.items():
-        for c in cost.collectives:
+    for key, collectives in communicating.items():
+        for c in collectives:
             found[(c.kind, c.nbytes, c.groups, c.pairs)] += c.count * counts[key]
     skips = sum(_nbytes(u.out_shapes[0]) / _role_shards(plan, u.out_roles[0]) for u in units if u.skip)
     largest = max(
@@ -362,11 +397,14 @@ def analyse_plan(
         collectives=[Collective(k, int(b), g, p, int(c)) for (k, b, g, p), c in found.items()],
         units=len(units),
         distinct=len(costs),
-        compiled=compiled_now,
+        compiled=compiled_now - retargeted_compiled,
         per_unit=[
             {"units": labels[k], "count": counts[k], "flops": c.flops, "bytes": c.bytes_accessed}
             for k, c in costs.items()
         ],
+        collectives_platform=target if retargeted else platform,
+        retargeted=retargeted,
+        retargeted_compiled=retargeted_compiled,
     )
 
 

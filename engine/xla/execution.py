@@ -182,6 +182,11 @@ _PREDICTED_BY = {
 }
 
 
+def _prediction_label(source: str | None, placed_on: str) -> str:
+    label = _PREDICTED_BY.get(source or "", "planner")
+    return f"{label}; placed on {placed_on}" if placed_on else label
+
+
 def _resolve_best(network, topology, runnable, compile_top, started) -> ResolvedPlan:
     from engine.xla.planner import plan as run_planner
     from engine.xla.topology import physical_devices, placements
@@ -205,7 +210,7 @@ def _resolve_best(network, topology, runnable, compile_top, started) -> Resolved
     orders = placements(topology, physical_devices(topology))
     return ResolvedPlan(
         "best", plan, result.best["placement"], tuple(orders[result.best["placement"]]), topology.name,
-        result.best["step_ms"], _PREDICTED_BY.get(result.best.get("from"), "planner"),
+        result.best["step_ms"], _prediction_label(result.best.get("from"), result.best.get("placed_on", "")),
         time.perf_counter() - started,
     )  # fmt: skip
 
@@ -222,7 +227,12 @@ def _priced_placement(plan: Plan, network: Network, topology) -> tuple[str, tupl
     orders = placements(topology, physical_devices(topology))
     row = measure_plan(network, topology, plan, cache=default_cache())
     if row is not None:
-        return row.placement, tuple(orders[row.placement]), row.step_ms, _PREDICTED_BY["blocks"]
+        return (
+            row.placement,
+            tuple(orders[row.placement]),
+            row.step_ms,
+            _prediction_label("blocks", row.placed_on),
+        )
     placement, order, step_ms = _estimated_placement(plan, network, topology, orders)
     return placement, order, step_ms, "planner's cheap estimate (jaxpr trace, not compiled)"
 

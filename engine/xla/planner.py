@@ -47,7 +47,7 @@ DEFAULT_COMPILE_TOP = 3
 # Planning stops starting compiles after this many seconds and returns the best plan so far, saying so.
 DEFAULT_TIME_LIMIT_S = 120.0
 # Part of every finished-plan cache key: bump it when what the planner computes for a network changes.
-PLANNER_VERSION = "2"
+PLANNER_VERSION = "3"
 # blocks: distinct U-Net units on host devices; whole: the whole step for the topology (TPU compile-only
 # devices for slices); host-whole: the whole step on host devices (same SPMD partitioning, no TPU backend).
 ANALYSES = ("blocks", "whole", "host-whole")
@@ -464,6 +464,10 @@ class Row:
     compile_s: float | None = None
     analysis: str = ""  # compiled rows: "whole" (one program) or "blocks" (composed from compiled units)
     units: str = ""  # blocks: "distinct programs / units of the step, compiled now"
+    # blocks on a TPU slice, the chosen plan: where its collectives came from ("7 communicating units
+    # compiled for tpu:TPU v5 lite"), and its host-compiled step, comm and placement it was ranked on.
+    placed_on: str = ""
+    host: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -683,13 +687,18 @@ def plan(
         enumerated = enumerate_plans(network, topology.n_devices)
         rows, candidates = _estimate_plans(enumerated, stats, network, topology, orders, phases)
         survivors = _select_for_compile(candidates, topology, orders[default], compile_top, dominated_factor)
-    if analysis == "blocks":
-        measure = _BlockRun(network, unit_devices, cache, _Limit(phases, time_limit_s), say).measure
-    else:
-        measure = _WholeRun(network, whole_devices, _Limit(phases, time_limit_s), say).measure
+    limit = _Limit(phases, time_limit_s)
+    blocks = _BlockRun(network, unit_devices, cache, limit, say) if analysis == "blocks" else None
+    measure = blocks.measure if blocks else _WholeRun(network, whole_devices, limit, say).measure
     compiled, cut_reason = _compile_survivors(survivors, measure, topology, orders, default, phases)
+    on_slice: dict[int, tuple] = {}
+    if blocks and compiled and _compiles_elsewhere(unit_devices, devices):
+        on_slice, slice_cut = _place_chosen_on_slice(
+            blocks, compiled, survivors, topology, devices, orders, phases
+        )
+        cut_reason = cut_reason or slice_cut
     with phases("placement"):
-        best, unaware_choice, gain = _choose(compiled, topology, orders, default)
+        best, unaware_choice, gain = _choose(compiled, topology, orders, default, on_slice)
         if best is not None:
             best["from"] = analysis
         elif cut_reason and candidates:
@@ -698,7 +707,7 @@ def plan(
     rows.sort(
         key=lambda r: (
             {"compiled": 0, "failed": 1, "pruned": 2}[r.status],
-            r.step_ms or r.est_step_ms or math.inf,
+            r.host.get("step_ms") or r.step_ms or r.est_step_ms or math.inf,  # the order plans were ranked in
         )
     )
     result = PlanResult(
@@ -757,7 +766,15 @@ def measure_plan(
         measured = run.measure(p, row, topology, orders, "id-order", phases)
     except OutOfTime:
         return None
-    return None if measured is None else row
+    if measured is None:
+        return None
+    if _compiles_elsewhere(unit_devices, devices):
+        # As plan() places its chosen plan (on a slice whose units came from the plan cache, in no time).
+        try:
+            run.place_on_slice(p, row, topology, list(devices)[:n], orders, "id-order", phases)
+        except OutOfTime:
+            row.placed_on = "host-compiled units (the time limit came before the slice's compile)"
+    return row
 
 
 def _planning_devices(topology: Topology, analysis: str, unit_devices: Sequence | None):
@@ -799,6 +816,35 @@ def _compile_survivors(survivors, measure, topology: Topology, orders, default: 
     return compiled, cut_reason
 
 
+def _compiles_elsewhere(unit_devices: Sequence, devices: Sequence) -> bool:
+    """Whether the units compile on another platform than the topology's own devices (host devices for a
+    TPU slice), whose partitioner makes other collectives."""
+    from engine.xla.block_analysis import platform_of
+
+    return platform_of(unit_devices) != platform_of(devices)
+
+
+def _place_chosen_on_slice(blocks, compiled, survivors, topology: Topology, devices, orders, phases):
+    """Price the plan ranked first on host units again with its communicating units compiled for the slice
+    (``engine.xla.block_analysis``: the TPU's halos and reductions route differently, and so decide the
+    placement). Only that plan: the slice's compiler takes 2-110 s a unit where the host takes 0.3 s, so
+    every survivor would take about ten minutes for the bundle U-Net. Returns ({id(row): tuple}, why it was
+    cut short or "")."""
+    from engine.xla.block_analysis import OutOfTime
+
+    entry = min(compiled, key=lambda c: c[3])
+    row = entry[0]
+    p = next(p for p, r, _est in survivors if r is row)
+    blocks.say(f"placing {p.name}: compiling its communicating units for {topology.name} ...")
+    try:
+        with phases("compiling"):
+            measured = blocks.place_on_slice(p, row, topology, devices, orders, "id-order", phases)
+    except OutOfTime as exc:
+        row.placed_on = "host-compiled units (the time limit came before the slice's compile)"
+        return {}, f"{exc}: {p.name} is placed on host-compiled collectives, not the slice's"
+    return ({id(row): measured} if measured is not None else {}), ""
+
+
 class _WholeRun:
     """Each survivor compiled as one whole program (for the topology, or on host devices)."""
 
@@ -831,15 +877,26 @@ class _BlockRun:
         self.network, self.devices, self.cache, self.limit, self.say = network, devices, cache, limit, say
         self.units = None
         self.memo: dict = {}
+        self.last_analysis = None  # of the last measure()
 
-    def measure(self, p: Plan, row: Row, topology: Topology, orders, default: str, phases: _Phases):
+    def measure(
+        self,
+        p: Plan,
+        row: Row,
+        topology: Topology,
+        orders,
+        default: str,
+        phases: _Phases,
+        collective_devices: Sequence | None = None,
+    ):
         from engine.xla.block_analysis import OutOfTime, analyse_plan, unet_units
 
         t0 = time.perf_counter()
         if self.units is None:
             with phases("tracing"):
                 self.units = unet_units(self.network)
-        self.say(f"compiling the units of {p.name} on {self.devices[0].platform} devices ...")
+        if collective_devices is None:
+            self.say(f"compiling the units of {p.name} on {self.devices[0].platform} devices ...")
         try:
             composed = analyse_plan(
                 self.network,
@@ -849,6 +906,7 @@ class _BlockRun:
                 cache=self.cache,
                 memo=self.memo,
                 check_time=self.limit.check,
+                collective_devices=collective_devices,
             )
         except OutOfTime:
             raise
@@ -859,6 +917,11 @@ class _BlockRun:
         row.compile_s = round(time.perf_counter() - t0, 1)
         row.analysis = "blocks"
         row.units = f"{composed.distinct} distinct / {composed.units} units, {composed.compiled} compiled now"
+        if composed.retargeted:
+            row.placed_on = (
+                f"{composed.retargeted} communicating unit(s) compiled for {composed.collectives_platform}"
+            )
+        self.last_analysis = composed
         return _fill_row(
             row,
             composed.collectives,
@@ -870,6 +933,23 @@ class _BlockRun:
             default,
             phases,
         )
+
+    def place_on_slice(self, p: Plan, row: Row, topology: Topology, slice_devices, orders, default, phases):
+        """Price ``row`` (measured on host units) again with the collectives of its communicating units
+        compiled for the slice's own devices; the host figures it was ranked on go to ``row.host``. Raises
+        OutOfTime (the row unchanged) when the limit passes first; None when XLA refuses a unit there."""
+        host = {"step_ms": row.step_ms, "comm_ms": row.comm_ms, "placement": row.placement}
+        compile_s, units = row.compile_s or 0.0, row.units
+        measured = self.measure(p, row, topology, orders, default, phases, collective_devices=slice_devices)
+        # The host units were counted when the row was measured (they are memo hits now).
+        row.units = f"{units}; {self.last_analysis.retargeted_compiled} compiled now for the slice"
+        if measured is None:  # XLA refused a unit for the slice: the host-priced row stands, saying so
+            row.placed_on = f"host-compiled units (for the slice: {row.reason})"
+            row.status, row.reason = "compiled", ""
+            return None
+        row.host = host
+        row.compile_s = round(compile_s + (row.compile_s or 0.0), 1)
+        return measured
 
 
 def _estimate_plans(
@@ -1042,15 +1122,24 @@ def _choose_from_estimates(
 
 
 def _choose(
-    compiled, topology: Topology, orders, default: str
+    compiled, topology: Topology, orders, default: str, on_slice: dict[int, tuple] | None = None
 ) -> tuple[dict | None, dict | None, float | None]:
-    """The best compiled plan, the placement-unaware model's choice (timed with placement), and the gain."""
+    """The best compiled plan, the placement-unaware model's choice (timed with placement), and the gain.
+
+    Plans are ranked on ``compiled`` (one model for all of them); ``on_slice`` (id(row) -> the same tuple
+    priced on the slice's own collectives) then gives the figures of those it holds."""
     if not compiled:
         return None, None, None
+    on_slice = on_slice or {}
     # Ranked and compared in unrounded seconds: the rows' milliseconds are rounded for display.
-    row, _c, _compute, best_s, _u = min(compiled, key=lambda c: c[3])
+    first = min(compiled, key=lambda c: c[3])
+    row = first[0]
+    best_s = on_slice.get(id(row), first)[3]
     best = {"plan": row.plan, "placement": row.placement, "step_ms": row.step_ms}
-    urow, ucoll, ucompute, _a, _u = min(compiled, key=lambda c: c[4])
+    if row.placed_on:
+        best["placed_on"] = row.placed_on
+    urow = min(compiled, key=lambda c: c[4])[0]
+    _r, ucoll, ucompute, _a, _u = on_slice.get(id(urow), next(c for c in compiled if c[0] is urow))
     aware_of_unaware = ucompute + program_comm_time(topology, ucoll, orders[default], aware=True)
     unaware_choice = {
         "plan": urow.plan,
@@ -1123,7 +1212,7 @@ def format_table(result: PlanResult) -> str:
                 ", ".join(f"{k} {v['count']}x {v['bytes'] / 1e6:.2f}MB" for k, v in r.collectives.items())
                 or "none"
             )
-            tail = coll
+            tail = coll + (" [placed on the slice's compile]" if r.host else "")
         else:
             step, compute, comm, mem = r.est_step_ms, r.est_compute_ms, r.est_comm_ms, r.est_memory_gb
             tail = r.reason
@@ -1144,6 +1233,12 @@ def format_table(result: PlanResult) -> str:
             f"best plan{' so far' if result.cut_short else ''}: {result.best['plan']} on placement "
             f"{result.best['placement']}: {result.best['step_ms']:.4g} ms/step{source}"
         )
+        chosen = next((r for r in result.rows if r.plan == result.best["plan"] and r.host), None)
+        if chosen is not None:
+            lines.append(
+                f"  placed on {chosen.placed_on}; ranked among the plans on host-compiled units "
+                f"({chosen.host['step_ms']:.4g} ms/step on {chosen.host['placement']}), which the other rows show"
+            )
         u = result.unaware_choice
         lines.append(
             f"topology-unaware choice: {u['plan']} on {u['placement']} (its model: {u['unaware_model_ms']:.4g} ms; "

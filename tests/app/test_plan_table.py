@@ -178,6 +178,20 @@ def test_summary_has_counts_time_best_and_gain():
     assert plan_table.summary_lines(same)[2].endswith("x1.00: the topology-unaware choice is the same plan")
 
 
+def test_the_plan_placed_on_the_slices_own_compile_says_so_and_what_it_was_ranked_on():
+    placed_on = "7 communicating unit(s) compiled for tpu:TPU v5 lite"
+    host = {"step_ms": 0.2801, "comm_ms": 0.2459, "placement": "id-order"}
+    rows = [dict(RESULT["rows"][0], placed_on=placed_on, host=host), *RESULT["rows"][1:]]
+    result = {**RESULT, "rows": rows, "best": {**RESULT["best"], "placed_on": placed_on}}
+    shown = plan_table.display_rows(result)
+    tip = shown[0].tooltips[NOTE]
+    assert f"Placement and communication from {placed_on}" in tip
+    assert "ranked among the plans on host-compiled units: 280 \u00b5s per step on id-order" in tip
+    assert "Placement and communication" not in shown[1].tooltips[NOTE]  # a host-priced row
+    assert "(placed on the slice's own compile)" in plan_table.summary_lines(result)[2]
+    assert "placed on" not in plan_table.summary_lines(RESULT)[2]
+
+
 def test_a_result_with_no_compiled_plan_or_missing_keys_still_reads():
     nothing = {"model": "big", "counts": {"enumerated": 1, "pruned": 1}, "rows": [_row("dp8", "pruned")]}
     lines = plan_table.summary_lines({**nothing, "best": None})
