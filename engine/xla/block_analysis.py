@@ -13,7 +13,7 @@ statistics all-reduces and gathers inside each unit as it does in the whole prog
 
 Where the units are compiled: by default on fake host CPU devices with the plan's logical mesh (collectives
 are read in logical ids, which the placement costing maps onto the slice), because host compiles take
-0.1-0.3 s a unit where a TPU compile-only compile takes 2-110 s. The host's collectives are not the TPU's,
+0.1-0.3 s a unit where a TPU compile-only compile takes 2-290 s (bundle U-Net). The host's collectives are not the TPU's,
 though: XLA's TPU passes exchange bf16 halos at precision "default" (the host float32 ones), reduce the
 GroupNorm statistics over both spatial axes in one all-reduce (the host: one per axis), and gather
 differently at a level change. The totals move little, but the routes do, and so does the best placement
@@ -21,8 +21,10 @@ differently at a level change. The totals move little, but the routes do, and so
 the TPU's put snake-xy first, 1.02 against 1.20 ms, as the whole TPU compile does). So
 ``collective_devices`` (the slice's compile-only devices) compiles again, for the slice, the units that
 communicate on the host, and their collectives replace the host's; FLOPs, bytes and memory stay the host's,
-one model for every plan. A unit that does not communicate on the host has every input and output
-replicated over the spatial axes and split only over the batch, which needs no collective on any backend.
+one model for every plan. A unit without collectives on the host (in these U-Nets: those of levels kept
+whole over the spatial axes, split only over the batch) is not compiled again. Composed this way, the bundle
+U-Net's three survivors on v5e:4x4 send exactly what their whole TPU programs send, to the byte
+(resources/measurements/2026-12-01-amd-epyc-zen5/slice-units-vs-whole-bundle-v5e-4x4.json).
 Unit analyses go to an optional :class:`engine.xla.plan_cache.PlanCache` under a key of everything that
 decides them, the platform included.
 
