@@ -464,8 +464,8 @@ class Row:
     compile_s: float | None = None
     analysis: str = ""  # compiled rows: "whole" (one program) or "blocks" (composed from compiled units)
     units: str = ""  # blocks: "distinct programs / units of the step, compiled now"
-    # blocks on a TPU slice, the chosen plan: where its collectives came from ("7 communicating units
-    # compiled for tpu:TPU v5 lite"), and its host-compiled step, comm and placement it was ranked on.
+    # blocks on a TPU slice, the chosen plan: where its collectives came from ("7 communicating blocks
+    # compiled for the TPU v5 lite"), and its host-compiled step, comm and placement it was ranked on.
     placed_on: str = ""
     host: dict = field(default_factory=dict)
 
@@ -835,7 +835,7 @@ def _place_chosen_on_slice(blocks, compiled, survivors, topology: Topology, devi
     entry = min(compiled, key=lambda c: c[3])
     row = entry[0]
     p = next(p for p, r, _est in survivors if r is row)
-    blocks.say(f"placing {p.name}: compiling its communicating units for {topology.name} ...")
+    blocks.say(f"placing {p.name}: compiling its communicating blocks for {topology.name} ...")
     try:
         with phases("compiling"):
             measured = blocks.place_on_slice(p, row, topology, devices, orders, "id-order", phases)
@@ -918,9 +918,8 @@ class _BlockRun:
         row.analysis = "blocks"
         row.units = f"{composed.distinct} distinct / {composed.units} units, {composed.compiled} compiled now"
         if composed.retargeted:
-            row.placed_on = (
-                f"{composed.retargeted} communicating unit(s) compiled for {composed.collectives_platform}"
-            )
+            n, chip = composed.retargeted, getattr(collective_devices[0], "device_kind", "") or "the slice"
+            row.placed_on = f"{n} communicating block{'s' if n != 1 else ''} compiled for the {chip}"
         self.last_analysis = composed
         return _fill_row(
             row,

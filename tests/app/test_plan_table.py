@@ -179,7 +179,7 @@ def test_summary_has_counts_time_best_and_gain():
 
 
 def test_the_plan_placed_on_the_slices_own_compile_says_so_and_what_it_was_ranked_on():
-    placed_on = "7 communicating unit(s) compiled for tpu:TPU v5 lite"
+    placed_on = "7 communicating blocks compiled for the TPU v5 lite"
     host = {"step_ms": 0.2801, "comm_ms": 0.2459, "placement": "id-order"}
     rows = [dict(RESULT["rows"][0], placed_on=placed_on, host=host), *RESULT["rows"][1:]]
     result = {**RESULT, "rows": rows, "best": {**RESULT["best"], "placed_on": placed_on}}

@@ -297,7 +297,9 @@ def test_the_chosen_plan_is_placed_as_the_whole_compile_for_the_slice_places_it(
     blocks, whole = slice_results["blocks"], slice_results["whole"]
     chosen = next(r for r in blocks.rows if r.plan == blocks.best["plan"])
     others = [r for r in blocks.rows if r.status == "compiled" and r is not chosen]
-    assert "compiled for tpu" in chosen.placed_on and set(chosen.host) == {"step_ms", "comm_ms", "placement"}
+    assert chosen.placed_on.endswith("communicating blocks compiled for the TPU v5 lite") and set(
+        chosen.host
+    ) == {"step_ms", "comm_ms", "placement"}
     assert blocks.best["placed_on"] == chosen.placed_on and blocks.best["step_ms"] == chosen.step_ms
     # The slice's placement and comm are the whole program's for the same plan; the others stay
     # host-priced, as they were ranked.
