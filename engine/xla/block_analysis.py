@@ -326,6 +326,7 @@ def analyse_plan(
     check_time: Callable[[], None] | None = None,
     on_compile: Callable[[str], None] | None = None,
     collective_devices: Sequence | None = None,
+    collectives_cached_only: bool = False,
 ) -> BlockAnalysis:
     """Compose ``plan``'s costs from its units, compiling each distinct (unit, sharding) once.
 
@@ -333,7 +334,8 @@ def analyse_plan(
     cache; ``check_time()`` raises :class:`OutOfTime` when the planning-time limit is reached (it is called
     before each compile, so a limit of 0 compiles nothing). ``collective_devices``: the slice's own devices,
     on which the units that communicate on ``devices`` are compiled again for their collectives (see the
-    module docstring).
+    module docstring); with ``collectives_cached_only`` only if every one of them is in ``memo`` or
+    ``cache`` already (else the host's collectives stay, and ``retargeted`` is 0).
     """
     units = list(units) if units is not None else unet_units(network)
     memo = {} if memo is None else memo
@@ -372,12 +374,17 @@ def analyse_plan(
     communicating = {key: cost.collectives for key, cost in costs.items()}
     retargeted = retargeted_compiled = 0
     target = "" if collective_devices is None else platform_of(collective_devices)
+    on_target = {key: unit_key(u, plan, target) for key, u in first_unit.items() if costs[key].collectives}
+    if collectives_cached_only and target:
+        have = all(
+            k in memo or (cache is not None and cache.load_unit(k) is not None) for k in on_target.values()
+        )
+        target = target if have else ""
     if target and target != platform:
         before = compiled_now
-        for key, u in first_unit.items():
-            if costs[key].collectives:
-                communicating[key] = cost_on(u, unit_key(u, plan, target), collective_devices).collectives
-                retargeted += 1
+        for key, target_key in on_target.items():
+            communicating[key] = cost_on(first_unit[key], target_key, collective_devices).collectives
+            retargeted += 1
         retargeted_compiled = compiled_now - before
 
     found: Counter = Counter()

@@ -745,8 +745,11 @@ def measure_plan(
     cache=None,
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
 ) -> Row | None:
-    """One plan's row priced as :func:`plan` prices its compiled rows (by blocks on host devices, best
-    placement on ``topology``), so a run of a plan named in the Plan view predicts what that view showed.
+    """One plan's row priced as :func:`plan` priced it, so a run of a plan named in the Plan view predicts
+    what that view showed: by blocks on host devices, best placement on ``topology``, and on a TPU slice
+    placed on the slice's own collectives when its blocks compiled for the slice are in ``cache`` (the
+    planner put them there when it placed the plan). A run does not compile for the slice itself: 2-290 s a
+    block here.
 
     The plan may use fewer devices than the topology has (a sub-mesh, e.g. dp2 on v5e:2x4): its logical
     devices go on the first ones of each placement. Units compiled before come from ``cache``. Returns None
@@ -769,11 +772,7 @@ def measure_plan(
     if measured is None:
         return None
     if _compiles_elsewhere(unit_devices, devices):
-        # As plan() places its chosen plan (on a slice whose units came from the plan cache, in no time).
-        try:
-            run.place_on_slice(p, row, topology, list(devices)[:n], orders, "id-order", phases)
-        except OutOfTime:
-            row.placed_on = "host-compiled units (the time limit came before the slice's compile)"
+        run.place_on_slice(p, row, topology, list(devices)[:n], orders, "id-order", phases, cached_only=True)
     return row
 
 
@@ -888,6 +887,7 @@ class _BlockRun:
         default: str,
         phases: _Phases,
         collective_devices: Sequence | None = None,
+        collectives_cached_only: bool = False,
     ):
         from engine.xla.block_analysis import OutOfTime, analyse_plan, unet_units
 
@@ -907,6 +907,7 @@ class _BlockRun:
                 memo=self.memo,
                 check_time=self.limit.check,
                 collective_devices=collective_devices,
+                collectives_cached_only=collectives_cached_only,
             )
         except OutOfTime:
             raise
@@ -933,19 +934,26 @@ class _BlockRun:
             phases,
         )
 
-    def place_on_slice(self, p: Plan, row: Row, topology: Topology, slice_devices, orders, default, phases):
+    def place_on_slice(
+        self, p: Plan, row: Row, topology: Topology, slice_devices, orders, default, phases, cached_only=False
+    ):
         """Price ``row`` (measured on host units) again with the collectives of its communicating units
         compiled for the slice's own devices; the host figures it was ranked on go to ``row.host``. Raises
-        OutOfTime (the row unchanged) when the limit passes first; None when XLA refuses a unit there."""
+        OutOfTime (the row unchanged) when the limit passes first; None when XLA refuses a unit there, or
+        when ``cached_only`` and they are not all in the plan cache (the row stays host-priced)."""
         host = {"step_ms": row.step_ms, "comm_ms": row.comm_ms, "placement": row.placement}
         compile_s, units = row.compile_s or 0.0, row.units
-        measured = self.measure(p, row, topology, orders, default, phases, collective_devices=slice_devices)
-        # The host units were counted when the row was measured (they are memo hits now).
-        row.units = f"{units}; {self.last_analysis.retargeted_compiled} compiled now for the slice"
+        measured = self.measure(
+            p, row, topology, orders, default, phases, slice_devices, collectives_cached_only=cached_only
+        )
         if measured is None:  # XLA refused a unit for the slice: the host-priced row stands, saying so
             row.placed_on = f"host-compiled units (for the slice: {row.reason})"
-            row.status, row.reason = "compiled", ""
+            row.status, row.reason, row.units = "compiled", "", units
             return None
+        row.units = units  # the host units were counted when the row was measured (they are memo hits now)
+        if not self.last_analysis.retargeted:  # cached_only, and not all in the cache: the same host row
+            return None
+        row.units += f"; {self.last_analysis.retargeted_compiled} compiled now for the slice"
         row.host = host
         row.compile_s = round(compile_s + (row.compile_s or 0.0), 1)
         return measured

@@ -155,24 +155,43 @@ def test_best_is_the_planners_choice_on_its_placement_and_is_planned_once(backen
     assert second.provenance["xla"]["plan"]["name"] == record["name"]
 
 
-def test_a_plan_used_from_the_plan_view_is_predicted_as_the_view_showed_it(backend, tiny_reference):
-    """The Plan view prices its compiled rows by blocks; a run of one of them (not the best) predicts the
-    same step time on the same placement, not the planner's cheaper estimate."""
+def test_a_plan_used_from_the_plan_view_is_predicted_as_the_view_showed_it(
+    backend, tiny_reference, monkeypatch, tmp_path
+):
+    """The Plan view prices its compiled rows by blocks, and places the best one on the slice's own
+    collectives; a run of either predicts the same step time on the same placement as its row, not the
+    planner's cheaper estimate, and compiles nothing for the slice itself."""
+    monkeypatch.setenv("VOLSYNTH_PLAN_CACHE", str(tmp_path))  # the server's cache, as it was when it planned
+    from engine.xla import block_analysis
     from engine.xla.execution import run_network
+    from engine.xla.plan_cache import default_cache
     from engine.xla.planner import enumerate_plans
     from engine.xla.planner import plan as run_planner
     from engine.xla.topology import parse_topology
 
     model = next(iter(backend._models._models.values()))
     network = run_network(model.unet_arch, model.unet_params, (4, 6, 4), 2, True, backend.precision, "tiny")
-    view = run_planner(network, parse_topology("v5e:2x4"), compile_top=2)
-    row = next(r for r in view.rows if r.status == "compiled" and r.plan != view.best["plan"])
+    view = run_planner(network, parse_topology("v5e:2x4"), compile_top=2, cache=default_cache())
+    best = next(r for r in view.rows if r.plan == view.best["plan"])
+    row = next(r for r in view.rows if r.status == "compiled" and r is not best)
     assert row.est_step_ms != row.step_ms  # else this test could not tell the two predictions apart
-    result = run(backend.sample(tiny_request(xla_plan=row.plan)))
-    record = result.provenance["xla"]["plan"]
-    assert (record["predicted_step_ms"], record["placement"]) == (row.step_ms, row.placement)
-    assert "compiled blocks" in record["prediction"]
-    assert relative_error(result.volumes, tiny_reference.volumes) < RUN_TOLERANCE
+    assert best.host and not row.host  # placed on the slice's collectives, and host-priced
+    compiled_for = []
+    real = block_analysis.compile_unit
+
+    def counted(unit, network, plan, devices, n):
+        compiled_for.append(devices[0].platform)
+        return real(unit, network, plan, devices, n)
+
+    monkeypatch.setattr(block_analysis, "compile_unit", counted)
+    for shown in (row, best):
+        result = run(backend.sample(tiny_request(xla_plan=shown.plan)))
+        record = result.provenance["xla"]["plan"]
+        assert (record["predicted_step_ms"], record["placement"]) == (shown.step_ms, shown.placement)
+        assert "compiled blocks" in record["prediction"]
+        assert ("communicating blocks compiled for the TPU" in record["prediction"]) == bool(shown.host)
+        assert relative_error(result.volumes, tiny_reference.volumes) < RUN_TOLERANCE
+    assert "tpu" not in compiled_for
     # Where the blocks cannot be compiled in time (a TPU host compiles them on its chips), there is no
     # compiled price: the run falls back to the planner's estimate rather than waiting.
     from engine.xla.planner import measure_plan
