@@ -18,6 +18,7 @@ sharded per the plan, weights replicated), compiled once per input shape.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InvalidRequest
-from engine.xla.planner import Network, Plan, build_program, enumerate_plans
+from engine.xla.planner import PLANNED_PRECISION, Network, Plan, build_program, enumerate_plans
 
 _NAME = re.compile(r"^(?:dp(\d+))?x?(?:d(\d+))?x?(?:h(\d+))?(?:/(cut@\d+))?$")
 
@@ -142,8 +143,11 @@ def resolve_plan(
     (a :class:`~engine.xla.topology.Topology`, or None when there is nothing to cost against)."""
     started = time.perf_counter()
     runnable, refused = plans_by_name(network, n_devices)
+    # Priced as the Plan view prices it: at the precision plans are predicted for, whatever this server
+    # computes at, so that the view's plan and compiled blocks in the plan cache are the run's too.
+    priced = dataclasses.replace(network, precision=PLANNED_PRECISION)
     if requested == "best":
-        return _resolve_best(network, topology, runnable, compile_top, started)
+        return _resolve_best(priced, topology, runnable, compile_top, started)
     wanted = mesh_of_name(requested)
     if int(np.prod(wanted)) > n_devices:
         raise InvalidRequest(
@@ -163,7 +167,7 @@ def resolve_plan(
             requested, plan, "id-order", order, None, None, "none: no topology to cost against",
             time.perf_counter() - started,
         )  # fmt: skip
-    placement, order, step_ms, prediction = _priced_placement(plan, network, topology)
+    placement, order, step_ms, prediction = _priced_placement(plan, priced, topology)
     return ResolvedPlan(
         requested, plan, placement, order, topology.name, step_ms, prediction, time.perf_counter() - started,
     )  # fmt: skip

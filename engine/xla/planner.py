@@ -42,6 +42,8 @@ import numpy as np
 from engine.xla.hlo import parse_hlo_collectives
 from engine.xla.topology import AXES, Collective, Topology, placements, program_comm_time
 
+# What a TPU runs float32 at by default (bf16 passes), and so what plans are predicted for.
+PLANNED_PRECISION = "default"
 DOMINATED_FACTOR = 2.0  # prune a plan whose estimate is over this many times the best estimate
 DEFAULT_COMPILE_TOP = 3
 # Planning stops starting compiles after this many seconds and returns the best plan so far, saying so.
@@ -69,7 +71,7 @@ class Network:
     context_dim: int | None
     batch: int  # effective batch: requested batch x 2 with CFG
     levels: int
-    precision: str = "default"
+    precision: str = PLANNED_PRECISION
     cfg: bool = False  # the batch holds the conditioned and unconditioned halves
 
     @property

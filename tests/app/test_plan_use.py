@@ -189,6 +189,10 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     assert provenance["request"]["xla_plan"] == plan
     record = provenance["xla"]["plan"]
     assert record["name"] == plan and record["devices_available"] == 4
+    # Predicted as the Plan view showed it: the same step, placement, and the slice's collectives.
+    best = dialog.result["best"]
+    assert (record["predicted_step_ms"], record["placement"]) == (best["step_ms"], best["placement"])
+    assert best["placed_on"] and f"placed on {best['placed_on']}" in record["prediction"]
     details = window.session_panel.details.text()
     assert f"XLA plan {plan}" in details and f"placement {record['placement']}" in details
     assert f"step: predicted {format_duration_ms(record['predicted_step_ms'])}, measured " in details
