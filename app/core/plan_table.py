@@ -307,7 +307,7 @@ def summary_lines(result: dict) -> list[str]:
         third = (
             f"Best: {best.get('plan')} on placement {best.get('placement')}, predicted "
             f"{format_duration_ms(best.get('step_ms'))} per step"
-            + (" (placed on the slice's own compile)" if best.get("placed_on") else "")
+            + (f", placed on {best['placed_on']}" if best.get("placed_on") else "")
         )
         unaware = result.get("unaware_choice") if isinstance(result.get("unaware_choice"), dict) else None
         same = unaware is not None and (unaware.get("plan"), unaware.get("placement")) == (

@@ -188,7 +188,7 @@ def test_the_plan_placed_on_the_slices_own_compile_says_so_and_what_it_was_ranke
     assert f"Placement and communication from {placed_on}" in tip
     assert "ranked among the plans on host-compiled units: 280 \u00b5s per step on id-order" in tip
     assert "Placement and communication" not in shown[1].tooltips[NOTE]  # a host-priced row
-    assert "(placed on the slice's own compile)" in plan_table.summary_lines(result)[2]
+    assert f"per step, placed on {placed_on}; x1.19" in plan_table.summary_lines(result)[2]
     assert "placed on" not in plan_table.summary_lines(RESULT)[2]
 
 
