@@ -187,7 +187,9 @@ class PlanDialog(QDialog):
         self.plan_button = QPushButton("Plan")
         self.plan_button.setDefault(True)
         self.plan_button.setAutoDefault(True)
-        self.plan_button.setToolTip("Ask the server to plan (minutes for a full-size model)")
+        self.plan_button.setToolTip(
+            "Ask the server to plan (a full-size model: 1-2 minutes, the server's planning-time limit)"
+        )
         self.plan_button.clicked.connect(self.start)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setAutoDefault(False)
@@ -407,7 +409,7 @@ class PlanDialog(QDialog):
     def _on_timer_timeout(self) -> None:
         elapsed = time.monotonic() - self._started
         self._say(
-            f"Planning {self._waiting_on} on the server: {elapsed:.0f} s (a full-size model takes minutes)..."
+            f"Planning {self._waiting_on} on the server: {elapsed:.0f} s (a full-size model takes 1-2 minutes)..."
         )
 
     def _say(self, text: str, error: bool = False) -> None:
