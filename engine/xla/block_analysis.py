@@ -372,20 +372,18 @@ def analyse_plan(
 
     costs = {key: cost_on(u, key, devices) for key, u in first_unit.items()}
     communicating = {key: cost.collectives for key, cost in costs.items()}
-    retargeted = retargeted_compiled = 0
     target = "" if collective_devices is None else platform_of(collective_devices)
-    on_target = {key: unit_key(u, plan, target) for key, u in first_unit.items() if costs[key].collectives}
-    if collectives_cached_only and target:
-        have = all(
-            k in memo or (cache is not None and cache.load_unit(k) is not None) for k in on_target.values()
-        )
-        target = target if have else ""
+    on_target = {}  # host key -> its key on the target, for the units that communicate
     if target and target != platform:
-        before = compiled_now
-        for key, target_key in on_target.items():
-            communicating[key] = cost_on(first_unit[key], target_key, collective_devices).collectives
-            retargeted += 1
-        retargeted_compiled = compiled_now - before
+        on_target = {k: unit_key(first_unit[k], plan, target) for k, c in costs.items() if c.collectives}
+    if collectives_cached_only and not all(
+        k in memo or (cache is not None and cache.load_unit(k) is not None) for k in on_target.values()
+    ):
+        on_target = {}
+    before = compiled_now
+    for key, target_key in on_target.items():
+        communicating[key] = cost_on(first_unit[key], target_key, collective_devices).collectives
+    retargeted_compiled = compiled_now - before
 
     found: Counter = Counter()
     for key, collectives in communicating.items():
@@ -411,8 +409,8 @@ def analyse_plan(
             {"units": labels[k], "count": counts[k], "flops": c.flops, "bytes": c.bytes_accessed}
             for k, c in costs.items()
         ],
-        collectives_platform=target if retargeted else platform,
-        retargeted=retargeted,
+        collectives_platform=target if on_target else platform,
+        retargeted=len(on_target),
         retargeted_compiled=retargeted_compiled,
     )
 

@@ -878,7 +878,6 @@ class _BlockRun:
         self.network, self.devices, self.cache, self.limit, self.say = network, devices, cache, limit, say
         self.units = None
         self.memo: dict = {}
-        self.last_analysis = None  # of the last measure()
 
     def measure(
         self,
@@ -919,11 +918,14 @@ class _BlockRun:
             return None
         row.compile_s = round(time.perf_counter() - t0, 1)
         row.analysis = "blocks"
-        row.units = f"{composed.distinct} distinct / {composed.units} units, {composed.compiled} compiled now"
-        if composed.retargeted:
+        if collective_devices is None:
+            row.units = (
+                f"{composed.distinct} distinct / {composed.units} units, {composed.compiled} compiled now"
+            )
+        elif composed.retargeted:  # the host units were counted when the row was measured first
+            row.units += f"; {composed.retargeted_compiled} compiled now for the slice"
             n, chip = composed.retargeted, getattr(collective_devices[0], "device_kind", "") or "the slice"
             row.placed_on = f"{n} communicating block{'s' if n != 1 else ''} compiled for the {chip}"
-        self.last_analysis = composed
         return _fill_row(
             row,
             composed.collectives,
@@ -944,20 +946,18 @@ class _BlockRun:
         OutOfTime (the row unchanged) when the limit passes first; None when XLA refuses a unit there, or
         when ``cached_only`` and they are not all in the plan cache (the row stays host-priced)."""
         host = {"step_ms": row.step_ms, "comm_ms": row.comm_ms, "placement": row.placement}
-        compile_s, units = row.compile_s or 0.0, row.units
+        compile_s = row.compile_s or 0.0
         measured = self.measure(
             p, row, topology, orders, default, phases, slice_devices, collectives_cached_only=cached_only
         )
+        row.compile_s = round(compile_s + (row.compile_s or 0.0), 1)
         if measured is None:  # XLA refused a unit for the slice: the host-priced row stands, saying so
             row.placed_on = f"host-compiled units (for the slice: {row.reason})"
-            row.status, row.reason, row.units = "compiled", "", units
+            row.status, row.reason = "compiled", ""
             return None
-        row.units = units  # the host units were counted when the row was measured (they are memo hits now)
-        if not self.last_analysis.retargeted:  # cached_only, and not all in the cache: the same host row
+        if not row.placed_on:  # cached_only, and not all in the cache: the same host-priced row again
             return None
-        row.units += f"; {self.last_analysis.retargeted_compiled} compiled now for the slice"
         row.host = host
-        row.compile_s = round(compile_s + (row.compile_s or 0.0), 1)
         return measured
 
 
@@ -1142,13 +1142,13 @@ def _choose(
     on_slice = on_slice or {}
     # Ranked and compared in unrounded seconds: the rows' milliseconds are rounded for display.
     first = min(compiled, key=lambda c: c[3])
-    row = first[0]
-    best_s = on_slice.get(id(row), first)[3]
+    row, best_s = first[0], on_slice.get(id(first[0]), first)[3]
     best = {"plan": row.plan, "placement": row.placement, "step_ms": row.step_ms}
     if row.placed_on:
         best["placed_on"] = row.placed_on
-    urow = min(compiled, key=lambda c: c[4])[0]
-    _r, ucoll, ucompute, _a, _u = on_slice.get(id(urow), next(c for c in compiled if c[0] is urow))
+    unaware_first = min(compiled, key=lambda c: c[4])
+    urow = unaware_first[0]
+    _r, ucoll, ucompute, _a, _u = on_slice.get(id(urow), unaware_first)
     aware_of_unaware = ucompute + program_comm_time(topology, ucoll, orders[default], aware=True)
     unaware_choice = {
         "plan": urow.plan,

@@ -95,14 +95,19 @@ def test_blocks_agree_with_the_whole_program_compile(tiny_net, plans, name, leve
     assert composed.distinct <= composed.units
 
 
-@pytest.fixture(scope="module")
-def gpu_box_results(tiny_net):
-    """Both ways on a GPU box (host devices for both, so the backends agree); compile_top 2."""
-    topology = parse_topology("8xH100-nvlink")
+def _both_ways(network, topology_name: str) -> dict:
+    """The plan by blocks (the default) and by whole programs, compile_top 2, no time limit."""
+    topology = parse_topology(topology_name)
     return {
-        analysis: planner.plan(tiny_net, topology, compile_top=2, analysis=analysis, time_limit_s=None)
+        analysis: planner.plan(network, topology, compile_top=2, analysis=analysis, time_limit_s=None)
         for analysis in ("blocks", "whole")
     }
+
+
+@pytest.fixture(scope="module")
+def gpu_box_results(tiny_net):
+    """Both ways on a GPU box (host devices for both, so the backends agree)."""
+    return _both_ways(tiny_net, "8xH100-nvlink")
 
 
 def test_blocks_choose_the_same_best_plan_as_whole_compiles(gpu_box_results):
@@ -240,12 +245,8 @@ def test_host_whole_compiles_the_whole_step_on_host_devices_for_a_tpu_slice(tiny
 
 @pytest.fixture(scope="module")
 def slice_results(tiny_net):
-    """Blocks (the default) and whole programs compiled for the slice, on a TPU slice; compile_top 2."""
-    topology = parse_topology("v5e:2x4")
-    return {
-        analysis: planner.plan(tiny_net, topology, compile_top=2, analysis=analysis, time_limit_s=None)
-        for analysis in ("blocks", "whole")
-    }
+    """Both ways on a TPU slice: the whole programs compiled for it."""
+    return _both_ways(tiny_net, "v5e:2x4")
 
 
 def test_units_compiled_for_the_slice_give_its_whole_programs_collectives_and_placement(tiny_net, plans):
