@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from app.core.recovery import OrphanSession, RecoveryStore
 from app.core.volumes import VolumeEntry
+from engine.formatting import count_of
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class RecoveryController:
         volumes = sum(len(o.volumes) for o in self.orphans)
         first = self.orphans[0].describe()
         more = (
-            f" and {len(self.orphans) - 1} earlier session(s), {volumes} volumes in all"
+            f" and {count_of(len(self.orphans) - 1, 'earlier session')}, {volumes} volumes in all"
             if len(self.orphans) > 1
             else ""
         )
@@ -150,7 +151,7 @@ class RecoveryController:
         self.discarded.extend(aside)
         self.orphans = []
         self.bar.show_discarded(
-            f"Discarded {volumes} generated volume{'s' if volumes != 1 else ''}: "
+            f"Discarded {count_of(volumes, 'generated volume')}: "
             "they are deleted when you quit. Undo brings them back."
         )
         self.show_status("Discarded the volumes of the earlier session (Undo on the bar)", 5000)
@@ -196,8 +197,8 @@ class RecoveryController:
             log.warning("restoring a generated volume: %s", note)
         mapped = sum(1 for _, opened in volumes if opened.tissue)
         maps = f", {mapped} with tissue maps" if mapped else ""
-        skipped = f" ({len(notes)} tissue map(s) could not be read)" if notes else ""
-        self.show_status(f"Restored {len(volumes)} generated volume(s){maps}{skipped}", 10000)
+        skipped = f" ({count_of(len(notes), 'tissue map')} could not be read)" if notes else ""
+        self.show_status(f"Restored {count_of(len(volumes), 'generated volume')}{maps}{skipped}", 10000)
 
     def _on_restore_failed(self, message: str) -> None:
         self.bar.label.setText(

@@ -1,4 +1,5 @@
-"""Numbers for people: byte counts and durations, written one way in the CLI, the server and the app."""
+"""Numbers for people: byte counts, durations and counts of things, written one way in the CLI, the server
+and the app."""
 
 from __future__ import annotations
 
@@ -40,3 +41,8 @@ def format_duration(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def count_of(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 volume``, ``3 volumes``, ``0 volumes``: the count with its noun in the number it needs."""
+    return f"{count} {noun if count == 1 else (plural or noun + 's')}"

@@ -48,7 +48,7 @@ from app.cohort.draft import (
 from app.theme import NOTE_COLOUR
 from app.workers import Worker
 from engine.errors import EngineError
-from engine.formatting import format_duration
+from engine.formatting import count_of, format_duration
 
 
 def cohort_worker(
@@ -494,7 +494,7 @@ class CohortDialog(QDialog):
         else:
             parallel = f", {at_once} at a time" if at_once > 1 else ""
             estimate = f"about {format_duration(eta)} ({self.step_s:.2f} s per step, last measured {where}{parallel})"
-        self.count_label.setText(f"{count} volumes \u00b7 {estimate}")
+        self.count_label.setText(f"{count_of(count, 'volume')} \u00b7 {estimate}")
 
     # -- running ---------------------------------------------------------------------------------------
     def _on_browse_clicked(self) -> None:
@@ -523,7 +523,7 @@ class CohortDialog(QDialog):
         self.progress.setValue(0)
         where = self.plan_note.text() if self.choice.device == "xla" else ""
         self.status.setText(
-            f"Starting Ray and {spec.count} volumes" + (f" on {where}..." if where else "...")
+            f"Starting Ray and {count_of(spec.count, 'volume')}" + (f" on {where}..." if where else "...")
         )
         self.run_device_kind = step_device_kind(self.choice, self.machine)
         worker = cohort_worker(
@@ -574,7 +574,7 @@ class CohortDialog(QDialog):
         self.status.setText(
             f"{word}: {summary.done}/{summary.total} volumes in {summary.root}, {summary.failed} failed, "
             f"{summary.retries} retried ({summary.volumes_per_min:.2f} volumes/min) on {where}, "
-            f"{summary.workers} worker(s)"
+            f"{count_of(summary.workers, 'worker')}"
         )
 
     def _on_cohort_failed(self, message: str) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.api import XLA_PLAN_PATTERN
 from engine.errors import EngineError
+from engine.formatting import count_of
 
 MODES = ("default", "fixed", "grid", "normal", "uniform")
 # As many as the XLA backend's fake host devices: room for the 2-D plans `volsynth plan` prints (dp2xh2...).
@@ -209,7 +210,8 @@ class DeviceChoice:
             return ""
         plan = f"each volume sharded as plan {groups.plan}" if groups.plan else "each volume on one device"
         what = "TPU chips" if tpu else ("XLA devices" if cluster else "fake host devices")
-        return f"{groups.devices} {what} in {groups.groups} worker(s) of {groups.devices_per_group}, {plan}"
+        workers = count_of(groups.groups, "worker")
+        return f"{groups.devices} {what} in {workers} of {groups.devices_per_group}, {plan}"
 
 
 def _batch_problem(plan: str, guidance_scale: float) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.files.durable import try_lock
+from engine.formatting import count_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -81,7 +82,7 @@ class OrphanSession:
     def describe(self) -> str:
         """'3 generated volumes made 30 Nov 02:10-02:25, from a session that ended unexpectedly'."""
         count = len(self.volumes)
-        what = f"{count} {'unsaved ' if self.clean_exit else ''}generated volume{'s' if count != 1 else ''}"
+        what = count_of(count, f"{'unsaved ' if self.clean_exit else ''}generated volume")
         how = "your last session" if self.clean_exit else "a session that ended unexpectedly"
         made = self.made
         first = time.strftime("%d %b %H:%M", time.localtime(made[0])) if made else ""

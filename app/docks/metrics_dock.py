@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.display import format_bytes, format_duration, run_summary_lines
+from engine.formatting import count_of
 
 DEFAULT_WINDOW_S = 120.0
 WINDOW_CHOICES = ((60.0, "1 min"), (120.0, "2 min"), (300.0, "5 min"), (600.0, "10 min"))
@@ -771,7 +772,7 @@ class MetricsDock(QWidget):
         app = None
         if system.process_cpu_pct is not None and cores:
             app = system.process_cpu_pct / cores
-        title = f"CPU (% of {cores} core{'s' if cores != 1 else ''})" if cores else CARD_TITLES["cpu"]
+        title = f"CPU (% of {count_of(cores, 'core')})" if cores else CARD_TITLES["cpu"]
         if card.title_label.text() != title:
             card.title_label.setText(title)
         card.set_value_text(

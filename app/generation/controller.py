@@ -26,6 +26,7 @@ from app.eliding_label import ElidingLabel
 from app.shortcuts import make_action
 from app.viewer.tissue_toolbar import TISSUE_SHORTCUT
 from app.workers import Worker
+from engine.formatting import count_of
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +288,9 @@ class GenerationController(QObject):
             maps = f" with tissue maps {', '.join(entries[0].tissue_names)}"
             if not self.state.show_tissue:
                 maps += f" ({TISSUE_SHORTCUT} overlays them)"
-        self.show_status(f"Generated {len(entries)} volume(s){maps} in {total:.1f} s on {where}", 10000)
+        self.show_status(
+            f"Generated {count_of(len(entries), 'volume')}{maps} in {total:.1f} s on {where}", 10000
+        )
         self.show_device(where)
         self.ended.emit("finished")
 

@@ -28,6 +28,7 @@ from app.core.remote_connection import (
 )
 from app.shortcuts import SHORTCUTS, set_shortcut
 from engine.errors import InvalidRequest
+from engine.formatting import count_of
 
 LAST_URL_KEY = "remote/last_url"
 LAST_FINGERPRINT_KEY = "remote/last_fingerprint"  # not a secret: the certificate's public hash
@@ -228,7 +229,7 @@ class RemoteController:
         listed = f"; XLA devices: {xla_device_list(devices)}" if devices else ""
         self.show_status(
             f"Connected to {connection.url}: {connection.device_summary}, "
-            f"{len(connection.model_ids)} model(s){extra}{unreadable}{listed}"
+            f"{count_of(len(connection.model_ids), 'model')}{extra}{unreadable}{listed}"
             + (f". {cleared}" if cleared else ""),
             10000,
         )

@@ -34,6 +34,7 @@ from app.core import vault_items as model
 from app.core.display import format_duration
 from app.theme import dot_icon
 from app.vault.dialogs import LOCKED_COLOUR, UNLOCKED_COLOUR, lock_icon, lock_pixmap
+from engine.formatting import count_of
 
 KIND_COLOURS = {"scan": "#3d8fd6", "synthetic": "#c678dd"}  # as in the session list
 KIND_FILTERS = (("All items", None), ("Scans", "scan"), ("Synthetic", "synthetic"))
@@ -367,7 +368,7 @@ class VaultBrowser(QWidget):
     def _update_footer(self) -> None:
         items = self.controller.items
         count = len(items)
-        parts = [f"{count} item{'s' if count != 1 else ''}" + (" shown" if self.controller.query else "")]
+        parts = [count_of(count, "item") + (" shown" if self.controller.query else "")]
         if items:
             parts.append(model.format_size(sum(i.size_bytes for i in items)))
         if self._auto_lock_text:

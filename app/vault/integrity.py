@@ -15,6 +15,7 @@ from app.vault import operations
 from app.vault.dialogs import VaultUnlockDialog
 from app.vault.tasks import ERROR_TITLES, VaultTask
 from engine.errors import VaultLocked
+from engine.formatting import count_of
 
 
 class VaultIntegrity:
@@ -64,11 +65,14 @@ class VaultIntegrity:
             )
         else:
             problems = model.label_problems(report.problems, items)
+            intact = count_of(report.items_checked, "other item") + (
+                " is" if report.items_checked == 1 else " are"
+            )
             self._show_error(
                 "The vault failed verification",
-                f"{len(problems)} problem(s) found:\n\n"
+                f"{count_of(len(problems), 'problem')} found:\n\n"
                 + "\n\n".join(problems)
-                + f"\n\n{report.items_checked} other item(s) are intact.{notes}",
+                + f"\n\n{intact} intact.{notes}",
             )
 
     # -- repair after a rollback ---------------------------------------------------------------------
@@ -140,7 +144,7 @@ class VaultIntegrity:
             f"\u2022 put back: \u201c{label}\u201d ({item_id[:12]})" for item_id, label in plan.reindexed
         ]
         if plan.records_written:
-            lines.append(f"\u2022 write {plan.records_written} missing item record(s)")
+            lines.append(f"\u2022 write {count_of(plan.records_written, 'missing item record')}")
         lines += [f"\u2022 left alone: {line}" for line in plan.skipped]
         self._repair_vault = vault
         box = QMessageBox(
@@ -177,5 +181,5 @@ class VaultIntegrity:
         self._hub.locking.unlocked_with(vault)
         self._hub.messages.inform(
             "Vault repaired",
-            f"{len(report.reindexed)} item(s) put back into the vault; nothing was deleted.",
+            f"{count_of(len(report.reindexed), 'item')} put back into the vault; nothing was deleted.",
         )

@@ -46,6 +46,7 @@ from engine.cohort.dataset import (
 from engine.cohort.manifest import DONE, FAILED, PENDING, Manifest, manifest_path, now_utc
 from engine.cohort.spec import CohortItem, CohortSpec
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, OutputError
+from engine.formatting import count_of
 from engine.metrics.pace import pace
 
 MAX_ATTEMPTS = 3
@@ -101,8 +102,9 @@ class CohortSummary:
         if self.device == "xla":
             per = self.devices // self.device_groups if self.device_groups else 0
             plan = f"plan {self.xla_plan}" if self.xla_plan else "no plan"
-            return f"{self.devices} XLA device(s) in {self.device_groups} group(s) of {per} ({plan})"
-        return f"{self.devices} GPU(s)" if self.devices else ""
+            groups = count_of(self.device_groups, "group")
+            return f"{count_of(self.devices, 'XLA device')} in {groups} of {per} ({plan})"
+        return count_of(self.devices, "GPU") if self.devices else ""
 
     @property
     def volumes_per_min(self) -> float:

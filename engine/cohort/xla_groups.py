@@ -33,6 +33,7 @@ from typing import Any
 
 from engine.api.types import XLA_PLAN_PATTERN
 from engine.errors import BackendUnavailable, InvalidRequest
+from engine.formatting import count_of
 
 TPU_CHIPS_PER_WORKER = (1, 2, 4, 8)  # what Ray's TPU resource accepts per actor
 # Chip bounds of a sub-slice of a TPU VM host, as libtpu reads them (x, y, z).
@@ -79,10 +80,8 @@ class DeviceGroups:
     def describe(self) -> str:
         plan = f"plan {self.plan}" if self.plan else "no plan"
         where = "TPU chips" if self.platform == "tpu" else "fake host CPU devices"
-        return (
-            f"{self.devices} XLA device(s) ({where}) in {self.groups} group(s) of {self.devices_per_group}, "
-            f"{plan}"
-        )
+        devices, groups = count_of(self.devices, "XLA device"), count_of(self.groups, "group")
+        return f"{devices} ({where}) in {groups} of {self.devices_per_group}, {plan}"
 
     def to_record(self) -> dict[str, Any]:
         return {

@@ -65,17 +65,17 @@ def test_a_plan_that_cannot_run_says_why(plan, devices, workers, guidance, expec
 
 def test_the_engine_group_arithmetic_names_the_workers():
     assert (
-        DeviceChoice("xla", 4, "dp2").describe(None, cluster=True).startswith("4 XLA devices in 2 worker(s)")
+        DeviceChoice("xla", 4, "dp2").describe(None, cluster=True).startswith("4 XLA devices in 2 workers")
     )
     assert DeviceChoice("xla", 8, "").plan_problem(None) == ""
     assert DeviceChoice("xla", 8, "d2xh2").plan_problem(None, guidance_scale=1.0) == ""  # no data axis
     assert DeviceChoice("xla", 8, "dp2").plan_problem(None, guidance_scale=3.0) == ""
     assert DeviceChoice("xla", 8, "dp2xd2/cut@2").describe(None) == (
-        "8 fake host devices in 2 worker(s) of 4, each volume sharded as plan dp2xd2/cut@2"
+        "8 fake host devices in 2 workers of 4, each volume sharded as plan dp2xd2/cut@2"
     )
     assert (
         DeviceChoice("xla", 3, "").describe(None)
-        == "3 fake host devices in 3 worker(s) of 1, each volume on one device"
+        == "3 fake host devices in 3 workers of 1, each volume on one device"
     )
     # best is chosen on TPU chips: allowed with them here or on a cluster the dialog cannot see.
     assert DeviceChoice("xla", 8, "best").plan_problem(None, tpu=True) == ""
@@ -247,7 +247,7 @@ def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, main_window, tmp_p
     _choose_xla_by_keyboard(qtbot, dialog)
     assert dialog.plan_edit.isVisible() and dialog.xla_devices_spin.value() == 8
     assert dialog.xla_devices_note.text() == "off-TPU: fake host CPU devices, for correctness, not speed"
-    assert "8 fake host devices in 8 worker(s) of 1, each volume on one device" in dialog.plan_note.text()
+    assert "8 fake host devices in 8 workers of 1, each volume on one device" in dialog.plan_note.text()
 
     _type_into(qtbot, dialog, Qt.Key.Key_V, dialog.xla_devices_spin, "4")
     _type_into(qtbot, dialog, Qt.Key.Key_P, dialog.plan_edit, "dp2x")
@@ -262,7 +262,7 @@ def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, main_window, tmp_p
     qtbot.keyClick(dialog.plan_edit, Qt.Key.Key_Backspace)
     assert dialog.plan_edit.text() == "dp2"
     assert (
-        dialog.plan_note.text() == "4 fake host devices in 2 worker(s) of 2, each volume sharded as plan dp2"
+        dialog.plan_note.text() == "4 fake host devices in 2 workers of 2, each volume sharded as plan dp2"
     )
     assert dialog.run_button.isEnabled()
     assert recorded_run.calls == []
@@ -275,9 +275,9 @@ def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, main_window, tmp_p
     (call,) = recorded_run.calls
     assert (call["device"], call["xla_plan"], call["xla_devices"], call["workers"]) == ("xla", "dp2", 4, None)
     assert call["address"] is None
-    assert "Starting Ray and 2 volumes on 4 fake host devices in 2 worker(s) of 2" in started[0]
+    assert "Starting Ray and 2 volumes on 4 fake host devices in 2 workers of 2" in started[0]
     assert dialog.status.text().startswith("Finished: 2/2 volumes")
-    assert "on 4 XLA device(s) in 2 group(s) of 2 (plan dp2), 2 worker(s)" in dialog.status.text()
+    assert "on 4 XLA devices in 2 groups of 2 (plan dp2), 2 workers" in dialog.status.text()
 
     # The choice stays for the session: the dialog is kept, and opened again it still says XLA and dp2.
     dialog.close()
@@ -328,7 +328,7 @@ def test_cpu_sends_no_xla_options(qtbot, main_window, tmp_path, recorded_run):
     qtbot.waitUntil(lambda: dialog.summary is not None and dialog.job is None, timeout=30_000)
     (call,) = recorded_run.calls
     assert call["device"] == "cpu" and "xla_plan" not in call and "xla_devices" not in call
-    assert dialog.status.text().endswith("on CPU, 1 worker(s)")
+    assert dialog.status.text().endswith("on CPU, 1 worker")
     dialog.close()
 
 
@@ -368,7 +368,7 @@ def test_the_plan_view_plan_is_the_default_plan(qtbot, main_window):
     assert dialog.plan_edit.text() == "dp2xh2"
     _choose_xla_by_keyboard(qtbot, dialog)
     assert dialog.plan_note.text() == (
-        "8 fake host devices in 2 worker(s) of 4, each volume sharded as plan dp2xh2 (the plan from Plan view)"
+        "8 fake host devices in 2 workers of 4, each volume sharded as plan dp2xh2 (the plan from Plan view)"
     )
     dialog.close()
     form.use_xla_plan("dp2", "remote:http://tpu-host:8765", "Plan view")  # chosen again while it was closed
@@ -444,13 +444,13 @@ def test_a_real_cohort_on_two_fake_xla_devices_with_plan_dp2(qtbot, main_window,
     pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
     dialog = _open_dialog(qtbot, main_window)
     _type(qtbot, dialog.seeds_spin, "1")
-    assert dialog.count_label.text().startswith("1 volumes")
+    assert dialog.count_label.text().startswith("1 volume \u00b7 ")
     _choose_xla_by_keyboard(qtbot, dialog)
     assert "until a volume has been generated on XLA" in dialog.count_label.text()
     _type_into(qtbot, dialog, Qt.Key.Key_V, dialog.xla_devices_spin, "2")
     _type_into(qtbot, dialog, Qt.Key.Key_P, dialog.plan_edit, "dp2")
     assert (
-        dialog.plan_note.text() == "2 fake host devices in 1 worker(s) of 2, each volume sharded as plan dp2"
+        dialog.plan_note.text() == "2 fake host devices in 1 worker of 2, each volume sharded as plan dp2"
     )
     dialog.out_edit.setText(str(tmp_path / "cohort"))
     _alt(qtbot, dialog, Qt.Key.Key_R)
@@ -459,7 +459,7 @@ def test_a_real_cohort_on_two_fake_xla_devices_with_plan_dp2(qtbot, main_window,
     summary = dialog.summary
     assert summary is not None, dialog.status.text()
     assert (summary.done, summary.devices, summary.device_groups, summary.xla_plan) == (1, 2, 1, "dp2")
-    assert "on 2 XLA device(s) in 1 group(s) of 2 (plan dp2), 1 worker(s)" in dialog.status.text()
+    assert "on 2 XLA devices in 1 group of 2 (plan dp2), 1 worker" in dialog.status.text()
     assert "s per step, last measured on XLA" in dialog.count_label.text()  # this run's step time
     screenshot(dialog, "cohort-xla-finished")
 

@@ -155,7 +155,7 @@ def test_at_1024x700_the_model_combo_and_the_status_message_are_whole(qtbot, mai
 
     status = window.statusBar()
     message = status.currentMessage()
-    assert message.startswith("Generated 1 volume(s)") and status.toolTip() == message
+    assert message.startswith("Generated 1 volume in ") and status.toolTip() == message
     # With a volume shown, the readout, space, voxel size and device fields leave the message less room than
     # it needs: it ends in a visible ellipsis, never cut mid-letter at the fields' edge, and the tooltip
     # holds it whole.

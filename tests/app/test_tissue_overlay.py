@@ -296,7 +296,7 @@ def test_at_1024x700_the_whole_status_message_is_its_tooltip(qtbot, tissue_windo
     _generate(qtbot, window)  # the longest message: the maps, and the shortcut that overlays them
     status = window.statusBar()
     message = status.currentMessage()
-    assert message.startswith("Generated 1 volume(s) with tissue maps") and "Ctrl+T" in message
+    assert message.startswith("Generated 1 volume with tissue maps") and "Ctrl+T" in message
     assert status.toolTip() == message  # hovering the cut message shows all of it
     # The readout leaves the message more room than it did (420 px), and still holds its own text whole.
     readout = window.readout_label

@@ -66,8 +66,8 @@ def test_a_cohort_without_a_plan_runs_one_worker_per_device(one_device, cohort_m
     root, summary, events, volumes = one_device
     assert (summary.done, summary.failed, summary.device) == (2, 0, "xla")
     assert (summary.devices, summary.device_groups, summary.workers, summary.xla_plan) == (2, 2, 2, "")
-    assert summary.devices_text() == "2 XLA device(s) in 2 group(s) of 1 (no plan)"
-    assert "2 XLA device(s) (fake host CPU devices) in 2 group(s) of 1, no plan" in events[0].message
+    assert summary.devices_text() == "2 XLA devices in 2 groups of 1 (no plan)"
+    assert "2 XLA devices (fake host CPU devices) in 2 groups of 1, no plan" in events[0].message
     manifest = Manifest.load(root)
     assert manifest.cohort_id == _spec(cohort_model).cohort_id  # the id does not depend on the groups
     assert manifest.data["runs"][-1]["xla"] == {
@@ -99,7 +99,7 @@ def test_a_plan_per_group_of_two_fake_devices_and_a_resume_on_one_group(
     )
     assert (summary.done, summary.failed) == (2, 0), summary.errors
     assert (summary.devices, summary.device_groups, summary.xla_plan) == (4, 2, "dp2")
-    assert summary.devices_text() == "4 XLA device(s) in 2 group(s) of 2 (plan dp2)"
+    assert summary.devices_text() == "4 XLA devices in 2 groups of 2 (plan dp2)"
     manifest = Manifest.load(root)
     for participant, volume in _volumes(root).items():
         assert _relative_error(volume, reference[participant]) <= RUN_TOLERANCE
@@ -112,7 +112,7 @@ def test_a_plan_per_group_of_two_fake_devices_and_a_resume_on_one_group(
     (root / first["file"]).unlink()
     assert main(["cohort", "resume", str(root), "--device", "xla", "--threads", "1"]) == 0
     assert (
-        f"cohort {manifest.cohort_id}: 2 XLA device(s) in 1 group(s) of 2 (plan dp2)"
+        f"cohort {manifest.cohort_id}: 2 XLA devices in 1 group of 2 (plan dp2)"
         in capsys.readouterr().err
     )
     after = Manifest.load(root)
