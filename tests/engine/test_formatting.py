@@ -1,6 +1,7 @@
-"""engine.formatting is the one byte formatter: binary by default, decimal where the source is decimal."""
+"""engine.formatting is the one byte formatter (binary by default, decimal where the source is decimal) and
+writes counts with their noun."""
 
-from engine.formatting import format_bytes, significant
+from engine.formatting import count_of, format_bytes, significant
 
 
 def test_binary_bytes():
@@ -15,3 +16,9 @@ def test_decimal_bytes_keep_three_significant_digits():
     assert format_bytes(13_000_000, decimal=True, sep="\u00a0") == "13\u00a0MB"
     assert format_bytes(1500, decimal=True) == "1.5 kB"
     assert significant(0.03261) == "0.0326" and significant(103.4) == "103" and significant(1.0) == "1"
+
+
+def test_a_count_takes_its_noun_in_the_number_it_needs():
+    assert count_of(1, "volume") == "1 volume" and count_of(0, "volume") == "0 volumes"
+    assert count_of(3, "generated volume") == "3 generated volumes"
+    assert count_of(2, "entry", "entries") == "2 entries" and count_of(1, "entry", "entries") == "1 entry"
