@@ -92,5 +92,28 @@ def run(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
         analysis="host-whole" if args.host_whole else None,
     )
-    print(json.dumps(result.to_dict(), indent=1) if args.json else format_table(result))
+    print(json.dumps(result.to_dict(), indent=1) if args.json else format_table(result), flush=True)
+    _finish_compiles_under_way()
     return 0
+
+
+def _finish_compiles_under_way() -> None:
+    """A compile the time limit stopped waiting for finishes into the plan cache before the command exits,
+    so planning again continues from it (a block that takes longer than the limit would otherwise never be
+    compiled); Ctrl+C skips it."""
+    import sys
+
+    from engine.xla.bounded_compile import finish_in_flight, in_flight
+
+    if not in_flight():
+        return
+    print(
+        "finishing the compile that was under way at the limit, into the plan cache, so planning again "
+        "continues from it (Ctrl+C skips it) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        finish_in_flight()
+    except KeyboardInterrupt:
+        print("skipped: planning again compiles that block anew", file=sys.stderr)

@@ -39,10 +39,11 @@ import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from engine.xla.bounded_compile import OutOfTime, compile_within
 from engine.xla.topology import Collective
 
 # "data" marks an input sharded over the data axis only (timestep embedding, context); an int is a level.
@@ -228,6 +229,16 @@ class UnitCost:
         )
 
 
+class PlanningLimit(Protocol):
+    """What :func:`analyse_plan` needs of the planner's time limit."""
+
+    message: str  # "planning-time limit of 120 s reached"
+
+    def check(self) -> None: ...  # raises OutOfTime once the limit has passed
+
+    def remaining(self) -> float | None: ...  # seconds left; None: no limit
+
+
 @dataclass
 class BlockAnalysis:
     """A plan's compiled costs composed from its units."""
@@ -245,10 +256,6 @@ class BlockAnalysis:
     collectives_platform: str = ""
     retargeted: int = 0
     retargeted_compiled: int = 0
-
-
-class OutOfTime(Exception):
-    """The planning-time limit was reached before a unit could be compiled."""
 
 
 def _role_spec(plan, role: Role):
@@ -279,8 +286,10 @@ def unit_key(unit: Unit, plan, platform: str) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def compile_unit(unit: Unit, network, plan, devices: Sequence, n_devices: int) -> UnitCost:
-    """Compile one unit for ``plan`` on ``devices`` (logical mesh order) and read XLA's analyses."""
+def lower_unit(unit: Unit, network, plan, devices: Sequence, n_devices: int) -> Callable[[], UnitCost]:
+    """Trace and lower one unit for ``plan`` on ``devices`` (logical mesh order) here, in the caller's thread
+    (JAX's configuration is per thread); returns its compile and the reading of XLA's analyses, which may
+    run on another."""
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -299,16 +308,21 @@ def compile_unit(unit: Unit, network, plan, devices: Sequence, n_devices: int) -
     lowered = jitted.lower(sub, *unit.inputs)
     # On host devices only XLA's HLO passes matter (partitioning, fusion, the cost analysis); LLVM's
     # optimisation of code that never runs would double the compile time.
-    executable = lowered.compile(_HOST_FAST if devices[0].platform == "cpu" else None)
-    cost = executable.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    mem = executable.memory_analysis()
-    return UnitCost(
-        float(cost.get("flops", 0.0)),
-        float(cost.get("bytes accessed", 0.0)),
-        float(mem.temp_size_in_bytes) if mem is not None else 0.0,
-        parse_hlo_collectives(executable.as_text(), n_devices),
-    )
+    options = _HOST_FAST if devices[0].platform == "cpu" else None
+
+    def compile_and_read() -> UnitCost:
+        executable = lowered.compile(options)
+        cost = executable.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        mem = executable.memory_analysis()
+        return UnitCost(
+            float(cost.get("flops", 0.0)),
+            float(cost.get("bytes accessed", 0.0)),
+            float(mem.temp_size_in_bytes) if mem is not None else 0.0,
+            parse_hlo_collectives(executable.as_text(), n_devices),
+        )
+
+    return compile_and_read
 
 
 def platform_of(devices: Sequence) -> str:
@@ -323,7 +337,7 @@ def analyse_plan(
     units: Sequence[Unit] | None = None,
     cache=None,
     memo: dict | None = None,
-    check_time: Callable[[], None] | None = None,
+    limit: PlanningLimit | None = None,
     on_compile: Callable[[str], None] | None = None,
     collective_devices: Sequence | None = None,
     collectives_cached_only: bool = False,
@@ -331,11 +345,13 @@ def analyse_plan(
     """Compose ``plan``'s costs from its units, compiling each distinct (unit, sharding) once.
 
     ``memo`` (key -> UnitCost) is shared between the plans of one planning run; ``cache`` is the disk
-    cache; ``check_time()`` raises :class:`OutOfTime` when the planning-time limit is reached (it is called
-    before each compile, so a limit of 0 compiles nothing). ``collective_devices``: the slice's own devices,
-    on which the units that communicate on ``devices`` are compiled again for their collectives (see the
-    module docstring); with ``collectives_cached_only`` only if every one of them is in ``memo`` or
-    ``cache`` already (else the host's collectives stay, and ``retargeted`` is 0).
+    cache. ``limit`` is the planning-time limit: ``limit.check()`` before each compile raises
+    :class:`OutOfTime` once it has passed (a limit of 0 compiles nothing), and a compile still under way when
+    it passes is waited for no longer (``engine.xla.bounded_compile``: it finishes in the background, into
+    ``cache``). ``collective_devices``: the slice's own devices, on which the units that communicate on
+    ``devices`` are compiled again for their collectives (see the module docstring); with
+    ``collectives_cached_only`` only if every one of them is in ``memo`` or ``cache`` already (else the
+    host's collectives stay, and ``retargeted`` is 0).
     """
     units = list(units) if units is not None else unet_units(network)
     memo = {} if memo is None else memo
@@ -359,14 +375,21 @@ def analyse_plan(
             cached = cache.load_unit(key)
             cost = None if cached is None else UnitCost.from_dict(cached)
         if cost is None:
-            if check_time is not None:
-                check_time()
+            what = u.label if on is devices else f"{u.label} for {on[0].platform}"
+            if limit is not None:
+                limit.check()
             if on_compile is not None:
-                on_compile(u.label if on is devices else f"{u.label} for {on[0].platform}")
-            cost = compile_unit(u, network, plan, on, n)
+                on_compile(what)
+            work = lower_unit(u, network, plan, on, n)
+            keep = None if cache is None else (lambda done: cache.save_unit(key, done.to_dict()))
+            try:
+                cost = compile_within(key, work, None if limit is None else limit.remaining(), keep)
+            except OutOfTime:
+                where = ", into the plan cache" if cache is not None else ""
+                raise OutOfTime(
+                    f"{limit.message} while {what} compiled (it finishes in the background{where})"
+                ) from None
             compiled_now += 1
-            if cache is not None:
-                cache.save_unit(key, cost.to_dict())
         memo[key] = cost
         return cost
 

@@ -18,9 +18,11 @@ placement of the logical mesh onto the physical devices with the alpha-beta mode
 hops and link sharing would pick, on JAX's default device order; the gain is its time under the aware model
 over the best plan's.
 
-Planning stops starting compiles at ``time_limit_s`` and returns the best plan so far, marked cut short;
-finished plans and compiled blocks are kept in ``engine.xla.plan_cache``; the result reports its time per
-phase (tracing, estimating, compiling, placement costing).
+Planning returns at ``time_limit_s`` with the best plan so far, marked cut short: it starts no compile after
+it and waits no longer for one under way (with blocks: that compile finishes in the background, into the plan
+cache; ``engine.xla.bounded_compile``); finished plans and compiled blocks are kept in
+``engine.xla.plan_cache``; the result reports its time per phase (tracing, estimating, compiling, placement
+costing).
 
 Predicted step time = compute + communication (no overlap assumed, so it is an upper bound on a good
 schedule); compute = max(FLOPs / peak, bytes accessed / HBM bandwidth) per device.
@@ -618,16 +620,22 @@ class _Phases:
 
 
 class _Limit:
-    """The planning-time limit: ``check()`` raises OutOfTime once ``limit_s`` have passed on the clock."""
+    """The planning-time limit: ``check()`` raises OutOfTime once ``limit_s`` have passed on the clock;
+    ``remaining()`` is how long a compile under way may still be waited for."""
 
     def __init__(self, phases: _Phases, limit_s: float | None):
         self.phases, self.limit_s = phases, limit_s
+        self.message = "" if limit_s is None else f"planning-time limit of {limit_s:g} s reached"
+
+    def remaining(self) -> float | None:
+        return None if self.limit_s is None else self.limit_s - self.phases.elapsed()
 
     def check(self) -> None:
         from engine.xla.block_analysis import OutOfTime
 
-        if self.limit_s is not None and self.phases.elapsed() >= self.limit_s:
-            raise OutOfTime(f"planning-time limit of {self.limit_s:g} s reached")
+        left = self.remaining()
+        if left is not None and left <= 0:
+            raise OutOfTime(self.message)
 
 
 def plan(
@@ -648,9 +656,10 @@ def plan(
     ``analysis`` "blocks" composes each survivor's costs from its compiled U-Net units
     (``engine.xla.block_analysis``, on ``unit_devices``: by default host CPU devices when there are enough,
     else the topology's own); "whole" compiles the whole step for the topology (the slow reference).
-    ``time_limit_s`` (None: none) stops starting compiles once passed and returns the best plan so far,
-    marked ``cut_short``; a compile under way finishes first. ``cache`` (an
-    ``engine.xla.plan_cache.PlanCache``) returns a finished plan planned before and keeps unit analyses.
+    ``time_limit_s`` (None: none) returns the best plan so far once passed, marked ``cut_short``: a block's
+    compile under way then finishes in the background (a whole program's compile finishes first).
+    ``cache`` (an ``engine.xla.plan_cache.PlanCache``) returns a finished plan planned before and keeps unit
+    analyses.
     """
     if analysis not in ANALYSES:
         raise ValueError(f"analysis must be one of {ANALYSES}, got {analysis!r}")
@@ -906,7 +915,7 @@ class _BlockRun:
                 units=self.units,
                 cache=self.cache,
                 memo=self.memo,
-                check_time=self.limit.check,
+                limit=self.limit,
                 collective_devices=collective_devices,
                 collectives_cached_only=collectives_cached_only,
             )

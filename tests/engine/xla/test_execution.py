@@ -179,13 +179,13 @@ def test_a_plan_used_from_the_plan_view_is_predicted_as_the_view_showed_it(
     assert row.est_step_ms != row.step_ms  # else this test could not tell the two predictions apart
     assert best.host and not row.host  # placed on the slice's collectives, and host-priced
     compiled_for = []
-    real = block_analysis.compile_unit
+    real = block_analysis.lower_unit
 
     def counted(unit, network, plan, devices, n):
         compiled_for.append(devices[0].platform)
         return real(unit, network, plan, devices, n)
 
-    monkeypatch.setattr(block_analysis, "compile_unit", counted)
+    monkeypatch.setattr(block_analysis, "lower_unit", counted)
     for shown in (row, best):
         result = run(backend.sample(tiny_request(xla_plan=shown.plan)))
         record = result.provenance["xla"]["plan"]

@@ -41,15 +41,21 @@ def plans(tiny_net):
 class _CountingCompiles:
     def __init__(self, monkeypatch, advance=None):
         self.labels: list[str] = []
-        real = block_analysis.compile_unit
+        real = block_analysis.lower_unit
 
         def counted(unit, *args, **kwargs):
             self.labels.append(unit.label)
-            if advance is not None:
-                advance()
-            return real(unit, *args, **kwargs)
+            work = real(unit, *args, **kwargs)
+            if advance is None:
+                return work
 
-        monkeypatch.setattr(block_analysis, "compile_unit", counted)
+            def compile_advancing_the_clock():
+                advance()
+                return work()
+
+            return compile_advancing_the_clock
+
+        monkeypatch.setattr(block_analysis, "lower_unit", counted)
 
 
 def test_identical_blocks_share_one_signature_and_the_units_follow_the_step():
@@ -313,6 +319,62 @@ def test_the_chosen_plan_is_placed_as_the_whole_compile_for_the_slice_places_it(
     assert blocks.rows[0] is chosen  # rows stay in the order the plans were ranked in
 
 
+def test_a_compile_still_running_at_the_limit_is_not_waited_for_and_lands_in_the_plan_cache(
+    tiny_net, tmp_path, monkeypatch
+):
+    """The first compile for the slice runs past the limit (it waits for the test to let it go): planning
+    returns on the limit, cut short, with the host placement; the compile finishes in the background into
+    the plan cache, so planning again does not compile that block again and places the plan on the slice."""
+    import threading
+    import time
+
+    from engine.xla import bounded_compile
+    from engine.xla.topology import physical_devices
+
+    topology = parse_topology("v5e:2x4")
+    tpu = physical_devices(topology)[0].platform
+    now, slow, released = [0.0], [], threading.Event()
+    real = block_analysis.lower_unit
+
+    def first_slice_compile_runs_long(unit, network, plan, devices, n):
+        work = real(unit, network, plan, devices, n)
+        if devices[0].platform != tpu or slow:
+            return work
+        slow.append(unit.label)
+        now[0] = 99.5  # half a second of the 100 s limit is left as this compile starts
+
+        def compile_once_let_go():
+            released.wait(120)
+            return work()
+
+        return compile_once_let_go
+
+    monkeypatch.setattr(block_analysis, "lower_unit", first_slice_compile_runs_long)
+    cache = PlanCache(tmp_path)
+    result = planner.plan(
+        tiny_net, topology, compile_top=2, time_limit_s=100, clock=lambda: now[0], cache=cache
+    )
+    assert slow and result.cut_short and result.best["from"] == "blocks"
+    assert f"while {slow[0]} for tpu compiled (it finishes in the background" in result.cut_reason
+    chosen = next(r for r in result.rows if r.plan == result.best["plan"])
+    assert not chosen.host and "time limit came before the slice's compile" in chosen.placed_on
+    assert len(bounded_compile.in_flight()) == 1  # returned without it
+    units_before = len(list((tmp_path / "units").glob("*.json")))
+    released.set()
+    for _ in range(1200):  # the compile, let go, finishes in the background: a few seconds here
+        if not bounded_compile.in_flight():
+            break
+        time.sleep(0.1)
+    assert not bounded_compile.in_flight()
+    assert len(list((tmp_path / "units").glob("*.json"))) == units_before + 1  # kept in the plan cache
+
+    compiles = _CountingCompiles(monkeypatch)
+    again = planner.plan(tiny_net, topology, compile_top=2, time_limit_s=None, cache=cache)
+    chosen = next(r for r in again.rows if r.plan == again.best["plan"])
+    assert not again.cut_short and chosen.placed_on.endswith("compiled for the TPU v5 lite")
+    assert again.best["plan"] == result.best["plan"] and slow[0] not in compiles.labels
+
+
 def test_a_limit_reached_before_the_slices_compile_keeps_the_host_placement_and_says_so(
     tiny_net, monkeypatch
 ):
@@ -322,14 +384,20 @@ def test_a_limit_reached_before_the_slices_compile_keeps_the_host_placement_and_
 
     tpu = physical_devices(parse_topology("v5e:2x4"))[0].platform
     now = [0.0]
-    real = block_analysis.compile_unit
+    real = block_analysis.lower_unit
 
     def compile_then_maybe_run_out(unit, network, plan, devices, n):
-        if devices[0].platform == tpu:
-            now[0] = 1e6
-        return real(unit, network, plan, devices, n)
+        work = real(unit, network, plan, devices, n)
+        if devices[0].platform != tpu:
+            return work
 
-    monkeypatch.setattr(block_analysis, "compile_unit", compile_then_maybe_run_out)
+        def compile_past_the_limit():  # the limit passes while this compile runs: it still finishes
+            now[0] = 1e6
+            return work()
+
+        return compile_past_the_limit
+
+    monkeypatch.setattr(block_analysis, "lower_unit", compile_then_maybe_run_out)
     result = planner.plan(
         tiny_net, parse_topology("v5e:2x4"), compile_top=2, time_limit_s=100, clock=lambda: now[0]
     )
