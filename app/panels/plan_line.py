@@ -4,9 +4,9 @@ saying why a plan was cleared."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QToolButton, QWidget
 
-from app.theme import NOTE_COLOUR
+from app.panels.noted_row import noted_row
 
 
 class PlanLine(QWidget):
@@ -25,22 +25,7 @@ class PlanLine(QWidget):
         self.clear_button.setAccessibleName("Clear plan")
         self.clear_button.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.clear_button.clicked.connect(self.clear_requested)
-        # Why a plan was cleared, under the line (as a condition's note): a wrapped label beside a button
-        # would be cut to the button's height.
-        self.note = QLabel()
-        self.note.setObjectName("hint")
-        self.note.setStyleSheet(f"color: {NOTE_COLOUR};")
-        self.note.setWordWrap(True)
-        self.note.hide()
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.label, 1)
-        row.addWidget(self.clear_button)
-        box = QVBoxLayout(self)
-        box.setContentsMargins(0, 0, 0, 0)
-        box.setSpacing(2)
-        box.addLayout(row)
-        box.addWidget(self.note)
+        self.note = noted_row(self, self.label, self.clear_button)  # why a plan was cleared
 
     def show_form(self, form) -> bool:
         """Show ``form``'s plan (or why it was cleared); returns whether the line has anything to show."""

@@ -35,9 +35,9 @@ from PySide6.QtWidgets import (
 from app.core.generation_form import MAX_SEED, condition_problem, extrapolation_note, random_seed
 from app.core.progress import ProgressTracker
 from app.core.session import AppState
+from app.panels.noted_row import noted_row
 from app.panels.plan_line import PlanLine
 from app.panels.run_box import RunBox
-from app.theme import NOTE_COLOUR
 
 SLIDER_STEPS = 1000
 MIN_PANEL_WIDTH = 300
@@ -116,20 +116,7 @@ class ConditionControl(QWidget):
         self.setToolTip(tip)
         self.slider.setToolTip(tip)
         self.spin.setToolTip(tip)
-        self.note = QLabel()
-        self.note.setObjectName("hint")
-        self.note.setStyleSheet(f"color: {NOTE_COLOUR};")
-        self.note.setWordWrap(True)
-        self.note.hide()
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.slider, 1)
-        row.addWidget(self.spin)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(row)
-        layout.addWidget(self.note)
+        self.note = noted_row(self, self.slider, self.spin)  # out of the training range, or clamped
         self._clamped = ""
         self.slider.valueChanged.connect(self._on_slider_changed)
         self.spin.valueChanged.connect(self._on_spin_changed)
