@@ -44,8 +44,9 @@ def register(sub) -> None:
         type=float,
         default=DEFAULT_TIME_LIMIT_S,
         metavar="S",
-        help=f"stop compiling after S seconds and print the best plan so far, marked CUT SHORT (default "
-        f"{DEFAULT_TIME_LIMIT_S:g}; 0 ranks on the estimates only; a compile under way finishes first)",
+        help=f"print the best plan so far after S seconds, marked CUT SHORT (default {DEFAULT_TIME_LIMIT_S:g}; "
+        "0 ranks on the estimates only); a block's compile under way then finishes into the plan cache "
+        "before the command exits (Ctrl+C skips it)",
     )
     parser.add_argument(
         "--no-time-limit", action="store_true", help="compile every survivor, however long it takes"

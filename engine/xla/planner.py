@@ -850,7 +850,7 @@ def _place_chosen_on_slice(blocks, compiled, survivors, topology: Topology, devi
         with phases("compiling"):
             measured = blocks.place_on_slice(p, row, topology, devices, orders, "id-order", phases)
     except OutOfTime as exc:
-        row.placed_on = "host-compiled units (the time limit came before the slice's compile)"
+        row.placed_on = "host-compiled units (the time limit came before the slice's compile finished)"
         return {}, f"{exc}: {p.name} is placed on host-compiled collectives, not the slice's"
     return ({id(row): measured} if measured is not None else {}), ""
 

@@ -240,6 +240,34 @@ def test_the_plan_command_takes_a_time_limit_and_the_server_schema_checks_it(tmp
         PlanRequest(topology="v5e:2x2", time_limit_s=-1)
 
 
+def test_the_plan_command_finishes_a_compile_left_under_way_into_the_cache_before_it_exits(monkeypatch):
+    """A daemon thread's compile would die with the process, and a block longer than the limit would never be
+    compiled: after printing, ``volsynth plan`` says so and waits for it."""
+    import threading
+
+    from engine.cli import plan as plan_command
+    from engine.xla import bounded_compile
+
+    released, kept, said = threading.Event(), [], []
+    with pytest.raises(bounded_compile.OutOfTime):  # the limit stops waiting for it at once
+        bounded_compile.compile_within(
+            "a-slow-block", lambda: released.wait(60) and "compiled", 0, kept.append
+        )
+    assert bounded_compile.in_flight() == ["a-slow-block"] and not kept
+
+    def print_and_let_it_finish(*args, **kwargs):
+        said.append(" ".join(map(str, args)))
+        released.set()
+
+    monkeypatch.setattr(plan_command, "print", print_and_let_it_finish, raising=False)
+    plan_command._finish_compiles_under_way()
+    assert kept == ["compiled"] and not bounded_compile.in_flight()
+    assert said and "finishing the compile that was under way at the limit, into the plan cache" in said[0]
+    said.clear()
+    plan_command._finish_compiles_under_way()  # nothing under way: nothing said
+    assert not said
+
+
 def test_host_whole_compiles_the_whole_step_on_host_devices_for_a_tpu_slice(tiny_net):
     result = planner.plan(
         tiny_net, parse_topology("v5e:2x2"), compile_top=1, analysis="host-whole", time_limit_s=None
