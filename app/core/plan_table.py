@@ -281,7 +281,8 @@ def gain_text(gain: Any) -> str:
 
 
 def summary_lines(result: dict) -> list[str]:
-    """Three lines: what was planned; the counts and planning time; the best plan and its gain."""
+    """What was planned; the counts and planning time; when the time limit cut planning short, why and what
+    to do; the best plan (so far) and its gain."""
     counts = result.get("counts") if isinstance(result.get("counts"), dict) else {}
     batch = result.get("batch", "?")
     cfg = bool(result.get("cfg"))
@@ -305,7 +306,8 @@ def summary_lines(result: dict) -> list[str]:
         )
     else:
         third = (
-            f"Best: {best.get('plan')} on placement {best.get('placement')}, predicted "
+            f"Best{' so far' if result.get('cut_short') else ''}: {best.get('plan')} on placement "
+            f"{best.get('placement')}, predicted "
             f"{format_duration_ms(best.get('step_ms'))} per step"
             + (f", placed on {best['placed_on']}" if best.get("placed_on") else "")
         )
@@ -322,7 +324,14 @@ def summary_lines(result: dict) -> list[str]:
                 f"({unaware.get('plan')} on {unaware.get('placement')}: "
                 f"{format_duration_ms(unaware.get('step_ms'))})"
             )
-    return [first, second, third]
+    if not result.get("cut_short"):
+        return [first, second, third]
+    reason = str(result.get("cut_reason") or "the planning-time limit was reached")
+    cut = (
+        f"Cut short: {reason[0].upper()}{reason[1:]}. Plan again to go on from there: the blocks compiled so "
+        "far are kept on the server."
+    )
+    return [first, second, cut, third]
 
 
 def summary_text(result: dict) -> str:
@@ -404,13 +413,16 @@ def request_plan(
     batch: int,
     cfg: bool,
     compile_top: int,
+    time_limit_s: float,
 ) -> dict:
     """Ask the server to plan (worker thread: it waits, for minutes with a full-size model)."""
     from engine.backends import make_backend
 
     backend = make_backend(server=url, token=token, fingerprint=fingerprint)
     try:
-        return backend.plan(model, topology, batch=batch, cfg=cfg, compile_top=compile_top)
+        return backend.plan(
+            model, topology, batch=batch, cfg=cfg, compile_top=compile_top, time_limit_s=time_limit_s
+        )
     finally:
         backend.close()
 

@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 from app.core import plan_table
 from app.core.remote_connection import ServerConnection
 from engine.api import MAX_BATCH  # the server's limit, as for jobs
-from engine.xla.planning import MAX_COMPILE_TOP
+from engine.xla.planning import DEFAULT_TIME_LIMIT_S, MAX_COMPILE_TOP, MAX_TIME_LIMIT_S
 from engine.xla.topology import KNOWN_TOPOLOGIES
 
 ELAPSED_INTERVAL_MS = 500
@@ -84,6 +84,7 @@ class PlanDialog(QDialog):
         self._started = 0.0
         self._waiting_on = ""
         self._topology = ""
+        self._limit_s = 0
 
         intro = self._build_form()  # what it does, then server, model, topology | batch, top N, CFG
         actions = self._build_actions()  # Plan, Cancel, the busy bar and the status line
@@ -158,17 +159,26 @@ class PlanDialog(QDialog):
             "How many of the best-estimated plans the server compiles with XLA (each compile takes from "
             "seconds to minutes); the rest are pruned with their estimates"
         )
+        self.limit_spin = QSpinBox()
+        self.limit_spin.setRange(0, int(MAX_TIME_LIMIT_S))
+        self.limit_spin.setValue(int(DEFAULT_TIME_LIMIT_S))
+        self.limit_spin.setSuffix(" s")
+        self.limit_spin.setToolTip(
+            "When the server answers with the best plan so far, marked cut short (0: rank on the estimates "
+            "alone). A compile under way then finishes on the server, so planning again goes on from there."
+        )
 
         left = QFormLayout()
         left.addRow("Server", self.server_box)
         left.addRow("Model", self.model_box)
         left.addRow("Topology", self.topology_box)
-        for spin in (self.batch_spin, self.top_spin):
+        for spin in (self.batch_spin, self.top_spin, self.limit_spin):
             spin.setMinimumWidth(80)
             spin.setMaximumWidth(110)
         right = QFormLayout()
         right.addRow("Batch", self.batch_spin)
         right.addRow("Compile top N", self.top_spin)
+        right.addRow("Time limit", self.limit_spin)
         right.addRow("", self.cfg_check)
         for column in (left, right):
             column.setHorizontalSpacing(12)
@@ -346,6 +356,7 @@ class PlanDialog(QDialog):
         self._request = self._next_request_id()
         self._started = time.monotonic()
         self._topology = topology
+        self._limit_s = self.limit_spin.value()
         self._waiting_on = f"{self.model_box.currentText()} on {topology}"
         self.controller.runner.run_task(
             "plan-on-server",
@@ -358,6 +369,7 @@ class PlanDialog(QDialog):
             self.batch_spin.value(),
             self.cfg_check.isChecked(),
             self.top_spin.value(),
+            float(self.limit_spin.value()),
             finished=partial(self._on_plan_finished, self._request),
             failed=partial(self._on_plan_failed, self._request),
         )
@@ -388,7 +400,12 @@ class PlanDialog(QDialog):
         self._finish()
         self.show_result(result)
         elapsed = time.monotonic() - self._started
-        self._say(f"Planned {self._waiting_on} in {elapsed:.1f} s.")
+        cut = (
+            " (cut short by the server's planning-time limit: the best plan so far)"
+            if result.get("cut_short")
+            else ""
+        )
+        self._say(f"Planned {self._waiting_on} in {elapsed:.1f} s{cut}.")
 
     def _on_plan_failed(self, request: int, message: str) -> None:
         if request != self._request:
@@ -409,7 +426,8 @@ class PlanDialog(QDialog):
     def _on_timer_timeout(self) -> None:
         elapsed = time.monotonic() - self._started
         self._say(
-            f"Planning {self._waiting_on} on the server: {elapsed:.0f} s (a full-size model takes 1-2 minutes)..."
+            f"Planning {self._waiting_on} on the server: {elapsed:.0f} s of at most about {self._limit_s} s "
+            "(a full-size model takes 1-2 minutes)..."
         )
 
     def _say(self, text: str, error: bool = False) -> None:

@@ -196,19 +196,30 @@ class RemoteBackend:
         return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 
     def plan(
-        self, model: str, topology: str, batch: int = 1, cfg: bool = True, compile_top: int | None = None
+        self,
+        model: str,
+        topology: str,
+        batch: int = 1,
+        cfg: bool = True,
+        compile_top: int | None = None,
+        time_limit_s: float | None = None,
     ) -> dict[str, Any]:
         """The server's ``volsynth plan`` for one of its models (or ``brain-ldm-bundle``) on a topology.
 
-        Planning compiles several programs on the server and can take minutes for a full-size model.
+        Planning compiles several programs on the server and can take minutes for a full-size model;
+        ``time_limit_s`` (else the server's default, 120 s) is when it answers with the best plan so far.
         """
         import httpx
 
         body: dict[str, Any] = {"model": model, "topology": topology, "batch": batch, "cfg": cfg}
         if compile_top is not None:  # else the server's default
             body["compile_top"] = compile_top
+        timeout = PLAN_TIMEOUT_S
+        if time_limit_s is not None:
+            body["time_limit_s"] = time_limit_s
+            timeout = max(PLAN_TIMEOUT_S, time_limit_s + PLAN_TIMEOUT_S / 3)  # tracing and answering too
         try:
-            return self._call("POST", "/plan", json=body, timeout=PLAN_TIMEOUT_S).json()
+            return self._call("POST", "/plan", json=body, timeout=timeout).json()
         except BackendUnavailable as exc:
             if isinstance(exc.__cause__, httpx.ReadTimeout):
                 raise BackendUnavailable(

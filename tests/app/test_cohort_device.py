@@ -64,9 +64,7 @@ def test_a_plan_that_cannot_run_says_why(plan, devices, workers, guidance, expec
 
 
 def test_the_engine_group_arithmetic_names_the_workers():
-    assert (
-        DeviceChoice("xla", 4, "dp2").describe(None, cluster=True).startswith("4 XLA devices in 2 workers")
-    )
+    assert DeviceChoice("xla", 4, "dp2").describe(None, cluster=True).startswith("4 XLA devices in 2 workers")
     assert DeviceChoice("xla", 8, "").plan_problem(None) == ""
     assert DeviceChoice("xla", 8, "d2xh2").plan_problem(None, guidance_scale=1.0) == ""  # no data axis
     assert DeviceChoice("xla", 8, "dp2").plan_problem(None, guidance_scale=3.0) == ""
@@ -261,9 +259,7 @@ def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, main_window, tmp_p
     qtbot.keyClick(dialog.plan_edit, Qt.Key.Key_Backspace)
     qtbot.keyClick(dialog.plan_edit, Qt.Key.Key_Backspace)
     assert dialog.plan_edit.text() == "dp2"
-    assert (
-        dialog.plan_note.text() == "4 fake host devices in 2 workers of 2, each volume sharded as plan dp2"
-    )
+    assert dialog.plan_note.text() == "4 fake host devices in 2 workers of 2, each volume sharded as plan dp2"
     assert dialog.run_button.isEnabled()
     assert recorded_run.calls == []
 
@@ -449,9 +445,7 @@ def test_a_real_cohort_on_two_fake_xla_devices_with_plan_dp2(qtbot, main_window,
     assert "until a volume has been generated on XLA" in dialog.count_label.text()
     _type_into(qtbot, dialog, Qt.Key.Key_V, dialog.xla_devices_spin, "2")
     _type_into(qtbot, dialog, Qt.Key.Key_P, dialog.plan_edit, "dp2")
-    assert (
-        dialog.plan_note.text() == "2 fake host devices in 1 worker of 2, each volume sharded as plan dp2"
-    )
+    assert dialog.plan_note.text() == "2 fake host devices in 1 worker of 2, each volume sharded as plan dp2"
     dialog.out_edit.setText(str(tmp_path / "cohort"))
     _alt(qtbot, dialog, Qt.Key.Key_R)
     qtbot.waitUntil(lambda: dialog.job is not None, timeout=5_000)  # the mnemonic's click is animated

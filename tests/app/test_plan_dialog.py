@@ -154,6 +154,36 @@ def test_an_unknown_topology_shows_the_servers_reason(qtbot, main_window, xla_se
     _wait_no_plan_jobs(qtbot, window)
 
 
+def test_a_time_limit_of_zero_gets_the_best_estimate_marked_cut_short(
+    qtbot, main_window, xla_server, screenshot
+):
+    window = main_window
+    _connect(qtbot, window, xla_server)
+    dialog = _open_plan_dialog(qtbot, window)
+    assert dialog.limit_spin.value() == 120 and dialog.limit_spin.suffix() == " s"  # the server's default
+    _type_topology(qtbot, dialog, "v5e:2x2")
+    dialog.limit_spin.selectAll()
+    qtbot.keyClicks(dialog.limit_spin, "0")
+    assert dialog.limit_spin.value() == 0
+    qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
+    assert "of at most about 0 s" in dialog.status_label.text()
+    qtbot.waitUntil(lambda: dialog.status_label.text().startswith("Planned"), timeout=PLAN_TIMEOUT_MS)
+    _wait_no_plan_jobs(qtbot, window)
+    result = dialog.result
+    # Blocks this module's other plans compiled come from the server's plan cache even now; nothing else.
+    assert result["cut_short"] and result["time_limit_s"] == 0
+    summary = dialog.summary_label.text()
+    assert (
+        "Cut short: Planning-time limit of 0 s reached" in summary
+        and "Plan again to go on from there" in summary
+    )
+    assert f"<b>Best so far: {result['best']['plan']} on placement" in summary
+    assert (
+        "(cut short by the server's planning-time limit: the best plan so far)." in dialog.status_label.text()
+    )
+    screenshot(dialog, "plan-dialog-cut-short")
+
+
 def test_cancel_gives_the_form_back_and_drops_the_late_result(qtbot, main_window, xla_server):
     window = main_window
     _connect(qtbot, window, xla_server)

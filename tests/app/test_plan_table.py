@@ -192,6 +192,20 @@ def test_the_plan_placed_on_the_slices_own_compile_says_so_and_what_it_was_ranke
     assert "placed on" not in plan_table.summary_lines(RESULT)[2]
 
 
+def test_a_plan_cut_short_by_the_time_limit_says_so_why_and_what_to_do():
+    reason = (
+        "planning-time limit of 120 s reached while head for tpu compiled (it finishes in the background, "
+        "into the plan cache): dp2xd4 is placed on host-compiled collectives, not the slice's"
+    )
+    lines = plan_table.summary_lines({**RESULT, "cut_short": True, "cut_reason": reason})
+    assert len(lines) == 4 and lines[2] == (
+        f"Cut short: P{reason[1:]}. Plan again to go on from there: the blocks compiled so far are kept on the "
+        "server."
+    )
+    assert lines[3].startswith("Best so far: dp2xd4 on placement snake-xy")
+    assert len(plan_table.summary_lines(RESULT)) == 3 and "so far" not in plan_table.summary_text(RESULT)
+
+
 def test_a_result_with_no_compiled_plan_or_missing_keys_still_reads():
     nothing = {"model": "big", "counts": {"enumerated": 1, "pruned": 1}, "rows": [_row("dp8", "pruned")]}
     lines = plan_table.summary_lines({**nothing, "best": None})
