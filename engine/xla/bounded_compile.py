@@ -2,8 +2,8 @@
 
 The planner checks its limit before each unit's compile, but one compile for a TPU slice takes 2-290 s here
 (bundle U-Net, 2-core CPU), so a limit of 120 s was overrun to 147.5 s by a compile already under way. A
-compile cannot be interrupted in-process, but XLA's compiler releases the GIL while it runs (measured: the
-main thread kept 60-100 % of its loop rate during a 14 s TPU compile on a 2-core machine). So the compile
+compile cannot be interrupted in-process, but XLA's compiler releases the GIL while it runs (a Python loop on
+the main thread kept turning throughout a 14 s TPU compile on another thread, 2-core machine). So the compile
 runs on a daemon thread and the planner waits for it only as long as the limit allows; past that it raises
 :class:`OutOfTime` and returns its best plan so far on time. The compile goes on in the background and
 ``keep`` (the plan cache's save) stores its result, so planning again continues from there; a compile of
@@ -32,7 +32,7 @@ class OutOfTime(Exception):
 
 
 def in_flight() -> list[str]:
-    """The keys of the compiles still under way (those the limit stopped waiting for)."""
+    """The keys of the compiles under way (after planning returned: those its limit stopped waiting for)."""
     with _lock:
         return list(_in_flight)
 
@@ -42,7 +42,7 @@ def finish_in_flight() -> int:
     with _lock:
         futures = list(_in_flight.values())
     for future in futures:
-        with contextlib.suppress(Exception):  # a compile that failed was already recorded as failed
+        with contextlib.suppress(Exception):  # nothing is kept: planning again compiles it and reports why
             future.result()
     return len(futures)
 
