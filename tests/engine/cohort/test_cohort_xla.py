@@ -111,10 +111,7 @@ def test_a_plan_per_group_of_two_fake_devices_and_a_resume_on_one_group(
     first = manifest.items["sub-synth0002"]
     (root / first["file"]).unlink()
     assert main(["cohort", "resume", str(root), "--device", "xla", "--threads", "1"]) == 0
-    assert (
-        f"cohort {manifest.cohort_id}: 2 XLA devices in 1 group of 2 (plan dp2)"
-        in capsys.readouterr().err
-    )
+    assert f"cohort {manifest.cohort_id}: 2 XLA devices in 1 group of 2 (plan dp2)" in capsys.readouterr().err
     after = Manifest.load(root)
     assert after.data["runs"][-1]["xla"]["plan"] == "dp2" and after.data["runs"][-1]["done"] == 1
     assert after.items["sub-synth0002"]["volume_sha256"] == first["volume_sha256"]  # bit-identical
