@@ -324,14 +324,36 @@ def summary_lines(result: dict) -> list[str]:
                 f"({unaware.get('plan')} on {unaware.get('placement')}: "
                 f"{format_duration_ms(unaware.get('step_ms'))})"
             )
-    if not result.get("cut_short"):
-        return [first, second, third]
-    reason = str(result.get("cut_reason") or "the planning-time limit was reached")
-    cut = (
-        f"Cut short: {reason[0].upper()}{reason[1:]}. Plan again to go on from there: the blocks compiled so "
-        "far are kept on the server."
-    )
-    return [first, second, cut, third]
+    lines = [first, second]
+    if result.get("cut_short"):
+        reason = str(result.get("cut_reason") or "the planning-time limit was reached")
+        lines.append(
+            f"Cut short: {reason[0].upper()}{reason[1:]}. Plan again to go on from there: the blocks compiled "
+            "so far are kept on the server."
+        )
+    if best is not None:
+        lines.extend(_one_device_lines(result))
+    return [*lines, third]
+
+
+def _one_device_lines(result: dict) -> list[str]:
+    """What splitting is measured against: the step unsplit on one chip of the slice."""
+    one = result.get("one_device") if isinstance(result.get("one_device"), dict) else None
+    speedup = _number(result.get("speedup"))
+    if one is None or speedup is None:
+        return []
+    step = format_duration_ms(one.get("step_ms"))
+    memory = format_memory_gb(one.get("memory_gb"))
+    source = "" if one.get("from") == "blocks" else ", estimated"
+    if not one.get("fits", True):
+        return [f"One chip unsplit: {memory}{source}, more than its memory: this model needs splitting."]
+    if speedup < 1:
+        return [
+            f"One chip unsplit: {step} per step{source}, {1 / speedup:.1f}\u00d7 faster than the best plan "
+            "below. Splitting does not pay for this model here: communication outweighs the compute each chip "
+            "saves."
+        ]
+    return [f"One chip unsplit: {step} per step{source}; the best plan below is {speedup:.2f}\u00d7 faster."]
 
 
 def summary_text(result: dict) -> str:

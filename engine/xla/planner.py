@@ -51,7 +51,7 @@ DEFAULT_COMPILE_TOP = 3
 # Planning stops starting compiles after this many seconds and returns the best plan so far, saying so.
 DEFAULT_TIME_LIMIT_S = 120.0
 # Part of every finished-plan cache key: bump it when what the planner computes for a network changes.
-PLANNER_VERSION = "3"
+PLANNER_VERSION = "4"
 # blocks: distinct U-Net units on host devices; whole: the whole step for the topology (TPU compile-only
 # devices for slices); host-whole: the whole step on host devices (same SPMD partitioning, no TPU backend).
 ANALYSES = ("blocks", "whole", "host-whole")
@@ -507,6 +507,11 @@ class PlanResult:
     from_cache: bool = False  # read from the plan cache; ``timing`` and ``planning_s`` are the lookup's
     cached_planning_s: float | None = None  # what planning it took when it was computed
     cache_key: str = ""
+    # The step unsplit on one chip of the slice, what splitting is measured against: step_ms, memory_gb, fits
+    # (in one chip's HBM) and from ("blocks": its host-compiled blocks; "estimate"); ``speedup`` is its step
+    # over the best plan's (below 1: one chip alone is faster).
+    one_device: dict | None = None
+    speedup: float | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -526,6 +531,8 @@ class PlanResult:
             "best": self.best,
             "unaware_choice": self.unaware_choice,
             "gain": self.gain,
+            "one_device": self.one_device,
+            "speedup": self.speedup,
             "analysis": self.analysis,
             "timing": {k: round(v, 3) for k, v in self.timing.items()},
             "time_limit_s": self.time_limit_s,
@@ -555,6 +562,8 @@ class PlanResult:
             best=data["best"],
             unaware_choice=data["unaware_choice"],
             gain=data["gain"],
+            one_device=data.get("one_device"),
+            speedup=data.get("speedup"),
             analysis=data.get("analysis", "whole"),
             timing=dict(data.get("timing", {})),
             time_limit_s=data.get("time_limit_s"),
@@ -714,6 +723,7 @@ def plan(
             best["from"] = analysis
         elif cut_reason and candidates:
             best, unaware_choice, gain = _choose_from_estimates(candidates, topology, orders, default)
+    one_device = _one_device(network, topology, stats, blocks, phases) if best is not None else None
 
     rows.sort(
         key=lambda r: (
@@ -741,6 +751,10 @@ def plan(
         cut_short=bool(cut_reason),
         cut_reason=cut_reason,
         cache_key=key,
+        one_device=one_device,
+        speedup=float(f"{one_device['step_ms'] / best['step_ms']:.4g}")
+        if one_device and best["step_ms"]
+        else None,
     )
     result.timing = phases.report()
     result.planning_s = result.timing["total_s"]  # one clock reading for both
@@ -802,6 +816,43 @@ def _planning_devices(topology: Topology, analysis: str, unit_devices: Sequence 
             raise ValueError(f"host-whole needs {topology.n_devices} host devices; this process has fewer")
         unit_devices = whole_devices
     return devices, unit_devices, whole_devices
+
+
+def _one_device(network: Network, topology: Topology, stats, blocks, phases: _Phases) -> dict:
+    """The step unsplit on one chip: from its blocks compiled on one host device when planning by blocks
+    (cached like any plan's; a second or two for the bundle U-Net), else, or when the time limit or XLA
+    stops that, from the estimate."""
+    from engine.xla.block_analysis import OutOfTime, analyse_plan
+
+    chip = topology.chip
+    single = Plan(1, 1, 1, tuple((False, False) for _ in range(network.levels)))
+    est = estimate_plan(single, stats, network, topology)
+    step_s, memory, source = est.compute_s, est.memory_bytes, "estimate"
+    if blocks is not None:
+        try:
+            with phases("compiling"):
+                composed = analyse_plan(
+                    network,
+                    single,
+                    blocks.devices[:1],
+                    units=blocks.units,
+                    cache=blocks.cache,
+                    memo=blocks.memo,
+                    limit=blocks.limit,
+                )
+        except OutOfTime:
+            pass
+        except Exception:  # noqa: BLE001 - XLA refusing the unsplit step leaves the estimate, not an error
+            pass
+        else:
+            step_s = max(composed.flops / chip.peak_flops, composed.bytes_accessed / chip.hbm_bandwidth)
+            memory, source = composed.memory_bytes, "blocks"
+    return {
+        "step_ms": _ms(step_s),
+        "memory_gb": round(memory / 1e9, 3),
+        "fits": memory <= chip.hbm_bytes,
+        "from": source,
+    }
 
 
 def _compile_survivors(survivors, measure, topology: Topology, orders, default: str, phases: _Phases):
@@ -1263,6 +1314,23 @@ def format_table(result: PlanResult) -> str:
             f"aware model: {u['step_ms']:.4g} ms)"
         )
         lines.append(f"predicted gain of the topology-aware plan: {result.gain:.3f}x")
+        lines.extend(_one_device_lines(result))
     else:
         lines.append("no plan compiled")
     return "\n".join(lines)
+
+
+def _one_device_lines(result: PlanResult) -> list[str]:
+    one = result.one_device
+    if not one or not result.speedup:
+        return []
+    source = "its host-compiled blocks" if one["from"] == "blocks" else "the estimate"
+    line = f"one chip, unsplit: {one['step_ms']:.4g} ms/step ({source}), {one['memory_gb']:.3g} GB"
+    if not one["fits"]:
+        return [f"{line}: more than one chip's HBM, so the model needs splitting"]
+    if result.speedup < 1:
+        return [
+            f"{line}; SPLITTING DOES NOT PAY: one chip alone is {1 / result.speedup:.2f}x faster than the best "
+            "plan (communication outweighs the compute each device saves)"
+        ]
+    return [f"{line}; the best plan is {result.speedup:.2f}x faster"]

@@ -206,6 +206,24 @@ def test_a_plan_cut_short_by_the_time_limit_says_so_why_and_what_to_do():
     assert len(plan_table.summary_lines(RESULT)) == 3 and "so far" not in plan_table.summary_text(RESULT)
 
 
+def test_the_summary_measures_the_best_plan_against_one_chip_unsplit():
+    def lines(one, speedup):
+        return plan_table.summary_lines({**RESULT, "one_device": one, "speedup": speedup})
+
+    one = {"step_ms": 14.67, "memory_gb": 2.55, "fits": True, "from": "blocks"}
+    shown = lines(one, 2.013)
+    assert shown[2] == "One chip unsplit: 14.7 ms per step; the best plan below is 2.01\u00d7 faster."
+    assert shown[3].startswith("Best: ")  # the best plan stays last (shown in bold)
+    small = lines({**one, "step_ms": 0.0122, "from": "estimate"}, 0.074)[2]
+    assert small.startswith(
+        "One chip unsplit: 12.2 \u00b5s per step, estimated, 13.5\u00d7 faster than the best"
+    )
+    assert "Splitting does not pay for this model here" in small
+    big = lines({**one, "memory_gb": 41.0, "fits": False}, 3.0)[2]
+    assert big == "One chip unsplit: 41 GB, more than its memory: this model needs splitting."
+    assert len(plan_table.summary_lines(RESULT)) == 3  # a result planned before this reference: unchanged
+
+
 def test_a_result_with_no_compiled_plan_or_missing_keys_still_reads():
     nothing = {"model": "big", "counts": {"enumerated": 1, "pruned": 1}, "rows": [_row("dp8", "pruned")]}
     lines = plan_table.summary_lines({**nothing, "best": None})

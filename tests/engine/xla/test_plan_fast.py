@@ -125,6 +125,29 @@ def test_blocks_choose_the_same_best_plan_as_whole_compiles(gpu_box_results):
     assert all(r.analysis == "blocks" and "distinct" in r.units for r in rows)
 
 
+def test_the_step_on_one_chip_is_the_unsplit_programs_and_says_when_splitting_does_not_pay(
+    tiny_net, gpu_box_results
+):
+    blocks, whole = gpu_box_results["blocks"], gpu_box_results["whole"]
+    one = blocks.one_device
+    assert one["from"] == "blocks" and one["fits"] and whole.one_device["from"] == "estimate"
+    # The unsplit step compiled whole on one host device: the compute its composed blocks give.
+    single = planner.Plan(1, 1, 1, ((False, False),) * tiny_net.levels)
+    jitted, _ = planner.build_program(tiny_net, single, jax.devices("cpu")[:1])
+    cost = jitted.lower(tiny_net.params, *tiny_net.abstract_inputs()).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    chip = parse_topology("8xH100-nvlink").chip
+    unsplit_ms = 1e3 * max(cost["flops"] / chip.peak_flops, cost["bytes accessed"] / chip.hbm_bandwidth)
+    assert one["step_ms"] == pytest.approx(unsplit_ms, rel=0.15)  # fusion stops at unit edges (bytes)
+    # On 8 devices the tiny U-Net's step is mostly communication: one chip alone is faster, and the plan says so.
+    assert blocks.speedup == pytest.approx(one["step_ms"] / blocks.best["step_ms"], rel=1e-3)
+    assert blocks.speedup < 1
+    text = planner.format_table(blocks)
+    assert f"one chip, unsplit: {one['step_ms']:.4g} ms/step (its host-compiled blocks)" in text
+    assert f"SPLITTING DOES NOT PAY: one chip alone is {1 / blocks.speedup:.2f}x faster" in text
+    assert planner.PlanResult.from_dict(blocks.to_dict()).one_device == one  # kept in the plan cache too
+
+
 def test_planning_time_is_split_into_phases_that_sum_to_the_total(gpu_box_results):
     for result in gpu_box_results.values():
         t = result.timing
