@@ -351,7 +351,7 @@ def _one_device_lines(result: dict) -> list[str]:
         return [
             f"One chip unsplit: {step} per step{source}, {1 / speedup:.1f}\u00d7 faster than the best plan "
             "below. Splitting does not pay for this model here: communication outweighs the compute each chip "
-            "saves."
+            "saves, so run it without a plan (on one chip)."
         ]
     return [f"One chip unsplit: {step} per step{source}; the best plan below is {speedup:.2f}\u00d7 faster."]
 
@@ -504,6 +504,19 @@ def use_plan_problem(details: dict | None, row: dict | None) -> str:
     if isinstance(listed, list) and listed and name.split("/")[0] not in listed:
         return f"this server does not offer {name} (it offers {', '.join(map(str, listed[:8]))})"
     return ""
+
+
+def slower_than_one_chip_text(result: dict | None) -> str:
+    """A warning (with a leading space) when one chip unsplit is faster than the plan result's best; ""
+    otherwise."""
+    speedup = _number((result or {}).get("speedup"))
+    one = (result or {}).get("one_device") or {}
+    if speedup is None or speedup >= 1 or not one.get("fits", True):
+        return ""
+    return (
+        f" One chip unsplit is {1 / speedup:.1f}\u00d7 faster than the best plan for this model: \u00d7 in the "
+        "Plan line clears the plan and runs it on one chip."
+    )
 
 
 def batch_mismatch_text(result: dict | None, next_batch: int) -> str:

@@ -513,6 +513,7 @@ class PlanDialog(QDialog):
             "Sampling group, where \u00d7 clears it)."
         )
         text += plan_table.batch_mismatch_text(self.result, self._next_run_batch(form))
+        text += plan_table.slower_than_one_chip_text(self.result)
         self.use_label.setText(text)
         self.use_label.setProperty("used", True)
         self.controller.show_status(text, 8000)

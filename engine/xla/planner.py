@@ -1331,6 +1331,6 @@ def _one_device_lines(result: PlanResult) -> list[str]:
     if result.speedup < 1:
         return [
             f"{line}; SPLITTING DOES NOT PAY: one chip alone is {1 / result.speedup:.2f}x faster than the best "
-            "plan (communication outweighs the compute each device saves)"
+            "plan (communication outweighs the compute each device saves): run it without a plan"
         ]
     return [f"{line}; the best plan is {result.speedup:.2f}x faster"]

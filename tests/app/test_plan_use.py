@@ -177,6 +177,9 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
         f"uses plan {plan}" in dialog.use_label.text()
         and "Planned for a U-Net batch" not in dialog.use_label.text()
     )
+    # The tiny model's step is mostly communication when split: the view says one chip is faster, and how.
+    assert dialog.result["speedup"] < 1
+    assert "One chip unsplit is " in dialog.use_label.text() and "clears the plan" in dialog.use_label.text()
     assert panel.plan_label.text() == f"{plan} (from Plan view)" and panel.plan_widget.isVisible()
     screenshot(dialog, "plan-view-after-use")
     dialog.hide()
