@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from engine.xla.planner import format_table
+    from engine.xla.plan_report import format_table
     from engine.xla.planning import plan_model
 
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from engine.testing import tiny_spec
-from engine.xla import block_analysis, planner
+from engine.xla import block_analysis, plan_report, planner
 from engine.xla.plan_cache import PlanCache, plan_key
 from engine.xla.planner import network_from_definition
 from engine.xla.runtime import configure_jax
@@ -142,7 +142,7 @@ def test_the_step_on_one_chip_is_the_unsplit_programs_and_says_when_splitting_do
     # On 8 devices the tiny U-Net's step is mostly communication: one chip alone is faster, and the plan says so.
     assert blocks.speedup == pytest.approx(one["step_ms"] / blocks.best["step_ms"], rel=1e-3)
     assert blocks.speedup < 1
-    text = planner.format_table(blocks)
+    text = plan_report.format_table(blocks)
     assert f"one chip, unsplit: {one['step_ms']:.4g} ms/step (its host-compiled blocks)" in text
     assert f"SPLITTING DOES NOT PAY: one chip alone is {1 / blocks.speedup:.2f}x faster" in text
     assert planner.PlanResult.from_dict(blocks.to_dict()).one_device == one  # kept in the plan cache too
@@ -158,7 +158,7 @@ def test_planning_time_is_split_into_phases_that_sum_to_the_total(gpu_box_result
         assert result.planning_s == pytest.approx(t["total_s"])
         data = json.loads(json.dumps(result.to_dict()))
         assert set(data["timing"]) >= set(phases)
-        text = planner.format_table(result)
+        text = plan_report.format_table(result)
         assert "tracing" in text and "compiling" in text and "placement" in text
 
 
@@ -177,7 +177,7 @@ def test_the_cache_returns_a_finished_plan_without_compiling_and_misses_when_the
     assert again.from_cache and again.cache_key == first.cache_key
     assert (again.best, again.gain) == (first.best, first.gain)
     assert [r.to_dict() for r in again.rows] == [r.to_dict() for r in first.rows]
-    assert "from the plan cache" in planner.format_table(again)
+    assert "from the plan cache" in plan_report.format_table(again)
 
     # A new planner version misses the finished plan but finds its compiled units.
     monkeypatch.setattr(planner, "PLANNER_VERSION", "test-next")
@@ -214,7 +214,7 @@ def test_a_time_limit_of_zero_returns_the_best_estimate_marked_cut_short(tiny_ne
     assert any(r.reason.startswith("not compiled: planning-time limit") for r in result.rows)
     data = result.to_dict()
     assert data["cut_short"] and data["time_limit_s"] == 0
-    text = planner.format_table(result)
+    text = plan_report.format_table(result)
     assert "CUT SHORT" in text and "best plan so far" in text
 
 
@@ -297,7 +297,7 @@ def test_host_whole_compiles_the_whole_step_on_host_devices_for_a_tpu_slice(tiny
     )
     compiled = [r for r in result.rows if r.status == "compiled"]
     assert compiled and all(r.analysis == "host-whole" and r.collectives for r in compiled)
-    assert result.best["from"] == "host-whole" and "on host devices" in planner.format_table(result)
+    assert result.best["from"] == "host-whole" and "on host devices" in plan_report.format_table(result)
 
 
 @pytest.fixture(scope="module")
@@ -365,7 +365,7 @@ def test_the_chosen_plan_is_placed_as_the_whole_compile_for_the_slice_places_it(
     assert blocks.best["placement"] == chosen.placement == reference.placement
     assert chosen.comm_ms == pytest.approx(reference.comm_ms, rel=0.01)
     assert others and all(not r.host and not r.placed_on for r in others)
-    text = planner.format_table(blocks)
+    text = plan_report.format_table(blocks)
     assert f"placed on {chosen.placed_on}" in text and "ranked among the plans on host-compiled units" in text
     assert blocks.rows[0] is chosen  # rows stay in the order the plans were ranked in
 

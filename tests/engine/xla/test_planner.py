@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.testing import tiny_spec
-from engine.xla import planner
+from engine.xla import plan_report, planner
 from engine.xla.planner import Plan, network_from_definition
 from engine.xla.runtime import configure_jax
 from engine.xla.topology import (
@@ -214,7 +214,7 @@ def test_plan_on_a_tpu_slice_ranks_compiled_plans_and_is_json(tiny_net):
     assert all(r["memory_gb"] > 0 and r["collectives"] for r in compiled)
     pruned = [r for r in data["rows"] if r["status"] == "pruned"]
     assert pruned and all(r["reason"] for r in pruned)
-    text = planner.format_table(result)
+    text = plan_report.format_table(result)
     assert "predicted gain" in text and "enumerated" in text
 
 
