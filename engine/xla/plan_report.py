@@ -3,6 +3,7 @@ topology-unaware choice, and the step on one chip unsplit (``engine.xla.planner`
 
 from __future__ import annotations
 
+from engine.formatting import count_of
 from engine.xla.planner import PlanResult
 
 
@@ -38,7 +39,7 @@ def _limit_lines(result: PlanResult) -> list[str]:
         return []
     compiled = sum(r.status == "compiled" for r in result.rows)
     return [
-        f"CUT SHORT: {result.cut_reason}; {compiled} plan(s) compiled, the others ranked on estimates; "
+        f"CUT SHORT: {result.cut_reason}; {count_of(compiled, 'plan')} compiled, the others ranked on estimates; "
         "the best plan below is the best so far (raise --time-limit, or plan again: the compiled units are cached)"
     ]
 
