@@ -336,20 +336,36 @@ def summary_lines(result: dict) -> list[str]:
     return [*lines, third]
 
 
+def _one_device(result: dict | None) -> tuple[dict, float] | None:
+    """The step unsplit on one chip and the best plan's speed-up over it, when the planner gave them."""
+    one = (result or {}).get("one_device")
+    speedup = _number((result or {}).get("speedup"))
+    return (one, speedup) if isinstance(one, dict) and speedup is not None else None
+
+
+def _one_chip_is_faster(result: dict | None) -> float | None:
+    """How many times faster one chip unsplit is than the best plan, when it is (and the model fits on it)."""
+    found = _one_device(result)
+    if found is None or found[1] >= 1 or not found[0].get("fits", True):
+        return None
+    return 1 / found[1]
+
+
 def _one_device_lines(result: dict) -> list[str]:
     """What splitting is measured against: the step unsplit on one chip of the slice."""
-    one = result.get("one_device") if isinstance(result.get("one_device"), dict) else None
-    speedup = _number(result.get("speedup"))
-    if one is None or speedup is None:
+    found = _one_device(result)
+    if found is None:
         return []
+    one, speedup = found
     step = format_duration_ms(one.get("step_ms"))
     memory = format_memory_gb(one.get("memory_gb"))
     source = "" if one.get("from") == "blocks" else ", estimated"
     if not one.get("fits", True):
         return [f"One chip unsplit: {memory}{source}, more than its memory: this model needs splitting."]
-    if speedup < 1:
+    faster = _one_chip_is_faster(result)
+    if faster is not None:
         return [
-            f"One chip unsplit: {step} per step{source}, {1 / speedup:.1f}\u00d7 faster than the best plan "
+            f"One chip unsplit: {step} per step{source}, {faster:.1f}\u00d7 faster than the best plan "
             "below. Splitting does not pay for this model here: communication outweighs the compute each chip "
             "saves, so run it without a plan (on one chip)."
         ]
@@ -509,12 +525,11 @@ def use_plan_problem(details: dict | None, row: dict | None) -> str:
 def slower_than_one_chip_text(result: dict | None) -> str:
     """A warning (with a leading space) when one chip unsplit is faster than the plan result's best; ""
     otherwise."""
-    speedup = _number((result or {}).get("speedup"))
-    one = (result or {}).get("one_device") or {}
-    if speedup is None or speedup >= 1 or not one.get("fits", True):
+    faster = _one_chip_is_faster(result)
+    if faster is None:
         return ""
     return (
-        f" One chip unsplit is {1 / speedup:.1f}\u00d7 faster than the best plan for this model: \u00d7 in the "
+        f" One chip unsplit is {faster:.1f}\u00d7 faster than the best plan for this model: \u00d7 in the "
         "Plan line clears the plan and runs it on one chip."
     )
 

@@ -84,7 +84,6 @@ class PlanDialog(QDialog):
         self._started = 0.0
         self._waiting_on = ""
         self._topology = ""
-        self._limit_s = 0
 
         intro = self._build_form()  # what it does, then server, model, topology | batch, top N, CFG
         actions = self._build_actions()  # Plan, Cancel, the busy bar and the status line
@@ -356,7 +355,6 @@ class PlanDialog(QDialog):
         self._request = self._next_request_id()
         self._started = time.monotonic()
         self._topology = topology
-        self._limit_s = self.limit_spin.value()
         self._waiting_on = f"{self.model_box.currentText()} on {topology}"
         self.controller.runner.run_task(
             "plan-on-server",
@@ -426,8 +424,8 @@ class PlanDialog(QDialog):
     def _on_timer_timeout(self) -> None:
         elapsed = time.monotonic() - self._started
         self._say(
-            f"Planning {self._waiting_on} on the server: {elapsed:.0f} s of at most about {self._limit_s} s "
-            "(a full-size model takes 1-2 minutes)..."
+            f"Planning {self._waiting_on} on the server: {elapsed:.0f} s of at most about "
+            f"{self.limit_spin.value()} s (a full-size model takes 1-2 minutes)..."
         )
 
     def _say(self, text: str, error: bool = False) -> None:

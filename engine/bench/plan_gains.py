@@ -137,7 +137,7 @@ def gain_case(network, stats, topology, hbm_scale: float = 1.0) -> dict[str, Any
 def stats_compute_s(stats, topology, hbm_scale: float = 1.0) -> float:
     flops = sum(stats.level_flops.values())
     io = hbm_scale * sum(stats.level_io_bytes.values())
-    return max(flops / topology.chip.peak_flops, io / topology.chip.hbm_bandwidth)
+    return topology.chip.compute_s(flops, io)
 
 
 def _io_bytes(plan, stats) -> float:

@@ -405,7 +405,7 @@ class Estimate:
 def estimate_plan(plan: Plan, stats: TraceStats, network: Network, topology: Topology) -> Estimate:
     flops = sum(f / (plan.data if lv < 0 else plan.shards(lv)) for lv, f in stats.level_flops.items())
     io = sum(b / (plan.data if lv < 0 else plan.shards(lv)) for lv, b in stats.level_io_bytes.items())
-    compute = max(flops / topology.chip.peak_flops, io / topology.chip.hbm_bandwidth)
+    compute = topology.chip.compute_s(flops, io)
     skips = sum(b / plan.shards(lv) for lv, _s, b in stats.markers if lv >= 0)
     working = max(
         (b / (plan.data if lv < 0 else plan.shards(lv)) for lv, b in stats.level_max_bytes.items()), default=0
@@ -724,6 +724,9 @@ def plan(
         elif cut_reason and candidates:
             best, unaware_choice, gain = _choose_from_estimates(candidates, topology, orders, default)
     one_device = _one_device(network, topology, stats, blocks, phases) if best is not None else None
+    speedup = None
+    if one_device and best["step_ms"]:
+        speedup = float(f"{one_device['step_ms'] / best['step_ms']:.4g}")
 
     rows.sort(
         key=lambda r: (
@@ -752,9 +755,7 @@ def plan(
         cut_reason=cut_reason,
         cache_key=key,
         one_device=one_device,
-        speedup=float(f"{one_device['step_ms'] / best['step_ms']:.4g}")
-        if one_device and best["step_ms"]
-        else None,
+        speedup=speedup,
     )
     result.timing = phases.report()
     result.planning_s = result.timing["total_s"]  # one clock reading for both
@@ -822,7 +823,7 @@ def _one_device(network: Network, topology: Topology, stats, blocks, phases: _Ph
     """The step unsplit on one chip: from its blocks compiled on one host device when planning by blocks
     (cached like any plan's; a second or two for the bundle U-Net), else, or when the time limit or XLA
     stops that, from the estimate."""
-    from engine.xla.block_analysis import OutOfTime, analyse_plan
+    from engine.xla.block_analysis import analyse_plan
 
     chip = topology.chip
     single = Plan(1, 1, 1, tuple((False, False) for _ in range(network.levels)))
@@ -840,12 +841,10 @@ def _one_device(network: Network, topology: Topology, stats, blocks, phases: _Ph
                     memo=blocks.memo,
                     limit=blocks.limit,
                 )
-        except OutOfTime:
-            pass
-        except Exception:  # noqa: BLE001 - XLA refusing the unsplit step leaves the estimate, not an error
+        except Exception:  # noqa: BLE001 - the limit (OutOfTime) or XLA refusing the step: the estimate stands
             pass
         else:
-            step_s = max(composed.flops / chip.peak_flops, composed.bytes_accessed / chip.hbm_bandwidth)
+            step_s = chip.compute_s(composed.flops, composed.bytes_accessed)
             memory, source = composed.memory_bytes, "blocks"
     return {
         "step_ms": _ms(step_s),
@@ -1150,7 +1149,7 @@ def _fill_row(
 ) -> tuple[Row, list[Collective], float, float, float] | None:
     """A compiled plan's row from its per-device FLOPs, bytes, memory and collectives; placements costed."""
     chip = topology.chip
-    compute = max(flops / chip.peak_flops, bytes_accessed / chip.hbm_bandwidth)
+    compute = chip.compute_s(flops, bytes_accessed)
     # Placements are applied to the logical ids of the one compiled module: the SPMD program is the
     # same for every order, only which physical chip plays which logical id changes.
     with phases("placement"):

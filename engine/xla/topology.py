@@ -42,6 +42,10 @@ class Chip:
     hbm_bytes: float
     hbm_bandwidth: float  # bytes/s
 
+    def compute_s(self, flops: float, bytes_accessed: float) -> float:
+        """Seconds of compute on this chip: bound by its peak or by its HBM bandwidth, whichever is slower."""
+        return max(flops / self.peak_flops, bytes_accessed / self.hbm_bandwidth)
+
 
 # Cloud TPU v5e (cloud.google.com/tpu/docs/v5e): 197 TFLOP/s bf16, 16 GB HBM2 at 819 GB/s.
 V5E = Chip("TPU v5e", 197e12, 16e9, 819e9)
