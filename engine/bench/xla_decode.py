@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 DEVICE_COUNTS = (1, 2, 4, 8)
-DEFAULT_OUT = Path("/work/notes/s11/xla-decode-memory.json")
+DEFAULT_OUT = Path("build/xla-decode-memory.json")
 
 
 def _models():

@@ -7,13 +7,16 @@ GUI tests need a real X display: run them as
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "xcb")
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
+# Tests write only inside temporary folders: screenshots go to a fresh one per run unless
+# VOLSYNTH_SCREENSHOTS names the folder to keep them in (for people who want to look at them).
+SCREENSHOTS = Path(os.environ.get("VOLSYNTH_SCREENSHOTS") or tempfile.mkdtemp(prefix="volsynth-screenshots-"))
 MNI_T1 = "mni_icbm152_t1_tal_nlin_sym_09a_converted.nii.gz"
 
 
@@ -149,7 +152,7 @@ def main_window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
 
 @pytest.fixture
 def screenshot():
-    """``screenshot(window, name)`` saves what is on screen (GL content included) to build/screenshots/."""
+    """``screenshot(window, name)`` saves what is on screen (GL content included) to SCREENSHOTS."""
 
     def save(window, name: str) -> Path:
         from PySide6.QtWidgets import QApplication

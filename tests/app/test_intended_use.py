@@ -3,9 +3,6 @@ run and in the User Guide (issue 24, point 12). Before: only the README said it.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QTextBrowser
@@ -14,13 +11,6 @@ from app.core.intended_use import ACKNOWLEDGED_KEY, INTENDED_USE_HEADLINE
 from tests.app.conftest import _make_window
 
 pytestmark = pytest.mark.render
-NOTES_SCREENS = Path("/work/notes/screens-24")
-
-
-def _keep(path: Path) -> None:
-    if NOTES_SCREENS.parent.is_dir():  # the session's notes folder, where the closing note cites them
-        NOTES_SCREENS.mkdir(exist_ok=True)
-        shutil.copy(path, NOTES_SCREENS / path.name)
 
 
 def test_first_run_about_and_guide_state_the_intended_use(
@@ -29,14 +19,14 @@ def test_first_run_about_and_guide_state_the_intended_use(
     notice = main_window.intended_use_notice
     assert notice is not None and notice.isVisible()
     assert "Not for diagnosis" in notice.label.text() and "not a medical device" in notice.label.text()
-    _keep(screenshot(main_window, "intended-use-first-run"))
+    screenshot(main_window, "intended-use-first-run")
 
     seen = {}
 
     def read_about():
         dialog = QApplication.activeModalWidget()
         seen["text"] = " ".join(b.toPlainText() for b in dialog.findChildren(QTextBrowser))
-        _keep(screenshot(dialog, "intended-use-about"))
+        screenshot(dialog, "intended-use-about")
         dialog.reject()
 
     QTimer.singleShot(0, read_about)
@@ -53,7 +43,7 @@ def test_first_run_about_and_guide_state_the_intended_use(
     dialog = main_window.help.guide_dialog
     qtbot.waitExposed(dialog)
     assert INTENDED_USE_HEADLINE in dialog.findChild(QTextBrowser).toPlainText()
-    _keep(screenshot(dialog, "intended-use-guide"))
+    screenshot(dialog, "intended-use-guide")
 
     qtbot.mouseClick(notice.acknowledge_button, Qt.MouseButton.LeftButton)
     assert not notice.isVisible() and qt_settings.value(ACKNOWLEDGED_KEY, False, type=bool)

@@ -1,4 +1,5 @@
-"""Screenshots of the real window (3D included) for people to look at: build/screenshots/*.png."""
+"""Screenshots of the real window (3D included) for people to look at: $VOLSYNTH_SCREENSHOTS/*.png
+(a temporary folder when it is not set)."""
 
 from __future__ import annotations
 
