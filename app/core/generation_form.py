@@ -247,6 +247,17 @@ class GenerationForm:
     def remote(self) -> bool:
         return self.device.startswith(REMOTE_PREFIX)
 
+    @property
+    def xla_server(self) -> bool:
+        """The chosen device is an engine server that runs the networks as XLA programs (its /info lists XLA
+        devices): it refuses every torch optimization setting."""
+        return self.remote and bool(self.server_details.get(self.device, {}).get("xla_devices"))
+
+    def sent_optimization(self) -> dict[str, Any]:
+        """The optimization settings the request carries: none on an XLA server, which refuses them (they stay
+        in the form for the next torch device), else the form's."""
+        return {} if self.xla_server else dict(self.optimization)
+
     def model_reference(self) -> str:
         """How the request names the model: an engine server resolves ids in its own registry; this machine
         uses the folder path (the same model whichever registry the backend searches, and opened folders such
@@ -279,8 +290,8 @@ class GenerationForm:
             "conditioning": dict(self.conditioning),
             "guidance_scale": guidance,
             "batch_size": int(self.batch_size),
-            "optimization": OptimizationConfig.from_dict(self.optimization)
-            if self.optimization
+            "optimization": OptimizationConfig.from_dict(sent)
+            if (sent := self.sent_optimization())
             else OptimizationConfig(),
             "preview_interval": int(interval),
             "modality": self.modality,

@@ -367,6 +367,10 @@ class OptimizationPanel(QWidget):
         self._select_preset(values)
         self.report, refused, self._pending, self._remote = None, "", False, False
         try:
+            if self.form.xla_server:  # nothing of these goes there (GenerationForm.sent_optimization)
+                self._remote = True
+                self._show("")
+                return
             config = OptimizationConfig.from_dict(values)  # conflicts on every device: no torch needed
             if self.form.remote:
                 self._remote = True  # the server's device is not here to ask: the server checks at submit
@@ -431,10 +435,7 @@ class OptimizationPanel(QWidget):
                 except (KeyError, TypeError, ValueError):
                     where = ""
             if self._xla_server():
-                self.summary.setText(
-                    "This engine server runs the networks as XLA programs: the torch settings below do not apply "
-                    "there (it refuses them), so they are off."
-                )
+                self.summary.setText(self._xla_text(details))
             else:
                 self.summary.setText(
                     f"Checked by the engine server{where} when the run starts, with its own hardware probe; the "
@@ -561,9 +562,23 @@ class OptimizationPanel(QWidget):
             self.apply_preset(FASTEST_HERE)
 
     def _xla_server(self) -> bool:
-        return self.form.remote and bool(
-            self.form.server_details.get(self.form.device, {}).get("xla_devices")
+        return self.form.xla_server
+
+    def _xla_text(self, details: dict[str, Any]) -> str:
+        """What runs on an XLA server, and that the torch settings chosen here are not sent (kept for later)."""
+        precision = details.get("xla_precision") or "default"
+        text = (
+            f"Runs: float32 XLA programs at XLA precision '{precision}' (the server's --xla-precision). "
+            "Torch settings do not run there"
         )
+        kept = {k: v for k, v in self.values().items() if v != DEFAULTS[k]}
+        if not kept:
+            return text + "."
+        try:
+            what = OptimizationConfig.from_dict(kept).settings.summary()
+        except InvalidRequest:
+            what = "the settings below"
+        return f"{text}: {what} not sent; kept for a torch device."
 
     XLA_REASON = (
         "Not available on an XLA engine server: it compiles the networks with XLA (its precision is the server's "

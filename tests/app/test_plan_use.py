@@ -16,8 +16,10 @@ from PySide6.QtTest import QTest
 from app.core.display import xla_run_lines
 from app.core.generation_form import REMOTE_PREFIX, GenerationForm
 from app.core.plan_table import batch_mismatch_text, format_duration_ms, use_plan_problem, xla_device_count
+from engine.api.optimization_config import OptimizationConfig
 from engine.formatting import format_bytes
 
+from .test_maisi_ui import _pick
 from .test_plan_dialog import PLAN_TIMEOUT_MS, _open_plan_dialog
 from .xla_server import TOKEN, xla_server
 from .xla_server import connect as _connect
@@ -152,7 +154,17 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     window.state.select_model(window.state.model_by_id("tiny-latent"))
     panel.steps_spin.setValue(3)
     panel.guidance_spin.setValue(3.0)  # with guidance, as planned (CFG: the U-Net's batch is 2)
+    # Torch settings chosen before connecting (a preset picked with the keyboard) are not sent to the XLA
+    # server, which refuses them; the Optimization panel says what runs there instead.
+    optimization = window.optimization_panel
+    _pick(qtbot, optimization.preset_box, "Fast (GPU)")
+    chosen = dict(form.optimization)
+    assert chosen and form.to_request().optimization.autocast == "bf16"
     _connect(qtbot, window, xla_server4)
+    assert form.to_request().optimization.is_default and form.optimization == chosen
+    assert optimization.summary.text().startswith("Runs: float32 XLA programs at XLA precision 'highest'")
+    assert "not sent; kept for a torch device" in optimization.summary.text()
+    assert not optimization.refused_label.isVisible() and not form.blocked_reason()
     assert not panel.plan_widget.isVisible()
     dialog = _open_plan_dialog(qtbot, window)
     assert not dialog.use_button.isEnabled() and "Plan first" in dialog.use_button.toolTip()
@@ -190,6 +202,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     assert _wait_ended(qtbot, window) == "finished", error_dialogs
     provenance = window.state.shown.provenance
     assert provenance["request"]["xla_plan"] == plan
+    assert OptimizationConfig.from_dict(provenance["request"]["optimization"]).is_default
     record = provenance["xla"]["plan"]
     assert record["name"] == plan and record["devices_available"] == 4
     # Predicted as the Plan view showed it: the same step, placement, and the slice's collectives.
@@ -224,6 +237,8 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
         )
         assert panel.plan_label.text() == "none (one device)" and panel.plan_note.isVisible()
         assert text in window.statusBar().currentMessage()
+        # A torch server gets the settings that were kept while the XLA server was chosen.
+        assert form.to_request().optimization.autocast == "bf16"
         assert dialog.use_label.text() == text  # the Plan view no longer says the next run uses it
         dialog.hide()
         screenshot(window, "plan-cleared-on-another-server")
