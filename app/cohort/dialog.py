@@ -45,6 +45,7 @@ from app.cohort.draft import (
     step_device_kind,
     torch_settings_problem,
 )
+from app.core.display import modality_title
 from app.theme import NOTE_COLOUR
 from app.workers import Worker
 from engine.errors import EngineError
@@ -479,9 +480,14 @@ class CohortDialog(QDialog):
         self._read_widgets()
         d = self.draft
         steps = d.steps or (self.state.form.model.spec.default_steps if self.state.form.model else 0)
+        output = ""
+        if d.modality:  # the model chooses per request: say what every volume of the cohort will be
+            output += f", {modality_title(d.modality)}"
+        if d.output_size:
+            output += ", " + "\u00d7".join(str(n) for n in d.output_size)
         self.sampler_label.setText(
             f"{d.sampler or 'default sampler'}, {steps} steps, guidance "
-            f"{'default' if d.guidance_scale is None else f'{d.guidance_scale:g}'} (from the Generate panel)"
+            f"{'default' if d.guidance_scale is None else f'{d.guidance_scale:g}'}{output} (from the Generate panel)"
         )
         self.draws_spin.setEnabled(d.has_distribution)
         count = d.count
@@ -631,6 +637,11 @@ class CohortDialog(QDialog):
             d = self.draft
             d.sampler, d.steps, d.guidance_scale = fresh.sampler, fresh.steps, fresh.guidance_scale
             d.optimization = fresh.optimization
+            d.modality, d.output_size, d.voxel_spacing_mm = (
+                fresh.modality,
+                fresh.output_size,
+                fresh.voxel_spacing_mm,
+            )
         self._offer_form_plan()
         self._on_device_edited()
 

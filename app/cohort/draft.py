@@ -60,16 +60,25 @@ class CohortDraft:
     draws: int = 1
     draw_seed: int = 0
     conditions: dict[str, ConditionDraft] = field(default_factory=dict)
+    # For models that let a request choose (NV-Generate-MR-Brain); "" / None: the model's default.
+    modality: str = ""
+    output_size: tuple[int, int, int] | None = None
+    voxel_spacing_mm: tuple[float, float, float] | None = None
 
     @classmethod
     def from_form(cls, form) -> CohortDraft:
-        """Start from the generation form: its model, sampler, steps, guidance and optimization settings."""
+        """Start from the generation form: everything of its request a cohort spec has (model, sampler, steps,
+        guidance, optimization, modality, output size, voxel spacing); conditioning becomes each condition's
+        starting value. Batch and previews are the Generate panel's own (a cohort makes one volume per item)."""
         draft = cls(
             model=form.model_reference(),
             sampler=form.sampler,
             steps=int(form.steps),
             guidance_scale=form.guidance_scale,
             optimization=dict(form.optimization),
+            modality=form.modality or "",
+            output_size=tuple(form.output_size) if form.output_size else None,
+            voxel_spacing_mm=tuple(form.voxel_spacing_mm) if form.voxel_spacing_mm else None,
         )
         if form.model is not None:
             draft.name = f"{form.model.spec.id}-cohort".replace(".", "-")[:64]
@@ -98,6 +107,12 @@ class CohortDraft:
         }
         if self.guidance_scale is not None:
             data["guidance_scale"] = float(self.guidance_scale)
+        if self.modality:
+            data["modality"] = self.modality
+        if self.output_size is not None:
+            data["output_size"] = list(self.output_size)
+        if self.voxel_spacing_mm is not None:
+            data["voxel_spacing_mm"] = list(self.voxel_spacing_mm)
         return data
 
     def to_spec(self):

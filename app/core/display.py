@@ -30,6 +30,18 @@ OPTIMIZATION_LABELS = {
     "measured_here": "Measured here",
 }
 
+_MODALITY_TITLES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "SWI"}
+
+
+def modality_title(name: str) -> str:
+    """``flair-skullstripped`` -> ``FLAIR, skull-stripped`` (the name a request uses stays the item's data)."""
+    base, _, rest = name.partition("-")
+    title = _MODALITY_TITLES.get(base, base)
+    return (
+        f"{title}, skull-stripped" if rest == "skullstripped" else title if not rest else f"{title} ({rest})"
+    )
+
+
 APPLIED_MARK, NOT_APPLIED_MARK = "\u2713", "\u2013"  # check mark, en dash
 SLOWER_MARK = "\u25bc"  # down-pointing triangle: applies, but expected slower than fp32 on this machine
 

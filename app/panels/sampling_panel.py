@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.display import modality_title
 from app.core.generation_form import MAX_SEED, condition_problem, extrapolation_note, random_seed
 from app.core.progress import ProgressTracker
 from app.core.session import AppState
@@ -41,16 +42,6 @@ from app.panels.run_box import RunBox
 
 SLIDER_STEPS = 1000
 MIN_PANEL_WIDTH = 300
-_MODALITY_TITLES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "SWI"}
-
-
-def modality_title(name: str) -> str:
-    """``flair-skullstripped`` -> ``FLAIR, skull-stripped`` (the name a request uses stays the item's data)."""
-    base, _, rest = name.partition("-")
-    title = _MODALITY_TITLES.get(base, base)
-    return (
-        f"{title}, skull-stripped" if rest == "skullstripped" else title if not rest else f"{title} ({rest})"
-    )
 
 
 def _triple_text(values) -> str:

@@ -131,3 +131,33 @@ def test_the_preview_size_runs_smaller_at_the_same_field_of_view(qtbot, maisi_wi
     assert entry.shape == SIZE and entry.spacing == pytest.approx(SPACING)
     assert entry.provenance["output"]["fov_mm"] == pytest.approx([240.64, 240.64, 174.08])
     assert "warnings" not in entry.provenance
+
+
+def test_a_cohort_makes_the_modality_and_size_chosen_in_the_generate_panel(qtbot, maisi_window, tmp_path):
+    pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
+    import json
+
+    window, panel = maisi_window, maisi_window.sampling_panel
+    _pick(qtbot, panel.model_box, "NV-Generate-64")
+    panel.steps_spin.setValue(1)
+    _pick(qtbot, panel.modality_box, "t2w")
+    _pick(qtbot, panel.size_box, 1)  # the 32^3 preview size
+    window.cohort.action.trigger()
+    dialog = window.cohort.dialog
+    qtbot.waitExposed(dialog)
+    assert "T2w, 32\u00d732\u00d732 (from the Generate panel)" in dialog.sampler_label.text()
+    dialog.seeds_spin.setValue(1)
+    out = tmp_path / "cohort"
+    dialog.out_edit.setText(str(out))
+    qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.job is None, timeout=600_000)
+    assert dialog.summary is not None and dialog.summary.done == 1, dialog.status.text()
+
+    images = sorted(out.glob("sub-*/anat/*.nii.gz"))
+    assert [p.name.split("_")[-1] for p in images] == ["T2w.nii.gz"]
+    assert json.loads((out / "code/volsynth/manifest.json").read_text())["model"]["modality"] == "t2w"
+    assert json.loads((out / "dataset_description.json").read_text())["VolSynthModality"] == "t2w"
+    from engine.nifti.io import load_nifti
+
+    assert load_nifti(images[0]).data.shape == (32, 32, 32)
+    dialog.close()
