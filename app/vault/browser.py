@@ -123,7 +123,7 @@ class VaultBrowser(QWidget):
     def _build_locked_page(self) -> QWidget:
         page = QWidget()
         self.locked_icon = QLabel()
-        self.locked_icon.setPixmap(lock_pixmap(52, LOCKED_COLOUR))
+        self.locked_icon.setPixmap(lock_pixmap(40, LOCKED_COLOUR))
         self.locked_icon.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.locked_title = QLabel("The vault is locked")
         self.locked_title.setObjectName("vaultTitle")
@@ -150,14 +150,23 @@ class VaultBrowser(QWidget):
         self.locked_path.setObjectName("vaultPath")
         self.locked_path.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.locked_path.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # The lock beside the title and text, not above them: on a 700 px tall screen the dock has ~170 px
+        # below the viewer, and the Unlock button must be in them.
+        words = QVBoxLayout()
+        words.setSpacing(2)
+        words.addWidget(self.locked_title)
+        words.addWidget(self.locked_text)
+        heading = QHBoxLayout()
+        heading.addStretch(1)
+        heading.addWidget(self.locked_icon)
+        heading.addLayout(words, 4)
+        heading.addStretch(1)
         layout = QVBoxLayout(page)
+        layout.setSpacing(4)
         layout.addStretch(1)
-        layout.addWidget(self.locked_icon)
-        layout.addWidget(self.locked_title)
-        layout.addWidget(self.locked_text)
-        layout.addSpacing(6)
+        layout.addLayout(heading)
+        layout.addSpacing(4)
         layout.addLayout(buttons)
-        layout.addSpacing(2)
         layout.addWidget(self.locked_path)
         layout.addStretch(1)
         return page
@@ -250,7 +259,8 @@ class VaultBrowser(QWidget):
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._on_table_menu_requested)
         self.table.itemSelectionChanged.connect(self._on_table_selection_changed)
-        self.table.itemDoubleClicked.connect(self._on_table_item_double_clicked)
+        # activated: a double-click, and Enter/Return on the selected row (the keyboard's way to open it)
+        self.table.activated.connect(self._on_table_activated)
         self.empty_label = QLabel("")
         self.empty_label.setObjectName("vaultEmpty")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -436,8 +446,10 @@ class VaultBrowser(QWidget):
     def _on_table_selection_changed(self) -> None:
         self._update_buttons()
 
-    def _on_table_item_double_clicked(self, item: QTableWidgetItem) -> None:
-        self.controller.open_item(item.data(ID_ROLE))
+    def _on_table_activated(self, index) -> None:
+        item = self.table.item(index.row(), 0)
+        if item is not None:
+            self.controller.open_item(item.data(ID_ROLE))
 
     def _on_open_button_clicked(self) -> None:
         item_id = self.selected_id()

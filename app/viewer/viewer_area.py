@@ -18,7 +18,8 @@ from app.core.session import AppState
 from app.viewer.slice_view import SliceView
 from app.viewer.view3d import View3D
 
-MIN_WIDTH, MIN_HEIGHT = 440, 340
+# Two rows of 120 px views with the grid's margins: on a 700 px tall screen the Vault dock needs the rest.
+MIN_WIDTH, MIN_HEIGHT = 440, 260
 CELLS = {"axial": (0, 0), "3d": (0, 1), "coronal": (1, 0), "sagittal": (1, 1)}  # the Four-Up grid
 
 # name -> ({view: (row, column, row span, column span)}, row stretches, column stretches); views not

@@ -235,3 +235,29 @@ def test_a_long_stage_message_is_elided_in_the_status_bar_and_does_not_widen_the
     qtbot.waitUntil(lambda: eta.shown_text() == eta.text(), timeout=5_000)  # short: whole again
     assert eta.text().startswith("Step 3/50") and eta.toolTip() == ""
     window.state.set_job_running(False)
+
+
+def test_at_1024x700_the_vault_dock_fits_with_its_unlock_button_and_the_status_bar(
+    qtbot, fresh_small_window, screenshot
+):
+    """With the Vault dock open the window could not be shorter than 755 px (869 after Restore): the Unlock
+    button and the status bar were below the screen's edge, and the Generate form scrolled sideways."""
+    from PySide6.QtTest import QTest
+
+    window = fresh_small_window
+    vault = window.vault_controller
+    QTest.keySequence(window, vault.menu.show_action.shortcut())
+    qtbot.waitUntil(lambda: vault.browser.isVisible(), timeout=10_000)
+    window.resize(1024, 700)
+    with contextlib.suppress(qtbot.TimeoutError):
+        qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 700), timeout=30_000)
+    assert (window.width(), window.height()) == (1024, 700), (
+        f"the window stayed {window.width()}x{window.height()}; it asks for at least "
+        f"{window.minimumSizeHint().width()}x{window.minimumSizeHint().height()}"
+    )
+    unlock = vault.browser.unlock_button
+    assert unlock.isVisible() and _inside(unlock, window), unlock.geometry()
+    assert window.statusBar().isVisible() and _inside(window.statusBar(), window)
+    _wait_until_nothing_is_clipped(qtbot, window)
+    assert window.sampling_panel.scroll.horizontalScrollBar().maximum() == 0
+    screenshot(window, "window-1024x700-vault-dock")
