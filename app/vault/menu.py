@@ -25,7 +25,7 @@ class VaultMenu(QMenu):
     """
 
     def __init__(self, controller, state, parent: QWidget) -> None:
-        super().__init__("&Vault", parent)
+        super().__init__("V&ault", parent)  # Alt+V is View's
         self.controller = controller
         self._state = state
         self._owner = parent
@@ -44,7 +44,7 @@ class VaultMenu(QMenu):
         )
         self.addSeparator()
         self.import_nifti_action = self._add(
-            "Import &NIfTI Files...", c.import_nifti_dialog, tip="Encrypt NIfTI files into the vault"
+            "Import N&IfTI Files...", c.import_nifti_dialog, tip="Encrypt NIfTI files into the vault"
         )
         self.import_dicom_action = self._add(
             "Import &DICOM Folder...",

@@ -246,8 +246,9 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
 
     browser.select_item(info.id)
     assert browser.open_button.isEnabled()
+    # Enter on the selected row opens it, as a double-click does (a worklist read with the keyboard).
     with qtbot.waitSignal(window.volume_opened, timeout=20_000) as blocker:
-        browser.open_button.click()
+        qtbot.keyClick(browser.table, Qt.Key.Key_Return)
     entry = blocker.args[0]
     qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
     from_disk = load_nifti(source)  # what File > Open shows for the same file
@@ -1292,6 +1293,11 @@ def test_new_vault_is_in_the_vault_menu(qtbot, vault_window, tmp_path, monkeypat
     controller = window.vault_controller
     menu = controller.menu
     assert menu.actions()[0] is menu.new_action and menu.new_action.text() == "&New Vault..."
+    # Each item of the menu has its own mnemonic, and the menu's own is not View's (Alt+V).
+    letters = [a.text().split("&")[1][0].lower() for a in menu.actions() if "&" in a.text()]
+    assert len(letters) == len(set(letters)), letters
+    bar_letters = [a.text().split("&")[1][0].lower() for a in window.menuBar().actions() if "&" in a.text()]
+    assert len(bar_letters) == len(set(bar_letters)), bar_letters
     assert not controller.exists
     menu.new_action.trigger()  # no vault yet: created where the app keeps it
     dialog = controller.unlock_dialog
