@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.errors import ModelInvalid
 from engine.models import networks
+from engine.models.network_limits import check_network_sizes
 from engine.models.source import ModelSource, inside, read_json_limited, snake_case
 from engine.models.spec import ConditionSpec, ModelSpec
 
@@ -129,6 +130,8 @@ def open_bundle(folder: Path) -> ModelSource:
         networks.check_literal(
             {k: v for k, v in definition.items() if k != "_requires_"}, f"{role} definition"
         )
+        # before the latent shape is derived from the levels, and long before anything is built
+        check_network_sizes(definition, f"{role} definition")
     if scheduler is None:
         raise ModelInvalid(
             f"bundle {folder.name}: inference.json defines no scheduler (DDPM/DDIM/PNDM/RFlow)"

@@ -38,6 +38,7 @@ from typing import Any
 from engine.errors import EngineError, ModelInvalid, OutOfMemory
 from engine.models import networks
 from engine.models.bundle import _resolve
+from engine.models.network_limits import check_network_sizes
 from engine.models.source import LoadedModel, ModelSource, inside, read_json_limited
 from engine.models.spec import ModelSpec, one_line
 
@@ -128,6 +129,8 @@ def _definition(config: dict[str, Any], key: str, short: str) -> dict[str, Any]:
         raise ModelInvalid(f"{NETWORK_FILE}: {key} must be a {short}, not {str(target)[:80]!r}")
     definition = _resolve(config, raw)
     networks.check_literal({k: v for k, v in definition.items() if not k.startswith("_")}, key)
+    # before the latent factor and sizes are derived from the levels, and long before anything is built
+    check_network_sizes(definition, key)
     return definition
 
 

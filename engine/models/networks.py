@@ -103,8 +103,15 @@ def network_class_name(definition: Mapping[str, Any]) -> str:
 
 
 def build_network(definition: Mapping[str, Any], where: str = "network"):
-    """Instantiate an allow-listed MONAI network from a JSON definition (weights untouched)."""
+    """Instantiate an allow-listed MONAI network from a JSON definition (weights untouched).
+
+    Every size field is bounded first: MONAI builds whatever it is told, and a hostile count of blocks
+    would keep it busy for minutes before anything could refuse it.
+    """
+    from engine.models.network_limits import check_network_sizes
+
     name = network_class_name(definition)
+    check_network_sizes(definition, where)
     args = _clean_args(definition, where, rename=name not in _KEEPS_OLD_ARG_NAMES)
     flash_without_cuda = bool(args.get("use_flash_attention")) and not _cuda_available()
     if flash_without_cuda:

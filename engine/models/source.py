@@ -137,7 +137,7 @@ class ModelSource:
 
     def memory_estimate(self) -> dict[str, int]:
         """Bytes loading this model and sampling one volume will need, from the spec alone (nothing is
-        allocated: the networks are built on torch's meta device to count their parameters)."""
+        allocated: parameters are counted from the definitions, see engine.models.budget)."""
         from engine.models.budget import estimate_model_memory
 
         files = {}

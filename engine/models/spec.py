@@ -431,6 +431,12 @@ class ModelSpec:
             raise ModelInvalid("model spec has no 'unet' network")
         if self.kind == "latent" and ("autoencoder" not in self.networks or not self.latent_shape):
             raise ModelInvalid("a latent model needs an 'autoencoder' network and a 'latent_shape'")
+        from engine.models.network_limits import check_network_sizes
+
+        for role, definition in self.networks.items():
+            if not isinstance(definition, Mapping):
+                raise ModelInvalid(f"model spec: networks.{role} must be an object with a _target_")
+            check_network_sizes(definition, f"networks.{role}")
         for field_name, shape in (("output_shape", self.output_shape), ("latent_shape", self.latent_shape)):
             if shape is None:
                 continue
