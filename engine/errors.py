@@ -49,6 +49,13 @@ class OutputError(EngineError, OSError):
     exit_code = 7
 
 
+class NonFiniteOutput(EngineError):
+    """The model produced NaN or infinite values (broken weights or schedule, or a reduced-precision
+    setting that overflowed). Nothing is written: no NIfTI, no sidecar, no vault item, no cohort file."""
+
+    exit_code = 8
+
+
 class Cancelled(EngineError):
     """The user cancelled; raised only where a caller needs to tell cancel from success."""
 
