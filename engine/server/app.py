@@ -1,19 +1,21 @@
 """``create_app``: the engine server's FastAPI application, assembled from the pieces of this package.
 
-The job queue (:mod:`.jobs`), the token gate (:mod:`.auth`) on every route, the body limit
-(:mod:`.middleware`) inside the in-flight request limit (:mod:`.connections`), the error answers
-(:mod:`.refusals`) and the routes (:mod:`.routes`).
+The job queue (:mod:`.jobs`); outermost the request gate (:mod:`.middleware`: header size and token, on
+the headers alone), inside it the in-flight request limit (:mod:`.connections`), inside that the body
+limit (:mod:`.middleware`); the error answers (:mod:`.refusals`) and the routes (:mod:`.routes`).
 """
 
 from __future__ import annotations
 
-from fastapi import Depends, FastAPI
+from collections.abc import Mapping
+
+from fastapi import FastAPI
 
 from engine.server.auth import TokenGate
 from engine.server.connections import InFlightLimit
 from engine.server.jobs import JobManager
 from engine.server.limits import ServerLimits
-from engine.server.middleware import BodyLimit
+from engine.server.middleware import BodyLimit, RequestGate
 from engine.server.refusals import add_error_handlers
 from engine.server.routes.about import add_about_routes
 from engine.server.routes.jobs import add_job_routes
@@ -22,9 +24,15 @@ from engine.server.routes.schema import add_schema_routes
 
 
 def create_app(
-    backend=None, token: str | None = None, metrics_source=None, limits: ServerLimits | None = None
+    backend=None,
+    token: str | Mapping[str, str] | None = None,
+    metrics_source=None,
+    limits: ServerLimits | None = None,
 ):
     """Build the FastAPI application. ``backend`` defaults to a LocalBackend on the best device.
+
+    ``token`` is the one token of the server, or client names -> tokens: each client sees and cancels
+    only its own jobs and has its own share of the queue. With no token the client is the address.
 
     ``app.state`` holds the ``manager`` (``JobManager``), the ``gate`` (``TokenGate``), the open
     ``streams`` counts and the ``limits``, for ``volsynth serve``, the fuzzer and tests.
@@ -41,12 +49,12 @@ def create_app(
         limits.auth_base_delay_s,
         limits.auth_max_delay_s,
         limits.auth_max_waiting,
+        limits.auth_max_waiting_total,
     )
     streams = {"open": 0, "peak": 0, "opened": 0}
 
     app = FastAPI(
         title="VolSynth engine server",
-        dependencies=[Depends(gate)],
         docs_url=None,
         redoc_url=None,
         openapi_url=None,  # served by routes.schema, behind the token like every other route
@@ -56,7 +64,9 @@ def create_app(
     app.state.streams = streams
     app.state.limits = limits
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
-    app.add_middleware(InFlightLimit, limit=limits.connections.max_in_flight_requests)  # outermost
+    app.add_middleware(InFlightLimit, limit=limits.connections.max_in_flight_requests)
+    # outermost: no body is read and no in-flight slot is taken before the token is right
+    app.add_middleware(RequestGate, gate=gate, max_header_bytes=limits.connections.max_header_bytes)
     add_error_handlers(app)
     add_schema_routes(app, backend)
     add_about_routes(app, backend, metrics_source)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
+import ipaddress
 import math
 import secrets
 import time
 from collections import OrderedDict, deque
-
-from fastapi import Request
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from engine.errors import InvalidRequest
-from engine.server.schemas import Refused
 
 TOKEN_BYTES = 32
 MIN_TOKEN_CHARS = 43  # len(secrets.token_urlsafe(32)): 32 random bytes in URL-safe base64
@@ -20,8 +21,15 @@ MIN_TOKEN_BITS = 128  # estimated guessing entropy a token must have (a new toke
 
 
 def new_token() -> str:
-    """A bearer token of 32 random bytes (43 URL-safe characters)."""
-    return secrets.token_urlsafe(TOKEN_BYTES)
+    """A bearer token of 32 random bytes (43 URL-safe characters), never starting with ``-``.
+
+    A token that starts with ``-`` would be taken for an option by ``--token X``; drawing again keeps
+    the token uniform over the other 63 first characters (log2(64/63): 0.02 bits fewer of ~256).
+    """
+    while True:
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        if not token.startswith("-"):
+            return token
 
 
 def token_strength_bits(token: str) -> float:
@@ -78,67 +86,152 @@ def check_token(token: str) -> None:
         )
 
 
-class TokenGate:
-    """Checks the bearer token; wrong tokens from one client are answered ever more slowly, one at a time.
+@dataclass(frozen=True)
+class AuthRefusal:
+    """What the gate answers a request it does not let in (sent before its body is read)."""
 
-    The first ``free_failures`` failures of a client (by address) are answered at once, then each waits
-    twice as long as the one before (from ``base_delay_s``) up to ``max_delay_s``; a right token resets the
-    count. Wrong guesses of one client wait *in turn* (an ``asyncio.Lock`` per address), so guesses sent in
-    parallel get no more answers per second than guesses sent one after another. While ``max_waiting``
-    wrong guesses of a client are waiting, its further requests are answered 429 before their token is
-    looked at (a verdict given at once would undo the waiting; a queue without bound would hold a
-    connection per guess). The waits are ``asyncio.sleep``: waiting clients hold no threads.
+    status: int
+    message: str
+    error_class: str = "BackendUnavailable"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def address_key(host: str) -> str:
+    """Whose failures a request counts against: its IPv4 address, or its IPv6 /64 (one host's share)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
+
+
+def bearer_credentials(value: bytes | None) -> bytes | None:
+    """The token of an ``Authorization: Bearer <token>`` value (scheme in any case, RFC 7235), else None."""
+    if not value:
+        return None
+    scheme, _, credentials = value.strip().partition(b" ")
+    credentials = credentials.strip()
+    if scheme.lower() != b"bearer" or not credentials or b" " in credentials:
+        return None
+    return credentials
+
+
+class TokenGate:
+    """Checks the bearer token on a request's headers, before its body is read or any queue is entered.
+
+    ``tokens`` is one token, or client names -> tokens (each client's jobs are its own); with none, every
+    request is let in and its client is its address. A request with a right token is let in at once,
+    whatever wrong guesses its address sent before (so a token holder behind the same NAT or proxy as a
+    guesser is never locked out). A request with no ``Authorization`` header, or one that is not
+    ``Bearer <token>``, is answered 401 at once and not counted: it guesses nothing.
+
+    Wrong tokens are guesses. The first ``free_failures`` of an address (its IPv6 /64) are answered at
+    once, then each waits twice as long as the one before (from ``base_delay_s``) up to ``max_delay_s``;
+    an address's count is forgotten ``forget_s`` after its last wrong guess. Guesses of one address wait
+    *in turn* (an ``asyncio.Lock`` per address), so parallel guesses get no more answers per second than
+    sequential ones. While ``max_waiting`` guesses of one address, or ``max_waiting_total`` of all
+    addresses, are waiting, a further wrong guess is answered 429 at once. The waits are
+    ``asyncio.sleep`` outside the in-flight request count: waiting guesses hold no thread and no slot a
+    token holder needs.
+
+    Comparing first means a flood learns "wrong" from a quick 429: a right token must never wait behind
+    wrong ones, so a verdict cannot be withheld. The back-off bounds what guessing costs the server, not
+    how fast a flood guesses; against guessing the defence is the token's >= 128 bits (``check_token``):
+    at a million guesses a second, 2**127 guesses take about 5e24 years.
     """
 
     MAX_CLIENTS = 4096  # failure counts kept (oldest dropped first)
 
     def __init__(
         self,
-        token: str | None,
+        tokens: str | Mapping[str, str] | None,
         free_failures: int = 3,
         base_delay_s: float = 0.25,
         max_delay_s: float = 10.0,
         max_waiting: int = 16,
+        max_waiting_total: int = 64,
+        forget_s: float = 600.0,
     ) -> None:
-        self.token = token
+        if isinstance(tokens, str):
+            tokens = {"client": tokens} if tokens else {}
+        self.tokens = dict(tokens or {})
+        # Compared as SHA-256 digests: every comparison is of 32 bytes, whatever a request sends.
+        self._digests = [(name, hashlib.sha256(t.encode()).digest()) for name, t in self.tokens.items()]
         self.free_failures = free_failures
         self.base_delay_s = base_delay_s
         self.max_delay_s = max_delay_s
         self.max_waiting = max_waiting
-        self.failures: OrderedDict[str, int] = OrderedDict()
+        self.max_waiting_total = max_waiting_total
+        self.forget_s = forget_s
+        self.failures: OrderedDict[str, tuple[int, float]] = OrderedDict()  # key -> (count, last failure)
         self.total_failures = 0
+        self.not_bearer = 0  # requests with no or a malformed Authorization (not counted as guesses)
         self.delays: deque[float] = deque(maxlen=64)  # the waits imposed, newest last
         self.answered: deque[tuple[float, float]] = deque(maxlen=256)  # (wait start, answer) per wrong guess
         self.refused_busy = 0
+        self.waiting_total = 0
+        self.peak_waiting_total = 0
         self._turns: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, int] = {}
+
+    @property
+    def token(self) -> str | None:
+        """The token of a one-token server (None without tokens or with several)."""
+        return next(iter(self.tokens.values())) if len(self.tokens) == 1 else None
 
     def delay_for(self, failures: int) -> float:
         over = failures - self.free_failures
         return 0.0 if over <= 0 else min(self.max_delay_s, self.base_delay_s * 2 ** min(over - 1, 16))
 
-    async def __call__(self, request: Request) -> None:
-        if not self.token:
-            return
-        client = request.client.host if request.client else "?"
-        if self._waiting.get(client, 0) >= self.max_waiting:
-            self.refused_busy += 1
-            raise Refused(
-                429,
-                "too many wrong tokens from this address are waiting to be answered; try again later",
-                "BackendUnavailable",
-                headers={"Retry-After": str(max(1, math.ceil(self.max_delay_s)))},
+    def client_of(self, credentials: bytes) -> str | None:
+        """The name of the client whose token this is, compared in constant time against every token."""
+        digest = hashlib.sha256(credentials).digest()
+        found = None
+        for name, expected in self._digests:  # no early exit: the time does not say which token matched
+            if hmac.compare_digest(digest, expected):
+                found = name
+        return found
+
+    async def admit(self, host: str, authorization: bytes | None) -> str | AuthRefusal:
+        """The client a request comes from (its token's name, or its address without tokens), or why not."""
+        if not self.tokens:
+            return host
+        credentials = bearer_credentials(authorization)
+        if credentials is None:
+            self.not_bearer += 1
+            return AuthRefusal(
+                401,
+                "missing token; send the server's token as 'Authorization: Bearer <token>' (--token)",
+                headers=(("WWW-Authenticate", "Bearer"),),
             )
-        given = request.headers.get("authorization", "")
-        if hmac.compare_digest(given.encode("utf-8", "replace"), f"Bearer {self.token}".encode()):
-            self.failures.pop(client, None)
-            return
-        self._waiting[client] = self._waiting.get(client, 0) + 1
-        turn = self._turns.setdefault(client, asyncio.Lock())
+        client = self.client_of(credentials)
+        if client is not None:
+            return client
+        return await self._wrong_guess(address_key(host))
+
+    async def _wrong_guess(self, key: str) -> AuthRefusal:
+        if self._waiting.get(key, 0) >= self.max_waiting or self.waiting_total >= self.max_waiting_total:
+            self.refused_busy += 1
+            where = "this address" if self._waiting.get(key, 0) >= self.max_waiting else "all addresses"
+            return AuthRefusal(
+                429,
+                f"too many wrong tokens from {where} are waiting to be answered; try again later",
+                headers=(("Retry-After", str(max(1, math.ceil(self.max_delay_s)))),),
+            )
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        self.waiting_total += 1
+        self.peak_waiting_total = max(self.peak_waiting_total, self.waiting_total)
+        turn = self._turns.setdefault(key, asyncio.Lock())
         try:
-            async with turn:  # one wrong guess of this client at a time: its wait counts from its turn
-                count = self.failures.pop(client, 0) + 1
-                self.failures[client] = count
+            async with turn:  # one wrong guess of this address at a time: its wait counts from its turn
+                now = time.monotonic()
+                count, last = self.failures.pop(key, (0, now))
+                count = 1 if now - last > self.forget_s else count + 1
+                self.failures[key] = (count, now)
                 while len(self.failures) > self.MAX_CLIENTS:
                     self.failures.popitem(last=False)
                 self.total_failures += 1
@@ -149,13 +242,11 @@ class TokenGate:
                     await asyncio.sleep(delay)
                 self.answered.append((started, time.monotonic()))
         finally:
-            self._waiting[client] -= 1
-            if not self._waiting[client]:
-                del self._waiting[client]
-                self._turns.pop(client, None)
-        raise Refused(
-            401,
-            "missing or wrong token; pass the server's token (--token)",
-            "BackendUnavailable",
-            headers={"WWW-Authenticate": "Bearer"},
+            self.waiting_total -= 1
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+                self._turns.pop(key, None)
+        return AuthRefusal(
+            401, "wrong token; pass the server's token (--token)", headers=(("WWW-Authenticate", "Bearer"),)
         )

@@ -55,6 +55,7 @@ class ConnectionLimits:
     max_connections: int = 512  # all sockets; one more closes the oldest idle one at once, or itself if none
     max_in_flight_requests: int = 320  # requests being answered (event streams included); more get 503
     keep_alive_s: int = 10  # an idle kept-alive socket is closed after this (uvicorn's timeout_keep_alive)
+    max_header_bytes: int = 16 * 1024  # request line + headers; more: 400 (h11's buffer, and RequestGate)
 
 
 class ConnectionGuard:
@@ -226,7 +227,8 @@ def uvicorn_options(limits: ConnectionLimits) -> dict:
         "http": guarded_protocol(limits),
         "limit_concurrency": None,  # it counts connections; InFlightLimit counts requests instead
         "timeout_keep_alive": limits.keep_alive_s,
-        "h11_max_incomplete_event_size": 16 * 1024,  # a request line + headers over 16 kB: 400
+        # headers still incomplete past this: 400 from h11; a complete head over it: 400 from RequestGate
+        "h11_max_incomplete_event_size": limits.max_header_bytes,
     }
 
 

@@ -22,6 +22,7 @@ class ServerLimits:
     auth_free_failures: int = 3  # wrong tokens per client answered at once; later ones wait
     auth_base_delay_s: float = 0.25  # the first wait; it doubles with every further failure
     auth_max_delay_s: float = 10.0  # ... up to this
-    auth_max_waiting: int = 16  # wrong guesses of one client waiting their turn; more are answered 429
+    auth_max_waiting: int = 16  # wrong guesses of one address waiting their turn; more are answered 429
+    auth_max_waiting_total: int = 64  # ... and of all addresses together (many addresses are cheap)
     # sockets and request deadlines (idle and slow-header connections), see engine.server.connections
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)

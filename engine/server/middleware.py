@@ -1,7 +1,10 @@
-"""ASGI middleware of the engine server: request bodies over the limit are answered 413 before parsing.
+"""ASGI middleware of the engine server, outermost first:
 
-(The in-flight request limit is :class:`engine.server.connections.InFlightLimit`, with the other
-connection limits.)
+* :class:`RequestGate`: headers over the limit get 400 and a request without a right token its 401/429,
+  on the headers alone: before anything reads its body and before it counts as in flight;
+* :class:`engine.server.connections.InFlightLimit` (with the other connection limits): requests of
+  token holders being answered, 503 beyond the limit;
+* :class:`BodyLimit`: request bodies over the limit are answered 413 before parsing.
 """
 
 from __future__ import annotations
@@ -9,6 +12,67 @@ from __future__ import annotations
 from fastapi.responses import JSONResponse
 
 from engine import wire
+from engine.server.auth import AuthRefusal, TokenGate
+
+
+def head_bytes(scope) -> int:
+    """The size of a request's line and headers as they came (``GET /p?q HTTP/1.1`` + ``name: value``)."""
+    size = len(scope.get("method", "")) + len(scope.get("raw_path") or b"") + 12
+    size += len(scope.get("query_string") or b"") + 1
+    return size + sum(len(name) + len(value) + 4 for name, value in scope.get("headers") or [])
+
+
+async def send_refusal(send, status: int, message: str, error_class: str, headers=()) -> None:
+    """An ``ErrorBody`` answer that closes the connection: whatever body the request still has is never read."""
+    response = JSONResponse(
+        wire.error_body(message, error_class),
+        status_code=status,
+        headers={**dict(headers), "Connection": "close"},
+    )
+    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
+
+
+class RequestGate:
+    """ASGI middleware (outermost): the header size limit and the token, judged on the headers alone.
+
+    uvicorn's ``h11_max_incomplete_event_size`` caps only headers still *incomplete* in its buffer: a head
+    of any size that arrives in one segment is parsed whole. So the limit is checked here too, on what
+    was parsed. The client a request comes from (``TokenGate.admit``) is put in ``scope["state"]["client"]``
+    for the routes: jobs belong to it.
+    """
+
+    def __init__(self, app, gate: TokenGate, max_header_bytes: int) -> None:
+        self.app = app
+        self.gate = gate
+        self.max_header_bytes = max_header_bytes
+        self.refused_headers = 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if head_bytes(scope) > self.max_header_bytes:
+            self.refused_headers += 1
+            await send_refusal(
+                send,
+                400,
+                f"the request's headers are over {self.max_header_bytes // 1024} kB",
+                "InvalidRequest",
+            )
+            return
+        authorization = None
+        for name, value in scope.get("headers") or []:
+            if name == b"authorization":
+                authorization = value
+                break
+        host = scope["client"][0] if scope.get("client") else "?"
+        verdict = await self.gate.admit(host, authorization)
+        if isinstance(verdict, AuthRefusal):
+            await send_refusal(send, verdict.status, verdict.message, verdict.error_class, verdict.headers)
+            return
+        scope.setdefault("state", {})["client"] = verdict
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

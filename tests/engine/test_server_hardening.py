@@ -207,11 +207,14 @@ def test_repeated_wrong_tokens_are_answered_ever_more_slowly(local):
         for _ in range(6):
             assert client.get("/info", headers={"Authorization": "Bearer guess"}).status_code == 401
         assert list(gate.delays) == [0.0, 0.0, 0.01, 0.02, 0.04, 0.04]
-        assert gate.failures["127.0.0.1"] == 6 and gate.total_failures == 6
-        assert client.get("/info", headers=AUTH).status_code == 200  # the right token resets the count
-        assert "127.0.0.1" not in gate.failures
-        client.get("/info")
-        assert gate.delays[-1] == 0.0
+        assert gate.failures["127.0.0.1"][0] == 6 and gate.total_failures == 6
+        # the right token is let in at once, and does not wipe the guesser's count at its address
+        assert client.get("/info", headers=AUTH).status_code == 200
+        assert gate.failures["127.0.0.1"][0] == 6
+        # no token, or another scheme, guesses nothing: 401 at once, not counted
+        for headers in ({}, {"Authorization": f"Basic {TOKEN}"}, {"Authorization": "Bearer"}):
+            assert client.get("/info", headers=headers).status_code == 401
+        assert gate.total_failures == 6 and gate.not_bearer == 3
 
 
 def test_docs_and_schema_need_the_token(local):

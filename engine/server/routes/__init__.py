@@ -2,5 +2,5 @@
 
 ``schema`` (``/openapi.json``, ``/docs``), ``about`` (``/info``, ``/models``, ``/metrics``), ``plan``
 (``/plan``) and ``jobs`` (``/jobs`` and a job's events, volumes and cancel). Each ``add_*`` function adds
-its routes to the app with what they need; the token gate covers them all (an app-wide dependency).
+its routes to the app with what they need; the token gate covers them all (an outermost middleware).
 """
