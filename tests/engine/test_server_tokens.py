@@ -95,3 +95,15 @@ def test_more_waiting_guesses_than_the_limit_are_answered_429_without_a_verdict(
         statuses = _guess_in_parallel(url, 12)
         assert set(statuses) <= {401, 429} and statuses.count(429) >= 1 and app.state.gate.refused_busy >= 1
         assert statuses.count(401) == app.state.gate.total_failures  # a 429 gave no verdict on its token
+
+
+def test_new_tokens_never_start_with_a_dash_so_token_x_takes_them(capsys):
+    # 1 in 64 URL-safe tokens would start with "-": over 2000 draws one would almost surely (1 - 1e-14)
+    tokens = [new_token() for _ in range(2000)]
+    assert not [t for t in tokens if t.startswith("-")]
+    assert min(len(t) for t in tokens) == 43
+    assert main(["serve", "--new-token"]) == 0
+    printed = capsys.readouterr().out.strip()
+    from engine.cli import build_parser
+
+    assert build_parser().parse_args(["serve", "--token", printed]).token == printed
