@@ -1,0 +1,162 @@
+"""Regenerate engine/vault/annex_e.py from a transcription of DICOM PS3.15 Table E.1-1 kept in step with
+the standard.
+
+The source is the table that the dicom-anonymizer package (Kitware, BSD licence) ships per edition of
+the standard, ``dicomanonymizer/dicom_anonymization_databases/dicomfields_<edition>.py``: one list of
+(group, element) tags per "Basic Prof." action code, each tag with the attribute's name as a comment.
+The file is read as text and parsed with :mod:`ast`, never imported or executed, and only the tags, the
+action codes and the names are taken: that is NEMA's published data. A new edition of the standard is
+picked up by installing a newer dicom-anonymizer and running::
+
+    python packaging/annex_e_table.py --edition 2026c
+
+The tests compare the written table with this conversion attribute by attribute
+(tests/engine/vault/test_vault_annex_e.py), so a hand edit or a stale table fails them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.metadata
+import re
+import sys
+from pathlib import Path
+
+DISTRIBUTION = "dicom-anonymizer"
+EDITION = "2026c"
+_REPO = Path(__file__).resolve().parent.parent
+TARGET = _REPO / "engine" / "vault" / "annex_e.py"
+
+# The source's list names -> the standard's action codes ("Basic Prof." column of Table E.1-1).
+_LISTS = {
+    "D_TAGS": "D",
+    "Z_TAGS": "Z",
+    "X_TAGS": "X",
+    "U_TAGS": "U",
+    "Z_D_TAGS": "Z/D",
+    "X_Z_TAGS": "X/Z",
+    "X_D_TAGS": "X/D",
+    "X_Z_D_TAGS": "X/Z/D",
+    "X_Z_U_STAR_TAGS": "X/Z/U*",
+}
+_NAME = re.compile(r"#\s*(.+?)\s*$")
+
+
+def source_file(edition: str = EDITION) -> Path:
+    """The installed transcription of ``edition``; SystemExit with what to install when it is missing."""
+    relative = f"dicomanonymizer/dicom_anonymization_databases/dicomfields_{edition}.py"
+    try:
+        dist = importlib.metadata.distribution(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        raise SystemExit(f"{DISTRIBUTION} is not installed: pip install '{DISTRIBUTION}==2.1.0'") from None
+    path = Path(str(dist.locate_file(relative)))
+    if not path.is_file():
+        raise SystemExit(f"{DISTRIBUTION} {dist.version} has no table for edition {edition} ({relative})")
+    return path
+
+
+def read_source(path: Path) -> tuple[dict[int, tuple[str, str]], list[tuple[str, str, str]]]:
+    """Parse a transcription without running it.
+
+    Returns:
+        ({tag: (action code, attribute name)}, [(pattern, action code, name)]) where the patterns are the
+        table's masked rows (curve data 50xx,xxxx and the overlay rows 60xx,3000 / 60xx,4000).
+
+    Raises:
+        ValueError: A tag listed under two actions, or a row that is neither a tag nor a masked pattern.
+    """
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    rows: dict[int, tuple[str, str]] = {}
+    patterns: list[tuple[str, str, str]] = []
+    for node in ast.parse(text).body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.List)):
+            continue
+        target = node.targets[0]
+        code = _LISTS.get(target.id) if isinstance(target, ast.Name) else None
+        if code is None:
+            continue
+        for item in node.value.elts:
+            numbers = [element.value for element in item.elts]  # a tuple of int literals
+            match = _NAME.search(lines[item.end_lineno - 1])
+            name = match.group(1) if match else ""
+            if len(numbers) == 2:
+                tag = (numbers[0] << 16) | numbers[1]
+                if tag in rows:
+                    raise ValueError(f"({numbers[0]:04X},{numbers[1]:04X}) is listed twice in {path.name}")
+                rows[tag] = (code, name)
+            elif len(numbers) == 4:  # (group, element, group mask, element mask)
+                group, element, gmask, emask = numbers
+                pattern = "".join(
+                    f"{value:04X}"[i] if f"{mask:04X}"[i] == "F" else "x"
+                    for value, mask in ((group, gmask), (element, emask))
+                    for i in range(4)
+                )
+                patterns.append((f"({pattern[:4]},{pattern[4:]})", code, name))
+            else:
+                raise ValueError(f"unexpected row {numbers} in {path.name}")
+    return rows, patterns
+
+
+def _q(text: str) -> str:
+    """A double-quoted Python literal, as ruff format writes it (the names hold apostrophes, never quotes)."""
+    if '"' in text or "\\" in text:
+        raise ValueError(f"unexpected character in {text!r}")
+    return f'"{text}"'
+
+
+def render(rows: dict[int, tuple[str, str]], patterns, *, edition: str, source: str) -> str:
+    """The text of engine/vault/annex_e.py."""
+    out = [
+        '"""DICOM PS3.15 Annex E, Table E.1-1 (the Basic Application Level Confidentiality Profile\'s',
+        f"actions), edition {edition}: {len(rows)} attributes by tag, plus the masked rows below.",
+        "",
+        "GENERATED by packaging/annex_e_table.py from " + source + "; do not edit by hand.",
+        "",
+        "Codes (the standard's): ``D`` dummy value, ``Z`` zero-length (or dummy) value, ``X`` remove, ``U``",
+        "consistent new UID, ``X/Z``, ``X/D``, ``Z/D``, ``X/Z/D``: the first unless the IOD needs the",
+        "attribute, ``X/Z/U*``: remove, empty, or keep with the UIDs inside replaced. How each is resolved:",
+        ":mod:`engine.vault.deid`. Private attributes and the masked rows are handled there by rule.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        f"EDITION = {_q(edition)}",
+        f"SOURCE = {_q(source)}",
+        "",
+        "#: Masked rows of the table: (pattern, code, name).",
+        "PATTERNS: tuple[tuple[str, str, str], ...] = (",
+        *(f"    ({_q(p)}, {_q(c)}, {_q(n)})," for p, c, n in sorted(patterns)),
+        ")",
+        "",
+        "#: tag -> (the standard's action code for the Basic Profile, attribute name), sorted by tag.",
+        "TABLE: dict[int, tuple[str, str]] = {",
+        *(f"    0x{tag:08X}: ({_q(code)}, {_q(name)})," for tag, (code, name) in sorted(rows.items())),
+        "}",
+        "",
+        "#: tag -> action code.",
+        "BASIC_PROFILE: dict[int, str] = {tag: code for tag, (code, _name) in TABLE.items()}",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--edition", default=EDITION, help="edition of the standard, e.g. 2026c")
+    parser.add_argument("--output", type=Path, default=TARGET)
+    args = parser.parse_args(argv)
+    path = source_file(args.edition)
+    rows, patterns = read_source(path)
+    version = importlib.metadata.version(DISTRIBUTION)
+    source = f"{DISTRIBUTION} {version}, dicomfields_{args.edition}.py"
+    args.output.write_text(render(rows, patterns, edition=args.edition, source=source), encoding="utf-8")
+    print(
+        f"wrote {args.output.name}: edition {args.edition}, {len(rows)} attributes, {len(patterns)} masked rows"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
