@@ -1,15 +1,183 @@
-"""``volsynth models``: every model the registry finds, with its conditioning inputs and ranges, and every
-folder in the search path that could not be opened, listed as broken with its reason."""
+"""``volsynth models``: every model the registry finds, with its conditioning inputs and ranges, every
+folder in the search path that could not be opened (listed as broken with its reason), and the catalogue's
+real models that can be fetched.
+
+``volsynth models get NAME`` fetches a catalogue model from its hub (licence first, then free disk, then
+the files, resumable, each SHA-256 checked, placed whole); ``volsynth models add FOLDER`` installs a copy
+brought by hand, checked the same way.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("models", help="list available models and their conditioning inputs")
+    parser = sub.add_parser("models", help="list, get or add models")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.set_defaults(func=run)
+    actions = parser.add_subparsers(dest="models_action", metavar="ACTION")
+    get = actions.add_parser(
+        "get", help="fetch a real model from its hub (see the catalogue in `volsynth models`)"
+    )
+    get.add_argument("name", help="the catalogue name, e.g. nv-generate-mr-brain or brain-ldm")
+    get.add_argument(
+        "--accept-licence",
+        action="store_true",
+        help="accept the model's licence (for scripts; read it first)",
+    )
+    get.set_defaults(func=run_get)
+    add = actions.add_parser(
+        "add", help="install a model folder brought by hand (checked, copied into place)"
+    )
+    add.add_argument("folder", help="the folder holding the model's files")
+    add.add_argument("--model", help="the catalogue name the files belong to (checks and adds its configs)")
+    add.add_argument("--accept-licence", action="store_true", help="accept the model's licence")
+    add.set_defaults(func=run_add)
+
+
+def _licence_text(entry) -> str:
+    licence = entry.licence
+    lines = [
+        f"{entry.title} {entry.version} is under the {licence.name}",
+        f"  {licence.url}",
+        f"  applies to: {licence.applies_to}" if licence.applies_to else "",
+        f"  {licence.summary}",
+    ]
+    if licence.text:
+        lines.append(licence.text)
+    return "\n".join(line for line in lines if line)
+
+
+def _ask_licence(entry, args) -> bool:
+    """Whether the licence is accepted: already, by --accept-licence, or by the user typing yes."""
+    from engine.models.download import LicenceAcceptances
+
+    store = LicenceAcceptances()
+    if args.accept_licence or store.accepted(entry):
+        return True
+    print(_licence_text(entry))
+    if not sys.stdin.isatty():
+        return False  # the caller's one-line refusal says to add --accept-licence
+    answer = input("Accept this licence? Type yes to accept: ").strip().lower()
+    if answer in ("y", "yes"):
+        store.accept(entry)
+        return True
+    return False
+
+
+class _Bar:
+    """A byte progress line on stderr (a bar when stderr is a terminal, a line per 10 % otherwise)."""
+
+    def __init__(self) -> None:
+        self.stream = sys.stderr
+        self.interactive = self.stream.isatty()
+        self.last_tenth = -1
+        self.text = ""
+
+    def __call__(self, done: int, total: int, text: str) -> None:
+        from engine.formatting import format_bytes
+
+        if not total:  # still asking the hub: nothing to draw yet (a refusal then stays one line)
+            return
+        fraction = done / total
+        bar = "#" * int(28 * fraction) + "-" * (28 - int(28 * fraction))
+        line = f"[{bar}] {format_bytes(done)} of {format_bytes(total)}  {text}"
+        if self.interactive:
+            self.stream.write("\r" + line.ljust(len(self.text)))
+            self.text = line
+        elif int(fraction * 10) != self.last_tenth or text != self.text:
+            self.last_tenth = int(fraction * 10)
+            self.text = text
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.interactive:
+            self.stream.write("\n")
+
+
+def run_get(args) -> int:
+    from engine.errors import Cancelled
+    from engine.models.catalogue import check_name, find_entry
+    from engine.models.download import LicenceNotAccepted, get_model
+
+    entry = find_entry(check_name(args.name))
+    if not _ask_licence(entry, args):
+        raise LicenceNotAccepted(
+            f"the {entry.licence.name} was not accepted, so nothing was fetched; read it at {entry.licence.url} "
+            f"and run `volsynth models get {entry.name} --accept-licence`"
+        )
+    bar = _Bar()
+    try:
+        folder = get_model(entry, accept_licence=True, progress=bar)
+    except (KeyboardInterrupt, Cancelled):
+        bar.close()
+        print(f"volsynth: stopped; run `volsynth models get {entry.name}` again to resume", file=sys.stderr)
+        return 130
+    bar.close()
+    _print_installed(folder)
+    return 0
+
+
+def run_add(args) -> int:
+    from engine.models.catalogue import find_entry
+    from engine.models.download import LicenceNotAccepted, add_folder
+
+    entry = find_entry(args.model) if args.model else None
+    if entry is not None and not _ask_licence(entry, args):
+        raise LicenceNotAccepted(
+            f"the {entry.licence.name} was not accepted, so nothing was copied; read it at {entry.licence.url} "
+            "and add --accept-licence"
+        )
+    folder = add_folder(args.folder, entry, accept_licence=entry is not None)
+    _print_installed(folder)
+    return 0
+
+
+def _print_installed(folder) -> None:
+    from engine.models.download import PROVENANCE_FILE
+    from engine.models.registry import open_model_folder
+
+    source = open_model_folder(folder)
+    print(f"installed {source.spec.name} as {source.id} in {folder}")
+    record = folder / PROVENANCE_FILE
+    if record.is_file():
+        for path, info in json.loads(record.read_text(encoding="utf-8")).get("files", {}).items():
+            print(f"  {path}  sha256 {info['sha256']}  (checked against {info['checked_against']})")
+    print(f"  generate with: volsynth generate --model {source.id}")
+
+
+def _catalogue_lines(installed_ids: set[str]) -> list[str]:
+    from engine.errors import EngineError
+    from engine.formatting import format_bytes
+    from engine.models.catalogue import load_catalogue
+    from engine.models.download import is_installed, staged_bytes
+
+    try:
+        entries = load_catalogue()
+    except EngineError as exc:
+        return [f"(the model catalogue cannot be read: {exc})"]
+    lines = []
+    for entry in entries:
+        if entry.folder in installed_ids or is_installed(entry):
+            continue
+        needs = ", ".join(
+            f"{'x'.join(map(str, n['size']))}: about {format_bytes(n['total'])}" for n in entry.memory_needs()
+        )
+        staged = staged_bytes(entry)
+        resume = f"; {format_bytes(staged)} already fetched, get resumes" if staged else ""
+        lines += [
+            f"{entry.name}  [can be fetched: volsynth models get {entry.name}]",
+            f"  {entry.title} {entry.version}: {entry.summary}",
+            f"  download about {format_bytes(entry.weight_bytes_estimate())}{resume}; "
+            f"licence: {entry.licence.name} ({entry.licence.url})",
+            f"  memory per volume: {needs}",
+        ]
+        if entry.not_guaranteed():
+            lines.append(f"  quality not guaranteed by its owners: {', '.join(entry.not_guaranteed())}")
+    return lines
 
 
 def run(args) -> int:
@@ -58,4 +226,6 @@ def run(args) -> int:
     for broken in registry.broken:
         print(f"{broken.name}  [broken, not usable]")
         print(f"  {broken.path}: {broken.reason}")
+    for line in _catalogue_lines({s.id for s in sources}):
+        print(line)
     return 0

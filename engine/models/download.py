@@ -1,0 +1,601 @@
+"""Fetch a catalogue model from its hub into the user's models folder, checked, resumable, placed whole.
+
+The order is what a user can rely on:
+
+1. the licence is accepted (remembered per model and version in the user's config folder) before any
+   request is made;
+2. the hub is asked each file's size, commit and SHA-256 (``HEAD``; huggingface_hub's
+   ``get_hf_file_metadata``): an unreachable hub ends here in one line naming the manual steps;
+3. the free disk is checked against what is still to come, before the first byte;
+4. each file is fetched with huggingface_hub's ``http_get`` into a staging folder beside the models
+   folder, appending to what an earlier, killed or cancelled, run left (a ``Range`` request): the hub's
+   ``hf_hub_download`` is not used because huggingface_hub 2 restarts a killed file from zero (it downloads
+   to a process-unique temporary file that a kill leaves behind unused);
+5. each file's SHA-256 is checked: against the catalogue where it records one, else the hub's (the ETag of
+   an LFS file is its SHA-256), and against the one recorded at this model version's first download (trust
+   on first use: recorded, said to the user, and required from then on); a mismatch deletes the file and
+   places nothing;
+6. the staged folder is opened through the loader's own checks (JSON only, allow-listed classes, every
+   checkpoint read with ``torch.load(weights_only=True)``), then renamed into the models folder whole.
+
+Proxies and mirrors are huggingface_hub's own settings: ``HTTPS_PROXY`` and ``HF_ENDPOINT``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import (
+    BackendUnavailable,
+    Cancelled,
+    EngineError,
+    InvalidRequest,
+    ModelInvalid,
+    OutputError,
+)
+from engine.formatting import format_bytes
+from engine.models.catalogue import CatalogueEntry, CatalogueFile
+from engine.models.source import sha256_file
+from engine.models.spec import one_line
+
+PROVENANCE_FILE = "volsynth-download.json"
+DEFAULT_HUB = "https://huggingface.co"
+#: Space kept free beyond the files themselves: a full disk breaks more than the download.
+DISK_MARGIN_BYTES = 64 << 20
+HEAD_TIMEOUT_S = 10.0
+
+Progress = Callable[[int, int, str], None]  # (bytes done, bytes in all, what is happening)
+
+
+class LicenceNotAccepted(InvalidRequest):
+    """The model's licence has not been accepted; nothing was requested from the hub."""
+
+
+class HubUnreachable(BackendUnavailable):
+    """The hub could not be reached; the message names the manual steps and files."""
+
+
+# ------------------------------------------------------------------------------------------- seams
+
+
+def free_disk_bytes(path: Path) -> int:
+    """Free bytes on the disk holding ``path`` (its nearest existing parent): the one free-space query."""
+    probe = Path(path)
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def hub_endpoint() -> str:
+    """The hub to ask, read at each call: ``HF_ENDPOINT`` (a mirror) or huggingface.co.
+
+    huggingface_hub reads ``HF_ENDPOINT`` once, when it is first imported; reading it here and passing it
+    on means a mirror set after start-up (the app's settings, a test) is the one used.
+    """
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_HUB).rstrip("/")
+
+
+def default_models_dir() -> Path:
+    from engine.models.registry import user_models_dir
+
+    return user_models_dir()
+
+
+def staging_dir(models_dir: Path, entry: CatalogueEntry) -> Path:
+    """Where a model is assembled: beside the models folder (same disk, so placing it is one rename) and
+    outside it, so the registry never lists a half-fetched folder."""
+    return models_dir.parent / f".{models_dir.name}-downloads" / entry.folder
+
+
+# ---------------------------------------------------------------------------- remembered decisions
+
+
+class _JsonStore:
+    def __init__(self, name: str, path: Path | None = None) -> None:
+        if path is None:
+            from engine.files.user_folders import user_config_dir
+
+            path = user_config_dir() / name
+        self.path = path
+
+    def read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def write(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+class LicenceAcceptances(_JsonStore):
+    """Which model versions' licences the user accepted, and when (``accepted-licences.json``)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        super().__init__("accepted-licences.json", path)
+
+    def accepted(self, entry: CatalogueEntry) -> bool:
+        record = self.read().get(entry.key)
+        return isinstance(record, dict) and record.get("licence") == entry.licence.name
+
+    def accept(self, entry: CatalogueEntry) -> None:
+        data = self.read()
+        data[entry.key] = {
+            "licence": entry.licence.name,
+            "url": entry.licence.url,
+            "accepted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        self.write(data)
+
+
+class RecordedHashes(_JsonStore):
+    """SHA-256 of each file as first fetched, per model version (``model-hashes.json``)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        super().__init__("model-hashes.json", path)
+
+    def get(self, entry: CatalogueEntry, path: str) -> str | None:
+        record = self.read().get(entry.key)
+        return record.get(path) if isinstance(record, dict) else None
+
+    def record(self, entry: CatalogueEntry, hashes: dict[str, str]) -> None:
+        data = self.read()
+        data.setdefault(entry.key, {}).update(hashes)
+        self.write(data)
+
+
+# ------------------------------------------------------------------------------------------ the plan
+
+
+@dataclass
+class FilePlan:
+    file: CatalogueFile
+    size: int | None
+    expected_sha256: str | None  # None: trust on first use (nothing published to check against)
+    checked_against: str  # "the catalogue", "the hub's LFS SHA-256", "the first download", "nothing yet"
+    url: str = ""
+    commit: str | None = None
+    etag: str | None = None
+    have: int = 0  # bytes already staged (a finished file counts whole)
+
+
+@dataclass
+class DownloadPlan:
+    entry: CatalogueEntry
+    models_dir: Path
+    files: list[FilePlan] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(f.size or 0 for f in self.files)
+
+    @property
+    def remaining(self) -> int:
+        return sum(max(0, (f.size or 0) - f.have) for f in self.files)
+
+    @property
+    def target(self) -> Path:
+        return self.models_dir / self.entry.folder
+
+    @property
+    def staging(self) -> Path:
+        return staging_dir(self.models_dir, self.entry)
+
+
+def manual_steps(entry: CatalogueEntry) -> str:
+    """One line: the files to fetch by hand and the command that installs them."""
+    files = "; ".join(f"{f.repo}/resolve/{f.revision}/{f.filename} -> {f.path}" for f in entry.hub_files)
+    return (
+        f"on a machine that can reach it, download {files} (from https://huggingface.co/), put them in one "
+        f"folder with those paths, then run `volsynth models add FOLDER --model {entry.name}` here"
+    )
+
+
+def _unreachable(entry: CatalogueEntry, endpoint: str, exc: BaseException) -> HubUnreachable:
+    reason = one_line(str(exc))[:160] or type(exc).__name__
+    return HubUnreachable(
+        f"cannot reach the model hub {endpoint} ({reason}); behind a proxy set HTTPS_PROXY, for a mirror set "
+        f"HF_ENDPOINT; or {manual_steps(entry)}"
+    )
+
+
+def _expected(entry: CatalogueEntry, file: CatalogueFile, etag: str | None, hashes: RecordedHashes):
+    recorded = hashes.get(entry, file.path)
+    if file.sha256:
+        return file.sha256, "the catalogue"
+    if recorded:
+        return recorded, "the first download"
+    if etag and len(etag) == 64 and all(c in "0123456789abcdef" for c in etag):
+        return etag, "the hub's LFS SHA-256"
+    return None, "nothing yet (recorded now, required from now on)"
+
+
+def plan_download(
+    entry: CatalogueEntry, models_dir: Path | None = None, *, hashes: RecordedHashes | None = None
+) -> DownloadPlan:
+    """Ask the hub each file's size and SHA-256 (HEAD requests only; no file data)."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    models_dir = Path(models_dir) if models_dir else default_models_dir()
+    hashes = hashes or RecordedHashes()
+    plan = DownloadPlan(entry, models_dir)
+    endpoint = hub_endpoint()
+    for file in entry.files:
+        staged = plan.staging / file.path
+        if not file.from_hub:
+            size = file.shipped.stat().st_size if file.shipped else 0
+            plan.files.append(FilePlan(file, size, file.sha256, "the catalogue", have=0))
+            continue
+        url = hf_hub_url(file.repo, file.filename, revision=file.revision, endpoint=endpoint)
+        try:
+            meta = get_hf_file_metadata(url, timeout=HEAD_TIMEOUT_S, endpoint=endpoint)
+        except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
+            raise ModelInvalid(
+                f"the hub {endpoint} has no {file.repo}/{file.filename} at revision {file.revision} "
+                f"({type(exc).__name__}); the catalogue may be out of date"
+            ) from None
+        except OfflineModeIsEnabled as exc:
+            raise _unreachable(entry, endpoint, exc) from None
+        except Exception as exc:  # noqa: BLE001 - httpx2 and OS errors: every way a hub is out of reach
+            if isinstance(exc, EngineError):
+                raise
+            raise _unreachable(entry, endpoint, exc) from None
+        expected, against = _expected(entry, file, meta.etag, hashes)
+        have = 0
+        if staged.is_file():
+            have = staged.stat().st_size
+        elif _part(staged).is_file():
+            have = _part(staged).stat().st_size
+        plan.files.append(
+            FilePlan(file, meta.size, expected, against, meta.location, meta.commit_hash, meta.etag, have)
+        )
+    return plan
+
+
+def _part(path: Path) -> Path:
+    return path.with_name(path.name + ".part")
+
+
+# --------------------------------------------------------------------------------------- fetching
+
+
+class _CountingFile:
+    """The staged file as http_get sees it: every chunk counted for the progress, and a cancel honoured
+    between chunks (what was written stays, for the next run to resume)."""
+
+    def __init__(self, handle, on_bytes: Callable[[int], None]) -> None:
+        self._handle = handle
+        self._on_bytes = on_bytes
+
+    def write(self, data: bytes) -> int:
+        written = self._handle.write(data)
+        self._handle.flush()
+        self._on_bytes(len(data))
+        return written
+
+    def seek(self, *args):
+        return self._handle.seek(*args)
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def truncate(self, *args):
+        return self._handle.truncate(*args)
+
+
+def _quiet_tqdm():
+    from tqdm import tqdm
+
+    class Quiet(tqdm):  # VolSynth draws its own progress (CLI bar, app dialog)
+        def __init__(self, *args, **kwargs):
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return Quiet
+
+
+def _fetch(plan: DownloadPlan, item: FilePlan, advance: Callable[[int], None]) -> None:
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    staged = plan.staging / item.file.path
+    if staged.is_file():
+        return
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    part = _part(staged)
+    have = part.stat().st_size if part.is_file() else 0
+    if item.size is not None and have > item.size:  # not this file's prefix: start again
+        part.unlink()
+        have = 0
+    headers = build_hf_headers()
+    headers["Accept-Encoding"] = "identity"  # byte ranges of the file itself, not of a compressed stream
+    with open(part, "ab") as handle:
+        if have != (item.size or -1):
+            http_get(
+                item.url,
+                _CountingFile(handle, advance),
+                resume_size=have,
+                headers=headers,
+                expected_size=item.size,
+                displayed_filename=item.file.path,
+                tqdm_class=_quiet_tqdm(),
+            )
+    digest = sha256_file(part)
+    if item.expected_sha256 and digest != item.expected_sha256:
+        part.unlink()
+        raise ModelInvalid(
+            f"{item.file.path} from {item.file.repo} has SHA-256 {digest[:16]}..., not "
+            f"{item.expected_sha256[:16]}... ({item.checked_against}); it was deleted and nothing was "
+            "placed: fetch it again, and if this repeats the hub or a proxy is changing the file"
+        )
+    os.replace(part, staged)
+
+
+def _copy_shipped(plan: DownloadPlan, item: FilePlan) -> None:
+    staged = plan.staging / item.file.path
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(item.file.shipped, staged)
+    digest = sha256_file(staged)
+    if item.expected_sha256 and digest != item.expected_sha256:
+        staged.unlink()
+        raise ModelInvalid(
+            f"VolSynth's own copy of {item.file.path} is damaged (SHA-256 {digest[:16]}...); reinstall VolSynth"
+        )
+
+
+def verify_folder(folder: Path):
+    """Open ``folder`` through the loader's checks and read every checkpoint with weights_only=True."""
+    from engine.models.maisi import _read_checkpoint
+    from engine.models.registry import open_model_folder
+
+    source = open_model_folder(folder)
+    for path in sorted(set(source.weight_files.values())):
+        if path.suffix == ".pt":
+            _read_checkpoint(path)  # refuses anything that needs pickled objects, in one line
+    return source
+
+
+def get_model(
+    entry: CatalogueEntry,
+    *,
+    models_dir: Path | None = None,
+    accept_licence: bool = False,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    licences: LicenceAcceptances | None = None,
+    hashes: RecordedHashes | None = None,
+) -> Path:
+    """Fetch ``entry`` into ``models_dir`` (the user's models folder by default); returns the placed folder.
+
+    Raises:
+        LicenceNotAccepted: The licence was not accepted (no request was made).
+        HubUnreachable: The hub cannot be reached (one line with the manual steps).
+        OutputError: Not enough free disk (nothing fetched), or the folder is already there.
+        ModelInvalid: A file failed its SHA-256 check or the folder fails the loader's checks.
+        Cancelled: ``should_stop()`` became true; what was fetched stays staged for the next run.
+    """
+    licences = licences or LicenceAcceptances()
+    hashes = hashes or RecordedHashes()
+    report = progress or (lambda done, total, text: None)
+    if accept_licence:
+        licences.accept(entry)
+    if not licences.accepted(entry):
+        raise LicenceNotAccepted(
+            f"{entry.title} {entry.version} is under the {entry.licence.name} ({entry.licence.url}); read it, "
+            f"then accept it: `volsynth models get {entry.name} --accept-licence` or the app's Get Models"
+        )
+    models_dir = Path(models_dir) if models_dir else default_models_dir()
+    target = models_dir / entry.folder
+    if target.exists():
+        raise OutputError(
+            f"{target} already exists; {entry.name} is installed (remove the folder to fetch it again)"
+        )
+    report(0, 0, "asking the hub")
+    plan = plan_download(entry, models_dir, hashes=hashes)
+    need = plan.remaining + DISK_MARGIN_BYTES
+    free = free_disk_bytes(plan.staging)
+    if need > free:
+        raise OutputError(
+            f"{entry.name} needs {format_bytes(plan.remaining)} more on the disk of {models_dir} (and "
+            f"{format_bytes(DISK_MARGIN_BYTES)} spare), but only {format_bytes(free)} is free; free some space"
+        )
+    total = plan.total
+    completed = 0  # bytes of the files finished so far
+    done = 0
+    current = [""]
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        report(done, total, current[0])
+        if should_stop is not None and should_stop():
+            raise Cancelled(f"download of {entry.name} cancelled; run it again to resume")
+
+    plan.staging.mkdir(parents=True, exist_ok=True)
+    try:
+        for item in plan.files:
+            current[0] = f"fetching {item.file.path}"
+            done = completed + min(item.have, item.size or 0)  # a resumed file starts where it was left
+            report(done, total, current[0])
+            if item.file.from_hub:
+                _fetch(plan, item, advance)
+            else:
+                _copy_shipped(plan, item)
+            completed += item.size or 0
+            done = completed
+            if should_stop is not None and should_stop():
+                raise Cancelled(f"download of {entry.name} cancelled; run it again to resume")
+    except (Cancelled, EngineError):
+        raise
+    except OSError as exc:
+        raise OutputError(f"cannot write {plan.staging}: {one_line(str(exc))}") from None
+    except Exception as exc:  # noqa: BLE001 - a connection lost for good mid-file: resumable later
+        raise _unreachable(entry, hub_endpoint(), exc) from None
+    return _place(plan, hashes, report)
+
+
+def _place(plan: DownloadPlan, hashes: RecordedHashes, report: Progress) -> Path:
+    entry = plan.entry
+    report(plan.total, plan.total, "checking the folder")
+    sums = {item.file.path: sha256_file(plan.staging / item.file.path) for item in plan.files}
+    first_use = [i.file.path for i in plan.files if i.expected_sha256 is None]
+    provenance = {
+        "model": entry.name,
+        "version": entry.version,
+        "licence": {"name": entry.licence.name, "url": entry.licence.url},
+        "files": {
+            i.file.path: {
+                "source": i.file.source_text,
+                "commit": i.commit,
+                "sha256": sums[i.file.path],
+                "checked_against": i.checked_against,
+            }
+            for i in plan.files
+        },
+    }
+    (plan.staging / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2), encoding="utf-8")
+    try:
+        verify_folder(plan.staging)
+    except EngineError as exc:
+        raise ModelInvalid(
+            f"the fetched {entry.name} does not pass VolSynth's checks ({one_line(str(exc))}); it was not "
+            f"placed (left in {plan.staging})"
+        ) from None
+    hashes.record(entry, {i.file.path: sums[i.file.path] for i in plan.files if i.file.from_hub})
+    if plan.target.exists():
+        raise OutputError(f"{plan.target} appeared meanwhile; the fetched copy stays in {plan.staging}")
+    plan.target.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(plan.staging, plan.target)
+    _remove_empty(plan.staging.parent)
+    if first_use:
+        report(plan.total, plan.total, "recorded SHA-256 (first use): " + ", ".join(first_use))
+    return plan.target
+
+
+def _remove_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+
+
+# ----------------------------------------------------------------------------------- add a folder
+
+
+def add_folder(
+    folder: Path,
+    entry: CatalogueEntry | None = None,
+    *,
+    models_dir: Path | None = None,
+    accept_licence: bool = False,
+    licences: LicenceAcceptances | None = None,
+    hashes: RecordedHashes | None = None,
+) -> Path:
+    """Install a model folder brought by hand (a USB stick): checked as a download is, copied into place.
+
+    With ``entry``, the folder must hold that entry's hub files (each checked against the catalogue's or the
+    first download's SHA-256, recorded when neither is known); VolSynth's shipped files are added. Without
+    it, the folder is copied as it is and must open through the loader's checks.
+    """
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise InvalidRequest(f"no folder at {folder}")
+    models_dir = Path(models_dir) if models_dir else default_models_dir()
+    hashes = hashes or RecordedHashes()
+    if entry is not None:
+        licences = licences or LicenceAcceptances()
+        if accept_licence:
+            licences.accept(entry)
+        if not licences.accepted(entry):
+            raise LicenceNotAccepted(
+                f"{entry.title} {entry.version} is under the {entry.licence.name} ({entry.licence.url}); read "
+                "it, then add --accept-licence"
+            )
+    name = entry.folder if entry is not None else folder.name
+    target = models_dir / name
+    if target.exists():
+        raise OutputError(f"{target} already exists; remove it first to add this copy")
+    staging = models_dir.parent / f".{models_dir.name}-downloads" / f"{name}.add"
+    if staging.exists():
+        shutil.rmtree(staging)
+    try:
+        if entry is None:
+            shutil.copytree(folder, staging, symlinks=True)
+            source_files = {}
+        else:
+            source_files = _copy_entry_files(folder, entry, staging, hashes)
+        verify_folder(staging)
+    except EngineError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(f"cannot copy {folder} into {models_dir}: {one_line(str(exc))}") from None
+    if entry is not None:
+        hashes.record(entry, source_files)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    os.rename(staging, target)
+    _remove_empty(staging.parent)
+    return target
+
+
+def _copy_entry_files(folder: Path, entry: CatalogueEntry, staging: Path, hashes: RecordedHashes):
+    sums = {}
+    missing = [f.path for f in entry.hub_files if not _find(folder, f).is_file()]
+    if missing:
+        raise ModelInvalid(f"{folder} lacks {', '.join(missing)} of {entry.name}; {manual_steps(entry)}")
+    free = free_disk_bytes(staging)
+    need = sum(_find(folder, f).stat().st_size for f in entry.hub_files) + DISK_MARGIN_BYTES
+    if need > free:
+        raise OutputError(f"copying {entry.name} needs {format_bytes(need)} free, {format_bytes(free)} is")
+    for file in entry.files:
+        destination = staging / file.path
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        source = _find(folder, file) if file.from_hub else file.shipped
+        shutil.copyfile(source, destination)  # copies the bytes a link points to, never the link
+        digest = sha256_file(destination)
+        expected = file.sha256 or (hashes.get(entry, file.path) if file.from_hub else None)
+        if expected and digest != expected:
+            raise ModelInvalid(
+                f"{file.path} in {folder} has SHA-256 {digest[:16]}..., not {expected[:16]}...; it is not the "
+                f"file {entry.name} {entry.version} was published with; nothing was placed"
+            )
+        sums[file.path] = digest
+    return sums
+
+
+def _find(folder: Path, file: CatalogueFile) -> Path:
+    """The file at its folder path, or by name at the top (a stick may hold the files side by side)."""
+    at = folder / file.path
+    return at if at.is_file() else folder / Path(file.path).name
+
+
+def is_installed(entry: CatalogueEntry, models_dir: Path | None = None) -> Path | None:
+    models_dir = Path(models_dir) if models_dir else default_models_dir()
+    target = models_dir / entry.folder
+    return target if target.is_dir() else None
+
+
+def staged_bytes(entry: CatalogueEntry, models_dir: Path | None = None) -> int:
+    """Bytes an earlier, unfinished download left staged (what a resume will not fetch again)."""
+    models_dir = Path(models_dir) if models_dir else default_models_dir()
+    staging = staging_dir(models_dir, entry)
+    if not staging.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in staging.rglob("*") if p.is_file())

@@ -1,0 +1,244 @@
+"""`volsynth models get/add` against a hub on 127.0.0.1 with the real huggingface_hub client.
+
+The hub (tests/engine/hub_server.py) answers HEAD/GET /{repo}/resolve/{revision}/{path} as the Hugging
+Face hub does for LFS files; it serves the real catalogue's files (same repositories, names, revisions)
+with small seeded weights in the real layouts, so a fetched folder opens and generates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.api import SamplingRequest, run
+from engine.backends.local import LocalBackend
+from engine.cli import main
+from engine.errors import ModelInvalid, OutputError
+from engine.models import download
+from engine.models.catalogue import find_entry, load_catalogue
+from engine.models.registry import ModelRegistry
+from tests.engine.hub_fixtures import MAISI_DIM, build_hub_content, serve_entries, write_test_catalogue
+from tests.engine.hub_server import HubServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def content(tmp_path_factory):
+    return build_hub_content(tmp_path_factory.mktemp("hub-content"))
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch):
+    """A user's own data and config folders, and huggingface_hub's, all inside the test's tmp dir."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("VOLSYNTH_MODEL_PATH", raising=False)
+    return tmp_path / "data" / "volsynth" / "models"
+
+
+@pytest.fixture
+def hub(content, tmp_path, monkeypatch, user):
+    catalogue = write_test_catalogue(tmp_path / "catalogue", content)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    with HubServer() as server:
+        server.sizes = serve_entries(server.state, content, catalogue)
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server
+
+
+def _generate(models_dir: Path, model_id: str, **fields):
+    backend = LocalBackend("cpu", ModelRegistry([models_dir]))
+    request = SamplingRequest(model=model_id, steps=2, seed=1, **fields)
+    return run(backend.sample(request))
+
+
+def test_the_shipped_catalogue_names_the_owners_sources_and_facts():
+    entries = {e.name: e for e in load_catalogue()}
+    nv = entries["nv-generate-mr-brain"]
+    assert {(f.repo, f.filename) for f in nv.hub_files} == {
+        ("nvidia/NV-Generate-MR-Brain", "models/diff_unet_3d_rflow-mr-brain_v1.pt"),
+        ("nvidia/NV-Generate-CT", "models/autoencoder_v1.pt"),
+    }
+    assert (nv.version, nv.released, nv.licence.name) == ("v1", "2026-08-12", "NVIDIA Open Model License")
+    assert nv.makes["guidance_scale"] == 2 and "10" in nv.makes["guidance_note"]
+    codes = {m["name"]: m["code"] for m in nv.makes["modalities"]}
+    assert codes["mra"] == 16 and codes["mra-skullstripped"] == 33
+    assert "mra (all planes)" in nv.not_guaranteed() and "swi (sagittal and coronal)" in nv.not_guaranteed()
+    # The shipped config is the one whose guidance scale the catalogue states.
+    config = next(f for f in nv.files if f.path.endswith("rflow-mr-brain.json")).shipped
+    assert json.loads(config.read_text())["diffusion_unet_inference"]["cfg_guidance_scale"] == 2
+    ldm = entries["brain-ldm"]
+    assert {f.repo for f in ldm.hub_files} == {"MONAI/brain_image_synthesis_latent_diffusion_model"}
+    # The engine's own estimator: more memory for a larger volume, the weights counted from the networks.
+    needs = [n["total"] for n in nv.memory_needs()]
+    assert needs == sorted(needs) and needs[0] < needs[-1]
+    assert 500e6 < nv.weight_bytes_estimate() < 2e9
+
+
+def test_get_each_entry_then_it_is_listed_and_generates(hub, user, capsys):
+    assert main(["models", "get", "nv-generate-mr-brain", "--accept-licence"]) == 0
+    assert main(["models", "get", "brain-ldm", "--accept-licence"]) == 0
+    out = capsys.readouterr().out
+    assert "installed NV-Generate-MR-Brain" in out and "checked against the hub's LFS SHA-256" in out
+    served = hub.state.bytes_served
+    assert served == hub.sizes["nv-generate-mr-brain"] + hub.sizes["brain-ldm"]
+    assert sorted(p.name for p in user.iterdir()) == [
+        "brain_image_synthesis_latent_diffusion_model",
+        "nv-generate-mr-brain",
+    ]  # and no staging folder inside the models folder
+    assert main(["models"]) == 0
+    listing = capsys.readouterr().out
+    assert "nv-generate-mr-brain" in listing and "brain_image_synthesis_latent_diffusion_model" in listing
+    assert "[broken" not in listing and "can be fetched" not in listing
+    nv = _generate(user, "nv-generate-mr-brain", modality="t2w")
+    assert nv.volumes.shape[-3:] == MAISI_DIM and nv.volumes.max() > 0
+    ldm = _generate(user, "brain_image_synthesis_latent_diffusion_model")
+    assert ldm.volumes.shape[-3:] == (32, 64, 32)  # the fixture bundle's output shape
+    # The licence acceptance is remembered per model and version: a second get does not ask again.
+    accepted = json.loads((user.parents[2] / "config" / "volsynth" / "accepted-licences.json").read_text())
+    assert set(accepted) == {"nv-generate-mr-brain@v1", "brain-ldm@1.0.3"}
+
+
+def test_a_declined_licence_makes_no_request(hub, user, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", open(os.devnull))  # noqa: SIM115 - not a terminal: nobody to say yes
+    assert main(["models", "get", "nv-generate-mr-brain"]) != 0
+    err = capsys.readouterr().err
+    assert "NVIDIA Open Model License was not accepted" in err and "--accept-licence" in err
+    assert hub.state.requests == []
+    assert not user.exists() or not any(user.iterdir())
+
+
+def test_a_disk_too_small_is_refused_before_the_first_byte(hub, user, capsys, monkeypatch):
+    monkeypatch.setattr(download, "free_disk_bytes", lambda path: 1 << 20)
+    assert main(["models", "get", "brain-ldm", "--accept-licence"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "needs" in err and "free" in err and len(err.splitlines()) == 1
+    assert hub.state.bytes_served == 0 and {m for m, _, _ in hub.state.requests} == {"HEAD"}
+
+
+def test_a_flipped_byte_is_refused_and_nothing_is_placed(hub, user, capsys):
+    hub.state.flipped.add("models/autoencoder_v1.pt")
+    assert main(["models", "get", "nv-generate-mr-brain", "--accept-licence"]) != 0
+    err = capsys.readouterr().err
+    assert "models/autoencoder_v1.pt" in err and "SHA-256" in err and "nothing was placed" in err
+    assert not (user / "nv-generate-mr-brain").exists()
+    staged = download.staging_dir(user, find_entry("nv-generate-mr-brain"))
+    assert not (staged / "models" / "autoencoder_v1.pt").exists()
+    assert not (staged / "models" / "autoencoder_v1.pt.part").exists()
+
+
+def test_a_file_other_than_the_catalogues_sha256_is_refused(content, tmp_path, monkeypatch, user):
+    def edit(data):
+        data["models"][1]["files"][3]["sha256"] = "0" * 64  # models/model.pt of the bundle
+
+    catalogue = write_test_catalogue(tmp_path / "edited", content, edit)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    with HubServer() as server:
+        serve_entries(server.state, content, catalogue)
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        with pytest.raises(ModelInvalid, match="models/model.pt .*the catalogue"):
+            download.get_model(find_entry("brain-ldm"), accept_licence=True)
+    assert not (user / "brain_image_synthesis_latent_diffusion_model").exists()
+
+
+def test_the_hub_unreachable_gives_the_one_line_offline_error(content, tmp_path, monkeypatch, user, capsys):
+    catalogue = write_test_catalogue(tmp_path / "catalogue", content)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    with HubServer() as closed:  # a port that was just served and is now closed: nothing listens
+        url = closed.url
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    assert main(["models", "get", "nv-generate-mr-brain", "--accept-licence"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"cannot reach the model hub {url}" in err and "HTTPS_PROXY" in err and "HF_ENDPOINT" in err
+    assert "nvidia/NV-Generate-MR-Brain/resolve/main/models/diff_unet_3d_rflow-mr-brain_v1.pt" in err
+    assert "volsynth models add FOLDER --model nv-generate-mr-brain" in err
+
+
+def test_a_kill_mid_file_then_a_resume_fetches_only_the_rest(hub, user, tmp_path):
+    entry = find_entry("brain-ldm")
+    part = download.staging_dir(user, entry) / "models" / "model.pt.part"
+    hub.state.chunk = 16 << 10
+    hub.state.delay_per_chunk_s = 0.02  # slow enough that the client is surely mid-file when killed
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "engine", "models", "get", "brain-ldm", "--accept-licence"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        # Wait for the event (part of the big file on disk), bounded by steps, not by the clock.
+        for _ in range(6000):
+            if part.is_file() and part.stat().st_size >= 64 << 10:
+                break
+            if child.poll() is not None:
+                pytest.fail(
+                    "the download ended before it was killed: " + (tmp_path / "child.err").read_text()
+                )
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait()
+    kept = part.stat().st_size
+    model_size = len(hub.state.files[(entry.hub_files[3].repo, "1.0.3", "models/model.pt")])
+    assert 0 < kept < model_size
+    assert not (user / entry.folder).exists()  # a half-fetched model is never in the models folder
+    hub.state.delay_per_chunk_s = 0.0
+    before = hub.state.bytes_served
+    ranges_before = len(hub.state.requests)
+    placed = download.get_model(entry)  # the licence was accepted by the killed run and remembered
+    fetched = hub.state.bytes_served - before
+    assert fetched == model_size - kept  # only the rest of the killed file: the finished ones are kept
+    assert f"bytes={kept}-" in [r for _, _, r in hub.state.requests[ranges_before:] if r]
+    assert (placed / "models" / "model.pt").stat().st_size == model_size
+    ModelRegistry([user]).get(entry.folder)
+
+
+def test_add_a_folder_brought_by_hand_is_checked_and_copied(content, tmp_path, monkeypatch, user, capsys):
+    catalogue = write_test_catalogue(tmp_path / "catalogue", content)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    stick = tmp_path / "stick"
+    (stick / "models").mkdir(parents=True)
+    for name in ("diff_unet_3d_rflow-mr-brain_v1.pt", "autoencoder_v1.pt"):
+        (stick / "models" / name).write_bytes(
+            (content["nv-generate-mr-brain"] / "models" / name).read_bytes()
+        )
+    code = main(["models", "add", str(stick), "--model", "nv-generate-mr-brain", "--accept-licence"])
+    assert code == 0, capsys.readouterr().err
+    assert "installed NV-Generate-MR-Brain" in capsys.readouterr().out
+    assert (stick / "models" / "autoencoder_v1.pt").is_file()  # copied, the stick left as it was
+    result = _generate(user, "nv-generate-mr-brain")
+    assert result.volumes.shape[-3:] == MAISI_DIM
+    # Its SHA-256 was recorded (first use): a different file under the same name is refused next time.
+    target = user / "nv-generate-mr-brain"
+    import shutil
+
+    shutil.rmtree(target)
+    data = bytearray((stick / "models" / "autoencoder_v1.pt").read_bytes())
+    data[-1] ^= 1
+    (stick / "models" / "autoencoder_v1.pt").write_bytes(bytes(data))
+    with pytest.raises(ModelInvalid, match="autoencoder_v1.pt .*not the file"):
+        download.add_folder(stick, find_entry("nv-generate-mr-brain"), accept_licence=True)
+    assert not target.exists()
+
+
+def test_get_refuses_an_installed_model_in_one_line(hub, user):
+    download.get_model(find_entry("brain-ldm"), accept_licence=True)
+    served = hub.state.bytes_served
+    with pytest.raises(OutputError, match="already exists"):
+        download.get_model(find_entry("brain-ldm"))
+    assert hub.state.bytes_served == served
