@@ -248,14 +248,25 @@ def _sizeof_hdr(head: bytes, name: str) -> tuple[int, str]:
 
 
 def _check_extensions(block: bytes, start: int, end: int, endian: str, name: str) -> None:
-    """The extension chain must fill [start, end) exactly with sane sizes (nibabel trusts each esize)."""
+    """The extension chain must fill [start, end) exactly, each size a multiple of 16 (the NIfTI-1 rule).
+
+    nibabel trusts each esize: one that is not a multiple of 16, or a chain that stops short of the data
+    offset, leaves bytes that belong to no extension, and a reader that steps by 16 (the standard's readers
+    do) lands inside one. Such a header is refused, not imported.
+    """
     pos = start
-    while end - pos >= 16:
-        esize, _ecode = struct.unpack(endian + "ii", block[pos : pos + 8])
-        if esize < 16 or pos + esize > end:
+    while pos < end:
+        if end - pos < 16:
             raise InvalidRequest(
-                f"{name} has a broken header extension (size {esize} at byte {pos}, data at {end}); "
-                "the file is damaged or not a NIfTI file"
+                f"{name} has a bogus header extension chain: {end - pos} bytes at byte {pos} belong to no "
+                f"extension before the data at byte {end} (vox_offset); the file is damaged or not a NIfTI file"
+            )
+        esize, _ecode = struct.unpack(endian + "ii", block[pos : pos + 8])
+        if esize < 16 or esize % 16 or pos + esize > end:
+            raise InvalidRequest(
+                f"{name} has a bogus header extension size (esize {esize} at byte {pos}; extensions are "
+                f"multiples of 16 bytes ending exactly at the data, byte {end}); the file is damaged or not "
+                "a NIfTI file"
             )
         pos += esize
 
