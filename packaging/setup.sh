@@ -11,6 +11,7 @@ SYSTEM_PACKAGES=(
   libxcb-render-util0 libxcb-shape0 libxcb-xinerama0 libxcb-xkb1 libxcb-xfixes0  # Qt's xcb platform plugin
   libxrender1 libxi6 libxt6 libsm6 libice6     # VTK's X11 render window
   libdbus-1-3 libfontconfig1 fonts-dejavu-core # Qt runtime and a readable font
+  dicom3tools                                  # dciodvfy: the tests check exported DICOM against the IODs
 )
 
 missing=()

@@ -16,6 +16,8 @@ How the standard's actions are resolved without a full table of each attribute's
   sequence such as Referenced Study Sequence is removed, never left empty (an empty Type 3 sequence is
   invalid). "Enhanced" rows apply only to multi-frame images with functional groups, whose Enhanced
   modules make Content Date/Time, Acquisition DateTime and Device Serial Number Type 1.
+- ``Z``: zero-length, except Study Date, Study Time and Study ID, which get dummies (Z allows one): a
+  DICOMDIR's study record needs them.
 - ``Z/D``: zero-length, except Patient ID, which gets a pseudonym that is the same for one patient
   within an export (``ANON-`` and 16 hex digits of an HMAC under the export's secret): DICOMDIR builders
   and PACS imports refuse an empty Patient ID.
@@ -69,6 +71,8 @@ _FILE_META_REMOVE = (0x00020016, 0x00020017, 0x00020018, 0x00020100, 0x00020102)
 _DATE_VRS = {"DA", "TM", "DT"}
 _PATIENT_ID = 0x00100020
 _PET_IMAGE = "1.2.840.10008.5.1.4.1.1.128"
+#: Study Date, Study Time, Study ID: Type 2 in the IODs, Type 1 in a DICOMDIR's study record.
+_DICOMDIR_KEYS = frozenset({0x00080020, 0x00080030, 0x00200010})
 
 #: Attributes with a compound code that some IOD needs (Type 1 or 2), so the weaker action applies:
 #: tag -> (the action, when: "always", "enhanced" for multi-frame images with functional groups, or a
@@ -159,6 +163,8 @@ def resolve(code: str, tag: int, context: frozenset[str] = frozenset()) -> str:
     ``"enhanced"`` for a multi-frame image with functional groups)."""
     if "U" in code:
         return "U" if code == "U" else "K"  # X/Z/U*: keep the sequence, replace the UIDs inside
+    if code == "Z" and tag in _DICOMDIR_KEYS:
+        return "D"  # Z allows a dummy; a DICOMDIR's study record needs these three (Type 1 there)
     if code in ("X", "Z", "D"):
         return code
     if code == "Z/D":
