@@ -1,7 +1,9 @@
 """The job routes: ``POST /jobs``, a job's event stream, its volumes, and ``DELETE /jobs/{id}``.
 
 Jobs are linked in the schema (``submit`` -> ``events``, ``volumes``, ``cancel``) so that stateful
-fuzzing follows real job ids. Event streams are async: an open stream holds no thread.
+fuzzing follows real job ids. Event streams are async: an open stream holds no thread. A job is its
+client's (``request.state.client``, set by the token gate): to any other it answers 404, as if it did not
+exist.
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import FastAPI, Query
-from fastapi.responses import Response, StreamingResponse
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine import wire
 from engine.errors import BackendUnavailable, EngineError
@@ -32,8 +34,8 @@ from engine.server.schemas import (
 def add_job_routes(app: FastAPI, manager: JobManager, limits: ServerLimits, streams: dict[str, int]) -> None:
     """``streams`` counts the open event streams (``open``, ``peak``, ``opened``); ``/events`` keeps it."""
 
-    def job_or_404(job_id: str) -> Job:
-        job = manager.get(job_id)
+    def job_or_404(job_id: str, request: Request) -> Job:
+        job = manager.get(job_id, owner=client_of(request))
         if job is None:
             raise Refused(404, f"no job {job_id}; it may have expired", "InvalidRequest")
         return job
@@ -49,7 +51,7 @@ def add_job_routes(app: FastAPI, manager: JobManager, limits: ServerLimits, stre
         response_model=JobCreated,
         responses={200: {"description": "the job's id", "links": job_links}, **ERRORS},
     )
-    def submit(body: JobRequest) -> dict[str, str]:
+    def submit(body: JobRequest, http: Request) -> dict[str, str]:
         try:
             request = wire.decode_request(body.model_dump())
             check_model(manager.backend, request.model)
@@ -58,11 +60,12 @@ def add_job_routes(app: FastAPI, manager: JobManager, limits: ServerLimits, stre
         except EngineError as exc:
             raise Refused(422, str(exc), type(exc).__name__) from exc
         try:
-            job = manager.submit(request)
+            job = manager.submit(request, owner=client_of(http))
         except QueueFull as exc:
+            whose = "of yours are" if exc.mine else "are"
             raise Refused(
                 429,
-                f"the engine server is busy ({manager.queued} jobs waiting); try again in "
+                f"the engine server is busy ({exc.waiting} jobs {whose} waiting); try again in about "
                 f"{exc.retry_after_s} s",
                 "BackendUnavailable",
                 headers={"Retry-After": str(exc.retry_after_s)},
@@ -74,41 +77,58 @@ def add_job_routes(app: FastAPI, manager: JobManager, limits: ServerLimits, stre
         operation_id="events",
         response_class=StreamingResponse,
         responses={
-            200: {"content": {wire.NDJSON: {"schema": {"type": "string"}}}, "description": "job events"},
+            200: {
+                "content": {wire.NDJSON: {"schema": EVENT_STREAM_SCHEMA}},
+                "description": "the job's events, one JSON object a line, until its terminal event",
+            },
             401: ERRORS[401],
             **NOT_FOUND,
             422: ERRORS[422],
             429: ERRORS[429],
         },
     )
-    async def events(job_id: JobId, since: Annotated[int, Query(ge=0, le=10**9)] = 0) -> StreamingResponse:
-        job = job_or_404(job_id)
+    async def events(
+        job_id: JobId, request: Request, since: Annotated[int, Query(ge=0, le=10**9)] = 0
+    ) -> Response:
+        job = job_or_404(job_id, request)
+        # Check and take the slot in one step (no await between): streams arriving together cannot all
+        # pass the check before any of them counts; the stream's own end gives the slot back.
         if streams["open"] >= limits.max_streams:
-            raise Refused(
-                429,
-                f"too many open event streams ({streams['open']}); try again shortly",
-                "BackendUnavailable",
+            return JSONResponse(
+                wire.error_body(
+                    f"too many open event streams ({streams['open']}); try again shortly",
+                    "BackendUnavailable",
+                ),
+                status_code=429,
                 headers={"Retry-After": "5"},
             )
-        return StreamingResponse(event_stream(job, since, limits, streams), media_type=wire.NDJSON)
+        streams["open"] += 1
+        streams["opened"] += 1
+        streams["peak"] = max(streams["peak"], streams["open"])
+        return SlotStreamingResponse(event_stream(job, since, limits), streams, media_type=wire.NDJSON)
 
     @app.get(
         "/jobs/{job_id}/volumes",
         operation_id="volumes",
         response_class=Response,
         responses={
-            200: {"content": {wire.NPY: {}}, "description": "the volumes as a .npy file"},
+            200: {
+                "content": {wire.NPY: {"schema": {"type": "string", "format": "binary"}}},
+                "description": "the volumes as a .npy file (float32, batch x channel x D x H x W)",
+            },
             401: ERRORS[401],
             **NOT_FOUND,
             409: {"model": ErrorBody, "description": "the job has no result (yet)"},
             422: ERRORS[422],
         },
     )
-    def volumes(job_id: JobId) -> Response:
-        job = job_or_404(job_id)
+    def volumes(job_id: JobId, request: Request) -> Response:
+        job = job_or_404(job_id, request)
         if job.volumes is None:
             raise Refused(409, "the job has no result (yet)")
-        return Response(wire.encode_volumes(job.volumes), media_type=wire.NPY)
+        response = Response(wire.encode_volumes(job.volumes), media_type=wire.NPY)
+        manager.volumes_read(job)
+        return response
 
     @app.delete(
         "/jobs/{job_id}",
@@ -116,12 +136,46 @@ def add_job_routes(app: FastAPI, manager: JobManager, limits: ServerLimits, stre
         response_model=CancelBody,
         responses={401: ERRORS[401], **NOT_FOUND, 422: ERRORS[422]},
     )
-    def cancel(job_id: JobId) -> dict[str, str]:
-        manager.cancel(job_or_404(job_id))
+    def cancel(job_id: JobId, request: Request) -> dict[str, str]:
+        manager.cancel(job_or_404(job_id, request))
         return {"status": "cancelled"}
 
 
-async def event_stream(job: Job, since: int, limits: ServerLimits, streams: dict[str, int]):
+def client_of(request: Request) -> str:
+    """The client a request comes from, as the token gate named it."""
+    return getattr(request.state, "client", "")
+
+
+EVENT_STREAM_SCHEMA = {
+    "type": "string",
+    "description": "newline-delimited JSON: each line an object with a 'type' (queued, progress, "
+    "notice, result, error, cancelled; keepalive and reconnect on one stream only) and its fields "
+    "(engine.wire)",
+}
+
+
+class SlotStreamingResponse(StreamingResponse):
+    """A stream holding one of ``streams["open"]``, taken by the route, given back when the response
+    ends however it ends (finished, or cut off by the client)."""
+
+    def __init__(self, content, streams: dict[str, int], **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self._streams = streams
+        self._held = True
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._streams["open"] -= 1
+
+
+async def event_stream(job: Job, since: int, limits: ServerLimits):
     """A job's events from index ``since`` as NDJSON lines, until its terminal event (or ``reconnect``).
 
     A finished job with nothing after ``since`` ends at once; a quiet one gets a keepalive line every
@@ -130,9 +184,6 @@ async def event_stream(job: Job, since: int, limits: ServerLimits, streams: dict
     loop = asyncio.get_running_loop()
     wake = asyncio.Event()
     job.watch(loop, wake)
-    streams["open"] += 1
-    streams["opened"] += 1
-    streams["peak"] = max(streams["peak"], streams["open"])
     try:
         index, quiet_s = since, 0.0
         while True:
@@ -159,4 +210,3 @@ async def event_stream(job: Job, since: int, limits: ServerLimits, streams: dict
                 yield wire.encode_event(wire.keepalive_event())
     finally:
         job.unwatch(loop, wake)
-        streams["open"] -= 1

@@ -1,0 +1,180 @@
+"""Jobs belong to the client that made them (issue 37, point 4), and the stream limit holds when streams
+arrive together (point 8). A real uvicorn server on 127.0.0.1 with one token per client.
+
+Before: any token holder read or cancelled any job whose id it knew; one client filled the queue of 8;
+``Retry-After`` was 5 s per waiting job whatever their length; 17 one-step jobs of one client evicted
+another's finished, unread result; 260 event streams opened together all got 200 (limit 256).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from engine.server import ServerLimits, create_app, new_token
+from engine.testing import InstantBackend, ServerThread
+from tests.engine.test_server_hardening import GatedBackend
+
+TOKENS = {"alice": new_token(), "bob": new_token(), "carol": new_token()}
+
+
+def _client(url: str, who: str) -> httpx.Client:
+    return httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {TOKENS[who]}"})
+
+
+def _submit(client: httpx.Client, **fields) -> httpx.Response:
+    body = {"model": "tiny-pixel", "steps": 2, **fields}
+    return client.post("/jobs", content=json.dumps(body), headers={"Content-Type": "application/json"})
+
+
+def _wait(predicate, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+class RecordingBackend(GatedBackend):
+    """Gated, and records the seed of each job in the order the jobs start."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.order: list[int] = []
+
+    def sample(self, request):
+        self.order.append(request.seed)
+        return (yield from super().sample(request))
+
+
+@pytest.fixture
+def gated(registry):
+    backend = RecordingBackend(InstantBackend(registry))
+    yield backend
+    backend.gate.set()
+
+
+def test_other_clients_get_404_for_a_jobs_events_volumes_and_cancel(registry):
+    app = create_app(InstantBackend(registry), token=TOKENS)
+    with ServerThread(app) as url, _client(url, "alice") as alice, _client(url, "bob") as bob:
+        job = _submit(alice).json()["id"]
+        _wait(lambda: app.state.manager.get(job).done, "the job to finish")
+        for method, path in (
+            ("GET", f"/jobs/{job}/events"),
+            ("GET", f"/jobs/{job}/volumes"),
+            ("DELETE", f"/jobs/{job}"),
+        ):
+            response = bob.request(method, path)
+            assert response.status_code == 404, (method, path)
+            assert response.json()["detail"] == f"no job {job}; it may have expired"  # as for no job at all
+        assert alice.get(f"/jobs/{job}/events").status_code == 200
+        assert alice.get(f"/jobs/{job}/volumes").status_code == 200
+        assert alice.delete(f"/jobs/{job}").status_code == 200
+
+
+def test_each_client_has_a_share_of_the_queue_with_retry_after_from_the_work_ahead(gated):
+    limits = ServerLimits(max_queued_jobs=3, max_queued_per_client=2)
+    app = create_app(gated, token=TOKENS, limits=limits)
+    with (
+        ServerThread(app) as url,
+        _client(url, "alice") as alice,
+        _client(url, "bob") as bob,
+        _client(url, "carol") as carol,
+    ):
+        assert _submit(carol, steps=40, seed=0).status_code == 200  # runs (held at the gate)
+        _wait(gated.started.is_set, "the first job to start")
+        assert _submit(bob, steps=7, seed=1).status_code == 200
+        assert _submit(alice, steps=100, seed=2).status_code == 200
+        assert _submit(alice, steps=100, seed=3).status_code == 200
+        # alice's share (2) is full: her first waiting job starts after the running job's 40 steps and
+        # bob's 7 (his came first), at the assumed 1 s a step (nothing measured yet)
+        mine = _submit(alice, steps=5)
+        assert mine.status_code == 429 and "of yours" in mine.json()["detail"]
+        assert mine.headers["Retry-After"] == "47"
+        # the queue (3) is full: a slot frees when the running job's 40 steps are done
+        full = _submit(carol, steps=5)
+        assert full.status_code == 429 and full.headers["Retry-After"] == "40"
+        gated.gate.set()
+        _wait(lambda: all(j.done for j in app.state.manager.jobs.values()), "the jobs to finish")
+        assert gated.order == [0, 1, 2, 3]
+
+
+def test_waiting_jobs_run_in_turn_by_client(gated):
+    app = create_app(gated, token=TOKENS)
+    with ServerThread(app) as url, _client(url, "alice") as alice, _client(url, "bob") as bob:
+        assert _submit(alice, seed=100).status_code == 200
+        _wait(gated.started.is_set, "the first job to start")
+        for seed in (1, 2, 3):
+            assert _submit(alice, seed=seed).status_code == 200
+        assert _submit(bob, seed=50).status_code == 200  # after three of alice's, but not last
+        gated.gate.set()
+        _wait(lambda: all(j.done for j in app.state.manager.jobs.values()), "the jobs to finish")
+        assert gated.order == [100, 1, 50, 2, 3]
+
+
+def test_another_clients_jobs_never_evict_an_unread_result_and_a_read_one_goes(registry):
+    limits = ServerLimits(finished_jobs_kept=16, read_ttl_s=0.0)
+    app = create_app(InstantBackend(registry), token=TOKENS, limits=limits)
+    manager = app.state.manager
+    with ServerThread(app) as url, _client(url, "alice") as alice, _client(url, "bob") as bob:
+        mine = _submit(alice).json()["id"]
+        _wait(lambda: manager.get(mine).done, "alice's job")
+        bobs = []
+        for _ in range(17):  # one more than a client keeps: his own oldest goes, never alice's
+            bobs.append(_submit(bob, steps=1).json()["id"])
+            _wait(lambda: manager.get(bobs[-1]).done, "bob's job")
+        _submit(bob, steps=1)  # one more submit: the expiry runs
+        assert alice.get(f"/jobs/{mine}/volumes").status_code == 200
+        assert bob.get(f"/jobs/{bobs[0]}/volumes").status_code == 404  # bob's 16 newest are kept
+        assert bob.get(f"/jobs/{bobs[-1]}/volumes").status_code == 200
+        _submit(alice)  # read, and read_ttl_s (0 here) has passed: it goes at the next expiry
+        assert alice.get(f"/jobs/{mine}/volumes").status_code == 404
+
+
+def test_the_stream_limit_holds_when_streams_arrive_together(gated):
+    app = create_app(gated, token=TOKENS["alice"])  # one token, as most servers run
+    streams = app.state.streams
+    with ServerThread(app) as url, _client(url, "alice") as alice:
+        job = _submit(alice).json()["id"]
+        port = int(url.rsplit(":", 1)[1])
+        request = (
+            f"GET /jobs/{job}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {TOKENS['alice']}\r\n\r\n"
+        ).encode()
+        socks: list[socket.socket] = [None] * 270  # type: ignore[list-item]
+        go = threading.Barrier(len(socks))
+
+        def open_stream(i: int) -> None:  # all connect and send at once: no socket idles before its request
+            go.wait()
+            sock = socket.create_connection(
+                ("127.0.0.1", port), timeout=30, source_address=(f"127.0.2.{1 + i % 50}", 0)
+            )
+            sock.sendall(request)
+            socks[i] = sock
+
+        senders = [threading.Thread(target=open_stream, args=(i,)) for i in range(len(socks))]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join(30)
+        try:
+            statuses = []
+            for sock in socks:
+                data = b""
+                while b"\r\n" not in data:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                statuses.append(data[9:12])
+            assert statuses.count(b"200") == 256 and statuses.count(b"429") == 14, statuses
+            assert streams["peak"] == 256
+        finally:
+            gated.gate.set()
+            for sock in socks:
+                sock.close()
+        _wait(lambda: streams["open"] == 0, "the streams to end")
