@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from engine.api import Progress, SamplingRequest
-from engine.errors import InvalidRequest
+from engine.errors import InvalidRequest, ModelInvalid, NonFiniteOutput
 from engine.models.networks import build_scheduler
 from engine.models.output_geometry import resolve_output
 from engine.models.spec import ModelSpec
@@ -178,6 +178,7 @@ def denoise(
         scheduler.set_timesteps(request.steps, device=device, input_img_size_numel=int(np.prod(shape[2:])))
     else:
         scheduler.set_timesteps(request.steps, device=device)
+    _check_schedule(scheduler, spec)
 
     # 3. Initial noise from a CPU generator, so the same seed gives the same noise on every device.
     #    On the CPU the same generator then drives DDPM's per-step noise.
@@ -211,8 +212,18 @@ def denoise(
     else:
         image = x
 
+    # 7. Refuse a volume with NaN or infinite voxels before anyone can write it: every backend, bench,
+    #    cohort and the CLI get their volumes from this loop.
+    volumes = image.detach().float().cpu()
+    if not bool(torch.isfinite(volumes).all()):
+        bad = int((~torch.isfinite(volumes)).sum())
+        raise NonFiniteOutput(
+            f"model {spec.id!r} decoded a volume with {bad:,} of {volumes.numel():,} voxels NaN or infinite "
+            f"(the denoised latent was finite); nothing was written. {_NON_FINITE_ADVICE}"
+        )
+
     return LoopOutput(
-        volumes=image.detach().float().cpu(),
+        volumes=volumes,
         request=request,
         conditioning=conditioning,
         conditioning_normalised=normalised,
@@ -309,6 +320,13 @@ def _denoising_steps(
             preview, preview_stride = _preview_array(_to_image(prepared, spec, x0))
             pacer.record(time.perf_counter() - preview_started)
         x = x_next
+        # One reduction per step on the small latent: a model that went NaN stops here, not after
+        # the remaining steps and a decode, and the message says when it happened.
+        if not bool(torch.isfinite(x).all()):
+            raise NonFiniteOutput(
+                f"model {spec.id!r} produced NaN or infinite values at denoising step {i + 1} of "
+                f"{request.steps}; nothing was written. {_NON_FINITE_ADVICE}"
+            )
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         step_times.append(time.perf_counter() - step_started)
@@ -322,6 +340,28 @@ def _denoising_steps(
             preview_stride,
         )
     return x, step_times
+
+
+_NON_FINITE_ADVICE = (
+    "Its weights or noise schedule may be broken; if a reduced-precision setting (autocast, quantization) "
+    "is on, run again without it"
+)
+
+
+def _check_schedule(scheduler, spec: ModelSpec) -> None:
+    """Refuse a noise schedule with NaN or infinite values (a finite spec can still make one, e.g. beta
+    ends that drive a cumulative product to 0 and its inverse square root to infinity)."""
+    for name in ("betas", "alphas_cumprod", "timesteps"):
+        values = getattr(scheduler, name, None)
+        if (
+            isinstance(values, torch.Tensor)
+            and values.is_floating_point()
+            and not bool(torch.isfinite(values).all())
+        ):
+            raise ModelInvalid(
+                f"model {spec.id!r}: its noise schedule has NaN or infinite {name}; check the spec's schedule "
+                f"({', '.join(f'{k}={v}' for k, v in list(spec.schedule.items())[:6])})"
+            )
 
 
 def _output_record(spec: ModelSpec, made) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from engine.errors import EngineError, ModelInvalid, OutOfMemory
 from engine.models import networks
 from engine.models.bundle import _resolve
 from engine.models.network_limits import check_network_sizes
-from engine.models.source import LoadedModel, ModelSource, inside, read_json_limited
+from engine.models.source import LoadedModel, ModelSource, check_finite_weights, inside, read_json_limited
 from engine.models.spec import ModelSpec, one_line
 
 VARIANT = "rflow-mr-brain"
@@ -436,7 +436,8 @@ def _scale_factor(checkpoint: Any, path: Path) -> float:
     return number
 
 
-def _load(net, state: dict[str, Any], role: str, strict: bool) -> dict[str, Any]:
+def _load(net, state: dict[str, Any], role: str, strict: bool, file_name: str = "") -> dict[str, Any]:
+    check_finite_weights(state, role, file_name or "its checkpoint")
     result = net.load_state_dict(state, strict=False)
     if result.missing_keys:
         raise ModelInvalid(
@@ -495,12 +496,22 @@ class MaisiModelSource(ModelSource):
             scale = _scale_factor(unet_checkpoint, self.weight_files["unet"])
             unet = networks.build_network(self.spec.networks["unet"], where="diffusion_unet_def")
             notes = {
-                "unet": _load(unet, _state_dict(unet_checkpoint, self.weight_files["unet"]), "U-Net", False)
+                "unet": _load(
+                    unet,
+                    _state_dict(unet_checkpoint, self.weight_files["unet"]),
+                    "U-Net",
+                    False,
+                    self.weight_files["unet"].name,
+                )
             }
             del unet_checkpoint
             autoencoder = networks.build_network(self.spec.networks["autoencoder"], where="autoencoder_def")
             notes["autoencoder"] = _load(
-                autoencoder, _state_dict(ae_checkpoint, self.weight_files["autoencoder"]), "autoencoder", True
+                autoencoder,
+                _state_dict(ae_checkpoint, self.weight_files["autoencoder"]),
+                "autoencoder",
+                True,
+                self.weight_files["autoencoder"].name,
             )
             del ae_checkpoint
         except EngineError:

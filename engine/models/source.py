@@ -178,6 +178,7 @@ class ModelSource:
                 if role not in self.spec.networks:
                     continue
                 net = networks.build_network(self.spec.networks[role], where=f"networks.{role}")
+                check_finite_weights(state[role], role, self.weight_files[role].name)
                 _load_state(net, state[role], role, self.load_old)
                 built[role] = net.eval().requires_grad_(False)
         except EngineError:
@@ -266,6 +267,24 @@ def _read_torch_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(checkpoint, dict):
         raise ModelInvalid(f"checkpoint {path.name} holds a {type(checkpoint).__name__}, not a state dict")
     return checkpoint
+
+
+def check_finite_weights(state: dict[str, Any], role: str, file_name: str) -> None:
+    """Refuse weights holding NaN or infinity: such a model samples an all-NaN volume. One pass over the
+    tensors (a fraction of reading them from disk)."""
+    import torch
+
+    for name, tensor in state.items():
+        if (
+            isinstance(tensor, torch.Tensor)
+            and tensor.is_floating_point()
+            and not bool(torch.isfinite(tensor).all())
+        ):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ModelInvalid(
+                f"the {role} weights in {file_name} hold NaN or infinite values ({bad:,} of {tensor.numel():,} "
+                f"in {name[:120]}); the file is damaged or was saved from a diverged training run"
+            )
 
 
 def _load_state(net, state: dict[str, Any], role: str, load_old: bool) -> None:

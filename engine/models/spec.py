@@ -529,6 +529,10 @@ class ModelSpec:
             )
         if "num_train_timesteps" not in self.schedule:
             raise ModelInvalid("schedule needs num_train_timesteps")
+        for key, value in self.schedule.items():
+            # JSON readers accept NaN and Infinity; a schedule holding one samples an all-NaN volume
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ModelInvalid(f"schedule {key} is {value}; it must be a finite number")
         timesteps = self.schedule["num_train_timesteps"]
         if (
             isinstance(timesteps, bool)

@@ -35,7 +35,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from engine.errors import InvalidRequest, OutOfMemory
+from engine.errors import InvalidRequest, NonFiniteOutput, OutOfMemory
 from engine.formatting import format_bytes
 
 MAX_VOXELS_ENV = "VOLSYNTH_MAX_VOXELS"
@@ -110,6 +110,19 @@ def check_voxel_count(shape: tuple[int, ...], what: str) -> int:
             f"{MAX_VOXELS_ENV} (e.g. {MAX_VOXELS_ENV}={voxels})"
         )
     return voxels
+
+
+def refuse_non_finite(volume, what: str) -> None:
+    """NonFiniteOutput unless every voxel of a generated ``volume`` is finite: the last guard of the paths
+    that write one (NIfTI + sidecar, the vault), behind the sampling loop's own check, for results that
+    come from elsewhere (an engine server, a caller's own array)."""
+    array = np.asarray(volume)
+    if array.dtype.kind in "fc" and not np.isfinite(array).all():
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        raise NonFiniteOutput(
+            f"{what} has {bad:,} of {array.size:,} voxels NaN or infinite; refusing to write it (nothing was "
+            "written). The model that made it is broken or a reduced-precision setting overflowed"
+        )
 
 
 def check_memory(need: int, what: str) -> None:

@@ -230,7 +230,10 @@ def write_image_files(
 def save_result(result, out: str | Path) -> list[Path]:
     """Write each volume of a SamplingResult as NIfTI + JSON sidecar, and its tissue maps beside it
     (``write_image_files``). All files of a batch appear together or not at all. Returns the image paths."""
+    from engine.nifti.checks import refuse_non_finite
+
     out = check_output_path(out)
+    refuse_non_finite(result.volumes, "the generated volume")
     nifti_paths = batch_paths(out, result.volumes.shape[0])
     targets = [p for path in nifti_paths for p in image_files(path, result.label_names)]
     with atomic_files(targets) as temps:

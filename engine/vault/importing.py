@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.errors import DuplicateItem, InvalidRequest, OutputError, VaultCorrupted
+from engine.nifti.checks import refuse_non_finite
 from engine.nifti.io import is_nifti, xform_code
 from engine.vault import crypto, dicom, item_index, nifti, record_files
 from engine.vault import synthetic as synthetic_marks
@@ -307,6 +308,7 @@ def add_synthetic(
     aff = np.asarray(affine, dtype=np.float64)
     if aff.shape != (4, 4) or not np.all(np.isfinite(aff)):
         raise InvalidRequest("the affine must be a finite 4x4 matrix")
+    refuse_non_finite(arr, "the synthetic volume")  # a generated volume of NaN is a broken model, not data
     prov = json_copy(provenance, "provenance")
     if not isinstance(prov, dict):
         raise InvalidRequest("provenance must be a dict")
