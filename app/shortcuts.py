@@ -49,7 +49,7 @@ COMPARE_WINDOW = "Compare Settings window"
 ACTION_FREE = (SLICE_VIEWS, SLICE_VIEWS_MOUSE, VIEW3D_MOUSE, COMPARE_WINDOW)
 
 WINDOW_PRESET_COUNT = 5  # app.core.volumes: the four WINDOW_PRESETS and Custom (tests check the count)
-LAYOUT_COUNT = 4  # app.viewer.viewer_area.LAYOUTS (tests check the count)
+LAYOUT_COUNT = 5  # app.viewer.viewer_area.LAYOUTS (tests check the count)
 
 _Std = QKeySequence.StandardKey
 

@@ -35,6 +35,8 @@ def corner_texts(view, level: int) -> dict[str, str]:
         texts["title"] += f" ({CONVENTION_SHORT[view.state.convention]})"
     if level == 2:
         texts["title"] = view.plane[:3].capitalize()
+    if getattr(view, "label", ""):  # side by side: which of the two volumes this view shows
+        texts["title"] = f"{view.label} \u00b7 {texts['title']}"
     if entry is None:
         return texts
     if entry.kind == "preview":  # which step the image is from: the bar may be a step or two further

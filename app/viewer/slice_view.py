@@ -62,6 +62,10 @@ class SliceView(QWidget):
     colour_table: list[int] | None = None
     empty_text = "Generate a volume or open a NIfTI file"  # under the plane's name while nothing is shown
     view_changed = Signal()  # zoom or pan changed
+    # Side by side (app/viewer/side_by_side.py): "A" or "B" before the plane's name, and what is blended
+    # over the slice (a callable giving (image, opacity), or None), as Slicer's foreground over background.
+    label = ""
+    foreground = None
 
     TEXT_MARGIN = 6.0  # from the widget's edges
     BOX_PAD_X, BOX_PAD_Y = 4.0, 1.0  # backing box around the text
@@ -269,6 +273,11 @@ class SliceView(QWidget):
             painter.drawText(self.empty_hint_rect(), EMPTY_HINT_FLAGS, self.empty_hint())
         else:
             self._draw_image(painter, image)
+            blended = self.foreground() if self.foreground is not None else None
+            if blended is not None:
+                painter.setOpacity(blended[1])
+                self._draw_image(painter, blended[0])
+                painter.setOpacity(1.0)
             overlay = self._overlay_image()
             if overlay is not None:
                 self._draw_image(painter, overlay)

@@ -123,7 +123,9 @@ class ViewerToolbar(QToolBar):
         self.layout_button = QToolButton()
         self.layout_button.setObjectName("layoutButton")
         self.layout_button.setText("Layout")
-        self.layout_button.setToolTip("View layout: Four-Up, Conventional, One-up, three slices in a row")
+        self.layout_button.setToolTip(
+            "View layout: Four-Up, Conventional, One-up, three slices in a row, side by side with another volume"
+        )
         self.layout_button.setMenu(self.layout_menu)
         self.layout_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.addWidget(self.layout_button)

@@ -39,6 +39,7 @@ def test_layouts_from_the_view_menu_and_the_toolbar_are_remembered(
         "Conventional",
         "One-up",
         "Three slices in a row",
+        "Side by side (A | B)",
     ]
     assert _visible(window) == {"axial", "coronal", "sagittal", "3d"}
     screenshot(window, "layout-four-up")
