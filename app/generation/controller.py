@@ -174,6 +174,7 @@ class GenerationController(QObject):
             ended=self._on_worker_ended,
         )
         self.state.set_job_running(True)
+        self.panel.progress_label.setText("Starting...")  # this run's; other jobs leave the panel's line
         self.settings.setValue("model/last", self.form.model.id)
         self.show_status(
             f"Generating with {spec.name} on {self.device_text(self.form.device)} "

@@ -41,6 +41,7 @@ from app.panels.plan_line import PlanLine
 from app.panels.run_box import RunBox
 
 SLIDER_STEPS = 1000
+BUSY_TEXT = "Waiting: another run is using the engine; Generate is free when it ends."
 MIN_PANEL_WIDTH = 300
 
 
@@ -666,8 +667,21 @@ class SamplingPanel(QWidget):
             widget.setEnabled(not running)
         self._update_guidance_enabled()
         if running:
+            # Any engine job (a generation, a Compare run): the generation controller says "Starting..." for
+            # its own; another job's end gives the line back as it was (it stayed "Starting... 0%" idle).
+            self._idle_progress = (
+                self.progress_label.text(),
+                self.progress_bar.value(),
+                self.progress_bar.format(),
+            )
             self.progress_bar.setValue(0)
-            self.progress_label.setText("Starting...")
+            self.progress_bar.setFormat("%p%")
+            self.progress_label.setText(BUSY_TEXT)
+        elif self.progress_label.text() == BUSY_TEXT and getattr(self, "_idle_progress", None):
+            text, value, form = self._idle_progress
+            self.progress_label.setText(text)
+            self.progress_bar.setValue(value)
+            self.progress_bar.setFormat(form)
 
     def _on_state_progress_changed(self, tracker: ProgressTracker) -> None:
         self.progress_bar.setValue(tracker.percent)

@@ -401,9 +401,15 @@ def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, main_window):
     # No wait for the window to be exposed or active: the keys go where the keyboard is at once.
     target = QApplication.focusWidget()
     assert target is not None and target.window() is compare
+    panel = main_window.sampling_panel
+    idle = (panel.progress_label.text(), panel.progress_bar.value())
     qtbot.keyClick(target, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert compare._job is not None and main_window.state.job_running  # started
+    # The Generate panel says another run has the engine, not "Starting..." of a generation of its own ...
+    assert panel.progress_label.text().startswith("Waiting: another run is using the engine")
     assert _wait(qtbot, compare) == "finished"
+    # ... and once it ends, its line is what it was (it stayed "Starting... 0%" while idle).
+    assert (panel.progress_label.text(), panel.progress_bar.value()) == idle
     compare.close()
 
 
