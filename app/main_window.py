@@ -39,6 +39,7 @@ from app.docks.metrics_sources import MetricsSources
 from app.eliding_status_bar import ElidingStatusBar
 from app.generation import install_generation
 from app.generation.tuning import install_tuning
+from app.models import install_get_models
 from app.panels.dock_width import widen_dock
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
@@ -184,6 +185,7 @@ class MainWindow(QMainWindow):
         self.compare = install_compare(self)  # Generate > Compare Settings: two settings side by side
         self.remote = install_remote(self)  # Generate > Connect to Engine Server: remote devices (app/remote)
         self.cohort = install_cohort(self)  # Generate > Cohort...: many volumes on Ray (app/cohort)
+        self.get_models = install_get_models(self)  # Generate > Get Models...: real models from their hubs
         # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
         self.recovery = install_recovery(self, recovery or RecoveryStore(), self.recovery_bar)
         # Quitting without closing the window (app.quit(), a session logout) is still a clean exit.

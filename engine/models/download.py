@@ -51,6 +51,9 @@ DEFAULT_HUB = "https://huggingface.co"
 #: Space kept free beyond the files themselves: a full disk breaks more than the download.
 DISK_MARGIN_BYTES = 64 << 20
 HEAD_TIMEOUT_S = 10.0
+#: How much http_get reads before each write (huggingface_hub's own is 10 MiB): a write is when progress is
+#: shown, Cancel is honoured and a kill loses what was read since, so VolSynth asks for 1 MiB.
+WRITE_CHUNK_BYTES = 1 << 20
 
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes in all, what is happening)
 
@@ -327,17 +330,24 @@ def _fetch(plan: DownloadPlan, item: FilePlan, advance: Callable[[int], None]) -
         have = 0
     headers = build_hf_headers()
     headers["Accept-Encoding"] = "identity"  # byte ranges of the file itself, not of a compressed stream
-    with open(part, "ab") as handle:
-        if have != (item.size or -1):
-            http_get(
-                item.url,
-                _CountingFile(handle, advance),
-                resume_size=have,
-                headers=headers,
-                expected_size=item.size,
-                displayed_filename=item.file.path,
-                tqdm_class=_quiet_tqdm(),
-            )
+    from huggingface_hub import constants
+
+    hub_chunk = constants.DOWNLOAD_CHUNK_SIZE  # read by http_get at each call: set for this one, then back
+    constants.DOWNLOAD_CHUNK_SIZE = WRITE_CHUNK_BYTES
+    try:
+        with open(part, "ab") as handle:
+            if have != (item.size or -1):
+                http_get(
+                    item.url,
+                    _CountingFile(handle, advance),
+                    resume_size=have,
+                    headers=headers,
+                    expected_size=item.size,
+                    displayed_filename=item.file.path,
+                    tqdm_class=_quiet_tqdm(),
+                )
+    finally:
+        constants.DOWNLOAD_CHUNK_SIZE = hub_chunk
     digest = sha256_file(part)
     if item.expected_sha256 and digest != item.expected_sha256:
         part.unlink()
@@ -472,6 +482,7 @@ def _place(plan: DownloadPlan, hashes: RecordedHashes, report: Progress) -> Path
         },
     }
     (plan.staging / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2), encoding="utf-8")
+    _write_readme(plan.staging, entry)
     try:
         verify_folder(plan.staging)
     except EngineError as exc:
@@ -488,6 +499,22 @@ def _place(plan: DownloadPlan, hashes: RecordedHashes, report: Progress) -> Path
     if first_use:
         report(plan.total, plan.total, "recorded SHA-256 (first use): " + ", ".join(first_use))
     return plan.target
+
+
+def _write_readme(folder: Path, entry: CatalogueEntry) -> None:
+    """NV-Generate's folder states its weights' licence in README.md's variant table, which the loader reads
+    (engine.models.maisi): the fetched folder gets that table, written from the catalogue."""
+    if entry.layout != "nv-generate" or (folder / "README.md").exists():
+        return
+    licence = entry.licence
+    (folder / "README.md").write_text(
+        f"# {entry.title} {entry.version}\n\n"
+        f"Fetched by VolSynth from the sources in {PROVENANCE_FILE}; configs from "
+        f"{entry.raw.get('configs_from', {}).get('repository', 'NVIDIA')} (Apache-2.0, LICENSE.configs).\n\n"
+        "| | `rflow-mr-brain` |\n|---|---|\n"
+        f"| **License** | [{licence.name}]({licence.url}) |\n",
+        encoding="utf-8",
+    )
 
 
 def _remove_empty(folder: Path) -> None:
@@ -540,6 +567,7 @@ def add_folder(
             source_files = {}
         else:
             source_files = _copy_entry_files(folder, entry, staging, hashes)
+            _write_readme(staging, entry)
         verify_folder(staging)
     except EngineError:
         shutil.rmtree(staging, ignore_errors=True)

@@ -29,6 +29,7 @@ class HubState:
         self.chunk = 64 << 10
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         self.bytes_served = 0
+        self.served: list[int] = []  # bytes of file data sent for each request, in the order of requests
         self.lock = threading.Lock()
 
     def add(self, repo: str, revision: str, path: str, content: bytes) -> None:
@@ -60,6 +61,8 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.state
         with state.lock:
             state.requests.append((self.command, self.path, self.headers.get("Range")))
+            state.served.append(0)
+            number = len(state.served) - 1
         found = self._lookup()
         if found is None or found[1] is None:
             body = b'{"error":"Entry not found"}'
@@ -107,6 +110,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             with state.lock:
                 state.bytes_served += len(block)
+                state.served[number] += len(block)
             if state.delay_per_chunk_s:
                 time.sleep(state.delay_per_chunk_s)
 

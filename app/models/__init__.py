@@ -1,0 +1,54 @@
+"""Getting real models: Generate > Get Models... (the catalogue, licences, resumable downloads)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject
+from PySide6.QtGui import QAction
+
+from app.models.get_models_dialog import GetModelsDialog
+
+
+class GetModelsController(QObject):
+    """Owns the menu entry and the one dialog (kept, so a download in progress survives closing it)."""
+
+    def __init__(self, make_dialog: Callable[[], GetModelsDialog], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.make_dialog = make_dialog
+        self.dialog: GetModelsDialog | None = None
+        self.action = QAction("Get Mo&dels...", parent)
+        self.action.setObjectName("get_models_action")
+        tip = "Fetch NVIDIA's NV-Generate-MR-Brain or MONAI's brain LDM from their hubs, with their licences"
+        self.action.setStatusTip(tip)
+        self.action.setToolTip(tip)
+        self.action.triggered.connect(self._on_action_triggered)
+
+    def open(self) -> GetModelsDialog:
+        if self.dialog is None:
+            self.dialog = self.make_dialog()
+        self.dialog.show()
+        self.dialog.raise_()
+        self.dialog.activateWindow()
+        return self.dialog
+
+    def _on_action_triggered(self) -> None:
+        self.open()
+
+
+def install_get_models(window, models_dir: Path | None = None) -> GetModelsController:
+    """Give ``window`` (a ``MainWindow``) Generate > Get Models..., right after Open Model Folder."""
+
+    def installed(folder: Path) -> None:
+        window.open_model_folder(folder)  # into the model picker, selected
+
+    controller = GetModelsController(
+        lambda: GetModelsDialog(window, window.runner, installed, models_dir), parent=window
+    )
+    actions = window.generate_menu.actions()
+    after = (
+        actions.index(window.open_model_action) + 1 if window.open_model_action in actions else len(actions)
+    )
+    window.generate_menu.insertAction(actions[after] if after < len(actions) else None, controller.action)
+    return controller
