@@ -589,6 +589,19 @@ class SamplingPanel(QWidget):
         self.generate_button.setToolTip(
             f"Cannot generate: {blocked}" if blocked else "Generate a volume (Ctrl+G)"
         )
+        # Why the button is off, on the line under it (a tooltip alone was missed, and the line still said
+        # "Done in 27.0 s"); the line comes back when the block is lifted.
+        blocked_text = f"Cannot generate: {blocked.splitlines()[0]}" if blocked else ""
+        shown = getattr(self, "_blocked_text", "")
+        if blocked_text and not self.state.job_running:
+            if not shown:
+                self._before_block = self.progress_label.text()
+            self.progress_label.setText(blocked_text)
+            self._blocked_text = blocked_text
+        elif shown:
+            if self.progress_label.text() == shown:
+                self.progress_label.setText(self._before_block)
+            self._blocked_text = ""
 
     # -- user edits ----------------------------------------------------------------------------------
 

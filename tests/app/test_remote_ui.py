@@ -13,6 +13,8 @@ from engine.errors import BackendUnavailable, InvalidRequest
 from engine.server import create_app
 from engine.testing import ServerThread
 
+from .test_maisi_ui import _pick
+
 pytestmark = pytest.mark.render
 TOKEN = "t0ken-for-tests"
 
@@ -135,10 +137,15 @@ def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, main_wi
     qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
     reason = window.state.form.blocked_reason()
     assert "has no model 'only-here'" in reason and "tiny-latent" in reason
-    assert not window.sampling_panel.generate_button.isEnabled()
-    window.state.select_model(window.state.model_by_id("tiny-pixel"))
+    panel = window.sampling_panel
+    assert not panel.generate_button.isEnabled()
+    # The line under the button says why, not only the button's tooltip.
+    assert panel.progress_label.text() == f"Cannot generate: {reason.splitlines()[0]}"
+    window.activateWindow()  # the connect dialog had the keyboard
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    _pick(qtbot, panel.model_box, "tiny-pixel")
     assert window.state.form.blocked_reason() == ""
-    assert window.sampling_panel.generate_button.isEnabled()
+    assert panel.generate_button.isEnabled() and panel.progress_label.text() == "Ready"
 
 
 def test_wrong_token_or_no_server_keeps_the_dialog_open_with_the_reason(qtbot, main_window, server):
