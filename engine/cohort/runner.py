@@ -38,9 +38,12 @@ import numpy as np
 
 from engine.cohort.dataset import (
     STATE_DIR,
+    image_sidecar_keys,
+    skull_stripped,
     tissue_paths,
     volume_path,
     write_description,
+    write_map_sidecars,
     write_participants,
 )
 from engine.cohort.manifest import DONE, FAILED, PENDING, Manifest, manifest_path, now_utc
@@ -135,11 +138,30 @@ class _CohortWorker:
         return os.getpid()
 
     def generate(self, request: dict[str, Any]):
-        """(SamplingResult, this worker's pid): the record crosses Ray as it is (a dataclass of arrays)."""
+        """(SamplingResult, :func:`worker_identity`): the record crosses Ray as it is (a dataclass of arrays)."""
         from engine.api import SamplingRequest, run
 
         req = SamplingRequest.from_dict({**request, "model": self.model_path, "xla_plan": self.plan})
-        return run(self.backend.sample(req)), os.getpid()
+        return run(self.backend.sample(req)), worker_identity()
+
+
+def worker_identity() -> dict[str, Any]:
+    """Which process on which machine made a volume: pid, Ray node id, hostname and node address.
+
+    A pid alone names nothing on a cluster (every node has a pid 4242); the node id is the one Ray's own
+    tools (``ray list nodes``, the dashboard, logs) show, the hostname what a person recognises.
+    """
+    import socket
+
+    identity: dict[str, Any] = {"pid": os.getpid(), "hostname": socket.gethostname()}
+    try:
+        import ray
+
+        identity["node_id"] = ray.get_runtime_context().get_node_id()
+        identity["node_ip"] = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - outside a Ray worker (or an older Ray): the machine's own names only
+        identity.setdefault("node_id", None)
+    return identity
 
 
 def _model_here(model_path: str, packed) -> str:
@@ -283,6 +305,8 @@ def prepare_folder(spec: CohortSpec, root: Path, registry=None) -> tuple[Manifes
     if source.spec.modalities:
         # The report's brain and ventricle measurements assume a T1-like contrast: it reads this.
         model["modality"] = spec.modality or source.spec.default_modality
+    # BIDS SkullStripped (REQUIRED in each image's sidecar): what the modality or the model says it makes.
+    model["skull_stripped"] = skull_stripped(model.get("modality"), source.spec.description)
     if spec.target == "folder":
         write_description(root, spec.cohort_id, model, spec.to_json())
     else:
@@ -315,6 +339,8 @@ class _Writer:
         self.labels = tuple(labels)
         # The image's BIDS suffix (T1w, T2w, FLAIR...): the modality the manifest's model record names.
         self.modality = manifest.data.get("model", {}).get("modality")
+        # The template space of the model's volumes: the files' space-<label> entity (none without one).
+        self.space = manifest.data.get("model", {}).get("space")
         if spec.target == "vault" and vault is None:
             raise InvalidRequest("this cohort goes into a vault; unlock it first (pass the passphrase)")
 
@@ -324,8 +350,8 @@ class _Writer:
             return False
         if self.spec.target == "folder":
             root = self.manifest.root
-            return volume_path(root, participant, self.modality).is_file() and all(
-                p.is_file() for p in tissue_paths(root, participant, self.labels, self.modality)
+            return volume_path(root, participant, self.modality, self.space).is_file() and all(
+                p.is_file() for p in tissue_paths(root, participant, self.labels, self.modality, self.space)
             )
         return bool(self._vault_matches(participant))
 
@@ -342,8 +368,9 @@ class _Writer:
             if i.label == label and (not complete or set(self.labels) <= set(i.tissue_maps))
         ]
 
-    def write(self, participant: str, result, pid: int) -> tuple[str, str]:
-        """Store one SamplingResult (a batch of one) made by worker ``pid``; returns (where, volume sha256)."""
+    def write(self, participant: str, result, worker: dict[str, Any]) -> tuple[str, str]:
+        """Store one SamplingResult (a batch of one) made by ``worker`` (:func:`worker_identity`); returns
+        (where, volume sha256)."""
         from engine.nifti.io import save_result
 
         member = result.member(0)  # the image and the tissue maps decoded with it ({} without label channels)
@@ -360,7 +387,7 @@ class _Writer:
         provenance["volume_sha256"] = digest
         # The worker's argv is Ray's default_worker.py; what made this volume is the driver's command.
         provenance["command"] = " ".join(sys.argv[:1]) + " (Ray cohort driver)"
-        provenance["worker"] = {"pid": pid, "backend": provenance.get("backend")}
+        provenance["worker"] = {**worker, "backend": provenance.get("backend")}
         tissue = member.tissue
         if self.spec.target == "vault":
             # A crash after the vault stored the item but before the manifest said so must not store it twice.
@@ -378,10 +405,13 @@ class _Writer:
                 allow_duplicate=bool(self._vault_matches(participant, complete=False)),
             )
             return info.id, digest
-        path = volume_path(self.manifest.root, participant, self.modality)
+        path = volume_path(self.manifest.root, participant, self.modality, self.space)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # The result as it came, with the cohort's provenance: save_result writes the maps beside the image.
-        save_result(replace(result, provenance=provenance), path)
+        model = self.manifest.data.get("model", {})
+        write_map_sidecars(path, self.labels, model)  # before the image: a stored image has them
+        # The result as it came, with the cohort's provenance and the BIDS keys of its sidecar: save_result
+        # writes the maps beside the image.
+        save_result(replace(result, provenance={**provenance, **image_sidecar_keys(model)}), path)
         return path.relative_to(self.manifest.root).as_posix(), digest
 
     def participants(self) -> None:
@@ -718,7 +748,7 @@ class _CohortRun:
         entry = manifest.items[participant]
         errors_types = _worker_errors()
         try:
-            result, worker_pid = ray.get(ref)
+            result, worker = ray.get(ref)
         except errors_types as exc:
             message = f"worker {self.pids[index]} died: {type(exc).__name__}"
             entry["errors"].append({"attempt": entry["attempts"], "error": message, "at": now_utc()})
@@ -748,7 +778,8 @@ class _CohortRun:
             yield self.progress("failed", participant=participant, message=message)
             return
         self.idle.append(index)
-        where, digest = self.writer.write(participant, result, worker_pid)
+        worker_pid = int(worker["pid"])
+        where, digest = self.writer.write(participant, result, worker)
         prov = result.provenance
         step_times = prov.get("step_times_s") or []
         if step_times:
@@ -759,6 +790,8 @@ class _CohortRun:
             volume_sha256=digest,
             seconds=round(float(prov.get("timings", {}).get("total_s", 0.0)), 3),
             worker_pid=worker_pid,
+            worker_node=worker.get("node_id"),
+            worker_host=worker.get("hostname"),
             finished_utc=now_utc(),
         )
         self.done_this_run += 1
