@@ -249,3 +249,30 @@ def test_get_refuses_an_installed_model_in_one_line(hub, user):
     with pytest.raises(OutputError, match="already exists"):
         download.get_model(find_entry("brain-ldm"))
     assert hub.state.bytes_served == served
+
+
+def test_the_listing_offers_what_can_be_fetched_and_a_typed_yes_accepts(hub, user, capsys, monkeypatch):
+    assert main(["models"]) == 0
+    listing = capsys.readouterr().out
+    assert "nv-generate-mr-brain  [can be fetched: volsynth models get nv-generate-mr-brain]" in listing
+    assert "brain-ldm  [can be fetched" in listing and "memory per volume: 128x128x64: about" in listing
+    assert "quality not guaranteed by its owners: mra (all planes)" in listing
+    assert hub.state.requests == []  # listing asks the hub nothing
+
+    class Terminal:
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stdin", Terminal())
+    monkeypatch.setattr("builtins.input", lambda prompt: "yes")
+    assert main(["models", "get", "brain-ldm"]) == 0
+    out = capsys.readouterr().out
+    assert "is under the Apache License 2.0" in out and "installed" in out
+    assert download.LicenceAcceptances().accepted(find_entry("brain-ldm"))
+
+
+def test_add_a_bundle_folder_as_it_is(content, tmp_path, user, capsys):
+    assert main(["models", "add", str(content["brain-ldm"])]) == 0, capsys.readouterr().err
+    assert (user / content["brain-ldm"].name / "configs" / "inference.json").is_file()
+    assert content["brain-ldm"].is_dir()  # the source is left as it was
+    ModelRegistry([user]).get(content["brain-ldm"].name)
