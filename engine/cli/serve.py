@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from engine.xla import PRECISIONS
 
@@ -62,6 +63,13 @@ def register(sub) -> None:
         "(43 characters) for a network address",
     )
     parser.add_argument(
+        "--tokens-file",
+        default=None,
+        metavar="FILE",
+        help="one client per line, 'NAME TOKEN' (# starts a comment): each client sees and cancels only "
+        "its own jobs and has its own share of the queue; instead of --token",
+    )
+    parser.add_argument(
         "--new-token", action="store_true", help="print a new random token (32 bytes) and exit"
     )
     parser.add_argument("--tls-cert", default=None, metavar="PEM", help="serve HTTPS with this certificate")
@@ -85,6 +93,20 @@ def register(sub) -> None:
     parser.add_argument(
         "--max-queue", type=int, default=8, help="jobs that may wait to run; more are refused (429)"
     )
+    parser.add_argument(
+        "--max-queue-per-client",
+        type=int,
+        default=4,
+        help="jobs of one client (token) that may wait to run; its further jobs are refused (429)",
+    )
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM/Ctrl-C: queued jobs end at once, a running job may finish within this, then it is "
+        "cancelled; every client is told at once (default 30)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -101,22 +123,31 @@ def run(args) -> int:
         raise InvalidRequest("--tls-cert and --tls-key go together: give both")
     if args.max_queue < 1:
         raise InvalidRequest(f"--max-queue must be at least 1, got {args.max_queue}")
+    if args.max_queue_per_client < 1:
+        raise InvalidRequest(f"--max-queue-per-client must be at least 1, got {args.max_queue_per_client}")
+    if not 0 <= args.shutdown_grace <= 3600:
+        raise InvalidRequest(f"--shutdown-grace must be 0 to 3600 seconds, got {args.shutdown_grace:g}")
+    tokens = client_tokens(args)
     tls = bool(args.tls_self_signed or args.tls_cert)
-    check_bind(args.host, args.token, tls, args.allow_plain_http)
+    for token in tokens.values() if tokens else [None]:
+        check_bind(args.host, token, tls, args.allow_plain_http)
     cert, key = tls_files(args)
-
-    import uvicorn
 
     from engine.server import create_app
     from engine.server.connections import uvicorn_options
+    from engine.server.serving import serve
     from engine.telemetry import Sampler
 
-    limits = ServerLimits(max_queued_jobs=args.max_queue)
+    limits = ServerLimits(
+        max_queued_jobs=args.max_queue,
+        max_queued_per_client=min(args.max_queue_per_client, args.max_queue),
+        shutdown_grace_s=args.shutdown_grace,
+    )
     metrics = Sampler()  # the server's own GPU/CPU metrics, for clients' metrics views (GET /metrics)
     metrics.start()
     try:
-        app = create_app(serving_backend(args), token=args.token, metrics_source=metrics, limits=limits)
-        uvicorn.run(
+        app = create_app(serving_backend(args), token=tokens, metrics_source=metrics, limits=limits)
+        serve(
             app,
             host=args.host,
             port=args.port,
@@ -128,6 +159,35 @@ def run(args) -> int:
     finally:
         metrics.stop()
     return 0
+
+
+def client_tokens(args) -> dict[str, str] | None:
+    """Client names -> tokens, from --token (one client) or --tokens-file; None for an open server."""
+    from engine.errors import InvalidRequest
+
+    if args.tokens_file and args.token:
+        raise InvalidRequest("give either --token (or $VOLSYNTH_SERVER_TOKEN) or --tokens-file, not both")
+    if not args.tokens_file:
+        return {"client": args.token} if args.token else None
+    try:
+        text = Path(args.tokens_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"cannot read --tokens-file {args.tokens_file}: {type(exc).__name__}") from exc
+    tokens: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise InvalidRequest(f"{args.tokens_file} line {number}: write 'NAME TOKEN' (two words)")
+        name, token = parts
+        if name in tokens or token in tokens.values():
+            raise InvalidRequest(f"{args.tokens_file} line {number}: each name and each token once")
+        tokens[name] = token
+    if not tokens:
+        raise InvalidRequest(f"{args.tokens_file} names no client; write 'NAME TOKEN' lines")
+    return tokens
 
 
 def serving_backend(args):

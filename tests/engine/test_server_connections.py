@@ -1,7 +1,7 @@
 """Idle and slow-header connections against the engine server as ``volsynth serve`` configures it (issue 24).
 
-The server is a real uvicorn on 127.0.0.1, built by ``volsynth serve`` itself (``uvicorn.run`` is caught to
-take its application and options and run them in a thread). The load is bounded and loopback-only: a few
+The server is a real uvicorn on 127.0.0.1, built by ``volsynth serve`` itself (``serving.serve`` is caught
+to take its application and options and run them in a thread). The load is bounded and loopback-only: a few
 hundred sockets. Before the fix, ~320 sockets that never sent a request made every real request 503.
 """
 
@@ -25,14 +25,14 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 def served(monkeypatch, model_path_env):
     """``volsynth serve``'s application and uvicorn options, as the CLI would have run them."""
-    import uvicorn
+    from engine.server import serving
 
     caught = {}
 
-    def fake_run(app, **options):
+    def fake_serve(app, **options):
         caught["app"], caught["options"] = app, options
 
-    monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr(serving, "serve", fake_serve)
     assert cli_main(["serve", "--device", "cpu", "--token", TOKEN]) == 0
     options = {
         k: v

@@ -178,3 +178,29 @@ def test_the_stream_limit_holds_when_streams_arrive_together(gated):
             for sock in socks:
                 sock.close()
         _wait(lambda: streams["open"] == 0, "the streams to end")
+
+
+def test_serve_takes_one_token_per_client_from_a_file(tmp_path, monkeypatch, model_path_env, capsys):
+    from engine.cli import main
+    from engine.server import serving
+
+    caught = {}
+    monkeypatch.setattr(serving, "serve", lambda app, **options: caught.setdefault("app", app))
+    monkeypatch.delenv("VOLSYNTH_SERVER_TOKEN", raising=False)
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"# clients\nalice {TOKENS['alice']}\nbob {TOKENS['bob']}  # the lab's box\n")
+    assert (
+        main(["serve", "--device", "cpu", "--tokens-file", str(tokens), "--max-queue-per-client", "2"]) == 0
+    )
+    assert caught["app"].state.gate.tokens == {"alice": TOKENS["alice"], "bob": TOKENS["bob"]}
+    assert caught["app"].state.limits.max_queued_per_client == 2
+    for text, message in (
+        (f"alice {TOKENS['alice']} extra\n", "line 1: write 'NAME TOKEN'"),
+        (f"alice {TOKENS['alice']}\nalice {TOKENS['bob']}\n", "line 2: each name and each token once"),
+        ("alice password\n", "too easy to guess"),
+        ("# nobody\n", "names no client"),
+    ):
+        tokens.write_text(text)
+        assert main(["serve", "--device", "cpu", "--tokens-file", str(tokens)]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and TOKENS["bob"] not in err
