@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from app.core.display import modality_title
 from app.core.events import Event
 from app.core.generation_form import GenerationForm
 from app.core.progress import ProgressTracker
@@ -62,7 +63,10 @@ def default_result_name(provenance: dict, seed: int) -> str:
         if value not in (None, False, "default") and name != "psnr_budget_db"
     ]
     tag = "+".join(changed) if changed else time.strftime("%H:%M:%S")
-    return f"{model} seed {seed} · {tag}"
+    # A model that makes several contrasts (NV-Generate-MR-Brain) says which, so a T1w and a T2w differ.
+    modality = (provenance.get("output") or {}).get("modality")
+    contrast = f" {modality_title(str(modality))}" if modality else ""
+    return f"{model}{contrast} seed {seed} · {tag}"
 
 
 class AppState:

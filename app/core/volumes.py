@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.display import optimization_lines, run_summary_lines, xla_run_lines
+from app.core.display import modality_title, optimization_lines, run_summary_lines, xla_run_lines
 from app.core.slicing import format_intensity, intensity_decimals
 from app.core.tissue import ordered_names
 from engine.nifti.volume import Volume
@@ -196,6 +196,9 @@ class VolumeEntry:
         prov = self.provenance
         if prov.get("model"):
             lines.append(f"model {prov['model'].get('id', '?')}, seed {prov.get('seed', '?')}")
+            modality = (prov.get("output") or {}).get("modality")
+            if modality:
+                lines.append(f"modality {modality_title(str(modality))}")
             req = prov.get("request") or {}
             if req:
                 lines.append(

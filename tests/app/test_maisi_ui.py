@@ -108,6 +108,10 @@ def test_t2w_and_flair_volumes_with_their_spacing_in_the_status_bar(qtbot, maisi
         entry = window.state.shown
         assert entry.kind == "generated" and entry.synthetic and entry.shape == SIZE
         assert entry.provenance["output"]["modality"] == modality
+        # The contrast is in the volume's session name and its details, not only in the status bar.
+        title = {"t2w": "T2w", "flair": "FLAIR"}[modality]
+        assert f"NV-Generate-CTMR {title} seed" in entry.name
+        assert f"modality {title}" in window.session_panel.details.text()
         assert window.voxel_label.isVisible()
         assert window.voxel_label.text() == f"7.52\u00d77.52\u00d75.44 mm \u00b7 {modality}"
         # No tissue maps: the overlay is off and says why.
