@@ -486,9 +486,12 @@ def _place(plan: DownloadPlan, hashes: RecordedHashes, report: Progress) -> Path
     try:
         verify_folder(plan.staging)
     except EngineError as exc:
+        # Deleted, not kept for a resume: these files passed their SHA-256 checks, so fetching them again
+        # would give the same refused folder.
+        shutil.rmtree(plan.staging, ignore_errors=True)
         raise ModelInvalid(
-            f"the fetched {entry.name} does not pass VolSynth's checks ({one_line(str(exc))}); it was not "
-            f"placed (left in {plan.staging})"
+            f"the fetched {entry.name} does not pass VolSynth's checks ({one_line(str(exc))}); it was deleted "
+            "and nothing was placed"
         ) from None
     hashes.record(entry, {i.file.path: sums[i.file.path] for i in plan.files if i.file.from_hub})
     if plan.target.exists():

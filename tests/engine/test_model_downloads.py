@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine.api import SamplingRequest, run
 from engine.backends.local import LocalBackend
@@ -232,8 +234,6 @@ def test_add_a_folder_brought_by_hand_is_checked_and_copied(content, tmp_path, m
     assert result.volumes.shape[-3:] == MAISI_DIM
     # Its SHA-256 was recorded (first use): a different file under the same name is refused next time.
     target = user / "nv-generate-mr-brain"
-    import shutil
-
     shutil.rmtree(target)
     data = bytearray((stick / "models" / "autoencoder_v1.pt").read_bytes())
     data[-1] ^= 1
@@ -276,3 +276,22 @@ def test_add_a_bundle_folder_as_it_is(content, tmp_path, user, capsys):
     assert (user / content["brain-ldm"].name / "configs" / "inference.json").is_file()
     assert content["brain-ldm"].is_dir()  # the source is left as it was
     ModelRegistry([user]).get(content["brain-ldm"].name)
+
+
+class _Payload:
+    """A checkpoint entry that needs pickled objects: what weights_only=True refuses."""
+
+
+def test_a_checkpoint_that_needs_pickled_objects_is_refused_and_nothing_is_placed(content, tmp_path, user):
+    bundle = tmp_path / "hostile"
+    shutil.copytree(content["brain-ldm"], bundle)
+    torch.save({"state": _Payload()}, bundle / "models" / "model.pt")
+    catalogue = write_test_catalogue(tmp_path / "catalogue", {**content, "brain-ldm": bundle})
+    with HubServer() as server, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+        patch.setenv("HF_ENDPOINT", server.url)
+        serve_entries(server.state, {**content, "brain-ldm": bundle}, catalogue)
+        with pytest.raises(ModelInvalid, match="does not pass VolSynth's checks .*nothing was placed"):
+            download.get_model(find_entry("brain-ldm"), accept_licence=True)
+    entry = find_entry("brain-ldm", catalogue)
+    assert not (user / entry.folder).exists() and not download.staging_dir(user, entry).exists()
