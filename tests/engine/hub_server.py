@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +27,7 @@ class HubState:
         self.commits: dict[str, str] = {}
         self.flipped: set[str] = set()  # paths served with one byte changed (the announced SHA unchanged)
         self.delay_per_chunk_s = 0.0
+        self.drop_after: dict[str, int] = {}  # path -> bytes sent before the connection is cut (once)
         self.chunk = 64 << 10
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         self.bytes_served = 0
@@ -88,6 +90,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         part = content[start:]
+        cut = state.drop_after.pop(path, None) if send_body else None
         self.send_response(status)
         self.send_header("X-Repo-Commit", state.commits[repo])
         self.send_header("ETag", f'"{sha}"')
@@ -103,6 +106,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         for offset in range(0, len(part), state.chunk):
             block = part[offset : offset + state.chunk]
+            if cut is not None and offset + len(block) > cut:  # a lost connection: part of it, then gone
+                self.wfile.write(block[: max(0, cut - offset)])
+                self.wfile.flush()
+                with state.lock:
+                    state.bytes_served += max(0, cut - offset)
+                    state.served[number] += max(0, cut - offset)
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             try:
                 self.wfile.write(block)
                 self.wfile.flush()

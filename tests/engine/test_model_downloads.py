@@ -295,3 +295,20 @@ def test_a_checkpoint_that_needs_pickled_objects_is_refused_and_nothing_is_place
             download.get_model(find_entry("brain-ldm"), accept_licence=True)
     entry = find_entry("brain-ldm", catalogue)
     assert not (user / entry.folder).exists() and not download.staging_dir(user, entry).exists()
+
+
+def test_a_connection_lost_mid_file_resumes_in_the_same_run(hub, user, monkeypatch):
+    monkeypatch.setattr(download, "WRITE_CHUNK_BYTES", 16 << 10)  # scaled to the 1 MB fixture weights
+    hub.state.chunk = 16 << 10
+    hub.state.drop_after["models/model.pt"] = 200 << 10
+    entry = find_entry("brain-ldm")
+    placed = download.get_model(entry, accept_licence=True)
+    gets = [
+        (path, rng)
+        for (method, path, rng) in hub.state.requests
+        if method == "GET" and path.endswith("/models/model.pt")
+    ]
+    assert len(gets) == 2 and gets[0][1] is None and gets[1][1].startswith("bytes=")
+    assert int(gets[1][1][len("bytes=") : -1]) > 0  # the second asks only for what the first did not bring
+    size = len(hub.state.files[(entry.hub_files[3].repo, "1.0.3", "models/model.pt")])
+    assert (placed / "models" / "model.pt").stat().st_size == size
