@@ -40,6 +40,8 @@ FIELDS = (
     "xla_plan",
 )
 MAX_SEED = 2**31 - 1
+# Settings whose speed and quality are the model's own (measured per model): a switch of model drops them.
+QUANTIZATIONS = frozenset({"quantization", "decoder_quantization"})
 
 
 def _device_name(device: str) -> str:
@@ -109,6 +111,7 @@ class GenerationForm:
         self.xla_plan_origin = ""  # where it was chosen, for the panel's line ("Plan view")
         self.xla_plan_cleared = ""
         self._blocks: dict[str, str] = {}
+        self.switch_note = ""  # what the last switch of model reset or dropped, for the user ("" if nothing)
         self._saved_per_model: dict[str, dict[str, Any]] = {}  # restored values waiting for their model
         # What each connected engine server said of itself (GET /info's details: its hardware probe, XLA
         # devices...), by device id: what the settings will meet there. Set by app/remote.
@@ -189,7 +192,9 @@ class GenerationForm:
         for it last time)."""
         if source is self.model:
             return
+        previous, before = self.model, self._model_values()
         self.model = source
+        self.switch_note = ""
         if source is not None:
             spec = source.spec
             values: dict[str, Any] = {
@@ -215,7 +220,44 @@ class GenerationForm:
                     continue  # an old saved value the model no longer allows: its default stands
             for name, value in values.items():
                 setattr(self, name, value)
+            if previous is not None:
+                self.switch_note = self._switch_note(spec, before)
+        if self.switch_note and QUANTIZATIONS & set(before["optimization"]):
+            self.changed.emit("optimization")  # first: views re-read their controls when the model changes
         self.changed.emit("model")
+
+    def _model_values(self) -> dict[str, Any]:
+        return {
+            "sampler": self.sampler,
+            "steps": self.steps,
+            "guidance_scale": self.guidance_scale,
+            "conditioning": dict(self.conditioning),
+            "optimization": dict(self.optimization),
+        }
+
+    def _switch_note(self, spec, before: Mapping[str, Any]) -> str:
+        """What a switch of model changed that the user had set: its defaults replace steps, sampler,
+        guidance and conditioning, and a quantization (chosen and measured for another model) is dropped."""
+        changed = []
+        if before["steps"] != self.steps:
+            changed.append(f"steps {before['steps']} \u2192 {self.steps}")
+        if before["sampler"] != self.sampler:
+            changed.append(f"sampler {before['sampler'] or 'default'} \u2192 {self.sampler or 'default'}")
+        if before["guidance_scale"] != self.guidance_scale:
+            changed.append(f"guidance {before['guidance_scale']} \u2192 {self.guidance_scale}")
+        if before["conditioning"] != self.conditioning:
+            changed.append("conditioning to its defaults" if self.conditioning else "no conditioning")
+        dropped = sorted(QUANTIZATIONS & set(self.optimization))
+        if dropped:
+            what = ", ".join(f"{name.replace('_', ' ')} {self.optimization[name]}" for name in dropped)
+            budgets = {"psnr_budget_db", "decoder_psnr_budget_db"}  # mean nothing without their quantization
+            self.optimization = {
+                k: v for k, v in self.optimization.items() if k not in QUANTIZATIONS and k not in budgets
+            }
+            changed.append(
+                f"{what} off (it was chosen for another model; Measure now tells whether it pays here)"
+            )
+        return f"{spec.name}: {'; '.join(changed)}." if changed else ""
 
     def _checked_modality(self, name: str) -> str:
         if not name or self.model is None:

@@ -159,6 +159,8 @@ class AppState:
     def _on_form_changed(self, name: str) -> None:
         if name == "model":
             self.model_selected.emit(self.form.model)
+            if self.form.switch_note:  # what the switch reset or dropped: said, not done silently
+                self.status.emit(self.form.switch_note)
 
     def model_by_id(self, model_id: str) -> Any | None:
         return next((m for m in self.models if m.id == model_id), None)

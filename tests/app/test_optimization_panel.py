@@ -254,3 +254,23 @@ def test_a_preset_too_long_for_the_box_ends_in_an_ellipsis(qtbot, main_window):
     assert not pixels.isNull()
     box.setFixedWidth(box.fontMetrics().horizontalAdvance(full) + 80)
     assert box.shown_text() == full
+
+
+def test_switching_models_says_what_it_reset_and_drops_a_quantization_of_the_other_model(qtbot, main_window):
+    """Steps and conditioning went to the new model's defaults silently, and an int8 setting chosen (and
+    measured) for one model stayed on for another not measured here."""
+    from .test_maisi_ui import _pick
+
+    window, panel, sampling = main_window, _panel(main_window), main_window.sampling_panel
+    _pick(qtbot, sampling.model_box, "tiny-latent")
+    sampling.steps_spin.setValue(3)
+    panel.expand_button.setChecked(True)
+    _pick(qtbot, panel.combos["quantization"], "int8")
+    assert window.state.form.optimization["quantization"] == "int8"
+    _pick(qtbot, sampling.model_box, "tiny-pixel")
+    form = window.state.form
+    assert "quantization" not in form.optimization and form.to_request().optimization.quantization is None
+    assert panel.combos["quantization"].currentData() is None  # the control shows it off too
+    message = window.statusBar().currentMessage()
+    assert message.startswith(f"{form.model.spec.name}: steps 3 \u2192 {form.steps}")
+    assert "quantization int8 off (it was chosen for another model" in message
