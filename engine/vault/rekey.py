@@ -14,7 +14,7 @@ Crash safety, at every point:
 * while items are copied the old vault is untouched (and locked for writing); the staging folder is a
   vault itself, with its own crash safety. Running ``rekey`` again with the same new passphrase resumes:
   items already copied are kept (checked against the old records), items deleted or edited meanwhile are
-  redone;
+  redone, and the files of the item a kill interrupted (no index entry names them) are deleted first;
 * a crash after the staging vault was marked complete (``rekey-complete``) but before the swap: the next
   run starts over from the items (the mark says the audit was replayed, which must happen once, last);
 * a crash between the two renames leaves no folder at the vault's path: opening the vault finishes the
@@ -22,7 +22,8 @@ Crash safety, at every point:
 * a crash before the old folder is deleted: the next unlock deletes it and says so.
 
 Cost: one decryption and one encryption of every byte, plus one SHA-256, and twice the vault's size on
-disk for the duration (checked before starting). See the README for a measured figure.
+disk for the duration (checked before the staging folder is made: :func:`space_needed`). See the README
+for a measured figure.
 
 What it cannot do: copies of the vault made *before* the re-key (backups) still open with the old
 passphrase, and a deleted file's blocks may survive on the disk until overwritten.
@@ -148,6 +149,10 @@ def rekey(
             raise VaultRolledBack(f"the vault at {folder} was rolled back; repair it before re-keying")
         with vault._op(), vault._writing():
             master, old_id = _check_old_vault(vault, old_pw)
+            fresh = not staging.exists()
+            if fresh:
+                # Before the staging folder is made: a refusal leaves nothing behind.
+                _check_space(vault, list(vault._index["items"].values()))
             target = _open_staging(staging, new_pw, kdf)
             try:
                 copied = _copy_items(vault, target, progress)
@@ -163,8 +168,13 @@ def rekey(
                     os.rename(staging, folder)
                     fsync_dir(folder.parent)
             except BaseException:
+                empty = target._index is not None and not target._index["items"]
                 if target._keys is not None:
                     target.lock()
+                if fresh and empty and folder.is_dir() and not (staging / COMPLETE_MARK).exists():
+                    # Made by this run, nothing copied into it yet and the swap not begun (an empty vault
+                    # is swapped like any other): nothing worth resuming.
+                    shutil.rmtree(staging, ignore_errors=True)
                 raise
         # After the swap, outside the old folder's locks (their files moved with it).
         with contextlib.suppress(FileNotFoundError):
@@ -224,12 +234,13 @@ def _copy_items(vault, target, progress: Progress | None) -> _Copied:
     interrupted run, then re-encrypt every item it lacks (each part authenticated and its hash compared)."""
     source_items: dict = vault._index["items"]
     staged: dict = target._index["items"]
+    _drop_partial_copies(target)
     for item_id in [i for i in staged if i not in source_items or not _same_item(staged[i], source_items[i])]:
         target.delete(item_id)  # deleted or edited in the old vault since the interrupted run
     todo = [rec for i, rec in sorted(source_items.items()) if i not in target._index["items"]]
     kept = len(source_items) - len(todo)
     total = sum(int(p["size"]) for rec in todo for p in rec["parts"])
-    _check_space(vault.path, sum(int(p["ct_size"]) for rec in todo for p in rec["parts"]))
+    _check_space(vault, todo)
     done = 0
     if progress is not None:
         progress(0, total)
@@ -290,10 +301,78 @@ def _open_staging(staging: Path, new_pw: bytes, kdf: KdfParams | None):
     return Vault.create(staging, new_pw, kdf=kdf, idle_timeout_s=None)
 
 
-def _check_space(folder: Path, needed: int) -> None:
-    free = shutil.disk_usage(folder.parent).free
-    if needed + 64 * 1024 * 1024 > free:
+def _drop_partial_copies(target) -> int:
+    """Delete the files of the staging vault that its index does not reference; returns how many.
+
+    A run killed inside an item's copy leaves that item's finished payload (and maybe record) files with no
+    index entry; the resumed run copies the item again under new blob names, and the old ones would be
+    carried into the re-keyed vault, where ``verify`` lists them every time. Deleting them here is safe:
+    the staging vault holds only copies made by re-key runs (the old vault is their source and stays
+    untouched until the swap), no other writer can reach it (this run holds the old vault's write lock),
+    and anything its index references is never among them.
+    """
+    from engine.vault.cleanup import orphan_blobs  # (cleanup -> this module)
+    from engine.vault.layout import blob_dir
+
+    with target._op(), target._writing():
+        leftovers = orphan_blobs(target)
+        for path in leftovers:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        if leftovers:
+            fsync_dir(blob_dir(target.path))
+    return len(leftovers)
+
+
+_BLOCK = 4096  # file systems allocate whole blocks: each file is counted rounded up to one
+SPACE_MARGIN = 0.10  # on top of the estimate: file-system metadata, a slightly longer replayed audit entry
+SPACE_MARGIN_MIN = 1 << 20
+
+
+def _allocated(path: Path) -> int:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return 0
+    return -(-size // _BLOCK) * _BLOCK
+
+
+def space_needed(vault, todo: list[dict]) -> tuple[int, int]:
+    """(bytes the copy of ``todo`` will write beside the vault, of which the stated margin).
+
+    The new files have the old ones' sizes (each part is re-encrypted into the same chunked format), so
+    the estimate is what those files take on disk now: every part and both record files of each item to
+    copy, the audit trail twice (its replay, and the replayed entries' notes of their old seq, pid and
+    user make each entry longer), the index twice (an atomic write keeps the old one until the rename),
+    and the header; plus a margin of 10 % (at least 1 MiB).
+    """
+    from engine.vault import record_files
+    from engine.vault.audit import HEAD_NAME, LOG_NAME
+    from engine.vault.layout import INDEX_NAME, blob_path
+
+    folder = vault.path
+    items = sum(
+        sum(
+            _allocated(blob_path(folder, p["blob"])) or -(-int(p["ct_size"]) // _BLOCK) * _BLOCK
+            for p in rec["parts"]
+        )
+        + _allocated(record_files.record_path(vault, rec["id"]))
+        + _allocated(record_files.record_copy_path(vault, rec["id"]))
+        for rec in todo
+    )
+    audit = 2 * (_allocated(folder / LOG_NAME) + _allocated(folder / HEAD_NAME))
+    rest = 2 * _allocated(folder / INDEX_NAME) + _allocated(folder / HEADER_NAME)
+    estimate = items + audit + rest
+    margin = max(SPACE_MARGIN_MIN, int(estimate * SPACE_MARGIN))
+    return estimate + margin, margin
+
+
+def _check_space(vault, todo: list[dict]) -> None:
+    needed, margin = space_needed(vault, todo)
+    free = shutil.disk_usage(vault.path.parent).free
+    if needed > free:
         raise OutputError(
-            f"re-keying needs about {needed // 2**20 + 64} MiB free beside the vault (a full copy is made "
-            f"before the old one is deleted); {free // 2**20} MiB are free"
+            f"re-keying needs about {needed / 2**20:.1f} MiB free beside the vault (a full copy is made before "
+            f"the old one is deleted; {margin / 2**20:.1f} MiB of that is margin), but {free / 2**20:.1f} MiB are "
+            "free; free some space and run it again (nothing was changed)"
         )
