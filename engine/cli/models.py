@@ -144,8 +144,13 @@ def _print_installed(folder) -> None:
     print(f"installed {source.spec.name} as {source.id} in {folder}")
     record = folder / PROVENANCE_FILE
     if record.is_file():
-        for path, info in json.loads(record.read_text(encoding="utf-8")).get("files", {}).items():
+        provenance = json.loads(record.read_text(encoding="utf-8"))
+        for path, info in provenance.get("files", {}).items():
             print(f"  {path}  sha256 {info['sha256']}  (checked against {info['checked_against']})")
+        licence = provenance.get("licence", {})
+        print(f"  licence: {licence.get('name')} ({licence.get('url')})")
+        if licence.get("bundle_metadata"):
+            print(f"  the bundle's metadata says: {licence['bundle_metadata']}")
     print(f"  generate with: volsynth generate --model {source.id}")
 
 

@@ -481,6 +481,9 @@ def _place(plan: DownloadPlan, hashes: RecordedHashes, report: Progress) -> Path
             for i in plan.files
         },
     }
+    stated = metadata_licence(plan.staging)
+    if stated:
+        provenance["licence"]["bundle_metadata"] = stated
     (plan.staging / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2), encoding="utf-8")
     _write_readme(plan.staging, entry)
     try:
@@ -502,6 +505,21 @@ def _place(plan: DownloadPlan, hashes: RecordedHashes, report: Progress) -> Path
     if first_use:
         report(plan.total, plan.total, "recorded SHA-256 (first use): " + ", ".join(first_use))
     return plan.target
+
+
+def metadata_licence(folder: Path) -> str:
+    """What a MONAI bundle's ``configs/metadata.json`` says of its licence ("" when it says nothing)."""
+    path = folder / "configs" / "metadata.json"
+    if not path.is_file() or path.stat().st_size > 4 << 20:
+        return ""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    said = [f"{k}: {one_line(str(v))[:300]}" for k, v in data.items() if "licen" in k.lower() and v]
+    return "; ".join(said)
 
 
 def _write_readme(folder: Path, entry: CatalogueEntry) -> None:

@@ -90,12 +90,18 @@ def test_the_shipped_catalogue_names_the_owners_sources_and_facts():
 
 
 def test_get_each_entry_then_it_is_listed_and_generates(hub, user, capsys):
+    # The bundle's metadata states a licence, as a model-zoo bundle may: it is shown after the get.
+    key = ("MONAI/brain_image_synthesis_latent_diffusion_model", "1.0.3", "configs/metadata.json")
+    metadata = json.loads(hub.state.files[key])
+    hub.state.files[key] = json.dumps({**metadata, "license": "Apache-2.0 (test bundle)"}).encode()
     assert main(["models", "get", "nv-generate-mr-brain", "--accept-licence"]) == 0
     assert main(["models", "get", "brain-ldm", "--accept-licence"]) == 0
     out = capsys.readouterr().out
     assert "installed NV-Generate-MR-Brain" in out and "checked against the hub's LFS SHA-256" in out
+    assert "licence: NVIDIA Open Model License (https://www.nvidia.com/" in out
+    assert "the bundle's metadata says: license: Apache-2.0 (test bundle)" in out
     served = hub.state.bytes_served
-    assert served == hub.sizes["nv-generate-mr-brain"] + hub.sizes["brain-ldm"]
+    assert served == sum(len(data) for data in hub.state.files.values())  # each file once, whole
     assert sorted(p.name for p in user.iterdir()) == [
         "brain_image_synthesis_latent_diffusion_model",
         "nv-generate-mr-brain",
