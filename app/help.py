@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QKeySequence, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
     QDialogButtonBox,
+    QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
@@ -252,8 +253,51 @@ GUIDE_PANELS = (
         "`volsynth bench`.",
     ),
     (
+        "Side by side (A | B)[[Side by side (A | B)]]",
+        "View \u203a Layout: the shown volume (A) above another volume of the session (B), plane by plane: a "
+        "scan from the vault next to a synthetic volume, say. Choose B in the bar above the views; the Blend "
+        "slider lays B over A's views (3D Slicer's foreground over background). One crosshair is linked in "
+        "millimetres where both volumes name one template space (MNI152); where they do not, the bar says so "
+        "and the views are linked centre to centre, not by anatomy. Each keeps its own window/level and zoom.",
+    ),
+    (
+        "Presets and Measure now[[Measure Settings on This Machine...]]",
+        "The Optimization section's presets: Exact fp32 (the reference every speed is measured against), "
+        "Fast (GPU), Low memory, Fast decode (CPU), and Fastest here once measured. Measure now runs each "
+        "setting against fp32 on this machine for the selected model (about 2 minutes) and keeps the table; "
+        "Fastest here is then the fastest setting whose volume stays above the PSNR floor you set. A speed-up "
+        "measured on one machine is not a promise on another, and a quantization chosen for one model is "
+        "turned off when you switch to another.",
+    ),
+    (
+        "Model folders[[Open Model Folder...]]",
+        "Generate \u203a Open Model Folder opens a model folder (weights, model card, spec), a MONAI bundle "
+        "(configs/inference.json, models/*.pt) or an NV-Generate-MR-Brain (MAISI) folder. A model that makes "
+        "several contrasts shows Modality and Output size in the Generate panel; a volume's session name and "
+        "details say which contrast it is. Help \u203a About shows the model card.",
+    ),
+    (
+        "Cohorts[[Cohort...]]",
+        "Generate \u203a Cohort makes many volumes with the Generate panel's model, sampler, steps, guidance, "
+        "modality, output size and optimization settings: each condition at its default, fixed, on a grid or "
+        "drawn from a distribution, times a number of seeds. It writes a BIDS-derivative folder "
+        "(sub-*/anat/*_T1w.nii.gz, or the chosen contrast's suffix, with sidecars, participants.tsv and a "
+        "manifest, so running it again on the folder resumes). It runs on a local Ray runtime, or a cluster "
+        "by address; open a finished volume or a montage of a sample from the dialog.",
+    ),
+    (
         "Engine servers[[Connect to Engine Server...]]",
-        "Connect to a `volsynth serve` machine (a GPU server): it appears as a device in the Generate panel.",
+        "Connect to a `volsynth serve` machine (a GPU server): it appears as a device in the Generate panel. "
+        "A server started with `--device xla` runs the networks as float32 XLA programs at its "
+        "--xla-precision: torch optimization settings are not sent to it (the Optimization section says what "
+        "runs there) and are kept for the next torch device.",
+    ),
+    (
+        "Plan view[[Plan Multi-Device Run...]]",
+        "With an XLA engine server connected, Generate \u203a Plan Multi-Device Run costs the ways to split a "
+        "run over its devices for a TPU topology, compiles the best few and lists each with its predicted step "
+        "time. Use this plan makes the next run use it (the Generate panel shows the plan; its \u00d7 clears "
+        "it); the view says when one chip unsplit is faster.",
     ),
 )
 
@@ -312,15 +356,61 @@ class UserGuideDialog(QDialog):
         self.browser = QTextBrowser()
         self.browser.setObjectName("userGuide")
         self.browser.setOpenLinks(False)
+        self.search_edit = QLineEdit()
+        self.search_edit.setObjectName("guideSearch")
+        self.search_edit.setPlaceholderText("Find in the guide (Enter: next)")
+        self.search_edit.setClearButtonEnabled(True)
+        self.search_edit.textChanged.connect(self._on_search_edit_text_changed)
+        self.search_edit.returnPressed.connect(self._on_search_edit_return_pressed)
+        self.search_label = QLabel("")
+        self.search_label.setObjectName("guideSearchCount")
+        search = QHBoxLayout()
+        search.addWidget(self.search_edit, 1)
+        search.addWidget(self.search_label)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.close)
         layout = QVBoxLayout(self)
+        layout.addLayout(search)
         layout.addWidget(self.browser, 1)
         layout.addWidget(buttons)
         self.resize(680, 640)
 
     def refresh(self) -> None:
         self.browser.setHtml(guide_html(self.window_))
+        self._find(from_start=True)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        self.search_edit.setFocus()  # F1, then type what you look for
+
+    def matches(self) -> int:
+        """How many times the search text is in the guide (case-insensitive)."""
+        text = self.search_edit.text()
+        return self.browser.toPlainText().lower().count(text.lower()) if text else 0
+
+    def _find(self, from_start: bool) -> None:
+        text = self.search_edit.text()
+        if from_start or not text:
+            cursor = self.browser.textCursor()
+            cursor.movePosition(QTextCursor.MoveOperation.Start)
+            self.browser.setTextCursor(cursor)
+        if not text:
+            self.search_label.setText("")
+            return
+        found = self.browser.find(text)
+        if not found and not from_start:  # past the last match: on from the top
+            cursor = self.browser.textCursor()
+            cursor.movePosition(QTextCursor.MoveOperation.Start)
+            self.browser.setTextCursor(cursor)
+            found = self.browser.find(text)
+        count = self.matches()
+        self.search_label.setText(f"{count} found" if found else "Not in the guide")
+
+    def _on_search_edit_text_changed(self, _text: str) -> None:
+        self._find(from_start=True)
+
+    def _on_search_edit_return_pressed(self) -> None:
+        self._find(from_start=False)
 
 
 class HelpMenu:

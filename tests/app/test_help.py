@@ -126,3 +126,38 @@ def test_every_listed_viewer_key_is_handled_by_a_slice_view(qtbot, main_window):
             event = QKeyEvent(QEvent.Type.KeyPress, names[name], Qt.KeyboardModifier.NoModifier, name)
             QApplication.sendEvent(view, event)
             assert event.isAccepted(), f"the slice view ignores {name!r}, which Help lists"
+
+
+def test_the_user_guide_covers_the_newer_tasks_and_finds_words_as_they_are_typed(qtbot, main_window):
+    _activate(qtbot, main_window)
+    qtbot.keyClick(main_window, Qt.Key.Key_F1)
+    dialog = main_window.help.guide_dialog
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    text = dialog.browser.toPlainText()
+    for section in (
+        "Side by side (A | B)",
+        "Presets and Measure now",
+        "Model folders",
+        "Cohorts",
+        "Plan view",
+        "--device xla",
+        "NV-Generate-MR-Brain (MAISI)",
+    ):
+        assert section in text, section
+    keys = {r.what: r.keys for r in action_shortcuts(main_window)}
+    assert (
+        f"Cohorts ({keys['Cohort...']})" in text
+        and f"Side by side (A | B) ({keys['Side by side (A | B)']})" in text
+    )
+    # The search field has the keyboard when the guide opens: typing finds the first match, Enter the next.
+    qtbot.waitUntil(dialog.search_edit.hasFocus, timeout=5_000)
+    qtbot.keyClicks(dialog.search_edit, "crosshair")
+    first = dialog.browser.textCursor().selectionStart()
+    assert dialog.browser.textCursor().selectedText().lower() == "crosshair"
+    count = text.lower().count("crosshair")
+    assert count >= 2 and dialog.search_label.text() == f"{count} found"
+    qtbot.keyClick(dialog.search_edit, Qt.Key.Key_Return)
+    assert dialog.browser.textCursor().selectionStart() > first
+    qtbot.keyClicks(dialog.search_edit, "zzz")
+    assert dialog.search_label.text() == "Not in the guide"
+    dialog.close()
