@@ -154,6 +154,25 @@ def _print_installed(folder) -> None:
     print(f"  generate with: volsynth generate --model {source.id}")
 
 
+def _not_guaranteed(spec) -> list[str]:
+    """The catalogue's caveats for the modalities this installed model offers (NV-Generate: SWI planes)."""
+    from engine.errors import EngineError
+    from engine.models.catalogue import load_catalogue
+
+    layout = {"nv-generate": "nv-generate"}.get(spec.source)
+    try:
+        entries = [e for e in load_catalogue() if e.layout == layout] if layout else []
+    except EngineError:
+        return []
+    offered = set(spec.modality_names)
+    return [
+        f"{m['name']} ({m['not_guaranteed']})"
+        for entry in entries[:1]
+        for m in entry.makes.get("modalities", [])
+        if m.get("not_guaranteed") and m["name"] in offered
+    ]
+
+
 def _catalogue_lines(installed_ids: set[str]) -> list[str]:
     from engine.errors import EngineError
     from engine.formatting import format_bytes
@@ -210,6 +229,9 @@ def run(args) -> int:
         )
         if spec.modalities:
             print(f"  --modality {{{','.join(spec.modality_names)}}}  (default {spec.default_modality})")
+            caveats = _not_guaranteed(spec)
+            if caveats:
+                print(f"  quality not guaranteed by its owners: {', '.join(caveats)}")
         if spec.geometry:
             geometry = spec.geometry
             preview = geometry.get("preview") or {}
