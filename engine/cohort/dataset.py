@@ -6,10 +6,14 @@
       dataset_description.json        DatasetType "derivative", GeneratedBy: tool, version, model sha256
       README                          what this is (synthetic), how it was made
       participants.tsv / .json        one row per finished volume: seed and the conditioning values
-      sub-synth0001/anat/sub-synth0001_T1w.nii.gz   (+ .json sidecar: the provenance record); _T2w, _FLAIR,
-                                      _swi, _desc-skullstripped_T2w ... for other modalities (image_stem)
-      sub-synth0001/anat/sub-synth0001_label-GM_probseg.nii.gz   the tissue maps decoded with that image,
-                                      one per label channel of the model (GM, WM, CSF, ventricles...)
+      sub-synth0001/anat/sub-synth0001_space-MNI152NLin2009aSym_T1w.nii.gz   (+ .json sidecar: the
+                                      provenance record and the BIDS keys, SkullStripped and Description);
+                                      _T2w, _FLAIR, _swi, _desc-skullstripped_T2w ... for other modalities
+                                      (image_stem); ``space-<label>`` only for models whose volumes lie in a
+                                      named template space (their spec's ``space``)
+      sub-synth0001/anat/sub-synth0001_space-MNI152NLin2009aSym_label-GM_probseg.nii.gz (+ .json:
+                                      Description, SpatialReference) the tissue maps decoded with that
+                                      image, one per label channel of the model (GM, WM, CSF, ventricles...)
       code/volsynth/spec.json         the cohort spec as run
       code/volsynth/manifest.json     each item's state: what resume finishes
 """
@@ -26,15 +30,20 @@ from typing import Any
 
 from engine import __version__
 from engine.errors import InvalidRequest
-from engine.nifti.io import atomic_files, tissue_path
+from engine.nifti.io import atomic_files, read_provenance, sidecar_path, tissue_path
 
 BIDS_VERSION = "1.10.0"
 STATE_DIR = Path("code") / "volsynth"
 ROOT_FILES = {"dataset_description.json", "README", "README.md", "CHANGES", "LICENSE"}
 ROOT_FILES |= {"participants.tsv", "participants.json"}
 _SUBJECT = re.compile(r"^sub-([A-Za-z0-9]+)$")
-#: A tissue map beside a subject's image (BIDS derivatives: anatomical segmentations, probabilistic).
-_PROBSEG = re.compile(r"^(sub-[A-Za-z0-9]+)_label-([A-Za-z0-9]+)_probseg\.(nii\.gz|json)$")
+#: A tissue map beside a subject's image (BIDS derivatives: anatomical segmentations, probabilistic), with the
+#: image's space and desc entities in BIDS order (space before label before desc).
+_PROBSEG = re.compile(
+    r"^(sub-[A-Za-z0-9]+)(?:_space-([A-Za-z0-9]+))?_label-([A-Za-z0-9]+)(?:_desc-[A-Za-z0-9]+)?"
+    r"_probseg\.(nii\.gz|json)$"
+)
+_SKULL_STRIPPED_TEXT = re.compile(r"skull[- ]?stripped", re.IGNORECASE)
 
 
 #: The BIDS suffix of each modality a model generates (engine.nifti.io.BIDS_IMAGE_SUFFIXES); a skull-stripped
@@ -43,9 +52,10 @@ MODALITY_SUFFIXES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "swi"}
 SKULL_STRIPPED = "-skullstripped"
 
 
-def image_stem(participant: str, modality: str | None = None) -> str:
+def image_stem(participant: str, modality: str | None = None, space: str | None = None) -> str:
     """``sub-X_T1w`` for a T1w volume (and models that name no modality), ``sub-X_T2w``, ``sub-X_FLAIR``,
-    ``sub-X_swi``; ``sub-X_desc-skullstripped_T2w`` for a skull-stripped one."""
+    ``sub-X_swi``; ``sub-X_desc-skullstripped_T2w`` for a skull-stripped one; with ``space`` (the
+    template the volumes lie in) ``sub-X_space-<space>_T1w``, so tools that query by space find them."""
     name = (modality or "t1w").lower()
     base = name.removesuffix(SKULL_STRIPPED)
     if base not in MODALITY_SUFFIXES:
@@ -54,17 +64,67 @@ def image_stem(participant: str, modality: str | None = None) -> str:
             f"no BIDS suffix for modality {modality!r}: VolSynth names {known} (+{SKULL_STRIPPED})"
         )
     desc = "_desc-skullstripped" if name != base else ""
-    return f"{participant}{desc}_{MODALITY_SUFFIXES[base]}"
+    where = f"_space-{space}" if space else ""
+    return f"{participant}{where}{desc}_{MODALITY_SUFFIXES[base]}"
 
 
-def volume_path(root: Path, participant: str, modality: str | None = None) -> Path:
-    return root / participant / "anat" / f"{image_stem(participant, modality)}.nii.gz"
+def volume_path(root: Path, participant: str, modality: str | None = None, space: str | None = None) -> Path:
+    return root / participant / "anat" / f"{image_stem(participant, modality, space)}.nii.gz"
 
 
-def tissue_paths(root: Path, participant: str, names, modality: str | None = None) -> list[Path]:
-    """The tissue map files of a participant's volume: ``sub-X_label-<name>_probseg.nii.gz`` beside it."""
-    image = volume_path(root, participant, modality)
+def tissue_paths(
+    root: Path, participant: str, names, modality: str | None = None, space: str | None = None
+) -> list[Path]:
+    """The tissue map files of a participant's volume: ``sub-X[_space-S]_label-<name>_probseg.nii.gz``
+    beside it."""
+    image = volume_path(root, participant, modality, space)
     return [tissue_path(image, name) for name in names]
+
+
+def skull_stripped(modality: str | None, description: str | None) -> bool:
+    """Whether a model's volumes are skull-stripped (BIDS ``SkullStripped``, REQUIRED for image
+    derivatives): a ``-skullstripped`` modality says so, and a model that names no modality says it in its
+    spec's description (the shipped demo: "skull-stripped T1-weighted"); otherwise not."""
+    if modality:
+        return modality.lower().endswith(SKULL_STRIPPED)
+    return bool(_SKULL_STRIPPED_TEXT.search(description or ""))
+
+
+def image_sidecar_keys(model: Mapping[str, Any]) -> dict[str, Any]:
+    """The BIDS keys of a cohort image's sidecar (merged into its provenance record), from the manifest's
+    model record."""
+    modality = model.get("modality") or "t1w"
+    where = f" in the template space {model['space']}" if model.get("space") else ""
+    return {
+        "SkullStripped": bool(model.get("skull_stripped", False)),
+        "Description": (
+            f"SYNTHETIC {MODALITY_SUFFIXES[modality.lower().removesuffix(SKULL_STRIPPED)]} volume sampled "
+            f"from the diffusion model {model.get('id')}{where}; not a patient scan"
+        ),
+    }
+
+
+def write_map_sidecars(image: Path, names, model: Mapping[str, Any]) -> None:
+    """The JSON sidecar of each tissue map beside ``image`` (written there by save_result): the map's own
+    provenance record (read from its header extension, so readers that take the sidecar first still see
+    which map it is) with the BIDS keys Description and SpatialReference (the image whose grid and affine
+    the map shares, as a BIDS URI)."""
+    root = image.parents[2]
+    reference = f"bids::{image.relative_to(root).as_posix()}"
+    for name in names:
+        map_path = tissue_path(image, name)
+        record = read_provenance(map_path)
+        record.pop("SkullStripped", None)  # the image's keys, which its record carries, are not the map's
+        sidecar = {
+            **record,
+            "Description": (
+                f"SYNTHETIC probability map of {name} decoded from the same latent as the image, "
+                f"by the diffusion model {model.get('id')}; not a segmentation of a scan"
+            ),
+            "SpatialReference": reference,
+        }
+        text = json.dumps(sidecar, indent=2, sort_keys=True, default=str) + "\n"
+        write_text_atomic(sidecar_path(map_path), text)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -120,7 +180,8 @@ def write_description(root: Path, cohort_id: str, model: Mapping[str, Any], spec
     )
     maps = (
         f"Each volume comes with paired tissue maps decoded from the same latent, {', '.join(labels)}: "
-        "probabilities in [0, 1] on the volume's grid, beside it as sub-<label>_label-<name>_probseg.nii.gz "
+        "probabilities in [0, 1] on the volume's grid, beside it as "
+        f"sub-<label>{f'_space-{space}' if space else ''}_label-<name>_probseg.nii.gz "
         "(also SYNTHETIC, not segmentations of a scan).\n"
         if labels
         else ""
@@ -149,6 +210,8 @@ def write_participants(root: Path, rows: list[dict[str, Any]], units: Mapping[st
         writer.writerow([row["participant"], row["seed"], *values, "true"])
     write_text_atomic(root / "participants.tsv", buffer.getvalue())
     columns: dict[str, Any] = {
+        # The file's own description (BIDS recommends one for every file of a derivative dataset).
+        "Description": "One row per synthetic subject: the seed and requested conditioning of its volume",
         "participant_id": {"Description": "Synthetic subject: one generated volume"},
         "seed": {"Description": "Seed of the initial noise; the same seed and settings give the same volume"},
         "synthetic": {"Description": "Always true: generated by a model, not scanned"},
@@ -210,6 +273,10 @@ def validate_layout(root: str | Path) -> list[str]:
         )
         labels = []
     modality = desc.get("VolSynthModality") or None
+    space = desc.get("VolSynthSpace") or None
+    if space is not None and not (isinstance(space, str) and space.isalnum()):
+        problems.append("dataset_description.json: VolSynthSpace must be a template name (letters, digits)")
+        space = None
     try:
         image_stem("sub-x", modality)
     except InvalidRequest as exc:
@@ -241,25 +308,27 @@ def validate_layout(root: str | Path) -> list[str]:
                 continue
             probseg = _PROBSEG.match(entry.name)
             if entry.parent == sub / "anat" and probseg and probseg.group(1) == sub.name:
+                if probseg.group(2) != space:
+                    problems.append(f"{rel}: the space entity does not say {space or 'no space'}")
                 if entry.name.endswith(".nii.gz"):
-                    if probseg.group(2) not in labels:
+                    if probseg.group(3) not in labels:
                         problems.append(f"{rel}: a tissue map dataset_description.json does not name")
                     problems += _check_synthetic(entry)
                 continue
-            stem = image_stem(sub.name, modality)
+            stem = image_stem(sub.name, modality, space)
             if entry.parent != sub / "anat" or entry.name not in (f"{stem}.nii.gz", f"{stem}.json"):
                 problems.append(
-                    f"{rel}: name does not follow {image_stem('sub-<label>', modality)}.nii.gz / .json "
-                    "or sub-<label>_label-<name>_probseg.nii.gz"
+                    f"{rel}: name does not follow {image_stem('sub-<label>', modality, space)}.nii.gz / "
+                    f".json or {tissue_path(Path(image_stem('sub-<label>', modality, space) + '.nii.gz'), '<name>').name}"
                 )
-        nifti = volume_path(root, sub.name, modality)
+        nifti = volume_path(root, sub.name, modality, space)
         if not nifti.is_file():
             problems.append(f"{sub.name}: no {nifti.name}")
             continue
-        if not nifti.with_name(f"{image_stem(sub.name, modality)}.json").is_file():
+        if not nifti.with_name(f"{image_stem(sub.name, modality, space)}.json").is_file():
             problems.append(f"{sub.name}: no JSON sidecar for {nifti.name}")
         problems += _check_synthetic(nifti)
-        for path in tissue_paths(root, sub.name, labels, modality):
+        for path in tissue_paths(root, sub.name, labels, modality, space):
             if not path.is_file():
                 problems.append(f"{sub.name}: no tissue map {path.name}")
     rows = read_participants(root)
@@ -315,8 +384,9 @@ def _bids_validator_problems(root: Path) -> list[str]:
             continue
         if validator.is_bids("/" + rel.as_posix()):
             continue
-        # bids-validator knows raw datasets only; a tissue map is a derivative (BIDS: "Segmentations").
-        if _PROBSEG.match(rel.name):
+        # bids-validator knows raw datasets only; a tissue map is a derivative (BIDS: "Segmentations"), and
+        # so is an image with a space entity (BIDS: "Preprocessed or cleaned data").
+        if _PROBSEG.match(rel.name) or "_space-" in rel.name:
             if derivative is None:
                 derivative = _derivative_rules()
             if derivative is False or any(rule.match(rel.as_posix()) for rule in derivative):

@@ -408,10 +408,10 @@ class _Writer:
         path = volume_path(self.manifest.root, participant, self.modality, self.space)
         path.parent.mkdir(parents=True, exist_ok=True)
         model = self.manifest.data.get("model", {})
-        write_map_sidecars(path, self.labels, model)  # before the image: a stored image has them
         # The result as it came, with the cohort's provenance and the BIDS keys of its sidecar: save_result
-        # writes the maps beside the image.
+        # writes the maps beside the image; then each map's sidecar (an item is done only after this).
         save_result(replace(result, provenance={**provenance, **image_sidecar_keys(model)}), path)
+        write_map_sidecars(path, self.labels, model)
         return path.relative_to(self.manifest.root).as_posix(), digest
 
     def participants(self) -> None:

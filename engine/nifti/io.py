@@ -53,15 +53,19 @@ def sidecar_path(nifti_path: Path) -> Path:
 #: no SWI suffix yet).
 BIDS_IMAGE_SUFFIXES = ("T1w", "T2w", "FLAIR", "swi")
 _IMAGE_SUFFIX = re.compile(r"_(" + "|".join(BIDS_IMAGE_SUFFIXES) + r")$")
+_DESC_ENTITY = re.compile(r"^(.*?)(_desc-[A-Za-z0-9]+)?$")
 
 
 def tissue_path(image_path: Path, name: str) -> Path:
     """Where tissue map ``name`` of an image goes, BIDS-derivative style: ``sub-01_T1w.nii.gz`` ->
     ``sub-01_label-GM_probseg.nii.gz`` (the image's suffix, ``_T1w`` or another of BIDS_IMAGE_SUFFIXES, gives
-    way to ``_probseg``)."""
+    way to ``_probseg``); the image's other entities stay, ``label`` placed before a ``desc`` as BIDS orders
+    them: ``sub-01_space-MNI152NLin2009aSym_desc-skullstripped_T2w`` ->
+    ``sub-01_space-MNI152NLin2009aSym_label-GM_desc-skullstripped_probseg``."""
     stem, suffix = split_nifti_name(image_path)
     stem = _IMAGE_SUFFIX.sub("", stem)
-    return image_path.with_name(f"{stem}_label-{name}_probseg{suffix}")
+    head, desc = _DESC_ENTITY.match(stem).groups()
+    return image_path.with_name(f"{head}_label-{name}{desc or ''}_probseg{suffix}")
 
 
 def xform_code(space: str | None) -> int:
@@ -168,12 +172,19 @@ def make_nifti(
 
     ``space`` names the template the affine maps into: its sform code then says so (4 for MNI152), while
     the qform stays scanner-anatomical (code 1), the convention of MNI-space derivatives (fMRIPrep, FSL).
+
+    ``cal_min``/``cal_max`` are the volume's robust range (:func:`display_range`), so viewers show the
+    model's background, negative for the shipped model, as black instead of guessing from 0/0. The voxels
+    are written as given: what the model made is not changed.
     """
     import nibabel as nib
 
-    image = nib.Nifti1Image(np.asarray(volume, dtype=np.float32), np.asarray(affine, dtype=np.float64))
+    data = np.asarray(volume, dtype=np.float32)
+    image = nib.Nifti1Image(data, np.asarray(affine, dtype=np.float64))
     header = image.header
     header.set_xyzt_units(xyz="mm", t="sec")
+    low, high = display_range(data)
+    header["cal_min"], header["cal_max"] = low, high
     header.set_qform(affine, code=1)  # scanner-anatomical RAS
     header.set_sform(affine, code=xform_code(space))
     text = SYNTHETIC_DESCRIP if synthetic else descrip
@@ -191,6 +202,23 @@ def make_nifti(
         if provenance is not None:
             image.header.extensions.append(provenance_extension(provenance))
     return image
+
+
+#: Percentiles of the finite voxels that cal_min/cal_max take: a stray extreme voxel does not set the range.
+DISPLAY_PERCENTILES = (0.5, 99.5)
+
+
+def display_range(data: np.ndarray) -> tuple[float, float]:
+    """(cal_min, cal_max) for ``data``: the 0.5th and 99.5th percentiles of its finite voxels, widened to
+    the full range when they coincide (a binary or nearly constant map); (0, 0), NIfTI's "unknown", for a
+    constant or empty volume."""
+    finite = data[np.isfinite(data)]
+    if finite.size == 0:
+        return 0.0, 0.0
+    low, high = (float(v) for v in np.percentile(finite, DISPLAY_PERCENTILES))
+    if high <= low:
+        low, high = float(finite.min()), float(finite.max())
+    return (low, high) if high > low else (0.0, 0.0)
 
 
 def image_files(path: Path, tissue_names) -> list[Path]:

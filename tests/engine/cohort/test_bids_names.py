@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cohort.dataset import image_stem, tissue_paths, volume_path
+from engine.cohort.dataset import image_stem, skull_stripped, tissue_paths, volume_path
 from engine.errors import InvalidRequest
 from engine.nifti.io import tissue_path
 
@@ -40,3 +40,35 @@ def test_tissue_maps_take_the_place_of_any_image_suffix(suffix):
     assert (
         tissue_paths(Path("/c"), "sub-1", ["WM"], suffix.lower())[0].name == "sub-1_label-WM_probseg.nii.gz"
     )
+
+
+@pytest.mark.parametrize(
+    ("modality", "stem", "tissue"),
+    [
+        (None, "sub-1_space-MNI152NLin2009aSym_T1w", "sub-1_space-MNI152NLin2009aSym_label-GM_probseg"),
+        (
+            "t2w-skullstripped",
+            "sub-1_space-MNI152NLin2009aSym_desc-skullstripped_T2w",
+            # BIDS entity order: space, label, desc
+            "sub-1_space-MNI152NLin2009aSym_label-GM_desc-skullstripped_probseg",
+        ),
+    ],
+)
+def test_volumes_in_a_template_space_carry_the_space_entity(modality, stem, tissue):
+    space = "MNI152NLin2009aSym"
+    assert image_stem("sub-1", modality, space) == stem
+    assert volume_path(Path("/c"), "sub-1", modality, space).name == f"{stem}.nii.gz"
+    assert tissue_paths(Path("/c"), "sub-1", ["GM"], modality, space)[0].name == f"{tissue}.nii.gz"
+
+
+@pytest.mark.parametrize(
+    ("modality", "description", "stripped"),
+    [
+        (None, "Latent diffusion model of skull-stripped T1-weighted brain MRI at 2 mm", True),
+        (None, "A tiny random model", False),
+        ("t1w", "whole head; the -skullstripped modalities are stripped", False),  # the modality decides
+        ("flair-skullstripped", "", True),
+    ],
+)
+def test_skull_stripped_follows_the_modality_or_the_model_description(modality, description, stripped):
+    assert skull_stripped(modality, description) is stripped

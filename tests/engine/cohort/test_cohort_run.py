@@ -17,6 +17,7 @@ from engine.cohort import CohortSpec, Manifest, resume_cohort, run_cohort, valid
 from engine.cohort.dataset import read_participants
 from engine.nifti.io import load_nifti
 
+from .bids_validator import issues, validate
 from .conftest import spec_dict
 
 REPO = Path(__file__).resolve().parents[3]
@@ -78,6 +79,15 @@ def test_small_cohort_is_a_valid_bids_derivative_dataset(reference, cohort_model
     from engine.models.registry import open_model_folder
 
     assert description["GeneratedBy"][0]["ModelSHA256"] == open_model_folder(cohort_model).weights_sha256()
+
+
+def test_the_official_bids_validator_accepts_the_cohort(reference, tmp_path):
+    _, root, *_ = reference
+    report = validate(root, tmp_path / "validator")
+    assert issues(report, "error") == [] and report["returncode"] == 0
+    side = json.loads((root / "sub-synth0001" / "anat" / "sub-synth0001_T1w.json").read_text())
+    assert side["SkullStripped"] is False  # a tiny random model says nothing of skull stripping
+    assert "SYNTHETIC" in side["Description"]
 
 
 def test_layout_check_catches_broken_datasets(reference, tmp_path):

@@ -15,6 +15,7 @@ from engine.cohort import CohortSpec, Manifest, resume_cohort, run_cohort, valid
 from engine.cohort.dataset import tissue_paths
 from engine.nifti.io import load_nifti
 
+from .bids_validator import issues, validate
 from .conftest import spec_dict
 
 NAMES = ("GM", "WM", "CSF", "ventricles")
@@ -66,21 +67,39 @@ def test_folder_cohort_writes_the_tissue_maps_as_bids_derivatives(tissue_cohort)
     assert "tissue maps" in readme and "GM, WM, CSF, ventricles" in readme and SPACE in readme
     manifest = Manifest.load(root)
     for participant in manifest.items:
-        image = load_nifti(volume_path(root, participant))
+        image_path = volume_path(root, participant, space=SPACE)
+        assert image_path.name == f"{participant}_space-{SPACE}_T1w.nii.gz"
+        image = load_nifti(image_path)
         assert image.synthetic and image.data.shape == (80, 96, 80)
-        maps = tissue_paths(root, participant, NAMES)
-        assert maps[0].name == f"{participant}_label-GM_probseg.nii.gz"
+        assert image.provenance["SkullStripped"] is True  # the demo architecture: skull-stripped T1w
+        maps = tissue_paths(root, participant, NAMES, space=SPACE)
+        assert maps[0].name == f"{participant}_space-{SPACE}_label-GM_probseg.nii.gz"
         assert image.provenance["tissue_maps"] == {n: p.name for n, p in zip(NAMES, maps, strict=True)}
         assert image.provenance["space"] == SPACE
-        for path in [volume_path(root, participant), *maps]:
+        for path in [image_path, *maps]:
             img = nib.load(path)
             assert int(img.header["sform_code"]) == 4, path.name  # MNI152
-            assert np.allclose(img.affine, nib.load(volume_path(root, participant)).affine)
+            assert np.allclose(img.affine, nib.load(image_path).affine)
         for name, path in zip(NAMES, maps, strict=True):
             loaded = load_nifti(path)
             assert loaded.synthetic and loaded.provenance["tissue_map"] == name
             assert loaded.data.shape == (80, 96, 80)
             assert loaded.data.min() >= 0.0 and loaded.data.max() <= 1.0
+            side = json.loads(path.with_name(path.name.replace(".nii.gz", ".json")).read_text())
+            assert side["SpatialReference"] == f"bids::{participant}/anat/{image_path.name}"
+            assert name in side["Description"] and side["synthetic"] is True and side["tissue_map"] == name
+
+
+def test_the_official_bids_validator_accepts_the_cohort(tissue_cohort, tmp_path):
+    _, root, _ = tissue_cohort
+    report = validate(root, tmp_path / "validator")
+    assert issues(report, "error") == [] and report["returncode"] == 0
+    assert report["summary"]["schemaVersion"] and report["summary"]["totalFiles"] >= 21
+    warnings = issues(report, "warning")
+    # The recommended keys are there: a Description for every file, a SpatialReference for every map.
+    assert not [
+        w for w in warnings if w[1] == "Description" or (w[1] == "SpatialReference" and "probseg" in w[2])
+    ]
 
 
 def test_pybids_reads_the_tissue_maps(tissue_cohort):
@@ -88,7 +107,8 @@ def test_pybids_reads_the_tissue_maps(tissue_cohort):
     _, root, _ = tissue_cohort
     layout = bids.BIDSLayout(root, validate=True, is_derivative=True)
     assert len(layout.get(suffix="T1w", extension=".nii.gz")) == 2
-    maps = layout.get(suffix="probseg", extension=".nii.gz")
+    assert len(layout.get(suffix="T1w", space=SPACE, extension=".nii.gz")) == 2  # found by their space
+    maps = layout.get(suffix="probseg", space=SPACE, extension=".nii.gz")
     assert len(maps) == 8
     assert sorted({f.entities["label"] for f in maps}) == sorted(NAMES)
 
@@ -97,15 +117,18 @@ def test_layout_check_reports_missing_and_unnamed_maps(tissue_cohort, tmp_path):
     _, root, _ = tissue_cohort
     broken = tmp_path / "broken"
     shutil.copytree(root, broken)
-    (broken / "sub-synth0001" / "anat" / "sub-synth0001_label-CSF_probseg.nii.gz").unlink()
-    extra = broken / "sub-synth0002" / "anat" / "sub-synth0002_label-bone_probseg.nii.gz"
+    (broken / "sub-synth0001" / "anat" / f"sub-synth0001_space-{SPACE}_label-CSF_probseg.nii.gz").unlink()
+    extra = broken / "sub-synth0002" / "anat" / f"sub-synth0002_space-{SPACE}_label-bone_probseg.nii.gz"
     nib.save(nib.Nifti1Image(np.zeros((2, 2, 2), np.float32), np.eye(4)), extra)
+    spaceless = broken / "sub-synth0002" / "anat" / "sub-synth0002_label-GM_probseg.nii.gz"
+    shutil.copy(tissue_paths(broken, "sub-synth0002", ["GM"], space=SPACE)[0], spaceless)
     problems = validate_layout(broken)
     assert problems == [
-        "sub-synth0001: no tissue map sub-synth0001_label-CSF_probseg.nii.gz",
-        "sub-synth0002/anat/sub-synth0002_label-bone_probseg.nii.gz: a tissue map "
+        f"sub-synth0001: no tissue map sub-synth0001_space-{SPACE}_label-CSF_probseg.nii.gz",
+        f"sub-synth0002/anat/sub-synth0002_label-GM_probseg.nii.gz: the space entity does not say {SPACE}",
+        f"sub-synth0002/anat/sub-synth0002_space-{SPACE}_label-bone_probseg.nii.gz: a tissue map "
         "dataset_description.json does not name",
-        "sub-synth0002_label-bone_probseg.nii.gz: not marked SYNTHETIC in its header",
+        f"sub-synth0002_space-{SPACE}_label-bone_probseg.nii.gz: not marked SYNTHETIC in its header",
     ]
 
 
@@ -113,7 +136,7 @@ def test_resume_makes_an_item_again_when_a_map_is_missing(tissue_cohort, tmp_pat
     spec, root, _ = tissue_cohort
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
-    lost = tissue_paths(copy, "sub-synth0002", NAMES)[3]
+    lost = tissue_paths(copy, "sub-synth0002", NAMES, space=SPACE)[3]
     before = load_nifti(lost).data
     lost.unlink()
     kept = {p: p.stat().st_mtime_ns for p in (copy / "sub-synth0001" / "anat").iterdir()}
