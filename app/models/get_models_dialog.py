@@ -304,6 +304,8 @@ class GetModelsDialog(QDialog):
     def _on_job_failed(self, message: str) -> None:
         self._end()
         self.progress.setRange(0, 1000)
+        if "volsynth models add" in message:  # the engine's words for the CLI; here it is a button
+            message += " (here: Add from Folder)"
         self.status.setText(message)
         self._refresh()
 

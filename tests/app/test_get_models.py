@@ -117,3 +117,46 @@ def test_get_models_by_keys_cancel_resume_then_in_the_picker(
     assert "installed" in dialog.list.item(0).text()
     dialog.close()
     _shot(window, "5-picker", screenshot)
+
+
+def test_offline_says_so_in_one_line_then_add_from_folder_installs_the_copy(
+    main_window, qtbot, tmp_path, monkeypatch, screenshot
+):
+    content = build_hub_content(tmp_path / "content")
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(write_test_catalogue(tmp_path / "catalogue", content)))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    with HubServer() as closed:  # a port nothing listens on once the block ends
+        url = closed.url
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    window = main_window
+    window.get_models.action.trigger()
+    dialog = window.get_models.dialog
+    qtbot.waitExposed(dialog)
+    dialog.activateWindow()
+    qtbot.waitUntil(dialog.isActiveWindow, timeout=5_000)
+    qtbot.keyClick(dialog.list, Qt.Key.Key_Down)  # MONAI's brain LDM
+    assert "brain_image_synthesis" in dialog.details.toPlainText()
+    _alt(qtbot, dialog, Qt.Key.Key_A)
+    qtbot.waitUntil(dialog.accept_box.isChecked, timeout=5_000)
+    _alt(qtbot, dialog, Qt.Key.Key_G)
+    qtbot.waitUntil(lambda: "cannot reach the model hub" in dialog.status.text(), timeout=30_000)
+    message = dialog.status.text()
+    assert "\n" not in message and "HTTPS_PROXY" in message and "models/model.pt" in message
+    assert message.endswith("(here: Add from Folder)")
+    _shot(dialog, "6-offline", screenshot)
+
+    # The files brought on a stick: Add from Folder checks and copies them; the model joins the picker.
+    from PySide6.QtWidgets import QFileDialog
+
+    chosen = []
+    monkeypatch.setattr(
+        QFileDialog, "getExistingDirectory", lambda *args: chosen.append(args) or str(content["brain-ldm"])
+    )
+    _alt(qtbot, dialog, Qt.Key.Key_F)
+    qtbot.waitUntil(lambda: "Installed" in dialog.status.text(), timeout=30_000)
+    assert (
+        chosen
+        and window.sampling_panel.model_box.currentData() == "brain_image_synthesis_latent_diffusion_model"
+    )
+    _shot(dialog, "7-added", screenshot)

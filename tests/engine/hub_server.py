@@ -28,6 +28,8 @@ class HubState:
         self.flipped: set[str] = set()  # paths served with one byte changed (the announced SHA unchanged)
         self.delay_per_chunk_s = 0.0
         self.drop_after: dict[str, int] = {}  # path -> bytes sent before the connection is cut (once)
+        self.stall_after: dict[str, int] = {}  # path -> bytes sent before the answer waits for `release`
+        self.release = threading.Event()  # set when the server stops: a stalled answer then ends
         self.chunk = 64 << 10
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         self.bytes_served = 0
@@ -91,6 +93,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         part = content[start:]
         cut = state.drop_after.pop(path, None) if send_body else None
+        stall = state.stall_after.pop(path, None) if send_body else None
         self.send_response(status)
         self.send_header("X-Repo-Commit", state.commits[repo])
         self.send_header("ETag", f'"{sha}"')
@@ -115,6 +118,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
+            if stall is not None and offset >= stall:
+                state.release.wait()  # a client that is killed meanwhile never gets the rest
+                stall = None
             try:
                 self.wfile.write(block)
                 self.wfile.flush()
@@ -152,5 +158,6 @@ class HubServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.state.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()

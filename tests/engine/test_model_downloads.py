@@ -182,8 +182,10 @@ def test_the_hub_unreachable_gives_the_one_line_offline_error(content, tmp_path,
 def test_a_kill_mid_file_then_a_resume_fetches_only_the_rest(hub, user, tmp_path):
     entry = find_entry("brain-ldm")
     part = download.staging_dir(user, entry) / "models" / "model.pt.part"
+    # The hub sends the first 1 MiB and a bit of model.pt, then holds the rest: the client has written its
+    # first 1 MiB (download.WRITE_CHUNK_BYTES) and waits for more when it is killed.
     hub.state.chunk = 16 << 10
-    hub.state.delay_per_chunk_s = 0.02  # slow enough that the client is surely mid-file when killed
+    hub.state.stall_after["models/model.pt"] = download.WRITE_CHUNK_BYTES + (32 << 10)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
         [sys.executable, "-m", "engine", "models", "get", "brain-ldm", "--accept-licence"],
@@ -195,7 +197,7 @@ def test_a_kill_mid_file_then_a_resume_fetches_only_the_rest(hub, user, tmp_path
     try:
         # Wait for the event (part of the big file on disk), bounded by steps, not by the clock.
         for _ in range(6000):
-            if part.is_file() and part.stat().st_size >= 64 << 10:
+            if part.is_file() and part.stat().st_size >= download.WRITE_CHUNK_BYTES:
                 break
             if child.poll() is not None:
                 pytest.fail(
@@ -209,7 +211,6 @@ def test_a_kill_mid_file_then_a_resume_fetches_only_the_rest(hub, user, tmp_path
     model_size = len(hub.state.files[(entry.hub_files[3].repo, "1.0.3", "models/model.pt")])
     assert 0 < kept < model_size
     assert not (user / entry.folder).exists()  # a half-fetched model is never in the models folder
-    hub.state.delay_per_chunk_s = 0.0
     seen = len(hub.state.requests)
     placed = download.get_model(entry)  # the licence was accepted by the killed run and remembered
     gets = [
