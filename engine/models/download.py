@@ -229,6 +229,13 @@ def plan_download(
     entry: CatalogueEntry, models_dir: Path | None = None, *, hashes: RecordedHashes | None = None
 ) -> DownloadPlan:
     """Ask the hub each file's size and SHA-256 (HEAD requests only; no file data)."""
+    try:
+        import huggingface_hub  # noqa: F401 - a build without it says so in one line
+    except ImportError:
+        raise BackendUnavailable(
+            "fetching models needs huggingface_hub, which this installation lacks "
+            f"(pip install 'huggingface-hub>=2.4,<3'); or {manual_steps(entry)}"
+        ) from None
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import (
         EntryNotFoundError,

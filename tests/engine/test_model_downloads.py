@@ -321,3 +321,11 @@ def test_a_connection_lost_mid_file_resumes_in_the_same_run(hub, user, monkeypat
     assert int(gets[1][1][len("bytes=") : -1]) > 0  # the second asks only for what the first did not bring
     size = len(hub.state.files[(entry.hub_files[3].repo, "1.0.3", "models/model.pt")])
     assert (placed / "models" / "model.pt").stat().st_size == size
+
+
+def test_without_huggingface_hub_get_says_so_in_one_line(hub, user, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as in a build that left it out
+    assert main(["models", "get", "brain-ldm", "--accept-licence"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs huggingface_hub" in err and "models add FOLDER" in err
+    assert hub.state.requests == []
