@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
-from app.core.recovery import OrphanSession, RecoveryStore
+from app.core.recovery import OrphanSession, RecoveryStore, made_time
 from app.core.volumes import VolumeEntry
 from engine.formatting import count_of
 
@@ -117,10 +117,10 @@ class RecoveryController:
             else ""
         )
         made = [
-            f"{path.name}: made {time.strftime('%d %b %H:%M:%S', time.localtime(path.stat().st_mtime))}"
+            f"{path.name}: made {time.strftime('%d %b %H:%M:%S', time.localtime(when))}"
             for orphan in self.orphans
             for path in orphan.volumes
-            if path.exists()
+            if path.exists() and (when := made_time(path) or path.stat().st_mtime)
         ]
         self.bar.show_offer(f"Kept for you: {first}{more}.", "\n".join(made))
 

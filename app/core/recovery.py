@@ -46,6 +46,24 @@ log = logging.getLogger(__name__)
 LOCK_NAME = "lock"
 NAME_KEY = "recovery_name"  # the session-list name, kept in the sidecar
 SPACE_KEY = "recovery_space"  # the volume's space, when its provenance names another (or none)
+# When the volume was made (ISO 8601, UTC), kept in its provenance: a restored volume kept again by the next
+# session keeps it, where the file's time would be the time of the restore.
+MADE_KEY = "made_at"
+
+
+def made_time(image: Path) -> float | None:
+    """When the volume kept as ``image`` was made (its sidecar's ``made_at``), seconds since the epoch."""
+    from datetime import datetime
+
+    from engine.nifti.io import sidecar_path
+
+    try:
+        made = json.loads(sidecar_path(image).read_text()).get(MADE_KEY)
+        return datetime.fromisoformat(made).timestamp() if isinstance(made, str) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 #: A tissue map written beside a kept image (``engine.nifti.io.tissue_path``): not a volume of its own.
 _TISSUE_FILE = re.compile(r"_label-[^_/]+_probseg\.nii\.gz$")
 
@@ -73,7 +91,11 @@ class OrphanSession:
         """When each volume was made (kept at the end of its run), oldest first; seconds since the epoch."""
         times = []
         for path in self.volumes:
-            try:
+            made = made_time(path)
+            if made is not None:
+                times.append(made)
+                continue
+            try:  # kept before volumes said when they were made: the file's time
                 times.append(path.stat().st_mtime)
             except OSError:
                 times.append(self.started)
@@ -143,6 +165,10 @@ class RecoveryStore:
             return None
         path = self.folder / f"{time.time_ns()}-{uid}.nii.gz"
         record = {**provenance, NAME_KEY: name}
+        if not isinstance(record.get(MADE_KEY), str):
+            from datetime import UTC, datetime
+
+            record[MADE_KEY] = datetime.now(UTC).isoformat(timespec="seconds")
         if space and space != provenance.get("space"):
             record[SPACE_KEY] = space
         tissue = dict(tissue or {})

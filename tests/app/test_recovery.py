@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -490,3 +491,36 @@ def test_the_demo_run_leaves_nothing_to_recover(tmp_path):
     assert "demo: generation finished" in done.stdout and png.stat().st_size > 10_000
     recovery = tmp_path / "data" / "volsynth" / "recovery"
     assert not recovery.exists() or list(recovery.iterdir()) == []
+
+
+@pytest.mark.render
+def test_a_restored_volume_left_unsaved_again_says_when_it_was_made_not_when_it_was_restored(
+    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
+):
+    """Made two days ago, restored today, the app closed without saving it: the next start's bar said it was
+    made today (the time of the restore, which rewrote its file)."""
+    from engine.nifti.io import sidecar_path
+
+    root = tmp_path / "recovery"
+    assert _kill_after_keeping(root).returncode == -signal.SIGKILL
+    (orphan,) = RecoveryStore(root).orphans()
+    sidecar = sidecar_path(orphan.volumes[0])
+    record = json.loads(sidecar.read_text())
+    assert record["made_at"]  # said when it was kept at the end of its run
+    two_days_ago = time.time() - 2 * 86400
+    record["made_at"] = datetime.fromtimestamp(two_days_ago, UTC).isoformat(timespec="seconds")
+    sidecar.write_text(json.dumps(record))
+    made = time.strftime("%d %b %H:%M", time.localtime(two_days_ago))
+
+    window = _recovering_window(qtbot, registry, qt_settings, root)
+    bar = window.recovery_bar
+    assert f"made {made}" in bar.label.text()
+    qtbot.mouseClick(bar.restore_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not bar.isVisible() and not window.runner.jobs, timeout=30_000)
+    window.close()  # not saved: kept for the next start
+    window = _recovering_window(qtbot, registry, qt_settings, root)
+    bar = window.recovery_bar
+    assert bar.isVisible() and f"made {made}" in bar.label.text(), bar.label.text()
+    assert f"made {time.strftime('%d %b', time.localtime(two_days_ago))}" in bar.label.toolTip()
+    qtbot.mouseClick(bar.discard_button, Qt.MouseButton.LeftButton)
+    window.close()
