@@ -7,6 +7,7 @@ with small seeded weights in the real layouts, so a fetched folder opens and gen
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -81,6 +82,9 @@ def test_the_shipped_catalogue_names_the_owners_sources_and_facts():
     # The shipped config is the one whose guidance scale the catalogue states.
     config = next(f for f in nv.files if f.path.endswith("rflow-mr-brain.json")).shipped
     assert json.loads(config.read_text())["diffusion_unet_inference"]["cfg_guidance_scale"] == 2
+    # The shipped copies are the ones the catalogue records (a drifted copy would be refused at download).
+    for file in (f for e in entries.values() for f in e.files if f.shipped):
+        assert hashlib.sha256(file.shipped.read_bytes()).hexdigest() == file.sha256, file.path
     ldm = entries["brain-ldm"]
     assert {f.repo for f in ldm.hub_files} == {"MONAI/brain_image_synthesis_latent_diffusion_model"}
     # The engine's own estimator: more memory for a larger volume, the weights counted from the networks.
