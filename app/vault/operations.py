@@ -37,14 +37,14 @@ def change_passphrase(vault, old: str, new: str, kdf, report) -> None:
     vault.change_passphrase(old, new, kdf=kdf)
 
 
-def rekey(vault, old: str, new: str, kdf, report) -> None:
+def rekey(vault, old: str, new: str, kdf, report):
     """Re-encrypt the whole vault under a new key (engine.vault.rekey), with progress."""
     report(None, "Re-encrypting the vault")
 
     def progress(done: int, total: int) -> None:
         report(done / total if total else 1.0, "Re-encrypting the vault")
 
-    vault.rekey(old, new, kdf=kdf, progress=progress)
+    return vault.rekey(old, new, kdf=kdf, progress=progress)  # engine.vault.rekey.RekeyReport
 
 
 def lock(vault, report) -> None:

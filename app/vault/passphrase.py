@@ -13,6 +13,7 @@ from app.vault import operations
 from app.vault.dialogs import ChangePassphraseDialog
 from app.vault.tasks import ERROR_TITLES, VaultTask
 from engine.errors import VaultLocked
+from engine.formatting import count_of, format_duration
 
 
 class VaultPassphrase:
@@ -65,11 +66,28 @@ class VaultPassphrase:
     def _on_passphrase_dialog_rejected(self) -> None:
         self.passphrase_dialog = None
 
-    def _on_passphrase_changed(self, _value) -> None:
+    def _on_passphrase_changed(self, report) -> None:
         if self.passphrase_dialog is not None:
             self.passphrase_dialog.accept()
             self.passphrase_dialog = None
-        self._show_status("Vault passphrase changed", 8000)
+        if report is None:  # re-wrapped: the key is the same
+            self._show_status(
+                "Vault passphrase changed (the key was re-wrapped: older copies of the vault still open with "
+                "the old passphrase)",
+                15000,
+            )
+            return
+        # Re-encrypted: say what, and what it does not reach, in a box that stays until read.
+        self._show_status("Vault re-encrypted under a new key", 15000)
+        self._hub.messages.inform(
+            "Vault Re-encrypted",
+            f"{count_of(report.items, 'item')} and {count_of(report.audit_entries, 'audit entry', 'audit entries')} "
+            "are now encrypted under a new key that only the new passphrase opens "
+            f"({format_duration(report.seconds)}).\n\n"
+            "Copies of the vault made before now (backups, synced folders) are not changed: they still open "
+            "with the old passphrase. Delete them if it may have leaked.",
+            details=f"Old vault id: {report.old_vault_id}\nNew vault id: {report.new_vault_id}",
+        )
 
     def _on_passphrase_failed(self, task: VaultTask, message: str) -> None:
         self._show_error(ERROR_TITLES["passphrase"], message)

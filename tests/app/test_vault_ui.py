@@ -682,6 +682,16 @@ def test_change_passphrase_with_re_encryption_puts_the_vault_under_a_new_key(qtb
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "passphrase") == "finished"
     assert controller.is_unlocked and controller.vault.vault_id != old_id  # a new key, a new vault id
+    # A box that stays until read says what was re-encrypted, and what it does not reach (old copies).
+    title, text = controller.last_info
+    assert title == "Vault Re-encrypted" and text.startswith(f"{len(controller.items)} items and ")
+    assert "audit entr" in text and "still open with the old passphrase" in text
+    from shiboken6 import isValid
+
+    box = controller.last_info_box
+    assert box.isVisible()
+    qtbot.keyClick(box, Qt.Key.Key_Return)  # read: Enter closes it (and Qt deletes it)
+    qtbot.waitUntil(lambda: not isValid(box) or not box.isVisible(), timeout=5_000)
     controller.lock()
     controller.unlock(PASSPHRASE)
     assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.is_unlocked
