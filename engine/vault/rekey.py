@@ -51,6 +51,7 @@ from engine.vault.layout import HEADER_NAME
 STAGING_SUFFIX = ".rekey"
 RETIRED_SUFFIX = ".pre-rekey"
 COMPLETE_MARK = "rekey-complete"
+REPLAY_BATCH = 512  # audit entries appended to the new chain in one locked step
 
 Progress = Callable[[int, int], None]
 
@@ -257,23 +258,33 @@ def _copy_items(vault, target, progress: Progress | None) -> _Copied:
 
 def _replay_audit(vault, target, old_id: str, items: int) -> int:
     """Append every entry of the old audit chain to the new one (each keeps its time, event and item and
-    notes its old seq, pid and user), then commit the re-key. Returns how many were replayed."""
+    notes its old seq, pid and user), then commit the re-key. Returns how many were replayed (by this run
+    and an interrupted one before it)."""
     entries = vault._audit.check().entries
+    # A run killed inside the replay left part of it in the staging chain (whole entries, in order): a
+    # resumed run appends only the rest, so no entry appears twice. Old seqs are unique and never change
+    # (the old chain is append-only and still ours, locked for writing).
+    done = {
+        e.detail["replayed"].get("seq")
+        for e in target._audit.check().entries
+        if isinstance(e.detail.get("replayed"), dict)
+    }
     replayed = [
         (e.event, e.item_id, {**e.detail, "replayed": {"seq": e.seq, "pid": e.pid, "user": e.user}}, e.time)
         for e in entries
+        if e.seq not in done
     ]
-    for start in range(0, len(replayed), 512):
-        target._audit.append_many(replayed[start : start + 512])
+    for start in range(0, len(replayed), REPLAY_BATCH):
+        target._audit.append_many(replayed[start : start + REPLAY_BATCH])
     with target._op(), target._writing():
         item_index.commit(
             target,
             "rekey",
             None,
-            {"from_vault": old_id, "items": items, "replayed": len(replayed)},
+            {"from_vault": old_id, "items": items, "replayed": len(replayed) + len(done)},
             copy.deepcopy(target._index),
         )
-    return len(replayed)
+    return len(replayed) + len(done)
 
 
 def _open_staging(staging: Path, new_pw: bytes, kdf: KdfParams | None):

@@ -112,3 +112,50 @@ def test_a_rekey_refused_for_space_leaves_nothing_and_says_how_much(vault, make_
     assert [i.id for i in vault.items()] == [item] and vault.verify().ok
     # the disk as it is: the same re-key now runs
     assert vault.rekey(PASSPHRASE, NEW, kdf=FAST_KDF).copied == 1
+
+
+def _rekey_killed_inside_the_audit_replay(vault_path) -> None:
+    """Child: re-key, and die when the first batch of replayed audit entries is in the staging chain."""
+    import engine.vault.rekey as rekey_module
+    from engine.vault.audit import AuditLog
+
+    rekey_module.REPLAY_BATCH = 4  # (in the child only) a few entries make several batches
+
+    vault = Vault(vault_path)
+    vault.unlock(PASSPHRASE)
+    append_many = AuditLog.append_many
+    batches = []
+
+    def append_or_die(log, records):
+        if records and isinstance(records[0][2].get("replayed"), dict):
+            batches.append(1)
+            if len(batches) == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return append_many(log, records)
+
+    AuditLog.append_many = append_or_die
+    vault.rekey(PASSPHRASE, NEW, kdf=FAST_KDF)
+
+
+def test_a_rekey_killed_inside_the_audit_replay_replays_each_entry_once(vault, make_nifti):
+    vault.import_nifti(make_nifti("scan.nii", shape=(6, 5, 4))[0])
+    for _ in range(10):
+        vault.verify()
+    old = [(e.seq, e.event) for e in vault.audit_trail().entries]
+    assert len(old) > 2 * 4  # more than two of the child's batches
+    vault.lock()
+    child = _FORK.Process(target=_rekey_killed_inside_the_audit_replay, args=(vault.path,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == -signal.SIGKILL
+    vault.unlock(PASSPHRASE)
+    report = vault.rekey(PASSPHRASE, NEW, kdf=FAST_KDF)
+    replayed = [
+        (e.detail["replayed"]["seq"], e.event)
+        for e in vault.audit_trail().entries
+        if isinstance(e.detail.get("replayed"), dict)
+    ]
+    seqs = sorted(seq for seq, _ in replayed)
+    assert seqs == list(range(1, len(seqs) + 1))  # every entry of the old chain once, none twice
+    assert set(old) <= set(replayed)
+    assert report.audit_entries == len(replayed)
