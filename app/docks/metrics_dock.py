@@ -483,8 +483,10 @@ class MetricsDock(QWidget):
         self.device_label.setObjectName("metricsDevice")
         self.device_label.setWordWrap(True)
         self.device_label.setTextFormat(Qt.TextFormat.RichText)
+        # A note, not a warning: a CPU-only or XLA setup has no NVIDIA GPU to chart, and nothing is wrong.
         self.gpu_warning = QLabel("")
-        self.gpu_warning.setObjectName("noGpu")
+        self.gpu_warning.setObjectName("gpuNote")
+        self.gpu_warning.setStyleSheet(f"color: {AXIS_TEXT};")
         self.gpu_warning.setWordWrap(True)
         self.gpu_warning.setTextFormat(Qt.TextFormat.PlainText)
         self.gpu_warning.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -817,21 +819,30 @@ class MetricsDock(QWidget):
                 lost = f" \u2013 unavailable: {_escape(gpu.reason or 'lost')}" if not gpu.available else ""
                 rows.append(f"{dot}<b>{_escape(gpu.name or f'GPU {gpu.index}')}</b>{total}{lost}")
             driver = f"NVIDIA driver {_escape(latest.driver_version)}" if latest.driver_version else ""
-            source = f" \u00b7 on {_escape(latest.source)}" if latest.source not in ("", "local") else ""
             self.device_label.setText(
-                "<br>".join(rows) + f'<br><span style="color:{AXIS_TEXT}">{driver}{source}</span>'
+                f"{self._machine_html(latest)}<br>"
+                + "<br>".join(rows)
+                + f'<br><span style="color:{AXIS_TEXT}">{driver}</span>'
             )
             self.gpu_warning.hide()
         else:
-            source = f" on {_escape(latest.source)}" if latest.source not in ("", "local") else ""
-            self.device_label.setText(f"<b>CPU only</b>{source}")
+            self.device_label.setText(f"{self._machine_html(latest)}: CPU and memory")
             reason = latest.gpu_reason or "no NVIDIA GPU"
-            if self.gpu_warning.text() != reason:
-                self.gpu_warning.setText(reason)
+            text = f"No GPU charts ({reason})"
+            if self.gpu_warning.text() != text:
+                self.gpu_warning.setText(text)
                 self.gpu_warning.setToolTip(
-                    "GPU plots appear when NVML reports a GPU; CPU and memory stay live."
+                    "GPU plots appear when NVML reports an NVIDIA GPU; on a CPU or XLA setup there is none to "
+                    "chart, and CPU and memory stay live."
                 )
             self.gpu_warning.show()
+
+    @staticmethod
+    def _machine_html(latest: Any) -> str:
+        """Which machine the charts are of: this computer, or the engine server the device is."""
+        if latest.source in ("", "local"):
+            return "Charting <b>this computer</b>"
+        return f"Charting <b>the server {_escape(latest.source)}</b>"
 
     def _update_run_label(self) -> None:
         if self._active_runs:

@@ -176,8 +176,12 @@ def test_dock_over_a_feed_source_plots_exact_values_and_marks(qtbot, themed_app)
     assert x[-1] == 0 and x[0] <= -dock.window_s and len(x) <= dock.window_s + 3
     assert y[-1] == 199 % 50
     assert "49%" in cpu.value_label.text() and cpu.title_label.text() == "CPU (% of 2 cores)"
-    assert dock.gpu_warning.isVisible() and dock.gpu_warning.text() == "no NVIDIA GPU: the server has none"
-    assert "server-1" in dock.device_label.text()
+    assert (
+        dock.gpu_warning.isVisible()
+        and dock.gpu_warning.text() == "No GPU charts (no NVIDIA GPU: the server has none)"
+    )
+    # Which machine the charts are of is said first: here the engine server, not this computer.
+    assert dock.device_label.text().startswith("Charting <b>the server server-1</b>")
     assert not dock.cards["gpu_util"].isVisible()
 
     # the server gains a GPU: the GPU cards appear and the warning goes
@@ -281,8 +285,9 @@ def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbo
     assert re.search(r"[\d.]+</b> / \d+", dock.cards["memory"].value_label.text())
     assert dock.cards["memory"].points("rss") >= 3
     # the reason is shown, the GPU plots are not, and CPU/RAM stay live
-    assert dock.gpu_warning.isVisible() and dock.gpu_warning.text().startswith("no NVIDIA GPU: ")
-    assert dock.gpu_warning.text() == latest.gpu_reason
+    # A note that there is no GPU to chart (nothing is wrong on a CPU machine), of this computer.
+    assert dock.gpu_warning.isVisible() and dock.gpu_warning.text() == f"No GPU charts ({latest.gpu_reason})"
+    assert dock.device_label.text().startswith("Charting <b>this computer</b>")
     assert not any(
         dock.cards[k].isVisible() for k in ("gpu_util", "gpu_memory", "gpu_power", "gpu_temperature")
     )
