@@ -372,6 +372,21 @@ def _one_device_lines(result: dict) -> list[str]:
     return [f"One chip unsplit: {step} per step{source}; the best plan below is {speedup:.2f}\u00d7 faster."]
 
 
+def precision_note(result: dict, details: dict | None) -> str:
+    """Which XLA precision the server's runs use, against the one the plan was predicted at ("" when the
+    server does not say): a plan costed at 'default' (bf16 peak) runs slower on a server at 'highest'."""
+    running = (details or {}).get("xla_precision")
+    predicted = result.get("precision")
+    if not running:
+        return ""
+    if not predicted or predicted == running:
+        return f"Runs at XLA precision '{running}' (the server's --xla-precision), as predicted."
+    return (
+        f"This server runs at XLA precision '{running}' (its --xla-precision), not the '{predicted}' the steps "
+        "were predicted at: expect its steps to take longer than predicted."
+    )
+
+
 def summary_text(result: dict) -> str:
     return "\n".join(summary_lines(result))
 

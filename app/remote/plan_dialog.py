@@ -523,6 +523,10 @@ class PlanDialog(QDialog):
         self.result = result
         lines = [html.escape(line) for line in plan_table.summary_lines(result)]
         lines[-1] = f"<b>{lines[-1]}</b>"  # the best plan and its gain: what the user came for
+        connection = self.connection()
+        note = plan_table.precision_note(result, connection.details if connection is not None else None)
+        if note:  # which precision the run uses, beside the one predicted
+            lines.insert(-1, html.escape(note, quote=False))
         self.summary_label.setText("<br>".join(lines))
         rows = plan_table.display_rows(result)
         table = self.table

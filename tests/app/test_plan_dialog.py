@@ -111,6 +111,8 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     assert re.search(r"x\d+\.\d\d( over|:) the topology-unaware choice", summary)
     assert "4 \u00d7 TPU v5e" in summary and "effective batch 2" in summary
     assert "compute predicted at XLA precision" in summary and "default" in summary
+    # The server runs at 'highest' (float32): the view says which precision the run uses, against the prediction.
+    assert "This server runs at XLA precision 'highest' (its --xla-precision), not the 'default'" in summary
 
     best = dialog.best_row()
     assert best == 0  # listed first
