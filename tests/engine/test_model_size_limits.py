@@ -115,6 +115,24 @@ def test_build_network_itself_refuses_before_constructing(nothing_is_built):
         networks.build_network(hostile, where="unet")
 
 
+def test_fields_each_in_range_but_too_many_attention_layers_together_are_refused(nothing_is_built):
+    """8 levels x 33 attention blocks x 16 layers: every field allowed, 128k modules to build."""
+    hostile = dict(
+        tiny_spec().networks["unet"],
+        channels=[8] * 8,
+        attention_levels=[True] * 8,
+        num_head_channels=8,
+        num_res_blocks=16,
+        transformer_num_layers=16,
+    )
+    with pytest.raises(ModelInvalid, match="unet has 4,240 attention layers in all .*allowed: at most 256"):
+        networks.build_network(hostile, where="unet")
+    published = dict(
+        hostile, num_res_blocks=2, attention_levels=[False] * 6 + [True] * 2, transformer_num_layers=1
+    )
+    check_network_sizes(published, "unet")  # MAISI-like: 11 attention layers
+
+
 def test_per_level_lists_must_match_the_levels():
     hostile = dict(tiny_spec().networks["unet"], num_res_blocks=[1, 1, 1])
     with pytest.raises(ModelInvalid, match="num_res_blocks has 3 entries but channels has 2"):
