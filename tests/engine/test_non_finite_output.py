@@ -134,3 +134,21 @@ def test_the_weights_check_reads_every_tensor(tmp_path):
             "unet",
             "w.safetensors",
         )
+
+
+def test_a_remote_client_gets_the_same_error_and_no_volume(tiny_models_dir, tmp_path):
+    """The engine server runs the same loop; its client gets NonFiniteOutput, not a NaN volume."""
+    from engine.backends.remote import RemoteBackend
+    from engine.server import create_app
+    from engine.testing import ServerThread
+
+    models = tmp_path / "models"
+    models.mkdir()
+    _copy_with_weights(tiny_models_dir, models, "overflows", _overflowing)
+    app = create_app(LocalBackend("cpu", ModelRegistry([models])), token="a-test-token-of-some-length")
+    with ServerThread(app) as url:
+        remote = RemoteBackend(url, token="a-test-token-of-some-length")
+        with pytest.raises(
+            NonFiniteOutput, match="at denoising step 1 of 2; nothing was written.*on the engine server"
+        ):
+            run(remote.sample(SamplingRequest(model="overflows", steps=2, seed=0)))
