@@ -46,8 +46,11 @@ def verdict_text(verdict, unchanged: bool = False) -> str:
     if verdict.ratio is None:
         return "n/a"
     if unchanged:
-        shifted = " (load changed)" if verdict.verdict in ("faster", "slower") else ""
-        return f"{speed_text(verdict.ratio)} \u00b7 unchanged by B{shifted}"
+        # B's settings are A's for this part: a ratio away from 1 is the machine's load, said as such (it
+        # read as a contradiction beside "unchanged by B").
+        if verdict.verdict in ("faster", "slower"):
+            return f"{speed_text(verdict.ratio)} \u00b7 same settings as A here: the difference is load"
+        return f"{speed_text(verdict.ratio)} \u00b7 same settings as A here"
     text = f"{speed_text(verdict.ratio)} \u00b7 {verdict.verdict}"
     return f"{text} ({verdict.samples[1]} vs {verdict.samples[0]})" if verdict.too_few else text
 

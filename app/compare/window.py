@@ -561,6 +561,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.numbers.clear_tables()
         self.app.state.set_job_running(True)  # one engine job at a time: Generate waits for this
         self._set_running(True)
+        self._set_empty_texts("A is running...", "B runs once A is done")
         self.progress_bar.setValue(0)
         self.progress_label.setText(f"Starting: A = {labels[0]}, B = {labels[1]}")
         return True
@@ -574,7 +575,17 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.progress_label.setText(message)
         self.app.show_error("Cannot compare", message)
 
+    def _set_empty_texts(self, a: str, b: str) -> None:
+        """What the A and B views say while they have no volume (a run in progress, or none yet)."""
+        for side, text in (("a", a), ("b", b)):
+            for view in self.views[side].values():
+                view.empty_text = text
+                view.update()
+
     def _set_running(self, running: bool) -> None:
+        if not running:
+            idle = f"Run the comparison ({RUN_KEY.replace('Return', 'Enter')})"
+            self._set_empty_texts(idle, idle)
         self.run_button.setEnabled(not running and not self.app.state.job_running)
         self.cancel_button.setEnabled(running)
         for widget in (self.a_box, self.b_box, self.profile_spin):
@@ -637,6 +648,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self._set_title(side, f"{side.upper()} \u00b7 {measured.label}{step}")
         if side == "a":  # B starts now
             self._set_title("b", f"B \u00b7 {self._labels[1]} \u00b7 running...")
+            self._set_empty_texts("A is running...", "B is running...")
         pace = "" if measured.step_ms_median is None else f", {measured.step_ms_median:.1f} ms per step"
         self.summary_label.setText(f"A ({html.escape(measured.label)}) is done{pace}; running B...")
         self.side_shown.emit(side)
