@@ -1,0 +1,87 @@
+"""Tissue maps of any brain volume (engine.anatomy.segment): contrast order, refusals, the maps' invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.anatomy.segment import TISSUES, check_contrast, dice, segment
+from engine.errors import InvalidRequest
+from tests.engine.anatomy.phantoms import phantom, phantom_affine, phantom_labels
+
+
+def _labels(result) -> np.ndarray:
+    """0 outside the brain, else 1 + argmax over CSF, GM, WM (the phantom's label codes)."""
+    stack = np.stack([result.maps[name] for name in TISSUES])
+    return np.where(result.maps["brain"] > 0.5, stack.argmax(0) + 1, 0)
+
+
+@pytest.fixture(scope="module")
+def t1_result():
+    return segment(phantom("t1w"), phantom_affine(), "t1w")
+
+
+def test_t1_phantom_tissues_found(t1_result):
+    truth = phantom_labels()
+    got = _labels(t1_result)
+    inner = truth >= 2  # the CSF rind touches the mask edge, where the mask may trim it
+    for code, name in ((2, "GM"), (3, "WM")):
+        assert dice(got == code, truth == code) > 0.9, name
+    assert dice(got[inner] == 2, truth[inner] == 2) > 0.9
+    assert dice(t1_result.maps["brain"] > 0.5, truth > 0) > 0.9
+
+
+@pytest.mark.parametrize("contrast", ["t2w", "flair"])
+def test_other_contrasts_give_the_t1_labels(t1_result, contrast):
+    # The same anatomy drawn in another intensity order must get the same labels once the contrast is named.
+    result = segment(phantom(contrast, seed=1), phantom_affine(), contrast)
+    t1, other = _labels(t1_result), _labels(result)
+    inside = (t1 > 0) & (other > 0)
+    assert np.mean(t1[inside] == other[inside]) > 0.95
+    means = result.means
+    order = sorted(TISSUES, key=means.get)
+    assert order == {"t2w": ["WM", "GM", "CSF"], "flair": ["CSF", "WM", "GM"]}[contrast]
+
+
+def test_maps_are_probabilities_inside_the_mask(t1_result):
+    maps = t1_result.maps
+    total = maps["CSF"] + maps["GM"] + maps["WM"]
+    assert all(m.shape == phantom_labels().shape and m.dtype == np.float32 for m in maps.values())
+    assert np.all(total >= -1e-5) and np.all(total <= 1 + 1e-4)
+    assert np.allclose(total[maps["brain"] == 0], 0, atol=0.5)  # outside the mask only interpolation spill
+    assert set(np.unique(maps["brain"])) <= {0.0, 1.0}
+    assert t1_result.sidecar()["contrast"] == "t1w" and t1_result.sidecar()["method"]
+
+
+def test_wrong_contrast_is_refused():
+    # A T1w volume called T2w would otherwise come out with CSF and WM swapped and no sign of it.
+    with pytest.raises(InvalidRequest, match="check --contrast") as info:
+        segment(phantom("t1w"), phantom_affine(), "t2w")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "name, reason", [("swi", "susceptibility"), ("MRA", "flowing blood"), ("tof", "flowing")]
+)
+def test_unsupported_contrasts_refused_with_reason(name, reason):
+    with pytest.raises(InvalidRequest, match=reason):
+        check_contrast(name)
+    with pytest.raises(InvalidRequest, match="choose t1w, t2w or flair"):
+        check_contrast("pd")
+    assert check_contrast("T1") == "t1w" and check_contrast("FLAIR") == "flair"
+
+
+def test_bad_arrays_refused():
+    vol = phantom("t1w")
+    with pytest.raises(InvalidRequest, match="2D"):
+        segment(vol[:, :, 20], phantom_affine(), "t1w")
+    nan = vol.copy()
+    nan[3, 4, 5] = np.nan
+    with pytest.raises(InvalidRequest, match="1 NaN or infinite"):
+        segment(nan, phantom_affine(), "t1w")
+    with pytest.raises(InvalidRequest, match="constant"):
+        segment(np.ones_like(vol), phantom_affine(), "t1w")
+    with pytest.raises(InvalidRequest, match="brain-sized"):
+        small = np.zeros_like(vol)
+        small[20:26, 20:26, 20:26] = 1.0
+        segment(small, phantom_affine(), "t1w")
