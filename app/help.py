@@ -474,11 +474,21 @@ class IntendedUseNotice(QToolBar):
         self.setStyleSheet(
             "QToolBar#intendedUseNotice { background: #fef3c7; border-bottom: 1px solid #f59e0b; }"
         )
-        self.acknowledge_button = QPushButton("I understand")
+        # Reachable without ~58 Tabs: it has the keyboard at the first start, Enter presses it there, and
+        # Alt+U presses it from anywhere in the window.
+        self.acknowledge_button = QPushButton("I &understand")
         self.acknowledge_button.setObjectName("intendedUseAcknowledge")
+        self.acknowledge_button.setAutoDefault(True)  # Enter as well as Space while it has the focus
+        self.acknowledge_button.setToolTip("Hide this statement for good (Alt+U); Help > About keeps it")
         self.acknowledge_button.clicked.connect(self._on_acknowledge_clicked)
         self.addWidget(self.label)
         self.addWidget(self.acknowledge_button)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        if not getattr(self, "_focused_once", False):  # the window's first focus: read, then Enter
+            self._focused_once = True
+            self.acknowledge_button.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def _on_acknowledge_clicked(self) -> None:
         self.settings.setValue(ACKNOWLEDGED_KEY, True)

@@ -52,3 +52,27 @@ def test_first_run_about_and_guide_state_the_intended_use(
         assert again.intended_use_notice is None
     finally:
         again.close()
+
+
+def test_the_first_run_statement_is_acknowledged_from_the_keyboard(qtbot, main_window, registry, qt_settings):
+    """It took ~58 Tabs to reach "I understand", and neither Enter nor a mnemonic pressed it."""
+    window = main_window
+    notice = window.intended_use_notice
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    button = notice.acknowledge_button
+    qtbot.waitUntil(button.hasFocus, timeout=5_000)  # the first focus of a first start
+    qtbot.keyClick(button, Qt.Key.Key_Return)
+    assert not notice.isVisible() and qt_settings.value(ACKNOWLEDGED_KEY, False, type=bool)
+
+
+def test_alt_u_acknowledges_from_anywhere_in_the_window(qtbot, main_window, qt_settings):
+    window = main_window
+    notice = window.intended_use_notice
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    window.sampling_panel.seed_spin.setFocus()  # somewhere else in the window
+    qtbot.waitUntil(window.sampling_panel.seed_spin.hasFocus, timeout=5_000)
+    qtbot.keyClick(window.sampling_panel.seed_spin, Qt.Key.Key_U, Qt.KeyboardModifier.AltModifier)
+    qtbot.waitUntil(lambda: not notice.isVisible(), timeout=5_000)  # a mnemonic animates the click first
+    assert qt_settings.value(ACKNOWLEDGED_KEY, False, type=bool)
