@@ -41,6 +41,8 @@ from app.cohort.draft import (
     last_step_seconds,
     load_montage,
     local_devices,
+    montage_caption,
+    montage_picks,
     parallel_workers,
     step_device_kind,
     torch_settings_problem,
@@ -136,6 +138,37 @@ class ConditionRow(QWidget):
             self.b.value(),
             self.n.value(),
         )
+
+
+class FittingImage(QLabel):
+    """An image scaled into whatever room the layout gives it (a fixed 480x320 was cut off in a small
+    dialog); its size never follows the image, so rescaling cannot change the layout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._source: QPixmap | None = None
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setMinimumSize(1, 1)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
+
+    def set_image(self, pixmap: QPixmap) -> None:
+        self._source = pixmap
+        self._fit()
+
+    def _fit(self) -> None:
+        if self._source is not None:
+            self.setPixmap(
+                self._source.scaled(
+                    max(1, self.width()),
+                    max(1, self.height()),
+                    Qt.AspectRatioMode.KeepAspectRatio,
+                    Qt.TransformationMode.SmoothTransformation,
+                )
+            )
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self._fit()
 
 
 class CohortDialog(QDialog):
@@ -267,9 +300,14 @@ class CohortDialog(QDialog):
         side.addWidget(self.montage_button)
         side.addStretch(1)
         done_layout.addLayout(side)
-        self.montage_label = QLabel()
-        self.montage_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        done_layout.addWidget(self.montage_label, 2)
+        self.montage_label = FittingImage()
+        self.montage_caption = QLabel("")
+        self.montage_caption.setObjectName("montageCaption")
+        self.montage_caption.setWordWrap(True)
+        montage_column = QVBoxLayout()
+        montage_column.addWidget(self.montage_label, 1)
+        montage_column.addWidget(self.montage_caption)
+        done_layout.addLayout(montage_column, 2)
         outer.addWidget(done_box, 1)
 
     def _build_device_rows(self, grid: QGridLayout, row: int) -> None:
@@ -617,12 +655,10 @@ class CohortDialog(QDialog):
         qimage = QImage(
             image.data, image.shape[1], image.shape[0], image.shape[1], QImage.Format.Format_Grayscale8
         )
-        pixmap = QPixmap.fromImage(qimage)
-        self.montage_label.setPixmap(
-            pixmap.scaled(
-                480, 320, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
-            )
+        self.montage_caption.setText(
+            montage_caption(montage_picks(self.finished_paths), len(self.finished_paths))
         )
+        self.montage_label.set_image(QPixmap.fromImage(qimage))
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt API
         if self.job is None:

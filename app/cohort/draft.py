@@ -335,11 +335,28 @@ def montage(images: list[np.ndarray], columns: int = 6) -> np.ndarray:
     return out
 
 
-def load_montage(paths: list[str], sample: int = 12) -> np.ndarray:
-    """A montage of up to ``sample`` of the files, spread evenly over the list (runs in a worker thread)."""
-    from engine.nifti.io import load_nifti
+MONTAGE_SAMPLE = 12
 
+
+def montage_picks(paths: list[str], sample: int = MONTAGE_SAMPLE) -> list[str]:
+    """Up to ``sample`` of the files, spread evenly over the list, in the montage's order (row by row)."""
     if len(paths) > sample:
         picks = sorted(set(np.linspace(0, len(paths) - 1, sample).round().astype(int).tolist()))
         paths = [paths[i] for i in picks]
-    return montage([load_nifti(p).data for p in paths])
+    return list(paths)
+
+
+def montage_caption(paths: list[str], total: int, columns: int = 6) -> str:
+    """What the montage shows, for its caption: how many of how many, which slice, and in which order."""
+    names = [os.path.basename(p).split("_")[0] for p in paths]  # sub-synth0001
+    return (
+        f"Axial mid-slices of {len(paths)} of {count_of(total, 'volume')} (anterior up, each scaled to its "
+        f"99.5th percentile), {min(columns, len(paths))} per row: {', '.join(names)}"
+    )
+
+
+def load_montage(paths: list[str], sample: int = MONTAGE_SAMPLE) -> np.ndarray:
+    """A montage of up to ``sample`` of the files, spread evenly over the list (runs in a worker thread)."""
+    from engine.nifti.io import load_nifti
+
+    return montage([load_nifti(p).data for p in montage_picks(paths, sample)])

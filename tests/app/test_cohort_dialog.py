@@ -32,7 +32,7 @@ def test_draft_counts_like_the_engine_spec():
     assert draft.to_dict()["draws"] == 1
 
 
-def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path):
+def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path, screenshot):
     pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
     from engine.cohort import validate_layout
 
@@ -79,4 +79,13 @@ def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path):
 
     qtbot.mouseClick(dialog.montage_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not dialog.montage_label.pixmap().isNull(), timeout=60_000)
+    # Whole inside its room and labelled: which volumes, which slice (it was cut off and said nothing).
+    label = dialog.montage_label
+    qtbot.waitUntil(  # refitted once the caption's line is laid out under it
+        lambda: label.pixmap().width() <= label.width() and label.pixmap().height() <= label.height(),
+        timeout=10_000,
+    )
+    assert dialog.montage_caption.text().startswith("Axial mid-slices of 2 of 2 volumes (anterior up")
+    assert "sub-synth0001, sub-synth0002" in dialog.montage_caption.text()
+    screenshot(dialog, "cohort-montage")
     dialog.close()
