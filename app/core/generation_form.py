@@ -110,6 +110,7 @@ class GenerationForm:
         self.xla_plan_device = ""
         self.xla_plan_origin = ""  # where it was chosen, for the panel's line ("Plan view")
         self.xla_plan_cleared = ""
+        self._cleared_plan = ("", "")  # (plan, device) of the plan a change of device cleared
         self._blocks: dict[str, str] = {}
         self.switch_note = ""  # what the last switch of model reset or dropped, for the user ("" if nothing)
         self._saved_per_model: dict[str, dict[str, Any]] = {}  # restored values waiting for their model
@@ -152,9 +153,16 @@ class GenerationForm:
                 setattr(self, name, value)
                 self.changed.emit(name)
                 if name == "device" and self.xla_plan and value != self.xla_plan_device:
+                    self._cleared_plan = (self.xla_plan, self.xla_plan_device)
                     self.clear_xla_plan(
                         f"Plan {self.xla_plan} cleared: it was for {_device_name(self.xla_plan_device)}; "
                         "the next run uses one device."
+                    )
+                elif name == "device" and self.xla_plan_cleared and self._cleared_plan[1] == value:
+                    # Back on the plan's server: "it was for the server X" would read as stale there.
+                    self.clear_xla_plan(
+                        f"Plan {self._cleared_plan[0]} was cleared when another device was chosen: the next "
+                        "run here uses one device (Use this plan in the Plan view sets it again)."
                     )
 
     def use_xla_plan(self, plan: str, device: str, origin: str = "") -> None:

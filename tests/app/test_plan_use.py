@@ -48,6 +48,11 @@ def test_the_plan_belongs_to_its_server_and_another_device_clears_it_with_the_re
         form.xla_plan_cleared
         == "Plan dp2xd2 cleared: it was for the server tpu-vm:8765; the next run uses one device."
     )
+    form.set(device=SERVER)  # back on its server: the note no longer says "it was for" the server in use
+    assert form.xla_plan == "" and form.xla_plan_cleared.startswith(
+        "Plan dp2xd2 was cleared when another device was chosen: the next run here uses one device"
+    )
+    form.set(device="cpu")
     form.clear_xla_plan()  # the panel's x dismisses the note
     assert form.xla_plan_cleared == "" and changes[-1] == "xla_plan"
     form.set(device=SERVER)
