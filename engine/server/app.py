@@ -68,7 +68,7 @@ def create_app(
     # outermost: no body is read and no in-flight slot is taken before the token is right
     app.add_middleware(RequestGate, gate=gate, max_header_bytes=limits.connections.max_header_bytes)
     add_error_handlers(app)
-    add_schema_routes(app, backend)
+    add_schema_routes(app, backend, secured=bool(gate.tokens))
     add_about_routes(app, backend, metrics_source)
     add_plan_route(app, backend)
     add_job_routes(app, manager, limits, streams)
