@@ -207,6 +207,10 @@ class ColourBar(QWidget):
         return level - window / 2, level + window / 2
 
     def labels(self) -> tuple[str, str, str]:
+        """The values at the top, centre and bottom; none before there is a difference to show (the
+        placeholder window's +1 / +0.5 / 0 read as numbers of a run that had not happened)."""
+        if self.state.shown is None:
+            return "", "", ""
         low, high = self.limits()
         return f"{high:+.3g}", f"{(low + high) / 2:+.3g}".replace("+0", "0"), f"{low:+.3g}"
 
@@ -225,6 +229,8 @@ class ColourBar(QWidget):
         high, middle, low = self.labels()
         x = int(bar.right()) + 5
         for text, y in ((high, bar.top()), (middle, bar.center().y()), (low, bar.bottom())):
+            if not text:
+                continue
             painter.drawLine(int(bar.right()), int(y), x - 1, int(y))
             painter.drawText(x, int(y + metrics.ascent() / 2 - 1), text)
         painter.end()
@@ -663,6 +669,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
             self._show_volume(side, data, affine, name)
         diff = volumes["diff"][0] if volumes["diff"].ndim == 4 else volumes["diff"]
         self.states["diff"].set_window(*difference_window(diff))
+        spread = self.states["diff"].window[0] / 2
         self._set_title("a", f"A \u00b7 {a.label}")
         self._set_title("b", f"B \u00b7 {b.label}")
         self.titles["diff"].setText(
@@ -670,7 +677,9 @@ class CompareWindow(ComparisonOutputs, QWidget):
             + (
                 "  (identical)"
                 if comparison.max_abs_err == 0
-                else f"  (max |B\u2212A| {comparison.max_abs_err:.3g})"
+                # The bar spans the 99.9th percentile, not the maximum: say so, and that beyond it is clipped.
+                else f"  (max |B\u2212A| {comparison.max_abs_err:.3g}; the bar spans \u00b1{spread:.3g}, 99.9% of "
+                "voxels, and larger differences show at its end colours)"
             )
         )
         self.numbers.show_comparison(comparison)

@@ -228,10 +228,17 @@ def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, main_window, compare):
 
 def test_difference_map_is_diverging_with_a_colour_bar(qtbot, main_window, compare, screenshot):
     _panel_bf16(main_window)
+    bar = compare.colour_bar
+    assert bar.labels() == ("", "", "")  # no placeholder numbers before there is a difference
     qtbot.keyClick(compare, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert _wait(qtbot, compare) == "finished"
     window, level = compare.states["diff"].window
-    bar = compare.colour_bar
+    # The title says what the bar spans against the maximum, and that beyond it colours are clipped.
+    title = compare.titles["diff"].text()
+    assert (
+        f"max |B\u2212A| {compare.comparison.max_abs_err:.3g}; the bar spans \u00b1{window / 2:.3g}" in title
+    )
+    assert "larger differences show at its end colours" in title
     assert bar.isVisible() and bar.limits() == pytest.approx((level - window / 2, level + window / 2))
     assert bar.labels()[0] == f"{level + window / 2:+.3g}" and bar.labels()[2] == f"{level - window / 2:+.3g}"
     # The difference is drawn in colour (blue below zero, orange above), A and B in grey
