@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.display import format_bytes
+from app.core.display import OPTIMIZATION_LABELS, format_bytes
 from engine.compare import DECODE, END_TO_END, MEASURE_MORE, PART_TITLES, UNET_STEP
 
 WARNING_COLOUR = "#e5c07b"
@@ -187,11 +187,13 @@ class ComparisonNumbers(QWidget):
                 else f"{side.step_ms_median:.1f} ms (IQR {side.step_ms_iqr:.1f})"
             )
 
+        # Settings by the names the Optimization section gives them ("Measured here", not measured_here).
         def applied(side) -> str:
-            return ", ".join(side.applied()) or "none (fp32)"
+            return ", ".join(OPTIMIZATION_LABELS.get(n, n) for n in side.applied()) or "none (fp32)"
 
         def not_applied(side) -> str:
-            return "\n".join(f"{name}: {reason}" for name, reason in side.not_applied()) or "\u2014"
+            lines = (f"{OPTIMIZATION_LABELS.get(n, n)}: {reason}" for n, reason in side.not_applied())
+            return "\n".join(lines) or "\u2014"
 
         memory_rows = _memory_rows(a, b)
 

@@ -72,7 +72,7 @@ def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, main_window,
     labels = [compare.table.verticalHeaderItem(r).text() for r in range(compare.table.rowCount())]
     assert labels[0] == "Step (median)" and "Applied" in labels
     applied_row = labels.index("Applied")
-    assert compare.table.item(applied_row, 1).text() == "autocast"
+    assert compare.table.item(applied_row, 1).text() == "Autocast"  # the panel's name, not the field's
     for side in ("a", "b"):
         table = compare.kernel_tables[side]
         assert table.rowCount() > 0 and table.item(0, 3).text().startswith("aten::")
