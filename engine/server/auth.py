@@ -173,6 +173,7 @@ class TokenGate:
         self.delays: deque[float] = deque(maxlen=64)  # the waits imposed, newest last
         self.answered: deque[tuple[float, float]] = deque(maxlen=256)  # (wait start, answer) per wrong guess
         self.refused_busy = 0
+        self.abandoned = 0  # wrong guesses whose client left while they waited
         self.waiting_total = 0
         self.peak_waiting_total = 0
         self._turns: dict[str, asyncio.Lock] = {}
@@ -196,8 +197,12 @@ class TokenGate:
                 found = name
         return found
 
-    async def admit(self, host: str, authorization: bytes | None) -> str | AuthRefusal:
-        """The client a request comes from (its token's name, or its address without tokens), or why not."""
+    async def admit(self, host: str, authorization: bytes | None, gone=None) -> str | AuthRefusal | None:
+        """The client a request comes from (its token's name, or its address without tokens), or why not.
+
+        ``gone`` (makes an awaitable that ends when the client disconnects) cuts a wrong guess's wait short:
+        a guess nobody waits for frees its place at once; the answer is then None (nothing to send).
+        """
         if not self.tokens:
             return host
         credentials = bearer_credentials(authorization)
@@ -211,7 +216,20 @@ class TokenGate:
         client = self.client_of(credentials)
         if client is not None:
             return client
-        return await self._wrong_guess(address_key(host))
+        if gone is None:
+            return await self._wrong_guess(address_key(host))
+        waiting = asyncio.ensure_future(self._wrong_guess(address_key(host)))
+        watching = asyncio.ensure_future(gone())
+        try:
+            await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiting, watching):
+                if not task.done():
+                    task.cancel()  # the wait's own clean-up frees its place in the counts
+        if waiting.done() and not waiting.cancelled():
+            return waiting.result()
+        self.abandoned += 1
+        return None
 
     async def _wrong_guess(self, key: str) -> AuthRefusal:
         if self._waiting.get(key, 0) >= self.max_waiting or self.waiting_total >= self.max_waiting_total:

@@ -33,6 +33,13 @@ async def send_refusal(send, status: int, message: str, error_class: str, header
     await send({"type": "http.response.body", "body": response.body})
 
 
+async def _disconnected(receive) -> None:
+    """Ends when the client goes away. Only awaited for a wrong guess, whose body is never used: any
+    body it sends is dropped here."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 class RequestGate:
     """ASGI middleware (outermost): the header size limit and the token, judged on the headers alone.
 
@@ -67,7 +74,9 @@ class RequestGate:
                 authorization = value
                 break
         host = scope["client"][0] if scope.get("client") else "?"
-        verdict = await self.gate.admit(host, authorization)
+        verdict = await self.gate.admit(host, authorization, gone=lambda: _disconnected(receive))
+        if verdict is None:
+            return  # a wrong guess whose client left while it waited: nobody to answer
         if isinstance(verdict, AuthRefusal):
             await send_refusal(send, verdict.status, verdict.message, verdict.error_class, verdict.headers)
             return

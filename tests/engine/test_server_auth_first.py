@@ -12,6 +12,7 @@ same; wrong guesses from an address got its token holder 429; ``bearer`` (lower 
 from __future__ import annotations
 
 import socket
+import time
 
 import httpx
 import pytest
@@ -166,3 +167,24 @@ def test_headers_over_16_kb_are_400_even_in_one_segment(instant):
             finally:
                 sock.close()
         assert httpx.get(f"{url}/info", headers=AUTH, timeout=30).status_code == 200
+
+
+def test_a_waiting_wrong_guess_whose_client_left_frees_its_place(instant):
+    limits = ServerLimits(
+        auth_free_failures=0, auth_base_delay_s=30.0, auth_max_delay_s=30.0, auth_max_waiting=4
+    )
+    app = create_app(instant, token=TOKEN, limits=limits)
+    gate = app.state.gate
+    head = b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer wrong-guess\r\n\r\n"
+    with ServerThread(app) as url:
+        socks = _send_heads(url, head, count=4, addresses=1)
+        deadline = time.monotonic() + 30
+        while gate.waiting_total < 4:  # all four are waiting (30 s each, in turn)
+            assert time.monotonic() < deadline, "the guesses never waited"
+            time.sleep(0.02)
+        for sock in socks:
+            sock.close()
+        while gate.waiting_total:  # they leave: their places are freed, not held for minutes
+            assert time.monotonic() < deadline, f"{gate.waiting_total} abandoned guesses still wait"
+            time.sleep(0.02)
+        assert gate.abandoned == 4
