@@ -5,7 +5,8 @@ they are placed on the volume by matching the moments (centre and extent along e
 brain mask to the volume's, and an EM fit of one Gaussian per tissue, with those priors and a mean-field
 smoothing of the posteriors, labels the voxels. The contrast only decides the order in which the tissue
 intensities are expected (T1w: CSF < GM < WM; T2w: WM < GM < CSF; FLAIR: CSF < WM < GM), which seeds the fit
-and is checked after it. Why this and not antspyx's Atropos or dipy's HMRF: see the README (measured with
+and is checked twice: before it against where the template puts each tissue (which also catches noise), and
+after it on the fitted means. Why this and not antspyx's Atropos: see the README (measured with
 ``engine/bench/segmentation.py``).
 
 Everything works on arrays in RAS+ orientation with their voxel -> RAS mm affine; reading and writing files
@@ -35,7 +36,10 @@ _REFUSED = {
     "ct": "CT does not separate GM from WM well enough for tissue maps",
 }
 CONTRAST_LABELS = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR"}
-_PRIOR_FLOOR = 0.05  # a tissue the template rules out can still win where the image insists
+_PRIOR_FLOOR = 0.05
+# Least spread of the tissues' median intensities (fraction of the brain's intensity range) for a brain: the
+# MNI template spreads about 0.8, the shipped model's volumes 0.5-0.65, noise under 0.02.
+_MIN_TISSUE_SPREAD = 0.1  # a tissue the template rules out can still win where the image insists
 _EM_ITERATIONS = 12
 _SMOOTH_BETA = 1.0  # weight of the neighbours' posteriors (mean-field MRF), in units of the log prior
 _WORK_SPACING_MM = 1.5  # the fit runs on a grid no finer than this; maps are interpolated back
@@ -282,6 +286,12 @@ def _check_order_against_priors(values: np.ndarray, priors: np.ndarray, contrast
     for k, name in enumerate(TISSUES):
         cumulative = np.cumsum(weights[k][order])
         prior_mean[name] = float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
+    spread = max(prior_mean.values()) - min(prior_mean.values())
+    if spread < _MIN_TISSUE_SPREAD:
+        raise InvalidRequest(
+            f"the volume's intensities hardly differ where the template expects CSF, GM and WM (spread "
+            f"{spread:.3f} of its range); it does not look like a brain MRI (noise, or another kind of image)"
+        )
     expected = _ORDER[contrast]
     for a, b in (("CSF", "WM"), ("GM", "WM")):
         if (expected.index(a) < expected.index(b)) != (prior_mean[a] < prior_mean[b]):

@@ -85,3 +85,13 @@ def test_bad_arrays_refused():
         small = np.zeros_like(vol)
         small[20:26, 20:26, 20:26] = 1.0
         segment(small, phantom_affine(), "t1w")
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "uniform"])
+def test_noise_is_not_a_brain(kind):
+    # Random-weights models make noise; it must be refused as not brain-like, not blamed on the contrast.
+    rng = np.random.default_rng(3)
+    shape = phantom_labels().shape
+    noise = rng.normal(0, 1, shape) if kind == "gaussian" else rng.random(shape)
+    with pytest.raises(InvalidRequest, match="does not look like a brain MRI"):
+        segment(noise.astype(np.float32), phantom_affine(), "t1w")
