@@ -5,6 +5,7 @@
 Cases (Dice of the maps thresholded at 0.5 against the reference thresholded at 0.5):
   template-t1      nilearn's MNI152 2009 1 mm template vs its own GM/WM maps
   template-t2      the same, intensities inside the brain remapped as 1 - T1 (CSF > GM > WM)
+  template-flair   the same, remapped so CSF is dark and GM brighter than WM
   template-head    the T1 template wrapped in a synthetic CSF gap, dark skull and bright scalp (whole-head)
   generated        each ``*.nii.gz`` in DIR with ``_label-GM/WM_probseg`` maps beside it (``volsynth generate``
                    with the shipped demo model writes them) vs those maps
@@ -37,6 +38,13 @@ def _template():
     wm = ds.load_mni152_wm_template(resolution=1).get_fdata() > 0.5
     mask = ds.load_mni152_brain_mask(resolution=1).get_fdata() > 0.5
     return np.asarray(t1.get_fdata(), np.float32), np.asarray(t1.affine), gm, wm, mask
+
+
+def _flair_like(t1: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """FLAIR-like intensities from the T1 template: the template's CSF, GM and WM levels (about 0.1, 0.6 and 0.92)
+    sent to 0.1, 0.7 and 0.5, linearly in between: CSF dark, GM brighter than WM."""
+    flair = np.interp(t1, [0.0, 0.1, 0.6, 0.92, 1.0], [0.0, 0.1, 0.7, 0.5, 0.5])
+    return np.where(mask, flair, 0.0).astype(np.float32)
 
 
 def _with_head(t1: np.ndarray, mask: np.ndarray) -> np.ndarray:
