@@ -9,6 +9,7 @@ another's finished, unread result; 260 event streams opened together all got 200
 from __future__ import annotations
 
 import json
+import math
 import socket
 import threading
 import time
@@ -204,3 +205,42 @@ def test_serve_takes_one_token_per_client_from_a_file(tmp_path, monkeypatch, mod
         assert main(["serve", "--device", "cpu", "--tokens-file", str(tokens)]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err and TOKENS["bob"] not in err
+
+
+class SteppedBackend(InstantBackend):
+    """Instant, but each denoising step takes ``step_s``: the server has something to measure."""
+
+    step_s = 0.05
+
+    def sample(self, request):
+        inner = super().sample(request)
+        try:
+            while True:
+                progress = next(inner)
+                if progress.stage == "denoise":
+                    time.sleep(self.step_s)
+                yield progress
+        except StopIteration as stop:
+            return stop.value
+
+
+def test_retry_after_uses_the_step_time_the_server_measured(registry):
+    backend = GatedBackend(SteppedBackend(registry))
+    backend.gate.set()
+    app = create_app(backend, token=TOKENS, limits=ServerLimits(max_queued_jobs=1))
+    manager = app.state.manager
+    try:
+        with ServerThread(app) as url, _client(url, "alice") as alice, _client(url, "bob") as bob:
+            first = _submit(alice, steps=3).json()["id"]
+            _wait(lambda: manager.get(first).done, "the measured job")
+            measured = manager._step_s
+            assert measured is not None and measured > 0  # from the server's own job, not the 1 s default
+            backend.gate.clear()
+            _submit(alice, steps=3000)  # runs, held at the gate before its first step
+            _wait(lambda: manager.queued == 0 and manager._running, "the long job to start")
+            _submit(alice, steps=3)  # the queue (1) is full now
+            refused = _submit(bob, steps=3)
+            assert refused.status_code == 429
+            assert int(refused.headers["Retry-After"]) == max(1, math.ceil(3000 * measured))
+    finally:
+        backend.gate.set()
