@@ -381,8 +381,10 @@ class GenerationForm:
     # -- persistence ---------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready, for the settings file. The device is not kept: it may be gone at the next start."""
+        """JSON-ready, for the settings file. This computer's device is kept (the device list chooses Auto
+        at the next start if it is gone); an engine server is not (its token is kept in memory only)."""
         return {
+            "device": "auto" if self.remote else self.device,
             "model": self.model.spec.id if self.model is not None else "",
             "sampler": self.sampler,
             "steps": self.steps,
@@ -422,6 +424,9 @@ class GenerationForm:
             general["batch_size"] = batch
         if isinstance(saved.get("optimization"), Mapping):
             general["optimization"] = dict(saved["optimization"])
+        device = saved.get("device")
+        if isinstance(device, str) and device and not device.startswith(REMOTE_PREFIX):
+            general["device"] = device
         self.set(**general)
         if self.model is not None and self.model.spec.id in self._saved_per_model:
             current, self.model = self.model, None

@@ -274,3 +274,30 @@ def test_switching_models_says_what_it_reset_and_drops_a_quantization_of_the_oth
     message = window.statusBar().currentMessage()
     assert message.startswith(f"{form.model.spec.name}: steps 3 \u2192 {form.steps}")
     assert "quantization int8 off (it was chosen for another model" in message
+
+
+def test_the_device_chosen_on_this_computer_comes_back_after_a_restart(
+    qtbot, themed_app, registry, qt_settings, error_dialogs
+):
+    from app.main_window import MainWindow
+
+    from .test_maisi_ui import _pick
+
+    first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    qtbot.addWidget(first)
+    first.show()
+    qtbot.waitExposed(first)
+    box = first.sampling_panel.device_box
+    qtbot.waitUntil(lambda: box.findData("cpu") >= 0, timeout=60_000)  # the device list has come
+    first.activateWindow()
+    qtbot.waitUntil(first.isActiveWindow, timeout=5_000)
+    _pick(qtbot, box, "cpu")
+    assert first.state.form.device == "cpu"
+    first.close()
+
+    second = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    qtbot.addWidget(second)
+    box = second.sampling_panel.device_box
+    qtbot.waitUntil(lambda: box.findData("cpu") >= 0, timeout=60_000)
+    assert box.currentData() == "cpu" and second.state.form.device == "cpu"
+    second.close()
