@@ -156,12 +156,19 @@ EVENT_STREAM_SCHEMA = {
 
 class SlotStreamingResponse(StreamingResponse):
     """A stream holding one of ``streams["open"]``, taken by the route, given back when the response
-    ends however it ends (finished, or cut off by the client)."""
+    ends however it ends (finished, cut off by the client, or never iterated)."""
 
     def __init__(self, content, streams: dict[str, int], **kwargs) -> None:
-        super().__init__(content, **kwargs)
+        super().__init__(self._releasing(content), **kwargs)
         self._streams = streams
         self._held = True
+
+    async def _releasing(self, content):
+        try:
+            async for chunk in content:
+                yield chunk
+        finally:  # before the last (empty) body message: a client that has read the stream sees it freed
+            self.release()
 
     async def __call__(self, scope, receive, send) -> None:
         try:
