@@ -97,6 +97,25 @@ def check_contrast(contrast: str) -> str:
     raise InvalidRequest(f"unknown contrast {contrast!r}; choose t1w, t2w or flair")
 
 
+def contrast_from_modality(modality: str, default: str = "t1w") -> str:
+    """The contrast ``segment`` takes for a generation modality (``t1w-skullstripped`` -> ``t1w``; the method
+    handles skull-stripped and whole-head alike); ``default`` for a model that takes no modality. SWI, MRA and
+    unknown names raise InvalidRequest with the reason."""
+    key = str(modality or "").strip().lower().removesuffix("-skullstripped")
+    return check_contrast(key or default)
+
+
+def maps_or_reason(volume: np.ndarray, affine: np.ndarray, contrast: str, *, on_stage=None):
+    """``(maps, record)`` for a generated image: its tissue maps and how they were made (``sidecar()``), or
+    ``({}, {"tissue_maps_not_made": why})`` when the method refuses the volume (the noise of random weights,
+    intensities against the contrast). The volume itself is still valid then, so this is no error."""
+    try:
+        made = segment(volume, affine, contrast, on_stage=on_stage)
+    except InvalidRequest as exc:
+        return {}, {"tissue_maps_not_made": str(exc)}
+    return made.maps, made.sidecar()
+
+
 def check_volume(volume: np.ndarray, name: str = "the volume") -> np.ndarray:
     """float32 3D array with finite, varying voxels, or InvalidRequest saying what is wrong."""
     data = np.asarray(volume)

@@ -57,6 +57,14 @@ def register(sub) -> None:
         help="run settings expected to be slower than fp32 on this machine (e.g. bf16 on a CPU without "
         "native bf16) instead of refusing them; the sidecar records the override",
     )
+    parser.add_argument(
+        "--tissue-maps",
+        action="store_true",
+        help="for a model that makes no tissue maps of its own (NV-Generate-MR-Brain, MONAI bundles): segment "
+        "each volume into GM, WM, CSF and brain-mask maps (contrast from --modality; SWI is refused) written "
+        "beside it as <stem>_label-<name>_probseg; a model with tissue channels keeps its own maps. A volume "
+        "the method refuses (not brain-like) is written without maps, saying why",
+    )
     add_backend_arguments(parser)
     parser.add_argument(
         "--out", required=True, help="output file, .nii.gz or .nii (a .json sidecar is written too)"
@@ -96,6 +104,10 @@ def run(args) -> int:
         )
     request = request_from_args(args, optimization)
     out = check_output_path(args.out)  # before any heavy work: fail in a second, not after minutes
+    if args.tissue_maps and request.modality:
+        from engine.anatomy.segment import contrast_from_modality
+
+        contrast_from_modality(request.modality)  # SWI and the like end here, before minutes of sampling
 
     backend = backend_from_args(args)
     if not args.server:  # a server predicts (and refuses) with its own probe when the run starts
@@ -126,13 +138,30 @@ def run(args) -> int:
     if result is None:
         raise KeyboardInterrupt  # volsynth's main reports it: "cancelled", exit code 130
     result.provenance["telemetry"] = summary
-    paths = save_result(result, out)
+    made_tissue = None
+    if args.tissue_maps and result.label_names:
+        print("tissue maps: the model's own (decoded channels); --tissue-maps keeps them", file=sys.stderr)
+    elif args.tissue_maps:
+        made_tissue = segment_members(result, request)
+    paths = save_result(result, out, made_tissue)
     timings = result.provenance["timings"]
     for path in paths:
         print(path)
     if result.label_names:  # stderr: stdout stays the list of images that scripts read
         names = ", ".join(result.label_names)
         print(f"tissue maps ({names}) beside each image as <stem>_label-<name>_probseg", file=sys.stderr)
+    for path, (maps, record) in zip(paths, made_tissue or (), strict=False):
+        if maps:
+            print(
+                f"tissue maps ({', '.join(maps)}) beside {path.name}, made by {record['method']} "
+                f"({record['contrast']})",
+                file=sys.stderr,
+            )
+        else:  # the volume is valid and written; only its maps are missing, so this is no failure
+            print(
+                f"no tissue maps for {path.name} (the volume is written): {record['tissue_maps_not_made']}",
+                file=sys.stderr,
+            )
     for warning in result.provenance.get("warnings") or ():
         print(f"warning: {warning}", file=sys.stderr)
     if result.space:
@@ -143,3 +172,27 @@ def run(args) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def segment_members(result, request) -> list[tuple[dict, dict]]:
+    """``(maps, record)`` per batch member of a result whose model makes no tissue maps: segmented with the
+    contrast of the modality it was made in (a model that takes none is taken as T1w, as MONAI's brain bundles
+    are), or no maps and why not."""
+    import sys
+
+    from engine.anatomy.segment import contrast_from_modality, maps_or_reason
+    from engine.errors import InvalidRequest
+
+    modality = (result.provenance.get("output") or {}).get("modality") or request.modality
+    try:
+        contrast = contrast_from_modality(modality)
+    except InvalidRequest as exc:  # the model's default modality was one the method refuses (SWI)
+        return [({}, {"tissue_maps_not_made": str(exc)}) for _ in range(result.volumes.shape[0])]
+
+    def on_stage(stage: str, fraction: float) -> None:
+        print(f"tissue maps: {stage} ({fraction:.0%})", file=sys.stderr, flush=True)
+
+    return [
+        maps_or_reason(result.volume(index), result.affine, contrast, on_stage=on_stage)
+        for index in range(result.volumes.shape[0])
+    ]

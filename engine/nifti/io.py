@@ -236,46 +236,74 @@ def write_image_files(
     *,
     synthetic: bool,
     space: str | None,
+    tissue_record: dict[str, Any] | None = None,
     **sidecar_extra: Any,
 ) -> None:
     """Write ``image_files(path, tissue)`` to their temporaries (``temp_of``, from ``atomic_files``): the image
     with ``provenance`` (listing the maps as ``tissue_maps``), its sidecar, and each map with the image's
-    affine and space, its provenance naming the map and the image."""
-    record = {key: value for key, value in provenance.items() if key != "tissue_maps"}
+    affine and space, its provenance naming the map and the image.
+
+    ``tissue_record`` says how the maps were made (``tissue_maps_source``: model channels, or a method with its
+    version and contrast): the image's record carries it as ``tissue_maps_made`` (its sidecar is the one a reader
+    opens), each map's record carries it whole."""
+    record = {
+        key: value for key, value in provenance.items() if key not in ("tissue_maps", "tissue_maps_made")
+    }
     if tissue:
         record["tissue_maps"] = {name: tissue_path(path, name).name for name in tissue}
+        if tissue_record:
+            record["tissue_maps_made"] = dict(tissue_record)
     make_nifti(image, affine, synthetic=synthetic, provenance=record, space=space).to_filename(
         str(temp_of[path])
     )
     temp_of[sidecar_path(path)].write_bytes(provenance_sidecar(record, **sidecar_extra))
     for name, array in tissue.items():
-        map_record = {**record, "tissue_map": name, "image": path.name}
+        map_record = {**record, **(tissue_record or {}), "tissue_map": name, "image": path.name}
         make_nifti(array, affine, synthetic=synthetic, provenance=map_record, space=space).to_filename(
             str(temp_of[tissue_path(path, name)])
         )
 
 
-def save_result(result, out: str | Path) -> list[Path]:
+def save_result(result, out: str | Path, made_tissue=None) -> list[Path]:
     """Write each volume of a SamplingResult as NIfTI + JSON sidecar, and its tissue maps beside it
-    (``write_image_files``). All files of a batch appear together or not at all. Returns the image paths."""
+    (``write_image_files``). All files of a batch appear together or not at all. Returns the image paths.
+
+    A model with tissue channels writes its own maps (sidecars: ``tissue_maps_source`` "model channels").
+    For one without, ``made_tissue`` may give, per batch member, ``(maps, record)``: maps made from the image
+    (a segmentation) and the record of how they were made; a member whose maps could not be made has ``{}``
+    maps and a record saying why (``tissue_maps_not_made``), which goes into the image's provenance."""
     from engine.nifti.checks import refuse_non_finite
 
     out = check_output_path(out)
     refuse_non_finite(result.volumes, "the generated volume")
     nifti_paths = batch_paths(out, result.volumes.shape[0])
-    targets = [p for path in nifti_paths for p in image_files(path, result.label_names)]
+    members = []
+    for index in range(len(nifti_paths)):
+        if result.label_names:
+            members.append((result.tissue_maps(index), {"tissue_maps_source": "model channels"}))
+        elif made_tissue is not None:
+            members.append(made_tissue[index])
+        else:
+            members.append(({}, None))
+    targets = [
+        p for path, (maps, _) in zip(nifti_paths, members, strict=True) for p in image_files(path, maps)
+    ]
     with atomic_files(targets) as temps:
         temp_of = dict(zip(targets, temps, strict=True))
-        for index, path in enumerate(nifti_paths):
+        for index, (path, (maps, record)) in enumerate(zip(nifti_paths, members, strict=True)):
+            provenance = {**result.provenance, "batch_index": index}
+            if record and not maps:
+                provenance.update(record)  # why no maps were made, said with the image
             write_image_files(
                 temp_of,
                 path,
                 result.volume(index),
                 result.affine,
-                {**result.provenance, "batch_index": index},
-                result.tissue_maps(index),
+                provenance,
+                maps,
                 synthetic=True,
                 space=result.space,
+                tissue_record=record if maps else None,
                 file=path.name,
             )
     return nifti_paths

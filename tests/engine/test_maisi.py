@@ -319,6 +319,25 @@ def test_the_cli_writes_the_volume_in_its_spacing_and_prints_the_warning(maisi_f
     assert main(["generate", "--model", str(maisi_folder), "--size", "30x32x32", "--out", str(out)]) == 2
 
 
+def test_tissue_maps_of_random_weights_are_refused_and_the_volume_still_written(
+    maisi_folder, tmp_path, capsys
+):
+    from engine.cli import main
+
+    out = tmp_path / "x.nii.gz"
+    args = ["generate", "--model", str(maisi_folder), "--modality", "t1w-skullstripped", "--steps", "1"]
+    assert (
+        main([*args, "--tissue-maps", "--out", str(out)]) == 0
+    )  # the volume is valid; only maps are missing
+    line = next(
+        x for x in capsys.readouterr().err.splitlines() if x.startswith("no tissue maps for x.nii.gz")
+    )
+    assert "the volume is written" in line and "does not look like a brain MRI" in line
+    assert out.is_file() and not list(tmp_path.glob("*probseg*"))
+    sidecar = json.loads(out.with_name("x.json").read_text())
+    assert sidecar["tissue_maps_not_made"] in line and "tissue_maps" not in sidecar
+
+
 def test_the_engine_server_runs_the_same_request(backend):
     from engine.backends.remote import RemoteBackend
     from engine.server import create_app
