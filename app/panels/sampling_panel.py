@@ -34,11 +34,13 @@ from PySide6.QtWidgets import (
 
 from app.core.display import modality_title
 from app.core.generation_form import MAX_SEED, condition_problem, extrapolation_note, random_seed
+from app.core.modality_notes import caveat_text, not_guaranteed
 from app.core.progress import ProgressTracker
 from app.core.session import AppState
 from app.panels.noted_row import noted_row
 from app.panels.plan_line import PlanLine
 from app.panels.run_box import RunBox
+from app.theme import NOTE_COLOUR
 
 SLIDER_STEPS = 1000
 BUSY_TEXT = "Waiting: another run is using the engine; Generate is free when it ends."
@@ -294,6 +296,7 @@ class SamplingPanel(QWidget):
         elif name == "modality":
             index = self.modality_box.findData(self.form.modality)
             self._set_quietly(self.modality_box.setCurrentIndex, self.modality_box, max(0, index))
+            self._show_modality_caveat()
         elif name in ("output_size", "voxel_spacing_mm"):
             self._show_size()
         elif name == "xla_plan":
@@ -366,13 +369,16 @@ class SamplingPanel(QWidget):
         geometry = getattr(spec, "geometry", None)
         self.modality_box.blockSignals(True)
         self.modality_box.clear()
+        self._modality_caveats = not_guaranteed(spec) if modalities else {}
         for name, label in modalities:
-            self.modality_box.addItem(modality_title(name), name)
-            self.modality_box.setItemData(
-                self.modality_box.count() - 1, f"{name} (class label {label})", Qt.ItemDataRole.ToolTipRole
-            )
+            caveat = self._modality_caveats.get(name)
+            title = modality_title(name)
+            self.modality_box.addItem(f"{title} (not guaranteed)" if caveat else title, name)
+            tip = f"{name} (class label {label})" + (f"\n{caveat_text(caveat)}" if caveat else "")
+            self.modality_box.setItemData(self.modality_box.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
         self.modality_box.setCurrentIndex(max(0, self.modality_box.findData(self.form.modality)))
         self.modality_box.blockSignals(False)
+        self._show_modality_caveat()
         self.size_box.blockSignals(True)
         self.size_box.clear()
         if geometry:
@@ -387,8 +393,15 @@ class SamplingPanel(QWidget):
         self.size_box.blockSignals(False)
         self._show_size()
         self.modality_box.setVisible(bool(modalities))
+        self._show_modality_caveat()
         self.size_box.setVisible(bool(geometry))
         self.output_group.setVisible(bool(modalities) or bool(geometry))
+
+    def _show_modality_caveat(self) -> None:
+        """Under the picker, when the chosen contrast is one the model's owners do not guarantee, say so."""
+        caveat = getattr(self, "_modality_caveats", {}).get(self.modality_box.currentData() or "")
+        self.modality_note.setText(caveat_text(caveat) if caveat else "")
+        self._output_form.setRowVisible(self.modality_note, bool(caveat))
 
     def _show_size(self) -> None:
         chosen = (
@@ -498,8 +511,15 @@ class SamplingPanel(QWidget):
             "view), about 8x faster"
         )
         self.size_box.currentIndexChanged.connect(self._on_size_box_changed)
+        self.modality_note = QLabel()
+        self.modality_note.setObjectName("hint")
+        self.modality_note.setStyleSheet(f"color: {NOTE_COLOUR};")
+        self.modality_note.setWordWrap(True)
         output_form.addRow("Modality", self.modality_box)
+        output_form.addRow("", self.modality_note)
         output_form.addRow("Size", self.size_box)
+        self._output_form = output_form
+        output_form.setRowVisible(self.modality_note, False)
         self.output_group.hide()
 
         self.conditioning_group = QGroupBox("Conditioning")
@@ -639,6 +659,7 @@ class SamplingPanel(QWidget):
         name = self.modality_box.currentData()
         if name:
             self.form.set(modality=name)
+        self._show_modality_caveat()
 
     def _on_size_box_changed(self, _index: int) -> None:
         chosen = self.size_box.currentData()

@@ -65,7 +65,12 @@ def test_the_model_in_the_picker_with_its_card(qtbot, maisi_window, screenshot):
     _pick(qtbot, panel.model_box, "NV-Generate-CTMR")
     assert window.state.form.model.spec.name.startswith("NV-Generate-MR-Brain")
     assert panel.output_group.isVisible() and not panel.conditioning_group.isVisible()
-    assert [panel.modality_box.itemText(i) for i in range(4)] == ["T1w", "T2w", "FLAIR", "SWI"]
+    assert [panel.modality_box.itemText(i) for i in range(4)] == [
+        "T1w",
+        "T2w",
+        "FLAIR",
+        "SWI (not guaranteed)",
+    ]
     assert panel.modality_box.itemText(5) == "T2w, skull-stripped"
     assert panel.size_box.itemText(0).startswith("Full 32\u00d732\u00d732 at 7.52\u00d77.52\u00d75.44 mm")
     assert "NVIDIA Open Model License" in panel.model_info.text()
@@ -119,6 +124,31 @@ def test_t2w_and_flair_volumes_with_their_spacing_in_the_status_bar(qtbot, maisi
         assert not tissue.isEnabled() and "makes images only" in tissue.toolTip()
         screenshot(window, shot)
     assert window.session_panel.list.count() == 2
+
+
+def test_the_contrasts_the_owners_do_not_guarantee_are_marked_where_they_are_picked(
+    qtbot, maisi_window, screenshot
+):
+    window, panel = maisi_window, maisi_window.sampling_panel
+    _pick(qtbot, panel.model_box, "NV-Generate-CTMR")
+    _pick(qtbot, panel.modality_box, "t2w")
+    assert not panel.modality_note.isVisible()  # T2w is guaranteed: no note
+    names = [panel.modality_box.itemData(i) for i in range(panel.modality_box.count())]
+    marked = [n for i, n in enumerate(names) if "(not guaranteed)" in panel.modality_box.itemText(i)]
+    # The catalogue's caveats for the contrasts this model offers (MRA is not offered by VolSynth).
+    assert marked == [n for n in names if n.startswith("swi")] and marked
+    _pick(qtbot, panel.modality_box, "swi")
+    assert window.state.form.modality == "swi"
+    assert panel.modality_note.isVisible()
+    assert panel.modality_note.text().startswith(
+        "Quality not guaranteed by the model's owners (sagittal and coronal)"
+    )
+    assert "sagittal and coronal" in panel.modality_box.itemData(
+        panel.modality_box.currentIndex(), Qt.ItemDataRole.ToolTipRole
+    )
+    screenshot(window, "maisi-swi-not-guaranteed")
+    _pick(qtbot, panel.modality_box, "flair")
+    assert not panel.modality_note.isVisible()
 
 
 def test_the_preview_size_runs_smaller_at_the_same_field_of_view(qtbot, maisi_window):
