@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     metrics.start()
     # schemathesis's ignored_auth check sends made-up tokens: answered at once, not backed off (the back-off
     # has its own tests), so the run spends its minutes on the API
-    limits = ServerLimits(auth_free_failures=10**9)
+    # and a client's own newest jobs do not evict the results schemathesis reads back later
+    limits = ServerLimits(auth_free_failures=10**9, finished_jobs_kept=10**6)
     app = create_app(
         InstantBackend(ModelRegistry([work / "models"])), token=token, metrics_source=metrics, limits=limits
     )

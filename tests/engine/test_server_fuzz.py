@@ -36,7 +36,9 @@ def server(tmp_path_factory):
     make_tiny_model(root / "tiny-pixel", model_id="tiny-pixel", kind="pixel", conditioned=False)
     # schemathesis's ignored_auth check re-sends cases with a made-up token: every such wrong guess is
     # answered at once here, since the back-off (tested in test_server_tokens.py) would only slow the run.
-    limits = ServerLimits(auth_free_failures=10**9)
+    # The stateful run makes more jobs than a client's 16 kept results: its own newest would evict the
+    # oldest (tested in test_server_jobs_owned.py) and schemathesis would read that as a created job lost.
+    limits = ServerLimits(auth_free_failures=10**9, finished_jobs_kept=10**6)
     app = create_app(InstantBackend(ModelRegistry([root])), token=TOKEN, limits=limits)
     with ServerThread(app) as url:
         yield url, app
