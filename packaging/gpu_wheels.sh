@@ -2,7 +2,7 @@
 # Download, on a machine with a package registry, the wheels a GPU host without one needs to run
 # packaging/gpu_check.sh with its own CUDA torch (--python python3 --wheels DIR). Pure-Python wheels only, so
 # they install on any Python 3 there; the host's image must already have torch (CUDA), numpy, scipy,
-# safetensors, einops, psutil, nvidia-ml-py, scikit-image and pytest (this workplace's H200 image has them).
+# safetensors, einops, psutil, nvidia-ml-py, scikit-image and pytest.
 #
 #   bash packaging/gpu_wheels.sh [DIR]        # default .whl (git-ignored); about 5 MB
 set -euo pipefail
