@@ -50,6 +50,8 @@ _SKULL_STRIPPED_TEXT = re.compile(r"skull[- ]?stripped", re.IGNORECASE)
 #: modality ("t2w-skullstripped") adds the derivative entity ``desc-skullstripped``.
 MODALITY_SUFFIXES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "swi"}
 SKULL_STRIPPED = "-skullstripped"
+#: The maps a segmented cohort's volumes get (``engine.anatomy.segment``): tissue probabilities and the brain mask.
+SEGMENTED_MAPS = ("CSF", "GM", "WM", "brain")
 
 
 def image_stem(participant: str, modality: str | None = None, space: str | None = None) -> str:
@@ -115,12 +117,19 @@ def write_map_sidecars(image: Path, names, model: Mapping[str, Any]) -> None:
         map_path = tissue_path(image, name)
         record = read_provenance(map_path)
         record.pop("SkullStripped", None)  # the image's keys, which its record carries, are not the map's
-        sidecar = {
-            **record,
-            "Description": (
+        if record.get("tissue_maps_source") == "method":
+            description = (
+                f"Probability map of {name} made by segmenting the SYNTHETIC image ({record.get('method')}, "
+                f"{record.get('contrast')}) sampled from the diffusion model {model.get('id')}; not a scan's"
+            )
+        else:
+            description = (
                 f"SYNTHETIC probability map of {name} decoded from the same latent as the image, "
                 f"by the diffusion model {model.get('id')}; not a segmentation of a scan"
-            ),
+            )
+        sidecar = {
+            **record,
+            "Description": description,
             "SpatialReference": reference,
         }
         text = json.dumps(sidecar, indent=2, sort_keys=True, default=str) + "\n"
@@ -167,6 +176,9 @@ def write_description(root: Path, cohort_id: str, model: Mapping[str, Any], spec
         description["VolSynthSpace"] = space
     if labels:
         description["VolSynthTissueMaps"] = labels
+    if model.get("tissue_maps_method"):
+        description["VolSynthTissueMaps"] = list(SEGMENTED_MAPS)
+        description["VolSynthTissueMapsMethod"] = model["tissue_maps_method"]
     if model.get("modality"):
         image_stem(
             "sub-x", model["modality"]
@@ -186,6 +198,14 @@ def write_description(root: Path, cohort_id: str, model: Mapping[str, Any], spec
         if labels
         else ""
     )
+    if model.get("tissue_maps_method"):
+        maps = (
+            f"Each volume is segmented into tissue maps, {', '.join(SEGMENTED_MAPS)}, by "
+            f"{model['tissue_maps_method']} (probabilities in [0, 1] on the volume's grid, beside it as "
+            f"sub-<label>{f'_space-{space}' if space else ''}_label-<name>_probseg.nii.gz; each map's sidecar "
+            "says how it was made). A volume the method refuses (not brain-like) has none; its sidecar's "
+            "tissue_maps_not_made says why.\n"
+        )
     readme = (
         f"# Synthetic cohort {cohort_id}\n\n"
         "Every volume in this dataset is SYNTHETIC: sampled by VolSynth Studio from the diffusion model "
@@ -328,6 +348,8 @@ def validate_layout(root: str | Path) -> list[str]:
         if not nifti.with_name(f"{image_stem(sub.name, modality, space)}.json").is_file():
             problems.append(f"{sub.name}: no JSON sidecar for {nifti.name}")
         problems += _check_synthetic(nifti)
+        if desc.get("VolSynthTissueMapsMethod") and _maps_not_made(nifti, modality, space, sub.name):
+            continue  # segmentation refused this volume and its sidecar says why: no maps is its state
         for path in tissue_paths(root, sub.name, labels, modality, space):
             if not path.is_file():
                 problems.append(f"{sub.name}: no tissue map {path.name}")
@@ -353,6 +375,14 @@ def validate_layout(root: str | Path) -> list[str]:
                     )
     problems += _bids_validator_problems(root)
     return problems
+
+
+def _maps_not_made(nifti: Path, modality, space, participant: str) -> bool:
+    side = nifti.with_name(f"{image_stem(participant, modality, space)}.json")
+    try:
+        return bool(json.loads(side.read_text(encoding="utf-8")).get("tissue_maps_not_made"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _check_synthetic(nifti: Path) -> list[str]:

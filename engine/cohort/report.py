@@ -2,7 +2,7 @@
 
 Histograms of the requested conditioning values and of the brain and ventricle volumes measured on the
 generated images (the evaluation's measurements: Otsu brain mask, dark voxels in the template ventricle
-region), a montage of axial mid-slices of a sample of the volumes, throughput over time, failures and
+region; for a segmented cohort, MAISI v2 or a bundle, the brain is the sum of its GM and WM maps), a montage of axial mid-slices of a sample of the volumes, throughput over time, failures and
 retries from the manifest.
 """
 
@@ -32,12 +32,27 @@ T1_LIKE = ("t1w", "t1w-skullstripped")
 def measurements_skipped(model: dict[str, Any]) -> str:
     """Why the brain and ventricle measurements are skipped for this cohort's model, or ""."""
     modality = model.get("modality")
+    if model.get("tissue_maps_method"):
+        return ""  # its volumes are segmented for any contrast: the brain is measured on the maps
     if modality and modality not in T1_LIKE:
         return (
             f"brain and ventricle volumes are measured on T1-like images only; this cohort is {modality} "
             "(CSF is bright there), so they are not measured"
         )
     return ""
+
+
+def measure_segmented(image: Path, provenance: dict[str, Any], voxel_ml: float) -> dict[str, float]:
+    """Brain tissue volume (mL: the GM and WM maps' sum) of a segmented cohort volume; nan where segmentation
+    refused the volume. The method gives no ventricle map, so ventricles are not measured here."""
+    from engine.nifti.io import load_nifti
+
+    names = provenance.get("tissue_maps") or {}
+    out = {"brain_volume": float("nan"), "ventricle_volume": float("nan")}
+    if {"GM", "WM"} <= set(names):
+        total = sum(float(load_nifti(image.with_name(Path(names[n]).name)).data.sum()) for n in ("GM", "WM"))
+        out["brain_volume"] = total * voxel_ml
+    return out
 
 
 def measure(volume: np.ndarray, voxel_ml: float) -> dict[str, float]:
@@ -91,14 +106,24 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
     slices: list[tuple[str, np.ndarray]] = []
     montage_set = set(_sample(done, montage))
     folder = manifest.data.get("target", "folder") == "folder"
-    skipped = measurements_skipped(manifest.data.get("model", {}))
+    model = manifest.data.get("model", {})
+    skipped = measurements_skipped(model)
+    segmented = bool(model.get("tissue_maps_method"))
+    not_segmented = 0
     if skipped:
         measured, pairs = {}, {}
     if folder:
         for participant in done:
-            loaded = load_nifti(root / items[participant]["file"])
+            path = root / items[participant]["file"]
+            loaded = load_nifti(path)
             voxel_ml = float(np.prod(loaded.spacing)) / 1000.0
-            values = {} if skipped else measure(loaded.data, voxel_ml)
+            if skipped:
+                values = {}
+            elif segmented:
+                values = measure_segmented(path, loaded.provenance, voxel_ml)
+                not_segmented += bool(loaded.provenance.get("tissue_maps_not_made"))
+            else:
+                values = measure(loaded.data, voxel_ml)
             for name, value in values.items():
                 if np.isfinite(value):
                     measured[name].append(value)
@@ -130,6 +155,8 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
         "requested": requested,
         "measured": measured,
         "measurements_skipped": skipped,
+        # Volumes of a segmented cohort that segmentation refused (not brain-like): no maps, not measured.
+        "not_segmented": not_segmented,
         "pairs": pairs,
         "slices": slices,
         "finished_times": finished,
@@ -289,6 +316,12 @@ def write_report(root: str | Path, out: str | Path | None = None, montage: int =
         f"<p>{data['done']}/{data['total']} volumes, {data['failed']} failed, {data['retries']} retried; "
         f"{data['volumes_per_min']:.2f} volumes/min.</p>"
         + (f"<p>{html.escape(data['measurements_skipped'])}.</p>" if data.get("measurements_skipped") else "")
+        + (
+            f"<p>{data['not_segmented']} volume(s) not brain-like enough to segment: no tissue maps, not "
+            "measured (each sidecar's tissue_maps_not_made says why).</p>"
+            if data.get("not_segmented")
+            else ""
+        )
         + f"<img alt='cohort report' src='data:image/png;base64,{encoded}'>"
         f"<h2>Failures and retries</h2><table><tr><th>participant</th><th>state</th><th>errors</th></tr>"
         f"{failures or '<tr><td colspan=3>none</td></tr>'}</table>"

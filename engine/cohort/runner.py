@@ -305,6 +305,11 @@ def prepare_folder(spec: CohortSpec, root: Path, registry=None) -> tuple[Manifes
     if source.spec.modalities:
         # The report's brain and ventricle measurements assume a T1-like contrast: it reads this.
         model["modality"] = spec.modality or source.spec.default_modality
+    if not source.spec.label_channels and source.spec.source in SEGMENTED_SOURCES:
+        from engine.anatomy.segment import METHOD
+
+        # Their volumes get tissue maps by segmentation (the writer makes them; the report measures them).
+        model["tissue_maps_method"] = METHOD
     # BIDS SkullStripped (REQUIRED in each image's sidecar): what the modality or the model says it makes.
     model["skull_stripped"] = skull_stripped(model.get("modality"), source.spec.description)
     if spec.target == "folder":
@@ -314,6 +319,11 @@ def prepare_folder(spec: CohortSpec, root: Path, registry=None) -> tuple[Manifes
 
         write_text_atomic(root / STATE_DIR / "spec.json", spec.to_json() + "\n")
     return Manifest.create(root, spec, items, model), items, source
+
+
+#: Models whose volumes have no tissue maps of their own and are segmented as they are written: NV-Generate-MR-Brain
+#: (MAISI v2) and MONAI bundles. Other models without label channels (the test models) are not brain models.
+SEGMENTED_SOURCES = ("nv-generate", "monai-bundle")
 
 
 def load_folder_spec(root: str | Path) -> CohortSpec:
@@ -341,6 +351,9 @@ class _Writer:
         self.modality = manifest.data.get("model", {}).get("modality")
         # The template space of the model's volumes: the files' space-<label> entity (none without one).
         self.space = manifest.data.get("model", {}).get("space")
+        # A model without tissue channels whose volumes are segmented here (the driver, not the workers: one
+        # volume's maps take seconds, a volume's sampling far longer, and the driver waits on the workers).
+        self.segmented = bool(manifest.data.get("model", {}).get("tissue_maps_method"))
         if spec.target == "vault" and vault is None:
             raise InvalidRequest("this cohort goes into a vault; unlock it first (pass the passphrase)")
 
@@ -389,6 +402,14 @@ class _Writer:
         provenance["command"] = " ".join(sys.argv[:1]) + " (Ray cohort driver)"
         provenance["worker"] = {**worker, "backend": provenance.get("backend")}
         tissue = member.tissue
+        made = None
+        if self.segmented:
+            made = self._segment(member)
+            tissue = made[0]
+            if not tissue:  # why this volume has no maps travels with it
+                provenance.update(made[1])
+            else:
+                provenance["tissue_maps_made"] = made[1]
         if self.spec.target == "vault":
             # A crash after the vault stored the item but before the manifest said so must not store it twice.
             existing = self._vault_matches(participant)
@@ -410,9 +431,24 @@ class _Writer:
         model = self.manifest.data.get("model", {})
         # The result as it came, with the cohort's provenance and the BIDS keys of its sidecar: save_result
         # writes the maps beside the image; then each map's sidecar (an item is done only after this).
-        save_result(replace(result, provenance={**provenance, **image_sidecar_keys(model)}), path)
-        write_map_sidecars(path, self.labels, model)
+        save_result(
+            replace(result, provenance={**provenance, **image_sidecar_keys(model)}),
+            path,
+            [made] if made else None,
+        )
+        write_map_sidecars(path, tuple(made[0]) if made else self.labels, model)
         return path.relative_to(self.manifest.root).as_posix(), digest
+
+    def _segment(self, member) -> tuple[dict, dict]:
+        """The member's tissue maps by segmentation, contrast from the cohort's modality (T1w for a bundle,
+        which names none), or no maps and why (SWI; a volume that is not brain-like)."""
+        from engine.anatomy.segment import contrast_from_modality, maps_or_reason
+
+        try:
+            contrast = contrast_from_modality(self.modality or "")
+        except InvalidRequest as exc:
+            return {}, {"tissue_maps_not_made": str(exc)}
+        return maps_or_reason(member.data, member.affine, contrast)
 
     def participants(self) -> None:
         if self.spec.target != "folder":

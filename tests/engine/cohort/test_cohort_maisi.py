@@ -1,10 +1,12 @@
 """A cohort of NV-Generate-MR-Brain volumes (a tiny MAISI-architecture folder): modality and spacing
-reach every volume, folder and vault targets, no tissue-map columns, and the report skips the brain and
-ventricle measurements that assume a T1-like contrast."""
+reach every volume, folder and vault targets, no tissue-map columns; its volumes are segmented into tissue maps
+(random weights: refused as not brain-like, saying why; a brain phantom written through the same writer gets
+maps), and the report measures the brain on them for any contrast."""
 
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -13,6 +15,9 @@ from engine.cohort import CohortSpec, Manifest, run_cohort, validate_layout, vol
 from engine.cohort.report import collect, write_report
 from engine.nifti.io import load_nifti
 from engine.testing import write_maisi_folder
+from tests.engine.anatomy.phantoms import phantom, phantom_affine, phantom_labels
+
+from .bids_validator import issues, validate
 
 SPACING = (7.52, 7.52, 5.44)
 
@@ -56,11 +61,48 @@ def test_a_t2w_cohort_in_a_folder(ray_runtime, maisi_model, tmp_path):
     with open(root / "participants.tsv", newline="") as handle:
         header = next(csv.reader(handle, delimiter="\t"))
     assert not any("label" in column.lower() or "probseg" in column.lower() for column in header)
+    # Random weights make noise: no maps, and each image's sidecar says why.
+    assert manifest.data["model"]["tissue_maps_method"] == "em-gmm-mni152-priors"
+    for participant in manifest.items:
+        side = json.loads(
+            volume_path(root, participant, "t2w").with_name(f"{participant}_T2w.json").read_text()
+        )
+        assert "does not look like a brain MRI" in side["tissue_maps_not_made"]
     data = collect(root)
-    assert "T1-like images only" in data["measurements_skipped"] and "t2w" in data["measurements_skipped"]
-    assert data["measured"] == {} and data["done"] == 2
+    assert data["measurements_skipped"] == "" and data["not_segmented"] == 2
+    assert data["measured"]["brain_volume"] == [] and data["done"] == 2
     page = write_report(root, tmp_path / "report.html")
-    assert "T1-like images only" in page.read_text()
+    assert "2 volume(s) not brain-like enough to segment" in page.read_text()
+    # A brain through the same writer: maps beside it, sidecars saying how made, still a valid dataset.
+    participant = sorted(manifest.items)[0]
+    _write_phantom(spec, root, participant)
+    image = volume_path(root, participant, "t2w")
+    for name in ("CSF", "GM", "WM", "brain"):
+        side = json.loads(image.with_name(f"{participant}_label-{name}_probseg.json").read_text())
+        assert side["tissue_maps_source"] == "method" and side["contrast"] == "t2w"
+        assert "made by segmenting the SYNTHETIC image" in side["Description"] and side["SpatialReference"]
+    assert validate_layout(root) == []
+    report = validate(root, tmp_path / "validator")  # the official validator: maps of one volume, none of one
+    assert issues(report, "error") == [] and report["returncode"] == 0
+    data = collect(root)
+    labels = phantom_labels()
+    truth_ml = float(np.isin(labels, (2, 3)).sum()) * 27 / 1000  # GM + WM voxels of 3 mm
+    (measured,) = data["measured"]["brain_volume"]
+    assert abs(measured - truth_ml) < 0.15 * truth_ml and data["not_segmented"] == 1
+
+
+def _write_phantom(spec, root, participant) -> None:
+    """Store a brain phantom (T2w) for ``participant`` with the cohort's own writer, as a worker's result."""
+    from engine.api import SamplingRequest, SamplingResult
+    from engine.cohort.runner import _Writer
+
+    result = SamplingResult(
+        volumes=phantom("t2w")[None, None],
+        affine=phantom_affine(),
+        request=SamplingRequest(model="m", seed=0),
+        provenance={"output": {"modality": "t2w"}},
+    )
+    _Writer(spec, Manifest.load(root), units={}).write(participant, result, worker={})
 
 
 def test_t1_like_cohorts_are_measured_and_specs_without_a_modality_keep_their_id(maisi_model):
@@ -94,5 +136,9 @@ def test_a_flair_cohort_into_the_vault(ray_runtime, maisi_model, tmp_path):
     (item,) = vault.search(spec.cohort_id, kind="synthetic")
     opened = vault.open_item(item.id)
     assert item.provenance["output"]["modality"] == "flair" and item.provenance["synthetic"] is True
+    # Random weights: segmentation refused the volume, and the item says why; it has no maps.
+    assert (
+        "does not look like a brain MRI" in item.provenance["tissue_maps_not_made"] and not item.tissue_maps
+    )
     assert np.allclose(np.sqrt((np.asarray(opened.affine)[:3, :3] ** 2).sum(axis=0)), SPACING)
     vault.lock()
