@@ -271,9 +271,12 @@ def _write_tissue_maps(
     vault: Vault, plan: _ExportPlan, targets: list[Path], prefix: str, deidentify: bool, counter: _Counter
 ) -> None:
     for part, target in zip(plan.tissue_parts, targets, strict=True):
-        # Each map carries the image's provenance naming the map, as save_result writes it.
+        # Each map carries the image's provenance naming the map, and how the maps were made (model channels,
+        # or a segmentation method and its versions) at the top of its record, as save_result writes it.
+        made = (plan.record or {}).get("tissue_maps_made")
         map_record = {
             **(plan.record or {}),
+            **(made if isinstance(made, dict) else {}),
             "tissue_map": part["name"][len(TISSUE_PART_PREFIX) :],
             "image": plan.nii_path.name,
         }
