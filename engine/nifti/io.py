@@ -246,6 +246,10 @@ def write_image_files(
     ``tissue_record`` says how the maps were made (``tissue_maps_source``: model channels, or a method with its
     version and contrast): the image's record carries it as ``tissue_maps_made`` (its sidecar is the one a reader
     opens), each map's record carries it whole."""
+    if tissue_record is None and isinstance(provenance.get("tissue_maps_made"), dict):
+        tissue_record = provenance[
+            "tissue_maps_made"
+        ]  # a re-save (the app's Save As) keeps how they were made
     record = {
         key: value for key, value in provenance.items() if key not in ("tissue_maps", "tissue_maps_made")
     }
