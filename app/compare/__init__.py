@@ -58,6 +58,7 @@ def install_compare(window) -> CompareController:
         show_status=window.show_status,
         show_error=window.show_error,
         device_text=window.generation.device_text,
+        measured=window.measured_settings,
     )
     controller = CompareController(lambda: CompareWindow(services, parent=window), parent=window)
     window.generate_menu.addSeparator()

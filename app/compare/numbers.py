@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from functools import partial
 
 from PySide6.QtCore import Qt
@@ -89,6 +90,22 @@ def _memory_rows(a, b) -> list[tuple[str, str, str, str]]:
     return memory_rows
 
 
+def wrap_to_width(text: str, width: int, advance) -> str:
+    """``text`` in lines no wider than ``width`` (``advance(str)``: its width), broken after '+', a space or
+    '·'; a piece wider than ``width`` alone keeps a line of its own."""
+    pieces = re.findall(r"[^+\s\u00b7]*[+\s\u00b7]*", text)
+    lines, line = [], ""
+    for piece in (p for p in pieces if p):
+        if line and advance((line + piece).rstrip()) > width:
+            lines.append(line.rstrip())
+            line = piece
+        else:
+            line += piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return "\n".join(lines) or text
+
+
 class ComparisonNumbers(QWidget):
     """The headline (``summary_label``), the numbers ``table`` and the ``kernel_tables`` with their
     ``kernel_titles``; ``show_comparison`` fills them all, ``table_rows`` is the table as exported."""
@@ -105,7 +122,11 @@ class ComparisonNumbers(QWidget):
         row = QHBoxLayout()
         self.table = self._table(["A", "B", "B vs A"])
         self.table.setObjectName("compareTable")
-        row.addWidget(self.table, 3)
+        self._header_texts = ["A", "B", "B vs A"]
+        # Long settings ("B · streamed+dec:bf16-mixed-cl") wrap in the header to the width their column has.
+        self.table.horizontalHeader().sectionResized.connect(self._on_header_section_resized)
+        # The numbers first: half the width; each side's operators a quarter (empty without profiled steps).
+        row.addWidget(self.table, 2)
         self.kernel_tables = {}
         self.kernel_titles = {}
         for side in ("a", "b"):
@@ -115,7 +136,7 @@ class ComparisonNumbers(QWidget):
             self.kernel_tables[side] = self._table(["share", "ms/step", "calls", "operator"])
             column.addWidget(self.kernel_titles[side])
             column.addWidget(self.kernel_tables[side], 1)
-            row.addLayout(column, 2)
+            row.addLayout(column, 1)
         layout.addLayout(row, 1)
 
     @staticmethod
@@ -130,6 +151,24 @@ class ComparisonNumbers(QWidget):
         # Rows grow to their wrapped text whenever the columns change width: nothing needs a hover to read.
         table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         return table
+
+    def _on_header_section_resized(self, _index: int, _old: int, _new: int) -> None:
+        self._wrap_headers()
+
+    def _wrap_headers(self) -> None:
+        """Each column's header broken into lines that fit its width (after '+', ' ' or '·'), whole in its
+        tooltip; the header grows to the lines."""
+        header = self.table.horizontalHeader()
+        metrics = header.fontMetrics()
+        for column, text in enumerate(self._header_texts):
+            item = self.table.horizontalHeaderItem(column)
+            if item is None:
+                continue
+            width = header.sectionSize(column) - 2 * metrics.horizontalAdvance("M")  # the section's margins
+            wrapped = wrap_to_width(text, width, metrics.horizontalAdvance)
+            if item.text() != wrapped:
+                item.setText(wrapped)
+                item.setToolTip(text)
 
     def clear_tables(self) -> None:
         """Empty the numbers and operator tables (a new comparison starts)."""
@@ -228,7 +267,9 @@ class ComparisonNumbers(QWidget):
         ]
         self.table_rows = [("", f"A: {a.label}", f"B: {b.label}", "B vs A"), *(r[:4] for r in rows)]
         self.table.setRowCount(len(rows))
-        self.table.setHorizontalHeaderLabels([f"A \u00b7 {a.label}", f"B \u00b7 {b.label}", "B vs A"])
+        self._header_texts = [f"A \u00b7 {a.label}", f"B \u00b7 {b.label}", "B vs A"]
+        self.table.setHorizontalHeaderLabels(self._header_texts)
+        self._wrap_headers()
         self.table.setVerticalHeaderLabels([r[0] for r in rows])
         for row, (_, *cells, part) in enumerate(rows):
             for column, text in enumerate(cells):

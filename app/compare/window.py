@@ -59,16 +59,20 @@ from app.compare.numbers import (  # noqa: F401 - speed_text, verdict_text, WARN
     verdict_text,
 )
 from app.compare.outputs import CSV_DIR_KEY, ComparisonOutputs  # noqa: F401 - CSV_DIR_KEY: importable here too
+from app.core.measured_settings import FASTEST_HERE, MeasuredSettings
 from app.core.optimization_presets import BLOCK_SOURCE as OPTIMIZATION_BLOCK
-from app.core.optimization_presets import PRESETS, preset_values
+from app.core.optimization_presets import PRESET_TIPS, PRESETS, preset_values
 from app.core.session import AppState
 from app.core.volumes import VolumeEntry
+from app.eliding_combo_box import ElidingComboBox
 from app.shortcuts import SHORTCUTS
 from app.viewer.slice_view import SliceView
 from app.workers import Worker
 from engine.api.optimization_config import NAMED_SETTINGS
 
 PANEL_SETTINGS = "Generate panel settings"
+SINGLE_SETTINGS_HEADING = "Single settings (volsynth bench names)"
+NOT_MEASURED_YET = "not measured here yet (Generate > Measure Settings on This Machine)"
 A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
 PLANES = ("axial", "coronal", "sagittal")
 SIDES = ("a", "b", "diff")
@@ -278,6 +282,7 @@ class CompareServices:
     show_status: Callable[..., None]  # (text, timeout_ms=0) in the main window's status bar
     show_error: Callable[[str, str], None]  # (title, message)
     device_text: Callable[[str], str]  # how the Generate panel names a device
+    measured: MeasuredSettings  # what `volsynth tune` measured here: the ratios and "Fastest here"
 
 
 class CompareWindow(ComparisonOutputs, QWidget):
@@ -296,6 +301,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.comparison = None
         self.csv_dialog: QFileDialog | None = None
         self.unavailable: dict[str, str] = {}  # choice -> why it cannot apply on the chosen device
+        self._device_key: str | None = None  # the device the reasons were checked for
         self._availability_key: tuple | None = None
         self._job = None
         self.states = {side: AppState() for side in SIDES}
@@ -325,25 +331,33 @@ class CompareWindow(ComparisonOutputs, QWidget):
         app.state.job_changed.connect(self._on_main_changed)
         app.state.form.changed.connect(self._update_source)
         app.state.form.changed.connect(self._on_form_changed)
+        app.measured.changed.connect(self._on_measured_changed)
+        self._label_choices()
 
     # -- building ------------------------------------------------------------------------------------
 
     def _build_controls(self) -> QWidget:
         box = QGroupBox("Run")
         grid = QGridLayout(box)
-        self.a_box, self.b_box = QComboBox(), QComboBox()
+        # Eliding: in a narrow window "Fastest here (≥ 40 dB) · bf16, 1.30x fp32 here" ends in "…", not cut.
+        self.a_box, self.b_box = ElidingComboBox(), ElidingComboBox()
         for combo, key, default in ((self.a_box, A_KEY, "Exact fp32"), (self.b_box, B_KEY, PANEL_SETTINGS)):
-            for name in (*PRESETS, PANEL_SETTINGS):
+            # The presets by the names the Optimization section gives them, with what was measured here.
+            for name in (FASTEST_HERE, *PRESETS, PANEL_SETTINGS):
                 combo.addItem(name, name)
             combo.insertSeparator(combo.count())
+            combo.addItem(SINGLE_SETTINGS_HEADING)  # a heading: no data, never chosen
+            combo.model().item(combo.count() - 1).setEnabled(False)
             for name in NAMED_SETTINGS:  # the names `volsynth bench` uses
                 if name != "fp32":
                     combo.addItem(name, name)
             saved = self.app.settings.value(key, default, type=str)
             combo.setCurrentIndex(max(0, combo.findData(saved if combo.findData(saved) >= 0 else default)))
             combo.setToolTip(
-                f"{PANEL_SETTINGS}: the Optimization section of the Generate panel, as set now. "
-                "Below the line: the named settings of `volsynth bench` and `volsynth compare`. "
+                f"{FASTEST_HERE} and the presets: as in the Generate panel's Optimization section, each with "
+                f"what was measured on this machine (Generate > Measure Settings on This Machine). "
+                f"{PANEL_SETTINGS}: that section as set now. "
+                "Below the line: the single settings of `volsynth bench` and `volsynth compare`. "
                 "Greyed: cannot apply on the chosen device (the reason follows the name)."
             )
             combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
@@ -492,6 +506,9 @@ class CompareWindow(ComparisonOutputs, QWidget):
     def choice_values(self) -> dict[str, dict[str, Any]]:
         """Every choice in the boxes as OptimizationConfig fields (the panel's as the form has it now)."""
         values = {name: preset_values(name) for name in PRESETS}
+        fastest = self.app.measured.fastest_values()
+        if fastest is not None:
+            values[FASTEST_HERE] = {**preset_values("Exact fp32"), **fastest}
         values[PANEL_SETTINGS] = dict(self.app.state.form.optimization or {})
         values.update({name: dict(NAMED_SETTINGS[name]) for name in NAMED_SETTINGS if name != "fp32"})
         return values
@@ -499,10 +516,16 @@ class CompareWindow(ComparisonOutputs, QWidget):
     def settings_for(self, combo: QComboBox, form) -> Any:
         """The OptimizationConfig a side's choice stands for (``form``: the main window's GenerationForm)."""
         from engine.api.optimization_config import OptimizationConfig
+        from engine.errors import InvalidRequest
 
         choice = self.choice(combo)
         if choice == PANEL_SETTINGS:
             return OptimizationConfig.from_dict(form.optimization or {})
+        if choice == FASTEST_HERE:
+            fastest = self.app.measured.fastest_values()
+            if fastest is None:
+                raise InvalidRequest(f"{FASTEST_HERE}: {NOT_MEASURED_YET}")
+            return OptimizationConfig.from_dict({**preset_values("Exact fp32"), **fastest})
         if choice in PRESETS:
             return OptimizationConfig.from_dict(preset_values(choice))
         return OptimizationConfig.from_dict(NAMED_SETTINGS[choice])
@@ -712,7 +735,12 @@ class CompareWindow(ComparisonOutputs, QWidget):
         """Grey the choices that cannot apply on the chosen device (checked in a worker: it imports torch)."""
         form = self.app.state.form
         choices = self.choice_values()
-        key = (form.device, getattr(form.model, "id", None), repr(sorted(choices[PANEL_SETTINGS].items())))
+        key = (
+            form.device,
+            getattr(form.model, "id", None),
+            repr(sorted(choices[PANEL_SETTINGS].items())),
+            repr(sorted(choices.get(FASTEST_HERE, {}).items())),
+        )
         if key == self._availability_key:
             return
         self._availability_key = key
@@ -730,20 +758,48 @@ class CompareWindow(ComparisonOutputs, QWidget):
         if key != self._availability_key:
             return  # the device changed again meanwhile; a newer answer is on its way
         self.unavailable = dict(reasons)
-        device = self.app.device_text(key[0])
+        self._device_key = key[0]
+        self._label_choices()
+        self.availability_checked.emit()
+
+    def _label_choices(self) -> None:
+        """Each choice's text: its name with what was measured here, or why it cannot apply (greyed)."""
+        measured = self.app.measured
+        device = self.app.device_text(self._device_key or self.app.state.form.device)
         for combo in (self.a_box, self.b_box):
             model = combo.model()
             for index in range(combo.count()):
                 name = combo.itemData(index)
                 if not name:
-                    continue  # the separator
+                    continue  # the separator and the heading
                 item = model.item(index)
-                reason = reasons.get(name)
-                enabled = reason is None
-                item.setEnabled(enabled)
-                item.setText(name if enabled else f"{name} \u2014 not on {device}: {reason}")
-                item.setToolTip("" if enabled else f"Cannot fully apply on {device}: {reason}")
-        self.availability_checked.emit()
+                if name == FASTEST_HERE and measured.fastest_values() is None:
+                    item.setEnabled(False)
+                    item.setText(f"{FASTEST_HERE} \u2014 {NOT_MEASURED_YET}")
+                    item.setToolTip(measured.words(FASTEST_HERE))
+                    continue
+                reason = self.unavailable.get(name)
+                if reason is not None:
+                    item.setEnabled(False)
+                    item.setText(f"{name} \u2014 not on {device}: {reason}")
+                    item.setToolTip(f"Cannot fully apply on {device}: {reason}")
+                    continue
+                item.setEnabled(True)
+                if name == FASTEST_HERE or name in PRESETS:
+                    item.setText(measured.label(name))
+                    item.setToolTip(f"{PRESET_TIPS.get(name, '')}\n{measured.words(name)}".strip())
+                elif name == PANEL_SETTINGS:
+                    item.setText(name)
+                    item.setToolTip("The Optimization section of the Generate panel, as set now")
+                else:
+                    item.setText(measured.setting_label(name))
+                    row = measured.setting_row(name)
+                    item.setToolTip("" if row is None else f"Measured on this machine: {name}")
+
+    def _on_measured_changed(self) -> None:
+        self._label_choices()
+        if self.isVisible():
+            self.refresh_availability()
 
     def _on_form_changed(self, name: str = "") -> None:
         if name in ("device", "model", "optimization") and self.isVisible():

@@ -76,6 +76,18 @@ class MeasuredSettings:
         wanted = "fp32" if preset == "Exact fp32" else f"preset:{preset}"
         return next((r for r in self.result.get("rows", ()) if r.get("name") == wanted), None)
 
+    def setting_row(self, name: str) -> dict[str, Any] | None:
+        """The measured row of a setting by its `volsynth bench` name ("int8+sdpa"), timed end to end."""
+        if not self.result:
+            return None
+        row = next((r for r in self.result.get("rows", ()) if r.get("name") == name), None)
+        return row if row is not None and "end_to_end_s" in row else None
+
+    def setting_label(self, name: str) -> str:
+        """A named setting's text: "int8+sdpa · 1.31x fp32 here" where it was measured, else its name."""
+        row = self.setting_row(name)
+        return name if row is None else f"{name} \u00b7 {_ratio(row)} here"
+
     def not_measured_reason(self, preset: str) -> str:
         if not self.result:
             return ""
@@ -93,10 +105,12 @@ class MeasuredSettings:
                 return f"{FASTEST_HERE} ({floor}) \u00b7 {NOT_MEASURED}"
             if row.get("name") == "fp32":
                 return f"{FASTEST_HERE} ({floor}) \u00b7 fp32: nothing measured clearly faster"
-            return f"{FASTEST_HERE} ({floor}) \u00b7 {row['name']}, {_ratio(row)} here"
+            return f"{FASTEST_HERE} ({floor}) \u00b7 {_row_name(row)}, {_ratio(row)} here"
         row = self.preset_row(preset)
         if row is None or "end_to_end_s" not in row:
             return f"{preset} \u00b7 {NOT_MEASURED}" if self.looked_up else preset
+        if row.get("name") == "fp32":  # what the others' ratios are to
+            return f"{preset} \u00b7 the reference, {row['end_to_end_s']:.1f} s here"
         return f"{preset} \u00b7 {_ratio(row)} here"
 
     def words(self, preset: str) -> str:
@@ -113,12 +127,17 @@ class MeasuredSettings:
                     f"Nothing measured here was clearly faster than fp32 at \u2265 {self.min_psnr_db:g} dB "
                     f"(noise rule), so this is exact fp32. {_when(self.result)}"
                 )
-            return f"Measured fastest here: {row['name']}. {_row_words(row)} {_when(self.result)}"
+            return f"Measured fastest here: {_row_name(row)}. {_row_words(row)} {_when(self.result)}"
         row = self.preset_row(preset)
         if row is None or "end_to_end_s" not in row:
             reason = self.not_measured_reason(preset)
             return f"Not measured on this machine{': ' + reason if reason else ''}."
         return f"Measured on this machine: {_row_words(row)} {_when(self.result)}"
+
+
+def _row_name(row: dict[str, Any]) -> str:
+    """A row's name as the presets box shows it: "Low memory" for the row "preset:Low memory"."""
+    return str(row.get("name", "")).removeprefix("preset:")
 
 
 def _ratio(row: dict[str, Any]) -> str:

@@ -13,6 +13,8 @@ from PySide6.QtWidgets import QApplication
 from app.compare import difference_window
 from app.compare.window import CSV_DIR_KEY, PANEL_SETTINGS
 
+from .conftest import SCREENSHOTS
+
 pytestmark = [pytest.mark.render, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
@@ -48,7 +50,7 @@ def _panel_bf16(main_window):
 
 def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, main_window, compare):
     _panel_bf16(main_window)
-    assert compare.a_box.currentText() == "Exact fp32" and compare.b_box.currentText() == PANEL_SETTINGS
+    assert compare.choice(compare.a_box) == "Exact fp32" and compare.choice(compare.b_box) == PANEL_SETTINGS
     main_window.sampling_panel.seed_spin.setValue(77)
     assert "seed 77" in compare.source_label.text() and "6 steps" in compare.source_label.text()
     assert compare.start()
@@ -104,7 +106,7 @@ def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, main_wi
 
 
 def test_same_settings_compare_identical(qtbot, main_window, compare):
-    compare.b_box.setCurrentText("Exact fp32")
+    compare.b_box.setCurrentIndex(compare.b_box.findData("Exact fp32"))
     compare.profile_spin.setValue(0)
     compare.start()
     assert _wait(qtbot, compare) == "finished"
@@ -448,3 +450,103 @@ def test_the_keypad_enter_runs_too(qtbot, main_window):
     assert compare._job is not None  # started
     assert _wait(qtbot, compare) == "finished"
     compare.close()
+
+
+def _measured_here(main_window, qtbot) -> None:
+    """A measurement of tiny-latent on this machine: bf16+sdpa clearly faster at 52 dB, Low memory even."""
+    measured = main_window.measured_settings
+    qtbot.waitUntil(lambda: measured.looked_up and measured.model_id == "tiny-latent", timeout=30_000)
+
+    def row(name, seconds, speedup, verdict, psnr, config):
+        return {
+            "name": name,
+            "config": config,
+            "end_to_end_s": seconds,
+            "step_ms_median": 10.0,
+            "decode_s_median": 0.1,
+            "speedup_end_to_end": speedup,
+            "end_to_end_verdict": {"verdict": verdict, "words": verdict},
+            "psnr_db": psnr,
+        }
+
+    result = {
+        "rows": [
+            row("fp32", 1.3, None, None, float("inf"), {}),
+            row("bf16+sdpa", 1.0, 1.3, "faster", 52.0, {"autocast": "bf16", "attention": "sdpa"}),
+            row(
+                "preset:Low memory", 1.25, 1.04, "too close to call", float("inf"), {"streamed_decode": True}
+            ),
+        ],
+        "created": "2026-12-01",
+        "machine_words": "this test's CPU",
+    }
+    measured.set_result("tiny-latent", result)
+
+
+def test_the_choices_are_the_presets_by_name_with_what_was_measured_here(
+    qtbot, main_window, compare, screenshot
+):
+    """B offered ~40 raw names with no ratios and no 'Fastest here'; now the presets come first by the names of
+    the Optimization section, each with its measured ratio, and Fastest here runs the recommendation."""
+    box = compare.b_box
+    qtbot.waitUntil(lambda: main_window.measured_settings.looked_up, timeout=30_000)
+    fastest = box.model().item(box.findData("Fastest here"))
+    assert not fastest.isEnabled() and "not measured here yet" in fastest.text()
+    _measured_here(main_window, qtbot)
+    qtbot.waitUntil(lambda: box.model().item(box.findData("Fastest here")).isEnabled(), timeout=60_000)
+    texts = [box.itemText(i) for i in range(box.count())]
+    assert texts[0] == "Fastest here (\u2265 40 dB) \u00b7 bf16+sdpa, 1.30x fp32 here"
+    assert (
+        texts[1:5]
+        == [
+            "Exact fp32 \u00b7 the reference, 1.3 s here",
+            "Fast (GPU) \u00b7 not measured here",
+            "Low memory \u00b7 1.04x fp32 here",
+            "Fast decode (CPU) \u00b7 not measured here",
+        ][: len(texts[1:5])]
+    )
+    assert (
+        "bf16+sdpa \u00b7 1.30x fp32 here" in texts and "int8" in texts
+    )  # single settings: ratio where measured
+    heading = texts.index("Single settings (volsynth bench names)")
+    assert not box.model().item(heading).isEnabled()
+    # Chosen with the keyboard, from the top of the list, as a person does.
+    box.setFocus()
+    qtbot.waitUntil(box.hasFocus, timeout=5_000)
+    qtbot.keyClick(box, Qt.Key.Key_Home)
+    assert compare.choice(box) == "Fastest here"
+    compare.profile_spin.setValue(0)
+    qtbot.keyClick(compare, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert _wait(qtbot, compare) == "finished"
+    assert set(compare.comparison.b.applied()) == {"autocast", "attention"}
+    table = compare.table
+    for size in ((1024, 700), (1600, 1000)):
+        compare.resize(*size)
+        qtbot.waitUntil(lambda: compare.table.rowCount() > 0, timeout=5_000)
+        QApplication.processEvents()
+        # Each column's header is read whole: its lines fit the column, broken where the setting has a '+'.
+        header = compare.table.horizontalHeader()
+        for column in range(3):
+            text = compare.table.horizontalHeaderItem(column).text()
+            assert all(
+                header.fontMetrics().horizontalAdvance(line) < header.sectionSize(column)
+                for line in text.split("\n")
+            ), (size, text, header.sectionSize(column))
+            assert text.replace("\n", "").replace(" ", "") == compare.numbers._header_texts[column].replace(
+                " ", ""
+            )
+        # A long choice in a narrow window ends in an ellipsis (its tooltip and the list show it whole).
+        shown = box.shown_text()
+        assert shown == box.currentText() or (
+            shown.endswith("\u2026") and box.currentText().startswith(shown[:-1])
+        )
+        # The memory rows' notes are read whole (rows grow to their wrapped text): scroll to them and look.
+        memory = next(r for r in range(table.rowCount()) if "memory" in table.verticalHeaderItem(r).text())
+        qtbot.waitUntil(
+            lambda: all(table.rowHeight(r) >= table.sizeHintForRow(r) for r in range(table.rowCount())),
+            timeout=5_000,
+        )
+        table.scrollToItem(table.item(memory, 2), table.ScrollHint.PositionAtTop)
+        QApplication.processEvents()
+        compare.table.grab().save(str(SCREENSHOTS / f"compare-table-{size[0]}x{size[1]}.png"))
+        screenshot(compare, f"compare-measured-choices-{size[0]}x{size[1]}")
