@@ -113,6 +113,9 @@ def maps_or_reason(volume: np.ndarray, affine: np.ndarray, contrast: str, *, on_
         made = segment(volume, affine, contrast, on_stage=on_stage)
     except InvalidRequest as exc:
         return {}, {"tissue_maps_not_made": str(exc)}
+    except MemoryError:  # the sampled volume must not be lost to its maps' working memory
+        shape = "x".join(str(n) for n in np.shape(volume))
+        return {}, {"tissue_maps_not_made": f"not enough memory to make tissue maps of a {shape} volume"}
     return made.maps, made.sidecar()
 
 
@@ -159,7 +162,12 @@ def head_brain_mask(volume: np.ndarray, spacing: np.ndarray) -> np.ndarray:
     from skimage.filters import threshold_otsu
 
     background = _background_value(volume)
-    fg = volume > threshold_otsu(volume[volume > background]) * 0.5 + 0.5 * background
+    above = volume[volume > background]
+    if above.size == 0:  # 99 % of the voxels at the top value: a filled box, no head on a background
+        raise InvalidRequest(
+            "no brain-sized object found in the volume (nothing stands out from its background); is it a brain MRI?"
+        )
+    fg = volume > threshold_otsu(above) * 0.5 + 0.5 * background
     fg = ndimage.binary_fill_holes(fg)
     core = _erode(fg, spacing, 4.0)
     if not core.any():

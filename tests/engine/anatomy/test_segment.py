@@ -85,6 +85,10 @@ def test_bad_arrays_refused():
         small = np.zeros_like(vol)
         small[20:26, 20:26, 20:26] = 1.0
         segment(small, phantom_affine(), "t1w")
+    with pytest.raises(InvalidRequest, match="nothing stands out from its background"):
+        filled = np.ones_like(vol)  # under 1 % of the voxels darker: no background to find a head on
+        filled[0, 0, :5] = 0.0
+        segment(filled, phantom_affine(), "t1w")
 
 
 @pytest.mark.parametrize("kind", ["gaussian", "uniform"])
@@ -95,3 +99,21 @@ def test_noise_is_not_a_brain(kind):
     noise = rng.normal(0, 1, shape) if kind == "gaussian" else rng.random(shape)
     with pytest.raises(InvalidRequest, match="does not look like a brain MRI"):
         segment(noise.astype(np.float32), phantom_affine(), "t1w")
+
+
+def test_maps_or_reason_gives_a_reason_not_an_error(monkeypatch):
+    import engine.anatomy.segment as seg
+
+    made, record = seg.maps_or_reason(np.ones((8, 9, 10), np.float32), phantom_affine(), "t1w")
+    assert made == {} and "constant" in record["tissue_maps_not_made"]
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(seg, "segment", no_memory)
+    volume = phantom("t1w")
+    made, record = seg.maps_or_reason(volume, phantom_affine(), "t1w")
+    shape = "x".join(map(str, volume.shape))
+    assert made == {} and record == {
+        "tissue_maps_not_made": f"not enough memory to make tissue maps of a {shape} volume"
+    }
