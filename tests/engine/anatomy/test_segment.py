@@ -117,3 +117,13 @@ def test_maps_or_reason_gives_a_reason_not_an_error(monkeypatch):
     assert made == {} and record == {
         "tissue_maps_not_made": f"not enough memory to make tissue maps of a {shape} volume"
     }
+
+
+def test_contrast_from_a_generation_modality():
+    from engine.anatomy.segment import contrast_from_modality
+
+    assert contrast_from_modality("t1w-skullstripped") == "t1w" and contrast_from_modality("FLAIR") == "flair"
+    assert contrast_from_modality("") == "t1w"  # a model that takes no modality (MONAI's brain bundles: T1)
+    assert contrast_from_modality("", default="t2w") == "t2w"
+    with pytest.raises(InvalidRequest, match="SWI shows susceptibility"):
+        contrast_from_modality("swi-skullstripped")
