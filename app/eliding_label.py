@@ -20,6 +20,7 @@ class ElidingLabel(QLabel):
     def __init__(self, text: str = "", parent=None, *, max_width: int = 420, min_chars: int = 12) -> None:
         super().__init__(text, parent)
         self._max_width, self._min_chars = max_width, min_chars
+        self._tip = ""  # what the tooltip says besides the whole text when it is cut
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
 
     def _text_room(self) -> int:
@@ -38,8 +39,14 @@ class ElidingLabel(QLabel):
         least = self.fontMetrics().averageCharWidth() * self._min_chars + margins.left() + margins.right()
         return QSize(min(least, self.sizeHint().width()), super().minimumSizeHint().height())
 
+    def set_tip(self, tip: str) -> None:
+        """A tooltip of the label's own, kept under the whole text while that is cut."""
+        self._tip = tip
+        self._update_tooltip()
+
     def _update_tooltip(self) -> None:
-        self.setToolTip(self.text() if self.shown_text() != self.text() else "")
+        cut = self.shown_text() != self.text()
+        self.setToolTip("\n".join(part for part in (self.text() if cut else "", self._tip) if part))
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt override
         super().setText(text)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QStatusBar
 
+from app.eliding_label import ElidingLabel
+
 
 class WindowStatus:
     """The permanent labels at the status bar's right and what updates them."""
@@ -17,10 +19,12 @@ class WindowStatus:
         # no wider, so a 1024-px window leaves the message beside it some room (420 cut most messages).
         self.readout_label.setMinimumWidth(340)
         self.device_label = QLabel("device: auto")
-        self.space_label = QLabel("")
+        # Eliding, with a few characters' minimum: as plain labels asking for their whole text, the space and
+        # voxel size shown with the first volume widened a 1024-px window by 12 px, every tool bar with it.
+        self.space_label = ElidingLabel("", max_width=320, min_chars=8)
         self.space_label.setObjectName("space")
         self.space_label.hide()
-        self.voxel_label = QLabel("")
+        self.voxel_label = ElidingLabel("", max_width=240, min_chars=8)
         self.voxel_label.setObjectName("voxelSize")
         self.voxel_label.hide()
         bar.addPermanentWidget(self.readout_label)
@@ -51,11 +55,11 @@ class WindowStatus:
         spacing = "\u00d7".join(f"{v:.3g}" for v in entry.spacing)
         modality = (entry.provenance.get("output") or {}).get("modality")
         self.voxel_label.setText(f"{spacing} mm" + (f" \u00b7 {modality}" if modality else ""))
-        self.voxel_label.setToolTip(
+        self.voxel_label.set_tip(
             "Voxel size of the shown volume" + (f"; modality {modality}" if modality else "")
         )
         self.space_label.setText(f"Space: {entry.space_name}")
-        self.space_label.setToolTip(
+        self.space_label.set_tip(
             f"The readout's millimetres are coordinates of {entry.space}"
             if entry.space
             else "The readout's millimetres are scanner coordinates: no template space is named"

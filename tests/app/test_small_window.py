@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, QRect
+from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QIcon
 from PySide6.QtGui import Qt as GuiQt  # Qt.mightBeRichText lives in QtGui's Qt namespace
 from PySide6.QtWidgets import QAbstractButton, QAbstractScrollArea, QLabel, QToolBar, QToolButton
@@ -115,6 +115,32 @@ def fresh_small_window(qtbot, themed_app, registry, qt_settings, error_dialogs):
     yield window
     window.close()
     assert not window.runner.jobs
+
+
+def test_the_first_volume_leaves_the_window_and_its_tool_bars_where_they_were(
+    qtbot, fresh_small_window, screenshot
+):
+    """The space and voxel-size fields the first volume brings to the status bar asked for their whole text: a
+    1024-px window grew to 1036 and every tool bar moved with it."""
+    window = fresh_small_window
+    _wait_until_nothing_is_clipped(qtbot, window)
+
+    def bars():
+        return {bar.objectName(): bar.geometry().getRect() for bar in window.findChildren(QToolBar)}
+
+    before = bars()
+    window.sampling_panel.steps_spin.setValue(2)
+    with qtbot.waitSignal(window.generation.ended, timeout=120_000):
+        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    assert window.space_label.isVisible() and window.voxel_label.isVisible()
+    assert window.width() == 1024, window.width()
+    assert bars() == before
+    # A field cut for room ends in an ellipsis and says the whole of itself, and what it means, on hover.
+    for field in (window.space_label, window.voxel_label):
+        assert field.shown_text() == field.text() or field.text() in field.toolTip()
+    assert "scanner coordinates" in window.space_label.toolTip()
+    screenshot(window, "first-volume-1024x700")
 
 
 def test_a_fresh_start_at_1024x700_clips_nothing(qtbot, fresh_small_window, screenshot):
