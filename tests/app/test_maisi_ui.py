@@ -71,7 +71,9 @@ def test_the_model_in_the_picker_with_its_card(qtbot, maisi_window, screenshot):
         "FLAIR",
         "SWI (not guaranteed)",
     ]
-    assert panel.modality_box.itemText(5) == "T2w, skull-stripped"
+    assert (
+        panel.modality_box.itemText(panel.modality_box.findData("t2w-skullstripped")) == "T2w, skull-stripped"
+    )
     assert panel.size_box.itemText(0).startswith("Full 32\u00d732\u00d732 at 7.52\u00d77.52\u00d75.44 mm")
     assert "NVIDIA Open Model License" in panel.model_info.text()
     assert panel.steps_spin.value() == 30 and panel.guidance_spin.value() == 2.0
@@ -135,8 +137,8 @@ def test_the_contrasts_the_owners_do_not_guarantee_are_marked_where_they_are_pic
     assert not panel.modality_note.isVisible()  # T2w is guaranteed: no note
     names = [panel.modality_box.itemData(i) for i in range(panel.modality_box.count())]
     marked = [n for i, n in enumerate(names) if "(not guaranteed)" in panel.modality_box.itemText(i)]
-    # The catalogue's caveats for the contrasts this model offers (MRA is not offered by VolSynth).
-    assert marked == [n for n in names if n.startswith("swi")] and marked
+    # The catalogue's caveats for the contrasts this model offers: SWI (sagittal, coronal) and MRA (all planes).
+    assert marked == [n for n in names if n.startswith(("swi", "mra"))] and "swi" in marked
     _pick(qtbot, panel.modality_box, "swi")
     assert window.state.form.modality == "swi"
     assert panel.modality_note.isVisible()
