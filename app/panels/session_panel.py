@@ -10,7 +10,7 @@ import html
 from functools import partial
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLabel,
@@ -19,7 +19,9 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QSizePolicy,
+    QStyle,
     QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
@@ -32,14 +34,47 @@ UNSAVED_ROLE = Qt.ItemDataRole.UserRole + 1
 UNSAVED_MARK = " *"  # Slicer's modified mark; drawn only, so renaming edits the bare name
 
 
+def fit_name(text: str, width: int, metrics) -> str:
+    """``text`` shortened to ``width`` px: a default name keeps its " seed N · time" whole and gives up the
+    model's start ("…CTMR T2w seed 7 · 14:03:22"), which is what sets two volumes of a session apart; any
+    other name is elided in the middle (a default name too narrow for its seed and time keeps its end)."""
+    if metrics.horizontalAdvance(text) <= width:
+        return text
+    cut = text.rfind(" seed ")
+    if cut > 0:
+        tail = text[cut:]
+        room = width - metrics.horizontalAdvance(tail)
+        if room > metrics.horizontalAdvance("\u2026") * 3:
+            return metrics.elidedText(text[:cut], Qt.TextElideMode.ElideLeft, room) + tail
+        return metrics.elidedText(text, Qt.TextElideMode.ElideLeft, width)  # the time, at least
+    return metrics.elidedText(text, Qt.TextElideMode.ElideMiddle, width)
+
+
 class SaveStateDelegate(QStyledItemDelegate):
-    """Draws a never-saved volume's name in italics with a trailing modified mark."""
+    """Draws a never-saved volume's name in italics with a trailing modified mark, shortened so that names of
+    one session stay apart in a narrow dock (the whole name is the item's tooltip)."""
 
     def initStyleOption(self, option, index) -> None:  # noqa: N802 - Qt override
         super().initStyleOption(option, index)
         if index.data(UNSAVED_ROLE):
             option.text += UNSAVED_MARK
             option.font.setItalic(True)
+        if option.rect.width() > 0:
+            widget = option.widget
+            style = widget.style() if widget is not None else None
+            if style is not None:
+                room = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, widget).width()
+                # the style's own text margin, both sides, which the width above still includes
+                margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1
+                option.text = fit_name(option.text, room - 2 * margin, QFontMetrics(option.font))
+
+    def shown_text(self, index) -> str:
+        """The text drawn for ``index`` now (tests, and anyone who must know)."""
+        option = QStyleOptionViewItem()
+        option.rect = self.parent().visualRect(index)
+        option.widget = self.parent()
+        self.initStyleOption(option, index)
+        return option.text
 
 
 class SessionPanel(QWidget):

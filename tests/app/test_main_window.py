@@ -11,6 +11,8 @@ import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 
+from .conftest import SCREENSHOTS
+
 pytestmark = pytest.mark.render
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "build" / "benchmarks"
@@ -306,3 +308,35 @@ def test_event_loop_stays_responsive_during_generation(qtbot, main_window):
     BENCH_DIR.mkdir(parents=True, exist_ok=True)
     (BENCH_DIR / "event_loop_gap.txt").write_text(report + "\n")
     print("\n" + report)
+
+
+def test_names_in_a_narrow_session_dock_keep_their_seed_and_time(qtbot, main_window):
+    """In a narrow Session dock "tiny-latent s… · 02:44:31" and the next volume's name read alike; the model's
+    start gives way instead, the seed and time stay whole, and the tooltip holds the whole name."""
+    from PySide6.QtWidgets import QDockWidget
+
+    window = main_window
+    window.sampling_panel.steps_spin.setValue(2)
+    for seed in ("0", "1"):
+        spin = window.sampling_panel.seed_spin
+        spin.setFocus()
+        spin.selectAll()
+        qtbot.keyClicks(spin, seed)
+        qtbot.keyClick(spin, Qt.Key.Key_Return)
+        with qtbot.waitSignal(window.generation.ended, timeout=120_000):
+            qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+        qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    dock = window.findChild(QDockWidget, "sessionDock")
+    window.resizeDocks([dock], [200], Qt.Orientation.Horizontal)
+    listing = window.session_panel.list
+    qtbot.waitUntil(lambda: listing.width() < 220, timeout=5_000)
+    delegate = listing.itemDelegate()
+    shown = [delegate.shown_text(listing.model().index(row, 0)) for row in range(2)]
+    names = [listing.item(row).text() for row in range(2)]
+    for row, (text, name) in enumerate(zip(shown, names, strict=True)):
+        tail = name[name.rfind(" seed ") :]
+        assert text != name and text.startswith("\u2026") and text.removesuffix(" *").endswith(tail), text
+        assert listing.fontMetrics().horizontalAdvance(text) < listing.viewport().width()
+        assert listing.item(row).toolTip().startswith(name)
+    assert shown[0] != shown[1]
+    listing.grab().save(str(SCREENSHOTS / "session-narrow-names.png"))
