@@ -307,6 +307,11 @@ def _with_keys(text: str, keys: dict[str, str]) -> str:
     return re.sub(r"\[\[([^\]]+)\]\]", lambda m: f" ({keys[m[1]]})" if keys.get(m[1]) else "", text)
 
 
+def _code(escaped: str) -> str:
+    """`volsynth bench` in the guide's texts as code, not with its backticks showing."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+
+
 def guide_html(window: QWidget) -> str:
     """The user guide as HTML: what each panel does, where files go. Keys are read from the window's actions."""
     keys = {row.what: row.keys for row in action_shortcuts(window)}
@@ -325,7 +330,7 @@ def _guide_html(window: QWidget) -> str:
     )
     parts.append("<h3>What each part of the window does</h3><dl>")
     for title, text in GUIDE_PANELS:
-        parts.append(f"<dt><b>{html.escape(title)}</b></dt><dd>{html.escape(text)}</dd>")
+        parts.append(f"<dt><b>{html.escape(title)}</b></dt><dd>{_code(html.escape(text))}</dd>")
     parts.append("</dl><h3>Where files go</h3>")
     parts.append(
         "<p>Save As NIfTI[[Save As NIfTI...]] writes the volume where you choose, with a <code>.json</code> sidecar "
@@ -403,8 +408,17 @@ class UserGuideDialog(QDialog):
             cursor.movePosition(QTextCursor.MoveOperation.Start)
             self.browser.setTextCursor(cursor)
             found = self.browser.find(text)
-        count = self.matches()
-        self.search_label.setText(f"{count} found" if found else "Not in the guide")
+        if not found:
+            self.search_label.setText("Not in the guide")
+            return
+        # Which match this is ("2 of 5"): the matches before the selection, in the text as the guide shows it.
+        cursor = self.browser.textCursor()
+        before = self.browser.toPlainText()[: cursor.selectionStart()].lower().count(text.lower())
+        self.search_label.setText(f"{before + 1} of {self.matches()}")
+        # The match a third of the way down, with what follows it in view (find() scrolls only as far as the
+        # match's own line, which left it on the last line shown).
+        bar = self.browser.verticalScrollBar()
+        bar.setValue(bar.value() + self.browser.cursorRect().top() - self.browser.viewport().height() // 3)
 
     def _on_search_edit_text_changed(self, _text: str) -> None:
         self._find(from_start=True)

@@ -9,6 +9,8 @@ from PySide6.QtWidgets import QApplication
 
 from app.help import VIEWER_KEYS, action_shortcuts
 
+from .conftest import SCREENSHOTS
+
 pytestmark = pytest.mark.render
 
 
@@ -155,9 +157,16 @@ def test_the_user_guide_covers_the_newer_tasks_and_finds_words_as_they_are_typed
     first = dialog.browser.textCursor().selectionStart()
     assert dialog.browser.textCursor().selectedText().lower() == "crosshair"
     count = text.lower().count("crosshair")
-    assert count >= 2 and dialog.search_label.text() == f"{count} found"
+    assert count >= 2 and dialog.search_label.text() == f"1 of {count}"
     qtbot.keyClick(dialog.search_edit, Qt.Key.Key_Return)
     assert dialog.browser.textCursor().selectionStart() > first
+    # Which match this is, and the match shown with what follows it, not on the last line in view.
+    assert dialog.search_label.text() == f"2 of {count}"
+    viewport = dialog.browser.viewport().height()
+    assert 0 <= dialog.browser.cursorRect().top() < viewport // 2
+    dialog.grab().save(str(SCREENSHOTS / "guide-search.png"))
+    # Commands read as code, not with Markdown's backticks.
+    assert "`" not in text and "use volsynth bench" in text
     qtbot.keyClicks(dialog.search_edit, "zzz")
     assert dialog.search_label.text() == "Not in the guide"
     dialog.close()
