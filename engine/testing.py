@@ -309,8 +309,8 @@ MAISI_ENVIRONMENT = {
     "modality_mapping_path": "./configs/modality_mapping.json",
 }
 MAISI_MODALITY_MAPPING = {
-    "unknown": 0, "ct": 1, "mri": 8, "mri_t1": 9, "mri_t2": 10, "mri_flair": 11, "mri_swi": 20,
-    "mri_t1_skull_stripped": 29, "mri_t2_skull_stripped": 30, "mri_flair_skull_stripped": 31,
+    "unknown": 0, "ct": 1, "mri": 8, "mri_t1": 9, "mri_t2": 10, "mri_flair": 11, "mri_mra": 16,
+    "mri_swi": 20, "mri_t1_skull_stripped": 29, "mri_t2_skull_stripped": 30, "mri_flair_skull_stripped": 31,
     "mri_swi_skull_stripped": 32, "mri_mra_skull_stripped": 33,
 }  # fmt: skip
 #: Small enough to sample in a second: same classes, same layout, fewer channels.

@@ -30,7 +30,7 @@ OPTIMIZATION_LABELS = {
     "measured_here": "Measured here",
 }
 
-_MODALITY_TITLES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "SWI"}
+_MODALITY_TITLES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "SWI", "mra": "MRA"}
 
 
 def modality_title(name: str) -> str:

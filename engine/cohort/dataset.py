@@ -48,7 +48,8 @@ _SKULL_STRIPPED_TEXT = re.compile(r"skull[- ]?stripped", re.IGNORECASE)
 
 #: The BIDS suffix of each modality a model generates (engine.nifti.io.BIDS_IMAGE_SUFFIXES); a skull-stripped
 #: modality ("t2w-skullstripped") adds the derivative entity ``desc-skullstripped``.
-MODALITY_SUFFIXES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "swi"}
+#: MRA is BIDS's ``angio``.
+MODALITY_SUFFIXES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "swi", "mra": "angio"}
 SKULL_STRIPPED = "-skullstripped"
 #: The maps a segmented cohort's volumes get (``engine.anatomy.segment``): tissue probabilities and the brain mask.
 SEGMENTED_MAPS = ("CSF", "GM", "WM", "brain")

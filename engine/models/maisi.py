@@ -53,10 +53,12 @@ MODALITY_NAMES = {
     "mri_t2": "t2w",
     "mri_flair": "flair",
     "mri_swi": "swi",
+    "mri_mra": "mra",
     "mri_t1_skull_stripped": "t1w-skullstripped",
     "mri_t2_skull_stripped": "t2w-skullstripped",
     "mri_flair_skull_stripped": "flair-skullstripped",
     "mri_swi_skull_stripped": "swi-skullstripped",
+    "mri_mra_skull_stripped": "mra-skullstripped",
 }
 NULL_MODALITY = "unknown"  # the class label of the unconditioned half of guidance (0 in the mapping)
 #: The model's stated maximum volume (NV-Generate-CTMR README, "Max Volume" of rflow-mr-brain).
@@ -240,7 +242,7 @@ def open_maisi_folder(folder: Path) -> MaisiModelSource:
         default_guidance_scale=guidance,
         intensity_range=(0.0, 1000.0),
         description=(
-            "NVIDIA NV-Generate-MR-Brain: 3D brain MRI (T1w, T2w, FLAIR, SWI; whole-brain or skull-stripped) "
+            "NVIDIA NV-Generate-MR-Brain: 3D brain MRI (T1w, T2w, FLAIR, SWI, MRA; whole-brain or skull-stripped) "
             "from a rectified-flow latent diffusion model (MAISI v2). No tissue maps."
         ),
         source="nv-generate",

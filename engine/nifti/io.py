@@ -50,8 +50,8 @@ def sidecar_path(nifti_path: Path) -> Path:
 
 
 #: The BIDS suffixes of the anatomical images VolSynth writes (``swi`` is BEP004's, the SWI proposal: BIDS 1.10 has
-#: no SWI suffix yet).
-BIDS_IMAGE_SUFFIXES = ("T1w", "T2w", "FLAIR", "swi")
+#: no SWI suffix yet; ``angio`` is BIDS's suffix for MR angiography).
+BIDS_IMAGE_SUFFIXES = ("T1w", "T2w", "FLAIR", "swi", "angio")
 _IMAGE_SUFFIX = re.compile(r"_(" + "|".join(BIDS_IMAGE_SUFFIXES) + r")$")
 _DESC_ENTITY = re.compile(r"^(.*?)(_desc-[A-Za-z0-9]+)?$")
 

@@ -68,8 +68,8 @@ def test_the_repository_root_is_listed_with_a_card_from_what_the_folder_says(mai
     spec = source.spec
     assert spec.name == "NV-Generate-MR-Brain (rflow-mr-brain, MAISI v2) v1"
     assert spec.modality_names == (
-        "t1w", "t2w", "flair", "swi",
-        "t1w-skullstripped", "t2w-skullstripped", "flair-skullstripped", "swi-skullstripped",
+        "t1w", "t2w", "flair", "swi", "mra",
+        "t1w-skullstripped", "t2w-skullstripped", "flair-skullstripped", "swi-skullstripped", "mra-skullstripped",
     )  # fmt: skip
     assert dict(spec.modalities)["flair-skullstripped"] == 31 and spec.null_modality == 0
     assert spec.default_modality == "t1w" and spec.default_steps == 30 and spec.default_guidance_scale == 2
@@ -93,7 +93,7 @@ def test_volsynth_models_lists_the_folder(maisi_root, monkeypatch, capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert "NV-Generate-MR-Brain (rflow-mr-brain, MAISI v2) v1" in out
-    assert "--modality {t1w,t2w,flair,swi,t1w-skullstripped" in out
+    assert "--modality {t1w,t2w,flair,swi,mra,t1w-skullstripped" in out
     assert "licence: NVIDIA Open Model License" in out
 
 

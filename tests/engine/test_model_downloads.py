@@ -115,7 +115,7 @@ def test_get_each_entry_then_it_is_listed_and_generates(hub, user, capsys):
     assert "nv-generate-mr-brain" in listing and "brain_image_synthesis_latent_diffusion_model" in listing
     assert "[broken" not in listing and "can be fetched" not in listing
     # Where a user picks the modality (--modality), the contrasts NVIDIA does not guarantee are marked.
-    assert "quality not guaranteed by its owners: swi (sagittal and coronal)" in listing
+    assert "quality not guaranteed by its owners: mra (all planes), swi (sagittal and coronal)" in listing
     source = ModelRegistry([user]).get("nv-generate-mr-brain")
     assert source.spec.extra["licence"] == "NVIDIA Open Model License"  # as the loader reads the folder
     nv = _generate(user, "nv-generate-mr-brain", modality="t2w")

@@ -19,6 +19,8 @@ from engine.nifti.io import tissue_path
         ("t2w", "sub-synth0001_T2w"),
         ("flair", "sub-synth0001_FLAIR"),
         ("swi", "sub-synth0001_swi"),
+        ("mra", "sub-synth0001_angio"),
+        ("mra-skullstripped", "sub-synth0001_desc-skullstripped_angio"),
         ("t2w-skullstripped", "sub-synth0001_desc-skullstripped_T2w"),
         ("FLAIR", "sub-synth0001_FLAIR"),
     ],
@@ -29,17 +31,18 @@ def test_each_modality_has_its_bids_suffix(modality, stem):
 
 
 def test_a_modality_without_a_bids_suffix_is_refused_with_the_known_ones():
-    with pytest.raises(InvalidRequest, match=r"no BIDS suffix for modality 'dwi'.*flair, swi, t1w, t2w"):
+    with pytest.raises(InvalidRequest, match=r"no BIDS suffix for modality 'dwi'.*flair, mra, swi, t1w, t2w"):
         image_stem("sub-1", "dwi")
 
 
-@pytest.mark.parametrize("suffix", ["T1w", "T2w", "FLAIR", "swi"])
-def test_tissue_maps_take_the_place_of_any_image_suffix(suffix):
+@pytest.mark.parametrize(
+    ("suffix", "modality"),
+    [("T1w", "t1w"), ("T2w", "t2w"), ("FLAIR", "flair"), ("swi", "swi"), ("angio", "mra")],
+)
+def test_tissue_maps_take_the_place_of_any_image_suffix(suffix, modality):
     image = Path(f"/c/sub-1/anat/sub-1_{suffix}.nii.gz")
     assert tissue_path(image, "GM").name == "sub-1_label-GM_probseg.nii.gz"
-    assert (
-        tissue_paths(Path("/c"), "sub-1", ["WM"], suffix.lower())[0].name == "sub-1_label-WM_probseg.nii.gz"
-    )
+    assert tissue_paths(Path("/c"), "sub-1", ["WM"], modality)[0].name == "sub-1_label-WM_probseg.nii.gz"
 
 
 @pytest.mark.parametrize(
