@@ -27,6 +27,16 @@ class OverlayText:
     bold: bool = False
 
 
+def preview_run_step(state, entry) -> int:
+    """The run's denoising step while ``entry`` (a preview) is shown during it, else 0. Said whenever a run
+    goes on, not only while it is past the image, so the tag keeps its length (and the overlay its layout)
+    from one preview to the next."""
+    progress = getattr(state, "progress", None)
+    if progress is None or not entry.preview_step or progress.stage != "denoise" or not state.job_running:
+        return 0
+    return max(progress.step, entry.preview_step[0])
+
+
 def corner_texts(view, level: int) -> dict[str, str]:
     """Title, tag, slice number and window at a compactness level (0 full .. 2 shortest)."""
     entry = view.state.shown
@@ -46,8 +56,17 @@ def corner_texts(view, level: int) -> dict[str, str]:
             if level == 0
             else f"PREVIEW{step}"
             if level == 1
+            else f"PREVIEW {entry.preview_step[0]}/{entry.preview_step[1]}"
+            if entry.preview_step
             else "PREVIEW"
         )
+        # The run is often further on than this image (previews come every few steps, a slow decoder draws
+        # them late): say where it is, so a still image does not read as a stalled run.
+        run = preview_run_step(view.state, entry)
+        if run:
+            texts["tag"] += (
+                f" \u00b7 run at step {run}\u2026" if level == 0 else f" \u00b7 run at {run}\u2026"
+            )
     elif entry.synthetic:
         texts["tag"] = "SYNTHETIC"
     ijk = view.state.crosshair_voxel()

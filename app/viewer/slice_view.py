@@ -101,6 +101,7 @@ class SliceView(QWidget):
         state.window_changed.connect(self._on_state_window_changed)
         state.display_changed.connect(self._on_state_display_changed)
         state.overlay_changed.connect(self._on_state_overlay_changed)
+        state.progress_changed.connect(self._on_state_progress_changed)
 
     # -- geometry ------------------------------------------------------------------------------------
 
@@ -505,6 +506,11 @@ class SliceView(QWidget):
 
     def _on_state_overlay_changed(self) -> None:
         self.update()
+
+    def _on_state_progress_changed(self, _tracker) -> None:
+        entry = self.state.shown
+        if entry is not None and entry.kind == "preview":  # the tag says how far the run is past the image
+            self.update()
 
 
 __all__ = ["OverlayText", "SliceView", "ras_to_voxel"]

@@ -340,3 +340,38 @@ def test_names_in_a_narrow_session_dock_keep_their_seed_and_time(qtbot, main_win
         assert listing.item(row).toolTip().startswith(name)
     assert shown[0] != shown[1]
     listing.grab().save(str(SCREENSHOTS / "session-narrow-names.png"))
+
+
+def test_a_preview_behind_the_bar_says_the_run_is_further_on(qtbot, main_window):
+    """Previews come every few steps (and late behind a slow decoder): the image stood still while the bar
+    moved, with nothing to say the run was working. The tag now says where the run is."""
+    from app.viewer.slice_overlay import corner_texts
+
+    window = main_window
+    _select(window, "tiny-latent")
+    window.sampling_panel.steps_spin.setValue(400)
+    view = window.viewer.views()["axial"]
+    seen: list[str] = []
+
+    def behind() -> bool:
+        entry, progress = window.state.shown, window.state.progress
+        if entry is None or entry.kind != "preview" or progress.step <= entry.preview_step[0]:
+            return False
+        seen.append(corner_texts(view, 0)["tag"])
+        seen.append(corner_texts(view, 2)["tag"])
+        return True
+
+    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(behind, timeout=120_000)
+    window.viewer.grab().save(str(SCREENSHOTS / "preview-behind-the-bar.png"))
+    step = window.state.shown.preview_step[0]
+    full, compact = seen[-2:]
+    assert (
+        full.startswith(f"PREVIEW step {step}/400")
+        and "\u00b7 run at step " in full
+        and full.endswith("\u2026")
+    )
+    assert compact.startswith(f"PREVIEW {step}/400 \u00b7 run at ") and compact.endswith("\u2026")
+    assert int(full.split("run at step ")[1].rstrip("\u2026")) > step
+    qtbot.keyClick(window, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not window.state.job_running and not window.runner.jobs, timeout=120_000)
