@@ -56,17 +56,14 @@ def corner_texts(view, level: int) -> dict[str, str]:
             if level == 0
             else f"PREVIEW{step}"
             if level == 1
-            else f"PREVIEW {entry.preview_step[0]}/{entry.preview_step[1]}"
-            if entry.preview_step
             else "PREVIEW"
         )
         # The run is often further on than this image (previews come every few steps, a slow decoder draws
-        # them late): say where it is, so a still image does not read as a stalled run.
+        # them late): say where it is, so a still image does not read as a stalled run; a compact overlay
+        # keeps only the ellipsis, a sign that the next image is on its way, and its room for the title.
         run = preview_run_step(view.state, entry)
         if run:
-            texts["tag"] += (
-                f" \u00b7 run at step {run}\u2026" if level == 0 else f" \u00b7 run at {run}\u2026"
-            )
+            texts["tag"] += f" \u00b7 run at step {run}\u2026" if level == 0 else "\u2026"
     elif entry.synthetic:
         texts["tag"] = "SYNTHETIC"
     ijk = view.state.crosshair_voxel()

@@ -358,20 +358,20 @@ def test_a_preview_behind_the_bar_says_the_run_is_further_on(qtbot, main_window)
         if entry is None or entry.kind != "preview" or progress.step <= entry.preview_step[0]:
             return False
         seen.append(corner_texts(view, 0)["tag"])
-        seen.append(corner_texts(view, 2)["tag"])
+        seen.append(corner_texts(view, 1)["tag"])
         return True
 
     qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(behind, timeout=120_000)
     window.viewer.grab().save(str(SCREENSHOTS / "preview-behind-the-bar.png"))
     step = window.state.shown.preview_step[0]
-    full, compact = seen[-2:]
+    full, compact = seen[-2:]  # the overlay's full and compact texts
     assert (
         full.startswith(f"PREVIEW step {step}/400")
         and "\u00b7 run at step " in full
         and full.endswith("\u2026")
     )
-    assert compact.startswith(f"PREVIEW {step}/400 \u00b7 run at ") and compact.endswith("\u2026")
+    assert compact == f"PREVIEW step {step}/400\u2026"
     assert int(full.split("run at step ")[1].rstrip("\u2026")) > step
     qtbot.keyClick(window, Qt.Key.Key_Escape)
     qtbot.waitUntil(lambda: not window.state.job_running and not window.runner.jobs, timeout=120_000)
