@@ -133,6 +133,18 @@ class View3D(QWidget):
         self.placeholder = QLabel("Preparing the 3D view...")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.placeholder.setObjectName("placeholder")
+        # Wrapped, and never widening the pane: "3D view unavailable on this display (error...)" was cut.
+        self.placeholder.setWordWrap(True)
+        self.placeholder.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # What the 3D view says while a run denoises: a wrapped line in the layout (text drawn in the VTK
+        # scene does not wrap, and a narrow pane cut it off).
+        self.note = QLabel("Denoising\u2026 the 3D view shows the finished volume.")
+        self.note.setObjectName("view3dNote")
+        self.note.setWordWrap(True)
+        self.note.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.note.setStyleSheet("color: #8b93a1; padding: 4px;")
+        self.note.hide()
         self._stack = QStackedLayout()
         self._stack.addWidget(self.placeholder)
         layout = QVBoxLayout(self)
@@ -140,6 +152,7 @@ class View3D(QWidget):
         layout.setSpacing(0)
         layout.addWidget(self.header)
         layout.addWidget(self.iso_row)
+        layout.addWidget(self.note)
         layout.addLayout(self._stack, 1)
 
         self._planes_timer = QTimer(self, singleShot=True, interval=120)
@@ -191,19 +204,12 @@ class View3D(QWidget):
             return
         entry = self._entry()
         plotter = self.plotter
-        names = ("volume", "iso", "planes", "message", "synthetic", *(f"plane-{p}" for p in PLANE_COLOURS))
+        names = ("volume", "iso", "planes", "synthetic", *(f"plane-{p}" for p in PLANE_COLOURS))
         for name in names:
             plotter.remove_actor(name, render=False)
+        self.note.setVisible(entry is None and self.state.shown is not None)  # a preview: say why 3D is empty
         if entry is None:
             self._grid, self._grid_uid = None, None
-            if self.state.shown is not None:  # a denoising preview: say why 3D is empty
-                plotter.add_text(
-                    "Denoising...\nthe 3D view shows the finished volume",
-                    position="upper_edge",
-                    font_size=9,
-                    color="#8b93a1",
-                    name="message",
-                )
             plotter.render()
             return
         from app.viewer.geometry import SCALARS, to_image_data
@@ -395,7 +401,7 @@ class View3D(QWidget):
             and entry.kind == "preview"
             and self._grid_uid is None
             and self.plotter is not None
-            and "message" in self.plotter.actors
+            and self.note.isVisibleTo(self)
         ):
             return  # already saying "denoising"
         self.sync_controls()

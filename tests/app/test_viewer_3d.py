@@ -140,3 +140,25 @@ def test_screenshots_of_the_viewer_at_1600x1000_and_1024x700(qtbot, window_3d, m
     shots.append(screenshot(window, "viewer-1024x700-axial-alone"))
     for path in shots:
         assert path.is_file() and path.stat().st_size > 10_000
+
+
+def test_the_denoising_note_wraps_in_a_narrow_3d_pane(qtbot, window_3d, screenshot):
+    """The 3D view's 'Denoising... the 3D view shows the finished volume' was text in the VTK scene, which does
+    not wrap: a narrow pane (1024x700) cut it off. It is a wrapped line above the scene now."""
+    window = window_3d
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: window.width() == 1024, timeout=10_000)
+    view3d = window.viewer.view3d
+    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    window.sampling_panel.steps_spin.setValue(400)
+    qtbot.mouseClick(window.sampling_panel.generate_button, Qt.MouseButton.LeftButton)
+    note = view3d.note
+    qtbot.waitUntil(lambda: note.isVisible(), timeout=120_000)
+    assert view3d.width() < 360  # a narrow pane
+    assert note.wordWrap() and note.width() <= view3d.width()
+    assert note.height() >= note.heightForWidth(note.width())  # every line of it shown
+    assert "finished volume" in note.text()
+    screenshot(window, "3d-denoising-note-1024x700")
+    qtbot.mouseClick(window.sampling_panel.cancel_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not window.state.job_running and not window.runner.jobs, timeout=120_000)
+    assert not note.isVisible()  # the run is over: nothing is denoising
