@@ -107,12 +107,9 @@ class CohortDraft:
         }
         if self.guidance_scale is not None:
             data["guidance_scale"] = float(self.guidance_scale)
-        if self.modality:
-            data["modality"] = self.modality
-        if self.output_size is not None:
-            data["output_size"] = list(self.output_size)
-        if self.voxel_spacing_mm is not None:
-            data["voxel_spacing_mm"] = list(self.voxel_spacing_mm)
+        from engine.cohort.spec import output_fields
+
+        data.update(output_fields(self.modality, self.output_size, self.voxel_spacing_mm))
         return data
 
     def to_spec(self):

@@ -73,6 +73,19 @@ _TOP_KEYS = {
 }
 
 
+def output_fields(modality, output_size, voxel_spacing_mm) -> dict[str, Any]:
+    """A spec's output choices as its dict names them: only those set, so that the cohort id of a spec
+    without them stays what it was."""
+    fields: dict[str, Any] = {}
+    if modality:
+        fields["modality"] = modality
+    if output_size is not None:
+        fields["output_size"] = list(output_size)
+    if voxel_spacing_mm is not None:
+        fields["voxel_spacing_mm"] = list(voxel_spacing_mm)
+    return fields
+
+
 @dataclass(frozen=True)
 class Condition:
     """How one conditioning input varies: fixed ``values`` (a list or a grid) or a ``distribution``."""
@@ -232,13 +245,7 @@ class CohortSpec:
         }
         if self.guidance_scale is not None:
             data["guidance_scale"] = self.guidance_scale
-        # Only when set, so that the cohort id of a spec without them stays what it was.
-        if self.modality:
-            data["modality"] = self.modality
-        if self.output_size is not None:
-            data["output_size"] = list(self.output_size)
-        if self.voxel_spacing_mm is not None:
-            data["voxel_spacing_mm"] = list(self.voxel_spacing_mm)
+        data.update(output_fields(self.modality, self.output_size, self.voxel_spacing_mm))
         return data
 
     def to_json(self) -> str:
