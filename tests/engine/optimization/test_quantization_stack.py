@@ -189,7 +189,7 @@ def test_the_legacy_torch_ao_int8_api_is_still_there():
     """FAILS (does not skip) the day torch removes the deprecated quantized-tensor API.
 
     Then remove engine/quantization/legacy.py and the ``legacy`` row of engine.bench.int8_kernels: the engine
-    itself does not run on it (it was measured slower than the oneDNN path; issue 23's closing note).
+    itself does not run on it (it was measured slower than the oneDNN path: `python -m engine.bench.int8_kernels`).
     """
     from engine.quantization import legacy
 
