@@ -11,6 +11,7 @@ same; wrong guesses from an address got its token holder 429; ``bearer`` (lower 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 
@@ -33,15 +34,21 @@ def _source(i: int) -> str:
     return f"127.0.{1 + i // 250}.{1 + i % 250}"
 
 
-def _send_heads(url: str, head: bytes, count: int, addresses: int) -> list[socket.socket]:
-    socks = []
-    for i in range(count):
-        sock = socket.create_connection(
-            ("127.0.0.1", _port(url)), timeout=30, source_address=(_source(i % addresses), 0)
-        )
-        sock.sendall(head)
-        socks.append(sock)
-    return socks
+@contextlib.contextmanager
+def _heads_sent(url: str, head: bytes, count: int, addresses: int):
+    """``count`` sockets that sent ``head`` from ``addresses`` source addresses in turn, closed on exit."""
+    socks: list[socket.socket] = []
+    try:
+        for i in range(count):
+            sock = socket.create_connection(
+                ("127.0.0.1", _port(url)), timeout=30, source_address=(_source(i % addresses), 0)
+            )
+            sock.sendall(head)
+            socks.append(sock)
+        yield socks
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def _status_line(sock: socket.socket) -> bytes:
@@ -82,15 +89,10 @@ def test_bodiless_posts_without_the_token_do_not_crowd_out_token_holders(instant
         + authorization
         + b"Content-Length: 60000\r\n\r\n"
     )  # ... and never the body
-    with ServerThread(app) as url:
-        socks = _send_heads(url, head, count=340, addresses=20)
-        try:
-            assert _authenticated_probes(url) == [200] * 9
-            # each was answered on its headers alone, 401 without reading the body, and closed
-            assert {_status_line(s)[:12] for s in socks[:40]} == {b"HTTP/1.1 401"}
-        finally:
-            for sock in socks:
-                sock.close()
+    with ServerThread(app) as url, _heads_sent(url, head, count=340, addresses=20) as socks:
+        assert _authenticated_probes(url) == [200] * 9
+        # each was answered on its headers alone, 401 without reading the body, and closed
+        assert {_status_line(s)[:12] for s in socks[:40]} == {b"HTTP/1.1 401"}
 
 
 def test_waiting_wrong_guesses_from_many_addresses_are_capped_and_hold_no_in_flight_slot(instant):
@@ -100,18 +102,14 @@ def test_waiting_wrong_guesses_from_many_addresses_are_capped_and_hold_no_in_fli
     app = create_app(instant, token=TOKEN, limits=limits)
     gate = app.state.gate
     head = b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer wrong-guess\r\n\r\n"
-    with ServerThread(app) as url:
-        socks = _send_heads(url, head, count=400, addresses=25)  # 25 addresses x 16: the old per-address cap
-        try:
-            statuses = _authenticated_probes(url)
-            assert statuses == [200] * 9
-            assert gate.peak_waiting_total <= limits.auth_max_waiting_total
-            # the guesses beyond the global cap were answered 429 at once, not left waiting
-            answered = [_status_line(s)[:12] for s in socks[-40:]]
-            assert answered.count(b"HTTP/1.1 429") >= 30, answered
-        finally:
-            for sock in socks:
-                sock.close()
+    # 25 addresses x 16: the old per-address cap
+    with ServerThread(app) as url, _heads_sent(url, head, count=400, addresses=25) as socks:
+        statuses = _authenticated_probes(url)
+        assert statuses == [200] * 9
+        assert gate.peak_waiting_total <= limits.auth_max_waiting_total
+        # the guesses beyond the global cap were answered 429 at once, not left waiting
+        answered = [_status_line(s)[:12] for s in socks[-40:]]
+        assert answered.count(b"HTTP/1.1 429") >= 30, answered
 
 
 def test_wrong_guesses_at_an_address_do_not_lock_out_the_right_token_there(instant):
@@ -120,17 +118,13 @@ def test_wrong_guesses_at_an_address_do_not_lock_out_the_right_token_there(insta
     )
     app = create_app(instant, token=TOKEN, limits=limits)
     head = b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer wrong-guess\r\n\r\n"
-    with ServerThread(app) as url:
-        socks = _send_heads(url, head, count=12, addresses=1)  # all from 127.0.1.1, more than its cap
-        try:
-            assert _status_line(socks[-1]).startswith(b"HTTP/1.1 429")  # the address's cap is full
-            with httpx.Client(
-                base_url=url, timeout=30, transport=httpx.HTTPTransport(local_address=_source(0))
-            ) as client:  # the token holder behind the same address
-                assert [client.get("/info", headers=AUTH).status_code for _ in range(5)] == [200] * 5
-        finally:
-            for sock in socks:
-                sock.close()
+    # all from 127.0.1.1, more than its cap
+    with ServerThread(app) as url, _heads_sent(url, head, count=12, addresses=1) as socks:
+        assert _status_line(socks[-1]).startswith(b"HTTP/1.1 429")  # the address's cap is full
+        with httpx.Client(
+            base_url=url, timeout=30, transport=httpx.HTTPTransport(local_address=_source(0))
+        ) as client:  # the token holder behind the same address
+            assert [client.get("/info", headers=AUTH).status_code for _ in range(5)] == [200] * 5
 
 
 def test_the_bearer_scheme_is_case_insensitive_and_a_malformed_one_is_no_guess(instant):
@@ -177,13 +171,12 @@ def test_a_waiting_wrong_guess_whose_client_left_frees_its_place(instant):
     gate = app.state.gate
     head = b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer wrong-guess\r\n\r\n"
     with ServerThread(app) as url:
-        socks = _send_heads(url, head, count=4, addresses=1)
         deadline = time.monotonic() + 30
-        while gate.waiting_total < 4:  # all four are waiting (30 s each, in turn)
-            assert time.monotonic() < deadline, "the guesses never waited"
-            time.sleep(0.02)
-        for sock in socks:
-            sock.close()
+        with _heads_sent(url, head, count=4, addresses=1):
+            while gate.waiting_total < 4:  # all four are waiting (30 s each, in turn)
+                assert time.monotonic() < deadline, "the guesses never waited"
+                time.sleep(0.02)
+        # leaving the block closed the four sockets
         while gate.waiting_total:  # they leave: their places are freed, not held for minutes
             assert time.monotonic() < deadline, f"{gate.waiting_total} abandoned guesses still wait"
             time.sleep(0.02)
