@@ -442,6 +442,22 @@ class Vault:
             tissue=tissue,
         )
 
+    def add_tissue_maps(
+        self,
+        item_id: str,
+        maps: Mapping[str, np.ndarray],
+        made: dict,
+        *,
+        replace: bool = False,
+        progress: Progress | None = None,
+    ) -> ItemInfo:
+        """Keep tissue maps computed for an item already stored (a scan, a volume whose model makes none) with
+        it, encrypted, and how they were made in its provenance. Details:
+        :func:`engine.vault.adding_maps.add_tissue_maps`."""
+        from engine.vault.adding_maps import add_tissue_maps
+
+        return add_tissue_maps(self, item_id, maps, made, replace=replace, progress=progress)
+
     # -- export (engine.vault.exporting) ----------------------------------------------------------------
     def export(
         self,
