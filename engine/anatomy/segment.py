@@ -265,9 +265,15 @@ def _place_priors(
 
 
 def _em(
-    values: np.ndarray, priors: np.ndarray, order: tuple[str, ...], index: np.ndarray, shape: tuple[int, ...]
+    values: np.ndarray,
+    priors: np.ndarray,
+    order: tuple[str, ...],
+    index: np.ndarray,
+    shape: tuple[int, ...],
+    on_iteration=None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """EM over the masked voxels; posteriors (3, n) and the means and sds of CSF, GM, WM."""
+    """EM over the masked voxels; posteriors (3, n) and the means and sds of CSF, GM, WM. ``on_iteration(i, n)``
+    is called after each iteration (it may raise to stop the fit)."""
     from scipy import ndimage
 
     logp = np.log(priors * (1 - 3 * _PRIOR_FLOOR) + _PRIOR_FLOOR).astype(np.float32)
@@ -279,7 +285,9 @@ def _em(
     sd = np.full(3, values.std() / 3 + 1e-6, np.float32)
     smooth = np.zeros_like(logp)
     post = priors
-    for _ in range(_EM_ITERATIONS):
+    for iteration in range(_EM_ITERATIONS):
+        if on_iteration is not None:
+            on_iteration(iteration, _EM_ITERATIONS)
         ll = -0.5 * ((values[None] - mean[:, None]) / sd[:, None]) ** 2 - np.log(sd)[:, None]
         score = ll + logp + _SMOOTH_BETA * smooth
         score -= score.max(0, keepdims=True)
@@ -349,7 +357,9 @@ def segment(
         volume: 3D intensities in RAS+ orientation (any grid and spacing), whole-head or skull-stripped.
         affine: Voxel -> RAS mm affine of ``volume``.
         contrast: ``t1w``, ``t2w`` or ``flair``; SWI, MRA and others are refused with the reason.
-        on_stage: Optional callback ``(stage: str, fraction: float)`` for a progress line.
+        on_stage: Optional callback ``(stage: str, fraction: float)`` for a progress line, called between stages
+            and at each iteration of the fit; an exception it raises stops the work there and propagates (how
+            a caller cancels: the app's worker raises ``Cancelled``).
 
     Returns:
         TissueMaps with float32 maps "GM", "WM", "CSF" (summing to the brain mask's value) and "brain" (0/1).
@@ -404,7 +414,9 @@ def segment(
     _check_order_against_priors(values[inner], pri[:, inner], contrast)
 
     report("fit", 0.45)
-    post, mean, _sd = _em(values, pri, _ORDER[contrast], index, box_shape)
+    post, mean, _sd = _em(
+        values, pri, _ORDER[contrast], index, box_shape, lambda i, n: report("fit", 0.45 + 0.4 * i / n)
+    )
     ranked = tuple(TISSUES[k] for k in np.argsort(mean))
     if ranked != _ORDER[contrast]:
         raise InvalidRequest(
