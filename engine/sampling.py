@@ -12,8 +12,10 @@ unconditioned one filled with the model's null value (MONAI's ``cfg_fill_value``
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Generator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,22 @@ from engine.models.output_geometry import resolve_output
 from engine.models.spec import ModelSpec
 
 PREVIEW_MAX_EDGE = 128
+
+
+@dataclass(frozen=True)
+class StepIndex:
+    """Where the loop is while it calls the denoiser: ``run`` is unique to one run of the loop."""
+
+    run: int
+    index: int  # 0-based
+    total: int
+
+
+# Set by the loop around each denoiser call, so a per-step schedule (step caching,
+# engine/optimization/step_cache.py) knows the step and the run through any proxy of the prepared model
+# (bench timers, the kernel profiler) without a second loop or a changed denoiser signature.
+CURRENT_STEP: ContextVar[StepIndex | None] = ContextVar("volsynth_current_step", default=None)
+_RUNS = itertools.count(1)
 
 
 @dataclass
@@ -291,6 +309,7 @@ def _denoising_steps(
     )
     step_times: list[float] = []
     pacer = PreviewPacer(request.preview_interval)
+    run_id = next(_RUNS)
     denoise_started = time.perf_counter()
     for i, (t, next_t) in enumerate(zip(timesteps, next_timesteps, strict=True)):
         step_started = time.perf_counter()
@@ -298,8 +317,12 @@ def _denoising_steps(
         if concat is not None:
             model_input = torch.cat([model_input, concat], dim=1)
         t_batch = torch.full((model_input.shape[0],), float(t), device=device)
-        with torch.inference_mode():
-            output = prepared.denoiser(model_input, t_batch, context)
+        at_step = CURRENT_STEP.set(StepIndex(run_id, i, request.steps))
+        try:
+            with torch.inference_mode():
+                output = prepared.denoiser(model_input, t_batch, context)
+        finally:
+            CURRENT_STEP.reset(at_step)
         if guided:
             uncond, cond = output.chunk(2)
             output = uncond + request.guidance_scale * (cond - uncond)

@@ -30,7 +30,8 @@ DECODER_DEFAULTS: dict[str, Any] = {
 OVERRIDE_DEFAULTS: dict[str, Any] = {"allow_slower": False}
 # Settings added after the wire format settled: left out of ``to_dict`` while off, so requests that do not
 # use them read exactly as before (older servers, saved settings, stored tune results).
-LATER_DEFAULTS: dict[str, Any] = {"unet_subpixel": False}
+LATER_DEFAULTS: dict[str, Any] = {"unet_subpixel": False, "step_cache_interval": 1, "step_cache_level": 1}
+STEP_CACHE_MAX_INTERVAL = 50
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune")
 ATTENTION_KERNELS = ("default", "sdpa")
 
@@ -68,6 +69,13 @@ class OptimizationConfig:
             their multiply-adds (engine/optimization/unet_subpixel.py). It combines with int8 and mixed
             quantization (the sub-pixel convolutions are quantized like the ones they replace).
 
+        step_cache_interval: step caching (engine/optimization/step_cache.py, DeepCache-style): a full U-Net
+            pass every ``step_cache_interval``-th step, the steps between recompute only the top
+            ``step_cache_level`` levels and reuse the deep feature cached at the last full pass. 1: off.
+        step_cache_level: the branch level of step caching, counted from the top (1: only the
+            full-resolution level is recomputed at a cached step, the most saved and the largest error).
+            Bounded by the U-Net's number of levels when the model is prepared.
+
     Any decoder setting also computes the decoder's nearest-x2 upsampling convolutions as sub-pixel
     convolutions (the same function in 8/27 of the multiply-adds; the streamed decode always does).
     """
@@ -86,6 +94,8 @@ class OptimizationConfig:
     decoder_channels_last: bool = False
     decoder_psnr_budget_db: float = 40.0
     unet_subpixel: bool = False
+    step_cache_interval: int = 1
+    step_cache_level: int = 1
     allow_slower: bool = False
 
     def __post_init__(self) -> None:
@@ -123,6 +133,17 @@ class OptimizationConfig:
             )
         if not isinstance(self.unet_subpixel, bool):
             raise InvalidRequest(f"unet_subpixel must be true or false, got {self.unet_subpixel!r}")
+        for value, what, top in (
+            (self.step_cache_interval, "step cache interval", STEP_CACHE_MAX_INTERVAL),
+            (self.step_cache_level, "step cache level", 16),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                raise InvalidRequest(f"{what} must be a whole number from 1 to {top}, got {value!r}")
+        if self.step_caching and (self.compile_mode or self.cuda_graphs):
+            raise InvalidRequest(
+                "step caching runs the U-Net's levels separately, while torch.compile and CUDA graphs capture "
+                "the whole call; choose either step caching or compilation / CUDA graphs"
+            )
         if not isinstance(self.allow_slower, bool):
             raise InvalidRequest(f"allow_slower must be true or false, got {self.allow_slower!r}")
         if not isinstance(self.decoder_channels_last, bool):
@@ -162,6 +183,11 @@ class OptimizationConfig:
         return replace(self, allow_slower=False)
 
     @property
+    def step_caching(self) -> bool:
+        """Whether step caching is on (an interval above 1)."""
+        return self.step_cache_interval > 1
+
+    @property
     def optimizes_decoder(self) -> bool:
         """Whether any decoder setting asks for a change (the decoder is then prepared on a copy)."""
         return bool(self.decoder_autocast or self.decoder_quantization or self.decoder_channels_last)
@@ -195,6 +221,7 @@ class OptimizationConfig:
             name
             for name, on in (
                 ("subpixel", self.unet_subpixel),
+                (f"cache:k{self.step_cache_interval}-l{self.step_cache_level}", self.step_caching),
                 ("graphs", self.cuda_graphs),
                 ("streamed", self.streamed_decode),
             )
@@ -245,6 +272,25 @@ DECODER_SETTING_INFO: dict[str, dict[str, Any]] = {
 }
 
 
+# How a front end shows the step-caching settings, as the decoder settings above.
+STEP_CACHE_SETTING_INFO: dict[str, dict[str, Any]] = {
+    "step_cache_interval": {
+        "label": "Step caching",
+        "choices": [("Off (every step full)", 1), *((f"Full pass every {k} steps", k) for k in (2, 3, 4, 5))],
+        "cli": "--step-cache-interval",
+        "tip": "Reuse the U-Net's deep features between full passes and recompute only the top levels "
+        "(DeepCache): faster, not exact; its quality cost is measured by volsynth tune and "
+        "python -m engine.bench.step_cache",
+    },
+    "step_cache_level": {
+        "label": "Step cache level",
+        "choices": [("Level 1 (most saved)", 1), ("Level 2", 2), ("Level 3", 3)],
+        "cli": "--step-cache-level",
+        "tip": "How many top levels a cached step recomputes: 1 saves the most and changes the volume most",
+    },
+}
+
+
 # The named presets the app offers (app.core.optimization_presets adds their labels); ``volsynth tune``
 # measures each one that can apply here, so the app can say what it measured on this machine.
 NAMED_PRESETS: dict[str, dict[str, Any]] = {
@@ -268,6 +314,11 @@ NAMED_SETTINGS: dict[str, dict[str, Any]] = {
     "int8": {"quantization": "int8"},
     "mixed": {"quantization": "mixed", "psnr_budget_db": 40.0},
     "subpixel": {"unet_subpixel": True},
+    # Step caching (engine/optimization/step_cache.py): a full pass every k-th step, level l recomputed.
+    **{
+        f"cache:k{k}-l{level}": {"step_cache_interval": k, "step_cache_level": level}
+        for k, level in ((2, 1), (3, 1), (4, 1), (5, 1), (3, 2))
+    },
     "int8+subpixel": {"quantization": "int8", "unet_subpixel": True},
     "mixed+subpixel": {"quantization": "mixed", "psnr_budget_db": 40.0, "unet_subpixel": True},
     "mixed+sdpa": {"quantization": "mixed", "attention": "sdpa", "psnr_budget_db": 40.0},

@@ -467,6 +467,12 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
         base = unet_call or (lambda x, timesteps, context: unet(x, timesteps=timesteps, context=context))
         unet_call = _CudaGraphed(base)
 
+    # 6b. Step caching: the per-step call reuses the deep levels' features between full passes (after the
+    # module rewrites above, which it calls through; check_combination keeps it apart from compile/graphs).
+    report["step_cache"] = _step_cache_entry(config, None)
+    if config.step_caching and unet is not None:
+        unet_call, report["step_cache"] = _step_cached_call(unet, config)
+
     # 7. Streamed decode.
     report["streamed_decode"] = _streamed_decode_entry(config, has_decoder=autoencoder is not None)
 
@@ -538,6 +544,7 @@ def expected_report(
         "channels_last_3d": _channels_last_entry(config, device),
         "compile_mode": _compile_entry(config, device),
         "cuda_graphs": _cuda_graphs_entry(config),
+        "step_cache": _step_cache_entry(config, None),
         "streamed_decode": _streamed_decode_entry(config, has_decoder=has_decoder),
         "decoder_autocast": _decoder_autocast_entry(config, device, has_decoder, probe),
         "decoder_quantization": _expected_decoder_quantization_entry(config, device, has_decoder),
@@ -682,6 +689,42 @@ def _cuda_graphs_entry(config: OptimizationConfig) -> dict[str, Any]:
     if not config.cuda_graphs:  # when requested, check_combination has already refused it off CUDA
         return _entry(False, False)
     return _entry(True, True, "U-Net captured once per input shape, replayed each step")
+
+
+def _step_cache_entry(config: OptimizationConfig, levels: int | None) -> dict[str, Any]:
+    """``levels``: the U-Net's number of levels, or None when predicting without the model."""
+    if not config.step_caching:
+        return _entry(None, False)
+    k, level = config.step_cache_interval, config.step_cache_level
+    requested = {"interval": k, "level": level}
+    if levels == 0:
+        return _entry(
+            requested, False, "the denoiser is not a MONAI diffusion U-Net, which step caching needs"
+        )
+    return _entry(
+        requested,
+        True,
+        f"a full U-Net pass every {k} steps (the first of a run included); the steps between recompute the top "
+        f"{level} level(s) and reuse the deeper features of the last full pass (DeepCache-style; not exact: "
+        "its quality cost is measured against the uncached run by volsynth tune)",
+    )
+
+
+def _step_cached_call(unet, config: OptimizationConfig):
+    """(the step-cached per-step callable or None, its report entry); refuses a level the U-Net lacks."""
+    from engine.optimization.step_cache import StepCachedUNet, unet_levels
+
+    levels = unet_levels(unet)
+    if levels is None:
+        return None, _step_cache_entry(config, 0)
+    if config.step_cache_level > levels:
+        raise InvalidRequest(
+            f"step cache level {config.step_cache_level} is deeper than this U-Net's {levels} levels; "
+            f"choose a level from 1 to {levels}"
+        )
+    return StepCachedUNet(unet, config.step_cache_interval, config.step_cache_level), _step_cache_entry(
+        config, levels
+    )
 
 
 def _streamed_decode_entry(config: OptimizationConfig, has_decoder: bool) -> dict[str, Any]:
