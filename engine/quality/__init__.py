@@ -1,0 +1,459 @@
+"""The quality cost of a setting at cohort level: per seed and per distribution, always against a noise floor.
+
+``quality_report(reference, candidate, noise_floor, ...)`` is the one entry point (the CLI ``volsynth quality``,
+bench, tune and the Compare window's quality view call it). ``engine.quality.run`` generates the volumes for it
+through a backend.
+
+The verdict rule (in the style of ``engine.metrics.speed_verdict``: one rule, fixed seeds, reproducible):
+
+1. The reference is fp32 on seed set A; the candidate is the setting on the same seeds A; the noise floor is fp32
+   on seed set A against fp32 on another seed set B. The 2N fp32 volumes of A and B form the *pool*: two sets
+   drawn from one distribution.
+2. Three statistics between two sets of volumes:
+   - **tissue**: MMD (MONAI ``MMDMetric``, linear kernel) of the GM/WM/CSF volumes, each standardised by its
+     seed-to-seed standard deviation over the pool;
+   - **features**: the same MMD on all features of ``engine.quality.measures.features`` (tissue volumes,
+     intensity quantiles inside the brain, texture, a downsampled intensity vector), each group weighted alike;
+   - **diversity**: the difference of the mean MS-SSIM (MONAI ``MultiScaleSSIMMetric``, 3D) of ring pairs of
+     volumes within each set (lower MS-SSIM: more diverse).
+3. Their seed-to-seed distribution: the pool split at random into two halves of N, ``PERMUTATIONS`` times (fixed
+   seed), each statistic computed on each split (diversity: the ring-pair values of A and B shuffled between the
+   two sets).
+4. A setting **shifts the distribution** when any of its statistics against the reference lies above the
+   ``1 - ALPHA / 3`` quantile of that statistic's seed-to-seed distribution (Bonferroni over the three, so the
+   family's false-alarm rate is at most ``ALPHA``); the verdict names what moved. Otherwise it is **within
+   seed-to-seed variation**. With fewer than ``MIN_SEEDS`` seeds a side, or no tissue volumes, it says so: a
+   report without enough evidence is never called within the noise.
+
+The candidate shares its seeds with the reference, so its shift is judged against what changing the seeds
+does: a setting passes when it moves the cohort less than drawing another cohort would. Per-seed PSNR/SSIM
+against fp32 on the same seed (``engine.metrics.image``) are reported beside it, not voted on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.quality import measures
+
+ALPHA = 0.05
+PERMUTATIONS = 2000
+MIN_SEEDS = 4
+_PERMUTATION_SEED = 20261204
+WITHIN = "within seed-to-seed variation"
+SHIFTS = "shifts the distribution"
+STATISTICS = ("tissue", "features", "diversity")
+TISSUE_FROM_MODEL = "model"  # the model's own decoded tissue channels
+TISSUE_FROM_SEGMENTATION = "segmentation"  # engine.anatomy.segment on each volume
+
+__all__ = [
+    "ALPHA",
+    "NoiseFloor",
+    "QualityReport",
+    "SetSummary",
+    "noise_floor",
+    "quality_report",
+]
+
+
+@dataclass(frozen=True)
+class SetSummary:
+    """One set of volumes (one setting over N seeds): what the report says about the set on its own."""
+
+    label: str
+    count: int
+    tissue_ml: dict[str, list[float]]  # per tissue, one value per seed (empty without tissue volumes)
+    diversity: list[float]  # MS-SSIM of each ring pair within the set
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "count": self.count,
+            "tissue_ml": self.tissue_ml,
+            "tissue_ml_mean": {k: float(np.mean(v)) for k, v in self.tissue_ml.items()},
+            "tissue_ml_sd": {
+                k: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for k, v in self.tissue_ml.items()
+            },
+            "ms_ssim_pairs": self.diversity,
+            "ms_ssim_mean": float(np.mean(self.diversity)) if self.diversity else None,
+        }
+
+
+@dataclass
+class NoiseFloor:
+    """fp32 on seed set A and on seed set B, measured once and shared by every setting's report.
+
+    Made by ``noise_floor(a, b, ...)``; ``quality_report`` also takes a plain ``(a, b)`` pair and makes it."""
+
+    a: SetSummary
+    b: SetSummary
+    features_a: list[dict[str, np.ndarray]]
+    features_b: list[dict[str, np.ndarray]]
+    volumes_a: list[np.ndarray]
+    low: float  # the common intensity range MS-SSIM rescales by (fp32 set A's min and max)
+    high: float
+    tissue_source: str | None
+    null: dict[str, np.ndarray] = field(default_factory=dict)  # seed-to-seed distribution of each statistic
+    observed: dict[str, float] = field(default_factory=dict)  # each statistic between A and B itself
+
+    @property
+    def count(self) -> int:
+        return self.a.count
+
+    def threshold(self, name: str) -> float:
+        return float(np.quantile(self.null[name], 1.0 - ALPHA / len(STATISTICS)))
+
+    def p_value(self, name: str, value: float) -> float:
+        """The share of seed-to-seed splits at least as far apart as ``value`` (with the +1 of a permutation test)."""
+        null = self.null[name]
+        return float((1 + np.sum(null >= value)) / (1 + len(null)))
+
+
+@dataclass
+class QualityReport:
+    """A setting's quality cost against fp32: per seed, per distribution, and the verdict by the rule above."""
+
+    label: str
+    reference_label: str
+    verdict: str
+    within_noise: bool
+    per_seed: list[dict[str, float | None]]
+    statistics: dict[str, dict[str, Any]]
+    reference: SetSummary
+    candidate: SetSummary
+    noise_a: SetSummary
+    noise_b: SetSummary
+    noise_statistics: dict[str, dict[str, Any]]
+    tissue_source: str | None
+    seeds: list[int] | None = None
+    noise_seeds: list[int] | None = None
+    ms_ssim: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def psnr_median_db(self) -> float | None:
+        values = [row["psnr_db"] for row in self.per_seed if row["psnr_db"] is not None]
+        return float(np.median(values)) if values else None
+
+    def words(self) -> str:
+        """One line for people: "int8: within seed-to-seed variation (16 seeds; PSNR median 46.1 dB)"."""
+        psnr = self.psnr_median_db
+        dist = "n/a" if psnr is None else "identical" if math.isinf(psnr) else f"{psnr:.1f} dB"
+        return f"{self.label}: {self.verdict} ({self.candidate.count} seeds; PSNR median against fp32 {dist})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "reference": self.reference_label,
+            "verdict": self.verdict,
+            "within_noise": self.within_noise,
+            "words": self.words(),
+            "seeds": self.seeds,
+            "noise_seeds": self.noise_seeds,
+            "tissue_source": self.tissue_source,
+            "per_seed": [{k: _json_float(v) for k, v in row.items()} for row in self.per_seed],
+            "psnr_median_db": _json_float(self.psnr_median_db),
+            "statistics": self.statistics,
+            "noise_floor": {
+                "what": "fp32 on seed set A against fp32 on seed set B",
+                "statistics": self.noise_statistics,
+                "a": self.noise_a.to_dict(),
+                "b": self.noise_b.to_dict(),
+            },
+            "reference_set": self.reference.to_dict(),
+            "candidate_set": self.candidate.to_dict(),
+            "ms_ssim": self.ms_ssim,
+            "rule": (
+                f"shifts the distribution when the tissue-volume MMD, the feature MMD or the MS-SSIM diversity "
+                f"difference against fp32 exceeds the {100 * (1 - ALPHA / len(STATISTICS)):.1f} % quantile of "
+                f"its seed-to-seed distribution ({PERMUTATIONS} random splits of fp32 seed sets A and B); "
+                "engine/quality/__init__.py"
+            ),
+        }
+
+
+def _json_float(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _volumes(items: Sequence, name: str) -> list[np.ndarray]:
+    out = [measures.as_volume(v, f"{name} volume {i + 1}") for i, v in enumerate(items)]
+    if not out:
+        raise ValueError(f"{name} has no volumes")
+    shape = out[0].shape
+    for i, v in enumerate(out):
+        if v.shape != shape:
+            raise ValueError(f"{name} volume {i + 1} has shape {v.shape}, the others {shape}")
+    return out
+
+
+def _tissue(items: Sequence | None, count: int, voxel_ml: float, name: str) -> list[dict[str, float]] | None:
+    if items is None:
+        return None
+    if len(items) != count:
+        raise ValueError(f"{name} has {count} volumes but {len(items)} tissue entries")
+    return [measures.tissue_volumes_ml(t, voxel_ml) for t in items]
+
+
+def _summary(
+    label: str, tissue: list[dict[str, float]] | None, diversity: np.ndarray, count: int
+) -> SetSummary:
+    by_tissue = {name: [t[name] for t in tissue] for name in measures.TISSUES} if tissue else {}
+    return SetSummary(label, count, by_tissue, [float(v) for v in diversity])
+
+
+def noise_floor(
+    a: Sequence,
+    b: Sequence,
+    *,
+    tissue_a: Sequence | None = None,
+    tissue_b: Sequence | None = None,
+    voxel_ml: float = 1.0,
+    tissue_source: str | None = None,
+    labels: tuple[str, str] = ("fp32 (seeds A)", "fp32 (seeds B)"),
+) -> NoiseFloor:
+    """Measure fp32 on seed set A against fp32 on seed set B once (see ``quality_report`` for the arguments)."""
+    vol_a, vol_b = _volumes(a, "noise-floor set A"), _volumes(b, "noise-floor set B")
+    if vol_a[0].shape != vol_b[0].shape:
+        raise ValueError(f"noise-floor sets A and B differ in shape: {vol_a[0].shape} and {vol_b[0].shape}")
+    t_a = _tissue(tissue_a, len(vol_a), voxel_ml, "noise-floor set A")
+    t_b = _tissue(tissue_b, len(vol_b), voxel_ml, "noise-floor set B")
+    if (t_a is None) != (t_b is None):
+        raise ValueError("give tissue volumes for both noise-floor sets or for neither")
+    low = float(min(v.min() for v in vol_a))
+    high = float(max(v.max() for v in vol_a))
+    feats_a = [measures.features(v, t) for v, t in zip(vol_a, t_a or [None] * len(vol_a), strict=True)]
+    feats_b = [measures.features(v, t) for v, t in zip(vol_b, t_b or [None] * len(vol_b), strict=True)]
+    div_a = measures.ms_ssim_pairs(vol_a, measures.ring_pairs(len(vol_a)), low, high)
+    div_b = measures.ms_ssim_pairs(vol_b, measures.ring_pairs(len(vol_b)), low, high)
+    floor = NoiseFloor(
+        a=_summary(labels[0], t_a, div_a, len(vol_a)),
+        b=_summary(labels[1], t_b, div_b, len(vol_b)),
+        features_a=feats_a,
+        features_b=feats_b,
+        volumes_a=vol_a,
+        low=low,
+        high=high,
+        tissue_source=tissue_source if t_a is not None else None,
+    )
+    _fill_null(floor)
+    return floor
+
+
+def _matrices(floor: NoiseFloor, *sets: list[dict[str, np.ndarray]], only: str | None = None):
+    pool = floor.features_a + floor.features_b
+    pick = (lambda f: {only: f[only]}) if only else (lambda f: f)
+    matrices, _names = measures.standardize([[pick(f) for f in s] for s in sets], [pick(f) for f in pool])
+    return matrices
+
+
+def _fill_null(floor: NoiseFloor) -> None:
+    """The seed-to-seed distribution of each statistic, from random half-splits of the fp32 pool A + B."""
+    n_a, n_b = len(floor.features_a), len(floor.features_b)
+    if min(n_a, n_b) < 2:
+        return
+    rng = np.random.default_rng(_PERMUTATION_SEED)
+    total = n_a + n_b
+    splits = [rng.permutation(total) for _ in range(PERMUTATIONS)]
+    groups = {"features": None}
+    if floor.tissue_source is not None:
+        groups["tissue"] = "tissue_ml"
+    pool = floor.features_a + floor.features_b
+    for name, only in groups.items():
+        (matrix,) = _matrices(floor, pool, only=only)
+        gram = matrix @ matrix.T
+        floor.null[name] = np.array([measures.mmd_from_gram(gram, s[:n_a], s[n_a:]) for s in splits])
+        floor.observed[name] = measures.mmd_from_gram(gram, np.arange(n_a), np.arange(n_a, total))
+    pairs = np.concatenate([floor.a.diversity, floor.b.diversity])
+    if len(floor.a.diversity) >= 1 and len(floor.b.diversity) >= 1:
+        k = len(floor.a.diversity)
+        shuffled = [rng.permutation(len(pairs)) for _ in range(PERMUTATIONS)]
+        floor.null["diversity"] = np.array([abs(pairs[s[:k]].mean() - pairs[s[k:]].mean()) for s in shuffled])
+        floor.observed["diversity"] = abs(
+            float(np.mean(floor.a.diversity)) - float(np.mean(floor.b.diversity))
+        )
+
+
+def _judge(floor: NoiseFloor, values: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name in STATISTICS:
+        if name not in values or name not in floor.null:
+            continue
+        value = float(values[name])
+        threshold = floor.threshold(name)
+        out[name] = {
+            "value": value,
+            "seed_to_seed_threshold": threshold,
+            "seed_to_seed_median": float(np.median(floor.null[name])),
+            "p_value": floor.p_value(name, value),
+            "beyond_noise": bool(value > threshold),
+        }
+    return out
+
+
+def _what_moved(name: str, reference: SetSummary, candidate: SetSummary) -> str:
+    if name == "tissue":
+        parts = []
+        for tissue in measures.TISSUES:
+            ref, cand = np.mean(reference.tissue_ml[tissue]), np.mean(candidate.tissue_ml[tissue])
+            parts.append(f"{tissue} {ref:.0f} -> {cand:.0f} mL")
+        return "tissue volumes (" + ", ".join(parts) + ")"
+    if name == "diversity":
+        ref, cand = np.mean(reference.diversity), np.mean(candidate.diversity)
+        return f"diversity (MS-SSIM between seeds {ref:.3f} -> {cand:.3f})"
+    return "image features (intensities, texture, layout)"
+
+
+def quality_report(
+    reference: Sequence,
+    candidate: Sequence,
+    noise_floor: tuple[Sequence, Sequence] | NoiseFloor,
+    *,
+    reference_tissue: Sequence | None = None,
+    candidate_tissue: Sequence | None = None,
+    noise_tissue: tuple[Sequence, Sequence] | None = None,
+    voxel_ml: float = 1.0,
+    tissue_source: str | None = None,
+    label: str = "candidate",
+    reference_label: str = "fp32",
+    seeds: Sequence[int] | None = None,
+    noise_seeds: Sequence[int] | None = None,
+) -> QualityReport:
+    """Judge whether a setting's volumes keep the distribution of fp32's (the rule: this module's docstring).
+
+    Args:
+        reference: fp32 volumes, one per seed of set A (numpy arrays (x, y, z) or (1, x, y, z)).
+        candidate: the setting's volumes on the same seeds, in the same order.
+        noise_floor: ``(fp32 on seed set A, fp32 on seed set B)`` as two lists of volumes, or a ``NoiseFloor``
+            made once by ``noise_floor(...)`` and shared by several settings' reports (saves its MS-SSIM).
+            Set A is usually ``reference`` itself.
+        reference_tissue, candidate_tissue: optional tissue per volume, each a mapping with "GM", "WM", "CSF" to
+            probability maps (summed x ``voxel_ml``) or to volumes in mL. Without them the tissue statistic is
+            left out and the verdict says the evidence is incomplete.
+        noise_tissue: the same for the noise-floor pair, ``(tissue of A, tissue of B)``.
+        voxel_ml: the volume of one voxel in mL (0.008 at 2 mm).
+        tissue_source: where the tissue came from, for the record: ``"model"`` (the model's decoded channels) or
+            ``"segmentation"`` (``engine.anatomy.segment``).
+        label, reference_label: names of the setting and of the reference, for the verdict and the JSON.
+        seeds, noise_seeds: the seeds of sets A and B, for the record.
+
+    Returns:
+        QualityReport with ``.verdict`` ("within seed-to-seed variation" or "shifts the distribution: <what>",
+        or why the report cannot tell), ``.within_noise`` (True only for the first) and ``.to_dict()`` (JSON).
+
+    Raises:
+        ValueError: volumes that are not 3D, differ in shape, hold NaN, or sets of different sizes.
+    """
+    ref = _volumes(reference, "reference")
+    cand = _volumes(candidate, "candidate")
+    if len(ref) != len(cand):
+        raise ValueError(
+            f"reference has {len(ref)} volumes and candidate {len(cand)}: one per seed on each side"
+        )
+    if ref[0].shape != cand[0].shape:
+        raise ValueError(f"reference volumes are {ref[0].shape} and candidate volumes {cand[0].shape}")
+    if isinstance(noise_floor, NoiseFloor):
+        floor = noise_floor
+    else:
+        a, b = noise_floor
+        floor = globals()["noise_floor"](
+            a,
+            b,
+            tissue_a=noise_tissue[0] if noise_tissue else None,
+            tissue_b=noise_tissue[1] if noise_tissue else None,
+            voxel_ml=voxel_ml,
+            tissue_source=tissue_source,
+        )
+    if floor.volumes_a[0].shape != ref[0].shape:
+        raise ValueError(
+            f"the noise floor's volumes are {floor.volumes_a[0].shape}, the reference's {ref[0].shape}"
+        )
+    t_ref = _tissue(reference_tissue, len(ref), voxel_ml, "reference")
+    t_cand = _tissue(candidate_tissue, len(cand), voxel_ml, "candidate")
+    has_tissue = t_ref is not None and t_cand is not None and floor.tissue_source is not None
+
+    per_seed = []
+    from engine.metrics.image import compare
+
+    for i, (r, c) in enumerate(zip(ref, cand, strict=True)):
+        moved = compare(r, c)
+        row: dict[str, float | None] = {"seed": seeds[i] if seeds is not None else i}
+        row.update(psnr_db=moved["psnr_db"], ssim=moved["ssim"], max_abs_err=moved["max_abs_err"])
+        per_seed.append(row)
+
+    pairs = measures.ring_pairs(len(ref))
+    same_as_a = len(ref) == len(floor.volumes_a) and all(
+        np.array_equal(x, y) for x, y in zip(ref, floor.volumes_a, strict=True)
+    )
+    div_ref = (
+        np.asarray(floor.a.diversity)
+        if same_as_a
+        else measures.ms_ssim_pairs(ref, pairs, floor.low, floor.high)
+    )
+    div_cand = measures.ms_ssim_pairs(cand, pairs, floor.low, floor.high)
+    f_ref = [
+        measures.features(v, t) for v, t in zip(ref, t_ref if has_tissue else [None] * len(ref), strict=True)
+    ]
+    f_cand = [
+        measures.features(v, t)
+        for v, t in zip(cand, t_cand if has_tissue else [None] * len(cand), strict=True)
+    ]
+    values: dict[str, float] = {}
+    if len(ref) >= 2:
+        m_ref, m_cand = _matrices(floor, f_ref, f_cand)
+        values["features"] = measures.mmd(m_ref, m_cand)
+        if has_tissue:
+            m_ref, m_cand = _matrices(floor, f_ref, f_cand, only="tissue_ml")
+            values["tissue"] = measures.mmd(m_ref, m_cand)
+    if len(div_ref) and len(div_cand):
+        values["diversity"] = abs(float(div_ref.mean()) - float(div_cand.mean()))
+
+    reference_set = _summary(reference_label, t_ref if has_tissue else None, div_ref, len(ref))
+    candidate_set = _summary(label, t_cand if has_tissue else None, div_cand, len(cand))
+    statistics = _judge(floor, values)
+    noise_statistics = _judge(floor, floor.observed)
+    moved = [
+        _what_moved(name, reference_set, candidate_set) for name, s in statistics.items() if s["beyond_noise"]
+    ]
+    too_few = min(len(ref), floor.a.count, floor.b.count) < MIN_SEEDS
+    if moved and not too_few:
+        verdict, within = f"{SHIFTS}: {'; '.join(moved)}", False
+    elif too_few:
+        verdict, within = (
+            f"too few seeds to tell: {min(len(ref), floor.a.count, floor.b.count)} a set, the rule needs "
+            f"{MIN_SEEDS}",
+            False,
+        )
+    elif not has_tissue:
+        verdict, within = f"{WITHIN} (tissue volumes not compared: none given)", True
+    else:
+        verdict, within = WITHIN, True
+    kernel, weights = measures.ms_ssim_config(ref[0].shape)
+    return QualityReport(
+        label=label,
+        reference_label=reference_label,
+        verdict=verdict,
+        within_noise=within,
+        per_seed=per_seed,
+        statistics=statistics,
+        reference=reference_set,
+        candidate=candidate_set,
+        noise_a=floor.a,
+        noise_b=floor.b,
+        noise_statistics=noise_statistics,
+        tissue_source=floor.tissue_source if has_tissue else None,
+        seeds=list(seeds) if seeds is not None else None,
+        noise_seeds=list(noise_seeds) if noise_seeds is not None else None,
+        ms_ssim={
+            "kernel_size": kernel,
+            "kernel_sigma": measures.MS_SSIM_SIGMA,
+            "weights": list(weights),
+            "pairs": "ring: (0,1), (1,2) ... (n-1,0) within each set",
+        },
+    )
