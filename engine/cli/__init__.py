@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "engine.cli.bench",
     "engine.cli.tune",
     "engine.cli.compare",
+    "engine.cli.quality",
     "engine.cli.segment",
     "engine.cli.cohort",
     "engine.cli.monitor",
