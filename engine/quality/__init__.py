@@ -324,6 +324,7 @@ def quality_report(
     reference_label: str = "fp32",
     seeds: Sequence[int] | None = None,
     noise_seeds: Sequence[int] | None = None,
+    tissue_missing: str = "none given",
 ) -> QualityReport:
     """Judge whether a setting's volumes keep the distribution of fp32's (the rule: this module's docstring).
 
@@ -342,6 +343,7 @@ def quality_report(
             ``"segmentation"`` (``engine.anatomy.segment``).
         label, reference_label: names of the setting and of the reference, for the verdict and the JSON.
         seeds, noise_seeds: the seeds of sets A and B, for the record.
+        tissue_missing: why there are no tissue volumes, for the verdict, when there are none.
 
     Returns:
         QualityReport with ``.verdict`` ("within seed-to-seed variation" or "shifts the distribution: <what>",
@@ -431,7 +433,7 @@ def quality_report(
             False,
         )
     elif not has_tissue:
-        verdict, within = f"{WITHIN} (tissue volumes not compared: none given)", True
+        verdict, within = f"{WITHIN} (tissue volumes not compared: {tissue_missing})", True
     else:
         verdict, within = WITHIN, True
     kernel, weights = measures.ms_ssim_config(ref[0].shape)

@@ -1,0 +1,146 @@
+"""``volsynth quality``: the quality cost of optimization settings at cohort level, against a noise floor."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.cli._request import (
+    add_backend_arguments,
+    add_request_arguments,
+    backend_from_args,
+    request_from_args,
+)
+from engine.errors import InvalidRequest
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(
+        "quality",
+        help="judge settings against fp32 over N seeds: per seed PSNR/SSIM, tissue volumes, diversity, MMD",
+        description="Generates fp32 on N seeds (set A) and on N other seeds (set B: the noise floor), and each "
+        "setting on set A, then reports per seed PSNR/SSIM against fp32 on the same seed, the GM/WM/CSF volume "
+        "distributions (the model's tissue maps, or segmentation for models without them), MS-SSIM diversity "
+        "and MMD of offline features, and a verdict per setting: within seed-to-seed variation, or shifts the "
+        "distribution (what moved). A setting is a name (`volsynth bench --rows list`), fastest-here (what "
+        "`volsynth tune` recommends here) or a JSON object of optimization fields. Ctrl-C cancels.",
+    )
+    add_request_arguments(parser)
+    parser.add_argument("--seeds", type=int, default=16, help="seeds a set (default 16; at least 4)")
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        required=True,
+        metavar="SETTING",
+        help="settings to judge against fp32, e.g. --settings fastest-here bf16 "
+        '\'{"quantization": "int8", "decoder_quantization": "int8"}\'',
+    )
+    parser.add_argument(
+        "--contrast",
+        default=None,
+        help="contrast segmentation assumes for a model without tissue maps (t1w, t2w, flair; default: "
+        "from --modality, else t1w)",
+    )
+    parser.add_argument(
+        "--allow-slower",
+        action="store_true",
+        help="run settings expected to be slower than fp32 on this machine instead of refusing them",
+    )
+    add_backend_arguments(parser)
+    parser.add_argument("--json", metavar="FILE", help="write the whole report as JSON")
+    parser.add_argument("--png", metavar="FILE", help="write the plots as a PNG")
+    parser.set_defaults(func=run)
+
+
+def settings_from_args(texts: list[str], model: str, allow_slower: bool = False) -> dict:
+    """label -> OptimizationConfig for ``--settings`` (bench row names, fastest-here, JSON objects)."""
+    import dataclasses
+
+    from engine.cli._settings import FASTEST_HERE, parse_settings, settings_from_text
+
+    out = {}
+    for text in texts:
+        if text.strip() == FASTEST_HERE:
+            config = settings_from_text(text, model)
+            label = f"fastest here ({config.summary()})"
+        else:
+            label, config = parse_settings(text)
+            if text.strip()[:1] == "{":
+                label = _json_label(config)
+        if allow_slower:
+            config = dataclasses.replace(config, allow_slower=True)
+        if label in out:
+            raise InvalidRequest(f"setting {label!r} is named twice in --settings")
+        out[label] = config
+    return out
+
+
+def _json_label(config) -> str:
+    """A short name for settings given as JSON, with the decoder's own settings ("int8 + decoder int8")."""
+    label = config.summary()
+    decoder = [v for v in (config.decoder_autocast, config.decoder_quantization) if v]
+    if decoder and "decoder" not in label:
+        label += " + decoder " + "+".join(decoder)
+    return label
+
+
+def _check_file(path_text: str | None, suffix: str, flag: str):
+    from pathlib import Path
+
+    if not path_text:
+        return None
+    path = Path(path_text).expanduser()
+    if path.suffix.lower() != suffix:
+        raise InvalidRequest(f"{flag} needs a {suffix} file name, got {path_text!r}")
+    if not path.parent.is_dir():
+        raise InvalidRequest(f"{flag}: the folder {path.parent} does not exist")
+    return path
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from engine.api import drive
+    from engine.cli._progress import ProgressLine
+    from engine.cli._settings import print_prediction
+    from engine.nifti.io import atomic_files
+    from engine.quality.plot import save_png
+    from engine.quality.run import quality_run
+
+    if not 4 <= args.seeds <= 64:
+        raise InvalidRequest(f"--seeds must be from 4 to 64 (the rule needs 4 a set), got {args.seeds}")
+    if args.batch != 1:
+        raise InvalidRequest("--batch does not apply: quality generates one volume per seed (use --seeds)")
+    json_path = _check_file(args.json, ".json", "--json")
+    png_path = _check_file(args.png, ".png", "--png")
+    settings = settings_from_args(args.settings, args.model, args.allow_slower)
+    request = request_from_args(args)
+    backend = backend_from_args(args)
+    if not args.server:  # a refused setting fails now, not after the fp32 sets have run
+        for config in settings.values():
+            print_prediction(request.replace(optimization=config), args.device)
+    total = args.seeds * (2 + len(settings))
+    print(
+        f"quality: {total} volumes ({args.seeds} seeds x fp32 on two seed sets + {len(settings)} setting(s)); "
+        "Ctrl-C cancels",
+        file=sys.stderr,
+    )
+    line = ProgressLine()
+    try:
+        result = drive(
+            quality_run(backend, request, settings, args.seeds, contrast=args.contrast),
+            on_progress=line.update,
+        )
+    finally:
+        line.close()
+    print(result.format_table())
+    if json_path:
+        with atomic_files([json_path]) as (temp,):
+            temp.write_text(json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8")
+        print(f"wrote {json_path}", file=sys.stderr)
+    if png_path:
+        with atomic_files([png_path]) as (temp,):
+            if not save_png(result, temp):
+                raise InvalidRequest("--png needs matplotlib, which is not installed")
+        print(f"wrote {png_path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,310 @@
+"""Generate the cohorts a quality report needs, through any backend, and judge each setting.
+
+``quality_run(backend, request, settings, seeds)`` is a generator like a backend's ``sample``: it yields
+``Progress`` over every volume it generates and returns a ``QualityRun``; closing it cancels the generation in
+progress (the backend's own clean-up runs) and nothing half-measured is returned.
+
+What it generates, for N seeds starting at ``request.seed``:
+
+- fp32 on seed set A (``seed .. seed + N - 1``): the reference, and half of the noise floor;
+- fp32 on seed set B (``seed + N .. seed + 2N - 1``): the other half of the noise floor;
+- each setting on seed set A.
+
+Tissue volumes come from the model's own decoded tissue channels where it has them (GM, WM, CSF), otherwise from
+``engine.anatomy.segment`` on each volume (the contrast from the request's modality); the record says which.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.api import Backend, Progress, SamplingRequest, relay
+from engine.api.optimization_config import OptimizationConfig
+from engine.errors import InvalidRequest
+from engine.quality import (
+    TISSUE_FROM_MODEL,
+    TISSUE_FROM_SEGMENTATION,
+    QualityReport,
+    noise_floor,
+    quality_report,
+)
+from engine.quality.measures import TISSUES
+
+MAX_SEEDS = 64
+REFERENCE = "fp32"
+
+
+@dataclass
+class QualityRun:
+    """Every setting's report, with the noise floor they share and what the run cost."""
+
+    reports: dict[str, QualityReport]
+    seeds: list[int]
+    noise_seeds: list[int]
+    tissue_source: str | None
+    timings: dict[str, float] = field(default_factory=dict)  # generate_s, segment_s, measure_s, total_s
+    request: dict[str, Any] = field(default_factory=dict)
+    tissue_note: str = ""  # why there are no tissue volumes, where there are none
+    # The fp32 volumes' distribution against itself (seed set A vs seed set B), judged by the same rule.
+    noise_check: QualityReport | None = None
+
+    @property
+    def within_noise(self) -> dict[str, bool]:
+        return {label: report.within_noise for label, report in self.reports.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request": self.request,
+            "seeds": self.seeds,
+            "noise_seeds": self.noise_seeds,
+            "tissue_source": self.tissue_source,
+            "tissue_note": self.tissue_note,
+            "timings": self.timings,
+            "noise_check": self.noise_check.to_dict() if self.noise_check else None,
+            "settings": {label: report.to_dict() for label, report in self.reports.items()},
+        }
+
+    def format_table(self) -> str:
+        """A plain-text table: one row per setting (and the fp32-vs-fp32 check), then each verdict."""
+        head = f"{'setting':28s} {'PSNR med':>9s} {'PSNR min':>9s} {'SSIM med':>9s}"
+        for tissue in TISSUES:
+            head += f" {tissue + ' mL':>14s}"
+        head += f" {'MS-SSIM':>8s} {'feat MMD':>9s} {'(thresh)':>9s}"
+        lines = [head]
+        rows = ([self.noise_check] if self.noise_check else []) + list(self.reports.values())
+        first = rows[0]
+        lines.append(_row(REFERENCE + " (seeds A)", first.reference.to_dict(), None, None, None))
+        for report in rows:
+            psnr = [r["psnr_db"] for r in report.per_seed if r["psnr_db"] is not None]
+            ssim = [r["ssim"] for r in report.per_seed if r["ssim"] is not None]
+            stats = report.statistics.get("features", {})
+            lines.append(
+                _row(
+                    report.label,
+                    report.candidate.to_dict(),
+                    (float(np.median(psnr)), float(np.min(psnr))) if psnr else None,
+                    float(np.median(ssim)) if ssim else None,
+                    stats,
+                )
+            )
+        lines.append("")
+        for report in rows:
+            lines.append(f"{report.label}: {report.verdict}")
+        note = f"tissue volumes from {self.tissue_source}" if self.tissue_source else self.tissue_note
+        lines.append(
+            f"{len(self.seeds)} seeds a set; noise floor: fp32 on seeds {self.seeds[0]}-{self.seeds[-1]} against "
+            f"seeds {self.noise_seeds[0]}-{self.noise_seeds[-1]}; {note}; "
+            f"{self.timings.get('total_s', math.nan):.0f} s in all"
+        )
+        return "\n".join(lines)
+
+
+def _row(label, summary, psnr, ssim, stats) -> str:
+    def db(v):
+        return "identical" if math.isinf(v) else f"{v:.1f}"
+
+    text = f"{label[:28]:28s}"
+    text += f" {db(psnr[0]):>9s} {db(psnr[1]):>9s}" if psnr else f" {'':>9s} {'':>9s}"
+    text += f" {ssim:9.4f}" if ssim is not None else f" {'':>9s}"
+    for tissue in TISSUES:
+        mean = summary["tissue_ml_mean"].get(tissue)
+        sd = summary["tissue_ml_sd"].get(tissue)
+        text += f" {f'{mean:.0f} ± {sd:.0f}':>14s}" if mean is not None else f" {'n/a':>14s}"
+    ms = summary["ms_ssim_mean"]
+    text += f" {ms:8.3f}" if ms is not None else f" {'':>8s}"
+    if stats:
+        text += f" {stats['value']:9.3f} {stats['seed_to_seed_threshold']:9.3f}"
+    return text
+
+
+def _voxel_ml(affine: np.ndarray) -> float:
+    return abs(float(np.linalg.det(np.asarray(affine, np.float64)[:3, :3]))) / 1000.0
+
+
+def quality_run(
+    backend: Backend,
+    request: SamplingRequest,
+    settings: Mapping[str, OptimizationConfig],
+    seeds: int,
+    *,
+    contrast: str | None = None,
+) -> Generator[Progress, None, QualityRun]:
+    """Generate fp32 on two seed sets and each of ``settings`` on the first, then judge each setting.
+
+    Args:
+        backend: where to generate (local or an engine server).
+        request: the request every volume shares but for its seed and settings; its seed starts set A.
+        settings: label -> settings to judge against fp32 (an fp32 entry is judged like any other).
+        seeds: N, the seeds a set (4 to 64: the rule needs 4; 16 gives a usable noise floor).
+        contrast: the contrast segmentation assumes for models without tissue channels (default: from the
+            request's modality, else T1w).
+
+    Yields Progress: stage "denoise" counting steps over every volume (message: which set and seed),
+    then "segment" and "measure". Closing the generator cancels.
+    """
+    if not isinstance(seeds, int) or not 4 <= seeds <= MAX_SEEDS:
+        raise InvalidRequest(f"--seeds must be from 4 to {MAX_SEEDS} (the rule needs 4 a set), got {seeds!r}")
+    if not settings:
+        raise InvalidRequest("name at least one setting to judge against fp32")
+    started = time.perf_counter()
+    seeds_a = [request.seed + i for i in range(seeds)]
+    seeds_b = [request.seed + seeds + i for i in range(seeds)]
+    plan = [
+        (REFERENCE + " (seeds A)", OptimizationConfig(), seeds_a),
+        (REFERENCE + " (seeds B)", OptimizationConfig(), seeds_b),
+    ]
+    plan += [(label, config, seeds_a) for label, config in settings.items()]
+    steps = request.steps or 0
+    runs = sum(len(s) for _, _, s in plan)
+    volumes: dict[str, list[np.ndarray]] = {}
+    maps: dict[str, list[dict[str, np.ndarray]]] = {}
+    affine = None
+    label_names: tuple[str, ...] = ()
+    done = 0
+    for label, config, set_seeds in plan:
+        volumes[label], maps[label] = [], []
+        for seed in set_seeds:
+            run = request.replace(seed=seed, optimization=config, preview_interval=0, batch_size=1)
+
+            def each(progress: Progress, done: int = done, label: str = label, seed: int = seed):
+                total = max(progress.total, 1)
+                nonlocal steps
+                steps = steps or total
+                if progress.stage == "denoise":
+                    return (
+                        Progress(
+                            "denoise",
+                            done * total + progress.step,
+                            runs * total,
+                            time.perf_counter() - started,
+                            f"{label}, seed {seed} ({done + 1} of {runs} volumes)",
+                        ),
+                    )
+                return (
+                    Progress(
+                        progress.stage,
+                        done,
+                        runs,
+                        time.perf_counter() - started,
+                        f"{label}, seed {seed}: {progress.message}",
+                    ),
+                )
+
+            result = yield from relay(backend.sample(run), each)
+            volumes[label].append(np.asarray(result.volume(0), np.float32))
+            maps[label].append(result.tissue_maps(0))
+            affine, label_names = result.affine, result.label_names
+            done += 1
+    generated = time.perf_counter()
+
+    voxel_ml = _voxel_ml(affine)
+    tissue_source: str | None = None
+    tissue_note = ""
+    tissue: dict[str, list[dict[str, float]]] | None = None
+    if all(name in label_names for name in TISSUES):
+        tissue_source = TISSUE_FROM_MODEL
+        tissue = {
+            label: [{t: float(np.clip(m[t], 0, 1).sum() * voxel_ml) for t in TISSUES} for m in per_seed]
+            for label, per_seed in maps.items()
+        }
+    else:
+        from engine.anatomy.segment import contrast_from_modality, segment
+
+        try:
+            chosen = contrast_from_modality(contrast or request.modality or "")
+        except InvalidRequest as exc:
+            chosen, tissue_note = None, f"no tissue volumes: {exc}"
+        if chosen is not None:
+            tissue = {}
+            count = 0
+            for label, vols in volumes.items():
+                tissue[label] = []
+                for vol in vols:
+                    yield Progress(
+                        "segment", count, runs, time.perf_counter() - started, f"{label}: tissue maps"
+                    )
+                    try:
+                        made = segment(vol, affine, chosen)
+                    except InvalidRequest as exc:
+                        tissue, tissue_note = (
+                            None,
+                            f"no tissue volumes: segmentation refused a volume ({exc})",
+                        )
+                        break
+                    tissue[label].append(
+                        {t: float(np.clip(made.maps[t], 0, 1).sum() * voxel_ml) for t in TISSUES}
+                    )
+                    count += 1
+                if tissue is None:
+                    break
+            if tissue is not None:
+                tissue_source = TISSUE_FROM_SEGMENTATION
+    segmented = time.perf_counter()
+
+    a_label, b_label = REFERENCE + " (seeds A)", REFERENCE + " (seeds B)"
+    yield Progress(
+        "measure", 0, len(settings) + 1, time.perf_counter() - started, "noise floor (fp32 A vs B)"
+    )
+    floor = noise_floor(
+        volumes[a_label],
+        volumes[b_label],
+        tissue_a=tissue[a_label] if tissue else None,
+        tissue_b=tissue[b_label] if tissue else None,
+        voxel_ml=voxel_ml,
+        tissue_source=tissue_source,
+        labels=(a_label, b_label),
+    )
+    common = {
+        "noise_floor": floor,
+        "voxel_ml": voxel_ml,
+        "tissue_source": tissue_source,
+        "seeds": seeds_a,
+        "noise_seeds": seeds_b,
+        "reference_label": a_label,
+        "tissue_missing": tissue_note.removeprefix("no tissue volumes: ") or "none given",
+    }
+    noise_check = quality_report(
+        volumes[a_label],
+        volumes[b_label],
+        reference_tissue=tissue[a_label] if tissue else None,
+        candidate_tissue=tissue[b_label] if tissue else None,
+        label=f"{REFERENCE}, seeds B",
+        **common,
+    )
+    reports = {}
+    for index, label in enumerate(settings, start=1):
+        yield Progress("measure", index, len(settings) + 1, time.perf_counter() - started, label)
+        reports[label] = quality_report(
+            volumes[a_label],
+            volumes[label],
+            reference_tissue=tissue[a_label] if tissue else None,
+            candidate_tissue=tissue[label] if tissue else None,
+            label=label,
+            **common,
+        )
+    finished = time.perf_counter()
+    return QualityRun(
+        reports=reports,
+        seeds=seeds_a,
+        noise_seeds=seeds_b,
+        tissue_source=tissue_source,
+        tissue_note=tissue_note,
+        noise_check=noise_check,
+        timings={
+            "generate_s": generated - started,
+            "segment_s": segmented - generated,
+            "measure_s": finished - segmented,
+            "total_s": finished - started,
+            "volumes": runs,
+        },
+        request={
+            **request.replace(optimization=OptimizationConfig()).to_dict(),
+            "settings": {label: config.to_dict() for label, config in settings.items()},
+        },
+    )
