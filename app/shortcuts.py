@@ -84,6 +84,7 @@ SHORTCUTS: dict[str, Shortcut] = {
     },
     "view.smooth": Shortcut("Ctrl+I", "Smooth Slice Display", "View"),
     "view.tissue_overlay": Shortcut("Ctrl+T", "Tissue Overlay", "View"),
+    "view.compute_tissue_maps": Shortcut("Ctrl+Shift+T", "Compute Tissue Maps", "View"),
     "view.reset_camera": Shortcut("Ctrl+0", "Reset 3D Camera", "View"),
     "view.previous_volume": Shortcut("Ctrl+[", "Previous Volume", "View"),
     "view.next_volume": Shortcut("Ctrl+]", "Next Volume", "View"),

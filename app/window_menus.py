@@ -14,6 +14,7 @@ from app.core.session import CONVENTIONS, RENDER_PRESETS
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS
 from app.help import install_help, install_intended_use_notice
 from app.shortcuts import indexed, make_action
+from app.viewer.tissue_compute import install_tissue_maps
 from app.viewer.toolbar import install_viewer_toolbar
 
 CONVENTION_LABELS = {
@@ -173,6 +174,7 @@ def build_toolbar(window) -> None:
     window.convention_box = window.viewer_toolbar.convention_box
     window.tissue_toolbar = window.viewer_toolbar.tissue_toolbar  # the tissue overlay: on/off, map, opacity
     window.view_menu.insertAction(window.reset_camera_action, window.tissue_toolbar.tissue_action)
+    window.tissue_maps = install_tissue_maps(window)  # Compute Tissue Maps (button, View menu, Ctrl+Shift+T)
     window.view_menu.insertMenu(window.view_menu.actions()[0], window.viewer_toolbar.layout_menu)
     window.layout_actions = window.viewer_toolbar.layout_group.actions()
 
