@@ -25,9 +25,12 @@ TISSUE_TITLES = {
     "WM": "white matter",
     "CSF": "cerebrospinal fluid",
     "ventricles": "ventricles",
+    "brain": "brain mask",
 }
 #: Maps that lie inside another map (the ventricles are CSF): in the label map they are drawn over it.
 SUBREGIONS = frozenset({"ventricles"})
+#: Masks that hold the classes (a segmentation's brain mask): no class of the label map, shown on their own.
+MASKS = frozenset({"brain"})
 ALL_TISSUES = "All tissues"
 DEFAULT_OPACITY = 0.4
 #: Below this probability a voxel belongs to no map in the label map (background).
@@ -84,7 +87,11 @@ def label_map(planes: Mapping[str, np.ndarray]) -> np.ndarray:
     if not names:
         raise ValueError("no tissue maps")
     shape = next(iter(planes.values())).shape
-    parts = [i for i, n in enumerate(names) if n not in SUBREGIONS] or list(range(len(names)))
+    parts = (
+        [i for i, n in enumerate(names) if n not in SUBREGIONS | MASKS]
+        or [i for i, n in enumerate(names) if n not in MASKS]
+        or list(range(len(names)))
+    )
     stack = np.stack([np.asarray(planes[names[i]], dtype=np.float32) for i in parts])
     background = np.clip(1.0 - stack.sum(axis=0), 0.0, 1.0)
     best = stack.argmax(axis=0)

@@ -12,7 +12,7 @@ from PySide6.QtGui import QAction, QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import QComboBox, QLabel, QSlider, QToolBar, QWidget
 
 from app.core.session import AppState
-from app.core.tissue import ALL_TISSUES, tissue_colour, tissue_title
+from app.core.tissue import ALL_TISSUES, MASKS, tissue_colour, tissue_title
 from app.shortcuts import SHORTCUTS, set_shortcut
 from app.theme import CHECKED_TOOLBUTTON_STYLE
 
@@ -117,7 +117,9 @@ class TissueToolbar(QToolBar):
 
         # The legend: the colours drawn now (every map's for all tissues, one map's for one).
         drawn = self.state.tissue_shown()
-        legend = [] if drawn is None else names if drawn == ALL_TISSUES else [drawn]
+        legend = (
+            [] if drawn is None else [n for n in names if n not in MASKS] if drawn == ALL_TISSUES else [drawn]
+        )
         self.legend_label.setText(
             "&nbsp;&nbsp;".join(
                 f'<span style="color:{QColor(*tissue_colour(n, names)).name()}">&#9632;</span>&nbsp;'

@@ -1,0 +1,176 @@
+"""Tissue maps on request for any brain volume in the app: Compute Tissue Maps (tool bar, View menu, Ctrl+Shift+T)
+segments the shown volume in the background with a progress bar and a Cancel that stops it, the window stays
+usable meanwhile, the tool bar says where the maps came from, refusals are one line in the window, and a vault
+scan's computed maps are kept with the item. Driven as a person does, in a real window."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QToolButton
+
+from app.core.tissue import ALL_TISSUES
+from engine.nifti.io import save_volume
+from tests.app.viewer_helpers import open_volume, pixels
+from tests.engine.anatomy.phantoms import phantom, phantom_affine
+
+pytestmark = pytest.mark.render
+
+SEGMENTED = ["GM", "WM", "CSF", "brain"]
+
+
+def _write(path, data, affine=None, provenance=None):
+    return save_volume(
+        np.asarray(data, np.float32),
+        phantom_affine() if affine is None else affine,
+        path,
+        provenance=provenance,
+    )
+
+
+def _press_compute(qtbot, window):
+    qtbot.keyClick(
+        window, Qt.Key.Key_T, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )  # Ctrl+Shift+T
+
+
+def _wait_done(qtbot, window, timeout=60_000):
+    qtbot.waitUntil(
+        lambda: window.tissue_maps.job is None and not window.runner.running("tissue-maps"), timeout=timeout
+    )
+
+
+def _button(qtbot, bar, action) -> QToolButton:
+    button = bar.widgetForAction(action)
+    assert isinstance(button, QToolButton)
+    qtbot.waitUntil(button.isVisible, timeout=5_000)  # shown with the next layout of the tool bar
+    return button
+
+
+def test_compute_tissue_maps_of_an_opened_nifti_shows_them_and_says_how_made(qtbot, main_window, tmp_path):
+    window, bar, computer = main_window, main_window.tissue_toolbar, main_window.tissue_maps
+    entry = open_volume(qtbot, window, _write(tmp_path / "sub-01_T2w.nii.gz", phantom("t2w")))
+    # No maps yet: the overlay is off and disabled, Compute is offered (tool bar, View menu, Help's shortcut).
+    assert entry.tissue == {} and not bar.tissue_action.isEnabled()
+    assert computer.compute_action.isEnabled() and computer.compute_action in window.view_menu.actions()
+    assert "Ctrl+Shift+T" in computer.compute_action.toolTip()
+    assert not computer.progress_item.isVisible() and not computer.source_item.isVisible()
+    plain = pixels(window.viewer.axial)
+
+    values = []
+    computer.progress_bar.valueChanged.connect(values.append)
+    _press_compute(qtbot, window)
+    assert computer.job is not None and computer.progress_item.isVisible()
+    assert not computer.compute_action.isEnabled() and _button(qtbot, bar, computer.cancel_action).isEnabled()
+    _wait_done(qtbot, window)
+
+    # The maps came with the contrast the file's name says (T2w), the overlay is on, the bar says how made.
+    assert entry.tissue_names == SEGMENTED and all(m.shape == entry.shape for m in entry.tissue.values())
+    made = entry.provenance["tissue_maps_made"]
+    assert made["tissue_maps_source"] == "method" and made["contrast"] == "t2w"
+    assert values and values == sorted(values) and values[-1] == 100  # the bar moved forward to the end
+    assert window.state.show_tissue and window.state.tissue_shown() == ALL_TISSUES
+    assert bar.tissue_action.isEnabled() and not computer.progress_item.isVisible()
+    from engine import __version__
+
+    assert computer.source_item.isVisible()
+    assert computer.source_label.text() == f"Maps segmented: VolSynth EM {__version__}, T2w"
+    assert f"segmented: VolSynth EM {__version__}, T2w" in window.statusBar().currentMessage()
+    assert "tissue maps: GM, WM, CSF, brain" in window.session_panel.details.text()
+    assert not np.array_equal(pixels(window.viewer.axial), plain)
+    # The brain mask holds the classes: it is a map of its own, not a class of the label map.
+    assert "brain" not in bar.legend_label.text() and bar.tissue_box.findData("brain") > 0
+
+
+def test_an_unknown_contrast_is_segmented_as_t1w_with_a_visible_note_and_the_menu_sets_it(
+    qtbot, main_window, tmp_path
+):
+    window, computer = main_window, main_window.tissue_maps
+    entry = open_volume(qtbot, window, _write(tmp_path / "head.nii.gz", phantom("t1w")))
+    assert computer.contrast_menu.menuAction() in window.view_menu.actions()
+    computer.compute_action.trigger()  # (View > Compute Tissue Maps)
+    _wait_done(qtbot, window)
+    assert entry.provenance["tissue_maps_made"]["contrast"] == "t1w"
+    assert "contrast not known: segmented as T1w" in computer.source_label.text()
+
+    # Told it is FLAIR, the same volume is refused in one line saying what it looks like; its maps stay.
+    flair = next(a for a in computer.contrast_group.actions() if a.data() == "flair")
+    flair.trigger()
+    computer.compute_action.trigger()  # segmented maps may be made again
+    _wait_done(qtbot, window)
+    message = window.statusBar().currentMessage()
+    assert (
+        "looks like T1w" in message and "View \u203a Tissue Map Contrast" in message and "--" not in message
+    )
+    assert entry.tissue_names == SEGMENTED and computer.source_label.text().startswith("Maps segmented")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "reason"),
+    [
+        ("sub-01_swi.nii.gz", None, "SWI shows susceptibility"),
+        ("sub-01_angio.nii.gz", None, "MRA (angiography) shows flowing blood"),
+        ("slab.nii.gz", "slab", "too small for tissue maps"),
+        ("noise.nii.gz", "noise", "does not look like a brain MRI"),
+    ],
+)
+def test_refusals_are_one_line_in_the_window(qtbot, main_window, error_dialogs, tmp_path, name, data, reason):
+    window, computer = main_window, main_window.tissue_maps
+    rng = np.random.default_rng(0)
+    volume = {
+        None: phantom("t1w"),
+        "slab": rng.random((64, 64, 3)),  # a single-slice-thick image: no 3D volume to segment
+        "noise": rng.random((48, 48, 48)),  # what random weights make
+    }[data]
+    entry = open_volume(qtbot, window, _write(tmp_path / name, volume, np.diag([2.0, 2.0, 2.0, 1.0])))
+    _press_compute(qtbot, window)
+    _wait_done(qtbot, window)
+    text = computer.source_label.text()
+    assert text.startswith("No tissue maps: ") and reason in text and "\n" not in text
+    assert "Traceback" not in text and reason in window.statusBar().currentMessage()
+    assert computer.source_item.isVisible() and entry.tissue == {} and error_dialogs == []
+    assert computer.compute_action.isEnabled()  # it may be tried again (another contrast)
+
+
+def test_the_window_stays_usable_while_it_runs_and_cancel_stops_it(qtbot, main_window, tmp_path, monkeypatch):
+    import engine.anatomy.segment as segment
+
+    window, bar, computer = main_window, main_window.tissue_toolbar, main_window.tissue_maps
+    other = open_volume(qtbot, window, _write(tmp_path / "b_T1w.nii.gz", phantom("t1w", seed=2)))
+    first = open_volume(qtbot, window, _write(tmp_path / "a_T1w.nii.gz", phantom("t1w", seed=1)))
+    # Hold the work inside its placing of the priors until the test lets it go (the worker thread waits).
+    inside, release, stages = threading.Event(), threading.Event(), []
+    real_place, real_em = segment._place_priors, segment._em
+
+    def held_place(*args, **kwargs):
+        inside.set()
+        release.wait(30)
+        return real_place(*args, **kwargs)
+
+    def counted_em(*args, **kwargs):
+        stages.append("fit")
+        return real_em(*args, **kwargs)
+
+    monkeypatch.setattr(segment, "_place_priors", held_place)
+    monkeypatch.setattr(segment, "_em", counted_em)
+    _press_compute(qtbot, window)
+    qtbot.waitUntil(inside.is_set, timeout=30_000)
+
+    # While it runs: the next volume (Ctrl+]) is shown, the overlay's keys and the slices answer.
+    assert computer.job is not None
+    qtbot.keyClick(window, Qt.Key.Key_BracketRight, Qt.KeyboardModifier.ControlModifier)  # Ctrl+]
+    assert window.state.shown is other and computer.job is not None
+    qtbot.keyClick(window.viewer.axial, Qt.Key.Key_Up)
+    assert computer.progress_item.isVisible()
+
+    qtbot.mouseClick(_button(qtbot, bar, computer.cancel_action), Qt.MouseButton.LeftButton)
+    assert computer.progress_bar.format() == "Cancelling\u2026"
+    release.set()
+    _wait_done(qtbot, window)
+    # Stopped before the fit, nothing was given to the volume, and it can be asked for again.
+    assert stages == [] and first.tissue == {} and "tissue_maps_made" not in first.provenance
+    assert "cancelled" in window.statusBar().currentMessage()
+    assert not computer.progress_item.isVisible() and computer.compute_action.isEnabled()
