@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.errors import InvalidRequest
 from engine.nifti.io import xform_code
-from engine.vault import crypto, item_index, nifti, record_files
+from engine.vault import crypto, guards, item_index, nifti, record_files
 from engine.vault.fsio import fsync_dir
 from engine.vault.header import now_iso
 from engine.vault.layout import blob_dir, blob_path
@@ -29,14 +29,14 @@ from engine.vault.payload import PartWriter, Progress
 from engine.vault.records import TISSUE_PART_PREFIX, ItemInfo, tissue_names
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 #: The ``descrip`` of a map computed for a scan: the scan's own header words are not copied into it.
 SCAN_MAP_DESCRIP = "VolSynth tissue map"
 
 
 def add_tissue_maps(
-    vault: Vault,
+    state: VaultState,
     item_id: str,
     maps: Mapping[str, np.ndarray],
     made: dict,
@@ -65,9 +65,9 @@ def add_tissue_maps(
         raise InvalidRequest(
             "say how the tissue maps were made (a non-empty dict, as TissueMaps.sidecar() gives)"
         )
-    with vault._op(), vault._writing():
-        assert vault._keys is not None and vault._index is not None
-        old_rec = item_index.find_record(vault, item_id)
+    with guards.operation(state), guards.writing(state):
+        assert state.keys is not None and state.index is not None
+        old_rec = item_index.find_record(state, item_id)
         rec = copy.deepcopy(old_rec)
         shape = tuple(rec["volume"]["shape"])
         checked = check_tissue(maps, shape)
@@ -83,7 +83,7 @@ def add_tissue_maps(
         descrip = nifti.SYNTHETIC_DESCRIP if rec["kind"] == "synthetic" else SCAN_MAP_DESCRIP
         header = nifti.float32_header(shape[:3], affine, descrip, sform_code=xform_code(template_space(prov)))
         total = sum(len(header) + 4 * m.size for _, m in checked)
-        key = vault._keys.item(rec["id"])
+        key = state.keys.item(rec["id"])
         writers: list[PartWriter] = []
         committed = records_written = False
         try:
@@ -92,7 +92,7 @@ def add_tissue_maps(
             for name, data in checked:
                 part = TISSUE_PART_PREFIX + name
                 writer = PartWriter(
-                    blob_dir(vault.path), key, crypto.context(vault._keys.vault_id, rec["id"], part), part
+                    blob_dir(state.path), key, crypto.context(state.keys.vault_id, rec["id"], part), part
                 )
                 writers.append(writer)
                 writer.write(header)
@@ -108,35 +108,35 @@ def add_tissue_maps(
             rec["provenance"] = {**prov, "tissue_maps_made": made}
             rec["modified"] = now_iso()
             records_written = True
-            record_files.write_record(vault, rec)
-            fsync_dir(blob_dir(vault.path))
-            index = copy.deepcopy(vault._index)
+            record_files.write_record(state, rec)
+            fsync_dir(blob_dir(state.path))
+            index = copy.deepcopy(state.index)
             index["items"][rec["id"]] = rec
             detail = {"fields": ["tissue_maps"], "maps": [n for n, _ in checked], "replaced": len(old_maps)}
-            item_index.commit(vault, "edit", rec["id"], detail, index)
+            item_index.commit(state, "edit", rec["id"], detail, index)
             committed = True
         finally:
-            if not committed and _index_on_disk_has(vault, old_rec):
+            if not committed and _index_on_disk_has(state, old_rec):
                 # Not committed: the item is still the old one, so what this call wrote goes.
                 for writer in writers:
                     writer.discard()
                 if records_written:
                     with contextlib.suppress(OSError):
-                        record_files.write_record(vault, old_rec)
-                        fsync_dir(blob_dir(vault.path))
+                        record_files.write_record(state, old_rec)
+                        fsync_dir(blob_dir(state.path))
         if old_maps:  # replaced maps: the user asked for new ones, the old parts are no one's now
             for part in old_maps:
                 with contextlib.suppress(FileNotFoundError):
-                    blob_path(vault.path, part["blob"]).unlink()
-            fsync_dir(blob_dir(vault.path))
+                    blob_path(state.path, part["blob"]).unlink()
+            fsync_dir(blob_dir(state.path))
         return ItemInfo.from_record(rec)
 
 
-def _index_on_disk_has(vault: Vault, old_rec: dict) -> bool:
+def _index_on_disk_has(state: VaultState, old_rec: dict) -> bool:
     """After a failure: does the index on disk still hold the item as it was (so the new parts are unused)?"""
-    assert vault._keys is not None
+    assert state.keys is not None
     try:
-        index, _ = item_index.read_index(vault.path, vault._keys)
+        index, _ = item_index.read_index(state.path, state.keys)
     except Exception:  # noqa: BLE001 - cannot tell: keep every file (verify lists the unused ones)
         return False
     return index["items"].get(old_rec["id"]) == old_rec

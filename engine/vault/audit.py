@@ -167,6 +167,11 @@ class AuditLog:
         #: What appends repaired on the way (a damaged audit.head slot rewritten), for the vault's notices.
         self.repairs: list[str] = []
 
+    def held(self, wait_s: float = 10.0):
+        """Hold the audit trail's inter-process lock (a context manager): no other process can append to it
+        meanwhile (re-key copies the chain under it)."""
+        return self._lock.hold(wait_s=wait_s)
+
     # -- keys -------------------------------------------------------------------------------------------
     def attach_keys(self, enc_key: bytes, mac_key: bytes) -> None:
         self._enc = AESGCM(enc_key)

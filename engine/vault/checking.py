@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import VaultCorrupted, VaultError
-from engine.vault import cleanup, item_index, payload, record_files, rollback
+from engine.vault import cleanup, guards, item_index, payload, record_files, rollback
 from engine.vault.anchor import AnchorState
 from engine.vault.fsio import fsync_dir
 from engine.vault.header import Header
@@ -20,11 +20,11 @@ from engine.vault.payload import Progress
 from engine.vault.records import AuditTrail, RepairReport, VerifyReport
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 
 def verify(
-    vault: Vault,
+    state: VaultState,
     item_ids: Sequence[str] | None = None,
     *,
     check_audit: bool = True,
@@ -39,65 +39,65 @@ def verify(
         check_audit: Also check the audit trail's chain.
         progress: Called with (bytes done, bytes total).
     """
-    with vault._op():
-        assert vault._index is not None
-        assert vault._keys is not None
+    with guards.operation(state):
+        assert state.index is not None
+        assert state.keys is not None
         problems: list[str] = []
         notes: list[str] = []
         rolled_back: list[str] = []
         try:
-            header = Header.read(vault.path)
-            if header.vault_id != vault._header.vault_id:
+            header = Header.read(state.path)
+            if header.vault_id != state.header.vault_id:
                 problems.append("the vault header belongs to another vault")
             else:
-                on_disk, _ = item_index.read_index(vault.path, vault._keys)
-                rolled_back = rollback.rollback_problems(vault, on_disk, header.to_bytes())
+                on_disk, _ = item_index.read_index(state.path, state.keys)
+                rolled_back = rollback.rollback_problems(state, on_disk, header.to_bytes())
                 problems.extend(rolled_back)
         except VaultError as exc:
             problems.append(str(exc))
         records = (
-            list(vault._index["items"].values())
+            list(state.index["items"].values())
             if item_ids is None
-            else [item_index.find_record(vault, i) for i in item_ids]
+            else [item_index.find_record(state, i) for i in item_ids]
         )
         total = sum(int(p["size"]) for rec in records for p in rec["parts"])
         done = 0
         checked = 0
         without_copy = 0
         for rec in records:
-            record_problems, copy_absent = record_files.record_problems(vault, rec)
+            record_problems, copy_absent = record_files.record_problems(state, rec)
             problems.extend(record_problems)
             without_copy += copy_absent
             try:
                 for part in rec["parts"]:
-                    for piece in payload.iter_part(vault, rec, part, check_hash=True):
+                    for piece in payload.iter_part(state, rec, part, check_hash=True):
                         done += len(piece)
                         if progress is not None:
                             progress(done, total)
                 checked += 1
             except VaultCorrupted as exc:
                 problems.append(str(exc))
-        if vault._anchor.problem:
-            problems.append(f"rollback detection is weakened: {vault._anchor.problem}")
+        if state.anchor.problem:
+            problems.append(f"rollback detection is weakened: {state.anchor.problem}")
         if without_copy:
             notes.append(
                 f"{without_copy} item(s) lack one or both record files (a vault made by an older VolSynth); "
                 "`volsynth vault repair` writes them, and from then on a missing one is a problem"
             )
-        orphans = cleanup.orphan_blobs(vault) if item_ids is None else []
+        orphans = cleanup.orphan_blobs(state) if item_ids is None else []
         if orphans:
             notes.append(
-                f"{len(orphans)} encrypted file(s) in {blob_dir(vault.path)} are not in the index (left by an "
+                f"{len(orphans)} encrypted file(s) in {blob_dir(state.path)} are not in the index (left by an "
                 "interrupted import, or items an older index forgot); they are kept: "
                 "`volsynth vault repair` re-indexes those whose record still authenticates"
             )
         audit_entries = 0
         if check_audit:
-            chk = vault._audit.check()
+            chk = state.audit.check()
             problems.extend(chk.problems)
             audit_entries = len(chk.entries)
         with contextlib.suppress(VaultError):
-            vault._audit_write("verify", None, {"ok": not problems, "items": len(records)})
+            state.record("verify", None, {"ok": not problems, "items": len(records)})
         return VerifyReport(
             ok=not problems,
             items_checked=checked,
@@ -110,7 +110,7 @@ def verify(
         )
 
 
-def repair(vault: Vault, *, dry_run: bool = False, remove_leftovers: bool = False) -> RepairReport:
+def repair(state: VaultState, *, dry_run: bool = False, remove_leftovers: bool = False) -> RepairReport:
     """Accept the vault as it is now and put back into the index every item whose files are still there.
 
     The explicit answer to a rollback (or to unreferenced files): an unreferenced item record that
@@ -126,19 +126,19 @@ def repair(vault: Vault, *, dry_run: bool = False, remove_leftovers: bool = Fals
             import interrupted before its record, or items of a vault made before records existed). Not
             done while any record fails to authenticate: its payloads could come back with it.
     """
-    with vault._op(), vault._writing(repairing=True):
-        assert vault._keys is not None and vault._index is not None
-        header_bytes = Header.read(vault.path).to_bytes()
-        accepted = rollback.rollback_problems(vault, vault._index, header_bytes)
-        scan = vault._audit.scan(after_seq=0)
+    with guards.operation(state), guards.writing(state, repairing=True):
+        assert state.keys is not None and state.index is not None
+        header_bytes = Header.read(state.path).to_bytes()
+        accepted = rollback.rollback_problems(state, state.index, header_bytes)
+        scan = state.audit.scan(after_seq=0)
         deleted = {e.item_id for e in scan.after if e.event == "delete" and e.item_id}
-        index = copy.deepcopy(vault._index)
-        found = _salvage(vault, index, deleted)
+        index = copy.deepcopy(state.index)
+        found = _salvage(state, index, deleted)
         leftovers = found.leftovers if remove_leftovers and not found.unreadable_record else []
         # Records of indexed items that are missing, damaged, swapped or stale are rewritten from the
         # index (the index is the commit point; the records are its copies for re-indexing).
         missing = [
-            rid for rid, rec in index["items"].items() if record_files.records_need_writing(vault, rec)
+            rid for rid, rec in index["items"].items() if record_files.records_need_writing(state, rec)
         ]
         if not missing and index.get("record_copies") != 2 and not dry_run:
             index["record_copies"] = 2  # (committed below only if something else changes)
@@ -154,7 +154,7 @@ def repair(vault: Vault, *, dry_run: bool = False, remove_leftovers: bool = Fals
         )
         if dry_run or not report.changed:
             return report
-        _commit_repair(vault, index, report, missing, scan.after)
+        _commit_repair(state, index, report, missing, scan.after)
         return report
 
 
@@ -168,7 +168,7 @@ class _Salvage:
     unreadable_record: bool = False  # a record failed to authenticate: its payloads may come back with it
 
 
-def _salvage(vault: Vault, index: dict, deleted: set[str]) -> _Salvage:
+def _salvage(state: VaultState, index: dict, deleted: set[str]) -> _Salvage:
     """Put into ``index`` every unreferenced item whose record and parts all authenticate and which the
     audit trail does not show deleted; list the rest."""
     found = _Salvage()
@@ -176,15 +176,15 @@ def _salvage(vault: Vault, index: dict, deleted: set[str]) -> _Salvage:
     orphan_ids = sorted(
         {
             p.name[: -len(suffix)]
-            for p in cleanup.orphan_blobs(vault)
+            for p in cleanup.orphan_blobs(state)
             for suffix in (RECORD_SUFFIX, RECORD_COPY_SUFFIX)
             if p.name.endswith(suffix)
         }
     )
     for item_id in orphan_ids:
-        path = record_files.record_path(vault, item_id)
+        path = record_files.record_path(state, item_id)
         try:
-            rec = record_files.read_record(vault, item_id)
+            rec = record_files.read_record(state, item_id)
         except VaultCorrupted as exc:
             found.skipped.append(f"{path.name}: {exc}")
             found.unreadable_record = True
@@ -197,13 +197,13 @@ def _salvage(vault: Vault, index: dict, deleted: set[str]) -> _Salvage:
             claimed.update(blobs)
             found.leftovers += [
                 path,
-                record_files.record_copy_path(vault, item_id),
-                *(blob_dir(vault.path) / b for b in blobs),
+                record_files.record_copy_path(state, item_id),
+                *(blob_dir(state.path) / b for b in blobs),
             ]
             continue
         try:
             for part in rec["parts"]:
-                for _piece in payload.iter_part(vault, rec, part, check_hash=True):
+                for _piece in payload.iter_part(state, rec, part, check_hash=True):
                     pass
         except VaultCorrupted as exc:
             found.skipped.append(f"{path.name}: {exc}")
@@ -211,7 +211,7 @@ def _salvage(vault: Vault, index: dict, deleted: set[str]) -> _Salvage:
         claimed.update(blobs)
         index["items"][item_id] = rec
         found.reindexed.append((item_id, rec.get("label", "")))
-    for path in cleanup.orphan_blobs(vault):
+    for path in cleanup.orphan_blobs(state):
         if path.name.endswith(BLOB_SUFFIX) and path.name not in claimed:
             found.skipped.append(f"{path.name}: no authentic record names it")
             found.leftovers.append(path)
@@ -219,20 +219,20 @@ def _salvage(vault: Vault, index: dict, deleted: set[str]) -> _Salvage:
 
 
 def _commit_repair(
-    vault: Vault, index: dict, report: RepairReport, missing: list[str], entries: Sequence
+    state: VaultState, index: dict, report: RepairReport, missing: list[str], entries: Sequence
 ) -> None:
     """Write the missing records, commit the repaired index at a generation above every one seen, delete
     the leftovers asked for, and reset the anchor to the vault as it now is."""
-    assert vault._index is not None
+    assert state.index is not None
     for rid in missing:
-        record_files.write_record(vault, index["items"][rid])
+        record_files.write_record(state, index["items"][rid])
     index["record_copies"] = 2
-    fsync_dir(blob_dir(vault.path))
+    fsync_dir(blob_dir(state.path))
     seen = [int(e.detail["generation"]) for e in entries if isinstance(e.detail.get("generation"), int)]
-    anchor = vault._anchor.read()
-    generation = 1 + max([int(vault._index.get("generation", 0)), *seen, anchor.generation if anchor else 0])
+    anchor = state.anchor.read()
+    generation = 1 + max([int(state.index.get("generation", 0)), *seen, anchor.generation if anchor else 0])
     item_index.commit(
-        vault,
+        state,
         "repair",
         None,
         {
@@ -245,17 +245,17 @@ def _commit_repair(
     )
     for name in report.removed:  # asked for explicitly, and recorded in the audit entry above
         with contextlib.suppress(FileNotFoundError):
-            (blob_dir(vault.path) / name).unlink()
+            (blob_dir(state.path) / name).unlink()
     if report.removed:
-        fsync_dir(blob_dir(vault.path))
-    assert vault._audit.last_appended is not None
-    vault._rolled_back = []
-    seq, mac = vault._audit.last_appended
-    vault._anchor.reset(AnchorState(generation, seq, mac.hex()))
+        fsync_dir(blob_dir(state.path))
+    assert state.audit.last_appended is not None
+    state.rolled_back = []
+    seq, mac = state.audit.last_appended
+    state.anchor.reset(AnchorState(generation, seq, mac.hex()))
 
 
-def audit_trail(vault: Vault) -> AuditTrail:
+def audit_trail(state: VaultState) -> AuditTrail:
     """The decrypted audit trail, with any tampering found in it."""
-    with vault._op():
-        chk = vault._audit.check()
+    with guards.operation(state):
+        chk = state.audit.check()
         return AuditTrail(entries=tuple(chk.entries), problems=tuple(chk.problems))

@@ -9,7 +9,7 @@ import hmac
 from typing import TYPE_CHECKING
 
 from engine.errors import InvalidRequest, VaultCorrupted, VaultError, VaultLocked
-from engine.vault import crypto, item_index, record_files
+from engine.vault import crypto, guards, item_index, record_files
 from engine.vault.audit import AuditLog
 from engine.vault.crypto import DecryptionFailed, KdfParams
 from engine.vault.fsio import fsync_dir, write_atomic
@@ -19,27 +19,27 @@ from engine.vault.metadata import check_dates, json_dict
 from engine.vault.records import ItemInfo, refuse_patient_if_synthetic
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 
-def delete(vault: Vault, item_id: str) -> None:
+def delete(state: VaultState, item_id: str) -> None:
     """Delete an item and its encrypted files. Recorded in the audit trail."""
-    with vault._op(), vault._writing():
-        assert vault._index is not None
-        rec = item_index.find_record(vault, item_id)
-        index = copy.deepcopy(vault._index)
+    with guards.operation(state), guards.writing(state):
+        assert state.index is not None
+        rec = item_index.find_record(state, item_id)
+        index = copy.deepcopy(state.index)
         del index["items"][rec["id"]]
-        item_index.commit(vault, "delete", rec["id"], {"kind": rec["kind"]}, index)
+        item_index.commit(state, "delete", rec["id"], {"kind": rec["kind"]}, index)
         # The user asked for this item's files to go; nothing else is ever deleted.
-        record_files.unlink_records(vault, rec["id"])
+        record_files.unlink_records(state, rec["id"])
         for part in rec["parts"]:
             with contextlib.suppress(FileNotFoundError):
-                blob_path(vault.path, part["blob"]).unlink()
-        fsync_dir(blob_dir(vault.path))
+                blob_path(state.path, part["blob"]).unlink()
+        fsync_dir(blob_dir(state.path))
 
 
 def update_item(
-    vault: Vault,
+    state: VaultState,
     item_id: str,
     *,
     label: str | None = None,
@@ -57,9 +57,9 @@ def update_item(
     Raises:
         InvalidRequest: Bad values, or patient details for a synthetic item.
     """
-    with vault._op(), vault._writing():
-        assert vault._index is not None
-        rec = copy.deepcopy(item_index.find_record(vault, item_id))
+    with guards.operation(state), guards.writing(state):
+        assert state.index is not None
+        rec = copy.deepcopy(item_index.find_record(state, item_id))
         changed = []
         if label is not None:
             if not str(label).strip():
@@ -78,16 +78,16 @@ def update_item(
         if not changed:
             return ItemInfo.from_record(rec)
         rec["modified"] = now_iso()
-        record_files.write_record(vault, rec)
-        fsync_dir(blob_dir(vault.path))
-        index = copy.deepcopy(vault._index)
+        record_files.write_record(state, rec)
+        fsync_dir(blob_dir(state.path))
+        index = copy.deepcopy(state.index)
         index["items"][rec["id"]] = rec
-        item_index.commit(vault, "edit", rec["id"], {"fields": changed}, index)
+        item_index.commit(state, "edit", rec["id"], {"fields": changed}, index)
         return ItemInfo.from_record(rec)
 
 
 def change_passphrase(
-    vault: Vault, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None
+    state: VaultState, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None
 ) -> None:
     """Re-wrap the master key under a new passphrase; no item is re-encrypted.
 
@@ -105,30 +105,30 @@ def change_passphrase(
     new_pw = crypto.encode_passphrase(new, new=True)
     old_pw = crypto.encode_passphrase(old)
     kdf = kdf or KdfParams()
-    with vault._op(), vault._writing():
-        assert vault._keys is not None
-        header = Header.read(vault.path)
+    with guards.operation(state), guards.writing(state):
+        assert state.keys is not None
+        header = Header.read(state.path)
         try:
             master = header.unwrap(old_pw)
         except DecryptionFailed:
-            AuditLog.record_failed_unlock(vault.path)
+            AuditLog.record_failed_unlock(state.path)
             raise VaultLocked("the current passphrase is wrong; the passphrase was not changed") from None
-        if not hmac.compare_digest(master, bytes(vault._keys.master)):
+        if not hmac.compare_digest(master, bytes(state.keys.master)):
             raise VaultCorrupted("the vault header no longer matches this vault's key")
         new_header = Header.wrapping(header.vault_id, header.created, kdf, new_pw, master)
         # Audit entry (naming the new header) -> header -> index recording the header's hash: restoring
         # the old vault.json later no longer matches the index (see engine.vault.rollback).
-        vault._header = new_header
+        state.header = new_header
         try:
             item_index.commit(
-                vault,
+                state,
                 "passphrase_changed",
                 None,
                 {"kdf": kdf.to_dict(), "header_sha256": sha256(new_header.to_bytes())},
-                copy.deepcopy(vault._index),
-                before_index=lambda: write_atomic(vault.path / HEADER_NAME, new_header.to_bytes()),
+                copy.deepcopy(state.index),
+                before_index=lambda: write_atomic(state.path / HEADER_NAME, new_header.to_bytes()),
             )
         except BaseException:
             with contextlib.suppress(VaultError):
-                vault._header = Header.read(vault.path)
+                state.header = Header.read(state.path)
             raise

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import OutputError
 from engine.nifti.io import provenance_sidecar, tissue_path
-from engine.vault import deid, item_index, nifti, payload, pending_exports
+from engine.vault import deid, guards, item_index, nifti, payload, pending_exports
 from engine.vault import synthetic as synthetic_marks
 from engine.vault.fsio import AtomicWriter, fsync_dir, write_atomic
 from engine.vault.layout import STAGING_NAME
@@ -26,11 +26,11 @@ from engine.vault.payload import Progress
 from engine.vault.records import TISSUE_PART_PREFIX, ExportResult
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 
 def export(
-    vault: Vault,
+    state: VaultState,
     item_id: str,
     dest_dir: str | os.PathLike,
     *,
@@ -67,8 +67,8 @@ def export(
         VaultCorrupted: The item failed authentication; nothing is left at the destination.
     """
     dest = Path(dest_dir).expanduser()
-    with vault._op():
-        rec = item_index.find_record(vault, item_id)
+    with guards.operation(state):
+        rec = item_index.find_record(state, item_id)
         plan = _plan(rec, dest, deidentify=deidentify, include_dicom=include_dicom)
         if not overwrite and (clash := [str(t) for t in plan.targets if t.exists()]):
             raise OutputError(f"{clash[0]} already exists; choose another folder or allow overwriting")
@@ -83,9 +83,9 @@ def export(
         }
         if plan.tissue_parts:
             detail["tissue_maps"] = len(plan.tissue_parts)
-        vault._audit_write("export", rec["id"], detail)
+        state.record("export", rec["id"], detail)
         counter = _Counter(progress, sum(int(p["size"]) for p in plan.parts()))
-        warnings = _stage_and_move(vault, plan, deidentify=deidentify, overwrite=overwrite, counter=counter)
+        warnings = _stage_and_move(state, plan, deidentify=deidentify, overwrite=overwrite, counter=counter)
         files = [plan.nii_path, *plan.map_paths]
         files += [plan.dicom_dir / f"IM{n:05d}.dcm" for n in range(1, len(plan.dicom_parts) + 1)]
         files += [plan.prov_path] if plan.synthetic else []
@@ -192,14 +192,14 @@ class _Counter:
 
 
 def _stage_and_move(
-    vault: Vault, plan: _ExportPlan, *, deidentify: bool, overwrite: bool, counter: _Counter
+    state: VaultState, plan: _ExportPlan, *, deidentify: bool, overwrite: bool, counter: _Counter
 ) -> list[str]:
     """Write everything into a hidden staging folder in the destination, then move it into place (one
     rename per target; the DICOM folder moves whole), so a killed export leaves no partial set among the
     user's files; the next unlock removes the staging folder. Returns the de-identification warnings."""
     written: list[Path] = []
     with pending_exports.pending_export(
-        vault, [plan.dest], targets=plan.targets, overwrite=overwrite
+        state, [plan.dest], targets=plan.targets, overwrite=overwrite
     ) as prefix:
         staging = plan.dest / f"{prefix}{STAGING_NAME}"
         staged_maps = [staging / m.name for m in plan.map_paths]
@@ -212,9 +212,9 @@ def _stage_and_move(
                     staged_dicom.mkdir()
             except OSError as exc:
                 raise OutputError(f"cannot write in {plan.dest}: {exc.strerror}") from exc
-            _write_volume(vault, plan, staging / plan.nii_path.name, prefix, deidentify, counter)
-            _write_tissue_maps(vault, plan, staged_maps, prefix, deidentify, counter)
-            warnings = _write_dicom(vault, plan, staged_dicom, prefix, deidentify, counter)
+            _write_volume(state, plan, staging / plan.nii_path.name, prefix, deidentify, counter)
+            _write_tissue_maps(state, plan, staged_maps, prefix, deidentify, counter)
+            warnings = _write_dicom(state, plan, staged_dicom, prefix, deidentify, counter)
             if plan.synthetic:  # the provenance sidecar every route writes (engine.nifti.io.save_volume)
                 write_atomic(staged_prov, provenance_sidecar(plan.record), prefix=prefix, output=True)
             fsync_dir(staging)
@@ -241,13 +241,13 @@ def _stage_and_move(
 
 
 def _write_volume(
-    vault: Vault, plan: _ExportPlan, target: Path, prefix: str, deidentify: bool, counter: _Counter
+    state: VaultState, plan: _ExportPlan, target: Path, prefix: str, deidentify: bool, counter: _Counter
 ) -> None:
     """The item's NIfTI: a synthetic one re-marked SYNTHETIC with its provenance, a scan's bytes as
     imported (or rewritten de-identified, then gzip'ed if they were not)."""
     volume = plan.volume
     with AtomicWriter(target, prefix=prefix, output=True) as writer:
-        stream = counter.stream(payload.iter_part(vault, plan.rec, volume))
+        stream = counter.stream(payload.iter_part(state, plan.rec, volume))
         if plan.synthetic:
             pieces = synthetic_marks.export_stream(
                 stream,
@@ -268,7 +268,12 @@ def _write_volume(
 
 
 def _write_tissue_maps(
-    vault: Vault, plan: _ExportPlan, targets: list[Path], prefix: str, deidentify: bool, counter: _Counter
+    state: VaultState,
+    plan: _ExportPlan,
+    targets: list[Path],
+    prefix: str,
+    deidentify: bool,
+    counter: _Counter,
 ) -> None:
     for part, target in zip(plan.tissue_parts, targets, strict=True):
         # Each map carries the image's provenance naming the map, and how the maps were made (model channels,
@@ -281,7 +286,7 @@ def _write_tissue_maps(
             "image": plan.nii_path.name,
         }
         with AtomicWriter(target, prefix=prefix, output=True) as writer:
-            stream = counter.stream(payload.iter_part(vault, plan.rec, part))
+            stream = counter.stream(payload.iter_part(state, plan.rec, part))
             for piece in synthetic_marks.export_stream(
                 stream,
                 compressed=bool(part.get("compressed")),
@@ -294,14 +299,14 @@ def _write_tissue_maps(
 
 
 def _write_dicom(
-    vault: Vault, plan: _ExportPlan, folder: Path, prefix: str, deidentify: bool, counter: _Counter
+    state: VaultState, plan: _ExportPlan, folder: Path, prefix: str, deidentify: bool, counter: _Counter
 ) -> list[str]:
     """The original DICOM files as ``IM00001.dcm``... (de-identified if asked); returns the warnings of
     the de-identification, each once."""
     warnings: list[str] = []
     uids = deid.UidMapper()
     for n, part in enumerate(plan.dicom_parts, start=1):
-        raw = bytes(payload.read_part(vault, plan.rec, part))
+        raw = bytes(payload.read_part(state, plan.rec, part))
         if deidentify:
             raw, found = deid.deidentify_dicom(raw, uids)
             warnings.extend(w for w in found if w not in warnings)

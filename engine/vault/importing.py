@@ -17,7 +17,7 @@ import numpy as np
 from engine.errors import DuplicateItem, InvalidRequest, OutputError, VaultCorrupted
 from engine.nifti.checks import refuse_non_finite
 from engine.nifti.io import is_nifti, xform_code
-from engine.vault import crypto, dicom, item_index, nifti, record_files
+from engine.vault import crypto, dicom, guards, item_index, nifti, record_files
 from engine.vault import synthetic as synthetic_marks
 from engine.vault.fingerprint import array_slices, file_slices, same_volume, volume_fingerprint
 from engine.vault.fsio import fsync_dir
@@ -35,11 +35,11 @@ from engine.vault.payload import PartWriter, Progress
 from engine.vault.records import KINDS, TISSUE_PART_PREFIX, ItemInfo, refuse_patient_if_synthetic
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 
 def import_nifti(
-    vault: Vault,
+    state: VaultState,
     path: str | os.PathLike,
     *,
     kind: str | None = None,
@@ -82,7 +82,7 @@ def import_nifti(
     path = Path(path)
     kind, provenance = _file_kind(path, kind, patient, provenance)
     info = nifti.probe(path)
-    maps = tissue_files(vault, path, provenance, info) if kind == "synthetic" else []
+    maps = tissue_files(state, path, provenance, info) if kind == "synthetic" else []
     total = path.stat().st_size + sum(m.stat().st_size for _, m, _ in maps)
     name = path.name
     record = {
@@ -108,7 +108,7 @@ def import_nifti(
     # Tissue parts record whether their bytes are gzip'ed (the volume's flag is in "volume").
     sources = [("volume", path, None)] + [(TISSUE_PART_PREFIX + n, m, c) for n, m, c in maps]
     write_parts = _file_parts(sources, total, progress)
-    return store_item(vault, record, write_parts, allow_duplicate=allow_duplicate)
+    return store_item(state, record, write_parts, allow_duplicate=allow_duplicate)
 
 
 def _file_kind(
@@ -160,7 +160,7 @@ def _file_parts(
 
 
 def tissue_files(
-    vault, path: Path, provenance: dict | None, image: nifti.NiftiInfo
+    state, path: Path, provenance: dict | None, image: nifti.NiftiInfo
 ) -> list[tuple[str, Path, bool]]:
     """The tissue maps a generated file's provenance lists beside it: (name, file, gzip'ed), each checked
     complete and on the image's grid. Those that are not are left out, with a notice."""
@@ -186,14 +186,14 @@ def tissue_files(
             ):
                 raise InvalidRequest(f"{file_name} is not on the grid of {path.name}")
         except InvalidRequest as exc:
-            vault.notices.append(f"tissue map {str(name)[:60]} of {path.name} was not imported: {exc}")
+            state.notices.append(f"tissue map {str(name)[:60]} of {path.name} was not imported: {exc}")
             continue
         out.append((name, source, found.compressed))
     return out
 
 
 def import_dicom(
-    vault: Vault,
+    state: VaultState,
     source: str | os.PathLike | Sequence[str | os.PathLike],
     *,
     label: str | None = None,
@@ -266,11 +266,11 @@ def import_dicom(
                 progress(done, total)
         return [volume.close(), *files]
 
-    return store_item(vault, record, write_parts, allow_duplicate=allow_duplicate)
+    return store_item(state, record, write_parts, allow_duplicate=allow_duplicate)
 
 
 def add_synthetic(
-    vault: Vault,
+    state: VaultState,
     volume: np.ndarray,
     affine: np.ndarray,
     provenance: dict,
@@ -357,11 +357,11 @@ def add_synthetic(
             parts.append(part.close())
         return parts
 
-    return store_item(vault, record, write_parts, allow_duplicate=allow_duplicate)
+    return store_item(state, record, write_parts, allow_duplicate=allow_duplicate)
 
 
 def store_item(
-    vault: Vault,
+    state: VaultState,
     record: dict,
     write_parts: Callable[[Callable[[str], PartWriter]], list[dict]],
     *,
@@ -371,36 +371,36 @@ def store_item(
     then its record and the commit; a duplicate volume is refused and leaves nothing behind."""
     if record["source"] != "dicom":  # DICOM dates come from the scanner, as they are
         check_dates(record)
-    with vault._op(), vault._writing():
-        assert vault._keys is not None and vault._index is not None
+    with guards.operation(state), guards.writing(state):
+        assert state.keys is not None and state.index is not None
         item_id = secrets.token_hex(16)
-        with _new_item(vault, item_id) as new_part:
+        with _new_item(state, item_id) as new_part:
             record = {**record, "id": item_id, "created": now_iso()}
             record["parts"] = write_parts(new_part)
-            if not allow_duplicate and (same := same_volume(vault._index, record)) is not None:
+            if not allow_duplicate and (same := same_volume(state.index, record)) is not None:
                 raise DuplicateItem(
                     f"this volume is already in the vault as \u201c{same.get('label', '')}\u201d "
                     f"(item {same['id'][:12]}, added {same['created'][:10]}); nothing was added",
                     existing=same["id"],
                 )
             detail = {"kind": record["kind"], "source": record["source"], "parts": len(record["parts"])}
-            _commit_item(vault, record, detail)
+            _commit_item(state, record, detail)
         return ItemInfo.from_record(record)
 
 
-def copy_in(vault: Vault, rec: dict, read_part: Callable[[dict], Iterator[bytes]]) -> int:
+def copy_in(state: VaultState, rec: dict, read_part: Callable[[dict], Iterator[bytes]]) -> int:
     """Store another vault's item record under this vault's keys, keeping its id (``vault rekey``).
 
     ``read_part(part)`` yields the part's plaintext (authenticated by the source vault); each part is
     re-encrypted into a new blob and its SHA-256 compared with the record's before the commit. Returns
     the plaintext bytes written.
     """
-    with vault._op(), vault._writing():
-        assert vault._keys is not None and vault._index is not None
+    with guards.operation(state), guards.writing(state):
+        assert state.keys is not None and state.index is not None
         item_id = rec["id"]
         parts: list[dict] = []
         written = 0
-        with _new_item(vault, item_id) as new_part:
+        with _new_item(state, item_id) as new_part:
             for part in rec["parts"]:
                 writer = new_part(part["name"])
                 for chunk in read_part(part):
@@ -411,25 +411,25 @@ def copy_in(vault: Vault, rec: dict, read_part: Callable[[dict], Iterator[bytes]
                 parts.append({**part, "blob": done["blob"], "ct_size": done["ct_size"]})
                 written += done["size"]
             _commit_item(
-                vault, {**copy.deepcopy(rec), "parts": parts}, {"kind": rec["kind"], "rekey_copy": True}
+                state, {**copy.deepcopy(rec), "parts": parts}, {"kind": rec["kind"], "rekey_copy": True}
             )
         return written
 
 
 @contextlib.contextmanager
-def _new_item(vault: Vault, item_id: str) -> Iterator[Callable[[str], PartWriter]]:
+def _new_item(state: VaultState, item_id: str) -> Iterator[Callable[[str], PartWriter]]:
     """The part writers of a new item (``new_part(name)``). If the body raises, the item's files are
     removed unless the index on disk already references it (a failure after the rename, e.g. of the
     folder fsync, leaves the item committed). These files belong to this item only: no index ever
     referenced them."""
-    assert vault._keys is not None
-    key = vault._keys.item(item_id)
+    assert state.keys is not None
+    key = state.keys.item(item_id)
     writers: list[PartWriter] = []
 
     def new_part(name: str) -> PartWriter:
-        assert vault._keys is not None
+        assert state.keys is not None
         writer = PartWriter(
-            blob_dir(vault.path), key, crypto.context(vault._keys.vault_id, item_id, name), name
+            blob_dir(state.path), key, crypto.context(state.keys.vault_id, item_id, name), name
         )
         writers.append(writer)
         return writer
@@ -437,21 +437,21 @@ def _new_item(vault: Vault, item_id: str) -> Iterator[Callable[[str], PartWriter
     try:
         yield new_part
     except BaseException:
-        if not item_index.on_disk_has(vault, item_id):
+        if not item_index.on_disk_has(state, item_id):
             for writer in writers:
                 writer.discard()
-            record_files.unlink_records(vault, item_id)
+            record_files.unlink_records(state, item_id)
         raise
 
 
-def _commit_item(vault: Vault, record: dict, detail: dict) -> None:
+def _commit_item(state: VaultState, record: dict, detail: dict) -> None:
     """Write the item's record files, then commit the index that lists it (audit entry ``import``)."""
-    assert vault._index is not None
-    record_files.write_record(vault, record)
-    fsync_dir(blob_dir(vault.path))
-    index = copy.deepcopy(vault._index)
+    assert state.index is not None
+    record_files.write_record(state, record)
+    fsync_dir(blob_dir(state.path))
+    index = copy.deepcopy(state.index)
     index["items"][record["id"]] = record
-    item_index.commit(vault, "import", record["id"], detail, index)
+    item_index.commit(state, "import", record["id"], detail, index)
 
 
 @contextlib.contextmanager

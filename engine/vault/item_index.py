@@ -21,7 +21,7 @@ from engine.vault.header import Keys, sha256
 from engine.vault.layout import INDEX_NAME, ROLLBACK_ADVICE
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 
 def index_ctx(vault_id: bytes) -> bytes:
@@ -55,27 +55,27 @@ def read_index(folder: Path, keys: Keys) -> tuple[dict, tuple]:
     return index, (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def refresh_index(vault: Vault) -> None:
+def refresh_index(state: VaultState) -> None:
     """Re-read the index if another process (or object) changed it; an older one is refused."""
-    assert vault._keys is not None and vault._index is not None
+    assert state.keys is not None and state.index is not None
     try:
-        st = os.stat(vault.path / INDEX_NAME)
+        st = os.stat(state.path / INDEX_NAME)
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
     except FileNotFoundError:
         stamp = None
-    if stamp != vault._index_stamp:
-        index, new_stamp = read_index(vault.path, vault._keys)
-        old_gen, new_gen = int(vault._index.get("generation", 0)), int(index.get("generation", 0))
+    if stamp != state.index_stamp:
+        index, new_stamp = read_index(state.path, state.keys)
+        old_gen, new_gen = int(state.index.get("generation", 0)), int(index.get("generation", 0))
         if new_gen < old_gen:
             raise VaultRolledBack(
-                f"index.vsi of the vault at {vault.path} was replaced by an older version while the vault "
+                f"index.vsi of the vault at {state.path} was replaced by an older version while the vault "
                 f"was open (generation {new_gen}, it was at {old_gen}). {ROLLBACK_ADVICE}"
             )
-        vault._index, vault._index_stamp = index, new_stamp
+        state.index, state.index_stamp = index, new_stamp
 
 
 def commit(
-    vault: Vault,
+    state: VaultState,
     event: str,
     item_id: str | None,
     detail: dict,
@@ -86,42 +86,42 @@ def commit(
 ) -> None:
     """Commit a change: the audit entry (write-ahead, carrying the new generation), then the index that
     records that entry's seq and MAC and the header's hash, then the anchor."""
-    assert vault._keys is not None and vault._index is not None
+    assert state.keys is not None and state.index is not None
     if generation is None:
-        generation = int(vault._index.get("generation", 0)) + 1
-    vault._audit_write(event, item_id, {**detail, "generation": generation})
+        generation = int(state.index.get("generation", 0)) + 1
+    state.record(event, item_id, {**detail, "generation": generation})
     if before_index is not None:
         before_index()
-    assert vault._audit.last_appended is not None
-    seq, mac = vault._audit.last_appended
+    assert state.audit.last_appended is not None
+    seq, mac = state.audit.last_appended
     index = {
         **index,
         "generation": generation,
         "audit_seq": seq,
         "audit_mac": mac.hex(),
-        "header_sha256": sha256(vault._header.to_bytes()),
+        "header_sha256": sha256(state.header.to_bytes()),
     }
-    write_index_file(vault.path, vault._keys, index)
-    st = os.stat(vault.path / INDEX_NAME)
-    vault._index, vault._index_stamp = index, (st.st_ino, st.st_mtime_ns, st.st_size)
-    if not vault._rolled_back:
-        vault._anchor.update(generation=generation)
+    write_index_file(state.path, state.keys, index)
+    st = os.stat(state.path / INDEX_NAME)
+    state.index, state.index_stamp = index, (st.st_ino, st.st_mtime_ns, st.st_size)
+    if not state.rolled_back:
+        state.anchor.update(generation=generation)
 
 
-def on_disk_has(vault: Vault, item_id: str) -> bool | None:
+def on_disk_has(state: VaultState, item_id: str) -> bool | None:
     """After a failed commit: does the index on disk reference the item? None if it cannot be told."""
-    assert vault._keys is not None
+    assert state.keys is not None
     try:
-        index, _ = read_index(vault.path, vault._keys)
+        index, _ = read_index(state.path, state.keys)
     except VaultError:
         return None
     return item_id in index["items"]
 
 
-def find_record(vault: Vault, item_id: str) -> dict:
+def find_record(state: VaultState, item_id: str) -> dict:
     """An indexed item's record by id or unique prefix (at least 4 characters)."""
-    assert vault._index is not None
-    items = vault._index["items"]
+    assert state.index is not None
+    items = state.index["items"]
     if item_id in items:
         return items[item_id]
     key = str(item_id).strip().lower()

@@ -1,10 +1,12 @@
-"""A vault's lifecycle beyond its constructor: creating one, unlocking it (with the rollback checks and
-the clean-up of interrupted writes), and re-pointing an open object at the vault a re-key swapped in."""
+"""A vault's lifecycle beyond opening its folder: creating one, unlocking it (with the rollback checks and
+the clean-up of interrupted writes), locking it, and re-pointing an open state at the vault a re-key swapped
+in. Every function takes the :class:`~engine.vault.state.VaultState`."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +19,6 @@ from engine.errors import (
     VaultRolledBack,
 )
 from engine.vault import cleanup, crypto, item_index, rollback
-from engine.vault.anchor import Anchor
 from engine.vault.audit import AuditLog
 from engine.vault.crypto import DecryptionFailed, KdfParams
 from engine.vault.fsio import FileLock, fsync_dir, write_atomic
@@ -34,25 +35,26 @@ from engine.vault.layout import (
 )
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 
-def create(
-    cls: type[Vault],
-    path: str | os.PathLike,
-    passphrase: str | bytes,
-    *,
-    kdf: KdfParams | None = None,
-    **kwargs,
-) -> Vault:
-    """Create a new, empty vault and return it unlocked.
+@dataclass(frozen=True)
+class NewVault:
+    """A vault :func:`create` just wrote: open its folder (``VaultState.open``), then :func:`adopt_new`."""
+
+    folder: Path
+    keys: Keys
+    audit_last: tuple[int, bytes]  # (seq, MAC) of its first audit entry, for the anchor
+
+
+def create(path: str | os.PathLike, passphrase: str | bytes, *, kdf: KdfParams | None = None) -> NewVault:
+    """Create a new, empty vault on disk (its keys kept for :func:`adopt_new`).
 
     Args:
         path: A new or empty folder.
         passphrase: At least 8 characters.
         kdf: Argon2id parameters. The default is RFC 9106's 64 MiB / t=3 / p=4; smaller values are for
             tests only.
-        **kwargs: Passed to the constructor (``idle_timeout_s``, ``clock``, ``write_lock_wait_s``).
 
     Raises:
         VaultError: A vault already exists there.
@@ -83,8 +85,10 @@ def create(
     master = os.urandom(crypto.KEY_BYTES)
     header = Header.wrapping(vault_id, now_iso(), kdf, pw, master)
     keys = Keys(master, vault_id)
-    lock = FileLock(folder / WRITE_LOCK_NAME, "another VolSynth process (pid {pid}) is creating this vault")
-    with lock.hold():
+    creating = FileLock(
+        folder / WRITE_LOCK_NAME, "another VolSynth process (pid {pid}) is creating this vault"
+    )
+    with creating.hold():
         audit = AuditLog(folder, vault_id)
         audit.attach_keys(keys.audit_enc, keys.audit_mac)
         audit.start()
@@ -106,14 +110,40 @@ def create(
         write_atomic(folder / HEADER_NAME, header.to_bytes())
         with contextlib.suppress(OSError):
             fsync_dir(folder.parent)
-    vault = cls(folder, **kwargs)
-    vault._anchor.update(generation=0, audit=audit.last_appended)
-    with vault._mutex:
-        vault._adopt_keys(keys)
-    return vault
+    return NewVault(folder, keys, audit.last_appended)
 
 
-def unlock(vault: Vault, passphrase: str | bytes, *, allow_rollback: bool = False) -> None:
+def adopt_new(state: VaultState, new: NewVault) -> None:
+    """Unlock the state of a vault :func:`create` made with the keys it made (no passphrase asked again)."""
+    state.anchor.update(generation=0, audit=new.audit_last)
+    with state.mutex:
+        adopt_keys(state, new.keys)
+
+
+def adopt_keys(state: VaultState, keys: Keys) -> None:
+    """Take unlocked keys: attach them to the audit trail, read the index unless it is already read."""
+    state.keys = keys
+    state.audit.attach_keys(keys.audit_enc, keys.audit_mac)
+    if state.index is None:
+        state.index, state.index_stamp = item_index.read_index(state.path, keys)
+    state.touch()
+
+
+def lock(state: VaultState, reason: str) -> None:
+    """Forget the keys and the decrypted index (an audit entry ``lock`` with ``reason`` first, if it can
+    be written: locking must always succeed). Call under ``state.mutex``."""
+    if state.keys is None:
+        return
+    with contextlib.suppress(VaultError):
+        state.audit.append("lock", None, {"reason": reason})
+    state.audit.detach_keys()
+    state.keys.wipe()
+    state.keys = None
+    state.index = None
+    state.index_stamp = None
+
+
+def unlock(state: VaultState, passphrase: str | bytes, *, allow_rollback: bool = False) -> None:
     """Unlock with the passphrase (Argon2id takes a fraction of a second to a few seconds by design).
 
     Then checks for rollback (see the module docstring) and removes temporary files of interrupted
@@ -130,71 +160,67 @@ def unlock(vault: Vault, passphrase: str | bytes, *, allow_rollback: bool = Fals
         VaultRolledBack: The index, the audit trail or the header is an older version than the one
             this vault had (nothing is deleted; the message says what to do).
     """
-    with vault._mutex:
-        if vault._keys is not None:
-            vault.touch()
+    with state.mutex:
+        if state.keys is not None:
+            state.touch()
             return
         pw = crypto.encode_passphrase(passphrase)
-        header = Header.read(vault.path)  # another process may have changed the passphrase
+        header = Header.read(state.path)  # another process may have changed the passphrase
         header_bytes = header.to_bytes()  # exactly the file's bytes (Header.read checks that)
         try:
             master = header.unwrap(pw)
         except DecryptionFailed:
-            AuditLog.record_failed_unlock(vault.path)
-            raise VaultLocked(f"wrong passphrase for the vault at {vault.path}") from None
-        vault._header = header
+            AuditLog.record_failed_unlock(state.path)
+            raise VaultLocked(f"wrong passphrase for the vault at {state.path}") from None
+        state.header = header
         keys = Keys(master, header.vault_id)
-        index, stamp = item_index.read_index(vault.path, keys)
-        vault._audit.attach_keys(keys.audit_enc, keys.audit_mac)
+        index, stamp = item_index.read_index(state.path, keys)
+        state.audit.attach_keys(keys.audit_enc, keys.audit_mac)
         try:
-            problems = rollback.rollback_problems(vault, index, header_bytes)
+            problems = rollback.rollback_problems(state, index, header_bytes)
         except BaseException:
-            vault._audit.detach_keys()
+            state.audit.detach_keys()
             keys.wipe()
             raise
         if problems and not allow_rollback:
-            vault._audit.detach_keys()
+            state.audit.detach_keys()
             keys.wipe()
             raise VaultRolledBack(
-                f"the vault at {vault.path} is older than it was: "
+                f"the vault at {state.path} is older than it was: "
                 + "; ".join(problems)
                 + ". "
                 + ROLLBACK_ADVICE
             )
-        vault._rolled_back = problems
-        vault._index, vault._index_stamp = index, stamp
-        vault._adopt_keys(keys)
-        vault.notices, vault._opening_notices = vault._opening_notices, []
-        vault.warnings = rollback.detection_limits(vault, index) if not problems else []
+        state.rolled_back = problems
+        state.index, state.index_stamp = index, stamp
+        adopt_keys(state, keys)
+        state.notices, state.opening_notices = state.opening_notices, []
+        state.warnings = rollback.detection_limits(state, index) if not problems else []
         if not problems:
-            vault._anchor.update(generation=int(index.get("generation", 0)))
-        if vault._anchor.problem:
-            vault.warnings.append(
-                f"{vault._anchor.problem}. Without it this computer cannot tell an older copy of the vault "
+            state.anchor.update(generation=int(index.get("generation", 0)))
+        if state.anchor.problem:
+            state.warnings.append(
+                f"{state.anchor.problem}. Without it this computer cannot tell an older copy of the vault "
                 "put back from the real one; make that folder writable (or set $VOLSYNTH_ANCHOR_DIR)."
             )
         try:
-            vault._audit.record_unlock()
-            vault._audit_problem = None
+            state.audit.record_unlock()
+            state.audit_problem = None
         except VaultCorrupted as exc:
-            vault._audit_problem = str(exc)
-        vault.notices += vault._audit.repairs
-        vault._audit.repairs = []
-        cleanup.clean_stale_files(vault)
+            state.audit_problem = str(exc)
+        state.notices += state.audit.repairs
+        state.audit.repairs = []
+        cleanup.clean_stale_files(state)
 
 
-def reopen(vault: Vault, keys: Keys) -> None:
-    """Point this object at the vault now at its path (after ``vault rekey`` swapped it in) and adopt
+def reopen(state: VaultState, keys: Keys) -> None:
+    """Point this state at the vault now at its path (after ``vault rekey`` swapped it in) and adopt
     that vault's keys."""
-    with vault._mutex:
-        if vault._keys is not None:
-            vault._audit.detach_keys()
-            vault._keys.wipe()
-        vault._keys = None
-        vault._index = vault._index_stamp = None
-        vault._header = Header.read(vault.path)
-        vault._audit = AuditLog(vault.path, vault._header.vault_id)
-        vault._audit.on_append = vault._on_audit_appended
-        vault._anchor = Anchor(vault._header.vault_id.hex())
-        vault._rolled_back = []
-        vault._adopt_keys(keys)
+    with state.mutex:
+        if state.keys is not None:
+            state.audit.detach_keys()
+            state.keys.wipe()
+        state.keys = None
+        state.index = state.index_stamp = None
+        state.rebind(Header.read(state.path))
+        adopt_keys(state, keys)

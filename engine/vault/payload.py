@@ -26,7 +26,7 @@ from engine.vault.layout import BLOB_SUFFIX, blob_path
 from engine.vault.records import TISSUE_PART_PREFIX
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 Progress = Callable[[int, int], None]
 """Progress callback: (bytes done, bytes total). It may raise (e.g. ``Cancelled``) to abort cleanly."""
@@ -90,10 +90,10 @@ def corrupted(rec: dict, part: dict, why: str) -> VaultCorrupted:
     )
 
 
-def open_part(vault: Vault, rec: dict, part: dict):
+def open_part(state: VaultState, rec: dict, part: dict):
     """Open a part's blob after checking its exact length; returns (file, decryptor)."""
-    assert vault._keys is not None
-    path = blob_path(vault.path, part["blob"])
+    assert state.keys is not None
+    path = blob_path(state.path, part["blob"])
     try:
         fh = open(path, "rb")  # noqa: SIM115 - the callers close it
     except FileNotFoundError:
@@ -104,11 +104,11 @@ def open_part(vault: Vault, rec: dict, part: dict):
     if size != part["ct_size"]:
         fh.close()
         raise corrupted(rec, part, f"file was truncated or extended ({size} bytes, not {part['ct_size']})")
-    ctx = crypto.context(vault._keys.vault_id, rec["id"], part["name"])
-    return fh, crypto.StreamDecryptor(vault._keys.item(rec["id"]), ctx)
+    ctx = crypto.context(state.keys.vault_id, rec["id"], part["name"])
+    return fh, crypto.StreamDecryptor(state.keys.item(rec["id"]), ctx)
 
 
-def iter_part(vault: Vault, rec: dict, part: dict, *, check_hash: bool = False) -> Iterator[bytes]:
+def iter_part(state: VaultState, rec: dict, part: dict, *, check_hash: bool = False) -> Iterator[bytes]:
     """Decrypt one part, yielding plaintext pieces; raises VaultCorrupted naming the item.
 
     Integrity comes from the AEAD: every chunk is authenticated under a key and context unique to this
@@ -117,7 +117,7 @@ def iter_part(vault: Vault, rec: dict, part: dict, *, check_hash: bool = False) 
     (return it, rename a file into place) only after that. ``check_hash`` adds the SHA-256 recorded at
     import as a second, independent check (used by verify).
     """
-    fh, dec = open_part(vault, rec, part)
+    fh, dec = open_part(state, rec, part)
     sha = hashlib.sha256() if check_hash else None
     n = 0
     with fh:
@@ -141,12 +141,12 @@ def iter_part(vault: Vault, rec: dict, part: dict, *, check_hash: bool = False) 
         raise corrupted(rec, part, "does not match the index")
 
 
-def read_part(vault: Vault, rec: dict, part: dict) -> memoryview:
+def read_part(state: VaultState, rec: dict, part: dict) -> memoryview:
     """Decrypt one part into memory (never to disk), without intermediate copies."""
     size = int(part["size"])
     # Uninitialised memory: nothing is zeroed first, and on failure it is dropped unread.
     buf = np.empty(size + crypto.IO_CHUNK + crypto.StreamDecryptor.INTO_SLACK, dtype=np.uint8)
-    fh, dec = open_part(vault, rec, part)
+    fh, dec = open_part(state, rec, part)
     pos = 0
     with fh:
         try:

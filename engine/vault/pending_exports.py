@@ -20,27 +20,27 @@ from engine.vault.fsio import FileLock, remove_leftovers
 from engine.vault.layout import EXPORT_TMP_PREFIX, PENDING_EXPORT_PREFIX, STAGING_NAME
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 
-def pending_ctx(vault: Vault, token: str) -> bytes:
+def pending_ctx(state: VaultState, token: str) -> bytes:
     """The encryption context of one export's note."""
-    assert vault._keys is not None
-    return crypto.context(vault._keys.vault_id, "pending-export", token)
+    assert state.keys is not None
+    return crypto.context(state.keys.vault_id, "pending-export", token)
 
 
 @contextlib.contextmanager
 def pending_export(
-    vault, folders: list[Path], *, targets: Sequence[Path] = (), overwrite: bool = False
+    state, folders: list[Path], *, targets: Sequence[Path] = (), overwrite: bool = False
 ) -> Iterator[str]:
     """Note (encrypted, in the vault folder) where an export writes its partial files, for as long as
     it runs; a lock on the note tells a running export from one that was killed. Yields the export's
     temporary-file prefix."""
-    assert vault._keys is not None
+    assert state.keys is not None
     token = secrets.token_hex(8)
     prefix = f"{EXPORT_TMP_PREFIX}{token}-"
-    note = vault.path / f"{PENDING_EXPORT_PREFIX}{token}.vse"
-    lock = FileLock(vault.path / f"{PENDING_EXPORT_PREFIX}{token}.lock", "export {pid} running")
+    note = state.path / f"{PENDING_EXPORT_PREFIX}{token}.vse"
+    lock = FileLock(state.path / f"{PENDING_EXPORT_PREFIX}{token}.lock", "export {pid} running")
     lock.acquire()
     try:
         body = json.dumps(
@@ -55,7 +55,7 @@ def pending_export(
         # torn note is reported as unreadable and removed.
         fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(crypto.encrypt_bytes(vault._keys.index, pending_ctx(vault, token), body))
+            fh.write(crypto.encrypt_bytes(state.keys.index, pending_ctx(state, token), body))
             fh.flush()
             os.fsync(fh.fileno())
         yield prefix
@@ -67,13 +67,13 @@ def pending_export(
             lock.path.unlink()
 
 
-def clean_stale_exports(vault: Vault) -> None:
+def clean_stale_exports(state: VaultState) -> None:
     """Remove the partial files of exports that were killed (their note is there, its lock is free), with
     a notice each; exports still running are left alone."""
-    assert vault._keys is not None
-    for note in sorted(vault.path.glob(f"{PENDING_EXPORT_PREFIX}*.vse")):
+    assert state.keys is not None
+    for note in sorted(state.path.glob(f"{PENDING_EXPORT_PREFIX}*.vse")):
         token = note.name[len(PENDING_EXPORT_PREFIX) : -len(".vse")]
-        lock = FileLock(vault.path / f"{PENDING_EXPORT_PREFIX}{token}.lock", "export {pid} running")
+        lock = FileLock(state.path / f"{PENDING_EXPORT_PREFIX}{token}.lock", "export {pid} running")
         try:
             lock.acquire(0.0)
         except VaultLocked:
@@ -81,7 +81,7 @@ def clean_stale_exports(vault: Vault) -> None:
         try:
             try:
                 body = json.loads(
-                    crypto.decrypt_bytes(vault._keys.index, pending_ctx(vault, token), note.read_bytes())
+                    crypto.decrypt_bytes(state.keys.index, pending_ctx(state, token), note.read_bytes())
                 )
                 folders, prefix = [Path(f) for f in body["folders"]], str(body["prefix"])
                 targets = [Path(t) for t in body.get("targets", [])]
@@ -89,7 +89,7 @@ def clean_stale_exports(vault: Vault) -> None:
             except FileNotFoundError:
                 continue  # finished meanwhile
             except (DecryptionFailed, ValueError, KeyError, TypeError):
-                vault.notices.append(f"an unreadable note of an interrupted export ({note.name}) was removed")
+                state.notices.append(f"an unreadable note of an interrupted export ({note.name}) was removed")
                 folders, prefix, targets, overwrite = [], "", [], True
             removed = 0
             for folder in folders:
@@ -107,7 +107,7 @@ def clean_stale_exports(vault: Vault) -> None:
                                 shutil.rmtree(target) if target.is_dir() else target.unlink()
             if removed:
                 where = ", ".join(str(f) for f in folders)
-                vault.notices.append(
+                state.notices.append(
                     f"removed {removed} partial file(s) of an interrupted export (in {where})"
                 )
             with contextlib.suppress(FileNotFoundError):

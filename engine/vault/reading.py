@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.errors import InvalidRequest
-from engine.vault import item_index, nifti, payload
+from engine.vault import guards, item_index, nifti, payload
 from engine.vault.records import (
     KINDS,
     TISSUE_PART_PREFIX,
@@ -21,10 +21,10 @@ from engine.vault.records import (
 )
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 
-def search(vault: Vault, query: str = "", *, kind: str | None = None) -> list[ItemInfo]:
+def search(state: VaultState, query: str = "", *, kind: str | None = None) -> list[ItemInfo]:
     """Items whose id, label, patient, study or provenance contains ``query`` (case-insensitive).
 
     Args:
@@ -34,10 +34,10 @@ def search(vault: Vault, query: str = "", *, kind: str | None = None) -> list[It
     if kind is not None and kind not in KINDS:
         raise InvalidRequest(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     words = query.lower().split()
-    with vault._op():
-        assert vault._index is not None
+    with guards.operation(state):
+        assert state.index is not None
         out = []
-        for rec in vault._index["items"].values():
+        for rec in state.index["items"].values():
             if kind is not None and rec["kind"] != kind:
                 continue
             haystack = " ".join(
@@ -57,7 +57,7 @@ def search(vault: Vault, query: str = "", *, kind: str | None = None) -> list[It
 
 
 def open_item(
-    vault: Vault, item_id: str, *, as_float32: bool = True, with_tissue: bool = False
+    state: VaultState, item_id: str, *, as_float32: bool = True, with_tissue: bool = False
 ) -> OpenedVolume:
     """Decrypt an item's volume into memory (nothing is written to disk). Recorded as a view.
 
@@ -71,22 +71,22 @@ def open_item(
     Raises:
         VaultCorrupted: The item failed authentication (no data is returned).
     """
-    with vault._op():
-        rec = item_index.find_record(vault, item_id)
+    with guards.operation(state):
+        rec = item_index.find_record(state, item_id)
         names = tissue_names(rec) if with_tissue else ()
-        vault._audit_write("view", rec["id"], {"tissue": list(names)} if names else {})
+        state.record("view", rec["id"], {"tissue": list(names)} if names else {})
         volume = next(p for p in rec["parts"] if p["name"] == "volume")
-        raw = payload.read_part(vault, rec, volume)
+        raw = payload.read_part(state, rec, volume)
         data, _ = nifti.load(raw, compressed=bool(rec["volume"].get("compressed")), as_float32=as_float32)
         del raw
-        tissue = read_tissue(vault, rec, names)
+        tissue = read_tissue(state, rec, names)
         # The index holds the affine at full precision (NIfTI-1 stores the sform as float32); for a NIfTI
         # import it is exactly what nibabel reads from the file.
         affine = np.array(rec["volume"]["affine"], dtype=np.float64)
         return opened_volume(data, affine, ItemInfo.from_record(rec), tissue)
 
 
-def open_tissue(vault: Vault, item_id: str, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+def open_tissue(state: VaultState, item_id: str, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """Decrypt a generated item's tissue maps into memory (nothing is written to disk). Recorded as a
     view.
 
@@ -102,8 +102,8 @@ def open_tissue(vault: Vault, item_id: str, names: Sequence[str] | None = None) 
         InvalidRequest: The item has no map of a name asked for.
         VaultCorrupted: A map failed authentication (no data is returned).
     """
-    with vault._op():
-        rec = item_index.find_record(vault, item_id)
+    with guards.operation(state):
+        rec = item_index.find_record(state, item_id)
         stored = tissue_names(rec)
         wanted = stored if names is None else tuple(str(n) for n in names)
         missing = [n for n in wanted if n not in stored]
@@ -114,16 +114,16 @@ def open_tissue(vault: Vault, item_id: str, names: Sequence[str] | None = None) 
             )
         if not wanted:
             return {}
-        vault._audit_write("view", rec["id"], {"tissue": list(wanted)})
-        return read_tissue(vault, rec, wanted)
+        state.record("view", rec["id"], {"tissue": list(wanted)})
+        return read_tissue(state, rec, wanted)
 
 
-def read_tissue(vault: Vault, rec: dict, names: Sequence[str]) -> dict[str, np.ndarray]:
+def read_tissue(state: VaultState, rec: dict, names: Sequence[str]) -> dict[str, np.ndarray]:
     """Decrypt and parse the named tissue parts of an item; all of them or none (raises)."""
     out = {}
     for name in names:
         part = next(p for p in rec["parts"] if p["name"] == TISSUE_PART_PREFIX + name)
-        raw = payload.read_part(vault, rec, part)
+        raw = payload.read_part(state, rec, part)
         out[name], _ = nifti.load(raw, compressed=bool(part.get("compressed")), as_float32=True)
         del raw
     return out

@@ -41,27 +41,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InvalidRequest, OutputError, VaultCorrupted, VaultLocked, VaultRolledBack
-from engine.vault import crypto, importing, item_index, payload
-from engine.vault.audit import AuditLog
+from engine.vault import crypto, editing, guards, importing, item_index, lifecycle, payload, record_files
+from engine.vault.anchor import Anchor
+from engine.vault.audit import HEAD_NAME, LOG_NAME, AuditLog
+from engine.vault.cleanup import orphan_blobs
 from engine.vault.crypto import DecryptionFailed, KdfParams
+from engine.vault.folders import COMPLETE_MARK, remove_retired, retired_path, staging_path
 from engine.vault.fsio import fsync_dir, write_atomic
 from engine.vault.header import Header
-from engine.vault.layout import HEADER_NAME
+from engine.vault.layout import HEADER_NAME, INDEX_NAME, blob_dir, blob_path
+from engine.vault.state import VaultState
 
-STAGING_SUFFIX = ".rekey"
-RETIRED_SUFFIX = ".pre-rekey"
-COMPLETE_MARK = "rekey-complete"
 REPLAY_BATCH = 512  # audit entries appended to the new chain in one locked step
 
 Progress = Callable[[int, int], None]
-
-
-def staging_path(folder: Path) -> Path:
-    return folder.with_name(f".{folder.name}{STAGING_SUFFIX}")
-
-
-def retired_path(folder: Path) -> Path:
-    return folder.with_name(f".{folder.name}{RETIRED_SUFFIX}")
 
 
 @dataclass(frozen=True)
@@ -78,28 +71,6 @@ class RekeyReport:
     new_vault_id: str
 
 
-def finish_interrupted_swap(folder: Path) -> str | None:
-    """Finish a re-key killed between its two renames (no folder at ``folder``, a complete staging one
-    beside it). Needs no key. Returns a notice, or None when there was nothing to finish."""
-    staging = staging_path(folder)
-    if folder.exists() or not (staging / COMPLETE_MARK).is_file() or not (staging / HEADER_NAME).is_file():
-        return None
-    os.rename(staging, folder)
-    with contextlib.suppress(FileNotFoundError):
-        (folder / COMPLETE_MARK).unlink()
-    fsync_dir(folder.parent)
-    return "finished a re-key that was interrupted while the vault folder was being swapped"
-
-
-def remove_retired(folder: Path) -> str | None:
-    """Delete the pre-re-key folder a crash left behind (all of it is encrypted under the old key)."""
-    retired = retired_path(folder)
-    if not retired.exists():
-        return None
-    shutil.rmtree(retired)
-    return f"deleted {retired.name}, the copy of the vault under its old key left by an interrupted re-key"
-
-
 def _same_item(a: dict, b: dict) -> bool:
     """Whether two records describe the same item (blob names and ciphertext sizes aside)."""
 
@@ -114,17 +85,17 @@ def _same_item(a: dict, b: dict) -> bool:
 
 
 def rekey(
-    vault,
+    state: VaultState,
     old: str | bytes,
     new: str | bytes,
     *,
     kdf: KdfParams | None = None,
     progress: Progress | None = None,
 ) -> RekeyReport:
-    """Re-encrypt every item, record, index and audit entry of ``vault`` under a new master key.
+    """Re-encrypt every item, record, index and audit entry of a vault under a new master key.
 
     Args:
-        vault: An unlocked :class:`~engine.vault.Vault`. On return it is unlocked on the re-keyed vault
+        state: An unlocked vault's state (``Vault.state``). On return it is unlocked on the re-keyed vault
             (same path, new vault id).
         old: The current passphrase (asked again although the vault is unlocked).
         new: The new passphrase (may equal the old one: the key still changes).
@@ -138,40 +109,38 @@ def rekey(
             damaged (re-key would carry the damage over: repair it first).
         OutputError: Not enough free disk space for the copy.
     """
-    from engine.vault import lifecycle  # (lifecycle -> cleanup -> this module)
-
     started = time.monotonic()
     new_pw = crypto.encode_passphrase(new, new=True)
     old_pw = crypto.encode_passphrase(old)
-    folder = vault.path
+    folder = state.path
     staging = staging_path(folder)
-    with vault._mutex:
-        if vault._rolled_back:
+    with state.mutex:
+        if state.rolled_back:
             raise VaultRolledBack(f"the vault at {folder} was rolled back; repair it before re-keying")
-        with vault._op(), vault._writing():
-            master, old_id = _check_old_vault(vault, old_pw)
+        with guards.operation(state), guards.writing(state):
+            master, old_id = _check_old_vault(state, old_pw)
             fresh = not staging.exists()
             if fresh:
                 # Before the staging folder is made: a refusal leaves nothing behind.
-                _check_space(vault, list(vault._index["items"].values()))
+                _check_space(state, list(state.index["items"].values()))
             target = _open_staging(staging, new_pw, kdf)
             try:
-                copied = _copy_items(vault, target, progress)
+                copied = _copy_items(state, target, progress)
                 # The audit trail last, under the old chain's lock: nothing can be appended to it meanwhile.
-                with vault._audit._lock.hold(wait_s=10.0):
-                    replayed = _replay_audit(vault, target, old_id, len(copied.source_items))
+                with state.audit.held():
+                    replayed = _replay_audit(state, target, old_id, len(copied.source_items))
                     write_atomic(staging / COMPLETE_MARK, old_id.encode() + b"\n")
-                    new_keys, target._keys = target._keys, None  # handed to ``vault`` below, not wiped
-                    target._audit.detach_keys()
+                    new_keys, target.keys = target.keys, None  # handed to ``state`` below, not wiped
+                    target.audit.detach_keys()
                     new_id = target.vault_id
                     retired = retired_path(folder)
                     os.rename(folder, retired)
                     os.rename(staging, folder)
                     fsync_dir(folder.parent)
             except BaseException:
-                empty = target._index is not None and not target._index["items"]
-                if target._keys is not None:
-                    target.lock()
+                empty = target.index is not None and not target.index["items"]
+                if target.keys is not None:
+                    _lock(target)
                 if fresh and empty and folder.is_dir() and not (staging / COMPLETE_MARK).exists():
                     # Made by this run, nothing copied into it yet and the swap not begun (an empty vault
                     # is swapped like any other): nothing worth resuming.
@@ -180,13 +149,13 @@ def rekey(
         # After the swap, outside the old folder's locks (their files moved with it).
         with contextlib.suppress(FileNotFoundError):
             (folder / COMPLETE_MARK).unlink()
-        lifecycle.reopen(vault, new_keys)
+        lifecycle.reopen(state, new_keys)
         try:
             shutil.rmtree(retired)
         except OSError as exc:
-            vault.notices.append(f"could not delete {retired} (the vault under its old key): {exc}")
+            state.notices.append(f"could not delete {retired} (the vault under its old key): {exc}")
         with contextlib.suppress(OSError):
-            vault._anchor.__class__(old_id).path.unlink()  # the old id is gone for good
+            Anchor(old_id).path.unlink()  # the old id is gone for good
         del master  # only checked against the passphrase; ``bytes`` cannot be zeroed in place
     return RekeyReport(
         items=len(copied.source_items),
@@ -200,17 +169,23 @@ def rekey(
     )
 
 
-def _check_old_vault(vault, old_pw: bytes) -> tuple[bytes, str]:
+def _lock(target: VaultState) -> None:
+    """Lock the staging vault (as ``Vault.lock`` does: an audit entry, then the keys wiped)."""
+    with target.mutex:
+        lifecycle.lock(target, "manual")
+
+
+def _check_old_vault(state: VaultState, old_pw: bytes) -> tuple[bytes, str]:
     """The old master key and vault id, once the old passphrase and the audit chain check out; removes a
     pre-re-key copy an earlier run left."""
-    folder = vault.path
+    folder = state.path
     header = Header.read(folder)
     try:
         master = header.unwrap(old_pw)
     except DecryptionFailed:
         AuditLog.record_failed_unlock(folder)
         raise VaultLocked("the current passphrase is wrong; nothing was re-keyed") from None
-    audit = vault._audit.check()
+    audit = state.audit.check()
     if audit.problems:
         raise InvalidRequest(
             "the audit trail is damaged (" + "; ".join(audit.problems[:3]) + "); run "
@@ -218,7 +193,7 @@ def _check_old_vault(vault, old_pw: bytes) -> tuple[bytes, str]:
         )
     with contextlib.suppress(OSError):
         if (notice := remove_retired(folder)) is not None:
-            vault.notices.append(notice)
+            state.notices.append(notice)
     return master, header.vault_id.hex()
 
 
@@ -230,25 +205,25 @@ class _Copied:
     done: int  # plaintext bytes re-encrypted by this run
 
 
-def _copy_items(vault, target, progress: Progress | None) -> _Copied:
+def _copy_items(state: VaultState, target: VaultState, progress: Progress | None) -> _Copied:
     """Bring the staging vault ``target`` in line with ``vault``: drop what was deleted or edited since an
     interrupted run, then re-encrypt every item it lacks (each part authenticated and its hash compared)."""
-    source_items: dict = vault._index["items"]
-    staged: dict = target._index["items"]
+    source_items: dict = state.index["items"]
+    staged: dict = target.index["items"]
     _drop_partial_copies(target)
     for item_id in [i for i in staged if i not in source_items or not _same_item(staged[i], source_items[i])]:
-        target.delete(item_id)  # deleted or edited in the old vault since the interrupted run
-    todo = [rec for i, rec in sorted(source_items.items()) if i not in target._index["items"]]
+        editing.delete(target, item_id)  # deleted or edited in the old vault since the interrupted run
+    todo = [rec for i, rec in sorted(source_items.items()) if i not in target.index["items"]]
     kept = len(source_items) - len(todo)
     total = sum(int(p["size"]) for rec in todo for p in rec["parts"])
-    _check_space(vault, todo)
+    _check_space(state, todo)
     done = 0
     if progress is not None:
         progress(0, total)
     for rec in todo:
 
         def read_part(part: dict, rec: dict = rec):
-            return payload.iter_part(vault, rec, part, check_hash=True)
+            return payload.iter_part(state, rec, part, check_hash=True)
 
         done += importing.copy_in(target, rec, read_part)
         if progress is not None:
@@ -256,17 +231,17 @@ def _copy_items(vault, target, progress: Progress | None) -> _Copied:
     return _Copied(source_items=source_items, todo=todo, kept=kept, done=done)
 
 
-def _replay_audit(vault, target, old_id: str, items: int) -> int:
+def _replay_audit(state: VaultState, target: VaultState, old_id: str, items: int) -> int:
     """Append every entry of the old audit chain to the new one (each keeps its time, event and item and
     notes its old seq, pid and user), then commit the re-key. Returns how many were replayed (by this run
     and an interrupted one before it)."""
-    entries = vault._audit.check().entries
+    entries = state.audit.check().entries
     # A run killed inside the replay left part of it in the staging chain (whole entries, in order): a
     # resumed run appends only the rest, so no entry appears twice. Old seqs are unique and never change
     # (the old chain is append-only and still ours, locked for writing).
     done = {
         e.detail["replayed"].get("seq")
-        for e in target._audit.check().entries
+        for e in target.audit.check().entries
         if isinstance(e.detail.get("replayed"), dict)
     }
     replayed = [
@@ -275,26 +250,24 @@ def _replay_audit(vault, target, old_id: str, items: int) -> int:
         if e.seq not in done
     ]
     for start in range(0, len(replayed), REPLAY_BATCH):
-        target._audit.append_many(replayed[start : start + REPLAY_BATCH])
-    with target._op(), target._writing():
+        target.audit.append_many(replayed[start : start + REPLAY_BATCH])
+    with guards.operation(target), guards.writing(target):
         item_index.commit(
             target,
             "rekey",
             None,
             {"from_vault": old_id, "items": items, "replayed": len(replayed) + len(done)},
-            copy.deepcopy(target._index),
+            copy.deepcopy(target.index),
         )
     return len(replayed) + len(done)
 
 
-def _open_staging(staging: Path, new_pw: bytes, kdf: KdfParams | None):
+def _open_staging(staging: Path, new_pw: bytes, kdf: KdfParams | None) -> VaultState:
     """The staging vault of an interrupted run (same new passphrase), or a new one."""
-    from engine.vault.store import Vault
-
-    if Vault.exists(staging):
-        target = Vault(staging, idle_timeout_s=None)
+    if (staging / HEADER_NAME).is_file():
+        target = VaultState.open(staging)
         try:
-            target.unlock(new_pw)
+            lifecycle.unlock(target, new_pw)
         except VaultLocked:
             raise InvalidRequest(
                 f"an interrupted re-key waits in {staging} under another new passphrase; give that one, "
@@ -305,14 +278,17 @@ def _open_staging(staging: Path, new_pw: bytes, kdf: KdfParams | None):
         if target is not None and not (staging / COMPLETE_MARK).exists():
             return target
         if target is not None:
-            target.lock()
+            _lock(target)
         shutil.rmtree(staging)  # damaged, or complete but not swapped in: the audit must be replayed once
     elif staging.exists():
         shutil.rmtree(staging)  # a staging vault whose creation was cut short: nothing in it yet
-    return Vault.create(staging, new_pw, kdf=kdf, idle_timeout_s=None)
+    new = lifecycle.create(staging, new_pw, kdf=kdf)
+    target = VaultState.open(new.folder)
+    lifecycle.adopt_new(target, new)
+    return target
 
 
-def _drop_partial_copies(target) -> int:
+def _drop_partial_copies(target: VaultState) -> int:
     """Delete the files of the staging vault that its index does not reference; returns how many.
 
     A run killed inside an item's copy leaves that item's finished payload (and maybe record) files with no
@@ -322,10 +298,7 @@ def _drop_partial_copies(target) -> int:
     untouched until the swap), no other writer can reach it (this run holds the old vault's write lock),
     and anything its index references is never among them.
     """
-    from engine.vault.cleanup import orphan_blobs  # (cleanup -> this module)
-    from engine.vault.layout import blob_dir
-
-    with target._op(), target._writing():
+    with guards.operation(target), guards.writing(target):
         leftovers = orphan_blobs(target)
         for path in leftovers:
             with contextlib.suppress(FileNotFoundError):
@@ -348,7 +321,7 @@ def _allocated(path: Path) -> int:
     return -(-size // _BLOCK) * _BLOCK
 
 
-def space_needed(vault, todo: list[dict]) -> tuple[int, int]:
+def space_needed(state: VaultState, todo: list[dict]) -> tuple[int, int]:
     """(bytes the copy of ``todo`` will write beside the vault, of which the stated margin).
 
     The new files have the old ones' sizes (each part is re-encrypted into the same chunked format), so
@@ -357,18 +330,14 @@ def space_needed(vault, todo: list[dict]) -> tuple[int, int]:
     user make each entry longer), the index twice (an atomic write keeps the old one until the rename),
     and the header; plus a margin of 10 % (at least 1 MiB).
     """
-    from engine.vault import record_files
-    from engine.vault.audit import HEAD_NAME, LOG_NAME
-    from engine.vault.layout import INDEX_NAME, blob_path
-
-    folder = vault.path
+    folder = state.path
     items = sum(
         sum(
             _allocated(blob_path(folder, p["blob"])) or -(-int(p["ct_size"]) // _BLOCK) * _BLOCK
             for p in rec["parts"]
         )
-        + _allocated(record_files.record_path(vault, rec["id"]))
-        + _allocated(record_files.record_copy_path(vault, rec["id"]))
+        + _allocated(record_files.record_path(state, rec["id"]))
+        + _allocated(record_files.record_copy_path(state, rec["id"]))
         for rec in todo
     )
     audit = 2 * (_allocated(folder / LOG_NAME) + _allocated(folder / HEAD_NAME))
@@ -378,9 +347,9 @@ def space_needed(vault, todo: list[dict]) -> tuple[int, int]:
     return estimate + margin, margin
 
 
-def _check_space(vault, todo: list[dict]) -> None:
-    needed, margin = space_needed(vault, todo)
-    free = shutil.disk_usage(vault.path.parent).free
+def _check_space(state: VaultState, todo: list[dict]) -> None:
+    needed, margin = space_needed(state, todo)
+    free = shutil.disk_usage(state.path.parent).free
     if needed > free:
         raise OutputError(
             f"re-keying needs about {needed / 2**20:.1f} MiB free beside the vault (a full copy is made before "

@@ -11,20 +11,20 @@ from engine.vault.audit import ChainScan
 from engine.vault.header import sha256
 
 if TYPE_CHECKING:
-    from engine.vault.store import Vault
+    from engine.vault.state import VaultState
 
 
-def rollback_problems(vault: Vault, index: dict, header_bytes: bytes) -> list[str]:
+def rollback_problems(state: VaultState, index: dict, header_bytes: bytes) -> list[str]:
     """What in the vault folder is older than what the vault itself (audit chain, index) or this
     computer's anchor recorded. Needs the audit keys attached. One line per rolled-back file."""
     problems: list[str] = []
     generation = int(index.get("generation", 0))
     bound_seq = int(index.get("audit_seq", 0))
     try:
-        scan = vault._audit.scan(after_seq=bound_seq)
+        scan = state.audit.scan(after_seq=bound_seq)
     except VaultCorrupted:  # audit.log missing: audit_problem reports it; the head still counts below
         scan = ChainScan(macs={}, last_seq=0, after=[])
-    anchor = vault._anchor.read()
+    anchor = state.anchor.read()
 
     # vault.json: the index records the header it was committed with; a passphrase change that was
     # interrupted before its index commit left an audit entry naming the new header.
@@ -66,7 +66,7 @@ def rollback_problems(vault: Vault, index: dict, header_bytes: bytes) -> list[st
     # audit.log + audit.head: the index and the anchor name entries the chain must still hold. A log cut
     # short behind an intact head is truncation, which the head itself reports (see audit_problem).
     audit_what = "audit.log and audit.head were rolled back"
-    last = max(scan.last_seq, vault._audit.head_seq() or 0)
+    last = max(scan.last_seq, state.audit.head_seq() or 0)
     if bound_seq and last < bound_seq:
         problems.append(
             f"{audit_what}: the audit trail ends at entry {last} but the index was committed "
@@ -89,14 +89,14 @@ def rollback_problems(vault: Vault, index: dict, header_bytes: bytes) -> list[st
     return problems
 
 
-def detection_limits(vault: Vault, index: dict) -> list[str]:
+def detection_limits(state: VaultState, index: dict) -> list[str]:
     """Where this unlock could not have detected a rollback, said in words (see ``warnings``)."""
     out: list[str] = []
-    anchor = vault._anchor.read()
-    if anchor is None and not vault._anchor.problem:
+    anchor = state.anchor.read()
+    if anchor is None and not state.anchor.problem:
         out.append(
             f"this computer has no record of this vault (first unlock here or under this account, or its "
-            f"anchor {vault._anchor.path} was removed): if the whole vault folder is an older copy, that "
+            f"anchor {state.anchor.path} was removed): if the whole vault folder is an older copy, that "
             "cannot be detected now (from this unlock on it can)"
         )
     generation = int(index.get("generation", 0))
@@ -105,7 +105,7 @@ def detection_limits(vault: Vault, index: dict) -> list[str]:
     with contextlib.suppress(VaultCorrupted):
         later = [
             int(e.detail["generation"])
-            for e in vault._audit.scan(after_seq=int(index.get("audit_seq", 0))).after
+            for e in state.audit.scan(after_seq=int(index.get("audit_seq", 0))).after
             if isinstance(e.detail.get("generation"), int) and e.event != "create"
         ]
         if later and max(later) == generation + 1:

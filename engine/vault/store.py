@@ -31,46 +31,45 @@ run one at a time. Processes: changes are serialised by the write lock; a second
 :class:`VaultLocked` at once (or after ``write_lock_wait_s``) and nothing is corrupted; readers are never
 blocked by a writer.
 
-Where each part lives: this module holds :class:`Vault`, a facade that owns the open state (path, header,
-keys, decrypted index, mutex, write lock, audit log, anchor) and delegates each operation to a module of
-this package that takes the vault explicitly: :mod:`~engine.vault.lifecycle` (create, unlock),
+Where each part lives: this module holds :class:`Vault`, a facade that owns the open state (a
+:class:`~engine.vault.state.VaultState`: path, header, keys, decrypted index, mutex, write lock, audit log,
+anchor) and delegates each operation to a module of this package that takes that state explicitly (inside
+:func:`~engine.vault.guards.operation` and :func:`~engine.vault.guards.writing`):
+:mod:`~engine.vault.lifecycle` (create, unlock, lock),
 :mod:`~engine.vault.item_index` (the index and commits), :mod:`~engine.vault.rollback`,
 :mod:`~engine.vault.importing`, :mod:`~engine.vault.reading`, :mod:`~engine.vault.exporting`,
 :mod:`~engine.vault.editing`, :mod:`~engine.vault.checking` (verify, repair), :mod:`~engine.vault.cleanup`
 and :mod:`~engine.vault.pending_exports`, over :mod:`~engine.vault.payload` (encrypted parts),
-:mod:`~engine.vault.record_files`, :mod:`~engine.vault.header` and :mod:`~engine.vault.layout` (file names).
-Those modules read and set the underscore attributes of :class:`Vault`; nothing outside this package does
-(tests peek at ``_index`` and ``_keys``).
+:mod:`~engine.vault.record_files`, :mod:`~engine.vault.header`, :mod:`~engine.vault.layout` (file names) and
+:mod:`~engine.vault.folders` (the folders a re-key puts beside the vault). Those modules read and set the
+state's fields; nothing outside this package does (tests read ``vault.state.index``). The modules import
+downward only: an import-linter layers contract in pyproject.toml keeps them so (``docs/vault-internals.md``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from engine.errors import VaultError, VaultLocked, VaultRolledBack
 from engine.vault import (
+    adding_maps,
     checking,
-    cleanup,
     editing,
     exporting,
+    guards,
     importing,
     item_index,
     lifecycle,
     reading,
+    rekey,
 )
-from engine.vault.anchor import Anchor
-from engine.vault.audit import AuditLog
 from engine.vault.crypto import KdfParams
 from engine.vault.fingerprint import volume_fingerprint
-from engine.vault.fsio import FileLock
-from engine.vault.header import Header, Keys
+from engine.vault.header import Header
 from engine.vault.layout import (
     BLOB_DIR,
     BLOB_SUFFIX,
@@ -81,7 +80,6 @@ from engine.vault.layout import (
     PENDING_EXPORT_PREFIX,
     RECORD_COPY_SUFFIX,
     RECORD_SUFFIX,
-    ROLLBACK_ADVICE,
     STAGING_NAME,
     VERSION,
     WRITE_LOCK_NAME,
@@ -89,7 +87,7 @@ from engine.vault.layout import (
 from engine.vault.metadata import MAX_TISSUE_NAME, normalize_date
 from engine.vault.payload import Progress
 from engine.vault.records import AuditTrail, ExportResult, ItemInfo, OpenedVolume, RepairReport, VerifyReport
-from engine.vault.rekey import finish_interrupted_swap
+from engine.vault.state import VaultState
 
 # Names callers and tests import from here (they moved into the modules above).
 _Header = Header
@@ -157,33 +155,10 @@ class Vault:
         clock: Callable[[], float] = time.monotonic,
         write_lock_wait_s: float = 0.0,
     ) -> None:
-        self.path = Path(path).expanduser().absolute()
-        swapped = finish_interrupted_swap(self.path)  # a re-key killed between its two renames
-        self._header = Header.read(self.path)
-        self.idle_timeout_s = idle_timeout_s
-        self.write_lock_wait_s = write_lock_wait_s
-        self._clock = clock
-        self._last_activity = clock()
-        self._mutex = threading.RLock()
-        self._keys: Keys | None = None
-        self._index: dict | None = None
-        self._index_stamp: tuple | None = None
-        self._audit = AuditLog(self.path, self._header.vault_id)
-        self._audit.on_append = self._on_audit_appended
-        self._audit_problem: str | None = None
-        self._anchor = Anchor(self._header.vault_id.hex())
-        self._rolled_back: list[str] = []
-        #: Things the last unlock or change cleaned up or noticed (stale partial files removed...), one line
-        #: each, for the CLI to print and the app to show. Cleared at each unlock.
-        self.notices: list[str] = []
-        #: What the user must see at unlock (the CLI prints "warning:", the app a warning box): the limits
-        #: of rollback detection met at this unlock, and an anchor that cannot be read or written.
-        self.warnings: list[str] = []
-        self._opening_notices: list[str] = [swapped] if swapped else []  # shown at the next unlock
-        self._write_lock = FileLock(
-            self.path / WRITE_LOCK_NAME,
-            "the vault is being written by another VolSynth process (pid {pid}); try again when it finishes",
+        self._state = VaultState.open(
+            Path(path).expanduser().absolute(), clock=clock, write_lock_wait_s=write_lock_wait_s
         )
+        self.idle_timeout_s = idle_timeout_s
 
     # -- lifecycle (engine.vault.lifecycle) -------------------------------------------------------------
     @staticmethod
@@ -203,32 +178,75 @@ class Vault:
             kdf: Argon2id parameters (default RFC 9106's 64 MiB / t=3 / p=4; smaller ones for tests only).
             **kwargs: Passed to the constructor (``idle_timeout_s``, ``clock``, ``write_lock_wait_s``).
         """
-        return lifecycle.create(cls, path, passphrase, kdf=kdf, **kwargs)
+        new = lifecycle.create(path, passphrase, kdf=kdf)
+        vault = cls(new.folder, **kwargs)
+        lifecycle.adopt_new(vault.state, new)
+        return vault
 
     # -- state ------------------------------------------------------------------------------------------
     @property
+    def state(self) -> VaultState:
+        """The open state the operations of this package work on (:mod:`engine.vault.state`); for them and
+        for tests, not for callers of the vault (its methods are the API)."""
+        return self._state
+
+    @property
+    def path(self) -> Path:
+        """The vault folder (absolute)."""
+        return self._state.path
+
+    @property
     def is_unlocked(self) -> bool:
-        return self._keys is not None
+        return self._state.is_unlocked
 
     @property
     def vault_id(self) -> str:
-        return self._header.vault_id.hex()
+        return self._state.vault_id
 
     @property
     def kdf_params(self) -> KdfParams:
         """The Argon2id parameters currently protecting the master key."""
-        return self._header.kdf
+        return self._state.header.kdf
+
+    @property
+    def write_lock_wait_s(self) -> float:
+        """How long a change waits for another process's write to finish before raising VaultLocked."""
+        return self._state.write_lock_wait_s
+
+    @write_lock_wait_s.setter
+    def write_lock_wait_s(self, seconds: float) -> None:
+        self._state.write_lock_wait_s = seconds
+
+    @property
+    def notices(self) -> list[str]:
+        """Things the last unlock or change cleaned up or noticed (stale partial files removed...), one line
+        each, for the CLI to print and the app to show. Cleared at each unlock."""
+        return self._state.notices
+
+    @notices.setter
+    def notices(self, lines: list[str]) -> None:
+        self._state.notices = lines
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the user must see at unlock (the CLI prints "warning:", the app a warning box): the limits
+        of rollback detection met at this unlock, and an anchor that cannot be read or written."""
+        return self._state.warnings
+
+    @warnings.setter
+    def warnings(self, lines: list[str]) -> None:
+        self._state.warnings = lines
 
     @property
     def audit_problem(self) -> str | None:
         """Set when the audit trail could not be extended at unlock (it was damaged); changes and views
         are refused until it is repaired, while :meth:`verify` still works."""
-        return self._audit_problem
+        return self._state.audit_problem
 
     @property
     def rolled_back(self) -> tuple[str, ...]:
         """What was found rolled back at unlock (only when unlocked with ``allow_rollback=True``)."""
-        return tuple(self._rolled_back)
+        return tuple(self._state.rolled_back)
 
     def unlock(self, passphrase: str | bytes, *, allow_rollback: bool = False) -> None:
         """Unlock with the passphrase; then check for rollback and remove temporary files of interrupted
@@ -240,41 +258,24 @@ class Vault:
             VaultRolledBack: A file of the vault is older than the vault recorded (unless
                 ``allow_rollback``: then only reading and :meth:`repair` are allowed).
         """
-        lifecycle.unlock(self, passphrase, allow_rollback=allow_rollback)
-
-    def _adopt_keys(self, keys: Keys) -> None:
-        self._keys = keys
-        self._audit.attach_keys(keys.audit_enc, keys.audit_mac)
-        if self._index is None:
-            self._index, self._index_stamp = item_index.read_index(self.path, keys)
-        self.touch()
+        lifecycle.unlock(self._state, passphrase, allow_rollback=allow_rollback)
 
     def lock(self) -> None:
         """Forget the keys and the decrypted index. Waits for a running operation to finish."""
-        with self._mutex:
-            self._lock_now("manual")
-
-    def _lock_now(self, reason: str) -> None:
-        if self._keys is None:
-            return
-        with contextlib.suppress(VaultError):  # locking must always succeed
-            self._audit.append("lock", None, {"reason": reason})
-        self._audit.detach_keys()
-        self._keys.wipe()
-        self._keys = None
-        self._index = None
-        self._index_stamp = None
+        with self._state.mutex:
+            lifecycle.lock(self._state, "manual")
 
     def touch(self, now: float | None = None) -> None:
         """Record user activity (the app calls this on input); postpones auto-lock."""
-        self._last_activity = self._clock() if now is None else now
+        self._state.touch(now)
 
     def seconds_until_auto_lock(self, now: float | None = None) -> float | None:
         """Seconds left before :meth:`lock_if_idle` would lock; None if locked or auto-lock is off."""
-        if self._keys is None or self.idle_timeout_s is None:
+        state = self._state
+        if state.keys is None or self.idle_timeout_s is None:
             return None
-        now = self._clock() if now is None else now
-        return max(0.0, self.idle_timeout_s - (now - self._last_activity))
+        now = state.clock() if now is None else now
+        return max(0.0, self.idle_timeout_s - (now - state.last_activity))
 
     def lock_if_idle(self, now: float | None = None) -> bool:
         """Lock if idle for ``idle_timeout_s``; meant to be called from a timer. Never blocks: while an
@@ -283,16 +284,16 @@ class Vault:
         Returns:
             True if this call locked the vault.
         """
-        if not self._mutex.acquire(blocking=False):
+        if not self._state.mutex.acquire(blocking=False):
             return False
         try:
             left = self.seconds_until_auto_lock(now)
             if left is None or left > 0:
                 return False
-            self._lock_now("idle")
+            lifecycle.lock(self._state, "idle")
             return True
         finally:
-            self._mutex.release()
+            self._state.mutex.release()
 
     def close(self) -> None:
         """Lock the vault (same as :meth:`lock`)."""
@@ -304,43 +305,6 @@ class Vault:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- operation scaffolding --------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _op(self) -> Iterator[None]:
-        with self._mutex:
-            if self._keys is None:
-                raise VaultLocked(f"the vault at {self.path} is locked; unlock it with its passphrase")
-            self.touch()
-            try:
-                item_index.refresh_index(self)
-                yield
-            finally:
-                self.touch()
-
-    @contextlib.contextmanager
-    def _writing(self, *, repairing: bool = False) -> Iterator[None]:
-        """Hold the inter-process write lock; on entry, see the latest index and clear crash leftovers."""
-        if self._rolled_back and not repairing:
-            raise VaultRolledBack(
-                f"the vault at {self.path} was rolled back ({'; '.join(self._rolled_back)}); changes are "
-                f"refused until it is repaired. {ROLLBACK_ADVICE}"
-            )
-        self._write_lock.acquire(self.write_lock_wait_s)
-        try:
-            item_index.refresh_index(self)
-            cleanup.remove_crash_leftovers(self)
-            yield
-        finally:
-            self._write_lock.release()
-
-    def _audit_write(self, event: str, item_id: str | None = None, detail: dict | None = None) -> None:
-        self._audit.append(event, item_id, detail)
-        self._audit_problem = None
-
-    def _on_audit_appended(self, seq: int, mac: bytes) -> None:
-        if not self._rolled_back:  # a rolled-back chain must not move the anchor (repair resets it)
-            self._anchor.update(audit=(seq, mac))
-
     # -- listing and reading (engine.vault.reading) -----------------------------------------------------
     def items(self, kind: str | None = None) -> list[ItemInfo]:
         """All items (optionally of one kind), oldest first."""
@@ -349,22 +313,22 @@ class Vault:
     def search(self, query: str = "", *, kind: str | None = None) -> list[ItemInfo]:
         """Items whose id, label, patient, study or provenance contains every word of ``query``
         (case-insensitive), optionally of one ``kind`` (``"scan"`` or ``"synthetic"``), oldest first."""
-        return reading.search(self, query, kind=kind)
+        return reading.search(self._state, query, kind=kind)
 
     def get(self, item_id: str) -> ItemInfo:
         """One item's metadata; ``item_id`` may be a unique prefix of at least 4 characters."""
-        with self._op():
-            return ItemInfo.from_record(item_index.find_record(self, item_id))
+        with guards.operation(self._state):
+            return ItemInfo.from_record(item_index.find_record(self._state, item_id))
 
     def open_item(self, item_id: str, *, as_float32: bool = True, with_tissue: bool = False) -> OpenedVolume:
         """Decrypt an item's volume (and, ``with_tissue``, its tissue maps) into memory; recorded as a view.
         Details: :func:`engine.vault.reading.open_item`."""
-        return reading.open_item(self, item_id, as_float32=as_float32, with_tissue=with_tissue)
+        return reading.open_item(self._state, item_id, as_float32=as_float32, with_tissue=with_tissue)
 
     def open_tissue(self, item_id: str, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Decrypt a generated item's tissue maps (all, or the ``names`` given) into memory; recorded as a
         view. Details: :func:`engine.vault.reading.open_tissue`."""
-        return reading.open_tissue(self, item_id, names)
+        return reading.open_tissue(self._state, item_id, names)
 
     # -- import (engine.vault.importing) ----------------------------------------------------------------
     def import_nifti(
@@ -387,7 +351,7 @@ class Vault:
             DuplicateItem: The same volume is already in the vault (and ``allow_duplicate`` is False).
         """
         return importing.import_nifti(
-            self,
+            self._state,
             path,
             kind=kind,
             label=label,
@@ -410,7 +374,7 @@ class Vault:
         """Import a DICOM series (a folder, a file or a list of files): the volume and the original files.
         Details: :func:`engine.vault.importing.import_dicom`."""
         return importing.import_dicom(
-            self,
+            self._state,
             source,
             label=label,
             series_uid=series_uid,
@@ -432,7 +396,7 @@ class Vault:
         """Store a generated volume (float32 NIfTI marked SYNTHETIC) with its provenance and tissue maps.
         Details: :func:`engine.vault.importing.add_synthetic`."""
         return importing.add_synthetic(
-            self,
+            self._state,
             volume,
             affine,
             provenance,
@@ -454,9 +418,9 @@ class Vault:
         """Keep tissue maps computed for an item already stored (a scan, a volume whose model makes none) with
         it, encrypted, and how they were made in its provenance. Details:
         :func:`engine.vault.adding_maps.add_tissue_maps`."""
-        from engine.vault.adding_maps import add_tissue_maps
-
-        return add_tissue_maps(self, item_id, maps, made, replace=replace, progress=progress)
+        return adding_maps.add_tissue_maps(
+            self._state, item_id, maps, made, replace=replace, progress=progress
+        )
 
     # -- export (engine.vault.exporting) ----------------------------------------------------------------
     def export(
@@ -477,7 +441,7 @@ class Vault:
             VaultCorrupted: The item failed authentication; nothing is left at the destination.
         """
         return exporting.export(
-            self,
+            self._state,
             item_id,
             dest_dir,
             deidentify=deidentify,
@@ -489,7 +453,7 @@ class Vault:
     # -- changes (engine.vault.editing, engine.vault.rekey) ---------------------------------------------
     def delete(self, item_id: str) -> None:
         """Delete an item and its encrypted files. Recorded in the audit trail."""
-        editing.delete(self, item_id)
+        editing.delete(self._state, item_id)
 
     def update_item(
         self,
@@ -501,19 +465,17 @@ class Vault:
     ) -> ItemInfo:
         """Change an item's label, patient or study details (None keeps each). Recorded in the audit trail.
         Details: :func:`engine.vault.editing.update_item`."""
-        return editing.update_item(self, item_id, label=label, patient=patient, study=study)
+        return editing.update_item(self._state, item_id, label=label, patient=patient, study=study)
 
     def rekey(self, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None, progress=None):
         """Re-encrypt everything under a new master key and passphrase (see :mod:`engine.vault.rekey`)."""
-        from engine.vault.rekey import rekey
-
-        return rekey(self, old, new, kdf=kdf, progress=progress)
+        return rekey.rekey(self._state, old, new, kdf=kdf, progress=progress)
 
     def change_passphrase(self, old: str | bytes, new: str | bytes, *, kdf: KdfParams | None = None) -> None:
         """Re-wrap the master key under a new passphrase; no item is re-encrypted (so the old passphrase
         with an old ``vault.json`` still opens it: :meth:`rekey` does not). Details:
         :func:`engine.vault.editing.change_passphrase`."""
-        editing.change_passphrase(self, old, new, kdf=kdf)
+        editing.change_passphrase(self._state, old, new, kdf=kdf)
 
     # -- checking (engine.vault.checking) ---------------------------------------------------------------
     def verify(
@@ -525,13 +487,13 @@ class Vault:
     ) -> VerifyReport:
         """Authenticate every byte of every item (or of the given items) and check the audit chain; never
         raises for tampering, every problem is in the report. Details: :func:`engine.vault.checking.verify`."""
-        return checking.verify(self, item_ids, check_audit=check_audit, progress=progress)
+        return checking.verify(self._state, item_ids, check_audit=check_audit, progress=progress)
 
     def repair(self, *, dry_run: bool = False, remove_leftovers: bool = False) -> RepairReport:
         """Accept the vault as it is now and put back into the index every item whose files are still
         there. Details: :func:`engine.vault.checking.repair`."""
-        return checking.repair(self, dry_run=dry_run, remove_leftovers=remove_leftovers)
+        return checking.repair(self._state, dry_run=dry_run, remove_leftovers=remove_leftovers)
 
     def audit_trail(self) -> AuditTrail:
         """The decrypted audit trail, with any tampering found in it."""
-        return checking.audit_trail(self)
+        return checking.audit_trail(self._state)

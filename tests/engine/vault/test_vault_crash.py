@@ -48,7 +48,7 @@ def _writer(vault_path, sources, log_path, seed, live) -> None:
 
 
 def _blobs(vault, item_id):
-    return [p["blob"] for p in vault._index["items"][item_id]["parts"]]
+    return [p["blob"] for p in vault.state.index["items"][item_id]["parts"]]
 
 
 @pytest.mark.slow

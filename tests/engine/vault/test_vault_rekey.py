@@ -33,7 +33,7 @@ def _old_master(header_bytes: bytes, folder, passphrase: str) -> tuple[bytes, by
 
 
 def _blob_bytes(vault: Vault, item_id: str) -> tuple[dict, bytes]:
-    rec = vault._index["items"][item_id]
+    rec = vault.state.index["items"][item_id]
     part = next(p for p in rec["parts"] if p["name"] == "volume")
     return part, (vault.path / BLOB_DIR / f"{part['blob']}{BLOB_SUFFIX}").read_bytes()
 

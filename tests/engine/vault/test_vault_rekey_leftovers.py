@@ -61,7 +61,7 @@ def test_a_resumed_rekey_leaves_no_unreferenced_files(vault, make_nifti):
     staged = Vault(staging_path(vault.path), idle_timeout_s=None)
     staged.unlock(NEW)
     assert len(staged.items()) == 1
-    assert orphan_blobs(staged), "the kill should leave the second item's files unreferenced"
+    assert orphan_blobs(staged.state), "the kill should leave the second item's files unreferenced"
     staged.lock()
 
     vault.unlock(PASSPHRASE)
@@ -70,7 +70,7 @@ def test_a_resumed_rekey_leaves_no_unreferenced_files(vault, make_nifti):
     checked = vault.verify()
     assert checked.ok and checked.unreferenced == ()
     assert not any("not in the index" in note for note in checked.notes)
-    assert orphan_blobs(vault) == []
+    assert orphan_blobs(vault.state) == []
     assert {k: v.tobytes() for k, v in _volumes(vault).items()} == {k: v.tobytes() for k, v in before.items()}
 
 
@@ -85,7 +85,7 @@ def _allocated(folder) -> int:
 def test_the_space_estimate_is_what_the_copy_takes_plus_the_stated_margin(vault, make_nifti):
     for n in range(3):
         vault.import_nifti(make_nifti(f"big{n}.nii", shape=(64, 64, 48), seed=n)[0])  # 768 KiB each
-    needed, margin = space_needed(vault, list(vault._index["items"].values()))
+    needed, margin = space_needed(vault.state, list(vault.state.index["items"].values()))
     vault.rekey(PASSPHRASE, NEW, kdf=FAST_KDF)
     written = _allocated(vault.path)  # the re-keyed vault is the staging copy, renamed
     assert margin == max(1 << 20, (needed - margin) // 10)
@@ -97,7 +97,7 @@ def test_a_rekey_refused_for_space_leaves_nothing_and_says_how_much(vault, make_
     import engine.vault.rekey as rekey_module
 
     item = vault.import_nifti(make_nifti("scan.nii", shape=(32, 32, 24))[0]).id
-    needed, margin = space_needed(vault, list(vault._index["items"].values()))
+    needed, margin = space_needed(vault.state, list(vault.state.index["items"].values()))
     usage = namedtuple("usage", "total used free")
     with monkeypatch.context() as patched, pytest.raises(OutputError) as refused:
         patched.setattr(rekey_module.shutil, "disk_usage", lambda _path: usage(1 << 40, 0, needed - 1))

@@ -245,7 +245,8 @@ def test_a_running_export_is_not_cleaned_up_by_another_process(vault, make_nifti
     info = vault.import_nifti(make_nifti()[0])
     dest = tmp_path / "exports"
     dest.mkdir()
-    with pending_exports.pending_export(vault, [dest]) as prefix:  # an export in progress in this process
+    # An export in progress in this process:
+    with pending_exports.pending_export(vault.state, [dest]) as prefix:
         part = dest / f"{prefix}running.part"
         part.write_bytes(b"x")
         other = Vault(vault.path)
@@ -276,10 +277,10 @@ def test_a_vault_from_before_rollback_detection_opens_and_upgrades(vault, make_n
     info = vault.import_nifti(make_nifti()[0])
     legacy = {
         k: v
-        for k, v in vault._index.items()
+        for k, v in vault.state.index.items()
         if k not in ("audit_seq", "audit_mac", "header_sha256", "record_copies")
     }
-    item_index.write_index_file(vault.path, vault._keys, legacy)  # the index as older versions wrote it
+    item_index.write_index_file(vault.path, vault.state.keys, legacy)  # the index as older versions wrote it
     (vault.path / "blobs" / f"{info.id}.vsr").unlink()  # and no item records yet
     (vault.path / "blobs" / f"{info.id}.vsm").unlink()
     vault.lock()

@@ -19,7 +19,7 @@ CHUNK_CT = 16384 + 16
 
 
 def _blob(vault: Vault, item_id: str, part: str = "volume"):
-    rec = vault._index["items"][item_id]  # test-only peek: which file holds the part
+    rec = vault.state.index["items"][item_id]  # test-only peek: which file holds the part
     blob = next(p["blob"] for p in rec["parts"] if p["name"] == part)
     return vault.path / "blobs" / f"{blob}.vsb"
 

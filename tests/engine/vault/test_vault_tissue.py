@@ -36,7 +36,7 @@ def _generated(seed: int = 0, *, space: str | None = SPACE):
 
 
 def _blob(vault: Vault, item_id: str, part_name: str):
-    rec = find_record(vault, item_id)
+    rec = find_record(vault.state, item_id)
     part = next(p for p in rec["parts"] if p["name"] == part_name)
     return vault.path / "blobs" / f"{part['blob']}.vsb"
 
@@ -90,9 +90,9 @@ def test_items_without_maps_are_stored_exactly_as_before(vault, tmp_path):
     image, _, provenance = _generated(1, space=None)
     info = vault.add_synthetic(image, AFFINE, provenance)
     assert info.tissue_maps == ()
-    rec = find_record(vault, info.id)
+    rec = find_record(vault.state, info.id)
     assert [p["name"] for p in rec["parts"]] == ["volume"]
-    stored = b"".join(iter_part(vault, rec, rec["parts"][0]))
+    stored = b"".join(iter_part(vault.state, rec, rec["parts"][0]))
     assert stored[:352] == nifti.float32_header(SHAPE, AFFINE, nifti.SYNTHETIC_DESCRIP)  # the old header
     assert vault.open_tissue(info.id) == {} and vault.open_item(info.id, with_tissue=True).tissue == {}
     with pytest.raises(InvalidRequest, match=r"has no tissue map 'GM' \(its tissue maps: none\)"):
@@ -146,7 +146,7 @@ def test_a_tampered_or_swapped_map_is_caught_and_delete_removes_the_maps(vault, 
         vault.open_tissue(other.id, ["CSF"])
 
     blobs = {p.name for p in (vault.path / "blobs").iterdir()}
-    parts = {f"{p['blob']}.vsb" for p in find_record(vault, info.id)["parts"]}
+    parts = {f"{p['blob']}.vsb" for p in find_record(vault.state, info.id)["parts"]}
     assert len(parts) == 5 and parts <= blobs
     vault.delete(info.id)
     assert not parts & {p.name for p in (vault.path / "blobs").iterdir()}
@@ -225,7 +225,7 @@ def test_a_vault_made_before_maps_opens_and_reads(tmp_path):
     vault = Vault.create(tmp_path / "v", PASSPHRASE, kdf=FAST_KDF)
     image, _, provenance = _generated(7, space=None)
     item = vault.add_synthetic(image, AFFINE, provenance)
-    rec = find_record(vault, item.id)
+    rec = find_record(vault.state, item.id)
     assert set(rec) == {
         "id", "kind", "label", "source", "original_name", "patient", "study", "provenance", "volume",
         "created", "parts",
