@@ -283,7 +283,9 @@ def gain_text(gain: Any) -> str:
 def summary_lines(result: dict) -> list[str]:
     """What was planned; the counts and planning time; when the time limit cut planning short, why and what
     to do; the best plan (so far) and its gain."""
-    counts = result.get("counts") if isinstance(result.get("counts"), dict) else {}
+    counts = result.get("counts")
+    if not isinstance(counts, dict):  # an older server, or a cut-short result, sends no counts
+        counts = {}
     batch = result.get("batch", "?")
     cfg = bool(result.get("cfg"))
     halves = f" (batch {batch // 2} \u00d7 2 CFG halves)" if cfg and isinstance(batch, int) else ""
@@ -469,9 +471,9 @@ def request_plan(
     time_limit_s: float,
 ) -> dict:
     """Ask the server to plan (worker thread: it waits, for minutes with a full-size model)."""
-    from engine.backends import make_backend
+    from engine.backends import connect_server
 
-    backend = make_backend(server=url, token=token, fingerprint=fingerprint)
+    backend = connect_server(url, token=token, fingerprint=fingerprint)
     try:
         return backend.plan(
             model, topology, batch=batch, cfg=cfg, compile_top=compile_top, time_limit_s=time_limit_s

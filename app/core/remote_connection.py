@@ -93,10 +93,10 @@ def probe_server(url: str, token: str | None, fingerprint: str | None = None) ->
     ``InvalidRequest`` (bad address, a token the client refuses to send in clear) with a message that
     says what to check.
     """
-    from engine.backends import make_backend
+    from engine.backends import connect_server
 
     url, fingerprint = check_connection_settings(url, token, fingerprint)
-    backend = make_backend(server=url, token=token or None, timeout_s=10.0, fingerprint=fingerprint)
+    backend = connect_server(url, token=token or None, timeout_s=10.0, fingerprint=fingerprint)
     try:
         info = backend.info()
         models = backend.models()
@@ -200,10 +200,10 @@ class MetricsFeed:
             self._thread = None
 
     def _run(self) -> None:
-        from engine.backends import make_backend
+        from engine.backends import connect_server
 
-        backend = make_backend(
-            server=self.url,
+        backend = connect_server(
+            self.url,
             token=self.token,
             timeout_s=max(2.0, 2 * self.interval_s),
             fingerprint=self.fingerprint,

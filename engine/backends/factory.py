@@ -9,8 +9,13 @@ imported only when built: the local one pulls in torch, the XLA one JAX, the rem
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from engine.api import Backend
 from engine.errors import BackendUnavailable
+
+if TYPE_CHECKING:  # the class is imported only when built (httpx); its name is needed for the return type
+    from engine.backends.remote import RemoteBackend
 
 XLA_DEVICES = ("xla", "tpu")
 
@@ -40,15 +45,14 @@ def make_backend(
     XLA one's.
     """
     if server:
-        from engine.backends.remote import RemoteBackend
-
-        timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
-        return RemoteBackend(server, token=token, fingerprint=fingerprint, **timeout)
+        return connect_server(server, token=token, fingerprint=fingerprint, timeout_s=timeout_s)
     if is_xla_device(device):
         try:
             from engine.backends.xla import XlaBackend, first_devices
 
-            options = {}  # only what was asked for: XlaBackend's defaults are "all devices, their slice"
+            options: dict[
+                str, Any
+            ] = {}  # only what was asked for: XlaBackend's defaults are "all devices, their slice"
             if xla_devices is not None:
                 options["devices"] = first_devices(xla_devices)
             if xla_topology:
@@ -61,3 +65,16 @@ def make_backend(
     from engine.backends.local import LocalBackend
 
     return LocalBackend(device=device, registry=registry)
+
+
+def connect_server(
+    url: str, *, token: str | None = None, fingerprint: str | None = None, timeout_s: float | None = None
+) -> RemoteBackend:
+    """The client of the engine server at ``url``: a backend with the server's own calls besides
+    (``models``, ``metrics``, ``plan``, ``close``), for code that talks to a server rather than to any device.
+    ``timeout_s`` None keeps the client's default."""
+    from engine.backends.remote import RemoteBackend
+
+    if timeout_s is None:
+        return RemoteBackend(url, token=token, fingerprint=fingerprint)
+    return RemoteBackend(url, token=token, fingerprint=fingerprint, timeout_s=timeout_s)
