@@ -75,6 +75,14 @@ def first_devices(count: int) -> list:
     return list(devices[:count])
 
 
+def _guidance_of(resolved: SamplingRequest) -> float:
+    """The guidance scale of a request that ``resolve_request`` filled in. A request still holding None
+    (the model's default) has not been resolved: a plan's batch cannot be known from it."""
+    if resolved.guidance_scale is None:
+        raise ValueError("the request's guidance scale is unresolved: pass it through resolve_request first")
+    return resolved.guidance_scale
+
+
 @dataclass
 class XlaModel:
     """A loaded model's networks as compiled XLA programs, called with torch tensors by the sampling loop."""
@@ -130,9 +138,9 @@ class XlaModel:
         return compiled
 
     @staticmethod
-    def _host_arrays(tensors) -> list:
+    def _host_arrays(tensors) -> list[np.ndarray | None]:
         """Channels-first torch tensors -> contiguous channels-last float32 numpy arrays (None stays None)."""
-        arrays = []
+        arrays: list[np.ndarray | None] = []
         for tensor in tensors:
             if tensor is None:
                 arrays.append(None)
@@ -410,7 +418,7 @@ class XlaBackend(InProcessBackend):
                     raise InvalidRequest(
                         f"plan {request.xla_plan} needs {needed} devices; this server has {len(self.devices)}"
                     )
-            check_batch(request.xla_plan, resolved.batch_size, resolved.guidance_scale)
+            check_batch(request.xla_plan, resolved.batch_size, _guidance_of(resolved))
         if request.kernel_profile_steps:
             raise InvalidRequest(
                 "kernel profiles are recorded by torch's profiler; use a torch device for them"
@@ -436,8 +444,9 @@ class XlaBackend(InProcessBackend):
         from engine.xla.execution import effective_batch
 
         channels, *spatial = tuple(source.spec.latent_shape_for(resolved.output_size))
-        batch = effective_batch(resolved.batch_size, resolved.guidance_scale)
-        return channels, tuple(spatial), batch, resolved.guidance_scale != 1.0
+        guidance = _guidance_of(resolved)
+        batch = effective_batch(resolved.batch_size, guidance)
+        return channels, tuple(spatial), batch, guidance != 1.0
 
     def _prepare_message(self, run: dict, resolved: SamplingRequest) -> str:
         if not resolved.xla_plan:
