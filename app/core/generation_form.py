@@ -401,7 +401,8 @@ class GenerationForm:
         types are dropped (a hand-edited settings file must not stop the app). Returns the saved model id."""
         if not isinstance(saved, Mapping):
             return ""
-        model_id = saved.get("model") if isinstance(saved.get("model"), str) else ""
+        saved_model = saved.get("model")
+        model_id = saved_model if isinstance(saved_model, str) else ""
         per_model = {
             k: saved[k]
             for k, kind in (
@@ -415,7 +416,7 @@ class GenerationForm:
         }
         if model_id and per_model:
             self._saved_per_model[model_id] = per_model
-        general = {}
+        general: dict[str, Any] = {}  # keyword arguments of set(): seed, batch size, optimization, device
         seed = saved.get("seed")
         if isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED:
             general["seed"] = seed

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from app.core.tissue import ordered_names
-from engine.errors import Cancelled, DuplicateItem, EngineError, VaultLocked
+from engine.errors import Cancelled, DuplicateItem, EngineError, InvalidRequest, VaultLocked
 from engine.formatting import format_bytes
 from engine.nifti.io import is_nifti
 from engine.vault.records import refuse_patient_if_synthetic
@@ -248,6 +248,8 @@ def import_batch(vault, jobs: list[ImportJob], report: Report) -> ImportReport:
             if job.format == "dicom":
                 info = vault.import_dicom(job.source, label=job.label, progress=progress)
             else:
+                if isinstance(job.source, list):  # only a DICOM series comes as a list of files
+                    raise InvalidRequest(f"a NIfTI import is one file, not a list of {len(job.source)}")
                 path = Path(job.source)
                 marks = synthetic_marks(path)
                 # the dialog says so too; refused with the reason before anything is encrypted

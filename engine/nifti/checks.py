@@ -31,12 +31,15 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from engine.errors import InvalidRequest, NonFiniteOutput, OutOfMemory
 from engine.formatting import format_bytes
+
+if TYPE_CHECKING:  # nibabel is imported where a header is parsed; here only its type is named
+    import nibabel as nib
 
 MAX_VOXELS_ENV = "VOLSYNTH_MAX_VOXELS"
 #: Default voxel limit: 2**28 voxels is 1 GiB as float32 (a 512^3 volume is half of it).
@@ -160,7 +163,7 @@ class NiftiHeader:
     vox_offset: int
     data_bytes: int
     affine: np.ndarray
-    header: object
+    header: nib.Nifti1Header  # a Nifti2Header for NIfTI-2 (its subclass)
     file_size: int
 
     @property
