@@ -471,6 +471,11 @@ class VaultBrowser(QWidget):
         if item_id:
             self.controller.delete_item(item_id)
 
+    def _on_compute_tissue_maps_triggered(self) -> None:
+        item_id = self.selected_id()
+        if item_id:
+            self.controller.item_actions.compute_tissue_maps(item_id)
+
     def _on_verify_button_clicked(self) -> None:
         self.controller.verify_all()
 
@@ -486,6 +491,7 @@ class VaultBrowser(QWidget):
         menu.addAction("Open", self._on_open_button_clicked)
         menu.addAction("Export...", self._on_export_button_clicked)
         menu.addAction("Edit Details...", self._on_details_button_clicked)
+        menu.addAction("Compute Tissue Maps", self._on_compute_tissue_maps_triggered)
         menu.addSeparator()
         menu.addAction("Delete...", self._on_delete_button_clicked)
         menu.popup(self.table.viewport().mapToGlobal(pos))

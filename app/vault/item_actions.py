@@ -1,4 +1,5 @@
-"""Actions on one vault item from the browser: edit its details (label, patient, study) and delete it.
+"""Actions on one vault item from the browser: edit its details (label, patient, study), compute its tissue maps
+(kept with it, encrypted) and delete it.
 
 A rename follows into the session: a volume opened from (or saved as) the item takes the vault's new name.
 """
@@ -10,8 +11,10 @@ from collections.abc import Callable
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from app.core import vault_items as model
+from app.core.tissue_source import AUTO, maps_source_text, segment_vault_item
 from app.vault import operations
 from app.vault.dialogs import ItemDetailsDialog
+from engine.errors import InvalidRequest
 
 
 class VaultItemActions:
@@ -33,6 +36,7 @@ class VaultItemActions:
         self.confirm_box: QMessageBox | None = None
         self.confirm_delete_button = None
         self._pending_delete: str | None = None
+        self._pending_tissue = ""  # the label of the item being segmented, for its messages
 
     # -- details -------------------------------------------------------------------------------------
 
@@ -72,6 +76,61 @@ class VaultItemActions:
                 state.mark_saved(entry, f"the vault as \u201c{info.label}\u201d")
         self._hub.refresh()
         self._show_status(f"Saved the details of \u201c{info.label}\u201d", 6000)
+
+    # -- tissue maps ---------------------------------------------------------------------------------
+
+    def compute_tissue_maps(self, item_id: str) -> None:
+        """Segment an item (GM, WM, CSF, brain mask) and keep the maps with it, encrypted, in the background;
+        maps it has from its model's channels are kept instead (a message says so)."""
+        hub = self._hub
+        info = hub.item(item_id)
+        if info is None or not hub.is_unlocked:
+            return
+        made = (info.provenance or {}).get("tissue_maps_made") or {}
+        if info.tissue_maps and made.get("tissue_maps_source") != "method":
+            self._show_status(
+                f"\u201c{info.label}\u201d has its model's own tissue maps; they are kept", 8000
+            )
+            return
+        self._pending_tissue = info.label
+        # Segmented maps are made again (replaced) when asked: e.g. after the item's contrast was corrected.
+        hub.tasks.start(
+            "tissue",
+            segment_vault_item,
+            hub.vault,
+            item_id,
+            AUTO,
+            bool(info.tissue_maps),
+            finished=self._on_tissue_computed,
+            failed=self._on_tissue_failed,
+            progress="Computing Tissue Maps",
+            text=f"Segmenting \u201c{info.label}\u201d",
+        )
+
+    def _on_tissue_computed(self, value) -> None:
+        info, maps, made = value
+        state, opened = self._state, self._hub.opening.opened
+        for entry in list(state.volumes):
+            if opened.get(entry.uid) == info.id:  # open in the session: it shows them at once
+                entry.tissue = dict(maps)
+                entry.provenance = {**entry.provenance, "tissue_maps_made": made}
+                entry.volume.info = info
+                state.volumes_changed.emit()
+                if state.shown is entry:
+                    state.shown_changed.emit(entry)
+                    state.set_show_tissue(True)
+        self._hub.refresh()
+        source = maps_source_text(info.provenance or {}, "opened", True)
+        self._show_status(
+            f"Tissue maps of \u201c{info.label}\u201d kept with it in the vault, encrypted ({source})", 10000
+        )
+
+    def _on_tissue_failed(self, task, message: str) -> None:
+        label = self._pending_tissue or "the item"
+        if isinstance(task.worker.error, InvalidRequest):  # refused (not brain-like, SWI...): one line
+            self._show_status(f"No tissue maps for \u201c{label}\u201d: {' '.join(message.split())}", 15000)
+            return
+        QMessageBox.critical(self._parent, "Cannot compute tissue maps", message)
 
     # -- delete --------------------------------------------------------------------------------------
 
