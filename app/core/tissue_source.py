@@ -106,8 +106,9 @@ def segment_session_volume(data: np.ndarray, affine: np.ndarray, contrast: str, 
     return made.maps, made_record(made)
 
 
-def segment_vault_item(vault, item_id: str, contrast_choice: str, report: Report, *, replace: bool = False):
-    """Segment a vault item and keep its maps with it, encrypted (``Vault.add_tissue_maps``).
+def segment_vault_item(vault, item_id: str, contrast_choice: str, replace: bool, report: Report):
+    """Segment a vault item and keep its maps with it, encrypted (``Vault.add_tissue_maps``; ``replace``: the
+    segmented maps it has).
 
     The item is decrypted in memory only; it is segmented in RAS+ orientation (as the viewer shows it), and
     the maps are put back on the stored grid. Returns ``(ItemInfo, maps on the session grid, record)``."""

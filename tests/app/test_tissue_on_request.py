@@ -174,3 +174,75 @@ def test_the_window_stays_usable_while_it_runs_and_cancel_stops_it(qtbot, main_w
     assert stages == [] and first.tissue == {} and "tissue_maps_made" not in first.provenance
     assert "cancelled" in window.statusBar().currentMessage()
     assert not computer.progress_item.isVisible() and computer.compute_action.isEnabled()
+
+
+def _right_click_row(qtbot, browser, item_id):
+    from PySide6.QtGui import QContextMenuEvent
+    from PySide6.QtWidgets import QApplication
+
+    browser.select_item(item_id)
+    rect = browser.table.visualItemRect(browser.table.item(browser.table.currentRow(), 0))
+    viewport = browser.table.viewport()
+    QApplication.sendEvent(
+        viewport,
+        QContextMenuEvent(QContextMenuEvent.Reason.Mouse, rect.center(), viewport.mapToGlobal(rect.center())),
+    )
+    qtbot.waitUntil(lambda: browser.table_menu is not None and browser.table_menu.isVisible(), timeout=5_000)
+
+
+def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted(
+    qtbot, main_window, tmp_path, monkeypatch, error_dialogs
+):
+    from engine.vault import KdfParams, Vault
+    from tests.engine.anatomy.phantoms import phantom_labels
+
+    monkeypatch.setenv("VOLSYNTH_ANCHOR_DIR", str(tmp_path / "anchors"))
+    passphrase = "correct horse battery staple"
+    # A scan stored as a scanner writes it (left-right and front-back flipped: LPS), so the maps must be put
+    # back on the stored grid, not the RAS+ one the viewer shows.
+    flip = np.diag([-1.0, -1.0, 1.0, 1.0])
+    stored_affine = phantom_affine() @ flip
+    stored_affine[:3, 3] = phantom_affine()[:3, :3] @ (np.array([51, 59, 0]) * 1.0) + phantom_affine()[:3, 3]
+    image = phantom("t1w")[::-1, ::-1, :]
+    path = save_volume(np.ascontiguousarray(image), stored_affine, tmp_path / "scan.nii.gz")
+    vault = Vault.create(
+        tmp_path / "vault", passphrase, kdf=KdfParams(memory_kib=1024, iterations=1, lanes=1)
+    )
+    scan = vault.import_nifti(path, kind="scan", patient={"name": "Doe^Jane"})
+    vault.lock()
+
+    window, controller = main_window, main_window.vault_controller
+    controller.set_vault_path(tmp_path / "vault")
+    dialog = controller.request_unlock()
+    dialog.passphrase_edit.setText(passphrase)
+    with qtbot.waitSignal(
+        controller.task_ended, timeout=30_000, check_params_cb=lambda name, _: name == "unlock"
+    ):
+        dialog.ok_button.click()
+    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
+
+    _right_click_row(qtbot, controller.browser, scan.id)
+    action = next(a for a in controller.browser.table_menu.actions() if a.text() == "Compute Tissue Maps")
+    with qtbot.waitSignal(
+        controller.task_ended, timeout=60_000, check_params_cb=lambda name, _: name == "tissue"
+    ) as ended:
+        action.trigger()
+        controller.browser.table_menu.close()
+    assert ended.args[1] == "finished" and error_dialogs == []
+    assert (
+        "kept with it in the vault, encrypted (segmented: VolSynth EM" in window.statusBar().currentMessage()
+    )
+    qtbot.waitUntil(lambda: controller.item(scan.id).tissue_maps != (), timeout=10_000)
+    assert set(controller.item(scan.id).tissue_maps) == set(SEGMENTED)
+
+    # Opened, the scan comes with its maps on the viewer's grid, where the phantom's grey matter is.
+    with qtbot.waitSignal(window.volume_opened, timeout=20_000) as opened:
+        controller.open_item(scan.id)
+    entry = opened.args[0]
+    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    assert entry.tissue_names == SEGMENTED
+    gm, truth = entry.tissue["GM"] > 0.5, phantom_labels() == 2
+    assert 2 * (gm & truth).sum() / (gm.sum() + truth.sum()) > 0.7  # reoriented back and forth correctly
+    assert window.tissue_maps.source_label.text().startswith("Maps segmented: VolSynth EM")
+    assert window.tissue_maps.source_label.text().endswith("T1w")
+    controller.lock()
