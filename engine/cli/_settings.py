@@ -91,3 +91,51 @@ def parse_settings(text: str):
             f"unknown settings {text!r}: use a JSON object or one of {', '.join(NAMED_SETTINGS)}"
         )
     return text, OptimizationConfig.from_dict(NAMED_SETTINGS[text])
+
+
+def add_step_cache_arguments(group) -> None:
+    """``--step-cache-interval K`` and ``--step-cache-level L`` (engine.api.optimization_config's
+    STEP_CACHE_SETTING_INFO: the same rows the app's Optimization panel shows)."""
+    from engine.api.optimization_config import STEP_CACHE_MAX_INTERVAL, STEP_CACHE_SETTING_INFO
+
+    interval, level = (
+        STEP_CACHE_SETTING_INFO["step_cache_interval"],
+        STEP_CACHE_SETTING_INFO["step_cache_level"],
+    )
+    group.add_argument(
+        interval["cli"],
+        dest="step_cache_interval",
+        type=_whole_in(1, STEP_CACHE_MAX_INTERVAL, "step cache interval"),
+        default=1,
+        metavar="K",
+        help=f"step caching: a full U-Net pass every K-th step, the steps between reuse its deep features "
+        f"(1: off). {interval['tip']}",
+    )
+    group.add_argument(
+        level["cli"],
+        dest="step_cache_level",
+        type=_whole_in(1, 16, "step cache level"),
+        default=1,
+        metavar="L",
+        help=f"{level['tip']} (default 1; at most the U-Net's number of levels)",
+    )
+
+
+def step_cache_fields(args) -> dict[str, int]:
+    """The step-caching fields of ``OptimizationConfig`` from the parsed flags."""
+    return {"step_cache_interval": args.step_cache_interval, "step_cache_level": args.step_cache_level}
+
+
+def _whole_in(low: int, high: int, what: str):
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be from {low} to {high}, got {value}")
+        return value
+
+    return parse

@@ -8,7 +8,7 @@ from engine.cli._request import (
     backend_from_args,
     request_from_args,
 )
-from engine.cli._settings import print_prediction
+from engine.cli._settings import add_step_cache_arguments, print_prediction, step_cache_fields
 
 
 def register(sub) -> None:
@@ -43,6 +43,7 @@ def register(sub) -> None:
         action="store_true",
         help="exact decode in slabs: same volume, far less memory (large outputs)",
     )
+    add_step_cache_arguments(opt)
     opt.add_argument(
         "--settings",
         default=None,
@@ -92,6 +93,7 @@ def run(args) -> int:
         quantization=args.quantize,
         psnr_budget_db=args.psnr_budget,
         streamed_decode=args.streamed_decode,
+        **step_cache_fields(args),
         allow_slower=args.allow_slower,
     )
     if args.settings:
