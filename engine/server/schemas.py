@@ -75,6 +75,9 @@ def _optimization_field(name: str, default: Any) -> tuple[Any, Any]:
     """The pydantic type of one ``OptimizationConfig`` field, from its default and its choices."""
     if isinstance(default, bool):
         return StrictBool, default
+    if isinstance(default, int):  # whole-number settings (step caching): 3 and 3.0, never 2.5
+        top = optimization_config.STEP_CACHE_MAX_INTERVAL if name == "step_cache_interval" else 16
+        return _whole(ge=1, le=top), default
     if isinstance(default, int | float):
         return (_finite(ge=10.0, le=150.0) if name.endswith("psnr_budget_db") else _finite()), default
     choices = getattr(optimization_config, _CHOICES.get(name, ""), None)
