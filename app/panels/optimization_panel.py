@@ -49,7 +49,7 @@ from app.core.optimization_presets import (
 )
 from app.core.session import AppState
 from app.eliding_combo_box import ElidingComboBox
-from engine.api.optimization_config import DECODER_SETTING_INFO
+from engine.api.optimization_config import DECODER_SETTING_INFO, STEP_CACHE_SETTING_INFO
 from engine.errors import EngineError, InvalidRequest
 from engine.optimization.apply import (
     ATTENTION_KERNELS,
@@ -88,10 +88,14 @@ TIPS = {
     "without native kernels, or measured slower here) instead of refusing them; the result records it",
     # The decoder's settings: labels, choices and tips come from the engine, which defines them.
     **{name: info["tip"] for name, info in DECODER_SETTING_INFO.items()},
+    **{name: info["tip"] for name, info in STEP_CACHE_SETTING_INFO.items()},
 }
 CHOICES.update(
     {name: DECODER_SETTING_INFO[name]["choices"] for name in ("decoder_autocast", "decoder_quantization")}
 )
+CHOICES.update({name: info["choices"] for name, info in STEP_CACHE_SETTING_INFO.items()})
+# Controls whose report entry has another name (the step-caching pair is reported as one entry).
+REPORT_ENTRY = {"step_cache_interval": "step_cache"}
 BOOL_SETTINGS = (
     "tf32",
     "channels_last_3d",
@@ -237,6 +241,8 @@ class OptimizationPanel(QWidget):
             "quantization",
             "decoder_autocast",
             "decoder_quantization",
+            "step_cache_interval",
+            "step_cache_level",
         ):
             combo = QComboBox()
             for text, value in CHOICES[name]:
@@ -399,7 +405,7 @@ class OptimizationPanel(QWidget):
         self.form.set_blocked(BLOCK_SOURCE, f"refused optimization settings: {refused}" if refused else None)
         report = self.report or {}
         for name, mark in self.marks.items():
-            entry = report.get(name)
+            entry = report.get(REPORT_ENTRY.get(name, name))
             if entry is None or not setting_requested(entry["requested"]):
                 mark.setText("")
                 mark.setToolTip("")

@@ -696,7 +696,7 @@ def _step_cache_entry(config: OptimizationConfig, levels: int | None) -> dict[st
     if not config.step_caching:
         return _entry(None, False)
     k, level = config.step_cache_interval, config.step_cache_level
-    requested = {"interval": k, "level": level}
+    requested = f"every {k} steps, level {level}"
     if levels == 0:
         return _entry(
             requested, False, "the denoiser is not a MONAI diffusion U-Net, which step caching needs"

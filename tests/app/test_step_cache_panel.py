@@ -1,0 +1,46 @@
+"""The Optimization section offers step caching: a user opens the section, picks an interval and a level, and the
+request carries them, with the engine's prediction beside the control."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+from engine.optimization.apply import OptimizationConfig
+
+pytestmark = pytest.mark.render
+
+
+def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot, main_window):
+    panel = main_window.optimization_panel
+    main_window.sampling_panel.device_box.setCurrentIndex(
+        main_window.sampling_panel.device_box.findData("cpu")
+    )
+    if not panel.body.isVisible():
+        qtbot.mouseClick(panel.expand_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(panel.body.isVisible, timeout=5_000)
+
+    interval = panel.combos["step_cache_interval"]
+    assert interval.currentData() == 1 and "DeepCache" in interval.toolTip()
+    interval.setFocus()
+    for _ in range(2):  # Off -> every 2 -> every 3 steps
+        qtbot.keyClick(interval, Qt.Key.Key_Down)
+    assert interval.currentText() == "Full pass every 3 steps"
+    level = panel.combos["step_cache_level"]
+    level.setFocus()
+    qtbot.keyClick(level, Qt.Key.Key_Down)
+
+    assert main_window.state.form.to_request().optimization == OptimizationConfig(
+        step_cache_interval=3, step_cache_level=2
+    )
+    assert panel.current_preset() == "Custom"
+    qtbot.waitUntil(lambda: panel.marks["step_cache_interval"].text() != "", timeout=30_000)
+    mark_tip = panel.marks["step_cache_interval"].toolTip()
+    assert mark_tip.startswith("Applies") and "every 3 steps" in mark_tip
+
+    # Back to Off: nothing is requested and the mark goes.
+    interval.setFocus()
+    for _ in range(2):
+        qtbot.keyClick(interval, Qt.Key.Key_Up)
+    assert main_window.state.form.to_request().optimization.step_cache_interval == 1
+    qtbot.waitUntil(lambda: panel.marks["step_cache_interval"].text() == "", timeout=30_000)
