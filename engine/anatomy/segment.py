@@ -45,6 +45,11 @@ _SMOOTH_BETA = 1.0  # weight of the neighbours' posteriors (mean-field MRF), in 
 _WORK_SPACING_MM = 1.5  # the fit runs on a grid no finer than this; maps are interpolated back
 
 
+class NotBrainLike(InvalidRequest):
+    """The volume is refused because it does not look like a brain (noise, nothing brain-sized, no tissue
+    contrast where the template expects tissues): evidence for the anatomy check's "not brain-like" verdict."""
+
+
 @dataclass(frozen=True)
 class TissueMaps:
     """Probability maps on the input grid (float32, summing to the brain mask) and how they were made."""
@@ -111,6 +116,8 @@ def maps_or_reason(volume: np.ndarray, affine: np.ndarray, contrast: str, *, on_
     intensities against the contrast). The volume itself is still valid then, so this is no error."""
     try:
         made = segment(volume, affine, contrast, on_stage=on_stage)
+    except NotBrainLike as exc:
+        return {}, {"tissue_maps_not_made": str(exc), "not_brain_like": True}
     except InvalidRequest as exc:
         return {}, {"tissue_maps_not_made": str(exc)}
     except MemoryError:  # the sampled volume must not be lost to its maps' working memory
@@ -164,7 +171,7 @@ def head_brain_mask(volume: np.ndarray, spacing: np.ndarray) -> np.ndarray:
     background = _background_value(volume)
     above = volume[volume > background]
     if above.size == 0:  # 99 % of the voxels at the top value: a filled box, no head on a background
-        raise InvalidRequest(
+        raise NotBrainLike(
             "no brain-sized object found in the volume (nothing stands out from its background); is it a brain MRI?"
         )
     fg = volume > threshold_otsu(above) * 0.5 + 0.5 * background
@@ -238,6 +245,20 @@ def _block_mean(volume: np.ndarray, factor: np.ndarray) -> np.ndarray:
     return padded.reshape(shape).mean(axis=(1, 3, 5)).astype(np.float32)
 
 
+def template_transform(brain: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """World (volume, mm) -> world (MNI152 template, mm) affine that matches the moments (centre and extent
+    along each axis) of a brain mask to the template's, with the scale and the shift (mm) it applies."""
+    _priors, tmask, taffine = _template_1mm()
+    t_centre, t_sd = _moments(tmask, taffine)
+    v_centre, v_sd = _moments(brain, affine)
+    scale = v_sd / np.maximum(t_sd, 1e-6)
+    # x_t = t_centre + (x_v - v_centre) / scale
+    to_template = np.eye(4)
+    to_template[:3, :3] = np.diag(1.0 / scale)
+    to_template[:3, 3] = t_centre - v_centre / scale
+    return to_template, scale, v_centre - t_centre
+
+
 def _place_priors(
     brain: np.ndarray, affine: np.ndarray, shape: tuple[int, ...]
 ) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -245,13 +266,7 @@ def _place_priors(
     from scipy import ndimage
 
     priors, tmask, taffine = _template_1mm()
-    t_centre, t_sd = _moments(tmask, taffine)
-    v_centre, v_sd = _moments(brain, affine)
-    scale = v_sd / np.maximum(t_sd, 1e-6)
-    # world(volume) -> world(template): x_t = t_centre + (x_v - v_centre) / scale
-    to_template = np.eye(4)
-    to_template[:3, :3] = np.diag(1.0 / scale)
-    to_template[:3, 3] = t_centre - v_centre / scale
+    to_template, scale, shift = template_transform(brain, affine)
     vox = np.linalg.inv(taffine) @ to_template @ affine  # volume voxel -> template voxel
     out = np.empty((3, *shape), np.float32)
     for k in range(3):
@@ -259,7 +274,7 @@ def _place_priors(
     mask = ndimage.affine_transform(tmask.astype(np.float32), vox, output_shape=shape, order=1, cval=0.0)
     info = {
         "prior_scale": [round(float(s), 4) for s in scale],
-        "prior_shift_mm": [round(float(s), 2) for s in v_centre - t_centre],
+        "prior_shift_mm": [round(float(s), 2) for s in shift],
     }
     return out, mask, info
 
@@ -323,7 +338,7 @@ def _check_order_against_priors(values: np.ndarray, priors: np.ndarray, contrast
         prior_mean[name] = float(values[order][np.searchsorted(cumulative, cumulative[-1] / 2)])
     spread = max(prior_mean.values()) - min(prior_mean.values())
     if spread < _MIN_TISSUE_SPREAD:
-        raise InvalidRequest(
+        raise NotBrainLike(
             f"the volume's intensities hardly differ where the template expects CSF, GM and WM (spread "
             f"{spread:.3f} of its range); it does not look like a brain MRI (noise, or another kind of image)"
         )
@@ -385,7 +400,7 @@ def segment(
     spacing = np.sqrt((work_affine[:3, :3] ** 2).sum(0))
     brain = head_brain_mask(work, spacing)
     if brain.sum() * np.prod(spacing) < 50_000:  # 50 mL: far less than any brain
-        raise InvalidRequest(
+        raise NotBrainLike(
             "no brain-sized object found in the volume (under 50 mL of foreground); is it a brain MRI?"
         )
 
