@@ -14,8 +14,9 @@ counted apart, to ``engine/`` outside the vault, ``app/`` and ``tests/``): an at
 * a name or an attribute chain ending in a vault name: ``vault``, ``target``, ``staged``, ``state``, or any
   name that ends in ``vault`` or ``_state`` (``vault._index``, ``self._vault._keys``,
   ``target._audit``); or
-* a name annotated as ``Vault`` or ``VaultState`` (a parameter or an annotated assignment) in the
-  enclosing function or module (``v: Vault`` makes ``v._keys`` a reach).
+* a name annotated as ``Vault`` or ``VaultState`` (a parameter or an annotated assignment), or assigned
+  from a call of one (``Vault(path)``, ``Vault.create(...)``, ``VaultState.open(path)``), in the enclosing
+  function or module (``v: Vault`` or ``v = Vault(p)`` makes ``v._keys`` a reach).
 
 Each access is one reach (``vault._audit._lock`` is one: the object of ``._lock`` is ``vault._audit``,
 which is not a vault name). A module of the vault reading its *own* private names (``self._x`` in a class
@@ -118,6 +119,14 @@ class _Reaches(ast.NodeVisitor):
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
+    def visit_Assign(self, node: ast.Assign) -> None:
+        call = node.value
+        if isinstance(call, ast.Call):
+            func = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+            if isinstance(func, ast.Name) and func.id in VAULT_TYPES:
+                self._typed[-1].update(t.id for t in node.targets if isinstance(t, ast.Name))
+        self.generic_visit(node)
+
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if isinstance(node.target, ast.Name) and _annotation_names(node.annotation) & VAULT_TYPES:
             self._typed[-1].add(node.target.id)
@@ -210,8 +219,9 @@ def sorted_cycle(cycle: list[str]) -> list[str]:
 
 
 # -- the report ------------------------------------------------------------------------------------------
-def vault_reaches(rev: str | None = None) -> dict:
-    """The numbers for the structure report, at ``rev`` (a git revision) or in the working tree (None).
+def vault_reaches(rev: str | None = None, *, elsewhere: tuple[str, ...] = ELSEWHERE) -> dict:
+    """The numbers for the structure report, at ``rev`` (a git revision) or in the working tree (None);
+    ``elsewhere`` names the folders whose reaches are counted apart (default ``engine``, ``app``, ``tests``).
 
     Returns a JSON-ready dict: ``private_reaches`` (total inside the vault's operation modules),
     ``reaches_by_module`` and ``reaches_by_name`` (where and which attributes), ``reaches`` (every one,
@@ -232,14 +242,14 @@ def vault_reaches(rev: str | None = None) -> dict:
             reaches.append(f"{Path(path).stem}:{line} {attr}")
             by_module[Path(path).stem] = by_module.get(Path(path).stem, 0) + 1
             by_name[attr] = by_name.get(attr, 0) + 1
-    elsewhere: dict[str, int] = {}
-    for folder in ELSEWHERE:
+    outside: dict[str, int] = {}
+    for folder in elsewhere:
         total = 0
         for path in _list_files(rev, folder):
             if path.startswith(PACKAGE_DIR + "/"):
                 continue
             total += len(private_reaches(_read(rev, path)))
-        elsewhere[folder] = total
+        outside[folder] = total
     edges = import_edges(sources)
     cycles, circles = _cycles(edges)
     return {
@@ -248,7 +258,7 @@ def vault_reaches(rev: str | None = None) -> dict:
         "reaches_by_module": dict(sorted(by_module.items(), key=lambda kv: (-kv[1], kv[0]))),
         "reaches_by_name": dict(sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))),
         "reaches": reaches,
-        "private_reaches_elsewhere": elsewhere,
+        "private_reaches_elsewhere": outside,
         "runtime_cycles": cycles,
         "circles": circles,
         "circle_modules": sum(len(c) for c in circles),
