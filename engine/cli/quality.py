@@ -78,7 +78,7 @@ def _json_label(config) -> str:
     """A short name for settings given as JSON, with the decoder's own settings ("int8 + decoder int8")."""
     label = config.summary()
     decoder = [v for v in (config.decoder_autocast, config.decoder_quantization) if v]
-    if decoder and "decoder" not in label:
+    if decoder and "dec:" not in label and "decoder" not in label:
         label += " + decoder " + "+".join(decoder)
     return label
 

@@ -240,7 +240,7 @@ def noise_floor(
         volumes_a=vol_a,
         low=low,
         high=high,
-        tissue_source=tissue_source if t_a is not None else None,
+        tissue_source=(tissue_source or "given") if t_a is not None else None,
     )
     _fill_null(floor)
     return floor

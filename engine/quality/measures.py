@@ -97,7 +97,12 @@ def standardize(groups: Sequence[Mapping[str, np.ndarray]], basis: Sequence[Mapp
     """Feature matrices of ``groups`` in the units of ``basis`` (the fp32 volumes): each feature centred on the
     basis mean and divided by its standard deviation (floored at 1 % of the group's largest magnitude), each group divided by the square root of its size so that
     the 1200 voxels of the downsampled vector weigh as much as the three tissue volumes. Returns (N, F) arrays."""
-    names = [name for name in FEATURE_GROUPS if all(name in f for f in basis)]
+    # Only the groups every volume has: a set given without tissue volumes is compared on the rest.
+    names = [
+        name
+        for name in FEATURE_GROUPS
+        if all(name in f for f in basis) and all(name in f for g in groups for f in g)
+    ]
     blocks = []
     for name in names:
         ref = np.stack([f[name] for f in basis])
@@ -118,7 +123,8 @@ def standardize(groups: Sequence[Mapping[str, np.ndarray]], basis: Sequence[Mapp
 
 
 def mmd(x: np.ndarray, y: np.ndarray) -> float:
-    """MONAI's ``MMDMetric`` (linear kernel, unbiased estimate) between two sets of feature rows (N, F)."""
+    """MONAI's ``MMDMetric`` (linear kernel, unbiased estimate) between two sets of feature rows (N, F); MONAI
+    asks for sets of one size (the report compares N seeds with N seeds)."""
     import torch
     from monai.metrics import MMDMetric
 

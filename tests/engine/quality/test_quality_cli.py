@@ -1,0 +1,79 @@
+"""``volsynth quality`` on the tiny model: table, JSON, PNG, clear errors, and a cancel that stops the backend."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.cli import main
+
+
+def test_quality_writes_table_json_and_png(model_path_env, tmp_path, capsys):
+    out_json, out_png = tmp_path / "q.json", tmp_path / "q.png"
+    args = ["quality", "--model", "tiny-latent", "--seeds", "4", "--steps", "2", "--settings", "bf16", "int8"]
+    assert main([*args, "--json", str(out_json), "--png", str(out_png)]) == 0
+    captured = capsys.readouterr()
+    assert "16 volumes" in captured.err and "denoise [" in captured.err
+    table = captured.out
+    assert table.splitlines()[0].startswith("setting") and "PSNR med" in table
+    assert "bf16: " in table and "int8: " in table and "fp32, seeds B: " in table
+    data = json.loads(out_json.read_text())
+    assert data["seeds"] == [0, 1, 2, 3] and data["noise_seeds"] == [4, 5, 6, 7]
+    assert set(data["settings"]) == {"bf16", "int8"}
+    for report in data["settings"].values():
+        assert isinstance(report["within_noise"], bool) and report["verdict"]
+        assert len(report["per_seed"]) == 4 and report["per_seed"][0]["psnr_db"] is not None
+        assert {"features", "diversity"} <= set(report["statistics"])
+    # random weights are not brain-like: segmentation refuses them, and every verdict says tissue was not compared
+    assert data["tissue_source"] is None and "segmentation refused" in data["tissue_note"]
+    assert "tissue volumes not compared" in data["settings"]["bf16"]["verdict"]
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seeds", "2", "--settings", "bf16"], "--seeds must be from 4 to 64"),
+        (["--settings", "warp9"], "unknown settings 'warp9'"),
+        (["--settings", "bf16", "--json", "out.txt"], "--json needs a .json file name"),
+        (["--settings", "bf16", "bf16"], "named twice"),
+        (["--settings", "bf16", "--batch", "2"], "--batch does not apply"),
+    ],
+)
+def test_bad_input_is_one_line(model_path_env, tmp_path, capsys, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["quality", "--model", "tiny-latent", *args]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("volsynth: error: ") and message in err and "Traceback" not in err
+
+
+def test_cancel_closes_the_run_in_progress(registry):
+    from engine.api import SamplingRequest, drive
+    from engine.api.optimization_config import OptimizationConfig
+    from engine.backends.factory import make_backend
+    from engine.quality.run import quality_run
+
+    backend = make_backend("cpu", registry=registry)
+    closed = []
+
+    class Watched:  # the backend's own generator, watched for the close the cancel must reach
+        def info(self):
+            return backend.info()
+
+        def sample(self, request):
+            gen = backend.sample(request)
+            try:
+                return (yield from gen)
+            finally:
+                closed.append(request.seed)
+
+    events = []
+    request = SamplingRequest(model="tiny-latent", steps=3)
+    run = quality_run(Watched(), request, {"bf16": OptimizationConfig(autocast="bf16")}, 4)
+    result = drive(run, on_progress=events.append, should_stop=lambda: len(closed) >= 2 and len(events) > 12)
+    assert result is None
+    assert (
+        closed[-1] == 2 and len(closed) == 3
+    )  # the third fp32 volume was cancelled mid-run, none started after
+    assert all(e.stage != "measure" for e in events)
