@@ -18,7 +18,7 @@ Crash safety, at every point:
 * a crash after the staging vault was marked complete (``rekey-complete``) but before the swap: the next
   run starts over from the items (the mark says the audit was replayed, which must happen once, last);
 * a crash between the two renames leaves no folder at the vault's path: opening the vault finishes the
-  swap (:func:`finish_interrupted_swap`, key-free: both folders are whole);
+  swap (:func:`engine.vault.folders.finish_interrupted_swap`, key-free: both folders are whole);
 * a crash before the old folder is deleted: the next unlock deletes it and says so.
 
 Cost: one decryption and one encryption of every byte, plus one SHA-256, and twice the vault's size on
