@@ -438,7 +438,7 @@ def xla_device_list(devices: Sequence[dict], limit: int = LIST_LIMIT) -> str:
     return shown + (f"; and {rest} more" if rest > 0 else "")
 
 
-# The slice the README's planning examples use: proposed first when the server has no slice of its own.
+# The slice the planning examples of docs/xla-tpu.md use: proposed first when the server has no slice of its own.
 README_TOPOLOGY = "v5e:2x4"
 
 

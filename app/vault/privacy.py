@@ -1,7 +1,7 @@
 """What the app remembers about files, and how to make it forget (PHI hygiene, issue 18).
 
 File and folder names often carry patient names, and the app's settings file is plain text. The settings
-that hold paths are listed in :data:`PATH_KEYS` (and in the README's privacy section). With
+that hold paths are listed in :data:`PATH_KEYS` (and in docs/vault.md's privacy section). With
 "Remember Recent Files and Folders" switched off (Vault menu), none of them is kept: the recent-files list
 stays empty and the remembered folders are removed (at once, and again when the window closes, since the
 main window notes the last folder of its own Open and Save dialogs as it goes).

@@ -12,7 +12,7 @@ Cases (Dice of the maps thresholded at 0.5 against the reference thresholded at 
 Timing: a 256x256x128 volume (the template on a 0.94 x 0.94 x 1.5 mm grid, noise added) and an 80x96x80 one,
 each segmented in a fresh process ``--repeats`` times: wall time and the process's peak resident memory.
 ``--ants`` also runs antspyx (affine registration of the template + Atropos with its priors) on the template
-cases and the first generated volume, for the comparison the README reports; antspyx is not a dependency.
+cases and the first generated volume, for the comparison docs/segment.md reports; antspyx is not a dependency.
 
 The machine is shared and noisy: the spread of the repeats is printed with the median.
 """

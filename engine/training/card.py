@@ -274,7 +274,7 @@ def _missed_targets(m: dict[str, Any]) -> list[str]:
         lines.append(
             "**Targets missed:** "
             + "; ".join(f"{key}: {reasons.get(key, 'see the table')}" for key in misses)
-            + ". See the README's status of the shipped model for what was tried."
+            + ". See docs/shipped-model.md, the shipped model's status, for what was tried."
         )
     return lines
 

@@ -22,7 +22,7 @@ Crash safety, at every point:
 * a crash before the old folder is deleted: the next unlock deletes it and says so.
 
 Cost: one decryption and one encryption of every byte, plus one SHA-256, and twice the vault's size on
-disk for the duration (checked before the staging folder is made: :func:`space_needed`). See the README
+disk for the duration (checked before the staging folder is made: :func:`space_needed`). See docs/vault.md
 for a measured figure.
 
 What it cannot do: copies of the vault made *before* the re-key (backups) still open with the old
