@@ -86,6 +86,9 @@ class GenerationController(QObject):
         self._telemetry_run = None  # (run id, the metrics source it is marked on)
         self._run_device = ""
         self._cancel_deadline: float | None = None  # time.monotonic() when a cancelled run is abandoned
+        # The last finished run, for its details: the engine's timings and the steps that carried a preview.
+        self.last_run: dict[str, Any] = {}
+        self._preview_steps: list[int] = []
 
         self.generate_action = make_action(
             parent,
@@ -162,6 +165,7 @@ class GenerationController(QObject):
         self._model_xyz = tuple(spec.output_shape[1:4])
         self._run_device = self.form.device
         self.state.follow_previews = True
+        self._preview_steps = []
         worker = Worker.generation(request, partial(self.backends.get, self.form.device))
         self._begin_run_telemetry(self.form.device)
         self._job = self.runner.start(
@@ -246,6 +250,7 @@ class GenerationController(QObject):
             progress.stage, progress.step, progress.total, progress.elapsed_s, progress.message
         )
         if progress.preview is not None:
+            self._preview_steps.append(progress.step)
             self._pending_preview = (progress.preview, progress.step, progress.total, progress.preview_stride)
             # Drawn with the bar's step when the last one is old enough: waiting for the timer put the
             # preview up to a tick behind the bar. Faster previews wait for the timer (at most 5 a second).
@@ -281,6 +286,12 @@ class GenerationController(QObject):
             result.provenance["telemetry"] = summary
         entries = self.state.add_result(result, show=self.state.follow_previews)
         total = result.provenance.get("timings", {}).get("total_s", 0.0)
+        self.last_run = {
+            "timings": dict(result.provenance.get("timings", {})),
+            "step_times_s": list(result.provenance.get("step_times_s", [])),
+            "preview_steps": list(self._preview_steps),
+            "request": result.request.to_dict(),
+        }
         where = self.ran_on(result.provenance)
         self.panel.show_finished(f"Done in {total:.1f} s \u00b7 {where}")
         self.panel.progress_bar.setValue(100)
@@ -338,10 +349,12 @@ class GenerationController(QObject):
             self.status_eta.setText("Starting...")
 
     def _on_state_progress_changed(self, tracker) -> None:
+        self.status_progress.setUpdatesEnabled(False)  # one scheduled paint, not setValue's own repaint
         self.status_progress.setValue(tracker.percent)
         self.status_progress.setFormat(
             f"{tracker.step}/{tracker.total}" if tracker.stage == "denoise" else "%p%"
         )
+        self.status_progress.setUpdatesEnabled(True)
         self.status_eta.setText(tracker.text())
 
     # -- telemetry -----------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ def test_to_request_names_the_model_by_path_here_and_by_id_on_a_server(latent):
     form = _form(latent)
     form.set(seed=11, steps=20)
     request = form.to_request()
-    assert request.model == str(latent.path) and request.seed == 11 and request.preview_interval == 2
+    assert request.model == str(latent.path) and request.seed == 11
+    assert request.preview_interval == 7  # the default: two previews in 20 steps (at 7 and 14)
     assert form.to_request(batch_size=1, preview_interval=0).preview_interval == 0
     form.set(device=REMOTE_PREFIX + "http://127.0.0.1:9")
     assert form.to_request().model == latent.spec.id
