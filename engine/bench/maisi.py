@@ -291,7 +291,7 @@ def _machine() -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--root", default="/tmp/volsynth-maisi-bench", help="where the random-weight folder is"
+        "--root", default="build/benchmarks/maisi-model", help="where the random-weight folder is"
     )
     parser.add_argument("--out", default="build/benchmarks/maisi.json")
     parser.add_argument("--unet-repeats", type=int, default=2)

@@ -11,7 +11,7 @@ Typical use::
         print(item.id, item.label, item.patient.get("name"))
     opened = vault.open_item(info.id)              # float32 array + RAS affine, in memory only
     maps = vault.open_tissue(info.id)              # a generated volume's tissue maps (add_synthetic(tissue=))
-    vault.export(info.id, "/tmp/out", deidentify=True)
+    vault.export(info.id, "exports", deidentify=True)
     report = vault.verify()                        # every byte authenticated, audit chain checked
     vault.lock_if_idle()                           # from a timer; idle_timeout_s sets the delay
 

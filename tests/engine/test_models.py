@@ -133,23 +133,26 @@ def test_bundle_with_non_monai_target_is_refused(tmp_path):
 
 
 class _Exploit:
+    """Unpickled with code execution, it would create ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
     def __reduce__(self):
         import os
+        import shlex
 
-        return (os.system, ("touch /tmp/volsynth-pickle-pwned",))
+        return (os.system, (f"touch {shlex.quote(str(self.marker))}",))
 
 
 def test_malicious_pickle_checkpoint_is_refused(tmp_path):
-    import os
-
+    marker = tmp_path / "pwned"
     bundle = write_bundle(tmp_path / "evil")
     with open(bundle / "models" / "model.pt", "wb") as handle:
-        pickle.dump({"weight": _Exploit()}, handle)
-    if os.path.exists("/tmp/volsynth-pickle-pwned"):
-        os.unlink("/tmp/volsynth-pickle-pwned")
+        pickle.dump({"weight": _Exploit(marker)}, handle)
     with pytest.raises(ModelInvalid, match="refusing to load checkpoint model.pt"):
         open_model_folder(bundle).load()
-    assert not os.path.exists("/tmp/volsynth-pickle-pwned")
+    assert not marker.exists()
 
 
 def test_load_old_bundle_goes_through_load_old_state_dict(tmp_path):
