@@ -145,7 +145,8 @@ def run(args) -> int:
         print("tissue maps: the model's own (decoded channels); --tissue-maps keeps them", file=sys.stderr)
     elif args.tissue_maps:
         made_tissue = segment_members(result, request)
-    paths = save_result(result, out, made_tissue)
+    checks = anatomy_checks(result, made_tissue)
+    paths = save_result(result, out, made_tissue, [c.to_dict() if c else None for c in checks])
     timings = result.provenance["timings"]
     for path in paths:
         print(path)
@@ -164,6 +165,9 @@ def run(args) -> int:
                 f"no tissue maps for {path.name} (the volume is written): {record['tissue_maps_not_made']}",
                 file=sys.stderr,
             )
+    for path, check in zip(paths, checks, strict=True):
+        if check is not None:
+            print(f"{path.name}: {check.summary()}", file=sys.stderr)
     for warning in result.provenance.get("warnings") or ():
         print(f"warning: {warning}", file=sys.stderr)
     if result.space:
@@ -198,3 +202,20 @@ def segment_members(result, request) -> list[tuple[dict, dict]]:
         maps_or_reason(result.volume(index), result.affine, contrast, on_stage=on_stage)
         for index in range(result.volumes.shape[0])
     ]
+
+
+def anatomy_checks(result, made_tissue) -> list:
+    """The anatomy check of each batch member that has tissue maps (the model's own channels, or segmented), or
+    that segmentation refused as no brain; None for one with nothing to check (``engine.anatomy.checks``)."""
+    from engine.anatomy.checks import check_from_record
+
+    checks = []
+    for index in range(result.volumes.shape[0]):
+        if result.label_names:
+            maps, record = result.tissue_maps(index), {"tissue_maps_source": "model channels"}
+        elif made_tissue is not None:
+            maps, record = made_tissue[index]
+        else:
+            maps, record = {}, None
+        checks.append(check_from_record(maps, result.affine, record, space=result.space))
+    return checks

@@ -268,14 +268,16 @@ def write_image_files(
         )
 
 
-def save_result(result, out: str | Path, made_tissue=None) -> list[Path]:
+def save_result(result, out: str | Path, made_tissue=None, anatomy_checks=None) -> list[Path]:
     """Write each volume of a SamplingResult as NIfTI + JSON sidecar, and its tissue maps beside it
     (``write_image_files``). All files of a batch appear together or not at all. Returns the image paths.
 
     A model with tissue channels writes its own maps (sidecars: ``tissue_maps_source`` "model channels").
     For one without, ``made_tissue`` may give, per batch member, ``(maps, record)``: maps made from the image
     (a segmentation) and the record of how they were made; a member whose maps could not be made has ``{}``
-    maps and a record saying why (``tissue_maps_not_made``), which goes into the image's provenance."""
+    maps and a record saying why (``tissue_maps_not_made``), which goes into the image's provenance.
+    ``anatomy_checks`` may give, per batch member, the record of its anatomy check (``engine.anatomy.checks``,
+    ``to_dict()``) or None; it goes into the member's provenance as ``anatomy_check``."""
     from engine.nifti.checks import refuse_non_finite
 
     out = check_output_path(out)
@@ -296,6 +298,8 @@ def save_result(result, out: str | Path, made_tissue=None) -> list[Path]:
         temp_of = dict(zip(targets, temps, strict=True))
         for index, (path, (maps, record)) in enumerate(zip(nifti_paths, members, strict=True)):
             provenance = {**result.provenance, "batch_index": index}
+            if anatomy_checks is not None and anatomy_checks[index] is not None:
+                provenance["anatomy_check"] = anatomy_checks[index]
             if record and not maps:
                 provenance.update(record)  # why no maps were made, said with the image
             write_image_files(
