@@ -245,11 +245,17 @@ def _block_mean(volume: np.ndarray, factor: np.ndarray) -> np.ndarray:
     return padded.reshape(shape).mean(axis=(1, 3, 5)).astype(np.float32)
 
 
+@lru_cache(maxsize=1)
+def _template_moments() -> tuple[np.ndarray, np.ndarray]:
+    """The template brain mask's moments, once: a pass over its 7 million voxels costs a second."""
+    _priors, tmask, taffine = _template_1mm()
+    return _moments(tmask, taffine)
+
+
 def template_transform(brain: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """World (volume, mm) -> world (MNI152 template, mm) affine that matches the moments (centre and extent
     along each axis) of a brain mask to the template's, with the scale and the shift (mm) it applies."""
-    _priors, tmask, taffine = _template_1mm()
-    t_centre, t_sd = _moments(tmask, taffine)
+    t_centre, t_sd = _template_moments()
     v_centre, v_sd = _moments(brain, affine)
     scale = v_sd / np.maximum(t_sd, 1e-6)
     # x_t = t_centre + (x_v - v_centre) / scale

@@ -2,7 +2,8 @@
 
 The maps are written as the shipped model writes its own, ``<stem>_label-<name>_probseg.nii.gz`` beside a JSON
 sidecar each, with the input's affine and space; the sidecar says how they were made (method, library versions,
-contrast). The method is ``engine.anatomy.segment``'s.
+contrast) and carries the anatomy check of the maps (``anatomy_check``: ``engine.anatomy.checks``), whose verdict
+is also printed. The method is ``engine.anatomy.segment``'s.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def _refuse_non_finite_file(path: Path) -> None:
 
 
 def run(args) -> int:
-    from engine.anatomy.segment import CONTRAST_LABELS, TISSUES, check_contrast, segment
+    from engine.anatomy.checks import check_maps
+    from engine.anatomy.segment import CONTRAST_LABELS, METHOD, TISSUES, check_contrast, segment
     from engine.errors import InvalidRequest, OutputError
     from engine.nifti.io import (
         atomic_files,
@@ -112,11 +114,17 @@ def run(args) -> int:
         print(f"segment: {stage} ({fraction:.0%})", file=sys.stderr, flush=True)
 
     result = segment(volume.data, volume.affine, contrast, on_stage=on_stage)
+    check = check_maps(result.maps, volume.affine, space=volume.space, maps_from=METHOD)
     out.mkdir(parents=True, exist_ok=True)
     names = (*TISSUES, "brain")
     maps = {name: tissue_path(out / source.name, name) for name in names}
     targets = [p for path in maps.values() for p in (path, sidecar_path(path))]
-    record = {**result.sidecar(), "image": source.name, "synthetic": volume.synthetic}
+    record = {
+        **result.sidecar(),
+        "image": source.name,
+        "synthetic": volume.synthetic,
+        "anatomy_check": check.to_dict(),
+    }
     if volume.space:
         record["space"] = volume.space
     with atomic_files(targets) as temps:
@@ -135,4 +143,5 @@ def run(args) -> int:
         print(path)
     means = ", ".join(f"{k} {v:.3g}" for k, v in result.means.items())
     print(f"tissue means: {means}", file=sys.stderr)
+    print(f"{source.name}: {check.summary()}", file=sys.stderr)
     return 0
