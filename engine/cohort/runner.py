@@ -5,6 +5,8 @@
    ``engine.cohort.local_ray``), or connect to a cluster (``address`` or ``RAY_ADDRESS``).
 3. Start the workers: actors of ``_CohortWorker``, each with a thread budget (``num_cpus``) or one GPU
    (``num_gpus=1``), keeping its loaded model between items. Ray restarts an actor whose process died.
+   For a model without tissue channels (MAISI, bundles) the worker also segments the volume it made
+   (``segment_member``), so segmentation runs in parallel beside the generation, not on the driver.
 4. Keep one item in flight per worker (a volume takes seconds; Ray's per-task overhead is milliseconds,
    so a deeper queue gains nothing and a killed worker would take more than its one item with it).
 5. Each result comes back to the driver, which writes it (atomically, with its provenance sidecar and the
@@ -137,12 +139,33 @@ class _CohortWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def generate(self, request: dict[str, Any]):
-        """(SamplingResult, :func:`worker_identity`): the record crosses Ray as it is (a dataclass of arrays)."""
+    def generate(self, request: dict[str, Any], segment_modality: str | None = None):
+        """(SamplingResult, :func:`worker_identity`, tissue maps or None): the record crosses Ray as it is (a
+        dataclass of arrays). With ``segment_modality`` (a cohort of a model without tissue channels) the volume
+        is segmented here, beside its generation, as :func:`segment_member` does: workers run in parallel and
+        the driver, the one writer, only writes."""
         from engine.api import SamplingRequest, run
 
         req = SamplingRequest.from_dict({**request, "model": self.model_path, "xla_plan": self.plan})
-        return run(self.backend.sample(req)), worker_identity()
+        result = run(self.backend.sample(req))
+        identity = worker_identity()
+        if segment_modality is None:
+            return result, identity, None
+        made = segment_member(result.member(0), segment_modality)
+        identity["segmented_here"] = True
+        return result, identity, made
+
+
+def segment_member(member, modality: str) -> tuple[dict, dict]:
+    """A generated volume's tissue maps by segmentation, contrast from the cohort's modality (T1w for a bundle,
+    which names none): ``(maps, how made)``, or no maps and why (SWI; a volume that is not brain-like)."""
+    from engine.anatomy.segment import contrast_from_modality, maps_or_reason
+
+    try:
+        contrast = contrast_from_modality(modality or "")
+    except InvalidRequest as exc:
+        return {}, {"tissue_maps_not_made": str(exc)}
+    return maps_or_reason(np.asarray(member.data, dtype=np.float32), member.affine, contrast)
 
 
 def worker_identity() -> dict[str, Any]:
@@ -351,8 +374,8 @@ class _Writer:
         self.modality = manifest.data.get("model", {}).get("modality")
         # The template space of the model's volumes: the files' space-<label> entity (none without one).
         self.space = manifest.data.get("model", {}).get("space")
-        # A model without tissue channels whose volumes are segmented here (the driver, not the workers: one
-        # volume's maps take seconds, a volume's sampling far longer, and the driver waits on the workers).
+        # A model without tissue channels whose volumes are segmented: by the worker that made each one (beside
+        # its generation, in parallel), here only when a result comes without its maps.
         self.segmented = bool(manifest.data.get("model", {}).get("tissue_maps_method"))
         if spec.target == "vault" and vault is None:
             raise InvalidRequest("this cohort goes into a vault; unlock it first (pass the passphrase)")
@@ -381,9 +404,15 @@ class _Writer:
             if i.label == label and (not complete or set(self.labels) <= set(i.tissue_maps))
         ]
 
-    def write(self, participant: str, result, worker: dict[str, Any]) -> tuple[str, str]:
-        """Store one SamplingResult (a batch of one) made by ``worker`` (:func:`worker_identity`); returns
-        (where, volume sha256)."""
+    @property
+    def segment_modality(self) -> str | None:
+        """What a worker segments its volume as (the cohort's modality, "" for none), None when it need not."""
+        return (self.modality or "") if self.segmented else None
+
+    def write(self, participant: str, result, worker: dict[str, Any], made=None) -> tuple[str, str]:
+        """Store one SamplingResult (a batch of one) made by ``worker`` (:func:`worker_identity`), with the tissue
+        maps the worker made of it (``made``: ``(maps, record)`` of :func:`segment_member`); returns (where,
+        volume sha256)."""
         from engine.nifti.io import save_result
 
         member = result.member(0)  # the image and the tissue maps decoded with it ({} without label channels)
@@ -402,9 +431,11 @@ class _Writer:
         provenance["command"] = " ".join(sys.argv[:1]) + " (Ray cohort driver)"
         provenance["worker"] = {**worker, "backend": provenance.get("backend")}
         tissue = member.tissue
-        made = None
-        if self.segmented:
-            made = self._segment(member)
+        if not self.segmented:
+            made = None
+        elif made is None:  # a result without the worker's maps (made before workers segmented): make them
+            made = segment_member(member, self.modality or "")
+        if made is not None:
             tissue = made[0]
             if not tissue:  # why this volume has no maps travels with it
                 provenance.update(made[1])
@@ -438,17 +469,6 @@ class _Writer:
         )
         write_map_sidecars(path, tuple(made[0]) if made else self.labels, model)
         return path.relative_to(self.manifest.root).as_posix(), digest
-
-    def _segment(self, member) -> tuple[dict, dict]:
-        """The member's tissue maps by segmentation, contrast from the cohort's modality (T1w for a bundle,
-        which names none), or no maps and why (SWI; a volume that is not brain-like)."""
-        from engine.anatomy.segment import contrast_from_modality, maps_or_reason
-
-        try:
-            contrast = contrast_from_modality(self.modality or "")
-        except InvalidRequest as exc:
-            return {}, {"tissue_maps_not_made": str(exc)}
-        return maps_or_reason(member.data, member.affine, contrast)
 
     def participants(self) -> None:
         if self.spec.target != "folder":
@@ -773,7 +793,9 @@ class _CohortRun:
             entry = self.manifest.items[participant]
             entry["attempts"] += 1
             self.tries[participant] = self.tries.get(participant, 0) + 1
-            ref = self.actors[index].generate.remote(_request_for(self.spec, entry))
+            ref = self.actors[index].generate.remote(
+                _request_for(self.spec, entry), self.writer.segment_modality
+            )
             self.inflight[ref] = (participant, index)
             yield self.progress("submitted", participant=participant, worker_pid=self.pids[index])
 
@@ -784,7 +806,7 @@ class _CohortRun:
         entry = manifest.items[participant]
         errors_types = _worker_errors()
         try:
-            result, worker = ray.get(ref)
+            result, worker, made = ray.get(ref)
         except errors_types as exc:
             message = f"worker {self.pids[index]} died: {type(exc).__name__}"
             entry["errors"].append({"attempt": entry["attempts"], "error": message, "at": now_utc()})
@@ -815,7 +837,7 @@ class _CohortRun:
             return
         self.idle.append(index)
         worker_pid = int(worker["pid"])
-        where, digest = self.writer.write(participant, result, worker)
+        where, digest = self.writer.write(participant, result, worker, made)
         prov = result.provenance
         step_times = prov.get("step_times_s") or []
         if step_times:
