@@ -117,6 +117,15 @@ CUDA_CANDIDATES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+# Rows measured only when asked for by name (``volsynth tune --rows cache:k3-l1``): step caching changes the
+# result by design, so the few steps a tune runs cannot judge it; it is recommended only with a quality verdict
+# that holds (engine.optimization.tune_store.trades_fidelity), measured by python -m engine.bench.step_cache.
+def opt_in_rows() -> list[tuple[str, dict[str, Any]]]:
+    from engine.api.optimization_config import NAMED_SETTINGS
+
+    return [(name, values) for name, values in NAMED_SETTINGS.items() if name.startswith("cache:")]
+
+
 def preset_rows() -> list[tuple[str, dict[str, Any]]]:
     """The app's named presets (app.core.optimization_presets mirrors these names), as rows."""
     from engine.api.optimization_config import NAMED_PRESETS
@@ -431,6 +440,7 @@ def _select_rows(torch_device, spec, probe, rows: list[str] | None) -> tuple[lis
     """The candidate rows for this device, narrowed to ``rows`` (fp32 always stays), and those not measured."""
     measured_rows, skipped = candidate_rows(torch_device, spec, probe)
     if rows:
+        measured_rows += [(n, v) for n, v in opt_in_rows() if n in rows]
         unknown = [r for r in rows if r not in {n for n, _ in measured_rows} | {s["name"] for s in skipped}]
         if unknown:
             raise InvalidRequest(

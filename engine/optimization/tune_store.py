@@ -115,9 +115,27 @@ def measured_slower(row: Mapping[str, Any] | None) -> bool:
     return bool(row) and (row.get("end_to_end_verdict") or {}).get("verdict") == "slower"
 
 
+def trades_fidelity(row: Mapping[str, Any]) -> bool:
+    """Whether a row changes the result by design, not by rounding: step caching (deep features reused across
+    steps) or a shorter schedule than the model's default. PSNR against fp32 cannot clear such a row: it
+    must carry a quality verdict that holds (:func:`quality_holds`)."""
+    config = row.get("config") or {}
+    interval = config.get("step_cache_interval", 1)
+    shorter = row.get("steps") is not None and row.get("steps") != row.get("default_steps")
+    return (isinstance(interval, int | float) and interval > 1) or shorter
+
+
+def quality_holds(row: Mapping[str, Any]) -> bool:
+    """Whether the row's cohort quality verdict (engine.quality.quality_report's ``within_noise``) holds."""
+    quality = row.get("quality")
+    return isinstance(quality, Mapping) and quality.get("within_noise") is True
+
+
 def recommendation(result: Mapping[str, Any] | None, min_psnr_db: float = DEFAULT_MIN_PSNR_DB):
     """The fastest measured row at or above ``min_psnr_db`` that the noise rule calls faster than fp32 end to
     end, or the fp32 row when none is (a setting measured slower, or not clearly faster, is never recommended).
+    A row that trades fidelity for speed (step caching, a shorter schedule) is recommended only when its quality
+    verdict holds (:func:`trades_fidelity`, :func:`quality_holds`).
 
     "Fastest" is the largest speed-up over the fp32 measured in the same run, side by side: a result merged
     from several runs (``volsynth tune --rows``) holds rows timed at different times, under different load,
@@ -136,6 +154,8 @@ def recommendation(result: Mapping[str, Any] | None, min_psnr_db: float = DEFAUL
     best = fp32
     for row in rows:
         if row is fp32 or (row.get("end_to_end_verdict") or {}).get("verdict") != "faster":
+            continue
+        if trades_fidelity(row) and not quality_holds(row):
             continue
         psnr = row.get("psnr_db")
         if psnr is None or not (math.isinf(psnr) or psnr >= min_psnr_db):
