@@ -101,8 +101,11 @@ def segment_session_volume(data: np.ndarray, affine: np.ndarray, contrast: str, 
     Raises InvalidRequest with the reason when the volume is refused (SWI, noise, not brain-like...)."""
     from engine.anatomy.segment import segment
 
+    def on_stage(stage: str, fraction: float) -> None:
+        report(fraction, STAGE_TEXT.get(stage, stage))
+
     report(0.0, STAGE_TEXT["mask"])
-    made = segment(data, affine, contrast, on_stage=lambda stage, f: report(f, STAGE_TEXT.get(stage, stage)))
+    made = segment(data, affine, contrast, on_stage=on_stage)
     return made.maps, made_record(made)
 
 
@@ -121,7 +124,11 @@ def segment_vault_item(vault, item_id: str, contrast_choice: str, replace: bool,
     info = opened.info
     contrast, _note = contrast_for(opened.provenance, [info.original_name, info.label], contrast_choice)
     data, affine = to_session_volume(opened.data, opened.affine)
-    maps, made = segment_session_volume(data, affine, contrast, lambda f, t: report(f * 0.9, t))
+
+    def segmenting(fraction: float | None, text: str) -> None:  # the last tenth is storing the maps
+        report(None if fraction is None else fraction * 0.9, text)
+
+    maps, made = segment_session_volume(data, affine, contrast, segmenting)
     # The stored grid: undo the reorientation to RAS+ (the same axis flips and swaps, reversed).
     ornt = nib.orientations.io_orientation(np.asarray(opened.affine, dtype=np.float64))
     back = nib.orientations.ornt_transform(nib.orientations.axcodes2ornt("RAS"), ornt)
