@@ -3,7 +3,8 @@
 Histograms of the requested conditioning values and of the brain and ventricle volumes measured on the
 generated images (the evaluation's measurements: Otsu brain mask, dark voxels in the template ventricle
 region; for a segmented cohort, MAISI v2 or a bundle, the brain is the sum of its GM and WM maps), a montage of axial mid-slices of a sample of the volumes, throughput over time, failures and
-retries from the manifest.
+retries from the manifest, and each volume's anatomy check (``engine.anatomy.checks``: from its sidecar, or from
+the tissue maps beside it) with how many passed, were outside a range, or were not brain-like.
 """
 
 from __future__ import annotations
@@ -53,6 +54,35 @@ def measure_segmented(image: Path, provenance: dict[str, Any], voxel_ml: float) 
         total = sum(float(load_nifti(image.with_name(Path(names[n]).name)).data.sum()) for n in ("GM", "WM"))
         out["brain_volume"] = total * voxel_ml
     return out
+
+
+#: How the report counts the anatomy checks' outcomes (``engine.anatomy.checks`` statuses, plus no check).
+ANATOMY_STATUSES = ("within", "outside", "not_brain_like", "not_checked")
+
+
+def anatomy_check(image: Path, loaded) -> dict[str, Any]:
+    """The anatomy check of one cohort volume as ``{"status", "verdict", "flags"}``: the record its sidecar
+    carries, else checked here from the tissue maps beside it (the model's channels or segmented maps), else
+    not brain-like when segmentation refused it as no brain, else not checked (no maps to check)."""
+    from engine.anatomy.checks import check_from_record
+    from engine.nifti.io import load_nifti
+
+    provenance = loaded.provenance
+    stored = provenance.get("anatomy_check")
+    if isinstance(stored, dict) and stored.get("status") in ANATOMY_STATUSES:
+        return {k: stored.get(k) for k in ("status", "verdict", "flags")}
+    names = provenance.get("tissue_maps") or {}
+    maps = {}
+    for name, file in names.items():
+        path = image.with_name(Path(str(file)).name)
+        if path.is_file():
+            maps[str(name)] = load_nifti(path).data
+    made = provenance.get("tissue_maps_made")
+    record = made if isinstance(made, dict) else provenance
+    check = check_from_record(maps, loaded.affine, record, space=loaded.space)
+    if check is None:
+        return {"status": "not_checked", "verdict": "not checked: no tissue maps", "flags": []}
+    return {"status": check.status, "verdict": check.verdict, "flags": list(check.flags)}
 
 
 def measure(volume: np.ndarray, voxel_ml: float) -> dict[str, float]:
@@ -110,6 +140,7 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
     skipped = measurements_skipped(model)
     segmented = bool(model.get("tissue_maps_method"))
     not_segmented = 0
+    anatomy: dict[str, dict[str, Any]] = {}
     if skipped:
         measured, pairs = {}, {}
     if folder:
@@ -129,6 +160,7 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
                     measured[name].append(value)
                     if name in items[participant]["conditioning"]:
                         pairs[name].append((items[participant]["conditioning"][name], value))
+            anatomy[participant] = anatomy_check(path, loaded)
             if participant in montage_set:
                 slices.append((participant, loaded.data[:, :, loaded.data.shape[2] // 2].T[::-1]))
     finished = sorted(
@@ -158,6 +190,9 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
         # Volumes of a segmented cohort that segmentation refused (not brain-like): no maps, not measured.
         "not_segmented": not_segmented,
         "pairs": pairs,
+        # Per participant: the anatomy check's status, verdict and flags; and how many got each status.
+        "anatomy": anatomy,
+        "anatomy_counts": {k: sum(a["status"] == k for a in anatomy.values()) for k in ANATOMY_STATUSES},
         "slices": slices,
         "finished_times": finished,
         "runs": runs,
@@ -265,6 +300,17 @@ def draw(data: dict[str, Any], path: Path) -> Path:
             f"{run.get('done', 0)} volumes in {run.get('elapsed_s', 0):.0f} s = {rate:.2f}/min"
             + (" (stopped)" if run.get("stopped") else "")
         )
+    counts = data.get("anatomy_counts") or {}
+    if any(counts.values()):
+        lines.append(
+            f"anatomy checks: {counts['within']} within ranges, {counts['outside']} outside, "
+            f"{counts['not_brain_like']} not brain-like, {counts['not_checked']} not checked"
+        )
+        flagged = [
+            (p, a) for p, a in sorted(data["anatomy"].items()) if a["status"] in ("outside", "not_brain_like")
+        ]
+        for participant, check in flagged[:4]:
+            lines.append(f"  {participant}: {check['verdict'][:70]}")
     for failure in data["failures"][:4]:
         last = failure["errors"][-1]["error"] if failure["errors"] else ""
         lines.append(f"{failure['participant']} ({failure['state']}): {last[:60]}")
@@ -322,9 +368,27 @@ def write_report(root: str | Path, out: str | Path | None = None, montage: int =
             if data.get("not_segmented")
             else ""
         )
+        + _anatomy_html(data)
         + f"<img alt='cohort report' src='data:image/png;base64,{encoded}'>"
         f"<h2>Failures and retries</h2><table><tr><th>participant</th><th>state</th><th>errors</th></tr>"
         f"{failures or '<tr><td colspan=3>none</td></tr>'}</table>"
     )
     write_text_atomic(out_path, page)
     return out_path
+
+
+def _anatomy_html(data: dict[str, Any]) -> str:
+    """The anatomy checks' counts and each participant's verdict, as HTML (empty when nothing was checked)."""
+    counts = data.get("anatomy_counts") or {}
+    if not any(counts.values()):
+        return ""
+    rows = "".join(
+        f"<tr><td>{html.escape(p)}</td><td>{html.escape(a['status'])}</td><td>{html.escape(a['verdict'])}</td></tr>"
+        for p, a in sorted(data["anatomy"].items())
+    )
+    return (
+        f"<h2>Anatomy checks</h2><p>{counts['within']} within normative ranges, {counts['outside']} outside a "
+        f"range, {counts['not_brain_like']} not brain-like, {counts['not_checked']} not checked (no tissue "
+        "maps). Ranges and their sources: each sidecar's anatomy_check, or docs/anatomy-checks.md.</p>"
+        f"<table><tr><th>participant</th><th>status</th><th>verdict</th></tr>{rows}</table>"
+    )
