@@ -48,6 +48,7 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QSplitter,
     QStackedWidget,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -59,6 +60,7 @@ from app.compare.numbers import (  # noqa: F401 - speed_text, verdict_text, WARN
     verdict_text,
 )
 from app.compare.outputs import CSV_DIR_KEY, ComparisonOutputs  # noqa: F401 - CSV_DIR_KEY: importable here too
+from app.compare.quality import QualityView
 from app.core.measured_settings import FASTEST_HERE, MeasuredSettings
 from app.core.optimization_presets import BLOCK_SOURCE as OPTIMIZATION_BLOCK
 from app.core.optimization_presets import PRESET_TIPS, PRESETS, preset_values
@@ -312,7 +314,17 @@ class CompareWindow(ComparisonOutputs, QWidget):
         layout.addWidget(self._build_controls())
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self._build_views())
-        splitter.addWidget(self._build_numbers())
+        # The numbers of one run of each, and the quality view over many seeds (app/compare/quality.py).
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("compareTabs")
+        self.tabs.addTab(self._build_numbers(), "Speed and Volume")
+        self.quality = QualityView(app, self.quality_request)
+        self.tabs.addTab(self.quality, "Quality over Seeds")
+        self.tabs.setTabToolTip(
+            1,
+            "A's and B's settings against fp32 over many seeds, with fp32 on other seeds as the noise floor",
+        )
+        splitter.addWidget(self.tabs)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
         layout.addWidget(splitter, 1)
@@ -594,6 +606,26 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.progress_bar.setValue(0)
         self.progress_label.setText(f"Starting: A = {labels[0]}, B = {labels[1]}")
         return True
+
+    def quality_request(self):
+        """What the quality view judges: the Generate panel's request (batch 1, no previews), A's and B's
+        settings by label (fp32 on both sides: fp32 judged against itself on other seeds), and the device."""
+        from engine.errors import InvalidRequest
+
+        form = self.app.state.form
+        if form.model is None:
+            raise InvalidRequest("Choose a model in the Generate panel first.")
+        uses_panel = PANEL_SETTINGS in (self.choice(self.a_box), self.choice(self.b_box))
+        blocked = form.blocked_reason(ignore=() if uses_panel else (OPTIMIZATION_BLOCK,))
+        if blocked:
+            raise InvalidRequest(f"Cannot run this request: {blocked}")
+        request = form.to_request(batch_size=1, preview_interval=0)
+        settings = {}
+        for side, combo in (("A", self.a_box), ("B", self.b_box)):
+            config = self.settings_for(combo, form)
+            if config.summary() != "fp32" or side == "B":
+                settings.setdefault(f"{side}: {config.summary()}", config)
+        return request, settings, form.device
 
     def cancel(self) -> None:
         if self._job is not None:

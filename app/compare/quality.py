@@ -1,0 +1,320 @@
+"""The Compare window's quality view: A's and B's settings judged against fp32 over N seeds, with a noise floor.
+
+*Compute Quality Report* runs ``engine.quality.run.quality_run`` in the one worker class (progress, Cancel at
+the next step, the window never waits): fp32 on seed set A and on seed set B (the noise floor), each chosen
+setting on set A. The plots show each set's GM, WM and CSF volumes side by side, one dot a seed, over a grey
+band for fp32's seed-to-seed range, and the PSNR of each seed against fp32 on the same seed; below them, each
+setting's verdict ("within seed-to-seed variation" or "shifts the distribution: what moved").
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.workers import Worker
+from engine.quality.measures import TISSUES
+
+DEFAULT_SEEDS = 8
+PLOT_BACKGROUND = "#15181c"
+BAND_COLOUR = (200, 200, 200, 45)
+SET_COLOURS = ("#6fa8dc", "#b7b7b7", "#f6b26b", "#93c47d", "#e06666", "#b4a7d6")
+WITHIN_COLOUR, SHIFT_COLOUR = "#93c47d", "#e06666"
+PSNR_IDENTICAL = 100.0  # where an identical volume (PSNR = inf) is drawn on the PSNR plot
+
+
+def _quality_job(pool, device: str, request, settings: dict, seeds: int):
+    """Called in the worker thread: the device's backend (a local one imports torch), then the run."""
+    from engine.quality.run import quality_run
+
+    return quality_run(pool.get(device), request, settings, seeds)
+
+
+class QualityView(QWidget):
+    """The quality view; ``start()`` runs, ``cancel()`` stops at the next step, ``show_run`` draws a result."""
+
+    report_ended = Signal(str)  # "finished", "cancelled" or "failed"
+
+    def __init__(self, app, what_to_judge: Callable[[], Any], parent: QWidget | None = None) -> None:
+        """``what_to_judge()`` gives ``(request, {label: OptimizationConfig}, device)`` or raises EngineError."""
+        super().__init__(parent)
+        self.app = app
+        self.what_to_judge = what_to_judge
+        self.run = None
+        self._job = None
+        self._started = 0.0
+
+        self.seeds_spin = QSpinBox()
+        self.seeds_spin.setRange(4, 64)
+        self.seeds_spin.setValue(DEFAULT_SEEDS)
+        self.seeds_spin.setToolTip(
+            "Seeds a set: fp32 runs on this many seeds twice (two seed sets, the noise floor) and each setting "
+            "on the first set. 16 gives a usable noise floor; the rule needs at least 4."
+        )
+        self.compute_button = QPushButton("Compute Quality Report")
+        self.compute_button.setToolTip(
+            "Judge A's and B's settings against fp32 over the seeds: tissue volumes, diversity, features, "
+            "per-seed PSNR/SSIM (the same as `volsynth quality`)"
+        )
+        self.compute_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the quality report at the next step")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setRange(0, 100)
+        self.progress_label = QLabel("")
+        self.progress_label.setWordWrap(True)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Seeds"))
+        top.addWidget(self.seeds_spin)
+        top.addWidget(self.compute_button)
+        top.addWidget(self.cancel_button)
+        top.addWidget(self.progress_bar, 1)
+        top.addWidget(self.progress_label, 2)
+
+        self.plots: dict[str, Any] = {}
+        grid = QGridLayout()
+        grid.setSpacing(6)
+        for column, name in enumerate((*TISSUES, "psnr")):
+            self.plots[name] = self._make_plot(name)
+            grid.addWidget(self.plots[name], 0, column)
+            grid.setColumnStretch(column, 1)
+        self.verdict_label = QLabel(
+            "Compute the report to judge A's and B's settings against fp32 over seeds."
+        )
+        self.verdict_label.setObjectName("qualityVerdicts")
+        self.verdict_label.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict_label.setWordWrap(True)
+        self.verdict_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.verdict_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addLayout(grid, 1)
+        layout.addWidget(self.verdict_label)
+        self._set_running(False)
+
+    def _make_plot(self, name: str):
+        import pyqtgraph as pg
+
+        plot = pg.PlotWidget(background=PLOT_BACKGROUND)
+        plot.setObjectName(f"quality-{name}")
+        plot.setMinimumSize(160, 150)
+        item = plot.getPlotItem()
+        item.hideButtons()
+        item.setMenuEnabled(False)
+        item.setMouseEnabled(x=False, y=False)
+        item.showGrid(x=False, y=True, alpha=0.15)
+        item.setTitle(
+            f"{name} volume (mL)" if name in TISSUES else "PSNR vs fp32, same seed (dB)", size="9pt"
+        )
+        if name == "psnr":
+            item.setLabel("bottom", "seed")
+        return plot
+
+    # -- running -------------------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Start a report from the window's request and A/B settings; False (and says why) if it cannot."""
+        from engine.errors import EngineError
+
+        if self._job is not None:
+            return False
+        if self.app.state.job_running:
+            self.progress_label.setText(
+                "A run is in progress. Wait for it to finish or cancel it, then compute."
+            )
+            return False
+        try:
+            request, settings, device = self.what_to_judge()
+        except EngineError as exc:
+            self.progress_label.setText(str(exc))
+            self.app.show_error("Cannot compute the quality report", str(exc))
+            return False
+        seeds = self.seeds_spin.value()
+        self._volumes = seeds * (2 + len(settings))
+        self._job = self.app.runner.start(
+            "quality",
+            Worker.generator(lambda: _quality_job(self.app.backends, device, request, settings, seeds)),
+            progressed=self._on_job_progressed,
+            finished=self._on_job_finished,
+            failed=self._on_job_failed,
+            cancelled=self._on_job_cancelled,
+            ended=self._on_job_ended,
+        )
+        self._started = time.monotonic()
+        self.app.state.set_job_running(True)  # one engine job at a time: Generate and Compare wait for it
+        self._set_running(True)
+        self.progress_bar.setValue(0)
+        names = ", ".join(settings)
+        self.progress_label.setText(
+            f"{self._volumes} volumes: fp32 on two seed sets of {seeds}, then {names}"
+        )
+        return True
+
+    def cancel(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+            self.progress_label.setText("Cancelling at the next step...")
+
+    def _set_running(self, running: bool) -> None:
+        self.compute_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+        self.seeds_spin.setEnabled(not running)
+
+    def _on_job_progressed(self, progress) -> None:
+        if progress.stage == "denoise":
+            self.progress_bar.setValue(int(round(100 * progress.fraction)))
+        self.progress_label.setText(progress.message or progress.stage)
+
+    def _on_job_finished(self, run) -> None:
+        self.run = run
+        self.progress_bar.setValue(100)
+        self.progress_label.setText(
+            f"Done in {time.monotonic() - self._started:.0f} s ({self._volumes} volumes)"
+        )
+        self.show_run(run)
+        self.report_ended.emit("finished")
+
+    def _on_job_failed(self, message: str) -> None:
+        self.progress_label.setText("Failed")
+        self.app.show_error("Quality report failed", message)
+        self.report_ended.emit("failed")
+
+    def _on_job_cancelled(self) -> None:
+        self.progress_label.setText("Cancelled")
+        self.report_ended.emit("cancelled")
+
+    def _on_job_ended(self) -> None:
+        self._job = None
+        self.app.state.set_job_running(False)
+        self._set_running(False)
+
+    # -- showing -------------------------------------------------------------------------------------
+
+    def show_run(self, run) -> None:
+        """Draw a finished ``QualityRun``."""
+        self.show_report(run.to_dict())
+
+    def show_report(self, data: dict) -> None:
+        """Draw a quality report as ``QualityRun.to_dict()`` (and ``volsynth quality --json``) writes it."""
+        import pyqtgraph as pg
+
+        reports = list(data["settings"].values())
+        first = reports[0]
+        sets = [("fp32 A", first["reference_set"]), ("fp32 B", first["noise_floor"]["b"])]
+        sets += [(r["label"], r["candidate_set"]) for r in reports]
+        ticks = [[(i, _short(name)) for i, (name, _) in enumerate(sets)]]
+        for name in TISSUES:
+            plot = self.plots[name]
+            plot.clear()
+            plot.getAxis("bottom").setTicks(ticks)
+            if not first["reference_set"]["tissue_ml"]:
+                plot.getPlotItem().setTitle(f"{name}: no tissue volumes", size="9pt")
+                continue
+            plot.getPlotItem().setTitle(f"{name} volume (mL)", size="9pt")
+            pool = first["reference_set"]["tissue_ml"][name] + first["noise_floor"]["b"]["tissue_ml"][name]
+            band = pg.LinearRegionItem(
+                values=(min(pool), max(pool)),
+                orientation="horizontal",
+                movable=False,
+                brush=pg.mkBrush(*BAND_COLOUR),
+                pen=pg.mkPen(None),
+            )
+            band.setZValue(-10)
+            plot.addItem(band)
+            for index, (label, summary) in enumerate(sets):
+                values = np.asarray(summary["tissue_ml"][name], float)
+                jitter = np.linspace(-0.18, 0.18, len(values)) if len(values) > 1 else np.zeros(1)
+                colour = SET_COLOURS[index % len(SET_COLOURS)]
+                plot.addItem(
+                    pg.ScatterPlotItem(
+                        index + jitter,
+                        values,
+                        size=6,
+                        brush=pg.mkBrush(colour),
+                        pen=pg.mkPen(None),
+                        name=label,
+                    )
+                )
+                mean = float(values.mean())
+                plot.addItem(
+                    pg.PlotDataItem([index - 0.3, index + 0.3], [mean, mean], pen=pg.mkPen("w", width=2))
+                )
+            plot.getPlotItem().setXRange(-0.6, len(sets) - 0.4, padding=0)
+        psnr = self.plots["psnr"]
+        psnr.clear()
+        psnr.addLegend(offset=(-4, 4), labelTextSize="8pt")
+        psnr.addItem(
+            pg.InfiniteLine(pos=40.0, angle=0, pen=pg.mkPen((180, 180, 180), style=Qt.PenStyle.DotLine))
+        )
+        for index, report in enumerate(reports, start=2):
+            shown = [_db(row["psnr_db"]) for row in report["per_seed"]]
+            colour = SET_COLOURS[index % len(SET_COLOURS)]
+            psnr.plot(
+                list(range(len(shown))),
+                shown,
+                pen=pg.mkPen(colour, width=1.5),
+                symbol="o",
+                symbolSize=5,
+                symbolBrush=colour,
+                name=_short(report["label"]),
+            )
+        self.verdict_label.setText(self.verdict_html(data))
+
+    @staticmethod
+    def verdict_html(data: dict) -> str:
+        lines = []
+        rows = ([data["noise_check"]] if data.get("noise_check") else []) + list(data["settings"].values())
+        for report in rows:
+            colour = WITHIN_COLOUR if report["within_noise"] else SHIFT_COLOUR
+            psnr = _db(report["psnr_median_db"])
+            if psnr != psnr:  # NaN: no PSNR
+                dist = ""
+            elif psnr >= PSNR_IDENTICAL:
+                dist = " \u00b7 identical to fp32"
+            else:
+                dist = f" \u00b7 PSNR median {psnr:.1f} dB"
+            lines.append(
+                f"<b>{html.escape(report['label'])}</b>: "
+                f"<span style='color:{colour}'>{html.escape(report['verdict'])}</span>{dist}"
+            )
+        seeds, noise = data["seeds"], data["noise_seeds"]
+        source = (
+            f"tissue volumes from {data['tissue_source']}" if data["tissue_source"] else data["tissue_note"]
+        )
+        lines.append(
+            f"<span style='color:#999'>{len(seeds)} seeds a set; grey band: fp32's seed-to-seed range (seeds "
+            f"{seeds[0]}-{seeds[-1]} and {noise[0]}-{noise[-1]}); {html.escape(source)}</span>"
+        )
+        return "<br>".join(lines)
+
+
+def _db(value) -> float:
+    """A PSNR from the report's JSON as a number to plot: "inf" (identical) at PSNR_IDENTICAL, None as NaN."""
+    if value is None:
+        return math.nan
+    value = float(value)
+    return PSNR_IDENTICAL if math.isinf(value) else value
+
+
+def _short(label: str, width: int = 18) -> str:
+    return label if len(label) <= width else label[: width - 1] + "\u2026"

@@ -1,0 +1,69 @@
+"""The Compare window's quality view in a real window under Xvfb: compute over seeds, plots, verdicts, cancel."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+
+pytestmark = [pytest.mark.render, pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+@pytest.fixture
+def quality(qtbot, tissue_window):
+    tissue_window.sampling_panel.steps_spin.setValue(2)
+    qtbot.keyClick(
+        tissue_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
+    window = tissue_window.compare.window
+    qtbot.waitExposed(window)
+    window.b_box.setCurrentIndex(window.b_box.findData("bf16"))
+    bar = window.tabs.tabBar()
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(1).center())
+    assert window.tabs.currentWidget() is window.quality
+    view = window.quality
+    view.seeds_spin.selectAll()
+    qtbot.keyClicks(view.seeds_spin, "4")
+    assert view.seeds_spin.value() == 4
+    yield window, view
+    window.close()
+
+
+def _items(plot, kind: str) -> list:
+    return [item for item in plot.getPlotItem().items if type(item).__name__ == kind]
+
+
+def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, tissue_window, quality):
+    window, view = quality
+    with qtbot.waitSignal(view.report_ended, timeout=240_000) as ended:
+        qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
+        assert tissue_window.state.job_running and not view.compute_button.isEnabled()
+        assert view.cancel_button.isEnabled()
+    assert ended.args == ["finished"]
+    qtbot.waitUntil(lambda: not tissue_window.runner.jobs, timeout=10_000)
+    assert not tissue_window.state.job_running and view.compute_button.isEnabled()
+    run = view.run
+    assert list(run.reports) == ["B: bf16"] and run.seeds == [0, 1, 2, 3] and run.noise_seeds == [4, 5, 6, 7]
+    assert run.tissue_source == "model"  # the tiny tissue model decodes its own GM/WM/CSF maps
+    text = view.verdict_label.text()
+    assert "B: bf16" in text and "fp32, seeds B" in text and "seed-to-seed" in text
+    assert run.reports["B: bf16"].verdict in text
+    for tissue in ("GM", "WM", "CSF"):  # fp32 A, fp32 B and bf16 side by side over the fp32 band
+        plot = view.plots[tissue]
+        assert len(_items(plot, "ScatterPlotItem")) == 3 and len(_items(plot, "LinearRegionItem")) == 1
+        ticks = plot.getAxis("bottom")._tickLevels[0]
+        assert [label for _, label in ticks] == ["fp32 A", "fp32 B", "B: bf16"]
+    curves = _items(view.plots["psnr"], "PlotDataItem")
+    assert len(curves) == 1 and len(curves[0].yData) == 4
+    assert "Done in" in view.progress_label.text()
+
+
+def test_quality_view_cancels_at_the_next_step(qtbot, tissue_window, quality):
+    window, view = quality
+    qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "seed 1" in view.progress_label.text(), timeout=120_000)
+    with qtbot.waitSignal(view.report_ended, timeout=60_000) as ended:
+        qtbot.mouseClick(view.cancel_button, Qt.MouseButton.LeftButton)
+    assert ended.args == ["cancelled"] and view.progress_label.text() == "Cancelled"
+    qtbot.waitUntil(lambda: not tissue_window.runner.jobs, timeout=10_000)
+    assert not tissue_window.state.job_running and view.run is None
+    assert window.run_button.isEnabled()  # the comparison can run again
