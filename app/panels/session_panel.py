@@ -1,12 +1,16 @@
 """Every volume generated or opened this session, to switch between; details of the selected one.
 
 Delete removes the selected volume (asking first when a generated one was never saved), F2 or a
-double-click renames it, and the context menu offers the same with Save As.
+double-click renames it, and the context menu offers the same with Save As. The details end with the volume's
+anatomy check (``app.core.anatomy_display``): the one its sidecar carries, or, for a volume with tissue maps,
+one measured in a background thread the first time it is shown.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
+import threading
 from functools import partial
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -26,6 +30,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.anatomy_display import (
+    PENDING,
+    anatomy_lines,
+    check_tissue,
+    checkable,
+    maps_source,
+    stored_check,
+)
 from app.core.session import AppState
 from app.shortcuts import set_shortcut
 from app.theme import dot_icon
@@ -79,6 +91,7 @@ class SaveStateDelegate(QStyledItemDelegate):
 
 class SessionPanel(QWidget):
     save_requested = Signal()
+    anatomy_checked = Signal(int, object)  # volume uid, check record (emitted from the checking thread)
 
     def __init__(self, state: AppState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -121,6 +134,8 @@ class SessionPanel(QWidget):
         layout.addWidget(self.details, 1)
         state.volumes_changed.connect(self._on_state_volumes_changed)
         state.shown_changed.connect(self._on_state_shown_changed)
+        self._anatomy: dict[int, dict] = {}  # volume uid -> its check record, measured here
+        self.anatomy_checked.connect(self._on_anatomy_checked)
 
     def _on_state_volumes_changed(self) -> None:
         self.list.blockSignals(True)
@@ -152,10 +167,50 @@ class SessionPanel(QWidget):
             self.list.setCurrentRow(row)
             self.list.blockSignals(False)
         # Escaped: names, provenance and telemetry reasons are arbitrary text, not markup.
+        text = "\n".join([entry.describe(), *anatomy_lines(self._anatomy_record(entry))])
         self.details.setText(
             f"<b>{_breakable(html.escape(entry.name))}</b><br>"
-            + _breakable(html.escape(entry.describe())).replace("\n", "<br>")
+            + _breakable(html.escape(text)).replace("\n", "<br>")
         )
+
+    def anatomy_record(self, entry) -> dict | None:
+        """The anatomy check shown for ``entry`` now (PENDING while it is measured), None without maps."""
+        return self._anatomy_record(entry, start=False)
+
+    def _anatomy_record(self, entry, start: bool = True) -> dict | None:
+        stored = stored_check(entry.provenance)
+        if stored is not None:
+            return stored
+        if entry.uid in self._anatomy:
+            return self._anatomy[entry.uid]
+        if not checkable(entry.tissue):
+            return None
+        if start:  # about a second of numpy: a thread of its own, so the window never waits on it
+            self._anatomy[entry.uid] = PENDING
+            threading.Thread(
+                target=self._check_in_background,
+                args=(
+                    entry.uid,
+                    dict(entry.tissue),
+                    entry.affine,
+                    entry.space,
+                    maps_source(entry.provenance),
+                ),
+                name="volsynth-anatomy-check",
+                daemon=True,  # a check still running at exit is dropped: nothing is written
+            ).start()
+        return PENDING
+
+    def _check_in_background(self, uid: int, tissue: dict, affine, space, source: str) -> None:
+        record = check_tissue(tissue, affine, space, source)
+        with contextlib.suppress(RuntimeError):  # the panel was deleted while the check ran
+            self.anatomy_checked.emit(uid, record)  # queued to the GUI thread
+
+    def _on_anatomy_checked(self, uid: int, record: dict) -> None:
+        self._anatomy[uid] = record
+        shown = self.state.shown
+        if shown is not None and getattr(shown, "uid", None) == uid:
+            self._on_state_shown_changed(shown)
 
     def selected_entry(self):
         row = self.list.currentRow()
