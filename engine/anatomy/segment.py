@@ -6,7 +6,7 @@ brain mask to the volume's, and an EM fit of one Gaussian per tissue, with those
 smoothing of the posteriors, labels the voxels. The contrast only decides the order in which the tissue
 intensities are expected (T1w: CSF < GM < WM; T2w: WM < GM < CSF; FLAIR: CSF < WM < GM), which seeds the fit
 and is checked twice: before it against where the template puts each tissue (which also catches noise), and
-after it on the fitted means. Why this and not antspyx's Atropos: see the README (measured with
+after it on the fitted means. Why this and not antspyx's Atropos: see docs/segment.md (measured with
 ``engine/bench/segmentation.py``).
 
 Everything works on arrays in RAS+ orientation with their voxel -> RAS mm affine; reading and writing files
