@@ -127,7 +127,7 @@ NATIVE_RANGES = (
     ),
     NormRange(
         "gm_share",
-        "GM share of parenchyma GM/(GM+WM)",
+        "GM share GM/(GM+WM)",
         round(1.1 / 2.1 * 0.92, 3),  # ratio 1.1 -> share 0.524, less 8 %
         round(min(1.5 / 2.5 * 1.08, 0.99), 3),  # ratio 1.5 -> share 0.60, plus 8 %
         "",
