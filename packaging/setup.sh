@@ -31,13 +31,14 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $("$PYTHON" --version)"
   "$PYTHON" -m venv .venv
 fi
-# The torch pin (2.13.0, CPU build) is in pyproject.toml; pip finds that wheel on this machine's disk.
+# The torch pin (2.13.0) is in pyproject.toml; pip takes it from the configured index (PyPI's Linux x86_64
+# wheel is the CUDA build; PyTorch's https://download.pytorch.org/whl/cpu index has the CPU-only one).
 if ! .venv/bin/python -c "import engine, app, pytest" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.volsynth-installed ]; then
   echo "setup: installing Python packages (first run takes a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -m pip install -q -e ".[dev,cohort,xla,torchao]" 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c "import engine, app, torch, monai, PySide6, pyvista, jax, libtpu" # fail loudly if anything is missing
+  .venv/bin/python -c "import engine, app, torch, monai, PySide6, pyvista, jax, libtpu, mypy" # fail loudly if anything is missing
   touch .venv/.volsynth-installed
 fi
 echo "setup: ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"
