@@ -612,6 +612,7 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
         "compared_on": "final latent" if settings.latent_only else "final decoded volume",
         "host": _host(),
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "quality": quality_block_for(settings.model, [(r["row"], r.get("config") or {}) for r in results]),
     }
     _write_outputs(summary, out_dir)
     return summary
@@ -636,6 +637,21 @@ def _spawn(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         return {"row": name, "error": f"exit {proc.returncode}: {tail[0][:300]}"}
     return json.loads(result_file.read_text())
+
+
+def quality_block_for(model: str, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The JSON's "quality" block: each row's cohort verdict kept by ``volsynth quality`` on this machine
+    (``engine.quality.store``), or the command that measures it."""
+    from engine.machine.probe import probe_machine
+    from engine.models.registry import ModelRegistry
+    from engine.optimization.tune_store import model_key
+    from engine.quality.store import quality_block
+
+    try:
+        key = model_key(ModelRegistry().get(model or None).weights_sha256())
+    except Exception as exc:  # noqa: BLE001 - a synthetic bench model has no weights to key a verdict by
+        return {"cohort": None, "reason": f"no kept verdicts for this model: {exc}"}
+    return quality_block(probe_machine().fingerprint(), key, rows, model)
 
 
 def _host() -> dict[str, Any]:

@@ -415,6 +415,11 @@ def tune(
         result = tune_store.merge_results(stored, result)
     else:
         result = tune_store.merge_results(None, result)  # the verdicts and the recommendation, one way
+    from engine.bench.runner import quality_block_for
+
+    # The cohort verdicts `volsynth quality` kept for these rows here (per-seed PSNR/SSIM are in the rows).
+    rows_now = [(r.get("name", ""), r.get("config") or {}) for r in result["rows"]]
+    result["quality"] = quality_block_for(model, rows_now)
     if save:
         result["path"] = str(tune_store.save_result(result))
     return result
