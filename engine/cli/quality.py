@@ -134,6 +134,18 @@ def run(args: argparse.Namespace) -> int:
     finally:
         line.close()
     print(result.format_table())
+    if not args.server:  # a server's verdict belongs to its machine, not this one
+        from datetime import UTC, datetime
+
+        from engine.machine.probe import probe_machine
+        from engine.models.registry import ModelRegistry
+        from engine.optimization.tune_store import model_key
+        from engine.quality.store import save_run
+
+        key = model_key(ModelRegistry().get(args.model or None).weights_sha256())
+        created = datetime.now(UTC).isoformat(timespec="seconds")
+        kept = save_run(result, probe_machine().fingerprint(), key, created)
+        print(f"kept the verdicts for bench and tune in {kept}", file=sys.stderr)
     if json_path:
         with atomic_files([json_path]) as (temp,):
             temp.write_text(json.dumps(result.to_dict(), indent=2, default=str), encoding="utf-8")

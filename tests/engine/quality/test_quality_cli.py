@@ -9,7 +9,8 @@ import pytest
 from engine.cli import main
 
 
-def test_quality_writes_table_json_and_png(model_path_env, tmp_path, capsys):
+def test_quality_writes_table_json_and_png(model_path_env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("VOLSYNTH_QUALITY_DIR", str(tmp_path / "kept"))
     out_json, out_png = tmp_path / "q.json", tmp_path / "q.png"
     args = ["quality", "--model", "tiny-latent", "--seeds", "4", "--steps", "2", "--settings", "bf16", "int8"]
     assert main([*args, "--json", str(out_json), "--png", str(out_png)]) == 0
@@ -29,6 +30,16 @@ def test_quality_writes_table_json_and_png(model_path_env, tmp_path, capsys):
     assert data["tissue_source"] is None and "segmentation refused" in data["tissue_note"]
     assert "tissue volumes not compared" in data["settings"]["bf16"]["verdict"]
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_png.stat().st_size > 10_000
+
+    # bench and tune carry the kept verdicts in their JSON's "quality" block, or the command that measures one
+    from engine.bench.runner import quality_block_for
+
+    block = quality_block_for(
+        "tiny-latent", [("bf16", {"autocast": "bf16"}), ("sdpa", {"attention": "sdpa"})]
+    )
+    assert block["cohort"]["bf16"]["verdict"] == data["settings"]["bf16"]["verdict"]
+    assert block["cohort"]["bf16"]["seeds"] == 4 and block["cohort"]["sdpa"] is None
+    assert block["measure"] == "volsynth quality --model tiny-latent --seeds 16 --settings 'sdpa'"
 
 
 @pytest.mark.parametrize(
