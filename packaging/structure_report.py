@@ -262,6 +262,18 @@ def window_reads(source: Source) -> dict[str, _WindowReads]:
     return features
 
 
+def installers_without_window(source: Source) -> dict[str, str]:
+    """``install_*`` functions of ``app/`` whose first parameter is not the window: name -> that parameter."""
+    found: dict[str, str] = {}
+    for path in source.under("app"):
+        for node in ast.walk(source.tree(path)):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("install_"):
+                first = (_params(node) or ["(none)"])[0]
+                if first != "window":
+                    found[f"{path}:{node.name}"] = first
+    return found
+
+
 # -- private reaches into the vault ---------------------------------------------------------------------
 def vault_numbers(rev: str | None) -> dict:
     spec = importlib.util.spec_from_file_location("vault_reaches", VAULT_REACHES)
@@ -393,6 +405,10 @@ def report(rev: str | None) -> str:
         lines.append(f"   {name}: {len(reads.attrs)}{handed}")
         if reads.attrs:
             lines.append(f"      {', '.join(sorted(reads.attrs))}")
+    others = installers_without_window(source)
+    if others:
+        lines.append("   install_* functions not handed the window (first parameter):")
+        lines.extend(f"      {name}: {first}" for name, first in others.items())
     lines.append("")
 
     vault = vault_numbers(rev)

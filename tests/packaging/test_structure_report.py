@@ -90,6 +90,7 @@ def test_window_reads_follow_the_window_into_the_code_it_is_handed_to(report):
     reads = features["app/feature.py:install_feature"]
     assert reads.attrs == {"menu", "state", "show_status", "runner", "settings"}
     assert reads.handed_to == {"_wire()", "Piece"}
+    assert report.installers_without_window(source) == {"app/feature.py:install_other": "settings"}
 
 
 def test_writers_are_the_call_sites_and_the_public_functions_above_them(report):
