@@ -11,6 +11,7 @@ import time
 _T0 = time.perf_counter()
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -114,11 +115,44 @@ def leave(code: int) -> int:
     return code
 
 
+def thread_cpu_s() -> dict[int, tuple[str, float]]:
+    """CPU seconds used so far by each thread of this process, by thread id, with the thread's name (Linux's
+    /proc; empty elsewhere): which threads compete for the cores during a run."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    found: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                name_start, rest = stat.read().split(" (", 1)
+            name, fields = rest.rsplit(") ", 1)
+            user, system = fields.split()[11:13]  # utime and stime, the 14th and 15th fields of stat
+            found[int(tid)] = (name, (int(user) + int(system)) / ticks)
+        except (OSError, ValueError):
+            continue  # a thread that ended while it was read
+    return found
+
+
+def thread_cpu_since(before: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds each thread used since ``before``, busiest first, as "name (tid)": seconds."""
+    used = {
+        f"{name} ({tid})": round(seconds - before.get(tid, (name, 0.0))[1], 2)
+        for tid, (name, seconds) in thread_cpu_s().items()
+    }
+    return dict(sorted(((k, v) for k, v in used.items() if v > 0), key=lambda item: -item[1]))
+
+
 def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
     """Drive the window like a user would: Generate with the defaults, then screenshot the result."""
     from PySide6.QtCore import QTimer
 
+    threads_at_start: dict[int, tuple[str, float]] = {}
+
     def generate() -> None:
+        threads_at_start.update(thread_cpu_s())
         if not window.generation.start():
             print("demo: could not start a generation (see the message above)", flush=True)
             app.exit(1)
@@ -134,6 +168,9 @@ def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
     def ended(outcome: str) -> None:
         window._demo_outcome = outcome
         print(f"demo: generation {outcome} ({window.sampling_panel.progress_label.text()})", flush=True)
+        if outcome == "finished":  # what the overhead benchmark (app/bench_app_overhead.py) reads
+            run = dict(window.generation.last_run, threads_cpu_s=thread_cpu_since(threads_at_start))
+            print(f"demo: run {json.dumps(run)}", flush=True)
         QTimer.singleShot(2000, screenshot)  # let the 3D view render the finished volume
 
     window.generation.ended.connect(ended)

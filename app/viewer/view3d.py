@@ -207,7 +207,16 @@ class View3D(QWidget):
         names = ("volume", "iso", "planes", "synthetic", *(f"plane-{p}" for p in PLANE_COLOURS))
         for name in names:
             plotter.remove_actor(name, render=False)
-        self.note.setVisible(entry is None and self.state.shown is not None)  # a preview: say why 3D is empty
+        previewing = entry is None and self.state.shown is not None
+        self.note.setVisible(previewing)  # a preview: say why 3D is empty
+        if previewing:
+            # The scene is left out of the layout while a run denoises: a shown VTK widget repaints (a
+            # software render on two threads, here) at every layout change, taking the cores the run needs.
+            self._grid, self._grid_uid = None, None
+            self.placeholder.setText("")
+            self._stack.setCurrentWidget(self.placeholder)
+            return
+        self._stack.setCurrentWidget(plotter.interactor)
         if entry is None:
             self._grid, self._grid_uid = None, None
             plotter.render()
@@ -269,8 +278,8 @@ class View3D(QWidget):
     def _add_planes(self, render: bool = True) -> None:
         """The three slice planes at the crosshair: textured in "Slices only", coloured outlines otherwise
         (textured planes would hide the rendering behind mostly-black background)."""
-        if self.plotter is None:
-            return
+        if self.plotter is None or self._stack.currentWidget() is not self.plotter.interactor:
+            return  # a run's previews are shown (the scene is out of the layout): nothing to draw
         for name in ("planes", *(f"plane-{p}" for p in PLANE_COLOURS)):
             self.plotter.remove_actor(name, render=False)
         entry = self._entry()
