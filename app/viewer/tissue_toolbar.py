@@ -19,7 +19,8 @@ from app.theme import CHECKED_TOOLBUTTON_STYLE
 TISSUE_SHORTCUT = SHORTCUTS["view.tissue_overlay"].keys
 NO_TISSUE_TIP = (
     "This volume has no tissue maps. Volumes of a model that makes them (GM, WM, CSF, ventricles) have "
-    "them, and so do NIfTI files opened with their maps beside them (brain_label-GM_probseg.nii.gz...)."
+    "them, and so do NIfTI files opened with their maps beside them (brain_label-GM_probseg.nii.gz...). "
+    f"Compute Tissue Maps ({SHORTCUTS['view.compute_tissue_maps'].keys}) segments any brain volume."
 )
 
 

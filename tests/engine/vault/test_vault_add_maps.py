@@ -4,6 +4,8 @@ was."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from vault_testutil import PASSPHRASE
@@ -47,6 +49,9 @@ def test_maps_added_to_a_scan_are_encrypted_parts_of_it_and_say_how_made(vault, 
     assert trail.ok and trail.entries[-1].event == "edit" and trail.entries[-1].item_id == scan.id
     report = vault.verify()
     assert report.ok and report.unreferenced == (), report
+    # A scan still exports as before (its maps stay in the vault: scans' maps are not exported yet).
+    exported = vault.export(scan.id, tmp_path / "out").files
+    assert [f.name for f in exported] == [f"scan-{scan.id[:12]}.nii"]
 
     # Another process opening the vault sees them with the scan, which is unchanged.
     vault.lock()
@@ -61,7 +66,7 @@ def test_maps_added_to_a_scan_are_encrypted_parts_of_it_and_say_how_made(vault, 
     again.lock()
 
 
-def test_an_item_with_maps_keeps_them_unless_asked_to_replace_them(vault):
+def test_an_item_with_maps_keeps_them_unless_asked_to_replace_them(vault, tmp_path):
     image = np.random.default_rng(2).random(SHAPE).astype(np.float32)
     first, made = _maps(3)
     item = vault.add_synthetic(image, np.eye(4), {"seed": 2}, tissue=first)
@@ -77,6 +82,9 @@ def test_an_item_with_maps_keeps_them_unless_asked_to_replace_them(vault):
     report = vault.verify()  # the replaced parts are gone, nothing is left unreferenced
     assert report.ok and report.unreferenced == (), report
     assert len(_files(vault)) == len(before)
+    # Exported, each map says how it was made (the segmentation's record, not the model's).
+    side = json.loads(vault.export(item.id, tmp_path / "out").files[-1].read_text())
+    assert side["tissue_maps_made"]["method"] == METHOD and set(side["tissue_maps"]) == set(NAMES)
 
 
 def test_maps_off_the_grid_or_without_how_made_are_refused_in_one_line(vault, make_nifti):
