@@ -71,8 +71,10 @@ def anatomy_lines(record: Mapping[str, Any] | None) -> list[str]:
         parts.append(f"{_SHORT.get(name, name)} {text}" + ("" if measure.get("within", True) else " (!)"))
     if parts:
         lines.append("  " + " \u00b7 ".join(parts))
-    if record.get("space") and record.get("space") != "native" and measures:
-        lines.append(
-            f"  volumes compared in {record['space']} terms (ranges \u00d7 {record.get('space_scale', 1):g})"
-        )
+    scale = float(record.get("space_scale") or 1.0)
+    if record.get("space") and record.get("space") != "native" and measures and scale != 1.0:
+        # A template space is larger than a native brain: say what the brain volume is in native terms.
+        brain = (measures.get("brain_volume_ml") or {}).get("value")
+        native = f", brain \u2248 {brain / scale:.0f} mL in native terms" if brain else ""
+        lines.append(f"  {record['space']}: volume ranges \u00d7 {scale:.2f}{native}")
     return lines
