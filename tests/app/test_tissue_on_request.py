@@ -246,3 +246,19 @@ def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted
     assert window.tissue_maps.source_label.text().startswith("Maps segmented: VolSynth EM")
     assert window.tissue_maps.source_label.text().endswith("T1w")
     controller.lock()
+
+
+def test_a_models_own_maps_say_so_and_are_not_computed_again(qtbot, tissue_window):
+    window, computer = tissue_window, tissue_window.tissue_maps
+    window.sampling_panel.steps_spin.setValue(2)
+    with qtbot.waitSignal(window.generation.ended, timeout=120_000) as ended:
+        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # Ctrl+G
+    assert ended.args[0] == "finished"
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    entry = window.state.shown
+    assert entry.tissue_names == ["GM", "WM", "CSF", "ventricles"]
+    assert computer.source_label.text() == "Maps from the model's channels"
+    assert not computer.compute_action.isEnabled()
+    assert "its model's own tissue maps" in computer.compute_action.toolTip()
+    _press_compute(qtbot, window)  # the shortcut does nothing then
+    assert computer.job is None and entry.tissue_names == ["GM", "WM", "CSF", "ventricles"]
