@@ -117,7 +117,9 @@ class AnatomyCheck:
         if self.status == "not_brain_like" or not self.measures:
             return f"anatomy check: {self.verdict}"
         brief = ", ".join(_brief(m) for m in self.measures if m.within is not False)
-        return f"anatomy check: {self.verdict}" + (f" ({brief})" if self.status == "within" else "")
+        scale = space_scale(None if self.space == "native" else self.space)
+        where = f"; {self.space}: volume ranges x {scale:.2f}" if scale != 1.0 else ""
+        return f"anatomy check: {self.verdict}" + (f" ({brief}{where})" if self.status == "within" else where)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready record for the sidecar: verdict, status, flags, measures with ranges and sources."""
