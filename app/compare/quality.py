@@ -241,6 +241,9 @@ class QualityView(QWidget):
             )
             band.setZValue(-10)
             plot.addItem(band)
+            edge = pg.mkPen((200, 200, 200), width=1, style=Qt.PenStyle.DashLine)
+            for value in (min(pool), max(pool)):  # the band's edges stay visible when it fills the plot
+                plot.addItem(pg.InfiniteLine(pos=value, angle=0, pen=edge))
             for index, (label, summary) in enumerate(sets):
                 values = np.asarray(summary["tissue_ml"][name], float)
                 jitter = np.linspace(-0.18, 0.18, len(values)) if len(values) > 1 else np.zeros(1)
@@ -260,9 +263,12 @@ class QualityView(QWidget):
                     pg.PlotDataItem([index - 0.3, index + 0.3], [mean, mean], pen=pg.mkPen("w", width=2))
                 )
             plot.getPlotItem().setXRange(-0.6, len(sets) - 0.4, padding=0)
+            every = [v for _, summary in sets for v in summary["tissue_ml"][name]]
+            span = max(max(every) - min(every), 1e-6)
+            plot.getPlotItem().setYRange(min(every) - 0.2 * span, max(every) + 0.2 * span, padding=0)
         psnr = self.plots["psnr"]
         psnr.clear()
-        psnr.addLegend(offset=(-4, 4), labelTextSize="8pt")
+        psnr.addLegend(offset=(-4, 4), labelTextSize="8pt")  # top right, over the headroom left below
         psnr.addItem(
             pg.InfiniteLine(pos=40.0, angle=0, pen=pg.mkPen((180, 180, 180), style=Qt.PenStyle.DotLine))
         )
@@ -278,6 +284,11 @@ class QualityView(QWidget):
                 symbolBrush=colour,
                 name=_short(report["label"]),
             )
+        shown_db = [_db(row["psnr_db"]) for r in reports for row in r["per_seed"]]
+        finite = [v for v in shown_db if v == v]
+        if finite:  # headroom above the highest curve for the legend
+            low, high = min(finite + [40.0]), max(finite + [40.0])
+            psnr.getPlotItem().setYRange(low - 3, high + 0.35 * (high - low) + 3, padding=0)
         self.verdict_label.setText(self.verdict_html(data))
 
     @staticmethod
@@ -287,7 +298,9 @@ class QualityView(QWidget):
         for report in rows:
             colour = WITHIN_COLOUR if report["within_noise"] else SHIFT_COLOUR
             psnr = _db(report["psnr_median_db"])
-            if psnr != psnr:  # NaN: no PSNR
+            if psnr != psnr or report is data.get(
+                "noise_check"
+            ):  # none, or between different seeds: no meaning
                 dist = ""
             elif psnr >= PSNR_IDENTICAL:
                 dist = " \u00b7 identical to fp32"
