@@ -513,6 +513,12 @@ class OptimizationPanel(QWidget):
         for mode, budget in BUDGETS.items():
             self.budget_spins[budget].setEnabled(values[mode] == "mixed" and not self.state.job_running)
             self.labels[budget].setEnabled(self.budget_spins[budget].isEnabled())
+        # Likewise the step cache level means something only with step caching on.
+        level = self.combos["step_cache_level"]
+        level.setEnabled(
+            values["step_cache_interval"] > 1 and not self.state.job_running and not self._xla_server()
+        )
+        self.labels["step_cache_level"].setEnabled(level.isEnabled())
 
     def _select_preset(self, values: dict[str, Any]) -> None:
         """Show which preset ``values`` are: a named one, "Fastest here" (kept while it still matches), Custom."""

@@ -32,6 +32,7 @@ import os
 import statistics
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -228,42 +229,98 @@ def run_profile(repeats: int, log=print) -> dict[str, Any]:
 # -- 2. the shipped model's default generation ---------------------------------------------------------------
 
 
-def run_demo(seeds_a: list[int], seeds_b: list[int], rows: list[str], log=print) -> dict[str, Any]:
-    """Every row on seed set A, the uncached row on set B too (the quality noise floor); interleaved."""
+@dataclass
+class SavedRun:
+    """One generation as the summary needs it (kept on disk, so seed groups can run in parallel processes)."""
+
+    image: Any  # (x, y, z)
+    tissue: dict[str, Any]
+    steps: int
+    timings: dict[str, float]
+    step_cache: dict[str, Any] | None
+
+    def volume(self, index: int = 0):
+        return self.image
+
+    def tissue_maps(self, index: int = 0):
+        return self.tissue
+
+    def save(self, path: Path) -> None:
+        import numpy as np
+
+        np.savez_compressed(
+            path.with_suffix(".npz"), image=self.image, **{f"t_{k}": v for k, v in self.tissue.items()}
+        )
+        meta = {"steps": self.steps, "timings": self.timings, "step_cache": self.step_cache}
+        path.with_suffix(".json").write_text(json.dumps(meta))
+
+    @classmethod
+    def load(cls, path: Path) -> SavedRun:
+        import numpy as np
+
+        data = np.load(path.with_suffix(".npz"))
+        meta = json.loads(path.with_suffix(".json").read_text())
+        tissue = {k[2:]: data[k] for k in data.files if k.startswith("t_")}
+        return cls(data["image"], tissue, meta["steps"], meta["timings"], meta["step_cache"])
+
+
+def measure_demo(seeds_a: list[int], seeds_b: list[int], rows: list[str], folder: Path, log=print) -> None:
+    """Every row on ``seeds_a`` (row order rotating seed by seed), the uncached row on ``seeds_b`` (the quality
+    noise floor); each run saved in ``folder`` as ``<row>_<seed>``."""
     from engine.api import SamplingRequest, run
     from engine.api.optimization_config import OptimizationConfig
     from engine.backends.local import LocalBackend
-    from engine.metrics.image import psnr, ssim
-    from engine.metrics.speed_verdict import speed_verdict
 
     backend = LocalBackend("cpu")
-    results: dict[str, dict[int, Any]] = {row: {} for row in rows}
-    noise: dict[int, Any] = {}
-    times: dict[str, list[float]] = {row: [] for row in rows}
-    per_step: dict[str, list[float]] = {row: [] for row in rows}
+    folder.mkdir(parents=True, exist_ok=True)
 
-    def one(row: str, seed: int):
+    def one(row: str, seed: int, steps: int | None = None) -> SavedRun:
         spec = DEMO_ROWS[row]
         request = SamplingRequest(
             model=DEMO,
             seed=seed,
-            steps=spec.get("steps", 50),  # the model's default, stated: the rows' reference
+            steps=steps or spec.get("steps", 50),  # the model's default, stated: the rows' reference
             optimization=OptimizationConfig.from_dict(spec.get("optimization", {})),
         )
-        return run(backend.sample(request))
+        result = run(backend.sample(request))
+        return SavedRun(
+            result.volume(0),
+            result.tissue_maps(0),
+            result.request.steps,
+            result.provenance["timings"],
+            result.provenance["optimization"]["report"].get("step_cache"),
+        )
 
-    one("uncached", 999)  # warm-up: the load, first-call allocations
-    for index, seed in enumerate(seeds_a):
-        order = rows[index % len(rows) :] + rows[: index % len(rows)]
+    one("uncached", 999, steps=5)  # warm-up: the load, first-call allocations
+    for seed in seeds_a:
+        order = rows[seed % len(rows) :] + rows[: seed % len(rows)]  # rotates across seeds and seed groups
         for row in order:
-            result = one(row, seed)
-            results[row][seed] = result
-            times[row].append(result.provenance["timings"]["denoise_s"])
-            per_step[row].append(result.provenance["timings"]["denoise_s"] / result.request.steps)
-        log(f"seed {seed}: " + ", ".join(f"{r} {times[r][-1]:.2f}s" for r in rows), flush=True)
+            saved = one(row, seed)
+            saved.save(folder / f"{_safe(row)}_{seed}")
+            log(f"seed {seed} {row}: denoise {saved.timings['denoise_s']:.2f}s", flush=True)
     for seed in seeds_b:
-        noise[seed] = one("uncached", seed)
+        one("uncached", seed).save(folder / f"noise_{seed}")
 
+
+def _safe(name: str) -> str:
+    return name.replace(":", "_")
+
+
+def run_demo(
+    seeds_a: list[int], seeds_b: list[int], rows: list[str], folder: Path, log=print
+) -> dict[str, Any]:
+    """The summary of the runs saved in ``folder`` (``measure_demo``): speed by the noise rule, quality."""
+    from engine.metrics.image import psnr, ssim
+    from engine.metrics.speed_verdict import speed_verdict
+
+    results = {
+        row: {seed: SavedRun.load(folder / f"{_safe(row)}_{seed}") for seed in seeds_a} for row in rows
+    }
+    noise = {seed: SavedRun.load(folder / f"noise_{seed}") for seed in seeds_b}
+    times = {row: [results[row][s].timings["denoise_s"] for s in seeds_a] for row in rows}
+    per_step = {
+        row: [results[row][s].timings["denoise_s"] / results[row][s].steps for s in seeds_a] for row in rows
+    }
     quality = _quality_reports(results, noise, seeds_a, seeds_b, rows)
     summary: dict[str, Any] = {}
     for row in rows:
@@ -275,14 +332,14 @@ def run_demo(seeds_a: list[int], seeds_b: list[int], rows: list[str], log=print)
         verdict = speed_verdict(times["uncached"], times[row])
         summary[row] = {
             "settings": DEMO_ROWS[row],
-            "steps": results[row][seeds_a[0]].request.steps,
+            "steps": results[row][seeds_a[0]].steps,
             "denoise_s": spread(times[row]),
             "per_step_s": spread(per_step[row]),
             "speedup_vs_uncached": statistics.median(times["uncached"]) / statistics.median(times[row]),
             "speed_verdict": verdict.to_dict(row, "uncached"),
             "psnr_db_vs_uncached": [None if math.isinf(v) else v for v in psnrs],
             "ssim_vs_uncached": ssims,
-            "report": results[row][seeds_a[0]].provenance["optimization"]["report"].get("step_cache"),
+            "report": results[row][seeds_a[0]].step_cache,
             "quality": quality.get(row),
         }
     # Seed-to-seed variation in the same terms: uncached seed A_i against uncached seed B_i.
@@ -487,6 +544,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maisi-levels", default="1,2")
     parser.add_argument("--maisi-fp32", action="store_true", help="MAISI in fp32 too (twice as long)")
     parser.add_argument("--out", default="build/benchmarks/step_cache.json")
+    parser.add_argument(
+        "--runs-dir",
+        default="build/benchmarks/step_cache_runs",
+        help="where the demo's runs are kept (seed groups may run in parallel processes into one folder)",
+    )
+    parser.add_argument(
+        "--seed-group", default="", help="only measure these seeds of set A and B (e.g. 1,101)"
+    )
+    parser.add_argument("--summarise-only", action="store_true", help="only summarise the runs already kept")
     args = parser.parse_args(argv)
     record: dict[str, Any] = {"machine_before": machine()}
     print("machine:", json.dumps(record["machine_before"]), flush=True)
@@ -502,7 +568,17 @@ def main(argv: list[str] | None = None) -> int:
             rows = ["uncached", *[r for r in rows if r != "uncached"]]
             seeds_a = list(range(1, args.seeds + 1))
             seeds_b = list(range(101, 101 + args.seeds))
-            record["demo"] = run_demo(seeds_a, seeds_b, rows)
+            folder = Path(args.runs_dir)
+            if args.seed_group:
+                group = {int(v) for v in args.seed_group.split(",")}
+                measure_demo(
+                    [s for s in seeds_a if s in group], [s for s in seeds_b if s in group], rows, folder
+                )
+                print(f"runs kept in {folder}")
+                return 0
+            if not args.summarise_only:
+                measure_demo(seeds_a, seeds_b, rows, folder)
+            record["demo"] = run_demo(seeds_a, seeds_b, rows, folder)
         if "maisi" in parts:
             record["maisi"] = run_maisi(
                 args.repeats,

@@ -22,11 +22,13 @@ def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot,
 
     interval = panel.combos["step_cache_interval"]
     assert interval.currentData() == 1 and "DeepCache" in interval.toolTip()
+    assert not panel.combos["step_cache_level"].isEnabled()  # no level to choose while caching is off
     interval.setFocus()
     for _ in range(2):  # Off -> every 2 -> every 3 steps
         qtbot.keyClick(interval, Qt.Key.Key_Down)
     assert interval.currentText() == "Full pass every 3 steps"
     level = panel.combos["step_cache_level"]
+    assert level.isEnabled()
     level.setFocus()
     qtbot.keyClick(level, Qt.Key.Key_Down)
 
@@ -44,3 +46,4 @@ def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot,
         qtbot.keyClick(interval, Qt.Key.Key_Up)
     assert main_window.state.form.to_request().optimization.step_cache_interval == 1
     qtbot.waitUntil(lambda: panel.marks["step_cache_interval"].text() == "", timeout=30_000)
+    assert not level.isEnabled()
