@@ -250,6 +250,8 @@ class TissueMapsComputer(QObject):
             self.state.set_show_tissue(True)  # asked for: shown at once
         source = maps_source_text(entry.provenance, entry.kind, from_vault(entry))
         note = f" ({self._pending_note})" if self._pending_note else ""
+        if from_vault(entry):  # computed for this session; the vault keeps them only when asked there
+            note += "; in this session only: the vault browser's Compute Tissue Maps keeps them with the item"
         self.show_status(f"Tissue maps of \u201c{entry.name}\u201d: {source}{note}", 10000)
 
     def _on_job_failed(self, message: str) -> None:
