@@ -12,6 +12,11 @@ Two kinds of entries under ``<user cache>/plans/`` (``~/.cache/volsynth/plans`` 
 Weights never decide a plan (only shapes do), so the key hashes the architecture and the parameter shapes,
 not the parameter values: a model and its fine-tune share plans. ``VOLSYNTH_PLAN_CACHE=0`` turns the cache
 off; ``VOLSYNTH_PLAN_CACHE=/some/dir`` puts it elsewhere. Unreadable or foreign entries count as misses.
+
+XLA's own compiled programs (JAX's persistent compilation cache) are kept under ``xla/`` in the same folder
+while planning (:func:`use_for_xla`), and not at all when the plan cache is off: a JAX cache set elsewhere
+(``JAX_COMPILATION_CACHE_DIR``, a folder left by an earlier setup) made a "cold" plan warm at the compiler
+and its time a property of the machine's history, not of the planner.
 """
 
 from __future__ import annotations
@@ -105,3 +110,18 @@ class PlanCache:
 
     def save_result(self, key: str, value: dict) -> None:
         self._save("results", key, value)
+
+
+def use_for_xla(cache: PlanCache | None) -> str | None:
+    """Point JAX's persistent compilation cache at ``<cache>/xla`` (None: turn it off) for this process;
+    returns the folder in effect. Called before planning compiles anything."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    folder = None if cache is None else str(cache.root / "xla")
+    enabled = cache is not None
+    if (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache) != (folder, enabled):
+        jax.config.update("jax_enable_compilation_cache", enabled)
+        jax.config.update("jax_compilation_cache_dir", folder)
+        compilation_cache.reset_cache()  # JAX opens its cache once per process: the next compile reopens it
+    return folder

@@ -119,8 +119,10 @@ def plan_model(
 
     network = network_for_model(model, batch, cfg, registry)
     try:
-        from engine.xla.plan_cache import default_cache
+        from engine.xla.plan_cache import default_cache, use_for_xla
 
+        cache = default_cache() if use_cache else None
+        use_for_xla(cache)  # the compiler's cache lives with the plan cache, or nowhere
         return plan(
             network,
             parsed,
@@ -128,7 +130,7 @@ def plan_model(
             progress=progress,
             analysis=analysis or ("whole" if whole_compile else "blocks"),
             time_limit_s=time_limit_s,
-            cache=default_cache() if use_cache else None,
+            cache=cache,
         )
     except UnknownTopology as exc:
         raise InvalidRequest(str(exc)) from None
