@@ -140,11 +140,10 @@ class AnatomyCheck:
                 else {}
             ),
             "sources": {
-                key: SOURCES[part].citation
+                key: SOURCES[key].citation
                 for m in self.measures
-                for key in m.source.split("+")
-                for part in (key,)
-                if part in SOURCES
+                for key in m.source.split("+")  # a range from two sources names both
+                if key in SOURCES
             },
         }
 
