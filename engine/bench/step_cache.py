@@ -413,7 +413,7 @@ def _quality_reports(results, noise, seeds_a, seeds_b, rows) -> dict[str, Any]:
 
 
 def run_maisi(
-    repeats: int, levels: list[int], intervals: list[int], dtypes: list[str], log=print
+    repeats: int, levels: list[int], intervals: list[int], dtypes: list[str], log=print, decode: bool = True
 ) -> dict[str, Any]:
     import contextlib
 
@@ -462,10 +462,12 @@ def run_maisi(
                     + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in samples.items()),
                     flush=True,
                 )
-            z = torch.randn(1, *MAISI_LATENT, generator=g)
-            begun = time.perf_counter()
-            streamed_decode(autoencoder, z)
-            decode_s = time.perf_counter() - begun
+            decode_s = 0.0
+            if decode:
+                z = torch.randn(1, *MAISI_LATENT, generator=g)
+                begun = time.perf_counter()
+                streamed_decode(autoencoder, z)
+                decode_s = time.perf_counter() - begun
         full = statistics.median(samples["full"])
         rows = {"uncached": {"projected_s": MAISI_STEPS * full + decode_s, "full_passes": MAISI_STEPS}}
         for level in levels:
@@ -543,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="profile / MAISI passes per row")
     parser.add_argument("--maisi-levels", default="1,2")
     parser.add_argument("--maisi-fp32", action="store_true", help="MAISI in fp32 too (twice as long)")
+    parser.add_argument("--maisi-dtypes", default="", help="MAISI precisions, e.g. fp32 (default: bf16)")
+    parser.add_argument("--maisi-no-decode", action="store_true", help="MAISI per-step times only, no decode")
     parser.add_argument("--out", default="build/benchmarks/step_cache.json")
     parser.add_argument(
         "--runs-dir",
@@ -584,7 +588,12 @@ def main(argv: list[str] | None = None) -> int:
                 args.repeats,
                 [int(v) for v in args.maisi_levels.split(",")],
                 [2, 3, 4, 5],
-                ["bf16", "fp32"] if args.maisi_fp32 else ["bf16"],
+                args.maisi_dtypes.split(",")
+                if args.maisi_dtypes
+                else ["bf16", "fp32"]
+                if args.maisi_fp32
+                else ["bf16"],
+                decode=not args.maisi_no_decode,
             )
     record["machine_after"] = machine()
     out = Path(args.out)
