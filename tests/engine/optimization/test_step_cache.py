@@ -173,3 +173,37 @@ def test_the_server_schema_and_the_cli_carry_the_setting(model_path_env, tmp_pat
     sidecar = json.loads(out.with_name("cached.json").read_text())
     assert sidecar["optimization"]["requested"]["step_cache_interval"] == 2
     assert sidecar["optimization"]["report"]["step_cache"]["requested"] == "every 2 steps, level 2"
+
+
+def test_the_maisi_u_net_is_cached_through_its_own_forward():
+    """NV-Generate-MR-Brain's U-Net (tiny channels): the written-out forward gives its output bit for bit,
+    and a cached step on the same input gives it again."""
+    from engine.models.bundle import _resolve
+    from engine.models.maisi import maisi_denoiser
+    from engine.models.networks import build_network
+    from engine.models.reference import perturb_
+    from engine.testing import maisi_definitions
+
+    config = maisi_definitions(tiny=True)
+    torch.manual_seed(0)
+    unet = build_network(_resolve(config, config["diffusion_unet_def"]), "diffusion_unet_def").eval()
+    perturb_(unet, 0.02, torch.Generator().manual_seed(1))  # MONAI zero-initialises the output convolution
+    denoiser = maisi_denoiser(unet).eval()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 8, 8, 8, generator=g)
+    t = torch.full((2,), 300.0)
+    context = torch.tensor([[[0.0, 94.0, 94.0, 136.0]], [[10.0, 94.0, 94.0, 136.0]]])
+    with torch.inference_mode():
+        full = denoiser(x, t, context)
+        assert torch.equal(StepCachedUNet(denoiser, 1, 1)(x, t, context), full)
+        levels = unet_levels(denoiser)
+        assert levels == len(unet.down_blocks) and levels >= 2
+        wrapper = StepCachedUNet(denoiser, 2, 2)
+        for index in (0, 1):
+            token = CURRENT_STEP.set(StepIndex(5, index, 2))
+            try:
+                out = wrapper(x, t, context)
+            finally:
+                CURRENT_STEP.reset(token)
+            torch.testing.assert_close(out, full, rtol=0, atol=1e-6)
+    assert (wrapper.full_passes, wrapper.cached_passes) == (1, 1)
