@@ -159,7 +159,7 @@ def _template_1mm() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.stack([csf, gm, wm]), mask, np.asarray(gm_img.affine, np.float64)
 
 
-def head_brain_mask(volume: np.ndarray, spacing: np.ndarray) -> np.ndarray:
+def head_brain_mask(volume: np.ndarray, spacing: np.ndarray, on_step=None) -> np.ndarray:
     """Brain mask of a whole-head or skull-stripped volume: foreground, eroded until the brain comes apart from
     scalp and skull (4 mm), largest component, grown back inside the foreground, closed, holes filled.
 
@@ -175,8 +175,11 @@ def head_brain_mask(volume: np.ndarray, spacing: np.ndarray) -> np.ndarray:
             "no brain-sized object found in the volume (nothing stands out from its background); is it a brain MRI?"
         )
     fg = volume > threshold_otsu(above) * 0.5 + 0.5 * background
+    step = on_step or (lambda: None)  # called between the slow steps (a caller's cancel may raise there)
     fg = ndimage.binary_fill_holes(fg)
+    step()
     core = _erode(fg, spacing, 4.0)
+    step()
     if not core.any():
         core = fg
     labels, n = ndimage.label(core)
@@ -184,7 +187,9 @@ def head_brain_mask(volume: np.ndarray, spacing: np.ndarray) -> np.ndarray:
         sizes = ndimage.sum(core, labels, index=np.arange(1, n + 1))
         core = labels == (int(np.argmax(sizes)) + 1)
     mask = _dilate(core, spacing, 4.0) & fg
+    step()
     mask = _erode(_dilate(mask, spacing, 3.0), spacing, 3.0)
+    step()
     return ndimage.binary_fill_holes(mask)
 
 
@@ -266,7 +271,7 @@ def template_transform(brain: np.ndarray, affine: np.ndarray) -> tuple[np.ndarra
 
 
 def _place_priors(
-    brain: np.ndarray, affine: np.ndarray, shape: tuple[int, ...]
+    brain: np.ndarray, affine: np.ndarray, shape: tuple[int, ...], on_step=None
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """The template's priors and mask resampled onto a grid, placed by matching brain-mask moments."""
     from scipy import ndimage
@@ -276,6 +281,8 @@ def _place_priors(
     vox = np.linalg.inv(taffine) @ to_template @ affine  # volume voxel -> template voxel
     out = np.empty((3, *shape), np.float32)
     for k in range(3):
+        if on_step is not None:  # each resampling of a 1 mm prior takes seconds: a cancel may stop between
+            on_step(k)
         out[k] = ndimage.affine_transform(priors[k], vox, output_shape=shape, order=1, cval=0.0)
     mask = ndimage.affine_transform(tmask.astype(np.float32), vox, output_shape=shape, order=1, cval=0.0)
     info = {
@@ -404,7 +411,7 @@ def segment(
     work_shape, work_affine, factor = _work_grid(data.shape, affine)
     work = _block_mean(data, factor)
     spacing = np.sqrt((work_affine[:3, :3] ** 2).sum(0))
-    brain = head_brain_mask(work, spacing)
+    brain = head_brain_mask(work, spacing, on_step=lambda: report("mask", 0.1))
     if brain.sum() * np.prod(spacing) < 50_000:  # 50 mL: far less than any brain
         raise NotBrainLike(
             "no brain-sized object found in the volume (under 50 mL of foreground); is it a brain MRI?"
@@ -419,7 +426,9 @@ def segment(
     box_affine[:3, 3] = work_affine[:3, :3] @ corner + work_affine[:3, 3]
     box_shape = tuple(s.stop - s.start for s in box)
     brain_box = brain[box]
-    priors, tmask, info = _place_priors(brain_box, box_affine, box_shape)
+    priors, tmask, info = _place_priors(
+        brain_box, box_affine, box_shape, lambda k: report("priors", 0.25 + 0.05 * k)
+    )
     # The placed template mask keeps what the erosion could not cut off (eyes, neck) out of the brain.
     brain_box &= _dilate(tmask > 0.5, spacing, 3.0)
     index = np.flatnonzero(brain_box)
