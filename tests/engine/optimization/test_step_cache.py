@@ -207,3 +207,21 @@ def test_the_maisi_u_net_is_cached_through_its_own_forward():
                 CURRENT_STEP.reset(token)
             torch.testing.assert_close(out, full, rtol=0, atol=1e-6)
     assert (wrapper.full_passes, wrapper.cached_passes) == (1, 1)
+
+
+def test_compare_judges_step_caching_on_the_whole_loop(tiny_models_dir):
+    from engine.api import drive
+    from engine.backends.local import LocalBackend
+    from engine.compare import END_TO_END, compare_settings
+    from engine.models.registry import ModelRegistry
+
+    backend = LocalBackend("cpu", ModelRegistry([tiny_models_dir]))
+    request = SamplingRequest(model="tiny-latent", steps=4, seed=2)
+    cached = OptimizationConfig(step_cache_interval=2)
+    comparison = drive(
+        compare_settings(backend, request, OptimizationConfig(), cached, kernel_profile_steps=0)
+    )
+    assert comparison.changed_parts() == frozenset({"unet"})
+    headline = comparison.headline()
+    assert headline.part == END_TO_END and "step caching" in headline.reason
+    assert comparison.b.report["step_cache"]["applied"]
