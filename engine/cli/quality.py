@@ -126,10 +126,17 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     line = ProgressLine()
+
+    def on_progress(progress) -> None:
+        # Each volume's load and decode are left off the line: a stage change restarts its rate, so the ETA
+        # would only ever see one volume's steps; counted over all volumes it includes their decodes.
+        if progress.stage not in ("load", "decode", "compile"):
+            line.update(progress)
+
     try:
         result = drive(
             quality_run(backend, request, settings, args.seeds, contrast=args.contrast),
-            on_progress=line.update,
+            on_progress=on_progress,
         )
     finally:
         line.close()

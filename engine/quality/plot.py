@@ -75,16 +75,22 @@ def save_png(run, path) -> bool:
             ax.set_xticklabels(names, rotation=40, ha="right", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
     axes[len(TISSUES) if has_tissue else 0].legend(fontsize=7, loc="lower left")
-    verdicts = [f"{r.label}: {r.verdict}" for r in ([run.noise_check] if run.noise_check else []) + reports]
-    wrapped = "\n".join(v if len(v) < 150 else v[:147] + "…" for v in verdicts)
+    import textwrap
+
+    width = int(15 * 3.1 * len(panels))  # characters of 9-pt text across the figure
     source = f"tissue from {run.tissue_source}" if run.tissue_source else run.tissue_note
-    fig.suptitle(
-        f"Quality against fp32, {len(run.seeds)} seeds a set (grey: fp32 seed-to-seed range; {source})\n{wrapped}",
-        fontsize=9,
-        ha="left",
-        x=0.01,
+    lines = textwrap.wrap(
+        f"Quality against fp32, {len(run.seeds)} seeds a set (grey: fp32 seed-to-seed range; {source})", width
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.96 - 0.03 * len(verdicts)))
+    for report in ([run.noise_check] if run.noise_check else []) + reports:
+        verdict = report.verdict.split(" (tissue volumes not compared")[0]  # the first line says why
+        lines += textwrap.wrap(f"{report.label}: {verdict}", width, subsequent_indent="    ")
+    height = 4.4 + 0.17 * len(lines)
+    fig.set_size_inches(3.1 * len(panels), height)
+    fig.suptitle("\n".join(lines), fontsize=9, ha="left", x=0.01, y=0.995, va="top")
+    fig.subplots_adjust(
+        left=0.05, right=0.99, bottom=1.1 / height, top=1 - (0.17 * len(lines) + 0.55) / height, wspace=0.3
+    )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
