@@ -32,8 +32,8 @@ OUTSIDE = "outside range"
 NOT_BRAIN_LIKE = "not brain-like"
 #: Least value of each piece of brain-likeness evidence. Measured (``python -m engine.bench.anatomy_checks``):
 #: the MNI152 template's maps 0.96 / 0.88 / 0.73 (prior correlation / certainty / neighbour correlation), its
-#: segmentation 0.93 / 0.91 / 0.69, the shipped model's decoded maps about 0.64 / 0.57 / 0.94, random
-#: probability maps 0.00 / 0.15 / 0.00. The thresholds sit in the gap between brains and noise.
+#: 1 mm T1 segmented 0.94 / 0.80 / 0.75, sixteen shipped-model volumes' decoded maps 0.52-0.71 / 0.56-0.58 /
+#: 0.94, random probability maps 0.00 / 0.15 / 0.00. The thresholds sit in the gap between brains and noise.
 BRAIN_LIKE = {
     "prior_correlation": 0.35,  # mean Pearson r of the GM and WM maps with the placed template priors
     "label_certainty": 0.35,  # 1 - mean normalised entropy of (CSF, GM, WM) inside the brain
