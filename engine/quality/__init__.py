@@ -297,7 +297,15 @@ def _judge(floor: NoiseFloor, values: Mapping[str, float]) -> dict[str, dict[str
     return out
 
 
-def _what_moved(name: str, reference: SetSummary, candidate: SetSummary) -> str:
+_GROUP_WORDS = {
+    "tissue_ml": "tissue volumes",
+    "intensity_quantiles": "intensity quantiles",
+    "texture": "texture",
+    "downsampled": "layout (downsampled intensities)",
+}
+
+
+def _what_moved(name: str, reference: SetSummary, candidate: SetSummary, stat: dict | None = None) -> str:
     if name == "tissue":
         parts = []
         for tissue in measures.TISSUES:
@@ -307,7 +315,16 @@ def _what_moved(name: str, reference: SetSummary, candidate: SetSummary) -> str:
     if name == "diversity":
         ref, cand = np.mean(reference.diversity), np.mean(candidate.diversity)
         return f"diversity (MS-SSIM between seeds {ref:.3f} -> {cand:.3f})"
-    return "image features (intensities, texture, layout)"
+    groups = {k: max(v, 0.0) for k, v in ((stat or {}).get("by_group") or {}).items()}
+    total = sum(groups.values())
+    if total <= 0:
+        return "image features (intensities, texture, layout)"
+    shares = sorted(((v / total, k) for k, v in groups.items()), reverse=True)
+    return (
+        "image features ("
+        + ", ".join(f"{_GROUP_WORDS[k]} {100 * f:.0f} %" for f, k in shares if f >= 0.1)
+        + ")"
+    )
 
 
 def quality_report(
@@ -410,6 +427,12 @@ def quality_report(
     if len(ref) >= 2:
         m_ref, m_cand = _matrices(floor, f_ref, f_cand)
         values["features"] = measures.mmd(m_ref, m_cand)
+        # The linear MMD of standardised groups is the sum of each group's: say which groups moved.
+        by_group = {}
+        for group in measures.FEATURE_GROUPS:
+            if all(group in f for f in f_ref + f_cand + floor.features_a + floor.features_b):
+                g_ref, g_cand = _matrices(floor, f_ref, f_cand, only=group)
+                by_group[group] = measures.mmd(g_ref, g_cand)
         if has_tissue:
             m_ref, m_cand = _matrices(floor, f_ref, f_cand, only="tissue_ml")
             values["tissue"] = measures.mmd(m_ref, m_cand)
@@ -419,9 +442,13 @@ def quality_report(
     reference_set = _summary(reference_label, t_ref if has_tissue else None, div_ref, len(ref))
     candidate_set = _summary(label, t_cand if has_tissue else None, div_cand, len(cand))
     statistics = _judge(floor, values)
+    if "features" in statistics:
+        statistics["features"]["by_group"] = by_group
     noise_statistics = _judge(floor, floor.observed)
     moved = [
-        _what_moved(name, reference_set, candidate_set) for name, s in statistics.items() if s["beyond_noise"]
+        _what_moved(name, reference_set, candidate_set, s)
+        for name, s in statistics.items()
+        if s["beyond_noise"]
     ]
     too_few = min(len(ref), floor.a.count, floor.b.count) < MIN_SEEDS
     if moved and not too_few:

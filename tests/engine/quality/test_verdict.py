@@ -80,7 +80,13 @@ def test_brighter_or_noisier_images_are_flagged(floor):
     for kw in ({"brighter": 0.15}, {"noise": 0.15}):
         report = _judge(floor, **kw)
         assert not report.within_noise and report.verdict.startswith(SHIFTS), kw
-        assert report.statistics["features"]["beyond_noise"], kw
+        assert report.statistics["features"]["beyond_noise"] and "image features (" in report.verdict, kw
+        assert set(report.statistics["features"]["by_group"]) == {
+            "tissue_ml",
+            "intensity_quantiles",
+            "texture",
+            "downsampled",
+        }
     assert "diversity" in _judge(floor, noise=0.3).verdict  # noise makes the seeds look less alike
 
 
