@@ -420,6 +420,9 @@ def tune(
     # The cohort verdicts `volsynth quality` kept for these rows here (per-seed PSNR/SSIM are in the rows).
     rows_now = [(r.get("name", ""), r.get("config") or {}) for r in result["rows"]]
     result["quality"] = quality_block_for(model, rows_now)
+    # A row that trades fidelity (step caching) is recommended only with a kept verdict that holds.
+    best = tune_store.recommendation(result)
+    result["recommended"] = best["name"] if best else None
     if save:
         result["path"] = str(tune_store.save_result(result))
     return result

@@ -125,9 +125,13 @@ def trades_fidelity(row: Mapping[str, Any]) -> bool:
     return (isinstance(interval, int | float) and interval > 1) or shorter
 
 
-def quality_holds(row: Mapping[str, Any]) -> bool:
-    """Whether the row's cohort quality verdict (engine.quality.quality_report's ``within_noise``) holds."""
+def quality_holds(row: Mapping[str, Any], result: Mapping[str, Any] | None = None) -> bool:
+    """Whether the row's cohort quality verdict (engine.quality.quality_report's ``within_noise``) holds: the
+    row's own ``quality``, or the verdict ``volsynth quality`` kept for it (the result's ``quality`` block)."""
     quality = row.get("quality")
+    if not isinstance(quality, Mapping) and result:
+        cohort = (result.get("quality") or {}).get("cohort") or {}
+        quality = cohort.get(row.get("name", ""))
     return isinstance(quality, Mapping) and quality.get("within_noise") is True
 
 
@@ -155,7 +159,7 @@ def recommendation(result: Mapping[str, Any] | None, min_psnr_db: float = DEFAUL
     for row in rows:
         if row is fp32 or (row.get("end_to_end_verdict") or {}).get("verdict") != "faster":
             continue
-        if trades_fidelity(row) and not quality_holds(row):
+        if trades_fidelity(row) and not quality_holds(row, result):
             continue
         psnr = row.get("psnr_db")
         if psnr is None or not (math.isinf(psnr) or psnr >= min_psnr_db):

@@ -36,6 +36,11 @@ def test_a_fidelity_trading_row_needs_a_quality_verdict_that_holds():
     short = _row("ddim-25", 3.0, steps=25, default_steps=50)
     assert tune_store.recommendation({"rows": [*base, short]})["name"] == "int8"
     assert tune_store.recommendation({"rows": [*base, {**short, "quality": WITHIN}]})["name"] == "ddim-25"
+    # The verdict volsynth quality kept for the row (the tune result's quality block) counts too.
+    kept = {"rows": [*base, _row("cache:k3-l1", 4.0, CACHED)], "quality": {"cohort": {"cache:k3-l1": WITHIN}}}
+    assert tune_store.recommendation(kept)["name"] == "cache:k3-l1"
+    kept["quality"]["cohort"]["cache:k3-l1"] = SHIFTS
+    assert tune_store.recommendation(kept)["name"] == "int8"
     default = _row("ddim-50", 3.0, steps=50, default_steps=50)
     assert not tune_store.trades_fidelity(default)
     assert tune_store.recommendation({"rows": [*base, default]})["name"] == "ddim-50"
