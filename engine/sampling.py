@@ -258,6 +258,16 @@ def denoise(
     )
 
 
+def _null_value(value: float | None, spec: ModelSpec, what: str) -> float:
+    """The unconditioned value of a guided run's null half. A model guided through its modality alone (or
+    its numbers alone) has none for the other input: refused in one line rather than failing in ``float``."""
+    if value is None:
+        raise InvalidRequest(
+            f"model {spec.id!r} has no unconditioned value for its {what}; set guidance scale to 1.0"
+        )
+    return float(value)
+
+
 def _conditioning_tensors(spec: ModelSpec, request: SamplingRequest, made, normalised, shape, device):
     """(context, concat) for the network: the condition vector as cross-attention context (B, 1, n) and/or
     n constant channels, and MAISI's categorical context; each doubled with its null half under guidance."""
@@ -268,7 +278,7 @@ def _conditioning_tensors(spec: ModelSpec, request: SamplingRequest, made, norma
             torch.tensor(normalised, dtype=torch.float32, device=device).view(1, 1, -1).repeat(batch, 1, 1)
         )
         if guided:
-            null = torch.full_like(vector, float(spec.guidance_null_value))
+            null = torch.full_like(vector, _null_value(spec.guidance_null_value, spec, "numeric conditions"))
             vector = torch.cat([null, vector], dim=0)
         if "crossattn" in spec.conditioning_modes:
             context = vector
@@ -283,7 +293,7 @@ def _conditioning_tensors(spec: ModelSpec, request: SamplingRequest, made, norma
         context = labels.view(1, 1, 4).repeat(batch, 1, 1)
         if guided:
             null = context.clone()
-            null[:, 0, 0] = float(spec.null_modality)
+            null[:, 0, 0] = _null_value(spec.null_modality, spec, "modality")
             context = torch.cat([null, context], dim=0)
     return context, concat
 
