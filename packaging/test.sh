@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: set up, lint, check the import rule, run pytest under Xvfb.
+# The whole test suite, as CI runs it: set up, lint, check the import rule and the types, run pytest under Xvfb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash packaging/setup.sh
@@ -8,6 +8,8 @@ echo "== ruff"
 .venv/bin/ruff format --check .
 echo "== import rule (engine never imports Qt, pyvista, VTK or app)"
 .venv/bin/lint-imports
+echo "== types (mypy; the checked files are [tool.mypy] files in pyproject.toml)"
+.venv/bin/mypy
 echo "== pytest"
 export QT_QPA_PLATFORM=xcb
 exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -m pytest "$@"
