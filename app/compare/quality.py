@@ -222,7 +222,9 @@ class QualityView(QWidget):
         first = reports[0]
         sets = [("fp32 A", first["reference_set"]), ("fp32 B", first["noise_floor"]["b"])]
         sets += [(r["label"], r["candidate_set"]) for r in reports]
-        ticks = [[(i, _short(name)) for i, (name, _) in enumerate(sets)]]
+        # Settings go by number on the axes (their names overlap there and pyqtgraph drops overlapping ticks);
+        # the verdicts below name them in full.
+        ticks = [[(i, name if i < 2 else f"S{i - 1}") for i, (name, _) in enumerate(sets)]]
         for name in TISSUES:
             plot = self.plots[name]
             plot.clear()
@@ -282,7 +284,7 @@ class QualityView(QWidget):
                 symbol="o",
                 symbolSize=5,
                 symbolBrush=colour,
-                name=_short(report["label"]),
+                name=f"S{index - 1} " + _short(report["label"], 14),
             )
         shown_db = [_db(row["psnr_db"]) for r in reports for row in r["per_seed"]]
         finite = [v for v in shown_db if v == v]
@@ -297,6 +299,11 @@ class QualityView(QWidget):
         rows = ([data["noise_check"]] if data.get("noise_check") else []) + list(data["settings"].values())
         for report in rows:
             colour = WITHIN_COLOUR if report["within_noise"] else SHIFT_COLOUR
+            number = (
+                ""
+                if report is data.get("noise_check")
+                else f"S{list(data['settings'].values()).index(report) + 1} \u00b7 "
+            )
             psnr = _db(report["psnr_median_db"])
             if psnr != psnr or report is data.get(
                 "noise_check"
@@ -307,7 +314,7 @@ class QualityView(QWidget):
             else:
                 dist = f" \u00b7 PSNR median {psnr:.1f} dB"
             lines.append(
-                f"<b>{html.escape(report['label'])}</b>: "
+                f"<b>{number}{html.escape(report['label'])}</b>: "
                 f"<span style='color:{colour}'>{html.escape(report['verdict'])}</span>{dist}"
             )
         seeds, noise = data["seeds"], data["noise_seeds"]

@@ -72,7 +72,9 @@ def save_png(run, path) -> bool:
             ax.set_title("MS-SSIM between seeds\n(lower: more diverse)")
         if panel not in ("psnr", "ssim"):
             ax.set_xticks(positions)
-            ax.set_xticklabels(names, rotation=40, ha="right", fontsize=8)
+            ax.set_xticklabels(
+                [n if len(n) <= 16 else n[:15] + "…" for n in names], rotation=30, ha="right", fontsize=8
+            )
         ax.grid(axis="y", alpha=0.3)
     axes[len(TISSUES) if has_tissue else 0].legend(fontsize=7, loc="lower left")
     import textwrap
@@ -89,7 +91,7 @@ def save_png(run, path) -> bool:
     fig.set_size_inches(3.1 * len(panels), height)
     fig.suptitle("\n".join(lines), fontsize=9, ha="left", x=0.01, y=0.995, va="top")
     fig.subplots_adjust(
-        left=0.05, right=0.99, bottom=1.1 / height, top=1 - (0.17 * len(lines) + 0.55) / height, wspace=0.3
+        left=0.05, right=0.99, bottom=1.3 / height, top=1 - (0.17 * len(lines) + 0.55) / height, wspace=0.3
     )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -45,13 +45,13 @@ def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, tissu
     assert list(run.reports) == ["B: bf16"] and run.seeds == [0, 1, 2, 3] and run.noise_seeds == [4, 5, 6, 7]
     assert run.tissue_source == "model"  # the tiny tissue model decodes its own GM/WM/CSF maps
     text = view.verdict_label.text()
-    assert "B: bf16" in text and "fp32, seeds B" in text and "seed-to-seed" in text
+    assert "S1 \u00b7 B: bf16" in text and "fp32, seeds B" in text and "seed-to-seed" in text
     assert run.reports["B: bf16"].verdict in text
     for tissue in ("GM", "WM", "CSF"):  # fp32 A, fp32 B and bf16 side by side over the fp32 band
         plot = view.plots[tissue]
         assert len(_items(plot, "ScatterPlotItem")) == 3 and len(_items(plot, "LinearRegionItem")) == 1
         ticks = plot.getAxis("bottom")._tickLevels[0]
-        assert [label for _, label in ticks] == ["fp32 A", "fp32 B", "B: bf16"]
+        assert [label for _, label in ticks] == ["fp32 A", "fp32 B", "S1"]
     curves = _items(view.plots["psnr"], "PlotDataItem")
     assert len(curves) == 1 and len(curves[0].yData) == 4
     assert "Done in" in view.progress_label.text()
