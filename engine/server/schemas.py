@@ -108,6 +108,18 @@ def _incompatible(fields) -> dict[str, Any]:
             },
         },
     ]
+    if "step_cache_interval" in fields:  # step caching (an interval above 1) runs the U-Net's levels apart
+        cached = {"type": "integer", "minimum": 2}
+        cases += [
+            {
+                "required": ["step_cache_interval", "compile_mode"],
+                "properties": {"step_cache_interval": cached, "compile_mode": {"type": "string"}},
+            },
+            {
+                "required": ["step_cache_interval", "cuda_graphs"],
+                "properties": {"step_cache_interval": cached, "cuda_graphs": {"const": True}},
+            },
+        ]
     if {"decoder_quantization", "decoder_autocast"} <= set(fields):
         cases += [
             {
