@@ -732,10 +732,12 @@ def plan(
     if one_device and best["step_ms"]:
         speedup = float(f"{one_device['step_ms'] / best['step_ms']:.4g}")
 
-    rows.sort(
+    chosen = best["plan"] if best else None
+    rows.sort(  # the order plans were ranked in: the chosen one first (it won any tie), then by step
         key=lambda r: (
             {"compiled": 0, "failed": 1, "pruned": 2}[r.status],
-            r.host.get("step_ms") or r.step_ms or r.est_step_ms or math.inf,  # the order plans were ranked in
+            r.plan != chosen,
+            r.host.get("step_ms") or r.step_ms or r.est_step_ms or math.inf,
         )
     )
     result = PlanResult(
