@@ -32,6 +32,7 @@ def test_default_config_applies_nothing_and_reports_every_setting(tiny_loaded, c
         "decoder_autocast",
         "decoder_quantization",
         "decoder_channels_last",
+        "step_cache",
     }
     assert not any(entry["applied"] for entry in prepared.report.values())
     assert prepared.autoencoder is tiny_loaded.autoencoder  # no decoder setting: the decoder is not copied
