@@ -14,10 +14,11 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
-from app.core.nifti_files import open_volume, save_volume_files
+from app.core.nifti_files import open_volume
+from app.core.tissue import ordered_names
 from app.core.volumes import VolumeEntry, file_stem
 from app.vault.privacy import remember_recent
-from engine.nifti.io import is_nifti
+from engine.nifti.io import is_nifti, save_volume
 from engine.nifti.volume import Volume
 
 log = logging.getLogger(__name__)
@@ -127,16 +128,15 @@ class VolumeFiles:
         }
         provenance.setdefault("synthetic", entry.synthetic)
         self.show_status(f"Saving {path.name}...")
-        write = partial(
-            save_volume_files,
-            path,
+        volume = Volume(
             entry.data,
             entry.affine,
+            tissue={name: entry.tissue[name] for name in ordered_names(entry.tissue or {})},
             provenance=provenance,
             synthetic=entry.synthetic,
-            tissue=entry.tissue,
             space=entry.space,
         )
+        write = partial(save_volume, volume, path)
         self.runner.run_task(
             "save",
             write,

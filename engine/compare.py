@@ -440,25 +440,26 @@ def save_comparison(comparison: Comparison, folder) -> list:
     from pathlib import Path
 
     from engine.errors import InvalidRequest
-    from engine.nifti.io import atomic_files, make_nifti, save_result, sidecar_path
+    from engine.nifti.io import atomic_files, batch_paths, generated_volumes, image_files, save_volumes
+    from engine.nifti.volume import Volume
 
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidRequest(f"cannot create the folder {folder}: {exc.strerror}") from exc
-    volumes = [
-        *save_result(comparison.a.result, folder / "a.nii.gz"),
-        *save_result(comparison.b.result, folder / "b.nii.gz"),
-    ]
-    written = [p for path in volumes for p in (path, sidecar_path(path))]
-    targets = [folder / "difference.nii.gz", folder / "compare.json"]
-    with atomic_files(targets) as (diff_temp, json_temp):
-        make_nifti(comparison.difference(), comparison.a.result.affine, synthetic=True).to_filename(
-            str(diff_temp)
-        )
+    volumes, paths = [], []
+    for side, name in ((comparison.a, "a.nii.gz"), (comparison.b, "b.nii.gz")):
+        made = generated_volumes(side.result)
+        volumes += made
+        paths += batch_paths(folder / name, len(made))
+    volumes.append(Volume(comparison.difference(), comparison.a.result.affine, synthetic=True))
+    paths.append(folder / "difference.nii.gz")
+    save_volumes(volumes, paths)
+    with atomic_files([folder / "compare.json"]) as (json_temp,):
         json_temp.write_text(json.dumps(comparison.to_dict(), indent=2, default=str), encoding="utf-8")
-    return [*written, *targets]
+    written = [p for path, volume in zip(paths, volumes, strict=True) for p in image_files(path, volume)]
+    return [*written, folder / "compare.json"]
 
 
 def measure(label: str, result: SamplingResult) -> SideMeasurement:

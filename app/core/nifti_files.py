@@ -2,8 +2,8 @@
 
 On disk a tissue map is a probability map beside its image, named BIDS-derivative style by
 ``engine.nifti.io.tissue_path`` (``brain_T1w.nii.gz`` -> ``brain_label-GM_probseg.nii.gz``); the image's
-provenance lists them (``tissue_maps: {name: file name}``), as ``engine.nifti.io.save_result`` writes them.
-Qt-free: the main window's open and save, crash recovery and the tests use these.
+provenance lists them (``tissue_maps: {name: file name}``), as ``engine.nifti.io.save_volume`` writes them.
+Qt-free: the main window's open, crash recovery and the tests use these; saving is ``save_volume``'s.
 """
 
 from __future__ import annotations
@@ -101,41 +101,3 @@ def open_volume(path: str | Path, time_index: int = 0) -> Volume:
         else:
             opened.tissue[name] = np.clip(tissue.data, 0.0, 1.0, out=tissue.data)
     return opened
-
-
-def save_volume_files(
-    path: str | Path,
-    data: np.ndarray,
-    affine: np.ndarray,
-    *,
-    provenance: Mapping[str, Any],
-    synthetic: bool,
-    tissue: Mapping[str, np.ndarray] | None = None,
-    space: str | None = None,
-) -> Path:
-    """Write a volume as NIfTI + provenance sidecar, with its tissue maps beside it (worker thread).
-
-    As ``engine.nifti.io.save_result`` writes a generated batch: the maps go to ``tissue_path`` names, the
-    image's provenance lists them (``tissue_maps``), every file has the image's affine and the sform code of
-    ``space`` (4 for MNI152), and all files appear together or none does (``atomic_files``).
-
-    Raises:
-        engine.errors.OutputError: the files cannot be written (nothing is left behind).
-    """
-    from engine.nifti.io import atomic_files, check_output_path, image_files, write_image_files
-
-    path = check_output_path(path)
-    tissue = {name: (tissue or {})[name] for name in ordered_names(tissue or {})}
-    targets = image_files(path, tissue)
-    with atomic_files(targets) as temps:
-        write_image_files(
-            dict(zip(targets, temps, strict=True)),
-            path,
-            data,
-            affine,
-            dict(provenance),
-            tissue,
-            synthetic=synthetic,
-            space=space,
-        )
-    return path

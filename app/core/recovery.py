@@ -3,7 +3,7 @@
 Each running app keeps a session folder under ``$XDG_DATA_HOME/volsynth/recovery/`` (``~/.local/share/...``)
 and holds an exclusive lock (``engine.files.durable.try_lock``) on its ``lock`` file for as long as it lives. Every generated volume of the
 session is written there (NIfTI + provenance sidecar, and its tissue maps beside it as
-``app.core.nifti_files.save_volume_files`` writes them: all files atomically, from a worker thread) as soon as it
+``engine.nifti.io.save_volume`` writes them: all files atomically, from a worker thread) as soon as it
 is made, and deleted when the user removes it from the session. A clean exit deletes the folder, unless some
 volumes were never saved to a file or the vault: those stay, marked as left at a clean exit. After a crash
 the kernel releases the lock, so at the next start a folder whose lock can be taken is a session that ended
@@ -158,8 +158,8 @@ class RecoveryStore:
         """Write one generated volume (worker thread), with its tissue maps beside it and its space (the sform
         code says so, and the sidecar when the provenance does not). All its files appear together or none
         does. Returns the image's file, or None when recovery is off."""
-        from app.core.nifti_files import save_volume_files
-        from engine.nifti.io import sidecar_path, tissue_path
+        from engine.nifti.io import image_files, save_volume
+        from engine.nifti.volume import Volume
 
         if self.folder is None:
             return None
@@ -171,11 +171,11 @@ class RecoveryStore:
             record[MADE_KEY] = datetime.now(UTC).isoformat(timespec="seconds")
         if space and space != provenance.get("space"):
             record[SPACE_KEY] = space
-        tissue = dict(tissue or {})
-        save_volume_files(
-            path, data, affine, provenance=record, synthetic=True, tissue=tissue, space=space or None
+        volume = Volume(
+            data, affine, tissue=dict(tissue or {}), provenance=record, synthetic=True, space=space or None
         )
-        files = [path, sidecar_path(path), *(tissue_path(path, n) for n in tissue)]
+        save_volume(volume, path)
+        files = image_files(path, volume)
         with self._lock:
             self._files[uid] = files
             dropped = uid in self._dropped

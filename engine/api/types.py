@@ -262,7 +262,7 @@ class SamplingResult:
 
     def member(self, index: int = 0) -> Volume:
         """Batch member ``index`` as the engine's one volume record: its image (``volume(index)``), the batch's
-        affine, its tissue maps, and the provenance with its ``batch_index`` (as ``save_result`` writes it)."""
+        affine, its tissue maps, and the provenance with its ``batch_index`` (as ``generated_volumes`` gives it to ``save_volume``)."""
         return Volume(
             data=self.volume(index),
             affine=self.affine,

@@ -34,7 +34,7 @@ def run_provenance(
         },
         "request": loop.request.to_dict(),
         # Where the volume lies and what its extra channels are: the NIfTI writer's sform code and the
-        # tissue-map files beside the image follow from these (engine.nifti.io.save_result).
+        # tissue-map files beside the image follow from these (engine.nifti.io.save_volume).
         **({"space": spec.space} if spec.space else {}),
         **({"label_channels": list(spec.label_channels)} if spec.label_channels else {}),
         # What was made (size, spacing, modality, intensity handling) and what the user was warned of.

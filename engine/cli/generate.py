@@ -80,7 +80,7 @@ def run(args) -> int:
 
     from engine.api import drive
     from engine.cli._progress import ProgressLine
-    from engine.nifti.io import check_output_path, save_result, xform_code
+    from engine.nifti.io import batch_paths, check_output_path, generated_volumes, save_volumes, xform_code
     from engine.optimization.apply import OptimizationConfig
 
     optimization = OptimizationConfig(
@@ -146,7 +146,8 @@ def run(args) -> int:
     elif args.tissue_maps:
         made_tissue = segment_members(result, request)
     checks = anatomy_checks(result, made_tissue)
-    paths = save_result(result, out, made_tissue, [c.to_dict() if c else None for c in checks])
+    volumes = generated_volumes(result, made_tissue, [c.to_dict() if c else None for c in checks])
+    paths = save_volumes(volumes, batch_paths(out, len(volumes)))
     timings = result.provenance["timings"]
     for path in paths:
         print(path)

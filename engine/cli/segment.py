@@ -76,15 +76,8 @@ def run(args) -> int:
     from engine.anatomy.checks import check_maps
     from engine.anatomy.segment import CONTRAST_LABELS, METHOD, TISSUES, check_contrast, segment
     from engine.errors import InvalidRequest, OutputError
-    from engine.nifti.io import (
-        atomic_files,
-        is_nifti,
-        load_nifti,
-        make_nifti,
-        provenance_sidecar,
-        sidecar_path,
-        tissue_path,
-    )
+    from engine.nifti.io import is_nifti, load_nifti, save_volumes, tissue_path
+    from engine.nifti.volume import Volume
 
     source = Path(args.input).expanduser()
     if not is_nifti(source):
@@ -118,7 +111,6 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     names = (*TISSUES, "brain")
     maps = {name: tissue_path(out / source.name, name) for name in names}
-    targets = [p for path in maps.values() for p in (path, sidecar_path(path))]
     record = {
         **result.sidecar(),
         "image": source.name,
@@ -127,18 +119,20 @@ def run(args) -> int:
     }
     if volume.space:
         record["space"] = volume.space
-    with atomic_files(targets) as temps:
-        temp_of = dict(zip(targets, temps, strict=True))
-        for name, path in maps.items():
-            meta = {**record, "tissue_map": name}
-            make_nifti(
+    # Each map is a volume of its own on the input's grid, with its sidecar; all appear together or none.
+    save_volumes(
+        [
+            Volume(
                 result.maps[name],
                 volume.affine,
+                provenance={**record, "tissue_map": name},
                 synthetic=volume.synthetic,
-                provenance=meta,
                 space=volume.space,
-            ).to_filename(str(temp_of[path]))
-            temp_of[sidecar_path(path)].write_bytes(provenance_sidecar(meta))
+            )
+            for name in maps
+        ],
+        list(maps.values()),
+    )
     for path in maps.values():
         print(path)
     means = ", ".join(f"{k} {v:.3g}" for k, v in result.means.items())

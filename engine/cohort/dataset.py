@@ -108,7 +108,7 @@ def image_sidecar_keys(model: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_map_sidecars(image: Path, names, model: Mapping[str, Any]) -> None:
-    """The JSON sidecar of each tissue map beside ``image`` (written there by save_result): the map's own
+    """The JSON sidecar of each tissue map beside ``image`` (written there by save_volume): the map's own
     provenance record (read from its header extension, so readers that take the sidecar first still see
     which map it is) with the BIDS keys Description and SpatialReference (the image whose grid and affine
     the map shares, as a BIDS URI)."""

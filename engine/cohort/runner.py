@@ -10,7 +10,7 @@
 4. Keep one item in flight per worker (a volume takes seconds; Ray's per-task overhead is milliseconds,
    so a deeper queue gains nothing and a killed worker would take more than its one item with it).
 5. Each result comes back to the driver, which writes it (atomically, with its provenance sidecar and the
-   tissue maps of a model with label channels, through ``engine.nifti.io.save_result``) or stores it in
+   tissue maps of a model with label channels, through ``engine.nifti.io.save_volume``) or stores it in
    the vault (maps as parts of the same item), then marks the item done in the manifest.
    A worker that died mid-item costs only that item: it is recorded as a failed attempt and resubmitted.
 
@@ -413,7 +413,7 @@ class _Writer:
         """Store one SamplingResult (a batch of one) made by ``worker`` (:func:`worker_identity`), with the tissue
         maps the worker made of it (``made``: ``(maps, record)`` of :func:`segment_member`); returns (where,
         volume sha256)."""
-        from engine.nifti.io import save_result
+        from engine.nifti.io import generated_volumes, save_volume
 
         member = result.member(0)  # the image and the tissue maps decoded with it ({} without label channels)
         volume = np.ascontiguousarray(member.data, dtype=np.float32)
@@ -460,13 +460,12 @@ class _Writer:
         path = volume_path(self.manifest.root, participant, self.modality, self.space)
         path.parent.mkdir(parents=True, exist_ok=True)
         model = self.manifest.data.get("model", {})
-        # The result as it came, with the cohort's provenance and the BIDS keys of its sidecar: save_result
+        # The result as it came, with the cohort's provenance and the BIDS keys of its sidecar: save_volume
         # writes the maps beside the image; then each map's sidecar (an item is done only after this).
-        save_result(
-            replace(result, provenance={**provenance, **image_sidecar_keys(model)}),
-            path,
-            [made] if made else None,
+        (written,) = generated_volumes(
+            replace(result, provenance={**provenance, **image_sidecar_keys(model)}), [made] if made else None
         )
+        save_volume(written, path)
         write_map_sidecars(path, tuple(made[0]) if made else self.labels, model)
         return path.relative_to(self.manifest.root).as_posix(), digest
 

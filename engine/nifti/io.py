@@ -221,118 +221,94 @@ def display_range(data: np.ndarray) -> tuple[float, float]:
     return (low, high) if high > low else (0.0, 0.0)
 
 
-def image_files(path: Path, tissue_names) -> list[Path]:
-    """Every file of one image: the NIfTI, its sidecar, and its tissue maps (``tissue_path``)."""
-    return [path, sidecar_path(path), *(tissue_path(path, name) for name in tissue_names)]
+def image_files(path: Path, volume: Volume) -> list[Path]:
+    """Every file ``save_volume`` writes for ``volume`` at ``path``: the NIfTI, its sidecar (when the volume has
+    provenance or tissue maps to record), and its tissue maps (``tissue_path``)."""
+    sidecar = [sidecar_path(path)] if volume.provenance or volume.tissue else []
+    return [path, *sidecar, *(tissue_path(path, name) for name in volume.tissue)]
 
 
-def write_image_files(
-    temp_of: dict[Path, Path],
-    path: Path,
-    image: np.ndarray,
-    affine: np.ndarray,
-    provenance: dict[str, Any],
-    tissue: dict[str, np.ndarray],
-    *,
-    synthetic: bool,
-    space: str | None,
-    tissue_record: dict[str, Any] | None = None,
-    **sidecar_extra: Any,
-) -> None:
-    """Write ``image_files(path, tissue)`` to their temporaries (``temp_of``, from ``atomic_files``): the image
-    with ``provenance`` (listing the maps as ``tissue_maps``), its sidecar, and each map with the image's
-    affine and space, its provenance naming the map and the image.
+def _write_volume_files(temp_of: dict[Path, Path], path: Path, volume: Volume) -> None:
+    """Write ``image_files(path, volume)`` to their temporaries (``temp_of``, from ``atomic_files``): the image
+    with its provenance (listing the maps as ``tissue_maps``), its sidecar, and each map with
+    the image's affine and space, its provenance naming the map and the image.
 
-    ``tissue_record`` says how the maps were made (``tissue_maps_source``: model channels, or a method with its
-    version and contrast): the image's record carries it as ``tissue_maps_made`` (its sidecar is the one a reader
-    opens), each map's record carries it whole."""
-    if tissue_record is None and isinstance(provenance.get("tissue_maps_made"), dict):
-        tissue_record = provenance[
-            "tissue_maps_made"
-        ]  # a re-save (the app's Save As) keeps how they were made
+    How the maps were made (``tissue_maps_made`` of the provenance: model channels, or a method with its
+    version and contrast) stays in the image's record when there are maps (its sidecar is the one a reader
+    opens); each map's record carries it whole, at its top level."""
+    provenance = volume.provenance
+    made = provenance.get("tissue_maps_made")
+    made = dict(made) if isinstance(made, dict) and volume.tissue else None
     record = {
         key: value for key, value in provenance.items() if key not in ("tissue_maps", "tissue_maps_made")
     }
-    if tissue:
-        record["tissue_maps"] = {name: tissue_path(path, name).name for name in tissue}
-        if tissue_record:
-            record["tissue_maps_made"] = dict(tissue_record)
-    make_nifti(image, affine, synthetic=synthetic, provenance=record, space=space).to_filename(
-        str(temp_of[path])
-    )
-    temp_of[sidecar_path(path)].write_bytes(provenance_sidecar(record, **sidecar_extra))
-    for name, array in tissue.items():
-        map_record = {**record, **(tissue_record or {}), "tissue_map": name, "image": path.name}
-        make_nifti(array, affine, synthetic=synthetic, provenance=map_record, space=space).to_filename(
-            str(temp_of[tissue_path(path, name)])
-        )
+    if volume.tissue:
+        record["tissue_maps"] = {name: tissue_path(path, name).name for name in volume.tissue}
+        if made:
+            record["tissue_maps_made"] = made
+    make_nifti(
+        volume.data, volume.affine, synthetic=volume.synthetic, provenance=record, space=volume.space
+    ).to_filename(str(temp_of[path]))
+    if sidecar_path(path) in temp_of:
+        temp_of[sidecar_path(path)].write_bytes(provenance_sidecar(record))
+    for name, array in volume.tissue.items():
+        map_record = {**record, **(made or {}), "tissue_map": name, "image": path.name}
+        make_nifti(
+            array, volume.affine, synthetic=volume.synthetic, provenance=map_record, space=volume.space
+        ).to_filename(str(temp_of[tissue_path(path, name)]))
 
 
-def save_result(result, out: str | Path, made_tissue=None, anatomy_checks=None) -> list[Path]:
-    """Write each volume of a SamplingResult as NIfTI + JSON sidecar, and its tissue maps beside it
-    (``write_image_files``). All files of a batch appear together or not at all. Returns the image paths.
+def save_volumes(volumes: list[Volume], paths: list[Path]) -> list[Path]:
+    """The one writer of volumes: each ``Volume`` as NIfTI at its path, with its provenance sidecar and its
+    tissue maps beside it (``image_files``). All files of all the volumes appear together or none does
+    (``atomic_files``). Returns the image paths.
 
-    A model with tissue channels writes its own maps (sidecars: ``tissue_maps_source`` "model channels").
-    For one without, ``made_tissue`` may give, per batch member, ``(maps, record)``: maps made from the image
-    (a segmentation) and the record of how they were made; a member whose maps could not be made has ``{}``
-    maps and a record saying why (``tissue_maps_not_made``), which goes into the image's provenance.
+    Raises:
+        engine.errors.OutputError: the files cannot be written (nothing is left behind).
+    """
+    paths = [check_output_path(path) for path in paths]
+    targets = [p for path, volume in zip(paths, volumes, strict=True) for p in image_files(path, volume)]
+    with atomic_files(targets) as temps:
+        temp_of = dict(zip(targets, temps, strict=True))
+        for path, volume in zip(paths, volumes, strict=True):
+            _write_volume_files(temp_of, path, volume)
+    return paths
+
+
+def save_volume(volume: Volume, path: str | Path) -> Path:
+    """Write one ``Volume`` (``save_volumes``): the image, its sidecar and its tissue maps, atomically."""
+    return save_volumes([volume], [Path(path)])[0]
+
+
+def generated_volumes(result, made_tissue=None, anatomy_checks=None) -> list[Volume]:
+    """Each volume of a SamplingResult as the ``Volume`` to write (``save_volumes``); a non-finite volume is
+    refused. Write them to ``batch_paths(out, len(volumes))``.
+
+    A model with tissue channels has its own maps (``tissue_maps_source`` "model channels"). For one without,
+    ``made_tissue`` may give, per batch member, ``(maps, record)``: maps made from the image (a segmentation)
+    and the record of how they were made (``tissue_maps_made``); a member whose maps could not be made has
+    ``{}`` maps and a record saying why (``tissue_maps_not_made``), which goes into its provenance.
     ``anatomy_checks`` may give, per batch member, the record of its anatomy check (``engine.anatomy.checks``,
     ``to_dict()``) or None; it goes into the member's provenance as ``anatomy_check``."""
     from engine.nifti.checks import refuse_non_finite
 
-    out = check_output_path(out)
     refuse_non_finite(result.volumes, "the generated volume")
-    nifti_paths = batch_paths(out, result.volumes.shape[0])
-    members = []
-    for index in range(len(nifti_paths)):
+    volumes = []
+    for index in range(result.volumes.shape[0]):
+        volume = result.member(index)
         if result.label_names:
-            members.append((result.tissue_maps(index), {"tissue_maps_source": "model channels"}))
+            volume.provenance["tissue_maps_made"] = {"tissue_maps_source": "model channels"}
         elif made_tissue is not None:
-            members.append(made_tissue[index])
-        else:
-            members.append(({}, None))
-    targets = [
-        p for path, (maps, _) in zip(nifti_paths, members, strict=True) for p in image_files(path, maps)
-    ]
-    with atomic_files(targets) as temps:
-        temp_of = dict(zip(targets, temps, strict=True))
-        for index, (path, (maps, record)) in enumerate(zip(nifti_paths, members, strict=True)):
-            provenance = {**result.provenance, "batch_index": index}
-            if anatomy_checks is not None and anatomy_checks[index] is not None:
-                provenance["anatomy_check"] = anatomy_checks[index]
-            if record and not maps:
-                provenance.update(record)  # why no maps were made, said with the image
-            write_image_files(
-                temp_of,
-                path,
-                result.volume(index),
-                result.affine,
-                provenance,
-                maps,
-                synthetic=True,
-                space=result.space,
-                tissue_record=record if maps else None,
-                file=path.name,
-            )
-    return nifti_paths
-
-
-def save_volume(
-    volume: np.ndarray,
-    affine: np.ndarray,
-    out: str | Path,
-    *,
-    provenance: dict[str, Any] | None = None,
-    synthetic: bool = False,
-) -> Path:
-    """Write one volume (and its sidecar if provenance is given) atomically."""
-    out = check_output_path(out)
-    targets = [out] + ([sidecar_path(out)] if provenance is not None else [])
-    with atomic_files(targets) as temps:
-        make_nifti(volume, affine, synthetic=synthetic, provenance=provenance).to_filename(str(temps[0]))
-        if provenance is not None:
-            temps[1].write_bytes(provenance_sidecar(provenance))
-    return out
+            maps, record = made_tissue[index]
+            volume.tissue = dict(maps)
+            if maps:
+                volume.provenance["tissue_maps_made"] = dict(record)
+            elif record:
+                volume.provenance.update(record)  # why no maps were made, said with the image
+        if anatomy_checks is not None and anatomy_checks[index] is not None:
+            volume.provenance["anatomy_check"] = anatomy_checks[index]
+        volumes.append(volume)
+    return volumes
 
 
 def _time_index(shape: tuple[int, ...], time_index: int, name: str) -> int | None:

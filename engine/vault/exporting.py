@@ -277,7 +277,7 @@ def _write_tissue_maps(
 ) -> None:
     for part, target in zip(plan.tissue_parts, targets, strict=True):
         # Each map carries the image's provenance naming the map, and how the maps were made (model channels,
-        # or a segmentation method and its versions) at the top of its record, as save_result writes it.
+        # or a segmentation method and its versions) at the top of its record, as save_volume writes it.
         made = (plan.record or {}).get("tissue_maps_made")
         map_record = {
             **(plan.record or {}),

@@ -58,7 +58,7 @@ def import_nifti(
     provenance, and refused as a scan.
 
     The tissue maps a synthetic volume's provenance lists (``"tissue_maps": {name: file name}``, as
-    ``engine.nifti.io.save_result`` writes them beside the image) are imported with it, byte for byte,
+    ``engine.nifti.io.save_volume`` writes them beside the image) are imported with it, byte for byte,
     as parts of the same item. A listed map that is missing, unreadable or not on the image's grid is
     left out, and :attr:`notices` says so (:attr:`ItemInfo.tissue_maps` names those kept).
 

@@ -30,7 +30,7 @@ def test_a_generated_volume_of_random_weights_reads_not_brain_like(qtbot, tissue
 
 def test_an_opened_brain_with_its_maps_reads_within_the_ranges(qtbot, tissue_window, tmp_path):
     from engine.api import SamplingRequest, SamplingResult
-    from engine.nifti.io import save_result
+    from engine.nifti.io import generated_volumes, save_volume
     from tests.engine.anatomy.phantoms import phantom, phantom_affine, phantom_labels
 
     labels = phantom_labels()
@@ -41,7 +41,9 @@ def test_an_opened_brain_with_its_maps_reads_within_the_ranges(qtbot, tissue_win
         request=SamplingRequest(model="tiny-pixel"),
         provenance={"label_channels": ["GM", "WM", "CSF"], "seed": 4},
     )
-    (path,) = save_result(result, tmp_path / "brain.nii.gz")  # no check in its sidecar: measured on opening
+    path = save_volume(
+        generated_volumes(result)[0], tmp_path / "brain.nii.gz"
+    )  # no check in its sidecar: measured on opening
     entry = open_volume(qtbot, tissue_window, path)
     assert entry.tissue and tissue_window.state.shown is entry
     qtbot.waitUntil(

@@ -192,12 +192,15 @@ def test_a_folder_kept_before_tissue_maps_still_restores(tmp_path):
     """What earlier versions left: image + sidecar written by ``engine.nifti.io.save_volume``, no maps; and a
     write's temporary cut short by the crash, which is not offered."""
     from engine.nifti.io import save_volume
+    from engine.nifti.volume import Volume
 
     folder = tmp_path / "20260101-000000-42-abc"
     folder.mkdir()
     (folder / "lock").write_text(json.dumps({"pid": 42, "started": 1.0}))
     image = folder / "1767225600000000000-3.nii.gz"
-    save_volume(_volume(3), np.eye(4), image, provenance={"seed": 3, "recovery_name": "old"}, synthetic=True)
+    save_volume(
+        Volume(_volume(3), np.eye(4), provenance={"seed": 3, "recovery_name": "old"}, synthetic=True), image
+    )
     (folder / ".1767225600000000001-4.nii.gz.x1y2.partial.nii.gz").write_bytes(b"cut short")
     (orphan,) = RecoveryStore(tmp_path).orphans()
     assert orphan.volumes == [image]

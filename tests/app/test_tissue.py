@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from app.core.nifti_files import open_volume, save_volume_files, tissue_files
+from app.core.nifti_files import open_volume, tissue_files
 from app.core.session import AppState
 from app.core.tissue import (
     ALL_TISSUES,
@@ -18,6 +18,8 @@ from app.core.tissue import (
     tissue_at,
 )
 from app.core.volumes import VolumeEntry
+from engine.nifti.io import save_volume
+from engine.nifti.volume import Volume
 
 NAMES = ("GM", "WM", "CSF", "ventricles")
 
@@ -110,14 +112,16 @@ def test_saved_maps_go_beside_the_image_and_open_with_it(tmp_path):
 
     result = _result(batch=1)
     (entry,) = AppState().add_result(result)
-    path = save_volume_files(
+    path = save_volume(
+        Volume(
+            entry.data,
+            entry.affine,
+            tissue=entry.tissue,
+            provenance={**entry.provenance, "tissue_maps": {"old": "stale.nii.gz"}},
+            synthetic=True,
+            space=entry.space,
+        ),
         tmp_path / "sub-01_T1w.nii.gz",
-        entry.data,
-        entry.affine,
-        provenance={**entry.provenance, "tissue_maps": {"old": "stale.nii.gz"}},
-        synthetic=True,
-        tissue=entry.tissue,
-        space=entry.space,
     )
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == sorted(
@@ -153,13 +157,8 @@ def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(engine.nifti.io, "make_nifti", disk_full_at_the_third_map)
     with pytest.raises(OutputError, match="space"):
-        save_volume_files(
-            tmp_path / "out.nii.gz",
-            entry.data,
-            entry.affine,
-            provenance={},
-            synthetic=True,
-            tissue=entry.tissue,
+        save_volume(
+            Volume(entry.data, entry.affine, tissue=entry.tissue, synthetic=True), tmp_path / "out.nii.gz"
         )
     assert list(tmp_path.iterdir()) == []
 

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QToolButton
 
 from app.core.tissue import ALL_TISSUES
 from engine.nifti.io import save_volume
+from engine.nifti.volume import Volume
 from tests.app.viewer_helpers import open_volume, pixels
 from tests.engine.anatomy.phantoms import phantom, phantom_affine
 
@@ -24,10 +25,12 @@ SEGMENTED = ["GM", "WM", "CSF", "brain"]
 
 def _write(path, data, affine=None, provenance=None):
     return save_volume(
-        np.asarray(data, np.float32),
-        phantom_affine() if affine is None else affine,
+        Volume(
+            np.asarray(data, np.float32),
+            phantom_affine() if affine is None else affine,
+            provenance=provenance or {},
+        ),
         path,
-        provenance=provenance,
     )
 
 
@@ -204,7 +207,7 @@ def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted
     stored_affine = phantom_affine() @ flip
     stored_affine[:3, 3] = phantom_affine()[:3, :3] @ (np.array([51, 59, 0]) * 1.0) + phantom_affine()[:3, 3]
     image = phantom("t1w")[::-1, ::-1, :]
-    path = save_volume(np.ascontiguousarray(image), stored_affine, tmp_path / "scan.nii.gz")
+    path = save_volume(Volume(np.ascontiguousarray(image), stored_affine), tmp_path / "scan.nii.gz")
     vault = Vault.create(
         tmp_path / "vault", passphrase, kdf=KdfParams(memory_kib=1024, iterations=1, lanes=1)
     )

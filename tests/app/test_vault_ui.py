@@ -852,10 +852,11 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
 def _generated_file(tmp_path: Path, name: str = "generated.nii.gz", seed: int = 3) -> Path:
     """A volume exactly as VolSynth writes it: SYNTHETIC header fields and a provenance sidecar."""
     from engine.nifti.io import save_volume
+    from engine.nifti.volume import Volume
 
     data = np.random.default_rng(seed).random((8, 9, 7))
     provenance = {"model": {"id": "tiny-latent"}, "seed": seed, "synthetic": True}
-    return save_volume(data, np.eye(4), tmp_path / name, provenance=provenance, synthetic=True)
+    return save_volume(Volume(data, np.eye(4), provenance=provenance, synthetic=True), tmp_path / name)
 
 
 def _drop(widget, paths) -> None:

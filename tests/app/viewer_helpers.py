@@ -11,9 +11,10 @@ from PySide6.QtWidgets import QApplication
 def write_volume(path, data, synthetic=False, spacing=(1.0, 1.0, 1.0)):
     """A real NIfTI file (RAS+ affine) for the window to open."""
     from engine.nifti.io import save_volume
+    from engine.nifti.volume import Volume
 
     return save_volume(
-        np.asarray(data, dtype=np.float32), np.diag([*spacing, 1.0]), path, synthetic=synthetic
+        Volume(np.asarray(data, dtype=np.float32), np.diag([*spacing, 1.0]), synthetic=synthetic), path
     )
 
 

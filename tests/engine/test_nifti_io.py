@@ -9,6 +9,7 @@ from nibabel.testing import data_path
 
 from engine.errors import InvalidRequest
 from engine.nifti.io import load_nifti, save_volume
+from engine.nifti.volume import Volume
 
 
 def test_load_reorients_to_ras(tmp_path):
@@ -40,7 +41,8 @@ def test_save_volume_round_trip_with_sidecar(tmp_path):
     volume = np.random.default_rng(0).random((8, 9, 10), dtype=np.float32)
     affine = np.diag([1.5, 1.5, 1.5, 1.0])
     save_volume(
-        volume, affine, tmp_path / "v.nii.gz", provenance={"synthetic": True, "seed": 1}, synthetic=True
+        Volume(volume, affine, provenance={"synthetic": True, "seed": 1}, synthetic=True),
+        tmp_path / "v.nii.gz",
     )
     loaded = load_nifti(tmp_path / "v.nii.gz")
     assert np.array_equal(loaded.data, volume)
@@ -53,7 +55,9 @@ def test_written_files_get_ordinary_permissions(tmp_path):
 
     mask = os.umask(0o022)
     os.umask(mask)
-    save_volume(np.zeros((2, 2, 2), np.float32), np.eye(4), tmp_path / "p.nii.gz", provenance={})
+    save_volume(
+        Volume(np.zeros((2, 2, 2), np.float32), np.eye(4), provenance={"seed": 1}), tmp_path / "p.nii.gz"
+    )
     for name in ("p.nii.gz", "p.json"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~mask
 
@@ -68,7 +72,7 @@ def test_is_nifti_is_the_one_name_test():
 
 
 def test_one_sidecar_format_for_results_and_volumes(tmp_path):
-    """save_result and save_volume write the same flat record; load_nifti reads it back."""
+    """save_volume writes the one flat record; load_nifti reads it back."""
     import json
 
     from engine.nifti.io import provenance_sidecar, read_provenance
@@ -76,7 +80,8 @@ def test_one_sidecar_format_for_results_and_volumes(tmp_path):
     record = {"synthetic": True, "seed": 3, "model": {"id": "m"}}
     assert json.loads(provenance_sidecar(record, file="v.nii.gz")) == {**record, "file": "v.nii.gz"}
     save_volume(
-        np.zeros((3, 3, 3), np.float32), np.eye(4), tmp_path / "v.nii.gz", provenance=record, synthetic=True
+        Volume(np.zeros((3, 3, 3), np.float32), np.eye(4), provenance=record, synthetic=True),
+        tmp_path / "v.nii.gz",
     )
     assert (tmp_path / "v.json").read_bytes() == provenance_sidecar(record)
     assert read_provenance(tmp_path / "v.nii.gz") == record

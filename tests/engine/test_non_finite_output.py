@@ -22,7 +22,7 @@ from engine.cli import main
 from engine.errors import ModelInvalid, NonFiniteOutput
 from engine.models import open_model_folder
 from engine.models.registry import ModelRegistry
-from engine.nifti.io import save_result
+from engine.nifti.io import generated_volumes
 
 
 def _copy_with_weights(tiny_models_dir, tmp_path, name, change) -> str:
@@ -102,11 +102,11 @@ def _nan_result(request) -> SamplingResult:
     return SamplingResult(volumes, np.eye(4), request, {"model": {"id": "x"}, "seed": 0})
 
 
-def test_save_result_refuses_a_nan_volume_and_leaves_no_file(tmp_path):
+def test_a_nan_result_is_refused_before_anything_is_written(tmp_path):
     """Results from an engine server or a caller's own code reach the writer without the loop's check."""
     request = SamplingRequest(model="tiny-latent", steps=2, seed=0)
     with pytest.raises(NonFiniteOutput, match="1 of 64 voxels NaN or infinite"):
-        save_result(_nan_result(request), tmp_path / "v.nii.gz")
+        generated_volumes(_nan_result(request))
     assert list(tmp_path.iterdir()) == []
 
 

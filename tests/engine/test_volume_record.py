@@ -28,7 +28,7 @@ def test_a_result_hands_out_each_batch_member_as_the_record():
 
 def test_the_reader_returns_the_record(tmp_path):
     path = save_volume(
-        np.ones((4, 5, 6), np.float32), np.eye(4), tmp_path / "a.nii.gz", provenance={"seed": 1}
+        Volume(np.ones((4, 5, 6), np.float32), np.eye(4), provenance={"seed": 1}), tmp_path / "a.nii.gz"
     )
     loaded = load_nifti(path)
     assert isinstance(loaded, Volume) and loaded.path == path and loaded.info is None

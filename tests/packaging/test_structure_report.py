@@ -122,3 +122,11 @@ def test_writers_are_the_call_sites_and_the_public_functions_above_them(report):
     sites, wrappers = report.volume_writers(source)
     assert sites == ["engine/io.py:15 write_map", "engine/io.py:5 _write"]
     assert wrappers == ["app/files.py save_files", "engine/io.py save_thing"]
+
+
+def test_the_product_writes_a_volume_in_one_place(report):
+    """Every NIfTI the engine and the app write goes through engine.nifti.io.save_volumes (save_volume is its
+    one-volume form): the CLI, Compare, cohorts, segmentation, the app's Save As and crash recovery."""
+    sites, wrappers = report.volume_writers(report.Source(None))
+    assert sites and all(site.startswith("engine/nifti/io.py:") for site in sites)
+    assert wrappers == ["engine/nifti/io.py save_volumes"]

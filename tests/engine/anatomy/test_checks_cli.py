@@ -60,8 +60,9 @@ def test_generate_tissue_maps_checks_the_segmented_maps(model_path_env, tmp_path
 
 def test_segment_writes_the_check_beside_the_maps_and_prints_it(tmp_path, capsys):
     from engine.nifti.io import save_volume
+    from engine.nifti.volume import Volume
 
-    source = save_volume(phantom("t1w"), phantom_affine(), tmp_path / "scan_T1w.nii.gz")
+    source = save_volume(Volume(phantom("t1w"), phantom_affine()), tmp_path / "scan_T1w.nii.gz")
     assert main(["segment", str(source), "--out", str(tmp_path / "maps")]) == 0
     err = capsys.readouterr().err
     assert f"scan_T1w.nii.gz: anatomy check: {WITHIN}" in err

@@ -8,7 +8,7 @@ import numpy as np
 from engine.api import SamplingRequest, SamplingResult
 from engine.cohort.manifest import FORMAT, Manifest
 from engine.cohort.report import collect, write_report
-from engine.nifti.io import save_result
+from engine.nifti.io import generated_volumes, save_volume
 from tests.engine.anatomy.phantoms import phantom, phantom_affine, phantom_labels
 from tests.engine.anatomy.test_checks import _template_ventricles_on_phantom
 
@@ -26,7 +26,7 @@ def _write(root, participant: str, labels: np.ndarray, noise: bool = False) -> s
     )
     file = f"{participant}/anat/{participant}_T1w.nii.gz"
     (root / participant / "anat").mkdir(parents=True)
-    save_result(result, root / file)
+    save_volume(generated_volumes(result)[0], root / file)
     return file
 
 

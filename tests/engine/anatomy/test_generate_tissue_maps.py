@@ -102,26 +102,16 @@ def test_swi_is_refused_before_sampling(model_path_env, tmp_path, capsys, monkey
 
 
 def test_a_re_save_keeps_how_the_maps_were_made(tmp_path):
-    """The app writes a shown volume again (Save As) through write_image_files with the provenance it read."""
-    from engine.nifti.io import atomic_files, image_files, load_nifti, write_image_files
+    """The app writes a shown volume again (Save As) through save_volume with the provenance it read."""
+    from engine.nifti.io import load_nifti, save_volume
+    from engine.nifti.volume import Volume
 
     made = {"tissue_maps_source": "method", "method": "em-gmm-mni152-priors", "contrast": "t1w"}
     image = phantom("t1w")
     maps = {"GM": np.full_like(image, 0.5)}
     path = tmp_path / "again.nii.gz"
-    targets = image_files(path, maps)
-    with atomic_files(targets) as temps:
-        provenance = {"seed": 1, "tissue_maps_made": made, "tissue_maps": {"GM": "old.nii.gz"}}
-        write_image_files(
-            dict(zip(targets, temps, strict=True)),
-            path,
-            image,
-            phantom_affine(),
-            provenance,
-            maps,
-            synthetic=True,
-            space=None,
-        )
+    provenance = {"seed": 1, "tissue_maps_made": made, "tissue_maps": {"GM": "old.nii.gz"}}
+    save_volume(Volume(image, phantom_affine(), tissue=maps, provenance=provenance, synthetic=True), path)
     side = json.loads((tmp_path / "again.json").read_text())
     assert side["tissue_maps_made"] == made and side["tissue_maps"] == {"GM": "again_label-GM_probseg.nii.gz"}
     assert load_nifti(tmp_path / "again_label-GM_probseg.nii.gz").provenance["method"] == made["method"]

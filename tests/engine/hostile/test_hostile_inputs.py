@@ -16,6 +16,7 @@ import pytest
 from engine.cli import main
 from engine.errors import EngineError, InvalidRequest, OutOfMemory
 from engine.nifti.io import load_nifti, read_provenance, save_volume
+from engine.nifti.volume import Volume
 from engine.vault import KdfParams, Vault
 from tests.engine.hostile.corpus import (
     MIB,
@@ -247,7 +248,9 @@ def test_synthetic_volume_keeps_provenance_through_the_vault(tmp_path):
     from the sidecar beside the export, or from the header extension when the file travels alone."""
     volume = np.random.default_rng(0).random((6, 7, 8), dtype=np.float32)
     provenance = {"synthetic": True, "seed": 11, "model": {"id": "tiny-latent"}}
-    written = save_volume(volume, np.eye(4), tmp_path / "gen.nii.gz", provenance=provenance, synthetic=True)
+    written = save_volume(
+        Volume(volume, np.eye(4), provenance=provenance, synthetic=True), tmp_path / "gen.nii.gz"
+    )
     assert json.loads((tmp_path / "gen.json").read_text()) == provenance
     vault = Vault.create(tmp_path / "v", PASSPHRASE, kdf=FAST_KDF)
     info = vault.import_nifti(written, kind="synthetic", provenance=provenance)
@@ -267,7 +270,7 @@ def test_synthetic_volume_keeps_provenance_through_the_vault(tmp_path):
 
 def test_old_vault_export_sidecar_is_read(tmp_path):
     volume = np.zeros((4, 4, 4), np.float32)
-    save_volume(volume, np.eye(4), tmp_path / "synthetic-abc.nii", synthetic=False)
+    save_volume(Volume(volume, np.eye(4), synthetic=False), tmp_path / "synthetic-abc.nii")
     (tmp_path / "synthetic-abc.provenance.json").write_text(
         json.dumps({"synthetic": True, "note": "SYNTHETIC", "provenance": {"seed": 5}})
     )
@@ -278,10 +281,8 @@ def test_old_vault_export_sidecar_is_read(tmp_path):
 def test_scan_saved_from_the_app_carries_no_provenance_inside_the_file(tmp_path):
     """Only synthetic volumes embed their record: an opened scan's record names the patient's file."""
     save_volume(
-        np.zeros((4, 4, 4), np.float32),
-        np.eye(4),
+        Volume(np.zeros((4, 4, 4), np.float32), np.eye(4), provenance={"source": "/data/Doe_John/t1.nii.gz"}),
         tmp_path / "scan.nii.gz",
-        provenance={"source": "/data/Doe_John/t1.nii.gz"},
     )
     (tmp_path / "scan.json").unlink()
     assert load_nifti(tmp_path / "scan.nii.gz").provenance == {}

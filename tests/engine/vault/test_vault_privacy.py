@@ -183,14 +183,15 @@ def test_one_volume_saved_to_two_files_is_one_volume_to_the_vault(vault, tmp_pat
     """The duplicate check compares voxels, affine and provenance, not file bytes: two .nii.gz files of the
     same generated volume (different names, so different gzip headers) are the same item; a different seed
     or different voxels are not."""
-    from engine.nifti.io import save_volume as save_nifti
+    from engine.nifti.io import save_volume
+    from engine.nifti.volume import Volume
 
     data = np.random.default_rng(2).random((6, 7, 5)).astype(np.float32)
     affine = np.diag([2.0, 2.0, 2.0, 1.0])
     provenance = {"model": {"id": "tiny"}, "seed": 7, "synthetic": True}
     one, two = tmp_path / "one.nii.gz", tmp_path / "other-name.nii"
     for path in (one, two):
-        save_nifti(data, affine, path, provenance=provenance, synthetic=True)
+        save_volume(Volume(data, affine, provenance=provenance, synthetic=True), path)
     assert one.read_bytes() != two.read_bytes()
     v = Vault(vault.path)
     v.unlock(PASSPHRASE)
@@ -204,8 +205,10 @@ def test_one_volume_saved_to_two_files_is_one_volume_to_the_vault(vault, tmp_pat
     # Other voxels, or the same voxels from another seed, are another volume.
     changed = data.copy()
     changed[0, 0, 0] += 1
-    save_nifti(changed, affine, tmp_path / "changed.nii.gz", provenance=provenance, synthetic=True)
-    save_nifti(data, affine, tmp_path / "seed8.nii.gz", provenance={**provenance, "seed": 8}, synthetic=True)
+    save_volume(Volume(changed, affine, provenance=provenance, synthetic=True), tmp_path / "changed.nii.gz")
+    save_volume(
+        Volume(data, affine, provenance={**provenance, "seed": 8}, synthetic=True), tmp_path / "seed8.nii.gz"
+    )
     v.import_nifti(tmp_path / "changed.nii.gz")
     v.import_nifti(tmp_path / "seed8.nii.gz")
     assert len(v.items()) == 3

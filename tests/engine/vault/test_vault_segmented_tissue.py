@@ -11,7 +11,7 @@ import numpy as np
 
 from engine.anatomy.segment import METHOD, TissueMaps
 from engine.api import SamplingRequest, SamplingResult
-from engine.nifti.io import read_provenance, save_result, tissue_path
+from engine.nifti.io import generated_volumes, read_provenance, save_volume, tissue_path
 
 NAMES = ("CSF", "GM", "WM", "brain")
 SHAPE = (6, 7, 5)
@@ -40,7 +40,7 @@ def test_a_generated_file_with_segmented_maps_keeps_them_encrypted_and_says_how_
     result = SamplingResult(
         volumes=image[None, None], affine=AFFINE, request=SamplingRequest(), provenance={"seed": 4}
     )
-    (path,) = save_result(result, tmp_path / "gen_T2w.nii.gz", [(maps, record)])
+    path = save_volume(generated_volumes(result, [(maps, record)])[0], tmp_path / "gen_T2w.nii.gz")
     info = vault.import_nifti(path)
     assert info.kind == "synthetic" and set(info.tissue_maps) == set(NAMES) and vault.notices == []
     assert info.provenance["tissue_maps_made"]["method"] == METHOD

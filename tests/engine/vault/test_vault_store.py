@@ -14,6 +14,7 @@ from vault_testutil import FAST_KDF, PASSPHRASE
 
 from engine.errors import InvalidRequest, OutputError, VaultError, VaultLocked
 from engine.nifti.io import load_nifti, read_provenance, save_volume, sidecar_path
+from engine.nifti.volume import Volume
 from engine.vault import KdfParams, Vault, default_vault_path
 
 
@@ -145,7 +146,9 @@ def test_synthetic_round_trip_and_always_marked(vault, tmp_path):
     assert np.array_equal(opened.data, volume.astype(np.float32))
     assert np.array_equal(opened.affine, affine)
     # the SYNTHETIC fields every other route writes (volsynth generate, the app's Save As)
-    reference = nib.load(save_volume(volume, affine, tmp_path / "ref.nii.gz", provenance={}, synthetic=True))
+    reference = nib.load(
+        save_volume(Volume(volume, affine, provenance={}, synthetic=True), tmp_path / "ref.nii.gz")
+    )
     fields = ("descrip", "intent_name", "aux_file")
     for deidentify in (False, True):
         out = tmp_path / f"out-{deidentify}"

@@ -12,7 +12,8 @@ from vault_testutil import PASSPHRASE
 
 from engine.cli import main
 from engine.errors import InvalidRequest
-from engine.nifti.io import save_result, save_volume
+from engine.nifti.io import batch_paths, generated_volumes, save_volume, save_volumes
+from engine.nifti.volume import Volume
 from engine.vault.synthetic import find_marks
 
 PROVENANCE = {"model": {"id": "brain-demo"}, "seed": 7, "synthetic": True, "sampler": "ddim"}
@@ -22,7 +23,7 @@ def _generated(tmp_path, name="gen.nii.gz"):
     """A volume exactly as VolSynth writes it (marks in the header and a provenance sidecar)."""
     rng = np.random.default_rng(0)
     return save_volume(
-        rng.random((6, 7, 5)), np.eye(4), tmp_path / name, provenance=PROVENANCE, synthetic=True
+        Volume(rng.random((6, 7, 5)), np.eye(4), provenance=PROVENANCE, synthetic=True), tmp_path / name
     )
 
 
@@ -110,7 +111,7 @@ def test_a_batch_from_volsynth_generate_is_synthetic(vault, tmp_path):
         request=SamplingRequest(),
         provenance=PROVENANCE,
     )
-    for path in save_result(result, tmp_path / "run.nii.gz"):
+    for path in save_volumes(generated_volumes(result), batch_paths(tmp_path / "run.nii.gz", 2)):
         info = vault.import_nifti(path, allow_duplicate=True)
         assert info.kind == "synthetic" and info.provenance["seed"] == 7
 

@@ -13,7 +13,14 @@ from vault_testutil import FAST_KDF, PASSPHRASE
 
 from engine.api import SamplingRequest, SamplingResult
 from engine.errors import InvalidRequest, VaultCorrupted
-from engine.nifti.io import load_nifti, read_provenance, save_result, sidecar_path, tissue_path
+from engine.nifti.io import (
+    generated_volumes,
+    load_nifti,
+    read_provenance,
+    save_volume,
+    sidecar_path,
+    tissue_path,
+)
 from engine.vault import Vault, nifti
 from engine.vault.item_index import find_record
 from engine.vault.payload import iter_part
@@ -173,7 +180,7 @@ def _saved(tmp_path, seed: int = 6):
     image, maps, provenance = _generated(seed)
     volumes = np.stack([image, *(maps[n] for n in NAMES)])[None]
     result = SamplingResult(volumes=volumes, affine=AFFINE, request=SamplingRequest(), provenance=provenance)
-    (path,) = save_result(result, tmp_path / "gen_T1w.nii.gz")
+    path = save_volume(generated_volumes(result)[0], tmp_path / "gen_T1w.nii.gz")
     return path, image, maps
 
 
