@@ -7,7 +7,7 @@ import pytest
 
 from engine.testing import tiny_spec
 from engine.xla import block_analysis, planner
-from engine.xla.plan_cache import PlanCache, use_for_xla
+from engine.xla.plan_cache import PlanCache
 from engine.xla.planner import network_from_definition
 from engine.xla.runtime import configure_jax
 from engine.xla.topology import parse_topology
@@ -20,31 +20,54 @@ def tiny_net():
     return network_from_definition("tiny", spec.networks["unet"], spec.latent_shape[1:], batch=1, cfg=True)
 
 
-def test_the_compilers_cache_is_the_configured_plan_caches_or_none(tmp_path, monkeypatch):
+# Each case runs in a process of its own: pointing JAX's compilation cache somewhere and back is process state
+# that later plans in the same process noticed (a cut-short plan that followed compiled nothing on the host).
+_CACHE_ON = """
+import sys
+from pathlib import Path
+
+import jax
+
+from engine.xla.plan_cache import default_cache, use_for_xla
+
+tmp = Path(sys.argv[1])
+jax.config.update("jax_compilation_cache_dir", str(tmp / "elsewhere"))
+cache = default_cache()
+assert cache.root == tmp / "plans", cache.root
+assert use_for_xla(cache) == str(tmp / "plans" / "xla")
+assert jax.config.jax_compilation_cache_dir == str(tmp / "plans" / "xla")
+assert jax.config.jax_enable_compilation_cache
+jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(7.0)).block_until_ready()  # a compile, under the cache
+assert not (tmp / "elsewhere").exists()
+"""
+_CACHE_OFF = """
+import sys
+
+import jax
+
+from engine.xla.plan_cache import default_cache, use_for_xla
+
+jax.config.update("jax_compilation_cache_dir", sys.argv[1] + "/elsewhere")
+assert use_for_xla(default_cache()) is None and not jax.config.jax_enable_compilation_cache
+"""
+
+
+def test_the_compilers_cache_is_the_configured_plan_caches_or_none(tmp_path):
     """A JAX cache set elsewhere (the environment, an earlier setup) must not make a cold plan warm."""
-    import jax
+    import os
+    import subprocess
+    import sys
 
-    from engine.xla.plan_cache import default_cache
-
-    before = (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache)
-    monkeypatch.setenv("VOLSYNTH_PLAN_CACHE", str(tmp_path / "plans"))
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "elsewhere"))
-    try:
-        cache = default_cache()
-        assert cache.root == tmp_path / "plans"
-        assert use_for_xla(cache) == str(tmp_path / "plans" / "xla")
-        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "plans" / "xla")
-        assert jax.config.jax_enable_compilation_cache
-        jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(7.0)).block_until_ready()  # a compile, under the cache
-        assert not (tmp_path / "elsewhere").exists()
-        monkeypatch.setenv("VOLSYNTH_PLAN_CACHE", "0")
-        assert use_for_xla(default_cache()) is None and not jax.config.jax_enable_compilation_cache
-    finally:
-        jax.config.update("jax_compilation_cache_dir", before[0])
-        jax.config.update("jax_enable_compilation_cache", before[1])
-        from jax.experimental.compilation_cache import compilation_cache
-
-        compilation_cache.reset_cache()
+    for plan_cache, script in ((str(tmp_path / "plans"), _CACHE_ON), ("0", _CACHE_OFF)):
+        env = {**os.environ, "VOLSYNTH_PLAN_CACHE": plan_cache}
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_compiled_figures_a_noise_apart_do_not_decide_the_plan():
