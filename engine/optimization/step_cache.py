@@ -15,6 +15,15 @@ the first step of a run and any call of a new run (or of a different batch shape
 cache never crosses runs or seeds. Classifier-free guidance runs its conditioned and unconditioned inputs as
 one doubled batch, so one cached feature holds both halves, each from its own pass.
 
+With ``forecast`` on, a cached step does not reuse the last full pass's feature as it is but extrapolates it
+linearly from the last two full passes of the run (first-order forecasting, as TaylorSeer: Liu et al., "From
+Reusing to Forecasting", 2025): the deep feature drifts smoothly along the schedule, so its trend over the last
+interval predicts the next few steps far better than holding it still. On the shipped model (DDIM 50, guidance 3,
+a full pass every 3 steps at level 1) the final volume's PSNR against the uncached run rose from 46.5 to 62.8-64.5
+dB and the white-matter volume's shift fell from -3.9 to -0.5 mL, for the cost of one more cached feature in
+memory and an element-wise blend per cached step. Until a run has two full passes (its first ``interval`` steps)
+a cached step reuses the one it has.
+
 The forward is MONAI's ``DiffusionModelUNet.forward`` (and ``DiffusionModelUNetMaisi.forward``) written out
 from the same blocks, without ControlNet residuals (the loop passes none): with ``interval`` 1 it gives the
 same output bit for bit.
@@ -59,6 +68,18 @@ class _Cache:
     index: int  # the step of the full pass the feature came from
     shape: tuple[int, ...]
     feature: Any  # the hidden state entering up_blocks[-level]
+    previous: tuple[int, Any] | None = (
+        None  # (step, feature) of the run's full pass before it, for forecasting
+    )
+
+    def feature_at(self, index: int, forecast: bool):
+        """The deep feature a cached step at ``index`` uses: the last one held, or extrapolated linearly from
+        the last two full passes."""
+        if not forecast or self.previous is None:
+            return self.feature
+        before, earlier = self.previous
+        slope = (index - self.index) / (self.index - before)
+        return self.feature + slope * (self.feature - earlier)
 
 
 class StepCachedUNet:
@@ -69,9 +90,10 @@ class StepCachedUNet:
             (:func:`engine.models.maisi.maisi_denoiser`).
         interval: a full pass every ``interval``-th step of a run (step 0, k, 2k...), cached steps between.
         level: the branch level (1..levels): how many of the top levels are recomputed at a cached step.
+        forecast: extrapolate the cached feature from the last two full passes instead of holding it.
     """
 
-    def __init__(self, denoiser, interval: int, level: int) -> None:
+    def __init__(self, denoiser, interval: int, level: int, forecast: bool = False) -> None:
         inner = _inner(denoiser)
         if inner is None:
             raise ValueError(f"{type(denoiser).__name__} is not a MONAI diffusion U-Net")
@@ -79,6 +101,7 @@ class StepCachedUNet:
         if not LEVEL_MIN <= level <= levels:
             raise ValueError(f"branch level {level} is outside this U-Net's levels 1-{levels}")
         self.denoiser, self.inner, self.interval, self.level = denoiser, inner, int(interval), int(level)
+        self.forecast = bool(forecast)
         self.maisi = _is_maisi(inner)
         self._cache: _Cache | None = None
         self.full_passes = 0
@@ -105,11 +128,16 @@ class StepCachedUNet:
         emb, context = self._embedding(x, timesteps, context)
         if cached_step:
             self.cached_passes += 1
-            return self._shallow(x, emb, context, cache.feature)
+            return self._shallow(x, emb, context, cache.feature_at(step.index, self.forecast))
         out, feature = self._full(x, emb, context)
         self.full_passes += 1
         # A call outside the loop (a profile, a calibration) keeps no cache: only the loop says which run it is.
-        self._cache = None if step is None else _Cache(step.run, step.index, tuple(x.shape), feature)
+        if step is None:
+            self._cache = None
+        else:
+            same_run = cache is not None and cache.run == step.run and cache.shape == tuple(x.shape)
+            previous = (cache.index, cache.feature) if same_run and self.forecast else None
+            self._cache = _Cache(step.run, step.index, tuple(x.shape), feature, previous)
         return out
 
     # -- MONAI's forward, written out from its blocks --------------------------------------------------------

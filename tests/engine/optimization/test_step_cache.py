@@ -225,3 +225,57 @@ def test_compare_judges_step_caching_on_the_whole_loop(tiny_models_dir):
     headline = comparison.headline()
     assert headline.part == END_TO_END and "step caching" in headline.reason
     assert comparison.b.report["step_cache"]["applied"]
+
+
+def _steps(wrapper, x, t, context, run_id, indices):
+    """Calls ``wrapper`` at each step index of one run, as the loop does; returns the outputs."""
+    outs = []
+    for index in indices:
+        token = CURRENT_STEP.set(StepIndex(run_id, index, max(indices) + 1))
+        try:
+            outs.append(wrapper(x, t, context))
+        finally:
+            CURRENT_STEP.reset(token)
+    return outs
+
+
+def test_a_forecast_extrapolates_the_deep_feature_from_the_last_two_full_passes(tiny_loaded):
+    """Full passes at steps 0 and 2 (interval 2) on different inputs; the cached step 3 runs the shallow path on
+    feature(2) + (3 - 2) / (2 - 0) * (feature(2) - feature(0)), and step 1 (one full pass so far) reuses it."""
+    spec = tiny_loaded.spec
+    n = len(spec.conditioning)
+    g = torch.Generator().manual_seed(4)
+    shape = (2, spec.latent_shape[0] + n, *spec.latent_shape[1:])
+    x0, x2 = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+    t, context = torch.full((2,), 500.0), torch.rand(2, 1, n, generator=g)
+    with torch.inference_mode():
+        wrapper = StepCachedUNet(tiny_loaded.unet, 2, 1, forecast=True)
+        held = StepCachedUNet(tiny_loaded.unet, 2, 1)
+        emb, ctx = wrapper._embedding(x2, t, context)
+        features = [wrapper._full(x, emb, ctx)[1] for x in (x0, x2)]
+        (step1,) = _steps(wrapper, x0, t, context, 9, [0, 1])[1:]
+        assert torch.equal(step1, _steps(held, x0, t, context, 9, [0, 1])[1])  # nothing to extrapolate yet
+        token = CURRENT_STEP.set(StepIndex(9, 2, 4))
+        try:
+            wrapper(x2, t, context)
+        finally:
+            CURRENT_STEP.reset(token)
+        (step3,) = _steps(wrapper, x2, t, context, 9, [3])
+        expected = wrapper._shallow(x2, emb, ctx, features[1] + 0.5 * (features[1] - features[0]))
+        torch.testing.assert_close(step3, expected, rtol=0, atol=1e-6)
+        assert not torch.allclose(step3, wrapper._shallow(x2, emb, ctx, features[1]))
+    assert (wrapper.full_passes, wrapper.cached_passes) == (2, 2)
+
+
+def test_a_forecast_never_extrapolates_across_runs(tiny_loaded):
+    spec = tiny_loaded.spec
+    n = len(spec.conditioning)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(1, spec.latent_shape[0] + n, *spec.latent_shape[1:], generator=g)
+    t, context = torch.full((1,), 300.0), torch.rand(1, 1, n, generator=g)
+    with torch.inference_mode():
+        wrapper = StepCachedUNet(tiny_loaded.unet, 2, 1, forecast=True)
+        _steps(wrapper, x, t, context, 1, [0, 1, 2])
+        assert wrapper._cache.previous is not None  # run 1 had two full passes
+        _steps(wrapper, x, t, context, 2, [0])
+        assert wrapper._cache.previous is None  # run 2's first full pass starts a new history
