@@ -21,15 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api.optimization_config import (  # noqa: F401 - re-exported: the public home of the settings
-    ATTENTION_KERNELS,
-    AUTOCAST_DTYPES,
-    COMPILE_MODES,
-    DECODER_AUTOCAST_DTYPES,
-    DECODER_QUANTIZATION_MODES,
-    QUANTIZATION_MODES,
-    OptimizationConfig,
-)
+from engine.api.optimization_config import OptimizationConfig
 from engine.errors import InvalidRequest
 from engine.machine.probe import probe_machine
 from engine.metrics.image import psnr
