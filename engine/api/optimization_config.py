@@ -49,6 +49,8 @@ class SettingRow:
             exactly as before the setting existed (older servers and clients, saved settings, tune results).
         kept_while: ``(setting, value)``: sent although at its default while that setting has that value.
         budget_of: a PSNR budget: the quantization setting it bounds (it means something only at "mixed").
+        per_model: its speed and quality are the model's own (calibrated and measured per model): a front end
+            drops it, with its budget, when the model changes.
     """
 
     name: str
@@ -70,6 +72,7 @@ class SettingRow:
     omitted_at_default: bool = False
     kept_while: tuple[str, Any] | None = None
     budget_of: str = ""
+    per_model: bool = False
 
     def __post_init__(self) -> None:
         if not self.values and self.choices and not self.bounds:
@@ -179,6 +182,7 @@ SETTING_ROWS: tuple[SettingRow, ...] = (
         None,
         choices=(("Off", None), ("int8", "int8"), ("fp8", "fp8"), (_MIXED, "mixed")),
         flag="--quantize",
+        per_model=True,
     ),
     SettingRow(
         "psnr_budget_db",
@@ -231,6 +235,7 @@ SETTING_ROWS: tuple[SettingRow, ...] = (
         what="decoder quantization",
         flag="--decoder-quantize",
         omitted_at_default=True,
+        per_model=True,
     ),
     SettingRow(
         "decoder_channels_last",

@@ -50,14 +50,14 @@ def run(args) -> int:
     from engine.optimization.apply import OptimizationConfig
 
     optimization = OptimizationConfig(**setting_fields(args))
-    if args.settings:
+    if args.settings:  # the named settings replace every flag but the override's
         import dataclasses
 
+        from engine.api.optimization_config import OVERRIDE, SETTING_ROWS
         from engine.cli._settings import settings_from_text
 
-        optimization = dataclasses.replace(
-            settings_from_text(args.settings, args.model), allow_slower=args.allow_slower
-        )
+        overrides = setting_fields(args, [row for row in SETTING_ROWS if row.part == OVERRIDE])
+        optimization = dataclasses.replace(settings_from_text(args.settings, args.model), **overrides)
     request = request_from_args(args, optimization)
     out = check_output_path(args.out)  # before any heavy work: fail in a second, not after minutes
     if args.tissue_maps and request.modality:
