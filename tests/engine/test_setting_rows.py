@@ -172,3 +172,18 @@ def test_a_row_checks_values_and_decides_the_wire():
 class _Config:
     step_cache_warmup: int = 0
     decoder_fused_norm: bool = False
+
+
+def test_generate_takes_a_flag_for_every_setting(model_path_env, tmp_path):
+    """The flags that came with the rows reach the run: the sidecar records them and what applied."""
+    import json
+
+    from engine.cli import main
+
+    out = tmp_path / "o.nii.gz"
+    flags = ["--unet-subpixel", "--decoder-autocast", "fp32", "--decoder-channels-last"]
+    assert main(["generate", "--model", "tiny-latent", "--steps", "1", *flags, "--out", str(out)]) == 0
+    optimization = json.loads((tmp_path / "o.json").read_text())["optimization"]
+    requested = optimization["requested"]
+    assert requested["unet_subpixel"] is True and requested["decoder_autocast"] == "fp32"
+    assert optimization["report"]["decoder_channels_last"]["applied"]
