@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from engine.api import Backend, Progress, SamplingRequest, SamplingResult, relay
-from engine.api.optimization_config import OptimizationConfig
+from engine.api.optimization_config import OVERRIDE, SETTING_ROWS, UNET, OptimizationConfig
 from engine.formatting import format_bytes
 from engine.metrics.speed_verdict import SpeedVerdict, speed_verdict
 
@@ -50,24 +50,16 @@ MEASURE_MORE = {
     DECODE: "time the decode on its own with `volsynth bench --decoder-only --repeats 3`",
     END_TO_END: "`volsynth bench --repeats 3` repeats whole runs, interleaved, one process each",
 }
-# Settings by the part of the run they change (``engine.optimization.apply._prepare``): tf32 and channels-last
-# 3D reach both networks; autocast reaches the decoder too unless the decoder has its own precision.
-_UNET_FIELDS = (
-    "tf32",
-    "channels_last_3d",
-    "autocast",
-    "attention",
-    "compile_mode",
-    "cuda_graphs",
-    "quantization",
-    "step_cache_interval",
+# Settings by the part of the run they change (``engine.optimization.apply._prepare``), from their rows: the
+# U-Net's, each with a report entry (a PSNR budget or the step cache level only qualifies another; see
+# ``_unet_part``); tf32 and channels-last 3D reach both networks; autocast reaches the decoder too unless the
+# decoder has its own precision.
+_UNET_FIELDS = tuple(
+    row.name for row in SETTING_ROWS if row.part == UNET and row.report_entry and not row.budget_of
 )
-_REPORTED_FIELDS = (
-    *_UNET_FIELDS,
-    "streamed_decode",
-    "decoder_autocast",
-    "decoder_quantization",
-    "decoder_channels_last",
+# The settings whose report entry is their own: one that did not apply on its side changes nothing.
+_REPORTED_FIELDS = tuple(
+    row.name for row in SETTING_ROWS if row.report_entry == row.name and row.part != OVERRIDE
 )
 
 

@@ -5,33 +5,33 @@ Durations and byte counts are formatted by ``engine.formatting`` so the CLI and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from engine.api.optimization_config import SETTING_ROWS, SettingRow
 from engine.formatting import format_bytes, format_duration  # noqa: F401 - the app's panels import them here
 
-# Names of the OptimizationConfig settings for people, in the order the panel and the details list them.
-OPTIMIZATION_LABELS = {
-    "tf32": "TF32",
-    "channels_last_3d": "Channels-last 3D",
-    "autocast": "Autocast",
-    "attention": "Attention",
-    "compile_mode": "Compile",
-    "cuda_graphs": "CUDA graphs",
-    "quantization": "Quantization",
-    "unet_subpixel": "Sub-pixel upsampling",
-    "step_cache": "Step caching",
-    "step_cache_interval": "Step caching",
-    "step_cache_level": "Step cache level",
-    "streamed_decode": "Streamed decode",
-    "psnr_budget_db": "PSNR budget",
-    "decoder_autocast": "Decoder precision",
-    "decoder_quantization": "Decoder quantization",
-    "decoder_channels_last": "Decoder channels-last",
-    "decoder_psnr_budget_db": "Decoder PSNR budget",
-    "allow_slower": "Run although slower here",
-    "measured_here": "Measured here",
-}
+
+def setting_labels(rows: Sequence[SettingRow] = SETTING_ROWS) -> dict[str, str]:
+    """Names for people of the optimization settings and of the report entries that say whether they applied
+    (``step_cache`` is the step-caching pair's entry; ``measured_here`` is what ``volsynth tune`` measured)."""
+    labels = {row.name: row.label for row in rows}
+    labels.update({row.report_entry: row.label for row in rows if row.report_entry})
+    return {**labels, "measured_here": "Measured here"}
+
+
+def setting_tips(rows: Sequence[SettingRow] = SETTING_ROWS) -> dict[str, str]:
+    """Each setting's one explanation, the tooltip of its control."""
+    return {row.name: row.tip for row in rows}
+
+
+def setting_choices(rows: Sequence[SettingRow] = SETTING_ROWS) -> dict[str, list[tuple[str, Any]]]:
+    """The values a setting's box offers, ``(label shown, value in the config)``; check boxes and number boxes
+    have none."""
+    return {row.name: list(row.choices) for row in rows if row.choices}
+
+
+OPTIMIZATION_LABELS = setting_labels()
 
 _MODALITY_TITLES = {"t1w": "T1w", "t2w": "T2w", "flair": "FLAIR", "swi": "SWI", "mra": "MRA"}
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from app.core.events import Event
+from engine.api.optimization_config import SETTING_ROWS
 
 REMOTE_PREFIX = "remote:"  # device ids of engine servers: "remote:http://host:port" (app/remote)
 # Previews during a run: ``preview_interval`` > 0 is every that many steps, 0 the final volume only, and -n
@@ -51,8 +52,10 @@ FIELDS = (
     "xla_plan",
 )
 MAX_SEED = 2**31 - 1
-# Settings whose speed and quality are the model's own (measured per model): a switch of model drops them.
-QUANTIZATIONS = frozenset({"quantization", "decoder_quantization"})
+# Settings whose speed and quality are the model's own (measured per model): a switch of model drops them,
+# with the PSNR budgets that mean nothing without them.
+QUANTIZATIONS = frozenset(row.name for row in SETTING_ROWS if row.per_model)
+_BUDGETS = frozenset(row.name for row in SETTING_ROWS if row.budget_of in QUANTIZATIONS)
 
 
 def _device_name(device: str) -> str:
@@ -274,9 +277,8 @@ class GenerationForm:
         dropped = sorted(QUANTIZATIONS & set(self.optimization))
         if dropped:
             what = ", ".join(f"{name.replace('_', ' ')} {self.optimization[name]}" for name in dropped)
-            budgets = {"psnr_budget_db", "decoder_psnr_budget_db"}  # mean nothing without their quantization
             self.optimization = {
-                k: v for k, v in self.optimization.items() if k not in QUANTIZATIONS and k not in budgets
+                k: v for k, v in self.optimization.items() if k not in QUANTIZATIONS and k not in _BUDGETS
             }
             changed.append(
                 f"{what} off (it was chosen for another model; Measure now tells whether it pays here)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from engine.api.optimization_config import NAMED_PRESETS, OptimizationConfig
+from engine.api.optimization_config import NAMED_PRESETS, SETTING_ROWS, OptimizationConfig
 
 BLOCK_SOURCE = "optimization"  # the form's block key for refused optimization settings
 DEFAULTS: dict[str, Any] = asdict(OptimizationConfig())  # every field, decoder settings included
@@ -28,7 +28,7 @@ def preset_values(name: str) -> dict[str, Any]:
 
 
 # A PSNR budget only matters when its quantization is "mixed".
-BUDGET_OF = {"psnr_budget_db": "quantization", "decoder_psnr_budget_db": "decoder_quantization"}
+BUDGET_OF = {row.name: row.budget_of for row in SETTING_ROWS if row.budget_of}
 
 
 def preset_of(values: dict[str, Any]) -> str:

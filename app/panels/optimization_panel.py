@@ -34,8 +34,10 @@ from app.core.display import (
     OPTIMIZATION_LABELS,
     SLOWER_MARK,
     optimization_lines,
+    setting_choices,
     setting_requested,
     setting_text,
+    setting_tips,
 )
 from app.core.measured_settings import FASTEST_HERE, MeasuredSettings
 from app.core.optimization_presets import (
@@ -49,63 +51,22 @@ from app.core.optimization_presets import (
 )
 from app.core.session import AppState
 from app.eliding_combo_box import ElidingComboBox
-from engine.api.optimization_config import DECODER_SETTING_INFO, STEP_CACHE_SETTING_INFO
+from engine.api.optimization_config import SETTING_ROWS
 from engine.errors import EngineError, InvalidRequest
-from engine.optimization.apply import (
-    ATTENTION_KERNELS,
-    AUTOCAST_DTYPES,
-    COMPILE_MODES,
-    QUANTIZATION_MODES,
-    OptimizationConfig,
-)
+from engine.optimization.apply import OptimizationConfig
 
 EXPANDED_KEY = "optimization/expanded"
 
-# Control values: (label shown, value in the config).
-CHOICES: dict[str, list[tuple[str, Any]]] = {
-    "autocast": [("Off (fp32)" if v is None else v, v) for v in AUTOCAST_DTYPES],
-    "attention": [("SDPA" if v == "sdpa" else "Default", v) for v in ATTENTION_KERNELS],
-    "compile_mode": [("Off (eager)" if v is None else v, v) for v in COMPILE_MODES],
-    "quantization": [
-        ("Off" if v is None else "mixed (int8 + float)" if v == "mixed" else v, v) for v in QUANTIZATION_MODES
-    ],
-}
-TIPS = {
-    "tf32": "TF32 tensor cores for fp32 convolutions and matmuls (NVIDIA, compute capability 8.0+)",
-    "channels_last_3d": "Weights and inputs in channels-last 3D (NDHWC) memory format",
-    "autocast": "Mixed precision: bf16 or fp16 activations, fp32 results",
-    "attention": "SDPA routes the attention blocks through torch.nn.functional.scaled_dot_product_attention",
-    "compile_mode": "torch.compile the U-Net (the first run compiles, which takes a while)",
-    "cuda_graphs": "Capture the U-Net call once as a CUDA graph and replay it every step (CUDA only)",
-    "quantization": "Post-training quantization of the U-Net: int8 (x86 CPU), fp8 (Ada/Hopper GPU Linear "
-    "layers), mixed (int8 except the layers needed to meet the PSNR budget)",
-    "psnr_budget_db": "Mixed quantization keeps enough layers in float for the final volume to stay above this "
-    "PSNR against fp32",
-    "streamed_decode": "Decode the latent layer by layer in slabs: the same result, bounded peak memory",
-    "unet_subpixel": "Compute the U-Net's upsampling convolutions at the low resolution (sub-pixel): the same "
-    "result up to float rounding in about a third of their multiply-adds; combines with int8 and mixed",
-    "allow_slower": "Run settings that are expected to be slower than fp32 on this machine (reduced precision "
-    "without native kernels, or measured slower here) instead of refusing them; the result records it",
-    # The decoder's settings: labels, choices and tips come from the engine, which defines them.
-    **{name: info["tip"] for name, info in DECODER_SETTING_INFO.items()},
-    **{name: info["tip"] for name, info in STEP_CACHE_SETTING_INFO.items()},
-}
-CHOICES.update(
-    {name: DECODER_SETTING_INFO[name]["choices"] for name in ("decoder_autocast", "decoder_quantization")}
-)
-CHOICES.update({name: info["choices"] for name, info in STEP_CACHE_SETTING_INFO.items()})
-# Controls whose report entry has another name (the step-caching pair is reported as one entry).
-REPORT_ENTRY = {"step_cache_interval": "step_cache"}
-BOOL_SETTINGS = (
-    "tf32",
-    "channels_last_3d",
-    "cuda_graphs",
-    "unet_subpixel",
-    "streamed_decode",
-    "decoder_channels_last",
-    "allow_slower",
-)
-BUDGETS = {"quantization": "psnr_budget_db", "decoder_quantization": "decoder_psnr_budget_db"}
+# Control values: (label shown, value in the config), and tooltips; both from the settings' rows.
+CHOICES = setting_choices()
+TIPS = setting_tips()
+# A row of the settings' grid per setting: a box where it has choices (in the rows' order), the PSNR budget of a
+# mixed quantization under its quantization's box, then a check box per true/false setting.
+COMBO_SETTINGS = tuple(row.name for row in SETTING_ROWS if row.choices)
+BOOL_SETTINGS = tuple(row.name for row in SETTING_ROWS if row.is_switch)
+BUDGETS = {row.budget_of: row.name for row in SETTING_ROWS if row.budget_of}
+# The report entry saying whether each setting applied (the step-caching pair has one, under the interval).
+REPORT_ENTRY = {row.name: row.report_entry for row in SETTING_ROWS}
 MARK_COLOURS = {APPLIED_MARK: "#98c379", NOT_APPLIED_MARK: "#e5c07b", SLOWER_MARK: "#e06c75"}
 PRESET_ROLE = Qt.ItemDataRole.UserRole  # the preset's name (the shown text carries what was measured)
 
@@ -234,16 +195,7 @@ class OptimizationPanel(QWidget):
         grid.setVerticalSpacing(5)
         grid.setColumnStretch(1, 1)
         row = 0
-        for name in (
-            "autocast",
-            "attention",
-            "compile_mode",
-            "quantization",
-            "decoder_autocast",
-            "decoder_quantization",
-            "step_cache_interval",
-            "step_cache_level",
-        ):
+        for name in COMBO_SETTINGS:
             combo = QComboBox()
             for text, value in CHOICES[name]:
                 combo.addItem(text, value)
@@ -405,7 +357,7 @@ class OptimizationPanel(QWidget):
         self.form.set_blocked(BLOCK_SOURCE, f"refused optimization settings: {refused}" if refused else None)
         report = self.report or {}
         for name, mark in self.marks.items():
-            entry = report.get(REPORT_ENTRY.get(name, name))
+            entry = report.get(REPORT_ENTRY[name] or "")
             if entry is None or not setting_requested(entry["requested"]):
                 mark.setText("")
                 mark.setToolTip("")

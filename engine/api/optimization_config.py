@@ -13,68 +13,305 @@ from typing import Any
 
 from engine.errors import InvalidRequest
 
-AUTOCAST_DTYPES = (None, "bf16", "fp16")
-QUANTIZATION_MODES = (None, "int8", "fp8", "mixed")
-# The decoder's own precision: None follows ``autocast`` (what every decode did before these settings).
-DECODER_AUTOCAST_DTYPES = (None, "fp32", "bf16", "fp16")
-DECODER_QUANTIZATION_MODES = (None, "int8", "mixed")
-# Decoder settings: left out of ``to_dict`` while at their defaults, so a request that does not use them
-# reads exactly as before (older servers and clients, saved settings, the app's controls).
-DECODER_DEFAULTS: dict[str, Any] = {
-    "decoder_autocast": None,
-    "decoder_quantization": None,
-    "decoder_channels_last": False,
-    "decoder_psnr_budget_db": 40.0,
-}
-# Likewise left out while off: the override that lets a setting run although it is expected slower here.
-OVERRIDE_DEFAULTS: dict[str, Any] = {"allow_slower": False}
-# Settings added after the wire format settled: left out of ``to_dict`` while off, so requests that do not
-# use them read exactly as before (older servers, saved settings, stored tune results).
-LATER_DEFAULTS: dict[str, Any] = {"unet_subpixel": False, "step_cache_interval": 1, "step_cache_level": 1}
 STEP_CACHE_MAX_INTERVAL = 50
-COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune")
-ATTENTION_KERNELS = ("default", "sdpa")
+
+
+# -- one row per setting ---------------------------------------------------------------------------------
+# Where a setting acts (``SettingRow.part``): what a front end groups it under and what it rewrites.
+UNET, DECODER, DECODE, OVERRIDE = "unet", "decoder", "decode", "override"
+
+
+@dataclass(frozen=True)
+class SettingRow:
+    """Everything said about one ``OptimizationConfig`` field, once: the CLI flags, the server's schema, the
+    app's controls and tooltips, the wire format and validation are made from these rows, so a new setting is
+    a field, a row and the code that applies it (``engine.optimization.apply``'s entry for its report).
+
+    Attributes:
+        name: the ``OptimizationConfig`` field.
+        label: its name for people (the app's control, the run details).
+        tip: the one explanation: the app's tooltip and the CLI flag's help.
+        default: the field's default (plain fp32 NCDHW eager execution).
+        part: ``UNET``, ``DECODER`` (the autoencoder's decoder only), ``DECODE`` (how the decode runs) or
+            ``OVERRIDE`` (not an optimization: permission to run one).
+        choices: the app's control values, ``(label, value)``; empty for a check box or a number box.
+        values: every value the setting takes (text settings; None: off); default: the choices' values.
+        bounds: the smallest and largest value of a number setting; ``whole`` for whole numbers.
+        unit: a number's unit in messages ("dB").
+        what: how messages name it; default: the field's name.
+        flag: the CLI flag; default: ``--`` and the name with dashes.
+        flag_value: the value a flag without an argument sets (a check box's True; ``--sdpa``'s "sdpa").
+        metavar: the CLI's name for a number's argument.
+        flag_note: what the CLI help says besides the tip (what the command line's values mean).
+        report_entry: the report entry saying whether it applied (None: it has none, e.g. a PSNR budget);
+            default: the name.
+        omitted_at_default: left out of ``to_dict`` while at its default, so requests that do not use it read
+            exactly as before the setting existed (older servers and clients, saved settings, tune results).
+        kept_while: ``(setting, value)``: sent although at its default while that setting has that value.
+        budget_of: a PSNR budget: the quantization setting it bounds (it means something only at "mixed").
+        per_model: its speed and quality are the model's own (calibrated and measured per model): a front end
+            drops it, with its budget, when the model changes.
+    """
+
+    name: str
+    label: str
+    tip: str
+    default: Any
+    part: str = UNET
+    choices: tuple[tuple[str, Any], ...] = ()
+    values: tuple[Any, ...] = ()
+    bounds: tuple[float, float] | None = None
+    whole: bool = False
+    unit: str = ""
+    what: str = ""
+    flag: str = ""
+    flag_value: Any = True
+    metavar: str | None = None
+    flag_note: str = ""
+    report_entry: str | None = ""
+    omitted_at_default: bool = False
+    kept_while: tuple[str, Any] | None = None
+    budget_of: str = ""
+    per_model: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.values and self.choices and not self.bounds:
+            object.__setattr__(self, "values", tuple(value for _, value in self.choices))
+        object.__setattr__(self, "what", self.what or self.name)
+        object.__setattr__(self, "flag", self.flag or "--" + self.name.replace("_", "-"))
+        if self.report_entry == "":
+            object.__setattr__(self, "report_entry", self.name)
+
+    @property
+    def is_switch(self) -> bool:
+        """A check box in the app, a flag without an argument on the command line."""
+        return isinstance(self.default, bool)
+
+    @property
+    def help(self) -> str:
+        """The CLI flag's help: the tip, then what the command line's values mean."""
+        return f"{self.tip}{f' ({self.flag_note})' if self.flag_note else ''}".replace("%", "%%")
+
+    def refusal(self, value: Any) -> str:
+        """Why ``value`` is not a value of this setting, or "" when it is."""
+        if self.is_switch:
+            return "" if isinstance(value, bool) else f"{self.what} must be true or false, got {value!r}"
+        if self.bounds is not None:
+            low, high = self.bounds
+            number = int | float if not self.whole else int
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, number)
+                or not math.isfinite(value)
+                or not low <= value <= high
+            ):
+                if self.whole:
+                    return f"{self.what} must be a whole number from {low:g} to {high:g}, got {value!r}"
+                unit = f" of {self.unit}" if self.unit else ""
+                return f"{self.what} must be a number{unit} between {low:g} and {high:g}, got {value!r}"
+            return ""
+        if value in self.values and not isinstance(value, bool):
+            return ""
+        named = [str(v) for v in self.values if v is not None] + (["none"] if None in self.values else [])
+        listing = ", ".join(named[:-1]) + f" or {named[-1]}" if len(named) > 1 else named[0]
+        return f"{self.what} must be one of {listing}, got {value!r}"
+
+    def on_wire(self, config: Any) -> bool:
+        """Whether ``config.to_dict()`` carries this setting."""
+        if not self.omitted_at_default or getattr(config, self.name) != self.default:
+            return True
+        return self.kept_while is not None and getattr(config, self.kept_while[0]) == self.kept_while[1]
+
+
+_MIXED = "mixed (int8 + float)"
+SETTING_ROWS: tuple[SettingRow, ...] = (
+    SettingRow(
+        "tf32",
+        "TF32",
+        "TF32 tensor cores for fp32 convolutions and matmuls (NVIDIA, compute capability 8.0+)",
+        False,
+    ),
+    SettingRow(
+        "channels_last_3d",
+        "Channels-last 3D",
+        "Weights and inputs in channels-last 3D (NDHWC) memory format",
+        False,
+        flag="--channels-last",
+    ),
+    SettingRow(
+        "autocast",
+        "Autocast",
+        "Mixed precision: bf16 or fp16 activations, fp32 results",
+        None,
+        choices=(("Off (fp32)", None), ("bf16", "bf16"), ("fp16", "fp16")),
+    ),
+    SettingRow(
+        "attention",
+        "Attention",
+        "SDPA routes the attention blocks through torch.nn.functional.scaled_dot_product_attention",
+        "default",
+        choices=(("Default", "default"), ("SDPA", "sdpa")),
+        flag="--sdpa",
+        flag_value="sdpa",
+    ),
+    SettingRow(
+        "compile_mode",
+        "Compile",
+        "torch.compile the U-Net (the first run compiles, which takes a while)",
+        None,
+        choices=(
+            ("Off (eager)", None),
+            ("default", "default"),
+            ("reduce-overhead", "reduce-overhead"),
+            ("max-autotune", "max-autotune"),
+        ),
+        what="compile mode",
+        flag="--compile",
+    ),
+    SettingRow(
+        "cuda_graphs",
+        "CUDA graphs",
+        "Capture the U-Net call once as a CUDA graph and replay it every step (CUDA only)",
+        False,
+    ),
+    SettingRow(
+        "quantization",
+        "Quantization",
+        "Post-training quantization of the U-Net: int8 (x86 CPU), fp8 (Ada/Hopper GPU Linear layers), mixed "
+        "(int8 except the layers needed to meet the PSNR budget)",
+        None,
+        choices=(("Off", None), ("int8", "int8"), ("fp8", "fp8"), (_MIXED, "mixed")),
+        flag="--quantize",
+        per_model=True,
+    ),
+    SettingRow(
+        "psnr_budget_db",
+        "PSNR budget",
+        "Mixed quantization keeps enough layers in float for the final volume to stay above this PSNR against "
+        "fp32",
+        40.0,
+        bounds=(10.0, 150.0),
+        unit="dB",
+        what="PSNR budget",
+        flag="--psnr-budget",
+        metavar="DB",
+        report_entry=None,
+        budget_of="quantization",
+    ),
+    SettingRow(
+        "unet_subpixel",
+        "Sub-pixel upsampling",
+        "Compute the U-Net's upsampling convolutions at the low resolution (sub-pixel): the same result up to "
+        "float rounding in about a third of their multiply-adds; combines with int8 and mixed",
+        False,
+        omitted_at_default=True,
+    ),
+    SettingRow(
+        "streamed_decode",
+        "Streamed decode",
+        "Decode the latent layer by layer in slabs: the same result, bounded peak memory",
+        False,
+        part=DECODE,
+    ),
+    SettingRow(
+        "decoder_autocast",
+        "Decoder precision",
+        "Precision of the autoencoder's decoder; 'Same as autocast' follows the U-Net's autocast",
+        None,
+        part=DECODER,
+        choices=(("Same as autocast", None), ("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16")),
+        what="decoder autocast",
+        flag_note="left out: the same as --autocast",
+        omitted_at_default=True,
+    ),
+    SettingRow(
+        "decoder_quantization",
+        "Decoder quantization",
+        "int8 decoder convolutions (x86 CPU), or mixed: int8 except the layers needed to keep the decoded "
+        "volume within the decoder PSNR budget of fp32",
+        None,
+        part=DECODER,
+        choices=(("Off", None), ("int8", "int8"), (_MIXED, "mixed")),
+        what="decoder quantization",
+        flag="--decoder-quantize",
+        omitted_at_default=True,
+        per_model=True,
+    ),
+    SettingRow(
+        "decoder_channels_last",
+        "Decoder channels-last",
+        "Decoder weights and activations in NDHWC (faster oneDNN convolutions on x86 CPUs)",
+        False,
+        part=DECODER,
+        what="decoder channels-last",
+        omitted_at_default=True,
+    ),
+    SettingRow(
+        "decoder_psnr_budget_db",
+        "Decoder PSNR budget",
+        "Mixed decoder quantization keeps enough layers in float for the decoded volume to stay above this "
+        "PSNR against fp32",
+        40.0,
+        part=DECODER,
+        bounds=(10.0, 150.0),
+        unit="dB",
+        what="decoder PSNR budget",
+        flag="--decoder-psnr-budget",
+        metavar="DB",
+        report_entry=None,
+        omitted_at_default=True,
+        kept_while=("decoder_quantization", "mixed"),
+        budget_of="decoder_quantization",
+    ),
+    SettingRow(
+        "step_cache_interval",
+        "Step caching",
+        "Reuse the U-Net's deep features between full passes and recompute only the top levels (DeepCache): "
+        "faster, not exact; its quality cost is measured by volsynth tune and python -m engine.bench.step_cache",
+        1,
+        choices=(("Off (every step full)", 1), *((f"Full pass every {k} steps", k) for k in (2, 3, 4, 5))),
+        bounds=(1, STEP_CACHE_MAX_INTERVAL),
+        whole=True,
+        what="step cache interval",
+        metavar="K",
+        flag_note="a full U-Net pass every K-th step, the steps between reuse its deep features; 1: off",
+        report_entry="step_cache",
+        omitted_at_default=True,
+    ),
+    SettingRow(
+        "step_cache_level",
+        "Step cache level",
+        "How many top levels a cached step recomputes: 1 saves the most and changes the volume most",
+        1,
+        choices=(("Level 1 (most saved)", 1), ("Level 2", 2), ("Level 3", 3)),
+        bounds=(1, 16),
+        whole=True,
+        what="step cache level",
+        metavar="L",
+        flag_note="at most the U-Net's number of levels",
+        report_entry=None,  # reported with the interval, as one "step_cache" entry
+        omitted_at_default=True,
+    ),
+    SettingRow(
+        "allow_slower",
+        "Run although slower here",
+        "Run settings that are expected to be slower than fp32 on this machine (reduced precision without native "
+        "kernels, or measured slower here) instead of refusing them; the result records it",
+        False,
+        part=OVERRIDE,
+        omitted_at_default=True,
+    ),
+)
+SETTINGS: dict[str, SettingRow] = {row.name: row for row in SETTING_ROWS}
 
 
 @dataclass(frozen=True)
 class OptimizationConfig:
     """What to change relative to plain fp32 NCDHW eager execution.
 
-    Attributes:
-        tf32: TF32 tensor cores for fp32 convolutions and matmuls (NVIDIA, compute capability 8.0+).
-        channels_last_3d: weights and inputs in channels-last 3D (NDHWC) memory format.
-        autocast: "bf16" or "fp16" mixed precision, or None for fp32.
-        attention: "sdpa" routes MONAI's attention blocks through ``F.scaled_dot_product_attention``.
-        compile_mode: ``torch.compile`` mode for the U-Net, or None for eager.
-        cuda_graphs: capture the U-Net call as a CUDA graph (CUDA only).
-        quantization: post-training quantization of the U-Net: "int8" (x86 CPU), "fp8" (Hopper-class GPU
-            Linear layers), "mixed" (int8 except the layers needed to meet ``psnr_budget_db``), or None.
-        psnr_budget_db: minimum PSNR of the final volume vs fp32 that "mixed" must meet.
-        streamed_decode: decode latents layer by layer in slabs: same result, bounded peak memory.
-        decoder_autocast: the autoencoder decoder's precision: "bf16"/"fp16" autocast, "fp32", or None to
-            follow ``autocast``.
-        decoder_quantization: post-training quantization of the decoder: "int8" (every convolution; x86
-            CPU) or "mixed" (int8 except the layers needed to keep the decoded volume within
-            ``decoder_psnr_budget_db`` of fp32, chosen by their effect on the decoded volume), or None.
-        decoder_channels_last: decoder weights and activations in NDHWC (faster oneDNN convolutions on
-            x86 CPUs; the streamed decode keeps its stored activations NDHWC too).
-        decoder_psnr_budget_db: minimum PSNR of the decoded volume vs the fp32 decode for "mixed".
-        allow_slower: run settings that are expected to be slower than fp32 on this machine (reduced
-            precision without native kernels, or measured slower here by ``volsynth tune``). Without it
-            such a request is refused with the reason; with it the run goes ahead, warns, and its report
-            records the override.
-
-        unet_subpixel: compute the U-Net's upsampling convolutions (nearest x2 then 3x3x3) as sub-pixel
-            convolutions at the low resolution: the same function up to float rounding, in about a third of
-            their multiply-adds (engine/optimization/unet_subpixel.py). It combines with int8 and mixed
-            quantization (the sub-pixel convolutions are quantized like the ones they replace).
-
-        step_cache_interval: step caching (engine/optimization/step_cache.py, DeepCache-style): a full U-Net
-            pass every ``step_cache_interval``-th step, the steps between recompute only the top
-            ``step_cache_level`` levels and reuse the deep feature cached at the last full pass. 1: off.
-        step_cache_level: the branch level of step caching, counted from the top (1: only the
-            full-resolution level is recomputed at a cached step, the most saved and the largest error).
-            Bounded by the U-Net's number of levels when the model is prepared.
+    One field per row of ``SETTING_ROWS``, whose tip says what it does; values are checked against the rows,
+    then the combinations that are wrong on every device are refused here (the device-dependent ones in
+    ``engine.optimization.apply.check_combination``).
 
     Any decoder setting also computes the decoder's nearest-x2 upsampling convolutions as sub-pixel
     convolutions (the same function in 8/27 of the multiply-adds; the streamed decode always does).
@@ -99,56 +336,15 @@ class OptimizationConfig:
     allow_slower: bool = False
 
     def __post_init__(self) -> None:
-        if self.autocast not in AUTOCAST_DTYPES:
-            raise InvalidRequest(f"autocast must be one of bf16, fp16 or none, got {self.autocast!r}")
-        if self.quantization not in QUANTIZATION_MODES:
-            raise InvalidRequest(
-                f"quantization must be one of int8, fp8, mixed or none, got {self.quantization!r}"
-            )
-        if self.compile_mode not in COMPILE_MODES:
-            raise InvalidRequest(
-                f"compile mode must be one of {COMPILE_MODES[1:]} or none, got {self.compile_mode!r}"
-            )
-        if self.attention not in ATTENTION_KERNELS:
-            raise InvalidRequest(f"attention must be one of {ATTENTION_KERNELS}, got {self.attention!r}")
-        for budget, what in (
-            (self.psnr_budget_db, "PSNR budget"),
-            (self.decoder_psnr_budget_db, "decoder PSNR budget"),
-        ):
-            if (
-                isinstance(budget, bool)
-                or not isinstance(budget, int | float)
-                or not math.isfinite(budget)
-                or not 10.0 <= budget <= 150.0
-            ):
-                raise InvalidRequest(f"{what} must be a number of dB between 10 and 150, got {budget!r}")
-        if self.decoder_autocast not in DECODER_AUTOCAST_DTYPES:
-            raise InvalidRequest(
-                f"decoder autocast must be one of fp32, bf16, fp16 or none (follow autocast), got "
-                f"{self.decoder_autocast!r}"
-            )
-        if self.decoder_quantization not in DECODER_QUANTIZATION_MODES:
-            raise InvalidRequest(
-                f"decoder quantization must be one of int8, mixed or none, got {self.decoder_quantization!r}"
-            )
-        if not isinstance(self.unet_subpixel, bool):
-            raise InvalidRequest(f"unet_subpixel must be true or false, got {self.unet_subpixel!r}")
-        for value, what, top in (
-            (self.step_cache_interval, "step cache interval", STEP_CACHE_MAX_INTERVAL),
-            (self.step_cache_level, "step cache level", 16),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-                raise InvalidRequest(f"{what} must be a whole number from 1 to {top}, got {value!r}")
+        for row in SETTING_ROWS:
+            refusal = row.refusal(getattr(self, row.name))
+            if refusal:
+                raise InvalidRequest(refusal)
+        # Combinations that are wrong on every device; device-dependent ones are in check_combination.
         if self.step_caching and (self.compile_mode or self.cuda_graphs):
             raise InvalidRequest(
                 "step caching runs the U-Net's levels separately, while torch.compile and CUDA graphs capture "
                 "the whole call; choose either step caching or compilation / CUDA graphs"
-            )
-        if not isinstance(self.allow_slower, bool):
-            raise InvalidRequest(f"allow_slower must be true or false, got {self.allow_slower!r}")
-        if not isinstance(self.decoder_channels_last, bool):
-            raise InvalidRequest(
-                f"decoder channels-last must be true or false, got {self.decoder_channels_last!r}"
             )
         decoder_dtype = self.decoder_autocast or self.autocast
         if self.decoder_quantization and decoder_dtype == "fp16":
@@ -156,7 +352,6 @@ class OptimizationConfig:
                 "int8 decoder quantization runs on x86 CPUs, which have no fast fp16 kernels; use bf16 "
                 "(or fp32) for the decoder with int8"
             )
-        # Combinations that are wrong on every device; device-dependent ones are in check_combination.
         if self.quantization in ("int8", "mixed") and self.autocast == "fp16":
             raise InvalidRequest(
                 "int8 quantization runs on x86 CPUs, which have no fast fp16 kernels, and fp16 activations add a "
@@ -190,21 +385,18 @@ class OptimizationConfig:
     @property
     def optimizes_decoder(self) -> bool:
         """Whether any decoder setting asks for a change (the decoder is then prepared on a copy)."""
-        return bool(self.decoder_autocast or self.decoder_quantization or self.decoder_channels_last)
+        return any(
+            getattr(self, row.name) != row.default
+            for row in SETTING_ROWS
+            if row.part == DECODER and not row.budget_of
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        """Every setting, except decoder settings and the override left at their defaults."""
+        """Every setting, except those left out at their defaults (``SettingRow.omitted_at_default``)."""
         data = asdict(self)
-        if not self.allow_slower:
-            del data["allow_slower"]
-        for name, value in LATER_DEFAULTS.items():
-            if data[name] == value:
-                del data[name]
-        for name, value in DECODER_DEFAULTS.items():
-            if data[name] == value and not (
-                name == "decoder_psnr_budget_db" and self.decoder_quantization == "mixed"
-            ):
-                del data[name]
+        for row in SETTING_ROWS:
+            if not row.on_wire(self):
+                del data[row.name]
         return data
 
     def summary(self) -> str:
@@ -242,53 +434,6 @@ class OptimizationConfig:
         if unknown:
             raise InvalidRequest(f"unknown optimization setting(s): {', '.join(sorted(unknown))}")
         return cls(**dict(data))
-
-
-# How a front end shows the decoder settings (label, control values with their labels, tooltip), so a
-# settings panel can build its controls from here; the report entries have the same names.
-DECODER_SETTING_INFO: dict[str, dict[str, Any]] = {
-    "decoder_autocast": {
-        "label": "Decoder precision",
-        "choices": [("Same as autocast", None), ("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16")],
-        "tip": "Precision of the autoencoder's decoder; 'Same as autocast' follows the U-Net's autocast",
-    },
-    "decoder_quantization": {
-        "label": "Decoder quantization",
-        "choices": [("Off", None), ("int8", "int8"), ("mixed (int8 + float)", "mixed")],
-        "tip": "int8 decoder convolutions (x86 CPU), or mixed: int8 except the layers needed to keep the "
-        "decoded volume within the decoder PSNR budget of fp32",
-    },
-    "decoder_channels_last": {
-        "label": "Decoder channels-last 3D",
-        "choices": [("Off", False), ("On", True)],
-        "tip": "Decoder weights and activations in NDHWC (faster oneDNN convolutions on x86 CPUs)",
-    },
-    "decoder_psnr_budget_db": {
-        "label": "Decoder PSNR budget",
-        "range_db": (10.0, 150.0),
-        "tip": "Mixed decoder quantization keeps enough layers in float for the decoded volume to stay above "
-        "this PSNR against fp32",
-    },
-}
-
-
-# How a front end shows the step-caching settings, as the decoder settings above.
-STEP_CACHE_SETTING_INFO: dict[str, dict[str, Any]] = {
-    "step_cache_interval": {
-        "label": "Step caching",
-        "choices": [("Off (every step full)", 1), *((f"Full pass every {k} steps", k) for k in (2, 3, 4, 5))],
-        "cli": "--step-cache-interval",
-        "tip": "Reuse the U-Net's deep features between full passes and recompute only the top levels "
-        "(DeepCache): faster, not exact; its quality cost is measured by volsynth tune and "
-        "python -m engine.bench.step_cache",
-    },
-    "step_cache_level": {
-        "label": "Step cache level",
-        "choices": [("Level 1 (most saved)", 1), ("Level 2", 2), ("Level 3", 3)],
-        "cli": "--step-cache-level",
-        "tip": "How many top levels a cached step recomputes: 1 saves the most and changes the volume most",
-    },
-}
 
 
 # The named presets the app offers (app.core.optimization_presets adds their labels); ``volsynth tune``

@@ -76,7 +76,8 @@ class InProcessBackend:
         return ""
 
     def _prepare(self, run: dict, model, request: SamplingRequest, resolved: SamplingRequest) -> Any:
-        """What the loop runs: the model with the request's settings applied (their report in run["report"])."""
+        """What the loop runs: the model with the request's settings applied (:meth:`_finish` records their
+        report)."""
         return model
 
     def _loop_device(self):
@@ -126,7 +127,7 @@ class InProcessBackend:
             loop,
             backend=self.name,
             **self._described(),
-            optimization={"requested": request.optimization.to_dict(), "report": run.get("report", {})},
+            optimization={"requested": request.optimization.to_dict(), "report": {}},
             timings=timings,
             memory=peak.record,
         )

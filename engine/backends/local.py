@@ -54,7 +54,7 @@ class LocalBackend(InProcessBackend):
         # Settings expected slower than fp32 here (this machine's probe and its measurements of the model)
         # are refused before the load too.
         run["measured"] = load_result(source.weights_sha256())
-        check_combination(request.optimization, self.device, measured=run["measured"])
+        run["verdict"] = check_combination(request.optimization, self.device, measured=run["measured"])
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -75,8 +75,8 @@ class LocalBackend(InProcessBackend):
         from engine.optimization.apply import prepare
         from engine.telemetry.kernel_profile import KernelProfiler, profiled_steps
 
-        prepared = prepare(model, request.optimization, self.device, measured=run["measured"])
-        run["report"] = prepared.report
+        prepared = prepare(model, request.optimization, self.device, verdict=run["verdict"])
+        run["prepared"] = prepared
         if not request.kernel_profile_steps:
             return prepared
         run["profiler"] = KernelProfiler(
@@ -95,5 +95,7 @@ class LocalBackend(InProcessBackend):
         }
 
     def _finish(self, run: dict, prepared, provenance: dict[str, Any]) -> None:
+        # The report as the run left it (a compilation that failed at its first call ran eager).
+        provenance["optimization"]["report"] = run["prepared"].report
         if "profiler" in run:
             provenance["kernel_profile"] = run["profiler"].summary()

@@ -93,37 +93,31 @@ def parse_settings(text: str):
     return text, OptimizationConfig.from_dict(NAMED_SETTINGS[text])
 
 
-def add_step_cache_arguments(group) -> None:
-    """``--step-cache-interval K`` and ``--step-cache-level L`` (engine.api.optimization_config's
-    STEP_CACHE_SETTING_INFO: the same rows the app's Optimization panel shows)."""
-    from engine.api.optimization_config import STEP_CACHE_MAX_INTERVAL, STEP_CACHE_SETTING_INFO
+def add_setting_arguments(group, rows=None) -> None:
+    """One flag per optimization setting (``engine.api.optimization_config.SETTING_ROWS``, or ``rows``), its
+    help the setting's tip: a switch for a true/false setting (``--sdpa`` sets attention to "sdpa"), the values
+    of a text setting, a number otherwise. Each flag's value lands under the setting's name."""
+    from engine.api.optimization_config import SETTING_ROWS
 
-    interval, level = (
-        STEP_CACHE_SETTING_INFO["step_cache_interval"],
-        STEP_CACHE_SETTING_INFO["step_cache_level"],
-    )
-    group.add_argument(
-        interval["cli"],
-        dest="step_cache_interval",
-        type=_whole_in(1, STEP_CACHE_MAX_INTERVAL, "step cache interval"),
-        default=1,
-        metavar="K",
-        help=f"step caching: a full U-Net pass every K-th step, the steps between reuse its deep features "
-        f"(1: off). {interval['tip']}",
-    )
-    group.add_argument(
-        level["cli"],
-        dest="step_cache_level",
-        type=_whole_in(1, 16, "step cache level"),
-        default=1,
-        metavar="L",
-        help=f"{level['tip']} (default 1; at most the U-Net's number of levels)",
-    )
+    for row in SETTING_ROWS if rows is None else rows:
+        common = {"dest": row.name, "default": row.default, "help": row.help}
+        if row.is_switch or row.flag_value is not True:  # a flag without an argument: --tf32, --sdpa
+            group.add_argument(row.flag, action="store_const", const=row.flag_value, **common)
+        elif row.values:
+            group.add_argument(row.flag, choices=[v for v in row.values if v is not None], **common)
+        elif row.bounds is not None:
+            low, high = row.bounds
+            parse = _whole_in(int(low), int(high), row.what) if row.whole else float
+            group.add_argument(row.flag, type=parse, metavar=row.metavar, **common)
+        else:
+            raise ValueError(f"setting {row.name} has neither values nor bounds for its flag")
 
 
-def step_cache_fields(args) -> dict[str, int]:
-    """The step-caching fields of ``OptimizationConfig`` from the parsed flags."""
-    return {"step_cache_interval": args.step_cache_interval, "step_cache_level": args.step_cache_level}
+def setting_fields(args, rows=None) -> dict:
+    """The ``OptimizationConfig`` fields from the flags of :func:`add_setting_arguments`."""
+    from engine.api.optimization_config import SETTING_ROWS
+
+    return {row.name: getattr(args, row.name) for row in (SETTING_ROWS if rows is None else rows)}
 
 
 def _whole_in(low: int, high: int, what: str):

@@ -8,55 +8,21 @@ from engine.cli._request import (
     backend_from_args,
     request_from_args,
 )
-from engine.cli._settings import add_step_cache_arguments, print_prediction, step_cache_fields
+from engine.cli._settings import add_setting_arguments, print_prediction, setting_fields
 
 
 def register(sub) -> None:
     parser = sub.add_parser("generate", help="generate synthetic volumes and save them as NIfTI")
     add_request_arguments(parser)
     opt = parser.add_argument_group("optimization (what applied is recorded in the sidecar)")
-    opt.add_argument(
-        "--tf32", action="store_true", help="TF32 convolutions and matmuls (NVIDIA GPUs, CC 8.0+)"
-    )
-    opt.add_argument("--channels-last", action="store_true", help="channels-last 3D memory format")
-    opt.add_argument("--autocast", choices=["bf16", "fp16"], default=None, help="mixed-precision autocast")
-    opt.add_argument("--sdpa", action="store_true", help="PyTorch scaled-dot-product attention kernels")
-    opt.add_argument(
-        "--compile",
-        dest="compile_mode",
-        default=None,
-        choices=["default", "reduce-overhead", "max-autotune"],
-        help="torch.compile mode",
-    )
-    opt.add_argument("--cuda-graphs", action="store_true", help="replay the U-Net as a CUDA graph")
-    opt.add_argument(
-        "--quantize",
-        choices=["int8", "fp8", "mixed"],
-        default=None,
-        help="post-training quantization (mixed: keep sensitive layers in float, see --psnr-budget)",
-    )
-    opt.add_argument(
-        "--psnr-budget", type=float, default=40.0, help="PSNR (dB) the mixed quantization must keep"
-    )
-    opt.add_argument(
-        "--streamed-decode",
-        action="store_true",
-        help="exact decode in slabs: same volume, far less memory (large outputs)",
-    )
-    add_step_cache_arguments(opt)
+    add_setting_arguments(opt)
     opt.add_argument(
         "--settings",
         default=None,
         metavar="NAME|JSON|fastest-here",
         help="all optimization settings at once: a bench row name (volsynth bench --rows list), a JSON object "
         "of settings, or fastest-here (what volsynth tune measured fastest for this model on this machine); "
-        "replaces the single-setting flags",
-    )
-    opt.add_argument(
-        "--allow-slower",
-        action="store_true",
-        help="run settings expected to be slower than fp32 on this machine (e.g. bf16 on a CPU without "
-        "native bf16) instead of refusing them; the sidecar records the override",
+        "replaces the single-setting flags except --allow-slower",
     )
     parser.add_argument(
         "--tissue-maps",
@@ -83,27 +49,15 @@ def run(args) -> int:
     from engine.nifti.io import batch_paths, check_output_path, generated_volumes, save_volumes, xform_code
     from engine.optimization.apply import OptimizationConfig
 
-    optimization = OptimizationConfig(
-        tf32=args.tf32,
-        channels_last_3d=args.channels_last,
-        autocast=args.autocast,
-        attention="sdpa" if args.sdpa else "default",
-        compile_mode=args.compile_mode,
-        cuda_graphs=args.cuda_graphs,
-        quantization=args.quantize,
-        psnr_budget_db=args.psnr_budget,
-        streamed_decode=args.streamed_decode,
-        **step_cache_fields(args),
-        allow_slower=args.allow_slower,
-    )
-    if args.settings:
+    optimization = OptimizationConfig(**setting_fields(args))
+    if args.settings:  # the named settings replace every flag but the override's
         import dataclasses
 
+        from engine.api.optimization_config import OVERRIDE, SETTING_ROWS
         from engine.cli._settings import settings_from_text
 
-        optimization = dataclasses.replace(
-            settings_from_text(args.settings, args.model), allow_slower=args.allow_slower
-        )
+        overrides = setting_fields(args, [row for row in SETTING_ROWS if row.part == OVERRIDE])
+        optimization = dataclasses.replace(settings_from_text(args.settings, args.model), **overrides)
     request = request_from_args(args, optimization)
     out = check_output_path(args.out)  # before any heavy work: fail in a second, not after minutes
     if args.tissue_maps and request.modality:

@@ -1,9 +1,10 @@
 """Speed and precision settings, and the one place they are applied to a model.
 
-Each setting reports whether it applied on this device and, if not, why; the report goes into the
-provenance record and the UI. Combinations that cannot make sense are refused with ``InvalidRequest``
-before any work starts (:func:`check_combination`). :func:`expected_report` predicts the report without a
-model (the app shows it live), from the same per-setting functions ``prepare`` uses.
+Each setting's decision (applied on this device or not, and why: :mod:`engine.optimization.decisions`) is a
+typed field of the prepared model, and its report, for the provenance record and the UI, is written from them.
+Combinations that cannot make sense are refused with ``InvalidRequest`` before any work starts, once per run
+(:func:`check_combination`, whose speed verdict the run then carries). :func:`expected_report` predicts the
+report without a model (the app shows it live), from the same per-setting functions ``prepare`` uses.
 
 ``prepare`` never changes the cached fp32 ``LoadedModel``: anything that rewrites modules or weights
 (channels-last, SDPA, quantization, compilation) works on a deep copy. Prepared variants are cached per
@@ -14,26 +15,30 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
-import shutil
 import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api.optimization_config import (  # noqa: F401 - re-exported: the public home of the settings
-    ATTENTION_KERNELS,
-    AUTOCAST_DTYPES,
-    COMPILE_MODES,
-    DECODER_AUTOCAST_DTYPES,
-    DECODER_QUANTIZATION_MODES,
-    QUANTIZATION_MODES,
-    OptimizationConfig,
-)
+from engine.api.optimization_config import OptimizationConfig
 from engine.errors import InvalidRequest
 from engine.machine.probe import probe_machine
 from engine.metrics.image import psnr
 from engine.optimization import calibration_cache
+from engine.optimization.decisions import (  # noqa: F401 - slower_here: callers ask it here, with the rest
+    Decision,
+    Decisions,
+    SpeedVerdict,
+    Where,
+    check_combination,
+    expected_decisions,
+    quantization_support,
+    slower_here,
+    step_cache_decision,
+    unet_subpixel_decision,
+)
 
 # Calibration for int8 / mixed: its own seed (not a user's), a few steps spread over the whole schedule.
 CALIBRATION_SEED = 20240917
@@ -42,117 +47,6 @@ CALIBRATION_STEPS = 4  # module-level so tests can shorten it
 # at most this many latent voxels per axis: it is fully convolutional, and a full-size decode per trial would
 # make the search take hours on a CPU.
 DECODER_CALIBRATION_CROP = 8
-SUBPIXEL_NOTE = "upsampling as sub-pixel convolutions (8/27 of their multiply-adds)"
-
-
-ALLOW_SLOWER_ENV = "VOLSYNTH_ALLOW_SLOWER"  # "1": every request of this process carries the override
-
-
-def check_combination(config: OptimizationConfig, device, *, probe=None, measured=None) -> None:
-    """Refuse settings that make no sense on ``device`` (raises ``InvalidRequest`` saying what to change).
-
-    Settings that merely have no effect here (TF32 on a CPU) are not refused; the report says why. Settings
-    expected to run slower than fp32 here (:func:`slower_here`) are refused unless the request carries the
-    override (``allow_slower``, or ``VOLSYNTH_ALLOW_SLOWER=1`` for a process that measures them on purpose).
-
-    Args:
-        probe: the machine's ``MachineProbe`` (default: this machine's; a server's is its own).
-        measured: the model's stored tune result on this machine (``engine.optimization.tune_store.load_result``).
-    """
-    if config.cuda_graphs and device.type != "cuda":
-        raise InvalidRequest(
-            f"CUDA graphs need an NVIDIA GPU; this run is on {device.type}. Turn CUDA graphs off "
-            "or choose a CUDA device"
-        )
-    slower = slower_here(config, device, probe=probe, measured=measured)
-    if slower and not override_requested(config):
-        what = "; ".join(f"{_SPEED_NAMES.get(name, name)}: {reason}" for name, reason in slower)
-        raise InvalidRequest(
-            f"expected slower than fp32 here - {what}. Use fp32 or the setting measured fastest here "
-            "(volsynth tune), or run it anyway with --allow-slower (the app: 'Run although slower here')"
-        )
-
-
-def override_requested(config: OptimizationConfig) -> bool:
-    import os
-
-    return config.allow_slower or os.environ.get(ALLOW_SLOWER_ENV) == "1"
-
-
-_SPEED_NAMES = {
-    "autocast": "autocast",
-    "decoder_autocast": "decoder precision",
-    "measured_here": "these settings",
-}
-
-
-def slower_here(config: OptimizationConfig, device, *, probe=None, measured=None) -> list[tuple[str, str]]:
-    """The settings of ``config`` expected to run slower than fp32 on ``device``, each with the reason.
-
-    Two sources, decided here only: the hardware probe (reduced precision without native kernels:
-    ``engine.machine.probe.autocast_slower_reason``) and this machine's measurements of the model (a row
-    with exactly these settings that ``volsynth tune`` measured slower than fp32 end to end by the noise
-    rule).
-    """
-    from engine.machine.probe import autocast_slower_reason, probe_machine
-    from engine.optimization import tune_store
-
-    if device.type not in ("cpu", "cuda"):
-        return []
-    probe = probe or probe_machine()
-    found: list[tuple[str, str]] = []
-    decoder_dtype = config.decoder_autocast
-    if config.autocast:
-        reason = autocast_slower_reason(probe, device.type, config.autocast, device.index)
-        if reason:
-            found.append(("autocast", f"{config.autocast} autocast: {reason}"))
-    if decoder_dtype in ("bf16", "fp16") and decoder_dtype != config.autocast:
-        reason = autocast_slower_reason(probe, device.type, decoder_dtype, device.index)
-        if reason:
-            found.append(("decoder_autocast", f"{decoder_dtype} decoder: {reason}"))
-    row = tune_store.measured_row(measured, config)
-    if tune_store.measured_slower(row):
-        found.append(("measured_here", _measured_words(row, measured)))
-    return found
-
-
-def _measured_words(row, measured) -> str:
-    verdict = row.get("end_to_end_verdict") or {}
-    ratio = verdict.get("ratio")
-    when = (measured or {}).get("created", "")
-    pace = f"{ratio:.2f}x fp32's speed end to end" if isinstance(ratio, int | float) else "slower end to end"
-    return f"measured {pace} on this machine (volsynth tune {when})".replace(" )", ")")
-
-
-def speed_entries(config: OptimizationConfig, device, *, probe=None, measured=None) -> dict[str, Any]:
-    """Report entries for the speed prediction: ``measured_here`` (what ``volsynth tune`` measured for exactly
-    these settings, when it did) and ``allow_slower`` (the override, when asked for)."""
-    entries: dict[str, Any] = {}
-    row = None
-    if measured is not None:
-        from engine.optimization import tune_store
-
-        row = tune_store.measured_row(measured, config)
-        if row is not None and "error" not in row:
-            verdict = row.get("end_to_end_verdict") or {}
-            entries["measured_here"] = _entry(
-                config.settings.summary(),
-                verdict.get("verdict") != "slower",
-                f"{verdict.get('words', '')}; PSNR {row.get('psnr_db', float('nan')):.1f} dB vs fp32 "
-                f"(volsynth tune, {measured.get('created', '')})",
-            )
-    slower = slower_here(config, device, probe=probe, measured=measured) if override_requested(config) else []
-    if config.allow_slower or slower:  # the process-wide override is recorded where it made a difference
-        entries["allow_slower"] = _entry(
-            True,
-            bool(slower),
-            (
-                "run although expected slower here: " + "; ".join(reason for _, reason in slower)
-                if slower
-                else "nothing asked for is expected slower here"
-            ),
-        )
-    return entries
 
 
 # -- the prepared model ----------------------------------------------------------------------------------
@@ -160,9 +54,10 @@ def speed_entries(config: OptimizationConfig, device, *, probe=None, measured=No
 
 @dataclass
 class PreparedModel:
-    """A loaded model with an ``OptimizationConfig`` applied, plus the report of what applied.
+    """A loaded model with an ``OptimizationConfig`` applied, plus what each setting did (``decisions``).
 
-    ``report`` maps each setting to ``{"requested": ..., "applied": bool, "reason": str}``.
+    ``report`` maps each setting to ``{"requested": ..., "applied": bool, "reason": str}``, written from the
+    decisions (a compilation that failed at its first call is reported as run eager).
     The sampling loop calls only ``denoiser(x, t, context)``, ``decode(z)`` and ``autocast()``, so new
     settings change this class, never the loop.
     """
@@ -171,17 +66,27 @@ class PreparedModel:
     autoencoder: Any
     config: OptimizationConfig
     device: Any
-    report: dict[str, dict[str, Any]]
+    decisions: Decisions = field(default_factory=Decisions)
     unet_call: Any = None  # the callable run per step (compiled / CUDA-graphed U-Net); default: unet
     details: dict[str, Any] = field(default_factory=dict)  # extra facts for benchmarks (mixed plan, ...)
+    compiled: _CompiledWithFallback | None = None  # the compiled U-Net's call, which may fall back to eager
 
-    def _applied(self, name: str) -> bool:
-        return bool(self.report.get(name, {}).get("applied"))
+    @property
+    def report(self) -> dict[str, dict[str, Any]]:
+        decisions = self.decisions
+        if self.compiled is not None and self.compiled.failure:
+            failed = dataclasses.replace(
+                decisions.compile_mode,
+                applied=False,
+                reason=f"torch.compile failed, ran eager: {self.compiled.failure}",
+            )
+            decisions = dataclasses.replace(decisions, compile_mode=failed)
+        return decisions.report()
 
     def autocast(self):
         import torch
 
-        if self.config.autocast and self._applied("autocast"):
+        if self.config.autocast and self.decisions.autocast.applied:
             dtype = torch.bfloat16 if self.config.autocast == "bf16" else torch.float16
             return torch.autocast(device_type=self.device.type, dtype=dtype)
         return contextlib.nullcontext()
@@ -190,12 +95,12 @@ class PreparedModel:
         """TF32 on/off for this call only: the flags are process-wide, and other runs may want IEEE fp32."""
         if self.device.type != "cuda":
             return contextlib.nullcontext()
-        return _fp32_precision("tf32" if self._applied("tf32") else "ieee")
+        return _fp32_precision("tf32" if self.decisions.tf32.applied else "ieee")
 
     def prepare_input(self, x):
         import torch
 
-        if self._applied("channels_last_3d") and x.dim() == 5:
+        if self.decisions.channels_last_3d.applied and x.dim() == 5:
             return x.contiguous(memory_format=torch.channels_last_3d)
         return x
 
@@ -215,7 +120,7 @@ class PreparedModel:
         dtype = self.config.decoder_autocast
         if dtype is None:
             return self.autocast()
-        if dtype == "fp32" or not self._applied("decoder_autocast"):
+        if dtype == "fp32" or not self.decisions.decoder_autocast.applied:
             return torch.autocast(device_type=self.device.type, enabled=False)
         return torch.autocast(
             device_type=self.device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16
@@ -224,14 +129,17 @@ class PreparedModel:
     def prepare_decoder_input(self, z):
         import torch
 
-        if (self._applied("decoder_channels_last") or self._applied("channels_last_3d")) and z.dim() == 5:
+        channels_last = (
+            self.decisions.decoder_channels_last.applied or self.decisions.channels_last_3d.applied
+        )
+        if channels_last and z.dim() == 5:
             return z.contiguous(memory_format=torch.channels_last_3d)
         return z
 
     def decode(self, z):
         with self.precision(), self.decoder_autocast():
             z = self.prepare_decoder_input(z)
-            if self._applied("streamed_decode"):
+            if self.decisions.streamed_decode.applied:
                 from engine.models.streamed_decode import streamed_decode
 
                 stats: dict[str, Any] = {}
@@ -270,21 +178,19 @@ def _fp32_precision(mode: str):
 
 
 class _CompiledWithFallback:
-    """Calls the compiled U-Net; if compilation fails at the first call, runs eager and says so in the report."""
+    """Calls the compiled U-Net; if compilation fails at the first call, runs eager and keeps why (``failure``,
+    which the prepared model's report says)."""
 
-    def __init__(self, compiled, eager, report_entry: dict[str, Any]):
-        self.compiled, self.eager, self.entry = compiled, eager, report_entry
-        self.failed = False
+    def __init__(self, compiled, eager):
+        self.compiled, self.eager = compiled, eager
+        self.failure = ""
 
     def __call__(self, x, timesteps, context):
-        if not self.failed:
+        if not self.failure:
             try:
                 return self.compiled(x, timesteps=timesteps, context=context)
             except Exception as exc:  # noqa: BLE001 - any compiler failure means "run eager", reported
-                self.failed = True
-                self.entry.update(
-                    applied=False, reason=f"torch.compile failed, ran eager: {str(exc).splitlines()[0][:200]}"
-                )
+                self.failure = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         return self.eager(x, timesteps=timesteps, context=context)
 
 
@@ -339,50 +245,38 @@ _cache: dict[tuple, tuple[weakref.ref, PreparedModel]] = {}
 
 
 def prepare(
-    model, config: OptimizationConfig, device, *, use_cache: bool = True, measured=None
+    model,
+    config: OptimizationConfig,
+    device,
+    *,
+    use_cache: bool = True,
+    measured=None,
+    verdict: SpeedVerdict | None = None,
 ) -> PreparedModel:
     """Apply ``config`` to ``model`` (a LoadedModel already on ``device``).
 
     Settings that cannot apply here are reported with the reason instead of failing; combinations that
     make no sense raise ``InvalidRequest``, as do settings expected slower here without the override
-    (``measured``: the model's tune result on this machine, see ``check_combination``). ``model`` itself is
-    never modified.
+    (``measured``: the model's tune result on this machine, see ``check_combination``). ``verdict``: what
+    ``check_combination`` returned when the run checked the settings before loading (it is not checked
+    again). ``model`` itself is never modified.
     """
-    check_combination(config, device, measured=measured)
+    verdict = verdict or check_combination(config, device, measured=measured)
     key = (id(model), config, str(device))
+    prepared = None
     if use_cache:
         with _cache_lock:
             hit = _cache.get(key)
             if hit is not None and hit[0]() is model:
-                cached = hit[1]
-                report = copy.deepcopy(cached.report)
-                report.pop("measured_here", None)
-                report.update(speed_entries(config, device, measured=measured))
-                return PreparedModel(
-                    unet=cached.unet,
-                    autoencoder=cached.autoencoder,
-                    config=config,
-                    device=device,
-                    report=report,
-                    unet_call=cached.unet_call,
-                    details=cached.details,
-                )
-    prepared = _prepare(model, config, device)
-    prepared.report.update(speed_entries(config, device, measured=measured))
-    if use_cache:
-        with _cache_lock:
-            _cache.clear()  # one prepared variant at a time: 3D U-Nets are large
-            _cache[key] = (weakref.ref(model), prepared)
-        prepared = PreparedModel(
-            unet=prepared.unet,
-            autoencoder=prepared.autoencoder,
-            config=config,
-            device=device,
-            report=copy.deepcopy(prepared.report),
-            unet_call=prepared.unet_call,
-            details=prepared.details,
-        )
-    return prepared
+                prepared = hit[1]
+    if prepared is None:
+        prepared = _prepare(model, config, device)
+        if use_cache:
+            with _cache_lock:
+                _cache.clear()  # one prepared variant at a time: 3D U-Nets are large
+                _cache[key] = (weakref.ref(model), prepared)
+    # Each run gets its own decisions, marked with this run's speed verdict; the modules are shared.
+    return dataclasses.replace(prepared, decisions=prepared.decisions.with_speed(verdict))
 
 
 def clear_cache() -> None:
@@ -390,24 +284,13 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def _entry(requested, applied: bool, reason: str = "") -> dict[str, Any]:
-    return {"requested": requested, "applied": applied, "reason": reason}
-
-
 def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
+    """The modules rewritten for ``config`` and what each setting did (before this run's speed verdict)."""
     import torch
 
-    report: dict[str, dict[str, Any]] = {}
     details: dict[str, Any] = {}
     unet, autoencoder = model.unet, model.autoencoder
-
-    # 1. TF32 (a per-call context in PreparedModel.precision; nothing to change in the model).
-    probe = probe_machine()
-    report["tf32"] = _tf32_entry(config, device, probe)
-
-    # 2. Autocast.
-    report["autocast"] = _autocast_entry(config, device, probe)
-
+    has_decoder = autoencoder is not None
     # Everything below rewrites modules: work on copies, never on the cached fp32 model.
     rewrites_unet = (
         config.channels_last_3d
@@ -419,13 +302,19 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     )
     if rewrites_unet:
         unet = copy.deepcopy(unet)
-    if autoencoder is not None and (config.channels_last_3d or config.optimizes_decoder):
+    if has_decoder and (config.channels_last_3d or config.optimizes_decoder):
         autoencoder = copy.deepcopy(autoencoder)
 
-    # 3. SDPA attention: flip MONAI's use_flash_attention on every attention block (same weights).
-    report["attention"] = _attention_entry(
-        config, _use_sdpa(unet) if config.attention == "sdpa" and unet is not None else 0
+    # 1-3. TF32 and autocast are per-call contexts (PreparedModel.precision / autocast); SDPA flips MONAI's
+    # use_flash_attention on every attention block (same weights).
+    where = Where(
+        device,
+        probe_machine(),
+        has_decoder,
+        sdpa_blocks=_use_sdpa(unet) if config.attention == "sdpa" and unet is not None else 0,
+        subpixel_blocks=0 if unet is None else None,
     )
+    decisions = expected_decisions(config, where)
 
     # 4. Sub-pixel upsampling and quantization (before channels-last and compile: they replace modules).
     # int8 calibration and the mixed plan are measured on the plain U-Net (their caches are shared with
@@ -435,21 +324,21 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
             from engine.optimization.unet_subpixel import subpixel_rewrite_unet
 
             rewritten = subpixel_rewrite_unet(unet)
-            report["unet_subpixel"] = _unet_subpixel_entry(config, len(rewritten))
+            decisions.unet_subpixel = unet_subpixel_decision(
+                config, dataclasses.replace(where, subpixel_blocks=len(rewritten))
+            )
             details["unet_subpixel_blocks"] = rewritten
 
-    report["unet_subpixel"] = _unet_subpixel_entry(config, 0 if unet is None else None)
-    report["quantization"] = _entry(config.quantization, False)
-    int8_path = config.quantization in ("int8", "mixed") and _quantization_support(config, device)[0]
+    decisions.quantization = Decision(config.quantization)
+    int8_path = config.quantization in ("int8", "mixed") and quantization_support(config, device)[0]
     if config.quantization and unet is not None:
-        _apply_quantization(
-            model, unet, config, device, report, details, before_int8=sub_pixel if int8_path else None
+        decisions.quantization = _apply_quantization(
+            model, unet, config, device, decisions, details, before_int8=sub_pixel if int8_path else None
         )
     if not int8_path:
         sub_pixel()
 
     # 5. Channels-last 3D: weights now, inputs per call (PreparedModel.prepare_input).
-    report["channels_last_3d"] = _channels_last_entry(config, device)
     if config.channels_last_3d:
         if unet is not None:
             unet.to(memory_format=torch.channels_last_3d)
@@ -457,49 +346,42 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
             autoencoder.to(memory_format=torch.channels_last_3d)
 
     # 6. Compile / CUDA graphs: wrap the call, not the module, so PreparedModel.unet stays inspectable.
-    unet_call = None
-    report["compile_mode"] = _compile_entry(config, device)
-    if report["compile_mode"]["applied"]:
-        compiled = torch.compile(unet, mode=config.compile_mode, dynamic=False)
-        unet_call = _CompiledWithFallback(compiled, unet, report["compile_mode"])
-    report["cuda_graphs"] = _cuda_graphs_entry(config)
+    unet_call = compiled = None
+    if decisions.compile_mode.applied:
+        compiled = _CompiledWithFallback(torch.compile(unet, mode=config.compile_mode, dynamic=False), unet)
+        unet_call = compiled
     if config.cuda_graphs:  # check_combination refused it off CUDA
         base = unet_call or (lambda x, timesteps, context: unet(x, timesteps=timesteps, context=context))
         unet_call = _CudaGraphed(base)
 
     # 6b. Step caching: the per-step call reuses the deep levels' features between full passes (after the
-    # module rewrites above, which it calls through; check_combination keeps it apart from compile/graphs).
-    report["step_cache"] = _step_cache_entry(config, None)
+    # module rewrites above, which it calls through; the config keeps it apart from compile/graphs).
     if config.step_caching and unet is not None:
-        unet_call, report["step_cache"] = _step_cached_call(unet, config)
+        unet_call, decisions.step_cache = _step_cached_call(unet, config, where)
 
-    # 7. Streamed decode.
-    report["streamed_decode"] = _streamed_decode_entry(config, has_decoder=autoencoder is not None)
-
-    # 8. The decoder's own settings, on the decoder's copy: sub-pixel upsampling, then quantization (it
-    # replaces modules, including the sub-pixel ones), then channels-last.
-    has_decoder = autoencoder is not None
-    report["decoder_autocast"] = _decoder_autocast_entry(config, device, has_decoder, probe)
-    report["decoder_quantization"] = _expected_decoder_quantization_entry(config, device, has_decoder)
-    report["decoder_channels_last"] = _decoder_channels_last_entry(config, device, has_decoder)
+    # 7-8. Streamed decode is decided per call (PreparedModel.decode). The decoder's own settings, on the
+    # decoder's copy: sub-pixel upsampling, then quantization (it replaces modules, including the sub-pixel
+    # ones), then channels-last.
     if has_decoder and config.optimizes_decoder:
         from engine.models.streamed_decode import subpixel_rewrite
 
         details["decoder"] = {"subpixel_upsampling_blocks": subpixel_rewrite(autoencoder)}
-        if report["decoder_quantization"]["applied"]:
-            _apply_decoder_quantization(model, autoencoder, config, device, report, details)
-        if report["decoder_channels_last"]["applied"]:
+        if decisions.decoder_quantization.applied:
+            decisions.decoder_quantization = _apply_decoder_quantization(
+                model, autoencoder, config, device, decisions, details
+            )
+        if decisions.decoder_channels_last.applied:
             autoencoder.to(memory_format=torch.channels_last_3d)
 
-    mark_slower(report, config, device)
     return PreparedModel(
         unet=unet,
         autoencoder=autoencoder,
         config=config,
         device=device,
-        report=report,
+        decisions=decisions,
         unet_call=unet_call,
         details=details,
+        compiled=compiled,
     )
 
 
@@ -533,304 +415,25 @@ def expected_report(
 
         device = resolve_device(device)
     probe = probe or probe_machine()
-    check_combination(config, device, probe=probe, measured=measured)
-    has_decoder = spec is None or spec.kind != "pixel"
-    report = {
-        "tf32": _tf32_entry(config, device, probe),
-        "autocast": _autocast_entry(config, device, probe),
-        "attention": _attention_entry(config, None),
-        "unet_subpixel": _unet_subpixel_entry(config, None),
-        "quantization": _expected_quantization_entry(config, device),
-        "channels_last_3d": _channels_last_entry(config, device),
-        "compile_mode": _compile_entry(config, device),
-        "cuda_graphs": _cuda_graphs_entry(config),
-        "step_cache": _step_cache_entry(config, None),
-        "streamed_decode": _streamed_decode_entry(config, has_decoder=has_decoder),
-        "decoder_autocast": _decoder_autocast_entry(config, device, has_decoder, probe),
-        "decoder_quantization": _expected_decoder_quantization_entry(config, device, has_decoder),
-        "decoder_channels_last": _decoder_channels_last_entry(config, device, has_decoder),
-    }
-    mark_slower(report, config, device, probe=probe, measured=measured)
-    report.update(speed_entries(config, device, probe=probe, measured=measured))
-    return report
+    verdict = check_combination(config, device, probe=probe, measured=measured)
+    where = Where(device, probe, has_decoder=spec is None or spec.kind != "pixel")
+    return expected_decisions(config, where).with_speed(verdict).report()
 
 
-def mark_slower(report: dict[str, dict[str, Any]], config, device, *, probe=None, measured=None) -> None:
-    """Add ``expected_slower`` (the reason) to the entries of settings expected slower than fp32 here."""
-    for name, reason in slower_here(config, device, probe=probe, measured=measured):
-        if name in report:
-            report[name]["expected_slower"] = reason
-
-
-# -- what applies where: one function per setting, shared by _prepare and expected_report ----------------
-
-
-def _gpu_capability(device, probe) -> tuple[int, int]:
-    gpu = probe.gpu(device.index)
-    if gpu is not None:
-        return gpu.compute_capability
-    import torch
-
-    return torch.cuda.get_device_capability(device)
-
-
-def _tf32_entry(config: OptimizationConfig, device, probe) -> dict[str, Any]:
-    is_cuda = device.type == "cuda"
-    if not config.tf32:
-        return _entry(False, False, "fp32 convolutions and matmuls forced to IEEE fp32" if is_cuda else "")
-    if is_cuda:
-        capability = _gpu_capability(device, probe)
-        if capability >= (8, 0):
-            return _entry(
-                True,
-                True,
-                f"convolutions and matmuls in TF32 (compute capability {capability[0]}.{capability[1]})",
-            )
-        where = f"this GPU is {capability[0]}.{capability[1]}"
-    else:
-        where = f"this run is on {device.type}"
-    return _entry(True, False, f"TF32 needs an NVIDIA GPU of compute capability 8.0+; {where}")
-
-
-def _autocast_entry(config: OptimizationConfig, device, probe) -> dict[str, Any]:
-    if not config.autocast:
-        return _entry(None, False)
-    ok, reason = _autocast_support(config.autocast, device, probe)
-    return _entry(config.autocast, ok, reason)
-
-
-def _attention_entry(config: OptimizationConfig, switched: int | None) -> dict[str, Any]:
-    """``switched``: how many attention blocks now use SDPA, or None when predicting without the model."""
-    if config.attention != "sdpa":
-        return _entry("default", False)
-    if switched == 0:
-        return _entry("sdpa", False, "the model has no attention blocks that can use SDPA")
-    count = "the model's" if switched is None else str(switched)
-    return _entry(
-        "sdpa", True, f"{count} attention block(s) use torch.nn.functional.scaled_dot_product_attention"
-    )
-
-
-def _unet_subpixel_entry(config: OptimizationConfig, rewritten: int | None) -> dict[str, Any]:
-    """``rewritten``: how many upsampling blocks became sub-pixel, or None when predicting without them."""
-    if not config.unet_subpixel:
-        return _entry(False, False)
-    if rewritten == 0:
-        return _entry(True, False, "the U-Net has no nearest-x2 + 3x3x3 upsampling convolution")
-    count = "the U-Net's" if rewritten is None else str(rewritten)
-    return _entry(
-        True,
-        True,
-        f"{count} upsampling block(s) as sub-pixel convolutions at the low resolution (nearest x2 + 3x3x3 "
-        "= eight 2x2x2 convolutions: the same result up to float rounding, about a third of their "
-        "multiply-adds)",
-    )
-
-
-def _quantization_support(config: OptimizationConfig, device) -> tuple[bool, str]:
-    """Whether ``config.quantization`` has kernels on ``device``: (True, int8 engine or fp8 note) or (False, why)."""
-    from engine import quantization as q
-
-    return q.fp8_support(device) if config.quantization == "fp8" else q.int8_support(device)
-
-
-def _expected_quantization_entry(config: OptimizationConfig, device) -> dict[str, Any]:
-    mode = config.quantization
-    if not mode:
-        return _entry(None, False)
-    ok, why = _quantization_support(config, device)
-    if not ok:
-        return _entry(mode, False, why)
-    if mode == "fp8":
-        plan = "Linear layers with fp8-compatible shapes in fp8 e4m3; convolutions keep their precision"
-    elif mode == "int8":
-        plan = f"U-Net Conv3d and Linear layers in int8 ({why} engine), calibrated when the model is prepared"
-    else:
-        plan = (
-            f"int8 except the layers needed to keep the volume within {config.psnr_budget_db:g} dB of fp32, "
-            "found by a calibration search when the model is prepared (slow the first time)"
-        )
-    return _entry(mode, True, plan)
-
-
-def _channels_last_entry(config: OptimizationConfig, device) -> dict[str, Any]:
-    if not config.channels_last_3d:
-        return _entry(False, False)
-    kept = _conv_keeps_channels_last(device)
-    return _entry(
-        True,
-        True,
-        "weights and inputs in NDHWC"
-        + (
-            ""
-            if kept
-            else (
-                f"; this build's Conv3d returns NCDHW on {device.type}, so activations fall back to NCDHW after each conv"
-            )
-        ),
-    )
-
-
-def _compile_entry(config: OptimizationConfig, device) -> dict[str, Any]:
-    if not config.compile_mode:
-        return _entry(None, False)
-    ok, why = _compile_support(device)
-    if not ok:
-        return _entry(config.compile_mode, False, why)
-    return _entry(
-        config.compile_mode,
-        True,
-        f"torch.compile(mode={config.compile_mode!r})"
-        + ("; no CUDA graphs off CUDA" if config.compile_mode != "default" and device.type != "cuda" else ""),
-    )
-
-
-def _cuda_graphs_entry(config: OptimizationConfig) -> dict[str, Any]:
-    if not config.cuda_graphs:  # when requested, check_combination has already refused it off CUDA
-        return _entry(False, False)
-    return _entry(True, True, "U-Net captured once per input shape, replayed each step")
-
-
-def _step_cache_entry(config: OptimizationConfig, levels: int | None) -> dict[str, Any]:
-    """``levels``: the U-Net's number of levels, or None when predicting without the model."""
-    if not config.step_caching:
-        return _entry(None, False)
-    k, level = config.step_cache_interval, config.step_cache_level
-    requested = f"every {k} steps, level {level}"
-    if levels == 0:
-        return _entry(
-            requested, False, "the denoiser is not a MONAI diffusion U-Net, which step caching needs"
-        )
-    return _entry(
-        requested,
-        True,
-        f"a full U-Net pass every {k} steps (the first of a run included); the steps between recompute the top "
-        f"{level} level(s) and reuse the deeper features of the last full pass (DeepCache-style; not exact: "
-        "its quality cost is measured against the uncached run by volsynth tune)",
-    )
-
-
-def _step_cached_call(unet, config: OptimizationConfig):
-    """(the step-cached per-step callable or None, its report entry); refuses a level the U-Net lacks."""
+def _step_cached_call(unet, config: OptimizationConfig, where: Where):
+    """(the step-cached per-step callable or None, its decision); refuses a level the U-Net lacks."""
     from engine.optimization.step_cache import StepCachedUNet, unet_levels
 
     levels = unet_levels(unet)
     if levels is None:
-        return None, _step_cache_entry(config, 0)
+        return None, step_cache_decision(config, dataclasses.replace(where, unet_levels=0))
     if config.step_cache_level > levels:
         raise InvalidRequest(
             f"step cache level {config.step_cache_level} is deeper than this U-Net's {levels} levels; "
             f"choose a level from 1 to {levels}"
         )
-    return StepCachedUNet(unet, config.step_cache_interval, config.step_cache_level), _step_cache_entry(
-        config, levels
-    )
-
-
-def _streamed_decode_entry(config: OptimizationConfig, has_decoder: bool) -> dict[str, Any]:
-    if not config.streamed_decode:
-        return _entry(False, False)
-    if not has_decoder:
-        return _entry(True, False, "pixel-space model: there is no decoder to stream")
-    return _entry(
-        True,
-        True,
-        "exact decode layer by layer in slabs (engine/models/streamed_decode.py): same result, at "
-        "most two full-resolution activations",
-    )
-
-
-_NO_DECODER = "pixel-space model: there is no decoder"
-
-
-def _decoder_autocast_entry(config: OptimizationConfig, device, has_decoder: bool, probe) -> dict[str, Any]:
-    dtype = config.decoder_autocast
-    if dtype is None:
-        return _entry(None, False)
-    if not has_decoder:
-        return _entry(dtype, False, _NO_DECODER)
-    if dtype == "fp32":
-        return _entry(dtype, True, f"the decoder in fp32 whatever the U-Net runs in; {SUBPIXEL_NOTE}")
-    ok, reason = _autocast_support(dtype, device, probe)
-    return _entry(dtype, ok, f"{reason} for the decoder; {SUBPIXEL_NOTE}" if ok else reason)
-
-
-def _expected_decoder_quantization_entry(
-    config: OptimizationConfig, device, has_decoder: bool
-) -> dict[str, Any]:
-    """What decoder quantization will do here; ``_apply_decoder_quantization`` replaces the reason."""
-    from engine import quantization as q
-
-    mode = config.decoder_quantization
-    if not mode:
-        return _entry(None, False)
-    if not has_decoder:
-        return _entry(mode, False, _NO_DECODER)
-    ok, why = q.int8_support(device)
-    if not ok:
-        return _entry(mode, False, why)
-    if mode == "int8":
-        plan = f"every decoder convolution in int8 ({why} engine), calibrated when the model is prepared"
-    else:
-        plan = (
-            f"decoder convolutions in int8 except those needed to keep the decoded volume within "
-            f"{config.decoder_psnr_budget_db:g} dB of fp32, found by a search on a calibration decode when the "
-            "model is prepared"
-        )
-    return _entry(mode, True, plan)
-
-
-def _decoder_channels_last_entry(config: OptimizationConfig, device, has_decoder: bool) -> dict[str, Any]:
-    if not config.decoder_channels_last:
-        return _entry(False, False)
-    if not has_decoder:
-        return _entry(True, False, _NO_DECODER)
-    if device.type != "cpu":
-        return _entry(
-            True,
-            True,
-            f"decoder weights and activations in NDHWC on {device.type} (measured faster only with oneDNN on "
-            "x86 CPUs so far)",
-        )
-    return _entry(
-        True,
-        True,
-        "decoder weights and activations in NDHWC: oneDNN's fp32, bf16 and int8 convolutions run faster "
-        "on it on x86 CPUs (the streamed decode stores its activations NDHWC)",
-    )
-
-
-def _autocast_support(dtype: str, device, probe) -> tuple[bool, str]:
-    if device.type == "cuda":
-        gpu = probe.gpu(device.index)
-        name = gpu.name if gpu is not None else str(device)
-        capability = _gpu_capability(device, probe)
-        if dtype == "bf16" and capability < (8, 0):
-            return False, (
-                f"{name} has no bf16 support (needs compute capability 8.0+; it is "
-                f"{capability[0]}.{capability[1]})"
-            )
-        return True, f"{dtype} autocast on {name}"
-    if device.type == "cpu":
-        cpu = probe.cpu
-        native = cpu.native_bf16 if dtype == "bf16" else cpu.native_fp16
-        kernels = "native" if native else "no native"
-        return True, f"{dtype} autocast on the CPU (oneDNN {cpu.onednn_isa}: {kernels} {dtype} kernels)"
-    if device.type == "mps":
-        return True, f"{dtype} autocast on Apple Metal"
-    return False, f"autocast is not supported on {device.type}"
-
-
-def _compile_support(device) -> tuple[bool, str]:
-    import torch
-
-    if not hasattr(torch, "compile"):
-        return False, "this PyTorch has no torch.compile"
-    if device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
-        return False, "torch.compile on the CPU needs a C++ compiler (g++ or clang++), none found"
-    if device.type == "mps":
-        return False, "torch.compile does not support Apple Metal for these networks yet"
-    return True, ""
+    decision = step_cache_decision(config, dataclasses.replace(where, unet_levels=levels))
+    return StepCachedUNet(unet, config.step_cache_interval, config.step_cache_level), decision
 
 
 def _use_sdpa(unet) -> int:
@@ -854,37 +457,23 @@ def _use_sdpa(unet) -> int:
 _CL_PROBE: dict[str, bool] = {}
 
 
-def _conv_keeps_channels_last(device) -> bool:
-    """Whether this build's Conv3d returns channels-last output for channels-last input on ``device``."""
-    import torch
-
-    key = device.type
-    if key not in _CL_PROBE:
-        conv = torch.nn.Conv3d(8, 8, 3, padding=1).to(device).to(memory_format=torch.channels_last_3d)
-        x = torch.zeros(1, 8, 4, 4, 4, device=device).contiguous(memory_format=torch.channels_last_3d)
-        with torch.inference_mode():
-            _CL_PROBE[key] = conv(x).is_contiguous(memory_format=torch.channels_last_3d)
-    return _CL_PROBE[key]
-
-
 # -- quantization ----------------------------------------------------------------------------------------
 
 
 def _apply_quantization(
-    model, unet, config: OptimizationConfig, device, report, details, before_int8=None
-) -> None:
-    """int8, fp8 or the mixed plan for the U-Net, in place. ``before_int8`` (if given) runs after the
-    calibration and the plan were measured on the plain U-Net and before its layers are replaced."""
+    model, unet, config: OptimizationConfig, device, decisions: Decisions, details, before_int8=None
+) -> Decision:
+    """int8, fp8 or the mixed plan for the U-Net, in place; returns what it did. ``before_int8`` (if given) runs
+    after the calibration and the plan were measured on the plain U-Net and before its layers are replaced."""
     from engine import quantization as q
 
     mode = config.quantization
-    ok, why = _quantization_support(config, device)  # the same check expected_report makes
+    ok, why = quantization_support(config, device)  # the same check expected_report makes
     if not ok:
-        report["quantization"] = _entry(mode, False, why)
-        return
+        return Decision(mode, False, why)
     if mode == "fp8":
         names = q.quantize_fp8(unet)
-        report["quantization"] = _entry(
+        return Decision(
             mode,
             bool(names),
             (
@@ -894,7 +483,6 @@ def _apply_quantization(
                 else "no Linear layer has fp8-compatible shapes"
             ),
         )
-        return
 
     candidates = q.candidate_layers(unet)
     calibration, cached = calibration_cache.calibrate(
@@ -914,7 +502,7 @@ def _apply_quantization(
             before_int8()
         done = q.quantize_int8(unet, calibration, candidates)
         convs = sum(1 for n in done if n in calibration.ranges)
-        report["quantization"] = _entry(
+        return Decision(
             mode,
             bool(done),
             (
@@ -924,21 +512,27 @@ def _apply_quantization(
                 "activations, attention and the decoder stay in floating point"
             ),
         )
-        return
-
-    _apply_mixed(model, unet, config, device, report, details, calibration, candidates, before_int8)
+    return _apply_mixed(model, unet, config, device, decisions, details, calibration, candidates, before_int8)
 
 
 def _apply_mixed(
-    model, unet, config: OptimizationConfig, device, report, details, calibration, candidates, before_int8
-) -> None:
+    model,
+    unet,
+    config: OptimizationConfig,
+    device,
+    decisions: Decisions,
+    details,
+    calibration,
+    candidates,
+    before_int8,
+) -> Decision:
     """The mixed plan: a sensitivity-ranked search for the fewest float layers that meet the PSNR budget.
     Trials run in the precision the prepared model will run in (kept layers run under autocast too); the
     budget is against the fp32 volume."""
     from engine import quantization as q
 
     mode = config.quantization
-    autocast = config.autocast if report["autocast"]["applied"] else None
+    autocast = config.autocast if decisions.autocast.applied else None
 
     def run_sample(trial_unet):
         return _run_calibration(model, trial_unet, device, decode=False, autocast=autocast)
@@ -983,7 +577,7 @@ def _apply_mixed(
     q.quantize_int8(unet, calibration, plan.quantized)
     details["mixed_plan"] = {**plan.record(), "from_cache": plan_cached, "search_s": search_s}
     if not plan.quantized and plan.float_psnr_db < config.psnr_budget_db:
-        report["quantization"] = _entry(
+        return Decision(
             mode,
             False,
             (
@@ -992,10 +586,9 @@ def _apply_mixed(
                 "autocast off"
             ),
         )
-        return
     achieved = "lossless" if math.isinf(plan.achieved_psnr_db) else f"{plan.achieved_psnr_db:.1f} dB"
     kept_dtype = autocast or "fp32"
-    report["quantization"] = _entry(
+    return Decision(
         mode,
         bool(plan.quantized),
         (
@@ -1012,11 +605,11 @@ def _apply_mixed(
     )
 
 
-def _decoder_dtype(config: OptimizationConfig, report) -> str | None:
+def _decoder_dtype(config: OptimizationConfig, decisions: Decisions) -> str | None:
     """The autocast dtype the prepared decoder runs in (None: fp32)."""
     if config.decoder_autocast is None:
-        return config.autocast if report["autocast"]["applied"] else None
-    if config.decoder_autocast == "fp32" or not report["decoder_autocast"]["applied"]:
+        return config.autocast if decisions.autocast.applied else None
+    if config.decoder_autocast == "fp32" or not decisions.decoder_autocast.applied:
         return None
     return config.decoder_autocast
 
@@ -1046,9 +639,10 @@ def decoder_calibration_latent(model, device):
 
 
 def _apply_decoder_quantization(
-    model, autoencoder, config: OptimizationConfig, device, report, details
-) -> None:
-    """Int8 (or the mixed plan) for the decoder's convolutions, calibrated on a decode of a crop."""
+    model, autoencoder, config: OptimizationConfig, device, decisions: Decisions, details
+) -> Decision:
+    """Int8 (or the mixed plan) for the decoder's convolutions, calibrated on a decode of a crop; returns what
+    it did."""
     import torch
     from torch import nn
 
@@ -1062,7 +656,7 @@ def _apply_decoder_quantization(
         if name.startswith("decoder.") or name == "post_quant_conv"
     ]
     latent = decoder_calibration_latent(model, device)
-    dtype = _decoder_dtype(config, report)
+    dtype = _decoder_dtype(config, decisions)
 
     def decode(ae, autocast: str | None = dtype):
         context = (
@@ -1094,14 +688,13 @@ def _apply_decoder_quantization(
         volume = decode(autoencoder)
         int8_db = psnr(reference, volume)
         details["decoder"]["int8_psnr_db"] = int8_db
-        report["decoder_quantization"] = _entry(
+        return Decision(
             mode,
             bool(done),
             f"{len(done)} decoder convolutions in int8 (static quint8 activations, per-channel qint8 weights, "
             f"{why} engine), calibrated on a {crop} latent crop (seed {CALIBRATION_SEED}); {int8_db:.1f} dB vs fp32 "
             "on that decode; GroupNorm and SiLU stay in floating point",
         )
-        return
     plan, plan_cached, search_s = calibration_cache.mixed_plan(
         autoencoder,
         {
@@ -1128,15 +721,14 @@ def _apply_decoder_quantization(
     details["decoder"]["mixed_plan"] = {**plan.record(), "from_cache": plan_cached, "search_s": search_s}
     kept_dtype = dtype or "fp32"
     if not plan.quantized and plan.float_psnr_db < config.decoder_psnr_budget_db:
-        report["decoder_quantization"] = _entry(
+        return Decision(
             mode,
             False,
             f"the decoded volume is already at {plan.float_psnr_db:.1f} dB vs fp32 with {kept_dtype} alone, below "
             f"the {config.decoder_psnr_budget_db:g} dB budget, and int8 only adds error; lower the budget",
         )
-        return
     achieved = "lossless" if math.isinf(plan.achieved_psnr_db) else f"{plan.achieved_psnr_db:.1f} dB"
-    report["decoder_quantization"] = _entry(
+    return Decision(
         mode,
         bool(plan.quantized),
         f"{len(plan.quantized)} of {len(candidates)} decoder convolutions int8 ({100 * plan.quantized_share:.0f}% of "
@@ -1161,7 +753,7 @@ def _run_calibration(model, unet, device, decode: bool, autocast: str | None = N
         autoencoder=model.autoencoder,
         config=OptimizationConfig(autocast=autocast),
         device=device,
-        report={"autocast": {"applied": autocast is not None}},
+        decisions=Decisions(autocast=Decision(autocast, autocast is not None)),
     )
     if not decode or model.autoencoder is None:
         plain.decode = lambda z: z  # the latent itself

@@ -1,13 +1,12 @@
 """The request and answer bodies as the OpenAPI schema describes them, and the refusal every error becomes.
 
 Numbers are JSON Schema's (never ``true`` or ``"1.5"``), ``OptimizationBody`` is made from
-``OptimizationConfig``'s fields so that a new setting is on the wire at once, and every refusal is an
+the optimization settings' rows (``SETTING_ROWS``) so that a new setting is on the wire at once, and every refusal is an
 ``ErrorBody`` with an engine error class (:class:`Refused`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Any, Literal
 
 from fastapi import HTTPException
@@ -60,32 +59,19 @@ def _whole(**constraints):
     return Annotated[int, Field(**constraints), BeforeValidator(_whole_number)]
 
 
-# The choices of OptimizationConfig's text settings, by field (constants of engine.api.optimization_config).
-_CHOICES = {
-    "autocast": "AUTOCAST_DTYPES",
-    "quantization": "QUANTIZATION_MODES",
-    "compile_mode": "COMPILE_MODES",
-    "attention": "ATTENTION_KERNELS",
-    "decoder_autocast": "DECODER_AUTOCAST_DTYPES",
-    "decoder_quantization": "DECODER_QUANTIZATION_MODES",
-}
-
-
-def _optimization_field(name: str, default: Any) -> tuple[Any, Any]:
-    """The pydantic type of one ``OptimizationConfig`` field, from its default and its choices."""
-    if isinstance(default, bool):
-        return StrictBool, default
-    if isinstance(default, int):  # whole-number settings (step caching): 3 and 3.0, never 2.5
-        top = optimization_config.STEP_CACHE_MAX_INTERVAL if name == "step_cache_interval" else 16
-        return _whole(ge=1, le=top), default
-    if isinstance(default, int | float):
-        return (_finite(ge=10.0, le=150.0) if name.endswith("psnr_budget_db") else _finite()), default
-    choices = getattr(optimization_config, _CHOICES.get(name, ""), None)
-    if choices:
-        named = tuple(c for c in choices if c is not None)
+def _optimization_field(row: optimization_config.SettingRow) -> tuple[Any, Any]:
+    """The pydantic type of one optimization setting, from its row: true/false, one of its values, a whole
+    number (3 and 3.0, never 2.5) or a finite number within its bounds."""
+    if row.is_switch:
+        return StrictBool, row.default
+    if row.values:
+        named = tuple(value for value in row.values if value is not None)
         kind = Literal[named]  # type: ignore[valid-type]
-        return (kind | None if None in choices else kind), default
-    return Annotated[str, StringConstraints(max_length=64)] | None, default
+        return (kind | None if None in row.values else kind), row.default
+    low, high = row.bounds or (None, None)
+    if row.whole:
+        return _whole(ge=low, le=high), row.default
+    return _finite(ge=low, le=high), row.default
 
 
 def _incompatible(fields) -> dict[str, Any]:
@@ -141,17 +127,19 @@ def _incompatible(fields) -> dict[str, Any]:
     return {"not": {"anyOf": cases}}
 
 
-# ``OptimizationConfig`` on the wire, made from its fields so that a new setting is on the wire at once.
-_OPTIMIZATION_FIELDS = {
-    f.name: _optimization_field(f.name, f.default)
-    for f in dataclasses.fields(optimization_config.OptimizationConfig)
-}
-OptimizationBody = create_model(
-    "OptimizationBody",
-    __config__=ConfigDict(extra="forbid", json_schema_extra=_incompatible(_OPTIMIZATION_FIELDS)),
-    __doc__="``OptimizationConfig`` on the wire (engine.api.optimization_config).",
-    **_OPTIMIZATION_FIELDS,
-)
+def optimization_body(rows=optimization_config.SETTING_ROWS) -> type[BaseModel]:
+    """``OptimizationConfig`` on the wire, one field per setting row, so that a new setting is on the wire at
+    once."""
+    fields = {row.name: _optimization_field(row) for row in rows}
+    return create_model(
+        "OptimizationBody",
+        __config__=ConfigDict(extra="forbid", json_schema_extra=_incompatible(fields)),
+        __doc__="``OptimizationConfig`` on the wire (engine.api.optimization_config).",
+        **fields,
+    )
+
+
+OptimizationBody = optimization_body()
 
 
 ConditionName = Annotated[str, StringConstraints(min_length=1, max_length=64)]

@@ -270,6 +270,19 @@ def test_the_headline_part_follows_what_each_setting_changes():
     assert headline_part(frozenset({"unet", "decoder"})) == headline_part(frozenset()) == END_TO_END
 
 
+def test_every_u_net_setting_changes_the_u_net_step():
+    """The U-Net's settings come from their rows: sub-pixel upsampling and step caching change the step too."""
+
+    def parts(b):
+        return changed_parts(OptimizationConfig(), OptimizationConfig.from_dict(b))
+
+    assert parts({"unet_subpixel": True}) == parts({"step_cache_interval": 2}) == {"unet"}
+    not_applied = {"unet_subpixel": {"requested": True, "applied": False, "reason": "no upsampling block"}}
+    assert changed_parts(
+        OptimizationConfig(), OptimizationConfig(unet_subpixel=True), report_b=not_applied
+    ) == (frozenset())
+
+
 def test_noisy_step_times_leave_the_headline_undecided(backend):
     import dataclasses
 

@@ -193,10 +193,13 @@ def test_subpixel_upsample_is_nearest_upsampling_then_the_convolution():
 
 
 def test_decoder_setting_info_describes_every_decoder_field_with_valid_values():
-    from engine.api.optimization_config import DECODER_DEFAULTS, DECODER_SETTING_INFO
+    from engine.api.optimization_config import DECODER, SETTING_ROWS
 
-    assert set(DECODER_SETTING_INFO) == set(DECODER_DEFAULTS)
-    for name, info in DECODER_SETTING_INFO.items():
-        assert info["label"] and info["tip"]
-        for _text, value in info.get("choices", []):
-            OptimizationConfig(**{name: value})  # every offered value is accepted
+    decoder_rows = [row for row in SETTING_ROWS if row.part == DECODER]
+    assert {row.name for row in decoder_rows} == {
+        n for n in OptimizationConfig().__dict__ if n.startswith("decoder_")
+    }
+    for row in decoder_rows:
+        assert row.label and row.tip
+        for _text, value in row.choices:
+            OptimizationConfig(**{row.name: value})  # every offered value is accepted

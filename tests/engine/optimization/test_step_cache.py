@@ -36,7 +36,6 @@ def test_interval_one_is_the_uncached_run_bit_for_bit(tiny_loaded, cpu):
             autoencoder=tiny_loaded.autoencoder,
             config=OptimizationConfig(),
             device=cpu,
-            report={},
             unet_call=wrapper,
         )
         assert torch.equal(_loop(through, tiny_loaded.spec), reference)
