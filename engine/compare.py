@@ -80,7 +80,7 @@ def _unet_part(v: dict[str, Any]) -> tuple:
     return (
         *(v[name] for name in _UNET_FIELDS),
         v["psnr_budget_db"] if v["quantization"] == "mixed" else None,
-        v["step_cache_level"] if v["step_cache_interval"] > 1 else None,
+        (v["step_cache_level"], v["step_cache_forecast"]) if v["step_cache_interval"] > 1 else None,
     )
 
 
@@ -291,7 +291,8 @@ class Comparison:
             frozenset({"unet", "decoder"}): "B's settings change the U-Net and the decoder",
         }.get(parts, "B's settings change nothing that applied here")
         a, b = self.a.result.request.optimization, self.b.result.request.optimization
-        if (a.step_cache_interval, a.step_cache_level) != (b.step_cache_interval, b.step_cache_level):
+        step_cache = ("step_cache_interval", "step_cache_level", "step_cache_forecast")
+        if any(getattr(a, name) != getattr(b, name) for name in step_cache):
             # Full and cached steps take different times: a median step says nothing of the schedule's mean.
             part, reason = END_TO_END, "step caching mixes full and cached steps, so the whole loop is judged"
         return Headline(part, reason, self.verdicts()[part], self.load_shift())

@@ -51,7 +51,7 @@ from app.core.optimization_presets import (
 )
 from app.core.session import AppState
 from app.eliding_combo_box import ElidingComboBox
-from engine.api.optimization_config import SETTING_ROWS
+from engine.api.optimization_config import SETTING_ROWS, SETTINGS
 from engine.errors import EngineError, InvalidRequest
 from engine.optimization.apply import OptimizationConfig
 
@@ -63,7 +63,9 @@ TIPS = setting_tips()
 # A row of the settings' grid per setting: a box where it has choices (in the rows' order), the PSNR budget of a
 # mixed quantization under its quantization's box, then a check box per true/false setting.
 COMBO_SETTINGS = tuple(row.name for row in SETTING_ROWS if row.choices)
-BOOL_SETTINGS = tuple(row.name for row in SETTING_ROWS if row.is_switch)
+BOOL_SETTINGS = tuple(row.name for row in SETTING_ROWS if row.is_switch and not row.choices)
+# Settings that refine another one (the step cache's level and forecast): enabled only while it is on.
+REFINES = {row.name: row.only_with for row in SETTING_ROWS if row.only_with}
 BUDGETS = {row.budget_of: row.name for row in SETTING_ROWS if row.budget_of}
 # The report entry saying whether each setting applied (the step-caching pair has one, under the interval).
 REPORT_ENTRY = {row.name: row.report_entry for row in SETTING_ROWS}
@@ -465,12 +467,15 @@ class OptimizationPanel(QWidget):
         for mode, budget in BUDGETS.items():
             self.budget_spins[budget].setEnabled(values[mode] == "mixed" and not self.state.job_running)
             self.labels[budget].setEnabled(self.budget_spins[budget].isEnabled())
-        # Likewise the step cache level means something only with step caching on.
-        level = self.combos["step_cache_level"]
-        level.setEnabled(
-            values["step_cache_interval"] > 1 and not self.state.job_running and not self._xla_server()
-        )
-        self.labels["step_cache_level"].setEnabled(level.isEnabled())
+        # Likewise a setting that refines another (the step cache's level) means something only with it on.
+        for name, refined in REFINES.items():
+            control = self.combos[name]
+            control.setEnabled(
+                values[refined] != SETTINGS[refined].default
+                and not self.state.job_running
+                and not self._xla_server()
+            )
+            self.labels[name].setEnabled(control.isEnabled())
 
     def _select_preset(self, values: dict[str, Any]) -> None:
         """Show which preset ``values`` are: a named one, "Fastest here" (kept while it still matches), Custom."""

@@ -51,6 +51,8 @@ class SettingRow:
         budget_of: a PSNR budget: the quantization setting it bounds (it means something only at "mixed").
         per_model: its speed and quality are the model's own (calibrated and measured per model): a front end
             drops it, with its budget, when the model changes.
+        only_with: the setting it refines, which must be on (not at its default) for this one to mean
+            anything: the app enables its control only then.
     """
 
     name: str
@@ -73,6 +75,7 @@ class SettingRow:
     kept_while: tuple[str, Any] | None = None
     budget_of: str = ""
     per_model: bool = False
+    only_with: str = ""
 
     def __post_init__(self) -> None:
         if not self.values and self.choices and not self.bounds:
@@ -269,7 +272,7 @@ SETTING_ROWS: tuple[SettingRow, ...] = (
         "Reuse the U-Net's deep features between full passes and recompute only the top levels (DeepCache): "
         "faster, not exact; its quality cost is measured by volsynth tune and python -m engine.bench.step_cache",
         1,
-        choices=(("Off (every step full)", 1), *((f"Full pass every {k} steps", k) for k in (2, 3, 4, 5))),
+        choices=(("Off (every step full)", 1), *((f"Full pass every {k} steps", k) for k in (2, 3, 4, 5, 6))),
         bounds=(1, STEP_CACHE_MAX_INTERVAL),
         whole=True,
         what="step cache interval",
@@ -291,6 +294,21 @@ SETTING_ROWS: tuple[SettingRow, ...] = (
         flag_note="at most the U-Net's number of levels",
         report_entry=None,  # reported with the interval, as one "step_cache" entry
         omitted_at_default=True,
+        only_with="step_cache_interval",
+    ),
+    SettingRow(
+        "step_cache_forecast",
+        "Cached features",
+        "What a cached step uses for the deep features: those of the last full pass as they are, or extrapolated "
+        "along their trend over the last two full passes (first-order forecasting: far closer to the uncached "
+        "run for the same speed)",
+        False,
+        choices=(("Held from the last full pass", False), ("Forecast from the last two", True)),
+        what="step cache forecast",
+        flag_note="with --step-cache-interval above 1",
+        report_entry=None,  # reported with the interval, as one "step_cache" entry
+        omitted_at_default=True,
+        only_with="step_cache_interval",
     ),
     SettingRow(
         "allow_slower",
@@ -333,6 +351,7 @@ class OptimizationConfig:
     unet_subpixel: bool = False
     step_cache_interval: int = 1
     step_cache_level: int = 1
+    step_cache_forecast: bool = False
     allow_slower: bool = False
 
     def __post_init__(self) -> None:
@@ -413,7 +432,11 @@ class OptimizationConfig:
             name
             for name, on in (
                 ("subpixel", self.unet_subpixel),
-                (f"cache:k{self.step_cache_interval}-l{self.step_cache_level}", self.step_caching),
+                (
+                    f"cache:k{self.step_cache_interval}-l{self.step_cache_level}"
+                    + ("-f" if self.step_cache_forecast else ""),
+                    self.step_caching,
+                ),
                 ("graphs", self.cuda_graphs),
                 ("streamed", self.streamed_decode),
             )
@@ -463,6 +486,11 @@ NAMED_SETTINGS: dict[str, dict[str, Any]] = {
     **{
         f"cache:k{k}-l{level}": {"step_cache_interval": k, "step_cache_level": level}
         for k, level in ((2, 1), (3, 1), (4, 1), (5, 1), (3, 2))
+    },
+    # ... with the cached feature forecast from the last two full passes ("-f").
+    **{
+        f"cache:k{k}-l1-f": {"step_cache_interval": k, "step_cache_level": 1, "step_cache_forecast": True}
+        for k in (3, 4, 5, 6)
     },
     "int8+subpixel": {"quantization": "int8", "unet_subpixel": True},
     "mixed+subpixel": {"quantization": "mixed", "psnr_budget_db": 40.0, "unet_subpixel": True},

@@ -43,6 +43,12 @@ DEMO_ROWS: dict[str, dict[str, Any]] = {
         f"cache:k{k}-l{level}": {"optimization": {"step_cache_interval": k, "step_cache_level": level}}
         for k, level in ((2, 1), (3, 1), (4, 1), (5, 1), (3, 2))
     },
+    **{
+        f"cache:k{k}-l1-f": {
+            "optimization": {"step_cache_interval": k, "step_cache_level": 1, "step_cache_forecast": True}
+        }
+        for k in (3, 4, 5, 6)
+    },
     "ddim-25": {"steps": 25},
     "ddim-20": {"steps": 20},
 }

@@ -433,7 +433,10 @@ def _step_cached_call(unet, config: OptimizationConfig, where: Where):
             f"choose a level from 1 to {levels}"
         )
     decision = step_cache_decision(config, dataclasses.replace(where, unet_levels=levels))
-    return StepCachedUNet(unet, config.step_cache_interval, config.step_cache_level), decision
+    cached = StepCachedUNet(
+        unet, config.step_cache_interval, config.step_cache_level, forecast=config.step_cache_forecast
+    )
+    return cached, decision
 
 
 def _use_sdpa(unet) -> int:

@@ -379,16 +379,21 @@ def step_cache_decision(config: OptimizationConfig, where: Where) -> Decision:
     if not config.step_caching:
         return Decision(None)
     k, level = config.step_cache_interval, config.step_cache_level
-    requested = f"every {k} steps, level {level}"
+    requested = f"every {k} steps, level {level}" + (", forecast" if config.step_cache_forecast else "")
     if where.unet_levels == 0:
         return Decision(
             requested, False, "the denoiser is not a MONAI diffusion U-Net, which step caching needs"
         )
+    reused = (
+        "extrapolate the deeper features linearly from the last two full passes"
+        if config.step_cache_forecast
+        else "reuse the deeper features of the last full pass"
+    )
     return Decision(
         requested,
         True,
         f"a full U-Net pass every {k} steps (the first of a run included); the steps between recompute the top "
-        f"{level} level(s) and reuse the deeper features of the last full pass (DeepCache-style; not exact: "
+        f"{level} level(s) and {reused} (DeepCache-style; not exact: "
         "its quality cost is measured against the uncached run by volsynth tune)",
     )
 

@@ -23,6 +23,7 @@ def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot,
     interval = panel.combos["step_cache_interval"]
     assert interval.currentData() == 1 and "DeepCache" in interval.toolTip()
     assert not panel.combos["step_cache_level"].isEnabled()  # no level to choose while caching is off
+    assert not panel.combos["step_cache_forecast"].isEnabled()
     interval.setFocus()
     for _ in range(2):  # Off -> every 2 -> every 3 steps
         qtbot.keyClick(interval, Qt.Key.Key_Down)
@@ -31,14 +32,20 @@ def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot,
     assert level.isEnabled()
     level.setFocus()
     qtbot.keyClick(level, Qt.Key.Key_Down)
+    forecast = panel.combos["step_cache_forecast"]
+    assert forecast.isEnabled() and forecast.currentText() == "Held from the last full pass"
+    forecast.setFocus()
+    qtbot.keyClick(forecast, Qt.Key.Key_Down)
 
     assert main_window.state.form.to_request().optimization == OptimizationConfig(
-        step_cache_interval=3, step_cache_level=2
+        step_cache_interval=3, step_cache_level=2, step_cache_forecast=True
     )
     assert panel.current_preset() == "Custom"
     qtbot.waitUntil(lambda: panel.marks["step_cache_interval"].text() != "", timeout=30_000)
     mark_tip = panel.marks["step_cache_interval"].toolTip()
-    assert mark_tip.startswith("Applies") and "every 3 steps" in mark_tip
+    assert (
+        mark_tip.startswith("Applies") and "every 3 steps" in mark_tip and "last two full passes" in mark_tip
+    )
 
     # Back to Off: nothing is requested and the mark goes.
     interval.setFocus()
@@ -46,4 +53,4 @@ def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot,
         qtbot.keyClick(interval, Qt.Key.Key_Up)
     assert main_window.state.form.to_request().optimization.step_cache_interval == 1
     qtbot.waitUntil(lambda: panel.marks["step_cache_interval"].text() == "", timeout=30_000)
-    assert not level.isEnabled()
+    assert not level.isEnabled() and not forecast.isEnabled()
