@@ -31,8 +31,9 @@ def register(sub) -> None:
         nargs="+",
         required=True,
         metavar="SETTING",
-        help="settings to judge against fp32, e.g. --settings fastest-here bf16 "
-        '\'{"quantization": "int8", "decoder_quantization": "int8"}\'',
+        help="settings to judge against fp32, e.g. --settings fastest-here bf16 cache:k4-l1-f "
+        '\'{"quantization": "int8", "decoder_quantization": "int8"}\', or a shorter schedule: steps:25 (fp32 on '
+        "25 steps against fp32 on the request's steps)",
     )
     parser.add_argument(
         "--contrast",
@@ -51,15 +52,27 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
+SCHEDULE_PREFIX = "steps:"  # --settings steps:25: fp32 on a schedule of 25 steps
+
+
 def settings_from_args(texts: list[str], model: str, allow_slower: bool = False) -> dict:
-    """label -> OptimizationConfig for ``--settings`` (bench row names, fastest-here, JSON objects)."""
+    """label -> ``Candidate`` for ``--settings``: bench row names, fastest-here and JSON objects (settings on the
+    request's schedule), ``steps:N`` (fp32 on a schedule of N steps)."""
     import dataclasses
 
+    from engine.api.optimization_config import OptimizationConfig
     from engine.cli._settings import FASTEST_HERE, parse_settings, settings_from_text
+    from engine.quality.run import Candidate
 
-    out = {}
+    out: dict[str, Candidate] = {}
     for text in texts:
-        if text.strip() == FASTEST_HERE:
+        steps = None
+        if text.strip().startswith(SCHEDULE_PREFIX):
+            label, count = text.strip(), text.strip().removeprefix(SCHEDULE_PREFIX)
+            if not count.isdigit() or not 1 <= int(count) <= 1000:
+                raise InvalidRequest(f"{label!r}: give the schedule's steps as a whole number, e.g. steps:25")
+            config, steps = OptimizationConfig(), int(count)
+        elif text.strip() == FASTEST_HERE:
             config = settings_from_text(text, model)
             label = f"fastest here ({config.summary()})"
         else:
@@ -70,7 +83,7 @@ def settings_from_args(texts: list[str], model: str, allow_slower: bool = False)
             config = dataclasses.replace(config, allow_slower=True)
         if label in out:
             raise InvalidRequest(f"setting {label!r} is named twice in --settings")
-        out[label] = config
+        out[label] = Candidate(config, steps)
     return out
 
 
@@ -117,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
     request = request_from_args(args)
     backend = backend_from_args(args)
     if not args.server:  # a refused setting fails now, not after the fp32 sets have run
-        for config in settings.values():
-            print_prediction(request.replace(optimization=config), args.device)
+        for candidate in settings.values():
+            print_prediction(request.replace(optimization=candidate.config), args.device)
     total = args.seeds * (2 + len(settings))
     print(
         f"quality: {total} volumes ({args.seeds} seeds x fp32 on two seed sets + {len(settings)} setting(s)); "

@@ -8,7 +8,8 @@ What it generates, for N seeds starting at ``request.seed``:
 
 - fp32 on seed set A (``seed .. seed + N - 1``): the reference, and half of the noise floor;
 - fp32 on seed set B (``seed + N .. seed + 2N - 1``): the other half of the noise floor;
-- each setting on seed set A.
+- each setting on seed set A; a ``Candidate`` with ``steps`` runs a shorter (or longer) schedule than the
+  request's, so fewer denoising steps are judged by the same rule as the optimization settings.
 
 Tissue volumes come from the model's own decoded tissue channels where it has them (GM, WM, CSF), otherwise from
 ``engine.anatomy.segment`` on each volume (the contrast from the request's modality); the record says which.
@@ -38,6 +39,19 @@ from engine.quality.measures import TISSUES
 
 MAX_SEEDS = 64
 REFERENCE = "fp32"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What a quality run judges against fp32 on the request's schedule: settings, and a number of steps when it
+    is a schedule of its own (``volsynth quality --settings steps:25``)."""
+
+    config: OptimizationConfig
+    steps: int | None = None
+
+
+def _candidate(value: OptimizationConfig | Candidate) -> Candidate:
+    return value if isinstance(value, Candidate) else Candidate(value)
 
 
 @dataclass
@@ -130,7 +144,7 @@ def _voxel_ml(affine: np.ndarray) -> float:
 def quality_run(
     backend: Backend,
     request: SamplingRequest,
-    settings: Mapping[str, OptimizationConfig],
+    settings: Mapping[str, OptimizationConfig | Candidate],
     seeds: int,
     *,
     contrast: str | None = None,
@@ -140,7 +154,8 @@ def quality_run(
     Args:
         backend: where to generate (local or an engine server).
         request: the request every volume shares but for its seed and settings; its seed starts set A.
-        settings: label -> settings to judge against fp32 (an fp32 entry is judged like any other).
+        settings: label -> settings (or a ``Candidate``: settings and a schedule) to judge against fp32 on the
+            request's schedule (an fp32 entry is judged like any other).
         seeds: N, the seeds a set (4 to 64: the rule needs 4; 16 gives a usable noise floor).
         contrast: the contrast segmentation assumes for models without tissue channels (default: from the
             request's modality, else T1w).
@@ -155,33 +170,51 @@ def quality_run(
     started = time.perf_counter()
     seeds_a = [request.seed + i for i in range(seeds)]
     seeds_b = [request.seed + seeds + i for i in range(seeds)]
-    plan = [
-        (REFERENCE + " (seeds A)", OptimizationConfig(), seeds_a),
-        (REFERENCE + " (seeds B)", OptimizationConfig(), seeds_b),
-    ]
-    plan += [(label, config, seeds_a) for label, config in settings.items()]
-    steps = request.steps or 0
+    candidates = {label: _candidate(value) for label, value in settings.items()}
+    reference = Candidate(OptimizationConfig())
+    plan = [(REFERENCE + " (seeds A)", reference, seeds_a), (REFERENCE + " (seeds B)", reference, seeds_b)]
+    plan += [(label, candidate, seeds_a) for label, candidate in candidates.items()]
     runs = sum(len(s) for _, _, s in plan)
+    # Progress counts denoising steps over every volume; schedules of their own make volumes differ in steps.
+    # The request's own schedule may be the model's default (steps 0): its length is known from the first
+    # volume's progress, which is an fp32 volume on that schedule.
+    default_steps = request.steps or None
+    steps_before = 0
+
+    def total_steps() -> int:
+        return sum(len(s) * (c.steps or default_steps or 1) for _, c, s in plan)
+
     volumes: dict[str, list[np.ndarray]] = {}
     maps: dict[str, list[dict[str, np.ndarray]]] = {}
     affine = None
     label_names: tuple[str, ...] = ()
     done = 0
-    for label, config, set_seeds in plan:
+    for label, candidate, set_seeds in plan:
         volumes[label], maps[label] = [], []
         for seed in set_seeds:
-            run = request.replace(seed=seed, optimization=config, preview_interval=0, batch_size=1)
+            run = request.replace(
+                seed=seed,
+                optimization=candidate.config,
+                steps=candidate.steps or request.steps,
+                preview_interval=0,
+                batch_size=1,
+            )
 
-            def each(progress: Progress, done: int = done, label: str = label, seed: int = seed):
-                total = max(progress.total, 1)
-                nonlocal steps
-                steps = steps or total
+            def each(
+                progress: Progress,
+                done: int = done,
+                label: str = label,
+                seed: int = seed,
+                before: int = steps_before,
+            ):
+                nonlocal default_steps
                 if progress.stage == "denoise":
+                    default_steps = default_steps or progress.total
                     return (
                         Progress(
                             "denoise",
-                            done * total + progress.step,
-                            runs * total,
+                            before + progress.step,
+                            total_steps(),
                             time.perf_counter() - started,
                             f"{label}, seed {seed} ({done + 1} of {runs} volumes)",
                         ),
@@ -201,6 +234,7 @@ def quality_run(
             maps[label].append(result.tissue_maps(0))
             affine, label_names = result.affine, result.label_names
             done += 1
+            steps_before += run.steps or default_steps or 0
     generated = time.perf_counter()
 
     voxel_ml = _voxel_ml(affine)
@@ -278,8 +312,8 @@ def quality_run(
         **common,
     )
     reports = {}
-    for index, label in enumerate(settings, start=1):
-        yield Progress("measure", index, len(settings) + 1, time.perf_counter() - started, label)
+    for index, label in enumerate(candidates, start=1):
+        yield Progress("measure", index, len(candidates) + 1, time.perf_counter() - started, label)
         reports[label] = quality_report(
             volumes[a_label],
             volumes[label],
@@ -305,6 +339,8 @@ def quality_run(
         },
         request={
             **request.replace(optimization=OptimizationConfig()).to_dict(),
-            "settings": {label: config.to_dict() for label, config in settings.items()},
+            "settings": {label: candidate.config.to_dict() for label, candidate in candidates.items()},
+            # Candidates with a schedule of their own: label -> steps (the others run the request's steps).
+            "schedules": {label: c.steps for label, c in candidates.items() if c.steps is not None},
         },
     )

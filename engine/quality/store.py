@@ -27,13 +27,16 @@ def quality_root() -> Path:
     return user_cache_dir() / "quality"
 
 
-def settings_key(config: Mapping[str, Any]) -> str:
-    """The key a verdict is kept under: the settings' fields that differ from fp32, sorted (allow_slower aside)."""
+def settings_key(config: Mapping[str, Any], steps: int | None = None) -> str:
+    """The key a verdict is kept under: the settings' fields that differ from fp32, sorted (allow_slower aside),
+    and the number of steps of a candidate with a schedule of its own."""
     from engine.api.optimization_config import OptimizationConfig
 
     values = OptimizationConfig.from_dict(dict(config)).to_dict()
     defaults = OptimizationConfig().to_dict()
     changed = {k: v for k, v in values.items() if v != defaults.get(k) and k != "allow_slower"}
+    if steps is not None:
+        changed["steps"] = steps
     return json.dumps(changed, sort_keys=True)
 
 
@@ -54,16 +57,16 @@ def save_run(run, fingerprint: str, model_key: str, created: str) -> Path:
     from engine.nifti.io import atomic_files
 
     verdicts = load(fingerprint, model_key)
-    settings = run.request.get("settings", {})
+    settings, schedules = run.request.get("settings", {}), run.request.get("schedules", {})
     for label, report in run.reports.items():
-        verdicts[settings_key(settings[label])] = {
+        verdicts[settings_key(settings[label], schedules.get(label))] = {
             "label": label,
             "verdict": report.verdict,
             "within_noise": report.within_noise,
             "seeds": len(run.seeds),
             "psnr_median_db": report.to_dict()["psnr_median_db"],
             "tissue_source": run.tissue_source,
-            "steps": run.request.get("steps"),
+            "steps": schedules.get(label, run.request.get("steps")),
             "guidance_scale": run.request.get("guidance_scale"),
             "created": created,
         }

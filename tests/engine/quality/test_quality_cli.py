@@ -50,6 +50,8 @@ def test_quality_writes_table_json_and_png(model_path_env, tmp_path, capsys, mon
         (["--settings", "bf16", "--json", "out.txt"], "--json needs a .json file name"),
         (["--settings", "bf16", "bf16"], "named twice"),
         (["--settings", "bf16", "--batch", "2"], "--batch does not apply"),
+        (["--settings", "steps:few"], "give the schedule's steps as a whole number"),
+        (["--settings", "steps:0"], "give the schedule's steps as a whole number"),
     ],
 )
 def test_bad_input_is_one_line(model_path_env, tmp_path, capsys, monkeypatch, args, message):
@@ -88,3 +90,28 @@ def test_cancel_closes_the_run_in_progress(registry):
         closed[-1] == 2 and len(closed) == 3
     )  # the third fp32 volume was cancelled mid-run, none started after
     assert all(e.stage != "measure" for e in events)
+
+
+def test_a_shorter_schedule_is_judged_like_a_setting(model_path_env, tmp_path, capsys, monkeypatch):
+    """``steps:N`` runs fp32 on N steps against fp32 on the request's steps, beside a setting; each volume's
+    steps count once in the progress, and the verdict is kept apart from fp32's own."""
+    monkeypatch.setenv("VOLSYNTH_QUALITY_DIR", str(tmp_path / "kept"))
+    from engine.quality import store
+
+    out_json = tmp_path / "q.json"
+    args = ["quality", "--model", "tiny-latent", "--seeds", "4", "--steps", "4"]
+    assert main([*args, "--settings", "steps:2", "cache:k3-l1-f", "--json", str(out_json)]) == 0
+    err = capsys.readouterr().err
+    # 4 + 4 fp32 volumes and 4 cached ones on 4 steps, 4 on 2 steps: 56 steps in all, the last one shown.
+    assert "56/56" in err
+    data = json.loads(out_json.read_text())
+    assert set(data["settings"]) == {"steps:2", "cache:k3-l1-f"}
+    assert data["request"]["schedules"] == {"steps:2": 2} and data["request"]["steps"] == 4
+    shorter = data["settings"]["steps:2"]
+    assert len(shorter["per_seed"]) == 4 and shorter["per_seed"][0]["psnr_db"] < 200  # not fp32 itself
+    kept_dir = tmp_path / "kept"
+    (kept_file,) = kept_dir.rglob("*.json")
+    verdicts = json.loads(kept_file.read_text())["verdicts"]
+    assert verdicts[store.settings_key({}, 2)]["steps"] == 2
+    assert verdicts[store.settings_key({}, 2)]["label"] == "steps:2"
+    assert store.settings_key({}) not in verdicts  # fp32 on the request's schedule was not judged
