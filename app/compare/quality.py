@@ -68,6 +68,14 @@ class QualityView(QWidget):
             "Seeds a set: fp32 runs on this many seeds twice (two seed sets, the noise floor) and each setting "
             "on the first set. 16 gives a usable noise floor; the rule needs at least 4."
         )
+        self.schedule_spin = QSpinBox()
+        self.schedule_spin.setRange(0, 1000)
+        self.schedule_spin.setSpecialValueText("none")
+        self.schedule_spin.setSuffix(" steps")
+        self.schedule_spin.setToolTip(
+            "Also judge a shorter schedule: fp32 on this many steps against fp32 on the Generate panel's steps, "
+            "by the same rule (fewer U-Net evaluations are faster but change the volume)"
+        )
         self.compute_button = QPushButton("Compute Quality Report")
         self.compute_button.setToolTip(
             "Judge A's and B's settings against fp32 over the seeds: tissue volumes, diversity, features, "
@@ -84,6 +92,8 @@ class QualityView(QWidget):
         top = QHBoxLayout()
         top.addWidget(QLabel("Seeds"))
         top.addWidget(self.seeds_spin)
+        top.addWidget(QLabel("Fewer steps"))
+        top.addWidget(self.schedule_spin)
         top.addWidget(self.compute_button)
         top.addWidget(self.cancel_button)
         top.addWidget(self.progress_bar, 1)
@@ -149,6 +159,12 @@ class QualityView(QWidget):
             self.progress_label.setText(str(exc))
             self.app.show_error("Cannot compute the quality report", str(exc))
             return False
+        if self.schedule_spin.value():
+            from engine.api.optimization_config import OptimizationConfig
+            from engine.quality.run import Candidate
+
+            steps = self.schedule_spin.value()
+            settings = {**settings, f"fp32, {steps} steps": Candidate(OptimizationConfig(), steps)}
         seeds = self.seeds_spin.value()
         self._volumes = seeds * (2 + len(settings))
         self._job = self.app.runner.start(

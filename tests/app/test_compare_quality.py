@@ -34,6 +34,10 @@ def _items(plot, kind: str) -> list:
 
 def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, tissue_window, quality):
     window, view = quality
+    assert view.schedule_spin.text() == "none"  # no shorter schedule unless asked for
+    view.schedule_spin.selectAll()
+    qtbot.keyClicks(view.schedule_spin, "1")  # the Generate panel's 2 steps, and a 1-step schedule beside
+    assert view.schedule_spin.value() == 1
     with qtbot.waitSignal(view.report_ended, timeout=240_000) as ended:
         qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
         assert tissue_window.state.job_running and not view.compute_button.isEnabled()
@@ -42,18 +46,21 @@ def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, tissu
     qtbot.waitUntil(lambda: not tissue_window.runner.jobs, timeout=10_000)
     assert not tissue_window.state.job_running and view.compute_button.isEnabled()
     run = view.run
-    assert list(run.reports) == ["B: bf16"] and run.seeds == [0, 1, 2, 3] and run.noise_seeds == [4, 5, 6, 7]
+    assert list(run.reports) == ["B: bf16", "fp32, 1 steps"]
+    assert run.seeds == [0, 1, 2, 3] and run.noise_seeds == [4, 5, 6, 7]
+    assert run.request["schedules"] == {"fp32, 1 steps": 1} and run.request["steps"] == 2
     assert run.tissue_source == "model"  # the tiny tissue model decodes its own GM/WM/CSF maps
     text = view.verdict_label.text()
     assert "S1 \u00b7 B: bf16" in text and "fp32, seeds B" in text and "seed-to-seed" in text
     assert run.reports["B: bf16"].verdict in text
-    for tissue in ("GM", "WM", "CSF"):  # fp32 A, fp32 B and bf16 side by side over the fp32 band
+    assert "S2 \u00b7 fp32, 1 steps" in text and run.reports["fp32, 1 steps"].verdict in text
+    for tissue in ("GM", "WM", "CSF"):  # fp32 A, fp32 B, bf16 and the 1-step schedule over the fp32 band
         plot = view.plots[tissue]
-        assert len(_items(plot, "ScatterPlotItem")) == 3 and len(_items(plot, "LinearRegionItem")) == 1
+        assert len(_items(plot, "ScatterPlotItem")) == 4 and len(_items(plot, "LinearRegionItem")) == 1
         ticks = plot.getAxis("bottom")._tickLevels[0]
-        assert [label for _, label in ticks] == ["fp32 A", "fp32 B", "S1"]
+        assert [label for _, label in ticks] == ["fp32 A", "fp32 B", "S1", "S2"]
     curves = _items(view.plots["psnr"], "PlotDataItem")
-    assert len(curves) == 1 and len(curves[0].yData) == 4
+    assert len(curves) == 2 and all(len(curve.yData) == 4 for curve in curves)
     assert "Done in" in view.progress_label.text()
 
 
