@@ -639,9 +639,12 @@ def _spawn(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
     return json.loads(result_file.read_text())
 
 
-def quality_block_for(model: str, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+def quality_block_for(
+    model: str, rows: list[tuple[str, dict[str, Any]]], schedules: dict[str, int] | None = None
+) -> dict[str, Any]:
     """The JSON's "quality" block: each row's cohort verdict kept by ``volsynth quality`` on this machine
-    (``engine.quality.store``), or the command that measures it."""
+    (``engine.quality.store``), or the command that measures it; ``schedules``: row name -> its steps, for the
+    rows that are shorter schedules."""
     from engine.machine.probe import probe_machine
     from engine.models.registry import ModelRegistry
     from engine.optimization.tune_store import model_key
@@ -651,7 +654,7 @@ def quality_block_for(model: str, rows: list[tuple[str, dict[str, Any]]]) -> dic
         key = model_key(ModelRegistry().get(model or None).weights_sha256())
     except Exception as exc:  # noqa: BLE001 - a synthetic bench model has no weights to key a verdict by
         return {"cohort": None, "reason": f"no kept verdicts for this model: {exc}"}
-    return quality_block(probe_machine().fingerprint(), key, rows, model)
+    return quality_block(probe_machine().fingerprint(), key, rows, model, schedules)
 
 
 def _host() -> dict[str, Any]:

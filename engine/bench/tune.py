@@ -126,6 +126,31 @@ def opt_in_rows() -> list[tuple[str, dict[str, Any]]]:
     return [(name, values) for name, values in NAMED_SETTINGS.items() if name.startswith("cache:")]
 
 
+# Shorter schedules (``volsynth tune --rows steps:25``): fp32 on fewer steps. Not run: projected from fp32's own
+# measured step and decode (the same kernels, fewer of them), and, like caching, advised only with a kept cohort
+# verdict that holds (``volsynth quality --settings steps:25``). Never the recommended settings: a schedule is
+# the request's steps, not an optimization setting.
+SCHEDULE_PREFIX = "steps:"
+
+
+def schedule_steps(rows: list[str] | None) -> tuple[list[int], list[str] | None]:
+    """(the schedules asked for in ``rows``, the other rows); with only schedules asked for, fp32 is measured."""
+    if not rows:
+        return [], rows
+    schedules, others = [], []
+    for name in rows:
+        if name.startswith(SCHEDULE_PREFIX):
+            count = name.removeprefix(SCHEDULE_PREFIX)
+            if not count.isdigit() or not 1 <= int(count) <= 1000:
+                raise InvalidRequest(
+                    f"tune row {name!r}: give the schedule's steps as a whole number, e.g. steps:25"
+                )
+            schedules.append(int(count))
+        else:
+            others.append(name)
+    return schedules, others or ["fp32"]
+
+
 def preset_rows() -> list[tuple[str, dict[str, Any]]]:
     """The app's named presets (app.core.optimization_presets mirrors these names), as rows."""
     from engine.api.optimization_config import NAMED_PRESETS
@@ -360,6 +385,7 @@ def tune(
     source = ModelRegistry().get(model or None)
     spec = source.spec
     probe = probe_machine()
+    schedules, rows = schedule_steps(rows)
     measured_rows, skipped = _select_rows(torch_device, spec, probe, rows)
     default_steps = spec.default_steps
     folder = Path(out_dir or tempfile.mkdtemp(prefix="volsynth-tune-"))
@@ -394,6 +420,9 @@ def tune(
     # 3. Summarise against fp32.
     created = datetime.now(UTC).isoformat(timespec="seconds")
     results = _summarise(workers, folder, default_steps, created)
+    fp32_row = next(r for r in results if r["name"] == "fp32")
+    fp32_worker = next(w for w in workers if w.name == "fp32")
+    results += [_schedule_row(fp32_row, fp32_worker, n, default_steps) for n in schedules]
     versions = tune_store.current_versions()
     result = {
         "format": tune_store.TUNE_FORMAT,
@@ -419,10 +448,13 @@ def tune(
 
     # The cohort verdicts `volsynth quality` kept for these rows here (per-seed PSNR/SSIM are in the rows).
     rows_now = [(r.get("name", ""), r.get("config") or {}) for r in result["rows"]]
-    result["quality"] = quality_block_for(model, rows_now)
-    # A row that trades fidelity (step caching) is recommended only with a kept verdict that holds.
+    shorter = {r["name"]: r["steps"] for r in result["rows"] if r.get("steps") is not None}
+    result["quality"] = quality_block_for(model, rows_now, shorter)
+    # A row that trades fidelity (step caching, a shorter schedule) is advised only with a kept verdict that holds.
     best = tune_store.recommendation(result)
     result["recommended"] = best["name"] if best else None
+    schedule = tune_store.schedule_advice(result)
+    result["shorter_schedule"] = schedule["name"] if schedule else None
     if save:
         result["path"] = str(tune_store.save_result(result))
     return result
@@ -633,6 +665,36 @@ def _summarise(
     return results
 
 
+def _schedule_row(fp32: dict[str, Any], worker: _RowWorker, steps: int, default_steps: int) -> dict[str, Any]:
+    """A shorter schedule's row, projected from fp32's measured runs: each run's mean step times ``steps``, plus
+    that run's decode (the same kernels, fewer of them), against the same runs at ``default_steps``."""
+    from engine.metrics.speed_verdict import paired_speed_verdict
+
+    reference = fp32["end_to_end_samples_s"]
+    samples = _e2e_samples(worker, steps)
+    return {
+        **{
+            k: fp32[k]
+            for k in ("step_ms_median", "step_ms_iqr", "decode_s_median", "decode_s_iqr", "measured")
+        },
+        "name": f"{SCHEDULE_PREFIX}{steps}",
+        "config": {},
+        "steps": steps,
+        "default_steps": default_steps,
+        "projected": f"{steps} of fp32's measured steps + its decode, against {default_steps} steps + the decode",
+        "runs": fp32["runs"],
+        "end_to_end_s": float(np.median(samples)),
+        "end_to_end_s_iqr": _iqr(samples),
+        "end_to_end_samples_s": samples,
+        "reference_end_to_end_samples_s": reference,
+        "one_off_s": 0.0,
+        "peak_rss_bytes": fp32["peak_rss_bytes"],
+        "end_to_end_verdict": paired_speed_verdict(reference, samples).to_dict("it", "fp32"),
+        "speedup_end_to_end": float(np.median(reference) / np.median(samples)),
+        "report": {},
+    }
+
+
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
@@ -677,7 +739,13 @@ def format_result(result: dict[str, Any]) -> str:
         psnr_text = (
             "exact" if psnr is not None and np.isinf(psnr) else f"{psnr:.1f}" if psnr is not None else "-"
         )
-        mark = "  <- recommended" if row["name"] == result.get("recommended") else ""
+        mark = (
+            "  <- recommended"
+            if row["name"] == result.get("recommended")
+            else "  <- shorter schedule that keeps the quality verdict"
+            if row["name"] == result.get("shorter_schedule")
+            else ""
+        )
         verdict = "ref" if row["name"] == "fp32" else row["end_to_end_verdict"]["verdict"]
         lines.append(
             f"{row['name']:34s} {row['step_ms_median']:8.1f} {row['step_ms_iqr']:6.1f} {row['decode_s_median']:8.2f} "

@@ -20,7 +20,11 @@ def register(sub) -> None:
     )
     parser.add_argument("--steps", type=int, default=4, help="steps per measured run, 1 warm-up (default 4)")
     parser.add_argument(
-        "--rows", default="", help="comma-separated rows to measure (default: every candidate)"
+        "--rows",
+        default="",
+        help="comma-separated rows to measure (default: every candidate); also the step-caching rows "
+        "(cache:k4-l1-f ...) and shorter schedules (steps:25: projected from fp32's measured steps), which are "
+        "advised only with a quality verdict kept by volsynth quality",
     )
     parser.add_argument(
         "--show", action="store_true", help="print the stored result for this machine, measure nothing"

@@ -110,6 +110,35 @@ def speed_verdict(
     a_med = np.median(a[rng.integers(0, len(a), size=(BOOTSTRAP_RESAMPLES, len(a)))], axis=1)
     b_med = np.median(b[rng.integers(0, len(b), size=(BOOTSTRAP_RESAMPLES, len(b)))], axis=1)
     low, high = (float(v) for v in np.percentile(a_med / b_med, [2.5, 97.5]))
+    return _decide(ratio, low, high, counts, min_effect, min_samples)
+
+
+def paired_speed_verdict(
+    reference_s: Sequence[float],
+    candidate_s: Sequence[float],
+    *,
+    min_effect: float = MIN_EFFECT,
+    min_samples: int = MIN_SAMPLES,
+) -> SpeedVerdict:
+    """The noise rule for a candidate projected from the reference's own runs (sample i of B computed from run i
+    of A, e.g. a shorter schedule from fp32's steps): the runs' load is shared, so the interval is the range of
+    the per-run ratios instead of a bootstrap of two independent sets."""
+    pairs = [
+        (x, y)
+        for x, y in zip(reference_s, candidate_s, strict=True)
+        if x is not None and y is not None and math.isfinite(x) and math.isfinite(y) and x > 0 and y > 0
+    ]
+    counts = (len(pairs), len(pairs))
+    if not pairs:
+        return SpeedVerdict("undecided", None, None, None, counts, min_effect, min_samples)
+    ratios = [x / y for x, y in pairs]
+    return _decide(float(np.median(ratios)), min(ratios), max(ratios), counts, min_effect, min_samples)
+
+
+def _decide(
+    ratio: float, low: float, high: float, counts: tuple[int, int], min_effect: float, min_samples: int
+) -> SpeedVerdict:
+    """The verdict from the ratio and its interval (module docstring, step 3)."""
     band = 1.0 + min_effect
     if min(counts) < min_samples:
         verdict = "undecided"

@@ -138,8 +138,9 @@ def quality_holds(row: Mapping[str, Any], result: Mapping[str, Any] | None = Non
 def recommendation(result: Mapping[str, Any] | None, min_psnr_db: float = DEFAULT_MIN_PSNR_DB):
     """The fastest measured row at or above ``min_psnr_db`` that the noise rule calls faster than fp32 end to
     end, or the fp32 row when none is (a setting measured slower, or not clearly faster, is never recommended).
-    A row that trades fidelity for speed (step caching, a shorter schedule) is recommended only when its quality
-    verdict holds (:func:`trades_fidelity`, :func:`quality_holds`).
+    A row that trades fidelity for speed (step caching) is recommended only when its quality verdict holds
+    (:func:`trades_fidelity`, :func:`quality_holds`); a shorter schedule is never the recommended settings (its
+    settings are fp32's), :func:`schedule_advice` says when one keeps the verdict.
 
     "Fastest" is the largest speed-up over the fp32 measured in the same run, side by side: a result merged
     from several runs (``volsynth tune --rows``) holds rows timed at different times, under different load,
@@ -159,6 +160,8 @@ def recommendation(result: Mapping[str, Any] | None, min_psnr_db: float = DEFAUL
     for row in rows:
         if row is fp32 or (row.get("end_to_end_verdict") or {}).get("verdict") != "faster":
             continue
+        if row.get("steps") not in (None, row.get("default_steps")):  # a schedule: schedule_advice weighs it
+            continue
         if trades_fidelity(row) and not quality_holds(row, result):
             continue
         psnr = row.get("psnr_db")
@@ -166,6 +169,23 @@ def recommendation(result: Mapping[str, Any] | None, min_psnr_db: float = DEFAUL
             continue
         bar = 0.0 if best is None else 1.0 if best is fp32 else speedup(best)
         if speedup(row) > bar:
+            best = row
+    return best
+
+
+def schedule_advice(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The fastest shorter-schedule row (``volsynth tune --rows steps:25``) that the noise rule calls faster than
+    fp32 and whose cohort quality verdict holds, or None: a schedule is advised with its measured cost, never
+    chosen silently (it is the request's steps, not a setting a preset can carry)."""
+    if not result:
+        return None
+    best = None
+    for row in result.get("rows", ()):
+        if row.get("steps") is None or not trades_fidelity(row) or not quality_holds(row, result):
+            continue
+        if (row.get("end_to_end_verdict") or {}).get("verdict") != "faster":
+            continue
+        if best is None or row.get("speedup_end_to_end", 0) > best.get("speedup_end_to_end", 0):
             best = row
     return best
 
@@ -180,7 +200,7 @@ def merge_results(stored: Mapping[str, Any] | None, new: Mapping[str, Any]) -> d
     ``reference_end_to_end_samples_s``), never against another run's fp32: rows of different runs were timed
     under different load. A row kept from an older format without samples keeps its verdict.
     """
-    from engine.metrics.speed_verdict import speed_verdict
+    from engine.metrics.speed_verdict import paired_speed_verdict, speed_verdict
 
     merged = json.loads(json.dumps(new, default=str))  # a copy, JSON-shaped like the stored file
     if stored and _same_measurement(stored, new):
@@ -191,11 +211,15 @@ def merge_results(stored: Mapping[str, Any] | None, new: Mapping[str, Any]) -> d
     for row in merged["rows"]:
         samples, reference = row.get("end_to_end_samples_s"), row.get("reference_end_to_end_samples_s")
         if row.get("name") != "fp32" and samples and reference:
-            verdict = speed_verdict(reference, samples)
+            # A projected row's samples come from fp32's own runs, one for one: judged as pairs.
+            judge = paired_speed_verdict if row.get("projected") else speed_verdict
+            verdict = judge(reference, samples)
             row["end_to_end_verdict"] = verdict.to_dict("it", "fp32")
             row["speedup_end_to_end"] = verdict.ratio
     best = recommendation(merged)
     merged["recommended"] = best["name"] if best else None
+    schedule = schedule_advice(merged)
+    merged["shorter_schedule"] = schedule["name"] if schedule else None
     return merged
 
 

@@ -78,30 +78,39 @@ def save_run(run, fingerprint: str, model_key: str, created: str) -> Path:
 
 
 def quality_block(
-    fingerprint: str, model_key: str, rows: Iterable[tuple[str, Mapping[str, Any]]], model: str = ""
+    fingerprint: str,
+    model_key: str,
+    rows: Iterable[tuple[str, Mapping[str, Any]]],
+    model: str = "",
+    schedules: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The "quality" block of a bench or tune JSON: per row (name, settings fields) the cohort verdict kept for
-    this machine and model, or None with the command that measures it; the per-seed PSNR/SSIM stay in the rows."""
+    this machine and model, or None with the command that measures it; the per-seed PSNR/SSIM stay in the rows.
+    ``schedules``: row name -> steps, for rows that are shorter schedules (kept under their steps)."""
     kept = load(fingerprint, model_key)
+    schedules = schedules or {}
     cohort, missing = {}, []
     for name, config in rows:
         try:
-            key = settings_key(config)
+            key = settings_key(config, schedules.get(name))
         except Exception:  # noqa: BLE001 - a row whose settings no longer parse is reported, not fatal
             cohort[name] = None
             continue
         cohort[name] = kept.get(key)
         if cohort[name] is None and key != "{}":
-            missing.append(name)
+            missing.append(f"steps:{schedules[name]}" if name in schedules else name)
     block: dict[str, Any] = {
         "per_seed": "psnr_db / ssim / max_abs_err of each row: one seed against fp32 on the same seed",
         "cohort": cohort,
         "rule": "engine/quality/__init__.py: within seed-to-seed variation, or shifts the distribution",
     }
     if missing:
+        from engine.api.optimization_config import NAMED_SETTINGS
+
         model_arg = f" --model {model}" if model else ""
+        # Names `volsynth quality --settings` takes as they are; a tune row of its own naming is a placeholder.
         block["measure"] = f"volsynth quality{model_arg} --seeds 16 --settings " + " ".join(
-            f"'{n}'" if n.replace("+", "").replace("_", "").isalnum() else f"'<settings of {n}>'"
+            f"'{n}'" if n in NAMED_SETTINGS or n.startswith("steps:") else f"'<settings of {n}>'"
             for n in missing
         )
     return block

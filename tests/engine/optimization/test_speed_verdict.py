@@ -53,3 +53,17 @@ def test_small_differences_are_never_called_faster():
 def test_verdict_is_reproducible():
     a, b = _noisy(1.0, 5, 0.2, 9), _noisy(0.8, 5, 0.2, 10)
     assert speed_verdict(a, b) == speed_verdict(a, b)
+
+
+def test_a_projection_from_the_same_runs_is_judged_as_pairs():
+    """Runs under different load (1 s, 3 s, 9 s) projected to 60 % of each: independent resampling sees the
+    load's spread and cannot call it, the pairs share their run's load and are 1.67x faster in every run."""
+    from engine.metrics.speed_verdict import paired_speed_verdict
+
+    reference = [1.0, 3.0, 9.0]
+    projected = [0.6 * t for t in reference]
+    assert speed_verdict(reference, projected).verdict == "undecided"
+    paired = paired_speed_verdict(reference, projected)
+    assert paired.verdict == "faster" and paired.low == pytest.approx(1 / 0.6)
+    assert paired_speed_verdict(reference, [0.99 * t for t in reference]).verdict == "same"
+    assert paired_speed_verdict([1.0, 2.0], [0.5, 1.0]).verdict == "undecided"  # too few runs

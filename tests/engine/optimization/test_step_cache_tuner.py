@@ -32,10 +32,15 @@ def test_a_fidelity_trading_row_needs_a_quality_verdict_that_holds():
         assert tune_store.recommendation({"rows": rows})["name"] == "int8"
     rows = [*base, _row("cache:k3-l1", 4.0, CACHED, WITHIN)]
     assert tune_store.recommendation({"rows": rows})["name"] == "cache:k3-l1"
-    # A shorter schedule is gated alike; the model's own default number of steps is not.
-    short = _row("ddim-25", 3.0, steps=25, default_steps=50)
+    # A shorter schedule is gated alike, and advised apart: its settings are fp32's, so it is never the
+    # recommended settings (a preset cannot carry a number of steps); the model's own default steps are not.
+    short = _row("steps:25", 3.0, steps=25, default_steps=50)
     assert tune_store.recommendation({"rows": [*base, short]})["name"] == "int8"
-    assert tune_store.recommendation({"rows": [*base, {**short, "quality": WITHIN}]})["name"] == "ddim-25"
+    assert tune_store.schedule_advice({"rows": [*base, short]}) is None
+    with_verdict = {"rows": [*base, {**short, "quality": WITHIN}]}
+    assert tune_store.recommendation(with_verdict)["name"] == "int8"
+    assert tune_store.schedule_advice(with_verdict)["name"] == "steps:25"
+    assert tune_store.schedule_advice({"rows": [*base, {**short, "quality": SHIFTS}]}) is None
     # The verdict volsynth quality kept for the row (the tune result's quality block) counts too.
     kept = {"rows": [*base, _row("cache:k3-l1", 4.0, CACHED)], "quality": {"cohort": {"cache:k3-l1": WITHIN}}}
     assert tune_store.recommendation(kept)["name"] == "cache:k3-l1"

@@ -266,3 +266,45 @@ def test_the_cli_estimates_then_measures_and_shows(model_path_env, tune_dir, cap
     assert "preset:Low memory" in out and "noise rule" in out
     assert main(["tune", "--model", "tiny-latent", "--show", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"][0]["name"] == "fp32"
+
+
+def test_a_shorter_schedule_row_is_projected_from_fp32_and_advised_only_with_a_kept_verdict(
+    tiny_models_dir, tune_dir, tmp_path, monkeypatch
+):
+    """``--rows steps:2``: fp32 is measured, the 2-step schedule projected from its steps and decode; it is
+    advised (never recommended as settings) once `volsynth quality` kept a verdict that holds for it."""
+    from engine.machine.probe import probe_machine
+    from engine.models.registry import ModelRegistry
+    from engine.quality import store
+
+    monkeypatch.setenv("VOLSYNTH_QUALITY_DIR", str(tmp_path / "quality"))
+    model = str(tiny_models_dir / "tiny-latent")
+    result = run(tune(model, "cpu", budget_s=3, steps=2, rows=["steps:2"]))
+    fp32, short = result["rows"]
+    assert (fp32["name"], short["name"]) == ("fp32", "steps:2")
+    assert short["steps"] == 2 and short["default_steps"] == 5 and short["config"] == {}
+    assert short["end_to_end_s"] < fp32["end_to_end_s"] and "projected" in short
+    assert result["shorter_schedule"] is None and result["recommended"] == "fp32"
+    assert "'steps:2'" in result["quality"]["measure"]  # the command that would judge it
+
+    key = tune_store.model_key(ModelRegistry([tiny_models_dir]).get("tiny-latent").weights_sha256())
+    kept = store.quality_root() / probe_machine().fingerprint() / f"{key}.json"
+    kept.parent.mkdir(parents=True)
+    verdict = {
+        "label": "steps:2",
+        "verdict": "within seed-to-seed variation",
+        "within_noise": True,
+        "steps": 2,
+    }
+    kept.write_text(json.dumps({"format": store.FORMAT, "verdicts": {store.settings_key({}, 2): verdict}}))
+    again = run(tune(model, "cpu", budget_s=3, steps=2, rows=["steps:2"]))
+    assert again["quality"]["cohort"]["steps:2"]["within_noise"] is True
+    # 2 of 5 steps: each fp32 sample less 3 of its steps, so the noise rule calls it faster.
+    assert (
+        next(r for r in again["rows"] if r["name"] == "steps:2")["end_to_end_verdict"]["verdict"] == "faster"
+    )
+    assert again["shorter_schedule"] == "steps:2"
+    assert "keeps the quality verdict" in format_result(again)
+    assert again["recommended"] == "fp32"  # a schedule is never the recommended settings
+    with pytest.raises(InvalidRequest, match="whole number"):
+        next(tune(model, "cpu", rows=["steps:many"]))
