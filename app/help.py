@@ -6,7 +6,7 @@ list shows it. The actions' rows are read from the window's own ``QAction`` obje
 time; the table's entries that no action carries (the slice views' keys, the mouse, the Compare window's
 keys) are listed as the table writes them.
 
-``install_help(window, menu)`` adds "Keyboard Shortcuts" (Ctrl+/) and "User Guide" (F1) to ``menu``.
+``HelpMenu(window, menu)`` adds "Keyboard Shortcuts" (Ctrl+/) and "User Guide" (F1) to ``menu``.
 """
 
 from __future__ import annotations
@@ -508,18 +508,3 @@ class IntendedUseNotice(QToolBar):
         self.settings.setValue(ACKNOWLEDGED_KEY, True)
         self.settings.sync()
         self.hide()
-
-
-def install_intended_use_notice(window, settings) -> IntendedUseNotice | None:
-    """Show the intended-use bar at the top of ``window`` unless the user acknowledged it before."""
-    if settings.value(ACKNOWLEDGED_KEY, False, type=bool):
-        return None
-    notice = IntendedUseNotice(settings, window)
-    window.addToolBar(Qt.ToolBarArea.TopToolBarArea, notice)
-    window.addToolBarBreak(Qt.ToolBarArea.TopToolBarArea)  # a row of its own: toolbars added later go below
-    return notice
-
-
-def install_help(window: QWidget, menu: QMenu) -> HelpMenu:
-    """Add User Guide (F1) and Keyboard Shortcuts (Ctrl+/) at the top of ``menu`` (the Help menu)."""
-    return HelpMenu(window, menu)

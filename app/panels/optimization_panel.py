@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Qt, Signal, SignalInstance
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -49,6 +49,8 @@ from app.core.optimization_presets import (
 )
 from app.core.session import AppState
 from app.eliding_combo_box import ElidingComboBox
+from app.panels.sampling_panel import SamplingPanel
+from app.services import AppServices
 from engine.api.optimization_config import DECODER_SETTING_INFO, STEP_CACHE_SETTING_INFO
 from engine.errors import EngineError, InvalidRequest
 from engine.optimization.apply import (
@@ -610,9 +612,15 @@ class OptimizationPanel(QWidget):
         self._update_enabled()
 
 
-def install_optimization_panel(window, measured: MeasuredSettings | None = None) -> OptimizationPanel:
-    """Give ``window`` (a ``MainWindow``) its Optimization section in the generation panel."""
-    panel = OptimizationPanel(window.state, window.settings, measured)
-    window.sampling_panel.add_section("Optimization", panel)
-    window.generation.about_to_start.connect(panel.check_before_run)
+def install_optimization_panel(
+    services: AppServices,
+    sampling_panel: SamplingPanel,
+    run_about_to_start: SignalInstance,
+    measured: MeasuredSettings | None = None,
+) -> OptimizationPanel:
+    """Give ``sampling_panel`` its Optimization section, checked when ``run_about_to_start`` says a run
+    (the generation's ``about_to_start``) is about to start."""
+    panel = OptimizationPanel(services.state, services.settings, measured)
+    sampling_panel.add_section("Optimization", panel)
+    run_about_to_start.connect(panel.check_before_run)
     return panel

@@ -75,7 +75,7 @@ class _Piece:
 
 
 class VaultController(QObject):
-    """The vault of one main window. Created by ``app.vault.install_vault(window)``.
+    """The vault of one main window. Created by ``app.vault.install_vault(services, ...)``.
 
     Signals (GUI thread): ``state_changed()`` when locked/unlocked/moved, ``items_changed(list)`` with the
     listed ``ItemInfo`` s, ``task_ended(name, outcome)`` after each background task's thread ended

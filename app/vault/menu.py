@@ -6,6 +6,8 @@ work while the menu is closed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
@@ -20,15 +22,19 @@ class VaultMenu(QMenu):
     Args:
         controller: The ``VaultController``.
         state: The session (``AppState``): the shown volume, and the volumes of the session list.
-        parent: The window the menu belongs to; its actions are added to it too, so their shortcuts work
-            while the menu is closed.
+        parent: The window the menu belongs to, and the parent of its actions.
+        add_window_action: Makes an action's keys work anywhere in that window; the actions with keys go
+            through it, so their shortcuts work while the menu is closed.
     """
 
-    def __init__(self, controller, state, parent: QWidget) -> None:
+    def __init__(
+        self, controller, state, parent: QWidget, add_window_action: Callable[[QAction], None]
+    ) -> None:
         super().__init__("V&ault", parent)  # Alt+V is View's
         self.controller = controller
         self._state = state
         self._owner = parent
+        self._add_window_action = add_window_action
         c = controller
         # What a first-time user looks for; "Unlock (or create)" and "Open Vault Folder..." hid it.
         self.new_action = self._add(
@@ -82,7 +88,7 @@ class VaultMenu(QMenu):
         action = QAction(text, self._owner)
         if shortcut_id:  # the keys come from the one table (app/shortcuts.py) Help lists
             set_shortcut(action, shortcut_id)
-            self._owner.addAction(action)  # shortcuts work while the menu is closed
+            self._add_window_action(action)  # shortcuts work while the menu is closed
         if tip:
             action.setStatusTip(tip)
         action.triggered.connect(slot)
