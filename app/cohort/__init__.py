@@ -12,7 +12,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
 from app.services import AppServices
-from app.shortcuts import set_shortcut
+from app.services.shortcuts import set_shortcut
 
 __all__ = ["CohortController", "install_cohort"]
 

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QWidget
 from app.compare.window import CompareServices, CompareWindow, ComparingBackend, difference_window
 from app.core.measured_settings import MeasuredSettings
 from app.services import AppServices
-from app.shortcuts import set_shortcut
+from app.services.shortcuts import set_shortcut
 
 __all__ = [
     "CompareController",

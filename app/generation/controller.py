@@ -1,7 +1,7 @@
 """The generation lifecycle of one main window: start a run from the form, show its progress and previews,
 add its volumes to the session, cancel it, and mark it on the Metrics dock.
 
-The worker (app/workers.py) drives the engine generator in its own thread; this controller lives in the GUI
+The worker (app/services/workers.py) drives the engine generator in its own thread; this controller lives in the GUI
 thread and only receives the worker's signals. Progress is shown in the Generate panel and in the status
 bar, so it stays visible whatever docks are open.
 """
@@ -22,12 +22,12 @@ from PySide6.QtWidgets import QProgressBar
 from app.core.generation_form import REMOTE_PREFIX
 from app.core.progress import QUIET_NOTE_S
 from app.core.volumes import preview_affine
-from app.eliding_label import ElidingLabel
 from app.panels.sampling_panel import SamplingPanel
 from app.services import AppServices
-from app.shortcuts import make_action
+from app.services.shortcuts import make_action
+from app.services.workers import Worker
 from app.viewer.tissue_toolbar import TISSUE_SHORTCUT
-from app.workers import Worker
+from app.widgets.eliding_label import ElidingLabel
 from engine.formatting import count_of
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QWidget
 from app.core.measured_settings import MeasuredSettings
 from app.panels.optimization_panel import OptimizationPanel
 from app.services import AppServices
-from app.shortcuts import SHORTCUTS, make_action
-from app.workers import Worker
+from app.services.shortcuts import SHORTCUTS, make_action
+from app.services.workers import Worker
 
 TUNE_SHORTCUT = SHORTCUTS["generate.measure"].keys
 JOB_NAME = "tune"

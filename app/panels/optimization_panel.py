@@ -48,9 +48,9 @@ from app.core.optimization_presets import (
     preset_values,
 )
 from app.core.session import AppState
-from app.eliding_combo_box import ElidingComboBox
 from app.panels.sampling_panel import SamplingPanel
 from app.services import AppServices
+from app.widgets.eliding_combo_box import ElidingComboBox
 from engine.api.optimization_config import DECODER_SETTING_INFO, STEP_CACHE_SETTING_INFO
 from engine.errors import EngineError, InvalidRequest
 from engine.optimization.apply import (

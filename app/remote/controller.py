@@ -28,7 +28,7 @@ from app.core.remote_connection import (
 )
 from app.panels.sampling_panel import SamplingPanel
 from app.services import AppServices
-from app.shortcuts import SHORTCUTS, set_shortcut
+from app.services.shortcuts import SHORTCUTS, set_shortcut
 from engine.errors import InvalidRequest
 from engine.formatting import count_of
 

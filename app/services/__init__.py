@@ -1,6 +1,7 @@
 """What a feature gets from the main window: ``AppServices``, built once by the window after its menus exist
 and handed to every ``install_X(services, ...)``; and the services themselves, below the features: the
-telemetry sources the Metrics dock switches between (``metrics_sources``).
+job runner, the backend pool and the one worker (``workers``), the one shortcut table Help lists
+(``shortcuts``), and the telemetry sources the Metrics dock switches between (``metrics_sources``).
 
 A feature reads the app through these typed fields only; it neither keeps nor reads the main window. The one
 field that is the window itself, ``parent``, is there as the Qt parent of the feature's actions, dialogs and
@@ -20,7 +21,7 @@ from PySide6.QtWidgets import QDockWidget, QMenu, QMenuBar, QToolBar, QWidget
 
 from app.core.session import AppState
 from app.services.metrics_sources import MetricsSources
-from app.workers import BackendPool, JobRunner
+from app.services.workers import BackendPool, JobRunner
 
 __all__ = ["AddDock", "AppServices", "WindowMenus"]
 

@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
 
 from app.core import vault_items as model
 from app.core.display import format_duration
-from app.theme import dot_icon
 from app.vault.dialogs import LOCKED_COLOUR, UNLOCKED_COLOUR, lock_icon, lock_pixmap
+from app.widgets.theme import dot_icon
 from engine.formatting import count_of
 
 KIND_COLOURS = {"scan": "#3d8fd6", "synthetic": "#c678dd"}  # as in the session list

@@ -67,7 +67,7 @@ class VaultController(QObject):
 
     Args:
         state: The app's session (``AppState``).
-        runner: Starts workers in threads (``app.workers.JobRunner``).
+        runner: Starts workers in threads (``app.services.workers.JobRunner``).
         settings: The app's QSettings (vault folder, auto-lock minutes, remembered folders).
         show_status: ``(text, timeout_ms=0)``, the window's status line.
         show_error: ``(title, message)``, the app's error dialog.

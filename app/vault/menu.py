@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
-from app.shortcuts import set_shortcut
+from app.services.shortcuts import set_shortcut
 from app.vault.dialogs import UNLOCKED_COLOUR, lock_icon
 
 
@@ -92,7 +92,7 @@ class VaultMenu(QMenu):
 
     def _add(self, text: str, slot, shortcut_id: str | None = None, tip: str = "") -> QAction:
         action = QAction(text, self._owner)
-        if shortcut_id:  # the keys come from the one table (app/shortcuts.py) Help lists
+        if shortcut_id:  # the keys come from the one table (app/services/shortcuts.py) Help lists
             set_shortcut(action, shortcut_id)
             self._add_window_action(action)  # shortcuts work while the menu is closed
         if tip:

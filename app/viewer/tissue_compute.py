@@ -22,11 +22,11 @@ from app.core.tissue_source import (
     segment_session_volume,
 )
 from app.core.volumes import VolumeEntry
-from app.eliding_label import ElidingLabel
 from app.services import AppServices
-from app.shortcuts import key_text, set_shortcut
+from app.services.shortcuts import key_text, set_shortcut
+from app.services.workers import Job, JobRunner, Worker
 from app.viewer.tissue_toolbar import TissueToolbar
-from app.workers import Job, JobRunner, Worker
+from app.widgets.eliding_label import ElidingLabel
 from engine.anatomy.segment import CONTRAST_LABELS
 from engine.errors import EngineError
 

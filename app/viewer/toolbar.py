@@ -28,9 +28,9 @@ from app.core.session import CONVENTIONS, AppState
 from app.core.slicing import INDEX_BASE
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry
 from app.services import AppServices
-from app.shortcuts import SHORTCUTS, indexed, set_shortcut
-from app.theme import CHECKED_TOOLBUTTON_STYLE
+from app.services.shortcuts import SHORTCUTS, indexed, set_shortcut
 from app.viewer.viewer_area import LAYOUTS, ViewerArea
+from app.widgets.theme import CHECKED_TOOLBUTTON_STYLE
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
     """A main window with its 3D view, like conftest's ``main_window_3d`` but not waiting to become the active
     window: under Xvfb (no window manager) a second 3D window in one process never does, and the screenshot
     needs no keyboard shortcuts."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     window = MainWindow(registry=registry, settings=qt_settings, enable_3d=True, preload_torch=False)
     qtbot.addWidget(window)
@@ -163,8 +163,8 @@ def test_the_vault_needs_no_main_window(qtbot, qt_settings, nibabel_data, tmp_pa
     from PySide6.QtWidgets import QWidget
 
     from app.core.session import AppState
+    from app.services.workers import JobRunner
     from app.vault.controller import VaultController
-    from app.workers import JobRunner
 
     parent = QWidget()
     qtbot.addWidget(parent)
@@ -1227,7 +1227,7 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 from pathlib import Path
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from engine.models.registry import ModelRegistry
 from engine.vault import KdfParams
 

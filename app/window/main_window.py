@@ -6,9 +6,9 @@ once after the menus exist; the feature-specific widgets and the other features'
 passed beside it. No feature keeps or reads the window. Adding a dock (metrics, vault browser, comparison)
 is one call: ``services.add_dock(widget, "Metrics", Qt.DockWidgetArea.RightDockWidgetArea)``; it appears
 under View > Panels and its place is saved with the window state. Work that takes time goes through
-``services.runner`` (see app/workers.py). The menus and tool
-bar are built in app/window_menus.py, the status bar in app/status_bar.py, the file commands in
-app/volume_files.py and the remembered settings in app/window_settings.py.
+``services.runner`` (see app/services/workers.py). The menus and tool bars are built in app/window/menus.py,
+the status bar in app/window/status_bar.py, the file commands in app/window/volume_files.py and the
+remembered settings in app/window/settings.py.
 """
 
 from __future__ import annotations
@@ -29,14 +29,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.about import AboutDialog
 from app.cohort import install_cohort
 from app.compare import install_compare
 from app.core.measured_settings import MeasuredSettings
 from app.core.recovery import RecoveryStore
 from app.core.session import AppState
 from app.docks.metrics_dock import MetricsDock
-from app.eliding_status_bar import ElidingStatusBar
 from app.generation import install_generation
 from app.generation.tuning import install_tuning
 from app.models import install_get_models
@@ -44,15 +42,16 @@ from app.panels.dock_width import widen_dock
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
-from app.recovery_bar import RecoveryBar, install_recovery
+from app.recovery.bar import RecoveryBar, install_recovery
 from app.remote import install_remote
 from app.services import AppServices
 from app.services.metrics_sources import MetricsSources
-from app.status_bar import WindowStatus
+from app.services.workers import BackendPool, JobRunner
 from app.vault import install_vault
 from app.viewer.viewer_area import ViewerArea
-from app.volume_files import NIFTI_FILTER, VolumeFiles
-from app.window_menus import (
+from app.widgets.eliding_status_bar import ElidingStatusBar
+from app.window.about import AboutDialog
+from app.window.menus import (
     add_generation_actions,
     build_actions,
     build_menus,
@@ -60,8 +59,9 @@ from app.window_menus import (
     sync_view_menu,
     sync_window_presets,
 )
-from app.window_settings import FORM_KEY, restore_window_settings, save_form, save_window_settings
-from app.workers import BackendPool, JobRunner
+from app.window.settings import FORM_KEY, restore_window_settings, save_form, save_window_settings
+from app.window.status_bar import WindowStatus
+from app.window.volume_files import NIFTI_FILTER, VolumeFiles
 
 __all__ = ["FORM_KEY", "NIFTI_FILTER", "AboutDialog", "MainWindow", "default_settings"]
 
@@ -361,7 +361,7 @@ class MainWindow(QMainWindow):
         self._update_title()
         self.status.show_volume(entry)
 
-    # -- files (app/volume_files.py) -----------------------------------------------------------------
+    # -- files (app/window/volume_files.py) -----------------------------------------------------------------
 
     def open_file_dialog(self) -> None:
         self.files.open_file_dialog()

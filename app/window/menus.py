@@ -2,7 +2,7 @@
 viewer's tool bars.
 
 ``build_menus`` returns the ``WindowMenus`` features add their entries to (through ``AppServices.menus``);
-the keys of every action come from ``app.shortcuts``.
+the keys of every action come from ``app.services.shortcuts``.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from app.core.intended_use import ACKNOWLEDGED_KEY
 from app.core.session import CONVENTIONS, RENDER_PRESETS
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS
 from app.generation import GenerationController
-from app.help import HelpMenu, IntendedUseNotice
 from app.services import AppServices, WindowMenus
-from app.shortcuts import indexed, make_action
+from app.services.shortcuts import indexed, make_action
 from app.viewer.tissue_compute import install_tissue_maps
 from app.viewer.toolbar import install_viewer_toolbar
+from app.window.help import HelpMenu, IntendedUseNotice
 from app.window.tool_bar_rows import ToolBarRows
 
 CONVENTION_LABELS = {

@@ -1,6 +1,6 @@
 """The Help menu: a keyboard shortcuts list and a short user guide, both as dialogs.
 
-Every shortcut is declared once, in ``app.shortcuts.SHORTCUTS``: the actions set their keys from it, and the
+Every shortcut is declared once, in ``app.services.shortcuts.SHORTCUTS``: the actions set their keys from it, and the
 list shows it. The actions' rows are read from the window's own ``QAction`` objects each time the list opens
 (menu path, text and every key sequence), so what is listed is what works even if a key is changed at run
 time; the table's entries that no action carries (the slice views' keys, the mouse, the Compare window's
@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.intended_use import ACKNOWLEDGED_KEY, INTENDED_USE_HEADLINE, INTENDED_USE_TEXT
-from app.shortcuts import (
+from app.services.shortcuts import (
     ID_PROPERTY,
     SHORTCUTS,
     SLICE_VIEWS,
@@ -46,14 +46,14 @@ from app.shortcuts import (
     listed_without_action,
     set_shortcut,
 )
-from app.shortcuts import VIEW3D_MOUSE as VIEW3D_MOUSE_WHERE
+from app.services.shortcuts import VIEW3D_MOUSE as VIEW3D_MOUSE_WHERE
 
 
 def _table_pairs(where: str) -> tuple[tuple[str, str], ...]:
     return tuple((entry.native_text(), entry.what) for entry in SHORTCUTS.values() if entry.where == where)
 
 
-# The keys a slice view handles itself, and the mouse: views of the one table (app/shortcuts.py).
+# The keys a slice view handles itself, and the mouse: views of the one table (app/services/shortcuts.py).
 # tests/app/test_help.py sends each of VIEWER_KEYS to a real slice view and fails if the view ignores it.
 VIEWER_KEYS: tuple[tuple[str, str], ...] = _table_pairs(SLICE_VIEWS)
 VIEWER_MOUSE: tuple[tuple[str, str], ...] = _table_pairs(SLICE_VIEWS_MOUSE)
