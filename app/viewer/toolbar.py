@@ -1,9 +1,9 @@
 """The viewer's tool bar: window/level (preset, or typed W and L), orientation, interpolation, crosshair,
 fit, and the time point of a 4D file; beside it, the tissue overlay's bar (app/viewer/tissue_toolbar.py).
 
-``install_viewer_toolbar(services, viewer)`` puts it and the tissue overlay's bar on the main window (each on the row
-before it when they fit, on a row of its own otherwise, so no control ever hides behind an overflow arrow)
-and loads another time point of a 4D file in the background when the user picks one.
+``install_viewer_toolbar(services, viewer)`` puts it and the tissue overlay's bar on the main window (each
+on the row before it when they fit, on a row of its own otherwise, so no control ever hides behind an
+overflow arrow) and loads another time point of a 4D file in the background when the user picks one.
 """
 
 from __future__ import annotations
@@ -311,9 +311,8 @@ class _ViewerToolbarController(QObject):
             )
 
     def _on_time_point_failed(self, entry: VolumeEntry, message: str) -> None:
-        self.toolbar._on_state_shown_changed(
-            self.services.state.shown
-        )  # the field goes back to what is shown
+        # the field goes back to what is shown
+        self.toolbar._on_state_shown_changed(self.services.state.shown)
         self.services.show_error("Cannot read that time point", message)
 
 

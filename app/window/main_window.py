@@ -222,9 +222,8 @@ class MainWindow(QMainWindow):
         # Generate > Connect to Engine Server: remote devices (app/remote)
         self.remote = install_remote(self.services, self.sampling_panel)
         self.cohort = install_cohort(self.services)  # Generate > Cohort...: many volumes on Ray (app/cohort)
-        self.get_models = install_get_models(
-            self.services
-        )  # Generate > Get Models...: real models from their hubs
+        # Generate > Get Models...: real models from their hubs
+        self.get_models = install_get_models(self.services)
         # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
         self.recovery = install_recovery(self.services, recovery or RecoveryStore(), self.recovery_bar)
         # Quitting without closing the window (app.quit(), a session logout) is still a clean exit.
