@@ -1,7 +1,7 @@
 """Start VolSynth Studio: ``volsynth-studio`` or ``python -m app``.
 
 ``--measure-startup`` prints the time from process start to a painted, usable window (and to the 3D view
-being ready), then quits: the number the startup benchmark (app/bench_startup.py) collects.
+being ready), then quits: the number the startup benchmark (app/bench/startup.py) collects.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def open_window(args: argparse.Namespace, **window_options):
     """The shown main window with the command line's files opening (``window_options`` go to MainWindow)."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     window = MainWindow(enable_3d=not args.no_3d, **window_options)
     window.show()
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("VolSynth Studio")
     app.setApplicationDisplayName("VolSynth Studio")
 
-    from app.theme import apply_dark_theme
+    from app.widgets.theme import apply_dark_theme
 
     apply_dark_theme(app)
     window = open_window(args)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def leave(code: int) -> int:
     """The exit code to return, or exit at once when an abandoned run's thread still runs."""
-    from app.workers import abandoned_threads_running
+    from app.services.workers import abandoned_threads_running
 
     left = abandoned_threads_running()
     if left or os.environ.get("VOLSYNTH_HARD_EXIT"):
@@ -168,7 +168,7 @@ def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
     def ended(outcome: str) -> None:
         window._demo_outcome = outcome
         print(f"demo: generation {outcome} ({window.sampling_panel.progress_label.text()})", flush=True)
-        if outcome == "finished":  # what the overhead benchmark (app/bench_app_overhead.py) reads
+        if outcome == "finished":  # what the overhead benchmark (app/bench/app_overhead.py) reads
             run = dict(window.generation.last_run, threads_cpu_s=thread_cpu_since(threads_at_start))
             print(f"demo: run {json.dumps(run)}", flush=True)
         QTimer.singleShot(2000, screenshot)  # let the 3D view render the finished volume

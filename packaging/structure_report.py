@@ -14,9 +14,15 @@ product's code (``engine/`` and ``app/``; tests left out), by these rules:
   string ``"setting"`` or the string of its command-line flag ``"--setting-name"``. Words in comments and
   prose do not count, so a generic name (``attention``) is not counted from its English use.
 * **Window attributes read by features.** In every ``install_*`` function under ``app/`` whose first
-  parameter is ``window`` (the main window), the attributes read off it; then, wherever it hands that window on (an argument to a
-  function or class defined in ``app/``), the attributes that code reads off the parameter receiving it,
-  or off ``self.NAME`` where ``__init__`` keeps it, following further hand-offs the same way.
+  parameter is ``window`` (the main window), the attributes read off it; in every one whose first
+  parameter is ``services`` (the app's services, app/services), the attributes read off its field that is
+  the main window (``services.parent``). Then, wherever it hands the window or the services on (an
+  argument to a function or class defined in ``app/``), the same reads in that code off the parameter
+  receiving it, or off ``self.NAME`` where ``__init__`` keeps it, or off a local name it is assigned to,
+  following further hand-offs the same way. Added to those: reads of an attribute the main window has
+  (``MainWindow``'s methods and class attributes, what its code sets on ``self`` or on a ``window``
+  parameter) through ``X.window()``, ``X.parent()``, ``X.parentWidget()`` and the like, anywhere in
+  ``app/`` outside the window's own code (``app/window/`` and the module of ``MainWindow``).
 * **Private reaches into the vault.** ``vault_reaches(rev)`` of ``packaging/structure/vault_reaches.py``
   (its docstring has the rule): ``OBJ._name`` on a vault object from the vault's operation modules, and
   the same rule over the rest of the code.
@@ -43,6 +49,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CODE_FOLDERS = ("engine", "app")
 CONFIG_PATH = "engine/api/optimization_config.py"
 VAULT_REACHES = ROOT / "packaging" / "structure" / "vault_reaches.py"
+MAIN_WINDOW_CLASS = "MainWindow"
+WINDOW_PACKAGE = "app/window"  # the main window's own code: it may read the window
+WINDOW_FIELD = "parent"  # the field of the app's services (app/services) that is the main window itself
+PARENT_CALLS = frozenset({"window", "parent", "parentWidget", "nativeParentWidget", "topLevelWidget"})
 
 
 # -- reading a revision -----------------------------------------------------------------------------------
@@ -163,15 +173,22 @@ def _receiving_param(
     return None
 
 
-def _is_holder(node: ast.expr, holder: str, self_attrs: set[str]) -> bool:
-    if isinstance(node, ast.Name):
-        return node.id == holder
-    return (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-        and node.attr in self_attrs
-    )
+@dataclass
+class _Refs:
+    """The names (parameters, local aliases) and ``self.NAME`` attributes that hold one object."""
+
+    names: set[str] = field(default_factory=set)
+    self_attrs: set[str] = field(default_factory=set)
+
+    def holds(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.names
+        return (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and node.attr in self.self_attrs
+        )
 
 
 @dataclass
@@ -180,47 +197,78 @@ class _WindowReads:
     handed_to: set[str] = field(default_factory=set)
 
 
+def _is_window(node: ast.expr, window: _Refs, services: _Refs) -> bool:
+    """``node`` is the main window: a reference to it, or the services' field that is the window."""
+    return window.holds(node) or (
+        isinstance(node, ast.Attribute) and node.attr == WINDOW_FIELD and services.holds(node.value)
+    )
+
+
 def _reads_in(
     bodies: list[ast.AST],
-    holder: str,
-    self_attrs: set[str],
+    window: _Refs,
+    services: _Refs,
     definitions: dict[str, list[_Callable]],
     reads: _WindowReads,
-    seen: set[tuple[str, str]],
+    seen: set[tuple[str, str, str]],
 ) -> None:
-    """Attributes read off the window (``holder``, or ``self.X`` for X in ``self_attrs``) in ``bodies``,
-    following the calls that hand it on."""
+    """Attributes read off the main window in ``bodies``: off ``window``, or off the ``WINDOW_FIELD`` of
+    ``services`` (and off local names either is assigned to), following the calls that hand either on."""
+    window = _Refs(set(window.names), set(window.self_attrs))
+    services = _Refs(set(services.names), set(services.self_attrs))
+    for body in bodies:  # local aliases: ``parent = services.parent``, ``app = services``
+        for node in ast.walk(body):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
+                if _is_window(node.value, window, services):
+                    window.names.add(node.targets[0].id)
+                elif services.holds(node.value):
+                    services.names.add(node.targets[0].id)
     for body in bodies:
         for node in ast.walk(body):
-            if isinstance(node, ast.Attribute) and _is_holder(node.value, holder, self_attrs):
+            if isinstance(node, ast.Attribute) and _is_window(node.value, window, services):
                 if isinstance(node.ctx, ast.Load):
                     reads.attrs.add(node.attr)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                handed = [
-                    a
-                    for a in (*node.args, *(k.value for k in node.keywords))
-                    if _is_holder(a, holder, self_attrs)
-                ]
-                for target in definitions.get(node.func.id, []) if handed else []:
-                    for given in handed:
-                        _follow(target, node, given, definitions, reads, seen)
+                for given in (*node.args, *(k.value for k in node.keywords)):
+                    kind = (
+                        "window"
+                        if _is_window(given, window, services)
+                        else "services"
+                        if services.holds(given)
+                        else None
+                    )
+                    for target in definitions.get(node.func.id, []) if kind else []:
+                        _follow(target, node, given, kind, definitions, reads, seen)
 
 
 def _follow(
     target: _Callable,
     call: ast.Call,
     given: ast.expr,
+    kind: str,
     definitions: dict[str, list[_Callable]],
     reads: _WindowReads,
-    seen: set[tuple[str, str]],
+    seen: set[tuple[str, str, str]],
 ) -> None:
+    """Reads in ``target``, called by ``call`` with ``given`` (the window, or the services: ``kind``)."""
+
+    def refs(names: set[str], self_attrs: set[str]) -> tuple[_Refs, _Refs]:
+        held = _Refs(names, self_attrs)
+        return (held, _Refs()) if kind == "window" else (_Refs(), held)
+
     if isinstance(target.node, ast.FunctionDef):
         param = _receiving_param(target.node, call, given, skip_self=False)
-        if param is None or (target.node.name, param) in seen:
+        if param is None or (target.node.name, param, kind) in seen:
             return
-        seen.add((target.node.name, param))
-        reads.handed_to.add(f"{target.node.name}()")
-        _reads_in([target.node], param, set(), definitions, reads, seen)
+        seen.add((target.node.name, param, kind))
+        before = len(reads.attrs)
+        _reads_in([target.node], *refs({param}, set()), definitions, reads, seen)
+        if kind == "window" or len(reads.attrs) > before:
+            reads.handed_to.add(f"{target.node.name}()")
         return
     init = next(
         (n for n in target.node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None
@@ -228,9 +276,9 @@ def _follow(
     if init is None:
         return
     param = _receiving_param(init, call, given, skip_self=True)
-    if param is None or (target.node.name, param) in seen:
+    if param is None or (target.node.name, param, kind) in seen:
         return
-    seen.add((target.node.name, param))
+    seen.add((target.node.name, param, kind))
     kept = {
         t.attr
         for n in ast.walk(init)
@@ -239,38 +287,101 @@ def _follow(
         if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
     }
     before = len(reads.attrs)
-    _reads_in([init], param, set(), definitions, reads, seen)
+    _reads_in([init], *refs({param}, set()), definitions, reads, seen)
     if kept:
-        _reads_in(list(target.node.body), "\0", kept, definitions, reads, seen)
-    if kept or len(reads.attrs) > before:
+        _reads_in(list(target.node.body), *refs(set(), kept), definitions, reads, seen)
+    if (kind == "window" and kept) or len(reads.attrs) > before:
         reads.handed_to.add(target.node.name)
 
 
-def window_reads(source: Source) -> dict[str, _WindowReads]:
-    definitions = _definitions(source)
-    features: dict[str, _WindowReads] = {}
-    for path in source.under("app"):
-        for node in ast.walk(source.tree(path)):
-            if (
-                isinstance(node, ast.FunctionDef)
-                and node.name.startswith("install_")
-                and _params(node)[:1] == ["window"]
-            ):
-                reads = _WindowReads()
-                _reads_in(list(node.body), _params(node)[0], set(), definitions, reads, set())
-                features[f"{path}:{node.name}"] = reads
-    return features
-
-
-def installers_without_window(source: Source) -> dict[str, str]:
-    """``install_*`` functions of ``app/`` whose first parameter is not the window: name -> that parameter."""
-    found: dict[str, str] = {}
+def _installers(source: Source) -> Iterator[tuple[str, ast.FunctionDef]]:
     for path in source.under("app"):
         for node in ast.walk(source.tree(path)):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("install_"):
-                first = (_params(node) or ["(none)"])[0]
-                if first != "window":
-                    found[f"{path}:{node.name}"] = first
+                yield f"{path}:{node.name}", node
+
+
+def window_reads(source: Source) -> dict[str, _WindowReads]:
+    """Per ``install_*`` function handed the window or the services (first parameter ``window`` or
+    ``services``): the main window's attributes it and the code it hands them to read."""
+    definitions = _definitions(source)
+    features: dict[str, _WindowReads] = {}
+    for name, node in _installers(source):
+        first = (_params(node) or [""])[0]
+        if first not in ("window", "services"):
+            continue
+        held = _Refs({first}, set())
+        window, services = (held, _Refs()) if first == "window" else (_Refs(), held)
+        reads = _WindowReads()
+        _reads_in(list(node.body), window, services, definitions, reads, set())
+        features[name] = reads
+    return features
+
+
+def _main_window_names(source: Source) -> tuple[set[str], set[str]]:
+    """The attributes the main window has (its class's methods and class attributes, what its methods set
+    on ``self``, what any function sets on a parameter named ``window``), and the files defining it."""
+    names: set[str] = set()
+    homes: set[str] = set()
+    for path in source.under("app"):
+        for node in ast.walk(source.tree(path)):
+            if isinstance(node, ast.ClassDef) and node.name == MAIN_WINDOW_CLASS:
+                homes.add(path)
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef):
+                        names.add(item.name)
+                    elif isinstance(item, ast.Assign | ast.AnnAssign):
+                        targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                        names.update(t.id for t in targets if isinstance(t, ast.Name))
+                names.update(_set_on(node, "self"))
+            elif isinstance(node, ast.FunctionDef) and "window" in _params(node):
+                names.update(_set_on(node, "window"))
+    return names, homes
+
+
+def _set_on(node: ast.AST, holder: str) -> set[str]:
+    return {
+        target.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Assign | ast.AnnAssign)
+        for target in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == holder
+    }
+
+
+def parent_chain_reads(source: Source) -> list[str]:
+    """Reads of the main window's attributes through ``X.window()``, ``X.parent()``, ``X.parentWidget()``
+    (and the like) anywhere in ``app/`` outside the window's own code (``app/window/`` and the module of
+    ``MainWindow``): ``path:line name``, one per read."""
+    names, homes = _main_window_names(source)
+    found: list[tuple[str, int, str]] = []
+    for path in source.under("app"):
+        if path in homes or path.startswith(WINDOW_PACKAGE + "/"):
+            continue
+        for node in ast.walk(source.tree(path)):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and node.attr in names
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr in PARENT_CALLS
+                and not node.value.args
+            ):
+                found.append((path, node.lineno, f"{node.value.func.attr}().{node.attr}"))
+    return [f"{path}:{line} {read}" for path, line, read in sorted(found)]
+
+
+def installers_without_window(source: Source) -> dict[str, str]:
+    """``install_*`` functions of ``app/`` handed neither the window nor the services (first parameter):
+    name -> that parameter."""
+    found: dict[str, str] = {}
+    for name, node in _installers(source):
+        first = (_params(node) or ["(none)"])[0]
+        if first not in ("window", "services"):
+            found[name] = first
     return found
 
 
@@ -392,22 +503,26 @@ def report(rev: str | None) -> str:
     lines.append("")
 
     features = window_reads(source)
-    every: set[str] = set()
+    chains = parent_chain_reads(source)
+    every: set[str] = {chain.rsplit(".", 1)[1] for chain in chains}
     for reads in features.values():
         every |= reads.attrs
-    per_feature = sum(len(reads.attrs) for reads in features.values())
+    per_feature = sum(len(reads.attrs) for reads in features.values()) + len(chains)
     lines.append(
         f"2. window attributes read by features: {per_feature} (summed over {len(features)} install_* "
-        f"functions), {len(every)} distinct"
+        f"functions and {len(chains)} window()/parent() reads), {len(every)} distinct"
     )
     for name, reads in features.items():
         handed = f" (handed to {', '.join(sorted(reads.handed_to))})" if reads.handed_to else ""
         lines.append(f"   {name}: {len(reads.attrs)}{handed}")
         if reads.attrs:
             lines.append(f"      {', '.join(sorted(reads.attrs))}")
+    if chains:
+        lines.append("   main-window attributes reached through window()/parent() calls:")
+        lines.extend(f"      {chain}" for chain in chains)
     others = installers_without_window(source)
     if others:
-        lines.append("   install_* functions not handed the window (first parameter):")
+        lines.append("   install_* functions handed neither the window nor the services (first parameter):")
         lines.extend(f"      {name}: {first}" for name, first in others.items())
     lines.append("")
 

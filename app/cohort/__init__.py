@@ -1,6 +1,6 @@
 """Cohort (Generate > Cohort..., Ctrl+Shift+H): many volumes from one spec, on Ray, as a BIDS dataset.
 
-``install_cohort(window)`` is the one call the main window makes: it adds the menu entry; the dialog is built
+``install_cohort(services)`` is the one call the main window makes: it adds the menu entry; the dialog is built
 the first time it is opened, from the generation form's model and settings.
 """
 
@@ -11,7 +11,8 @@ from collections.abc import Callable
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
-from app.shortcuts import set_shortcut
+from app.services import AppServices
+from app.services.shortcuts import set_shortcut
 
 __all__ = ["CohortController", "install_cohort"]
 
@@ -30,7 +31,6 @@ class CohortController:
             "cluster, as a BIDS dataset"
         )
         self.action.triggered.connect(self.open)
-        parent.addAction(self.action)
 
     def open(self):
         from app.cohort.dialog import CohortDialog
@@ -44,8 +44,9 @@ class CohortController:
         return self.dialog
 
 
-def install_cohort(window) -> CohortController:
-    """Give ``window`` (a ``MainWindow``) its Generate > Cohort... entry."""
-    controller = CohortController(window.state, window.runner, window.open_path, parent=window)
-    window.generate_menu.addAction(controller.action)
+def install_cohort(services: AppServices) -> CohortController:
+    """Give the main window its Generate > Cohort... entry."""
+    controller = CohortController(services.state, services.runner, services.open_path, parent=services.parent)
+    services.menus.add_window_action(controller.action)
+    services.menus.generate.addAction(controller.action)
     return controller

@@ -48,8 +48,8 @@ from app.cohort.draft import (
     torch_settings_problem,
 )
 from app.core.display import modality_title
-from app.theme import NOTE_COLOUR
-from app.workers import Worker
+from app.services.workers import Worker
+from app.widgets.theme import NOTE_COLOUR
 from engine.errors import EngineError
 from engine.formatting import count_of, format_duration
 

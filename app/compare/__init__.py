@@ -1,6 +1,6 @@
 """Compare Settings (Generate > Compare Settings..., Ctrl+Shift+G): two optimization settings, same seed, side by side.
 
-``install_compare(window)`` is the one call the main window makes: it adds the menu entry and the toolbar
+``install_compare(services, ...)`` is the one call the main window makes: it adds the menu entry and the toolbar
 button; the window itself is built the first time it is opened.
 """
 
@@ -12,7 +12,9 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
 from app.compare.window import CompareServices, CompareWindow, ComparingBackend, difference_window
-from app.shortcuts import set_shortcut
+from app.core.measured_settings import MeasuredSettings
+from app.services import AppServices
+from app.services.shortcuts import set_shortcut
 
 __all__ = [
     "CompareController",
@@ -36,7 +38,6 @@ class CompareController:
             "volumes, speed, memory and kernels"
         )
         self.action.triggered.connect(self.open)
-        parent.addAction(self.action)
 
     def open(self) -> CompareWindow:
         if self.window is None:
@@ -48,22 +49,32 @@ class CompareController:
         return self.window
 
 
-def install_compare(window) -> CompareController:
-    """Give ``window`` (a ``MainWindow``) its Compare Settings entry in the Generate menu and the toolbar."""
-    services = CompareServices(
-        state=window.state,
-        runner=window.runner,
-        backends=window.backends,
-        settings=window.settings,
-        show_status=window.show_status,
-        show_error=window.show_error,
-        device_text=window.generation.device_text,
-        measured=window.measured_settings,
+def install_compare(
+    services: AppServices,
+    device_text: Callable[[str], str],
+    cancel_action: QAction,
+    measured: MeasuredSettings,
+) -> CompareController:
+    """Give the main window its Compare Settings entry in the Generate menu and on the main tool bar (right
+    after ``cancel_action``, Generate's Cancel); ``device_text`` names a device as the Generate panel does
+    and ``measured`` is what `volsynth tune` measured here."""
+    compare_services = CompareServices(
+        state=services.state,
+        runner=services.runner,
+        backends=services.backends,
+        settings=services.settings,
+        show_status=services.show_status,
+        show_error=services.show_error,
+        device_text=device_text,
+        measured=measured,
     )
-    controller = CompareController(lambda: CompareWindow(services, parent=window), parent=window)
-    window.generate_menu.addSeparator()
-    window.generate_menu.addAction(controller.action)
-    actions = window.main_toolbar.actions()
-    after = actions.index(window.cancel_action) + 1  # right after Generate and Cancel
-    window.main_toolbar.insertAction(actions[after] if after < len(actions) else None, controller.action)
+    parent = services.parent
+    controller = CompareController(lambda: CompareWindow(compare_services, parent=parent), parent=parent)
+    services.menus.add_window_action(controller.action)
+    generate_menu, toolbar = services.menus.generate, services.menus.main_toolbar
+    generate_menu.addSeparator()
+    generate_menu.addAction(controller.action)
+    actions = toolbar.actions()
+    after = actions.index(cancel_action) + 1  # right after Generate and Cancel
+    toolbar.insertAction(actions[after] if after < len(actions) else None, controller.action)
     return controller

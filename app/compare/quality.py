@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.workers import Worker
+from app.services.workers import Worker
 from engine.quality.measures import TISSUES
 
 DEFAULT_SEEDS = 8

@@ -66,10 +66,10 @@ from app.core.optimization_presets import BLOCK_SOURCE as OPTIMIZATION_BLOCK
 from app.core.optimization_presets import PRESET_TIPS, PRESETS, preset_values
 from app.core.session import AppState
 from app.core.volumes import VolumeEntry
-from app.eliding_combo_box import ElidingComboBox
-from app.shortcuts import SHORTCUTS
+from app.services.shortcuts import SHORTCUTS
+from app.services.workers import Worker
 from app.viewer.slice_view import SliceView
-from app.workers import Worker
+from app.widgets.eliding_combo_box import ElidingComboBox
 from engine.api.optimization_config import NAMED_SETTINGS
 
 PANEL_SETTINGS = "Generate panel settings"
@@ -78,7 +78,7 @@ NOT_MEASURED_YET = "not measured here yet (Generate > Measure Settings on This M
 A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
 PLANES = ("axial", "coronal", "sagittal")
 SIDES = ("a", "b", "diff")
-# The window's keys come from the one shortcut table (app/shortcuts.py), which Help lists.
+# The window's keys come from the one shortcut table (app/services/shortcuts.py), which Help lists.
 RUN_KEY, CANCEL_KEY = SHORTCUTS["compare.run"].keys, SHORTCUTS["compare.cancel"].keys
 COMPARE_KEYS: tuple[tuple[str, str], ...] = tuple(
     (SHORTCUTS[name].keys, SHORTCUTS[name].what)

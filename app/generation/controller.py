@@ -1,7 +1,7 @@
 """The generation lifecycle of one main window: start a run from the form, show its progress and previews,
 add its volumes to the session, cancel it, and mark it on the Metrics dock.
 
-The worker (app/workers.py) drives the engine generator in its own thread; this controller lives in the GUI
+The worker (app/services/workers.py) drives the engine generator in its own thread; this controller lives in the GUI
 thread and only receives the worker's signals. Progress is shown in the Generate panel and in the status
 bar, so it stays visible whatever docks are open.
 """
@@ -22,10 +22,12 @@ from PySide6.QtWidgets import QProgressBar
 from app.core.generation_form import REMOTE_PREFIX
 from app.core.progress import QUIET_NOTE_S
 from app.core.volumes import preview_affine
-from app.eliding_label import ElidingLabel
-from app.shortcuts import make_action
+from app.panels.sampling_panel import SamplingPanel
+from app.services import AppServices
+from app.services.shortcuts import make_action
+from app.services.workers import Worker
 from app.viewer.tissue_toolbar import TISSUE_SHORTCUT
-from app.workers import Worker
+from app.widgets.eliding_label import ElidingLabel
 from engine.formatting import count_of
 
 log = logging.getLogger(__name__)
@@ -386,22 +388,25 @@ class GenerationController(QObject):
         return summary
 
 
-def install_generation(window) -> GenerationController:
-    """Give ``window`` (a ``MainWindow``) its Generate, Cancel and Random Seed actions (placed by its menus and
-    tool bar), the status bar's progress and the run lifecycle."""
+def install_generation(
+    services: AppServices, sampling_panel: SamplingPanel, metrics_dock
+) -> GenerationController:
+    """Give the main window its Generate, Cancel and Random Seed actions (placed by its menus and tool bar),
+    the status bar's progress and the run lifecycle, for the request of ``sampling_panel``; runs are marked
+    on ``metrics_dock``."""
     controller = GenerationController(
-        window.state,
-        window.sampling_panel,
-        window.runner,
-        window.backends,
-        window.settings,
-        show_status=window.show_status,
-        show_error=window.show_error,
-        show_device=window.status.show_device,
-        run_metrics_source=window.telemetry.run_source,
-        metrics_dock=window.metrics_dock,
-        parent=window,
+        services.state,
+        sampling_panel,
+        services.runner,
+        services.backends,
+        services.settings,
+        show_status=services.show_status,
+        show_error=services.show_error,
+        show_device=services.show_device,
+        run_metrics_source=services.telemetry.run_source,
+        metrics_dock=metrics_dock,
+        parent=services.parent,
     )
-    window.statusBar().addPermanentWidget(controller.status_eta)
-    window.statusBar().addPermanentWidget(controller.status_progress)
+    services.add_status_widget(controller.status_eta)
+    services.add_status_widget(controller.status_progress)
     return controller

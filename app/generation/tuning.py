@@ -15,8 +15,10 @@ from functools import partial
 from PySide6.QtWidgets import QWidget
 
 from app.core.measured_settings import MeasuredSettings
-from app.shortcuts import SHORTCUTS, make_action
-from app.workers import Worker
+from app.panels.optimization_panel import OptimizationPanel
+from app.services import AppServices
+from app.services.shortcuts import SHORTCUTS, make_action
+from app.services.workers import Worker
 
 TUNE_SHORTCUT = SHORTCUTS["generate.measure"].keys
 JOB_NAME = "tune"
@@ -153,15 +155,17 @@ class TuneController:
             self._pause.clear()
 
 
-def install_tuning(window, measured: MeasuredSettings) -> TuneController:
-    """Give ``window`` (a ``MainWindow``) Generate > Measure Settings on This Machine, which the Optimization
-    section's Measure and Cancel buttons also start and stop."""
+def install_tuning(
+    services: AppServices, optimization_panel: OptimizationPanel, measured: MeasuredSettings
+) -> TuneController:
+    """Give the main window Generate > Measure Settings on This Machine, which the Optimization section's
+    (``optimization_panel``) Measure and Cancel buttons also start and stop."""
     controller = TuneController(
-        window.state, window.runner, measured, show_status=window.show_status, parent=window
+        services.state, services.runner, measured, show_status=services.show_status, parent=services.parent
     )
-    window.generate_menu.addSeparator()
-    window.generate_menu.addAction(controller.action)
-    window.generate_menu.addAction(controller.cancel_action)
-    window.optimization_panel.measure_requested.connect(controller.start)
-    window.optimization_panel.cancel_measure_requested.connect(controller.cancel)
+    services.menus.generate.addSeparator()
+    services.menus.generate.addAction(controller.action)
+    services.menus.generate.addAction(controller.cancel_action)
+    optimization_panel.measure_requested.connect(controller.start)
+    optimization_panel.cancel_measure_requested.connect(controller.cancel)
     return controller

@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction
 
 from app.models.get_models_dialog import GetModelsDialog
+from app.services import AppServices
 
 
 class GetModelsController(QObject):
@@ -37,18 +38,16 @@ class GetModelsController(QObject):
         self.open()
 
 
-def install_get_models(window, models_dir: Path | None = None) -> GetModelsController:
-    """Give ``window`` (a ``MainWindow``) Generate > Get Models..., right after Open Model Folder."""
-
-    def installed(folder: Path) -> None:
-        window.open_model_folder(folder)  # into the model picker, selected
-
+def install_get_models(services: AppServices, models_dir: Path | None = None) -> GetModelsController:
+    """Give the main window Generate > Get Models..., right after Open Model Folder; a model installed is
+    opened into the model picker, selected."""
+    parent = services.parent
     controller = GetModelsController(
-        lambda: GetModelsDialog(window, window.runner, installed, models_dir), parent=window
+        lambda: GetModelsDialog(parent, services.runner, services.open_model_folder, models_dir),
+        parent=parent,
     )
-    actions = window.generate_menu.actions()
-    after = (
-        actions.index(window.open_model_action) + 1 if window.open_model_action in actions else len(actions)
-    )
-    window.generate_menu.insertAction(actions[after] if after < len(actions) else None, controller.action)
+    menu, open_model_action = services.menus.generate, services.menus.open_model_action
+    actions = menu.actions()
+    after = actions.index(open_model_action) + 1 if open_model_action in actions else len(actions)
+    menu.insertAction(actions[after] if after < len(actions) else None, controller.action)
     return controller

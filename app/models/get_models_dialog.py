@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.workers import JobRunner, Worker
+from app.services.workers import JobRunner, Worker
 
 
 def _download(entry, models_dir: Path | None, worker: Worker) -> Path:

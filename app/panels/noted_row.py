@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from app.theme import NOTE_COLOUR
+from app.widgets.theme import NOTE_COLOUR
 
 
 def noted_row(owner: QWidget, wide: QWidget, side: QWidget) -> QLabel:

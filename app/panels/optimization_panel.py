@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, Signal
+from PySide6.QtCore import QSettings, Qt, Signal, SignalInstance
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -50,7 +50,9 @@ from app.core.optimization_presets import (
     preset_values,
 )
 from app.core.session import AppState
-from app.eliding_combo_box import ElidingComboBox
+from app.panels.sampling_panel import SamplingPanel
+from app.services import AppServices
+from app.widgets.eliding_combo_box import ElidingComboBox
 from engine.api.optimization_config import SETTING_ROWS, SETTINGS
 from engine.errors import EngineError, InvalidRequest
 from engine.optimization.apply import OptimizationConfig
@@ -567,9 +569,15 @@ class OptimizationPanel(QWidget):
         self._update_enabled()
 
 
-def install_optimization_panel(window, measured: MeasuredSettings | None = None) -> OptimizationPanel:
-    """Give ``window`` (a ``MainWindow``) its Optimization section in the generation panel."""
-    panel = OptimizationPanel(window.state, window.settings, measured)
-    window.sampling_panel.add_section("Optimization", panel)
-    window.generation.about_to_start.connect(panel.check_before_run)
+def install_optimization_panel(
+    services: AppServices,
+    sampling_panel: SamplingPanel,
+    run_about_to_start: SignalInstance,
+    measured: MeasuredSettings | None = None,
+) -> OptimizationPanel:
+    """Give ``sampling_panel`` its Optimization section, checked when ``run_about_to_start`` says a run
+    (the generation's ``about_to_start``) is about to start."""
+    panel = OptimizationPanel(services.state, services.settings, measured)
+    sampling_panel.add_section("Optimization", panel)
+    run_about_to_start.connect(panel.check_before_run)
     return panel

@@ -46,7 +46,7 @@ from app.core.session import AppState
 from app.panels.noted_row import noted_row
 from app.panels.plan_line import PlanLine
 from app.panels.run_box import RunBox
-from app.theme import NOTE_COLOUR
+from app.widgets.theme import NOTE_COLOUR
 
 SLIDER_STEPS = 1000
 BUSY_TEXT = "Waiting: another run is using the engine; Generate is free when it ends."

@@ -39,8 +39,8 @@ from app.core.anatomy_display import (
     stored_check,
 )
 from app.core.session import AppState
-from app.shortcuts import set_shortcut
-from app.theme import dot_icon
+from app.services.shortcuts import set_shortcut
+from app.widgets.theme import dot_icon
 
 UNSAVED_ROLE = Qt.ItemDataRole.UserRole + 1
 UNSAVED_MARK = " *"  # Slicer's modified mark; drawn only, so renaming edits the bare name

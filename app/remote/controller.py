@@ -26,7 +26,9 @@ from app.core.remote_connection import (
     probe_server,
     remote_model_sources,
 )
-from app.shortcuts import SHORTCUTS, set_shortcut
+from app.panels.sampling_panel import SamplingPanel
+from app.services import AppServices
+from app.services.shortcuts import SHORTCUTS, set_shortcut
 from engine.errors import InvalidRequest
 from engine.formatting import count_of
 
@@ -175,8 +177,6 @@ class RemoteController:
         self.disconnect_action.setEnabled(False)
         self.plan_action = set_shortcut(QAction("&Plan Multi-Device Run...", parent), "generate.plan")
         self.plan_action.triggered.connect(self.open_plan_dialog)
-        for action in (self.connect_action, self.disconnect_action, self.plan_action):
-            parent.addAction(action)
         self._update_plan_action()
         state.form.changed.connect(self._on_form_changed)
         state.job_changed.connect(self._on_state_job_changed)
@@ -309,22 +309,23 @@ class RemoteController:
         self._update()
 
 
-def install_remote(window) -> RemoteController:
-    """Give ``window`` (a ``MainWindow``) its engine-server entries in the Generate menu, and let its Metrics
-    dock follow a server chosen as the device."""
+def install_remote(services: AppServices, sampling_panel: SamplingPanel) -> RemoteController:
+    """Give the main window its engine-server entries in the Generate menu (the servers join the device
+    list of ``sampling_panel``), and let its Metrics dock follow a server chosen as the device."""
     controller = RemoteController(
-        window.state,
-        window.sampling_panel,
-        window.runner,
-        window.backends,
-        window.settings,
-        show_status=window.show_status,
-        show_metrics_source=window.telemetry.show,
-        parent=window,
+        services.state,
+        sampling_panel,
+        services.runner,
+        services.backends,
+        services.settings,
+        show_status=services.show_status,
+        show_metrics_source=services.telemetry.show,
+        parent=services.parent,
     )
-    window.telemetry.follow_remote(controller.metrics_source_for)
-    window.generate_menu.addSeparator()
-    window.generate_menu.addAction(controller.connect_action)
-    window.generate_menu.addAction(controller.disconnect_action)
-    window.generate_menu.addAction(controller.plan_action)
+    services.telemetry.follow_remote(controller.metrics_source_for)
+    menu = services.menus.generate
+    menu.addSeparator()
+    for action in (controller.connect_action, controller.disconnect_action, controller.plan_action):
+        services.menus.add_window_action(action)
+        menu.addAction(action)
     return controller

@@ -1,6 +1,6 @@
 """The app side of the encrypted vault (``engine.vault``): browser dock, dialogs, Vault menu, auto-lock.
 
-``install_vault(window)`` is the one call the main window makes: it adds the Vault dock (bottom, hidden on a
+``install_vault(services, ...)`` is the one call the main window makes: it adds the Vault dock (bottom, hidden on a
 first start; View > Panels and Vault > Show Vault Browser bring it up), the Vault menu before Help, a padlock
 in the status bar and a "Save to Vault" entry in the session list's context menu, puts the private
 recent-files list in place with its "Remember Recent Files and Folders" toggle (``app.vault.privacy``), and
@@ -11,10 +11,13 @@ Nothing here imports ``engine.vault`` at start-up; it is loaded the first time t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QListWidget
 
+from app.services import AppServices
 from app.vault.browser import VaultBrowser, VaultStatusButton
 from app.vault.controller import VaultController
 from app.vault.dialogs import (
@@ -40,52 +43,52 @@ __all__ = [
 ]
 
 
-def install_vault(window) -> VaultController:
-    """Give ``window`` (a ``MainWindow``) its vault UI. Call before the window restores its saved state, so
-    the dock's place is restored too.
+def install_vault(
+    services: AppServices, session_list: QListWidget, rebuild_recent_menu: Callable[[], None]
+) -> VaultController:
+    """Give the main window its vault UI. Call before the window restores its saved state, so the dock's
+    place is restored too. ``session_list`` (the Session panel's list) gets "Save to Vault" in its context
+    menu; ``rebuild_recent_menu`` rebuilds File > Open Recent after the private list was cleared.
 
-    The one place in ``app/vault`` that reads the main window: every piece gets what it needs from here
-    (the session, the job runner, the settings, the status line and error dialog, the parent of its
-    dialogs) or a signal connected here; none of them keeps the window.
+    Every piece of ``app/vault`` gets what it needs from here (the session, the job runner, the settings,
+    the status line and error dialog, the parent of its dialogs) or a signal connected here.
     """
-    state = window.state
+    state = services.state
     controller = VaultController(
         state=state,
-        runner=window.runner,
-        settings=window.settings,
-        show_status=window.show_status,
-        show_error=window.show_error,
-        parent=window,
+        runner=services.runner,
+        settings=services.settings,
+        show_status=services.show_status,
+        show_error=services.show_error,
+        parent=services.parent,
     )
-    controller.volume_opened.connect(window.volume_opened)
+    controller.volume_opened.connect(services.volume_opened)
     controller.browser = VaultBrowser(controller, state)
-    dock = window.add_dock(
+    dock = services.add_dock(
         controller.browser, "Vault", Qt.DockWidgetArea.BottomDockWidgetArea, name="vaultDock"
     )
     dock.hide()
     controller.show_browser_requested.connect(partial(_show_dock, dock))
-    menu = VaultMenu(controller, state, window)
+    menu = VaultMenu(controller, state, services.parent, services.menus.add_window_action)
     controller.menu = menu
     menu.addSeparator()
     controller.remember_action = install_privacy(
-        window.settings,
+        services.settings,
         state,
         menu,
-        parent=window,
-        show_status=window.show_status,
-        rebuild_recent_menu=getattr(window, "_rebuild_recent_menu", None),
+        parent=services.parent,
+        show_status=services.show_status,
+        rebuild_recent_menu=rebuild_recent_menu,
     )
-    bar = window.menuBar()
+    bar = services.menus.menu_bar
     help_menu = next((a for a in bar.actions() if a.text().replace("&", "") == "Help"), None)
     if help_menu is not None:
         bar.insertMenu(help_menu, menu)
     else:
         bar.addMenu(menu)
-    session_list = getattr(getattr(window, "session_panel", None), "list", None)
-    if session_list is not None:
-        menu.attach_session_list(session_list)
+    menu.attach_session_list(session_list)
     controller.status_button = VaultStatusButton(controller)
-    window.statusBar().addPermanentWidget(controller.status_button)
+    services.add_status_widget(controller.status_button)
     return controller
 
 

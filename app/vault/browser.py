@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
 
 from app.core import vault_items as model
 from app.core.display import format_duration
-from app.theme import dot_icon
 from app.vault.dialogs import LOCKED_COLOUR, UNLOCKED_COLOUR, lock_icon, lock_pixmap
+from app.widgets.theme import dot_icon
 from engine.formatting import count_of
 
 KIND_COLOURS = {"scan": "#3d8fd6", "synthetic": "#c678dd"}  # as in the session list
@@ -207,8 +207,8 @@ class VaultBrowser(QWidget):
         self.import_button.setToolTip("Import NIfTI files or a DICOM series (or drop them here)")
         self.import_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         import_menu = QMenu(self.import_button)
-        import_menu.addAction("NIfTI Files...", self.controller.import_nifti_dialog)
-        import_menu.addAction("DICOM Folder...", self.controller.import_dicom_dialog)
+        import_menu.addAction("NIfTI Files...", self.controller.importing.import_nifti_dialog)
+        import_menu.addAction("DICOM Folder...", self.controller.importing.import_dicom_dialog)
         self.import_button.setMenu(import_menu)
         self.save_button = QPushButton("Save Shown Volume")
         self.save_button.setToolTip(
@@ -361,7 +361,7 @@ class VaultBrowser(QWidget):
         if selected is not None:
             self.select_item(selected)
         if not items:
-            query = self.controller.query or self.controller.kind
+            query = self.controller.listing.query or self.controller.listing.kind
             self.empty_label.setText(
                 f"No items match \u201c{self.search_edit.text()}\u201d."
                 if query
@@ -376,9 +376,9 @@ class VaultBrowser(QWidget):
         self._update_footer()
 
     def _update_footer(self) -> None:
-        items = self.controller.items
+        items = self.controller.listing.items
         count = len(items)
-        parts = [count_of(count, "item") + (" shown" if self.controller.query else "")]
+        parts = [count_of(count, "item") + (" shown" if self.controller.listing.query else "")]
         if items:
             parts.append(model.format_size(sum(i.size_bytes for i in items)))
         if self._auto_lock_text:
@@ -390,8 +390,8 @@ class VaultBrowser(QWidget):
         unlocked = self.controller.is_unlocked
         for button in (self.open_button, self.export_button, self.details_button, self.delete_button):
             button.setEnabled(unlocked and has_item)
-        self.verify_button.setEnabled(unlocked and bool(self.controller.items))
-        self.save_button.setEnabled(unlocked and self.controller.can_save(self._state.shown))
+        self.verify_button.setEnabled(unlocked and bool(self.controller.listing.items))
+        self.save_button.setEnabled(unlocked and self.controller.saving.can_save(self._state.shown))
 
     def _on_state_shown_changed(self, _entry) -> None:
         self._update_buttons()
@@ -423,16 +423,16 @@ class VaultBrowser(QWidget):
     # -- user -> controller --------------------------------------------------------------------------
 
     def _on_unlock_button_clicked(self) -> None:
-        self.controller.request_unlock()
+        self.controller.locking.request_unlock()
 
     def _on_folder_button_clicked(self) -> None:
-        self.controller.choose_vault_folder()
+        self.controller.locking.choose_vault_folder()
 
     def _on_lock_button_clicked(self) -> None:
-        self.controller.lock()
+        self.controller.locking.lock()
 
     def _on_save_button_clicked(self) -> None:
-        self.controller.save_entry()
+        self.controller.saving.save_entry()
 
     def _on_search_edit_text_changed(self, _text: str) -> None:
         self._search_timer.start()
@@ -441,7 +441,9 @@ class VaultBrowser(QWidget):
         self._search_timer.start()
 
     def _on_search_timer_timeout(self) -> None:
-        self.controller.set_filter(self.search_edit.text(), KIND_FILTERS[self.kind_box.currentIndex()][1])
+        self.controller.listing.set_filter(
+            self.search_edit.text(), KIND_FILTERS[self.kind_box.currentIndex()][1]
+        )
 
     def _on_table_selection_changed(self) -> None:
         self._update_buttons()
@@ -449,27 +451,27 @@ class VaultBrowser(QWidget):
     def _on_table_activated(self, index) -> None:
         item = self.table.item(index.row(), 0)
         if item is not None:
-            self.controller.open_item(item.data(ID_ROLE))
+            self.controller.opening.open_item(item.data(ID_ROLE))
 
     def _on_open_button_clicked(self) -> None:
         item_id = self.selected_id()
         if item_id:
-            self.controller.open_item(item_id)
+            self.controller.opening.open_item(item_id)
 
     def _on_export_button_clicked(self) -> None:
         item_id = self.selected_id()
         if item_id:
-            self.controller.export_dialog_for(item_id)
+            self.controller.exporting.export_dialog_for(item_id)
 
     def _on_details_button_clicked(self) -> None:
         item_id = self.selected_id()
         if item_id:
-            self.controller.edit_dialog_for(item_id)
+            self.controller.item_actions.edit_dialog_for(item_id)
 
     def _on_delete_button_clicked(self) -> None:
         item_id = self.selected_id()
         if item_id:
-            self.controller.delete_item(item_id)
+            self.controller.item_actions.delete_item(item_id)
 
     def _on_compute_tissue_maps_triggered(self) -> None:
         item_id = self.selected_id()
@@ -477,7 +479,7 @@ class VaultBrowser(QWidget):
             self.controller.item_actions.compute_tissue_maps(item_id)
 
     def _on_verify_button_clicked(self) -> None:
-        self.controller.verify_all()
+        self.controller.integrity.verify_all()
 
     def _on_table_menu_requested(self, pos) -> None:
         item = self.table.itemAt(pos)
@@ -526,7 +528,7 @@ class VaultBrowser(QWidget):
         paths = [p for p in self._dropped_paths(event) if p.exists()]
         if paths:
             event.acceptProposedAction()
-            self.controller.import_dropped(paths)
+            self.controller.importing.import_dropped(paths)
 
 
 class VaultStatusButton(QToolButton):
@@ -553,4 +555,4 @@ class VaultStatusButton(QToolButton):
         self.setToolTip("Show the vault" if unlocked else "Unlock the vault")
 
     def _on_clicked(self) -> None:
-        self.controller.request_unlock()
+        self.controller.locking.request_unlock()

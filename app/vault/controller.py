@@ -1,7 +1,8 @@
-"""The vault of one main window: owns the ``engine.vault.Vault`` and its state, and hands each operation to
-the piece of ``app/vault`` that does it.
+"""The vault of one main window: owns the ``engine.vault.Vault`` and its state, and the pieces of
+``app/vault`` that do its operations; the browser, the menu and the pieces themselves call a piece directly
+(``controller.locking.unlock(...)``, ``controller.listing.items``).
 
-The pieces (each a module named for what it does, each given only what it needs by ``install_vault``):
+The pieces (each a module named for what it does, each an attribute of the controller named for it):
 
 - ``locking``: unlock, create, lock and the auto-lock after idle time;
 - ``tasks`` (with ``worker`` and ``operations``): the background tasks that read or write the vault;
@@ -55,27 +56,8 @@ __all__ = [
 DEFAULT_AUTO_LOCK_MIN = 15  # engine.vault.DEFAULT_IDLE_TIMEOUT_S, without importing the vault at start-up
 
 
-class _Piece:
-    """An attribute of ``VaultController`` that is the attribute ``name`` of one of its pieces (read and
-    written there): the controller's public names stay where the browser, menu and tests use them."""
-
-    def __init__(self, piece: str, name: str | None = None) -> None:
-        self.piece, self.name = piece, name
-
-    def __set_name__(self, owner, attr: str) -> None:
-        self.name = self.name or attr
-
-    def __get__(self, obj, owner=None):
-        if obj is None:
-            return self
-        return getattr(getattr(obj, self.piece), self.name)
-
-    def __set__(self, obj, value) -> None:
-        setattr(getattr(obj, self.piece), self.name, value)
-
-
 class VaultController(QObject):
-    """The vault of one main window. Created by ``app.vault.install_vault(window)``.
+    """The vault of one main window. Created by ``app.vault.install_vault(services, ...)``.
 
     Signals (GUI thread): ``state_changed()`` when locked/unlocked/moved, ``items_changed(list)`` with the
     listed ``ItemInfo`` s, ``task_ended(name, outcome)`` after each background task's thread ended
@@ -85,7 +67,7 @@ class VaultController(QObject):
 
     Args:
         state: The app's session (``AppState``).
-        runner: Starts workers in threads (``app.workers.JobRunner``).
+        runner: Starts workers in threads (``app.services.workers.JobRunner``).
         settings: The app's QSettings (vault folder, auto-lock minutes, remembered folders).
         show_status: ``(text, timeout_ms=0)``, the window's status line.
         show_error: ``(title, message)``, the app's error dialog.
@@ -194,7 +176,7 @@ class VaultController(QObject):
         """Use the vault in ``path`` (locking the current one); remembered in the settings."""
         path = Path(path).expanduser()
         if self.unlocked:
-            self.lock()
+            self.locking.lock()
         self._path = path
         self.vault = None
         self.settings.setValue("vault/path", str(path))
@@ -217,69 +199,3 @@ class VaultController(QObject):
 
     def _on_task_failed(self, task: VaultTask) -> None:
         self.locking.notice_locked_elsewhere(task)
-
-    # -- the pieces' names, where the browser, menu, scripts and tests have always found them ----------
-
-    _tasks = _Piece("tasks", "running")
-    items = _Piece("listing")
-    query = _Piece("listing")
-    kind = _Piece("listing")
-    item = _Piece("listing")
-    set_filter = _Piece("listing")
-    refresh = _Piece("listing")
-
-    unlock_dialog = _Piece("locking")
-    core_dump_note = _Piece("locking")
-    request_unlock = _Piece("locking")
-    create = _Piece("locking")
-    unlock = _Piece("locking")
-    lock = _Piece("locking")
-    check_idle = _Piece("locking")
-    touch = _Piece("locking")
-    shutdown = _Piece("locking")
-    auto_lock_dialog = _Piece("locking")
-    choose_vault_folder = _Piece("locking")
-
-    import_dialog = _Piece("importing")
-    import_nifti_dialog = _Piece("importing")
-    import_dicom_dialog = _Piece("importing")
-    import_dropped = _Piece("importing")
-    ask_import_details = _Piece("importing")
-    import_nifti = _Piece("importing")
-    import_sources = _Piece("importing")
-
-    entry_is_from_vault = _Piece("opening")
-    open_item = _Piece("opening")
-
-    can_save = _Piece("saving")
-    save_entry = _Piece("saving")
-
-    export_dialog = _Piece("exporting")
-    last_export = _Piece("exporting")
-    export_dialog_for = _Piece("exporting")
-    export_item = _Piece("exporting")
-
-    details_dialog = _Piece("item_actions")
-    confirm_box = _Piece("item_actions")
-    confirm_delete_button = _Piece("item_actions")
-    edit_dialog_for = _Piece("item_actions")
-    edit_item = _Piece("item_actions")
-    delete_item = _Piece("item_actions")
-
-    passphrase_dialog = _Piece("passphrase")
-    change_passphrase_dialog = _Piece("passphrase")
-
-    last_verify = _Piece("integrity")
-    repair_box = _Piece("integrity")
-    repair_offer_button = _Piece("integrity")
-    repair_confirm_button = _Piece("integrity")
-    verify_all = _Piece("integrity")
-    offer_repair = _Piece("integrity")
-    request_repair = _Piece("integrity")
-
-    last_info = _Piece("messages")
-    last_warning = _Piece("messages")
-    last_info_box = _Piece("messages")
-    duplicate_box = _Piece("messages")
-    duplicate_yes_button = _Piece("messages")
-    ask_duplicate = _Piece("messages")

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QWidget
 
 from app.core import vault_items as model
 from app.vault.dialogs import ExportDialog
 from app.vault.privacy import last_dir, remember_dir
+
+if TYPE_CHECKING:  # (the controller imports this module)
+    from app.vault.controller import VaultController
 
 
 class VaultExport:
@@ -26,7 +30,9 @@ class VaultExport:
         parent: Parent of the export dialog (window-modal).
     """
 
-    def __init__(self, hub, settings, show_status: Callable[..., None], parent: QWidget | None) -> None:
+    def __init__(
+        self, hub: VaultController, settings, show_status: Callable[..., None], parent: QWidget | None
+    ) -> None:
         self._hub = hub
         self._settings = settings
         self._show_status = show_status
@@ -35,7 +41,7 @@ class VaultExport:
         self.last_export = None
 
     def export_dialog_for(self, item_id: str) -> ExportDialog | None:
-        info = self._hub.item(item_id)
+        info = self._hub.listing.item(item_id)
         if info is None or not self._hub.is_unlocked:
             return None
         dialog = ExportDialog(info, last_dir(self._settings, "vault/last_export_dir"), self._parent)

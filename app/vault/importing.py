@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QFileDialog, QWidget
 
@@ -18,6 +19,9 @@ from app.vault.dialogs import ImportDetailsDialog
 from app.vault.privacy import last_dir, remember_dir
 from app.vault.tasks import ERROR_TITLES
 from engine.nifti.io import is_nifti
+
+if TYPE_CHECKING:  # (the controller imports this module)
+    from app.vault.controller import VaultController
 
 NIFTI_FILTER = "NIfTI volumes (*.nii *.nii.gz);;All files (*)"
 
@@ -35,7 +39,7 @@ class VaultImport:
 
     def __init__(
         self,
-        hub,
+        hub: VaultController,
         settings,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
@@ -155,7 +159,7 @@ class VaultImport:
         )
 
     def _on_imported(self, report: model.ImportReport) -> None:
-        self._hub.refresh()
+        self._hub.listing.refresh()
         done = len(report.imported)
         if report.cancelled:
             self._show_status(f"Import cancelled: {done} of {report.total} imported", 8000)

@@ -7,6 +7,7 @@ when the user confirms; nothing is ever deleted.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QMessageBox, QWidget
 
@@ -16,6 +17,9 @@ from app.vault.dialogs import VaultUnlockDialog
 from app.vault.tasks import ERROR_TITLES, VaultTask
 from engine.errors import VaultLocked
 from engine.formatting import count_of
+
+if TYPE_CHECKING:  # (the controller imports this module)
+    from app.vault.controller import VaultController
 
 
 class VaultIntegrity:
@@ -27,7 +31,9 @@ class VaultIntegrity:
         parent: Parent of the question boxes (window-modal).
     """
 
-    def __init__(self, hub, show_error: Callable[[str, str], None], parent: QWidget | None) -> None:
+    def __init__(
+        self, hub: VaultController, show_error: Callable[[str, str], None], parent: QWidget | None
+    ) -> None:
         self._hub = hub
         self._show_error = show_error
         self._parent = parent

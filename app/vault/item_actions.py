@@ -7,6 +7,7 @@ A rename follows into the session: a volume opened from (or saved as) the item t
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QMessageBox, QWidget
 
@@ -15,6 +16,9 @@ from app.core.tissue_source import AUTO, maps_source_text, segment_vault_item
 from app.vault import operations
 from app.vault.dialogs import ItemDetailsDialog
 from engine.errors import InvalidRequest
+
+if TYPE_CHECKING:  # (the controller imports this module)
+    from app.vault.controller import VaultController
 
 
 class VaultItemActions:
@@ -27,7 +31,9 @@ class VaultItemActions:
         parent: Parent of the details dialog and the delete question (window-modal).
     """
 
-    def __init__(self, hub, state, show_status: Callable[..., None], parent: QWidget | None) -> None:
+    def __init__(
+        self, hub: VaultController, state, show_status: Callable[..., None], parent: QWidget | None
+    ) -> None:
         self._hub = hub
         self._state = state
         self._show_status = show_status
@@ -42,7 +48,7 @@ class VaultItemActions:
 
     def edit_dialog_for(self, item_id: str) -> ItemDetailsDialog | None:
         """Edit an item's label, patient and study details (non-blocking dialog; saved in the background)."""
-        info = self._hub.item(item_id)
+        info = self._hub.listing.item(item_id)
         if info is None or not self._hub.is_unlocked:
             return None
         dialog = ItemDetailsDialog(info, self._parent)
@@ -74,7 +80,7 @@ class VaultItemActions:
                 state.rename_volume(entry, info.label)
             elif saved.get(entry.uid) == info.id:
                 state.mark_saved(entry, f"the vault as \u201c{info.label}\u201d")
-        self._hub.refresh()
+        self._hub.listing.refresh()
         self._show_status(f"Saved the details of \u201c{info.label}\u201d", 6000)
 
     # -- tissue maps ---------------------------------------------------------------------------------
@@ -83,7 +89,7 @@ class VaultItemActions:
         """Segment an item (GM, WM, CSF, brain mask) and keep the maps with it, encrypted, in the background;
         maps it has from its model's channels are kept instead (a message says so)."""
         hub = self._hub
-        info = hub.item(item_id)
+        info = hub.listing.item(item_id)
         if info is None or not hub.is_unlocked:
             return
         made = (info.provenance or {}).get("tissue_maps_made") or {}
@@ -119,7 +125,7 @@ class VaultItemActions:
                 if state.shown is entry:
                     state.shown_changed.emit(entry)
                     state.set_show_tissue(True)
-        self._hub.refresh()
+        self._hub.listing.refresh()
         source = maps_source_text(info.provenance or {}, "opened", True)
         self._show_status(
             f"Tissue maps of \u201c{info.label}\u201d kept with it in the vault, encrypted ({source})", 10000
@@ -137,7 +143,7 @@ class VaultItemActions:
     def delete_item(self, item_id: str, *, confirm: bool = True) -> None:
         """Delete an item after asking (a non-blocking question box); ``confirm=False`` deletes at once."""
         hub = self._hub
-        info = hub.item(item_id)
+        info = hub.listing.item(item_id)
         if info is None or not hub.is_unlocked:
             return
         if not confirm:
@@ -167,7 +173,7 @@ class VaultItemActions:
             box.deleteLater()
 
     def _on_deleted(self, item_id: str) -> None:
-        self._hub.refresh()
+        self._hub.listing.refresh()
         self._show_status("Deleted the item from the vault", 6000)
 
     def forget(self) -> None:

@@ -6,15 +6,19 @@ An older search that answers after a newer one was started is dropped, so typing
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 from app.vault import operations
+
+if TYPE_CHECKING:  # (the controller imports this module)
+    from app.vault.controller import VaultController
 
 
 class VaultListing:
     """The listed items of the vault ``hub`` (the ``VaultController``) holds; ``hub.items_changed`` tells
     the browser."""
 
-    def __init__(self, hub) -> None:
+    def __init__(self, hub: VaultController) -> None:
         self._hub = hub
         self.items: list = []
         self.query = ""

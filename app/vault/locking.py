@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QWidget
@@ -18,6 +19,9 @@ from app.vault.dialogs import VaultUnlockDialog
 from app.vault.privacy import forget_paths, protect_process, remember_recent
 from app.vault.tasks import ERROR_TITLES, VaultTask
 from engine.errors import EngineError, VaultLocked, VaultRolledBack
+
+if TYPE_CHECKING:  # (the controller imports this module)
+    from app.vault.controller import VaultController
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ class VaultLocking(QObject):
 
     def __init__(
         self,
-        hub,
+        hub: VaultController,
         settings,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
@@ -155,7 +159,7 @@ class VaultLocking(QObject):
         self._show_status(f"Vault unlocked: {hub.path}", 5000)
         hub.state_changed.emit()
         hub.auto_lock_tick.emit(vault.seconds_until_auto_lock())
-        hub.refresh()
+        hub.listing.refresh()
         if vault.notices:  # e.g. partial files of an interrupted import or export, removed
             hub.messages.inform("Vault cleaned up", "\n\n".join(vault.notices))
         if vault.warnings:  # what rollback detection could not check at this unlock, or a broken anchor

@@ -6,11 +6,13 @@ work while the menu is closed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
-from app.shortcuts import set_shortcut
+from app.services.shortcuts import set_shortcut
 from app.vault.dialogs import UNLOCKED_COLOUR, lock_icon
 
 
@@ -20,15 +22,19 @@ class VaultMenu(QMenu):
     Args:
         controller: The ``VaultController``.
         state: The session (``AppState``): the shown volume, and the volumes of the session list.
-        parent: The window the menu belongs to; its actions are added to it too, so their shortcuts work
-            while the menu is closed.
+        parent: The window the menu belongs to, and the parent of its actions.
+        add_window_action: Makes an action's keys work anywhere in that window; the actions with keys go
+            through it, so their shortcuts work while the menu is closed.
     """
 
-    def __init__(self, controller, state, parent: QWidget) -> None:
+    def __init__(
+        self, controller, state, parent: QWidget, add_window_action: Callable[[QAction], None]
+    ) -> None:
         super().__init__("V&ault", parent)  # Alt+V is View's
         self.controller = controller
         self._state = state
         self._owner = parent
+        self._add_window_action = add_window_action
         c = controller
         # What a first-time user looks for; "Unlock (or create)" and "Open Vault Folder..." hid it.
         self.new_action = self._add(
@@ -37,18 +43,20 @@ class VaultMenu(QMenu):
             tip="Create an encrypted vault (in a folder you choose)",
         )
         self.unlock_action = self._add(
-            "&Unlock Vault...", c.request_unlock, tip="Unlock (or create) the encrypted vault"
+            "&Unlock Vault...", c.locking.request_unlock, tip="Unlock (or create) the encrypted vault"
         )
         self.lock_action = self._add(
             "&Lock Vault", self._on_lock_action_triggered, "vault.lock", "Lock the vault now"
         )
         self.addSeparator()
         self.import_nifti_action = self._add(
-            "Import N&IfTI Files...", c.import_nifti_dialog, tip="Encrypt NIfTI files into the vault"
+            "Import N&IfTI Files...",
+            c.importing.import_nifti_dialog,
+            tip="Encrypt NIfTI files into the vault",
         )
         self.import_dicom_action = self._add(
             "Import &DICOM Folder...",
-            c.import_dicom_dialog,
+            c.importing.import_dicom_dialog,
             tip="Encrypt a DICOM series (and its original files) into the vault",
         )
         self.save_action = self._add(
@@ -58,19 +66,23 @@ class VaultMenu(QMenu):
         )
         self.addSeparator()
         self.verify_action = self._add(
-            "&Verify All Items", c.verify_all, tip="Authenticate every item and the audit trail"
+            "&Verify All Items", c.integrity.verify_all, tip="Authenticate every item and the audit trail"
         )
         self.repair_action = self._add(
             "&Repair Vault...",
-            c.request_repair,
+            c.integrity.request_repair,
             tip="After a rollback or an interrupted import: put back the items whose files are still there",
         )
-        self.passphrase_action = self._add("Change &Passphrase...", c.change_passphrase_dialog)
+        self.passphrase_action = self._add("Change &Passphrase...", c.passphrase.change_passphrase_dialog)
         self.auto_lock_action = self._add(
-            "&Auto-Lock...", c.auto_lock_dialog, tip="Minutes without activity before the vault locks itself"
+            "&Auto-Lock...",
+            c.locking.auto_lock_dialog,
+            tip="Minutes without activity before the vault locks itself",
         )
         self.folder_action = self._add(
-            "&Open Vault Folder...", c.choose_vault_folder, tip="Use (or create) a vault in another folder"
+            "&Open Vault Folder...",
+            c.locking.choose_vault_folder,
+            tip="Use (or create) a vault in another folder",
         )
         self.addSeparator()
         self.show_action = self._add("Show Vault &Browser", c.window_show_browser, "vault.show_browser")
@@ -80,9 +92,9 @@ class VaultMenu(QMenu):
 
     def _add(self, text: str, slot, shortcut_id: str | None = None, tip: str = "") -> QAction:
         action = QAction(text, self._owner)
-        if shortcut_id:  # the keys come from the one table (app/shortcuts.py) Help lists
+        if shortcut_id:  # the keys come from the one table (app/services/shortcuts.py) Help lists
             set_shortcut(action, shortcut_id)
-            self._owner.addAction(action)  # shortcuts work while the menu is closed
+            self._add_window_action(action)  # shortcuts work while the menu is closed
         if tip:
             action.setStatusTip(tip)
         action.triggered.connect(slot)
@@ -99,13 +111,13 @@ class VaultMenu(QMenu):
             if not folder:
                 return
             c.set_vault_path(folder)
-        c.request_unlock()  # a folder without a vault: the dialog creates one
+        c.locking.request_unlock()  # a folder without a vault: the dialog creates one
 
     def _on_lock_action_triggered(self) -> None:
-        self.controller.lock()
+        self.controller.locking.lock()
 
     def _on_save_action_triggered(self) -> None:
-        self.controller.save_entry()
+        self.controller.saving.save_entry()
 
     def _on_controller_state_changed(self) -> None:
         unlocked = self.controller.is_unlocked
@@ -120,7 +132,7 @@ class VaultMenu(QMenu):
         self._on_state_shown_changed(self._state.shown)
 
     def _on_state_shown_changed(self, entry) -> None:
-        self.save_action.setEnabled(self.controller.can_save(entry))
+        self.save_action.setEnabled(self.controller.saving.can_save(entry))
 
     # -- the session list's context menu ----------------------------------------------------------
 
@@ -132,13 +144,13 @@ class VaultMenu(QMenu):
     def session_menu(self, entry) -> QMenu:
         menu = QMenu(self._session_list)
         action = menu.addAction(lock_icon(UNLOCKED_COLOUR, unlocked=True), "Save to Vault")
-        action.setEnabled(self.controller.can_save(entry))
+        action.setEnabled(self.controller.saving.can_save(entry))
         self._menu_entry = entry
         action.triggered.connect(self._on_session_save_triggered)
         return menu
 
     def _on_session_save_triggered(self) -> None:
-        self.controller.save_entry(self._menu_entry)
+        self.controller.saving.save_entry(self._menu_entry)
 
     def _on_session_menu_requested(self, pos) -> None:
         item = self._session_list.itemAt(pos)

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 from app.core import vault_items as model
 from app.core.volumes import VolumeEntry
 from app.vault.tasks import VaultTask
 from engine.errors import VaultCorrupted
+
+if TYPE_CHECKING:  # (the controller imports this module)
+    from app.vault.controller import VaultController
 
 
 class VaultOpen:
@@ -28,7 +32,7 @@ class VaultOpen:
 
     def __init__(
         self,
-        hub,
+        hub: VaultController,
         state,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
@@ -51,7 +55,7 @@ class VaultOpen:
                 state.show(entry)
                 return
         hub = self._hub
-        info = hub.item(item_id)
+        info = hub.listing.item(item_id)
         label = info.label if info is not None else item_id[:12]
         self._show_status(f"Decrypting \u201c{label}\u201d...")
         hub.tasks.start(

@@ -1,4 +1,4 @@
-"""The vault operations that run in the worker thread (``app.workers.Worker.reporting_call``), one small function each.
+"""The vault operations that run in the worker thread (``app.services.workers.Worker.reporting_call``), one small function each.
 
 Each takes the vault (or what opens one) and ends with ``report``, the worker's progress-and-cancel
 callback. ``engine.vault`` is imported inside them, on first use, not at the app's start-up.

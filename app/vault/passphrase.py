@@ -6,6 +6,7 @@ The dialog stays open until the change is done; a wrong current passphrase is sa
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QWidget
 
@@ -14,6 +15,9 @@ from app.vault.dialogs import ChangePassphraseDialog
 from app.vault.tasks import ERROR_TITLES, VaultTask
 from engine.errors import VaultLocked
 from engine.formatting import count_of, format_duration
+
+if TYPE_CHECKING:  # (the controller imports this module)
+    from app.vault.controller import VaultController
 
 
 class VaultPassphrase:
@@ -28,7 +32,7 @@ class VaultPassphrase:
 
     def __init__(
         self,
-        hub,
+        hub: VaultController,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
         parent: QWidget | None,

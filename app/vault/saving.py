@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 from app.core import vault_items as model
 from app.core.volumes import VolumeEntry
 from app.vault.tasks import ERROR_TITLES, VaultTask
 from engine.errors import DuplicateItem
 from engine.nifti.io import is_nifti
+
+if TYPE_CHECKING:  # (the controller imports this module)
+    from app.vault.controller import VaultController
 
 
 class VaultSave:
@@ -29,7 +33,7 @@ class VaultSave:
 
     def __init__(
         self,
-        hub,
+        hub: VaultController,
         state,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
@@ -41,7 +45,7 @@ class VaultSave:
         self.saved: dict[int, str] = {}  # session entry uid -> the vault item it was saved as
 
     def can_save(self, entry: VolumeEntry | None) -> bool:
-        if entry is None or entry.kind == "preview" or self._hub.entry_is_from_vault(entry):
+        if entry is None or entry.kind == "preview" or self._hub.opening.entry_is_from_vault(entry):
             return False
         return (
             entry.kind == "generated" or entry.synthetic or (entry.path is not None and is_nifti(entry.path))
@@ -55,14 +59,14 @@ class VaultSave:
         if not self.can_save(entry):
             why = (
                 "it is already in the vault"
-                if hub.entry_is_from_vault(entry)
+                if hub.opening.entry_is_from_vault(entry)
                 else "generate or open a volume first"
             )
             self._show_status(f"Nothing to save to the vault: {why}", 6000)
             return
         if not hub.locking.ensure_unlocked(partial(self.save_entry, entry)):
             return
-        saved_as = hub.item(self.saved.get(entry.uid, ""))
+        saved_as = hub.listing.item(self.saved.get(entry.uid, ""))
         if saved_as is not None:  # asks first: the same volume twice is rarely what is wanted
             hub.messages.ask_duplicate(
                 f"\u201c{entry.name}\u201d is already in the vault as \u201c{saved_as.label}\u201d. "
@@ -106,5 +110,5 @@ class VaultSave:
     def _on_saved(self, entry: VolumeEntry, info) -> None:
         self.saved[entry.uid] = info.id
         self._state.mark_saved(entry, f"the vault as \u201c{info.label}\u201d")
-        self._hub.refresh()
+        self._hub.listing.refresh()
         self._show_status(f"Saved \u201c{info.label}\u201d to the vault", 8000)

@@ -21,8 +21,8 @@ from typing import Any
 
 from PySide6.QtWidgets import QWidget
 
+from app.services.workers import Worker
 from app.vault.dialogs import TaskProgressDialog
-from app.workers import Worker
 
 log = logging.getLogger(__name__)
 

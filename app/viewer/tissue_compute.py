@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QActionGroup
-from PySide6.QtWidgets import QMainWindow, QMenu, QProgressBar
+from PySide6.QtWidgets import QMenu, QProgressBar
 
 from app.core.tissue_source import (
     AUTO,
@@ -22,10 +22,11 @@ from app.core.tissue_source import (
     segment_session_volume,
 )
 from app.core.volumes import VolumeEntry
-from app.eliding_label import ElidingLabel
-from app.shortcuts import key_text, set_shortcut
+from app.services import AppServices
+from app.services.shortcuts import key_text, set_shortcut
+from app.services.workers import Job, JobRunner, Worker
 from app.viewer.tissue_toolbar import TissueToolbar
-from app.workers import Job, JobRunner, Worker
+from app.widgets.eliding_label import ElidingLabel
 from engine.anatomy.segment import CONTRAST_LABELS
 from engine.errors import EngineError
 
@@ -274,20 +275,18 @@ def from_vault(entry: VolumeEntry) -> bool:
     return getattr(entry.volume, "info", None) is not None
 
 
-def install_tissue_maps(window: QMainWindow) -> TissueMapsComputer:
-    """Add Compute Tissue Maps to the tissue tool bar and the View menu (with Tissue Map Contrast).
-
-    Needs ``window.state``, ``window.runner``, ``window.tissue_toolbar``, ``window.view_menu`` and
-    ``window.show_status``."""
+def install_tissue_maps(services: AppServices, toolbar: TissueToolbar) -> TissueMapsComputer:
+    """Add Compute Tissue Maps to the tissue tool bar ``toolbar`` and the View menu (with Tissue Map
+    Contrast), right after the overlay's own entry."""
     computer = TissueMapsComputer(
-        window.state,
-        window.runner,
-        window.tissue_toolbar,
-        window.show_status,
-        window,
+        services.state,
+        services.runner,
+        toolbar,
+        services.show_status,
+        services.parent,
     )
-    menu = window.view_menu
-    after = window.tissue_toolbar.tissue_action
+    menu = services.menus.view
+    after = toolbar.tissue_action
     actions = menu.actions()
     before = (
         actions[actions.index(after) + 1]

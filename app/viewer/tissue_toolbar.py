@@ -13,8 +13,8 @@ from PySide6.QtWidgets import QComboBox, QLabel, QSlider, QToolBar, QWidget
 
 from app.core.session import AppState
 from app.core.tissue import ALL_TISSUES, MASKS, tissue_colour, tissue_title
-from app.shortcuts import SHORTCUTS, set_shortcut
-from app.theme import CHECKED_TOOLBUTTON_STYLE
+from app.services.shortcuts import SHORTCUTS, set_shortcut
+from app.widgets.theme import CHECKED_TOOLBUTTON_STYLE
 
 TISSUE_SHORTCUT = SHORTCUTS["view.tissue_overlay"].keys
 NO_TISSUE_TIP = (

@@ -1,9 +1,9 @@
 """The viewer's tool bar: window/level (preset, or typed W and L), orientation, interpolation, crosshair,
 fit, and the time point of a 4D file; beside it, the tissue overlay's bar (app/viewer/tissue_toolbar.py).
 
-``install_viewer_toolbar(window)`` puts it and the tissue overlay's bar on the main window (each on the row
-before it when they fit, on a row of its own otherwise, so no control ever hides behind an overflow arrow)
-and loads another time point of a 4D file in the background when the user picks one.
+``install_viewer_toolbar(services, viewer)`` puts it and the tissue overlay's bar on the main window (each
+on the row before it when they fit, on a row of its own otherwise, so no control ever hides behind an
+overflow arrow) and loads another time point of a 4D file in the background when the user picks one.
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QLabel,
-    QMainWindow,
     QMenu,
     QSpinBox,
     QToolBar,
@@ -28,9 +27,10 @@ from PySide6.QtWidgets import (
 from app.core.session import CONVENTIONS, AppState
 from app.core.slicing import INDEX_BASE
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry
-from app.shortcuts import SHORTCUTS, indexed, set_shortcut
-from app.theme import CHECKED_TOOLBUTTON_STYLE
-from app.viewer.viewer_area import LAYOUTS
+from app.services import AppServices
+from app.services.shortcuts import SHORTCUTS, indexed, set_shortcut
+from app.viewer.viewer_area import LAYOUTS, ViewerArea
+from app.widgets.theme import CHECKED_TOOLBUTTON_STYLE
 
 log = logging.getLogger(__name__)
 
@@ -253,55 +253,20 @@ class ViewerToolbar(QToolBar):
 
 
 class _ViewerToolbarController(QObject):
-    """Keeps the viewer tool bar on a row the controls fit in, and loads the time points asked for."""
+    """Loads the time points asked for on the viewer tool bar, and says when a 4D file was opened."""
 
-    def __init__(self, window: QMainWindow, toolbar: ViewerToolbar, *more: QToolBar) -> None:
-        super().__init__(window)
-        self.window = window
+    def __init__(self, services: AppServices, toolbar: ViewerToolbar) -> None:
+        super().__init__(services.parent)
+        self.services = services
         self.toolbar = toolbar
-        self.managed = (toolbar, *more)  # in the order they are laid out
         self._request = 0  # only the last time point asked for is shown
-        self._rows_timer = QTimer(self, singleShot=True, interval=0)
-        self._rows_timer.timeout.connect(self.fit_rows)
-        window.installEventFilter(self)
         toolbar.time_point_requested.connect(self._on_toolbar_time_point_requested)
-        for bar in self.managed:
-            bar.contents_changed.connect(self._rows_timer.start)
-        window.volume_opened.connect(self._on_window_volume_opened)
-
-    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt override
-        if watched is self.window and event.type() in (QEvent.Type.Resize, QEvent.Type.Show):
-            self._rows_timer.start()
-        return False
-
-    def fit_rows(self) -> None:
-        """Each managed tool bar shares the row of the bars before it (the main tool bar's first) when they
-        all fit the window, else starts a row of its own."""
-        window = self.window
-        first = [
-            bar
-            for bar in window.findChildren(QToolBar, options=Qt.FindChildOption.FindDirectChildrenOnly)
-            if bar not in self.managed
-            and not bar.isHidden()
-            and window.toolBarArea(bar) == window.toolBarArea(self.toolbar)
-        ]
-        row = sum(bar.sizeHint().width() for bar in first)
-        for bar in self.managed:
-            if bar.isHidden():
-                continue
-            width = bar.sizeHint().width()
-            own_row = row > 0 and row + width + 24 > window.width()
-            if own_row != window.toolBarBreak(bar):
-                if own_row:
-                    window.insertToolBarBreak(bar)
-                else:
-                    window.removeToolBarBreak(bar)
-            row = width if own_row else row + width
+        services.volume_opened.connect(self._on_window_volume_opened)
 
     def _on_window_volume_opened(self, entry: VolumeEntry) -> None:
         if entry.time_points > 1:
             last = entry.time_points - 1 + INDEX_BASE
-            self.window.show_status(
+            self.services.show_status(
                 f"{entry.name} is 4D: {entry.time_points} time points ({INDEX_BASE} to {last}), showing "
                 f"t = {entry.time_index + INDEX_BASE}. Pick another with t = on the viewer tool bar.",
                 15000,
@@ -313,8 +278,8 @@ class _ViewerToolbarController(QObject):
         if entry.path is None:
             return
         self._request += 1
-        self.window.show_status(f"Reading time point {index + INDEX_BASE} of {entry.name}...")
-        self.window.runner.run_task(
+        self.services.show_status(f"Reading time point {index + INDEX_BASE} of {entry.name}...")
+        self.services.runner.run_task(
             "open-time-point",
             partial(load_nifti, entry.path, time_index=index),
             finished=partial(self._on_time_point_loaded, entry, self._request),
@@ -338,30 +303,26 @@ class _ViewerToolbarController(QObject):
             tissue=old.tissue if loaded.data.shape == old.shape else {},
             space=old.space,
         )
-        if self.window.state.replace_volume(old, new):
-            self.window.show_status(
+        if self.services.state.replace_volume(old, new):
+            self.services.show_status(
                 f"{new.name}: time point {new.time_index + INDEX_BASE} of {INDEX_BASE} to "
                 f"{new.time_points - 1 + INDEX_BASE}",
                 8000,
             )
 
     def _on_time_point_failed(self, entry: VolumeEntry, message: str) -> None:
-        self.toolbar._on_state_shown_changed(self.window.state.shown)  # the field goes back to what is shown
-        self.window.show_error("Cannot read that time point", message)
+        # the field goes back to what is shown
+        self.toolbar._on_state_shown_changed(self.services.state.shown)
+        self.services.show_error("Cannot read that time point", message)
 
 
-def install_viewer_toolbar(window: QMainWindow) -> ViewerToolbar:
-    """Add the viewer tool bar, then the tissue overlay's (``.tissue_toolbar``), to the main window (after its
-    other tool bars) and wire the 4D loading.
-
-    Needs ``window.state``, ``window.viewer``, ``window.runner``, ``window.volume_opened``,
-    ``window.show_status`` and ``window.show_error``.
-    """
+def install_viewer_toolbar(services: AppServices, viewer: ViewerArea) -> ViewerToolbar:
+    """Add the viewer tool bar of ``viewer``, then the tissue overlay's (``.tissue_toolbar``), across the top
+    of the main window (after its other tool bars, each on a row it fits) and wire the 4D loading."""
     from app.viewer.tissue_toolbar import TissueToolbar  # (it imports this module)
 
-    toolbar = ViewerToolbar(window.state, window.viewer, window)
-    window.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
-    toolbar.tissue_toolbar = TissueToolbar(window.state, window)
-    window.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar.tissue_toolbar)
-    toolbar.controller = _ViewerToolbarController(window, toolbar, toolbar.tissue_toolbar)
+    toolbar = ViewerToolbar(services.state, viewer, services.parent)
+    toolbar.tissue_toolbar = TissueToolbar(services.state, services.parent)
+    services.menus.add_fitted_tool_bars(toolbar, toolbar.tissue_toolbar)
+    toolbar.controller = _ViewerToolbarController(services, toolbar)
     return toolbar

@@ -41,7 +41,7 @@ def quit_without_asking(monkeypatch):
     """Closing a window during a run asks first, and nobody answers in a test: pytest-qt closes the windows
     of a failed test (run still going) before fixtures tear down, which would wait forever. So the answer
     is yes; a test of the question itself puts back the real method this fixture returns."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     real = MainWindow.confirm_quit_during_run
     monkeypatch.setattr(MainWindow, "confirm_quit_during_run", lambda self: True)
@@ -72,14 +72,14 @@ def error_dialogs(monkeypatch):
 
 @pytest.fixture(scope="session")
 def themed_app(qapp):
-    from app.theme import apply_dark_theme
+    from app.widgets.theme import apply_dark_theme
 
     apply_dark_theme(qapp)
     return qapp
 
 
 def _make_window(qtbot, registry, settings, enable_3d):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     window = MainWindow(registry=registry, settings=settings, enable_3d=enable_3d, preload_torch=False)
     qtbot.addWidget(window)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from app.workers import abandoned_threads_running
+from app.services.workers import abandoned_threads_running
 from engine.server import create_app
 from engine.testing import ServerThread
 from tests.app.stuck_backend import DENOISE_MESSAGE, LOAD_MESSAGE, StuckBackend
@@ -142,7 +142,7 @@ QUIT_SCRIPT = textwrap.dedent(
 
     app = QApplication(sys.argv[:1])
     from app.__main__ import leave
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from engine.models.registry import ModelRegistry
     from tests.app.stuck_backend import StuckBackend
 

@@ -24,7 +24,7 @@ TYPE_THEN_KILL = textwrap.dedent(
     from PySide6.QtWidgets import QApplication
 
     app = QApplication(sys.argv[:1])
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from engine.models.registry import ModelRegistry
 
     settings = QSettings(sys.argv[2], QSettings.Format.IniFormat)
@@ -45,7 +45,7 @@ TYPE_THEN_KILL = textwrap.dedent(
 
 
 def test_settings_typed_before_a_kill_come_back(qtbot, themed_app, tiny_models_dir, tmp_path, error_dialogs):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from engine.models.registry import ModelRegistry
 
     ini = tmp_path / "volsynth-studio.ini"

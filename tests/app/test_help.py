@@ -7,7 +7,7 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QApplication
 
-from app.help import VIEWER_KEYS, action_shortcuts
+from app.window.help import VIEWER_KEYS, action_shortcuts
 
 from .conftest import SCREENSHOTS
 

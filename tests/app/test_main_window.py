@@ -243,7 +243,7 @@ def test_save_writes_nifti_with_provenance_sidecar(qtbot, main_window, tmp_path)
 
 
 def test_settings_persist_between_runs(qtbot, themed_app, registry, qt_settings, error_dialogs, nibabel_data):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(first)
@@ -277,7 +277,7 @@ def test_open_model_folder_and_bad_folder(qtbot, main_window, tmp_path, error_di
 
 
 def test_about_dialog_lists_versions_and_model_card(main_window):
-    from app.main_window import AboutDialog
+    from app.window.main_window import AboutDialog
 
     dialog = AboutDialog(main_window.state.selected_model, main_window)
     versions = dialog.versions()

@@ -64,7 +64,7 @@ def fake_gpus():
 @pytest.fixture
 def fake_gpu_window(qtbot, themed_app, registry, qt_settings, error_dialogs, fake_gpus):
     """The main window whose sampler reads the NVML stand-in (one NVIDIA RTX A6000)."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from engine.telemetry import GpuMonitor, LocalCollector, Sampler
 
     sampler = Sampler(
@@ -229,7 +229,7 @@ def test_dock_over_a_feed_source_plots_exact_values_and_marks(qtbot, themed_app)
 def test_sampler_starts_after_the_window_is_shown_and_stops_on_close(
     qtbot, themed_app, registry, qt_settings, error_dialogs
 ):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(window)
@@ -254,7 +254,7 @@ def test_sampler_starts_after_the_window_is_shown_and_stops_on_close(
 def test_metrics_dock_place_persists(qtbot, themed_app, registry, qt_settings, error_dialogs):
     from PySide6.QtCore import Qt
 
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(first)

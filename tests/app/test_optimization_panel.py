@@ -121,7 +121,7 @@ def test_generation_records_what_applied_in_provenance_and_details(qtbot, main_w
 
 
 def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_settings, error_dialogs):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(first)
@@ -144,7 +144,7 @@ def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_setti
 def test_the_check_waits_for_torch_at_start_up(
     qtbot, themed_app, registry, qt_settings, error_dialogs, monkeypatch
 ):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     qt_settings.setValue("generation/form", '{"optimization": {"cuda_graphs": true, "autocast": "bogus"}}')
     monkeypatch.setattr("app.panels.optimization_panel._engine_loaded", lambda: False)
@@ -279,7 +279,7 @@ def test_switching_models_says_what_it_reset_and_drops_a_quantization_of_the_oth
 def test_the_device_chosen_on_this_computer_comes_back_after_a_restart(
     qtbot, themed_app, registry, qt_settings, error_dialogs
 ):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     from .test_maisi_ui import _pick
 

@@ -50,12 +50,12 @@ def test_radiologist_generate_inspect_save_vault(qtbot, main_window, tmp_path, s
     _point_at_new_vault(window, tmp_path / "vault")
     controller = window.vault_controller
     controller.menu.new_action.trigger()
-    dialog = controller.unlock_dialog
+    dialog = controller.locking.unlock_dialog
     dialog.passphrase_edit.setText(PASSPHRASE)
     dialog.confirm_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "create") == "finished"
-    qtbot.waitUntil(lambda: controller.is_unlocked and not controller._tasks, timeout=10_000)
+    qtbot.waitUntil(lambda: controller.is_unlocked and not controller.tasks.running, timeout=10_000)
     controller.menu.save_action.trigger()
     assert _wait_task(qtbot, controller, "save") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)

@@ -37,7 +37,7 @@ def _generate(qtbot, window) -> list[int]:
 def test_previews_are_chosen_in_the_generate_panel_and_remembered(
     qtbot, themed_app, registry, qt_settings, error_dialogs
 ):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(first)

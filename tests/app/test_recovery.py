@@ -26,7 +26,7 @@ MNI = "MNI152NLin2009aSym"
 
 def _recovering_window(qtbot, registry, qt_settings, root):
     """A main window over ``registry`` whose crash-recovery folder is ``root``, shown and exposed."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     window = MainWindow(
         registry=registry,
@@ -242,7 +242,7 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 from pathlib import Path
 from PySide6.QtCore import QEventLoop, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from app.core.recovery import RecoveryStore
 from engine.models.registry import ModelRegistry
 

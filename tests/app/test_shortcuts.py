@@ -1,4 +1,4 @@
-"""The one shortcut table (app/shortcuts.py): every action's keys come from it, Help > Keyboard Shortcuts lists
+"""The one shortcut table (app/services/shortcuts.py): every action's keys come from it, Help > Keyboard Shortcuts lists
 exactly it, and its keys pressed on the window trigger the actions it names."""
 
 from __future__ import annotations
@@ -8,7 +8,14 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtTest import QTest
 
-from app.shortcuts import ACTION_FREE, ID_PROPERTY, LAYOUT_COUNT, SHORTCUTS, WINDOW_PRESET_COUNT, keys
+from app.services.shortcuts import (
+    ACTION_FREE,
+    ID_PROPERTY,
+    LAYOUT_COUNT,
+    SHORTCUTS,
+    WINDOW_PRESET_COUNT,
+    keys,
+)
 
 pytestmark = pytest.mark.render
 

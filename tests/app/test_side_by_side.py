@@ -15,7 +15,7 @@ from PySide6.QtTest import QTest
 
 from app.core.compare_pair import linked_ras, resampled_plane
 from app.core.slicing import plane_geometry
-from app.shortcuts import keys
+from app.services.shortcuts import keys
 from app.viewer.viewer_area import SIDE_BY_SIDE
 
 from .viewer_helpers import open_volume, pixels, write_volume

@@ -103,7 +103,7 @@ def _wait_until_nothing_is_clipped(qtbot, window) -> None:
 @pytest.fixture
 def fresh_small_window(qtbot, themed_app, registry, qt_settings, error_dialogs):
     """The main window as a first start on a 1024x700 screen: no saved window state, shown at that size."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(window)
@@ -198,7 +198,7 @@ def test_at_1024x700_a_kept_measurement_does_not_widen_the_generate_form(
 ):
     """With settings measured on this machine, the Optimization section says so and offers "Measure again" and
     the PSNR floor; side by side those were ~480 px wide, and the form scrolled sideways at 1024x700."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from engine.machine.probe import probe_machine
     from engine.optimization import tune_store
 

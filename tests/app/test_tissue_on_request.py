@@ -216,7 +216,7 @@ def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted
 
     window, controller = main_window, main_window.vault_controller
     controller.set_vault_path(tmp_path / "vault")
-    dialog = controller.request_unlock()
+    dialog = controller.locking.request_unlock()
     dialog.passphrase_edit.setText(passphrase)
     with qtbot.waitSignal(
         controller.task_ended, timeout=30_000, check_params_cb=lambda name, _: name == "unlock"
@@ -235,20 +235,20 @@ def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted
     assert (
         "kept with it in the vault, encrypted (segmented: VolSynth EM" in window.statusBar().currentMessage()
     )
-    qtbot.waitUntil(lambda: controller.item(scan.id).tissue_maps != (), timeout=10_000)
-    assert set(controller.item(scan.id).tissue_maps) == set(SEGMENTED)
+    qtbot.waitUntil(lambda: controller.listing.item(scan.id).tissue_maps != (), timeout=10_000)
+    assert set(controller.listing.item(scan.id).tissue_maps) == set(SEGMENTED)
 
     # Opened, the scan comes with its maps on the viewer's grid, where the phantom's grey matter is.
     with qtbot.waitSignal(window.volume_opened, timeout=20_000) as opened:
-        controller.open_item(scan.id)
+        controller.opening.open_item(scan.id)
     entry = opened.args[0]
-    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
     assert entry.tissue_names == SEGMENTED
     gm, truth = entry.tissue["GM"] > 0.5, phantom_labels() == 2
     assert 2 * (gm & truth).sum() / (gm.sum() + truth.sum()) > 0.7  # reoriented back and forth correctly
     assert window.tissue_maps.source_label.text().startswith("Maps segmented: VolSynth EM")
     assert window.tissue_maps.source_label.text().endswith("T1w")
-    controller.lock()
+    controller.locking.lock()
 
 
 def test_a_models_own_maps_say_so_and_are_not_computed_again(qtbot, tissue_window):

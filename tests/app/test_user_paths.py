@@ -255,7 +255,7 @@ def test_choosing_a_volume_during_a_run_shows_it(qtbot, main_window, tmp_path):
 def test_quitting_during_a_run_asks_and_no_keeps_the_run(
     qtbot, main_window, monkeypatch, quit_without_asking
 ):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     monkeypatch.setattr(MainWindow, "confirm_quit_during_run", quit_without_asking)  # the real question
     window = main_window

@@ -55,7 +55,7 @@ def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
     """A main window with its 3D view, like conftest's ``main_window_3d`` but not waiting to become the active
     window: under Xvfb (no window manager) a second 3D window in one process never does, and the screenshot
     needs no keyboard shortcuts."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     window = MainWindow(registry=registry, settings=qt_settings, enable_3d=True, preload_torch=False)
     qtbot.addWidget(window)
@@ -73,7 +73,7 @@ def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
 def vault_window(main_window, tmp_path):
     """The main window with its vault pointed at an empty folder in tmp_path (fast Argon2 parameters)."""
     yield _point_at_new_vault(main_window, tmp_path / "vault")
-    assert not main_window.vault_controller._tasks
+    assert not main_window.vault_controller.tasks.running
 
 
 def _wait_task(qtbot, controller, name: str, timeout: int = 30_000) -> str:
@@ -87,26 +87,26 @@ def _wait_task(qtbot, controller, name: str, timeout: int = 30_000) -> str:
 
 def _create_via_dialog(qtbot, window):
     controller = window.vault_controller
-    dialog = controller.request_unlock()
+    dialog = controller.locking.request_unlock()
     assert dialog is not None and dialog.mode == "create"
     dialog.passphrase_edit.setText(PASSPHRASE)
     dialog.confirm_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "create") == "finished"
-    qtbot.waitUntil(lambda: controller.is_unlocked and not controller._tasks, timeout=10_000)
+    qtbot.waitUntil(lambda: controller.is_unlocked and not controller.tasks.running, timeout=10_000)
     return controller
 
 
 def _import(qtbot, controller, paths, rows: int, **details):
-    controller.import_nifti([Path(p) for p in paths], **details)
+    controller.importing.import_nifti([Path(p) for p in paths], **details)
     assert _wait_task(qtbot, controller, "import") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == rows, timeout=10_000)
 
 
 def _open(qtbot, window, item_id: str):
     with qtbot.waitSignal(window.volume_opened, timeout=20_000) as blocker:
-        window.vault_controller.open_item(item_id)
-    qtbot.waitUntil(lambda: not window.vault_controller._tasks, timeout=10_000)
+        window.vault_controller.opening.open_item(item_id)
+    qtbot.waitUntil(lambda: not window.vault_controller.tasks.running, timeout=10_000)
     return blocker.args[0]
 
 
@@ -163,8 +163,8 @@ def test_the_vault_needs_no_main_window(qtbot, qt_settings, nibabel_data, tmp_pa
     from PySide6.QtWidgets import QWidget
 
     from app.core.session import AppState
+    from app.services.workers import JobRunner
     from app.vault.controller import VaultController
-    from app.workers import JobRunner
 
     parent = QWidget()
     qtbot.addWidget(parent)
@@ -183,23 +183,23 @@ def test_the_vault_needs_no_main_window(qtbot, qt_settings, nibabel_data, tmp_pa
     controller.kdf = FAST_KDF
     controller.set_vault_path(tmp_path / "vault")
 
-    dialog = controller.request_unlock()
+    dialog = controller.locking.request_unlock()
     assert shown == [True] and dialog.mode == "create" and dialog.parent() is parent
     dialog.reject()
-    controller.create(PASSPHRASE)
+    controller.locking.create(PASSPHRASE)
     assert _wait_task(qtbot, controller, "create") == "finished"
     assert controller.is_unlocked and statuses[-1] == f"Vault unlocked: {controller.path}"
 
-    controller.import_nifti([nibabel_data / "anatomical.nii"], label="a scan")
+    controller.importing.import_nifti([nibabel_data / "anatomical.nii"], label="a scan")
     assert _wait_task(qtbot, controller, "import") == "finished"
-    qtbot.waitUntil(lambda: len(controller.items) == 1, timeout=10_000)
-    controller.open_item(controller.items[0].id)
+    qtbot.waitUntil(lambda: len(controller.listing.items) == 1, timeout=10_000)
+    controller.opening.open_item(controller.listing.items[0].id)
     qtbot.waitUntil(lambda: len(opened) == 1, timeout=20_000)
     assert state.volumes == [opened[0]] and state.shown is opened[0] and opened[0].name == "a scan"
 
-    controller.lock()
+    controller.locking.lock()
     assert not controller.is_unlocked and state.volumes == [] and statuses[-1] == "Vault locked"
-    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
     assert errors == []
 
 
@@ -217,7 +217,7 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
     ]
 
     # the create dialog refuses a mismatched confirmation before anything is written
-    dialog = controller.request_unlock()
+    dialog = controller.locking.request_unlock()
     dialog.passphrase_edit.setText(PASSPHRASE)
     dialog.confirm_edit.setText(PASSPHRASE + "x")
     dialog.ok_button.click()
@@ -241,7 +241,7 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
         study={"description": "MR brain", "date": "20240131"},
     )
     assert browser.row_texts() == [("Doe, Jane", "MR brain", "2024-01-31", "Scan", "anatomical")]
-    info = controller.items[0]
+    info = controller.listing.items[0]
     assert info.kind == "scan" and info.label == "anatomical"
 
     browser.select_item(info.id)
@@ -250,13 +250,13 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
     with qtbot.waitSignal(window.volume_opened, timeout=20_000) as blocker:
         qtbot.keyClick(browser.table, Qt.Key.Key_Return)
     entry = blocker.args[0]
-    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
     from_disk = load_nifti(source)  # what File > Open shows for the same file
     assert window.state.shown is entry and entry.name == "anatomical" and not entry.synthetic
     assert entry.data.dtype == np.float32 and np.array_equal(entry.data, from_disk.data)
     assert np.allclose(entry.affine, from_disk.affine)
     assert entry.path is None  # decrypted into memory only
-    assert controller.entry_is_from_vault(entry) and not controller.can_save(entry)
+    assert controller.opening.entry_is_from_vault(entry) and not controller.saving.can_save(entry)
     assert window.session_panel.list.count() == 1
     assert not error_dialogs
 
@@ -282,7 +282,7 @@ def test_drop_on_the_browser_imports_and_drop_on_the_window_still_opens(
         Qt.KeyboardModifier.NoModifier,
     )
     controller.browser.dropEvent(event)
-    dialog = controller.import_dialog
+    dialog = controller.importing.import_dialog
     assert dialog is not None and dialog.label_edit.text() == "scan one"
     dialog.patient_name_edit.setText("Roe, Richard")
     dialog.study_edit.setText("Follow-up")
@@ -290,7 +290,7 @@ def test_drop_on_the_browser_imports_and_drop_on_the_window_still_opens(
     assert _wait_task(qtbot, controller, "import") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
     assert controller.browser.row_texts()[0][0:2] == ("Roe, Richard", "Follow-up")
-    assert controller.items[0].patient == {"name": "Roe^Richard"}
+    assert controller.listing.items[0].patient == {"name": "Roe^Richard"}
     assert not window.state.volumes  # imported, not opened
 
     with qtbot.waitSignal(window.volume_opened, timeout=20_000):  # the viewer keeps opening dropped files
@@ -325,7 +325,7 @@ def test_save_generated_volume_to_vault_and_open_it_again(qtbot, vault_window):
     controller.menu.save_action.trigger()
     assert _wait_task(qtbot, controller, "save") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
-    info = controller.items[0]
+    info = controller.listing.items[0]
     assert info.kind == "synthetic" and info.label == generated.name
     assert info.provenance["seed"] == 1234 and info.provenance["synthetic"] is True
     patient, study, _date, kind, label = controller.browser.row_texts()[0]
@@ -346,7 +346,7 @@ def tissue_vault_window(tissue_window, tmp_path):
     """conftest's ``tissue_window`` (the tiny 5-channel MNI model selected) with its vault pointed at an
     empty folder in tmp_path."""
     yield _point_at_new_vault(tissue_window, tmp_path / "vault")
-    assert not tissue_window.vault_controller._tasks
+    assert not tissue_window.vault_controller.tasks.running
 
 
 @render
@@ -369,7 +369,7 @@ def test_generated_tissue_maps_go_to_the_vault_and_come_back_with_the_overlay(qt
     controller.menu.save_action.trigger()
     assert _wait_task(qtbot, controller, "save") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
-    (info,) = controller.items
+    (info,) = controller.listing.items
     assert info.kind == "synthetic" and list(info.tissue_maps) == names and generated.saved
     assert info.provenance["space"] == mni
     tooltip = controller.browser.table.item(0, 0).toolTip()  # the browser says the item has maps
@@ -380,7 +380,7 @@ def test_generated_tissue_maps_go_to_the_vault_and_come_back_with_the_overlay(qt
     controller.browser.select_item(info.id)
     with qtbot.waitSignal(window.volume_opened, timeout=20_000) as opened:
         controller.browser.open_button.click()
-    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
+    qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
     reopened = opened.args[0]
     assert window.state.shown is reopened and reopened.kind == "opened" and reopened.synthetic
     assert "with tissue maps GM, WM, CSF, ventricles" in window.statusBar().currentMessage()
@@ -408,15 +408,15 @@ def test_export_deidentified_clears_the_header(qtbot, vault_window, nibabel_data
     controller = _create_via_dialog(qtbot, window)
     source = _nifti_with_descrip(tmp_path, nibabel_data / "anatomical.nii", b"Jane Doe 1970-01-01 MRN 12345")
     _import(qtbot, controller, [source], rows=1, patient={"name": "Doe^Jane"})
-    info = controller.items[0]
+    info = controller.listing.items[0]
 
-    dialog = controller.export_dialog_for(info.id)
+    dialog = controller.exporting.export_dialog_for(info.id)
     assert dialog.deidentify_box.isChecked()  # on unless the user turns it off
     out = tmp_path / "export"
     dialog.folder_edit.setText(str(out))
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "export") == "finished"
-    result = controller.last_export
+    result = controller.exporting.last_export
     assert result.deidentified and len(result.files) == 1
     exported = result.files[0]
     assert exported.is_file() and exported.parent == out
@@ -429,12 +429,12 @@ def test_export_deidentified_clears_the_header(qtbot, vault_window, nibabel_data
     )
 
     # a second export to the same place is refused with the engine's message, and the app goes on
-    controller.export_item(info.id, out, deidentify=True)
+    controller.exporting.export_item(info.id, out, deidentify=True)
     assert _wait_task(qtbot, controller, "export") == "failed"
     assert error_dialogs[-1][0] == "Cannot export from the vault" and "already exists" in error_dialogs[-1][1]
-    controller.export_item(info.id, out, deidentify=False, overwrite=True)
+    controller.exporting.export_item(info.id, out, deidentify=False, overwrite=True)
     assert _wait_task(qtbot, controller, "export") == "finished"
-    plain = controller.last_export.files[0]  # the imported bytes as they were: .nii
+    plain = controller.exporting.last_export.files[0]  # the imported bytes as they were: .nii
     assert plain.name == exported.name.removesuffix(".gz")
     assert plain.read_bytes() == source.read_bytes()
     assert b"Jane Doe" in nib.load(str(plain)).header["descrip"].item()
@@ -451,28 +451,28 @@ def test_deidentified_dicom_export_is_nii_gz_and_its_message_counts_the_files(
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
     source = Path(get_testdata_file("MR_small.dcm"))
-    controller.import_sources([ImportJob(source, "dicom", label="T2 axial")])
+    controller.importing.import_sources([ImportJob(source, "dicom", label="T2 axial")])
     assert _wait_task(qtbot, controller, "import") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
-    info = controller.items[0]
+    info = controller.listing.items[0]
 
     controller.browser.select_item(info.id)
     controller.browser.export_button.click()
-    dialog = controller.export_dialog
+    dialog = controller.exporting.export_dialog
     assert dialog.deidentify_box.isChecked()
     out = tmp_path / "shared"
     dialog.folder_edit.setText(str(out))
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "export") == "finished"
-    nii, dicom = controller.last_export.files
+    nii, dicom = controller.exporting.last_export.files
     assert nii.name.endswith(".nii.gz") and nii.read_bytes()[:2] == b"\x1f\x8b"  # really gzip
     assert nib.load(str(nii)).header["descrip"].item() == b""
     assert dicom.suffix == ".dcm"
-    title, text = controller.last_info
+    title, text = controller.messages.last_info
     summary = f"Wrote 1 NIfTI and 1 DICOM files to {out} (de-identified)"
     assert title == "Exported from the Vault" and text == summary  # no list of paths in the message
     assert window.statusBar().currentMessage() == summary
-    box = controller.last_info_box
+    box = controller.messages.last_info_box
     assert box.detailedText().splitlines() == [str(nii), str(dicom)]  # behind "Show Details..."
     qtbot.waitExposed(box)
     details_button = next(b for b in box.buttons() if box.buttonRole(b) == QMessageBox.ButtonRole.ActionRole)
@@ -554,7 +554,7 @@ def test_wrong_passphrase_shows_an_error_and_stays_locked(qtbot, vault_window, n
     with Vault.create(controller.path, PASSPHRASE, kdf=FAST_KDF) as vault:
         vault.import_nifti(nibabel_data / "anatomical.nii", label="existing scan")
 
-    dialog = controller.request_unlock()
+    dialog = controller.locking.request_unlock()
     assert dialog.mode == "unlock" and controller.browser.unlock_button.text() == "Unlock..."
     dialog.passphrase_edit.setText("not the passphrase")
     dialog.ok_button.click()
@@ -579,12 +579,18 @@ def test_wrong_passphrase_shows_an_error_and_stays_locked(qtbot, vault_window, n
 
     # delete asks first; Cancel keeps the item, Delete removes it
     browser = controller.browser
-    browser.select_item(controller.items[0].id)
+    browser.select_item(controller.listing.items[0].id)
     browser.delete_button.click()
-    controller.confirm_box.button(controller.confirm_box.StandardButton.Cancel).click()
-    assert controller.confirm_box is None and not controller._tasks and len(controller.items) == 1
+    controller.item_actions.confirm_box.button(
+        controller.item_actions.confirm_box.StandardButton.Cancel
+    ).click()
+    assert (
+        controller.item_actions.confirm_box is None
+        and not controller.tasks.running
+        and len(controller.listing.items) == 1
+    )
     browser.delete_button.click()
-    controller.confirm_delete_button.click()
+    controller.item_actions.confirm_delete_button.click()
     assert _wait_task(qtbot, controller, "delete") == "finished"
     qtbot.waitUntil(lambda: browser.table.rowCount() == 0, timeout=10_000)
     assert not list((controller.path / "blobs").glob("*.vsb"))
@@ -601,7 +607,7 @@ def test_after_a_wrong_passphrase_the_right_one_and_enter_unlock(
     slow_enough = KdfParams(memory_kib=64 * 1024, iterations=3, lanes=4)  # RFC 9106's: the dialog stays busy
     with Vault.create(controller.path, PASSPHRASE, kdf=slow_enough) as vault:
         vault.import_nifti(nibabel_data / "anatomical.nii", label="existing scan")
-    dialog = controller.request_unlock()
+    dialog = controller.locking.request_unlock()
     dialog.activateWindow()  # focus moves as it does for a user (it decides where Enter goes)
     qtbot.waitUntil(dialog.isActiveWindow, timeout=10_000)
     qtbot.keyClicks(dialog.passphrase_edit, "not the passphrase")
@@ -625,14 +631,14 @@ def test_enter_in_the_export_folder_field_exports(qtbot, vault_window, nibabel_d
     controller = vault_window.vault_controller
     with Vault.create(controller.path, PASSPHRASE, kdf=FAST_KDF) as vault:
         item = vault.import_nifti(nibabel_data / "anatomical.nii", label="existing scan").id
-    controller.unlock(PASSPHRASE)
+    controller.locking.unlock(PASSPHRASE)
     assert _wait_task(qtbot, controller, "unlock") == "finished"
     browsed = []
     monkeypatch.setattr(
         QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: browsed.append(a) or "")
     )
-    qtbot.waitUntil(lambda: controller.item(item) is not None, timeout=10_000)
-    dialog = controller.export_dialog_for(item)
+    qtbot.waitUntil(lambda: controller.listing.item(item) is not None, timeout=10_000)
+    dialog = controller.exporting.export_dialog_for(item)
     out = tmp_path / "exported"
     dialog.folder_edit.clear()
     qtbot.keyClicks(dialog.folder_edit, str(out))
@@ -646,7 +652,7 @@ def test_enter_in_the_export_folder_field_exports(qtbot, vault_window, nibabel_d
 def test_change_passphrase_rewraps_the_key(qtbot, vault_window, error_dialogs):
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
-    dialog = controller.change_passphrase_dialog()
+    dialog = controller.passphrase.change_passphrase_dialog()
     dialog.old_edit.setText("not the passphrase")
     dialog.new_edit.setText("a brand new passphrase")
     dialog.confirm_edit.setText("a brand new passphrase")
@@ -661,10 +667,10 @@ def test_change_passphrase_rewraps_the_key(qtbot, vault_window, error_dialogs):
     assert _wait_task(qtbot, controller, "passphrase") == "finished"
     assert not dialog.isVisible() and controller.vault.kdf_params == FAST_KDF
 
-    controller.lock()
-    controller.unlock(PASSPHRASE)
+    controller.locking.lock()
+    controller.locking.unlock(PASSPHRASE)
     assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.is_unlocked
-    controller.unlock("a brand new passphrase")
+    controller.locking.unlock("a brand new passphrase")
     assert _wait_task(qtbot, controller, "unlock") == "finished" and controller.is_unlocked
 
 
@@ -672,7 +678,7 @@ def test_change_passphrase_rewraps_the_key(qtbot, vault_window, error_dialogs):
 def test_change_passphrase_with_re_encryption_puts_the_vault_under_a_new_key(qtbot, vault_window):
     controller = _create_via_dialog(qtbot, vault_window)
     old_id = controller.vault.vault_id
-    dialog = controller.change_passphrase_dialog()
+    dialog = controller.passphrase.change_passphrase_dialog()
     assert "old passphrase still opens old copies" in dialog.findChild(QLabel, "dialogText").text()
     qtbot.keyClicks(dialog.old_edit, PASSPHRASE)
     qtbot.keyClicks(dialog.new_edit, "a brand new passphrase")
@@ -683,19 +689,19 @@ def test_change_passphrase_with_re_encryption_puts_the_vault_under_a_new_key(qtb
     assert _wait_task(qtbot, controller, "passphrase") == "finished"
     assert controller.is_unlocked and controller.vault.vault_id != old_id  # a new key, a new vault id
     # A box that stays until read says what was re-encrypted, and what it does not reach (old copies).
-    title, text = controller.last_info
-    assert title == "Vault Re-encrypted" and text.startswith(f"{len(controller.items)} items and ")
+    title, text = controller.messages.last_info
+    assert title == "Vault Re-encrypted" and text.startswith(f"{len(controller.listing.items)} items and ")
     assert "audit entr" in text and "still open with the old passphrase" in text
     from shiboken6 import isValid
 
-    box = controller.last_info_box
+    box = controller.messages.last_info_box
     assert box.isVisible()
     qtbot.keyClick(box, Qt.Key.Key_Return)  # read: Enter closes it (and Qt deletes it)
     qtbot.waitUntil(lambda: not isValid(box) or not box.isVisible(), timeout=5_000)
-    controller.lock()
-    controller.unlock(PASSPHRASE)
+    controller.locking.lock()
+    controller.locking.unlock(PASSPHRASE)
     assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.is_unlocked
-    controller.unlock("a brand new passphrase")
+    controller.locking.unlock("a brand new passphrase")
     assert _wait_task(qtbot, controller, "unlock") == "finished" and controller.is_unlocked
 
 
@@ -705,7 +711,7 @@ def test_lock_button_and_auto_lock_clear_the_browser(qtbot, vault_window, nibabe
     controller = _create_via_dialog(qtbot, window)
     browser = controller.browser
     _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1)
-    _open(qtbot, window, controller.items[0].id)
+    _open(qtbot, window, controller.listing.items[0].id)
     assert len(window.state.volumes) == 1
 
     browser.lock_button.click()
@@ -714,7 +720,7 @@ def test_lock_button_and_auto_lock_clear_the_browser(qtbot, vault_window, nibabe
     assert not window.state.volumes  # the decrypted volume left the session with the keys
     assert controller.status_button.text() == "Vault locked"
 
-    controller.unlock(PASSPHRASE)
+    controller.locking.unlock(PASSPHRASE)
     assert _wait_task(qtbot, controller, "unlock") == "finished"
     qtbot.waitUntil(lambda: browser.table.rowCount() == 1, timeout=10_000)
     assert controller.auto_lock_minutes == 15 and controller.vault.idle_timeout_s == 15 * 60
@@ -722,11 +728,11 @@ def test_lock_button_and_auto_lock_clear_the_browser(qtbot, vault_window, nibabe
     # user activity postpones auto-lock; 15 idle minutes lock it (a fake clock stands in for waiting)
     start = time.monotonic()
     controller.clock = lambda: start + 14 * 60
-    assert not controller.check_idle()
+    assert not controller.locking.check_idle()
     qtbot.keyClick(window, Qt.Key.Key_Shift)
     assert controller.vault.seconds_until_auto_lock() == pytest.approx(15 * 60, abs=1)
     controller.clock = lambda: start + 14 * 60 + 15 * 60 + 1
-    assert controller.check_idle()
+    assert controller.locking.check_idle()
     assert not controller.is_unlocked and browser.table.rowCount() == 0
     assert browser.pages.currentWidget() is browser.locked_page
     assert "15 min" in window.statusBar().currentMessage()
@@ -756,15 +762,15 @@ def test_cancel_a_long_import_leaves_nothing_behind(qtbot, vault_window, nibabel
         return probe(path)
 
     monkeypatch.setattr(model, "synthetic_marks", slow_probe)
-    controller.import_nifti([nibabel_data / "anatomical.nii", nibabel_data / "example4d.nii.gz"])
-    progress = controller._tasks[-1].progress
+    controller.importing.import_nifti([nibabel_data / "anatomical.nii", nibabel_data / "example4d.nii.gz"])
+    progress = controller.tasks.running[-1].progress
     assert progress is not None and started.wait(10)
     progress.findChild(QPushButton).click()  # the progress dialog's Cancel button
     release.set()
     assert _wait_task(qtbot, controller, "import") == "finished"
     assert "Import cancelled: 0 of 2 imported" in window.statusBar().currentMessage()
-    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
-    assert controller.items == [] and not list((controller.path / "blobs").glob("*.vsb"))
+    qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
+    assert controller.listing.items == [] and not list((controller.path / "blobs").glob("*.vsb"))
     assert controller.is_unlocked  # and the vault goes on working
     _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1)
 
@@ -774,26 +780,26 @@ def test_tampered_item_shows_a_clear_error_naming_it(qtbot, vault_window, nibabe
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
     _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, label="knee MRI")
-    info = controller.items[0]
+    info = controller.listing.items[0]
     (blob,) = (controller.path / "blobs").glob("*.vsb")
     raw = bytearray(blob.read_bytes())
     raw[len(raw) // 2] ^= 0x01
     blob.write_bytes(bytes(raw))
 
-    controller.open_item(info.id)
+    controller.opening.open_item(info.id)
     assert _wait_task(qtbot, controller, "open") == "failed"
     title, message = error_dialogs[-1]
     assert title == "Cannot open \u201cknee MRI\u201d from the vault"
     assert info.id in message and "corrupted" in message and "Traceback" not in message
     assert not window.state.volumes
 
-    controller.verify_all()
+    controller.integrity.verify_all()
     assert _wait_task(qtbot, controller, "verify") == "finished"
     title, message = error_dialogs[-1]
     assert title == "The vault failed verification" and "\u201cknee MRI\u201d" in message
-    assert not controller.last_verify.ok
+    assert not controller.integrity.last_verify.ok
     assert controller.is_unlocked  # the app goes on
-    controller.refresh()
+    controller.listing.refresh()
     assert _wait_task(qtbot, controller, "list") == "finished"
 
 
@@ -814,7 +820,9 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
         patient={"name": "Roe^Richard", "id": "P-0107"},
         study={"description": "MR brain", "date": "20231105"},
     )
-    controller.import_sources([ImportJob(Path(get_testdata_file("MR_small.dcm")), "dicom", label="T2 axial")])
+    controller.importing.import_sources(
+        [ImportJob(Path(get_testdata_file("MR_small.dcm")), "dicom", label="T2 axial")]
+    )
     assert _wait_task(qtbot, controller, "import") == "finished"
     window.state.select_model(window.state.model_by_id("tiny-latent"))
     window.sampling_panel.steps_spin.setValue(3)
@@ -824,7 +832,7 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
     generated = window.state.shown
     assert not generated.saved
-    controller.save_entry()
+    controller.saving.save_entry()
     assert _wait_task(qtbot, controller, "save") == "finished"
     assert generated.saved  # in the vault now: crash recovery lets it go at a clean exit
     _import(
@@ -836,7 +844,7 @@ def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_
         patient={"name": "Doe^Jane", "id": "P-0042"},
         study={"description": "MR brain follow-up", "date": "20240131"},
     )
-    mni = next(i for i in controller.items if i.label == "T1 MPRAGE")
+    mni = next(i for i in controller.listing.items if i.label == "T1 MPRAGE")
     _open(qtbot, window, mni.id)
     controller.browser.select_item(mni.id)
     window.docks["vaultDock"].raise_()
@@ -919,13 +927,13 @@ def test_dropped_synthetic_file_is_stored_as_synthetic_never_as_a_scan(
     generated = _generated_file(tmp_path)
 
     _drop(controller.browser, [generated])
-    dialog = controller.import_dialog
+    dialog = controller.importing.import_dialog
     assert dialog.synthetic_label.isVisible() and "SYNTHETIC" in dialog.synthetic_label.text()
     assert not dialog.patient_name_edit.isEnabled() and not dialog.patient_id_edit.isEnabled()
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "import") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
-    info = controller.items[0]
+    info = controller.listing.items[0]
     assert info.kind == "synthetic" and info.patient == {} and info.provenance["seed"] == 3
     assert controller.browser.row_texts()[0][3] == "Synthetic"
 
@@ -934,24 +942,24 @@ def test_dropped_synthetic_file_is_stored_as_synthetic_never_as_a_scan(
     shutil.copy(nibabel_data / "anatomical.nii", scan)
     second = _generated_file(tmp_path, "second.nii.gz", seed=4)
     _drop(controller.browser, [scan, second])
-    dialog = controller.import_dialog
+    dialog = controller.importing.import_dialog
     assert dialog.patient_name_edit.isEnabled() and "second.nii.gz" in dialog.synthetic_label.text()
     dialog.patient_name_edit.setText("Doe, Jane")
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "import") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 3, timeout=10_000)
-    by_kind = {i.original_name: i for i in controller.items}
+    by_kind = {i.original_name: i for i in controller.listing.items}
     assert by_kind["scan.nii"].kind == "scan" and by_kind["scan.nii"].patient == {"name": "Doe^Jane"}
     assert by_kind["second.nii.gz"].kind == "synthetic" and by_kind["second.nii.gz"].patient == {}
 
     # asking for it as a patient's scan is refused, with the reason
     third = _generated_file(tmp_path, "third.nii.gz", seed=5)
-    controller.import_nifti([third], patient={"name": "Doe^Jane"})
+    controller.importing.import_nifti([third], patient={"name": "Doe^Jane"})
     assert _wait_task(qtbot, controller, "import") == "finished"
     title, message = error_dialogs[-1]
     assert title == "Cannot import into the vault"
     assert "third.nii.gz is a synthetic volume generated by VolSynth" in message and "patient scan" in message
-    assert len(controller.items) == 3
+    assert len(controller.listing.items) == 3
 
 
 @render
@@ -974,32 +982,34 @@ def test_import_menu_validates_dates_and_remembers_the_folder(
 
     monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(choose))
     controller.menu.import_nifti_action.trigger()
-    dialog = controller.import_dialog
+    dialog = controller.importing.import_dialog
     assert dialog is not None and starts == [str(Path.home())]
     qtbot.keyClicks(dialog.study_date_edit, "2024-13-45")
     qtbot.keyClicks(dialog.birth_date_edit, "1970-01-31")
     dialog.ok_button.click()
-    assert dialog.isVisible() and "Study date" in dialog.error_label.text() and not controller._tasks
+    assert dialog.isVisible() and "Study date" in dialog.error_label.text() and not controller.tasks.running
     dialog.study_date_edit.clear()
     qtbot.keyClicks(dialog.study_date_edit, "2024-01-31")
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "import") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
-    info = controller.items[0]
+    info = controller.listing.items[0]
     assert info.study["date"] == "20240131" and info.patient["birth_date"] == "19700131"
     assert controller.browser.row_texts()[0][2] == "2024-01-31"
 
     # the next import starts where the last one was (and the same file again asks first)
     controller.menu.import_nifti_action.trigger()
     assert starts[-1] == str(folder)
-    controller.import_dialog.ok_button.click()
+    controller.importing.import_dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "import") == "finished"
-    box = controller.duplicate_box
+    box = controller.messages.duplicate_box
     assert box is not None and "already in the vault" in box.text()
     box.button(QMessageBox.StandardButton.Cancel).click()
-    assert controller.duplicate_box is None and all(t.name == "list" for t in controller._tasks)
-    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
-    assert len(controller.items) == 1
+    assert controller.messages.duplicate_box is None and all(
+        t.name == "list" for t in controller.tasks.running
+    )
+    qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
+    assert len(controller.listing.items) == 1
 
 
 @render
@@ -1007,14 +1017,14 @@ def test_a_renamed_vault_item_is_renamed_in_the_session_list(qtbot, vault_window
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
     _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, patient={"name": "Doe^Jane"})
-    info = controller.items[0]
+    info = controller.listing.items[0]
     entry = _open(qtbot, window, info.id)
     session = window.session_panel.list
     assert session.item(0).text() == info.label
     browser = controller.browser
     browser.select_item(info.id)
     browser.details_button.click()
-    dialog = controller.details_dialog
+    dialog = controller.item_actions.details_dialog
     dialog.label_edit.clear()
     qtbot.keyClicks(dialog.label_edit, "T1 follow-up")
     dialog.ok_button.click()
@@ -1029,12 +1039,12 @@ def test_details_are_edited_from_the_context_menu_and_the_details_button(qtbot, 
     controller = _create_via_dialog(qtbot, window)
     _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, patient={"name": "Doe^Jane"})
     browser = controller.browser
-    info = controller.items[0]
+    info = controller.listing.items[0]
 
     _right_click_row(qtbot, browser, info.id)
     _menu_action(browser.table_menu, "Edit Details...").trigger()
     browser.table_menu.close()
-    dialog = controller.details_dialog
+    dialog = controller.item_actions.details_dialog
     assert dialog is not None and dialog.label_edit.text() == "anatomical"
     assert dialog.patient_name_edit.text() == "Doe, Jane"
     dialog.label_edit.clear()
@@ -1053,14 +1063,18 @@ def test_details_are_edited_from_the_context_menu_and_the_details_button(qtbot, 
 
     browser.select_item(info.id)
     browser.details_button.click()
-    dialog = controller.details_dialog
+    dialog = controller.item_actions.details_dialog
     dialog.patient_id_edit.setText("P-0042")
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "edit") == "finished"
     qtbot.waitUntil(
-        lambda: controller.items and controller.items[0].patient.get("id") == "P-0042", timeout=10_000
+        lambda: controller.listing.items and controller.listing.items[0].patient.get("id") == "P-0042",
+        timeout=10_000,
     )
-    assert controller.items[0].patient["name"] == "Doe^Jane" and controller.items[0].label == "T1 baseline"
+    assert (
+        controller.listing.items[0].patient["name"] == "Doe^Jane"
+        and controller.listing.items[0].label == "T1 baseline"
+    )
 
 
 @render
@@ -1073,15 +1087,15 @@ def test_saving_the_same_volume_twice_asks(qtbot, vault_window):
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
 
     controller.menu.save_action.trigger()  # the same volume again: asked, nothing stored yet
-    box = controller.duplicate_box
+    box = controller.messages.duplicate_box
     assert box is not None and "already in the vault" in box.text()
-    assert all(t.name == "list" for t in controller._tasks)
+    assert all(t.name == "list" for t in controller.tasks.running)
     box.button(QMessageBox.StandardButton.Cancel).click()
-    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
-    assert len(controller.items) == 1
+    qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
+    assert len(controller.listing.items) == 1
 
     controller.menu.save_action.trigger()
-    controller.duplicate_yes_button.click()
+    controller.messages.duplicate_yes_button.click()
     assert _wait_task(qtbot, controller, "save") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 2, timeout=10_000)
 
@@ -1099,17 +1113,17 @@ def test_one_generated_volume_saved_to_two_files_is_imported_once_unless_asked(q
     qtbot.waitUntil(lambda: not window.runner.running("save"), timeout=20_000)
     assert first.read_bytes() != second.read_bytes()
     _drop(controller.browser, [first])
-    controller.import_dialog.ok_button.click()
+    controller.importing.import_dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "import") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
     _drop(controller.browser, [second])
-    controller.import_dialog.ok_button.click()
+    controller.importing.import_dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "import") == "finished"
-    qtbot.waitUntil(lambda: controller.duplicate_box is not None, timeout=10_000)
-    assert "already in the vault" in controller.duplicate_box.text()
-    controller.duplicate_box.button(QMessageBox.StandardButton.Cancel).click()
-    qtbot.waitUntil(lambda: not controller._tasks, timeout=10_000)
-    assert len(controller.items) == 1
+    qtbot.waitUntil(lambda: controller.messages.duplicate_box is not None, timeout=10_000)
+    assert "already in the vault" in controller.messages.duplicate_box.text()
+    controller.messages.duplicate_box.button(QMessageBox.StandardButton.Cancel).click()
+    qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
+    assert len(controller.listing.items) == 1
 
 
 @render
@@ -1122,25 +1136,25 @@ def test_export_names_the_file_and_a_synthetic_volume_leaves_as_marked_nii_gz(qt
     controller.menu.save_action.trigger()
     assert _wait_task(qtbot, controller, "save") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)
-    info = controller.items[0]
+    info = controller.listing.items[0]
 
     browser = controller.browser
     browser.select_item(info.id)
     browser.export_button.click()
-    dialog = controller.export_dialog
+    dialog = controller.exporting.export_dialog
     out = tmp_path / "shared"
     dialog.folder_edit.setText(str(out))
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "export") == "finished"
-    nii = controller.last_export.files[0]
+    nii = controller.exporting.last_export.files[0]
     assert nii.name.endswith(".nii.gz") and nii.parent == out
-    title, text = controller.last_info
+    title, text = controller.messages.last_info
     assert (
         title == "Exported from the Vault"
         and text == f"Wrote 1 NIfTI and 1 JSON files to {out} (de-identified)"
     )
     assert window.statusBar().currentMessage() == text
-    assert str(nii) in controller.last_info_box.detailedText()
+    assert str(nii) in controller.messages.last_info_box.detailedText()
     header = nib.load(str(nii)).header
     assert b"SYNTHETIC" in header["descrip"].item() and header["intent_name"].item() == b"SYNTHETIC"
     assert header["aux_file"].item() == b"volsynth-synthetic"
@@ -1149,8 +1163,8 @@ def test_export_names_the_file_and_a_synthetic_volume_leaves_as_marked_nii_gz(qt
     assert np.array_equal(reopened.data, entry.data)
 
     browser.export_button.click()  # the export dialog starts in the folder used last
-    assert controller.export_dialog.folder_edit.text() == str(out)
-    controller.export_dialog.reject()
+    assert controller.exporting.export_dialog.folder_edit.text() == str(out)
+    controller.exporting.export_dialog.reject()
 
 
 @render
@@ -1160,7 +1174,7 @@ def test_recent_files_never_hold_vault_items_and_can_be_switched_off(
     window = vault_window
     controller = _create_via_dialog(qtbot, window)
     _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1)
-    _open(qtbot, window, controller.items[0].id)
+    _open(qtbot, window, controller.listing.items[0].id)
     assert window.state.recent.paths() == []  # an item decrypted from the vault has no path to remember
 
     (tmp_path / "patients").mkdir()
@@ -1196,12 +1210,15 @@ def test_unlock_reports_partial_files_it_removed(qtbot, vault_window, nibabel_da
         vault.import_nifti(nibabel_data / "anatomical.nii")
     leftover = controller.path / "blobs" / ".tmp-w-00112233445566ff.part"
     leftover.write_bytes(b"plain")
-    dialog = controller.request_unlock()
+    dialog = controller.locking.request_unlock()
     dialog.passphrase_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "unlock") == "finished"
     assert not leftover.exists()
-    assert controller.last_info[0] == "Vault cleaned up" and "partial file" in controller.last_info[1]
+    assert (
+        controller.messages.last_info[0] == "Vault cleaned up"
+        and "partial file" in controller.messages.last_info[1]
+    )
 
 
 CORE_DUMP_APP = """
@@ -1210,7 +1227,7 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 from pathlib import Path
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from engine.models.registry import ModelRegistry
 from engine.vault import KdfParams
 
@@ -1225,7 +1242,7 @@ state("BEFORE")
 controller = window.vault_controller
 controller.kdf = KdfParams(memory_kib=1024, iterations=1, lanes=1)
 controller.set_vault_path(sys.argv[2])
-dialog = controller.request_unlock()
+dialog = controller.locking.request_unlock()
 dialog.passphrase_edit.setText("correct horse battery staple")
 dialog.confirm_edit.setText("correct horse battery staple")
 dialog.ok_button.click()
@@ -1273,29 +1290,29 @@ def test_a_rolled_back_vault_is_named_and_repaired_from_the_app(qtbot, vault_win
         vault.import_nifti(nibabel_data / "example4d.nii.gz", label="dropped")
     (controller.path / "index.vsi").write_bytes(old_index)  # an older index put back
 
-    dialog = controller.request_unlock()
+    dialog = controller.locking.request_unlock()
     dialog.passphrase_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "unlock") == "failed"
-    box = controller.repair_box
+    box = controller.integrity.repair_box
     assert (
         box is not None and "index.vsi was rolled back" in box.text() and "Nothing was deleted" in box.text()
     )
     assert not controller.is_unlocked
-    controller.repair_offer_button.click()
+    controller.integrity.repair_offer_button.click()
 
-    dialog = controller.unlock_dialog
+    dialog = controller.locking.unlock_dialog
     assert dialog is not None and dialog.mode == "repair"
     dialog.passphrase_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "repair") == "finished"
-    box = controller.repair_box
+    box = controller.integrity.repair_box
     assert box is not None and "\u201cdropped\u201d" in box.text()
-    controller.repair_confirm_button.click()
+    controller.integrity.repair_confirm_button.click()
     assert _wait_task(qtbot, controller, "repair") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 2, timeout=10_000)
-    assert controller.is_unlocked and {i.label for i in controller.items} == {"kept", "dropped"}
-    assert controller.last_info[0] == "Vault repaired"
+    assert controller.is_unlocked and {i.label for i in controller.listing.items} == {"kept", "dropped"}
+    assert controller.messages.last_info[0] == "Vault repaired"
 
 
 @render
@@ -1311,13 +1328,13 @@ def test_new_vault_is_in_the_vault_menu(qtbot, vault_window, tmp_path, monkeypat
     assert len(bar_letters) == len(set(bar_letters)), bar_letters
     assert not controller.exists
     menu.new_action.trigger()  # no vault yet: created where the app keeps it
-    dialog = controller.unlock_dialog
+    dialog = controller.locking.unlock_dialog
     assert dialog is not None and dialog.mode == "create"
     dialog.passphrase_edit.setText(PASSPHRASE)
     dialog.confirm_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "create") == "finished"
-    qtbot.waitUntil(lambda: controller.is_unlocked and not controller._tasks, timeout=10_000)
+    qtbot.waitUntil(lambda: controller.is_unlocked and not controller.tasks.running, timeout=10_000)
 
     from PySide6.QtWidgets import QFileDialog
 
@@ -1326,5 +1343,5 @@ def test_new_vault_is_in_the_vault_menu(qtbot, vault_window, tmp_path, monkeypat
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(elsewhere)))
     menu.new_action.trigger()  # one exists: the new one goes in a folder the user picks
     assert controller.path == elsewhere and not controller.is_unlocked
-    assert controller.unlock_dialog is not None and controller.unlock_dialog.mode == "create"
-    controller.unlock_dialog.reject()
+    assert controller.locking.unlock_dialog is not None and controller.locking.unlock_dialog.mode == "create"
+    controller.locking.unlock_dialog.reject()

@@ -21,7 +21,7 @@ def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
     """The main window with its 3D view. Not waiting to become the active window: under Xvfb (no window
     manager) a second 3D window in one process never does (see test_vault_ui.py); these tests send their
     keys to the widgets themselves, so they need no window shortcut."""
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     window = MainWindow(registry=registry, settings=qt_settings, enable_3d=True, preload_torch=False)
     qtbot.addWidget(window)

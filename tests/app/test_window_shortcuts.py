@@ -100,7 +100,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
 app = QApplication(sys.argv[:1])
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from engine.models.registry import ModelRegistry
 from tests.app.test_window_shortcuts import _press_all
 

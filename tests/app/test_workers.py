@@ -1,4 +1,4 @@
-"""The one app worker (app/workers.py ``Worker``) in its four kinds, run by a real ``JobRunner`` thread."""
+"""The one app worker (app/services/workers.py ``Worker``) in its four kinds, run by a real ``JobRunner`` thread."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from app.workers import JobRunner, Worker
+from app.services.workers import JobRunner, Worker
 from engine.errors import Cancelled, InvalidRequest
 
 pytestmark = pytest.mark.render
@@ -175,12 +175,12 @@ def test_closing_waits_for_a_task_slower_than_the_wait_instead_of_destroying_its
                 release.set()  # the task ends only once shutdown has waited past its timeout once
 
     handler = ReleaseOnWaitLog()
-    logging.getLogger("app.workers").addHandler(handler)
+    logging.getLogger("app.services.workers").addHandler(handler)
     try:
         runner = _runner()
         job = runner.run_task("tune-lookup", lambda: release.wait(60))
         runner.shutdown(timeout_ms=20, abandon_after_ms=20)
     finally:
-        logging.getLogger("app.workers").removeHandler(handler)
+        logging.getLogger("app.services.workers").removeHandler(handler)
     assert release.is_set()
     assert job.thread.isFinished()

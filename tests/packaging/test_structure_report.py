@@ -93,6 +93,89 @@ def test_window_reads_follow_the_window_into_the_code_it_is_handed_to(report):
     assert report.installers_without_window(source) == {"app/feature.py:install_other": "settings"}
 
 
+def test_window_reads_follow_the_services_field_that_is_the_window(report):
+    """A feature handed the services reads nothing off the window; a read off ``services.parent`` (or off a
+    name it is given to, or in code the services are handed to) is a window read."""
+    source = fake_source(
+        report,
+        {
+            "app/feature.py": """
+                def install_clean(services):
+                    services.menus.generate.addAction("x")   # the services' own fields: none
+                    return Dialog(services.parent)           # handed on as a parent only: none
+
+                def install_leaky(services):
+                    services.parent.statusBar()              # read: statusBar
+                    owner = services.parent
+                    owner.generate_menu.addSeparator()       # read through a local name: generate_menu
+                    return Panel(services)                   # the services handed on
+
+                class Dialog:
+                    def __init__(self, parent):
+                        super().__init__(parent)
+
+                class Panel:
+                    def __init__(self, app):
+                        self.app = app                       # kept
+
+                    def later(self):
+                        return self.app.parent.runner        # read through the kept services: runner
+                """,
+        },
+    )
+    features = report.window_reads(source)
+    assert features["app/feature.py:install_clean"].attrs == set()
+    leaky = features["app/feature.py:install_leaky"]
+    assert leaky.attrs == {"statusBar", "generate_menu", "runner"}
+    assert leaky.handed_to == {"Panel"}
+    assert report.installers_without_window(source) == {}
+
+
+def test_main_window_attributes_reached_through_parent_calls_are_window_reads(report):
+    source = fake_source(
+        report,
+        {
+            "app/window/main_window.py": """
+                class MainWindow:
+                    volume_opened = Signal(object)
+
+                    def __init__(self):
+                        self.runner = JobRunner()
+                        self.window().runner                 # the window's own code: not counted
+
+                    def show_status(self, text):
+                        pass
+                """,
+            "app/window/menus.py": """
+                def build_menus(window):
+                    window.generate_menu = window.menuBar().addMenu("Generate")
+                """,
+            "app/feature/panel.py": """
+                class Panel:
+                    def later(self):
+                        self.window().show_status("x")       # a main-window method: counted
+                        self.parentWidget().generate_menu    # set on the window by its menus: counted
+                        self.parent().visualRect(None)       # not a main-window name: not counted
+                        self.window().runner.run_task()      # counted
+                """,
+        },
+    )
+    assert report.parent_chain_reads(source) == [
+        "app/feature/panel.py:4 window().show_status",
+        "app/feature/panel.py:5 parentWidget().generate_menu",
+        "app/feature/panel.py:7 window().runner",
+    ]
+
+
+def test_no_feature_reads_the_main_window(report):
+    """Every feature is installed with the app's services and reads nothing off the main window."""
+    source = report.Source(None)
+    features = report.window_reads(source)
+    assert features and all(name.split(":")[1].startswith("install_") for name in features)
+    assert {name: reads.attrs for name, reads in features.items() if reads.attrs} == {}
+    assert report.parent_chain_reads(source) == []
+
+
 def test_writers_are_the_call_sites_and_the_public_functions_above_them(report):
     source = fake_source(
         report,

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from app.core.recovery import OrphanSession, RecoveryStore, made_time
 from app.core.volumes import VolumeEntry
+from app.services import AppServices
 from engine.formatting import count_of
 
 log = logging.getLogger(__name__)
@@ -239,6 +240,6 @@ def _restore_all(orphans: list[OrphanSession]):
     return orphans, volumes
 
 
-def install_recovery(window, store: RecoveryStore, bar: RecoveryBar) -> RecoveryController:
-    """Keep ``window``'s generated volumes in ``store`` and offer a crashed session's back on ``bar``."""
-    return RecoveryController(window.state, window.runner, store, bar, show_status=window.show_status)
+def install_recovery(services: AppServices, store: RecoveryStore, bar: RecoveryBar) -> RecoveryController:
+    """Keep the session's generated volumes in ``store`` and offer a crashed session's back on ``bar``."""
+    return RecoveryController(services.state, services.runner, store, bar, show_status=services.show_status)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QLabel, QStatusBar
 
-from app.eliding_label import ElidingLabel
+from app.widgets.eliding_label import ElidingLabel
 
 
 class WindowStatus:

@@ -1,21 +1,27 @@
-"""The main window's own actions, its menu bar (File, Generate, View, Help) and its main tool bar.
+"""The main window's own actions, its menu bar (File, Generate, View, Help), its main tool bar and the
+viewer's tool bars.
 
-Features add their entries through their ``install_*`` functions (``window.generate_menu``,
-``window.view_menu``, ``window.main_toolbar``); the keys of every action come from ``app.shortcuts``.
+``build_menus`` returns the ``WindowMenus`` features add their entries to (through ``AppServices.menus``);
+the keys of every action come from ``app.services.shortcuts``.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QActionGroup
 
+from app.core.intended_use import ACKNOWLEDGED_KEY
 from app.core.session import CONVENTIONS, RENDER_PRESETS
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS
-from app.help import install_help, install_intended_use_notice
-from app.shortcuts import indexed, make_action
+from app.generation import GenerationController
+from app.services import AppServices, WindowMenus
+from app.services.shortcuts import indexed, make_action
 from app.viewer.tissue_compute import install_tissue_maps
 from app.viewer.toolbar import install_viewer_toolbar
+from app.window.help import HelpMenu, IntendedUseNotice
+from app.window.tool_bar_rows import ToolBarRows
 
 CONVENTION_LABELS = {
     "radiological": "Radiological (patient right on screen left)",
@@ -24,7 +30,8 @@ CONVENTION_LABELS = {
 
 
 def build_actions(window) -> None:
-    """The File and View actions, and Open Model Folder (Generate's own come from ``window.generation``)."""
+    """The File and View actions, and Open Model Folder (Generate's own come with the generation, placed by
+    ``add_generation_actions``)."""
     window.open_action = make_action(
         window, "&Open NIfTI...", window.open_file_dialog, "file.open", "Open a NIfTI volume"
     )
@@ -54,9 +61,6 @@ def build_actions(window) -> None:
         "Save the 3D view as PNG",
     )
     window.quit_action = make_action(window, "&Quit", window.close, "file.quit")
-    window.generate_action = window.generation.generate_action
-    window.cancel_action = window.generation.cancel_action
-    window.random_seed_action = window.generation.random_seed_action
     window.open_model_action = make_action(
         window,
         "Open &Model Folder...",
@@ -80,8 +84,10 @@ def build_actions(window) -> None:
     )
 
 
-def build_menus(window) -> None:
-    """File, Generate, View and Help; the Help menu's own entries and the first-run notice come with it."""
+def build_menus(window) -> WindowMenus:
+    """File, Generate, View and Help; the Help menu's own entries and the first-run notice come with it; then
+    the main tool bar (Open, Save), below the notice. Generate's own actions join later
+    (``add_generation_actions``), the viewer's tool bars last (``build_viewer_bars``)."""
     bar = window.menuBar()
     file_menu = bar.addMenu("&File")
     file_menu.addAction(window.open_action)
@@ -94,19 +100,13 @@ def build_menus(window) -> None:
     file_menu.addAction(window.quit_action)
 
     gen_menu = bar.addMenu("&Generate")
-    window.generate_menu = gen_menu  # other parts add their entries here (app/compare, app/remote)
-    for action in (
-        window.generate_action,
-        window.cancel_action,
-        window.random_seed_action,
-        window.open_model_action,
-    ):
-        gen_menu.addAction(action)
+    window.generate_menu = gen_menu  # features add their entries here (app/compare, app/remote)
+    gen_menu.addAction(window.open_model_action)
 
     view_menu = bar.addMenu("&View")
     _build_view_presets(window, view_menu)
     view_menu.addAction(window.smooth_action)
-    window.view_menu = view_menu  # the viewer tool bar's Tissue Overlay joins it (see build_toolbar)
+    window.view_menu = view_menu  # the viewer tool bar's Tissue Overlay joins it (see build_viewer_bars)
     view_menu.addAction(window.reset_camera_action)
     view_menu.addSeparator()
     view_menu.addAction(window.prev_volume_action)
@@ -118,9 +118,40 @@ def build_menus(window) -> None:
 
     help_menu = bar.addMenu("&Help")
     help_menu.addAction(window.about_action)
-    window.help = install_help(window, help_menu)  # User Guide (F1), Keyboard Shortcuts (Ctrl+/)
-    window.intended_use_notice = install_intended_use_notice(window, window.settings)  # first run only
+    window.help = HelpMenu(window, help_menu)  # User Guide (F1), Keyboard Shortcuts (Ctrl+/)
+    window.intended_use_notice = add_intended_use_notice(window, window.settings)  # first run only
     window.files.rebuild_recent_menu()
+
+    toolbar = window.addToolBar("Main")
+    toolbar.setObjectName("mainToolbar")
+    window.main_toolbar = toolbar
+    toolbar.setMovable(False)
+    toolbar.addAction(window.open_action)
+    toolbar.addAction(window.save_action)
+    toolbar.addSeparator()
+    return WindowMenus(
+        menu_bar=bar,
+        generate=gen_menu,
+        view=view_menu,
+        main_toolbar=toolbar,
+        open_model_action=window.open_model_action,
+        add_window_action=window.addAction,
+        add_fitted_tool_bars=ToolBarRows(window).add,
+    )
+
+
+def add_generation_actions(window, generation: GenerationController) -> None:
+    """Generate, Cancel and Random Seed at the top of the Generate menu; Generate and Cancel on the main
+    tool bar, after Open and Save."""
+    window.generate_action = generation.generate_action
+    window.cancel_action = generation.cancel_action
+    window.random_seed_action = generation.random_seed_action
+    window.generate_menu.insertActions(
+        window.open_model_action,
+        [window.generate_action, window.cancel_action, window.random_seed_action],
+    )
+    window.main_toolbar.addAction(window.generate_action)
+    window.main_toolbar.addAction(window.cancel_action)
 
 
 def _build_view_presets(window, view_menu) -> None:
@@ -157,26 +188,29 @@ def _build_view_presets(window, view_menu) -> None:
         render_menu.addAction(action)
 
 
-def build_toolbar(window) -> None:
-    """The main tool bar (Open, Save, Generate, Cancel), then the viewer's and the tissue overlay's."""
-    bar = window.addToolBar("Main")
-    bar.setObjectName("mainToolbar")
-    window.main_toolbar = bar
-    bar.setMovable(False)
-    bar.addAction(window.open_action)
-    bar.addAction(window.save_action)
-    bar.addSeparator()
-    bar.addAction(window.generate_action)
-    bar.addAction(window.cancel_action)
+def build_viewer_bars(window, services: AppServices) -> None:
+    """The viewer's tool bar and the tissue overlay's, after the main tool bar; their entries in View."""
     # Window/level, orientation, interpolation, crosshair, zoom, 4D time points: the viewer's tool bar
-    window.viewer_toolbar = install_viewer_toolbar(window)
+    window.viewer_toolbar = install_viewer_toolbar(services, window.viewer)
     window.wl_box = window.viewer_toolbar.preset_box
     window.convention_box = window.viewer_toolbar.convention_box
     window.tissue_toolbar = window.viewer_toolbar.tissue_toolbar  # the tissue overlay: on/off, map, opacity
     window.view_menu.insertAction(window.reset_camera_action, window.tissue_toolbar.tissue_action)
-    window.tissue_maps = install_tissue_maps(window)  # Compute Tissue Maps (button, View menu, Ctrl+Shift+T)
+    # Compute Tissue Maps (button, View menu, Ctrl+Shift+T)
+    window.tissue_maps = install_tissue_maps(services, window.tissue_toolbar)
     window.view_menu.insertMenu(window.view_menu.actions()[0], window.viewer_toolbar.layout_menu)
     window.layout_actions = window.viewer_toolbar.layout_group.actions()
+
+
+def add_intended_use_notice(window, settings) -> IntendedUseNotice | None:
+    """The intended-use bar at the top of ``window`` on a row of its own, unless the user acknowledged it
+    before."""
+    if settings.value(ACKNOWLEDGED_KEY, False, type=bool):
+        return None
+    notice = IntendedUseNotice(settings, window)
+    window.addToolBar(Qt.ToolBarArea.TopToolBarArea, notice)
+    window.addToolBarBreak(Qt.ToolBarArea.TopToolBarArea)  # a row of its own: toolbars added later go below
+    return notice
 
 
 def sync_view_menu(window) -> None:

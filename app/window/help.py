@@ -1,12 +1,12 @@
 """The Help menu: a keyboard shortcuts list and a short user guide, both as dialogs.
 
-Every shortcut is declared once, in ``app.shortcuts.SHORTCUTS``: the actions set their keys from it, and the
+Every shortcut is declared once, in ``app.services.shortcuts.SHORTCUTS``: the actions set their keys from it, and the
 list shows it. The actions' rows are read from the window's own ``QAction`` objects each time the list opens
 (menu path, text and every key sequence), so what is listed is what works even if a key is changed at run
 time; the table's entries that no action carries (the slice views' keys, the mouse, the Compare window's
 keys) are listed as the table writes them.
 
-``install_help(window, menu)`` adds "Keyboard Shortcuts" (Ctrl+/) and "User Guide" (F1) to ``menu``.
+``HelpMenu(window, menu)`` adds "Keyboard Shortcuts" (Ctrl+/) and "User Guide" (F1) to ``menu``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.intended_use import ACKNOWLEDGED_KEY, INTENDED_USE_HEADLINE, INTENDED_USE_TEXT
-from app.shortcuts import (
+from app.services.shortcuts import (
     ID_PROPERTY,
     SHORTCUTS,
     SLICE_VIEWS,
@@ -46,14 +46,14 @@ from app.shortcuts import (
     listed_without_action,
     set_shortcut,
 )
-from app.shortcuts import VIEW3D_MOUSE as VIEW3D_MOUSE_WHERE
+from app.services.shortcuts import VIEW3D_MOUSE as VIEW3D_MOUSE_WHERE
 
 
 def _table_pairs(where: str) -> tuple[tuple[str, str], ...]:
     return tuple((entry.native_text(), entry.what) for entry in SHORTCUTS.values() if entry.where == where)
 
 
-# The keys a slice view handles itself, and the mouse: views of the one table (app/shortcuts.py).
+# The keys a slice view handles itself, and the mouse: views of the one table (app/services/shortcuts.py).
 # tests/app/test_help.py sends each of VIEWER_KEYS to a real slice view and fails if the view ignores it.
 VIEWER_KEYS: tuple[tuple[str, str], ...] = _table_pairs(SLICE_VIEWS)
 VIEWER_MOUSE: tuple[tuple[str, str], ...] = _table_pairs(SLICE_VIEWS_MOUSE)
@@ -508,18 +508,3 @@ class IntendedUseNotice(QToolBar):
         self.settings.setValue(ACKNOWLEDGED_KEY, True)
         self.settings.sync()
         self.hide()
-
-
-def install_intended_use_notice(window, settings) -> IntendedUseNotice | None:
-    """Show the intended-use bar at the top of ``window`` unless the user acknowledged it before."""
-    if settings.value(ACKNOWLEDGED_KEY, False, type=bool):
-        return None
-    notice = IntendedUseNotice(settings, window)
-    window.addToolBar(Qt.ToolBarArea.TopToolBarArea, notice)
-    window.addToolBarBreak(Qt.ToolBarArea.TopToolBarArea)  # a row of its own: toolbars added later go below
-    return notice
-
-
-def install_help(window: QWidget, menu: QMenu) -> HelpMenu:
-    """Add User Guide (F1) and Keyboard Shortcuts (Ctrl+/) at the top of ``menu`` (the Help menu)."""
-    return HelpMenu(window, menu)

@@ -1,13 +1,14 @@
 """The main window: viewer in the centre, generation panel and session list in docks, menus, status bar.
 
-Each feature is wired by one ``install_X(window, ...)`` call: only that function reads the window, and it
-gives the feature's objects what they need (the ``AppState``, the ``JobRunner``, a ``show_status`` callable,
-the other features' objects they talk to) or connects signals; feature objects never keep the window.
-Adding a dock (metrics, vault browser, comparison) is one call: ``window.add_dock(widget, "Metrics",
-Qt.DockWidgetArea.RightDockWidgetArea)``; it appears under View > Panels and its place is saved with the
-window state. Work that takes time goes through ``window.runner`` (see app/workers.py). The menus and tool
-bar are built in app/window_menus.py, the status bar in app/status_bar.py, the file commands in
-app/volume_files.py and the remembered settings in app/window_settings.py.
+Each feature is wired by one ``install_X(services, ...)`` call: ``services`` is the window's ``AppServices``
+(app/services: the ``AppState``, the ``JobRunner``, ``show_status``, the menus a feature adds to...), built
+once after the menus exist; the feature-specific widgets and the other features' objects it talks to are
+passed beside it. No feature keeps or reads the window. Adding a dock (metrics, vault browser, comparison)
+is one call: ``services.add_dock(widget, "Metrics", Qt.DockWidgetArea.RightDockWidgetArea)``; it appears
+under View > Panels and its place is saved with the window state. Work that takes time goes through
+``services.runner`` (see app/services/workers.py). The menus and tool bars are built in app/window/menus.py,
+the status bar in app/window/status_bar.py, the file commands in app/window/volume_files.py and the
+remembered settings in app/window/settings.py.
 """
 
 from __future__ import annotations
@@ -28,15 +29,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.about import AboutDialog
 from app.cohort import install_cohort
 from app.compare import install_compare
 from app.core.measured_settings import MeasuredSettings
 from app.core.recovery import RecoveryStore
 from app.core.session import AppState
 from app.docks.metrics_dock import MetricsDock
-from app.docks.metrics_sources import MetricsSources
-from app.eliding_status_bar import ElidingStatusBar
 from app.generation import install_generation
 from app.generation.tuning import install_tuning
 from app.models import install_get_models
@@ -44,15 +42,26 @@ from app.panels.dock_width import widen_dock
 from app.panels.optimization_panel import install_optimization_panel
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
-from app.recovery_bar import RecoveryBar, install_recovery
+from app.recovery.bar import RecoveryBar, install_recovery
 from app.remote import install_remote
-from app.status_bar import WindowStatus
+from app.services import AppServices
+from app.services.metrics_sources import MetricsSources
+from app.services.workers import BackendPool, JobRunner
 from app.vault import install_vault
 from app.viewer.viewer_area import ViewerArea
-from app.volume_files import NIFTI_FILTER, VolumeFiles
-from app.window_menus import build_actions, build_menus, build_toolbar, sync_view_menu, sync_window_presets
-from app.window_settings import FORM_KEY, restore_window_settings, save_form, save_window_settings
-from app.workers import BackendPool, JobRunner
+from app.widgets.eliding_status_bar import ElidingStatusBar
+from app.window.about import AboutDialog
+from app.window.menus import (
+    add_generation_actions,
+    build_actions,
+    build_menus,
+    build_viewer_bars,
+    sync_view_menu,
+    sync_window_presets,
+)
+from app.window.settings import FORM_KEY, restore_window_settings, save_form, save_window_settings
+from app.window.status_bar import WindowStatus
+from app.window.volume_files import NIFTI_FILTER, VolumeFiles
 
 __all__ = ["FORM_KEY", "NIFTI_FILTER", "AboutDialog", "MainWindow", "default_settings"]
 
@@ -168,26 +177,55 @@ class MainWindow(QMainWindow):
             volume_opened=self.volume_opened.emit,
             parent=self,
         )
-        # Generate, Cancel, Random Seed and the run lifecycle (progress, previews, telemetry marks).
-        self.generation = install_generation(self)
         build_actions(self)
-        build_menus(self)
-        build_toolbar(self)
+        menus = build_menus(self)
+        # What every feature is installed with (app/services): it reads the app through it, not the window.
+        self.services = AppServices(
+            state=self.state,
+            runner=self.runner,
+            backends=self.backends,
+            settings=self.settings,
+            telemetry=self.telemetry,
+            show_status=self.show_status,
+            show_error=self.show_error,
+            show_device=self.status.show_device,
+            add_status_widget=self.statusBar().addPermanentWidget,
+            add_dock=self.add_dock,
+            open_path=self.open_path,
+            open_model_folder=self.open_model_folder,
+            volume_opened=self.volume_opened,
+            menus=menus,
+            parent=self,
+        )
+        # Generate, Cancel, Random Seed and the run lifecycle (progress, previews, telemetry marks).
+        self.generation = install_generation(self.services, self.sampling_panel, self.metrics_dock)
+        add_generation_actions(self, self.generation)
+        build_viewer_bars(self, self.services)
         self.viewer.layout_changed.connect(self._on_viewer_layout_changed)
         self.state.overlay_changed.connect(self._on_state_overlay_changed)
         self.state.display_changed.connect(self.sync_view_menu)
-        self.vault_controller = install_vault(self)  # Vault dock, menu and auto-lock (app/vault)
+        # Vault dock, menu and auto-lock (app/vault)
+        self.vault_controller = install_vault(
+            self.services, self.session_panel.list, self.files.rebuild_recent_menu
+        )
         # What `volsynth tune` measured here for the selected model: the presets are a view of it.
         self.measured_settings = MeasuredSettings()
-        self.optimization_panel = install_optimization_panel(self, self.measured_settings)
+        self.optimization_panel = install_optimization_panel(
+            self.services, self.sampling_panel, self.generation.about_to_start, self.measured_settings
+        )
         # Generate > Measure Settings on This Machine: the measurement, in the background.
-        self.tuning = install_tuning(self, self.measured_settings)
-        self.compare = install_compare(self)  # Generate > Compare Settings: two settings side by side
-        self.remote = install_remote(self)  # Generate > Connect to Engine Server: remote devices (app/remote)
-        self.cohort = install_cohort(self)  # Generate > Cohort...: many volumes on Ray (app/cohort)
-        self.get_models = install_get_models(self)  # Generate > Get Models...: real models from their hubs
+        self.tuning = install_tuning(self.services, self.optimization_panel, self.measured_settings)
+        # Generate > Compare Settings: two settings side by side
+        self.compare = install_compare(
+            self.services, self.generation.device_text, self.generation.cancel_action, self.measured_settings
+        )
+        # Generate > Connect to Engine Server: remote devices (app/remote)
+        self.remote = install_remote(self.services, self.sampling_panel)
+        self.cohort = install_cohort(self.services)  # Generate > Cohort...: many volumes on Ray (app/cohort)
+        # Generate > Get Models...: real models from their hubs
+        self.get_models = install_get_models(self.services)
         # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
-        self.recovery = install_recovery(self, recovery or RecoveryStore(), self.recovery_bar)
+        self.recovery = install_recovery(self.services, recovery or RecoveryStore(), self.recovery_bar)
         # Quitting without closing the window (app.quit(), a session logout) is still a clean exit.
         self._quit_hook = QApplication.instance().aboutToQuit.connect(self.recovery.close)
         self._looked_for_orphans = False
@@ -322,7 +360,7 @@ class MainWindow(QMainWindow):
         self._update_title()
         self.status.show_volume(entry)
 
-    # -- files (app/volume_files.py) -----------------------------------------------------------------
+    # -- files (app/window/volume_files.py) -----------------------------------------------------------------
 
     def open_file_dialog(self) -> None:
         self.files.open_file_dialog()
@@ -342,10 +380,6 @@ class MainWindow(QMainWindow):
     def save_entry(self, entry, path: str | Path) -> None:
         """Write a session volume as NIfTI + JSON provenance sidecar (and its tissue maps), in the background."""
         self.files.save_entry(entry, path)
-
-    def _rebuild_recent_menu(self) -> None:
-        # install_vault hands this to Vault > Remember Recent Files (app/vault reads it by this name).
-        self.files.rebuild_recent_menu()
 
     def _update_title(self) -> None:
         """'seed 42 · ddpm[*] — VolSynth Studio': the shown volume, with Qt's modified mark while unsaved."""
