@@ -437,7 +437,7 @@ def preview_image(prepared, spec: ModelSpec, x0: torch.Tensor, device: torch.dev
     oneDNN's bf16 convolutions run faster. The slice views only need a recognisable estimate mid-run; the
     final volume is always the full-precision decode (``_to_image``).
 
-    On the shipped model (2-core AMD EPYC, AVX-512 BF16) this took 0.33-0.44 of the fp32 decode's CPU time,
+    On the shipped model (2-core AMD EPYC, AVX-512 BF16) this took 0.33-0.47 of the fp32 decode's CPU time,
     and the preview was 51-52 dB PSNR (correlation 0.9999) from the fp32 decode of the same estimate. A
     decode of the latent downsampled 2x took 0.1-0.3 but blurred and darkened the brain (20 dB, correlation
     0.94), so it is not used. A pixel-space model's preview is its estimate itself, as before.
