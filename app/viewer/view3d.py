@@ -136,23 +136,23 @@ class View3D(QWidget):
         # Wrapped, and never widening the pane: "3D view unavailable on this display (error...)" was cut.
         self.placeholder.setWordWrap(True)
         self.placeholder.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        # What the 3D view says while a run denoises, in the scene's place: a wrapped line (text drawn in the
-        # VTK scene does not wrap, and a narrow pane cut it off). In the scene's place, not beside it: a line
-        # that appears beside the scene resizes it, and a resized OpenGL widget renders at once, hidden or not.
+        # What the 3D view says while a run denoises: a wrapped line in the layout (text drawn in the VTK
+        # scene does not wrap, and a narrow pane cut it off).
         self.note = QLabel("Denoising\u2026 the 3D view shows the finished volume.")
         self.note.setObjectName("view3dNote")
         self.note.setWordWrap(True)
         self.note.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.note.setStyleSheet("color: #8b93a1; padding: 4px;")
+        self.note.hide()
         self._stack = QStackedLayout()
         self._stack.addWidget(self.placeholder)
-        self._stack.addWidget(self.note)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addWidget(self.header)
         layout.addWidget(self.iso_row)
+        layout.addWidget(self.note)
         layout.addLayout(self._stack, 1)
 
         self._planes_timer = QTimer(self, singleShot=True, interval=120)
@@ -207,11 +207,17 @@ class View3D(QWidget):
         names = ("volume", "iso", "planes", "synthetic", *(f"plane-{p}" for p in PLANE_COLOURS))
         for name in names:
             plotter.remove_actor(name, render=False)
-        if entry is None and self.state.shown is not None:  # a preview: say why 3D is empty
+        previewing = entry is None and self.state.shown is not None
+        if previewing:
             # The scene is left out of the layout while a run denoises: a shown VTK widget repaints (a
             # software render on two threads, here) at every layout change, taking the cores the run needs.
+            # It leaves before the note appears: the note takes room from it, and a shown OpenGL widget
+            # renders as soon as it is resized (a hidden one only when it is shown again).
             self._grid, self._grid_uid = None, None
-            self._stack.setCurrentWidget(self.note)
+            self.placeholder.setText("")
+            self._stack.setCurrentWidget(self.placeholder)
+        self.note.setVisible(previewing)  # a preview: say why 3D is empty
+        if previewing:
             return
         self._stack.setCurrentWidget(plotter.interactor)
         if entry is None:

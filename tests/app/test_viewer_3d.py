@@ -180,9 +180,10 @@ class _LayoutRequests(QObject):
 
 def test_a_run_neither_renders_the_3d_scene_nor_lays_out_the_window_at_every_step(qtbot, window_3d):
     """While a run denoised, the 3D view rendered its empty scene when its 'Denoising...' note appeared (the
-    note resized the OpenGL widget, and a resized one renders at once), and the progress line's text laid out
-    the whole window at every step: a second paint of the window per step, which Qt composes through OpenGL
-    (the software renderer's two threads, on a machine without a GPU) once the window holds the 3D view."""
+    note resized the OpenGL widget while it was still shown, and a shown one renders as soon as it is
+    resized), and the progress line's text laid out the whole window at every step: a second paint of the
+    window per step, which Qt composes through OpenGL (the software renderer's two threads, on a machine
+    without a GPU) once the window holds the 3D view."""
     window = window_3d
     view3d, state = window.viewer.view3d, window.state
     denoising_renders: list[str] = []
