@@ -51,11 +51,12 @@ _RUNS = itertools.count(1)
 class PreviewPacer:
     """Decides at which due steps a preview is made, so previews never dominate a run.
 
-    A latent model's preview is a full decode. On a GPU that is milliseconds, but on a CPU it can cost several
-    denoising steps (the demo model: 0.85 s against 0.13 s per step), and a preview every 5 steps then
-    doubled the run. So a due preview is skipped while previews so far have taken more than ``max_share``
-    of the run's elapsed time; cheap previews (last one under ``cheap_s``) are never skipped, and the first
-    due preview is always made, since it measures the cost.
+    A latent model's preview is a decode of the whole latent (see ``preview_image``). On a GPU that is
+    milliseconds, but on a CPU it can cost several denoising steps (the demo model's fp32 decode: 0.85 s
+    against 0.13 s per step), and a preview every 5 steps then doubled the run. So a due preview is skipped
+    while previews so far have taken more than ``max_share`` of the run's elapsed time; cheap previews (last
+    one under ``cheap_s``) are never skipped, and the first due preview is always made, since it measures
+    the cost.
     """
 
     interval: int
@@ -350,7 +351,7 @@ def _denoising_steps(
             preview_started = time.perf_counter()
             if x0 is None:
                 x0 = estimate_x0(scheduler, output, t, x)
-            preview, preview_stride = _preview_array(_to_image(prepared, spec, x0))
+            preview, preview_stride = _preview_array(preview_image(prepared, spec, x0, device))
             pacer.record(time.perf_counter() - preview_started)
         x = x_next
         # One reduction per step on the small latent: a model that went NaN stops here, not after
@@ -415,6 +416,39 @@ def _output_record(spec: ModelSpec, made) -> dict[str, Any]:
         ),
         **({"intensity": spec.output_intensity["description"]} if spec.output_intensity else {}),
     }
+
+
+def preview_precision(device: torch.device) -> torch.dtype | None:
+    """The reduced precision a preview's decode runs in on ``device``: bf16 where the device has native bf16
+    kernels (a CPU with AVX-512 BF16 or AMX, an NVIDIA GPU of compute capability 8.0+); None (fp32) elsewhere,
+    where emulated bf16 would cost more than it saves."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else None
+    if device.type == "cpu":
+        from engine.machine.probe import probe_machine
+
+        return torch.bfloat16 if probe_machine().cpu.native_bf16 else None
+    return None
+
+
+def preview_image(prepared, spec: ModelSpec, x0: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """What a preview shows of the clean-sample estimate ``x0``: for a latent model its decode, in the
+    device's native reduced precision (``preview_precision``) and, on a CPU, with the latent in NDHWC, where
+    oneDNN's bf16 convolutions run faster. The slice views only need a recognisable estimate mid-run; the
+    final volume is always the full-precision decode (``_to_image``).
+
+    On the shipped model (2-core AMD EPYC, AVX-512 BF16) this took 0.33-0.47 of the fp32 decode's CPU time,
+    and the preview was 51-52 dB PSNR (correlation 0.9999) from the fp32 decode of the same estimate. A
+    decode of the latent downsampled 2x took 0.1-0.3 but blurred and darkened the brain (20 dB, correlation
+    0.94), so it is not used. A pixel-space model's preview is its estimate itself, as before.
+    """
+    dtype = preview_precision(device) if spec.kind == "latent" else None
+    if dtype is None:
+        return _to_image(prepared, spec, x0)
+    if device.type == "cpu":
+        x0 = x0.contiguous(memory_format=torch.channels_last_3d)
+    with torch.autocast(device.type, dtype=dtype):
+        return _to_image(prepared, spec, x0)
 
 
 def _to_image(prepared, spec: ModelSpec, x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QProgressBar
 from app.core.generation_form import REMOTE_PREFIX
 from app.core.progress import QUIET_NOTE_S
 from app.core.volumes import preview_affine
+from app.panels.layout_fence import LayoutFence
 from app.panels.sampling_panel import SamplingPanel
 from app.services import AppServices
 from app.services.shortcuts import make_action
@@ -119,7 +120,9 @@ class GenerationController(QObject):
         # line wraps it in full); a plain label widened the window past the screen.
         self.status_eta = ElidingLabel(max_width=STATUS_ETA_MAX_PX)
         self.status_eta.setObjectName("statusEta")
-        self.status_eta.hide()
+        # Its text changes at every step: fenced, so that does not lay out the whole window each time.
+        self.status_eta_box = LayoutFence(self.status_eta)
+        self.status_eta_box.hide()
 
         self._cancel_timer = QTimer(self, interval=CANCEL_TICK_MS)
         self._cancel_timer.timeout.connect(self._on_cancel_timer_timeout)
@@ -345,7 +348,7 @@ class GenerationController(QObject):
         self.cancel_action.setEnabled(running)
         self.random_seed_action.setEnabled(not running)
         self.status_progress.setVisible(running)
-        self.status_eta.setVisible(running)
+        self.status_eta_box.setVisible(running)
         if running:
             self.status_progress.setValue(0)
             self.status_eta.setText("Starting...")
@@ -407,6 +410,6 @@ def install_generation(
         metrics_dock=metrics_dock,
         parent=services.parent,
     )
-    services.add_status_widget(controller.status_eta)
+    services.add_status_widget(controller.status_eta_box)
     services.add_status_widget(controller.status_progress)
     return controller

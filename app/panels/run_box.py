@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
 
+from app.panels.layout_fence import LayoutFence
+
 
 class RunBox(QWidget):
     """Generate (the primary button), Cancel (off until a run starts), the progress bar and a progress line.
@@ -34,4 +36,4 @@ class RunBox(QWidget):
         run.setSpacing(6)
         run.addLayout(buttons)
         run.addWidget(self.progress_bar)
-        run.addWidget(self.progress_label)
+        run.addWidget(LayoutFence(self.progress_label))  # its text changes at every step of a run

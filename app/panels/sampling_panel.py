@@ -475,14 +475,15 @@ class SamplingPanel(QWidget):
         self.batch_spin.setRange(1, 16)
         self.batch_spin.setToolTip("Volumes generated together (same settings, consecutive noise)")
         self.batch_spin.valueChanged.connect(self._on_batch_spin_changed)
-        # How often the run shows its current estimate: each preview of a latent model is a full decode.
+        # How often the run shows its current estimate: each preview of a latent model decodes it (in bf16
+        # where the processor has native bf16 kernels, about 0.4 of the fp32 decode's time).
         self.previews_box = QComboBox()
         self.previews_box.setObjectName("previewsBox")
         for value, label in PREVIEW_CHOICES:
             self.previews_box.addItem(label, value)
         self.previews_box.setToolTip(
             "Previews of the volume while it denoises. Each one decodes the current estimate: on a CPU that "
-            "costs several steps' time, so fewer previews finish sooner. Remembered for the next start."
+            "costs a few steps' time, so fewer previews finish sooner. Remembered for the next start."
         )
         self.previews_box.currentIndexChanged.connect(self._on_previews_box_changed)
         self._added_devices: list[tuple[str, str]] = []

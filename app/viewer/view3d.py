@@ -208,13 +208,16 @@ class View3D(QWidget):
         for name in names:
             plotter.remove_actor(name, render=False)
         previewing = entry is None and self.state.shown is not None
-        self.note.setVisible(previewing)  # a preview: say why 3D is empty
         if previewing:
             # The scene is left out of the layout while a run denoises: a shown VTK widget repaints (a
             # software render on two threads, here) at every layout change, taking the cores the run needs.
+            # It leaves before the note appears: the note takes room from it, and a shown OpenGL widget
+            # renders as soon as it is resized (a hidden one only when it is shown again).
             self._grid, self._grid_uid = None, None
             self.placeholder.setText("")
             self._stack.setCurrentWidget(self.placeholder)
+        self.note.setVisible(previewing)  # a preview: say why 3D is empty
+        if previewing:
             return
         self._stack.setCurrentWidget(plotter.interactor)
         if entry is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QFileDialog
 
@@ -162,3 +162,53 @@ def test_the_denoising_note_wraps_in_a_narrow_3d_pane(qtbot, window_3d, screensh
     qtbot.mouseClick(window.sampling_panel.cancel_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.state.job_running and not window.runner.jobs, timeout=120_000)
     assert not note.isVisible()  # the run is over: nothing is denoising
+
+
+class _LayoutRequests(QObject):
+    """Counts the layouts of ``window`` as a whole while a run goes on."""
+
+    def __init__(self, window) -> None:
+        super().__init__()
+        self.window, self.count = window, 0
+        window.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LayoutRequest and self.window.state.job_running:
+            self.count += 1
+        return False
+
+
+def test_a_run_neither_renders_the_3d_scene_nor_lays_out_the_window_at_every_step(qtbot, window_3d):
+    """While a run denoised, the 3D view rendered its empty scene when its 'Denoising...' note appeared (the
+    note resized the OpenGL widget while it was still shown, and a shown one renders as soon as it is
+    resized), and the progress line's text laid out the whole window at every step: a second paint of the
+    window per step, which Qt composes through OpenGL (the software renderer's two threads, on a machine
+    without a GPU) once the window holds the 3D view."""
+    window = window_3d
+    view3d, state = window.viewer.view3d, window.state
+    denoising_renders: list[str] = []
+
+    def on_render(render_window, event) -> None:
+        shown = state.shown
+        if state.job_running and (shown is None or shown.kind == "preview"):
+            denoising_renders.append(shown.name if shown is not None else "nothing shown")
+
+    observer = view3d.plotter.ren_win.AddObserver("StartEvent", on_render)
+    layouts = _LayoutRequests(window)
+    state.select_model(state.model_by_id("tiny-latent"))
+    steps = 60
+    window.sampling_panel.steps_spin.setValue(steps)
+    state.form.set(preview_interval=-4)  # 4 per run
+    drawn: list[int] = []
+    window.generation.preview_drawn.connect(drawn.append)
+    with qtbot.waitSignal(window.generation.ended, timeout=180_000) as ended:
+        qtbot.mouseClick(window.sampling_panel.generate_button, Qt.MouseButton.LeftButton)
+    view3d.plotter.ren_win.RemoveObserver(observer)
+    window.removeEventFilter(layouts)
+    assert ended.args == ["finished"] and drawn  # previews were shown, in the slice views
+    assert denoising_renders == []
+    assert layouts.count < steps / 4, layouts.count  # over one per step before; now a few (start, previews)
+    # What the 3D view shows after the run is as before: the finished volume.
+    qtbot.waitUntil(lambda: view3d.plotter.interactor.isVisible(), timeout=10_000)
+    assert state.shown.kind == "generated" and "volume" in view3d.plotter.actors
+    assert not view3d.note.isVisible()
