@@ -127,27 +127,17 @@ def opt_in_rows() -> list[tuple[str, dict[str, Any]]]:
 
 
 # Shorter schedules (``volsynth tune --rows steps:25``): fp32 on fewer steps. Not run: projected from fp32's own
-# measured step and decode (the same kernels, fewer of them), and, like caching, advised only with a kept cohort
+# measured steps and decode (the same kernels, fewer of them), and, like caching, advised only with a kept cohort
 # verdict that holds (``volsynth quality --settings steps:25``). Never the recommended settings: a schedule is
 # the request's steps, not an optimization setting.
-SCHEDULE_PREFIX = "steps:"
-
-
-def schedule_steps(rows: list[str] | None) -> tuple[list[int], list[str] | None]:
+def split_schedules(rows: list[str] | None) -> tuple[list[int], list[str] | None]:
     """(the schedules asked for in ``rows``, the other rows); with only schedules asked for, fp32 is measured."""
+    from engine.quality.run import schedule_steps
+
     if not rows:
         return [], rows
-    schedules, others = [], []
-    for name in rows:
-        if name.startswith(SCHEDULE_PREFIX):
-            count = name.removeprefix(SCHEDULE_PREFIX)
-            if not count.isdigit() or not 1 <= int(count) <= 1000:
-                raise InvalidRequest(
-                    f"tune row {name!r}: give the schedule's steps as a whole number, e.g. steps:25"
-                )
-            schedules.append(int(count))
-        else:
-            others.append(name)
+    schedules = [steps for steps in map(schedule_steps, rows) if steps is not None]
+    others = [name for name in rows if schedule_steps(name) is None]
     return schedules, others or ["fp32"]
 
 
@@ -385,7 +375,7 @@ def tune(
     source = ModelRegistry().get(model or None)
     spec = source.spec
     probe = probe_machine()
-    schedules, rows = schedule_steps(rows)
+    schedules, rows = split_schedules(rows)
     measured_rows, skipped = _select_rows(torch_device, spec, probe, rows)
     default_steps = spec.default_steps
     folder = Path(out_dir or tempfile.mkdtemp(prefix="volsynth-tune-"))
@@ -669,6 +659,7 @@ def _schedule_row(fp32: dict[str, Any], worker: _RowWorker, steps: int, default_
     """A shorter schedule's row, projected from fp32's measured runs: each run's mean step times ``steps``, plus
     that run's decode (the same kernels, fewer of them), against the same runs at ``default_steps``."""
     from engine.metrics.speed_verdict import paired_speed_verdict
+    from engine.quality.run import SCHEDULE_PREFIX
 
     reference = fp32["end_to_end_samples_s"]
     samples = _e2e_samples(worker, steps)
@@ -677,7 +668,7 @@ def _schedule_row(fp32: dict[str, Any], worker: _RowWorker, steps: int, default_
             k: fp32[k]
             for k in ("step_ms_median", "step_ms_iqr", "decode_s_median", "decode_s_iqr", "measured")
         },
-        "name": f"{SCHEDULE_PREFIX}{steps}",
+        "name": f"{SCHEDULE_PREFIX}{steps}",  # the name volsynth quality takes
         "config": {},
         "steps": steps,
         "default_steps": default_steps,

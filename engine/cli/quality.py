@@ -52,9 +52,6 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
-SCHEDULE_PREFIX = "steps:"  # --settings steps:25: fp32 on a schedule of 25 steps
-
-
 def settings_from_args(texts: list[str], model: str, allow_slower: bool = False) -> dict:
     """label -> ``Candidate`` for ``--settings``: bench row names, fastest-here and JSON objects (settings on the
     request's schedule), ``steps:N`` (fp32 on a schedule of N steps)."""
@@ -62,16 +59,13 @@ def settings_from_args(texts: list[str], model: str, allow_slower: bool = False)
 
     from engine.api.optimization_config import OptimizationConfig
     from engine.cli._settings import FASTEST_HERE, parse_settings, settings_from_text
-    from engine.quality.run import Candidate
+    from engine.quality.run import Candidate, schedule_steps
 
     out: dict[str, Candidate] = {}
     for text in texts:
-        steps = None
-        if text.strip().startswith(SCHEDULE_PREFIX):
-            label, count = text.strip(), text.strip().removeprefix(SCHEDULE_PREFIX)
-            if not count.isdigit() or not 1 <= int(count) <= 1000:
-                raise InvalidRequest(f"{label!r}: give the schedule's steps as a whole number, e.g. steps:25")
-            config, steps = OptimizationConfig(), int(count)
+        steps = schedule_steps(text.strip())
+        if steps is not None:
+            label, config = text.strip(), OptimizationConfig()
         elif text.strip() == FASTEST_HERE:
             config = settings_from_text(text, model)
             label = f"fastest here ({config.summary()})"

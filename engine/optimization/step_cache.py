@@ -68,9 +68,8 @@ class _Cache:
     index: int  # the step of the full pass the feature came from
     shape: tuple[int, ...]
     feature: Any  # the hidden state entering up_blocks[-level]
-    previous: tuple[int, Any] | None = (
-        None  # (step, feature) of the run's full pass before it, for forecasting
-    )
+    # (step, feature) of the run's full pass before this one, for forecasting
+    previous: tuple[int, Any] | None = None
 
     def feature_at(self, index: int, forecast: bool):
         """The deep feature a cached step at ``index`` uses: the last one held, or extrapolated linearly from

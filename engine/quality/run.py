@@ -41,6 +41,19 @@ MAX_SEEDS = 64
 REFERENCE = "fp32"
 
 
+SCHEDULE_PREFIX = "steps:"  # a candidate named steps:N is fp32 on a schedule of N steps
+
+
+def schedule_steps(name: str) -> int | None:
+    """N for a shorter schedule's name ``steps:N`` (quality, tune), None for any other name."""
+    if not name.startswith(SCHEDULE_PREFIX):
+        return None
+    count = name.removeprefix(SCHEDULE_PREFIX)
+    if not count.isdigit() or not 1 <= int(count) <= 1000:
+        raise InvalidRequest(f"{name!r}: give the schedule's steps as a whole number, e.g. steps:25")
+    return int(count)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """What a quality run judges against fp32 on the request's schedule: settings, and a number of steps when it

@@ -98,7 +98,7 @@ def quality_block(
             continue
         cohort[name] = kept.get(key)
         if cohort[name] is None and key != "{}":
-            missing.append(f"steps:{schedules[name]}" if name in schedules else name)
+            missing.append(name)
     block: dict[str, Any] = {
         "per_seed": "psnr_db / ssim / max_abs_err of each row: one seed against fp32 on the same seed",
         "cohort": cohort,
@@ -106,11 +106,12 @@ def quality_block(
     }
     if missing:
         from engine.api.optimization_config import NAMED_SETTINGS
+        from engine.quality.run import SCHEDULE_PREFIX
 
         model_arg = f" --model {model}" if model else ""
         # Names `volsynth quality --settings` takes as they are; a tune row of its own naming is a placeholder.
         block["measure"] = f"volsynth quality{model_arg} --seeds 16 --settings " + " ".join(
-            f"'{n}'" if n in NAMED_SETTINGS or n.startswith("steps:") else f"'<settings of {n}>'"
+            f"'{n}'" if n in NAMED_SETTINGS or n.startswith(SCHEDULE_PREFIX) else f"'<settings of {n}>'"
             for n in missing
         )
     return block
