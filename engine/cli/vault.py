@@ -153,6 +153,7 @@ def _add_export(sub, common: argparse.ArgumentParser) -> None:
         help="de-identify (DICOM PS3.15 Annex E basic profile; NIfTI text fields and extensions cleared)",
     )
     p.add_argument("--no-dicom", action="store_true", help="do not write the original DICOM files")
+    p.add_argument("--no-tissue", action="store_true", help="do not write the item's tissue maps beside it")
     p.add_argument("--overwrite", action="store_true", help="replace existing files")
     p.set_defaults(func=_cmd_export)
 
@@ -494,6 +495,7 @@ def _cmd_export(args) -> int:
             args.dest,
             deidentify=args.deidentify,
             include_dicom=not args.no_dicom,
+            include_tissue=not args.no_tissue,
             overwrite=args.overwrite,
         )
     finally:

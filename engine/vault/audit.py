@@ -77,6 +77,8 @@ EVENTS = (
     "edit",
     "repair",
     "rekey",
+    "copy_out",  # the app wrote a copy of an item outside the vault, asked and confirmed (exporting.py)
+    "screenshot",  # a picture of an item shown in the app, marked as patient data
 )
 
 

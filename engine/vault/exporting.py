@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from engine.errors import OutputError
+from engine.errors import InvalidRequest, OutputError
 from engine.nifti.io import provenance_sidecar, tissue_path
 from engine.vault import deid, guards, item_index, nifti, payload, pending_exports
 from engine.vault import synthetic as synthetic_marks
@@ -36,10 +36,11 @@ def export(
     *,
     deidentify: bool = False,
     include_dicom: bool = True,
+    include_tissue: bool = True,
     overwrite: bool = False,
     progress: Progress | None = None,
 ) -> ExportResult:
-    """Write an item out as NIfTI (and its original DICOM files, if it came from DICOM).
+    """Write an item out as NIfTI (and its original DICOM files, if it came from DICOM, and its tissue maps).
 
     File names never carry identifiers: ``<kind>-<id prefix>.nii[.gz]``, a ``<kind>-<id prefix>-dicom``
     folder of ``IM00001.dcm``.... Without de-identification the NIfTI and DICOM files of a scan are
@@ -48,7 +49,9 @@ def export(
     comment extension) and its provenance in the same ``<stem>.json`` sidecar, so opening the export
     shows its provenance; its tissue maps, if it has any, go beside it as
     ``<stem>_label-<name>_probseg.nii.gz`` (``engine.nifti.io.tissue_path``), marked the same way, and
-    the sidecar lists them (``"tissue_maps": {name: file name}``). A provenance naming a template
+    the sidecar lists them (``"tissue_maps": {name: file name}``). A scan's tissue maps (kept with it by
+    ``add_tissue_maps``) go beside it under the same names, so opening the export brings them back; a scan
+    gets no sidecar (a sidecar marks a file as generated). A provenance naming a template
     ``space`` sets the sform code of every file (4 for MNI152). Recorded in the audit trail. While it
     runs, an encrypted note in the vault folder says where its partial files are; if the process is
     killed, the next unlock removes them.
@@ -59,6 +62,7 @@ def export(
         deidentify: Clear NIfTI free-text fields and extensions; de-identify DICOM files with the
             PS3.15 Annex E basic profile. Synthetic volumes stay marked SYNTHETIC.
         include_dicom: Also write the original DICOM files (DICOM items only).
+        include_tissue: Also write the item's tissue maps beside its NIfTI (the audit entry names them).
         overwrite: Replace existing files instead of refusing.
         progress: Called with (bytes done, bytes total).
 
@@ -69,7 +73,9 @@ def export(
     dest = Path(dest_dir).expanduser()
     with guards.operation(state):
         rec = item_index.find_record(state, item_id)
-        plan = _plan(rec, dest, deidentify=deidentify, include_dicom=include_dicom)
+        plan = _plan(
+            rec, dest, deidentify=deidentify, include_dicom=include_dicom, include_tissue=include_tissue
+        )
         if not overwrite and (clash := [str(t) for t in plan.targets if t.exists()]):
             raise OutputError(f"{clash[0]} already exists; choose another folder or allow overwriting")
         try:
@@ -82,7 +88,7 @@ def export(
             "dicom_files": len(plan.dicom_parts),
         }
         if plan.tissue_parts:
-            detail["tissue_maps"] = len(plan.tissue_parts)
+            detail["tissue_maps"] = [p["name"][len(TISSUE_PART_PREFIX) :] for p in plan.tissue_parts]
         state.record("export", rec["id"], detail)
         counter = _Counter(progress, sum(int(p["size"]) for p in plan.parts()))
         warnings = _stage_and_move(state, plan, deidentify=deidentify, overwrite=overwrite, counter=counter)
@@ -90,6 +96,31 @@ def export(
         files += [plan.dicom_dir / f"IM{n:05d}.dcm" for n in range(1, len(plan.dicom_parts) + 1)]
         files += [plan.prov_path] if plan.synthetic else []
         return ExportResult(files=tuple(files), deidentified=deidentify, warnings=tuple(warnings))
+
+
+#: The audit events of copies the user writes outside the vault from an item shown in the app, besides
+#: ``export``: the image with its maps and sidecar (``copy_out``), a picture of it (``screenshot``).
+COPY_OUT_EVENTS = ("copy_out", "screenshot")
+
+
+def record_copy_out(
+    state: VaultState, item_id: str, event: str, files: Sequence[str | os.PathLike], **detail
+) -> None:
+    """Write the audit entry of a copy of an item written outside the vault by the app (not by ``export``):
+    which item, the files (absolute paths) and what they hold. Recorded before the files are written, as every
+    change here is (write-ahead): an entry whose write then failed says more than a write with no entry.
+
+    Raises:
+        InvalidRequest: ``event`` is not one of ``COPY_OUT_EVENTS`` or no file is named.
+        VaultLocked / ItemNotFound: as for any operation on an item.
+    """
+    if event not in COPY_OUT_EVENTS:
+        raise InvalidRequest(f"unknown copy event {event!r}; one of {', '.join(COPY_OUT_EVENTS)}")
+    if not files:
+        raise InvalidRequest("name the files the copy is written to")
+    with guards.operation(state):
+        rec = item_index.find_record(state, item_id)
+        state.record(event, rec["id"], {"files": [str(Path(f).absolute()) for f in files], **detail})
 
 
 @dataclass
@@ -132,7 +163,9 @@ class _ExportPlan:
         ]
 
 
-def _plan(rec: dict, dest: Path, *, deidentify: bool, include_dicom: bool) -> _ExportPlan:
+def _plan(
+    rec: dict, dest: Path, *, deidentify: bool, include_dicom: bool, include_tissue: bool
+) -> _ExportPlan:
     synthetic = rec["kind"] == "synthetic"
     compressed = bool(rec["volume"].get("compressed"))
     stem = f"{rec['kind']}-{rec['id'][:12]}"
@@ -141,7 +174,9 @@ def _plan(rec: dict, dest: Path, *, deidentify: bool, include_dicom: bool) -> _E
     gzip_output = deidentify and not compressed and not synthetic
     nii_path = dest / (stem + (".nii.gz" if compressed or synthetic or gzip_output else ".nii"))
     dicom_parts = [p for p in rec["parts"] if p["name"].startswith("dicom/")] if include_dicom else []
-    tissue_parts = [p for p in rec["parts"] if p["name"].startswith(TISSUE_PART_PREFIX)] if synthetic else []
+    tissue_parts = (
+        [p for p in rec["parts"] if p["name"].startswith(TISSUE_PART_PREFIX)] if include_tissue else []
+    )
     map_paths = [tissue_path(nii_path, p["name"][len(TISSUE_PART_PREFIX) :]) for p in tissue_parts]
     record = {**(rec.get("provenance") or {}), "synthetic": True} if synthetic else None
     space = template_space(record)
@@ -285,15 +320,24 @@ def _write_tissue_maps(
             "tissue_map": part["name"][len(TISSUE_PART_PREFIX) :],
             "image": plan.nii_path.name,
         }
+        compressed = bool(part.get("compressed"))
         with AtomicWriter(target, prefix=prefix, output=True) as writer:
             stream = counter.stream(payload.iter_part(state, plan.rec, part))
-            for piece in synthetic_marks.export_stream(
-                stream,
-                compressed=bool(part.get("compressed")),
-                deidentify=deidentify,
-                provenance=map_record,
-                space=plan.space,
-            ):
+            if plan.synthetic:
+                pieces = synthetic_marks.export_stream(
+                    stream,
+                    compressed=compressed,
+                    deidentify=deidentify,
+                    provenance=map_record,
+                    space=plan.space,
+                )
+            else:  # a scan's map: its own plain header (no words of the scan's), compressed as the image is
+                pieces = nifti.rewrite_stream(
+                    stream, compressed=compressed, deidentify=deidentify, synthetic=False
+                )
+                if target.name.endswith(".gz") and not compressed:
+                    pieces = nifti.gzip_stream(pieces)
+            for piece in pieces:
                 writer.write(piece)
         counter.add(int(part["size"]))
 

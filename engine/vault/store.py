@@ -430,10 +430,11 @@ class Vault:
         *,
         deidentify: bool = False,
         include_dicom: bool = True,
+        include_tissue: bool = True,
         overwrite: bool = False,
         progress: Progress | None = None,
     ) -> ExportResult:
-        """Write an item out as NIfTI (with its tissue maps and provenance sidecar, or its original DICOM
+        """Write an item out as NIfTI (with its tissue maps, and its provenance sidecar or its original DICOM
         files), optionally de-identified. Details: :func:`engine.vault.exporting.export`.
 
         Raises:
@@ -446,9 +447,16 @@ class Vault:
             dest_dir,
             deidentify=deidentify,
             include_dicom=include_dicom,
+            include_tissue=include_tissue,
             overwrite=overwrite,
             progress=progress,
         )
+
+    def record_copy_out(self, item_id: str, event: str, files: Sequence[str | os.PathLike], **detail) -> None:
+        """Record that a copy of an item's pixels was written outside the vault by the user's choice (the app's
+        "Save a Copy Outside the Vault", a screenshot of it). Details: :func:`engine.vault.exporting.record_copy_out`.
+        """
+        exporting.record_copy_out(self._state, item_id, event, files, **detail)
 
     # -- changes (engine.vault.editing, engine.vault.rekey) ---------------------------------------------
     def delete(self, item_id: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import nibabel as nib
 import numpy as np
 import pytest
 from vault_testutil import PASSPHRASE
@@ -49,9 +50,24 @@ def test_maps_added_to_a_scan_are_encrypted_parts_of_it_and_say_how_made(vault, 
     assert trail.ok and trail.entries[-1].event == "edit" and trail.entries[-1].item_id == scan.id
     report = vault.verify()
     assert report.ok and report.unreferenced == (), report
-    # A scan still exports as before (its maps stay in the vault: scans' maps are not exported yet).
+    # The scan leaves with its maps beside it (BIDS probseg names the app's Open finds), each read back as
+    # stored, with no sidecar (a sidecar would mark the scan as generated), and the audit entry names them.
+    stem = f"scan-{scan.id[:12]}"
     exported = vault.export(scan.id, tmp_path / "out").files
-    assert [f.name for f in exported] == [f"scan-{scan.id[:12]}.nii"]
+    assert [f.name for f in exported] == [f"{stem}.nii", *(f"{stem}_label-{n}_probseg.nii" for n in NAMES)]
+    for name, file in zip(NAMES, exported[1:], strict=True):
+        assert np.array_equal(np.asarray(nib.load(file).dataobj), maps[name]), name
+    entry = vault.audit_trail().entries[-1]
+    assert entry.event == "export" and entry.detail["tissue_maps"] == list(NAMES), entry
+    assert entry.detail["folder"] == str((tmp_path / "out").absolute())
+    # asked without: the image alone, and the audit entry says no maps left
+    alone = vault.export(scan.id, tmp_path / "alone", include_tissue=False).files
+    assert [f.name for f in alone] == [f"{stem}.nii"]
+    assert "tissue_maps" not in vault.audit_trail().entries[-1].detail
+    # de-identified, a plain .nii scan leaves as .nii.gz and its maps with it
+    deid = vault.export(scan.id, tmp_path / "deid", deidentify=True).files
+    assert [f.name for f in deid] == [f"{stem}.nii.gz", *(f"{stem}_label-{n}_probseg.nii.gz" for n in NAMES)]
+    assert np.array_equal(np.asarray(nib.load(deid[1]).dataobj), maps[NAMES[0]])
 
     # Another process opening the vault sees them with the scan, which is unchanged.
     vault.lock()
@@ -161,3 +177,20 @@ def test_a_write_failing_midway_leaves_the_item_as_it_was(vault, make_nifti, mon
     # And the same maps can be added afterwards.
     assert set(again.add_tissue_maps(scan.id, maps, made).tissue_maps) == set(NAMES)
     again.lock()
+
+
+def test_a_copy_written_outside_the_vault_is_audited_with_its_files(vault, make_nifti, tmp_path):
+    path, _, _ = make_nifti(shape=SHAPE)
+    scan = vault.import_nifti(path, kind="scan", patient={"name": "Doe^Jane"})
+    out = tmp_path / "copy" / "scan.nii.gz"
+    vault.record_copy_out(scan.id[:8], "copy_out", [out], tissue_maps=["GM"], deidentified=False)
+    vault.record_copy_out(scan.id, "screenshot", [tmp_path / "shot.png"], marked="patient data")
+    copy, shot = vault.audit_trail().entries[-2:]
+    assert (copy.event, copy.item_id) == ("copy_out", scan.id)
+    assert copy.detail == {"files": [str(out.absolute())], "tissue_maps": ["GM"], "deidentified": False}
+    assert shot.event == "screenshot" and shot.detail["marked"] == "patient data"
+    with pytest.raises(InvalidRequest, match="unknown copy event"):
+        vault.record_copy_out(scan.id, "export", [out])
+    with pytest.raises(InvalidRequest, match="name the files"):
+        vault.record_copy_out(scan.id, "copy_out", [])
+    assert vault.audit_trail().ok
