@@ -115,8 +115,6 @@ def segment_vault_item(vault, item_id: str, contrast_choice: str, replace: bool,
 
     The item is decrypted in memory only; it is segmented in RAS+ orientation (as the viewer shows it), and
     the maps are put back on the stored grid. Returns ``(ItemInfo, maps on the session grid, record)``."""
-    import nibabel as nib
-
     from app.core.vault_items import to_session_volume
 
     report(None, "Decrypting")
@@ -129,8 +127,16 @@ def segment_vault_item(vault, item_id: str, contrast_choice: str, replace: bool,
         report(None if fraction is None else fraction * 0.9, text)
 
     maps, made = segment_session_volume(data, affine, contrast, segmenting)
-    # The stored grid: undo the reorientation to RAS+ (the same axis flips and swaps, reversed).
-    ornt = nib.orientations.io_orientation(np.asarray(opened.affine, dtype=np.float64))
+    return keep_maps_in_vault(vault, item_id, opened.affine, maps, made, replace, report)
+
+
+def keep_maps_in_vault(vault, item_id: str, stored_affine, maps, made: dict, replace: bool, report: Report):
+    """Keep maps made on the session grid (RAS+, as the viewer holds the item) with the vault item, encrypted,
+    put back on its stored grid (``stored_affine``: the same axis flips and swaps, reversed). Returns
+    ``(ItemInfo, maps on the session grid, record)``."""
+    import nibabel as nib
+
+    ornt = nib.orientations.io_orientation(np.asarray(stored_affine, dtype=np.float64))
     back = nib.orientations.ornt_transform(nib.orientations.axcodes2ornt("RAS"), ornt)
     stored = {
         name: np.ascontiguousarray(nib.orientations.apply_orientation(m, back)) for name, m in maps.items()
@@ -141,3 +147,10 @@ def segment_vault_item(vault, item_id: str, contrast_choice: str, replace: bool,
 
     info = vault.add_tissue_maps(item_id, stored, made, replace=replace, progress=progress)
     return info, maps, made
+
+
+def keep_session_maps(vault, item_id: str, maps, made: dict, replace: bool, report: Report):
+    """Keep the maps computed in this session for a vault item open in it (not segmented again)."""
+    report(0.9, "Encrypting the maps into the vault")
+    stored_affine = vault.get(item_id).affine
+    return keep_maps_in_vault(vault, item_id, stored_affine, maps, made, replace, report)

@@ -344,7 +344,14 @@ def open_for_session(vault, item_id: str, report: Report):
 
 
 def export_item(
-    vault, item_id: str, dest: Path, deidentify: bool, include_dicom: bool, overwrite: bool, report: Report
+    vault,
+    item_id: str,
+    dest: Path,
+    deidentify: bool,
+    include_dicom: bool,
+    include_tissue: bool,
+    overwrite: bool,
+    report: Report,
 ):
     label = vault.get(item_id).label
 
@@ -357,6 +364,7 @@ def export_item(
         dest,
         deidentify=deidentify,
         include_dicom=include_dicom,
+        include_tissue=include_tissue,
         overwrite=overwrite,
         progress=progress,
     )
@@ -388,3 +396,64 @@ def export_summary(files: Iterable[Path]) -> str:
     parts = [f"{n} {kind}" for kind, n in counts.items() if n]
     text = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
     return text + (" file" if sum(counts.values()) == 1 else " files")
+
+
+# -- copies outside the vault (app.vault.boundary) --------------------------------------------------------
+
+
+def session_only_maps(entry) -> list[str]:
+    """The tissue maps of a session entry opened from the vault that the vault does not keep (computed in this
+    session), in display order; [] for an entry not from the vault."""
+    info = entry.vault_item
+    if info is None:
+        return []
+    kept = set(info.tissue_maps)
+    return [name for name in ordered_names(entry.tissue) if name not in kept]
+
+
+def copy_volume(entry):
+    """The ``Volume`` a copy of a shown vault item writes: the image and maps as shown, and a provenance that
+    names the item by id only (its label and patient details stay in the vault)."""
+    from engine.nifti.volume import Volume
+
+    info = entry.vault_item
+    provenance = {key: value for key, value in entry.provenance.items() if key != "tissue_maps"}
+    provenance.update(copied_from_vault_item=info.id[:12], synthetic=entry.synthetic)
+    return Volume(
+        entry.data,
+        entry.affine,
+        tissue={name: entry.tissue[name] for name in ordered_names(entry.tissue)},
+        provenance=provenance,
+        synthetic=entry.synthetic,
+        space=entry.space,
+    )
+
+
+def save_copy_outside(vault, item_id: str, volume, path: Path, report: Report) -> Path:
+    """The user's copy of a shown vault item, outside the vault: recorded in the audit trail first (write-ahead,
+    as the vault's own changes are), then written by the one volume writer (image, maps, sidecar; all or none)."""
+    from engine.nifti.io import check_output_path, image_files, save_volume
+
+    path = check_output_path(path)
+    report(None, "Recording the copy in the audit trail")
+    vault.record_copy_out(
+        item_id, "copy_out", image_files(path, volume), tissue_maps=ordered_names(volume.tissue)
+    )
+    report(None, f"Writing {path.name}")
+    return save_volume(volume, path)
+
+
+def save_screenshot_outside(vault, item_id: str, png: bytes, path: Path, report: Report) -> Path:
+    """A screenshot of a shown vault item, marked as patient data (``png``): recorded in the audit trail, then
+    written atomically."""
+    from engine.errors import OutputError
+    from engine.nifti.io import atomic_files
+
+    path = Path(path).expanduser()
+    if not path.parent.is_dir():
+        raise OutputError(f"{path.parent} is not a folder; choose another place for the screenshot")
+    report(None, "Recording the screenshot in the audit trail")
+    vault.record_copy_out(item_id, "screenshot", [path], marked="patient data")
+    with atomic_files([path]) as (temp,):
+        temp.write_bytes(png)
+    return path

@@ -114,6 +114,13 @@ class VolumeEntry:
     time_index = _delegated("time_index", "which one ``data`` is, counted from 0")
 
     @property
+    def vault_item(self) -> Any:
+        """The vault item this volume was decrypted from (its ``engine.vault.ItemInfo``), None for any other:
+        the one record of where a volume came from that every way out of the app asks
+        (``app.vault.boundary``)."""
+        return self.volume.info
+
+    @property
     def space_name(self) -> str:
         """The space for people: the template's name, or ``scanner`` when none is named."""
         return self.space or "scanner"

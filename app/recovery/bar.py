@@ -209,7 +209,8 @@ class RecoveryController:
         self.bar.discard_button.setEnabled(True)
 
     def _on_state_volumes_changed(self) -> None:
-        generated = {e.uid: e for e in self.state.volumes if e.kind == "generated"}
+        # Only volumes made in this session: one decrypted from the vault is never written in plaintext here.
+        generated = {e.uid: e for e in self.state.volumes if e.kind == "generated" and e.vault_item is None}
         for uid in self._known - set(generated):
             self.store.forget(uid)
         new = [

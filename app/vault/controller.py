@@ -10,6 +10,7 @@ The pieces (each a module named for what it does, each an attribute of the contr
 - ``importing``, ``saving``, ``opening``, ``exporting``: scans in, session volumes in, items into the
   session, items out to files;
 - ``item_actions``: edit an item's details, delete it; ``passphrase``: change the passphrase;
+- ``boundary``: the ways a shown item could leave the vault (Save, Save As, screenshots) ask there;
 - ``integrity``: Verify All, and the repair offered after a rollback;
 - ``messages``: the information, warning and "already in the vault" boxes.
 
@@ -32,6 +33,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QWidget
 
+from app.vault.boundary import VaultBoundary
 from app.vault.exporting import VaultExport
 from app.vault.importing import NIFTI_FILTER, VaultImport
 from app.vault.integrity import VaultIntegrity
@@ -126,6 +128,7 @@ class VaultController(QObject):
         self.item_actions = VaultItemActions(self, state, show_status, parent)
         self.passphrase = VaultPassphrase(self, show_status, show_error, parent)
         self.integrity = VaultIntegrity(self, show_error, parent)
+        self.boundary = VaultBoundary(self, settings, show_status, show_error, parent)
 
     # -- state ---------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ the engine's message and leaves the dialog open to try again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
@@ -532,9 +533,14 @@ class ItemDetailsDialog(_DetailsForm, QDialog):
 
 
 class ExportDialog(QDialog):
-    """Where to export an item, and whether to de-identify it."""
+    """Where to export an item, whether to de-identify it, and whether its tissue maps go with it.
 
-    def __init__(self, info, folder: str | Path, parent: QWidget | None = None) -> None:
+    ``session_only`` names maps the shown item got in this session that the vault does not keep (they cannot
+    leave with an export until kept: the vault browser's Compute Tissue Maps keeps them)."""
+
+    def __init__(
+        self, info, folder: str | Path, parent: QWidget | None = None, session_only: Sequence[str] = ()
+    ) -> None:
         super().__init__(parent)
         self.info = info
         self.setObjectName("vaultExportDialog")
@@ -544,6 +550,7 @@ class ExportDialog(QDialog):
         text = (
             "Writes the volume as NIfTI"
             + (", its original DICOM files" if info.dicom_files else "")
+            + (", its tissue maps" if info.tissue_maps else "")
             + (" and its provenance. It stays marked SYNTHETIC." if synthetic else ".")
             + " File names never contain patient details."
         )
@@ -570,6 +577,21 @@ class ExportDialog(QDialog):
         self.dicom_box = QCheckBox(f"Include the {info.dicom_files} original DICOM files")
         self.dicom_box.setChecked(True)
         self.dicom_box.setVisible(bool(info.dicom_files))
+        maps = ", ".join(info.tissue_maps)
+        self.tissue_box = QCheckBox(f"Include its {len(info.tissue_maps)} tissue maps ({maps})")
+        self.tissue_box.setChecked(True)
+        self.tissue_box.setToolTip(
+            "Written beside the volume as <name>_label-<map>_probseg.nii.gz (File > Open finds them), "
+            "and named in the audit entry of the export"
+        )
+        self.tissue_box.setVisible(bool(info.tissue_maps))
+        self.session_maps_label = QLabel(
+            f"Not exported: {', '.join(session_only)} computed in this session only. The vault browser's "
+            "Compute Tissue Maps keeps them with the item first."
+        )
+        self.session_maps_label.setObjectName("dialogPath")
+        self.session_maps_label.setWordWrap(True)
+        self.session_maps_label.setVisible(bool(session_only))
         self.overwrite_box = QCheckBox("Replace files that already exist")
         form = QFormLayout()
         form.addRow("Folder", folder_row)
@@ -578,6 +600,8 @@ class ExportDialog(QDialog):
         options.addWidget(self.deidentify_box)
         options.addWidget(hint)
         options.addWidget(self.dicom_box)
+        options.addWidget(self.tissue_box)
+        options.addWidget(self.session_maps_label)
         options.addWidget(self.overwrite_box)
         form.addRow("Options", options)
         self.error_label = _error_label()
@@ -608,6 +632,7 @@ class ExportDialog(QDialog):
             "dest": Path(self.folder_edit.text().strip()).expanduser(),
             "deidentify": self.deidentify_box.isChecked(),
             "include_dicom": self.dicom_box.isChecked(),
+            "include_tissue": self.tissue_box.isChecked(),
             "overwrite": self.overwrite_box.isChecked(),
         }
 

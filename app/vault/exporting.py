@@ -6,7 +6,7 @@ what de-identification could not fix is said before anything is shared.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,11 +40,14 @@ class VaultExport:
         self.export_dialog: ExportDialog | None = None
         self.last_export = None
 
-    def export_dialog_for(self, item_id: str) -> ExportDialog | None:
+    def export_dialog_for(self, item_id: str, session_only: Sequence[str] = ()) -> ExportDialog | None:
+        """Ask where and how to export the item (``session_only``: maps the shown item has that the vault does
+        not keep, which the dialog names as not exported)."""
         info = self._hub.listing.item(item_id)
         if info is None or not self._hub.is_unlocked:
             return None
-        dialog = ExportDialog(info, last_dir(self._settings, "vault/last_export_dir"), self._parent)
+        folder = last_dir(self._settings, "vault/last_export_dir")
+        dialog = ExportDialog(info, folder, self._parent, session_only=session_only)
         dialog.accepted.connect(self._on_export_dialog_accepted)
         dialog.rejected.connect(self._on_export_dialog_rejected)
         self.export_dialog = dialog
@@ -66,6 +69,7 @@ class VaultExport:
         *,
         deidentify: bool = True,
         include_dicom: bool = True,
+        include_tissue: bool = True,
         overwrite: bool = False,
     ) -> None:
         dest = Path(dest).expanduser()
@@ -79,6 +83,7 @@ class VaultExport:
             dest,
             deidentify,
             include_dicom,
+            include_tissue,
             overwrite,
             finished=self._on_exported,
             progress="Exporting from the Vault",

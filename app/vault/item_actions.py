@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from app.core import vault_items as model
-from app.core.tissue_source import AUTO, maps_source_text, segment_vault_item
+from app.core.tissue_source import AUTO, keep_session_maps, maps_source_text, segment_vault_item
 from app.vault import operations
 from app.vault.dialogs import ItemDetailsDialog
 from engine.errors import InvalidRequest
@@ -99,6 +99,25 @@ class VaultItemActions:
             )
             return
         self._pending_tissue = info.label
+        computed = self._session_maps(item_id)
+        if (
+            computed is not None
+        ):  # computed for it in this session (Viewer > Compute Tissue Maps): kept as they are
+            maps, made = computed
+            hub.tasks.start(
+                "tissue",
+                keep_session_maps,
+                hub.vault,
+                item_id,
+                maps,
+                made,
+                bool(info.tissue_maps),
+                finished=self._on_tissue_computed,
+                failed=self._on_tissue_failed,
+                progress="Keeping Tissue Maps",
+                text=f"Keeping the maps of \u201c{info.label}\u201d computed in this session",
+            )
+            return
         # Segmented maps are made again (replaced) when asked: e.g. after the item's contrast was corrected.
         hub.tasks.start(
             "tissue",
@@ -112,6 +131,22 @@ class VaultItemActions:
             progress="Computing Tissue Maps",
             text=f"Segmenting \u201c{info.label}\u201d",
         )
+
+    def _session_maps(self, item_id: str) -> tuple[dict, dict] | None:
+        """The maps an open session entry of the item got in this session by segmentation (not yet in the
+        vault), with the record of how they were made; None when there are none."""
+        for entry in self._state.volumes:
+            info = entry.vault_item
+            made = entry.provenance.get("tissue_maps_made")
+            if (
+                info is not None
+                and info.id == item_id
+                and model.session_only_maps(entry)
+                and isinstance(made, dict)
+                and made.get("tissue_maps_source") == "method"
+            ):
+                return dict(entry.tissue), dict(made)
+        return None
 
     def _on_tissue_computed(self, value) -> None:
         info, maps, made = value

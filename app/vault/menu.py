@@ -7,12 +7,14 @@ work while the menu is closed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
 from app.services.shortcuts import set_shortcut
+from app.vault.boundary import SCREENSHOT_MARK, SCREENSHOT_REFUSE
 from app.vault.dialogs import UNLOCKED_COLOUR, lock_icon
 
 
@@ -84,6 +86,19 @@ class VaultMenu(QMenu):
             c.locking.choose_vault_folder,
             tip="Use (or create) a vault in another folder",
         )
+        # How a screenshot of a vault item leaves (asked at the first one; app.vault.boundary).
+        self.screenshots_menu = self.addMenu("S&creenshots of Vault Items")
+        self.screenshots_menu.setStatusTip(
+            "Screenshots of a volume from the vault: marked as patient data, or refused"
+        )
+        group = QActionGroup(self)
+        self.screenshot_actions: dict[str, QAction] = {}
+        for choice, text in ((SCREENSHOT_MARK, "&Mark as Patient Data"), (SCREENSHOT_REFUSE, "&Refuse Them")):
+            action = self.screenshots_menu.addAction(text)
+            action.setCheckable(True)
+            group.addAction(action)
+            action.triggered.connect(partial(c.boundary.set_screenshot_choice, choice))
+            self.screenshot_actions[choice] = action
         self.addSeparator()
         self.show_action = self._add("Show Vault &Browser", c.window_show_browser, "vault.show_browser")
         c.state_changed.connect(self._on_controller_state_changed)
@@ -129,6 +144,9 @@ class VaultMenu(QMenu):
         self.auto_lock_action.setText(
             f"&Auto-Lock After {minutes} min..." if minutes else "&Auto-Lock: Off..."
         )
+        chosen = self.controller.boundary.screenshot_setting()
+        for choice, action in self.screenshot_actions.items():
+            action.setChecked(choice == chosen)
         self._on_state_shown_changed(self._state.shown)
 
     def _on_state_shown_changed(self, entry) -> None:

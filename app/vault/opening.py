@@ -44,7 +44,7 @@ class VaultOpen:
         self.opened: dict[int, str] = {}  # session entry uid -> vault item id
 
     def entry_is_from_vault(self, entry: VolumeEntry | None) -> bool:
-        return entry is not None and entry.uid in self.opened
+        return entry is not None and entry.vault_item is not None
 
     def open_item(self, item_id: str) -> None:
         """Decrypt an item into memory and add it to the session (shown); once in the session, just show it."""

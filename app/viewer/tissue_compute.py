@@ -21,6 +21,7 @@ from app.core.tissue_source import (
     maps_source_text,
     segment_session_volume,
 )
+from app.core.vault_items import session_only_maps
 from app.core.volumes import VolumeEntry
 from app.services import AppServices
 from app.services.shortcuts import key_text, set_shortcut
@@ -110,7 +111,9 @@ class TissueMapsComputer(QObject):
         if entry is None or entry.kind == "preview":
             return ""
         if entry.tissue:
-            text = "Maps " + maps_source_text(entry.provenance, entry.kind, from_vault(entry))
+            text = "Maps " + maps_source_text(entry.provenance, entry.kind, entry.vault_item is not None)
+            if session_only_maps(entry):  # said where the maps are named, not only in a passing message
+                text += " \u00b7 this session only, not kept in the vault"
             note = self.notes.get(entry.uid)
             return f"{text} ({note})" if note else text
         if entry.uid in self.refused:
@@ -249,9 +252,11 @@ class TissueMapsComputer(QObject):
         if self.state.shown is entry:
             self.state.shown_changed.emit(entry)
             self.state.set_show_tissue(True)  # asked for: shown at once
-        source = maps_source_text(entry.provenance, entry.kind, from_vault(entry))
+        source = maps_source_text(entry.provenance, entry.kind, entry.vault_item is not None)
         note = f" ({self._pending_note})" if self._pending_note else ""
-        if from_vault(entry):  # computed for this session; the vault keeps them only when asked there
+        if (
+            entry.vault_item is not None
+        ):  # computed for this session; the vault keeps them only when asked there
             note += "; in this session only: the vault browser's Compute Tissue Maps keeps them with the item"
         self.show_status(f"Tissue maps of \u201c{entry.name}\u201d: {source}{note}", 10000)
 
@@ -268,11 +273,6 @@ class TissueMapsComputer(QObject):
         self.target = None
         self._set_running(False)
         self._update()
-
-
-def from_vault(entry: VolumeEntry) -> bool:
-    """Whether a session volume was decrypted from a vault item (its record carries the item's ItemInfo)."""
-    return getattr(entry.volume, "info", None) is not None
 
 
 def install_tissue_maps(services: AppServices, toolbar: TissueToolbar) -> TissueMapsComputer:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -336,6 +337,16 @@ class View3D(QWidget):
         self.plotter.camera.zoom(1.25)
         if render:
             self.plotter.render()
+
+    def render_image(self) -> QImage:
+        """The 3D view as a picture (for a screenshot that is marked before it is written). Raises RuntimeError
+        if the 3D view is not available."""
+        if self.plotter is None:
+            raise RuntimeError("the 3D view is not ready yet")
+        self.plotter.render()
+        rgb = np.ascontiguousarray(np.asarray(self.plotter.screenshot(None, return_img=True))[..., :3])
+        height, width = rgb.shape[:2]
+        return QImage(rgb.data, width, height, 3 * width, QImage.Format.Format_RGB888).copy()
 
     def save_screenshot(self, path: str | Path) -> Path:
         """Write the 3D view to a PNG. Raises RuntimeError if the 3D view is not available."""

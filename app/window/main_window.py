@@ -208,6 +208,7 @@ class MainWindow(QMainWindow):
         self.vault_controller = install_vault(
             self.services, self.session_panel.list, self.files.rebuild_recent_menu
         )
+        self.files.vault_boundary = self.vault_controller.boundary  # a vault item's Save asks it
         # What `volsynth tune` measured here for the selected model: the presets are a view of it.
         self.measured_settings = MeasuredSettings()
         self.optimization_panel = install_optimization_panel(
@@ -414,6 +415,11 @@ class MainWindow(QMainWindow):
             self.view3d_ready.emit()
 
     def save_3d_screenshot_dialog(self) -> None:
+        entry = self.state.shown
+        boundary = self.vault_controller.boundary
+        if boundary.holds(entry):  # patient data: marked and audited, or refused, as chosen once
+            boundary.screenshot(entry, self.viewer.view3d.render_image)
+            return
         path, _ = QFileDialog.getSaveFileName(
             self, "Save 3D screenshot", str(Path.home() / "volsynth-3d.png"), "PNG images (*.png)"
         )

@@ -2,6 +2,9 @@
 
 The reads and writes run in the background (``JobRunner.run_task``); a read volume joins the session and is
 shown, a written one is marked saved. The recent-files list lives in the settings (``files/recent``).
+
+A volume decrypted from the vault is never written here: Save and Save As hand it to the vault's boundary
+(``app.vault.boundary``), which offers the audited ways out, and so it never reaches Open Recent.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import logging
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
@@ -20,6 +24,9 @@ from app.core.volumes import VolumeEntry, file_stem
 from app.vault.privacy import remember_recent
 from engine.nifti.io import is_nifti, save_volume
 from engine.nifti.volume import Volume
+
+if TYPE_CHECKING:
+    from app.vault.boundary import VaultBoundary
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +53,8 @@ class VolumeFiles:
         self.show_status, self.show_error, self.volume_opened = show_status, show_error, volume_opened
         self.dialog_parent = parent  # the widget the file dialogs belong to
         self.recent_menu = QMenu("Open &Recent", parent)
+        # Where a vault item's Save goes instead (the window sets it once the vault is installed).
+        self.vault_boundary: VaultBoundary | None = None
 
     # -- opening -------------------------------------------------------------------------------------
 
@@ -96,7 +105,7 @@ class VolumeFiles:
     def save_shown(self) -> None:
         """File > Save (Ctrl+S): write the shown volume to the file it was saved to, or ask where first."""
         entry = self.state.shown
-        if entry is None or entry.kind == "preview":
+        if entry is None or entry.kind == "preview" or self._leaves_vault(entry):
             return
         if entry.saved_file is not None:
             self.save_entry(entry, entry.saved_file)
@@ -105,7 +114,7 @@ class VolumeFiles:
 
     def save_file_dialog(self) -> None:
         entry = self.state.shown
-        if entry is None or entry.kind == "preview":
+        if entry is None or entry.kind == "preview" or self._leaves_vault(entry):
             return
         start_dir = self.settings.value("files/last_save_dir", str(Path.home()), type=str)
         stem = file_stem(entry.name)
@@ -119,7 +128,9 @@ class VolumeFiles:
 
     def save_entry(self, entry: VolumeEntry, path: str | Path) -> None:
         """Write a session volume as NIfTI + JSON provenance sidecar, and its tissue maps beside it (all or
-        none), in the background."""
+        none), in the background. A vault item is not written: the vault's boundary asks how it leaves."""
+        if self._leaves_vault(entry):
+            return
         path = Path(path)
         if remember_recent(self.settings):
             self.settings.setValue("files/last_save_dir", str(path.parent))
@@ -143,6 +154,19 @@ class VolumeFiles:
             finished=partial(self._on_file_saved, entry),
             failed=partial(self._on_save_failed, path),
         )
+
+    def _leaves_vault(self, entry: VolumeEntry) -> bool:
+        """For a volume from the vault, hand Save to the vault's boundary (it asks, then exports or writes an
+        audited copy) and say True: nothing is written here."""
+        if entry.vault_item is None:
+            return False
+        if self.vault_boundary is not None:
+            self.vault_boundary.save(entry)
+        else:  # no vault in this window: refuse rather than write patient data unaudited
+            self.show_error(
+                "Cannot save", f"\u201c{entry.name}\u201d is from the vault; export it from the vault."
+            )
+        return True
 
     def _on_file_saved(self, entry: VolumeEntry, path) -> None:
         self.state.mark_saved(entry, str(path), file=path)

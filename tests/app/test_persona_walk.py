@@ -11,7 +11,9 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit
 from tests.app.test_cohort_dialog import _type
 from tests.app.test_plan_dialog import PLAN_TIMEOUT_MS, _connect, _open_plan_dialog, xla_server  # noqa: F401
 from tests.app.test_user_paths import _answer_modal
-from tests.app.test_vault_ui import PASSPHRASE, _point_at_new_vault, _wait_task
+from tests.app.vault.helpers import PASSPHRASE
+from tests.app.vault.helpers import point_at_new_vault as _point_at_new_vault
+from tests.app.vault.helpers import wait_task as _wait_task
 
 pytestmark = [pytest.mark.render, pytest.mark.slow]
 

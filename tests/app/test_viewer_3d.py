@@ -19,7 +19,7 @@ SYNTHETIC_RGB = np.array([0xC6, 0x78, 0xDD])  # app/viewer/view3d.py SYNTHETIC_C
 @pytest.fixture
 def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
     """The main window with its 3D view. Not waiting to become the active window: under Xvfb (no window
-    manager) a second 3D window in one process never does (see test_vault_ui.py); these tests send their
+    manager) a second 3D window in one process never does (see tests/app/vault/conftest.py, window_3d); these tests send their
     keys to the widgets themselves, so they need no window shortcut."""
     from app.window.main_window import MainWindow
 

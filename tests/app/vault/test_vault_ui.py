@@ -16,98 +16,18 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton
 
 from engine.vault import KdfParams, Vault
+from tests.app.vault.helpers import (
+    FAST_KDF,
+    PASSPHRASE,
+)
+from tests.app.vault.helpers import create_via_dialog as _create_via_dialog
+from tests.app.vault.helpers import generated_entry as _generated_entry
+from tests.app.vault.helpers import import_items as _import
+from tests.app.vault.helpers import open_item as _open
+from tests.app.vault.helpers import point_at_new_vault as _point_at_new_vault
+from tests.app.vault.helpers import wait_task as _wait_task
 
-PASSPHRASE = "correct horse battery staple"
-#: Test-only Argon2 parameters (1 MiB, t=1, p=1); the default (64 MiB, t=3, p=4) takes ~0.3 s per unlock.
-FAST_KDF = KdfParams(memory_kib=1024, iterations=1, lanes=1)
 render = pytest.mark.render
-
-
-# -- helpers ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def private_vault_state(tmp_path, monkeypatch):
-    """Per-test vault anchors, and core dumps recorded instead of turned off in the test process (that
-    cannot be undone; test_core_dumps_are_off_while_the_vault_is_unlocked checks the real thing in a child)."""
-    import engine.vault.core_dumps
-
-    monkeypatch.setenv("VOLSYNTH_ANCHOR_DIR", str(tmp_path / "anchors"))
-    calls = []
-
-    def record():
-        calls.append(True)
-        return engine.vault.core_dumps.CoreDumpGuard(rlimit=True, not_dumpable=True)
-
-    monkeypatch.setattr(engine.vault.core_dumps, "disable_core_dumps", record)
-    return calls
-
-
-def _point_at_new_vault(window, folder: Path):
-    controller = window.vault_controller
-    controller.kdf = FAST_KDF
-    controller.set_vault_path(folder)
-    return window
-
-
-@pytest.fixture
-def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
-    """A main window with its 3D view, like conftest's ``main_window_3d`` but not waiting to become the active
-    window: under Xvfb (no window manager) a second 3D window in one process never does, and the screenshot
-    needs no keyboard shortcuts."""
-    from app.window.main_window import MainWindow
-
-    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=True, preload_torch=False)
-    qtbot.addWidget(window)
-    window.resize(1500, 920)
-    window.show()
-    qtbot.waitExposed(window)
-    if not window.viewer.view3d.ready:
-        with qtbot.waitSignal(window.view3d_ready, timeout=90_000):
-            pass
-    yield window
-    window.close()
-
-
-@pytest.fixture
-def vault_window(main_window, tmp_path):
-    """The main window with its vault pointed at an empty folder in tmp_path (fast Argon2 parameters)."""
-    yield _point_at_new_vault(main_window, tmp_path / "vault")
-    assert not main_window.vault_controller.tasks.running
-
-
-def _wait_task(qtbot, controller, name: str, timeout: int = 30_000) -> str:
-    """Wait for the named background task to end; its outcome (finished, failed, cancelled)."""
-    with qtbot.waitSignal(
-        controller.task_ended, timeout=timeout, check_params_cb=lambda task, outcome: task == name
-    ) as blocker:
-        pass
-    return blocker.args[1]
-
-
-def _create_via_dialog(qtbot, window):
-    controller = window.vault_controller
-    dialog = controller.locking.request_unlock()
-    assert dialog is not None and dialog.mode == "create"
-    dialog.passphrase_edit.setText(PASSPHRASE)
-    dialog.confirm_edit.setText(PASSPHRASE)
-    dialog.ok_button.click()
-    assert _wait_task(qtbot, controller, "create") == "finished"
-    qtbot.waitUntil(lambda: controller.is_unlocked and not controller.tasks.running, timeout=10_000)
-    return controller
-
-
-def _import(qtbot, controller, paths, rows: int, **details):
-    controller.importing.import_nifti([Path(p) for p in paths], **details)
-    assert _wait_task(qtbot, controller, "import") == "finished"
-    qtbot.waitUntil(lambda: controller.browser.table.rowCount() == rows, timeout=10_000)
-
-
-def _open(qtbot, window, item_id: str):
-    with qtbot.waitSignal(window.volume_opened, timeout=20_000) as blocker:
-        window.vault_controller.opening.open_item(item_id)
-    qtbot.waitUntil(lambda: not window.vault_controller.tasks.running, timeout=10_000)
-    return blocker.args[0]
 
 
 def _nifti_with_descrip(tmp_path: Path, source: Path, descrip: bytes) -> Path:
@@ -881,23 +801,6 @@ def _drop(widget, paths) -> None:
     )
 
 
-def _generated_entry(window, seed: int = 11):
-    """A generated volume in the session (as the Generate button leaves it), without running a model."""
-    from app.core.volumes import VolumeEntry
-
-    data = np.random.default_rng(seed).random((10, 12, 8)).astype(np.float32)
-    entry = VolumeEntry(
-        name=f"tiny-latent seed {seed}",
-        data=data,
-        affine=np.eye(4),
-        kind="generated",
-        provenance={"model": {"id": "tiny-latent"}, "seed": seed, "synthetic": True},
-        synthetic=True,
-    )
-    window.state.add_volume(entry)
-    return entry
-
-
 def _right_click_row(qtbot, browser, item_id: str) -> None:
     """What a right click on a row sends: a context-menu event at that row."""
     from PySide6.QtGui import QContextMenuEvent
@@ -1263,7 +1166,7 @@ def test_core_dumps_are_off_while_the_vault_is_unlocked(tiny_models_dir, tmp_pat
 
     if not sys.platform.startswith("linux"):
         pytest.skip("prctl(PR_SET_DUMPABLE) is Linux only")
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     done = subprocess.run(
         [sys.executable, "-c", CORE_DUMP_APP, str(tiny_models_dir), str(tmp_path / "vault")],
         cwd=repo,
