@@ -109,6 +109,18 @@ def segment_session_volume(data: np.ndarray, affine: np.ndarray, contrast: str, 
     return made.maps, made_record(made)
 
 
+def segment_and_check(data: np.ndarray, affine: np.ndarray, space: str | None, contrast: str, report: Report):
+    """``segment_session_volume`` and the anatomy check of the maps it made: ``(maps, record of how made, check
+    record)``; the check goes into the volume's provenance (``anatomy_check``), as ``volsynth segment`` writes it,
+    so wherever the maps are shown their verdict is known."""
+    from engine.anatomy.checks import check_maps
+
+    maps, made = segment_session_volume(data, affine, contrast, report)
+    report(1.0, "Checking the anatomy")
+    check = check_maps(dict(maps), affine, space=space, maps_from=str(made.get("method", "segmentation")))
+    return maps, made, check.to_dict()
+
+
 def segment_vault_item(vault, item_id: str, contrast_choice: str, replace: bool, report: Report):
     """Segment a vault item and keep its maps with it, encrypted (``Vault.add_tissue_maps``; ``replace``: the
     segmented maps it has).

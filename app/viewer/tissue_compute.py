@@ -13,13 +13,14 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QActionGroup
 from PySide6.QtWidgets import QMenu, QProgressBar
 
+from app.core.anatomy_display import stored_check
 from app.core.tissue_source import (
     AUTO,
     CONTRAST_CHOICE_TITLES,
     CONTRAST_CHOICES,
     contrast_for,
     maps_source_text,
-    segment_session_volume,
+    segment_and_check,
 )
 from app.core.vault_items import session_only_maps
 from app.core.volumes import VolumeEntry
@@ -114,6 +115,9 @@ class TissueMapsComputer(QObject):
             text = "Maps " + maps_source_text(entry.provenance, entry.kind, entry.vault_item is not None)
             if session_only_maps(entry):  # said where the maps are named, not only in a passing message
                 text += " \u00b7 this session only, not kept in the vault"
+            check = stored_check(entry.provenance)
+            if check is not None and check.get("status") == "not_brain_like":  # said where the maps are shown
+                text += " \u00b7 anatomy check: not brain-like"
             note = self.notes.get(entry.uid)
             return f"{text} ({note})" if note else text
         if entry.uid in self.refused:
@@ -179,7 +183,7 @@ class TissueMapsComputer(QObject):
         if entry is None or entry.kind == "preview" or self.job is not None:
             return None
         names = [str(entry.path)] if entry.path is not None else []
-        info = getattr(entry.volume, "info", None)
+        info = entry.vault_item
         if info is not None:
             names += [info.original_name, info.label]
         names.append(entry.name)
@@ -192,7 +196,7 @@ class TissueMapsComputer(QObject):
         self.notes.pop(entry.uid, None)
         self._pending_note = note
         self.refused.pop(entry.uid, None)
-        worker = Worker.reporting_call(segment_session_volume, entry.data, entry.affine, contrast)
+        worker = Worker.reporting_call(segment_and_check, entry.data, entry.affine, entry.space, contrast)
         self.job = self.runner.start(
             "tissue-maps",
             worker,
@@ -240,12 +244,12 @@ class TissueMapsComputer(QObject):
             self.progress_bar.setFormat(f"%p% \u00b7 {text}" if text else "%p%")
 
     def _on_job_finished(self, value) -> None:
-        maps, made = value
+        maps, made, check = value
         entry = self.target
         if entry is None or entry not in self.state.volumes:
             return  # removed from the session meanwhile
         entry.tissue = dict(maps)
-        entry.provenance = {**entry.provenance, "tissue_maps_made": made}
+        entry.provenance = {**entry.provenance, "tissue_maps_made": made, "anatomy_check": check}
         if self._pending_note:
             self.notes[entry.uid] = self._pending_note
         self.state.volumes_changed.emit()  # the session list's description names the maps

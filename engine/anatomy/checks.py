@@ -7,7 +7,8 @@ From tissue maps (a model's own channels or ``engine.anatomy.segment``'s) on the
   (GM / (GM + WM)); GM and WM of the intracranial volume are reported beside them;
 * ventricle volume: the maps' own ventricle map where they have one (the shipped model decodes it); otherwise
   the CSF inside the MNI152 template's ventricles (lateral + third, ``engine.anatomy.template``) placed on the
-  volume by brain-mask moments (``segment.template_transform``), grown by 8 mm, and at least 8 mm inside the
+  volume with rotation, scale and shift (``segment.template_transform``: its brain outline, then its tissue
+  priors on the maps), grown by 8 mm, and at least 8 mm inside the
   brain mask, so that sulcal CSF at the surface never counts;
 * left-right asymmetry: |L - R| / mean(L, R) of GM + WM, split at the template's midline (x = 0 mm of the
   template, placed on the volume as above).
@@ -204,7 +205,7 @@ def check_maps(
             maps_from=maps_from,
         )
 
-    to_template, _scale, _shift = template_transform(brain, affine)
+    to_template = template_transform(brain, affine, np.stack([csf, gm, wm])).to_template
     evidence = _evidence(gm, wm, csf, brain, affine, to_template)
     weak = [k for k, least in BRAIN_LIKE.items() if evidence[k] < least]
     if weak:

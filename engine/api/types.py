@@ -254,11 +254,21 @@ class SamplingResult:
         return vol[0] if vol.shape[0] == 1 else vol
 
     def tissue_maps(self, index: int = 0) -> dict[str, np.ndarray]:
-        """The tissue maps decoded with image ``index``, name -> (x, y, z) float32 probabilities in [0, 1]."""
-        return {
-            name: np.clip(self.volumes[index, channel], 0.0, 1.0).astype(np.float32)
-            for channel, name in enumerate(self.label_names, start=1)
-        }
+        """The tissue maps decoded with image ``index``, name -> (x, y, z) float32 probabilities in [0, 1] that
+        are a partition (GM + WM + CSF + background = 1 per voxel; ``engine.anatomy.partition``)."""
+        from engine.anatomy.partition import partition_channels
+
+        return partition_channels(
+            {name: self.volumes[index, channel] for channel, name in enumerate(self.label_names, start=1)}
+        )
+
+    @property
+    def tissue_maps_made(self) -> dict[str, Any]:
+        """How ``tissue_maps`` were made, for their sidecar (``tissue_maps_made``): the model's channels, made a
+        partition."""
+        from engine.anatomy.partition import PARTITION_RECORD
+
+        return {"tissue_maps_source": "model channels", "partition": PARTITION_RECORD}
 
     def member(self, index: int = 0) -> Volume:
         """Batch member ``index`` as the engine's one volume record: its image (``volume(index)``), the batch's

@@ -2,11 +2,18 @@
 
     python -m engine.bench.segmentation [--generated DIR] [--repeats 3] [--ants] [--no-dice] [--no-timing] [--json OUT]
 
+    python -m engine.bench.segmentation --poses [--ants]     # the head-pose and head-shape cases alone
+
 Cases (Dice of the maps thresholded at 0.5 against the reference thresholded at 0.5):
   template-t1      nilearn's MNI152 2009 1 mm template vs its own GM/WM maps
   template-t2      the same, intensities inside the brain remapped as 1 - T1 (CSF > GM > WM)
   template-flair   the same, remapped so CSF is dark and GM brighter than WM
   template-head    the T1 template wrapped in a synthetic CSF gap, dark skull and bright scalp (whole-head)
+  pose-<c>-<axis><deg>  the T1 (or T2-like) template rotated by 10, 15 and 20 degrees about x, y or z through the
+                   brain's centre, its GM/WM maps moved the same way (linear interpolation, then > 0.5)
+  shape-<c>-<seed> a head of another shape: the template through a random affine (rotation up to 15 degrees,
+                   scale 0.88-1.08, shift up to 6 mm) and a smooth displacement of a few mm, times a bias field of
+                   +-20 %, plus 3 % noise; the reference maps moved the same way
   generated        each ``*.nii.gz`` in DIR with ``_label-GM/WM_probseg`` maps beside it (``volsynth generate``
                    with the shipped demo model writes them) vs those maps
 Timing: a 256x256x128 volume (the template on a 0.94 x 0.94 x 1.5 mm grid, noise added) and an 80x96x80 one,
@@ -112,6 +119,123 @@ def _ants(volume, affine, priors_img, contrast):
     return {"CSF": probs[0], "GM": probs[1], "WM": probs[2]}, time.perf_counter() - start
 
 
+def _rotation(axis: int, degrees: float) -> np.ndarray:
+    from engine.anatomy.register import rotation_matrix
+
+    angles = np.zeros(3)
+    angles[axis] = np.deg2rad(degrees)
+    return rotation_matrix(angles)
+
+
+def _moved(arrays, affine: np.ndarray, coords: np.ndarray) -> list[np.ndarray]:
+    """Each array read at voxel coordinates ``coords`` (3, x, y, z) of the same grid (linear, 0 outside)."""
+    from scipy import ndimage
+
+    return [
+        ndimage.map_coordinates(np.asarray(a, np.float32), coords, order=1, mode="constant").astype(
+            np.float32
+        )
+        for a in arrays
+    ]
+
+
+def _pull_coords(shape, affine: np.ndarray, world_to_source: np.ndarray, displacement=None) -> np.ndarray:
+    """For each output voxel, the source voxel it reads: world point -> (its displacement added) -> the source's
+    world point by ``world_to_source`` (4x4) -> the source voxel (the same grid)."""
+    grid = np.indices(shape, dtype=np.float32).reshape(3, -1)
+    world = affine[:3, :3] @ grid + affine[:3, 3:4]
+    if displacement is not None:
+        world = world + displacement.reshape(3, -1)
+    source = world_to_source[:3, :3] @ world + world_to_source[:3, 3:4]
+    vox = np.linalg.inv(affine)
+    return (vox[:3, :3] @ source + vox[:3, 3:4]).reshape(3, *shape)
+
+
+def _about(centre: np.ndarray, linear: np.ndarray, shift=np.zeros(3)) -> np.ndarray:
+    """x -> centre + linear (x - centre) + shift, as 4x4."""
+    out = np.eye(4)
+    out[:3, :3] = linear
+    out[:3, 3] = centre + shift - linear @ centre
+    return out
+
+
+def pose_cases(contrasts=("t1w", "t2w"), degrees=(10, 15, 20)):
+    """(name, volume, affine, contrast, gm, wm) of the template rotated through its brain's centre."""
+    from engine.anatomy.register import moments
+
+    t1, affine, gm, wm, mask = _template()
+    centre, _sd = moments(mask, affine)
+    for contrast in contrasts:
+        for axis, axis_name in enumerate("xyz"):
+            for deg in degrees:
+                # the output shows the head rotated by R: it reads the source at R^-1
+                coords = _pull_coords(t1.shape, affine, _about(centre, _rotation(axis, deg).T))
+                volume, gm_r, wm_r, mask_r = _moved([t1, gm, wm, mask], affine, coords)
+                if contrast == "t2w":
+                    volume = np.where(mask_r > 0.5, 1.0 - volume, 0.0).astype(np.float32)
+                yield f"pose-{contrast}-{axis_name}{deg}", volume, affine, contrast, gm_r > 0.5, wm_r > 0.5
+
+
+def shape_cases(contrasts=("t1w", "t2w"), seeds=(0, 1)):
+    """(name, volume, affine, contrast, gm, wm) of heads of other shapes (see the module's docstring)."""
+    from scipy import ndimage
+
+    from engine.anatomy.register import moments, rotation_matrix
+
+    t1, affine, gm, wm, mask = _template()
+    centre, _sd = moments(mask, affine)
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        rotation = rotation_matrix(rng.uniform(-1, 1, 3) * np.deg2rad(15.0))
+        scale = rng.uniform(0.88, 1.08, 3)
+        shift = rng.uniform(-6.0, 6.0, 3)
+        # the head is the template scaled, rotated and shifted: read the source through the inverse
+        forward = _about(centre, rotation @ np.diag(scale), shift)
+        # a smooth displacement: noise low-passed at 12 mm, scaled so its largest component is 4 mm
+        field = np.stack([ndimage.gaussian_filter(rng.normal(size=t1.shape[:3]), 12.0) for _ in range(3)])
+        field *= 4.0 / np.abs(field).max()
+        coords = _pull_coords(t1.shape, affine, np.linalg.inv(forward), field.astype(np.float32))
+        t1_m, gm_m, wm_m, mask_m = _moved([t1, gm, wm, mask], affine, coords)
+        bias = ndimage.gaussian_filter(rng.normal(size=t1.shape), 30.0)
+        bias = 1.0 + 0.2 * bias / np.abs(bias).max()
+        for contrast in contrasts:
+            clean = t1_m if contrast == "t1w" else np.where(mask_m > 0.5, 1.0 - t1_m, 0.0)
+            noise = rng.normal(0.0, 0.03 * float(np.percentile(clean[mask_m > 0.5], 99)), t1.shape)
+            volume = (clean * bias + noise).astype(np.float32)
+            yield f"shape-{contrast}-{seed}", volume, affine, contrast, gm_m > 0.5, wm_m > 0.5
+
+
+def _ants_priors():
+    from engine.anatomy.template import _nilearn_offline
+
+    t1, affine, _gm, _wm, mask = _template()
+    ds = _nilearn_offline()
+    gmp = np.clip(ds.load_mni152_gm_template(resolution=1).get_fdata(), 0, 1)
+    wmp = np.clip(ds.load_mni152_wm_template(resolution=1).get_fdata(), 0, 1)
+    return t1, gmp, wmp, mask, affine
+
+
+def moved_cases(with_ants: bool, ours: bool = True) -> list[dict]:
+    """Dice of the pose and shape cases, with the largest |GM + WM + CSF + background - 1| of each result.
+    ``ours`` False runs Atropos alone (antspyx pins an older numpy and scipy: it runs in an environment of its
+    own, see docs/segment.md)."""
+    from engine.anatomy.partition import partition_error
+
+    rows = []
+    priors = _ants_priors() if with_ants else None
+    for name, volume, affine, contrast, gm, wm in [*pose_cases(), *shape_cases()]:
+        if ours:
+            maps, seconds = _ours(volume, affine, contrast)
+            row = _dice_row(name, maps, gm, wm, seconds, "volsynth")
+            rows.append({**row, "partition_error": partition_error(maps)})
+            print(rows[-1], file=sys.stderr, flush=True)
+        if priors is not None:
+            maps, seconds = _ants(volume, affine, priors, contrast)
+            rows.append(_dice_row(name, maps, gm, wm, seconds, "antspyx-atropos"))
+            print(rows[-1], file=sys.stderr, flush=True)
+    return rows
+
+
 def dice_cases(generated: Path | None, with_ants: bool) -> list[dict]:
     import nibabel as nib
 
@@ -129,12 +253,7 @@ def dice_cases(generated: Path | None, with_ants: bool) -> list[dict]:
         print(rows[-1], file=sys.stderr, flush=True)
     priors = None
     if with_ants:
-        from engine.anatomy.template import _nilearn_offline
-
-        ds = _nilearn_offline()
-        gmp = np.clip(ds.load_mni152_gm_template(resolution=1).get_fdata(), 0, 1)
-        wmp = np.clip(ds.load_mni152_wm_template(resolution=1).get_fdata(), 0, 1)
-        priors = (t1, gmp, wmp, mask, affine)
+        priors = _ants_priors()
         for name, volume, contrast in cases[:2]:
             maps, seconds = _ants(volume, affine, priors, contrast)
             rows.append(_dice_row(name, maps, gm, wm, seconds, "antspyx-atropos"))
@@ -240,14 +359,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ants", action="store_true", help="also run antspyx Atropos (if installed)")
     parser.add_argument("--no-timing", action="store_true", help="skip the timing runs")
     parser.add_argument("--no-dice", action="store_true", help="skip the Dice cases")
+    parser.add_argument("--poses", action="store_true", help="the head-pose and head-shape cases (alone)")
+    parser.add_argument("--ants-only", action="store_true", help="with --poses --ants: Atropos alone")
     parser.add_argument("--json", type=Path, help="write every number here")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # one timing run in this process
     args = parser.parse_args(argv)
     if args.one:
         _one(args.one)
         return 0
-    rows = [] if args.no_dice else dice_cases(args.generated, args.ants)
-    timing = [] if args.no_timing else timing_cases(args.repeats)
+    if args.poses:
+        rows, timing = moved_cases(args.ants, ours=not args.ants_only), []
+    else:
+        rows = [] if args.no_dice else dice_cases(args.generated, args.ants)
+        timing = [] if args.no_timing else timing_cases(args.repeats)
     print(f"{'case':<34} {'method':<16} {'GM':>6} {'WM':>6} {'s':>6}")
     for r in rows:
         print(

@@ -167,7 +167,7 @@ def anatomy_checks(result, made_tissue) -> list:
     checks = []
     for index in range(result.volumes.shape[0]):
         if result.label_names:
-            maps, record = result.tissue_maps(index), {"tissue_maps_source": "model channels"}
+            maps, record = result.tissue_maps(index), result.tissue_maps_made
         elif made_tissue is not None:
             maps, record = made_tissue[index]
         else:

@@ -297,7 +297,7 @@ def generated_volumes(result, made_tissue=None, anatomy_checks=None) -> list[Vol
     for index in range(result.volumes.shape[0]):
         volume = result.member(index)
         if result.label_names:
-            volume.provenance["tissue_maps_made"] = {"tissue_maps_source": "model channels"}
+            volume.provenance["tissue_maps_made"] = result.tissue_maps_made
         elif made_tissue is not None:
             maps, record = made_tissue[index]
             volume.tissue = dict(maps)

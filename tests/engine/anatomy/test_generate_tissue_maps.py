@@ -82,7 +82,9 @@ def test_a_model_with_tissue_channels_keeps_its_own(model_path_env, tmp_path, ca
     assert sorted(p.name for p in tmp_path.glob("*probseg*")) == ["x_label-GM_probseg.nii.gz"]
     assert np.allclose(np.asarray(nib.load(str(tmp_path / "x_label-GM_probseg.nii.gz")).dataobj), 0.25)
     side = json.loads((tmp_path / "x.json").read_text())
-    assert side["tissue_maps_made"] == {"tissue_maps_source": "model channels"}
+    from engine.anatomy.partition import PARTITION_RECORD
+
+    assert side["tissue_maps_made"] == {"tissue_maps_source": "model channels", "partition": PARTITION_RECORD}
 
 
 @pytest.mark.parametrize("modality", ["swi", "swi-skullstripped"])

@@ -33,7 +33,7 @@ def test_segment_writes_probseg_maps_and_sidecars(tmp_path, capsys):
         str(out / f"sub-01_label-{n}_probseg.nii.gz") for n in ("CSF", "GM", "WM", "brain")
     ]
     # The contrast came from the BIDS suffix, and the progress line says so.
-    assert "T2w (from the file name)" in captured.err and "fit (45%)" in captured.err
+    assert "T2w (from the file name)" in captured.err and "fit (55%)" in captured.err
     sidecar = json.loads((out / "sub-01_label-GM_probseg.json").read_text())
     assert sidecar["contrast"] == "t2w" and sidecar["tissue_map"] == "GM" and sidecar["image"] == source.name
     assert sidecar["method"] == "em-gmm-mni152-priors" and set(sidecar["library_versions"]) >= {
