@@ -158,6 +158,10 @@ def test_the_cli_reads_its_data_only_from_folders_the_bundle_ships(engine_run):
 
 
 @pytest.mark.render
+@pytest.mark.skipif(
+    not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")),
+    reason="needs an X display: run under xvfb-run with QT_QPA_PLATFORM=xcb",
+)
 def test_the_apps_3d_view_and_anatomy_line_with_only_what_the_bundle_holds(engine_run, work, tiny_models_dir):
     assert (work / "gen.nii.gz").exists(), "volsynth generate wrote no volume to show\n" + _explain(
         engine_run
