@@ -158,6 +158,12 @@ def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
             app.exit(1)
 
     def screenshot() -> None:
+        # What a user sees, in words a smoke test can check: the 3D view drawn (not "unavailable"), and the
+        # session details' anatomy check line.
+        print(f"demo: 3D view: {_view3d_state(window)}", flush=True)
+        print(
+            f"demo: {_anatomy_line(window) or 'anatomy check: (no line in the session details)'}", flush=True
+        )
         os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
         window.grab().save(png)
         print(f"demo: {window._demo_outcome}; screenshot saved to {png}", flush=True)
@@ -171,13 +177,43 @@ def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
         if outcome == "finished":  # what the overhead benchmark (app/bench/app_overhead.py) reads
             run = dict(window.generation.last_run, threads_cpu_s=thread_cpu_since(threads_at_start))
             print(f"demo: run {json.dumps(run)}", flush=True)
-        QTimer.singleShot(2000, screenshot)  # let the 3D view render the finished volume
+        # Let the 3D view render the finished volume, and the anatomy check (measured in the background) land
+        # in the session details: at least 2 s, at most 60 s.
+        waited = {"ms": 0}
+
+        def screenshot_when_settled() -> None:
+            waited["ms"] += 250
+            line = _anatomy_line(window)
+            measured = line and not line.rstrip(".\u2026").endswith("measuring")
+            if waited["ms"] >= 2000 and (measured or waited["ms"] >= 60_000 or outcome != "finished"):
+                screenshot()
+            else:
+                QTimer.singleShot(250, screenshot_when_settled)
+
+        QTimer.singleShot(250, screenshot_when_settled)
 
     window.generation.ended.connect(ended)
     if wait_for_3d:
         window.view3d_ready.connect(generate)
     else:
         QTimer.singleShot(0, generate)
+
+
+def _view3d_state(window) -> str:
+    """The 3D view as a user sees it: "drawn (N actors)" when it shows a scene, else what its pane says."""
+    view = window.viewer.view3d
+    if view.ready and len(view.plotter.renderer.actors):
+        return f"drawn ({len(view.plotter.renderer.actors)} actors)"
+    return " ".join(view.placeholder.text().split()) if not view.ready else "no scene"
+
+
+def _anatomy_line(window) -> str:
+    """The session details' anatomy check line of the shown volume, as plain text ("" while there is none)."""
+    import html
+    import re
+
+    text = html.unescape(re.sub(r"<[^>]+>", "\n", window.session_panel.details.text())).replace("\u200b", "")
+    return next((line.strip() for line in text.splitlines() if line.strip().startswith("anatomy check:")), "")
 
 
 if __name__ == "__main__":

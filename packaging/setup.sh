@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian machine (Python 3.11, root) for VolSynth Studio: system libraries for Qt/VTK under
 # Xvfb, a virtualenv in .venv, and the project with its dev tools. Safe to run again: it skips what is there.
+# `setup.sh --system` installs the system libraries only (packaging/build.sh: the build has its own venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SYSTEM_ONLY=0
+[ "${1:-}" = "--system" ] && SYSTEM_ONLY=1
 
 SYSTEM_PACKAGES=(
   xvfb xauth                                   # a virtual X display for the GUI and its tests
@@ -23,6 +26,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "$SYSTEM_ONLY" -eq 1 ]; then
+  echo "setup: system libraries ready"
+  exit 0
 fi
 
 PYTHON="${PYTHON:-python3.11}"

@@ -7,7 +7,7 @@ volume is grey + white matter (parenchyma, no CSF), fractions are of the intracr
 Volumes in a template space (the shipped model's MNI152 2009 grid) are larger than a native brain: the MNI152
 template is an average of brains registered to a space bigger than an average head. Absolute volumes in that
 space are therefore compared with the native range scaled by the ratio of the template's own brain volume (its
-GM + WM maps, nilearn's MNI152 2009) to the native population mean (``space_scale``): the template, the mean
+GM + WM maps, the shipped MNI152 2009) to the native population mean (``space_scale``): the template, the mean
 brain of that space, then sits at the native mean. Fractions and the asymmetry index need no scaling.
 """
 
@@ -160,7 +160,7 @@ NATIVE_RANGES = (
 
 @lru_cache(maxsize=1)
 def template_brain_ml() -> float:
-    """GM + WM volume (mL) of nilearn's MNI152 2009 template at 1 mm: the mean brain of that space."""
+    """GM + WM volume (mL) of the shipped MNI152 2009 template at 1 mm: the mean brain of that space."""
     from engine.anatomy.segment import _template_1mm
 
     priors, mask, affine = _template_1mm()

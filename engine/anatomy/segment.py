@@ -1,10 +1,11 @@
 """Tissue maps (GM, WM, CSF probabilities and a brain mask) for any brain MRI volume, on its own grid.
 
-The method is classical and needs no weights: the MNI152 2009 template nilearn ships gives tissue priors;
-they are placed on the volume with rotation, per-axis scale and shift (``engine.anatomy.register``: the
-template's brain outline on the volume's, then, after a first fit, its tissue priors on the fitted tissues), and
-an EM fit of one Gaussian per tissue, with those priors and a mean-field smoothing of the posteriors, labels
-the voxels. The contrast only decides the order in which the tissue
+The method is classical and needs no weights: the MNI152 2009 template (resources/mni152, the files nilearn
+distributes: engine.anatomy.mni152) gives tissue priors; they are placed on the volume with rotation, per-axis
+scale and shift (``engine.anatomy.register``: the template's brain outline on the volume's, then, after a first
+fit, its tissue priors on the fitted tissues), and an EM fit of one Gaussian per tissue, with those priors, a
+smooth bias field and a mean-field smoothing of the posteriors, labels the voxels. The contrast only decides the
+order in which the tissue
 intensities are expected (T1w: CSF < GM < WM; T2w: WM < GM < CSF; FLAIR: CSF < WM < GM), which seeds the fit
 and is checked twice: before it against where the template puts each tissue (which also catches noise), and
 after it on the fitted means. Why this and not antspyx's Atropos: see docs/segment.md (measured with
@@ -69,28 +70,22 @@ class TissueMaps:
         """What the maps' JSON sidecar says about how they were made."""
         import scipy
 
+        from engine.anatomy.mni152 import SOURCE
+
         return {
             "tissue_maps_source": "method",
             "method": METHOD,
             "method_description": (
-                "EM fit of one Gaussian per tissue with MNI152 2009 (nilearn) priors placed by a rigid + per-axis "
-                "scale registration (brain outline, then tissue layout), mean-field smoothing of the posteriors"
+                "EM fit of one Gaussian per tissue with MNI152 2009 priors placed by a rigid + per-axis scale "
+                "registration (brain outline, then tissue layout), bias-field correction, mean-field smoothing of "
+                "the posteriors"
             ),
-            "library_versions": {
-                "numpy": np.__version__,
-                "scipy": scipy.__version__,
-                "nilearn": _nilearn_version(),
-            },
+            "library_versions": {"numpy": np.__version__, "scipy": scipy.__version__},
+            "template": SOURCE,
             "contrast": self.contrast,
             "tissue_means": self.means,
             **self.info,
         }
-
-
-def _nilearn_version() -> str:
-    import nilearn
-
-    return nilearn.__version__
 
 
 def check_contrast(contrast: str) -> str:
@@ -154,9 +149,9 @@ def check_volume(volume: np.ndarray, name: str = "the volume") -> np.ndarray:
 @lru_cache(maxsize=1)
 def _template_1mm() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Priors (CSF, GM, WM stacked, float32) and brain mask of MNI152 2009 at 1 mm, and their affine."""
-    from engine.anatomy.template import _nilearn_offline
+    from engine.anatomy.template import _template_data
 
-    datasets = _nilearn_offline()
+    datasets = _template_data()
     gm_img = datasets.load_mni152_gm_template(resolution=1)
     gm = np.clip(np.asarray(gm_img.get_fdata(), np.float32), 0, 1)
     wm = np.clip(np.asarray(datasets.load_mni152_wm_template(resolution=1).get_fdata(), np.float32), 0, 1)

@@ -1,12 +1,11 @@
-"""The MNI152 2009 template nilearn ships, on the demo model's output grid: tissue maps, brain mask, ventricles.
+"""The MNI152 2009 template, on the demo model's output grid: tissue maps, brain mask, ventricles.
 
 Reference anatomy for the synthetic training data (engine.training.synth) and for the measurements that
-evaluation and cohort reports make on generated volumes (engine.anatomy.measures). Offline: nilearn's bundled
-maps only, nothing is fetched."""
+evaluation and cohort reports make on generated volumes (engine.anatomy.measures). Offline: the template files
+the product ships (engine.anatomy.mni152, the files nilearn distributes), nothing is fetched."""
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 import numpy as np
@@ -15,24 +14,23 @@ OUTPUT_SHAPE = (80, 96, 80)
 SPACING_MM = 2.0
 VOXEL_ML = SPACING_MM**3 / 1000.0
 SHARPEN_POWER = 4.0  # see _sharpen
-# The template nilearn ships (mni_icbm152_*_tal_nlin_sym_09a): its TemplateFlow / BIDS space name.
+# The template shipped in resources/mni152 (mni_icbm152_*_tal_nlin_sym_09a): its TemplateFlow / BIDS space name.
 MNI_SPACE = "MNI152NLin2009aSym"
 # Lateral-ventricle search box in MNI mm (x, y, z); the ventricles of the 2009 template lie well inside it.
 _VENT_BOX_MNI = ((-28.0, 28.0), (-48.0, 32.0), (-6.0, 36.0))
 
 
-def _nilearn_offline():
-    # nilearn resolves its data directory on import of datasets; point it somewhere harmless so nothing
-    # is ever fetched (the 2009 template maps we use are bundled with the package itself).
-    os.environ.setdefault("NILEARN_DATA", os.path.join(os.path.expanduser("~"), ".cache", "volsynth-nilearn"))
-    from nilearn import datasets
+def _template_data():
+    """The loaders of the shipped MNI152 files (engine.anatomy.mni152: nilearn's ``load_mni152_*`` without
+    nilearn)."""
+    from engine.anatomy import mni152
 
-    return datasets
+    return mni152
 
 
 @lru_cache(maxsize=1)
 def _template_images():
-    datasets = _nilearn_offline()
+    datasets = _template_data()
     return {
         "t1": datasets.load_mni152_template(resolution=2),
         "gm": datasets.load_mni152_gm_template(resolution=2),

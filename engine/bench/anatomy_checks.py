@@ -3,7 +3,7 @@
     python -m engine.bench.anatomy_checks [--seeds 16] [--steps N] [--segment-generated] [--json OUT]
 
 Cases (expected verdict in brackets):
-  template-maps       nilearn's MNI152 2009 maps on the shipped model's 2 mm grid, with its ventricle label [pass]
+  template-maps       the shipped MNI152 2009 (nilearn's files) maps on the shipped model's 2 mm grid, with its ventricle label [pass]
   template-t1         the MNI152 2009 1 mm T1 template, segmented (``engine.anatomy.segment``) then checked [pass]
   demo seed N         the shipped model's volumes, seeds 0..N-1, checked from their own decoded channels [pass];
                       ``--segment-generated`` also segments each image and checks those maps (agreement)
@@ -56,9 +56,9 @@ def _timed(function, *args, **kwargs):
 
 
 def _template_1mm_t1():
-    from engine.anatomy.template import _nilearn_offline
+    from engine.anatomy.template import _template_data
 
-    ds = _nilearn_offline()
+    ds = _template_data()
     img = ds.load_mni152_template(resolution=1)
     mask = np.asarray(ds.load_mni152_brain_mask(resolution=1).get_fdata() > 0.5)
     t1 = np.asarray(img.get_fdata(), np.float32)

@@ -5,7 +5,7 @@
     python -m engine.bench.segmentation --poses [--ants]     # the head-pose and head-shape cases alone
 
 Cases (Dice of the maps thresholded at 0.5 against the reference thresholded at 0.5):
-  template-t1      nilearn's MNI152 2009 1 mm template vs its own GM/WM maps
+  template-t1      the shipped MNI152 2009 (nilearn's files) 1 mm template vs its own GM/WM maps
   template-t2      the same, intensities inside the brain remapped as 1 - T1 (CSF > GM > WM)
   template-flair   the same, remapped so CSF is dark and GM brighter than WM
   template-head    the T1 template wrapped in a synthetic CSF gap, dark skull and bright scalp (whole-head)
@@ -37,9 +37,9 @@ import numpy as np
 
 
 def _template():
-    from engine.anatomy.template import _nilearn_offline
+    from engine.anatomy.template import _template_data
 
-    ds = _nilearn_offline()
+    ds = _template_data()
     t1 = ds.load_mni152_template(resolution=1)
     gm = ds.load_mni152_gm_template(resolution=1).get_fdata() > 0.5
     wm = ds.load_mni152_wm_template(resolution=1).get_fdata() > 0.5
@@ -206,10 +206,10 @@ def shape_cases(contrasts=("t1w", "t2w"), seeds=(0, 1)):
 
 
 def _ants_priors():
-    from engine.anatomy.template import _nilearn_offline
+    from engine.anatomy.template import _template_data
 
     t1, affine, _gm, _wm, mask = _template()
-    ds = _nilearn_offline()
+    ds = _template_data()
     gmp = np.clip(ds.load_mni152_gm_template(resolution=1).get_fdata(), 0, 1)
     wmp = np.clip(ds.load_mni152_wm_template(resolution=1).get_fdata(), 0, 1)
     return t1, gmp, wmp, mask, affine

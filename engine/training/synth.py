@@ -1,11 +1,11 @@
 """Synthetic, skull-stripped T1-weighted brain volumes derived from the MNI152 2009 template.
 
-The template's grey-matter, white-matter and brain-mask maps (shipped inside nilearn, so nothing is
-downloaded) are cropped once to the output grid: 80 x 96 x 80 voxels of the template's own 2 mm grid, RAS
-(voxel i -> +R, j -> +A, k -> +S), the crop chosen so the brain is centred. The crop is a whole number of
-template voxels, so nothing is interpolated and :func:`crop_affine` (the crop's voxel -> MNI mm affine) puts
-every volume in the template's space, ``MNI152NLin2009aSym`` in BIDS/TemplateFlow terms (nilearn ships the
-ICBM 2009a *symmetric* nonlinear template). Each sample then gets, in this order:
+The template's grey-matter, white-matter and brain-mask maps (the files nilearn distributes, shipped in
+resources/mni152, so nothing is downloaded) are cropped once to the output grid: 80 x 96 x 80 voxels of the
+template's own 2 mm grid, RAS (voxel i -> +R, j -> +A, k -> +S), the crop chosen so the brain is centred. The
+crop is a whole number of template voxels, so nothing is interpolated and :func:`crop_affine` (the crop's
+voxel -> MNI mm affine) puts every volume in the template's space, ``MNI152NLin2009aSym`` in BIDS/TemplateFlow
+terms (the files are the ICBM 2009a *symmetric* nonlinear template). Each sample then gets, in this order:
 
 1. a ventricle deformation: a smooth radial displacement centred on the lateral ventricles that expands
    (ex-vacuo enlargement) or shrinks them; MONAI has no such transform, so it is a ``grid_sample`` here;

@@ -17,7 +17,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "xcb")
 # Tests write only inside temporary folders: screenshots go to a fresh one per run unless
 # VOLSYNTH_SCREENSHOTS names the folder to keep them in (for people who want to look at them).
 SCREENSHOTS = Path(os.environ.get("VOLSYNTH_SCREENSHOTS") or tempfile.mkdtemp(prefix="volsynth-screenshots-"))
-MNI_T1 = "mni_icbm152_t1_tal_nlin_sym_09a_converted.nii.gz"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -177,10 +176,8 @@ def nibabel_data() -> Path:
 
 @pytest.fixture(scope="session")
 def mni_t1() -> Path:
-    """A real brain T1 (the MNI152 template nilearn ships), for screenshots worth looking at."""
-    import nilearn
+    """A real brain T1 (the MNI152 template the product ships in resources/mni152), for screenshots worth
+    looking at."""
+    from engine.anatomy import mni152
 
-    path = Path(nilearn.__file__).parent / "datasets" / "data" / MNI_T1
-    if not path.is_file():
-        pytest.skip("nilearn's MNI152 template is not installed")
-    return path
+    return mni152.path("t1")
