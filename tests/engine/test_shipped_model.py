@@ -78,3 +78,8 @@ def test_default_generate_writes_an_mni_volume_inside_the_mni_brain_with_its_tis
     # The maps describe this brain: tissue where the image has brain, none far outside it.
     tissue_sum = maps["GM"] + maps["WM"] + maps["CSF"]
     assert tissue_sum[brain].mean() > 0.8 and tissue_sum[~mni].mean() < 0.05
+    # ... and they are a partition: GM + WM + CSF + background = 1 in every voxel, ventricles inside CSF
+    from engine.anatomy.partition import partition_error
+
+    assert partition_error(maps) < 0.01 and np.all(maps["ventricles"] <= maps["CSF"])
+    assert sidecar["tissue_maps_made"]["partition"].startswith("GM + WM + CSF + background = 1")
