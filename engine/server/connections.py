@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from engine import wire
+from engine.server.middleware import ambiguous_framing
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,10 @@ class GuardedH11Protocol(H11Protocol):
             return
         if self.cycle is not self._request_seen:  # a new request's headers arrived
             self._request_seen = self.cycle
+            if ambiguous_framing(self.cycle.scope):
+                # RFC 9112 section 6.3: the server MUST close the connection after answering such a request,
+                # whatever answers it, so bytes after it are never read as another request
+                self.cycle.keep_alive = False
             self.guard.became_busy(self)
             self._wait_for("body", self.guard.limits.body_timeout_s)
         if self._waiting_for == "body" and (

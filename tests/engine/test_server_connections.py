@@ -204,3 +204,46 @@ def test_requests_beyond_the_in_flight_limit_get_503_and_the_server_recovers(reg
                 time.sleep(0.05)
     finally:
         backend.gate.set()
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except (TimeoutError, OSError):
+        pass
+    return received
+
+
+@pytest.mark.parametrize("order", ["length-first", "chunked-first"])
+def test_content_length_with_chunked_is_refused_and_closes_the_connection(model_path_env, order):
+    """RFC 9112 section 6.3: a request with both framings may be a smuggling attempt; the server answers it
+    and then MUST close the connection. Before: the second request in the same bytes was answered too."""
+    from engine.backends.local import LocalBackend
+    from engine.server import create_app
+
+    app = create_app(LocalBackend("cpu"), token=TOKEN)
+    framing = [b"Content-Length: 5", b"Transfer-Encoding: chunked"]
+    if order == "chunked-first":
+        framing.reverse()
+    smuggled = (
+        b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\n"
+        + b"\r\n".join(framing)
+        + b"\r\n\r\n0\r\n\r\n"
+        + b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\n\r\n"
+    )
+    with ServerThread(app) as url:
+        sock = _connect(url)
+        sock.sendall(smuggled)
+        received = _read_until_closed(sock)
+        sock.close()
+        assert received.count(b"HTTP/1.1 ") == 1, received[:400]
+        assert received.startswith(b"HTTP/1.1 400") and b"connection: close" in received.lower()
+        assert b"Content-Length and Transfer-Encoding" in received
+        # an ordinary request is still answered
+        assert httpx.get(f"{url}/info", headers=AUTH, timeout=30).status_code == 200
