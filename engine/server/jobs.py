@@ -196,7 +196,13 @@ class JobManager:
                 }
             )
 
+        expired = threading.Event()
+
         def expire() -> None:
+            with self._lock:
+                if expired.is_set():
+                    return
+                expired.set()
             for job in running:
                 job.cancel.set()
                 job.emit(
@@ -213,6 +219,19 @@ class JobManager:
         timer.daemon = True
         timer.start()
         self._shutdown_timer = timer
+        self._expire_running = expire
+
+    def end_grace_now(self) -> bool:
+        """During a shutdown, cancel the running jobs now instead of at the grace's end (a second Ctrl-C).
+
+        Their clients get the same ``error`` event the grace's end would send. False before a shutdown.
+        """
+        expire = getattr(self, "_expire_running", None)
+        if expire is None:
+            return False
+        self._shutdown_timer.cancel()
+        expire()
+        return True
 
     def _unqueue(self, job: Job) -> bool:
         waiting = self._pending.get(job.owner)
