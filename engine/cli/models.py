@@ -13,6 +13,14 @@ import json
 import sys
 
 
+def _say(*parts, **options) -> None:
+    """``print`` for text that comes from hubs, catalogues and model folders: no escape or control sequences
+    reach the terminal (a licence once carried a clipboard-write sequence)."""
+    from engine.formatting import terminal_safe
+
+    print(*(terminal_safe(str(part)) for part in parts), **options)
+
+
 def register(sub) -> None:
     parser = sub.add_parser("models", help="list, get or add models")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -47,6 +55,8 @@ def _licence_text(entry) -> str:
     ]
     if licence.text:
         lines.append(licence.text)
+    if entry.pinning_note():
+        lines.append(f"  Note: {entry.pinning_note()}.")
     return "\n".join(line for line in lines if line)
 
 
@@ -57,7 +67,7 @@ def _ask_licence(entry, args) -> bool:
     store = LicenceAcceptances()
     if args.accept_licence or store.accepted(entry):
         return True
-    print(_licence_text(entry))
+    _say(_licence_text(entry))
     if not sys.stdin.isatty():
         return False  # the caller's one-line refusal says to add --accept-licence
     answer = input("Accept this licence? Type yes to accept: ").strip().lower()
@@ -114,7 +124,7 @@ def run_get(args) -> int:
         folder = get_model(entry, accept_licence=True, progress=bar)
     except (KeyboardInterrupt, Cancelled):
         bar.close()
-        print(f"volsynth: stopped; run `volsynth models get {entry.name}` again to resume", file=sys.stderr)
+        _say(f"volsynth: stopped; run `volsynth models get {entry.name}` again to resume", file=sys.stderr)
         return 130
     bar.close()
     _print_installed(folder)
@@ -141,17 +151,17 @@ def _print_installed(folder) -> None:
     from engine.models.registry import open_model_folder
 
     source = open_model_folder(folder)
-    print(f"installed {source.spec.name} as {source.id} in {folder}")
+    _say(f"installed {source.spec.name} as {source.id} in {folder}")
     record = folder / PROVENANCE_FILE
     if record.is_file():
         provenance = json.loads(record.read_text(encoding="utf-8"))
         for path, info in provenance.get("files", {}).items():
-            print(f"  {path}  sha256 {info['sha256']}  (checked against {info['checked_against']})")
+            _say(f"  {path}  sha256 {info['sha256']}  (checked against {info['checked_against']})")
         licence = provenance.get("licence", {})
-        print(f"  licence: {licence.get('name')} ({licence.get('url')})")
+        _say(f"  licence: {licence.get('name')} ({licence.get('url')})")
         if licence.get("bundle_metadata"):
-            print(f"  the bundle's metadata says: {licence['bundle_metadata']}")
-    print(f"  generate with: volsynth generate --model {source.id}")
+            _say(f"  the bundle's metadata says: {licence['bundle_metadata']}")
+    _say(f"  generate with: volsynth generate --model {source.id}")
 
 
 def _not_guaranteed(spec) -> list[str]:
@@ -199,6 +209,8 @@ def _catalogue_lines(installed_ids: set[str]) -> list[str]:
             f"licence: {entry.licence.name} ({entry.licence.url})",
             f"  memory per volume: {needs}",
         ]
+        if entry.pinning_note():
+            lines.append(f"  {entry.pinning_note()}")
         if entry.not_guaranteed():
             lines.append(f"  quality not guaranteed by its owners: {', '.join(entry.not_guaranteed())}")
     return lines
@@ -212,47 +224,47 @@ def run(args) -> int:
     if args.json:
         listing = [{**s.spec.to_dict(), "path": str(s.path)} for s in sources]
         listing += [{"id": b.name, "path": str(b.path), "broken": b.reason} for b in registry.broken]
-        print(json.dumps(listing, indent=2))
+        _say(json.dumps(listing, indent=2))
         return 0
     if not sources:
-        print("No models found. Searched: " + ", ".join(str(p) for p in registry.search_path))
+        _say("No models found. Searched: " + ", ".join(str(p) for p in registry.search_path))
     for source in sources:
         spec = source.spec
         default = "  [default]" if spec.id == DEFAULT_MODEL_ID else ""
         shape = "x".join(str(s) for s in spec.output_shape[1:])
         spacing = "x".join(f"{s:g}" for s in spec.voxel_spacing_mm)
-        print(f"{spec.id}{default}")
-        print(f"  {spec.name}  ({spec.kind}, {shape} voxels at {spacing} mm, {source.path})")
-        print(
+        _say(f"{spec.id}{default}")
+        _say(f"  {spec.name}  ({spec.kind}, {shape} voxels at {spacing} mm, {source.path})")
+        _say(
             f"  samplers: {', '.join(spec.samplers)} (default {spec.default_sampler}, {spec.default_steps} steps)"
             + ("; classifier-free guidance" if spec.supports_guidance else "")
         )
         if spec.modalities:
-            print(f"  --modality {{{','.join(spec.modality_names)}}}  (default {spec.default_modality})")
+            _say(f"  --modality {{{','.join(spec.modality_names)}}}  (default {spec.default_modality})")
             caveats = _not_guaranteed(spec)
             if caveats:
-                print(f"  quality not guaranteed by its owners: {', '.join(caveats)}")
+                _say(f"  quality not guaranteed by its owners: {', '.join(caveats)}")
         if spec.geometry:
             geometry = spec.geometry
             preview = geometry.get("preview") or {}
             largest = "x".join(str(v) for v in geometry["max_size"])
             small = "x".join(str(v) for v in preview.get("size", ()))
             small_spacing = "x".join(f"{v:g}" for v in preview.get("spacing_mm", ()))
-            print(
+            _say(
                 f"  --size / --spacing: multiples of {geometry['size_multiple']} voxels up to {largest}; "
                 f"--preview-size: {small} at {small_spacing} mm"
             )
             extra = spec.extra
-            print(f"  version {extra.get('version')}, licence: {extra.get('licence')}; no tissue maps")
+            _say(f"  version {extra.get('version')}, licence: {extra.get('licence')}; no tissue maps")
         for cond in spec.conditioning:
             unit = f" {cond.unit}" if cond.unit else ""
-            print(
+            _say(
                 f"  --cond {cond.name}=VALUE   {cond.label}: {cond.min:g} to {cond.max:g}{unit} "
                 f"(default {cond.default:g})"
             )
     for broken in registry.broken:
-        print(f"{broken.name}  [broken, not usable]")
-        print(f"  {broken.path}: {broken.reason}")
+        _say(f"{broken.name}  [broken, not usable]")
+        _say(f"  {broken.path}: {broken.reason}")
     for line in _catalogue_lines({s.id for s in sources}):
-        print(line)
+        _say(line)
     return 0

@@ -333,3 +333,147 @@ def test_without_huggingface_hub_get_says_so_in_one_line(hub, user, monkeypatch,
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "needs huggingface_hub" in err and "models add FOLDER" in err
     assert hub.state.requests == []
+
+
+# ------------------------------------------------------------------- a hub that is not to be trusted (issue 50)
+
+
+def test_the_token_goes_only_to_the_hubs_host_never_across_a_redirect(hub, user, monkeypatch):
+    """The hub answers each file with a 302 to a CDN (another origin), as huggingface.co does for LFS files.
+    Before: every GET to the CDN carried the HF_TOKEN (4 of 4)."""
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "t" * 34)
+    with HubServer(hub.state, name="cdn") as cdn:
+        hub.state.redirect_to = cdn.url
+        placed = download.get_model(find_entry("brain-ldm"), accept_licence=True)
+    assert (placed / "models" / "model.pt").is_file()
+    seen = hub.state.authorizations
+    assert [a for s, _, a in seen if s == "hub"] and all(
+        a == "Bearer hf_" + "t" * 34 for s, _, a in seen if s == "hub"
+    )
+    cdn_gets = [a for s, m, a in seen if s == "cdn" and m == "GET"]
+    assert len(cdn_gets) == 4 and cdn_gets == [None] * 4
+
+
+@pytest.mark.parametrize("how", ["plain", "gzip"])
+def test_no_more_bytes_than_the_hub_announced_are_written(hub, user, monkeypatch, how):
+    """Before: the whole over-long answer was written (9.5 MB for the 1.1 MB fixture file; 256 MiB for a 4.3 MB
+    file in the issue), then refused by size as "cannot write"."""
+    (hub.state.oversend if how == "plain" else hub.state.gzip_oversend)["models/model.pt"] = 8 << 20
+    written = []
+    real_write = download._CountingFile.write
+    monkeypatch.setattr(
+        download._CountingFile,
+        "write",
+        lambda self, data: written.append(len(data)) or real_write(self, data),
+    )
+    entry = find_entry("brain-ldm")
+    size = len(hub.state.files[(entry.hub_files[3].repo, "1.0.3", "models/model.pt")])
+    with pytest.raises(ModelInvalid, match="sent more of models/model.pt than") as refused:
+        download.get_model(entry, accept_licence=True)
+    assert "\n" not in str(refused.value)
+    assert sum(written) <= sum(len(d) for k, d in hub.state.files.items() if k[0] == entry.hub_files[3].repo)
+    staged = download.staging_dir(user, entry) / "models"
+    assert not (staged / "model.pt.part").exists() and not (staged / "model.pt").exists()
+    assert size > 0
+
+
+def test_a_dripping_hub_meets_the_progress_deadline(hub, user, monkeypatch):
+    """One byte every 50 ms: the read timeout never fires. Before: the get sat at "0 B" for good."""
+    import threading
+
+    monkeypatch.setattr(download, "PROGRESS_WINDOW_S", 0.5)
+    monkeypatch.setattr(download, "MIN_WINDOW_BYTES", 64 << 10)
+    hub.state.drip_s["configs/inference.json"] = 0.05
+    outcome: list[BaseException] = []
+
+    def get():
+        try:
+            download.get_model(find_entry("brain-ldm"), accept_licence=True)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=get, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "the get was still waiting for a dripping hub after 30 s"
+    assert len(outcome) == 1 and isinstance(outcome[0], download.HubTooSlow), outcome
+    assert "in the last 0.5 s" in str(outcome[0]) and "resume" in str(outcome[0])
+
+
+def test_a_full_disk_leaves_no_partial_file_and_says_so(hub, user, monkeypatch):
+    import errno
+
+    real_write = download._CountingFile.write
+    calls = []
+
+    def write(self, data):
+        calls.append(len(data))
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, data)
+
+    monkeypatch.setattr(download, "WRITE_CHUNK_BYTES", 16 << 10)
+    monkeypatch.setattr(download._CountingFile, "write", write)
+    entry = find_entry("brain-ldm")
+    with pytest.raises(OutputError, match="is full") as refused:
+        download.get_model(entry, accept_licence=True)
+    assert "nothing was placed" in str(refused.value)
+    staged = download.staging_dir(user, entry)
+    assert not [p for p in staged.rglob("*.part")], "a partial file was left on the full disk"
+    assert not (user / entry.folder).exists()
+
+
+def test_hub_and_catalogue_text_reaches_the_terminal_without_escape_sequences(
+    content, tmp_path, monkeypatch, user, capsys
+):
+    clipboard = "\x1b]52;c;" + "ZWNobyBvd25lZA==" + "\x07"
+
+    def edit(data):
+        for entry in data["models"]:
+            entry["licence"]["name"] += clipboard
+            entry["title"] = "\x1b[2J\x1b[H" + entry["title"]
+            entry["licence"]["text"] = "line one\n\x1b[31mred\x1b[0m\x9b2J line two"
+
+    catalogue = write_test_catalogue(tmp_path / "catalogue", content, edit)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    monkeypatch.setattr("sys.stdin", open(os.devnull))  # noqa: SIM115 - nobody to type yes
+    assert main(["models"]) == 0
+    assert main(["models", "get", "nv-generate-mr-brain"]) != 0
+    captured = capsys.readouterr()
+    for text in (captured.out, captured.err):
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+    assert "NVIDIA Open Model License" in captured.out and "line one\nred line two" in captured.out
+
+
+def test_two_gets_of_one_model_at_once_the_second_says_the_first_runs(hub, user):
+    import threading
+
+    hub.state.stall_after["models/model.pt"] = 0
+    entry = find_entry("brain-ldm")
+    first: list[object] = []
+    worker = threading.Thread(
+        target=lambda: first.append(download.get_model(entry, accept_licence=True)), daemon=True
+    )
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not any(m == "GET" and p.endswith("/models/model.pt") for m, p, _ in hub.state.requests):
+        assert time.monotonic() < deadline and worker.is_alive(), "the first get never reached the weights"
+        time.sleep(0.02)
+    with pytest.raises(OutputError, match="is being fetched already"):
+        download.get_model(entry, accept_licence=True)
+    hub.state.release.set()
+    worker.join(60)
+    assert first and Path(first[0]).is_dir()  # the first one was not disturbed
+
+
+def test_the_catalogue_and_the_licence_prompt_say_when_the_publisher_pins_nothing(
+    hub, user, capsys, monkeypatch
+):
+    nv = find_entry("nv-generate-mr-brain")
+    assert "pins nothing for 2 of its 2 hub files" in nv.pinning_note() and "'main'" in nv.pinning_note()
+    assert "pins nothing for 4 of its 4" in find_entry("brain-ldm").pinning_note()
+    assert main(["models"]) == 0
+    assert "the publisher pins nothing for 2 of its 2 hub files" in capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", open(os.devnull))  # noqa: SIM115
+    assert main(["models", "get", "nv-generate-mr-brain"]) != 0
+    assert "Note: the publisher pins nothing" in capsys.readouterr().out
