@@ -43,6 +43,21 @@ def register(sub) -> None:
     add.add_argument("--model", help="the catalogue name the files belong to (checks and adds its configs)")
     add.add_argument("--accept-licence", action="store_true", help="accept the model's licence")
     add.set_defaults(func=run_add)
+    remove = actions.add_parser(
+        "remove", help="delete an installed catalogue model from your models folder and forget its hashes"
+    )
+    remove.add_argument("name", help="the catalogue name, e.g. nv-generate-mr-brain")
+    remove.set_defaults(func=run_remove)
+    verify = actions.add_parser(
+        "verify", help="check an installed catalogue model against its networks and its publisher's hashes"
+    )
+    verify.add_argument("name", help="the catalogue name, e.g. nv-generate-mr-brain")
+    verify.add_argument(
+        "--forget-trusted",
+        action="store_true",
+        help="forget the hashes recorded on trust when a copy was added by hand",
+    )
+    verify.set_defaults(func=run_verify)
 
 
 def _licence_text(entry) -> str:
@@ -143,6 +158,86 @@ def run_add(args) -> int:
         )
     folder = add_folder(args.folder, entry, accept_licence=entry is not None)
     _print_installed(folder)
+    if entry is not None:
+        _say(
+            "  its hub files' SHA-256 are recorded on trust: nothing checked them against the publisher, and "
+            f"the hub's own hashes outrank them (forget them: volsynth models verify {entry.name} "
+            "--forget-trusted)"
+        )
+    return 0
+
+
+def run_remove(args) -> int:
+    import shutil
+
+    from engine.errors import ModelNotFound
+    from engine.models.catalogue import check_name, find_entry
+    from engine.models.download import RecordedHashes, default_models_dir
+
+    entry = find_entry(check_name(args.name))
+    target = default_models_dir() / entry.folder
+    forgotten = RecordedHashes().forget(entry)
+    if not target.is_dir():
+        if forgotten:
+            _say(f"{entry.name} is not installed; forgot its recorded hashes ({', '.join(forgotten)})")
+            return 0
+        raise ModelNotFound(f"{entry.name} is not installed in {target.parent}")
+    shutil.rmtree(target)
+    _say(
+        f"removed {target}" + (f"; forgot its recorded hashes ({', '.join(forgotten)})" if forgotten else "")
+    )
+    return 0
+
+
+def run_verify(args) -> int:
+    from engine.errors import ModelInvalid, ModelNotFound
+    from engine.models.catalogue import check_name, find_entry
+    from engine.models.download import (
+        DOWNLOADED,
+        ON_TRUST,
+        RecordedHashes,
+        default_models_dir,
+        verify_folder,
+    )
+    from engine.models.source import sha256_file
+
+    entry = find_entry(check_name(args.name))
+    target = default_models_dir() / entry.folder
+    if not target.is_dir():
+        raise ModelNotFound(f"{entry.name} is not installed in {target.parent}")
+    hashes = RecordedHashes()
+    verify_folder(target)  # the loader's checks and every tensor's shape against the config's networks
+    _say(f"{target}: every weights file fits the networks its config describes")
+    wrong = []
+    for file in entry.files:
+        path = target / file.path
+        if not path.is_file():
+            wrong.append(f"{file.path} is missing")
+            continue
+        digest = sha256_file(path)
+        recorded, origin = hashes.get(entry, file.path), hashes.origin(entry, file.path)
+        if file.sha256:
+            state = "matches the catalogue" if digest == file.sha256 else "DIFFERS from the catalogue"
+        elif recorded and origin == DOWNLOADED:
+            state = (
+                "matches the hash recorded at download" if digest == recorded else "DIFFERS from the download"
+            )
+        elif recorded and origin == ON_TRUST:
+            state = "recorded on trust when added by hand: not checked against the publisher"
+        else:
+            state = "no hash to check against"
+        if state.split()[0] == "DIFFERS":
+            wrong.append(f"{file.path} {state}")
+        _say(f"  {file.path}  sha256 {digest[:16]}...  {state}")
+    if args.forget_trusted:
+        gone = hashes.forget(entry, ON_TRUST)
+        _say(
+            f"forgot the hashes recorded on trust: {', '.join(gone)}"
+            if gone
+            else "no hash was recorded on trust"
+        )
+    if wrong:
+        raise ModelInvalid(f"{entry.name} in {target} is not as published: {'; '.join(wrong)}")
     return 0
 
 

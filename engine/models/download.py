@@ -154,20 +154,50 @@ class LicenceAcceptances(_JsonStore):
         self.write(data)
 
 
+#: Where a recorded hash came from: a download checked against its hub, or a copy added by hand.
+DOWNLOADED = "download"
+ON_TRUST = "on trust"
+
+
 class RecordedHashes(_JsonStore):
     """SHA-256 of each file as first fetched, per model version (``model-hashes.json``)."""
 
     def __init__(self, path: Path | None = None) -> None:
         super().__init__("model-hashes.json", path)
 
-    def get(self, entry: CatalogueEntry, path: str) -> str | None:
+    def _item(self, entry: CatalogueEntry, path: str) -> dict[str, str]:
         record = self.read().get(entry.key)
-        return record.get(path) if isinstance(record, dict) else None
+        item = record.get(path) if isinstance(record, dict) else None
+        if isinstance(item, str):  # recorded before the origin was kept: by a download
+            return {"sha256": item, "origin": DOWNLOADED}
+        return item if isinstance(item, dict) and isinstance(item.get("sha256"), str) else {}
 
-    def record(self, entry: CatalogueEntry, hashes: dict[str, str]) -> None:
+    def get(self, entry: CatalogueEntry, path: str) -> str | None:
+        return self._item(entry, path).get("sha256")
+
+    def origin(self, entry: CatalogueEntry, path: str) -> str | None:
+        """``DOWNLOADED`` (checked against the hub or the catalogue when fetched) or ``ON_TRUST`` (a copy
+        added by hand: nothing checked it against its publisher)."""
+        return self._item(entry, path).get("origin")
+
+    def record(self, entry: CatalogueEntry, hashes: dict[str, str], origin: str = DOWNLOADED) -> None:
         data = self.read()
-        data.setdefault(entry.key, {}).update(hashes)
+        data.setdefault(entry.key, {}).update({p: {"sha256": h, "origin": origin} for p, h in hashes.items()})
         self.write(data)
+
+    def forget(self, entry: CatalogueEntry, origin: str | None = None) -> list[str]:
+        """Forget the hashes recorded for ``entry`` (only those of ``origin`` when given); returns their paths."""
+        data = self.read()
+        record = data.get(entry.key)
+        if not isinstance(record, dict):
+            return []
+        gone = [p for p in record if origin is None or self.origin(entry, p) == origin]
+        for path in gone:
+            del record[path]
+        if not record:
+            del data[entry.key]
+        self.write(data)
+        return sorted(gone)
 
 
 # ------------------------------------------------------------------------------------------ the plan
@@ -226,13 +256,21 @@ def _unreachable(entry: CatalogueEntry, endpoint: str, exc: BaseException) -> Hu
 
 
 def _expected(entry: CatalogueEntry, file: CatalogueFile, etag: str | None, hashes: RecordedHashes):
+    """The SHA-256 a fetched file must have, and what it comes from. The publisher's word ranks first (the
+    catalogue, then the hub's LFS SHA-256); a hash VolSynth recorded itself only where neither says one,
+    and one recorded on trust (a copy added by hand) never outranks the hub's."""
     recorded = hashes.get(entry, file.path)
+    trusted = hashes.origin(entry, file.path) == ON_TRUST
     if file.sha256:
         return file.sha256, "the catalogue"
-    if recorded:
-        return recorded, "the first download"
     if etag and len(etag) == 64 and all(c in "0123456789abcdef" for c in etag):
+        if recorded and recorded != etag:
+            return etag, "the hub's LFS SHA-256 (the hash recorded before differs; the hub's is used)"
         return etag, "the hub's LFS SHA-256"
+    if recorded:
+        if trusted:
+            return recorded, "a hash recorded on trust when a copy was added by hand (not the publisher's)"
+        return recorded, "the first download"
     return None, "nothing yet (recorded now, required from now on)"
 
 
@@ -510,6 +548,7 @@ def _copy_shipped(plan: DownloadPlan, item: FilePlan) -> None:
 
 def verify_folder(folder: Path):
     """Open ``folder`` through the loader's checks and read every checkpoint with weights_only=True."""
+    from engine.models.copy_check import check_copy
     from engine.models.maisi import _read_checkpoint
     from engine.models.registry import open_model_folder
 
@@ -517,6 +556,7 @@ def verify_folder(folder: Path):
     for path in sorted(set(source.weight_files.values())):
         if path.suffix == ".pt":
             _read_checkpoint(path)  # refuses anything that needs pickled objects, in one line
+    check_copy(source)  # every tensor's shape, against the networks the folder's own config describes
     return source
 
 
@@ -749,6 +789,7 @@ def add_folder(
                 f"{entry.title} {entry.version} is under the {entry.licence.name} ({entry.licence.url}); read "
                 "it, then add --accept-licence"
             )
+    refuse_outside_links(folder)
     name = entry.folder if entry is not None else folder.name
     target = models_dir / name
     if target.exists():
@@ -771,7 +812,10 @@ def add_folder(
         shutil.rmtree(staging, ignore_errors=True)
         raise OutputError(f"cannot copy {folder} into {models_dir}: {one_line(str(exc))}") from None
     if entry is not None:
-        hashes.record(entry, source_files)
+        # Nothing here came from the publisher: the hashes are kept as recorded on trust, said so, and
+        # never preferred to the hub's (`volsynth models verify NAME --forget-trusted` forgets them).
+        hub_paths = {f.path for f in entry.hub_files}
+        hashes.record(entry, {p: h for p, h in source_files.items() if p in hub_paths}, ON_TRUST)
     models_dir.mkdir(parents=True, exist_ok=True)
     os.rename(staging, target)
     _remove_empty(staging.parent)
@@ -793,7 +837,10 @@ def _copy_entry_files(folder: Path, entry: CatalogueEntry, staging: Path, hashes
         source = _find(folder, file) if file.from_hub else file.shipped
         shutil.copyfile(source, destination)  # copies the bytes a link points to, never the link
         digest = sha256_file(destination)
-        expected = file.sha256 or (hashes.get(entry, file.path) if file.from_hub else None)
+        # The catalogue's hash, or one a download checked against the hub; a hash an earlier add recorded
+        # on trust proves nothing, so it does not refuse a different copy (the networks check below does).
+        downloaded = file.from_hub and hashes.origin(entry, file.path) == DOWNLOADED
+        expected = file.sha256 or (hashes.get(entry, file.path) if downloaded else None)
         if expected and digest != expected:
             raise ModelInvalid(
                 f"{file.path} in {folder} has SHA-256 {digest[:16]}..., not {expected[:16]}...; it is not the "
@@ -801,6 +848,36 @@ def _copy_entry_files(folder: Path, entry: CatalogueEntry, staging: Path, hashes
             )
         sums[file.path] = digest
     return sums
+
+
+#: A folder brought by hand is walked for links before anything is copied; more entries than this: refused.
+MAX_FOLDER_ENTRIES = 10_000
+
+
+def refuse_outside_links(folder: Path) -> None:
+    """Refuse a folder holding any link that points outside it, whether or not the file would be read: a
+    copy is installed whole, and a link out of it would make VolSynth's models folder reach elsewhere."""
+    root = folder.resolve()
+    seen = 0
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            seen += 1
+            if seen > MAX_FOLDER_ENTRIES:
+                raise ModelInvalid(
+                    f"{folder} holds more than {MAX_FOLDER_ENTRIES:,} files and folders; it is not a model folder"
+                )
+            path = Path(top) / name
+            if not path.is_symlink():
+                continue
+            try:
+                real = path.resolve(strict=False)
+            except (OSError, RuntimeError):
+                real = None
+            if real is None or (real != root and root not in real.parents):
+                raise ModelInvalid(
+                    f"{path.relative_to(folder)} in {folder} is a link to {real or 'a loop'}, outside the "
+                    "folder; refusing the copy (copy the file itself into the folder)"
+                )
 
 
 def _find(folder: Path, file: CatalogueFile) -> Path:

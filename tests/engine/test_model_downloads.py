@@ -245,15 +245,14 @@ def test_add_a_folder_brought_by_hand_is_checked_and_copied(content, tmp_path, m
     assert (stick / "models" / "autoencoder_v1.pt").is_file()  # copied, the stick left as it was
     result = _generate(user, "nv-generate-mr-brain")
     assert result.volumes.shape[-3:] == MAISI_DIM
-    # Its SHA-256 was recorded (first use): a different file under the same name is refused next time.
-    target = user / "nv-generate-mr-brain"
-    shutil.rmtree(target)
-    data = bytearray((stick / "models" / "autoencoder_v1.pt").read_bytes())
-    data[-1] ^= 1
-    (stick / "models" / "autoencoder_v1.pt").write_bytes(bytes(data))
-    with pytest.raises(ModelInvalid, match="autoencoder_v1.pt .*not the file"):
-        download.add_folder(stick, find_entry("nv-generate-mr-brain"), accept_licence=True)
-    assert not target.exists()
+    # Its SHA-256 was recorded on trust, and said to be: it proves nothing, so it refuses no other copy.
+    hashes = download.RecordedHashes()
+    entry = find_entry("nv-generate-mr-brain")
+    assert hashes.origin(entry, "models/autoencoder_v1.pt") == download.ON_TRUST
+    assert main(["models", "remove", "nv-generate-mr-brain"]) == 0
+    assert (
+        not (user / "nv-generate-mr-brain").exists() and hashes.get(entry, "models/autoencoder_v1.pt") is None
+    )
 
 
 def test_get_refuses_an_installed_model_in_one_line(hub, user):
@@ -477,3 +476,109 @@ def test_the_catalogue_and_the_licence_prompt_say_when_the_publisher_pins_nothin
     monkeypatch.setattr("sys.stdin", open(os.devnull))  # noqa: SIM115
     assert main(["models", "get", "nv-generate-mr-brain"]) != 0
     assert "Note: the publisher pins nothing" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------- a copy added by hand is checked (issue 50)
+
+
+def _stick_with(tmp_path, content, change=None) -> Path:
+    """NV-Generate's two hub files on a "USB stick"; ``change(name, state_dict)`` may edit a checkpoint."""
+    stick = tmp_path / "stick"
+    (stick / "models").mkdir(parents=True)
+    for name in ("diff_unet_3d_rflow-mr-brain_v1.pt", "autoencoder_v1.pt"):
+        source = content["nv-generate-mr-brain"] / "models" / name
+        if change is None:
+            shutil.copyfile(source, stick / "models" / name)
+            continue
+        checkpoint = torch.load(source, weights_only=True)
+        change(name, checkpoint)
+        torch.save(checkpoint, stick / "models" / name)
+    return stick
+
+
+def _widen_one_tensor(name, checkpoint):
+    if name.startswith("autoencoder"):
+        state = checkpoint.get("state_dict", checkpoint)
+        key = next(k for k, v in state.items() if getattr(v, "ndim", 0) == 5)
+        shape = list(state[key].shape)
+        shape[0] += 1
+        state[key] = torch.zeros(shape)
+
+
+@pytest.mark.parametrize("case", ["one-tensor-widened", "files-far-too-small"])
+def test_a_hand_added_copy_that_is_not_the_configs_network_is_refused(
+    content, tmp_path, monkeypatch, user, case
+):
+    """Before: a 6 MB copy with NVIDIA's file names was installed as NV-Generate-MR-Brain and its SHA-256
+    recorded as the trusted reference."""
+    catalogue = write_test_catalogue(tmp_path / "catalogue", content)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    if case == "one-tensor-widened":
+        stick = _stick_with(tmp_path, content, _widen_one_tensor)
+        match = "the network its config describes needs"
+    else:
+        stick = _stick_with(
+            tmp_path,
+            content,
+            lambda name, ckpt: (ckpt.clear(), ckpt.update(state_dict={"x": torch.zeros(4)})),
+        )
+        match = "at 16 bits each.*not this model's file"
+    entry = find_entry("nv-generate-mr-brain")
+    with pytest.raises(ModelInvalid, match=match) as refused:
+        download.add_folder(stick, entry, accept_licence=True)
+    assert "\n" not in str(refused.value) and "nothing was installed" in str(refused.value)
+    assert not (user / entry.folder).exists()
+    assert download.RecordedHashes().get(entry, "models/autoencoder_v1.pt") is None
+
+
+def test_a_hash_recorded_on_trust_never_outranks_the_hubs_and_can_be_forgotten(
+    hub, content, tmp_path, user, capsys
+):
+    """Before: the hash of a hand-added copy ranked above the hub's, so the genuine download was refused."""
+    perturbed = _stick_with(
+        tmp_path,
+        content,
+        lambda name, ckpt: [
+            t.add_(0.001)
+            for t in ckpt.get("state_dict", ckpt).values()
+            if getattr(t, "is_floating_point", lambda: False)()
+        ],
+    )
+    assert main(["models", "add", str(perturbed), "--model", "nv-generate-mr-brain", "--accept-licence"]) == 0
+    assert "recorded on trust" in capsys.readouterr().out
+    assert main(["models", "verify", "nv-generate-mr-brain"]) == 0
+    assert "recorded on trust when added by hand" in capsys.readouterr().out
+    shutil.rmtree(user / "nv-generate-mr-brain")  # gone by hand: the trusted hashes stay recorded
+    entry = find_entry("nv-generate-mr-brain")
+    assert download.RecordedHashes().origin(entry, "models/autoencoder_v1.pt") == download.ON_TRUST
+    placed = download.get_model(entry, accept_licence=True)  # the genuine files: the hub's hash rules
+    provenance = json.loads((placed / download.PROVENANCE_FILE).read_text())
+    assert all(
+        "the hub's LFS SHA-256" in f["checked_against"]
+        for p, f in provenance["files"].items()
+        if p.startswith("models/")
+    )
+    assert download.RecordedHashes().origin(entry, "models/autoencoder_v1.pt") == download.DOWNLOADED
+    assert main(["models", "verify", "nv-generate-mr-brain", "--forget-trusted"]) == 0
+    out = capsys.readouterr().out
+    assert "matches the hash recorded at download" in out and "no hash was recorded on trust" in out, out
+
+
+@pytest.mark.parametrize("with_model", [True, False], ids=["catalogue-copy", "plain-folder"])
+def test_a_link_inside_a_copy_pointing_outside_is_refused_read_or_not(
+    content, tmp_path, monkeypatch, user, with_model
+):
+    catalogue = write_test_catalogue(tmp_path / "catalogue", content)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a model file")
+    if with_model:
+        stick = _stick_with(tmp_path, content)
+    else:
+        stick = tmp_path / "stick"
+        shutil.copytree(content["brain-ldm"], stick)
+    os.symlink(secret, stick / "notes.txt")  # never read by the loader
+    entry = find_entry("nv-generate-mr-brain") if with_model else None
+    with pytest.raises(ModelInvalid, match="notes.txt .*is a link to .*outside the folder"):
+        download.add_folder(stick, entry, accept_licence=True)
+    assert not user.exists() or not any(user.iterdir())
