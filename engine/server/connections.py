@@ -55,6 +55,8 @@ class ConnectionLimits:
     idle_grace_s: float = 2.0  # ... once they have been idle this long (a burst's requests are still unread)
     max_connections: int = 512  # all sockets; one more closes the oldest idle one at once, or itself if none
     max_in_flight_requests: int = 320  # requests being answered (event streams included); more get 503
+    # ... of one source address (a single-token server's only defence against one address taking all)
+    max_in_flight_per_address: int = 160
     keep_alive_s: int = 10  # an idle kept-alive socket is closed after this (uvicorn's timeout_keep_alive)
     max_header_bytes: int = 16 * 1024  # request line + headers; more: 400 (h11's buffer, and RequestGate)
 
@@ -238,27 +240,61 @@ def uvicorn_options(limits: ConnectionLimits) -> dict:
 
 
 class InFlightLimit:
-    """ASGI middleware: more than ``limit`` requests being answered at once are answered 503 at once."""
+    """ASGI middleware: requests being answered at once are bounded over all, per client and per address;
+    beyond a bound, 503 at once.
 
-    def __init__(self, app, limit: int) -> None:
+    With several clients (``--tokens-file``) each has its own share, ``limit // clients``: one client's
+    requests that hold their slot (headers sent, body never) cannot take the slots of the others. Every
+    source address has its share too (``per_address``), so on a single-token server, which is one client,
+    one address cannot take every slot; that client's other addresses and the server's own answers go on.
+    """
+
+    def __init__(self, app, limit: int, clients: int = 1, per_address: int | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.per_client = max(1, limit // clients) if clients > 1 else limit
+        self.per_address = max(1, min(limit, per_address or limit))
         self.in_flight = 0
+        self.by_client: dict[str, int] = {}
+        self.by_address: dict[str, int] = {}
+        self.refused = {"all": 0, "client": 0, "address": 0}
+
+    def _full(self, client: str, address: str) -> str | None:
+        if self.in_flight >= self.limit:
+            return "all"
+        if self.by_client.get(client, 0) >= self.per_client:
+            return "client"
+        if self.by_address.get(address, 0) >= self.per_address:
+            return "address"
+        return None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.limit:
+        client = str((scope.get("state") or {}).get("client", ""))
+        address = scope["client"][0] if scope.get("client") else "?"
+        full = self._full(client, address)
+        if full is not None:
+            self.refused[full] += 1
+            message = {
+                "all": "the server is busy; try again in a few seconds",
+                "client": f"this client has {self.per_client} requests in flight, its share; finish some first",
+                "address": f"this address has {self.per_address} requests in flight, its share; finish some first",
+            }[full]
             response = JSONResponse(
-                wire.error_body("the server is busy; try again in a few seconds", "BackendUnavailable"),
-                status_code=503,
-                headers={"Retry-After": "5"},
+                wire.error_body(message, "BackendUnavailable"), status_code=503, headers={"Retry-After": "5"}
             )
             await response(scope, receive, send)
             return
         self.in_flight += 1
+        self.by_client[client] = self.by_client.get(client, 0) + 1
+        self.by_address[address] = self.by_address.get(address, 0) + 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+            for counts, key in ((self.by_client, client), (self.by_address, address)):
+                counts[key] -= 1
+                if not counts[key]:
+                    del counts[key]

@@ -247,3 +247,119 @@ def test_content_length_with_chunked_is_refused_and_closes_the_connection(model_
         assert b"Content-Length and Transfer-Encoding" in received
         # an ordinary request is still answered
         assert httpx.get(f"{url}/info", headers=AUTH, timeout=30).status_code == 200
+
+
+# ------------------------------------------------------------------- per-client shares (issue 50, point 2)
+
+TOKEN_A = "A" * 8 + "-client-a-token-for-the-share-tests-0123456789"
+TOKEN_B = "B" * 8 + "-client-b-token-for-the-share-tests-0123456789"
+
+
+def _drip(url: str, token: str, source: str = "127.0.0.1") -> socket.socket:
+    """A request whose headers say a 60000-byte body that never comes: it holds an in-flight slot."""
+    host, port = url.rsplit("//", 1)[1].split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0))
+    sock.sendall(
+        b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token.encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n"
+    )
+    return sock
+
+
+def _until(predicate, what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_one_clients_dripping_requests_leave_every_other_client_its_share(model_path_env):
+    """Before: client A's drips held every in-flight slot and client B's GET /info got 503 (78 of 78)."""
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app
+
+    limits = ServerLimits(connections=ConnectionLimits(max_in_flight_requests=8))
+    app = create_app(LocalBackend("cpu"), token={"a": TOKEN_A, "b": TOKEN_B}, limits=limits)
+    with ServerThread(app) as url:
+        drips = [_drip(url, TOKEN_A) for _ in range(12)]
+        try:
+            info_a = {"Authorization": f"Bearer {TOKEN_A}"}
+            _until(
+                lambda: httpx.get(f"{url}/info", headers=info_a, timeout=30).status_code == 503,
+                "A's share full",
+            )
+            answers = [
+                httpx.get(
+                    f"{url}/info", headers={"Authorization": f"Bearer {TOKEN_B}"}, timeout=30
+                ).status_code
+                for _ in range(10)
+            ]
+            assert answers == [200] * 10
+            refused = httpx.get(f"{url}/info", headers=info_a, timeout=30)
+            assert refused.status_code == 503 and "its share" in refused.json()["detail"]
+        finally:
+            for sock in drips:
+                sock.close()
+
+
+def test_a_single_token_server_keeps_a_share_per_address(model_path_env):
+    """One token is one client: what holds there is the per-address share (another address gets in)."""
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app
+
+    limits = ServerLimits(connections=ConnectionLimits(max_in_flight_requests=8, max_in_flight_per_address=4))
+    app = create_app(LocalBackend("cpu"), token=TOKEN, limits=limits)
+    with ServerThread(app) as url:
+        drips = [_drip(url, TOKEN) for _ in range(8)]
+        try:
+            _until(lambda: httpx.get(f"{url}/info", headers=AUTH, timeout=30).status_code == 503, "the share")
+            other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
+            with other:
+                assert [other.get(f"{url}/info", headers=AUTH).status_code for _ in range(5)] == [200] * 5
+        finally:
+            for sock in drips:
+                sock.close()
+
+
+def test_one_clients_event_streams_leave_the_other_client_its_share(registry):
+    """Before: A's streams on its own job took every stream slot and B's stream was 429."""
+    import json as json_module
+
+    from engine.server import ServerLimits, create_app
+    from engine.testing import InstantBackend
+    from tests.engine.test_server_hardening import GatedBackend
+
+    backend = GatedBackend(InstantBackend(registry))
+    app = create_app(backend, token={"a": TOKEN_A, "b": TOKEN_B}, limits=ServerLimits(max_streams=4))
+    body = json_module.dumps({"model": "tiny-pixel", "steps": 2})
+    auth_a = {"Authorization": f"Bearer {TOKEN_A}"}
+    auth_b = {"Authorization": f"Bearer {TOKEN_B}"}
+    try:
+        with ServerThread(app) as url:
+            job_a = httpx.post(
+                f"{url}/jobs", content=body, headers={**auth_a, "Content-Type": "application/json"}
+            )
+            job_b = httpx.post(
+                f"{url}/jobs", content=body, headers={**auth_b, "Content-Type": "application/json"}
+            )
+            a, b = job_a.json()["id"], job_b.json()["id"]
+            request = (
+                f"GET /jobs/{a}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN_A}\r\n\r\n"
+            )
+            socks = []
+            try:
+                for _ in range(6):
+                    sock = _connect(url)
+                    sock.sendall(request.encode())
+                    socks.append(sock)
+                _until(lambda: app.state.streams["opened"] >= 2, "A's streams")
+                refused = httpx.get(f"{url}/jobs/{a}/events", headers=auth_a, timeout=30)
+                assert refused.status_code == 429 and "its share" in refused.json()["detail"]
+                with httpx.stream("GET", f"{url}/jobs/{b}/events", headers=auth_b, timeout=30) as stream:
+                    assert stream.status_code == 200
+                assert app.state.streams["by_client"].get("a") == 2
+            finally:
+                for sock in socks:
+                    sock.close()
+    finally:
+        backend.gate.set()
