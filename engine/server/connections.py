@@ -23,18 +23,24 @@ This module closes them at the connection level, the way nginx (``client_header_
 * in-flight requests are counted by :class:`InFlightLimit` (an ASGI middleware), not connections, and
   answered 503 beyond the limit.
 
-A TLS socket counts from the end of its handshake; a stalled handshake is ended by asyncio's own
-``ssl_handshake_timeout`` (60 s).
+A TLS socket counts from the end of its handshake; a handshake that stalls is ended after
+``header_timeout_s`` (asyncio's ``ssl_handshake_timeout``, 60 s by default, which uvicorn does not set), so a
+socket that never starts its handshake is timed out like any other idle socket (:class:`GuardedServer`).
+Accept errors under a file-descriptor flood ("Too many open files") are logged once per kind per
+``LOG_EVERY_S``, one line each, with a count of those left out (:class:`OncePerKind`): the log stays bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import h11
+import uvicorn
 from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -298,3 +304,74 @@ class InFlightLimit:
                 counts[key] -= 1
                 if not counts[key]:
                     del counts[key]
+
+
+#: Seconds between two log lines of one kind of accept error (the rest are counted, not logged).
+LOG_EVERY_S = 10.0
+
+
+class OncePerKind(logging.Filter):
+    """A logging filter: one line per kind of record per ``every_s``, without its traceback; the next one
+    of that kind says how many were left out. Installed on asyncio's logger, whose accept loop logs every
+    failed ``accept()`` with a traceback (about 500k of them, 200+ MB, under a TLS socket flood at the file
+    limit)."""
+
+    def __init__(self, every_s: float = LOG_EVERY_S) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+        self._dropped: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = str(record.msg)[:80]
+        if record.exc_info and record.exc_info[1] is not None:
+            kind += " " + type(record.exc_info[1]).__name__ + str(getattr(record.exc_info[1], "errno", ""))
+        now = time.monotonic()
+        if now - self._last.get(kind, -1e9) < self.every_s:
+            self._dropped[kind] = self._dropped.get(kind, 0) + 1
+            return False
+        self._last[kind] = now
+        dropped = self._dropped.pop(kind, 0)
+        error = record.exc_info[1] if record.exc_info else None
+        text = record.getMessage() + (f": {type(error).__name__}: {error}" if error else "")
+        if dropped:
+            text += f" ({dropped} more like it in the last {self.every_s:g} s not logged)"
+        record.msg, record.args, record.exc_info, record.exc_text = " ".join(text.split()), (), None, None
+        return True
+
+
+def quiet_accept_errors(every_s: float = LOG_EVERY_S) -> OncePerKind:
+    """Install :class:`OncePerKind` on asyncio's logger (once) and return it."""
+    logger = logging.getLogger("asyncio")
+    for existing in logger.filters:
+        if isinstance(existing, OncePerKind):
+            return existing
+    once = OncePerKind(every_s)
+    logger.addFilter(once)
+    return once
+
+
+class GuardedServer(uvicorn.Server):
+    """``uvicorn.Server`` whose TLS handshakes must end within ``handshake_timeout_s``: uvicorn leaves
+    asyncio's 60 s, in which sockets that never start a handshake hold a file descriptor each."""
+
+    handshake_timeout_s: float = ConnectionLimits.header_timeout_s
+
+    async def startup(self, sockets=None) -> None:
+        quiet_accept_errors()
+        loop = asyncio.get_running_loop()
+        if not self.config.is_ssl:
+            await super().startup(sockets)
+            return
+        original = loop.create_server
+        try:
+            loop.create_server = functools.partial(  # type: ignore[method-assign]
+                original, ssl_handshake_timeout=self.handshake_timeout_s
+            )
+        except AttributeError:  # a loop whose methods cannot be replaced: asyncio's own timeout applies
+            await super().startup(sockets)
+            return
+        try:
+            await super().startup(sockets)
+        finally:
+            del loop.create_server  # the instance attribute: the class's method again

@@ -26,19 +26,24 @@ import threading
 
 import uvicorn
 
+from engine.server.connections import GuardedServer
+
 #: Seconds past the grace that uvicorn waits for the last responses (the error lines) to go out.
 EXIT_MARGIN_S = 5
 
 log = logging.getLogger("uvicorn.error")
 
 
-class EngineServer(uvicorn.Server):
+class EngineServer(GuardedServer):
     """A ``uvicorn.Server`` whose shutdown first ends the app's jobs (``app.state.manager``)."""
 
-    def __init__(self, config: uvicorn.Config, manager, grace_s: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, manager, grace_s: float, handshake_timeout_s: float = 10.0
+    ) -> None:
         super().__init__(config)
         self.manager = manager
         self.grace_s = grace_s
+        self.handshake_timeout_s = handshake_timeout_s
 
     def handle_exit(self, sig, frame) -> None:  # type: ignore[no-untyped-def]
         if not self.should_exit:
@@ -55,11 +60,34 @@ class EngineServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def raise_file_limit() -> tuple[int, int]:
+    """Raise this process's soft limit on open files to its hard limit (systemd's default soft limit is
+    1024 with a hard limit far above); returns (soft, hard) as they are now. Not on Windows: (0, 0)."""
+    try:
+        import resource
+    except ImportError:
+        return 0, 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    return soft, hard
+
+
 def serve(app, **options) -> None:
     """Run ``app`` (from ``create_app``) until SIGTERM/SIGINT; ``options`` go to ``uvicorn.Config``."""
     grace_s = app.state.limits.shutdown_grace_s
     options.setdefault("timeout_graceful_shutdown", math.ceil(grace_s) + EXIT_MARGIN_S)
-    server = EngineServer(uvicorn.Config(app, **options), app.state.manager, grace_s)
+    server = EngineServer(
+        uvicorn.Config(app, **options),
+        app.state.manager,
+        grace_s,
+        handshake_timeout_s=app.state.limits.connections.header_timeout_s,
+    )
     if threading.current_thread() is threading.main_thread():
         # uvicorn restores the handler it found and re-raises the signal after its shutdown: with the
         # default disposition, SIGINT then ends the process as SIGTERM does, with no KeyboardInterrupt

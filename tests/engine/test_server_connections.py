@@ -363,3 +363,55 @@ def test_one_clients_event_streams_leave_the_other_client_its_share(registry):
                     sock.close()
     finally:
         backend.gate.set()
+
+
+# ------------------------------------------------------------------- TLS handshakes (issue 50, point 1)
+
+
+def test_a_socket_that_never_starts_its_tls_handshake_is_closed_at_the_header_deadline(
+    model_path_env, tmp_path
+):
+    """Before: asyncio's own 60 s ssl_handshake_timeout held each such socket (and its file descriptor)."""
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app, self_signed_certificate
+
+    cert, key = self_signed_certificate(tmp_path / "tls", ["127.0.0.1"])
+    limits = ServerLimits(connections=ConnectionLimits(header_timeout_s=0.5))
+    app = create_app(LocalBackend("cpu"), token=TOKEN, limits=limits)
+    with ServerThread(app, ssl_certfile=cert, ssl_keyfile=key) as url:
+        silent = _connect(url)  # TCP only: no ClientHello ever
+        silent.settimeout(15)
+        started = time.monotonic()
+        assert _closed_by_server(silent), "a socket that never started its handshake was held 15 s"
+        assert time.monotonic() - started < 10
+        assert httpx.get(f"{url}/info", headers=AUTH, timeout=30, verify=False).status_code == 200
+
+
+def test_accept_errors_are_logged_once_per_kind_in_one_line():
+    """Under a flood at the file limit asyncio logged every failed accept() with a traceback (~500k, 200+ MB)."""
+    import logging
+
+    from engine.server.connections import OncePerKind
+
+    logger = logging.getLogger("volsynth.test.accept-flood")
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(self.format(record))
+
+    handler = Collect()
+    logger.addHandler(handler)
+    logger.addFilter(OncePerKind(every_s=3600))
+    logger.propagate = False
+    try:
+        for _ in range(10_000):
+            try:
+                raise OSError(24, "Too many open files")
+            except OSError:
+                logger.error("socket.accept() out of system resource", exc_info=True)
+        logger.error("another kind")
+    finally:
+        logger.removeHandler(handler)
+    assert len(lines) == 2 and all("\n" not in line and "Traceback" not in line for line in lines), lines
+    assert "Too many open files" in lines[0]
