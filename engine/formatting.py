@@ -4,6 +4,7 @@ and the app."""
 from __future__ import annotations
 
 import math
+import re
 
 
 def format_bytes(count: float | None, *, decimal: bool = False, sep: str = " ") -> str:
@@ -46,3 +47,21 @@ def format_duration(seconds: float) -> str:
 def count_of(count: int, noun: str, plural: str | None = None) -> str:
     """``1 volume``, ``3 volumes``, ``0 volumes``: the count with its noun in the number it needs."""
     return f"{count} {noun if count == 1 else (plural or noun + 's')}"
+
+
+# ESC-introduced sequences: CSI (ESC [ ... final byte), OSC/DCS/SOS/PM/APC strings (ESC ] P X ^ _ ... up to
+# BEL or ESC \), and two-byte escapes; then every other C0/C1 control and the bidirectional overrides.
+_ESCAPES = re.compile(
+    r"[\x1b]\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]"
+    r"|[\x1b\x9b\x9d\x90\x98\x9e\x9f][\]PX^_]?[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[ -/]*[0-~]?"
+)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str, *, newlines: bool = True) -> str:
+    """``text`` from an untrusted source (a hub, a catalogue, a model's metadata) with no escape or control
+    sequences: nothing in it can move the cursor, retitle the window, write the clipboard (OSC 52) or
+    reorder what is shown. Tabs are kept; newlines too unless ``newlines`` is False (then they are spaces)."""
+    text = _CONTROLS.sub("", _ESCAPES.sub("", str(text)))
+    return text if newlines else text.replace("\n", " ").replace("\r", " ")

@@ -177,7 +177,10 @@ class ServerThread:
             ssl_keyfile=None if ssl_keyfile is None else str(ssl_keyfile),
             **config,
         )
-        self.server = uvicorn.Server(self.config)
+        from engine.server.connections import GuardedServer
+
+        self.server = GuardedServer(self.config)
+        self.server.handshake_timeout_s = (limits or ConnectionLimits()).header_timeout_s
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = ""
 

@@ -221,6 +221,7 @@ class GetModelsDialog(QDialog):
             f"<p><a href='{esc(licence.url)}'>{esc(licence.url)}</a></p>",
             f"<p>Applies to: {esc(licence.applies_to)}</p>" if licence.applies_to else "",
             f"<p>{esc(licence.summary)}</p>",
+            f"<p><b>Note:</b> {esc(entry.pinning_note())}.</p>" if entry.pinning_note() else "",
             f"<pre>{esc(licence.text)}</pre>" if licence.text else
             "<p>The full text is at the address above; read it there before accepting.</p>",
             "<p><i>Accepted on this computer.</i></p>" if accepted else "",

@@ -58,6 +58,19 @@ def check_connection(url: str, token: str | None, fingerprint: str | None) -> tu
     return url, pin
 
 
+#: How long ``sample`` waits, in all, for a server whose queue is full (429) before it gives up.
+DEFAULT_QUEUE_WAIT_S = 600.0
+#: The longest single wait between two tries, whatever the server's Retry-After says.
+MAX_RETRY_WAIT_S = 60.0
+
+
+def _json_or_none(response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
 class _Pin:
     """What a pinned TLS handshake saw, for the error message."""
 
@@ -96,12 +109,18 @@ class RemoteBackend:
     name = "remote"
 
     def __init__(
-        self, url: str, token: str | None = None, timeout_s: float = 30.0, fingerprint: str | None = None
+        self,
+        url: str,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        fingerprint: str | None = None,
+        queue_wait_s: float = DEFAULT_QUEUE_WAIT_S,
     ):
         import httpx
 
         self.url, self.fingerprint = check_connection(url, token, fingerprint)
         self.timeout_s = timeout_s
+        self.queue_wait_s = queue_wait_s
         self._pin = _Pin(self.fingerprint) if self.fingerprint else None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(
@@ -234,15 +253,57 @@ class RemoteBackend:
         except BackendUnavailable:
             return None
 
+    def _submit(self, request: SamplingRequest) -> Generator[Progress, None, str]:
+        """POST the job; while the server answers 429 (its queue, or this client's share of it, is full),
+        wait as its Retry-After says and try again, for at most ``queue_wait_s`` in all, saying so in a
+        ``load`` progress every second (``gen.close()`` stops the wait at the next one)."""
+        import time
+
+        import httpx
+
+        started = time.monotonic()
+        deadline = started + self.queue_wait_s
+        while True:
+            try:
+                response = self._client.request(
+                    "POST",
+                    "/jobs",
+                    content=wire.encode_request(request),
+                    headers={"Content-Type": "application/json"},
+                )
+            except httpx.HTTPError as exc:
+                raise self._unreachable(exc) from exc
+            if response.status_code < 400:
+                return str(response.json()["id"])
+            refusal = self._refusal(response)
+            now = time.monotonic()
+            if response.status_code != 429 or now >= deadline:
+                if response.status_code == 429 and self.queue_wait_s > 0:
+                    raise errors.BackendUnavailable(
+                        f"{refusal} - gave up after waiting {now - started:.0f} s, the most this client waits "
+                        f"(--queue-wait {self.queue_wait_s:g})"
+                    )
+                raise refusal
+            try:
+                retry = float(response.headers.get("retry-after", "5"))
+            except ValueError:
+                retry = 5.0
+            wait = max(1.0, min(retry, MAX_RETRY_WAIT_S, deadline - now))
+            until = now + wait
+            clock = time.strftime("%H:%M:%S", time.localtime(time.time() + (deadline - now)))
+            detail = wire.detail_of(_json_or_none(response))
+            message = (
+                f"{detail}; trying again in {wait:.0f} s (waiting until {clock} at the most, "
+                f"{self.queue_wait_s:g} s in all)"
+            )
+            while (left := until - time.monotonic()) > 0:
+                yield Progress("load", 0, 0, time.monotonic() - started, message)
+                time.sleep(min(1.0, left))
+
     def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
         import httpx
 
-        job_id = self._call(
-            "POST",
-            "/jobs",
-            content=wire.encode_request(request),
-            headers={"Content-Type": "application/json"},
-        ).json()["id"]
+        job_id = yield from self._submit(request)
         with self._open_lock:
             self._open_jobs[job_id] = None
         try:

@@ -65,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as exc:
         if args.debug:
             raise
-        print(f"volsynth: error: {exc}", file=sys.stderr)
+        from engine.formatting import terminal_safe
+
+        # a message may quote a hub, a catalogue or a file: no escape sequence of theirs reaches the terminal
+        print(f"volsynth: error: {terminal_safe(str(exc), newlines=False)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("volsynth: cancelled", file=sys.stderr)

@@ -98,6 +98,14 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
         help="pin the https server's certificate: the fingerprint `volsynth serve --tls-self-signed` "
         "printed (default $VOLSYNTH_SERVER_FINGERPRINT)",
     )
+    parser.add_argument(
+        "--queue-wait",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="while the server's queue is full, wait as it says (Retry-After) and try again, for at most "
+        "this long in all (default 600; 0: give up at once)",
+    )
 
 
 def request_from_args(args: argparse.Namespace, optimization=None):
@@ -157,11 +165,16 @@ def backend_from_args(args: argparse.Namespace):
     from engine.backends.factory import make_backend
 
     if args.server:
-        return make_backend(
+        wait = getattr(args, "queue_wait", 600.0)
+        if not 0 <= wait <= 24 * 3600:
+            raise InvalidRequest(f"--queue-wait must be 0 to 86400 seconds, got {wait:g}")
+        backend = make_backend(
             server=args.server,
             token=args.token or os.environ.get("VOLSYNTH_SERVER_TOKEN"),
             fingerprint=args.server_fingerprint or os.environ.get("VOLSYNTH_SERVER_FINGERPRINT"),
         )
+        backend.queue_wait_s = wait
+        return backend
     topology = getattr(args, "xla_topology", None)
     if topology:
         from engine.backends.factory import is_xla_device

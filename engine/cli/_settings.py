@@ -72,16 +72,29 @@ def settings_from_text(text: str, model: str = ""):
     return OptimizationConfig.from_dict(best["config"])
 
 
+#: ``--settings`` JSON: deeper or longer text is refused before it is parsed.
+MAX_SETTINGS_DEPTH = 4
+MAX_SETTINGS_CHARS = 16 * 1024
+
+
 def parse_settings(text: str):
     """A bench row name or a JSON object -> (label, OptimizationConfig)."""
     from engine.api.optimization_config import NAMED_SETTINGS, OptimizationConfig
+    from engine.models.source import json_depth_ok
 
     text = text.strip()
     if text[:1] in ("{", "["):
+        # Settings are one flat object of a few dozen fields: refuse deep or huge text before parsing,
+        # where Python's JSON reader would raise RecursionError instead of a one-line error.
+        if len(text) > MAX_SETTINGS_CHARS or not json_depth_ok(text, MAX_SETTINGS_DEPTH):
+            raise InvalidRequest(
+                f"settings must be a flat JSON object of optimization fields (at most {MAX_SETTINGS_DEPTH} "
+                f"levels and {MAX_SETTINGS_CHARS:,} characters), got {text[:40]!r}..."
+            )
         try:
             values = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidRequest(f"settings {text!r} are not valid JSON: {exc}") from exc
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InvalidRequest(f"settings {text[:80]!r} are not valid JSON: {exc}") from exc
         if not isinstance(values, dict):
             raise InvalidRequest(f"settings must be a JSON object of optimization fields, got {text!r}")
         config = OptimizationConfig.from_dict(values)

@@ -13,6 +13,14 @@ import json
 import sys
 
 
+def _say(*parts, **options) -> None:
+    """``print`` for text that comes from hubs, catalogues and model folders: no escape or control sequences
+    reach the terminal (a licence once carried a clipboard-write sequence)."""
+    from engine.formatting import terminal_safe
+
+    print(*(terminal_safe(str(part)) for part in parts), **options)
+
+
 def register(sub) -> None:
     parser = sub.add_parser("models", help="list, get or add models")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -35,6 +43,21 @@ def register(sub) -> None:
     add.add_argument("--model", help="the catalogue name the files belong to (checks and adds its configs)")
     add.add_argument("--accept-licence", action="store_true", help="accept the model's licence")
     add.set_defaults(func=run_add)
+    remove = actions.add_parser(
+        "remove", help="delete an installed catalogue model from your models folder and forget its hashes"
+    )
+    remove.add_argument("name", help="the catalogue name, e.g. nv-generate-mr-brain")
+    remove.set_defaults(func=run_remove)
+    verify = actions.add_parser(
+        "verify", help="check an installed catalogue model against its networks and its publisher's hashes"
+    )
+    verify.add_argument("name", help="the catalogue name, e.g. nv-generate-mr-brain")
+    verify.add_argument(
+        "--forget-trusted",
+        action="store_true",
+        help="forget the hashes recorded on trust when a copy was added by hand",
+    )
+    verify.set_defaults(func=run_verify)
 
 
 def _licence_text(entry) -> str:
@@ -47,6 +70,8 @@ def _licence_text(entry) -> str:
     ]
     if licence.text:
         lines.append(licence.text)
+    if entry.pinning_note():
+        lines.append(f"  Note: {entry.pinning_note()}.")
     return "\n".join(line for line in lines if line)
 
 
@@ -57,7 +82,7 @@ def _ask_licence(entry, args) -> bool:
     store = LicenceAcceptances()
     if args.accept_licence or store.accepted(entry):
         return True
-    print(_licence_text(entry))
+    _say(_licence_text(entry))
     if not sys.stdin.isatty():
         return False  # the caller's one-line refusal says to add --accept-licence
     answer = input("Accept this licence? Type yes to accept: ").strip().lower()
@@ -114,7 +139,7 @@ def run_get(args) -> int:
         folder = get_model(entry, accept_licence=True, progress=bar)
     except (KeyboardInterrupt, Cancelled):
         bar.close()
-        print(f"volsynth: stopped; run `volsynth models get {entry.name}` again to resume", file=sys.stderr)
+        _say(f"volsynth: stopped; run `volsynth models get {entry.name}` again to resume", file=sys.stderr)
         return 130
     bar.close()
     _print_installed(folder)
@@ -133,6 +158,86 @@ def run_add(args) -> int:
         )
     folder = add_folder(args.folder, entry, accept_licence=entry is not None)
     _print_installed(folder)
+    if entry is not None:
+        _say(
+            "  its hub files' SHA-256 are recorded on trust: nothing checked them against the publisher, and "
+            f"the hub's own hashes outrank them (forget them: volsynth models verify {entry.name} "
+            "--forget-trusted)"
+        )
+    return 0
+
+
+def run_remove(args) -> int:
+    import shutil
+
+    from engine.errors import ModelNotFound
+    from engine.models.catalogue import check_name, find_entry
+    from engine.models.download import RecordedHashes, default_models_dir
+
+    entry = find_entry(check_name(args.name))
+    target = default_models_dir() / entry.folder
+    forgotten = RecordedHashes().forget(entry)
+    if not target.is_dir():
+        if forgotten:
+            _say(f"{entry.name} is not installed; forgot its recorded hashes ({', '.join(forgotten)})")
+            return 0
+        raise ModelNotFound(f"{entry.name} is not installed in {target.parent}")
+    shutil.rmtree(target)
+    _say(
+        f"removed {target}" + (f"; forgot its recorded hashes ({', '.join(forgotten)})" if forgotten else "")
+    )
+    return 0
+
+
+def run_verify(args) -> int:
+    from engine.errors import ModelInvalid, ModelNotFound
+    from engine.models.catalogue import check_name, find_entry
+    from engine.models.download import (
+        DOWNLOADED,
+        ON_TRUST,
+        RecordedHashes,
+        default_models_dir,
+        verify_folder,
+    )
+    from engine.models.source import sha256_file
+
+    entry = find_entry(check_name(args.name))
+    target = default_models_dir() / entry.folder
+    if not target.is_dir():
+        raise ModelNotFound(f"{entry.name} is not installed in {target.parent}")
+    hashes = RecordedHashes()
+    verify_folder(target)  # the loader's checks and every tensor's shape against the config's networks
+    _say(f"{target}: every weights file fits the networks its config describes")
+    wrong = []
+    for file in entry.files:
+        path = target / file.path
+        if not path.is_file():
+            wrong.append(f"{file.path} is missing")
+            continue
+        digest = sha256_file(path)
+        recorded, origin = hashes.get(entry, file.path), hashes.origin(entry, file.path)
+        if file.sha256:
+            state = "matches the catalogue" if digest == file.sha256 else "DIFFERS from the catalogue"
+        elif recorded and origin == DOWNLOADED:
+            state = (
+                "matches the hash recorded at download" if digest == recorded else "DIFFERS from the download"
+            )
+        elif recorded and origin == ON_TRUST:
+            state = "recorded on trust when added by hand: not checked against the publisher"
+        else:
+            state = "no hash to check against"
+        if state.split()[0] == "DIFFERS":
+            wrong.append(f"{file.path} {state}")
+        _say(f"  {file.path}  sha256 {digest[:16]}...  {state}")
+    if args.forget_trusted:
+        gone = hashes.forget(entry, ON_TRUST)
+        _say(
+            f"forgot the hashes recorded on trust: {', '.join(gone)}"
+            if gone
+            else "no hash was recorded on trust"
+        )
+    if wrong:
+        raise ModelInvalid(f"{entry.name} in {target} is not as published: {'; '.join(wrong)}")
     return 0
 
 
@@ -141,17 +246,17 @@ def _print_installed(folder) -> None:
     from engine.models.registry import open_model_folder
 
     source = open_model_folder(folder)
-    print(f"installed {source.spec.name} as {source.id} in {folder}")
+    _say(f"installed {source.spec.name} as {source.id} in {folder}")
     record = folder / PROVENANCE_FILE
     if record.is_file():
         provenance = json.loads(record.read_text(encoding="utf-8"))
         for path, info in provenance.get("files", {}).items():
-            print(f"  {path}  sha256 {info['sha256']}  (checked against {info['checked_against']})")
+            _say(f"  {path}  sha256 {info['sha256']}  (checked against {info['checked_against']})")
         licence = provenance.get("licence", {})
-        print(f"  licence: {licence.get('name')} ({licence.get('url')})")
+        _say(f"  licence: {licence.get('name')} ({licence.get('url')})")
         if licence.get("bundle_metadata"):
-            print(f"  the bundle's metadata says: {licence['bundle_metadata']}")
-    print(f"  generate with: volsynth generate --model {source.id}")
+            _say(f"  the bundle's metadata says: {licence['bundle_metadata']}")
+    _say(f"  generate with: volsynth generate --model {source.id}")
 
 
 def _not_guaranteed(spec) -> list[str]:
@@ -199,6 +304,8 @@ def _catalogue_lines(installed_ids: set[str]) -> list[str]:
             f"licence: {entry.licence.name} ({entry.licence.url})",
             f"  memory per volume: {needs}",
         ]
+        if entry.pinning_note():
+            lines.append(f"  {entry.pinning_note()}")
         if entry.not_guaranteed():
             lines.append(f"  quality not guaranteed by its owners: {', '.join(entry.not_guaranteed())}")
     return lines
@@ -212,47 +319,47 @@ def run(args) -> int:
     if args.json:
         listing = [{**s.spec.to_dict(), "path": str(s.path)} for s in sources]
         listing += [{"id": b.name, "path": str(b.path), "broken": b.reason} for b in registry.broken]
-        print(json.dumps(listing, indent=2))
+        _say(json.dumps(listing, indent=2))
         return 0
     if not sources:
-        print("No models found. Searched: " + ", ".join(str(p) for p in registry.search_path))
+        _say("No models found. Searched: " + ", ".join(str(p) for p in registry.search_path))
     for source in sources:
         spec = source.spec
         default = "  [default]" if spec.id == DEFAULT_MODEL_ID else ""
         shape = "x".join(str(s) for s in spec.output_shape[1:])
         spacing = "x".join(f"{s:g}" for s in spec.voxel_spacing_mm)
-        print(f"{spec.id}{default}")
-        print(f"  {spec.name}  ({spec.kind}, {shape} voxels at {spacing} mm, {source.path})")
-        print(
+        _say(f"{spec.id}{default}")
+        _say(f"  {spec.name}  ({spec.kind}, {shape} voxels at {spacing} mm, {source.path})")
+        _say(
             f"  samplers: {', '.join(spec.samplers)} (default {spec.default_sampler}, {spec.default_steps} steps)"
             + ("; classifier-free guidance" if spec.supports_guidance else "")
         )
         if spec.modalities:
-            print(f"  --modality {{{','.join(spec.modality_names)}}}  (default {spec.default_modality})")
+            _say(f"  --modality {{{','.join(spec.modality_names)}}}  (default {spec.default_modality})")
             caveats = _not_guaranteed(spec)
             if caveats:
-                print(f"  quality not guaranteed by its owners: {', '.join(caveats)}")
+                _say(f"  quality not guaranteed by its owners: {', '.join(caveats)}")
         if spec.geometry:
             geometry = spec.geometry
             preview = geometry.get("preview") or {}
             largest = "x".join(str(v) for v in geometry["max_size"])
             small = "x".join(str(v) for v in preview.get("size", ()))
             small_spacing = "x".join(f"{v:g}" for v in preview.get("spacing_mm", ()))
-            print(
+            _say(
                 f"  --size / --spacing: multiples of {geometry['size_multiple']} voxels up to {largest}; "
                 f"--preview-size: {small} at {small_spacing} mm"
             )
             extra = spec.extra
-            print(f"  version {extra.get('version')}, licence: {extra.get('licence')}; no tissue maps")
+            _say(f"  version {extra.get('version')}, licence: {extra.get('licence')}; no tissue maps")
         for cond in spec.conditioning:
             unit = f" {cond.unit}" if cond.unit else ""
-            print(
+            _say(
                 f"  --cond {cond.name}=VALUE   {cond.label}: {cond.min:g} to {cond.max:g}{unit} "
                 f"(default {cond.default:g})"
             )
     for broken in registry.broken:
-        print(f"{broken.name}  [broken, not usable]")
-        print(f"  {broken.path}: {broken.reason}")
+        _say(f"{broken.name}  [broken, not usable]")
+        _say(f"  {broken.path}: {broken.reason}")
     for line in _catalogue_lines({s.id for s in sources}):
-        print(line)
+        _say(line)
     return 0

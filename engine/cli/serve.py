@@ -133,12 +133,30 @@ def run(args) -> int:
         check_bind(args.host, token, tls, args.allow_plain_http)
     cert, key = tls_files(args)
 
+    import dataclasses
+
     from engine.server import create_app
-    from engine.server.connections import uvicorn_options
-    from engine.server.serving import serve
+    from engine.server.connections import ConnectionLimits, uvicorn_options
+    from engine.server.serving import raise_file_limit, serve
     from engine.telemetry import Sampler
 
+    soft, _hard = raise_file_limit()
+    connections = ConnectionLimits()
+    if soft:  # keep room under the file limit: models, logs, the GPU driver and the listening socket
+        spare = min(256, soft // 4)
+        most = max(8, soft - spare)
+        connections = dataclasses.replace(
+            connections,
+            max_connections=min(connections.max_connections, most),
+            max_idle=min(connections.max_idle, max(4, most // 4)),
+        )
+        print(
+            f"open-file limit {soft}: up to {connections.max_connections} connections "
+            f"({spare} files kept spare)",
+            flush=True,
+        )
     limits = ServerLimits(
+        connections=connections,
         max_queued_jobs=args.max_queue,
         max_queued_per_client=min(args.max_queue_per_client, args.max_queue),
         shutdown_grace_s=args.shutdown_grace,

@@ -72,6 +72,22 @@ class CatalogueEntry:
     released: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def pinning_note(self) -> str:
+        """One sentence when the publisher pins nothing for some hub files (no published SHA-256 and a
+        revision that is a name, not a commit), "" when every file is pinned. Said in the catalogue listing
+        and the licence prompt: what is fetched then is whatever that name points at today."""
+        loose = [
+            f for f in self.hub_files if not f.sha256 and not re.fullmatch(r"[0-9a-f]{40}", f.revision or "")
+        ]
+        if not loose:
+            return ""
+        revisions = ", ".join(sorted({repr(f.revision) for f in loose}))
+        return (
+            f"the publisher pins nothing for {len(loose)} of its {len(self.hub_files)} hub files (no published "
+            f"SHA-256, revision {revisions} is a name, not a commit): what is fetched is what that name holds "
+            "today, checked only against the hub's own SHA-256 and recorded at the first download"
+        )
+
     @property
     def key(self) -> str:
         """What a licence acceptance and a recorded SHA-256 are kept under: the model and its version."""
@@ -180,6 +196,7 @@ def load_catalogue(path: str | Path | None = None) -> list[CatalogueEntry]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ModelInvalid(f"cannot read the model catalogue {path}: {exc}") from None
+    data = _terminal_safe(data)  # its text reaches terminals and dialogs: no escape or control sequences
     base = path.parent
     entries = []
     for index, raw in enumerate(data.get("models", [])):
@@ -209,6 +226,20 @@ def load_catalogue(path: str | Path | None = None) -> list[CatalogueEntry]:
         except (KeyError, TypeError, AttributeError) as exc:
             raise ModelInvalid(f"{where} is malformed ({type(exc).__name__}: {exc})") from None
     return entries
+
+
+def _terminal_safe(value: Any, key: str = "") -> Any:
+    """Every string in a catalogue's JSON without escape or control sequences (newlines only in a licence's
+    ``text``)."""
+    from engine.formatting import terminal_safe
+
+    if isinstance(value, str):
+        return terminal_safe(value, newlines=key == "text")
+    if isinstance(value, dict):
+        return {terminal_safe(k, newlines=False): _terminal_safe(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_terminal_safe(v, key) for v in value]
+    return value
 
 
 def find_entry(name: str, path: str | Path | None = None) -> CatalogueEntry:

@@ -7,10 +7,14 @@ The order is what a user can rely on:
 2. the hub is asked each file's size, commit and SHA-256 (``HEAD``; huggingface_hub's
    ``get_hf_file_metadata``): an unreachable hub ends here in one line naming the manual steps;
 3. the free disk is checked against what is still to come, before the first byte;
-4. each file is fetched with huggingface_hub's ``http_get`` into a staging folder beside the models
-   folder, appending to what an earlier, killed or cancelled, run left (a ``Range`` request): the hub's
-   ``hf_hub_download`` is not used because huggingface_hub 2 restarts a killed file from zero (it downloads
-   to a process-unique temporary file that a kill leaves behind unused);
+4. each file is fetched (:func:`_stream_file`) into a staging folder beside the models folder, appending
+   to what an earlier, killed or cancelled, run left (a ``Range`` request): the hub's ``hf_hub_download`` is
+   not used because huggingface_hub 2 restarts a killed file from zero (it downloads to a process-unique
+   temporary file that a kill leaves behind unused), and its ``http_get`` writes whatever the hub sends
+   (checking the size only at the end), has no deadline on a hub that drips bytes, and sends the token to
+   wherever it is pointed. Here the token goes only to the hub's own host, never across a redirect; no more
+   bytes than the hub announced are written (compressed or not); every 60 s must bring 256 KiB; a full disk
+   deletes the part file and says so;
 5. each file's SHA-256 is checked: against the catalogue where it records one, else the hub's (the ETag of
    an LFS file is its SHA-256), and against the one recorded at this model version's first download (trust
    on first use: recorded, said to the user, and required from then on); a mismatch deletes the file and
@@ -41,7 +45,7 @@ from engine.errors import (
     ModelInvalid,
     OutputError,
 )
-from engine.formatting import format_bytes
+from engine.formatting import format_bytes, terminal_safe
 from engine.models.catalogue import CatalogueEntry, CatalogueFile
 from engine.models.source import sha256_file
 from engine.models.spec import one_line
@@ -51,9 +55,16 @@ DEFAULT_HUB = "https://huggingface.co"
 #: Space kept free beyond the files themselves: a full disk breaks more than the download.
 DISK_MARGIN_BYTES = 64 << 20
 HEAD_TIMEOUT_S = 10.0
-#: How much http_get reads before each write (huggingface_hub's own is 10 MiB): a write is when progress is
+#: How much is read before each write (huggingface_hub's own is 10 MiB): a write is when progress is
 #: shown, Cancel is honoured and a kill loses what was read since, so VolSynth asks for 1 MiB.
 WRITE_CHUNK_BYTES = 1 << 20
+#: The progress deadline: every window of this many seconds must bring at least MIN_WINDOW_BYTES of a file
+#: (4 KiB/s: a working link, however poor, does far better; a hub dripping a byte now and then does not).
+PROGRESS_WINDOW_S = 60.0
+MIN_WINDOW_BYTES = 256 << 10
+#: Seconds without a single byte before a connection counts as lost (then resumed, RESUME_TRIES times).
+READ_TIMEOUT_S = 30.0
+RESUME_TRIES = 5
 
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes in all, what is happening)
 
@@ -143,20 +154,50 @@ class LicenceAcceptances(_JsonStore):
         self.write(data)
 
 
+#: Where a recorded hash came from: a download checked against its hub, or a copy added by hand.
+DOWNLOADED = "download"
+ON_TRUST = "on trust"
+
+
 class RecordedHashes(_JsonStore):
     """SHA-256 of each file as first fetched, per model version (``model-hashes.json``)."""
 
     def __init__(self, path: Path | None = None) -> None:
         super().__init__("model-hashes.json", path)
 
-    def get(self, entry: CatalogueEntry, path: str) -> str | None:
+    def _item(self, entry: CatalogueEntry, path: str) -> dict[str, str]:
         record = self.read().get(entry.key)
-        return record.get(path) if isinstance(record, dict) else None
+        item = record.get(path) if isinstance(record, dict) else None
+        if isinstance(item, str):  # recorded before the origin was kept: by a download
+            return {"sha256": item, "origin": DOWNLOADED}
+        return item if isinstance(item, dict) and isinstance(item.get("sha256"), str) else {}
 
-    def record(self, entry: CatalogueEntry, hashes: dict[str, str]) -> None:
+    def get(self, entry: CatalogueEntry, path: str) -> str | None:
+        return self._item(entry, path).get("sha256")
+
+    def origin(self, entry: CatalogueEntry, path: str) -> str | None:
+        """``DOWNLOADED`` (checked against the hub or the catalogue when fetched) or ``ON_TRUST`` (a copy
+        added by hand: nothing checked it against its publisher)."""
+        return self._item(entry, path).get("origin")
+
+    def record(self, entry: CatalogueEntry, hashes: dict[str, str], origin: str = DOWNLOADED) -> None:
         data = self.read()
-        data.setdefault(entry.key, {}).update(hashes)
+        data.setdefault(entry.key, {}).update({p: {"sha256": h, "origin": origin} for p, h in hashes.items()})
         self.write(data)
+
+    def forget(self, entry: CatalogueEntry, origin: str | None = None) -> list[str]:
+        """Forget the hashes recorded for ``entry`` (only those of ``origin`` when given); returns their paths."""
+        data = self.read()
+        record = data.get(entry.key)
+        if not isinstance(record, dict):
+            return []
+        gone = [p for p in record if origin is None or self.origin(entry, p) == origin]
+        for path in gone:
+            del record[path]
+        if not record:
+            del data[entry.key]
+        self.write(data)
+        return sorted(gone)
 
 
 # ------------------------------------------------------------------------------------------ the plan
@@ -207,7 +248,7 @@ def manual_steps(entry: CatalogueEntry) -> str:
 
 
 def _unreachable(entry: CatalogueEntry, endpoint: str, exc: BaseException) -> HubUnreachable:
-    reason = one_line(str(exc))[:160] or type(exc).__name__
+    reason = terminal_safe(one_line(str(exc)), newlines=False)[:160] or type(exc).__name__
     return HubUnreachable(
         f"cannot reach the model hub {endpoint} ({reason}); behind a proxy set HTTPS_PROXY, for a mirror set "
         f"HF_ENDPOINT; or {manual_steps(entry)}"
@@ -215,13 +256,21 @@ def _unreachable(entry: CatalogueEntry, endpoint: str, exc: BaseException) -> Hu
 
 
 def _expected(entry: CatalogueEntry, file: CatalogueFile, etag: str | None, hashes: RecordedHashes):
+    """The SHA-256 a fetched file must have, and what it comes from. The publisher's word ranks first (the
+    catalogue, then the hub's LFS SHA-256); a hash VolSynth recorded itself only where neither says one,
+    and one recorded on trust (a copy added by hand) never outranks the hub's."""
     recorded = hashes.get(entry, file.path)
+    trusted = hashes.origin(entry, file.path) == ON_TRUST
     if file.sha256:
         return file.sha256, "the catalogue"
-    if recorded:
-        return recorded, "the first download"
     if etag and len(etag) == 64 and all(c in "0123456789abcdef" for c in etag):
+        if recorded and recorded != etag:
+            return etag, "the hub's LFS SHA-256 (the hash recorded before differs; the hub's is used)"
         return etag, "the hub's LFS SHA-256"
+    if recorded:
+        if trusted:
+            return recorded, "a hash recorded on trust when a copy was added by hand (not the publisher's)"
+        return recorded, "the first download"
     return None, "nothing yet (recorded now, required from now on)"
 
 
@@ -288,7 +337,7 @@ def _part(path: Path) -> Path:
 
 
 class _CountingFile:
-    """The staged file as http_get sees it: every chunk counted for the progress, and a cancel honoured
+    """The staged file as the fetch sees it: every chunk counted for the progress, and a cancel honoured
     between chunks (what was written stays, for the next run to resume)."""
 
     def __init__(self, handle, on_bytes: Callable[[int], None]) -> None:
@@ -311,19 +360,107 @@ class _CountingFile:
         return self._handle.truncate(*args)
 
 
-def _quiet_tqdm():
-    from tqdm import tqdm
-
-    class Quiet(tqdm):  # VolSynth draws its own progress (CLI bar, app dialog)
-        def __init__(self, *args, **kwargs):
-            kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
-
-    return Quiet
+class HubMisbehaved(ModelInvalid):
+    """The hub sent more than it announced, or answered a file request in a way VolSynth does not accept."""
 
 
-def _fetch(plan: DownloadPlan, item: FilePlan, advance: Callable[[int], None]) -> None:
-    from huggingface_hub.file_download import http_get
+class HubTooSlow(HubUnreachable):
+    """The hub kept the connection open but sent too little for too long (what arrived stays staged)."""
+
+
+def _auth_for(url: str, endpoint: str, headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` for a request to ``url``: the token only when ``url`` is on the hub's own host.
+
+    A file's location (the HEAD's final ``Location``) is often a CDN; a token sent there is a credential
+    given to another party, and an S3-style CDN refuses a signed URL that also carries one.
+    """
+    from urllib.parse import urlsplit
+
+    mine = urlsplit(endpoint)
+    there = urlsplit(url)
+    same = (there.scheme, there.hostname, there.port) == (mine.scheme, mine.hostname, mine.port)
+    return dict(headers) if same else {k: v for k, v in headers.items() if k.lower() != "authorization"}
+
+
+def _stream_file(
+    url: str,
+    handle: _CountingFile,
+    *,
+    have: int,
+    size: int | None,
+    endpoint: str,
+    headers: dict[str, str],
+    name: str,
+) -> None:
+    """GET ``url`` from byte ``have`` into ``handle``: at most ``size`` bytes in all, with a progress deadline.
+
+    Redirects are followed by hand (at most 5), and the token goes only to the hub's own host: never across
+    a redirect to another one. Bytes beyond what the hub announced are never written, also when they come
+    compressed. Each ``PROGRESS_WINDOW_S`` must bring ``MIN_WINDOW_BYTES`` (or the rest of the file), so a hub
+    that drips a byte now and then ends in a one-line error instead of holding the download forever.
+    """
+    import httpx
+
+    request_headers = {**headers, "Accept-Encoding": "identity"}
+    if have:
+        request_headers["Range"] = f"bytes={have}-"
+    timeout = httpx.Timeout(HEAD_TIMEOUT_S, read=min(PROGRESS_WINDOW_S, READ_TIMEOUT_S))
+    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=True) as client:
+        for _ in range(6):
+            request = client.build_request("GET", url, headers=_auth_for(url, endpoint, request_headers))
+            response = client.send(request, stream=True)
+            if response.is_redirect and "location" in response.headers:
+                url = str(response.url.join(response.headers["location"]))
+                response.close()
+                continue
+            break
+        else:
+            raise HubMisbehaved(f"the hub redirected {name} more than 5 times; nothing more was fetched")
+        try:
+            if response.status_code >= 400:
+                raise HubUnreachable(f"the hub answered {response.status_code} for {name}")
+            if have and response.status_code == 200:  # the whole file again, not the rest: start over
+                handle.seek(0)
+                handle.truncate()
+                have = 0
+            limit = None if size is None else size - have
+            received = 0
+            window_start = time.monotonic()
+            window_bytes = 0
+            buffer = bytearray()
+            for piece in response.iter_bytes():
+                if limit is not None and received + len(piece) > limit:
+                    raise HubMisbehaved(
+                        f"the hub sent more of {name} than the {format_bytes(size or 0)} it announced; the "
+                        "extra bytes were not written and the file was deleted: fetch it again later"
+                    )
+                received += len(piece)
+                window_bytes += len(piece)
+                buffer += piece
+                if len(buffer) >= WRITE_CHUNK_BYTES:
+                    handle.write(bytes(buffer))
+                    buffer.clear()
+                now = time.monotonic()
+                if now - window_start >= PROGRESS_WINDOW_S:
+                    done = limit is not None and received >= limit
+                    if window_bytes < MIN_WINDOW_BYTES and not done:
+                        raise HubTooSlow(
+                            f"the hub sent only {format_bytes(window_bytes)} of {name} in the last "
+                            f"{PROGRESS_WINDOW_S:g} s; what arrived is kept: run the same command later to "
+                            "resume"
+                        )
+                    window_start, window_bytes = now, 0
+            if buffer:
+                handle.write(bytes(buffer))
+        finally:
+            response.close()
+    if limit is not None and received != limit:
+        raise _CutShort(f"{name} ended after {received} of {limit} bytes")
+
+
+def _fetch(
+    plan: DownloadPlan, item: FilePlan, advance: Callable[[int], None], endpoint: str | None = None
+) -> None:
     from huggingface_hub.utils import build_hf_headers
 
     staged = plan.staging / item.file.path
@@ -336,25 +473,40 @@ def _fetch(plan: DownloadPlan, item: FilePlan, advance: Callable[[int], None]) -
         part.unlink()
         have = 0
     headers = build_hf_headers()
-    headers["Accept-Encoding"] = "identity"  # byte ranges of the file itself, not of a compressed stream
-    from huggingface_hub import constants
-
-    hub_chunk = constants.DOWNLOAD_CHUNK_SIZE  # read by http_get at each call: set for this one, then back
-    constants.DOWNLOAD_CHUNK_SIZE = WRITE_CHUNK_BYTES
+    endpoint = endpoint or hub_endpoint()
     try:
         with open(part, "ab") as handle:
-            if have != (item.size or -1):
-                http_get(
-                    item.url,
-                    _CountingFile(handle, advance),
-                    resume_size=have,
-                    headers=headers,
-                    expected_size=item.size,
-                    displayed_filename=item.file.path,
-                    tqdm_class=_quiet_tqdm(),
-                )
-    finally:
-        constants.DOWNLOAD_CHUNK_SIZE = hub_chunk
+            counting = _CountingFile(handle, advance)
+            tries = 0
+            while have != (item.size or -1):
+                try:
+                    _stream_file(
+                        item.url,
+                        counting,
+                        have=have,
+                        size=item.size,
+                        endpoint=endpoint,
+                        headers=headers,
+                        name=item.file.path,
+                    )
+                    break
+                except (OSError, *_transport_errors()) as exc:
+                    if _disk_full(exc) or tries >= RESUME_TRIES:
+                        raise
+                    tries += 1  # a connection lost mid-file: ask for the rest in the same run
+                    handle.flush()
+                    have = part.stat().st_size
+    except HubMisbehaved:
+        part.unlink(missing_ok=True)
+        raise
+    except OSError as exc:
+        if _disk_full(exc):
+            part.unlink(missing_ok=True)
+            raise OutputError(
+                f"the disk of {plan.staging} is full: {item.file.path} could not be written; the part "
+                "fetched was deleted and nothing was placed: free some space and fetch it again"
+            ) from None
+        raise
     digest = sha256_file(part)
     if item.expected_sha256 and digest != item.expected_sha256:
         part.unlink()
@@ -364,6 +516,22 @@ def _fetch(plan: DownloadPlan, item: FilePlan, advance: Callable[[int], None]) -
             "placed: fetch it again, and if this repeats the hub or a proxy is changing the file"
         )
     os.replace(part, staged)
+
+
+class _CutShort(Exception):
+    """A file's answer ended before its last byte (resumed in the same run, RESUME_TRIES times)."""
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    import httpx
+
+    return (httpx.TransportError, _CutShort)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _copy_shipped(plan: DownloadPlan, item: FilePlan) -> None:
@@ -380,6 +548,7 @@ def _copy_shipped(plan: DownloadPlan, item: FilePlan) -> None:
 
 def verify_folder(folder: Path):
     """Open ``folder`` through the loader's checks and read every checkpoint with weights_only=True."""
+    from engine.models.copy_check import check_copy
     from engine.models.maisi import _read_checkpoint
     from engine.models.registry import open_model_folder
 
@@ -387,6 +556,7 @@ def verify_folder(folder: Path):
     for path in sorted(set(source.weight_files.values())):
         if path.suffix == ".pt":
             _read_checkpoint(path)  # refuses anything that needs pickled objects, in one line
+    check_copy(source)  # every tensor's shape, against the networks the folder's own config describes
     return source
 
 
@@ -422,6 +592,39 @@ def get_model(
     models_dir = Path(models_dir) if models_dir else default_models_dir()
     target = models_dir / entry.folder
     if target.exists():
+        raise OutputError(
+            f"{target} already exists; {entry.name} is installed (remove the folder to fetch it again)"
+        )
+    with _only_get(entry, models_dir):
+        return _get_locked(entry, models_dir, report, should_stop, hashes)
+
+
+@contextlib.contextmanager
+def _only_get(entry: CatalogueEntry, models_dir: Path):
+    """One get of a model at a time (a lock file beside its staging folder, dropped by the kernel if the
+    holder dies): a second get at once says the first is running, instead of both writing one part file."""
+    from engine.files.durable import try_lock, unlock
+
+    lock = staging_dir(models_dir, entry).with_name(f"{entry.folder}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if not try_lock(fd):
+            raise OutputError(
+                f"{entry.name} is being fetched already (another `volsynth models get` or the app's Get Models "
+                "is running); wait for it to finish, or stop it, then run this again"
+            )
+        try:
+            yield
+        finally:
+            unlock(fd)
+    finally:
+        os.close(fd)
+
+
+def _get_locked(entry, models_dir: Path, report: Progress, should_stop, hashes: RecordedHashes) -> Path:
+    target = models_dir / entry.folder
+    if target.exists():  # placed by a get that held the lock meanwhile
         raise OutputError(
             f"{target} already exists; {entry.name} is installed (remove the folder to fetch it again)"
         )
@@ -525,7 +728,11 @@ def metadata_licence(folder: Path) -> str:
         return ""
     if not isinstance(data, dict):
         return ""
-    said = [f"{k}: {one_line(str(v))[:300]}" for k, v in data.items() if "licen" in k.lower() and v]
+    said = [
+        terminal_safe(f"{k}: {one_line(str(v))[:300]}", newlines=False)
+        for k, v in data.items()
+        if "licen" in str(k).lower() and v
+    ]
     return "; ".join(said)
 
 
@@ -582,6 +789,7 @@ def add_folder(
                 f"{entry.title} {entry.version} is under the {entry.licence.name} ({entry.licence.url}); read "
                 "it, then add --accept-licence"
             )
+    refuse_outside_links(folder)
     name = entry.folder if entry is not None else folder.name
     target = models_dir / name
     if target.exists():
@@ -604,7 +812,10 @@ def add_folder(
         shutil.rmtree(staging, ignore_errors=True)
         raise OutputError(f"cannot copy {folder} into {models_dir}: {one_line(str(exc))}") from None
     if entry is not None:
-        hashes.record(entry, source_files)
+        # Nothing here came from the publisher: the hashes are kept as recorded on trust, said so, and
+        # never preferred to the hub's (`volsynth models verify NAME --forget-trusted` forgets them).
+        hub_paths = {f.path for f in entry.hub_files}
+        hashes.record(entry, {p: h for p, h in source_files.items() if p in hub_paths}, ON_TRUST)
     models_dir.mkdir(parents=True, exist_ok=True)
     os.rename(staging, target)
     _remove_empty(staging.parent)
@@ -626,7 +837,10 @@ def _copy_entry_files(folder: Path, entry: CatalogueEntry, staging: Path, hashes
         source = _find(folder, file) if file.from_hub else file.shipped
         shutil.copyfile(source, destination)  # copies the bytes a link points to, never the link
         digest = sha256_file(destination)
-        expected = file.sha256 or (hashes.get(entry, file.path) if file.from_hub else None)
+        # The catalogue's hash, or one a download checked against the hub; a hash an earlier add recorded
+        # on trust proves nothing, so it does not refuse a different copy (the networks check below does).
+        downloaded = file.from_hub and hashes.origin(entry, file.path) == DOWNLOADED
+        expected = file.sha256 or (hashes.get(entry, file.path) if downloaded else None)
         if expected and digest != expected:
             raise ModelInvalid(
                 f"{file.path} in {folder} has SHA-256 {digest[:16]}..., not {expected[:16]}...; it is not the "
@@ -634,6 +848,36 @@ def _copy_entry_files(folder: Path, entry: CatalogueEntry, staging: Path, hashes
             )
         sums[file.path] = digest
     return sums
+
+
+#: A folder brought by hand is walked for links before anything is copied; more entries than this: refused.
+MAX_FOLDER_ENTRIES = 10_000
+
+
+def refuse_outside_links(folder: Path) -> None:
+    """Refuse a folder holding any link that points outside it, whether or not the file would be read: a
+    copy is installed whole, and a link out of it would make VolSynth's models folder reach elsewhere."""
+    root = folder.resolve()
+    seen = 0
+    for top, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            seen += 1
+            if seen > MAX_FOLDER_ENTRIES:
+                raise ModelInvalid(
+                    f"{folder} holds more than {MAX_FOLDER_ENTRIES:,} files and folders; it is not a model folder"
+                )
+            path = Path(top) / name
+            if not path.is_symlink():
+                continue
+            try:
+                real = path.resolve(strict=False)
+            except (OSError, RuntimeError):
+                real = None
+            if real is None or (real != root and root not in real.parents):
+                raise ModelInvalid(
+                    f"{path.relative_to(folder)} in {folder} is a link to {real or 'a loop'}, outside the "
+                    "folder; refusing the copy (copy the file itself into the folder)"
+                )
 
 
 def _find(folder: Path, file: CatalogueFile) -> Path:

@@ -533,6 +533,14 @@ class ModelSpec:
             # JSON readers accept NaN and Infinity; a schedule holding one samples an all-NaN volume
             if isinstance(value, float) and not math.isfinite(value):
                 raise ModelInvalid(f"schedule {key} is {value}; it must be a finite number")
+        for key in ("beta_start", "beta_end"):
+            # MONAI takes the square root of both for scaled_linear_beta (a negative one is a complex
+            # number torch refuses mid-sampling) and a beta of 1 or more makes alpha <= 0
+            value = self.schedule.get(key, 0.0)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+                raise ModelInvalid(
+                    f"schedule {key} must be a number from 0 to below 1, got {str(value)[:40]}"
+                )
         timesteps = self.schedule["num_train_timesteps"]
         if (
             isinstance(timesteps, bool)

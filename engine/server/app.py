@@ -64,12 +64,17 @@ def create_app(
     app.state.streams = streams
     app.state.limits = limits
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
-    app.add_middleware(InFlightLimit, limit=limits.connections.max_in_flight_requests)
+    app.add_middleware(
+        InFlightLimit,
+        limit=limits.connections.max_in_flight_requests,
+        clients=len(gate.tokens) or 1,
+        per_address=limits.connections.max_in_flight_per_address,
+    )
     # outermost: no body is read and no in-flight slot is taken before the token is right
     app.add_middleware(RequestGate, gate=gate, max_header_bytes=limits.connections.max_header_bytes)
     add_error_handlers(app)
     add_schema_routes(app, backend, secured=bool(gate.tokens))
     add_about_routes(app, backend, metrics_source)
     add_plan_route(app, backend)
-    add_job_routes(app, manager, limits, streams)
+    add_job_routes(app, manager, limits, streams, clients=len(gate.tokens) or 1)
     return app

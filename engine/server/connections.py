@@ -23,22 +23,29 @@ This module closes them at the connection level, the way nginx (``client_header_
 * in-flight requests are counted by :class:`InFlightLimit` (an ASGI middleware), not connections, and
   answered 503 beyond the limit.
 
-A TLS socket counts from the end of its handshake; a stalled handshake is ended by asyncio's own
-``ssl_handshake_timeout`` (60 s).
+A TLS socket counts from the end of its handshake; a handshake that stalls is ended after
+``header_timeout_s`` (asyncio's ``ssl_handshake_timeout``, 60 s by default, which uvicorn does not set), so a
+socket that never starts its handshake is timed out like any other idle socket (:class:`GuardedServer`).
+Accept errors under a file-descriptor flood ("Too many open files") are logged once per kind per
+``LOG_EVERY_S``, one line each, with a count of those left out (:class:`OncePerKind`): the log stays bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import h11
+import uvicorn
 from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from engine import wire
+from engine.server.middleware import ambiguous_framing
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +61,8 @@ class ConnectionLimits:
     idle_grace_s: float = 2.0  # ... once they have been idle this long (a burst's requests are still unread)
     max_connections: int = 512  # all sockets; one more closes the oldest idle one at once, or itself if none
     max_in_flight_requests: int = 320  # requests being answered (event streams included); more get 503
+    # ... of one source address (a single-token server's only defence against one address taking all)
+    max_in_flight_per_address: int = 160
     keep_alive_s: int = 10  # an idle kept-alive socket is closed after this (uvicorn's timeout_keep_alive)
     max_header_bytes: int = 16 * 1024  # request line + headers; more: 400 (h11's buffer, and RequestGate)
 
@@ -172,6 +181,10 @@ class GuardedH11Protocol(H11Protocol):
             return
         if self.cycle is not self._request_seen:  # a new request's headers arrived
             self._request_seen = self.cycle
+            if ambiguous_framing(self.cycle.scope):
+                # RFC 9112 section 6.3: the server MUST close the connection after answering such a request,
+                # whatever answers it, so bytes after it are never read as another request
+                self.cycle.keep_alive = False
             self.guard.became_busy(self)
             self._wait_for("body", self.guard.limits.body_timeout_s)
         if self._waiting_for == "body" and (
@@ -233,27 +246,132 @@ def uvicorn_options(limits: ConnectionLimits) -> dict:
 
 
 class InFlightLimit:
-    """ASGI middleware: more than ``limit`` requests being answered at once are answered 503 at once."""
+    """ASGI middleware: requests being answered at once are bounded over all, per client and per address;
+    beyond a bound, 503 at once.
 
-    def __init__(self, app, limit: int) -> None:
+    With several clients (``--tokens-file``) each has its own share, ``limit // clients``: one client's
+    requests that hold their slot (headers sent, body never) cannot take the slots of the others. Every
+    source address has its share too (``per_address``), so on a single-token server, which is one client,
+    one address cannot take every slot; that client's other addresses and the server's own answers go on.
+    """
+
+    def __init__(self, app, limit: int, clients: int = 1, per_address: int | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.per_client = max(1, limit // clients) if clients > 1 else limit
+        self.per_address = max(1, min(limit, per_address or limit))
         self.in_flight = 0
+        self.by_client: dict[str, int] = {}
+        self.by_address: dict[str, int] = {}
+        self.refused = {"all": 0, "client": 0, "address": 0}
+
+    def _full(self, client: str, address: str) -> str | None:
+        if self.in_flight >= self.limit:
+            return "all"
+        if self.by_client.get(client, 0) >= self.per_client:
+            return "client"
+        if self.by_address.get(address, 0) >= self.per_address:
+            return "address"
+        return None
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.limit:
+        client = str((scope.get("state") or {}).get("client", ""))
+        address = scope["client"][0] if scope.get("client") else "?"
+        full = self._full(client, address)
+        if full is not None:
+            self.refused[full] += 1
+            message = {
+                "all": "the server is busy; try again in a few seconds",
+                "client": f"this client has {self.per_client} requests in flight, its share; finish some first",
+                "address": f"this address has {self.per_address} requests in flight, its share; finish some first",
+            }[full]
             response = JSONResponse(
-                wire.error_body("the server is busy; try again in a few seconds", "BackendUnavailable"),
-                status_code=503,
-                headers={"Retry-After": "5"},
+                wire.error_body(message, "BackendUnavailable"), status_code=503, headers={"Retry-After": "5"}
             )
             await response(scope, receive, send)
             return
         self.in_flight += 1
+        self.by_client[client] = self.by_client.get(client, 0) + 1
+        self.by_address[address] = self.by_address.get(address, 0) + 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+            for counts, key in ((self.by_client, client), (self.by_address, address)):
+                counts[key] -= 1
+                if not counts[key]:
+                    del counts[key]
+
+
+#: Seconds between two log lines of one kind of accept error (the rest are counted, not logged).
+LOG_EVERY_S = 10.0
+
+
+class OncePerKind(logging.Filter):
+    """A logging filter: one line per kind of record per ``every_s``, without its traceback; the next one
+    of that kind says how many were left out. Installed on asyncio's logger, whose accept loop logs every
+    failed ``accept()`` with a traceback (about 500k of them, 200+ MB, under a TLS socket flood at the file
+    limit)."""
+
+    def __init__(self, every_s: float = LOG_EVERY_S) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+        self._dropped: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = str(record.msg)[:80]
+        if record.exc_info and record.exc_info[1] is not None:
+            kind += " " + type(record.exc_info[1]).__name__ + str(getattr(record.exc_info[1], "errno", ""))
+        now = time.monotonic()
+        if now - self._last.get(kind, -1e9) < self.every_s:
+            self._dropped[kind] = self._dropped.get(kind, 0) + 1
+            return False
+        self._last[kind] = now
+        dropped = self._dropped.pop(kind, 0)
+        error = record.exc_info[1] if record.exc_info else None
+        text = record.getMessage() + (f": {type(error).__name__}: {error}" if error else "")
+        if dropped:
+            text += f" ({dropped} more like it in the last {self.every_s:g} s not logged)"
+        record.msg, record.args, record.exc_info, record.exc_text = " ".join(text.split()), (), None, None
+        return True
+
+
+def quiet_accept_errors(every_s: float = LOG_EVERY_S) -> OncePerKind:
+    """Install :class:`OncePerKind` on asyncio's logger (once) and return it."""
+    logger = logging.getLogger("asyncio")
+    for existing in logger.filters:
+        if isinstance(existing, OncePerKind):
+            return existing
+    once = OncePerKind(every_s)
+    logger.addFilter(once)
+    return once
+
+
+class GuardedServer(uvicorn.Server):
+    """``uvicorn.Server`` whose TLS handshakes must end within ``handshake_timeout_s``: uvicorn leaves
+    asyncio's 60 s, in which sockets that never start a handshake hold a file descriptor each."""
+
+    handshake_timeout_s: float = ConnectionLimits.header_timeout_s
+
+    async def startup(self, sockets=None) -> None:
+        quiet_accept_errors()
+        loop = asyncio.get_running_loop()
+        if not self.config.is_ssl:
+            await super().startup(sockets)
+            return
+        original = loop.create_server
+        try:
+            loop.create_server = functools.partial(  # type: ignore[method-assign]
+                original, ssl_handshake_timeout=self.handshake_timeout_s
+            )
+        except AttributeError:  # a loop whose methods cannot be replaced: asyncio's own timeout applies
+            await super().startup(sockets)
+            return
+        try:
+            await super().startup(sockets)
+        finally:
+            del loop.create_server  # the instance attribute: the class's method again

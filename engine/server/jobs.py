@@ -196,7 +196,13 @@ class JobManager:
                 }
             )
 
+        expired = threading.Event()
+
         def expire() -> None:
+            with self._lock:
+                if expired.is_set():
+                    return
+                expired.set()
             for job in running:
                 job.cancel.set()
                 job.emit(
@@ -213,6 +219,19 @@ class JobManager:
         timer.daemon = True
         timer.start()
         self._shutdown_timer = timer
+        self._expire_running = expire
+
+    def end_grace_now(self) -> bool:
+        """During a shutdown, cancel the running jobs now instead of at the grace's end (a second Ctrl-C).
+
+        Their clients get the same ``error`` event the grace's end would send. False before a shutdown.
+        """
+        expire = getattr(self, "_expire_running", None)
+        if expire is None:
+            return False
+        self._shutdown_timer.cancel()
+        expire()
+        return True
 
     def _unqueue(self, job: Job) -> bool:
         waiting = self._pending.get(job.owner)
@@ -252,7 +271,7 @@ class JobManager:
     def _retry_after_s(self, owner: str | None) -> int:
         """Seconds until a slot frees: for the queue, when the next job starts; for a client's share,
         when that client's first waiting job starts."""
-        step_s = self._step_s if self._step_s is not None else DEFAULT_STEP_S
+        step_s = self._step_s if self._step_s is not None else self._running_step_s()
         lanes = max(1, self.limits.max_concurrent_jobs)
         running_left = sorted(max(0, self._steps_of(j) - j.step) for j in self._running)
         soonest = running_left[0] if running_left else 0
@@ -266,6 +285,17 @@ class JobManager:
         else:
             work = soonest
         return int(min(MAX_RETRY_AFTER_S, max(1, math.ceil(work * step_s))))
+
+    def _running_step_s(self) -> float:
+        """Seconds per step measured on the running jobs, before any job has finished (``DEFAULT_STEP_S``
+        until one has taken a step): the estimate was 1 s a step while a real step took seconds."""
+        now = time.monotonic()
+        rates = [
+            (now - job.denoise_started[0]) / (job.step - job.denoise_started[1])
+            for job in self._running
+            if job.denoise_started is not None and job.step > job.denoise_started[1]
+        ]
+        return max(rates) if rates else DEFAULT_STEP_S
 
     def _expire(self) -> None:
         now = time.monotonic()

@@ -16,6 +16,9 @@ class ServerLimits:
     max_queued_per_client: int = 4  # ... of one client (token): its fair share, so others still get in
     max_body_bytes: int = 64 * 1024  # a request is < 2 kB; 413 beyond this, before parsing
     max_streams: int = 256  # open event streams; one more is answered 429
+    # ... of one client, with several clients (--tokens-file): max_streams // clients each; and of one
+    # source address, with any number of clients
+    max_streams_per_address: int = 128
     keepalive_s: float = 15.0  # a quiet stream gets a keepalive line this often
     stream_idle_s: float = 120.0  # ... and ends (``reconnect``) after this long without an event
     finished_jobs_kept: int = 16  # finished jobs (with their volumes) held per client; its oldest go first

@@ -22,6 +22,12 @@ def head_bytes(scope) -> int:
     return size + sum(len(name) + len(value) + 4 for name, value in scope.get("headers") or [])
 
 
+def ambiguous_framing(scope) -> bool:
+    """Whether a request carries both ``Content-Length`` and ``Transfer-Encoding`` (h11 takes the latter)."""
+    names = {name for name, _ in scope.get("headers") or []}
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
 async def send_refusal(send, status: int, message: str, error_class: str, headers=()) -> None:
     """An ``ErrorBody`` answer that closes the connection: whatever body the request still has is never read."""
     response = JSONResponse(
@@ -65,6 +71,16 @@ class RequestGate:
                 send,
                 400,
                 f"the request's headers are over {self.max_header_bytes // 1024} kB",
+                "InvalidRequest",
+            )
+            return
+        if ambiguous_framing(scope):
+            # RFC 9112 section 6.3: both framings may be a smuggling attempt (a proxy in front may read the
+            # other one); answered here, and the connection closes after it (Connection: close).
+            await send_refusal(
+                send,
+                400,
+                "the request has both Content-Length and Transfer-Encoding; send one of them",
                 "InvalidRequest",
             )
             return

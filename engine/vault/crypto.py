@@ -48,6 +48,15 @@ RFC9106_MEMORY_KIB = 64 * 1024
 RFC9106_ITERATIONS = 3
 RFC9106_LANES = 4
 
+# Bounds on what a vault header may ask of unlock. The header is read before the passphrase is checked
+# and the folder may have been edited, so every parameter is bounded before Argon2id runs: memory at 4 GiB,
+# passes at 64, and the work (memory x passes) at 4 GiB-passes, which covers RFC 9106's first option
+# (2 GiB, t=1) and its second at 20x the passes, and is about 10 s on a 2-core laptop CPU. A header above
+# these is refused as edited instead of running for minutes (an iteration count of 10^9 would never end).
+MAX_MEMORY_KIB = 4 * 1024 * 1024
+MAX_ITERATIONS = 64
+MAX_WORK_KIB_PASSES = 4 * 1024 * 1024
+
 
 class DecryptionFailed(Exception):
     """Internal: authentication failed. Callers turn it into :class:`engine.errors.VaultCorrupted`
@@ -80,8 +89,17 @@ class KdfParams:
             raise InvalidRequest(
                 f"Argon2 memory must be at least 8 KiB per lane ({8 * self.lanes} KiB), got {self.memory_kib}"
             )
-        if self.memory_kib > 4 * 1024 * 1024:
+        if self.iterations > MAX_ITERATIONS:
+            raise InvalidRequest(
+                f"Argon2 iterations above {MAX_ITERATIONS} are not supported, got {self.iterations}"
+            )
+        if self.memory_kib > MAX_MEMORY_KIB:
             raise InvalidRequest(f"Argon2 memory above 4 GiB is not supported, got {self.memory_kib} KiB")
+        if self.memory_kib * self.iterations > MAX_WORK_KIB_PASSES:
+            raise InvalidRequest(
+                f"Argon2 memory x iterations above 4 GiB-passes is not supported, got "
+                f"{self.memory_kib // 1024} MiB x {self.iterations}"
+            )
 
     @property
     def meets_rfc9106(self) -> bool:
@@ -97,9 +115,12 @@ class KdfParams:
 
     @classmethod
     def from_dict(cls, data: dict) -> KdfParams:
-        return cls(
-            memory_kib=int(data["memory_kib"]), iterations=int(data["iterations"]), lanes=int(data["lanes"])
-        )
+        """Parameters read from a header; only plain JSON integers pass (not ``true``, ``3.0`` or text)."""
+        values = {name: data[name] for name in ("memory_kib", "iterations", "lanes")}
+        for name, value in values.items():
+            if type(value) is not int:
+                raise InvalidRequest(f"Argon2 {name} must be an integer, got {value!r:.40}")
+        return cls(**values)
 
 
 def encode_passphrase(passphrase: str | bytes, *, new: bool = False) -> bytes:

@@ -9,8 +9,11 @@ How the standard's actions are resolved without a full table of each attribute's
   links them to the originals. ``X/Z/U*`` sequences are kept and cleaned recursively.
 - ``X``: removed. ``Z``: a zero-length value (an empty sequence for a sequence).
 - ``D``: a dummy value of the VR (a person name ``Anonymized^Anonymized``, PS3.5's family^given form,
-  not the retired single-component form); a sequence under ``D`` keeps its items, each cleaned by the
-  same table.
+  not the retired single-component form); a sequence under ``D`` (Person Identification Code Sequence,
+  Verifying Observer Sequence, Flow Identifier Sequence, Graphic Annotation Sequence, Content Sequence)
+  keeps its items with dummy content: the table's rows apply inside, and every other value (a code item's
+  Code Value, Coding Scheme Designator and Code Meaning, any text) becomes its VR's dummy, its UIDs
+  replaced, at every depth. Before, the codes inside such a kept sequence were kept as they came.
 - ``X/Z``, ``X/D``, ``X/Z/D``: removed (their Type 3 reading), except the attributes listed in
   ``_NEEDED`` that are Type 1 or 2 in the IODs that carry them, which get the weaker action. So a Type 3
   sequence such as Referenced Study Sequence is removed, never left empty (an empty Type 3 sequence is
@@ -185,8 +188,14 @@ def _context(ds) -> frozenset[str]:
     return frozenset(found)
 
 
-def clean_dataset(ds, uids: UidMapper, context: frozenset[str] | None = None) -> None:
-    """Apply the basic profile to a data set in place, recursing into the sequences it keeps."""
+def clean_dataset(ds, uids: UidMapper, context: frozenset[str] | None = None, *, dummy: bool = False) -> None:
+    """Apply the basic profile to a data set in place, recursing into the sequences it keeps.
+
+    ``dummy``: ``ds`` is an item of a sequence the profile gives a dummy value (``D``), such as Person
+    Identification Code Sequence: a dummy sequence has dummy content, so every value in it that the table
+    does not act on otherwise (the code value, scheme and meaning of a code item, any text) becomes its VR's
+    dummy and its UIDs are replaced, at every depth. Rows of the table inside it still apply first.
+    """
     if context is None:
         context = _context(ds)
     for elem in list(ds):
@@ -200,7 +209,9 @@ def clean_dataset(ds, uids: UidMapper, context: frozenset[str] | None = None) ->
                 del ds[tag]  # a date or time the table does not list: removed, not trusted to be harmless
             elif elem.VR == "SQ":
                 for item in elem.value or []:
-                    clean_dataset(item, uids, context)
+                    clean_dataset(item, uids, context, dummy=dummy)
+            elif dummy and elem.value not in (None, "", b""):
+                _dummy(elem, uids)
             continue
         action = resolve(code, int(tag), context)
         if action == "X":
@@ -208,9 +219,9 @@ def clean_dataset(ds, uids: UidMapper, context: frozenset[str] | None = None) ->
         elif elem.VR == "SQ":
             if action == "Z":
                 elem.value = []
-            else:  # D, U, K: the items stay, cleaned by the same table
+            else:  # D, U, K: the items stay, cleaned by the same table (under D, with dummy content)
                 for item in elem.value or []:
-                    clean_dataset(item, uids, context)
+                    clean_dataset(item, uids, context, dummy=dummy or action == "D")
         elif action == "U" or (elem.VR == "UI" and action in ("D", "K")):
             _map_uids(elem, uids)
         elif action == "D":

@@ -15,6 +15,9 @@ from engine.vault import crypto
 from engine.vault.crypto import KdfParams
 from engine.vault.layout import FORMAT, HEADER_NAME, VERSION
 
+#: A real header is under 1 KiB; anything far larger was not written by VolSynth and is not read whole.
+MAX_HEADER_BYTES = 64 * 1024
+
 
 def now_iso() -> str:
     """Now, as the ISO 8601 UTC time stamps items and headers carry."""
@@ -86,7 +89,8 @@ class Header:
     def read(cls, folder: Path) -> Header:
         path = folder / HEADER_NAME
         try:
-            data = path.read_bytes()
+            with path.open("rb") as f:
+                data = f.read(MAX_HEADER_BYTES + 1)
         except FileNotFoundError as exc:
             raise VaultError(
                 f"there is no vault at {folder}; create one first (volsynth vault init)"
@@ -96,6 +100,8 @@ class Header:
         bad = VaultCorrupted(
             f"the vault header ({path}) is corrupted or was edited; restore the vault folder from a backup"
         )
+        if len(data) > MAX_HEADER_BYTES:
+            raise bad
         cut = data.rfind(b"sha256 ")
         if cut <= 0 or data[cut:] != b"sha256 " + hashlib.sha256(data[:cut]).hexdigest().encode() + b"\n":
             raise bad
@@ -111,15 +117,27 @@ class Header:
             kdf = body["kdf"]
             if kdf["alg"] != "argon2id" or body["cipher"] != "cobblestone-256":
                 raise bad
+            try:
+                # Bounded before anything is derived: unlock must not run for minutes on an edited header.
+                params = KdfParams.from_dict(kdf)
+            except InvalidRequest as exc:
+                raise VaultCorrupted(
+                    f"the vault header ({path}) asks for key derivation VolSynth does not run ({exc}); it "
+                    "was edited: restore the vault folder from a backup"
+                ) from exc
             header = cls(
                 vault_id=bytes.fromhex(body["vault_id"]),
                 created=str(body["created"]),
-                kdf=KdfParams.from_dict(kdf),
+                kdf=params,
                 salt=base64.b64decode(kdf["salt"], validate=True),
                 wrap_nonce=base64.b64decode(body["wrap"]["nonce"], validate=True),
                 wrapped_key=base64.b64decode(body["wrap"]["key"], validate=True),
             )
-        except (ValueError, KeyError, TypeError, InvalidRequest) as exc:
+            if not (
+                8 <= len(header.salt) <= 64 and len(header.wrap_nonce) == 12 and len(header.wrapped_key) <= 64
+            ):
+                raise bad
+        except (ValueError, KeyError, TypeError, RecursionError, InvalidRequest) as exc:
             raise bad from exc
         if header.to_bytes() != data:  # also rejects fields we do not know
             raise bad

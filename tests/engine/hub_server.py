@@ -35,6 +35,13 @@ class HubState:
         self.bytes_served = 0
         self.served: list[int] = []  # bytes of file data sent for each request, in the order of requests
         self.lock = threading.Lock()
+        # hostile hubs (issue 50): a CDN the file requests are redirected to, more bytes than announced
+        # (plain or gzip), and a drip of one byte at a time
+        self.redirect_to: str | None = None  # base URL: HEAD/GET of a file answer 302 to it, as the hub does
+        self.authorizations: list[tuple[str, str, str | None]] = []  # (server, method, Authorization)
+        self.oversend: dict[str, int] = {}  # path -> extra bytes sent after the file (announced in the GET)
+        self.gzip_oversend: dict[str, int] = {}  # path -> the GET body is gzip of the file + this many zeros
+        self.drip_s: dict[str, float] = {}  # path -> one byte every this many seconds
 
     def add(self, repo: str, revision: str, path: str, content: bytes) -> None:
         self.files[(repo, revision, path)] = content
@@ -61,13 +68,27 @@ class _Handler(BaseHTTPRequestHandler):
         key = (match["repo"], match["rev"], match["path"])
         return key, self.state.files.get(key)
 
+    name = "hub"
+
     def _answer(self, send_body: bool) -> None:
         state = self.state
         with state.lock:
             state.requests.append((self.command, self.path, self.headers.get("Range")))
+            state.authorizations.append((self.name, self.command, self.headers.get("Authorization")))
             state.served.append(0)
             number = len(state.served) - 1
         found = self._lookup()
+        if found is not None and found[1] is not None and state.redirect_to and self.name == "hub":
+            (repo, _rev, path), content = found
+            sha = hashlib.sha256(content).hexdigest()
+            self.send_response(302)  # as huggingface.co answers for an LFS file: metadata, then the CDN
+            self.send_header("Location", state.redirect_to + self.path)
+            self.send_header("X-Repo-Commit", state.commits[repo])
+            self.send_header("X-Linked-Etag", f'"{sha}"')
+            self.send_header("X-Linked-Size", str(len(content)))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if found is None or found[1] is None:
             body = b'{"error":"Entry not found"}'
             self.send_response(404)
@@ -92,6 +113,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         part = content[start:]
+        if send_body and path in state.oversend:
+            part += b"\0" * state.oversend[path]
+        encoding = None
+        if send_body and path in state.gzip_oversend:
+            import gzip
+
+            part = gzip.compress(part + b"\0" * state.gzip_oversend[path], compresslevel=1)
+            encoding = "gzip"
+        if send_body and path in state.drip_s:
+            self._drip(part, state.drip_s[path])
+            return
         cut = state.drop_after.pop(path, None) if send_body else None
         stall = state.stall_after.pop(path, None) if send_body else None
         self.send_response(status)
@@ -102,6 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(part)))
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{len(content) - 1}/{len(content)}")
         self.end_headers()
@@ -132,6 +166,20 @@ class _Handler(BaseHTTPRequestHandler):
             if state.delay_per_chunk_s:
                 time.sleep(state.delay_per_chunk_s)
 
+    def _drip(self, part: bytes, every_s: float) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(part)))
+        self.end_headers()
+        for offset in range(len(part)):
+            if self.state.release.wait(every_s):
+                return
+            try:
+                self.wfile.write(part[offset : offset + 1])
+                self.wfile.flush()
+            except OSError:
+                return
+
     def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
         self._answer(send_body=False)
 
@@ -142,11 +190,12 @@ class _Handler(BaseHTTPRequestHandler):
 class HubServer:
     """``with HubServer() as hub: hub.state.add(...); hub.url``: serves in a thread until the block ends."""
 
-    def __init__(self, state: HubState | None = None, port: int = 0) -> None:
+    def __init__(self, state: HubState | None = None, port: int = 0, name: str = "hub") -> None:
         self.state = state or HubState()
-        handler = type("Handler", (_Handler,), {"state": self.state})
+        handler = type("Handler", (_Handler,), {"state": self.state, "name": name})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, address: None  # a client that hangs up is no test failure
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property

@@ -245,15 +245,14 @@ def test_add_a_folder_brought_by_hand_is_checked_and_copied(content, tmp_path, m
     assert (stick / "models" / "autoencoder_v1.pt").is_file()  # copied, the stick left as it was
     result = _generate(user, "nv-generate-mr-brain")
     assert result.volumes.shape[-3:] == MAISI_DIM
-    # Its SHA-256 was recorded (first use): a different file under the same name is refused next time.
-    target = user / "nv-generate-mr-brain"
-    shutil.rmtree(target)
-    data = bytearray((stick / "models" / "autoencoder_v1.pt").read_bytes())
-    data[-1] ^= 1
-    (stick / "models" / "autoencoder_v1.pt").write_bytes(bytes(data))
-    with pytest.raises(ModelInvalid, match="autoencoder_v1.pt .*not the file"):
-        download.add_folder(stick, find_entry("nv-generate-mr-brain"), accept_licence=True)
-    assert not target.exists()
+    # Its SHA-256 was recorded on trust, and said to be: it proves nothing, so it refuses no other copy.
+    hashes = download.RecordedHashes()
+    entry = find_entry("nv-generate-mr-brain")
+    assert hashes.origin(entry, "models/autoencoder_v1.pt") == download.ON_TRUST
+    assert main(["models", "remove", "nv-generate-mr-brain"]) == 0
+    assert (
+        not (user / "nv-generate-mr-brain").exists() and hashes.get(entry, "models/autoencoder_v1.pt") is None
+    )
 
 
 def test_get_refuses_an_installed_model_in_one_line(hub, user):
@@ -333,3 +332,253 @@ def test_without_huggingface_hub_get_says_so_in_one_line(hub, user, monkeypatch,
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "needs huggingface_hub" in err and "models add FOLDER" in err
     assert hub.state.requests == []
+
+
+# ------------------------------------------------------------------- a hub that is not to be trusted (issue 50)
+
+
+def test_the_token_goes_only_to_the_hubs_host_never_across_a_redirect(hub, user, monkeypatch):
+    """The hub answers each file with a 302 to a CDN (another origin), as huggingface.co does for LFS files.
+    Before: every GET to the CDN carried the HF_TOKEN (4 of 4)."""
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "t" * 34)
+    with HubServer(hub.state, name="cdn") as cdn:
+        hub.state.redirect_to = cdn.url
+        placed = download.get_model(find_entry("brain-ldm"), accept_licence=True)
+    assert (placed / "models" / "model.pt").is_file()
+    seen = hub.state.authorizations
+    assert [a for s, _, a in seen if s == "hub"] and all(
+        a == "Bearer hf_" + "t" * 34 for s, _, a in seen if s == "hub"
+    )
+    cdn_gets = [a for s, m, a in seen if s == "cdn" and m == "GET"]
+    assert len(cdn_gets) == 4 and cdn_gets == [None] * 4
+
+
+@pytest.mark.parametrize("how", ["plain", "gzip"])
+def test_no_more_bytes_than_the_hub_announced_are_written(hub, user, monkeypatch, how):
+    """Before: the whole over-long answer was written (9.5 MB for the 1.1 MB fixture file; 256 MiB for a 4.3 MB
+    file in the issue), then refused by size as "cannot write"."""
+    (hub.state.oversend if how == "plain" else hub.state.gzip_oversend)["models/model.pt"] = 8 << 20
+    written = []
+    real_write = download._CountingFile.write
+    monkeypatch.setattr(
+        download._CountingFile,
+        "write",
+        lambda self, data: written.append(len(data)) or real_write(self, data),
+    )
+    entry = find_entry("brain-ldm")
+    size = len(hub.state.files[(entry.hub_files[3].repo, "1.0.3", "models/model.pt")])
+    with pytest.raises(ModelInvalid, match="sent more of models/model.pt than") as refused:
+        download.get_model(entry, accept_licence=True)
+    assert "\n" not in str(refused.value)
+    assert sum(written) <= sum(len(d) for k, d in hub.state.files.items() if k[0] == entry.hub_files[3].repo)
+    staged = download.staging_dir(user, entry) / "models"
+    assert not (staged / "model.pt.part").exists() and not (staged / "model.pt").exists()
+    assert size > 0
+
+
+def test_a_dripping_hub_meets_the_progress_deadline(hub, user, monkeypatch):
+    """One byte every 50 ms: the read timeout never fires. Before: the get sat at "0 B" for good."""
+    import threading
+
+    monkeypatch.setattr(download, "PROGRESS_WINDOW_S", 0.5)
+    monkeypatch.setattr(download, "MIN_WINDOW_BYTES", 64 << 10)
+    hub.state.drip_s["configs/inference.json"] = 0.05
+    outcome: list[BaseException] = []
+
+    def get():
+        try:
+            download.get_model(find_entry("brain-ldm"), accept_licence=True)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=get, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "the get was still waiting for a dripping hub after 30 s"
+    assert len(outcome) == 1 and isinstance(outcome[0], download.HubTooSlow), outcome
+    assert "in the last 0.5 s" in str(outcome[0]) and "resume" in str(outcome[0])
+
+
+def test_a_full_disk_leaves_no_partial_file_and_says_so(hub, user, monkeypatch):
+    import errno
+
+    real_write = download._CountingFile.write
+    calls = []
+
+    def write(self, data):
+        calls.append(len(data))
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, data)
+
+    monkeypatch.setattr(download, "WRITE_CHUNK_BYTES", 16 << 10)
+    monkeypatch.setattr(download._CountingFile, "write", write)
+    entry = find_entry("brain-ldm")
+    with pytest.raises(OutputError, match="is full") as refused:
+        download.get_model(entry, accept_licence=True)
+    assert "nothing was placed" in str(refused.value)
+    staged = download.staging_dir(user, entry)
+    assert not [p for p in staged.rglob("*.part")], "a partial file was left on the full disk"
+    assert not (user / entry.folder).exists()
+
+
+def test_hub_and_catalogue_text_reaches_the_terminal_without_escape_sequences(
+    content, tmp_path, monkeypatch, user, capsys
+):
+    clipboard = "\x1b]52;c;" + "ZWNobyBvd25lZA==" + "\x07"
+
+    def edit(data):
+        for entry in data["models"]:
+            entry["licence"]["name"] += clipboard
+            entry["title"] = "\x1b[2J\x1b[H" + entry["title"]
+            entry["licence"]["text"] = "line one\n\x1b[31mred\x1b[0m\x9b2J line two"
+
+    catalogue = write_test_catalogue(tmp_path / "catalogue", content, edit)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    monkeypatch.setattr("sys.stdin", open(os.devnull))  # noqa: SIM115 - nobody to type yes
+    assert main(["models"]) == 0
+    assert main(["models", "get", "nv-generate-mr-brain"]) != 0
+    captured = capsys.readouterr()
+    for text in (captured.out, captured.err):
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+    assert "NVIDIA Open Model License" in captured.out and "line one\nred line two" in captured.out
+
+
+def test_two_gets_of_one_model_at_once_the_second_says_the_first_runs(hub, user):
+    import threading
+
+    hub.state.stall_after["models/model.pt"] = 0
+    entry = find_entry("brain-ldm")
+    first: list[object] = []
+    worker = threading.Thread(
+        target=lambda: first.append(download.get_model(entry, accept_licence=True)), daemon=True
+    )
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not any(m == "GET" and p.endswith("/models/model.pt") for m, p, _ in hub.state.requests):
+        assert time.monotonic() < deadline and worker.is_alive(), "the first get never reached the weights"
+        time.sleep(0.02)
+    with pytest.raises(OutputError, match="is being fetched already"):
+        download.get_model(entry, accept_licence=True)
+    hub.state.release.set()
+    worker.join(60)
+    assert first and Path(first[0]).is_dir()  # the first one was not disturbed
+
+
+def test_the_catalogue_and_the_licence_prompt_say_when_the_publisher_pins_nothing(
+    hub, user, capsys, monkeypatch
+):
+    nv = find_entry("nv-generate-mr-brain")
+    assert "pins nothing for 2 of its 2 hub files" in nv.pinning_note() and "'main'" in nv.pinning_note()
+    assert "pins nothing for 4 of its 4" in find_entry("brain-ldm").pinning_note()
+    assert main(["models"]) == 0
+    assert "the publisher pins nothing for 2 of its 2 hub files" in capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", open(os.devnull))  # noqa: SIM115
+    assert main(["models", "get", "nv-generate-mr-brain"]) != 0
+    assert "Note: the publisher pins nothing" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------- a copy added by hand is checked (issue 50)
+
+
+def _stick_with(tmp_path, content, change=None) -> Path:
+    """NV-Generate's two hub files on a "USB stick"; ``change(name, state_dict)`` may edit a checkpoint."""
+    stick = tmp_path / "stick"
+    (stick / "models").mkdir(parents=True)
+    for name in ("diff_unet_3d_rflow-mr-brain_v1.pt", "autoencoder_v1.pt"):
+        source = content["nv-generate-mr-brain"] / "models" / name
+        if change is None:
+            shutil.copyfile(source, stick / "models" / name)
+            continue
+        checkpoint = torch.load(source, weights_only=True)
+        change(name, checkpoint)
+        torch.save(checkpoint, stick / "models" / name)
+    return stick
+
+
+def _widen_one_tensor(name, checkpoint):
+    if name.startswith("autoencoder"):
+        state = checkpoint.get("state_dict", checkpoint)
+        key = next(k for k, v in state.items() if getattr(v, "ndim", 0) == 5)
+        shape = list(state[key].shape)
+        shape[0] += 1
+        state[key] = torch.zeros(shape)
+
+
+@pytest.mark.parametrize("case", ["one-tensor-widened", "files-far-too-small"])
+def test_a_hand_added_copy_that_is_not_the_configs_network_is_refused(
+    content, tmp_path, monkeypatch, user, case
+):
+    """Before: a 6 MB copy with NVIDIA's file names was installed as NV-Generate-MR-Brain and its SHA-256
+    recorded as the trusted reference."""
+    catalogue = write_test_catalogue(tmp_path / "catalogue", content)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    if case == "one-tensor-widened":
+        stick = _stick_with(tmp_path, content, _widen_one_tensor)
+        match = "the network its config describes needs"
+    else:
+        stick = _stick_with(
+            tmp_path,
+            content,
+            lambda name, ckpt: (ckpt.clear(), ckpt.update(state_dict={"x": torch.zeros(4)})),
+        )
+        match = "at 16 bits each.*not this model's file"
+    entry = find_entry("nv-generate-mr-brain")
+    with pytest.raises(ModelInvalid, match=match) as refused:
+        download.add_folder(stick, entry, accept_licence=True)
+    assert "\n" not in str(refused.value) and "nothing was installed" in str(refused.value)
+    assert not (user / entry.folder).exists()
+    assert download.RecordedHashes().get(entry, "models/autoencoder_v1.pt") is None
+
+
+def test_a_hash_recorded_on_trust_never_outranks_the_hubs_and_can_be_forgotten(
+    hub, content, tmp_path, user, capsys
+):
+    """Before: the hash of a hand-added copy ranked above the hub's, so the genuine download was refused."""
+    perturbed = _stick_with(
+        tmp_path,
+        content,
+        lambda name, ckpt: [
+            t.add_(0.001)
+            for t in ckpt.get("state_dict", ckpt).values()
+            if getattr(t, "is_floating_point", lambda: False)()
+        ],
+    )
+    assert main(["models", "add", str(perturbed), "--model", "nv-generate-mr-brain", "--accept-licence"]) == 0
+    assert "recorded on trust" in capsys.readouterr().out
+    assert main(["models", "verify", "nv-generate-mr-brain"]) == 0
+    assert "recorded on trust when added by hand" in capsys.readouterr().out
+    shutil.rmtree(user / "nv-generate-mr-brain")  # gone by hand: the trusted hashes stay recorded
+    entry = find_entry("nv-generate-mr-brain")
+    assert download.RecordedHashes().origin(entry, "models/autoencoder_v1.pt") == download.ON_TRUST
+    placed = download.get_model(entry, accept_licence=True)  # the genuine files: the hub's hash rules
+    provenance = json.loads((placed / download.PROVENANCE_FILE).read_text())
+    assert all(
+        "the hub's LFS SHA-256" in f["checked_against"]
+        for p, f in provenance["files"].items()
+        if p.startswith("models/")
+    )
+    assert download.RecordedHashes().origin(entry, "models/autoencoder_v1.pt") == download.DOWNLOADED
+    assert main(["models", "verify", "nv-generate-mr-brain", "--forget-trusted"]) == 0
+    out = capsys.readouterr().out
+    assert "matches the hash recorded at download" in out and "no hash was recorded on trust" in out, out
+
+
+@pytest.mark.parametrize("with_model", [True, False], ids=["catalogue-copy", "plain-folder"])
+def test_a_link_inside_a_copy_pointing_outside_is_refused_read_or_not(
+    content, tmp_path, monkeypatch, user, with_model
+):
+    catalogue = write_test_catalogue(tmp_path / "catalogue", content)
+    monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a model file")
+    if with_model:
+        stick = _stick_with(tmp_path, content)
+    else:
+        stick = tmp_path / "stick"
+        shutil.copytree(content["brain-ldm"], stick)
+    os.symlink(secret, stick / "notes.txt")  # never read by the loader
+    entry = find_entry("nv-generate-mr-brain") if with_model else None
+    with pytest.raises(ModelInvalid, match="notes.txt .*is a link to .*outside the folder"):
+        download.add_folder(stick, entry, accept_licence=True)
+    assert not user.exists() or not any(user.iterdir())

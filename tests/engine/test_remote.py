@@ -202,3 +202,58 @@ def test_tissue_maps_and_space_cross_the_wire_and_a_wrong_count_is_refused():
     event["provenance"]["label_channels"] = ["GM"]  # a server that names fewer maps than it sends channels
     with pytest.raises(wire.WireError, match="tissue maps"):
         wire.result_from_event(event, volumes, "https://h:1")
+
+
+def _fill_the_queue(url: str, backend) -> None:
+    """One job running (held at the gate) and one waiting: a queue of one place is full."""
+    import httpx
+
+    body = {"model": "tiny-pixel", "steps": 2}
+    headers = {"Authorization": "Bearer s3cret"}
+    assert httpx.post(f"{url}/jobs", json=body, headers=headers, timeout=30).status_code == 200
+    deadline = time.monotonic() + 30
+    while not backend.started.is_set():
+        assert time.monotonic() < deadline, "the first job never started"
+        time.sleep(0.02)
+    assert httpx.post(f"{url}/jobs", json=body, headers=headers, timeout=30).status_code == 200
+
+
+def test_the_client_waits_as_a_full_queue_says_then_runs_its_job(registry):
+    """Before: a full queue's 429 ended the client at once ("try again in about 5 s", exit 5)."""
+    from engine.server import ServerLimits
+    from engine.testing import InstantBackend
+    from tests.engine.test_server_hardening import GatedBackend
+
+    backend = GatedBackend(InstantBackend(registry))
+    app = create_app(backend, token="s3cret", limits=ServerLimits(max_queued_jobs=1, max_queued_per_client=1))
+    try:
+        with ServerThread(app) as url:
+            _fill_the_queue(url, backend)
+            waiting = RemoteBackend(url, token="s3cret", queue_wait_s=60).sample(
+                SamplingRequest(model="tiny-pixel", steps=2, seed=1)
+            )
+            told = next(waiting)  # the queue is full: told, and waiting
+            assert (
+                told.stage == "load" and "trying again in" in told.message and "60 s in all" in told.message
+            )
+            backend.gate.set()
+            assert run(waiting) is not None  # it got in once the queue moved
+    finally:
+        backend.gate.set()
+
+
+def test_a_client_that_waited_its_deadline_says_so(registry):
+    from engine.server import ServerLimits
+    from engine.testing import InstantBackend
+    from tests.engine.test_server_hardening import GatedBackend
+
+    backend = GatedBackend(InstantBackend(registry))
+    app = create_app(backend, token="s3cret", limits=ServerLimits(max_queued_jobs=1, max_queued_per_client=1))
+    try:
+        with ServerThread(app) as url:
+            _fill_the_queue(url, backend)
+            client = RemoteBackend(url, token="s3cret", queue_wait_s=1)
+            with pytest.raises(BackendUnavailable, match=r"gave up after waiting \d+ s.*--queue-wait 1"):
+                run(client.sample(SamplingRequest(model="tiny-pixel", steps=2, seed=1)))
+    finally:
+        backend.gate.set()

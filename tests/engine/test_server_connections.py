@@ -7,9 +7,12 @@ hundred sockets. Before the fix, ~320 sockets that never sent a request made eve
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import ssl
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,6 +21,7 @@ from engine.cli import main as cli_main
 from engine.server.connections import ConnectionLimits
 from engine.testing import ServerThread
 
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "Wq3-x7LmZp0aKd9sVbN2cY5tR8eHfJ4uGi6oPlQ1wEr"  # 43 characters, as `serve --new-token` makes
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -204,3 +208,290 @@ def test_requests_beyond_the_in_flight_limit_get_503_and_the_server_recovers(reg
                 time.sleep(0.05)
     finally:
         backend.gate.set()
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    received = b""
+    try:
+        while chunk := sock.recv(65536):
+            received += chunk
+    except (TimeoutError, OSError):
+        pass
+    return received
+
+
+@pytest.mark.parametrize("order", ["length-first", "chunked-first"])
+def test_content_length_with_chunked_is_refused_and_closes_the_connection(model_path_env, order):
+    """RFC 9112 section 6.3: a request with both framings may be a smuggling attempt; the server answers it
+    and then MUST close the connection. Before: the second request in the same bytes was answered too."""
+    from engine.backends.local import LocalBackend
+    from engine.server import create_app
+
+    app = create_app(LocalBackend("cpu"), token=TOKEN)
+    framing = [b"Content-Length: 5", b"Transfer-Encoding: chunked"]
+    if order == "chunked-first":
+        framing.reverse()
+    smuggled = (
+        b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\n"
+        + b"\r\n".join(framing)
+        + b"\r\n\r\n0\r\n\r\n"
+        + b"GET /info HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+        + TOKEN.encode()
+        + b"\r\n\r\n"
+    )
+    with ServerThread(app) as url:
+        sock = _connect(url)
+        sock.sendall(smuggled)
+        received = _read_until_closed(sock)
+        sock.close()
+        assert received.count(b"HTTP/1.1 ") == 1, received[:400]
+        assert received.startswith(b"HTTP/1.1 400") and b"connection: close" in received.lower()
+        assert b"Content-Length and Transfer-Encoding" in received
+        # an ordinary request is still answered
+        assert httpx.get(f"{url}/info", headers=AUTH, timeout=30).status_code == 200
+
+
+# ------------------------------------------------------------------- per-client shares (issue 50, point 2)
+
+TOKEN_A = "A" * 8 + "-client-a-token-for-the-share-tests-0123456789"
+TOKEN_B = "B" * 8 + "-client-b-token-for-the-share-tests-0123456789"
+
+
+def _drip(url: str, token: str, source: str = "127.0.0.1") -> socket.socket:
+    """A request whose headers say a 60000-byte body that never comes: it holds an in-flight slot."""
+    host, port = url.rsplit("//", 1)[1].split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0))
+    sock.sendall(
+        b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token.encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n"
+    )
+    return sock
+
+
+def _until(predicate, what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_one_clients_dripping_requests_leave_every_other_client_its_share(model_path_env):
+    """Before: client A's drips held every in-flight slot and client B's GET /info got 503 (78 of 78)."""
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app
+
+    limits = ServerLimits(connections=ConnectionLimits(max_in_flight_requests=8))
+    app = create_app(LocalBackend("cpu"), token={"a": TOKEN_A, "b": TOKEN_B}, limits=limits)
+    with ServerThread(app) as url:
+        drips = [_drip(url, TOKEN_A) for _ in range(12)]
+        try:
+            info_a = {"Authorization": f"Bearer {TOKEN_A}"}
+            _until(
+                lambda: httpx.get(f"{url}/info", headers=info_a, timeout=30).status_code == 503,
+                "A's share full",
+            )
+            answers = [
+                httpx.get(
+                    f"{url}/info", headers={"Authorization": f"Bearer {TOKEN_B}"}, timeout=30
+                ).status_code
+                for _ in range(10)
+            ]
+            assert answers == [200] * 10
+            refused = httpx.get(f"{url}/info", headers=info_a, timeout=30)
+            assert refused.status_code == 503 and "its share" in refused.json()["detail"]
+        finally:
+            for sock in drips:
+                sock.close()
+
+
+def test_a_single_token_server_keeps_a_share_per_address(model_path_env):
+    """One token is one client: what holds there is the per-address share (another address gets in)."""
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app
+
+    limits = ServerLimits(connections=ConnectionLimits(max_in_flight_requests=8, max_in_flight_per_address=4))
+    app = create_app(LocalBackend("cpu"), token=TOKEN, limits=limits)
+    with ServerThread(app) as url:
+        drips = [_drip(url, TOKEN) for _ in range(8)]
+        try:
+            _until(lambda: httpx.get(f"{url}/info", headers=AUTH, timeout=30).status_code == 503, "the share")
+            other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
+            with other:
+                assert [other.get(f"{url}/info", headers=AUTH).status_code for _ in range(5)] == [200] * 5
+        finally:
+            for sock in drips:
+                sock.close()
+
+
+def test_one_clients_event_streams_leave_the_other_client_its_share(registry):
+    """Before: A's streams on its own job took every stream slot and B's stream was 429."""
+    import json as json_module
+
+    from engine.server import ServerLimits, create_app
+    from engine.testing import InstantBackend
+    from tests.engine.test_server_hardening import GatedBackend
+
+    backend = GatedBackend(InstantBackend(registry))
+    app = create_app(backend, token={"a": TOKEN_A, "b": TOKEN_B}, limits=ServerLimits(max_streams=4))
+    body = json_module.dumps({"model": "tiny-pixel", "steps": 2})
+    auth_a = {"Authorization": f"Bearer {TOKEN_A}"}
+    auth_b = {"Authorization": f"Bearer {TOKEN_B}"}
+    try:
+        with ServerThread(app) as url:
+            job_a = httpx.post(
+                f"{url}/jobs", content=body, headers={**auth_a, "Content-Type": "application/json"}
+            )
+            job_b = httpx.post(
+                f"{url}/jobs", content=body, headers={**auth_b, "Content-Type": "application/json"}
+            )
+            a, b = job_a.json()["id"], job_b.json()["id"]
+            request = (
+                f"GET /jobs/{a}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN_A}\r\n\r\n"
+            )
+            socks = []
+            try:
+                for _ in range(6):
+                    sock = _connect(url)
+                    sock.sendall(request.encode())
+                    socks.append(sock)
+                _until(lambda: app.state.streams["opened"] >= 2, "A's streams")
+                refused = httpx.get(f"{url}/jobs/{a}/events", headers=auth_a, timeout=30)
+                assert refused.status_code == 429 and "its share" in refused.json()["detail"]
+                with httpx.stream("GET", f"{url}/jobs/{b}/events", headers=auth_b, timeout=30) as stream:
+                    assert stream.status_code == 200
+                assert app.state.streams["by_client"].get("a") == 2
+            finally:
+                for sock in socks:
+                    sock.close()
+    finally:
+        backend.gate.set()
+
+
+# ------------------------------------------------------------------- TLS handshakes (issue 50, point 1)
+
+
+def test_a_socket_that_never_starts_its_tls_handshake_is_closed_at_the_header_deadline(
+    model_path_env, tmp_path
+):
+    """Before: asyncio's own 60 s ssl_handshake_timeout held each such socket (and its file descriptor)."""
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app, self_signed_certificate
+
+    cert, key = self_signed_certificate(tmp_path / "tls", ["127.0.0.1"])
+    limits = ServerLimits(connections=ConnectionLimits(header_timeout_s=0.5))
+    app = create_app(LocalBackend("cpu"), token=TOKEN, limits=limits)
+    with ServerThread(app, ssl_certfile=cert, ssl_keyfile=key) as url:
+        silent = _connect(url)  # TCP only: no ClientHello ever
+        silent.settimeout(15)
+        started = time.monotonic()
+        assert _closed_by_server(silent), "a socket that never started its handshake was held 15 s"
+        assert time.monotonic() - started < 10
+        assert httpx.get(f"{url}/info", headers=AUTH, timeout=30, verify=False).status_code == 200
+
+
+def test_accept_errors_are_logged_once_per_kind_in_one_line():
+    """Under a flood at the file limit asyncio logged every failed accept() with a traceback (~500k, 200+ MB)."""
+    import logging
+
+    from engine.server.connections import OncePerKind
+
+    logger = logging.getLogger("volsynth.test.accept-flood")
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(self.format(record))
+
+    handler = Collect()
+    logger.addHandler(handler)
+    logger.addFilter(OncePerKind(every_s=3600))
+    logger.propagate = False
+    try:
+        for _ in range(10_000):
+            try:
+                raise OSError(24, "Too many open files")
+            except OSError:
+                logger.error("socket.accept() out of system resource", exc_info=True)
+        logger.error("another kind")
+    finally:
+        logger.removeHandler(handler)
+    assert len(lines) == 2 and all("\n" not in line and "Traceback" not in line for line in lines), lines
+    assert "Too many open files" in lines[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="sets the server's file limit in the child (POSIX)")
+def test_a_tls_handshake_flood_at_a_low_file_limit_leaves_requests_answered_and_the_log_small(
+    tiny_models_dir, tmp_path
+):
+    """`volsynth serve --tls-self-signed` with 64 open files at most; 110 sockets from 25 addresses that never
+    start the handshake. Before: 0 of 4 authenticated requests answered in 40 s and 87.6 MB of log (201,484
+    tracebacks); after: answered within the header deadline, a log of about 1 kB."""
+    import resource
+    import subprocess
+    import sys
+
+    port = _free_port()
+    url = f"https://127.0.0.1:{port}"
+    env = dict(os.environ, VOLSYNTH_MODEL_PATH=str(tiny_models_dir), PYTHONUNBUFFERED="1")
+    env.pop("VOLSYNTH_SERVER_TOKEN", None)
+    log = tmp_path / "stderr.txt"
+
+    def low_file_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    command = [
+        sys.executable,
+        "-m",
+        "engine",
+        "serve",
+        "--device",
+        "cpu",
+        "--port",
+        str(port),
+        "--token",
+        TOKEN,
+    ]
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [*command, "--tls-self-signed", "--tls-dir", str(tmp_path / "tls")],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=low_file_limit,  # noqa: PLW1509 - only setrlimit, before exec
+        )
+    flood: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+            try:
+                if httpx.get(f"{url}/info", headers=AUTH, timeout=5, verify=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        for i in range(110):
+            sock = socket.socket()
+            sock.bind((f"127.0.4.{1 + i % 25}", 0))
+            sock.connect(("127.0.0.1", port))
+            flood.append(sock)
+        answered, started = False, time.monotonic()
+        while not answered and time.monotonic() - started < 35:
+            with contextlib.suppress(httpx.HTTPError):
+                answered = httpx.get(f"{url}/info", headers=AUTH, timeout=10, verify=False).status_code == 200
+        assert answered, "no authenticated request was answered during the flood"
+    finally:
+        for sock in flood:
+            sock.close()
+        proc.terminate()
+        proc.wait(60)
+    text = log.read_text()
+    assert len(text) < 100_000 and "Traceback" not in text, f"{len(text)} bytes of log"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -33,18 +33,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _stream(url: str, job: str, lines: list[dict], first_progress: threading.Event) -> None:
+def _stream(url: str, job: str, lines: list[dict], seen: dict[str, threading.Event]) -> None:
     with httpx.stream("GET", f"{url}/jobs/{job}/events", headers=AUTH, timeout=120) as response:
         for line in response.iter_lines():
             if line:
                 event = json.loads(line)
                 lines.append(event)
                 if event["type"] == "progress" and event.get("stage") == "denoise":
-                    first_progress.set()
+                    seen["progress"].set()
+                if event["type"] == "notice":
+                    seen["notice"].set()
 
 
-def test_sigterm_cancels_the_running_job_after_the_grace_and_tells_every_client_at_once(tiny_models_dir):
-    grace = "1"
+def _shut_down(tiny_models_dir, grace: str, signals: list[int]):
+    """``volsynth serve`` with a running and a queued job, sent ``signals`` (each after the running job's
+    client has been told of the one before). Returns (running job's events, queued job's events, exit
+    status, stderr, port)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, VOLSYNTH_MODEL_PATH=str(tiny_models_dir), PYTHONUNBUFFERED="1")
@@ -70,26 +74,37 @@ def test_sigterm_cancels_the_running_job_after_the_grace_and_tells_every_client_
         body = {"model": "tiny-pixel", "steps": 1000}  # minutes of work here: it cannot end within the grace
         jobs = [httpx.post(f"{url}/jobs", json=body, headers=AUTH, timeout=30).json()["id"] for _ in range(2)]
         events: list[list[dict]] = [[], []]
-        progressed = [threading.Event(), threading.Event()]
+        seen = [{"progress": threading.Event(), "notice": threading.Event()} for _ in jobs]
         readers = [
-            threading.Thread(target=_stream, args=(url, job, events[i], progressed[i]), daemon=True)
+            threading.Thread(target=_stream, args=(url, job, events[i], seen[i]), daemon=True)
             for i, job in enumerate(jobs)
         ]
         for reader in readers:
             reader.start()
         deadline = time.monotonic() + 120
-        while not progressed[0].wait(0.1):
+        while not seen[0]["progress"].wait(0.1):
             assert readers[0].is_alive() and time.monotonic() < deadline, f"no denoising: {events[0][-3:]}"
-        proc.send_signal(signal.SIGTERM)
+        for n, sig in enumerate(signals):
+            if n:  # the server is shutting down (its running job's client was told) before the next one
+                assert seen[0]["notice"].wait(60), f"no notice: {events[0][-3:]}"
+            proc.send_signal(sig)
         for reader in readers:
             reader.join(60)
         assert not any(r.is_alive() for r in readers), "an event stream did not end"
-        # uvicorn re-raises the signal once it has shut down: the exit is the signal's
-        assert proc.wait(60) in (0, -signal.SIGTERM)
+        status = proc.wait(60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
+    return events[0], events[1], status, proc.stderr.read(), port
+
+
+def test_sigterm_cancels_the_running_job_after_the_grace_and_tells_every_client_at_once(tiny_models_dir):
+    grace = "1"
+    running, queued, status, err, port = _shut_down(tiny_models_dir, grace, [signal.SIGTERM])
+    # uvicorn re-raises the signal once it has shut down: the exit is the signal's
+    assert status in (0, -signal.SIGTERM)
+    events = [running, queued]
     running, queued = events
     # the queued job: its stream ends with the error, it never ran
     assert [e["type"] for e in queued] == ["queued", "error"]
@@ -99,7 +114,21 @@ def test_sigterm_cancels_the_running_job_after_the_grace_and_tells_every_client_
     assert kinds[-1] == "error" and kinds.count("notice") == 1, kinds[-5:]
     assert f"within {grace} s" in running[kinds.index("notice")]["message"]
     assert "shut down" in running[-1]["message"] and f"{grace} s grace" in running[-1]["message"]
-    err = proc.stderr.read()
     assert "Traceback" not in err
     with pytest.raises(OSError):  # it stopped accepting
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+@pytest.mark.parametrize("presses", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
+def test_ctrl_c_shuts_down_as_cleanly_as_sigterm(tiny_models_dir, presses):
+    """SIGINT: the same bounded shutdown as SIGTERM, ended by the signal; a second one ends the grace at once
+    instead of cutting the streams. Before: exit -6 (SIGABRT, "terminate called without an active
+    exception"), and after a second Ctrl-C tracebacks and a stream cut after its notice, with no error."""
+    grace = "1" if presses == 1 else "600"  # twice: only the second press can end the job in time
+    running, queued, status, err, _ = _shut_down(tiny_models_dir, grace, [signal.SIGINT] * presses)
+    assert status == -signal.SIGINT, err[-2000:]
+    assert "Traceback" not in err and "terminate called" not in err, err[-2000:]
+    assert [e["type"] for e in queued] == ["queued", "error"]
+    kinds = [e["type"] for e in running]
+    assert kinds[-1] == "error" and kinds.count("notice") == 1, kinds[-5:]
+    assert "shut down" in running[-1]["message"]

@@ -31,8 +31,16 @@ from engine.server.schemas import (
 )
 
 
-def add_job_routes(app: FastAPI, manager: JobManager, limits: ServerLimits, streams: dict[str, int]) -> None:
-    """``streams`` counts the open event streams (``open``, ``peak``, ``opened``); ``/events`` keeps it."""
+def add_job_routes(
+    app: FastAPI, manager: JobManager, limits: ServerLimits, streams: dict, clients: int = 1
+) -> None:
+    """``streams`` counts the open event streams (``open``, ``peak``, ``opened``, and ``by_client`` and
+    ``by_address``); ``/events`` keeps it. With several ``clients`` each has ``max_streams // clients`` of
+    them; every address has ``max_streams_per_address``."""
+    per_client = max(1, limits.max_streams // clients) if clients > 1 else limits.max_streams
+    per_address = max(1, min(limits.max_streams, limits.max_streams_per_address))
+    streams.setdefault("by_client", {})
+    streams.setdefault("by_address", {})
 
     def job_or_404(job_id: str, request: Request) -> Job:
         job = manager.get(job_id, owner=client_of(request))
@@ -93,19 +101,27 @@ def add_job_routes(app: FastAPI, manager: JobManager, limits: ServerLimits, stre
         job = job_or_404(job_id, request)
         # Check and take the slot in one step (no await between): streams arriving together cannot all
         # pass the check before any of them counts; the stream's own end gives the slot back.
+        client = client_of(request)
+        address = request.client.host if request.client else "?"
+        full = None
         if streams["open"] >= limits.max_streams:
+            full = f"too many open event streams ({streams['open']}); try again shortly"
+        elif streams["by_client"].get(client, 0) >= per_client:
+            full = f"this client has {per_client} event streams open, its share; close one first"
+        elif streams["by_address"].get(address, 0) >= per_address:
+            full = f"this address has {per_address} event streams open, its share; close one first"
+        if full:
             return JSONResponse(
-                wire.error_body(
-                    f"too many open event streams ({streams['open']}); try again shortly",
-                    "BackendUnavailable",
-                ),
-                status_code=429,
-                headers={"Retry-After": "5"},
+                wire.error_body(full, "BackendUnavailable"), status_code=429, headers={"Retry-After": "5"}
             )
         streams["open"] += 1
         streams["opened"] += 1
         streams["peak"] = max(streams["peak"], streams["open"])
-        return SlotStreamingResponse(event_stream(job, since, limits), streams, media_type=wire.NDJSON)
+        for counts, key in ((streams["by_client"], client), (streams["by_address"], address)):
+            counts[key] = counts.get(key, 0) + 1
+        return SlotStreamingResponse(
+            event_stream(job, since, limits), streams, media_type=wire.NDJSON, holder=(client, address)
+        )
 
     @app.get(
         "/jobs/{job_id}/volumes",
@@ -158,9 +174,10 @@ class SlotStreamingResponse(StreamingResponse):
     """A stream holding one of ``streams["open"]``, taken by the route, given back when the response
     ends however it ends (finished, cut off by the client, or never iterated)."""
 
-    def __init__(self, content, streams: dict[str, int], **kwargs) -> None:
+    def __init__(self, content, streams: dict, holder: tuple[str, str] | None = None, **kwargs) -> None:
         super().__init__(self._releasing(content), **kwargs)
         self._streams = streams
+        self._holder = holder
         self._held = True
 
     async def _releasing(self, content):
@@ -180,6 +197,12 @@ class SlotStreamingResponse(StreamingResponse):
         if self._held:
             self._held = False
             self._streams["open"] -= 1
+            if self._holder is not None:
+                for name, key in zip(("by_client", "by_address"), self._holder, strict=True):
+                    counts = self._streams[name]
+                    counts[key] -= 1
+                    if not counts[key]:
+                        del counts[key]
 
 
 async def event_stream(job: Job, since: int, limits: ServerLimits):

@@ -266,6 +266,8 @@ def build_model_corpus(folder: Path, template: Path, outside: Path) -> dict[str,
     )
     case("huge-channels", huge_channels)
     case("huge-timesteps", lambda d: d["schedule"].update(num_train_timesteps=10**10))
+    case("negative-beta-start", lambda d: d["schedule"].update(beta_start=-0.5))
+    case("beta-end-one", lambda d: d["schedule"].update(beta_end=1.0))
     case("many-latent-channels", lambda d: d.update(latent_shape=[100000, 4, 4, 4]))
     nested = "[" * 100_000 + "]" * 100_000
     case(

@@ -19,6 +19,8 @@ from tests.engine.hostile.corpus import build_model_corpus
 REFUSED_ON_OPEN = {
     "huge-output-shape": "output_shape.*4096 x 4096 x 4096.*VOLSYNTH_MAX_VOXELS",
     "huge-timesteps": "num_train_timesteps must be a whole number from 1 to 100,000",
+    "negative-beta-start": "schedule beta_start must be a number from 0 to below 1, got -0.5",
+    "beta-end-one": "schedule beta_end must be a number from 0 to below 1, got 1.0",
     "many-latent-channels": "latent_shape has 100000 channels",
     "deeply-nested": "nests more than 32 levels deep",
     "networks-is-a-list": "'networks' must be an object",

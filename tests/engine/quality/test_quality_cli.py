@@ -52,6 +52,9 @@ def test_quality_writes_table_json_and_png(model_path_env, tmp_path, capsys, mon
         (["--settings", "bf16", "--batch", "2"], "--batch does not apply"),
         (["--settings", "steps:few"], "give the schedule's steps as a whole number"),
         (["--settings", "steps:0"], "give the schedule's steps as a whole number"),
+        (["--settings", "[" * 10_000 + "]" * 10_000], "must be a flat JSON object"),
+        (["--settings", '{"a":' * 10_000 + "1" + "}" * 10_000], "must be a flat JSON object"),
+        (["--settings", '{"tf32": ' + "[" * 900 + "]" * 900 + "}"], "must be a flat JSON object"),
     ],
 )
 def test_bad_input_is_one_line(model_path_env, tmp_path, capsys, monkeypatch, args, message):

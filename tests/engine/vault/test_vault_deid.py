@@ -222,3 +222,53 @@ def test_deidentified_vault_export_of_a_series(vault, make_series, tmp_path):
     assert img.header["descrip"].item() == b"" and len(img.header.extensions) == 0
     for path in result.files[1:]:
         _check_profile(_read(path.read_bytes()))
+
+
+def _code_item(value: str, scheme: str, meaning: str):
+    from pydicom.dataset import Dataset
+
+    item = Dataset()
+    item.CodeValue, item.CodingSchemeDesignator, item.CodeMeaning = value, scheme, meaning
+    return item
+
+
+def test_codes_inside_sequences_kept_with_dummy_content_are_replaced(make_series):
+    """Person Identification Code Sequence and the other sequences the profile gives a dummy value (D) keep
+    their items, but not the codes in them. Before: "EMP-004711", the scheme and the meaning were exported."""
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence
+
+    _, files = make_series(n=1)
+    ds = _read(files[0].read_bytes())
+    planted = {
+        "EMP-004711": ("HOSPITAL-HR", "Employee Jane Roe"),
+        "BADGE-9917": ("SECURITY", "Badge of John Smith"),
+        "FLOW-31337": ("FLOWREG", "Flow of Ward 7B"),
+        "GRAPH-5150": ("ANNOT", "Marked by Dr Who"),
+    }
+    codes = list(planted.items())
+    ds.PersonIdentificationCodeSequence = Sequence([_code_item(codes[0][0], *codes[0][1])])
+    observer = Dataset()
+    observer.VerifyingObserverName = "Roe^Jane"
+    observer.PersonIdentificationCodeSequence = Sequence([_code_item(codes[1][0], *codes[1][1])])
+    ds.VerifyingObserverSequence = Sequence([observer])
+    ds.FlowIdentifierSequence = Sequence([_code_item(codes[2][0], *codes[2][1])])
+    graphic = Dataset()
+    graphic.GraphicLayer = "LAYER"
+    graphic.ConceptNameCodeSequence = Sequence([_code_item(codes[3][0], *codes[3][1])])
+    ds.GraphicAnnotationSequence = Sequence([graphic])
+    # a code in a sequence the profile does not act on stays: only D sequences get dummy content
+    ds.AnatomicRegionSequence = Sequence([_code_item("T-A0100", "SRT", "Brain")])
+    raw = io.BytesIO()
+    ds.save_as(raw)
+    out, _ = deidentify_dicom(raw.getvalue(), UidMapper())
+    for value, (scheme, meaning) in planted.items():
+        for text in (value, scheme, meaning):
+            assert text.encode() not in out, f"{text!r} was exported"
+    after = _read(out)
+    assert len(after.PersonIdentificationCodeSequence) == 1  # kept (D), with dummy content
+    assert after.PersonIdentificationCodeSequence[0].CodeValue == _DUMMY["SH"]
+    nested = after.VerifyingObserverSequence[0].PersonIdentificationCodeSequence[0]
+    assert nested.CodeMeaning == _DUMMY["LO"]
+    assert after.AnatomicRegionSequence[0].CodeValue == "T-A0100"
+    _check_profile(after)

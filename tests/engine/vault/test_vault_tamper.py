@@ -227,3 +227,54 @@ def test_1000_random_flips_in_a_100mb_item_are_caught(vault, record_property):
     print(f"\n1000 random flips in a {size / 1e6:.1f} MB item: {caught} caught in {elapsed:.1f} s")
     assert caught == 1000
     assert vault.verify([info.id]).ok  # restored byte for byte
+
+
+def _rewrite_header(path, edit) -> None:
+    import hashlib
+
+    body = json.loads(path.read_bytes().rsplit(b"sha256 ", 1)[0])
+    edit(body)
+    text = (json.dumps(body, sort_keys=True, indent=1) + "\n").encode()
+    path.write_bytes(text + b"sha256 " + hashlib.sha256(text).hexdigest().encode() + b"\n")
+
+
+@pytest.mark.parametrize(
+    "kdf",
+    [
+        {"iterations": 1_000_000_000},
+        {"iterations": 65},
+        {"memory_kib": 1 << 40},
+        {"memory_kib": 2 * 1024 * 1024, "iterations": 3},  # 6 GiB-passes: each bound alone holds
+        {"lanes": 1 << 20},
+        {"iterations": True},
+        {"iterations": 3.0},
+        {"memory_kib": "65536"},
+    ],
+)
+def test_kdf_parameters_in_an_edited_header_are_bounded_before_deriving(vault, monkeypatch, kdf):
+    """An edited header with a checksum that matches must not make unlock run Argon2id for minutes: every
+    parameter is bounded when the header is read, before the passphrase is tried."""
+    vault.lock()
+    _rewrite_header(vault.path / "vault.json", lambda b: b["kdf"].update(kdf))
+    derived = []
+    monkeypatch.setattr(crypto, "derive_kek", lambda *a: derived.append(a) or b"\0" * 32)
+    with pytest.raises(VaultCorrupted, match="key derivation|header") as caught:
+        Vault(vault.path).unlock(PASSPHRASE)
+    assert derived == []
+    assert "\n" not in str(caught.value) and "backup" in str(caught.value)
+
+
+def test_an_oversized_header_is_not_read_whole(vault):
+    vault.lock()
+    path = vault.path / "vault.json"
+    path.write_bytes(path.read_bytes() + b" " * (1 << 20))
+    with pytest.raises(VaultCorrupted, match="header"):
+        Vault(vault.path)
+
+
+def test_kdf_bounds_admit_rfc9106_options_and_refuse_more():
+    assert crypto.KdfParams().meets_rfc9106
+    crypto.KdfParams(memory_kib=2 * 1024 * 1024, iterations=1, lanes=4)  # RFC 9106 first option
+    crypto.KdfParams(memory_kib=64 * 1024, iterations=64, lanes=4)
+    with pytest.raises(ValueError, match="iterations"):
+        crypto.KdfParams(iterations=crypto.MAX_ITERATIONS + 1)

@@ -1,0 +1,107 @@
+"""A model copy checked against the networks its own config describes, before it is called installed.
+
+A folder brought by hand (``volsynth models add``, the app's Add from Folder) or fetched from a hub is
+untrusted: file names prove nothing (a 6 MB file named like NVIDIA's U-Net was once accepted as the
+installed NV-Generate-MR-Brain). So, for every network of the folder's spec:
+
+1. the network is built on PyTorch's ``meta`` device (shapes only, no memory for weights), which gives the
+   name and shape of every tensor it needs and the bytes they imply;
+2. the weights file must hold at least those bytes at 16 bits per value, checked from its size before it is
+   read (a file far smaller than its network cannot be it);
+3. the file is read (tensors only, ``weights_only=True``) and every tensor the network needs must be there
+   with exactly its shape.
+
+Checkpoints in MONAI GenerativeModels' old layout (``load_old``) name their tensors differently; for those
+the shapes are compared as a multiset.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from engine.errors import ModelInvalid
+from engine.formatting import format_bytes
+
+#: The fewest bytes a value takes in a weights file (fp16/bf16).
+MIN_BYTES_PER_VALUE = 2
+
+
+def expected_tensors(definition: dict[str, Any], where: str) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor the network of ``definition`` holds (built on the meta device)."""
+    import torch
+
+    from engine.models import networks
+
+    with torch.device("meta"):
+        net = networks.build_network(definition, where=where)
+    return {name: tuple(tensor.shape) for name, tensor in net.state_dict().items()}
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def _read_state(source, role: str, path) -> dict[str, Any]:
+    from engine.models.maisi import MaisiModelSource, _read_checkpoint, _state_dict
+    from engine.models.source import _read_safetensors, _read_torch_checkpoint
+
+    if isinstance(source, MaisiModelSource):
+        return _state_dict(_read_checkpoint(path), path)
+    if path.suffix == ".safetensors":
+        return _read_safetensors(path, role)
+    return _read_torch_checkpoint(path)
+
+
+def check_copy(source) -> dict[str, int]:
+    """Refuse ``source`` (an opened model folder) unless every weights file fits its network.
+
+    Returns:
+        role -> bytes the network's tensors imply at 32 bits per value (for the caller's message).
+
+    Raises:
+        ModelInvalid: A file is smaller than its network implies, lacks a tensor, or holds one of another
+            shape; the message names the role, the file and the first difference.
+    """
+    implied: dict[str, int] = {}
+    for role, path in sorted(source.weight_files.items()):
+        definition = source.spec.networks.get(role)
+        if definition is None:
+            continue
+        expected = expected_tensors(definition, f"networks.{role}")
+        values = sum(_numel(shape) for shape in expected.values())
+        implied[role] = 4 * values
+        size = path.stat().st_size
+        if size < MIN_BYTES_PER_VALUE * values:
+            raise ModelInvalid(
+                f"{path.name} is {format_bytes(size)}, but the {role} its config describes has {values:,} "
+                f"weights (at least {format_bytes(MIN_BYTES_PER_VALUE * values)} at 16 bits each): it is not "
+                "this model's file; nothing was installed"
+            )
+        state = _read_state(source, role, path)
+        got = {name: tuple(getattr(t, "shape", ())) for name, t in state.items()}
+        if source.load_old:
+            missing = Counter(expected.values()) - Counter(got.values())
+            if missing:
+                shape, _ = next(iter(missing.items()))
+                raise ModelInvalid(
+                    f"{path.name} lacks {sum(missing.values())} of the {role}'s {len(expected)} tensors by shape "
+                    f"(first: {list(shape)}); it does not belong to the network its config describes; nothing "
+                    "was installed"
+                )
+            continue
+        for name, shape in expected.items():
+            if name not in got:
+                raise ModelInvalid(
+                    f"{path.name} lacks the {role}'s tensor {name[:120]} (one of {len(expected)}); it does not "
+                    "belong to the network its config describes; nothing was installed"
+                )
+            if got[name] != shape:
+                raise ModelInvalid(
+                    f"{path.name}: the {role}'s tensor {name[:120]} is {list(got[name])}, the network its config "
+                    f"describes needs {list(shape)}; nothing was installed"
+                )
+    return implied
