@@ -8,9 +8,10 @@ noise, which is all these tests need.
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 
 from engine.testing import write_maisi_folder
+from tests.app.modal import answer_modal
 
 pytestmark = pytest.mark.render
 
@@ -79,20 +80,20 @@ def test_the_model_in_the_picker_with_its_card(qtbot, maisi_window, screenshot):
     assert panel.steps_spin.value() == 30 and panel.guidance_spin.value() == 2.0
     screenshot(window, "maisi-picker-and-modality-control")
 
-    cards = []
+    cards, errors = [], []
 
-    def read_card_and_close():
-        from PySide6.QtWidgets import QApplication, QTabWidget
+    def read_card_and_close(dialog):
+        from PySide6.QtWidgets import QTabWidget
 
-        dialog = QApplication.activeModalWidget()
         tabs = dialog.findChild(QTabWidget)
         tabs.setCurrentIndex(1)
         cards.append((tabs.tabText(1), tabs.currentWidget().toPlainText()))
         screenshot(dialog, "maisi-model-card")
         dialog.reject()
 
-    QTimer.singleShot(300, read_card_and_close)
+    answer_modal(read_card_and_close, errors)  # once the About dialog is up, not after 300 ms
     window.about_action.trigger()
+    assert not errors
     ((title, text),) = cards
     assert title.startswith("Model card: NV-Generate-MR-Brain")
     for part in (

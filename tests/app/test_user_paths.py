@@ -11,9 +11,11 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
-from PySide6.QtCore import QPoint, QPointF, Qt, QTimer
+from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox
+
+from tests.app.modal import answer_modal
 
 pytestmark = pytest.mark.render
 
@@ -27,26 +29,6 @@ def _volume_file(folder: Path) -> Path:
     path = folder / "scan.nii.gz"
     nib.save(nib.Nifti1Image(data, affine), path)
     return path
-
-
-def _answer_modal(callback, errors: list, attempts: int = 2400) -> None:
-    """Run ``callback(dialog)`` on the next modal dialog once it is shown (polled from the event loop).
-
-    A failing callback closes the dialog and lands in ``errors``, so the test fails instead of hanging.
-    """
-
-    def poll(remaining: int = attempts) -> None:
-        dialog = QApplication.activeModalWidget()
-        if dialog is not None and dialog.isVisible():
-            try:
-                callback(dialog)
-            except Exception as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
-                dialog.reject()
-        elif remaining:
-            QTimer.singleShot(50, lambda: poll(remaining - 1))
-
-    QTimer.singleShot(0, poll)
 
 
 def _select(window, model_id: str) -> None:
@@ -88,7 +70,7 @@ def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_eq
         qtbot.keyClicks(name, "copy")  # the window adds .nii.gz
         qtbot.keyClick(name, Qt.Key.Key_Return)
 
-    _answer_modal(type_name, errors)
+    answer_modal(type_name, errors)
     qtbot.keyClick(window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S
     assert not errors
     qtbot.waitUntil(
@@ -114,7 +96,7 @@ def test_generate_then_delete_removes_the_volume_from_the_session(qtbot, main_wi
     session.list.setFocus()
     session.list.setCurrentRow(0)
     errors: list = []
-    _answer_modal(lambda box: box.button(QMessageBox.StandardButton.Yes).click(), errors)  # "never saved"
+    answer_modal(lambda box: box.button(QMessageBox.StandardButton.Yes).click(), errors)  # "never saved"
     qtbot.keyClick(session.list, Qt.Key.Key_Delete)
     assert not errors
     qtbot.waitUntil(lambda: not window.state.volumes, timeout=10_000)
@@ -316,7 +298,7 @@ def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
         qtbot.keyClicks(name, "first")
         qtbot.keyClick(name, Qt.Key.Key_Return)
 
-    _answer_modal(type_name, errors)
+    answer_modal(type_name, errors)
     qtbot.keyClick(window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S: asks the first time
     assert not errors and len(asked) == 1
     qtbot.waitUntil(lambda: first.saved_file == target and target.is_file(), timeout=60_000)
@@ -335,7 +317,7 @@ def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
     def cancel(dialog) -> None:
         dialog.reject()
 
-    _answer_modal(cancel, errors)
+    answer_modal(cancel, errors)
     qtbot.keyClick(
         window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     )  # Ctrl+Shift+S: Save As always asks
