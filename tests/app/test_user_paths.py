@@ -16,10 +16,9 @@ from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox
 
 from tests.app.modal import answer_modal
+from tests.app.runs import GENERATION_TIMEOUT_MS, generate
 
 pytestmark = pytest.mark.render
-
-GENERATION_TIMEOUT_MS = 240_000  # a tiny model's run, on a 2-core machine that may be busy
 
 
 def _volume_file(folder: Path) -> Path:
@@ -33,13 +32,6 @@ def _volume_file(folder: Path) -> Path:
 
 def _select(window, model_id: str) -> None:
     window.state.select_model(window.state.model_by_id(model_id))
-
-
-def _generate(qtbot, window, steps: int = 2) -> str:
-    window.sampling_panel.steps_spin.setValue(steps)
-    with qtbot.waitSignal(window.generation.ended, timeout=GENERATION_TIMEOUT_MS) as ended:
-        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
-    return ended.args[0]
 
 
 def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_equal(
@@ -87,7 +79,7 @@ def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_eq
 def test_generate_then_delete_removes_the_volume_from_the_session(qtbot, main_window):
     window = main_window
     _select(window, "tiny-pixel")
-    assert _generate(qtbot, window) == "finished"
+    assert generate(qtbot, window, steps=2) == "finished"
     session = window.session_panel
     assert session.list.count() == 1 and window.state.volumes[0].kind == "generated"
     name = window.state.volumes[0].name
@@ -269,7 +261,7 @@ def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
     window = main_window
     _select(window, "tiny-pixel")
     window.state.form.set(batch_size=2)  # two volumes from one run
-    assert _generate(qtbot, window) == "finished"
+    assert generate(qtbot, window, steps=2) == "finished"
     qtbot.waitUntil(lambda: not window.state.job_running, timeout=10_000)
     first, second = window.state.volumes
     session = window.session_panel
