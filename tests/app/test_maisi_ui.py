@@ -8,9 +8,11 @@ noise, which is all these tests need.
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 
 from engine.testing import write_maisi_folder
+from tests.app.modal import answer_modal
+from tests.app.runs import generate
 
 pytestmark = pytest.mark.render
 
@@ -51,14 +53,6 @@ def _pick(qtbot, box, data) -> None:
     assert box.currentIndex() == target
 
 
-def _generate(qtbot, window) -> None:
-    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
-    with qtbot.waitSignal(window.generation.ended, timeout=180_000) as blocker:
-        pass
-    assert blocker.args[0] == "finished"
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
-
-
 def test_the_model_in_the_picker_with_its_card(qtbot, maisi_window, screenshot):
     window, panel = maisi_window, maisi_window.sampling_panel
     assert not panel.output_group.isVisible()  # the tiny numeric-conditioned model takes no modality
@@ -79,20 +73,20 @@ def test_the_model_in_the_picker_with_its_card(qtbot, maisi_window, screenshot):
     assert panel.steps_spin.value() == 30 and panel.guidance_spin.value() == 2.0
     screenshot(window, "maisi-picker-and-modality-control")
 
-    cards = []
+    cards, errors = [], []
 
-    def read_card_and_close():
-        from PySide6.QtWidgets import QApplication, QTabWidget
+    def read_card_and_close(dialog):
+        from PySide6.QtWidgets import QTabWidget
 
-        dialog = QApplication.activeModalWidget()
         tabs = dialog.findChild(QTabWidget)
         tabs.setCurrentIndex(1)
         cards.append((tabs.tabText(1), tabs.currentWidget().toPlainText()))
         screenshot(dialog, "maisi-model-card")
         dialog.reject()
 
-    QTimer.singleShot(300, read_card_and_close)
+    answer_modal(read_card_and_close, errors)  # once the About dialog is up, not after 300 ms
     window.about_action.trigger()
+    assert not errors
     ((title, text),) = cards
     assert title.startswith("Model card: NV-Generate-MR-Brain")
     for part in (
@@ -111,7 +105,7 @@ def test_t2w_and_flair_volumes_with_their_spacing_in_the_status_bar(qtbot, maisi
     for modality, shot in (("t2w", "maisi-t2w-volume"), ("flair", "maisi-flair-volume")):
         _pick(qtbot, panel.modality_box, modality)
         assert window.state.form.modality == modality
-        _generate(qtbot, window)
+        assert generate(qtbot, window) == "finished"
         entry = window.state.shown
         assert entry.kind == "generated" and entry.synthetic and entry.shape == SIZE
         assert entry.provenance["output"]["modality"] == modality
@@ -162,7 +156,7 @@ def test_the_preview_size_runs_smaller_at_the_same_field_of_view(qtbot, maisi_wi
     assert panel.size_box.itemText(1) == "Preview 32\u00d732\u00d732 at 7.52\u00d77.52\u00d75.44 mm"
     _pick(qtbot, panel.size_box, 1)
     assert window.state.form.output_size == (32, 32, 32)
-    _generate(qtbot, window)
+    assert generate(qtbot, window) == "finished"
     entry = window.state.shown
     assert entry.shape == SIZE and entry.spacing == pytest.approx(SPACING)
     assert entry.provenance["output"]["fov_mm"] == pytest.approx([240.64, 240.64, 174.08])

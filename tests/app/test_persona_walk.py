@@ -8,9 +8,9 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit
 
+from tests.app.modal import answer_modal
 from tests.app.test_cohort_dialog import _type
 from tests.app.test_plan_dialog import PLAN_TIMEOUT_MS, _connect, _open_plan_dialog, xla_server  # noqa: F401
-from tests.app.test_user_paths import _answer_modal
 from tests.app.vault.helpers import PASSPHRASE
 from tests.app.vault.helpers import point_at_new_vault as _point_at_new_vault
 from tests.app.vault.helpers import wait_task as _wait_task
@@ -42,7 +42,7 @@ def test_radiologist_generate_inspect_save_vault(qtbot, main_window, tmp_path, s
         qtbot.keyClicks(name, "walk")
         qtbot.keyClick(name, Qt.Key.Key_Return)
 
-    _answer_modal(type_name, errors)
+    answer_modal(type_name, errors)
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
     qtbot.keyClick(window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)

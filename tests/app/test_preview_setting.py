@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 
+from tests.app.runs import generate
+
 
 def _click_item(qtbot, combo, text: str) -> None:
     """Open the combo box's list with a click and pick the item in it with the keys, as a person does (a
@@ -26,11 +28,9 @@ def _generate(qtbot, window) -> list[int]:
     """Run the panel's request to its end; the steps whose previews were drawn."""
     drawn: list[int] = []
     window.generation.preview_drawn.connect(drawn.append)
-    with qtbot.waitSignal(window.generation.ended, timeout=120_000) as ended:
-        qtbot.mouseClick(window.sampling_panel.generate_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    outcome = generate(qtbot, window, click=True)
     window.generation.preview_drawn.disconnect(drawn.append)
-    assert ended.args == ["finished"]
+    assert outcome == "finished"
     return drawn
 
 

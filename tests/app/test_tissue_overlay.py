@@ -11,6 +11,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QFileDialog
 
 from app.core.tissue import ALL_TISSUES, TISSUE_COLOURS, label_map
+from tests.app.runs import generate
 from tests.app.viewer_helpers import choose, open_volume, pixels, write_volume
 
 pytestmark = pytest.mark.render
@@ -20,11 +21,8 @@ MNI = "MNI152NLin2009aSym"
 
 
 def _generate(qtbot, window):
-    window.sampling_panel.steps_spin.setValue(3)
-    with qtbot.waitSignal(window.generation.ended, timeout=120_000) as ended:
-        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # Ctrl+G
-    assert ended.args[0] == "finished"
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
+    """A 3-step run to its end (Ctrl+G): the volume it made."""
+    assert generate(qtbot, window, steps=3) == "finished"
     return window.state.shown
 
 

@@ -11,13 +11,14 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
-from PySide6.QtCore import QPoint, QPointF, Qt, QTimer
+from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit, QMessageBox
 
-pytestmark = pytest.mark.render
+from tests.app.modal import answer_modal
+from tests.app.runs import GENERATION_TIMEOUT_MS, generate
 
-GENERATION_TIMEOUT_MS = 240_000  # a tiny model's run, on a 2-core machine that may be busy
+pytestmark = pytest.mark.render
 
 
 def _volume_file(folder: Path) -> Path:
@@ -29,35 +30,8 @@ def _volume_file(folder: Path) -> Path:
     return path
 
 
-def _answer_modal(callback, errors: list, attempts: int = 2400) -> None:
-    """Run ``callback(dialog)`` on the next modal dialog once it is shown (polled from the event loop).
-
-    A failing callback closes the dialog and lands in ``errors``, so the test fails instead of hanging.
-    """
-
-    def poll(remaining: int = attempts) -> None:
-        dialog = QApplication.activeModalWidget()
-        if dialog is not None and dialog.isVisible():
-            try:
-                callback(dialog)
-            except Exception as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
-                dialog.reject()
-        elif remaining:
-            QTimer.singleShot(50, lambda: poll(remaining - 1))
-
-    QTimer.singleShot(0, poll)
-
-
 def _select(window, model_id: str) -> None:
     window.state.select_model(window.state.model_by_id(model_id))
-
-
-def _generate(qtbot, window, steps: int = 2) -> str:
-    window.sampling_panel.steps_spin.setValue(steps)
-    with qtbot.waitSignal(window.generation.ended, timeout=GENERATION_TIMEOUT_MS) as ended:
-        qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
-    return ended.args[0]
 
 
 def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_equal(
@@ -88,7 +62,7 @@ def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_eq
         qtbot.keyClicks(name, "copy")  # the window adds .nii.gz
         qtbot.keyClick(name, Qt.Key.Key_Return)
 
-    _answer_modal(type_name, errors)
+    answer_modal(type_name, errors)
     qtbot.keyClick(window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S
     assert not errors
     qtbot.waitUntil(
@@ -105,7 +79,7 @@ def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_eq
 def test_generate_then_delete_removes_the_volume_from_the_session(qtbot, main_window):
     window = main_window
     _select(window, "tiny-pixel")
-    assert _generate(qtbot, window) == "finished"
+    assert generate(qtbot, window, steps=2) == "finished"
     session = window.session_panel
     assert session.list.count() == 1 and window.state.volumes[0].kind == "generated"
     name = window.state.volumes[0].name
@@ -114,7 +88,7 @@ def test_generate_then_delete_removes_the_volume_from_the_session(qtbot, main_wi
     session.list.setFocus()
     session.list.setCurrentRow(0)
     errors: list = []
-    _answer_modal(lambda box: box.button(QMessageBox.StandardButton.Yes).click(), errors)  # "never saved"
+    answer_modal(lambda box: box.button(QMessageBox.StandardButton.Yes).click(), errors)  # "never saved"
     qtbot.keyClick(session.list, Qt.Key.Key_Delete)
     assert not errors
     qtbot.waitUntil(lambda: not window.state.volumes, timeout=10_000)
@@ -287,7 +261,7 @@ def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
     window = main_window
     _select(window, "tiny-pixel")
     window.state.form.set(batch_size=2)  # two volumes from one run
-    assert _generate(qtbot, window) == "finished"
+    assert generate(qtbot, window, steps=2) == "finished"
     qtbot.waitUntil(lambda: not window.state.job_running, timeout=10_000)
     first, second = window.state.volumes
     session = window.session_panel
@@ -316,7 +290,7 @@ def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
         qtbot.keyClicks(name, "first")
         qtbot.keyClick(name, Qt.Key.Key_Return)
 
-    _answer_modal(type_name, errors)
+    answer_modal(type_name, errors)
     qtbot.keyClick(window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier)  # Ctrl+S: asks the first time
     assert not errors and len(asked) == 1
     qtbot.waitUntil(lambda: first.saved_file == target and target.is_file(), timeout=60_000)
@@ -335,7 +309,7 @@ def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
     def cancel(dialog) -> None:
         dialog.reject()
 
-    _answer_modal(cancel, errors)
+    answer_modal(cancel, errors)
     qtbot.keyClick(
         window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     )  # Ctrl+Shift+S: Save As always asks

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from PySide6.QtCore import QCoreApplication
 
 from app.services.workers import JobRunner, Worker
 from engine.errors import Cancelled, InvalidRequest
@@ -130,7 +131,9 @@ def test_abandon_asks_the_backend_to_abandon_and_drops_late_reports(qtbot):
     assert backend.abandoned.wait(10) and not runner.jobs
     release.set()
     qtbot.waitUntil(lambda: not job.thread.isRunning(), timeout=10_000)
-    qtbot.wait(50)
+    # The worker's result and the thread's end were posted to this thread before the thread stopped
+    # running: deliver them, then look (no wait on the clock for them to arrive).
+    QCoreApplication.sendPostedEvents()
     assert seen == []  # the abandoned run's result is dropped
 
 

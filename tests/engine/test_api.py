@@ -59,11 +59,6 @@ def test_request_from_dict_rejects_unknown_fields():
         SamplingRequest.from_dict({"model": "x", "temperature": 3})
 
 
-@pytest.fixture
-def backend(registry):
-    return LocalBackend("cpu", registry)
-
-
 def test_backend_satisfies_protocol(backend):
     assert isinstance(backend, Backend)
     assert backend.info().device == "cpu"

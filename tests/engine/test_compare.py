@@ -30,11 +30,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # profiler warni
 STEPS = 8
 
 
-@pytest.fixture
-def backend(registry):
-    return LocalBackend("cpu", registry)
-
-
 def _request(**changes) -> SamplingRequest:
     return SamplingRequest(model="tiny-latent", steps=STEPS, seed=4, **changes)
 

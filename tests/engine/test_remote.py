@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from engine.api import Progress, SamplingRequest, run
-from engine.backends.local import LocalBackend
 from engine.backends.remote import RemoteBackend
 from engine.errors import BackendUnavailable, InvalidRequest
 from engine.server import create_app
@@ -17,18 +16,13 @@ from engine.testing import ServerThread
 
 
 @pytest.fixture
-def local(registry):
-    return LocalBackend("cpu", registry)
-
-
-@pytest.fixture
-def server(local):
-    app = create_app(local, token="s3cret")
+def server(backend):
+    app = create_app(backend, token="s3cret")
     with ServerThread(app) as url:
         yield url, app
 
 
-def test_remote_result_equals_local(server, local):
+def test_remote_result_equals_local(server, backend):
     url, _ = server
     remote = RemoteBackend(url, token="s3cret")
     request = SamplingRequest(
@@ -36,7 +30,7 @@ def test_remote_result_equals_local(server, local):
     )
     events: list[Progress] = []
     result = run(remote.sample(request), events.append)
-    expected = run(local.sample(request))
+    expected = run(backend.sample(request))
     assert np.array_equal(result.volumes, expected.volumes)
     assert np.array_equal(result.affine, expected.affine)
     assert result.provenance["backend"] == "remote" and result.provenance["server"] == url
@@ -113,13 +107,13 @@ def test_cli_generate_on_server(server, tmp_path):
     assert out.is_file() and (tmp_path / "remote.json").is_file()
 
 
-def test_server_reports_its_metrics(local):
+def test_server_reports_its_metrics(backend):
     from engine.telemetry import Sample, Sampler
 
     metrics = Sampler(interval_s=0.05)
     metrics.start()
     try:
-        with ServerThread(create_app(local, metrics_source=metrics)) as url:
+        with ServerThread(create_app(backend, metrics_source=metrics)) as url:
             deadline = time.monotonic() + 10
             while metrics.latest() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -131,7 +125,7 @@ def test_server_reports_its_metrics(local):
     assert sample.gpu_available in (True, False)
 
 
-def test_compare_runs_on_the_engine_server(server, local):
+def test_compare_runs_on_the_engine_server(server, backend):
     """Kernel profile, loop peak memory and step times come back from the server's runs."""
     from engine.api.optimization_config import OptimizationConfig
     from engine.compare import compare_settings
@@ -145,7 +139,7 @@ def test_compare_runs_on_the_engine_server(server, local):
         )
     )
     assert comparison.a.result.provenance["backend"] == "remote"
-    assert np.array_equal(comparison.a.result.volumes, run(local.sample(request)).volumes)
+    assert np.array_equal(comparison.a.result.volumes, run(backend.sample(request)).volumes)
     assert comparison.b.kernel_profile["steps"] == [2] and comparison.b.kernel_profile["operators"]
     assert comparison.b.peak_kind == "process_rss" and comparison.b.peak_bytes > 0
     assert comparison.b.steps_measured == 3 and comparison.max_abs_err > 0

@@ -17,21 +17,11 @@ from engine.backends.xla import XlaBackend
 from engine.errors import InvalidRequest
 from engine.models.registry import ModelRegistry
 from engine.testing import make_tiny_model
-from engine.xla.runtime import configure_jax
 from tests.engine.bundles import write_bundle
 from tests.engine.xla.test_parity import RUN_TOLERANCE, relative_error
 
-jax = None  # bound by the first test that runs here (see test_parity.py: JAX must not start at collection)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _jax_started():
-    global jax
-    count = configure_jax(8)
-    import jax as jax_module
-
-    jax = jax_module
-    assert count >= 8, f"JAX started with {count} host device(s) before configure_jax(8) ran"
+jax = None  # bound by the first test that runs here (tests/engine/xla/conftest.py: not at collection)
+pytestmark = pytest.mark.usefixtures("eight_host_devices")
 
 
 @pytest.fixture(scope="module")

@@ -11,22 +11,9 @@ from engine.models.networks import build_network
 from engine.models.reference import MAISI_UNET, perturb_
 from engine.testing import MAISI_NETWORK_CONFIG, maisi_definitions
 from engine.xla import convert
-from engine.xla.runtime import configure_jax
 
-jax = jnp = nets = None
+jax = jnp = nets = None  # bound by the first test that runs here (tests/engine/xla/conftest.py)
 NETWORK_TOLERANCE = 2e-5  # as tests/engine/xla/test_parity.py: float32 rounding through a dozen blocks
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _jax_started():
-    global jax, jnp, nets
-    configure_jax()
-    import jax as jax_module
-    import jax.numpy as jnp_module
-
-    from engine.xla import nets as nets_module
-
-    jax, jnp, nets = jax_module, jnp_module, nets_module
 
 
 def tiny_maisi_definition(**overrides) -> dict:

@@ -22,24 +22,10 @@ from engine.models.reference import perturb_
 from engine.models.registry import ModelRegistry
 from engine.testing import build_tiny_networks, make_tiny_model, tiny_spec
 from engine.xla import convert
-from engine.xla.runtime import configure_jax
 from tests.engine.bundles import SCALED_AUTOENCODER, SCALED_UNET, write_bundle
 
-# Bound by the first test that runs here, not at collection: once JAX is imported its threads live in the
-# pytest process, and tests in other folders fork children.
+# Bound by the first test that runs here, not at collection (tests/engine/xla/conftest.py).
 jax = jnp = nets = None
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _jax_started():
-    global jax, jnp, nets
-    configure_jax()
-    import jax as jax_module
-    import jax.numpy as jnp_module
-
-    from engine.xla import nets as nets_module
-
-    jax, jnp, nets = jax_module, jnp_module, nets_module
 
 
 NETWORK_TOLERANCE = 2e-5  # float32 rounding through a dozen blocks; measured 0.7-1.5e-6

@@ -5,20 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.testing import tiny_spec
 from engine.xla import block_analysis, planner
 from engine.xla.plan_cache import PlanCache
-from engine.xla.planner import network_from_definition
-from engine.xla.runtime import configure_jax
 from engine.xla.topology import parse_topology
-
-
-@pytest.fixture(scope="module")
-def tiny_net():
-    configure_jax(8)
-    spec = tiny_spec(output_xyz=(32, 32, 32))
-    return network_from_definition("tiny", spec.networks["unet"], spec.latent_shape[1:], batch=1, cfg=True)
-
 
 # Each case runs in a process of its own: pointing JAX's compilation cache somewhere and back is process state
 # that later plans in the same process noticed (a cut-short plan that followed compiled nothing on the host).

@@ -11,26 +11,10 @@ from engine.testing import tiny_spec
 from engine.xla import block_analysis, plan_report, planner
 from engine.xla.plan_cache import PlanCache, plan_key
 from engine.xla.planner import network_from_definition
-from engine.xla.runtime import configure_jax
 from engine.xla.topology import parse_topology
 
-jax = None
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _jax_started():
-    global jax
-    configure_jax(8)
-    import jax as jax_module
-
-    jax = jax_module
-    assert len(jax.devices("cpu")) >= 8, "JAX started with fewer than 8 host devices before this module"
-
-
-@pytest.fixture(scope="module")
-def tiny_net():
-    spec = tiny_spec(output_xyz=(32, 32, 32))
-    return network_from_definition("tiny", spec.networks["unet"], spec.latent_shape[1:], batch=1, cfg=True)
+jax = None  # bound by the first test that runs here (tests/engine/xla/conftest.py)
+pytestmark = pytest.mark.usefixtures("eight_host_devices")
 
 
 @pytest.fixture(scope="module")

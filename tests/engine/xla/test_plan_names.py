@@ -5,23 +5,10 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 from engine.models.bundle import _resolve
 from engine.xla import convert
-from engine.xla.runtime import configure_jax
 
-jax = jnp = None
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _jax_started():
-    global jax, jnp
-    configure_jax(8)
-    import jax as jax_module
-    import jax.numpy as jnp_module
-
-    jax, jnp = jax_module, jnp_module
+jax = jnp = None  # bound by the first test that runs here (tests/engine/xla/conftest.py)
 
 
 def monai_parameter_count(definition: dict) -> int:

@@ -12,7 +12,6 @@ import pytest
 from engine.testing import tiny_spec
 from engine.xla import plan_report, planner
 from engine.xla.planner import Plan, network_from_definition
-from engine.xla.runtime import configure_jax
 from engine.xla.topology import (
     Collective,
     UnknownTopology,
@@ -22,38 +21,14 @@ from engine.xla.topology import (
     program_comm_time,
 )
 
-# Bound by the first test that runs here, not at collection (see test_parity.py).
+# Bound by the first test that runs here, not at collection (tests/engine/xla/conftest.py).
 jax = jnp = None
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _jax_started():
-    global jax, jnp
-    configure_jax(8)
-    import jax as jax_module
-    import jax.numpy as jnp_module
-
-    jax, jnp = jax_module, jnp_module
 
 
 @pytest.fixture(autouse=True)
 def _no_plan_cache(monkeypatch):
     # plan_model's default cache would let one test's plan answer another's (test_plan_fast.py tests it).
     monkeypatch.setenv("VOLSYNTH_PLAN_CACHE", "0")
-
-
-@pytest.fixture
-def eight_host_devices():
-    """Fails, never skips, when something in this pytest process started JAX with fewer host devices."""
-    count = len(jax.devices("cpu"))
-    assert count >= 8, f"JAX started with {count} host device(s) before configure_jax(8) ran"
-
-
-@pytest.fixture(scope="module")
-def tiny_net():
-    # Latent 3x8x8x8, two levels (8^3 and 4^3), concat + cross-attention conditioning, CFG doubles the batch.
-    spec = tiny_spec(output_xyz=(32, 32, 32))
-    return network_from_definition("tiny", spec.networks["unet"], spec.latent_shape[1:], batch=1, cfg=True)
 
 
 def test_topology_names_parse_and_unknown_ones_list_the_known():

@@ -16,27 +16,19 @@ from engine.models.networks import build_network
 from engine.models.reference import perturb_
 from engine.models.registry import ModelRegistry
 from engine.xla import convert
-from engine.xla.runtime import configure_jax
 from tests.engine.bundles import SCALED_AUTOENCODER
 
-# Bound by the module fixture, not at import: JAX must not start before configure_jax (see test_parity.py).
+# Bound by the first test that runs here, not at import: JAX must not start before configure_jax
+# (tests/engine/xla/conftest.py).
 jax = jnp = nets = sharded_decode = None
 
 RUN_TOLERANCE = 1e-4  # the bar; measured 1.1-1.9e-6 (float32 reduction order of the statistics)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _jax_started():
-    global jax, jnp, nets, sharded_decode
-    if configure_jax(8) < 8:
+def _eight_host_devices_or_skip(_jax_started):
+    if _jax_started < 8:
         pytest.skip("JAX started in this process with fewer than 8 CPU devices")
-    import jax as jax_module
-    import jax.numpy as jnp_module
-
-    from engine.xla import nets as nets_module
-    from engine.xla import sharded_decode as sharded_module
-
-    jax, jnp, nets, sharded_decode = jax_module, jnp_module, nets_module, sharded_module
 
 
 def relative_error(a: np.ndarray, b: np.ndarray) -> float:
