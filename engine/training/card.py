@@ -363,7 +363,11 @@ def _opening(spec, folder: str | Path | None) -> str:
             f"\n\nEvery image comes with {len(spec.label_channels)} paired tissue maps decoded from the same "
             f"latent ({', '.join(spec.label_channels)}; probabilities in [0, 1]), written beside the image as "
             "BIDS-derivative `<stem>_label-<name>_probseg.nii.gz` files with the same affine, kept with it in "
-            "the vault and in cohorts, and shown as a coloured overlay in the viewer."
+            "the vault and in cohorts, and shown as a coloured overlay in the viewer. The decoded channels are "
+            "made a partition (GM + WM + CSF + background = 1 in every voxel): each clipped to [0, 1], tissue "
+            "outside the largest region where GM + WM + CSF >= 0.5 (grown by 2 voxels) set to background, sums "
+            "over 1 divided by the sum, ventricles clipped to CSF (`engine/anatomy/partition.py`; the maps' "
+            "sidecar says so under `tissue_maps_made.partition`)."
         )
     return f"""# {spec.name}
 

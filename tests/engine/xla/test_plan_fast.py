@@ -393,7 +393,10 @@ def test_a_compile_still_running_at_the_limit_is_not_waited_for_and_lands_in_the
     assert f"while {slow[0]} for tpu compiled (it finishes in the background" in result.cut_reason
     chosen = next(r for r in result.rows if r.plan == result.best["plan"])
     assert not chosen.host and "time limit came before the slice's compile" in chosen.placed_on
-    assert len(bounded_compile.in_flight()) == 1  # returned without it
+    # Returned without it. A real compile that was under way when the limit came is not waited for either: on
+    # a busy machine it may take longer than the half second left, and is then left running beside the held one.
+    left_running = len(bounded_compile.in_flight())
+    assert left_running >= 1
     units_before = len(list((tmp_path / "units").glob("*.json")))
     released.set()
     for _ in range(1200):  # the compile, let go, finishes in the background: a few seconds here
@@ -401,7 +404,8 @@ def test_a_compile_still_running_at_the_limit_is_not_waited_for_and_lands_in_the
             break
         time.sleep(0.1)
     assert not bounded_compile.in_flight()
-    assert len(list((tmp_path / "units").glob("*.json"))) == units_before + 1  # kept in the plan cache
+    # each compile left running is kept in the plan cache when it ends
+    assert len(list((tmp_path / "units").glob("*.json"))) == units_before + left_running
 
     compiles = _CountingCompiles(monkeypatch)
     again = planner.plan(tiny_net, topology, compile_top=2, time_limit_s=None, cache=cache)
