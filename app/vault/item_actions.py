@@ -100,36 +100,24 @@ class VaultItemActions:
             return
         self._pending_tissue = info.label
         computed = self._session_maps(item_id)
-        if (
-            computed is not None
-        ):  # computed for it in this session (Viewer > Compute Tissue Maps): kept as they are
-            maps, made = computed
-            hub.tasks.start(
-                "tissue",
-                keep_session_maps,
-                hub.vault,
-                item_id,
-                maps,
-                made,
-                bool(info.tissue_maps),
-                finished=self._on_tissue_computed,
-                failed=self._on_tissue_failed,
-                progress="Keeping Tissue Maps",
-                text=f"Keeping the maps of \u201c{info.label}\u201d computed in this session",
-            )
-            return
-        # Segmented maps are made again (replaced) when asked: e.g. after the item's contrast was corrected.
+        # Maps computed for it in this session (Viewer > Compute Tissue Maps) are kept as they are; otherwise it is
+        # segmented, again (replacing its maps) when asked: e.g. after the item's contrast was corrected.
+        if computed is not None:
+            function, args, title = keep_session_maps, (item_id, *computed), "Keeping Tissue Maps"
+            text = f"Keeping the maps of \u201c{info.label}\u201d computed in this session"
+        else:
+            function, args, title = segment_vault_item, (item_id, AUTO), "Computing Tissue Maps"
+            text = f"Segmenting \u201c{info.label}\u201d"
         hub.tasks.start(
             "tissue",
-            segment_vault_item,
+            function,
             hub.vault,
-            item_id,
-            AUTO,
+            *args,
             bool(info.tissue_maps),
             finished=self._on_tissue_computed,
             failed=self._on_tissue_failed,
-            progress="Computing Tissue Maps",
-            text=f"Segmenting \u201c{info.label}\u201d",
+            progress=title,
+            text=text,
         )
 
     def _session_maps(self, item_id: str) -> tuple[dict, dict] | None:

@@ -150,6 +150,25 @@ def main_window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
 
 
 @pytest.fixture
+def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    """The main window with its 3D view, like ``main_window_3d`` but not waiting to become the active window:
+    under Xvfb (no window manager) a second 3D window in one process never does. Tests that use it send their
+    keys to the widgets themselves or trigger actions, so they need no window shortcut."""
+    from app.window.main_window import MainWindow
+
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=True, preload_torch=False)
+    qtbot.addWidget(window)
+    window.resize(1500, 920)
+    window.show()
+    qtbot.waitExposed(window)
+    if not window.viewer.view3d.ready:
+        with qtbot.waitSignal(window.view3d_ready, timeout=90_000):
+            pass
+    yield window
+    window.close()
+
+
+@pytest.fixture
 def screenshot():
     """``screenshot(window, name)`` saves what is on screen (GL content included) to SCREENSHOTS."""
 

@@ -16,25 +16,6 @@ pytestmark = pytest.mark.render
 SYNTHETIC_RGB = np.array([0xC6, 0x78, 0xDD])  # app/viewer/view3d.py SYNTHETIC_COLOUR
 
 
-@pytest.fixture
-def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
-    """The main window with its 3D view. Not waiting to become the active window: under Xvfb (no window
-    manager) a second 3D window in one process never does (see tests/app/vault/conftest.py, window_3d); these tests send their
-    keys to the widgets themselves, so they need no window shortcut."""
-    from app.window.main_window import MainWindow
-
-    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=True, preload_torch=False)
-    qtbot.addWidget(window)
-    window.resize(1500, 920)
-    window.show()
-    qtbot.waitExposed(window)
-    if not window.viewer.view3d.ready:
-        with qtbot.waitSignal(window.view3d_ready, timeout=90_000):
-            pass
-    yield window
-    window.close()
-
-
 def _render_action(window, preset):
     return next(action for action in window.render_group.actions() if action.data() == preset)
 

@@ -91,7 +91,7 @@ def test_menu_shortcuts_fire_wherever_the_focus_is(qtbot, main_window):
 
 
 # The 3D view needs its own process: under Xvfb without a window manager a second window with a 3D view in
-# one process never becomes active (see tests/app/vault/conftest.py, window_3d), and window shortcuts need an active window.
+# one process never becomes active (see tests/app/conftest.py, window_3d), and window shortcuts need an active window.
 THREE_D_SCRIPT = """
 import sys
 from pathlib import Path

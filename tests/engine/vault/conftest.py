@@ -12,6 +12,7 @@ import pytest
 from vault_testutil import FAST_KDF, PASSPHRASE
 
 from engine.vault import Vault
+from tests.core_dumps import record_core_dumps
 
 
 @pytest.fixture(autouse=True)
@@ -27,16 +28,7 @@ def core_dumps_recorded(monkeypatch):
     """In-process CLI runs record that they turned core dumps off instead of doing it to the test process
     (PR_SET_DUMPABLE and a hard RLIMIT_CORE of 0 cannot be undone); test_vault_privacy checks the real
     effect in a child process."""
-    import engine.vault.core_dumps
-
-    calls = []
-
-    def record():
-        calls.append(True)
-        return engine.vault.core_dumps.CoreDumpGuard(rlimit=True, not_dumpable=True)
-
-    monkeypatch.setattr(engine.vault.core_dumps, "disable_core_dumps", record)
-    return calls
+    return record_core_dumps(monkeypatch)
 
 
 @pytest.fixture
