@@ -18,6 +18,7 @@ from app.core.tissue import (
     tissue_at,
 )
 from app.core.volumes import VolumeEntry
+from engine.anatomy.partition import partition_error
 from engine.nifti.io import save_volume
 from engine.nifti.volume import Volume
 
@@ -44,7 +45,9 @@ def test_add_result_keeps_each_images_tissue_maps_and_space():
     for index, entry in enumerate(entries):
         assert entry.data.shape == (6, 7, 5) and np.array_equal(entry.data, result.volumes[index, 0])
         assert entry.tissue_names == list(NAMES)
-        assert np.array_equal(entry.tissue["WM"], np.clip(result.volumes[index, 2], 0, 1))
+        # each image's own maps, made a partition (engine.anatomy.partition) from its decoded channels
+        assert np.array_equal(entry.tissue["WM"], result.tissue_maps(index)["WM"])
+        assert partition_error(entry.tissue) < 1e-6
         assert entry.space == "MNI152NLin2009aSym" and entry.space_name == "MNI152NLin2009aSym"
     text = entries[0].describe()
     assert "space MNI152NLin2009aSym" in text and "tissue maps: GM, WM, CSF, ventricles" in text
