@@ -176,12 +176,14 @@ def test_bad_maps_are_refused_and_nothing_is_stored(vault):
 
 
 def _saved(tmp_path, seed: int = 6):
-    """Files as ``volsynth generate`` writes them: image, sidecar and the four probseg maps."""
+    """Files as ``volsynth generate`` writes them: image, sidecar and the four probseg maps (the decoded
+    channels made a partition); returns the path, the image and the maps as written."""
     image, maps, provenance = _generated(seed)
     volumes = np.stack([image, *(maps[n] for n in NAMES)])[None]
     result = SamplingResult(volumes=volumes, affine=AFFINE, request=SamplingRequest(), provenance=provenance)
-    path = save_volume(generated_volumes(result)[0], tmp_path / "gen_T1w.nii.gz")
-    return path, image, maps
+    volume = generated_volumes(result)[0]
+    path = save_volume(volume, tmp_path / "gen_T1w.nii.gz")
+    return path, image, volume.tissue
 
 
 def test_a_generated_file_is_imported_with_its_maps(vault, tmp_path):
