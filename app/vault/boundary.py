@@ -30,6 +30,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QPushButton, QWidget
 
 from app.core import vault_items as model
 from app.core.volumes import VolumeEntry
+from app.vault.privacy import last_dir
 from app.vault.tasks import VaultTask
 
 if TYPE_CHECKING:  # (the controller imports this module)
@@ -179,7 +180,6 @@ class VaultBoundary:
         self._parent = parent
         self.prompt: LeaveVaultPrompt | None = None  # while asked (tests answer it)
         self.question: ScreenshotChoice | None = None  # the screenshot choice, while asked
-        self.last_copy: Path | None = None
 
     @staticmethod
     def holds(entry: VolumeEntry | None) -> bool:
@@ -208,7 +208,7 @@ class VaultBoundary:
             self._ask_copy_path(entry)
 
     def _ask_copy_path(self, entry: VolumeEntry) -> None:
-        start = Path(self._settings.value("vault/last_export_dir", "", type=str) or Path.home())
+        start = Path(last_dir(self._settings, "vault/last_export_dir"))
         path, _ = QFileDialog.getSaveFileName(
             self._parent,
             "Save a copy outside the vault",
@@ -242,7 +242,6 @@ class VaultBoundary:
         )
 
     def _on_copy_saved(self, entry: VolumeEntry, path: Path) -> None:
-        self.last_copy = path
         maps = f" with {len(entry.tissue)} tissue maps" if entry.tissue else ""
         self._show_status(
             f"Wrote a copy of \u201c{entry.name}\u201d{maps} outside the vault to {path} "
@@ -299,7 +298,7 @@ class VaultBoundary:
                 10000,
             )
             return
-        start = Path(self._settings.value("vault/last_export_dir", "", type=str) or Path.home())
+        start = Path(last_dir(self._settings, "vault/last_export_dir"))
         path, _ = QFileDialog.getSaveFileName(
             self._parent,
             "Save 3D screenshot of patient data",
@@ -326,7 +325,6 @@ class VaultBoundary:
         )
 
     def _on_screenshot_saved(self, path: Path) -> None:
-        self.last_copy = path
         self._show_status(f"Saved {path}, marked as patient data (recorded in the vault's audit trail)", 8000)
 
     def _on_screenshot_failed(self, _task: VaultTask, message: str) -> None:
