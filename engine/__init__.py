@@ -1,6 +1,6 @@
 """VolSynth engine: headless synthesis of 3D MRI volumes with diffusion models.
 
-Never imports Qt, pyvista or VTK (checked by import-linter and tests/engine/test_headless.py).
+Never imports Qt, pyvista or VTK (checked by import-linter and tests/engine/cli/test_headless.py).
 Heavy modules (torch, monai) load on first use, so ``import engine`` stays cheap.
 """
 

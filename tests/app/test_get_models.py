@@ -1,7 +1,7 @@
 """Generate > Get Models... driven by keys: pick, read the licence, accept, progress, cancel, resume, picker.
 
-The hub is tests/engine/hub_server.py on 127.0.0.1 serving the real catalogue's files with tiny seeded
-weights (tests/engine/hub_fixtures.py); the real huggingface_hub client fetches them in the worker thread.
+The hub is tests/engine/models/hub_server.py on 127.0.0.1 serving the real catalogue's files with tiny seeded
+weights (tests/engine/models/hub_fixtures.py); the real huggingface_hub client fetches them in the worker thread.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from PySide6.QtWidgets import QApplication
 
 from engine.models import download
 from engine.models.download import staging_dir
-from tests.engine.hub_fixtures import build_hub_content, serve_entries, write_test_catalogue
-from tests.engine.hub_server import HubServer
+from tests.engine.models.hub_fixtures import build_hub_content, serve_entries, write_test_catalogue
+from tests.engine.models.hub_server import HubServer
 
 SHOTS = Path(os.environ.get("VOLSYNTH_MODELS_SHOTS", "")) if os.environ.get("VOLSYNTH_MODELS_SHOTS") else None
 

@@ -1,5 +1,5 @@
 """``volsynth generate --tissue-maps``: maps segmented for models without tissue channels, the model's own kept,
-and SWI refused before sampling (random weights: tests/engine/test_maisi.py)."""
+and SWI refused before sampling (random weights: tests/engine/models/test_maisi.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 documented 4xx), tracebacks (in the server's log or a 5xx), accepted wrongly, lost (a result its owner
 could not read) and hangs (no answer in 30 s), and whether token holders were answered during the load.
 Loopback only, bounded: a few hundred sockets per class, source addresses 127.0.x.y. Not part of the
-pytest run (the same classes are tested, smaller, in tests/engine/test_server_*.py).
+pytest run (the same classes are tested, smaller, in tests/engine/server/).
 """
 
 from __future__ import annotations

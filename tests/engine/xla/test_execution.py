@@ -17,7 +17,7 @@ from engine.backends.xla import XlaBackend
 from engine.errors import InvalidRequest
 from engine.models.registry import ModelRegistry
 from engine.testing import make_tiny_model
-from tests.engine.bundles import write_bundle
+from tests.engine.models.bundles import write_bundle
 from tests.engine.xla.test_parity import RUN_TOLERANCE, relative_error
 
 jax = None  # bound by the first test that runs here (tests/engine/xla/conftest.py: not at collection)

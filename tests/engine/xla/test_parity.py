@@ -22,7 +22,7 @@ from engine.models.reference import perturb_
 from engine.models.registry import ModelRegistry
 from engine.testing import build_tiny_networks, make_tiny_model, tiny_spec
 from engine.xla import convert
-from tests.engine.bundles import SCALED_AUTOENCODER, SCALED_UNET, write_bundle
+from tests.engine.models.bundles import SCALED_AUTOENCODER, SCALED_UNET, write_bundle
 
 # Bound by the first test that runs here, not at collection (tests/engine/xla/conftest.py).
 jax = jnp = nets = None

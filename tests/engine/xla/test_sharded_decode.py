@@ -16,7 +16,7 @@ from engine.models.networks import build_network
 from engine.models.reference import perturb_
 from engine.models.registry import ModelRegistry
 from engine.xla import convert
-from tests.engine.bundles import SCALED_AUTOENCODER
+from tests.engine.models.bundles import SCALED_AUTOENCODER
 
 # Bound by the first test that runs here, not at import: JAX must not start before configure_jax
 # (tests/engine/xla/conftest.py).

@@ -15,7 +15,7 @@ from engine.models import open_model_folder
 from engine.models.registry import ModelRegistry
 from engine.models.spec import ModelSpec
 from engine.testing import tiny_spec
-from tests.engine.bundles import write_bundle
+from tests.engine.models.bundles import write_bundle
 
 
 def test_spec_json_round_trip():

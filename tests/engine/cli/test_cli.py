@@ -17,7 +17,7 @@ import pytest
 
 from engine.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _files(folder: Path) -> list[str]:

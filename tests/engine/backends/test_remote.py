@@ -216,7 +216,7 @@ def test_the_client_waits_as_a_full_queue_says_then_runs_its_job(registry):
     """Before: a full queue's 429 ended the client at once ("try again in about 5 s", exit 5)."""
     from engine.server import ServerLimits
     from engine.testing import InstantBackend
-    from tests.engine.test_server_hardening import GatedBackend
+    from tests.engine.server.gated import GatedBackend
 
     backend = GatedBackend(InstantBackend(registry))
     app = create_app(backend, token="s3cret", limits=ServerLimits(max_queued_jobs=1, max_queued_per_client=1))
@@ -239,7 +239,7 @@ def test_the_client_waits_as_a_full_queue_says_then_runs_its_job(registry):
 def test_a_client_that_waited_its_deadline_says_so(registry):
     from engine.server import ServerLimits
     from engine.testing import InstantBackend
-    from tests.engine.test_server_hardening import GatedBackend
+    from tests.engine.server.gated import GatedBackend
 
     backend = GatedBackend(InstantBackend(registry))
     app = create_app(backend, token="s3cret", limits=ServerLimits(max_queued_jobs=1, max_queued_per_client=1))

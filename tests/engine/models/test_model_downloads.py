@@ -1,6 +1,6 @@
 """`volsynth models get/add` against a hub on 127.0.0.1 with the real huggingface_hub client.
 
-The hub (tests/engine/hub_server.py) answers HEAD/GET /{repo}/resolve/{revision}/{path} as the Hugging
+The hub (tests/engine/models/hub_server.py) answers HEAD/GET /{repo}/resolve/{revision}/{path} as the Hugging
 Face hub does for LFS files; it serves the real catalogue's files (same repositories, names, revisions)
 with small seeded weights in the real layouts, so a fetched folder opens and generates.
 """
@@ -27,10 +27,10 @@ from engine.errors import ModelInvalid, OutputError
 from engine.models import download
 from engine.models.catalogue import find_entry, load_catalogue
 from engine.models.registry import ModelRegistry
-from tests.engine.hub_fixtures import MAISI_DIM, build_hub_content, serve_entries, write_test_catalogue
-from tests.engine.hub_server import HubServer
+from tests.engine.models.hub_fixtures import MAISI_DIM, build_hub_content, serve_entries, write_test_catalogue
+from tests.engine.models.hub_server import HubServer
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from engine.files.shipped import resource_path
 from engine.testing import write_maisi_folder
-from tests.engine.bundles import write_bundle
-from tests.engine.hub_server import HubState
+from tests.engine.models.bundles import write_bundle
+from tests.engine.models.hub_server import HubState
 
 MAISI_DIM = (32, 32, 32)
 MAISI_SPACING = (7.52, 7.52, 5.44)

@@ -19,7 +19,7 @@ import pytest
 
 from engine.server import ServerLimits, create_app, new_token
 from engine.testing import InstantBackend, ServerThread
-from tests.engine.test_server_hardening import GatedBackend
+from tests.engine.server.gated import GatedBackend
 
 TOKENS = {"alice": new_token(), "bob": new_token(), "carol": new_token()}
 

@@ -21,7 +21,7 @@ from engine.cli import main as cli_main
 from engine.server.connections import ConnectionLimits
 from engine.testing import ServerThread
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOKEN = "Wq3-x7LmZp0aKd9sVbN2cY5tR8eHfJ4uGi6oPlQ1wEr"  # 43 characters, as `serve --new-token` makes
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -179,7 +179,7 @@ def test_requests_beyond_the_in_flight_limit_get_503_and_the_server_recovers(reg
 
     from engine.server import ServerLimits, create_app
     from engine.testing import InstantBackend
-    from tests.engine.test_server_hardening import GatedBackend
+    from tests.engine.server.gated import GatedBackend
 
     backend = GatedBackend(InstantBackend(registry))
     limits = ServerLimits(connections=ConnectionLimits(max_in_flight_requests=2))
@@ -331,7 +331,7 @@ def test_one_clients_event_streams_leave_the_other_client_its_share(registry):
 
     from engine.server import ServerLimits, create_app
     from engine.testing import InstantBackend
-    from tests.engine.test_server_hardening import GatedBackend
+    from tests.engine.server.gated import GatedBackend
 
     backend = GatedBackend(InstantBackend(registry))
     app = create_app(backend, token={"a": TOKEN_A, "b": TOKEN_B}, limits=ServerLimits(max_streams=4))

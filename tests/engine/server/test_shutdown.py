@@ -22,7 +22,7 @@ import pytest
 
 from engine.server import new_token
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOKEN = new_token()
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 

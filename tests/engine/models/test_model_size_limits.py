@@ -28,7 +28,7 @@ from engine.testing import (
     maisi_definitions,
     tiny_spec,
 )
-from tests.engine.bundles import SCALED_AUTOENCODER, SCALED_UNET
+from tests.engine.models.bundles import SCALED_AUTOENCODER, SCALED_UNET
 
 
 @pytest.fixture

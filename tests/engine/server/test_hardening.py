@@ -22,30 +22,11 @@ from engine.backends.remote import RemoteBackend
 from engine.errors import BackendUnavailable, InvalidRequest, ModelNotFound
 from engine.server import JobRequest, OptimizationBody, ServerLimits, create_app
 from engine.testing import InstantBackend, ServerThread
+from tests.engine.server.gated import GatedBackend
 
 TOKEN = "k" * 10 + "-test-token-for-the-hardening-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 JSON = {"Content-Type": "application/json", **AUTH}
-
-
-class GatedBackend:
-    """A backend whose jobs each wait for ``gate`` before it starts: jobs stay running while a
-    test opens streams or fills the queue."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.registry = inner.registry
-        self.gate = threading.Event()
-        self.started = threading.Event()
-
-    def info(self):
-        return self.inner.info()
-
-    def sample(self, request):
-        self.started.set()
-        if not self.gate.wait(120):
-            raise BackendUnavailable("the test never opened the gate")
-        return (yield from self.inner.sample(request))
 
 
 @pytest.fixture
