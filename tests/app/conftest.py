@@ -200,3 +200,12 @@ def mni_t1() -> Path:
     from engine.anatomy import mni152
 
     return mni152.path("t1")
+
+
+@pytest.fixture(scope="module")
+def xla_server(tmp_path_factory):
+    """A real ``volsynth serve --device xla`` (tiny model) in its own process, shared by a module's tests."""
+    from tests.app.remote.xla_server import xla_server as running_xla_server
+
+    with running_xla_server(tmp_path_factory.mktemp("xla-models")) as url:
+        yield url

@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt
 
 from app.core.recovery import RecoveryStore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 NAMES = ["GM", "WM", "CSF", "ventricles"]
 MNI = "MNI152NLin2009aSym"
 
@@ -60,7 +60,7 @@ def _kill_after_keeping(
     code = textwrap.dedent(f"""
         import os, signal, numpy as np
         from app.core.recovery import RecoveryStore
-        from tests.app.test_recovery import _maps
+        from tests.app.recovery.test_recovery import _maps
         store = RecoveryStore({str(root)!r})
         store.open()
         data = np.random.default_rng(3).random((6, 7, 5), dtype=np.float32)

@@ -12,8 +12,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.compare import difference_window
 from app.compare.window import CSV_DIR_KEY, PANEL_SETTINGS
-
-from .conftest import SCREENSHOTS
+from tests.app.conftest import SCREENSHOTS
 
 pytestmark = [pytest.mark.render, pytest.mark.filterwarnings("ignore::UserWarning")]
 

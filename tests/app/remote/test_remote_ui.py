@@ -12,8 +12,7 @@ from engine.backends.local import LocalBackend
 from engine.errors import BackendUnavailable, InvalidRequest
 from engine.server import create_app
 from engine.testing import ServerThread
-
-from .test_maisi_ui import _pick
+from tests.app.keys import pick
 
 pytestmark = pytest.mark.render
 TOKEN = "t0ken-for-tests"
@@ -143,7 +142,7 @@ def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, main_wi
     assert panel.progress_label.text() == f"Cannot generate: {reason.splitlines()[0]}"
     window.activateWindow()  # the connect dialog had the keyboard
     qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
-    _pick(qtbot, panel.model_box, "tiny-pixel")
+    pick(qtbot, panel.model_box, "tiny-pixel")
     assert window.state.form.blocked_reason() == ""
     assert panel.generate_button.isEnabled() and panel.progress_label.text() == "Ready"
 

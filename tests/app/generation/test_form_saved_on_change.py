@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import QSettings
 
 pytestmark = pytest.mark.render
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 TYPE_THEN_KILL = textwrap.dedent(
     """

@@ -14,10 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
 
 from engine.testing import make_tiny_model
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
+PLAN_TIMEOUT_MS = 180_000  # the tiny model plans in seconds, but the machine is shared
 TOKEN = "plan-dialog-test-Zr7Qw2Lp9Xc4Vb8Nm3Ks6Hj1Gf5Dd0Ta"  # `serve` refuses weak tokens
 
 
@@ -73,3 +75,15 @@ def connect(qtbot, window, url: str) -> None:
     dialog.token_edit.setText(TOKEN)
     qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: len(window.remote.connections) > count, timeout=30_000)
+
+
+def open_plan_dialog(qtbot, window):
+    """Generate > Plan Multi-Device Run... by its shortcut, in the active window; the dialog once shown."""
+    assert window.remote.plan_action.isEnabled()
+    window.activateWindow()  # the connect dialog had the focus; shortcuts fire in the active window
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    QTest.keySequence(window, window.remote.plan_action.shortcut())
+    qtbot.waitUntil(
+        lambda: window.remote.plan_dialog is not None and window.remote.plan_dialog.isVisible(), timeout=5_000
+    )
+    return window.remote.plan_dialog

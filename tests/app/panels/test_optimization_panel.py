@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 
 from app.panels.optimization_panel import OptimizationPanel
 from engine.optimization.apply import OptimizationConfig
+from tests.app.keys import pick
 
 pytestmark = pytest.mark.render
 
@@ -259,15 +260,13 @@ def test_a_preset_too_long_for_the_box_ends_in_an_ellipsis(qtbot, main_window):
 def test_switching_models_says_what_it_reset_and_drops_a_quantization_of_the_other_model(qtbot, main_window):
     """Steps and conditioning went to the new model's defaults silently, and an int8 setting chosen (and
     measured) for one model stayed on for another not measured here."""
-    from .test_maisi_ui import _pick
-
     window, panel, sampling = main_window, _panel(main_window), main_window.sampling_panel
-    _pick(qtbot, sampling.model_box, "tiny-latent")
+    pick(qtbot, sampling.model_box, "tiny-latent")
     sampling.steps_spin.setValue(3)
     panel.expand_button.setChecked(True)
-    _pick(qtbot, panel.combos["quantization"], "int8")
+    pick(qtbot, panel.combos["quantization"], "int8")
     assert window.state.form.optimization["quantization"] == "int8"
-    _pick(qtbot, sampling.model_box, "tiny-pixel")
+    pick(qtbot, sampling.model_box, "tiny-pixel")
     form = window.state.form
     assert "quantization" not in form.optimization and form.to_request().optimization.quantization is None
     assert panel.combos["quantization"].currentData() is None  # the control shows it off too
@@ -281,8 +280,6 @@ def test_the_device_chosen_on_this_computer_comes_back_after_a_restart(
 ):
     from app.window.main_window import MainWindow
 
-    from .test_maisi_ui import _pick
-
     first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(first)
     first.show()
@@ -291,7 +288,7 @@ def test_the_device_chosen_on_this_computer_comes_back_after_a_restart(
     qtbot.waitUntil(lambda: box.findData("cpu") >= 0, timeout=60_000)  # the device list has come
     first.activateWindow()
     qtbot.waitUntil(first.isActiveWindow, timeout=5_000)
-    _pick(qtbot, box, "cpu")
+    pick(qtbot, box, "cpu")
     assert first.state.form.device == "cpu"
     first.close()
 

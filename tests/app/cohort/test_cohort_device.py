@@ -27,7 +27,7 @@ from app.cohort.draft import (
     step_device_kind,
     torch_settings_problem,
 )
-from tests.app.test_cohort_dialog import _type
+from tests.app.keys import type_into
 
 HAS_JAX = importlib.util.find_spec("jax") is not None
 NO_GPU_HERE = LocalDevices(cuda_gpus=0, jax=True, tpu=False, cpu_cores=2)
@@ -144,7 +144,7 @@ def test_offering_and_checking_xla_never_starts_jax_in_the_app_process():
         "assert choice.describe(None)\n"
         "assert 'jax' not in sys.modules, 'JAX was imported'\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=root, env=env
@@ -439,7 +439,7 @@ def test_a_real_cohort_on_two_fake_xla_devices_with_plan_dp2(qtbot, main_window,
     """One volume on a real local Ray runtime: one worker of 2 fake host devices, the U-Net sharded dp2."""
     pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
     dialog = _open_dialog(qtbot, main_window)
-    _type(qtbot, dialog.seeds_spin, "1")
+    type_into(qtbot, dialog.seeds_spin, "1")
     assert dialog.count_label.text().startswith("1 volume \u00b7 ")
     _choose_xla_by_keyboard(qtbot, dialog)
     assert "until a volume has been generated on XLA" in dialog.count_label.text()

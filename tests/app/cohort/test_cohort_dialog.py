@@ -9,14 +9,9 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.cohort.draft import CohortDraft, ConditionDraft, estimate_seconds
+from tests.app.keys import type_into
 
 pytestmark = [pytest.mark.render, pytest.mark.filterwarnings("ignore::UserWarning")]
-
-
-def _type(qtbot, spin, text: str) -> None:
-    spin.lineEdit().selectAll()
-    qtbot.keyClicks(spin.lineEdit(), text)
-    qtbot.keyClick(spin.lineEdit(), Qt.Key.Key_Tab)
 
 
 def test_draft_counts_like_the_engine_spec():
@@ -48,12 +43,12 @@ def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path, sc
 
     ventricles = next(r for r in dialog.rows if r.condition.name == "ventricle_volume")
     ventricles.mode.setCurrentText("grid")
-    _type(qtbot, ventricles.n, "4")
-    _type(qtbot, dialog.seeds_spin, "3")
+    type_into(qtbot, ventricles.n, "4")
+    type_into(qtbot, dialog.seeds_spin, "3")
     assert dialog.count_label.text().startswith("12 volumes")
     ventricles.mode.setCurrentText("fixed")
-    _type(qtbot, ventricles.a, "30")
-    _type(qtbot, dialog.seeds_spin, "2")
+    type_into(qtbot, ventricles.a, "30")
+    type_into(qtbot, dialog.seeds_spin, "2")
     assert dialog.count_label.text().startswith("2 volumes")
     out = tmp_path / "cohort"
     dialog.out_edit.setText(str(out))

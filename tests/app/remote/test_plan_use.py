@@ -18,11 +18,9 @@ from app.core.generation_form import REMOTE_PREFIX, GenerationForm
 from app.core.plan_table import batch_mismatch_text, format_duration_ms, use_plan_problem, xla_device_count
 from engine.api.optimization_config import OptimizationConfig
 from engine.formatting import format_bytes
-
-from .test_maisi_ui import _pick
-from .test_plan_dialog import PLAN_TIMEOUT_MS, _open_plan_dialog
-from .xla_server import TOKEN, xla_server
-from .xla_server import connect as _connect
+from tests.app.keys import pick
+from tests.app.remote.xla_server import PLAN_TIMEOUT_MS, TOKEN, open_plan_dialog, xla_server
+from tests.app.remote.xla_server import connect as _connect
 
 SERVER = REMOTE_PREFIX + "http://tpu-vm:8765"
 FOUR_DEVICES = {"xla_devices": [{"id": i, "platform": "cpu", "kind": "cpu"} for i in range(4)]}
@@ -162,7 +160,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     # Torch settings chosen before connecting (a preset picked with the keyboard) are not sent to the XLA
     # server, which refuses them; the Optimization panel says what runs there instead.
     optimization = window.optimization_panel
-    _pick(qtbot, optimization.preset_box, "Fast (GPU)")
+    pick(qtbot, optimization.preset_box, "Fast (GPU)")
     chosen = dict(form.optimization)
     assert chosen and form.to_request().optimization.autocast == "bf16"
     _connect(qtbot, window, xla_server4)
@@ -171,7 +169,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     assert "not sent; kept for a torch device" in optimization.summary.text()
     assert not optimization.refused_label.isVisible() and not form.blocked_reason()
     assert not panel.plan_widget.isVisible()
-    dialog = _open_plan_dialog(qtbot, window)
+    dialog = open_plan_dialog(qtbot, window)
     assert not dialog.use_button.isEnabled() and "Plan first" in dialog.use_button.toolTip()
     assert dialog.topology_box.currentText() == "v5e:2x2"  # the server's own (stand-in) slice first
     dialog.top_spin.setValue(1)

@@ -17,8 +17,7 @@ from app.core.compare_pair import linked_ras, resampled_plane
 from app.core.slicing import plane_geometry
 from app.services.shortcuts import keys
 from app.viewer.viewer_area import SIDE_BY_SIDE
-
-from .viewer_helpers import open_volume, pixels, write_volume
+from tests.app.viewer_helpers import open_volume, pixels, write_volume
 
 pytestmark = pytest.mark.render
 

@@ -10,36 +10,15 @@ import re
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtTest import QTest
 
 from app.core.plan_table import COLUMN_INDEX
 from engine.server import create_app
 from engine.testing import ServerThread
-
-from .xla_server import TOKEN
-from .xla_server import connect as _connect
-from .xla_server import xla_server as running_xla_server
+from tests.app.remote.xla_server import PLAN_TIMEOUT_MS, TOKEN, open_plan_dialog
+from tests.app.remote.xla_server import connect as _connect
 
 pytestmark = pytest.mark.render
-PLAN_TIMEOUT_MS = 180_000  # the tiny model plans in seconds, but the machine is shared
 STATUS = COLUMN_INDEX["status"]
-
-
-@pytest.fixture(scope="module")
-def xla_server(tmp_path_factory):
-    with running_xla_server(tmp_path_factory.mktemp("xla-models")) as url:
-        yield url
-
-
-def _open_plan_dialog(qtbot, window):
-    assert window.remote.plan_action.isEnabled()
-    window.activateWindow()  # the connect dialog had the focus; shortcuts fire in the active window
-    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
-    QTest.keySequence(window, window.remote.plan_action.shortcut())
-    qtbot.waitUntil(
-        lambda: window.remote.plan_dialog is not None and window.remote.plan_dialog.isVisible(), timeout=5_000
-    )
-    return window.remote.plan_dialog
 
 
 def _type_topology(qtbot, dialog, text):
@@ -73,7 +52,7 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     assert "XLA programs" in panel.summary.text()
     screenshot(window, "xla-server-connected")
 
-    dialog = _open_plan_dialog(qtbot, window)
+    dialog = open_plan_dialog(qtbot, window)
     assert not dialog.isModal()
     assert "xla:cpu cpu" in dialog.devices_label.text() and "#0 cpu" in dialog.devices_label.text()
     models = [dialog.model_box.itemText(i) for i in range(dialog.model_box.count())]
@@ -145,7 +124,7 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
 def test_an_unknown_topology_shows_the_servers_reason(qtbot, main_window, xla_server, typed, expected):
     window = main_window
     _connect(qtbot, window, xla_server)
-    dialog = _open_plan_dialog(qtbot, window)
+    dialog = open_plan_dialog(qtbot, window)
     _type_topology(qtbot, dialog, typed)
     qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "could not plan" in dialog.status_label.text(), timeout=PLAN_TIMEOUT_MS)
@@ -161,7 +140,7 @@ def test_a_time_limit_of_zero_gets_the_best_estimate_marked_cut_short(
 ):
     window = main_window
     _connect(qtbot, window, xla_server)
-    dialog = _open_plan_dialog(qtbot, window)
+    dialog = open_plan_dialog(qtbot, window)
     assert dialog.limit_spin.value() == 120 and dialog.limit_spin.suffix() == " s"  # the server's default
     _type_topology(qtbot, dialog, "v5e:2x2")
     dialog.limit_spin.selectAll()
@@ -189,7 +168,7 @@ def test_a_time_limit_of_zero_gets_the_best_estimate_marked_cut_short(
 def test_cancel_gives_the_form_back_and_drops_the_late_result(qtbot, main_window, xla_server):
     window = main_window
     _connect(qtbot, window, xla_server)
-    dialog = _open_plan_dialog(qtbot, window)
+    dialog = open_plan_dialog(qtbot, window)
     _type_topology(qtbot, dialog, "v5e:2x2")
     dialog.top_spin.setValue(1)
     qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
@@ -220,7 +199,7 @@ def test_plan_view_of_a_torch_server_and_disconnecting_disables_plan(qtbot, main
         panel = window.optimization_panel
         assert panel.combos["autocast"].isEnabled()
         assert "Checked by the engine server (" in panel.summary.text() and "cores" in panel.summary.text()
-        dialog = _open_plan_dialog(qtbot, window)
+        dialog = open_plan_dialog(qtbot, window)
         assert "(not XLA)" in dialog.devices_label.text()
         assert dialog.model_box.count() == 4 and dialog.model_box.itemText(3) == "brain-ldm-bundle"
         assert dialog.plan_button.isEnabled()

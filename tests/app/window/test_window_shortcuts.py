@@ -102,7 +102,7 @@ from PySide6.QtWidgets import QApplication
 app = QApplication(sys.argv[:1])
 from app.window.main_window import MainWindow
 from engine.models.registry import ModelRegistry
-from tests.app.test_window_shortcuts import _press_all
+from tests.app.window.test_window_shortcuts import _press_all
 
 window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]),
                     settings=QSettings(sys.argv[2], QSettings.Format.IniFormat), enable_3d=True,
@@ -146,7 +146,7 @@ def test_menu_shortcuts_fire_after_a_click_in_the_3d_view(tmp_path, tiny_models_
     import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": str(repo), "XDG_DATA_HOME": str(tmp_path / "data")}
     done = subprocess.run(
         [sys.executable, "-c", THREE_D_SCRIPT, str(tiny_models_dir), str(tmp_path / "s.ini")],

@@ -206,7 +206,7 @@ def test_at_1024x700_a_kept_measurement_does_not_widen_the_generate_form(
     # result for the test model: its words are as long as the panel shows them in use.
     monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(tmp_path / "tune"))
     result = json.loads(
-        (Path(__file__).parent / "data" / "tune-result-amd-epyc-shipped-model.json").read_text()
+        (Path(__file__).parents[1] / "data" / "tune-result-amd-epyc-shipped-model.json").read_text()
     )
     versions = tune_store.current_versions()
     result.update(

@@ -8,8 +8,7 @@ from PySide6.QtGui import QAction, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QApplication
 
 from app.window.help import VIEWER_KEYS, action_shortcuts
-
-from .conftest import SCREENSHOTS
+from tests.app.conftest import SCREENSHOTS
 
 pytestmark = pytest.mark.render
 

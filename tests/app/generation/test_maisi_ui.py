@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from engine.testing import write_maisi_folder
+from tests.app.keys import pick
 from tests.app.modal import answer_modal
 from tests.app.runs import generate
 
@@ -32,8 +33,7 @@ def maisi_models_dir(tmp_path_factory):
 @pytest.fixture
 def maisi_window(qtbot, themed_app, tiny_models_dir, maisi_models_dir, qt_settings, error_dialogs):
     from engine.models.registry import ModelRegistry
-
-    from .conftest import _make_window
+    from tests.app.conftest import _make_window
 
     window = _make_window(qtbot, ModelRegistry([tiny_models_dir, maisi_models_dir]), qt_settings, False)
     yield window
@@ -41,22 +41,10 @@ def maisi_window(qtbot, themed_app, tiny_models_dir, maisi_models_dir, qt_settin
     assert not window.runner.jobs
 
 
-def _pick(qtbot, box, data) -> None:
-    """Choose the item holding ``data`` with the keyboard, as a user does in a focused combo box."""
-    box.setFocus()
-    qtbot.waitUntil(box.hasFocus, timeout=5_000)
-    target = box.findData(data) if not isinstance(data, int) else data
-    assert target >= 0, data
-    key = Qt.Key.Key_Down if target > box.currentIndex() else Qt.Key.Key_Up
-    for _ in range(abs(target - box.currentIndex())):
-        qtbot.keyClick(box, key)
-    assert box.currentIndex() == target
-
-
 def test_the_model_in_the_picker_with_its_card(qtbot, maisi_window, screenshot):
     window, panel = maisi_window, maisi_window.sampling_panel
     assert not panel.output_group.isVisible()  # the tiny numeric-conditioned model takes no modality
-    _pick(qtbot, panel.model_box, "NV-Generate-CTMR")
+    pick(qtbot, panel.model_box, "NV-Generate-CTMR")
     assert window.state.form.model.spec.name.startswith("NV-Generate-MR-Brain")
     assert panel.output_group.isVisible() and not panel.conditioning_group.isVisible()
     assert [panel.modality_box.itemText(i) for i in range(4)] == [
@@ -100,10 +88,10 @@ def test_the_model_in_the_picker_with_its_card(qtbot, maisi_window, screenshot):
 
 def test_t2w_and_flair_volumes_with_their_spacing_in_the_status_bar(qtbot, maisi_window, screenshot):
     window, panel = maisi_window, maisi_window.sampling_panel
-    _pick(qtbot, panel.model_box, "NV-Generate-CTMR")
+    pick(qtbot, panel.model_box, "NV-Generate-CTMR")
     panel.steps_spin.setValue(2)
     for modality, shot in (("t2w", "maisi-t2w-volume"), ("flair", "maisi-flair-volume")):
-        _pick(qtbot, panel.modality_box, modality)
+        pick(qtbot, panel.modality_box, modality)
         assert window.state.form.modality == modality
         assert generate(qtbot, window) == "finished"
         entry = window.state.shown
@@ -126,14 +114,14 @@ def test_the_contrasts_the_owners_do_not_guarantee_are_marked_where_they_are_pic
     qtbot, maisi_window, screenshot
 ):
     window, panel = maisi_window, maisi_window.sampling_panel
-    _pick(qtbot, panel.model_box, "NV-Generate-CTMR")
-    _pick(qtbot, panel.modality_box, "t2w")
+    pick(qtbot, panel.model_box, "NV-Generate-CTMR")
+    pick(qtbot, panel.modality_box, "t2w")
     assert not panel.modality_note.isVisible()  # T2w is guaranteed: no note
     names = [panel.modality_box.itemData(i) for i in range(panel.modality_box.count())]
     marked = [n for i, n in enumerate(names) if "(not guaranteed)" in panel.modality_box.itemText(i)]
     # The catalogue's caveats for the contrasts this model offers: SWI (sagittal, coronal) and MRA (all planes).
     assert marked == [n for n in names if n.startswith(("swi", "mra"))] and "swi" in marked
-    _pick(qtbot, panel.modality_box, "swi")
+    pick(qtbot, panel.modality_box, "swi")
     assert window.state.form.modality == "swi"
     assert panel.modality_note.isVisible()
     assert panel.modality_note.text().startswith(
@@ -143,18 +131,18 @@ def test_the_contrasts_the_owners_do_not_guarantee_are_marked_where_they_are_pic
         panel.modality_box.currentIndex(), Qt.ItemDataRole.ToolTipRole
     )
     screenshot(window, "maisi-swi-not-guaranteed")
-    _pick(qtbot, panel.modality_box, "flair")
+    pick(qtbot, panel.modality_box, "flair")
     assert not panel.modality_note.isVisible()
 
 
 def test_the_preview_size_runs_smaller_at_the_same_field_of_view(qtbot, maisi_window):
     window, panel = maisi_window, maisi_window.sampling_panel
-    _pick(qtbot, panel.model_box, "NV-Generate-CTMR")
+    pick(qtbot, panel.model_box, "NV-Generate-CTMR")
     assert panel.size_box.count() == 1  # 32^3 cannot be halved for these networks: no preview offered
-    _pick(qtbot, panel.model_box, "NV-Generate-64")
+    pick(qtbot, panel.model_box, "NV-Generate-64")
     panel.steps_spin.setValue(1)
     assert panel.size_box.itemText(1) == "Preview 32\u00d732\u00d732 at 7.52\u00d77.52\u00d75.44 mm"
-    _pick(qtbot, panel.size_box, 1)
+    pick(qtbot, panel.size_box, 1)
     assert window.state.form.output_size == (32, 32, 32)
     assert generate(qtbot, window) == "finished"
     entry = window.state.shown
@@ -168,10 +156,10 @@ def test_a_cohort_makes_the_modality_and_size_chosen_in_the_generate_panel(qtbot
     import json
 
     window, panel = maisi_window, maisi_window.sampling_panel
-    _pick(qtbot, panel.model_box, "NV-Generate-64")
+    pick(qtbot, panel.model_box, "NV-Generate-64")
     panel.steps_spin.setValue(1)
-    _pick(qtbot, panel.modality_box, "t2w")
-    _pick(qtbot, panel.size_box, 1)  # the 32^3 preview size
+    pick(qtbot, panel.modality_box, "t2w")
+    pick(qtbot, panel.size_box, 1)  # the 32^3 preview size
     window.cohort.action.trigger()
     dialog = window.cohort.dialog
     qtbot.waitExposed(dialog)

@@ -8,9 +8,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QLineEdit
 
+from tests.app.keys import type_into
 from tests.app.modal import answer_modal
-from tests.app.test_cohort_dialog import _type
-from tests.app.test_plan_dialog import PLAN_TIMEOUT_MS, _connect, _open_plan_dialog, xla_server  # noqa: F401
+from tests.app.remote.xla_server import PLAN_TIMEOUT_MS, open_plan_dialog
+from tests.app.remote.xla_server import connect as _connect
 from tests.app.vault.helpers import PASSPHRASE
 from tests.app.vault.helpers import point_at_new_vault as _point_at_new_vault
 from tests.app.vault.helpers import wait_task as _wait_task
@@ -65,7 +66,7 @@ def test_radiologist_generate_inspect_save_vault(qtbot, main_window, tmp_path, s
     screenshot(window, "walk-radiologist")
 
 
-def test_researcher_compare_cohort_and_plan(qtbot, main_window, tmp_path, xla_server, screenshot):  # noqa: F811
+def test_researcher_compare_cohort_and_plan(qtbot, main_window, tmp_path, xla_server, screenshot):
     pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
     window = main_window
     window.state.select_model(window.state.model_by_id("tiny-latent"))
@@ -85,7 +86,7 @@ def test_researcher_compare_cohort_and_plan(qtbot, main_window, tmp_path, xla_se
     window.cohort.action.trigger()
     dialog = window.cohort.dialog
     qtbot.waitExposed(dialog)
-    _type(qtbot, dialog.seeds_spin, "4")
+    type_into(qtbot, dialog.seeds_spin, "4")
     assert dialog.count_label.text().startswith("4 volumes")
     dialog.out_edit.setText(str(tmp_path / "cohort"))
     qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
@@ -96,7 +97,7 @@ def test_researcher_compare_cohort_and_plan(qtbot, main_window, tmp_path, xla_se
     dialog.close()
 
     _connect(qtbot, window, xla_server)
-    plan = _open_plan_dialog(qtbot, window)
+    plan = open_plan_dialog(qtbot, window)
     assert plan.topology_box.currentText() == "v5e:2x4"  # as the README's examples
     plan.top_spin.setValue(1)
     qtbot.mouseClick(plan.plan_button, Qt.MouseButton.LeftButton)

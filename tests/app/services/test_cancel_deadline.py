@@ -18,7 +18,7 @@ from engine.testing import ServerThread
 from tests.app.stuck_backend import DENOISE_MESSAGE, LOAD_MESSAGE, StuckBackend
 
 pytestmark = pytest.mark.render
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOKEN = "t0ken-for-stuck-tests"
 DEADLINE_S = 1.0  # the shipped 10 s, shortened so the test waits less; the count-down logic is the same
 
