@@ -1,7 +1,7 @@
 """The session: models, volumes, what is shown, the running job, display settings (Qt-free).
 
 Widgets subscribe to the ``Event`` attributes and call methods here instead of talking to each other,
-so the logic is testable without a ``QApplication`` (see tests/app/test_state.py).
+so the logic is testable without a ``QApplication`` (see tests/app/core/test_state.py).
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ SHORTCUTS: dict[str, Shortcut] = {
     # The session list (its keys work while it has the focus)
     "session.remove": Shortcut(_Std.Delete, "Remove from Session", "Session list"),
     "session.rename": Shortcut("F2", "Rename", "Session list"),
-    # Keys a slice view handles itself (app/viewer/slice_view.py keyPressEvent); tests/app/test_help.py sends
+    # Keys a slice view handles itself (app/viewer/slice_view.py keyPressEvent); tests/app/window/test_help.py sends
     # each one to a real slice view and fails if the view ignores it.
     "slice.next": Shortcut("Up / Page Up", "Next slice", SLICE_VIEWS),
     "slice.previous": Shortcut("Down / Page Down", "Previous slice", SLICE_VIEWS),
@@ -126,7 +126,7 @@ SHORTCUTS: dict[str, Shortcut] = {
     "view3d.mouse.zoom": Shortcut("Right drag or wheel", "Zoom", VIEW3D_MOUSE),
     "view3d.mouse.roll": Shortcut("Ctrl+left drag", "Roll (spin about the view axis)", VIEW3D_MOUSE),
     # The Compare Settings window's QShortcuts (app/compare/window.py makes them from RUN_KEY, CANCEL_KEY
-    # and the plane numbers; tests/app/test_shortcuts.py checks these entries against those values).
+    # and the plane numbers; tests/app/window/test_shortcuts.py checks these entries against those values).
     "compare.run": Shortcut("Ctrl+Return", "Run the comparison", COMPARE_WINDOW),
     "compare.cancel": Shortcut("Esc", "Cancel it at the next step", COMPARE_WINDOW),
     "compare.planes": Shortcut("1 / 2 / 3", "Axial / coronal / sagittal in all three views", COMPARE_WINDOW),

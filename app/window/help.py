@@ -54,7 +54,7 @@ def _table_pairs(where: str) -> tuple[tuple[str, str], ...]:
 
 
 # The keys a slice view handles itself, and the mouse: views of the one table (app/services/shortcuts.py).
-# tests/app/test_help.py sends each of VIEWER_KEYS to a real slice view and fails if the view ignores it.
+# tests/app/window/test_help.py sends each of VIEWER_KEYS to a real slice view and fails if the view ignores it.
 VIEWER_KEYS: tuple[tuple[str, str], ...] = _table_pairs(SLICE_VIEWS)
 VIEWER_MOUSE: tuple[tuple[str, str], ...] = _table_pairs(SLICE_VIEWS_MOUSE)
 VIEW3D_MOUSE: tuple[tuple[str, str], ...] = _table_pairs(VIEW3D_MOUSE_WHERE)
