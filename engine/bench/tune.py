@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -378,76 +379,86 @@ def tune(
     schedules, rows = split_schedules(rows)
     measured_rows, skipped = _select_rows(torch_device, spec, probe, rows)
     default_steps = spec.default_steps
-    folder = Path(out_dir or tempfile.mkdtemp(prefix="volsynth-tune-"))
+    # The rows' volumes (one .npy each) live in a scratch folder of our own unless the caller gave one, and
+    # go with it: a measurement leaves nothing behind in the temporary folder.
+    folder = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="volsynth-tune-"))
     folder.mkdir(parents=True, exist_ok=True)
-    threads = probe.cpu.logical_cores if torch_device.type == "cpu" else None
-
-    def progress(done: float, total: float, message: str) -> Progress:
-        return Progress(TUNE_STAGE, int(done), int(total), time.perf_counter() - started, message)
-
-    workers: list[_RowWorker] = []
     try:
-        # 1. Start and prepare every row (one-off costs), fp32 first: it is the yardstick.
-        prepare = {
-            "cmd": "prepare",
-            "model": str(source.path),
+        threads = probe.cpu.logical_cores if torch_device.type == "cpu" else None
+
+        def progress(done: float, total: float, message: str) -> Progress:
+            return Progress(TUNE_STAGE, int(done), int(total), time.perf_counter() - started, message)
+
+        workers: list[_RowWorker] = []
+        try:
+            # 1. Start and prepare every row (one-off costs), fp32 first: it is the yardstick.
+            prepare = {
+                "cmd": "prepare",
+                "model": str(source.path),
+                "device": str(torch_device),
+                "threads": threads,
+            }
+            estimate_s = yield from _prepare_rows(
+                workers, measured_rows, prepare, steps, seed, started, progress, estimate_only, budget_s
+            )
+            if estimate_s is not None:  # estimate_only: stopped after sizing the measurement on fp32
+                return {
+                    "estimate_s": estimate_s,
+                    "rows": [n for n, _ in measured_rows],
+                    "not_measured": skipped,
+                }
+            # 2. Rounds, interleaved, until the noise rule decides every row or the budget runs out.
+            live = [w for w in workers if w.error is None]
+            rounds = yield from _measure_rounds(
+                live, folder, steps, seed, default_steps, budget_s, started, should_pause, progress
+            )
+        finally:
+            _close_all(workers)
+
+        # 3. Summarise against fp32.
+        created = datetime.now(UTC).isoformat(timespec="seconds")
+        results = _summarise(workers, folder, default_steps, created)
+        fp32_row = next(r for r in results if r["name"] == "fp32")
+        fp32_worker = next(w for w in workers if w.name == "fp32")
+        results += [_schedule_row(fp32_row, fp32_worker, n, default_steps) for n in schedules]
+        versions = tune_store.current_versions()
+        result = {
+            "format": tune_store.TUNE_FORMAT,
+            "created": created,
+            "fingerprint": probe.fingerprint(),
+            "machine": probe.to_dict(),
+            "machine_words": probe.describe(),
+            "model": {"id": spec.id, "name": spec.name, "key": tune_store.model_key(source.weights_sha256())},
+            "versions": versions,
+            "versions_key": tune_store.versions_key(versions),
             "device": str(torch_device),
-            "threads": threads,
+            "method": _method(steps, rounds, seed, spec, budget_s, started),
+            "rows": results,
+            "not_measured": skipped,
         }
-        estimate_s = yield from _prepare_rows(
-            workers, measured_rows, prepare, steps, seed, started, progress, estimate_only, budget_s
-        )
-        if estimate_s is not None:  # estimate_only: stopped after sizing the measurement on fp32
-            return {"estimate_s": estimate_s, "rows": [n for n, _ in measured_rows], "not_measured": skipped}
-        # 2. Rounds, interleaved, until the noise rule decides every row or the budget runs out.
-        live = [w for w in workers if w.error is None]
-        rounds = yield from _measure_rounds(
-            live, folder, steps, seed, default_steps, budget_s, started, should_pause, progress
-        )
+        if rows:
+            # Some rows measured: they replace theirs in this machine's stored result, the others stay.
+            stored = tune_store.load_result(source.weights_sha256(), probe.fingerprint(), versions)
+            result = tune_store.merge_results(stored, result)
+        else:
+            result = tune_store.merge_results(None, result)  # the verdicts and the recommendation, one way
+        from engine.bench.runner import quality_block_for
+
+        # The cohort verdicts `volsynth quality` kept for these rows here (per-seed PSNR/SSIM are in the rows).
+        rows_now = [(r.get("name", ""), r.get("config") or {}) for r in result["rows"]]
+        shorter = {r["name"]: r["steps"] for r in result["rows"] if r.get("steps") is not None}
+        result["quality"] = quality_block_for(model, rows_now, shorter)
+        # A row that trades fidelity (step caching, a shorter schedule) is advised only with a kept verdict that holds.
+        best = tune_store.recommendation(result)
+        result["recommended"] = best["name"] if best else None
+        schedule = tune_store.schedule_advice(result)
+        result["shorter_schedule"] = schedule["name"] if schedule else None
+        if save:
+            result["path"] = str(tune_store.save_result(result))
+        return result
     finally:
-        _close_all(workers)
-
-    # 3. Summarise against fp32.
-    created = datetime.now(UTC).isoformat(timespec="seconds")
-    results = _summarise(workers, folder, default_steps, created)
-    fp32_row = next(r for r in results if r["name"] == "fp32")
-    fp32_worker = next(w for w in workers if w.name == "fp32")
-    results += [_schedule_row(fp32_row, fp32_worker, n, default_steps) for n in schedules]
-    versions = tune_store.current_versions()
-    result = {
-        "format": tune_store.TUNE_FORMAT,
-        "created": created,
-        "fingerprint": probe.fingerprint(),
-        "machine": probe.to_dict(),
-        "machine_words": probe.describe(),
-        "model": {"id": spec.id, "name": spec.name, "key": tune_store.model_key(source.weights_sha256())},
-        "versions": versions,
-        "versions_key": tune_store.versions_key(versions),
-        "device": str(torch_device),
-        "method": _method(steps, rounds, seed, spec, budget_s, started),
-        "rows": results,
-        "not_measured": skipped,
-    }
-    if rows:
-        # Some rows measured: they replace theirs in this machine's stored result, the others stay.
-        stored = tune_store.load_result(source.weights_sha256(), probe.fingerprint(), versions)
-        result = tune_store.merge_results(stored, result)
-    else:
-        result = tune_store.merge_results(None, result)  # the verdicts and the recommendation, one way
-    from engine.bench.runner import quality_block_for
-
-    # The cohort verdicts `volsynth quality` kept for these rows here (per-seed PSNR/SSIM are in the rows).
-    rows_now = [(r.get("name", ""), r.get("config") or {}) for r in result["rows"]]
-    shorter = {r["name"]: r["steps"] for r in result["rows"] if r.get("steps") is not None}
-    result["quality"] = quality_block_for(model, rows_now, shorter)
-    # A row that trades fidelity (step caching, a shorter schedule) is advised only with a kept verdict that holds.
-    best = tune_store.recommendation(result)
-    result["recommended"] = best["name"] if best else None
-    schedule = tune_store.schedule_advice(result)
-    result["shorter_schedule"] = schedule["name"] if schedule else None
-    if save:
-        result["path"] = str(tune_store.save_result(result))
-    return result
+        if not out_dir:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _method(steps: int, rounds: int, seed: int, spec, budget_s: float, started: float) -> dict[str, Any]:

@@ -31,8 +31,12 @@ def tuned(tiny_models_dir, tmp_path_factory):
     """One real measurement of fp32 and the Low memory preset on the tiny latent model (kept in a temp store)."""
     import os
 
+    import tempfile
+
     folder = tmp_path_factory.mktemp("tune")
+    scratch = tmp_path_factory.mktemp("scratch")  # the temporary folder tune's own scratch folder is made in
     os.environ["VOLSYNTH_TUNE_DIR"] = str(folder)
+    tempfile.tempdir, system_temp = str(scratch), tempfile.tempdir
     try:
         progress = []
         pauses = iter([True, True, False])  # a generation runs when the first run is due, then ends
@@ -49,6 +53,8 @@ def tuned(tiny_models_dir, tmp_path_factory):
         )
     finally:
         del os.environ["VOLSYNTH_TUNE_DIR"]
+        tempfile.tempdir = system_temp
+    assert not list(scratch.iterdir()), "the rows' volumes were left in the temporary folder"
     return result, progress, folder
 
 
