@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
-# Tests never touch the user's real data or settings folders.
-os.environ.setdefault("XDG_DATA_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-data"))
-os.environ.setdefault(
-    "XDG_CONFIG_HOME", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-config")
-)
-# Caches (int8 calibration, mixed plans, XLA plans) start empty in every run: a plan kept by an earlier run
-# would let a test pass without the work it checks.
-os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="volsynth-test-cache-"))
-os.environ.setdefault(
-    "VOLSYNTH_TUNE_DIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "volsynth-test-tune")
-)
+# Tests never touch the user's real data, settings or caches: each run (each worker when runs are parallel) has
+# its own folders, in one scratch folder removed when the run passes. Caches (int8 calibration, mixed plans, XLA
+# plans) start empty: a plan kept by an earlier run would let a test pass without the work it checks.
+RUN_FOLDER = Path(tempfile.mkdtemp(prefix="volsynth-tests-"))
+for _variable, _name in [
+    ("XDG_DATA_HOME", "data"),
+    ("XDG_CONFIG_HOME", "config"),
+    ("XDG_CACHE_HOME", "cache"),
+    ("VOLSYNTH_TUNE_DIR", "tune"),
+]:
+    os.environ.setdefault(_variable, str(RUN_FOLDER / _name))
 # The suite runs reduced precision on tiny models on purpose, on every CPU class: it carries the override
 # that real requests must ask for (engine.optimization.apply.check_combination). Tests of the refusal itself clear
 # it (the ``no_slower_override`` fixture) and feed recorded machine probes.
 os.environ["VOLSYNTH_ALLOW_SLOWER"] = "1"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if exitstatus == 0:
+        shutil.rmtree(RUN_FOLDER, ignore_errors=True)
+    else:
+        print(f"\nthe run's data, settings and caches: {RUN_FOLDER}")
 
 
 def pytest_collection_modifyitems(config, items):

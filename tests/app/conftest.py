@@ -7,16 +7,18 @@ GUI tests need a real X display: run them as
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import RUN_FOLDER
 
 os.environ.setdefault("QT_QPA_PLATFORM", "xcb")
 
 # Tests write only inside temporary folders: screenshots go to a fresh one per run unless
 # VOLSYNTH_SCREENSHOTS names the folder to keep them in (for people who want to look at them).
-SCREENSHOTS = Path(os.environ.get("VOLSYNTH_SCREENSHOTS") or tempfile.mkdtemp(prefix="volsynth-screenshots-"))
+SCREENSHOTS = Path(os.environ.get("VOLSYNTH_SCREENSHOTS") or RUN_FOLDER / "screenshots")
+SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
 
 def pytest_collection_modifyitems(config, items):
