@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,34 +13,6 @@ from PySide6.QtCore import QSettings
 
 pytestmark = pytest.mark.render
 REPO = Path(__file__).resolve().parents[3]
-
-TYPE_THEN_KILL = textwrap.dedent(
-    """
-    import os, signal, sys
-    from pathlib import Path
-    from PySide6.QtCore import QSettings, Qt
-    from PySide6.QtTest import QTest
-    from PySide6.QtWidgets import QApplication
-
-    app = QApplication(sys.argv[:1])
-    from app.window.main_window import MainWindow
-    from engine.models.registry import ModelRegistry
-
-    settings = QSettings(sys.argv[2], QSettings.Format.IniFormat)
-    window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]), settings=settings, enable_3d=False,
-                        preload_torch=False)
-    window.show()
-    QTest.qWaitForWindowExposed(window)
-    steps, seed = window.sampling_panel.steps_spin, window.sampling_panel.seed_spin
-    for spin, text in ((steps, "10"), (seed, "4242")):
-        spin.setFocus()
-        spin.selectAll()
-        QTest.keyClicks(spin, text)  # typed, as a user types it
-        QTest.keyClick(spin, Qt.Key.Key_Tab)
-    print("typed", steps.value(), seed.value(), flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)  # no clean exit: nothing more is written
-    """
-)
 
 
 def test_settings_typed_before_a_kill_come_back(qtbot, themed_app, tiny_models_dir, tmp_path, error_dialogs):
@@ -51,7 +22,12 @@ def test_settings_typed_before_a_kill_come_back(qtbot, themed_app, tiny_models_d
     ini = tmp_path / "volsynth-studio.ini"
     env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_DATA_HOME": str(tmp_path / "data")}
     done = subprocess.run(
-        [sys.executable, "-c", TYPE_THEN_KILL, str(tiny_models_dir), str(ini)],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("child_type_then_kill.py")),
+            str(tiny_models_dir),
+            str(ini),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -133,47 +132,15 @@ def test_quit_during_a_stuck_remote_run_closes_the_window(qtbot, main_window, st
     assert not stuck.release.is_set()
 
 
-QUIT_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    from pathlib import Path
-    from PySide6.QtCore import QSettings, QTimer
-    from PySide6.QtWidgets import QApplication
-
-    app = QApplication(sys.argv[:1])
-    from app.__main__ import leave
-    from app.window.main_window import MainWindow
-    from engine.models.registry import ModelRegistry
-    from tests.app.stuck_backend import StuckBackend
-
-    MainWindow.confirm_quit_during_run = lambda self: True  # the user answers Yes
-    models, ini = sys.argv[1], sys.argv[2]
-    window = MainWindow(registry=ModelRegistry([Path(models)]), settings=QSettings(ini, QSettings.Format.IniFormat),
-                        enable_3d=False, preload_torch=False)
-    stuck = StuckBackend(limit_s=3600)  # never released: only an abandoned run lets this process end
-    window.backends._backends["auto"] = stuck
-    window.show()
-
-    def quit_when_stuck():
-        if stuck.entered.is_set():
-            print("stuck in a step; File > Quit", flush=True)
-            window.quit_action.trigger()
-        else:
-            QTimer.singleShot(50, quit_when_stuck)
-
-    QTimer.singleShot(0, window.generate_action.trigger)
-    QTimer.singleShot(0, quit_when_stuck)
-    code = app.exec()
-    print("event loop ended", flush=True)
-    sys.exit(leave(code))
-    """
-)
-
-
 def test_quit_during_a_stuck_local_step_ends_the_process(tmp_path, tiny_models_dir):
     env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_DATA_HOME": str(tmp_path / "data")}
     done = subprocess.run(
-        [sys.executable, "-c", QUIT_SCRIPT, str(tiny_models_dir), str(tmp_path / "s.ini")],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("child_quit_mid_step.py")),
+            str(tiny_models_dir),
+            str(tmp_path / "s.ini"),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -1124,38 +1124,6 @@ def test_unlock_reports_partial_files_it_removed(qtbot, vault_window, nibabel_da
     )
 
 
-CORE_DUMP_APP = """
-import ctypes, os, resource, sys, tempfile
-os.environ["QT_QPA_PLATFORM"] = "offscreen"
-from pathlib import Path
-from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import QApplication
-from app.window.main_window import MainWindow
-from engine.models.registry import ModelRegistry
-from engine.vault import KdfParams
-
-def state(tag):
-    print(tag, resource.getrlimit(resource.RLIMIT_CORE), ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), flush=True)
-
-app = QApplication([])
-window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]), settings=QSettings(tempfile.mktemp(suffix=".ini"),
-                    QSettings.Format.IniFormat), enable_3d=False, preload_torch=False)
-window.show()
-state("BEFORE")
-controller = window.vault_controller
-controller.kdf = KdfParams(memory_kib=1024, iterations=1, lanes=1)
-controller.set_vault_path(sys.argv[2])
-dialog = controller.locking.request_unlock()
-dialog.passphrase_edit.setText("correct horse battery staple")
-dialog.confirm_edit.setText("correct horse battery staple")
-dialog.ok_button.click()
-while not controller.is_unlocked:
-    app.processEvents()
-state("UNLOCKED")
-window.close()
-"""
-
-
 @render
 def test_core_dumps_are_off_while_the_vault_is_unlocked(tiny_models_dir, tmp_path):
     """In a child process (PR_SET_DUMPABLE and a hard RLIMIT_CORE of 0 cannot be undone): the app turns
@@ -1168,7 +1136,12 @@ def test_core_dumps_are_off_while_the_vault_is_unlocked(tiny_models_dir, tmp_pat
         pytest.skip("prctl(PR_SET_DUMPABLE) is Linux only")
     repo = Path(__file__).resolve().parents[3]
     done = subprocess.run(
-        [sys.executable, "-c", CORE_DUMP_APP, str(tiny_models_dir), str(tmp_path / "vault")],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("child_core_dump_app.py")),
+            str(tiny_models_dir),
+            str(tmp_path / "vault"),
+        ],
         cwd=repo,
         capture_output=True,
         text=True,

@@ -92,52 +92,6 @@ def test_menu_shortcuts_fire_wherever_the_focus_is(qtbot, main_window):
 
 # The 3D view needs its own process: under Xvfb without a window manager a second window with a 3D view in
 # one process never becomes active (see tests/app/conftest.py, window_3d), and window shortcuts need an active window.
-THREE_D_SCRIPT = """
-import sys
-from pathlib import Path
-from PySide6.QtCore import QPoint, QSettings, Qt, QTimer
-from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QApplication
-
-app = QApplication(sys.argv[:1])
-from app.window.main_window import MainWindow
-from engine.models.registry import ModelRegistry
-from tests.app.window.test_window_shortcuts import _press_all
-
-window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]),
-                    settings=QSettings(sys.argv[2], QSettings.Format.IniFormat), enable_3d=True,
-                    preload_torch=False)
-window.resize(1500, 920)
-window.show()
-
-
-def wait_until(condition, limit=2000):
-    for _ in range(limit):
-        if condition():
-            return
-        QTest.qWait(5)
-    raise SystemExit("timed out waiting")
-
-
-wait_until(lambda: window.viewer.view3d.ready, limit=20000)
-window.activateWindow()
-wait_until(window.isActiveWindow)
-interactor = window.viewer.view3d.plotter.interactor
-
-
-def click_3d():
-    QTest.mouseClick(interactor, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, interactor.rect().center())
-
-
-missed = _press_all(window, click_3d, wait_until)
-print("missed:", ",".join(missed) or "none", flush=True)
-click_3d()
-QTest.keySequence(QApplication.focusWidget() or window, "Ctrl+G")
-print("generate after a click in 3D:", window.generation.running, flush=True)
-QTest.keySequence(QApplication.focusWidget() or window, "Esc")
-wait_until(lambda: not window.runner.jobs, limit=60000)
-window.close()
-"""
 
 
 def test_menu_shortcuts_fire_after_a_click_in_the_3d_view(tmp_path, tiny_models_dir):
@@ -149,7 +103,12 @@ def test_menu_shortcuts_fire_after_a_click_in_the_3d_view(tmp_path, tiny_models_
     repo = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": str(repo), "XDG_DATA_HOME": str(tmp_path / "data")}
     done = subprocess.run(
-        [sys.executable, "-c", THREE_D_SCRIPT, str(tiny_models_dir), str(tmp_path / "s.ini")],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("child_shortcuts_after_3d_click.py")),
+            str(tiny_models_dir),
+            str(tmp_path / "s.ini"),
+        ],
         cwd=repo,
         env=env,
         capture_output=True,

@@ -289,28 +289,11 @@ def test_kernel_profiling_keeps_torch_profiler_lines_off_the_terminal(tiny_model
         assert noise not in done.stderr and noise not in done.stdout
 
 
-PROFILE_IN_A_THREAD = """
-import threading
-import engine.api
-from engine.api import SamplingRequest
-from engine.backends.local import LocalBackend
-
-def run():  # as the app does: a worker thread drives the generator
-    request = SamplingRequest(model="tiny-pixel", steps=3, kernel_profile_steps=2)
-    result = engine.api.run(LocalBackend(device="cpu").sample(request))
-    print("profiled steps", result.provenance["kernel_profile"]["steps"])
-
-worker = threading.Thread(target=run)
-worker.start()
-worker.join()
-"""
-
-
 def test_profiling_in_a_worker_thread_writes_nothing_to_the_terminal(tiny_models_dir):
     env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
     env["VOLSYNTH_MODEL_PATH"] = str(tiny_models_dir)
     done = subprocess.run(
-        [sys.executable, "-c", PROFILE_IN_A_THREAD],
+        [sys.executable, str(Path(__file__).with_name("child_profile_in_a_thread.py"))],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -16,21 +16,6 @@ import pytest
 
 psutil = pytest.importorskip("psutil")
 
-DRIVER = r"""
-import json, os, sys
-import ray
-from engine.cohort.runner import start_ray
-start_ray(num_cpus=1)
-
-@ray.remote
-def worker_pid():
-    return os.getpid()
-
-pid = ray.get(worker_pid.remote())  # a worker process exists too
-print(json.dumps({"worker": pid, "token": os.environ["RAY_AUTH_TOKEN_PATH"]}), flush=True)
-sys.stdin.read()  # until the test kills this driver
-"""
-
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
@@ -52,7 +37,11 @@ def test_a_killed_driver_leaves_no_ray_process_and_its_files_were_private(tmp_pa
     for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
         env.pop(key, None)
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True
+        [sys.executable, str(Path(__file__).with_name("child_ray_driver.py"))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
     )
     try:
         line = driver.stdout.readline()

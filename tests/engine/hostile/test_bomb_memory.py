@@ -21,39 +21,6 @@ from tests.engine.hostile.corpus import build_nifti_corpus
 
 REPO = Path(__file__).resolve().parents[3]
 
-SCRIPT = r"""
-import json, resource, sys
-from pathlib import Path
-import nibabel as nib, numpy as np
-from engine.errors import EngineError
-from engine.nifti.io import load_nifti
-from engine.vault import KdfParams, Vault
-
-bomb, good, folder = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-vault = Vault.create(folder / "vault", "bomb test passphrase", kdf=KdfParams(memory_kib=1024, iterations=1, lanes=1))
-load_nifti(good)
-vault.import_nifti(good)
-def peak():
-    # VmHWM: this process's own high-water mark. ru_maxrss would also do on its own, but Linux carries the
-    # parent's (pytest's) maximum across fork+exec into it, which hides anything below that.
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-baseline = peak()
-errors = []
-for step in (lambda: load_nifti(bomb), lambda: vault.import_nifti(bomb)):
-    try:
-        step()
-        errors.append(None)
-    except EngineError as exc:
-        errors.append(str(exc))
-print(json.dumps({"baseline": baseline, "peak": peak(), "errors": errors, "items": len(vault.items())}))
-"""
-
 
 @pytest.mark.parametrize("case", ["gzip-bomb-claims-4gib", "gzip-bomb-trailing-4gib"])
 def test_gzip_bomb_peak_memory_is_bounded(case, tmp_path):
@@ -65,7 +32,13 @@ def test_gzip_bomb_peak_memory_is_bounded(case, tmp_path):
 
     nib.save(nib.Nifti1Image(np.zeros((32, 32, 32), np.float32), np.eye(4)), good)
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(bomb), str(good), str(tmp_path)],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("child_import_bombs.py")),
+            str(bomb),
+            str(good),
+            str(tmp_path),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

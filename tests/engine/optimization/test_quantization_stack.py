@@ -113,33 +113,15 @@ def test_no_vnni_means_7_bit_activations(monkeypatch):
     assert int(layer.quantize_input(torch.full((1, 4, 2, 2, 2), 1e6)).max()) == 127
 
 
-_SATURATION_SCRIPT = """
-import copy, torch
-from torch import nn
-from engine.metrics.image import psnr
-from engine.quantization import Calibration, candidate_layers, quantize_int8
-torch.manual_seed(0)
-model = nn.Sequential(nn.Conv3d(64, 64, 3, padding=1)).eval()
-x = torch.rand(1, 64, 10, 10, 10) * 4 - 0.2  # large post-activation values: u8 x s8 pair sums overflow int16
-calibration = Calibration()
-handles = calibration.attach(model, candidate_layers(model))
-with torch.inference_mode():
-    reference = model(x)
-for h in handles:
-    h.remove()
-for reduce_range in (False, None):
-    q = copy.deepcopy(model)
-    quantize_int8(q, calibration, ["0"], reduce_range=reduce_range)
-    with torch.inference_mode():
-        print(f"{reduce_range} {q[0].reduce_range} {psnr(reference, q(x)):.1f}")
-"""
-
-
 def test_under_the_avx2_stand_in_the_default_avoids_int16_saturation():
     """With oneDNN capped at AVX2 (no VNNI) full 8-bit activations saturate; the default (7 bits) does not."""
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2", PYTHONPATH=str(REPO))
     done = subprocess.run(
-        [sys.executable, "-c", _SATURATION_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, str(Path(__file__).with_name("child_int8_saturation.py"))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.strip().splitlines()]

@@ -24,38 +24,20 @@ MAX_RSS_DELTA = 150 * 1024 * 1024
 # /proc/self/status (VmHWM) after resetting it with /proc/self/clear_refs just before the operation:
 # getrusage's ru_maxrss would not do, because Linux carries it across execve, so a child started from a
 # large pytest process starts with the parent's peak.
-_CHILD = r"""
-import json, os, sys, time
-from engine.vault import Vault
-
-def status(field):
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(field)
-
-mode, vault_path, passphrase, arg, dest = sys.argv[1:6]
-vault = Vault(vault_path)
-vault.unlock(passphrase)
-with open("/proc/self/clear_refs", "w") as fh:
-    fh.write("5")  # reset the peak (VmHWM) to the current RSS
-before = status("VmRSS")
-start = time.perf_counter()
-if mode == "import":
-    item = vault.import_nifti(arg).id
-else:
-    item = arg
-    vault.export(item, dest, deidentify=(mode == "export-deid"))
-seconds = time.perf_counter() - start
-print(json.dumps({"item": item, "seconds": seconds, "rss_before": before, "peak": status("VmHWM")}))
-"""
 
 
 def _run(mode: str, vault_path: Path, arg: str, dest: Path | str = "-") -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, mode, str(vault_path), PASSPHRASE, arg, str(dest)],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("child_stream_volume.py")),
+            mode,
+            str(vault_path),
+            PASSPHRASE,
+            arg,
+            str(dest),
+        ],
         check=True,
         capture_output=True,
         text=True,
