@@ -3,13 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash packaging/setup.sh
-echo "== ruff"
+echo "== ruff (set-up took ${SECONDS} s)"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "== import rule (engine never imports Qt, pyvista, VTK or app)"
 .venv/bin/lint-imports
 echo "== types (mypy; the checked files are [tool.mypy] files in pyproject.toml)"
 .venv/bin/mypy
-echo "== pytest"
+echo "== pytest (set-up and checks took ${SECONDS} s)"
 export QT_QPA_PLATFORM=xcb
 exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -m pytest "$@"
