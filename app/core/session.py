@@ -222,6 +222,14 @@ class AppState:
             candidate, number = f"{name} ({number})", number + 1
         return candidate
 
+    def declare_space(self, entry: VolumeEntry, space: str) -> None:
+        """Say that ``entry``'s millimetres are ``space``'s (a user's declaration, e.g. ``DECLARED_MNI`` for a
+        header that says only "aligned to a template"); views of it and links to it follow."""
+        entry.space = space
+        if self.shown is entry:
+            self.shown_changed.emit(entry)
+        self.volumes_changed.emit()
+
     def rename_volume(self, entry: VolumeEntry, name: str) -> str:
         """Rename a volume (blank names are refused: the old name stays); returns the name it now has."""
         if entry not in self.volumes:
