@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from app.core.anatomy_display import (
     PENDING,
     anatomy_lines,
+    asked_lines,
     check_tissue,
     checkable,
     maps_source,
@@ -179,11 +180,16 @@ class SessionPanel(QWidget):
             self.list.setCurrentRow(row)
             self.list.blockSignals(False)
         # Escaped: names, provenance and telemetry reasons are arbitrary text, not markup.
-        text = "\n".join([entry.describe(), *anatomy_lines(self._anatomy_record(entry))])
+        text = "\n".join([entry.describe(), *anatomy_lines(self._anatomy_record(entry), self._asked(entry))])
         self.details.setText(
             f"<b>{_breakable(html.escape(entry.name))}</b><br>"
             + _breakable(html.escape(text)).replace("\n", "<br>")
         )
+
+    def _asked(self, entry) -> list[str]:
+        """Why the check flags what ``entry`` was asked for (its model's inputs against the adult ranges)."""
+        model = self.state.model_by_id(str((entry.provenance.get("model") or {}).get("id", "")))
+        return asked_lines(entry.provenance, model.spec) if model is not None else []
 
     def anatomy_record(self, entry) -> dict | None:
         """The anatomy check shown for ``entry`` now (PENDING while it is measured), None without maps."""
