@@ -36,7 +36,9 @@ def tissue_panel(qtbot, themed_app, tiny_models_dir, tissue_models_dir):
     return panel
 
 
-def test_brain_volume_says_its_space_and_why_the_check_will_flag_a_small_brain(qtbot, tissue_panel):
+def test_brain_volume_says_its_space_and_why_the_check_will_flag_a_small_brain(
+    qtbot, tissue_panel, screenshot
+):
     from engine.anatomy.norms import space_scale
 
     panel = tissue_panel
@@ -55,6 +57,7 @@ def test_brain_volume_says_its_space_and_why_the_check_will_flag_a_small_brain(q
     note = control.note.text()
     assert note.startswith("Below the adult range (1201-2156 MNI152 mL, 881-1582 mL native, Matsumae 1996)")
     assert note.endswith("the anatomy check flags such a brain")
+    screenshot(panel, "generate-form-brain-volume-1000-mni152-ml")
 
     # Ventricles: above the adult range is said too, in the same words.
     ventricles = panel.condition_controls["ventricle_volume"]
