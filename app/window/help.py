@@ -278,7 +278,10 @@ GUIDE_PANELS = (
         "scan from the vault next to a synthetic volume, say. Choose B in the bar above the views; the Blend "
         "slider lays B over A's views (3D Slicer's foreground over background). One crosshair is linked in "
         "millimetres where both volumes name one template space (MNI152); where they do not, the bar says so "
-        "and the views are linked centre to centre, not by anatomy. Each keeps its own window/level and zoom.",
+        "and the views are linked centre to centre, not by anatomy. A scan whose header says only that it is "
+        "aligned to a template (nilearn's MNI152 files) can be declared MNI152 there (Declare A MNI152), and is "
+        "then linked by millimetres. A's views name what is blended over them in their corner (B 40%), with "
+        "the SYNTHETIC mark when B is synthetic. Each keeps its own window/level and zoom.",
     ),
     (
         "Presets and Measure now[[Measure Settings on This Machine...]]",

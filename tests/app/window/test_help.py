@@ -150,6 +150,7 @@ def test_the_user_guide_covers_the_newer_tasks_and_finds_words_as_they_are_typed
         "Step caching",
         "cache:k3-l1-f",
         "Quality over Seeds",
+        "Declare A MNI152",
     ):
         assert section in text, section
     keys = {r.what: r.keys for r in action_shortcuts(main_window)}
