@@ -52,13 +52,62 @@ def check_tissue(tissue: Mapping[str, np.ndarray], affine, space: str | None, so
         return {"status": "failed", "verdict": f"could not be checked: {exc}"}
 
 
-def anatomy_lines(record: Mapping[str, Any] | None) -> list[str]:
-    """The details' lines for a check record: the verdict with a mark, then the measures in a line."""
+def _unit(unit: str, space: str | None) -> str:
+    from engine.anatomy.norms import volume_unit
+
+    return volume_unit(space) if unit == "mL" else unit
+
+
+def condition_space_hint(condition, value: float, space: str | None) -> str:
+    """Which space a model's volume input is in, with the native equivalent of ``value``: "MNI152 mL ·
+    ≈ 957 mL native" for the shipped model's Brain volume (its output grid is the MNI152 template's, whose
+    brain is larger than a native one); "" for any other input or space."""
+    from engine.anatomy.norms import native_text
+
+    if getattr(condition, "unit", "") != "mL":
+        return ""
+    native = native_text(float(value), space)
+    return f"{_unit('mL', space)} \u00b7 {native}" if native else ""
+
+
+def condition_norm_note(condition, value: float, space: str | None) -> str:
+    """Why the anatomy check will flag a brain of ``value`` (a model's input the check measures, such as Brain
+    volume, outside the adult range), capitalised for a note under the control; "" otherwise."""
+    from engine.anatomy.norms import condition_against_norm
+
+    note = condition_against_norm(condition.name, float(value), getattr(condition, "unit", ""), space)
+    return note[:1].upper() + note[1:]
+
+
+def asked_lines(provenance: Mapping[str, Any], spec) -> list[str]:
+    """The details' lines for the conditioning a volume was asked for outside the adult ranges the check uses
+    (``spec``: its model's spec, for the inputs' units), so that a flag on what was asked for says why."""
+    from engine.anatomy.norms import condition_against_norm
+
+    asked = provenance.get("conditioning") or {}
+    space = provenance.get("space")
+    lines = []
+    for condition in getattr(spec, "conditioning", ()) if spec is not None else ():
+        value = asked.get(condition.name)
+        if not isinstance(value, int | float):
+            continue
+        note = condition_against_norm(condition.name, float(value), condition.unit, space)
+        if note:
+            unit = _unit(condition.unit, space)
+            lines.append(f"  asked for {condition.label.lower()} {value:g} {unit}: {note}")
+    return lines
+
+
+def anatomy_lines(record: Mapping[str, Any] | None, asked: list[str] | None = None) -> list[str]:
+    """The details' lines for a check record: the verdict with a mark, the measures in a line, the space their
+    volumes are in, then ``asked`` (``asked_lines``: why the check flags what the volume was asked for)."""
     if not record:
         return []
     status = str(record.get("status", ""))
     lines = [f"anatomy check: {_MARKS.get(status, '')} {record.get('verdict', '')}".replace(":  ", ": ")]
     measures = record.get("measures") or {}
+    space = record.get("space") if record.get("space") != "native" else None
+    scale = float(record.get("space_scale") or 1.0)
     parts = []
     for name, measure in measures.items():
         value = measure.get("value") if isinstance(measure, Mapping) else None
@@ -66,15 +115,23 @@ def anatomy_lines(record: Mapping[str, Any] | None) -> list[str]:
             continue
         unit = measure.get("unit")
         text = (
-            f"{value:.0f} mL" if unit == "mL" else f"{value:.1f} %" if unit == "%" else f"{100 * value:.1f} %"
+            f"{value:.0f} {_unit('mL', space if scale != 1.0 else None)}"
+            if unit == "mL"
+            else f"{value:.1f} %"
+            if unit == "%"
+            else f"{100 * value:.1f} %"
         )
         parts.append(f"{_SHORT.get(name, name)} {text}" + ("" if measure.get("within", True) else " (!)"))
     if parts:
         lines.append("  " + " \u00b7 ".join(parts))
-    scale = float(record.get("space_scale") or 1.0)
-    if record.get("space") and record.get("space") != "native" and measures and scale != 1.0:
-        # A template space is larger than a native brain: say what the brain volume is in native terms.
+    if space and measures and scale != 1.0:
+        # A template space is larger than a native brain: say which numbers are in it, and the brain natively.
         brain = (measures.get("brain_volume_ml") or {}).get("value")
-        native = f", brain \u2248 {brain / scale:.0f} mL in native terms" if brain else ""
-        lines.append(f"  {record['space']}: volume ranges \u00d7 {scale:.2f}{native}")
+        native = f"; brain \u2248 {brain / scale:.0f} mL native" if brain else ""
+        lines.append(
+            f"  volumes in {_unit('mL', space)} ({space}: a brain there is \u00d7 {scale:.2f} its native "
+            f"size; ranges scaled to it){native}"
+        )
+    if record.get("status") == "outside":
+        lines += list(asked or ())
     return lines

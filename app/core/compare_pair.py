@@ -5,14 +5,16 @@ The model is 3D Slicer's: a background volume (A, the one shown) and a foregroun
 opacity, with every view linked through world coordinates (RAS millimetres). Linking through millimetres
 means anatomy only where both volumes name the same template space (MNI152 for both, say); a scan in its
 scanner's millimetres and a synthetic volume in a template do not share one, and then the views are linked
-centre to centre (the same offset in millimetres from each volume's centre), which ``link_text`` says.
+centre to centre (the same offset in millimetres from each volume's centre), which ``link_text`` says. A scan
+whose header says "aligned to a template" without naming it (sform code 2: nilearn's MNI152 files) may be
+declared MNI152 by the user (``to_declare``), and is then linked by millimetres.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from app.core.tissue import is_mni
+from app.core.tissue import ALIGNED_TO_TEMPLATE, is_mni
 from app.core.volumes import ras_to_voxel, voxel_to_ras
 
 
@@ -35,6 +37,23 @@ def shared_space(a, b) -> str:
     if is_mni(sa) and is_mni(sb):
         return "MNI152"
     return str(sa) if str(sa) == str(sb) else ""
+
+
+def declarable(entry) -> bool:
+    """Whether ``entry`` may be declared MNI152: its header says it is aligned to a template without naming one
+    (sform code 2, as nilearn writes the MNI152 template)."""
+    return getattr(entry, "space", None) == ALIGNED_TO_TEMPLATE
+
+
+def to_declare(a, b):
+    """The volume of the pair whose declaration as MNI152 would link the two by millimetres (A first), or None:
+    one that may be declared beside one in MNI152 (or one that may be declared too)."""
+    if shared_space(a, b):
+        return None
+    for one, other in ((a, b), (b, a)):
+        if declarable(one) and (is_mni(getattr(other, "space", None)) or declarable(other)):
+            return one
+    return None
 
 
 def link_text(a, b) -> str:

@@ -19,6 +19,8 @@ from app.core.generation_form import GenerationForm
 from app.core.progress import ProgressTracker
 from app.core.tissue import ALL_TISSUES, DEFAULT_OPACITY
 from app.core.volumes import WINDOW_PRESETS, VolumeEntry, ras_to_voxel, voxel_to_ras, window_for_preset
+from engine.api.optimization_config import OptimizationConfig
+from engine.errors import InvalidRequest
 
 CONVENTIONS = ("radiological", "neurological")
 
@@ -52,17 +54,29 @@ class RecentFiles:
         return list(self._paths)
 
 
+def settings_name(requested: dict) -> str:
+    """The requested optimization settings as Compare and ``volsynth bench`` name their rows (``bf16+sdpa``,
+    ``cache:k3-l1-f``), "" for plain fp32. Settings this engine does not know (a newer server's) are named by
+    their values, joined with "+"."""
+    try:
+        summary = OptimizationConfig.from_dict(requested).summary()
+    except (InvalidRequest, TypeError, ValueError):
+        changed = [
+            str(value) if not isinstance(value, bool) else name
+            for name, value in requested.items()
+            if value not in (None, False, "default") and name != "psnr_budget_db"
+        ]
+        return "+".join(changed)
+    return "" if summary == "fp32" else summary
+
+
 def default_result_name(provenance: dict, seed: int) -> str:
     """``brain-t1-demo seed 7 · bf16`` or ``brain-t1-demo seed 7 · 14:03:22``: the seed, then what set the
-    run apart (its optimization settings when not plain fp32, else the time it finished)."""
+    run apart (its optimization settings by their Compare name when not plain fp32, else the time it
+    finished)."""
     model = (provenance.get("model") or {}).get("id", "model")
     requested = (provenance.get("optimization") or {}).get("requested") or {}
-    changed = [
-        str(value) if not isinstance(value, bool) else name
-        for name, value in requested.items()
-        if value not in (None, False, "default") and name != "psnr_budget_db"
-    ]
-    tag = "+".join(changed) if changed else time.strftime("%H:%M:%S")
+    tag = settings_name(dict(requested)) or time.strftime("%H:%M:%S")
     # A model that makes several contrasts (NV-Generate-MR-Brain) says which, so a T1w and a T2w differ.
     modality = (provenance.get("output") or {}).get("modality")
     contrast = f" {modality_title(str(modality))}" if modality else ""
@@ -207,6 +221,14 @@ class AppState:
         while candidate in taken:
             candidate, number = f"{name} ({number})", number + 1
         return candidate
+
+    def declare_space(self, entry: VolumeEntry, space: str) -> None:
+        """Say that ``entry``'s millimetres are ``space``'s (a user's declaration, e.g. ``DECLARED_MNI`` for a
+        header that says only "aligned to a template"); views of it and links to it follow."""
+        entry.space = space
+        if self.shown is entry:
+            self.shown_changed.emit(entry)
+        self.volumes_changed.emit()
 
     def rename_volume(self, entry: VolumeEntry, name: str) -> str:
         """Rename a volume (blank names are refused: the old name stays); returns the name it now has."""

@@ -58,6 +58,12 @@ def tissue_title(name: str) -> str:
     return f"{name} ({TISSUE_TITLES[name]})" if name in TISSUE_TITLES and name != "ventricles" else name
 
 
+#: A header that says its millimetres are a template's without naming which (sform code 2): nilearn writes its
+#: MNI152 files so. The user may declare it MNI152 (``DECLARED_MNI``).
+ALIGNED_TO_TEMPLATE = "aligned to a template (sform code 2)"
+DECLARED_MNI = "MNI152 (declared)"
+
+
 def space_text(space: str | None, sform_code: int | None = None) -> str | None:
     """What to call a volume's space: its template name when one is known, else what the NIfTI header's
     sform code says (``MNI152 (sform code 4)``); None when neither names one (scanner millimetres)."""
@@ -66,7 +72,7 @@ def space_text(space: str | None, sform_code: int | None = None) -> str | None:
     return {
         4: "MNI152 (sform code 4)",
         3: "Talairach (sform code 3)",
-        2: "aligned to a template (sform code 2)",
+        2: ALIGNED_TO_TEMPLATE,
     }.get(sform_code if sform_code is not None else -1)
 
 

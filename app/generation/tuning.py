@@ -51,7 +51,7 @@ class TuneController:
         self._pause = threading.Event()  # set while a generation runs: the tuner waits between its runs
         self.action = make_action(
             parent,
-            "&Measure Settings on This Machine...",
+            "M&easure Settings on This Machine...",
             self.start,
             "generate.measure",
             "Measure which optimization settings pay for this model on this machine (about 2 minutes, in "

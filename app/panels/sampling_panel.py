@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.anatomy_display import condition_norm_note, condition_space_hint
 from app.core.display import modality_title
 from app.core.generation_form import (
     MAX_SEED,
@@ -87,9 +88,10 @@ class ConditionControl(QWidget):
 
     edited = Signal(str, float)  # condition name, new value in range
 
-    def __init__(self, condition, parent: QWidget | None = None) -> None:
+    def __init__(self, condition, parent: QWidget | None = None, space: str | None = None) -> None:
         super().__init__(parent)
         self.condition = condition
+        self.space = space  # the model's output space: a volume input is in its mL (MNI152 mL, say)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setRange(0, SLIDER_STEPS)
         self.spin = QDoubleSpinBox()
@@ -116,7 +118,14 @@ class ConditionControl(QWidget):
         self.setToolTip(tip)
         self.slider.setToolTip(tip)
         self.spin.setToolTip(tip)
-        self.note = noted_row(self, self.slider, self.spin)  # out of the training range, or clamped
+        self.note = noted_row(self, self.slider, self.spin)  # out of the training or adult range, or clamped
+        # Which space the number is in, and what it is natively ("MNI152 mL · ≈ 957 mL native"): the anatomy
+        # check of the volume speaks of both.
+        self.space_hint = QLabel()
+        self.space_hint.setObjectName("hint")
+        self.space_hint.setWordWrap(True)
+        self.space_hint.hide()
+        self.layout().insertWidget(1, self.space_hint)
         self._clamped = ""
         self.slider.valueChanged.connect(self._on_slider_changed)
         self.spin.valueChanged.connect(self._on_spin_changed)
@@ -143,8 +152,14 @@ class ConditionControl(QWidget):
         extrapolation = extrapolation_note(self.condition, value)
         if extrapolation:
             notes.append(extrapolation.capitalize())
+        outside = condition_norm_note(self.condition, value, self.space)
+        if outside:  # a value the slider offers that the check will flag: said before, not only after
+            notes.append(outside)
         self.note.setText("\n".join(notes))
         self.note.setVisible(bool(notes))
+        hint = condition_space_hint(self.condition, value, self.space)
+        self.space_hint.setText(hint)
+        self.space_hint.setVisible(bool(hint))
 
     def _on_slider_changed(self, position: int) -> None:
         c = self.condition
@@ -359,7 +374,7 @@ class SamplingPanel(QWidget):
         self.sampler_box.blockSignals(False)
         self._set_quietly(self.steps_spin.setValue, self.steps_spin, self.form.steps)
         for condition in spec.conditioning:
-            control = ConditionControl(condition)
+            control = ConditionControl(condition, space=getattr(spec, "space", None))
             control.show_value(self.form.conditioning.get(condition.name, condition.default))
             control.edited.connect(self._on_condition_edited)
             self.wheel_guard.guard(control.slider)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import re
 import threading
 from functools import partial
 
@@ -17,11 +18,13 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFrame,
     QLabel,
     QListWidget,
     QListWidgetItem,
     QMenu,
     QMessageBox,
+    QScrollArea,
     QSizePolicy,
     QStyle,
     QStyledItemDelegate,
@@ -33,6 +36,7 @@ from PySide6.QtWidgets import (
 from app.core.anatomy_display import (
     PENDING,
     anatomy_lines,
+    asked_lines,
     check_tissue,
     checkable,
     maps_source,
@@ -128,10 +132,19 @@ class SessionPanel(QWidget):
         self.details.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.details.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # The details grow with the anatomy check's lines: in a scroll area of their own (down only, they wrap)
+        # they never make the dock, and so the window, taller than a small screen.
+        self.details_scroll = QScrollArea()
+        self.details_scroll.setObjectName("detailsScroll")
+        self.details_scroll.setWidget(self.details)
+        self.details_scroll.setWidgetResizable(True)
+        self.details_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.details_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.details_scroll.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # Tab, then the arrows scroll them
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
         layout.addWidget(self.list, 2)
-        layout.addWidget(self.details, 1)
+        layout.addWidget(self.details_scroll, 1)
         state.volumes_changed.connect(self._on_state_volumes_changed)
         state.shown_changed.connect(self._on_state_shown_changed)
         self._anatomy: dict[int, dict] = {}  # volume uid -> its check record, measured here
@@ -167,11 +180,16 @@ class SessionPanel(QWidget):
             self.list.setCurrentRow(row)
             self.list.blockSignals(False)
         # Escaped: names, provenance and telemetry reasons are arbitrary text, not markup.
-        text = "\n".join([entry.describe(), *anatomy_lines(self._anatomy_record(entry))])
+        text = "\n".join([entry.describe(), *anatomy_lines(self._anatomy_record(entry), self._asked(entry))])
         self.details.setText(
             f"<b>{_breakable(html.escape(entry.name))}</b><br>"
             + _breakable(html.escape(text)).replace("\n", "<br>")
         )
+
+    def _asked(self, entry) -> list[str]:
+        """Why the check flags what ``entry`` was asked for (its model's inputs against the adult ranges)."""
+        model = self.state.model_by_id(str((entry.provenance.get("model") or {}).get("id", "")))
+        return asked_lines(entry.provenance, model.spec) if model is not None else []
 
     def anatomy_record(self, entry) -> dict | None:
         """The anatomy check shown for ``entry`` now (PENDING while it is measured), None without maps."""
@@ -265,6 +283,35 @@ class SessionPanel(QWidget):
             self.state.show(self.state.volumes[row])
 
 
+ZERO_WIDTH_SPACE = "\u200b"
+_LONG_WORD = 14  # characters: a run without a break opportunity longer than this gets some
+_PIECE = re.compile(r"[A-Z]*[a-z]+|[A-Z]+(?![a-z])|[0-9.]+|.", re.DOTALL)
+
+
+def wrap_long_words(text: str) -> str:
+    """``text`` with zero-width spaces in words too long for a narrow panel, where letters turn to digits and
+    lower case to upper case ("MNI152NLin2009aSym" -> "MNI152 NLin2009 aSym", the spaces zero-width), and
+    every ``_LONG_WORD`` characters in a run that has no such place (a hash)."""
+
+    def broken(match: re.Match) -> str:
+        word = match.group(0)
+        pieces = _PIECE.findall(word)
+        out, run = "", 0
+        for index, piece in enumerate(pieces):
+            # A break before a piece of letters that follows digits (152|NLin, 2009|aSym), not inside numbers.
+            if index and run and piece[0].isalpha() and pieces[index - 1][-1].isdigit():
+                out, run = out + ZERO_WIDTH_SPACE, 0
+            while len(piece) > _LONG_WORD - run:
+                cut = _LONG_WORD - run
+                out, piece, run = out + piece[:cut] + ZERO_WIDTH_SPACE, piece[cut:], 0
+            out, run = out + piece, run + len(piece)
+        return out
+
+    return re.sub(rf"[^\s/_{ZERO_WIDTH_SPACE}]{{{_LONG_WORD + 1},}}", broken, text)
+
+
 def _breakable(text: str) -> str:
-    """Zero-width spaces after / and _ so long paths and file names wrap inside the panel."""
+    """Zero-width spaces after / and _ so long paths and file names wrap inside the panel, and in long words
+    (``wrap_long_words``). ``text`` is escaped HTML: entities (``&amp;``) are left whole."""
+    text = re.sub(r"[^\s&;]+", lambda m: wrap_long_words(m.group(0)), text)
     return text.replace("/", "/&#8203;").replace("_", "_&#8203;")

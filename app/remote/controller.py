@@ -171,7 +171,7 @@ class RemoteController:
         )
         self.connect_action.setStatusTip("Run generations on a VolSynth engine server (volsynth serve)")
         self.connect_action.triggered.connect(self.open_dialog)
-        self.disconnect_action = QAction("&Disconnect from Engine Server", parent)
+        self.disconnect_action = QAction("Disco&nnect from Engine Server", parent)
         self.disconnect_action.setStatusTip("Forget the selected engine server")
         self.disconnect_action.triggered.connect(self._on_disconnect_triggered)
         self.disconnect_action.setEnabled(False)

@@ -5,7 +5,10 @@ Modelled on 3D Slicer: A is the background, B the foreground with an opacity sli
 the views are linked in RAS millimetres (Slicer's linked slice views; ITK-SNAP links its cursor the same
 way). B has its own window/level (a scan and a synthetic volume rarely share an intensity range) and its own
 zoom. Where the two volumes do not name one template space the views are linked centre to centre, and the
-bar above the views says so (``app.core.compare_pair``).
+bar above the views says so (``app.core.compare_pair``); a scan whose header says only "aligned to a template"
+(nilearn's MNI152 files) can be declared MNI152 there, and is then linked by millimetres. A's views name what
+is blended over them in their corner, as Slicer names its foreground layer and opacity: "B 40%", with the
+SYNTHETIC mark when B is synthetic.
 """
 
 from __future__ import annotations
@@ -13,11 +16,21 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSizePolicy, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSlider,
+    QVBoxLayout,
+    QWidget,
+)
 
-from app.core.compare_pair import link_text, linked_ras, resampled_plane
+from app.core.compare_pair import link_text, linked_ras, resampled_plane, to_declare
 from app.core.session import AppState
 from app.core.slicing import apply_window
+from app.core.tissue import ALIGNED_TO_TEMPLATE, DECLARED_MNI
 from app.viewer.slice_view import SliceView
 
 PLANES = ("axial", "coronal", "sagittal")
@@ -58,6 +71,7 @@ class SideBySide(QObject):
         self.companion.window_changed.connect(self._on_companion_window_changed)
         for view in a_views:
             view.foreground = self._blend_for(view)
+            view.foreground_layer = self.foreground_layer
 
     def _build_bar(self) -> None:
         self.bar = QWidget()
@@ -84,6 +98,10 @@ class SideBySide(QObject):
         blend_label.setBuddy(self.opacity_slider)
         self.opacity_label = QLabel(f"{DEFAULT_OPACITY}%")
         self.opacity_label.setMinimumWidth(self.opacity_label.fontMetrics().horizontalAdvance("100%") + 2)
+        self.declare_button = QPushButton("")
+        self.declare_button.setObjectName("declareMni")
+        self.declare_button.clicked.connect(self._on_declare_button_clicked)
+        self.declare_button.hide()
         # Its own line, wrapped: how the two are linked is the one thing a reader must not miss.
         self.link_label = QLabel("")
         self.link_label.setObjectName("sideBySideLink")
@@ -94,7 +112,10 @@ class SideBySide(QObject):
         column.setSpacing(2)
         row = QHBoxLayout()
         column.addLayout(row)
-        column.addWidget(self.link_label)
+        link_row = QHBoxLayout()  # the declaration beside the statement it changes
+        column.addLayout(link_row)
+        link_row.addWidget(self.link_label, 1)
+        link_row.addWidget(self.declare_button, 0, Qt.AlignmentFlag.AlignTop)
         row.addWidget(b_label)
         row.addWidget(self.b_box)
         row.addSpacing(8)
@@ -151,8 +172,29 @@ class SideBySide(QObject):
             self.link_label.setText(link_text(a, wanted))
             self._link_to_b(self.state.crosshair_ras)
         self.link_label.setToolTip(self.link_label.text())
+        self._update_declare_button()
         for view in self.a_views:
             view.update()
+
+    def _update_declare_button(self) -> None:
+        a, b = self.state.shown, self.other
+        one = to_declare(a, b) if a is not None and b is not None else None
+        self.declare_button.setVisible(one is not None)
+        if one is None:
+            return
+        which = "A" if one is a else "B"
+        self.declare_button.setText(f"&Declare {which} MNI152")
+        self.declare_button.setToolTip(
+            f"{which}'s header says it is {ALIGNED_TO_TEMPLATE} without naming the template (nilearn's MNI152 "
+            "files say so). If it is MNI152, declare it: the views are then linked in MNI152 millimetres, by "
+            "anatomy, instead of centre to centre."
+        )
+
+    def _on_declare_button_clicked(self) -> None:
+        a, b = self.state.shown, self.other
+        one = to_declare(a, b) if a is not None and b is not None else None
+        if one is not None:
+            self.state.declare_space(one, DECLARED_MNI)
 
     # -- the blend -----------------------------------------------------------------------------------
 
@@ -185,6 +227,13 @@ class SideBySide(QObject):
             cached = (key, image, rgba)  # the array keeps the image's memory alive
             self._blend_cache[view.plane] = cached
         return cached[1], opacity
+
+    def foreground_layer(self) -> tuple[str, float, bool] | None:
+        """What is blended over A's views now: ("B", opacity 0..1, whether B is synthetic), None for nothing."""
+        opacity = self.opacity_slider.value() / 100
+        if not self.active or self.other is None or self.state.shown is None or opacity <= 0:
+            return None
+        return "B", opacity, bool(self.other.synthetic)
 
     # -- links ---------------------------------------------------------------------------------------
 

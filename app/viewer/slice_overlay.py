@@ -64,8 +64,10 @@ def corner_texts(view, level: int) -> dict[str, str]:
         run = preview_run_step(view.state, entry)
         if run:
             texts["tag"] += f" \u00b7 run at step {run}\u2026" if level == 0 else "\u2026"
-    elif entry.synthetic:
-        texts["tag"] = "SYNTHETIC"
+    else:
+        tag = blend_tag(view, entry, level)
+        if tag:
+            texts["tag"] = tag
     ijk = view.state.crosshair_voxel()
     axis = view.geometry_.slice_axis
     index, last = ijk[axis] + INDEX_BASE, entry.shape[axis] - 1 + INDEX_BASE
@@ -85,6 +87,24 @@ def corner_texts(view, level: int) -> dict[str, str]:
         w, c = format_fixed(window, decimals), format_fixed(level_value, decimals)
         texts["window"] = f"W {w}  L {c}" if level == 0 else f"W{w} L{c}"
     return texts
+
+
+def blend_tag(view, entry, level: int) -> str:
+    """The corner tag of a view of ``entry`` (not a preview): SYNTHETIC for a synthetic volume, and what is
+    blended over it, as Slicer names its foreground layer and opacity ("B over A 40%"). The mark stays at every
+    compactness level whenever anything synthetic is drawn, the volume or the layer over it."""
+    layer = view.foreground_layer() if getattr(view, "foreground_layer", None) is not None else None
+    synthetic = bool(entry.synthetic) or bool(layer and layer[2])
+    mark = "SYNTHETIC" if synthetic else ""
+    if layer is None:
+        return mark
+    name, opacity = layer[0], f"{round(100 * layer[1])}%"
+    blend = f"{name} over {view.label or 'this'} {opacity}" if level == 0 else f"{name} {opacity}"
+    return (
+        " \u00b7 ".join(p for p in (mark, blend) if p)
+        if level < 2
+        else " ".join(p for p in (mark, blend) if p)
+    )
 
 
 def overlay_layout(view) -> list[OverlayText]:

@@ -66,6 +66,8 @@ class SliceView(QWidget):
     # over the slice (a callable giving (image, opacity), or None), as Slicer's foreground over background.
     label = ""
     foreground = None
+    # What ``foreground`` blends, for the corner: a callable giving (layer name, opacity, synthetic) or None.
+    foreground_layer = None
 
     TEXT_MARGIN = 6.0  # from the widget's edges
     BOX_PAD_X, BOX_PAD_Y = 4.0, 1.0  # backing box around the text

@@ -74,7 +74,7 @@ class TissueMapsComputer(QObject):
         self.cancel_action.setToolTip("Stop computing the tissue maps")
         self.cancel_action.triggered.connect(self._on_cancel_action_triggered)
 
-        self.contrast_menu = QMenu("Tissue Map &Contrast")
+        self.contrast_menu = QMenu("Tissue &Map Contrast")
         self.contrast_menu.setObjectName("tissueContrastMenu")
         self.contrast_group = QActionGroup(self)
         for choice in CONTRAST_CHOICES:

@@ -237,6 +237,26 @@ GUIDE_PANELS = (
         "Help \u203a Keyboard Shortcuts lists the keys and mouse actions of the slice views.",
     ),
     (
+        "Tissue maps[[Compute Tissue Maps]]",
+        "A volume of a model that makes tissue maps (the shipped model) comes with its grey matter, white "
+        "matter, CSF and ventricle maps. Any other brain volume (a NIfTI file, a vault scan, a bundle's volume) "
+        "gets them from View \u203a Compute Tissue Maps: a classical segmentation on this computer, for T1w, T2w "
+        "or FLAIR (found from the volume, or chosen under Tissue Map Contrast), in the background with Cancel. "
+        "The tissue tool bar says where the shown volume's maps came from; Save As writes them beside it.",
+    ),
+    (
+        "Anatomy check",
+        "The Session details end with the anatomy check of a volume that has tissue maps: first whether the "
+        "maps look like a brain at all (\u2717 not brain-like, with the evidence), then brain volume (GM + WM), "
+        "CSF fraction, GM share, ventricle volume and left-right asymmetry against published adult ranges "
+        "(\u2713 within, \u26a0 outside range; the sources are in the volume's sidecar). Every volume names its "
+        "space: a volume on the MNI152 template's grid (the shipped model's) is larger than the brain it "
+        "stands for, so its mL are MNI152 mL, its ranges are scaled to that space, and the details give the "
+        "native equivalent. The Generate panel's Brain volume is in the same MNI152 mL, and it says which "
+        "values lie below the adult range before you generate them (the model was trained on smaller brains "
+        "too).",
+    ),
+    (
         "Metrics",
         "Live CPU, memory and (with an NVIDIA GPU) GPU use, the app's own share next to the machine's, "
         "with a mark where each generation started and ended and a summary of the last run.",
@@ -258,7 +278,10 @@ GUIDE_PANELS = (
         "scan from the vault next to a synthetic volume, say. Choose B in the bar above the views; the Blend "
         "slider lays B over A's views (3D Slicer's foreground over background). One crosshair is linked in "
         "millimetres where both volumes name one template space (MNI152); where they do not, the bar says so "
-        "and the views are linked centre to centre, not by anatomy. Each keeps its own window/level and zoom.",
+        "and the views are linked centre to centre, not by anatomy. A scan whose header says only that it is "
+        "aligned to a template (nilearn's MNI152 files) can be declared MNI152 there (Declare A MNI152), and is "
+        "then linked by millimetres. A's views name what is blended over them in their corner (B 40%), with "
+        "the SYNTHETIC mark when B is synthetic. Each keeps its own window/level and zoom.",
     ),
     (
         "Presets and Measure now[[Measure Settings on This Machine...]]",
@@ -268,6 +291,29 @@ GUIDE_PANELS = (
         "Fastest here is then the fastest setting whose volume stays above the PSNR floor you set. A speed-up "
         "measured on one machine is not a promise on another, and a quantization chosen for one model is "
         "turned off when you switch to another.",
+    ),
+    (
+        "Step caching",
+        "An Optimization setting: a full U-Net pass every k steps, the steps between reuse its deep features "
+        "(level: how many top levels they recompute; the cached features held from the last full pass or "
+        "forecast from the last two). Faster, not exact. A volume made with it is named in the session as "
+        "Compare names the setting (cache:k3-l1-f: every 3 steps, level 1, forecast); Measure now and Quality "
+        "over Seeds say what it costs.",
+    ),
+    (
+        "Quality over Seeds",
+        "A tab of Compare Settings: Compute Quality Report runs fp32 on two sets of seeds (how much volumes "
+        "differ from seed to seed: the noise floor) and A's and B's settings on the first set, then plots the "
+        "GM, WM and CSF volumes of every seed and its PSNR against fp32. Each setting is judged within "
+        "seed-to-seed variation, or shifting the distribution (and what moved).",
+    ),
+    (
+        "Get Models[[Get Models...]]",
+        "Generate \u203a Get Models fetches NVIDIA's NV-Generate-MR-Brain or MONAI's brain latent-diffusion "
+        "model from their hubs: each with its download size, what it needs on this computer and its licence, "
+        "which you accept before anything is fetched. Cancel keeps what was fetched and Resume goes on from "
+        "there; Add from Folder installs a copy brought on a disk. A finished model is selected in the model "
+        "picker, and the status bar says what the switch of model reset.",
     ),
     (
         "Model folders[[Open Model Folder...]]",
@@ -374,6 +420,11 @@ class UserGuideDialog(QDialog):
         search.addWidget(self.search_label)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.close)
+        # Enter belongs to the search field (the next match): a line edit passes Enter on to its dialog, which
+        # pressed Close, the default button a dialog makes of its first push button.
+        close = buttons.button(QDialogButtonBox.StandardButton.Close)
+        close.setAutoDefault(False)
+        close.setDefault(False)
         layout = QVBoxLayout(self)
         layout.addLayout(search)
         layout.addWidget(self.browser, 1)

@@ -324,7 +324,9 @@ class MainWindow(QMainWindow):
             self.show_error("Cannot open model", str(exc))
             return False
         self.state.add_model(source)
-        self.show_status(f"Model {source.spec.name} opened from {folder}")
+        # Selecting it said what the switch reset (steps, conditioning...): keep that after where it came from.
+        note = self.state.form.switch_note if self.state.selected_model is source else ""
+        self.show_status(f"Model {source.spec.name} opened from {folder}" + (f". {note}" if note else ""))
         return True
 
     # -- telemetry -----------------------------------------------------------------------------------

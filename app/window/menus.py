@@ -168,7 +168,7 @@ def _build_view_presets(window, view_menu) -> None:
         action.setCheckable(True)
         window.wl_group.addAction(action)
         wl_menu.addAction(action)
-    conv_menu = view_menu.addMenu("&Left/Right Convention")
+    conv_menu = view_menu.addMenu("Left/Right Co&nvention")
     window.convention_group = QActionGroup(window)
     for convention in CONVENTIONS:
         action = make_action(

@@ -21,12 +21,13 @@ labels are, and how smooth the maps are (the noise of random weights has neighbo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from engine.anatomy.norms import SOURCES, NormRange, ranges_for, space_scale
+from engine.anatomy.norms import SOURCES, NormRange, ranges_for, space_label, space_scale, volume_unit
 
 WITHIN = "within normative ranges"
 OUTSIDE = "outside range"
@@ -63,6 +64,9 @@ class Measure:
     low: float
     high: float
     source: str
+    # The space the value and the range are in (None: native mm). An absolute volume in a template space is
+    # larger than the brain it stands for: its text names the space and gives the native equivalent.
+    space: str | None = None
 
     @property
     def within(self) -> bool | None:
@@ -70,9 +74,26 @@ class Measure:
             return None
         return self.low <= self.value <= self.high
 
+    @property
+    def scale(self) -> float:
+        """How much larger the value is than a native brain's (1 for fractions and native volumes)."""
+        return space_scale(self.space) if self.unit == "mL" else 1.0
+
     def text(self) -> str:
-        """``ventricles 2.1 % (range 0.25-4.2 %)``: the value and the range in the measure's units."""
-        return f"{self.label} {_fmt(self.value, self.unit)} (range {_fmt(self.low, self.unit, False)}-{_fmt(self.high, self.unit)})"
+        """``ventricles 2.1 % (range 0.25-4.2 %)``: the value and the range in the measure's units; a volume in a
+        template space names it and says both in native terms too (``brain volume (GM+WM) 1042 MNI152 mL (range
+        1201-2156 MNI152 mL; native 764 mL, range 881-1582 mL)``)."""
+        unit = volume_unit(self.space) if self.unit == "mL" else self.unit
+        # Whole millilitres, bounds rounded inwards: a value shown as the bound is never said to lie outside it.
+        low, high = (
+            (math.ceil(self.low), math.floor(self.high)) if self.unit == "mL" else (self.low, self.high)
+        )
+        text = f"{self.label} {_fmt(self.value, unit)} (range {_fmt(low, unit, False)}-{_fmt(high, unit)}"
+        if self.scale != 1.0 and self.value is not None:
+            scale = self.scale
+            native = f"{math.ceil(self.low / scale)}-{math.floor(self.high / scale)}"
+            text += f"; native {self.value / scale:.0f} mL, range {native} mL"
+        return text + ")"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,14 +102,23 @@ class Measure:
             "range": [round(float(self.low), 4), round(float(self.high), 4)],
             "within": self.within,
             "source": self.source,
+            **(
+                {
+                    "space": space_label(self.space),
+                    "native_value": None if self.value is None else round(float(self.value) / self.scale, 4),
+                    "native_range": [round(self.low / self.scale, 4), round(self.high / self.scale, 4)],
+                }
+                if self.scale != 1.0
+                else {}
+            ),
         }
 
 
 def _fmt(value: float | None, unit: str, with_unit: bool = True) -> str:
     if value is None:
         return "n/a"
-    if unit == "mL":
-        return f"{value:.0f}" + (" mL" if with_unit else "")
+    if unit.endswith("mL"):
+        return f"{value:.0f}" + (f" {unit}" if with_unit else "")
     if unit == "%":
         return f"{value:.1f}" + (" %" if with_unit else "")
     return f"{100 * value:.1f}" + (" %" if with_unit else "")
@@ -119,7 +149,7 @@ class AnatomyCheck:
             return f"anatomy check: {self.verdict}"
         brief = ", ".join(_brief(m) for m in self.measures if m.within is not False)
         scale = space_scale(None if self.space == "native" else self.space)
-        where = f"; {self.space}: volume ranges x {scale:.2f}" if scale != 1.0 else ""
+        where = f"; volumes in {self.space} mL: ranges x {scale:.2f} a native brain's" if scale != 1.0 else ""
         return f"anatomy check: {self.verdict}" + (f" ({brief}{where})" if self.status == "within" else where)
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,7 +187,7 @@ def _brief(m: Measure) -> str:
         "ventricle_volume_ml": "ventricles",
         "asymmetry_pct": "asymmetry",
     }
-    return f"{short.get(m.name, m.name)} {_fmt(m.value, m.unit)}"
+    return f"{short.get(m.name, m.name)} {_fmt(m.value, volume_unit(m.space) if m.unit == 'mL' else m.unit)}"
 
 
 def not_brain_like(reason: str, *, maps_from: str = "", evidence: dict | None = None) -> AnatomyCheck:
@@ -249,7 +279,7 @@ def check_maps(
         "ventricle_volume_ml": ventricles_ml,
         "asymmetry_pct": asymmetry,
     }
-    measures = tuple(_measure(norm, values[name]) for name, norm in ranges_for(space).items())
+    measures = tuple(_measure(norm, values[name], space) for name, norm in ranges_for(space).items())
     outside = [m for m in measures if m.within is False]
     if outside:
         status = "outside"
@@ -269,8 +299,8 @@ def check_maps(
     )
 
 
-def _measure(norm: NormRange, value: float) -> Measure:
-    return Measure(norm.name, norm.label, float(value), norm.unit, norm.low, norm.high, norm.source)
+def _measure(norm: NormRange, value: float, space: str | None) -> Measure:
+    return Measure(norm.name, norm.label, float(value), norm.unit, norm.low, norm.high, norm.source, space)
 
 
 def _evidence(gm, wm, csf, brain, affine, to_template) -> dict[str, float]:

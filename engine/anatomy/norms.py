@@ -13,6 +13,8 @@ brain of that space, then sits at the native mean. Fractions and the asymmetry i
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -27,6 +29,12 @@ class Source:
     citation: str
     population: str
     figures: str
+
+    @property
+    def short(self) -> str:
+        """Author and year, as a line of text cites it: "Matsumae 1996" (the key when it is not of that form)."""
+        found = re.fullmatch(r"([a-z]+)(\d{4})", self.key)
+        return f"{found[1].capitalize()} {found[2]}" if found else self.key
 
 
 MATSUMAE_1996 = Source(
@@ -174,6 +182,51 @@ def space_scale(space: str | None) -> float:
     if space and str(space).upper().startswith("MNI152"):
         return template_brain_ml() / NATIVE_MEAN_BRAIN_ML
     return 1.0
+
+
+def is_template(space: str | None) -> bool:
+    """Whether ``space`` is a template space whose volumes are scaled against a native brain (MNI152)."""
+    return bool(space) and str(space).upper().startswith("MNI152")
+
+
+def space_label(space: str | None) -> str:
+    """The space a volume's millimetres and millilitres are in, short: "MNI152", or "native" (scanner mm)."""
+    return "MNI152" if is_template(space) else "native"
+
+
+def volume_unit(space: str | None) -> str:
+    """The unit of an absolute volume in ``space``: "MNI152 mL" in a template space, "mL" in native mm."""
+    return "MNI152 mL" if is_template(space) else "mL"
+
+
+#: Conditioning inputs that ask for a measure the anatomy check compares (input name -> measure name): the
+#: shipped model's, in the mL of its output grid (``ModelSpec.space``).
+CONDITION_MEASURES = {"brain_volume": "brain_volume_ml", "ventricle_volume": "ventricle_volume_ml"}
+
+
+def native_text(value: float, space: str | None) -> str:
+    """``value`` mL of ``space`` as a native brain's (``"≈ 956 mL native"``), "" for native mm."""
+    scale = space_scale(space)
+    return f"\u2248 {value / scale:.0f} mL native" if scale != 1.0 else ""
+
+
+def condition_against_norm(name: str, value: float, unit: str, space: str | None) -> str:
+    """Where a conditioning value (a model's input ``name`` in ``unit`` of ``space``) lies against the adult
+    range the anatomy check compares its measure with: "" when within it or when the input asks for no measure
+    the check compares; else one line saying which side, in both spaces, and that the check will flag it."""
+    measure = CONDITION_MEASURES.get(name)
+    if measure is None or unit != "mL" or not np.isfinite(value):
+        return ""
+    norm, native = ranges_for(space)[measure], ranges_for(None)[measure]
+    if norm.low <= value <= norm.high:
+        return ""
+    side = "below" if value < norm.low else "above"
+    # Bounds rounded inwards: a value shown as the bound itself is never said to lie outside it.
+    where = f"{math.ceil(norm.low):.0f}-{math.floor(norm.high):.0f} {volume_unit(space)}"
+    if space_scale(space) != 1.0:
+        where += f", {math.ceil(native.low):.0f}-{math.floor(native.high):.0f} mL native"
+    source = SOURCES[norm.source.split("+")[0]].short
+    return f"{side} the adult range ({where}, {source}): the anatomy check flags such a brain"
 
 
 def ranges_for(space: str | None) -> dict[str, NormRange]:

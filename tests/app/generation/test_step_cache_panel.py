@@ -54,3 +54,23 @@ def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot,
     assert main_window.state.form.to_request().optimization.step_cache_interval == 1
     qtbot.waitUntil(lambda: panel.marks["step_cache_interval"].text() == "", timeout=30_000)
     assert not level.isEnabled() and not forecast.isEnabled()
+
+
+def test_a_cached_run_is_named_in_the_session_as_compare_names_its_row(qtbot, main_window):
+    """A run with step caching was listed as "seed 0 · 3+step_cache_forecast"; Compare's row is cache:k3-l1-f."""
+    from tests.app.keys import pick
+    from tests.app.runs import generate
+
+    panel = main_window.optimization_panel
+    pick(qtbot, main_window.sampling_panel.device_box, "cpu")
+    if not panel.body.isVisible():
+        qtbot.mouseClick(panel.expand_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(panel.body.isVisible, timeout=5_000)
+    pick(qtbot, panel.combos["step_cache_interval"], 2)  # an index: Off, every 2, every 3 steps
+    pick(qtbot, panel.combos["step_cache_forecast"], 1)  # Forecast from the last two
+    main_window.activateWindow()
+    qtbot.waitUntil(main_window.isActiveWindow, timeout=5_000)
+    assert generate(qtbot, main_window, steps=4) == "finished"
+    name = main_window.state.shown.name
+    assert name.endswith(" \u00b7 cache:k3-l1-f"), name
+    assert main_window.session_panel.list.currentItem().text() == name

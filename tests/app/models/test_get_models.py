@@ -159,4 +159,8 @@ def test_offline_says_so_in_one_line_then_add_from_folder_installs_the_copy(
         chosen
         and window.sampling_panel.model_box.currentData() == "brain_image_synthesis_latent_diffusion_model"
     )
+    # What the switch of model reset is still said after the window's word on where the model came from.
+    message = window.statusBar().currentMessage()
+    assert message.startswith(f"Model {window.state.selected_model.spec.name} opened from "), message
+    assert message.endswith(f". {window.state.form.switch_note}") and "\u2192" in message, message
     _shot(dialog, "7-added", screenshot)

@@ -184,3 +184,85 @@ def test_screenshots_of_a_real_brain_beside_a_synthetic_one(qtbot, main_window, 
         assert side.link_label.isVisible() and side.link_label.height() >= side.link_label.heightForWidth(
             side.link_label.width()
         )
+
+
+def test_a_scan_aligned_to_a_template_declared_mni152_is_linked_by_millimetres_and_the_blend_is_marked(
+    qtbot, main_window, tmp_path, mni_t1, screenshot
+):
+    """nilearn's MNI152 T1 as a real scan says only "aligned to a template" (sform code 2): beside a synthetic
+    volume in MNI152 it was linked centre to centre (A at z = 19 mm showed B at z = 6 mm). Declared MNI152, it is
+    linked by millimetres; B blended over it puts SYNTHETIC and the blend in A's corner."""
+    from app.core.tissue import ALIGNED_TO_TEMPLATE, DECLARED_MNI
+    from engine.nifti.io import load_nifti
+
+    window = main_window
+    real = load_nifti(mni_t1)
+    # The synthetic volume: a 3 mm copy of the template, on a grid that does not share the scan's centre.
+    coarse = np.asarray(real.data, np.float32)[6:-12:3, 3::3, ::3]
+    affine = np.asarray(real.affine, np.float64).copy()
+    affine[:3, 3] = (affine @ [6, 3, 0, 1])[:3]
+    affine[:3, :3] *= 3
+    image = nib.Nifti1Image(coarse, affine)
+    image.set_sform(affine, code=4)
+    image.header["descrip"] = b"SYNTHETIC"
+    nib.save(image, str(tmp_path / "synthetic-mni.nii.gz"))
+    synth = open_volume(qtbot, window, tmp_path / "synthetic-mni.nii.gz")
+    scan = open_volume(qtbot, window, mni_t1)
+    assert scan.space == ALIGNED_TO_TEMPLATE and synth.synthetic and not scan.synthetic
+    viewer, side = _side_by_side(qtbot, window)
+    assert window.state.shown is scan and side.other is synth
+    assert side.link_label.text().startswith(f"No shared space (A: {ALIGNED_TO_TEMPLATE}, B: MNI152)")
+    button = side.declare_button
+    assert button.isVisible() and button.text() == "&Declare A MNI152"
+    # At 1024x700 the button and the statement beside it fit the viewer: nothing widens it into the form.
+    window.resize(1024, 700)
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 700), timeout=30_000)
+    panel = window.sampling_panel
+    qtbot.waitUntil(lambda: panel.scroll.horizontalScrollBar().maximum() == 0, timeout=20_000)
+    assert button.width() >= button.minimumSizeHint().width() and button.isVisible()
+    assert side.link_label.height() >= side.link_label.heightForWidth(side.link_label.width())
+    screenshot(window, "side-by-side-declare-mni152-1024x700")
+    window.resize(1500, 920)
+    qtbot.waitUntil(lambda: window.width() == 1500, timeout=30_000)
+
+    def click_a(plane: str) -> None:
+        view = viewer.slice_views[("axial", "coronal", "sagittal").index(plane)]
+        rect = view.image_rect()
+        qtbot.mouseClick(
+            view,
+            Qt.MouseButton.LeftButton,
+            pos=QPoint(int(rect.left() + rect.width() * 0.4), int(rect.top() + rect.height() * 0.35)),
+        )
+
+    click_a("coronal")
+    a_ras = np.array(window.state.crosshair_ras)
+    assert np.abs(side.companion.crosshair_ras - a_ras).max() > 3.0  # centre to centre: elsewhere in B
+
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert scan.space == DECLARED_MNI and not button.isVisible()
+    assert (
+        side.link_label.text() == "Linked in MNI152 millimetres: the crosshair is at the same place in both."
+    )
+    assert window.space_label.text() == f"Space: {DECLARED_MNI}"
+    click_a("sagittal")
+    a_ras = np.array(window.state.crosshair_ras)
+    # The same millimetres in both, to B's nearest 3 mm voxel.
+    assert np.abs(side.companion.crosshair_ras - a_ras).max() <= 1.5 + 1e-6, (
+        side.companion.crosshair_ras,
+        a_ras,
+    )
+
+    # Blended by keyboard: 8 x 5% puts B at 40% over A's views, and A's corner says so, with the mark.
+    assert "SYNTHETIC" not in viewer.axial.overlay_texts().get("tag", "")
+    side.opacity_slider.setFocus()
+    for _ in range(8):
+        qtbot.keyClick(side.opacity_slider, Qt.Key.Key_Right)
+    assert side.opacity_slider.value() == 40
+    for view in viewer.slice_views:
+        tag = view.overlay_texts()["tag"]
+        assert tag.startswith("SYNTHETIC") and (tag.endswith("B over A 40%") or tag.endswith("B 40%")), tag
+    screenshot(window, "side-by-side-declared-mni152-blend-40")
+    # Back to 0%: A is the real scan alone again, unmarked.
+    for _ in range(8):
+        qtbot.keyClick(side.opacity_slider, Qt.Key.Key_Left)
+    assert "tag" not in viewer.axial.overlay_texts()

@@ -143,12 +143,21 @@ def test_the_user_guide_covers_the_newer_tasks_and_finds_words_as_they_are_typed
         "Plan view",
         "--device xla",
         "NV-Generate-MR-Brain (MAISI)",
+        "Tissue maps",
+        "Anatomy check",
+        "MNI152 mL",
+        "Get Models",
+        "Step caching",
+        "cache:k3-l1-f",
+        "Quality over Seeds",
+        "Declare A MNI152",
     ):
         assert section in text, section
     keys = {r.what: r.keys for r in action_shortcuts(main_window)}
     assert (
         f"Cohorts ({keys['Cohort...']})" in text
         and f"Side by side (A | B) ({keys['Side by side (A | B)']})" in text
+        and f"Tissue maps ({keys['Compute Tissue Maps']})" in text
     )
     # The search field has the keyboard when the guide opens: typing finds the first match, Enter the next.
     qtbot.waitUntil(dialog.search_edit.hasFocus, timeout=5_000)
@@ -158,6 +167,7 @@ def test_the_user_guide_covers_the_newer_tasks_and_finds_words_as_they_are_typed
     count = text.lower().count("crosshair")
     assert count >= 2 and dialog.search_label.text() == f"1 of {count}"
     qtbot.keyClick(dialog.search_edit, Qt.Key.Key_Return)
+    assert dialog.isVisible(), "Enter in the search field closed the guide"
     assert dialog.browser.textCursor().selectionStart() > first
     # Which match this is, and the match shown with what follows it, not on the last line in view.
     assert dialog.search_label.text() == f"2 of {count}"

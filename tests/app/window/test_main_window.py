@@ -273,6 +273,22 @@ def test_open_model_folder_and_bad_folder(qtbot, main_window, tmp_path, error_di
     assert "neither a VolSynth model folder" in error_dialogs[-1][1]
 
 
+def test_open_model_folder_keeps_the_switch_note_in_the_status_bar(qtbot, main_window, tmp_path, monkeypatch):
+    """Selecting the opened model says what the switch reset; the window's "Model ... opened from" replaced it."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from engine.testing import make_tiny_model
+
+    folder = make_tiny_model(tmp_path / "extra", model_id="tiny-extra", kind="pixel", conditioned=False)
+    main_window.sampling_panel.steps_spin.setValue(7)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *args: str(folder))
+    main_window.open_model_action.trigger()  # Generate > Open Model Folder...
+    assert main_window.state.selected_model.id == "tiny-extra"
+    message = main_window.statusBar().currentMessage()
+    assert message.startswith(f"Model {main_window.state.selected_model.spec.name} opened from {folder}. ")
+    assert "steps 7 \u2192 " in message, message
+
+
 def test_about_dialog_lists_versions_and_model_card(main_window):
     from app.window.main_window import AboutDialog
 

@@ -287,3 +287,62 @@ def test_at_1024x700_the_vault_dock_fits_with_its_unlock_button_and_the_status_b
     _wait_until_nothing_is_clipped(qtbot, window)
     assert window.sampling_panel.scroll.horizontalScrollBar().maximum() == 0
     screenshot(window, "window-1024x700-vault-dock")
+
+
+def test_at_1024x700_a_generated_volume_with_both_docks_open_keeps_unlock_and_the_status_bar(
+    qtbot, themed_app, tiny_models_dir, tissue_models_dir, qt_settings, error_dialogs, screenshot
+):
+    """The state users are in: a generated volume shown, its anatomy check in the Session details, the Vault
+    dock open. The details label grew with the check's lines and had no scroll area: the window needed 805 px
+    and Unlock and the status bar fell below a 700-px screen. The details scroll (down only; their long words
+    wrap: tests/app/panels/test_session_panel.py)."""
+    from PySide6.QtTest import QTest
+
+    from app.window.main_window import MainWindow
+    from engine.models.registry import ModelRegistry
+    from tests.app.runs import generate
+
+    registry = ModelRegistry([tiny_models_dir, tissue_models_dir])
+    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    qtbot.addWidget(window)
+    window.resize(1024, 700)
+    window.show()
+    qtbot.waitExposed(window)
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    window.state.select_model(window.state.model_by_id("tiny-tissue"))
+    vault = window.vault_controller
+    QTest.keySequence(window, vault.menu.show_action.shortcut())
+    qtbot.waitUntil(lambda: vault.browser.isVisible(), timeout=10_000)
+    assert generate(qtbot, window, steps=2) == "finished"
+    session = window.session_panel
+    qtbot.waitUntil(lambda: "anatomy check: \u2717 not brain-like" in session.details.text(), timeout=60_000)
+    assert window.docks["sessionDock"].isVisible() and vault.browser.isVisible()
+    window.resize(1024, 700)
+    with contextlib.suppress(qtbot.TimeoutError):
+        qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 700), timeout=30_000)
+    assert (window.width(), window.height()) == (1024, 700), (
+        f"the window stayed {window.width()}x{window.height()}; it asks for at least "
+        f"{window.minimumSizeHint().width()}x{window.minimumSizeHint().height()}"
+    )
+    unlock = vault.browser.unlock_button
+    assert unlock.isVisible() and _inside(unlock, window), unlock.geometry()
+    assert window.statusBar().isVisible() and _inside(window.statusBar(), window)
+    # The details scroll down to their last line, and never sideways.
+    scroll = session.details_scroll
+    bar = scroll.verticalScrollBar()
+    assert bar.maximum() > 0, "the details fit without scrolling: the test shows nothing"
+    _wait_until_nothing_is_clipped(qtbot, window)
+    scroll.setFocus()
+    for _ in range(50):  # Page Down to the end, as a reader does
+        if bar.value() == bar.maximum():
+            break
+        qtbot.keyClick(scroll, Qt.Key.Key_PageDown)
+    assert bar.value() == bar.maximum() > 0
+    assert scroll.horizontalScrollBar().maximum() == 0
+    # Every line can be scrolled to: the label is as tall as its text wrapped at its width.
+    details = session.details
+    assert details.height() >= details.heightForWidth(details.width())
+    screenshot(window, "window-1024x700-generated-volume-both-docks")
+    window.close()
+    assert not window.runner.jobs

@@ -157,3 +157,54 @@ def test_a_record_decides_what_is_checked():
         is None
     )
     assert check_from_record({"GM": maps["GM"]}, phantom_affine(), None, space=None) is None
+
+
+def test_a_volume_in_a_template_space_names_the_space_and_says_it_natively():
+    """The check said "brain volume (GM+WM) 1042 mL (range 1200-2157 mL)" for a volume on the MNI152 grid: mL
+    of which space, and what natively? (The shipped model's Brain volume is in the same MNI152 mL.)"""
+    from engine.anatomy.checks import Measure
+
+    space = "MNI152NLin2009aSym"
+    norm = ranges_for(space)["brain_volume_ml"]
+    measure = Measure(norm.name, norm.label, 1042.0, norm.unit, norm.low, norm.high, norm.source, space)
+    scale = space_scale(space)
+    assert measure.text() == (
+        f"brain volume (GM+WM) 1042 MNI152 mL (range {np.ceil(norm.low):.0f}-{np.floor(norm.high):.0f} MNI152 "
+        f"mL; native {1042 / scale:.0f} mL, range 881-1582 mL)"
+    )
+    record = measure.to_dict()
+    assert record["space"] == "MNI152" and record["native_range"] == [880.5, 1582.0]
+    # A native volume is said as before, without a space.
+    native = ranges_for(None)["ventricle_volume_ml"]
+    plain = Measure(native.name, native.label, 70.0, native.unit, native.low, native.high, native.source)
+    assert plain.text() == "ventricle volume 70 mL (range 3-60 mL)" and "space" not in plain.to_dict()
+
+
+def test_every_value_the_shipped_sliders_offer_that_the_check_would_flag_is_said_beforehand():
+    """The shipped model's Brain volume (850-1700 MNI152 mL) reaches below the adult range: a value the check
+    flags is never offered without its reason, and a value it accepts gets none."""
+    from engine.anatomy.norms import CONDITION_MEASURES, condition_against_norm
+    from engine.files.shipped import resource_path
+    from engine.models.spec import ModelSpec
+
+    spec_file = resource_path("models", "brain-t1-demo", "spec.json")
+    spec = ModelSpec.from_dict(json.loads(spec_file.read_text()))
+    assert spec.space == "MNI152NLin2009aSym"
+    ranges = ranges_for(spec.space)
+    flagged = 0
+    for condition in spec.conditioning:
+        norm = ranges[CONDITION_MEASURES[condition.name]]
+        for value in np.linspace(condition.min, condition.max, 41):
+            note = condition_against_norm(condition.name, float(value), condition.unit, spec.space)
+            if norm.low <= value <= norm.high:
+                assert note == "", (condition.name, value, note)
+            else:
+                flagged += 1
+                side = "below" if value < norm.low else "above"
+                assert note.startswith(f"{side} the adult range (") and "MNI152 mL" in note
+                assert "mL native" in note and note.endswith("the anatomy check flags such a brain")
+    assert flagged  # the sliders do offer such values (850 MNI152 mL is about 623 mL natively)
+    assert "Matsumae 1996" in condition_against_norm("brain_volume", 1000.0, "mL", spec.space)
+    # An input the check does not measure, or not in mL (MONAI's normalised volumes), gets no note.
+    assert condition_against_norm("brain_volume", 0.1, "", spec.space) == ""
+    assert condition_against_norm("age", 200.0, "years", spec.space) == ""
