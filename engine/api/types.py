@@ -20,7 +20,7 @@ from engine.api.optimization_config import OptimizationConfig
 from engine.api.relay import drive
 from engine.errors import InvalidRequest
 from engine.nifti.volume import Volume
-from engine.samplers import SAMPLERS
+from engine.samplers import sampler_names
 
 MAX_BATCH = 16
 MAX_STEPS = 10_000
@@ -84,8 +84,10 @@ class SamplingRequest:
         object.__setattr__(self, "conditioning", dict(self.conditioning))
         if isinstance(self.optimization, Mapping):
             object.__setattr__(self, "optimization", OptimizationConfig.from_dict(self.optimization))
-        if self.sampler and self.sampler not in SAMPLERS:
-            raise InvalidRequest(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
+        if self.sampler and self.sampler not in sampler_names():
+            raise InvalidRequest(
+                f"unknown sampler {self.sampler!r}; choose one of {', '.join(sampler_names())}"
+            )
         if not isinstance(self.steps, int) or isinstance(self.steps, bool):
             raise InvalidRequest(f"steps must be a whole number, got {self.steps!r}")
         if self.steps < 0 or self.steps > MAX_STEPS:

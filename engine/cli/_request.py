@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from engine.errors import InvalidRequest
-from engine.samplers import SAMPLERS  # names only: no numpy, no models at the CLI's start-up
+from engine.samplers import sampler_names  # names only: no numpy, no models at the CLI's start-up
 
 
 def _condition(text: str) -> tuple[str, float]:
@@ -28,7 +28,7 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sampler",
         default=None,  # no empty choice: argparse would list it in --help as "{,ddpm,...}"
-        choices=SAMPLERS,
+        choices=sampler_names(),
         help="sampler (default: the model's)",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InvalidRequest
-from engine.samplers import SAMPLERS
+from engine.samplers import sampler_names
 
 MAX_ITEMS = 100_000
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few hundred bytes; refused beyond this before it is read
@@ -155,8 +155,10 @@ class CohortSpec:
             )
         model = _typed(data, "model", str, "")
         sampler = _typed(data, "sampler", str, "")
-        if sampler and sampler not in SAMPLERS:
-            raise InvalidRequest(f"unknown sampler {_shown(sampler)}; choose one of {', '.join(SAMPLERS)}")
+        if sampler and sampler not in sampler_names():
+            raise InvalidRequest(
+                f"unknown sampler {_shown(sampler)}; choose one of {', '.join(sampler_names())}"
+            )
         steps = _int(data, "steps", 0, 0, 10_000)
         guidance = data.get("guidance_scale")
         if guidance is not None and (
