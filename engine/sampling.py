@@ -24,9 +24,10 @@ import torch
 
 from engine.api import Progress, SamplingRequest
 from engine.errors import InvalidRequest, ModelInvalid, NonFiniteOutput
-from engine.models.networks import build_scheduler
+from engine.models.networks import build_sampler
 from engine.models.output_geometry import resolve_output
 from engine.models.spec import ModelSpec
+from engine.samplers import SchedulerAdapter
 
 PREVIEW_MAX_EDGE = 128
 
@@ -148,19 +149,6 @@ def request_warnings(spec: ModelSpec, request: SamplingRequest) -> list[str]:
     return warnings
 
 
-def estimate_x0(scheduler, model_output: torch.Tensor, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The clean-sample estimate implied by a model output at timestep ``t`` (for previews)."""
-    prediction = str(getattr(scheduler, "prediction_type", "epsilon"))
-    if "v_prediction" in prediction and not hasattr(scheduler, "alphas_cumprod"):  # rectified flow
-        return x + (float(t) / scheduler.num_train_timesteps) * model_output
-    alpha_bar = scheduler.alphas_cumprod[int(t)].to(x.device, x.dtype)
-    if "sample" in prediction:
-        return model_output
-    if "v_prediction" in prediction:
-        return alpha_bar.sqrt() * x - (1 - alpha_bar).sqrt() * model_output
-    return (x - (1 - alpha_bar).sqrt() * model_output) / alpha_bar.sqrt()
-
-
 def _preview_array(volume: torch.Tensor) -> tuple[np.ndarray, int]:
     """Batch item 0, channel 0, strided down so no edge exceeds PREVIEW_MAX_EDGE voxels; and the stride."""
     vol = volume[0, 0].detach().float().cpu().numpy()
@@ -191,13 +179,11 @@ def denoise(
     warnings = request_warnings(spec, request)
     shape = (request.batch_size, *spec.latent_shape_for(request.output_size))
 
-    # 2. A fresh scheduler for this run (schedulers hold per-run state such as PNDM's history).
-    scheduler = build_scheduler(request.sampler, spec.schedule)
-    if request.sampler == "rflow":
-        scheduler.set_timesteps(request.steps, device=device, input_img_size_numel=int(np.prod(shape[2:])))
-    else:
-        scheduler.set_timesteps(request.steps, device=device)
-    _check_schedule(scheduler, spec)
+    # 2. A fresh sampler for this run (schedulers hold per-run state such as PNDM's history); the loop knows
+    #    it only through its adapter (engine.samplers), never by its name.
+    sampler = build_sampler(request.sampler, spec.schedule)
+    sampler.set_timesteps(request.steps, device, shape)
+    _check_schedule(sampler.scheduler, spec)
 
     # 3. Initial noise from a CPU generator, so the same seed gives the same noise on every device.
     #    On the CPU the same generator then drives DDPM's per-step noise.
@@ -217,7 +203,7 @@ def denoise(
     # 5. The denoising loop.
     denoise_started = time.perf_counter()
     x, step_times = yield from _denoising_steps(
-        prepared, spec, request, scheduler, x, (context, concat), step_generator, device, started
+        prepared, spec, request, sampler, x, (context, concat), step_generator, device, started
     )
     denoise_s = time.perf_counter() - denoise_started
 
@@ -247,7 +233,7 @@ def denoise(
         conditioning=conditioning,
         conditioning_normalised=normalised,
         scheduler_config={
-            "class": type(scheduler).__name__,
+            "class": type(sampler.scheduler).__name__,
             "sampler": request.sampler,
             "steps": request.steps,
             **spec.schedule,
@@ -303,7 +289,7 @@ def _denoising_steps(
     prepared,
     spec: ModelSpec,
     request: SamplingRequest,
-    scheduler,
+    sampler: SchedulerAdapter,
     x,
     conditions,
     step_generator,
@@ -314,7 +300,7 @@ def _denoising_steps(
     latent (or image) and each step's time."""
     context, concat = conditions
     guided = request.guidance_scale != 1.0
-    timesteps = scheduler.timesteps
+    timesteps = sampler.timesteps
     next_timesteps = torch.cat(
         (timesteps[1:], torch.tensor([0], dtype=timesteps.dtype, device=timesteps.device))
     )
@@ -338,22 +324,15 @@ def _denoising_steps(
             uncond, cond = output.chunk(2)
             output = uncond + request.guidance_scale * (cond - uncond)
 
-        if request.sampler == "rflow":
-            x_next, x0 = scheduler.step(output, t, x, next_t)
-        elif request.sampler == "ddpm":
-            x_next, x0 = scheduler.step(output, t, x, generator=step_generator)
-        else:
-            x_next, x0 = scheduler.step(output, t, x)
+        stepped = sampler.step(output, t, next_t, x, step_generator)
 
         preview, preview_stride = None, 1
         step = i + 1
         if pacer.due(step, request.steps, time.perf_counter() - denoise_started):
             preview_started = time.perf_counter()
-            if x0 is None:
-                x0 = estimate_x0(scheduler, output, t, x)
-            preview, preview_stride = _preview_array(preview_image(prepared, spec, x0, device))
+            preview, preview_stride = _preview_array(preview_image(prepared, spec, stepped.x0, device))
             pacer.record(time.perf_counter() - preview_started)
-        x = x_next
+        x = stepped.sample
         # One reduction per step on the small latent: a model that went NaN stops here, not after
         # the remaining steps and a decode, and the message says when it happened.
         if not bool(torch.isfinite(x).all()):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine.models.reference import DEMO_CONDITIONS, perturb_, perturbed_networks
 from engine.models.spec import ModelSpec
+from engine.samplers import FLOW, family_of
 
 TINY_CONDITIONS = DEMO_CONDITIONS  # the shipped demo's two volumes, one definition
 
@@ -24,6 +25,8 @@ def tiny_spec(
     samplers=("ddim", "ddpm", "pndm"),
     default_guidance_scale: float = 1.0,
 ) -> ModelSpec:
+    """A tiny model of ``kind``. ``samplers[0]`` is its default sampler; the model offers every sampler of that
+    sampler's family (a flow gets a flow schedule, the others a DDPM beta schedule)."""
     conditions = TINY_CONDITIONS if conditioned else ()
     n = len(conditions)
     latent_channels = 3
@@ -66,7 +69,7 @@ def tiny_spec(
         }
     schedule = (
         {"num_train_timesteps": 1000}
-        if samplers == ("rflow",)
+        if family_of(samplers[0]) == FLOW
         else {
             "num_train_timesteps": 1000,
             "schedule": "scaled_linear_beta",
@@ -84,7 +87,6 @@ def tiny_spec(
         schedule=schedule,
         output_shape=(image_channels, *output_xyz),
         latent_shape=latent_shape,
-        samplers=tuple(samplers),
         default_sampler=samplers[0],
         default_steps=5,
         scale_factor=1.0,

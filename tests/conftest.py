@@ -54,6 +54,17 @@ def no_slower_override(monkeypatch):
     monkeypatch.delenv("VOLSYNTH_ALLOW_SLOWER", raising=False)
 
 
+@pytest.fixture
+def made_up_sampler():
+    """A sampler registered for one test (``tests/made_up_sampler.py``); its name."""
+    from engine.samplers import register_sampler, unregister_sampler
+    from tests.made_up_sampler import HandWrittenDDIM
+
+    register_sampler(HandWrittenDDIM)
+    yield HandWrittenDDIM.name
+    unregister_sampler(HandWrittenDDIM.name)
+
+
 @pytest.fixture(scope="session")
 def tiny_models_dir(tmp_path_factory):
     """A folder with a tiny conditioned latent model, an unconditioned pixel model and an rflow model."""

@@ -48,6 +48,7 @@ from app.panels.noted_row import noted_row
 from app.panels.plan_line import PlanLine
 from app.panels.run_box import RunBox
 from app.widgets.theme import NOTE_COLOUR
+from engine.api.request_fields import control_ranges
 
 SLIDER_STEPS = 1000
 BUSY_TEXT = "Waiting: another run is using the engine; Generate is free when it ends."
@@ -372,6 +373,10 @@ class SamplingPanel(QWidget):
         self.sampler_box.addItems(list(spec.samplers))
         self.sampler_box.setCurrentText(self.form.sampler)
         self.sampler_box.blockSignals(False)
+        # No more steps than the model's training timesteps (the engine refuses more).
+        self.steps_spin.setMaximum(
+            min(int(control_ranges()["steps"][1]), int(spec.schedule["num_train_timesteps"]))
+        )
         self._set_quietly(self.steps_spin.setValue, self.steps_spin, self.form.steps)
         for condition in spec.conditioning:
             control = ConditionControl(condition, space=getattr(spec, "space", None))
@@ -456,15 +461,16 @@ class SamplingPanel(QWidget):
         model_row.addWidget(self.model_box, 1)
         model_row.addWidget(self.open_model_button)
 
-        # -- sampling
+        # -- sampling: the number boxes' limits are the request fields' (engine.api.request_fields)
+        limits = control_ranges()
         self.sampler_box = QComboBox()
         self.sampler_box.currentTextChanged.connect(self._on_sampler_box_changed)
         self.steps_spin = QSpinBox()
-        self.steps_spin.setRange(1, 1000)
+        self.steps_spin.setRange(*(int(v) for v in limits["steps"]))
         self.steps_spin.setToolTip("Denoising steps: more is slower and usually cleaner")
         self.steps_spin.valueChanged.connect(self._on_steps_spin_changed)
         self.seed_spin = QSpinBox()
-        self.seed_spin.setRange(0, MAX_SEED)
+        self.seed_spin.setRange(int(limits["seed"][0]), min(int(limits["seed"][1]), MAX_SEED))  # a 32-bit box
         # Room for ten digits, not the width Qt derives from the range's text plus margin: the Sampling
         # group then fits the Generate panel of a 1024-px window without scrolling sideways.
         self.seed_spin.setMinimumWidth(self.seed_spin.fontMetrics().horizontalAdvance("0" * 10) + 34)
@@ -477,7 +483,7 @@ class SamplingPanel(QWidget):
         seed_row.addWidget(self.seed_spin, 1)
         seed_row.addWidget(self.random_seed_button)
         self.guidance_spin = QDoubleSpinBox()
-        self.guidance_spin.setRange(0.0, 20.0)
+        self.guidance_spin.setRange(*limits["guidance_scale"])
         self.guidance_spin.setSingleStep(0.5)
         self.guidance_spin.setValue(1.0)
         self.guidance_spin.setToolTip(
@@ -487,7 +493,7 @@ class SamplingPanel(QWidget):
         self.guidance_spin.valueChanged.connect(self._on_guidance_spin_changed)
         self.guidance_label = QLabel("Guidance")
         self.batch_spin = QSpinBox()
-        self.batch_spin.setRange(1, 16)
+        self.batch_spin.setRange(*(int(v) for v in limits["batch_size"]))
         self.batch_spin.setToolTip("Volumes generated together (same settings, consecutive noise)")
         self.batch_spin.valueChanged.connect(self._on_batch_spin_changed)
         # How often the run shows its current estimate: each preview of a latent model decodes it (in bf16

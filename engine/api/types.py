@@ -8,8 +8,6 @@ through JSON. ``Backend.sample(request)`` is a generator: it yields ``Progress``
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -18,28 +16,22 @@ import numpy as np
 
 from engine.api.optimization_config import OptimizationConfig
 from engine.api.relay import drive
+from engine.api.request_fields import SETTINGS, request_field
 from engine.errors import InvalidRequest
 from engine.nifti.volume import Volume
-from engine.samplers import SAMPLERS
 
-MAX_BATCH = 16
-MAX_STEPS = 10_000
-MAX_PROFILED_STEPS = 10  # profiler traces grow with every step; a few steps show the steady state
 STAGES = ("load", "compile", "denoise", "decode")
-MAX_EDGE = 4096  # voxels along one axis of a requested output size (a model's own limits are tighter)
-_MODALITY_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
-# ``best``, or a plan name as ``volsynth plan`` prints it: mesh axes dp/d/h with their sizes, and a variant.
-XLA_PLAN_PATTERN = r"best|single|(dp|d|h)\d{1,3}(x(d|h)\d{1,3}){0,2}(/cut@\d{1,2})?"
-_XLA_PLAN_NAME = re.compile(XLA_PLAN_PATTERN)
 
 
 @dataclass(frozen=True)
 class SamplingRequest:
-    """One generation job.
+    """One generation job. Each field's bounds, help, CLI flag and wire rule are its row in
+    ``engine.api.request_fields.REQUEST_FIELDS``, which ``__post_init__`` checks it against.
 
     Attributes:
         model: model id from the registry, or a model folder path. Empty means the shipped default.
-        sampler: "ddim", "ddpm", "pndm" or "rflow"; empty means the model's default.
+        sampler: a registered sampler's name (``engine.samplers``: ddpm, ddim, pndm, rflow...); empty means the
+            model's default.
         steps: number of denoising steps; 0 means the model's default.
         seed: seeds the initial noise (and DDPM's per-step noise). Same request + device = same volume.
         conditioning: condition name -> value in the units the model spec gives (mL, years...).
@@ -80,82 +72,18 @@ class SamplingRequest:
     xla_plan: str = ""
 
     def __post_init__(self) -> None:
-        # Frozen: normalise via object.__setattr__ so equality and hashing see canonical values.
-        object.__setattr__(self, "conditioning", dict(self.conditioning))
-        if isinstance(self.optimization, Mapping):
-            object.__setattr__(self, "optimization", OptimizationConfig.from_dict(self.optimization))
-        if self.sampler and self.sampler not in SAMPLERS:
-            raise InvalidRequest(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
-        if not isinstance(self.steps, int) or isinstance(self.steps, bool):
-            raise InvalidRequest(f"steps must be a whole number, got {self.steps!r}")
-        if self.steps < 0 or self.steps > MAX_STEPS:
-            raise InvalidRequest(
-                f"steps must be between 1 and {MAX_STEPS} (0 = model default), got {self.steps}"
-            )
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise InvalidRequest(f"seed must be a whole number from 0 to 2^63-1, got {self.seed!r}")
-        if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= MAX_BATCH:
-            raise InvalidRequest(f"batch size must be between 1 and {MAX_BATCH}, got {self.batch_size!r}")
-        if self.guidance_scale is not None and (
-            isinstance(self.guidance_scale, bool)
-            or not isinstance(self.guidance_scale, int | float)
-            or not math.isfinite(self.guidance_scale)
-            or self.guidance_scale < 0
-        ):
-            raise InvalidRequest(f"guidance scale must be a finite number >= 0, got {self.guidance_scale}")
-        if not isinstance(self.preview_interval, int) or self.preview_interval < 0:
-            raise InvalidRequest(f"preview interval must be >= 0 steps, got {self.preview_interval!r}")
-        if (
-            not isinstance(self.kernel_profile_steps, int)
-            or isinstance(self.kernel_profile_steps, bool)
-            or not 0 <= self.kernel_profile_steps <= MAX_PROFILED_STEPS
-        ):
-            raise InvalidRequest(
-                f"kernel profile steps must be a whole number from 0 to {MAX_PROFILED_STEPS}, "
-                f"got {self.kernel_profile_steps!r}"
-            )
-        for name, value in self.conditioning.items():
-            if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-                raise InvalidRequest(f"condition {name!r} must be a finite number, got {value!r}")
-        self._check_output_fields()
-
-    def _check_output_fields(self) -> None:
-        if not isinstance(self.xla_plan, str) or not _XLA_PLAN_NAME.fullmatch(self.xla_plan or "best"):
-            raise InvalidRequest(
-                f"xla_plan must be empty, 'best' or a plan name such as dp2xd2 (see `volsynth plan`), "
-                f"got {str(self.xla_plan)[:60]!r}"
-            )
-        if not isinstance(self.modality, str) or not _MODALITY_NAME.fullmatch(self.modality or "x"):
-            raise InvalidRequest(
-                f"modality must be a name such as t1w or flair-skullstripped, got {str(self.modality)[:60]!r}"
-            )
-        if self.output_size is not None:
-            size = self.output_size
-            if (
-                not isinstance(size, list | tuple)
-                or len(size) != 3
-                or not all(
-                    isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_EDGE for n in size
-                )
-            ):
-                raise InvalidRequest(
-                    f"output size must be three whole numbers from 1 to {MAX_EDGE}, got {str(size)[:60]}"
-                )
-            object.__setattr__(self, "output_size", tuple(size))
-        if self.voxel_spacing_mm is not None:
-            spacing = self.voxel_spacing_mm
-            if (
-                not isinstance(spacing, list | tuple)
-                or len(spacing) != 3
-                or not all(
-                    isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-                    for v in spacing
-                )
-            ):
-                raise InvalidRequest(
-                    f"voxel spacing must be three positive numbers (mm), got {str(spacing)[:60]}"
-                )
-            object.__setattr__(self, "voxel_spacing_mm", tuple(float(v) for v in spacing))
+        # Each field is checked by its row (engine.api.request_fields), the one statement of its bounds; frozen,
+        # so the canonical values (tuples, a dict of conditions) are set via object.__setattr__ and equality and
+        # hashing see them.
+        for name in self.__dataclass_fields__:
+            row, value = request_field(name), getattr(self, name)
+            if row.kind == SETTINGS:
+                if isinstance(value, Mapping):
+                    object.__setattr__(self, name, OptimizationConfig.from_dict(value))
+                elif not isinstance(value, OptimizationConfig):
+                    raise InvalidRequest(f"optimization must be a table of settings, got {str(value)[:60]}")
+                continue
+            object.__setattr__(self, name, row.checked(value))
 
     def replace(self, **changes: Any) -> SamplingRequest:
         data = self.to_dict()

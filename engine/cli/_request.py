@@ -1,11 +1,11 @@
-"""Options shared by the commands that sample (``generate``, ``compare``): the request and the backend."""
+"""Options shared by the commands that sample (``generate``, ``compare``, ``quality``): the request, made from the
+request field rows (``engine.api.request_fields``), and the backend."""
 
 from __future__ import annotations
 
 import argparse
 
 from engine.errors import InvalidRequest
-from engine.samplers import SAMPLERS  # names only: no numpy, no models at the CLI's start-up
 
 
 def _condition(text: str) -> tuple[str, float]:
@@ -18,47 +18,33 @@ def _condition(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"condition {name!r}: {value!r} is not a number") from None
 
 
-def add_request_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model",
-        default="",
-        help="model id (see `volsynth models`) or model/bundle folder; default: the shipped demo model",
-    )
-    parser.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
-    parser.add_argument(
-        "--sampler",
-        default=None,  # no empty choice: argparse would list it in --help as "{,ddpm,...}"
-        choices=SAMPLERS,
-        help="sampler (default: the model's)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument(
-        "--cond",
-        action="append",
-        type=_condition,
-        default=[],
-        metavar="NAME=VALUE",
-        help="conditioning value in the model's units; repeat for several",
-    )
-    parser.add_argument(
-        "--guidance",
-        type=float,
-        default=None,
-        help="classifier-free guidance scale (default: the model's; 1 = plain conditional)",
-    )
-    parser.add_argument("--batch", type=int, default=1, help="number of volumes (default 1)")
-    output = parser.add_argument_group("output, for models that let a request choose (NV-Generate-MR-Brain)")
-    output.add_argument(
-        "--modality",
-        default="",
-        help="modality by name: t1w, t2w, flair, swi, or the same with -skullstripped (default: the model's)",
-    )
-    output.add_argument(
-        "--size", default=None, metavar="XxYxZ", help="output size in voxels, e.g. 256x256x128"
-    )
-    output.add_argument(
-        "--spacing", default=None, metavar="XxYxZ", help="voxel spacing in mm, e.g. 0.94x0.94x1.36"
-    )
+def add_request_arguments(parser: argparse.ArgumentParser, fields=None) -> None:
+    """One flag per request field with a flag (``engine.api.request_fields``, or ``fields``), its help the
+    field's: a number, text, one of the field's choices (the sampler registry's names: no empty choice, argparse
+    would list it in --help as "{,ddpm,...}"), NAME=VALUE repeated, or XxYxZ. Each flag's value lands under the
+    flag's name (``--guidance`` -> ``args.guidance``); ``request_from_args`` reads them back by the same rows.
+    Then the options that are not request fields: --preview-size, --device, --xla-topology."""
+    from engine.api import request_fields as rules
+
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for row in rules.all_fields() if fields is None else fields:
+        if row.flag is None:
+            continue
+        target = (
+            parser if not row.group else groups.setdefault(row.group, parser.add_argument_group(row.group))
+        )
+        common = {"help": row.cli_help, "metavar": row.metavar}
+        if row.kind == rules.CHOICE:
+            target.add_argument(row.flag, default=None, choices=row.values, help=row.cli_help)
+        elif row.kind == rules.CONDITIONS:
+            target.add_argument(row.flag, action="append", type=_condition, default=[], **common)
+        elif row.kind in (rules.WHOLE, rules.NUMBER):
+            kind = int if row.kind == rules.WHOLE else float
+            unset = row.unset is not None or row.optional  # left out: the model's default
+            target.add_argument(row.flag, type=kind, default=None if unset else row.default, **common)
+        else:  # text, or XxYxZ (parsed by request_from_args, which names the flag in its message)
+            target.add_argument(row.flag, default=row.default, **common)
+    output = groups.get(rules.request_field("output_size").group) or parser
     output.add_argument(
         "--preview-size",
         action="store_true",
@@ -66,20 +52,42 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (default)")
     parser.add_argument(
-        "--xla-plan",
-        default="",
-        metavar="PLAN",
-        help="on an XLA engine server (or --device xla): shard the run over its devices as this plan says: "
-        "best (the planner's choice for the server's topology) or a name `volsynth plan` prints, e.g. "
-        "dp2, d2xh2, dp2xd2/cut@2 (default: one device)",
-    )
-    parser.add_argument(
         "--xla-topology",
         default=None,
         metavar="NAME",
         help="with --device xla here: the slice or box plans are costed against (e.g. v5e:2x4; this host's "
         "devices stand in for it); needed for --xla-plan best off a TPU slice",
     )
+
+
+def request_fields_from_args(args: argparse.Namespace, fields=None) -> dict:
+    """The request fields the flags of :func:`add_request_arguments` give (bad values raise ``InvalidRequest``
+    naming the flag): a flag left out is the field's default."""
+    from engine.api import request_fields as rules
+    from engine.models.output_geometry import parse_triple
+
+    values = {}
+    for row in rules.all_fields() if fields is None else fields:
+        if row.flag is None:
+            continue
+        value = getattr(args, row.flag.lstrip("-").replace("-", "_"))
+        if row.kind == rules.CONDITIONS:
+            names = [name for name, _ in value]
+            duplicates = {n for n in names if names.count(n) > 1}
+            if duplicates:
+                raise InvalidRequest(f"condition(s) given twice: {', '.join(sorted(duplicates))}")
+            value = dict(value)
+        elif row.kind in (rules.WHOLE_TRIPLE, rules.NUMBER_TRIPLE):
+            kind = int if row.kind == rules.WHOLE_TRIPLE else float
+            value = parse_triple(value, kind, row.flag) if value else row.default
+        elif value is None:
+            value = row.unset if row.unset is not None else row.default
+        elif row.unset is not None and value == row.unset and row.bounds is not None:
+            raise InvalidRequest(
+                f"{row.flag} must be at least {row.control_range()[0]:g} (leave it out for the model's default)"
+            )
+        values[row.name] = value
+    return values
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,36 +121,14 @@ def request_from_args(args: argparse.Namespace, optimization=None):
     from engine.api import SamplingRequest
     from engine.api.optimization_config import OptimizationConfig
 
-    names = [name for name, _ in args.cond]
-    duplicates = {n for n in names if names.count(n) > 1}
-    if duplicates:
-        raise InvalidRequest(f"condition(s) given twice: {', '.join(sorted(duplicates))}")
-    if args.steps is not None and args.steps < 1:
-        raise InvalidRequest(f"--steps must be at least 1, got {args.steps}")
-    from engine.models.output_geometry import parse_triple
-
-    size = parse_triple(args.size, int, "--size") if getattr(args, "size", None) else None
-    spacing = parse_triple(args.spacing, float, "--spacing") if getattr(args, "spacing", None) else None
+    fields = request_fields_from_args(args)
     if getattr(args, "preview_size", False):
-        if size or spacing:
+        if fields["output_size"] or fields["voxel_spacing_mm"]:
             raise InvalidRequest(
                 "--preview-size chooses the size and spacing; leave out --size and --spacing"
             )
-        size, spacing = _preview_geometry(args.model)
-    return SamplingRequest(
-        model=args.model,
-        sampler=args.sampler or "",
-        steps=args.steps or 0,
-        seed=args.seed,
-        conditioning=dict(args.cond),
-        guidance_scale=args.guidance,
-        batch_size=args.batch,
-        optimization=optimization or OptimizationConfig(),
-        modality=getattr(args, "modality", "") or "",
-        output_size=size,
-        voxel_spacing_mm=spacing,
-        xla_plan=getattr(args, "xla_plan", "") or "",
-    )
+        fields["output_size"], fields["voxel_spacing_mm"] = _preview_geometry(fields["model"])
+    return SamplingRequest(**fields, optimization=optimization or OptimizationConfig())
 
 
 def _preview_geometry(model: str):

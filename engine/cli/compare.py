@@ -63,8 +63,11 @@ def run(args: argparse.Namespace) -> int:
         config_b = dataclasses.replace(config_b, allow_slower=True)
     if label_a == label_b:
         label_a, label_b = f"A {label_a}", f"B {label_b}"
-    if not 0 <= args.profile_steps <= 10:
-        raise InvalidRequest(f"--profile-steps must be from 0 to 10, got {args.profile_steps}")
+    from engine.api.request_fields import request_field
+
+    refusal = request_field("kernel_profile_steps").refusal(args.profile_steps)
+    if refusal:
+        raise InvalidRequest(f"--profile-steps: {refusal}")
     request = request_from_args(args)
     out = Path(args.out).expanduser()
     try:

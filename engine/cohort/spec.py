@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InvalidRequest
-from engine.samplers import SAMPLERS
 
 MAX_ITEMS = 100_000
 MAX_SPEC_BYTES = 1 << 20  # a spec is a few hundred bytes; refused beyond this before it is read
@@ -154,17 +153,10 @@ class CohortSpec:
                 f"cohort name must be 1-64 letters, digits, '-' or '_' (it names the dataset), got {_shown(name)}"
             )
         model = _typed(data, "model", str, "")
-        sampler = _typed(data, "sampler", str, "")
-        if sampler and sampler not in SAMPLERS:
-            raise InvalidRequest(f"unknown sampler {_shown(sampler)}; choose one of {', '.join(SAMPLERS)}")
-        steps = _int(data, "steps", 0, 0, 10_000)
-        guidance = data.get("guidance_scale")
-        if guidance is not None and (
-            isinstance(guidance, bool) or not isinstance(guidance, int | float) or not guidance >= 0
-        ):
-            raise InvalidRequest(f"guidance_scale must be a number >= 0, got {_shown(guidance)}")
-        if guidance is not None:
-            guidance = _number(guidance, "guidance_scale")
+        # The request's own fields, checked by their rows (engine.api.request_fields), as a request checks them.
+        sampler, steps, guidance = (
+            _request_field(data, name) for name in ("sampler", "steps", "guidance_scale")
+        )
         optimization = data.get("optimization", {})
         if not isinstance(optimization, Mapping):
             raise InvalidRequest("[optimization] must be a table of optimization settings")
@@ -326,6 +318,14 @@ def _draw(rng: np.random.Generator, cond: Condition) -> float:
     if cond.distribution == "normal":
         return float(rng.normal(cond.params["mean"], cond.params["sd"]))
     return float(rng.uniform(cond.params["min"], cond.params["max"]))
+
+
+def _request_field(data: Mapping[str, Any], name: str) -> Any:
+    """A request field the spec gives (its default when it gives none), checked by the field's row."""
+    from engine.api.request_fields import request_field
+
+    row = request_field(name)
+    return row.checked(data.get(name, row.default))
 
 
 def _output_choice(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from engine.api.types import XLA_PLAN_PATTERN
+from engine.api.request_fields import XLA_PLAN_PATTERN
 from engine.errors import BackendUnavailable, InvalidRequest
 from engine.formatting import count_of
 

@@ -171,7 +171,6 @@ def open_bundle(folder: Path) -> ModelSource:
             )
         latent_shape = (int(ae.get("latent_channels", 3)), *[s // factor for s in output_shape[1:]])
 
-    samplers = ("rflow",) if sampler_name == "rflow" else ("ddim", "ddpm", "pndm")
     scale = config.get("scale_factor", 1.0)
     weight_files = {}
     for role in nets:
@@ -191,8 +190,7 @@ def open_bundle(folder: Path) -> ModelSource:
         schedule=schedule,
         output_shape=output_shape,
         latent_shape=latent_shape,
-        samplers=samplers,
-        default_sampler=sampler_name if sampler_name in samplers else samplers[0],
+        default_sampler=sampler_name,  # the model offers every sampler of its family (ModelSpec.samplers)
         default_steps=50,
         scale_factor=float(scale) if isinstance(scale, int | float) else 1.0,
         voxel_spacing_mm=_spacing_from_metadata(metadata),

@@ -234,7 +234,6 @@ def open_maisi_folder(folder: Path) -> MaisiModelSource:
         schedule=schedule,
         output_shape=(int(ae_def.get("out_channels", 1)), *size),
         latent_shape=(latent_channels, *(n // latent_factor for n in size)),
-        samplers=("rflow",),
         default_sampler="rflow",
         default_steps=steps,
         scale_factor=1.0,  # the U-Net checkpoint's own scale_factor replaces it when the model loads

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.errors import ModelInvalid
+from engine.samplers import SchedulerAdapter, sampler_adapter, sampler_for_scheduler_class, sampler_names
 
 # short name -> the class's home in MONAI; imported lazily so this module stays cheap to import.
 _NETWORKS = {
@@ -31,14 +32,6 @@ _NETWORKS = {
 }
 #: Classes whose arguments kept GenerativeModels' names (``num_channels``): never renamed for them.
 _KEEPS_OLD_ARG_NAMES = frozenset({"DiffusionModelUNetMaisi", "AutoencoderKlMaisi"})
-_SCHEDULERS = {
-    "ddpm": ("monai.networks.schedulers", "DDPMScheduler"),
-    "ddim": ("monai.networks.schedulers", "DDIMScheduler"),
-    "pndm": ("monai.networks.schedulers", "PNDMScheduler"),
-    "rflow": ("monai.networks.schedulers", "RFlowScheduler"),
-}
-_SCHEDULER_CLASS_TO_NAME = {cls: name for name, (_, cls) in _SCHEDULERS.items()}
-
 # Arguments renamed when GenerativeModels moved into MONAI core (1.4).
 _RENAMED_ARGS = {"num_channels": "channels"}
 
@@ -179,75 +172,32 @@ def _attention_note(asked_flash: bool, flash_without_cuda: bool, switched: int) 
 
 
 def scheduler_name_for_target(target: str) -> str:
+    """The registered sampler whose scheduler class a model file's ``_target_`` names."""
     name = short_target(target)
-    if name not in _SCHEDULER_CLASS_TO_NAME:
-        raise ModelInvalid(
-            f"scheduler _target_ {target!r} is not allowed; allowed: {', '.join(_SCHEDULER_CLASS_TO_NAME)}"
-        )
-    return _SCHEDULER_CLASS_TO_NAME[name]
+    sampler = sampler_for_scheduler_class(name)
+    if sampler is None:
+        allowed = sorted({sampler_adapter(n).scheduler_class[1] for n in sampler_names()})
+        raise ModelInvalid(f"scheduler _target_ {target!r} is not allowed; allowed: {', '.join(allowed)}")
+    return sampler
 
 
-# Arguments each scheduler class accepts from a model's training schedule; the rest are dropped so one
-# schedule can drive any sampler (a DDPM-trained epsilon model samples with DDIM or PNDM too).
-_SCHEDULER_ARGS = {
-    "ddpm": {
-        "num_train_timesteps",
-        "schedule",
-        "beta_start",
-        "beta_end",
-        "variance_type",
-        "clip_sample",
-        "prediction_type",
-        "clip_sample_min",
-        "clip_sample_max",
-    },
-    "ddim": {
-        "num_train_timesteps",
-        "schedule",
-        "beta_start",
-        "beta_end",
-        "clip_sample",
-        "set_alpha_to_one",
-        "steps_offset",
-        "prediction_type",
-        "clip_sample_min",
-        "clip_sample_max",
-    },
-    "pndm": {
-        "num_train_timesteps",
-        "schedule",
-        "beta_start",
-        "beta_end",
-        "skip_prk_steps",
-        "set_alpha_to_one",
-        "prediction_type",
-        "steps_offset",
-    },
-    "rflow": {
-        "num_train_timesteps",
-        "use_discrete_timesteps",
-        "sample_method",
-        "loc",
-        "scale",
-        "use_timestep_transform",
-        "transform_scale",
-        "steps_offset",
-        "base_img_size_numel",
-        "spatial_dim",
-    },
-}
+def build_sampler(sampler: str, schedule: Mapping[str, Any]) -> SchedulerAdapter:
+    """A fresh sampler (its adapter over a new scheduler) configured with the model's training schedule.
+
+    Each sampler takes the schedule arguments its scheduler accepts and drops the rest, so one schedule drives
+    every sampler of its family (a DDPM-trained epsilon model samples with DDIM or PNDM too).
+    """
+    try:
+        adapter = sampler_adapter(sampler)
+    except KeyError:
+        raise ModelInvalid(f"unknown sampler {sampler!r}; known: {', '.join(sampler_names())}") from None
+    check_literal(dict(schedule), "schedule")
+    try:
+        return adapter(schedule)
+    except (TypeError, ValueError) as exc:
+        raise ModelInvalid(f"cannot build the {sampler} scheduler from the model's schedule: {exc}") from exc
 
 
 def build_scheduler(sampler: str, schedule: Mapping[str, Any]):
-    """A fresh MONAI scheduler of the requested kind configured with the model's training schedule."""
-    if sampler not in _SCHEDULERS:
-        raise ModelInvalid(f"unknown sampler {sampler!r}; known: {', '.join(_SCHEDULERS)}")
-    check_literal(dict(schedule), "schedule")
-    args = {k: v for k, v in schedule.items() if k in _SCHEDULER_ARGS[sampler]}
-    if sampler == "pndm":
-        # PRK warm-up steps need 3 model calls each; PLMS alone is what diffusers and MONAI users run.
-        args.setdefault("skip_prk_steps", True)
-    try:
-        return _import(*_SCHEDULERS[sampler])(**args)
-    except (TypeError, ValueError) as exc:
-        raise ModelInvalid(f"cannot build the {sampler} scheduler from the model's schedule: {exc}") from exc
+    """The bare scheduler of ``build_sampler`` (MONAI's inferers take it: the loop's reference)."""
+    return build_sampler(sampler, schedule).scheduler

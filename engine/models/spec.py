@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InvalidRequest, ModelInvalid
-from engine.samplers import SAMPLERS
+from engine.samplers import family_of, sampler_names, samplers_of
 
 SPEC_FORMAT = "volsynth-model/1"
 CONDITIONING_MODES = ("concat", "crossattn")
@@ -73,6 +73,23 @@ def _sequence(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list | tuple):
         raise ModelInvalid(f"model spec: {where} must be a list, got {type(value).__name__}")
     return list(value)
+
+
+def _listed_samplers(data: Mapping[str, Any]) -> str:
+    """The spec's default sampler. A spec may list its samplers (files written before samplers had families do,
+    and ``to_dict`` still writes them for older readers): the model offers its whole family whatever the list
+    says, so a listed sampler must be of the default's family; one not registered here (written where more
+    samplers were registered, an engine server's model list) is passed over."""
+    listed = [str(v) for v in _sequence(data.get("samplers", ()), "samplers")]
+    default = str(data.get("default_sampler") or (listed[0] if listed else "ddim"))
+    known = [name for name in listed if name in sampler_names()]
+    if default in sampler_names():
+        other = [name for name in known if family_of(name) != family_of(default)]
+        if other:
+            raise ModelInvalid(
+                f"samplers {other} are not of the {family_of(default)} family of default_sampler {default!r}"
+            )
+    return default
 
 
 @dataclass(frozen=True)
@@ -173,7 +190,8 @@ class ModelSpec:
     schedule: dict[str, Any]
     output_shape: tuple[int, ...]  # (channels, x, y, z) of one generated volume
     latent_shape: tuple[int, ...] | None = None  # (channels, x, y, z) for latent models
-    samplers: tuple[str, ...] = ("ddim", "ddpm", "pndm")
+    # The sampler the model was trained for; the model offers every registered sampler of its family
+    # (``samplers``), so a newly registered sampler of that family is offered at once.
     default_sampler: str = "ddim"
     default_steps: int = 50
     scale_factor: float = 1.0
@@ -206,6 +224,22 @@ class ModelSpec:
     output_intensity: dict[str, Any] | None = None
 
     # -- derived -------------------------------------------------------------------------------------
+
+    @property
+    def family(self) -> str:
+        """The sampler family the model was trained for (``engine.samplers``: a noise schedule or a flow);
+        "" when its default sampler is not registered (``validate`` refuses that)."""
+        try:
+            return family_of(self.default_sampler)
+        except KeyError:
+            return ""
+
+    @property
+    def samplers(self) -> tuple[str, ...]:
+        """The samplers the model offers: its default, then every other registered sampler of its family."""
+        if not self.family:
+            return ()
+        return (self.default_sampler, *(s for s in samplers_of(self.family) if s != self.default_sampler))
 
     @property
     def condition_names(self) -> tuple[str, ...]:
@@ -353,10 +387,7 @@ class ModelSpec:
                 latent_shape=tuple(int(v) for v in _sequence(data["latent_shape"], "latent_shape"))
                 if data.get("latent_shape")
                 else None,
-                samplers=tuple(
-                    str(v) for v in _sequence(data.get("samplers", ("ddim", "ddpm", "pndm")), "samplers")
-                ),
-                default_sampler=str(data.get("default_sampler", "ddim")),
+                default_sampler=_listed_samplers(data),
                 default_steps=int(data.get("default_steps", 50)),
                 scale_factor=float(data.get("scale_factor", 1.0)),
                 voxel_spacing_mm=tuple(
@@ -500,12 +531,9 @@ class ModelSpec:
 
     def _check_sampling(self) -> None:
         """The samplers, the default one, and the conditioning modes."""
-        unknown = [s for s in self.samplers if s not in SAMPLERS]
-        if unknown or not self.samplers:
-            raise ModelInvalid(f"unknown sampler(s) {unknown}; known: {', '.join(SAMPLERS)}")
-        if self.default_sampler not in self.samplers:
+        if not self.family:
             raise ModelInvalid(
-                f"default_sampler {self.default_sampler!r} is not among samplers {list(self.samplers)}"
+                f"unknown default_sampler {self.default_sampler!r}; known: {', '.join(sampler_names())}"
             )
         bad_modes = [m for m in self.conditioning_modes if m not in CONDITIONING_MODES]
         if bad_modes:

@@ -1,12 +1,14 @@
 """The request and answer bodies as the OpenAPI schema describes them, and the refusal every error becomes.
 
-Numbers are JSON Schema's (never ``true`` or ``"1.5"``), ``OptimizationBody`` is made from
-the optimization settings' rows (``SETTING_ROWS``) so that a new setting is on the wire at once, and every refusal is an
-``ErrorBody`` with an engine error class (:class:`Refused`).
+Numbers are JSON Schema's (never ``true`` or ``"1.5"``); the request body (``JobRequest``) is made from the request
+field rows (``REQUEST_FIELDS``) and its ``OptimizationBody`` from the optimization settings' rows (``SETTING_ROWS``),
+so that a new field or setting is on the wire at once; and every refusal is an ``ErrorBody`` with an engine error
+class (:class:`Refused`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from fastapi import HTTPException
@@ -22,14 +24,7 @@ from pydantic import (
 )
 
 from engine import wire
-from engine.api import (
-    MAX_BATCH,
-    MAX_EDGE,
-    MAX_PROFILED_STEPS,
-    MAX_STEPS,
-    XLA_PLAN_PATTERN,
-    optimization_config,
-)
+from engine.api import MAX_BATCH, optimization_config, request_fields
 from engine.xla.planning import DEFAULT_COMPILE_TOP, DEFAULT_TIME_LIMIT_S, MAX_COMPILE_TOP, MAX_TIME_LIMIT_S
 
 
@@ -142,32 +137,51 @@ def optimization_body(rows=optimization_config.SETTING_ROWS) -> type[BaseModel]:
 OptimizationBody = optimization_body()
 
 
-ConditionName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+def _request_field(row: request_fields.RequestField) -> tuple[Any, Any]:
+    """The pydantic type and default of one request field, from its row: JSON Schema's numbers (never true or
+    "1.5") within the row's bounds, text matching its pattern, one of its choices (the sampler registry's names
+    as they are when the app is made), three numbers, named conditions, or the optimization settings."""
+    rules = request_fields
+    low, high = row.bounds or (None, None)
+    limits = {"gt" if row.low_open else "ge": low, "lt" if row.high_open else "le": high}
+    limits = {key: value for key, value in limits.items() if value is not None}
+    description = {"description": row.help}
+    kind: Any
+    if row.kind == rules.SETTINGS:
+        return Annotated[OptimizationBody, Field(**description)], Field(default_factory=OptimizationBody)
+    if row.kind == rules.CONDITIONS:
+        shortest, longest = row.wire_name_length or (1, None)
+        name = Annotated[str, StringConstraints(min_length=shortest, max_length=longest)]
+        kind = Annotated[dict[name, _finite()], Field(max_length=row.wire_max_items, **description)]  # type: ignore[valid-type]
+        return kind, Field(default_factory=dict)
+    if row.kind == rules.CHOICE:
+        kind = Literal[(row.unset, *row.values)]  # type: ignore[valid-type]
+    elif row.kind == rules.TEXT:
+        pattern = f"^({row.pattern})?$" if row.pattern else None
+        kind = Annotated[str, StringConstraints(max_length=row.wire_max_length, pattern=pattern)]
+    elif row.kind in (rules.WHOLE, rules.NUMBER):
+        kind = (_whole if row.kind == rules.WHOLE else _finite)(**limits)
+    else:  # three numbers: x, y, z
+        number = (_whole if row.kind == rules.WHOLE_TRIPLE else _finite)(**limits)
+        kind = Annotated[list[number], Field(min_length=3, max_length=3)]  # type: ignore[valid-type]
+    if row.optional:
+        kind = kind | None
+    return Annotated[kind, Field(**description)], row.default
 
 
-class JobRequest(BaseModel):
-    """``SamplingRequest`` on the wire (engine.api); ``model`` is one of the server's model ids."""
-
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
-
-    model: Annotated[str, StringConstraints(max_length=128)] = ""
-    sampler: Literal["", "ddpm", "ddim", "pndm", "rflow"] = ""
-    steps: _whole(ge=0, le=MAX_STEPS) = 0
-    seed: _whole(ge=0, lt=2**63) = 0
-    conditioning: Annotated[dict[ConditionName, _finite()], Field(max_length=32)] = Field(
-        default_factory=dict
+def request_body(fields: Sequence[request_fields.RequestField] | None = None) -> type[BaseModel]:
+    """``SamplingRequest`` on the wire, one field per request field row (``engine.api.request_fields``), so
+    that a new field, or a newly registered sampler, is on the wire when the app is made."""
+    rows = request_fields.all_fields() if fields is None else fields
+    return create_model(
+        "JobRequest",
+        __config__=ConfigDict(extra="forbid", protected_namespaces=()),
+        __doc__="``SamplingRequest`` on the wire (engine.api); ``model`` is one of the server's model ids.",
+        **{row.name: _request_field(row) for row in rows},
     )
-    guidance_scale: _finite(ge=0.0) | None = None
-    batch_size: _whole(ge=1, le=MAX_BATCH) = 1
-    optimization: OptimizationBody = Field(default_factory=OptimizationBody)
-    preview_interval: _whole(ge=0, le=MAX_STEPS) = 0
-    kernel_profile_steps: _whole(ge=0, le=MAX_PROFILED_STEPS) = 0
-    # What the output is, for models that let a request choose (engine.models.output_geometry).
-    modality: Annotated[str, StringConstraints(pattern=r"^([a-z0-9][a-z0-9-]{0,39})?$")] = ""
-    output_size: Annotated[list[_whole(ge=1, le=MAX_EDGE)], Field(min_length=3, max_length=3)] | None = None
-    voxel_spacing_mm: Annotated[list[_finite(gt=0.0)], Field(min_length=3, max_length=3)] | None = None
-    # Where it runs: an XLA server's plan over its devices (engine.api.types.XLA_PLAN_PATTERN).
-    xla_plan: Annotated[str, StringConstraints(pattern=f"^({XLA_PLAN_PATTERN})?$")] = ""
+
+
+JobRequest = request_body()
 
 
 class ErrorBody(BaseModel):

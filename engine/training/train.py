@@ -702,7 +702,6 @@ def build_spec(cfg: TrainConfig, scale_factor: float, data_stats: dict[str, floa
         ),
         networks={"unet": unet_definition(cfg), "autoencoder": ae_definition(cfg)},
         schedule=schedule(cfg),
-        samplers=("ddim", "ddpm", "pndm"),
         default_sampler="ddim",
         default_steps=50,
         output_shape=(1 + len(TISSUE_NAMES), *OUTPUT_SHAPE),

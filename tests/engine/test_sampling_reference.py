@@ -136,3 +136,38 @@ def test_guidance_matches_monai_cfg():
     # compare relative to the volume's magnitude.
     scale = max(1.0, torch.max(torch.abs(reference)).item())
     assert torch.max(torch.abs(ours - reference)).item() <= 1e-5 * scale
+
+
+def _loop_before_adapters(spec, nets, request):
+    """The denoising loop as it was before samplers became adapters: one branch per sampler name (unconditioned
+    pixel models, on the CPU). Kept here so the adapters are held to it bit for bit."""
+    shape = (request.batch_size, *spec.diffusion_shape)
+    scheduler = build_scheduler(request.sampler, spec.schedule)
+    if request.sampler == "rflow":
+        scheduler.set_timesteps(
+            request.steps, device="cpu", input_img_size_numel=int(torch.tensor(shape[2:]).prod())
+        )
+    else:
+        scheduler.set_timesteps(request.steps, device="cpu")
+    generator = torch.Generator().manual_seed(request.seed)
+    x = torch.randn(shape, generator=generator, dtype=torch.float32)
+    timesteps = scheduler.timesteps
+    next_timesteps = torch.cat((timesteps[1:], torch.tensor([0], dtype=timesteps.dtype)))
+    for t, next_t in zip(timesteps, next_timesteps, strict=True):
+        with torch.inference_mode():
+            output = nets["unet"](x, torch.full((shape[0],), float(t)), None)
+        if request.sampler == "rflow":
+            x, _ = scheduler.step(output, t, x, next_t)
+        elif request.sampler == "ddpm":
+            x, _ = scheduler.step(output, t, x, generator=generator)
+        else:
+            x, _ = scheduler.step(output, t, x)
+    return x
+
+
+@pytest.mark.parametrize("sampler", ["ddpm", "ddim", "pndm", "rflow"])
+def test_the_adapters_sample_bit_for_bit_as_the_loop_did_before_them(sampler):
+    spec = tiny_spec(kind="pixel", conditioned=False, samplers=(sampler,))
+    nets = build_tiny_networks(spec, seed=8)
+    request = SamplingRequest(model=spec.id, sampler=sampler, steps=6, seed=21, batch_size=2)
+    assert torch.equal(_engine_volume(spec, nets, request), _loop_before_adapters(spec, nets, request))

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 
 from engine import wire
 from engine.errors import BackendUnavailable, EngineError
@@ -26,8 +27,8 @@ from engine.server.schemas import (
     ErrorBody,
     JobCreated,
     JobId,
-    JobRequest,
     Refused,
+    request_body,
 )
 
 
@@ -53,13 +54,7 @@ def add_job_routes(
         for name in ("events", "volumes", "cancel")
     }
 
-    @app.post(
-        "/jobs",
-        operation_id="submit",
-        response_model=JobCreated,
-        responses={200: {"description": "the job's id", "links": job_links}, **ERRORS},
-    )
-    def submit(body: JobRequest, http: Request) -> dict[str, str]:
+    def submit(body: BaseModel, http: Request) -> dict[str, str]:
         try:
             request = wire.decode_request(body.model_dump())
             check_model(manager.backend, request.model)
@@ -79,6 +74,16 @@ def add_job_routes(
                 headers={"Retry-After": str(exc.retry_after_s)},
             ) from exc
         return {"id": job.id}
+
+    # The body is made now, from the request field rows and the samplers registered now (engine.samplers), so
+    # a sampler registered before the app is made is on the wire; the annotation is set before FastAPI reads it.
+    submit.__annotations__["body"] = request_body()
+    app.post(
+        "/jobs",
+        operation_id="submit",
+        response_model=JobCreated,
+        responses={200: {"description": "the job's id", "links": job_links}, **ERRORS},
+    )(submit)
 
     @app.get(
         "/jobs/{job_id}/events",

@@ -1,79 +1,59 @@
-"""The Generate form's conditioning alone (app/panels/sampling_panel.py): a volume input of a model on the MNI152
-grid says which space its number is in, and a value the anatomy check would flag says why before it is asked for."""
+"""The Generate panel alone: its sampler box offers the registered samplers of the model's family, and its number
+boxes' limits are the request fields' (``engine.api.request_fields``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tests.app.keys import type_into
+from app.core.session import AppState
+from app.panels.sampling_panel import SamplingPanel
+from engine.api import request_fields
+from tests.app.keys import pick
 
 pytestmark = pytest.mark.render
 
 
-def _type(qtbot, spin, text: str) -> None:
-    """Click into the spin box's field (it takes the focus), type ``text``, leave with Tab."""
-    spin.setFocus()
-    qtbot.waitUntil(spin.hasFocus, timeout=5_000)
-    type_into(qtbot, spin, text)
-
-
-@pytest.fixture
-def tissue_panel(qtbot, themed_app, tiny_models_dir, tissue_models_dir):
-    """The Generate form alone, over the tiny tissue model (its output grid is MNI152's, as the shipped one's)."""
-    from app.core.session import AppState
-    from app.panels.sampling_panel import SamplingPanel
-    from engine.models.registry import ModelRegistry
-
+def _panel(qtbot, registry, model_id: str = "tiny-latent") -> SamplingPanel:
     state = AppState()
-    state.set_models(ModelRegistry([tiny_models_dir, tissue_models_dir]).list(), preferred="tiny-tissue")
+    state.set_models(registry.list(), preferred=model_id)
     panel = SamplingPanel(state)
     qtbot.addWidget(panel)
-    panel.resize(420, 900)
     panel.show()
-    qtbot.waitExposed(panel)
-    panel.activateWindow()  # typed keys and focus go to the active window only
-    qtbot.waitUntil(panel.isActiveWindow, timeout=5_000)
+    panel.activateWindow()  # the keyboard goes to the active window
+    qtbot.waitActive(panel)
     return panel
 
 
-def test_brain_volume_says_its_space_and_why_the_check_will_flag_a_small_brain(
-    qtbot, tissue_panel, screenshot
+def test_the_sampler_box_offers_a_sampler_registered_once_and_the_form_takes_it(
+    qtbot, registry, made_up_sampler
 ):
-    from engine.anatomy.norms import space_scale
-
-    panel = tissue_panel
-    assert panel.state.selected_model.spec.space == "MNI152NLin2009aSym"
-    control = panel.condition_controls["brain_volume"]
-    scale = space_scale("MNI152NLin2009aSym")
-    _type(qtbot, control.spin, "1400")
-    assert panel.form.conditioning["brain_volume"] == 1400
-    assert control.space_hint.isVisible()
-    assert control.space_hint.text() == f"MNI152 mL \u00b7 \u2248 {1400 / scale:.0f} mL native"
-    assert not control.note.isVisible()  # within the adult range: nothing to warn of
-
-    _type(qtbot, control.spin, "1000")  # offered by the slider, below the adult range
-    assert control.space_hint.text() == f"MNI152 mL \u00b7 \u2248 {1000 / scale:.0f} mL native"
-    assert control.note.isVisible()
-    note = control.note.text()
-    assert note.startswith("Below the adult range (1201-2156 MNI152 mL, 881-1582 mL native, Matsumae 1996)")
-    assert note.endswith("the anatomy check flags such a brain")
-    screenshot(panel, "generate-form-brain-volume-1000-mni152-ml")
-
-    # Ventricles: above the adult range is said too, in the same words.
-    ventricles = panel.condition_controls["ventricle_volume"]
-    _type(qtbot, ventricles.spin, "80")
-    assert ventricles.space_hint.text().startswith("MNI152 mL \u00b7 \u2248 ")
-    assert not ventricles.note.isVisible()
+    panel = _panel(qtbot, registry)
+    offered = [panel.sampler_box.itemText(i) for i in range(panel.sampler_box.count())]
+    assert offered == ["ddim", "ddpm", "pndm", made_up_sampler]  # the model's default first, then its family
+    pick(qtbot, panel.sampler_box, offered.index(made_up_sampler))
+    assert panel.state.form.sampler == made_up_sampler
+    assert panel.state.form.to_request().sampler == made_up_sampler
 
 
-def test_a_model_without_a_template_space_gets_no_space_hint(qtbot, tissue_panel):
-    from tests.app.keys import pick
+def test_a_flow_model_offers_only_the_flow_samplers(qtbot, registry, made_up_sampler):
+    panel = _panel(qtbot, registry, "tiny-rflow")
+    assert [panel.sampler_box.itemText(i) for i in range(panel.sampler_box.count())] == ["rflow"]
 
-    panel = tissue_panel
-    pick(qtbot, panel.model_box, "tiny-latent")  # no space: scanner millimetres
-    control = panel.condition_controls["brain_volume"]
-    _type(qtbot, control.spin, "1000")
-    assert panel.form.conditioning["brain_volume"] == 1000
-    assert not control.space_hint.isVisible() and control.space_hint.text() == ""
-    # 1000 mL of a native brain is within the adult range (the same number on the MNI152 grid is not).
-    assert not control.note.isVisible()
+
+def test_the_number_boxes_limits_are_the_request_fields(qtbot, registry, monkeypatch):
+    rows = {row.name: row for row in request_fields.REQUEST_FIELDS}
+    narrower = {
+        "batch_size": dataclasses.replace(rows["batch_size"], bounds=(1, 6)),
+        "guidance_scale": dataclasses.replace(rows["guidance_scale"], control_max=12.0),
+        "steps": dataclasses.replace(rows["steps"], bounds=(0, 40)),
+    }
+    monkeypatch.setattr(
+        request_fields, "REQUEST_FIELDS", tuple(narrower.get(row.name, row) for row in rows.values())
+    )
+    panel = _panel(qtbot, registry)
+    assert (panel.batch_spin.minimum(), panel.batch_spin.maximum()) == (1, 6)
+    assert (panel.guidance_spin.minimum(), panel.guidance_spin.maximum()) == (0.0, 12.0)
+    assert (panel.steps_spin.minimum(), panel.steps_spin.maximum()) == (1, 40)
+    assert (panel.seed_spin.minimum(), panel.seed_spin.maximum()) == (0, 2**31 - 1)  # a 32-bit box's end

@@ -10,7 +10,7 @@ import pydantic
 import pytest
 
 from app.core.display import setting_choices, setting_labels, setting_tips
-from engine.api.optimization_config import DECODER, SETTING_ROWS, OptimizationConfig, SettingRow
+from engine.api.optimization_config import DECODER, OVERRIDE, SETTING_ROWS, OptimizationConfig, SettingRow
 from engine.cli._settings import add_setting_arguments, setting_fields
 from engine.server.schemas import optimization_body
 
@@ -187,3 +187,50 @@ def test_generate_takes_a_flag_for_every_setting(model_path_env, tmp_path):
     requested = optimization["requested"]
     assert requested["unet_subpixel"] is True and requested["decoder_autocast"] == "fp32"
     assert optimization["report"]["decoder_channels_last"]["applied"]
+
+
+def _changed(row: SettingRow):
+    """A value of ``row`` other than its default."""
+    if row.is_switch:
+        return not row.default
+    if row.values:
+        return next(value for value in row.values if value != row.default)
+    assert row.bounds is not None, row.name
+    return row.bounds[0] if row.bounds[0] != row.default else row.bounds[1]
+
+
+def _where_it_means_something(row: SettingRow) -> dict:
+    """The settings a row needs on to mean anything: a PSNR budget its mixed quantization, a refinement the
+    setting it refines."""
+    rows = {r.name: r for r in SETTING_ROWS}
+    if row.budget_of:
+        return {row.budget_of: "mixed"}
+    if row.only_with:
+        return {row.only_with: _changed(rows[row.only_with])}
+    return {}
+
+
+@pytest.mark.parametrize("row", SETTING_ROWS, ids=lambda row: row.name)
+def test_every_setting_changes_the_summary_except_the_override(row):
+    """``summary()`` names the settings a run changes; a new row it leaves out fails here, by name."""
+    base = _where_it_means_something(row)
+    before = OptimizationConfig(**base).summary()
+    after = OptimizationConfig(**base, **{row.name: _changed(row)}).summary()
+    if row.part == OVERRIDE:  # permission to run, not a change of the run
+        assert after == before
+    else:
+        assert after != before, f"{row.name} is missing from OptimizationConfig.summary()"
+
+
+@pytest.mark.parametrize("row", SETTING_ROWS, ids=lambda row: row.name)
+def test_every_setting_has_a_decision(row):
+    """A row's report entry is decided (``EXPECTED``) and a field of ``Decisions``; a row without an entry of its
+    own is reported with the setting it bounds or refines, which has one."""
+    from engine.optimization.decisions import EXPECTED, Decisions
+
+    fields = {item.name for item in dataclasses.fields(Decisions)}
+    rows = {r.name: r for r in SETTING_ROWS}
+    entry = row.report_entry or rows[row.budget_of or row.only_with].report_entry
+    assert entry is not None, f"{row.name} has no report entry and reports with no other setting"
+    assert entry in fields, f"{row.name}: Decisions has no field {entry!r}"
+    assert entry in EXPECTED or row.part == OVERRIDE, f"{row.name}: EXPECTED has no decision for {entry!r}"
