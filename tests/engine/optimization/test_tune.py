@@ -30,7 +30,6 @@ def tune_dir(tmp_path, monkeypatch):
 def tuned(tiny_models_dir, tmp_path_factory):
     """One real measurement of fp32 and the Low memory preset on the tiny latent model (kept in a temp store)."""
     import os
-
     import tempfile
 
     folder = tmp_path_factory.mktemp("tune")
