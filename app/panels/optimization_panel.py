@@ -69,6 +69,10 @@ BOOL_SETTINGS = tuple(row.name for row in SETTING_ROWS if row.is_switch and not 
 # Settings that refine another one (the step cache's level and forecast): enabled only while it is on.
 REFINES = {row.name: row.only_with for row in SETTING_ROWS if row.only_with}
 BUDGETS = {row.budget_of: row.name for row in SETTING_ROWS if row.budget_of}
+# Where a refinement's tip advises a value, it starts there when the setting it refines is turned on (step
+# caching: the forecast, "far closer to the uncached run for the same speed"), and goes back to its default
+# when that setting is turned off (it means nothing then, and would make the preset read Custom).
+ADVISED = {"step_cache_forecast": True}
 # The report entry saying whether each setting applied (the step-caching pair has one, under the interval).
 REPORT_ENTRY = {row.name: row.report_entry for row in SETTING_ROWS}
 MARK_COLOURS = {APPLIED_MARK: "#98c379", NOT_APPLIED_MARK: "#e5c07b", SLOWER_MARK: "#e06c75"}
@@ -115,6 +119,10 @@ class OptimizationPanel(QWidget):
         self._lay_out()
 
         self._set_controls({**DEFAULTS, **self.form.optimization})
+        # Whether each refined setting was on at the last change (a refinement follows it being turned on).
+        self._refined_on = {
+            refined: self.values()[refined] != SETTINGS[refined].default for refined in REFINES.values()
+        }
         self.expand_button.setChecked(self.qsettings.value(EXPANDED_KEY, False, type=bool))
         self._on_expand_button_toggled(self.expand_button.isChecked())
         self.form.changed.connect(self._on_form_changed)
@@ -320,6 +328,9 @@ class OptimizationPanel(QWidget):
     def refresh(self, import_engine: bool = True) -> None:
         """Re-check the settings on the selected device; ``import_engine=False`` defers it until torch is loaded."""
         values = self.values()
+        self._refined_on = {
+            refined: values[refined] != SETTINGS[refined].default for refined in REFINES.values()
+        }
         self._updating = True
         try:
             self.form.set(optimization={k: v for k, v in values.items() if v != DEFAULTS[k]})
@@ -437,7 +448,17 @@ class OptimizationPanel(QWidget):
 
     def _on_control_changed(self, *_args) -> None:
         if not self._updating:
+            self._follow_refined()
             self.refresh()
+
+    def _follow_refined(self) -> None:
+        """A refinement with an advised value (``ADVISED``) follows the setting it refines on and off."""
+        values = self.values()
+        for name, advised in ADVISED.items():
+            refined = REFINES[name]
+            now_on = values[refined] != SETTINGS[refined].default
+            if now_on != self._refined_on.get(refined, False):
+                self._set_controls({name: advised if now_on else SETTINGS[name].default})
 
     def _on_preset_box_activated(self, index: int) -> None:
         name = str(self.preset_box.itemData(index))
