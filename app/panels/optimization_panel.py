@@ -39,7 +39,7 @@ from app.core.display import (
     setting_text,
     setting_tips,
 )
-from app.core.measured_settings import FASTEST_HERE, MeasuredSettings
+from app.core.measured_settings import FASTEST_HERE, MeasuredSettings, budget_words
 from app.core.optimization_presets import (
     BLOCK_SOURCE,
     CUSTOM,
@@ -152,13 +152,18 @@ class OptimizationPanel(QWidget):
         self.measured_label.setWordWrap(True)
         self.measure_button = QPushButton("Measure now")
         self.measure_button.setToolTip(
-            "Measure the settings that can apply here on this model, against fp32 (about 2 minutes, in the "
-            "background; paused while you generate). Generate > Measure Settings on This Machine"
+            "Measure the settings that can apply here on this model, step caching and fewer steps, against "
+            f"fp32: speed, and quality on a whole run ({budget_words()}, in the background; paused while you "
+            "generate). Generate > Measure Settings on This Machine"
         )
         self.measure_button.clicked.connect(self.measure_requested)
         self.cancel_measure_button = QPushButton("Cancel")
         self.cancel_measure_button.setToolTip("Stop measuring; nothing is kept")
         self.cancel_measure_button.clicked.connect(self.cancel_measure_requested)
+        # Step caching and fewer steps as measured here: their speed beside their quality cost.
+        self.trades_label = QLabel()
+        self.trades_label.setObjectName("hint")
+        self.trades_label.setWordWrap(True)
         self.floor_spin = QDoubleSpinBox()
         self.floor_spin.setRange(10.0, 150.0)
         self.floor_spin.setDecimals(1)
@@ -248,6 +253,7 @@ class OptimizationPanel(QWidget):
         # What was measured gets a line of its own to wrap in; beside the floor and the buttons it made the
         # panel ~480 px wide at least, and the Generate form scrolled sideways in a 1024-px window.
         layout.addWidget(self.measured_label)
+        layout.addWidget(self.trades_label)
         measure_row = QHBoxLayout()
         measure_row.setSpacing(6)
         measure_row.addStretch(1)
@@ -525,6 +531,9 @@ class OptimizationPanel(QWidget):
             self.preset_box.setItemData(index, f"{tip}\n\n{m.words(name)}", Qt.ItemDataRole.ToolTipRole)
         local = m.looked_up or m.running
         self.measured_label.setVisible(local or bool(m.error))
+        trades = m.trade_words() if m.measured and not m.running else ""
+        self.trades_label.setText(trades)
+        self.trades_label.setVisible(bool(trades))
         self.floor_spin.setVisible(m.measured)
         self.measure_button.setVisible(not m.running and local)
         self.cancel_measure_button.setVisible(m.running)
@@ -543,7 +552,7 @@ class OptimizationPanel(QWidget):
             self.measure_button.setText("Measure again")
         else:
             self.measured_label.setText(
-                "Settings not measured on this machine for this model yet (about 2 minutes)."
+                f"Settings not measured on this machine for this model yet ({budget_words()})."
             )
             self.measure_button.setText("Measure now")
         self._select_preset(self.values())
