@@ -15,8 +15,9 @@ once with settings B, same model, seed, noise and conditioning, and returns both
 - how far B's volume moved from A's: PSNR, SSIM, max and mean absolute error, and the difference volume.
 
 It is one run of each, in order A then B, in one process: good for seeing a setting's effect on a volume
-and a rough speed ratio. ``volsynth bench`` repeats rows interleaved in separate processes for ratios that
-can be quoted.
+and a rough speed ratio. ``repeat_comparison`` runs both again, interleaved (B first every other round, so a
+change in the machine's load falls on both alike), and the verdicts then count every run: three runs a side
+are what the noise rule needs to decide. ``volsynth bench`` repeats rows in separate processes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ import numpy as np
 from engine.api import Backend, Progress, SamplingRequest, SamplingResult, relay
 from engine.api.optimization_config import OVERRIDE, SETTING_ROWS, UNET, OptimizationConfig
 from engine.formatting import format_bytes
-from engine.metrics.speed_verdict import SpeedVerdict, speed_verdict
+from engine.metrics.speed_verdict import MIN_SAMPLES, SpeedVerdict, speed_verdict
 
 DEFAULT_PROFILED_STEPS = 2
 
@@ -218,6 +219,23 @@ class SideMeasurement:
         }
 
 
+@dataclass(frozen=True)
+class RunTiming:
+    """What one run of a side measured, without its volume (a repeat keeps only its times)."""
+
+    loop_s: float
+    decode_s: float | None
+    step_s: tuple[float, ...]
+
+    @classmethod
+    def of(cls, side: SideMeasurement) -> RunTiming:
+        return cls(side.loop_s, side.decode_s, side.step_s)
+
+    @property
+    def step_median_s(self) -> float | None:
+        return float(np.median(self.step_s)) if self.step_s else None
+
+
 @dataclass
 class Comparison:
     a: SideMeasurement
@@ -226,6 +244,20 @@ class Comparison:
     ssim: float | None
     max_abs_err: float
     mean_abs_err: float
+    # (A's, B's) timings of each repeat (``repeat_comparison``); the first runs are ``a`` and ``b``.
+    repeats: list[tuple[RunTiming, RunTiming]] = field(default_factory=list)
+
+    def runs(self, side: str) -> list[RunTiming]:
+        """Every run of side "a" or "b", the first one first."""
+        first = RunTiming.of(self.a if side == "a" else self.b)
+        return [first, *(pair[0 if side == "a" else 1] for pair in self.repeats)]
+
+    def loop_median_s(self, side: str) -> float:
+        return float(np.median([run.loop_s for run in self.runs(side)]))
+
+    def decode_median_s(self, side: str) -> float | None:
+        times = [run.decode_s for run in self.runs(side) if run.decode_s]
+        return float(np.median(times)) if times else None
 
     @property
     def speedup_per_step(self) -> float | None:
@@ -253,13 +285,23 @@ class Comparison:
         return parts if self.has_decode else parts - {"decoder"}  # a pixel-space model decodes nothing
 
     def verdicts(self) -> dict[str, SpeedVerdict]:
-        """The noise rule on each part: steps judged on their step times, decode and loop on one run each."""
+        """The noise rule on each part, one sample a run for the decode and the loop. Steps: with enough runs
+        for the rule, each run's median step (steps of one run are not independent: a busy spell slows
+        several in a row); before that, the step times of the runs there are."""
+        a, b = self.runs("a"), self.runs("b")
+        if min(len(a), len(b)) >= MIN_SAMPLES:
+            steps = speed_verdict(
+                [r.step_median_s for r in a if r.step_median_s],
+                [r.step_median_s for r in b if r.step_median_s],
+            )
+        else:
+            steps = speed_verdict([t for r in a for t in r.step_s], [t for r in b for t in r.step_s])
         return {
-            UNET_STEP: speed_verdict(self.a.step_s, self.b.step_s),
+            UNET_STEP: steps,
             DECODE: speed_verdict(
-                [self.a.decode_s] if self.a.decode_s else [], [self.b.decode_s] if self.b.decode_s else []
+                [r.decode_s for r in a if r.decode_s], [r.decode_s for r in b if r.decode_s]
             ),
-            END_TO_END: speed_verdict([self.a.loop_s], [self.b.loop_s]),
+            END_TO_END: speed_verdict([r.loop_s for r in a], [r.loop_s for r in b]),
         }
 
     def unchanged_parts(self) -> tuple[str, ...]:
@@ -317,12 +359,20 @@ class Comparison:
             "speedup_loop": _json_float(self.speedup_loop),
             "changed_parts": sorted(self.changed_parts()),
             "headline": self.headline().to_dict(),
+            "runs": {
+                side: [
+                    {"loop_s": r.loop_s, "decode_s": r.decode_s, "step_s": list(r.step_s)}
+                    for r in self.runs(side)
+                ]
+                for side in ("a", "b")
+            },
             "verdicts": {part: verdict.to_dict() for part, verdict in self.verdicts().items()},
             "device": self.a.result.provenance.get("device_name"),
             "machine": self.a.result.provenance.get("machine"),  # the probe of the machine that ran it
-            "method": "one run of each, A then B, in one process; step statistics leave out step 1 and the "
-            "profiled steps, loop times leave out the profiled steps; verdicts by engine.metrics.speed_verdict (steps "
-            "on their step times, decode and loop on one run each)",
+            "method": f"{1 + len(self.repeats)} run(s) of each in one process (A then B, then the repeats "
+            "interleaved, B first every other round); step statistics leave out step 1 and the profiled steps, "
+            "loop times leave out the profiled steps' numbers in every run; verdicts by engine.metrics.speed_verdict "
+            "(decode and loop one sample a run; steps each run's median from 3 runs a side, else the step times)",
         }
 
     def format_table(self) -> str:
@@ -338,7 +388,7 @@ class Comparison:
             _ms(self.b.step_ms_median, self.b.step_ms_iqr),
         )
         row("decode", _seconds(self.a.decode_s), _seconds(self.b.decode_s))
-        row("sampling loop*", f"{self.a.loop_s:.2f} s", f"{self.b.loop_s:.2f} s")
+        row("sampling loop*", f"{self.loop_median_s('a'):.2f} s", f"{self.loop_median_s('b'):.2f} s")
         row(
             f"peak memory ({self.a.peak_kind})",
             format_bytes(self.a.peak_bytes),
@@ -365,8 +415,8 @@ class Comparison:
             f"mean |B-A| {self.mean_abs_err:.3g}"
         )
         lines.append(
-            "* without the kernel-profiled steps; one run of each, A then B (volsynth bench repeats and "
-            "interleaves runs for ratios to quote)"
+            f"* without the kernel-profiled steps; median of {1 + len(self.repeats)} run(s) of each (repeats "
+            "interleaved)"
         )
         for side in (self.a, self.b):
             for name, reason in side.not_applied():
@@ -426,6 +476,58 @@ def compare_settings(
     )
 
 
+def repeat_comparison(
+    backend: Backend, comparison: Comparison, times: int
+) -> Generator[Progress, None, Comparison]:
+    """Run the comparison's A and B ``times`` more times each, interleaved (B then A, then A then B, ...), and
+    return a copy with their timings added to ``repeats`` (the volumes stay the first runs').
+
+    Repeats are not kernel-profiled; the step numbers the first runs profiled are left out of every repeat's
+    statistics and loop time too, so each run's numbers cover the same steps. Closing the generator cancels
+    the run in progress; the repeats finished so far are not returned.
+    """
+    from engine.errors import InvalidRequest
+
+    if not isinstance(times, int) or not 1 <= times <= 50:
+        raise InvalidRequest(f"repeat the comparison 1 to 50 times, not {times!r}")
+    first = comparison.a.result
+    profiled = set((first.provenance.get("kernel_profile") or {}).get("steps", []))
+    request = first.request.replace(preview_interval=0, kernel_profile_steps=0)
+    configs = {
+        "a": comparison.a.result.request.optimization,
+        "b": comparison.b.result.request.optimization,
+    }
+    labels = {"a": comparison.a.label, "b": comparison.b.label}
+    started = time.perf_counter()
+    done_runs, total_runs = 0, 2 * times
+    added: list[tuple[RunTiming, RunTiming]] = []
+    for round_index in range(times):
+        order = ("a", "b") if round_index % 2 else ("b", "a")  # the first runs were A then B
+        timing: dict[str, RunTiming] = {}
+        for side in order:
+            run = request.replace(optimization=configs[side])
+
+            def on_side(
+                progress: Progress, done: int = done_runs, side: str = side, index: int = round_index
+            ):
+                total = max(progress.total, 1)
+                return (
+                    Progress(
+                        progress.stage,
+                        done * total + progress.step,
+                        total_runs * total,
+                        time.perf_counter() - started,
+                        f"repeat {index + 1} of {times}, {labels[side]}: {progress.message}",
+                    ),
+                )
+
+            result = yield from relay(backend.sample(run), on_side)
+            timing[side] = RunTiming.of(measure(labels[side], result, leave_out=profiled))
+            done_runs += 1
+        added.append((timing["a"], timing["b"]))
+    return replace(comparison, repeats=[*comparison.repeats, *added])
+
+
 def save_comparison(comparison: Comparison, folder) -> list:
     """Write ``a.nii.gz``, ``b.nii.gz`` (each with its provenance sidecar), ``difference.nii.gz`` (B - A) and
     ``compare.json`` into ``folder`` (created if missing). Every file is written atomically."""
@@ -455,10 +557,11 @@ def save_comparison(comparison: Comparison, folder) -> list:
     return [*written, folder / "compare.json"]
 
 
-def measure(label: str, result: SamplingResult) -> SideMeasurement:
-    """Latency and memory of one finished run, from its provenance record."""
+def measure(label: str, result: SamplingResult, leave_out: set[int] | None = None) -> SideMeasurement:
+    """Latency and memory of one finished run, from its provenance record. The steps ``leave_out`` names (by
+    default the run's own kernel-profiled ones) are left out of the step statistics and the loop time."""
     prov = result.provenance
-    profiled = set((prov.get("kernel_profile") or {}).get("steps", []))
+    profiled = set((prov.get("kernel_profile") or {}).get("steps", [])) if leave_out is None else leave_out
     step_times = prov.get("step_times_s", [])
     times = [t for step, t in enumerate(step_times, start=1) if step != 1 and step not in profiled]
     profiled_s = sum(t for step, t in enumerate(step_times, start=1) if step in profiled)

@@ -22,9 +22,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.display import OPTIMIZATION_LABELS, format_bytes
-from engine.compare import DECODE, END_TO_END, MEASURE_MORE, PART_TITLES, UNET_STEP
+from engine.compare import DECODE, END_TO_END, PART_TITLES, UNET_STEP
 
 WARNING_COLOUR = "#e5c07b"
+# What to do when the noise rule cannot decide: here it is a button (the engine's words name CLI commands).
+REPEAT_ADVICE = (
+    "press Repeat: A and B run again, interleaved, and the rule counts every run (it needs 3 a side)"
+)
 
 
 def _ratio(value: float | None) -> str:
@@ -194,18 +198,20 @@ class ComparisonNumbers(QWidget):
         if headline.caveat:
             text += (
                 f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 The load changed between the runs:</b> '
-                f"{esc(headline.caveat)}. For a verdict, {esc(headline.advice)}.</span>"
+                f"{esc(headline.caveat)}. For a verdict, {esc(REPEAT_ADVICE)}.</span>"
             )
         elif headline.advice:
             text += (
                 f'<br><span style="color:{WARNING_COLOUR}"><b>\u26a0 Not decided by the noise rule.</b> '
-                f"For a verdict, {esc(headline.advice)}.</span>"
+                f"For a verdict, {esc(REPEAT_ADVICE)}.</span>"
             )
+        runs = 1 + len(comparison.repeats)
+        median = f" (median of {runs} runs each)" if runs > 1 else ""
         if headline.part != END_TO_END:
             whole = comparison.verdicts()[END_TO_END]
             text += (
-                f"<br>{esc(PART_TITLES[END_TO_END])}: A {comparison.a.loop_s:.2f} s, B "
-                f"{comparison.b.loop_s:.2f} s: {esc(whole.words())}."
+                f"<br>{esc(PART_TITLES[END_TO_END])}{median}: A {comparison.loop_median_s('a'):.2f} s, B "
+                f"{comparison.loop_median_s('b'):.2f} s: {esc(whole.words())}."
             )
         psnr = "identical volumes" if math.isinf(comparison.psnr_db) else f"PSNR {comparison.psnr_db:.1f} dB"
         ssim = "" if comparison.ssim is None else f", SSIM {comparison.ssim:.4f}"
@@ -239,6 +245,9 @@ class ComparisonNumbers(QWidget):
         def seconds(value) -> str:
             return "n/a (no decoder)" if not value else f"{value:.2f} s"
 
+        runs = 1 + len(comparison.repeats)
+        of_runs = f" (median of {runs})" if runs > 1 else ""
+
         verdicts = comparison.verdicts()
         headline = comparison.headline()
         unchanged = comparison.unchanged_parts()
@@ -246,8 +255,19 @@ class ComparisonNumbers(QWidget):
         rows = [
             ("Step (median)", step(a), step(b), UNET_STEP),
             ("Steps measured", str(a.steps_measured), str(b.steps_measured), None),
-            ("Decode", seconds(a.decode_s), seconds(b.decode_s), DECODE),
-            ("Sampling loop (end to end)", f"{a.loop_s:.2f} s", f"{b.loop_s:.2f} s", END_TO_END),
+            ("Runs", str(runs), str(runs), None),
+            (
+                f"Decode{of_runs}",
+                seconds(comparison.decode_median_s("a")),
+                seconds(comparison.decode_median_s("b")),
+                DECODE,
+            ),
+            (
+                f"Sampling loop (end to end){of_runs}",
+                f"{comparison.loop_median_s('a'):.2f} s",
+                f"{comparison.loop_median_s('b'):.2f} s",
+                END_TO_END,
+            ),
         ]
         # The B-vs-A cell of each speed row: the ratio with the rule's verdict (or "unchanged by B").
         rows = [
@@ -281,7 +301,7 @@ class ComparisonNumbers(QWidget):
                         why = "B's settings leave this part alone: a difference here is the machine's load. "
                     else:
                         doubtful, why = not verdict.decided, ""
-                    advice = f" For a verdict, {MEASURE_MORE[part]}." if doubtful else ""
+                    advice = f" For a verdict, {REPEAT_ADVICE}." if doubtful else ""
                     item.setToolTip(f"{why}{verdict.words()}.{advice}")
                     if doubtful:
                         item.setForeground(QColor(WARNING_COLOUR))

@@ -85,10 +85,11 @@ COMPARE_KEYS: tuple[tuple[str, str], ...] = tuple(
     for name in ("compare.run", "compare.cancel", "compare.planes")
 )
 METHOD_NOTE = (
-    "One run of each, A then B, in this process. Step statistics leave out step 1 (warm-up) and the "
-    "kernel-profiled steps. For ratios to quote, use `volsynth bench` (repeated, interleaved, one "
-    "process per run)."
+    "One run of each, A then B, in this process; Repeat runs both again, interleaved, and the verdicts count "
+    "every run (the noise rule needs 3 a side). Step statistics leave out step 1 (warm-up) and the "
+    "kernel-profiled steps."
 )
+DEFAULT_REPEATS = 2  # with the first run: the 3 runs a side the noise rule needs to decide
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,13 @@ class ComparingBackend:
 
 def _comparing_backend(pool, device: str, a, b, labels, profile_steps) -> ComparingBackend:
     return ComparingBackend(pool.get(device), a, b, labels, profile_steps)
+
+
+def _repeat_job(pool, device: str, comparison, times: int):
+    """Called in the worker thread: the device's backend (a local one imports torch), then the repeats."""
+    from engine.compare import repeat_comparison
+
+    return repeat_comparison(pool.get(device), comparison, times)
 
 
 def difference_window(diff: np.ndarray) -> tuple[float, float]:
@@ -306,6 +314,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self._device_key: str | None = None  # the device the reasons were checked for
         self._availability_key: tuple | None = None
         self._job = None
+        self._device = ""
         self.states = {side: AppState() for side in SIDES}
         for state in self.states.values():
             state.convention = app.state.convention
@@ -478,6 +487,20 @@ class CompareWindow(ComparisonOutputs, QWidget):
         note.setWordWrap(True)
         note.setObjectName("compareNote")
         bottom.addWidget(note, 1)
+        # Repeat: the same comparison N more times, interleaved, so the noise rule can decide.
+        self.repeat_spin = QSpinBox()
+        self.repeat_spin.setRange(1, 20)
+        self.repeat_spin.setValue(DEFAULT_REPEATS)
+        self.repeat_spin.setSuffix(" more")
+        self.repeat_spin.setToolTip("How many more runs of A and of B Repeat makes")
+        self.repeat_button = QPushButton("&Repeat")
+        self.repeat_button.setToolTip(
+            "Run A and B again (interleaved: B first every other time, so a change in the machine's load falls "
+            "on both alike) and update the numbers and verdicts with every run"
+        )
+        self.repeat_button.clicked.connect(self.repeat)
+        bottom.addWidget(self.repeat_spin)
+        bottom.addWidget(self.repeat_button)
         self.add_button = QPushButton("Add A and B to Session")
         self.add_button.setToolTip(
             "Add both volumes to the session list, with their provenance, to save or vault"
@@ -581,6 +604,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
             labels,
             self.profile_spin.value(),
         )
+        self._device = form.device  # where Repeat runs again
         self._job = self.app.runner.start(
             "compare",
             Worker.generation(request, provider),
@@ -606,6 +630,40 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.progress_bar.setValue(0)
         self.progress_label.setText(f"Starting: A = {labels[0]}, B = {labels[1]}")
         return True
+
+    def repeat(self) -> bool:
+        """Run the shown comparison's A and B ``repeat_spin`` more times; False (and says why) if it cannot."""
+        if self._job is not None or self.comparison is None:
+            return False
+        if self.app.state.job_running:
+            self._fail_early("A generation is running. Wait for it to finish or cancel it, then repeat.")
+            return False
+        times = self.repeat_spin.value()
+        self._job = self.app.runner.start(
+            "compare-repeat",
+            Worker.generator(partial(_repeat_job, self.app.backends, self._device, self.comparison, times)),
+            progressed=self._on_job_progressed,
+            finished=self._on_repeat_finished,
+            failed=self._on_job_failed,
+            cancelled=self._on_job_cancelled,
+            ended=self._on_job_ended,
+        )
+        self._started = time.monotonic()
+        self.app.state.set_job_running(True)
+        self._set_running(True)
+        self.progress_bar.setValue(0)
+        self.progress_label.setText(f"Repeating A and B {times} more time(s), interleaved")
+        return True
+
+    def _on_repeat_finished(self, comparison) -> None:
+        self.comparison = comparison
+        self.progress_bar.setValue(100)
+        runs = 1 + len(comparison.repeats)
+        self.progress_label.setText(
+            f"Done in {time.monotonic() - self._started:.1f} s: {runs} runs of each, the numbers count them all"
+        )
+        self.numbers.show_comparison(comparison)
+        self.comparison_ended.emit("finished")
 
     def quality_request(self):
         """What the quality view judges: the Generate panel's request (batch 1, no previews), A's and B's
@@ -652,6 +710,8 @@ class CompareWindow(ComparisonOutputs, QWidget):
         for widget in (self.a_box, self.b_box, self.profile_spin):
             widget.setEnabled(not running)
         has_result = self.comparison is not None and not running
+        self.repeat_button.setEnabled(has_result and not self.app.state.job_running)
+        self.repeat_spin.setEnabled(has_result)
         self.add_button.setEnabled(has_result)
         self.save_button.setEnabled(has_result)
         self.export_button.setEnabled(has_result)

@@ -16,6 +16,14 @@ from engine.optimization import tune_store
 
 FASTEST_HERE = "Fastest here"
 NOT_MEASURED = "not measured here"
+#: The time budget of Measure now (the settings, step caching and fewer steps), said where the button is.
+MEASURE_BUDGET_S = 240.0
+#: The step-caching rows Measure now times and judges (the panel's default, the forecast, at two intervals).
+MEASURED_CACHE_ROWS = ("cache:k3-l1-f", "cache:k6-l1-f")
+
+
+def budget_words(budget_s: float = MEASURE_BUDGET_S) -> str:
+    return f"about {budget_s / 60:.0f} minutes" if budget_s >= 90 else f"about {budget_s:.0f} s"
 
 
 class MeasuredSettings:
@@ -84,9 +92,41 @@ class MeasuredSettings:
         return row if row is not None and "end_to_end_s" in row else None
 
     def setting_label(self, name: str) -> str:
-        """A named setting's text: "int8+sdpa · 1.31x fp32 here" where it was measured, else its name."""
+        """A named setting's text: "int8+sdpa · 1.31x fp32 here" where it was measured (with its PSNR against
+        fp32 for a row that changes the result by design: step caching), else its name."""
         row = self.setting_row(name)
-        return name if row is None else f"{name} \u00b7 {_ratio(row)} here"
+        if row is None:
+            return name
+        quality = f", {_db(row)}" if tune_store.trades_fidelity(row) else ""
+        return f"{name} \u00b7 {_ratio(row)}{quality} here"
+
+    def trade_rows(self) -> list[dict[str, Any]]:
+        """The measured rows that change the result by design (step caching, fewer steps), fastest first."""
+        rows = [
+            r
+            for r in (self.result or {}).get("rows", ())
+            if "end_to_end_s" in r and tune_store.trades_fidelity(r)
+        ]
+        return sorted(rows, key=lambda r: -(r.get("speedup_end_to_end") or 0.0))
+
+    def trade_words(self) -> str:
+        """Speed and quality cost side by side for each measured trade, one line for the panel."""
+        parts = []
+        for row in self.trade_rows():
+            config = row.get("config") or {}
+            if row.get("steps") is not None:
+                what = f"{row['steps']} steps instead of {row.get('default_steps')}"
+            else:
+                held = "forecast" if config.get("step_cache_forecast") else "held"
+                what = (
+                    f"step caching every {config.get('step_cache_interval')} "
+                    f"(level {config.get('step_cache_level', 1)}, {held})"
+                )
+            verdict = (row.get("end_to_end_verdict") or {}).get("verdict", "")
+            parts.append(f"{what}: {_ratio(row)} ({verdict}), {_db(row)}")
+        if not parts:
+            return ""
+        return "Trades measured here (speed; PSNR of a whole run vs fp32's): " + " \u00b7 ".join(parts)
 
     def not_measured_reason(self, preset: str) -> str:
         if not self.result:
@@ -153,6 +193,13 @@ def _row_words(row: dict[str, Any]) -> str:
         f"end to end {row['end_to_end_s']:.1f} s (U-Net step {row['step_ms_median']:.0f} ms, decode "
         f"{row['decode_s_median']:.2f} s); {verdict}; {quality}."
     )
+
+
+def _db(row: dict[str, Any]) -> str:
+    psnr = row.get("psnr_db")
+    if psnr is None:
+        return "quality not measured"
+    return "identical to fp32" if math.isinf(psnr) else f"{psnr:.1f} dB"
 
 
 def _when(result: dict[str, Any] | None) -> str:

@@ -1,5 +1,9 @@
 """Generate > Measure Settings on This Machine (Ctrl+Shift+M): ``volsynth tune`` in the background.
 
+Besides the settings, it measures what trades fidelity for speed: step caching (the panel's default, the
+forecast) and half the model's steps, each timed like the settings and judged on a whole schedule against
+fp32's (``engine.bench.tune``'s trades), within the stated time budget (``MEASURE_BUDGET_S``).
+
 Looks up what was measured for the selected model on this machine whenever the model changes (the
 ``MeasuredSettings`` model the Optimization panel's presets are a view of), offers the measurement the first
 time a model is used here, runs it in a worker thread with progress and cancel, and pauses it while a
@@ -14,7 +18,12 @@ from functools import partial
 
 from PySide6.QtWidgets import QWidget
 
-from app.core.measured_settings import MeasuredSettings
+from app.core.measured_settings import (
+    MEASURE_BUDGET_S,
+    MEASURED_CACHE_ROWS,
+    MeasuredSettings,
+    budget_words,
+)
 from app.panels.optimization_panel import OptimizationPanel
 from app.services import AppServices
 from app.services.shortcuts import SHORTCUTS, make_action
@@ -31,17 +40,24 @@ def _lookup(source):
     return load_result(source.weights_sha256())
 
 
-def _tune_job(source, device: str, budget_s: float, pause: threading.Event, rows):
+def _tune_job(source, device: str, budget_s: float, pause: threading.Event, rows, trades):
     from engine.bench.tune import tune
 
-    return tune(str(source.path), device, budget_s=budget_s, rows=rows, should_pause=pause.is_set)
+    return tune(
+        str(source.path), device, budget_s=budget_s, rows=rows, trades=trades, should_pause=pause.is_set
+    )
 
 
 class TuneController:
     """Owns the measuring job and keeps ``measured`` in step with the selected model."""
 
-    BUDGET_S = 120.0
+    BUDGET_S = MEASURE_BUDGET_S
     ROWS: list[str] | None = None  # every candidate row (tests measure fewer on their tiny models)
+    CACHE_ROWS: tuple[str, ...] = MEASURED_CACHE_ROWS
+
+    def trades(self, spec) -> list[str]:
+        """Step caching and half the model's steps: what Measure now adds to the settings."""
+        return [*self.CACHE_ROWS, f"steps:{max(1, spec.default_steps // 2)}"]
 
     def __init__(
         self, state, runner, measured: MeasuredSettings, *, show_status: Callable[..., None], parent: QWidget
@@ -54,8 +70,9 @@ class TuneController:
             "M&easure Settings on This Machine...",
             self.start,
             "generate.measure",
-            "Measure which optimization settings pay for this model on this machine (about 2 minutes, in "
-            "the background); the presets then show what was measured here",
+            f"Measure which optimization settings, step caching and fewer steps pay for this model on this "
+            f"machine, with what each costs in quality ({budget_words()}, in the background); the presets then "
+            "show what was measured here",
         )
         self.cancel_action = make_action(parent, "Cancel Measuring", self.cancel)
         self.cancel_action.setEnabled(False)
@@ -79,7 +96,15 @@ class TuneController:
             return
         self.measured.set_running(True, "starting\u2026")
         worker = Worker.generator(
-            partial(_tune_job, source, self.state.form.device, self.BUDGET_S, self._pause, self.ROWS)
+            partial(
+                _tune_job,
+                source,
+                self.state.form.device,
+                self.BUDGET_S,
+                self._pause,
+                self.ROWS,
+                self.trades(source.spec),
+            )
         )
         self.job = self.runner.start(
             JOB_NAME,

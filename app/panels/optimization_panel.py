@@ -39,7 +39,7 @@ from app.core.display import (
     setting_text,
     setting_tips,
 )
-from app.core.measured_settings import FASTEST_HERE, MeasuredSettings
+from app.core.measured_settings import FASTEST_HERE, MeasuredSettings, budget_words
 from app.core.optimization_presets import (
     BLOCK_SOURCE,
     CUSTOM,
@@ -69,6 +69,10 @@ BOOL_SETTINGS = tuple(row.name for row in SETTING_ROWS if row.is_switch and not 
 # Settings that refine another one (the step cache's level and forecast): enabled only while it is on.
 REFINES = {row.name: row.only_with for row in SETTING_ROWS if row.only_with}
 BUDGETS = {row.budget_of: row.name for row in SETTING_ROWS if row.budget_of}
+# Where a refinement's tip advises a value, it starts there when the setting it refines is turned on (step
+# caching: the forecast, "far closer to the uncached run for the same speed"), and goes back to its default
+# when that setting is turned off (it means nothing then, and would make the preset read Custom).
+ADVISED = {"step_cache_forecast": True}
 # The report entry saying whether each setting applied (the step-caching pair has one, under the interval).
 REPORT_ENTRY = {row.name: row.report_entry for row in SETTING_ROWS}
 MARK_COLOURS = {APPLIED_MARK: "#98c379", NOT_APPLIED_MARK: "#e5c07b", SLOWER_MARK: "#e06c75"}
@@ -115,6 +119,10 @@ class OptimizationPanel(QWidget):
         self._lay_out()
 
         self._set_controls({**DEFAULTS, **self.form.optimization})
+        # Whether each refined setting was on at the last change (a refinement follows it being turned on).
+        self._refined_on = {
+            refined: self.values()[refined] != SETTINGS[refined].default for refined in REFINES.values()
+        }
         self.expand_button.setChecked(self.qsettings.value(EXPANDED_KEY, False, type=bool))
         self._on_expand_button_toggled(self.expand_button.isChecked())
         self.form.changed.connect(self._on_form_changed)
@@ -144,13 +152,18 @@ class OptimizationPanel(QWidget):
         self.measured_label.setWordWrap(True)
         self.measure_button = QPushButton("Measure now")
         self.measure_button.setToolTip(
-            "Measure the settings that can apply here on this model, against fp32 (about 2 minutes, in the "
-            "background; paused while you generate). Generate > Measure Settings on This Machine"
+            "Measure the settings that can apply here on this model, step caching and fewer steps, against "
+            f"fp32: speed, and quality on a whole run ({budget_words()}, in the background; paused while you "
+            "generate). Generate > Measure Settings on This Machine"
         )
         self.measure_button.clicked.connect(self.measure_requested)
         self.cancel_measure_button = QPushButton("Cancel")
         self.cancel_measure_button.setToolTip("Stop measuring; nothing is kept")
         self.cancel_measure_button.clicked.connect(self.cancel_measure_requested)
+        # Step caching and fewer steps as measured here: their speed beside their quality cost.
+        self.trades_label = QLabel()
+        self.trades_label.setObjectName("hint")
+        self.trades_label.setWordWrap(True)
         self.floor_spin = QDoubleSpinBox()
         self.floor_spin.setRange(10.0, 150.0)
         self.floor_spin.setDecimals(1)
@@ -240,6 +253,7 @@ class OptimizationPanel(QWidget):
         # What was measured gets a line of its own to wrap in; beside the floor and the buttons it made the
         # panel ~480 px wide at least, and the Generate form scrolled sideways in a 1024-px window.
         layout.addWidget(self.measured_label)
+        layout.addWidget(self.trades_label)
         measure_row = QHBoxLayout()
         measure_row.setSpacing(6)
         measure_row.addStretch(1)
@@ -320,6 +334,9 @@ class OptimizationPanel(QWidget):
     def refresh(self, import_engine: bool = True) -> None:
         """Re-check the settings on the selected device; ``import_engine=False`` defers it until torch is loaded."""
         values = self.values()
+        self._refined_on = {
+            refined: values[refined] != SETTINGS[refined].default for refined in REFINES.values()
+        }
         self._updating = True
         try:
             self.form.set(optimization={k: v for k, v in values.items() if v != DEFAULTS[k]})
@@ -437,7 +454,17 @@ class OptimizationPanel(QWidget):
 
     def _on_control_changed(self, *_args) -> None:
         if not self._updating:
+            self._follow_refined()
             self.refresh()
+
+    def _follow_refined(self) -> None:
+        """A refinement with an advised value (``ADVISED``) follows the setting it refines on and off."""
+        values = self.values()
+        for name, advised in ADVISED.items():
+            refined = REFINES[name]
+            now_on = values[refined] != SETTINGS[refined].default
+            if now_on != self._refined_on.get(refined, False):
+                self._set_controls({name: advised if now_on else SETTINGS[name].default})
 
     def _on_preset_box_activated(self, index: int) -> None:
         name = str(self.preset_box.itemData(index))
@@ -504,6 +531,9 @@ class OptimizationPanel(QWidget):
             self.preset_box.setItemData(index, f"{tip}\n\n{m.words(name)}", Qt.ItemDataRole.ToolTipRole)
         local = m.looked_up or m.running
         self.measured_label.setVisible(local or bool(m.error))
+        trades = m.trade_words() if m.measured and not m.running else ""
+        self.trades_label.setText(trades)
+        self.trades_label.setVisible(bool(trades))
         self.floor_spin.setVisible(m.measured)
         self.measure_button.setVisible(not m.running and local)
         self.cancel_measure_button.setVisible(m.running)
@@ -522,7 +552,7 @@ class OptimizationPanel(QWidget):
             self.measure_button.setText("Measure again")
         else:
             self.measured_label.setText(
-                "Settings not measured on this machine for this model yet (about 2 minutes)."
+                f"Settings not measured on this machine for this model yet ({budget_words()})."
             )
             self.measure_button.setText("Measure now")
         self._select_preset(self.values())

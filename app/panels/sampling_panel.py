@@ -42,6 +42,7 @@ from app.core.generation_form import (
     random_seed,
 )
 from app.core.modality_notes import caveat_text, not_guaranteed
+from app.core.model_words import picker_labels
 from app.core.progress import ProgressTracker
 from app.core.session import AppState
 from app.panels.noted_row import noted_row
@@ -730,8 +731,9 @@ class SamplingPanel(QWidget):
     def _on_state_models_changed(self) -> None:
         self.model_box.blockSignals(True)
         self.model_box.clear()
-        for source in self.state.models:
-            self.model_box.addItem(source.spec.name, source.id)
+        # Two models of one name (a catalogue install and a copy elsewhere) read apart by their folders.
+        for source, label in zip(self.state.models, picker_labels(self.state.models), strict=True):
+            self.model_box.addItem(label, source.id)
             self.model_box.setItemData(
                 self.model_box.count() - 1, f"{source.id}\n{source.path}", Qt.ItemDataRole.ToolTipRole
             )

@@ -19,6 +19,11 @@ How it measures (built on :mod:`engine.bench.runner`: the same timed proxy, one 
 4. Per row: U-Net step time (median, IQR; the warm-up step of each run excluded), decode time, an
    end-to-end estimate for a default generation (the model's default steps x the step time + the decode;
    one-off costs apart), its peak memory, and PSNR/SSIM of its volume against fp32's.
+5. Rows that change the result by design (step caching, a shorter schedule: ``trades``) cannot be judged on a
+   few steps: a step-caching row runs 1 + its interval steps a run (the timed steps then hold its full and
+   cached passes in the schedule's proportion), and after the rounds one run of the model's whole default
+   schedule for fp32, each caching row and each shorter schedule gives their PSNR/SSIM against fp32's whole
+   schedule on the same seed. The rounds leave room in the budget for those runs.
 
 The result is kept per machine fingerprint, model and library versions (:mod:`engine.optimization.tune_store`).
 """
@@ -151,12 +156,18 @@ def preset_rows() -> list[tuple[str, dict[str, Any]]]:
 
 def candidate_rows(device, spec, probe=None) -> tuple[list[tuple[str, dict]], list[dict[str, str]]]:
     """(rows to measure, rows left out with the reason) for ``device`` and the model ``spec``."""
+    base = CUDA_CANDIDATES if device.type == "cuda" else CPU_CANDIDATES
+    return _applicable([*base, *preset_rows()], device, spec, probe)
+
+
+def _applicable(named, device, spec, probe=None) -> tuple[list[tuple[str, dict]], list[dict[str, str]]]:
+    """(the rows of ``named`` worth measuring here, those left out with the reason): a row whose settings
+    would not apply, or are predicted slower than fp32 here, is listed instead of run."""
     from engine.api.optimization_config import OptimizationConfig
     from engine.optimization.apply import expected_report, slower_here
 
-    base = CUDA_CANDIDATES if device.type == "cuda" else CPU_CANDIDATES
     rows, skipped, seen = [], [], set()
-    for name, values in [*base, *preset_rows()]:
+    for name, values in named:
         config = OptimizationConfig.from_dict(values)
         key = json.dumps(config.to_dict(), sort_keys=True)
         if key in seen:
@@ -291,6 +302,18 @@ class _RowWorker:
         self.runs: list[dict[str, Any]] = []
         self.error: str | None = None
         self.distance: dict[str, float] | None = None  # its first run's volume against fp32's
+        self.trial: dict[str, Any] | None = None  # fp32's untimed first run (it sizes the measurement)
+        # fp32's worker only: row name -> distances measured on the whole default schedule (step 5)
+        self.whole_distances: dict[str, dict[str, Any]] = {}
+
+    @property
+    def cache_interval(self) -> int:
+        return int(self.values.get("step_cache_interval", 1))
+
+    def run_steps(self, steps: int) -> int:
+        """Steps a round's run takes: a step-caching row runs 1 + its interval, so its timed steps (all but
+        the first) hold its full and cached passes in the proportion of a whole schedule."""
+        return max(steps, 1 + self.cache_interval) if self.cache_interval > 1 else steps
 
     def ask(self, command: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -351,8 +374,12 @@ def tune(
     should_pause: Callable[[], bool] | None = None,
     save: bool = True,
     estimate_only: bool = False,
+    trades: list[str] | None = None,
 ) -> Generator[Progress, None, dict[str, Any]]:
     """Measure the candidate settings (module docstring); yields Progress, returns the result (also stored).
+
+    ``trades``: rows that change the result by design (``cache:...``, ``steps:N``) measured beside the
+    candidates (or beside ``rows``), each with its quality cost on the whole default schedule (step 5).
 
     Close the generator to cancel: every row process is ended. ``should_pause`` (polled between runs)
     holds the measurement while it returns True, e.g. while the user generates. After preparing fp32 and one
@@ -377,7 +404,11 @@ def tune(
     spec = source.spec
     probe = probe_machine()
     schedules, rows = split_schedules(rows)
-    measured_rows, skipped = _select_rows(torch_device, spec, probe, rows)
+    trade_schedules, trades = split_schedules(trades)
+    schedules += [n for n in trade_schedules if n not in schedules]
+    measured_rows, skipped = _select_rows(
+        torch_device, spec, probe, rows, [t for t in trades or () if t != "fp32"]
+    )
     default_steps = spec.default_steps
     # The rows' volumes (one .npy each) live in a scratch folder of our own unless the caller gave one, and
     # go with it: a measurement leaves nothing behind in the temporary folder.
@@ -398,8 +429,19 @@ def tune(
                 "device": str(torch_device),
                 "threads": threads,
             }
+            whole_runs = _whole_schedule_runs(measured_rows, schedules, default_steps)
             estimate_s = yield from _prepare_rows(
-                workers, measured_rows, prepare, steps, seed, started, progress, estimate_only, budget_s
+                workers,
+                measured_rows,
+                prepare,
+                steps,
+                seed,
+                started,
+                progress,
+                estimate_only,
+                budget_s,
+                whole_runs,
+                default_steps,
             )
             if estimate_s is not None:  # estimate_only: stopped after sizing the measurement on fp32
                 return {
@@ -409,9 +451,20 @@ def tune(
                 }
             # 2. Rounds, interleaved, until the noise rule decides every row or the budget runs out.
             live = [w for w in workers if w.error is None]
+            # Room kept in the budget for the whole-schedule runs of step 5, sized on fp32's trial run.
+            reserve_s = whole_runs * _whole_run_s(workers, steps, default_steps)
             rounds = yield from _measure_rounds(
-                live, folder, steps, seed, default_steps, budget_s, started, should_pause, progress
+                live,
+                folder,
+                steps,
+                seed,
+                default_steps,
+                budget_s - reserve_s,
+                started,
+                should_pause,
+                progress,
             )
+            yield from _quality_pass(live, folder, schedules, default_steps, seed, started, progress)
         finally:
             _close_all(workers)
 
@@ -421,6 +474,8 @@ def tune(
         fp32_row = next(r for r in results if r["name"] == "fp32")
         fp32_worker = next(w for w in workers if w.name == "fp32")
         results += [_schedule_row(fp32_row, fp32_worker, n, default_steps) for n in schedules]
+        for row in results:  # the quality pass's distances, on the whole schedule, where it measured them
+            row.update(fp32_worker.whole_distances.get(row["name"], {}))
         versions = tune_store.current_versions()
         result = {
             "format": tune_store.TUNE_FORMAT,
@@ -477,11 +532,24 @@ def _method(steps: int, rounds: int, seed: int, spec, budget_s: float, started: 
     }
 
 
-def _select_rows(torch_device, spec, probe, rows: list[str] | None) -> tuple[list, list[dict[str, Any]]]:
-    """The candidate rows for this device, narrowed to ``rows`` (fp32 always stays), and those not measured."""
+def _select_rows(
+    torch_device, spec, probe, rows: list[str] | None, trades: list[str] | None = None
+) -> tuple[list, list[dict[str, Any]]]:
+    """The candidate rows for this device, narrowed to ``rows`` (fp32 always stays), with the step-caching
+    rows of ``trades`` beside them, and those not measured."""
     measured_rows, skipped = candidate_rows(torch_device, spec, probe)
+    if trades:
+        wanted = [(n, v) for n, v in opt_in_rows() if n in trades]
+        unknown = [t for t in trades if t not in {n for n, _ in wanted}]
+        if unknown:
+            raise InvalidRequest(
+                f"unknown step-caching row(s) {unknown}; known: {[n for n, _ in opt_in_rows()]}"
+            )
+        more, left_out = _applicable(wanted, torch_device, spec, probe)
+        measured_rows, skipped = measured_rows + more, skipped + left_out
+        rows = rows and [*rows, *(n for n, _ in more)]
     if rows:
-        measured_rows += [(n, v) for n, v in opt_in_rows() if n in rows]
+        measured_rows += [(n, v) for n, v in opt_in_rows() if n in rows and (n, v) not in measured_rows]
         unknown = [r for r in rows if r not in {n for n, _ in measured_rows} | {s["name"] for s in skipped}]
         if unknown:
             raise InvalidRequest(
@@ -501,6 +569,8 @@ def _prepare_rows(
     progress: Callable[[float, float, str], Progress],
     estimate_only: bool,
     budget_s: float,
+    whole_runs: float = 0.0,
+    default_steps: int = 0,
 ) -> Generator[Progress, None, float | None]:
     """Step 1: a worker process per row, prepared (its one-off costs), appended to ``workers`` as it starts.
     After fp32, one untimed run sizes the whole measurement; with ``estimate_only`` it stops there and
@@ -523,12 +593,14 @@ def _prepare_rows(
             trial = worker.ask({"cmd": "run", "steps": steps, "seed": seed, "save": None})
             if "error" in trial:
                 raise InvalidRequest(f"the fp32 reference could not run here: {trial['error']}")
+            worker.trial = trial
             prep = answer["load_s"] + answer["prepare_s"]
             estimate_s = (
                 time.perf_counter()
                 - started
                 + (total_prep - 1) * 2 * prep  # other rows: their load, plus calibration of about as long
                 + MIN_ROUNDS * total_prep * trial["wall_s"]
+                + whole_runs * _whole_run_s([worker], steps, default_steps)
             )
             message = f"estimated {estimate_s:.0f} s for {total_prep} rows"
             if estimate_s > budget_s and not estimate_only:
@@ -575,9 +647,17 @@ def _measure_rounds(
                 MAX_ROUNDS * len(order),
                 f"round {rounds + 1}: {worker.name}",
             )
-            save_to = folder / f"{_safe(worker.name)}.npy" if rounds == 0 else None
+            # A step-caching row's volume is judged on the whole schedule (step 5), not on a few steps.
+            save_to = (
+                folder / f"{_safe(worker.name)}.npy" if rounds == 0 and worker.cache_interval == 1 else None
+            )
             answer = worker.ask(
-                {"cmd": "run", "steps": steps, "seed": seed, "save": str(save_to) if save_to else None}
+                {
+                    "cmd": "run",
+                    "steps": worker.run_steps(steps),
+                    "seed": seed,
+                    "save": str(save_to) if save_to else None,
+                }
             )
             if "error" in answer:
                 worker.error = answer["error"]
@@ -591,6 +671,72 @@ def _measure_rounds(
         rounds += 1
         round_s = time.perf_counter() - round_started
     return rounds
+
+
+def _whole_schedule_runs(measured_rows: list, schedules: list[int], default_steps: int) -> float:
+    """How many whole default schedules step 5 runs (a shorter schedule counts as its share of one)."""
+    caching = sum(1 for _, values in measured_rows if values.get("step_cache_interval", 1) > 1)
+    if not caching and not schedules:
+        return 0.0
+    return 1 + caching + sum(n / default_steps for n in schedules)
+
+
+def _whole_run_s(workers: list[_RowWorker], steps: int, default_steps: int) -> float:
+    """A whole default schedule's time, from fp32's trial run of ``steps`` steps (0 before it ran)."""
+    fp32 = next((w for w in workers if w.name == "fp32" and w.trial), None)
+    if fp32 is None or fp32.trial is None:
+        return 0.0
+    trial = fp32.trial
+    per_step = float(np.mean(trial["step_s"])) if trial.get("step_s") else trial["wall_s"] / steps
+    return default_steps * per_step + float(trial.get("decode_s") or 0.0)
+
+
+def _quality_pass(
+    live: list[_RowWorker],
+    folder: Path,
+    schedules: list[int],
+    default_steps: int,
+    seed: int,
+    started: float,
+    progress: Callable[[float, float, str], Progress],
+) -> Generator[Progress, None, None]:
+    """Step 5: the whole default schedule for fp32 and each step-caching row, and each shorter schedule on
+    fp32, from the same seed; their volumes against fp32's whole schedule. A caching row keeps the result as
+    its distance; a schedule's goes to fp32's worker under the schedule's row name."""
+    from engine.metrics.image import compare as volume_distance
+    from engine.quality.run import SCHEDULE_PREFIX
+
+    fp32 = next((w for w in live if w.name == "fp32"), None)
+    caching = [w for w in live if w.cache_interval > 1]
+    if fp32 is None or (not caching and not schedules):
+        return
+    plan = [(fp32, default_steps, "fp32-whole")]
+    plan += [(w, default_steps, f"{_safe(w.name)}-whole") for w in caching]
+    plan += [(fp32, n, f"steps-{n}") for n in schedules]
+    for index, (worker, run_steps, stem) in enumerate(plan):
+        what = f"{worker.name}, {run_steps} steps" if stem.startswith("steps") else worker.name
+        yield progress(index, len(plan), f"quality on the whole schedule: {what}")
+        answer = worker.ask(
+            {"cmd": "run", "steps": run_steps, "seed": seed, "save": str(folder / f"{stem}.npy")}
+        )
+        if "error" in answer:
+            if worker is fp32:
+                return  # no reference: the rows keep what the rounds measured
+            worker.error = answer["error"]
+    reference = np.load(folder / "fp32-whole.npy")
+    how = f"one run of the whole {default_steps}-step schedule against fp32's, same seed"
+    for worker in caching:
+        volume = folder / f"{_safe(worker.name)}-whole.npy"
+        if volume.is_file():
+            worker.distance = {**volume_distance(reference, np.load(volume)), "quality_measured": how}
+    for n in schedules:
+        volume = folder / f"steps-{n}.npy"
+        if volume.is_file():
+            fp32.whole_distances[f"{SCHEDULE_PREFIX}{n}"] = {
+                **volume_distance(reference, np.load(volume)),
+                "quality_measured": f"one run of {n} steps against fp32's whole {default_steps}-step "
+                "schedule, same seed",
+            }
 
 
 def _measure_distances(workers: list[_RowWorker], folder: Path) -> None:
@@ -639,6 +785,7 @@ def _summarise(
                 "name": worker.name,
                 "config": worker.values,
                 "runs": len(worker.runs),
+                "steps_per_run": len(worker.runs[0]["step_s"]),
                 "step_ms_median": 1e3 * float(np.median(step_samples)),
                 "step_ms_iqr": 1e3 * _iqr(step_samples),
                 "decode_s_median": float(np.median(decode)),

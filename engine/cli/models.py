@@ -53,6 +53,11 @@ def register(sub) -> None:
     )
     verify.add_argument("name", help="the catalogue name, e.g. nv-generate-mr-brain")
     verify.add_argument(
+        "--hub",
+        action="store_true",
+        help="also ask the hub for each file's SHA-256 (the publisher's word; needs the network)",
+    )
+    verify.add_argument(
         "--forget-trusted",
         action="store_true",
         help="forget the hashes recorded on trust when a copy was added by hand",
@@ -168,67 +173,39 @@ def run_add(args) -> int:
 
 
 def run_remove(args) -> int:
-    import shutil
-
-    from engine.errors import ModelNotFound
     from engine.models.catalogue import check_name, find_entry
-    from engine.models.download import RecordedHashes, default_models_dir
+    from engine.models.installed import remove_installed
 
     entry = find_entry(check_name(args.name))
-    target = default_models_dir() / entry.folder
-    forgotten = RecordedHashes().forget(entry)
-    if not target.is_dir():
-        if forgotten:
-            _say(f"{entry.name} is not installed; forgot its recorded hashes ({', '.join(forgotten)})")
-            return 0
-        raise ModelNotFound(f"{entry.name} is not installed in {target.parent}")
-    shutil.rmtree(target)
-    _say(
-        f"removed {target}" + (f"; forgot its recorded hashes ({', '.join(forgotten)})" if forgotten else "")
-    )
+    removed, forgotten = remove_installed(entry)
+    forgot = f"forgot its recorded hashes ({', '.join(forgotten)})" if forgotten else ""
+    if removed is None:
+        _say(f"{entry.name} is not installed; {forgot}")
+    else:
+        _say(f"removed {removed}" + (f"; {forgot}" if forgot else ""))
     return 0
 
 
 def run_verify(args) -> int:
-    from engine.errors import ModelInvalid, ModelNotFound
+    from engine.errors import ModelInvalid
     from engine.models.catalogue import check_name, find_entry
-    from engine.models.download import (
-        DOWNLOADED,
-        ON_TRUST,
-        RecordedHashes,
-        default_models_dir,
-        verify_folder,
-    )
-    from engine.models.source import sha256_file
+    from engine.models.download import ON_TRUST, RecordedHashes
+    from engine.models.installed import check_installed
 
     entry = find_entry(check_name(args.name))
-    target = default_models_dir() / entry.folder
-    if not target.is_dir():
-        raise ModelNotFound(f"{entry.name} is not installed in {target.parent}")
     hashes = RecordedHashes()
-    verify_folder(target)  # the loader's checks and every tensor's shape against the config's networks
-    _say(f"{target}: every weights file fits the networks its config describes")
-    wrong = []
-    for file in entry.files:
-        path = target / file.path
-        if not path.is_file():
-            wrong.append(f"{file.path} is missing")
-            continue
-        digest = sha256_file(path)
-        recorded, origin = hashes.get(entry, file.path), hashes.origin(entry, file.path)
-        if file.sha256:
-            state = "matches the catalogue" if digest == file.sha256 else "DIFFERS from the catalogue"
-        elif recorded and origin == DOWNLOADED:
-            state = (
-                "matches the hash recorded at download" if digest == recorded else "DIFFERS from the download"
-            )
-        elif recorded and origin == ON_TRUST:
-            state = "recorded on trust when added by hand: not checked against the publisher"
-        else:
-            state = "no hash to check against"
-        if state.split()[0] == "DIFFERS":
-            wrong.append(f"{file.path} {state}")
-        _say(f"  {file.path}  sha256 {digest[:16]}...  {state}")
+    check = check_installed(entry, ask_hub=args.hub, hashes=hashes)
+    if (
+        check.problem is not None
+    ):  # the loader's checks and every tensor's shape against the config's networks
+        raise check.problem
+    _say(f"{check.folder}: every weights file fits the networks its config describes")
+    if args.hub:
+        _say(f"  the hub: {'asked' if check.hub == 'asked' else 'not reached (' + check.hub + ')'}")
+    for file in check.files:
+        _say(f"  {file.words()}")
+    if check.confirmed:
+        _say(f"  the hub confirmed what was kept on trust: {', '.join(check.confirmed)}")
     if args.forget_trusted:
         gone = hashes.forget(entry, ON_TRUST)
         _say(
@@ -236,8 +213,9 @@ def run_verify(args) -> int:
             if gone
             else "no hash was recorded on trust"
         )
-    if wrong:
-        raise ModelInvalid(f"{entry.name} in {target} is not as published: {'; '.join(wrong)}")
+    if check.wrong:
+        wrong = "; ".join(f.words().replace("  ", " ") for f in check.wrong)
+        raise ModelInvalid(f"{entry.name} in {check.folder} is not as published: {wrong}")
     return 0
 
 

@@ -73,8 +73,24 @@ class LicenceNotAccepted(InvalidRequest):
     """The model's licence has not been accepted; nothing was requested from the hub."""
 
 
+class CopyIncomplete(ModelInvalid):
+    """A folder brought by hand lacks some of the model's hub files; ``missing`` names them (folder paths)."""
+
+    def __init__(self, message: str, missing: list[str]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 class HubUnreachable(BackendUnavailable):
-    """The hub could not be reached; the message names the manual steps and files."""
+    """The hub could not be reached; the message names the manual steps and files.
+
+    ``endpoint`` is the hub asked, ``reason`` the transport's own words (one line), ``entry`` the model: a front
+    end that has a button for the manual steps words it itself from these.
+    """
+
+    def __init__(self, message: str, *, endpoint: str = "", reason: str = "", entry=None) -> None:
+        super().__init__(message)
+        self.endpoint, self.reason, self.entry = endpoint, reason, entry
 
 
 # ------------------------------------------------------------------------------------------- seams
@@ -251,7 +267,10 @@ def _unreachable(entry: CatalogueEntry, endpoint: str, exc: BaseException) -> Hu
     reason = terminal_safe(one_line(str(exc)), newlines=False)[:160] or type(exc).__name__
     return HubUnreachable(
         f"cannot reach the model hub {endpoint} ({reason}); behind a proxy set HTTPS_PROXY, for a mirror set "
-        f"HF_ENDPOINT; or {manual_steps(entry)}"
+        f"HF_ENDPOINT; or {manual_steps(entry)}",
+        endpoint=endpoint,
+        reason=reason,
+        entry=entry,
     )
 
 
@@ -263,7 +282,7 @@ def _expected(entry: CatalogueEntry, file: CatalogueFile, etag: str | None, hash
     trusted = hashes.origin(entry, file.path) == ON_TRUST
     if file.sha256:
         return file.sha256, "the catalogue"
-    if etag and len(etag) == 64 and all(c in "0123456789abcdef" for c in etag):
+    if is_sha256(etag):
         if recorded and recorded != etag:
             return etag, "the hub's LFS SHA-256 (the hash recorded before differs; the hub's is used)"
         return etag, "the hub's LFS SHA-256"
@@ -274,17 +293,24 @@ def _expected(entry: CatalogueEntry, file: CatalogueFile, etag: str | None, hash
     return None, "nothing yet (recorded now, required from now on)"
 
 
-def plan_download(
-    entry: CatalogueEntry, models_dir: Path | None = None, *, hashes: RecordedHashes | None = None
-) -> DownloadPlan:
-    """Ask the hub each file's size and SHA-256 (HEAD requests only; no file data)."""
+def require_hub_client(entry: CatalogueEntry) -> None:
+    """Refuse in one line when huggingface_hub is not installed (a build without it)."""
     try:
-        import huggingface_hub  # noqa: F401 - a build without it says so in one line
+        import huggingface_hub  # noqa: F401
     except ImportError:
         raise BackendUnavailable(
             "fetching models needs huggingface_hub, which this installation lacks "
             f"(pip install 'huggingface-hub>=2.4,<3'); or {manual_steps(entry)}"
         ) from None
+
+
+def hub_file_metadata(entry: CatalogueEntry, file: CatalogueFile, endpoint: str):
+    """The hub's answer to a HEAD of ``file`` (size, commit, ETag: an LFS file's SHA-256); no file data.
+
+    Raises:
+        ModelInvalid: The hub has no such file at that revision (the catalogue may be out of date).
+        HubUnreachable: The hub cannot be reached.
+    """
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -293,6 +319,31 @@ def plan_download(
         RevisionNotFoundError,
     )
 
+    url = hf_hub_url(file.repo, file.filename, revision=file.revision, endpoint=endpoint)
+    try:
+        return get_hf_file_metadata(url, timeout=HEAD_TIMEOUT_S, endpoint=endpoint)
+    except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
+        raise ModelInvalid(
+            f"the hub {endpoint} has no {file.repo}/{file.filename} at revision {file.revision} "
+            f"({type(exc).__name__}); the catalogue may be out of date"
+        ) from None
+    except OfflineModeIsEnabled as exc:
+        raise _unreachable(entry, endpoint, exc) from None
+    except Exception as exc:  # noqa: BLE001 - httpx2 and OS errors: every way a hub is out of reach
+        if isinstance(exc, EngineError):
+            raise
+        raise _unreachable(entry, endpoint, exc) from None
+
+
+def is_sha256(text: str | None) -> bool:
+    return text is not None and len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def plan_download(
+    entry: CatalogueEntry, models_dir: Path | None = None, *, hashes: RecordedHashes | None = None
+) -> DownloadPlan:
+    """Ask the hub each file's size and SHA-256 (HEAD requests only; no file data)."""
+    require_hub_client(entry)
     models_dir = Path(models_dir) if models_dir else default_models_dir()
     hashes = hashes or RecordedHashes()
     plan = DownloadPlan(entry, models_dir)
@@ -303,20 +354,7 @@ def plan_download(
             size = file.shipped.stat().st_size if file.shipped else 0
             plan.files.append(FilePlan(file, size, file.sha256, "the catalogue", have=0))
             continue
-        url = hf_hub_url(file.repo, file.filename, revision=file.revision, endpoint=endpoint)
-        try:
-            meta = get_hf_file_metadata(url, timeout=HEAD_TIMEOUT_S, endpoint=endpoint)
-        except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
-            raise ModelInvalid(
-                f"the hub {endpoint} has no {file.repo}/{file.filename} at revision {file.revision} "
-                f"({type(exc).__name__}); the catalogue may be out of date"
-            ) from None
-        except OfflineModeIsEnabled as exc:
-            raise _unreachable(entry, endpoint, exc) from None
-        except Exception as exc:  # noqa: BLE001 - httpx2 and OS errors: every way a hub is out of reach
-            if isinstance(exc, EngineError):
-                raise
-            raise _unreachable(entry, endpoint, exc) from None
+        meta = hub_file_metadata(entry, file, endpoint)
         expected, against = _expected(entry, file, meta.etag, hashes)
         have = 0
         if staged.is_file():
@@ -826,7 +864,9 @@ def _copy_entry_files(folder: Path, entry: CatalogueEntry, staging: Path, hashes
     sums = {}
     missing = [f.path for f in entry.hub_files if not _find(folder, f).is_file()]
     if missing:
-        raise ModelInvalid(f"{folder} lacks {', '.join(missing)} of {entry.name}; {manual_steps(entry)}")
+        raise CopyIncomplete(
+            f"{folder} lacks {', '.join(missing)} of {entry.name}; {manual_steps(entry)}", missing
+        )
     free = free_disk_bytes(staging)
     need = sum(_find(folder, f).stat().st_size for f in entry.hub_files) + DISK_MARGIN_BYTES
     if need > free:

@@ -520,7 +520,9 @@ class MaisiModelSource(ModelSource):
         except MemoryError as exc:
             raise OutOfMemory(f"not enough memory to load model {self.id!r}; close other programs") from exc
         except RuntimeError as exc:
-            raise ModelInvalid(f"cannot load model {self.id!r}: {one_line(str(exc))[:300]}") from exc
+            from engine.models.copy_check import load_refusal
+
+            raise load_refusal(self, exc) from exc
         self.spec = replace(self.spec, scale_factor=scale)
         self.build_notes = {
             "attention": getattr(unet, "attention_note", None),

@@ -190,7 +190,9 @@ class ModelSource:
                 raise OutOfMemory(
                     f"not enough memory to load model {self.id!r} ({one_line(str(exc))[:120]})"
                 ) from exc
-            raise ModelInvalid(f"cannot load model {self.id!r}: {one_line(str(exc))[:300]}") from exc
+            from engine.models.copy_check import load_refusal
+
+            raise load_refusal(self, exc) from exc
         return LoadedModel(source=self, unet=built["unet"], autoencoder=built.get("autoencoder"))
 
     def _read_state_dicts(self) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,10 @@ What it generates, for N seeds starting at ``request.seed``:
 - each setting on seed set A; a ``Candidate`` with ``steps`` runs a shorter (or longer) schedule than the
   request's, so fewer denoising steps are judged by the same rule as the optimization settings.
 
+The volumes are generated seed by seed, every set in turn (interleaved), so each setting's time per volume (the
+sampling loop: denoising and decode, one-off costs apart) meets the same load as fp32's, and is judged against
+fp32's by the noise rule (``engine.metrics.speed_verdict``): speed beside quality for every setting.
+
 Tissue volumes come from the model's own decoded tissue channels where it has them (GM, WM, CSF), otherwise from
 ``engine.anatomy.segment`` on each volume (the contrast from the request's modality); the record says which.
 """
@@ -80,6 +84,28 @@ class QualityRun:
     tissue_note: str = ""  # why there are no tissue volumes, where there are none
     # The fp32 volumes' distribution against itself (seed set A vs seed set B), judged by the same rule.
     noise_check: QualityReport | None = None
+    # Seconds of sampling loop (denoising and decode) per volume, by set label, in seed order.
+    times_s: dict[str, list[float]] = field(default_factory=dict)
+
+    def speed(self) -> dict[str, dict[str, Any]]:
+        """Each setting's time per volume against fp32's (both fp32 seed sets), by the noise rule."""
+        from engine.metrics.speed_verdict import speed_verdict
+
+        reference = self.times_s.get(f"{REFERENCE} (seeds A)", []) + self.times_s.get(
+            f"{REFERENCE} (seeds B)", []
+        )
+        out = {}
+        for label in self.reports:
+            times = self.times_s.get(label, [])
+            if not times or not reference:
+                continue
+            verdict = speed_verdict(reference, times)
+            out[label] = {
+                "median_s": float(np.median(times)),
+                "reference_median_s": float(np.median(reference)),
+                "verdict": verdict.to_dict("it", "fp32"),
+            }
+        return out
 
     @property
     def within_noise(self) -> dict[str, bool]:
@@ -95,6 +121,8 @@ class QualityRun:
             "timings": self.timings,
             "noise_check": self.noise_check.to_dict() if self.noise_check else None,
             "settings": {label: report.to_dict() for label, report in self.reports.items()},
+            "times_s": self.times_s,
+            "speed": self.speed(),
         }
 
     def format_table(self) -> str:
@@ -121,8 +149,11 @@ class QualityRun:
                 )
             )
         lines.append("")
+        speed = self.speed()
         for report in rows:
-            lines.append(f"{report.label}: {report.verdict}")
+            pace = speed.get(report.label)
+            took = f"; {pace['median_s']:.2f} s a volume, {pace['verdict']['words']}" if pace else ""
+            lines.append(f"{report.label}: {report.verdict}{took}")
         note = f"tissue volumes from {self.tissue_source}" if self.tissue_source else self.tissue_note
         lines.append(
             f"{len(self.seeds)} seeds a set; noise floor: fp32 on seeds {self.seeds[0]}-{self.seeds[-1]} against "
@@ -197,14 +228,16 @@ def quality_run(
     def total_steps() -> int:
         return sum(len(s) * (c.steps or default_steps or 1) for _, c, s in plan)
 
-    volumes: dict[str, list[np.ndarray]] = {}
-    maps: dict[str, list[dict[str, np.ndarray]]] = {}
+    volumes: dict[str, list[np.ndarray]] = {label: [] for label, _, _ in plan}
+    maps: dict[str, list[dict[str, np.ndarray]]] = {label: [] for label, _, _ in plan}
+    times: dict[str, list[float]] = {label: [] for label, _, _ in plan}
     affine = None
     label_names: tuple[str, ...] = ()
     done = 0
-    for label, candidate, set_seeds in plan:
-        volumes[label], maps[label] = [], []
-        for seed in set_seeds:
+    # Seed by seed, every set in turn: a change in the machine's load falls on every setting's times alike.
+    for index in range(seeds):
+        for label, candidate, set_seeds in plan:
+            seed = set_seeds[index]
             run = request.replace(
                 seed=seed,
                 optimization=candidate.config,
@@ -245,6 +278,9 @@ def quality_run(
             result = yield from relay(backend.sample(run), each)
             volumes[label].append(np.asarray(result.volume(0), np.float32))
             maps[label].append(result.tissue_maps(0))
+            loop_s = (result.provenance.get("timings") or {}).get("loop_total_s")
+            if loop_s is not None:
+                times[label].append(float(loop_s))
             affine, label_names = result.affine, result.label_names
             done += 1
             steps_before += run.steps or default_steps or 0
@@ -343,6 +379,7 @@ def quality_run(
         tissue_source=tissue_source,
         tissue_note=tissue_note,
         noise_check=noise_check,
+        times_s=times,
         timings={
             "generate_s": generated - started,
             "segment_s": segmented - generated,

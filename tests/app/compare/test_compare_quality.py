@@ -54,6 +54,12 @@ def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, tissu
     assert "S1 \u00b7 B: bf16" in text and "fp32, seeds B" in text and "seed-to-seed" in text
     assert run.reports["B: bf16"].verdict in text
     assert "S2 \u00b7 fp32, 1 steps" in text and run.reports["fp32, 1 steps"].verdict in text
+    # Each setting's time per volume beside its quality, against fp32's by the noise rule.
+    speed = run.speed()
+    assert set(speed) == {"B: bf16", "fp32, 1 steps"} and all(len(t) == 4 for t in run.times_s.values())
+    for pace in speed.values():
+        assert f"{pace['median_s']:.2f} s a volume, " in text and pace["verdict"]["verdict"] in text
+    assert "fp32, seeds B</b>" in text and f"{speed['B: bf16']['reference_median_s']:.2f} s a volume" in text
     for tissue in ("GM", "WM", "CSF"):  # fp32 A, fp32 B, bf16 and the 1-step schedule over the fp32 band
         plot = view.plots[tissue]
         assert len(_items(plot, "ScatterPlotItem")) == 4 and len(_items(plot, "LinearRegionItem")) == 1

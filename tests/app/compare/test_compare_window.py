@@ -276,14 +276,14 @@ def test_decoder_only_setting_headlines_the_decode(qtbot, main_window, compare):
     summary = compare.summary_label.text()
     assert summary.startswith("<b>Decode</b> (B's settings change only the decoder): <b>too few samples")
     assert "per step" not in summary and "faster" not in summary and "slower" not in summary
-    assert "volsynth bench --decoder-only" in summary
+    assert "press Repeat" in summary and "volsynth bench" not in summary  # a button here, not a command
     assert f"End to end (sampling loop incl. decode): A {measured.a.loop_s:.2f} s" in summary
     labels = [compare.table.verticalHeaderItem(r).text() for r in range(compare.table.rowCount())]
     row = labels.index("Decode")
     assert compare.table.item(row, 0).text() == f"{measured.a.decode_s:.2f} s"
     assert compare.table.item(row, 1).text() == f"{measured.b.decode_s:.2f} s"
     assert compare.table.item(row, 2).text().endswith("\u00b7 undecided (1 vs 1)")
-    assert "--decoder-only" in compare.table.item(row, 2).toolTip()
+    assert "press Repeat" in compare.table.item(row, 2).toolTip()
     assert compare.table.verticalHeaderItem(row).font().bold()  # the row the headline is about
     assert not compare.table.verticalHeaderItem(labels.index("Step (median)")).font().bold()
     step_row = labels.index("Step (median)")
@@ -334,7 +334,7 @@ def test_speed_verdicts_follow_the_noise_rule(qtbot, main_window, compare):
     compare.show_comparison(with_steps([1.0, 4.0, 4.1, 0.9, 4.2], [1.0, 1.05, 0.95, 1.1, 1.0]))
     summary = compare.summary_label.text()
     assert "no clear difference yet" in summary and "faster" not in summary
-    assert "Not decided by the noise rule" in summary and "run more steps" in summary
+    assert "Not decided by the noise rule" in summary and "press Repeat" in summary
     cell = compare.table.item(0, 2)
     assert cell.text().endswith("\u00b7 undecided") and cell.foreground().color().name() == WARNING_COLOUR
     # Steps that beat A's without overlap: the rule says faster, and nothing warns.

@@ -70,6 +70,36 @@ def serve_entries(state: HubState, content: dict, catalogue: Path) -> dict[str, 
     return sizes
 
 
+def copy_on_a_stick(folder: Path, content: dict, change=None) -> Path:
+    """NV-Generate's two hub files in ``folder`` (a "USB stick"), under models/; ``change(name, checkpoint)`` may
+    edit a checkpoint before it is written."""
+    import torch
+
+    (folder / "models").mkdir(parents=True)
+    for name in ("diff_unet_3d_rflow-mr-brain_v1.pt", "autoencoder_v1.pt"):
+        source = content["nv-generate-mr-brain"] / "models" / name
+        if change is None:
+            shutil.copyfile(source, folder / "models" / name)
+            continue
+        checkpoint = torch.load(source, weights_only=True)
+        change(name, checkpoint)
+        torch.save(checkpoint, folder / "models" / name)
+    return folder
+
+
+def widen_one_tensor(name: str, checkpoint: dict) -> None:
+    """A ``copy_on_a_stick`` change: one 3D convolution of the autoencoder gets an output channel more (a file
+    of about the right size whose network is of another design)."""
+    import torch
+
+    if name.startswith("autoencoder"):
+        state = checkpoint.get("state_dict", checkpoint)
+        key = next(k for k, v in state.items() if getattr(v, "ndim", 0) == 5)
+        shape = list(state[key].shape)
+        shape[0] += 1
+        state[key] = torch.zeros(shape)
+
+
 def with_sha(data: dict, name: str, path: str, sha: str) -> dict:
     data = copy.deepcopy(data)
     for entry in data["models"]:

@@ -27,7 +27,14 @@ from engine.errors import ModelInvalid, OutputError
 from engine.models import download
 from engine.models.catalogue import find_entry, load_catalogue
 from engine.models.registry import ModelRegistry
-from tests.engine.models.hub_fixtures import MAISI_DIM, build_hub_content, serve_entries, write_test_catalogue
+from tests.engine.models.hub_fixtures import (
+    MAISI_DIM,
+    build_hub_content,
+    copy_on_a_stick,
+    serve_entries,
+    widen_one_tensor,
+    write_test_catalogue,
+)
 from tests.engine.models.hub_server import HubServer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -482,27 +489,7 @@ def test_the_catalogue_and_the_licence_prompt_say_when_the_publisher_pins_nothin
 
 
 def _stick_with(tmp_path, content, change=None) -> Path:
-    """NV-Generate's two hub files on a "USB stick"; ``change(name, state_dict)`` may edit a checkpoint."""
-    stick = tmp_path / "stick"
-    (stick / "models").mkdir(parents=True)
-    for name in ("diff_unet_3d_rflow-mr-brain_v1.pt", "autoencoder_v1.pt"):
-        source = content["nv-generate-mr-brain"] / "models" / name
-        if change is None:
-            shutil.copyfile(source, stick / "models" / name)
-            continue
-        checkpoint = torch.load(source, weights_only=True)
-        change(name, checkpoint)
-        torch.save(checkpoint, stick / "models" / name)
-    return stick
-
-
-def _widen_one_tensor(name, checkpoint):
-    if name.startswith("autoencoder"):
-        state = checkpoint.get("state_dict", checkpoint)
-        key = next(k for k, v in state.items() if getattr(v, "ndim", 0) == 5)
-        shape = list(state[key].shape)
-        shape[0] += 1
-        state[key] = torch.zeros(shape)
+    return copy_on_a_stick(tmp_path / "stick", content, change)
 
 
 @pytest.mark.parametrize("case", ["one-tensor-widened", "files-far-too-small"])
@@ -514,7 +501,7 @@ def test_a_hand_added_copy_that_is_not_the_configs_network_is_refused(
     catalogue = write_test_catalogue(tmp_path / "catalogue", content)
     monkeypatch.setenv("VOLSYNTH_CATALOGUE", str(catalogue))
     if case == "one-tensor-widened":
-        stick = _stick_with(tmp_path, content, _widen_one_tensor)
+        stick = _stick_with(tmp_path, content, widen_one_tensor)
         match = "the network its config describes needs"
     else:
         stick = _stick_with(
@@ -582,3 +569,24 @@ def test_a_link_inside_a_copy_pointing_outside_is_refused_read_or_not(
     with pytest.raises(ModelInvalid, match="notes.txt .*is a link to .*outside the folder"):
         download.add_folder(stick, entry, accept_licence=True)
     assert not user.exists() or not any(user.iterdir())
+
+
+def test_weights_that_do_not_fit_their_networks_fail_to_load_with_the_copy_checks_finding(content, tmp_path):
+    """Before: a copy placed before the copy check existed failed to generate with torch's "size mismatch"
+    message cut off at 300 characters, mid-word."""
+    from engine.models.copy_check import CopyMismatch
+    from engine.models.registry import open_model_folder
+
+    folder = tmp_path / "nv-generate-mr-brain"
+    shutil.copytree(content["nv-generate-mr-brain"], folder)
+    wrong = copy_on_a_stick(tmp_path / "stick", content, widen_one_tensor)
+    shutil.copyfile(wrong / "models" / "autoencoder_v1.pt", folder / "models" / "autoencoder_v1.pt")
+    with pytest.raises(CopyMismatch) as refused:
+        open_model_folder(folder).load()
+    message = str(refused.value)
+    assert message.startswith("cannot load model 'nv-generate-mr-brain': its weights do not fit the networks")
+    assert "autoencoder_v1.pt: the autoencoder's tensor" in message and "size mismatch" not in message
+    assert (
+        message.endswith("remove this copy and install the model again")
+        and refused.value.role == "autoencoder"
+    )

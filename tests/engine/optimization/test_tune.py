@@ -313,3 +313,30 @@ def test_a_shorter_schedule_row_is_projected_from_fp32_and_advised_only_with_a_k
     assert again["recommended"] == "fp32"  # a schedule is never the recommended settings
     with pytest.raises(InvalidRequest, match="whole number"):
         next(tune(model, "cpu", rows=["steps:many"]))
+
+
+def test_trades_are_timed_over_their_interval_and_judged_on_the_whole_schedule(tiny_models_dir, tune_dir):
+    """Measure now's step caching and fewer steps: before, tune left them out (or judged a caching row on a few
+    steps, whose timed steps were all cached ones and whose volume said nothing of a whole schedule)."""
+    progress = []
+    result = run(
+        tune(
+            str(tiny_models_dir / "tiny-latent"),
+            "cpu",
+            budget_s=3,
+            steps=2,
+            rows=["fp32"],
+            trades=["cache:k3-l1-f", "steps:2"],
+        ),
+        on_progress=progress.append,
+    )
+    rows = {row["name"]: row for row in result["rows"]}
+    assert set(rows) == {"fp32", "cache:k3-l1-f", "steps:2"}
+    cached, shorter = rows["cache:k3-l1-f"], rows["steps:2"]
+    for row in (cached, shorter):  # speed and quality cost side by side
+        assert row["end_to_end_verdict"]["verdict"] in ("faster", "slower", "same", "undecided")
+        assert row["psnr_db"] is not None and "whole 5-step schedule" in row["quality_measured"]
+    # 1 + its interval steps a run: the timed steps hold one full pass and two cached ones, as a schedule does.
+    assert cached["runs"] >= 3 and cached["steps_per_run"] == 4 and rows["fp32"]["steps_per_run"] == 2
+    assert any("quality on the whole schedule: cache:k3-l1-f" in p.message for p in progress)
+    assert any("quality on the whole schedule: fp32, 2 steps" in p.message for p in progress)
