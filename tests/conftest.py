@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -20,6 +22,41 @@ for _variable, _name in [
     ("VOLSYNTH_TUNE_DIR", "tune"),
 ]:
     os.environ.setdefault(_variable, str(RUN_FOLDER / _name))
+
+
+def _own_display_and_core_for_this_worker() -> None:
+    """When pytest-xdist runs the suite in parallel (``-n 2``), each worker gets an X display of its own and one
+    compute thread. Windows of two processes on one display with no window manager take each other's focus, so
+    keyboard tests would fail by chance; and two workers with torch's default thread count on a 2-core machine
+    oversubscribe it (OpenMP threads spin while they wait)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
+    if not shutil.which("Xvfb"):
+        return
+    read_end, write_end = os.pipe()
+    server = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(write_end), "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
+        pass_fds=(write_end,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write_end)
+    number = b""
+    while not number.endswith(b"\n"):  # Xvfb writes the display number it took once it accepts clients
+        piece = os.read(read_end, 16)
+        if not piece:
+            raise RuntimeError(f"Xvfb ended before it opened a display (exit {server.wait()})")
+        number += piece
+    os.close(read_end)
+    os.environ["DISPLAY"] = ":" + number.decode().strip()
+    os.environ.pop("XAUTHORITY", None)  # xvfb-run's cookie is for its own display
+    atexit.register(server.terminate)
+
+
+_own_display_and_core_for_this_worker()
+
 # The suite runs reduced precision on tiny models on purpose, on every CPU class: it carries the override
 # that real requests must ask for (engine.optimization.apply.check_combination). Tests of the refusal itself clear
 # it (the ``no_slower_override`` fixture) and feed recorded machine probes.
