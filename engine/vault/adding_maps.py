@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.errors import InvalidRequest
-from engine.nifti.io import xform_code
 from engine.vault import crypto, guards, item_index, nifti, record_files
 from engine.vault.fsio import fsync_dir
 from engine.vault.header import now_iso
@@ -80,8 +79,11 @@ def add_tissue_maps(
             )
         prov = dict(rec.get("provenance") or {})
         affine = np.asarray(rec["volume"]["affine"], dtype=np.float64)
-        descrip = nifti.SYNTHETIC_DESCRIP if rec["kind"] == "synthetic" else SCAN_MAP_DESCRIP
-        header = nifti.float32_header(shape[:3], affine, descrip, sform_code=xform_code(template_space(prov)))
+        synthetic = rec["kind"] == "synthetic"
+        descrip = nifti.SYNTHETIC_DESCRIP if synthetic else SCAN_MAP_DESCRIP
+        header = nifti.stream_header(
+            shape[:3], affine, descrip, space=template_space(prov), synthetic=synthetic
+        )
         total = sum(len(header) + 4 * m.size for _, m in checked)
         key = state.keys.item(rec["id"])
         writers: list[PartWriter] = []

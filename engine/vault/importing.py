@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.errors import DuplicateItem, InvalidRequest, OutputError, VaultCorrupted
 from engine.nifti.checks import refuse_non_finite
-from engine.nifti.io import is_nifti, xform_code
+from engine.nifti.io import is_nifti
 from engine.vault import crypto, dicom, guards, item_index, nifti, record_files
 from engine.vault import synthetic as synthetic_marks
 from engine.vault.fingerprint import array_slices, file_slices, same_volume, volume_fingerprint
@@ -218,7 +218,7 @@ def import_dicom(
         [Path(p) for p in source] if isinstance(source, list | tuple) else Path(source),
         series_uid=series_uid,
     )
-    header = nifti.float32_header(series.shape, series.affine, "VolSynth volume from a DICOM series")
+    header = nifti.stream_header(series.shape, series.affine, "VolSynth volume from a DICOM series")
     sizes = [p.stat().st_size for p in series.files]
     total = sum(sizes) + len(header) + 4 * int(np.prod(series.shape))
     default_label = " ".join(
@@ -313,9 +313,9 @@ def add_synthetic(
     if not isinstance(prov, dict):
         raise InvalidRequest("provenance must be a dict")
     maps = check_tissue(tissue, arr.shape)
-    code = xform_code(template_space(prov))  # 1 (as before) unless the provenance names a template space
-    header = nifti.float32_header(arr.shape, aff, nifti.SYNTHETIC_DESCRIP, sform_code=code)
-    map_header = nifti.float32_header(arr.shape[:3], aff, nifti.SYNTHETIC_DESCRIP, sform_code=code)
+    space = template_space(prov)  # sform code 1 (as before) unless the provenance names a template space
+    header = nifti.stream_header(arr.shape, aff, nifti.SYNTHETIC_DESCRIP, space=space, synthetic=True)
+    map_header = nifti.stream_header(arr.shape[:3], aff, nifti.SYNTHETIC_DESCRIP, space=space, synthetic=True)
     total = len(header) + 4 * arr.size + sum(len(map_header) + 4 * m.size for _, m in maps)
     if label is None:
         bits = [str(prov["model_id"])] if prov.get("model_id") is not None else []

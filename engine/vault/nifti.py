@@ -25,7 +25,7 @@ from engine.nifti.checks import (
     sniff_sizeof_hdr,
     verify_nifti_data,
 )
-from engine.nifti.io import SYNTHETIC_MARK
+from engine.nifti.io import SYNTHETIC_MARK, float32_header
 
 # The descrip the vault writes into a synthetic volume it stores or marks; longer than the generator's own
 # "SYNTHETIC (VolSynth Studio)" (engine.nifti.io): a file that leaves the vault says what it is not.
@@ -81,19 +81,21 @@ def probe(path: Path) -> NiftiInfo:
     )
 
 
-def float32_header(shape: tuple[int, ...], affine: np.ndarray, descrip: str, *, sform_code: int = 1) -> bytes:
-    """A single-file NIfTI-1 header (plus empty extension flag) for float32 data, 352 bytes.
+def stream_header(
+    shape: tuple[int, ...],
+    affine: np.ndarray,
+    descrip: str,
+    *,
+    space: str | None = None,
+    synthetic: bool = False,
+) -> bytes:
+    """A single-file NIfTI-1 header (plus empty extension flag) for float32 data streamed after it, 352 bytes.
 
-    ``sform_code`` says what the affine maps into (1 scanner anatomical, the default; 4 MNI152, see
-    :func:`engine.nifti.io.xform_code`); the qform stays scanner anatomical, as ``make_nifti`` writes it.
+    The header is :func:`engine.nifti.io.float32_header`'s, the one recipe the nibabel writer uses too (codes,
+    units, SYNTHETIC marks); only the stream's layout is added here: the voxels at byte 352, unscaled.
+    ``descrip`` is the caller's: for a synthetic volume the vault's longer :data:`SYNTHETIC_DESCRIP`.
     """
-    hdr = nib.Nifti1Header()
-    hdr.set_data_shape(shape)
-    hdr.set_data_dtype(np.float32)
-    hdr.set_sform(affine, code=int(sform_code))
-    hdr.set_qform(affine, code="scanner", strip_shears=True)
-    hdr.set_xyzt_units("mm")
-    hdr["descrip"] = descrip.encode("ascii", "replace")[:79]
+    hdr = float32_header(shape, affine, descrip=descrip, space=space, synthetic=synthetic)
     hdr["vox_offset"] = 352
     hdr["scl_slope"] = 1.0
     hdr["scl_inter"] = 0.0

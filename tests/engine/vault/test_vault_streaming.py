@@ -15,7 +15,7 @@ import pytest
 from vault_testutil import FAST_KDF, PASSPHRASE
 
 from engine.vault import Vault
-from engine.vault.nifti import float32_header
+from engine.vault.nifti import stream_header
 
 SHAPE = (512, 512, 1024)  # float32: 1 GiB of voxels
 MAX_RSS_DELTA = 150 * 1024 * 1024
@@ -61,7 +61,7 @@ def test_1gb_import_and_export_stream_with_bounded_memory(tmp_path, record_prope
     source = tmp_path / "big.nii"
     digest = hashlib.sha256()
     with open(source, "wb") as fh:
-        header = float32_header(SHAPE, np.eye(4), "streaming test")
+        header = stream_header(SHAPE, np.eye(4), "streaming test")
         fh.write(header)
         digest.update(header)
         plane = np.arange(SHAPE[0] * SHAPE[1], dtype=np.float32).reshape(SHAPE[:2], order="F")
