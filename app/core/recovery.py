@@ -30,16 +30,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.files.durable import try_lock
 from engine.formatting import count_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    import numpy as np
-
     from engine.nifti.volume import Volume
 
 log = logging.getLogger(__name__)
@@ -145,35 +141,27 @@ class RecoveryStore:
         os.write(fd, json.dumps({"pid": os.getpid(), "started": time.time()}).encode())
         self.folder, self._lock_fd = folder, fd
 
-    def keep(
-        self,
-        uid: int,
-        name: str,
-        data,
-        affine,
-        provenance: dict[str, Any],
-        tissue: Mapping[str, np.ndarray] | None = None,
-        space: str | None = None,
-    ) -> Path | None:
-        """Write one generated volume (worker thread), with its tissue maps beside it and its space (the sform
-        code says so, and the sidecar when the provenance does not). All its files appear together or none
-        does. Returns the image's file, or None when recovery is off."""
+    def keep(self, uid: int, name: str, volume: Volume) -> Path | None:
+        """Write one generated volume (worker thread): the session entry's record (``VolumeEntry.volume``), with
+        its tissue maps beside it and its space (the sform code says so, and the sidecar when the provenance
+        does not). All its files appear together or none does. Returns the image's file, or None when recovery
+        is off."""
+        from dataclasses import replace
+
         from engine.nifti.io import image_files, save_volume
-        from engine.nifti.volume import Volume
 
         if self.folder is None:
             return None
         path = self.folder / f"{time.time_ns()}-{uid}.nii.gz"
+        provenance = volume.provenance
         record = {**provenance, NAME_KEY: name}
         if not isinstance(record.get(MADE_KEY), str):
             from datetime import UTC, datetime
 
             record[MADE_KEY] = datetime.now(UTC).isoformat(timespec="seconds")
-        if space and space != provenance.get("space"):
-            record[SPACE_KEY] = space
-        volume = Volume(
-            data, affine, tissue=dict(tissue or {}), provenance=record, synthetic=True, space=space or None
-        )
+        if volume.space and volume.space != provenance.get("space"):
+            record[SPACE_KEY] = volume.space
+        volume = replace(volume, provenance=record, synthetic=True, space=volume.space or None)
         save_volume(volume, path)
         files = image_files(path, volume)
         with self._lock:

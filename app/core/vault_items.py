@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from app.core.tissue import ordered_names
 from engine.errors import Cancelled, DuplicateItem, EngineError, InvalidRequest, VaultLocked
 from engine.formatting import format_bytes
 from engine.nifti.io import is_nifti
+from engine.nifti.volume import Volume
 from engine.vault.records import refuse_patient_if_synthetic
 
 Report = Callable[[float | None, str], None]
@@ -281,32 +282,17 @@ def import_batch(vault, jobs: list[ImportJob], report: Report) -> ImportReport:
     return result
 
 
-def save_volume(
-    vault,
-    data: np.ndarray,
-    affine: np.ndarray,
-    provenance: dict,
-    label: str,
-    allow_duplicate: bool,
-    tissue: Mapping[str, np.ndarray] | None,
-    report: Report,
-):
-    """Store a generated volume (float32, marked SYNTHETIC) with its provenance, and its tissue maps (name ->
-    array on the volume's grid) as parts of the same item; None or empty for a volume without."""
+def save_volume(vault, volume: Volume, label: str, allow_duplicate: bool, report: Report):
+    """Store a session volume's record (``VolumeEntry.volume``: float32, marked SYNTHETIC) with its provenance
+    and its tissue maps, as parts of the same item. Its provenance is made plain JSON first (``jsonable``) and
+    says it is synthetic."""
 
     def progress(done: int, total: int) -> None:
         report(done / total if total else 1.0, f"Encrypting {label}")
 
     report(0.0, f"Encrypting {label}")
-    return vault.add_synthetic(
-        data,
-        affine,
-        provenance,
-        label=label,
-        progress=progress,
-        allow_duplicate=allow_duplicate,
-        tissue=dict(tissue) if tissue else None,
-    )
+    stored = replace(volume, provenance=jsonable({**volume.provenance, "synthetic": True}))
+    return vault.add_synthetic(stored, label=label, progress=progress, allow_duplicate=allow_duplicate)
 
 
 def update_item(vault, item_id: str, details: dict, report: Report):
@@ -411,22 +397,14 @@ def session_only_maps(entry) -> list[str]:
     return [name for name in ordered_names(entry.tissue) if name not in kept]
 
 
-def copy_volume(entry):
-    """The ``Volume`` a copy of a shown vault item writes: the image and maps as shown, and a provenance that
-    names the item by id only (its label and patient details stay in the vault)."""
-    from engine.nifti.volume import Volume
-
+def copy_volume(entry) -> Volume:
+    """The ``Volume`` a copy of a shown vault item writes: the entry's record, its maps in display order, and a
+    provenance that names the item by id only (its label and patient details stay in the vault)."""
     info = entry.vault_item
     provenance = {key: value for key, value in entry.provenance.items() if key != "tissue_maps"}
     provenance.update(copied_from_vault_item=info.id[:12], synthetic=entry.synthetic)
-    return Volume(
-        entry.data,
-        entry.affine,
-        tissue={name: entry.tissue[name] for name in ordered_names(entry.tissue)},
-        provenance=provenance,
-        synthetic=entry.synthetic,
-        space=entry.space,
-    )
+    tissue = {name: entry.tissue[name] for name in ordered_names(entry.tissue)}
+    return replace(entry.volume, tissue=tissue, provenance=provenance)
 
 
 def save_copy_outside(vault, item_id: str, volume, path: Path, report: Report) -> Path:

@@ -5,6 +5,7 @@ Qt-free: the slice views, the 3D view and the tests all use these.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable, Mapping
@@ -227,6 +228,21 @@ class VolumeEntry:
         if self.path is not None:
             lines.append(str(self.path))
         return "\n".join(lines)
+
+
+def saved_volume(entry: VolumeEntry) -> Volume:
+    """What Save and Save As write for a session volume: its record (``entry.volume``) itself, or, where the
+    record does not say it (an opened scan), a copy whose provenance says where it came from (its file) and
+    whether it is synthetic, and whose tissue maps are in display order."""
+    provenance, tissue = entry.provenance, entry.tissue
+    ordered = ordered_names(tissue)
+    if provenance and "synthetic" in provenance and list(tissue) == ordered:
+        return entry.volume  # a generated volume: its record says everything
+    provenance = dict(provenance) or {"source": str(entry.path) if entry.path else "VolSynth Studio session"}
+    provenance.setdefault("synthetic", entry.synthetic)
+    return dataclasses.replace(
+        entry.volume, tissue={name: tissue[name] for name in ordered}, provenance=provenance
+    )
 
 
 def file_stem(name: str) -> str:

@@ -8,6 +8,7 @@ the viewer, *Restore* or *Discard*; it never asks with a modal dialog, so a star
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from app.core.recovery import OrphanSession, RecoveryStore, made_time
 from app.core.volumes import VolumeEntry
 from app.services import AppServices
 from engine.formatting import count_of
+from engine.nifti.volume import Volume
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +215,10 @@ class RecoveryController:
         generated = {e.uid: e for e in self.state.volumes if e.kind == "generated" and e.vault_item is None}
         for uid in self._known - set(generated):
             self.store.forget(uid)
+        # Each entry's record, with its maps as they are now: a map computed later does not reach the writer
+        # halfway through its files.
         new = [
-            (e.uid, e.name, e.data, e.affine, e.provenance, dict(e.tissue), e.space)
+            (e.uid, e.name, dataclasses.replace(e.volume, tissue=dict(e.tissue)))
             for uid, e in generated.items()
             if uid not in self._known
         ]
@@ -229,9 +233,9 @@ class RecoveryController:
         self.show_status(f"Crash recovery could not keep a volume: {message}", 10000)
 
 
-def _keep_all(store: RecoveryStore, volumes: list[tuple]) -> None:
-    for volume in volumes:
-        store.keep(*volume)
+def _keep_all(store: RecoveryStore, volumes: list[tuple[int, str, Volume]]) -> None:
+    for uid, name, volume in volumes:
+        store.keep(uid, name, volume)
 
 
 def _restore_all(orphans: list[OrphanSession]):

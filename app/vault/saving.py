@@ -80,17 +80,13 @@ class VaultSave:
     def _save_now(self, entry: VolumeEntry, allow_duplicate: bool) -> None:
         hub = self._hub
         if entry.kind == "generated" or (entry.synthetic and entry.path is None):
-            provenance = model.jsonable({**entry.provenance, "synthetic": True})
             hub.tasks.start(
                 "save",
                 model.save_volume,
                 hub.vault,
-                entry.data,
-                entry.affine,
-                provenance,
+                entry.volume,  # the record itself: image, affine, provenance and its tissue maps
                 entry.name,
                 allow_duplicate,
-                entry.tissue or None,  # its tissue maps go with it, as parts of the same item
                 finished=partial(self._on_saved, entry),
                 failed=partial(self._on_save_failed, entry),
                 progress="Saving to the Vault",

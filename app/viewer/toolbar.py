@@ -289,20 +289,11 @@ class _ViewerToolbarController(QObject):
     def _on_time_point_loaded(self, old: VolumeEntry, request: int, loaded) -> None:
         if request != self._request:
             return  # the user has asked for another time point since
-        new = VolumeEntry(
-            name=old.name,
-            data=loaded.data,
-            affine=loaded.affine,
-            kind=old.kind,
-            path=old.path,
-            provenance=loaded.provenance,
-            synthetic=loaded.synthetic,
-            time_points=loaded.time_points,
-            time_index=loaded.time_index,
-            # the tissue maps and space of the series (one grid for every time point)
-            tissue=old.tissue if loaded.data.shape == old.shape else {},
-            space=old.space,
-        )
+        # The record as read, with the tissue maps and space of the series (one grid for every time point) and the
+        # file it came from.
+        loaded.tissue = old.tissue if loaded.data.shape == old.shape else {}
+        loaded.space, loaded.path = old.space, old.path
+        new = VolumeEntry(old.name, volume=loaded, kind=old.kind)
         if self.services.state.replace_volume(old, new):
             self.services.show_status(
                 f"{new.name}: time point {new.time_index + INDEX_BASE} of {INDEX_BASE} to "

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
 from app.core.nifti_files import open_volume
-from app.core.tissue import ordered_names
-from app.core.volumes import VolumeEntry, file_stem
+from app.core.volumes import VolumeEntry, file_stem, saved_volume
 from app.vault.privacy import remember_recent
 from engine.nifti.io import is_nifti, save_volume
 from engine.nifti.volume import Volume
@@ -134,19 +133,8 @@ class VolumeFiles:
         path = Path(path)
         if remember_recent(self.settings):
             self.settings.setValue("files/last_save_dir", str(path.parent))
-        provenance = dict(entry.provenance) or {
-            "source": str(entry.path) if entry.path else "VolSynth Studio session"
-        }
-        provenance.setdefault("synthetic", entry.synthetic)
         self.show_status(f"Saving {path.name}...")
-        volume = Volume(
-            entry.data,
-            entry.affine,
-            tissue={name: entry.tissue[name] for name in ordered_names(entry.tissue or {})},
-            provenance=provenance,
-            synthetic=entry.synthetic,
-            space=entry.space,
-        )
+        volume = saved_volume(entry)
         write = partial(save_volume, volume, path)
         self.runner.run_task(
             "save",

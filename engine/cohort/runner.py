@@ -447,11 +447,8 @@ class _Writer:
             if existing:
                 return existing[0].id, digest
             info = self.vault.add_synthetic(
-                volume,
-                member.affine,
-                provenance,
+                replace(member, data=volume, provenance=provenance, tissue=tissue or {}),
                 label=self._label(participant),
-                tissue=tissue or None,
                 # An item of this cohort without its maps (from a model without label channels) stays;
                 # the same image comes again, now with them.
                 allow_duplicate=bool(self._vault_matches(participant, complete=False)),

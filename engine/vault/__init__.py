@@ -10,7 +10,7 @@ Typical use::
     for item in vault.search("smith"):
         print(item.id, item.label, item.patient.get("name"))
     opened = vault.open_item(info.id)              # float32 array + RAS affine, in memory only
-    maps = vault.open_tissue(info.id)              # a generated volume's tissue maps (add_synthetic(tissue=))
+    maps = vault.open_tissue(info.id)              # a generated volume's tissue maps (add_synthetic(Volume(..., tissue=maps)))
     vault.export(info.id, "exports", deidentify=True)
     report = vault.verify()                        # every byte authenticated, audit chain checked
     vault.lock_if_idle()                           # from a timer; idle_timeout_s sets the delay

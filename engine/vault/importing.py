@@ -8,7 +8,7 @@ import contextlib
 import copy
 import os
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ from engine.vault.payload import PartWriter, Progress
 from engine.vault.records import KINDS, TISSUE_PART_PREFIX, ItemInfo, refuse_patient_if_synthetic
 
 if TYPE_CHECKING:
+    from engine.nifti.volume import Volume
     from engine.vault.state import VaultState
 
 
@@ -271,35 +272,34 @@ def import_dicom(
 
 def add_synthetic(
     state: VaultState,
-    volume: np.ndarray,
-    affine: np.ndarray,
-    provenance: dict,
+    volume: Volume,
     *,
     label: str | None = None,
     progress: Progress | None = None,
     allow_duplicate: bool = False,
-    tissue: Mapping[str, np.ndarray] | None = None,
 ) -> ItemInfo:
-    """Store a generated volume (as float32 NIfTI marked SYNTHETIC) with its provenance.
+    """Store a generated volume (as float32 NIfTI marked SYNTHETIC) with its provenance and tissue maps.
 
     Args:
-        volume: The voxels (3D, or more dimensions).
-        affine: Voxel -> RAS mm, 4x4.
-        provenance: How it was made (model id and weights hash, seed, sampler, settings...). A
-            ``"space"`` (e.g. ``MNI152NLin2009aSym``) sets the sform code of the stored and exported
-            NIfTI headers (4 for MNI152), as ``volsynth generate`` writes them.
+        volume: The engine's volume record (``SamplingResult.member(i)``, a session entry's ``volume``):
+            ``data`` (3D, or more dimensions), ``affine`` (voxel -> RAS mm, 4x4), ``provenance`` (how it was
+            made: model id and weights hash, seed, sampler, settings...; a ``"space"`` such as
+            ``MNI152NLin2009aSym`` sets the sform code of the stored and exported NIfTI headers, 4 for
+            MNI152, as ``volsynth generate`` writes them) and ``tissue``, the maps decoded with it (name ->
+            (x, y, z) on its grid), each stored as one more encrypted part of the same item
+            (``tissue/<name>``, float32 NIfTI with the volume's affine and SYNTHETIC marks): verified,
+            exported and deleted with the volume, read back with :meth:`open_tissue`. Its other fields
+            (path, description...) are the session's, not stored.
         label: Display name (default: from the provenance's model id and seed).
         progress: Called with (bytes done, bytes total).
         allow_duplicate: Store it even if the vault already holds exactly the same volume.
-        tissue: Tissue maps decoded with the volume (``SamplingResult.tissue_maps(i)``: name -> (x, y, z)
-            on the volume's grid). Each is stored as one more encrypted part of the same item
-            (``tissue/<name>``, float32 NIfTI with the volume's affine and SYNTHETIC marks): verified,
-            exported and deleted with the volume, read back with :meth:`open_tissue`.
 
     Raises:
         DuplicateItem: The same volume is already in the vault (and ``allow_duplicate`` is False).
         InvalidRequest: Bad volume, affine or provenance, or a tissue map off the volume's grid.
     """
+    tissue, provenance, affine = volume.tissue or None, volume.provenance, volume.affine
+    volume = volume.data
     arr = np.asarray(volume)
     if arr.ndim < 3 or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
         raise InvalidRequest(

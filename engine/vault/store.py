@@ -52,6 +52,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -88,6 +89,9 @@ from engine.vault.metadata import MAX_TISSUE_NAME, normalize_date
 from engine.vault.payload import Progress
 from engine.vault.records import AuditTrail, ExportResult, ItemInfo, OpenedVolume, RepairReport, VerifyReport
 from engine.vault.state import VaultState
+
+if TYPE_CHECKING:
+    from engine.nifti.volume import Volume
 
 # Names callers and tests import from here (they moved into the modules above).
 _Header = Header
@@ -384,26 +388,16 @@ class Vault:
 
     def add_synthetic(
         self,
-        volume: np.ndarray,
-        affine: np.ndarray,
-        provenance: dict,
+        volume: Volume,
         *,
         label: str | None = None,
         progress: Progress | None = None,
         allow_duplicate: bool = False,
-        tissue: Mapping[str, np.ndarray] | None = None,
     ) -> ItemInfo:
-        """Store a generated volume (float32 NIfTI marked SYNTHETIC) with its provenance and tissue maps.
-        Details: :func:`engine.vault.importing.add_synthetic`."""
+        """Store a generated volume (an ``engine.nifti.volume.Volume``: float32 NIfTI marked SYNTHETIC) with
+        its provenance and tissue maps. Details: :func:`engine.vault.importing.add_synthetic`."""
         return importing.add_synthetic(
-            self._state,
-            volume,
-            affine,
-            provenance,
-            label=label,
-            progress=progress,
-            allow_duplicate=allow_duplicate,
-            tissue=tissue,
+            self._state, volume, label=label, progress=progress, allow_duplicate=allow_duplicate
         )
 
     def add_tissue_maps(

@@ -23,6 +23,7 @@ from engine.errors import ModelInvalid, NonFiniteOutput
 from engine.models import open_model_folder
 from engine.models.registry import ModelRegistry
 from engine.nifti.io import generated_volumes
+from engine.nifti.volume import Volume
 
 
 def _copy_with_weights(tiny_models_dir, tmp_path, name, change) -> str:
@@ -118,7 +119,7 @@ def test_the_vault_refuses_a_nan_synthetic_volume(tmp_path):
     volume[0, 0, 0] = np.inf
     try:
         with pytest.raises(NonFiniteOutput, match="synthetic volume has 1 of 64 voxels"):
-            vault.add_synthetic(volume, np.eye(4), provenance={"model_id": "x", "seed": 0})
+            vault.add_synthetic(Volume(volume, np.eye(4), provenance={"model_id": "x", "seed": 0}))
         assert vault.items() == []
     finally:
         vault.lock()

@@ -18,6 +18,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.core.recovery import RecoveryStore
+from engine.nifti.volume import Volume
 
 REPO = Path(__file__).resolve().parents[3]
 NAMES = ["GM", "WM", "CSF", "ventricles"]
@@ -60,12 +61,13 @@ def _kill_after_keeping(
     code = textwrap.dedent(f"""
         import os, signal, numpy as np
         from app.core.recovery import RecoveryStore
+        from engine.nifti.volume import Volume
         from tests.app.recovery.test_recovery import _maps
         store = RecoveryStore({str(root)!r})
         store.open()
         data = np.random.default_rng(3).random((6, 7, 5), dtype=np.float32)
         prov = {{"seed": 3, "synthetic": True, **({{"space": {MNI!r}}} if {tissue!r} else {{}})}}
-        store.keep(1, "seed 3 · crashed", data, np.diag([2.0, 2.0, 2.0, 1.0]), prov, {maps})
+        store.keep(1, "seed 3 · crashed", Volume(data, np.diag([2.0, 2.0, 2.0, 1.0]), provenance=prov, {maps}))
         {script_tail}
         os.kill(os.getpid(), signal.SIGKILL)
     """)
@@ -76,10 +78,10 @@ def test_keep_forget_and_clean_exit(tmp_path):
     store = RecoveryStore(tmp_path)
     store.open()
     assert store.folder is not None and (store.folder / "lock").is_file()
-    path = store.keep(7, "seed 1 · fp32", _volume(), np.eye(4), {"seed": 1})
+    path = store.keep(7, "seed 1 · fp32", Volume(_volume(), np.eye(4), provenance={"seed": 1}))
     sidecar = json.loads(path.with_name(path.name.replace(".nii.gz", ".json")).read_text())
     assert path.is_file() and sidecar["seed"] == 1 and sidecar["recovery_name"] == "seed 1 · fp32"
-    store.keep(8, "other", _volume(1), np.eye(4), {})
+    store.keep(8, "other", Volume(_volume(1), np.eye(4), provenance={}))
     store.forget(7)
     assert not path.exists() and store.kept() == [8]
     folder = store.folder
@@ -90,7 +92,7 @@ def test_keep_forget_and_clean_exit(tmp_path):
 def test_a_live_session_is_not_an_orphan(tmp_path):
     live, other = RecoveryStore(tmp_path), RecoveryStore(tmp_path)
     live.open()
-    live.keep(1, "v", _volume(), np.eye(4), {})
+    live.keep(1, "v", Volume(_volume(), np.eye(4), provenance={}))
     other.open()
     assert other.orphans() == []  # same process, but its lock is held: not abandoned
     live.close()
@@ -101,7 +103,7 @@ def test_forgetting_while_the_write_runs_leaves_nothing(tmp_path):
     store = RecoveryStore(tmp_path)
     store.open()
     store.forget(5)  # removed from the session before the worker got to write it
-    path = store.keep(5, "v", _volume(), np.eye(4), {})
+    path = store.keep(5, "v", Volume(_volume(), np.eye(4), provenance={}))
     assert not path.exists() and store.kept() == []
     store.close()
 
@@ -158,7 +160,11 @@ def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
     store = RecoveryStore(tmp_path)
     store.open()
     # A space the provenance does not name still comes back (and sets the sform code).
-    path = store.keep(4, "with maps", _volume(4), np.diag([2.0, 2.0, 2.0, 1.0]), {"seed": 4}, _maps(4), MNI)
+    path = store.keep(
+        4,
+        "with maps",
+        Volume(_volume(4), np.diag([2.0, 2.0, 2.0, 1.0]), provenance={"seed": 4}, tissue=_maps(4), space=MNI),
+    )
     stem = path.name.removesuffix(".nii.gz")
     maps = {name: path.with_name(f"{stem}_label-{name}_probseg.nii.gz") for name in NAMES}
     assert sorted(p.name for p in store.folder.iterdir()) == sorted(
@@ -168,12 +174,16 @@ def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
     assert sidecar["tissue_maps"] == {name: p.name for name, p in maps.items()}
     assert sidecar["recovery_name"] == "with maps" and sidecar["recovery_space"] == MNI
     assert all(int(nib.load(p).header["sform_code"]) == 4 for p in (path, *maps.values()))
-    plain = store.keep(5, "without", _volume(5), np.eye(4), {"seed": 5})
+    plain = store.keep(5, "without", Volume(_volume(5), np.eye(4), provenance={"seed": 5}))
     store.forget(4)  # removed from the session: its maps go too
     assert sorted(p.name for p in store.folder.iterdir()) == sorted(
         ["lock", plain.name, plain.name.replace(".nii.gz", ".json")]
     )
-    path = store.keep(6, "kept", _volume(6), np.eye(4), {"seed": 6, "space": MNI}, _maps(6), MNI)
+    path = store.keep(
+        6,
+        "kept",
+        Volume(_volume(6), np.eye(4), provenance={"seed": 6, "space": MNI}, tissue=_maps(6), space=MNI),
+    )
     store.close(keep=True)
 
     (left,) = RecoveryStore(tmp_path).orphans()
@@ -212,14 +222,14 @@ def test_a_folder_kept_before_tissue_maps_still_restores(tmp_path):
 def test_a_clean_exit_keeps_only_what_asks_to_be_kept(tmp_path):
     store = RecoveryStore(tmp_path)
     store.open()
-    store.keep(1, "unsaved", _volume(), np.eye(4), {})
+    store.keep(1, "unsaved", Volume(_volume(), np.eye(4), provenance={}))
     store.close(keep=True)
     (left,) = RecoveryStore(tmp_path).orphans()
     assert left.clean_exit and [p.name.split("-")[-1] for p in left.volumes] == ["1.nii.gz"]
     RecoveryStore.discard(left)
     store = RecoveryStore(tmp_path)
     store.open()
-    store.keep(2, "saved elsewhere", _volume(), np.eye(4), {})
+    store.keep(2, "saved elsewhere", Volume(_volume(), np.eye(4), provenance={}))
     store.close(keep=False)
     assert list(tmp_path.iterdir()) == []
 
@@ -229,7 +239,7 @@ def test_an_unwritable_place_turns_recovery_off_without_failing(tmp_path):
     blocker.write_text("not a folder")
     store = RecoveryStore(blocker / "recovery")
     store.open()
-    assert store.folder is None and store.keep(1, "v", _volume(), np.eye(4), {}) is None
+    assert store.folder is None and store.keep(1, "v", Volume(_volume(), np.eye(4), provenance={})) is None
     store.close()
 
 

@@ -13,6 +13,7 @@ from vault_testutil import PASSPHRASE
 
 from engine.anatomy.segment import METHOD, TissueMaps
 from engine.errors import Cancelled, InvalidRequest
+from engine.nifti.volume import Volume
 from engine.vault import Vault, item_index
 from engine.vault.payload import PartWriter
 
@@ -85,7 +86,7 @@ def test_maps_added_to_a_scan_are_encrypted_parts_of_it_and_say_how_made(vault, 
 def test_an_item_with_maps_keeps_them_unless_asked_to_replace_them(vault, tmp_path):
     image = np.random.default_rng(2).random(SHAPE).astype(np.float32)
     first, made = _maps(3)
-    item = vault.add_synthetic(image, np.eye(4), {"seed": 2}, tissue=first)
+    item = vault.add_synthetic(Volume(image, np.eye(4), provenance={"seed": 2}, tissue=first))
     before = _files(vault)
     second, made = _maps(4)
     with pytest.raises(InvalidRequest, match="already has tissue maps"):

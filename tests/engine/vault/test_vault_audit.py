@@ -7,6 +7,7 @@ import pytest
 from vault_testutil import PASSPHRASE
 
 from engine.errors import VaultCorrupted, VaultLocked
+from engine.nifti.volume import Volume
 from engine.vault import Vault
 
 
@@ -25,7 +26,7 @@ def busy_vault(vault, make_nifti, tmp_path):
     info = vault.import_nifti(path, patient={"name": "Quux^Zebulon", "id": "ZQ-991"})
     vault.open_item(info.id)
     vault.export(info.id, tmp_path / "Zebulon exports", deidentify=True)
-    syn = vault.add_synthetic(np.zeros((4, 4, 4)), np.eye(4), {"seed": 1})
+    syn = vault.add_synthetic(Volume(np.zeros((4, 4, 4)), np.eye(4), provenance={"seed": 1}))
     vault.delete(syn.id)
     vault.lock()
     with pytest.raises(VaultLocked):

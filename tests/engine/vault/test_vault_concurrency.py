@@ -12,6 +12,7 @@ from vault_testutil import PASSPHRASE
 
 from engine.cli import main
 from engine.errors import VaultLocked
+from engine.nifti.volume import Volume
 from engine.vault import Vault
 
 _FORK = multiprocessing.get_context("fork")
@@ -55,7 +56,7 @@ def test_second_writer_gets_a_clear_message_and_nothing_is_corrupted(vault, make
     with pytest.raises(VaultLocked, match=message):
         other.import_nifti(path)
     with pytest.raises(VaultLocked, match=message):
-        other.add_synthetic(np.zeros((4, 4, 4)), np.eye(4), {"seed": 2})
+        other.add_synthetic(Volume(np.zeros((4, 4, 4)), np.eye(4), provenance={"seed": 2}))
     with pytest.raises(VaultLocked, match=message):
         other.change_passphrase(PASSPHRASE, "another fine passphrase")
     # reading is never blocked by a writer

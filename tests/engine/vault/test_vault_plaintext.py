@@ -11,6 +11,7 @@ import pytest
 from vault_testutil import FAST_KDF, PASSPHRASE
 
 from engine.errors import VaultLocked
+from engine.nifti.volume import Volume
 from engine.vault import Vault
 
 NAME = "Quuxley^Zebediah"
@@ -47,7 +48,9 @@ def test_no_plaintext_in_vault_or_temporary_folders(tmp_path, monkeypatch, make_
     # The same voxels as .nii.gz: the same volume to the duplicate check, stored again on purpose here.
     vault.import_nifti(gz, patient={"name": NAME}, label=NAME, allow_duplicate=True)
     series = vault.import_dicom(folder)
-    vault.add_synthetic(np.zeros((4, 4, 4)), np.eye(4), {"note": MARKER.decode(), "operator": NAME})
+    vault.add_synthetic(
+        Volume(np.zeros((4, 4, 4)), np.eye(4), provenance={"note": MARKER.decode(), "operator": NAME})
+    )
     opened = vault.open_item(series.id)  # a view decrypts into memory only
     vault.verify()
     vault.lock()

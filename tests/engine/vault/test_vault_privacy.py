@@ -17,6 +17,7 @@ from vault_testutil import PASSPHRASE
 
 from engine.cli import main
 from engine.errors import DuplicateItem, InvalidRequest
+from engine.nifti.volume import Volume
 from engine.vault import Vault
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -142,7 +143,9 @@ def test_details_can_be_edited_after_import(vault, make_nifti, run):
     )
     with pytest.raises(InvalidRequest, match="not a valid date"):
         v.update_item(info.id, study={"date": "yesterday"})
-    synthetic = v.add_synthetic(np.random.default_rng(5).random((4, 4, 4)), np.eye(4), {"seed": 1})
+    synthetic = v.add_synthetic(
+        Volume(np.random.default_rng(5).random((4, 4, 4)), np.eye(4), provenance={"seed": 1})
+    )
     with pytest.raises(InvalidRequest, match="has no patient"):
         v.update_item(synthetic.id, patient={"name": "Doe^Jane"})
     assert [e.event for e in v.audit_trail().entries].count("edit") == 1
@@ -168,10 +171,10 @@ def test_the_same_volume_twice_is_refused_unless_asked(vault, make_nifti, run):
         v.import_nifti(path)
     assert caught.value.existing == first.id and set((v.path / "blobs").iterdir()) == blobs
     data = np.random.default_rng(1).random((4, 4, 4))
-    v.add_synthetic(data, np.eye(4), {"seed": 1})
+    v.add_synthetic(Volume(data, np.eye(4), provenance={"seed": 1}))
     with pytest.raises(DuplicateItem):
-        v.add_synthetic(data, np.eye(4), {"seed": 1})
-    v.add_synthetic(data, np.eye(4), {"seed": 1}, allow_duplicate=True)
+        v.add_synthetic(Volume(data, np.eye(4), provenance={"seed": 1}))
+    v.add_synthetic(Volume(data, np.eye(4), provenance={"seed": 1}), allow_duplicate=True)
     assert len(v.items()) == 3
     v.lock()
     rc, _, err = run("import", str(path))
@@ -201,7 +204,7 @@ def test_one_volume_saved_to_two_files_is_one_volume_to_the_vault(vault, tmp_pat
     assert caught.value.existing == first.id
     # The app's own "Save to Vault" of that volume is the same volume too.
     with pytest.raises(DuplicateItem):
-        v.add_synthetic(data, affine, provenance)
+        v.add_synthetic(Volume(data, affine, provenance=provenance))
     # Other voxels, or the same voxels from another seed, are another volume.
     changed = data.copy()
     changed[0, 0, 0] += 1

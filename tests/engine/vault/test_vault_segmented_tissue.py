@@ -12,6 +12,7 @@ import numpy as np
 from engine.anatomy.segment import METHOD, TissueMaps
 from engine.api import SamplingRequest, SamplingResult
 from engine.nifti.io import generated_volumes, read_provenance, save_volume, tissue_path
+from engine.nifti.volume import Volume
 
 NAMES = ("CSF", "GM", "WM", "brain")
 SHAPE = (6, 7, 5)
@@ -61,7 +62,9 @@ def test_a_cohort_item_with_segmented_maps_exports_them_saying_how_made(vault, t
     maps, record = _made()
     image = np.random.default_rng(5).random(SHAPE).astype(np.float32)
     # What the cohort writer stores: the image, its maps, and the how-made record in its provenance.
-    info = vault.add_synthetic(image, AFFINE, {"seed": 5, "tissue_maps_made": record}, tissue=maps)
+    info = vault.add_synthetic(
+        Volume(image, AFFINE, provenance={"seed": 5, "tissue_maps_made": record}, tissue=maps)
+    )
     assert set(info.tissue_maps) == set(NAMES)
     _, records = _exported_map_records(vault, info.id, tmp_path / "out")
     assert set(records) == set(NAMES)

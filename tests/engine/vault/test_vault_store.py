@@ -140,7 +140,7 @@ def test_synthetic_round_trip_and_always_marked(vault, tmp_path):
     volume = rng.normal(size=(9, 8, 7))  # float64 in, float32 stored
     affine = np.array([[1.5, 0, 0, -10.123456789], [0, 1.5, 0, 3.3], [0, 0, 2.0, 0.1], [0, 0, 0, 1]])
     provenance = {"model_id": "demo-ldm", "weights_sha256": "ab" * 32, "seed": 42, "steps": 50}
-    info = vault.add_synthetic(volume, affine, provenance)
+    info = vault.add_synthetic(Volume(volume, affine, provenance=provenance))
     assert info.kind == "synthetic" and info.is_synthetic and info.provenance == provenance
     opened = vault.open_item(info.id)
     assert np.array_equal(opened.data, volume.astype(np.float32))
@@ -217,7 +217,7 @@ def test_export_refuses_to_overwrite_and_rejects_bad_input(vault, make_nifti, tm
     with pytest.raises(InvalidRequest, match="JSON"):
         vault.import_nifti(path, patient={"name": object()})
     with pytest.raises(InvalidRequest, match="3\\+ dimensions"):
-        vault.add_synthetic(np.zeros((4, 4)), np.eye(4), {})
+        vault.add_synthetic(Volume(np.zeros((4, 4)), np.eye(4), provenance={}))
 
 
 def test_progress_is_reported_and_a_raising_callback_aborts_cleanly(vault, make_nifti):
@@ -245,7 +245,9 @@ def test_search_get_and_delete(vault, make_nifti):
     p2, _, _ = make_nifti("b.nii", seed=2)
     a = vault.import_nifti(p1, patient={"name": "Smith^Anna", "id": "A1"}, study={"description": "Knee"})
     b = vault.import_nifti(p2, patient={"name": "Jones^Bob"}, study={"description": "Brain MRI"})
-    s = vault.add_synthetic(np.zeros((4, 4, 4)), np.eye(4), {"model_id": "brain-ldm", "seed": 7})
+    s = vault.add_synthetic(
+        Volume(np.zeros((4, 4, 4)), np.eye(4), provenance={"model_id": "brain-ldm", "seed": 7})
+    )
     assert [i.id for i in vault.items()] == [a.id, b.id, s.id]
     assert [i.id for i in vault.search("smith")] == [a.id]
     assert [i.id for i in vault.search("BRAIN")] == [b.id, s.id]

@@ -12,6 +12,7 @@ import pytest
 from vault_testutil import FAST_KDF, PASSPHRASE
 
 from engine.errors import VaultCorrupted, VaultError, VaultLocked
+from engine.nifti.volume import Volume
 from engine.vault import Vault, crypto
 
 HEADER = len(crypto.MAGIC) + 56
@@ -47,8 +48,8 @@ def _assert_caught(vault: Vault, item_id: str, dest=None, *, verify: bool = True
 
 def test_every_single_byte_flip_in_a_small_item_is_caught(vault, record_property):
     volume = np.arange(4 * 4 * 4, dtype=np.float32).reshape(4, 4, 4)
-    info = vault.add_synthetic(volume, np.eye(4), {"seed": 1})
-    other = vault.add_synthetic(volume + 1, np.eye(4), {"seed": 2})
+    info = vault.add_synthetic(Volume(volume, np.eye(4), provenance={"seed": 1}))
+    other = vault.add_synthetic(Volume(volume + 1, np.eye(4), provenance={"seed": 2}))
     path = _blob(vault, info.id)
     original = path.read_bytes()
     flips = 0
@@ -66,7 +67,7 @@ def test_every_single_byte_flip_in_a_small_item_is_caught(vault, record_property
 
 def test_truncation_at_and_between_chunk_boundaries_is_caught(vault, tmp_path):
     volume = np.random.default_rng(0).random((32, 32, 20), dtype=np.float32)  # ~5 chunks
-    info = vault.add_synthetic(volume, np.eye(4), {"seed": 3})
+    info = vault.add_synthetic(Volume(volume, np.eye(4), provenance={"seed": 3}))
     path = _blob(vault, info.id)
     original = path.read_bytes()
     boundaries = [0, len(crypto.MAGIC), HEADER] + [HEADER + k * CHUNK_CT for k in range(1, 6)]
@@ -82,7 +83,7 @@ def test_truncation_at_and_between_chunk_boundaries_is_caught(vault, tmp_path):
 
 @pytest.mark.parametrize("extra", [b"\x00", b"x" * 16, bytes(CHUNK_CT)])
 def test_appended_bytes_are_caught(vault, extra, tmp_path):
-    info = vault.add_synthetic(np.ones((8, 8, 8)), np.eye(4), {"seed": 4})
+    info = vault.add_synthetic(Volume(np.ones((8, 8, 8)), np.eye(4), provenance={"seed": 4}))
     path = _blob(vault, info.id)
     with open(path, "ab") as fh:
         fh.write(extra)
@@ -91,8 +92,8 @@ def test_appended_bytes_are_caught(vault, extra, tmp_path):
 
 def test_two_items_files_swapped_are_caught(vault):
     # Same size, so only cryptography (per-item key and context) can tell them apart.
-    a = vault.add_synthetic(np.zeros((8, 8, 8)), np.eye(4), {"seed": 5})
-    b = vault.add_synthetic(np.ones((8, 8, 8)), np.eye(4), {"seed": 6})
+    a = vault.add_synthetic(Volume(np.zeros((8, 8, 8)), np.eye(4), provenance={"seed": 5}))
+    b = vault.add_synthetic(Volume(np.ones((8, 8, 8)), np.eye(4), provenance={"seed": 6}))
     pa, pb = _blob(vault, a.id), _blob(vault, b.id)
     assert pa.stat().st_size == pb.stat().st_size
     tmp = pa.with_suffix(".swap")
@@ -182,9 +183,9 @@ def test_index_damage_and_foreign_index_are_caught(tmp_path, vault, make_nifti):
 
 
 def test_files_copied_from_another_vault_do_not_decrypt(tmp_path, vault):
-    info = vault.add_synthetic(np.ones((8, 8, 8)), np.eye(4), {"seed": 7})
+    info = vault.add_synthetic(Volume(np.ones((8, 8, 8)), np.eye(4), provenance={"seed": 7}))
     twin = Vault.create(tmp_path / "twin", PASSPHRASE, kdf=FAST_KDF)
-    twin_info = twin.add_synthetic(np.zeros((8, 8, 8)), np.eye(4), {"seed": 8})
+    twin_info = twin.add_synthetic(Volume(np.zeros((8, 8, 8)), np.eye(4), provenance={"seed": 8}))
     shutil.copy(_blob(vault, info.id), _blob(twin, twin_info.id))
     with pytest.raises(VaultCorrupted, match=twin_info.id):
         twin.open_item(twin_info.id)
@@ -200,7 +201,7 @@ def test_missing_header_is_a_clear_error(vault):
 @pytest.mark.slow
 def test_1000_random_flips_in_a_100mb_item_are_caught(vault, record_property):
     volume = np.ones((256, 256, 400), dtype=np.float32)  # 104.9 MB of voxels
-    info = vault.add_synthetic(volume, np.eye(4), {"seed": 9})
+    info = vault.add_synthetic(Volume(volume, np.eye(4), provenance={"seed": 9}))
     del volume
     path = _blob(vault, info.id)
     size = path.stat().st_size

@@ -21,6 +21,7 @@ from engine.nifti.io import (
     sidecar_path,
     tissue_path,
 )
+from engine.nifti.volume import Volume
 from engine.vault import Vault, nifti
 from engine.vault.item_index import find_record
 from engine.vault.payload import iter_part
@@ -50,7 +51,7 @@ def _blob(vault: Vault, item_id: str, part_name: str):
 
 def test_maps_round_trip_through_lock_unlock_and_export(vault, tmp_path):
     image, maps, provenance = _generated()
-    info = vault.add_synthetic(image, AFFINE, provenance, tissue=maps)
+    info = vault.add_synthetic(Volume(image, AFFINE, provenance=provenance, tissue=maps))
     assert info.tissue_maps == NAMES and info.kind == "synthetic"
     assert info.size_bytes == 5 * (352 + 4 * image.size)
     vault.lock()
@@ -95,7 +96,7 @@ def test_maps_round_trip_through_lock_unlock_and_export(vault, tmp_path):
 
 def test_items_without_maps_are_stored_exactly_as_before(vault, tmp_path):
     image, _, provenance = _generated(1, space=None)
-    info = vault.add_synthetic(image, AFFINE, provenance)
+    info = vault.add_synthetic(Volume(image, AFFINE, provenance=provenance))
     assert info.tissue_maps == ()
     rec = find_record(vault.state, info.id)
     assert [p["name"] for p in rec["parts"]] == ["volume"]
@@ -113,16 +114,16 @@ def test_items_without_maps_are_stored_exactly_as_before(vault, tmp_path):
 
 def test_the_sform_code_follows_the_space_without_maps(vault, tmp_path):
     image, _, provenance = _generated(2)
-    info = vault.add_synthetic(image, AFFINE, provenance)
+    info = vault.add_synthetic(Volume(image, AFFINE, provenance=provenance))
     header = nib.load(vault.export(info.id, tmp_path / "out").files[0]).header
     assert (int(header["sform_code"]), int(header["qform_code"])) == (4, 1)
 
 
 def test_a_tampered_or_swapped_map_is_caught_and_delete_removes_the_maps(vault, tmp_path):
     image, maps, provenance = _generated(3)
-    info = vault.add_synthetic(image, AFFINE, provenance, tissue=maps)
+    info = vault.add_synthetic(Volume(image, AFFINE, provenance=provenance, tissue=maps))
     other_image, other_maps, other_provenance = _generated(4)
-    other = vault.add_synthetic(other_image, AFFINE, other_provenance, tissue=other_maps)
+    other = vault.add_synthetic(Volume(other_image, AFFINE, provenance=other_provenance, tissue=other_maps))
     gm = _blob(vault, info.id, "tissue/GM")
     raw = bytearray(gm.read_bytes())
     raw[len(raw) // 2] ^= 0x01
@@ -172,7 +173,7 @@ def test_bad_maps_are_refused_and_nothing_is_stored(vault):
     ]
     for tissue, message in bad:
         with pytest.raises(InvalidRequest, match=message):
-            vault.add_synthetic(image, AFFINE, provenance, tissue=tissue)
+            vault.add_synthetic(Volume(image, AFFINE, provenance=provenance, tissue=tissue))
     assert vault.items() == [] and not list((vault.path / "blobs").iterdir())
 
 
@@ -234,7 +235,7 @@ def test_a_vault_made_before_maps_opens_and_reads(tmp_path):
     """Items stored with the format as it was (no tissue parts, no new index fields) open unchanged."""
     vault = Vault.create(tmp_path / "v", PASSPHRASE, kdf=FAST_KDF)
     image, _, provenance = _generated(7, space=None)
-    item = vault.add_synthetic(image, AFFINE, provenance)
+    item = vault.add_synthetic(Volume(image, AFFINE, provenance=provenance))
     rec = find_record(vault.state, item.id)
     assert set(rec) == {
         "id", "kind", "label", "source", "original_name", "patient", "study", "provenance", "volume",
