@@ -1,10 +1,14 @@
 """The generation form: the one owner of what the next generation request will be (Qt-free).
 
-Model, sampler, steps, seed, guidance, batch, device, conditioning and optimization settings live here and
-nowhere else. The Generate and Optimization panels are views of the form (they write what the user changes
-and redraw on ``changed``); the main window, the Compare window and the engine-server controller read it.
-``to_request()`` builds the engine's ``SamplingRequest``; ``to_dict()``/``restore()`` keep it across
-restarts.
+The form holds a request draft (``draft``, the engine's ``SamplingRequest``: sampler, steps, seed, guidance,
+batch, conditioning, modality, output size, voxel spacing) and its own app state: the model source, the device,
+the optimization settings as the user set them (refused ones included: a block says why, and an XLA server
+receives none), the preview setting and the XLA plan with the server it was chosen for. ``form.steps`` and the
+other request fields read the draft; ``set`` edits it, the engine's validation refusing a bad value at once.
+The Generate and Optimization panels are views of the form (they write what the user changes and redraw on
+``changed``); the main window, the Compare window, the Cohort dialog and the engine-server controller read it.
+``to_request()`` is the draft with the app state filled in; ``to_dict()``/``restore()`` keep it across
+restarts, with the values set for each model (a model chosen again gets its own values back).
 
 Anything that makes the form unusable for the chosen target (refused optimization settings, a model the
 chosen engine server lacks) is a *block*: a reason keyed by who set it, shown on the Generate button.
@@ -35,23 +39,45 @@ PREVIEW_CHOICES = (
     (-10, "About 10 per run"),
     (1, "Every step"),
 )
-FIELDS = (
+#: The request fields the form edits in its draft, and those that are the form's own (app state).
+DRAFT_FIELDS = (
     "sampler",
     "steps",
     "seed",
     "guidance_scale",
     "batch_size",
-    "device",
     "conditioning",
-    "optimization",
-    "preview_interval",
     # For models that let a request choose (NV-Generate-MR-Brain): "" / None mean the model's default.
     "modality",
     "output_size",
     "voxel_spacing_mm",
+)
+FIELDS = (
+    *DRAFT_FIELDS,
+    "device",
+    "optimization",
+    "preview_interval",
     # An XLA engine server's plan over its devices ("" = one device), for the device it was chosen for.
     "xla_plan",
 )
+#: What a model's values are (``set_model`` puts them back when that model is chosen again); the first five are
+#: also kept across restarts.
+MODEL_VALUES = (
+    "sampler",
+    "steps",
+    "guidance_scale",
+    "conditioning",
+    "modality",
+    "output_size",
+    "voxel_spacing_mm",
+)
+_SAVED_MODEL_VALUES: dict[str, type | tuple[type, ...]] = {
+    "sampler": str,
+    "steps": int,
+    "guidance_scale": (int, float),
+    "conditioning": Mapping,
+    "modality": str,
+}
 MAX_SEED = 2**31 - 1
 # Settings whose speed and quality are the model's own (measured per model): a switch of model drops them,
 # with the PSNR budgets that mean nothing without them.
@@ -111,19 +137,14 @@ class GenerationForm:
     """
 
     def __init__(self) -> None:
+        from engine.api import SamplingRequest
+
         self.model: Any | None = None  # engine ModelSource (or app/remote's RemoteModelSource)
-        self.sampler = ""
-        self.steps = 0
-        self.seed = 0
-        self.guidance_scale: float | None = None  # None: the model's default
-        self.batch_size = 1
+        # The request being written: its model, previews, plan and optimization are filled in by to_request.
+        self.draft = SamplingRequest()
         self.device = "auto"
-        self.conditioning: dict[str, float] = {}
-        self.optimization: dict[str, Any] = {}  # OptimizationConfig fields; {} is exact fp32
+        self.optimization: dict[str, Any] = {}  # OptimizationConfig fields as set; {} is exact fp32
         self.preview_interval = AUTO_PREVIEW
-        self.modality = ""
-        self.output_size: tuple[int, int, int] | None = None
-        self.voxel_spacing_mm: tuple[float, float, float] | None = None
         # The plan belongs to the server (device) it was chosen for: choosing another device clears it,
         # and xla_plan_cleared says why until the next plan is chosen or the note is dismissed.
         self.xla_plan = ""
@@ -133,12 +154,25 @@ class GenerationForm:
         self._cleared_plan = ("", "")  # (plan, device) of the plan a change of device cleared
         self._blocks: dict[str, str] = {}
         self.switch_note = ""  # what the last switch of model reset or dropped, for the user ("" if nothing)
-        self._saved_per_model: dict[str, dict[str, Any]] = {}  # restored values waiting for their model
+        # Each model's values (MODEL_VALUES) by model id: set for it in this session, or restored from the settings.
+        self._per_model: dict[str, dict[str, Any]] = {}
         # What each connected engine server said of itself (GET /info's details: its hardware probe, XLA
         # devices...), by device id: what the settings will meet there. Set by app/remote.
         self.server_details: dict[str, dict[str, Any]] = {}
         self.changed = Event()
         self.blocks_changed = Event()
+
+    # -- the draft's fields, read through ------------------------------------------------------------
+
+    sampler = property(lambda self: self.draft.sampler, doc='"" is the model\'s default')
+    steps = property(lambda self: self.draft.steps, doc="0 is the model's default")
+    seed = property(lambda self: self.draft.seed)
+    guidance_scale = property(lambda self: self.draft.guidance_scale, doc="None: the model's default")
+    batch_size = property(lambda self: self.draft.batch_size)
+    conditioning = property(lambda self: self.draft.conditioning, doc="condition name -> value")
+    modality = property(lambda self: self.draft.modality, doc='"" is the model\'s default')
+    output_size = property(lambda self: self.draft.output_size, doc="None is the model's default")
+    voxel_spacing_mm = property(lambda self: self.draft.voxel_spacing_mm, doc="None is the model's default")
 
     # -- editing -------------------------------------------------------------------------------------
 
@@ -146,8 +180,9 @@ class GenerationForm:
         """Set fields by name; emits ``changed(name)`` for each one that really changed.
 
         Raises:
-            ValueError: an unknown field, or a conditioning value outside the model's allowed range (the
-                message names the range, so a view can show it instead of silently clamping).
+            ValueError: an unknown field, a conditioning value outside the model's allowed range (the
+                message names the range, so a view can show it instead of silently clamping), or a value
+                the request refuses (``InvalidRequest``, which is a ValueError); the field keeps its value.
         """
         for name, value in values.items():
             if name not in FIELDS:
@@ -169,21 +204,25 @@ class GenerationForm:
             elif name == "xla_plan":
                 self.use_xla_plan(str(value or ""), self.device)
                 continue
-            if getattr(self, name) != value:
+            if getattr(self, name) == value:
+                continue
+            if name in DRAFT_FIELDS:
+                self.draft = self.draft.replace(**{name: value})
+            else:
                 setattr(self, name, value)
-                self.changed.emit(name)
-                if name == "device" and self.xla_plan and value != self.xla_plan_device:
-                    self._cleared_plan = (self.xla_plan, self.xla_plan_device)
-                    self.clear_xla_plan(
-                        f"Plan {self.xla_plan} cleared: it was for {_device_name(self.xla_plan_device)}; "
-                        "the next run uses one device."
-                    )
-                elif name == "device" and self.xla_plan_cleared and self._cleared_plan[1] == value:
-                    # Back on the plan's server: "it was for the server X" would read as stale there.
-                    self.clear_xla_plan(
-                        f"Plan {self._cleared_plan[0]} was cleared when another device was chosen: the next "
-                        "run here uses one device (Use this plan in the Plan view sets it again)."
-                    )
+            self.changed.emit(name)
+            if name == "device" and self.xla_plan and value != self.xla_plan_device:
+                self._cleared_plan = (self.xla_plan, self.xla_plan_device)
+                self.clear_xla_plan(
+                    f"Plan {self.xla_plan} cleared: it was for {_device_name(self.xla_plan_device)}; "
+                    "the next run uses one device."
+                )
+            elif name == "device" and self.xla_plan_cleared and self._cleared_plan[1] == value:
+                # Back on the plan's server: "it was for the server X" would read as stale there.
+                self.clear_xla_plan(
+                    f"Plan {self._cleared_plan[0]} was cleared when another device was chosen: the next "
+                    "run here uses one device (Use this plan in the Plan view sets it again)."
+                )
 
     def use_xla_plan(self, plan: str, device: str, origin: str = "") -> None:
         """Run the next generations with ``plan`` (a name as ``volsynth plan`` prints it, or ``best``) on
@@ -216,38 +255,38 @@ class GenerationForm:
         self.set(conditioning={**self.conditioning, name: float(value)})
 
     def set_model(self, source: Any | None) -> None:
-        """Select a model; sampler, steps, guidance and conditioning go to its defaults (or to what was saved
-        for it last time)."""
+        """Select a model; sampler, steps, guidance, conditioning, modality, size and spacing go to what was set
+        for it before (in this session, or saved last time), else to its defaults."""
         if source is self.model:
             return
         previous, before = self.model, self._model_values()
+        if previous is not None:
+            self._per_model[previous.spec.id] = {name: before[name] for name in MODEL_VALUES}
         self.model = source
         self.switch_note = ""
         if source is not None:
             spec = source.spec
-            values: dict[str, Any] = {
-                "sampler": spec.default_sampler,
-                "steps": spec.default_steps,
-                "guidance_scale": spec.default_guidance_scale if spec.supports_guidance else 1.0,
-                "conditioning": {c.name: float(c.default) for c in spec.conditioning},
-                "modality": getattr(spec, "default_modality", ""),
-                "output_size": None,
-                "voxel_spacing_mm": None,
-            }
-            saved = self._saved_per_model.pop(spec.id, {})
-            for name, value in saved.items():
+            draft = self.draft.replace(
+                sampler=spec.default_sampler,
+                steps=spec.default_steps,
+                guidance_scale=spec.default_guidance_scale if spec.supports_guidance else 1.0,
+                conditioning={c.name: float(c.default) for c in spec.conditioning},
+                modality=getattr(spec, "default_modality", ""),
+                output_size=None,
+                voxel_spacing_mm=None,
+            )
+            for name, value in self._per_model.get(spec.id, {}).items():
                 try:
                     if name == "sampler" and value not in spec.samplers:
                         continue
                     if name == "modality" and value not in getattr(spec, "modality_names", ()):
                         continue
                     if name == "conditioning":
-                        value = self._checked_conditioning({**values["conditioning"], **value}, spec)
-                    values[name] = value
+                        value = self._checked_conditioning({**draft.conditioning, **value}, spec)
+                    draft = draft.replace(**{name: value})
                 except (TypeError, ValueError):
-                    continue  # an old saved value the model no longer allows: its default stands
-            for name, value in values.items():
-                setattr(self, name, value)
+                    continue  # a value the model (or the request) no longer allows: its default stands
+            self.draft = draft
             if previous is not None:
                 self.switch_note = self._switch_note(spec, before)
         if self.switch_note and QUANTIZATIONS & set(before["optimization"]):
@@ -256,9 +295,7 @@ class GenerationForm:
 
     def _model_values(self) -> dict[str, Any]:
         return {
-            "sampler": self.sampler,
-            "steps": self.steps,
-            "guidance_scale": self.guidance_scale,
+            **{name: getattr(self, name) for name in MODEL_VALUES},
             "conditioning": dict(self.conditioning),
             "optimization": dict(self.optimization),
         }
@@ -336,36 +373,24 @@ class GenerationForm:
         return self.model.spec.id if self.remote else str(self.model.path)
 
     def to_request(self, **overrides: Any):
-        """The engine's ``SamplingRequest`` (the engine validates it: InvalidRequest says what to fix).
+        """The engine's ``SamplingRequest``: the draft with the model reference, optimization settings, previews
+        and plan filled in (the engine validates it: InvalidRequest says what to fix).
 
         ``overrides`` replace request fields (the Compare window asks for batch 1 and no previews).
         """
-        from engine.api import SamplingRequest
-        from engine.api.optimization_config import OptimizationConfig
-
-        interval = preview_interval_for(self.preview_interval, self.steps)
         guidance = self.guidance_scale
         if self.model is not None and not self.model.spec.supports_guidance:
             guidance = 1.0
-        fields: dict[str, Any] = {
-            "model": self.model_reference(),
-            "sampler": self.sampler,
-            "steps": int(self.steps),
-            "seed": int(self.seed),
-            "conditioning": dict(self.conditioning),
-            "guidance_scale": guidance,
-            "batch_size": int(self.batch_size),
-            "optimization": OptimizationConfig.from_dict(sent)
-            if (sent := self.sent_optimization())
-            else OptimizationConfig(),
-            "preview_interval": int(interval),
-            "modality": self.modality,
-            "output_size": self.output_size,
-            "voxel_spacing_mm": self.voxel_spacing_mm,
-            "xla_plan": self.xla_plan if self.device == self.xla_plan_device else "",
-        }
-        fields.update(overrides)
-        return SamplingRequest(**fields)
+        return self.draft.replace(
+            **{
+                "model": self.model_reference(),
+                "guidance_scale": guidance,
+                "optimization": self.sent_optimization(),
+                "preview_interval": preview_interval_for(self.preview_interval, self.steps),
+                "xla_plan": self.xla_plan if self.device == self.xla_plan_device else "",
+                **overrides,
+            }
+        )
 
     # -- blocks --------------------------------------------------------------------------------------
 
@@ -397,7 +422,12 @@ class GenerationForm:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for the settings file. This computer's device is kept (the device list chooses Auto
-        at the next start if it is gone); an engine server is not (its token is kept in memory only)."""
+        at the next start if it is gone); an engine server is not (its token is kept in memory only). The
+        chosen model's values are at the top; ``models`` holds every model's (``MODEL_VALUES`` that are kept:
+        sampler, steps, guidance, conditioning, modality)."""
+        models = dict(self._per_model)
+        if self.model is not None:
+            models[self.model.spec.id] = self._model_values()
         return {
             "device": "auto" if self.remote else self.device,
             "model": self.model.spec.id if self.model is not None else "",
@@ -410,6 +440,10 @@ class GenerationForm:
             "optimization": dict(self.optimization),
             "modality": self.modality,
             "preview_interval": self.preview_interval,
+            "models": {
+                model_id: {name: values[name] for name in _SAVED_MODEL_VALUES if name in values}
+                for model_id, values in models.items()
+            },
         }
 
     def restore(self, saved: Mapping[str, Any]) -> str:
@@ -419,19 +453,12 @@ class GenerationForm:
             return ""
         saved_model = saved.get("model")
         model_id = saved_model if isinstance(saved_model, str) else ""
-        per_model = {
-            k: saved[k]
-            for k, kind in (
-                ("sampler", str),
-                ("steps", int),
-                ("guidance_scale", (int, float)),
-                ("conditioning", Mapping),
-                ("modality", str),
-            )
-            if isinstance(saved.get(k), kind) and not isinstance(saved.get(k), bool)
-        }
-        if model_id and per_model:
-            self._saved_per_model[model_id] = per_model
+        models = saved.get("models")
+        for other_id, values in models.items() if isinstance(models, Mapping) else ():
+            if isinstance(other_id, str) and isinstance(values, Mapping):
+                self._per_model.setdefault(other_id, {}).update(_model_values_of(values))
+        if model_id:  # the chosen model's values at the top (as every version wrote them)
+            self._per_model.setdefault(model_id, {}).update(_model_values_of(saved))
         general: dict[str, Any] = {}  # keyword arguments of set(): seed, batch size, optimization, device
         seed = saved.get("seed")
         if isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED:
@@ -448,7 +475,17 @@ class GenerationForm:
         if isinstance(device, str) and device and not device.startswith(REMOTE_PREFIX):
             general["device"] = device
         self.set(**general)
-        if self.model is not None and self.model.spec.id in self._saved_per_model:
+        if self.model is not None and self.model.spec.id in self._per_model:
             current, self.model = self.model, None
             self.set_model(current)  # the saved values of the model already selected apply now
         return model_id
+
+
+def _model_values_of(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """The model values of a saved form that have the right types (a hand-edited settings file must not stop the
+    app; ``set_model`` drops those the model no longer allows)."""
+    return {
+        name: saved[name]
+        for name, kind in _SAVED_MODEL_VALUES.items()
+        if isinstance(saved.get(name), kind) and not isinstance(saved.get(name), bool)
+    }

@@ -55,13 +55,55 @@ def test_out_of_range_conditioning_is_refused_with_the_range(latent):
         form.set_condition("age", 50)
 
 
-def test_engine_validation_errors_reach_the_caller(latent):
+def test_engine_validation_errors_reach_the_caller_as_the_draft_is_edited(latent):
     from engine.errors import InvalidRequest
 
     form = _form(latent)
-    form.set(seed=-1)
+    form.set(seed=5)
+    seen = []
+    form.changed.connect(seen.append)
     with pytest.raises(InvalidRequest, match="seed"):
-        form.to_request()
+        form.set(seed=-1)  # the draft is a request: it refuses at once, not at Generate
+    assert form.seed == 5 and form.to_request().seed == 5 and seen == []
+
+
+def test_the_form_edits_one_request_draft(latent):
+    from engine.api import SamplingRequest
+
+    form = _form(latent)
+    form.set(steps=12, seed=3, optimization={"tf32": True}, preview_interval=0)
+    assert isinstance(form.draft, SamplingRequest) and (form.draft.steps, form.draft.seed) == (12, 3)
+    assert form.steps is form.draft.steps and form.conditioning is form.draft.conditioning
+    # to_request is the draft with the app state filled in: model reference, optimization, previews, plan
+    assert form.to_request() == form.draft.replace(
+        model=str(latent.path), optimization={"tf32": True}, preview_interval=0
+    )
+
+
+def test_a_models_values_come_back_when_it_is_chosen_again(registry, latent):
+    pixel = next(m for m in registry.list() if m.id == "tiny-pixel")
+    form = _form(latent)
+    form.set(steps=7, guidance_scale=2.5, seed=9)
+    form.set_condition("ventricle_volume", 60.0)
+    form.set_model(pixel)
+    assert form.steps == pixel.spec.default_steps  # the other model starts from its own defaults
+    form.set(steps=4)
+    form.set_model(latent)
+    assert (form.steps, form.guidance_scale, form.seed) == (
+        7,
+        2.5,
+        9,
+    )  # the seed is the form's, not the model's
+    assert form.conditioning["ventricle_volume"] == 60.0
+    form.set_model(pixel)
+    assert form.steps == 4
+    # and across a restart: every model's values are saved, not only the chosen one's
+    restored = GenerationForm()
+    restored.restore(json.loads(json.dumps(form.to_dict())))
+    restored.set_model(latent)
+    assert restored.steps == 7 and restored.conditioning["ventricle_volume"] == 60.0
+    restored.set_model(pixel)
+    assert restored.steps == 4
 
 
 def test_blocks_are_kept_per_source_and_reported_together(latent):
