@@ -1,4 +1,9 @@
-"""The Cohort dialog: write a cohort spec, run it (locally or on a Ray cluster), watch it, open its volumes."""
+"""The Cohort dialog: write a cohort spec, run it (locally or on a Ray cluster), watch it, open its volumes.
+
+What every volume is (model, sampler, steps, guidance, modality, size, spacing, optimization settings) is the
+Generate panel's, read from the generation form whenever it changes and again at Run: the dialog shows it and
+keeps no copy. Seeds, draws, how the conditions vary, the device and a typed plan are the dialog's own.
+"""
 
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ from app.cohort.draft import (
     MODES,
     CohortDraft,
     DeviceChoice,
+    default_name,
     estimate_seconds,
     last_step_seconds,
     load_montage,
@@ -44,6 +50,7 @@ from app.cohort.draft import (
     montage_caption,
     montage_picks,
     parallel_workers,
+    settings_text,
     step_device_kind,
     torch_settings_problem,
 )
@@ -181,6 +188,8 @@ class CohortDialog(QDialog):
         self.state, self.runner, self.open_path = state, runner, open_path
         self.setWindowTitle("Cohort")
         self.draft = CohortDraft.from_form(state.form)
+        # The name and output folder follow the model until the user writes their own.
+        self.name_typed = self.out_typed = False
         self.machine = local_devices()
         self.choice = DeviceChoice()
         self.step_s = last_step_seconds(state.volumes, step_device_kind(self.choice, self.machine))
@@ -194,6 +203,7 @@ class CohortDialog(QDialog):
         self._build()
         self._offer_form_plan()
         self._on_device_edited()
+        state.form.changed.connect(self._on_form_changed)
 
     # -- layout ----------------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -212,13 +222,21 @@ class CohortDialog(QDialog):
         outer = QVBoxLayout(content)
         spec_box = QGroupBox("Cohort")
         form = QFormLayout(spec_box)
+        self.spec_form = form
         self.name_edit = QLineEdit(self.draft.name)
+        self.name_edit.textEdited.connect(self._on_name_typed)
         form.addRow("Name", self.name_edit)
-        model = self.state.form.model
-        self.model_label = QLabel(model.spec.name if model is not None else "no model selected")
+        self.model_label = QLabel()
+        self.model_label.setObjectName("cohortModel")
         form.addRow("Model", self.model_label)
         self.sampler_label = QLabel()
+        self.sampler_label.setObjectName("cohortSampling")
+        self.sampler_label.setWordWrap(True)
         form.addRow("Sampling", self.sampler_label)
+        self.optimization_label = QLabel()
+        self.optimization_label.setObjectName("cohortOptimization")
+        self.optimization_label.setWordWrap(True)
+        form.addRow("Optimization", self.optimization_label)
         self.seeds_spin = QSpinBox()
         self.seeds_spin.setRange(1, 10_000)
         self.seeds_spin.setValue(2)
@@ -231,11 +249,8 @@ class CohortDialog(QDialog):
         self.draw_seed_spin.setRange(0, 2**31 - 1)
         form.addRow("Draw seed", self.draw_seed_spin)
         self.rows: list[ConditionRow] = []
-        if model is not None:
-            for cond in model.spec.conditioning:
-                row = ConditionRow(cond, self.draft.conditions[cond.name].a, self._on_draft_edited)
-                self.rows.append(row)
-                form.addRow(cond.label, row)
+        self._first_condition_row = form.rowCount()  # the conditions' rows start here
+        self._add_condition_rows()
         for widget in (self.seeds_spin, self.draws_spin, self.draw_seed_spin):
             widget.valueChanged.connect(self._on_draft_edited)
         self.name_edit.textChanged.connect(self._on_draft_edited)
@@ -246,7 +261,8 @@ class CohortDialog(QDialog):
 
         run_box = QGroupBox("Run")
         grid = QGridLayout(run_box)
-        self.out_edit = QLineEdit(str(Path.home() / "volsynth-cohorts" / self.draft.name))
+        self.out_edit = QLineEdit(self._default_out())
+        self.out_edit.textEdited.connect(self._on_out_typed)
         self.browse_button = browse = QPushButton("Browse...")
         browse.clicked.connect(self._on_browse_clicked)
         grid.addWidget(QLabel("Output folder"), 0, 0)
@@ -309,6 +325,31 @@ class CohortDialog(QDialog):
         montage_column.addWidget(self.montage_caption)
         done_layout.addLayout(montage_column, 2)
         outer.addWidget(done_box, 1)
+
+    def _add_condition_rows(self) -> None:
+        """A row per condition of the model, at the draft's values, above the volume count."""
+        model = self.state.form.model
+        for cond in model.spec.conditioning if model is not None else ():
+            if cond.name in self.draft.conditions:
+                row = ConditionRow(cond, self.draft.conditions[cond.name].a, self._on_draft_edited)
+                self.spec_form.insertRow(self._first_condition_row + len(self.rows), cond.label, row)
+                self.rows.append(row)
+
+    def _replace_condition_rows(self) -> None:
+        """Another model: its conditions, from the start (the last model's grids mean nothing here)."""
+        for row in self.rows:
+            self.spec_form.removeRow(row)
+        self.rows = []
+        self._add_condition_rows()
+
+    def _default_out(self) -> str:
+        return str(Path.home() / "volsynth-cohorts" / self.draft.name)
+
+    def _on_name_typed(self, _text: str) -> None:
+        self.name_typed = True
+
+    def _on_out_typed(self, _text: str) -> None:
+        self.out_typed = True
 
     def _build_device_rows(self, grid: QGridLayout, row: int) -> None:
         """Rows ``row``..``row + 3``: the device (and on XLA the device count), on XLA the plan and what the
@@ -434,8 +475,8 @@ class CohortDialog(QDialog):
 
     def _guidance_scale(self) -> float:
         """The guidance each volume runs with: the Generate panel's, else the model's default."""
-        if self.draft.guidance_scale is not None:
-            return float(self.draft.guidance_scale)
+        if self.draft.request.guidance_scale is not None:
+            return float(self.draft.request.guidance_scale)
         model = self.state.form.model
         spec = model.spec if model is not None else None
         return float(spec.default_guidance_scale) if spec is not None and spec.supports_guidance else 1.0
@@ -456,7 +497,10 @@ class CohortDialog(QDialog):
         problem = self._plan_problem()
         if problem:
             return problem
-        if torch_settings_problem(self.draft.optimization) and not self.drop_settings_check.isChecked():
+        if (
+            torch_settings_problem(self.draft.request.optimization)
+            and not self.drop_settings_check.isChecked()
+        ):
             return "Torch optimization settings cannot run on XLA devices (see above)"
         return ""
 
@@ -485,7 +529,7 @@ class CohortDialog(QDialog):
             self.plan_note.setText(text)
             colour = NOTE_COLOUR if problem else ""
             self.plan_note.setStyleSheet(f"color: {colour};" if colour else "")
-        torch_problem = torch_settings_problem(self.draft.optimization) if on_xla else ""
+        torch_problem = torch_settings_problem(self.draft.request.optimization) if on_xla else ""
         self.torch_note.setText(
             torch_problem + " Change them in the Generate panel, choose CPU or CUDA, or run without them."
             if torch_problem
@@ -500,7 +544,7 @@ class CohortDialog(QDialog):
         self._update_run_button()
 
     def _update_run_button(self) -> None:
-        problem = self.device_problem()
+        problem = self.draft.problem or self.device_problem()
         self.run_button.setEnabled(self.job is None and not problem)
         self.run_button.setToolTip(f"Cannot run: {problem}" if problem else "")
 
@@ -516,17 +560,27 @@ class CohortDialog(QDialog):
 
     def _on_draft_edited(self, *_args) -> None:
         self._read_widgets()
-        d = self.draft
-        steps = d.steps or (self.state.form.model.spec.default_steps if self.state.form.model else 0)
+        d, request = self.draft, self.draft.request
+        model = self.state.form.model
+        steps = request.steps or (model.spec.default_steps if model is not None else 0)
+        self.model_label.setText(model.spec.name if model is not None else "no model selected")
         output = ""
-        if d.modality:  # the model chooses per request: say what every volume of the cohort will be
-            output += f", {modality_title(d.modality)}"
-        if d.output_size:
-            output += ", " + "\u00d7".join(str(n) for n in d.output_size)
+        if request.modality:  # the model chooses per request: say what every volume of the cohort will be
+            output += f", {modality_title(request.modality)}"
+        if request.output_size:
+            output += ", " + "\u00d7".join(str(n) for n in request.output_size)
+        if request.voxel_spacing_mm:
+            output += " at " + "\u00d7".join(f"{v:g}" for v in request.voxel_spacing_mm) + " mm"
+        guidance = "default" if request.guidance_scale is None else f"{request.guidance_scale:g}"
         self.sampler_label.setText(
-            f"{d.sampler or 'default sampler'}, {steps} steps, guidance "
-            f"{'default' if d.guidance_scale is None else f'{d.guidance_scale:g}'}{output} (from the Generate panel)"
+            f"{request.sampler or 'default sampler'}, {steps} steps, guidance {guidance}{output} "
+            "(from the Generate panel)"
         )
+        self.optimization_label.setText(
+            f"{settings_text(request.optimization)} (from the Generate panel)"
+            + (f". Cannot run: {d.problem}" if d.problem else "")
+        )
+        self.optimization_label.setStyleSheet(f"color: {NOTE_COLOUR};" if d.problem else "")
         self.draws_spin.setEnabled(d.has_distribution)
         count = d.count
         kind = step_device_kind(self.choice, self.machine)
@@ -547,15 +601,17 @@ class CohortDialog(QDialog):
             self.out_edit.setText(folder)
 
     def _on_run_clicked(self) -> None:
+        self._follow_form()  # what the Generate panel holds now, whatever was said of it before
         self._read_widgets()
         self._read_device()
-        problem = self.device_problem()
+        problem = self.draft.problem or self.device_problem()
         if problem:
             self.status.setText(f"Cannot run: {problem}")
             return
         draft = self.draft
         if self.choice.device == "xla" and self.drop_settings_check.isChecked():
-            draft = dataclasses.replace(draft, optimization={})  # the engine refuses torch settings on XLA
+            # the engine refuses torch settings on XLA
+            draft = dataclasses.replace(draft, request=draft.request.replace(optimization={}))
         try:
             spec = draft.to_spec()
         except EngineError as exc:
@@ -626,8 +682,8 @@ class CohortDialog(QDialog):
 
     def _on_cohort_ended(self) -> None:
         self.job = None
-        self._update_run_button()
         self.stop_button.setEnabled(False)
+        self._follow_form()  # what changed in the Generate panel while the cohort ran
 
     # -- results ---------------------------------------------------------------------------------------
     def _on_done_item_activated(self, item: QListWidgetItem) -> None:
@@ -665,19 +721,21 @@ class CohortDialog(QDialog):
             self._follow_form()
         super().showEvent(event)
 
+    def _on_form_changed(self, _name: str) -> None:
+        if self.job is None:  # a running cohort keeps what it started with; the dialog follows when it ends
+            self._follow_form()
+
     def _follow_form(self) -> None:
-        """Opened again: the Generate panel's sampling and optimization settings and its Plan view plan as
-        they are now (the conditions stay as written here, for the same model)."""
-        fresh = CohortDraft.from_form(self.state.form)
-        if fresh.model == self.draft.model:
-            d = self.draft
-            d.sampler, d.steps, d.guidance_scale = fresh.sampler, fresh.steps, fresh.guidance_scale
-            d.optimization = fresh.optimization
-            d.modality, d.output_size, d.voxel_spacing_mm = (
-                fresh.modality,
-                fresh.output_size,
-                fresh.voxel_spacing_mm,
-            )
+        """The Generate panel's request as it is now (model, sampler, steps, guidance, modality, size, spacing,
+        optimization settings) and its Plan view plan; another model's conditions from the start, and its name
+        and output folder unless the user wrote their own."""
+        if self.draft.follow(self.state.form):
+            self._replace_condition_rows()
+            if not self.name_typed:
+                self.name_edit.setText(default_name(self.state.form))
+                self.draft.name = self.name_edit.text()
+            if not self.out_typed:
+                self.out_edit.setText(self._default_out())
         self._offer_form_plan()
         self._on_device_edited()
 

@@ -1,6 +1,9 @@
 """What the Cohort dialog edits, without Qt: a cohort spec being written, its count and time estimate.
 
-Each of the model's conditions is ``default`` (the model's default), ``fixed`` (one value), ``grid``
+The request every volume is made from is the generation form's (:func:`cohort_template`: model, sampler,
+steps, guidance, modality, size, spacing and optimization settings, as the Generate panel holds them); the
+draft holds it as it is (``request``) and only what is the cohort's own beside it: its name, seeds, draws and
+how each of the model's conditions varies: ``default`` (the model's default), ``fixed`` (one value), ``grid``
 (``a`` to ``b`` in ``n`` steps), ``normal`` (mean ``a``, sd ``b``) or ``uniform`` (``a`` to ``b``).
 ``to_spec()`` builds the engine's :class:`engine.cohort.spec.CohortSpec`, which validates everything.
 """
@@ -48,56 +51,83 @@ class ConditionDraft:
         return int(self.n) if self.mode == "grid" else 1
 
 
+def cohort_template(form) -> tuple[Any, str]:
+    """The generation form's request as a cohort's template (``engine.api.SamplingRequest``), and why it cannot
+    run ("" when it can). What the Generate panel holds goes to every volume: model, sampler, steps, guidance,
+    modality, size, spacing, and its optimization settings (the panel's own, whichever device it is set to: a
+    cohort runs on its own device). Seeds and conditioning are the cohort's; batch, previews and the Plan view's
+    plan are the Generate panel's (a cohort makes one volume per item, and chooses its own plan).
+
+    Optimization settings the engine refuses leave the template plain fp32, with the reason."""
+    from engine.api import SamplingRequest
+
+    cohort_own = {"seed": 0, "conditioning": {}, "batch_size": 1, "preview_interval": 0, "xla_plan": ""}
+    try:
+        return form.to_request(**cohort_own, optimization=dict(form.optimization)), ""
+    except EngineError as exc:
+        problem = f"the Generate panel's settings cannot run: {exc}"
+    try:
+        return form.to_request(**cohort_own, optimization={}), problem
+    except EngineError:
+        return SamplingRequest(), problem
+
+
+def default_name(form) -> str:
+    """A cohort's name until the user writes one: the model's id (``brain-t1-demo-cohort``)."""
+    if form.model is None:
+        return "cohort"
+    return f"{form.model.spec.id}-cohort".replace(".", "-")[:64]
+
+
 @dataclass
 class CohortDraft:
     name: str = "cohort"
-    model: str = ""
-    sampler: str = ""
-    steps: int = 0
-    guidance_scale: float | None = None
-    optimization: dict[str, Any] = field(default_factory=dict)
+    request: Any = (
+        None  # engine.api.SamplingRequest: the form's (cohort_template); None is the default request
+    )
     seeds: int = 1
     draws: int = 1
     draw_seed: int = 0
     conditions: dict[str, ConditionDraft] = field(default_factory=dict)
-    # For models that let a request choose (NV-Generate-MR-Brain); "" / None: the model's default.
-    modality: str = ""
-    output_size: tuple[int, int, int] | None = None
-    voxel_spacing_mm: tuple[float, float, float] | None = None
+    problem: str = ""  # why the template cannot run as the Generate panel holds it ("" when it can)
+    model_id: str = ""  # the model the conditions are for
+
+    def __post_init__(self) -> None:
+        if self.request is None:
+            from engine.api import SamplingRequest
+
+            self.request = SamplingRequest()
 
     @classmethod
     def from_form(cls, form) -> CohortDraft:
-        """Start from the generation form: everything of its request a cohort spec has (model, sampler, steps,
-        guidance, optimization, modality, output size, voxel spacing); conditioning becomes each condition's
-        starting value. Batch and previews are the Generate panel's own (a cohort makes one volume per item)."""
-        draft = cls(
-            model=form.model_reference(),
-            sampler=form.sampler,
-            steps=int(form.steps),
-            guidance_scale=form.guidance_scale,
-            optimization=dict(form.optimization),
-            modality=form.modality or "",
-            output_size=tuple(form.output_size) if form.output_size else None,
-            voxel_spacing_mm=tuple(form.voxel_spacing_mm) if form.voxel_spacing_mm else None,
-        )
-        if form.model is not None:
-            draft.name = f"{form.model.spec.id}-cohort".replace(".", "-")[:64]
-            for cond in form.model.spec.conditioning:
-                value = form.conditioning.get(cond.name, cond.default)
-                draft.conditions[cond.name] = ConditionDraft("default", float(value), float(cond.max), 3)
+        """Start from the generation form: its request as the template, the model's conditions at its values."""
+        draft = cls(name=default_name(form))
+        draft.follow(form)
         return draft
+
+    def follow(self, form) -> bool:
+        """Take the form's request as it is now; a switch of model starts the conditions again from the new
+        model's (at the form's values). Returns whether the model changed."""
+        self.request, self.problem = cohort_template(form)
+        model_id = form.model.spec.id if form.model is not None else ""
+        switched, self.model_id = model_id != self.model_id, model_id
+        if switched:
+            self.conditions = {}
+            for cond in form.model.spec.conditioning if form.model is not None else ():
+                value = form.conditioning.get(cond.name, cond.default)
+                self.conditions[cond.name] = ConditionDraft("default", float(value), float(cond.max), 3)
+        return switched
 
     @property
     def has_distribution(self) -> bool:
         return any(c.mode in ("normal", "uniform") for c in self.conditions.values())
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+        from engine.cohort.spec import template_fields
+
+        return {
             "name": self.name,
-            "model": self.model,
-            "sampler": self.sampler,
-            "steps": int(self.steps),
-            "optimization": dict(self.optimization),
+            **template_fields(self.request),
             "seeds": int(self.seeds),
             "draws": int(self.draws) if self.has_distribution else 1,
             "draw_seed": int(self.draw_seed),
@@ -105,12 +135,6 @@ class CohortDraft:
                 name: cond.to_spec() for name, cond in self.conditions.items() if cond.mode != "default"
             },
         }
-        if self.guidance_scale is not None:
-            data["guidance_scale"] = float(self.guidance_scale)
-        from engine.cohort.spec import output_fields
-
-        data.update(output_fields(self.modality, self.output_size, self.voxel_spacing_mm))
-        return data
 
     def to_spec(self):
         """The engine's CohortSpec (raises InvalidRequest with what to fix)."""
@@ -248,12 +272,36 @@ def _batch_problem(plan: str, guidance_scale: float) -> str:
     )
 
 
-def torch_settings_problem(optimization: dict[str, Any]) -> str:
-    """Why the Generate panel's optimization settings cannot go to an XLA cohort ("" if they can): they are
-    torch settings, and the engine refuses them on ``--device xla``."""
+def settings_text(config) -> str:
+    """An ``OptimizationConfig`` for people, as the Optimization panel names its controls: ``Streamed decode,
+    Autocast bf16``; ``plain float32 (exact)`` when nothing is changed."""
+    from engine.api.optimization_config import SETTING_ROWS
+
+    parts = []
+    for row in SETTING_ROWS:
+        value = getattr(config, row.name)
+        if value == row.default:
+            continue
+        parts.append(
+            row.label
+            if value is True
+            else f"{row.label} {value:g}"
+            if isinstance(value, float)
+            else f"{row.label} {value}"
+        )
+    return ", ".join(parts) or "plain float32 (exact)"
+
+
+def torch_settings_problem(optimization) -> str:
+    """Why the Generate panel's optimization settings (an ``OptimizationConfig``, or its fields) cannot go to an
+    XLA cohort ("" if they can): they are torch settings, and the engine refuses them on ``--device xla``."""
     from engine.api.optimization_config import OptimizationConfig
 
-    config = OptimizationConfig.from_dict(dict(optimization or {}))
+    config = (
+        optimization
+        if isinstance(optimization, OptimizationConfig)
+        else OptimizationConfig.from_dict(dict(optimization or {}))
+    )
     if config.is_default:
         return ""
     what = config.settings.summary()

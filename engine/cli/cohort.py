@@ -192,7 +192,7 @@ def _plan(args) -> int:
     from engine.models.registry import ModelRegistry
 
     spec = load_spec(args.spec)
-    source = ModelRegistry().get(spec.model or None)
+    source = ModelRegistry().get(spec.request.model or None)
     items = spec.expand(source.spec)
     print(f"cohort {spec.cohort_id}: {len(items)} volumes of {source.spec.id}", file=sys.stderr)
     names = [c.name for c in source.spec.conditioning]

@@ -298,7 +298,7 @@ def prepare_folder(spec: CohortSpec, root: Path, registry=None) -> tuple[Manifes
     """Open ``root`` as this spec's cohort (resume) or create it. Returns the manifest, items, model source."""
     from engine.models.registry import ModelRegistry
 
-    source = (registry or ModelRegistry()).get(spec.model or None)
+    source = (registry or ModelRegistry()).get(spec.request.model or None)
     items = spec.expand(source.spec)
     root = Path(root).expanduser()
     if manifest_path(root).is_file():
@@ -327,7 +327,7 @@ def prepare_folder(spec: CohortSpec, root: Path, registry=None) -> tuple[Manifes
         model["label_channels"] = list(source.spec.label_channels)
     if source.spec.modalities:
         # The report's brain and ventricle measurements assume a T1-like contrast: it reads this.
-        model["modality"] = spec.modality or source.spec.default_modality
+        model["modality"] = spec.request.modality or source.spec.default_modality
     if not source.spec.label_channels and source.spec.source in SEGMENTED_SOURCES:
         from engine.anatomy.segment import METHOD
 
@@ -478,21 +478,8 @@ class _Writer:
 
 
 def _request_for(spec: CohortSpec, item: dict[str, Any]) -> dict[str, Any]:
-    from engine.api import SamplingRequest
-
-    request = SamplingRequest(
-        model=spec.model,
-        sampler=spec.sampler,
-        steps=spec.steps,
-        seed=item["seed"],
-        conditioning=item["conditioning"],
-        guidance_scale=spec.guidance_scale,
-        optimization=dict(spec.optimization),
-        modality=spec.modality,
-        output_size=spec.output_size,
-        voxel_spacing_mm=spec.voxel_spacing_mm,
-    )
-    return request.to_dict()
+    """One item's request (the spec's template with the item's seed and conditioning), as it crosses to a worker."""
+    return spec.request.replace(seed=item["seed"], conditioning=item["conditioning"]).to_dict()
 
 
 def _worker_errors():
@@ -519,9 +506,7 @@ def _check_xla_settings(spec: CohortSpec, local: bool) -> None:
     """What an XLA cohort cannot run, refused once before any worker starts (not once per item)."""
     import importlib.util
 
-    from engine.api.optimization_config import OptimizationConfig
-
-    if OptimizationConfig.from_dict(dict(spec.optimization)) != OptimizationConfig():
+    if not spec.request.optimization.is_default:
         raise InvalidRequest(
             "the cohort's [optimization] settings are torch settings; --device xla runs float32 XLA programs. "
             "Remove [optimization] from the spec, or use --device cpu / cuda"
@@ -533,12 +518,11 @@ def _check_xla_settings(spec: CohortSpec, local: bool) -> None:
 def _check_settings_here(spec: CohortSpec, source, device: str) -> None:
     """A local runtime's workers run on this machine: settings expected slower than fp32 here are refused now,
     once, with the reason, instead of failing every item (on a cluster each worker's engine decides)."""
-    from engine.api.optimization_config import OptimizationConfig
     from engine.machine.devices import resolve_device
     from engine.optimization.apply import check_combination
     from engine.optimization.tune_store import load_result
 
-    config = OptimizationConfig.from_dict(dict(spec.optimization))
+    config = spec.request.optimization
     where = resolve_device("cpu" if device == "cpu" else "auto")
     check_combination(config, where, measured=load_result(source.weights_sha256()))
 

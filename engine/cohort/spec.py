@@ -51,13 +51,21 @@ MAX_SPEC_BYTES = 1 << 20  # a spec is a few hundred bytes; refused beyond this b
 DISTRIBUTIONS = ("normal", "uniform")
 TARGETS = ("folder", "vault")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-_TOP_KEYS = {
-    "name",
+#: The spec's keys that are the request template's fields (the rest are the cohort's own: seeds, draws,
+#: conditions, where it goes).
+TEMPLATE_KEYS = (
     "model",
     "sampler",
     "steps",
     "guidance_scale",
     "optimization",
+    "modality",
+    "output_size",
+    "voxel_spacing_mm",
+)
+_TOP_KEYS = {
+    "name",
+    *TEMPLATE_KEYS,
     "seeds",
     "seed_start",
     "paired_seeds",
@@ -65,23 +73,30 @@ _TOP_KEYS = {
     "draw_seed",
     "conditioning",
     "output",
-    # For models that let a request choose (NV-Generate-MR-Brain); absent means the model's default.
-    "modality",
-    "output_size",
-    "voxel_spacing_mm",
 }
 
 
-def output_fields(modality, output_size, voxel_spacing_mm) -> dict[str, Any]:
-    """A spec's output choices as its dict names them: only those set, so that the cohort id of a spec
-    without them stays what it was."""
-    fields: dict[str, Any] = {}
-    if modality:
-        fields["modality"] = modality
-    if output_size is not None:
-        fields["output_size"] = list(output_size)
-    if voxel_spacing_mm is not None:
-        fields["voxel_spacing_mm"] = list(voxel_spacing_mm)
+def template_fields(request) -> dict[str, Any]:
+    """A request template's fields as a spec's dict names them: the optimization settings that differ from plain
+    fp32 only, and the guidance and output choices only when set, so that the cohort id of a spec without them
+    stays what it was."""
+    from engine.api.optimization_config import OptimizationConfig
+
+    plain = OptimizationConfig().to_dict()
+    fields: dict[str, Any] = {
+        "model": request.model,
+        "sampler": request.sampler,
+        "steps": request.steps,
+        "optimization": {k: v for k, v in request.optimization.to_dict().items() if plain.get(k) != v},
+    }
+    if request.guidance_scale is not None:
+        fields["guidance_scale"] = float(request.guidance_scale)
+    if request.modality:
+        fields["modality"] = request.modality
+    if request.output_size is not None:
+        fields["output_size"] = list(request.output_size)
+    if request.voxel_spacing_mm is not None:
+        fields["voxel_spacing_mm"] = list(request.voxel_spacing_mm)
     return fields
 
 
@@ -119,12 +134,14 @@ class CohortItem:
 
 @dataclass(frozen=True)
 class CohortSpec:
+    """A cohort: the request every volume is made from (``request``, the engine's ``SamplingRequest`` without a
+    seed or conditioning: model, sampler, steps, guidance, optimization, modality, size, spacing), and the
+    cohort's own settings: which seeds, how the conditions vary, where the volumes go."""
+
     name: str
-    model: str = ""
-    sampler: str = ""
-    steps: int = 0
-    guidance_scale: float | None = None
-    optimization: Mapping[str, Any] = field(default_factory=dict)
+    request: Any = (
+        None  # engine.api.SamplingRequest; None is the default request (the default model's defaults)
+    )
     seeds: tuple[int, ...] | int = 1
     seed_start: int = 0
     paired_seeds: bool = False
@@ -133,9 +150,20 @@ class CohortSpec:
     conditions: tuple[Condition, ...] = ()
     target: str = "folder"
     vault: str = ""
-    modality: str = ""
-    output_size: tuple[int, int, int] | None = None
-    voxel_spacing_mm: tuple[float, float, float] | None = None
+
+    def __post_init__(self) -> None:
+        from engine.api import SamplingRequest
+
+        if self.request is None:
+            object.__setattr__(self, "request", SamplingRequest())
+        elif not isinstance(self.request, SamplingRequest):
+            raise InvalidRequest("a cohort's request template must be a SamplingRequest")
+        template = self.request
+        if template.seed or template.conditioning or template.batch_size != 1 or template.xla_plan:
+            raise InvalidRequest(
+                "a cohort's request template has no seed, conditioning, batch or plan: the cohort's items and "
+                "the run choose them"
+            )
 
     # -- reading ---------------------------------------------------------------------------------------
     @classmethod
@@ -160,14 +188,24 @@ class CohortSpec:
         optimization = data.get("optimization", {})
         if not isinstance(optimization, Mapping):
             raise InvalidRequest("[optimization] must be a table of optimization settings")
+        from engine.api import SamplingRequest
         from engine.api.optimization_config import OptimizationConfig
 
         try:
-            OptimizationConfig.from_dict(optimization)
+            config = OptimizationConfig.from_dict(optimization)
         except InvalidRequest:
             raise
         except (TypeError, ValueError) as exc:
             raise InvalidRequest(f"[optimization] is not valid: {exc}") from exc
+        chosen = {k: data[k] for k in ("modality", "output_size", "voxel_spacing_mm") if k in data}
+        request = SamplingRequest(  # InvalidRequest names what is wrong
+            model=model,
+            sampler=sampler,
+            steps=steps,
+            guidance_scale=None if guidance is None else float(guidance),
+            optimization=config,
+            **chosen,
+        )
         seeds_raw = data.get("seeds", 1)
         if isinstance(seeds_raw, list):
             if not seeds_raw or not all(
@@ -199,11 +237,7 @@ class CohortSpec:
             raise InvalidRequest("an output target 'vault' needs vault = 'path to the vault folder'")
         spec = cls(
             name=name,
-            model=model,
-            sampler=sampler,
-            steps=steps,
-            guidance_scale=None if guidance is None else float(guidance),
-            optimization=dict(optimization),
+            request=request,
             seeds=seeds,
             seed_start=_int(data, "seed_start", 0, 0, 2**62),
             paired_seeds=_typed(data, "paired_seeds", bool, False),
@@ -212,7 +246,6 @@ class CohortSpec:
             conditions=conditions,
             target=target,
             vault=vault,
-            **_output_choice(data),
         )
         if spec.draws > 1 and not any(c.distribution for c in conditions):
             raise InvalidRequest("draws > 1 needs a condition with a distribution to draw from")
@@ -221,12 +254,10 @@ class CohortSpec:
         return spec
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as its file says it (TOML or JSON keys): the template's fields at the top, as written."""
         data: dict[str, Any] = {
             "name": self.name,
-            "model": self.model,
-            "sampler": self.sampler,
-            "steps": self.steps,
-            "optimization": dict(self.optimization),
+            **template_fields(self.request),
             "seeds": list(self.seeds) if isinstance(self.seeds, tuple) else self.seeds,
             "seed_start": self.seed_start,
             "paired_seeds": self.paired_seeds,
@@ -235,9 +266,6 @@ class CohortSpec:
             "conditioning": {c.name: c.to_dict() for c in self.conditions},
             "output": {"target": self.target, **({"vault": self.vault} if self.vault else {})},
         }
-        if self.guidance_scale is not None:
-            data["guidance_scale"] = self.guidance_scale
-        data.update(output_fields(self.modality, self.output_size, self.voxel_spacing_mm))
         return data
 
     def to_json(self) -> str:
@@ -326,19 +354,6 @@ def _request_field(data: Mapping[str, Any], name: str) -> Any:
 
     row = request_field(name)
     return row.checked(data.get(name, row.default))
-
-
-def _output_choice(data: Mapping[str, Any]) -> dict[str, Any]:
-    """modality / output_size / voxel_spacing_mm, checked as a request checks them."""
-    from engine.api import SamplingRequest
-
-    chosen = {k: data[k] for k in ("modality", "output_size", "voxel_spacing_mm") if k in data}
-    request = SamplingRequest(**chosen)  # InvalidRequest names what is wrong
-    return {
-        "modality": request.modality,
-        "output_size": request.output_size,
-        "voxel_spacing_mm": request.voxel_spacing_mm,
-    }
 
 
 def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:

@@ -348,8 +348,8 @@ def test_torch_settings_are_refused_before_run_unless_left_out(qtbot, main_windo
     qtbot.mouseClick(dialog.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.summary is not None and dialog.job is None, timeout=30_000)
     (call,) = recorded_run.calls
-    assert call["device"] == "xla" and dict(call["spec"].optimization) == {}
-    assert dialog.draft.optimization == {"autocast": "bf16"}  # left out of this XLA run only
+    assert call["device"] == "xla" and call["spec"].request.optimization.is_default
+    assert dialog.draft.request.optimization.autocast == "bf16"  # left out of this XLA run only
     dialog.device_combo.setCurrentIndex(dialog.device_combo.findData("cpu"))
     assert not dialog.torch_note.isVisible()  # torch runs them
     dialog.close()

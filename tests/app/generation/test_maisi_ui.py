@@ -163,7 +163,10 @@ def test_a_cohort_makes_the_modality_and_size_chosen_in_the_generate_panel(qtbot
     window.cohort.action.trigger()
     dialog = window.cohort.dialog
     qtbot.waitExposed(dialog)
-    assert "T2w, 32\u00d732\u00d732 (from the Generate panel)" in dialog.sampler_label.text()
+    assert (
+        "T2w, 32\u00d732\u00d732 at 7.52\u00d77.52\u00d75.44 mm (from the Generate panel)"
+        in dialog.sampler_label.text()
+    )
     dialog.seeds_spin.setValue(1)
     out = tmp_path / "cohort"
     dialog.out_edit.setText(str(out))

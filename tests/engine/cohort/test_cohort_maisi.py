@@ -108,7 +108,7 @@ def _write_phantom(spec, root, participant) -> None:
 def test_t1_like_cohorts_are_measured_and_specs_without_a_modality_keep_their_id(maisi_model):
     plain = CohortSpec.from_dict({"name": "x"})
     assert not {"modality", "output_size", "voxel_spacing_mm"} & set(plain.to_dict())  # same JSON, same id
-    assert _spec(maisi_model, modality="t1w").modality == "t1w"
+    assert _spec(maisi_model, modality="t1w").request.modality == "t1w"
     from engine.cohort.report import measurements_skipped
 
     assert measurements_skipped({"modality": "t1w-skullstripped"}) == ""

@@ -191,3 +191,46 @@ def test_a_fifo_named_like_a_spec_is_refused_at_once(tmp_path):
     path = tmp_path / "spec.toml"
     os.mkfifo(path)
     assert "FIFO" in _spec_error(path)
+
+
+def test_a_spec_holds_one_request_template_and_keeps_its_cohort_id():
+    from engine.api import SamplingRequest
+
+    data = {
+        "name": "full",
+        "model": "brain-t1-demo",
+        "sampler": "ddim",
+        "steps": 20,
+        "guidance_scale": 3,
+        "optimization": {"tf32": True, "autocast": "bf16"},
+        "seeds": [11, 42],
+        "draws": 2,
+        "draw_seed": 5,
+        "conditioning": {
+            "brain_volume": {"distribution": "normal", "mean": 1300, "sd": 120},
+            "ventricle_volume": {"grid": {"start": 20, "stop": 80, "num": 4}},
+        },
+        "modality": "t2w",
+        "output_size": [32, 32, 32],
+        "voxel_spacing_mm": [1, 1, 2],
+    }
+    spec = CohortSpec.from_dict(data)
+    assert spec.request == SamplingRequest(
+        model="brain-t1-demo",
+        sampler="ddim",
+        steps=20,
+        guidance_scale=3.0,
+        optimization={"tf32": True, "autocast": "bf16"},
+        modality="t2w",
+        output_size=(32, 32, 32),
+        voxel_spacing_mm=(1.0, 1.0, 2.0),
+    )
+    # The file says what it said, and the cohort id is the one the spec had before it held a template: a
+    # folder made then resumes (both hashes computed by the spec's earlier code).
+    assert CohortSpec.from_dict(json.loads(spec.to_json())) == spec
+    assert spec.sha256 == "6b729948c9f609c994ff44d1229239d87d604eec57ad38f76256186308b84761"
+    assert CohortSpec.from_dict({"name": "plain"}).sha256 == (
+        "8da7ff331e98ce80da294702b0bb817289c037a3a177a8538373c5b887eb273d"
+    )
+    with pytest.raises(InvalidRequest, match="no seed, conditioning"):
+        CohortSpec("c", request=SamplingRequest(seed=3))
