@@ -188,6 +188,9 @@ def test_presets_come_from_what_was_measured_on_this_machine(qtbot, main_window,
 
     monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(tmp_path / "tune"))
     monkeypatch.setattr(TuneController, "ROWS", ["preset:Low memory"])  # fp32 + one row: a short test
+    monkeypatch.setattr(
+        TuneController, "trades", lambda self, spec: []
+    )  # tests/app/generation/test_measure_trades.py
     monkeypatch.setattr(TuneController, "BUDGET_S", 1.0)
     window, panel, measured = main_window, _panel(main_window), main_window.measured_settings
     window.state.select_model(window.state.model_by_id("tiny-latent"))
