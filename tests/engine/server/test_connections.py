@@ -391,6 +391,36 @@ def test_a_socket_that_never_starts_its_tls_handshake_is_closed_at_the_header_de
         assert httpx.get(f"{url}/info", headers=AUTH, timeout=30, verify=False).status_code == 200
 
 
+def test_sockets_in_their_tls_handshake_count_against_the_connection_cap(model_path_env, tmp_path):
+    """Before: asyncio handed a TLS connection to the server only after its handshake, so 20 silent sockets
+    were never counted and the cap of 8 never closed one; now the oldest 12 are closed, and a token holder's
+    connection past the cap closes one more, not itself."""
+    from engine.backends.local import LocalBackend
+    from engine.server import ServerLimits, create_app, self_signed_certificate
+
+    cert, key = self_signed_certificate(tmp_path / "tls", ["127.0.0.1"])
+    limits = ServerLimits(connections=ConnectionLimits(max_connections=8, idle_grace_s=60))
+    app = create_app(LocalBackend("cpu"), token=TOKEN, limits=limits)
+    server = ServerThread(app, ssl_certfile=cert, ssl_keyfile=key)
+    guard = server.connection_options["http"].guard
+    with server as url:
+        silent = [_connect(url) for _ in range(20)]  # TCP only: no ClientHello ever
+        try:
+            _until(lambda: guard.evicted_idle == 12, "the sockets past the cap to be closed")
+            assert guard.handshakes == 8 and len(guard.connections) == 8
+            assert [_closed_by_server(s) for s in silent[:12]] == [True] * 12, (
+                "the oldest were not the ones closed"
+            )
+            assert httpx.get(f"{url}/info", headers=AUTH, timeout=30, verify=False).status_code == 200
+            assert _closed_by_server(silent[12]), (
+                "a token holder's connection did not close the oldest idle one"
+            )
+        finally:
+            for sock in silent:
+                sock.close()
+        _until(lambda: guard.handshakes == 0 and not guard.connections, "the handshakes to be forgotten")
+
+
 def test_accept_errors_are_logged_once_per_kind_in_one_line():
     """Under a flood at the file limit asyncio logged every failed accept() with a traceback (~500k, 200+ MB)."""
     import logging
