@@ -36,6 +36,7 @@ Accept errors under a file-descriptor flood ("Too many open files") are logged o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -317,6 +318,26 @@ class TlsHandshake(asyncio.Protocol):
         self.finished()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+
+def within_file_limit(
+    limits: ConnectionLimits, file_limit: int, files_open: int
+) -> tuple[ConnectionLimits, int]:
+    """``limits`` with its connection caps below the process's open-file limit, and the files kept spare.
+
+    Each connection is a file; the files already open (libraries, the listening socket, logs) and a spare
+    share (a quarter of the limit, at most 256: a job's model files, the GPU driver, and the sockets asyncio
+    accepts in one batch before the caps close the oldest) stay out of the count, so a flood of sockets that
+    reaches the cap never takes the files a token holder's connection or a job needs.
+    """
+    spare = min(256, file_limit // 4)
+    most = max(8, file_limit - files_open - spare)
+    capped = dataclasses.replace(
+        limits,
+        max_connections=min(limits.max_connections, most),
+        max_idle=min(limits.max_idle, max(4, most // 4)),
+    )
+    return capped, spare
 
 
 def guarded_protocol(limits: ConnectionLimits) -> type[GuardedH11Protocol]:
