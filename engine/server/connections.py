@@ -366,9 +366,14 @@ class InFlightLimit:
     one address cannot take every slot; that client's other addresses and the server's own answers go on.
     """
 
-    def __init__(self, app, limit: int, clients: int = 1, per_address: int | None = None) -> None:
+    def __init__(
+        self, app, limit: int, clients: int = 1, per_address: int | None = None, retry_after_s=None
+    ) -> None:
         self.app = app
         self.limit = limit
+        # seconds a 503 asks a client to wait: when the first running job ends and its streams free their
+        # slots (JobManager.next_end_s); 5 without a job manager
+        self.retry_after_s = retry_after_s or (lambda: 5)
         self.per_client = max(1, limit // clients) if clients > 1 else limit
         self.per_address = max(1, min(limit, per_address or limit))
         self.in_flight = 0
@@ -394,13 +399,16 @@ class InFlightLimit:
         full = self._full(client, address)
         if full is not None:
             self.refused[full] += 1
+            retry_after_s = int(self.retry_after_s())
             message = {
-                "all": "the server is busy; try again in a few seconds",
+                "all": f"the server is busy; try again in about {retry_after_s} s",
                 "client": f"this client has {self.per_client} requests in flight, its share; finish some first",
                 "address": f"this address has {self.per_address} requests in flight, its share; finish some first",
             }[full]
             response = JSONResponse(
-                wire.error_body(message, "BackendUnavailable"), status_code=503, headers={"Retry-After": "5"}
+                wire.error_body(message, "BackendUnavailable"),
+                status_code=503,
+                headers={"Retry-After": str(retry_after_s)},
             )
             await response(scope, receive, send)
             return

@@ -178,11 +178,12 @@ def test_requests_beyond_the_in_flight_limit_get_503_and_the_server_recovers(reg
 
     from engine.server import ServerLimits, create_app
     from engine.testing import InstantBackend
-    from tests.engine.server.gated import GatedBackend
+    from tests.engine.server.gated import GatedBackend, StoppedClock
 
     backend = GatedBackend(InstantBackend(registry))
     limits = ServerLimits(connections=ConnectionLimits(max_in_flight_requests=2))
     app = create_app(backend, token=TOKEN, limits=limits)
+    app.state.manager.clock = StoppedClock()
     try:
         with ServerThread(app) as url, httpx.Client(base_url=url, timeout=30) as client:
             body = json_module.dumps({"model": "tiny-pixel", "steps": 2})
@@ -196,7 +197,9 @@ def test_requests_beyond_the_in_flight_limit_get_503_and_the_server_recovers(reg
             opened = [s.__enter__() for s in streams]  # two requests in flight: the limit
             assert all(r.status_code == 200 for r in opened)
             busy = client.get("/info", headers=AUTH)
-            assert busy.status_code == 503 and busy.headers.get("Retry-After")
+            # the streams end with the running job: in the 60 s a job is taken to last before one has run
+            assert busy.status_code == 503 and busy.headers["Retry-After"] == "60"
+            assert busy.json()["detail"] == "the server is busy; try again in about 60 s"
             backend.gate.set()  # the job ends, the streams end
             for response, stream in zip(opened, streams, strict=True):
                 response.read()  # to the job's terminal event
