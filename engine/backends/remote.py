@@ -58,7 +58,8 @@ def check_connection(url: str, token: str | None, fingerprint: str | None) -> tu
     return url, pin
 
 
-#: How long ``sample`` waits, in all, for a server whose queue is full (429) before it gives up.
+#: How long ``sample`` waits, in all, for the server to start its job (a full queue's 429s and its place in
+#: line together) before it gives up.
 DEFAULT_QUEUE_WAIT_S = 600.0
 #: The longest single wait between two tries, whatever the server's Retry-After says.
 MAX_RETRY_WAIT_S = 60.0
@@ -253,15 +254,23 @@ class RemoteBackend:
         except BackendUnavailable:
             return None
 
-    def _submit(self, request: SamplingRequest) -> Generator[Progress, None, str]:
-        """POST the job; while the server answers 429 (its queue, or this client's share of it, is full),
-        wait as its Retry-After says and try again, for at most ``queue_wait_s`` in all, saying so in a
-        ``load`` progress every second (``gen.close()`` stops the wait at the next one)."""
+    def _until_text(self, started: float) -> str:
+        """``waiting up to 600 s in all, until 15:42:10``: the deadline this client keeps, for people."""
+        import time
+
+        left = started + self.queue_wait_s - time.monotonic()
+        clock = time.strftime("%H:%M:%S", time.localtime(time.time() + max(0.0, left)))
+        return f"waiting up to {self.queue_wait_s:g} s in all, until {clock}"
+
+    def _submit(self, request: SamplingRequest, started: float) -> Generator[Progress, None, str]:
+        """POST the job; while the server answers 429 (its queue, or this client's share of it, is full) or
+        503 with a Retry-After (its requests in flight are), wait as it says and try again, until
+        ``queue_wait_s`` after ``started``, saying so in a ``load`` progress every second (``gen.close()``
+        stops the wait at the next one)."""
         import time
 
         import httpx
 
-        started = time.monotonic()
         deadline = started + self.queue_wait_s
         while True:
             try:
@@ -277,8 +286,11 @@ class RemoteBackend:
                 return str(response.json()["id"])
             refusal = self._refusal(response)
             now = time.monotonic()
-            if response.status_code != 429 or now >= deadline:
-                if response.status_code == 429 and self.queue_wait_s > 0:
+            busy = response.status_code == 429 or (
+                response.status_code == 503 and "retry-after" in response.headers
+            )
+            if not busy or now >= deadline:
+                if busy and self.queue_wait_s > 0:
                     raise errors.BackendUnavailable(
                         f"{refusal} - gave up after waiting {now - started:.0f} s, the most this client waits "
                         f"(--queue-wait {self.queue_wait_s:g})"
@@ -290,24 +302,41 @@ class RemoteBackend:
                 retry = 5.0
             wait = max(1.0, min(retry, MAX_RETRY_WAIT_S, deadline - now))
             until = now + wait
-            clock = time.strftime("%H:%M:%S", time.localtime(time.time() + (deadline - now)))
             detail = wire.detail_of(_json_or_none(response))
-            message = (
-                f"{detail}; trying again in {wait:.0f} s (waiting until {clock} at the most, "
-                f"{self.queue_wait_s:g} s in all)"
-            )
+            message = f"{detail}; trying again in {wait:.0f} s ({self._until_text(started)})"
             while (left := until - time.monotonic()) > 0:
                 yield Progress("load", 0, 0, time.monotonic() - started, message)
                 time.sleep(min(1.0, left))
 
+    def _in_line(self, place: tuple[int, float, float], started: float) -> Progress:
+        """A ``load`` progress for a job waiting its turn: its place, the server's estimate counted down
+        since it was told, and this client's deadline. Past the deadline, ``BackendUnavailable`` - unless
+        the server said the job starts at once."""
+        import time
+
+        number, wait_s, told_at = place
+        now = time.monotonic()
+        in_line = wire.queue_message(number, max(0.0, wait_s - (now - told_at)))
+        if now >= started + self.queue_wait_s and not (number == 1 and wait_s < 1):
+            raise BackendUnavailable(
+                f"the engine server had not started the job after {now - started:.0f} s ({in_line}), the most "
+                f"this client waits (--queue-wait {self.queue_wait_s:g}); the job was cancelled"
+            )
+        return Progress("load", 0, 0, now - started, f"{in_line}; {self._until_text(started)}")
+
     def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
+        import time
+
         import httpx
 
-        job_id = yield from self._submit(request)
+        started = time.monotonic()  # queue_wait_s counts from here until the job starts
+        job_id = yield from self._submit(request, started)
         with self._open_lock:
             self._open_jobs[job_id] = None
         try:
             index, empty_streams, result_event = 0, 0, None
+            place: tuple[int, float, float] | None = None  # in line: (place, wait_s, when told)
+            running = False
             timeout = httpx.Timeout(self.timeout_s, read=STREAM_READ_TIMEOUT_S)
             while result_event is None:
                 received = reconnect = False
@@ -328,13 +357,22 @@ class RemoteBackend:
                             event = wire.decode_event(line)
                             kind = event["type"]
                             if kind == wire.KEEPALIVE:
+                                if place is not None and not running:  # count the wait down, check it
+                                    yield self._in_line(place, started)
                                 continue
                             if kind == wire.RECONNECT:  # the server ends long quiet streams; resume
                                 reconnect = True
                                 break
                             index += 1
                             received = True
-                            if kind == wire.PROGRESS:
+                            if kind == wire.QUEUED and not running:
+                                told = wire.queue_place(event)  # None from a server that does not say
+                                if told is not None:
+                                    place = (*told, time.monotonic())
+                                    if told != (1, 0.0):  # not "next to start" (it starts at once)
+                                        yield self._in_line(place, started)
+                            elif kind == wire.PROGRESS:
+                                running = True
                                 yield wire.progress_from_event(event)
                             elif kind == wire.ERROR:
                                 raise wire.error_from_event(event)
