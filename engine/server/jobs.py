@@ -33,8 +33,9 @@ DEFAULT_JOB_S = 60.0
 MAX_RETRY_AFTER_S = 3600
 #: Seconds a 503 asks a client to wait when no job runs (its slots are held by requests, not streams).
 BUSY_RETRY_S = 5
-#: ``queued`` events one job gets as its place changes; past these it is not told again until it starts (a
-#: client that submits and cancels over and over must not grow another client's event log without bound).
+#: ``queued`` events one job gets for a place no nearer the front than one it was told before (another
+#: client's job put ahead of it): past these only its moves to the front are told, so a client that submits
+#: and cancels over and over cannot grow another client's event log without bound.
 MAX_QUEUE_EVENTS = 64
 #: An event that tells the client something and is not its job's end (older clients skip unknown types).
 NOTICE = "notice"
@@ -80,7 +81,8 @@ class Job:
     denoise_started: tuple[float, int] | None = field(default=None, repr=False)  # (when, at which step)
     started_at: float | None = None  # when a worker took it from the queue
     told_place: int | None = field(default=None, repr=False)  # the place its last ``queued`` event said
-    queue_events: int = field(default=0, repr=False)
+    best_place: int | None = field(default=None, repr=False)  # the nearest the front it was told
+    queue_events: int = field(default=0, repr=False)  # ``queued`` events that were not a new best place
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the manager's
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _watchers: set = field(default_factory=set, repr=False)  # (event loop, asyncio.Event) of open streams
@@ -372,14 +374,21 @@ class JobManager:
         return QueueFull(self._bounded(free_s), owner is not None, waiting, work_s, job_s, basis)
 
     def _tell_places(self) -> None:
-        """A ``queued`` event (place, wait) for each waiting job whose place changed. Called under the lock
-        after every change of the queue, so a job's ``queued`` events come before any event of its run."""
+        """A ``queued`` event (place, wait) for each waiting job whose place changed: always when it is
+        nearer the front than ever (at most ``max_queued_jobs`` of those; clients count them as the line
+        moving), else up to ``MAX_QUEUE_EVENTS``. Called under the lock after every change of the queue, so
+        a job's ``queued`` events come before any event of its run."""
         waits, _, job_s, _ = self._waits(self.clock())
         for place, (job, wait_s) in enumerate(waits, 1):
-            if job.told_place == place or job.queue_events >= MAX_QUEUE_EVENTS:
+            if job.told_place == place:
                 continue
+            if job.best_place is None or place < job.best_place:
+                job.best_place = place
+            elif job.queue_events >= MAX_QUEUE_EVENTS:
+                continue
+            else:
+                job.queue_events += 1
             job.told_place = place
-            job.queue_events += 1
             job.emit(wire.queued_event(place, wait_s, job_s))
 
     def _expire(self) -> None:

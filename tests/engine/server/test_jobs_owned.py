@@ -267,3 +267,29 @@ def test_waits_are_the_median_job_time_per_job_ahead_and_each_job_is_told_its_pl
             assert kinds[:3] == ["queued"] * 3 and kinds[3] == "progress" and kinds[-1] == "result"
     finally:
         backend.gate.set()
+
+
+def test_a_job_is_told_each_move_to_the_front_and_other_changes_only_up_to_a_bound(registry):
+    """Another client that submits and cancels over and over moves a waiting job back and forth: those
+    changes are told at most MAX_QUEUE_EVENTS times, while its moves nearer the front are always told."""
+    from engine.api import SamplingRequest
+    from engine.server.jobs import MAX_QUEUE_EVENTS, JobManager
+
+    backend = GatedBackend(InstantBackend(registry))
+    manager = JobManager(backend, ServerLimits())
+    request = SamplingRequest(model="tiny-pixel", steps=2)
+    try:
+        manager.submit(request, owner="alice")  # runs, held at the gate
+        _wait(lambda: manager.queued == 0, "the first job to start")
+        manager.submit(request, owner="alice")
+        second = manager.submit(request, owner="alice")  # 2nd in line
+        for _ in range(MAX_QUEUE_EVENTS + 20):
+            manager.cancel(manager.submit(request, owner="bob"))  # bob's job goes ahead of it, then leaves
+        places = [e["place"] for e in second.events if e["type"] == "queued"]
+        assert places[:3] == [2, 3, 2] and len(places) == 1 + MAX_QUEUE_EVENTS
+        backend.gate.set()
+        _wait(lambda: second.done, "the jobs to finish")
+        places = [e["place"] for e in second.events if e["type"] == "queued"]
+        assert places[-1] == 1 and len(places) == 2 + MAX_QUEUE_EVENTS  # its move to the front, told
+    finally:
+        backend.gate.set()
