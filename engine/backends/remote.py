@@ -58,9 +58,11 @@ def check_connection(url: str, token: str | None, fingerprint: str | None) -> tu
     return url, pin
 
 
-#: How long ``sample`` waits, in all, for the server to start its job (a full queue's 429s and its place in
-#: line together) before it gives up.
+#: How long ``sample`` waits for a place in a full queue (429s, in all), and then for its job's line to move
+#: (each time it moves up), before it gives up.
 DEFAULT_QUEUE_WAIT_S = 600.0
+#: A place farther back than any queue: the first place a job is told is nearer.
+MAX_PLACE = 1 << 30
 #: The longest single wait between two tries, whatever the server's Retry-After says.
 MAX_RETRY_WAIT_S = 60.0
 
@@ -308,34 +310,48 @@ class RemoteBackend:
                 yield Progress("load", 0, 0, time.monotonic() - started, message)
                 time.sleep(min(1.0, left))
 
-    def _in_line(self, place: tuple[int, float, float], started: float) -> Progress:
+    def _in_line(self, place: tuple[int, float, float], moved_at: float, started: float) -> Progress:
         """A ``load`` progress for a job waiting its turn: its place, the server's estimate counted down
-        since it was told, and this client's deadline. Past the deadline, ``BackendUnavailable`` - unless
-        the server said the job starts at once."""
+        since it was told, and how long this client waits for the line to move. ``queue_wait_s`` after the
+        job last moved up (or was queued), ``BackendUnavailable`` - unless the server said it starts at once.
+
+        A deadline on the whole time in line would give up on the last jobs of an honest load (12 jobs of
+        about a minute each: the last two gave up at 600 s); one on the line's moves still ends a wait behind
+        a job that never ends.
+        """
         import time
 
         number, wait_s, told_at = place
         now = time.monotonic()
         in_line = wire.queue_message(number, max(0.0, wait_s - (now - told_at)))
-        if now >= started + self.queue_wait_s and not (number == 1 and wait_s < 1):
+        if now >= moved_at + self.queue_wait_s and not (number == 1 and wait_s < 1):
             raise BackendUnavailable(
-                f"the engine server had not started the job after {now - started:.0f} s ({in_line}), the most "
-                f"this client waits (--queue-wait {self.queue_wait_s:g}); the job was cancelled"
+                f"the engine server's line did not move for {now - moved_at:.0f} s ({in_line}), the most this "
+                f"client waits for it (--queue-wait {self.queue_wait_s:g}); the job was cancelled"
             )
-        return Progress("load", 0, 0, now - started, f"{in_line}; {self._until_text(started)}")
+        clock = time.strftime("%H:%M:%S", time.localtime(time.time() + moved_at + self.queue_wait_s - now))
+        return Progress(
+            "load",
+            0,
+            0,
+            now - started,
+            f"{in_line}; waiting up to {self.queue_wait_s:g} s for the line to move, until {clock}",
+        )
 
     def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
         import time
 
         import httpx
 
-        started = time.monotonic()  # queue_wait_s counts from here until the job starts
+        started = time.monotonic()  # a full queue's retries take at most queue_wait_s from here
         job_id = yield from self._submit(request, started)
         with self._open_lock:
             self._open_jobs[job_id] = None
         try:
             index, empty_streams, result_event = 0, 0, None
             place: tuple[int, float, float] | None = None  # in line: (place, wait_s, when told)
+            moved_at = time.monotonic()  # when it was queued, or last moved nearer the front
+            best = MAX_PLACE  # the nearest the front it has been
             running = False
             timeout = httpx.Timeout(self.timeout_s, read=STREAM_READ_TIMEOUT_S)
             while result_event is None:
@@ -358,7 +374,7 @@ class RemoteBackend:
                             kind = event["type"]
                             if kind == wire.KEEPALIVE:
                                 if place is not None and not running:  # count the wait down, check it
-                                    yield self._in_line(place, started)
+                                    yield self._in_line(place, moved_at, started)
                                 continue
                             if kind == wire.RECONNECT:  # the server ends long quiet streams; resume
                                 reconnect = True
@@ -368,9 +384,11 @@ class RemoteBackend:
                             if kind == wire.QUEUED and not running:
                                 told = wire.queue_place(event)  # None from a server that does not say
                                 if told is not None:
+                                    if told[0] < best:  # nearer the front than ever: the line moved
+                                        moved_at, best = time.monotonic(), told[0]
                                     place = (*told, time.monotonic())
                                     if told != (1, 0.0):  # not "next to start" (it starts at once)
-                                        yield self._in_line(place, started)
+                                        yield self._in_line(place, moved_at, started)
                             elif kind == wire.PROGRESS:
                                 running = True
                                 yield wire.progress_from_event(event)

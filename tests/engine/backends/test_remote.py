@@ -287,7 +287,7 @@ def test_a_queued_job_shows_its_place_and_the_clients_deadline(registry):
             told = next(waiting)
             # nothing has run here: 60 s a job, the running one's and the one ahead's
             assert told.stage == "load" and told.message.startswith("queued, 2nd in line, about 2 min; ")
-            assert "waiting up to 600 s in all, until " in told.message
+            assert "; waiting up to 600 s for the line to move, until " in told.message
             backend.gate.set()
             assert run(waiting) is not None
             # an idle server starts a job at once: a client that waits for nothing (0 s) still gets it
@@ -298,7 +298,7 @@ def test_a_queued_job_shows_its_place_and_the_clients_deadline(registry):
         backend.gate.set()
 
 
-def test_a_job_not_started_by_the_clients_deadline_is_cancelled_and_said(registry):
+def test_a_job_whose_line_does_not_move_by_the_clients_deadline_is_cancelled_and_said(registry):
     from engine.server import ServerLimits
     from engine.testing import InstantBackend
     from tests.engine.server.gated import GatedBackend
@@ -311,8 +311,8 @@ def test_a_job_not_started_by_the_clients_deadline_is_cancelled_and_said(registr
             client = RemoteBackend(url, token="s3cret", queue_wait_s=0.5)
             with pytest.raises(
                 BackendUnavailable,
-                match=r"had not started the job after \d+ s \(queued, 2nd in line, about 2 min\), the most this "
-                r"client waits \(--queue-wait 0.5\); the job was cancelled",
+                match=r"the engine server's line did not move for \d+ s \(queued, 2nd in line, about 2 min\), the "
+                r"most this client waits for it \(--queue-wait 0.5\); the job was cancelled",
             ):
                 run(client.sample(SamplingRequest(model="tiny-pixel", steps=2, seed=1)))
             assert app.state.manager.queued == 1  # its own job left the line; the other one waits on
