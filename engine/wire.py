@@ -6,8 +6,9 @@ Everything that crosses the network is encoded and decoded here, so the server a
 
 * Requests: a ``SamplingRequest`` as JSON (``encode_request`` / ``decode_request``).
 * Job events: one JSON object per line (``encode_event`` / ``decode_event``). Stored events are numbered
-  from 0 and ``GET /jobs/{id}/events?since=N`` resumes at N: ``queued``, ``progress`` (with an optional
-  base64 ``.npy`` preview), then one terminal event, ``result`` (provenance, affine, the request as run),
+  from 0 and ``GET /jobs/{id}/events?since=N`` resumes at N: ``queued`` (one each time the job's place in
+  line changes: ``queued_event``), ``progress`` (with an optional base64 ``.npy`` preview), then one
+  terminal event, ``result`` (provenance, affine, the request as run),
   ``error`` (engine error class + message) or ``cancelled``. Two events belong to one stream only and are
   never counted by ``since``: ``keepalive`` (sent while a job is quiet) and ``reconnect`` (the stream ends;
   open a new one with the ``since`` it gives).
