@@ -344,13 +344,15 @@ class JobManager:
         return (began - job.started_at) + pace * (job.total - first_step)
 
     def _left_s(self, job: Job, job_s: float, now: float) -> float:
-        """Seconds until a running job ends: its own pace over its steps left; before it has one, the job
-        time less its time so far, and a quarter of the job time for a job already past it."""
+        """Seconds until a running job ends: the longer of its own pace over its steps left and the job time
+        less its time so far (decoding comes after the last step: a decoding job's pace says 0 s, and
+        Retry-After said 1 s for the 20 s a demo model's decoding took); a quarter of the job time for a
+        job already past both."""
         pace = self._pace_s(job, now)
-        if pace is not None:
-            return pace * max(0, job.total - job.step)
+        by_pace = pace * max(0, job.total - job.step) if pace is not None else 0.0
         elapsed = now - (job.started_at if job.started_at is not None else now)
-        return max(job_s - elapsed, job_s / 4)
+        left = max(by_pace, job_s - elapsed)
+        return left if left > 0 else job_s / 4
 
     def _waits(self, now: float) -> tuple[list[tuple[Job, float]], list[float], float, str]:
         """The waiting jobs in the order they will start, each with the seconds until it starts (the running

@@ -293,3 +293,47 @@ def test_a_job_is_told_each_move_to_the_front_and_other_changes_only_up_to_a_bou
         assert places[-1] == 1 and len(places) == 2 + MAX_QUEUE_EVENTS  # its move to the front, told
     finally:
         backend.gate.set()
+
+
+class SlowDecodeBackend(InstantBackend):
+    """Instant steps, then a decoding that waits for ``decode`` and takes as many seconds as the seed on the
+    manager's ``StoppedClock``."""
+
+    def __init__(self, registry, clock: StoppedClock) -> None:
+        super().__init__(registry)
+        self.clock = clock
+        self.decode = threading.Event()
+        self.decoding = threading.Event()
+
+    def sample(self, request):
+        result = yield from super().sample(request)  # its steps are done
+        self.decoding.set()
+        self.decode.wait(60)
+        self.clock.advance(request.seed)
+        return result
+
+
+def test_a_decoding_job_is_given_the_job_time_left_not_its_steps_left(registry):
+    """Before: a job past its last step had 0 s left by its pace, and a full queue said "try again in 1 s"
+    through a decoding that took 20 s."""
+    from engine.api import SamplingRequest
+    from engine.server.jobs import JobManager, QueueFull
+
+    clock = StoppedClock()
+    backend = SlowDecodeBackend(registry, clock)
+    manager = JobManager(backend, ServerLimits(max_queued_jobs=1), clock=clock)
+    try:
+        backend.decode.set()
+        measured = manager.submit(SamplingRequest(model="tiny-pixel", seed=20))
+        _wait(lambda: measured.done, "a job of 20 s")
+        backend.decode.clear()
+        backend.decoding.clear()
+        manager.submit(SamplingRequest(model="tiny-pixel"))
+        _wait(backend.decoding.is_set, "the next job to decode")
+        clock.advance(15)
+        manager.submit(SamplingRequest(model="tiny-pixel"))  # the queue (1) is full now
+        with pytest.raises(QueueFull) as refused:
+            manager.submit(SamplingRequest(model="tiny-pixel"))
+        assert refused.value.retry_after_s == 5  # 20 s a job, 15 s of it gone
+    finally:
+        backend.decode.set()
