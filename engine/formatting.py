@@ -44,6 +44,23 @@ def format_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def rough_duration(seconds: float) -> str:
+    """An estimate's length, as rough as it is: ``5 s``, ``40 s``, ``2 min``, ``1 h 05 min``."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{max(1, math.ceil(seconds))} s"
+    if seconds < 90:
+        return f"{5 * math.ceil(seconds / 5):.0f} s"
+    minutes = math.ceil(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def ordinal(number: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``22nd``."""
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
 def count_of(count: int, noun: str, plural: str | None = None) -> str:
     """``1 volume``, ``3 volumes``, ``0 volumes``: the count with its noun in the number it needs."""
     return f"{count} {noun if count == 1 else (plural or noun + 's')}"

@@ -6,8 +6,9 @@ Everything that crosses the network is encoded and decoded here, so the server a
 
 * Requests: a ``SamplingRequest`` as JSON (``encode_request`` / ``decode_request``).
 * Job events: one JSON object per line (``encode_event`` / ``decode_event``). Stored events are numbered
-  from 0 and ``GET /jobs/{id}/events?since=N`` resumes at N: ``queued``, ``progress`` (with an optional
-  base64 ``.npy`` preview), then one terminal event, ``result`` (provenance, affine, the request as run),
+  from 0 and ``GET /jobs/{id}/events?since=N`` resumes at N: ``queued`` (one each time the job's place in
+  line changes: ``queued_event``), ``progress`` (with an optional base64 ``.npy`` preview), then one
+  terminal event, ``result`` (provenance, affine, the request as run),
   ``error`` (engine error class + message) or ``cancelled``. Two events belong to one stream only and are
   never counted by ``since``: ``keepalive`` (sent while a job is quiet) and ``reconnect`` (the stream ends;
   open a new one with the ``since`` it gives).
@@ -36,6 +37,7 @@ import numpy as np
 from engine import errors
 from engine.api import Progress, SamplingRequest, SamplingResult
 from engine.errors import EngineError, InvalidRequest
+from engine.formatting import ordinal, rough_duration
 
 QUEUED = "queued"
 PROGRESS = "progress"
@@ -119,8 +121,38 @@ def decode_event(line: str | bytes) -> dict[str, Any]:
     return event
 
 
-def queued_event() -> dict[str, Any]:
-    return {"type": QUEUED}
+def queued_event(
+    place: int | None = None, wait_s: float | None = None, job_s: float | None = None
+) -> dict[str, Any]:
+    """A ``queued`` event: the job waits to start. The server sends one when the job is queued and another
+    each time its place changes: ``place`` (1: the next to start), ``wait_s`` (the server's estimate of the
+    seconds until it starts), ``job_s`` (the job time the estimate takes, the median of recent jobs) and a
+    ``message`` for people. A server before these fields sent ``{"type": "queued"}`` only."""
+    event: dict[str, Any] = {"type": QUEUED}
+    if place is not None:
+        event["place"] = int(place)
+        event["wait_s"] = round(float(wait_s or 0.0), 1)
+        if job_s is not None:
+            event["job_s"] = round(float(job_s), 1)
+        event["message"] = queue_message(place, wait_s or 0.0)
+    return event
+
+
+def queue_message(place: int, wait_s: float) -> str:
+    """``queued, 3rd in line, about 2 min``; ``queued, next to start`` when nothing is ahead."""
+    if place <= 1 and wait_s < 1:
+        return "queued, next to start"
+    return f"queued, {ordinal(place)} in line, about {rough_duration(wait_s)}"
+
+
+def queue_place(event: Mapping[str, Any]) -> tuple[int, float] | None:
+    """(place, wait_s) of a ``queued`` event, None for one without them (an older server's)."""
+    place, wait_s = event.get("place"), event.get("wait_s", 0.0)
+    if isinstance(place, bool) or not isinstance(place, int) or place < 1:
+        return None
+    if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not 0 <= wait_s < 1e7:
+        return None
+    return place, float(wait_s)
 
 
 def cancelled_event() -> dict[str, Any]:

@@ -58,8 +58,11 @@ def check_connection(url: str, token: str | None, fingerprint: str | None) -> tu
     return url, pin
 
 
-#: How long ``sample`` waits, in all, for a server whose queue is full (429) before it gives up.
+#: How long ``sample`` waits for a place in a full queue (429s, in all), and then for its job's line to move
+#: (each time it moves up), before it gives up.
 DEFAULT_QUEUE_WAIT_S = 600.0
+#: A place farther back than any queue: the first place a job is told is nearer.
+MAX_PLACE = 1 << 30
 #: The longest single wait between two tries, whatever the server's Retry-After says.
 MAX_RETRY_WAIT_S = 60.0
 
@@ -253,15 +256,23 @@ class RemoteBackend:
         except BackendUnavailable:
             return None
 
-    def _submit(self, request: SamplingRequest) -> Generator[Progress, None, str]:
-        """POST the job; while the server answers 429 (its queue, or this client's share of it, is full),
-        wait as its Retry-After says and try again, for at most ``queue_wait_s`` in all, saying so in a
-        ``load`` progress every second (``gen.close()`` stops the wait at the next one)."""
+    def _until_text(self, started: float) -> str:
+        """``waiting up to 600 s in all, until 15:42:10``: the deadline this client keeps, for people."""
+        import time
+
+        left = started + self.queue_wait_s - time.monotonic()
+        clock = time.strftime("%H:%M:%S", time.localtime(time.time() + max(0.0, left)))
+        return f"waiting up to {self.queue_wait_s:g} s in all, until {clock}"
+
+    def _submit(self, request: SamplingRequest, started: float) -> Generator[Progress, None, str]:
+        """POST the job; while the server answers 429 (its queue, or this client's share of it, is full) or
+        503 with a Retry-After (its requests in flight are), wait as it says and try again, until
+        ``queue_wait_s`` after ``started``, saying so in a ``load`` progress every second (``gen.close()``
+        stops the wait at the next one)."""
         import time
 
         import httpx
 
-        started = time.monotonic()
         deadline = started + self.queue_wait_s
         while True:
             try:
@@ -277,8 +288,11 @@ class RemoteBackend:
                 return str(response.json()["id"])
             refusal = self._refusal(response)
             now = time.monotonic()
-            if response.status_code != 429 or now >= deadline:
-                if response.status_code == 429 and self.queue_wait_s > 0:
+            busy = response.status_code == 429 or (
+                response.status_code == 503 and "retry-after" in response.headers
+            )
+            if not busy or now >= deadline:
+                if busy and self.queue_wait_s > 0:
                     raise errors.BackendUnavailable(
                         f"{refusal} - gave up after waiting {now - started:.0f} s, the most this client waits "
                         f"(--queue-wait {self.queue_wait_s:g})"
@@ -290,24 +304,55 @@ class RemoteBackend:
                 retry = 5.0
             wait = max(1.0, min(retry, MAX_RETRY_WAIT_S, deadline - now))
             until = now + wait
-            clock = time.strftime("%H:%M:%S", time.localtime(time.time() + (deadline - now)))
             detail = wire.detail_of(_json_or_none(response))
-            message = (
-                f"{detail}; trying again in {wait:.0f} s (waiting until {clock} at the most, "
-                f"{self.queue_wait_s:g} s in all)"
-            )
+            message = f"{detail}; trying again in {wait:.0f} s ({self._until_text(started)})"
             while (left := until - time.monotonic()) > 0:
                 yield Progress("load", 0, 0, time.monotonic() - started, message)
                 time.sleep(min(1.0, left))
 
+    def _in_line(self, place: tuple[int, float, float], moved_at: float, started: float) -> Progress:
+        """A ``load`` progress for a job waiting its turn: its place, the server's estimate counted down
+        since it was told, and how long this client waits for the line to move. ``queue_wait_s`` after the
+        job last moved up (or was queued), ``BackendUnavailable`` - unless the server said it starts at once.
+
+        A deadline on the whole time in line would give up on the last jobs of an honest load (12 jobs of
+        about a minute each: the last two gave up at 600 s); one on the line's moves still ends a wait behind
+        a job that never ends.
+        """
+        import time
+
+        number, wait_s, told_at = place
+        now = time.monotonic()
+        in_line = wire.queue_message(number, max(0.0, wait_s - (now - told_at)))
+        if now >= moved_at + self.queue_wait_s and not (number == 1 and wait_s < 1):
+            raise BackendUnavailable(
+                f"the engine server's line did not move for {now - moved_at:.0f} s ({in_line}), the most this "
+                f"client waits for it (--queue-wait {self.queue_wait_s:g}); the job was cancelled"
+            )
+        clock = time.strftime("%H:%M:%S", time.localtime(time.time() + moved_at + self.queue_wait_s - now))
+        return Progress(
+            "load",
+            0,
+            0,
+            now - started,
+            f"{in_line}; waiting up to {self.queue_wait_s:g} s for the line to move, until {clock}",
+        )
+
     def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]:
+        import time
+
         import httpx
 
-        job_id = yield from self._submit(request)
+        started = time.monotonic()  # a full queue's retries take at most queue_wait_s from here
+        job_id = yield from self._submit(request, started)
         with self._open_lock:
             self._open_jobs[job_id] = None
         try:
             index, empty_streams, result_event = 0, 0, None
+            place: tuple[int, float, float] | None = None  # in line: (place, wait_s, when told)
+            moved_at = time.monotonic()  # when it was queued, or last moved nearer the front
+            best = MAX_PLACE  # the nearest the front it has been
+            running = False
             timeout = httpx.Timeout(self.timeout_s, read=STREAM_READ_TIMEOUT_S)
             while result_event is None:
                 received = reconnect = False
@@ -328,13 +373,24 @@ class RemoteBackend:
                             event = wire.decode_event(line)
                             kind = event["type"]
                             if kind == wire.KEEPALIVE:
+                                if place is not None and not running:  # count the wait down, check it
+                                    yield self._in_line(place, moved_at, started)
                                 continue
                             if kind == wire.RECONNECT:  # the server ends long quiet streams; resume
                                 reconnect = True
                                 break
                             index += 1
                             received = True
-                            if kind == wire.PROGRESS:
+                            if kind == wire.QUEUED and not running:
+                                told = wire.queue_place(event)  # None from a server that does not say
+                                if told is not None:
+                                    if told[0] < best:  # nearer the front than ever: the line moved
+                                        moved_at, best = time.monotonic(), told[0]
+                                    place = (*told, time.monotonic())
+                                    if told != (1, 0.0):  # not "next to start" (it starts at once)
+                                        yield self._in_line(place, moved_at, started)
+                            elif kind == wire.PROGRESS:
+                                running = True
                                 yield wire.progress_from_event(event)
                             elif kind == wire.ERROR:
                                 raise wire.error_from_event(event)

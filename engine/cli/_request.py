@@ -111,8 +111,9 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=600.0,
         metavar="SECONDS",
-        help="while the server's queue is full, wait as it says (Retry-After) and try again, for at most "
-        "this long in all (default 600; 0: give up at once)",
+        help="while the server's queue is full, wait as it says (Retry-After) for at most this long in all; "
+        "then, in line (its place shown), at most this long for the line to move, else the job is "
+        "cancelled (default 600; 0: give up at once on a full queue or a job that cannot start at once)",
     )
 
 

@@ -107,6 +107,14 @@ def register(sub) -> None:
         help="on SIGTERM/Ctrl-C: queued jobs end at once, a running job may finish within this, then it is "
         "cancelled; every client is told at once (default 30)",
     )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="a connection's TLS handshake, and then each request's headers, must arrive within this; "
+        "slower sockets are closed (default 10)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -125,6 +133,8 @@ def run(args) -> int:
         raise InvalidRequest(f"--max-queue must be at least 1, got {args.max_queue}")
     if args.max_queue_per_client < 1:
         raise InvalidRequest(f"--max-queue-per-client must be at least 1, got {args.max_queue_per_client}")
+    if not 1 <= args.header_timeout <= 600:
+        raise InvalidRequest(f"--header-timeout must be 1 to 600 seconds, got {args.header_timeout:g}")
     if not 0 <= args.shutdown_grace <= 3600:
         raise InvalidRequest(f"--shutdown-grace must be 0 to 3600 seconds, got {args.shutdown_grace:g}")
     tokens = client_tokens(args)
@@ -133,26 +143,19 @@ def run(args) -> int:
         check_bind(args.host, token, tls, args.allow_plain_http)
     cert, key = tls_files(args)
 
-    import dataclasses
-
     from engine.server import create_app
-    from engine.server.connections import ConnectionLimits, uvicorn_options
-    from engine.server.serving import raise_file_limit, serve
+    from engine.server.connections import ConnectionLimits, uvicorn_options, within_file_limit
+    from engine.server.serving import files_open, raise_file_limit, serve
     from engine.telemetry import Sampler
 
     soft, _hard = raise_file_limit()
-    connections = ConnectionLimits()
-    if soft:  # keep room under the file limit: models, logs, the GPU driver and the listening socket
-        spare = min(256, soft // 4)
-        most = max(8, soft - spare)
-        connections = dataclasses.replace(
-            connections,
-            max_connections=min(connections.max_connections, most),
-            max_idle=min(connections.max_idle, max(4, most // 4)),
-        )
+    connections = ConnectionLimits(header_timeout_s=args.header_timeout)
+    if soft:  # keep room under the file limit for token holders' connections and the jobs' files
+        opened = files_open()
+        connections, spare = within_file_limit(connections, soft, opened)
         print(
             f"open-file limit {soft}: up to {connections.max_connections} connections "
-            f"({spare} files kept spare)",
+            f"({opened} files open, {spare} kept spare)",
             flush=True,
         )
     limits = ServerLimits(

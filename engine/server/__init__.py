@@ -10,12 +10,13 @@ has one: ``Authorization: Bearer <token>``, the scheme in any case; encodings in
   -> ``{"id": ...}``. ``model`` must be one of the server's registered model ids (never a path). Jobs run
   ``max_concurrent_jobs`` at a time (one device: 1); at most ``max_queued_jobs`` wait, of them at most
   ``max_queued_per_client`` of one client, in turn by client; beyond that the answer is 429 with a
-  ``Retry-After`` estimated from the work ahead.
+  ``Retry-After`` of when a place frees, estimated from the median time of recent jobs (``jobs``).
 * ``GET /jobs/{id}/events?since=N`` -> newline-delimited JSON events from index N (see ``engine.wire``).
   Every stream ends: at the job's terminal event, at once when a finished job has nothing after N, or
   after ``stream_idle_s`` without an event (a ``reconnect`` event says where to resume). Quiet streams
   get a ``keepalive`` line every ``keepalive_s``; a ``notice`` event says something (the server is
-  shutting down) without ending the job. Streams are async: open streams hold no threads.
+  shutting down) without ending the job; a waiting job gets a ``queued`` event with its place and wait
+  whenever its place changes. Streams are async: open streams hold no threads.
 * ``GET /jobs/{id}/volumes`` -> the result volumes as a ``.npy`` file (application/octet-stream).
 * ``DELETE /jobs/{id}`` -> cancel and forget the job (later requests for it get 404); a queued job ends at
   once, a running one at its next step boundary (open streams still get its ``cancelled`` event).

@@ -69,6 +69,7 @@ def create_app(
         limit=limits.connections.max_in_flight_requests,
         clients=len(gate.tokens) or 1,
         per_address=limits.connections.max_in_flight_per_address,
+        retry_after_s=manager.next_end_s,
     )
     # outermost: no body is read and no in-flight slot is taken before the token is right
     app.add_middleware(RequestGate, gate=gate, max_header_bytes=limits.connections.max_header_bytes)

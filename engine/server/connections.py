@@ -23,9 +23,12 @@ This module closes them at the connection level, the way nginx (``client_header_
 * in-flight requests are counted by :class:`InFlightLimit` (an ASGI middleware), not connections, and
   answered 503 beyond the limit.
 
-A TLS socket counts from the end of its handshake; a handshake that stalls is ended after
-``header_timeout_s`` (asyncio's ``ssl_handshake_timeout``, 60 s by default, which uvicorn does not set), so a
-socket that never starts its handshake is timed out like any other idle socket (:class:`GuardedServer`).
+A TLS socket counts from its TCP accept, like a plain one: asyncio's own TLS server hands a connection to
+the protocol only once its handshake is done, so sockets that never start one held file descriptors that no
+cap saw (1,100 of them at a file limit of 1024 left no request answered). :class:`TlsHandshake` takes the
+socket at accept, is counted as an idle connection (evicted like one) and runs the handshake, which must end
+within ``header_timeout_s`` (asyncio's ``ssl_handshake_timeout`` is 60 s, and uvicorn does not set it); the
+request's own header deadline then starts (:class:`GuardedServer`).
 Accept errors under a file-descriptor flood ("Too many open files") are logged once per kind per
 ``LOG_EVERY_S``, one line each, with a count of those left out (:class:`OncePerKind`): the log stays bounded.
 """
@@ -33,11 +36,14 @@ Accept errors under a file-descriptor flood ("Too many open files") are logged o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
+from asyncio import sslproto
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 import h11
 import uvicorn
@@ -67,6 +73,15 @@ class ConnectionLimits:
     max_header_bytes: int = 16 * 1024  # request line + headers; more: 400 (h11's buffer, and RequestGate)
 
 
+class GuardedConnection(Protocol):
+    """What the guard needs of a connection it counts: a plain one, or a TLS one still in its handshake."""
+
+    loop: asyncio.AbstractEventLoop
+    client_host: str
+
+    def close_quietly(self) -> None: ...
+
+
 class ConnectionGuard:
     """Book-keeping for one server's connections, all on the event loop's thread (no locks needed).
 
@@ -77,15 +92,16 @@ class ConnectionGuard:
 
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
-        self.connections: set[GuardedH11Protocol] = set()
-        self.idle: OrderedDict[GuardedH11Protocol, float] = OrderedDict()  # -> idle since; oldest first
-        self.idle_by_client: dict[str, OrderedDict[GuardedH11Protocol, float]] = {}
+        self.connections: set[GuardedConnection] = set()
+        self.idle: OrderedDict[GuardedConnection, float] = OrderedDict()  # -> idle since; oldest first
+        self.idle_by_client: dict[str, OrderedDict[GuardedConnection, float]] = {}
         self._sweep: asyncio.TimerHandle | None = None
         self.closed_for_timeout = 0  # counters, for tests and logs
         self.evicted_idle = 0
         self.refused_full = 0
+        self.handshakes = 0  # TLS connections still in their handshake (counted in ``connections`` too)
 
-    def opened(self, conn: GuardedH11Protocol) -> bool:
+    def opened(self, conn: GuardedConnection) -> bool:
         """Register a new connection; False when it must be closed (the server is full of busy ones)."""
         if len(self.connections) >= self.limits.max_connections and not self._evict_oldest(self.idle, None):
             self.refused_full += 1
@@ -94,7 +110,7 @@ class ConnectionGuard:
         self.became_idle(conn)
         return True
 
-    def became_idle(self, conn: GuardedH11Protocol) -> None:
+    def became_idle(self, conn: GuardedConnection) -> None:
         now = conn.loop.time()
         per_client = self.idle_by_client.setdefault(conn.client_host, OrderedDict())
         self.idle[conn] = now
@@ -103,7 +119,7 @@ class ConnectionGuard:
         if over and self._sweep is None:
             self._sweep = conn.loop.call_later(self.limits.idle_grace_s, self._sweep_idle, conn.loop)
 
-    def became_busy(self, conn: GuardedH11Protocol) -> None:
+    def became_busy(self, conn: GuardedConnection) -> None:
         self.idle.pop(conn, None)
         per_client = self.idle_by_client.get(conn.client_host)
         if per_client is not None:
@@ -111,7 +127,7 @@ class ConnectionGuard:
             if not per_client:
                 del self.idle_by_client[conn.client_host]
 
-    def closed(self, conn: GuardedH11Protocol) -> None:
+    def closed(self, conn: GuardedConnection) -> None:
         self.became_busy(conn)
         self.connections.discard(conn)
 
@@ -131,7 +147,7 @@ class ConnectionGuard:
         if still_over:  # young sockets: look again when they are old enough
             self._sweep = loop.call_later(self.limits.idle_grace_s, self._sweep_idle, loop)
 
-    def _evict_oldest(self, idle: OrderedDict[GuardedH11Protocol, float], idle_before: float | None) -> bool:
+    def _evict_oldest(self, idle: OrderedDict[GuardedConnection, float], idle_before: float | None) -> bool:
         if not idle:
             return False
         oldest, since = next(iter(idle.items()))
@@ -158,8 +174,11 @@ class GuardedH11Protocol(H11Protocol):
         self._request_seen = None  # the cycle whose headers were last counted as arrived
         self._waiting_for: str | None = None  # "headers", "body" or None (the request is in)
         self._registered = False
+        self.handshake: TlsHandshake | None = None  # the TLS handshake counted for it until now, if any
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
+        if self.handshake is not None:  # its handshake is done: it is counted as this connection from now
+            self.handshake.finished()
         super().connection_made(transport)
         self.client_host = self.client[0] if self.client else "?"
         if not self.guard.opened(self):
@@ -229,6 +248,98 @@ class GuardedH11Protocol(H11Protocol):
         self.close_quietly()
 
 
+class TlsHandshake(asyncio.Protocol):
+    """A TLS connection from its TCP accept to the end of its handshake, counted by the guard as an idle
+    connection: capped per address and overall, evicted oldest first like any other, closed if the server is
+    full of busy ones.
+
+    asyncio's TLS server (``create_server(ssl=...)``) gives the protocol a connection only after its
+    handshake, so the guard never saw sockets that never send a ClientHello, and they held file descriptors
+    up to the process's limit. This protocol takes the plain socket instead and hands it to asyncio's own TLS
+    layer (``sslproto.SSLProtocol``, as ``create_server`` does) with the handshake deadline; the HTTP
+    protocol made by ``app_factory`` gets the TLS transport once the handshake is done and is counted from
+    then on (:meth:`finished`).
+    """
+
+    def __init__(self, guard: ConnectionGuard, app_factory, sslcontext, timeout_s: float) -> None:
+        self.guard = guard
+        self.app_factory = app_factory
+        self.sslcontext = sslcontext
+        self.timeout_s = timeout_s
+        self.loop = asyncio.get_running_loop()  # made by the loop's accept callback
+        self.client_host = "?"
+        self.transport: asyncio.Transport | None = None
+        self._registered = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.client_host = str(peer[0]) if peer else "?"
+        if not self.guard.opened(self):
+            transport.close()  # every connection is busy with a request: no room for a new one
+            return
+        self._registered = True
+        self.guard.handshakes += 1
+        app = self.app_factory()
+        if isinstance(app, GuardedH11Protocol):
+            app.handshake = self
+        handshake_done = self.loop.create_future()
+        handshake_done.add_done_callback(self._on_handshake_done)
+        tls = sslproto.SSLProtocol(
+            self.loop,
+            app,
+            self.sslcontext,
+            handshake_done,
+            server_side=True,
+            ssl_handshake_timeout=self.timeout_s,
+        )
+        # From now on the socket's bytes go to the TLS layer, which calls app.connection_made after the
+        # handshake (before it passes on any request bytes) or closes the socket at the deadline.
+        transport.set_protocol(tls)
+        tls.connection_made(transport)
+
+    def finished(self) -> None:
+        """The handshake is over (done, failed, or the socket closed): no longer counted as this."""
+        if self._registered:
+            self._registered = False
+            self.guard.handshakes -= 1
+            self.guard.closed(self)
+
+    def _on_handshake_done(self, handshake_done: asyncio.Future) -> None:
+        if not handshake_done.cancelled():
+            handshake_done.exception()  # a failed handshake is the client's business: retrieved, not logged
+        self.finished()
+
+    def connection_lost(self, exc) -> None:  # only before the TLS layer took the socket
+        self.finished()
+
+    def close_quietly(self) -> None:
+        """Close a connection still in its handshake (evicted as the oldest idle one)."""
+        self.finished()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+def within_file_limit(
+    limits: ConnectionLimits, file_limit: int, files_open: int
+) -> tuple[ConnectionLimits, int]:
+    """``limits`` with its connection caps below the process's open-file limit, and the files kept spare.
+
+    Each connection is a file; the files already open (libraries, the listening socket, logs) and a spare
+    share (a quarter of the limit, at most 256: a job's model files, the GPU driver, and the sockets asyncio
+    accepts in one batch before the caps close the oldest) stay out of the count, so a flood of sockets that
+    reaches the cap never takes the files a token holder's connection or a job needs.
+    """
+    spare = min(256, file_limit // 4)
+    most = max(8, file_limit - files_open - spare)
+    capped = dataclasses.replace(
+        limits,
+        max_connections=min(limits.max_connections, most),
+        max_idle=min(limits.max_idle, max(4, most // 4)),
+    )
+    return capped, spare
+
+
 def guarded_protocol(limits: ConnectionLimits) -> type[GuardedH11Protocol]:
     """A protocol class for ``uvicorn.Config(http=...)`` sharing one :class:`ConnectionGuard`."""
     return type("GuardedH11Protocol", (GuardedH11Protocol,), {"guard": ConnectionGuard(limits)})
@@ -255,9 +366,14 @@ class InFlightLimit:
     one address cannot take every slot; that client's other addresses and the server's own answers go on.
     """
 
-    def __init__(self, app, limit: int, clients: int = 1, per_address: int | None = None) -> None:
+    def __init__(
+        self, app, limit: int, clients: int = 1, per_address: int | None = None, retry_after_s=None
+    ) -> None:
         self.app = app
         self.limit = limit
+        # seconds a 503 asks a client to wait: when the first running job ends and its streams free their
+        # slots (JobManager.next_end_s); 5 without a job manager
+        self.retry_after_s = retry_after_s or (lambda: 5)
         self.per_client = max(1, limit // clients) if clients > 1 else limit
         self.per_address = max(1, min(limit, per_address or limit))
         self.in_flight = 0
@@ -283,13 +399,16 @@ class InFlightLimit:
         full = self._full(client, address)
         if full is not None:
             self.refused[full] += 1
+            retry_after_s = int(self.retry_after_s())
             message = {
-                "all": "the server is busy; try again in a few seconds",
+                "all": f"the server is busy; try again in about {retry_after_s} s",
                 "client": f"this client has {self.per_client} requests in flight, its share; finish some first",
                 "address": f"this address has {self.per_address} requests in flight, its share; finish some first",
             }[full]
             response = JSONResponse(
-                wire.error_body(message, "BackendUnavailable"), status_code=503, headers={"Retry-After": "5"}
+                wire.error_body(message, "BackendUnavailable"),
+                status_code=503,
+                headers={"Retry-After": str(retry_after_s)},
             )
             await response(scope, receive, send)
             return
@@ -352,8 +471,9 @@ def quiet_accept_errors(every_s: float = LOG_EVERY_S) -> OncePerKind:
 
 
 class GuardedServer(uvicorn.Server):
-    """``uvicorn.Server`` whose TLS handshakes must end within ``handshake_timeout_s``: uvicorn leaves
-    asyncio's 60 s, in which sockets that never start a handshake hold a file descriptor each."""
+    """``uvicorn.Server`` whose TLS connections are counted from their TCP accept (:class:`TlsHandshake`),
+    and whose handshakes must end within ``handshake_timeout_s``: uvicorn leaves asyncio's 60 s, in which
+    sockets that never start a handshake hold a file descriptor each."""
 
     handshake_timeout_s: float = ConnectionLimits.header_timeout_s
 
@@ -364,10 +484,20 @@ class GuardedServer(uvicorn.Server):
             await super().startup(sockets)
             return
         original = loop.create_server
+        guard = getattr(self.config.http_protocol_class, "guard", None)
+        timeout_s = self.handshake_timeout_s
+
+        def create_server(protocol_factory, *args, ssl=None, **kwargs):
+            if ssl is None:
+                return original(protocol_factory, *args, **kwargs)
+            if not isinstance(guard, ConnectionGuard) or not isinstance(loop, asyncio.BaseEventLoop):
+                # not our protocol, or a loop with its own TLS layer (uvloop): only the deadline
+                return original(protocol_factory, *args, ssl=ssl, ssl_handshake_timeout=timeout_s, **kwargs)
+            counted = functools.partial(TlsHandshake, guard, protocol_factory, ssl, timeout_s)
+            return original(counted, *args, **kwargs)  # TLS is TlsHandshake's, after the accept
+
         try:
-            loop.create_server = functools.partial(  # type: ignore[method-assign]
-                original, ssl_handshake_timeout=self.handshake_timeout_s
-            )
+            loop.create_server = create_server  # type: ignore[method-assign]
         except AttributeError:  # a loop whose methods cannot be replaced: asyncio's own timeout applies
             await super().startup(sockets)
             return

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import statistics
 import threading
 import time
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,25 +23,47 @@ import numpy as np
 from engine import wire
 from engine.api import SamplingRequest, run
 from engine.errors import BackendUnavailable, EngineError
+from engine.formatting import count_of
 from engine.server.limits import ServerLimits
 
-#: Seconds per denoising step assumed until the server has timed a job of its own.
-DEFAULT_STEP_S = 1.0
-#: Steps assumed for a job that asks for its model's default, until a job of that model has run.
-DEFAULT_STEPS = 50
+#: How many of the latest finished jobs the estimates take the median time of.
+RECENT_JOBS = 16
+#: Seconds a job is assumed to take until one has finished here (or the running one has taken two steps).
+DEFAULT_JOB_S = 60.0
 MAX_RETRY_AFTER_S = 3600
+#: Seconds a 503 asks a client to wait when no job runs (its slots are held by requests, not streams).
+BUSY_RETRY_S = 5
+#: ``queued`` events one job gets for a place no nearer the front than one it was told before (another
+#: client's job put ahead of it): past these only its moves to the front are told, so a client that submits
+#: and cancels over and over cannot grow another client's event log without bound.
+MAX_QUEUE_EVENTS = 64
 #: An event that tells the client something and is not its job's end (older clients skip unknown types).
 NOTICE = "notice"
 
 
 class QueueFull(Exception):
-    """The queue (``mine`` False) or the client's share of it (``mine`` True) is full."""
+    """The queue (``mine`` False) or the client's share of it (``mine`` True) is full.
 
-    def __init__(self, retry_after_s: int, mine: bool = False, waiting: int = 0) -> None:
+    ``retry_after_s``: when a place is expected to free; ``work_s``: when a job at the back of the queue as it
+    is now would start; ``job_s``: the time of one job these take, and ``basis`` what that time is.
+    """
+
+    def __init__(
+        self,
+        retry_after_s: int,
+        mine: bool = False,
+        waiting: int = 0,
+        work_s: float = 0.0,
+        job_s: float = DEFAULT_JOB_S,
+        basis: str = "",
+    ) -> None:
         super().__init__(f"retry after {retry_after_s} s")
         self.retry_after_s = retry_after_s
         self.mine = mine
         self.waiting = waiting
+        self.work_s = work_s
+        self.job_s = job_s
+        self.basis = basis
 
 
 @dataclass(eq=False)
@@ -55,6 +79,11 @@ class Job:
     step: int = 0  # the last denoising progress reported, for the queue's time estimates
     total: int = 0
     denoise_started: tuple[float, int] | None = field(default=None, repr=False)  # (when, at which step)
+    started_at: float | None = None  # when a worker took it from the queue
+    told_place: int | None = field(default=None, repr=False)  # the place its last ``queued`` event said
+    best_place: int | None = field(default=None, repr=False)  # the nearest the front it was told
+    queue_events: int = field(default=0, repr=False)  # ``queued`` events that were not a new best place
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)  # the manager's
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _watchers: set = field(default_factory=set, repr=False)  # (event loop, asyncio.Event) of open streams
     _last_preview: int | None = field(default=None, repr=False)
@@ -74,9 +103,9 @@ class Job:
             if event["type"] == wire.PROGRESS and event.get("stage") in ("denoise", "decode"):
                 self.step, self.total = int(event.get("step", 0)), int(event.get("total", 0))
                 if self.denoise_started is None:
-                    self.denoise_started = (time.monotonic(), self.step)
+                    self.denoise_started = (self.clock(), self.step)
             if event["type"] in wire.TERMINAL:
-                self.finished_at = time.monotonic()
+                self.finished_at = self.clock()
             watchers = list(self._watchers)
         for loop, wake in watchers:
             with contextlib.suppress(RuntimeError):  # that stream's loop has closed
@@ -105,22 +134,29 @@ class JobManager:
 
     A finished job is kept for its owner until it has read the volumes (then ``read_ttl_s`` more, for a
     retry) or ``job_ttl_s`` passes; other clients' jobs never push it out. A client with more than
-    ``finished_jobs_kept`` finished jobs loses its own oldest, read ones first. ``Retry-After`` is an
-    estimate: the work ahead (steps left of running jobs, steps of the queued ones before the slot frees)
-    times the seconds per step this server measured (``DEFAULT_STEP_S`` until it has run a job).
+    ``finished_jobs_kept`` finished jobs loses its own oldest, read ones first.
+
+    Waits are estimated from the jobs this server ran: one job takes the median time of the latest
+    ``RECENT_JOBS`` that finished (before one has, the running job's own pace; before that
+    ``DEFAULT_JOB_S``), a running job has its own pace over its steps left, and a waiting job starts after
+    the running jobs' time left plus one job time per job ahead of it, over the jobs run at once. Each
+    waiting job is told its place and wait (a ``queued`` event) whenever its place changes; a full queue's
+    ``Retry-After`` is when a place frees (:meth:`submit`).
     Worker threads start when work arrives and end when the queue is empty, so an idle server holds none.
     """
 
-    def __init__(self, backend, limits: ServerLimits | None = None):
+    def __init__(
+        self, backend, limits: ServerLimits | None = None, clock: Callable[[], float] = time.monotonic
+    ):
         self.backend = backend
         self.limits = limits or ServerLimits()
+        self.clock = clock  # seconds, for every estimate and expiry (a test may step it by hand)
         self.jobs: OrderedDict[str, Job] = OrderedDict()
         self._pending: OrderedDict[str, deque[Job]] = OrderedDict()  # owner -> its waiting jobs; next first
         self._running: set[Job] = set()
         self._lock = threading.Lock()
         self._workers = 0
-        self._step_s: float | None = None  # measured seconds per step (moving average)
-        self._model_steps: dict[str, int] = {}  # steps a model's default turned out to be
+        self._job_times: deque[float] = deque(maxlen=RECENT_JOBS)  # seconds, queue exit to result
         self.closing = False
 
     @property
@@ -136,20 +172,24 @@ class JobManager:
         return job
 
     def submit(self, request: SamplingRequest, owner: str = "") -> Job:
-        """Queue a job; ``QueueFull`` when the queue or ``owner``'s share of it is full."""
+        """Queue a job; ``QueueFull`` when the queue or ``owner``'s share of it is full, with a
+        ``retry_after_s`` of when a place is expected to free: for the queue, when the running job that ends
+        first ends (the next waiting job starts then); for a client's share, when its first waiting job
+        starts. Sooner would find it still full, later would lose the place to a client that came sooner.
+        """
         with self._lock:
             if self.closing:
                 raise BackendUnavailable("the engine server is shutting down; submit the job again later")
             self._expire()
             mine = len(self._pending.get(owner, ()))
             if mine >= self.limits.max_queued_per_client:
-                raise QueueFull(self._retry_after_s(owner), mine=True, waiting=mine)
+                raise self._queue_full(owner, mine)
             if self.queued >= self.limits.max_queued_jobs:
-                raise QueueFull(self._retry_after_s(None), waiting=self.queued)
-            job = Job(id=uuid.uuid4().hex, request=request, owner=owner)
-            job.emit(wire.queued_event())
+                raise self._queue_full(None, self.queued)
+            job = Job(id=uuid.uuid4().hex, request=request, owner=owner, clock=self.clock)
             self.jobs[job.id] = job
             self._pending.setdefault(owner, deque()).append(job)
+            self._tell_places()  # its first event, under the lock: before a worker can start it
             start = self._workers < self.limits.max_concurrent_jobs
             if start:
                 self._workers += 1
@@ -163,13 +203,15 @@ class JobManager:
         with self._lock:
             waiting = self._unqueue(job)
             self.jobs.pop(job.id, None)
+            if waiting:
+                self._tell_places()
         if waiting:
             job.emit(wire.cancelled_event())
 
     def volumes_read(self, job: Job) -> None:
         """Its owner has the volumes: the job is kept ``read_ttl_s`` more (for a retry), not ``job_ttl_s``."""
         if job.read_at is None:
-            job.read_at = time.monotonic()
+            job.read_at = self.clock()
 
     def shutdown(self, grace_s: float, on_expired=None) -> None:
         """Refuse new jobs; end the queued ones now, the running ones when ``grace_s`` has passed.
@@ -263,42 +305,96 @@ class JobManager:
                     order.append(q.pop(0))
         return order
 
-    def _steps_of(self, job: Job) -> int:
-        if job.total:
-            return job.total
-        return job.request.steps or self._model_steps.get(job.request.model, DEFAULT_STEPS)
+    def next_end_s(self) -> int:
+        """Seconds until the running job that ends first ends, when its event streams end and free their
+        in-flight slots: a 503's ``Retry-After``. ``BUSY_RETRY_S`` when no job runs."""
+        with self._lock:
+            _, left, _, _ = self._waits(self.clock())
+        return self._bounded(left[0]) if left else BUSY_RETRY_S
 
-    def _retry_after_s(self, owner: str | None) -> int:
-        """Seconds until a slot frees: for the queue, when the next job starts; for a client's share,
-        when that client's first waiting job starts."""
-        step_s = self._step_s if self._step_s is not None else self._running_step_s()
+    @staticmethod
+    def _bounded(seconds: float) -> int:
+        return int(min(MAX_RETRY_AFTER_S, max(1, math.ceil(seconds))))
+
+    def _job_time(self, now: float) -> tuple[float, str]:
+        """Seconds one job takes here, and what that number is: the median of the latest finished jobs;
+        before one has finished, the running jobs' own pace; before they have taken two steps, a guess."""
+        if self._job_times:
+            recent = count_of(len(self._job_times), "job")
+            return statistics.median(self._job_times), f"the median of the last {recent}"
+        projected = [t for t in (self._projected_s(job, now) for job in self._running) if t is not None]
+        if projected:
+            return max(projected), "the running job's pace"
+        return DEFAULT_JOB_S, "a guess until a job has run here"
+
+    @staticmethod
+    def _pace_s(job: Job, now: float) -> float | None:
+        """Seconds per step of a running job since its first denoising step (None before its next one)."""
+        if job.denoise_started is None:
+            return None
+        began, first_step = job.denoise_started
+        return (now - began) / (job.step - first_step) if job.step > first_step else None
+
+    def _projected_s(self, job: Job, now: float) -> float | None:
+        """A running job's whole time at its own pace: loading, then all its steps."""
+        pace = self._pace_s(job, now)
+        if pace is None or job.started_at is None or job.denoise_started is None:
+            return None
+        began, first_step = job.denoise_started
+        return (began - job.started_at) + pace * (job.total - first_step)
+
+    def _left_s(self, job: Job, job_s: float, now: float) -> float:
+        """Seconds until a running job ends: the longer of its own pace over its steps left and the job time
+        less its time so far (decoding comes after the last step: a decoding job's pace says 0 s, and
+        Retry-After said 1 s for the 20 s a demo model's decoding took); a quarter of the job time for a
+        job already past both."""
+        pace = self._pace_s(job, now)
+        by_pace = pace * max(0, job.total - job.step) if pace is not None else 0.0
+        elapsed = now - (job.started_at if job.started_at is not None else now)
+        left = max(by_pace, job_s - elapsed)
+        return left if left > 0 else job_s / 4
+
+    def _waits(self, now: float) -> tuple[list[tuple[Job, float]], list[float], float, str]:
+        """The waiting jobs in the order they will start, each with the seconds until it starts (the running
+        jobs' time left plus one job time per job ahead, over the jobs run at once); the running jobs' times
+        left, soonest first; the job time and what it is."""
+        job_s, basis = self._job_time(now)
+        left = sorted(self._left_s(job, job_s, now) for job in self._running)
         lanes = max(1, self.limits.max_concurrent_jobs)
-        running_left = sorted(max(0, self._steps_of(j) - j.step) for j in self._running)
-        soonest = running_left[0] if running_left else 0
-        ahead = 0
-        if owner is not None:
-            for job in self._order():
-                if job.owner == owner:
-                    break
-                ahead += self._steps_of(job)
-            work = (sum(running_left) + ahead) / lanes
-        else:
-            work = soonest
-        return int(min(MAX_RETRY_AFTER_S, max(1, math.ceil(work * step_s))))
+        waits = [(job, (sum(left) + ahead * job_s) / lanes) for ahead, job in enumerate(self._order())]
+        return waits, left, job_s, basis
 
-    def _running_step_s(self) -> float:
-        """Seconds per step measured on the running jobs, before any job has finished (``DEFAULT_STEP_S``
-        until one has taken a step): the estimate was 1 s a step while a real step took seconds."""
-        now = time.monotonic()
-        rates = [
-            (now - job.denoise_started[0]) / (job.step - job.denoise_started[1])
-            for job in self._running
-            if job.denoise_started is not None and job.step > job.denoise_started[1]
-        ]
-        return max(rates) if rates else DEFAULT_STEP_S
+    def _queue_full(self, owner: str | None, waiting: int) -> QueueFull:
+        """The refusal of a job: the queue is full (``owner`` None) or ``owner``'s share of it is."""
+        waits, left, job_s, basis = self._waits(self.clock())
+        if owner is None:
+            free_s = left[0] if left else 0.0
+        else:
+            free_s = next((wait_s for job, wait_s in waits if job.owner == owner), 0.0)
+        lanes = max(1, self.limits.max_concurrent_jobs)
+        work_s = (sum(left) + len(waits) * job_s) / lanes
+        return QueueFull(self._bounded(free_s), owner is not None, waiting, work_s, job_s, basis)
+
+    def _tell_places(self) -> None:
+        """A ``queued`` event (place, wait) for each waiting job whose place changed: always when it is
+        nearer the front than ever (at most ``max_queued_jobs`` of those; clients count them as the line
+        moving), else up to ``MAX_QUEUE_EVENTS``. Called under the lock after every change of the queue, so
+        a job's ``queued`` events come before any event of its run."""
+        waits, _, job_s, _ = self._waits(self.clock())
+        for place, (job, wait_s) in enumerate(waits, 1):
+            if job.told_place == place:
+                continue
+            if job.best_place is None or place < job.best_place:
+                job.best_place = place
+            elif job.queue_events >= MAX_QUEUE_EVENTS:
+                continue
+            else:
+                job.queue_events += 1
+            job.told_place = place
+            job.emit(wire.queued_event(place, wait_s, job_s))
 
     def _expire(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         finished = [j for j in self.jobs.values() if j.finished_at is not None]
         for job in finished:
             unread_expired = now - job.finished_at > self.limits.job_ttl_s
@@ -322,7 +418,9 @@ class JobManager:
                 if job is None:
                     self._workers -= 1
                     return
+                job.started_at = self.clock()
                 self._running.add(job)
+                self._tell_places()  # every job behind it moved up
             try:
                 self._run(job)
             except BaseException as exc:  # noqa: BLE001 - a worker reports and goes on
@@ -335,18 +433,11 @@ class JobManager:
                     self._measured(job)
 
     def _measured(self, job: Job) -> None:
-        """Learn the seconds per step (and a model's default steps) from a job that ran to its result:
-        from its first denoising step to its result (decoding included: it is part of the work)."""
-        if job.denoise_started is None or job.finished_at is None or job.events[-1]["type"] != wire.RESULT:
+        """Keep the time of a job that ran to its result, from leaving the queue to its result (loading and
+        decoding included: a waiting job waits for them too)."""
+        if job.started_at is None or job.finished_at is None or job.events[-1]["type"] != wire.RESULT:
             return
-        if not job.request.steps:
-            self._model_steps[job.request.model] = job.total
-        began, first_step = job.denoise_started
-        steps = job.total - first_step
-        if steps <= 0:
-            return
-        per_step = (job.finished_at - began) / steps
-        self._step_s = per_step if self._step_s is None else 0.7 * self._step_s + 0.3 * per_step
+        self._job_times.append(job.finished_at - job.started_at)
 
     def _run(self, job: Job) -> None:
         if job.cancel.is_set():

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from engine import wire
 from engine.errors import BackendUnavailable, EngineError
+from engine.formatting import rough_duration
 from engine.server.allowed_models import check_model
 from engine.server.jobs import Job, JobManager, QueueFull
 from engine.server.limits import ServerLimits
@@ -68,8 +69,9 @@ def add_job_routes(
             whose = "of yours are" if exc.mine else "are"
             raise Refused(
                 429,
-                f"the engine server is busy ({exc.waiting} jobs {whose} waiting); try again in about "
-                f"{exc.retry_after_s} s",
+                f"the engine server is busy ({exc.waiting} jobs {whose} waiting, about "
+                f"{rough_duration(exc.work_s)} of work at {rough_duration(exc.job_s)} a job, {exc.basis}); "
+                f"try again in about {exc.retry_after_s} s, when a place frees",
                 "BackendUnavailable",
                 headers={"Retry-After": str(exc.retry_after_s)},
             ) from exc

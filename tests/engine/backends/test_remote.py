@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import numpy as np
@@ -198,12 +199,18 @@ def test_tissue_maps_and_space_cross_the_wire_and_a_wrong_count_is_refused():
         wire.result_from_event(event, volumes, "https://h:1")
 
 
-def _fill_the_queue(url: str, backend) -> None:
-    """One job running (held at the gate) and one waiting: a queue of one place is full."""
+def _fill_the_queue(url: str, backend, timed: bool = False) -> None:
+    """One job running (held at the gate) and one waiting: a queue of one place is full. ``timed``: one job
+    has run first, so the server's waits are its time (milliseconds), not the guess of 60 s a job."""
     import httpx
 
     body = {"model": "tiny-pixel", "steps": 2}
     headers = {"Authorization": "Bearer s3cret"}
+    if timed:
+        backend.gate.set()
+        run(RemoteBackend(url, token="s3cret").sample(SamplingRequest("tiny-pixel", steps=2)))
+        backend.gate.clear()
+        backend.started.clear()
     assert httpx.post(f"{url}/jobs", json=body, headers=headers, timeout=30).status_code == 200
     deadline = time.monotonic() + 30
     while not backend.started.is_set():
@@ -222,7 +229,7 @@ def test_the_client_waits_as_a_full_queue_says_then_runs_its_job(registry):
     app = create_app(backend, token="s3cret", limits=ServerLimits(max_queued_jobs=1, max_queued_per_client=1))
     try:
         with ServerThread(app) as url:
-            _fill_the_queue(url, backend)
+            _fill_the_queue(url, backend, timed=True)  # a place frees within a second, it says
             waiting = RemoteBackend(url, token="s3cret", queue_wait_s=60).sample(
                 SamplingRequest(model="tiny-pixel", steps=2, seed=1)
             )
@@ -249,5 +256,119 @@ def test_a_client_that_waited_its_deadline_says_so(registry):
             client = RemoteBackend(url, token="s3cret", queue_wait_s=1)
             with pytest.raises(BackendUnavailable, match=r"gave up after waiting \d+ s.*--queue-wait 1"):
                 run(client.sample(SamplingRequest(model="tiny-pixel", steps=2, seed=1)))
+    finally:
+        backend.gate.set()
+
+
+# -- a place in the queue, and the clients' deadline (issue 50, point 3) ---------------------------------------
+
+
+def _until(predicate, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_queued_job_shows_its_place_and_the_clients_deadline(registry):
+    """Before: a queued job's client was told "queued" and nothing more, however long the line."""
+    from engine.server import ServerLimits
+    from engine.testing import InstantBackend
+    from tests.engine.server.gated import GatedBackend
+
+    backend = GatedBackend(InstantBackend(registry))
+    app = create_app(backend, token="s3cret", limits=ServerLimits(max_queued_jobs=4))
+    try:
+        with ServerThread(app) as url:
+            _fill_the_queue(url, backend)  # one job running, one waiting
+            waiting = RemoteBackend(url, token="s3cret", queue_wait_s=600).sample(
+                SamplingRequest(model="tiny-pixel", steps=2, seed=1)
+            )
+            told = next(waiting)
+            # nothing has run here: 60 s a job, the running one's and the one ahead's
+            assert told.stage == "load" and told.message.startswith("queued, 2nd in line, about 2 min; ")
+            assert "; waiting up to 600 s for the line to move, until " in told.message
+            backend.gate.set()
+            assert run(waiting) is not None
+            # an idle server starts a job at once: a client that waits for nothing (0 s) still gets it
+            assert run(
+                RemoteBackend(url, token="s3cret", queue_wait_s=0).sample(SamplingRequest("tiny-pixel"))
+            )
+    finally:
+        backend.gate.set()
+
+
+def test_a_job_whose_line_does_not_move_by_the_clients_deadline_is_cancelled_and_said(registry):
+    from engine.server import ServerLimits
+    from engine.testing import InstantBackend
+    from tests.engine.server.gated import GatedBackend
+
+    backend = GatedBackend(InstantBackend(registry))
+    app = create_app(backend, token="s3cret", limits=ServerLimits(keepalive_s=0.05))
+    try:
+        with ServerThread(app) as url:
+            _fill_the_queue(url, backend)
+            client = RemoteBackend(url, token="s3cret", queue_wait_s=0.5)
+            with pytest.raises(
+                BackendUnavailable,
+                match=r"the engine server's line did not move for \d+ s \(queued, 2nd in line, about 2 min\), the "
+                r"most this client waits for it \(--queue-wait 0.5\); the job was cancelled",
+            ):
+                run(client.sample(SamplingRequest(model="tiny-pixel", steps=2, seed=1)))
+            assert app.state.manager.queued == 1  # its own job left the line; the other one waits on
+    finally:
+        backend.gate.set()
+
+
+def test_four_clients_with_three_jobs_each_all_get_their_results(registry):
+    """The report: 4 clients x 3 small jobs at once against a queue of 8; `generate --server` ended at once
+    on the 429 ("try again in about 5 s", exit 5) while raw clients that honoured Retry-After got all 12.
+    Here the first job is held until every submit is in: 1 runs, 8 wait in line and are told their places,
+    3 are told the queue is full and wait as it says; then all 12 finish."""
+    from collections import defaultdict
+
+    from engine.server import new_token
+    from engine.testing import InstantBackend
+    from tests.engine.server.gated import GatedBackend
+
+    tokens = {f"client-{i}": new_token() for i in range(4)}
+    backend = GatedBackend(InstantBackend(registry))
+    app = create_app(backend, token=tokens)
+    manager = app.state.manager
+    told: dict[tuple[str, int], list[str]] = defaultdict(list)
+    results = {}
+
+    def submit(name: str, seed: int) -> None:
+        client = RemoteBackend(url, token=tokens[name])
+        request = SamplingRequest(model="tiny-pixel", steps=2, seed=seed)
+        results[name, seed] = run(
+            client.sample(request), on_progress=lambda p: told[name, seed].append(p.message)
+        )
+
+    def clients_told(start: str) -> int:
+        return sum(any(m.startswith(start) for m in messages) for messages in list(told.values()))
+
+    try:
+        with ServerThread(app) as url:
+            backend.gate.set()
+            run(RemoteBackend(url, token=tokens["client-0"]).sample(SamplingRequest("tiny-pixel", steps=2)))
+            backend.gate.clear()  # the server has timed a job: its waits are that job's time, not a guess
+            clients = [
+                threading.Thread(target=submit, args=(name, seed)) for name in tokens for seed in range(3)
+            ]
+            for thread in clients:
+                thread.start()
+            # every job in line but the next to start is told its place; 3 clients are told the queue is full
+            _until(
+                lambda: (
+                    manager.queued == 8 and clients_told("queued, ") >= 7 and clients_told("the engine") == 3
+                ),
+                "1 running, 8 in line and told their places, 3 told to wait",
+            )
+            backend.gate.set()
+            for thread in clients:
+                thread.join(60)
+        assert sorted(results) == sorted((name, seed) for name in tokens for seed in range(3))
+        assert all(result is not None and result.volumes.shape[0] == 1 for result in results.values())
     finally:
         backend.gate.set()

@@ -1,4 +1,5 @@
-"""A backend that holds its jobs until a test opens the gate."""
+"""Helpers for tests of the job queue: a backend that holds its jobs until a test opens the gate, and a
+clock for the job manager that moves only when the test moves it."""
 
 import threading
 
@@ -23,3 +24,17 @@ class GatedBackend:
         if not self.gate.wait(120):
             raise BackendUnavailable("the test never opened the gate")
         return (yield from self.inner.sample(request))
+
+
+class StoppedClock:
+    """A clock for the job manager (``manager.clock``) that moves only when told (``advance``): its
+    estimates are then exact numbers."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -4,12 +4,13 @@ arrive together (point 8). A real uvicorn server on 127.0.0.1 with one token per
 Before: any token holder read or cancelled any job whose id it knew; one client filled the queue of 8;
 ``Retry-After`` was 5 s per waiting job whatever their length; 17 one-step jobs of one client evicted
 another's finished, unread result; 260 event streams opened together all got 200 (limit 256).
+
+Estimates are checked on a clock the test steps by hand (``StoppedClock``): exact numbers, no waiting.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import socket
 import threading
 import time
@@ -19,7 +20,7 @@ import pytest
 
 from engine.server import ServerLimits, create_app, new_token
 from engine.testing import InstantBackend, ServerThread
-from tests.engine.server.gated import GatedBackend
+from tests.engine.server.gated import GatedBackend, StoppedClock
 
 TOKENS = {"alice": new_token(), "bob": new_token(), "carol": new_token()}
 
@@ -77,9 +78,10 @@ def test_other_clients_get_404_for_a_jobs_events_volumes_and_cancel(registry):
         assert alice.delete(f"/jobs/{job}").status_code == 200
 
 
-def test_each_client_has_a_share_of_the_queue_with_retry_after_from_the_work_ahead(gated):
+def test_each_client_has_a_share_of_the_queue_with_retry_after_from_the_jobs_ahead(gated):
     limits = ServerLimits(max_queued_jobs=3, max_queued_per_client=2)
     app = create_app(gated, token=TOKENS, limits=limits)
+    app.state.manager.clock = StoppedClock()
     with (
         ServerThread(app) as url,
         _client(url, "alice") as alice,
@@ -91,14 +93,19 @@ def test_each_client_has_a_share_of_the_queue_with_retry_after_from_the_work_ahe
         assert _submit(bob, steps=7, seed=1).status_code == 200
         assert _submit(alice, steps=100, seed=2).status_code == 200
         assert _submit(alice, steps=100, seed=3).status_code == 200
-        # alice's share (2) is full: her first waiting job starts after the running job's 40 steps and
-        # bob's 7 (his came first), at the assumed 1 s a step (nothing measured yet)
+        # nothing has finished here: a job is taken to last 60 s (said so), the running one has all of it left.
+        # alice's share (2) is full: a place of hers frees when her first job starts, after the running job
+        # and bob's (his came first)
         mine = _submit(alice, steps=5)
         assert mine.status_code == 429 and "of yours" in mine.json()["detail"]
-        assert mine.headers["Retry-After"] == "47"
-        # the queue (3) is full: a slot frees when the running job's 40 steps are done
+        assert mine.headers["Retry-After"] == "120"
+        # the queue (3) is full: a place frees when the running job ends and the next one starts
         full = _submit(carol, steps=5)
-        assert full.status_code == 429 and full.headers["Retry-After"] == "40"
+        assert full.status_code == 429 and full.headers["Retry-After"] == "60"
+        assert full.json()["detail"] == (
+            "the engine server is busy (3 jobs are waiting, about 4 min of work at 60 s a job, a guess until "
+            "a job has run here); try again in about 60 s, when a place frees"
+        )
         gated.gate.set()
         _wait(lambda: all(j.done for j in app.state.manager.jobs.values()), "the jobs to finish")
         assert gated.order == [0, 1, 2, 3]
@@ -207,40 +214,126 @@ def test_serve_takes_one_token_per_client_from_a_file(tmp_path, monkeypatch, mod
         assert message in err and "Traceback" not in err and TOKENS["bob"] not in err
 
 
-class SteppedBackend(InstantBackend):
-    """Instant, but each denoising step takes ``step_s``: the server has something to measure."""
+class ClockedBackend(InstantBackend):
+    """Instant, but each job takes as many seconds as its seed on the manager's ``StoppedClock``."""
 
-    step_s = 0.05
+    def __init__(self, registry, clock: StoppedClock) -> None:
+        super().__init__(registry)
+        self.clock = clock
 
     def sample(self, request):
-        inner = super().sample(request)
-        try:
-            while True:
-                progress = next(inner)
-                if progress.stage == "denoise":
-                    time.sleep(self.step_s)
-                yield progress
-        except StopIteration as stop:
-            return stop.value
+        result = yield from super().sample(request)
+        self.clock.advance(request.seed)
+        return result
 
 
-def test_retry_after_uses_the_step_time_the_server_measured(registry):
-    backend = GatedBackend(SteppedBackend(registry))
+def test_waits_are_the_median_job_time_per_job_ahead_and_each_job_is_told_its_place(registry):
+    """Before: 1 s a step until a job had finished, and a job in the queue was told nothing but "queued"
+    (the report: Retry-After said 1-5 s while each job took 30-60 s)."""
+    clock = StoppedClock()
+    backend = GatedBackend(ClockedBackend(registry, clock))
     backend.gate.set()
-    app = create_app(backend, token=TOKENS, limits=ServerLimits(max_queued_jobs=1))
+    app = create_app(backend, token=TOKENS, limits=ServerLimits(max_queued_jobs=3))
     manager = app.state.manager
+    manager.clock = clock
     try:
         with ServerThread(app) as url, _client(url, "alice") as alice, _client(url, "bob") as bob:
-            first = _submit(alice, steps=3).json()["id"]
-            _wait(lambda: manager.get(first).done, "the measured job")
-            measured = manager._step_s
-            assert measured is not None and measured > 0  # from the server's own job, not the 1 s default
+            for seconds in (10, 30, 20):  # three jobs done: the median job takes 20 s
+                job = _submit(alice, seed=seconds).json()["id"]
+                _wait(lambda: manager.get(job).done, "a measured job")  # noqa: B023 - called at once
             backend.gate.clear()
-            _submit(alice, steps=3000)  # runs, held at the gate before its first step
-            _wait(lambda: manager.queued == 0 and manager._running, "the long job to start")
-            _submit(alice, steps=3)  # the queue (1) is full now
-            refused = _submit(bob, steps=3)
-            assert refused.status_code == 429
-            assert int(refused.headers["Retry-After"]) == max(1, math.ceil(3000 * measured))
+            _submit(alice, seed=1)  # runs, held at the gate
+            _wait(lambda: manager.queued == 0 and manager._running, "the held job to start")
+            clock.advance(5)  # it has run 5 s of the 20 a job takes
+            ids = [_submit(who, seed=1).json()["id"] for who in (alice, bob, alice)]
+            refused = _submit(bob, seed=1)  # the queue (3) is full
+            assert refused.status_code == 429 and refused.headers["Retry-After"] == "15"
+            assert (
+                "about 75 s of work at 20 s a job, the median of the last 3 jobs" in refused.json()["detail"]
+            )
+            told = {job_id: manager.get(job_id).events[-1] for job_id in ids}
+            assert [(e["place"], e["wait_s"], e["job_s"]) for e in told.values()] == [
+                (1, 15.0, 20.0),
+                (2, 35.0, 20.0),
+                (3, 55.0, 20.0),
+            ]
+            assert told[ids[2]]["message"] == "queued, 3rd in line, about 55 s"
+            backend.gate.set()
+            _wait(lambda: all(j.done for j in manager.jobs.values()), "the jobs to finish")
+            # the last one was told each place it moved to, before its run's first event
+            events = [json.loads(line) for line in alice.get(f"/jobs/{ids[2]}/events").text.splitlines()]
+            kinds = [e["type"] for e in events]
+            assert [e["place"] for e in events if e["type"] == "queued"] == [3, 2, 1]
+            assert kinds[:3] == ["queued"] * 3 and kinds[3] == "progress" and kinds[-1] == "result"
     finally:
         backend.gate.set()
+
+
+def test_a_job_is_told_each_move_to_the_front_and_other_changes_only_up_to_a_bound(registry):
+    """Another client that submits and cancels over and over moves a waiting job back and forth: those
+    changes are told at most MAX_QUEUE_EVENTS times, while its moves nearer the front are always told."""
+    from engine.api import SamplingRequest
+    from engine.server.jobs import MAX_QUEUE_EVENTS, JobManager
+
+    backend = GatedBackend(InstantBackend(registry))
+    manager = JobManager(backend, ServerLimits())
+    request = SamplingRequest(model="tiny-pixel", steps=2)
+    try:
+        manager.submit(request, owner="alice")  # runs, held at the gate
+        _wait(lambda: manager.queued == 0, "the first job to start")
+        manager.submit(request, owner="alice")
+        second = manager.submit(request, owner="alice")  # 2nd in line
+        for _ in range(MAX_QUEUE_EVENTS + 20):
+            manager.cancel(manager.submit(request, owner="bob"))  # bob's job goes ahead of it, then leaves
+        places = [e["place"] for e in second.events if e["type"] == "queued"]
+        assert places[:3] == [2, 3, 2] and len(places) == 1 + MAX_QUEUE_EVENTS
+        backend.gate.set()
+        _wait(lambda: second.done, "the jobs to finish")
+        places = [e["place"] for e in second.events if e["type"] == "queued"]
+        assert places[-1] == 1 and len(places) == 2 + MAX_QUEUE_EVENTS  # its move to the front, told
+    finally:
+        backend.gate.set()
+
+
+class SlowDecodeBackend(InstantBackend):
+    """Instant steps, then a decoding that waits for ``decode`` and takes as many seconds as the seed on the
+    manager's ``StoppedClock``."""
+
+    def __init__(self, registry, clock: StoppedClock) -> None:
+        super().__init__(registry)
+        self.clock = clock
+        self.decode = threading.Event()
+        self.decoding = threading.Event()
+
+    def sample(self, request):
+        result = yield from super().sample(request)  # its steps are done
+        self.decoding.set()
+        self.decode.wait(60)
+        self.clock.advance(request.seed)
+        return result
+
+
+def test_a_decoding_job_is_given_the_job_time_left_not_its_steps_left(registry):
+    """Before: a job past its last step had 0 s left by its pace, and a full queue said "try again in 1 s"
+    through a decoding that took 20 s."""
+    from engine.api import SamplingRequest
+    from engine.server.jobs import JobManager, QueueFull
+
+    clock = StoppedClock()
+    backend = SlowDecodeBackend(registry, clock)
+    manager = JobManager(backend, ServerLimits(max_queued_jobs=1), clock=clock)
+    try:
+        backend.decode.set()
+        measured = manager.submit(SamplingRequest(model="tiny-pixel", seed=20))
+        _wait(lambda: measured.done, "a job of 20 s")
+        backend.decode.clear()
+        backend.decoding.clear()
+        manager.submit(SamplingRequest(model="tiny-pixel"))
+        _wait(backend.decoding.is_set, "the next job to decode")
+        clock.advance(15)
+        manager.submit(SamplingRequest(model="tiny-pixel"))  # the queue (1) is full now
+        with pytest.raises(QueueFull) as refused:
+            manager.submit(SamplingRequest(model="tiny-pixel"))
+        assert refused.value.retry_after_s == 5  # 20 s a job, 15 s of it gone
+    finally:
+        backend.decode.set()
