@@ -141,21 +141,11 @@ def tissue_window(qtbot, themed_app, tiny_models_dir, tissue_models_dir, qt_sett
 
 
 @pytest.fixture
-def main_window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
-    """The main window with its 3D view attached (pyvista imported in the background)."""
-    window = _make_window(qtbot, registry, qt_settings, enable_3d=True)
-    if not window.viewer.view3d.ready:
-        with qtbot.waitSignal(window.view3d_ready, timeout=90_000):
-            pass
-    yield window
-    window.close()
-
-
-@pytest.fixture
 def window_3d(qtbot, themed_app, registry, qt_settings, error_dialogs):
-    """The main window with its 3D view, like ``main_window_3d`` but not waiting to become the active window:
-    under Xvfb (no window manager) a second 3D window in one process never does. Tests that use it send their
-    keys to the widgets themselves or trigger actions, so they need no window shortcut."""
+    """The main window with its 3D view attached (pyvista imported in the background). It does not wait to
+    become the active window: under Xvfb (no window manager) a second 3D window in one process never does, and
+    which test makes the first depends on the order tests run in. Tests that use it send their keys to the
+    widgets themselves or trigger actions, so they need no window shortcut."""
     from app.window.main_window import MainWindow
 
     window = MainWindow(registry=registry, settings=qt_settings, enable_3d=True, preload_torch=False)

@@ -8,8 +8,8 @@ import pytest
 pytestmark = pytest.mark.render
 
 
-def test_screenshots_fresh_generation_and_finished_volume(qtbot, main_window_3d, screenshot, mni_t1):
-    window = main_window_3d
+def test_screenshots_fresh_generation_and_finished_volume(qtbot, window_3d, screenshot, mni_t1):
+    window = window_3d
     shots = [screenshot(window, "01-fresh-start")]
 
     # mid-generation, with the x0 preview in the slice views
