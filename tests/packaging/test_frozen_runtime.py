@@ -134,6 +134,7 @@ def test_what_the_bundle_lacks_includes_the_dev_tools():
     assert not {"torch", "monai", "nibabel", "engine", "app", "PySide6", "pyvista"} & absent
 
 
+@pytest.mark.slow
 def test_the_cli_paths_run_with_only_what_the_bundle_holds(engine_run, work):
     steps = engine_run.get("result") or {}
     failed = {name: step for name, step in steps.items() if step.get("error")}
@@ -167,6 +168,7 @@ def test_the_cli_reads_its_data_only_from_folders_the_bundle_ships(engine_run):
     not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")),
     reason="needs an X display: run under xvfb-run with QT_QPA_PLATFORM=xcb",
 )
+@pytest.mark.slow
 def test_the_apps_3d_view_and_anatomy_line_with_only_what_the_bundle_holds(engine_run, work, tiny_models_dir):
     assert (work / "gen.nii.gz").exists(), "volsynth generate wrote no volume to show\n" + _explain(
         engine_run

@@ -207,6 +207,7 @@ def test_writers_are_the_call_sites_and_the_public_functions_above_them(report):
     assert wrappers == ["app/files.py save_files", "engine/io.py save_thing"]
 
 
+@pytest.mark.slow
 def test_the_product_writes_a_volume_in_one_place(report):
     """Every NIfTI the engine and the app write goes through engine.nifti.io.save_volumes (save_volume is its
     one-volume form): the CLI, Compare, cohorts, segmentation, the app's Save As and crash recovery."""

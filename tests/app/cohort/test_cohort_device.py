@@ -129,6 +129,7 @@ class _Made:
         self.provenance = {"device": device, "step_times_s": times}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
 def test_offering_and_checking_xla_never_starts_jax_in_the_app_process():
     """On a TPU VM the process that starts JAX takes every chip: the dialog finds JAX, checks plans and
@@ -433,6 +434,7 @@ def test_at_1024x700_with_xla_and_a_note_nothing_is_cut_and_tab_follows_the_rows
     dialog.close()
 
 
+@pytest.mark.slow
 @pytest.mark.render
 @pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
 def test_a_real_cohort_on_two_fake_xla_devices_with_plan_dp2(qtbot, main_window, tmp_path, screenshot):

@@ -27,6 +27,7 @@ def test_draft_counts_like_the_engine_spec():
     assert draft.to_dict()["draws"] == 1
 
 
+@pytest.mark.slow
 def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path, screenshot):
     pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
     from engine.cohort import validate_layout

@@ -47,6 +47,7 @@ def _panel_bf16(main_window):
     panel.set_values({**panel.values(), "autocast": "bf16"})
 
 
+@pytest.mark.slow
 def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, main_window, compare):
     _panel_bf16(main_window)
     assert compare.choice(compare.a_box) == "Exact fp32" and compare.choice(compare.b_box) == PANEL_SETTINGS
@@ -81,6 +82,7 @@ def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, main_window,
     assert compare.add_button.isEnabled() and compare.save_button.isEnabled()
 
 
+@pytest.mark.slow
 def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, main_window, compare):
     _panel_bf16(main_window)
     compare.start()
@@ -119,6 +121,7 @@ def test_same_settings_compare_identical(qtbot, main_window, compare):
     )
 
 
+@pytest.mark.slow
 def test_cancel_with_escape_leaves_the_app_usable(qtbot, main_window, compare):
     _select(main_window, "tiny-pixel")
     main_window.sampling_panel.steps_spin.setValue(1000)
@@ -159,6 +162,7 @@ def test_refused_while_a_generation_runs(qtbot, main_window, compare, error_dial
     assert compare.run_button.isEnabled()
 
 
+@pytest.mark.slow
 def test_add_to_session_and_save(qtbot, main_window, compare, tmp_path):
     _panel_bf16(main_window)
     compare.start()
@@ -187,6 +191,7 @@ def test_add_to_session_and_save(qtbot, main_window, compare, tmp_path):
     assert record["b"]["applied"] == ["autocast"] and "Saved 6 files" in compare.progress_label.text()
 
 
+@pytest.mark.slow
 def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, main_window, compare):
 
     compare.a_box.setCurrentText("bf16")
@@ -227,6 +232,7 @@ def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, main_window, compare):
     assert compare.views["b"]["axial"].empty_text.startswith("Run the comparison")
 
 
+@pytest.mark.slow
 def test_difference_map_is_diverging_with_a_colour_bar(qtbot, main_window, compare, screenshot):
     _panel_bf16(main_window)
     bar = compare.colour_bar
@@ -310,6 +316,7 @@ def test_decoder_only_setting_headlines_the_decode(qtbot, main_window, compare):
     )
 
 
+@pytest.mark.slow
 def test_speed_verdicts_follow_the_noise_rule(qtbot, main_window, compare):
     import dataclasses
 
@@ -350,6 +357,7 @@ def test_speed_verdicts_follow_the_noise_rule(qtbot, main_window, compare):
     assert "End to end (sampling loop incl. decode)" in summary
 
 
+@pytest.mark.slow
 def test_table_exports_to_csv_through_the_file_dialog(qtbot, main_window, compare, tmp_path):
     import csv
 
@@ -406,6 +414,7 @@ def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, main_w
         assert compare.choice(compare.b_box) not in compare.unavailable
 
 
+@pytest.mark.slow
 def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, main_window):
     """Ctrl+Return pressed right after Ctrl+Shift+G opened the window starts the comparison: the window takes
     the keyboard when it opens, not only once the platform's activation arrives (the walk of issue 25 saw
@@ -432,6 +441,7 @@ def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, main_window):
     compare.close()
 
 
+@pytest.mark.slow
 def test_the_keypad_enter_runs_too(qtbot, main_window):
     """The empty views say "Ctrl+Enter": the keypad's Enter (a key apart from Return) starts the run as well."""
     _select(main_window, "tiny-latent")
@@ -482,6 +492,7 @@ def _measured_here(main_window, qtbot) -> None:
     measured.set_result("tiny-latent", result)
 
 
+@pytest.mark.slow
 def test_the_choices_are_the_presets_by_name_with_what_was_measured_here(
     qtbot, main_window, compare, screenshot
 ):

@@ -273,6 +273,7 @@ def test_metrics_dock_place_persists(qtbot, themed_app, registry, qt_settings, e
     second.close()
 
 
+@pytest.mark.slow
 @render
 def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbot, main_window):
     window = main_window
@@ -329,6 +330,7 @@ def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbo
     assert window.sampler.active_runs() == []
 
 
+@pytest.mark.slow
 @render
 def test_finished_run_summary_goes_into_provenance_session_details_and_sidecar(qtbot, main_window, tmp_path):
     window = main_window
@@ -363,6 +365,7 @@ def test_finished_run_summary_goes_into_provenance_session_details_and_sidecar(q
     assert dock.run_marks[-1].outcome == "failed" and window.sampler.active_runs() == []
 
 
+@pytest.mark.slow
 @render
 def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window, fake_gpus):
     window = fake_gpu_window

@@ -151,6 +151,7 @@ def test_the_preview_size_runs_smaller_at_the_same_field_of_view(qtbot, maisi_wi
     assert "warnings" not in entry.provenance
 
 
+@pytest.mark.slow
 def test_a_cohort_makes_the_modality_and_size_chosen_in_the_generate_panel(qtbot, maisi_window, tmp_path):
     pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
     import json

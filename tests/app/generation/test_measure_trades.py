@@ -3,6 +3,7 @@ and fewer steps are measured beside the settings, speed and quality side by side
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 
@@ -13,6 +14,7 @@ from app.panels.optimization_panel import OptimizationPanel
 from app.services.workers import JobRunner
 
 
+@pytest.mark.slow
 def test_measure_now_times_and_judges_step_caching_and_fewer_steps(
     qtbot, qt_settings, registry, tmp_path, monkeypatch
 ):

@@ -53,6 +53,7 @@ def _button(qtbot, bar, action) -> QToolButton:
     return button
 
 
+@pytest.mark.slow
 def test_compute_tissue_maps_of_an_opened_nifti_shows_them_and_says_how_made(qtbot, main_window, tmp_path):
     window, bar, computer = main_window, main_window.tissue_toolbar, main_window.tissue_maps
     entry = open_volume(qtbot, window, _write(tmp_path / "sub-01_T2w.nii.gz", phantom("t2w")))
@@ -88,6 +89,7 @@ def test_compute_tissue_maps_of_an_opened_nifti_shows_them_and_says_how_made(qtb
     assert "brain" not in bar.legend_label.text() and bar.tissue_box.findData("brain") > 0
 
 
+@pytest.mark.slow
 def test_an_unknown_contrast_is_segmented_as_t1w_with_a_visible_note_and_the_menu_sets_it(
     qtbot, main_window, tmp_path
 ):
@@ -193,6 +195,7 @@ def _right_click_row(qtbot, browser, item_id):
     qtbot.waitUntil(lambda: browser.table_menu is not None and browser.table_menu.isVisible(), timeout=5_000)
 
 
+@pytest.mark.slow
 def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted(
     qtbot, main_window, tmp_path, monkeypatch, error_dialogs
 ):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
@@ -30,6 +31,7 @@ def _shot(widget, name: str, screenshot) -> None:
     assert path.is_file()
 
 
+@pytest.mark.slow
 def test_get_models_by_keys_cancel_resume_then_in_the_picker(
     main_window, qtbot, hub, screenshot, monkeypatch
 ):

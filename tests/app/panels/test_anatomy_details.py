@@ -28,6 +28,7 @@ def test_a_generated_volume_of_random_weights_reads_not_brain_like(qtbot, tissue
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
 
 
+@pytest.mark.slow
 def test_an_opened_brain_with_its_maps_reads_within_the_ranges(qtbot, tissue_window, tmp_path):
     from engine.api import SamplingRequest, SamplingResult
     from engine.nifti.io import generated_volumes, save_volume

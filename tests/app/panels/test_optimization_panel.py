@@ -161,6 +161,7 @@ def test_the_check_waits_for_torch_at_start_up(
     window.close()
 
 
+@pytest.mark.slow
 def test_decoder_settings_have_controls_a_preset_and_reach_the_request(main_window):
     panel = _panel(main_window)
     box = panel.preset_box
@@ -181,6 +182,7 @@ def test_decoder_settings_have_controls_a_preset_and_reach_the_request(main_wind
     assert config.decoder_quantization == "mixed" and config.decoder_psnr_budget_db == 45.0
 
 
+@pytest.mark.slow
 def test_presets_come_from_what_was_measured_on_this_machine(qtbot, main_window, tmp_path, monkeypatch):
     """First use offers the measurement; Measure now runs `volsynth tune` in the background; the presets then
     say what they measured here, and Fastest here applies the recommendation."""
@@ -222,6 +224,7 @@ def test_presets_come_from_what_was_measured_on_this_machine(qtbot, main_window,
     assert window.state.form.to_request().optimization == expected
 
 
+@pytest.mark.slow
 def test_measuring_is_reachable_by_shortcut_and_cancel_keeps_nothing(
     qtbot, main_window, tmp_path, monkeypatch
 ):

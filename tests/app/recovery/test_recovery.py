@@ -283,6 +283,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 )
 
 
+@pytest.mark.slow
 @pytest.mark.render
 def test_generated_volume_survives_a_killed_app(
     qtbot, themed_app, registry, tiny_models_dir, qt_settings, error_dialogs, tmp_path
@@ -399,6 +400,7 @@ def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(
     assert list(root.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.render
 def test_generated_tissue_maps_come_back_with_the_volume_after_a_restart(
     qtbot, themed_app, tiny_models_dir, tissue_models_dir, qt_settings, error_dialogs, tmp_path
@@ -468,6 +470,7 @@ sys.exit(app.exec())
 )
 
 
+@pytest.mark.slow
 def test_quitting_without_closing_the_window_is_still_a_clean_exit(tiny_models_dir, tmp_path):
     root = tmp_path / "recovery"
     done = subprocess.run(
@@ -506,6 +509,7 @@ def test_the_demo_run_leaves_nothing_to_recover(tmp_path):
     assert not recovery.exists() or list(recovery.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.render
 def test_a_restored_volume_left_unsaved_again_says_when_it_was_made_not_when_it_was_restored(
     qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path

@@ -32,6 +32,7 @@ def _wait_no_plan_jobs(qtbot, window):
     qtbot.waitUntil(lambda: not window.runner.running("plan-on-server"), timeout=PLAN_TIMEOUT_MS)
 
 
+@pytest.mark.slow
 def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot):
     window = main_window
     assert not window.remote.plan_action.isEnabled()

@@ -148,6 +148,7 @@ def _wait_ended(qtbot, window) -> str:
     importlib.util.find_spec("engine.xla.execution") is None,
     reason="an XLA server runs plans once engine.xla.execution (issue 28, xla-exec) is merged",
 )
+@pytest.mark.slow
 def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server4, screenshot, error_dialogs):
     from engine.backends.local import LocalBackend
     from engine.server import create_app

@@ -77,6 +77,7 @@ def test_probe_reports_device_and_models_and_refuses_a_wrong_token(server):
         probe_server(server, "wrong")
 
 
+@pytest.mark.slow
 def test_generate_on_a_server_from_the_app(qtbot, main_window, server):
     window = main_window
     window.state.select_model(window.state.model_by_id("tiny-latent"))
@@ -125,6 +126,7 @@ def test_generate_on_a_server_from_the_app(qtbot, main_window, server):
     assert window.sampling_panel.seed_spin.value() == 4321
 
 
+@pytest.mark.slow
 def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, main_window, server, tmp_path):
     from engine.testing import make_tiny_model
 
@@ -163,6 +165,7 @@ def test_wrong_token_or_no_server_keeps_the_dialog_open_with_the_reason(qtbot, m
     assert not dialog.isVisible() and not window.remote.connections
 
 
+@pytest.mark.slow
 def test_compare_runs_on_the_server(qtbot, main_window, server):
     window = main_window
     window.state.select_model(window.state.model_by_id("tiny-latent"))
@@ -195,6 +198,7 @@ def server_with_extra_model(tiny_models_dir, tmp_path):
         yield url
 
 
+@pytest.mark.slow
 def test_models_only_the_server_has_are_listed_and_run_there(
     qtbot, main_window, server_with_extra_model, error_dialogs
 ):

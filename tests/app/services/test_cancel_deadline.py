@@ -92,6 +92,7 @@ def _connect(qtbot, window, url):
     qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
 
 
+@pytest.mark.slow
 def test_a_stuck_remote_step_shows_the_servers_messages_and_is_abandoned_with_the_server_told(
     qtbot, main_window, stuck, stuck_server, short_deadline
 ):
@@ -119,6 +120,7 @@ def test_a_stuck_remote_step_shows_the_servers_messages_and_is_abandoned_with_th
     assert window.generate_action.isEnabled()
 
 
+@pytest.mark.slow
 def test_quit_during_a_stuck_remote_run_closes_the_window(qtbot, main_window, stuck, stuck_server):
     url, server_app = stuck_server
     window = main_window
@@ -132,6 +134,7 @@ def test_quit_during_a_stuck_remote_run_closes_the_window(qtbot, main_window, st
     assert not stuck.release.is_set()
 
 
+@pytest.mark.slow
 def test_quit_during_a_stuck_local_step_ends_the_process(tmp_path, tiny_models_dir):
     env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_DATA_HOME": str(tmp_path / "data")}
     done = subprocess.run(

@@ -204,6 +204,7 @@ def test_save_as_on_a_vault_item_offers_export_with_its_maps(
     )
 
 
+@pytest.mark.slow
 @render
 def test_a_3d_screenshot_of_a_vault_item_is_marked_as_patient_data_or_refused(
     qtbot, window_3d, tmp_path, save_dialogs, error_dialogs, capsys
@@ -269,6 +270,7 @@ def test_crash_recovery_never_keeps_and_no_drag_takes_a_volume_opened_from_the_v
     assert not window.session_panel.list.dragEnabled() and not controller.browser.table.dragEnabled()
 
 
+@pytest.mark.slow
 def test_viewer_maps_of_a_vault_scan_are_said_session_only_and_kept_by_the_browser(
     qtbot, vault_window, tmp_path, error_dialogs, monkeypatch
 ):

@@ -723,6 +723,7 @@ def test_tampered_item_shows_a_clear_error_naming_it(qtbot, vault_window, nibabe
     assert _wait_task(qtbot, controller, "list") == "finished"
 
 
+@pytest.mark.slow
 @render
 def test_screenshot_vault_browser(qtbot, window_3d, tmp_path, nibabel_data, mni_t1, screenshot):
     from pydicom.data import get_testdata_file
@@ -1124,6 +1125,7 @@ def test_unlock_reports_partial_files_it_removed(qtbot, vault_window, nibabel_da
     )
 
 
+@pytest.mark.slow
 @render
 def test_core_dumps_are_off_while_the_vault_is_unlocked(tiny_models_dir, tmp_path):
     """In a child process (PR_SET_DUMPABLE and a hard RLIMIT_CORE of 0 cannot be undone): the app turns

@@ -24,6 +24,7 @@ def _grid(window) -> list:
     return [frame.geometry() for frame in window.viewer.frames.values()]
 
 
+@pytest.mark.slow
 def test_threshold_in_intensity_units_and_modes_that_leave_the_grid_alone(qtbot, window_3d, tmp_path):
     window = window_3d
     view3d = window.viewer.view3d
@@ -90,6 +91,7 @@ def test_the_3d_png_of_a_synthetic_volume_carries_the_synthetic_mark(qtbot, wind
     assert _synthetic_pixels(tmp_path / "scan-3d.png") == 0
 
 
+@pytest.mark.slow
 def test_screenshots_of_the_viewer_at_1600x1000_and_1024x700(qtbot, window_3d, mni_t1, screenshot):
     window = window_3d
     view3d = window.viewer.view3d
@@ -123,6 +125,7 @@ def test_screenshots_of_the_viewer_at_1600x1000_and_1024x700(qtbot, window_3d, m
         assert path.is_file() and path.stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_the_denoising_note_wraps_in_a_narrow_3d_pane(qtbot, window_3d, screenshot):
     """The 3D view's 'Denoising... the 3D view shows the finished volume' was text in the VTK scene, which does
     not wrap: a narrow pane (1024x700) cut it off. It is a wrapped line above the scene now."""

@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 
+from engine.errors import InvalidRequest
 from tests.app.conftest import SCREENSHOTS
 
 pytestmark = pytest.mark.render
@@ -117,8 +118,10 @@ def test_cancel_mid_run_leaves_the_app_usable(qtbot, main_window):
 
 def test_engine_errors_reach_a_dialog_with_the_engines_message(qtbot, main_window, error_dialogs):
     window = main_window
-    assert not _start(window, seed=-5)  # InvalidRequest before any thread
-    assert error_dialogs and "seed must be" in error_dialogs[-1][1]
+    seed = window.state.form.seed
+    with pytest.raises(InvalidRequest, match="seed must be"):  # the form refuses it when it is set
+        window.state.form.set(seed=-5)
+    assert window.state.form.seed == seed
     assert _start(window, seed=0, device="cuda")  # fails in the worker: no GPU here
     assert _wait_ended(qtbot, window) == "failed"
     assert "cuda" in error_dialogs[-1][1] and "Traceback" not in error_dialogs[-1][1]
@@ -298,6 +301,7 @@ def test_about_dialog_lists_versions_and_model_card(main_window):
     dialog.close()
 
 
+@pytest.mark.slow
 def test_event_loop_stays_responsive_during_generation(qtbot, main_window):
     """Longest gap between ticks of a 10 ms timer while a run (with previews) goes on. Reported, not asserted."""
     window = main_window

@@ -8,6 +8,7 @@ import pytest
 pytestmark = pytest.mark.render
 
 
+@pytest.mark.slow
 def test_screenshots_fresh_generation_and_finished_volume(qtbot, window_3d, screenshot, mni_t1):
     window = window_3d
     shots = [screenshot(window, "01-fresh-start")]

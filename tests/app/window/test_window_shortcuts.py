@@ -94,6 +94,7 @@ def test_menu_shortcuts_fire_wherever_the_focus_is(qtbot, main_window):
 # one process never becomes active (see tests/app/conftest.py, window_3d), and window shortcuts need an active window.
 
 
+@pytest.mark.slow
 def test_menu_shortcuts_fire_after_a_click_in_the_3d_view(tmp_path, tiny_models_dir):
     import os
     import subprocess

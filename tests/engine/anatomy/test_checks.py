@@ -42,6 +42,7 @@ def phantom_check():
     return check_maps(_maps(phantom_labels()), phantom_affine(), maps_from="phantom")
 
 
+@pytest.mark.slow
 def test_a_brain_phantom_is_within_every_range(phantom_check):
     check = phantom_check
     assert check.status == "within" and check.verdict == WITHIN and check.passed and not check.flags
@@ -56,6 +57,7 @@ def test_a_brain_phantom_is_within_every_range(phantom_check):
     assert check.summary().startswith("anatomy check: within normative ranges (brain ")
 
 
+@pytest.mark.slow
 def test_enlarged_ventricles_are_flagged_with_value_and_range(phantom_check):
     from engine.anatomy.segment import _dilate
 
@@ -72,6 +74,7 @@ def test_enlarged_ventricles_are_flagged_with_value_and_range(phantom_check):
     assert f"ventricle volume {measure.value:.0f} mL (range 3-60 mL)" in check.verdict
 
 
+@pytest.mark.slow
 def test_the_maps_own_ventricle_map_is_used_when_there_is_one(phantom_check):
     maps = _maps(phantom_labels())
     maps["ventricles"] = np.zeros(SHAPE, np.float32)
@@ -82,6 +85,7 @@ def test_the_maps_own_ventricle_map_is_used_when_there_is_one(phantom_check):
     assert "csf_in_template_ventricles_ml" in check.extra
 
 
+@pytest.mark.slow
 def test_a_lopsided_brain_is_flagged_for_asymmetry():
     labels = phantom_labels().copy()
     ijk = np.indices(SHAPE).reshape(3, -1)
@@ -93,6 +97,7 @@ def test_a_lopsided_brain_is_flagged_for_asymmetry():
     assert "hemispheric asymmetry" in check.verdict
 
 
+@pytest.mark.slow
 def test_noise_maps_are_not_brain_like_by_evidence_not_by_range():
     rng = np.random.default_rng(0)
     noise = rng.random((3, *SHAPE)).astype(np.float32)
@@ -140,6 +145,7 @@ def test_the_record_is_json_with_verdict_measures_ranges_and_sources(phantom_che
     assert set(record["brain_like_evidence"]) == set(BRAIN_LIKE)
 
 
+@pytest.mark.slow
 def test_a_record_decides_what_is_checked():
     maps = _maps(phantom_labels())
     made = check_from_record(maps, phantom_affine(), {"tissue_maps_source": "model channels"}, space=None)

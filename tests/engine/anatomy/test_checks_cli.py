@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from engine.anatomy.checks import WITHIN
 from engine.cli import main
@@ -20,6 +21,7 @@ def _channels() -> np.ndarray:
     return np.stack([phantom("t1w"), *maps])[None]
 
 
+@pytest.mark.slow
 def test_generate_writes_the_check_of_the_models_own_maps(model_path_env, tmp_path, capsys, monkeypatch):
     backend = _PhantomBackend(_channels(), {"label_channels": ["GM", "WM", "CSF"]})
     _use_backend(monkeypatch, backend)
@@ -33,6 +35,7 @@ def test_generate_writes_the_check_of_the_models_own_maps(model_path_env, tmp_pa
     assert check["measures"]["brain_volume_ml"]["within"] is True
 
 
+@pytest.mark.slow
 def test_generate_checks_a_noisy_models_maps_as_not_brain_like(model_path_env, tmp_path, capsys, monkeypatch):
     volumes = _channels()
     rng = np.random.default_rng(1)
@@ -46,6 +49,7 @@ def test_generate_checks_a_noisy_models_maps_as_not_brain_like(model_path_env, t
     assert check["status"] == "not_brain_like" and check["measures"] == {}
 
 
+@pytest.mark.slow
 def test_generate_tissue_maps_checks_the_segmented_maps(model_path_env, tmp_path, capsys, monkeypatch):
     _use_backend(monkeypatch, _PhantomBackend(phantom("t1w")[None, None], {"output": {"modality": "t1w"}}))
     out = tmp_path / "sub-01_T1w.nii.gz"
@@ -58,6 +62,7 @@ def test_generate_tissue_maps_checks_the_segmented_maps(model_path_env, tmp_path
     )
 
 
+@pytest.mark.slow
 def test_segment_writes_the_check_beside_the_maps_and_prints_it(tmp_path, capsys):
     from engine.nifti.io import save_volume
     from engine.nifti.volume import Volume

@@ -4,6 +4,7 @@ enlarged ventricles, and the noise of random weights, written as generated volum
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from engine.api import SamplingRequest, SamplingResult
 from engine.cohort.manifest import FORMAT, Manifest
@@ -30,6 +31,7 @@ def _write(root, participant: str, labels: np.ndarray, noise: bool = False) -> s
     return file
 
 
+@pytest.mark.slow
 def test_the_report_counts_and_lists_the_anatomy_verdicts(tmp_path):
     from engine.anatomy.segment import _dilate
 

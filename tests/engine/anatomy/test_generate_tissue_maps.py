@@ -41,6 +41,7 @@ def _use_backend(monkeypatch, backend) -> None:
     monkeypatch.setattr(generate, "backend_from_args", lambda args: backend)
 
 
+@pytest.mark.slow
 def test_a_model_without_channels_gets_segmented_maps_saying_how_made(
     model_path_env, tmp_path, capsys, monkeypatch
 ):

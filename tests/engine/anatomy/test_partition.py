@@ -4,6 +4,7 @@ outside the head's tissue region, ventricles inside CSF; segmented maps are one 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from engine.anatomy.partition import partition_channels, partition_error
 from engine.anatomy.segment import segment
@@ -57,6 +58,7 @@ def test_maps_without_the_three_tissues_are_only_clipped():
     assert np.array_equal(maps["GM"], np.array([[[1.0, 0.0]]], np.float32))
 
 
+@pytest.mark.slow
 def test_segmented_maps_are_a_partition():
     made = segment(phantom("t1w"), phantom_affine(), "t1w")
     assert partition_error(made.maps) < 1e-5

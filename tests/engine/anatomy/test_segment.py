@@ -21,6 +21,7 @@ def t1_result():
     return segment(phantom("t1w"), phantom_affine(), "t1w")
 
 
+@pytest.mark.slow
 def test_t1_phantom_tissues_found(t1_result):
     truth = phantom_labels()
     got = _labels(t1_result)
@@ -31,6 +32,7 @@ def test_t1_phantom_tissues_found(t1_result):
     assert dice(t1_result.maps["brain"] > 0.5, truth > 0) > 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("contrast", ["t2w", "flair"])
 def test_other_contrasts_give_the_t1_labels(t1_result, contrast):
     # The same anatomy drawn in another intensity order must get the same labels once the contrast is named.

@@ -19,6 +19,7 @@ def _write(path, data, affine=None):
     return path
 
 
+@pytest.mark.slow
 def test_segment_writes_probseg_maps_and_sidecars(tmp_path, capsys):
     source = _write(tmp_path / "sub-01_T2w.nii.gz", phantom("t2w"))
     out = tmp_path / "maps"

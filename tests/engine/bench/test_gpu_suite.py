@@ -46,6 +46,7 @@ def _alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
+@pytest.mark.slow
 def test_a_hanging_or_crashing_part_is_recorded_and_the_rest_still_run(tmp_path):
     pid_file = tmp_path / "child.pid"
     hang = tuple(a.replace("CHILD_PID", str(pid_file)) for a in PARTIAL_THEN_HANG)
@@ -297,6 +298,7 @@ def test_suite_command_writes_json_and_table_and_refuses_unknown_parts(tmp_path,
     assert (tmp_path / "gpu_suite_logs.tar.gz").is_file()
 
 
+@pytest.mark.slow
 def test_the_shell_script_refuses_unknown_options_and_records_an_existing_interpreter(tmp_path):
     import subprocess
 

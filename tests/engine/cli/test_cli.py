@@ -157,6 +157,7 @@ def test_full_disk_leaves_no_partial_file(model_path_env, tmp_path, capsys, monk
     assert (tmp_path / "keep.nii.gz").read_bytes() == b"previous result"
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_cleanly(tiny_models_dir, tmp_path):
     env = dict(os.environ, VOLSYNTH_MODEL_PATH=str(tiny_models_dir), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
@@ -269,6 +270,7 @@ def test_generate_progress_counts_steps_not_batch_or_guidance(model_path_env, tm
     assert counts[0] == f"0/{steps}" and counts[-1] == f"{steps}/{steps}"
 
 
+@pytest.mark.slow
 def test_kernel_profiling_keeps_torch_profiler_lines_off_the_terminal(tiny_models_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
     env["VOLSYNTH_MODEL_PATH"] = str(tiny_models_dir)
@@ -287,6 +289,7 @@ def test_kernel_profiling_keeps_torch_profiler_lines_off_the_terminal(tiny_model
         assert noise not in done.stderr and noise not in done.stdout
 
 
+@pytest.mark.slow
 def test_profiling_in_a_worker_thread_writes_nothing_to_the_terminal(tiny_models_dir):
     env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
     env["VOLSYNTH_MODEL_PATH"] = str(tiny_models_dir)

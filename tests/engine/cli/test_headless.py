@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow
 def test_every_engine_module_imports_without_gui_libraries():
     out = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("child_import_every_engine_module.py"))],

@@ -34,6 +34,7 @@ def _spec(model, **changes) -> CohortSpec:
     return CohortSpec.from_dict(data)
 
 
+@pytest.mark.slow
 def test_a_t2w_cohort_in_a_folder(ray_runtime, maisi_model, tmp_path):
     spec = _spec(maisi_model)
     assert spec.to_dict()["modality"] == "t2w"
@@ -117,6 +118,7 @@ def test_t1_like_cohorts_are_measured_and_specs_without_a_modality_keep_their_id
         _spec(maisi_model, modality="T 2")
 
 
+@pytest.mark.slow
 def test_a_flair_cohort_into_the_vault(ray_runtime, maisi_model, tmp_path):
     from engine.vault.crypto import KdfParams
     from engine.vault.store import Vault

@@ -8,6 +8,8 @@ import os
 import shutil
 import socket
 
+import pytest
+
 from engine.cohort import CohortSpec, Manifest, run_cohort
 from engine.nifti.io import sidecar_path
 
@@ -22,6 +24,7 @@ def _small(model, **changes) -> CohortSpec:
     return CohortSpec.from_dict(data)
 
 
+@pytest.mark.slow
 def test_each_volume_names_its_worker_node_host_and_pid(ray_runtime, cohort_model, tmp_path):
     import ray
 
@@ -39,6 +42,7 @@ def test_each_volume_names_its_worker_node_host_and_pid(ray_runtime, cohort_mode
         assert (entry["worker_node"], entry["worker_host"]) == (worker["node_id"], worker["hostname"])
 
 
+@pytest.mark.slow
 def test_a_model_that_overflows_fails_its_items_and_writes_no_volume(ray_runtime, cohort_model, tmp_path):
     from safetensors.torch import load_file, save_file
 

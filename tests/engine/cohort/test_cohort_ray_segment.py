@@ -20,6 +20,7 @@ def maisi_model(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_a_maisi_cohorts_volumes_are_segmented_on_the_workers_not_the_driver(
     ray_runtime, maisi_model, tmp_path, monkeypatch
 ):
@@ -60,6 +61,7 @@ def test_a_maisi_cohorts_volumes_are_segmented_on_the_workers_not_the_driver(
     assert data["done"] == 1 and data["not_segmented"] == not_made
 
 
+@pytest.mark.slow
 def test_what_a_worker_segments_is_the_maps_the_writer_stores():
     """``segment_member``, the function a worker runs, on a brain phantom: maps with how they were made."""
     from engine.api import SamplingRequest, SamplingResult

@@ -38,6 +38,7 @@ def reference(ray_runtime, cohort_model, tmp_path_factory):
     return spec, root, summary, events, volumes(root)
 
 
+@pytest.mark.slow
 def test_small_cohort_is_a_valid_bids_derivative_dataset(reference, cohort_model):
     spec, root, summary, events, vols = reference
     assert (summary.total, summary.done, summary.failed, summary.retries) == (8, 8, 0, 0)
@@ -117,6 +118,7 @@ def test_pybids_reads_the_dataset(reference):
     assert meta["synthetic"] is True and meta["cohort"]["id"] == spec.cohort_id
 
 
+@pytest.mark.slow
 def test_report_png(reference, tmp_path):
     from engine.cohort.report import collect, write_report
 
@@ -131,6 +133,7 @@ def test_report_png(reference, tmp_path):
     assert "data:image/png;base64," in page and "8/8 volumes" in page
 
 
+@pytest.mark.slow
 def test_rerun_is_bit_identical_and_a_killed_worker_costs_only_its_item(reference, tmp_path):
     """The same spec again (other worker threads and order): the same volumes, bit for bit, including the
     item whose worker process was killed while it ran it (retried on the restarted worker)."""
@@ -165,6 +168,7 @@ def test_rerun_is_bit_identical_and_a_killed_worker_costs_only_its_item(referenc
     assert validate_layout(tmp_path / "killed") == []
 
 
+@pytest.mark.slow
 def test_stop_keeps_what_is_done_and_resume_finishes(reference, tmp_path):
     spec, _, _, _, ref = reference
     root = tmp_path / "stopped"
@@ -263,6 +267,7 @@ def test_ctrl_c_then_kill_then_resume(ray_runtime, cohort_model, tmp_path):
     assert len(Manifest.load(root).data["runs"]) == 3
 
 
+@pytest.mark.slow
 def test_vault_target_keeps_no_plaintext_on_disk(ray_runtime, cohort_model, tmp_path):
     from engine.vault.crypto import KdfParams
     from engine.vault.store import Vault
@@ -292,6 +297,7 @@ def test_vault_target_keeps_no_plaintext_on_disk(ray_runtime, cohort_model, tmp_
     vault.lock()
 
 
+@pytest.mark.slow
 def test_cli_run_plan_report_and_errors(ray_runtime, cohort_model, tmp_path, capsys):
     from engine.cli import main
 
@@ -319,6 +325,7 @@ def test_cli_run_plan_report_and_errors(ray_runtime, cohort_model, tmp_path, cap
     assert "is not a cohort folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_cohort_is_a_generator_of_progress_that_returns_its_summary(reference, tmp_path):
     """The same protocol as a backend's ``sample``: CohortProgress events, then the summary as the return."""
     from engine.api import drive
@@ -338,6 +345,7 @@ def test_a_cohort_is_a_generator_of_progress_that_returns_its_summary(reference,
         assert np.array_equal(volume, ref[participant]), participant
 
 
+@pytest.mark.slow
 def test_closing_a_cohort_generator_stops_the_run_and_keeps_what_is_done(reference, tmp_path):
     from engine.api import drive
     from engine.cohort import cohort_events

@@ -57,6 +57,7 @@ def tissue_cohort(ray_runtime, tissue_model, tmp_path_factory):
     return spec, root, summary
 
 
+@pytest.mark.slow
 def test_folder_cohort_writes_the_tissue_maps_as_bids_derivatives(tissue_cohort):
     spec, root, summary = tissue_cohort
     assert (summary.total, summary.done, summary.failed) == (2, 2, 0)
@@ -132,6 +133,7 @@ def test_layout_check_reports_missing_and_unnamed_maps(tissue_cohort, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_resume_makes_an_item_again_when_a_map_is_missing(tissue_cohort, tmp_path):
     spec, root, _ = tissue_cohort
     copy = tmp_path / "copy"
@@ -148,6 +150,7 @@ def test_resume_makes_an_item_again_when_a_map_is_missing(tissue_cohort, tmp_pat
     assert resume_cohort(copy, workers=1).done_this_run == 0
 
 
+@pytest.mark.slow
 def test_vault_cohort_stores_the_maps_with_each_item(ray_runtime, tissue_model, tmp_path):
     from engine.vault.crypto import KdfParams
     from engine.vault.store import Vault

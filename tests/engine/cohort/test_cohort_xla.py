@@ -62,6 +62,7 @@ def one_device(ray_runtime, cohort_model, tmp_path_factory):
     return root, summary, events, _volumes(root)
 
 
+@pytest.mark.slow
 def test_a_cohort_without_a_plan_runs_one_worker_per_device(one_device, cohort_model):
     root, summary, events, volumes = one_device
     assert (summary.done, summary.failed, summary.device) == (2, 0, "xla")
@@ -87,6 +88,7 @@ def test_a_cohort_without_a_plan_runs_one_worker_per_device(one_device, cohort_m
     importlib.util.find_spec("engine.xla.execution") is None,
     reason="the XLA backend executes plans once engine.xla.execution (issue 28, xla-exec) is merged",
 )
+@pytest.mark.slow
 def test_a_plan_per_group_of_two_fake_devices_and_a_resume_on_one_group(
     one_device, cohort_model, tmp_path, capsys
 ):

@@ -30,6 +30,7 @@ def _runtime_processes(token: str) -> list:
     return found
 
 
+@pytest.mark.slow
 def test_a_killed_driver_leaves_no_ray_process_and_its_files_were_private(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

@@ -226,6 +226,7 @@ def test_cli_import_prints_one_line_and_fails(corpus, tmp_path, capsys):
         assert vault.items() == []
 
 
+@pytest.mark.slow
 def test_vault_item_over_the_budget_is_refused_on_open(tmp_path, monkeypatch):
     """An item stored under a raised limit (or before these checks) is opened with the same checks: the
     voxel budget before anything is decompressed, not an unbounded gzip.decompress."""

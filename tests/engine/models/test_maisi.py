@@ -319,6 +319,7 @@ def test_the_cli_writes_the_volume_in_its_spacing_and_prints_the_warning(maisi_f
     assert main(["generate", "--model", str(maisi_folder), "--size", "30x32x32", "--out", str(out)]) == 2
 
 
+@pytest.mark.slow
 def test_tissue_maps_of_random_weights_are_refused_and_the_volume_still_written(
     maisi_folder, tmp_path, capsys
 ):

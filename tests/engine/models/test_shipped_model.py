@@ -6,6 +6,7 @@ import json
 
 import nibabel as nib
 import numpy as np
+import pytest
 
 from engine.cli import main
 from engine.files.shipped import resource_path
@@ -28,6 +29,7 @@ def test_shipped_model_folder_is_complete_and_small():
     assert "samples with guidance scale 3 unless" in card.replace("\n", " ")
 
 
+@pytest.mark.slow
 def test_generate_without_model_uses_the_shipped_model(tmp_path, monkeypatch):
     monkeypatch.delenv("VOLSYNTH_MODEL_PATH", raising=False)
     out = tmp_path / "default.nii.gz"
@@ -42,6 +44,7 @@ def test_generate_without_model_uses_the_shipped_model(tmp_path, monkeypatch):
     assert sidecar["request"]["guidance_scale"] == 3.0  # no --guidance: the model's default ran
 
 
+@pytest.mark.slow
 def test_default_generate_writes_an_mni_volume_inside_the_mni_brain_with_its_tissue_maps(
     tmp_path, monkeypatch
 ):

@@ -140,6 +140,7 @@ def test_this_machine_probe_is_consistent():
     assert MachineProbe.from_dict(probe.to_dict()) == probe
 
 
+@pytest.mark.slow
 def test_avx2_stand_in_caps_what_the_probe_and_onednn_report():
     """The stand-in variables make this process look like an AVX2 CPU to oneDNN, ATen and the probe."""
     code = (
@@ -178,6 +179,7 @@ def _volsynth(args, env_extra, model_dir):
     )
 
 
+@pytest.mark.slow
 def test_generate_bf16_on_the_avx2_stand_in_ends_at_once_or_runs_with_the_override(tiny_models_dir, tmp_path):
     out = tmp_path / "v.nii.gz"
     args = ["generate", "--model", "tiny-latent", "--steps", "2", "--autocast", "bf16", "--out", str(out)]

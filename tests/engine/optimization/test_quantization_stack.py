@@ -113,6 +113,7 @@ def test_no_vnni_means_7_bit_activations(monkeypatch):
     assert int(layer.quantize_input(torch.full((1, 4, 2, 2, 2), 1e6)).max()) == 127
 
 
+@pytest.mark.slow
 def test_under_the_avx2_stand_in_the_default_avoids_int16_saturation():
     """With oneDNN capped at AVX2 (no VNNI) full 8-bit activations saturate; the default (7 bits) does not."""
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2", PYTHONPATH=str(REPO))
@@ -131,6 +132,7 @@ def test_under_the_avx2_stand_in_the_default_avoids_int16_saturation():
     assert float(default_db) > float(full_db) + 10.0  # saturation is real on this ISA, and avoided
 
 
+@pytest.mark.slow
 def test_torchao_imports_without_a_word_to_the_user():
     """torchao logs 'Failed to load ..._C_mxfp8...so' and a pytree deprecation at import; nobody sees them."""
     pytest.importorskip("torchao")  # the `torchao` extra (float8 Conv3d on Hopper, the bench's rows)

@@ -57,6 +57,7 @@ def tuned(tiny_models_dir, tmp_path_factory):
     return result, progress, folder
 
 
+@pytest.mark.slow
 def test_tune_measures_rows_side_by_side_and_keeps_the_result(tuned, tiny_models_dir, monkeypatch):
     result, progress, folder = tuned
     names = [row["name"] for row in result["rows"]]
@@ -108,6 +109,7 @@ def test_a_row_measured_slower_here_is_refused_and_never_recommended(tuned, no_s
     assert report["measured_here"]["applied"] is False and report["allow_slower"]["applied"]
 
 
+@pytest.mark.slow
 def test_measuring_some_rows_merges_into_the_stored_result(tuned, tiny_models_dir, tmp_path, monkeypatch):
     import shutil
 
@@ -240,6 +242,7 @@ def test_tune_refuses_bad_arguments(tiny_models_dir):
         next(tune(str(tiny_models_dir / "tiny-latent"), "cpu", rows=["nonsense"]))
 
 
+@pytest.mark.slow
 def test_estimate_only_measures_nothing(tiny_models_dir, tune_dir):
     result = run(
         tune(
@@ -254,6 +257,7 @@ def test_estimate_only_measures_nothing(tiny_models_dir, tune_dir):
     assert not tune_dir.exists() or not any(tune_dir.rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_the_cli_estimates_then_measures_and_shows(model_path_env, tune_dir, capsys):
     from engine.cli import main
 
@@ -273,6 +277,7 @@ def test_the_cli_estimates_then_measures_and_shows(model_path_env, tune_dir, cap
     assert json.loads(capsys.readouterr().out)["rows"][0]["name"] == "fp32"
 
 
+@pytest.mark.slow
 def test_a_shorter_schedule_row_is_projected_from_fp32_and_advised_only_with_a_kept_verdict(
     tiny_models_dir, tune_dir, tmp_path, monkeypatch
 ):
@@ -315,6 +320,7 @@ def test_a_shorter_schedule_row_is_projected_from_fp32_and_advised_only_with_a_k
         next(tune(model, "cpu", rows=["steps:many"]))
 
 
+@pytest.mark.slow
 def test_trades_are_timed_over_their_interval_and_judged_on_the_whole_schedule(tiny_models_dir, tune_dir):
     """Measure now's step caching and fewer steps: before, tune left them out (or judged a caching row on a few
     steps, whose timed steps were all cached ones and whose volume said nothing of a whole schedule)."""

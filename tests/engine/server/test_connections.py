@@ -79,6 +79,7 @@ def _flood(url: str, idle: int, slow: int, tls: bool = False) -> list[socket.soc
     return socks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_tls", [False, True], ids=["http", "tls-after-handshake"])
 def test_hundreds_of_idle_and_slow_sockets_leave_authenticated_requests_answered(served, use_tls, tmp_path):
     app, options = served

@@ -69,6 +69,7 @@ def _headers_made_invalid(case) -> bool:
     return header is not None and header.mode == GenerationMode.NEGATIVE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["positive", "negative"])
 def test_generated_requests_get_documented_answers_and_never_5xx(api_schema, mode):
     from hypothesis import given

@@ -261,6 +261,7 @@ def tls_files(tmp_path):
     return cert, key, certificate_file_fingerprint(cert)
 
 
+@pytest.mark.slow
 def test_self_signed_tls_with_a_pinned_fingerprint(local, tls_files, tmp_path, capsys):
     import argparse
 
@@ -298,6 +299,7 @@ def test_self_signed_tls_with_a_pinned_fingerprint(local, tls_files, tmp_path, c
         RemoteBackend("https://127.0.0.1:1", fingerprint="12:34")
 
 
+@pytest.mark.slow
 def test_cli_generate_pins_the_server_fingerprint(local, tls_files, tmp_path, capsys):
     from engine.cli import main
 

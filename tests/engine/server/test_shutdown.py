@@ -99,6 +99,7 @@ def _shut_down(tiny_models_dir, grace: str, signals: list[int]):
     return events[0], events[1], status, proc.stderr.read(), port
 
 
+@pytest.mark.slow
 def test_sigterm_cancels_the_running_job_after_the_grace_and_tells_every_client_at_once(tiny_models_dir):
     grace = "1"
     running, queued, status, err, port = _shut_down(tiny_models_dir, grace, [signal.SIGTERM])
@@ -119,6 +120,7 @@ def test_sigterm_cancels_the_running_job_after_the_grace_and_tells_every_client_
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("presses", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
 def test_ctrl_c_shuts_down_as_cleanly_as_sigterm(tiny_models_dir, presses):
     """SIGINT: the same bounded shutdown as SIGTERM, ended by the signal; a second one ends the grace at once

@@ -67,6 +67,7 @@ def _guess_in_parallel(url: str, n: int) -> list[int]:
     return statuses
 
 
+@pytest.mark.slow
 def test_parallel_wrong_guesses_from_one_address_wait_in_turn(registry):
     limits = ServerLimits(
         auth_free_failures=0, auth_base_delay_s=0.02, auth_max_delay_s=0.05, auth_max_waiting=64
@@ -86,6 +87,7 @@ def test_parallel_wrong_guesses_from_one_address_wait_in_turn(registry):
         )
 
 
+@pytest.mark.slow
 def test_more_waiting_guesses_than_the_limit_are_answered_429_without_a_verdict(registry):
     limits = ServerLimits(
         auth_free_failures=0, auth_base_delay_s=1.0, auth_max_delay_s=1.0, auth_max_waiting=3

@@ -34,6 +34,7 @@ def test_t1_ordering_wm_brighter_than_gm_brighter_than_csf(sample):
     assert bg < 0.05
 
 
+@pytest.mark.slow
 def test_same_seed_same_volume_other_seed_differs():
     a, b, c = synth.generate(11), synth.generate(11), synth.generate(12)
     np.testing.assert_array_equal(a.image, b.image)
@@ -96,6 +97,7 @@ def test_ras_orientation_and_centring():
     assert abs(left - right) / (left + right) < 0.05
 
 
+@pytest.mark.slow
 def test_training_volumes_have_distinct_gm_and_wm_modes():
     # The model can only learn a GM/WM histogram dip the data has: every one of 8 volumes must show it,
     # clearly (the evaluation passes a sample at dip ratio <= 0.9). With the earlier blur and bias ranges

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import numpy as np
+import pytest
 import torch
 
 from engine.cli import main
@@ -16,6 +17,7 @@ def _steps(path):
     return torch.load(path, map_location="cpu", weights_only=False)["step"]
 
 
+@pytest.mark.slow
 def test_quick_train_resume_and_sample(tmp_path, capsys):
     work, out = tmp_path / "work", tmp_path / "model"
     args = ["train-demo", "--quick", "--seed", "1", "--work", str(work), "--out", str(out)]
@@ -108,6 +110,7 @@ def test_resume_refuses_a_different_seed(tmp_path):
         train(tmp_path / "out", work, seed=1, resume=True, cfg=TrainConfig.quick(), log=lambda _: None)
 
 
+@pytest.mark.slow
 def test_resume_may_change_unet_settings_only_before_a_unet_exists(tmp_path):
     import pytest
 
@@ -157,6 +160,7 @@ def test_new_autoencoder_starts_with_the_configured_posterior_sigma():
         assert mu.std() > 0  # only the variance head is fixed; the mean still depends on the input
 
 
+@pytest.mark.slow
 def test_resume_redoes_the_decoder_when_its_settings_change_and_keeps_the_unet(tmp_path):
     from engine.training.train import TrainConfig, train
 

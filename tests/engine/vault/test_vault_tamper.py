@@ -46,6 +46,7 @@ def _assert_caught(vault: Vault, item_id: str, dest=None, *, verify: bool = True
         assert not dest.exists() or not any(dest.rglob("*"))
 
 
+@pytest.mark.slow
 def test_every_single_byte_flip_in_a_small_item_is_caught(vault, record_property):
     volume = np.arange(4 * 4 * 4, dtype=np.float32).reshape(4, 4, 4)
     info = vault.add_synthetic(Volume(volume, np.eye(4), provenance={"seed": 1}))

@@ -77,6 +77,7 @@ def one_device_decoder_bytes(backend, tiny_reference):
         ("dp2xd2xh2", "2-D", {"data": 2, "depth": 2, "height": 2}, 8),
     ],
 )
+@pytest.mark.slow
 def test_a_plan_gives_the_one_device_volume_and_says_how_it_ran(
     backend, tiny_reference, one_device_decoder_bytes, plan, kind, mesh, devices
 ):
@@ -121,6 +122,7 @@ def run_with_messages(job):
             return stop.value, messages
 
 
+@pytest.mark.slow
 def test_best_is_the_planners_choice_on_its_placement_and_is_planned_once(backend, tiny_reference):
     first, said_first = run_with_messages(backend.sample(tiny_request(xla_plan="best")))
     second, said_second = run_with_messages(backend.sample(tiny_request(xla_plan="best", seed=4)))
@@ -145,6 +147,7 @@ def test_best_is_the_planners_choice_on_its_placement_and_is_planned_once(backen
     assert second.provenance["xla"]["plan"]["name"] == record["name"]
 
 
+@pytest.mark.slow
 def test_a_plan_used_from_the_plan_view_is_predicted_as_the_view_showed_it(
     backend, tiny_reference, monkeypatch, tmp_path
 ):
@@ -192,6 +195,7 @@ def test_a_plan_used_from_the_plan_view_is_predicted_as_the_view_showed_it(
     assert measure_plan(network, parse_topology("v5e:2x4"), plan, time_limit_s=0) is None
 
 
+@pytest.mark.slow
 def test_the_bundle_architecture_runs_a_2d_plan(backend, bundle):
     request = SamplingRequest(model=str(bundle), seed=5, steps=2, sampler="ddim")  # unguided: batch 1
     reference = run(backend.sample(request))
@@ -253,6 +257,7 @@ def test_generate_takes_a_plan_from_the_command_line(tmp_path, monkeypatch):
     assert sidecar["xla"]["plan"]["name"] == "dp2" and sidecar["xla"]["plan"]["devices_used"] == 2
 
 
+@pytest.mark.slow
 def test_a_plan_runs_on_the_shipped_model_through_a_real_server():
     """``volsynth serve --device xla --xla-devices 8 --xla-topology v5e:2x4``'s backend behind uvicorn."""
     from engine.backends.remote import RemoteBackend

@@ -84,6 +84,7 @@ def test_maisi_port_matches_monai_for_each_input(overrides):
     assert relative_error(out, expected) < NETWORK_TOLERANCE
 
 
+@pytest.mark.slow
 def test_brain_model_port_matches_monai_through_the_packed_context():
     """The brain model's structure (4 levels, resblock up/down, attention on two levels, include_fc, class
     label + spacing), called as VolSynth's sampling loop calls a MAISI denoiser."""

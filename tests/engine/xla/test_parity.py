@@ -76,6 +76,7 @@ def unet_outputs(unet, spatial, context_dim):
     ],
     ids=["tiny", "tiny-unconditioned", "bundle-architecture"],
 )
+@pytest.mark.slow
 def test_unet_port_matches_monai(definition, spatial, context_dim):
     out, expected = unet_outputs(perturbed(definition), spatial, context_dim)
     assert out.shape == expected.shape
@@ -121,6 +122,7 @@ def both_backends(registry, request):
     return xla, torch_result
 
 
+@pytest.mark.slow
 def test_shipped_model_ddim_run_matches_torch_with_its_tissue_maps():
     """With the model's defaults: classifier-free guidance at scale 3 (a doubled batch), both conditions."""
     registry = ModelRegistry()
@@ -141,6 +143,7 @@ def test_shipped_model_ddim_run_matches_torch_with_its_tissue_maps():
     np.testing.assert_array_equal(xla.affine, reference.affine)
 
 
+@pytest.mark.slow
 def test_bundle_architecture_ddim_run_matches_torch(tmp_path):
     bundle = write_bundle(tmp_path / "brain_ldm")
     registry = ModelRegistry([tmp_path])
@@ -149,6 +152,7 @@ def test_bundle_architecture_ddim_run_matches_torch(tmp_path):
     assert relative_error(xla.volumes, reference.volumes) < RUN_TOLERANCE
 
 
+@pytest.mark.slow
 def test_previews_and_cancel_follow_the_one_loop(tmp_path):
     folder = make_tiny_model(tmp_path / "tiny")
     backend = XlaBackend(ModelRegistry([tmp_path]))
@@ -192,6 +196,7 @@ def test_tiny_networks_helper_still_builds_the_models_the_port_runs():
     assert convert.unet_arch(networks["unet"]).levels == 2
 
 
+@pytest.mark.slow
 def test_xla_server_drives_the_remote_backend_like_a_local_one(tmp_path):
     """``volsynth serve --device xla``'s backend behind a real uvicorn server, used by the remote client."""
     from engine.backends.remote import RemoteBackend
@@ -215,6 +220,7 @@ def test_xla_server_drives_the_remote_backend_like_a_local_one(tmp_path):
     assert relative_error(result.volumes, reference.volumes) < RUN_TOLERANCE
 
 
+@pytest.mark.slow
 def test_the_server_plans_for_its_clients(tmp_path):
     """``POST /plan`` through the remote client: a plan table for the tiny model on a TPU v5e slice."""
     from engine.backends.remote import RemoteBackend

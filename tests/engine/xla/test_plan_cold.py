@@ -41,6 +41,7 @@ assert use_for_xla(default_cache()) is None and not jax.config.jax_enable_compil
 """
 
 
+@pytest.mark.slow
 def test_the_compilers_cache_is_the_configured_plan_caches_or_none(tmp_path):
     """A JAX cache set elsewhere (the environment, an earlier setup) must not make a cold plan warm."""
     import os

@@ -60,6 +60,7 @@ def test_identical_blocks_share_one_signature_and_the_units_follow_the_step():
     assert sorted(read) == sorted(net.params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "levels"), [("dp2xd2xh2", ["dh", "dh"]), ("dp2xd4/cut@1", ["d", "-"])])
 def test_blocks_agree_with_the_whole_program_compile(tiny_net, plans, name, levels):
     """Same backend (host devices): the same collectives, FLOPs and (within fusion at the unit edges) bytes
@@ -100,6 +101,7 @@ def gpu_box_results(tiny_net):
     return _both_ways(tiny_net, "8xH100-nvlink")
 
 
+@pytest.mark.slow
 def test_blocks_choose_the_same_best_plan_as_whole_compiles(gpu_box_results):
     blocks, whole = gpu_box_results["blocks"], gpu_box_results["whole"]
     assert blocks.compiled == whole.compiled >= 2
@@ -109,6 +111,7 @@ def test_blocks_choose_the_same_best_plan_as_whole_compiles(gpu_box_results):
     assert all(r.analysis == "blocks" and "distinct" in r.units for r in rows)
 
 
+@pytest.mark.slow
 def test_the_step_on_one_chip_is_the_unsplit_programs_and_says_when_splitting_does_not_pay(
     tiny_net, gpu_box_results
 ):
@@ -146,6 +149,7 @@ def test_planning_time_is_split_into_phases_that_sum_to_the_total(gpu_box_result
         assert "tracing" in text and "compiling" in text and "placement" in text
 
 
+@pytest.mark.slow
 def test_the_cache_returns_a_finished_plan_without_compiling_and_misses_when_the_key_changes(
     tiny_net, tmp_path, monkeypatch
 ):
@@ -202,6 +206,7 @@ def test_a_time_limit_of_zero_returns_the_best_estimate_marked_cut_short(tiny_ne
     assert "CUT SHORT" in text and "best plan so far" in text
 
 
+@pytest.mark.slow
 def test_the_limit_stops_between_unit_compiles_on_an_injected_clock(tiny_net, tmp_path, monkeypatch):
     """Each compile 'takes' 100 s on the fake clock: a 250 s limit lets three start, then cuts."""
     now = [0.0]
@@ -275,6 +280,7 @@ def test_the_plan_command_finishes_a_compile_left_under_way_into_the_cache_befor
     assert not said
 
 
+@pytest.mark.slow
 def test_host_whole_compiles_the_whole_step_on_host_devices_for_a_tpu_slice(tiny_net):
     result = planner.plan(
         tiny_net, parse_topology("v5e:2x2"), compile_top=1, analysis="host-whole", time_limit_s=None
@@ -290,6 +296,7 @@ def slice_results(tiny_net):
     return _both_ways(tiny_net, "v5e:2x4")
 
 
+@pytest.mark.slow
 def test_units_compiled_for_the_slice_give_its_whole_programs_collectives_and_placement(tiny_net, plans):
     """XLA's TPU passes exchange bf16 halos and reduce the statistics over both spatial axes at once, so
     host-compiled units rank the placements wrongly for a slice (dp2xd2xh2 on v5e:2x4: JAX's id order
@@ -333,6 +340,7 @@ def test_units_compiled_for_the_slice_give_its_whole_programs_collectives_and_pl
     )
 
 
+@pytest.mark.slow
 def test_the_chosen_plan_is_placed_as_the_whole_compile_for_the_slice_places_it(slice_results):
     """(The tiny model's two survivors are mirror images that tie; which one wins is not the point here.
     The bundle U-Net's choice against the whole compile is in engine.bench.plan_speed.)"""
@@ -354,6 +362,7 @@ def test_the_chosen_plan_is_placed_as_the_whole_compile_for_the_slice_places_it(
     assert blocks.rows[0] is chosen  # rows stay in the order the plans were ranked in
 
 
+@pytest.mark.slow
 def test_a_compile_still_running_at_the_limit_is_not_waited_for_and_lands_in_the_plan_cache(
     tiny_net, tmp_path, monkeypatch
 ):
@@ -414,6 +423,7 @@ def test_a_compile_still_running_at_the_limit_is_not_waited_for_and_lands_in_the
     assert again.best["plan"] == result.best["plan"] and slow[0] not in compiles.labels
 
 
+@pytest.mark.slow
 def test_a_limit_reached_before_the_slices_compile_keeps_the_host_placement_and_says_so(
     tiny_net, monkeypatch
 ):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from engine.models.bundle import _resolve
 from engine.xla import convert
 
@@ -109,6 +111,7 @@ def test_the_plan_command_accepts_the_names_and_lists_known_ones_for_others(monk
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_tiny_maisi_unet_plans_and_compiles_on_a_tpu_slice():
     from engine.testing import maisi_definitions
     from engine.xla.planner import network_from_definition, plan

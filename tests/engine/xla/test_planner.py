@@ -179,6 +179,7 @@ def test_aware_placement_beats_the_default_order_when_hops_differ():
     assert len(set(unaware.values())) == 1  # the unaware model cannot tell placements apart
 
 
+@pytest.mark.slow
 def test_plan_on_a_tpu_slice_ranks_compiled_plans_and_is_json(tiny_net):
     result = planner.plan(tiny_net, parse_topology("v5e:2x4"), compile_top=2, time_limit_s=None)
     data = json.loads(json.dumps(result.to_dict()))
@@ -193,6 +194,7 @@ def test_plan_on_a_tpu_slice_ranks_compiled_plans_and_is_json(tiny_net):
     assert "predicted gain" in text and "enumerated" in text
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("eight_host_devices")
 def test_plan_on_a_gpu_box_uses_host_devices(tiny_net):
     result = planner.plan(tiny_net, parse_topology("8xH100-nvlink"), compile_top=1, time_limit_s=None)
@@ -217,6 +219,7 @@ def _random_params(network, seed=0):
         (2, (2, 2, 2), ((True, True), (False, True)), "2-D"),
     ],
 )
+@pytest.mark.slow
 def test_sharded_program_equals_single_device(batch, mesh, levels, kind):
     spec = tiny_spec(output_xyz=(32, 32, 32))
     net = network_from_definition(
@@ -241,6 +244,7 @@ def test_sharded_program_equals_single_device(batch, mesh, levels, kind):
     np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
 
 
+@pytest.mark.slow
 def test_the_plan_command_prints_json_and_refuses_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
     from engine.cli import main
     from engine.testing import make_tiny_model

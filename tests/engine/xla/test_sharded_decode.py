@@ -77,6 +77,7 @@ def decoders():
         ("bundle-attention", 4, ("depth",)),
     ],
 )
+@pytest.mark.slow
 def test_sharded_decode_equals_one_device(decoders, name, n, axes):
     arch, params, z, single = decoders[name]
     program, in_shardings = sharded_decode.sharded_decoder_program(arch, jax.devices()[:n], axes=axes)
@@ -106,6 +107,7 @@ def test_an_extent_that_does_not_divide_is_refused_with_what_would(decoders):
         sharded_decode.sharded_decoder_program(arch, jax.devices()[:4], mesh_shape=(3,))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bundle-architecture", "bundle-attention"])
 def test_per_device_memory_falls_with_the_device_count(name):
     """XLA's memory analysis of the compiled programs (nothing runs): temp bytes per device about 1/N.
