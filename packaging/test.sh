@@ -12,4 +12,7 @@ echo "== types (mypy; the checked files are [tool.mypy] files in pyproject.toml)
 .venv/bin/mypy
 echo "== pytest (set-up and checks took ${SECONDS} s)"
 export QT_QPA_PLATFORM=xcb
-exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -m pytest "$@"
+# Two processes (pytest-xdist), a file's tests kept together so its module fixtures are built once; each worker
+# gets an X display of its own (tests/conftest.py). VOLSYNTH_TEST_WORKERS=0 runs everything in one process.
+exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -m pytest \
+  -n "${VOLSYNTH_TEST_WORKERS:-2}" --dist loadfile "$@"

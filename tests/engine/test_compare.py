@@ -77,6 +77,7 @@ def test_every_run_records_its_loop_peak_memory(backend):
     assert memory["kind"] == "process_rss" and memory["peak_bytes"] >= memory["start_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_same_settings_compare_as_identical(backend):
     comparison = run(compare_settings(backend, _request(), OptimizationConfig(), OptimizationConfig()))
     assert comparison.psnr_db == math.inf and comparison.max_abs_err == 0.0 and comparison.mean_abs_err == 0.0

@@ -52,6 +52,7 @@ def _generate(folder, out, capsys) -> tuple[int, str]:
     return rc, capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_nan_weights_are_refused_at_load_and_generate_writes_nothing(tiny_models_dir, tmp_path, capsys):
     folder = _copy_with_weights(tiny_models_dir, tmp_path, "nan-weights", _nan_weight)
     with pytest.raises(ModelInvalid, match="autoencoder weights in weights.safetensors hold NaN or infinite"):

@@ -329,6 +329,7 @@ def test_cpu_sends_no_xla_options(qtbot, main_window, tmp_path, recorded_run):
     dialog.close()
 
 
+@pytest.mark.slow
 @pytest.mark.render
 @pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
 def test_torch_settings_are_refused_before_run_unless_left_out(qtbot, main_window, tmp_path, recorded_run):

@@ -32,6 +32,7 @@ def _items(plot, kind: str) -> list:
     return [item for item in plot.getPlotItem().items if type(item).__name__ == kind]
 
 
+@pytest.mark.slow
 def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, tissue_window, quality):
     window, view = quality
     assert view.schedule_spin.text() == "none"  # no shorter schedule unless asked for

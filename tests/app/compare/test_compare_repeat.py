@@ -48,6 +48,7 @@ def _row(table, label: str) -> int:
     return [table.verticalHeaderItem(r).text() for r in range(table.rowCount())].index(label)
 
 
+@pytest.mark.slow
 def test_a_step_caching_row_is_measured_for_speed_and_quality_then_repeated_until_the_rule_decides(
     qtbot, main_window, compare
 ):

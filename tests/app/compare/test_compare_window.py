@@ -106,6 +106,7 @@ def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, main_wi
     assert all(compare.stacks[s].currentWidget() is compare.views[s]["coronal"] for s in ("a", "b", "diff"))
 
 
+@pytest.mark.slow
 def test_same_settings_compare_identical(qtbot, main_window, compare):
     compare.b_box.setCurrentIndex(compare.b_box.findData("Exact fp32"))
     compare.profile_spin.setValue(0)
@@ -140,6 +141,7 @@ def test_cancel_with_escape_leaves_the_app_usable(qtbot, main_window, compare):
     assert ended.args[0] == "finished"
 
 
+@pytest.mark.slow
 def test_errors_reach_a_dialog_and_nothing_is_left_running(qtbot, main_window, compare, error_dialogs):
     main_window.sampling_panel.device_box.addItem("cuda", "cuda")
     main_window.sampling_panel.device_box.setCurrentIndex(main_window.sampling_panel.device_box.count() - 1)
@@ -150,6 +152,7 @@ def test_errors_reach_a_dialog_and_nothing_is_left_running(qtbot, main_window, c
     assert not main_window.state.job_running and compare.run_button.isEnabled()
 
 
+@pytest.mark.slow
 def test_refused_while_a_generation_runs(qtbot, main_window, compare, error_dialogs):
     _select(main_window, "tiny-pixel")
     main_window.sampling_panel.steps_spin.setValue(1000)
@@ -207,6 +210,7 @@ def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, main_w
     again.close()
 
 
+@pytest.mark.slow
 def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, main_window, compare):
     _panel_bf16(main_window)
     events: list[str] = []
@@ -271,6 +275,7 @@ def test_difference_map_is_diverging_with_a_colour_bar(qtbot, main_window, compa
     assert bar.labels() == ("+0.01", "0", "-0.01")
 
 
+@pytest.mark.slow
 def test_decoder_only_setting_headlines_the_decode(qtbot, main_window, compare):
     # A decoder setting leaves the U-Net alone: its per-step ratio is noise, so the bold line is the decode.
     panel = main_window.optimization_panel
@@ -395,6 +400,7 @@ def test_table_exports_to_csv_through_the_file_dialog(qtbot, main_window, compar
     assert str(target) in compare.progress_label.text()
 
 
+@pytest.mark.slow
 def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, main_window, compare):
     qtbot.waitUntil(lambda: bool(compare.unavailable), timeout=60_000)
     model = compare.b_box.model()

@@ -225,6 +225,7 @@ def test_dock_over_a_feed_source_plots_exact_values_and_marks(qtbot, themed_app)
 # -- the real window --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @render
 def test_sampler_starts_after_the_window_is_shown_and_stops_on_close(
     qtbot, themed_app, registry, qt_settings, error_dialogs

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.render
 REPO = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow
 def test_settings_typed_before_a_kill_come_back(qtbot, themed_app, tiny_models_dir, tmp_path, error_dialogs):
     from app.window.main_window import MainWindow
     from engine.models.registry import ModelRegistry

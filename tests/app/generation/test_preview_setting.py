@@ -3,6 +3,7 @@ sent with the request, and remembered at the next start."""
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtCore import Qt
 
 from tests.app.runs import generate
@@ -34,6 +35,7 @@ def _generate(qtbot, window) -> list[int]:
     return drawn
 
 
+@pytest.mark.slow
 def test_previews_are_chosen_in_the_generate_panel_and_remembered(
     qtbot, themed_app, registry, qt_settings, error_dialogs
 ):

@@ -140,6 +140,7 @@ def test_refusals_are_one_line_in_the_window(qtbot, main_window, error_dialogs, 
     assert computer.compute_action.isEnabled()  # it may be tried again (another contrast)
 
 
+@pytest.mark.slow
 def test_the_window_stays_usable_while_it_runs_and_cancel_stops_it(qtbot, main_window, tmp_path, monkeypatch):
     import engine.anatomy.segment as segment
 

@@ -103,6 +103,7 @@ def test_get_models_by_keys_cancel_resume_then_in_the_picker(
     _shot(window, "5-picker", screenshot)
 
 
+@pytest.mark.slow
 def test_offline_says_so_in_one_line_then_add_from_folder_installs_the_copy(
     main_window, qtbot, hub_content, no_hub, monkeypatch, screenshot
 ):

@@ -71,6 +71,7 @@ def _press(qtbot, dialog, key) -> None:
         _alt(qtbot, dialog, key)
 
 
+@pytest.mark.slow
 def test_a_wrong_copy_is_refused_in_words_and_an_installed_one_verified_removed_and_replaced(
     dialog, qtbot, hub, hub_content, tmp_path, monkeypatch, screenshot
 ):
@@ -138,6 +139,7 @@ def test_a_wrong_copy_is_refused_in_words_and_an_installed_one_verified_removed_
     assert "SHA-256 kept on trust" not in dialog.details.toPlainText()
 
 
+@pytest.mark.slow
 def test_the_hub_out_of_reach_is_worded_for_the_app_and_verify_says_what_stays_on_trust(
     dialog, qtbot, no_hub, hub_content, tmp_path, monkeypatch, screenshot
 ):

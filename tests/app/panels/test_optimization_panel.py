@@ -27,6 +27,7 @@ def _wait_ended(qtbot, window, timeout=120_000) -> str:
     return blocker.args[0]
 
 
+@pytest.mark.slow
 def test_settings_reach_the_request_and_presets_set_them(main_window):
     panel = _panel(main_window)
     assert not panel.body.isVisible()  # compact by default
@@ -53,6 +54,7 @@ def test_settings_reach_the_request_and_presets_set_them(main_window):
     assert main_window.state.form.to_request().optimization == OptimizationConfig(streamed_decode=True)
 
 
+@pytest.mark.slow
 def test_settings_that_do_not_apply_on_the_cpu_say_why(main_window):
     panel = _panel(main_window)
     main_window.sampling_panel.device_box.setCurrentIndex(
@@ -75,6 +77,7 @@ def test_settings_that_do_not_apply_on_the_cpu_say_why(main_window):
         ({"quantization": "int8", "autocast": "fp16"}, "use bf16 autocast (or none) with int8"),
     ],
 )
+@pytest.mark.slow
 def test_refused_combinations_show_the_engines_message_and_start_nothing(
     qtbot, main_window, error_dialogs, values, words
 ):
@@ -98,6 +101,7 @@ def test_refused_combinations_show_the_engines_message_and_start_nothing(
     assert button.isEnabled() and not panel.refused_label.isVisible()
 
 
+@pytest.mark.slow
 def test_generation_records_what_applied_in_provenance_and_details(qtbot, main_window, screenshot):
     window = main_window
     window.state.select_model(window.state.model_by_id("tiny-latent"))
@@ -121,6 +125,7 @@ def test_generation_records_what_applied_in_provenance_and_details(qtbot, main_w
     assert screenshot(window, "08-optimization-panel").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_settings, error_dialogs):
     from app.window.main_window import MainWindow
 
@@ -142,6 +147,7 @@ def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_setti
     second.close()
 
 
+@pytest.mark.slow
 def test_the_check_waits_for_torch_at_start_up(
     qtbot, themed_app, registry, qt_settings, error_dialogs, monkeypatch
 ):

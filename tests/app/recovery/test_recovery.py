@@ -134,6 +134,7 @@ def test_a_killed_process_leaves_an_orphan_that_restores_exactly(tmp_path):
     store.close()
 
 
+@pytest.mark.slow
 def test_a_killed_process_leaves_the_tissue_maps_that_restore_exactly_with_the_space(tmp_path):
     done = _kill_after_keeping(tmp_path, tissue=True)
     assert done.returncode == -signal.SIGKILL, done.stderr
@@ -323,6 +324,7 @@ def test_generated_volume_survives_a_killed_app(
     assert left.describe().endswith("from your last session")
 
 
+@pytest.mark.slow
 @pytest.mark.render
 def test_discard_can_be_undone_until_quit_and_says_when_each_volume_was_made(
     qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
@@ -349,6 +351,7 @@ def test_discard_can_be_undone_until_quit_and_says_when_each_volume_was_made(
     assert list(root.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.render
 def test_the_recovery_folder_follows_the_session_list(qtbot, main_window):
     window = main_window
@@ -367,6 +370,7 @@ def test_the_recovery_folder_follows_the_session_list(qtbot, main_window):
     assert len(kept) == 3 and not any(p.name.endswith(f"-{first.uid}.nii.gz") for p in kept)
 
 
+@pytest.mark.slow
 @pytest.mark.render
 def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(
     qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path

@@ -149,6 +149,7 @@ def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, main_wi
     assert panel.generate_button.isEnabled() and panel.progress_label.text() == "Ready"
 
 
+@pytest.mark.slow
 def test_wrong_token_or_no_server_keeps_the_dialog_open_with_the_reason(qtbot, main_window, server):
     window = main_window
     dialog = _connect(qtbot, window, server, token="nope")
@@ -234,6 +235,7 @@ def test_models_only_the_server_has_are_listed_and_run_there(
     assert window.state.selected_model is not None and window.state.selected_model.id != "server-only"
 
 
+@pytest.mark.slow
 def test_the_dialog_shows_what_the_client_refuses_to_send(qtbot, main_window):
     """A token over plain http to another machine, a fingerprint for http, a malformed fingerprint: said at
     once in the dialog, nothing sent (no probe runs)."""
@@ -270,6 +272,7 @@ def tls_server(registry, tmp_path):
     metrics.stop()
 
 
+@pytest.mark.slow
 def test_connect_over_tls_with_a_pinned_fingerprint(qtbot, main_window, tls_server):
     window = main_window
     url, fingerprint = tls_server

@@ -44,6 +44,7 @@ def _wait_abandoned_threads_ended(qtbot):
     qtbot.waitUntil(lambda: abandoned_threads_running() == 0, timeout=30_000)
 
 
+@pytest.mark.slow
 def test_cancel_of_a_stuck_local_step_counts_down_then_abandons_and_drops_the_result(
     qtbot, main_window, stuck, short_deadline
 ):

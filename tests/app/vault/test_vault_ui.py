@@ -269,6 +269,7 @@ def tissue_vault_window(tissue_window, tmp_path):
     assert not tissue_window.vault_controller.tasks.running
 
 
+@pytest.mark.slow
 @render
 def test_generated_tissue_maps_go_to_the_vault_and_come_back_with_the_overlay(qtbot, tissue_vault_window):
     from app.core.tissue import ALL_TISSUES

@@ -143,6 +143,7 @@ def test_two_volumes_in_mni_space_are_linked_in_millimetres(qtbot, main_window, 
     assert side.b_box.count() == 1 and side.b_box.currentText() == b.name
 
 
+@pytest.mark.slow
 def test_screenshots_of_a_real_brain_beside_a_synthetic_one(qtbot, main_window, tmp_path, mni_t1, screenshot):
     """The MNI152 T1 template (a real brain in MNI space) as B, and a coarser copy of it written as a synthetic
     volume in the same space as A: linked in millimetres, blended at 40%, at 1600x1000 and 1024x700."""

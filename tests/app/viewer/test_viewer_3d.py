@@ -72,6 +72,7 @@ def _synthetic_pixels(path) -> int:
     return int((np.abs(corner - SYNTHETIC_RGB).max(axis=2) < 40).sum())
 
 
+@pytest.mark.slow
 def test_the_3d_png_of_a_synthetic_volume_carries_the_synthetic_mark(qtbot, window_3d, tmp_path, monkeypatch):
     window = window_3d
     targets = iter([tmp_path / "synthetic-3d.png", tmp_path / "scan-3d.png"])
@@ -162,6 +163,7 @@ class _LayoutRequests(QObject):
         return False
 
 
+@pytest.mark.slow
 def test_a_run_neither_renders_the_3d_scene_nor_lays_out_the_window_at_every_step(qtbot, window_3d):
     """While a run denoised, the 3D view rendered its empty scene when its 'Denoising...' note appeared (the
     note resized the OpenGL widget while it was still shown, and a shown one renders as soon as it is

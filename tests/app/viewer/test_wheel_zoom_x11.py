@@ -31,6 +31,7 @@ def _xtest():
     return x11, xtst, ctypes.c_void_p(display)
 
 
+@pytest.mark.slow
 def test_five_real_ctrl_wheel_notches_zoom_by_five_steps(qtbot, main_window, mni_t1, screenshot):
     window = main_window
     open_volume(qtbot, window, mni_t1)

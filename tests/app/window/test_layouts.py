@@ -56,6 +56,7 @@ class _OnShow(QObject):
         return False
 
 
+@pytest.mark.slow
 def test_layouts_from_the_view_menu_and_the_toolbar_are_remembered(
     qtbot, themed_app, registry, qt_settings, error_dialogs, mni_t1, screenshot
 ):

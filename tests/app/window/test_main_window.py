@@ -93,6 +93,7 @@ def test_generate_with_tiny_model_shows_progress_and_result(qtbot, main_window):
     assert window.sampling_panel.generate_button.isEnabled()
 
 
+@pytest.mark.slow
 def test_cancel_mid_run_leaves_the_app_usable(qtbot, main_window):
     window = main_window
     _select(window, "tiny-pixel")
@@ -129,6 +130,7 @@ def test_engine_errors_reach_a_dialog_with_the_engines_message(qtbot, main_windo
     assert window.sampling_panel.generate_button.isEnabled()
 
 
+@pytest.mark.slow
 def test_open_nibabel_files_and_switch_between_them(qtbot, main_window, nibabel_data):
     window = main_window
     for name in ("example4d.nii.gz", "anatomical.nii"):
@@ -223,6 +225,7 @@ def test_window_level_and_crosshair_interactions_change_the_drawing(qtbot, main_
     assert np.array_equal(axial.current_pixels(), rad[:, ::-1])
 
 
+@pytest.mark.slow
 def test_save_writes_nifti_with_provenance_sidecar(qtbot, main_window, tmp_path):
     from engine.nifti.io import load_nifti
 
@@ -325,6 +328,7 @@ def test_event_loop_stays_responsive_during_generation(qtbot, main_window):
     print("\n" + report)
 
 
+@pytest.mark.slow
 def test_names_in_a_narrow_session_dock_keep_their_seed_and_time(qtbot, main_window):
     """In a narrow Session dock "tiny-latent s… · 02:44:31" and the next volume's name read alike; the model's
     start gives way instead, the seed and time stay whole, and the tooltip holds the whole name."""

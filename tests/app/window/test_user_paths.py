@@ -255,6 +255,7 @@ def test_quitting_during_a_run_asks_and_no_keeps_the_run(
     assert outcomes == ["cancelled"]  # stopped at its next step, not run to the end
 
 
+@pytest.mark.slow
 def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
     qtbot, main_window, tmp_path, screenshot, monkeypatch
 ):

@@ -31,6 +31,7 @@ def test_the_shipped_files_are_nilearns(kind):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resolution", [None, 2])
 @pytest.mark.parametrize("loader", LOADERS)
 def test_the_loaders_match_nilearns(loader, resolution):

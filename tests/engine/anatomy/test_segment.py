@@ -55,6 +55,7 @@ def test_maps_are_probabilities_inside_the_mask(t1_result):
     assert t1_result.sidecar()["contrast"] == "t1w" and t1_result.sidecar()["method"]
 
 
+@pytest.mark.slow
 def test_wrong_contrast_is_refused():
     # A T1w volume called T2w would otherwise come out with CSF and WM swapped and no sign of it.
     with pytest.raises(InvalidRequest, match="check --contrast") as info:

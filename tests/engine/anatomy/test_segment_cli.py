@@ -64,6 +64,7 @@ def _nan_volume():
     ],
     ids=["text-file", "2d", "nan", "swi", "mra", "wrong-contrast"],
 )
+@pytest.mark.slow
 def test_bad_input_is_one_line(tmp_path, capsys, make, args, message):
     name = "scan.txt" if message == "is not a NIfTI file" else "scan.nii.gz"
     source = make(tmp_path / name)

@@ -219,6 +219,7 @@ def _fill_the_queue(url: str, backend, timed: bool = False) -> None:
     assert httpx.post(f"{url}/jobs", json=body, headers=headers, timeout=30).status_code == 200
 
 
+@pytest.mark.slow
 def test_the_client_waits_as_a_full_queue_says_then_runs_its_job(registry):
     """Before: a full queue's 429 ended the client at once ("try again in about 5 s", exit 5)."""
     from engine.server import ServerLimits

@@ -79,6 +79,7 @@ def test_a_hanging_or_crashing_part_is_recorded_and_the_rest_still_run(tmp_path)
     assert len(updates) == len(parts)  # the JSON is rewritten after every part
 
 
+@pytest.mark.slow
 def test_parts_get_at_most_the_time_left_and_are_skipped_when_it_is_spent(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_suite, "MIN_PART_S", 1.0)
     sleeper = _python("import time; time.sleep(600)")
@@ -276,6 +277,7 @@ def test_table_shows_every_part_and_the_measurements():
     assert shown["nvml"]["achieved_hz"] == 4.0
 
 
+@pytest.mark.slow
 def test_suite_command_writes_json_and_table_and_refuses_unknown_parts(tmp_path, capsys):
     assert gpu_suite.main(["--out", str(tmp_path), "--parts", "gpu-chek"]) == 2
     assert "unknown part gpu-chek" in capsys.readouterr().err

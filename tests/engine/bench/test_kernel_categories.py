@@ -200,6 +200,7 @@ def test_empty_profile_gives_zero_shares_not_a_division_error():
     assert all(share == 0.0 for share in summary["shares"].values())
 
 
+@pytest.mark.slow
 def test_a_real_cpu_profile_is_read_by_self_time_into_categories():
     import torch
     from torch.profiler import ProfilerActivity, profile

@@ -24,6 +24,7 @@ def test_every_engine_module_imports_without_gui_libraries():
     assert out.stdout.strip().splitlines()[-1] == "ok", out.stdout
 
 
+@pytest.mark.slow
 def test_the_library_versions_are_read_without_importing_monai():
     """The tuner's parent process keys its results by library versions; importing MONAI only for its version
     cost it about 2 s of its budget. The version read from the metadata is the package's own."""

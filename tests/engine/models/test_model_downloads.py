@@ -100,6 +100,7 @@ def test_the_shipped_catalogue_names_the_owners_sources_and_facts():
     assert 500e6 < nv.weight_bytes_estimate() < 2e9
 
 
+@pytest.mark.slow
 def test_get_each_entry_then_it_is_listed_and_generates(hub, user, capsys):
     # The bundle's metadata states a licence, as a model-zoo bundle may: it is shown after the get.
     key = ("MONAI/brain_image_synthesis_latent_diffusion_model", "1.0.3", "configs/metadata.json")
@@ -518,6 +519,7 @@ def test_a_hand_added_copy_that_is_not_the_configs_network_is_refused(
     assert download.RecordedHashes().get(entry, "models/autoencoder_v1.pt") is None
 
 
+@pytest.mark.slow
 def test_a_hash_recorded_on_trust_never_outranks_the_hubs_and_can_be_forgotten(
     hub, content, tmp_path, user, capsys
 ):

@@ -283,6 +283,7 @@ def _definitions() -> dict[str, dict]:
     return cases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(_definitions()))
 def test_the_parameter_count_from_the_fields_equals_the_built_networks(case):
     import torch

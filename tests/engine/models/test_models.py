@@ -166,6 +166,7 @@ def test_load_old_bundle_goes_through_load_old_state_dict(tmp_path):
         assert torch.equal(value, old.unet.state_dict()[key]), key
 
 
+@pytest.mark.slow
 def test_weights_that_do_not_fit_are_refused(tmp_path):
     bundle = write_bundle(tmp_path / "b")
     inference = json.loads((bundle / "configs" / "inference.json").read_text())

@@ -34,6 +34,7 @@ def test_bench_engine_loop_matches_monai_inferer_and_writes_outputs(
     assert json.loads((tmp_path / "bench.json").read_text())["compared_on"] == "final decoded volume"
 
 
+@pytest.mark.slow
 def test_latent_only_rows_load_no_decoder_and_mixed_judges_the_latent(tiny_models_dir, tmp_path, monkeypatch):
     from engine.bench.runner import BenchSettings, run_row
 

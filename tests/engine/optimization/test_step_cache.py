@@ -27,6 +27,7 @@ def _cached(tiny_loaded, cpu, interval=3, level=1):
     return prepare(tiny_loaded, config, cpu, use_cache=False)
 
 
+@pytest.mark.slow
 def test_interval_one_is_the_uncached_run_bit_for_bit(tiny_loaded, cpu):
     plain = prepare(tiny_loaded, OptimizationConfig(), cpu, use_cache=False)
     reference = _loop(plain, tiny_loaded.spec)

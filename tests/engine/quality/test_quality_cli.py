@@ -9,6 +9,7 @@ import pytest
 from engine.cli import main
 
 
+@pytest.mark.slow
 def test_quality_writes_table_json_and_png(model_path_env, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("VOLSYNTH_QUALITY_DIR", str(tmp_path / "kept"))
     out_json, out_png = tmp_path / "q.json", tmp_path / "q.png"

@@ -102,6 +102,7 @@ def test_hundreds_of_idle_and_slow_sockets_leave_authenticated_requests_answered
                 sock.close()
 
 
+@pytest.mark.slow
 def test_an_idle_socket_and_a_trickling_one_are_closed_at_the_header_deadline(monkeypatch, model_path_env):
     from engine.backends.local import LocalBackend
     from engine.server import ServerLimits, create_app

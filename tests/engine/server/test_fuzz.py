@@ -103,6 +103,7 @@ def test_generated_requests_get_documented_answers_and_never_5xx(api_schema, mod
         assert min(answers) >= 400  # every schema-violating request was refused
 
 
+@pytest.mark.slow
 def test_stateful_fuzz_on_real_job_ids(api_schema, server):
     _, app = server
 

@@ -73,6 +73,7 @@ def test_a_finished_jobs_stream_with_since_past_the_end_closes_at_once(local):
         assert app.state.streams["open"] == 0
 
 
+@pytest.mark.slow
 def test_200_open_event_streams_leave_the_server_answering(gated):
     app = create_app(gated, token=TOKEN)
     with ServerThread(app) as url, httpx.Client(base_url=url, timeout=30) as client:

@@ -143,6 +143,7 @@ def test_another_clients_jobs_never_evict_an_unread_result_and_a_read_one_goes(r
         assert alice.get(f"/jobs/{mine}/volumes").status_code == 404
 
 
+@pytest.mark.slow
 def test_the_stream_limit_holds_when_streams_arrive_together(gated):
     app = create_app(gated, token=TOKENS["alice"])  # one token, as most servers run
     streams = app.state.streams

@@ -152,6 +152,7 @@ def test_blur_equivalence_reads_back_a_known_blur():
     assert ev.edge_score(0.5 * _folded(0.0)) == pytest.approx(ev.edge_score(_folded(0.0)), rel=1e-3)
 
 
+@pytest.mark.slow
 def test_reference_mask_is_placed_by_the_affines_not_shifted():
     from engine.anatomy.template import crop_affine, template_brain_mask
 

@@ -87,6 +87,7 @@ def test_quick_train_resume_and_sample(tmp_path, capsys):
     np.testing.assert_array_equal(result.affine, np.array(spec["affine"]))
 
 
+@pytest.mark.slow
 def test_stop_after_runs_only_the_first_phases(tmp_path):
     work, out = tmp_path / "work", tmp_path / "model"
     assert (

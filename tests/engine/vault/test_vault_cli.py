@@ -128,6 +128,7 @@ def test_wrong_passphrase_and_missing_vault_are_one_line_errors(cli, tmp_path):
     assert rc == 2 and "is empty" in err
 
 
+@pytest.mark.slow
 def test_passwd_and_audit(cli, tmp_path):
     new = tmp_path / "new.txt"
     new.write_text("a different passphrase\n")

@@ -25,6 +25,7 @@ def _all_files(*folders):
                 yield os.path.join(root, name)
 
 
+@pytest.mark.slow
 def test_no_plaintext_in_vault_or_temporary_folders(tmp_path, monkeypatch, make_series):
     systmp = tmp_path / "systmp"
     systmp.mkdir()

@@ -75,6 +75,7 @@ def test_default_vault_path_honours_env(monkeypatch, tmp_path):
     assert default_vault_path() == tmp_path / "data" / "volsynth" / "vault"
 
 
+@pytest.mark.slow
 def test_default_argon2_parameters_and_unlock_time(tmp_path, record_property):
     """The real default (RFC 9106 second recommendation: 64 MiB, t=3, p=4); reports the unlock time."""
     v = Vault.create(tmp_path / "real", PASSPHRASE)

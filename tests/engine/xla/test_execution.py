@@ -244,6 +244,7 @@ def test_serve_options_choose_the_devices_and_the_topology():
         )
 
 
+@pytest.mark.slow
 def test_generate_takes_a_plan_from_the_command_line(tmp_path, monkeypatch):
     from engine.cli import main
 

@@ -52,6 +52,7 @@ def test_the_reference_definition_is_the_one_the_nv_generate_config_gives():
     ],
     ids=["with-region-indices", "no-class-no-spacing"],
 )
+@pytest.mark.slow
 def test_maisi_port_matches_monai_for_each_input(overrides):
     """Every optional input of DiffusionModelUNetMaisi, passed as MONAI's forward takes them."""
     unet = perturbed(tiny_maisi_definition(**overrides))

@@ -88,6 +88,7 @@ def test_unet_port_matches_monai(definition, spatial, context_dim):
     [tiny_spec().networks["autoencoder"], SCALED_AUTOENCODER],
     ids=["tiny", "bundle-architecture"],
 )
+@pytest.mark.slow
 def test_decoder_port_matches_monai(definition):
     autoencoder = perturbed(definition)
     arch = convert.decoder_arch(autoencoder)
@@ -170,6 +171,7 @@ def test_previews_and_cancel_follow_the_one_loop(tmp_path):
     assert previews == [2]
 
 
+@pytest.mark.slow
 def test_torch_optimization_settings_are_refused_with_a_reason(tmp_path):
     from engine.api.optimization_config import OptimizationConfig
 

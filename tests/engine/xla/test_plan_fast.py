@@ -42,6 +42,7 @@ class _CountingCompiles:
         monkeypatch.setattr(block_analysis, "lower_unit", counted)
 
 
+@pytest.mark.slow
 def test_identical_blocks_share_one_signature_and_the_units_follow_the_step():
     spec = tiny_spec(output_xyz=(32, 32, 32))
     definition = dict(spec.networks["unet"], num_res_blocks=2)
@@ -188,6 +189,7 @@ def test_the_cache_returns_a_finished_plan_without_compiling_and_misses_when_the
     assert key == plan_key(tiny_net, topology, dict(facts)) and len({key, *others}) == 1 + len(others)
 
 
+@pytest.mark.slow
 def test_a_time_limit_of_zero_returns_the_best_estimate_marked_cut_short(tiny_net, monkeypatch):
     compiles = _CountingCompiles(monkeypatch)
     result = planner.plan(tiny_net, parse_topology("v5e:2x4"), compile_top=2, time_limit_s=0)
@@ -231,6 +233,7 @@ def test_the_limit_stops_between_unit_compiles_on_an_injected_clock(tiny_net, tm
     assert len(list((tmp_path / "units").glob("*.json"))) == 3  # ...the units compiled before the cut are
 
 
+@pytest.mark.slow
 def test_the_plan_command_takes_a_time_limit_and_the_server_schema_checks_it(tmp_path, monkeypatch, capsys):
     from pydantic import ValidationError
 
