@@ -371,14 +371,9 @@ def _int(data: Mapping[str, Any], key: str, default: int, lo: int, hi: int) -> i
 
 
 def _shown(value: Any) -> str:
-    """A value for an error message: short, and never a conversion that fails (a 100,000-digit int)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"a whole number of about {int(value.bit_length() * 0.30103)} digits"
-    try:
-        text = repr(value)
-    except (ValueError, RecursionError):
-        return f"a {type(value).__name__}"
-    return text if len(text) <= 80 else text[:77] + "..."
+    from engine.api.request_fields import shown  # imported when needed: engine.api brings the samplers
+
+    return shown(value)
 
 
 def _number(value: Any, what: str) -> float:

@@ -117,6 +117,20 @@ def fresh_small_window(qtbot, themed_app, registry, qt_settings, error_dialogs):
     assert not window.runner.jobs
 
 
+def _resize_keeping_unlock_and_the_status_bar(qtbot, window, vault) -> None:
+    """Resize to 1024x700; the window must take that size with the Vault dock's button and the status bar on it."""
+    window.resize(1024, 700)
+    with contextlib.suppress(qtbot.TimeoutError):
+        qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 700), timeout=30_000)
+    assert (window.width(), window.height()) == (1024, 700), (
+        f"the window stayed {window.width()}x{window.height()}; it asks for at least "
+        f"{window.minimumSizeHint().width()}x{window.minimumSizeHint().height()}"
+    )
+    unlock = vault.browser.unlock_button
+    assert unlock.isVisible() and _inside(unlock, window), unlock.geometry()
+    assert window.statusBar().isVisible() and _inside(window.statusBar(), window)
+
+
 def test_the_first_volume_leaves_the_window_and_its_tool_bars_where_they_were(
     qtbot, fresh_small_window, screenshot
 ):
@@ -274,16 +288,7 @@ def test_at_1024x700_the_vault_dock_fits_with_its_unlock_button_and_the_status_b
     vault = window.vault_controller
     QTest.keySequence(window, vault.menu.show_action.shortcut())
     qtbot.waitUntil(lambda: vault.browser.isVisible(), timeout=10_000)
-    window.resize(1024, 700)
-    with contextlib.suppress(qtbot.TimeoutError):
-        qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 700), timeout=30_000)
-    assert (window.width(), window.height()) == (1024, 700), (
-        f"the window stayed {window.width()}x{window.height()}; it asks for at least "
-        f"{window.minimumSizeHint().width()}x{window.minimumSizeHint().height()}"
-    )
-    unlock = vault.browser.unlock_button
-    assert unlock.isVisible() and _inside(unlock, window), unlock.geometry()
-    assert window.statusBar().isVisible() and _inside(window.statusBar(), window)
+    _resize_keeping_unlock_and_the_status_bar(qtbot, window, vault)
     _wait_until_nothing_is_clipped(qtbot, window)
     assert window.sampling_panel.scroll.horizontalScrollBar().maximum() == 0
     screenshot(window, "window-1024x700-vault-dock")
@@ -318,16 +323,7 @@ def test_at_1024x700_a_generated_volume_with_both_docks_open_keeps_unlock_and_th
     session = window.session_panel
     qtbot.waitUntil(lambda: "anatomy check: \u2717 not brain-like" in session.details.text(), timeout=60_000)
     assert window.docks["sessionDock"].isVisible() and vault.browser.isVisible()
-    window.resize(1024, 700)
-    with contextlib.suppress(qtbot.TimeoutError):
-        qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 700), timeout=30_000)
-    assert (window.width(), window.height()) == (1024, 700), (
-        f"the window stayed {window.width()}x{window.height()}; it asks for at least "
-        f"{window.minimumSizeHint().width()}x{window.minimumSizeHint().height()}"
-    )
-    unlock = vault.browser.unlock_button
-    assert unlock.isVisible() and _inside(unlock, window), unlock.geometry()
-    assert window.statusBar().isVisible() and _inside(window.statusBar(), window)
+    _resize_keeping_unlock_and_the_status_bar(qtbot, window, vault)
     # The details scroll down to their last line, and never sideways.
     scroll = session.details_scroll
     bar = scroll.verticalScrollBar()
