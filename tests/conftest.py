@@ -21,7 +21,7 @@ for _variable, _name in [
     ("XDG_CACHE_HOME", "cache"),
     ("VOLSYNTH_TUNE_DIR", "tune"),
 ]:
-    os.environ.setdefault(_variable, str(RUN_FOLDER / _name))
+    os.environ[_variable] = str(RUN_FOLDER / _name)  # even where the user's session sets it
 
 
 def _own_display_and_core_for_this_worker() -> None:
