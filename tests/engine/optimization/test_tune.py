@@ -29,14 +29,13 @@ def tune_dir(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def tuned(tiny_models_dir, tmp_path_factory):
     """One real measurement of fp32 and the Low memory preset on the tiny latent model (kept in a temp store)."""
-    import os
     import tempfile
 
     folder = tmp_path_factory.mktemp("tune")
     scratch = tmp_path_factory.mktemp("scratch")  # the temporary folder tune's own scratch folder is made in
-    os.environ["VOLSYNTH_TUNE_DIR"] = str(folder)
-    tempfile.tempdir, system_temp = str(scratch), tempfile.tempdir
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # module-scoped: undone when the measurement is over
+        patch.setenv("VOLSYNTH_TUNE_DIR", str(folder))
+        patch.setattr(tempfile, "tempdir", str(scratch))
         progress = []
         pauses = iter([True, True, False])  # a generation runs when the first run is due, then ends
         result = run(
@@ -50,9 +49,6 @@ def tuned(tiny_models_dir, tmp_path_factory):
             ),
             on_progress=progress.append,
         )
-    finally:
-        del os.environ["VOLSYNTH_TUNE_DIR"]
-        tempfile.tempdir = system_temp
     assert not list(scratch.iterdir()), "the rows' volumes were left in the temporary folder"
     return result, progress, folder
 
