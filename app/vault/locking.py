@@ -171,7 +171,7 @@ class VaultLocking(QObject):
 
     def unlocked_with(self, vault) -> None:
         """``vault`` is unlocked (created, unlocked or repaired): show it, and run what waited for it."""
-        self._session.unlocked_with(vault)
+        self._session.set_unlocked(vault)
         self._idle_timer.start()
         if self.unlock_dialog is not None:
             self.unlock_dialog.accept()
@@ -240,7 +240,7 @@ class VaultLocking(QObject):
         self._after_lock(reason)
 
     def _after_lock(self, reason: str) -> None:
-        self._session.locked()
+        self._session.set_locked()
         self._idle_timer.stop()
         self.locked.emit()
         self._changed()
@@ -307,7 +307,7 @@ class VaultLocking(QObject):
             forget_paths(self._settings)
         if session.is_unlocked and session.vault is not None:
             self._tasks.cancel_all()
-            session.locked()
+            session.set_locked()
             try:
                 session.vault.lock()
             except Exception:  # noqa: BLE001 - closing must never fail
@@ -327,7 +327,7 @@ class VaultLocking(QObject):
         """Use the vault in ``path`` (locking the current one); remembered in the settings."""
         if self._session.is_unlocked:
             self.lock()
-        self._session.moved_to(Path(path).expanduser())
+        self._session.set_path(Path(path).expanduser())
         self._changed()
 
     def auto_lock_dialog(self) -> None:

@@ -1,9 +1,10 @@
 """The open vault of one main window: its folder, the ``engine.vault.Vault`` object, whether it is unlocked, and
 what new passphrases and the idle clock use.
 
-Every piece of ``app/vault`` reads it; only ``app.vault.locking`` changes it (``unlocked_with``, ``locked``,
-``moved_to``), so whether the vault is open has one writer, and the lock that forgets the keys is the one place
-that says so. It imports nothing of the app: the pieces are given it, and it is given to them.
+Every piece of ``app/vault`` reads it; only ``app.vault.locking`` changes it (``set_unlocked``, ``set_locked``,
+``set_path``), so whether the vault is open has one writer, and the lock that forgets the keys is the one place
+that says so (tests/app/vault/test_vault_session.py holds the code to that). It imports nothing of the app: the
+pieces are given it.
 
 ``engine.vault`` is imported on first use, not at start-up (it pulls in cryptography, nibabel, pydicom).
 """
@@ -89,16 +90,16 @@ class VaultSession:
 
     # -- changed by app.vault.locking only -------------------------------------------------------------
 
-    def unlocked_with(self, vault: Vault) -> None:
+    def set_unlocked(self, vault: Vault) -> None:
         """``vault`` is open (created, unlocked or repaired)."""
         self._vault = vault
         self._unlocked = True
 
-    def locked(self) -> None:
+    def set_locked(self) -> None:
         """The vault locked (here, after idle time, or by code outside the app): nothing may use it."""
         self._unlocked = False
 
-    def moved_to(self, path: Path) -> None:
+    def set_path(self, path: Path) -> None:
         """The vault in ``path`` is used from now on (the old one is locked first); remembered in the settings."""
         self._path = path
         self._vault = None
