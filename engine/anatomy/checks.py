@@ -307,7 +307,8 @@ def _evidence(gm, wm, csf, brain, affine, to_template) -> dict[str, float]:
     """Brain-likeness evidence on a grid no finer than _EVIDENCE_SPACING_MM (see BRAIN_LIKE)."""
     from scipy import ndimage
 
-    from engine.anatomy.segment import _block_mean, _template_1mm
+    from engine.anatomy.segment import _block_mean
+    from engine.anatomy.template import template_priors_1mm
 
     spacing = np.sqrt((affine[:3, :3] ** 2).sum(0))
     factor = np.maximum(1, np.floor(_EVIDENCE_SPACING_MM / spacing + 1e-6)).astype(int)
@@ -316,7 +317,7 @@ def _evidence(gm, wm, csf, brain, affine, to_template) -> dict[str, float]:
     gm_w, wm_w, csf_w = (_block_mean(m, factor) for m in (gm, wm, csf))
     brain_w = _block_mean(brain.astype(np.float32), factor) >= 0.5
     work_shape = gm_w.shape
-    priors, tmask, taffine = _template_1mm()
+    priors, tmask, taffine = template_priors_1mm()
     vox = np.linalg.inv(taffine) @ to_template @ work_affine
     placed = [
         ndimage.affine_transform(priors[k], vox, output_shape=work_shape, order=1, cval=0.0) for k in (1, 2)

@@ -489,6 +489,10 @@ class MaisiModelSource(ModelSource):
 
     build_notes: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    def read_weights(self, role: str, path: Path) -> dict[str, Any]:
+        """The network's tensors out of a MAISI checkpoint (``unet_state_dict`` and its other keys around them)."""
+        return _state_dict(_read_checkpoint(path), path)
+
     def load(self) -> LoadedModel:
         self.check_memory()
         try:

@@ -219,7 +219,7 @@ def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted
     vault.lock()
 
     window, controller = main_window, main_window.vault_controller
-    controller.set_vault_path(tmp_path / "vault")
+    controller.locking.set_vault_path(tmp_path / "vault")
     dialog = controller.locking.request_unlock()
     dialog.passphrase_edit.setText(passphrase)
     with qtbot.waitSignal(
