@@ -58,6 +58,11 @@ def test_same_distribution_on_other_seeds_is_within_the_noise(floor):
     assert report.within_noise and report.verdict == WITHIN
     assert set(report.statistics) == {"tissue", "features", "diversity"}
     assert all(not s["beyond_noise"] for s in report.statistics.values())
+    assert set(report.measures) == {"frd", "volume_distance", "diversity"} and report.decided_by == []
+    for measure in report.measures.values():  # each with its interval, the floor's, and how many volumes
+        assert measure["interval"][0] <= measure["interval"][1] and not measure["flagged"]
+        assert measure["floor_interval"][0] <= measure["floor_interval"][1]
+        assert measure["n"] == 8 and measure["floor_n"] == [8, 8]
 
 
 def test_a_tiny_perturbation_on_the_same_seeds_is_within_the_noise(floor):
@@ -69,8 +74,16 @@ def test_a_tiny_perturbation_on_the_same_seeds_is_within_the_noise(floor):
 def test_shifted_tissue_volumes_are_flagged_and_named(floor):
     report = _judge(floor, gm_ml=-20.0)  # 20 mL less GM in every seed, images unchanged
     assert not report.within_noise
-    assert report.verdict.startswith(f"{SHIFTS}: tissue volumes (GM ")
+    assert report.verdict.startswith(
+        f"{SHIFTS}: tissue-volume distance "
+    )  # the field's measure decides first
+    assert "tissue volumes (GM " in report.verdict and report.decided_by[:2] == [
+        "volume_distance",
+        "permutation:tissue",
+    ]
     assert report.statistics["tissue"]["beyond_noise"] and report.statistics["tissue"]["p_value"] < 0.01
+    distance = report.measures["volume_distance"]
+    assert distance["flagged"] and distance["interval"][0] > distance["floor"] and distance["n"] == 8
     assert report.psnr_median_db == float(
         "inf"
     )  # the images are identical: only the distribution measures see it
@@ -81,6 +94,7 @@ def test_brighter_or_noisier_images_are_flagged(floor):
         report = _judge(floor, **kw)
         assert not report.within_noise and report.verdict.startswith(SHIFTS), kw
         assert report.statistics["features"]["beyond_noise"] and "image features (" in report.verdict, kw
+        assert report.measures["frd"]["flagged"] and "frd" in report.decided_by, kw  # FRD sees it too
         assert set(report.statistics["features"]["by_group"]) == {
             "tissue_ml",
             "intensity_quantiles",
