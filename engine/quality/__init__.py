@@ -104,6 +104,7 @@ class NoiseFloor:
     features_a: list[dict[str, np.ndarray]]
     features_b: list[dict[str, np.ndarray]]
     volumes_a: list[np.ndarray]
+    volumes_b: list[np.ndarray]
     low: float  # the common intensity range MS-SSIM rescales by (fp32 set A's min and max)
     high: float
     tissue_source: str | None
@@ -289,6 +290,7 @@ def noise_floor(
         features_a=feats_a,
         features_b=feats_b,
         volumes_a=vol_a,
+        volumes_b=vol_b,
         low=low,
         high=high,
         tissue_source=(tissue_source or "given") if t_a is not None else None,
@@ -564,7 +566,14 @@ def quality_report(
     noise_statistics = _judge(floor, floor.observed)
     started = time.perf_counter()
     rad_ref = floor.radiomics_a if same_as_a else radiomics.radiomic_features(ref, floor.low, floor.high)[0]
-    rad_cand, _names = radiomics.radiomic_features(cand, floor.low, floor.high)
+    same_as_b = len(cand) == len(floor.volumes_b) and all(
+        np.array_equal(x, y) for x, y in zip(cand, floor.volumes_b, strict=True)
+    )
+    rad_cand = (
+        floor.radiomics_b
+        if same_as_b and floor.radiomics_b is not None
+        else radiomics.radiomic_features(cand, floor.low, floor.high)[0]
+    )
     radiomics_s = time.perf_counter() - started
     checks_ref = _checks(reference_checks, len(ref), "reference") or (floor.checks_a if same_as_a else None)
     checks_cand = _checks(candidate_checks, len(cand), "candidate")
