@@ -8,31 +8,8 @@ import numpy as np
 import pytest
 
 from engine.quality import SHIFTS, WITHIN, measures, noise_floor, quality_report
-
-SHAPE = (16, 24, 16)
-VOXEL_ML = 0.008
-
-
-def _phantom(seed: int, *, brighter: float = 0.0, noise: float = 0.0, gm_ml: float = 0.0):
-    """A two-compartment "brain" whose sizes vary with the seed, and its tissue volumes in mL."""
-    rng = np.random.default_rng(seed)
-    x, y, z = np.meshgrid(*[np.linspace(-1, 1, s) for s in SHAPE], indexing="ij")
-    r2 = x**2 + y**2 + z**2
-    outer, inner = 0.8 + 0.04 * rng.standard_normal(), 0.5 + 0.04 * rng.standard_normal()
-    brain, core = r2 < outer**2, r2 < inner**2
-    volume = 0.6 * brain + 0.3 * core + 0.02 * rng.standard_normal(SHAPE)
-    volume = volume + brighter * brain + noise * rng.standard_normal(SHAPE)
-    tissue = {
-        "GM": float((brain & ~core).sum() * VOXEL_ML) + gm_ml,
-        "WM": float(core.sum() * VOXEL_ML),
-        "CSF": 2.0 + 0.1 * rng.standard_normal(),
-    }
-    return volume.astype(np.float32), tissue
-
-
-def _set(seeds, **kw):
-    made = [_phantom(s, **kw) for s in seeds]
-    return [v for v, _ in made], [t for _, t in made]
+from tests.engine.quality.phantoms import SHAPE, VOXEL_ML
+from tests.engine.quality.phantoms import phantom_set as _set
 
 
 @pytest.fixture(scope="module")
