@@ -47,8 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=32, help="seeds a set (default 32)")
     parser.add_argument("--steps", type=int, default=0, help="denoising steps (default: the model's, 50)")
-    parser.add_argument("--recommended", default="int8+sdpa", help="the recommended int8 setting (default int8+sdpa)")
-    parser.add_argument("--out", default="", help="folder for quality.json, quality.png (default: a new temporary one)")
+    parser.add_argument(
+        "--recommended", default="int8+sdpa", help="the recommended int8 setting (default int8+sdpa)"
+    )
+    parser.add_argument(
+        "--out", default="", help="folder for quality.json, quality.png (default: a new temporary one)"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="quality-verdict-")).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -69,9 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     volumes = int(timings["volumes"])
     print()
     print(f"machine: {_machine()}; load average (1, 5, 15 min) before {load_before}, after {_load()}")
-    print(f"{args.seeds} seeds x (fp32 twice + 3 settings) = {volumes} volumes; wall {wall:.0f} s ({wall / 60:.1f} min)")
-    print(f"  generation         {timings['generate_s']:8.1f} s  ({timings['generate_s'] / volumes:.2f} s a volume)")
-    print(f"  anatomy checks     {timings['anatomy_s']:8.1f} s  ({timings['anatomy_s'] / volumes:.2f} s a volume)")
+    print(
+        f"{args.seeds} seeds x (fp32 twice + 3 settings) = {volumes} volumes; wall {wall:.0f} s ({wall / 60:.1f} min)"
+    )
+    print(
+        f"  generation         {timings['generate_s']:8.1f} s  ({timings['generate_s'] / volumes:.2f} s a volume)"
+    )
+    print(
+        f"  anatomy checks     {timings['anatomy_s']:8.1f} s  ({timings['anatomy_s'] / volumes:.2f} s a volume)"
+    )
     print(f"  segmentation       {timings['segment_s']:8.1f} s")
     print(
         f"  radiomic features  {timings['radiomics_s']:8.1f} s  "
@@ -84,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     for report in rows:
         verdict = "within" if report["within_noise"] else "SHIFTS"
         print(f"{report['label']}: {verdict}; decided by {', '.join(report['decided_by']) or 'nothing'}")
-        for name, measure in report["measures"].items():
+        for measure in report["measures"].values():
             low, high = measure["interval"]
             flag = "  FLAGGED" if measure["flagged"] else ""
             print(

@@ -35,13 +35,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.workers import Worker
+from engine.metrics.colours import FAIL_ON_DARK, PASS_ON_DARK
 from engine.quality.measures import TISSUES
 
 DEFAULT_SEEDS = 8
 PLOT_BACKGROUND = "#15181c"
 BAND_COLOUR = (200, 200, 200, 45)
 SET_COLOURS = ("#6fa8dc", "#b7b7b7", "#f6b26b", "#93c47d", "#e06666", "#b4a7d6")
-WITHIN_COLOUR, SHIFT_COLOUR = "#56b4e9", "#e69f00"  # Okabe-Ito sky blue and orange, on the dark plots too
+WITHIN_COLOUR, SHIFT_COLOUR = PASS_ON_DARK, FAIL_ON_DARK
 PSNR_IDENTICAL = 100.0  # where an identical volume (PSNR = inf) is drawn on the PSNR plot
 
 

@@ -5,8 +5,8 @@ generated images (the evaluation's measurements: Otsu brain mask, dark voxels in
 region; for a segmented cohort, MAISI v2 or a bundle, the brain is the sum of its GM and WM maps), a montage of axial mid-slices of a sample of the volumes, throughput over time, failures and
 retries from the manifest, and each volume's anatomy check (``engine.anatomy.checks``: from its sidecar, or from
 the tissue maps beside it) with how many passed, were outside a range, or were not brain-like, and the
-reliability share: the checked volumes that passed, with its 95 % interval (``engine.quality.field.share``, the
-same record as the quality report's per setting).
+reliability share: the checked volumes that passed, with its 95 % interval (``engine.metrics.reliability.share``,
+the same record as the quality report's per setting).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import numpy as np
 from engine.cohort.dataset import STATE_DIR
 from engine.cohort.manifest import DONE, FAILED, Manifest
 from engine.errors import InvalidRequest
+from engine.metrics.colours import FAIL_COLOUR, PASS_COLOUR
 from engine.metrics.rank import spearman
-from engine.quality.plot import FAIL_COLOUR, PASS_COLOUR
 
 MEASURED = {"brain_volume": "brain tissue (mL)", "ventricle_volume": "ventricles (mL)"}
 
@@ -208,9 +208,9 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
 
 
 def reliability_share(anatomy: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The quality report's reliability record (``engine.quality.field.share``) over the checked volumes, or None
+    """The quality report's reliability record (``engine.metrics.reliability.share``) over the checked volumes, or None
     when none was checked."""
-    from engine.quality.field import share
+    from engine.metrics.reliability import share
 
     statuses = [a["status"] for a in anatomy.values() if a["status"] != "not_checked"]
     return share(statuses) if statuses else None

@@ -276,8 +276,10 @@ def noise_floor(
         raise ValueError("give tissue volumes for both noise-floor sets or for neither")
     low = float(min(v.min() for v in vol_a))
     high = float(max(v.max() for v in vol_a))
-    feats_a = [measures.features(v, t) for v, t in zip(vol_a, t_a or [None] * len(vol_a), strict=True)]
-    feats_b = [measures.features(v, t) for v, t in zip(vol_b, t_b or [None] * len(vol_b), strict=True)]
+    no_tissue_a: list[dict[str, float] | None] = [None] * len(vol_a)
+    no_tissue_b: list[dict[str, float] | None] = [None] * len(vol_b)
+    feats_a = [measures.features(v, t) for v, t in zip(vol_a, t_a or no_tissue_a, strict=True)]
+    feats_b = [measures.features(v, t) for v, t in zip(vol_b, t_b or no_tissue_b, strict=True)]
     div_a = measures.ms_ssim_pairs(vol_a, measures.ring_pairs(len(vol_a)), low, high)
     div_b = measures.ms_ssim_pairs(vol_b, measures.ring_pairs(len(vol_b)), low, high)
     started = time.perf_counter()
@@ -306,7 +308,10 @@ def noise_floor(
 
 def _matrices(floor: NoiseFloor, *sets: list[dict[str, np.ndarray]], only: str | None = None):
     pool = floor.features_a + floor.features_b
-    pick = (lambda f: {only: f[only]}) if only else (lambda f: f)
+
+    def pick(features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {only: features[only]} if only else features
+
     matrices, _names = measures.standardize([[pick(f) for f in s] for s in sets], [pick(f) for f in pool])
     return matrices
 
@@ -319,7 +324,7 @@ def _fill_null(floor: NoiseFloor) -> None:
     rng = np.random.default_rng(_PERMUTATION_SEED)
     total = n_a + n_b
     splits = [rng.permutation(total) for _ in range(PERMUTATIONS)]
-    groups = {"features": None}
+    groups: dict[str, str | None] = {"features": None}
     if floor.tissue_source is not None:
         groups["tissue"] = "tissue_ml"
     pool = floor.features_a + floor.features_b
@@ -535,12 +540,14 @@ def quality_report(
         else measures.ms_ssim_pairs(ref, pairs, floor.low, floor.high)
     )
     div_cand = measures.ms_ssim_pairs(cand, pairs, floor.low, floor.high)
+    no_tissue: list[dict[str, float] | None] = [None] * len(ref)
     f_ref = [
-        measures.features(v, t) for v, t in zip(ref, t_ref if has_tissue else [None] * len(ref), strict=True)
+        measures.features(v, t)
+        for v, t in zip(ref, (t_ref if has_tissue else None) or no_tissue, strict=True)
     ]
     f_cand = [
         measures.features(v, t)
-        for v, t in zip(cand, t_cand if has_tissue else [None] * len(cand), strict=True)
+        for v, t in zip(cand, (t_cand if has_tissue else None) or no_tissue, strict=True)
     ]
     values: dict[str, float] = {}
     if len(ref) >= 2:
@@ -586,14 +593,14 @@ def quality_report(
         (checks_ref, checks_cand),
     )
     decided_by = [name for name, m in field_measures.items() if m["flagged"]]
-    moved = [field.describe(name, field_measures[name]) for name in decided_by]
+    reasons = [field.describe(name, field_measures[name]) for name in decided_by]
     for name, stat in statistics.items():
         if stat["beyond_noise"]:
             decided_by.append(f"permutation:{name}")
-            moved.append(_what_moved(name, reference_set, candidate_set, stat) + " (permutation rule)")
+            reasons.append(_what_moved(name, reference_set, candidate_set, stat) + " (permutation rule)")
     too_few = min(len(ref), floor.a.count, floor.b.count) < MIN_SEEDS
-    if moved and not too_few:
-        verdict, within = f"{SHIFTS}: {'; '.join(moved)}", False
+    if reasons and not too_few:
+        verdict, within = f"{SHIFTS}: {'; '.join(reasons)}", False
     elif too_few:
         decided_by = []
         verdict, within = (

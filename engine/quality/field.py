@@ -32,14 +32,16 @@ candidate's side and the floor's alike, so the bias cancels in the excess.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from engine.metrics.reliability import CONFIDENCE, PASSED, RELIABLE_SHARE, share, wilson
+
+__all__ = ["CONFIDENCE", "PASSED", "RELIABLE_SHARE", "judge", "share", "wilson"]
+
 BOOTSTRAP = 1000
-CONFIDENCE = 0.95
-RELIABLE_SHARE = 0.95  # Wu et al.: the share of reliable segmentations a generator should reach
 _BOOTSTRAP_SEED = 20261207
 MEASURES = ("frd", "volume_distance", "diversity", "reliability")
 NAMES = {
@@ -54,8 +56,6 @@ UNITS = {
     "diversity": "|Δ mean MS-SSIM|",
     "reliability": "drop in the share passing the anatomy check",
 }
-#: The anatomy-check status that counts as reliable (``engine.anatomy.checks``).
-PASSED = "within"
 
 Statistic = Callable[[np.ndarray, np.ndarray], float]
 
@@ -107,34 +107,6 @@ def share_drop(x: np.ndarray, y: np.ndarray) -> float:
 def floor_share_gap(x: np.ndarray, y: np.ndarray) -> float:
     """How far two fp32 seed sets' shares of passes lie apart (either way)."""
     return abs(float(np.mean(x)) - float(np.mean(y)))
-
-
-def wilson(passed: int, count: int) -> tuple[float, float]:
-    """The Wilson score interval (``CONFIDENCE``) of a share of ``passed`` out of ``count``."""
-    if count == 0:
-        return 0.0, 1.0
-    from scipy.stats import norm
-
-    z = float(norm.ppf(1.0 - (1.0 - CONFIDENCE) / 2.0))
-    p = passed / count
-    centre = (p + z * z / (2 * count)) / (1 + z * z / count)
-    half = z * math.sqrt(p * (1 - p) / count + z * z / (4 * count * count)) / (1 + z * z / count)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def share(statuses: Sequence[str]) -> dict[str, Any]:
-    """A set's reliability: how many of its volumes passed the anatomy check, of how many, with an interval."""
-    passed = sum(s == PASSED for s in statuses)
-    low, high = wilson(passed, len(statuses))
-    return {
-        "passed": passed,
-        "count": len(statuses),
-        "share": passed / len(statuses) if statuses else None,
-        "interval": [low, high],
-        "interval_method": "Wilson score",
-        "by_status": {s: sum(x == s for x in statuses) for s in sorted(set(statuses))},
-        "reaches_95": bool(statuses) and passed / len(statuses) >= RELIABLE_SHARE,
-    }
 
 
 def judge(

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from engine.metrics.colours import FAIL_COLOUR, PASS_COLOUR
 from engine.quality.field import MEASURES, NAMES, RELIABLE_SHARE, UNITS, fmt
 from engine.quality.measures import TISSUES
 
-PASS_COLOUR, FAIL_COLOUR = "#0072B2", "#D55E00"  # Okabe-Ito blue and vermillion
 FLOOR_COLOUR = "0.55"
 _SET_COLOURS = ("#56B4E9", "#999999", "#E69F00", "#009E73", "#CC79A7", "#F0E442", "#0072B2", "#D55E00")
 _PERMUTATION = {"tissue": "tissue MMD", "features": "feature MMD", "diversity": "MS-SSIM diff."}

@@ -420,7 +420,7 @@ def quality_run(
         checks_a=checks[a_label] if checked_all else None,
         checks_b=checks[b_label] if checked_all else None,
     )
-    common = {
+    common: dict[str, Any] = {
         "noise_floor": floor,
         "voxel_ml": voxel_ml,
         "tissue_source": tissue_source,

@@ -89,7 +89,8 @@ def quality_block(
     ``schedules``: row name -> steps, for rows that are shorter schedules (kept under their steps)."""
     kept = load(fingerprint, model_key)
     schedules = schedules or {}
-    cohort, missing = {}, []
+    cohort: dict[str, Any] = {}
+    missing: list[str] = []
     for name, config in rows:
         try:
             key = settings_key(config, schedules.get(name))

@@ -9,8 +9,8 @@ import pytest
 from engine.api import SamplingRequest, SamplingResult
 from engine.cohort.manifest import FORMAT, Manifest
 from engine.cohort.report import collect, write_report
+from engine.metrics.colours import FAIL_COLOUR
 from engine.nifti.io import generated_volumes, save_volume
-from engine.quality.plot import FAIL_COLOUR
 from tests.engine.anatomy.phantoms import phantom, phantom_affine, phantom_labels
 from tests.engine.anatomy.test_checks import _template_ventricles_on_phantom
 
