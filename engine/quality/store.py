@@ -63,6 +63,7 @@ def save_run(run, fingerprint: str, model_key: str, created: str) -> Path:
             "label": label,
             "verdict": report.verdict,
             "within_noise": report.within_noise,
+            "decided_by": report.decided_by,
             "seeds": len(run.seeds),
             "psnr_median_db": report.to_dict()["psnr_median_db"],
             "tissue_source": run.tissue_source,
