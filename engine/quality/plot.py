@@ -243,7 +243,9 @@ def _permutation_panel(ax, rows: list[dict[str, Any]], short: dict[str, str]) ->
                     _top_groups(result).replace(", ", "\n"),
                     (x, max(shown, 1e-3)),
                     textcoords="offset points",
-                    xytext=(6, -4),
+                    xytext=(0, -10),
+                    ha="center",
+                    va="top",
                     fontsize=7,
                     color=FAIL_COLOUR,
                 )
