@@ -50,6 +50,10 @@ class ViewerToolbar(QToolBar):
 
     time_point_requested = Signal(object, int)  # (the shown 4D entry, the time index to show)
     contents_changed = Signal()  # controls appeared or went (the time point of a 4D file)
+    # Set by ``install_viewer_toolbar``: the tissue overlay's tool bar (a QToolBar here, since its module imports
+    # this one) and the controller that loads 4D time points.
+    tissue_toolbar: QToolBar
+    controller: _ViewerToolbarController
 
     def __init__(self, state: AppState, viewer=None, parent: QWidget | None = None) -> None:
         super().__init__("Viewer", parent)
@@ -184,7 +188,7 @@ class ViewerToolbar(QToolBar):
             for action in self.time_actions:
                 action.setVisible(four_d)
             self.contents_changed.emit()
-        if four_d:
+        if entry is not None and four_d:
             first, last = INDEX_BASE, entry.time_points - 1 + INDEX_BASE
             self.time_label.setText(f"4D \u00b7 {entry.time_points} time points")
             self.time_spin.blockSignals(True)

@@ -120,7 +120,7 @@ def test_generation_records_what_applied_in_provenance_and_details(qtbot, main_w
     # what the panel predicted is what the run reported
     assert {k: e["applied"] for k, e in panel.report.items()} == {k: e["applied"] for k, e in report.items()}
 
-    bar = window.sampling_panel.scroll.verticalScrollBar()  # expanded, the panel scrolls: show its end
+    bar = window.sampling_panel.scroll_area.verticalScrollBar()  # expanded, the panel scrolls: show its end
     bar.setValue(bar.maximum())
     assert screenshot(window, "08-optimization-panel").stat().st_size > 10_000
 

@@ -116,11 +116,11 @@ def test_wheel_over_the_generate_panel_scrolls_it_and_leaves_the_sampler_alone(q
     _select(window, "tiny-latent")
     window.resize(1024, 700)
     panel = window.sampling_panel
-    qtbot.waitUntil(lambda: panel.scroll.verticalScrollBar().maximum() > 0, timeout=10_000)
+    qtbot.waitUntil(lambda: panel.scroll_area.verticalScrollBar().maximum() > 0, timeout=10_000)
     box = panel.sampler_box
     assert box.count() > 1
     before_sampler, before_seed = window.state.form.sampler, window.state.form.seed
-    bar = panel.scroll.verticalScrollBar()
+    bar = panel.scroll_area.verticalScrollBar()
     bar.setValue(0)
     centre = QPointF(box.rect().center())
     for target in (box, panel.seed_spin):
