@@ -130,7 +130,13 @@ class MainWindow(QMainWindow):
             registry = ModelRegistry()
         self.registry = registry
         self.state = AppState()
-        self.runner = JobRunner(self)
+        # Every background job; the ones a user watches end in the window's one error dialog or status line.
+        self.runner = JobRunner(
+            self,
+            show_error=self.show_error,
+            show_status=self.show_status,
+            hold_engine=self.state.set_job_running,
+        )
         self.backends = BackendPool(registry)
         self.docks: dict[str, QDockWidget] = {}
         self.errors_shown: list[str] = []
@@ -168,6 +174,9 @@ class MainWindow(QMainWindow):
         self.status = WindowStatus(self.statusBar())
         self.readout_label, self.device_label = self.status.readout_label, self.status.device_label
         self.space_label, self.voxel_label = self.status.space_label, self.status.voxel_label
+        self.statusBar().addPermanentWidget(
+            self.runner.activity
+        )  # the busy mark: what runs in the background
         self.files = VolumeFiles(
             self.state,
             self.runner,
