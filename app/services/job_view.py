@@ -91,7 +91,8 @@ class JobStrip(QObject):
     def report(self, fraction: float | None, text: str) -> None:
         """Show a step of the job: ``fraction`` done (None: not known, the bar is busy) and what it is doing."""
         if fraction is None:
-            self.progress_bar.setRange(0, 0)
+            if self.progress_bar.value() <= 0:  # nothing measured yet: busy; else the bar stays where it got
+                self.progress_bar.setRange(0, 0)
         else:
             if self.progress_bar.maximum() == 0:
                 self.progress_bar.setRange(0, BAR_STEPS)
