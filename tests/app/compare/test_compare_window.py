@@ -381,7 +381,7 @@ def test_table_exports_to_csv_through_the_file_dialog(qtbot, main_window, compar
     )
     main_window.settings.setValue(CSV_DIR_KEY, str(tmp_path))  # as left by an earlier export
     qtbot.mouseClick(compare.export_button, Qt.MouseButton.LeftButton)
-    dialog = compare.csv_dialog
+    dialog = compare.outputs.csv_dialog
     qtbot.waitUntil(lambda: dialog.isVisible(), timeout=10_000)
     assert Path(dialog.directory().absolutePath()) == tmp_path  # the last folder is remembered
     name_edit = dialog.findChild(QLineEdit, "fileNameEdit")
