@@ -382,6 +382,7 @@ class JobRunner(QObject):
         progressed: Callable[[Any], None] | None = None,
         describe: Callable[[Any], tuple[float | None, str] | None] = progress_line,
         failed: Callable[[str], None] | None = None,
+        cancelled: Callable[[], None] | None = None,
         ended: Callable[[str], None] | None = None,
         holds_engine: bool = False,
         cancellable: bool = True,
@@ -392,7 +393,7 @@ class JobRunner(QObject):
         ``(fraction, text)``, None to leave it) and its Cancel stops the job; ``progressed(report)`` is the
         feature's own view of each report. A failure goes to ``failed(message)`` when given (a dialog that says
         it in place), else to the error dialog titled "<what> failed"; a cancel ends as "cancelled", said in the
-        status line. ``ended(outcome)`` comes last, after the thread ended: "finished", "failed" or
+        status line unless ``cancelled()`` says it otherwise. ``ended(outcome)`` comes last, after the thread ended: "finished", "failed" or
         "cancelled". ``holds_engine``: no other engine job may start meanwhile (a generation, a comparison).
         """
         job = self.start(
@@ -401,7 +402,7 @@ class JobRunner(QObject):
             progressed=lambda value: self._on_job_progressed(job, value, progressed, describe),
             finished=lambda value: self._on_job_finished(job, value, done),
             failed=lambda message: self._on_job_failed(job, what, message, failed),
-            cancelled=lambda: self._on_job_cancelled(job, what),
+            cancelled=lambda: self._on_job_cancelled(job, what, cancelled),
             ended=lambda: job.stop_showing(),
         )
         job.stop_showing = partial(self._on_job_ended, job, holds_engine, ended)
@@ -439,10 +440,13 @@ class JobRunner(QObject):
         else:
             self._show_error(f"{what} failed", message)
 
-    def _on_job_cancelled(self, job: Job, what: str) -> None:
+    def _on_job_cancelled(self, job: Job, what: str, cancelled) -> None:
         if job.strip is not None:
             job.strip.end("cancelled")
-        self._show_status(f"{what} cancelled", 5000)
+        if cancelled is not None:
+            cancelled()
+        else:
+            self._show_status(f"{what} cancelled", 5000)
 
     def _on_job_ended(self, job: Job, holds_engine: bool, ended) -> None:
         job.stop_showing = _ignore
