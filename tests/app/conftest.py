@@ -154,10 +154,12 @@ def app_services(qtbot, themed_app, registry, qt_settings, error_dialogs):
     host.resize(1000, 700)
     host.show()
     qtbot.waitExposed(host)
+    host.activateWindow()  # keys reach the host's widgets only in the active window
+    qtbot.waitUntil(host.isActiveWindow, timeout=5_000)
     yield services
     runner.shutdown()
     services.telemetry.stop()
-    assert not runner.jobs
+    qtbot.waitUntil(lambda: not runner.jobs, timeout=10_000)  # each job leaves once its thread's end is heard
 
 
 def _make_window(qtbot, registry, settings, enable_3d):
