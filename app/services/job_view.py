@@ -123,7 +123,9 @@ class JobStrip(QObject):
 
 
 class JobActivity(QLabel):
-    """The status bar's busy mark: hidden while nothing runs, else the jobs running, by what they do."""
+    """The status bar's busy mark: hidden while nothing runs, else an hourglass (with the count when several
+    jobs run) whose tooltip names them. A glyph, not the names: the status bar's fields already fill a
+    1024-pixel window, and a job worth naming says itself where it was started."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -132,9 +134,7 @@ class JobActivity(QLabel):
 
     def show_jobs(self, names: list[str]) -> None:
         self.setVisible(bool(names))
-        if not names:
-            self.setText("")
-            self.setToolTip("")
-            return
-        self.setText("\u231b " + (names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"))
-        self.setToolTip("Running in the background: " + ", ".join(names))
+        said = "Running in the background: " + ", ".join(names) if names else ""
+        self.setText(("\u231b" + (f" {len(names)}" if len(names) > 1 else "")) if names else "")
+        self.setToolTip(said)
+        self.setAccessibleName(said)

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QVBoxLayout,
     QWidget,
@@ -139,6 +140,7 @@ class MainWindow(QMainWindow):
         )
         self.backends = BackendPool(registry)
         self.docks: dict[str, QDockWidget] = {}
+        self.panels_menu: QMenu | None = None  # View > Panels, once the menus are built
         self.errors_shown: list[str] = []
 
         self.viewer = ViewerArea(self.state)
@@ -186,8 +188,11 @@ class MainWindow(QMainWindow):
             volume_opened=self.volume_opened.emit,
             parent=self,
         )
-        build_actions(self)
-        menus = build_menus(self)
+        self.window_actions = build_actions(self)
+        menu_bar = build_menus(self, self.window_actions)
+        self.panels_menu, self.help = menu_bar.panels, menu_bar.help
+        self.intended_use_notice = menu_bar.intended_use_notice
+        menus = menu_bar.for_features
         # What every feature is installed with (app/services): it reads the app through it, not the window.
         self.services = AppServices(
             state=self.state,
@@ -208,8 +213,10 @@ class MainWindow(QMainWindow):
         )
         # Generate, Cancel, Random Seed and the run lifecycle (progress, previews, telemetry marks).
         self.generation = install_generation(self.services, self.sampling_panel, self.metrics_dock)
-        add_generation_actions(self, self.generation)
-        build_viewer_bars(self, self.services)
+        add_generation_actions(menus, self.generation)
+        viewer_bars = build_viewer_bars(self.viewer, self.services, self.window_actions.reset_camera)
+        self.viewer_toolbar, self.tissue_maps = viewer_bars.toolbar, viewer_bars.tissue_maps
+        self.tissue_toolbar = self.viewer_toolbar.tissue_toolbar  # the tissue overlay: on/off, map, opacity
         self.viewer.layout_changed.connect(self._on_viewer_layout_changed)
         self.state.overlay_changed.connect(self._on_state_overlay_changed)
         self.state.display_changed.connect(self.sync_view_menu)
@@ -296,7 +303,8 @@ class MainWindow(QMainWindow):
         if tabify_with and tabify_with in self.docks:
             self.tabifyDockWidget(self.docks[tabify_with], dock)
         self.docks[dock.objectName()] = dock
-        if hasattr(self, "panels_menu"):
+        # A dock added after the menus are built (build_menus lists the others).
+        if self.panels_menu is not None:
             self.panels_menu.addAction(dock.toggleViewAction())
         return dock
 
@@ -367,8 +375,8 @@ class MainWindow(QMainWindow):
 
     def _on_state_shown_changed(self, entry) -> None:
         # Save works on the shown volume, whatever made it; a denoising preview is not a result yet.
-        self.save_action.setEnabled(entry is not None and entry.kind != "preview")
-        self.save_as_action.setEnabled(self.save_action.isEnabled())
+        self.window_actions.save.setEnabled(entry is not None and entry.kind != "preview")
+        self.window_actions.save_as.setEnabled(self.window_actions.save.isEnabled())
         self._update_title()
         self.status.show_volume(entry)
 
@@ -452,10 +460,10 @@ class MainWindow(QMainWindow):
         self.state.display_changed.emit()
 
     def sync_view_menu(self) -> None:
-        sync_view_menu(self)
+        sync_view_menu(self.window_actions, self.viewer_toolbar, self.state)
 
     def sync_window_presets(self) -> None:
-        sync_window_presets(self)
+        sync_window_presets(self.window_actions, self.viewer_toolbar, self.state)
 
     def _on_state_window_changed(self, window: float, level: float) -> None:
         self.sync_window_presets()

@@ -35,7 +35,7 @@ def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path, sc
     main_window.state.select_model(main_window.state.model_by_id("tiny-latent"))
     main_window.sampling_panel.steps_spin.setValue(3)
     action = main_window.cohort.action
-    assert action in main_window.generate_menu.actions() and action.isEnabled()
+    assert action in main_window.services.menus.generate.actions() and action.isEnabled()
     action.trigger()
     dialog = main_window.cohort.dialog
     assert dialog is not None and dialog.isVisible()

@@ -51,7 +51,7 @@ def test_a_running_cohort_stops_with_alt_s(qtbot, app_services, tmp_path, monkey
     qtbot.waitUntil(lambda: dialog.done_list.count() == 1, timeout=5_000)
     assert dialog.stop_button.isEnabled() and not dialog.run_button.isEnabled()
     assert app_services.runner.activity.isVisible()  # the busy mark names the running cohort
-    assert "Cohort" in app_services.runner.activity.text()
+    assert "Cohort" in app_services.runner.activity.toolTip()
 
     qtbot.keyClick(dialog, Qt.Key.Key_S, Qt.KeyboardModifier.AltModifier)  # Stop (its click is animated)
     qtbot.waitUntil(lambda: dialog.status.text() == "Stopping after the volumes in flight...", timeout=5_000)

@@ -161,7 +161,7 @@ def test_refused_while_a_generation_runs(qtbot, main_window, compare, error_dial
     assert not compare.start()
     assert "generation is running" in error_dialogs[-1][1]
     with qtbot.waitSignal(main_window.generation.ended, timeout=60_000):
-        main_window.cancel_action.trigger()  # Generate > Cancel Generation
+        main_window.generation.cancel_action.trigger()  # Generate > Cancel Generation
     assert compare.run_button.isEnabled()
 
 

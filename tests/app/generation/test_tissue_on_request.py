@@ -51,7 +51,10 @@ def test_compute_tissue_maps_of_an_opened_nifti_shows_them_and_says_how_made(qtb
     entry = open_volume(qtbot, window, _write(tmp_path / "sub-01_T2w.nii.gz", phantom("t2w")))
     # No maps yet: the overlay is off and disabled, Compute is offered (tool bar, View menu, Help's shortcut).
     assert entry.tissue == {} and not bar.tissue_action.isEnabled()
-    assert computer.compute_action.isEnabled() and computer.compute_action in window.view_menu.actions()
+    assert (
+        computer.compute_action.isEnabled()
+        and computer.compute_action in window.services.menus.view.actions()
+    )
     assert "Ctrl+Shift+T" in computer.compute_action.toolTip()
     assert not computer.progress_item.isVisible() and not computer.source_item.isVisible()
     plain = pixels(window.viewer.axial)
@@ -88,7 +91,7 @@ def test_an_unknown_contrast_is_segmented_as_t1w_with_a_visible_note_and_the_men
 ):
     window, computer = main_window, main_window.tissue_maps
     entry = open_volume(qtbot, window, _write(tmp_path / "head.nii.gz", phantom("t1w")))
-    assert computer.contrast_menu.menuAction() in window.view_menu.actions()
+    assert computer.contrast_menu.menuAction() in window.services.menus.view.actions()
     computer.compute_action.trigger()  # (View > Compute Tissue Maps)
     _wait_done(qtbot, window)
     assert entry.provenance["tissue_maps_made"]["contrast"] == "t1w"

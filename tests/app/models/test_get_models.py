@@ -39,7 +39,7 @@ def test_get_models_by_keys_cancel_resume_then_in_the_picker(
     # them, so progress and Cancel land mid-file as they do on a real download.
     monkeypatch.setattr(download, "WRITE_CHUNK_BYTES", 16 << 10)
     window = main_window
-    assert window.get_models.action in window.generate_menu.actions()
+    assert window.get_models.action in window.services.menus.generate.actions()
     window.get_models.action.trigger()
     dialog = window.get_models.dialog
     qtbot.waitExposed(dialog)
