@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtGui import QImage, QPixmap, QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -55,7 +56,7 @@ from app.cohort.draft import (
 from app.core.display import modality_title
 from app.services import AppServices
 from app.services.job_view import JobStrip
-from app.services.workers import Worker
+from app.services.workers import Job, Worker
 from app.widgets.theme import NOTE_COLOUR
 from engine.errors import EngineError
 from engine.formatting import count_of, format_duration
@@ -118,8 +119,8 @@ class ConditionRow(QWidget):
         for widget in (self.mode, self.a, self.b, self.n, self.hint):
             layout.addWidget(widget)
         self.mode.currentTextChanged.connect(self._on_mode_changed)
-        for box in (self.a, self.b, self.n):
-            box.valueChanged.connect(on_change)
+        for changed in (self.a.valueChanged, self.b.valueChanged, self.n.valueChanged):
+            changed.connect(on_change)
         self.mode.currentTextChanged.connect(on_change)
         self._on_mode_changed(self.mode.currentText())
 
@@ -197,7 +198,7 @@ class CohortDialog(QDialog):
         self.run_step_s: dict[str, float] = {}
         self.run_device_kind = "cpu"  # the kind of device the running cohort's step times come from
         self.plan_typed = False  # the user wrote the plan: the Plan view's plan no longer replaces it
-        self.job = None
+        self.job: Job | None = None
         self.summary = None
         self.finished_paths: list[str] = []
         self._build()
@@ -209,16 +210,16 @@ class CohortDialog(QDialog):
     def _build(self) -> None:
         # Everything in a scroll area that scrolls up and down only: on a small screen (1024x700) the rows
         # stay whole and the dialog fits; the focused widget is scrolled into view.
-        self.scroll = QScrollArea()
-        self.scroll.setObjectName("cohortScroll")
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setObjectName("cohortScroll")
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         content = QWidget()
-        self.scroll.setWidget(content)
+        self.scroll_area.setWidget(content)
         page = QVBoxLayout(self)
         page.setContentsMargins(0, 0, 0, 0)
-        page.addWidget(self.scroll)
+        page.addWidget(self.scroll_area)
         outer = QVBoxLayout(content)
         spec_box = QGroupBox("Cohort")
         form = QFormLayout(spec_box)
@@ -382,7 +383,7 @@ class CohortDialog(QDialog):
             self.device_combo.addItem(text, value)
             index = self.device_combo.count() - 1
             self.device_combo.setItemData(index, tip, Qt.ItemDataRole.ToolTipRole)
-            self.device_combo.model().item(index).setEnabled(enabled)
+            cast(QStandardItemModel, self.device_combo.model()).item(index).setEnabled(enabled)
         self.device_combo.currentIndexChanged.connect(self._on_device_edited)
         # As wide as its longest entry: not stretched over the row when the XLA fields beside it are hidden.
         self.device_combo.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
@@ -420,8 +421,14 @@ class CohortDialog(QDialog):
         grid.addWidget(self.plan_edit, row + 1, 1, 1, 2)
         grid.addWidget(self.plan_note, row + 2, 1, 1, 2)
         # Shown on XLA only: the device count, the plan and what the engine makes of them.
-        self.xla_widgets = (devices_label, self.xla_devices_spin, self.xla_devices_note, plan_label)
-        self.xla_widgets += (self.plan_edit, self.plan_note)
+        self.xla_widgets: tuple[QWidget, ...] = (
+            devices_label,
+            self.xla_devices_spin,
+            self.xla_devices_note,
+            plan_label,
+            self.plan_edit,
+            self.plan_note,
+        )
 
         self.torch_note = self._note_label("cohortTorchSettings")
         self.drop_settings_check = QCheckBox("Run this cohort &without them (plain float32)")

@@ -68,5 +68,8 @@ def install_compare(
     generate_menu.addAction(controller.action)
     actions = toolbar.actions()
     after = actions.index(cancel_action) + 1  # right after Generate and Cancel
-    toolbar.insertAction(actions[after] if after < len(actions) else None, controller.action)
+    if after < len(actions):
+        toolbar.insertAction(actions[after], controller.action)
+    else:
+        toolbar.addAction(controller.action)
     return controller

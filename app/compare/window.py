@@ -28,11 +28,19 @@ import time
 import warnings
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QKeySequence, QLinearGradient, QPainter, QShortcut, qRgb
+from PySide6.QtGui import (
+    QColor,
+    QKeySequence,
+    QLinearGradient,
+    QPainter,
+    QShortcut,
+    QStandardItemModel,
+    qRgb,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -85,9 +93,10 @@ A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
 PLANES = ("axial", "coronal", "sagittal")
 SIDES = ("a", "b", "diff")
 # The window's keys come from the one shortcut table (app/services/shortcuts.py), which Help lists.
-RUN_KEY, CANCEL_KEY = SHORTCUTS["compare.run"].keys, SHORTCUTS["compare.cancel"].keys
+# They are portable key strings ("Ctrl+Return", "Esc"), never a platform StandardKey.
+RUN_KEY, CANCEL_KEY = str(SHORTCUTS["compare.run"].keys), str(SHORTCUTS["compare.cancel"].keys)
 COMPARE_KEYS: tuple[tuple[str, str], ...] = tuple(
-    (SHORTCUTS[name].keys, SHORTCUTS[name].what)
+    (str(SHORTCUTS[name].keys), SHORTCUTS[name].what)
     for name in ("compare.run", "compare.cancel", "compare.planes")
 )
 METHOD_NOTE = (
@@ -243,13 +252,13 @@ class CompareWindow(QWidget):
         self._link_views()
         self._update_source()
         self._set_running(False)
-        QShortcut(QKeySequence(RUN_KEY), self, activated=self.start)
         # The keypad's Enter is a different key from Return; the hint says "Enter", so both run.
-        QShortcut(QKeySequence(RUN_KEY.replace("Return", "Enter")), self, activated=self.start)
-        QShortcut(QKeySequence(CANCEL_KEY), self, activated=self.cancel)
+        for keys in (RUN_KEY, RUN_KEY.replace("Return", "Enter")):
+            QShortcut(QKeySequence(keys), self).activated.connect(self.start)
+        QShortcut(QKeySequence(CANCEL_KEY), self).activated.connect(self.cancel)
         for index in range(len(PLANES)):
-            QShortcut(
-                QKeySequence(str(index + 1)), self, activated=partial(self.plane_box.setCurrentIndex, index)
+            QShortcut(QKeySequence(str(index + 1)), self).activated.connect(
+                partial(self.plane_box.setCurrentIndex, index)
             )
         app.state.model_selected.connect(self._on_main_changed)
         app.state.job_changed.connect(self._on_main_changed)
@@ -271,7 +280,7 @@ class CompareWindow(QWidget):
                 combo.addItem(name, name)
             combo.insertSeparator(combo.count())
             combo.addItem(SINGLE_SETTINGS_HEADING)  # a heading: no data, never chosen
-            combo.model().item(combo.count() - 1).setEnabled(False)
+            cast(QStandardItemModel, combo.model()).item(combo.count() - 1).setEnabled(False)
             for name in NAMED_SETTINGS:  # the names `volsynth bench` uses
                 if name != "fp32":
                     combo.addItem(name, name)
@@ -577,7 +586,7 @@ class CompareWindow(QWidget):
         if blocked:
             raise InvalidRequest(f"Cannot run this request: {blocked}")
         request = form.to_request(batch_size=1, preview_interval=0)
-        settings = {}
+        settings: dict[str, Any] = {}
         for side, combo in (("A", self.a_box), ("B", self.b_box)):
             config = self.settings_for(combo, form)
             if config.summary() != "fp32" or side == "B":
@@ -768,7 +777,7 @@ class CompareWindow(QWidget):
         measured = self.measured
         device = self.device_text(self._device_key or self.app.state.form.device)
         for combo in (self.a_box, self.b_box):
-            model = combo.model()
+            model = cast(QStandardItemModel, combo.model())
             for index in range(combo.count()):
                 name = combo.itemData(index)
                 if not name:

@@ -89,11 +89,12 @@ class GenerationController(QObject):
         self.show_status = services.show_status
         self.metrics_dock = metrics_dock
         self._job: Job | None = None
-        self._pending_preview = None  # only the latest preview is kept
+        # Only the latest preview is kept: (data, step, total, stride).
+        self._pending_preview: tuple[Any, int, int, Any] | None = None
         self._last_preview_drawn = -math.inf  # time.monotonic() of the last preview drawn
-        self._model_affine = None
-        self._model_xyz = None
-        self._telemetry_run = None  # (run id, the metrics source it is marked on)
+        self._model_affine: Any = None
+        self._model_xyz: tuple[int, int, int] = (0, 0, 0)  # the model's output grid, set at each start
+        self._telemetry_run: tuple[str, Any] | None = None  # (run id, the metrics source it is marked on)
         self._run_device = ""
         self._cancel_deadline: float | None = None  # time.monotonic() when a cancelled run is abandoned
         # The last finished run, for its details: the engine's timings and the steps that carried a preview.
@@ -174,7 +175,8 @@ class GenerationController(QObject):
             return False
         spec = self.form.model.spec
         self._model_affine = spec.affine()
-        self._model_xyz = tuple(spec.output_shape[1:4])
+        _channels, x, y, z = spec.output_shape[:4]
+        self._model_xyz = (x, y, z)
         self._run_device = self.form.device
         self.state.follow_previews = True
         self._preview_steps = []
@@ -208,7 +210,8 @@ class GenerationController(QObject):
         self._show_cancel_countdown()
 
     def _show_cancel_countdown(self) -> None:
-        left = max(0, math.ceil(self._cancel_deadline - time.monotonic()))
+        deadline = self._cancel_deadline if self._cancel_deadline is not None else time.monotonic()
+        left = max(0, math.ceil(deadline - time.monotonic()))
         text = f"Cancelling at the next step... (abandoned in {left} s if it does not stop)"
         self.panel.progress_label.setText(text)
         self.show_status(text)

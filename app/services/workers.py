@@ -141,7 +141,7 @@ class Worker(QObject):
         self._cancel = threading.Event()
         self._last_report = 0.0
         self.can_abandon = abandonable  # JobRunner.shutdown abandons such a job instead of waiting for it
-        self.backend = None  # the backend a generation runs on, once it has one (abandon() reaches it)
+        self.backend: Any = None  # the backend a generation runs on, once it has one (abandon() reaches it)
         self.error: BaseException | None = None  # set before ``failed`` is emitted
 
     # -- the kinds of work -------------------------------------------------------------------------------
@@ -259,17 +259,17 @@ class Job(QObject):
     """
 
     def __init__(
-        self, runner: JobRunner, name: str, worker: QObject, callbacks: dict[str, Callable[..., Any]]
+        self, runner: JobRunner, name: str, worker: Worker, callbacks: dict[str, Callable[..., Any]]
     ):
         super().__init__(runner)
         self.name = name
         self.worker = worker
         self.callbacks = callbacks
-        self.thread = QThread()
-        self.thread.setObjectName(f"volsynth-{name}")
+        self.worker_thread = QThread()
+        self.worker_thread.setObjectName(f"volsynth-{name}")
         self._runner = runner
-        worker.moveToThread(self.thread)
-        self.thread.started.connect(worker.run)
+        worker.moveToThread(self.worker_thread)
+        self.worker_thread.started.connect(worker.run)
         for signal_name, slot in (
             ("progressed", self._on_worker_progressed),
             ("finished", self._on_worker_finished),
@@ -279,7 +279,7 @@ class Job(QObject):
             signal = getattr(worker, signal_name, None)
             if signal is not None:
                 signal.connect(slot)
-        self.thread.finished.connect(self._on_thread_finished)
+        self.worker_thread.finished.connect(self._on_thread_finished)
         self.abandoned = False
         self.outcome = ""
         self.strip: JobStrip | None = None  # shows the job (``JobRunner.run``)
@@ -288,7 +288,7 @@ class Job(QObject):
         self.cancelling_text = "Cancelling\u2026"
 
     def start(self) -> None:
-        self.thread.start()
+        self.worker_thread.start()
 
     def cancel(self) -> None:
         """Ask the work to stop (Cancel, Esc, closing the window); its strip says so until it ends."""
@@ -472,7 +472,7 @@ class JobRunner(QObject):
                 QGuiApplication.restoreOverrideCursor()
             self.busy_changed.emit(busy)
 
-    def start(self, name: str, worker: QObject, **callbacks: Callable[..., Any]) -> Job:
+    def start(self, name: str, worker: Worker, **callbacks: Callable[..., Any]) -> Job:
         """Start ``worker.run`` in a new thread. Callbacks: progressed, finished, failed, cancelled, ended."""
         job = Job(self, name, worker, callbacks)
         self.jobs.append(job)
@@ -496,7 +496,7 @@ class JobRunner(QObject):
     def _forget(self, job: Job) -> None:
         if job in self.jobs:
             self.jobs.remove(job)
-        job.thread.wait()
+        job.worker_thread.wait()
         job.worker.deleteLater()
         job.deleteLater()
 
@@ -506,7 +506,7 @@ class JobRunner(QObject):
             self.jobs.remove(job)
         job.abandoned = True
         job.worker.abandon()
-        _keep_until_finished(job.thread, job.worker)
+        _keep_until_finished(job.worker_thread, job.worker)
         job.outcome = job.outcome or "abandoned"
         job.stop_showing()  # its thread's end will not be heard
 
@@ -523,10 +523,10 @@ class JobRunner(QObject):
         for job in list(self.jobs):
             job.cancel()
         for job in list(self.jobs):
-            if job.can_abandon and not job.thread.wait(abandon_after_ms):
+            if job.can_abandon and not job.worker_thread.wait(abandon_after_ms):
                 self.abandon(job)
                 continue
-            while not job.thread.wait(timeout_ms):
+            while not job.worker_thread.wait(timeout_ms):
                 log.warning("closing: still waiting for %s to finish", job.name)
 
 

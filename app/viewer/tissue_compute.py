@@ -117,16 +117,17 @@ class TissueMapsComputer(QObject):
         entry = self.state.shown
         running = self.job is not None
         usable = entry is not None and entry.kind != "preview"
+        has_maps = entry is not None and usable and bool(entry.tissue)
         model_maps = (
-            usable
-            and bool(entry.tissue)
+            entry is not None
+            and has_maps
             and maps_source_text(entry.provenance, entry.kind) == "from the model's channels"
         )
         self.compute_action.setEnabled(usable and not running and not model_maps)
         keys = key_text("view.compute_tissue_maps")
         if model_maps:
             tip = "This volume has its model's own tissue maps"
-        elif usable and entry.tissue:
+        elif has_maps:
             tip = f"Segment this volume again (the contrast from View \u203a Tissue Map Contrast) ({keys})"
         else:
             tip = (
@@ -266,7 +267,9 @@ def install_tissue_maps(services: AppServices, toolbar: TissueToolbar) -> Tissue
         if after in actions and actions.index(after) + 1 < len(actions)
         else None
     )
-    menu.insertAction(before, computer.compute_action)
-    menu.insertAction(before, computer.cancel_action)
-    menu.insertMenu(before, computer.contrast_menu)
+    for action in (computer.compute_action, computer.cancel_action, computer.contrast_menu.menuAction()):
+        if before is None:
+            menu.addAction(action)
+        else:
+            menu.insertAction(before, action)
     return computer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup
@@ -32,6 +33,9 @@ from app.services.shortcuts import SHORTCUTS, indexed, set_shortcut
 from app.viewer.viewer_area import LAYOUTS, ViewerArea
 from app.widgets.theme import CHECKED_TOOLBUTTON_STYLE
 
+if TYPE_CHECKING:  # app.viewer.tissue_toolbar imports this module
+    from app.viewer.tissue_toolbar import TissueToolbar
+
 log = logging.getLogger(__name__)
 
 INTERPOLATIONS = ("Nearest", "Smooth")
@@ -50,6 +54,8 @@ class ViewerToolbar(QToolBar):
 
     time_point_requested = Signal(object, int)  # (the shown 4D entry, the time index to show)
     contents_changed = Signal()  # controls appeared or went (the time point of a 4D file)
+    tissue_toolbar: TissueToolbar  # the tissue overlay's bar beside it (install_viewer_toolbar)
+    controller: _ViewerToolbarController  # what its controls do (install_viewer_toolbar)
 
     def __init__(self, state: AppState, viewer=None, parent: QWidget | None = None) -> None:
         super().__init__("Viewer", parent)
@@ -184,7 +190,7 @@ class ViewerToolbar(QToolBar):
             for action in self.time_actions:
                 action.setVisible(four_d)
             self.contents_changed.emit()
-        if four_d:
+        if four_d and entry is not None:
             first, last = INDEX_BASE, entry.time_points - 1 + INDEX_BASE
             self.time_label.setText(f"4D \u00b7 {entry.time_points} time points")
             self.time_spin.blockSignals(True)

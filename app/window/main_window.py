@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -244,7 +245,7 @@ class MainWindow(QMainWindow):
         # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
         self.recovery = install_recovery(self.services, recovery or RecoveryStore(), self.recovery_bar)
         # Quitting without closing the window (app.quit(), a session logout) is still a clean exit.
-        self._quit_hook = QApplication.instance().aboutToQuit.connect(self.recovery.close)
+        self._quit_hook = cast(QApplication, QApplication.instance()).aboutToQuit.connect(self.recovery.close)
         self._looked_for_orphans = False
 
         self.sampling_panel.open_model_requested.connect(self.open_model_folder_dialog)
@@ -314,7 +315,7 @@ class MainWindow(QMainWindow):
         from engine.models.registry import DEFAULT_MODEL_ID
 
         sources = self.registry.list()
-        last = self.settings.value("model/last", "", type=str)
+        last = str(self.settings.value("model/last", "", type=str))
         preferred = last if last and any(s.id == last for s in sources) else DEFAULT_MODEL_ID
         note = self.state.set_models(sources, preferred=preferred)
         if note:
@@ -436,7 +437,9 @@ class MainWindow(QMainWindow):
     def save_3d_screenshot_dialog(self) -> None:
         entry = self.state.shown
         boundary = self.vault_controller.boundary
-        if boundary.holds(entry):  # patient data: marked and audited, or refused, as chosen once
+        if entry is not None and boundary.holds(
+            entry
+        ):  # patient data: marked and audited, or refused, as chosen once
             boundary.screenshot(entry, self.viewer.view3d.render_image)
             return
         path, _ = QFileDialog.getSaveFileName(

@@ -99,7 +99,7 @@ def test_cancel_mid_run_leaves_the_app_usable(qtbot, main_window):
     _select(window, "tiny-pixel")
     window.sampling_panel.steps_spin.setValue(1000)
     window.sampling_panel.generate_button.click()
-    thread = window.generation._job.thread
+    thread = window.generation._job.worker_thread
     qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
     qtbot.keyClick(window, Qt.Key.Key_Escape)
     assert _wait_ended(qtbot, window) == "cancelled"
