@@ -393,8 +393,9 @@ class JobRunner(QObject):
         ``(fraction, text)``, None to leave it) and its Cancel stops the job; ``progressed(report)`` is the
         feature's own view of each report. A failure goes to ``failed(message)`` when given (a dialog that says
         it in place), else to the error dialog titled "<what> failed"; a cancel ends as "cancelled", said in the
-        status line unless ``cancelled()`` says it otherwise. ``ended(outcome)`` comes last, after the thread ended: "finished", "failed" or
-        "cancelled". ``holds_engine``: no other engine job may start meanwhile (a generation, a comparison).
+        status line unless ``cancelled()`` says it otherwise. ``ended(outcome)`` comes last, after the thread
+        ended (or the job was abandoned): "finished", "failed", "cancelled" or "abandoned". ``holds_engine``:
+        no other engine job may start meanwhile (a generation, a comparison).
         """
         job = self.start(
             name,
@@ -461,7 +462,7 @@ class JobRunner(QObject):
             ended(job.outcome or "cancelled")
 
     def _show_busy(self) -> None:
-        """The busy mark: the status bar names the jobs running and the pointer shows the app at work."""
+        """The busy mark: the status bar's hourglass (its tooltip names the jobs) and the busy pointer."""
         self.activity.show_jobs([job.objectName() for job in self.shown])
         busy = bool(self.shown)
         if busy != self.busy:

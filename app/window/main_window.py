@@ -6,9 +6,10 @@ once after the menus exist; the feature-specific widgets and the other features'
 passed beside it. No feature keeps or reads the window. Adding a dock (metrics, vault browser, comparison)
 is one call: ``services.add_dock(widget, "Metrics", Qt.DockWidgetArea.RightDockWidgetArea)``; it appears
 under View > Panels and its place is saved with the window state. Work that takes time goes through
-``services.runner`` (see app/services/workers.py). The menus and tool bars are built in app/window/menus.py,
-the status bar in app/window/status_bar.py, the file commands in app/window/volume_files.py and the
-remembered settings in app/window/settings.py.
+``services.runner.run`` (app/services/workers.py), which shows the job and its Cancel. The menus and tool
+bars are built in app/window/menus.py (returned as typed objects the window keeps), the status bar in
+app/window/status_bar.py, the file commands in app/window/volume_files.py and the remembered settings in
+app/window/settings.py.
 """
 
 from __future__ import annotations

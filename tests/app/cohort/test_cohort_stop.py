@@ -33,7 +33,7 @@ class HeldRun:
         return CohortSummary(Path(root), "cohort-id", spec.count, 1, 0, 0, 1, 1.0, 1, 1, "cpu", stopped=True)
 
 
-def test_a_running_cohort_stops_with_alt_s(qtbot, app_services, tmp_path, monkeypatch):
+def test_a_running_cohort_stops_with_alt_s(qtbot, app_services, tmp_path, monkeypatch, screenshot):
     import engine.cohort
     from app.cohort import CohortController
 
@@ -56,6 +56,7 @@ def test_a_running_cohort_stops_with_alt_s(qtbot, app_services, tmp_path, monkey
     qtbot.keyClick(dialog, Qt.Key.Key_S, Qt.KeyboardModifier.AltModifier)  # Stop (its click is animated)
     qtbot.waitUntil(lambda: dialog.status.text() == "Stopping after the volumes in flight...", timeout=5_000)
     assert not dialog.stop_button.isEnabled()
+    screenshot(dialog, "cohort-stopping")
     run.in_flight_done.set()
     qtbot.waitUntil(lambda: dialog.job is None, timeout=10_000)
     assert dialog.status.text().startswith("Stopped: 1/2 volumes")

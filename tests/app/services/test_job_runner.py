@@ -38,7 +38,7 @@ def _held_reports(reached: threading.Event):
     return work
 
 
-def test_cancel_from_the_keyboard_ends_in_the_one_cancelled_state(qtbot, app_services):
+def test_cancel_from_the_keyboard_ends_in_the_one_cancelled_state(qtbot, app_services, screenshot):
     strip, reached, ended = _placed_strip(app_services), threading.Event(), []
     runner, state = app_services.runner, app_services.state
     job = runner.run(
@@ -57,6 +57,9 @@ def test_cancel_from_the_keyboard_ends_in_the_one_cancelled_state(qtbot, app_ser
     assert QApplication.overrideCursor().shape() == Qt.CursorShape.BusyCursor
     qtbot.waitUntil(lambda: strip.progress_label.text() == "half-way", timeout=10_000)
     assert strip.progress_bar.value() == strip.progress_bar.maximum() // 2
+    screenshot(
+        app_services.parent, "job-runner-running"
+    )  # the strip half-way, the hourglass in the status bar
 
     strip.cancel_button.setFocus()
     qtbot.waitUntil(strip.cancel_button.hasFocus, timeout=5_000)
@@ -67,6 +70,7 @@ def test_cancel_from_the_keyboard_ends_in_the_one_cancelled_state(qtbot, app_ser
     assert app_services.parent.statusBar().currentMessage() == "Test job cancelled"
     assert not state.job_running and not runner.busy and not runner.activity.isVisible()
     assert QApplication.overrideCursor() is None
+    screenshot(app_services.parent, "job-runner-cancelled")
 
 
 def test_a_failure_is_the_one_error_dialog_unless_the_feature_says_it_in_place(
