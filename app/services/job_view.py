@@ -123,18 +123,20 @@ class JobStrip(QObject):
 
 
 class JobActivity(QLabel):
-    """The status bar's busy mark: hidden while nothing runs, else an hourglass (with the count when several
-    jobs run) whose tooltip names them. A glyph, not the names: the status bar's fields already fill a
-    1024-pixel window, and a job worth naming says itself where it was started."""
+    """The status bar's busy mark: hidden while nothing runs, else an activity dot (with the count when
+    several jobs run) whose tooltip names them. A dot, not the names: the status bar's fields already fill a
+    1024-pixel window, and a job worth naming says itself where it was started. (An hourglass, U+231B, is
+    missing from common fonts and drew as an empty box.)"""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("jobActivity")
+        self.setStyleSheet("color: palette(highlight);")  # lit, like an activity light
         self.hide()
 
     def show_jobs(self, names: list[str]) -> None:
         self.setVisible(bool(names))
         said = "Running in the background: " + ", ".join(names) if names else ""
-        self.setText(("\u231b" + (f" {len(names)}" if len(names) > 1 else "")) if names else "")
+        self.setText(("\u25cf" + (f" {len(names)}" if len(names) > 1 else "")) if names else "")
         self.setToolTip(said)
         self.setAccessibleName(said)
