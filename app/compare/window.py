@@ -209,13 +209,13 @@ class CompareWindow(QWidget):
 
     def __init__(
         self,
-        app: AppServices,
+        services: AppServices,
         device_text: Callable[[str], str],
         measured: MeasuredSettings,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent, Qt.WindowType.Window)
-        self.app, self.device_text, self.measured = app, device_text, measured
+        self.services, self.device_text, self.measured = services, device_text, measured
         self.setWindowTitle("Compare Settings \u2014 VolSynth Studio")
         self.setObjectName("compareWindow")
         self.comparison = None
@@ -226,11 +226,11 @@ class CompareWindow(QWidget):
         self._device = ""
         self.states = {side: AppState() for side in SIDES}
         for state in self.states.values():
-            state.convention = app.state.convention
+            state.convention = services.state.convention
 
         layout = QVBoxLayout(self)
         layout.addWidget(self._build_controls())
-        self.outputs = ComparisonOutputs(app, self, self.progress_label.setText)
+        self.outputs = ComparisonOutputs(services, self, self.progress_label.setText)
         self.outputs.csv_written.connect(self.csv_written)
         self.outputs.saved.connect(self._on_outputs_saved)
         splitter = QSplitter(Qt.Orientation.Vertical)
@@ -239,7 +239,7 @@ class CompareWindow(QWidget):
         self.tabs = QTabWidget()
         self.tabs.setObjectName("compareTabs")
         self.tabs.addTab(self._build_numbers(), "Speed and Volume")
-        self.quality = QualityView(app, self.quality_request)
+        self.quality = QualityView(services, self.quality_request)
         self.tabs.addTab(self.quality, "Quality over Seeds")
         self.tabs.setTabToolTip(
             1,
@@ -260,10 +260,10 @@ class CompareWindow(QWidget):
             QShortcut(QKeySequence(str(index + 1)), self).activated.connect(
                 partial(self.plane_box.setCurrentIndex, index)
             )
-        app.state.model_selected.connect(self._on_main_changed)
-        app.state.job_changed.connect(self._on_main_changed)
-        app.state.form.changed.connect(self._update_source)
-        app.state.form.changed.connect(self._on_form_changed)
+        services.state.model_selected.connect(self._on_main_changed)
+        services.state.job_changed.connect(self._on_main_changed)
+        services.state.form.changed.connect(self._update_source)
+        services.state.form.changed.connect(self._on_form_changed)
         measured.changed.connect(self._on_measured_changed)
         self._label_choices()
 
@@ -284,7 +284,7 @@ class CompareWindow(QWidget):
             for name in NAMED_SETTINGS:  # the names `volsynth bench` uses
                 if name != "fp32":
                     combo.addItem(name, name)
-            saved = self.app.settings.value(key, default, type=str)
+            saved = self.services.settings.value(key, default, type=str)
             combo.setCurrentIndex(max(0, combo.findData(saved if combo.findData(saved) >= 0 else default)))
             combo.setToolTip(
                 f"{FASTEST_HERE} and the presets: as in the Generate panel's Optimization section, each with "
@@ -455,7 +455,7 @@ class CompareWindow(QWidget):
         fastest = self.measured.fastest_values()
         if fastest is not None:
             values[FASTEST_HERE] = {**preset_values("Exact fp32"), **fastest}
-        values[PANEL_SETTINGS] = dict(self.app.state.form.optimization or {})
+        values[PANEL_SETTINGS] = dict(self.services.state.form.optimization or {})
         values.update({name: dict(NAMED_SETTINGS[name]) for name in NAMED_SETTINGS if name != "fp32"})
         return values
 
@@ -482,10 +482,10 @@ class CompareWindow(QWidget):
 
         if self._job is not None:
             return False
-        if self.app.state.job_running:
+        if self.services.state.job_running:
             self._fail_early("A generation is running. Wait for it to finish or cancel it, then compare.")
             return False
-        form = self.app.state.form
+        form = self.services.state.form
         if form.model is None:
             self._fail_early("Choose a model in the Generate panel first.")
             return False
@@ -508,7 +508,7 @@ class CompareWindow(QWidget):
             labels = (f"A {labels[0]}", f"B {labels[1]}")
         provider = partial(
             comparing_backend,
-            self.app.backends,
+            self.services.backends,
             form.device,
             config_a,
             config_b,
@@ -516,7 +516,7 @@ class CompareWindow(QWidget):
             self.profile_spin.value(),
         )
         self._device = form.device  # where Repeat runs again
-        self._job = self.app.runner.run(
+        self._job = self.services.runner.run(
             "compare",
             Worker.generation(request, provider),
             what="Comparison",
@@ -546,13 +546,15 @@ class CompareWindow(QWidget):
         """Run the shown comparison's A and B ``repeat_spin`` more times; False (and says why) if it cannot."""
         if self._job is not None or self.comparison is None:
             return False
-        if self.app.state.job_running:
+        if self.services.state.job_running:
             self._fail_early("A generation is running. Wait for it to finish or cancel it, then repeat.")
             return False
         times = self.repeat_spin.value()
-        self._job = self.app.runner.run(
+        self._job = self.services.runner.run(
             "compare-repeat",
-            Worker.generator(partial(repeat_job, self.app.backends, self._device, self.comparison, times)),
+            Worker.generator(
+                partial(repeat_job, self.services.backends, self._device, self.comparison, times)
+            ),
             what="Comparison",
             done=self._on_repeat_finished,
             strip=self.strip,
@@ -578,7 +580,7 @@ class CompareWindow(QWidget):
         settings by label (fp32 on both sides: fp32 judged against itself on other seeds), and the device."""
         from engine.errors import InvalidRequest
 
-        form = self.app.state.form
+        form = self.services.state.form
         if form.model is None:
             raise InvalidRequest("Choose a model in the Generate panel first.")
         uses_panel = PANEL_SETTINGS in (self.choice(self.a_box), self.choice(self.b_box))
@@ -601,7 +603,7 @@ class CompareWindow(QWidget):
 
     def _fail_early(self, message: str) -> None:
         self.progress_label.setText(message)
-        self.app.show_error("Cannot compare", message)
+        self.services.show_error("Cannot compare", message)
 
     def _set_empty_texts(self, a: str, b: str) -> None:
         """What the A and B views say while they have no volume (a run in progress, or none yet)."""
@@ -614,12 +616,12 @@ class CompareWindow(QWidget):
         if not running:
             idle = f"Run the comparison ({RUN_KEY.replace('Return', 'Enter')})"
             self._set_empty_texts(idle, idle)
-        self.run_button.setEnabled(not running and not self.app.state.job_running)
+        self.run_button.setEnabled(not running and not self.services.state.job_running)
         self.cancel_button.setEnabled(running)
         for widget in (self.a_box, self.b_box, self.profile_spin):
             widget.setEnabled(not running)
         has_result = self.comparison is not None and not running
-        self.repeat_button.setEnabled(has_result and not self.app.state.job_running)
+        self.repeat_button.setEnabled(has_result and not self.services.state.job_running)
         self.repeat_spin.setEnabled(has_result)
         self.add_button.setEnabled(has_result)
         self.save_button.setEnabled(has_result)
@@ -739,11 +741,11 @@ class CompareWindow(QWidget):
         self.readout_label.setText(f"{name}: {text}" if text else "")
 
     def _on_choice_box_changed(self, combo: QComboBox, key: str, _index: int) -> None:
-        self.app.settings.setValue(key, self.choice(combo))
+        self.services.settings.setValue(key, self.choice(combo))
 
     def refresh_availability(self) -> None:
         """Grey the choices that cannot apply on the chosen device (checked in a worker: it imports torch)."""
-        form = self.app.state.form
+        form = self.services.state.form
         choices = self.choice_values()
         key = (
             form.device,
@@ -755,7 +757,7 @@ class CompareWindow(QWidget):
             return
         self._availability_key = key
         spec = getattr(form.model, "spec", None)
-        self.app.runner.run_task(
+        self.services.runner.run_task(
             "compare-availability",
             availability,
             form.device,
@@ -775,7 +777,7 @@ class CompareWindow(QWidget):
     def _label_choices(self) -> None:
         """Each choice's text: its name with what was measured here, or why it cannot apply (greyed)."""
         measured = self.measured
-        device = self.device_text(self._device_key or self.app.state.form.device)
+        device = self.device_text(self._device_key or self.services.state.form.device)
         for combo in (self.a_box, self.b_box):
             model = cast(QStandardItemModel, combo.model())
             for index in range(combo.count()):
@@ -822,7 +824,7 @@ class CompareWindow(QWidget):
 
     def _update_source(self, *_args) -> None:
         """Describe the request the run will use: the Generate panel's form."""
-        form = self.app.state.form
+        form = self.services.state.form
         if form.model is None:
             self.source_label.setText("No model selected in the Generate panel.")
             return

@@ -24,7 +24,7 @@ def _select(window, model_id):
 def _wait(qtbot, compare, timeout=120_000) -> str:
     with qtbot.waitSignal(compare.comparison_ended, timeout=timeout) as blocker:
         pass
-    qtbot.waitUntil(lambda: not compare.app.runner.jobs, timeout=10_000)
+    qtbot.waitUntil(lambda: not compare.services.runner.jobs, timeout=10_000)
     return blocker.args[0]
 
 
