@@ -75,8 +75,14 @@ def test_quality_view_cancels_at_the_next_step(qtbot, tissue_window, quality):
     window, view = quality
     qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "seed 1" in view.progress_label.text(), timeout=120_000)
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
     with qtbot.waitSignal(view.report_ended, timeout=60_000) as ended:
-        qtbot.mouseClick(view.cancel_button, Qt.MouseButton.LeftButton)
+        qtbot.keyClick(window, Qt.Key.Key_Escape)  # the Compare window's Esc stops whichever of its jobs runs
+        assert (
+            view.progress_label.text() == "Cancelling at the next step..."
+            and not view.cancel_button.isEnabled()
+        )
     assert ended.args == ["cancelled"] and view.progress_label.text() == "Cancelled"
     qtbot.waitUntil(lambda: not tissue_window.runner.jobs, timeout=10_000)
     assert not tissue_window.state.job_running and view.run is None

@@ -37,7 +37,7 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     window = main_window
     assert not window.remote.plan_action.isEnabled()
     assert "Connect an engine server first" in window.remote.plan_action.statusTip()
-    assert window.remote.plan_action in window.generate_menu.actions()
+    assert window.remote.plan_action in window.services.menus.generate.actions()
 
     _connect(qtbot, window, xla_server)
     # The device picker and the status bar name the server's XLA device.

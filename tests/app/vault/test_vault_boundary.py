@@ -220,7 +220,7 @@ def test_a_3d_screenshot_of_a_vault_item_is_marked_as_patient_data_or_refused(
     boundary = controller.boundary
     save_dialogs.answer = str(tmp_path / "shot.png")
 
-    window.screenshot_action.trigger()  # File > Save 3D Screenshot: asked once how
+    window.window_actions.screenshot.trigger()  # File > Save 3D Screenshot: asked once how
     qtbot.waitUntil(lambda: boundary.question is not None and boundary.question.isVisible(), timeout=5_000)
     with qtbot.waitSignal(
         controller.task_ended, timeout=30_000, check_params_cb=lambda n, _: n == "screenshot"
@@ -237,7 +237,7 @@ def test_a_3d_screenshot_of_a_vault_item_is_marked_as_patient_data_or_refused(
     # Chosen once: the next screenshot asks nothing; switched to Refuse in the Vault menu, nothing is written
     controller.menu.screenshot_actions["refuse"].trigger()
     save_dialogs.answer = str(tmp_path / "refused.png")
-    window.screenshot_action.trigger()
+    window.window_actions.screenshot.trigger()
     assert boundary.question is None and not (tmp_path / "refused.png").exists()
     assert "refused" in window.statusBar().currentMessage()
 

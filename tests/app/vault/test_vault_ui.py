@@ -688,7 +688,11 @@ def test_cancel_a_long_import_leaves_nothing_behind(qtbot, vault_window, nibabel
     controller.importing.import_nifti([nibabel_data / "anatomical.nii", nibabel_data / "example4d.nii.gz"])
     progress = controller.tasks.running[-1].progress
     assert progress is not None and started.wait(10)
-    progress.findChild(QPushButton).click()  # the progress dialog's Cancel button
+    qtbot.waitUntil(progress.isVisible, timeout=10_000)  # shown once the import has taken a moment
+    cancel = progress.findChild(QPushButton)  # the progress dialog's Cancel, pressed from the keyboard
+    cancel.setFocus()
+    qtbot.keyClick(cancel, Qt.Key.Key_Space)
+    assert progress.labelText() == "Cancelling..."
     release.set()
     assert _wait_task(qtbot, controller, "import") == "finished"
     assert "Import cancelled: 0 of 2 imported" in window.statusBar().currentMessage()

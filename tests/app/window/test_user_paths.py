@@ -48,7 +48,7 @@ def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_eq
         pass
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
-    assert window.save_action.isEnabled()  # the menu item a person would pick is on
+    assert window.window_actions.save.isEnabled()  # the menu item a person would pick is on
 
     target = tmp_path / "saved" / "copy.nii.gz"
     target.parent.mkdir()
@@ -315,4 +315,4 @@ def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
         window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     )  # Ctrl+Shift+S: Save As always asks
     assert len(asked) == 2 and not errors
-    assert window.save_as_action.isEnabled() and window.save_action.text() == "&Save"
+    assert window.window_actions.save_as.isEnabled() and window.window_actions.save.text() == "&Save"
