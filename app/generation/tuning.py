@@ -41,7 +41,7 @@ def _lookup(source):
 
 
 def _tune_job(source, device: str, budget_s: float, pause: threading.Event, rows, trades):
-    from engine.bench.tune import tune
+    from engine.measure.tune import tune
 
     return tune(
         str(source.path), device, budget_s=budget_s, rows=rows, trades=trades, should_pause=pause.is_set

@@ -1,4 +1,4 @@
-"""The bench's engine-vs-MONAI agreement and the GPU check's logic at tiny size."""
+"""The bench's engine-vs-MONAI agreement, its decoder-only rows and its verdicts."""
 
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 
 @pytest.mark.slow  # two child processes, each importing torch + MONAI
 def test_bench_engine_loop_matches_monai_inferer_and_writes_outputs(
     registry, tiny_models_dir, tmp_path, monkeypatch
 ):
-    from engine.bench.runner import BenchSettings, format_table, run_bench
+    from engine.measure.bench import BenchSettings, format_table, run_bench
 
     monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tiny_models_dir))
     settings = BenchSettings(
@@ -36,7 +35,7 @@ def test_bench_engine_loop_matches_monai_inferer_and_writes_outputs(
 
 @pytest.mark.slow
 def test_latent_only_rows_load_no_decoder_and_mixed_judges_the_latent(tiny_models_dir, tmp_path, monkeypatch):
-    from engine.bench.runner import BenchSettings, run_row
+    from engine.measure.bench import BenchSettings, run_row
 
     monkeypatch.setenv("VOLSYNTH_MODEL_PATH", str(tiny_models_dir))
     monkeypatch.setattr("engine.optimization.apply.CALIBRATION_STEPS", 2)
@@ -52,49 +51,6 @@ def test_latent_only_rows_load_no_decoder_and_mixed_judges_the_latent(tiny_model
     assert record["decode_s"] is None
     latent = np.load(tmp_path / "mixed_bf16_sdpa.npy")
     assert latent.shape[1] == 3  # the tiny model's latent channels, not a decoded 1-channel volume
-
-
-def test_gpu_check_logic_runs_at_tiny_size_on_the_cpu(monkeypatch):
-    from engine.bench import gpu_check
-
-    tiny = {
-        "tiny": {
-            "unet": {
-                "_target_": "DiffusionModelUNet",
-                "spatial_dims": 3,
-                "in_channels": 2,
-                "out_channels": 1,
-                "channels": [8, 8],
-                "num_res_blocks": 1,
-                "attention_levels": [False, True],
-                "num_head_channels": 8,
-                "norm_num_groups": 8,
-            },
-            "input": [1, 2, 8, 8, 8],
-            "context": None,
-        }
-    }
-    monkeypatch.setattr(gpu_check, "network_defs", lambda smoke: tiny)
-    results = gpu_check.run_check(
-        smoke=True, budget_s=600, iters=1, warmup=0, include_compile=False, log=lambda _m: None
-    )
-    rows = {r["row"]: r for r in results["rows"]}
-    assert rows["fp32"]["psnr_vs_fp32_db"] == math.inf and results["networks"]["tiny"]["gflop_per_call"] > 0
-    assert rows["tf32"]["applied"] == {"tf32": False}  # no TF32 on a CPU: reported, not faked
-    assert 40 < rows["bf16+cl"]["psnr_vs_fp32_db"] < math.inf
-    assert "skipped" in rows["bf16+cl+sdpa+compile"]
-    assert "bf16+cl+sdpa" in gpu_check.format_table(results)
-
-
-def test_gpu_check_exits_cleanly_without_a_gpu(tmp_path, capsys):
-    from engine.bench import gpu_check
-
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-    out = tmp_path / "r.json"
-    assert gpu_check.main(["--out", str(out)]) == 0
-    assert "no CUDA GPU" in capsys.readouterr().out
-    assert "skipped" in json.loads(out.read_text())
 
 
 def test_psnr_metric_basics():
@@ -134,8 +90,8 @@ def test_bench_decoder_only_runs_on_a_tiny_model(model_path_env, tmp_path, capsy
 
 
 def test_bench_decoder_only_refuses_unknown_rows(model_path_env, tmp_path):
-    from engine.bench.runner import BenchSettings, run_decoder_bench
     from engine.errors import InvalidRequest
+    from engine.measure.bench import BenchSettings, run_decoder_bench
 
     settings = BenchSettings("tiny-latent", 0, 1, 0, 0, "cpu", False, 1, decoder_only=True)
     with pytest.raises(InvalidRequest, match="unknown decoder bench row"):
@@ -144,7 +100,7 @@ def test_bench_decoder_only_refuses_unknown_rows(model_path_env, tmp_path):
 
 def test_bench_verdicts_come_from_the_noise_rule(tmp_path, monkeypatch):
     """The summary and table of recorded runs: a ratio is called faster only where engine.metrics.speed_verdict says so."""
-    from engine.bench import runner
+    from engine.measure import bench
 
     # Per row and repeat: (measured step times, end-to-end time). fp32 is quiet; "sdpa" halves both without
     # overlap; "int8"'s steps and runs look 1.6x faster by their medians, but swing between 0.6 and 1.6 s.
@@ -159,7 +115,7 @@ def test_bench_verdicts_come_from_the_noise_rule(tmp_path, monkeypatch):
         steps, end_to_end = recorded[name][repeat_of[name]]
         repeat_of[name] += 1
         out_dir.mkdir(parents=True, exist_ok=True)
-        np.save(out_dir / f"{runner._safe(name)}.npy", np.ones((1, 1, 4, 4, 4), dtype=np.float32))
+        np.save(out_dir / f"{bench._safe(name)}.npy", np.ones((1, 1, 4, 4, 4), dtype=np.float32))
         return {
             "row": name,
             "report": {},
@@ -172,9 +128,9 @@ def test_bench_verdicts_come_from_the_noise_rule(tmp_path, monkeypatch):
             "memory_kind": "process_rss",
         }
 
-    monkeypatch.setattr(runner, "_spawn", recorded_run)
-    settings = runner.BenchSettings("tiny", 4, 3, 1, 0, "cpu", False, 1)
-    summary = runner.run_bench(settings, ["fp32", "sdpa", "int8"], tmp_path, log=lambda _m: None)
+    monkeypatch.setattr(bench, "_spawn", recorded_run)
+    settings = bench.BenchSettings("tiny", 4, 3, 1, 0, "cpu", False, 1)
+    summary = bench.run_bench(settings, ["fp32", "sdpa", "int8"], tmp_path, log=lambda _m: None)
     rows = {r["row"]: r for r in summary["rows"]}
     sdpa, int8 = rows["sdpa"], rows["int8"]
     assert sdpa["verdict_per_step"]["verdict"] == "faster" and sdpa["verdict_per_step"]["samples"] == [9, 9]
@@ -187,7 +143,7 @@ def test_bench_verdicts_come_from_the_noise_rule(tmp_path, monkeypatch):
     assert "verdict_per_step" not in rows["fp32"]
     recorded_json = json.loads((tmp_path / "bench.json").read_text())
     assert recorded_json["rows"][2]["verdict_end_to_end"]["verdict"] == "undecided"
-    table = runner.format_table(summary).splitlines()
+    table = bench.format_table(summary).splitlines()
     assert table[0].split().count("verdict") == 2
     line = {row.split()[0]: row.split() for row in table[2:5]}
     assert line["fp32"][4] == "ref" and line["sdpa"][4] == "faster" and line["sdpa"][7] == "faster"

@@ -11,9 +11,9 @@ import torch
 
 from engine.api import run
 from engine.api.optimization_config import OptimizationConfig
-from engine.bench.tune import candidate_rows, format_result, tune
 from engine.errors import InvalidRequest
 from engine.machine.probe import MachineProbe
+from engine.measure.tune import candidate_rows, format_result, tune
 from engine.optimization import tune_store
 from engine.optimization.apply import check_combination, expected_report
 

@@ -1,7 +1,7 @@
 """Where placement matters: the predicted gain of the topology-aware plan over the topology-unaware one.
 
-    python -m engine.bench.plan_gains --out gains.json                     # estimates, a few minutes
-    python -m engine.bench.plan_gains --out gains.json --compiled a.json   # plus `volsynth plan --json` runs
+    python -m benchmarks.plan_gains --out gains.json                     # estimates, a few minutes
+    python -m benchmarks.plan_gains --out gains.json --compiled a.json   # plus `volsynth plan --json` runs
 
 For each workload (a ``volsynth plan --model`` name with its batch and guidance) and topology, every plan the
 planner enumerates gets its cheap estimate (``engine.xla.planner.estimate_plan``: FLOPs and bytes per

@@ -1,14 +1,14 @@
 """Every GPU check in one unattended run, each part in its own process with its own time limit.
 
-    python -m engine.bench.gpu_suite --out build/gpu            # on an NVIDIA GPU: at most --budget-s (600 s)
-    python -m engine.bench.gpu_suite --cpu-smoke --out x        # the same parts at tiny sizes on the CPU
+    python -m benchmarks.gpu_suite --out build/gpu            # on an NVIDIA GPU: at most --budget-s (600 s)
+    python -m benchmarks.gpu_suite --cpu-smoke --out x        # the same parts at tiny sizes on the CPU
 
 ``packaging/gpu_check.sh`` sets up Python (a CUDA build of torch) and runs this. Parts, in order:
 
 ==================  =========================================================================================
 environment         GPU, driver, clocks, torch/CUDA/cuDNN versions, the peak table's card
 gpu-tests           the ``gpu``-marked pytest tests, with a JUnit report of which passed
-gpu-check           ``engine.bench.gpu_check``: both networks, every row, ms, TFLOP/s, fraction of peak, PSNR
+gpu-check           ``benchmarks.gpu_check``: both networks, every row, ms, TFLOP/s, fraction of peak, PSNR
 kernel-shares       kernel-time shares by category from profiled kernel names, fp32 NCDHW vs TF32 +
                     channels-last, with the Tensor-Core share (a stand-in for hardware counters)
 generate-demo       one default generation of the shipped model (``volsynth generate --device cuda``)
@@ -40,14 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TOTAL_BUDGET_S = 600.0
 MIN_PART_S = 5.0  # a part given less than this is skipped: it could not even import torch
 KILL_GRACE_S = 3.0  # between SIGTERM and SIGKILL of a part's process group
 TAIL_CHARS = 3000
 TENSOR_CORE_NOTE = (
     "Tensor-Core share = share of GPU kernel time in kernels whose names mark Tensor-Core instructions "
-    "(engine.bench.kernel_categories): a stand-in for the paper's hardware counters (SM cycles, tensor-pipe "
+    "(benchmarks.kernel_categories): a stand-in for the paper's hardware counters (SM cycles, tensor-pipe "
     "use), not the same measurement"
 )
 
@@ -298,7 +298,7 @@ def _command(argv: list[str], timeout_s: float, env: dict[str, str] | None = Non
 def part_environment(ctx: PartContext) -> dict[str, Any]:
     import torch
 
-    from engine.bench.gpu_peaks import card_for
+    from benchmarks.gpu_peaks import card_for
 
     info: dict[str, Any] = {
         "status": "ok",
@@ -406,7 +406,7 @@ def part_gpu_check(ctx: PartContext) -> dict[str, Any]:
     argv = [
         sys.executable,
         "-m",
-        "engine.bench.gpu_check",
+        "benchmarks.gpu_check",
         "--out",
         str(out),
         "--budget-s",
@@ -464,8 +464,8 @@ def part_kernel_shares(ctx: PartContext) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from engine.bench.gpu_check import build_bench_network, network_defs
-    from engine.bench.kernel_categories import profile_kernels, summarise
+    from benchmarks.gpu_check import build_bench_network, network_defs
+    from benchmarks.kernel_categories import profile_kernels, summarise
     from engine.optimization.apply import OptimizationConfig, prepare
     from engine.telemetry.kernel_profile import quiet_kineto
 
@@ -821,13 +821,13 @@ def run_part_here(name: str, result_path: Path, work: Path, smoke: bool, budget_
 def suite_parts(
     smoke: bool, work: Path, only: list[str] | None = None, skip: list[str] | None = None
 ) -> list[Part]:
-    """The suite's parts as commands of this interpreter (``python -m engine.bench.gpu_suite --part ...``)."""
+    """The suite's parts as commands of this interpreter (``python -m benchmarks.gpu_suite --part ...``)."""
     budgets = SMOKE_BUDGETS_S if smoke else GPU_BUDGETS_S
     parts = []
     for name in PARTS:
         if (only and name not in only) or (skip and name in skip):
             continue
-        argv = [sys.executable, "-m", "engine.bench.gpu_suite", "--part", name, "--result", "{result}"]
+        argv = [sys.executable, "-m", "benchmarks.gpu_suite", "--part", name, "--result", "{result}"]
         argv += ["--work", str(work), "--part-budget-s", str(budgets[name])] + (
             ["--cpu-smoke"] if smoke else []
         )
@@ -931,7 +931,7 @@ def _pct(value: float | None) -> str:
 
 def format_table(results: dict[str, Any]) -> str:
     """The readable summary: one line per part, then the measurements of the parts that ran."""
-    from engine.bench.gpu_check import format_table as gpu_check_table
+    from benchmarks.gpu_check import format_table as gpu_check_table
 
     env = (results["parts"].get("environment") or {}).get("result") or {}
     install = results.get("install") or {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.bench.kernel_categories import (
+from benchmarks.kernel_categories import (
     CATEGORIES,
     categorise,
     profile_kernels,

@@ -1,7 +1,7 @@
 """GPU check: two real-sized 3D diffusion U-Nets under fp32, TF32, channels-last, bf16 and compile.
 
-    python -m engine.bench.gpu_check --out results.json        # on an NVIDIA GPU, ~3-6 minutes
-    python -m engine.bench.gpu_check --cpu-smoke --out x.json   # tiny sizes on the CPU: tests the script
+    python -m benchmarks.gpu_check --out results.json        # on an NVIDIA GPU, ~3-6 minutes
+    python -m benchmarks.gpu_check --cpu-smoke --out x.json   # tiny sizes on the CPU: tests the script
 
 Builds nothing and needs no network: the networks are MONAI's, with seeded random weights (speed depends on
 shape only; PSNR on random weights is indicative, see below). Every row goes through
@@ -17,7 +17,7 @@ Networks:
 
 Per row: ms per U-Net call (CUDA events, median over timed calls after warm-up), achieved TFLOP/s (FLOPs
 counted once with ``torch.utils.flop_counter.FlopCounterMode``) and the fraction of the card's dense peak
-for the precision that really applied (``engine.bench.gpu_peaks``, a cited datasheet table; None for cards
+for the precision that really applied (``benchmarks.gpu_peaks``, a cited datasheet table; None for cards
 not in it), PSNR of the U-Net output against the fp32 row on the same input. The JSON is rewritten after
 every row, so a run killed in a compile row keeps the rows before it. Rows run eager first for both networks, compile rows last, each only while the time
 budget (--budget-s) lasts; skipped rows say so. The table is printed last; everything goes to --out.
@@ -34,7 +34,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from engine.bench.gpu_peaks import achieved_tflops, effective_precision, peak_tflops
+from benchmarks.gpu_peaks import achieved_tflops, effective_precision, peak_tflops
 from engine.metrics.image import psnr
 
 ROWS = [  # name, OptimizationConfig fields, precision class for the peak table, compile row?

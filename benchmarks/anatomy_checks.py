@@ -1,6 +1,6 @@
 """Measure ``engine.anatomy.checks`` on brains that must pass and on volumes that must be flagged.
 
-    python -m engine.bench.anatomy_checks [--seeds 16] [--steps N] [--segment-generated] [--json OUT]
+    python -m benchmarks.anatomy_checks [--seeds 16] [--steps N] [--segment-generated] [--json OUT]
 
 Cases (expected verdict in brackets):
   template-maps       the shipped MNI152 2009 (nilearn's files) maps on the shipped model's 2 mm grid, with its ventricle label [pass]
@@ -167,10 +167,10 @@ def demo_cases(seeds: int, steps: int | None, segment_too: bool) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.bench.step_cache import machine
+    from benchmarks.step_cache import machine
 
     parser = argparse.ArgumentParser(
-        prog="python -m engine.bench.anatomy_checks", description=__doc__.split("\n")[0]
+        prog="python -m benchmarks.anatomy_checks", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--seeds", type=int, default=16, help="shipped-model volumes, seeds 0..N-1")
     parser.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")

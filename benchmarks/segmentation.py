@@ -1,8 +1,8 @@
 """Measure ``engine.anatomy.segment``: Dice against reference maps, time and peak memory.
 
-    python -m engine.bench.segmentation [--generated DIR] [--repeats 3] [--ants] [--no-dice] [--no-timing] [--json OUT]
+    python -m benchmarks.segmentation [--generated DIR] [--repeats 3] [--ants] [--no-dice] [--no-timing] [--json OUT]
 
-    python -m engine.bench.segmentation --poses [--ants]     # the head-pose and head-shape cases alone
+    python -m benchmarks.segmentation --poses [--ants]     # the head-pose and head-shape cases alone
 
 Cases (Dice of the maps thresholded at 0.5 against the reference thresholded at 0.5):
   template-t1      the shipped MNI152 2009 (nilearn's files) 1 mm template vs its own GM/WM maps
@@ -328,7 +328,7 @@ def timing_cases(repeats: int) -> list[dict]:
         runs = []
         for _ in range(repeats):
             out = subprocess.run(
-                [sys.executable, "-m", "engine.bench.segmentation", "--one", shape],
+                [sys.executable, "-m", "benchmarks.segmentation", "--one", shape],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -352,7 +352,7 @@ def timing_cases(repeats: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m engine.bench.segmentation", description=__doc__.split("\n")[0]
+        prog="python -m benchmarks.segmentation", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--generated", type=Path, help="folder of generated volumes with their probseg maps")
     parser.add_argument("--repeats", type=int, default=3)

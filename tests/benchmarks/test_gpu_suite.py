@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench import gpu_suite
-from engine.bench.gpu_suite import Part, format_table, parse_junit, run_part_here, run_suite
+from benchmarks import gpu_suite
+from benchmarks.gpu_suite import Part, format_table, parse_junit, run_part_here, run_suite
 
 PY = sys.executable
 

@@ -623,7 +623,7 @@ def _spawn(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]:
     cmd = [
         sys.executable,
         "-m",
-        "engine.bench.runner",
+        "engine.measure.bench",
         "--child",
         name,
         "--settings",
@@ -776,7 +776,7 @@ def _chart(summary: dict[str, Any], path: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Child entry point: ``python -m engine.bench.runner --child ROW --settings JSON --out DIR``."""
+    """Child entry point: ``python -m engine.measure.bench --child ROW --settings JSON --out DIR``."""
     import argparse
 
     parser = argparse.ArgumentParser()

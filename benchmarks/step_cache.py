@@ -1,12 +1,12 @@
 """Step caching and shorter schedules, measured: where a U-Net's compute sits, what caching saves, what it costs.
 
-``python -m engine.bench.step_cache --profile``: time per level (time embedding and input convolution, each down
+``python -m benchmarks.step_cache --profile``: time per level (time embedding and input convolution, each down
 block, the middle block, each up block, the output convolution) of three U-Nets: the shipped demo model's, the
 MONAI brain-LDM bundle's architecture and NV-Generate-MR-Brain's (MAISI v2) at 256x256x128's latent (random
 weights: timing only). From these, the best a cached step can save at each branch level (Amdahl: the deep
 levels skipped are all a cached step saves; the shallow ones still run).
 
-``python -m engine.bench.step_cache``:
+``python -m benchmarks.step_cache``:
 
 1. The shipped model's default generation (DDIM 50 steps, guidance 3) through the local backend, uncached against
    the step-caching rows and the shorter-schedule rows (DDIM 25 and 20 steps), interleaved seed by seed (row order
@@ -425,8 +425,8 @@ def run_maisi(
 
     import torch
 
-    from engine.models.streamed_decode import streamed_decode
     from engine.optimization.step_cache import StepCachedUNet
+    from engine.optimization.streamed_decode import streamed_decode
     from engine.sampling import CURRENT_STEP, StepIndex
 
     denoiser, autoencoder = _maisi_network()

@@ -18,7 +18,7 @@ with hardware counters. Those need Nsight Compute, which this check does not ass
 So the *Tensor-Core share* below is the share of GPU kernel time spent in kernels whose names mark
 Tensor-Core instructions. It is a stand-in for the paper's hardware counters, not the same measurement: a
 Tensor-Core kernel also spends cycles outside the tensor pipe, and a name can only say what the kernel was
-built to use. Names seen in public profiles that shaped the rules (tests/engine/bench/test_kernel_categories.py
+built to use. Names seen in public profiles that shaped the rules (tests/benchmarks/test_kernel_categories.py
 lists them with their sources): pytorch/pytorch#34977 and #59168, NVIDIA/cutlass#231, karpathy/nanochat#105,
 sgl-project/sglang#22353, huggingface/blog#3408, tile-ai/TileOPs#1998.
 

@@ -1,6 +1,6 @@
 """Benchmark of NV-Generate-MR-Brain (MAISI v2) at its real architecture with random weights, on this machine.
 
-``python -m engine.bench.maisi [--out build/benchmarks/maisi.json] [--unet-repeats 2] [--skip-preview]``
+``python -m benchmarks.maisi [--out build/benchmarks/maisi.json] [--unet-repeats 2] [--skip-preview]``
 
 Each phase runs in its own process so that its peak RSS is its own:
 
@@ -192,7 +192,7 @@ def phase_decode(folder: Path, repeats: int, bf16: bool = False) -> dict:
     import torch
 
     from engine.models.registry import open_model_folder
-    from engine.models.streamed_decode import streamed_decode
+    from engine.optimization.streamed_decode import streamed_decode
 
     source = open_model_folder(folder)
     autoencoder = source.load().autoencoder
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     for phase in [p for p in args.phases.split(",") if p]:
         started = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "engine.bench.maisi", "--phase", phase, "--root", str(root),
+            [sys.executable, "-m", "benchmarks.maisi", "--phase", phase, "--root", str(root),
              "--unet-repeats", str(args.unet_repeats), "--decode-repeats", str(args.decode_repeats),
              "--device", args.device, "--runs", str(args.runs)] + (["--decode-bf16"] if args.decode_bf16 else []),
             capture_output=True, text=True, check=False,

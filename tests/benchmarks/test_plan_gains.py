@@ -1,4 +1,4 @@
-"""The gain table of ``engine.bench.plan_gains`` on a tiny U-Net: choices, ties and the gain agree."""
+"""The gain table of ``benchmarks.plan_gains`` on a tiny U-Net: choices, ties and the gain agree."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from engine.xla.runtime import configure_jax
 @pytest.fixture(scope="module")
 def tiny_case():
     configure_jax(8)
-    from engine.bench.plan_gains import gain_case
+    from benchmarks.plan_gains import gain_case
     from engine.xla.planner import network_from_definition, trace_network
     from engine.xla.topology import parse_topology
 
@@ -39,7 +39,7 @@ def test_the_aware_choice_is_the_fastest_placed_plan_and_the_gain_compares_it_wi
 
 
 def test_a_bandwidth_bound_compiled_plan_calibrates_the_hbm_bytes(tiny_case):
-    from engine.bench.plan_gains import calibrations
+    from benchmarks.plan_gains import calibrations
 
     case = dict(tiny_case, model="tiny", batch=1, cfg=True)
     row = max(case["rows"], key=lambda r: r["hbm_ms"])

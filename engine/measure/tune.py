@@ -3,12 +3,12 @@
 What is fast depends on the machine (bf16 that doubles the speed on one CPU runs 100x slower on another),
 so the app's presets are a view of measurements made here, never of one machine's constants.
 
-How it measures (built on :mod:`engine.bench.runner`: the same timed proxy, one process per row):
+How it measures (built on :mod:`engine.measure.bench`: the same timed proxy, one process per row):
 
 1. Candidate settings for this device come from :func:`candidate_rows`; settings the optimization report
    predicts not to apply, or to run slower than fp32 (:mod:`engine.machine.probe`), are listed as not
    measured, with the reason, instead of being run (a 60x slower row would eat the whole budget).
-2. Each row gets its own worker process (``python -m engine.bench.tune --worker``), which loads the model,
+2. Each row gets its own worker process (``python -m engine.measure.tune --worker``), which loads the model,
    prepares the settings once (calibration, mixed search, compiles: the *one-off* cost, timed and reported
    apart) and then, on each request, runs the one sampling loop for a few steps at the model's default
    guidance from the same seed and noise and decodes the result.
@@ -125,7 +125,7 @@ CUDA_CANDIDATES: list[tuple[str, dict[str, Any]]] = [
 
 # Rows measured only when asked for by name (``volsynth tune --rows cache:k3-l1``): step caching changes the
 # result by design, so the few steps a tune runs cannot judge it; it is recommended only with a quality verdict
-# that holds (engine.optimization.tune_store.trades_fidelity), measured by python -m engine.bench.step_cache.
+# that holds (engine.optimization.tune_store.trades_fidelity), measured by python -m benchmarks.step_cache.
 def opt_in_rows() -> list[tuple[str, dict[str, Any]]]:
     from engine.api.optimization_config import NAMED_SETTINGS
 
@@ -201,13 +201,13 @@ def _applicable(named, device, spec, probe=None) -> tuple[list[tuple[str, dict]]
 
 
 def worker_main() -> int:
-    """``python -m engine.bench.tune --worker``: JSON commands on stdin, one JSON answer line each on stdout."""
+    """``python -m engine.measure.tune --worker``: JSON commands on stdin, one JSON answer line each on stdout."""
     import torch
 
     from engine.api import run as drive
-    from engine.bench.runner import _Timed
     from engine.machine.devices import resolve_device
     from engine.machine.peak_memory import peak_rss_bytes
+    from engine.measure.bench import _Timed
     from engine.models.registry import ModelRegistry
     from engine.optimization.apply import OptimizationConfig, prepare
     from engine.sampling import denoise
@@ -291,7 +291,7 @@ class _RowWorker:
         self.name, self.values = name, values
         env = {**os.environ, "VOLSYNTH_ALLOW_SLOWER": "1", "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine.bench.tune", "--worker"],
+            [sys.executable, "-m", "engine.measure.tune", "--worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -497,7 +497,7 @@ def tune(
             result = tune_store.merge_results(stored, result)
         else:
             result = tune_store.merge_results(None, result)  # the verdicts and the recommendation, one way
-        from engine.bench.runner import quality_block_for
+        from engine.measure.bench import quality_block_for
 
         # The cohort verdicts `volsynth quality` kept for these rows here (per-seed PSNR/SSIM are in the rows).
         rows_now = [(r.get("name", ""), r.get("config") or {}) for r in result["rows"]]
@@ -924,4 +924,4 @@ def format_result(result: dict[str, Any]) -> str:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--worker"]:
         sys.exit(worker_main())
-    sys.exit("usage: python -m engine.bench.tune --worker (started by volsynth tune)")
+    sys.exit("usage: python -m engine.measure.tune --worker (started by volsynth tune)")

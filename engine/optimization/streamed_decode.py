@@ -48,14 +48,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-DEFAULT_BUDGET_BYTES = 3 * 2**30  # working set for activations and slab temporaries (default ceiling)
+from engine.models.budget import STREAMED_DECODE_BUDGET_BYTES
+
 MIN_BUDGET_BYTES = 256 * 2**20
 MAX_SLAB = 64  # rows per slab: beyond this a larger slab only costs memory
 MIN_SLAB = 2
 
 
 def default_budget_bytes() -> int:
-    """Half the memory available now, at most :data:`DEFAULT_BUDGET_BYTES` (at least 256 MiB)."""
+    """Half the memory available now, at most :data:`STREAMED_DECODE_BUDGET_BYTES` (at least 256 MiB)."""
     available = None
     try:
         import psutil
@@ -64,8 +65,8 @@ def default_budget_bytes() -> int:
     except Exception:  # noqa: BLE001 - psutil missing or no /proc: use the default ceiling
         available = None
     if available is None:
-        return DEFAULT_BUDGET_BYTES
-    return int(max(MIN_BUDGET_BYTES, min(DEFAULT_BUDGET_BYTES, available // 2)))
+        return STREAMED_DECODE_BUDGET_BYTES
+    return int(max(MIN_BUDGET_BYTES, min(STREAMED_DECODE_BUDGET_BYTES, available // 2)))
 
 
 # -- sub-pixel upsampling ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Measure the streamed (memory-bounded) decode against the full decode: peak RSS, time and PSNR.
 
-``python -m engine.bench.decode_memory --out DIR`` builds the brain-bundle-sized autoencoder (random
+``python -m benchmarks.decode_memory --out DIR`` builds the brain-bundle-sized autoencoder (random
 perturbed weights, seed 0), draws one latent 1x3x20x28x20 (seed 0) and decodes it in one child process per
 mode, so each peak RSS is that decode's alone (the child resets its peak before decoding where the kernel
 allows). Writes DIR/decode_memory.json.
@@ -24,7 +24,7 @@ def _child(mode: str, out: Path, slab: int | None, threads: int | None) -> None:
 
     from engine.machine.peak_memory import current_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
     from engine.models.reference import bundle_sized_spec, perturbed_networks
-    from engine.models.streamed_decode import streamed_decode
+    from engine.optimization.streamed_decode import streamed_decode
 
     if threads:
         torch.set_num_threads(threads)
@@ -66,7 +66,7 @@ def measure(out: Path, slab: int | None, modes=MODES, threads: int | None = None
         cmd = [
             sys.executable,
             "-m",
-            "engine.bench.decode_memory",
+            "benchmarks.decode_memory",
             "--child",
             mode,
             "--out",

@@ -1,6 +1,6 @@
 """Whole default generations, as a user runs them: ``volsynth generate`` per setting, in fresh processes.
 
-``python -m engine.bench.generation --settings fp32,fastest-here --repeats 3 --out DIR`` runs the shipped
+``python -m benchmarks.generation --settings fp32,fastest-here --repeats 3 --out DIR`` runs the shipped
 model's default generation (its default steps and guidance, the whole process: start-up, imports, load,
 preparation, sampling, decode, writing) once per setting to fill the one-off caches (int8 calibration),
 reported apart, then ``--repeats`` times interleaved (the order rotates), and judges each setting against

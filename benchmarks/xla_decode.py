@@ -1,6 +1,6 @@
 """Per-device memory and communication of the decoder split over 1, 2, 4 and 8 XLA devices.
 
-``python -m engine.bench.xla_decode [--out FILE] [--check]`` compiles (without running) the shipped demo
+``python -m benchmarks.xla_decode [--out FILE] [--check]`` compiles (without running) the shipped demo
 model's decoder (latent 8x20x24x20 -> 5x80x96x80) and the brain-bundle-sized decoder (3x20x28x20 ->
 1x160x224x160) on 1 device and split over 2, 4 and 8 fake host devices, and prints XLA's memory analysis
 per device (argument, output, temp, total) and the collectives of the partitioned HLO (count, bytes per

@@ -1,7 +1,7 @@
 """How long ``volsynth plan`` takes the new way (distinct U-Net blocks, plan cache) and the old way (whole
 programs compiled for the slice), and whether both choose the same plan and placement.
 
-    python -m engine.bench.plan_speed --topology v5e:4x4 --topology v5e:2x4 --out plan-speed.json
+    python -m benchmarks.plan_speed --topology v5e:4x4 --topology v5e:2x4 --out plan-speed.json
 
 Per topology, in one process: the block way cold (empty cache: every distinct unit compiled), the block way
 warm (the finished plan from the cache), whole programs compiled on host devices (``--host-whole``), then, unless ``--skip-whole``, the whole-compile way with no time

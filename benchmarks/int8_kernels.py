@@ -1,6 +1,6 @@
 """Which int8 Conv3d kernel pays on this CPU: one layer, every path that can run, side by side.
 
-``python -m engine.bench.int8_kernels`` times one 3x3x3 ``Conv3d`` (and one ``Linear``) at the shapes the
+``python -m benchmarks.int8_kernels`` times one 3x3x3 ``Conv3d`` (and one ``Linear``) at the shapes the
 networks use, or with ``--unet`` a model's whole U-Net step, for:
 
 * ``fp32``: ``F.conv3d`` (oneDNN), the reference of every ratio;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.bench.gpu_peaks import (
+from benchmarks.gpu_peaks import (
     achieved_tflops,
     card_for,
     effective_precision,
