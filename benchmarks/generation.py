@@ -60,8 +60,8 @@ def _run(setting: str, model: str, folder: Path, seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from engine.machine.probe import probe_machine
+    from engine.measure.harness import interleaved, median_iqr, speed_verdict
     from engine.metrics.image import compare
-    from engine.metrics.speed_verdict import speed_verdict
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -80,12 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     load = [os.getloadavg()[0]]
     first = {s: _run(s, args.model, scratch, args.seed) for s in settings}  # fills the one-off caches
     runs: dict[str, list[dict]] = {s: [] for s in settings}
-    for repeat in range(args.repeats):
-        order = settings[repeat % len(settings) :] + settings[: repeat % len(settings)]
-        for setting in order:
-            print(f"[repeat {repeat + 1}/{args.repeats}] {setting}", flush=True)
-            runs[setting].append(_run(setting, args.model, scratch, args.seed))
-            load.append(os.getloadavg()[0])
+    for repeat, setting in interleaved(settings, args.repeats):
+        print(f"[repeat {repeat + 1}/{args.repeats}] {setting}", flush=True)
+        runs[setting].append(_run(setting, args.model, scratch, args.seed))
+        load.append(os.getloadavg()[0])
     reference = settings[0]
     ref_walls = [r["wall_s"] for r in runs[reference] if "error" not in r]
     ref_volume = next(r["volume"] for r in runs[reference] if "volume" in r)
@@ -97,14 +95,15 @@ def main(argv: list[str] | None = None) -> int:
             continue
         walls = [r["wall_s"] for r in ok]
         verdict = speed_verdict(ref_walls, walls)
+        wall_median, wall_iqr = median_iqr(walls)
         rows.append(
             {
                 "setting": setting,
-                "wall_s_median": float(np.median(walls)),
-                "wall_s_iqr": float(np.subtract(*np.percentile(walls, [75, 25]))),
+                "wall_s_median": wall_median,
+                "wall_s_iqr": wall_iqr,
                 "wall_s_all": walls,
                 "first_run_s": first[setting].get("wall_s"),
-                "one_off_s": first[setting].get("wall_s", 0.0) - float(np.median(walls)),
+                "one_off_s": first[setting].get("wall_s", 0.0) - wall_median,
                 "load_s_median": float(np.median([r["timings"].get("load_s", 0.0) for r in ok])),
                 "decode_s_median": float(np.median([r["timings"].get("decode_s", 0.0) for r in ok])),
                 "speedup": float(np.median(ref_walls) / np.median(walls)),

@@ -35,6 +35,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from benchmarks.gpu_peaks import achieved_tflops, effective_precision, peak_tflops
+from engine.measure.harness import iqr
 from engine.metrics.image import psnr
 
 ROWS = [  # name, OptimizationConfig fields, precision class for the peak table, compile row?
@@ -265,7 +266,7 @@ def _measure_row(
     record.update(
         ms_per_step=ms,
         ms_min=min(times),
-        ms_iqr=float(_iqr(times)),
+        ms_iqr=iqr(times),
         calls=len(times),
         tflops=tflops,
         precision=effective,
@@ -287,13 +288,6 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
     with open(temporary, "w") as handle:
         json.dump(data, handle, indent=2, default=str)
     os.replace(temporary, path)
-
-
-def _iqr(values: list[float]) -> float:
-    import numpy as np
-
-    q75, q25 = np.percentile(values, [75, 25])
-    return float(q75 - q25)
 
 
 def _row(results, network: str, row: str) -> dict[str, Any]:

@@ -15,8 +15,8 @@ networks use, or with ``--unet`` a model's whole U-Net step, for:
   quantizer annotates only conv1d/conv2d/linear) run eagerly: reference quantize/dequantize ops;
 * ``pt2e-inductor``: the same through ``torch.compile`` (freezing on), only where a C++ compiler exists.
 
-Rows are interleaved (each repeat runs every row once), warm-up excluded; each row reports the median, IQR
-and minimum of its wall times (on a shared machine the minimum is the least disturbed), its median ratio to
+Rows are interleaved (each repeat runs every row once, in an order that rotates: ``engine.measure.harness``),
+warm-up excluded; each row reports the median, IQR and minimum of its wall times (on a shared machine the minimum is the least disturbed), its median ratio to
 fp32, the median CPU time of the process per call and its ratio (with ``--threads 1`` the CPU time is the
 least load-sensitive figure: time this process computed, not time it waited for a core), and its PSNR against fp32 on the same input. Run it under the AVX2
 stand-in (``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2``) to see an AVX2-only CPU.
@@ -29,6 +29,8 @@ import os
 import shutil
 import statistics
 import time
+
+from engine.measure.harness import interleaved, median_iqr
 
 SHAPES = {
     "64ch@40^3": (64, 40),
@@ -142,23 +144,22 @@ def measure(shape: str, repeats: int, with_inductor: bool) -> list[dict]:
     with torch.inference_mode():
         for name, fn in rows.items():  # warm-up (oneDNN primitive creation, weight reorders)
             outputs[name] = (fn(x) if isinstance(fn, torch.nn.Module) else fn()).float()
-        for _ in range(repeats):
-            for name, fn in rows.items():
-                start, start_cpu = time.perf_counter(), time.process_time()
-                fn(x) if isinstance(fn, torch.nn.Module) else fn()
-                times[name].append(time.perf_counter() - start)
-                cpu[name].append(time.process_time() - start_cpu)
+        for _, name in interleaved(list(rows), repeats):
+            fn = rows[name]
+            start, start_cpu = time.perf_counter(), time.process_time()
+            fn(x) if isinstance(fn, torch.nn.Module) else fn()
+            times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
     fp32 = statistics.median(times["fp32"])
     table = []
     for name, values in times.items():
-        q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
-        median = statistics.median(values)
+        median, spread = median_iqr(values)
         table.append(
             {
                 "shape": shape,
                 "row": name,
                 "median_ms": 1e3 * median,
-                "iqr_ms": 1e3 * (q3 - q1),
+                "iqr_ms": 1e3 * spread,
                 "min_ms": 1e3 * min(values),
                 "cpu_ms": 1e3 * statistics.median(cpu[name]),
                 "x_fp32": fp32 / median,
@@ -201,25 +202,24 @@ def measure_unet(model_id: str | None, repeats: int) -> list[dict]:
     outputs = {
         name: optimization._run_calibration(model, unet, device, decode=False) for name, unet in unets.items()
     }
-    for _ in range(repeats):
-        for name, unet in unets.items():
-            start, start_cpu = time.perf_counter(), time.process_time()
-            optimization._run_calibration(model, unet, device, decode=False)
-            times[name].append((time.perf_counter() - start) / steps)
-            cpu[name].append((time.process_time() - start_cpu) / steps)
+    for _, name in interleaved(list(unets), repeats):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        optimization._run_calibration(model, unets[name], device, decode=False)
+        times[name].append((time.perf_counter() - start) / steps)
+        cpu[name].append((time.process_time() - start_cpu) / steps)
     fp32 = statistics.median(times["fp32"])
     table = []
     for name, values in times.items():
-        q1, _, q3 = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+        median, spread = median_iqr(values)
         table.append(
             {
                 "shape": f"U-Net step ({steps}-step loop)",
                 "row": name,
-                "median_ms": 1e3 * statistics.median(values),
-                "iqr_ms": 1e3 * (q3 - q1),
+                "median_ms": 1e3 * median,
+                "iqr_ms": 1e3 * spread,
                 "min_ms": 1e3 * min(values),
                 "cpu_ms": 1e3 * statistics.median(cpu[name]),
-                "x_fp32": fp32 / statistics.median(values),
+                "x_fp32": fp32 / median,
                 "cpu_x_fp32": statistics.median(cpu["fp32"]) / statistics.median(cpu[name]),
                 "psnr_db": psnr(outputs["fp32"], outputs[name]),
             }

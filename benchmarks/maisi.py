@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from engine.machine.peak_memory import peak_rss_bytes
+from engine.measure.harness import iqr
 
 FULL = (256, 256, 128)
 FULL_SPACING = (0.94, 0.94, 1.36)
@@ -120,7 +121,7 @@ def phase_generate(
         "wall_s": wall,
         "timings": result.provenance["timings"],
         "step_s_median": statistics.median(steps),
-        "step_s_iqr": _iqr(steps),
+        "step_s_iqr": iqr(steps),
         "peak_rss_bytes": peak_rss_bytes(),
         "attention": result.provenance["model_build"]["attention"]["kernel"],
         "autocast": autocast,
@@ -128,13 +129,6 @@ def phase_generate(
         "autocast_applied": result.provenance["optimization"]["report"]["autocast"],
         "psnr_db_vs_fp32": psnr,
     }
-
-
-def _iqr(values) -> list[float]:
-    if len(values) < 4:
-        return [min(values), max(values)]
-    q = statistics.quantiles(values, n=4)
-    return [q[0], q[2]]
 
 
 def phase_unet(folder: Path, repeats: int) -> dict:

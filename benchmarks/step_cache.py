@@ -276,6 +276,7 @@ def measure_demo(seeds_a: list[int], seeds_b: list[int], rows: list[str], folder
     from engine.api import SamplingRequest, run
     from engine.api.optimization_config import OptimizationConfig
     from engine.backends.local import LocalBackend
+    from engine.measure.harness import rotated
 
     backend = LocalBackend("cpu")
     folder.mkdir(parents=True, exist_ok=True)
@@ -299,8 +300,7 @@ def measure_demo(seeds_a: list[int], seeds_b: list[int], rows: list[str], folder
 
     one("uncached", 999, steps=5)  # warm-up: the load, first-call allocations
     for seed in seeds_a:
-        order = rows[seed % len(rows) :] + rows[: seed % len(rows)]  # rotates across seeds and seed groups
-        for row in order:
+        for row in rotated(rows, seed):  # rotates across seeds and seed groups
             saved = one(row, seed)
             saved.save(folder / f"{_safe(row)}_{seed}")
             log(f"seed {seed} {row}: denoise {saved.timings['denoise_s']:.2f}s", flush=True)
@@ -316,8 +316,8 @@ def run_demo(
     seeds_a: list[int], seeds_b: list[int], rows: list[str], folder: Path, log=print
 ) -> dict[str, Any]:
     """The summary of the runs saved in ``folder`` (``measure_demo``): speed by the noise rule, quality."""
+    from engine.measure.harness import speed_verdict
     from engine.metrics.image import psnr, ssim
-    from engine.metrics.speed_verdict import speed_verdict
 
     results = {
         row: {seed: SavedRun.load(folder / f"{_safe(row)}_{seed}") for seed in seeds_a} for row in rows

@@ -27,6 +27,7 @@ from typing import Any
 
 from engine.api.optimization_config import NAMED_SETTINGS
 from engine.machine.peak_memory import device_peak_bytes
+from engine.measure.harness import VERDICT_NOTE, interleaved, median_iqr, speed_verdict
 
 # Named rows: every named optimization setting, plus "reference", MONAI's own inferer (fp32).
 # Rows that are not optimization settings: "reference", MONAI's own inferer (fp32), and "xla", the same loop
@@ -411,7 +412,6 @@ def run_decoder_bench(settings: BenchSettings, rows: list[str], out_dir: Path, l
     import numpy as np
 
     from engine.metrics.image import compare
-    from engine.metrics.speed_verdict import speed_verdict
 
     unknown = [r for r in rows if r not in ROWS or ROWS[r] is None]
     if unknown:
@@ -424,17 +424,15 @@ def run_decoder_bench(settings: BenchSettings, rows: list[str], out_dir: Path, l
         rows = ["fp32", *rows]
     out_dir.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict[str, Any]]] = {r: [] for r in rows}
-    for repeat in range(settings.repeats):
-        order = rows[repeat % len(rows) :] + rows[: repeat % len(rows)]
-        for name in order:
-            log(f"[repeat {repeat + 1}/{settings.repeats}] {name} ...")
-            runs[name].append(_spawn(name, settings, out_dir / f"r{repeat}"))
-            last = runs[name][-1]
-            if "error" not in last:
-                log(
-                    f"    decode {last['decode_s']:.1f} s (cpu {last['decode_cpu_s']:.1f} s), "
-                    f"peak {last['peak_memory_bytes'] / 2**30:.2f} GiB"
-                )
+    for repeat, name in interleaved(rows, settings.repeats):
+        log(f"[repeat {repeat + 1}/{settings.repeats}] {name} ...")
+        runs[name].append(_spawn(name, settings, out_dir / f"r{repeat}"))
+        last = runs[name][-1]
+        if "error" not in last:
+            log(
+                f"    decode {last['decode_s']:.1f} s (cpu {last['decode_cpu_s']:.1f} s), "
+                f"peak {last['peak_memory_bytes'] / 2**30:.2f} GiB"
+            )
     reference = np.load(out_dir / "r0" / "fp32.npy")
     results = []
     for name in rows:
@@ -443,6 +441,7 @@ def run_decoder_bench(settings: BenchSettings, rows: list[str], out_dir: Path, l
             results.append({"row": name, "error": runs[name][0]["error"]})
             continue
         times = [r["decode_s"] for r in ok]
+        decode_median, decode_iqr = median_iqr(times)
         path = next(
             out_dir / f"r{i}" / f"{_safe(name)}.npy"
             for i in range(settings.repeats)
@@ -454,8 +453,8 @@ def run_decoder_bench(settings: BenchSettings, rows: list[str], out_dir: Path, l
                 "config": ROWS[name],
                 "report": ok[0]["report"],
                 "details": ok[0].get("details"),
-                "decode_s_median": float(np.median(times)),
-                "decode_s_iqr": float(np.subtract(*np.percentile(times, [75, 25]))),
+                "decode_s_median": decode_median,
+                "decode_s_iqr": decode_iqr,
                 "decode_s_all": times,
                 "decode_cpu_s_median": float(np.median([r["decode_cpu_s"] for r in ok])),
                 "prepare_s_median": float(np.median([r["prepare_s"] for r in ok])),
@@ -517,13 +516,6 @@ def format_decoder_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# How the tables' verdict columns are decided (engine.metrics.speed_verdict), in one line.
-VERDICT_NOTE = (
-    "the noise rule of engine.metrics.speed_verdict against fp32 (95 % bootstrap interval of the ratio of medians, "
-    "5 % minimum effect, 3 samples a side or 'undecided')"
-)
-
-
 def _verdict_cell(row: dict[str, Any], key: str) -> str:
     """A row's verdict for a table column: faster / slower / same / undecided; "ref" for fp32 itself."""
     if row["row"] == "fp32":
@@ -539,7 +531,6 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
     import numpy as np
 
     from engine.metrics.image import compare
-    from engine.metrics.speed_verdict import speed_verdict
 
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
@@ -550,11 +541,9 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
         rows = ["fp32", *rows]
     out_dir.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict[str, Any]]] = {r: [] for r in rows}
-    for repeat in range(settings.repeats):
-        order = rows[repeat % len(rows) :] + rows[: repeat % len(rows)]  # rotate: no row always runs first
-        for name in order:
-            log(f"[repeat {repeat + 1}/{settings.repeats}] {name} ...")
-            runs[name].append(_spawn(name, settings, out_dir / f"r{repeat}"))
+    for repeat, name in interleaved(rows, settings.repeats):
+        log(f"[repeat {repeat + 1}/{settings.repeats}] {name} ...")
+        runs[name].append(_spawn(name, settings, out_dir / f"r{repeat}"))
 
     reference = np.load(out_dir / "r0" / "fp32.npy")
     results = []
@@ -566,6 +555,7 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
             continue
         steps = [s for r in ok for s in r["step_s"][settings.warmup :]]
         unet = [s for r in ok for s in r["unet_ms"][settings.warmup :]]
+        step_median, step_iqr = median_iqr(steps)
         volume = (
             np.load(out_dir / "r0" / f"{_safe(name)}.npy")
             if (out_dir / "r0" / f"{_safe(name)}.npy").is_file()
@@ -577,8 +567,8 @@ def run_bench(settings: BenchSettings, rows: list[str], out_dir: Path, log=print
                 "config": ROWS[name],
                 "report": ok[0]["report"],
                 "details": ok[0].get("details"),
-                "step_ms_median": 1e3 * float(np.median(steps)),
-                "step_ms_iqr": 1e3 * float(np.subtract(*np.percentile(steps, [75, 25]))),
+                "step_ms_median": 1e3 * step_median,
+                "step_ms_iqr": 1e3 * step_iqr,
                 "unet_ms_median": float(np.median(unet)),
                 "steps_measured": len(steps),
                 "end_to_end_s_median": float(np.median([r["end_to_end_s"] for r in ok])),

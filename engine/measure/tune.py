@@ -3,7 +3,8 @@
 What is fast depends on the machine (bf16 that doubles the speed on one CPU runs 100x slower on another),
 so the app's presets are a view of measurements made here, never of one machine's constants.
 
-How it measures (built on :mod:`engine.measure.bench`: the same timed proxy, one process per row):
+How it measures (built on :mod:`engine.measure.bench`: the same timed proxy, one process per row; repeats,
+median/IQR and the noise rule from :mod:`engine.measure.harness`):
 
 1. Candidate settings for this device come from :func:`candidate_rows`; settings the optimization report
    predicts not to apply, or to run slower than fp32 (:mod:`engine.machine.probe`), are listed as not
@@ -46,6 +47,7 @@ import numpy as np
 
 from engine.api import Progress
 from engine.errors import InvalidRequest
+from engine.measure.harness import median_iqr, paired_speed_verdict, rotated, speed_verdict
 
 DEFAULT_BUDGET_S = 120.0
 DEFAULT_STEPS = 4  # per measured run: the first warms up, the rest are timed
@@ -637,7 +639,7 @@ def _measure_rounds(
         ):
             break
         round_started = time.perf_counter()
-        order = live[rounds % len(live) :] + live[: rounds % len(live)]
+        order = rotated(live, rounds)
         for position, worker in enumerate(order):
             while should_pause is not None and should_pause():
                 yield progress(rounds, MAX_ROUNDS, "paused while a generation runs")
@@ -758,8 +760,6 @@ def _summarise(
 ) -> list[dict[str, Any]]:
     """Step 3: one result row per worker: its timings, their verdicts against fp32's, and its volume's
     distance from fp32's."""
-    from engine.metrics.speed_verdict import speed_verdict
-
     fp32 = next(w for w in workers if w.name == "fp32")
     if not fp32.runs:
         raise InvalidRequest(
@@ -780,18 +780,21 @@ def _summarise(
             [r["decode_s"] for r in worker.runs],
         )
         distance = worker.distance or {}
+        step_median, step_iqr = median_iqr(step_samples)
+        decode_median, decode_iqr = median_iqr(decode)
+        e2e_median, e2e_iqr = median_iqr(e2e)
         results.append(
             {
                 "name": worker.name,
                 "config": worker.values,
                 "runs": len(worker.runs),
                 "steps_per_run": len(worker.runs[0]["step_s"]),
-                "step_ms_median": 1e3 * float(np.median(step_samples)),
-                "step_ms_iqr": 1e3 * _iqr(step_samples),
-                "decode_s_median": float(np.median(decode)),
-                "decode_s_iqr": _iqr(decode),
-                "end_to_end_s": float(np.median(e2e)),
-                "end_to_end_s_iqr": _iqr(e2e),
+                "step_ms_median": 1e3 * step_median,
+                "step_ms_iqr": 1e3 * step_iqr,
+                "decode_s_median": decode_median,
+                "decode_s_iqr": decode_iqr,
+                "end_to_end_s": e2e_median,
+                "end_to_end_s_iqr": e2e_iqr,
                 # The samples the noise rule judges, kept so a merged result can judge this row again
                 # against the fp32 of its own run (engine.optimization.tune_store.merge_results).
                 "end_to_end_samples_s": e2e,
@@ -816,11 +819,11 @@ def _summarise(
 def _schedule_row(fp32: dict[str, Any], worker: _RowWorker, steps: int, default_steps: int) -> dict[str, Any]:
     """A shorter schedule's row, projected from fp32's measured runs: each run's mean step times ``steps``, plus
     that run's decode (the same kernels, fewer of them), against the same runs at ``default_steps``."""
-    from engine.metrics.speed_verdict import paired_speed_verdict
     from engine.quality.run import SCHEDULE_PREFIX
 
     reference = fp32["end_to_end_samples_s"]
     samples = _e2e_samples(worker, steps)
+    e2e_median, e2e_iqr = median_iqr(samples)
     return {
         **{
             k: fp32[k]
@@ -832,8 +835,8 @@ def _schedule_row(fp32: dict[str, Any], worker: _RowWorker, steps: int, default_
         "default_steps": default_steps,
         "projected": f"{steps} of fp32's measured steps + its decode, against {default_steps} steps + the decode",
         "runs": fp32["runs"],
-        "end_to_end_s": float(np.median(samples)),
-        "end_to_end_s_iqr": _iqr(samples),
+        "end_to_end_s": e2e_median,
+        "end_to_end_s_iqr": e2e_iqr,
         "end_to_end_samples_s": samples,
         "reference_end_to_end_samples_s": reference,
         "one_off_s": 0.0,
@@ -848,10 +851,6 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
-def _iqr(values) -> float:
-    return float(np.subtract(*np.percentile(values, [75, 25]))) if len(values) else 0.0
-
-
 def _step_samples(worker: _RowWorker) -> list[float]:
     return [s for run in worker.runs for s in run["step_s"][1:]]
 
@@ -862,8 +861,6 @@ def _e2e_samples(worker: _RowWorker, default_steps: int) -> list[float]:
 
 
 def _all_decided(workers: list[_RowWorker], default_steps: int) -> bool:
-    from engine.metrics.speed_verdict import speed_verdict
-
     fp32 = next((w for w in workers if w.name == "fp32"), None)
     if fp32 is None:
         return True
