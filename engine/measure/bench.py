@@ -182,11 +182,12 @@ def run_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[str, Any]
         prep_s = time.perf_counter() - t0
         timed = _Timed(prepared, device, settings.latent_only)
         loop = drive(denoise(timed, source.spec, request, device))
+        assert loop is not None  # nothing asks it to stop: the loop ran to its end
         volumes, step_s, unet_ms = loop.volumes, loop.step_times_s, timed.unet_ms
         decode_s = None if settings.latent_only else timed.decode_s
         record["report"] = prepared.report
         details = getattr(prepared, "details", None) or (
-            {"compile_s": prepared.compile_s} if name == "xla" else None
+            {"compile_s": getattr(prepared, "compile_s", None)} if name == "xla" else None
         )
         if details:
             record["details"] = details
@@ -376,7 +377,7 @@ def run_decoder_row(name: str, settings: BenchSettings, out_dir: Path) -> dict[s
     load_s = time.perf_counter() - started
     noise = torch.Generator().manual_seed(settings.seed)
     z = (torch.randn((1, *spec.latent_shape), generator=noise) / spec.scale_factor).to(device)
-    config = OptimizationConfig.from_dict(ROWS[name])
+    config = OptimizationConfig.from_dict(ROWS[name] or {})
     t0 = time.perf_counter()
     prepared = prepare(model, config, device, use_cache=False)
     prepare_s = time.perf_counter() - t0

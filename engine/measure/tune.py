@@ -206,7 +206,7 @@ def worker_main() -> int:
     """``python -m engine.measure.tune --worker``: JSON commands on stdin, one JSON answer line each on stdout."""
     import torch
 
-    from engine.api import run as drive
+    from engine.api import drive
     from engine.machine.devices import resolve_device
     from engine.machine.peak_memory import peak_rss_bytes
     from engine.measure.bench import _Timed
@@ -252,6 +252,7 @@ def worker_main() -> int:
                 )
                 started = time.perf_counter()
                 loop = drive(denoise(timed, source.spec, request, device))
+                assert loop is not None  # nothing asks it to stop: the loop ran to its end
                 answer = {
                     "step_s": loop.step_times_s,
                     "decode_s": timed.decode_s,
@@ -303,7 +304,7 @@ class _RowWorker:
         self.prepared: dict[str, Any] | None = None
         self.runs: list[dict[str, Any]] = []
         self.error: str | None = None
-        self.distance: dict[str, float] | None = None  # its first run's volume against fp32's
+        self.distance: dict[str, Any] | None = None  # its first run's volume against fp32's
         self.trial: dict[str, Any] | None = None  # fp32's untimed first run (it sizes the measurement)
         # fp32's worker only: row name -> distances measured on the whole default schedule (step 5)
         self.whole_distances: dict[str, dict[str, Any]] = {}
@@ -479,7 +480,7 @@ def tune(
         for row in results:  # the quality pass's distances, on the whole schedule, where it measured them
             row.update(fp32_worker.whole_distances.get(row["name"], {}))
         versions = tune_store.current_versions()
-        result = {
+        result: dict[str, Any] = {
             "format": tune_store.TUNE_FORMAT,
             "created": created,
             "fingerprint": probe.fingerprint(),
@@ -769,7 +770,7 @@ def _summarise(
     fp32_e2e = _e2e_samples(fp32, default_steps)
     fp32_steps = _step_samples(fp32)
     fp32_decode = [r["decode_s"] for r in fp32.runs]
-    results = []
+    results: list[dict[str, Any]] = []
     for worker in workers:
         if worker.error and not worker.runs:
             results.append({"name": worker.name, "config": worker.values, "error": worker.error})
