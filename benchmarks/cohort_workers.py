@@ -1,6 +1,6 @@
 """Cohort throughput with 1 vs N local workers, and Ray's per-item overhead, measured side by side.
 
-``python -m engine.cohort.bench --model brain-t1-demo --volumes 8 --steps 5`` runs the same cohort once
+``python -m benchmarks.cohort_workers --model brain-t1-demo --volumes 8 --steps 5`` runs the same cohort once
 per worker layout (workers x threads, same total threads) on one local Ray runtime, and reports volumes per
 minute (steady state: from the first finished volume to the last, so worker start-up is left out, and with
 start-up), whether the layouts gave bit-identical volumes, the load average around each run (these

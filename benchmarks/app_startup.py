@@ -1,6 +1,6 @@
 """Startup benchmark: launch the app N times and print the time to a usable window and to the 3D view.
 
-Run under a display (``xvfb-run -a .venv/bin/python -m app.bench.startup``). Each launch is a fresh process
+Run under a display (``xvfb-run -a .venv/bin/python -m benchmarks.app_startup``). Each launch is a fresh process
 running ``python -m app --measure-startup``; the numbers include the interpreter's own start-up.
 """
 

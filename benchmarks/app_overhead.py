@@ -1,6 +1,6 @@
 """What the app costs beyond its engine: the app's default generation against the engine's own, interleaved.
 
-Run under a display (``xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -m app.bench.app_overhead``;
+Run under a display (``xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -m benchmarks.app_overhead``;
 without one it starts Xvfb itself through ``xvfb-run``). Each repeat runs, one after the other, each in a
 fresh process:
 
