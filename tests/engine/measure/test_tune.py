@@ -16,8 +16,7 @@ from engine.machine.probe import MachineProbe
 from engine.measure.tune import candidate_rows, format_result, tune
 from engine.optimization import tune_store
 from engine.optimization.apply import check_combination, expected_report
-
-from .test_hardware_probe import PROBES
+from tests.engine.optimization.test_hardware_probe import PROBES
 
 
 @pytest.fixture
