@@ -2,7 +2,7 @@
 
 Besides the settings, it measures what trades fidelity for speed: step caching (the panel's default, the
 forecast) and half the model's steps, each timed like the settings and judged on a whole schedule against
-fp32's (``engine.bench.tune``'s trades), within the stated time budget (``MEASURE_BUDGET_S``).
+fp32's (``engine.measure.tune``'s trades), within the stated time budget (``MEASURE_BUDGET_S``).
 
 Looks up what was measured for the selected model on this machine whenever the model changes (the
 ``MeasuredSettings`` model the Optimization panel's presets are a view of), offers the measurement the first
@@ -38,7 +38,7 @@ def _lookup(source):
 
 
 def _tune_job(source, device: str, budget_s: float, pause: threading.Event, rows, trades):
-    from engine.bench.tune import tune
+    from engine.measure.tune import tune
 
     return tune(
         str(source.path), device, budget_s=budget_s, rows=rows, trades=trades, should_pause=pause.is_set

@@ -32,7 +32,7 @@ from engine.anatomy.norms import SOURCES, NormRange, ranges_for, space_label, sp
 WITHIN = "within normative ranges"
 OUTSIDE = "outside range"
 NOT_BRAIN_LIKE = "not brain-like"
-#: Least value of each piece of brain-likeness evidence. Measured (``python -m engine.bench.anatomy_checks``):
+#: Least value of each piece of brain-likeness evidence. Measured (``python -m benchmarks.anatomy_checks``):
 #: the MNI152 template's maps 0.96 / 0.88 / 0.73 (prior correlation / certainty / neighbour correlation), its
 #: 1 mm T1 segmented 0.94 / 0.80 / 0.75, sixteen shipped-model volumes' decoded maps 0.52-0.71 / 0.56-0.58 /
 #: 0.94, random probability maps 0.00 / 0.15 / 0.00. The thresholds sit in the gap between brains and noise.

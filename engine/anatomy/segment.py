@@ -9,7 +9,7 @@ order in which the tissue
 intensities are expected (T1w: CSF < GM < WM; T2w: WM < GM < CSF; FLAIR: CSF < WM < GM), which seeds the fit
 and is checked twice: before it against where the template puts each tissue (which also catches noise), and
 after it on the fitted means. Why this and not antspyx's Atropos: see docs/segment.md (measured with
-``engine/bench/segmentation.py``).
+``benchmarks/segmentation.py``).
 
 Everything works on arrays in RAS+ orientation with their voxel -> RAS mm affine; reading and writing files
 is the caller's (the CLI's) job, so this module stays on the anatomy floor.

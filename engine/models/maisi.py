@@ -549,10 +549,10 @@ class MaisiModelSource(ModelSource):
         estimate = super().memory_estimate()
         full = estimate.pop("decoding")
         estimate.pop("total")
-        from engine.models.streamed_decode import DEFAULT_BUDGET_BYTES
+        from engine.models.budget import STREAMED_DECODE_BUDGET_BYTES
 
         output = 4 * math.prod(self.spec.output_shape)
-        estimate["decoding"] = min(full, DEFAULT_BUDGET_BYTES + 3 * output)
+        estimate["decoding"] = min(full, STREAMED_DECODE_BUDGET_BYTES + 3 * output)
         estimate["total"] = sum(estimate.values())
         estimate["decoding_full"] = full
         return estimate

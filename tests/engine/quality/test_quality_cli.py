@@ -43,7 +43,7 @@ def test_quality_writes_table_json_and_png(model_path_env, tmp_path, capsys, mon
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_png.stat().st_size > 10_000
 
     # bench and tune carry the kept verdicts in their JSON's "quality" block, or the command that measures one
-    from engine.bench.runner import quality_block_for
+    from engine.measure.bench import quality_block_for
 
     block = quality_block_for(
         "tiny-latent", [("bf16", {"autocast": "bf16"}), ("sdpa", {"attention": "sdpa"})]
