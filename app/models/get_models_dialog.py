@@ -115,7 +115,7 @@ class GetModelsDialog(QDialog):
         self,
         parent: QWidget | None,
         runner: JobRunner,
-        on_installed: Callable[[Path], None],
+        on_installed: Callable[[Path], object],  # its answer is not read
         models_dir: Path | None = None,
         on_removed: Callable[[Path], None] | None = None,
     ) -> None:
