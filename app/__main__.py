@@ -1,7 +1,7 @@
 """Start VolSynth Studio: ``volsynth-studio`` or ``python -m app``.
 
 ``--measure-startup`` prints the time from process start to a painted, usable window (and to the 3D view
-being ready), then quits: the number the startup benchmark (app/bench/startup.py) collects.
+being ready), then quits: the number the startup benchmark (benchmarks/app_startup.py) collects.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setOrganizationName("VolSynth")
     app.setApplicationName("VolSynth Studio")
     app.setApplicationDisplayName("VolSynth Studio")
@@ -174,7 +175,7 @@ def _run_demo(app, window, png: str, wait_for_3d: bool) -> None:
     def ended(outcome: str) -> None:
         window._demo_outcome = outcome
         print(f"demo: generation {outcome} ({window.sampling_panel.progress_label.text()})", flush=True)
-        if outcome == "finished":  # what the overhead benchmark (app/bench/app_overhead.py) reads
+        if outcome == "finished":  # what the overhead benchmark (benchmarks/app_overhead.py) reads
             run = dict(window.generation.last_run, threads_cpu_s=thread_cpu_since(threads_at_start))
             print(f"demo: run {json.dumps(run)}", flush=True)
         # Let the 3D view render the finished volume, and the anatomy check (measured in the background) land

@@ -34,6 +34,7 @@ from engine.api import Backend, Progress, SamplingRequest, SamplingResult, relay
 from engine.api.optimization_config import OVERRIDE, SETTING_ROWS, UNET, OptimizationConfig
 from engine.formatting import format_bytes
 from engine.metrics.speed_verdict import MIN_SAMPLES, SpeedVerdict, speed_verdict
+from engine.metrics.spread import median_iqr
 
 DEFAULT_PROFILED_STEPS = 2
 
@@ -567,8 +568,7 @@ def measure(label: str, result: SamplingResult, leave_out: set[int] | None = Non
     profiled_s = sum(t for step, t in enumerate(step_times, start=1) if step in profiled)
     median = iqr = None
     if times:
-        median = 1e3 * float(np.median(times))
-        iqr = 1e3 * float(np.subtract(*np.percentile(times, [75, 25])))
+        median, iqr = (1e3 * value for value in median_iqr(times))
     memory = prov.get("memory") or {}
     peak, start = memory.get("peak_bytes"), memory.get("start_bytes")
     own = peak - start if memory.get("since_start") and peak is not None and start is not None else None

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check of VolSynth in one unattended run: python -m engine.bench.gpu_suite, after setting up
+# Every GPU check of VolSynth in one unattended run: python -m benchmarks.gpu_suite, after setting up
 # Python for it. Writes to --out: gpu_suite.json (every number), gpu_suite.txt (the table, printed last),
 # install.json and gpu_suite_logs.tar.gz; bulky files (models, volumes) go to --work (default OUT/work).
 #
@@ -114,5 +114,5 @@ print(f"gpu_check: set-up ({mode}) took {record['seconds']:.0f} s; torch {record
 EOF
 [ -n "$INSTALL_ONLY" ] && exit 0
 
-exec "$PY" -m engine.bench.gpu_suite --out "$OUT" --work "$WORK" --install-record "$OUT/install.json" $SMOKE \
+exec "$PY" -m benchmarks.gpu_suite --out "$OUT" --work "$WORK" --install-record "$OUT/install.json" $SMOKE \
   "${SUITE_ARGS[@]}"

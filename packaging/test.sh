@@ -8,6 +8,8 @@ echo "== ruff (set-up took ${SECONDS} s)"
 .venv/bin/ruff format --check .
 echo "== import rule (engine never imports Qt, pyvista, VTK or app)"
 .venv/bin/lint-imports
+echo "== import circles (none in app or engine, TYPE_CHECKING imports counted)"
+.venv/bin/python packaging/import_cycles.py
 echo "== types (mypy; the checked files are [tool.mypy] files in pyproject.toml)"
 .venv/bin/mypy
 echo "== pytest (set-up and checks took ${SECONDS} s)"

@@ -6,37 +6,38 @@ the first time it is opened, from the generation form's model and settings.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QWidget
 
 from app.services import AppServices
 from app.services.shortcuts import set_shortcut
+
+if TYPE_CHECKING:  # the dialog (numpy, the engine's cohort module) is imported when first opened
+    from app.cohort.dialog import CohortDialog
 
 __all__ = ["CohortController", "install_cohort"]
 
 
 class CohortController:
-    """Owns the Cohort dialog of one main window: the form it starts from, the runner, and where a finished
-    volume is opened (``open_path``)."""
+    """Owns the Cohort dialog of one main window (``services.parent``): the form it starts from, the runner, and
+    where a finished volume is opened (``services.open_path``)."""
 
-    def __init__(self, state, runner, open_path: Callable[[str], None], parent: QWidget) -> None:
-        self.state, self.runner, self.open_path = state, runner, open_path
-        self.dialog_parent = parent  # the widget the dialog belongs to (the main window), nothing else
-        self.dialog = None
-        self.action = set_shortcut(QAction("Co&hort...", parent), "generate.cohort")
+    def __init__(self, services: AppServices) -> None:
+        self.services = services
+        self.dialog: CohortDialog | None = None
+        self.action = set_shortcut(QAction("Co&hort...", services.parent), "generate.cohort")
         self.action.setStatusTip(
             "Generate many volumes over a grid or distribution of conditions, on this computer or a Ray "
             "cluster, as a BIDS dataset"
         )
         self.action.triggered.connect(self.open)
 
-    def open(self):
+    def open(self) -> CohortDialog:
         from app.cohort.dialog import CohortDialog
 
         if self.dialog is None:
-            self.dialog = CohortDialog(self.state, self.runner, self.open_path, self.dialog_parent)
+            self.dialog = CohortDialog(self.services, self.services.parent)
             self.dialog.resize(1000, 760)
         self.dialog.show()
         self.dialog.raise_()
@@ -46,7 +47,7 @@ class CohortController:
 
 def install_cohort(services: AppServices) -> CohortController:
     """Give the main window its Generate > Cohort... entry."""
-    controller = CohortController(services.state, services.runner, services.open_path, parent=services.parent)
+    controller = CohortController(services)
     services.menus.add_window_action(controller.action)
     services.menus.generate.addAction(controller.action)
     return controller

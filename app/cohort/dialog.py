@@ -8,12 +8,12 @@ keeps no copy. Seeds, draws, how the conditions vary, the device and a typed pla
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtGui import QImage, QPixmap, QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -29,7 +29,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
-    QProgressBar,
     QPushButton,
     QScrollArea,
     QSizePolicy,
@@ -55,7 +54,9 @@ from app.cohort.draft import (
     torch_settings_problem,
 )
 from app.core.display import modality_title
-from app.services.workers import Worker
+from app.services import AppServices
+from app.services.job_view import JobStrip
+from app.services.workers import Job, Worker
 from app.widgets.theme import NOTE_COLOUR
 from engine.errors import EngineError
 from engine.formatting import count_of, format_duration
@@ -118,8 +119,8 @@ class ConditionRow(QWidget):
         for widget in (self.mode, self.a, self.b, self.n, self.hint):
             layout.addWidget(widget)
         self.mode.currentTextChanged.connect(self._on_mode_changed)
-        for box in (self.a, self.b, self.n):
-            box.valueChanged.connect(on_change)
+        for changed in (self.a.valueChanged, self.b.valueChanged, self.n.valueChanged):
+            changed.connect(on_change)
         self.mode.currentTextChanged.connect(on_change)
         self._on_mode_changed(self.mode.currentText())
 
@@ -181,11 +182,11 @@ class FittingImage(QLabel):
 class CohortDialog(QDialog):
     """Generate > Cohort...: the spec, the run, the finished volumes and a montage of a sample of them."""
 
-    def __init__(
-        self, state, runner, open_path: Callable[[str], None], parent: QWidget | None = None
-    ) -> None:
+    def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
+        """A finished volume is opened with ``services.open_path``; the run goes through ``services.runner``."""
         super().__init__(parent)
-        self.state, self.runner, self.open_path = state, runner, open_path
+        state = services.state
+        self.state, self.runner, self.open_path = state, services.runner, services.open_path
         self.setWindowTitle("Cohort")
         self.draft = CohortDraft.from_form(state.form)
         # The name and output folder follow the model until the user writes their own.
@@ -197,7 +198,7 @@ class CohortDialog(QDialog):
         self.run_step_s: dict[str, float] = {}
         self.run_device_kind = "cpu"  # the kind of device the running cohort's step times come from
         self.plan_typed = False  # the user wrote the plan: the Plan view's plan no longer replaces it
-        self.job = None
+        self.job: Job | None = None
         self.summary = None
         self.finished_paths: list[str] = []
         self._build()
@@ -209,16 +210,16 @@ class CohortDialog(QDialog):
     def _build(self) -> None:
         # Everything in a scroll area that scrolls up and down only: on a small screen (1024x700) the rows
         # stay whole and the dialog fits; the focused widget is scrolled into view.
-        self.scroll = QScrollArea()
-        self.scroll.setObjectName("cohortScroll")
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setObjectName("cohortScroll")
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         content = QWidget()
-        self.scroll.setWidget(content)
+        self.scroll_area.setWidget(content)
         page = QVBoxLayout(self)
         page.setContentsMargins(0, 0, 0, 0)
-        page.addWidget(self.scroll)
+        page.addWidget(self.scroll_area)
         outer = QVBoxLayout(content)
         spec_box = QGroupBox("Cohort")
         form = QFormLayout(spec_box)
@@ -285,15 +286,14 @@ class CohortDialog(QDialog):
         buttons = QHBoxLayout()
         self.run_button = QPushButton("&Run Cohort")
         self.run_button.clicked.connect(self._on_run_clicked)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setEnabled(False)
-        self.stop_button.clicked.connect(self._on_stop_clicked)
+        # The running cohort's progress, its line and Stop (after the volumes in flight).
+        self.strip = JobStrip(self, cancel_text="&Stop", cancel_tip="Stop after the volumes in flight")
+        self.stop_button = self.strip.cancel_button
         buttons.addWidget(self.run_button)
         buttons.addWidget(self.stop_button)
         grid.addLayout(buttons, 6, 0, 1, 3)
-        self.progress = QProgressBar()
-        self.status = QLabel("Not started")
-        self.status.setWordWrap(True)
+        self.progress, self.status = self.strip.progress_bar, self.strip.progress_label
+        self.status.setText("Not started")
         grid.addWidget(self.progress, 7, 0, 1, 3)
         grid.addWidget(self.status, 8, 0, 1, 3)
         grid.setColumnStretch(1, 1)
@@ -383,7 +383,7 @@ class CohortDialog(QDialog):
             self.device_combo.addItem(text, value)
             index = self.device_combo.count() - 1
             self.device_combo.setItemData(index, tip, Qt.ItemDataRole.ToolTipRole)
-            self.device_combo.model().item(index).setEnabled(enabled)
+            cast(QStandardItemModel, self.device_combo.model()).item(index).setEnabled(enabled)
         self.device_combo.currentIndexChanged.connect(self._on_device_edited)
         # As wide as its longest entry: not stretched over the row when the XLA fields beside it are hidden.
         self.device_combo.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
@@ -421,8 +421,14 @@ class CohortDialog(QDialog):
         grid.addWidget(self.plan_edit, row + 1, 1, 1, 2)
         grid.addWidget(self.plan_note, row + 2, 1, 1, 2)
         # Shown on XLA only: the device count, the plan and what the engine makes of them.
-        self.xla_widgets = (devices_label, self.xla_devices_spin, self.xla_devices_note, plan_label)
-        self.xla_widgets += (self.plan_edit, self.plan_note)
+        self.xla_widgets: tuple[QWidget, ...] = (
+            devices_label,
+            self.xla_devices_spin,
+            self.xla_devices_note,
+            plan_label,
+            self.plan_edit,
+            self.plan_note,
+        )
 
         self.torch_note = self._note_label("cohortTorchSettings")
         self.drop_settings_check = QCheckBox("Run this cohort &without them (plain float32)")
@@ -619,12 +625,11 @@ class CohortDialog(QDialog):
             return
         self.done_list.clear()
         self.finished_paths = []
-        self.progress.setRange(0, spec.count)
-        self.progress.setValue(0)
         where = self.plan_note.text() if self.choice.device == "xla" else ""
-        self.status.setText(
-            f"Starting Ray and {count_of(spec.count, 'volume')}" + (f" on {where}..." if where else "...")
+        starting = f"Starting Ray and {count_of(spec.count, 'volume')}" + (
+            f" on {where}..." if where else "..."
         )
+        self.status.setText(starting)  # said before the worker is made (it may take a moment)
         self.run_device_kind = step_device_kind(self.choice, self.machine)
         worker = cohort_worker(
             spec,
@@ -633,21 +638,30 @@ class CohortDialog(QDialog):
             self._workers(),
             **self.choice.run_options(),
         )
-        self.job = self.runner.start(
+        self.job = self.runner.run(
             "cohort",
             worker,
+            what="Cohort",
+            done=self._on_cohort_finished,
+            strip=self.strip,
+            text=starting,
+            cancelling_text="Stopping after the volumes in flight...",
             progressed=self._on_cohort_progressed,
-            finished=self._on_cohort_finished,
-            failed=self._on_cohort_failed,
+            describe=self._progress_line,
+            failed=self._on_cohort_failed,  # said in the dialog's line
             ended=self._on_cohort_ended,
         )
         self.run_button.setEnabled(False)
-        self.stop_button.setEnabled(True)
 
-    def _on_stop_clicked(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
-            self.status.setText("Stopping after the volumes in flight...")
+    @staticmethod
+    def _progress_line(p) -> tuple[float | None, str]:
+        eta = f", ETA {format_duration(p.eta_s)}" if p.eta_s is not None else ""
+        extra = f" ({p.participant}: {p.message})" if p.event in ("retry", "failed") else ""
+        text = (
+            f"{p.done}/{p.total} done, {p.failed} failed, {p.retries} retried \u00b7 "
+            f"{p.rate_per_min:.2f} volumes/min{eta}{extra}"
+        )
+        return ((p.done + p.failed) / p.total if p.total else None), text
 
     def _on_cohort_progressed(self, p) -> None:
         if p.step_s and p.step_s != self.run_step_s.get(self.run_device_kind):
@@ -659,13 +673,6 @@ class CohortDialog(QDialog):
             item.setData(Qt.ItemDataRole.UserRole, p.path)
             self.done_list.addItem(item)
             self.montage_button.setEnabled(True)
-        self.progress.setValue(p.done + p.failed)
-        eta = f", ETA {format_duration(p.eta_s)}" if p.eta_s is not None else ""
-        extra = f" ({p.participant}: {p.message})" if p.event in ("retry", "failed") else ""
-        self.status.setText(
-            f"{p.done}/{p.total} done, {p.failed} failed, {p.retries} retried \u00b7 "
-            f"{p.rate_per_min:.2f} volumes/min{eta}{extra}"
-        )
 
     def _on_cohort_finished(self, summary) -> None:
         self.summary = summary
@@ -680,9 +687,8 @@ class CohortDialog(QDialog):
     def _on_cohort_failed(self, message: str) -> None:
         self.status.setText(f"Cohort failed: {message}")
 
-    def _on_cohort_ended(self) -> None:
+    def _on_cohort_ended(self, _outcome: str) -> None:
         self.job = None
-        self.stop_button.setEnabled(False)
         self._follow_form()  # what changed in the Generate panel while the cohort ran
 
     # -- results ---------------------------------------------------------------------------------------

@@ -246,8 +246,8 @@ class DeviceChoice:
             return ""
         plan = f"each volume sharded as plan {groups.plan}" if groups.plan else "each volume on one device"
         what = "TPU chips" if tpu else ("XLA devices" if cluster else "fake host devices")
-        workers = count_of(groups.groups, "worker")
-        return f"{groups.devices} {what} in {workers} of {groups.devices_per_group}, {plan}"
+        in_workers = count_of(groups.groups, "worker")
+        return f"{groups.devices} {what} in {in_workers} of {groups.devices_per_group}, {plan}"
 
 
 def _batch_problem(plan: str, guidance_scale: float) -> str:

@@ -11,14 +11,14 @@ from collections.abc import Callable
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QWidget
 
-from app.compare.window import CompareServices, CompareWindow, ComparingBackend, difference_window
+from app.compare.window import CompareWindow
+from app.core.compare_runs import ComparingBackend, difference_window
 from app.core.measured_settings import MeasuredSettings
 from app.services import AppServices
 from app.services.shortcuts import set_shortcut
 
 __all__ = [
     "CompareController",
-    "CompareServices",
     "CompareWindow",
     "ComparingBackend",
     "difference_window",
@@ -58,23 +58,18 @@ def install_compare(
     """Give the main window its Compare Settings entry in the Generate menu and on the main tool bar (right
     after ``cancel_action``, Generate's Cancel); ``device_text`` names a device as the Generate panel does
     and ``measured`` is what `volsynth tune` measured here."""
-    compare_services = CompareServices(
-        state=services.state,
-        runner=services.runner,
-        backends=services.backends,
-        settings=services.settings,
-        show_status=services.show_status,
-        show_error=services.show_error,
-        device_text=device_text,
-        measured=measured,
-    )
     parent = services.parent
-    controller = CompareController(lambda: CompareWindow(compare_services, parent=parent), parent=parent)
+    controller = CompareController(
+        lambda: CompareWindow(services, device_text, measured, parent=parent), parent=parent
+    )
     services.menus.add_window_action(controller.action)
     generate_menu, toolbar = services.menus.generate, services.menus.main_toolbar
     generate_menu.addSeparator()
     generate_menu.addAction(controller.action)
     actions = toolbar.actions()
     after = actions.index(cancel_action) + 1  # right after Generate and Cancel
-    toolbar.insertAction(actions[after] if after < len(actions) else None, controller.action)
+    if after < len(actions):
+        toolbar.insertAction(actions[after], controller.action)
+    else:
+        toolbar.addAction(controller.action)
     return controller

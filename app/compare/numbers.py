@@ -252,7 +252,7 @@ class ComparisonNumbers(QWidget):
         headline = comparison.headline()
         unchanged = comparison.unchanged_parts()
         # (label, A, B, B vs A) with the part each speed row judges, so its cell can carry the rule's words
-        rows = [
+        speed_rows: list[tuple[str, str, str, str | None]] = [
             ("Step (median)", step(a), step(b), UNET_STEP),
             ("Steps measured", str(a.steps_measured), str(b.steps_measured), None),
             ("Runs", str(runs), str(runs), None),
@@ -270,7 +270,7 @@ class ComparisonNumbers(QWidget):
             ),
         ]
         # The B-vs-A cell of each speed row: the ratio with the rule's verdict (or "unchanged by B").
-        rows = [
+        rows: list[tuple[str, str, str, str, str | None]] = [
             (
                 label,
                 a_text,
@@ -278,7 +278,7 @@ class ComparisonNumbers(QWidget):
                 "" if part is None else verdict_text(verdicts[part], part in unchanged),
                 part,
             )
-            for label, a_text, b_text, part in rows
+            for label, a_text, b_text, part in speed_rows
         ]
         rows += [
             *((*r, None) for r in memory_rows),

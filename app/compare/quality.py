@@ -5,7 +5,11 @@ the next step, the window never waits): fp32 on seed set A and on seed set B (th
 setting on set A. The plots show each set's GM, WM and CSF volumes side by side, one dot a seed, over a grey
 band for fp32's seed-to-seed range, and the PSNR of each seed against fp32 on the same seed; below them, each
 setting's verdict ("within seed-to-seed variation" or "shifts the distribution: what moved") beside its time
-per volume against fp32's, by the noise rule (the volumes are made seed by seed, every setting in turn).
+per volume against fp32's, by the noise rule (the volumes are made seed by seed, every setting in turn). Under
+each verdict, the statistics behind it: the field's measures (FRD, tissue-volume distance, MS-SSIM diversity,
+reliability) with their 95 % intervals against fp32's floor and the number of volumes behind them, the one that
+decided in bold, and each set's share of volumes passing the anatomy check. Pass and fail are told apart by
+colour (blue, orange: safe for colour-blind readers) and by word.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
-    QProgressBar,
     QPushButton,
     QSizePolicy,
     QSpinBox,
@@ -30,15 +33,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.services.job_view import JobStrip
 from app.services.workers import Worker
+from engine.metrics.colours import FAIL_ON_DARK, PASS_ON_DARK
 from engine.quality.measures import TISSUES
 
 DEFAULT_SEEDS = 8
 PLOT_BACKGROUND = "#15181c"
 BAND_COLOUR = (200, 200, 200, 45)
 SET_COLOURS = ("#6fa8dc", "#b7b7b7", "#f6b26b", "#93c47d", "#e06666", "#b4a7d6")
-WITHIN_COLOUR, SHIFT_COLOUR = "#93c47d", "#e06666"
+WITHIN_COLOUR, SHIFT_COLOUR = PASS_ON_DARK, FAIL_ON_DARK
 PSNR_IDENTICAL = 100.0  # where an identical volume (PSNR = inf) is drawn on the PSNR plot
+
+
+def _progress_line(progress) -> tuple[float | None, str]:
+    """The strip's line: the bar moves with the denoising steps only, the line says every stage."""
+    return (progress.fraction if progress.stage == "denoise" else None), progress.message or progress.stage
 
 
 def _quality_job(pool, device: str, request, settings: dict, seeds: int):
@@ -83,13 +93,10 @@ class QualityView(QWidget):
             "per-seed PSNR/SSIM (the same as `volsynth quality`)"
         )
         self.compute_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setToolTip("Stop the quality report at the next step")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.progress_bar = QProgressBar()
-        self.progress_bar.setRange(0, 100)
-        self.progress_label = QLabel("")
-        self.progress_label.setWordWrap(True)
+        # The running report's progress, its line and Cancel (Esc in the Compare window).
+        self.strip = JobStrip(self, cancel_tip="Stop the quality report at the next step (Esc)")
+        self.progress_bar, self.progress_label = self.strip.progress_bar, self.strip.progress_label
+        self.cancel_button = self.strip.cancel_button
         top = QHBoxLayout()
         top.addWidget(QLabel("Seeds"))
         top.addWidget(self.seeds_spin)
@@ -168,62 +175,44 @@ class QualityView(QWidget):
             settings = {**settings, f"fp32, {steps} steps": Candidate(OptimizationConfig(), steps)}
         seeds = self.seeds_spin.value()
         self._volumes = seeds * (2 + len(settings))
-        self._job = self.app.runner.start(
+        names = ", ".join(settings)
+        self._job = self.app.runner.run(
             "quality",
             Worker.generator(lambda: _quality_job(self.app.backends, device, request, settings, seeds)),
-            progressed=self._on_job_progressed,
-            finished=self._on_job_finished,
-            failed=self._on_job_failed,
-            cancelled=self._on_job_cancelled,
+            what="Quality report",
+            done=self._on_job_finished,
+            strip=self.strip,
+            text=f"{self._volumes} volumes: fp32 on two seed sets of {seeds}, then {names}",
+            cancelling_text="Cancelling at the next step...",
+            describe=_progress_line,
             ended=self._on_job_ended,
+            holds_engine=True,  # one engine job at a time: Generate and Compare wait for it
         )
         self._started = time.monotonic()
-        self.app.state.set_job_running(True)  # one engine job at a time: Generate and Compare wait for it
         self._set_running(True)
-        self.progress_bar.setValue(0)
-        names = ", ".join(settings)
-        self.progress_label.setText(
-            f"{self._volumes} volumes: fp32 on two seed sets of {seeds}, then {names}"
-        )
         return True
 
     def cancel(self) -> None:
         if self._job is not None:
             self._job.cancel()
-            self.progress_label.setText("Cancelling at the next step...")
 
     def _set_running(self, running: bool) -> None:
         self.compute_button.setEnabled(not running)
         self.cancel_button.setEnabled(running)
         self.seeds_spin.setEnabled(not running)
 
-    def _on_job_progressed(self, progress) -> None:
-        if progress.stage == "denoise":
-            self.progress_bar.setValue(int(round(100 * progress.fraction)))
-        self.progress_label.setText(progress.message or progress.stage)
-
     def _on_job_finished(self, run) -> None:
         self.run = run
-        self.progress_bar.setValue(100)
         self.progress_label.setText(
             f"Done in {time.monotonic() - self._started:.0f} s ({self._volumes} volumes)"
         )
         self.show_run(run)
-        self.report_ended.emit("finished")
 
-    def _on_job_failed(self, message: str) -> None:
-        self.progress_label.setText("Failed")
-        self.app.show_error("Quality report failed", message)
-        self.report_ended.emit("failed")
-
-    def _on_job_cancelled(self) -> None:
-        self.progress_label.setText("Cancelled")
-        self.report_ended.emit("cancelled")
-
-    def _on_job_ended(self) -> None:
+    def _on_job_ended(self, outcome: str) -> None:
+        """After the report's thread ended: the runner has shown a failure and freed the engine."""
         self._job = None
-        self.app.state.set_job_running(False)
         self._set_running(False)
+        self.report_ended.emit(outcome)
 
     # -- showing -------------------------------------------------------------------------------------
 
@@ -331,11 +320,15 @@ class QualityView(QWidget):
                 dist = " \u00b7 identical to fp32"
             else:
                 dist = f" \u00b7 PSNR median {psnr:.1f} dB"
+            mark = "PASS" if report["within_noise"] else "FAIL"
             lines.append(
                 f"<b>{number}{html.escape(report['label'])}</b>: "
-                f"<span style='color:{colour}'>{html.escape(report['verdict'])}</span>{dist}"
+                f"<span style='color:{colour}'><b>{mark}</b> {html.escape(report['verdict'])}</span>{dist}"
                 + _time_html(speed.get(report["label"]), report is data.get("noise_check"), speed)
             )
+            measures = _measures_html(report)
+            if measures:
+                lines.append(f"&nbsp;&nbsp;&nbsp;&nbsp;<span style='color:#bbb'>{measures}</span>")
         seeds, noise = data["seeds"], data["noise_seeds"]
         source = (
             f"tissue volumes from {data['tissue_source']}" if data["tissue_source"] else data["tissue_note"]
@@ -345,6 +338,41 @@ class QualityView(QWidget):
             f"{seeds[0]}-{seeds[-1]} and {noise[0]}-{noise[-1]}); {html.escape(source)}</span>"
         )
         return "<br>".join(lines)
+
+
+def _measures_html(report: dict) -> str:
+    """The field's measures behind a verdict, one phrase each: value [95 % interval] against the fp32 floor, the
+    volumes behind it; those that flagged the setting in bold and the fail colour; then the setting's share of
+    volumes passing the anatomy check."""
+    from engine.quality.field import MEASURES, NAMES, fmt
+
+    parts = []
+    for name in MEASURES:
+        measure = report.get("measures", {}).get(name)
+        if measure is None:
+            continue
+        low, high = measure["interval"]
+        what = "pairs" if name == "diversity" else "volumes"
+        text = html.escape(
+            f"{NAMES[name]} {fmt(name, measure['value'])} [{fmt(name, low)}, {fmt(name, high)}] vs floor "
+            f"{fmt(name, measure['floor'])}, n={measure['n']} {what}"
+        )
+        parts.append(f"<b style='color:{SHIFT_COLOUR}'>{text} (decided)</b>" if measure["flagged"] else text)
+    for name in report.get("decided_by", []):
+        if name.startswith("permutation:"):
+            stat = report["statistics"][name.split(":", 1)[1]]
+            parts.append(
+                f"<b style='color:{SHIFT_COLOUR}'>permutation rule: {html.escape(name.split(':', 1)[1])} "
+                f"{stat['value']:.3g} over threshold {stat['seed_to_seed_threshold']:.3g} (decided)</b>"
+            )
+    share = (report.get("reliability") or {}).get("candidate")
+    if share:
+        low, high = share["interval"]
+        parts.append(
+            f"reliable {share['passed']}/{share['count']} ({100 * share['share']:.0f} %, 95 % interval "
+            f"{100 * low:.0f}-{100 * high:.0f} %)"
+        )
+    return " \u00b7 ".join(parts)
 
 
 def _time_html(pace: dict | None, is_fp32: bool, speed: dict) -> str:

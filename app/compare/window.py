@@ -1,7 +1,7 @@
 """Compare Settings: the Generate panel's request run with two optimization settings, side by side.
 
 The window runs ``engine.compare.compare_settings`` in a worker thread (the same ``Worker.generation`` a
-generation uses, through an adapter that looks like a backend), then shows:
+generation uses, through an adapter that looks like a backend: app/core/compare_runs.py), then shows:
 
 - A as soon as its run is done, then B and B - A, in linked slice views (one crosshair, one window for A
   and B; the difference has its own window centred on zero, drawn in a diverging colour table with a
@@ -27,22 +27,27 @@ import html
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QKeySequence, QLinearGradient, QPainter, QShortcut, qRgb
+from PySide6.QtGui import (
+    QColor,
+    QKeySequence,
+    QLinearGradient,
+    QPainter,
+    QShortcut,
+    QStandardItemModel,
+    qRgb,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
-    QFileDialog,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QProgressBar,
     QPushButton,
     QSizePolicy,
     QSpinBox,
@@ -61,13 +66,22 @@ from app.compare.numbers import (  # noqa: F401 - speed_text, verdict_text, WARN
 )
 from app.compare.outputs import CSV_DIR_KEY, ComparisonOutputs  # noqa: F401 - CSV_DIR_KEY: importable here too
 from app.compare.quality import QualityView
+from app.core.compare_runs import (
+    SideReady,
+    availability,
+    comparing_backend,
+    difference_window,
+    repeat_job,
+)
 from app.core.measured_settings import FASTEST_HERE, MeasuredSettings
 from app.core.optimization_presets import BLOCK_SOURCE as OPTIMIZATION_BLOCK
 from app.core.optimization_presets import PRESET_TIPS, PRESETS, preset_values
 from app.core.session import AppState
 from app.core.volumes import VolumeEntry
+from app.services import AppServices
+from app.services.job_view import JobStrip
 from app.services.shortcuts import SHORTCUTS
-from app.services.workers import Worker
+from app.services.workers import Job, Worker
 from app.viewer.slice_view import SliceView
 from app.widgets.eliding_combo_box import ElidingComboBox
 from engine.api.optimization_config import NAMED_SETTINGS
@@ -79,9 +93,10 @@ A_KEY, B_KEY = "compare/a", "compare/b"  # QSettings: the last choices
 PLANES = ("axial", "coronal", "sagittal")
 SIDES = ("a", "b", "diff")
 # The window's keys come from the one shortcut table (app/services/shortcuts.py), which Help lists.
-RUN_KEY, CANCEL_KEY = SHORTCUTS["compare.run"].keys, SHORTCUTS["compare.cancel"].keys
+# They are portable key strings ("Ctrl+Return", "Esc"), never a platform StandardKey.
+RUN_KEY, CANCEL_KEY = str(SHORTCUTS["compare.run"].keys), str(SHORTCUTS["compare.cancel"].keys)
 COMPARE_KEYS: tuple[tuple[str, str], ...] = tuple(
-    (SHORTCUTS[name].keys, SHORTCUTS[name].what)
+    (str(SHORTCUTS[name].keys), SHORTCUTS[name].what)
     for name in ("compare.run", "compare.cancel", "compare.planes")
 )
 METHOD_NOTE = (
@@ -90,79 +105,6 @@ METHOD_NOTE = (
     "kernel-profiled steps."
 )
 DEFAULT_REPEATS = 2  # with the first run: the 3 runs a side the noise rule needs to decide
-
-
-@dataclass(frozen=True)
-class SideReady:
-    """Reported through the worker's ``progressed`` signal when A's run has finished, before B's starts."""
-
-    side: str  # "a"
-    measured: Any  # engine.compare.SideMeasurement
-
-
-class _TappedBackend:
-    """Passes runs through to ``backend`` and keeps each finished run's result, in order."""
-
-    def __init__(self, backend) -> None:
-        self.backend = backend
-        self.results: list[Any] = []
-
-    def __getattr__(self, name: str) -> Any:  # info() and anything else a backend has
-        return getattr(self.backend, name)
-
-    def sample(self, request):
-        result = yield from self.backend.sample(request)
-        self.results.append(result)
-        return result
-
-
-class ComparingBackend:
-    """Looks like a backend to ``Worker.generation``: ``sample(request)`` runs the whole comparison.
-
-    Besides the comparison's ``Progress`` it yields one ``SideReady`` as soon as A's run is done, so the
-    window shows A while B runs.
-    """
-
-    def __init__(self, backend, a, b, labels: tuple[str, str], profile_steps: int) -> None:
-        self.backend, self.a, self.b, self.labels, self.profile_steps = backend, a, b, labels, profile_steps
-
-    def sample(self, request):
-        from engine.api import relay
-        from engine.compare import compare_settings, measure
-
-        tapped = _TappedBackend(self.backend)
-        job = compare_settings(
-            tapped, request, self.a, self.b, self.labels, kernel_profile_steps=self.profile_steps
-        )
-        announced = False
-
-        def each(progress):
-            nonlocal announced
-            if not announced and tapped.results:  # A finished; B has just begun
-                announced = True
-                yield SideReady("a", measure(self.labels[0], tapped.results[0]))
-            yield progress
-
-        return (yield from relay(job, each))
-
-
-def _comparing_backend(pool, device: str, a, b, labels, profile_steps) -> ComparingBackend:
-    return ComparingBackend(pool.get(device), a, b, labels, profile_steps)
-
-
-def _repeat_job(pool, device: str, comparison, times: int):
-    """Called in the worker thread: the device's backend (a local one imports torch), then the repeats."""
-    from engine.compare import repeat_comparison
-
-    return repeat_comparison(pool.get(device), comparison, times)
-
-
-def difference_window(diff: np.ndarray) -> tuple[float, float]:
-    """(window, level) for a B - A volume: centred on zero, wide enough for 99.9 % of the voxels."""
-    spread = float(np.percentile(np.abs(diff), 99.9)) if diff.size else 0.0
-    if not spread > 0:
-        spread = float(np.abs(diff).max()) if diff.size else 0.0
-    return max(2.0 * spread, 1e-6), 0.0
 
 
 def _diverging_table() -> list[int]:
@@ -253,81 +195,51 @@ class ColourBar(QWidget):
         self.update()
 
 
-def availability(device: str, choices: dict[str, dict[str, Any]], spec=None) -> dict[str, str]:
-    """For each named choice that cannot (fully) apply on ``device``: why not, in one line.
+class CompareWindow(QWidget):
+    """A top-level window owned by the main window; ``start()`` runs, ``cancel()`` stops at the next step.
 
-    Runs in a worker thread (``engine.optimization.apply`` imports torch). A device this machine cannot check (an
-    engine server's) gives an empty answer: the server decides."""
-    from engine.api.optimization_config import OptimizationConfig
-    from engine.errors import EngineError
-    from engine.optimization.apply import expected_report
-
-    if device.startswith("remote:"):
-        return {}
-    reasons: dict[str, str] = {}
-    for name, values in choices.items():
-        try:
-            report = expected_report(OptimizationConfig.from_dict(values), device, spec)
-        except EngineError as exc:
-            reasons[name] = str(exc).splitlines()[0]
-            continue
-        missing = [
-            entry.get("reason") or f"{setting} does not apply"
-            for setting, entry in report.items()
-            if entry.get("requested") not in (False, None, "default") and not entry.get("applied")
-        ]
-        if missing:
-            reasons[name] = "; ".join(missing)
-    return reasons
-
-
-@dataclass(frozen=True)
-class CompareServices:
-    """What the Compare window needs from the rest of the app; ``install_compare`` hands it over."""
-
-    state: Any  # the main session (AppState): the Generate panel's form, where results are added
-    runner: Any  # the JobRunner the runs and the availability check go through
-    backends: Any  # the BackendPool: the device's backend
-    settings: Any  # QSettings: the chosen settings and the CSV folder are remembered
-    show_status: Callable[..., None]  # (text, timeout_ms=0) in the main window's status bar
-    show_error: Callable[[str, str], None]  # (title, message)
-    device_text: Callable[[str], str]  # how the Generate panel names a device
-    measured: MeasuredSettings  # what `volsynth tune` measured here: the ratios and "Fastest here"
-
-
-class CompareWindow(ComparisonOutputs, QWidget):
-    """A top-level window owned by the main window; ``start()`` runs, ``cancel()`` stops at the next step."""
+    ``device_text`` names a device as the Generate panel does; ``measured`` is what `volsynth tune` measured
+    here (the ratios and "Fastest here").
+    """
 
     comparison_ended = Signal(str)  # "finished", "cancelled" or "failed"
     side_shown = Signal(str)  # "a": A's run is done and shown while B runs
     csv_written = Signal(str)  # the path of an exported table
     availability_checked = Signal()  # the choices that cannot apply on the chosen device are greyed
 
-    def __init__(self, app: CompareServices, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        services: AppServices,
+        device_text: Callable[[str], str],
+        measured: MeasuredSettings,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent, Qt.WindowType.Window)
-        self.app = app
+        self.services, self.device_text, self.measured = services, device_text, measured
         self.setWindowTitle("Compare Settings \u2014 VolSynth Studio")
         self.setObjectName("compareWindow")
         self.comparison = None
-        self.csv_dialog: QFileDialog | None = None
         self.unavailable: dict[str, str] = {}  # choice -> why it cannot apply on the chosen device
         self._device_key: str | None = None  # the device the reasons were checked for
         self._availability_key: tuple | None = None
-        self._job = None
+        self._job: Job | None = None
         self._device = ""
         self.states = {side: AppState() for side in SIDES}
         for state in self.states.values():
-            state.convention = app.state.convention
+            state.convention = services.state.convention
 
         layout = QVBoxLayout(self)
         layout.addWidget(self._build_controls())
+        self.outputs = ComparisonOutputs(services, self, self.progress_label.setText)
+        self.outputs.csv_written.connect(self.csv_written)
+        self.outputs.saved.connect(self._on_outputs_saved)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self._build_views())
         # The numbers of one run of each, and the quality view over many seeds (app/compare/quality.py).
         self.tabs = QTabWidget()
         self.tabs.setObjectName("compareTabs")
         self.tabs.addTab(self._build_numbers(), "Speed and Volume")
-        self.quality = QualityView(app, self.quality_request)
+        self.quality = QualityView(services, self.quality_request)
         self.tabs.addTab(self.quality, "Quality over Seeds")
         self.tabs.setTabToolTip(
             1,
@@ -340,19 +252,19 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self._link_views()
         self._update_source()
         self._set_running(False)
-        QShortcut(QKeySequence(RUN_KEY), self, activated=self.start)
         # The keypad's Enter is a different key from Return; the hint says "Enter", so both run.
-        QShortcut(QKeySequence(RUN_KEY.replace("Return", "Enter")), self, activated=self.start)
-        QShortcut(QKeySequence(CANCEL_KEY), self, activated=self.cancel)
+        for keys in (RUN_KEY, RUN_KEY.replace("Return", "Enter")):
+            QShortcut(QKeySequence(keys), self).activated.connect(self.start)
+        QShortcut(QKeySequence(CANCEL_KEY), self).activated.connect(self.cancel)
         for index in range(len(PLANES)):
-            QShortcut(
-                QKeySequence(str(index + 1)), self, activated=partial(self.plane_box.setCurrentIndex, index)
+            QShortcut(QKeySequence(str(index + 1)), self).activated.connect(
+                partial(self.plane_box.setCurrentIndex, index)
             )
-        app.state.model_selected.connect(self._on_main_changed)
-        app.state.job_changed.connect(self._on_main_changed)
-        app.state.form.changed.connect(self._update_source)
-        app.state.form.changed.connect(self._on_form_changed)
-        app.measured.changed.connect(self._on_measured_changed)
+        services.state.model_selected.connect(self._on_main_changed)
+        services.state.job_changed.connect(self._on_main_changed)
+        services.state.form.changed.connect(self._update_source)
+        services.state.form.changed.connect(self._on_form_changed)
+        measured.changed.connect(self._on_measured_changed)
         self._label_choices()
 
     # -- building ------------------------------------------------------------------------------------
@@ -368,11 +280,11 @@ class CompareWindow(ComparisonOutputs, QWidget):
                 combo.addItem(name, name)
             combo.insertSeparator(combo.count())
             combo.addItem(SINGLE_SETTINGS_HEADING)  # a heading: no data, never chosen
-            combo.model().item(combo.count() - 1).setEnabled(False)
+            cast(QStandardItemModel, combo.model()).item(combo.count() - 1).setEnabled(False)
             for name in NAMED_SETTINGS:  # the names `volsynth bench` uses
                 if name != "fp32":
                     combo.addItem(name, name)
-            saved = self.app.settings.value(key, default, type=str)
+            saved = self.services.settings.value(key, default, type=str)
             combo.setCurrentIndex(max(0, combo.findData(saved if combo.findData(saved) >= 0 else default)))
             combo.setToolTip(
                 f"{FASTEST_HERE} and the presets: as in the Generate panel's Optimization section, each with "
@@ -399,12 +311,11 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.run_button = QPushButton("Run Comparison")
         self.run_button.setToolTip("Run A, then B, on the same seed (Ctrl+Return)")
         self.run_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setToolTip("Stop at the next step (Esc)")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.progress_bar = QProgressBar()
-        self.progress_bar.setRange(0, 100)
-        self.progress_label = QLabel("")
+        # The running comparison's progress, its line and Cancel.
+        self.strip = JobStrip(self, cancel_tip="Stop at the next step (Esc)")
+        self.progress_bar, self.progress_label = self.strip.progress_bar, self.strip.progress_label
+        self.progress_label.setWordWrap(False)
+        self.cancel_button = self.strip.cancel_button
         grid.addWidget(QLabel("A"), 0, 0)
         grid.addWidget(self.a_box, 0, 1)
         grid.addWidget(QLabel("B"), 0, 2)
@@ -541,10 +452,10 @@ class CompareWindow(ComparisonOutputs, QWidget):
     def choice_values(self) -> dict[str, dict[str, Any]]:
         """Every choice in the boxes as OptimizationConfig fields (the panel's as the form has it now)."""
         values = {name: preset_values(name) for name in PRESETS}
-        fastest = self.app.measured.fastest_values()
+        fastest = self.measured.fastest_values()
         if fastest is not None:
             values[FASTEST_HERE] = {**preset_values("Exact fp32"), **fastest}
-        values[PANEL_SETTINGS] = dict(self.app.state.form.optimization or {})
+        values[PANEL_SETTINGS] = dict(self.services.state.form.optimization or {})
         values.update({name: dict(NAMED_SETTINGS[name]) for name in NAMED_SETTINGS if name != "fp32"})
         return values
 
@@ -557,7 +468,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         if choice == PANEL_SETTINGS:
             return OptimizationConfig.from_dict(form.optimization or {})
         if choice == FASTEST_HERE:
-            fastest = self.app.measured.fastest_values()
+            fastest = self.measured.fastest_values()
             if fastest is None:
                 raise InvalidRequest(f"{FASTEST_HERE}: {NOT_MEASURED_YET}")
             return OptimizationConfig.from_dict({**preset_values("Exact fp32"), **fastest})
@@ -571,10 +482,10 @@ class CompareWindow(ComparisonOutputs, QWidget):
 
         if self._job is not None:
             return False
-        if self.app.state.job_running:
+        if self.services.state.job_running:
             self._fail_early("A generation is running. Wait for it to finish or cancel it, then compare.")
             return False
-        form = self.app.state.form
+        form = self.services.state.form
         if form.model is None:
             self._fail_early("Choose a model in the Generate panel first.")
             return False
@@ -596,8 +507,8 @@ class CompareWindow(ComparisonOutputs, QWidget):
         if labels[0] == labels[1]:
             labels = (f"A {labels[0]}", f"B {labels[1]}")
         provider = partial(
-            _comparing_backend,
-            self.app.backends,
+            comparing_backend,
+            self.services.backends,
             form.device,
             config_a,
             config_b,
@@ -605,14 +516,17 @@ class CompareWindow(ComparisonOutputs, QWidget):
             self.profile_spin.value(),
         )
         self._device = form.device  # where Repeat runs again
-        self._job = self.app.runner.start(
+        self._job = self.services.runner.run(
             "compare",
             Worker.generation(request, provider),
+            what="Comparison",
+            done=self._on_job_finished,
+            strip=self.strip,
+            text=f"Starting: A = {labels[0]}, B = {labels[1]}",
+            cancelling_text="Cancelling at the next step...",
             progressed=self._on_job_progressed,
-            finished=self._on_job_finished,
-            failed=self._on_job_failed,
-            cancelled=self._on_job_cancelled,
             ended=self._on_job_ended,
+            holds_engine=True,  # one engine job at a time: Generate waits for this
         )
         self._started = time.monotonic()
         self.comparison = None
@@ -624,53 +538,49 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.titles["diff"].setText("B \u2212 A")
         self.summary_label.setText("Running A, then B...")
         self.numbers.clear_tables()
-        self.app.state.set_job_running(True)  # one engine job at a time: Generate waits for this
         self._set_running(True)
         self._set_empty_texts("A is running...", "B runs once A is done")
-        self.progress_bar.setValue(0)
-        self.progress_label.setText(f"Starting: A = {labels[0]}, B = {labels[1]}")
         return True
 
     def repeat(self) -> bool:
         """Run the shown comparison's A and B ``repeat_spin`` more times; False (and says why) if it cannot."""
         if self._job is not None or self.comparison is None:
             return False
-        if self.app.state.job_running:
+        if self.services.state.job_running:
             self._fail_early("A generation is running. Wait for it to finish or cancel it, then repeat.")
             return False
         times = self.repeat_spin.value()
-        self._job = self.app.runner.start(
+        self._job = self.services.runner.run(
             "compare-repeat",
-            Worker.generator(partial(_repeat_job, self.app.backends, self._device, self.comparison, times)),
-            progressed=self._on_job_progressed,
-            finished=self._on_repeat_finished,
-            failed=self._on_job_failed,
-            cancelled=self._on_job_cancelled,
+            Worker.generator(
+                partial(repeat_job, self.services.backends, self._device, self.comparison, times)
+            ),
+            what="Comparison",
+            done=self._on_repeat_finished,
+            strip=self.strip,
+            text=f"Repeating A and B {times} more time(s), interleaved",
+            cancelling_text="Cancelling at the next step...",
             ended=self._on_job_ended,
+            holds_engine=True,
         )
         self._started = time.monotonic()
-        self.app.state.set_job_running(True)
         self._set_running(True)
-        self.progress_bar.setValue(0)
-        self.progress_label.setText(f"Repeating A and B {times} more time(s), interleaved")
         return True
 
     def _on_repeat_finished(self, comparison) -> None:
         self.comparison = comparison
-        self.progress_bar.setValue(100)
         runs = 1 + len(comparison.repeats)
         self.progress_label.setText(
             f"Done in {time.monotonic() - self._started:.1f} s: {runs} runs of each, the numbers count them all"
         )
         self.numbers.show_comparison(comparison)
-        self.comparison_ended.emit("finished")
 
     def quality_request(self):
         """What the quality view judges: the Generate panel's request (batch 1, no previews), A's and B's
         settings by label (fp32 on both sides: fp32 judged against itself on other seeds), and the device."""
         from engine.errors import InvalidRequest
 
-        form = self.app.state.form
+        form = self.services.state.form
         if form.model is None:
             raise InvalidRequest("Choose a model in the Generate panel first.")
         uses_panel = PANEL_SETTINGS in (self.choice(self.a_box), self.choice(self.b_box))
@@ -678,7 +588,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
         if blocked:
             raise InvalidRequest(f"Cannot run this request: {blocked}")
         request = form.to_request(batch_size=1, preview_interval=0)
-        settings = {}
+        settings: dict[str, Any] = {}
         for side, combo in (("A", self.a_box), ("B", self.b_box)):
             config = self.settings_for(combo, form)
             if config.summary() != "fp32" or side == "B":
@@ -686,13 +596,14 @@ class CompareWindow(ComparisonOutputs, QWidget):
         return request, settings, form.device
 
     def cancel(self) -> None:
+        """Esc, Cancel or closing the window: the running comparison, or quality report, stops at its next step."""
         if self._job is not None:
             self._job.cancel()
-            self.progress_label.setText("Cancelling at the next step...")
+        self.quality.cancel()
 
     def _fail_early(self, message: str) -> None:
         self.progress_label.setText(message)
-        self.app.show_error("Cannot compare", message)
+        self.services.show_error("Cannot compare", message)
 
     def _set_empty_texts(self, a: str, b: str) -> None:
         """What the A and B views say while they have no volume (a run in progress, or none yet)."""
@@ -705,44 +616,53 @@ class CompareWindow(ComparisonOutputs, QWidget):
         if not running:
             idle = f"Run the comparison ({RUN_KEY.replace('Return', 'Enter')})"
             self._set_empty_texts(idle, idle)
-        self.run_button.setEnabled(not running and not self.app.state.job_running)
+        self.run_button.setEnabled(not running and not self.services.state.job_running)
         self.cancel_button.setEnabled(running)
         for widget in (self.a_box, self.b_box, self.profile_spin):
             widget.setEnabled(not running)
         has_result = self.comparison is not None and not running
-        self.repeat_button.setEnabled(has_result and not self.app.state.job_running)
+        self.repeat_button.setEnabled(has_result and not self.services.state.job_running)
         self.repeat_spin.setEnabled(has_result)
         self.add_button.setEnabled(has_result)
         self.save_button.setEnabled(has_result)
         self.export_button.setEnabled(has_result)
 
     def _on_job_progressed(self, progress) -> None:
-        if isinstance(progress, SideReady):
+        if isinstance(progress, SideReady):  # A is done: shown while B runs (the strip shows the steps)
             self.show_side(progress.side, progress.measured)
-            return
-        self.progress_bar.setValue(int(round(100 * progress.fraction)))
-        self.progress_label.setText(progress.message)
 
     def _on_job_finished(self, comparison) -> None:
         self.comparison = comparison
-        self.progress_bar.setValue(100)
         self.progress_label.setText(f"Done in {time.monotonic() - self._started:.1f} s")
         self.show_comparison(comparison)
-        self.comparison_ended.emit("finished")
 
-    def _on_job_failed(self, message: str) -> None:
-        self.progress_label.setText("Failed")
-        self.app.show_error("Comparison failed", message)
-        self.comparison_ended.emit("failed")
-
-    def _on_job_cancelled(self) -> None:
-        self.progress_label.setText("Cancelled")
-        self.comparison_ended.emit("cancelled")
-
-    def _on_job_ended(self) -> None:
+    def _on_job_ended(self, outcome: str) -> None:
+        """After the run's thread ended: the runner has shown a failure and freed the engine."""
         self._job = None
-        self.app.state.set_job_running(False)
         self._set_running(False)
+        self.comparison_ended.emit(outcome)
+
+    # -- outputs (app/compare/outputs.py) ----------------------------------------------------------------
+
+    def add_to_session(self) -> None:
+        if self.comparison is not None:
+            self.outputs.add_to_session(self.comparison)
+
+    def _on_export_clicked(self) -> None:
+        self.outputs.ask_csv_path(self.table_rows)
+
+    def _on_save_clicked(self) -> None:
+        if self.comparison is not None:
+            self.outputs.ask_folder(self.comparison)
+
+    def save_to(self, folder) -> None:
+        """Write the comparison's files to ``folder`` in the background."""
+        if self.comparison is not None:
+            self.save_button.setEnabled(False)
+            self.outputs.save_to(self.comparison, folder)
+
+    def _on_outputs_saved(self) -> None:
+        self.save_button.setEnabled(self.comparison is not None)
 
     # -- showing -------------------------------------------------------------------------------------
 
@@ -821,11 +741,11 @@ class CompareWindow(ComparisonOutputs, QWidget):
         self.readout_label.setText(f"{name}: {text}" if text else "")
 
     def _on_choice_box_changed(self, combo: QComboBox, key: str, _index: int) -> None:
-        self.app.settings.setValue(key, self.choice(combo))
+        self.services.settings.setValue(key, self.choice(combo))
 
     def refresh_availability(self) -> None:
         """Grey the choices that cannot apply on the chosen device (checked in a worker: it imports torch)."""
-        form = self.app.state.form
+        form = self.services.state.form
         choices = self.choice_values()
         key = (
             form.device,
@@ -837,7 +757,7 @@ class CompareWindow(ComparisonOutputs, QWidget):
             return
         self._availability_key = key
         spec = getattr(form.model, "spec", None)
-        self.app.runner.run_task(
+        self.services.runner.run_task(
             "compare-availability",
             availability,
             form.device,
@@ -856,10 +776,10 @@ class CompareWindow(ComparisonOutputs, QWidget):
 
     def _label_choices(self) -> None:
         """Each choice's text: its name with what was measured here, or why it cannot apply (greyed)."""
-        measured = self.app.measured
-        device = self.app.device_text(self._device_key or self.app.state.form.device)
+        measured = self.measured
+        device = self.device_text(self._device_key or self.services.state.form.device)
         for combo in (self.a_box, self.b_box):
-            model = combo.model()
+            model = cast(QStandardItemModel, combo.model())
             for index in range(combo.count()):
                 name = combo.itemData(index)
                 if not name:
@@ -904,12 +824,12 @@ class CompareWindow(ComparisonOutputs, QWidget):
 
     def _update_source(self, *_args) -> None:
         """Describe the request the run will use: the Generate panel's form."""
-        form = self.app.state.form
+        form = self.services.state.form
         if form.model is None:
             self.source_label.setText("No model selected in the Generate panel.")
             return
         guidance = f"{form.guidance_scale:g}" if form.model.spec.supports_guidance else "1 (none)"
-        device = self.app.device_text(form.device)
+        device = self.device_text(form.device)
         self.source_label.setText(
             f"Request from the Generate panel: <b>{html.escape(form.model.spec.name)}</b> \u00b7 seed {form.seed} "
             f"\u00b7 {form.steps} steps \u00b7 guidance {guidance} \u00b7 device {html.escape(device)} "

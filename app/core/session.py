@@ -259,6 +259,12 @@ class AppState:
             if self.shown is entry:
                 self.show(self.volumes[-1] if self.volumes else None)
 
+    def shown_volume(self) -> VolumeEntry:
+        """The shown volume, for code that only runs while one is shown (a drag on the image, a readout)."""
+        if self.shown is None:
+            raise RuntimeError("no volume is shown")
+        return self.shown
+
     def show(self, entry: VolumeEntry | None) -> None:
         """Show a volume (or a transient preview). Keeps the crosshair if it still lies inside."""
         previous = self.shown

@@ -1,6 +1,6 @@
 """Tissue maps made on request for any brain volume of the session: which contrast it is segmented as, where
-a volume's maps came from (for the overlay to say), and the segmentation itself for a session volume and for
-a vault item. Qt-free: the tissue toolbar's computer runs these in the app's one worker, the tests call them.
+a volume's maps came from (for the overlay to say), and the segmentation itself for a session volume (a vault
+item's runs it in ``app.core.vault_items.segment_vault_item``). Qt-free: the tissue toolbar's computer runs these in the app's one worker, the tests call them.
 
 Why an unknown contrast is segmented as T1w rather than asked for first: T1w is the contrast of nearly every
 structural brain MRI (and of the generative models this app runs), so it is what a radiologist expects to be
@@ -119,50 +119,3 @@ def segment_and_check(data: np.ndarray, affine: np.ndarray, space: str | None, c
     report(1.0, "Checking the anatomy")
     check = check_maps(dict(maps), affine, space=space, maps_from=str(made.get("method", "segmentation")))
     return maps, made, check.to_dict()
-
-
-def segment_vault_item(vault, item_id: str, contrast_choice: str, replace: bool, report: Report):
-    """Segment a vault item and keep its maps with it, encrypted (``Vault.add_tissue_maps``; ``replace``: the
-    segmented maps it has).
-
-    The item is decrypted in memory only; it is segmented in RAS+ orientation (as the viewer shows it), and
-    the maps are put back on the stored grid. Returns ``(ItemInfo, maps on the session grid, record)``."""
-    from app.core.vault_items import to_session_volume
-
-    report(None, "Decrypting")
-    opened = vault.open_item(item_id)
-    info = opened.info
-    contrast, _note = contrast_for(opened.provenance, [info.original_name, info.label], contrast_choice)
-    data, affine = to_session_volume(opened.data, opened.affine)
-
-    def segmenting(fraction: float | None, text: str) -> None:  # the last tenth is storing the maps
-        report(None if fraction is None else fraction * 0.9, text)
-
-    maps, made = segment_session_volume(data, affine, contrast, segmenting)
-    return keep_maps_in_vault(vault, item_id, opened.affine, maps, made, replace, report)
-
-
-def keep_maps_in_vault(vault, item_id: str, stored_affine, maps, made: dict, replace: bool, report: Report):
-    """Keep maps made on the session grid (RAS+, as the viewer holds the item) with the vault item, encrypted,
-    put back on its stored grid (``stored_affine``: the same axis flips and swaps, reversed). Returns
-    ``(ItemInfo, maps on the session grid, record)``."""
-    import nibabel as nib
-
-    ornt = nib.orientations.io_orientation(np.asarray(stored_affine, dtype=np.float64))
-    back = nib.orientations.ornt_transform(nib.orientations.axcodes2ornt("RAS"), ornt)
-    stored = {
-        name: np.ascontiguousarray(nib.orientations.apply_orientation(m, back)) for name, m in maps.items()
-    }
-
-    def progress(done: int, total: int) -> None:
-        report(0.9 + 0.1 * done / max(total, 1), "Encrypting the maps into the vault")
-
-    info = vault.add_tissue_maps(item_id, stored, made, replace=replace, progress=progress)
-    return info, maps, made
-
-
-def keep_session_maps(vault, item_id: str, maps, made: dict, replace: bool, report: Report):
-    """Keep the maps computed in this session for a vault item open in it (not segmented again)."""
-    report(0.9, "Encrypting the maps into the vault")
-    stored_affine = vault.get(item_id).affine
-    return keep_maps_in_vault(vault, item_id, stored_affine, maps, made, replace, report)

@@ -1,8 +1,11 @@
-"""Qt-free model of the vault browser: rows of items, labels, date checks, import jobs (the vault UI views it).
+"""Qt-free model of the vault browser: rows of items, labels, date checks, import jobs (the vault UI views it),
+and every function the vault's background tasks run.
 
-Nothing here imports Qt. The work functions (``import_batch``, ``open_for_session``, ...) run in a worker
-thread; each takes a ``report(fraction, text)`` callable that raises ``Cancelled`` when the user cancelled,
-so cancelling interrupts the engine's streaming at its next chunk and the engine cleans up.
+Nothing here imports Qt. The work functions (``create_vault``, ``import_batch``, ``open_for_session``, ...) are
+the one home of what ``app.vault`` runs in a worker thread (``Worker.reporting_call``); each takes the vault (or
+what opens one) and ends with ``report(fraction, text)``, a callable that raises ``Cancelled`` when the user
+cancelled, so cancelling interrupts the engine's streaming at its next chunk and the engine cleans up.
+``engine.vault`` is imported inside them, on first use, not at the app's start-up.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from app.core.tissue import ordered_names
+from app.core.tissue_source import contrast_for, segment_session_volume
 from engine.errors import Cancelled, DuplicateItem, EngineError, InvalidRequest, VaultLocked
 from engine.formatting import format_bytes
 from engine.nifti.io import is_nifti
@@ -365,6 +369,122 @@ def verify_all(vault, report: Report):
 
     report(0.0, "Checking every item")
     return vault.verify(progress=progress), items
+
+
+def list_items(vault, query: str, kind: str | None, report: Report) -> list:
+    """The items matching the browser's search (``Vault.search``)."""
+    return vault.search(query, kind=kind)
+
+
+def delete_item(vault, item_id: str, report: Report) -> str:
+    vault.delete(item_id)
+    return item_id
+
+
+# -- the vault itself: create, unlock, lock, passphrase, repair (run in a background thread) ---------------
+
+
+def create_vault(path: Path, passphrase: str, kdf, idle_timeout_s: float | None, clock, report: Report):
+    """A new vault in ``path``, unlocked (Argon2id runs here, not in the GUI thread)."""
+    from engine.vault import Vault
+
+    report(None, "Creating the vault")
+    return Vault.create(path, passphrase, kdf=kdf, idle_timeout_s=idle_timeout_s, clock=clock)
+
+
+def unlock_vault(vault, passphrase: str, report: Report):
+    report(None, "Unlocking")
+    vault.unlock(passphrase)
+    return vault
+
+
+def lock_vault(vault, report: Report) -> None:
+    """Lock after the running tasks' current chunk (the vault serialises its operations)."""
+    vault.lock()
+
+
+def change_passphrase(vault, old: str, new: str, kdf, report: Report) -> None:
+    """Re-wrap the vault's key under a new passphrase (fast); returns None, where ``rekey_vault`` reports."""
+    report(None, "Changing the passphrase")
+    vault.change_passphrase(old, new, kdf=kdf)
+
+
+def rekey_vault(vault, old: str, new: str, kdf, report: Report):
+    """Re-encrypt the whole vault under a new key (``engine.vault.rekey``), with progress; its ``RekeyReport``."""
+    report(None, "Re-encrypting the vault")
+
+    def progress(done: int, total: int) -> None:
+        report(done / total if total else 1.0, "Re-encrypting the vault")
+
+    return vault.rekey(old, new, kdf=kdf, progress=progress)
+
+
+def plan_repair(path: Path, passphrase: str, idle_timeout_s: float | None, clock, report: Report) -> tuple:
+    """Unlock a rolled-back vault for repair only and plan the repair (nothing is changed): (vault, plan)."""
+    from engine.vault import Vault
+
+    report(None, "Checking the vault")
+    vault = Vault(path, idle_timeout_s=idle_timeout_s, clock=clock)
+    vault.unlock(passphrase, allow_rollback=True)
+    try:
+        return vault, vault.repair(dry_run=True)
+    except BaseException:
+        vault.lock()
+        raise
+
+
+def repair_vault(vault, report: Report) -> tuple:
+    """Carry out the repair planned by ``plan_repair``: (vault, report)."""
+    report(None, "Repairing the vault")
+    return vault, vault.repair()
+
+
+# -- tissue maps kept with an item (run in a background thread) --------------------------------------------
+
+
+def segment_vault_item(vault, item_id: str, contrast_choice: str, replace: bool, report: Report):
+    """Segment a vault item and keep its maps with it, encrypted (``Vault.add_tissue_maps``; ``replace``: the
+    segmented maps it has).
+
+    The item is decrypted in memory only; it is segmented in RAS+ orientation (as the viewer shows it), and
+    the maps are put back on the stored grid. Returns ``(ItemInfo, maps on the session grid, record)``."""
+    report(None, "Decrypting")
+    opened = vault.open_item(item_id)
+    info = opened.info
+    contrast, _note = contrast_for(opened.provenance, [info.original_name, info.label], contrast_choice)
+    data, affine = to_session_volume(opened.data, opened.affine)
+
+    def segmenting(fraction: float | None, text: str) -> None:  # the last tenth is storing the maps
+        report(None if fraction is None else fraction * 0.9, text)
+
+    maps, made = segment_session_volume(data, affine, contrast, segmenting)
+    return keep_maps_in_vault(vault, item_id, opened.affine, maps, made, replace, report)
+
+
+def keep_maps_in_vault(vault, item_id: str, stored_affine, maps, made: dict, replace: bool, report: Report):
+    """Keep maps made on the session grid (RAS+, as the viewer holds the item) with the vault item, encrypted,
+    put back on its stored grid (``stored_affine``: the same axis flips and swaps, reversed). Returns
+    ``(ItemInfo, maps on the session grid, record)``."""
+    import nibabel as nib
+
+    ornt = nib.orientations.io_orientation(np.asarray(stored_affine, dtype=np.float64))
+    back = nib.orientations.ornt_transform(nib.orientations.axcodes2ornt("RAS"), ornt)
+    stored = {
+        name: np.ascontiguousarray(nib.orientations.apply_orientation(m, back)) for name, m in maps.items()
+    }
+
+    def progress(done: int, total: int) -> None:
+        report(0.9 + 0.1 * done / max(total, 1), "Encrypting the maps into the vault")
+
+    info = vault.add_tissue_maps(item_id, stored, made, replace=replace, progress=progress)
+    return info, maps, made
+
+
+def keep_session_maps(vault, item_id: str, maps, made: dict, replace: bool, report: Report):
+    """Keep the maps computed in this session for a vault item open in it (not segmented again)."""
+    report(0.9, "Encrypting the maps into the vault")
+    stored_affine = vault.get(item_id).affine
+    return keep_maps_in_vault(vault, item_id, stored_affine, maps, made, replace, report)
 
 
 def export_summary(files: Iterable[Path]) -> str:

@@ -12,9 +12,8 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QProgressBar
@@ -26,7 +25,7 @@ from app.panels.layout_fence import LayoutFence
 from app.panels.sampling_panel import SamplingPanel
 from app.services import AppServices
 from app.services.shortcuts import make_action
-from app.services.workers import Worker
+from app.services.workers import Job, Worker
 from app.viewer.tissue_toolbar import TISSUE_SHORTCUT
 from app.widgets.eliding_label import ElidingLabel
 from engine.formatting import count_of
@@ -38,8 +37,27 @@ PREVIEW_INTERVAL_MS = 200  # draw previews at most 5 times a second
 # shipped model on a CPU to end (about 1 s each here), short enough that nobody reaches for kill.
 CANCEL_DEADLINE_S = 10.0
 CANCEL_TICK_MS = 250  # how often the "abandoned in N s" count-down is redrawn
+# The Generate panel's progress line and the status line when a run ends without a volume (a failure's own
+# message is in the error dialog; the runner says "Generation cancelled").
+ENDED_WORDS = {
+    "failed": "Failed",
+    "cancelled": "Cancelled",
+    "abandoned": f"Abandoned: the run did not stop within {CANCEL_DEADLINE_S:.0f} s; its result will be dropped",
+}
+ENDED_STATUS = {
+    "failed": "Generation failed",
+    "abandoned": "Generation abandoned (it did not stop when cancelled)",
+}
 # The status bar's progress text at most: 'Step 12/50 · 3.4 it/s · ETA 0:11' fits whole.
 STATUS_ETA_MAX_PX = 420
+
+
+class RunMarks(Protocol):
+    """Where runs are marked for the user (the Metrics dock): a run's start, and its end with its outcome."""
+
+    def add_run_start(self, run_id: str) -> object: ...
+
+    def add_run_end(self, run_id: str, outcome: str, summary: dict | None) -> object: ...
 
 
 class GenerationController(QObject):
@@ -53,40 +71,30 @@ class GenerationController(QObject):
 
     def __init__(
         self,
-        state,
-        panel,
-        runner,
-        backends,
-        settings,
-        *,
-        show_status: Callable[..., None],
-        show_error: Callable[[str, str], None],
-        show_device: Callable[[str], None],
-        run_metrics_source: Callable[[str], Any],
-        metrics_dock,
+        services: AppServices,
+        panel: SamplingPanel,
+        metrics_dock: RunMarks,
         parent: QObject | None = None,
     ) -> None:
-        """``run_metrics_source(device)`` starts the telemetry if needed and gives the metrics source a run on
-        ``device`` is marked on (an engine server's feed, or this machine's sampler); ``show_device`` puts
-        where the last run ran in the status bar."""
+        """Runs are marked on the metrics of the machine they run on (``services.telemetry``), shown on
+        ``metrics_dock``; where the last run ran goes in the status bar (``services.show_device``)."""
         super().__init__(parent)
-        self.state = state
-        self.form = state.form
+        self.services = services
+        self.state = services.state
+        self.form = services.state.form
         self.panel = panel
-        self.runner = runner
-        self.backends = backends
-        self.settings = settings
-        self.show_status = show_status
-        self.show_error = show_error
-        self.show_device = show_device
-        self.run_metrics_source = run_metrics_source
+        self.runner = services.runner
+        self.backends = services.backends
+        self.settings = services.settings
+        self.show_status = services.show_status
         self.metrics_dock = metrics_dock
-        self._job = None
-        self._pending_preview = None  # only the latest preview is kept
+        self._job: Job | None = None
+        # Only the latest preview is kept: (data, step, total, stride).
+        self._pending_preview: tuple[Any, int, int, Any] | None = None
         self._last_preview_drawn = -math.inf  # time.monotonic() of the last preview drawn
-        self._model_affine = None
-        self._model_xyz = None
-        self._telemetry_run = None  # (run id, the metrics source it is marked on)
+        self._model_affine: Any = None
+        self._model_xyz: tuple[int, int, int] = (0, 0, 0)  # the model's output grid, set at each start
+        self._telemetry_run: tuple[str, Any] | None = None  # (run id, the metrics source it is marked on)
         self._run_device = ""
         self._cancel_deadline: float | None = None  # time.monotonic() when a cancelled run is abandoned
         # The last finished run, for its details: the engine's timings and the steps that carried a preview.
@@ -163,26 +171,26 @@ class GenerationController(QObject):
         try:
             request = request if request is not None else self.form.to_request()
         except (EngineError, ValueError) as exc:
-            self.show_error("Cannot generate", str(exc))
+            self.services.show_error("Cannot generate", str(exc))
             return False
         spec = self.form.model.spec
         self._model_affine = spec.affine()
-        self._model_xyz = tuple(spec.output_shape[1:4])
+        _channels, x, y, z = spec.output_shape[:4]
+        self._model_xyz = (x, y, z)
         self._run_device = self.form.device
         self.state.follow_previews = True
         self._preview_steps = []
         worker = Worker.generation(request, partial(self.backends.get, self.form.device))
         self._begin_run_telemetry(self.form.device)
-        self._job = self.runner.start(
+        self._job = self.runner.run(
             "generate",
             worker,
-            progressed=self._on_worker_progressed,
-            finished=self._on_worker_finished,
-            failed=self._on_worker_failed,
-            cancelled=self._on_worker_cancelled,
-            ended=self._on_worker_ended,
+            what="Generation",
+            done=self._on_run_finished,
+            progressed=self._on_run_progressed,
+            ended=self._on_run_ended,
+            holds_engine=True,
         )
-        self.state.set_job_running(True)
         self.panel.progress_label.setText("Starting...")  # this run's; other jobs leave the panel's line
         self.settings.setValue("model/last", self.form.model.id)
         self.show_status(
@@ -202,7 +210,8 @@ class GenerationController(QObject):
         self._show_cancel_countdown()
 
     def _show_cancel_countdown(self) -> None:
-        left = max(0, math.ceil(self._cancel_deadline - time.monotonic()))
+        deadline = self._cancel_deadline if self._cancel_deadline is not None else time.monotonic()
+        left = max(0, math.ceil(deadline - time.monotonic()))
         text = f"Cancelling at the next step... (abandoned in {left} s if it does not stop)"
         self.panel.progress_label.setText(text)
         self.show_status(text)
@@ -222,18 +231,8 @@ class GenerationController(QObject):
         if job is None:
             return
         self._stop_cancel_countdown()
-        job.cancel()
-        self.runner.abandon(job)
         self.backends.discard(self._run_device)  # the next run must not share the stuck one's backend
-        self._end_run_telemetry("abandoned")
-        self._stop_previews()
-        self._job = None
-        self.state.set_job_running(False)
-        self.panel.show_finished(
-            f"Abandoned: the run did not stop within {CANCEL_DEADLINE_S:.0f} s; its result will be dropped"
-        )
-        self.show_status("Generation abandoned (it did not stop when cancelled)", 10000)
-        self.ended.emit("abandoned")
+        self.runner.abandon(job)  # ended for the user now: _on_run_ended("abandoned")
 
     def ran_on(self, provenance: dict) -> str:
         """Where the run happened, for people: an engine server by the name the device list gives it,
@@ -248,9 +247,9 @@ class GenerationController(QObject):
         """The device as the Generate panel lists it (an engine server by its address)."""
         return self.panel.device_label(device)
 
-    # -- the worker's signals ------------------------------------------------------------------------
+    # -- the job's reports (JobRunner.run) -------------------------------------------------------------
 
-    def _on_worker_progressed(self, progress) -> None:
+    def _on_run_progressed(self, progress) -> None:
         self.state.report_progress(
             progress.stage, progress.step, progress.total, progress.elapsed_s, progress.message
         )
@@ -282,7 +281,7 @@ class GenerationController(QObject):
         self.state.show_preview(data, affine, step, total)
         self.preview_drawn.emit(step)
 
-    def _on_worker_finished(self, result) -> None:
+    def _on_run_finished(self, result) -> None:
         self._stop_cancel_countdown()
         self._preview_timer.stop()
         self._pending_preview = None
@@ -308,25 +307,20 @@ class GenerationController(QObject):
         self.show_status(
             f"Generated {count_of(len(entries), 'volume')}{maps} in {total:.1f} s on {where}", 10000
         )
-        self.show_device(where)
-        self.ended.emit("finished")
+        self.services.show_device(where)
 
-    def _on_worker_failed(self, message: str) -> None:
+    def _on_run_ended(self, outcome: str) -> None:
+        """After the run's thread ended (or the run was abandoned): the panel and status line say how, unless
+        the result already did; the runner has shown a failure's message and freed the engine."""
         self._stop_cancel_countdown()
-        self._end_run_telemetry("failed")
-        self._stop_previews()
-        self.panel.show_finished("Failed")
-        self.show_status("Generation failed", 10000)  # replaces "Generating with ..."
-        self.show_error("Generation failed", message)
-        self.ended.emit("failed")
-
-    def _on_worker_cancelled(self) -> None:
-        self._stop_cancel_countdown()
-        self._end_run_telemetry("cancelled")
-        self._stop_previews()
-        self.panel.show_finished("Cancelled")
-        self.show_status("Generation cancelled", 5000)
-        self.ended.emit("cancelled")
+        self._job = None
+        if outcome != "finished":
+            self._end_run_telemetry(outcome)
+            self._stop_previews()
+            self.panel.show_finished(ENDED_WORDS[outcome])
+        if outcome in ENDED_STATUS:
+            self.show_status(ENDED_STATUS[outcome], 10000)  # replaces "Generating with ..."
+        self.ended.emit(outcome)
 
     def _stop_previews(self) -> None:
         self._preview_timer.stop()
@@ -337,11 +331,6 @@ class GenerationController(QObject):
     def _stop_cancel_countdown(self) -> None:
         self._cancel_timer.stop()
         self._cancel_deadline = None
-
-    def _on_worker_ended(self) -> None:
-        self._stop_cancel_countdown()
-        self._job = None
-        self.state.set_job_running(False)
 
     def _on_state_job_changed(self, running: bool) -> None:
         self.generate_action.setEnabled(not running)
@@ -367,7 +356,7 @@ class GenerationController(QObject):
     def _begin_run_telemetry(self, device: str) -> None:
         """Mark a run on the metrics of the machine it runs on (an engine server's, for a remote device)."""
         try:
-            source = self.run_metrics_source(device)
+            source = self.services.telemetry.run_source(device)
             run_id = f"gen-{uuid.uuid4().hex[:12]}"
             source.mark_run_start(run_id)
         except Exception:  # noqa: BLE001 - telemetry must never stop a generation
@@ -392,24 +381,12 @@ class GenerationController(QObject):
 
 
 def install_generation(
-    services: AppServices, sampling_panel: SamplingPanel, metrics_dock
+    services: AppServices, sampling_panel: SamplingPanel, metrics_dock: RunMarks
 ) -> GenerationController:
     """Give the main window its Generate, Cancel and Random Seed actions (placed by its menus and tool bar),
     the status bar's progress and the run lifecycle, for the request of ``sampling_panel``; runs are marked
     on ``metrics_dock``."""
-    controller = GenerationController(
-        services.state,
-        sampling_panel,
-        services.runner,
-        services.backends,
-        services.settings,
-        show_status=services.show_status,
-        show_error=services.show_error,
-        show_device=services.show_device,
-        run_metrics_source=services.telemetry.run_source,
-        metrics_dock=metrics_dock,
-        parent=services.parent,
-    )
+    controller = GenerationController(services, sampling_panel, metrics_dock, parent=services.parent)
     services.add_status_widget(controller.status_eta_box)
     services.add_status_widget(controller.status_progress)
     return controller

@@ -2,7 +2,7 @@
 
 Besides the settings, it measures what trades fidelity for speed: step caching (the panel's default, the
 forecast) and half the model's steps, each timed like the settings and judged on a whole schedule against
-fp32's (``engine.bench.tune``'s trades), within the stated time budget (``MEASURE_BUDGET_S``).
+fp32's (``engine.measure.tune``'s trades), within the stated time budget (``MEASURE_BUDGET_S``).
 
 Looks up what was measured for the selected model on this machine whenever the model changes (the
 ``MeasuredSettings`` model the Optimization panel's presets are a view of), offers the measurement the first
@@ -13,10 +13,7 @@ generation runs (the measurement would slow the generation and the generation wo
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from functools import partial
-
-from PySide6.QtWidgets import QWidget
 
 from app.core.measured_settings import (
     MEASURE_BUDGET_S,
@@ -27,7 +24,7 @@ from app.core.measured_settings import (
 from app.panels.optimization_panel import OptimizationPanel
 from app.services import AppServices
 from app.services.shortcuts import SHORTCUTS, make_action
-from app.services.workers import Worker
+from app.services.workers import Job, Worker
 
 TUNE_SHORTCUT = SHORTCUTS["generate.measure"].keys
 JOB_NAME = "tune"
@@ -41,7 +38,7 @@ def _lookup(source):
 
 
 def _tune_job(source, device: str, budget_s: float, pause: threading.Event, rows, trades):
-    from engine.bench.tune import tune
+    from engine.measure.tune import tune
 
     return tune(
         str(source.path), device, budget_s=budget_s, rows=rows, trades=trades, should_pause=pause.is_set
@@ -59,11 +56,11 @@ class TuneController:
         """Step caching and half the model's steps: what Measure now adds to the settings."""
         return [*self.CACHE_ROWS, f"steps:{max(1, spec.default_steps // 2)}"]
 
-    def __init__(
-        self, state, runner, measured: MeasuredSettings, *, show_status: Callable[..., None], parent: QWidget
-    ) -> None:
-        self.state, self.runner, self.measured, self.show_status = state, runner, measured, show_status
-        self.job = None
+    def __init__(self, services: AppServices, measured: MeasuredSettings) -> None:
+        self.state, self.runner, self.measured = services.state, services.runner, measured
+        self.show_status = services.show_status
+        parent = services.parent
+        self.job: Job | None = None
         self._pause = threading.Event()  # set while a generation runs: the tuner waits between its runs
         self.action = make_action(
             parent,
@@ -106,13 +103,14 @@ class TuneController:
                 self.trades(source.spec),
             )
         )
-        self.job = self.runner.start(
+        self.job = self.runner.run(
             JOB_NAME,
             worker,
-            progressed=self._on_job_progressed,
-            finished=partial(self._on_job_finished, source.spec.id),
+            what="Measuring",
+            done=partial(self._on_job_finished, source.spec.id),
+            progressed=self._on_job_progressed,  # the Optimization section says it where the presets are
             failed=self._on_job_failed,
-            cancelled=self._on_job_cancelled,
+            cancelling_text="cancelling (ending the measuring processes)\u2026",
             ended=self._on_job_ended,
         )
         self.action.setEnabled(False)
@@ -120,7 +118,7 @@ class TuneController:
 
     def cancel(self) -> None:
         if self.job is not None:
-            self.measured.set_running(True, "cancelling (ending the measuring processes)\u2026")
+            self.measured.set_running(True, self.job.cancelling_text)
             self.job.cancel()
 
     # -- job events (GUI thread) ----------------------------------------------------------------------
@@ -140,12 +138,11 @@ class TuneController:
     def _on_job_failed(self, message: str) -> None:
         self.measured.set_error(f"Measuring failed: {message}")
 
-    def _on_job_cancelled(self) -> None:
-        self.measured.set_running(False, "")
-        self.show_status("Measuring cancelled; nothing was kept")
-
-    def _on_job_ended(self) -> None:
+    def _on_job_ended(self, outcome: str) -> None:
         self.job = None
+        if outcome == "cancelled":  # the runner said "Measuring cancelled"; and nothing half-measured stays
+            self.measured.set_running(False, "")
+            self.show_status("Measuring cancelled; nothing was kept", 5000)
         self.action.setEnabled(True)
         self.cancel_action.setEnabled(False)
         if self.measured.running:
@@ -185,9 +182,7 @@ def install_tuning(
 ) -> TuneController:
     """Give the main window Generate > Measure Settings on This Machine, which the Optimization section's
     (``optimization_panel``) Measure and Cancel buttons also start and stop."""
-    controller = TuneController(
-        services.state, services.runner, measured, show_status=services.show_status, parent=services.parent
-    )
+    controller = TuneController(services, measured)
     services.menus.generate.addSeparator()
     services.menus.generate.addAction(controller.action)
     services.menus.generate.addAction(controller.cancel_action)

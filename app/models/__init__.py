@@ -63,5 +63,8 @@ def install_get_models(services: AppServices, models_dir: Path | None = None) ->
     menu, open_model_action = services.menus.generate, services.menus.open_model_action
     actions = menu.actions()
     after = actions.index(open_model_action) + 1 if open_model_action in actions else len(actions)
-    menu.insertAction(actions[after] if after < len(actions) else None, controller.action)
+    if after < len(actions):
+        menu.insertAction(actions[after], controller.action)
+    else:
+        menu.addAction(controller.action)
     return controller

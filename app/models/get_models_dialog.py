@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMessageBox,
-    QProgressBar,
     QPushButton,
     QSplitter,
     QTextBrowser,
@@ -43,9 +42,16 @@ from app.core.model_words import (
     hub_file_url,
     hub_unreachable,
 )
-from app.services.workers import JobRunner, Worker
+from app.services.job_view import JobStrip
+from app.services.workers import Job, JobRunner, Worker
 
 GET, ADD, VERIFY, REMOVE = "get", "add", "verify", "remove"  # the dialog's jobs
+JOB_WORDS = {
+    GET: "Model download",
+    ADD: "Adding the model",
+    VERIFY: "Verifying the model",
+    REMOVE: "Removing the model",
+}
 
 
 # A failure the dialog words for its user is raised from the engine's own error, whose words (for whoever runs
@@ -109,7 +115,7 @@ class GetModelsDialog(QDialog):
         self,
         parent: QWidget | None,
         runner: JobRunner,
-        on_installed: Callable[[Path], None],
+        on_installed: Callable[[Path], object],  # its answer is not read
         models_dir: Path | None = None,
         on_removed: Callable[[Path], None] | None = None,
     ) -> None:
@@ -127,7 +133,7 @@ class GetModelsDialog(QDialog):
         self.worker: Worker | None = None  # the running (or last) job's worker: its error after a failure
         self.models_dir = Path(models_dir) if models_dir else default_models_dir()
         self.entries = load_catalogue()
-        self.job = None
+        self.job: Job | None = None
         self._kind = ""  # the running job's (GET, ADD, VERIFY or REMOVE)
         self._ended = ""  # the job that has just ended, until the dialog shows it
         self._needs_cache: dict[str, list[dict]] = {}
@@ -141,13 +147,12 @@ class GetModelsDialog(QDialog):
         self.details.setAccessibleName("The model, what it needs here, and its licence")
         self.accept_box = QCheckBox("I have read the licence above and &accept it")
         self.accept_box.setObjectName("accept_licence")
-        self.progress = QProgressBar()
+        # The running job's progress, its line and Cancel (only a download stops part-way).
+        self.strip = JobStrip(self, cancel_text="&Cancel Download")
+        self.progress = self.strip.progress_bar
         self.progress.setObjectName("download_progress")
-        self.progress.setRange(0, 1000)
-        self.progress.setValue(0)
-        self.status = QLabel("")
+        self.status = self.strip.progress_label
         self.status.setObjectName("download_status")
-        self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.get_button = QPushButton("&Get")
         self.get_button.setObjectName("get_button")
@@ -168,9 +173,8 @@ class GetModelsDialog(QDialog):
         self.hint = QLabel("")
         self.hint.setObjectName("hint")
         self.hint.setWordWrap(True)
-        self.cancel_button = QPushButton("&Cancel Download")
+        self.cancel_button = self.strip.cancel_button
         self.cancel_button.setObjectName("cancel_download")
-        self.cancel_button.setEnabled(False)
         self.close_button = QPushButton("Close")
 
         splitter = QSplitter()
@@ -205,7 +209,6 @@ class GetModelsDialog(QDialog):
         self.add_button.clicked.connect(self._on_add_button_clicked)
         self.verify_button.clicked.connect(self._on_verify_button_clicked)
         self.remove_button.clicked.connect(self._on_remove_button_clicked)
-        self.cancel_button.clicked.connect(self._on_cancel_button_clicked)
         self.close_button.clicked.connect(self.close)
         self._fill_list()
         self.list.setCurrentRow(0)
@@ -335,7 +338,6 @@ class GetModelsDialog(QDialog):
         self.verify_button.setEnabled(bool(entry) and not running and installed)
         self.remove_button.setEnabled(bool(entry) and not running and installed)
         self.progress.setTextVisible(running)  # "0%" under a refusal read as a download that had started
-        self.cancel_button.setEnabled(running and self._kind == GET)  # only a download stops part-way
         self.list.setEnabled(not running)
         self.accept_box.setEnabled(not running and not installed)
         if running or entry is None:
@@ -425,25 +427,9 @@ class GetModelsDialog(QDialog):
             worker = Worker(lambda worker: _remove(entry, self.models_dir, worker), what="model removal")
             self._start(worker, f"Removing {entry.title}…", REMOVE)
 
-    def _on_cancel_button_clicked(self) -> None:
-        if self.job is not None:
-            self.status.setText("Cancelling…")
-            self.job.cancel()
-
-    def _on_job_progressed(self, value) -> None:
-        fraction, text = value
-        if fraction is None:
-            self.progress.setRange(0, 0)  # busy: asking the hub, checking the folder
-        else:
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * fraction))
-        self.status.setText(text)
-
     def _on_job_finished(self, value) -> None:
         kind, entry = self._kind, self.entry
         self._end()
-        self.progress.setRange(0, 1000)
-        self.progress.setValue(1000)
         if kind == VERIFY:
             self.status.setText(check_words(value, entry.title if entry else "the model"))
             self.status.setToolTip("\n".join(f.words() for f in value.files))
@@ -467,7 +453,6 @@ class GetModelsDialog(QDialog):
 
     def _on_job_failed(self, message: str) -> None:
         self._end()
-        self.progress.setRange(0, 1000)
         self.status.setText(message)
         from engine.models.download import HubUnreachable
 
@@ -478,11 +463,11 @@ class GetModelsDialog(QDialog):
         if isinstance(cause, HubUnreachable):  # the message points at the files to fetch by hand: show them
             self.details.scrollToAnchor("files")
 
-    def _on_job_cancelled(self) -> None:
-        self._end()
-        self.progress.setRange(0, 1000)
-        self.status.setText("Cancelled. What was fetched is kept: Resume continues from there.")
-        self._refresh()
+    def _on_job_ended(self, outcome: str) -> None:
+        if outcome == "cancelled":
+            self._end()
+            self.status.setText("Cancelled. What was fetched is kept: Resume continues from there.")
+            self._refresh()
 
     # -- helpers ---------------------------------------------------------------------------------------
 
@@ -494,17 +479,19 @@ class GetModelsDialog(QDialog):
 
     def _start(self, worker: Worker, text: str, kind: str) -> None:
         self._kind, self.worker = kind, worker
-        self.status.setText(text)
         self.status.setToolTip("")
-        self.progress.setRange(0, 0)
-        self.job = self.runner.start(
+        self.job = self.runner.run(
             "get-models",
             worker,
-            progressed=self._on_job_progressed,
-            finished=self._on_job_finished,
-            failed=self._on_job_failed,
-            cancelled=self._on_job_cancelled,
+            what=JOB_WORDS[kind],
+            done=self._on_job_finished,
+            strip=self.strip,
+            text=text,
+            failed=self._on_job_failed,  # said in the dialog, with the engine's words in the tooltip
+            ended=self._on_job_ended,
+            cancellable=kind == GET,
         )
+        self.progress.setRange(0, 0)  # busy until the first report: asking the hub, checking the folder
         self._update_buttons()
         if kind == GET:
             self.cancel_button.setFocus()

@@ -25,7 +25,7 @@ def local_folder(source) -> Path | None:
 
 def drop_models_in(state: AppState, folder: Path) -> list:
     """Take the models opened from ``folder`` out of the session's list; returns them."""
-    gone = [s for s in state.models if local_folder(s) is not None and _same(local_folder(s), folder)]
+    gone = [s for s in state.models if (path := local_folder(s)) is not None and _same(path, folder)]
     if gone:
         state.remove_models(gone)
     return gone
@@ -51,7 +51,7 @@ class ModelFolderWatch(QObject):
 
     def prune(self) -> list:
         """Drop the models whose folders are gone; returns them."""
-        gone = [s for s in self.state.models if local_folder(s) is not None and not local_folder(s).is_dir()]
+        gone = [s for s in self.state.models if (path := local_folder(s)) is not None and not path.is_dir()]
         if gone:
             self.state.remove_models(gone)
         return gone

@@ -123,7 +123,7 @@ class OptimizationPanel(QWidget):
         self._refined_on = {
             refined: self.values()[refined] != SETTINGS[refined].default for refined in REFINES.values()
         }
-        self.expand_button.setChecked(self.qsettings.value(EXPANDED_KEY, False, type=bool))
+        self.expand_button.setChecked(bool(self.qsettings.value(EXPANDED_KEY, False, type=bool)))
         self._on_expand_button_toggled(self.expand_button.isChecked())
         self.form.changed.connect(self._on_form_changed)
         state.model_selected.connect(self._on_state_model_selected)
@@ -282,7 +282,7 @@ class OptimizationPanel(QWidget):
 
     def values(self) -> dict[str, Any]:
         """The settings as ``OptimizationConfig`` fields (not validated: a refused combination is allowed here)."""
-        values = {name: check.isChecked() for name, check in self.checks.items()}
+        values: dict[str, Any] = {name: check.isChecked() for name, check in self.checks.items()}
         values.update({name: combo.currentData() for name, combo in self.combos.items()})
         values.update({name: float(spin.value()) for name, spin in self.budget_spins.items()})
         return {name: values[name] for name in DEFAULTS}
@@ -543,8 +543,9 @@ class OptimizationPanel(QWidget):
             self.measured_label.setText(m.error)
         elif m.measured:
             best = m.fastest()
+            created = (m.result or {}).get("created", "")
             self.measured_label.setText(
-                f"Measured here {str(m.result.get('created', ''))[:10]}: fastest at the floor is "
+                f"Measured here {str(created)[:10]}: fastest at the floor is "
                 f"{best['name'] if best else 'fp32'} ({best.get('speedup_end_to_end', 1.0):.2f}x fp32 end to end)"
                 if best
                 else "Measured here: nothing ran"

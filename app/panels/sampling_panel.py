@@ -127,7 +127,9 @@ class ConditionControl(QWidget):
         self.space_hint.setObjectName("hint")
         self.space_hint.setWordWrap(True)
         self.space_hint.hide()
-        self.layout().insertWidget(1, self.space_hint)
+        column = self.layout()
+        assert isinstance(column, QVBoxLayout)  # noted_row lays the control out in one
+        column.insertWidget(1, self.space_hint)
         self._clamped = ""
         self.slider.valueChanged.connect(self._on_slider_changed)
         self.spin.valueChanged.connect(self._on_spin_changed)
@@ -205,6 +207,7 @@ class SamplingPanel(QWidget):
         self.condition_controls: dict[str, ConditionControl] = {}
         self.wheel_guard = WheelGuard(self)
 
+        self._added_devices: list[tuple[str, str]] = []  # (label, device) of engine servers connected
         model_row, seed_row = self._build_controls()
         model_group, sampling_group = self._build_groups(model_row, seed_row)
         self._lay_out(model_group, sampling_group)
@@ -452,7 +455,8 @@ class SamplingPanel(QWidget):
         self.model_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_box.setMinimumContentsLength(14)
         self.model_box.currentIndexChanged.connect(self._on_model_box_changed)
-        self.open_model_button = QToolButton(text="\u2026")
+        self.open_model_button = QToolButton()
+        self.open_model_button.setText("\u2026")
         self.open_model_button.setToolTip("Open model folder... (VolSynth model or MONAI bundle)")
         self.open_model_button.clicked.connect(self.open_model_requested)
         self.model_info = QLabel()
@@ -477,7 +481,8 @@ class SamplingPanel(QWidget):
         self.seed_spin.setMinimumWidth(self.seed_spin.fontMetrics().horizontalAdvance("0" * 10) + 34)
         self.seed_spin.setToolTip("Same seed + same settings + same device = same volume")
         self.seed_spin.valueChanged.connect(self._on_seed_spin_changed)
-        self.random_seed_button = QToolButton(text="Random")
+        self.random_seed_button = QToolButton()
+        self.random_seed_button.setText("Random")
         self.random_seed_button.setToolTip("Pick a random seed (Ctrl+R)")
         self.random_seed_button.clicked.connect(self.pick_random_seed)
         seed_row = QHBoxLayout()
@@ -508,7 +513,6 @@ class SamplingPanel(QWidget):
             "costs a few steps' time, so fewer previews finish sooner. Remembered for the next start."
         )
         self.previews_box.currentIndexChanged.connect(self._on_previews_box_changed)
-        self._added_devices: list[tuple[str, str]] = []
         self.device_box = QComboBox()
         self.device_box.addItem("Auto", "auto")
         self.device_box.addItem("CPU", "cpu")
@@ -585,13 +589,13 @@ class SamplingPanel(QWidget):
         controls.addWidget(self.conditioning_group)
         controls.addLayout(self._sections)
         controls.addStretch(1)
-        self.scroll = QScrollArea()
-        self.scroll.setWidget(self.form_widget)
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidget(self.form_widget)
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
         # Normally never needed (the panel asks for the form's width, see _fit_width); on a screen too
         # narrow for that, the form scrolls sideways instead of being cut off at the right.
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         # Generate, Cancel and the progress, pinned under the scrolling form
         self.run_box = RunBox()
         self.generate_button, self.cancel_button = self.run_box.generate_button, self.run_box.cancel_button
@@ -601,7 +605,7 @@ class SamplingPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        layout.addWidget(self.scroll, 1)
+        layout.addWidget(self.scroll_area, 1)
         layout.addWidget(self.run_box)
         self.setMinimumWidth(MIN_PANEL_WIDTH)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
@@ -611,7 +615,8 @@ class SamplingPanel(QWidget):
         e.g. when "All settings" opens. The panel's minimum stays small: a minimum wider than a small
         window can give made the dock clip the form at the right; there it scrolls sideways instead."""
         needed = (
-            self.form_widget.minimumSizeHint().width() + self.scroll.verticalScrollBar().sizeHint().width()
+            self.form_widget.minimumSizeHint().width()
+            + self.scroll_area.verticalScrollBar().sizeHint().width()
         )
         self._wanted_width = max(MIN_PANEL_WIDTH, needed + 2)
         self.setMinimumWidth(MIN_PANEL_WIDTH)

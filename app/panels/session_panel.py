@@ -86,9 +86,11 @@ class SaveStateDelegate(QStyledItemDelegate):
 
     def shown_text(self, index) -> str:
         """The text drawn for ``index`` now (tests, and anyone who must know)."""
+        view = self.parent()
+        assert isinstance(view, QAbstractItemView)  # the delegate of the session list
         option = QStyleOptionViewItem()
-        option.rect = self.parent().visualRect(index)
-        option.widget = self.parent()
+        option.rect = view.visualRect(index)
+        option.widget = view
         self.initStyleOption(option, index)
         return option.text
 

@@ -183,7 +183,7 @@ class RecoveryController:
 
     def _on_restored(self, restored) -> None:
         sessions, volumes = restored
-        notes = []
+        notes: list[str] = []
         for name, opened in volumes:
             # the record itself: its tissue maps ({} for a volume without, or kept before maps were) and space
             opened.data = np.ascontiguousarray(opened.data, dtype=np.float32)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QAction
@@ -31,6 +31,9 @@ from app.services import AppServices
 from app.services.shortcuts import SHORTCUTS, set_shortcut
 from engine.errors import InvalidRequest
 from engine.formatting import count_of
+
+if TYPE_CHECKING:
+    from app.remote.plan_dialog import PlanDialog  # (imported when first opened: it is not needed at start)
 
 LAST_URL_KEY = "remote/last_url"
 LAST_FINGERPRINT_KEY = "remote/last_fingerprint"  # not a secret: the certificate's public hash
@@ -165,7 +168,7 @@ class RemoteController:
         self.feeds: dict[str, MetricsFeed] = {}
         self.models: dict[str, list[RemoteModelSource]] = {}  # device id -> the server's models we lack
         self.dialog: ServerDialog | None = None
-        self.plan_dialog = None  # app.remote.plan_dialog.PlanDialog, made on first use
+        self.plan_dialog: PlanDialog | None = None  # made on first use
         self.connect_action = set_shortcut(
             QAction("Connect to Engine &Server...", parent), "generate.connect_server"
         )

@@ -78,7 +78,7 @@ class PlanDialog(QDialog):
         self.setWindowTitle("Plan Multi-Device Run")
         self.setModal(False)
         self.setStyleSheet(_QSS)
-        self.result: dict | None = None
+        self.plan_result: dict | None = None
         self._request = 0  # the id of the request whose answer is awaited; 0 when none is
         self._issued = 0  # requests sent so far (ids start at 1)
         self._started = 0.0
@@ -448,11 +448,11 @@ class PlanDialog(QDialog):
     def selected_plan_row(self) -> dict | None:
         """The result's row of the table's selected plan (None when no row is selected)."""
         rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
-        if not rows or self.result is None:
+        if not rows or self.plan_result is None:
             return None
         item = self.table.item(rows[0].row(), 0)
         index = item.data(ROW_INDEX_ROLE) if item is not None else None
-        result_rows = [r for r in self.result.get("rows") or [] if isinstance(r, dict)]
+        result_rows = [r for r in self.plan_result.get("rows") or [] if isinstance(r, dict)]
         return result_rows[index] if isinstance(index, int) and 0 <= index < len(result_rows) else None
 
     def use_problem(self) -> str:
@@ -462,22 +462,22 @@ class PlanDialog(QDialog):
             return "Connect an XLA engine server first"
         if self.planning:
             return "Planning..."
-        if self.result is None:
+        if self.plan_result is None:
             return "Plan first: then choose a plan in the table"
         return plan_table.use_plan_problem(connection.details, self.selected_plan_row())
 
     def _update_use_button(self) -> None:
         problem = self.use_problem()
         self.use_button.setEnabled(not problem)
-        if not problem:
-            row, server = self.selected_plan_row(), self.connection()
+        row, server = self.selected_plan_row(), self.connection()
+        if not problem and row is not None and server is not None:  # (no problem means both are there)
             problem_or_tip = (
                 f"The next generation on {server.url} runs with plan {row['plan']} over its devices"
             )
         else:
             problem_or_tip = problem
         self.use_button.setToolTip(problem_or_tip)
-        if problem and self.result is not None and not self.use_label.property("used"):
+        if problem and self.plan_result is not None and not self.use_label.property("used"):
             self.use_label.setText(problem)
 
     @staticmethod
@@ -499,10 +499,10 @@ class PlanDialog(QDialog):
     def use_selected_plan(self) -> bool:
         """Make the selected plan the next run's on this dialog's server (and that server the device)."""
         problem = self.use_problem()
-        if problem:
+        connection, row = self.connection(), self.selected_plan_row()
+        if problem or connection is None or row is None:  # (no problem means both are there)
             self.use_label.setText(problem)
             return False
-        connection, row = self.connection(), self.selected_plan_row()
         form = self.controller.state.form
         form.set(device=connection.device_id)
         form.use_xla_plan(str(row["plan"]), connection.device_id, origin="Plan view")
@@ -510,8 +510,8 @@ class PlanDialog(QDialog):
             f"The next run on {connection.url} uses plan {row['plan']} (shown in the Generate panel's "
             "Sampling group, where \u00d7 clears it)."
         )
-        text += plan_table.batch_mismatch_text(self.result, self._next_run_batch(form))
-        text += plan_table.slower_than_one_chip_text(self.result)
+        text += plan_table.batch_mismatch_text(self.plan_result, self._next_run_batch(form))
+        text += plan_table.slower_than_one_chip_text(self.plan_result)
         self.use_label.setText(text)
         self.use_label.setProperty("used", True)
         self.controller.show_status(text, 8000)
@@ -520,7 +520,7 @@ class PlanDialog(QDialog):
     # -- the result ----------------------------------------------------------------------------------
 
     def show_result(self, result: dict) -> None:
-        self.result = result
+        self.plan_result = result
         lines = [html.escape(line) for line in plan_table.summary_lines(result)]
         lines[-1] = f"<b>{lines[-1]}</b>"  # the best plan and its gain: what the user came for
         connection = self.connection()

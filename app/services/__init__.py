@@ -48,7 +48,9 @@ class AppServices:
     """The app as a feature sees it (see the module's docstring)."""
 
     state: AppState  # the session: the Generate form, the volumes, the display
-    runner: JobRunner  # every background job goes through it
+    # Every background job goes through it; a job the user watches through ``run`` (its progress and Cancel,
+    # the one error dialog, the busy mark), a look-up or a write nobody watches through ``run_task``.
+    runner: JobRunner
     backends: BackendPool  # the backend of each device
     settings: QSettings  # the app's remembered settings
     telemetry: MetricsSources  # what the Metrics dock shows: this machine's sampler or a server's feed

@@ -15,10 +15,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtGui import QGuiApplication
 
+from app.services.job_view import JobActivity, JobStrip
 from engine.errors import Cancelled, EngineError
 
 log = logging.getLogger(__name__)
@@ -138,7 +141,7 @@ class Worker(QObject):
         self._cancel = threading.Event()
         self._last_report = 0.0
         self.can_abandon = abandonable  # JobRunner.shutdown abandons such a job instead of waiting for it
-        self.backend = None  # the backend a generation runs on, once it has one (abandon() reaches it)
+        self.backend: Any = None  # the backend a generation runs on, once it has one (abandon() reaches it)
         self.error: BaseException | None = None  # set before ``failed`` is emitted
 
     # -- the kinds of work -------------------------------------------------------------------------------
@@ -237,25 +240,36 @@ class Worker(QObject):
             QThread.currentThread().quit()
 
 
+def progress_line(value: Any) -> tuple[float | None, str] | None:
+    """What a strip shows of a worker's report: ``(fraction, text)`` from a ``report`` call's tuple or from an
+    engine ``Progress`` (its ``fraction`` and ``message``, else its stage); None for anything else."""
+    if isinstance(value, tuple) and len(value) == 2:
+        return value
+    if hasattr(value, "fraction"):
+        return value.fraction, getattr(value, "message", "") or getattr(value, "stage", "")
+    return None
+
+
 class Job(QObject):
     """A worker in its own thread, plus GUI-thread slots that forward its signals to plain callbacks.
 
     The callbacks are called in the GUI thread (the forwarding slots are bound methods of this object,
-    which lives there). When the thread ends the job removes itself from its runner.
+    which lives there). When the thread ends the job removes itself from its runner. ``outcome`` is
+    ``finished``, ``failed`` or ``cancelled`` once the worker has said.
     """
 
     def __init__(
-        self, runner: JobRunner, name: str, worker: QObject, callbacks: dict[str, Callable[..., Any]]
+        self, runner: JobRunner, name: str, worker: Worker, callbacks: dict[str, Callable[..., Any]]
     ):
         super().__init__(runner)
         self.name = name
         self.worker = worker
         self.callbacks = callbacks
-        self.thread = QThread()
-        self.thread.setObjectName(f"volsynth-{name}")
+        self.worker_thread = QThread()
+        self.worker_thread.setObjectName(f"volsynth-{name}")
         self._runner = runner
-        worker.moveToThread(self.thread)
-        self.thread.started.connect(worker.run)
+        worker.moveToThread(self.worker_thread)
+        self.worker_thread.started.connect(worker.run)
         for signal_name, slot in (
             ("progressed", self._on_worker_progressed),
             ("finished", self._on_worker_finished),
@@ -265,16 +279,24 @@ class Job(QObject):
             signal = getattr(worker, signal_name, None)
             if signal is not None:
                 signal.connect(slot)
-        self.thread.finished.connect(self._on_thread_finished)
+        self.worker_thread.finished.connect(self._on_thread_finished)
         self.abandoned = False
+        self.outcome = ""
+        self.strip: JobStrip | None = None  # shows the job (``JobRunner.run``)
+        # What ends the job for the user (strip, busy mark, ``ended``): ``JobRunner.run`` sets it; called once.
+        self.stop_showing: Callable[[], None] = _ignore
+        self.cancelling_text = "Cancelling\u2026"
 
     def start(self) -> None:
-        self.thread.start()
+        self.worker_thread.start()
 
     def cancel(self) -> None:
+        """Ask the work to stop (Cancel, Esc, closing the window); its strip says so until it ends."""
         cancel = getattr(self.worker, "cancel", None)
         if cancel is not None:
             cancel()
+        if self.strip is not None and self.strip.job is self and not self.outcome:
+            self.strip.show_cancelling(self.cancelling_text)
 
     @property
     def can_abandon(self) -> bool:
@@ -294,14 +316,17 @@ class Job(QObject):
 
     @Slot(object)
     def _on_worker_finished(self, value: Any) -> None:
+        self.outcome = "finished"
         self._call("finished", value)
 
     @Slot(str)
     def _on_worker_failed(self, message: str) -> None:
+        self.outcome = "failed"
         self._call("failed", message)
 
     @Slot()
     def _on_worker_cancelled(self) -> None:
+        self.outcome = "cancelled"
         self._call("cancelled")
 
     @Slot()
@@ -311,14 +336,144 @@ class Job(QObject):
 
 
 class JobRunner(QObject):
-    """Starts workers in threads and keeps them alive until their threads end. Lives in the GUI thread."""
+    """Starts workers in threads and keeps them alive until their threads end. Lives in the GUI thread.
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    ``run`` is what a feature calls: it starts the worker and owns the job's life as the user sees it (the
+    strip's progress and Cancel, the one error dialog, the one "cancelled" state, the busy mark). ``start``
+    and ``run_task`` are the plain forms underneath, for look-ups and writes nobody watches.
+
+    Args:
+        show_error: ``(title, message)``, the app's one error dialog (a failed job without its own handler).
+        show_status: ``(text, timeout_ms)``, the status line ("Tissue maps cancelled").
+        hold_engine: ``(running)``, called with True when a job that needs the engine to itself starts and
+            with False when it ends (``AppState.set_job_running``: one engine job at a time).
+    """
+
+    busy_changed = Signal(bool)  # the first job started with ``run`` began, or the last one ended
+
+    def __init__(
+        self,
+        parent: QObject | None = None,
+        *,
+        show_error: Callable[[str, str], None] | None = None,
+        show_status: Callable[..., None] | None = None,
+        hold_engine: Callable[[bool], None] | None = None,
+    ) -> None:
         super().__init__(parent)
         self.jobs: list[Job] = []
         self.closing = False
+        self._show_error = show_error or _log_error
+        self._show_status = show_status or _ignore
+        self._hold_engine = hold_engine or _ignore
+        self.activity = JobActivity()  # the main window puts it in its status bar
+        self.shown: list[Job] = []  # the jobs started with ``run``, in the order they started
+        self.busy = False  # whether any of them runs (the busy mark is up)
 
-    def start(self, name: str, worker: QObject, **callbacks: Callable[..., Any]) -> Job:
+    def run(
+        self,
+        name: str,
+        worker: Worker,
+        *,
+        what: str,
+        done: Callable[[Any], None],
+        strip: JobStrip | None = None,
+        text: str = "Starting\u2026",
+        cancelling_text: str = "Cancelling\u2026",
+        progressed: Callable[[Any], None] | None = None,
+        describe: Callable[[Any], tuple[float | None, str] | None] = progress_line,
+        failed: Callable[[str], None] | None = None,
+        cancelled: Callable[[], None] | None = None,
+        ended: Callable[[str], None] | None = None,
+        holds_engine: bool = False,
+        cancellable: bool = True,
+    ) -> Job:
+        """Start ``worker`` as a job the user sees; ``what`` names it to them ("Tissue maps").
+
+        ``done(value)`` gets the result. ``strip`` shows the progress (``describe(report)`` gives its
+        ``(fraction, text)``, None to leave it) and its Cancel stops the job; ``progressed(report)`` is the
+        feature's own view of each report. A failure goes to ``failed(message)`` when given (a dialog that says
+        it in place), else to the error dialog titled "<what> failed"; a cancel ends as "cancelled", said in the
+        status line unless ``cancelled()`` says it otherwise. ``ended(outcome)`` comes last, after the thread
+        ended (or the job was abandoned): "finished", "failed", "cancelled" or "abandoned". ``holds_engine``:
+        no other engine job may start meanwhile (a generation, a comparison).
+        """
+        job = self.start(
+            name,
+            worker,
+            progressed=lambda value: self._on_job_progressed(job, value, progressed, describe),
+            finished=lambda value: self._on_job_finished(job, value, done),
+            failed=lambda message: self._on_job_failed(job, what, message, failed),
+            cancelled=lambda: self._on_job_cancelled(job, what, cancelled),
+            ended=lambda: job.stop_showing(),
+        )
+        job.stop_showing = partial(self._on_job_ended, job, holds_engine, ended)
+        job.setObjectName(what)
+        job.cancelling_text = cancelling_text
+        if strip is not None:
+            job.strip = strip
+            strip.begin(job, text, cancellable)
+        if holds_engine:
+            self._hold_engine(True)
+        self.shown.append(job)
+        self._show_busy()
+        return job
+
+    # The callbacks below run in the GUI thread: the Job calls them from its own slots (see Job).
+
+    def _on_job_progressed(self, job: Job, value: Any, progressed, describe) -> None:
+        if job.strip is not None:
+            line = describe(value)
+            if line is not None:
+                job.strip.report(*line)
+        if progressed is not None:
+            progressed(value)
+
+    def _on_job_finished(self, job: Job, value: Any, done: Callable[[Any], None]) -> None:
+        if job.strip is not None:
+            job.strip.end("finished")
+        done(value)
+
+    def _on_job_failed(self, job: Job, what: str, message: str, failed) -> None:
+        if job.strip is not None:
+            job.strip.end("failed")
+        if failed is not None:
+            failed(message)
+        else:
+            self._show_error(f"{what} failed", message)
+
+    def _on_job_cancelled(self, job: Job, what: str, cancelled) -> None:
+        if job.strip is not None:
+            job.strip.end("cancelled")
+        if cancelled is not None:
+            cancelled()
+        else:
+            self._show_status(f"{what} cancelled", 5000)
+
+    def _on_job_ended(self, job: Job, holds_engine: bool, ended) -> None:
+        job.stop_showing = _ignore
+        if job.strip is not None and job.strip.job is job:  # ended without a word (an abandoned thread)
+            job.strip.end(job.outcome or "cancelled")
+        if job in self.shown:
+            self.shown.remove(job)
+        if holds_engine:  # first: what the feature does at the end may start the next engine job
+            self._hold_engine(False)
+        self._show_busy()
+        if ended is not None:
+            ended(job.outcome or "cancelled")
+
+    def _show_busy(self) -> None:
+        """The busy mark: the status bar's hourglass (its tooltip names the jobs) and the busy pointer."""
+        self.activity.show_jobs([job.objectName() for job in self.shown])
+        busy = bool(self.shown)
+        if busy != self.busy:
+            self.busy = busy
+            if busy:
+                QGuiApplication.setOverrideCursor(Qt.CursorShape.BusyCursor)
+            else:
+                QGuiApplication.restoreOverrideCursor()
+            self.busy_changed.emit(busy)
+
+    def start(self, name: str, worker: Worker, **callbacks: Callable[..., Any]) -> Job:
         """Start ``worker.run`` in a new thread. Callbacks: progressed, finished, failed, cancelled, ended."""
         job = Job(self, name, worker, callbacks)
         self.jobs.append(job)
@@ -342,7 +497,7 @@ class JobRunner(QObject):
     def _forget(self, job: Job) -> None:
         if job in self.jobs:
             self.jobs.remove(job)
-        job.thread.wait()
+        job.worker_thread.wait()
         job.worker.deleteLater()
         job.deleteLater()
 
@@ -352,7 +507,9 @@ class JobRunner(QObject):
             self.jobs.remove(job)
         job.abandoned = True
         job.worker.abandon()
-        _keep_until_finished(job.thread, job.worker)
+        _keep_until_finished(job.worker_thread, job.worker)
+        job.outcome = job.outcome or "abandoned"
+        job.stop_showing()  # its thread's end will not be heard
 
     def shutdown(self, timeout_ms: int = 10_000, abandon_after_ms: int = 2_000) -> None:
         """Cancel everything and wait for the threads (called when the window closes).
@@ -367,8 +524,16 @@ class JobRunner(QObject):
         for job in list(self.jobs):
             job.cancel()
         for job in list(self.jobs):
-            if job.can_abandon and not job.thread.wait(abandon_after_ms):
+            if job.can_abandon and not job.worker_thread.wait(abandon_after_ms):
                 self.abandon(job)
                 continue
-            while not job.thread.wait(timeout_ms):
+            while not job.worker_thread.wait(timeout_ms):
                 log.warning("closing: still waiting for %s to finish", job.name)
+
+
+def _log_error(title: str, message: str) -> None:
+    log.error("%s: %s", title, message)
+
+
+def _ignore(*_args: Any) -> None:
+    pass

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from PySide6.QtCore import QBuffer, QIODevice, Qt
 from PySide6.QtGui import QColor, QFont, QImage, QPainter
@@ -30,11 +30,10 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QPushButton, QWidget
 
 from app.core import vault_items as model
 from app.core.volumes import VolumeEntry
+from app.vault.exporting import VaultExport
 from app.vault.privacy import last_dir
-from app.vault.tasks import VaultTask
-
-if TYPE_CHECKING:  # (the controller imports this module)
-    from app.vault.controller import VaultController
+from app.vault.session import VaultSession
+from app.vault.tasks import VaultTask, VaultTasks
 
 SCREENSHOTS_KEY = "vault/screenshots"
 SCREENSHOT_MARK = "mark"  # written with a banner and a text field saying it is patient data, and audited
@@ -150,7 +149,7 @@ def marked_png(image: QImage) -> bytes:
     image.setText("Warning", "Patient data: contains pixels of a scan kept in an encrypted vault")
     buffer = QBuffer()
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    image.save(buffer, "PNG")
+    image.save(buffer, "PNG")  # type: ignore[call-overload]  # the stubs want bytes; the binding refuses them
     return bytes(buffer.data().data())
 
 
@@ -158,7 +157,9 @@ class VaultBoundary:
     """The ways a shown vault item could leave the vault (see the module's docstring).
 
     Args:
-        hub: The vault's state and pieces (``VaultController``): its Export and tasks, the vault.
+        session: The open vault (``VaultSession``).
+        tasks: Records and writes a copy in the background (``VaultTasks``).
+        exporting: Export from the Vault, the default way out (``VaultExport``).
         settings: The app's QSettings (the screenshot choice, the folder the export dialog starts in).
         show_status: ``(text, timeout_ms)``, the window's status line.
         show_error: ``(title, message)``, the app's error dialog.
@@ -167,13 +168,20 @@ class VaultBoundary:
 
     def __init__(
         self,
-        hub: VaultController,
-        settings,
+        session: VaultSession,
+        tasks: VaultTasks,
+        exporting: VaultExport,
+        settings: Any,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
         parent: QWidget | None,
+        *,
+        changed: Callable[[], None],
     ) -> None:
-        self._hub = hub
+        self._session = session
+        self._tasks = tasks
+        self._exporting = exporting
+        self._changed = changed
         self._settings = settings
         self._show_status = show_status
         self._show_error = show_error
@@ -200,10 +208,10 @@ class VaultBoundary:
         choice = prompt.choice
         prompt.deleteLater()
         info = entry.vault_item
-        if info is None or not self._hub.is_unlocked:
+        if info is None or not self._session.is_unlocked:
             return  # locked meanwhile: the entry has left the session
         if choice == "export":
-            self._hub.exporting.export_dialog_for(info.id, session_only=model.session_only_maps(entry))
+            self._exporting.export_dialog_for(info.id, session_only=model.session_only_maps(entry))
         elif choice == "copy":
             self._ask_copy_path(entry)
 
@@ -227,10 +235,10 @@ class VaultBoundary:
         path = Path(path).expanduser()
         if not path.name.endswith((".nii", ".nii.gz")):
             path = path.with_name(path.name + ".nii.gz")
-        self._hub.tasks.start(
+        self._tasks.start(
             "copy",
             model.save_copy_outside,
-            self._hub.vault,
+            self._session.vault,
             info.id,
             model.copy_volume(entry),
             path,
@@ -258,7 +266,7 @@ class VaultBoundary:
         if choice not in (SCREENSHOT_MARK, SCREENSHOT_REFUSE):
             raise ValueError(f"unknown screenshot choice {choice!r}")
         self._settings.setValue(SCREENSHOTS_KEY, choice)
-        self._hub.state_changed.emit()  # the Vault menu shows the choice
+        self._changed()  # the Vault menu shows the choice
 
     def screenshot_setting(self) -> str:
         """``mark`` or ``refuse`` as chosen, ``""`` while never chosen (then the first screenshot asks)."""
@@ -290,7 +298,7 @@ class VaultBoundary:
 
     def _screenshot_as(self, choice: str, entry: VolumeEntry, grab: Callable[[], QImage]) -> None:
         info = entry.vault_item
-        if info is None or not self._hub.is_unlocked:
+        if info is None or not self._session.is_unlocked:
             return  # locked meanwhile: the entry has left the session
         if choice == SCREENSHOT_REFUSE:
             self._show_status(
@@ -312,10 +320,10 @@ class VaultBoundary:
         except (RuntimeError, OSError, ValueError) as exc:
             self._show_error("Cannot save screenshot", str(exc))
             return
-        self._hub.tasks.start(
+        self._tasks.start(
             "screenshot",
             model.save_screenshot_outside,
-            self._hub.vault,
+            self._session.vault,
             info.id,
             png,
             Path(path),

@@ -67,6 +67,10 @@ QFrame#vaultDropFrame[dropping="true"] { border: 2px dashed #3d8fd6; background:
 """
 
 
+def _text(item: QTableWidgetItem | None) -> str:
+    return item.text() if item is not None else ""
+
+
 class _SortItem(QTableWidgetItem):
     """Sorts by SORT_ROLE when set (dates as ISO text, names case-insensitively)."""
 
@@ -306,7 +310,7 @@ class VaultBrowser(QWidget):
     # -- controller -> view --------------------------------------------------------------------------
 
     def _on_controller_state_changed(self) -> None:
-        unlocked = self.controller.is_unlocked
+        unlocked = self.controller.session.is_unlocked
         self.pages.setCurrentWidget(self.unlocked_page if unlocked else self.locked_page)
         if not unlocked and self.isVisible():
             self._update_locked_page()
@@ -314,8 +318,8 @@ class VaultBrowser(QWidget):
 
     def _update_locked_page(self) -> None:
         # Resolving the folder imports engine.vault: done when the page is seen, not at start-up.
-        path = self.controller.path
-        exists = self.controller.exists
+        path = self.controller.session.path
+        exists = self.controller.session.exists
         self.locked_title.setText("The vault is locked" if exists else "No vault yet")
         self.locked_text.setText(
             "Patient scans and generated volumes are kept encrypted. Unlock the vault to browse, open and import."
@@ -328,7 +332,7 @@ class VaultBrowser(QWidget):
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().showEvent(event)
-        if not self.controller.is_unlocked:
+        if not self.controller.session.is_unlocked:
             self._update_locked_page()
 
     def _on_controller_items_changed(self, items: list) -> None:
@@ -387,7 +391,7 @@ class VaultBrowser(QWidget):
 
     def _update_buttons(self) -> None:
         has_item = self.selected_id() is not None
-        unlocked = self.controller.is_unlocked
+        unlocked = self.controller.session.is_unlocked
         for button in (self.open_button, self.export_button, self.details_button, self.delete_button):
             button.setEnabled(unlocked and has_item)
         self.verify_button.setEnabled(unlocked and bool(self.controller.listing.items))
@@ -416,7 +420,7 @@ class VaultBrowser(QWidget):
     def row_texts(self) -> list[tuple[str, ...]]:
         """The table as shown (tests and screenshots)."""
         return [
-            tuple(self.table.item(r, c).text() for c in range(self.table.columnCount()))
+            tuple(_text(self.table.item(r, c)) for c in range(self.table.columnCount()))
             for r in range(self.table.rowCount())
         ]
 
@@ -549,7 +553,7 @@ class VaultStatusButton(QToolButton):
         self._on_controller_state_changed()
 
     def _on_controller_state_changed(self) -> None:
-        unlocked = self.controller.is_unlocked
+        unlocked = self.controller.session.is_unlocked
         self.setIcon(lock_icon(UNLOCKED_COLOUR, unlocked=True) if unlocked else lock_icon(LOCKED_COLOUR))
         self.setText("Vault unlocked" if unlocked else "Vault locked")
         self.setToolTip("Show the vault" if unlocked else "Unlock the vault")

@@ -355,7 +355,7 @@ def _display_date(value: str) -> str:
     return f"{text[:4]}-{text[4:6]}-{text[6:]}" if len(text) == 8 and text.isdigit() else text
 
 
-class _DetailsForm:
+class _DetailsForm(QDialog):
     """The label, patient and study fields shared by the import and edit dialogs, with date checks."""
 
     def _build_fields(self, *, patient_allowed: bool) -> QFormLayout:
@@ -427,7 +427,7 @@ class _DetailsForm:
         }
 
 
-class ImportDetailsDialog(_DetailsForm, QDialog):
+class ImportDetailsDialog(_DetailsForm):
     """Patient and study details for NIfTI files (a NIfTI header carries none); all optional.
 
     Files VolSynth generated (any SYNTHETIC mark, ``synthetic`` names them) are stored as synthetic: the
@@ -435,7 +435,7 @@ class ImportDetailsDialog(_DetailsForm, QDialog):
     """
 
     def __init__(
-        self, paths: list[str | Path], parent: QWidget | None = None, synthetic: list[str] | None = None
+        self, paths: Sequence[str | Path], parent: QWidget | None = None, synthetic: list[str] | None = None
     ) -> None:
         super().__init__(parent)
         self.paths = [Path(p) for p in paths]
@@ -486,7 +486,7 @@ class ImportDetailsDialog(_DetailsForm, QDialog):
         )
 
 
-class ItemDetailsDialog(_DetailsForm, QDialog):
+class ItemDetailsDialog(_DetailsForm):
     """Edit an item's label, patient and study details after import (``details()`` when accepted)."""
 
     def __init__(self, info, parent: QWidget | None = None) -> None:

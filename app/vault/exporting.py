@@ -8,43 +8,57 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from PySide6.QtWidgets import QWidget
 
 from app.core import vault_items as model
 from app.vault.dialogs import ExportDialog
+from app.vault.listing import VaultListing
+from app.vault.messages import VaultMessages
 from app.vault.privacy import last_dir, remember_dir
-
-if TYPE_CHECKING:  # (the controller imports this module)
-    from app.vault.controller import VaultController
+from app.vault.session import VaultSession
+from app.vault.tasks import VaultTasks
 
 
 class VaultExport:
-    """Exports items of the vault ``hub`` (the ``VaultController``) holds.
+    """Exports items of the vault ``session`` holds.
 
     Args:
-        hub: The vault's state and signals, and the other pieces (``VaultController``).
+        session: The open vault (``VaultSession``).
+        tasks: Decrypts and writes in the background (``VaultTasks``).
+        listing: The listed items (``VaultListing``), for the item the dialog is about.
+        messages: Tells what was written (``VaultMessages``).
         settings: The app's QSettings (the folder the export dialog starts in).
         show_status: ``(text, timeout_ms)``, the window's status line.
         parent: Parent of the export dialog (window-modal).
     """
 
     def __init__(
-        self, hub: VaultController, settings, show_status: Callable[..., None], parent: QWidget | None
+        self,
+        session: VaultSession,
+        tasks: VaultTasks,
+        listing: VaultListing,
+        messages: VaultMessages,
+        settings: Any,
+        show_status: Callable[..., None],
+        parent: QWidget | None,
     ) -> None:
-        self._hub = hub
+        self._session = session
+        self._tasks = tasks
+        self._listing = listing
+        self._messages = messages
         self._settings = settings
         self._show_status = show_status
         self._parent = parent
         self.export_dialog: ExportDialog | None = None
-        self.last_export = None
+        self.last_export: Any = None
 
     def export_dialog_for(self, item_id: str, session_only: Sequence[str] = ()) -> ExportDialog | None:
         """Ask where and how to export the item (``session_only``: maps the shown item has that the vault does
         not keep, which the dialog names as not exported)."""
-        info = self._hub.listing.item(item_id)
-        if info is None or not self._hub.is_unlocked:
+        info = self._listing.item(item_id)
+        if info is None or not self._session.is_unlocked:
             return None
         folder = last_dir(self._settings, "vault/last_export_dir")
         dialog = ExportDialog(info, folder, self._parent, session_only=session_only)
@@ -74,11 +88,10 @@ class VaultExport:
     ) -> None:
         dest = Path(dest).expanduser()
         remember_dir(self._settings, "vault/last_export_dir", dest)
-        hub = self._hub
-        hub.tasks.start(
+        self._tasks.start(
             "export",
             model.export_item,
-            hub.vault,
+            self._session.vault,
             item_id,
             dest,
             deidentify,
@@ -105,7 +118,7 @@ class VaultExport:
             )
         # Every path is one click away ("Show Details..."), not a wall of 95 DICOM paths in the box.
         details = "\n".join(str(path) for path in result.files)
-        self._hub.messages.inform(
+        self._messages.inform(
             "Exported, with warnings" if result.warnings else "Exported from the Vault", text, details=details
         )
 

@@ -7,30 +7,35 @@ dialog and stored as synthetic, without patient details.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.core import vault_items as model
 from app.vault.dialogs import ImportDetailsDialog
+from app.vault.listing import VaultListing
+from app.vault.locking import VaultLocking
+from app.vault.messages import VaultMessages
 from app.vault.privacy import last_dir, remember_dir
-from app.vault.tasks import ERROR_TITLES
+from app.vault.session import VaultSession
+from app.vault.tasks import ERROR_TITLES, VaultTasks
 from engine.nifti.io import is_nifti
-
-if TYPE_CHECKING:  # (the controller imports this module)
-    from app.vault.controller import VaultController
 
 NIFTI_FILTER = "NIfTI volumes (*.nii *.nii.gz);;All files (*)"
 
 
 class VaultImport:
-    """Imports into the vault ``hub`` (the ``VaultController``) holds.
+    """Imports into the vault ``session`` holds.
 
     Args:
-        hub: The vault's state and signals, and the other pieces (``VaultController``).
+        session: The open vault (``VaultSession``).
+        tasks: Encrypts in the background (``VaultTasks``).
+        locking: Unlocks first when the vault is locked (``VaultLocking``).
+        listing: Listed again after an import (``VaultListing``).
+        messages: Asks whether to import a copy of what the vault already holds (``VaultMessages``).
         settings: The app's QSettings (the folder the import dialogs start in).
         show_status: ``(text, timeout_ms)``, the window's status line.
         show_error: ``(title, message)``, the app's error dialog.
@@ -39,13 +44,21 @@ class VaultImport:
 
     def __init__(
         self,
-        hub: VaultController,
-        settings,
+        session: VaultSession,
+        tasks: VaultTasks,
+        locking: VaultLocking,
+        listing: VaultListing,
+        messages: VaultMessages,
+        settings: Any,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
         parent: QWidget | None,
     ) -> None:
-        self._hub = hub
+        self._session = session
+        self._tasks = tasks
+        self._locking = locking
+        self._listing = listing
+        self._messages = messages
         self._settings = settings
         self._show_status = show_status
         self._show_error = show_error
@@ -54,7 +67,7 @@ class VaultImport:
         self._pending_import: list[model.ImportJob] = []
 
     def import_nifti_dialog(self) -> None:
-        if not self._hub.locking.ensure_unlocked(self.import_nifti_dialog):
+        if not self._locking.ensure_unlocked(self.import_nifti_dialog):
             return
         paths, _ = QFileDialog.getOpenFileNames(
             self._parent,
@@ -67,7 +80,7 @@ class VaultImport:
             self.ask_import_details(paths)
 
     def import_dicom_dialog(self) -> None:
-        if not self._hub.locking.ensure_unlocked(self.import_dicom_dialog):
+        if not self._locking.ensure_unlocked(self.import_dicom_dialog):
             return
         folder = QFileDialog.getExistingDirectory(
             self._parent,
@@ -78,16 +91,16 @@ class VaultImport:
             remember_dir(self._settings, "vault/last_import_dir", Path(folder).parent)
             self.import_sources([model.ImportJob(folder, "dicom")])
 
-    def import_dropped(self, paths: list[str | Path]) -> None:
+    def import_dropped(self, paths: Sequence[str | Path]) -> None:
         """Files dropped on the browser: NIfTI files (details asked once), DICOM folders or files."""
-        paths = [Path(p) for p in paths]
-        if not paths:
+        dropped = [Path(p) for p in paths]
+        if not dropped:
             return
-        if not self._hub.locking.ensure_unlocked(partial(self.import_dropped, paths)):
+        if not self._locking.ensure_unlocked(partial(self.import_dropped, dropped)):
             return
-        nifti = [p for p in paths if is_nifti(p)]
-        jobs = [model.ImportJob(p, "dicom") for p in paths if p.is_dir()]
-        loose = [p for p in paths if p.is_file() and not is_nifti(p)]
+        nifti = [p for p in dropped if is_nifti(p)]
+        jobs = [model.ImportJob(p, "dicom") for p in dropped if p.is_dir()]
+        loose = [p for p in dropped if p.is_file() and not is_nifti(p)]
         if loose:
             jobs.append(model.ImportJob(loose, "dicom"))
         if nifti:
@@ -95,7 +108,9 @@ class VaultImport:
         elif jobs:
             self.import_sources(jobs)
 
-    def ask_import_details(self, paths: list[str | Path], extra: list[model.ImportJob] | None = None) -> None:
+    def ask_import_details(
+        self, paths: Sequence[str | Path], extra: list[model.ImportJob] | None = None
+    ) -> None:
         """Ask for patient and study details (non-blocking); files VolSynth generated are named in the dialog
         and stored as synthetic, without patient details."""
         dialog = ImportDetailsDialog(paths, self._parent, synthetic=model.synthetic_names(paths))
@@ -145,13 +160,12 @@ class VaultImport:
         )
 
     def import_sources(self, jobs: list[model.ImportJob]) -> None:
-        hub = self._hub
-        if not jobs or not hub.locking.ensure_unlocked(partial(self.import_sources, jobs)):
+        if not jobs or not self._locking.ensure_unlocked(partial(self.import_sources, jobs)):
             return
-        hub.tasks.start(
+        self._tasks.start(
             "import",
             model.import_batch,
-            hub.vault,
+            self._session.vault,
             jobs,
             finished=self._on_imported,
             progress="Importing into the Vault",
@@ -159,7 +173,7 @@ class VaultImport:
         )
 
     def _on_imported(self, report: model.ImportReport) -> None:
-        self._hub.listing.refresh()
+        self._listing.refresh()
         done = len(report.imported)
         if report.cancelled:
             self._show_status(f"Import cancelled: {done} of {report.total} imported", 8000)
@@ -171,7 +185,7 @@ class VaultImport:
             jobs = [job for job, _message in report.duplicates]
             for job in jobs:
                 job.allow_duplicate = True
-            self._hub.messages.ask_duplicate(
+            self._messages.ask_duplicate(
                 f"{names}\n\nImport another copy?", "Import a Copy", partial(self.import_sources, jobs)
             )
         if report.errors:

@@ -1,58 +1,73 @@
 """The vault's integrity in the app: Verify All, and the repair offered after a rollback.
 
 A repair unlocks the vault for repair only, shows what it would do (nothing is changed yet), and runs only
-when the user confirms; nothing is ever deleted.
+when the user confirms; nothing is ever deleted. The repair asks for the passphrase in a dialog of its own and
+hands the repaired vault to ``VaultLocking``; locking only tells when an unlock found a rolled-back vault
+(``rolled_back``), so the two depend one way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
 
 from app.core import vault_items as model
-from app.vault import operations
 from app.vault.dialogs import VaultUnlockDialog
-from app.vault.tasks import ERROR_TITLES, VaultTask
+from app.vault.locking import VaultLocking
+from app.vault.messages import VaultMessages
+from app.vault.session import VaultSession
+from app.vault.tasks import ERROR_TITLES, VaultTask, VaultTasks
 from engine.errors import VaultLocked
 from engine.formatting import count_of
 
-if TYPE_CHECKING:  # (the controller imports this module)
-    from app.vault.controller import VaultController
-
 
 class VaultIntegrity:
-    """Verify All and repair of the vault ``hub`` (the ``VaultController``) holds.
+    """Verify All and repair of the vault ``session`` holds.
 
     Args:
-        hub: The vault's state and signals, and the other pieces (``VaultController``).
+        session: The open vault (``VaultSession``).
+        tasks: Runs the verification and the repair in the background (``VaultTasks``).
+        locking: Unlocks before Verify All, keeps the repaired vault, and says when an unlock found the vault
+            rolled back (its ``rolled_back`` signal offers the repair here).
+        messages: Tells the results (``VaultMessages``).
         show_error: ``(title, message)``, the app's error dialog.
-        parent: Parent of the question boxes (window-modal).
+        parent: Parent of the passphrase dialog and the question boxes (window-modal).
     """
 
     def __init__(
-        self, hub: VaultController, show_error: Callable[[str, str], None], parent: QWidget | None
+        self,
+        session: VaultSession,
+        tasks: VaultTasks,
+        locking: VaultLocking,
+        messages: VaultMessages,
+        show_error: Callable[[str, str], None],
+        parent: QWidget | None,
     ) -> None:
-        self._hub = hub
+        self._session = session
+        self._tasks = tasks
+        self._locking = locking
+        self._messages = messages
         self._show_error = show_error
         self._parent = parent
-        self.last_verify = None
+        locking.rolled_back.connect(self.offer_repair)
+        self.last_verify: Any = None
+        self.repair_dialog: VaultUnlockDialog | None = None  # the passphrase of a repair, while asked
         self.repair_box: QMessageBox | None = None
-        self.repair_offer_button = None
-        self.repair_confirm_button = None
-        self._repair_vault = None  # unlocked for repair only, while the user decides
+        self.repair_offer_button: QPushButton | None = None
+        self.repair_confirm_button: QPushButton | None = None
+        self._repair_vault: Any = None  # unlocked for repair only, while the user decides
 
     # -- verify --------------------------------------------------------------------------------------
 
     def verify_all(self) -> None:
-        hub = self._hub
-        if not hub.locking.ensure_unlocked(self.verify_all):
+        if not self._locking.ensure_unlocked(self.verify_all):
             return
-        hub.tasks.start(
+        self._tasks.start(
             "verify",
             model.verify_all,
-            hub.vault,
+            self._session.vault,
             finished=self._on_verified,
             progress="Verifying the Vault",
             text="Checking every item...",
@@ -63,7 +78,7 @@ class VaultIntegrity:
         self.last_verify = report
         notes = "".join(f"\n\n{note}" for note in report.notes)
         if report.ok:
-            self._hub.messages.inform(
+            self._messages.inform(
                 "Vault verified",
                 f"All {report.items_checked} items are intact: "
                 f"{model.format_size(report.bytes_checked)} authenticated, and the audit trail's "
@@ -95,7 +110,7 @@ class VaultIntegrity:
         self.repair_offer_button = box.addButton("Repair...", QMessageBox.ButtonRole.AcceptRole)
         box.finished.connect(self._on_repair_offer_finished)
         self.repair_box = box
-        self._hub.messages.last_info = ("The vault was rolled back", message)
+        self._messages.last_info = ("The vault was rolled back", message)
         box.open()
         return box
 
@@ -107,27 +122,34 @@ class VaultIntegrity:
             box.deleteLater()
 
     def request_repair(self) -> VaultUnlockDialog:
-        """Ask for the passphrase, then show what a repair would do (see Vault.repair)."""
-        locking = self._hub.locking
-        locking.protect()
-        return locking.open_unlock_dialog("repair")
+        """Ask for the passphrase (non-blocking), then show what a repair would do (see Vault.repair)."""
+        self._locking.protect()  # before the passphrase is typed
+        dialog = VaultUnlockDialog("repair", self._session.path, self._parent)
+        dialog.submitted.connect(self.check_repair)
+        dialog.rejected.connect(self._on_repair_dialog_rejected)
+        self.repair_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def _on_repair_dialog_rejected(self) -> None:
+        self.repair_dialog = None
 
     def check_repair(self, passphrase: str) -> None:
         """The passphrase of the repair dialog: plan the repair in the background (nothing is changed)."""
-        hub = self._hub
-        hub.tasks.start(
+        session = self._session
+        self._tasks.start(
             "repair",
-            operations.repair_check,
-            hub.path,
+            model.plan_repair,
+            session.path,
             passphrase,
-            hub.idle_timeout_s(),
-            hub.now,
+            session.idle_timeout_s(),
+            session.now,
             finished=self._on_repair_checked,
             failed=self._on_repair_check_failed,
         )
 
     def _on_repair_check_failed(self, task: VaultTask, message: str) -> None:
-        dialog = self._hub.locking.unlock_dialog
+        dialog = self.repair_dialog
         self._show_error(ERROR_TITLES["repair"], message)
         if dialog is not None:
             if isinstance(task.worker.error, VaultLocked):
@@ -137,13 +159,12 @@ class VaultIntegrity:
 
     def _on_repair_checked(self, value) -> None:
         vault, plan = value
-        locking = self._hub.locking
-        if locking.unlock_dialog is not None:
-            locking.unlock_dialog.accept()
-            locking.unlock_dialog = None
+        if self.repair_dialog is not None:
+            self.repair_dialog.accept()
+            self.repair_dialog = None
         if not plan.changed:
             vault.lock()
-            self._hub.messages.inform("Nothing to repair", "The vault is consistent; unlock it as usual.")
+            self._messages.inform("Nothing to repair", "The vault is consistent; unlock it as usual.")
             return
         lines = [f"\u2022 accept: {line}" for line in plan.accepted]
         lines += [
@@ -171,9 +192,9 @@ class VaultIntegrity:
         if box is None or vault is None:
             return
         if box.clickedButton() is self.repair_confirm_button:
-            self._hub.tasks.start(
+            self._tasks.start(
                 "repair",
-                operations.repair_now,
+                model.repair_vault,
                 vault,
                 finished=self._on_repaired,
                 progress="Repairing the Vault",
@@ -184,8 +205,8 @@ class VaultIntegrity:
 
     def _on_repaired(self, value) -> None:
         vault, report = value
-        self._hub.locking.unlocked_with(vault)
-        self._hub.messages.inform(
+        self._locking.unlocked_with(vault)
+        self._messages.inform(
             "Vault repaired",
             f"{count_of(len(report.reindexed), 'item')} put back into the vault; nothing was deleted.",
         )

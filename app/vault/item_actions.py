@@ -7,40 +7,57 @@ A rename follows into the session: a volume opened from (or saved as) the item t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
 
 from app.core import vault_items as model
-from app.core.tissue_source import AUTO, keep_session_maps, maps_source_text, segment_vault_item
-from app.vault import operations
+from app.core.tissue_source import AUTO, maps_source_text
 from app.vault.dialogs import ItemDetailsDialog
+from app.vault.listing import VaultListing
+from app.vault.opening import VaultOpen
+from app.vault.saving import VaultSave
+from app.vault.session import VaultSession
+from app.vault.tasks import VaultTask, VaultTasks
 from engine.errors import InvalidRequest
-
-if TYPE_CHECKING:  # (the controller imports this module)
-    from app.vault.controller import VaultController
 
 
 class VaultItemActions:
-    """Edit and delete items of the vault ``hub`` (the ``VaultController``) holds.
+    """Edit and delete items of the vault ``session`` holds.
 
     Args:
-        hub: The vault's state and signals, and the other pieces (``VaultController``).
+        session: The open vault (``VaultSession``).
+        tasks: Saves, segments and deletes in the background (``VaultTasks``).
+        listing: The listed items (``VaultListing``), listed again after each change.
+        opening: The volumes opened from the vault (``VaultOpen.opened``): they follow a rename and get new maps.
+        saving: The volumes saved to the vault (``VaultSave.saved``): their "saved as" follows a rename.
         state: The app's session (``AppState``), whose names follow a rename.
         show_status: ``(text, timeout_ms)``, the window's status line.
         parent: Parent of the details dialog and the delete question (window-modal).
     """
 
     def __init__(
-        self, hub: VaultController, state, show_status: Callable[..., None], parent: QWidget | None
+        self,
+        session: VaultSession,
+        tasks: VaultTasks,
+        listing: VaultListing,
+        opening: VaultOpen,
+        saving: VaultSave,
+        state: Any,
+        show_status: Callable[..., None],
+        parent: QWidget | None,
     ) -> None:
-        self._hub = hub
+        self._session = session
+        self._tasks = tasks
+        self._listing = listing
+        self._opening = opening
+        self._saving = saving
         self._state = state
         self._show_status = show_status
         self._parent = parent
         self.details_dialog: ItemDetailsDialog | None = None
         self.confirm_box: QMessageBox | None = None
-        self.confirm_delete_button = None
+        self.confirm_delete_button: QPushButton | None = None
         self._pending_delete: str | None = None
         self._pending_tissue = ""  # the label of the item being segmented, for its messages
 
@@ -48,8 +65,8 @@ class VaultItemActions:
 
     def edit_dialog_for(self, item_id: str) -> ItemDetailsDialog | None:
         """Edit an item's label, patient and study details (non-blocking dialog; saved in the background)."""
-        info = self._hub.listing.item(item_id)
-        if info is None or not self._hub.is_unlocked:
+        info = self._listing.item(item_id)
+        if info is None or not self._session.is_unlocked:
             return None
         dialog = ItemDetailsDialog(info, self._parent)
         dialog.accepted.connect(self._on_details_dialog_accepted)
@@ -68,19 +85,20 @@ class VaultItemActions:
 
     def edit_item(self, item_id: str, details: dict) -> None:
         """Save new details (``label``, ``patient``, ``study``) of an item, in the background."""
-        hub = self._hub
-        hub.tasks.start("edit", model.update_item, hub.vault, item_id, details, finished=self._on_item_edited)
+        self._tasks.start(
+            "edit", model.update_item, self._session.vault, item_id, details, finished=self._on_item_edited
+        )
 
     def _on_item_edited(self, info) -> None:
         # The session shows the vault's name of what came from (or went to) this item: a rename follows.
         state = self._state
-        opened, saved = self._hub.opening.opened, self._hub.saving.saved
+        opened, saved = self._opening.opened, self._saving.saved
         for entry in list(state.volumes):
             if opened.get(entry.uid) == info.id and entry.name != info.label:
                 state.rename_volume(entry, info.label)
             elif saved.get(entry.uid) == info.id:
                 state.mark_saved(entry, f"the vault as \u201c{info.label}\u201d")
-        self._hub.listing.refresh()
+        self._listing.refresh()
         self._show_status(f"Saved the details of \u201c{info.label}\u201d", 6000)
 
     # -- tissue maps ---------------------------------------------------------------------------------
@@ -88,9 +106,8 @@ class VaultItemActions:
     def compute_tissue_maps(self, item_id: str) -> None:
         """Segment an item (GM, WM, CSF, brain mask) and keep the maps with it, encrypted, in the background;
         maps it has from its model's channels are kept instead (a message says so)."""
-        hub = self._hub
-        info = hub.listing.item(item_id)
-        if info is None or not hub.is_unlocked:
+        info = self._listing.item(item_id)
+        if info is None or not self._session.is_unlocked:
             return
         made = (info.provenance or {}).get("tissue_maps_made") or {}
         if info.tissue_maps and made.get("tissue_maps_source") != "method":
@@ -102,16 +119,18 @@ class VaultItemActions:
         computed = self._session_maps(item_id)
         # Maps computed for it in this session (Viewer > Compute Tissue Maps) are kept as they are; otherwise it is
         # segmented, again (replacing its maps) when asked: e.g. after the item's contrast was corrected.
+        function: Callable[..., Any]
+        args: tuple[Any, ...]
         if computed is not None:
-            function, args, title = keep_session_maps, (item_id, *computed), "Keeping Tissue Maps"
+            function, args, title = model.keep_session_maps, (item_id, *computed), "Keeping Tissue Maps"
             text = f"Keeping the maps of \u201c{info.label}\u201d computed in this session"
         else:
-            function, args, title = segment_vault_item, (item_id, AUTO), "Computing Tissue Maps"
+            function, args, title = model.segment_vault_item, (item_id, AUTO), "Computing Tissue Maps"
             text = f"Segmenting \u201c{info.label}\u201d"
-        hub.tasks.start(
+        self._tasks.start(
             "tissue",
             function,
-            hub.vault,
+            self._session.vault,
             *args,
             bool(info.tissue_maps),
             finished=self._on_tissue_computed,
@@ -138,7 +157,7 @@ class VaultItemActions:
 
     def _on_tissue_computed(self, value) -> None:
         info, maps, made = value
-        state, opened = self._state, self._hub.opening.opened
+        state, opened = self._state, self._opening.opened
         for entry in list(state.volumes):
             if opened.get(entry.uid) == info.id:  # open in the session: it shows them at once
                 entry.tissue = dict(maps)
@@ -148,13 +167,13 @@ class VaultItemActions:
                 if state.shown is entry:
                     state.shown_changed.emit(entry)
                     state.set_show_tissue(True)
-        self._hub.listing.refresh()
+        self._listing.refresh()
         source = maps_source_text(info.provenance or {}, "opened", True)
         self._show_status(
             f"Tissue maps of \u201c{info.label}\u201d kept with it in the vault, encrypted ({source})", 10000
         )
 
-    def _on_tissue_failed(self, task, message: str) -> None:
+    def _on_tissue_failed(self, task: VaultTask, message: str) -> None:
         label = self._pending_tissue or "the item"
         if isinstance(task.worker.error, InvalidRequest):  # refused (not brain-like, SWI...): one line
             self._show_status(f"No tissue maps for \u201c{label}\u201d: {' '.join(message.split())}", 15000)
@@ -165,12 +184,13 @@ class VaultItemActions:
 
     def delete_item(self, item_id: str, *, confirm: bool = True) -> None:
         """Delete an item after asking (a non-blocking question box); ``confirm=False`` deletes at once."""
-        hub = self._hub
-        info = hub.listing.item(item_id)
-        if info is None or not hub.is_unlocked:
+        info = self._listing.item(item_id)
+        if info is None or not self._session.is_unlocked:
             return
         if not confirm:
-            hub.tasks.start("delete", operations.delete, hub.vault, item_id, finished=self._on_deleted)
+            self._tasks.start(
+                "delete", model.delete_item, self._session.vault, item_id, finished=self._on_deleted
+            )
             return
         box = QMessageBox(
             QMessageBox.Icon.Warning,
@@ -196,7 +216,7 @@ class VaultItemActions:
             box.deleteLater()
 
     def _on_deleted(self, item_id: str) -> None:
-        self._hub.listing.refresh()
+        self._listing.refresh()
         self._show_status("Deleted the item from the vault", 6000)
 
     def forget(self) -> None:

@@ -1,7 +1,8 @@
 """Unlocking, creating and locking the vault, and its auto-lock after idle time.
 
-Locking forgets the keys and the decrypted index, clears the browser and closes the volumes opened from
-the vault (``VaultController.forget_unlocked``). User activity anywhere in the app (keys, clicks, wheel)
+Locking forgets the keys and the decrypted index; ``locked`` tells the pieces, which drop their dialogs and what
+came from the vault (the browser empties, the volumes opened from it leave the session). The open vault's
+state (``VaultSession``) is changed here and nowhere else. User activity anywhere in the app (keys, clicks, wheel)
 postpones the auto-lock; the vault itself keeps the idle clock, and a timer asks it once a second.
 """
 
@@ -9,19 +10,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, QTimer
+from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtWidgets import QApplication, QFileDialog, QInputDialog, QWidget
 
-from app.vault import operations
+from app.core import vault_items as model
 from app.vault.dialogs import VaultUnlockDialog
+from app.vault.listing import VaultListing
+from app.vault.messages import VaultMessages
 from app.vault.privacy import forget_paths, protect_process, remember_recent
-from app.vault.tasks import ERROR_TITLES, VaultTask
+from app.vault.session import AUTO_LOCK_KEY, VaultSession
+from app.vault.tasks import ERROR_TITLES, VaultTask, VaultTasks
 from engine.errors import EngineError, VaultLocked, VaultRolledBack
-
-if TYPE_CHECKING:  # (the controller imports this module)
-    from app.vault.controller import VaultController
 
 log = logging.getLogger(__name__)
 
@@ -30,33 +32,60 @@ _ACTIVITY = (QEvent.Type.KeyPress, QEvent.Type.MouseButtonPress, QEvent.Type.Whe
 
 
 class VaultLocking(QObject):
-    """Unlock / create / lock / auto-lock of the vault ``hub`` (the ``VaultController``) holds.
+    """Unlock / create / lock / auto-lock of the vault ``session`` holds: the one writer of the session.
+
+    Signals (GUI thread): ``locked()`` after the vault locked (here, after idle time or by code outside the
+    app), once the session says so: the pieces drop what came from it; ``rolled_back(message)`` when an unlock
+    was refused because the vault was rolled back (a repair may help: ``VaultIntegrity`` offers it).
 
     Args:
-        hub: The vault's state and signals, and the other pieces (``VaultController``).
-        settings: The app's QSettings (remembered paths are forgotten on close when remembering is off).
+        session: The open vault (``VaultSession``), changed only here.
+        tasks: Runs unlock, create and a lock behind running tasks in the background (``VaultTasks``).
+        listing: Listed again once unlocked (``VaultListing``).
+        messages: Tells what an unlock cleaned up or could not check (``VaultMessages``).
+        settings: The app's QSettings (auto-lock minutes; remembered paths are forgotten on close when
+            remembering is off).
         show_status: ``(text, timeout_ms)``, the window's status line.
         show_error: ``(title, message)``, the app's error dialog.
         parent: Parent of the unlock dialogs; its Close event locks the vault (the app is closing).
+        changed: Called when locked, unlocked, moved or the auto-lock time changed (menu and browser update).
+        tick: Called with the seconds until the auto-lock (None when locked), once a second while unlocked.
+        show_browser: Brings up the Vault dock (an unlock asked for anywhere shows where it leads).
     """
+
+    locked = Signal()
+    rolled_back = Signal(str)
 
     def __init__(
         self,
-        hub: VaultController,
-        settings,
+        session: VaultSession,
+        tasks: VaultTasks,
+        listing: VaultListing,
+        messages: VaultMessages,
+        settings: Any,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
         parent: QWidget | None,
+        *,
+        changed: Callable[[], None],
+        tick: Callable[[float | None], None],
+        show_browser: Callable[[], None],
     ) -> None:
-        super().__init__(hub)
-        self._hub = hub
+        super().__init__(parent)
+        self._session = session
+        self._tasks = tasks
+        self._listing = listing
+        self._messages = messages
         self._settings = settings
         self._show_status = show_status
         self._show_error = show_error
         self._parent = parent
+        self._changed = changed
+        self._tick = tick
+        self._show_browser = show_browser
         self.unlock_dialog: VaultUnlockDialog | None = None
         self.core_dump_note = ""  # why core dumps could not be turned off, if they could not
-        self._after_unlock: list[Callable[[], None]] = []
+        self._after_unlock: list[Callable[[], object]] = []
         self._idle_timer = QTimer(self)
         self._idle_timer.setInterval(IDLE_CHECK_MS)
         self._idle_timer.timeout.connect(self._on_idle_timer_timeout)
@@ -68,20 +97,15 @@ class VaultLocking(QObject):
 
     def request_unlock(self) -> VaultUnlockDialog | None:
         """Show the create or unlock dialog (non-blocking); the browser follows when it succeeds."""
-        hub = self._hub
-        hub.window_show_browser()
-        if hub.is_unlocked:
+        self._show_browser()
+        if self._session.is_unlocked:
             return None
         self.protect()  # before the passphrase is typed
         if self.unlock_dialog is not None and self.unlock_dialog.isVisible():
             self.unlock_dialog.raise_()
             return self.unlock_dialog
-        mode = "unlock" if hub.exists else "create"
-        return self.open_unlock_dialog(mode)
-
-    def open_unlock_dialog(self, mode: str) -> VaultUnlockDialog:
-        """The passphrase dialog in ``mode`` (create, unlock or repair), opened non-blocking."""
-        dialog = VaultUnlockDialog(mode, self._hub.path, self._parent)
+        mode = "unlock" if self._session.exists else "create"
+        dialog = VaultUnlockDialog(mode, self._session.path, self._parent)
         dialog.submitted.connect(self._on_unlock_dialog_submitted)
         dialog.rejected.connect(self._on_unlock_dialog_rejected)
         self.unlock_dialog = dialog
@@ -94,8 +118,6 @@ class VaultLocking(QObject):
             return
         if dialog.mode == "create":
             self.create(passphrase)
-        elif dialog.mode == "repair":
-            self._hub.integrity.check_repair(passphrase)
         else:
             self.unlock(passphrase)
 
@@ -112,16 +134,16 @@ class VaultLocking(QObject):
 
     def create(self, passphrase: str) -> None:
         """Create a new vault at ``path`` (in the background) and keep it unlocked."""
-        hub = self._hub
+        session = self._session
         self.protect()
-        hub.tasks.start(
+        self._tasks.start(
             "create",
-            operations.create_vault,
-            hub.path,
+            model.create_vault,
+            session.path,
             passphrase,
-            hub.kdf,
-            hub.idle_timeout_s(),
-            hub.now,
+            session.kdf,
+            session.idle_timeout_s(),
+            session.now,
             finished=self.unlocked_with,
             failed=self._on_unlock_failed,
         )
@@ -130,17 +152,17 @@ class VaultLocking(QObject):
         """Unlock the vault at ``path`` with ``passphrase`` (Argon2id runs in the background)."""
         from engine.vault import Vault
 
-        hub = self._hub
+        session = self._session
         self.protect()
         try:
             # A fresh object each time: a lock still finishing in the background can never undo this unlock.
-            vault = Vault(hub.path, idle_timeout_s=hub.idle_timeout_s(), clock=hub.now)
+            vault = Vault(session.path, idle_timeout_s=session.idle_timeout_s(), clock=session.now)
         except EngineError as exc:
             self._unlock_refused(exc, str(exc))
             return
-        hub.tasks.start(
+        self._tasks.start(
             "unlock",
-            operations.unlock,
+            model.unlock_vault,
             vault,
             passphrase,
             finished=self.unlocked_with,
@@ -149,21 +171,19 @@ class VaultLocking(QObject):
 
     def unlocked_with(self, vault) -> None:
         """``vault`` is unlocked (created, unlocked or repaired): show it, and run what waited for it."""
-        hub = self._hub
-        hub.vault = vault
-        hub.unlocked = True
+        self._session.set_unlocked(vault)
         self._idle_timer.start()
         if self.unlock_dialog is not None:
             self.unlock_dialog.accept()
             self.unlock_dialog = None
-        self._show_status(f"Vault unlocked: {hub.path}", 5000)
-        hub.state_changed.emit()
-        hub.auto_lock_tick.emit(vault.seconds_until_auto_lock())
-        hub.listing.refresh()
+        self._show_status(f"Vault unlocked: {self._session.path}", 5000)
+        self._changed()
+        self._tick(vault.seconds_until_auto_lock())
+        self._listing.refresh()
         if vault.notices:  # e.g. partial files of an interrupted import or export, removed
-            hub.messages.inform("Vault cleaned up", "\n\n".join(vault.notices))
+            self._messages.inform("Vault cleaned up", "\n\n".join(vault.notices))
         if vault.warnings:  # what rollback detection could not check at this unlock, or a broken anchor
-            hub.messages.warn("Vault unlocked with a warning", "\n\n".join(vault.warnings))
+            self._messages.warn("Vault unlocked with a warning", "\n\n".join(vault.warnings))
         if vault.audit_problem:
             self._show_error(
                 "The vault's audit trail is damaged",
@@ -181,7 +201,7 @@ class VaultLocking(QObject):
         if isinstance(error, VaultRolledBack):  # typing again would not help; a repair might
             if self.unlock_dialog is not None:
                 self.unlock_dialog.reject()
-            self._hub.integrity.offer_repair(message)
+            self.rolled_back.emit(message)
             return
         title = ERROR_TITLES[
             "create" if self.unlock_dialog is not None and self.unlock_dialog.mode == "create" else "unlock"
@@ -194,9 +214,9 @@ class VaultLocking(QObject):
         if dialog is not None:  # a damaged header or an unusable folder: typing again would not help
             dialog.reject()
 
-    def ensure_unlocked(self, then: Callable[[], None]) -> bool:
+    def ensure_unlocked(self, then: Callable[[], object]) -> bool:
         """True if unlocked; otherwise ask for the passphrase and run ``then`` once unlocked."""
-        if self._hub.is_unlocked:
+        if self._session.is_unlocked:
             return True
         self._after_unlock.append(then)
         self.request_unlock()
@@ -206,73 +226,73 @@ class VaultLocking(QObject):
 
     def lock(self, reason: str = "manual") -> None:
         """Lock now: forget the keys, clear the browser, close volumes opened from the vault."""
-        hub = self._hub
-        if not hub.is_unlocked:
+        session = self._session
+        vault = session.vault
+        if not session.is_unlocked or vault is None:
             return
-        running = hub.tasks.new_epoch()
+        running = self._tasks.new_epoch()
         for task in running:
             task.worker.cancel()
-        vault = hub.vault
         if running:  # the vault finishes its current chunk first; never wait for that in the GUI thread
-            hub.tasks.start("lock", operations.lock, vault)
+            self._tasks.start("lock", model.lock_vault, vault)
         else:
             vault.lock()
         self._after_lock(reason)
 
     def _after_lock(self, reason: str) -> None:
-        hub = self._hub
-        hub.unlocked = False
+        self._session.set_locked()
         self._idle_timer.stop()
-        hub.forget_unlocked()
-        hub.state_changed.emit()
-        hub.auto_lock_tick.emit(None)
+        self.locked.emit()
+        self._changed()
+        self._tick(None)
         if reason == "idle":
-            minutes = hub.auto_lock_minutes
+            minutes = self._session.auto_lock_minutes
             self._show_status(f"Vault locked after {minutes} min without activity", 0)
         else:
             self._show_status("Vault locked", 5000)
 
     def notice_locked_elsewhere(self, task: VaultTask) -> None:
         """A task failed because the vault was locked by code outside the app: follow it."""
-        hub = self._hub
+        session = self._session
         if (
-            hub.is_unlocked
+            session.is_unlocked
             and isinstance(task.worker.error, VaultLocked)
-            and hub.vault is not None
-            and not hub.vault.is_unlocked
+            and session.vault is not None
+            and not session.vault.is_unlocked
         ):
-            hub.tasks.new_epoch()
-            self._after_lock("elsewhere")  # locked by code outside this controller
+            self._tasks.new_epoch()
+            self._after_lock("elsewhere")  # locked by code outside the app
 
     # -- auto-lock -----------------------------------------------------------------------------------
 
     def check_idle(self) -> bool:
         """Lock if idle for the auto-lock time (the timer calls this every second). True if it locked."""
-        hub = self._hub
-        if not hub.is_unlocked or hub.vault is None:
+        vault = self._session.vault
+        if not self._session.is_unlocked or vault is None:
             return False
-        if hub.vault.lock_if_idle():
-            hub.tasks.new_epoch()
+        if vault.lock_if_idle():
+            self._tasks.new_epoch()
             self._after_lock("idle")
             return True
-        if not hub.vault.is_unlocked:  # locked behind our back (it cannot be, unless by code)
-            hub.tasks.new_epoch()
+        if not vault.is_unlocked:  # locked behind our back (it cannot be, unless by code)
+            self._tasks.new_epoch()
             self._after_lock("elsewhere")
             return True
-        hub.auto_lock_tick.emit(hub.vault.seconds_until_auto_lock())
+        self._tick(vault.seconds_until_auto_lock())
         return False
 
     def _on_idle_timer_timeout(self) -> None:
         self.check_idle()
 
     def touch(self) -> None:
-        if self._hub.is_unlocked and self._hub.vault is not None:
-            self._hub.vault.touch()
+        vault = self._session.vault
+        if self._session.is_unlocked and vault is not None:
+            vault.touch()
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt override
         etype = event.type()
         if etype in _ACTIVITY:
-            if self._hub.is_unlocked:
+            if self._session.is_unlocked:
                 self.touch()
         elif etype == QEvent.Type.Close and self._parent is not None and obj is self._parent:
             self.shutdown()
@@ -281,39 +301,52 @@ class VaultLocking(QObject):
     def shutdown(self) -> None:
         """The window is closing: stop the timer and lock (the audit trail records it); forget the paths
         the main window noted if remembering them is off."""
-        hub = self._hub
+        session = self._session
         self._idle_timer.stop()
         if not remember_recent(self._settings):
             forget_paths(self._settings)
-        if hub.is_unlocked:
-            hub.tasks.cancel_all()
-            hub.unlocked = False
+        if session.is_unlocked and session.vault is not None:
+            self._tasks.cancel_all()
+            session.set_locked()
             try:
-                hub.vault.lock()
+                session.vault.lock()
             except Exception:  # noqa: BLE001 - closing must never fail
                 log.warning("could not lock the vault on close", exc_info=True)
 
     # -- settings dialogs ----------------------------------------------------------------------------
 
+    def set_auto_lock_minutes(self, minutes: int) -> None:
+        """Lock after ``minutes`` without activity (0: never), from now on; remembered in the settings."""
+        minutes = max(0, int(minutes))
+        self._settings.setValue(AUTO_LOCK_KEY, minutes)
+        if self._session.vault is not None:
+            self._session.vault.idle_timeout_s = self._session.idle_timeout_s()
+        self._changed()
+
+    def set_vault_path(self, path: str | Path) -> None:
+        """Use the vault in ``path`` (locking the current one); remembered in the settings."""
+        if self._session.is_unlocked:
+            self.lock()
+        self._session.set_path(Path(path).expanduser())
+        self._changed()
+
     def auto_lock_dialog(self) -> None:
-        hub = self._hub
         minutes, ok = QInputDialog.getInt(
             self._parent,
             "Vault Auto-Lock",
             "Lock the vault after this many minutes without activity (0: never):",
-            hub.auto_lock_minutes,
+            self._session.auto_lock_minutes,
             0,
             24 * 60,
             1,
         )
         if ok:
-            hub.set_auto_lock_minutes(minutes)
+            self.set_auto_lock_minutes(minutes)
 
     def choose_vault_folder(self) -> None:
-        hub = self._hub
         folder = QFileDialog.getExistingDirectory(
-            self._parent, "Open or create a vault folder", str(hub.path.parent)
+            self._parent, "Open or create a vault folder", str(self._session.path.parent)
         )
         if folder:
-            hub.set_vault_path(folder)
+            self.set_vault_path(folder)
             self.request_unlock()

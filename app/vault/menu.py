@@ -119,13 +119,13 @@ class VaultMenu(QMenu):
     def _on_new_action_triggered(self) -> None:
         """No vault yet: create it in the default place. One exists there: create the new one elsewhere."""
         c = self.controller
-        if c.exists:
+        if c.session.exists:
             folder = QFileDialog.getExistingDirectory(
-                self._owner, "Choose an empty folder for the new vault", str(c.path.parent)
+                self._owner, "Choose an empty folder for the new vault", str(c.session.path.parent)
             )
             if not folder:
                 return
-            c.set_vault_path(folder)
+            c.locking.set_vault_path(folder)
         c.locking.request_unlock()  # a folder without a vault: the dialog creates one
 
     def _on_lock_action_triggered(self) -> None:
@@ -135,12 +135,12 @@ class VaultMenu(QMenu):
         self.controller.saving.save_entry()
 
     def _on_controller_state_changed(self) -> None:
-        unlocked = self.controller.is_unlocked
+        unlocked = self.controller.session.is_unlocked
         self.unlock_action.setEnabled(not unlocked)
         self.repair_action.setEnabled(not unlocked)  # repair unlocks the vault itself
         self.lock_action.setEnabled(unlocked)
         self.passphrase_action.setEnabled(unlocked)
-        minutes = self.controller.auto_lock_minutes
+        minutes = self.controller.session.auto_lock_minutes
         self.auto_lock_action.setText(
             f"&Auto-Lock After {minutes} min..." if minutes else "&Auto-Lock: Off..."
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
 
 
 class VaultMessages:
@@ -21,7 +21,7 @@ class VaultMessages:
         self.last_warning: tuple[str, str] | None = None
         self.last_info_box: QMessageBox | None = None
         self.duplicate_box: QMessageBox | None = None
-        self.duplicate_yes_button = None
+        self.duplicate_yes_button: QPushButton | None = None
         self._pending_duplicate: Callable[[], None] | None = None
 
     def warn(self, title: str, text: str) -> QMessageBox:

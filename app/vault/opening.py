@@ -8,36 +8,44 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any
 
 from app.core import vault_items as model
 from app.core.volumes import VolumeEntry
-from app.vault.tasks import VaultTask
+from app.vault.listing import VaultListing
+from app.vault.session import VaultSession
+from app.vault.tasks import VaultTask, VaultTasks
 from engine.errors import VaultCorrupted
-
-if TYPE_CHECKING:  # (the controller imports this module)
-    from app.vault.controller import VaultController
 
 
 class VaultOpen:
-    """Opens items of the vault ``hub`` (the ``VaultController``) holds into the session ``state``.
+    """Opens items of the vault ``session`` holds into the app's session ``state``.
 
     Args:
-        hub: The vault's state and signals, and the other pieces (``VaultController``); its
-            ``volume_opened`` signal tells the app a volume came in.
+        session: The open vault (``VaultSession``).
+        tasks: Decrypts in the background (``VaultTasks``).
+        listing: The listed items (``VaultListing``), for an item's label.
         state: The app's session (``AppState``).
         show_status: ``(text, timeout_ms)``, the window's status line.
         show_error: ``(title, message)``, the app's error dialog.
+        opened: Called with the ``VolumeEntry`` of each item that came into the session (the app shows it).
     """
 
     def __init__(
         self,
-        hub: VaultController,
-        state,
+        session: VaultSession,
+        tasks: VaultTasks,
+        listing: VaultListing,
+        state: Any,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
+        *,
+        opened: Callable[[VolumeEntry], None],
     ) -> None:
-        self._hub = hub
+        self._session = session
+        self._tasks = tasks
+        self._listing = listing
+        self._volume_opened = opened
         self._state = state
         self._show_status = show_status
         self._show_error = show_error
@@ -54,14 +62,13 @@ class VaultOpen:
             if opened_id == item_id and entry is not None:
                 state.show(entry)
                 return
-        hub = self._hub
-        info = hub.listing.item(item_id)
+        info = self._listing.item(item_id)
         label = info.label if info is not None else item_id[:12]
         self._show_status(f"Decrypting \u201c{label}\u201d...")
-        hub.tasks.start(
+        self._tasks.start(
             "open",
             model.open_for_session,
-            hub.vault,
+            self._session.vault,
             item_id,
             finished=self._on_item_opened,
             failed=partial(self._on_open_failed, label),
@@ -76,7 +83,7 @@ class VaultOpen:
         self._show_status(
             f"Opened \u201c{entry.name}\u201d from the vault{maps} (decrypted in memory only)", 6000
         )
-        self._hub.volume_opened.emit(entry)
+        self._volume_opened(entry)
 
     def _on_open_failed(self, label: str, task: VaultTask, message: str) -> None:
         self._show_status(f"Could not open \u201c{label}\u201d", 6000)

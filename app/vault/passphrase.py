@@ -6,25 +6,27 @@ The dialog stays open until the change is done; a wrong current passphrase is sa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QWidget
 
-from app.vault import operations
+from app.core import vault_items as model
 from app.vault.dialogs import ChangePassphraseDialog
-from app.vault.tasks import ERROR_TITLES, VaultTask
+from app.vault.locking import VaultLocking
+from app.vault.messages import VaultMessages
+from app.vault.session import VaultSession
+from app.vault.tasks import ERROR_TITLES, VaultTask, VaultTasks
 from engine.errors import VaultLocked
 from engine.formatting import count_of, format_duration
 
-if TYPE_CHECKING:  # (the controller imports this module)
-    from app.vault.controller import VaultController
-
 
 class VaultPassphrase:
-    """Change the passphrase of the vault ``hub`` (the ``VaultController``) holds.
+    """Change the passphrase of the vault ``session`` holds.
 
     Args:
-        hub: The vault's state and signals, and the other pieces (``VaultController``).
+        session: The open vault (``VaultSession``) and the Argon2id parameters for the new passphrase.
+        tasks: Re-wraps or re-encrypts in the background (``VaultTasks``).
+        locking: Unlocks first when the vault is locked (``VaultLocking``).
+        messages: Tells what a re-encryption did (``VaultMessages``).
         show_status: ``(text, timeout_ms)``, the window's status line.
         show_error: ``(title, message)``, the app's error dialog.
         parent: Parent of the dialog (window-modal).
@@ -32,19 +34,25 @@ class VaultPassphrase:
 
     def __init__(
         self,
-        hub: VaultController,
+        session: VaultSession,
+        tasks: VaultTasks,
+        locking: VaultLocking,
+        messages: VaultMessages,
         show_status: Callable[..., None],
         show_error: Callable[[str, str], None],
         parent: QWidget | None,
     ) -> None:
-        self._hub = hub
+        self._session = session
+        self._tasks = tasks
+        self._locking = locking
+        self._messages = messages
         self._show_status = show_status
         self._show_error = show_error
         self._parent = parent
         self.passphrase_dialog: ChangePassphraseDialog | None = None
 
     def change_passphrase_dialog(self) -> ChangePassphraseDialog | None:
-        if not self._hub.locking.ensure_unlocked(self.change_passphrase_dialog):
+        if not self._locking.ensure_unlocked(self.change_passphrase_dialog):
             return None
         dialog = ChangePassphraseDialog(self._parent)
         dialog.submitted.connect(self._on_passphrase_dialog_submitted)
@@ -54,15 +62,14 @@ class VaultPassphrase:
         return dialog
 
     def _on_passphrase_dialog_submitted(self, old: str, new: str) -> None:
-        hub = self._hub
         rekey = self.passphrase_dialog is not None and self.passphrase_dialog.rekey_box.isChecked()
-        hub.tasks.start(
+        self._tasks.start(
             "passphrase",
-            operations.rekey if rekey else operations.change_passphrase,
-            hub.vault,
+            model.rekey_vault if rekey else model.change_passphrase,
+            self._session.vault,
             old,
             new,
-            hub.kdf,
+            self._session.kdf,
             finished=self._on_passphrase_changed,
             failed=self._on_passphrase_failed,
         )
@@ -83,7 +90,7 @@ class VaultPassphrase:
             return
         # Re-encrypted: say what, and what it does not reach, in a box that stays until read.
         self._show_status("Vault re-encrypted under a new key", 15000)
-        self._hub.messages.inform(
+        self._messages.inform(
             "Vault Re-encrypted",
             f"{count_of(report.items, 'item')} and {count_of(report.audit_entries, 'audit entry', 'audit entries')} "
             "are now encrypted under a new key that only the new passphrase opens "

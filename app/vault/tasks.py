@@ -1,4 +1,4 @@
-"""The vault's background tasks: start the app's one ``Worker`` (``Worker.reporting_call``) through the app's ``JobRunner``, show its progress,
+"""The vault's background tasks: start the app's one ``Worker`` (``Worker.reporting_call``) through the app's ``JobRunner.run``, show its progress,
 and drop a result that arrives after the vault was locked.
 
 Every vault operation that reads or writes items runs in a worker moved to a QThread by the JobRunner; the
@@ -53,7 +53,6 @@ class VaultTask:
     finished: Callable[[Any], None] | None
     failed: Callable[[VaultTask, str], None] | None
     progress: TaskProgressDialog | None = None
-    outcome: str = ""
 
 
 class VaultTasks:
@@ -105,13 +104,14 @@ class VaultTasks:
         """Run ``function(*args, report=...)`` in the background; ``progress`` titles a progress dialog."""
         worker = Worker.reporting_call(function, *args)
         task = VaultTask(name, self.epoch, worker, finished, failed)
-        job = self._runner.start(
+        job = self._runner.run(
             f"vault-{name}",
             worker,
-            progressed=partial(self._on_task_progressed, task),
-            finished=partial(self._on_task_finished, task),
-            failed=partial(self._on_task_failed, task),
-            cancelled=partial(self._on_task_cancelled, task),
+            what=f"Vault {name}",
+            done=partial(self._on_task_finished, task),
+            progressed=partial(self._on_task_progressed, task),  # its progress dialog, if it has one
+            failed=partial(self._on_task_failed, task),  # the title per task; dropped after a lock
+            cancelled=partial(self._on_task_cancelled, task),  # said only for the vault as it is now
             ended=partial(self._on_task_ended, task),
         )
         if progress:
@@ -141,7 +141,6 @@ class VaultTasks:
             task.progress.report(*value)
 
     def _on_task_finished(self, task: VaultTask, value) -> None:
-        task.outcome = "finished"
         self._close_progress(task)
         if task.epoch != self.epoch:
             log.info("vault %s finished after the vault was locked; result dropped", task.name)
@@ -150,7 +149,6 @@ class VaultTasks:
             task.finished(value)
 
     def _on_task_failed(self, task: VaultTask, message: str) -> None:
-        task.outcome = "failed"
         self._close_progress(task)
         if task.epoch != self.epoch:  # the vault was locked under it: nothing to tell
             log.info("vault %s ended after the vault was locked: %s", task.name, message)
@@ -162,15 +160,14 @@ class VaultTasks:
         self._failed_after(task)
 
     def _on_task_cancelled(self, task: VaultTask) -> None:
-        task.outcome = "cancelled"
         self._close_progress(task)
         if task.epoch == self.epoch:
             self._show_status(f"Vault {task.name} cancelled", 5000)
 
-    def _on_task_ended(self, task: VaultTask) -> None:
+    def _on_task_ended(self, task: VaultTask, outcome: str) -> None:
         self._close_progress(task)
         if task in self.running:
             self.running.remove(task)
         if task.name != "list":
             self._changed()
-        self._ended(task.name, task.outcome or "cancelled")
+        self._ended(task.name, outcome)

@@ -16,6 +16,8 @@ and the slice number names its voxel axis (``k=90`` in an axial view is the ``k`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
@@ -65,9 +67,9 @@ class SliceView(QWidget):
     # Side by side (app/viewer/side_by_side.py): "A" or "B" before the plane's name, and what is blended
     # over the slice (a callable giving (image, opacity), or None), as Slicer's foreground over background.
     label = ""
-    foreground = None
+    foreground: Callable[[], tuple[QImage, float] | None] | None = None
     # What ``foreground`` blends, for the corner: a callable giving (layer name, opacity, synthetic) or None.
-    foreground_layer = None
+    foreground_layer: Callable[[], tuple[str, float, bool] | None] | None = None
 
     TEXT_MARGIN = 6.0  # from the widget's edges
     BOX_PAD_X, BOX_PAD_Y = 4.0, 1.0  # backing box around the text
@@ -143,7 +145,7 @@ class SliceView(QWidget):
         return self.geometry_.to_voxel(row, col, index, entry.shape)
 
     def voxel_to_widget(self, ijk) -> QPointF:
-        entry = self.state.shown
+        entry = self.state.shown_volume()
         rect = self.image_rect()
         rows, cols = self.geometry_.display_shape(entry.shape)
         row, col = self.geometry_.to_display(ijk, entry.shape)
@@ -369,7 +371,7 @@ class SliceView(QWidget):
             delta = event.position() - self._drag_origin
             self._set_pan((self._drag_pan[0] + delta.x(), self._drag_pan[1] + delta.y()))
         elif self._drag == "window":
-            entry = self.state.shown
+            entry = self.state.shown_volume()
             span = max(entry.percentile(99.5) - entry.percentile(0.5), 1e-6)
             delta = event.position() - self._drag_origin
             window, level = window_from_drag(*self._drag_window, delta.x(), delta.y(), span)
@@ -426,22 +428,22 @@ class SliceView(QWidget):
     def go_to_slice(self, index: int) -> None:
         """Show slice ``index`` (counted from 0; -1 is the last), clamped to the volume."""
         entry = self.state.shown
-        ijk = self.state.crosshair_voxel()
-        if entry is None or ijk is None:
+        crosshair = self.state.crosshair_voxel()
+        if entry is None or crosshair is None:
             return
         axis = self.geometry_.slice_axis
         count = entry.shape[axis]
-        ijk = np.asarray(ijk, dtype=np.float64)
+        ijk = np.asarray(crosshair, dtype=np.float64)
         ijk[axis] = np.clip(index if index >= 0 else count + index, 0, count - 1)
         self.state.set_crosshair(voxel_to_ras(entry.affine, ijk))
 
     def _move_crosshair(self, pos: QPointF) -> None:
         ijk = self.widget_to_voxel(pos)
         if ijk is not None:
-            self.state.set_crosshair(voxel_to_ras(self.state.shown.affine, np.round(ijk)))
+            self.state.set_crosshair(voxel_to_ras(self.state.shown_volume().affine, np.round(ijk)))
 
     def _readout(self, voxel) -> str:
-        entry = self.state.shown
+        entry = self.state.shown_volume()
         ras = voxel_to_ras(entry.affine, voxel)
         i, j, k = (int(v) + INDEX_BASE for v in voxel)
         value = format_intensity(float(entry.data[tuple(int(v) for v in voxel)]), entry.integer_valued)

@@ -7,11 +7,9 @@ the segmentation's method, version and contrast), or in one line why a volume wa
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QActionGroup
-from PySide6.QtWidgets import QMenu, QProgressBar
+from PySide6.QtWidgets import QMenu
 
 from app.core.anatomy_display import stored_check
 from app.core.tissue_source import (
@@ -25,8 +23,9 @@ from app.core.tissue_source import (
 from app.core.vault_items import session_only_maps
 from app.core.volumes import VolumeEntry
 from app.services import AppServices
+from app.services.job_view import JobStrip
 from app.services.shortcuts import key_text, set_shortcut
-from app.services.workers import Job, JobRunner, Worker
+from app.services.workers import Job, Worker
 from app.viewer.tissue_toolbar import TissueToolbar
 from app.widgets.eliding_label import ElidingLabel
 from engine.anatomy.segment import CONTRAST_LABELS
@@ -36,26 +35,15 @@ from engine.errors import EngineError
 class TissueMapsComputer(QObject):
     """Computes tissue maps of the shown volume on request and says where each volume's maps came from.
 
-    Args:
-        state: The session (``AppState``).
-        runner: The app's ``JobRunner``.
-        toolbar: The tissue tool bar, which gets the button, the progress bar, Cancel and the source line.
-        show_status: ``(text, timeout_ms)``, the window's status line.
+    ``toolbar`` (the tissue tool bar) gets the button, the job's progress bar and Cancel, and the source line.
     """
 
-    def __init__(
-        self,
-        state,
-        runner: JobRunner,
-        toolbar: TissueToolbar,
-        show_status: Callable[..., None],
-        parent: QObject | None = None,
-    ) -> None:
+    def __init__(self, services: AppServices, toolbar: TissueToolbar, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.state = state
-        self.runner = runner
+        self.state = services.state
+        self.runner = services.runner
         self.toolbar = toolbar
-        self.show_status = show_status
+        self.show_status = services.show_status
         self.contrast_choice = AUTO
         self.job: Job | None = None
         self.target: VolumeEntry | None = None  # the volume being segmented (it may no longer be shown)
@@ -72,7 +60,7 @@ class TissueMapsComputer(QObject):
         self.cancel_action.setObjectName("cancelTissueMaps")
         self.cancel_action.setIconText("Cancel")
         self.cancel_action.setToolTip("Stop computing the tissue maps")
-        self.cancel_action.triggered.connect(self._on_cancel_action_triggered)
+        self.cancel_action.triggered.connect(self._on_cancel_action_triggered)  # the View menu's entry
 
         self.contrast_menu = QMenu("Tissue &Map Contrast")
         self.contrast_menu.setObjectName("tissueContrastMenu")
@@ -85,9 +73,10 @@ class TissueMapsComputer(QObject):
             self.contrast_group.addAction(action)
         self.contrast_group.triggered.connect(self._on_contrast_group_triggered)
 
-        self.progress_bar = QProgressBar()
+        # The job's progress (its stage in the bar) and Cancel, in the tool bar while it runs.
+        self.strip = JobStrip(self, cancel_tip="Stop computing the tissue maps", line_in_bar=True)
+        self.progress_bar = self.strip.progress_bar
         self.progress_bar.setObjectName("tissueProgress")
-        self.progress_bar.setRange(0, 100)
         self.progress_bar.setFixedWidth(220)
         self.source_label = ElidingLabel(max_width=360, min_chars=16)
         self.source_label.setObjectName("tissueSource")
@@ -96,13 +85,13 @@ class TissueMapsComputer(QObject):
         toolbar.addSeparator()
         toolbar.addAction(self.compute_action)
         self.progress_item = toolbar.addWidget(self.progress_bar)
-        toolbar.addAction(self.cancel_action)
+        self.cancel_item = toolbar.addWidget(self.strip.cancel_button)
         self.source_item = toolbar.addWidget(self.source_label)
         self._set_running(False)
 
-        state.shown_changed.connect(self._on_state_shown_changed)
-        state.volumes_changed.connect(self._on_state_volumes_changed)
-        state.overlay_changed.connect(self._on_state_overlay_changed)
+        self.state.shown_changed.connect(self._on_state_shown_changed)
+        self.state.volumes_changed.connect(self._on_state_volumes_changed)
+        self.state.overlay_changed.connect(self._on_state_overlay_changed)
         self._update()
 
     # -- what is shown -------------------------------------------------------------------------------
@@ -128,16 +117,17 @@ class TissueMapsComputer(QObject):
         entry = self.state.shown
         running = self.job is not None
         usable = entry is not None and entry.kind != "preview"
+        has_maps = entry is not None and usable and bool(entry.tissue)
         model_maps = (
-            usable
-            and bool(entry.tissue)
+            entry is not None
+            and has_maps
             and maps_source_text(entry.provenance, entry.kind) == "from the model's channels"
         )
         self.compute_action.setEnabled(usable and not running and not model_maps)
         keys = key_text("view.compute_tissue_maps")
         if model_maps:
             tip = "This volume has its model's own tissue maps"
-        elif usable and entry.tissue:
+        elif has_maps:
             tip = f"Segment this volume again (the contrast from View \u203a Tissue Map Contrast) ({keys})"
         else:
             tip = (
@@ -155,11 +145,9 @@ class TissueMapsComputer(QObject):
 
     def _set_running(self, running: bool) -> None:
         self.progress_item.setVisible(running)
+        self.cancel_item.setVisible(running)
         self.cancel_action.setVisible(running)
         self.cancel_action.setEnabled(running)
-        if running:
-            self.progress_bar.setValue(0)
-            self.progress_bar.setFormat("%p%")
         self.toolbar.contents_changed.emit()
 
     def _on_state_shown_changed(self, _entry) -> None:
@@ -197,13 +185,13 @@ class TissueMapsComputer(QObject):
         self._pending_note = note
         self.refused.pop(entry.uid, None)
         worker = Worker.reporting_call(segment_and_check, entry.data, entry.affine, entry.space, contrast)
-        self.job = self.runner.start(
+        self.job = self.runner.run(
             "tissue-maps",
             worker,
-            progressed=self._on_job_progressed,
-            finished=self._on_job_finished,
-            failed=self._on_job_failed,
-            cancelled=self._on_job_cancelled,
+            what="Tissue maps",
+            done=self._on_job_finished,
+            strip=self.strip,
+            failed=self._on_job_failed,  # said in the tool bar's line, where the maps would be named
             ended=self._on_job_ended,
         )
         self._set_running(True)
@@ -217,7 +205,6 @@ class TissueMapsComputer(QObject):
         if self.job is not None:
             self.job.cancel()
             self.cancel_action.setEnabled(False)
-            self.progress_bar.setFormat("Cancelling\u2026")
 
     def _refuse(self, entry: VolumeEntry, reason: str) -> None:
         reason = " ".join(reason.split())  # one line, whatever the engine said
@@ -235,13 +222,6 @@ class TissueMapsComputer(QObject):
 
     def _on_contrast_group_triggered(self, action: QAction) -> None:
         self.contrast_choice = action.data()
-
-    def _on_job_progressed(self, value) -> None:
-        fraction, text = value
-        if fraction is not None:
-            self.progress_bar.setValue(round(100 * fraction))
-        if self.cancel_action.isEnabled():
-            self.progress_bar.setFormat(f"%p% \u00b7 {text}" if text else "%p%")
 
     def _on_job_finished(self, value) -> None:
         maps, made, check = value
@@ -268,11 +248,7 @@ class TissueMapsComputer(QObject):
         if self.target is not None:
             self._refuse(self.target, message)
 
-    def _on_job_cancelled(self) -> None:
-        name = self.target.name if self.target is not None else "the volume"
-        self.show_status(f"Tissue maps of \u201c{name}\u201d cancelled", 6000)
-
-    def _on_job_ended(self) -> None:
+    def _on_job_ended(self, _outcome: str) -> None:
         self.job = None
         self.target = None
         self._set_running(False)
@@ -282,13 +258,7 @@ class TissueMapsComputer(QObject):
 def install_tissue_maps(services: AppServices, toolbar: TissueToolbar) -> TissueMapsComputer:
     """Add Compute Tissue Maps to the tissue tool bar ``toolbar`` and the View menu (with Tissue Map
     Contrast), right after the overlay's own entry."""
-    computer = TissueMapsComputer(
-        services.state,
-        services.runner,
-        toolbar,
-        services.show_status,
-        services.parent,
-    )
+    computer = TissueMapsComputer(services, toolbar, services.parent)
     menu = services.menus.view
     after = toolbar.tissue_action
     actions = menu.actions()
@@ -297,7 +267,9 @@ def install_tissue_maps(services: AppServices, toolbar: TissueToolbar) -> Tissue
         if after in actions and actions.index(after) + 1 < len(actions)
         else None
     )
-    menu.insertAction(before, computer.compute_action)
-    menu.insertAction(before, computer.cancel_action)
-    menu.insertMenu(before, computer.contrast_menu)
+    for action in (computer.compute_action, computer.cancel_action, computer.contrast_menu.menuAction()):
+        if before is None:
+            menu.addAction(action)
+        else:
+            menu.insertAction(before, action)
     return computer

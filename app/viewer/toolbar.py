@@ -29,6 +29,7 @@ from app.core.slicing import INDEX_BASE
 from app.core.volumes import CUSTOM_PRESET, WINDOW_PRESETS, VolumeEntry
 from app.services import AppServices
 from app.services.shortcuts import SHORTCUTS, indexed, set_shortcut
+from app.viewer.tissue_toolbar import TissueToolbar
 from app.viewer.viewer_area import LAYOUTS, ViewerArea
 from app.widgets.theme import CHECKED_TOOLBUTTON_STYLE
 
@@ -50,6 +51,8 @@ class ViewerToolbar(QToolBar):
 
     time_point_requested = Signal(object, int)  # (the shown 4D entry, the time index to show)
     contents_changed = Signal()  # controls appeared or went (the time point of a 4D file)
+    tissue_toolbar: TissueToolbar  # the tissue overlay's bar beside it (install_viewer_toolbar)
+    controller: _ViewerToolbarController  # what its controls do (install_viewer_toolbar)
 
     def __init__(self, state: AppState, viewer=None, parent: QWidget | None = None) -> None:
         super().__init__("Viewer", parent)
@@ -184,7 +187,7 @@ class ViewerToolbar(QToolBar):
             for action in self.time_actions:
                 action.setVisible(four_d)
             self.contents_changed.emit()
-        if four_d:
+        if four_d and entry is not None:
             first, last = INDEX_BASE, entry.time_points - 1 + INDEX_BASE
             self.time_label.setText(f"4D \u00b7 {entry.time_points} time points")
             self.time_spin.blockSignals(True)
@@ -310,8 +313,6 @@ class _ViewerToolbarController(QObject):
 def install_viewer_toolbar(services: AppServices, viewer: ViewerArea) -> ViewerToolbar:
     """Add the viewer tool bar of ``viewer``, then the tissue overlay's (``.tissue_toolbar``), across the top
     of the main window (after its other tool bars, each on a row it fits) and wire the 4D loading."""
-    from app.viewer.tissue_toolbar import TissueToolbar  # (it imports this module)
-
     toolbar = ViewerToolbar(services.state, viewer, services.parent)
     toolbar.tissue_toolbar = TissueToolbar(services.state, services.parent)
     services.menus.add_fitted_tool_bars(toolbar, toolbar.tissue_toolbar)

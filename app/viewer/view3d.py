@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -49,8 +50,10 @@ class View3D(QWidget):
         # One linear build of the 3D toolbar's controls, in their Tab order; splitting it would scatter that order.
         super().__init__(parent)
         self.state = state
-        self.plotter = None  # pyvistaqt.QtInteractor once attached
-        self._grid = None
+        # pyvistaqt.QtInteractor once attached; Any, since pyvista's decorated plotting methods read as
+        # unbound to mypy (its `_Wrapped` signatures take the plotter as their first argument).
+        self.plotter: Any = None
+        self._grid: Any = None  # the shown volume as a pyvista ImageData
         self._grid_uid: int | None = None
         self.render_count = 0
 
@@ -85,12 +88,15 @@ class View3D(QWidget):
         self.axes_box.setChecked(True)
         self.axes_box.setToolTip("Orientation axes (R, A, S)")
         self.axes_box.toggled.connect(self._on_option_toggled)
-        self.reset_button = QToolButton(text="Reset")
+        self.reset_button = QToolButton()
+        self.reset_button.setText("Reset")
         self.reset_button.setToolTip("Reset the camera")
         self.reset_button.clicked.connect(self.reset_camera)
-        self.shot_button = QToolButton(text="PNG")
+        self.shot_button = QToolButton()
+        self.shot_button.setText("PNG")
         self.shot_button.setToolTip("Save a screenshot of the 3D view")
-        self.maximise_button = QToolButton(text="\u2922")
+        self.maximise_button = QToolButton()
+        self.maximise_button.setText("\u2922")
         self.maximise_button.setObjectName("maximise3d")
         self.maximise_button.setCheckable(True)
         self.maximise_button.setStyleSheet(
@@ -177,14 +183,15 @@ class View3D(QWidget):
         try:
             from pyvistaqt import QtInteractor
 
-            self.plotter = QtInteractor(self, auto_update=False)
+            plotter: Any = QtInteractor(self, auto_update=False)
         except Exception as exc:  # noqa: BLE001 - no OpenGL must not take the app down
             log.error("3D view unavailable: %s", exc)
             self.placeholder.setText(f"3D view unavailable on this display\n({type(exc).__name__}: {exc})")
             return
-        self.plotter.set_background("#0b0d10", top="#262b33")
-        self._stack.addWidget(self.plotter.interactor)
-        self._stack.setCurrentWidget(self.plotter.interactor)
+        self.plotter = plotter
+        plotter.set_background("#0b0d10", top="#262b33")
+        self._stack.addWidget(plotter.interactor)
+        self._stack.setCurrentWidget(plotter.interactor)
         self._apply_axes()
         self.rebuild()
 
@@ -380,12 +387,13 @@ class View3D(QWidget):
             self.iso_value.setEnabled(False)
             self.iso_value.setRange(0.0, 0.0)
         else:
-            entry = self.state.shown
-            integer = entry.integer_valued
+            integer = self.state.shown_volume().integer_valued
             self.iso_value.setEnabled(True)
             self.iso_value.setDecimals(intensity_decimals(span[1] - span[0], integer))
             self.iso_value.setRange(*span)
-            self.iso_value.setValue(self.state.iso_threshold())
+            threshold = self.state.iso_threshold()
+            if threshold is not None:  # (it is whenever there is a span)
+                self.iso_value.setValue(threshold)
             low, high = (format_intensity(v, integer) for v in span)
             tip = f"Iso-surface threshold, in this volume's intensities ({low} to {high})"
             self.iso_slider.setToolTip(tip)

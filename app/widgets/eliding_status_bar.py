@@ -23,11 +23,11 @@ class ElidingStatusBar(QStatusBar):
         self._items: list[tuple[QWidget, bool]] = []  # (widget, permanent), in the order they were added
         self.messageChanged.connect(self.setToolTip)
 
-    def addWidget(self, widget: QWidget, stretch: int = 0) -> None:  # noqa: N802 - Qt override
+    def addWidget(self, widget: QWidget, stretch: int | None = 0) -> None:  # noqa: N802 - Qt override
         super().addWidget(widget, stretch)
         self._items.append((widget, False))
 
-    def addPermanentWidget(self, widget: QWidget, stretch: int = 0) -> None:  # noqa: N802 - Qt override
+    def addPermanentWidget(self, widget: QWidget, stretch: int | None = 0) -> None:  # noqa: N802 - Qt override
         super().addPermanentWidget(widget, stretch)
         self._items.append((widget, True))
 

@@ -89,8 +89,9 @@ def action_shortcuts(window: QWidget) -> list[ShortcutRow]:
 
     def walk(menu: QMenu, path: str) -> None:
         for action in menu.actions():
-            if action.menu() is not None:
-                walk(action.menu(), f"{path} \u203a {_plain(action.menu().title())}")
+            submenu = action.menu()
+            if isinstance(submenu, QMenu):
+                walk(submenu, f"{path} \u203a {_plain(submenu.title())}")
                 continue
             if action.isSeparator() or id(action) in seen:
                 continue
@@ -491,11 +492,14 @@ class HelpMenu:
         self.guide_action = set_shortcut(QAction("&User Guide", window), "help.guide")
         self.guide_action.setStatusTip("What each panel does and where files go")
         self.guide_action.triggered.connect(self.show_guide)
-        first = menu.actions()[0] if menu.actions() else None
-        menu.insertAction(first, self.guide_action)
-        menu.insertAction(first, self.shortcuts_action)
-        if first is not None:
+        if menu.actions():
+            first = menu.actions()[0]
+            menu.insertAction(first, self.guide_action)
+            menu.insertAction(first, self.shortcuts_action)
             menu.insertSeparator(first)
+        else:
+            menu.addAction(self.guide_action)
+            menu.addAction(self.shortcuts_action)
 
     def show_shortcuts(self) -> ShortcutsDialog:
         if self.shortcuts_dialog is None:

@@ -6,9 +6,10 @@ once after the menus exist; the feature-specific widgets and the other features'
 passed beside it. No feature keeps or reads the window. Adding a dock (metrics, vault browser, comparison)
 is one call: ``services.add_dock(widget, "Metrics", Qt.DockWidgetArea.RightDockWidgetArea)``; it appears
 under View > Panels and its place is saved with the window state. Work that takes time goes through
-``services.runner`` (see app/services/workers.py). The menus and tool bars are built in app/window/menus.py,
-the status bar in app/window/status_bar.py, the file commands in app/window/volume_files.py and the
-remembered settings in app/window/settings.py.
+``services.runner.run`` (app/services/workers.py), which shows the job and its Cancel. The menus and tool
+bars are built in app/window/menus.py (returned as typed objects the window keeps), the status bar in
+app/window/status_bar.py, the file commands in app/window/volume_files.py and the remembered settings in
+app/window/settings.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -24,6 +26,7 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QVBoxLayout,
     QWidget,
@@ -130,9 +133,16 @@ class MainWindow(QMainWindow):
             registry = ModelRegistry()
         self.registry = registry
         self.state = AppState()
-        self.runner = JobRunner(self)
+        # Every background job; the ones a user watches end in the window's one error dialog or status line.
+        self.runner = JobRunner(
+            self,
+            show_error=self.show_error,
+            show_status=self.show_status,
+            hold_engine=self.state.set_job_running,
+        )
         self.backends = BackendPool(registry)
         self.docks: dict[str, QDockWidget] = {}
+        self.panels_menu: QMenu | None = None  # View > Panels, once the menus are built
         self.errors_shown: list[str] = []
 
         self.viewer = ViewerArea(self.state)
@@ -168,6 +178,9 @@ class MainWindow(QMainWindow):
         self.status = WindowStatus(self.statusBar())
         self.readout_label, self.device_label = self.status.readout_label, self.status.device_label
         self.space_label, self.voxel_label = self.status.space_label, self.status.voxel_label
+        self.statusBar().addPermanentWidget(
+            self.runner.activity
+        )  # the busy mark: what runs in the background
         self.files = VolumeFiles(
             self.state,
             self.runner,
@@ -177,8 +190,11 @@ class MainWindow(QMainWindow):
             volume_opened=self.volume_opened.emit,
             parent=self,
         )
-        build_actions(self)
-        menus = build_menus(self)
+        self.window_actions = build_actions(self)
+        menu_bar = build_menus(self, self.window_actions)
+        self.panels_menu, self.help = menu_bar.panels, menu_bar.help
+        self.intended_use_notice = menu_bar.intended_use_notice
+        menus = menu_bar.for_features
         # What every feature is installed with (app/services): it reads the app through it, not the window.
         self.services = AppServices(
             state=self.state,
@@ -199,8 +215,10 @@ class MainWindow(QMainWindow):
         )
         # Generate, Cancel, Random Seed and the run lifecycle (progress, previews, telemetry marks).
         self.generation = install_generation(self.services, self.sampling_panel, self.metrics_dock)
-        add_generation_actions(self, self.generation)
-        build_viewer_bars(self, self.services)
+        add_generation_actions(menus, self.generation)
+        viewer_bars = build_viewer_bars(self.viewer, self.services, self.window_actions.reset_camera)
+        self.viewer_toolbar, self.tissue_maps = viewer_bars.toolbar, viewer_bars.tissue_maps
+        self.tissue_toolbar = self.viewer_toolbar.tissue_toolbar  # the tissue overlay: on/off, map, opacity
         self.viewer.layout_changed.connect(self._on_viewer_layout_changed)
         self.state.overlay_changed.connect(self._on_state_overlay_changed)
         self.state.display_changed.connect(self.sync_view_menu)
@@ -228,7 +246,7 @@ class MainWindow(QMainWindow):
         # Generated volumes are kept on disk until removed or a clean exit; a crashed session's come back.
         self.recovery = install_recovery(self.services, recovery or RecoveryStore(), self.recovery_bar)
         # Quitting without closing the window (app.quit(), a session logout) is still a clean exit.
-        self._quit_hook = QApplication.instance().aboutToQuit.connect(self.recovery.close)
+        self._quit_hook = cast(QApplication, QApplication.instance()).aboutToQuit.connect(self.recovery.close)
         self._looked_for_orphans = False
 
         self.sampling_panel.open_model_requested.connect(self.open_model_folder_dialog)
@@ -287,7 +305,8 @@ class MainWindow(QMainWindow):
         if tabify_with and tabify_with in self.docks:
             self.tabifyDockWidget(self.docks[tabify_with], dock)
         self.docks[dock.objectName()] = dock
-        if hasattr(self, "panels_menu"):
+        # A dock added after the menus are built (build_menus lists the others).
+        if self.panels_menu is not None:
             self.panels_menu.addAction(dock.toggleViewAction())
         return dock
 
@@ -297,7 +316,7 @@ class MainWindow(QMainWindow):
         from engine.models.registry import DEFAULT_MODEL_ID
 
         sources = self.registry.list()
-        last = self.settings.value("model/last", "", type=str)
+        last = str(self.settings.value("model/last", "", type=str))
         preferred = last if last and any(s.id == last for s in sources) else DEFAULT_MODEL_ID
         note = self.state.set_models(sources, preferred=preferred)
         if note:
@@ -358,8 +377,8 @@ class MainWindow(QMainWindow):
 
     def _on_state_shown_changed(self, entry) -> None:
         # Save works on the shown volume, whatever made it; a denoising preview is not a result yet.
-        self.save_action.setEnabled(entry is not None and entry.kind != "preview")
-        self.save_as_action.setEnabled(self.save_action.isEnabled())
+        self.window_actions.save.setEnabled(entry is not None and entry.kind != "preview")
+        self.window_actions.save_as.setEnabled(self.window_actions.save.isEnabled())
         self._update_title()
         self.status.show_volume(entry)
 
@@ -419,7 +438,9 @@ class MainWindow(QMainWindow):
     def save_3d_screenshot_dialog(self) -> None:
         entry = self.state.shown
         boundary = self.vault_controller.boundary
-        if boundary.holds(entry):  # patient data: marked and audited, or refused, as chosen once
+        if entry is not None and boundary.holds(
+            entry
+        ):  # patient data: marked and audited, or refused, as chosen once
             boundary.screenshot(entry, self.viewer.view3d.render_image)
             return
         path, _ = QFileDialog.getSaveFileName(
@@ -443,10 +464,10 @@ class MainWindow(QMainWindow):
         self.state.display_changed.emit()
 
     def sync_view_menu(self) -> None:
-        sync_view_menu(self)
+        sync_view_menu(self.window_actions, self.viewer_toolbar, self.state)
 
     def sync_window_presets(self) -> None:
-        sync_window_presets(self)
+        sync_window_presets(self.window_actions, self.viewer_toolbar, self.state)
 
     def _on_state_window_changed(self, window: float, level: float) -> None:
         self.sync_window_presets()

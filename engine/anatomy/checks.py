@@ -32,7 +32,7 @@ from engine.anatomy.norms import SOURCES, NormRange, ranges_for, space_label, sp
 WITHIN = "within normative ranges"
 OUTSIDE = "outside range"
 NOT_BRAIN_LIKE = "not brain-like"
-#: Least value of each piece of brain-likeness evidence. Measured (``python -m engine.bench.anatomy_checks``):
+#: Least value of each piece of brain-likeness evidence. Measured (``python -m benchmarks.anatomy_checks``):
 #: the MNI152 template's maps 0.96 / 0.88 / 0.73 (prior correlation / certainty / neighbour correlation), its
 #: 1 mm T1 segmented 0.94 / 0.80 / 0.75, sixteen shipped-model volumes' decoded maps 0.52-0.71 / 0.56-0.58 /
 #: 0.94, random probability maps 0.00 / 0.15 / 0.00. The thresholds sit in the gap between brains and noise.
@@ -312,7 +312,8 @@ def _evidence(gm, wm, csf, brain, affine, to_template) -> dict[str, float]:
     """Brain-likeness evidence on a grid no finer than _EVIDENCE_SPACING_MM (see BRAIN_LIKE)."""
     from scipy import ndimage
 
-    from engine.anatomy.segment import _block_mean, _template_1mm
+    from engine.anatomy.segment import _block_mean
+    from engine.anatomy.template import template_priors_1mm
 
     spacing = np.sqrt((affine[:3, :3] ** 2).sum(0))
     factor = np.maximum(1, np.floor(_EVIDENCE_SPACING_MM / spacing + 1e-6)).astype(int)
@@ -321,7 +322,7 @@ def _evidence(gm, wm, csf, brain, affine, to_template) -> dict[str, float]:
     gm_w, wm_w, csf_w = (_block_mean(m, factor) for m in (gm, wm, csf))
     brain_w = _block_mean(brain.astype(np.float32), factor) >= 0.5
     work_shape = gm_w.shape
-    priors, tmask, taffine = _template_1mm()
+    priors, tmask, taffine = template_priors_1mm()
     vox = np.linalg.inv(taffine) @ to_template @ work_affine
     placed = [
         ndimage.affine_transform(priors[k], vox, output_shape=work_shape, order=1, cval=0.0) for k in (1, 2)

@@ -169,9 +169,9 @@ NATIVE_RANGES = (
 @lru_cache(maxsize=1)
 def template_brain_ml() -> float:
     """GM + WM volume (mL) of the shipped MNI152 2009 template at 1 mm: the mean brain of that space."""
-    from engine.anatomy.segment import _template_1mm
+    from engine.anatomy.template import template_priors_1mm
 
-    priors, mask, affine = _template_1mm()
+    priors, mask, affine = template_priors_1mm()
     voxel_ml = abs(float(np.linalg.det(affine[:3, :3]))) / 1000.0
     return float((priors[1][mask].sum() + priors[2][mask].sum()) * voxel_ml)
 

@@ -24,6 +24,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from engine.anatomy.template import template_priors_1mm
+
 COARSE_MM = 3.0  # the grid both rounds compare on
 _MAX_ANGLE = np.deg2rad(30.0)
 _MAX_LOG_SCALE = np.log(1.4)
@@ -103,9 +105,7 @@ def moments(mask: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def _template_coarse() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The template's brain mask and CSF/GM/WM priors on a COARSE_MM grid (block means of the 1 mm ones, then
     smoothed as the volume's side is), its affine, and the 1 mm mask's moments (centre, sd)."""
-    from engine.anatomy.segment import _template_1mm
-
-    priors, mask, affine = _template_1mm()
+    priors, mask, affine = template_priors_1mm()
     factor = int(round(COARSE_MM))
     stack = np.concatenate([mask[None].astype(np.float32), priors])
     coarse = np.stack([_smooth(_block_mean(c, factor)) for c in stack])

@@ -9,7 +9,7 @@ order in which the tissue
 intensities are expected (T1w: CSF < GM < WM; T2w: WM < GM < CSF; FLAIR: CSF < WM < GM), which seeds the fit
 and is checked twice: before it against where the template puts each tissue (which also catches noise), and
 after it on the fitted means. Why this and not antspyx's Atropos: see docs/segment.md (measured with
-``engine/bench/segmentation.py``).
+``benchmarks/segmentation.py``).
 
 Everything works on arrays in RAS+ orientation with their voxel -> RAS mm affine; reading and writing files
 is the caller's (the CLI's) job, so this module stays on the anatomy floor.
@@ -18,11 +18,11 @@ is the caller's (the CLI's) job, so this module stays on the anatomy floor.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
 from engine.anatomy.register import Placement, register_mask, register_tissues
+from engine.anatomy.template import template_priors_1mm
 from engine.errors import InvalidRequest
 
 METHOD = "em-gmm-mni152-priors"
@@ -146,20 +146,6 @@ def check_volume(volume: np.ndarray, name: str = "the volume") -> np.ndarray:
     return data
 
 
-@lru_cache(maxsize=1)
-def _template_1mm() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Priors (CSF, GM, WM stacked, float32) and brain mask of MNI152 2009 at 1 mm, and their affine."""
-    from engine.anatomy.template import _template_data
-
-    datasets = _template_data()
-    gm_img = datasets.load_mni152_gm_template(resolution=1)
-    gm = np.clip(np.asarray(gm_img.get_fdata(), np.float32), 0, 1)
-    wm = np.clip(np.asarray(datasets.load_mni152_wm_template(resolution=1).get_fdata(), np.float32), 0, 1)
-    mask = np.asarray(datasets.load_mni152_brain_mask(resolution=1).get_fdata() > 0.5)
-    csf = np.clip(1.0 - gm - wm, 0, 1) * mask
-    return np.stack([csf, gm, wm]), mask, np.asarray(gm_img.affine, np.float64)
-
-
 def head_brain_mask(volume: np.ndarray, spacing: np.ndarray, on_step=None) -> np.ndarray:
     """Brain mask of a whole-head or skull-stripped volume: foreground, eroded until the brain comes apart from
     scalp and skull (4 mm), largest component, grown back inside the foreground, closed, holes filled.
@@ -259,7 +245,7 @@ def _place_priors(
     """The template's priors (CSF, GM, WM) and brain mask resampled onto a grid by ``placement``."""
     from scipy import ndimage
 
-    priors, tmask, taffine = _template_1mm()
+    priors, tmask, taffine = template_priors_1mm()
     vox = np.linalg.inv(taffine) @ placement.to_template @ affine  # volume voxel -> template voxel
     out = np.empty((3, *shape), np.float32)
     for k in range(3):

@@ -29,6 +29,19 @@ def _template_data():
 
 
 @lru_cache(maxsize=1)
+def template_priors_1mm() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Priors (CSF, GM, WM stacked, float32) and brain mask of MNI152 2009 at 1 mm, and their affine: what
+    segmentation (engine.anatomy.segment), registration, the norms and the anatomy checks place on a volume."""
+    datasets = _template_data()
+    gm_img = datasets.load_mni152_gm_template(resolution=1)
+    gm = np.clip(np.asarray(gm_img.get_fdata(), np.float32), 0, 1)
+    wm = np.clip(np.asarray(datasets.load_mni152_wm_template(resolution=1).get_fdata(), np.float32), 0, 1)
+    mask = np.asarray(datasets.load_mni152_brain_mask(resolution=1).get_fdata() > 0.5)
+    csf = np.clip(1.0 - gm - wm, 0, 1) * mask
+    return np.stack([csf, gm, wm]), mask, np.asarray(gm_img.affine, np.float64)
+
+
+@lru_cache(maxsize=1)
 def _template_images():
     datasets = _template_data()
     return {

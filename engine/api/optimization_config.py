@@ -270,7 +270,7 @@ SETTING_ROWS: tuple[SettingRow, ...] = (
         "step_cache_interval",
         "Step caching",
         "Reuse the U-Net's deep features between full passes and recompute only the top levels (DeepCache): "
-        "faster, not exact; its quality cost is measured by volsynth tune and python -m engine.bench.step_cache",
+        "faster, not exact; its quality cost is measured by volsynth tune and python -m benchmarks.step_cache",
         1,
         choices=(("Off (every step full)", 1), *((f"Full pass every {k} steps", k) for k in (2, 3, 4, 5, 6))),
         bounds=(1, STEP_CACHE_MAX_INTERVAL),

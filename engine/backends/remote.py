@@ -16,6 +16,7 @@ The wire format is :mod:`engine.wire`; this module never imports the server or F
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import ssl
 import threading
@@ -65,6 +66,10 @@ DEFAULT_QUEUE_WAIT_S = 600.0
 MAX_PLACE = 1 << 30
 #: The longest single wait between two tries, whatever the server's Retry-After says.
 MAX_RETRY_WAIT_S = 60.0
+#: How long abandoning a run (or closing with one abandoned) tries to have the server cancel it.
+ABANDON_DEADLINE_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 def _json_or_none(response) -> Any:
@@ -135,9 +140,21 @@ class RemoteBackend:
         self._open_lock = threading.Lock()
         self._open_jobs: dict[str, Any] = {}  # job id -> its open event stream (None between streams)
         self._abandoned: set[str] = set()
+        # Abandoned jobs the server has not yet confirmed it forgot. Telling it holds ``_telling``, and so does
+        # ``close``: a window that quits right after abandoning a run closes this backend while the thread
+        # that tells the server may not have sent its DELETE yet, and a closed client would never send it.
+        self._untold: set[str] = set()
+        self._telling = threading.Lock()
+        self._closed = False
 
     def close(self) -> None:
-        self._client.close()
+        """Abandon the jobs still open (no one will read them once the connection closes), tell the server
+        within ``ABANDON_DEADLINE_S``, then close the connection."""
+        self._give_up_open_jobs()
+        with self._telling:
+            self._tell_abandoned()
+            self._closed = True
+            self._client.close()
 
     def abandon(self) -> None:
         """Give up on every job this client is running; safe from any thread, returns within seconds.
@@ -146,16 +163,66 @@ class RemoteBackend:
         event stream is cut, so the thread iterating ``sample`` gets ``Cancelled`` at once instead of
         waiting on keepalives for a step that does not come.
         """
-        import httpx
+        self._give_up_open_jobs()
+        with self._telling:
+            if not self._closed:  # else ``close`` gave up on the same jobs and told the server
+                self._tell_abandoned()
 
+    def _give_up_open_jobs(self) -> None:
+        """Mark every open job abandoned and not yet told, and cut its event stream."""
         with self._open_lock:
             jobs = dict(self._open_jobs)
             self._abandoned.update(jobs)
-        for job_id, stream in jobs.items():
-            with contextlib.suppress(httpx.HTTPError):
-                self._client.delete(f"/jobs/{job_id}", timeout=5.0)
+            self._untold.update(jobs)
+        for stream in jobs.values():
             if stream is not None:
                 _cut(stream)
+
+    def _tell_abandoned(self) -> None:
+        """DELETE each abandoned job the server has not confirmed, retrying a busy answer (429, or 503 with a
+        Retry-After) as it says until ``ABANDON_DEADLINE_S``; a job the server still holds then is logged,
+        so a run left on a shared server is never silent. Called holding ``_telling``."""
+        import time
+
+        import httpx
+
+        deadline = time.monotonic() + ABANDON_DEADLINE_S
+        with self._open_lock:
+            jobs = sorted(self._untold)
+        for job_id in jobs:
+            answer = "no answer"
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    response = self._client.delete(f"/jobs/{job_id}", timeout=max(0.5, left))
+                except httpx.HTTPError as exc:
+                    answer = wire.short(str(exc) or type(exc).__name__, 200)
+                    break
+                if response.status_code < 400 or response.status_code == 404:  # cancelled, or already gone
+                    with self._open_lock:
+                        self._untold.discard(job_id)
+                    answer = ""
+                    break
+                answer = f"it answered {response.status_code}"
+                busy = response.status_code == 429 or (
+                    response.status_code == 503 and "retry-after" in response.headers
+                )
+                try:
+                    retry = float(response.headers.get("retry-after", "1"))
+                except ValueError:
+                    retry = 1.0
+                left = deadline - time.monotonic()
+                if not busy or left <= 0:
+                    break
+                time.sleep(max(0.05, min(retry, left)))
+            if answer:
+                log.warning(
+                    "the engine server at %s was not told to cancel abandoned job %s (%s); it may go on "
+                    "running there until it ends",
+                    self.url,
+                    job_id,
+                    answer,
+                )
 
     def _unreachable(self, exc: Exception) -> BackendUnavailable:
         if self._pin is not None and self._pin.mismatched:

@@ -50,8 +50,8 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from engine.bench.runner import DEFAULT_ROWS, ROWS, SPECIAL_ROWS, BenchSettings, format_table, run_bench
     from engine.errors import InvalidRequest
+    from engine.measure.bench import DEFAULT_ROWS, ROWS, SPECIAL_ROWS, BenchSettings, format_table, run_bench
 
     if args.rows == "list":
         for name, config in ROWS.items():
@@ -97,14 +97,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_decoder_only(args: argparse.Namespace, out) -> int:
-    from engine.bench.runner import (
+    from engine.errors import InvalidRequest
+    from engine.machine.devices import resolve_device
+    from engine.measure.bench import (
         DEFAULT_DECODER_ROWS,
         BenchSettings,
         format_decoder_table,
         run_decoder_bench,
     )
-    from engine.errors import InvalidRequest
-    from engine.machine.devices import resolve_device
 
     model = args.model
     if model.startswith("synthetic:"):

@@ -16,11 +16,14 @@ from engine.errors import InvalidRequest
 def register(sub) -> None:
     parser = sub.add_parser(
         "quality",
-        help="judge settings against fp32 over N seeds: per seed PSNR/SSIM, tissue volumes, diversity, MMD",
+        help="judge settings against fp32 over N seeds: FRD, tissue-volume distance, diversity and reliability "
+        "with intervals, the permutation rule, per seed PSNR/SSIM",
         description="Generates fp32 on N seeds (set A) and on N other seeds (set B: the noise floor), and each "
         "setting on set A, then reports per seed PSNR/SSIM against fp32 on the same seed, the GM/WM/CSF volume "
         "distributions (the model's tissue maps, or segmentation for models without them), MS-SSIM diversity "
-        "and MMD of offline features, and a verdict per setting: within seed-to-seed variation, or shifts the "
+        "and MMD of offline features, FRD over IBSI radiomic features, the tissue-volume Wasserstein distance "
+        "and the share of volumes passing the anatomy check, each with a bootstrap interval against fp32's "
+        "seed-to-seed floor, and a verdict per setting naming the statistics that decided it: within seed-to-seed variation, or shifts the "
         "distribution (what moved). A setting is a name (`volsynth bench --rows list`), fastest-here (what "
         "`volsynth tune` recommends here) or a JSON object of optimization fields. Ctrl-C cancels.",
     )

@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     import threading
 
     from engine.api import drive
-    from engine.bench.tune import format_result, tune
     from engine.errors import InvalidRequest
+    from engine.measure.tune import format_result, tune
 
     if args.show:
         from engine.models.registry import ModelRegistry

@@ -4,7 +4,9 @@ Histograms of the requested conditioning values and of the brain and ventricle v
 generated images (the evaluation's measurements: Otsu brain mask, dark voxels in the template ventricle
 region; for a segmented cohort, MAISI v2 or a bundle, the brain is the sum of its GM and WM maps), a montage of axial mid-slices of a sample of the volumes, throughput over time, failures and
 retries from the manifest, and each volume's anatomy check (``engine.anatomy.checks``: from its sidecar, or from
-the tissue maps beside it) with how many passed, were outside a range, or were not brain-like.
+the tissue maps beside it) with how many passed, were outside a range, or were not brain-like, and the
+reliability share: the checked volumes that passed, with its 95 % interval (``engine.metrics.reliability.share``,
+the same record as the quality report's per setting).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from engine.cohort.dataset import STATE_DIR
 from engine.cohort.manifest import DONE, FAILED, Manifest
 from engine.errors import InvalidRequest
+from engine.metrics.colours import FAIL_COLOUR, PASS_COLOUR
 from engine.metrics.rank import spearman
 
 MEASURED = {"brain_volume": "brain tissue (mL)", "ventricle_volume": "ventricles (mL)"}
@@ -193,6 +196,8 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
         # Per participant: the anatomy check's status, verdict and flags; and how many got each status.
         "anatomy": anatomy,
         "anatomy_counts": {k: sum(a["status"] == k for a in anatomy.values()) for k in ANATOMY_STATUSES},
+        # The share of checked volumes that passed (volumes without maps are not counted either way).
+        "reliability": reliability_share(anatomy),
         "slices": slices,
         "finished_times": finished,
         "runs": runs,
@@ -200,6 +205,25 @@ def collect(root: Path, montage: int = 12) -> dict[str, Any]:
         "seconds_per_volume": float(np.median(seconds)) if seconds else float("nan"),
         "target": manifest.data.get("target", "folder"),
     }
+
+
+def reliability_share(anatomy: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The quality report's reliability record (``engine.metrics.reliability.share``) over the checked volumes, or None
+    when none was checked."""
+    from engine.metrics.reliability import share
+
+    statuses = [a["status"] for a in anatomy.values() if a["status"] != "not_checked"]
+    return share(statuses) if statuses else None
+
+
+def reliability_words(reliability: dict[str, Any]) -> str:
+    """ "reliability: 30/32 checked volumes pass the anatomy check (94 %, 95 % interval 80-98 %), below 95 %"."""
+    low, high = reliability["interval"]
+    reached = "reaches" if reliability["reaches_95"] else "below"
+    return (
+        f"reliability: {reliability['passed']}/{reliability['count']} checked volumes pass the anatomy check "
+        f"({100 * reliability['share']:.0f} %, 95 % interval {100 * low:.0f}-{100 * high:.0f} %), {reached} 95 %"
+    )
 
 
 # Long on purpose: one linear matplotlib figure build, panel after panel; split, the layout would scatter.
@@ -314,7 +338,20 @@ def draw(data: dict[str, Any], path: Path) -> Path:
     for failure in data["failures"][:4]:
         last = failure["errors"][-1]["error"] if failure["errors"] else ""
         lines.append(f"{failure['participant']} ({failure['state']}): {last[:60]}")
-    ax.text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=9)
+    reliability = data.get("reliability")
+    ax.text(0, 0.92 if reliability else 1, "\n".join(lines), va="top", family="monospace", fontsize=9)
+    if reliability:  # above the numbers, in the colour of whether it reaches 95 %
+        reached = reliability["reaches_95"]
+        ax.text(
+            0,
+            1,
+            reliability_words(reliability),
+            va="top",
+            family="monospace",
+            fontsize=9,
+            weight="bold",
+            color=PASS_COLOUR if reached else FAIL_COLOUR,
+        )
     # Montage.
     for i, (participant, image) in enumerate(data["slices"]):
         ax = fig.add_subplot(grid[2 + i // cols, i % cols])
@@ -386,8 +423,15 @@ def _anatomy_html(data: dict[str, Any]) -> str:
         f"<tr><td>{html.escape(p)}</td><td>{html.escape(a['status'])}</td><td>{html.escape(a['verdict'])}</td></tr>"
         for p, a in sorted(data["anatomy"].items())
     )
+    reliability = data.get("reliability")
+    words = (
+        f"<p><b style='color:{PASS_COLOUR if reliability['reaches_95'] else FAIL_COLOUR}'>"
+        f"{html.escape(reliability_words(reliability))}</b></p>"
+        if reliability
+        else ""
+    )
     return (
-        f"<h2>Anatomy checks</h2><p>{counts['within']} within normative ranges, {counts['outside']} outside a "
+        f"<h2>Anatomy checks</h2>{words}<p>{counts['within']} within normative ranges, {counts['outside']} outside a "
         f"range, {counts['not_brain_like']} not brain-like, {counts['not_checked']} not checked (no tissue "
         "maps). Ranges and their sources: each sidecar's anatomy_check, or docs/anatomy-checks.md.</p>"
         f"<table><tr><th>participant</th><th>status</th><th>verdict</th></tr>{rows}</table>"

@@ -26,6 +26,10 @@ from engine.models.spec import ModelSpec, one_line
 
 _FLOAT = 4
 _WORKING_MAPS = 4  # feature maps alive at once inside a residual block (input, norm, conv, residual)
+#: The streamed decode's default ceiling on its working set (activations and slab temporaries). Here, not in
+#: engine.optimization.streamed_decode, because the estimates of models that decode streamed count it and the
+#: models sit below the optimizations.
+STREAMED_DECODE_BUDGET_BYTES = 3 * 2**30
 
 
 def parameter_count(definition: Mapping[str, Any], where: str) -> int:

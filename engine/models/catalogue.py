@@ -167,9 +167,9 @@ class CatalogueEntry:
             denoising = unet_activation_bytes(unet, latent)
             decoding = decoder_activation_bytes(autoencoder, (1, *shape))
             if self.networks.get("streamed_decode"):
-                from engine.models.streamed_decode import DEFAULT_BUDGET_BYTES
+                from engine.models.budget import STREAMED_DECODE_BUDGET_BYTES
 
-                decoding = min(decoding, DEFAULT_BUDGET_BYTES + 3 * 4 * math.prod(shape))
+                decoding = min(decoding, STREAMED_DECODE_BUDGET_BYTES + 3 * 4 * math.prod(shape))
             # Loading reads each checkpoint into memory before copying it into the networks: twice the weights.
             total = 2 * weights + denoising + decoding
             out.append(

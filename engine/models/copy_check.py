@@ -75,17 +75,6 @@ def _numel(shape: tuple[int, ...]) -> int:
     return count
 
 
-def _read_state(source, role: str, path) -> dict[str, Any]:
-    from engine.models.maisi import MaisiModelSource, _read_checkpoint, _state_dict
-    from engine.models.source import _read_safetensors, _read_torch_checkpoint
-
-    if isinstance(source, MaisiModelSource):
-        return _state_dict(_read_checkpoint(path), path)
-    if path.suffix == ".safetensors":
-        return _read_safetensors(path, role)
-    return _read_torch_checkpoint(path)
-
-
 def check_copy(source) -> dict[str, int]:
     """Refuse ``source`` (an opened model folder) unless every weights file fits its network.
 
@@ -120,7 +109,7 @@ def check_copy(source) -> dict[str, int]:
                 problem=TOO_SMALL,
                 **facts,
             )
-        state = _read_state(source, role, path)
+        state = source.read_weights(role, path)  # each kind of folder reads its own layout
         got = {name: tuple(getattr(t, "shape", ())) for name, t in state.items()}
         if source.load_old:
             missing = Counter(expected.values()) - Counter(got.values())

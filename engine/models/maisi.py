@@ -495,6 +495,10 @@ class MaisiModelSource(ModelSource):
 
     build_notes: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    def read_weights(self, role: str, path: Path) -> dict[str, Any]:
+        """The network's tensors out of a MAISI checkpoint (``unet_state_dict`` and its other keys around them)."""
+        return _state_dict(_read_checkpoint(path), path)
+
     def load(self) -> LoadedModel:
         self.check_memory()
         try:
@@ -551,10 +555,10 @@ class MaisiModelSource(ModelSource):
         estimate = super().memory_estimate()
         full = estimate.pop("decoding")
         estimate.pop("total")
-        from engine.models.streamed_decode import DEFAULT_BUDGET_BYTES
+        from engine.models.budget import STREAMED_DECODE_BUDGET_BYTES
 
         output = 4 * math.prod(self.spec.output_shape)
-        estimate["decoding"] = min(full, DEFAULT_BUDGET_BYTES + 3 * output)
+        estimate["decoding"] = min(full, STREAMED_DECODE_BUDGET_BYTES + 3 * output)
         estimate["total"] = sum(estimate.values())
         estimate["decoding_full"] = full
         return estimate

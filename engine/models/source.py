@@ -203,11 +203,15 @@ class ModelSource:
                 raise ModelInvalid(
                     f"model {self.id!r}: weights file {path} is missing; reinstall or re-export the model"
                 )
-            if path.suffix == ".safetensors":
-                out[role] = _read_safetensors(path, role)
-            else:
-                out[role] = _read_torch_checkpoint(path)
+            out[role] = self.read_weights(role, path)
         return out
+
+    def read_weights(self, role: str, path: Path) -> dict[str, Any]:
+        """The tensors of the ``role`` network's weights file ``path``, by name, as this kind of folder stores
+        them (a safetensors file or a tensors-only torch checkpoint); a kind with its own layout overrides it."""
+        if path.suffix == ".safetensors":
+            return _read_safetensors(path, role)
+        return _read_torch_checkpoint(path)
 
 
 @dataclass

@@ -141,7 +141,7 @@ class PreparedModel:
         with self.precision(), self.decoder_autocast():
             z = self.prepare_decoder_input(z)
             if self.decisions.streamed_decode.applied:
-                from engine.models.streamed_decode import streamed_decode
+                from engine.optimization.streamed_decode import streamed_decode
 
                 stats: dict[str, Any] = {}
                 out = streamed_decode(self.autoencoder, z, stats=stats)
@@ -365,7 +365,7 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
     # decoder's copy: sub-pixel upsampling, then quantization (it replaces modules, including the sub-pixel
     # ones), then channels-last.
     if has_decoder and config.optimizes_decoder:
-        from engine.models.streamed_decode import subpixel_rewrite
+        from engine.optimization.streamed_decode import subpixel_rewrite
 
         details["decoder"] = {"subpixel_upsampling_blocks": subpixel_rewrite(autoencoder)}
         if decisions.decoder_quantization.applied:

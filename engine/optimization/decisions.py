@@ -406,7 +406,7 @@ def streamed_decode_decision(config: OptimizationConfig, where: Where) -> Decisi
     return Decision(
         True,
         True,
-        "exact decode layer by layer in slabs (engine/models/streamed_decode.py): same result, at "
+        "exact decode layer by layer in slabs (engine/optimization/streamed_decode.py): same result, at "
         "most two full-resolution activations",
     )
 

@@ -8,7 +8,7 @@ without the last one's downsampler, and the last ``level`` up blocks) and take t
 Levels are counted from the top: level 1 keeps only the full-resolution level live (the most saved, the
 largest error), level L (the U-Net's number of levels) skips only the middle block. Errors of a cached step
 feed into the next steps' inputs, and in 3D they accumulate over more voxels than in 2D (Fast3Dcache), so
-the quality cost is measured against the uncached run (``python -m engine.bench.step_cache``), never assumed.
+the quality cost is measured against the uncached run (``python -m benchmarks.step_cache``), never assumed.
 
 The step index comes from the one sampling loop (:data:`engine.sampling.CURRENT_STEP`): a call outside it,
 the first step of a run and any call of a new run (or of a different batch shape) runs the whole U-Net, so a

@@ -7,7 +7,7 @@ MONAI's ``DiffusionModelUNet`` upsamples by nearest x2 followed by a 3x3x3 convo
   SiLU at low resolution, then nearest x2 of both branches and ``conv1`` on the upsampled branch.
 
 Nearest x2 then a 3x3x3 convolution equals eight 2x2x2 convolutions at the low resolution, one per output
-parity (:class:`engine.models.streamed_decode.SubpixelUpsample`, which the decoder already uses): exact up to
+parity (:class:`engine.optimization.streamed_decode.SubpixelUpsample`, which the decoder already uses): exact up to
 float rounding, 8 x 8 = 64 multiply-adds per output group of eight voxels instead of 8 x 27 = 216.
 
 The rewrite keeps every layer's name (``...upsampler.postconv.conv`` and ``...upsampler.conv1.conv`` are the
@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from engine.models.streamed_decode import SubpixelUpsample, _is_nearest_upsample, _is_nearest_x2
+from engine.optimization.streamed_decode import SubpixelUpsample, _is_nearest_upsample, _is_nearest_x2
 
 __all__ = [
     "SubpixelResnetUp",

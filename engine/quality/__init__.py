@@ -25,6 +25,13 @@ The verdict rule (in the style of ``engine.metrics.speed_verdict``: one rule, fi
    seed-to-seed variation**. With fewer than ``MIN_SEEDS`` seeds a side, or no tissue volumes, it says so: a
    report without enough evidence is never called within the noise.
 
+5. Beside the permutation rule, the field's measures (``engine.quality.field``): FRD over IBSI radiomic features,
+   the tissue-volume Wasserstein distance, the MS-SSIM diversity difference and the drop in the share of volumes
+   passing the anatomy check, each with a bootstrap interval against fp32's seed-to-seed floor (fp32 on set A
+   against set B). A measure whose whole interval lies above the floor flags the setting. The verdict is
+   "shifts the distribution" when a field measure flags it or the permutation rule does, and names each
+   statistic that decided (``QualityReport.decided_by``), the field's first.
+
 The candidate shares its seeds with the reference, so its shift is judged against what changing the seeds
 does: a setting passes when it moves the cohort less than drawing another cohort would. Per-seed PSNR/SSIM
 against fp32 on the same seed (``engine.metrics.image``) are reported beside it, not voted on.
@@ -33,13 +40,15 @@ against fp32 on the same seed (``engine.metrics.image``) are reported beside it,
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import numpy as np
 
-from engine.quality import measures
+from engine.quality import field, measures, radiomics
 
 ALPHA = 0.05
 PERMUTATIONS = 2000
@@ -95,11 +104,23 @@ class NoiseFloor:
     features_a: list[dict[str, np.ndarray]]
     features_b: list[dict[str, np.ndarray]]
     volumes_a: list[np.ndarray]
+    volumes_b: list[np.ndarray]
     low: float  # the common intensity range MS-SSIM rescales by (fp32 set A's min and max)
     high: float
     tissue_source: str | None
-    null: dict[str, np.ndarray] = field(default_factory=dict)  # seed-to-seed distribution of each statistic
-    observed: dict[str, float] = field(default_factory=dict)  # each statistic between A and B itself
+    null: dict[str, np.ndarray] = dataclass_field(
+        default_factory=dict
+    )  # seed-to-seed distribution of each statistic
+    observed: dict[str, float] = dataclass_field(
+        default_factory=dict
+    )  # each statistic between A and B itself
+    # IBSI radiomic features of A and B (``engine.quality.radiomics``), the inputs of FRD, and their cost.
+    radiomics_a: np.ndarray | None = None
+    radiomics_b: np.ndarray | None = None
+    radiomics_s: float = 0.0
+    # The anatomy check's status of each volume of A and B ("within" passes), where checked.
+    checks_a: list[str] | None = None
+    checks_b: list[str] | None = None
 
     @property
     def count(self) -> int:
@@ -132,7 +153,14 @@ class QualityReport:
     tissue_source: str | None
     seeds: list[int] | None = None
     noise_seeds: list[int] | None = None
-    ms_ssim: dict[str, Any] = field(default_factory=dict)
+    ms_ssim: dict[str, Any] = dataclass_field(default_factory=dict)
+    # The field's measures (``engine.quality.field``), by name: value, interval, floor, n, flagged.
+    measures: dict[str, dict[str, Any]] = dataclass_field(default_factory=dict)
+    # Each set's share of volumes passing the anatomy check: reference, candidate, floor_b (where checked).
+    reliability: dict[str, dict[str, Any]] = dataclass_field(default_factory=dict)
+    # The statistics that made the verdict "shifts": field measure names, then "permutation:<statistic>".
+    decided_by: list[str] = dataclass_field(default_factory=list)
+    radiomics_s: float = 0.0  # seconds spent on the candidate's radiomic features
 
     @property
     def psnr_median_db(self) -> float | None:
@@ -167,6 +195,15 @@ class QualityReport:
             "reference_set": self.reference.to_dict(),
             "candidate_set": self.candidate.to_dict(),
             "ms_ssim": self.ms_ssim,
+            "measures": self.measures,
+            "reliability": self.reliability,
+            "decided_by": self.decided_by,
+            "field_rule": (
+                f"a measure flags the setting when the lower end of its {100 * field.CONFIDENCE:.0f} % bootstrap "
+                f"interval ({field.BOOTSTRAP} resamples of the seeds) lies above fp32's seed-to-seed floor (fp32 "
+                "on seed set A against seed set B); engine/quality/field.py"
+            ),
+            "radiomics": radiomics.FEATURE_SET,
             "rule": (
                 f"shifts the distribution when the tissue-volume MMD, the feature MMD or the MS-SSIM diversity "
                 f"difference against fp32 exceeds the {100 * (1 - ALPHA / len(STATISTICS)):.1f} % quantile of "
@@ -201,6 +238,14 @@ def _tissue(items: Sequence | None, count: int, voxel_ml: float, name: str) -> l
     return [measures.tissue_volumes_ml(t, voxel_ml) for t in items]
 
 
+def _checks(items: Sequence[str] | None, count: int, name: str) -> list[str] | None:
+    if items is None:
+        return None
+    if len(items) != count:
+        raise ValueError(f"{name} has {count} volumes but {len(items)} anatomy checks")
+    return [str(status) for status in items]
+
+
 def _summary(
     label: str, tissue: list[dict[str, float]] | None, diversity: np.ndarray, count: int
 ) -> SetSummary:
@@ -217,8 +262,11 @@ def noise_floor(
     voxel_ml: float = 1.0,
     tissue_source: str | None = None,
     labels: tuple[str, str] = ("fp32 (seeds A)", "fp32 (seeds B)"),
+    checks_a: Sequence[str] | None = None,
+    checks_b: Sequence[str] | None = None,
 ) -> NoiseFloor:
-    """Measure fp32 on seed set A against fp32 on seed set B once (see ``quality_report`` for the arguments)."""
+    """Measure fp32 on seed set A against fp32 on seed set B once (see ``quality_report`` for the arguments;
+    ``checks_a``, ``checks_b``: each volume's anatomy-check status, for the reliability share)."""
     vol_a, vol_b = _volumes(a, "noise-floor set A"), _volumes(b, "noise-floor set B")
     if vol_a[0].shape != vol_b[0].shape:
         raise ValueError(f"noise-floor sets A and B differ in shape: {vol_a[0].shape} and {vol_b[0].shape}")
@@ -228,19 +276,31 @@ def noise_floor(
         raise ValueError("give tissue volumes for both noise-floor sets or for neither")
     low = float(min(v.min() for v in vol_a))
     high = float(max(v.max() for v in vol_a))
-    feats_a = [measures.features(v, t) for v, t in zip(vol_a, t_a or [None] * len(vol_a), strict=True)]
-    feats_b = [measures.features(v, t) for v, t in zip(vol_b, t_b or [None] * len(vol_b), strict=True)]
+    no_tissue_a: list[dict[str, float] | None] = [None] * len(vol_a)
+    no_tissue_b: list[dict[str, float] | None] = [None] * len(vol_b)
+    feats_a = [measures.features(v, t) for v, t in zip(vol_a, t_a or no_tissue_a, strict=True)]
+    feats_b = [measures.features(v, t) for v, t in zip(vol_b, t_b or no_tissue_b, strict=True)]
     div_a = measures.ms_ssim_pairs(vol_a, measures.ring_pairs(len(vol_a)), low, high)
     div_b = measures.ms_ssim_pairs(vol_b, measures.ring_pairs(len(vol_b)), low, high)
+    started = time.perf_counter()
+    rad_a, _names = radiomics.radiomic_features(vol_a, low, high)
+    rad_b, _names = radiomics.radiomic_features(vol_b, low, high)
+    took = time.perf_counter() - started
     floor = NoiseFloor(
         a=_summary(labels[0], t_a, div_a, len(vol_a)),
         b=_summary(labels[1], t_b, div_b, len(vol_b)),
         features_a=feats_a,
         features_b=feats_b,
         volumes_a=vol_a,
+        volumes_b=vol_b,
         low=low,
         high=high,
         tissue_source=(tissue_source or "given") if t_a is not None else None,
+        radiomics_a=rad_a,
+        radiomics_b=rad_b,
+        radiomics_s=took,
+        checks_a=_checks(checks_a, len(vol_a), "noise-floor set A"),
+        checks_b=_checks(checks_b, len(vol_b), "noise-floor set B"),
     )
     _fill_null(floor)
     return floor
@@ -248,7 +308,10 @@ def noise_floor(
 
 def _matrices(floor: NoiseFloor, *sets: list[dict[str, np.ndarray]], only: str | None = None):
     pool = floor.features_a + floor.features_b
-    pick = (lambda f: {only: f[only]}) if only else (lambda f: f)
+
+    def pick(features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {only: features[only]} if only else features
+
     matrices, _names = measures.standardize([[pick(f) for f in s] for s in sets], [pick(f) for f in pool])
     return matrices
 
@@ -261,7 +324,7 @@ def _fill_null(floor: NoiseFloor) -> None:
     rng = np.random.default_rng(_PERMUTATION_SEED)
     total = n_a + n_b
     splits = [rng.permutation(total) for _ in range(PERMUTATIONS)]
-    groups = {"features": None}
+    groups: dict[str, str | None] = {"features": None}
     if floor.tissue_source is not None:
         groups["tissue"] = "tissue_ml"
     pool = floor.features_a + floor.features_b
@@ -327,6 +390,63 @@ def _what_moved(name: str, reference: SetSummary, candidate: SetSummary, stat: d
     )
 
 
+def _tissue_rows(summary: SetSummary) -> np.ndarray:
+    return np.array([summary.tissue_ml[t] for t in measures.TISSUES], np.float64).T
+
+
+def _passes(statuses: Sequence[str]) -> np.ndarray:
+    return np.array([s == field.PASSED for s in statuses], np.float64)
+
+
+def _field_measures(
+    floor: NoiseFloor,
+    rad_ref: np.ndarray | None,
+    rad_cand: np.ndarray,
+    tissue: tuple[SetSummary, SetSummary] | None,
+    diversity: tuple[np.ndarray, np.ndarray],
+    checks: tuple[list[str] | None, list[str] | None],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The field's four measures of a candidate against fp32 (``engine.quality.field``), those the inputs allow,
+    and each set's reliability share."""
+    out: dict[str, dict[str, Any]] = {}
+    if rad_ref is not None and floor.radiomics_b is not None and len(rad_ref) >= 2:
+        z_ref, z_cand, z_b = field.standardise(rad_ref, rad_cand, floor.radiomics_b)
+        if z_ref.shape[1]:
+            out["frd"] = field.judge("frd", field.log_frd, z_ref, z_cand, z_b)
+            out["frd"]["features"] = int(z_ref.shape[1])
+    if tissue is not None and floor.b.tissue_ml:
+        out["volume_distance"] = field.judge(
+            "volume_distance",
+            field.volume_distance,
+            _tissue_rows(tissue[0]),
+            _tissue_rows(tissue[1]),
+            _tissue_rows(floor.b),
+        )
+    div_ref, div_cand = diversity
+    if len(div_ref) and len(div_cand) == len(div_ref) and floor.b.diversity:
+        out["diversity"] = field.judge(
+            "diversity", field.mean_difference, div_ref, div_cand, np.asarray(floor.b.diversity)
+        )
+        out["diversity"]["n"] = len(div_cand)  # ring pairs of seeds
+    reliability: dict[str, dict[str, Any]] = {}
+    checks_ref, checks_cand = checks
+    if checks_ref is not None and checks_cand is not None and floor.checks_b is not None:
+        out["reliability"] = field.judge(
+            "reliability",
+            field.share_drop,
+            _passes(checks_ref),
+            _passes(checks_cand),
+            _passes(floor.checks_b),
+            floor_statistic=field.floor_share_gap,
+        )
+        reliability = {
+            "reference": field.share(checks_ref),
+            "candidate": field.share(checks_cand),
+            "floor_b": field.share(floor.checks_b),
+        }
+    return out, reliability
+
+
 def quality_report(
     reference: Sequence,
     candidate: Sequence,
@@ -342,6 +462,8 @@ def quality_report(
     seeds: Sequence[int] | None = None,
     noise_seeds: Sequence[int] | None = None,
     tissue_missing: str = "none given",
+    reference_checks: Sequence[str] | None = None,
+    candidate_checks: Sequence[str] | None = None,
 ) -> QualityReport:
     """Judge whether a setting's volumes keep the distribution of fp32's (the rule: this module's docstring).
 
@@ -361,6 +483,8 @@ def quality_report(
         label, reference_label: names of the setting and of the reference, for the verdict and the JSON.
         seeds, noise_seeds: the seeds of sets A and B, for the record.
         tissue_missing: why there are no tissue volumes, for the verdict, when there are none.
+        reference_checks, candidate_checks: each volume's anatomy-check status (``engine.anatomy.checks``:
+            "within" passes), for the reliability share; the noise floor's come with it (``noise_floor``).
 
     Returns:
         QualityReport with ``.verdict`` ("within seed-to-seed variation" or "shifts the distribution: <what>",
@@ -416,12 +540,14 @@ def quality_report(
         else measures.ms_ssim_pairs(ref, pairs, floor.low, floor.high)
     )
     div_cand = measures.ms_ssim_pairs(cand, pairs, floor.low, floor.high)
+    no_tissue: list[dict[str, float] | None] = [None] * len(ref)
     f_ref = [
-        measures.features(v, t) for v, t in zip(ref, t_ref if has_tissue else [None] * len(ref), strict=True)
+        measures.features(v, t)
+        for v, t in zip(ref, (t_ref if has_tissue else None) or no_tissue, strict=True)
     ]
     f_cand = [
         measures.features(v, t)
-        for v, t in zip(cand, t_cand if has_tissue else [None] * len(cand), strict=True)
+        for v, t in zip(cand, (t_cand if has_tissue else None) or no_tissue, strict=True)
     ]
     values: dict[str, float] = {}
     if len(ref) >= 2:
@@ -445,15 +571,38 @@ def quality_report(
     if "features" in statistics:
         statistics["features"]["by_group"] = by_group
     noise_statistics = _judge(floor, floor.observed)
-    moved = [
-        _what_moved(name, reference_set, candidate_set, s)
-        for name, s in statistics.items()
-        if s["beyond_noise"]
-    ]
+    started = time.perf_counter()
+    rad_ref = floor.radiomics_a if same_as_a else radiomics.radiomic_features(ref, floor.low, floor.high)[0]
+    same_as_b = len(cand) == len(floor.volumes_b) and all(
+        np.array_equal(x, y) for x, y in zip(cand, floor.volumes_b, strict=True)
+    )
+    rad_cand = (
+        floor.radiomics_b
+        if same_as_b and floor.radiomics_b is not None
+        else radiomics.radiomic_features(cand, floor.low, floor.high)[0]
+    )
+    radiomics_s = time.perf_counter() - started
+    checks_ref = _checks(reference_checks, len(ref), "reference") or (floor.checks_a if same_as_a else None)
+    checks_cand = _checks(candidate_checks, len(cand), "candidate")
+    field_measures, reliability = _field_measures(
+        floor,
+        rad_ref,
+        rad_cand,
+        (reference_set, candidate_set) if has_tissue else None,
+        (div_ref, div_cand),
+        (checks_ref, checks_cand),
+    )
+    decided_by = [name for name, m in field_measures.items() if m["flagged"]]
+    reasons = [field.describe(name, field_measures[name]) for name in decided_by]
+    for name, stat in statistics.items():
+        if stat["beyond_noise"]:
+            decided_by.append(f"permutation:{name}")
+            reasons.append(_what_moved(name, reference_set, candidate_set, stat) + " (permutation rule)")
     too_few = min(len(ref), floor.a.count, floor.b.count) < MIN_SEEDS
-    if moved and not too_few:
-        verdict, within = f"{SHIFTS}: {'; '.join(moved)}", False
+    if reasons and not too_few:
+        verdict, within = f"{SHIFTS}: {'; '.join(reasons)}", False
     elif too_few:
+        decided_by = []
         verdict, within = (
             f"too few seeds to tell: {min(len(ref), floor.a.count, floor.b.count)} a set, the rule needs "
             f"{MIN_SEEDS}",
@@ -479,6 +628,10 @@ def quality_report(
         tissue_source=floor.tissue_source if has_tissue else None,
         seeds=list(seeds) if seeds is not None else None,
         noise_seeds=list(noise_seeds) if noise_seeds is not None else None,
+        measures=field_measures,
+        reliability=reliability,
+        decided_by=decided_by,
+        radiomics_s=radiomics_s,
         ms_ssim={
             "kernel_size": kernel,
             "kernel_sigma": measures.MS_SSIM_SIGMA,

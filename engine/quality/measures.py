@@ -7,6 +7,7 @@ Nothing here generates or segments; ``engine.quality`` puts the measures togethe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ def as_volume(array, name: str = "volume") -> np.ndarray:
     return data
 
 
-def tissue_volumes_ml(tissue: Mapping[str, object], voxel_ml: float) -> dict[str, float]:
+def tissue_volumes_ml(tissue: Mapping[str, Any], voxel_ml: float) -> dict[str, float]:
     """GM, WM and CSF volumes in mL from maps (probability arrays, summed x voxel volume) or from numbers in mL."""
     out = {}
     for name in TISSUES:
@@ -93,7 +94,9 @@ def features(volume: np.ndarray, tissue_ml: Mapping[str, float] | None) -> dict[
     return out
 
 
-def standardize(groups: Sequence[Mapping[str, np.ndarray]], basis: Sequence[Mapping[str, np.ndarray]]):
+def standardize(
+    groups: Sequence[Sequence[Mapping[str, np.ndarray]]], basis: Sequence[Mapping[str, np.ndarray]]
+):
     """Feature matrices of ``groups`` in the units of ``basis`` (the fp32 volumes): each feature centred on the
     basis mean and divided by its standard deviation (floored at 1 % of the group's largest magnitude), each group divided by the square root of its size so that
     the 1200 voxels of the downsampled vector weigh as much as the three tissue volumes. Returns (N, F) arrays."""

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.anatomy.checks import check_from_record, check_maps
 from engine.api import Backend, Progress, SamplingRequest, relay
 from engine.api.optimization_config import OptimizationConfig
 from engine.errors import InvalidRequest
@@ -39,10 +40,16 @@ from engine.quality import (
     noise_floor,
     quality_report,
 )
+from engine.quality.field import MEASURES as FIELD_MEASURES
+from engine.quality.field import NAMES as FIELD_NAMES
+from engine.quality.field import fmt
 from engine.quality.measures import TISSUES
 
 MAX_SEEDS = 64
 REFERENCE = "fp32"
+#: Anatomy-check statuses of volumes without a check of their own maps (``engine.anatomy.checks`` names the rest).
+NOT_BRAIN_LIKE = "not_brain_like"  # segmentation refused the volume as no brain
+NOT_CHECKED = "not_checked"
 
 
 SCHEDULE_PREFIX = "steps:"  # a candidate named steps:N is fp32 on a schedule of N steps
@@ -86,6 +93,8 @@ class QualityRun:
     noise_check: QualityReport | None = None
     # Seconds of sampling loop (denoising and decode) per volume, by set label, in seed order.
     times_s: dict[str, list[float]] = field(default_factory=dict)
+    # The template space every anatomy check judged its volume in (None: native mm).
+    space: str | None = None
 
     def speed(self) -> dict[str, dict[str, Any]]:
         """Each setting's time per volume against fp32's (both fp32 seed sets), by the noise rule."""
@@ -123,7 +132,27 @@ class QualityRun:
             "settings": {label: report.to_dict() for label, report in self.reports.items()},
             "times_s": self.times_s,
             "speed": self.speed(),
+            "anatomy_space": self.space or "native",
         }
+
+    def measures_table(self, rows: list[QualityReport]) -> list[str]:
+        """The field's measures per setting: value [95 % interval] (FLAG where it decided), the fp32 floor's value
+        beside each, and each set's share of volumes passing the anatomy check (passed/count)."""
+        head = f"{'setting':28s}" + "".join(f" {FIELD_NAMES[name]:>30s}" for name in FIELD_MEASURES)
+        lines = [head + f" {'reliable (n)':>14s}"]
+        first = rows[0]
+        floors = f"{'fp32 floor (A vs B)':28s}"
+        for name in FIELD_MEASURES:
+            measure = first.measures.get(name)
+            floors += f" {fmt(name, measure['floor']) if measure else 'n/a':>30s}"
+        share = first.reliability.get("reference")
+        lines.append(floors + f" {_share_cell(share):>14s}")
+        for report in rows:
+            line = f"{report.label[:28]:28s}"
+            for name in FIELD_MEASURES:
+                line += f" {_measure_cell(report.measures.get(name), name):>30s}"
+            lines.append(line + f" {_share_cell(report.reliability.get('candidate')):>14s}")
+        return lines
 
     def format_table(self) -> str:
         """A plain-text table: one row per setting (and the fp32-vs-fp32 check), then each verdict."""
@@ -149,6 +178,8 @@ class QualityRun:
                 )
             )
         lines.append("")
+        lines += self.measures_table(rows)
+        lines.append("")
         speed = self.speed()
         for report in rows:
             pace = speed.get(report.label)
@@ -161,6 +192,18 @@ class QualityRun:
             f"{self.timings.get('total_s', math.nan):.0f} s in all"
         )
         return "\n".join(lines)
+
+
+def _measure_cell(measure: dict[str, Any] | None, name: str) -> str:
+    if measure is None:
+        return "n/a"
+    low, high = measure["interval"]
+    mark = " FLAG" if measure["flagged"] else ""
+    return f"{fmt(name, measure['value'])} [{fmt(name, low)}, {fmt(name, high)}]{mark}"
+
+
+def _share_cell(share: dict[str, Any] | None) -> str:
+    return f"{share['passed']}/{share['count']}" if share else "n/a"
 
 
 def _row(label, summary, psnr, ssim, stats) -> str:
@@ -229,7 +272,12 @@ def quality_run(
         return sum(len(s) * (c.steps or default_steps or 1) for _, c, s in plan)
 
     volumes: dict[str, list[np.ndarray]] = {label: [] for label, _, _ in plan}
-    maps: dict[str, list[dict[str, np.ndarray]]] = {label: [] for label, _, _ in plan}
+    # Per volume, kept small: the model's tissue volumes (mL) and the anatomy check's status, made as each volume
+    # arrives, so that no set's tissue maps are held in memory (160 volumes' maps would be 1.5 GB).
+    model_tissue: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in plan}
+    checks: dict[str, list[str]] = {label: [] for label, _, _ in plan}
+    anatomy_s = 0.0
+    space: str | None = None
     times: dict[str, list[float]] = {label: [] for label, _, _ in plan}
     affine = None
     label_names: tuple[str, ...] = ()
@@ -277,7 +325,26 @@ def quality_run(
 
             result = yield from relay(backend.sample(run), each)
             volumes[label].append(np.asarray(result.volume(0), np.float32))
-            maps[label].append(result.tissue_maps(0))
+            made_maps = result.tissue_maps(0) if result.label_names else {}
+            if all(name in made_maps for name in TISSUES):
+                voxel_ml = _voxel_ml(result.affine)
+                model_tissue[label].append(
+                    {t: float(np.clip(made_maps[t], 0, 1).sum() * voxel_ml) for t in TISSUES}
+                )
+                yield Progress(
+                    "anatomy",
+                    done,
+                    runs,
+                    time.perf_counter() - started,
+                    f"{label}, seed {seed}: anatomy check",
+                )
+                checked = time.perf_counter()
+                check = check_from_record(
+                    made_maps, result.affine, result.tissue_maps_made, space=result.space
+                )
+                anatomy_s += time.perf_counter() - checked
+                checks[label].append(check.status if check is not None else NOT_CHECKED)
+            space = result.space
             loop_s = (result.provenance.get("timings") or {}).get("loop_total_s")
             if loop_s is not None:
                 times[label].append(float(loop_s))
@@ -285,55 +352,63 @@ def quality_run(
             done += 1
             steps_before += run.steps or default_steps or 0
     generated = time.perf_counter()
+    inline_anatomy_s = anatomy_s  # the checks of the model's own maps, made between generations
 
+    if affine is None:  # the plan has at least 8 volumes (4 seeds, two fp32 sets): unreachable
+        raise InvalidRequest("the quality run generated no volumes")
     voxel_ml = _voxel_ml(affine)
     tissue_source: str | None = None
     tissue_note = ""
     tissue: dict[str, list[dict[str, float]]] | None = None
     if all(name in label_names for name in TISSUES):
         tissue_source = TISSUE_FROM_MODEL
-        tissue = {
-            label: [{t: float(np.clip(m[t], 0, 1).sum() * voxel_ml) for t in TISSUES} for m in per_seed]
-            for label, per_seed in maps.items()
-        }
+        tissue = model_tissue
     else:
-        from engine.anatomy.segment import contrast_from_modality, segment
+        from engine.anatomy.segment import METHOD, NotBrainLike, contrast_from_modality, segment
 
         try:
             chosen = contrast_from_modality(contrast or request.modality or "")
         except InvalidRequest as exc:
             chosen, tissue_note = None, f"no tissue volumes: {exc}"
         if chosen is not None:
-            tissue = {}
+            segmented_tissue: dict[str, list[dict[str, float]]] = {}
             count = 0
+            # Every volume is segmented even after a refusal: a volume refused as no brain fails the anatomy
+            # check, and the reliability share counts it; the tissue volumes are then left out.
             for label, vols in volumes.items():
-                tissue[label] = []
+                segmented_tissue[label] = []
                 for vol in vols:
                     yield Progress(
                         "segment", count, runs, time.perf_counter() - started, f"{label}: tissue maps"
                     )
+                    count += 1
                     try:
                         made = segment(vol, affine, chosen)
-                    except InvalidRequest as exc:
-                        tissue, tissue_note = (
-                            None,
-                            f"no tissue volumes: segmentation refused a volume ({exc})",
-                        )
+                    except NotBrainLike as exc:
+                        tissue_note = f"no tissue volumes: segmentation refused a volume ({exc})"
+                        checks[label].append(NOT_BRAIN_LIKE)
+                        continue
+                    except InvalidRequest as exc:  # not about the volume (the contrast): no checks either
+                        tissue_note = f"no tissue volumes: segmentation refused a volume ({exc})"
+                        checks = {}
                         break
-                    tissue[label].append(
+                    segmented_tissue[label].append(
                         {t: float(np.clip(made.maps[t], 0, 1).sum() * voxel_ml) for t in TISSUES}
                     )
-                    count += 1
-                if tissue is None:
+                    checked = time.perf_counter()
+                    checks[label].append(check_maps(made.maps, affine, space=space, maps_from=METHOD).status)
+                    anatomy_s += time.perf_counter() - checked
+                if not checks:
                     break
-            if tissue is not None:
-                tissue_source = TISSUE_FROM_SEGMENTATION
+            if not tissue_note:
+                tissue, tissue_source = segmented_tissue, TISSUE_FROM_SEGMENTATION
     segmented = time.perf_counter()
 
     a_label, b_label = REFERENCE + " (seeds A)", REFERENCE + " (seeds B)"
     yield Progress(
         "measure", 0, len(settings) + 1, time.perf_counter() - started, "noise floor (fp32 A vs B)"
     )
+    checked_all = bool(checks) and all(len(checks[label]) == len(volumes[label]) for label in volumes)
     floor = noise_floor(
         volumes[a_label],
         volumes[b_label],
@@ -342,8 +417,10 @@ def quality_run(
         voxel_ml=voxel_ml,
         tissue_source=tissue_source,
         labels=(a_label, b_label),
+        checks_a=checks[a_label] if checked_all else None,
+        checks_b=checks[b_label] if checked_all else None,
     )
-    common = {
+    common: dict[str, Any] = {
         "noise_floor": floor,
         "voxel_ml": voxel_ml,
         "tissue_source": tissue_source,
@@ -358,6 +435,8 @@ def quality_run(
         reference_tissue=tissue[a_label] if tissue else None,
         candidate_tissue=tissue[b_label] if tissue else None,
         label=f"{REFERENCE}, seeds B",
+        reference_checks=checks[a_label] if checked_all else None,
+        candidate_checks=checks[b_label] if checked_all else None,
         **common,
     )
     reports = {}
@@ -369,9 +448,14 @@ def quality_run(
             reference_tissue=tissue[a_label] if tissue else None,
             candidate_tissue=tissue[label] if tissue else None,
             label=label,
+            reference_checks=checks[a_label] if checked_all else None,
+            candidate_checks=checks[label] if checked_all else None,
             **common,
         )
     finished = time.perf_counter()
+    # Radiomic features: fp32 A and B once (the floor, reused by the noise check), then each setting's set.
+    radiomics_s = floor.radiomics_s + sum(r.radiomics_s for r in reports.values())
+    measured = seeds * (2 + len(reports))
     return QualityRun(
         reports=reports,
         seeds=seeds_a,
@@ -381,12 +465,16 @@ def quality_run(
         noise_check=noise_check,
         times_s=times,
         timings={
-            "generate_s": generated - started,
-            "segment_s": segmented - generated,
+            "generate_s": generated - started - inline_anatomy_s,
+            "segment_s": segmented - generated - (anatomy_s - inline_anatomy_s),
+            "anatomy_s": anatomy_s,
             "measure_s": finished - segmented,
+            "radiomics_s": radiomics_s,
+            "radiomics_s_per_volume": radiomics_s / measured if measured else math.nan,
             "total_s": finished - started,
             "volumes": runs,
         },
+        space=space,
         request={
             **request.replace(optimization=OptimizationConfig()).to_dict(),
             "settings": {label: candidate.config.to_dict() for label, candidate in candidates.items()},

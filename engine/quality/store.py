@@ -63,6 +63,7 @@ def save_run(run, fingerprint: str, model_key: str, created: str) -> Path:
             "label": label,
             "verdict": report.verdict,
             "within_noise": report.within_noise,
+            "decided_by": report.decided_by,
             "seeds": len(run.seeds),
             "psnr_median_db": report.to_dict()["psnr_median_db"],
             "tissue_source": run.tissue_source,
@@ -89,7 +90,8 @@ def quality_block(
     ``schedules``: row name -> steps, for rows that are shorter schedules (kept under their steps)."""
     kept = load(fingerprint, model_key)
     schedules = schedules or {}
-    cohort, missing = {}, []
+    cohort: dict[str, Any] = {}
+    missing: list[str] = []
     for name, config in rows:
         try:
             key = settings_key(config, schedules.get(name))

@@ -18,7 +18,7 @@
   until the final volume meets the user's PSNR budget against fp32.
 
 torchao (:mod:`engine.quantization.torchao_support`, the one place it is imported) supplies float8 Conv3d on
-Hopper-class GPUs and the comparison rows of ``engine.bench.int8_kernels``. The deprecated torch.ao
+Hopper-class GPUs and the comparison rows of ``benchmarks.int8_kernels``. The deprecated torch.ao
 quantized-tensor path survives only in :mod:`engine.quantization.legacy`, as a benchmark row.
 """
 
@@ -61,7 +61,7 @@ MIN_QUANT_FEATURES = 16
 # Linear layers doing fewer multiply-accumulates than this per call stay in float32: quantizing the activation
 # on every call costs more than the int8 matmul saves. Measured on an AMD EPYC Zen 5 (1 thread, CPU time):
 # 150x128->128 (2.5M MACs) 0.64x fp32, 1200x128->128 (20M) 1.4x alone but a net loss inside the shipped U-Net,
-# 1200x128->1024 (157M) 2.5x, 9600x256->2048 2.7x (python -m engine.bench.int8_kernels; issue 23's note).
+# 1200x128->1024 (157M) 2.5x, 9600x256->2048 2.7x (python -m benchmarks.int8_kernels; issue 23's note).
 MIN_INT8_LINEAR_MACS = 50_000_000
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
@@ -280,7 +280,7 @@ def quantize_int8(
     """Replace the named layers with int8 modules in place; returns the names replaced.
 
     ``reduce_range``: 7-bit activations for the convolutions; default: where the CPU has no VNNI.
-    ``legacy_kernels``: the deprecated torch.ao modules instead (``engine.bench.int8_kernels`` compares them;
+    ``legacy_kernels``: the deprecated torch.ao modules instead (``benchmarks.int8_kernels`` compares them;
     the engine never asks for them).
     """
     # (conv, observer, reduce_range) -> the int8 convolution; linear -> the int8 linear

@@ -2,7 +2,7 @@
 
 torch 2.13 marks ``torch.quantize_per_tensor`` and quantized tensors deprecated (pytorch/pytorch#184982).
 The engine no longer runs on them: :class:`engine.quantization.Int8Conv3d` calls oneDNN's int8
-convolution on plain tensors and Linear layers use torchao. ``engine.bench.int8_kernels`` still times this
+convolution on plain tensors and Linear layers use torchao. ``benchmarks.int8_kernels`` still times this
 path beside the new one, so the day it is faster somewhere it shows; ``tests/engine/optimization/
 test_quantization_stack.py`` fails loudly (it does not skip) the day torch removes these APIs, so this
 module and the bench row are then removed on purpose rather than found broken.

@@ -10,7 +10,7 @@ tensor), and dequantizes inside the kernel (float32 out, no extra pass). For Lin
 ``Int8DynamicActivationInt8WeightConfig`` exists but was measured slower than fp32 at every U-Net shape
 (0.3-0.9x: its per-token quantization runs as separate Python-level ops meant for torch.compile), while
 ``qlinear_pointwise`` with one per-tensor scale per call was 0.9-4.5x faster. Measured against the
-deprecated ``torch.ao.nn.quantized`` modules by ``python -m engine.bench.int8_kernels``.
+deprecated ``torch.ao.nn.quantized`` modules by ``python -m benchmarks.int8_kernels``.
 
 Activations are static per-tensor uint8 (ranges from a calibration run); weights per-output-channel
 symmetric int8. On CPUs without VNNI (AVX2, AVX-512 without VNNI, or ``ONEDNN_MAX_CPU_ISA`` capped below

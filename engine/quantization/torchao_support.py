@@ -1,6 +1,6 @@
 """The one place the engine imports torchao (pinned in pyproject.toml): float8 Conv3d, and the bench's rows.
 
-What torchao 0.18 covers, looked up in its source and measured (``engine.bench.int8_kernels``):
+What torchao 0.18 covers, looked up in its source and measured (``benchmarks.int8_kernels``):
 
 * int8 ``Linear``: ``quantize_`` with ``Int8DynamicActivationInt8WeightConfig`` (per-token activations,
   per-channel weights) runs a real int8 matmul eagerly (``torch._int_mm``), but its quantization runs as
@@ -106,7 +106,7 @@ def quantize_fp8_conv3d(conv: nn.Conv3d, input_absmax: float, device: torch.devi
     return conv
 
 
-# -- rows of engine.bench.int8_kernels: what torchao does with a Conv3d or a Linear on this CPU ------------
+# -- rows of benchmarks.int8_kernels: what torchao does with a Conv3d or a Linear on this CPU ------------
 
 
 def int8_linear(linear: nn.Linear) -> nn.Linear:

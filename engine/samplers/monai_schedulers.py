@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.samplers import FLOW, NOISE_SCHEDULE, SchedulerAdapter, StepResult, register_sampler
+from engine.samplers.registry import FLOW, NOISE_SCHEDULE, SchedulerAdapter, StepResult, register_sampler
 
 _SCHEDULERS = "monai.networks.schedulers"
 _BETA_SCHEDULE = frozenset({"num_train_timesteps", "schedule", "beta_start", "beta_end", "prediction_type"})

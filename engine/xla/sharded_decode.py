@@ -8,7 +8,7 @@ are global and the output equals the one-device decode), nothing for nearest x2 
 upsamples its own voxels). A ``SpatialAttentionBlock`` attends over the whole volume: XLA keeps the queries
 split and all-gathers the keys and values (2 x voxels x channels per device, 11.5 MB for the bundle-sized
 decoder with mid-block attention), so each device holds its 1/N rows of the score matrix and the whole K
-and V. Measured (``python -m engine.bench.xla_decode``): temp bytes per device 0.65 / 0.33 / 0.16 of one
+and V. Measured (``python -m benchmarks.xla_decode``): temp bytes per device 0.65 / 0.33 / 0.16 of one
 device on 2 / 4 / 8 devices; the 1 -> 2 step is above 1/2 because the partitioned convolutions take a
 halo-padded copy of their input (a ``concatenate`` of D/N + 2 planes) where the one-device convolution pads
 inside the op. On the CPU backend the one-device attention's score matrix sits inside one fusion that

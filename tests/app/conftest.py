@@ -79,6 +79,89 @@ def themed_app(qapp):
     return qapp
 
 
+@pytest.fixture
+def app_services(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    """A real ``AppServices`` without a main window, for the tests of a feature where the window is not the
+    subject: a plain host window gives the menus, the main tool bar, the docks and the status bar; the runner
+    is a real ``JobRunner`` whose error dialog is recorded in ``error_dialogs`` and whose busy mark is in the
+    host's status bar. The host is shown, so shortcuts and keys reach the feature's widgets."""
+    from PySide6.QtCore import Qt, Signal
+    from PySide6.QtGui import QAction
+    from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox
+
+    from app.core.session import AppState
+    from app.docks.metrics_dock import MetricsDock
+    from app.services import AppServices, WindowMenus
+    from app.services.metrics_sources import MetricsSources
+    from app.services.workers import BackendPool, JobRunner
+    from engine.models import open_model_folder
+
+    class Host(QMainWindow):
+        volume_opened = Signal(object)
+
+    host = Host()
+    qtbot.addWidget(host)
+    state = AppState()
+    status = host.statusBar()
+
+    def show_error(title: str, message: str) -> None:
+        QMessageBox.critical(host, title, message)
+
+    def add_dock(widget, title, area=Qt.DockWidgetArea.RightDockWidgetArea, name=None, tabify_with=None):
+        dock = QDockWidget(title, host)
+        dock.setObjectName(name or title)
+        dock.setWidget(widget)
+        host.addDockWidget(area, dock)
+        return dock
+
+    def add_model_folder(folder) -> bool:
+        state.add_model(open_model_folder(folder))
+        return True
+
+    runner = JobRunner(
+        host, show_error=show_error, show_status=status.showMessage, hold_engine=state.set_job_running
+    )
+    status.addPermanentWidget(runner.activity)
+    bar = host.menuBar()
+    generate_menu = bar.addMenu("&Generate")
+    open_model_action = generate_menu.addAction(QAction("Open &Model Folder...", host))
+    services = AppServices(
+        state=state,
+        runner=runner,
+        backends=BackendPool(registry),
+        settings=qt_settings,
+        telemetry=MetricsSources(MetricsDock(), None, lambda: state.form.device),
+        show_status=status.showMessage,
+        show_error=show_error,
+        show_device=lambda where: None,
+        add_status_widget=status.addPermanentWidget,
+        add_dock=add_dock,
+        open_path=lambda path: None,
+        open_model_folder=add_model_folder,
+        volume_opened=host.volume_opened,
+        menus=WindowMenus(
+            menu_bar=bar,
+            generate=generate_menu,
+            view=bar.addMenu("&View"),
+            main_toolbar=host.addToolBar("Main"),
+            open_model_action=open_model_action,
+            add_window_action=host.addAction,
+            add_fitted_tool_bars=lambda *bars: [host.addToolBar(tool_bar) for tool_bar in bars],
+        ),
+        parent=host,
+    )
+    state.set_models(registry.list())
+    host.resize(1000, 700)
+    host.show()
+    qtbot.waitExposed(host)
+    host.activateWindow()  # keys reach the host's widgets only in the active window
+    qtbot.waitUntil(host.isActiveWindow, timeout=5_000)
+    yield services
+    runner.shutdown()
+    services.telemetry.stop()
+    qtbot.waitUntil(lambda: not runner.jobs, timeout=10_000)  # each job leaves once its thread's end is heard
+
+
 def _make_window(qtbot, registry, settings, enable_3d):
     from app.window.main_window import MainWindow
 

@@ -383,9 +383,9 @@ def test_the_plan_view_plan_is_the_default_plan(qtbot, main_window):
 def _cut(dialog) -> list[str]:
     """What scrolls or sticks out sideways: widgets past the scroll area's visible width, single-line labels
     and buttons too narrow for their text (up and down, the dialog scrolls)."""
-    content, width = dialog.scroll.widget(), dialog.scroll.viewport().width()
+    content, width = dialog.scroll_area.widget(), dialog.scroll_area.viewport().width()
     found = [f"the content is {content.width()} px wide in {width} px"] if content.width() > width else []
-    if dialog.scroll.horizontalScrollBar().maximum() > 0:
+    if dialog.scroll_area.horizontalScrollBar().maximum() > 0:
         found.append("the dialog scrolls sideways")
     for widget in dialog.findChildren(QLabel) + dialog.findChildren(QAbstractButton):
         if not widget.isVisible() or widget.width() <= 0:

@@ -35,7 +35,7 @@ def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path, sc
     main_window.state.select_model(main_window.state.model_by_id("tiny-latent"))
     main_window.sampling_panel.steps_spin.setValue(3)
     action = main_window.cohort.action
-    assert action in main_window.generate_menu.actions() and action.isEnabled()
+    assert action in main_window.services.menus.generate.actions() and action.isEnabled()
     action.trigger()
     dialog = main_window.cohort.dialog
     assert dialog is not None and dialog.isVisible()
@@ -59,7 +59,7 @@ def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path, sc
     qtbot.waitUntil(lambda: dialog.job is None, timeout=600_000)  # the run ended, one way or another
     assert dialog.summary is not None, dialog.status.text()
     assert (dialog.summary.done, dialog.summary.total) == (2, 2)
-    assert dialog.run_button.isEnabled() and dialog.progress.value() == 2
+    assert dialog.run_button.isEnabled() and dialog.progress.value() == dialog.progress.maximum()
     assert dialog.status.text().startswith("Finished: 2/2 volumes")
     assert dialog.done_list.count() == 2
     assert validate_layout(out) == []

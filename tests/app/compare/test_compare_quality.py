@@ -75,9 +75,46 @@ def test_quality_view_cancels_at_the_next_step(qtbot, tissue_window, quality):
     window, view = quality
     qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "seed 1" in view.progress_label.text(), timeout=120_000)
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
     with qtbot.waitSignal(view.report_ended, timeout=60_000) as ended:
-        qtbot.mouseClick(view.cancel_button, Qt.MouseButton.LeftButton)
+        qtbot.keyClick(window, Qt.Key.Key_Escape)  # the Compare window's Esc stops whichever of its jobs runs
+        assert (
+            view.progress_label.text() == "Cancelling at the next step..."
+            and not view.cancel_button.isEnabled()
+        )
     assert ended.args == ["cancelled"] and view.progress_label.text() == "Cancelled"
     qtbot.waitUntil(lambda: not tissue_window.runner.jobs, timeout=10_000)
     assert not tissue_window.state.job_running and view.run is None
     assert window.run_button.isEnabled()  # the comparison can run again
+
+
+@pytest.mark.slow
+def test_verdicts_name_the_statistic_that_decided_with_n_and_reliability():
+    import json
+
+    from app.compare.quality import SHIFT_COLOUR, WITHIN_COLOUR, QualityView
+    from tests.engine.quality.phantoms import phantom_run
+
+    data = json.loads(
+        json.dumps(phantom_run().to_dict(), default=str)
+    )  # as `volsynth quality --json` writes it
+    lines = QualityView.verdict_html(data).split("<br>")
+    by_setting = {
+        name: i
+        for i, line in enumerate(lines)
+        for name in ("fp32, seeds B", "brighter", "less GM")
+        if name in line
+    }
+    noise, brighter, less_gm = (lines[by_setting[n]] for n in ("fp32, seeds B", "brighter", "less GM"))
+    assert f"color:{WITHIN_COLOUR}'><b>PASS</b>" in noise
+    assert (
+        f"color:{SHIFT_COLOUR}'><b>FAIL</b>" in brighter and f"color:{SHIFT_COLOUR}'><b>FAIL</b>" in less_gm
+    )
+    # the line under each verdict: the field's measures with intervals and n, the one that decided in bold
+    details = lines[by_setting["brighter"] + 1]
+    assert "FRD " in details and "n=8 volumes" in details and "(decided)</b>" in details.split("FRD")[1]
+    assert "reliable 8/8" in details
+    details = lines[by_setting["less GM"] + 1]
+    assert "tissue-volume distance" in details and "reliable 4/8 (50 %" in details
+    assert details.count("(decided)") >= 2  # the volume distance and the reliability drop

@@ -40,7 +40,7 @@ def _choose_by_keys(qtbot, box, name: str) -> None:
 def _ended(qtbot, compare, press) -> str:
     with qtbot.waitSignal(compare.comparison_ended, timeout=180_000) as blocker:
         press()
-    qtbot.waitUntil(lambda: not compare.app.runner.jobs, timeout=10_000)
+    qtbot.waitUntil(lambda: not compare.services.runner.jobs, timeout=10_000)
     return blocker.args[0]
 
 

@@ -24,7 +24,7 @@ def _select(window, model_id):
 def _wait(qtbot, compare, timeout=120_000) -> str:
     with qtbot.waitSignal(compare.comparison_ended, timeout=timeout) as blocker:
         pass
-    qtbot.waitUntil(lambda: not compare.app.runner.jobs, timeout=10_000)
+    qtbot.waitUntil(lambda: not compare.services.runner.jobs, timeout=10_000)
     return blocker.args[0]
 
 
@@ -161,7 +161,7 @@ def test_refused_while_a_generation_runs(qtbot, main_window, compare, error_dial
     assert not compare.start()
     assert "generation is running" in error_dialogs[-1][1]
     with qtbot.waitSignal(main_window.generation.ended, timeout=60_000):
-        main_window.cancel_action.trigger()  # Generate > Cancel Generation
+        main_window.generation.cancel_action.trigger()  # Generate > Cancel Generation
     assert compare.run_button.isEnabled()
 
 
@@ -381,7 +381,7 @@ def test_table_exports_to_csv_through_the_file_dialog(qtbot, main_window, compar
     )
     main_window.settings.setValue(CSV_DIR_KEY, str(tmp_path))  # as left by an earlier export
     qtbot.mouseClick(compare.export_button, Qt.MouseButton.LeftButton)
-    dialog = compare.csv_dialog
+    dialog = compare.outputs.csv_dialog
     qtbot.waitUntil(lambda: dialog.isVisible(), timeout=10_000)
     assert Path(dialog.directory().absolutePath()) == tmp_path  # the last folder is remembered
     name_edit = dialog.findChild(QLineEdit, "fileNameEdit")

@@ -30,11 +30,11 @@ def test_first_run_about_and_guide_state_the_intended_use(
         dialog.reject()
 
     QTimer.singleShot(0, read_about)
-    main_window.about_action.trigger()  # Help > About VolSynth Studio (modal until read_about closes it)
+    main_window.window_actions.about.trigger()  # Help > About VolSynth Studio (modal until read_about closes it)
     assert INTENDED_USE_HEADLINE in seen["text"]
 
     guide = main_window.help.show_guide  # Help > User Guide, as F1 triggers it
-    for action in main_window.findChildren(type(main_window.about_action)):
+    for action in main_window.findChildren(type(main_window.window_actions.about)):
         if action.text().replace("&", "").startswith("User Guide"):
             action.trigger()
             break

@@ -319,7 +319,7 @@ def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbo
     assert path.stat().st_size > 10_000
     assert len(texts) > 1  # the current values follow the samples
 
-    window.cancel_action.trigger()  # Generate > Cancel Generation
+    window.generation.cancel_action.trigger()  # Generate > Cancel Generation
     assert _wait_ended(qtbot, window) == "cancelled"
     # 10 minutes of history from here on: on a loaded machine the two runs can take more than the 1-minute
     # window, and a start mark that scrolled out of it is not drawn (seen once: 3 lines instead of 4).
@@ -397,7 +397,7 @@ def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window,
     qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
     qtbot.wait(800)
     _save_dock_shot(window, "06b-metrics-dock-nvml-stand-in")
-    window.cancel_action.trigger()  # Generate > Cancel Generation
+    window.generation.cancel_action.trigger()  # Generate > Cancel Generation
     assert _wait_ended(qtbot, window) == "cancelled"
     # enough steps that the run spans several 4 Hz samples even on a fast machine (a run shorter than one
     # sampling interval has no GPU samples to summarise); 10 minutes of history so that on a busy machine

@@ -13,12 +13,12 @@ pytestmark = pytest.mark.render
 def _cut_off(panel) -> list[str]:
     """Value controls and buttons whose right edge lies beyond what can be seen: the scroll area's visible
     width (unless it scrolls sideways) or the dock's edge."""
-    viewport = panel.scroll.viewport()
+    viewport = panel.scroll_area.viewport()
     dock = panel.parentWidget()
     cut = []
     if viewport.mapTo(dock, QPoint(viewport.width(), 0)).x() > dock.width() + 1:
         cut.append(f"the scroll area ends beyond the dock ({dock.width()} px)")
-    if panel.scroll.horizontalScrollBar().isVisible():
+    if panel.scroll_area.horizontalScrollBar().isVisible():
         return cut  # every control can be scrolled to
     right = viewport.width()
     widgets = [
@@ -50,8 +50,8 @@ def test_all_settings_expands_without_clipping_the_form(qtbot, main_window, scre
     qtbot.waitUntil(lambda: not _cut_off(panel), timeout=5_000)  # relaid out by events, no resize needed
 
     def scrolls_when_taller() -> bool:  # a form taller than the panel gets its scroll bar
-        taller = panel.form_widget.minimumSizeHint().height() > panel.scroll.viewport().height()
-        return panel.scroll.verticalScrollBar().isVisible() == taller and not _cut_off(panel)
+        taller = panel.form_widget.minimumSizeHint().height() > panel.scroll_area.viewport().height()
+        return panel.scroll_area.verticalScrollBar().isVisible() == taller and not _cut_off(panel)
 
     qtbot.waitUntil(scrolls_when_taller, timeout=5_000)
     screenshot(window, f"generate-all-settings-{size[0]}x{size[1]}")

@@ -73,7 +73,7 @@ def test_the_model_in_the_picker_with_its_card(qtbot, maisi_window, screenshot):
         dialog.reject()
 
     answer_modal(read_card_and_close, errors)  # once the About dialog is up, not after 300 ms
-    window.about_action.trigger()
+    window.window_actions.about.trigger()
     assert not errors
     ((title, text),) = cards
     assert title.startswith("Model card: NV-Generate-MR-Brain")

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QWidget
 
 from app.core.measured_settings import MeasuredSettings
-from app.core.session import AppState
 from app.generation.tuning import TuneController
 from app.panels.optimization_panel import OptimizationPanel
-from app.services.workers import JobRunner
 
 
 @pytest.mark.slow
 def test_measure_now_times_and_judges_step_caching_and_fewer_steps(
-    qtbot, qt_settings, registry, tmp_path, monkeypatch
+    qtbot, app_services, tmp_path, monkeypatch
 ):
     """Before: Measure now left step caching and fewer steps out, so the panel offered them with no speed and
     no quality cost measured here."""
@@ -24,14 +21,12 @@ def test_measure_now_times_and_judges_step_caching_and_fewer_steps(
     monkeypatch.setattr(TuneController, "ROWS", ["fp32"])  # the settings' rows are tune's own tests
     monkeypatch.setattr(TuneController, "CACHE_ROWS", ("cache:k3-l1-f",))  # one caching row: a short test
     monkeypatch.setattr(TuneController, "BUDGET_S", 2.0)
-    state, measured, runner = AppState(), MeasuredSettings(), JobRunner()
-    host = QWidget()
-    qtbot.addWidget(host)
-    panel = OptimizationPanel(state, qt_settings, measured, parent=host)
-    controller = TuneController(state, runner, measured, show_status=lambda *a: None, parent=host)
+    state, measured = app_services.state, MeasuredSettings()
+    panel = OptimizationPanel(state, app_services.settings, measured, parent=app_services.parent)
+    controller = TuneController(app_services, measured)
     panel.measure_requested.connect(controller.start)
-    state.set_models(registry.list(), preferred="tiny-latent")
-    host.show()
+    app_services.add_dock(panel, "Optimization")
+    state.select_model(state.model_by_id("tiny-latent"))
     qtbot.waitUntil(lambda: measured.looked_up and measured.model_id == "tiny-latent", timeout=30_000)
     assert (
         "about 4 minutes" in panel.measure_button.toolTip()
@@ -51,4 +46,3 @@ def test_measure_now_times_and_judges_step_caching_and_fewer_steps(
     assert measured.setting_label("cache:k3-l1-f").endswith(" here") and "x fp32, " in measured.setting_label(
         "cache:k3-l1-f"
     )
-    runner.shutdown()

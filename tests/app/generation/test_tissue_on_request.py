@@ -10,7 +10,6 @@ import threading
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QToolButton
 
 from app.core.tissue import ALL_TISSUES
 from engine.nifti.io import save_volume
@@ -46,20 +45,16 @@ def _wait_done(qtbot, window, timeout=60_000):
     )
 
 
-def _button(qtbot, bar, action) -> QToolButton:
-    button = bar.widgetForAction(action)
-    assert isinstance(button, QToolButton)
-    qtbot.waitUntil(button.isVisible, timeout=5_000)  # shown with the next layout of the tool bar
-    return button
-
-
 @pytest.mark.slow
 def test_compute_tissue_maps_of_an_opened_nifti_shows_them_and_says_how_made(qtbot, main_window, tmp_path):
     window, bar, computer = main_window, main_window.tissue_toolbar, main_window.tissue_maps
     entry = open_volume(qtbot, window, _write(tmp_path / "sub-01_T2w.nii.gz", phantom("t2w")))
     # No maps yet: the overlay is off and disabled, Compute is offered (tool bar, View menu, Help's shortcut).
     assert entry.tissue == {} and not bar.tissue_action.isEnabled()
-    assert computer.compute_action.isEnabled() and computer.compute_action in window.view_menu.actions()
+    assert (
+        computer.compute_action.isEnabled()
+        and computer.compute_action in window.services.menus.view.actions()
+    )
     assert "Ctrl+Shift+T" in computer.compute_action.toolTip()
     assert not computer.progress_item.isVisible() and not computer.source_item.isVisible()
     plain = pixels(window.viewer.axial)
@@ -68,14 +63,15 @@ def test_compute_tissue_maps_of_an_opened_nifti_shows_them_and_says_how_made(qtb
     computer.progress_bar.valueChanged.connect(values.append)
     _press_compute(qtbot, window)
     assert computer.job is not None and computer.progress_item.isVisible()
-    assert not computer.compute_action.isEnabled() and _button(qtbot, bar, computer.cancel_action).isEnabled()
+    assert not computer.compute_action.isEnabled() and computer.strip.cancel_button.isEnabled()
     _wait_done(qtbot, window)
 
     # The maps came with the contrast the file's name says (T2w), the overlay is on, the bar says how made.
     assert entry.tissue_names == SEGMENTED and all(m.shape == entry.shape for m in entry.tissue.values())
     made = entry.provenance["tissue_maps_made"]
     assert made["tissue_maps_source"] == "method" and made["contrast"] == "t2w"
-    assert values and values == sorted(values) and values[-1] == 100  # the bar moved forward to the end
+    # the bar moved forward to the end
+    assert values and values == sorted(values) and values[-1] == computer.progress_bar.maximum()
     assert window.state.show_tissue and window.state.tissue_shown() == ALL_TISSUES
     assert bar.tissue_action.isEnabled() and not computer.progress_item.isVisible()
     from engine import __version__
@@ -95,7 +91,7 @@ def test_an_unknown_contrast_is_segmented_as_t1w_with_a_visible_note_and_the_men
 ):
     window, computer = main_window, main_window.tissue_maps
     entry = open_volume(qtbot, window, _write(tmp_path / "head.nii.gz", phantom("t1w")))
-    assert computer.contrast_menu.menuAction() in window.view_menu.actions()
+    assert computer.contrast_menu.menuAction() in window.services.menus.view.actions()
     computer.compute_action.trigger()  # (View > Compute Tissue Maps)
     _wait_done(qtbot, window)
     assert entry.provenance["tissue_maps_made"]["contrast"] == "t1w"
@@ -144,7 +140,7 @@ def test_refusals_are_one_line_in_the_window(qtbot, main_window, error_dialogs, 
 def test_the_window_stays_usable_while_it_runs_and_cancel_stops_it(qtbot, main_window, tmp_path, monkeypatch):
     import engine.anatomy.segment as segment
 
-    window, bar, computer = main_window, main_window.tissue_toolbar, main_window.tissue_maps
+    window, computer = main_window, main_window.tissue_maps
     other = open_volume(qtbot, window, _write(tmp_path / "b_T1w.nii.gz", phantom("t1w", seed=2)))
     first = open_volume(qtbot, window, _write(tmp_path / "a_T1w.nii.gz", phantom("t1w", seed=1)))
     # Hold the work inside its placing of the priors until the test lets it go (the worker thread waits).
@@ -172,8 +168,12 @@ def test_the_window_stays_usable_while_it_runs_and_cancel_stops_it(qtbot, main_w
     qtbot.keyClick(window.viewer.axial, Qt.Key.Key_Up)
     assert computer.progress_item.isVisible()
 
-    qtbot.mouseClick(_button(qtbot, bar, computer.cancel_action), Qt.MouseButton.LeftButton)
-    assert computer.progress_bar.format() == "Cancelling\u2026"
+    # Cancel from the keyboard: the tool bar's Cancel has the focus, Space presses it.
+    cancel = computer.strip.cancel_button
+    qtbot.waitUntil(cancel.isVisible, timeout=5_000)  # shown with the next layout of the tool bar
+    cancel.setFocus()
+    qtbot.keyClick(cancel, Qt.Key.Key_Space)
+    assert computer.progress_bar.format().endswith("Cancelling\u2026") and not cancel.isEnabled()
     release.set()
     _wait_done(qtbot, window)
     # Stopped before the fit, nothing was given to the volume, and it can be asked for again.
@@ -219,7 +219,7 @@ def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted
     vault.lock()
 
     window, controller = main_window, main_window.vault_controller
-    controller.set_vault_path(tmp_path / "vault")
+    controller.locking.set_vault_path(tmp_path / "vault")
     dialog = controller.locking.request_unlock()
     dialog.passphrase_edit.setText(passphrase)
     with qtbot.waitSignal(

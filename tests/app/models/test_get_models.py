@@ -39,7 +39,7 @@ def test_get_models_by_keys_cancel_resume_then_in_the_picker(
     # them, so progress and Cancel land mid-file as they do on a real download.
     monkeypatch.setattr(download, "WRITE_CHUNK_BYTES", 16 << 10)
     window = main_window
-    assert window.get_models.action in window.generate_menu.actions()
+    assert window.get_models.action in window.services.menus.generate.actions()
     window.get_models.action.trigger()
     dialog = window.get_models.dialog
     qtbot.waitExposed(dialog)
@@ -79,8 +79,9 @@ def test_get_models_by_keys_cancel_resume_then_in_the_picker(
     qtbot.waitUntil(lambda: 0 < dialog.progress.value() < 1000, timeout=30_000)
     assert "fetching models/" in dialog.status.text()
     _shot(dialog, "2-progress", screenshot)
-    _alt(qtbot, dialog, Qt.Key.Key_C)
-    qtbot.waitUntil(lambda: "Cancelled" in dialog.status.text(), timeout=30_000)
+    with qtbot.waitSignal(dialog.job_ended, timeout=30_000):  # Alt+C: Cancel Download, from the keyboard
+        _alt(qtbot, dialog, Qt.Key.Key_C)
+    assert dialog.status.text().startswith("Cancelled")
     assert dialog.get_button.text() == "&Resume" and "fetched, Get resumes" in dialog.list.item(0).text()
     assert not any(m.id == "nv-generate-mr-brain" for m in window.state.models)
     _shot(dialog, "3-cancelled", screenshot)

@@ -17,7 +17,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
 from app.models.get_models_dialog import GetModelsDialog
-from app.services.workers import JobRunner
 from engine.models.download import ON_TRUST, RecordedHashes
 from tests.app.modal import answer_modal
 from tests.engine.models.hub_fixtures import copy_on_a_stick, widen_one_tensor
@@ -28,15 +27,13 @@ ENGINE_WORDS = re.compile(r"tensor|\[\d+, \d+|Errno|HTTPS_PROXY|HF_ENDPOINT|vols
 
 
 @pytest.fixture
-def dialog(qtbot, catalogue, tmp_path, monkeypatch):
+def dialog(qtbot, app_services, catalogue, tmp_path, monkeypatch):
     installed, removed = [], []
-    runner = JobRunner()
-    dialog = GetModelsDialog(None, runner, installed.append, tmp_path / "models", removed.append)
+    dialog = GetModelsDialog(None, app_services.runner, installed.append, tmp_path / "models", removed.append)
     dialog.installed, dialog.removed = installed, removed
     qtbot.addWidget(dialog)
     _show(qtbot, dialog)
-    yield dialog
-    runner.shutdown()
+    return dialog
 
 
 def _show(qtbot, dialog) -> None:

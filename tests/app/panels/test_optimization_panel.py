@@ -120,7 +120,7 @@ def test_generation_records_what_applied_in_provenance_and_details(qtbot, main_w
     # what the panel predicted is what the run reported
     assert {k: e["applied"] for k, e in panel.report.items()} == {k: e["applied"] for k, e in report.items()}
 
-    bar = window.sampling_panel.scroll.verticalScrollBar()  # expanded, the panel scrolls: show its end
+    bar = window.sampling_panel.scroll_area.verticalScrollBar()  # expanded, the panel scrolls: show its end
     bar.setValue(bar.maximum())
     assert screenshot(window, "08-optimization-panel").stat().st_size > 10_000
 
@@ -248,9 +248,15 @@ def test_measuring_is_reachable_by_shortcut_and_cancel_keeps_nothing(
     )
     assert window.tuning.job is not None and window.tuning.cancel_action.isEnabled()
     qtbot.waitUntil(lambda: "preparing" in measured.progress_text, timeout=60_000)
-    window.tuning.cancel_action.trigger()
+    # Cancel from the keyboard: the Optimization section's Cancel has the focus, Space presses it.
+    cancel = _panel(window).cancel_measure_button
+    qtbot.waitUntil(cancel.isVisible, timeout=5_000)
+    cancel.setFocus()
+    qtbot.keyClick(cancel, Qt.Key.Key_Space)
+    assert "cancelling" in measured.progress_text
     qtbot.waitUntil(lambda: window.tuning.job is None, timeout=60_000)
     assert not measured.running and not measured.measured
+    assert window.statusBar().currentMessage() == "Measuring cancelled; nothing was kept"
     assert not any((tmp_path / "tune").rglob("*.json"))
 
 

@@ -37,7 +37,7 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     window = main_window
     assert not window.remote.plan_action.isEnabled()
     assert "Connect an engine server first" in window.remote.plan_action.statusTip()
-    assert window.remote.plan_action in window.generate_menu.actions()
+    assert window.remote.plan_action in window.services.menus.generate.actions()
 
     _connect(qtbot, window, xla_server)
     # The device picker and the status bar name the server's XLA device.
@@ -75,7 +75,7 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     assert not dialog.cancel_button.isEnabled() and not dialog.progress.isVisible()
     assert dialog.status_label.text().startswith("Planned tiny-latent on v5e:2x2 in ")
 
-    result = dialog.result
+    result = dialog.plan_result
     counts = result["counts"]
     table = dialog.table
     statuses = [table.item(r, STATUS).text() for r in range(table.rowCount())]
@@ -151,7 +151,7 @@ def test_a_time_limit_of_zero_gets_the_best_estimate_marked_cut_short(
     assert "of at most about 0 s" in dialog.status_label.text()
     qtbot.waitUntil(lambda: dialog.status_label.text().startswith("Planned"), timeout=PLAN_TIMEOUT_MS)
     _wait_no_plan_jobs(qtbot, window)
-    result = dialog.result
+    result = dialog.plan_result
     # Blocks this module's other plans compiled come from the server's plan cache even now; nothing else.
     assert result["cut_short"] and result["time_limit_s"] == 0
     summary = dialog.summary_label.text()
@@ -185,7 +185,7 @@ def test_cancel_gives_the_form_back_and_drops_the_late_result(qtbot, main_window
         timeout=PLAN_TIMEOUT_MS,
     )
     _wait_no_plan_jobs(qtbot, window)
-    assert dialog.table.rowCount() == 0 and dialog.result is None and dialog.summary_label.text() == ""
+    assert dialog.table.rowCount() == 0 and dialog.plan_result is None and dialog.summary_label.text() == ""
 
 
 def test_plan_view_of_a_torch_server_and_disconnecting_disables_plan(qtbot, main_window, registry):

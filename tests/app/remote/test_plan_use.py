@@ -179,7 +179,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     qtbot.waitUntil(lambda: not window.runner.running("plan-on-server"), timeout=PLAN_TIMEOUT_MS)
 
     # The best row is chosen until the user picks another; a pruned one is not offered, and says why.
-    plan = dialog.result["best"]["plan"]
+    plan = dialog.plan_result["best"]["plan"]
     table = dialog.table
     assert [i.row() for i in table.selectionModel().selectedRows()] == [dialog.best_row()]
     assert dialog.use_button.isEnabled() and f"runs with plan {plan}" in dialog.use_button.toolTip()
@@ -194,7 +194,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
         and "Planned for a U-Net batch" not in dialog.use_label.text()
     )
     # The tiny model's step is mostly communication when split: the view says one chip is faster, and how.
-    assert dialog.result["speedup"] < 1
+    assert dialog.plan_result["speedup"] < 1
     assert "One chip unsplit is " in dialog.use_label.text() and "clears the plan" in dialog.use_label.text()
     assert panel.plan_label.text() == f"{plan} (from Plan view)" and panel.plan_widget.isVisible()
     screenshot(dialog, "plan-view-after-use")
@@ -210,7 +210,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     record = provenance["xla"]["plan"]
     assert record["name"] == plan and record["devices_available"] == 4
     # Predicted as the Plan view showed it: the same step, placement, and the slice's collectives.
-    best = dialog.result["best"]
+    best = dialog.plan_result["best"]
     assert (record["predicted_step_ms"], record["placement"]) == (best["step_ms"], best["placement"])
     assert best["placed_on"] and f"placed on {best['placed_on']}" in record["prediction"]
     details = window.session_panel.details.text().replace("\u200b", "")  # less the breaks in long words

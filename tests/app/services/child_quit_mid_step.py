@@ -31,12 +31,12 @@ window.show()
 def quit_when_stuck():
     if stuck.entered.is_set():
         print("stuck in a step; File > Quit", flush=True)
-        window.quit_action.trigger()
+        window.window_actions.quit.trigger()
     else:
         QTimer.singleShot(50, quit_when_stuck)
 
 
-QTimer.singleShot(0, window.generate_action.trigger)
+QTimer.singleShot(0, window.generation.generate_action.trigger)
 QTimer.singleShot(0, quit_when_stuck)
 code = app.exec()
 print("event loop ended", flush=True)

@@ -65,7 +65,7 @@ def test_cancel_of_a_stuck_local_step_counts_down_then_abandons_and_drops_the_re
     assert ended.args == ["abandoned"] and outcomes == ["abandoned"]
     assert "Abandoned" in _label(window) and "result will be dropped" in _label(window)
     # The window is free at once although the step still runs: a new run may start.
-    assert window.generate_action.isEnabled() and not window.cancel_action.isEnabled()
+    assert window.generation.generate_action.isEnabled() and not window.generation.cancel_action.isEnabled()
     assert not window.runner.jobs and abandoned_threads_running() == 1
     assert "auto" not in window.backends._backends  # the next run gets a fresh backend
 
@@ -118,7 +118,7 @@ def test_a_stuck_remote_step_shows_the_servers_messages_and_is_abandoned_with_th
     qtbot.waitUntil(lambda: not server_app.state.manager.jobs, timeout=10_000)
     _wait_abandoned_threads_ended(qtbot)
     assert not stuck.release.is_set()
-    assert window.generate_action.isEnabled()
+    assert window.generation.generate_action.isEnabled()
 
 
 @pytest.mark.slow

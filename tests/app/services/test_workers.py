@@ -130,7 +130,7 @@ def test_abandon_asks_the_backend_to_abandon_and_drops_late_reports(qtbot):
     runner.abandon(job)
     assert backend.abandoned.wait(10) and not runner.jobs
     release.set()
-    qtbot.waitUntil(lambda: not job.thread.isRunning(), timeout=10_000)
+    qtbot.waitUntil(lambda: not job.worker_thread.isRunning(), timeout=10_000)
     # The worker's result and the thread's end were posted to this thread before the thread stopped
     # running: deliver them, then look (no wait on the clock for them to arrive).
     QCoreApplication.sendPostedEvents()
@@ -186,4 +186,4 @@ def test_closing_waits_for_a_task_slower_than_the_wait_instead_of_destroying_its
     finally:
         logging.getLogger("app.services.workers").removeHandler(handler)
     assert release.is_set()
-    assert job.thread.isFinished()
+    assert job.worker_thread.isFinished()

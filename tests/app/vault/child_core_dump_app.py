@@ -31,13 +31,13 @@ window = MainWindow(
 window.show()
 state("BEFORE")
 controller = window.vault_controller
-controller.kdf = KdfParams(memory_kib=1024, iterations=1, lanes=1)
-controller.set_vault_path(sys.argv[2])
+controller.session.kdf = KdfParams(memory_kib=1024, iterations=1, lanes=1)
+controller.locking.set_vault_path(sys.argv[2])
 dialog = controller.locking.request_unlock()
 dialog.passphrase_edit.setText("correct horse battery staple")
 dialog.confirm_edit.setText("correct horse battery staple")
 dialog.ok_button.click()
-while not controller.is_unlocked:
+while not controller.session.is_unlocked:
     app.processEvents()
 state("UNLOCKED")
 window.close()

@@ -16,8 +16,8 @@ FAST_KDF = KdfParams(memory_kib=1024, iterations=1, lanes=1)
 
 def point_at_new_vault(window, folder: Path):
     controller = window.vault_controller
-    controller.kdf = FAST_KDF
-    controller.set_vault_path(folder)
+    controller.session.kdf = FAST_KDF
+    controller.locking.set_vault_path(folder)
     return window
 
 
@@ -38,7 +38,7 @@ def create_via_dialog(qtbot, window):
     dialog.confirm_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
     assert wait_task(qtbot, controller, "create") == "finished"
-    qtbot.waitUntil(lambda: controller.is_unlocked and not controller.tasks.running, timeout=10_000)
+    qtbot.waitUntil(lambda: controller.session.is_unlocked and not controller.tasks.running, timeout=10_000)
     return controller
 
 

@@ -143,7 +143,7 @@ def test_ctrl_s_on_a_vault_scan_asks_and_a_confirmed_copy_is_audited_and_never_r
     assert str(outside) not in Path(window.settings.fileName()).read_text()
 
     # and `volsynth vault audit` lists the copy with its files
-    vault_folder = controller.path
+    vault_folder = controller.session.path
     controller.locking.lock()
     printed = _audit(vault_folder, tmp_path, capsys)
     line = next(line for line in printed.splitlines() if "copy_out" in line)
@@ -160,7 +160,9 @@ def test_save_as_on_a_vault_item_offers_export_with_its_maps(
     rng = np.random.default_rng(4)
     shape = entry.vault_item.shape
     maps = {name: rng.random(shape).astype(np.float32) for name in ("GM", "WM", "CSF")}
-    controller.vault.add_tissue_maps(item_id, maps, {"tissue_maps_source": "method", "method": "test"})
+    controller.session.vault.add_tissue_maps(
+        item_id, maps, {"tissue_maps_source": "method", "method": "test"}
+    )
     controller.listing.refresh()
     qtbot.waitUntil(lambda: controller.listing.item(item_id).tissue_maps != (), timeout=10_000)
 
@@ -196,7 +198,7 @@ def test_save_as_on_a_vault_item_offers_export_with_its_maps(
         window.open_path(out / f"{stem}.nii.gz")
     assert set(reopened.args[0].tissue) == set(maps)
 
-    vault_folder = controller.path
+    vault_folder = controller.session.path
     controller.locking.lock()
     line = next(line for line in _audit(vault_folder, tmp_path, capsys).splitlines() if " export " in line)
     assert (
@@ -218,7 +220,7 @@ def test_a_3d_screenshot_of_a_vault_item_is_marked_as_patient_data_or_refused(
     boundary = controller.boundary
     save_dialogs.answer = str(tmp_path / "shot.png")
 
-    window.screenshot_action.trigger()  # File > Save 3D Screenshot: asked once how
+    window.window_actions.screenshot.trigger()  # File > Save 3D Screenshot: asked once how
     qtbot.waitUntil(lambda: boundary.question is not None and boundary.question.isVisible(), timeout=5_000)
     with qtbot.waitSignal(
         controller.task_ended, timeout=30_000, check_params_cb=lambda n, _: n == "screenshot"
@@ -235,11 +237,11 @@ def test_a_3d_screenshot_of_a_vault_item_is_marked_as_patient_data_or_refused(
     # Chosen once: the next screenshot asks nothing; switched to Refuse in the Vault menu, nothing is written
     controller.menu.screenshot_actions["refuse"].trigger()
     save_dialogs.answer = str(tmp_path / "refused.png")
-    window.screenshot_action.trigger()
+    window.window_actions.screenshot.trigger()
     assert boundary.question is None and not (tmp_path / "refused.png").exists()
     assert "refused" in window.statusBar().currentMessage()
 
-    vault_folder = controller.path
+    vault_folder = controller.session.path
     controller.locking.lock()
     screenshots = [
         line for line in _audit(vault_folder, tmp_path, capsys).splitlines() if "screenshot" in line
@@ -300,7 +302,7 @@ def test_viewer_maps_of_a_vault_scan_are_said_session_only_and_kept_by_the_brows
         controller.item_actions.compute_tissue_maps(entry.vault_item.id)
     assert done.args[1] == "finished" and error_dialogs == []
     qtbot.waitUntil(lambda: "not kept in the vault" not in computer.source_label.text(), timeout=10_000)
-    stored = controller.vault.open_item(entry.vault_item.id, with_tissue=True)
+    stored = controller.session.vault.open_item(entry.vault_item.id, with_tissue=True)
     assert set(stored.tissue) == set(session_maps)
     # stored on the scan's own (LPS) grid: the viewer's RAS+ maps flipped back in x and y
     for name, array in session_maps.items():

@@ -100,15 +100,15 @@ def test_the_vault_needs_no_main_window(qtbot, qt_settings, nibabel_data, tmp_pa
     )
     controller.volume_opened.connect(opened.append)
     controller.show_browser_requested.connect(lambda: shown.append(True))
-    controller.kdf = FAST_KDF
-    controller.set_vault_path(tmp_path / "vault")
+    controller.session.kdf = FAST_KDF
+    controller.locking.set_vault_path(tmp_path / "vault")
 
     dialog = controller.locking.request_unlock()
     assert shown == [True] and dialog.mode == "create" and dialog.parent() is parent
     dialog.reject()
     controller.locking.create(PASSPHRASE)
     assert _wait_task(qtbot, controller, "create") == "finished"
-    assert controller.is_unlocked and statuses[-1] == f"Vault unlocked: {controller.path}"
+    assert controller.session.is_unlocked and statuses[-1] == f"Vault unlocked: {controller.session.path}"
 
     controller.importing.import_nifti([nibabel_data / "anatomical.nii"], label="a scan")
     assert _wait_task(qtbot, controller, "import") == "finished"
@@ -118,7 +118,7 @@ def test_the_vault_needs_no_main_window(qtbot, qt_settings, nibabel_data, tmp_pa
     assert state.volumes == [opened[0]] and state.shown is opened[0] and opened[0].name == "a scan"
 
     controller.locking.lock()
-    assert not controller.is_unlocked and state.volumes == [] and statuses[-1] == "Vault locked"
+    assert not controller.session.is_unlocked and state.volumes == [] and statuses[-1] == "Vault locked"
     qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
     assert errors == []
 
@@ -132,7 +132,7 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
 
     window = vault_window
     controller = window.vault_controller
-    assert not controller.is_unlocked and "Vault" in [
+    assert not controller.session.is_unlocked and "Vault" in [
         a.text().replace("&", "") for a in window.menuBar().actions()
     ]
 
@@ -142,12 +142,12 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
     dialog.confirm_edit.setText(PASSPHRASE + "x")
     dialog.ok_button.click()
     assert dialog.isVisible() and "differ" in dialog.error_label.text()
-    assert not Vault.exists(controller.path)
+    assert not Vault.exists(controller.session.path)
     dialog.reject()
 
     _create_via_dialog(qtbot, window)
     browser = controller.browser
-    assert Vault.exists(controller.path) and window.docks["vaultDock"].isVisible()
+    assert Vault.exists(controller.session.path) and window.docks["vaultDock"].isVisible()
     assert browser.pages.currentWidget() is browser.unlocked_page
     qtbot.waitUntil(lambda: browser.table_stack.currentWidget() is browser.empty_label)
 
@@ -181,7 +181,7 @@ def test_create_import_list_and_open_keeps_the_data(qtbot, vault_window, nibabel
     assert not error_dialogs
 
     window.close()  # closing the window locks the vault
-    assert not controller.vault.is_unlocked and not controller.is_unlocked
+    assert not controller.session.vault.is_unlocked and not controller.session.is_unlocked
 
 
 @render
@@ -472,7 +472,7 @@ def test_date_column_sort_arrow_matches_the_order_and_a_click_flips_both(
 def test_wrong_passphrase_shows_an_error_and_stays_locked(qtbot, vault_window, nibabel_data, error_dialogs):
     window = vault_window
     controller = window.vault_controller
-    with Vault.create(controller.path, PASSPHRASE, kdf=FAST_KDF) as vault:
+    with Vault.create(controller.session.path, PASSPHRASE, kdf=FAST_KDF) as vault:
         vault.import_nifti(nibabel_data / "anatomical.nii", label="existing scan")
 
     dialog = controller.locking.request_unlock()
@@ -482,7 +482,7 @@ def test_wrong_passphrase_shows_an_error_and_stays_locked(qtbot, vault_window, n
     assert _wait_task(qtbot, controller, "unlock") == "failed"
     assert error_dialogs == []  # said once, inline (issue 24): no pop-up on top of the dialog
     assert (
-        not controller.is_unlocked
+        not controller.session.is_unlocked
         and controller.browser.pages.currentWidget() is controller.browser.locked_page
     )
     assert (
@@ -514,7 +514,7 @@ def test_wrong_passphrase_shows_an_error_and_stays_locked(qtbot, vault_window, n
     controller.item_actions.confirm_delete_button.click()
     assert _wait_task(qtbot, controller, "delete") == "finished"
     qtbot.waitUntil(lambda: browser.table.rowCount() == 0, timeout=10_000)
-    assert not list((controller.path / "blobs").glob("*.vsb"))
+    assert not list((controller.session.path / "blobs").glob("*.vsb"))
 
 
 @render
@@ -526,7 +526,7 @@ def test_after_a_wrong_passphrase_the_right_one_and_enter_unlock(
     passphrase was reported twice (a pop-up, then the inline line)."""
     controller = vault_window.vault_controller
     slow_enough = KdfParams(memory_kib=64 * 1024, iterations=3, lanes=4)  # RFC 9106's: the dialog stays busy
-    with Vault.create(controller.path, PASSPHRASE, kdf=slow_enough) as vault:
+    with Vault.create(controller.session.path, PASSPHRASE, kdf=slow_enough) as vault:
         vault.import_nifti(nibabel_data / "anatomical.nii", label="existing scan")
     dialog = controller.locking.request_unlock()
     dialog.activateWindow()  # focus moves as it does for a user (it decides where Enter goes)
@@ -542,7 +542,7 @@ def test_after_a_wrong_passphrase_the_right_one_and_enter_unlock(
     qtbot.keyClicks(dialog.passphrase_edit, PASSPHRASE)
     qtbot.keyClick(dialog.passphrase_edit, Qt.Key.Key_Return)
     assert _wait_task(qtbot, controller, "unlock") == "finished"
-    qtbot.waitUntil(lambda: controller.is_unlocked and not dialog.isVisible(), timeout=10_000)
+    qtbot.waitUntil(lambda: controller.session.is_unlocked and not dialog.isVisible(), timeout=10_000)
 
 
 @render
@@ -550,7 +550,7 @@ def test_enter_in_the_export_folder_field_exports(qtbot, vault_window, nibabel_d
     from PySide6.QtWidgets import QFileDialog
 
     controller = vault_window.vault_controller
-    with Vault.create(controller.path, PASSPHRASE, kdf=FAST_KDF) as vault:
+    with Vault.create(controller.session.path, PASSPHRASE, kdf=FAST_KDF) as vault:
         item = vault.import_nifti(nibabel_data / "anatomical.nii", label="existing scan").id
     controller.locking.unlock(PASSPHRASE)
     assert _wait_task(qtbot, controller, "unlock") == "finished"
@@ -586,19 +586,19 @@ def test_change_passphrase_rewraps_the_key(qtbot, vault_window, error_dialogs):
     dialog.confirm_edit.setText("a brand new passphrase")
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "passphrase") == "finished"
-    assert not dialog.isVisible() and controller.vault.kdf_params == FAST_KDF
+    assert not dialog.isVisible() and controller.session.vault.kdf_params == FAST_KDF
 
     controller.locking.lock()
     controller.locking.unlock(PASSPHRASE)
-    assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.is_unlocked
+    assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.session.is_unlocked
     controller.locking.unlock("a brand new passphrase")
-    assert _wait_task(qtbot, controller, "unlock") == "finished" and controller.is_unlocked
+    assert _wait_task(qtbot, controller, "unlock") == "finished" and controller.session.is_unlocked
 
 
 @render
 def test_change_passphrase_with_re_encryption_puts_the_vault_under_a_new_key(qtbot, vault_window):
     controller = _create_via_dialog(qtbot, vault_window)
-    old_id = controller.vault.vault_id
+    old_id = controller.session.vault.vault_id
     dialog = controller.passphrase.change_passphrase_dialog()
     assert "old passphrase still opens old copies" in dialog.findChild(QLabel, "dialogText").text()
     qtbot.keyClicks(dialog.old_edit, PASSPHRASE)
@@ -608,7 +608,9 @@ def test_change_passphrase_with_re_encryption_puts_the_vault_under_a_new_key(qtb
     assert dialog.rekey_box.isChecked()
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "passphrase") == "finished"
-    assert controller.is_unlocked and controller.vault.vault_id != old_id  # a new key, a new vault id
+    assert (
+        controller.session.is_unlocked and controller.session.vault.vault_id != old_id
+    )  # a new key, a new vault id
     # A box that stays until read says what was re-encrypted, and what it does not reach (old copies).
     title, text = controller.messages.last_info
     assert title == "Vault Re-encrypted" and text.startswith(f"{len(controller.listing.items)} items and ")
@@ -621,9 +623,9 @@ def test_change_passphrase_with_re_encryption_puts_the_vault_under_a_new_key(qtb
     qtbot.waitUntil(lambda: not isValid(box) or not box.isVisible(), timeout=5_000)
     controller.locking.lock()
     controller.locking.unlock(PASSPHRASE)
-    assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.is_unlocked
+    assert _wait_task(qtbot, controller, "unlock") == "failed" and not controller.session.is_unlocked
     controller.locking.unlock("a brand new passphrase")
-    assert _wait_task(qtbot, controller, "unlock") == "finished" and controller.is_unlocked
+    assert _wait_task(qtbot, controller, "unlock") == "finished" and controller.session.is_unlocked
 
 
 @render
@@ -636,7 +638,7 @@ def test_lock_button_and_auto_lock_clear_the_browser(qtbot, vault_window, nibabe
     assert len(window.state.volumes) == 1
 
     browser.lock_button.click()
-    assert not controller.is_unlocked and not controller.vault.is_unlocked
+    assert not controller.session.is_unlocked and not controller.session.vault.is_unlocked
     assert browser.table.rowCount() == 0 and browser.pages.currentWidget() is browser.locked_page
     assert not window.state.volumes  # the decrypted volume left the session with the keys
     assert controller.status_button.text() == "Vault locked"
@@ -644,24 +646,24 @@ def test_lock_button_and_auto_lock_clear_the_browser(qtbot, vault_window, nibabe
     controller.locking.unlock(PASSPHRASE)
     assert _wait_task(qtbot, controller, "unlock") == "finished"
     qtbot.waitUntil(lambda: browser.table.rowCount() == 1, timeout=10_000)
-    assert controller.auto_lock_minutes == 15 and controller.vault.idle_timeout_s == 15 * 60
+    assert controller.session.auto_lock_minutes == 15 and controller.session.vault.idle_timeout_s == 15 * 60
 
     # user activity postpones auto-lock; 15 idle minutes lock it (a fake clock stands in for waiting)
     start = time.monotonic()
-    controller.clock = lambda: start + 14 * 60
+    controller.session.clock = lambda: start + 14 * 60
     assert not controller.locking.check_idle()
     qtbot.keyClick(window, Qt.Key.Key_Shift)
-    assert controller.vault.seconds_until_auto_lock() == pytest.approx(15 * 60, abs=1)
-    controller.clock = lambda: start + 14 * 60 + 15 * 60 + 1
+    assert controller.session.vault.seconds_until_auto_lock() == pytest.approx(15 * 60, abs=1)
+    controller.session.clock = lambda: start + 14 * 60 + 15 * 60 + 1
     assert controller.locking.check_idle()
-    assert not controller.is_unlocked and browser.table.rowCount() == 0
+    assert not controller.session.is_unlocked and browser.table.rowCount() == 0
     assert browser.pages.currentWidget() is browser.locked_page
     assert "15 min" in window.statusBar().currentMessage()
 
-    controller.set_auto_lock_minutes(1)  # the setting persists and applies to the open vault
+    controller.locking.set_auto_lock_minutes(1)  # the setting persists and applies to the open vault
     assert (
         window.settings.value("vault/auto_lock_minutes", type=int) == 1
-        and controller.vault.idle_timeout_s == 60
+        and controller.session.vault.idle_timeout_s == 60
     )
 
 
@@ -686,13 +688,17 @@ def test_cancel_a_long_import_leaves_nothing_behind(qtbot, vault_window, nibabel
     controller.importing.import_nifti([nibabel_data / "anatomical.nii", nibabel_data / "example4d.nii.gz"])
     progress = controller.tasks.running[-1].progress
     assert progress is not None and started.wait(10)
-    progress.findChild(QPushButton).click()  # the progress dialog's Cancel button
+    qtbot.waitUntil(progress.isVisible, timeout=10_000)  # shown once the import has taken a moment
+    cancel = progress.findChild(QPushButton)  # the progress dialog's Cancel, pressed from the keyboard
+    cancel.setFocus()
+    qtbot.keyClick(cancel, Qt.Key.Key_Space)
+    assert progress.labelText() == "Cancelling..."
     release.set()
     assert _wait_task(qtbot, controller, "import") == "finished"
     assert "Import cancelled: 0 of 2 imported" in window.statusBar().currentMessage()
     qtbot.waitUntil(lambda: not controller.tasks.running, timeout=10_000)
-    assert controller.listing.items == [] and not list((controller.path / "blobs").glob("*.vsb"))
-    assert controller.is_unlocked  # and the vault goes on working
+    assert controller.listing.items == [] and not list((controller.session.path / "blobs").glob("*.vsb"))
+    assert controller.session.is_unlocked  # and the vault goes on working
     _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1)
 
 
@@ -702,7 +708,7 @@ def test_tampered_item_shows_a_clear_error_naming_it(qtbot, vault_window, nibabe
     controller = _create_via_dialog(qtbot, window)
     _import(qtbot, controller, [nibabel_data / "anatomical.nii"], rows=1, label="knee MRI")
     info = controller.listing.items[0]
-    (blob,) = (controller.path / "blobs").glob("*.vsb")
+    (blob,) = (controller.session.path / "blobs").glob("*.vsb")
     raw = bytearray(blob.read_bytes())
     raw[len(raw) // 2] ^= 0x01
     blob.write_bytes(bytes(raw))
@@ -719,7 +725,7 @@ def test_tampered_item_shows_a_clear_error_naming_it(qtbot, vault_window, nibabe
     title, message = error_dialogs[-1]
     assert title == "The vault failed verification" and "\u201cknee MRI\u201d" in message
     assert not controller.integrity.last_verify.ok
-    assert controller.is_unlocked  # the app goes on
+    assert controller.session.is_unlocked  # the app goes on
     controller.listing.refresh()
     assert _wait_task(qtbot, controller, "list") == "finished"
 
@@ -1111,9 +1117,9 @@ def test_recent_files_never_hold_vault_items_and_can_be_switched_off(
 def test_unlock_reports_partial_files_it_removed(qtbot, vault_window, nibabel_data):
     window = vault_window
     controller = window.vault_controller
-    with Vault.create(controller.path, PASSPHRASE, kdf=FAST_KDF) as vault:
+    with Vault.create(controller.session.path, PASSPHRASE, kdf=FAST_KDF) as vault:
         vault.import_nifti(nibabel_data / "anatomical.nii")
-    leftover = controller.path / "blobs" / ".tmp-w-00112233445566ff.part"
+    leftover = controller.session.path / "blobs" / ".tmp-w-00112233445566ff.part"
     leftover.write_bytes(b"plain")
     dialog = controller.locking.request_unlock()
     dialog.passphrase_edit.setText(PASSPHRASE)
@@ -1163,11 +1169,11 @@ def test_core_dumps_are_off_while_the_vault_is_unlocked(tiny_models_dir, tmp_pat
 def test_a_rolled_back_vault_is_named_and_repaired_from_the_app(qtbot, vault_window, nibabel_data, tmp_path):
     window = vault_window
     controller = window.vault_controller
-    with Vault.create(controller.path, PASSPHRASE, kdf=FAST_KDF) as vault:
+    with Vault.create(controller.session.path, PASSPHRASE, kdf=FAST_KDF) as vault:
         vault.import_nifti(nibabel_data / "anatomical.nii", label="kept")
         old_index = (vault.path / "index.vsi").read_bytes()
         vault.import_nifti(nibabel_data / "example4d.nii.gz", label="dropped")
-    (controller.path / "index.vsi").write_bytes(old_index)  # an older index put back
+    (controller.session.path / "index.vsi").write_bytes(old_index)  # an older index put back
 
     dialog = controller.locking.request_unlock()
     dialog.passphrase_edit.setText(PASSPHRASE)
@@ -1177,10 +1183,10 @@ def test_a_rolled_back_vault_is_named_and_repaired_from_the_app(qtbot, vault_win
     assert (
         box is not None and "index.vsi was rolled back" in box.text() and "Nothing was deleted" in box.text()
     )
-    assert not controller.is_unlocked
+    assert not controller.session.is_unlocked
     controller.integrity.repair_offer_button.click()
 
-    dialog = controller.locking.unlock_dialog
+    dialog = controller.integrity.repair_dialog
     assert dialog is not None and dialog.mode == "repair"
     dialog.passphrase_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
@@ -1190,7 +1196,10 @@ def test_a_rolled_back_vault_is_named_and_repaired_from_the_app(qtbot, vault_win
     controller.integrity.repair_confirm_button.click()
     assert _wait_task(qtbot, controller, "repair") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 2, timeout=10_000)
-    assert controller.is_unlocked and {i.label for i in controller.listing.items} == {"kept", "dropped"}
+    assert controller.session.is_unlocked and {i.label for i in controller.listing.items} == {
+        "kept",
+        "dropped",
+    }
     assert controller.messages.last_info[0] == "Vault repaired"
 
 
@@ -1205,7 +1214,7 @@ def test_new_vault_is_in_the_vault_menu(qtbot, vault_window, tmp_path, monkeypat
     assert len(letters) == len(set(letters)), letters
     bar_letters = [a.text().split("&")[1][0].lower() for a in window.menuBar().actions() if "&" in a.text()]
     assert len(bar_letters) == len(set(bar_letters)), bar_letters
-    assert not controller.exists
+    assert not controller.session.exists
     menu.new_action.trigger()  # no vault yet: created where the app keeps it
     dialog = controller.locking.unlock_dialog
     assert dialog is not None and dialog.mode == "create"
@@ -1213,7 +1222,7 @@ def test_new_vault_is_in_the_vault_menu(qtbot, vault_window, tmp_path, monkeypat
     dialog.confirm_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "create") == "finished"
-    qtbot.waitUntil(lambda: controller.is_unlocked and not controller.tasks.running, timeout=10_000)
+    qtbot.waitUntil(lambda: controller.session.is_unlocked and not controller.tasks.running, timeout=10_000)
 
     from PySide6.QtWidgets import QFileDialog
 
@@ -1221,6 +1230,6 @@ def test_new_vault_is_in_the_vault_menu(qtbot, vault_window, tmp_path, monkeypat
     elsewhere.mkdir()
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(elsewhere)))
     menu.new_action.trigger()  # one exists: the new one goes in a folder the user picks
-    assert controller.path == elsewhere and not controller.is_unlocked
+    assert controller.session.path == elsewhere and not controller.session.is_unlocked
     assert controller.locking.unlock_dialog is not None and controller.locking.unlock_dialog.mode == "create"
     controller.locking.unlock_dialog.reject()

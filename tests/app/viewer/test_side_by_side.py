@@ -179,7 +179,7 @@ def test_screenshots_of_a_real_brain_beside_a_synthetic_one(qtbot, main_window, 
             timeout=5_000,
         )
         # The bar above the views does not widen the viewer into the Generate form (it scrolled sideways).
-        qtbot.waitUntil(lambda: panel.scroll.horizontalScrollBar().maximum() == 0, timeout=20_000)
+        qtbot.waitUntil(lambda: panel.scroll_area.horizontalScrollBar().maximum() == 0, timeout=20_000)
         screenshot(window, name)
         # The statement is whole: wrapped in its label, never cut.
         assert side.link_label.isVisible() and side.link_label.height() >= side.link_label.heightForWidth(
@@ -219,7 +219,7 @@ def test_a_scan_aligned_to_a_template_declared_mni152_is_linked_by_millimetres_a
     window.resize(1024, 700)
     qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 700), timeout=30_000)
     panel = window.sampling_panel
-    qtbot.waitUntil(lambda: panel.scroll.horizontalScrollBar().maximum() == 0, timeout=20_000)
+    qtbot.waitUntil(lambda: panel.scroll_area.horizontalScrollBar().maximum() == 0, timeout=20_000)
     assert button.width() >= button.minimumSizeHint().width() and button.isVisible()
     assert side.link_label.height() >= side.link_label.heightForWidth(side.link_label.width())
     screenshot(window, "side-by-side-declare-mni152-1024x700")

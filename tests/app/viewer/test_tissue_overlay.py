@@ -114,7 +114,7 @@ def test_generated_volume_has_its_tissue_overlay_on_ctrl_t_and_names_its_space(q
     assert np.allclose(grey, expected, atol=3)
 
     # The View menu has the same switch, and Help > Keyboard Shortcuts lists it.
-    assert bar.tissue_action in window.view_menu.actions()
+    assert bar.tissue_action in window.services.menus.view.actions()
     rows = {(row.keys, row.what) for row in window.help.show_shortcuts().rows}
     assert ("Ctrl+T", "Tissue Overlay") in rows
     window.help.shortcuts_dialog.close()

@@ -17,7 +17,9 @@ SYNTHETIC_RGB = np.array([0xC6, 0x78, 0xDD])  # app/viewer/view3d.py SYNTHETIC_C
 
 
 def _render_action(window, preset):
-    return next(action for action in window.render_group.actions() if action.data() == preset)
+    return next(
+        action for action in window.window_actions.render_presets.actions() if action.data() == preset
+    )
 
 
 def _grid(window) -> list:
@@ -83,10 +85,10 @@ def test_the_3d_png_of_a_synthetic_volume_carries_the_synthetic_mark(qtbot, wind
     open_volume(qtbot, window, write_volume(tmp_path / "synthetic.nii.gz", blob, synthetic=True))
     assert window.state.shown.synthetic
     with qtbot.waitSignal(window.viewer.view3d.screenshot_saved, timeout=30_000):
-        window.screenshot_action.trigger()  # File > Save 3D Screenshot...
+        window.window_actions.screenshot.trigger()  # File > Save 3D Screenshot...
     open_volume(qtbot, window, write_volume(tmp_path / "scan.nii.gz", blob, synthetic=False))
     with qtbot.waitSignal(window.viewer.view3d.screenshot_saved, timeout=30_000):
-        window.screenshot_action.trigger()
+        window.window_actions.screenshot.trigger()
 
     assert _synthetic_pixels(tmp_path / "synthetic-3d.png") > 30
     assert _synthetic_pixels(tmp_path / "scan-3d.png") == 0

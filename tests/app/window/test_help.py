@@ -56,7 +56,7 @@ def test_shortcuts_list_is_read_from_the_windows_actions(qtbot, main_window, scr
     screenshot(dialog, "help-shortcuts")
 
     # A shortcut changed (or added) after start-up shows the next time the list opens: it cannot go stale.
-    main_window.open_model_action.setShortcut(QKeySequence("Ctrl+Alt+M"))
+    main_window.window_actions.open_model.setShortcut(QKeySequence("Ctrl+Alt+M"))
     dialog.close()
     _activate(qtbot, main_window)
     qtbot.keyClick(main_window, Qt.Key.Key_Slash, Qt.KeyboardModifier.ControlModifier)

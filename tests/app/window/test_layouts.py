@@ -64,7 +64,7 @@ def test_layouts_from_the_view_menu_and_the_toolbar_are_remembered(
 
     window = _make_window(qtbot, registry, qt_settings, enable_3d=False)
     open_volume(qtbot, window, mni_t1)
-    view_menu = window.view_menu
+    view_menu = window.services.menus.view
     layout_menu = _menu_action(view_menu, "Layout").menu()
     assert [a.text() for a in layout_menu.actions()] == [
         "Four-Up",
@@ -121,7 +121,7 @@ def test_layouts_from_the_view_menu_and_the_toolbar_are_remembered(
 
     again = _make_window(qtbot, registry, qt_settings, enable_3d=False)  # a restart
     assert again.viewer.layout_name == "One-up" and _visible(again) == {"axial"}
-    assert _menu_action(_menu_action(again.view_menu, "Layout").menu(), "One-up").isChecked()
+    assert _menu_action(_menu_action(again.services.menus.view, "Layout").menu(), "One-up").isChecked()
     QApplication.processEvents()
     again.close()
 

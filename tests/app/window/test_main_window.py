@@ -99,7 +99,7 @@ def test_cancel_mid_run_leaves_the_app_usable(qtbot, main_window):
     _select(window, "tiny-pixel")
     window.sampling_panel.steps_spin.setValue(1000)
     window.sampling_panel.generate_button.click()
-    thread = window.generation._job.thread
+    thread = window.generation._job.worker_thread
     qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
     qtbot.keyClick(window, Qt.Key.Key_Escape)
     assert _wait_ended(qtbot, window) == "cancelled"
@@ -139,7 +139,7 @@ def test_open_nibabel_files_and_switch_between_them(qtbot, main_window, nibabel_
     assert [v.name for v in window.state.volumes] == ["example4d.nii.gz", "anatomical.nii"]
     assert window.state.shown.shape == (33, 41, 25)
     assert window.state.volumes[0].shape == (128, 96, 24)  # first volume of the 4D file
-    assert [a.text() for a in window.recent_menu.actions()] == ["anatomical.nii", "example4d.nii.gz"]
+    assert [a.text() for a in window.files.recent_menu.actions()] == ["anatomical.nii", "example4d.nii.gz"]
     window.session_panel.list.setCurrentRow(0)
     assert window.state.shown is window.state.volumes[0]
     qtbot.keyClick(window, Qt.Key.Key_BracketRight, Qt.KeyboardModifier.ControlModifier)
@@ -190,7 +190,7 @@ def test_window_level_and_crosshair_interactions_change_the_drawing(qtbot, main_
     qtbot.mouseMove(axial, start + QPoint(80, -60))
     qtbot.mouseRelease(axial, Qt.MouseButton.RightButton, pos=start + QPoint(80, -60))
     assert window.state.window != window_before and window.state.window_preset == "Custom"
-    assert window.wl_box.currentText() == "Custom"
+    assert window.viewer_toolbar.preset_box.currentText() == "Custom"
     assert not np.array_equal(axial.current_pixels(), before)
 
     # left click: the crosshair moves; the coronal and sagittal views show other slices
@@ -219,7 +219,7 @@ def test_window_level_and_crosshair_interactions_change_the_drawing(qtbot, main_
 
     # presets and convention
     window.state.apply_window_preset("Full range")
-    assert window.wl_box.currentText() == "Full range"
+    assert window.viewer_toolbar.preset_box.currentText() == "Full range"
     rad = axial.current_pixels()
     window.state.set_convention("neurological")
     assert np.array_equal(axial.current_pixels(), rad[:, ::-1])
@@ -261,10 +261,13 @@ def test_settings_persist_between_runs(qtbot, themed_app, registry, qt_settings,
     second = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(second)
     assert second.state.selected_model.id == "tiny-rflow"
-    assert second.state.convention == "neurological" and second.convention_box.currentText() == "Neurological"
+    assert (
+        second.state.convention == "neurological"
+        and second.viewer_toolbar.convention_box.currentText() == "Neurological"
+    )
     assert second.state.window_preset == "Full range"
     assert second.size().width() == 1234
-    assert [a.text() for a in second.recent_menu.actions()] == ["anatomical.nii"]
+    assert [a.text() for a in second.files.recent_menu.actions()] == ["anatomical.nii"]
     second.close()
 
 
@@ -288,7 +291,7 @@ def test_open_model_folder_keeps_the_switch_note_in_the_status_bar(qtbot, main_w
     folder = make_tiny_model(tmp_path / "extra", model_id="tiny-extra", kind="pixel", conditioned=False)
     main_window.sampling_panel.steps_spin.setValue(7)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *args: str(folder))
-    main_window.open_model_action.trigger()  # Generate > Open Model Folder...
+    main_window.window_actions.open_model.trigger()  # Generate > Open Model Folder...
     assert main_window.state.selected_model.id == "tiny-extra"
     message = main_window.statusBar().currentMessage()
     assert message.startswith(f"Model {main_window.state.selected_model.spec.name} opened from {folder}. ")

@@ -55,8 +55,8 @@ def test_alt_v_then_l_opens_the_layout_menu(qtbot, main_window):
     window = main_window
     layout_menu = window.viewer_toolbar.layout_menu
     qtbot.keyClick(window, Qt.Key.Key_V, Qt.KeyboardModifier.AltModifier)
-    qtbot.waitUntil(window.view_menu.isVisible, timeout=5_000)
-    qtbot.keyClick(window.view_menu, Qt.Key.Key_L)
+    qtbot.waitUntil(window.services.menus.view.isVisible, timeout=5_000)
+    qtbot.keyClick(window.services.menus.view, Qt.Key.Key_L)
     qtbot.waitUntil(layout_menu.isVisible, timeout=5_000)
     layout_menu.close()
-    window.view_menu.close()
+    window.services.menus.view.close()

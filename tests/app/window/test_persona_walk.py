@@ -58,7 +58,7 @@ def test_radiologist_generate_inspect_save_vault(qtbot, main_window, tmp_path, s
     dialog.confirm_edit.setText(PASSPHRASE)
     dialog.ok_button.click()
     assert _wait_task(qtbot, controller, "create") == "finished"
-    qtbot.waitUntil(lambda: controller.is_unlocked and not controller.tasks.running, timeout=10_000)
+    qtbot.waitUntil(lambda: controller.session.is_unlocked and not controller.tasks.running, timeout=10_000)
     controller.menu.save_action.trigger()
     assert _wait_task(qtbot, controller, "save") == "finished"
     qtbot.waitUntil(lambda: controller.browser.table.rowCount() == 1, timeout=10_000)

@@ -23,7 +23,7 @@ def test_screenshots_fresh_generation_and_finished_volume(qtbot, window_3d, scre
     qtbot.wait(300)
     assert window.state.shown.kind == "preview"
     shots.append(screenshot(window, "02-mid-generation-preview"))
-    window.cancel_action.trigger()  # Generate > Cancel Generation
+    window.generation.cancel_action.trigger()  # Generate > Cancel Generation
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
 
     # a finished volume in 3D and slices: a real T1 so the picture means something

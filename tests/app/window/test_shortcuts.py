@@ -121,11 +121,11 @@ def test_ctrl_g_and_esc_drive_generate_and_cancel(qtbot, main_window):
     """qtbot.keyClick on the window: the table's Generate and Cancel keys reach the generation's actions."""
     assert keys("generate.run") == QKeySequence("Ctrl+G") and keys("generate.cancel") == QKeySequence("Esc")
     fired: list[str] = []
-    main_window.generate_action.triggered.connect(lambda *_: fired.append("generate"))
-    main_window.cancel_action.triggered.connect(lambda *_: fired.append("cancel"))
+    main_window.generation.generate_action.triggered.connect(lambda *_: fired.append("generate"))
+    main_window.generation.cancel_action.triggered.connect(lambda *_: fired.append("cancel"))
     qtbot.keyClick(main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: fired[:1] == ["generate"], timeout=5_000)
-    qtbot.waitUntil(lambda: main_window.cancel_action.isEnabled(), timeout=10_000)
+    qtbot.waitUntil(lambda: main_window.generation.cancel_action.isEnabled(), timeout=10_000)
     qtbot.keyClick(main_window, Qt.Key.Key_Escape)
     qtbot.waitUntil(lambda: fired == ["generate", "cancel"], timeout=5_000)
     qtbot.waitUntil(lambda: not main_window.state.job_running, timeout=30_000)

@@ -162,7 +162,7 @@ def test_a_fresh_start_at_1024x700_clips_nothing(qtbot, fresh_small_window, scre
     assert window.width() == 1024 and window.height() == 700
     # The Generate dock takes the form's width (from the Session dock when the viewer is at its minimum).
     _wait_until_nothing_is_clipped(qtbot, window)
-    assert window.sampling_panel.scroll.horizontalScrollBar().maximum() == 0
+    assert window.sampling_panel.scroll_area.horizontalScrollBar().maximum() == 0
     header = window.viewer.view3d.header
     ext = header.findChild(QToolButton, "qt_toolbar_ext_button")
     assert ext is not None and ext.isVisible() and not _blank(ext)  # the 3D header's overflow, with its arrow
@@ -185,7 +185,7 @@ def test_at_1024x700_the_model_combo_and_the_status_message_are_whole(qtbot, mai
         f"{window.minimumSizeHint().width()}x{window.minimumSizeHint().height()}"
     )
     panel = window.sampling_panel
-    viewport = panel.scroll.viewport()
+    viewport = panel.scroll_area.viewport()
     # The Generate dock asks for its form's width again when the window narrows (it was left cutting the
     # model combo and its "..." button), and the optimization preset elides instead of widening the form.
     qtbot.waitUntil(lambda: _inside(panel.open_model_button, viewport), timeout=20_000)
@@ -244,7 +244,7 @@ def test_at_1024x700_a_kept_measurement_does_not_widen_the_generate_form(
     assert panel.floor_spin.isVisible()
     assert "Measured here 2026-12-01: fastest at the floor is int8" in panel.measured_label.text()
     _wait_until_nothing_is_clipped(qtbot, window)
-    assert window.sampling_panel.scroll.horizontalScrollBar().maximum() == 0
+    assert window.sampling_panel.scroll_area.horizontalScrollBar().maximum() == 0
     window.close()
 
 
@@ -290,7 +290,7 @@ def test_at_1024x700_the_vault_dock_fits_with_its_unlock_button_and_the_status_b
     qtbot.waitUntil(lambda: vault.browser.isVisible(), timeout=10_000)
     _resize_keeping_unlock_and_the_status_bar(qtbot, window, vault)
     _wait_until_nothing_is_clipped(qtbot, window)
-    assert window.sampling_panel.scroll.horizontalScrollBar().maximum() == 0
+    assert window.sampling_panel.scroll_area.horizontalScrollBar().maximum() == 0
     screenshot(window, "window-1024x700-vault-dock")
 
 

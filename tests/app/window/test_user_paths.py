@@ -48,7 +48,7 @@ def test_open_from_the_command_line_then_ctrl_s_writes_a_file_that_reads_back_eq
         pass
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
-    assert window.save_action.isEnabled()  # the menu item a person would pick is on
+    assert window.window_actions.save.isEnabled()  # the menu item a person would pick is on
 
     target = tmp_path / "saved" / "copy.nii.gz"
     target.parent.mkdir()
@@ -116,11 +116,11 @@ def test_wheel_over_the_generate_panel_scrolls_it_and_leaves_the_sampler_alone(q
     _select(window, "tiny-latent")
     window.resize(1024, 700)
     panel = window.sampling_panel
-    qtbot.waitUntil(lambda: panel.scroll.verticalScrollBar().maximum() > 0, timeout=10_000)
+    qtbot.waitUntil(lambda: panel.scroll_area.verticalScrollBar().maximum() > 0, timeout=10_000)
     box = panel.sampler_box
     assert box.count() > 1
     before_sampler, before_seed = window.state.form.sampler, window.state.form.seed
-    bar = panel.scroll.verticalScrollBar()
+    bar = panel.scroll_area.verticalScrollBar()
     bar.setValue(0)
     centre = QPointF(box.rect().center())
     for target in (box, panel.seed_spin):
@@ -315,4 +315,4 @@ def test_save_state_is_shown_and_ctrl_s_saves_to_the_same_file_once_saved(
         window, Qt.Key.Key_S, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     )  # Ctrl+Shift+S: Save As always asks
     assert len(asked) == 2 and not errors
-    assert window.save_as_action.isEnabled() and window.save_action.text() == "&Save"
+    assert window.window_actions.save_as.isEnabled() and window.window_actions.save.text() == "&Save"

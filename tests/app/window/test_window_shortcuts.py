@@ -54,9 +54,9 @@ SHORTCUT_KEYS = ("Ctrl+/", "Ctrl+R", "Ctrl+Shift+X", "Ctrl+I")
 def _actions(window) -> dict:
     return {
         "Ctrl+/": window.help.shortcuts_action,
-        "Ctrl+R": window.random_seed_action,
+        "Ctrl+R": window.generation.random_seed_action,
         "Ctrl+Shift+X": window.viewer_toolbar.crosshair_action,
-        "Ctrl+I": window.smooth_action,
+        "Ctrl+I": window.window_actions.smooth,
     }
 
 

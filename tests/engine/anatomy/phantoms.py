@@ -27,9 +27,9 @@ def phantom_labels() -> np.ndarray:
     """0 background, 1 CSF, 2 GM, 3 WM."""
     from scipy import ndimage
 
-    from engine.anatomy.segment import _template_1mm
+    from engine.anatomy.template import template_priors_1mm
 
-    priors, mask, taffine = _template_1mm()
+    priors, mask, taffine = template_priors_1mm()
     # phantom world x -> template world (x - shift) / scale
     to_template = np.diag([1 / SCALE, 1 / SCALE, 1 / SCALE, 1.0])
     to_template[:3, 3] = -np.array(SHIFT_MM) / SCALE

@@ -9,6 +9,7 @@ import pytest
 from engine.api import SamplingRequest, SamplingResult
 from engine.cohort.manifest import FORMAT, Manifest
 from engine.cohort.report import collect, write_report
+from engine.metrics.colours import FAIL_COLOUR
 from engine.nifti.io import generated_volumes, save_volume
 from tests.engine.anatomy.phantoms import phantom, phantom_affine, phantom_labels
 from tests.engine.anatomy.test_checks import _template_ventricles_on_phantom
@@ -59,3 +60,8 @@ def test_the_report_counts_and_lists_the_anatomy_verdicts(tmp_path):
     page = write_report(root, tmp_path / "report.html").read_text()
     assert "1 within normative ranges, 1 outside a range, 1 not brain-like, 0 not checked" in page
     assert "<td>sub-synth0002</td><td>outside</td><td>outside range: " in page
+    # the reliability share: 1 of the 3 checked volumes passed, with its interval, below 95 % (the fail colour)
+    reliability = report["reliability"]
+    assert (reliability["passed"], reliability["count"]) == (1, 3) and not reliability["reaches_95"]
+    assert reliability["interval"][0] < 1 / 3 < reliability["interval"][1]
+    assert f"color:{FAIL_COLOUR}'>reliability: 1/3 checked volumes pass the anatomy check (33 %" in page

@@ -11,7 +11,7 @@ import pytest
 
 from engine.api import Progress, SamplingRequest, run
 from engine.backends.remote import RemoteBackend
-from engine.errors import BackendUnavailable, InvalidRequest
+from engine.errors import BackendUnavailable, Cancelled, InvalidRequest
 from engine.server import create_app
 from engine.testing import ServerThread
 
@@ -373,3 +373,104 @@ def test_four_clients_with_three_jobs_each_all_get_their_results(registry):
         assert all(result is not None and result.volumes.shape[0] == 1 for result in results.values())
     finally:
         backend.gate.set()
+
+
+def _sample_in_thread(remote: RemoteBackend, request: SamplingRequest) -> tuple[threading.Thread, list]:
+    """Iterate ``remote.sample(request)`` in a thread; what ended it is appended to the returned list."""
+    ended: list = []
+
+    def consume():
+        try:
+            run(remote.sample(request))
+            ended.append("finished")
+        except Exception as exc:  # the test reads what ended it
+            ended.append(exc)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    return thread, ended
+
+
+def _wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen"
+        time.sleep(0.02)
+
+
+def _wait_streaming(remote: RemoteBackend, held) -> None:
+    """Until the held job has started on the server and the client reads its event stream."""
+    _wait_for(held.started.is_set, "the job's start")
+    _wait_for(lambda: any(stream is not None for stream in remote._open_jobs.values()), "the event stream")
+
+
+@pytest.fixture
+def held_server(backend):
+    """An engine server whose jobs wait at their start until the test opens ``gate``."""
+    from tests.engine.server.gated import GatedBackend
+
+    held = GatedBackend(backend)
+    app = create_app(held, token="s3cret")
+    with ServerThread(app) as url:
+        yield url, app, held
+    held.gate.set()
+
+
+def test_closing_the_backend_while_its_job_runs_cancels_the_job_on_the_server(held_server):
+    # The window's Quit abandons a stuck run in a thread of its own and closes the connection at once; when the
+    # close came first, the closed client never sent the cancel and the job stayed on the shared server.
+    url, app, held = held_server
+    remote = RemoteBackend(url, token="s3cret")
+    thread, ended = _sample_in_thread(remote, SamplingRequest(model="tiny-latent", steps=2))
+    _wait_streaming(remote, held)
+
+    remote.close()
+    assert not app.state.manager.jobs  # told before close returned
+    thread.join(30)
+    assert len(ended) == 1 and isinstance(ended[0], Cancelled)
+    remote.abandon()  # a late abandon (the window's thread) after the close is harmless
+
+
+def _refusing_deletes(app, answers: list[tuple[int, dict[str, str]]]):
+    """``app`` behind a front that answers the first DELETEs with ``answers`` (status, headers), in turn."""
+
+    async def front(scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "DELETE" and answers:
+            status, headers = answers.pop(0)
+            encoded = [(name.encode(), value.encode()) for name, value in headers.items()]
+            await send({"type": "http.response.start", "status": status, "headers": encoded})
+            await send({"type": "http.response.body", "body": b'{"detail": "not now"}'})
+            return
+        await app(scope, receive, send)
+
+    return front
+
+
+@pytest.mark.parametrize(
+    ("answers", "warning"),
+    [
+        ([(503, {"retry-after": "0.1"}), (429, {"retry-after": "0.1"})], None),  # busy twice, then it cancels
+        ([(500, {})], "it answered 500"),  # refused: said, not silent
+    ],
+)
+def test_abandoning_a_job_retries_a_busy_server_and_says_when_it_was_not_told(
+    backend, caplog, answers, warning
+):
+    from tests.engine.server.gated import GatedBackend
+
+    held = GatedBackend(backend)
+    app = create_app(held, token="s3cret")
+    with ServerThread(_refusing_deletes(app, answers)) as url:
+        remote = RemoteBackend(url, token="s3cret")
+        thread, ended = _sample_in_thread(remote, SamplingRequest(model="tiny-latent", steps=2))
+        _wait_streaming(remote, held)
+        with caplog.at_level("WARNING", logger="engine.backends.remote"):
+            remote.abandon()
+        thread.join(30)
+        assert len(ended) == 1 and isinstance(ended[0], Cancelled)
+        assert not answers  # every scripted answer was given
+        assert bool(app.state.manager.jobs) is (warning is not None)
+        warned = [r.getMessage() for r in caplog.records if "was not told to cancel" in r.getMessage()]
+        assert len(warned) == (warning is not None) and all(warning in text for text in warned)
+        held.gate.set()
+        remote.close()

@@ -32,12 +32,12 @@ def test_one_peak_memory_reader_per_question():
     """engine.machine.peak_memory holds the readers; the bench and the evaluation use them."""
     import torch
 
-    from engine.bench import runner
     from engine.machine import peak_memory
+    from engine.measure import bench
     from engine.training import evaluate
 
     peak, kind = peak_memory.device_peak_bytes(torch.device("cpu"))
     assert kind == "process_rss" and peak == peak_memory.peak_rss_bytes() > 0
     assert peak_memory.process_peak_rss_bytes() > 0
-    assert runner.device_peak_bytes is peak_memory.device_peak_bytes
+    assert bench.device_peak_bytes is peak_memory.device_peak_bytes
     assert evaluate.process_peak_rss_bytes is peak_memory.process_peak_rss_bytes

@@ -3,7 +3,7 @@
 The folders are built at test time in NV-Generate's layout (engine.testing.write_maisi_folder): the real
 network classes and config structure with few channels, seeded random weights perturbed (MONAI
 zero-initialises output convolutions), 32x32x32 volumes at a spacing whose field of view is the recommended
-T1 one. Full size belongs in the benchmark (engine/bench/maisi.py).
+T1 one. Full size belongs in the benchmark (benchmarks/maisi.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.models.streamed_decode import streamed_decode
+from engine.optimization.streamed_decode import streamed_decode
 from engine.testing import build_maisi_networks
 
 

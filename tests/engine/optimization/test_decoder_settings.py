@@ -10,8 +10,8 @@ import torch
 
 from engine.errors import InvalidRequest
 from engine.metrics.image import psnr
-from engine.models.streamed_decode import SubpixelUpsample, streamed_decode
 from engine.optimization.apply import OptimizationConfig, decoder_calibration_latent, prepare
+from engine.optimization.streamed_decode import SubpixelUpsample, streamed_decode
 
 
 @pytest.fixture(scope="module")

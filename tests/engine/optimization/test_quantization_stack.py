@@ -172,14 +172,14 @@ def test_float8_conv3d_is_refused_on_a_cpu_with_the_reason():
 def test_the_legacy_torch_ao_int8_api_is_still_there():
     """FAILS (does not skip) the day torch removes the deprecated quantized-tensor API.
 
-    Then remove engine/quantization/legacy.py and the ``legacy`` row of engine.bench.int8_kernels: the engine
-    itself does not run on it (it was measured slower than the oneDNN path: `python -m engine.bench.int8_kernels`).
+    Then remove engine/quantization/legacy.py and the ``legacy`` row of benchmarks.int8_kernels: the engine
+    itself does not run on it (it was measured slower than the oneDNN path: `python -m benchmarks.int8_kernels`).
     """
     from engine.quantization import legacy
 
     assert legacy.missing_apis() == [], (
         f"torch {torch.__version__} removed {legacy.missing_apis()}: delete engine/quantization/legacy.py "
-        "and the 'legacy' row of engine.bench.int8_kernels"
+        "and the 'legacy' row of benchmarks.int8_kernels"
     )
     torch.manual_seed(2)
     conv = nn.Conv3d(8, 8, 3, padding=1).eval()

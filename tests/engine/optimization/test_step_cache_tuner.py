@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from engine.bench.tune import opt_in_rows
+from engine.measure.tune import opt_in_rows
 from engine.optimization import tune_store
 
 

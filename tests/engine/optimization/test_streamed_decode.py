@@ -7,7 +7,7 @@ import torch
 
 from engine.models.networks import build_network
 from engine.models.reference import perturb_
-from engine.models.streamed_decode import streamed_decode
+from engine.optimization.streamed_decode import streamed_decode
 
 
 def _autoencoder(channels, latent=3, seed=0, attention=False):

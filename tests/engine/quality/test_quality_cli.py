@@ -30,10 +30,20 @@ def test_quality_writes_table_json_and_png(model_path_env, tmp_path, capsys, mon
     # random weights are not brain-like: segmentation refuses them, and every verdict says tissue was not compared
     assert data["tissue_source"] is None and "segmentation refused" in data["tissue_note"]
     assert "tissue volumes not compared" in data["settings"]["bf16"]["verdict"]
+    # ... and every refused volume fails its anatomy check: the reliability share counts all 4 of each set
+    for report in data["settings"].values():
+        assert (
+            report["reliability"]["candidate"]["passed"] == 0
+            and report["reliability"]["candidate"]["count"] == 4
+        )
+        assert {"frd", "diversity", "reliability"} <= set(report["measures"]) and report["measures"]["frd"][
+            "n"
+        ] == 4
+    assert data["timings"]["radiomics_s_per_volume"] > 0 and data["timings"]["anatomy_s"] >= 0
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_png.stat().st_size > 10_000
 
     # bench and tune carry the kept verdicts in their JSON's "quality" block, or the command that measures one
-    from engine.bench.runner import quality_block_for
+    from engine.measure.bench import quality_block_for
 
     block = quality_block_for(
         "tiny-latent", [("bf16", {"autocast": "bf16"}), ("sdpa", {"attention": "sdpa"})]

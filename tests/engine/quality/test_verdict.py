@@ -8,31 +8,8 @@ import numpy as np
 import pytest
 
 from engine.quality import SHIFTS, WITHIN, measures, noise_floor, quality_report
-
-SHAPE = (16, 24, 16)
-VOXEL_ML = 0.008
-
-
-def _phantom(seed: int, *, brighter: float = 0.0, noise: float = 0.0, gm_ml: float = 0.0):
-    """A two-compartment "brain" whose sizes vary with the seed, and its tissue volumes in mL."""
-    rng = np.random.default_rng(seed)
-    x, y, z = np.meshgrid(*[np.linspace(-1, 1, s) for s in SHAPE], indexing="ij")
-    r2 = x**2 + y**2 + z**2
-    outer, inner = 0.8 + 0.04 * rng.standard_normal(), 0.5 + 0.04 * rng.standard_normal()
-    brain, core = r2 < outer**2, r2 < inner**2
-    volume = 0.6 * brain + 0.3 * core + 0.02 * rng.standard_normal(SHAPE)
-    volume = volume + brighter * brain + noise * rng.standard_normal(SHAPE)
-    tissue = {
-        "GM": float((brain & ~core).sum() * VOXEL_ML) + gm_ml,
-        "WM": float(core.sum() * VOXEL_ML),
-        "CSF": 2.0 + 0.1 * rng.standard_normal(),
-    }
-    return volume.astype(np.float32), tissue
-
-
-def _set(seeds, **kw):
-    made = [_phantom(s, **kw) for s in seeds]
-    return [v for v, _ in made], [t for _, t in made]
+from tests.engine.quality.phantoms import SHAPE, VOXEL_ML
+from tests.engine.quality.phantoms import phantom_set as _set
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +35,11 @@ def test_same_distribution_on_other_seeds_is_within_the_noise(floor):
     assert report.within_noise and report.verdict == WITHIN
     assert set(report.statistics) == {"tissue", "features", "diversity"}
     assert all(not s["beyond_noise"] for s in report.statistics.values())
+    assert set(report.measures) == {"frd", "volume_distance", "diversity"} and report.decided_by == []
+    for measure in report.measures.values():  # each with its interval, the floor's, and how many volumes
+        assert measure["interval"][0] <= measure["interval"][1] and not measure["flagged"]
+        assert measure["floor_interval"][0] <= measure["floor_interval"][1]
+        assert measure["n"] == 8 and measure["floor_n"] == [8, 8]
 
 
 def test_a_tiny_perturbation_on_the_same_seeds_is_within_the_noise(floor):
@@ -69,8 +51,16 @@ def test_a_tiny_perturbation_on_the_same_seeds_is_within_the_noise(floor):
 def test_shifted_tissue_volumes_are_flagged_and_named(floor):
     report = _judge(floor, gm_ml=-20.0)  # 20 mL less GM in every seed, images unchanged
     assert not report.within_noise
-    assert report.verdict.startswith(f"{SHIFTS}: tissue volumes (GM ")
+    assert report.verdict.startswith(
+        f"{SHIFTS}: tissue-volume distance "
+    )  # the field's measure decides first
+    assert "tissue volumes (GM " in report.verdict and report.decided_by[:2] == [
+        "volume_distance",
+        "permutation:tissue",
+    ]
     assert report.statistics["tissue"]["beyond_noise"] and report.statistics["tissue"]["p_value"] < 0.01
+    distance = report.measures["volume_distance"]
+    assert distance["flagged"] and distance["interval"][0] > distance["floor"] and distance["n"] == 8
     assert report.psnr_median_db == float(
         "inf"
     )  # the images are identical: only the distribution measures see it
@@ -81,6 +71,7 @@ def test_brighter_or_noisier_images_are_flagged(floor):
         report = _judge(floor, **kw)
         assert not report.within_noise and report.verdict.startswith(SHIFTS), kw
         assert report.statistics["features"]["beyond_noise"] and "image features (" in report.verdict, kw
+        assert report.measures["frd"]["flagged"] and "frd" in report.decided_by, kw  # FRD sees it too
         assert set(report.statistics["features"]["by_group"]) == {
             "tissue_ml",
             "intensity_quantiles",

@@ -346,7 +346,7 @@ def test_units_compiled_for_the_slice_give_its_whole_programs_collectives_and_pl
 @pytest.mark.slow
 def test_the_chosen_plan_is_placed_as_the_whole_compile_for_the_slice_places_it(slice_results):
     """(The tiny model's two survivors are mirror images that tie; which one wins is not the point here.
-    The bundle U-Net's choice against the whole compile is in engine.bench.plan_speed.)"""
+    The bundle U-Net's choice against the whole compile is in benchmarks.plan_speed.)"""
     blocks, whole = slice_results["blocks"], slice_results["whole"]
     chosen = next(r for r in blocks.rows if r.plan == blocks.best["plan"])
     others = [r for r in blocks.rows if r.status == "compiled" and r is not chosen]

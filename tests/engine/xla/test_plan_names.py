@@ -33,7 +33,7 @@ def output_shape(network):
 
 
 def test_med_ddpm_128_is_the_gpu_checks_pixel_unet():
-    from engine.bench.gpu_check import network_defs
+    from benchmarks.gpu_check import network_defs
     from engine.xla.planning import network_for_model
 
     network = network_for_model("med-ddpm-128", batch=1, cfg=False)
