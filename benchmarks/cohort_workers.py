@@ -16,8 +16,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from engine.cohort.runner import CohortProgress
 
 
 def _layouts(cpus: int) -> list[tuple[int, int]]:
@@ -30,7 +34,6 @@ def _layouts(cpus: int) -> list[tuple[int, int]]:
 def ray_overhead(calls: int = 200, shape=(80, 96, 80)) -> dict[str, float]:
     import ray
 
-    @ray.remote(num_cpus=0)
     class Echo:
         def ping(self) -> int:
             return 0
@@ -38,7 +41,7 @@ def ray_overhead(calls: int = 200, shape=(80, 96, 80)) -> dict[str, float]:
         def volume(self, shape):
             return np.zeros(shape, np.float32)
 
-    echo = Echo.remote()
+    echo = ray.remote(num_cpus=0)(Echo).remote()
     ray.get(echo.ping.remote())
     started = time.perf_counter()
     for _ in range(calls):
@@ -77,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         layouts = _layouts(args.cpus)
         for workers, threads in reversed(layouts) if args.reverse else layouts:
             finished: list[float] = []
+
+            def note_done(p: CohortProgress, finished: list[float] = finished) -> None:
+                if p.event == "done":
+                    finished.append(time.perf_counter())
+
             load_before = os.getloadavg()[0]
             with tempfile.TemporaryDirectory(prefix="volsynth-cohort-bench-") as tmp:
                 summary = run_cohort(
@@ -84,9 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                     Path(tmp) / "out",
                     workers=workers,
                     threads_per_worker=threads,
-                    on_progress=lambda p, f=finished: (
-                        f.append(time.perf_counter()) if p.event == "done" else None
-                    ),
+                    on_progress=note_done,
                 )
                 manifest = json.loads((Path(tmp) / "out/code/volsynth/manifest.json").read_text())
                 digests[(workers, threads)] = {p: e["volume_sha256"] for p, e in manifest["items"].items()}

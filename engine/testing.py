@@ -9,6 +9,7 @@ loop do real work.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from engine.models.reference import DEMO_CONDITIONS, perturb_, perturbed_networks
 from engine.models.spec import ModelSpec
@@ -211,7 +212,7 @@ class ServerThread:
 
 #: The real rflow-mr-brain network definitions (NV-Generate-CTMR configs/config_network_rflow.json, facts
 #: restated), with the entries this model does not need, kept so opening must ignore them.
-MAISI_NETWORK_CONFIG = {
+MAISI_NETWORK_CONFIG: dict[str, Any] = {
     "spatial_dims": 3,
     "image_channels": 1,
     "latent_channels": 4,
@@ -293,7 +294,7 @@ MAISI_NETWORK_CONFIG = {
         "num_train_timesteps": 1000,
     },
 }
-MAISI_INFERENCE_CONFIG = {
+MAISI_INFERENCE_CONFIG: dict[str, Any] = {
     "diffusion_unet_train": {"batch_size": 1, "lr": 1e-05, "n_epochs": 1000},
     "diffusion_unet_inference": {
         "dim": [256, 256, 128],

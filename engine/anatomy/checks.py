@@ -75,6 +75,11 @@ class Measure:
         return self.low <= self.value <= self.high
 
     @property
+    def below(self) -> bool:
+        """The value lies under the range (False when it was not measured)."""
+        return self.value is not None and self.value < self.low
+
+    @property
     def scale(self) -> float:
         """How much larger the value is than a native brain's (1 for fractions and native volumes)."""
         return space_scale(self.space) if self.unit == "mL" else 1.0
@@ -291,7 +296,7 @@ def check_maps(
         verdict=verdict,
         measures=measures,
         evidence=evidence,
-        flags=tuple(f"{m.name}_{'low' if m.value < m.low else 'high'}" for m in outside),
+        flags=tuple(f"{m.name}_{'low' if m.below else 'high'}" for m in outside),
         space=space_name,
         maps_from=maps_from,
         ventricles_from=ventricles_from,

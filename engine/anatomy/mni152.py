@@ -42,6 +42,8 @@ def _scaled_1mm(kind: str):
     import nibabel as nib
 
     image = nib.load(path(kind))
+    if not isinstance(image, nib.Nifti1Image):
+        raise TypeError(f"the {kind} template is not a NIfTI image ({type(image).__name__})")
     data = np.asanyarray(image.dataobj).astype("float32")
     data /= data.max()
     return nib.Nifti1Image(data, image.affine, image.header)

@@ -10,10 +10,28 @@ blocks release memory, files and child processes before they return.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 Result = TypeVar("Result")
 Event = TypeVar("Event")
+
+
+@overload
+def drive(
+    events: Generator[Event, Any, Result],
+    *,
+    on_progress: Callable[[Event], Any] | None = None,
+    should_stop: None = None,
+) -> Result: ...
+
+
+@overload
+def drive(
+    events: Generator[Event, Any, Result],
+    *,
+    on_progress: Callable[[Event], Any] | None = None,
+    should_stop: Callable[[], bool] | None,
+) -> Result | None: ...
 
 
 def drive(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 import numpy as np
 
@@ -226,6 +226,22 @@ class Backend(Protocol):
     def info(self) -> BackendInfo: ...
 
     def sample(self, request: SamplingRequest) -> Generator[Progress, None, SamplingResult]: ...
+
+
+@overload
+def run(
+    job: Generator[Progress, None, SamplingResult],
+    on_progress: Callable[[Progress], Any] | None = None,
+    should_cancel: None = None,
+) -> SamplingResult: ...
+
+
+@overload
+def run(
+    job: Generator[Progress, None, SamplingResult],
+    on_progress: Callable[[Progress], Any] | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+) -> SamplingResult | None: ...
 
 
 def run(

@@ -33,17 +33,24 @@ def add_request_arguments(parser: argparse.ArgumentParser, fields=None) -> None:
         target = (
             parser if not row.group else groups.setdefault(row.group, parser.add_argument_group(row.group))
         )
-        common = {"help": row.cli_help, "metavar": row.metavar}
         if row.kind == rules.CHOICE:
             target.add_argument(row.flag, default=None, choices=row.values, help=row.cli_help)
         elif row.kind == rules.CONDITIONS:
-            target.add_argument(row.flag, action="append", type=_condition, default=[], **common)
+            target.add_argument(
+                row.flag, action="append", type=_condition, default=[], help=row.cli_help, metavar=row.metavar
+            )
         elif row.kind in (rules.WHOLE, rules.NUMBER):
             kind = int if row.kind == rules.WHOLE else float
             unset = row.unset is not None or row.optional  # left out: the model's default
-            target.add_argument(row.flag, type=kind, default=None if unset else row.default, **common)
+            target.add_argument(
+                row.flag,
+                type=kind,
+                default=None if unset else row.default,
+                help=row.cli_help,
+                metavar=row.metavar,
+            )
         else:  # text, or XxYxZ (parsed by request_from_args, which names the flag in its message)
-            target.add_argument(row.flag, default=row.default, **common)
+            target.add_argument(row.flag, default=row.default, help=row.cli_help, metavar=row.metavar)
     output = groups.get(rules.request_field("output_size").group) or parser
     output.add_argument(
         "--preview-size",
@@ -149,14 +156,14 @@ def backend_from_args(args: argparse.Namespace):
     """A remote backend for ``--server``, else the one for ``--device`` here (torch, or XLA for xla/tpu)."""
     import os
 
-    from engine.backends.factory import make_backend
+    from engine.backends.factory import connect_server, make_backend
 
     if args.server:
         wait = getattr(args, "queue_wait", 600.0)
         if not 0 <= wait <= 24 * 3600:
             raise InvalidRequest(f"--queue-wait must be 0 to 86400 seconds, got {wait:g}")
-        backend = make_backend(
-            server=args.server,
+        backend = connect_server(
+            args.server,
             token=args.token or os.environ.get("VOLSYNTH_SERVER_TOKEN"),
             fingerprint=args.server_fingerprint or os.environ.get("VOLSYNTH_SERVER_FINGERPRINT"),
         )

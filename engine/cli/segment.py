@@ -60,6 +60,8 @@ def _refuse_non_finite_file(path: Path) -> None:
     from engine.errors import InvalidRequest
 
     image = nib.load(str(path))
+    if not isinstance(image, nib.Nifti1Image):  # a NIfTI-2 image is one too
+        raise InvalidRequest(f"{path.name} is not a NIfTI volume")
     if not np.issubdtype(image.get_data_dtype(), np.floating):
         slope, inter = image.header.get_slope_inter()
         if all(v is None or np.isfinite(v) for v in (slope, inter)):

@@ -393,6 +393,8 @@ def _check_synthetic(nifti: Path) -> list[str]:
         header = nib.load(str(nifti)).header
     except Exception as exc:  # a damaged file is a finding, not a crash of the check
         return [f"{nifti.name}: not readable ({exc})"]
+    if not isinstance(header, nib.Nifti1Header):  # a NIfTI-2 header is one too
+        return [f"{nifti.name}: not a NIfTI file"]
     descrip = header["descrip"].item().decode("ascii", "replace")
     if "SYNTHETIC" not in descrip.upper():
         return [f"{nifti.name}: not marked SYNTHETIC in its header"]

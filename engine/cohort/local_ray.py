@@ -124,7 +124,8 @@ def prepare() -> PrivateRuntime:
 
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False  # keeps the node address 127.0.0.1 (see the module docstring)
-    from ray._raylet import AuthenticationTokenLoader, Config
+    # Both are in the compiled module; ray's _raylet.pyi stub does not list them.
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
     Config.initialize("")  # Ray caches RAY_AUTH_MODE in its config at import (as its _enable_token_auth does)
     AuthenticationTokenLoader.instance().reset_cache()  # ... and a token read earlier in this process

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +53,9 @@ from engine.cohort.spec import CohortItem, CohortSpec
 from engine.errors import BackendUnavailable, EngineError, InvalidRequest, OutputError
 from engine.formatting import count_of
 from engine.metrics.pace import pace
+
+if TYPE_CHECKING:
+    from engine.api import Backend
 
 MAX_ATTEMPTS = 3
 LOCAL_OBJECT_STORE_BYTES = 256 * 1024**2  # volumes are a few MB and leave the store as soon as written
@@ -130,7 +133,11 @@ class _CohortWorker:
             from engine.backends.xla import XlaBackend
             from engine.cohort.xla_groups import worker_devices
 
-            self.backend = XlaBackend(devices=worker_devices(xla))  # before JAX starts: its group only
+            if xla is None:
+                raise ValueError("an XLA cohort worker needs its device group's record")
+            self.backend: Backend = XlaBackend(
+                devices=worker_devices(xla)
+            )  # before JAX starts: its group only
         else:
             from engine.backends.factory import make_backend
 
@@ -196,8 +203,7 @@ def _model_here(model_path: str, packed) -> str:
     digest = hashlib.sha256()
     for rel in sorted(packed):  # by content: two models may have files of the same names and sizes
         digest.update(rel.encode() + b"\0" + hashlib.sha256(packed[rel]).digest())
-    digest = digest.hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"volsynth-model-{digest}"
+    folder = Path(tempfile.gettempdir()) / f"volsynth-model-{digest.hexdigest()[:16]}"
     if not folder.is_dir():
         staging = Path(tempfile.mkdtemp(prefix=".volsynth-model-", dir=folder.parent))
         for rel, data in packed.items():
@@ -315,7 +321,7 @@ def prepare_folder(spec: CohortSpec, root: Path, registry=None) -> tuple[Manifes
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"cannot create the cohort folder {root}: {exc.strerror or exc}") from exc
-    model = {
+    model: dict[str, Any] = {
         "id": source.spec.id,
         "name": source.spec.name,
         "path": str(source.path),

@@ -156,9 +156,9 @@ class CohortSpec:
 
         if self.request is None:
             object.__setattr__(self, "request", SamplingRequest())
-        elif not isinstance(self.request, SamplingRequest):
-            raise InvalidRequest("a cohort's request template must be a SamplingRequest")
         template = self.request
+        if not isinstance(template, SamplingRequest):
+            raise InvalidRequest("a cohort's request template must be a SamplingRequest")
         if template.seed or template.conditioning or template.batch_size != 1 or template.xla_plan:
             raise InvalidRequest(
                 "a cohort's request template has no seed, conditioning, batch or plan: the cohort's items and "

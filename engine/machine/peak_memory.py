@@ -99,8 +99,8 @@ class PeakMemory:
             torch.cuda.synchronize(self.device)
             peak, kind = device_peak_bytes(self.device)
         else:
-            peak = current_peak_rss_bytes() if self._reset else None
-            peak, kind = (peak if peak is not None else peak_rss_bytes()), "process_rss"
+            reset_peak = current_peak_rss_bytes() if self._reset else None
+            peak, kind = (reset_peak if reset_peak is not None else peak_rss_bytes()), "process_rss"
         self.record = {
             "peak_bytes": peak,
             "start_bytes": self._start,

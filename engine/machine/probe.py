@@ -274,7 +274,8 @@ def autocast_slower_reason(
 
 
 def _cpuinfo() -> tuple[str, str, set[str]]:
-    vendor, model, flags = platform.machine(), platform.processor() or platform.machine(), set()
+    vendor, model = platform.machine(), platform.processor() or platform.machine()
+    flags: set[str] = set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
             for line in handle:

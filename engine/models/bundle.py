@@ -141,7 +141,7 @@ def open_bundle(folder: Path) -> ModelSource:
     networks.check_literal(schedule, "scheduler definition")
 
     outputs = (metadata.get("network_data_format") or {}).get("outputs") or {}
-    pred = next(iter(outputs.values()), {}) if outputs else {}
+    pred: dict[str, Any] = next(iter(outputs.values()), {}) if outputs else {}
     spatial = pred.get("spatial_shape")
     if not spatial or len(spatial) != 3:
         raise ModelInvalid(f"bundle {folder.name}: metadata.json has no 3D output spatial_shape")
@@ -196,7 +196,7 @@ def open_bundle(folder: Path) -> ModelSource:
         voxel_spacing_mm=_spacing_from_metadata(metadata),
         conditioning=conditions,
         conditioning_modes=tuple(modes),
-        intensity_range=tuple(float(v) for v in pred.get("value_range", (0.0, 1.0)))[:2],  # type: ignore[arg-type]
+        intensity_range=tuple(float(v) for v in pred.get("value_range", (0.0, 1.0)))[:2],
         description=str(metadata.get("description", "")),
         source="monai-bundle",
         extra={"monai_version": metadata.get("monai_version"), "version": metadata.get("version")},

@@ -47,6 +47,20 @@ class CatalogueFile:
             return f"{self.repo}/{self.filename} at revision {self.revision}"
         return f"shipped with VolSynth ({self.shipped.name if self.shipped else '?'})"
 
+    @property
+    def hub_source(self) -> tuple[str, str]:
+        """(repo, filename) of a file fetched from the hub."""
+        if self.repo is None or self.filename is None:
+            raise ValueError(f"{self.path} is not fetched from the hub")
+        return self.repo, self.filename
+
+    @property
+    def shipped_copy(self) -> Path:
+        """The copy of a file shipped with VolSynth."""
+        if self.shipped is None:
+            raise ValueError(f"{self.path} is not shipped with VolSynth")
+        return self.shipped
+
 
 @dataclass(frozen=True)
 class Licence:

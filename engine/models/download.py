@@ -319,7 +319,8 @@ def hub_file_metadata(entry: CatalogueEntry, file: CatalogueFile, endpoint: str)
         RevisionNotFoundError,
     )
 
-    url = hf_hub_url(file.repo, file.filename, revision=file.revision, endpoint=endpoint)
+    repo, filename = file.hub_source
+    url = hf_hub_url(repo, filename, revision=file.revision, endpoint=endpoint)
     try:
         return get_hf_file_metadata(url, timeout=HEAD_TIMEOUT_S, endpoint=endpoint)
     except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as exc:
@@ -516,6 +517,7 @@ def _fetch(
         with open(part, "ab") as handle:
             counting = _CountingFile(handle, advance)
             tries = 0
+            retried: tuple[type[Exception], ...] = (OSError, *_transport_errors())
             while have != (item.size or -1):
                 try:
                     _stream_file(
@@ -528,7 +530,7 @@ def _fetch(
                         name=item.file.path,
                     )
                     break
-                except (OSError, *_transport_errors()) as exc:
+                except retried as exc:
                     if _disk_full(exc) or tries >= RESUME_TRIES:
                         raise
                     tries += 1  # a connection lost mid-file: ask for the rest in the same run
@@ -575,7 +577,7 @@ def _disk_full(exc: BaseException) -> bool:
 def _copy_shipped(plan: DownloadPlan, item: FilePlan) -> None:
     staged = plan.staging / item.file.path
     staged.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(item.file.shipped, staged)
+    shutil.copyfile(item.file.shipped_copy, staged)
     digest = sha256_file(staged)
     if item.expected_sha256 and digest != item.expected_sha256:
         staged.unlink()
@@ -715,7 +717,7 @@ def _place(plan: DownloadPlan, hashes: RecordedHashes, report: Progress) -> Path
     report(plan.total, plan.total, "checking the folder")
     sums = {item.file.path: sha256_file(plan.staging / item.file.path) for item in plan.files}
     first_use = [i.file.path for i in plan.files if i.expected_sha256 is None]
-    provenance = {
+    provenance: dict[str, Any] = {
         "model": entry.name,
         "version": entry.version,
         "licence": {"name": entry.licence.name, "url": entry.licence.url},
@@ -874,7 +876,7 @@ def _copy_entry_files(folder: Path, entry: CatalogueEntry, staging: Path, hashes
     for file in entry.files:
         destination = staging / file.path
         destination.parent.mkdir(parents=True, exist_ok=True)
-        source = _find(folder, file) if file.from_hub else file.shipped
+        source = _find(folder, file) if file.from_hub else file.shipped_copy
         shutil.copyfile(source, destination)  # copies the bytes a link points to, never the link
         digest = sha256_file(destination)
         # The catalogue's hash, or one a download checked against the hub; a hash an earlier add recorded

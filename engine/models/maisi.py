@@ -67,7 +67,7 @@ MAX_SIZE = (512, 512, 256)
 SPACING_RANGE_MM = (0.25, 8.0)
 #: Recommended fields of view (mm) per modality and plane, from NV-Generate-CTMR docs/inference.md
 #: ("Recommended FOV for MR rflow-mr-brain model", August 2026); used only when the folder has no docs.
-DOCUMENTED_FOV_MM = {
+DOCUMENTED_FOV_MM: dict[str, list[list[float]]] = {
     "t1w": [[240, 240, 174], [176, 250, 250], [240, 200, 240]],
     "t2w": [[240, 240, 158], [162, 240, 240], [200, 180, 200]],
     "flair": [[250, 250, 175], [176, 250, 250], [250, 200, 250]],
@@ -92,7 +92,7 @@ def _config_dirs(folder: Path) -> list[Path]:
     return [folder / "configs", folder]
 
 
-def _config(folder: Path, name: str, required: bool = True) -> dict[str, Any] | None:
+def _optional_config(folder: Path, name: str) -> dict[str, Any] | None:
     for base in _config_dirs(folder):
         path = base / name
         if path.is_file() or path.is_symlink():
@@ -100,9 +100,14 @@ def _config(folder: Path, name: str, required: bool = True) -> dict[str, Any] | 
             if not isinstance(data, dict):
                 raise ModelInvalid(f"{name} must hold a JSON object")
             return data
-    if required:
-        raise ModelInvalid(f"{folder.name}: no {name} (looked in configs/ and the folder itself)")
     return None
+
+
+def _config(folder: Path, name: str) -> dict[str, Any]:
+    data = _optional_config(folder, name)
+    if data is None:
+        raise ModelInvalid(f"{folder.name}: no {name} (looked in configs/ and the folder itself)")
+    return data
 
 
 def _checkpoint(folder: Path, configured: str | None, default: str, what: str) -> Path:
@@ -209,7 +214,7 @@ def open_maisi_folder(folder: Path) -> MaisiModelSource:
     """Open an NV-Generate-MR-Brain folder: JSON only (fast, no torch); checkpoints are found, not read."""
     network = _config(folder, NETWORK_FILE)
     inference_config = _config(folder, MODEL_FILE)
-    environment = _config(folder, ENVIRONMENT_FILE, required=False) or {}
+    environment = _optional_config(folder, ENVIRONMENT_FILE) or {}
     mapping = _config(folder, MODALITY_FILE)
     inference = _inference_section(inference_config)
     unet_def = _definition(network, "diffusion_unet_def", "DiffusionModelUNetMaisi")
@@ -237,7 +242,7 @@ def open_maisi_folder(folder: Path) -> MaisiModelSource:
         default_sampler="rflow",
         default_steps=steps,
         scale_factor=1.0,  # the U-Net checkpoint's own scale_factor replaces it when the model loads
-        voxel_spacing_mm=spacing,  # type: ignore[arg-type]
+        voxel_spacing_mm=spacing,
         default_guidance_scale=guidance,
         intensity_range=(0.0, 1000.0),
         description=(
@@ -425,9 +430,10 @@ def _state_dict(checkpoint: Any, path: Path) -> dict[str, Any]:
 
 
 def _scale_factor(checkpoint: Any, path: Path) -> float:
-    value = checkpoint.get("scale_factor") if isinstance(checkpoint, dict) else None
+    # Whatever the checkpoint holds (a tensor, a number, anything else): float() refuses what is not a number.
+    value: Any = checkpoint.get("scale_factor") if isinstance(checkpoint, dict) else None
     try:
-        number = float(value.item() if hasattr(value, "item") else value)  # type: ignore[union-attr]
+        number = float(value.item() if hasattr(value, "item") else value)
     except (TypeError, ValueError, RuntimeError):
         raise ModelInvalid(
             f"checkpoint {path.name} has no scale_factor (NV-Generate saves one with the U-Net)"

@@ -14,7 +14,7 @@ U-Net is told the spacing and, through a class label, the modality. Three outcom
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +75,7 @@ def parse_triple(text: str, kind, what: str) -> tuple:
         raise InvalidRequest(f"{what} must be three numbers such as 256x256x128, got {text!r}") from None
 
 
-def _fmt(values: Sequence[float]) -> str:
+def _fmt(values: Iterable[float]) -> str:
     return "x".join(f"{v:g}" for v in values)
 
 
@@ -123,7 +123,7 @@ def resolve_output(spec, modality: str, size, spacing) -> ResolvedOutput:
                 f"model {spec.id!r} makes volumes at {_fmt(fixed_spacing)} mm only; leave the spacing unset"
             )
         label = spec.modality_label(modality) if modality else None
-        return ResolvedOutput(modality, label, fixed_size, fixed_spacing)  # type: ignore[arg-type]
+        return ResolvedOutput(modality, label, fixed_size, fixed_spacing)
 
     geometry = spec.geometry
     modality = modality or spec.default_modality
@@ -151,4 +151,4 @@ def resolve_output(spec, modality: str, size, spacing) -> ResolvedOutput:
             "MRI is acquired at; the U-Net is told the spacing)"
         )
     warning = fov_warning(spec, modality, size, spacing)
-    return ResolvedOutput(modality, label, size, spacing, (warning,) if warning else ())  # type: ignore[arg-type]
+    return ResolvedOutput(modality, label, size, spacing, (warning,) if warning else ())

@@ -167,10 +167,11 @@ class ConditionSpec:
             raise ModelInvalid(
                 f"condition {spec.name!r}: default {spec.default} is outside [{spec.min}, {spec.max}]"
             )
-        trained = (spec.trained_min, spec.trained_max)
-        if (trained[0] is None) != (trained[1] is None) or (
-            None not in trained
-            and not (math.isfinite(trained[0]) and math.isfinite(trained[1]) and trained[0] < trained[1])
+        low, high = spec.trained_min, spec.trained_max
+        if (low is None) != (high is None) or (
+            low is not None
+            and high is not None
+            and not (math.isfinite(low) and math.isfinite(high) and low < high)
         ):
             raise ModelInvalid(
                 f"condition {spec.name!r}: trained_min and trained_max must both be given, finite, "
@@ -195,13 +196,13 @@ class ModelSpec:
     default_sampler: str = "ddim"
     default_steps: int = 50
     scale_factor: float = 1.0
-    voxel_spacing_mm: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    voxel_spacing_mm: tuple[float, ...] = (1.0, 1.0, 1.0)  # three; __post_init__ checks
     conditioning: tuple[ConditionSpec, ...] = ()
     conditioning_modes: tuple[str, ...] = ()
     guidance_null_value: float | None = None  # value of an "unconditioned" input; None = no CFG
     # Guidance scale used when a request leaves it unset; a trained model's card says why it is not 1.
     default_guidance_scale: float = 1.0
-    intensity_range: tuple[float, float] = (0.0, 1.0)
+    intensity_range: tuple[float, ...] = (0.0, 1.0)  # (low, high); __post_init__ checks
     description: str = ""
     source: str = "volsynth"  # "volsynth" model folder or "monai-bundle"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -290,10 +291,10 @@ class ModelSpec:
         ``size``/``spacing``: what a request chose for a model with a choosable output (``geometry``)."""
         if self.world_affine is not None:
             return np.array(self.world_affine, dtype=np.float64)
-        spacing = np.asarray(spacing or self.voxel_spacing_mm, dtype=np.float64)
+        spacing_mm = np.asarray(spacing or self.voxel_spacing_mm, dtype=np.float64)
         shape = np.asarray(size or self.output_shape[1:4], dtype=np.float64)
-        affine = np.diag([*spacing, 1.0])
-        affine[:3, 3] = -spacing * (shape - 1) / 2.0
+        affine = np.diag([*spacing_mm, 1.0])
+        affine[:3, 3] = -spacing_mm * (shape - 1) / 2.0
         return affine
 
     def condition(self, name: str) -> ConditionSpec:

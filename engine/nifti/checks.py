@@ -31,7 +31,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Literal
 
 import numpy as np
 
@@ -187,8 +187,8 @@ class NiftiHeader:
     @property
     def scaled(self) -> bool:
         """The stored values are scaled on reading (nibabel ignores a slope of 0 or NaN)."""
-        slope = float(self.header["scl_slope"])  # type: ignore[index]
-        inter = float(self.header["scl_inter"])  # type: ignore[index]
+        slope = float(self.header["scl_slope"])
+        inter = float(self.header["scl_inter"])
         return bool(np.isfinite(slope) and slope != 0 and (slope != 1 or inter != 0))
 
     def read_bytes_per_voxel(self) -> int:
@@ -239,20 +239,24 @@ class _Prefix:
         return bytes(self._buf[:n])
 
 
-def sniff_sizeof_hdr(head: bytes) -> tuple[int, str] | None:
+ByteOrder = Literal["<", ">"]
+
+
+def sniff_sizeof_hdr(head: bytes) -> tuple[int, ByteOrder] | None:
     """(header size 348 or 540, byte order ``"<"`` or ``">"``) from a stream's first four bytes; None if it is
     not a NIfTI-1/-2 header (or shorter than four bytes). The project's one header-size sniffer: the NIfTI
     checks, the vault's stream rewriter and its synthetic-mark finder all read the size here."""
     if len(head) < 4:
         return None
-    for endian in ("<", ">"):
+    orders: tuple[ByteOrder, ...] = ("<", ">")
+    for endian in orders:
         (size,) = struct.unpack(endian + "i", head[:4])
         if size in (348, 540):
             return size, endian
     return None
 
 
-def _sizeof_hdr(head: bytes, name: str) -> tuple[int, str]:
+def _sizeof_hdr(head: bytes, name: str) -> tuple[int, ByteOrder]:
     if len(head) < 4:
         raise InvalidRequest(
             f"{name} is not a readable NIfTI file: it has only {len(head)} bytes; check the file"
@@ -521,7 +525,7 @@ def inspect_nifti_bytes(raw, *, name: str) -> NiftiHeader:
     import io
 
     view = memoryview(raw).cast("B")
-    return _inspect(io.BytesIO(view), name=name, file_size=len(view))  # type: ignore[arg-type]
+    return _inspect(io.BytesIO(view), name=name, file_size=len(view))
 
 
 def _inflate_bounded(chunks, limit: int, name: str):

@@ -64,7 +64,10 @@ def tissue_path(image_path: Path, name: str) -> Path:
     ``sub-01_space-MNI152NLin2009aSym_label-GM_desc-skullstripped_probseg``."""
     stem, suffix = split_nifti_name(image_path)
     stem = _IMAGE_SUFFIX.sub("", stem)
-    head, desc = _DESC_ENTITY.match(stem).groups()
+    match = _DESC_ENTITY.match(stem)
+    if match is None:  # the pattern matches any text; this says so to the reader
+        raise ValueError(f"cannot split the desc entity from {stem!r}")
+    head, desc = match.groups()
     return image_path.with_name(f"{head}_label-{name}{desc or ''}_probseg{suffix}")
 
 

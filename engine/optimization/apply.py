@@ -19,6 +19,7 @@ import dataclasses
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -346,7 +347,8 @@ def _prepare(model, config: OptimizationConfig, device) -> PreparedModel:
             autoencoder.to(memory_format=torch.channels_last_3d)
 
     # 6. Compile / CUDA graphs: wrap the call, not the module, so PreparedModel.unet stays inspectable.
-    unet_call = compiled = None
+    unet_call: Callable[..., Any] | None = None
+    compiled: _CompiledWithFallback | None = None
     if decisions.compile_mode.applied:
         compiled = _CompiledWithFallback(torch.compile(unet, mode=config.compile_mode, dynamic=False), unet)
         unet_call = compiled
@@ -741,29 +743,36 @@ def _apply_decoder_quantization(
     )
 
 
+class _LatentOut(PreparedModel):
+    """A prepared model whose decode hands back the latent itself (a calibration that stops before decoding)."""
+
+    def decode(self, z):
+        return z
+
+
 def _run_calibration(model, unet, device, decode: bool, autocast: str | None = None):
     """Run the engine's sampling loop with ``unet`` (eager; fp32 or under ``autocast``) on the calibration request.
 
     Returns the final sample: the decoded volume if ``decode`` and the model has a decoder loaded, else the
     final latent (for latent models; a latent-only benchmark loads no decoder).
     """
-    from engine.api import SamplingRequest, run
+    from engine.api import SamplingRequest
+    from engine.api.relay import drive
     from engine.sampling import denoise
 
     spec = model.spec
-    plain = PreparedModel(
+    prepared = _LatentOut if not decode or model.autoencoder is None else PreparedModel
+    plain = prepared(
         unet=unet,
         autoencoder=model.autoencoder,
         config=OptimizationConfig(autocast=autocast),
         device=device,
         decisions=Decisions(autocast=Decision(autocast, autocast is not None)),
     )
-    if not decode or model.autoencoder is None:
-        plain.decode = lambda z: z  # the latent itself
     request = SamplingRequest(
         model=spec.id,
         steps=min(CALIBRATION_STEPS, int(spec.schedule["num_train_timesteps"])),
         seed=CALIBRATION_SEED,
         guidance_scale=1.0,
     )  # as the bench measures it
-    return run(denoise(plain, spec, request, device)).volumes
+    return drive(denoise(plain, spec, request, device)).volumes

@@ -125,7 +125,7 @@ class StepCachedUNet:
             and cache.shape == tuple(x.shape)
         )
         emb, context = self._embedding(x, timesteps, context)
-        if cached_step:
+        if cached_step and step is not None and cache is not None:  # (cached_step implies both)
             self.cached_passes += 1
             return self._shallow(x, emb, context, cache.feature_at(step.index, self.forecast))
         out, feature = self._full(x, emb, context)
@@ -135,7 +135,9 @@ class StepCachedUNet:
             self._cache = None
         else:
             same_run = cache is not None and cache.run == step.run and cache.shape == tuple(x.shape)
-            previous = (cache.index, cache.feature) if same_run and self.forecast else None
+            previous = (
+                (cache.index, cache.feature) if cache is not None and same_run and self.forecast else None
+            )
             self._cache = _Cache(step.run, step.index, tuple(x.shape), feature, previous)
         return out
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -194,7 +195,9 @@ class _RowConv:
         if isinstance(module, Int8Conv3d):
             self.kernel_x, self.pad_x = module.kernel_size[0], module.padding[0]
             self.out_channels = module.out_channels
-            self.call = module.with_padding((0, *module.padding[1:])) if self.pad_x else module
+            self.call: Callable[[torch.Tensor], torch.Tensor] = (
+                module.with_padding((0, *module.padding[1:])) if self.pad_x else module
+            )
             return
         if not isinstance(module, nn.Conv3d):
             raise TypeError(f"not a convolution: {type(module).__name__}")
@@ -279,6 +282,10 @@ class _Rows:
     dtype: torch.dtype
 
     def rows(self, a: int, b: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def store(self) -> _Stored:
+        """The activation computed in full."""
         raise NotImplementedError
 
     @property
@@ -607,7 +614,11 @@ def _conv_all(src: _Rows, conv: _RowConv, ctx: _Ctx, pre=None, held: int = 0) ->
 
 
 def _device(src: _Rows) -> torch.device:
-    return src.source.value.device if isinstance(src, _Upsampled) else src.value.device
+    if isinstance(src, _Upsampled):
+        return src.source.value.device
+    if isinstance(src, _Stored):
+        return src.value.device
+    raise TypeError(f"rows of an unknown kind: {type(src).__name__}")
 
 
 def _res_block(block, src: _Rows, ctx: _Ctx) -> _Stored:
@@ -625,7 +636,7 @@ def _res_block(block, src: _Rows, ctx: _Ctx) -> _Stored:
         else:
             ctx.stats.setdefault("upsampled_recomputed", []).append(list(src.shape))
     lazy = isinstance(src, _Upsampled)
-    held = src.source.nbytes if lazy else src.nbytes
+    held = src.source.nbytes if isinstance(src, _Upsampled) else src.nbytes
     if lazy:
         # Rows of a lazy input cost more than their size: the 8-parity convolution output, the shuffled
         # rows, the kept halo and their concatenation (measured: ~5x the rows' fp32 bytes, not 2x).
@@ -633,7 +644,7 @@ def _res_block(block, src: _Rows, ctx: _Ctx) -> _Stored:
 
     slab = ctx.rows_for(size, per_row, held + h_bytes)
     stats1 = _group_stats(src, block.norm1, ctx, slab)
-    if lazy:
+    if isinstance(src, _Upsampled):
         src.forget()
     first = _normaliser(block.norm1, stats1, activate=True)
     conv1 = _RowConv(block.conv1.conv)
@@ -646,22 +657,23 @@ def _res_block(block, src: _Rows, ctx: _Ctx) -> _Stored:
     for a in range(0, size, slab):
         b = min(a + slab, size)
         h[:, :, a:b] = _conv_rows(src.rows, size, conv1, a, b, ctx, first)
-        if early:
+        if side is not None:
             rows = src.rows(a, b)
             side[:, :, a:b] = rows if shortcut is None else shortcut(rows)
-    if lazy:
+    if isinstance(src, _Upsampled):
         src.forget()
     h = _Stored(h)
     stats2 = _group_stats(h, block.norm2, ctx, slab)
     second = _normaliser(block.norm2, stats2, activate=True)
     conv2 = _RowConv(block.conv2.conv)
 
-    if (identity and isinstance(src, _Stored)) or early:
-        out = side if early else src.value  # conv2 reads only h, so these rows can take the result in place
+    # conv2 reads only h, so these rows can take the result in place
+    in_place = side if side is not None else src.value if identity and isinstance(src, _Stored) else None
+    if in_place is not None:
         for a in range(0, size, slab):
             b = min(a + slab, size)
-            out[:, :, a:b] += _conv_rows(h.rows, size, conv2, a, b, ctx, second)
-        return _Stored(out)
+            in_place[:, :, a:b] += _conv_rows(h.rows, size, conv2, a, b, ctx, second)
+        return _Stored(in_place)
     if lazy:
         ctx.stats["shortcut_recomputed"] = ctx.stats.get("shortcut_recomputed", 0) + 1
     # Otherwise the result overwrites h slab by slab: conv2 of a later slab still needs the last `pad`
@@ -684,7 +696,7 @@ def _res_block(block, src: _Rows, ctx: _Ctx) -> _Stored:
         if shortcut is not None:
             rows = shortcut(rows)
         out[:, :, a:b] = rows + new
-    if lazy:
+    if isinstance(src, _Upsampled):
         src.forget()
     return _Stored(out)
 

@@ -112,7 +112,7 @@ def measured_row(result: Mapping[str, Any] | None, config) -> dict[str, Any] | N
 
 def measured_slower(row: Mapping[str, Any] | None) -> bool:
     """Whether the row was measured slower than fp32 end to end by the noise rule."""
-    return bool(row) and (row.get("end_to_end_verdict") or {}).get("verdict") == "slower"
+    return row is not None and (row.get("end_to_end_verdict") or {}).get("verdict") == "slower"
 
 
 def trades_fidelity(row: Mapping[str, Any]) -> bool:

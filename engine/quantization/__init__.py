@@ -283,13 +283,17 @@ def quantize_int8(
     ``legacy_kernels``: the deprecated torch.ao modules instead (``benchmarks.int8_kernels`` compares them;
     the engine never asks for them).
     """
+    # (conv, observer, reduce_range) -> the int8 convolution; linear -> the int8 linear
+    conv_int8: Callable[..., nn.Module]
+    linear_int8: Callable[..., nn.Module]
     if legacy_kernels:
         from engine.quantization import legacy
 
         conv_int8 = lambda conv, observer, _: legacy.LegacyInt8Conv3d(conv, observer)  # noqa: E731
         linear_int8 = legacy.LegacyDynamicInt8Linear
     else:
-        conv_int8, linear_int8 = Int8Conv3d, DynamicInt8Linear
+        conv_int8 = Int8Conv3d
+        linear_int8 = lambda linear: DynamicInt8Linear(linear, reduce_range)  # noqa: E731
     done = []
     for name in names:
         module = model.get_submodule(name)
@@ -301,9 +305,7 @@ def quantize_int8(
         elif isinstance(module, nn.Linear):
             if calibration.too_small_for_int8(model, name):
                 continue  # int8 would slow this layer down (MIN_INT8_LINEAR_MACS)
-            _set_module(
-                model, name, linear_int8(module) if legacy_kernels else linear_int8(module, reduce_range)
-            )
+            _set_module(model, name, linear_int8(module))
         else:
             continue
         done.append(name)

@@ -109,14 +109,14 @@ class Int8Conv3d(nn.Module):
         import copy
 
         cache = self.__dict__.setdefault("_padded", {})
-        padding = tuple(padding)
-        if padding not in cache:
+        key = tuple(padding)
+        if key not in cache:
             other = copy.copy(self)
             other.__dict__ = dict(self.__dict__)
-            other.padding, other._packed = padding, None
+            other.padding, other._packed = key, None
             other.__dict__["_padded"] = {}
-            cache[padding] = other
-        return cache[padding]
+            cache[key] = other
+        return cache[key]
 
     def quantize_input(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` as uint8 with this layer's static scale and zero point (round half up, saturating).

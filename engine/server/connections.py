@@ -48,7 +48,7 @@ from typing import Protocol
 import h11
 import uvicorn
 from starlette.responses import JSONResponse
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 from engine import wire
 from engine.server.middleware import ambiguous_framing
@@ -171,12 +171,12 @@ class GuardedH11Protocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self.client_host = "?"
         self._deadline: asyncio.TimerHandle | None = None
-        self._request_seen = None  # the cycle whose headers were last counted as arrived
+        self._request_seen: RequestResponseCycle | None = None  # the cycle whose headers were last counted
         self._waiting_for: str | None = None  # "headers", "body" or None (the request is in)
         self._registered = False
         self.handshake: TlsHandshake | None = None  # the TLS handshake counted for it until now, if any
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         if self.handshake is not None:  # its handshake is done: it is counted as this connection from now
             self.handshake.finished()
         super().connection_made(transport)
@@ -291,7 +291,8 @@ class TlsHandshake(asyncio.Protocol):
             self.sslcontext,
             handshake_done,
             server_side=True,
-            ssl_handshake_timeout=self.timeout_s,
+            # Seconds, a float as asyncio's own servers pass it; typeshed says int.
+            ssl_handshake_timeout=self.timeout_s,  # type: ignore[arg-type]
         )
         # From now on the socket's bytes go to the TLS layer, which calls app.connection_made after the
         # handshake (before it passes on any request bytes) or closes the socket at the deadline.

@@ -395,9 +395,9 @@ class JobManager:
 
     def _expire(self) -> None:
         now = self.clock()
-        finished = [j for j in self.jobs.values() if j.finished_at is not None]
-        for job in finished:
-            unread_expired = now - job.finished_at > self.limits.job_ttl_s
+        finished = [(j, j.finished_at) for j in self.jobs.values() if j.finished_at is not None]
+        for job, finished_at in finished:
+            unread_expired = now - finished_at > self.limits.job_ttl_s
             read_expired = job.read_at is not None and now - job.read_at > self.limits.read_ttl_s
             if unread_expired or read_expired:
                 del self.jobs[job.id]

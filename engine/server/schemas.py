@@ -125,7 +125,9 @@ def _incompatible(fields) -> dict[str, Any]:
 def optimization_body(rows=optimization_config.SETTING_ROWS) -> type[BaseModel]:
     """``OptimizationConfig`` on the wire, one field per setting row, so that a new setting is on the wire at
     once."""
-    fields = {row.name: _optimization_field(row) for row in rows}
+    # Any: create_model's keyword arguments mix its options with the fields, so a typed dict of fields
+    # cannot be spread into it.
+    fields: dict[str, Any] = {row.name: _optimization_field(row) for row in rows}
     return create_model(
         "OptimizationBody",
         __config__=ConfigDict(extra="forbid", json_schema_extra=_incompatible(fields)),
@@ -145,17 +147,21 @@ def _request_field(row: request_fields.RequestField) -> tuple[Any, Any]:
     low, high = row.bounds or (None, None)
     limits = {"gt" if row.low_open else "ge": low, "lt" if row.high_open else "le": high}
     limits = {key: value for key, value in limits.items() if value is not None}
-    description = {"description": row.help}
+    # The types below are built at run time from the row, for pydantic: a type checker cannot read types held
+    # in variables (the valid-type ignores).
     kind: Any
     if row.kind == rules.SETTINGS:
-        return Annotated[OptimizationBody, Field(**description)], Field(default_factory=OptimizationBody)
+        return Annotated[OptimizationBody, Field(description=row.help)], Field(
+            default_factory=OptimizationBody
+        )
     if row.kind == rules.CONDITIONS:
         shortest, longest = row.wire_name_length or (1, None)
         name = Annotated[str, StringConstraints(min_length=shortest, max_length=longest)]
-        kind = Annotated[dict[name, _finite()], Field(max_length=row.wire_max_items, **description)]  # type: ignore[valid-type]
+        value = _finite()
+        kind = Annotated[dict[name, value], Field(max_length=row.wire_max_items, description=row.help)]  # type: ignore[valid-type]
         return kind, Field(default_factory=dict)
     if row.kind == rules.CHOICE:
-        kind = Literal[(row.unset, *row.values)]  # type: ignore[valid-type]
+        kind = Literal[(row.unset, *row.values)]
     elif row.kind == rules.TEXT:
         pattern = f"^({row.pattern})?$" if row.pattern else None
         kind = Annotated[str, StringConstraints(max_length=row.wire_max_length, pattern=pattern)]
@@ -166,18 +172,21 @@ def _request_field(row: request_fields.RequestField) -> tuple[Any, Any]:
         kind = Annotated[list[number], Field(min_length=3, max_length=3)]  # type: ignore[valid-type]
     if row.optional:
         kind = kind | None
-    return Annotated[kind, Field(**description)], row.default
+    return Annotated[kind, Field(description=row.help)], row.default
 
 
 def request_body(fields: Sequence[request_fields.RequestField] | None = None) -> type[BaseModel]:
     """``SamplingRequest`` on the wire, one field per request field row (``engine.api.request_fields``), so
     that a new field, or a newly registered sampler, is on the wire when the app is made."""
     rows = request_fields.all_fields() if fields is None else fields
+    body_fields: dict[str, Any] = {
+        row.name: _request_field(row) for row in rows
+    }  # Any: as in optimization_body
     return create_model(
         "JobRequest",
         __config__=ConfigDict(extra="forbid", protected_namespaces=()),
         __doc__="``SamplingRequest`` on the wire (engine.api); ``model`` is one of the server's model ids.",
-        **{row.name: _request_field(row) for row in rows},
+        **body_fields,
     )
 
 
@@ -201,11 +210,16 @@ class PlanRequest(BaseModel):
             pattern=r"^(v5e:\d{1,2}x\d{1,2}|v5p:\d{1,2}x\d{1,2}x\d{1,2}|\dxH100-(nvlink|pcie))$"
         ),
     ]
-    batch: _whole(ge=1, le=MAX_BATCH) = 1
+    # What _whole and _finite make, written out: a type checker reads annotations without calling functions.
+    batch: Annotated[int, Field(ge=1, le=MAX_BATCH), BeforeValidator(_whole_number)] = 1
     cfg: bool = True
-    compile_top: _whole(ge=1, le=MAX_COMPILE_TOP) = DEFAULT_COMPILE_TOP
+    compile_top: Annotated[int, Field(ge=1, le=MAX_COMPILE_TOP), BeforeValidator(_whole_number)] = (
+        DEFAULT_COMPILE_TOP
+    )
     # Seconds after which the planner stops compiling and answers with the best plan so far (cut_short).
-    time_limit_s: _finite(ge=0, le=MAX_TIME_LIMIT_S) = DEFAULT_TIME_LIMIT_S
+    time_limit_s: Annotated[
+        float, Field(allow_inf_nan=False, ge=0, le=MAX_TIME_LIMIT_S), BeforeValidator(_real_number)
+    ] = DEFAULT_TIME_LIMIT_S
     # Compile each surviving plan's whole step for the topology (minutes each) instead of its U-Net blocks.
     whole_compile: StrictBool = False
 
@@ -236,7 +250,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (429, "too many jobs or streams; see Retry-After"),
     )
 }
-NOT_FOUND = {404: {"model": ErrorBody, "description": "no such job (it may have expired)"}}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "no such job (it may have expired)"}
+}
 
 
 class Refused(HTTPException):

@@ -46,7 +46,7 @@ class EngineServer(GuardedServer):
         self.grace_s = grace_s
         self.handshake_timeout_s = handshake_timeout_s
 
-    def handle_exit(self, sig, frame) -> None:  # type: ignore[no-untyped-def]
+    def handle_exit(self, sig, frame) -> None:
         if not self.should_exit:
             super().handle_exit(sig, frame)
             return

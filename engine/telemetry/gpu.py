@@ -255,13 +255,14 @@ class GpuMonitor:
             self._devices = []
 
     def _init(self) -> None:
-        nvml = self._nvml_given
-        if nvml is None:
+        if self._nvml_given is None:
             try:
                 import pynvml as nvml  # lazy: ~15 ms of import, paid only where GPU metrics are wanted
             except ImportError:
                 self._reason = f"{NO_GPU_PREFIX}nvidia-ml-py is not installed"
                 return
+        else:
+            nvml = self._nvml_given
         self._nvml = nvml
         self._codes = {name: getattr(nvml, name, value) for name, value in _ERROR_CODES.items()}
         try:
@@ -307,7 +308,7 @@ class GpuMonitor:
         return device
 
     def _init_failure(self, exc: Exception) -> str:
-        code = getattr(exc, "value", None)
+        code: Any = getattr(exc, "value", None)  # whatever the binding's error carries
         nvml_text = self._describe(exc)
         codes = self._codes
         friendly = {
@@ -572,7 +573,7 @@ class GpuMonitor:
             elif any(u is None for u in used):
                 missing["process_memory_bytes"] = "the driver does not report per-process memory (WDDM)"
             else:
-                values["process_memory_bytes"] = int(sum(used))
+                values["process_memory_bytes"] = int(sum(u for u in used if u is not None))
 
     def _read_energy(self, device: _Device, values: dict[str, Any], missing: dict[str, str]) -> None:
         """The energy counter since the driver loaded (millijoules)."""

@@ -83,7 +83,7 @@ class KernelProfiler:
         profiled = len(self._events)
         total_us = sum(r["self_us"] for r in totals.values())
         ranked = sorted(totals.items(), key=lambda item: -item[1]["self_us"])
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "name": name,
                 "self_ms_per_step": r["self_us"] / 1e3 / max(profiled, 1),

@@ -208,7 +208,7 @@ class RunAccumulator:
         if ended_at is None:
             ended_at = started_at + duration
 
-        gpus = []
+        gpus: list[dict[str, Any]] = []
         for run in sorted(self._gpus.values(), key=lambda r: r.index):
             if run.last_power is not None:
                 t_last, p_last = run.last_power

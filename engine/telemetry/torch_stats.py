@@ -14,8 +14,8 @@ from engine.telemetry.samples import TorchDeviceStats, TorchSample
 
 
 def _loaded_torch(import_torch: bool) -> tuple[Any, str | None]:
-    torch = sys.modules.get("torch")
-    if torch is None:
+    loaded = sys.modules.get("torch")
+    if loaded is None:
         if not import_torch:
             return None, "torch is not loaded in this process"
         try:
@@ -25,9 +25,9 @@ def _loaded_torch(import_torch: bool) -> tuple[Any, str | None]:
         return torch, None
     # Another thread may be half-way through ``import torch``; touching torch.cuda then could fail or
     # import submodules from this thread. importlib marks a module being executed with _initializing.
-    if getattr(getattr(torch, "__spec__", None), "_initializing", False):
+    if getattr(getattr(loaded, "__spec__", None), "_initializing", False):
         return None, "torch is still loading"
-    return torch, None
+    return loaded, None
 
 
 def torch_allocator_stats(import_torch: bool = False) -> TorchSample:

@@ -175,7 +175,9 @@ def edge_score(volume: np.ndarray, mask: np.ndarray | None = None) -> float:
     inner = ndimage.binary_erosion(mask, iterations=3)
     if inner.sum() < 100:
         return 0.0
-    energy = sum(g.astype(np.float64) ** 2 for g in np.gradient(vol))
+    energy = np.zeros(vol.shape, np.float64)
+    for gradient in np.gradient(vol):
+        energy += gradient.astype(np.float64) ** 2
     spread = float(np.percentile(vol[mask], 95) - np.percentile(vol[mask], 5))
     return float(energy[inner].mean() / spread**2) if spread > 1e-6 else 0.0
 
@@ -601,7 +603,7 @@ def _sharpness(source, samples: list[np.ndarray], masks, progress: Callable[[str
     held_images, held_tissue = _held_out_volumes()
     curve = blur_curve(held_images)
     sample_score = float(np.mean([edge_score(s, m) for s, m in zip(samples, masks, strict=True)]))
-    blur = {
+    blur: dict[str, Any] = {
         "sigmas": list(BLUR_SIGMAS),
         "training_scores": curve,
         "sample_score": sample_score,

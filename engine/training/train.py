@@ -462,7 +462,7 @@ def load_autoencoder(cfg: TrainConfig, work: Path, finetuned: bool = True):
     return ae.eval()
 
 
-def phase_latents(cfg: TrainConfig, work: Path, seed: int, log) -> float:
+def phase_latents(cfg: TrainConfig, work: Path, seed: int, log) -> tuple[float, float]:
     import torch
 
     ae = load_autoencoder(cfg, work, finetuned=False)
@@ -816,7 +816,7 @@ def _prepare_work(work: Path, cfg: TrainConfig, cfg_dict: dict[str, Any], resume
         # Step counts may change on resume (to extend a run), and so may the decoder fine-tuning's learning
         # rate: the fine-tuning is then redone. Nothing downstream depends on it (the U-Net trains on the
         # frozen encoder's latents).
-        free = ("ae_steps", "unet_steps", "decoder_steps", "decoder_lr")
+        free: tuple[str, ...] = ("ae_steps", "unet_steps", "decoder_steps", "decoder_lr")
         restart_decoder = saved.get("decoder_lr") != cfg.decoder_lr
         if not (work / "unet.ckpt").exists():
             # No U-Net trained yet: its own settings may change (a new U-Net on the same autoencoder).
@@ -916,13 +916,22 @@ def _run_phases(
         state.save(state_path)
     if stop_after == "decoder":
         return False
-    unet_loss = timed(
-        "unet", lambda: phase_unet(cfg, work, seed, state.scale_factor, log, resume=True, deadline=deadline)
-    )
+
+    def train_unet() -> float:
+        return phase_unet(cfg, work, seed, _scale_factor(state), log, resume=True, deadline=deadline)
+
+    unet_loss = timed("unet", train_unet)
     if unet_loss is not None:
         state.losses["unet_mse_ema"] = unet_loss
         state.save(state_path)
     return True
+
+
+def _scale_factor(state: RunState) -> float:
+    """The latents phase's scale factor, which the U-Net and the exported model need."""
+    if state.scale_factor is None:
+        raise RuntimeError("the run's state has no scale factor: the latents phase has not run")
+    return float(state.scale_factor)
 
 
 def _export(
@@ -941,7 +950,7 @@ def _export(
     from engine.models.export import save_model_folder
     from engine.training.card import render_card
 
-    provenance = {
+    provenance: dict[str, Any] = {
         "command": " && ".join(state.commands),
         "parts": [{"command": part["command"], "seconds": round(part["seconds"], 1)} for part in state.parts],
         "commands": state.commands,
@@ -957,7 +966,7 @@ def _export(
         f"torch {torch.__version__}",
         "data": data_stats(work),
     }
-    spec = build_spec(cfg, float(state.scale_factor), provenance["data"], provenance)
+    spec = build_spec(cfg, _scale_factor(state), provenance["data"], provenance)
     ae = load_autoencoder(cfg, work)
     unet = _load_ema_unet(cfg, work)
     folder = save_model_folder(out, spec, {"unet": unet, "autoencoder": ae}, render_card(spec, out))

@@ -35,9 +35,11 @@ import getpass
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -165,7 +167,7 @@ class AuditLog:
         #: (seq, MAC) of the last entry this object appended; the index records it at each commit.
         self.last_appended: tuple[int, bytes] | None = None
         #: Called with (seq, MAC) after every append, under the audit lock (the vault updates its anchor).
-        self.on_append = None
+        self.on_append: Callable[[int, bytes], None] | None = None
         #: What appends repaired on the way (a damaged audit.head slot rewritten), for the vault's notices.
         self.repairs: list[str] = []
 
@@ -296,7 +298,7 @@ class AuditLog:
         """Append one entry durably. Raises :class:`VaultCorrupted` if the chain's end was tampered with."""
         return self.append_many([(event, item_id, detail or {}, None)])[-1]
 
-    def append_many(self, records: list[tuple[str, str | None, dict, str | None]]) -> list[AuditEntry]:
+    def append_many(self, records: Sequence[tuple[str, str | None, dict, str | None]]) -> list[AuditEntry]:
         """Append several entries (event, item id, detail, time or None for now) in one locked step."""
         with self._lock.hold(wait_s=10.0):
             return self._append_locked(records)
@@ -335,7 +337,7 @@ class AuditLog:
             )
         return sorted(self.folder.glob(f"{FAILED_NAME}.*"))
 
-    def _append_locked(self, records: list[tuple[str, str | None, dict, str | None]]) -> list[AuditEntry]:
+    def _append_locked(self, records: Sequence[tuple[str, str | None, dict, str | None]]) -> list[AuditEntry]:
         if event_bad := [r[0] for r in records if r[0] not in EVENTS]:
             raise ValueError(f"unknown audit events {event_bad}")  # programming error
         remove_leftovers(self.folder, TMP_AUDIT_PREFIX)
@@ -344,7 +346,7 @@ class AuditLog:
         lines = []
         for event, item_id, detail, when in records:
             seq += 1
-            body = {
+            body: dict[str, Any] = {
                 "time": when or _now_iso(),
                 "event": event,
                 "item": item_id,

@@ -115,6 +115,7 @@ def change_passphrase(
             raise VaultLocked("the current passphrase is wrong; the passphrase was not changed") from None
         if not hmac.compare_digest(master, bytes(state.keys.master)):
             raise VaultCorrupted("the vault header no longer matches this vault's key")
+        assert state.index is not None
         new_header = Header.wrapping(header.vault_id, header.created, kdf, new_pw, master)
         # Audit entry (naming the new header) -> header -> index recording the header's hash: restoring
         # the old vault.json later no longer matches the index (see engine.vault.rollback).

@@ -250,7 +250,8 @@ def _stage_and_move(
             _write_volume(state, plan, staging / plan.nii_path.name, prefix, deidentify, counter)
             _write_tissue_maps(state, plan, staged_maps, prefix, deidentify, counter)
             warnings = _write_dicom(state, plan, staged_dicom, prefix, deidentify, counter)
-            if plan.synthetic:  # the provenance sidecar every route writes (engine.nifti.io.save_volume)
+            if plan.record is not None:  # a synthetic item: the provenance sidecar every route writes
+                # (engine.nifti.io.save_volume)
                 write_atomic(staged_prov, provenance_sidecar(plan.record), prefix=prefix, output=True)
             fsync_dir(staging)
             # Into place: the NIfTI last, so that whatever is in place without it is what a crash in

@@ -43,8 +43,12 @@ def array_slices(arr: np.ndarray) -> Iterator[np.ndarray]:
 def file_slices(path: Path, shape: Sequence[int], chunk: int = 16) -> Iterator[np.ndarray]:
     """A NIfTI file's voxels (scaled as nibabel reads them), a few slices at a time: never all in memory."""
     import nibabel as nib
+    from nibabel.dataobj_images import DataobjImage
 
-    proxy = nib.load(str(path)).dataobj
+    image = nib.load(str(path))
+    if not isinstance(image, DataobjImage):
+        raise TypeError(f"{path.name} is not an image with voxel data ({type(image).__name__})")
+    proxy = image.dataobj
     for start in range(0, int(shape[-1]), chunk):
         block = np.asarray(proxy[..., start : start + chunk])
         for index in range(block.shape[-1]):

@@ -107,7 +107,9 @@ def import_nifti(
         },
     }
     # Tissue parts record whether their bytes are gzip'ed (the volume's flag is in "volume").
-    sources = [("volume", path, None)] + [(TISSUE_PART_PREFIX + n, m, c) for n, m, c in maps]
+    sources: list[tuple[str, Path, bool | None]] = [("volume", path, None)] + [
+        (TISSUE_PART_PREFIX + n, m, c) for n, m, c in maps
+    ]
     write_parts = _file_parts(sources, total, progress)
     return store_item(state, record, write_parts, allow_duplicate=allow_duplicate)
 
@@ -215,10 +217,13 @@ def import_dicom(
     Raises:
         InvalidRequest: No usable series, several series, or slices that do not form a volume.
     """
-    series = dicom.scan_series(
-        [Path(p) for p in source] if isinstance(source, list | tuple) else Path(source),
-        series_uid=series_uid,
-    )
+    if isinstance(source, list | tuple):
+        scanned: Path | list[Path] = [Path(p) for p in source]
+    elif isinstance(source, str | os.PathLike):
+        scanned = Path(source)
+    else:
+        raise TypeError(f"a DICOM source is a folder, a file or a list of files, not {type(source).__name__}")
+    series = dicom.scan_series(scanned, series_uid=series_uid)
     header = nifti.stream_header(series.shape, series.affine, "VolSynth volume from a DICOM series")
     sizes = [p.stat().st_size for p in series.files]
     total = sum(sizes) + len(header) + 4 * int(np.prod(series.shape))
@@ -229,7 +234,7 @@ def import_dicom(
         "kind": "scan",
         "label": label if label is not None else (default_label or "DICOM series"),
         "source": "dicom",
-        "original_name": Path(source).name if not isinstance(source, list | tuple) else "",
+        "original_name": scanned.name if isinstance(scanned, Path) else "",
         "patient": series.patient,
         "study": series.study,
         "provenance": None,
@@ -299,8 +304,7 @@ def add_synthetic(
         InvalidRequest: Bad volume, affine or provenance, or a tissue map off the volume's grid.
     """
     tissue, provenance, affine = volume.tissue or None, volume.provenance, volume.affine
-    volume = volume.data
-    arr = np.asarray(volume)
+    arr = np.asarray(volume.data)
     if arr.ndim < 3 or not np.issubdtype(arr.dtype, np.number) or np.iscomplexobj(arr):
         raise InvalidRequest(
             f"a volume must be a real-valued array with 3+ dimensions, got {arr.dtype} {arr.shape}"

@@ -70,10 +70,10 @@ def probe(path: Path) -> NiftiInfo:
     """
     info = inspect_nifti(path)
     verify_nifti_data(path, info)
-    descrip = info.header["descrip"].item()  # type: ignore[index]
+    descrip = info.header["descrip"].item()
     return NiftiInfo(
-        shape=tuple(int(n) for n in info.header.get_data_shape()),  # type: ignore[attr-defined]
-        dtype=str(info.header.get_data_dtype()),  # type: ignore[attr-defined]
+        shape=tuple(int(n) for n in info.header.get_data_shape()),
+        dtype=str(info.header.get_data_dtype()),
         affine=tuple(tuple(float(v) for v in row) for row in info.affine),
         version=info.version,
         compressed=info.compressed,

@@ -161,7 +161,7 @@ def read_part(state: VaultState, rec: dict, part: dict) -> memoryview:
     pos += len(tail)
     if pos != size:
         raise corrupted(rec, part, "does not match the index")
-    return memoryview(buf)[:size]
+    return buf.data[:size]
 
 
 def counting(stream: Iterator[bytes], progress: Progress, start: int, total: int) -> Iterator[bytes]:

@@ -119,6 +119,7 @@ def rekey(
             raise VaultRolledBack(f"the vault at {folder} was rolled back; repair it before re-keying")
         with guards.operation(state), guards.writing(state):
             master, old_id = _check_old_vault(state, old_pw)
+            assert state.index is not None
             fresh = not staging.exists()
             if fresh:
                 # Before the staging folder is made: a refusal leaves nothing behind.
@@ -131,6 +132,7 @@ def rekey(
                     replayed = _replay_audit(state, target, old_id, len(copied.source_items))
                     write_atomic(staging / COMPLETE_MARK, old_id.encode() + b"\n")
                     new_keys, target.keys = target.keys, None  # handed to ``state`` below, not wiped
+                    assert new_keys is not None  # _open_staging unlocked it
                     target.audit.detach_keys()
                     new_id = target.vault_id
                     retired = retired_path(folder)
@@ -208,6 +210,7 @@ class _Copied:
 def _copy_items(state: VaultState, target: VaultState, progress: Progress | None) -> _Copied:
     """Bring the staging vault ``target`` in line with ``vault``: drop what was deleted or edited since an
     interrupted run, then re-encrypt every item it lacks (each part authenticated and its hash compared)."""
+    assert state.index is not None and target.index is not None
     source_items: dict = state.index["items"]
     staged: dict = target.index["items"]
     _drop_partial_copies(target)
@@ -252,6 +255,7 @@ def _replay_audit(state: VaultState, target: VaultState, old_id: str, items: int
     for start in range(0, len(replayed), REPLAY_BATCH):
         target.audit.append_many(replayed[start : start + REPLAY_BATCH])
     with guards.operation(target), guards.writing(target):
+        assert target.index is not None
         item_index.commit(
             target,
             "rekey",
@@ -266,6 +270,7 @@ def _open_staging(staging: Path, new_pw: bytes, kdf: KdfParams | None) -> VaultS
     """The staging vault of an interrupted run (same new passphrase), or a new one."""
     if (staging / HEADER_NAME).is_file():
         target = VaultState.open(staging)
+        unlocked = True
         try:
             lifecycle.unlock(target, new_pw)
         except VaultLocked:
@@ -274,10 +279,10 @@ def _open_staging(staging: Path, new_pw: bytes, kdf: KdfParams | None) -> VaultS
                 f"or delete {staging} to start over (the vault itself was not changed)"
             ) from None
         except (VaultCorrupted, VaultRolledBack):
-            target = None
-        if target is not None and not (staging / COMPLETE_MARK).exists():
+            unlocked = False
+        if unlocked and not (staging / COMPLETE_MARK).exists():
             return target
-        if target is not None:
+        if unlocked:
             _lock(target)
         shutil.rmtree(staging)  # damaged, or complete but not swapped in: the audit must be replayed once
     elif staging.exists():

@@ -56,7 +56,7 @@ def rollback_problems(state: VaultState, index: dict, header_bytes: bytes) -> li
             f"index.vsi was rolled back: it is at generation {generation} but the audit trail records "
             f"changes up to generation {chain_gen}; items added or changed since are missing from it"
         )
-    elif anchor_gen > generation:
+    elif anchor is not None and anchor_gen > generation:
         problems.append(
             f"index.vsi was rolled back: it is at generation {generation} but this computer last saw "
             f"generation {anchor_gen} ({anchor.updated or 'date unknown'}); items added or changed since "

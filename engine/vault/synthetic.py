@@ -102,7 +102,7 @@ def _read_head(path: Path) -> bytes:
 
 def _extensions(raw: bytes, size: int, vox: int, order: str) -> list[tuple[int, bytes]]:
     """(ecode, raw extension bytes including its 8-byte head) for each well-formed extension."""
-    out = []
+    out: list[tuple[int, bytes]] = []
     if len(raw) < size + 4 or raw[size] == 0:
         return out
     pos, end = size + 4, min(vox, len(raw))

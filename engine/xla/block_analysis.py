@@ -125,10 +125,10 @@ def unet_units(network) -> list[Unit]:
     ctx_in, ctx_role = ((ctx,), ("data",)) if attention_context is not None else ((), ())
 
     def res_attention(r, a, concat: bool):
-        def block(p, h, *rest):
+        def block(p, h, *inputs):
+            rest = list(inputs)
             if concat:
-                skip, *rest = rest
-                h = jnp.concatenate([h, skip], axis=-1)
+                h = jnp.concatenate([h, rest.pop(0)], axis=-1)  # the skip connection comes first
             e, *c = rest
             return nets.apply_attention(
                 p, a, nets.resblock(p, r, h, e, precision), c[0] if c else None, precision
@@ -385,6 +385,8 @@ def analyse_plan(
             try:
                 cost = compile_within(key, work, None if limit is None else limit.remaining(), keep)
             except OutOfTime:
+                if limit is None:
+                    raise
                 where = ", into the plan cache" if cache is not None else ""
                 raise OutOfTime(
                     f"{limit.message} while {what} compiled (it finishes in the background{where})"
@@ -405,6 +407,7 @@ def analyse_plan(
         on_target = {}
     before = compiled_now
     for key, target_key in on_target.items():
+        assert collective_devices is not None  # on_target is empty without them
         communicating[key] = cost_on(first_unit[key], target_key, collective_devices).collectives
     retargeted_compiled = compiled_now - before
 

@@ -230,7 +230,7 @@ def _priced_placement(plan: Plan, network: Network, topology) -> tuple[str, tupl
 
     orders = placements(topology, physical_devices(topology))
     row = measure_plan(network, topology, plan, cache=default_cache())
-    if row is not None:
+    if row is not None and row.step_ms is not None:
         return (
             row.placement,
             tuple(orders[row.placement]),

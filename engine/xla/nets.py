@@ -344,7 +344,9 @@ def decoder_apply(
             h = resample(p, op, h, None, precision)
         elif isinstance(op, Norm):
             h = group_norm(p, op, h)
-        else:
+        elif isinstance(op, SpatialAttention):
             h = spatial_attention(p, op, h, precision)
+        else:
+            raise ValueError(f"unknown decoder op {op!r}")
         h = constrain(index, h)
     return h

@@ -96,10 +96,11 @@ def format_table(result: PlanResult) -> str:
                 f"({chosen.host['step_ms']:.4g} ms/step on {chosen.host['placement']}), which the other rows show"
             )
         u = result.unaware_choice
-        lines.append(
-            f"topology-unaware choice: {u['plan']} on {u['placement']} (its model: {u['unaware_model_ms']:.4g} ms; "
-            f"aware model: {u['step_ms']:.4g} ms)"
-        )
+        if u is not None:  # set with best
+            lines.append(
+                f"topology-unaware choice: {u['plan']} on {u['placement']} (its model: {u['unaware_model_ms']:.4g} ms; "
+                f"aware model: {u['step_ms']:.4g} ms)"
+            )
         lines.append(f"predicted gain of the topology-aware plan: {result.gain:.3f}x")
         lines.extend(_one_device_lines(result))
     else:

@@ -37,12 +37,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from engine.xla.hlo import parse_hlo_collectives
 from engine.xla.topology import AXES, Collective, Topology, placements, program_comm_time
+
+if TYPE_CHECKING:
+    from engine.xla.block_analysis import Unit
 
 # What a TPU runs float32 at by default (bf16 passes), and so what plans are predicted for.
 PLANNED_PRECISION = "default"
@@ -72,7 +75,7 @@ class Network:
     arch: Any
     params: dict  # name -> jax.ShapeDtypeStruct
     apply: Callable  # unet_apply(arch, params, x, t, context, constrain=..., precision=...)
-    spatial: tuple[int, int, int]  # latent D, H, W
+    spatial: tuple[int, ...]  # latent D, H, W
     in_channels: int
     context_dim: int | None
     batch: int  # effective batch: requested batch x 2 with CFG
@@ -97,7 +100,7 @@ class Network:
         )
         return x, t, ctx
 
-    def level_extents(self) -> list[tuple[int, int, int]]:
+    def level_extents(self) -> list[tuple[int, ...]]:
         # Stride-2 convolutions (padding 1) give ceil(previous / 2); resblock_updown's pooling gives the same
         # for the even extents the planner can shard.
         out = [tuple(self.spatial)]
@@ -245,13 +248,21 @@ def enumerate_plans(network: Network, n_devices: int) -> list[tuple[Plan | None,
 # ------------------------------------------------------------------------------------------ estimates
 
 
+_Key = TypeVar("_Key")
+
+
+def _float_counts() -> dict[_Key, float]:
+    # A Counter: a key not yet seen reads as 0. Its typeshed type counts in int; these sums are float.
+    return cast("dict[_Key, float]", Counter())
+
+
 @dataclass
 class TraceStats:
     """What the cheap estimates need from one jaxpr of the global (unsharded) program."""
 
-    level_flops: dict[int, float] = field(default_factory=Counter)
-    level_io_bytes: dict[int, float] = field(default_factory=Counter)
-    level_max_bytes: dict[int, float] = field(default_factory=Counter)
+    level_flops: dict[int, float] = field(default_factory=_float_counts)
+    level_io_bytes: dict[int, float] = field(default_factory=_float_counts)
+    level_max_bytes: dict[int, float] = field(default_factory=_float_counts)
     convs: list[tuple[int, tuple[int, ...], tuple[int, ...], int]] = field(
         default_factory=list
     )  # level, in shape, kernel, itemsize
@@ -428,10 +439,13 @@ def build_program(network: Network, plan: Plan, devices: Sequence):
 
     mesh = Mesh(np.array(list(devices), dtype=object).reshape(plan.mesh_shape), AXES)
 
-    def constrain(level: int, h):
-        return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, plan.spec(level)))
+    class Constrain:
+        every_block = True  # the program runs the plan as it says, cut levels whole (nets.unet_body)
 
-    constrain.every_block = True  # the program runs the plan as it says, cut levels whole (nets.unet_body)
+        def __call__(self, level: int, h):
+            return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, plan.spec(level)))
+
+    constrain = Constrain()
 
     def program(params, x, t, ctx):
         return network.apply(
@@ -606,7 +620,7 @@ class _Phases:
     def __init__(self, clock: Callable[[], float]):
         self.clock = clock
         self.started = clock()
-        self.spent: Counter = Counter()
+        self.spent: dict[str, float] = _float_counts()
         self._inner: list[float] = []
 
     @contextmanager
@@ -626,7 +640,9 @@ class _Phases:
 
     def report(self) -> dict[str, float]:
         total = self.elapsed()
-        out = {f"{k}_s": self.spent[k] for k in ("tracing", "estimating", "compiling", "placement")}
+        out: dict[str, float] = {
+            f"{k}_s": self.spent[k] for k in ("tracing", "estimating", "compiling", "placement")
+        }
         out["other_s"] = max(0.0, total - sum(out.values()))
         out["total_s"] = total
         return out
@@ -729,7 +745,7 @@ def plan(
             best, unaware_choice, gain = _choose_from_estimates(candidates, topology, orders, default)
     one_device = _one_device(network, topology, stats, blocks, phases) if best is not None else None
     speedup = None
-    if one_device and best["step_ms"]:
+    if one_device and best is not None and best["step_ms"]:
         speedup = float(f"{one_device['step_ms'] / best['step_ms']:.4g}")
 
     chosen = best["plan"] if best else None
@@ -818,10 +834,10 @@ def _planning_devices(topology: Topology, analysis: str, unit_devices: Sequence 
     if analysis == "blocks" and unit_devices is None:
         unit_devices = _host_devices(topology.n_devices) or devices
     if analysis == "host-whole":
-        whole_devices = _host_devices(topology.n_devices)
-        if whole_devices is None:
+        host_devices = _host_devices(topology.n_devices)
+        if host_devices is None:
             raise ValueError(f"host-whole needs {topology.n_devices} host devices; this process has fewer")
-        unit_devices = whole_devices
+        whole_devices = unit_devices = host_devices
     return devices, unit_devices, whole_devices
 
 
@@ -941,7 +957,7 @@ class _BlockRun:
 
     def __init__(self, network: Network, devices, cache, limit: _Limit, say):
         self.network, self.devices, self.cache, self.limit, self.say = network, devices, cache, limit, say
-        self.units = None
+        self.units: list[Unit] | None = None
         self.memo: dict = {}
 
     def measure(
@@ -1070,6 +1086,13 @@ def _estimate_plans(
     return rows, candidates
 
 
+def _estimated_ms(row: Row) -> float:
+    """A candidate's estimated step (every candidate has one: ``_estimate_plans`` sets it)."""
+    if row.est_step_ms is None:
+        raise ValueError(f"plan {row.plan} has no estimate")
+    return row.est_step_ms
+
+
 def _select_for_compile(
     candidates: list[tuple[Plan, Row, Estimate]],
     topology: Topology,
@@ -1082,8 +1105,8 @@ def _select_for_compile(
     survivors: list[tuple[Plan, Row, Estimate]] = []
     if not candidates:
         return survivors
-    best_est = min(r.est_step_ms for _p, r, _e in candidates)
-    ranked = sorted(candidates, key=lambda c: c[1].est_step_ms)
+    best_est = min(_estimated_ms(r) for _p, r, _e in candidates)
+    ranked = sorted(candidates, key=lambda c: _estimated_ms(c[1]))
     # The unaware model's favourite is compiled too (so up to compile_top + 1 compiles), so that the
     # comparison ranks the same plans.
     unaware_est = {
@@ -1092,7 +1115,7 @@ def _select_for_compile(
     }
     unaware_first = min(candidates, key=lambda c: unaware_est[id(c[1])])
     for index, (p, row, est) in enumerate(ranked):
-        if row.est_step_ms > dominated_factor * best_est and unaware_first[1] is not row:
+        if _estimated_ms(row) > dominated_factor * best_est and unaware_first[1] is not row:
             row.reason = (
                 f"dominated: estimate {row.est_step_ms:.3g} ms > {dominated_factor:g}x best {best_est:.3g} ms"
             )

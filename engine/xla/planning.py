@@ -145,8 +145,8 @@ def topology_of(devices: Sequence) -> str | None:
     if not devices or devices[0].platform != "tpu":
         return None
     family = _TPU_FAMILIES.get(str(devices[0].device_kind))
-    coords = [getattr(d, "coords", None) for d in devices]
-    if family is None or any(c is None for c in coords):
+    coords = [c for d in devices if (c := getattr(d, "coords", None)) is not None]
+    if family is None or len(coords) != len(devices):
         return None
     dims = 2 if family == "v5e" else 3
     shape = [max(int(c[axis]) for c in coords) + 1 for axis in range(dims)]

@@ -166,7 +166,7 @@ def sharded_decoder_program(
             f"give one size per axis whose product is {len(devices)}"
         )
     mesh = Mesh(np.array(devices, dtype=object).reshape(shape), axes)
-    spec = [None] * 5
+    spec: list[str | None] = [None] * 5
     for axis in axes:
         spec[SPATIAL_AXES[axis]] = axis
     slabs = NamedSharding(mesh, PartitionSpec(*spec))
