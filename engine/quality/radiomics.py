@@ -56,22 +56,26 @@ def radiomic_features(volumes: Sequence[np.ndarray], low: float, high: float) ->
 
     ``low``..``high`` is the common intensity range every volume is scaled by. nyxus reads files only, so the
     volumes go through a temporary folder that is removed afterwards."""
-    import nibabel as nib
     import nyxus
+
+    from engine.nifti.io import save_volumes
+    from engine.nifti.volume import Volume
 
     if not volumes:
         return np.zeros((0, 0)), []
     span = max(float(high) - float(low), 1e-12)
     with tempfile.TemporaryDirectory(prefix="volsynth-radiomics-") as folder:
-        images, masks = [], []
+        # Through the product's one writer of volumes, as float32 (the mask's 0 and 1 included, which nyxus
+        # reads as its labels).
+        scratch: list[Volume] = []
+        paths: list[Path] = []
         for index, volume in enumerate(volumes):
             data = np.asarray(volume, np.float32)
             scaled = (np.clip((data - low) / span, 0.0, 1.0) * SCALE).astype(np.float32)
-            image, mask = Path(folder) / f"{index:04d}.nii", Path(folder) / f"{index:04d}_mask.nii"
-            nib.save(nib.Nifti1Image(scaled, np.eye(4)), image)
-            nib.save(nib.Nifti1Image(brain_mask(data).astype(np.uint8), np.eye(4)), mask)
-            images.append(str(image))
-            masks.append(str(mask))
+            scratch += [Volume(scaled, np.eye(4)), Volume(brain_mask(data).astype(np.float32), np.eye(4))]
+            paths += [Path(folder) / f"{index:04d}.nii", Path(folder) / f"{index:04d}_mask.nii"]
+        save_volumes(scratch, paths)
+        images, masks = [str(p) for p in paths[0::2]], [str(p) for p in paths[1::2]]
         extractor = nyxus.Nyxus3D(list(FEATURE_GROUPS), ibsi=True, n_feature_calc_threads=1)
         table = extractor.featurize_files(images, masks, False)
     table = table.sort_values("intensity_image")
