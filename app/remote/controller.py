@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QAction
@@ -14,7 +13,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QVBoxLayout,
-    QWidget,
 )
 
 from app.core.plan_table import xla_device_list
@@ -58,7 +56,7 @@ class ServerDialog(QDialog):
         self.setWindowTitle("Connect to Engine Server")
         self.setModal(True)
         self.connection: ServerConnection | None = None
-        self.url_edit = QLineEdit(controller.settings.value(LAST_URL_KEY, DEFAULT_URL, type=str))
+        self.url_edit = QLineEdit(str(controller.settings.value(LAST_URL_KEY, DEFAULT_URL, type=str)))
         self.url_edit.setPlaceholderText(DEFAULT_URL)
         self.url_edit.setToolTip(
             "The address `volsynth serve` prints on the server, e.g. http://gpu-box:8765"
@@ -68,7 +66,7 @@ class ServerDialog(QDialog):
         self.token_edit.setPlaceholderText("the server's --token (empty if it has none)")
         self.token_edit.setToolTip("Kept in memory for this session only")
         self.fingerprint_edit = QLineEdit(
-            controller.settings.value(LAST_FINGERPRINT_KEY, "", type=str)
+            str(controller.settings.value(LAST_FINGERPRINT_KEY, "", type=str))
             if self.url_edit.text().startswith("https://")
             else ""
         )
@@ -139,30 +137,20 @@ class ServerDialog(QDialog):
 class RemoteController:
     """Connects engine servers to one main window: devices, backends, request model ids, metrics.
 
-    ``panel`` is the Generate panel (its device list gains and loses the servers); ``show_metrics_source``
-    shows a server's metrics in the Metrics dock (or this machine's, given None); ``parent`` is the widget
-    the dialogs and actions belong to.
+    ``panel`` is the Generate panel (its device list gains and loses the servers); of ``services`` it uses
+    the session, runner, backends, settings and status line, the Metrics dock's sources (a server's metrics,
+    or this machine's) and ``parent``, the widget the dialogs and actions belong to.
     """
 
-    def __init__(
-        self,
-        state,
-        panel,
-        runner,
-        backends,
-        settings,
-        *,
-        show_status: Callable[..., None],
-        show_metrics_source: Callable[[Any], None],
-        parent: QWidget,
-    ) -> None:
-        self.state = state
+    def __init__(self, services: AppServices, panel: SamplingPanel) -> None:
+        self.state = services.state
         self.panel = panel
-        self.runner = runner
-        self.backends = backends
-        self.settings = settings
-        self.show_status = show_status
-        self.show_metrics_source = show_metrics_source
+        self.runner = services.runner
+        self.backends = services.backends
+        self.settings = services.settings
+        self.show_status = services.show_status
+        self.show_metrics_source = services.telemetry.show
+        parent = services.parent
         self.dialog_parent = parent  # the widget its dialogs belong to (the main window), nothing else
         self.connections: dict[str, ServerConnection] = {}  # device id -> connection
         self.feeds: dict[str, MetricsFeed] = {}
@@ -181,8 +169,8 @@ class RemoteController:
         self.plan_action = set_shortcut(QAction("&Plan Multi-Device Run...", parent), "generate.plan")
         self.plan_action.triggered.connect(self.open_plan_dialog)
         self._update_plan_action()
-        state.form.changed.connect(self._on_form_changed)
-        state.job_changed.connect(self._on_state_job_changed)
+        self.state.form.changed.connect(self._on_form_changed)
+        self.state.job_changed.connect(self._on_state_job_changed)
 
     # -- connecting ----------------------------------------------------------------------------------
 
@@ -315,16 +303,7 @@ class RemoteController:
 def install_remote(services: AppServices, sampling_panel: SamplingPanel) -> RemoteController:
     """Give the main window its engine-server entries in the Generate menu (the servers join the device
     list of ``sampling_panel``), and let its Metrics dock follow a server chosen as the device."""
-    controller = RemoteController(
-        services.state,
-        sampling_panel,
-        services.runner,
-        services.backends,
-        services.settings,
-        show_status=services.show_status,
-        show_metrics_source=services.telemetry.show,
-        parent=services.parent,
-    )
+    controller = RemoteController(services, sampling_panel)
     services.telemetry.follow_remote(controller.metrics_source_for)
     menu = services.menus.generate
     menu.addSeparator()

@@ -54,14 +54,7 @@ def install_vault(
     the status line and error dialog, the parent of its dialogs) or a signal connected here.
     """
     state = services.state
-    controller = VaultController(
-        state=state,
-        runner=services.runner,
-        settings=services.settings,
-        show_status=services.show_status,
-        show_error=services.show_error,
-        parent=services.parent,
-    )
+    controller = VaultController(services)
     controller.volume_opened.connect(services.volume_opened)
     controller.browser = VaultBrowser(controller, state)
     dock = services.add_dock(

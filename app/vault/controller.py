@@ -36,8 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QWidget
 
+from app.services import AppServices
 from app.vault.boundary import VaultBoundary
 from app.vault.exporting import VaultExport
 from app.vault.importing import NIFTI_FILTER, VaultImport
@@ -72,12 +72,10 @@ class VaultController(QObject):
     the Vault dock should show.
 
     Args:
-        state: The app's session (``AppState``).
-        runner: Starts workers in threads (``app.services.workers.JobRunner``).
-        settings: The app's QSettings (vault folder, auto-lock minutes, remembered folders).
-        show_status: ``(text, timeout_ms=0)``, the window's status line.
-        show_error: ``(title, message)``, the app's error dialog.
-        parent: Parent of the vault's dialogs (window-modal); its Close event locks the vault.
+        services: The app as a feature sees it; the vault uses its session (``state``), job runner, settings
+            (vault folder, auto-lock minutes, remembered folders), status line, error dialog and ``parent``
+            (the parent of the vault's dialogs, window-modal, whose Close event locks the vault). Each piece
+            is given the ones it calls.
         clock: Monotonic clock in seconds, read through the vault for idle time (``session.clock``).
     """
 
@@ -88,17 +86,9 @@ class VaultController(QObject):
     volume_opened = Signal(object)
     show_browser_requested = Signal()
 
-    def __init__(
-        self,
-        *,
-        state: Any,
-        runner: Any,
-        settings: Any,
-        show_status: Callable[..., None],
-        show_error: Callable[[str, str], None],
-        parent: QWidget | None = None,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
+    def __init__(self, services: AppServices, clock: Callable[[], float] | None = None) -> None:
+        state, runner, settings = services.state, services.runner, services.settings
+        show_status, show_error, parent = services.show_status, services.show_error, services.parent
         super().__init__(parent)
         self.remember_action: Any = None  # set by install_vault (app.vault.privacy)
         self.browser: Any = None  # set by install_vault, as the two below

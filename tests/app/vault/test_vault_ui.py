@@ -76,28 +76,22 @@ def test_table_cells_read_like_a_worklist():
 # -- the wiring: what install_vault hands over is all the vault uses ------------------------------------
 
 
-def test_the_vault_needs_no_main_window(qtbot, qt_settings, nibabel_data, tmp_path):
-    """The controller and its pieces get the session, a JobRunner, the settings, two callables and a parent
-    widget (``install_vault`` hands them over): a plain QWidget stands in for the main window, and the app
-    hears of everything through the callables and the controller's signals."""
-    from PySide6.QtWidgets import QWidget
+def test_the_vault_needs_no_main_window(qtbot, app_services, nibabel_data, tmp_path):
+    """The controller takes the app's services (``install_vault`` hands them over): a plain host window stands
+    in for the main window, and the app hears of everything through the status line, the error dialog and
+    the controller's signals."""
+    import dataclasses
 
-    from app.core.session import AppState
-    from app.services.workers import JobRunner
     from app.vault.controller import VaultController
 
-    parent = QWidget()
-    qtbot.addWidget(parent)
-    state = AppState()
     statuses, errors, opened, shown = [], [], [], []
-    controller = VaultController(
-        state=state,
-        runner=JobRunner(parent),
-        settings=qt_settings,
+    services = dataclasses.replace(
+        app_services,
         show_status=lambda text, timeout_ms=0: statuses.append(text),
         show_error=lambda title, message: errors.append((title, message)),
-        parent=parent,
     )
+    state, parent = services.state, services.parent
+    controller = VaultController(services)
     controller.volume_opened.connect(opened.append)
     controller.show_browser_requested.connect(lambda: shown.append(True))
     controller.session.kdf = FAST_KDF
