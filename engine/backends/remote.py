@@ -72,6 +72,19 @@ ABANDON_DEADLINE_S = 5.0
 log = logging.getLogger(__name__)
 
 
+def _busy_retry_after(response, default_s: float) -> float | None:
+    """For a busy answer (429: a full queue; 503 with a Retry-After: requests in flight), the seconds the server
+    asks to wait before trying again (``default_s`` when it does not say a number); None for any other answer."""
+    if not (
+        response.status_code == 429 or (response.status_code == 503 and "retry-after" in response.headers)
+    ):
+        return None
+    try:
+        return float(response.headers.get("retry-after", default_s))
+    except ValueError:
+        return default_s
+
+
 def _json_or_none(response) -> Any:
     try:
         return response.json()
@@ -204,15 +217,9 @@ class RemoteBackend:
                     answer = ""
                     break
                 answer = f"it answered {response.status_code}"
-                busy = response.status_code == 429 or (
-                    response.status_code == 503 and "retry-after" in response.headers
-                )
-                try:
-                    retry = float(response.headers.get("retry-after", "1"))
-                except ValueError:
-                    retry = 1.0
+                retry = _busy_retry_after(response, default_s=1.0)
                 left = deadline - time.monotonic()
-                if not busy or left <= 0:
+                if retry is None or left <= 0:
                     break
                 time.sleep(max(0.05, min(retry, left)))
             if answer:
@@ -355,20 +362,14 @@ class RemoteBackend:
                 return str(response.json()["id"])
             refusal = self._refusal(response)
             now = time.monotonic()
-            busy = response.status_code == 429 or (
-                response.status_code == 503 and "retry-after" in response.headers
-            )
-            if not busy or now >= deadline:
-                if busy and self.queue_wait_s > 0:
+            retry = _busy_retry_after(response, default_s=5.0)
+            if retry is None or now >= deadline:
+                if retry is not None and self.queue_wait_s > 0:
                     raise errors.BackendUnavailable(
                         f"{refusal} - gave up after waiting {now - started:.0f} s, the most this client waits "
                         f"(--queue-wait {self.queue_wait_s:g})"
                     )
                 raise refusal
-            try:
-                retry = float(response.headers.get("retry-after", "5"))
-            except ValueError:
-                retry = 5.0
             wait = max(1.0, min(retry, MAX_RETRY_WAIT_S, deadline - now))
             until = now + wait
             detail = wire.detail_of(_json_or_none(response))
