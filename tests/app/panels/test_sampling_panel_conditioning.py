@@ -4,6 +4,7 @@ grid says which space its number is in, and a value the anatomy check would flag
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from tests.app.keys import type_into
 
@@ -77,3 +78,54 @@ def test_a_model_without_a_template_space_gets_no_space_hint(qtbot, tissue_panel
     assert not control.space_hint.isVisible() and control.space_hint.text() == ""
     # 1000 mL of a native brain is within the adult range (the same number on the MNI152 grid is not).
     assert not control.note.isVisible()
+
+
+@pytest.fixture
+def tiny_panel(qtbot, themed_app, registry):
+    """The Generate form alone over the tiny test models (a conditioned latent one, an unconditioned pixel one)."""
+    from app.core.session import AppState
+    from app.panels.sampling_panel import SamplingPanel
+
+    state = AppState()
+    state.set_models(registry.list(), preferred="tiny-latent")
+    panel = SamplingPanel(state)
+    qtbot.addWidget(panel)
+    panel.resize(420, 900)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.activateWindow()
+    qtbot.waitUntil(panel.isActiveWindow, timeout=5_000)
+    return panel
+
+
+def _select(panel, model_id: str) -> None:
+    panel.state.select_model(panel.state.model_by_id(model_id))
+
+
+def test_conditioning_controls_follow_the_model_spec(tiny_panel):
+    panel = tiny_panel
+    _select(panel, "tiny-latent")
+    assert set(panel.condition_controls) == {"brain_volume", "ventricle_volume"}
+    control = panel.condition_controls["brain_volume"]
+    assert "900 to 1500 mL" in control.spin.toolTip() and control.spin.suffix() == " mL"
+    assert control.slider.toolTip() == control.spin.toolTip()  # slider and field state one range
+    control.slider.setValue(1000)
+    assert control.value() == 1500 and panel.state.form.conditioning["brain_volume"] == 1500
+    assert panel.guidance_spin.isEnabled()
+    _select(panel, "tiny-pixel")
+    assert not panel.condition_controls and not panel.guidance_spin.isEnabled()
+    assert not panel.conditioning_group.isVisible()
+
+
+def test_typed_condition_above_the_maximum_is_clamped_visibly(qtbot, tiny_panel):
+    panel = tiny_panel
+    _select(panel, "tiny-latent")
+    spin = panel.condition_controls["ventricle_volume"].spin
+    spin.setFocus()
+    spin.selectAll()
+    qtbot.keyClicks(spin, "200")  # used to stop at "20": the field refused the third digit
+    qtbot.keyClick(spin, Qt.Key.Key_Return)
+    control = panel.condition_controls["ventricle_volume"]
+    assert panel.state.form.conditioning["ventricle_volume"] == 80.0  # the maximum, not 20
+    assert control.value() == 80.0
+    assert control.note.isVisibleTo(panel) and "200 is outside 5 to 80: set to 80" in control.note.text()

@@ -112,3 +112,35 @@ def test_the_check_of_a_small_asked_brain_says_its_space_and_why_it_is_flagged(
         "native, Matsumae 1996): the anatomy check flags such a brain" in text
     )
     assert "asked for ventricle volume" not in text
+
+
+def test_names_in_a_narrow_session_list_keep_their_seed_and_time(qtbot, themed_app):
+    """In a narrow Session dock "tiny-latent s… · 02:44:31" and the next volume's name read alike; the model's
+    start gives way instead, the seed and time stay whole, and the tooltip holds the whole name. Two generated
+    volumes named as a run names them, in a panel as narrow as a narrowed dock."""
+    from app.core.session import AppState, default_result_name
+    from app.core.volumes import VolumeEntry
+    from tests.app.conftest import SCREENSHOTS
+
+    state = AppState()
+    panel = SessionPanel(state)
+    qtbot.addWidget(panel)
+    panel.resize(200, 400)
+    panel.show()
+    qtbot.waitExposed(panel)
+    for seed in (0, 1):
+        name = state.unique_name(default_result_name({"model": {"id": "tiny-latent"}}, seed))
+        data = np.zeros((16, 24, 16), np.float32)
+        state.add_volume(VolumeEntry(name, data=data, affine=np.eye(4), kind="generated", synthetic=True))
+    listing = panel.list
+    qtbot.waitUntil(lambda: listing.count() == 2 and listing.width() < 220, timeout=5_000)
+    delegate = listing.itemDelegate()
+    shown = [delegate.shown_text(listing.model().index(row, 0)) for row in range(2)]
+    names = [listing.item(row).text() for row in range(2)]
+    for row, (text, name) in enumerate(zip(shown, names, strict=True)):
+        tail = name[name.rfind(" seed ") :]
+        assert text != name and text.startswith("\u2026") and text.removesuffix(" *").endswith(tail), text
+        assert listing.fontMetrics().horizontalAdvance(text) < listing.viewport().width()
+        assert listing.item(row).toolTip().startswith(name)
+    assert shown[0] != shown[1]
+    listing.grab().save(str(SCREENSHOTS / "session-narrow-names.png"))
