@@ -57,6 +57,7 @@ def test_save_generated_volume_to_vault_and_open_it_again(qtbot, vault_app):
 def test_generated_tissue_maps_go_to_the_vault_and_come_back_with_the_overlay(qtbot, vault_app, recovery):
     """A volume with paired tissue maps in MNI space, as a model that makes them leaves it in the session."""
     from app.core.tissue import ALL_TISSUES
+    from app.window.status_bar import WindowStatus
 
     app = vault_app
     viewer, bars = install_viewer(app.services)
@@ -88,7 +89,9 @@ def test_generated_tissue_maps_go_to_the_vault_and_come_back_with_the_overlay(qt
     for name in TISSUES:
         assert reopened.tissue[name].dtype == np.float32
         assert np.array_equal(reopened.tissue[name], generated.tissue[name]), name
-    assert reopened.space_name == MNI  # what the status bar's space label says of it
+    status = WindowStatus(app.host.statusBar())  # the status bar's labels, fed the shown volume
+    status.show_volume(app.state.shown)
+    assert status.space_label.text() == f"Space: {MNI}"
 
     # The overlay's controls are on for it, and Ctrl+T paints the maps over the slices.
     assert bar.tissue_action.isEnabled() and bar.tissue_box.isEnabled() and bar.opacity_slider.isEnabled()
