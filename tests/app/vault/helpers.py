@@ -199,6 +199,11 @@ def right_click_row(qtbot, browser, item_id: str) -> None:
     qtbot.waitUntil(lambda: browser.table_menu is not None and browser.table_menu.isVisible(), timeout=5_000)
 
 
+def mnemonics(actions) -> list[str]:
+    """The letters after ``&`` in the actions' texts (Alt+letter), in order."""
+    return [a.text().split("&")[1][0].lower() for a in actions if "&" in a.text()]
+
+
 def menu_action(menu, text: str):
     return next(a for a in menu.actions() if a.text().replace("&", "") == text)
 
@@ -252,13 +257,20 @@ def scan_file(tmp_path: Path) -> Path:
     return save_volume(Volume(image, stored_affine), tmp_path / "patients" / "Doe_Jane_t1.nii.gz")
 
 
-def open_scan_by_enter(qtbot, controller, state, tmp_path: Path):
-    """Unlock a new vault, import the scan under the patient's name, select its row and press Enter; the
+def patient_file(tmp_path: Path, source: Path) -> Path:
+    """A copy of the scan ``source`` under a patient's name, in a folder named for patients."""
+    import shutil
+
+    folder = tmp_path / "patients"
+    folder.mkdir(exist_ok=True)
+    return Path(shutil.copy(source, folder / f"Doe_Jane_t1{''.join(source.suffixes)}"))
+
+
+def open_scan_by_enter(qtbot, controller, state, scan: Path):
+    """Unlock a new vault, import ``scan`` under the patient's name, select its row and press Enter; the
     opened ``VolumeEntry``."""
     create_via_dialog(qtbot, controller)
-    import_items(
-        qtbot, controller, [scan_file(tmp_path)], rows=1, label="Doe Jane T1", patient={"name": "Doe^Jane"}
-    )
+    import_items(qtbot, controller, [scan], rows=1, label="Doe Jane T1", patient={"name": "Doe^Jane"})
     info = controller.listing.items[0]
     controller.browser.select_item(info.id)
     with qtbot.waitSignal(controller.volume_opened, timeout=20_000) as opened:

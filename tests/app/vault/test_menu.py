@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.vault.helpers import PASSPHRASE, wait_task
+from tests.app.vault.helpers import PASSPHRASE, mnemonics, wait_task
 
 render = pytest.mark.render
-
-
-def mnemonics(actions) -> list[str]:
-    """The letters after ``&`` in the actions' texts (Alt+letter), in order."""
-    return [a.text().split("&")[1][0].lower() for a in actions if "&" in a.text()]
 
 
 @render

@@ -26,20 +26,23 @@ from tests.app.vault.helpers import (
     generated_entry,
     install_viewer,
     open_scan_by_enter,
+    patient_file,
     press,
+    scan_file,
     wait_task,
 )
 
 render = pytest.mark.render
 
 
-@pytest.mark.slow
 def test_save_on_a_vault_scan_asks_and_a_confirmed_copy_is_audited_and_never_recent(
-    qtbot, vault_app, tmp_path, save_dialogs, error_dialogs, capsys, screenshot
+    qtbot, vault_app, nibabel_data, tmp_path, save_dialogs, error_dialogs, capsys, screenshot
 ):
     app = vault_app
     controller = app.controller
-    entry = open_scan_by_enter(qtbot, controller, app.state, tmp_path)
+    entry = open_scan_by_enter(
+        qtbot, controller, app.state, patient_file(tmp_path, nibabel_data / "anatomical.nii")
+    )
     outside = tmp_path / "outside"
     outside.mkdir()
 
@@ -89,11 +92,13 @@ def test_save_on_a_vault_scan_asks_and_a_confirmed_copy_is_audited_and_never_rec
 
 
 def test_save_as_on_a_vault_item_offers_export_with_its_maps(
-    qtbot, vault_app, tmp_path, save_dialogs, error_dialogs, capsys, screenshot
+    qtbot, vault_app, nibabel_data, tmp_path, save_dialogs, error_dialogs, capsys, screenshot
 ):
     app = vault_app
     controller = app.controller
-    entry = open_scan_by_enter(qtbot, controller, app.state, tmp_path)
+    entry = open_scan_by_enter(
+        qtbot, controller, app.state, patient_file(tmp_path, nibabel_data / "anatomical.nii")
+    )
     item_id = entry.vault_item.id
     # maps kept with the item (as the vault browser's Compute Tissue Maps leaves them)
     rng = np.random.default_rng(4)
@@ -146,12 +151,14 @@ def test_save_as_on_a_vault_item_offers_export_with_its_maps(
 
 @render
 def test_a_3d_screenshot_of_a_vault_item_is_marked_as_patient_data_or_refused(
-    qtbot, vault_app, tmp_path, save_dialogs, error_dialogs, capsys
+    qtbot, vault_app, nibabel_data, tmp_path, save_dialogs, error_dialogs, capsys
 ):
     """The 3D view's picture is fed as an image (what ``View3D.render_image`` returns)."""
     app = vault_app
     controller = app.controller
-    entry = open_scan_by_enter(qtbot, controller, app.state, tmp_path)
+    entry = open_scan_by_enter(
+        qtbot, controller, app.state, patient_file(tmp_path, nibabel_data / "anatomical.nii")
+    )
     boundary = controller.boundary
     rendered = []
 
@@ -223,7 +230,7 @@ def test_viewer_maps_of_a_vault_scan_are_said_session_only_and_kept_by_the_brows
     app = vault_app
     controller = app.controller
     _viewer, bars = install_viewer(app.services)
-    entry = open_scan_by_enter(qtbot, controller, app.state, tmp_path)
+    entry = open_scan_by_enter(qtbot, controller, app.state, scan_file(tmp_path))
     computer = bars.tissue_maps
     ctrl_shift = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     press(qtbot, app.host, Qt.Key.Key_T, ctrl_shift)  # Ctrl+Shift+T: Compute Tissue Maps in the viewer

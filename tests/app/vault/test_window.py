@@ -15,8 +15,15 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QImage
 
 from tests.app.runs import generate
-from tests.app.vault.helpers import PASSPHRASE, drop, open_scan_by_enter, press, wait_task
-from tests.app.vault.test_menu import mnemonics
+from tests.app.vault.helpers import (
+    PASSPHRASE,
+    drop,
+    mnemonics,
+    open_scan_by_enter,
+    patient_file,
+    press,
+    wait_task,
+)
 
 render = pytest.mark.render
 
@@ -103,7 +110,9 @@ def test_screenshot_drop_and_close_of_the_window_keep_to_the_vault_rules(
 ):
     window = vault_window
     controller = window.vault_controller
-    entry = open_scan_by_enter(qtbot, controller, window.state, tmp_path)
+    entry = open_scan_by_enter(
+        qtbot, controller, window.state, patient_file(tmp_path, nibabel_data / "anatomical.nii")
+    )
 
     # File > Save 3D Screenshot of a vault item asks the boundary (marked as patient data, here)
     picture = QImage(320, 240, QImage.Format.Format_RGB888)
