@@ -1,4 +1,4 @@
-"""The app with an unlocked vault, made to dump core (test_vault_ui.py): no plaintext may be in the dump."""
+"""The app with an unlocked vault, made to dump core (test_locking.py): no plaintext may be in the dump."""
 
 import ctypes
 import os

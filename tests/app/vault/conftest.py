@@ -1,10 +1,11 @@
-"""Fixtures of the vault's app tests: per-test vault state, and main windows pointed at an empty vault."""
+"""Fixtures of the vault's app tests: per-test vault state, the vault installed on the app's services (no main
+window) over an empty vault, and the main window pointed at one for the few tests that are about the window."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.app.vault.helpers import point_at_new_vault
+from tests.app.vault.helpers import VaultApp, point_at_new_vault, use_new_vault
 from tests.core_dumps import record_core_dumps
 
 
@@ -17,7 +18,63 @@ def private_vault_state(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def vault_app(app_services, tmp_path):
+    """The vault as ``install_vault`` gives it to the app, on ``app_services`` (a plain host window, no main
+    window): its dock, menu and padlock, the Session list it adds "Save to Vault" to, and the file commands
+    (File > Open, Save, Save As) whose Save of a vault item asks the vault's boundary. The vault folder is
+    empty, in tmp_path (fast Argon2 parameters)."""
+    from app.panels.session_panel import SessionPanel
+    from app.vault import install_vault
+    from app.window.volume_files import VolumeFiles
+
+    services = app_services
+    session_panel = SessionPanel(services.state)
+    services.add_dock(session_panel, "Session", name="sessionDock")
+    files = VolumeFiles(
+        services.state,
+        services.runner,
+        services.settings,
+        show_status=services.show_status,
+        show_error=services.show_error,
+        volume_opened=services.volume_opened.emit,
+        parent=services.parent,
+    )
+    controller = install_vault(services, session_panel.list, files.rebuild_recent_menu)
+    files.vault_boundary = controller.boundary
+    files.restore_recent()  # File > Open Recent as the settings have it, as at the app's start
+    use_new_vault(controller, tmp_path / "vault")
+    yield VaultApp(services, controller, session_panel, files)
+    assert not controller.tasks.running
+
+
+@pytest.fixture
 def vault_window(main_window, tmp_path):
     """The main window with its vault pointed at an empty folder in tmp_path (fast Argon2 parameters)."""
     yield point_at_new_vault(main_window, tmp_path / "vault")
     assert not main_window.vault_controller.tasks.running
+
+
+@pytest.fixture
+def recovery(qtbot, vault_app):
+    """Crash recovery on the app's services, as the main window installs it (its folder in this test's data
+    home): it keeps each generated volume of the session."""
+    from app.core.recovery import RecoveryStore
+    from app.recovery.bar import RecoveryBar, install_recovery
+
+    controller = install_recovery(vault_app.services, RecoveryStore(), RecoveryBar())
+    yield controller
+    runner = vault_app.services.runner
+    qtbot.waitUntil(lambda: not runner.running("recovery-keep"), timeout=10_000)
+    controller.close()
+
+
+@pytest.fixture
+def save_dialogs(monkeypatch):
+    """The save-file dialog, answered by the test (``save_dialogs.answer``); what it proposed is recorded."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from tests.app.vault.helpers import SaveDialogs
+
+    dialogs = SaveDialogs()
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(dialogs))
+    return dialogs
