@@ -75,9 +75,12 @@ def install_generate_features(services: AppServices) -> GenerateFeatures:
 
 
 @pytest.fixture
-def features(app_services) -> GenerateFeatures:
-    """The Generate features on the test's ``AppServices``."""
-    return install_generate_features(app_services)
+def features(qtbot, app_services) -> GenerateFeatures:
+    """The Generate features on the test's ``AppServices``, once their start-up look-ups (what was measured
+    here for the selected model) have ended."""
+    installed = install_generate_features(app_services)
+    qtbot.waitUntil(lambda: not app_services.runner.jobs, timeout=30_000)
+    return installed
 
 
 def generate(qtbot, features: GenerateFeatures, *, steps: int | None = None, click: bool = False) -> str:

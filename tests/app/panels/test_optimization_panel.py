@@ -121,8 +121,10 @@ def test_the_check_waits_for_torch_at_start_up(qtbot, app_services, monkeypatch)
 
     monkeypatch.setattr("app.panels.optimization_panel._engine_loaded", lambda: False)
     window = install_generate_features(app_services)
-    # The saved form comes back after the panels are built, as at start-up.
+    # As at start-up: the saved form comes back once the panels are built, then the models load (one is selected).
     window.state.form.restore({"optimization": {"cuda_graphs": True, "autocast": "bogus"}})
+    with qtbot.waitSignal(window.state.model_selected):
+        window.select("tiny-pixel")
     panel = _panel(window)
     assert panel.report is None and "once the engine has loaded" in panel.summary.text()
     assert window.sampling_panel.generate_button.isEnabled()  # not known to be refused yet
