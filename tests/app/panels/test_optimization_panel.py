@@ -73,21 +73,20 @@ def test_settings_that_do_not_apply_on_the_cpu_say_why(features):
 def test_refused_combinations_show_the_engines_message_and_start_nothing(
     qtbot, features, error_dialogs, values, words
 ):
-    window = features
-    panel = _panel(window)
+    panel = _panel(features)
     panel.set_values(values)
     assert panel.refused_label.isVisible() and words in panel.refused_label.text()
-    button = window.sampling_panel.generate_button
+    button = features.sampling_panel.generate_button
     assert not button.isEnabled() and words in button.toolTip()
     assert all(mark.text() == "" for mark in panel.marks.values())
     panel.expand_button.setChecked(False)
     assert panel.refused_label.isVisible()  # the reason stays in sight with the section collapsed
     button.click()
-    qtbot.keyClick(window.host, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
-    assert not window.generation.running and not window.services.runner.jobs
-    assert "Cannot generate" in window.host.statusBar().currentMessage() and not error_dialogs
-    window.state.set_job_running(True)  # the block outlives the job switching Generate back on
-    window.state.set_job_running(False)
+    qtbot.keyClick(features.host, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    assert not features.generation.running and not features.services.runner.jobs
+    assert "Cannot generate" in features.host.statusBar().currentMessage() and not error_dialogs
+    features.state.set_job_running(True)  # the block outlives the job switching Generate back on
+    features.state.set_job_running(False)
     assert not button.isEnabled()
     panel.apply_preset("Exact fp32")
     assert button.isEnabled() and not panel.refused_label.isVisible()
@@ -95,24 +94,23 @@ def test_refused_combinations_show_the_engines_message_and_start_nothing(
 
 @pytest.mark.slow
 def test_generation_records_what_applied_in_provenance_and_details(qtbot, features, screenshot):
-    window = features
-    window.select("tiny-latent")
-    panel = _panel(window)
+    features.select("tiny-latent")
+    panel = _panel(features)
     panel.expand_button.setChecked(True)
     panel.set_values({"autocast": "bf16", "channels_last_3d": True, "tf32": True})
-    assert generate(qtbot, window, steps=2, click=True) == "finished"
-    report = window.state.shown.provenance["optimization"]["report"]
+    assert generate(qtbot, features, steps=2, click=True) == "finished"
+    report = features.state.shown.provenance["optimization"]["report"]
     assert report["autocast"]["applied"] and report["channels_last_3d"]["applied"]
     assert report["tf32"]["applied"] is False
-    details = window.session_panel.details.text()
+    details = features.session_panel.details.text()
     assert "\u2713 Autocast bf16" in details and "\u2713 Channels-last 3D" in details
     assert "\u2013 TF32: TF32 needs an NVIDIA GPU" in details
     # what the panel predicted is what the run reported
     assert {k: e["applied"] for k, e in panel.report.items()} == {k: e["applied"] for k, e in report.items()}
 
-    bar = window.sampling_panel.scroll_area.verticalScrollBar()  # expanded, the panel scrolls: show its end
+    bar = features.sampling_panel.scroll_area.verticalScrollBar()  # expanded, the panel scrolls: show its end
     bar.setValue(bar.maximum())
-    assert screenshot(window.host, "08-optimization-panel").stat().st_size > 10_000
+    assert screenshot(features.host, "08-optimization-panel").stat().st_size > 10_000
 
 
 @pytest.mark.slow
@@ -120,17 +118,17 @@ def test_the_check_waits_for_torch_at_start_up(qtbot, app_services, monkeypatch)
     from tests.app.generation.form_helpers import install_generate_features
 
     monkeypatch.setattr("app.panels.optimization_panel._engine_loaded", lambda: False)
-    window = install_generate_features(app_services)
+    features = install_generate_features(app_services)
     # As at start-up: the saved form comes back once the panels are built, then the models load (one is selected).
-    window.state.form.restore({"optimization": {"cuda_graphs": True, "autocast": "bogus"}})
-    with qtbot.waitSignal(window.state.model_selected):
-        window.select("tiny-pixel")
-    panel = _panel(window)
+    features.state.form.restore({"optimization": {"cuda_graphs": True, "autocast": "bogus"}})
+    with qtbot.waitSignal(features.state.model_selected):
+        features.select("tiny-pixel")
+    panel = _panel(features)
     assert panel.report is None and "once the engine has loaded" in panel.summary.text()
-    assert window.sampling_panel.generate_button.isEnabled()  # not known to be refused yet
-    window.sampling_panel.generate_button.click()  # Generate checks first (importing torch if it must)
+    assert features.sampling_panel.generate_button.isEnabled()  # not known to be refused yet
+    features.sampling_panel.generate_button.click()  # Generate checks first (importing torch if it must)
     assert "CUDA graphs need an NVIDIA GPU" in panel.refused_label.text()
-    assert not window.sampling_panel.generate_button.isEnabled()
+    assert not features.sampling_panel.generate_button.isEnabled()
     assert panel.values()["autocast"] is None  # a saved value no control offers is ignored
 
 
@@ -167,8 +165,8 @@ def test_presets_come_from_what_was_measured_on_this_machine(qtbot, features, tm
         TuneController, "trades", lambda self, spec: []
     )  # tests/app/generation/test_measure_trades.py
     monkeypatch.setattr(TuneController, "BUDGET_S", 1.0)
-    window, panel, measured = features, _panel(features), features.measured
-    window.select("tiny-latent")
+    panel, measured = _panel(features), features.measured
+    features.select("tiny-latent")
     qtbot.waitUntil(lambda: measured.looked_up and measured.model_id == "tiny-latent", timeout=30_000)
     assert not measured.measured
     assert "not measured on this machine" in panel.measured_label.text()
@@ -177,7 +175,7 @@ def test_presets_come_from_what_was_measured_on_this_machine(qtbot, features, tm
 
     qtbot.mouseClick(panel.measure_button, Qt.MouseButton.LeftButton)
     assert measured.running and panel.cancel_measure_button.isVisible()
-    qtbot.waitUntil(lambda: not measured.running and window.tuning.job is None, timeout=180_000)
+    qtbot.waitUntil(lambda: not measured.running and features.tuning.job is None, timeout=180_000)
     assert measured.measured and not measured.error, measured.error
     low = panel.preset_box.itemText(panel.preset_box.findData("Low memory"))
     assert "x fp32 here" in low
@@ -194,7 +192,7 @@ def test_presets_come_from_what_was_measured_on_this_machine(qtbot, features, tm
     best = measured.fastest()
     assert best["name"] in ("fp32", "preset:Low memory")
     expected = OptimizationConfig.from_dict(best["config"])
-    assert window.state.form.to_request().optimization == expected
+    assert features.state.form.to_request().optimization == expected
 
 
 @pytest.mark.slow
@@ -204,24 +202,24 @@ def test_measuring_is_reachable_by_shortcut_and_cancel_keeps_nothing(qtbot, feat
     from app.generation.tuning import TUNE_SHORTCUT
 
     monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(tmp_path / "tune"))
-    window, measured = features, features.measured
-    window.select("tiny-latent")
+    measured = features.measured
+    features.select("tiny-latent")
     qtbot.waitUntil(lambda: measured.looked_up, timeout=30_000)
-    assert window.tuning.action.shortcut() == QKeySequence(TUNE_SHORTCUT)
+    assert features.tuning.action.shortcut() == QKeySequence(TUNE_SHORTCUT)
     qtbot.keyClick(
-        window.host, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+        features.host, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     )
-    assert window.tuning.job is not None and window.tuning.cancel_action.isEnabled()
+    assert features.tuning.job is not None and features.tuning.cancel_action.isEnabled()
     qtbot.waitUntil(lambda: "preparing" in measured.progress_text, timeout=60_000)
     # Cancel from the keyboard: the Optimization section's Cancel has the focus, Space presses it.
-    cancel = _panel(window).cancel_measure_button
+    cancel = _panel(features).cancel_measure_button
     qtbot.waitUntil(cancel.isVisible, timeout=5_000)
     cancel.setFocus()
     qtbot.keyClick(cancel, Qt.Key.Key_Space)
     assert "cancelling" in measured.progress_text
-    qtbot.waitUntil(lambda: window.tuning.job is None, timeout=60_000)
+    qtbot.waitUntil(lambda: features.tuning.job is None, timeout=60_000)
     assert not measured.running and not measured.measured
-    assert window.host.statusBar().currentMessage() == "Measuring cancelled; nothing was kept"
+    assert features.host.statusBar().currentMessage() == "Measuring cancelled; nothing was kept"
     assert not any((tmp_path / "tune").rglob("*.json"))
 
 
@@ -243,15 +241,15 @@ def test_a_preset_too_long_for_the_box_ends_in_an_ellipsis(qtbot, features):
 def test_switching_models_says_what_it_reset_and_drops_a_quantization_of_the_other_model(qtbot, features):
     """Steps and conditioning went to the new model's defaults silently, and an int8 setting chosen (and
     measured) for one model stayed on for another not measured here."""
-    window, panel, sampling = features, _panel(features), features.sampling_panel
+    panel, sampling = _panel(features), features.sampling_panel
     pick(qtbot, sampling.model_box, "tiny-latent")
     sampling.steps_spin.setValue(3)
     panel.expand_button.setChecked(True)
     pick(qtbot, panel.combos["quantization"], "int8")
-    assert window.state.form.optimization["quantization"] == "int8"
-    with qtbot.waitSignal(window.state.status) as said:  # the main window's status bar shows what is said
+    assert features.state.form.optimization["quantization"] == "int8"
+    with qtbot.waitSignal(features.state.status) as said:  # the main window's status bar shows what is said
         pick(qtbot, sampling.model_box, "tiny-pixel")
-    form = window.state.form
+    form = features.state.form
     assert "quantization" not in form.optimization and form.to_request().optimization.quantization is None
     assert panel.combos["quantization"].currentData() is None  # the control shows it off too
     message = said.args[0]
