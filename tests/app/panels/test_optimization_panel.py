@@ -257,7 +257,6 @@ def test_switching_models_says_what_it_reset_and_drops_a_quantization_of_the_oth
     assert "quantization int8 off (it was chosen for another model" in message
 
 
-@pytest.mark.slow
 def test_the_form_comes_back_after_a_restart(qtbot, themed_app, registry, qt_settings, error_dialogs):
     """The window keeps the Generate form: the Optimization section (and whether it was expanded), the device
     chosen on this computer and the previews, as the next start shows them; a switch of model after the start
