@@ -77,6 +77,7 @@ def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, featu
     assert "Done in" in view.progress_label.text()
 
 
+@pytest.mark.slow
 def test_quality_view_cancels_at_the_next_step(qtbot, features, quality):
     window, view = quality
     qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
