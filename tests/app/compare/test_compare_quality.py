@@ -1,20 +1,26 @@
-"""The Compare window's quality view in a real window under Xvfb: compute over seeds, plots, verdicts, cancel."""
+"""The Compare window's quality view on AppServices under Xvfb: compute over seeds, plots, verdicts, cancel."""
 
 from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt
 
+from tests.app.compare.runs import open_compare
+
 pytestmark = [pytest.mark.render, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 @pytest.fixture
-def quality(qtbot, tissue_window):
-    tissue_window.sampling_panel.steps_spin.setValue(2)
-    qtbot.keyClick(
-        tissue_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
-    )
-    window = tissue_window.compare.window
+def registry(tiny_models_dir, tissue_models_dir):
+    """The tiny test models and the tiny tissue-map model."""
+    from engine.models.registry import ModelRegistry
+
+    return ModelRegistry([tiny_models_dir, tissue_models_dir])
+
+
+@pytest.fixture
+def quality(qtbot, features):
+    window = open_compare(qtbot, features, "tiny-tissue", 2)
     qtbot.waitExposed(window)
     window.b_box.setCurrentIndex(window.b_box.findData("bf16"))
     bar = window.tabs.tabBar()
@@ -33,7 +39,7 @@ def _items(plot, kind: str) -> list:
 
 
 @pytest.mark.slow
-def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, tissue_window, quality):
+def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, features, quality):
     window, view = quality
     assert view.schedule_spin.text() == "none"  # no shorter schedule unless asked for
     view.schedule_spin.selectAll()
@@ -41,11 +47,11 @@ def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, tissu
     assert view.schedule_spin.value() == 1
     with qtbot.waitSignal(view.report_ended, timeout=240_000) as ended:
         qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
-        assert tissue_window.state.job_running and not view.compute_button.isEnabled()
+        assert features.state.job_running and not view.compute_button.isEnabled()
         assert view.cancel_button.isEnabled()
     assert ended.args == ["finished"]
-    qtbot.waitUntil(lambda: not tissue_window.runner.jobs, timeout=10_000)
-    assert not tissue_window.state.job_running and view.compute_button.isEnabled()
+    qtbot.waitUntil(lambda: not features.services.runner.jobs, timeout=10_000)
+    assert not features.state.job_running and view.compute_button.isEnabled()
     run = view.run
     assert list(run.reports) == ["B: bf16", "fp32, 1 steps"]
     assert run.seeds == [0, 1, 2, 3] and run.noise_seeds == [4, 5, 6, 7]
@@ -71,7 +77,8 @@ def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, tissu
     assert "Done in" in view.progress_label.text()
 
 
-def test_quality_view_cancels_at_the_next_step(qtbot, tissue_window, quality):
+@pytest.mark.slow
+def test_quality_view_cancels_at_the_next_step(qtbot, features, quality):
     window, view = quality
     qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "seed 1" in view.progress_label.text(), timeout=120_000)
@@ -84,8 +91,8 @@ def test_quality_view_cancels_at_the_next_step(qtbot, tissue_window, quality):
             and not view.cancel_button.isEnabled()
         )
     assert ended.args == ["cancelled"] and view.progress_label.text() == "Cancelled"
-    qtbot.waitUntil(lambda: not tissue_window.runner.jobs, timeout=10_000)
-    assert not tissue_window.state.job_running and view.run is None
+    qtbot.waitUntil(lambda: not features.services.runner.jobs, timeout=10_000)
+    assert not features.state.job_running and view.run is None
     assert window.run_button.isEnabled()  # the comparison can run again
 
 

@@ -1,28 +1,15 @@
 """Compare Settings' Repeat: a step-caching row measured for speed and quality, then repeated until the noise
-rule can decide, in a real window under Xvfb."""
+rule can decide, on AppServices under Xvfb."""
 
 from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import Qt
 
+from tests.app.compare.runs import wait_compared
 from tests.app.keys import type_into
 
 pytestmark = [pytest.mark.render, pytest.mark.filterwarnings("ignore::UserWarning")]
-
-
-@pytest.fixture
-def compare(qtbot, main_window):
-    main_window.state.select_model(main_window.state.model_by_id("tiny-latent"))
-    main_window.sampling_panel.steps_spin.setValue(6)
-    qtbot.keyClick(
-        main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
-    )
-    window = main_window.compare.window
-    qtbot.waitExposed(window)
-    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
-    yield window
-    window.close()
 
 
 def _choose_by_keys(qtbot, box, name: str) -> None:
@@ -38,10 +25,7 @@ def _choose_by_keys(qtbot, box, name: str) -> None:
 
 
 def _ended(qtbot, compare, press) -> str:
-    with qtbot.waitSignal(compare.comparison_ended, timeout=180_000) as blocker:
-        press()
-    qtbot.waitUntil(lambda: not compare.services.runner.jobs, timeout=10_000)
-    return blocker.args[0]
+    return wait_compared(qtbot, compare, press, timeout=180_000)
 
 
 def _row(table, label: str) -> int:
@@ -50,10 +34,11 @@ def _row(table, label: str) -> int:
 
 @pytest.mark.slow
 def test_a_step_caching_row_is_measured_for_speed_and_quality_then_repeated_until_the_rule_decides(
-    qtbot, main_window, compare
+    qtbot, compare
 ):
     """Before: one run of each, "too few samples ... measure more", and a pointer to `volsynth bench --repeats 3`
     in a terminal the window's users never open."""
+    qtbot.waitUntil(compare.isActiveWindow, timeout=5_000)
     _choose_by_keys(qtbot, compare.b_box, "cache:k3-l1-f")
     type_into(qtbot, compare.profile_spin, "0")
     assert not compare.repeat_button.isEnabled()  # nothing to repeat yet

@@ -1,4 +1,5 @@
-"""Compare Settings in a real window under Xvfb: run, linked views, numbers, kernels, cancel, errors, save."""
+"""Compare Settings on AppServices (the Generate features it reads installed as the main window installs them),
+under Xvfb: run, linked views, numbers, kernels, cancel, errors, save."""
 
 from __future__ import annotations
 
@@ -12,54 +13,30 @@ from PySide6.QtWidgets import QApplication
 
 from app.compare import difference_window
 from app.compare.window import CSV_DIR_KEY, PANEL_SETTINGS
+from tests.app.compare.runs import open_compare, wait_compared
 from tests.app.conftest import SCREENSHOTS
 
 pytestmark = [pytest.mark.render, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
-def _select(window, model_id):
-    window.state.select_model(window.state.model_by_id(model_id))
-
-
-def _wait(qtbot, compare, timeout=120_000) -> str:
-    with qtbot.waitSignal(compare.comparison_ended, timeout=timeout) as blocker:
-        pass
-    qtbot.waitUntil(lambda: not compare.services.runner.jobs, timeout=10_000)
-    return blocker.args[0]
-
-
-@pytest.fixture
-def compare(qtbot, main_window):
-    _select(main_window, "tiny-latent")
-    main_window.sampling_panel.steps_spin.setValue(6)
-    qtbot.keyClick(
-        main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
-    )
-    window = main_window.compare.window
-    assert window is not None and window.isVisible()
-    qtbot.waitExposed(window)
-    yield window
-    window.close()
-
-
-def _panel_bf16(main_window):
-    panel = main_window.optimization_panel
+def _panel_bf16(features):
+    panel = features.optimization_panel
     panel.set_values({**panel.values(), "autocast": "bf16"})
 
 
 @pytest.mark.slow
-def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, main_window, compare):
-    _panel_bf16(main_window)
+def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, features, compare):
+    _panel_bf16(features)
     assert compare.choice(compare.a_box) == "Exact fp32" and compare.choice(compare.b_box) == PANEL_SETTINGS
-    main_window.sampling_panel.seed_spin.setValue(77)
+    features.sampling_panel.seed_spin.setValue(77)
     assert "seed 77" in compare.source_label.text() and "6 steps" in compare.source_label.text()
     assert compare.start()
-    assert main_window.state.job_running and not main_window.sampling_panel.generate_button.isEnabled()
-    assert _wait(qtbot, compare) == "finished"
-    assert not main_window.state.job_running and main_window.sampling_panel.generate_button.isEnabled()
+    assert features.state.job_running and not features.sampling_panel.generate_button.isEnabled()
+    assert wait_compared(qtbot, compare) == "finished"
+    assert not features.state.job_running and features.sampling_panel.generate_button.isEnabled()
     result = compare.comparison
     assert result.a.applied() == [] and result.b.applied() == ["autocast"]
-    assert result.a.result.request.seed == main_window.sampling_panel.seed_spin.value()
+    assert result.a.result.request.seed == features.sampling_panel.seed_spin.value()
     assert result.a.result.request.batch_size == 1 and result.a.result.request.steps == 6
     for side in ("a", "b", "diff"):
         assert compare.views[side]["axial"].current_pixels() is not None
@@ -83,10 +60,10 @@ def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, main_window,
 
 
 @pytest.mark.slow
-def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, main_window, compare):
-    _panel_bf16(main_window)
+def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, features, compare):
+    _panel_bf16(features)
     compare.start()
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     view_a = compare.views["a"]["axial"]
     rect = view_a.image_rect()
     qtbot.mouseClick(
@@ -107,11 +84,11 @@ def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, main_wi
 
 
 @pytest.mark.slow
-def test_same_settings_compare_identical(qtbot, main_window, compare):
+def test_same_settings_compare_identical(qtbot, features, compare):
     compare.b_box.setCurrentIndex(compare.b_box.findData("Exact fp32"))
     compare.profile_spin.setValue(0)
     compare.start()
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     assert compare.comparison.max_abs_err == 0.0
     assert (
         "identical" in compare.titles["diff"].text() and "identical volumes" in compare.summary_label.text()
@@ -123,64 +100,64 @@ def test_same_settings_compare_identical(qtbot, main_window, compare):
 
 
 @pytest.mark.slow
-def test_cancel_with_escape_leaves_the_app_usable(qtbot, main_window, compare):
-    _select(main_window, "tiny-pixel")
-    main_window.sampling_panel.steps_spin.setValue(1000)
+def test_cancel_with_escape_leaves_the_app_usable(qtbot, features, compare):
+    features.select("tiny-pixel")
+    features.sampling_panel.steps_spin.setValue(1000)
     compare.start()
     qtbot.waitUntil(lambda: compare.progress_bar.value() >= 1, timeout=60_000)
     compare.activateWindow()
     qtbot.waitUntil(compare.isActiveWindow, timeout=5_000)
     qtbot.keyClick(compare, Qt.Key.Key_Escape)
-    assert _wait(qtbot, compare) == "cancelled"
+    assert wait_compared(qtbot, compare) == "cancelled"
     assert compare.progress_label.text() == "Cancelled" and compare.comparison is None
-    assert not main_window.state.job_running and compare.run_button.isEnabled()
-    main_window.sampling_panel.steps_spin.setValue(3)
-    main_window.sampling_panel.generate_button.click()
-    with qtbot.waitSignal(main_window.generation.ended, timeout=60_000) as ended:
+    assert not features.state.job_running and compare.run_button.isEnabled()
+    features.sampling_panel.steps_spin.setValue(3)
+    features.sampling_panel.generate_button.click()
+    with qtbot.waitSignal(features.generation.ended, timeout=60_000) as ended:
         pass
     assert ended.args[0] == "finished"
 
 
 @pytest.mark.slow
-def test_errors_reach_a_dialog_and_nothing_is_left_running(qtbot, main_window, compare, error_dialogs):
-    main_window.sampling_panel.device_box.addItem("cuda", "cuda")
-    main_window.sampling_panel.device_box.setCurrentIndex(main_window.sampling_panel.device_box.count() - 1)
+def test_errors_reach_a_dialog_and_nothing_is_left_running(qtbot, features, compare, error_dialogs):
+    features.sampling_panel.device_box.addItem("cuda", "cuda")
+    features.sampling_panel.device_box.setCurrentIndex(features.sampling_panel.device_box.count() - 1)
     assert compare.start()
-    assert _wait(qtbot, compare) == "failed"
+    assert wait_compared(qtbot, compare) == "failed"
     title, message = error_dialogs[-1]
     assert title == "Comparison failed" and "cuda" in message.lower() and "Traceback" not in message
-    assert not main_window.state.job_running and compare.run_button.isEnabled()
+    assert not features.state.job_running and compare.run_button.isEnabled()
 
 
 @pytest.mark.slow
-def test_refused_while_a_generation_runs(qtbot, main_window, compare, error_dialogs):
-    _select(main_window, "tiny-pixel")
-    main_window.sampling_panel.steps_spin.setValue(1000)
-    main_window.sampling_panel.generate_button.click()
+def test_refused_while_a_generation_runs(qtbot, features, compare, error_dialogs):
+    features.select("tiny-pixel")
+    features.sampling_panel.steps_spin.setValue(1000)
+    features.sampling_panel.generate_button.click()
     assert not compare.run_button.isEnabled()
     assert not compare.start()
     assert "generation is running" in error_dialogs[-1][1]
-    with qtbot.waitSignal(main_window.generation.ended, timeout=60_000):
-        main_window.generation.cancel_action.trigger()  # Generate > Cancel Generation
+    with qtbot.waitSignal(features.generation.ended, timeout=60_000):
+        features.generation.cancel_action.trigger()  # Generate > Cancel Generation
     assert compare.run_button.isEnabled()
 
 
 @pytest.mark.slow
-def test_add_to_session_and_save(qtbot, main_window, compare, tmp_path):
-    _panel_bf16(main_window)
+def test_add_to_session_and_save(qtbot, features, compare, tmp_path):
+    _panel_bf16(features)
     compare.start()
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     compare.add_to_session()
-    names = [v.name for v in main_window.state.volumes]
+    names = [v.name for v in features.state.volumes]
     assert names[-2:] == [
-        f"seed {main_window.sampling_panel.seed_spin.value()} \u00b7 fp32",
-        f"seed {main_window.sampling_panel.seed_spin.value()} \u00b7 bf16",
+        f"seed {features.sampling_panel.seed_spin.value()} \u00b7 fp32",
+        f"seed {features.sampling_panel.seed_spin.value()} \u00b7 bf16",
     ]
-    assert main_window.state.volumes[-1].provenance["optimization"]["requested"]["autocast"] == "bf16"
+    assert features.state.volumes[-1].provenance["optimization"]["requested"]["autocast"] == "bf16"
     folder = tmp_path / "cmp"
     compare.save_to(folder)
     qtbot.waitUntil(
-        lambda: (folder / "compare.json").is_file() and not main_window.runner.jobs, timeout=30_000
+        lambda: (folder / "compare.json").is_file() and not features.services.runner.jobs, timeout=30_000
     )
     assert sorted(p.name for p in folder.iterdir()) == [
         "a.json",
@@ -195,24 +172,24 @@ def test_add_to_session_and_save(qtbot, main_window, compare, tmp_path):
 
 
 @pytest.mark.slow
-def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, main_window, compare):
+def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, features, compare):
 
     compare.a_box.setCurrentText("bf16")
     compare.b_box.setCurrentText("bf16+sdpa")
     compare.profile_spin.setValue(1)
     assert compare.start()
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     assert compare.comparison.a.applied() == ["autocast"]
     assert set(compare.comparison.b.applied()) == {"autocast", "attention"}
     assert compare.titles["a"].text().endswith("bf16") and compare.titles["b"].text().endswith("bf16+sdpa")
-    again = main_window.compare.make_window()  # the next time the window is built (e.g. next start)
+    again = features.compare.make_window()  # the next time the window is built (e.g. next start)
     assert again.a_box.currentText() == "bf16" and again.b_box.currentText() == "bf16+sdpa"
     again.close()
 
 
 @pytest.mark.slow
-def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, main_window, compare):
-    _panel_bf16(main_window)
+def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, features, compare):
+    _panel_bf16(features)
     events: list[str] = []
     compare.side_shown.connect(events.append)
     compare.comparison_ended.connect(events.append)
@@ -230,19 +207,19 @@ def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, main_window, compare):
     assert compare.states["b"].shown is None and compare.titles["b"].text().endswith("running...")
     assert compare.titles["b"].toolTip() == compare.titles["b"].text()  # the whole header, however narrow
     assert "ms/step" in compare.titles["a"].text() and "running B" in compare.summary_label.text()
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     assert events == ["a", "finished"]
     assert compare.views["b"]["axial"].current_pixels() is not None
     assert compare.views["b"]["axial"].empty_text.startswith("Run the comparison")
 
 
 @pytest.mark.slow
-def test_difference_map_is_diverging_with_a_colour_bar(qtbot, main_window, compare, screenshot):
-    _panel_bf16(main_window)
+def test_difference_map_is_diverging_with_a_colour_bar(qtbot, features, compare, screenshot):
+    _panel_bf16(features)
     bar = compare.colour_bar
     assert bar.labels() == ("", "", "")  # no placeholder numbers before there is a difference
     qtbot.keyClick(compare, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     window, level = compare.states["diff"].window
     # The title says what the bar spans against the maximum, and that beyond it colours are clipped.
     title = compare.titles["diff"].text()
@@ -276,13 +253,13 @@ def test_difference_map_is_diverging_with_a_colour_bar(qtbot, main_window, compa
 
 
 @pytest.mark.slow
-def test_decoder_only_setting_headlines_the_decode(qtbot, main_window, compare):
+def test_decoder_only_setting_headlines_the_decode(qtbot, features, compare):
     # A decoder setting leaves the U-Net alone: its per-step ratio is noise, so the bold line is the decode.
-    panel = main_window.optimization_panel
+    panel = features.optimization_panel
     panel.set_values({**panel.values(), "decoder_channels_last": True})
     compare.profile_spin.setValue(0)
     qtbot.mouseClick(compare.run_button, Qt.MouseButton.LeftButton)
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     measured = compare.comparison
     summary = compare.summary_label.text()
     assert summary.startswith("<b>Decode</b> (B's settings change only the decoder): <b>too few samples")
@@ -322,7 +299,7 @@ def test_decoder_only_setting_headlines_the_decode(qtbot, main_window, compare):
 
 
 @pytest.mark.slow
-def test_speed_verdicts_follow_the_noise_rule(qtbot, main_window, compare):
+def test_speed_verdicts_follow_the_noise_rule(qtbot, features, compare):
     import dataclasses
 
     from app.compare.window import WARNING_COLOUR, speed_text
@@ -330,7 +307,7 @@ def test_speed_verdicts_follow_the_noise_rule(qtbot, main_window, compare):
     compare.b_box.setCurrentText("sdpa")  # a U-Net setting: the headline is the step
     compare.profile_spin.setValue(0)
     compare.start()
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     measured = compare.comparison
     step_cell = compare.table.item(0, 2).text()
     assert step_cell.startswith(speed_text(measured.speedup_per_step))
@@ -363,15 +340,15 @@ def test_speed_verdicts_follow_the_noise_rule(qtbot, main_window, compare):
 
 
 @pytest.mark.slow
-def test_table_exports_to_csv_through_the_file_dialog(qtbot, main_window, compare, tmp_path):
+def test_table_exports_to_csv_through_the_file_dialog(qtbot, features, compare, tmp_path):
     import csv
 
     from PySide6.QtWidgets import QDialogButtonBox, QLineEdit
 
-    _panel_bf16(main_window)
+    _panel_bf16(features)
     assert not compare.export_button.isEnabled()
     compare.start()
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     # Every cell is readable without hovering: rows are as tall as their wrapped text (once the table's
     # deferred layout pass has run, which a busy machine can delay past the end of the run).
     table = compare.table
@@ -379,7 +356,7 @@ def test_table_exports_to_csv_through_the_file_dialog(qtbot, main_window, compar
         lambda: all(table.rowHeight(r) >= table.sizeHintForRow(r) for r in range(table.rowCount())),
         timeout=10_000,
     )
-    main_window.settings.setValue(CSV_DIR_KEY, str(tmp_path))  # as left by an earlier export
+    features.services.settings.setValue(CSV_DIR_KEY, str(tmp_path))  # as left by an earlier export
     qtbot.mouseClick(compare.export_button, Qt.MouseButton.LeftButton)
     dialog = compare.outputs.csv_dialog
     qtbot.waitUntil(lambda: dialog.isVisible(), timeout=10_000)
@@ -401,7 +378,7 @@ def test_table_exports_to_csv_through_the_file_dialog(qtbot, main_window, compar
 
 
 @pytest.mark.slow
-def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, main_window, compare):
+def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, features, compare):
     qtbot.waitUntil(lambda: bool(compare.unavailable), timeout=60_000)
     model = compare.b_box.model()
 
@@ -421,41 +398,31 @@ def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, main_w
 
 
 @pytest.mark.slow
-def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, main_window):
+def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, features):
     """Ctrl+Return pressed right after Ctrl+Shift+G opened the window starts the comparison: the window takes
     the keyboard when it opens, not only once the platform's activation arrives (the walk of issue 25 saw
     Ctrl+Return do nothing there)."""
-    _select(main_window, "tiny-latent")
-    main_window.sampling_panel.steps_spin.setValue(3)
-    qtbot.keyClick(
-        main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
-    )
-    compare = main_window.compare.window
+    compare = open_compare(qtbot, features, "tiny-latent", 3)
     assert compare is not None and compare.isVisible() and compare._job is None
     # No wait for the window to be exposed or active: the keys go where the keyboard is at once.
     target = QApplication.focusWidget()
     assert target is not None and target.window() is compare
-    panel = main_window.sampling_panel
+    panel = features.sampling_panel
     idle = (panel.progress_label.text(), panel.progress_bar.value())
     qtbot.keyClick(target, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    assert compare._job is not None and main_window.state.job_running  # started
+    assert compare._job is not None and features.state.job_running  # started
     # The Generate panel says another run has the engine, not "Starting..." of a generation of its own ...
     assert panel.progress_label.text().startswith("Waiting: another run is using the engine")
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     # ... and once it ends, its line is what it was (it stayed "Starting... 0%" while idle).
     assert (panel.progress_label.text(), panel.progress_bar.value()) == idle
     compare.close()
 
 
 @pytest.mark.slow
-def test_the_keypad_enter_runs_too(qtbot, main_window):
+def test_the_keypad_enter_runs_too(qtbot, features):
     """The empty views say "Ctrl+Enter": the keypad's Enter (a key apart from Return) starts the run as well."""
-    _select(main_window, "tiny-latent")
-    main_window.sampling_panel.steps_spin.setValue(2)
-    qtbot.keyClick(
-        main_window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
-    )
-    compare = main_window.compare.window
+    compare = open_compare(qtbot, features, "tiny-latent", 2)
     assert "Ctrl+Enter" in compare.views["a"]["axial"].empty_text
     qtbot.keyClick(
         QApplication.focusWidget(),
@@ -463,13 +430,13 @@ def test_the_keypad_enter_runs_too(qtbot, main_window):
         Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.KeypadModifier,
     )
     assert compare._job is not None  # started
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     compare.close()
 
 
-def _measured_here(main_window, qtbot) -> None:
+def _measured_here(features, qtbot) -> None:
     """A measurement of tiny-latent on this machine: bf16+sdpa clearly faster at 52 dB, Low memory even."""
-    measured = main_window.measured_settings
+    measured = features.measured
     qtbot.waitUntil(lambda: measured.looked_up and measured.model_id == "tiny-latent", timeout=30_000)
 
     def row(name, seconds, speedup, verdict, psnr, config):
@@ -500,15 +467,15 @@ def _measured_here(main_window, qtbot) -> None:
 
 @pytest.mark.slow
 def test_the_choices_are_the_presets_by_name_with_what_was_measured_here(
-    qtbot, main_window, compare, screenshot
+    qtbot, features, compare, screenshot
 ):
     """B offered ~40 raw names with no ratios and no 'Fastest here'; now the presets come first by the names of
     the Optimization section, each with its measured ratio, and Fastest here runs the recommendation."""
     box = compare.b_box
-    qtbot.waitUntil(lambda: main_window.measured_settings.looked_up, timeout=30_000)
+    qtbot.waitUntil(lambda: features.measured.looked_up, timeout=30_000)
     fastest = box.model().item(box.findData("Fastest here"))
     assert not fastest.isEnabled() and "not measured here yet" in fastest.text()
-    _measured_here(main_window, qtbot)
+    _measured_here(features, qtbot)
     qtbot.waitUntil(lambda: box.model().item(box.findData("Fastest here")).isEnabled(), timeout=60_000)
     # The check of what can apply on this device runs in the background; its answer greys out the GPU preset.
     qtbot.waitUntil(lambda: "Fast (GPU)" in compare.unavailable, timeout=60_000)
@@ -530,7 +497,7 @@ def test_the_choices_are_the_presets_by_name_with_what_was_measured_here(
     assert compare.choice(box) == "Fastest here"
     compare.profile_spin.setValue(0)
     qtbot.keyClick(compare, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    assert _wait(qtbot, compare) == "finished"
+    assert wait_compared(qtbot, compare) == "finished"
     assert set(compare.comparison.b.applied()) == {"autocast", "attention"}
     table = compare.table
     for size in ((1024, 700), (1600, 1000)):

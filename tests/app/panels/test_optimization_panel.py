@@ -7,32 +7,26 @@ from PySide6.QtCore import Qt
 
 from app.panels.optimization_panel import OptimizationPanel
 from engine.optimization.apply import OptimizationConfig
+from tests.app.generation.form_helpers import generate
 from tests.app.keys import pick
 
 pytestmark = pytest.mark.render
 
 
-def _panel(window) -> OptimizationPanel:
-    return window.optimization_panel
+def _panel(features) -> OptimizationPanel:
+    return features.optimization_panel
 
 
 def _choose(combo, value) -> None:
     combo.setCurrentIndex(next(i for i in range(combo.count()) if combo.itemData(i) == value))
 
 
-def _wait_ended(qtbot, window, timeout=120_000) -> str:
-    with qtbot.waitSignal(window.generation.ended, timeout=timeout) as blocker:
-        pass
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
-    return blocker.args[0]
-
-
 @pytest.mark.slow
-def test_settings_reach_the_request_and_presets_set_them(main_window):
-    panel = _panel(main_window)
+def test_settings_reach_the_request_and_presets_set_them(features):
+    panel = _panel(features)
     assert not panel.body.isVisible()  # compact by default
     assert panel.current_preset() == "Exact fp32"
-    assert main_window.state.form.to_request().optimization == OptimizationConfig()
+    assert features.state.form.to_request().optimization == OptimizationConfig()
 
     panel.checks["tf32"].setChecked(True)
     _choose(panel.combos["autocast"], "bf16")
@@ -41,25 +35,23 @@ def test_settings_reach_the_request_and_presets_set_them(main_window):
     assert panel.budget_spin.isEnabled()
     panel.budget_spin.setValue(35.0)
     assert panel.current_preset() == "Custom"
-    config = main_window.state.form.to_request().optimization
+    config = features.state.form.to_request().optimization
     assert config == OptimizationConfig(tf32=True, autocast="bf16", quantization="mixed", psnr_budget_db=35.0)
 
     panel.apply_preset("Fast (GPU)")
-    assert main_window.state.form.to_request().optimization == OptimizationConfig(
+    assert features.state.form.to_request().optimization == OptimizationConfig(
         tf32=True, channels_last_3d=True, autocast="bf16", attention="sdpa"
     )
     assert panel.current_preset() == "Fast (GPU)"
     panel.preset_box.setCurrentIndex(panel.preset_box.findData("Low memory"))
     panel.preset_box.activated.emit(panel.preset_box.currentIndex())  # as a user's pick does
-    assert main_window.state.form.to_request().optimization == OptimizationConfig(streamed_decode=True)
+    assert features.state.form.to_request().optimization == OptimizationConfig(streamed_decode=True)
 
 
 @pytest.mark.slow
-def test_settings_that_do_not_apply_on_the_cpu_say_why(main_window):
-    panel = _panel(main_window)
-    main_window.sampling_panel.device_box.setCurrentIndex(
-        main_window.sampling_panel.device_box.findData("cpu")
-    )
+def test_settings_that_do_not_apply_on_the_cpu_say_why(features):
+    panel = _panel(features)
+    features.sampling_panel.device_box.setCurrentIndex(features.sampling_panel.device_box.findData("cpu"))
     panel.set_values({"tf32": True, "quantization": "fp8", "channels_last_3d": True})
     assert panel.marks["tf32"].text() == "\u2013"
     assert "TF32 needs an NVIDIA GPU of compute capability 8.0+" in panel.marks["tf32"].toolTip()
@@ -67,7 +59,7 @@ def test_settings_that_do_not_apply_on_the_cpu_say_why(main_window):
     assert panel.marks["channels_last_3d"].text() == "\u2713"
     assert panel.marks["autocast"].text() == ""  # not requested: no mark
     assert "1 of 3 apply on cpu" in panel.summary.text() and "TF32" in panel.summary.text()
-    assert main_window.sampling_panel.generate_button.isEnabled()  # not applying is not refused
+    assert features.sampling_panel.generate_button.isEnabled()  # not applying is not refused
 
 
 @pytest.mark.parametrize(
@@ -79,101 +71,74 @@ def test_settings_that_do_not_apply_on_the_cpu_say_why(main_window):
 )
 @pytest.mark.slow
 def test_refused_combinations_show_the_engines_message_and_start_nothing(
-    qtbot, main_window, error_dialogs, values, words
+    qtbot, features, error_dialogs, values, words
 ):
-    window = main_window
-    panel = _panel(window)
+    panel = _panel(features)
     panel.set_values(values)
     assert panel.refused_label.isVisible() and words in panel.refused_label.text()
-    button = window.sampling_panel.generate_button
+    button = features.sampling_panel.generate_button
     assert not button.isEnabled() and words in button.toolTip()
     assert all(mark.text() == "" for mark in panel.marks.values())
     panel.expand_button.setChecked(False)
     assert panel.refused_label.isVisible()  # the reason stays in sight with the section collapsed
     button.click()
-    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
-    assert not window.generation.running and not window.runner.jobs
-    assert "Cannot generate" in window.statusBar().currentMessage() and not error_dialogs
-    window.state.set_job_running(True)  # the block outlives the job switching Generate back on
-    window.state.set_job_running(False)
+    qtbot.keyClick(features.host, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)
+    assert not features.generation.running and not features.services.runner.jobs
+    assert "Cannot generate" in features.host.statusBar().currentMessage() and not error_dialogs
+    features.state.set_job_running(True)  # the block outlives the job switching Generate back on
+    features.state.set_job_running(False)
     assert not button.isEnabled()
     panel.apply_preset("Exact fp32")
     assert button.isEnabled() and not panel.refused_label.isVisible()
 
 
 @pytest.mark.slow
-def test_generation_records_what_applied_in_provenance_and_details(qtbot, main_window, screenshot):
-    window = main_window
-    window.state.select_model(window.state.model_by_id("tiny-latent"))
-    window.sampling_panel.steps_spin.setValue(2)
-    panel = _panel(window)
+def test_generation_records_what_applied_in_provenance_and_details(qtbot, features, screenshot):
+    features.select("tiny-latent")
+    panel = _panel(features)
     panel.expand_button.setChecked(True)
     panel.set_values({"autocast": "bf16", "channels_last_3d": True, "tf32": True})
-    window.sampling_panel.generate_button.click()
-    assert _wait_ended(qtbot, window) == "finished"
-    report = window.state.shown.provenance["optimization"]["report"]
+    assert generate(qtbot, features, steps=2, click=True) == "finished"
+    report = features.state.shown.provenance["optimization"]["report"]
     assert report["autocast"]["applied"] and report["channels_last_3d"]["applied"]
     assert report["tf32"]["applied"] is False
-    details = window.session_panel.details.text()
+    details = features.session_panel.details.text()
     assert "\u2713 Autocast bf16" in details and "\u2713 Channels-last 3D" in details
     assert "\u2013 TF32: TF32 needs an NVIDIA GPU" in details
     # what the panel predicted is what the run reported
     assert {k: e["applied"] for k, e in panel.report.items()} == {k: e["applied"] for k, e in report.items()}
 
-    bar = window.sampling_panel.scroll_area.verticalScrollBar()  # expanded, the panel scrolls: show its end
+    bar = features.sampling_panel.scroll_area.verticalScrollBar()  # expanded, the panel scrolls: show its end
     bar.setValue(bar.maximum())
-    assert screenshot(window, "08-optimization-panel").stat().st_size > 10_000
+    assert screenshot(features.host, "08-optimization-panel").stat().st_size > 10_000
 
 
 @pytest.mark.slow
-def test_settings_persist_across_a_restart(qtbot, themed_app, registry, qt_settings, error_dialogs):
-    from app.window.main_window import MainWindow
+def test_the_check_waits_for_torch_at_start_up(qtbot, app_services, monkeypatch):
+    from tests.app.generation.form_helpers import install_generate_features
 
-    first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
-    qtbot.addWidget(first)
-    _panel(first).set_values(
-        {"attention": "sdpa", "streamed_decode": True, "quantization": "mixed", "psnr_budget_db": 33.0}
-    )
-    _panel(first).expand_button.setChecked(True)
-    first.close()
-
-    second = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
-    qtbot.addWidget(second)
-    panel = _panel(second)
-    assert panel.expand_button.isChecked() and panel.current_preset() == "Custom"
-    assert second.state.form.to_request().optimization == OptimizationConfig(
-        attention="sdpa", streamed_decode=True, quantization="mixed", psnr_budget_db=33.0
-    )
-    second.close()
-
-
-@pytest.mark.slow
-def test_the_check_waits_for_torch_at_start_up(
-    qtbot, themed_app, registry, qt_settings, error_dialogs, monkeypatch
-):
-    from app.window.main_window import MainWindow
-
-    qt_settings.setValue("generation/form", '{"optimization": {"cuda_graphs": true, "autocast": "bogus"}}')
     monkeypatch.setattr("app.panels.optimization_panel._engine_loaded", lambda: False)
-    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
-    qtbot.addWidget(window)
-    panel = _panel(window)
+    features = install_generate_features(app_services)
+    # As at start-up: the saved form comes back once the panels are built, then the models load (one is selected).
+    features.state.form.restore({"optimization": {"cuda_graphs": True, "autocast": "bogus"}})
+    with qtbot.waitSignal(features.state.model_selected):
+        features.select("tiny-pixel")
+    panel = _panel(features)
     assert panel.report is None and "once the engine has loaded" in panel.summary.text()
-    assert window.sampling_panel.generate_button.isEnabled()  # not known to be refused yet
-    window.sampling_panel.generate_button.click()  # Generate checks first (importing torch if it must)
+    assert features.sampling_panel.generate_button.isEnabled()  # not known to be refused yet
+    features.sampling_panel.generate_button.click()  # Generate checks first (importing torch if it must)
     assert "CUDA graphs need an NVIDIA GPU" in panel.refused_label.text()
-    assert not window.sampling_panel.generate_button.isEnabled()
+    assert not features.sampling_panel.generate_button.isEnabled()
     assert panel.values()["autocast"] is None  # a saved value no control offers is ignored
-    window.close()
 
 
 @pytest.mark.slow
-def test_decoder_settings_have_controls_a_preset_and_reach_the_request(main_window):
-    panel = _panel(main_window)
+def test_decoder_settings_have_controls_a_preset_and_reach_the_request(features):
+    panel = _panel(features)
     box = panel.preset_box
     box.setCurrentIndex(box.findData("Fast decode (CPU)"))
     box.activated.emit(box.currentIndex())  # what a pick in the combo box sends
-    config = main_window.state.form.to_request().optimization
+    config = features.state.form.to_request().optimization
     assert config.streamed_decode and config.decoder_autocast == "bf16" and config.decoder_channels_last
     assert (
         panel.combos["decoder_autocast"].currentData() == "bf16"
@@ -184,12 +149,12 @@ def test_decoder_settings_have_controls_a_preset_and_reach_the_request(main_wind
     _choose(panel.combos["decoder_quantization"], "mixed")
     assert panel.budget_spins["decoder_psnr_budget_db"].isEnabled() and panel.current_preset() == "Custom"
     panel.budget_spins["decoder_psnr_budget_db"].setValue(45.0)
-    config = main_window.state.form.to_request().optimization
+    config = features.state.form.to_request().optimization
     assert config.decoder_quantization == "mixed" and config.decoder_psnr_budget_db == 45.0
 
 
 @pytest.mark.slow
-def test_presets_come_from_what_was_measured_on_this_machine(qtbot, main_window, tmp_path, monkeypatch):
+def test_presets_come_from_what_was_measured_on_this_machine(qtbot, features, tmp_path, monkeypatch):
     """First use offers the measurement; Measure now runs `volsynth tune` in the background; the presets then
     say what they measured here, and Fastest here applies the recommendation."""
     from app.generation.tuning import TuneController
@@ -200,8 +165,8 @@ def test_presets_come_from_what_was_measured_on_this_machine(qtbot, main_window,
         TuneController, "trades", lambda self, spec: []
     )  # tests/app/generation/test_measure_trades.py
     monkeypatch.setattr(TuneController, "BUDGET_S", 1.0)
-    window, panel, measured = main_window, _panel(main_window), main_window.measured_settings
-    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    panel, measured = _panel(features), features.measured
+    features.select("tiny-latent")
     qtbot.waitUntil(lambda: measured.looked_up and measured.model_id == "tiny-latent", timeout=30_000)
     assert not measured.measured
     assert "not measured on this machine" in panel.measured_label.text()
@@ -210,7 +175,7 @@ def test_presets_come_from_what_was_measured_on_this_machine(qtbot, main_window,
 
     qtbot.mouseClick(panel.measure_button, Qt.MouseButton.LeftButton)
     assert measured.running and panel.cancel_measure_button.isVisible()
-    qtbot.waitUntil(lambda: not measured.running and window.tuning.job is None, timeout=180_000)
+    qtbot.waitUntil(lambda: not measured.running and features.tuning.job is None, timeout=180_000)
     assert measured.measured and not measured.error, measured.error
     low = panel.preset_box.itemText(panel.preset_box.findData("Low memory"))
     assert "x fp32 here" in low
@@ -227,42 +192,40 @@ def test_presets_come_from_what_was_measured_on_this_machine(qtbot, main_window,
     best = measured.fastest()
     assert best["name"] in ("fp32", "preset:Low memory")
     expected = OptimizationConfig.from_dict(best["config"])
-    assert window.state.form.to_request().optimization == expected
+    assert features.state.form.to_request().optimization == expected
 
 
 @pytest.mark.slow
-def test_measuring_is_reachable_by_shortcut_and_cancel_keeps_nothing(
-    qtbot, main_window, tmp_path, monkeypatch
-):
+def test_measuring_is_reachable_by_shortcut_and_cancel_keeps_nothing(qtbot, features, tmp_path, monkeypatch):
     from PySide6.QtGui import QKeySequence
 
     from app.generation.tuning import TUNE_SHORTCUT
 
     monkeypatch.setenv("VOLSYNTH_TUNE_DIR", str(tmp_path / "tune"))
-    window, measured = main_window, main_window.measured_settings
-    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    measured = features.measured
+    features.select("tiny-latent")
     qtbot.waitUntil(lambda: measured.looked_up, timeout=30_000)
-    assert window.tuning.action.shortcut() == QKeySequence(TUNE_SHORTCUT)
+    assert features.tuning.action.shortcut() == QKeySequence(TUNE_SHORTCUT)
     qtbot.keyClick(
-        window, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+        features.host, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     )
-    assert window.tuning.job is not None and window.tuning.cancel_action.isEnabled()
+    assert features.tuning.job is not None and features.tuning.cancel_action.isEnabled()
     qtbot.waitUntil(lambda: "preparing" in measured.progress_text, timeout=60_000)
     # Cancel from the keyboard: the Optimization section's Cancel has the focus, Space presses it.
-    cancel = _panel(window).cancel_measure_button
+    cancel = _panel(features).cancel_measure_button
     qtbot.waitUntil(cancel.isVisible, timeout=5_000)
     cancel.setFocus()
     qtbot.keyClick(cancel, Qt.Key.Key_Space)
     assert "cancelling" in measured.progress_text
-    qtbot.waitUntil(lambda: window.tuning.job is None, timeout=60_000)
+    qtbot.waitUntil(lambda: features.tuning.job is None, timeout=60_000)
     assert not measured.running and not measured.measured
-    assert window.statusBar().currentMessage() == "Measuring cancelled; nothing was kept"
+    assert features.host.statusBar().currentMessage() == "Measuring cancelled; nothing was kept"
     assert not any((tmp_path / "tune").rglob("*.json"))
 
 
-def test_a_preset_too_long_for_the_box_ends_in_an_ellipsis(qtbot, main_window):
+def test_a_preset_too_long_for_the_box_ends_in_an_ellipsis(qtbot, features):
     """ "Exact fp32 · not measured here" in a narrow box reads "Exact fp32 · not…", not a silent "not meas"."""
-    box = _panel(main_window).preset_box
+    box = _panel(features).preset_box
     box.setCurrentIndex(box.findData("Exact fp32"))
     full = box.currentText()
     assert "measured here" in full  # what the box says about this machine
@@ -275,44 +238,67 @@ def test_a_preset_too_long_for_the_box_ends_in_an_ellipsis(qtbot, main_window):
     assert box.shown_text() == full
 
 
-def test_switching_models_says_what_it_reset_and_drops_a_quantization_of_the_other_model(qtbot, main_window):
+def test_switching_models_says_what_it_reset_and_drops_a_quantization_of_the_other_model(qtbot, features):
     """Steps and conditioning went to the new model's defaults silently, and an int8 setting chosen (and
     measured) for one model stayed on for another not measured here."""
-    window, panel, sampling = main_window, _panel(main_window), main_window.sampling_panel
+    panel, sampling = _panel(features), features.sampling_panel
     pick(qtbot, sampling.model_box, "tiny-latent")
     sampling.steps_spin.setValue(3)
     panel.expand_button.setChecked(True)
     pick(qtbot, panel.combos["quantization"], "int8")
-    assert window.state.form.optimization["quantization"] == "int8"
-    pick(qtbot, sampling.model_box, "tiny-pixel")
-    form = window.state.form
+    assert features.state.form.optimization["quantization"] == "int8"
+    with qtbot.waitSignal(features.state.status) as said:  # the main window's status bar shows what is said
+        pick(qtbot, sampling.model_box, "tiny-pixel")
+    form = features.state.form
     assert "quantization" not in form.optimization and form.to_request().optimization.quantization is None
     assert panel.combos["quantization"].currentData() is None  # the control shows it off too
-    message = window.statusBar().currentMessage()
+    message = said.args[0]
     assert message.startswith(f"{form.model.spec.name}: steps 3 \u2192 {form.steps}")
     assert "quantization int8 off (it was chosen for another model" in message
 
 
-def test_the_device_chosen_on_this_computer_comes_back_after_a_restart(
-    qtbot, themed_app, registry, qt_settings, error_dialogs
-):
+def test_the_form_comes_back_after_a_restart(qtbot, themed_app, registry, qt_settings, error_dialogs):
+    """The window keeps the Generate form: the Optimization section (and whether it was expanded), the device
+    chosen on this computer and the previews, as the next start shows them; a switch of model after the start
+    says in the window's status bar what it dropped."""
     from app.window.main_window import MainWindow
+    from tests.app.generation.form_helpers import click_item
 
     first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(first)
+    first.resize(1500, 920)
     first.show()
     qtbot.waitExposed(first)
+    first.state.select_model(first.state.model_by_id("tiny-latent"))
+    _panel(first).set_values(
+        {"attention": "sdpa", "streamed_decode": True, "quantization": "mixed", "psnr_budget_db": 33.0}
+    )
+    _panel(first).expand_button.setChecked(True)
     box = first.sampling_panel.device_box
     qtbot.waitUntil(lambda: box.findData("cpu") >= 0, timeout=60_000)  # the device list has come
     first.activateWindow()
     qtbot.waitUntil(first.isActiveWindow, timeout=5_000)
     pick(qtbot, box, "cpu")
     assert first.state.form.device == "cpu"
+    click_item(qtbot, first.sampling_panel.previews_box, "4 per run")
     first.close()
 
     second = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
     qtbot.addWidget(second)
+    second.show()
+    qtbot.waitExposed(second)
+    panel = _panel(second)
+    assert panel.expand_button.isChecked() and panel.current_preset() == "Custom"
+    assert second.state.form.to_request().optimization == OptimizationConfig(
+        attention="sdpa", streamed_decode=True, quantization="mixed", psnr_budget_db=33.0
+    )
     box = second.sampling_panel.device_box
     qtbot.waitUntil(lambda: box.findData("cpu") >= 0, timeout=60_000)
     assert box.currentData() == "cpu" and second.state.form.device == "cpu"
+    assert second.sampling_panel.previews_box.currentText() == "4 per run"
+    assert second.state.form.preview_interval == -4
+    second.state.select_model(second.state.model_by_id("tiny-pixel"))
+    message = second.statusBar().currentMessage()
+    assert message.startswith(f"{second.state.form.model.spec.name}: ")
+    assert "quantization mixed off (it was chosen for another model" in message
     second.close()
