@@ -1,5 +1,5 @@
-"""The Cohort dialog under Xvfb, beside the Generate panel on app services: opened from the Generate menu, a 2-volume cohort run on a
-real local Ray runtime, a finished volume opened in the viewer, and a montage."""
+"""The Cohort dialog under Xvfb, beside the Generate panel on app services: opened from the Generate menu, a
+2-volume cohort run on a real local Ray runtime, a finished volume opened into the session, and a montage."""
 
 from __future__ import annotations
 
