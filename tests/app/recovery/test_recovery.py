@@ -40,7 +40,8 @@ def _child(script: str, *args: str) -> subprocess.CompletedProcess:
 
 def _kill_after_keeping(root: Path, tissue: bool = False) -> subprocess.CompletedProcess:
     """A process that keeps one volume in a recovery store under ``root`` and is then killed (SIGKILL);
-    ``tissue``: with the maps of ``tissue_maps(3)`` and the MNI space, as the tissue model's volumes are kept."""
+    ``tissue``: with the maps of ``tissue_maps(3)`` and the MNI space, as the tissue model's volumes are
+    kept."""
     return _child("child_keep_then_killed.py", str(root), *(["tissue"] if tissue else []))
 
 
