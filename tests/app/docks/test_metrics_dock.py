@@ -226,19 +226,36 @@ def test_dock_over_a_feed_source_plots_exact_values_and_marks(qtbot, themed_app)
     assert dock.window_s == 300 and x[0] == pytest.approx(-201.0)
 
 
-# -- the main window: when the sampler runs, where the dock stays -------------------------------------------
+# -- the main window: what it starts once shown, what it keeps when closed -----------------------------------
 
 
 @pytest.mark.slow
 @render
-def test_the_window_starts_the_sampler_after_it_is_shown_stops_it_on_close_and_keeps_the_docks_place(
-    qtbot, themed_app, registry, qt_settings, error_dialogs
+def test_the_window_starts_its_sampler_once_shown_and_keeps_the_docks_place_and_unsaved_volumes_when_closed(
+    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
 ):
+    """The main window's own start and close: the Metrics dock's sampler starts after the window shows and
+    stops when it closes; closing keeps the dock's place and the unsaved generated volumes (a clean exit),
+    which the next window offers back once it shows. (The recovery itself: tests/app/recovery.)"""
     from PySide6.QtCore import Qt
 
+    from app.core.recovery import RecoveryStore
+    from app.core.volumes import VolumeEntry
     from app.window.main_window import MainWindow
+    from engine.nifti.volume import Volume
 
-    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    root = tmp_path / "recovery"
+
+    def new_window():
+        return MainWindow(
+            registry=registry,
+            settings=qt_settings,
+            enable_3d=False,
+            preload_torch=False,
+            recovery=RecoveryStore(root),
+        )
+
+    window = new_window()
     qtbot.addWidget(window)
     assert window.sampler is None  # nothing measured (or imported) during start-up
     assert "metricsDock" in window.docks
@@ -259,12 +276,25 @@ def test_the_window_starts_the_sampler_after_it_is_shown_stops_it_on_close_and_k
     sampler = window.sampler
     # The dock moved to the bottom: the next window puts it there again.
     window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, window.docks["metricsDock"])
+    # A generated volume, never saved: kept on disk while the session runs.
+    made = Volume(np.zeros((4, 5, 6), np.float32), np.eye(4), provenance={"seed": 3})
+    window.state.add_volume(VolumeEntry("seed 3 \u00b7 unsaved", volume=made, kind="generated"))
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
+    assert window.recovery_bar.isHidden()  # nothing was left by an earlier session
     window.close()
     assert not sampler.running
-    second = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    (left,) = RecoveryStore(root).orphans()  # closing is a clean exit that keeps the unsaved volume
+    assert left.clean_exit and len(left.volumes) == 1
+    second = new_window()
     qtbot.addWidget(second)
     assert second.dockWidgetArea(second.docks["metricsDock"]) == Qt.DockWidgetArea.BottomDockWidgetArea
     assert second.dockWidgetArea(second.docks["sessionDock"]) == Qt.DockWidgetArea.RightDockWidgetArea
+    assert second.recovery_bar.isHidden()  # looked for once the window shows, not before
+    second.show()
+    qtbot.waitExposed(second)
+    bar = second.recovery_bar
+    assert bar.isVisible() and "1 unsaved generated volume made " in bar.label.text()
+    assert "from your last session" in bar.label.text()
     second.close()
 
 
