@@ -72,7 +72,8 @@ def test_probe_reports_device_and_models_and_refuses_a_wrong_token(server):
 
 @pytest.mark.slow
 def test_generate_on_a_server_from_the_app(qtbot, generating, server, registry):
-    generating.services.state.select_model(generating.services.state.model_by_id("tiny-latent"))
+    state = generating.services.state
+    state.select_model(state.model_by_id("tiny-latent"))
     generating.panel.steps_spin.setValue(5)
     dialog = _connect(qtbot, generating.remote, server.replace("http://", ""))
     qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
@@ -80,9 +81,7 @@ def test_generate_on_a_server_from_the_app(qtbot, generating, server, registry):
     device = generating.panel.device_box.currentData()
     assert device == REMOTE_PREFIX + server
     assert "cpu" in generating.panel.device_box.currentText()
-    assert (
-        generating.services.state.form.model_reference() == "tiny-latent"
-    )  # the server's registry resolves ids
+    assert state.form.model_reference() == "tiny-latent"  # the server's registry resolves ids
     assert "engine server" in generating.optimization.summary.text()
     feed = generating.remote.feeds[device]
     qtbot.waitUntil(lambda: feed.fed >= 2, timeout=20_000)  # the server's metrics arrive
@@ -96,7 +95,7 @@ def test_generate_on_a_server_from_the_app(qtbot, generating, server, registry):
     host = server.replace("http://", "")
     # The run's summary and the status bar name the server, not "auto" or this machine.
     assert host in generating.panel.progress_label.text() and host in generating.status.device_label.text()
-    entry = generating.services.state.shown
+    entry = state.shown
     assert entry.provenance["backend"] == "remote" and entry.provenance["server"] == server
     run_id = generating.dock.run_marks[-1].run_id  # the run is marked on the server's metrics, not ours
     assert (
@@ -107,35 +106,30 @@ def test_generate_on_a_server_from_the_app(qtbot, generating, server, registry):
     local = LocalBackend("cpu", registry)
     from engine.api import run
 
-    expected = run(
-        local.sample(
-            generating.services.state.form.to_request().replace(model="tiny-latent", preview_interval=0)
-        )
-    )
+    expected = run(local.sample(state.form.to_request().replace(model="tiny-latent", preview_interval=0)))
     assert np.array_equal(entry.data, expected.volume())
 
     # Disconnect: back to this machine's devices and metrics; what the user typed stays.
     generating.panel.seed_spin.setValue(4321)
-    generating.services.state.form.set_condition("ventricle_volume", 60.0)
-    kept = generating.services.state.form.to_dict()
+    state.form.set_condition("ventricle_volume", 60.0)
+    kept = state.form.to_dict()
     generating.remote.disconnect_action.trigger()
     assert generating.panel.device_box.findData(device) < 0
     assert not generating.remote.feeds and generating.dock.source is not feed.source
-    assert (
-        generating.services.state.form.device == "auto" and generating.services.state.form.to_dict() == kept
-    )
+    assert state.form.device == "auto" and state.form.to_dict() == kept
     assert generating.panel.seed_spin.value() == 4321
 
 
 def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, generating, server, tmp_path):
     from engine.testing import make_tiny_model
 
+    state = generating.services.state
     folder = tmp_path / "only-here"
     make_tiny_model(folder, model_id="only-here")
     assert generating.services.open_model_folder(folder)
     _connect(qtbot, generating.remote, server)
     qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
-    reason = generating.services.state.form.blocked_reason()
+    reason = state.form.blocked_reason()
     assert "has no model 'only-here'" in reason and "tiny-latent" in reason
     panel = generating.panel
     assert not panel.generate_button.isEnabled()
@@ -144,7 +138,7 @@ def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, generat
     generating.services.parent.activateWindow()  # the connect dialog had the keyboard
     qtbot.waitUntil(generating.services.parent.isActiveWindow, timeout=5_000)
     pick(qtbot, panel.model_box, "tiny-pixel")
-    assert generating.services.state.form.blocked_reason() == ""
+    assert state.form.blocked_reason() == ""
     assert panel.generate_button.isEnabled() and panel.progress_label.text() == "Ready"
 
 
@@ -165,7 +159,8 @@ def test_wrong_token_or_no_server_keeps_the_dialog_open_with_the_reason(qtbot, g
 
 @pytest.mark.slow
 def test_compare_runs_on_the_server(qtbot, generating, server):
-    generating.services.state.select_model(generating.services.state.model_by_id("tiny-latent"))
+    state = generating.services.state
+    state.select_model(state.model_by_id("tiny-latent"))
     generating.panel.steps_spin.setValue(5)
     _connect(qtbot, generating.remote, server)
     qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
@@ -199,25 +194,26 @@ def server_with_extra_model(tiny_models_dir, tmp_path):
 def test_models_only_the_server_has_are_listed_and_run_there(
     qtbot, generating, server_with_extra_model, error_dialogs
 ):
+    state = generating.services.state
     url = server_with_extra_model
     _connect(qtbot, generating.remote, url)
     qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
-    remote_only = generating.services.state.model_by_id("server-only")
+    remote_only = state.model_by_id("server-only")
     assert remote_only is not None and remote_only.spec.name.endswith(f"(on {url.removeprefix('http://')})")
     assert generating.panel.model_box.findData("server-only") >= 0
     assert "installed on the engine server" in remote_only.model_card()
-    generating.services.state.select_model(remote_only)
+    state.select_model(remote_only)
     generating.panel.steps_spin.setValue(3)
-    assert generating.services.state.form.blocked_reason() == ""  # the server is the device
+    assert state.form.blocked_reason() == ""  # the server is the device
     generating.panel.generate_button.click()
     assert generating.wait_ended(qtbot) == "finished"
-    entry = generating.services.state.shown
+    entry = state.shown
     assert entry.provenance["model"]["id"] == "server-only" and entry.provenance["backend"] == "remote"
 
     # On this computer's CPU the model cannot run: Generate and Compare say why.
     panel = generating.panel
     panel.device_box.setCurrentIndex(panel.device_box.findData("cpu"))
-    reason = generating.services.state.form.blocked_reason()
+    reason = state.form.blocked_reason()
     assert "installed on the engine server" in reason and not panel.generate_button.isEnabled()
     compare = generating.compare.open()
     compare.b_box.setCurrentText("bf16")
@@ -227,11 +223,8 @@ def test_models_only_the_server_has_are_listed_and_run_there(
     # Disconnecting takes the server's models out of the list.
     panel.device_box.setCurrentIndex(panel.device_box.findData(REMOTE_PREFIX + url))
     generating.remote.disconnect_action.trigger()
-    assert generating.services.state.model_by_id("server-only") is None
-    assert (
-        generating.services.state.selected_model is not None
-        and generating.services.state.selected_model.id != "server-only"
-    )
+    assert state.model_by_id("server-only") is None
+    assert state.selected_model is not None and state.selected_model.id != "server-only"
 
 
 def test_the_dialog_shows_what_the_client_refuses_to_send(qtbot, generating):
