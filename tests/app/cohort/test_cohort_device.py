@@ -134,21 +134,11 @@ class _Made:
 def test_offering_and_checking_xla_never_starts_jax_in_the_app_process():
     """On a TPU VM the process that starts JAX takes every chip: the dialog finds JAX, checks plans and
     device counts, and leaves JAX to the workers (a fresh process: other tests may have imported it)."""
-    script = (
-        "import sys\n"
-        "import app.cohort.dialog\n"
-        "from app.cohort.draft import DeviceChoice, local_devices\n"
-        "assert local_devices().jax\n"
-        "choice = DeviceChoice('xla', 8, 'dp2xd2/cut@2')\n"
-        "assert choice.plan_problem(None, guidance_scale=3.0) == '', choice.plan_problem(None)\n"
-        "assert DeviceChoice('xla', 6, 'dp4').plan_problem(None)\n"
-        "assert choice.describe(None)\n"
-        "assert 'jax' not in sys.modules, 'JAX was imported'\n"
-    )
     root = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    script = Path(__file__).with_name("child_xla_never_starts_jax.py")
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=root, env=env
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=root, env=env
     )
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -189,19 +179,29 @@ def recorded_run(monkeypatch):
     return run
 
 
-def _open_dialog(qtbot, window, select_model: bool = True):
+def _open_dialog(qtbot, cohort, select_model: bool = True):
     """Generate > Cohort... over the tiny model, 3 steps, guidance 3 (the U-Net's batch is 2: data-parallel
-    plans of 2 divide it)."""
+    plans of 2 divide it), set in the Generate panel."""
     if select_model:
-        window.state.select_model(window.state.model_by_id("tiny-latent"))
-        window.sampling_panel.steps_spin.setValue(3)
-        window.sampling_panel.guidance_spin.setValue(3.0)
-    window.cohort.action.trigger()
-    dialog = window.cohort.dialog
+        state = cohort.services.state
+        state.select_model(state.model_by_id("tiny-latent"))
+        panel = _panel(cohort)
+        panel.steps_spin.setValue(3)
+        panel.guidance_spin.setValue(3.0)
+    cohort.action.trigger()
+    dialog = cohort.dialog
     qtbot.waitExposed(dialog)
     dialog.activateWindow()
     qtbot.waitUntil(dialog.isActiveWindow, timeout=5_000)
     return dialog
+
+
+def _panel(cohort):
+    """The Generate panel whose form the cohort starts from."""
+    from app.panels.sampling_panel import SamplingPanel
+
+    (panel,) = cohort.services.parent.findChildren(SamplingPanel)
+    return panel
 
 
 def _alt(qtbot, dialog, key) -> None:
@@ -229,8 +229,8 @@ def _type_into(qtbot, dialog, key, widget, text: str) -> None:
 
 @pytest.mark.render
 @pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
-def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, main_window, tmp_path, recorded_run):
-    dialog = _open_dialog(qtbot, main_window)
+def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, cohort, tmp_path, recorded_run):
+    dialog = _open_dialog(qtbot, cohort)
     combo = dialog.device_combo
     cuda = combo.model().item(combo.findData("cuda"))
     import torch
@@ -278,22 +278,20 @@ def test_xla_devices_and_a_typed_plan_reach_run_cohort(qtbot, main_window, tmp_p
 
     # The choice stays for the session: the dialog is kept, and opened again it still says XLA and dp2.
     dialog.close()
-    assert _open_dialog(qtbot, main_window, select_model=False) is dialog
+    assert _open_dialog(qtbot, cohort, select_model=False) is dialog
     assert dialog.device_combo.currentData() == "xla" and dialog.plan_edit.text() == "dp2"
     dialog.close()
 
 
 @pytest.mark.render
-def test_with_two_gpus_and_no_jax_cuda_is_offered_and_xla_greyed(
-    qtbot, main_window, monkeypatch, recorded_run
-):
+def test_with_two_gpus_and_no_jax_cuda_is_offered_and_xla_greyed(qtbot, cohort, monkeypatch, recorded_run):
     import app.cohort.dialog
 
     machine = LocalDevices(cuda_gpus=2, cuda_name="NVIDIA H100", jax=False, cpu_cores=2)
     monkeypatch.setattr(app.cohort.dialog, "local_devices", lambda: machine)
     made = _Made("cuda:0", [0.5] * 3)  # a volume the session made on a GPU, as the estimate reads it
-    main_window.state.volumes.append(made)
-    dialog = _open_dialog(qtbot, main_window)
+    cohort.services.state.volumes.append(made)
+    dialog = _open_dialog(qtbot, cohort)
     combo = dialog.device_combo
     xla = combo.findData("xla")
     assert not combo.model().item(xla).isEnabled()
@@ -301,7 +299,7 @@ def test_with_two_gpus_and_no_jax_cuda_is_offered_and_xla_greyed(
     assert combo.itemText(combo.findData("cuda")) == "CUDA (NVIDIA H100 \u00d72)"
     # Auto runs a worker per GPU: the estimate takes the GPU volume's step time, 2 volumes at a time.
     assert "0.50 s per step, last measured on CUDA, 2 at a time" in dialog.count_label.text()
-    main_window.state.volumes.remove(made)
+    cohort.services.state.volumes.remove(made)
     combo.setFocus()
     for _ in range(3):  # Auto -> CPU -> CUDA, and no further: XLA is greyed
         qtbot.keyClick(combo, Qt.Key.Key_Down)
@@ -315,8 +313,8 @@ def test_with_two_gpus_and_no_jax_cuda_is_offered_and_xla_greyed(
 
 
 @pytest.mark.render
-def test_cpu_sends_no_xla_options(qtbot, main_window, tmp_path, recorded_run):
-    dialog = _open_dialog(qtbot, main_window)
+def test_cpu_sends_no_xla_options(qtbot, cohort, tmp_path, recorded_run):
+    dialog = _open_dialog(qtbot, cohort)
     dialog.device_combo.setFocus()
     qtbot.keyClick(dialog.device_combo, Qt.Key.Key_Down)  # Auto -> CPU
     assert dialog.device_combo.currentData() == "cpu" and not dialog.plan_edit.isVisible()
@@ -329,16 +327,15 @@ def test_cpu_sends_no_xla_options(qtbot, main_window, tmp_path, recorded_run):
     dialog.close()
 
 
-@pytest.mark.slow
 @pytest.mark.render
 @pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
-def test_torch_settings_are_refused_before_run_unless_left_out(qtbot, main_window, tmp_path, recorded_run):
-    dialog = _open_dialog(qtbot, main_window)
+def test_torch_settings_are_refused_before_run_unless_left_out(qtbot, cohort, tmp_path, recorded_run):
+    dialog = _open_dialog(qtbot, cohort)
     _choose_xla_by_keyboard(qtbot, dialog)
     assert not dialog.torch_note.isVisible() and dialog.run_button.isEnabled()
     dialog.close()
-    main_window.state.form.set(optimization={"autocast": "bf16"})  # chosen while the dialog was closed
-    assert _open_dialog(qtbot, main_window, select_model=False) is dialog
+    cohort.services.state.form.set(optimization={"autocast": "bf16"})  # chosen while the dialog was closed
+    assert _open_dialog(qtbot, cohort, select_model=False) is dialog
     assert dialog.torch_note.isVisible()
     assert "optimization settings (bf16) are torch settings" in dialog.torch_note.text()
     assert not dialog.run_button.isEnabled()
@@ -359,10 +356,10 @@ def test_torch_settings_are_refused_before_run_unless_left_out(qtbot, main_windo
 
 @pytest.mark.render
 @pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
-def test_the_plan_view_plan_is_the_default_plan(qtbot, main_window):
-    form = main_window.state.form
+def test_the_plan_view_plan_is_the_default_plan(qtbot, cohort):
+    form = cohort.services.state.form
     form.use_xla_plan("dp2xh2", "remote:http://tpu-host:8765", "Plan view")
-    dialog = _open_dialog(qtbot, main_window)
+    dialog = _open_dialog(qtbot, cohort)
     assert dialog.plan_edit.text() == "dp2xh2"
     _choose_xla_by_keyboard(qtbot, dialog)
     assert dialog.plan_note.text() == (
@@ -370,12 +367,12 @@ def test_the_plan_view_plan_is_the_default_plan(qtbot, main_window):
     )
     dialog.close()
     form.use_xla_plan("dp2", "remote:http://tpu-host:8765", "Plan view")  # chosen again while it was closed
-    assert _open_dialog(qtbot, main_window, select_model=False) is dialog
+    assert _open_dialog(qtbot, cohort, select_model=False) is dialog
     assert dialog.plan_edit.text() == "dp2"
     _type_into(qtbot, dialog, Qt.Key.Key_P, dialog.plan_edit, "d2")  # the user's own plan is kept
     dialog.close()
     form.use_xla_plan("dp2xh2", "remote:http://tpu-host:8765", "Plan view")
-    _open_dialog(qtbot, main_window, select_model=False)
+    _open_dialog(qtbot, cohort, select_model=False)
     assert dialog.plan_edit.text() == "d2"
     dialog.close()
 
@@ -404,9 +401,9 @@ def _cut(dialog) -> list[str]:
 
 @pytest.mark.render
 @pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
-def test_at_1024x700_with_xla_and_a_note_nothing_is_cut_and_tab_follows_the_rows(qtbot, main_window):
-    main_window.state.form.set(optimization={"autocast": "bf16"})
-    dialog = _open_dialog(qtbot, main_window)
+def test_at_1024x700_with_xla_and_a_note_nothing_is_cut_and_tab_follows_the_rows(qtbot, cohort):
+    cohort.services.state.form.set(optimization={"autocast": "bf16"})
+    dialog = _open_dialog(qtbot, cohort)
     _choose_xla_by_keyboard(qtbot, dialog)
     _type_into(qtbot, dialog, Qt.Key.Key_P, dialog.plan_edit, "dp2xd2/cut@2")
     hint = dialog.minimumSizeHint()
@@ -438,10 +435,10 @@ def test_at_1024x700_with_xla_and_a_note_nothing_is_cut_and_tab_follows_the_rows
 @pytest.mark.slow
 @pytest.mark.render
 @pytest.mark.skipif(not HAS_JAX, reason="the XLA choice needs the 'xla' extra (jax)")
-def test_a_real_cohort_on_two_fake_xla_devices_with_plan_dp2(qtbot, main_window, tmp_path, screenshot):
+def test_a_real_cohort_on_two_fake_xla_devices_with_plan_dp2(qtbot, cohort, tmp_path, screenshot):
     """One volume on a real local Ray runtime: one worker of 2 fake host devices, the U-Net sharded dp2."""
     pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
-    dialog = _open_dialog(qtbot, main_window)
+    dialog = _open_dialog(qtbot, cohort)
     type_into(qtbot, dialog.seeds_spin, "1")
     assert dialog.count_label.text().startswith("1 volume \u00b7 ")
     _choose_xla_by_keyboard(qtbot, dialog)
@@ -463,8 +460,8 @@ def test_a_real_cohort_on_two_fake_xla_devices_with_plan_dp2(qtbot, main_window,
     dialog.done_list.setCurrentRow(0)
     path = Path(dialog.done_list.item(0).data(Qt.ItemDataRole.UserRole))
     qtbot.mouseClick(dialog.open_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: any(e.path == path for e in main_window.state.volumes), timeout=60_000)
-    provenance = next(e for e in main_window.state.volumes if e.path == path).provenance
+    qtbot.waitUntil(lambda: any(e.path == path for e in cohort.services.state.volumes), timeout=60_000)
+    provenance = next(e for e in cohort.services.state.volumes if e.path == path).provenance
     assert provenance["device"].startswith("xla:cpu")
     assert (provenance["xla"]["plan"]["name"], provenance["xla"]["plan"]["devices_used"]) == ("dp2", 2)
     dialog.close()

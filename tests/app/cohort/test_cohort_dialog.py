@@ -1,5 +1,5 @@
-"""The Cohort dialog in a real window under Xvfb: opened from the Generate menu, a 2-volume cohort run on a
-real local Ray runtime, a finished volume opened in the viewer, and a montage."""
+"""The Cohort dialog under Xvfb, beside the Generate panel on app services: opened from the Generate menu, a
+2-volume cohort run on a real local Ray runtime, a finished volume opened into the session, and a montage."""
 
 from __future__ import annotations
 
@@ -28,16 +28,17 @@ def test_draft_counts_like_the_engine_spec():
 
 
 @pytest.mark.slow
-def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path, screenshot):
+def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, generating, cohort, tmp_path, screenshot):
     pytest.importorskip("ray", reason="cohorts need the 'cohort' extra (ray)")
     from engine.cohort import validate_layout
 
-    main_window.state.select_model(main_window.state.model_by_id("tiny-latent"))
-    main_window.sampling_panel.steps_spin.setValue(3)
-    action = main_window.cohort.action
-    assert action in main_window.services.menus.generate.actions() and action.isEnabled()
+    state = generating.services.state
+    state.select_model(state.model_by_id("tiny-latent"))
+    generating.panel.steps_spin.setValue(3)
+    action = cohort.action
+    assert action in generating.services.menus.generate.actions() and action.isEnabled()
     action.trigger()
-    dialog = main_window.cohort.dialog
+    dialog = cohort.dialog
     assert dialog is not None and dialog.isVisible()
     qtbot.waitExposed(dialog)
     assert "3 steps" in dialog.sampler_label.text()  # read from the generation form
@@ -69,8 +70,8 @@ def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, main_window, tmp_path, sc
     dialog.done_list.setCurrentItem(item)
     path = Path(item.data(Qt.ItemDataRole.UserRole))
     qtbot.mouseClick(dialog.open_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: any(e.path == path for e in main_window.state.volumes), timeout=60_000)
-    shown = next(e for e in main_window.state.volumes if e.path == path)
+    qtbot.waitUntil(lambda: any(e.path == path for e in state.volumes), timeout=60_000)
+    shown = next(e for e in state.volumes if e.path == path)
     assert shown.synthetic and shown.provenance["cohort"]["participant"] == "sub-synth0002"
 
     qtbot.mouseClick(dialog.montage_button, Qt.MouseButton.LeftButton)

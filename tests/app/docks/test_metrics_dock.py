@@ -22,33 +22,42 @@ render = pytest.mark.render
 # -- helpers -------------------------------------------------------------------------------------------
 
 
-def _wait_ended(qtbot, window, timeout=60_000) -> str:
-    with qtbot.waitSignal(window.generation.ended, timeout=timeout) as blocker:
-        pass
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
-    return blocker.args[0]
-
-
-def _show_metrics(qtbot, window):
-    """Bring the Metrics tab to the front and wait for the sampler and the first drawn plots."""
-    window.docks["metricsDock"].raise_()
-    dock = window.metrics_dock
-    qtbot.waitUntil(lambda: window.sampler is not None and window.sampler.running, timeout=10_000)
-    qtbot.waitUntil(lambda: dock.on_screen() and dock.plots_built, timeout=10_000)
-    return dock
-
-
-def _generate(window, model_id, steps, **changes):
-    window.state.select_model(window.state.model_by_id(model_id))
-    window.state.form.set(steps=steps, **changes)
-    assert window.generation.start()
-
-
-def _save_dock_shot(window, name):
+def _save_dock_shot(dock, name):
+    """The Metrics dock as drawn (its dock frame included) in the screenshots folder."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    assert window.docks["metricsDock"].grab().save(str(path))
+    assert dock.parentWidget().grab().save(str(path))
     return path
+
+
+def _more_points(qtbot, card, curve: str, count: int) -> None:
+    """Waits for ``count`` more samples drawn on a card's curve (the samples' clock, not a fixed time)."""
+    first = card.points(curve)
+    qtbot.waitUntil(lambda: card.points(curve) >= first + count, timeout=20_000)
+
+
+class WaitsForSamples:
+    """A backend whose run ends only once ``sampler`` has taken ``count`` samples since the run began, so the
+    run's telemetry summary has samples of its own however fast the machine generates."""
+
+    def __init__(self, inner, sampler, count: int) -> None:
+        self.inner, self.sampler, self.count = inner, sampler, count
+        self.name = inner.name
+
+    def info(self):
+        return self.inner.info()
+
+    def sample(self, request):
+        import threading
+
+        latest = self.sampler.latest()
+        since = -1 if latest is None else latest.seq
+        result = yield from self.inner.sample(request)
+        sampled = threading.Event()
+        while not sampled.wait(0.01):  # the sampler's thread adds the samples: their count is the condition
+            if len(self.sampler.history(after_seq=since)) >= self.count:
+                sampled.set()
+        return result
 
 
 @pytest.fixture
@@ -62,23 +71,18 @@ def fake_gpus():
 
 
 @pytest.fixture
-def fake_gpu_window(qtbot, themed_app, registry, qt_settings, error_dialogs, fake_gpus):
-    """The main window whose sampler reads the NVML stand-in (one NVIDIA RTX A6000)."""
-    from app.window.main_window import MainWindow
+def fake_gpu_generating(app_services, fake_gpus):
+    """The Generate side on app services whose sampler reads the NVML stand-in (one NVIDIA RTX A6000)."""
     from engine.telemetry import GpuMonitor, LocalCollector, Sampler
+    from tests.app.services.generating import install_generating
 
     sampler = Sampler(
         collector=LocalCollector(gpu=GpuMonitor(fake_gpus, pcie_interval_s=0), torch_mode="off")
     )
-    window = MainWindow(
-        registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False, sampler=sampler
-    )
-    qtbot.addWidget(window)
-    window.resize(1500, 920)
-    window.show()
-    qtbot.waitExposed(window)
-    yield window
-    window.close()
+    generating = install_generating(app_services, sampler=sampler)
+    yield generating
+    app_services.runner.shutdown()
+    generating.services.telemetry.stop()
     assert not sampler.running
 
 
@@ -222,17 +226,36 @@ def test_dock_over_a_feed_source_plots_exact_values_and_marks(qtbot, themed_app)
     assert dock.window_s == 300 and x[0] == pytest.approx(-201.0)
 
 
-# -- the real window --------------------------------------------------------------------------------------
+# -- the main window: what it starts once shown, what it keeps when closed -----------------------------------
 
 
 @pytest.mark.slow
 @render
-def test_sampler_starts_after_the_window_is_shown_and_stops_on_close(
-    qtbot, themed_app, registry, qt_settings, error_dialogs
+def test_the_window_starts_its_sampler_once_shown_and_keeps_the_docks_place_and_unsaved_volumes_when_closed(
+    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
 ):
-    from app.window.main_window import MainWindow
+    """The main window's own start and close: the Metrics dock's sampler starts after the window shows and
+    stops when it closes; closing keeps the dock's place and the unsaved generated volumes (a clean exit),
+    which the next window offers back once it shows. (The recovery itself: tests/app/recovery.)"""
+    from PySide6.QtCore import Qt
 
-    window = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    from app.core.recovery import RecoveryStore
+    from app.core.volumes import VolumeEntry
+    from app.window.main_window import MainWindow
+    from engine.nifti.volume import Volume
+
+    root = tmp_path / "recovery"
+
+    def new_window():
+        return MainWindow(
+            registry=registry,
+            settings=qt_settings,
+            enable_3d=False,
+            preload_torch=False,
+            recovery=RecoveryStore(root),
+        )
+
+    window = new_window()
     qtbot.addWidget(window)
     assert window.sampler is None  # nothing measured (or imported) during start-up
     assert "metricsDock" in window.docks
@@ -251,41 +274,44 @@ def test_sampler_starts_after_the_window_is_shown_and_stops_on_close(
     assert not window.metrics_dock.on_screen()
     assert not window.metrics_dock.plots_built and window.metrics_dock.redraw_count == 0
     sampler = window.sampler
+    # The dock moved to the bottom: the next window puts it there again.
+    window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, window.docks["metricsDock"])
+    # A generated volume, never saved: kept on disk while the session runs.
+    made = Volume(np.zeros((4, 5, 6), np.float32), np.eye(4), provenance={"seed": 3})
+    window.state.add_volume(VolumeEntry("seed 3 \u00b7 unsaved", volume=made, kind="generated"))
+    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
+    assert window.recovery_bar.isHidden()  # nothing was left by an earlier session
     window.close()
     assert not sampler.running
-
-
-@render
-def test_metrics_dock_place_persists(qtbot, themed_app, registry, qt_settings, error_dialogs):
-    from PySide6.QtCore import Qt
-
-    from app.window.main_window import MainWindow
-
-    first = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
-    qtbot.addWidget(first)
-    first.show()
-    qtbot.waitExposed(first)
-    first.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, first.docks["metricsDock"])
-    first.close()
-    second = MainWindow(registry=registry, settings=qt_settings, enable_3d=False, preload_torch=False)
+    (left,) = RecoveryStore(root).orphans()  # closing is a clean exit that keeps the unsaved volume
+    assert left.clean_exit and len(left.volumes) == 1
+    second = new_window()
     qtbot.addWidget(second)
     assert second.dockWidgetArea(second.docks["metricsDock"]) == Qt.DockWidgetArea.BottomDockWidgetArea
     assert second.dockWidgetArea(second.docks["sessionDock"]) == Qt.DockWidgetArea.RightDockWidgetArea
+    assert second.recovery_bar.isHidden()  # looked for once the window shows, not before
+    second.show()
+    qtbot.waitExposed(second)
+    bar = second.recovery_bar
+    assert bar.isVisible() and "1 unsaved generated volume made " in bar.label.text()
+    assert "from your last session" in bar.label.text()
     second.close()
+
+
+# -- the dock beside the Generate panel, on app services --------------------------------------------------
 
 
 @pytest.mark.slow
 @render
-def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbot, main_window):
-    window = main_window
-    dock = _show_metrics(qtbot, window)
-    latest = window.sampler.latest()
+def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbot, generating):
+    dock = generating.show_metrics(qtbot)
+    sampler = generating.services.telemetry.sampler
+    latest = sampler.latest()
     if latest.gpu_available:
         pytest.skip("this machine has an NVIDIA GPU; the no-GPU path is covered with the FeedSource")
     cpu = dock.cards["cpu"]
     qtbot.waitUntil(lambda: cpu.points("cpu") >= 3, timeout=10_000)
-    first = cpu.points("cpu")
-    qtbot.waitUntil(lambda: cpu.points("cpu") > first + 2, timeout=10_000)  # live: more points over time
+    _more_points(qtbot, cpu, "cpu", 3)  # live: more points over time
     assert re.search(r"total <b>\d+%</b>.*app <b>\d+%</b>", cpu.value_label.text())
     assert re.fullmatch(r"CPU \(% of \d+ cores?\)", cpu.title_label.text())
     assert re.search(r"[\d.]+</b> / \d+", dock.cards["memory"].value_label.text())
@@ -308,19 +334,20 @@ def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbo
     # few seconds measured here fill more than a sliver of it)
     dock.set_window(60)
     assert cpu.plot_item.viewRange()[0][0] == pytest.approx(-60, abs=1)
-    qtbot.wait(3000)
+    _more_points(qtbot, cpu, "cpu", 8)  # a couple of seconds of samples before the run
     # 1000 steps: long enough on a fast idle machine that the run is still going when checked below
-    _generate(window, "tiny-latent", 1000)
-    qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
+    generating.select("tiny-latent", steps=1000)
+    assert generating.generation.start()
+    qtbot.waitUntil(lambda: generating.services.state.progress.step >= 3, timeout=60_000)
     qtbot.waitUntil(lambda: any(k[1] == "start" for k in cpu.mark_lines), timeout=5_000)
     qtbot.waitUntil(lambda: dock.run_label.text().startswith("Generating"), timeout=5_000)
-    qtbot.wait(1500)  # a few more samples on the plots for the screenshot
-    path = _save_dock_shot(window, "06-metrics-dock")
+    _more_points(qtbot, cpu, "cpu", 4)  # a few more samples on the plots for the screenshot
+    path = _save_dock_shot(dock, "06-metrics-dock")
     assert path.stat().st_size > 10_000
     assert len(texts) > 1  # the current values follow the samples
 
-    window.generation.cancel_action.trigger()  # Generate > Cancel Generation
-    assert _wait_ended(qtbot, window) == "cancelled"
+    generating.generation.cancel_action.trigger()  # Generate > Cancel Generation
+    assert generating.wait_ended(qtbot) == "cancelled"
     # 10 minutes of history from here on: on a loaded machine the two runs can take more than the 1-minute
     # window, and a start mark that scrolled out of it is not drawn (seen once: 3 lines instead of 4).
     dock.set_window(600)
@@ -328,22 +355,24 @@ def test_live_cpu_plots_and_no_gpu_reason_then_marks_around_a_cancelled_run(qtbo
     assert kinds == {("start", ""), ("end", "cancelled")}
     qtbot.waitUntil(lambda: any(k[1] == "end" for k in cpu.mark_lines), timeout=5_000)
     assert dock.run_label.text().startswith("Last run (cancelled)")
-    assert window.sampler.active_runs() == []
+    assert sampler.active_runs() == []
 
 
 @pytest.mark.slow
 @render
-def test_finished_run_summary_goes_into_provenance_session_details_and_sidecar(qtbot, main_window, tmp_path):
-    window = main_window
-    dock = _show_metrics(qtbot, window)
-    _generate(window, "tiny-pixel", 3)
-    assert _wait_ended(qtbot, window) == "finished"
-    entry = window.state.shown
+def test_finished_run_summary_goes_into_provenance_session_details_and_sidecar(qtbot, generating, tmp_path):
+    dock = generating.show_metrics(qtbot)
+    sampler = generating.services.telemetry.sampler
+    state = generating.services.state
+    generating.select("tiny-pixel", steps=3)
+    assert generating.generation.start()
+    assert generating.wait_ended(qtbot) == "finished"
+    entry = state.shown
     telemetry = entry.provenance["telemetry"]
     assert telemetry["duration_s"] > 0 and telemetry["run_id"].startswith("gen-")
-    assert telemetry["run_id"] == window.sampler.run_summary(telemetry["run_id"])["run_id"]
-    assert telemetry["gpu_available"] == window.sampler.latest().gpu_available
-    details = window.session_panel.details.text()
+    assert telemetry["run_id"] == sampler.run_summary(telemetry["run_id"])["run_id"]
+    assert telemetry["gpu_available"] == sampler.latest().gpu_available
+    details = generating.session.details.text()
     assert "telemetry: " in details and f"{telemetry['duration_s']:.1f} s" in details
     if not telemetry["gpu_available"]:
         assert "no GPU" in details and "peak RSS" in details
@@ -354,23 +383,25 @@ def test_finished_run_summary_goes_into_provenance_session_details_and_sidecar(q
 
     # saved with the volume
     target = tmp_path / "out.nii.gz"
-    window.save_entry(entry, target)
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=20_000)
+    generating.files.save_entry(entry, target)
+    qtbot.waitUntil(lambda: not generating.services.runner.jobs, timeout=20_000)
     sidecar = json.loads((tmp_path / "out.json").read_text())
     assert sidecar["telemetry"]["run_id"] == telemetry["run_id"]
     assert sidecar["telemetry"]["duration_s"] == telemetry["duration_s"]
 
     # a failed run is marked too, and leaves no run open
-    _generate(window, "tiny-pixel", 3, device="cuda")  # no CUDA here: fails in the worker
-    assert _wait_ended(qtbot, window) == "failed"
-    assert dock.run_marks[-1].outcome == "failed" and window.sampler.active_runs() == []
+    generating.select("tiny-pixel", steps=3, device="cuda")  # no CUDA here: fails in the worker
+    assert generating.generation.start()
+    assert generating.wait_ended(qtbot) == "failed"
+    assert dock.run_marks[-1].outcome == "failed" and sampler.active_runs() == []
 
 
 @pytest.mark.slow
 @render
-def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window, fake_gpus):
-    window = fake_gpu_window
-    dock = _show_metrics(qtbot, window)
+def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_generating, fake_gpus):
+    generating = fake_gpu_generating
+    dock = generating.show_metrics(qtbot)
+    sampler = generating.services.telemetry.sampler
     util = dock.cards["gpu_util"]
     qtbot.waitUntil(lambda: util.points("gpu0.sm") >= 3, timeout=10_000)
     for key, curve in (
@@ -393,23 +424,27 @@ def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_window,
 
     # a screenshot mid-run (the run is cut short), then a short run to the end
     dock.set_window(60)
-    _generate(window, "tiny-pixel", 1000)
-    qtbot.waitUntil(lambda: window.state.progress.step >= 3, timeout=60_000)
-    qtbot.wait(800)
-    _save_dock_shot(window, "06b-metrics-dock-nvml-stand-in")
-    window.generation.cancel_action.trigger()  # Generate > Cancel Generation
-    assert _wait_ended(qtbot, window) == "cancelled"
-    # enough steps that the run spans several 4 Hz samples even on a fast machine (a run shorter than one
-    # sampling interval has no GPU samples to summarise); 10 minutes of history so that on a busy machine
-    # the first run's marks do not scroll out of the plots before the count below
+    generating.select("tiny-pixel", steps=1000)
+    assert generating.generation.start()
+    qtbot.waitUntil(lambda: generating.services.state.progress.step >= 3, timeout=60_000)
+    _more_points(qtbot, util, "gpu0.sm", 3)
+    _save_dock_shot(dock, "06b-metrics-dock-nvml-stand-in")
+    generating.generation.cancel_action.trigger()  # Generate > Cancel Generation
+    assert generating.wait_ended(qtbot) == "cancelled"
+    # A run that spans several 4 Hz samples however fast this machine is (a run shorter than one sampling
+    # interval has no GPU samples to summarise): it ends once the sampler has taken 4 during it. 10 minutes
+    # of history so that the first run's marks do not scroll out of the plots before the count below.
     dock.set_window(600)
-    _generate(window, "tiny-pixel", 400)
-    assert _wait_ended(qtbot, window, timeout=300_000) == "finished"  # 400 steps: minutes on a busy machine
-    telemetry = window.state.shown.provenance["telemetry"]
+    backends = generating.services.backends
+    backends._backends["auto"] = WaitsForSamples(backends.get("auto"), sampler, 4)
+    generating.select("tiny-pixel", steps=3)
+    assert generating.generation.start()
+    assert generating.wait_ended(qtbot) == "finished"
+    telemetry = generating.services.state.shown.provenance["telemetry"]
     assert telemetry["gpu_available"] and telemetry["mean_gpu_util_pct"] == 12
     assert telemetry["peak_gpu_memory_bytes"] == 20 * 2**30 and telemetry["energy_j"] > 0
     assert telemetry["gpus"][0]["name"] == "NVIDIA RTX A6000"
-    details = window.session_panel.details.text()
+    details = generating.session.details.text()
     assert "GPU 12% mean" in details and "peak GPU memory 20.0 GiB" in details and " J" in details
     assert [(m.kind, m.outcome) for m in dock.run_marks] == [
         ("start", ""),

@@ -32,16 +32,17 @@ def _shot(widget, name: str, screenshot) -> None:
 
 
 @pytest.mark.slow
-def test_get_models_by_keys_cancel_resume_then_in_the_picker(
-    main_window, qtbot, hub, screenshot, monkeypatch
-):
+def test_get_models_by_keys_cancel_resume_then_in_the_picker(generating, qtbot, hub, screenshot, monkeypatch):
+    from app.models import install_get_models
+
     # The fixture weights are about 1 MB where the real ones are GB: the client's write size scales with
     # them, so progress and Cancel land mid-file as they do on a real download.
     monkeypatch.setattr(download, "WRITE_CHUNK_BYTES", 16 << 10)
-    window = main_window
-    assert window.get_models.action in window.services.menus.generate.actions()
-    window.get_models.action.trigger()
-    dialog = window.get_models.dialog
+    services = generating.services
+    get_models = install_get_models(services)  # Generate > Get Models..., as the main window installs it
+    assert get_models.action in services.menus.generate.actions()
+    get_models.action.trigger()
+    dialog = get_models.dialog
     qtbot.waitExposed(dialog)
     dialog.activateWindow()
     qtbot.waitUntil(dialog.isActiveWindow, timeout=5_000)
@@ -83,7 +84,7 @@ def test_get_models_by_keys_cancel_resume_then_in_the_picker(
         _alt(qtbot, dialog, Qt.Key.Key_C)
     assert dialog.status.text().startswith("Cancelled")
     assert dialog.get_button.text() == "&Resume" and "fetched, Get resumes" in dialog.list.item(0).text()
-    assert not any(m.id == "nv-generate-mr-brain" for m in window.state.models)
+    assert not any(m.id == "nv-generate-mr-brain" for m in services.state.models)
     _shot(dialog, "3-cancelled", screenshot)
 
     # Resume: the half-fetched file continues where it stopped (a Range request), then it is installed.
@@ -96,18 +97,20 @@ def test_get_models_by_keys_cancel_resume_then_in_the_picker(
     _shot(dialog, "4-installed", screenshot)
 
     # The model is in the picker, selected.
-    box = window.sampling_panel.model_box
+    box = generating.panel.model_box
     assert box.findData("nv-generate-mr-brain") >= 0
     assert box.currentData() == "nv-generate-mr-brain"
     assert "installed" in dialog.list.item(0).text()
     dialog.close()
-    _shot(window, "5-picker", screenshot)
+    _shot(services.parent, "5-picker", screenshot)
 
 
 @pytest.mark.slow
 def test_offline_says_so_in_one_line_then_add_from_folder_installs_the_copy(
     main_window, qtbot, hub_content, no_hub, monkeypatch, screenshot
 ):
+    """In the main window, end to end: the hub out of reach, then the copy on a stick added from its folder
+    joins the picker, and the window's status line says where it came from and what the switch reset."""
     content = hub_content
     window = main_window
     window.get_models.action.trigger()

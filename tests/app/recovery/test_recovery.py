@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,69 +18,41 @@ from PySide6.QtCore import Qt
 
 from app.core.recovery import RecoveryStore
 from engine.nifti.volume import Volume
+from tests.app.recovery.samples import MNI, NAMES, tissue_maps, volume_data
+from tests.app.recovery.sessions import end_session, next_session, open_session
 
 REPO = Path(__file__).resolve().parents[3]
-NAMES = ["GM", "WM", "CSF", "ventricles"]
-MNI = "MNI152NLin2009aSym"
+HERE = Path(__file__).parent
 
 
-def _recovering_window(qtbot, registry, qt_settings, root):
-    """A main window over ``registry`` whose crash-recovery folder is ``root``, shown and exposed."""
-    from app.window.main_window import MainWindow
-
-    window = MainWindow(
-        registry=registry,
-        settings=qt_settings,
-        enable_3d=False,
-        preload_torch=False,
-        recovery=RecoveryStore(root),
+def _child(script: str, *args: str) -> subprocess.CompletedProcess:
+    """Runs ``script`` (a child_*.py beside this file) in a fresh interpreter from the repository's root."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, str(HERE / script), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,  # a bound for a hung process, not a speed check
     )
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitExposed(window)
-    return window
 
 
-def _volume(seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).random((6, 7, 5), dtype=np.float32)
-
-
-def _maps(seed: int = 0) -> dict[str, np.ndarray]:
-    """Tissue maps on ``_volume``'s grid, as a generated volume has them (probabilities in [0, 1])."""
-    rng = np.random.default_rng(100 + seed)
-    return {name: rng.random((6, 7, 5), dtype=np.float32) for name in NAMES}
-
-
-def _kill_after_keeping(
-    root: Path, script_tail: str = "", tissue: bool = False
-) -> subprocess.CompletedProcess:
+def _kill_after_keeping(root: Path, tissue: bool = False) -> subprocess.CompletedProcess:
     """A process that keeps one volume in a recovery store under ``root`` and is then killed (SIGKILL);
-    ``tissue``: with the maps of ``_maps(3)`` and the MNI space, as the tissue model's volumes are kept."""
-    maps = f"tissue=_maps(3), space={MNI!r}" if tissue else ""
-    code = textwrap.dedent(f"""
-        import os, signal, numpy as np
-        from app.core.recovery import RecoveryStore
-        from engine.nifti.volume import Volume
-        from tests.app.recovery.test_recovery import _maps
-        store = RecoveryStore({str(root)!r})
-        store.open()
-        data = np.random.default_rng(3).random((6, 7, 5), dtype=np.float32)
-        prov = {{"seed": 3, "synthetic": True, **({{"space": {MNI!r}}} if {tissue!r} else {{}})}}
-        store.keep(1, "seed 3 · crashed", Volume(data, np.diag([2.0, 2.0, 2.0, 1.0]), provenance=prov, {maps}))
-        {script_tail}
-        os.kill(os.getpid(), signal.SIGKILL)
-    """)
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    ``tissue``: with the maps of ``tissue_maps(3)`` and the MNI space, as the tissue model's volumes are
+    kept."""
+    return _child("child_keep_then_killed.py", str(root), *(["tissue"] if tissue else []))
 
 
 def test_keep_forget_and_clean_exit(tmp_path):
     store = RecoveryStore(tmp_path)
     store.open()
     assert store.folder is not None and (store.folder / "lock").is_file()
-    path = store.keep(7, "seed 1 · fp32", Volume(_volume(), np.eye(4), provenance={"seed": 1}))
+    path = store.keep(7, "seed 1 · fp32", Volume(volume_data(), np.eye(4), provenance={"seed": 1}))
     sidecar = json.loads(path.with_name(path.name.replace(".nii.gz", ".json")).read_text())
     assert path.is_file() and sidecar["seed"] == 1 and sidecar["recovery_name"] == "seed 1 · fp32"
-    store.keep(8, "other", Volume(_volume(1), np.eye(4), provenance={}))
+    store.keep(8, "other", Volume(volume_data(1), np.eye(4), provenance={}))
     store.forget(7)
     assert not path.exists() and store.kept() == [8]
     folder = store.folder
@@ -92,7 +63,7 @@ def test_keep_forget_and_clean_exit(tmp_path):
 def test_a_live_session_is_not_an_orphan(tmp_path):
     live, other = RecoveryStore(tmp_path), RecoveryStore(tmp_path)
     live.open()
-    live.keep(1, "v", Volume(_volume(), np.eye(4), provenance={}))
+    live.keep(1, "v", Volume(volume_data(), np.eye(4), provenance={}))
     other.open()
     assert other.orphans() == []  # same process, but its lock is held: not abandoned
     live.close()
@@ -103,11 +74,12 @@ def test_forgetting_while_the_write_runs_leaves_nothing(tmp_path):
     store = RecoveryStore(tmp_path)
     store.open()
     store.forget(5)  # removed from the session before the worker got to write it
-    path = store.keep(5, "v", Volume(_volume(), np.eye(4), provenance={}))
+    path = store.keep(5, "v", Volume(volume_data(), np.eye(4), provenance={}))
     assert not path.exists() and store.kept() == []
     store.close()
 
 
+@pytest.mark.slow
 def test_a_killed_process_leaves_an_orphan_that_restores_exactly(tmp_path):
     done = _kill_after_keeping(tmp_path)
     assert done.returncode == -signal.SIGKILL, done.stderr
@@ -147,7 +119,7 @@ def test_a_killed_process_leaves_the_tissue_maps_that_restore_exactly_with_the_s
     ((name, opened),) = store.restore(orphan)
     assert name == "seed 3 · crashed" and opened.space == MNI and opened.notes == []
     assert list(opened.tissue) == NAMES
-    for map_name, expected in _maps(3).items():
+    for map_name, expected in tissue_maps(3).items():
         assert np.array_equal(opened.tissue[map_name], expected), map_name
     assert opened.provenance["space"] == MNI
     assert "tissue_maps" not in opened.provenance  # the recovery folder's names stay behind
@@ -164,7 +136,13 @@ def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
     path = store.keep(
         4,
         "with maps",
-        Volume(_volume(4), np.diag([2.0, 2.0, 2.0, 1.0]), provenance={"seed": 4}, tissue=_maps(4), space=MNI),
+        Volume(
+            volume_data(4),
+            np.diag([2.0, 2.0, 2.0, 1.0]),
+            provenance={"seed": 4},
+            tissue=tissue_maps(4),
+            space=MNI,
+        ),
     )
     stem = path.name.removesuffix(".nii.gz")
     maps = {name: path.with_name(f"{stem}_label-{name}_probseg.nii.gz") for name in NAMES}
@@ -175,7 +153,7 @@ def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
     assert sidecar["tissue_maps"] == {name: p.name for name, p in maps.items()}
     assert sidecar["recovery_name"] == "with maps" and sidecar["recovery_space"] == MNI
     assert all(int(nib.load(p).header["sform_code"]) == 4 for p in (path, *maps.values()))
-    plain = store.keep(5, "without", Volume(_volume(5), np.eye(4), provenance={"seed": 5}))
+    plain = store.keep(5, "without", Volume(volume_data(5), np.eye(4), provenance={"seed": 5}))
     store.forget(4)  # removed from the session: its maps go too
     assert sorted(p.name for p in store.folder.iterdir()) == sorted(
         ["lock", plain.name, plain.name.replace(".nii.gz", ".json")]
@@ -183,7 +161,9 @@ def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
     path = store.keep(
         6,
         "kept",
-        Volume(_volume(6), np.eye(4), provenance={"seed": 6, "space": MNI}, tissue=_maps(6), space=MNI),
+        Volume(
+            volume_data(6), np.eye(4), provenance={"seed": 6, "space": MNI}, tissue=tissue_maps(6), space=MNI
+        ),
     )
     store.close(keep=True)
 
@@ -194,7 +174,7 @@ def test_tissue_maps_are_written_with_the_image_and_go_with_it(tmp_path):
     (_, without), (name, opened) = RecoveryStore.restore(left)
     assert without.tissue == {} and without.space is None
     assert name == "kept" and opened.space == MNI and list(opened.tissue) == NAMES
-    assert all(np.array_equal(opened.tissue[n], m) for n, m in _maps(6).items())
+    assert all(np.array_equal(opened.tissue[n], m) for n, m in tissue_maps(6).items())
     assert not {"recovery_name", "recovery_space", "tissue_maps"} & set(opened.provenance)
     RecoveryStore.discard(left)
 
@@ -210,27 +190,28 @@ def test_a_folder_kept_before_tissue_maps_still_restores(tmp_path):
     (folder / "lock").write_text(json.dumps({"pid": 42, "started": 1.0}))
     image = folder / "1767225600000000000-3.nii.gz"
     save_volume(
-        Volume(_volume(3), np.eye(4), provenance={"seed": 3, "recovery_name": "old"}, synthetic=True), image
+        Volume(volume_data(3), np.eye(4), provenance={"seed": 3, "recovery_name": "old"}, synthetic=True),
+        image,
     )
     (folder / ".1767225600000000001-4.nii.gz.x1y2.partial.nii.gz").write_bytes(b"cut short")
     (orphan,) = RecoveryStore(tmp_path).orphans()
     assert orphan.volumes == [image]
     ((name, opened),) = RecoveryStore.restore(orphan)
     assert name == "old" and opened.tissue == {} and opened.space is None and opened.notes == []
-    assert np.array_equal(opened.data, _volume(3)) and opened.provenance["seed"] == 3
+    assert np.array_equal(opened.data, volume_data(3)) and opened.provenance["seed"] == 3
 
 
 def test_a_clean_exit_keeps_only_what_asks_to_be_kept(tmp_path):
     store = RecoveryStore(tmp_path)
     store.open()
-    store.keep(1, "unsaved", Volume(_volume(), np.eye(4), provenance={}))
+    store.keep(1, "unsaved", Volume(volume_data(), np.eye(4), provenance={}))
     store.close(keep=True)
     (left,) = RecoveryStore(tmp_path).orphans()
     assert left.clean_exit and [p.name.split("-")[-1] for p in left.volumes] == ["1.nii.gz"]
     RecoveryStore.discard(left)
     store = RecoveryStore(tmp_path)
     store.open()
-    store.keep(2, "saved elsewhere", Volume(_volume(), np.eye(4), provenance={}))
+    store.keep(2, "saved elsewhere", Volume(volume_data(), np.eye(4), provenance={}))
     store.close(keep=False)
     assert list(tmp_path.iterdir()) == []
 
@@ -240,83 +221,39 @@ def test_an_unwritable_place_turns_recovery_off_without_failing(tmp_path):
     blocker.write_text("not a folder")
     store = RecoveryStore(blocker / "recovery")
     store.open()
-    assert store.folder is None and store.keep(1, "v", Volume(_volume(), np.eye(4), provenance={})) is None
+    assert (
+        store.folder is None and store.keep(1, "v", Volume(volume_data(), np.eye(4), provenance={})) is None
+    )
     store.close()
 
 
 # -- the app ------------------------------------------------------------------------------------------------
 
-# A real app process: models from argv[1], recovery folder argv[2]; each script goes on from here.
-APP_PROCESS = """
-import os, signal, sys, tempfile
-os.environ["QT_QPA_PLATFORM"] = "offscreen"
-from pathlib import Path
-from PySide6.QtCore import QEventLoop, QSettings, QTimer
-from PySide6.QtWidgets import QApplication
-from app.window.main_window import MainWindow
-from app.core.recovery import RecoveryStore
-from engine.models.registry import ModelRegistry
-
-app = QApplication([])
-window = MainWindow(registry=ModelRegistry([Path(sys.argv[1])]), settings=QSettings(tempfile.mktemp(suffix=".ini"),
-                    QSettings.Format.IniFormat), enable_3d=False, preload_torch=False,
-                    recovery=RecoveryStore(Path(sys.argv[2])))
-window.show()
-"""
-
-APP_THEN_KILL = (
-    APP_PROCESS
-    + """
-window.state.select_model(window.state.model_by_id("tiny-latent"))
-window.sampling_panel.steps_spin.setValue(4)
-window.sampling_panel.seed_spin.setValue(11)
-loop = QEventLoop()
-window.generation.ended.connect(lambda outcome: loop.quit())
-window.sampling_panel.generate_button.click()
-loop.exec()
-while window.runner.jobs:  # the recovery write
-    app.processEvents()
-entry = window.state.volumes[-1]
-np_sum = float(entry.data.astype("float64").sum())
-print(entry.name, np_sum, flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
-"""
-)
-
 
 @pytest.mark.slow
 @pytest.mark.render
-def test_generated_volume_survives_a_killed_app(
-    qtbot, themed_app, registry, tiny_models_dir, qt_settings, error_dialogs, tmp_path
-):
-
+def test_generated_volume_survives_a_killed_app(qtbot, app_services, tiny_models_dir, tmp_path):
     root = tmp_path / "recovery"
-    done = subprocess.run(
-        [sys.executable, "-c", APP_THEN_KILL, str(tiny_models_dir), str(root)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _child("child_app_then_killed.py", str(tiny_models_dir), str(root))
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     name, total = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
 
-    window = _recovering_window(qtbot, registry, qt_settings, root)
-    bar = window.recovery_bar
+    recovery = open_session(app_services, root)
+    state, bar = app_services.state, recovery.bar
     assert bar.isVisible() and "1 generated volume made " in bar.label.text()
     assert "from a session that ended unexpectedly" in bar.label.text()
-    assert window.state.volumes == []
+    assert state.volumes == []
     bar.restore_button.click()
-    qtbot.waitUntil(lambda: not bar.isVisible() and not window.runner.jobs, timeout=30_000)
-    (entry,) = window.state.volumes
+    qtbot.waitUntil(lambda: not bar.isVisible() and not app_services.runner.jobs, timeout=30_000)
+    (entry,) = state.volumes
     assert entry.name == name and entry.kind == "generated" and entry.synthetic
     assert float(entry.data.astype("float64").sum()) == pytest.approx(float(total), rel=1e-6)
     assert entry.provenance["seed"] == 11 and entry.provenance["model"]["id"] == "tiny-latent"
-    assert window.state.shown is entry
+    assert state.shown is entry
     # The crashed session's folder is gone; the volume is now kept by this session instead.
     folders = [p for p in root.iterdir() if p.is_dir()]
-    assert folders == [window.recovery.store.folder] and len(list(folders[0].glob("*.nii.gz"))) == 1
-    window.close()
+    assert folders == [recovery.store.folder] and len(list(folders[0].glob("*.nii.gz"))) == 1
+    end_session(qtbot, app_services, recovery)
     # Closed without saving it: it stays for the next start, now as a clean exit's leftover.
     (left,) = RecoveryStore(root).orphans()
     assert left.clean_exit and len(left.volumes) == 1
@@ -326,164 +263,132 @@ def test_generated_volume_survives_a_killed_app(
 
 @pytest.mark.slow
 @pytest.mark.render
-def test_discard_can_be_undone_until_quit_and_says_when_each_volume_was_made(
-    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
-):
+def test_discard_can_be_undone_until_quit_and_says_when_each_volume_was_made(qtbot, app_services, tmp_path):
     root = tmp_path / "recovery"
     assert _kill_after_keeping(root).returncode == -signal.SIGKILL
     (orphan,) = RecoveryStore(root).orphans()
     made = time.strftime("%d %b %H:%M", time.localtime(orphan.volumes[0].stat().st_mtime))
-    window = _recovering_window(qtbot, registry, qt_settings, root)
-    bar = window.recovery_bar
+    recovery = open_session(app_services, root)
+    bar = recovery.bar
     assert bar.isVisible() and f"made {made}" in bar.label.text()  # when the volume was made
     assert orphan.volumes[0].name in bar.label.toolTip() and "made" in bar.label.toolTip()
     qtbot.mouseClick(bar.discard_button, Qt.MouseButton.LeftButton)
     assert bar.isVisible() and bar.undo_button.isVisible() and "deleted when you quit" in bar.label.text()
-    assert window.state.volumes == [] and not RecoveryStore(root).orphans()
+    assert app_services.state.volumes == [] and not RecoveryStore(root).orphans()
     assert len(list(root.glob("*.discarded/*.nii.gz"))) == 1  # set aside, not deleted yet
     qtbot.mouseClick(bar.undo_button, Qt.MouseButton.LeftButton)  # changed my mind
     assert bar.restore_button.isVisible() and f"made {made}" in bar.label.text()
-    assert len(window.recovery.orphans) == 1 and not list(root.glob("*.discarded"))
+    assert len(recovery.orphans) == 1 and not list(root.glob("*.discarded"))
     qtbot.mouseClick(bar.discard_button, Qt.MouseButton.LeftButton)
     qtbot.mouseClick(bar.close_button, Qt.MouseButton.LeftButton)
     assert not bar.isVisible()
-    window.close()  # the undo time ends with the session: now it is gone
+    end_session(qtbot, app_services, recovery)  # the undo time ends with the session: now it is gone
     assert list(root.iterdir()) == []
 
 
 @pytest.mark.slow
 @pytest.mark.render
-def test_the_recovery_folder_follows_the_session_list(qtbot, main_window):
-    window = main_window
-    window.state.select_model(window.state.model_by_id("tiny-pixel"))
-    window.sampling_panel.steps_spin.setValue(3)
+def test_the_recovery_folder_follows_the_session_list(qtbot, generating, tmp_path):
+    recovery = open_session(generating.services, tmp_path / "recovery")
+    generating.select("tiny-pixel", steps=3)
     for batch in (1, 3):
-        window.sampling_panel.batch_spin.setValue(batch)
-        with qtbot.waitSignal(window.generation.ended, timeout=60_000):
-            window.sampling_panel.generate_button.click()
-        qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
-    folder = window.recovery.store.folder
+        generating.panel.batch_spin.setValue(batch)
+        generating.panel.generate_button.click()
+        assert generating.wait_ended(qtbot, timeout=60_000) == "finished"
+    state = generating.services.state
+    folder = recovery.store.folder
     assert len(list(folder.glob("*.nii.gz"))) == 4
-    first = window.state.volumes[0]
-    window.state.remove_volume(first)
+    first = state.volumes[0]
+    state.remove_volume(first)
     kept = list(folder.glob("*.nii.gz"))
     assert len(kept) == 3 and not any(p.name.endswith(f"-{first.uid}.nii.gz") for p in kept)
+    end_session(qtbot, generating.services, recovery)
 
 
 @pytest.mark.slow
 @pytest.mark.render
-def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(
-    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
-):
-
+def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(qtbot, generating, tmp_path):
     root = tmp_path / "recovery"
+    services = generating.services
+    recovery = open_session(services, root)
+    generating.select("tiny-pixel", steps=3)
+    generating.panel.batch_spin.setValue(2)
+    generating.panel.generate_button.click()
+    assert generating.wait_ended(qtbot, timeout=60_000) == "finished"
+    saved, unsaved = services.state.volumes
+    generating.files.save_entry(saved, tmp_path / "saved.nii.gz")
+    qtbot.waitUntil(lambda: saved.saved and not services.runner.jobs, timeout=30_000)
+    end_session(qtbot, services, recovery)
 
-    def open_window():
-        return _recovering_window(qtbot, registry, qt_settings, root)
-
-    window = open_window()
-    window.state.select_model(window.state.model_by_id("tiny-pixel"))
-    window.sampling_panel.steps_spin.setValue(3)
-    window.sampling_panel.batch_spin.setValue(2)
-    with qtbot.waitSignal(window.generation.ended, timeout=60_000):
-        window.sampling_panel.generate_button.click()
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
-    saved, unsaved = window.state.volumes
-    window.save_entry(saved, tmp_path / "saved.nii.gz")
-    qtbot.waitUntil(lambda: saved.saved and not window.runner.jobs, timeout=30_000)
-    window.close()
-
-    window = open_window()
-    assert "1 unsaved generated volume made " in window.recovery_bar.label.text()
-    window.recovery_bar.restore_button.click()
-    qtbot.waitUntil(lambda: not window.recovery_bar.isVisible() and not window.runner.jobs, timeout=30_000)
-    (entry,) = window.state.volumes
+    services = next_session(services)
+    recovery = open_session(services, root)
+    assert "1 unsaved generated volume made " in recovery.bar.label.text()
+    recovery.bar.restore_button.click()
+    qtbot.waitUntil(lambda: not recovery.bar.isVisible() and not services.runner.jobs, timeout=30_000)
+    (entry,) = services.state.volumes
     assert entry.name == unsaved.name and np.array_equal(entry.data, unsaved.data)
     entry.saved = True  # as if saved now: the next clean exit has nothing left to keep
-    window.close()
+    end_session(qtbot, services, recovery)
     assert list(root.iterdir()) == []
 
 
 @pytest.mark.slow
 @pytest.mark.render
 def test_generated_tissue_maps_come_back_with_the_volume_after_a_restart(
-    qtbot, themed_app, tiny_models_dir, tissue_models_dir, qt_settings, error_dialogs, tmp_path
+    qtbot, generating, tissue_models_dir, tmp_path
 ):
     from app.core.tissue import ALL_TISSUES
-    from engine.models.registry import ModelRegistry
+    from app.viewer.tissue_toolbar import TissueToolbar
+    from app.window.status_bar import WindowStatus
 
     root = tmp_path / "recovery"
-    registry = ModelRegistry([tiny_models_dir, tissue_models_dir])
-
-    def open_window():
-        return _recovering_window(qtbot, registry, qt_settings, root)
-
-    window = open_window()
-    window.state.select_model(window.state.model_by_id("tiny-tissue"))
-    window.sampling_panel.steps_spin.setValue(3)
-    with qtbot.waitSignal(window.generation.ended, timeout=120_000):
-        window.sampling_panel.generate_button.click()
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=30_000)
-    generated = window.state.shown
+    services = generating.services
+    assert services.open_model_folder(tissue_models_dir / "tiny-tissue")  # Generate > Open Model Folder...
+    recovery = open_session(services, root)
+    generating.select("tiny-tissue", steps=3)
+    generating.panel.generate_button.click()
+    assert generating.wait_ended(qtbot) == "finished"
+    generated = services.state.shown
     assert generated.tissue_names == NAMES and generated.space == MNI
-    folder = window.recovery.store.folder
+    folder = recovery.store.folder
     assert len(list(folder.glob("*.nii.gz"))) == 1 + len(NAMES)  # the image and its maps
-    window.close()  # never saved: kept for the next start
+    end_session(qtbot, services, recovery)  # never saved: kept for the next start
 
-    window = open_window()
-    bar = window.recovery_bar
+    services = next_session(services)
+    state = services.state
+    host = services.parent
+    status = WindowStatus(host.statusBar())  # the status bar's fields of the shown volume
+    state.shown_changed.connect(status.show_volume)
+    tools = TissueToolbar(state, host)
+    host.addToolBar(tools)
+    recovery = open_session(services, root)
+    bar = recovery.bar
     assert bar.isVisible() and "1 unsaved generated volume made " in bar.label.text()
     bar.restore_button.click()
-    qtbot.waitUntil(lambda: not bar.isVisible() and not window.runner.jobs, timeout=30_000)
-    assert "1 with tissue maps" in window.statusBar().currentMessage()
-    (entry,) = window.state.volumes
-    assert entry.name == generated.name and entry.kind == "generated" and window.state.shown is entry
+    qtbot.waitUntil(lambda: not bar.isVisible() and not services.runner.jobs, timeout=30_000)
+    assert "1 with tissue maps" in host.statusBar().currentMessage()
+    (entry,) = state.volumes
+    assert entry.name == generated.name and entry.kind == "generated" and state.shown is entry
     assert np.array_equal(entry.data, generated.data) and np.allclose(entry.affine, generated.affine)
     assert entry.space == MNI and entry.tissue_names == NAMES
     for name in NAMES:
         assert np.array_equal(entry.tissue[name], generated.tissue[name]), name
-    assert window.space_label.text() == f"Space: {MNI}"
-    tools = window.tissue_toolbar
+    assert status.space_label.text() == f"Space: {MNI}"
     assert tools.tissue_action.isEnabled() and tools.tissue_box.isEnabled()
     tools.tissue_action.trigger()  # the overlay, as Ctrl+T turns it on
-    assert window.state.tissue_shown() == ALL_TISSUES
+    assert state.tissue_shown() == ALL_TISSUES
     # This session keeps it again, maps included, until it is saved.
-    folder = window.recovery.store.folder
+    folder = recovery.store.folder
     qtbot.waitUntil(lambda: len(list(folder.glob("*.nii.gz"))) == 1 + len(NAMES), timeout=30_000)
     entry.saved = True
-    window.close()
+    end_session(qtbot, services, recovery)
     assert list(root.iterdir()) == []
-
-
-APP_THEN_QUIT = (
-    APP_PROCESS
-    + """
-window.state.select_model(window.state.model_by_id("tiny-pixel"))
-window.sampling_panel.steps_spin.setValue(3)
-
-def quit_when_kept():
-    if window.runner.jobs:
-        QTimer.singleShot(50, quit_when_kept)
-    else:
-        app.quit()  # the event loop ends; the window is never closed
-
-window.generation.ended.connect(lambda outcome: QTimer.singleShot(0, quit_when_kept))
-QTimer.singleShot(0, window.sampling_panel.generate_button.click)
-sys.exit(app.exec())
-"""
-)
 
 
 @pytest.mark.slow
 def test_quitting_without_closing_the_window_is_still_a_clean_exit(tiny_models_dir, tmp_path):
     root = tmp_path / "recovery"
-    done = subprocess.run(
-        [sys.executable, "-c", APP_THEN_QUIT, str(tiny_models_dir), str(root)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _child("child_app_then_quit.py", str(tiny_models_dir), str(root))
     assert done.returncode == 0, done.stderr[-2000:]
     (left,) = RecoveryStore(root).orphans()
     assert left.clean_exit and len(left.volumes) == 1  # unsaved, so kept; but not called a crash
@@ -513,10 +418,9 @@ def test_the_demo_run_leaves_nothing_to_recover(tmp_path):
     assert not recovery.exists() or list(recovery.iterdir()) == []
 
 
-@pytest.mark.slow
 @pytest.mark.render
 def test_a_restored_volume_left_unsaved_again_says_when_it_was_made_not_when_it_was_restored(
-    qtbot, themed_app, registry, qt_settings, error_dialogs, tmp_path
+    qtbot, app_services, tmp_path
 ):
     """Made two days ago, restored today, the app closed without saving it: the next start's bar said it was
     made today (the time of the restore, which rewrote its file)."""
@@ -533,15 +437,16 @@ def test_a_restored_volume_left_unsaved_again_says_when_it_was_made_not_when_it_
     sidecar.write_text(json.dumps(record))
     made = time.strftime("%d %b %H:%M", time.localtime(two_days_ago))
 
-    window = _recovering_window(qtbot, registry, qt_settings, root)
-    bar = window.recovery_bar
+    recovery = open_session(app_services, root)
+    bar = recovery.bar
     assert f"made {made}" in bar.label.text()
     qtbot.mouseClick(bar.restore_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not bar.isVisible() and not window.runner.jobs, timeout=30_000)
-    window.close()  # not saved: kept for the next start
-    window = _recovering_window(qtbot, registry, qt_settings, root)
-    bar = window.recovery_bar
+    qtbot.waitUntil(lambda: not bar.isVisible() and not app_services.runner.jobs, timeout=30_000)
+    end_session(qtbot, app_services, recovery)  # not saved: kept for the next start
+    services = next_session(app_services)
+    recovery = open_session(services, root)
+    bar = recovery.bar
     assert bar.isVisible() and f"made {made}" in bar.label.text(), bar.label.text()
     assert f"made {time.strftime('%d %b', time.localtime(two_days_ago))}" in bar.label.toolTip()
     qtbot.mouseClick(bar.discard_button, Qt.MouseButton.LeftButton)
-    window.close()
+    end_session(qtbot, services, recovery)

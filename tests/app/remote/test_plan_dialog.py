@@ -14,8 +14,7 @@ from PySide6.QtCore import Qt
 from app.core.plan_table import COLUMN_INDEX
 from engine.server import create_app
 from engine.testing import ServerThread
-from tests.app.remote.xla_server import PLAN_TIMEOUT_MS, TOKEN, open_plan_dialog
-from tests.app.remote.xla_server import connect as _connect
+from tests.app.remote.xla_server import PLAN_TIMEOUT_MS, TOKEN, connect_remote, open_plan_dialog_of
 
 pytestmark = pytest.mark.render
 STATUS = COLUMN_INDEX["status"]
@@ -28,32 +27,40 @@ def _type_topology(qtbot, dialog, text):
     assert dialog.topology_box.currentText() == text
 
 
-def _wait_no_plan_jobs(qtbot, window):
-    qtbot.waitUntil(lambda: not window.runner.running("plan-on-server"), timeout=PLAN_TIMEOUT_MS)
+def _wait_no_plan_jobs(qtbot, generating):
+    runner = generating.services.runner
+    qtbot.waitUntil(lambda: not runner.running("plan-on-server"), timeout=PLAN_TIMEOUT_MS)
+
+
+def _connect(qtbot, generating, url):
+    connect_remote(qtbot, generating.remote, url)
+
+
+def _open_plan_dialog(qtbot, generating):
+    return open_plan_dialog_of(qtbot, generating.services.parent, generating.remote)
 
 
 @pytest.mark.slow
-def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot):
-    window = main_window
-    assert not window.remote.plan_action.isEnabled()
-    assert "Connect an engine server first" in window.remote.plan_action.statusTip()
-    assert window.remote.plan_action in window.services.menus.generate.actions()
+def test_plan_a_run_on_an_xla_server(qtbot, generating, xla_server, screenshot):
+    assert not generating.remote.plan_action.isEnabled()
+    assert "Connect an engine server first" in generating.remote.plan_action.statusTip()
+    assert generating.remote.plan_action in generating.services.menus.generate.actions()
 
-    _connect(qtbot, window, xla_server)
+    _connect(qtbot, generating, xla_server)
     # The device picker and the status bar name the server's XLA device.
     # One device, or all of its fake host devices once a server runs plans over them (\u00d7N).
-    assert re.search(r"xla:cpu cpu( \u00d7\d+)?$", window.sampling_panel.device_box.currentText())
-    assert "XLA devices: #0 cpu" in window.statusBar().currentMessage()
-    connection = next(iter(window.remote.connections.values()))
+    assert re.search(r"xla:cpu cpu( \u00d7\d+)?$", generating.panel.device_box.currentText())
+    assert "XLA devices: #0 cpu" in generating.services.parent.statusBar().currentMessage()
+    connection = next(iter(generating.remote.connections.values()))
     assert connection.details["xla_precision"] == "highest"
     # Torch settings cannot apply on an XLA server: the Optimization panel turns them off and says why.
-    panel = window.optimization_panel
+    panel = generating.optimization
     assert not panel.preset_box.isEnabled() and not panel.combos["autocast"].isEnabled()
     assert "XLA engine server" in panel.combos["autocast"].toolTip()
     assert "XLA programs" in panel.summary.text()
-    screenshot(window, "xla-server-connected")
+    screenshot(generating.services.parent, "xla-server-connected")
 
-    dialog = open_plan_dialog(qtbot, window)
+    dialog = _open_plan_dialog(qtbot, generating)
     assert not dialog.isModal()
     assert "xla:cpu cpu" in dialog.devices_label.text() and "#0 cpu" in dialog.devices_label.text()
     models = [dialog.model_box.itemText(i) for i in range(dialog.model_box.count())]
@@ -70,7 +77,7 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
     assert "Planning tiny-latent on v5e:2x2" in dialog.status_label.text()
 
     qtbot.waitUntil(lambda: dialog.table.rowCount() > 0, timeout=PLAN_TIMEOUT_MS)
-    _wait_no_plan_jobs(qtbot, window)
+    _wait_no_plan_jobs(qtbot, generating)
     assert dialog.form_widget.isEnabled() and dialog.plan_button.isEnabled()
     assert not dialog.cancel_button.isEnabled() and not dialog.progress.isVisible()
     assert dialog.status_label.text().startswith("Planned tiny-latent on v5e:2x2 in ")
@@ -122,10 +129,9 @@ def test_plan_a_run_on_an_xla_server(qtbot, main_window, xla_server, screenshot)
         ("v9z:3x3", "'v9z:3x3' is not a topology name this server accepts"),  # the server's schema refuses it
     ],
 )
-def test_an_unknown_topology_shows_the_servers_reason(qtbot, main_window, xla_server, typed, expected):
-    window = main_window
-    _connect(qtbot, window, xla_server)
-    dialog = open_plan_dialog(qtbot, window)
+def test_an_unknown_topology_shows_the_servers_reason(qtbot, generating, xla_server, typed, expected):
+    _connect(qtbot, generating, xla_server)
+    dialog = _open_plan_dialog(qtbot, generating)
     _type_topology(qtbot, dialog, typed)
     qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "could not plan" in dialog.status_label.text(), timeout=PLAN_TIMEOUT_MS)
@@ -133,15 +139,14 @@ def test_an_unknown_topology_shows_the_servers_reason(qtbot, main_window, xla_se
     assert text.startswith("The server could not plan: ") and expected in text
     assert "Traceback" not in text and dialog.status_label.property("error") is True
     assert dialog.table.rowCount() == 0 and dialog.form_widget.isEnabled() and dialog.plan_button.isEnabled()
-    _wait_no_plan_jobs(qtbot, window)
+    _wait_no_plan_jobs(qtbot, generating)
 
 
 def test_a_time_limit_of_zero_gets_the_best_estimate_marked_cut_short(
-    qtbot, main_window, xla_server, screenshot
+    qtbot, generating, xla_server, screenshot
 ):
-    window = main_window
-    _connect(qtbot, window, xla_server)
-    dialog = open_plan_dialog(qtbot, window)
+    _connect(qtbot, generating, xla_server)
+    dialog = _open_plan_dialog(qtbot, generating)
     assert dialog.limit_spin.value() == 120 and dialog.limit_spin.suffix() == " s"  # the server's default
     _type_topology(qtbot, dialog, "v5e:2x2")
     dialog.limit_spin.selectAll()
@@ -150,7 +155,7 @@ def test_a_time_limit_of_zero_gets_the_best_estimate_marked_cut_short(
     qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
     assert "of at most about 0 s" in dialog.status_label.text()
     qtbot.waitUntil(lambda: dialog.status_label.text().startswith("Planned"), timeout=PLAN_TIMEOUT_MS)
-    _wait_no_plan_jobs(qtbot, window)
+    _wait_no_plan_jobs(qtbot, generating)
     result = dialog.plan_result
     # Blocks this module's other plans compiled come from the server's plan cache even now; nothing else.
     assert result["cut_short"] and result["time_limit_s"] == 0
@@ -166,10 +171,9 @@ def test_a_time_limit_of_zero_gets_the_best_estimate_marked_cut_short(
     screenshot(dialog, "plan-dialog-cut-short")
 
 
-def test_cancel_gives_the_form_back_and_drops_the_late_result(qtbot, main_window, xla_server):
-    window = main_window
-    _connect(qtbot, window, xla_server)
-    dialog = open_plan_dialog(qtbot, window)
+def test_cancel_gives_the_form_back_and_drops_the_late_result(qtbot, generating, xla_server):
+    _connect(qtbot, generating, xla_server)
+    dialog = _open_plan_dialog(qtbot, generating)
     _type_topology(qtbot, dialog, "v5e:2x2")
     dialog.top_spin.setValue(1)
     qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
@@ -184,28 +188,27 @@ def test_cancel_gives_the_form_back_and_drops_the_late_result(qtbot, main_window
         lambda: "discarded" in dialog.status_label.text() and "has finished" in dialog.status_label.text(),
         timeout=PLAN_TIMEOUT_MS,
     )
-    _wait_no_plan_jobs(qtbot, window)
+    _wait_no_plan_jobs(qtbot, generating)
     assert dialog.table.rowCount() == 0 and dialog.plan_result is None and dialog.summary_label.text() == ""
 
 
-def test_plan_view_of_a_torch_server_and_disconnecting_disables_plan(qtbot, main_window, registry):
+def test_plan_view_of_a_torch_server_and_disconnecting_disables_plan(qtbot, generating, registry):
     from engine.backends.local import LocalBackend
 
-    window = main_window
     with ServerThread(create_app(LocalBackend("cpu", registry), token=TOKEN)) as url:
-        _connect(qtbot, window, url)
-        assert "  \u2013  cpu " in window.sampling_panel.device_box.currentText()  # "cpu x86_64"
-        assert "XLA devices" not in window.statusBar().currentMessage()
+        _connect(qtbot, generating, url)
+        assert "  \u2013  cpu " in generating.panel.device_box.currentText()  # "cpu x86_64"
+        assert "XLA devices" not in generating.services.parent.statusBar().currentMessage()
         # A torch server checks the settings with its own hardware probe, which the panel names.
-        panel = window.optimization_panel
+        panel = generating.optimization
         assert panel.combos["autocast"].isEnabled()
         assert "Checked by the engine server (" in panel.summary.text() and "cores" in panel.summary.text()
-        dialog = open_plan_dialog(qtbot, window)
+        dialog = _open_plan_dialog(qtbot, generating)
         assert "(not XLA)" in dialog.devices_label.text()
         assert dialog.model_box.count() == 4 and dialog.model_box.itemText(3) == "brain-ldm-bundle"
         assert dialog.plan_button.isEnabled()
-        window.remote.disconnect_action.trigger()
-        assert not window.remote.plan_action.isEnabled()
-        assert "Connect an engine server first" in window.remote.plan_action.statusTip()
+        generating.remote.disconnect_action.trigger()
+        assert not generating.remote.plan_action.isEnabled()
+        assert "Connect an engine server first" in generating.remote.plan_action.statusTip()
         assert dialog.server_box.count() == 0 and not dialog.plan_button.isEnabled()
         assert "No engine server is connected" in dialog.devices_label.text()

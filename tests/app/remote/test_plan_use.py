@@ -19,8 +19,13 @@ from app.core.plan_table import batch_mismatch_text, format_duration_ms, use_pla
 from engine.api.optimization_config import OptimizationConfig
 from engine.formatting import format_bytes
 from tests.app.keys import pick
-from tests.app.remote.xla_server import PLAN_TIMEOUT_MS, TOKEN, open_plan_dialog, xla_server
-from tests.app.remote.xla_server import connect as _connect
+from tests.app.remote.xla_server import (
+    PLAN_TIMEOUT_MS,
+    TOKEN,
+    connect_remote,
+    open_plan_dialog_of,
+    xla_server,
+)
 
 SERVER = REMOTE_PREFIX + "http://tpu-vm:8765"
 FOUR_DEVICES = {"xla_devices": [{"id": i, "platform": "cpu", "kind": "cpu"} for i in range(4)]}
@@ -136,47 +141,41 @@ def xla_server4(tmp_path_factory):
         yield url
 
 
-def _wait_ended(qtbot, window) -> str:
-    with qtbot.waitSignal(window.generation.ended, timeout=180_000) as blocker:
-        pass
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
-    return blocker.args[0]
-
-
 @pytest.mark.render
 @pytest.mark.skipif(
     importlib.util.find_spec("engine.xla.execution") is None,
     reason="an XLA server runs plans once engine.xla.execution (issue 28, xla-exec) is merged",
 )
 @pytest.mark.slow
-def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server4, screenshot, error_dialogs):
+def test_use_this_plan_for_the_next_run(qtbot, generating, registry, xla_server4, screenshot, error_dialogs):
     from engine.backends.local import LocalBackend
     from engine.server import create_app
     from engine.testing import ServerThread
 
-    window, form, panel = main_window, main_window.state.form, main_window.sampling_panel
-    window.state.select_model(window.state.model_by_id("tiny-latent"))
+    services, form, panel = generating.services, generating.services.state.form, generating.panel
+    host = services.parent
+    services.state.select_model(services.state.model_by_id("tiny-latent"))
     panel.steps_spin.setValue(3)
     panel.guidance_spin.setValue(3.0)  # with guidance, as planned (CFG: the U-Net's batch is 2)
     # Torch settings chosen before connecting (a preset picked with the keyboard) are not sent to the XLA
     # server, which refuses them; the Optimization panel says what runs there instead.
-    optimization = window.optimization_panel
+    optimization = generating.optimization
     pick(qtbot, optimization.preset_box, "Fast (GPU)")
     chosen = dict(form.optimization)
     assert chosen and form.to_request().optimization.autocast == "bf16"
-    _connect(qtbot, window, xla_server4)
+    connect_remote(qtbot, generating.remote, xla_server4)
     assert form.to_request().optimization.is_default and form.optimization == chosen
     assert optimization.summary.text().startswith("Runs: float32 XLA programs at XLA precision 'highest'")
     assert "not sent; kept for a torch device" in optimization.summary.text()
     assert not optimization.refused_label.isVisible() and not form.blocked_reason()
     assert not panel.plan_widget.isVisible()
-    dialog = open_plan_dialog(qtbot, window)
+    dialog = open_plan_dialog_of(qtbot, host, generating.remote)
     assert not dialog.use_button.isEnabled() and "Plan first" in dialog.use_button.toolTip()
     assert dialog.topology_box.currentText() == "v5e:2x2"  # the server's own (stand-in) slice first
     dialog.top_spin.setValue(1)
     qtbot.mouseClick(dialog.plan_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.table.rowCount() > 0, timeout=PLAN_TIMEOUT_MS)
-    qtbot.waitUntil(lambda: not window.runner.running("plan-on-server"), timeout=PLAN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not services.runner.running("plan-on-server"), timeout=PLAN_TIMEOUT_MS)
 
     # The best row is chosen until the user picks another; a pruned one is not offered, and says why.
     plan = dialog.plan_result["best"]["plan"]
@@ -199,12 +198,12 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     assert panel.plan_label.text() == f"{plan} (from Plan view)" and panel.plan_widget.isVisible()
     screenshot(dialog, "plan-view-after-use")
     dialog.hide()
-    screenshot(window, "generate-form-with-plan")
+    screenshot(host, "generate-form-with-plan")
 
     # The next run carries the plan: the server runs it sharded, and the run's details say so.
     qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
-    assert _wait_ended(qtbot, window) == "finished", error_dialogs
-    provenance = window.state.shown.provenance
+    assert generating.wait_ended(qtbot, timeout=180_000) == "finished", error_dialogs
+    provenance = services.state.shown.provenance
     assert provenance["request"]["xla_plan"] == plan
     assert OptimizationConfig.from_dict(provenance["request"]["optimization"]).is_default
     record = provenance["xla"]["plan"]
@@ -213,11 +212,11 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
     best = dialog.plan_result["best"]
     assert (record["predicted_step_ms"], record["placement"]) == (best["step_ms"], best["placement"])
     assert best["placed_on"] and f"placed on {best['placed_on']}" in record["prediction"]
-    details = window.session_panel.details.text().replace("\u200b", "")  # less the breaks in long words
+    details = generating.session.details.text().replace("\u200b", "")  # less the breaks in long words
     assert f"XLA plan {plan}" in details and f"placement {record['placement']}" in details
     assert f"step: predicted {format_duration_ms(record['predicted_step_ms'])}, measured " in details
     assert "decoder split over" in details or "decoder on one device" in details
-    screenshot(window, "run-details-with-plan")
+    screenshot(host, "run-details-with-plan")
 
     # By keyboard: Space on the focused x clears the plan, Alt+U in the Plan view sets it again.
     panel.plan_clear_button.setFocus()
@@ -232,7 +231,7 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
 
     # Connecting to another server selects it, and clears the plan with the reason where it was shown.
     with ServerThread(create_app(LocalBackend("cpu", registry), token=TOKEN)) as url:
-        _connect(qtbot, window, url)
+        connect_remote(qtbot, generating.remote, url)
         assert form.xla_plan == "" and form.to_request().xla_plan == ""
         text = panel.plan_note.text()
         assert (
@@ -240,10 +239,10 @@ def test_use_this_plan_for_the_next_run(qtbot, main_window, registry, xla_server
             == f"Plan {plan} cleared: it was for the server {xla_server4[7:]}; the next run uses one device."
         )
         assert panel.plan_label.text() == "none (one device)" and panel.plan_note.isVisible()
-        assert text in window.statusBar().currentMessage()
+        assert text in host.statusBar().currentMessage()
         # A torch server gets the settings that were kept while the XLA server was chosen.
         assert form.to_request().optimization.autocast == "bf16"
         assert dialog.use_label.text() == text  # the Plan view no longer says the next run uses it
         dialog.hide()
-        screenshot(window, "plan-cleared-on-another-server")
-        window.remote.disconnect_action.trigger()
+        screenshot(host, "plan-cleared-on-another-server")
+        generating.remote.disconnect_action.trigger()

@@ -29,15 +29,8 @@ def server(registry):
     metrics.stop()
 
 
-def _wait_ended(qtbot, window) -> str:
-    with qtbot.waitSignal(window.generation.ended, timeout=120_000) as blocker:
-        pass
-    qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
-    return blocker.args[0]
-
-
-def _connect(qtbot, window, url, token=TOKEN):
-    dialog = window.remote.open_dialog()
+def _connect(qtbot, remote, url, token=TOKEN):
+    dialog = remote.open_dialog()
     dialog.url_edit.setText(url)
     dialog.token_edit.setText(token)
     dialog.connect_button.click()
@@ -78,84 +71,82 @@ def test_probe_reports_device_and_models_and_refuses_a_wrong_token(server):
 
 
 @pytest.mark.slow
-def test_generate_on_a_server_from_the_app(qtbot, main_window, server):
-    window = main_window
-    window.state.select_model(window.state.model_by_id("tiny-latent"))
-    window.sampling_panel.steps_spin.setValue(5)
-    dialog = _connect(qtbot, window, server.replace("http://", ""))
-    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
+def test_generate_on_a_server_from_the_app(qtbot, generating, server, registry):
+    state = generating.services.state
+    state.select_model(state.model_by_id("tiny-latent"))
+    generating.panel.steps_spin.setValue(5)
+    dialog = _connect(qtbot, generating.remote, server.replace("http://", ""))
+    qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
     assert not dialog.isVisible()
-    device = window.sampling_panel.device_box.currentData()
+    device = generating.panel.device_box.currentData()
     assert device == REMOTE_PREFIX + server
-    assert "cpu" in window.sampling_panel.device_box.currentText()
-    assert window.state.form.model_reference() == "tiny-latent"  # the server's registry resolves ids
-    assert "engine server" in window.optimization_panel.summary.text()
-    feed = window.remote.feeds[device]
+    assert "cpu" in generating.panel.device_box.currentText()
+    assert state.form.model_reference() == "tiny-latent"  # the server's registry resolves ids
+    assert "engine server" in generating.optimization.summary.text()
+    feed = generating.remote.feeds[device]
     qtbot.waitUntil(lambda: feed.fed >= 2, timeout=20_000)  # the server's metrics arrive
-    assert window.metrics_dock.source is feed.source
+    assert generating.dock.source is feed.source
 
-    assert window.remote.disconnect_action.isEnabled()
-    window.sampling_panel.generate_button.click()
-    assert not window.remote.disconnect_action.isEnabled()  # the run holds the server's backend
-    assert _wait_ended(qtbot, window) == "finished"
-    assert window.remote.disconnect_action.isEnabled()
+    assert generating.remote.disconnect_action.isEnabled()
+    generating.panel.generate_button.click()
+    assert not generating.remote.disconnect_action.isEnabled()  # the run holds the server's backend
+    assert generating.wait_ended(qtbot) == "finished"
+    assert generating.remote.disconnect_action.isEnabled()
     host = server.replace("http://", "")
     # The run's summary and the status bar name the server, not "auto" or this machine.
-    assert host in window.sampling_panel.progress_label.text() and host in window.device_label.text()
-    entry = window.state.shown
+    assert host in generating.panel.progress_label.text() and host in generating.status.device_label.text()
+    entry = state.shown
     assert entry.provenance["backend"] == "remote" and entry.provenance["server"] == server
-    run_id = window.metrics_dock.run_marks[-1].run_id  # the run is marked on the server's metrics, not ours
-    assert feed.source.run_summary(run_id) is not None and window.sampler.run_summary(run_id) is None
+    run_id = generating.dock.run_marks[-1].run_id  # the run is marked on the server's metrics, not ours
+    assert (
+        feed.source.run_summary(run_id) is not None
+        and generating.services.telemetry.sampler.run_summary(run_id) is None
+    )
     assert entry.provenance["telemetry"]["run_id"] == run_id
-    local = LocalBackend("cpu", window.registry)
+    local = LocalBackend("cpu", registry)
     from engine.api import run
 
-    expected = run(
-        local.sample(window.state.form.to_request().replace(model="tiny-latent", preview_interval=0))
-    )
+    expected = run(local.sample(state.form.to_request().replace(model="tiny-latent", preview_interval=0)))
     assert np.array_equal(entry.data, expected.volume())
 
     # Disconnect: back to this machine's devices and metrics; what the user typed stays.
-    window.sampling_panel.seed_spin.setValue(4321)
-    window.state.form.set_condition("ventricle_volume", 60.0)
-    kept = window.state.form.to_dict()
-    window.remote.disconnect_action.trigger()
-    assert window.sampling_panel.device_box.findData(device) < 0
-    assert not window.remote.feeds and window.metrics_dock.source is not feed.source
-    assert window.state.form.device == "auto" and window.state.form.to_dict() == kept
-    assert window.sampling_panel.seed_spin.value() == 4321
+    generating.panel.seed_spin.setValue(4321)
+    state.form.set_condition("ventricle_volume", 60.0)
+    kept = state.form.to_dict()
+    generating.remote.disconnect_action.trigger()
+    assert generating.panel.device_box.findData(device) < 0
+    assert not generating.remote.feeds and generating.dock.source is not feed.source
+    assert state.form.device == "auto" and state.form.to_dict() == kept
+    assert generating.panel.seed_spin.value() == 4321
 
 
-@pytest.mark.slow
-def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, main_window, server, tmp_path):
+def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, generating, server, tmp_path):
     from engine.testing import make_tiny_model
 
-    window = main_window
+    state = generating.services.state
     folder = tmp_path / "only-here"
     make_tiny_model(folder, model_id="only-here")
-    assert window.open_model_folder(folder)
-    _connect(qtbot, window, server)
-    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
-    reason = window.state.form.blocked_reason()
+    assert generating.services.open_model_folder(folder)
+    _connect(qtbot, generating.remote, server)
+    qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
+    reason = state.form.blocked_reason()
     assert "has no model 'only-here'" in reason and "tiny-latent" in reason
-    panel = window.sampling_panel
+    panel = generating.panel
     assert not panel.generate_button.isEnabled()
     # The line under the button says why, not only the button's tooltip.
     assert panel.progress_label.text() == f"Cannot generate: {reason.splitlines()[0]}"
-    window.activateWindow()  # the connect dialog had the keyboard
-    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    generating.services.parent.activateWindow()  # the connect dialog had the keyboard
+    qtbot.waitUntil(generating.services.parent.isActiveWindow, timeout=5_000)
     pick(qtbot, panel.model_box, "tiny-pixel")
-    assert window.state.form.blocked_reason() == ""
+    assert state.form.blocked_reason() == ""
     assert panel.generate_button.isEnabled() and panel.progress_label.text() == "Ready"
 
 
-@pytest.mark.slow
-def test_wrong_token_or_no_server_keeps_the_dialog_open_with_the_reason(qtbot, main_window, server):
-    window = main_window
-    dialog = _connect(qtbot, window, server, token="nope")
+def test_wrong_token_or_no_server_keeps_the_dialog_open_with_the_reason(qtbot, generating, server):
+    dialog = _connect(qtbot, generating.remote, server, token="nope")
     qtbot.waitUntil(lambda: "Could not connect" in dialog.status_label.text(), timeout=20_000)
     assert "refused the token" in dialog.status_label.text() and dialog.isVisible()
-    assert not window.remote.connections
+    assert not generating.remote.connections
     dialog.url_edit.setText("http://127.0.0.1:9")  # nothing listens on the discard port
     dialog.connect_button.click()
     qtbot.waitUntil(lambda: "cannot reach" in dialog.status_label.text(), timeout=20_000)
@@ -163,19 +154,19 @@ def test_wrong_token_or_no_server_keeps_the_dialog_open_with_the_reason(qtbot, m
     dialog.connect_button.click()
     assert "not an http(s) address" in dialog.status_label.text()
     qtbot.keyClick(dialog, Qt.Key.Key_Escape)
-    assert not dialog.isVisible() and not window.remote.connections
+    assert not dialog.isVisible() and not generating.remote.connections
 
 
 @pytest.mark.slow
-def test_compare_runs_on_the_server(qtbot, main_window, server):
-    window = main_window
-    window.state.select_model(window.state.model_by_id("tiny-latent"))
-    window.sampling_panel.steps_spin.setValue(5)
-    _connect(qtbot, window, server)
-    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
-    panel = window.optimization_panel
+def test_compare_runs_on_the_server(qtbot, generating, server):
+    state = generating.services.state
+    state.select_model(state.model_by_id("tiny-latent"))
+    generating.panel.steps_spin.setValue(5)
+    _connect(qtbot, generating.remote, server)
+    qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
+    panel = generating.optimization
     panel.set_values({**panel.values(), "autocast": "bf16"})
-    compare = window.compare.open()
+    compare = generating.compare.open()
     assert compare.start()
     with qtbot.waitSignal(compare.comparison_ended, timeout=120_000) as ended:
         pass
@@ -201,51 +192,50 @@ def server_with_extra_model(tiny_models_dir, tmp_path):
 
 @pytest.mark.slow
 def test_models_only_the_server_has_are_listed_and_run_there(
-    qtbot, main_window, server_with_extra_model, error_dialogs
+    qtbot, generating, server_with_extra_model, error_dialogs
 ):
-    window, url = main_window, server_with_extra_model
-    _connect(qtbot, window, url)
-    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
-    remote_only = window.state.model_by_id("server-only")
+    state = generating.services.state
+    url = server_with_extra_model
+    _connect(qtbot, generating.remote, url)
+    qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
+    remote_only = state.model_by_id("server-only")
     assert remote_only is not None and remote_only.spec.name.endswith(f"(on {url.removeprefix('http://')})")
-    assert window.sampling_panel.model_box.findData("server-only") >= 0
+    assert generating.panel.model_box.findData("server-only") >= 0
     assert "installed on the engine server" in remote_only.model_card()
-    window.state.select_model(remote_only)
-    window.sampling_panel.steps_spin.setValue(3)
-    assert window.state.form.blocked_reason() == ""  # the server is the device
-    window.sampling_panel.generate_button.click()
-    assert _wait_ended(qtbot, window) == "finished"
-    entry = window.state.shown
+    state.select_model(remote_only)
+    generating.panel.steps_spin.setValue(3)
+    assert state.form.blocked_reason() == ""  # the server is the device
+    generating.panel.generate_button.click()
+    assert generating.wait_ended(qtbot) == "finished"
+    entry = state.shown
     assert entry.provenance["model"]["id"] == "server-only" and entry.provenance["backend"] == "remote"
 
     # On this computer's CPU the model cannot run: Generate and Compare say why.
-    panel = window.sampling_panel
+    panel = generating.panel
     panel.device_box.setCurrentIndex(panel.device_box.findData("cpu"))
-    reason = window.state.form.blocked_reason()
+    reason = state.form.blocked_reason()
     assert "installed on the engine server" in reason and not panel.generate_button.isEnabled()
-    compare = window.compare.open()
+    compare = generating.compare.open()
     compare.b_box.setCurrentText("bf16")
     assert not compare.start() and "installed on the engine server" in error_dialogs[-1][1]
     compare.close()
 
     # Disconnecting takes the server's models out of the list.
     panel.device_box.setCurrentIndex(panel.device_box.findData(REMOTE_PREFIX + url))
-    window.remote.disconnect_action.trigger()
-    assert window.state.model_by_id("server-only") is None
-    assert window.state.selected_model is not None and window.state.selected_model.id != "server-only"
+    generating.remote.disconnect_action.trigger()
+    assert state.model_by_id("server-only") is None
+    assert state.selected_model is not None and state.selected_model.id != "server-only"
 
 
-@pytest.mark.slow
-def test_the_dialog_shows_what_the_client_refuses_to_send(qtbot, main_window):
+def test_the_dialog_shows_what_the_client_refuses_to_send(qtbot, generating):
     """A token over plain http to another machine, a fingerprint for http, a malformed fingerprint: said at
     once in the dialog, nothing sent (no probe runs)."""
-    window = main_window
-    dialog = window.remote.open_dialog()
+    dialog = generating.remote.open_dialog()
     dialog.url_edit.setText("http://gpu-box:8765")
     qtbot.keyClicks(dialog.token_edit, "a-token")
     qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
     assert "refusing to send the token in clear over http:// to gpu-box" in dialog.status_label.text()
-    assert dialog.isVisible() and not window.runner.jobs and not window.remote.connections
+    assert dialog.isVisible() and not generating.services.runner.jobs and not generating.remote.connections
     dialog.token_edit.clear()
     qtbot.keyClicks(dialog.fingerprint_edit, "AB" * 32)
     qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
@@ -253,7 +243,7 @@ def test_the_dialog_shows_what_the_client_refuses_to_send(qtbot, main_window):
     dialog.url_edit.setText("https://gpu-box:8765")
     dialog.fingerprint_edit.setText("12:34")
     qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
-    assert "64 hex digits" in dialog.status_label.text() and not window.runner.jobs
+    assert "64 hex digits" in dialog.status_label.text() and not generating.services.runner.jobs
     qtbot.keyClick(dialog, Qt.Key.Key_Escape)
 
 
@@ -272,27 +262,27 @@ def tls_server(registry, tmp_path):
     metrics.stop()
 
 
-@pytest.mark.slow
-def test_connect_over_tls_with_a_pinned_fingerprint(qtbot, main_window, tls_server):
-    window = main_window
+def test_connect_over_tls_with_a_pinned_fingerprint(qtbot, generating, tls_server):
     url, fingerprint = tls_server
-    dialog = window.remote.open_dialog()
+    dialog = generating.remote.open_dialog()
     dialog.url_edit.setText(url)
     dialog.token_edit.setText(TOKEN)
     qtbot.keyClicks(dialog.fingerprint_edit, "00" * 32)  # not this server's certificate
     qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "Could not connect" in dialog.status_label.text(), timeout=20_000)
-    assert "not the pinned" in dialog.status_label.text() and not window.remote.connections
+    assert "not the pinned" in dialog.status_label.text() and not generating.remote.connections
     dialog.fingerprint_edit.clear()
     qtbot.keyClicks(dialog.fingerprint_edit, fingerprint.lower())
     qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
+    qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
     device = REMOTE_PREFIX + url
-    assert window.remote.connections[device].fingerprint == fingerprint
-    assert window.backends.get(device).fingerprint == fingerprint  # runs go to the pinned server only
-    feed = window.remote.feeds[device]
+    assert generating.remote.connections[device].fingerprint == fingerprint
+    assert (
+        generating.services.backends.get(device).fingerprint == fingerprint
+    )  # runs go to the pinned server only
+    feed = generating.remote.feeds[device]
     qtbot.waitUntil(lambda: feed.fed >= 1, timeout=20_000)  # metrics arrive over the pinned connection
-    window.remote.disconnect_action.trigger()
-    dialog = window.remote.open_dialog()  # the address and the (public) fingerprint are remembered
+    generating.remote.disconnect_action.trigger()
+    dialog = generating.remote.open_dialog()  # the address and the (public) fingerprint are remembered
     assert dialog.url_edit.text() == url and dialog.fingerprint_edit.text() == fingerprint
     qtbot.keyClick(dialog, Qt.Key.Key_Escape)

@@ -68,22 +68,32 @@ def xla_server(root: Path, *serve_args: str) -> Iterator[str]:
 
 def connect(qtbot, window, url: str) -> None:
     """File > Connect to Engine Server..., the URL and token typed, Connect clicked; waits for the link."""
-    count = len(window.remote.connections)
-    window.remote.connect_action.trigger()
-    dialog = window.remote.dialog
+    connect_remote(qtbot, window.remote, url)
+
+
+def connect_remote(qtbot, remote, url: str, token: str = TOKEN) -> None:
+    """Connect to Engine Server... of the ``RemoteController`` ``remote``, the URL and token typed, Connect
+    clicked; waits for the link."""
+    count = len(remote.connections)
+    remote.connect_action.trigger()
+    dialog = remote.dialog
     dialog.url_edit.setText(url)
-    dialog.token_edit.setText(TOKEN)
+    dialog.token_edit.setText(token)
     qtbot.mouseClick(dialog.connect_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(window.remote.connections) > count, timeout=30_000)
+    qtbot.waitUntil(lambda: len(remote.connections) > count, timeout=30_000)
 
 
 def open_plan_dialog(qtbot, window):
     """Generate > Plan Multi-Device Run... by its shortcut, in the active window; the dialog once shown."""
-    assert window.remote.plan_action.isEnabled()
-    window.activateWindow()  # the connect dialog had the focus; shortcuts fire in the active window
-    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
-    QTest.keySequence(window, window.remote.plan_action.shortcut())
-    qtbot.waitUntil(
-        lambda: window.remote.plan_dialog is not None and window.remote.plan_dialog.isVisible(), timeout=5_000
-    )
-    return window.remote.plan_dialog
+    return open_plan_dialog_of(qtbot, window, window.remote)
+
+
+def open_plan_dialog_of(qtbot, host, remote):
+    """Plan Multi-Device Run... of ``remote`` by its shortcut, pressed in ``host`` (the window its actions
+    are in), made the active window; the dialog once shown."""
+    assert remote.plan_action.isEnabled()
+    host.activateWindow()  # the connect dialog had the focus; shortcuts fire in the active window
+    qtbot.waitUntil(host.isActiveWindow, timeout=5_000)
+    QTest.keySequence(host, remote.plan_action.shortcut())
+    qtbot.waitUntil(lambda: remote.plan_dialog is not None and remote.plan_dialog.isVisible(), timeout=5_000)
+    return remote.plan_dialog

@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt
 from app.services.workers import abandoned_threads_running
 from engine.server import create_app
 from engine.testing import ServerThread
+from tests.app.remote.xla_server import connect_remote
 from tests.app.stuck_backend import DENOISE_MESSAGE, LOAD_MESSAGE, StuckBackend
 
 pytestmark = pytest.mark.render
@@ -36,8 +37,8 @@ def stuck(registry):
     backend.release.set()  # lets an abandoned run end, so no thread outlives the test
 
 
-def _label(window) -> str:
-    return window.sampling_panel.progress_label.text()
+def _label(generating) -> str:
+    return generating.panel.progress_label.text()
 
 
 def _wait_abandoned_threads_ended(qtbot):
@@ -46,33 +47,35 @@ def _wait_abandoned_threads_ended(qtbot):
 
 @pytest.mark.slow
 def test_cancel_of_a_stuck_local_step_counts_down_then_abandons_and_drops_the_result(
-    qtbot, main_window, stuck, short_deadline
+    qtbot, generating, stuck, short_deadline
 ):
-    window = main_window
-    window.backends._backends["auto"] = stuck  # the form's device is "auto": this run uses the stuck one
-    before = len(window.state.volumes)
-    qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # Ctrl+G
-    qtbot.waitUntil(lambda: stuck.entered.is_set() and DENOISE_MESSAGE in _label(window), timeout=20_000)
-    assert "Step 0/" in _label(window)  # the stage message is said beside the step
+    services = generating.services
+    host, runner, backends = services.parent, services.runner, services.backends
+    backends._backends["auto"] = stuck  # the form's device is "auto": this run uses the stuck one
+    before = len(services.state.volumes)
+    qtbot.keyClick(host, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # Ctrl+G
+    qtbot.waitUntil(lambda: stuck.entered.is_set() and DENOISE_MESSAGE in _label(generating), timeout=20_000)
+    assert "Step 0/" in _label(generating)  # the stage message is said beside the step
 
     outcomes = []
-    window.generation.ended.connect(outcomes.append)
-    qtbot.keyClick(window, Qt.Key.Key_Escape)  # Cancel
-    assert "abandoned in 1 s if it does not stop" in _label(window)
-    assert "abandoned in" in window.statusBar().currentMessage()
-    with qtbot.waitSignal(window.generation.ended, timeout=20_000) as ended:
+    generating.generation.ended.connect(outcomes.append)
+    qtbot.keyClick(host, Qt.Key.Key_Escape)  # Cancel
+    assert "abandoned in 1 s if it does not stop" in _label(generating)
+    assert "abandoned in" in host.statusBar().currentMessage()
+    with qtbot.waitSignal(generating.generation.ended, timeout=20_000) as ended:
         pass
     assert ended.args == ["abandoned"] and outcomes == ["abandoned"]
-    assert "Abandoned" in _label(window) and "result will be dropped" in _label(window)
-    # The window is free at once although the step still runs: a new run may start.
-    assert window.generation.generate_action.isEnabled() and not window.generation.cancel_action.isEnabled()
-    assert not window.runner.jobs and abandoned_threads_running() == 1
-    assert "auto" not in window.backends._backends  # the next run gets a fresh backend
+    assert "Abandoned" in _label(generating) and "result will be dropped" in _label(generating)
+    # The app is free at once although the step still runs: a new run may start.
+    generation = generating.generation
+    assert generation.generate_action.isEnabled() and not generation.cancel_action.isEnabled()
+    assert not runner.jobs and abandoned_threads_running() == 1
+    assert "auto" not in backends._backends  # the next run gets a fresh backend
 
     stuck.release.set()  # the step ends on its own later...
     _wait_abandoned_threads_ended(qtbot)
     assert stuck.finished_steps == 1
-    assert len(window.state.volumes) == before and outcomes == ["abandoned"]  # ...and its result is dropped
+    assert len(services.state.volumes) == before and outcomes == ["abandoned"]  # ...and its result is dropped
 
 
 @pytest.fixture
@@ -83,34 +86,30 @@ def stuck_server(stuck):
     stuck.release.set()
 
 
-def _connect(qtbot, window, url):
-    dialog = window.remote.open_dialog()
-    dialog.url_edit.setText(url)
-    dialog.token_edit.setText(TOKEN)
-    dialog.connect_button.click()
-    qtbot.waitUntil(lambda: bool(window.remote.connections), timeout=20_000)
-    window.activateWindow()  # Xvfb has no window manager to give the focus back when the dialog closes
-    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+def _connect(qtbot, remote, host, url):
+    connect_remote(qtbot, remote, url, TOKEN)
+    host.activateWindow()  # Xvfb has no window manager to give the focus back when the dialog closes
+    qtbot.waitUntil(host.isActiveWindow, timeout=5_000)
 
 
 @pytest.mark.slow
 def test_a_stuck_remote_step_shows_the_servers_messages_and_is_abandoned_with_the_server_told(
-    qtbot, main_window, stuck, stuck_server, short_deadline
+    qtbot, generating, stuck, stuck_server, short_deadline
 ):
     url, server_app = stuck_server
-    window = main_window
-    _connect(qtbot, window, url)
+    host = generating.services.parent
+    _connect(qtbot, generating.remote, host, url)
     seen = []
-    window.state.progress_changed.connect(lambda tracker: seen.append(tracker.text()))
-    window.sampling_panel.generate_button.click()
+    generating.services.state.progress_changed.connect(lambda tracker: seen.append(tracker.text()))
+    generating.panel.generate_button.click()
     # The server's stage messages reach the panel as a local run's do, not a silent "Step 0/N".
-    qtbot.waitUntil(lambda: stuck.entered.is_set() and DENOISE_MESSAGE in _label(window), timeout=20_000)
+    qtbot.waitUntil(lambda: stuck.entered.is_set() and DENOISE_MESSAGE in _label(generating), timeout=20_000)
     assert any(LOAD_MESSAGE.capitalize() + "..." in text for text in seen), seen
     assert len(server_app.state.manager.jobs) == 1
 
-    qtbot.keyClick(window, Qt.Key.Key_Escape)
-    assert "abandoned in" in _label(window)
-    with qtbot.waitSignal(window.generation.ended, timeout=20_000) as ended:
+    qtbot.keyClick(host, Qt.Key.Key_Escape)
+    assert "abandoned in" in _label(generating)
+    with qtbot.waitSignal(generating.generation.ended, timeout=20_000) as ended:
         pass
     assert ended.args == ["abandoned"]
     # The server was asked to cancel (it forgot the job) and the connection was cut: the worker thread
@@ -118,14 +117,15 @@ def test_a_stuck_remote_step_shows_the_servers_messages_and_is_abandoned_with_th
     qtbot.waitUntil(lambda: not server_app.state.manager.jobs, timeout=10_000)
     _wait_abandoned_threads_ended(qtbot)
     assert not stuck.release.is_set()
-    assert window.generation.generate_action.isEnabled()
+    assert generating.generation.generate_action.isEnabled()
 
 
 @pytest.mark.slow
 def test_quit_during_a_stuck_remote_run_closes_the_window(qtbot, main_window, stuck, stuck_server):
+    """The window's Quit (Ctrl+Q, answered Yes) during a run on a server whose step never ends."""
     url, server_app = stuck_server
     window = main_window
-    _connect(qtbot, window, url)
+    _connect(qtbot, window.remote, window, url)
     window.sampling_panel.generate_button.click()
     qtbot.waitUntil(stuck.entered.is_set, timeout=20_000)
     qtbot.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)  # Ctrl+Q (answered Yes)
