@@ -5,6 +5,7 @@ panel, and the generation (``install_generation``) for the tests that need a run
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -20,6 +21,7 @@ from app.viewer.tissue_toolbar import TissueToolbar
 from app.viewer.toolbar import ViewerToolbar
 from app.viewer.viewer_area import ViewerArea
 from app.window.menus import add_generation_actions, build_viewer_bars
+from app.window.tool_bar_rows import ToolBarRows
 from app.window.volume_files import VolumeFiles
 
 
@@ -62,6 +64,10 @@ def build_viewer(qtbot, services: AppServices, enable_3d: bool = False) -> Viewe
     """The viewer and its tool bars on ``services``' host window, shown; with ``enable_3d`` the 3D view's
     interactor is attached (pyvista imported here, as the window's preloader does in the background)."""
     host = services.parent
+    # The viewer's tool bars on rows of their own where one row has no room, as in the window.
+    services = dataclasses.replace(
+        services, menus=dataclasses.replace(services.menus, add_fitted_tool_bars=ToolBarRows(host).add)
+    )
     viewer = ViewerArea(services.state)
     host.setCentralWidget(viewer)
     reset_camera = services.menus.view.addAction("Reset 3D &Camera")
