@@ -278,7 +278,7 @@ def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted
 def test_a_models_own_maps_say_so_and_are_not_computed_again(qtbot, rig):
     """A real run of a model with tissue channels (the tiny tissue model): its maps and space come with the
     volume, the run's message says so with the key that overlays them, and they are not computed again."""
-    rig = add_generation(rig)
+    rig = add_generation(qtbot, rig)
     state, computer = rig.state, rig.tissue_maps
     state.select_model(state.model_by_id("tiny-tissue"))
     assert generate(qtbot, rig, steps=2, click=True) == "finished"

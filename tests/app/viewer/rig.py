@@ -103,7 +103,7 @@ def build_viewer(qtbot, services: AppServices, enable_3d: bool = False) -> Viewe
     )
 
 
-def add_generation(rig: ViewerRig) -> ViewerRig:
+def add_generation(qtbot, rig: ViewerRig) -> ViewerRig:
     """Generate (Ctrl+G), Cancel and the run lifecycle for the Generate form, in a dock of the host, as the
     window installs them; ``tests.app.runs.generate(qtbot, rig)`` runs the form's request."""
     services = rig.services
@@ -113,6 +113,12 @@ def add_generation(rig: ViewerRig) -> ViewerRig:
     )
     rig.generation = install_generation(services, rig.sampling_panel, MetricsDock())
     add_generation_actions(services.menus, rig.generation)
+    view3d = rig.viewer.view3d
+    if view3d.ready:  # the 3D scene drawn again at the size the Generate dock leaves it, before any run
+        drawn: list[bool] = []
+        observer = view3d.plotter.ren_win.AddObserver("EndEvent", lambda *_: drawn.append(True))
+        qtbot.waitUntil(lambda: bool(drawn), timeout=30_000)
+        view3d.plotter.ren_win.RemoveObserver(observer)
     return rig
 
 

@@ -363,7 +363,7 @@ def test_the_window_s_view_menu_keys_and_status_bar_follow_the_viewer(
     qtbot, main_window, nibabel_data, tmp_path
 ):
     """The window's own part of the viewer: View > Window/Level Preset (Ctrl+1, 2, 5), Smooth Slice Display
-    (Ctrl+I), Previous and Next Volume (Ctrl+[ and Ctrl+]), and the status bar's readout (crosshair, hover,
+    (Ctrl+I), 3D Rendering, Previous and Next Volume (Ctrl+[ and Ctrl+]), and the status bar's readout (crosshair, hover,
     the tissue under it) and space; Help > Keyboard Shortcuts lists the overlay's key."""
     window, bar, tissue_bar = main_window, main_window.viewer_toolbar, main_window.tissue_toolbar
     state, axial = window.state, window.viewer.axial
@@ -390,6 +390,17 @@ def test_the_window_s_view_menu_keys_and_status_bar_follow_the_viewer(
     assert state.smooth_display and window.window_actions.smooth.isChecked()
     qtbot.keyClick(window, Qt.Key.Key_I, Qt.KeyboardModifier.ControlModifier)
     assert not state.smooth_display and bar.interpolation_box.currentText() == "Nearest"
+    # View > 3D Rendering sets the 3D view's mode, and shows the one the 3D view's box chose
+    render = {action.data(): action for action in window.window_actions.render_presets.actions()}
+    render["Iso-surface"].trigger()
+    assert (
+        state.render_preset == "Iso-surface"
+        and window.viewer.view3d.preset_box.currentText() == "Iso-surface"
+    )
+    choose(qtbot, window.viewer.view3d.preset_box, "MIP")
+    assert (
+        state.render_preset == "MIP" and render["MIP"].isChecked() and not render["Iso-surface"].isChecked()
+    )
 
     # The readout: the crosshair's voxel after a click and a key, plain integers for integer data.
     rect = axial.image_rect()
