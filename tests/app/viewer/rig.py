@@ -104,8 +104,8 @@ def build_viewer(qtbot, services: AppServices, enable_3d: bool = False) -> Viewe
 
 
 def add_generation(qtbot, rig: ViewerRig) -> ViewerRig:
-    """Generate (Ctrl+G), Cancel and the run lifecycle for the Generate form, in a dock of the host, as the
-    window installs them; ``tests.app.runs.generate(qtbot, rig)`` runs the form's request."""
+    """Generate, Cancel and the run lifecycle for the Generate form, in a dock of the host, as the window
+    installs them; ``tests.app.runs.generate(qtbot, rig, click=True)`` runs the form's request (its button)."""
     services = rig.services
     rig.sampling_panel = SamplingPanel(services.state)
     services.add_dock(

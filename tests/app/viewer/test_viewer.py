@@ -508,7 +508,9 @@ def test_at_1024x700_labels_do_not_overlap_and_the_tool_bars_keep_their_controls
     ):
         assert _visible_in(widget, bar) and _visible_in(widget, window), widget.objectName()
     for action in (bar.crosshair_action, bar.fit_action):
-        assert _visible_in(bar.widgetForAction(action), window)
+        assert _visible_in(bar.widgetForAction(action), bar) and _visible_in(
+            bar.widgetForAction(action), window
+        )
     # No tissue control hides behind its tool bar's overflow arrow once the bars have found their rows.
     tissue_controls = (
         tissue_bar.widgetForAction(tissue_bar.tissue_action),
