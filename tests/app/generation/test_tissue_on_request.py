@@ -275,6 +275,7 @@ def test_a_vault_scan_is_segmented_from_the_browser_and_keeps_its_maps_encrypted
     controller.locking.lock()
 
 
+@pytest.mark.slow
 def test_a_models_own_maps_say_so_and_are_not_computed_again(qtbot, rig):
     """A real run of a model with tissue channels (the tiny tissue model): its maps and space come with the
     volume, the run's message says so with the key that overlays them, and they are not computed again."""
