@@ -2,7 +2,8 @@
 
 The shown volume (A) is above another of the session (B), plane by plane; one crosshair is linked in world
 millimetres when both name one template space, centre to centre (and said so) when they do not; a slider
-blends B over A's views (3D Slicer's foreground over background).
+blends B over A's views (3D Slicer's foreground over background). The viewer and its tool bars on ``AppServices``
+(tests/app/viewer/rig.py), with the Generate form docked beside them where the viewer's width matters.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from app.core.compare_pair import linked_ras, resampled_plane
 from app.core.slicing import plane_geometry
 from app.services.shortcuts import keys
 from app.viewer.viewer_area import SIDE_BY_SIDE
-from tests.app.viewer_helpers import open_volume, pixels, write_volume
+from app.window.status_bar import WindowStatus
+from tests.app.viewer.rig import add_generation
+from tests.app.viewer_helpers import pixels, write_volume
 
 pytestmark = pytest.mark.render
 
@@ -39,29 +42,28 @@ def _ball(shape, centre, radius):
     return (dist < radius).astype(np.float32) * 100.0
 
 
-def _side_by_side(qtbot, window):
+def _side_by_side(qtbot, rig):
+    window = rig.host
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
     QTest.keySequence(window, keys("view.layout.5"))
-    viewer = window.viewer
+    viewer = rig.viewer
     qtbot.waitUntil(lambda: viewer.side_by_side.bar.isVisible(), timeout=5_000)
     return viewer, viewer.side_by_side
 
 
-def test_a_scan_beside_a_synthetic_volume_without_a_shared_space(qtbot, main_window, tmp_path, screenshot):
-    window = main_window
-    scan = open_volume(
-        qtbot, window, write_volume(tmp_path / "scan.nii.gz", _ball((24, 28, 20), (8, 14, 10), 6))
-    )
-    synth = open_volume(
+def test_a_scan_beside_a_synthetic_volume_without_a_shared_space(qtbot, viewer_rig, tmp_path, screenshot):
+    rig = viewer_rig
+    window, state = rig.host, rig.state
+    scan = rig.open(qtbot, write_volume(tmp_path / "scan.nii.gz", _ball((24, 28, 20), (8, 14, 10), 6)))
+    synth = rig.open(
         qtbot,
-        window,
         write_volume(
             tmp_path / "synth.nii.gz", _ball((16, 16, 16), (8, 8, 8), 5), synthetic=True, spacing=(2, 2, 2)
         ),
     )
-    assert window.state.shown is synth
-    viewer, side = _side_by_side(qtbot, window)
+    assert state.shown is synth
+    viewer, side = _side_by_side(qtbot, rig)
     assert viewer.layout_name == SIDE_BY_SIDE
     b_views = side.views
     assert all(view.isVisible() for view in (*viewer.slice_views, *b_views.values()))
@@ -81,7 +83,7 @@ def test_a_scan_beside_a_synthetic_volume_without_a_shared_space(qtbot, main_win
         Qt.MouseButton.LeftButton,
         pos=QPoint(int(rect.left() + rect.width() * 0.3), int(rect.center().y())),
     )
-    a_ras = window.state.crosshair_ras
+    a_ras = state.crosshair_ras
     assert not np.allclose(a_ras, synth.center_ras())
     assert np.allclose(side.companion.crosshair_ras, linked_ras(synth, scan, a_ras))
     assert np.allclose(side.companion.crosshair_ras - scan.center_ras(), a_ras - synth.center_ras(), atol=1.0)
@@ -91,7 +93,7 @@ def test_a_scan_beside_a_synthetic_volume_without_a_shared_space(qtbot, main_win
     qtbot.mouseClick(
         b_view, Qt.MouseButton.LeftButton, pos=QPoint(int(b_rect.center().x()), int(b_rect.top() + 5))
     )
-    assert np.allclose(window.state.crosshair_ras, linked_ras(scan, synth, side.companion.crosshair_ras))
+    assert np.allclose(state.crosshair_ras, linked_ras(scan, synth, side.companion.crosshair_ras))
 
     # Blending by keyboard: Page Up twice on the slider puts B at 50% over A's views.
     before = pixels(view)
@@ -110,8 +112,9 @@ def test_a_scan_beside_a_synthetic_volume_without_a_shared_space(qtbot, main_win
     assert side.blend_image(view) is None and viewer.axial.overlay_texts()["title"].startswith("Axial")
 
 
-def test_two_volumes_in_mni_space_are_linked_in_millimetres(qtbot, main_window, tmp_path):
-    window = main_window
+def test_two_volumes_in_mni_space_are_linked_in_millimetres(qtbot, viewer_rig, tmp_path):
+    rig = viewer_rig
+    state = rig.state
     # The same ball in two grids of one space: 1 mm and 2 mm voxels, different origins.
     fine = _write_mni(
         tmp_path / "fine.nii.gz", _ball((40, 40, 40), (20, 20, 20), 8), (1, 1, 1), (-20, -20, -20)
@@ -119,10 +122,10 @@ def test_two_volumes_in_mni_space_are_linked_in_millimetres(qtbot, main_window, 
     coarse = _write_mni(
         tmp_path / "coarse.nii.gz", _ball((24, 24, 24), (14, 14, 14), 4), (2, 2, 2), (-28, -28, -28)
     )
-    b = open_volume(qtbot, window, fine)
-    a = open_volume(qtbot, window, coarse)
+    b = rig.open(qtbot, fine)
+    a = rig.open(qtbot, coarse)
     assert a.space and b.space
-    viewer, side = _side_by_side(qtbot, window)
+    viewer, side = _side_by_side(qtbot, rig)
     assert (
         side.link_label.text() == "Linked in MNI152 millimetres: the crosshair is at the same place in both."
     )
@@ -131,11 +134,11 @@ def test_two_volumes_in_mni_space_are_linked_in_millimetres(qtbot, main_window, 
     qtbot.mouseClick(
         view, Qt.MouseButton.LeftButton, pos=QPoint(int(rect.center().x() + 7), int(rect.center().y() - 9))
     )
-    assert np.allclose(side.companion.crosshair_ras, window.state.crosshair_ras, atol=0.5)
+    assert np.allclose(side.companion.crosshair_ras, state.crosshair_ras, atol=0.5)
     # The blend puts B's ball where A's is: in the same millimetres, B's 1 mm ball lies on A's 2 mm one.
     index = viewer.axial.slice_index()
-    plane = resampled_plane(a, b, plane_geometry("axial", window.state.convention), 14)
-    ours = plane_geometry("axial", window.state.convention).extract(a.data, 14)
+    plane = resampled_plane(a, b, plane_geometry("axial", state.convention), 14)
+    ours = plane_geometry("axial", state.convention).extract(a.data, 14)
     assert index is not None and np.array_equal(plane > 50, ours > 50)
 
     # Choosing B with the keyboard: the B box lists the session's other volumes.
@@ -144,12 +147,13 @@ def test_two_volumes_in_mni_space_are_linked_in_millimetres(qtbot, main_window, 
 
 
 @pytest.mark.slow
-def test_screenshots_of_a_real_brain_beside_a_synthetic_one(qtbot, main_window, tmp_path, mni_t1, screenshot):
+def test_screenshots_of_a_real_brain_beside_a_synthetic_one(qtbot, viewer_rig, tmp_path, mni_t1, screenshot):
     """The MNI152 T1 template (a real brain in MNI space) as B, and a coarser copy of it written as a synthetic
     volume in the same space as A: linked in millimetres, blended at 40%, at 1600x1000 and 1024x700."""
     from engine.nifti.io import load_nifti
 
-    window = main_window
+    rig = add_generation(qtbot, viewer_rig)
+    window = rig.host
     real = load_nifti(mni_t1)
     coarse = np.asarray(real.data, np.float32)[::3, ::3, ::3]
     affine = np.asarray(real.affine, np.float64).copy()
@@ -162,15 +166,15 @@ def test_screenshots_of_a_real_brain_beside_a_synthetic_one(qtbot, main_window, 
     scan = nib.Nifti1Image(np.asarray(real.data, np.float32), real.affine)
     scan.set_sform(real.affine, code=4)
     nib.save(scan, str(tmp_path / "mni152-t1.nii.gz"))
-    b = open_volume(qtbot, window, tmp_path / "mni152-t1.nii.gz")
-    a = open_volume(qtbot, window, tmp_path / "synthetic-mni.nii.gz")
-    viewer, side = _side_by_side(qtbot, window)
+    b = rig.open(qtbot, tmp_path / "mni152-t1.nii.gz")
+    a = rig.open(qtbot, tmp_path / "synthetic-mni.nii.gz")
+    viewer, side = _side_by_side(qtbot, rig)
     assert side.other is b and a.space
     assert side.link_label.text().startswith("Linked in MNI152 millimetres")
     for _ in range(8):  # 8 x 5% by the arrow key
         qtbot.keyClick(side.opacity_slider, Qt.Key.Key_Right)
     assert side.opacity_slider.value() == 40
-    panel = window.sampling_panel
+    panel = rig.sampling_panel
     for size, name in (((1600, 1000), "side-by-side-1600x1000"), ((1024, 700), "side-by-side-1024x700")):
         window.resize(*size)
         qtbot.waitUntil(lambda size=size: (window.width(), window.height()) == size, timeout=30_000)
@@ -188,7 +192,7 @@ def test_screenshots_of_a_real_brain_beside_a_synthetic_one(qtbot, main_window, 
 
 
 def test_a_scan_aligned_to_a_template_declared_mni152_is_linked_by_millimetres_and_the_blend_is_marked(
-    qtbot, main_window, tmp_path, mni_t1, screenshot
+    qtbot, viewer_rig, tmp_path, mni_t1, screenshot
 ):
     """nilearn's MNI152 T1 as a real scan says only "aligned to a template" (sform code 2): beside a synthetic
     volume in MNI152 it was linked centre to centre (A at z = 19 mm showed B at z = 6 mm). Declared MNI152, it is
@@ -196,7 +200,8 @@ def test_a_scan_aligned_to_a_template_declared_mni152_is_linked_by_millimetres_a
     from app.core.tissue import ALIGNED_TO_TEMPLATE, DECLARED_MNI
     from engine.nifti.io import load_nifti
 
-    window = main_window
+    rig = add_generation(qtbot, viewer_rig)
+    window, state = rig.host, rig.state
     real = load_nifti(mni_t1)
     # The synthetic volume: a 3 mm copy of the template, on a grid that does not share the scan's centre.
     coarse = np.asarray(real.data, np.float32)[6:-12:3, 3::3, ::3]
@@ -207,18 +212,18 @@ def test_a_scan_aligned_to_a_template_declared_mni152_is_linked_by_millimetres_a
     image.set_sform(affine, code=4)
     image.header["descrip"] = b"SYNTHETIC"
     nib.save(image, str(tmp_path / "synthetic-mni.nii.gz"))
-    synth = open_volume(qtbot, window, tmp_path / "synthetic-mni.nii.gz")
-    scan = open_volume(qtbot, window, mni_t1)
+    synth = rig.open(qtbot, tmp_path / "synthetic-mni.nii.gz")
+    scan = rig.open(qtbot, mni_t1)
     assert scan.space == ALIGNED_TO_TEMPLATE and synth.synthetic and not scan.synthetic
-    viewer, side = _side_by_side(qtbot, window)
-    assert window.state.shown is scan and side.other is synth
+    viewer, side = _side_by_side(qtbot, rig)
+    assert state.shown is scan and side.other is synth
     assert side.link_label.text().startswith(f"No shared space (A: {ALIGNED_TO_TEMPLATE}, B: MNI152)")
     button = side.declare_button
     assert button.isVisible() and button.text() == "&Declare A MNI152"
     # At 1024x700 the button and the statement beside it fit the viewer: nothing widens it into the form.
     window.resize(1024, 700)
     qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 700), timeout=30_000)
-    panel = window.sampling_panel
+    panel = rig.sampling_panel
     qtbot.waitUntil(lambda: panel.scroll_area.horizontalScrollBar().maximum() == 0, timeout=20_000)
     assert button.width() >= button.minimumSizeHint().width() and button.isVisible()
     assert side.link_label.height() >= side.link_label.heightForWidth(side.link_label.width())
@@ -236,7 +241,7 @@ def test_a_scan_aligned_to_a_template_declared_mni152_is_linked_by_millimetres_a
         )
 
     click_a("coronal")
-    a_ras = np.array(window.state.crosshair_ras)
+    a_ras = np.array(state.crosshair_ras)
     assert np.abs(side.companion.crosshair_ras - a_ras).max() > 3.0  # centre to centre: elsewhere in B
 
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
@@ -244,9 +249,11 @@ def test_a_scan_aligned_to_a_template_declared_mni152_is_linked_by_millimetres_a
     assert (
         side.link_label.text() == "Linked in MNI152 millimetres: the crosshair is at the same place in both."
     )
-    assert window.space_label.text() == f"Space: {DECLARED_MNI}"
+    status = WindowStatus(window.statusBar())  # the status bar's space field, fed the shown volume
+    status.show_volume(state.shown)
+    assert status.space_label.text() == f"Space: {DECLARED_MNI}"
     click_a("sagittal")
-    a_ras = np.array(window.state.crosshair_ras)
+    a_ras = np.array(state.crosshair_ras)
     # The same millimetres in both, to B's nearest 3 mm voxel.
     assert np.abs(side.companion.crosshair_ras - a_ras).max() <= 1.5 + 1e-6, (
         side.companion.crosshair_ras,

@@ -1,5 +1,6 @@
 """Ctrl+wheel zoom from real X wheel events (XTest button 4, as xdotool sends them): one event and one
-ZOOM_STEP per notch, nothing more, and the zoom level is shown on the view."""
+ZOOM_STEP per notch, nothing more, and the zoom level is shown on the view. The viewer on ``AppServices``
+(tests/app/viewer/rig.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 
 from app.core.slicing import ZOOM_STEP
-from tests.app.viewer_helpers import open_volume
 
 pytestmark = pytest.mark.render
 XK_CONTROL_L = 0xFFE3
@@ -31,11 +31,10 @@ def _xtest():
     return x11, xtst, ctypes.c_void_p(display)
 
 
-@pytest.mark.slow
-def test_five_real_ctrl_wheel_notches_zoom_by_five_steps(qtbot, main_window, mni_t1, screenshot):
-    window = main_window
-    open_volume(qtbot, window, mni_t1)
-    axial = window.viewer.axial
+def test_five_real_ctrl_wheel_notches_zoom_by_five_steps(qtbot, viewer_rig, mni_t1, screenshot):
+    window = viewer_rig.host
+    viewer_rig.open(qtbot, mni_t1)
+    axial = viewer_rig.viewer.axial
     events = []
     original = axial.wheelEvent
 
