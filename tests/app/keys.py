@@ -23,3 +23,19 @@ def type_into(qtbot, spin, text: str) -> None:
     spin.lineEdit().selectAll()
     qtbot.keyClicks(spin.lineEdit(), text)
     qtbot.keyClick(spin.lineEdit(), Qt.Key.Key_Tab)
+
+
+def click_item(qtbot, combo, text: str) -> None:
+    """Open the combo box's list with a click and pick the item in it with the keys, as a person does (a
+    click inside a list that has only just opened is taken by Qt as the end of the opening click)."""
+    qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
+    view = combo.view()
+    qtbot.waitUntil(view.isVisible, timeout=5_000)
+    row = combo.findText(text)
+    assert row >= 0, f"no {text!r} among {[combo.itemText(i) for i in range(combo.count())]}"
+    qtbot.keyClick(view, Qt.Key.Key_Home)
+    for _ in range(row):
+        qtbot.keyClick(view, Qt.Key.Key_Down)
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not view.isVisible(), timeout=5_000)
+    assert combo.currentText() == text

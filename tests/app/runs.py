@@ -1,4 +1,5 @@
-"""Generation runs in the main window, started as a user starts them and waited for to their end."""
+"""Generation runs started as a user starts them and waited for to their end: in the main window, or on the Generate
+side installed on ``AppServices`` (tests/app/generating.py), whose fields are named as the window's."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ GENERATION_TIMEOUT_MS = 240_000  # a tiny model's run, on a 2-core machine that 
 
 
 def generate(qtbot, window, *, steps: int | None = None, click: bool = False) -> str:
-    """Run the Generate panel's request (``steps`` typed into it first, if given), started with Ctrl+G or,
-    with ``click``, the Generate button; wait for its end and for the runner to let go of its job.
+    """Run the Generate panel's request (``steps`` typed into it first, if given), started with Ctrl+G in the
+    window the panel is docked in or, with ``click``, the Generate button; wait for its end and for the runner
+    to let go of its job. ``window``: the main window or a ``Generating``.
 
     Returns the outcome: "finished", "cancelled", "failed" or "abandoned".
     """
@@ -19,6 +21,8 @@ def generate(qtbot, window, *, steps: int | None = None, click: bool = False) ->
         if click:
             qtbot.mouseClick(window.sampling_panel.generate_button, Qt.MouseButton.LeftButton)
         else:
-            qtbot.keyClick(window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # Ctrl+G
+            qtbot.keyClick(
+                window.sampling_panel.window(), Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier
+            )  # Ctrl+G
     qtbot.waitUntil(lambda: not window.runner.jobs, timeout=10_000)
     return ended.args[0]

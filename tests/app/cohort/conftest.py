@@ -1,5 +1,5 @@
 """Generate > Cohort... installed on app services beside the Generate side, as the main window installs it
-(tests/app/services/generating.py): the dialog reads the Generate panel's form and opens a finished volume
+(tests/app/generating.py): the dialog reads the Generate panel's form and opens a finished volume
 into the session."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from app.cohort import CohortController, install_cohort
-from tests.app.services.generating import generating  # noqa: F401 - the fixture, for this package's tests
+from tests.app.generating import generating  # noqa: F401 - the fixture, for this package's tests
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def test_cohort_dialog_runs_a_two_volume_cohort(qtbot, generating, cohort, tmp_p
 
     state = generating.services.state
     state.select_model(state.model_by_id("tiny-latent"))
-    generating.panel.steps_spin.setValue(3)
+    generating.sampling_panel.steps_spin.setValue(3)
     action = cohort.action
     assert action in generating.services.menus.generate.actions() and action.isEnabled()
     action.trigger()

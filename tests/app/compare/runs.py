@@ -1,4 +1,4 @@
-"""Compare Settings opened and run as a user does, over the Generate features on ``AppServices``."""
+"""Compare Settings opened and run as a user does, over the Generate side on ``AppServices``."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt
 
 
-def open_compare(qtbot, features, model_id: str, steps: int):
+def open_compare(qtbot, generating, model_id: str, steps: int):
     """Choose ``model_id`` and ``steps`` in the Generate panel and open Compare Settings with Ctrl+Shift+G."""
-    features.select(model_id)
-    features.sampling_panel.steps_spin.setValue(steps)
+    generating.select(model_id)
+    generating.sampling_panel.steps_spin.setValue(steps)
     qtbot.keyClick(
-        features.host, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+        generating.host, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     )
-    window = features.compare.window
+    window = generating.compare.window
     assert window is not None and window.isVisible()
     return window
 

@@ -19,8 +19,8 @@ def registry(tiny_models_dir, tissue_models_dir):
 
 
 @pytest.fixture
-def quality(qtbot, features):
-    window = open_compare(qtbot, features, "tiny-tissue", 2)
+def quality(qtbot, generating):
+    window = open_compare(qtbot, generating, "tiny-tissue", 2)
     qtbot.waitExposed(window)
     window.b_box.setCurrentIndex(window.b_box.findData("bf16"))
     bar = window.tabs.tabBar()
@@ -39,7 +39,7 @@ def _items(plot, kind: str) -> list:
 
 
 @pytest.mark.slow
-def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, features, quality):
+def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, generating, quality):
     window, view = quality
     assert view.schedule_spin.text() == "none"  # no shorter schedule unless asked for
     view.schedule_spin.selectAll()
@@ -47,11 +47,11 @@ def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, featu
     assert view.schedule_spin.value() == 1
     with qtbot.waitSignal(view.report_ended, timeout=240_000) as ended:
         qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
-        assert features.state.job_running and not view.compute_button.isEnabled()
+        assert generating.state.job_running and not view.compute_button.isEnabled()
         assert view.cancel_button.isEnabled()
     assert ended.args == ["finished"]
-    qtbot.waitUntil(lambda: not features.services.runner.jobs, timeout=10_000)
-    assert not features.state.job_running and view.compute_button.isEnabled()
+    qtbot.waitUntil(lambda: not generating.services.runner.jobs, timeout=10_000)
+    assert not generating.state.job_running and view.compute_button.isEnabled()
     run = view.run
     assert list(run.reports) == ["B: bf16", "fp32, 1 steps"]
     assert run.seeds == [0, 1, 2, 3] and run.noise_seeds == [4, 5, 6, 7]
@@ -78,7 +78,7 @@ def test_quality_view_computes_and_shows_distributions_and_verdicts(qtbot, featu
 
 
 @pytest.mark.slow
-def test_quality_view_cancels_at_the_next_step(qtbot, features, quality):
+def test_quality_view_cancels_at_the_next_step(qtbot, generating, quality):
     window, view = quality
     qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "seed 1" in view.progress_label.text(), timeout=120_000)
@@ -91,8 +91,8 @@ def test_quality_view_cancels_at_the_next_step(qtbot, features, quality):
             and not view.cancel_button.isEnabled()
         )
     assert ended.args == ["cancelled"] and view.progress_label.text() == "Cancelled"
-    qtbot.waitUntil(lambda: not features.services.runner.jobs, timeout=10_000)
-    assert not features.state.job_running and view.run is None
+    qtbot.waitUntil(lambda: not generating.services.runner.jobs, timeout=10_000)
+    assert not generating.state.job_running and view.run is None
     assert window.run_button.isEnabled()  # the comparison can run again
 
 

@@ -1,4 +1,4 @@
-"""Compare Settings on AppServices (the Generate features it reads installed as the main window installs them),
+"""Compare Settings on AppServices (the Generate side it reads installed as the main window installs them),
 under Xvfb: run, linked views, numbers, kernels, cancel, errors, save."""
 
 from __future__ import annotations
@@ -19,24 +19,24 @@ from tests.app.conftest import SCREENSHOTS
 pytestmark = [pytest.mark.render, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
-def _panel_bf16(features):
-    panel = features.optimization_panel
+def _panel_bf16(generating):
+    panel = generating.optimization_panel
     panel.set_values({**panel.values(), "autocast": "bf16"})
 
 
 @pytest.mark.slow
-def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, features, compare):
-    _panel_bf16(features)
+def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, generating, compare):
+    _panel_bf16(generating)
     assert compare.choice(compare.a_box) == "Exact fp32" and compare.choice(compare.b_box) == PANEL_SETTINGS
-    features.sampling_panel.seed_spin.setValue(77)
+    generating.sampling_panel.seed_spin.setValue(77)
     assert "seed 77" in compare.source_label.text() and "6 steps" in compare.source_label.text()
     assert compare.start()
-    assert features.state.job_running and not features.sampling_panel.generate_button.isEnabled()
+    assert generating.state.job_running and not generating.sampling_panel.generate_button.isEnabled()
     assert wait_compared(qtbot, compare) == "finished"
-    assert not features.state.job_running and features.sampling_panel.generate_button.isEnabled()
+    assert not generating.state.job_running and generating.sampling_panel.generate_button.isEnabled()
     result = compare.comparison
     assert result.a.applied() == [] and result.b.applied() == ["autocast"]
-    assert result.a.result.request.seed == features.sampling_panel.seed_spin.value()
+    assert result.a.result.request.seed == generating.sampling_panel.seed_spin.value()
     assert result.a.result.request.batch_size == 1 and result.a.result.request.steps == 6
     for side in ("a", "b", "diff"):
         assert compare.views[side]["axial"].current_pixels() is not None
@@ -60,8 +60,8 @@ def test_fp32_against_bf16_shows_volumes_numbers_and_kernels(qtbot, features, co
 
 
 @pytest.mark.slow
-def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, features, compare):
-    _panel_bf16(features)
+def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, generating, compare):
+    _panel_bf16(generating)
     compare.start()
     assert wait_compared(qtbot, compare) == "finished"
     view_a = compare.views["a"]["axial"]
@@ -84,7 +84,7 @@ def test_views_are_linked_and_the_difference_keeps_its_own_window(qtbot, feature
 
 
 @pytest.mark.slow
-def test_same_settings_compare_identical(qtbot, features, compare):
+def test_same_settings_compare_identical(qtbot, generating, compare):
     compare.b_box.setCurrentIndex(compare.b_box.findData("Exact fp32"))
     compare.profile_spin.setValue(0)
     compare.start()
@@ -100,9 +100,9 @@ def test_same_settings_compare_identical(qtbot, features, compare):
 
 
 @pytest.mark.slow
-def test_cancel_with_escape_leaves_the_app_usable(qtbot, features, compare):
-    features.select("tiny-pixel")
-    features.sampling_panel.steps_spin.setValue(1000)
+def test_cancel_with_escape_leaves_the_app_usable(qtbot, generating, compare):
+    generating.select("tiny-pixel")
+    generating.sampling_panel.steps_spin.setValue(1000)
     compare.start()
     qtbot.waitUntil(lambda: compare.progress_bar.value() >= 1, timeout=60_000)
     compare.activateWindow()
@@ -110,54 +110,54 @@ def test_cancel_with_escape_leaves_the_app_usable(qtbot, features, compare):
     qtbot.keyClick(compare, Qt.Key.Key_Escape)
     assert wait_compared(qtbot, compare) == "cancelled"
     assert compare.progress_label.text() == "Cancelled" and compare.comparison is None
-    assert not features.state.job_running and compare.run_button.isEnabled()
-    features.sampling_panel.steps_spin.setValue(3)
-    features.sampling_panel.generate_button.click()
-    with qtbot.waitSignal(features.generation.ended, timeout=60_000) as ended:
+    assert not generating.state.job_running and compare.run_button.isEnabled()
+    generating.sampling_panel.steps_spin.setValue(3)
+    generating.sampling_panel.generate_button.click()
+    with qtbot.waitSignal(generating.generation.ended, timeout=60_000) as ended:
         pass
     assert ended.args[0] == "finished"
 
 
 @pytest.mark.slow
-def test_errors_reach_a_dialog_and_nothing_is_left_running(qtbot, features, compare, error_dialogs):
-    features.sampling_panel.device_box.addItem("cuda", "cuda")
-    features.sampling_panel.device_box.setCurrentIndex(features.sampling_panel.device_box.count() - 1)
+def test_errors_reach_a_dialog_and_nothing_is_left_running(qtbot, generating, compare, error_dialogs):
+    generating.sampling_panel.device_box.addItem("cuda", "cuda")
+    generating.sampling_panel.device_box.setCurrentIndex(generating.sampling_panel.device_box.count() - 1)
     assert compare.start()
     assert wait_compared(qtbot, compare) == "failed"
     title, message = error_dialogs[-1]
     assert title == "Comparison failed" and "cuda" in message.lower() and "Traceback" not in message
-    assert not features.state.job_running and compare.run_button.isEnabled()
+    assert not generating.state.job_running and compare.run_button.isEnabled()
 
 
 @pytest.mark.slow
-def test_refused_while_a_generation_runs(qtbot, features, compare, error_dialogs):
-    features.select("tiny-pixel")
-    features.sampling_panel.steps_spin.setValue(1000)
-    features.sampling_panel.generate_button.click()
+def test_refused_while_a_generation_runs(qtbot, generating, compare, error_dialogs):
+    generating.select("tiny-pixel")
+    generating.sampling_panel.steps_spin.setValue(1000)
+    generating.sampling_panel.generate_button.click()
     assert not compare.run_button.isEnabled()
     assert not compare.start()
     assert "generation is running" in error_dialogs[-1][1]
-    with qtbot.waitSignal(features.generation.ended, timeout=60_000):
-        features.generation.cancel_action.trigger()  # Generate > Cancel Generation
+    with qtbot.waitSignal(generating.generation.ended, timeout=60_000):
+        generating.generation.cancel_action.trigger()  # Generate > Cancel Generation
     assert compare.run_button.isEnabled()
 
 
 @pytest.mark.slow
-def test_add_to_session_and_save(qtbot, features, compare, tmp_path):
-    _panel_bf16(features)
+def test_add_to_session_and_save(qtbot, generating, compare, tmp_path):
+    _panel_bf16(generating)
     compare.start()
     assert wait_compared(qtbot, compare) == "finished"
     compare.add_to_session()
-    names = [v.name for v in features.state.volumes]
+    names = [v.name for v in generating.state.volumes]
     assert names[-2:] == [
-        f"seed {features.sampling_panel.seed_spin.value()} \u00b7 fp32",
-        f"seed {features.sampling_panel.seed_spin.value()} \u00b7 bf16",
+        f"seed {generating.sampling_panel.seed_spin.value()} \u00b7 fp32",
+        f"seed {generating.sampling_panel.seed_spin.value()} \u00b7 bf16",
     ]
-    assert features.state.volumes[-1].provenance["optimization"]["requested"]["autocast"] == "bf16"
+    assert generating.state.volumes[-1].provenance["optimization"]["requested"]["autocast"] == "bf16"
     folder = tmp_path / "cmp"
     compare.save_to(folder)
     qtbot.waitUntil(
-        lambda: (folder / "compare.json").is_file() and not features.services.runner.jobs, timeout=30_000
+        lambda: (folder / "compare.json").is_file() and not generating.services.runner.jobs, timeout=30_000
     )
     assert sorted(p.name for p in folder.iterdir()) == [
         "a.json",
@@ -172,7 +172,7 @@ def test_add_to_session_and_save(qtbot, features, compare, tmp_path):
 
 
 @pytest.mark.slow
-def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, features, compare):
+def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, generating, compare):
 
     compare.a_box.setCurrentText("bf16")
     compare.b_box.setCurrentText("bf16+sdpa")
@@ -182,14 +182,14 @@ def test_named_settings_on_both_sides_and_the_choice_is_remembered(qtbot, featur
     assert compare.comparison.a.applied() == ["autocast"]
     assert set(compare.comparison.b.applied()) == {"autocast", "attention"}
     assert compare.titles["a"].text().endswith("bf16") and compare.titles["b"].text().endswith("bf16+sdpa")
-    again = features.compare.make_window()  # the next time the window is built (e.g. next start)
+    again = generating.compare.make_window()  # the next time the window is built (e.g. next start)
     assert again.a_box.currentText() == "bf16" and again.b_box.currentText() == "bf16+sdpa"
     again.close()
 
 
 @pytest.mark.slow
-def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, features, compare):
-    _panel_bf16(features)
+def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, generating, compare):
+    _panel_bf16(generating)
     events: list[str] = []
     compare.side_shown.connect(events.append)
     compare.comparison_ended.connect(events.append)
@@ -214,8 +214,8 @@ def test_a_is_shown_as_soon_as_its_run_is_done(qtbot, features, compare):
 
 
 @pytest.mark.slow
-def test_difference_map_is_diverging_with_a_colour_bar(qtbot, features, compare, screenshot):
-    _panel_bf16(features)
+def test_difference_map_is_diverging_with_a_colour_bar(qtbot, generating, compare, screenshot):
+    _panel_bf16(generating)
     bar = compare.colour_bar
     assert bar.labels() == ("", "", "")  # no placeholder numbers before there is a difference
     qtbot.keyClick(compare, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
@@ -253,9 +253,9 @@ def test_difference_map_is_diverging_with_a_colour_bar(qtbot, features, compare,
 
 
 @pytest.mark.slow
-def test_decoder_only_setting_headlines_the_decode(qtbot, features, compare):
+def test_decoder_only_setting_headlines_the_decode(qtbot, generating, compare):
     # A decoder setting leaves the U-Net alone: its per-step ratio is noise, so the bold line is the decode.
-    panel = features.optimization_panel
+    panel = generating.optimization_panel
     panel.set_values({**panel.values(), "decoder_channels_last": True})
     compare.profile_spin.setValue(0)
     qtbot.mouseClick(compare.run_button, Qt.MouseButton.LeftButton)
@@ -299,7 +299,7 @@ def test_decoder_only_setting_headlines_the_decode(qtbot, features, compare):
 
 
 @pytest.mark.slow
-def test_speed_verdicts_follow_the_noise_rule(qtbot, features, compare):
+def test_speed_verdicts_follow_the_noise_rule(qtbot, generating, compare):
     import dataclasses
 
     from app.compare.window import WARNING_COLOUR, speed_text
@@ -340,12 +340,12 @@ def test_speed_verdicts_follow_the_noise_rule(qtbot, features, compare):
 
 
 @pytest.mark.slow
-def test_table_exports_to_csv_through_the_file_dialog(qtbot, features, compare, tmp_path):
+def test_table_exports_to_csv_through_the_file_dialog(qtbot, generating, compare, tmp_path):
     import csv
 
     from PySide6.QtWidgets import QDialogButtonBox, QLineEdit
 
-    _panel_bf16(features)
+    _panel_bf16(generating)
     assert not compare.export_button.isEnabled()
     compare.start()
     assert wait_compared(qtbot, compare) == "finished"
@@ -356,7 +356,7 @@ def test_table_exports_to_csv_through_the_file_dialog(qtbot, features, compare, 
         lambda: all(table.rowHeight(r) >= table.sizeHintForRow(r) for r in range(table.rowCount())),
         timeout=10_000,
     )
-    features.services.settings.setValue(CSV_DIR_KEY, str(tmp_path))  # as left by an earlier export
+    generating.services.settings.setValue(CSV_DIR_KEY, str(tmp_path))  # as left by an earlier export
     qtbot.mouseClick(compare.export_button, Qt.MouseButton.LeftButton)
     dialog = compare.outputs.csv_dialog
     qtbot.waitUntil(lambda: dialog.isVisible(), timeout=10_000)
@@ -378,7 +378,7 @@ def test_table_exports_to_csv_through_the_file_dialog(qtbot, features, compare, 
 
 
 @pytest.mark.slow
-def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, features, compare):
+def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, generating, compare):
     qtbot.waitUntil(lambda: bool(compare.unavailable), timeout=60_000)
     model = compare.b_box.model()
 
@@ -398,19 +398,19 @@ def test_choices_that_cannot_apply_here_are_greyed_with_the_reason(qtbot, featur
 
 
 @pytest.mark.slow
-def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, features):
+def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, generating):
     """Ctrl+Return pressed right after Ctrl+Shift+G opened the window starts the comparison: the window takes
     the keyboard when it opens, not only once the platform's activation arrives (the walk of issue 25 saw
     Ctrl+Return do nothing there)."""
-    compare = open_compare(qtbot, features, "tiny-latent", 3)
+    compare = open_compare(qtbot, generating, "tiny-latent", 3)
     assert compare is not None and compare.isVisible() and compare._job is None
     # No wait for the window to be exposed or active: the keys go where the keyboard is at once.
     target = QApplication.focusWidget()
     assert target is not None and target.window() is compare
-    panel = features.sampling_panel
+    panel = generating.sampling_panel
     idle = (panel.progress_label.text(), panel.progress_bar.value())
     qtbot.keyClick(target, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    assert compare._job is not None and features.state.job_running  # started
+    assert compare._job is not None and generating.state.job_running  # started
     # The Generate panel says another run has the engine, not "Starting..." of a generation of its own ...
     assert panel.progress_label.text().startswith("Waiting: another run is using the engine")
     assert wait_compared(qtbot, compare) == "finished"
@@ -420,9 +420,9 @@ def test_ctrl_return_runs_in_a_freshly_opened_window(qtbot, features):
 
 
 @pytest.mark.slow
-def test_the_keypad_enter_runs_too(qtbot, features):
+def test_the_keypad_enter_runs_too(qtbot, generating):
     """The empty views say "Ctrl+Enter": the keypad's Enter (a key apart from Return) starts the run as well."""
-    compare = open_compare(qtbot, features, "tiny-latent", 2)
+    compare = open_compare(qtbot, generating, "tiny-latent", 2)
     assert "Ctrl+Enter" in compare.views["a"]["axial"].empty_text
     qtbot.keyClick(
         QApplication.focusWidget(),
@@ -434,9 +434,9 @@ def test_the_keypad_enter_runs_too(qtbot, features):
     compare.close()
 
 
-def _measured_here(features, qtbot) -> None:
+def _measured_here(generating, qtbot) -> None:
     """A measurement of tiny-latent on this machine: bf16+sdpa clearly faster at 52 dB, Low memory even."""
-    measured = features.measured
+    measured = generating.measured
     qtbot.waitUntil(lambda: measured.looked_up and measured.model_id == "tiny-latent", timeout=30_000)
 
     def row(name, seconds, speedup, verdict, psnr, config):
@@ -467,15 +467,15 @@ def _measured_here(features, qtbot) -> None:
 
 @pytest.mark.slow
 def test_the_choices_are_the_presets_by_name_with_what_was_measured_here(
-    qtbot, features, compare, screenshot
+    qtbot, generating, compare, screenshot
 ):
     """B offered ~40 raw names with no ratios and no 'Fastest here'; now the presets come first by the names of
     the Optimization section, each with its measured ratio, and Fastest here runs the recommendation."""
     box = compare.b_box
-    qtbot.waitUntil(lambda: features.measured.looked_up, timeout=30_000)
+    qtbot.waitUntil(lambda: generating.measured.looked_up, timeout=30_000)
     fastest = box.model().item(box.findData("Fastest here"))
     assert not fastest.isEnabled() and "not measured here yet" in fastest.text()
-    _measured_here(features, qtbot)
+    _measured_here(generating, qtbot)
     qtbot.waitUntil(lambda: box.model().item(box.findData("Fastest here")).isEnabled(), timeout=60_000)
     # The check of what can apply on this device runs in the background; its answer greys out the GPU preset.
     qtbot.waitUntil(lambda: "Fast (GPU)" in compare.unavailable, timeout=60_000)

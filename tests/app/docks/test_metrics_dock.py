@@ -74,7 +74,7 @@ def fake_gpus():
 def fake_gpu_generating(app_services, fake_gpus):
     """The Generate side on app services whose sampler reads the NVML stand-in (one NVIDIA RTX A6000)."""
     from engine.telemetry import GpuMonitor, LocalCollector, Sampler
-    from tests.app.services.generating import install_generating
+    from tests.app.generating import install_generating
 
     sampler = Sampler(
         collector=LocalCollector(gpu=GpuMonitor(fake_gpus, pcie_interval_s=0), torch_mode="off")
@@ -372,7 +372,7 @@ def test_finished_run_summary_goes_into_provenance_session_details_and_sidecar(q
     assert telemetry["duration_s"] > 0 and telemetry["run_id"].startswith("gen-")
     assert telemetry["run_id"] == sampler.run_summary(telemetry["run_id"])["run_id"]
     assert telemetry["gpu_available"] == sampler.latest().gpu_available
-    details = generating.session.details.text()
+    details = generating.session_panel.details.text()
     assert "telemetry: " in details and f"{telemetry['duration_s']:.1f} s" in details
     if not telemetry["gpu_available"]:
         assert "no GPU" in details and "peak RSS" in details
@@ -444,7 +444,7 @@ def test_fake_nvml_gpu_plots_device_name_and_gpu_summary(qtbot, fake_gpu_generat
     assert telemetry["gpu_available"] and telemetry["mean_gpu_util_pct"] == 12
     assert telemetry["peak_gpu_memory_bytes"] == 20 * 2**30 and telemetry["energy_j"] > 0
     assert telemetry["gpus"][0]["name"] == "NVIDIA RTX A6000"
-    details = generating.session.details.text()
+    details = generating.session_panel.details.text()
     assert "GPU 12% mean" in details and "peak GPU memory 20.0 GiB" in details and " J" in details
     assert [(m.kind, m.outcome) for m in dock.run_marks] == [
         ("start", ""),

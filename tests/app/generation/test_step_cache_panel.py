@@ -7,15 +7,16 @@ import pytest
 from PySide6.QtCore import Qt
 
 from engine.optimization.apply import OptimizationConfig
-from tests.app.generation.form_helpers import generate, install_generate_features
+from tests.app.generating import install_generating
+from tests.app.runs import generate
 
 pytestmark = pytest.mark.render
 
 
 def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot, app_services):
-    features = install_generate_features(app_services)
-    panel = features.optimization_panel
-    features.sampling_panel.device_box.setCurrentIndex(features.sampling_panel.device_box.findData("cpu"))
+    generating = install_generating(app_services)
+    panel = generating.optimization_panel
+    generating.sampling_panel.device_box.setCurrentIndex(generating.sampling_panel.device_box.findData("cpu"))
     if not panel.body.isVisible():
         qtbot.mouseClick(panel.expand_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(panel.body.isVisible, timeout=5_000)
@@ -36,7 +37,7 @@ def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot,
     # Caching turned on starts at the forecast, as the choice's tooltip advises.
     assert forecast.isEnabled() and forecast.currentText() == "Forecast from the last two"
 
-    assert features.state.form.to_request().optimization == OptimizationConfig(
+    assert generating.state.form.to_request().optimization == OptimizationConfig(
         step_cache_interval=3, step_cache_level=2, step_cache_forecast=True
     )
     assert panel.current_preset() == "Custom"
@@ -50,7 +51,7 @@ def test_step_caching_is_chosen_with_the_keyboard_and_reaches_the_request(qtbot,
     interval.setFocus()
     for _ in range(2):
         qtbot.keyClick(interval, Qt.Key.Key_Up)
-    assert features.state.form.to_request().optimization.step_cache_interval == 1
+    assert generating.state.form.to_request().optimization.step_cache_interval == 1
     qtbot.waitUntil(lambda: panel.marks["step_cache_interval"].text() == "", timeout=30_000)
     assert not level.isEnabled() and not forecast.isEnabled()
 
@@ -59,17 +60,17 @@ def test_a_cached_run_is_named_in_the_session_as_compare_names_its_row(qtbot, ap
     """A run with step caching was listed as "seed 0 · 3+step_cache_forecast"; Compare's row is cache:k3-l1-f."""
     from tests.app.keys import pick
 
-    features = install_generate_features(app_services)
-    panel = features.optimization_panel
-    pick(qtbot, features.sampling_panel.device_box, "cpu")
+    generating = install_generating(app_services)
+    panel = generating.optimization_panel
+    pick(qtbot, generating.sampling_panel.device_box, "cpu")
     if not panel.body.isVisible():
         qtbot.mouseClick(panel.expand_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(panel.body.isVisible, timeout=5_000)
     pick(qtbot, panel.combos["step_cache_interval"], 2)  # an index: Off, every 2, every 3 steps
     pick(qtbot, panel.combos["step_cache_forecast"], 1)  # Forecast from the last two
-    features.host.activateWindow()
-    qtbot.waitUntil(features.host.isActiveWindow, timeout=5_000)
-    assert generate(qtbot, features, steps=4) == "finished"
-    name = features.state.shown.name
+    generating.host.activateWindow()
+    qtbot.waitUntil(generating.host.isActiveWindow, timeout=5_000)
+    assert generate(qtbot, generating, steps=4) == "finished"
+    name = generating.state.shown.name
     assert name.endswith(" \u00b7 cache:k3-l1-f"), name
-    assert features.session_panel.list.currentItem().text() == name
+    assert generating.session_panel.list.currentItem().text() == name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.services.generating import generating  # noqa: F401 - the fixture, for this package's tests
+from tests.app.generating import generating  # noqa: F401 - the fixture, for this package's tests
 from tests.engine.models.hub_fixtures import build_hub_content, serve_entries, write_test_catalogue
 from tests.engine.models.hub_server import HubServer
 

@@ -97,7 +97,7 @@ def test_get_models_by_keys_cancel_resume_then_in_the_picker(generating, qtbot, 
     _shot(dialog, "4-installed", screenshot)
 
     # The model is in the picker, selected.
-    box = generating.panel.model_box
+    box = generating.sampling_panel.model_box
     assert box.findData("nv-generate-mr-brain") >= 0
     assert box.currentData() == "nv-generate-mr-brain"
     assert "installed" in dialog.list.item(0).text()

@@ -1,7 +1,7 @@
-"""Panels on ``AppServices``: the Generate features installed as the main window installs them."""
+"""Panels on ``AppServices``: the Generate side installed as the main window installs them."""
 
 from __future__ import annotations
 
-from tests.app.generation.form_helpers import features
+from tests.app.generating import generating
 
-__all__ = ["features"]
+__all__ = ["generating"]

@@ -1,3 +1,3 @@
-"""The recovery tests run beside the Generate side on app services (tests/app/services/generating.py)."""
+"""The recovery tests run beside the Generate side on app services (tests/app/generating.py)."""
 
-from tests.app.services.generating import generating  # noqa: F401 - the fixture, for this package's tests
+from tests.app.generating import generating  # noqa: F401 - the fixture, for this package's tests

@@ -234,7 +234,7 @@ def test_an_unwritable_place_turns_recovery_off_without_failing(tmp_path):
 @pytest.mark.render
 def test_generated_volume_survives_a_killed_app(qtbot, app_services, tiny_models_dir, tmp_path):
     root = tmp_path / "recovery"
-    done = _child("child_app_then_killed.py", str(tiny_models_dir), str(root))
+    done = _child("child_app_generates.py", str(tiny_models_dir), str(root), "killed")
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     name, total = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
 
@@ -292,8 +292,8 @@ def test_the_recovery_folder_follows_the_session_list(qtbot, generating, tmp_pat
     recovery = open_session(generating.services, tmp_path / "recovery")
     generating.select("tiny-pixel", steps=3)
     for batch in (1, 3):
-        generating.panel.batch_spin.setValue(batch)
-        generating.panel.generate_button.click()
+        generating.sampling_panel.batch_spin.setValue(batch)
+        generating.sampling_panel.generate_button.click()
         assert generating.wait_ended(qtbot, timeout=60_000) == "finished"
     state = generating.services.state
     folder = recovery.store.folder
@@ -312,8 +312,8 @@ def test_closing_with_unsaved_volumes_keeps_them_and_saved_ones_go(qtbot, genera
     services = generating.services
     recovery = open_session(services, root)
     generating.select("tiny-pixel", steps=3)
-    generating.panel.batch_spin.setValue(2)
-    generating.panel.generate_button.click()
+    generating.sampling_panel.batch_spin.setValue(2)
+    generating.sampling_panel.generate_button.click()
     assert generating.wait_ended(qtbot, timeout=60_000) == "finished"
     saved, unsaved = services.state.volumes
     generating.files.save_entry(saved, tmp_path / "saved.nii.gz")
@@ -346,7 +346,7 @@ def test_generated_tissue_maps_come_back_with_the_volume_after_a_restart(
     assert services.open_model_folder(tissue_models_dir / "tiny-tissue")  # Generate > Open Model Folder...
     recovery = open_session(services, root)
     generating.select("tiny-tissue", steps=3)
-    generating.panel.generate_button.click()
+    generating.sampling_panel.generate_button.click()
     assert generating.wait_ended(qtbot) == "finished"
     generated = services.state.shown
     assert generated.tissue_names == NAMES and generated.space == MNI
@@ -388,7 +388,7 @@ def test_generated_tissue_maps_come_back_with_the_volume_after_a_restart(
 @pytest.mark.slow
 def test_quitting_without_closing_the_window_is_still_a_clean_exit(tiny_models_dir, tmp_path):
     root = tmp_path / "recovery"
-    done = _child("child_app_then_quit.py", str(tiny_models_dir), str(root))
+    done = _child("child_app_generates.py", str(tiny_models_dir), str(root), "quit")
     assert done.returncode == 0, done.stderr[-2000:]
     (left,) = RecoveryStore(root).orphans()
     assert left.clean_exit and len(left.volumes) == 1  # unsaved, so kept; but not called a crash

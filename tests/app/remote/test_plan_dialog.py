@@ -49,12 +49,12 @@ def test_plan_a_run_on_an_xla_server(qtbot, generating, xla_server, screenshot):
     _connect(qtbot, generating, xla_server)
     # The device picker and the status bar name the server's XLA device.
     # One device, or all of its fake host devices once a server runs plans over them (\u00d7N).
-    assert re.search(r"xla:cpu cpu( \u00d7\d+)?$", generating.panel.device_box.currentText())
+    assert re.search(r"xla:cpu cpu( \u00d7\d+)?$", generating.sampling_panel.device_box.currentText())
     assert "XLA devices: #0 cpu" in generating.services.parent.statusBar().currentMessage()
     connection = next(iter(generating.remote.connections.values()))
     assert connection.details["xla_precision"] == "highest"
     # Torch settings cannot apply on an XLA server: the Optimization panel turns them off and says why.
-    panel = generating.optimization
+    panel = generating.optimization_panel
     assert not panel.preset_box.isEnabled() and not panel.combos["autocast"].isEnabled()
     assert "XLA engine server" in panel.combos["autocast"].toolTip()
     assert "XLA programs" in panel.summary.text()
@@ -197,10 +197,10 @@ def test_plan_view_of_a_torch_server_and_disconnecting_disables_plan(qtbot, gene
 
     with ServerThread(create_app(LocalBackend("cpu", registry), token=TOKEN)) as url:
         _connect(qtbot, generating, url)
-        assert "  \u2013  cpu " in generating.panel.device_box.currentText()  # "cpu x86_64"
+        assert "  \u2013  cpu " in generating.sampling_panel.device_box.currentText()  # "cpu x86_64"
         assert "XLA devices" not in generating.services.parent.statusBar().currentMessage()
         # A torch server checks the settings with its own hardware probe, which the panel names.
-        panel = generating.optimization
+        panel = generating.optimization_panel
         assert panel.combos["autocast"].isEnabled()
         assert "Checked by the engine server (" in panel.summary.text() and "cores" in panel.summary.text()
         dialog = _open_plan_dialog(qtbot, generating)

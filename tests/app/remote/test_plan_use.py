@@ -152,14 +152,14 @@ def test_use_this_plan_for_the_next_run(qtbot, generating, registry, xla_server4
     from engine.server import create_app
     from engine.testing import ServerThread
 
-    services, form, panel = generating.services, generating.services.state.form, generating.panel
+    services, form, panel = generating.services, generating.services.state.form, generating.sampling_panel
     host = services.parent
     services.state.select_model(services.state.model_by_id("tiny-latent"))
     panel.steps_spin.setValue(3)
     panel.guidance_spin.setValue(3.0)  # with guidance, as planned (CFG: the U-Net's batch is 2)
     # Torch settings chosen before connecting (a preset picked with the keyboard) are not sent to the XLA
     # server, which refuses them; the Optimization panel says what runs there instead.
-    optimization = generating.optimization
+    optimization = generating.optimization_panel
     pick(qtbot, optimization.preset_box, "Fast (GPU)")
     chosen = dict(form.optimization)
     assert chosen and form.to_request().optimization.autocast == "bf16"
@@ -212,7 +212,7 @@ def test_use_this_plan_for_the_next_run(qtbot, generating, registry, xla_server4
     best = dialog.plan_result["best"]
     assert (record["predicted_step_ms"], record["placement"]) == (best["step_ms"], best["placement"])
     assert best["placed_on"] and f"placed on {best['placed_on']}" in record["prediction"]
-    details = generating.session.details.text().replace("\u200b", "")  # less the breaks in long words
+    details = generating.session_panel.details.text().replace("\u200b", "")  # less the breaks in long words
     assert f"XLA plan {plan}" in details and f"placement {record['placement']}" in details
     assert f"step: predicted {format_duration_ms(record['predicted_step_ms'])}, measured " in details
     assert "decoder split over" in details or "decoder on one device" in details

@@ -74,30 +74,35 @@ def test_probe_reports_device_and_models_and_refuses_a_wrong_token(server):
 def test_generate_on_a_server_from_the_app(qtbot, generating, server, registry):
     state = generating.services.state
     state.select_model(state.model_by_id("tiny-latent"))
-    generating.panel.steps_spin.setValue(5)
+    generating.sampling_panel.steps_spin.setValue(5)
     dialog = _connect(qtbot, generating.remote, server.replace("http://", ""))
     qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
     assert not dialog.isVisible()
-    device = generating.panel.device_box.currentData()
+    device = generating.sampling_panel.device_box.currentData()
     assert device == REMOTE_PREFIX + server
-    assert "cpu" in generating.panel.device_box.currentText()
+    assert "cpu" in generating.sampling_panel.device_box.currentText()
     assert state.form.model_reference() == "tiny-latent"  # the server's registry resolves ids
-    assert "engine server" in generating.optimization.summary.text()
+    assert "engine server" in generating.optimization_panel.summary.text()
     feed = generating.remote.feeds[device]
     qtbot.waitUntil(lambda: feed.fed >= 2, timeout=20_000)  # the server's metrics arrive
-    assert generating.dock.source is feed.source
+    assert generating.metrics_dock.source is feed.source
 
     assert generating.remote.disconnect_action.isEnabled()
-    generating.panel.generate_button.click()
+    generating.sampling_panel.generate_button.click()
     assert not generating.remote.disconnect_action.isEnabled()  # the run holds the server's backend
     assert generating.wait_ended(qtbot) == "finished"
     assert generating.remote.disconnect_action.isEnabled()
     host = server.replace("http://", "")
     # The run's summary and the status bar name the server, not "auto" or this machine.
-    assert host in generating.panel.progress_label.text() and host in generating.status.device_label.text()
+    assert (
+        host in generating.sampling_panel.progress_label.text()
+        and host in generating.status.device_label.text()
+    )
     entry = state.shown
     assert entry.provenance["backend"] == "remote" and entry.provenance["server"] == server
-    run_id = generating.dock.run_marks[-1].run_id  # the run is marked on the server's metrics, not ours
+    run_id = generating.metrics_dock.run_marks[
+        -1
+    ].run_id  # the run is marked on the server's metrics, not ours
     assert (
         feed.source.run_summary(run_id) is not None
         and generating.services.telemetry.sampler.run_summary(run_id) is None
@@ -110,14 +115,14 @@ def test_generate_on_a_server_from_the_app(qtbot, generating, server, registry):
     assert np.array_equal(entry.data, expected.volume())
 
     # Disconnect: back to this machine's devices and metrics; what the user typed stays.
-    generating.panel.seed_spin.setValue(4321)
+    generating.sampling_panel.seed_spin.setValue(4321)
     state.form.set_condition("ventricle_volume", 60.0)
     kept = state.form.to_dict()
     generating.remote.disconnect_action.trigger()
-    assert generating.panel.device_box.findData(device) < 0
-    assert not generating.remote.feeds and generating.dock.source is not feed.source
+    assert generating.sampling_panel.device_box.findData(device) < 0
+    assert not generating.remote.feeds and generating.metrics_dock.source is not feed.source
     assert state.form.device == "auto" and state.form.to_dict() == kept
-    assert generating.panel.seed_spin.value() == 4321
+    assert generating.sampling_panel.seed_spin.value() == 4321
 
 
 def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, generating, server, tmp_path):
@@ -131,7 +136,7 @@ def test_a_model_the_server_lacks_blocks_generate_with_the_reason(qtbot, generat
     qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
     reason = state.form.blocked_reason()
     assert "has no model 'only-here'" in reason and "tiny-latent" in reason
-    panel = generating.panel
+    panel = generating.sampling_panel
     assert not panel.generate_button.isEnabled()
     # The line under the button says why, not only the button's tooltip.
     assert panel.progress_label.text() == f"Cannot generate: {reason.splitlines()[0]}"
@@ -161,10 +166,10 @@ def test_wrong_token_or_no_server_keeps_the_dialog_open_with_the_reason(qtbot, g
 def test_compare_runs_on_the_server(qtbot, generating, server):
     state = generating.services.state
     state.select_model(state.model_by_id("tiny-latent"))
-    generating.panel.steps_spin.setValue(5)
+    generating.sampling_panel.steps_spin.setValue(5)
     _connect(qtbot, generating.remote, server)
     qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
-    panel = generating.optimization
+    panel = generating.optimization_panel
     panel.set_values({**panel.values(), "autocast": "bf16"})
     compare = generating.compare.open()
     assert compare.start()
@@ -200,18 +205,18 @@ def test_models_only_the_server_has_are_listed_and_run_there(
     qtbot.waitUntil(lambda: bool(generating.remote.connections), timeout=20_000)
     remote_only = state.model_by_id("server-only")
     assert remote_only is not None and remote_only.spec.name.endswith(f"(on {url.removeprefix('http://')})")
-    assert generating.panel.model_box.findData("server-only") >= 0
+    assert generating.sampling_panel.model_box.findData("server-only") >= 0
     assert "installed on the engine server" in remote_only.model_card()
     state.select_model(remote_only)
-    generating.panel.steps_spin.setValue(3)
+    generating.sampling_panel.steps_spin.setValue(3)
     assert state.form.blocked_reason() == ""  # the server is the device
-    generating.panel.generate_button.click()
+    generating.sampling_panel.generate_button.click()
     assert generating.wait_ended(qtbot) == "finished"
     entry = state.shown
     assert entry.provenance["model"]["id"] == "server-only" and entry.provenance["backend"] == "remote"
 
     # On this computer's CPU the model cannot run: Generate and Compare say why.
-    panel = generating.panel
+    panel = generating.sampling_panel
     panel.device_box.setCurrentIndex(panel.device_box.findData("cpu"))
     reason = state.form.blocked_reason()
     assert "installed on the engine server" in reason and not panel.generate_button.isEnabled()

@@ -38,7 +38,7 @@ def stuck(registry):
 
 
 def _label(generating) -> str:
-    return generating.panel.progress_label.text()
+    return generating.sampling_panel.progress_label.text()
 
 
 def _wait_abandoned_threads_ended(qtbot):
@@ -101,7 +101,7 @@ def test_a_stuck_remote_step_shows_the_servers_messages_and_is_abandoned_with_th
     _connect(qtbot, generating.remote, host, url)
     seen = []
     generating.services.state.progress_changed.connect(lambda tracker: seen.append(tracker.text()))
-    generating.panel.generate_button.click()
+    generating.sampling_panel.generate_button.click()
     # The server's stage messages reach the panel as a local run's do, not a silent "Step 0/N".
     qtbot.waitUntil(lambda: stuck.entered.is_set() and DENOISE_MESSAGE in _label(generating), timeout=20_000)
     assert any(LOAD_MESSAGE.capitalize() + "..." in text for text in seen), seen

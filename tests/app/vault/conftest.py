@@ -23,22 +23,12 @@ def vault_app(app_services, tmp_path):
     window): its dock, menu and padlock, the Session list it adds "Save to Vault" to, and the file commands
     (File > Open, Save, Save As) whose Save of a vault item asks the vault's boundary. The vault folder is
     empty, in tmp_path (fast Argon2 parameters)."""
-    from app.panels.session_panel import SessionPanel
     from app.vault import install_vault
-    from app.window.volume_files import VolumeFiles
+    from tests.app.generating import dock_session_panel, volume_files
 
     services = app_services
-    session_panel = SessionPanel(services.state)
-    services.add_dock(session_panel, "Session", name="sessionDock")
-    files = VolumeFiles(
-        services.state,
-        services.runner,
-        services.settings,
-        show_status=services.show_status,
-        show_error=services.show_error,
-        volume_opened=services.volume_opened.emit,
-        parent=services.parent,
-    )
+    session_panel = dock_session_panel(services)
+    files = volume_files(services)
     controller = install_vault(services, session_panel.list, files.rebuild_recent_menu)
     files.vault_boundary = controller.boundary
     files.restore_recent()  # File > Open Recent as the settings have it, as at the app's start

@@ -9,10 +9,8 @@ import dataclasses
 from dataclasses import dataclass
 
 import pytest
-from PySide6.QtCore import Qt
 
-from app.docks.metrics_dock import MetricsDock
-from app.generation import GenerationController, install_generation
+from app.generation import GenerationController
 from app.panels.sampling_panel import SamplingPanel
 from app.panels.session_panel import SessionPanel
 from app.services import AppServices
@@ -20,9 +18,10 @@ from app.viewer.tissue_compute import TissueMapsComputer
 from app.viewer.tissue_toolbar import TissueToolbar
 from app.viewer.toolbar import ViewerToolbar
 from app.viewer.viewer_area import ViewerArea
-from app.window.menus import add_generation_actions, build_viewer_bars
+from app.window.menus import build_viewer_bars
 from app.window.tool_bar_rows import ToolBarRows
 from app.window.volume_files import VolumeFiles
+from tests.app.generating import dock_generate_panel, dock_session_panel, install_runs, volume_files
 
 
 @dataclass
@@ -73,17 +72,8 @@ def build_viewer(qtbot, services: AppServices, enable_3d: bool = False) -> Viewe
     reset_camera = services.menus.view.addAction("Reset 3D &Camera")
     reset_camera.triggered.connect(viewer.view3d.reset_camera)
     bars = build_viewer_bars(viewer, services, reset_camera)
-    files = VolumeFiles(
-        services.state,
-        services.runner,
-        services.settings,
-        show_status=services.show_status,
-        show_error=services.show_error,
-        volume_opened=services.volume_opened.emit,
-        parent=host,
-    )
-    session_panel = SessionPanel(services.state)
-    services.add_dock(session_panel, "Session", Qt.DockWidgetArea.RightDockWidgetArea, name="sessionDock")
+    files = volume_files(services)
+    session_panel = dock_session_panel(services)
     if enable_3d:
         import pyvista  # noqa: F401 - what the window imports in the background before attaching
         import pyvistaqt  # noqa: F401
@@ -107,12 +97,8 @@ def add_generation(qtbot, rig: ViewerRig) -> ViewerRig:
     """Generate, Cancel and the run lifecycle for the Generate form, in a dock of the host, as the window
     installs them; ``tests.app.runs.generate(qtbot, rig, click=True)`` runs the form's request (its button)."""
     services = rig.services
-    rig.sampling_panel = SamplingPanel(services.state)
-    services.add_dock(
-        rig.sampling_panel, "Generate", Qt.DockWidgetArea.LeftDockWidgetArea, name="generateDock"
-    )
-    rig.generation = install_generation(services, rig.sampling_panel, MetricsDock())
-    add_generation_actions(services.menus, rig.generation)
+    rig.sampling_panel = dock_generate_panel(services)
+    rig.generation = install_runs(services, rig.sampling_panel)
     view3d = rig.viewer.view3d
     if view3d.ready:  # the 3D scene drawn again at the size the Generate dock leaves it, before any run
         drawn: list[bool] = []

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import pytest
+from PySide6.QtWidgets import QFileDialog
 
 pytestmark = pytest.mark.render
 
 
 @pytest.mark.slow
-def test_screenshots_fresh_generation_and_finished_volume(qtbot, window_3d, screenshot, mni_t1):
+def test_screenshots_fresh_generation_and_finished_volume(
+    qtbot, window_3d, screenshot, mni_t1, error_dialogs, monkeypatch, tmp_path
+):
     window = window_3d
     shots = [screenshot(window, "01-fresh-start")]
 
@@ -38,3 +41,14 @@ def test_screenshots_fresh_generation_and_finished_volume(qtbot, window_3d, scre
     window.state.set_render_preset("MRI grey")
     for path in shots:
         assert path.is_file() and path.stat().st_size > 10_000
+
+    # File > Save 3D Screenshot...: the file asked for is written and said; one that cannot be written is an error
+    (tmp_path / "a-file").write_text("not a folder")
+    targets = iter([tmp_path / "scan-3d.png", tmp_path / "a-file" / "scan-3d.png"])
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *args, **kwargs: (str(next(targets)), ""))
+    with qtbot.waitSignal(view3d.screenshot_saved, timeout=30_000):
+        window.window_actions.screenshot.trigger()
+    assert (tmp_path / "scan-3d.png").stat().st_size > 10_000
+    assert window.statusBar().currentMessage() == f"Saved {tmp_path / 'scan-3d.png'}"
+    window.window_actions.screenshot.trigger()
+    assert [title for title, _ in error_dialogs] == ["Cannot save screenshot"]
