@@ -17,4 +17,4 @@ export QT_QPA_PLATFORM=xcb
 # Two processes (pytest-xdist), a file's tests kept together so its module fixtures are built once; each worker
 # gets an X display of its own (tests/conftest.py). VOLSYNTH_TEST_WORKERS=0 runs everything in one process.
 exec xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python -m pytest \
-  -n "${VOLSYNTH_TEST_WORKERS:-2}" --dist loadfile "$@"
+  -n "${VOLSYNTH_TEST_WORKERS:-2}" --dist loadfile --durations=30 "$@"

@@ -85,9 +85,9 @@ def app_services(qtbot, themed_app, registry, qt_settings, error_dialogs):
     subject: a plain host window gives the menus, the main tool bar, the docks and the status bar; the runner
     is a real ``JobRunner`` whose error dialog is recorded in ``error_dialogs`` and whose busy mark is in the
     host's status bar. The host is shown, so shortcuts and keys reach the feature's widgets."""
-    from PySide6.QtCore import Qt, Signal
+    from PySide6.QtCore import Qt
     from PySide6.QtGui import QAction
-    from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox
+    from PySide6.QtWidgets import QDockWidget, QMessageBox
 
     from app.core.session import AppState
     from app.docks.metrics_dock import MetricsDock
@@ -95,9 +95,7 @@ def app_services(qtbot, themed_app, registry, qt_settings, error_dialogs):
     from app.services.metrics_sources import MetricsSources
     from app.services.workers import BackendPool, JobRunner
     from engine.models import open_model_folder
-
-    class Host(QMainWindow):
-        volume_opened = Signal(object)
+    from tests.app.host import Host
 
     host = Host()
     qtbot.addWidget(host)

@@ -3,21 +3,17 @@ folder."""
 
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "packaging" / "import_cycles.py"
+from tests.packaging.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def checker():
-    spec = importlib.util.spec_from_file_location("import_cycles", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("import_cycles")
 
 
 def write_package(root: Path, name: str, files: dict[str, str]) -> str:

@@ -28,12 +28,12 @@ def test_every_engine_module_imports_without_gui_libraries():
 def test_the_library_versions_are_read_without_importing_monai():
     """The tuner's parent process keys its results by library versions; importing MONAI only for its version
     cost it about 2 s of its budget. The version read from the metadata is the package's own."""
-    script = (
-        "import sys; from engine.machine.software import library_versions; v = library_versions(); "
-        "print(v['monai'], 'monai' in sys.modules)"
-    )
     out = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, str(Path(__file__).with_name("child_library_versions.py"))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     version, imported = out.stdout.split()

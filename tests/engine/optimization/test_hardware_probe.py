@@ -143,16 +143,13 @@ def test_this_machine_probe_is_consistent():
 @pytest.mark.slow
 def test_avx2_stand_in_caps_what_the_probe_and_onednn_report():
     """The stand-in variables make this process look like an AVX2 CPU to oneDNN, ATen and the probe."""
-    code = (
-        "import json, torch; from engine.machine.probe import probe_machine; p = probe_machine(); "
-        "print(json.dumps([p.cpu.onednn_isa, p.cpu.native_bf16, p.cpu.torch_capability, "
-        "bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()), sorted(p.cpu.stand_in)]))"
-    )
     import os
 
+    repo = Path(__file__).resolve().parents[3]
     out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, **AVX2_STAND_IN},
+        [sys.executable, str(Path(__file__).with_name("child_probe_stand_in.py"))],
+        env={**os.environ, **AVX2_STAND_IN, "PYTHONPATH": str(repo)},
+        cwd=repo,
         capture_output=True,
         text=True,
         check=True,

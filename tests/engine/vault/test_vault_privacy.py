@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -92,23 +91,15 @@ def test_cli_vault_commands_turn_core_dumps_off(vault, tmp_path):
     pw = tmp_path / "pw.txt"
     pw.write_text(PASSPHRASE + "\n")
     vault.lock()
-    script = textwrap.dedent(
-        f"""
-        import ctypes, resource, sys
-        import engine.vault.store as store
-        from engine.cli import main
-        search = store.Vault.search
-        def spy(self, *args, **kwargs):  # runs while the vault is unlocked
-            dumpable = ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)
-            print("CORE", resource.getrlimit(resource.RLIMIT_CORE), "DUMPABLE", dumpable, flush=True)
-            return search(self, *args, **kwargs)
-        store.Vault.search = spy
-        sys.exit(main(["vault", "ls", "--vault", {str(vault.path)!r}, "--passphrase-file", {str(pw)!r}]))
-        """
-    )
+    child = Path(__file__).with_name("child_vault_ls_core_dumps.py")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT
+        [sys.executable, str(child), str(vault.path), str(pw)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     assert "CORE (0, 0) DUMPABLE 0" in proc.stdout

@@ -9,49 +9,25 @@ from engine.xla import block_analysis, planner
 from engine.xla.plan_cache import PlanCache
 from engine.xla.topology import parse_topology
 
-# Each case runs in a process of its own: pointing JAX's compilation cache somewhere and back is process state
-# that later plans in the same process noticed (a cut-short plan that followed compiled nothing on the host).
-_CACHE_ON = """
-import sys
-from pathlib import Path
-
-import jax
-
-from engine.xla.plan_cache import default_cache, use_for_xla
-
-tmp = Path(sys.argv[1])
-jax.config.update("jax_compilation_cache_dir", str(tmp / "elsewhere"))
-cache = default_cache()
-assert cache.root == tmp / "plans", cache.root
-assert use_for_xla(cache) == str(tmp / "plans" / "xla")
-assert jax.config.jax_compilation_cache_dir == str(tmp / "plans" / "xla")
-assert jax.config.jax_enable_compilation_cache
-jax.jit(lambda x: x * 3 + 1)(jax.numpy.arange(7.0)).block_until_ready()  # a compile, under the cache
-assert not (tmp / "elsewhere").exists()
-"""
-_CACHE_OFF = """
-import sys
-
-import jax
-
-from engine.xla.plan_cache import default_cache, use_for_xla
-
-jax.config.update("jax_compilation_cache_dir", sys.argv[1] + "/elsewhere")
-assert use_for_xla(default_cache()) is None and not jax.config.jax_enable_compilation_cache
-"""
-
 
 @pytest.mark.slow
 def test_the_compilers_cache_is_the_configured_plan_caches_or_none(tmp_path):
-    """A JAX cache set elsewhere (the environment, an earlier setup) must not make a cold plan warm."""
+    """A JAX cache set elsewhere (the environment, an earlier setup) must not make a cold plan warm. Each case
+    runs in a process of its own (child_compile_cache.py): pointing JAX's compilation cache somewhere and back
+    is process state that later plans in the same process noticed (a cut-short plan that followed compiled
+    nothing on the host)."""
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
-    for plan_cache, script in ((str(tmp_path / "plans"), _CACHE_ON), ("0", _CACHE_OFF)):
-        env = {**os.environ, "VOLSYNTH_PLAN_CACHE": plan_cache}
+    child = Path(__file__).with_name("child_compile_cache.py")
+    repo = Path(__file__).resolve().parents[3]
+    for plan_cache, mode in ((str(tmp_path / "plans"), "on"), ("0", "off")):
+        env = {**os.environ, "VOLSYNTH_PLAN_CACHE": plan_cache, "PYTHONPATH": str(repo)}
         done = subprocess.run(
-            [sys.executable, "-c", script, str(tmp_path)],
+            [sys.executable, str(child), str(tmp_path), mode],
+            cwd=repo,
             env=env,
             capture_output=True,
             text=True,
