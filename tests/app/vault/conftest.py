@@ -18,7 +18,7 @@ def private_vault_state(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def vault_app(app_services, tmp_path):
+def vault_app(qtbot, app_services, tmp_path):
     """The vault as ``install_vault`` gives it to the app, on ``app_services`` (a plain host window, no main
     window): its dock, menu and padlock, the Session list it adds "Save to Vault" to, and the file commands
     (File > Open, Save, Save As) whose Save of a vault item asks the vault's boundary. The vault folder is
@@ -34,14 +34,16 @@ def vault_app(app_services, tmp_path):
     files.restore_recent()  # File > Open Recent as the settings have it, as at the app's start
     use_new_vault(controller, tmp_path / "vault")
     yield VaultApp(services, controller, session_panel, files)
-    assert not controller.tasks.running
+    # A task the test's last step set off (the listing refreshed after an unlock) ends before the next test;
+    # the bound is for a task that hangs.
+    qtbot.waitUntil(lambda: not controller.tasks.running, timeout=60_000)
 
 
 @pytest.fixture
-def vault_window(main_window, tmp_path):
+def vault_window(qtbot, main_window, tmp_path):
     """The main window with its vault pointed at an empty folder in tmp_path (fast Argon2 parameters)."""
     yield point_at_new_vault(main_window, tmp_path / "vault")
-    assert not main_window.vault_controller.tasks.running
+    qtbot.waitUntil(lambda: not main_window.vault_controller.tasks.running, timeout=60_000)  # as vault_app
 
 
 @pytest.fixture
