@@ -460,7 +460,8 @@ def test_abandoning_a_job_retries_a_busy_server_and_says_when_it_was_not_told(
 
     held = GatedBackend(backend)
     app = create_app(held, token="s3cret")
-    with ServerThread(_refusing_deletes(app, answers)) as url:
+    pending = list(answers)  # given in turn; the parameter itself stays whole for a repeat of this test
+    with ServerThread(_refusing_deletes(app, pending)) as url:
         remote = RemoteBackend(url, token="s3cret")
         thread, ended = _sample_in_thread(remote, SamplingRequest(model="tiny-latent", steps=2))
         _wait_streaming(remote, held)
@@ -468,7 +469,7 @@ def test_abandoning_a_job_retries_a_busy_server_and_says_when_it_was_not_told(
             remote.abandon()
         thread.join(30)
         assert len(ended) == 1 and isinstance(ended[0], Cancelled)
-        assert not answers  # every scripted answer was given
+        assert not pending  # every scripted answer was given
         assert bool(app.state.manager.jobs) is (warning is not None)
         warned = [r.getMessage() for r in caplog.records if "was not told to cancel" in r.getMessage()]
         assert len(warned) == (warning is not None) and all(warning in text for text in warned)
