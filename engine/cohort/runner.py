@@ -255,6 +255,11 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     import logging
 
     address = address or os.environ.get("RAY_ADDRESS") or None
+    # Ray's driver runs gc.collect() from a thread of its own when its core asks (PythonGCThread). The driver is
+    # the desktop app's process when a cohort runs from the app: a collection off the GUI thread deletes Qt
+    # objects there, which crashed the process (a segmentation fault) and deadlocked it (a signal's disconnect
+    # waiting forever) in tests after a cohort. Python's own collections still run, on the thread that allocates.
+    os.environ.setdefault("RAY_start_python_gc_manager_thread", "0")
     private = None
     try:
         if address:

@@ -133,6 +133,14 @@ def test_report_png(reference, tmp_path):
     assert "data:image/png;base64," in page and "8/8 volumes" in page
 
 
+def test_the_driver_has_no_garbage_collecting_thread_of_ray(ray_runtime):
+    """A cohort started from the desktop app makes the app's process Ray's driver: Ray's own thread for
+    gc.collect() would collect Qt objects off the GUI thread (a crash, or a deadlock, after a cohort)."""
+    import threading
+
+    assert "PythonGCThread" not in [thread.name for thread in threading.enumerate()]
+
+
 @pytest.mark.slow
 def test_rerun_is_bit_identical_and_a_killed_worker_costs_only_its_item(reference, tmp_path):
     """The same spec again (other worker threads and order): the same volumes, bit for bit, including the
