@@ -83,9 +83,10 @@ def wait_task(qtbot, controller, name: str, timeout: int = 30_000) -> str:
     return blocker.args[1]
 
 
-def create_via_dialog(qtbot, controller):
-    """Create the vault as a user does: the passphrase twice in the create dialog, then OK."""
-    dialog = controller.locking.request_unlock()
+def create_via_dialog(qtbot, controller, dialog=None):
+    """Create the vault as a user does: the passphrase twice in the create dialog (``dialog``, already open from
+    the Vault menu, or the one the padlock opens), then OK."""
+    dialog = dialog or controller.locking.request_unlock()
     assert dialog is not None and dialog.mode == "create"
     dialog.passphrase_edit.setText(PASSPHRASE)
     dialog.confirm_edit.setText(PASSPHRASE)

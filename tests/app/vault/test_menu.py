@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.vault.helpers import PASSPHRASE, mnemonics, wait_task
+from tests.app.vault.helpers import create_via_dialog, mnemonics
 
 render = pytest.mark.render
 
@@ -23,13 +23,7 @@ def test_new_vault_is_in_the_vault_menu(qtbot, vault_app, tmp_path, monkeypatch)
     assert "v" in bar_letters and len(bar_letters) == len(set(bar_letters)), bar_letters
     assert not controller.session.exists
     menu.new_action.trigger()  # no vault yet: created where the app keeps it
-    dialog = controller.locking.unlock_dialog
-    assert dialog is not None and dialog.mode == "create"
-    dialog.passphrase_edit.setText(PASSPHRASE)
-    dialog.confirm_edit.setText(PASSPHRASE)
-    dialog.ok_button.click()
-    assert wait_task(qtbot, controller, "create") == "finished"
-    qtbot.waitUntil(lambda: controller.session.is_unlocked and not controller.tasks.running, timeout=10_000)
+    create_via_dialog(qtbot, controller, controller.locking.unlock_dialog)
 
     from PySide6.QtWidgets import QFileDialog
 
